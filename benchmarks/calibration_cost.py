@@ -34,7 +34,7 @@ from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import TrainerConfig
-from genesis_fp16_infrastructure.training.precision import capabilities
+from genesis_fp16_infrastructure.training.precision import decide
 from genesis_fp16_infrastructure.training.run import calibration as cal
 
 RESULTS = Path(__file__).parent / "results"
@@ -74,9 +74,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="default: results/calibration_cost_DEVICE.json")
     args = parser.parse_args()
     if args.bf16_native:
-        forced = capabilities.DeviceCapabilities("cpu", True, False, "benchmark: bf16 as native")
-        detect = capabilities.detect_capabilities
-        capabilities.detect_capabilities = lambda d: (  # type: ignore[assignment]
+        forced = decide.DeviceCapabilities("cpu", True, False, "benchmark: bf16 as native")
+        detect = decide.detect_capabilities
+        decide.detect_capabilities = lambda d: (  # type: ignore[assignment]
             forced if torch.device(d).type == "cpu" else detect(d)
         )
     config = TrainerConfig()

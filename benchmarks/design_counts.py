@@ -35,7 +35,7 @@ with a folder named ``tests``, ``benchmarks`` or ``__pycache__``, or starting wi
    Also counted apart: the functions that test ``== "auto"`` or ``!= "auto"`` on such a
    precision-named value (the same rule) outside the file that defines ``decide`` at its
    top level (``precision/decide.py``). Unlike the test, this does not leave out
-   ``precision_request.py`` nor the test's list of allowed places, nor count ``in``: it
+   ``precision_names.py`` nor the test's list of allowed places, nor count ``in``: it
    shows all of them, and the results say which the test allows.
 
 2. *Types that declare run fields.* A record type is a class decorated with
@@ -61,7 +61,8 @@ with a folder named ``tests``, ``benchmarks`` or ``__pycache__``, or starting wi
 Issue 53's figures:
 
 6. *``TrainResult`` fields typed ``Mapping[str, Any]``*: the annotated fields of the class
-   ``TrainResult`` in a file named ``train_result.py`` whose annotation holds
+   ``TrainResult`` in a file named ``train_result.py`` (``contract/reports.py`` since
+   issue 70 merged them) whose annotation holds
    ``Mapping[str, Any]`` (or ``dict[str, Any]``): alone, optional, or as a sequence's
    element (``demotions: Sequence[Mapping[str, Any]]``).
 
@@ -343,10 +344,11 @@ def _mapping_any(annotation: ast.AST) -> bool:
 
 def count_result_mappings(files: Iterable[SourceFile], figures: Figures) -> None:
     """Fill ``figures.result_mappings``: the fields of ``TrainResult`` (the class of that
-    name in a file named ``train_result.py``) whose annotation holds ``Mapping[str, Any]``
-    (or ``dict[str, Any]``), alone, optional or as a sequence's element."""
+    name in a file named ``train_result.py``, or ``contract/reports.py``) whose annotation
+    holds ``Mapping[str, Any]`` (or ``dict[str, Any]``), alone, optional or as a sequence's
+    element."""
     for source in files:
-        if not source.rel.endswith("/train_result.py"):
+        if not source.rel.endswith(("/train_result.py", "/contract/reports.py")):
             continue
         for name, cls in class_defs(source.module):
             if name != "TrainResult":

@@ -55,8 +55,9 @@ non-coordinating rooms. With ``c[0] .. c[n-1]`` the walk's calls:
   tick, the plan, ``record_start``, the plugin's up-to-date check) and the run's
   (``plugin.train`` to the checkpoint).
 - *contract entries*: the ``i`` where ``c[i]``'s file is one of the plugin contract's
-  modules (a file named ``plugin_api.py``, ``train_request.py`` or ``train_result.py``:
-  the plugin API and the two modules it re-exports) and ``i == 0`` or the previous
+  modules (a file named ``plugin_api.py``, ``train_request.py`` or ``train_result.py``,
+  or the path ``contract/reports.py``, where issue 70 put ``TrainResult``: the plugin API
+  and the two modules it re-exports) and ``i == 0`` or the previous
   call's file differs; *contract files* is how many of those files the walk entered.
 - *file pairs* (``--pairs N``): each stop counted under its two files, unordered; the
   pairs with the most stops are where the walk zig-zags. Listed twice: all stops, and
@@ -116,6 +117,7 @@ TREE = Path(__file__).resolve().parents[1]
 ROOMS = ("genesis_fp16", "agents", "infrastructure")
 COORDINATING = "genesis_fp16"
 CONTRACT_FILES = ("plugin_api.py", "train_request.py", "train_result.py")
+CONTRACT_PATHS = ("/contract/reports.py",)  # TrainResult's module since issue 70
 EXCLUDED_FOLDERS = ("tests", "benchmarks", "__pycache__")
 FILES_TARGET = 50  # issue 53: tick to first checkpoint through at most 50 files
 AGENT = "se_darwin"
@@ -178,6 +180,12 @@ def returns(files: Sequence[str]) -> list[int]:
     return found
 
 
+def _is_contract(file: str) -> bool:
+    """Whether ``file`` is one of the plugin contract's modules (by its name, or by its
+    path's tail: CONTRACT_PATHS)."""
+    return file.rsplit("/", 1)[-1] in CONTRACT_FILES or file.endswith(CONTRACT_PATHS)
+
+
 def count_walk(files: Sequence[str]) -> WalkCounts:
     """Count a walk given as its calls' files, in call order.
 
@@ -188,11 +196,7 @@ def count_walk(files: Sequence[str]) -> WalkCounts:
     stops = sum(1 for i in range(1, len(files)) if files[i] != files[i - 1])
     entries = sum(1 for i in range(1, len(rooms)) if rooms[i] != rooms[i - 1])
     by_room = Counter(rooms[i] for i in returns(files))
-    contract = [
-        i
-        for i, f in enumerate(files)
-        if f.rsplit("/", 1)[-1] in CONTRACT_FILES and (i == 0 or files[i - 1] != f)
-    ]
+    contract = [i for i, f in enumerate(files) if _is_contract(f) and (i == 0 or files[i - 1] != f)]
     return WalkCounts(
         calls=len(files),
         stops=stops,

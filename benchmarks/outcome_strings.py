@@ -2,8 +2,9 @@
 
 ``design_counts.py`` prints it beside the others, as figure 14; this module finds the
 places, from the syntax of a tree's product files (``design_syntax.py``). The outcomes
-have one enum (``genesis_fp16_infrastructure/outcome.py``): any other file names a
-member (``Outcome.HELD``), so a renamed or mistyped outcome fails where it is written.
+have one enum (``Outcome``, in ``genesis_fp16_infrastructure/agent_folder/
+lifecycle_records.py``): any other file names a member (``Outcome.HELD``), so a renamed
+or mistyped outcome fails where it is written.
 
 An *outcome string* is a string literal equal to one of ``OUTCOME_WORDS``: the words a
 verdict ends in (``promoted``, ``rejected``, ``inconclusive``, ``undecided``, ``held``,

@@ -126,7 +126,10 @@ def cost_row(agent: Agent, root: Path, records: int, repeats: int) -> str:
     run starts with the records read once (``run(warm=True)``: the first read of the new
     records is train's work, whoever pays it), so judging's cost is what the judged run
     does outside train, by the process's CPU seconds within that one run (paired: the
-    steadiest figure on a shared machine), and what it adds over train alone."""
+    steadiest figure on a shared machine), and what it adds over train alone. Every run
+    trains the plugin's default budget, as a scheduled run with no ``STEPS_PER_RUN``
+    does (rlhf_ppo's gate cases train 40 steps to keep their sequences short; its
+    default is 240)."""
     served, batches = serve_first(agent, root, f"{agent.name}-cost", records // 2, 99)
     batches = [*batches, agent.clean(records // 4, 2099)]
     second = run(agent, served, batches)
@@ -138,9 +141,9 @@ def cost_row(agent: Agent, root: Path, records: int, repeats: int) -> str:
             folder = served.with_name(f"{served.name}-{kind}-{repeat}")
             shutil.copytree(served, folder)
             if kind == "judged":
-                judged.append(run(agent, folder, batches, warm=True))
+                judged.append(run(agent, folder, batches, warm=True, steps=None))
             else:
-                alone.append(run(agent, folder, batches, judged=False, warm=True))
+                alone.append(run(agent, folder, batches, judged=False, warm=True, steps=None))
             shutil.rmtree(folder, ignore_errors=True)
     wall = statistics.median(r.wall for r in judged)
     plain = statistics.median(r.wall for r in alone)

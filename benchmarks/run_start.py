@@ -38,7 +38,6 @@ from genesis_fp16.jobs.run_request import RequestOverrides, plan_request
 from genesis_fp16.launch.launcher import train_in_child
 from genesis_fp16.launch.run_worker import RunWorker
 from genesis_fp16.plugin_api import TrainRequest
-from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
 
 
 def _request(state: Path, steps: int, sample_count: int, device: str) -> TrainRequest:
@@ -57,7 +56,7 @@ def _time_run(request: TrainRequest, worker: RunWorker | None) -> dict[str, floa
     def on_log(summary: Any) -> None:
         marks.setdefault("first_step_s", time.perf_counter() - started)
 
-    timed = request.with_callbacks(RunCallbacks(on_log=on_log, should_stop=lambda: False))
+    timed = request.with_callbacks(on_log=on_log, should_stop=lambda: False)
     train_in_child(timed, timeout=600, worker=worker)
     marks["run_s"] = time.perf_counter() - started
     if "first_step_s" not in marks:

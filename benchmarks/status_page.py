@@ -38,8 +38,9 @@ from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP
 from genesis_fp16_infrastructure.agent_folder.transitions import JOURNAL_KEEP, rollback, serve
-from genesis_fp16_infrastructure.api import Demotion, DriftReport, GateReport, LiveReport, ScoresOn
-from genesis_fp16_infrastructure.contract.reports import LiveFigures
+from genesis_fp16_infrastructure.api import GateReport, LiveReport, ScoresOn
+from genesis_fp16_infrastructure.contract.reports import DriftReport, LiveFigures
+from genesis_fp16_infrastructure.training.reports import Demotion
 
 BOUND_MS = 100.0
 DAEMON = DaemonStatus(True, os.getpid(), "serve", time.time() - 3600, 3600.0, True, "ok", "ready")

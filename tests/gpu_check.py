@@ -691,12 +691,10 @@ def _export_ranges(result: dict[str, Any]) -> str:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from genesis_fp16.metrics.range_metrics import RangeMetrics
-    from genesis_fp16_infrastructure.api import RangeSummary
-    from genesis_fp16_infrastructure.record_codec import decode_record
+    from genesis_fp16.plugin_api import TrainResult
 
     registry = CollectorRegistry()
-    summary = decode_record(RangeSummary, result["ranges"], "train --json's ranges")
-    RangeMetrics(registry).export("se_darwin", summary)
+    RangeMetrics(registry).export("se_darwin", TrainResult.from_json(result))
     text: str = generate_latest(registry).decode()
     return "\n".join(line for line in text.splitlines() if not line.startswith("#"))
 

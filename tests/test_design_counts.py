@@ -305,10 +305,11 @@ def test_issue_68s_outcome_strings_count_what_they_say_and_nothing_else(tmp_path
     assert rows["14. Product files spelling an outcome string"] == "1 (3 strings)"
 
 
-# Issue 68: the outcomes are spelled once, by the enum (INF/outcome.py); every other
-# product file names a member. se_darwin's own gate, planner and judge sets spell theirs
-# until issue 68 deletes them (its first item): they are left out while they exist.
-OUTCOME_ENUM = "infrastructure/genesis_fp16_infrastructure/outcome.py"
+# Issue 68: the outcomes are spelled once, by the enum (Outcome, in
+# INF/agent_folder/lifecycle_records.py since issue 70); every other product file names a
+# member. se_darwin's own gate, planner and judge sets spell theirs until issue 68
+# deletes them (its first item): they are left out while they exist.
+OUTCOME_ENUM = "infrastructure/genesis_fp16_infrastructure/agent_folder/lifecycle_records.py"
 SE_DARWIN_OWN_GATE = {
     f"infrastructure/genesis_fp16_infrastructure/recipes/retrain/{name}.py"
     for name in ("gate", "promotion", "judge_sets", "live_watch", "served_model")

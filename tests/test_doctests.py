@@ -33,7 +33,7 @@ PACKAGES = {
 EXAMPLE = re.compile(r"^\s*>>> ", re.M)
 SKIPPED = re.compile(r"^\s*>>> .*#\s*doctest:.*\+SKIP", re.M)
 # The cuts of today (issue 53): lower it as examples learn to run; never raise it.
-MOST_SKIPPED = 34
+MOST_SKIPPED = 32  # probe/report.py's two went with the module (issue 70)
 
 
 def _sources() -> dict[str, str]:

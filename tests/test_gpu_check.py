@@ -47,8 +47,9 @@ from packaging.utils import canonicalize_name
 from script_module import load_script
 from test_packaging import probe_package_index, skip_or_fail
 
-from genesis_fp16_infrastructure.api import ModuleRange, RangeSummary
+from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.record_codec import encode_record
+from genesis_fp16_infrastructure.training.reports import ModuleRange, RangeSummary
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "pytest.mark." + "gpu"  # spelt apart: this file marks no gpu test
@@ -265,6 +266,16 @@ def _ranges(last_step: int) -> dict[str, Any]:
     return encode_record(summary)
 
 
+def _printed(execution: str, ranges: dict[str, Any] | None) -> dict[str, Any]:
+    """What ``train --json`` prints of a finished run in ``execution``, with its ranges."""
+    fields: dict[str, Any] = {"precision_requested": "fp32", "precision_used": "fp32"}
+    fields |= {"precision_reason": "test", "device": "cuda", "steps": 10, "skipped_steps": 0}
+    fields |= {"overflow_rate": 0.0, "loss_scale": 1.0, "final_train_loss": 0.1, "eval": {}}
+    fields |= {"samples_per_second": 1.0, "wall_seconds": 1.0, "checkpoint": None}
+    done = TrainResult(agent="se_darwin", quarantined=0, **fields)
+    return {**done.to_json(), "execution": execution, "ranges": ranges}
+
+
 def _run(result: dict[str, Any] | None, code: int = 0) -> RunOutcome:
     return RunOutcome("se_darwin", "genesis-fp16 train se_darwin", code, 9.0, result)
 
@@ -272,14 +283,14 @@ def _run(result: dict[str, Any] | None, code: int = 0) -> RunOutcome:
 def test_a_captured_runs_replayed_samples_reach_the_metrics() -> None:
     """PASS only for a captured run whose last sample is a replayed step and whose ranges
     the daemon's exporter turns into the agent's gauges; each other case says why."""
-    good = ranges_reach_metrics(_run({"execution": "cuda_graph", "ranges": _ranges(9)}))
+    good = ranges_reach_metrics(_run(_printed("cuda_graph", _ranges(9))))
     assert good.ok and good.result is not None
     assert good.result["line"] == "2 samples, last at step 9" and good.result["series"] > 5
-    early = ranges_reach_metrics(_run({"execution": "cuda_graph", "ranges": _ranges(3)}))
+    early = ranges_reach_metrics(_run(_printed("cuda_graph", _ranges(3))))
     assert not early.ok and "before the first replayed step (5)" in early.tail
-    eager = ranges_reach_metrics(_run({"execution": "eager", "ranges": _ranges(9)}))
+    eager = ranges_reach_metrics(_run(_printed("eager", _ranges(9))))
     assert not eager.ok and "not captured (execution eager)" in eager.tail
-    none = ranges_reach_metrics(_run({"execution": "cuda_graph", "ranges": None}))
+    none = ranges_reach_metrics(_run(_printed("cuda_graph", None)))
     assert not none.ok and "no range statistics" in none.tail
     failed = ranges_reach_metrics(_run(None, code=1))
     assert failed.exit_code == NOT_RUN and "failed (exit 1)" in failed.not_run

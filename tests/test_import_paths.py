@@ -163,8 +163,8 @@ def test_the_contract_types_and_their_doors_are_found() -> None:
     """The scan knows the contract's types and doors, so the test above checks something."""
     types = contract_types()
     door = doors(types)
-    assert types["TrainResult"] == "genesis_fp16_infrastructure.contract.train_result"
-    assert types["PrecisionRequest"].endswith("training.precision.precision_request")
+    assert types["TrainResult"] == "genesis_fp16_infrastructure.contract.reports"
+    assert types["PrecisionRequest"].endswith("training.precision.precision_names")
     assert "OptionValue" in types  # an alias
     assert door["TrainRequest"] == PLUGIN_DOOR
     assert door["GateReport"] == DAEMON_DOOR

@@ -265,7 +265,6 @@ LIBRARY_LAYERS = (
         "json_numbers",
         "lazy_exports",
         "machine_memory",
-        "outcome",
         "phases",
         "record_codec",
     },

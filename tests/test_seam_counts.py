@@ -56,9 +56,26 @@ REPO = BENCHMARKS.parent
 # keeps its record through AgentFolder.probe_record and save_probe_record (no
 # PROBE_RECORD): 1 / 108. The job's disk-use gauge reads CheckpointsFolder.disk_bytes (no
 # folder_bytes): 1 / 107. The page reads a pointer entry's scores as a ScoresOn (no
-# score_name, score_of), and cuts its texts with the history's text: 1 / 106.
+# score_name, score_of), and cuts its texts with the history's text: 1 / 106. The job and
+# `train` set a run's callbacks with TrainRequest.with_callbacks' own arguments (no
+# RunCallbacks to build and pass): 1 / 105. The run-now folder asks is_agent_name of a
+# request's name (no AGENT_NAME_PATTERN in its pattern): 1 / 104. A set-aside file
+# names its agent (SetAside.agent; a child's relayed line carries it) and the state files'
+# labels are AgentFolder.STATE_FILES (no LAYOUT, agent_of): 1 / 102. The plan reads the
+# agent's snapshot from its AgentFolder (read_snapshot(folder, checkpoint_dir); no
+# AgentStateFiles): 1 / 101. An unusable precision memory is replaced by its floor in
+# AgentFolder.replace_unusable_precision_memory (no ROBUSTNESS), and the guard records a
+# run's memory from its TrainResult (no Demotion): 1 / 99. The run's report series and
+# its log line read the finished run's TrainResult (RunReportMetrics.set_eval, set_data,
+# count_quarantined, PromotionMetrics.export_drift), not its reports one by one (no
+# DataReport, DriftReport, EarlyStopReport): 1 / 96. The plugin's data check is asked
+# through its Capabilities (Capabilities.data_check checks what it returns; no DataCheck
+# in the daemon): 1 / 95. The range series read the run's TrainResult too
+# (RangeMetrics.export; no RangeSummary): 1 / 94. The measured auto's series read the
+# run's TrainResult (set_auto_measurement) and `precision show` prints Calibration.table (no
+# Calibration in the daemon): 1 / 93.
 MAX_LIBRARY_MODULES = 1
-MAX_LIBRARY_NAMES = 106
+MAX_LIBRARY_NAMES = 93
 MAX_COMPLEXITY = 30
 # Issue 70's figure 10b: the library modules that define the names the daemon imports,
 # each name resolved through the door (its __module__; a constant: the module it is
@@ -91,8 +108,18 @@ MAX_COMPLEXITY = 30
 # files, beneath the writer it wraps (atomic merged into agent_folder.files): 35. The
 # owner lock, the quarantine file and the resume check through AgentFolder and
 # CheckpointsFolder, the first loss scale a constant of precision_names (agent_folder.lock,
-# data.quarantine, training.checkpoint, training.precision.loss_scaler_config): 31.
-MAX_DEFINING_MODULES = 31
+# data.quarantine, training.checkpoint, training.precision.loss_scaler_config): 31. The
+# run's callbacks set through TrainRequest.with_callbacks (training.run.spec): 30. The
+# probe's report beside the run that returns it (ProbeReport moved from probe.report into
+# probe.runner, its Measures beside the measures in probe.measures): 29. The request a run
+# makes beside the names it is made of (precision_request merged into precision_names): 28.
+# The outcomes beside the records that keep them (outcome merged into lifecycle_records): 27.
+# The agent's folder as the plan read it beside the request that carries it
+# (contract.agent_snapshot merged into contract.train_request): 26. What a device computes
+# natively beside the one decision made from it (precision.capabilities merged into decide;
+# the daemon asks decide's cpu_capabilities): 25. The run's result beside the typed records
+# it carries (contract.train_result merged into contract.reports): 24.
+MAX_DEFINING_MODULES = 24
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

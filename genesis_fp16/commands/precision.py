@@ -20,7 +20,7 @@ from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.named_agent import agent_folder
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.jobs.guard_state import describe
-from genesis_fp16_infrastructure.api import AgentFolder, Calibration, SetAside
+from genesis_fp16_infrastructure.api import AgentFolder, SetAside
 
 # Torch-free: the calibration is read as the record the owner types, without torch.
 _NOT_MEASURED = "no measurement of 'auto' cached (it is timed at the next auto run)"
@@ -58,11 +58,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace, agent: str, folder: AgentFolder) -> int:
-    calibration = _read_calibration(folder)
+    # The kept measurement, read by the agent folder's owner as the run reads it; a
+    # problem: why the file was unusable (set aside; the next auto run measures again).
+    unusable: list[SetAside] = []
+    calibration = folder.calibration(unusable.append)
+    problem = (
+        f"{unusable[0].why}; set aside, the next auto run measures again" if unusable else None
+    )
+    if problem is not None:
+        calibration = None
     shown_calibration = (
         calibration.to_json()
-        if isinstance(calibration, Calibration)
-        else (None if calibration is None else {"error": calibration})
+        if calibration is not None
+        else (None if problem is None else {"error": problem})
     )
     try:
         memory = folder.precision_memory()
@@ -71,7 +79,7 @@ def _show(args: argparse.Namespace, agent: str, folder: AgentFolder) -> int:
     verdicts = _read_verdicts(folder)
     carried = folder.carried_scale()
     # What this host can measure, asked only when nothing is cached (it imports torch).
-    host = _host() if calibration is None or not verdicts else None
+    host = _host() if (calibration is None and problem is None) or not verdicts else None
     bundles = folder.fault_bundles()
     if args.json:
         shown = {
@@ -85,7 +93,8 @@ def _show(args: argparse.Namespace, agent: str, folder: AgentFolder) -> int:
         print(json.dumps(shown, indent=2))
     else:
         print(describe(memory) or f"{agent}: no precision demotion remembered")
-        print(_describe_calibration(calibration, host))
+        table = None if calibration is None else calibration.table()
+        print(_describe_calibration(problem or table, host))
         print(_describe_verdicts(verdicts, host))
         if carried is None:
             print("loss scale: none carried (the next fp16 run starts at its initial scale)")
@@ -148,24 +157,14 @@ def _reset(args: argparse.Namespace, agent: str, folder: AgentFolder) -> int:
     return 0
 
 
-def _read_calibration(folder: AgentFolder) -> Calibration | str | None:
-    """The kept measurement, read by the agent folder's owner as the run reads it; a
-    string: why the file was unusable (set aside; the next auto run measures again)."""
-    unusable: list[SetAside] = []
-    found = folder.calibration(unusable.append)
-    if unusable:
-        return f"{unusable[0].why}; set aside, the next auto run measures again"
-    return found
-
-
 def _host() -> dict[str, bool]:
     """Whether this host has a CUDA device, and its CPU native bf16 or fp16: what a
     measured ``auto`` and a captured step need."""
     import torch
 
-    from genesis_fp16_infrastructure.api import capabilities
+    from genesis_fp16_infrastructure.api import cpu_capabilities
 
-    cpu = capabilities.cpu_capabilities()
+    cpu = cpu_capabilities()
     return {
         "cuda": torch.cuda.is_available(),
         "cpu_native_bf16": cpu.native_bf16,
@@ -173,38 +172,16 @@ def _host() -> dict[str, bool]:
     }
 
 
-def _describe_calibration(data: Calibration | str | None, host: dict[str, bool] | None) -> str:
-    if data is None:
-        if host is not None and not any(host.values()):
-            return (
-                "auto: nothing to measure on this host (no CUDA device, and its CPU runs "
-                "only fp32 natively): auto runs fp32"
-            )
-        return _NOT_MEASURED
-    if isinstance(data, str):
-        return data
-    fp32 = next((r.median_ms for r in data.rows if r.precision == "fp32"), None)
-    header = "precision  execution   median ms   p10-p90 ms          vs fp32"
-    lines = [f"auto: {data.reason}", header]
-    for r in data.rows:
-        picked = r.precision == data.chosen and r.execution == data.execution
-        mark = "  <- chosen" if picked else ""
-        ratio = fp32 / r.median_ms if fp32 is not None and r.median_ms else float("nan")
-        spread = f"{r.p10_ms:.3f}-{r.p90_ms:.3f}" if r.p10_ms > 0 else "-"
-        lines.append(
-            f"{r.precision:<10} {r.execution:<11} {r.median_ms:>9.3f}   {spread:<19} "
-            f"{ratio:.2f}x{mark}"
+def _describe_calibration(shown: str | None, host: dict[str, bool] | None) -> str:
+    """The kept measurement's table (or why its file was unusable), else why there is none."""
+    if shown is not None:
+        return shown
+    if host is not None and not any(host.values()):
+        return (
+            "auto: nothing to measure on this host (no CUDA device, and its CPU runs "
+            "only fp32 natively): auto runs fp32"
         )
-    lines += [f"{name:<10} not timed: {why}" for name, why in data.skipped.items()]
-    phases = ", ".join(f"{k} {v:.3f}" for k, v in data.phases.items())
-    lines.append(
-        f"measured in {data.seconds:.2f} s ({phases or 'no breakdown'}; bound: {data.bound}), "
-        f"after {data.init_s:.2f} s of the process's one-time init"
-    )
-    if data.remeasured:  # why it replaced the one kept before: a changed key field, load
-        lines.append(f"measured because: {data.remeasured}")
-    lines.append("keyed by: " + ", ".join(f"{k}={v}" for k, v in sorted(data.key.items())))
-    return "\n".join(lines)
+    return _NOT_MEASURED
 
 
 def _read_verdicts(folder: AgentFolder) -> list[dict[str, Any]]:

@@ -78,7 +78,6 @@ from genesis_fp16_infrastructure.api import (
     CheckpointsFolder,
     DataError,
     LastRun,
-    RunCallbacks,
 )
 
 # torch (through genesis_fp16.launch.distributed and genesis_fp16_infrastructure.training's
@@ -267,8 +266,7 @@ def _run_owned(
         # The run's callbacks, once (a daemon's child relays what its launcher reads).
         diagnostics = relay_to_daemon() if args.json_progress and main else None
         on_log = fan_out(shown, tracker.log_summary if tracker else None)
-        callbacks = RunCallbacks(on_log=on_log, should_stop=stop.is_set, on_diagnostics=diagnostics)
-        request = request.with_callbacks(callbacks)
+        request = request.with_callbacks(on_log, stop.is_set, diagnostics)
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
             code = _train(args, plugin, request, main, bar, tracker)
         models = CheckpointsFolder(Path(request.checkpoint_dir))

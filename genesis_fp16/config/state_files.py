@@ -10,13 +10,8 @@ that every reader above it (paths, the guard's memory, the probe gate) can repor
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
-from genesis_fp16_infrastructure.api import LAYOUT, SetAside, agent_of, on_set_aside
-
-# Every file name reported here (the metric's ``file`` label, created at 0 per agent):
-# each file the agent folder's layout names, set aside as ``<name>.unusable-*``.
-STATE_FILES = tuple(f.label for f in LAYOUT)
+from genesis_fp16_infrastructure.api import SetAside, on_set_aside
 
 _listeners: list[Callable[[str, str], None]] = []
 
@@ -29,7 +24,7 @@ def on_state_file_skipped(listener: Callable[[str, str], None]) -> None:
 
 def report_set_aside(event: SetAside) -> None:
     """Report a file the agent folder's owner set aside, for the agent whose folder held it."""
-    report_state_file_skipped(agent_of(event.path) or "", event.label)
+    report_state_file_skipped(event.agent, event.label)
 
 
 on_set_aside(report_set_aside)  # every set-aside of this process, whoever reads
@@ -37,13 +32,13 @@ on_set_aside(report_set_aside)  # every set-aside of this process, whoever reads
 
 def relayed_set_aside(event: SetAside) -> dict[str, dict[str, str]]:
     """A run's child's line for the daemon: a file it set aside (``report_relayed``)."""
-    return {"set_aside": {"path": str(event.path), "file": event.label}}
+    return {"set_aside": {"agent": event.agent, "file": event.label}}
 
 
 def report_relayed(line: object) -> None:
     """Count a file a run's child set aside, from its :func:`relayed_set_aside` line."""
-    if isinstance(line, dict) and {"path", "file"} <= set(line):
-        report_state_file_skipped(agent_of(Path(str(line["path"]))) or "", str(line["file"]))
+    if isinstance(line, dict) and {"agent", "file"} <= set(line):
+        report_state_file_skipped(str(line["agent"]), str(line["file"]))
 
 
 def report_state_file_skipped(agent: str, file: str) -> None:

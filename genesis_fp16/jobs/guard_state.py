@@ -13,8 +13,6 @@ asks for fp32, which no memory lowers. ``genesis-fp16 precision reset AGENT`` de
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import structlog
@@ -23,10 +21,8 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.events.runs import announce_run
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
-    ROBUSTNESS,
     AgentFolder,
     AgentState,
-    Demotion,
     GuardConfig,
     PrecisionMemory,
     PrecisionName,
@@ -39,7 +35,6 @@ if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run)
     from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 
 log = structlog.get_logger("genesis_fp16.guard")
-UNUSABLE_REASON = "state_file_unusable"
 
 
 def guard_config(settings: Settings) -> GuardConfig | None:
@@ -73,30 +68,14 @@ def _usable_memory(settings: Settings, agent: str, state: AgentState) -> Precisi
 
 
 def _replace_unusable(folder: AgentFolder, agent: str, error: str) -> PrecisionMemory:
-    floor = ROBUSTNESS[-1]
-    # counted by the folder's owner
-    moved = folder.set_aside_precision_memory(error)
-    error = moved.why
-    memory = PrecisionMemory(
-        demoted_from="unknown",
-        demoted_to=floor,
-        reason=UNUSABLE_REASON,
-        step=0,
-        rollback_step=0,
-        at=datetime.now(UTC).isoformat(timespec="seconds"),
-    )
-    if moved.aside is not None:  # not ours to move: the floor holds all the same, this run
-        try:
-            folder.save_precision_memory(memory)
-        except OSError as exc:
-            error += f"; cannot write the {floor} floor ({exc.strerror})"
+    memory, moved = folder.replace_unusable_precision_memory(error)  # counted by the folder
     log.warning(
-        f"unusable precision state file set aside: the agent trains in {floor} until "
-        f"`genesis-fp16 precision reset {agent}`",
+        f"unusable precision state file set aside: the agent trains in {memory.demoted_to} "
+        f"until `genesis-fp16 precision reset {agent}`",
         agent=agent,
         path=str(folder.precision_state_path),
         set_aside=str(moved.aside),
-        error=error,
+        error=moved.why,
     )
     return memory
 
@@ -155,16 +134,13 @@ def record_run(
         )
     folder = AgentFolder(settings.state_dir, agent)
     with folder.precision_memory_locked():  # `precision reset` may be rewriting it now
-        return _record_memory(settings, agent, folder, result, demotions)
+        return _record_memory(settings, agent, folder, result)
 
 
 def _record_memory(
-    settings: Settings,
-    agent: str,
-    folder: AgentFolder,
-    result: TrainResult,
-    demotions: Sequence[Demotion],
+    settings: Settings, agent: str, folder: AgentFolder, result: TrainResult
 ) -> PrecisionMemory | None:
+    demotions = tuple(result.demotions)
     previous = load_memory(settings, agent)
     # Without demotions, only a finished run in the remembered precision counts as clean.
     floor = previous.demoted_to if previous is not None else None

@@ -71,7 +71,7 @@ def expected_next_run(folder: AgentFolder, precision: PrecisionName | None) -> N
 
 def _newest_scale(folder: AgentFolder) -> float | None:
     """The served model's newest valid core checkpoint's scaler scale, or None: the
-    resume point a run's plan reads (``agent_snapshot.read_resume_point``: the folder the
+    resume point a run's plan reads (``train_request.read_resume_point``: the folder the
     served-model pointer names, else the agent's own; the summary file when there is one)."""
     try:
         resume = read_resume_point(folder.checkpoint_dir)

@@ -25,7 +25,7 @@ from genesis_fp16.jobs.recording import record_progress
 from genesis_fp16.jobs.run_request import RunPlan, plan_request, warn_ignored
 from genesis_fp16.metrics.tracking import open_tracker
 from genesis_fp16.plugin_api import AgentPlugin
-from genesis_fp16_infrastructure.api import AgentFolder, AgentSnapshot, Capabilities, RunCallbacks
+from genesis_fp16_infrastructure.api import AgentFolder, AgentSnapshot, Capabilities
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
@@ -51,15 +51,12 @@ def plan_run(
     # torchrun too); elsewhere it is a warning and an alert, never a change of precision.
     excluded = red if request.precision.measures else {}
     progress = Progress(request.steps, request.log_interval)  # the log's step N/M, ETA
-    callbacks = RunCallbacks(  # the job's, once: a child's come from its own train
+    request = request.with_callbacks(  # the job's, once: a child's come from its own train
         on_log=functools.partial(record_progress, run, progress),
         should_stop=run.should_stop,
         on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
     )
-    request = replace(
-        request.with_callbacks(callbacks),
-        precision=replace(request.precision, excluded=excluded),
-    )
+    request = replace(request, precision=replace(request.precision, excluded=excluded))
     run.plan = replace(plan, request=request)
     # Written here, in the daemon's process: a child's or rank 0's summaries are relayed.
     run.tracker = open_tracker(settings.tracking_dir, agent, run.id, request)

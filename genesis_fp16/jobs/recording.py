@@ -30,11 +30,7 @@ from genesis_fp16.metrics.tracking import RunTracker, close_tracker
 from genesis_fp16.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
-    DataReport,
-    DriftReport,
-    EarlyStopReport,
     ExecutionError,
-    GateReport,
     JournalEntry,
     LastRun,
     ServedPointer,
@@ -203,12 +199,12 @@ def _finish(
         final_train_loss=result.final_train_loss,
         eval=dict(result.eval),
         components=_components(result),  # per-component dtypes (rlhf_ppo's preset)
-        early_stop=_early_stop_summary(result.early_stop),
-        data=_plain(result.data),
+        early_stop=_early_stop_summary(result),
+        data=None if result.data is None else result.data.to_json(),
         quarantined=result.quarantined,  # malformed records skipped, each file named above
         phases=dict(result.phases) if result.phases is not None else None,
-        gate=_plain(result.gate),
-        drift=_plain(result.drift),
+        gate=None if result.gate is None else result.gate.to_json(),
+        drift=None if result.drift is None else result.drift.to_json(),
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),
     )
@@ -230,12 +226,10 @@ def _save_last_run(
 def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
     """What the run reports beyond its counts, each typed field the agent filled."""
     report = ctx.metrics.report
-    if result.precision_calibration is not None:
-        report.set_auto_measurement(agent, result.precision_calibration)
-    report.set_eval(agent, result.eval, result.early_stop)
-    if result.data is not None:
-        report.set_data(agent, result.data, result.steps, time.time())
-    report.count_quarantined(agent, result.quarantined, result.data)
+    report.set_auto_measurement(agent, result)
+    report.set_eval(agent, result)
+    report.set_data(agent, result, time.time())
+    report.count_quarantined(agent, result)
     if result.phases is not None:  # where the run's time went (se_darwin)
         report.set_phases(agent, result.phases)
     if result.device_memory_peak_bytes is not None:
@@ -243,10 +237,8 @@ def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
     export_diagnostics(ctx.metrics.rl, agent, result)
     if result.gate is not None and not result.up_to_date:
         ctx.metrics.promotion.export_gate(agent, result.gate)
-    if result.drift is not None:
-        ctx.metrics.promotion.export_drift(agent, result.drift)
-    if result.ranges is not None:  # a run that sampled no step leaves the last run's
-        ctx.metrics.ranges.export(agent, result.ranges)
+    ctx.metrics.promotion.export_drift(agent, result)
+    ctx.metrics.ranges.export(agent, result)
     _export_live(ctx, agent, result)
 
 
@@ -337,17 +329,13 @@ def _journal_of(pointer: ServedPointer | None) -> list[JournalEntry]:
     return [] if pointer is None else pointer.journal
 
 
-def _plain(record: DataReport | GateReport | DriftReport | None) -> dict[str, Any] | None:
-    """A reported record as the log line's plain dict (None: not reported)."""
-    return None if record is None else record.to_json()
-
-
 def _components(result: TrainResult) -> dict[str, str | bool] | None:
     return None if result.components is None else dict(result.components)
 
 
-def _early_stop_summary(record: EarlyStopReport | None) -> dict[str, Any] | None:
+def _early_stop_summary(result: TrainResult) -> dict[str, Any] | None:
     """The log line's part of early stopping's record (its history stays in train --json)."""
+    record = result.early_stop
     if record is None:
         return None
     return {
@@ -382,7 +370,7 @@ def _failure_reason(exc: BaseException) -> str:
 
 def resumed_totals(summary: Mapping[str, Any] | None) -> dict[str, float]:
     """The run counters of the checkpoint a run will resume from (empty: none), from its
-    summary (``agent_snapshot.ResumePoint.summary``).
+    summary (``train_request.ResumePoint.summary``).
 
     The summary is the newest checkpoint's summary file (``checkpoint_files.summarize``),
     a few hundred bytes, so that the run alone reads the checkpoint itself; a checkpoint

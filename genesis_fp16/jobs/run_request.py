@@ -3,7 +3,7 @@
 :func:`plan_request` (the daemon's jobs; ``genesis-fp16 train``, with the command
 line's :class:`RequestOverrides`) reads its inputs once, what the plugin declares and the
 agent's state folder (one
-:class:`~genesis_fp16_infrastructure.contract.agent_snapshot.AgentSnapshot`: the state
+:class:`~genesis_fp16_infrastructure.contract.train_request.AgentSnapshot`: the state
 files, the served-model pointer and the plugin's data check), then works out: the
 requested precision and why (:func:`precision_request`: flag, rollback switch,
 per-agent override, how ``auto`` is decided, the precision guard's remembered floor),
@@ -27,7 +27,7 @@ declares before anything trains.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,6 @@ from genesis_fp16.plugin_api import (
     PrecisionRequest,
     TrainRequest,
     TrainRequestError,
-    TrainResult,
     declared_options,
     parse_options,
 )
@@ -54,14 +53,11 @@ from genesis_fp16_infrastructure.api import (
     AgentFolder,
     AgentSnapshot,
     AgentState,
-    AgentStateFiles,
     Capabilities,
-    DataCheck,
     OptionValue,
     PrecisionName,
     RequestedName,
     capabilities_of,
-    check_result,
     read_snapshot,
 )
 
@@ -189,7 +185,7 @@ def plan_request(
     """The :class:`RunPlan` of one run: its inputs read once (what the plugin declares,
     ``capabilities``: the loader's record of it, read here only when not given; the
     agent's state folder, with the pointer and resume point of the folder the run
-    trains in; the plugin's data check, :func:`check_data`), its fields worked out from
+    trains in; the plugin's data check, :func:`with_data_check`), its fields worked out from
     the settings. Every library type of the run is built here, from the snapshot."""
     o = overrides or RequestOverrides()
     spec = settings.agent(agent)
@@ -198,9 +194,7 @@ def plan_request(
         capabilities = capabilities_of(plugin)
     ignored = dict(capabilities.ignored_request_fields)
     checkpoint_dir = o.checkpoint_dir or folder.checkpoint_dir
-    snapshot = read_snapshot(
-        AgentStateFiles(folder.precision_state_path, folder.loss_scale_path, checkpoint_dir)
-    )
+    snapshot = read_snapshot(folder, checkpoint_dir)
     state = snapshot.state
     assert state is not None  # read_snapshot reads it
     options = resolve_options(agent, capabilities, spec.options, o.options)
@@ -244,7 +238,7 @@ def plan_request(
         range_stats=settings.range_stats,
     )
     # The data scanned once, and whether anything changed: the last piece of the snapshot.
-    checked = replace(snapshot, data=check_data(capabilities.check_data, request))
+    checked = with_data_check(snapshot, capabilities, request)
     return RunPlan(replace(request, snapshot=checked), ignored)
 
 
@@ -274,26 +268,20 @@ def default_data_path(
     return folder.data_dir
 
 
-def check_data(
-    check: Callable[[TrainRequest], DataCheck] | None, request: TrainRequest
-) -> DataCheck | None:
-    """The plugin's own data check, when it has one (``check_data(request)``, plugin_api's
-    ``ChecksData``: the data files scanned once and, when nothing changed since its served
-    model, the run's result), asked once by the plan: an up-to-date run then costs no
-    process start, and the run reads neither the manifest nor the files' bytes again. A
-    check that fails is logged and the run goes on in full, where the plugin decides."""
-    if check is None:
-        return None
+def with_data_check(
+    snapshot: AgentSnapshot, capabilities: Capabilities, request: TrainRequest
+) -> AgentSnapshot:
+    """``snapshot`` with the plugin's own data check, when it has one
+    (``Capabilities.data_check``, plugin_api's ``ChecksData``: the data files scanned once
+    and, when nothing changed since its served model, the run's result), asked once by the
+    plan: an up-to-date run then costs no process start, and the run reads neither the
+    manifest nor the files' bytes again. A check that fails is logged and the run goes on
+    in full (no data check in the snapshot), where the plugin decides."""
     try:
-        found = check(request)
-        if not isinstance(found, DataCheck):
-            raise TypeError(f"check_data returned {type(found).__name__}, not a DataCheck")
-        if found.up_to_date is not None:  # a wrong field: logged, the run reads its data
-            check_result(TrainResult.from_json(found.up_to_date), request.agent)
-        return found
+        return replace(snapshot, data=capabilities.data_check(request))
     except Exception:  # a plugin's: whatever it raises, the run reads its data
         log.warning("the plugin's data check failed: the run reads its data", exc_info=True)
-        return None
+        return snapshot
 
 
 def _operator_set(settings: Settings, overrides: RequestOverrides) -> dict[str, str]:

@@ -27,7 +27,6 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from genesis_fp16.config.state_files import STATE_FILES
 from genesis_fp16.metrics.diagnostics_export import RlDiagnosticsMetrics
 from genesis_fp16.metrics.event_metrics import EventMetrics
 from genesis_fp16.metrics.live_metrics import LiveMetrics
@@ -46,7 +45,12 @@ from genesis_fp16.metrics.probe_metrics import ProbeMetrics
 from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
 from genesis_fp16.metrics.range_metrics import RangeMetrics
 from genesis_fp16.metrics.run_report_metrics import RunReportMetrics
-from genesis_fp16_infrastructure.api import EXECUTION_MODES, FALLBACK_REASONS, PrecisionName
+from genesis_fp16_infrastructure.api import (
+    EXECUTION_MODES,
+    FALLBACK_REASONS,
+    AgentFolder,
+    PrecisionName,
+)
 
 # The summary's cumulative counts and the counters they advance.
 _CUMULATIVE = {
@@ -291,7 +295,7 @@ class DaemonMetrics:
             self.jobs_skipped.labels(agent=agent, reason=reason)
         for reason in FALLBACK_REASONS:
             self.execution_fallbacks.labels(agent=agent, reason=reason)
-        for name in STATE_FILES:
+        for name in AgentFolder.STATE_FILES:  # each set aside as <name>.unusable-*
             self.state_files_skipped.labels(agent=agent, file=name)
         self.report.add_agent(agent)
         self.runs_overdue.labels(agent=agent).set(0)

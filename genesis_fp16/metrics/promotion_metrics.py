@@ -1,8 +1,8 @@
 """The promotion gate's series: served and candidate quality, drift, and the agent's disk.
 
 ``export_gate`` reads a finished run's ``TrainResult.gate`` (a ``GateReport``, the
-promotion gate's verdict) and ``export_drift`` its ``TrainResult.drift`` (a
-``DriftReport``); ``set_state_bytes`` the bytes of the agent's folder after pruning.
+promotion gate's verdict) and ``export_drift`` its ``TrainResult.drift`` (a ``DriftReport``,
+when it has one); ``set_state_bytes`` the bytes of the agent's folder after pruning.
 
 >>> from prometheus_client import CollectorRegistry
 >>> from genesis_fp16_infrastructure.api import GateReport, ScoresOn
@@ -28,7 +28,8 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from genesis_fp16_infrastructure.api import DriftReport, GateReport, JournalEntry, Outcome
+from genesis_fp16.plugin_api import TrainResult
+from genesis_fp16_infrastructure.api import GateReport, JournalEntry, Outcome
 
 PROMOTING = ("gate", "first")  # the journal kinds of the gate's promotions (transitions.serve)
 
@@ -163,7 +164,10 @@ class PromotionMetrics:
         self.promotions.labels(agent=agent).inc(counted)  # exists at 0 once observed
         return counted
 
-    def export_drift(self, agent: str, drift: DriftReport) -> None:
+    def export_drift(self, agent: str, result: TrainResult) -> None:
+        drift = result.drift
+        if drift is None:
+            return
         for feature, distance in drift.features.items():
             self.drift.labels(agent=agent, feature=feature).set(distance)
         if math.isfinite(drift.label_shift):

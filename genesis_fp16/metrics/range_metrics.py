@@ -8,7 +8,7 @@ the series of a module that left them are removed, so an agent never holds more 
 ``2k + 1`` modules' series, whatever the model's size::
 
     ranges = RangeMetrics(registry, k=8)
-    ranges.export("se_darwin", result.ranges)
+    ranges.export("se_darwin", result)  # its TrainResult.ranges
 
 - ``genesis_fp16_range_headroom_overflow_log2{agent,module}``: doublings between the
   module's largest activation and 65504 (fp16's largest value), the smallest over the
@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from genesis_fp16_infrastructure.api import ModuleRange, RangeSummary
+from genesis_fp16.plugin_api import TrainResult
+from genesis_fp16_infrastructure.api import ModuleRange
 
 TOTAL = "(all)"
 HEADROOM_NAMES = (
@@ -113,9 +114,13 @@ class RangeMetrics:
         )
         self._shown: dict[str, dict[str, set[str]]] = {}
 
-    def export(self, agent: str, summary: RangeSummary) -> list[str]:
-        """Set the gauges from ``summary`` for ``agent``; the modules shown, nearest
-        overflow first, then those nearest underflow not already shown."""
+    def export(self, agent: str, result: TrainResult) -> list[str]:
+        """Set the gauges from the run's ``result.ranges`` for ``agent``; the modules
+        shown, nearest overflow first, then those nearest underflow not already shown. A
+        run that sampled no step (no ranges) leaves the last run's series."""
+        summary = result.ranges
+        if summary is None:
+            return []
         near = {
             "overflow": list(summary.nearest_overflow[: self.k]),
             "underflow": list(summary.nearest_underflow[: self.k]),

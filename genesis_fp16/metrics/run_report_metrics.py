@@ -2,9 +2,9 @@
 stopping kept, a measured ``auto``, where its time went, its data, the records its read
 quarantined and its device memory.
 
-Each ``set_*`` takes one typed field of the run's ``TrainResult``
-(genesis_fp16/jobs/recording.py passes them), so an agent that reports none of them
-leaves these series absent rather than at zero.
+Each ``set_*`` reads one typed field of the run's ``TrainResult``
+(genesis_fp16/jobs/recording.py passes the result, or the field), so an agent that reports
+none of them leaves these series absent rather than at zero.
 
 >>> from prometheus_client import CollectorRegistry, generate_latest
 >>> report = RunReportMetrics(CollectorRegistry())
@@ -24,7 +24,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from genesis_fp16.metrics.metric_names import EVAL_QUALITY, PRECISION_LABELS, PREFIX
-from genesis_fp16_infrastructure.api import Calibration, DataReport, EarlyStopReport, PrecisionName
+from genesis_fp16.plugin_api import TrainResult
+from genesis_fp16_infrastructure.api import PrecisionName
 
 
 class RunReportMetrics:
@@ -93,19 +94,23 @@ class RunReportMetrics:
         self.new_records.labels(agent=agent)
         self.records_quarantined.labels(agent=agent)
 
-    def count_quarantined(self, agent: str, quarantined: int, data: DataReport | None) -> None:
+    def count_quarantined(self, agent: str, result: TrainResult) -> None:
         """Count the records the run's read set aside (``TrainResult.quarantined``).
 
         A run the data manifest found up to date read no file: its result is the stored
         run's, quarantined count included, which was counted when that run read them.
         """
-        if data is not None and data.checked_by == "manifest":
+        if result.data is not None and result.data.checked_by == "manifest":
             return
-        if quarantined > 0:  # a plugin's negative count is its bug: nothing to add
-            self.records_quarantined.labels(agent=agent).inc(quarantined)
+        if result.quarantined > 0:  # a plugin's negative count is its bug: nothing to add
+            self.records_quarantined.labels(agent=agent).inc(result.quarantined)
 
-    def set_auto_measurement(self, agent: str, calibration: Calibration) -> None:
-        """Export a measured ``auto`` (``TrainResult.precision_calibration``)."""
+    def set_auto_measurement(self, agent: str, result: TrainResult) -> None:
+        """Export the run's measured ``auto`` (``TrainResult.precision_calibration``); a run
+        that measured none leaves the series."""
+        calibration = result.precision_calibration
+        if calibration is None:
+            return
         rows, chosen = calibration.rows, calibration.chosen
         for name in PRECISION_LABELS:  # one series per precision: drop the stale one
             for flag in ("0", "1"):
@@ -122,13 +127,12 @@ class RunReportMetrics:
             flag = "1" if name == chosen else "0"
             self.auto_step.labels(agent=agent, precision=name, chosen=flag).set(ms / 1000.0)
 
-    def set_eval(
-        self, agent: str, metrics: Mapping[str, float], early_stop: EarlyStopReport | None
-    ) -> None:
+    def set_eval(self, agent: str, result: TrainResult) -> None:
         """The eval AUC (held-out or out-of-fold), its interval and the records it is
         measured on, and early stopping's best step."""
+        early_stop = result.early_stop
         for name in EVAL_QUALITY:
-            value = metrics.get(name)
+            value = result.eval.get(name)
             if value is not None and math.isfinite(value):
                 self.eval_quality.labels(agent=agent, metric=name).set(value)
         if early_stop is not None and early_stop.best_step is not None:
@@ -143,11 +147,14 @@ class RunReportMetrics:
             self.run_phase_seconds.labels(agent=agent, phase=phase).set(float(seconds))
         self._phases[agent] = set(phases)
 
-    def set_data(self, agent: str, data: DataReport, steps: int, now: float) -> None:
-        """What a finished run reports of its data (``TrainResult.data``): the records
-        trained on, the new ones, and when the model last learned new data."""
+    def set_data(self, agent: str, result: TrainResult, now: float) -> None:
+        """What a finished run reports of its data (``TrainResult.data``; none: nothing):
+        the records trained on, the new ones, and when the model last learned new data."""
+        data = result.data
+        if data is None:
+            return
         self.training_records.labels(agent=agent).set(float(data.records))
-        if steps > 0 and data.change != "unchanged":
+        if result.steps > 0 and data.change != "unchanged":
             new = data.records if data.new is None else data.new
             self.new_records.labels(agent=agent).inc(float(new))
             self.last_learned.labels(agent=agent).set(now)

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from genesis_fp16_infrastructure.api import AGENT_NAME_PATTERN, shown_name, write_json_atomic
+from genesis_fp16_infrastructure.api import is_agent_name, shown_name, write_json_atomic
 
 RUN_NOW_FOLDER = "run_now"
 ANSWERS_FOLDER = "answers"
@@ -53,7 +53,7 @@ ANSWER_KEEP_SECONDS = 300.0
 MAX_REQUESTS_PER_LOOK = 100
 ANSWER_BYTES = 4096
 _IDENT = r"[0-9]{1,10}-[0-9a-f]{8}"
-_REQUEST = re.compile(rf"({AGENT_NAME_PATTERN})@({_IDENT})\.json")
+_REQUEST = re.compile(rf"([^@]+)@({_IDENT})\.json")  # and an agent name before the @
 _ANSWER = re.compile(rf"{_IDENT}\.json")
 
 Outcome = Literal["started", "refused"]
@@ -131,8 +131,8 @@ def take_requests(state_dir: Path) -> tuple[dict[str, list[str]], list[str]]:
         # Every name but the answers' folder: a hostile ".x" is removed too (nothing
         # writes temporary files here; the answers' own are in their folder).
         names = [n for n in os.listdir(fd) if n != ANSWERS_FOLDER]
-        requests = sorted(n for n in names if _REQUEST.fullmatch(n))
-        others = sorted(n for n in names if not _REQUEST.fullmatch(n))
+        requests = sorted(n for n in names if _request_of(n))
+        others = sorted(n for n in names if not _request_of(n))
         taken: dict[str, list[str]] = {}
         strays: list[str] = []
         for name in requests[:MAX_REQUESTS_PER_LOOK] + others[:MAX_REQUESTS_PER_LOOK]:
@@ -143,14 +143,20 @@ def take_requests(state_dir: Path) -> tuple[dict[str, list[str]], list[str]]:
             except OSError:  # a folder at that name: not a request, and not ours to remove
                 strays.append(shown_name(name))
                 continue
-            found = _REQUEST.fullmatch(name)
+            found = _request_of(name)
             if found is None:
                 strays.append(shown_name(name))
                 continue
-            taken.setdefault(found.group(1), []).append(found.group(2))
+            taken.setdefault(found[0], []).append(found[1])
     finally:
         os.close(fd)
     return taken, strays
+
+
+def _request_of(name: str) -> tuple[str, str] | None:
+    """``(agent, id)`` of a request file's name; None: not a request's."""
+    found = _REQUEST.fullmatch(name)
+    return (found[1], found[2]) if found and is_agent_name(found[1]) else None
 
 
 def write_answer(state_dir: Path, ident: str, answer: Answer) -> None:

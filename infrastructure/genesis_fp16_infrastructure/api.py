@@ -32,16 +32,14 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, CheckpointsFolder
     from genesis_fp16_infrastructure.agent_folder.layout import (
-        AGENT_NAME_PATTERN,
-        LAYOUT,
         RUN_REQUEST,
-        agent_of,
         check_agent_name,
         is_agent_name,
         shown_name,
     )
     from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
         JournalEntry,
+        Outcome,
         ServedPointer,
     )
     from genesis_fp16_infrastructure.agent_folder.outbox import Event
@@ -50,14 +48,6 @@ if TYPE_CHECKING:
         LiveMark,
         RunEntry,
         text,
-    )
-    from genesis_fp16_infrastructure.contract.agent_snapshot import (
-        AgentSnapshot,
-        AgentState,
-        AgentStateFiles,
-        DataCheck,
-        read_resume_point,
-        read_snapshot,
     )
     from genesis_fp16_infrastructure.contract.judging import (
         JUDGING_VERSION,
@@ -83,14 +73,20 @@ if TYPE_CHECKING:
         parse_options,
     )
     from genesis_fp16_infrastructure.contract.reports import (
-        DataReport,
-        DriftReport,
         GateReport,
         LiveReport,
         ScoresOn,
+        TrainResult,
     )
-    from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
-    from genesis_fp16_infrastructure.contract.train_result import TrainResult
+    from genesis_fp16_infrastructure.contract.train_request import (
+        DEFAULT_STEPS,
+        AgentSnapshot,
+        AgentState,
+        DataCheck,
+        TrainRequest,
+        read_resume_point,
+        read_snapshot,
+    )
     from genesis_fp16_infrastructure.errors import (
         BundleError,
         CheckpointError,
@@ -104,13 +100,14 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.judging.run import run_plugin
     from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes, peak_rss_mib
-    from genesis_fp16_infrastructure.outcome import Outcome
-    from genesis_fp16_infrastructure.probe.report import ProbeReport
-    from genesis_fp16_infrastructure.probe.runner import run_probe
+    from genesis_fp16_infrastructure.probe.runner import ProbeReport, run_probe
     from genesis_fp16_infrastructure.training.flight.bundle import data_change, load_bundle
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay
-    from genesis_fp16_infrastructure.training.precision import capabilities
-    from genesis_fp16_infrastructure.training.precision.decide import decide, planned_precision
+    from genesis_fp16_infrastructure.training.precision.decide import (
+        cpu_capabilities,
+        decide,
+        planned_precision,
+    )
     from genesis_fp16_infrastructure.training.precision.guard_config import (
         GuardConfig,
         PrecisionMemory,
@@ -125,24 +122,19 @@ if TYPE_CHECKING:
         LOSS_SCALED,
         LOW_PRECISIONS,
         PRECISIONS,
-        ROBUSTNESS,
         PrecisionName,
+        PrecisionRequest,
         RequestedName,
         precision_name,
         requested_name,
     )
-    from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
     from genesis_fp16_infrastructure.training.reports import (
         Calibration,
-        Demotion,
-        EarlyStopReport,
         ModuleRange,
-        RangeSummary,
         TrainingSummary,
     )
     from genesis_fp16_infrastructure.training.run.fit import fit
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
-    from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
     from genesis_fp16_infrastructure.training.run.task import TrainingTask, to_device
     from genesis_fp16_infrastructure.world_model import workload
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import pytest
 
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
+from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.record_codec import (
     JSON,
     OMIT_NONE,

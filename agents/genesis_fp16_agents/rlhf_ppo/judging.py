@@ -8,6 +8,12 @@ per-episode difference is the policies' and not the sampler's luck. An episode's
 1 and ``reward_offset`` 0 the reward is in [0, 1], so the loss is too: ``loss_span`` 1,
 and a task that scales rewards otherwise has its losses clipped to [0, 1]).
 
+A policy is judged on the task file's first :data:`JUDGED_EPISODES` eval prompts (all of
+them in a smaller file). Each episode costs a rollout of every policy scored, three a
+run, so judging 100,000 took 54% of a default run's CPU (train evaluates on all of them
+itself); at 5,000 episodes the gate's tests have the power of its 1,000-5,000 rows
+(docs/judging.md), and issue 68's cases were all decided at 2,000.
+
 An episode's id is the task file's digest and the prompt's index: what the live watch
 watches is the episodes of the current task file. A task file that changes (new prompts,
 a new reward) brings new ids, its "later labels", on which the served policy is judged
@@ -22,6 +28,7 @@ False``): there is no "up to date" for it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -34,6 +41,8 @@ from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
 from genesis_fp16_agents.rlhf_ppo.task import PPOTask
 from genesis_fp16_agents.rlhf_ppo.task_file import read_task
 
+JUDGED_EPISODES = 5_000
+
 
 def task_digest(document: Any) -> str:
     """The SHA-256 of a task file's JSON, keys sorted: the same task, the same digest."""
@@ -41,15 +50,15 @@ def task_digest(document: Any) -> str:
 
 
 def score_episodes(checkpoint: Path, request: TrainRequest) -> RecordLosses:
-    """``checkpoint``'s policy on the task file's evaluation episodes: ``1 - reward``
-    per episode, by id ``<digest>:<prompt index>``."""
+    """``checkpoint``'s policy on the task file's evaluation episodes (the first
+    :data:`JUDGED_EPISODES`): ``1 - reward`` per episode, by id ``<digest>:<prompt index>``."""
     if request.data_path is None:
         raise TrainRequestError("rlhf_ppo: judged models need a task file (data path)")
     task_config, prompts, _ = read_task(request.data_path, None)
     assert prompts is not None  # read_task refuses a file without a usable prompt
-    digest = task_digest(json.loads(Path(request.data_path).read_text(encoding="utf-8")))
+    digest = _digest(Path(request.data_path).read_text(encoding="utf-8"))
     device = request.device
-    prompts = prompts.to(device)
+    prompts = prompts[:JUDGED_EPISODES].to(device)
     task = PPOTask(PPOConfig(task=task_config), request.seed, device, None, None, prompts)
     model = task.build_model().to(device)
     model.load_state_dict(model_weights(checkpoint))
@@ -62,3 +71,9 @@ def score_episodes(checkpoint: Path, request: TrainRequest) -> RecordLosses:
         rewards = task.frozen.reward_fp32(seqs).double()
     ids = [f"{digest[:16]}:{index}" for index in range(len(prompts))]
     return RecordLosses.of(ids, (1.0 - rewards).tolist())
+
+
+@functools.lru_cache(maxsize=1)
+def _digest(text: str) -> str:
+    """:func:`task_digest` of a task file's text, kept for the run's next scoring."""
+    return task_digest(json.loads(text))

@@ -31,11 +31,11 @@ from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CA
 from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
+    Outcome,
     ServedEntry,
     Verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir
-from genesis_fp16_infrastructure.outcome import Outcome
 
 CANDIDATE_META = CANDIDATE_META_FILE.name
 VERDICT_NAME = VERDICT.name

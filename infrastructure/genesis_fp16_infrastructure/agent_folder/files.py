@@ -39,7 +39,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, TextIO, TypeVar
 
-from genesis_fp16_infrastructure.agent_folder.layout import StateFile, aside_name, parse_aside
+from genesis_fp16_infrastructure.agent_folder.layout import (
+    StateFile,
+    agent_of,
+    aside_name,
+    parse_aside,
+)
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -63,6 +68,11 @@ class SetAside:
     aside: Path | None
     why: str
     label: str
+
+    @property
+    def agent(self) -> str:
+        """The agent whose folder held the file ("": no agent's)."""
+        return agent_of(self.path) or ""
 
 
 Listener = Callable[[SetAside], None]

@@ -30,7 +30,8 @@ import logging
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -66,6 +67,7 @@ from genesis_fp16_infrastructure.training.precision.guard_config import (
     read_precision_memory,
     write_precision_memory,
 )
+from genesis_fp16_infrastructure.training.precision.precision_names import ROBUSTNESS
 from genesis_fp16_infrastructure.training.reports import Calibration
 
 logger = logging.getLogger(__name__)
@@ -75,6 +77,8 @@ Generate = Callable[[Path, int, int], Path]
 T = TypeVar("T")
 VERSION = 1  # of last_run.json and last_success.json
 SUCCESS_FIELD = "last_success_timestamp_seconds"
+# The reason of the floor that replaces an unusable precision memory.
+UNUSABLE_MEMORY_REASON = "state_file_unusable"
 
 
 class LastRunUnreadable(files.UnusableStateFile):
@@ -118,6 +122,9 @@ class AgentFolder:
             for name in names
             if L.is_agent_name(name) and (agents / name).is_dir()
         ]
+
+    # Every state file's label (a set-aside one's ``file``), as the layout names them.
+    STATE_FILES: ClassVar[tuple[str, ...]] = tuple(f.label for f in L.LAYOUT)
 
     # -- the state folder's owner (genesis_fp16/service/state_lock.py) ----------------------
     OWNER_LOCK_NAME: ClassVar[str] = L.OWNER_LOCK.name
@@ -214,9 +221,23 @@ class AgentFolder:
         """Keep ``memory`` atomically; None forgets the demotion."""
         write_precision_memory(self.precision_state_path, memory)
 
-    def set_aside_precision_memory(self, why: str) -> files.SetAside:
-        """Set the unusable precision memory aside (``files.set_aside``: reported once)."""
-        return files.set_aside(self.precision_state_path, L.PRECISION_STATE, why)
+    def replace_unusable_precision_memory(self, why: str) -> tuple[PrecisionMemory, files.SetAside]:
+        """Set the unusable precision memory aside (``files.set_aside``: reported once) and
+        keep in its place a floor of the most robust precision: a demotion it may have held
+        is never forgotten into the precision that failed. Returns that memory and the
+        set-aside, whose ``why`` says too when the floor could not be written (a file not
+        ours to move: none is written; the floor holds for this run all the same)."""
+        moved = files.set_aside(self.precision_state_path, L.PRECISION_STATE, why)
+        floor = ROBUSTNESS[-1]
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        memory = PrecisionMemory("unknown", floor, UNUSABLE_MEMORY_REASON, 0, 0, at)
+        if moved.aside is not None:
+            try:
+                self.save_precision_memory(memory)
+            except OSError as exc:
+                why = f"{moved.why}; cannot write the {floor} floor ({exc.strerror})"
+                moved = replace(moved, why=why)
+        return memory, moved
 
     @contextlib.contextmanager
     def precision_memory_locked(self) -> Iterator[None]:

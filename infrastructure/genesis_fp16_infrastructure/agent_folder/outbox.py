@@ -92,9 +92,8 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
     VERDICT,
     StateFile,
 )
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry, Outcome
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
-from genesis_fp16_infrastructure.outcome import Outcome
 
 VERSION = 1
 # The journal's kinds (a serve's ``how``, ``rollback``, ``unpin``, ``repair``) become these

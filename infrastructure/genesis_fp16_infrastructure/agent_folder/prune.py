@@ -15,14 +15,13 @@ from pathlib import Path
 
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
 from genesis_fp16_infrastructure.agent_folder.files import last_write
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedPointer
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome, ServedPointer
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
 from genesis_fp16_infrastructure.agent_folder.transitions import (
     disagreeing,
     journaled,
     update_pointer,
 )
-from genesis_fp16_infrastructure.outcome import Outcome
 
 UNFINISHED_MIN_DAYS = 1.0  # an unfinished candidate untouched this long is pruned
 # Inconclusive candidates (issue 62: judged again as records arrive) kept whatever their

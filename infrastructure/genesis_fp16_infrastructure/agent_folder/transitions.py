@@ -66,6 +66,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
 from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     JournalEntry,
+    Outcome,
     Pin,
     ServedEntry,
     Verdict,
@@ -78,7 +79,6 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
     write_pointer,
 )
 from genesis_fp16_infrastructure.errors import ServedPointerError
-from genesis_fp16_infrastructure.outcome import Outcome
 
 # Transitions the pointer remembers: enough for the daemon to count each one between two
 # of its runs (a run and a few operator commands), each entry ~1-5 KB (a gate verdict).

@@ -1,12 +1,12 @@
 """The library's contract layer: what a plugin and the daemon exchange.
 
 ``plugin_api`` (what a plugin is: ``AgentPlugin``, its options, ``ProbeSetup``, the API
-version), ``train_request`` (what a run is asked to do), ``agent_snapshot`` (the agent's
-state folder as a job's plan read it, once, which the request carries, and its one
-read), ``train_result`` (what a run reports), ``reports`` (the typed records a
-result carries, one codec: ``record_codec``), ``judging`` (the optional judged-model
-capability). The one call that trains any plugin, ``run_plugin``, lives beside the
-contract in ``judging/``. It imports the components below it and names no agent.
+version), ``train_request`` (what a run is asked to do, and the agent's state folder as
+a job's plan read it, once, which the request carries, and its one read),
+``reports`` (what a run reports: its result and the typed records it carries,
+one codec: ``record_codec``), ``judging`` (the optional judged-model capability). The
+one call that trains any plugin, ``run_plugin``, lives beside the contract in
+``judging/``. It imports the components below it and names no agent.
 
 This package exports nothing: the library imports each name from the module that defines
 it, the daemon through ``genesis_fp16_infrastructure.api`` and a plugin through

@@ -84,16 +84,14 @@ from genesis_fp16_infrastructure.contract.judging import (
     judging_of,
     records_are_training_data,
 )
-from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
+from genesis_fp16_infrastructure.contract.reports import TrainResult
+from genesis_fp16_infrastructure.contract.train_request import DataCheck, TrainRequest
 from genesis_fp16_infrastructure.record_codec import Record, ReportError
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
-
-    from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
 
 
 __all__ = [
@@ -426,6 +424,20 @@ class Capabilities:
             ("judged", self.judged and self._judged()),
         ]
         return [f"{name}: {line}" for name, line in found if line]
+
+    def data_check(self, request: TrainRequest) -> DataCheck | None:
+        """The plugin's own data check of ``request`` (``check_data``: the data files
+        scanned once and, when nothing changed since its served model, the run's result);
+        None without one. What it raises, it raises; what it returns is checked: a
+        ``TypeError`` for another type, ``TrainResultError`` for a wrong field of its result."""
+        if self.check_data is None:
+            return None
+        found = self.check_data(request)
+        if not isinstance(found, DataCheck):
+            raise TypeError(f"check_data returned {type(found).__name__}, not a DataCheck")
+        if found.up_to_date is not None:  # a wrong field: the caller's run reads its data
+            check_result(TrainResult.from_json(found.up_to_date), request.agent)
+        return found
 
     def _judged(self) -> str:
         assert self.judged is not None

@@ -1,19 +1,64 @@
 """What the daemon, or ``genesis-fp16 train``, asks an agent to do in one run:
-:class:`TrainRequest`, and the budget of a request that names none (:data:`DEFAULT_STEPS`).
+:class:`TrainRequest`, the budget of a request that names none (:data:`DEFAULT_STEPS`),
+and the agent's folder as the job's plan read it, which the request carries.
 
-Part of the plugin contract: import these from ``genesis_fp16_infrastructure.contract.plugin_api``
-(or ``genesis_fp16.plugin_api``), which re-exports every name here.
+The request and its budget are part of the plugin contract: import them from
+``genesis_fp16_infrastructure.contract.plugin_api`` (or ``genesis_fp16.plugin_api``).
+
+What the request carries: one agent's state folder as a job's plan read it, once,
+:class:`AgentSnapshot`. Beside an agent's checkpoints a daemon keeps a few small files:
+the precision guard's memory of a demotion, the loss scale the last fp16 run ended with,
+the served-model pointer (``served.json``) and the data manifest of the served model's
+run (``data_manifest.json``). A job's plan reads them once (:func:`read_snapshot`, here,
+and the plugin's ``check_data``) and everything after it takes this record instead of
+reading again: the daemon's own checks, the run in the daemon's process, and a child
+process, which gets it in its run file (:meth:`AgentSnapshot.to_json`, inside
+``TrainRequest.to_json``)::
+
+    snapshot = replace(read_snapshot(folder, checkpoint_dir), data=DataCheck(scan, None))
+    AgentSnapshot.from_json(json.loads(json.dumps(snapshot.to_json()))).data == snapshot.data
+
+- :class:`AgentState`: what the next run starts from (the guard's memory, the carried
+  scale, the resume point); the plan folds it into the request, so it stays with the
+  plan and does not travel.
+- ``pointer``: the served-model pointer as read (None: none, or ``pointer_error`` says
+  why it cannot be followed).
+- :class:`DataCheck`: the data files scanned once, before the run reads them, and the
+  up-to-date verdict taken from them (a result: nothing changed; None: the run trains).
+
+What an unusable file means is the reader's (set aside, a floor, a warning): the record
+says what was found, and why a file could not be used, instead of raising. The files
+are the agent folder's; the checkpoints whose resume point the next run takes, the caller's::
+
+    >>> folder = AgentFolder(Path("state"), "my_agent")
+    >>> state = read_snapshot(folder).state  # no files yet: nothing remembered, nothing carried
+    >>> state.memory, state.carried, state.resume
+    (None, None, None)
+
+Importable without torch; torch is imported only to read a resume point that has no
+summary file (``CheckpointManager.latest_summary``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, ServedEntry
+from genesis_fp16_infrastructure.agent_folder.pointer import (
+    ServedPointer,
+    checkpoint_of,
+    read_pointer,
+)
+from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
+from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging.split import ScoreOnly
+from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
+from genesis_fp16_infrastructure.training.precision.guard_config import PrecisionMemory
+from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
 from genesis_fp16_infrastructure.training.run.spec import (
     RunCallbacks,
     RunSpec,
@@ -23,6 +68,7 @@ from genesis_fp16_infrastructure.training.run.spec import (
 )
 
 if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.training.reports import TrainingSummary
     from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
 # The optimizer steps a run trains when its request names no budget (TrainRequest.fit_options).
@@ -63,7 +109,7 @@ class TrainRequest(RunSpec, RunCallbacks):
     # a plain ``train``) a budget only sizes a run on new data: an agent that can tell
     # its data unchanged (se_darwin) is up to date whatever the budget.
     forced: bool = False
-    # The agent's state folder as the job's plan read it, once (contract.agent_snapshot):
+    # The agent's state folder as the job's plan read it, once (AgentSnapshot, below):
     # the served-model pointer, the data scan and the up-to-date verdict, which the run
     # takes instead of reading them again. None: the run reads them itself.
     snapshot: AgentSnapshot | None = None
@@ -118,14 +164,24 @@ class TrainRequest(RunSpec, RunCallbacks):
         """The rows of ``ids`` (the records' stable ids, as ``score_records`` names them,
         in the data's order) this run may train on: every record but the fifth a judged
         run holds out to judge the model on (``contract.judging``). A judged plugin
-        trains on these alone and its task's ``extra_state()`` names them::
+        trains on these alone and its task's ``extra_state()`` names them
+        (:meth:`trained_ids`)::
 
             rows = request.training_rows(ids)
-            task = Task(x[rows], y[rows], [ids[i] for i in rows])  # its "trained_ids"
+            task = Task(x[rows], y[rows], request.trained_ids([ids[i] for i in rows]))
         """
         from genesis_fp16_infrastructure.contract.judging import training_rows
 
         return training_rows(ids)
+
+    def trained_ids(self, ids: Sequence[str]) -> Any:
+        """What a judged plugin's task keeps as ``extra_state()["trained_ids"]`` for the
+        records ``ids`` it trains on: their 64-bit hashes, one int64 tensor. The ids
+        themselves are accepted too, but every read of the checkpoint unpickles them: a
+        list of 90,000 took 0.39 s a load, and a judged run loads a checkpoint 5 times."""
+        from genesis_fp16_infrastructure.contract.judging import trained_id_hashes
+
+        return trained_id_hashes(ids)
 
     def scoring_rows(self, ids: Sequence[str]) -> list[int]:
         """The rows of ``ids`` (as ``score_records`` names the records, in the data's
@@ -138,13 +194,18 @@ class TrainRequest(RunSpec, RunCallbacks):
         """
         return list(range(len(ids))) if self.score_only is None else self.score_only.rows(ids)
 
-    def with_callbacks(self, callbacks: RunCallbacks) -> TrainRequest:
-        """This request with every callback of ``callbacks`` (each one: a callback left
-        unset there is unset here too), built once by whoever starts the run::
+    def with_callbacks(
+        self,
+        on_log: Callable[[TrainingSummary], None] | None,
+        should_stop: Callable[[], bool],
+        on_diagnostics: Callable[[Mapping[str, float]], None] | None = None,
+    ) -> TrainRequest:
+        """This request with the run's callbacks, all set together (``on_diagnostics`` left
+        out: none) by whoever starts the run::
 
-            request.with_callbacks(RunCallbacks(on_log=show, should_stop=stop.is_set))
+            request.with_callbacks(on_log=show, should_stop=stop.is_set)
         """
-        return replace(self, **{f.name: getattr(callbacks, f.name) for f in fields(RunCallbacks)})
+        return replace(self, on_log=on_log, should_stop=should_stop, on_diagnostics=on_diagnostics)
 
     def to_json(self) -> dict[str, Any]:
         """The request as JSON-ready data, callbacks left out (they cannot cross a process).
@@ -161,3 +222,212 @@ class TrainRequest(RunSpec, RunCallbacks):
         """The inverse of :meth:`to_json`; callbacks are the defaults (set them with
         ``dataclasses.replace``)."""
         return spec_from_json(cls, data)
+
+
+SNAPSHOT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The checkpoint folder a run resumes from and its newest checkpoint's summary.
+
+    - ``folder``: the folder of the checkpoint the served-model pointer names, else the
+      agent's checkpoint folder itself (no pointer, or one that cannot be followed).
+    - ``pointer_error``: why the pointer could not be followed (None: it could, or
+      there is none); the folder is then the agent's checkpoint folder.
+    - ``summary``: ``CheckpointManager.latest_summary`` of ``folder`` (step, counters,
+      precision, loss scale); None when it holds no checkpoint.
+    """
+
+    folder: Path
+    pointer_error: str | None
+    summary: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class AgentState:
+    """What an agent's state folder holds for its next run.
+
+    - ``memory``: the precision guard's remembered demotion (None: none remembered);
+      ``memory_error``: why the memory file is unusable (torn, not JSON, a folder, a
+      FIFO, a link, over its bound), and ``memory`` is then None.
+    - ``carried``: the loss scale carried from the last fp16 run (None: none, or a file
+      that cannot be read, which counts as a fresh start).
+    - ``resume``: where the next run resumes (None: not asked for).
+    """
+
+    memory: PrecisionMemory | None
+    memory_error: str | None
+    carried: CarriedScale | None
+    resume: ResumePoint | None
+
+    def initial_scale(self, requested: RequestedName) -> float | None:
+        """The scale a run asking ``requested`` starts at: the carried one when the carried
+        run asked the same (None: the scaler's own)."""
+        return None if self.carried is None else self.carried.for_request(requested)
+
+
+@dataclass(frozen=True)
+class DataCheck:
+    """The data files as the plan scanned them, and what that says.
+
+    - ``scan``: the manifest of the data files, taken before the run reads them (None:
+      not scanned: no data path, or one the run's read reports).
+    - ``up_to_date``: the run's result when nothing changed since the served model's run
+      (the run then takes no step), as ``TrainResult.to_json`` (``TrainResult.from_json``
+      reads it: the result module names the request, which names this one); None: the
+      run reads the data and trains.
+    """
+
+    scan: Manifest | None
+    up_to_date: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class AgentSnapshot:
+    """The agent's state folder, read once by a job's plan (module docstring).
+
+    ``state`` is the plan's (None in a child: its request already holds what came of
+    it); ``pointer``/``pointer_error`` the served-model pointer as read; ``data`` the
+    plugin's data check (None: the plugin has none, or it was not asked).
+    """
+
+    state: AgentState | None
+    pointer: ServedPointer | None = None
+    pointer_error: str | None = None
+    data: DataCheck | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """What a run in another process reads: the pointer and the data check."""
+        scan = None if self.data is None else self.data.scan
+        verdict = None if self.data is None else self.data.up_to_date
+        return {
+            "version": SNAPSHOT_VERSION,
+            "pointer": None if self.pointer is None else self.pointer.to_json(),
+            "pointer_error": self.pointer_error,
+            "data": None
+            if self.data is None
+            else {
+                "scan": None if scan is None else _scan_to_json(scan),
+                "up_to_date": None if verdict is None else dict(verdict),
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AgentSnapshot:
+        """The inverse of :meth:`to_json` (``state`` None). Raises ``ValueError``,
+        ``KeyError`` or ``TypeError`` for data it did not write (a damaged run file:
+        its reader names it in one line)."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"agent snapshot: {type(data).__name__}, not an object")
+        if data.get("version") != SNAPSHOT_VERSION:
+            raise ValueError(f"agent snapshot version {data.get('version')!r} is not 1")
+        raw = data["pointer"]
+        pointer = None
+        if raw is not None:
+            served, history, pinned = raw["served"], raw["history"], raw.get("pinned")
+            if not isinstance(served, dict) or not isinstance(history, list):
+                raise TypeError("agent snapshot: a served-model pointer without its entries")
+            if not all(isinstance(h, dict) for h in history):
+                raise TypeError("agent snapshot: a served-model history entry is not an object")
+            pointer = ServedPointer(
+                ServedEntry.from_json(served),
+                [ServedEntry.from_json(h) for h in history],
+                Pin.from_json(pinned) if isinstance(pinned, dict) else None,
+            )
+        check = None
+        if data["data"] is not None:
+            scan, verdict = data["data"]["scan"], data["data"]["up_to_date"]
+            if verdict is not None and not isinstance(verdict, dict):
+                raise TypeError("agent snapshot: an up-to-date result that is not an object")
+            check = DataCheck(None if scan is None else _scan_from_json(scan), verdict)
+        error = data["pointer_error"]
+        return cls(None, pointer, None if error is None else str(error), check)
+
+
+def _scan_to_json(scan: Manifest) -> dict[str, Any]:
+    """The manifest with what only a scan has (each grown file's :class:`Prefix`, which
+    ``Manifest.to_json`` does not keep: the record cache continues an appended file
+    from it)."""
+    files = [
+        [f.path, f.size, f.mtime_ns, f.digest, f.ctime_ns, f.inode]
+        + ([] if f.prefix is None else [_prefix_to_json(f.prefix)])
+        for f in scan.files
+    ]
+    return {"scanned_ns": scan.scanned_ns, "files": files}
+
+
+def _prefix_to_json(prefix: Prefix) -> list[Any]:
+    return [prefix.size, prefix.digest, prefix.lines, prefix.last.hex()]
+
+
+def _scan_from_json(data: Mapping[str, Any]) -> Manifest:
+    files = []
+    for path, size, mtime_ns, digest, ctime_ns, inode, *rest in data["files"]:
+        prefix = None
+        if rest:
+            p_size, p_digest, lines, last = rest[0]
+            prefix = Prefix(int(p_size), str(p_digest), int(lines), bytes.fromhex(last))
+        stat = (int(size), int(mtime_ns), str(digest), prefix, int(ctime_ns), int(inode))
+        files.append(FileState(str(path), *stat))
+    return Manifest(tuple(files), int(data["scanned_ns"]))
+
+
+def read_snapshot(folder: AgentFolder, checkpoint_dir: Path | None = None) -> AgentSnapshot:
+    """The :class:`AgentSnapshot` of ``folder`` (its ``data`` left to the plugin's check):
+    each file read once, the pointer and the resume point only of ``checkpoint_dir``, the
+    folder whose served model the next run resumes (None: no resume point asked). An
+    unusable memory file or pointer is reported in the record. Raises ``OSError`` (or
+    ``CheckpointError``) only when the resume point's checkpoints cannot be read."""
+    try:
+        memory, memory_error = folder.precision_memory(), None
+    except ValueError as exc:  # UnusableStateFile too
+        memory, memory_error = None, str(exc)
+    carried = folder.carried_scale()
+    if checkpoint_dir is None:
+        return AgentSnapshot(AgentState(memory, memory_error, carried, None))
+    pointer, served, error = _read_pointer(checkpoint_dir)
+    resume = _resume_point(checkpoint_dir, served, error)
+    return AgentSnapshot(AgentState(memory, memory_error, carried, resume), pointer, error)
+
+
+def read_resume_point(checkpoint_dir: Path) -> ResumePoint:
+    """The :class:`ResumePoint` of an agent whose checkpoints are under ``checkpoint_dir``
+    (se_darwin's served model lives in ``candidates/``, where its pointer says)."""
+    _, served, error = _read_pointer(checkpoint_dir)
+    return _resume_point(checkpoint_dir, served, error)
+
+
+def _read_pointer(checkpoint_dir: Path) -> tuple[ServedPointer | None, Path | None, str | None]:
+    """The pointer, read once, the checkpoint it names, and why it cannot be followed
+    (unreadable, or naming a checkpoint that is gone: the pointer is then None)."""
+    try:
+        pointer = read_pointer(checkpoint_dir)
+        served = None if pointer is None else checkpoint_of(checkpoint_dir, pointer)
+        return pointer, served, None
+    except ServedPointerError as exc:
+        return None, None, str(exc)
+
+
+def _resume_point(checkpoint_dir: Path, served: Path | None, error: str | None) -> ResumePoint:
+    # The checkpoint module imports torch; a caller that asks no resume point never pays.
+    from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+
+    if served is not None:  # the file the pointer names, never a newer one beside it
+        return ResumePoint(served.parent, error, _summary_of(served))
+    return ResumePoint(checkpoint_dir, error, CheckpointManager(checkpoint_dir).latest_summary())
+
+
+def _summary_of(path: Path) -> Mapping[str, Any] | None:
+    """The summary of one checkpoint file: its summary file, else the file read."""
+    from genesis_fp16_infrastructure.errors import CheckpointError
+    from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
+    from genesis_fp16_infrastructure.training.checkpoint_files import read_summary, summarize
+
+    summary = read_summary(path)
+    if summary is not None:
+        return summary
+    try:
+        return summarize(load_checkpoint(path))
+    except (CheckpointError, OSError):
+        return None

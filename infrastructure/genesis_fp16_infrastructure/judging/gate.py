@@ -34,10 +34,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
 from genesis_fp16_infrastructure.contract.reports import GateComparison, ScoresOn
 from genesis_fp16_infrastructure.judging.noninferiority import Z_95, Bound, holm_worse
-from genesis_fp16_infrastructure.outcome import Finding, Outcome
 
 MIN_RECORDS = 2  # an s.e. needs two; fewer shared records cannot decide
 SEGMENT_MIN_RECORDS = 100  # a segment is judged on its own from this many shared records

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from genesis_fp16_infrastructure.outcome import Finding
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding
 
 ALPHA = 0.05  # each promotion question one-sided; the "worse" family as a whole
 Z_95 = 1.6448536269514722  # the one-sided 95% normal quantile

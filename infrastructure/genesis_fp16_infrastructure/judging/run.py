@@ -63,7 +63,6 @@ import shutil
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -80,7 +79,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     write_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome, ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     checkpoint_of,
@@ -97,9 +96,8 @@ from genesis_fp16_infrastructure.contract.judging import (
     records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
-from genesis_fp16_infrastructure.contract.reports import GateReport
+from genesis_fp16_infrastructure.contract.reports import GateReport, TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.gate import (
@@ -122,13 +120,12 @@ from genesis_fp16_infrastructure.judging.up_to_date import (
     up_to_date,
 )
 from genesis_fp16_infrastructure.judging.watch import watch
-from genesis_fp16_infrastructure.outcome import Finding, Outcome
 from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_keys
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
     summary_path,
 )
-from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
+from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint, reusing_loads
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
@@ -168,19 +165,18 @@ class _Served:
         self.plugin = plugin
         self.losses: RecordLosses | None = None
         self.known: np.ndarray | None = None
+        # The sorted id hashes of the records its checkpoint says it trained on (None:
+        # it names none).
+        self.named: np.ndarray | None = None
         if self.checkpoint is not None:
             # The run's first read of the data: the plugin keeps what it quarantines (a run
             # that takes no step reads nothing else; its count is the run's).
             kept = request.quarantine_path or QUARANTINE_LOG.at(folder)
             reading = replace(request, quarantine_path=kept)
-            self.losses = _score(plugin, self.checkpoint, reading, required=True)
+            with reusing_loads():  # the checkpoint unpickled once for both
+                self.losses = _score(plugin, self.checkpoint, reading, required=True)
+                self.named = trained_ids(self.checkpoint)
             self.known = stores.read_known_ids(self.checkpoint.parent)
-
-    @cached_property
-    def named(self) -> np.ndarray | None:
-        """The sorted id hashes of the records its checkpoint says it trained on, read
-        when the gate asks (a read of the checkpoint); None: it names none."""
-        return None if self.checkpoint is None else trained_ids(self.checkpoint)
 
     @property
     def trained(self) -> np.ndarray | None:
@@ -451,15 +447,16 @@ def _judge(
             why = "stopped before its end (a half-trained model is never served)"
         used = result.precision_used
         return _verdict(candidate, Outcome.UNDECIDED, f"not judged: {why}", started, used, [])
-    held_out, refusal = _held_out_check(judged, request, served, candidate, checkpoint)
-    if refusal is not None:
-        _verdict(candidate, Outcome.UNDECIDED, refusal, started, result.precision_used, [])
-        raise TrainRequestError(refusal)
-    try:
-        losses = _score(judged, checkpoint, request, True, _judged_ids(held_out, served))
-    except CheckpointChangedError as exc:  # its own file intact: undecided, never served
-        _verdict(candidate, Outcome.UNDECIDED, str(exc), started, result.precision_used, [])
-        raise
+    with reusing_loads():  # the checkpoint unpickled once: the records it names, scored
+        held_out, refusal = _held_out_check(judged, request, served, candidate, checkpoint)
+        if refusal is not None:
+            _verdict(candidate, Outcome.UNDECIDED, refusal, started, result.precision_used, [])
+            raise TrainRequestError(refusal)
+        try:
+            losses = _score(judged, checkpoint, request, True, _judged_ids(held_out, served))
+        except CheckpointChangedError as exc:  # its own file intact: undecided, never served
+            _verdict(candidate, Outcome.UNDECIDED, str(exc), started, result.precision_used, [])
+            raise
     assert losses is not None  # required: a refusal raised
     stores.write_known_ids(candidate, _known_after(served, losses))
     outcome: Outcome

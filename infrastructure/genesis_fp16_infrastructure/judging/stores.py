@@ -33,8 +33,8 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     read_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_IDS, JUDGED_WATCH, StateFile
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
 from genesis_fp16_infrastructure.judging.split import id_hashes, sorted_unique
-from genesis_fp16_infrastructure.outcome import Outcome
 
 __all__ = [  # id_hashes: the split's, re-exported as the stores' hash
     "extend_watch",

@@ -13,14 +13,17 @@ from typing import NamedTuple, cast
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder import data_manifest
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedPointer
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome, ServedPointer
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
-from genesis_fp16_infrastructure.contract.reports import DataReport, GateReport, LiveReport
+from genesis_fp16_infrastructure.contract.reports import (
+    DataReport,
+    GateReport,
+    LiveReport,
+    TrainResult,
+)
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.split import sorted_unique
-from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,6 +22,36 @@ from torch import nn
 Tensors = Mapping[str, torch.Tensor]
 
 FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504
+
+
+@dataclass(frozen=True)
+class Measures:
+    """What one variant did, against the FP32 reference. NaN: not measured / not applicable."""
+
+    loss: float = math.nan
+    loss_rel_err: float = math.nan
+    grad_err: float = math.nan
+    grad_noise_ratio: float = math.nan
+    worst_error_layer: str = ""
+    worst_cosine_layer: str = ""
+    worst_layer_cosine: float = math.nan
+    flushed_fraction: float = math.nan
+    sign_flip_fraction: float = math.nan
+    sign_flip_ratio: float = math.nan
+    activation_max: float = math.nan
+    activation_module: str = ""
+    loss_scale: float = math.nan
+    scale_halvings: int | None = None
+    param_drift: float = math.nan
+    drift_noise_ratio: float = math.nan
+    drift_layer: str = ""
+    update_cosine: float = math.nan
+    unchanged_fraction: float = math.nan
+    unchanged_excess: float = math.nan
+    unchanged_layer: str = ""
+    skipped_steps: int = 0
+    seconds_per_step: float = math.nan
+    layer_errors: Mapping[str, float] = field(default_factory=dict)
 
 
 def _flat(tensors: Tensors) -> torch.Tensor:

@@ -6,7 +6,8 @@
 
 A daemon that wants a verdict before an agent's first low-precision run calls
 ``run_probe`` with the agent's ``ProbeSetup`` and exports ``report.verdict`` (one colour
-per variant) and ``report.recommended``.
+per variant) and ``report.recommended``; ``report.table()`` is the probe's table and
+``report.to_json()`` its JSON.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -24,8 +25,7 @@ from torch import nn
 
 from genesis_fp16_infrastructure.errors import ProbeError
 from genesis_fp16_infrastructure.probe import measures as ms
-from genesis_fp16_infrastructure.probe.measures import FP16_MAX, Activations
-from genesis_fp16_infrastructure.probe.report import Measures, ProbeReport, VariantResult
+from genesis_fp16_infrastructure.probe.measures import FP16_MAX, Activations, Measures
 from genesis_fp16_infrastructure.probe.scale_search import all_finite, search_loss_scale
 from genesis_fp16_infrastructure.probe.variants import (
     Variant,
@@ -39,11 +39,152 @@ from genesis_fp16_infrastructure.probe.verdict import (
     grade_measures,
     recommend,
 )
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.run.task import to_device
 
 logger = logging.getLogger(__name__)
 
 OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """One variant: how it ran, what it measured, and the colour of each measure."""
+
+    name: str
+    family: str
+    precision: PrecisionName
+    fp32_modules: tuple[str, ...]
+    measures: Measures
+    verdicts: Mapping[str, str]
+    overall: str
+    problems: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """Everything the probe found; ``recommended`` and ``verdict`` are what a daemon exports.
+
+    ``verdict`` maps each variant to its overall colour; ``reasons`` says, for every
+    variant cheaper than the recommended one, which measures and modules stopped it.
+    """
+
+    device: str
+    steps: int
+    seed: int
+    optimizer: str
+    learning_rate: float
+    noise_floor: float
+    sign_noise: float
+    variants: tuple[VariantResult, ...]
+    recommended: str
+    reasons: Mapping[str, tuple[str, ...]]
+    blocking_modules: Mapping[str, tuple[str, ...]]
+    deterministic: bool = True
+
+    @property
+    def verdict(self) -> dict[str, str]:
+        return {v.name: v.overall for v in self.variants}
+
+    def variant(self, name: str) -> VariantResult:
+        for found in self.variants:
+            if found.name == name:
+                return found
+        known = ", ".join(v.name for v in self.variants)
+        raise KeyError(f"no variant {name!r} in this report; variants: {known}")
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; non-finite numbers become strings ("inf", "nan")."""
+        out = asdict(self)
+        out["verdict"] = self.verdict
+        return _finite_json(out)
+
+    def table(self) -> str:
+        """A fixed-width table, one row per variant; ``~`` marks amber and ``!`` red."""
+        cols = [
+            ("variant", 30),
+            ("loss err", 9),
+            ("grad/noise", 10),
+            ("worst cos", 9),
+            ("flushed", 8),
+            ("flips/noise", 11),
+            ("act max", 8),
+            ("drift/noise", 11),
+            ("upd cos", 8),
+            ("unchanged", 9),
+            ("ms/step", 9),
+            ("verdict", 7),
+        ]
+        lines = [
+            "  ".join(
+                title.rjust(width) if i else title.ljust(width)
+                for i, (title, width) in enumerate(cols)
+            )
+        ]
+        for var in self.variants:
+            m, v = var.measures, var.verdicts
+            cells = [
+                var.name,
+                _num(m.loss_rel_err, v.get("loss", "")),
+                _num(m.grad_noise_ratio, v.get("grad_error", "")),
+                _num(m.worst_layer_cosine, v.get("layer_cosine", ""), "{:.4f}"),
+                _num(m.flushed_fraction, v.get("flushed", ""), "{:.1%}"),
+                _num(m.sign_flip_ratio, v.get("sign_flips", ""), "{:.2f}"),
+                _num(m.activation_max, v.get("headroom", "")),
+                _num(m.drift_noise_ratio, v.get("drift", "")),
+                _num(m.update_cosine, v.get("update_cosine", ""), "{:.4f}"),
+                _num(m.unchanged_fraction, v.get("unchanged", ""), "{:.1%}"),
+                _num(m.seconds_per_step * 1e3, "", "{:.1f}"),
+                var.overall if var.error is None else "error",
+            ]
+            lines.append(
+                "  ".join(
+                    c.rjust(w) if i else c.ljust(w)
+                    for i, (c, (_, w)) in enumerate(zip(cells, cols, strict=True))
+                )
+            )
+        lines.append("")
+        lines.append(
+            f"device {self.device}; {self.steps} {self.optimizer} steps at lr "
+            f"{self.learning_rate:g}; minibatch noise floor {self.noise_floor:.3g} "
+            f"(gradient), {self.sign_noise:.3g} (sign flips)"
+        )
+        for var in self.variants:
+            if var.error:
+                lines.append(f"{var.name}: did not run: {var.error}")
+            elif var.measures.scale_halvings is not None:
+                lines.append(
+                    f"{var.name}: loss scale {var.measures.loss_scale:g} after "
+                    f"{var.measures.scale_halvings} halvings from 65536"
+                    + (
+                        f", {var.measures.skipped_steps} skipped steps"
+                        if var.measures.skipped_steps
+                        else ""
+                    )
+                )
+        lines.append(f"recommended: {self.recommended}")
+        for name, why in self.reasons.items():
+            lines.append(f"  not {name}: {'; '.join(why)}")
+        return "\n".join(lines)
+
+
+def _finite_json(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, Mapping):
+        return {str(k): _finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite_json(v) for v in obj]
+    return obj
+
+
+_MARK = {"green": " ", "amber": "~", "red": "!", "n/a": " "}
+
+
+def _num(value: float, colour: str, fmt: str = "{:.1e}") -> str:
+    text = "-" if math.isnan(value) else fmt.format(value)
+    return text + _MARK.get(colour, " ")
 
 
 @dataclass

@@ -20,8 +20,10 @@ from genesis_fp16_infrastructure.lazy_exports import lazy_exports
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.errors import CheckpointError, PrecisionError
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
-    from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
-    from genesis_fp16_infrastructure.training.precision.decide import resolve_precision
+    from genesis_fp16_infrastructure.training.precision.decide import (
+        DeviceCapabilities,
+        resolve_precision,
+    )
     from genesis_fp16_infrastructure.training.precision.guard_config import (
         GuardConfig,
         PrecisionMemory,

@@ -8,11 +8,13 @@ with ``torch.load(weights_only=True)``; a file read once can be handed on as
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,23 @@ from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path
 
 logger = logging.getLogger(__name__)
+
+# The last checkpoint loaded in a reusing_loads() block, by the sha256 of its bytes.
+_LAST: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar("last_checkpoint", default=None)
+
+
+@contextlib.contextmanager
+def reusing_loads() -> Iterator[None]:
+    """Within the block (in this thread), a checkpoint whose bytes are those of the last
+    one loaded is not unpickled again: its state is handed out once more, so its readers
+    must not change it. A judged run reads the served model's and the candidate's
+    checkpoint twice each, back to back (the weights it scores, the records it names):
+    unpickling the tensors is most of a read (15-30 ms for a small world model's)."""
+    token = _LAST.set({})
+    try:
+        yield
+    finally:
+        _LAST.reset(token)
 
 
 @dataclass(frozen=True)
@@ -76,13 +95,26 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"cannot be read ({getattr(error, 'strerror', None) or error})"
         ) from error
+    digest = hashlib.sha256(data).hexdigest()
     if expected is None:
         logger.warning("checkpoint %s has no digest (written before digests): not verified", path)
-    elif hashlib.sha256(data).hexdigest() not in expected:
+    elif digest not in expected:
         raise CheckpointError(
             f"its bytes do not match the digest in {digest_path(path).name} "
             "(changed after it was written: bit rot, a torn copy or an edit)"
         )
+    last = _LAST.get()
+    if last is not None and digest in last:
+        return last[digest]
+    state = _loaded(data)
+    if last is not None:
+        last.clear()
+        last[digest] = state
+    return state
+
+
+def _loaded(data: bytes) -> dict[str, Any]:
+    """A checkpoint's verified bytes, unpickled and checked (:func:`load_checkpoint`)."""
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:  # torn file, garbage bytes, refused pickle: all unusable

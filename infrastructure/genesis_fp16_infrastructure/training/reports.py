@@ -193,6 +193,33 @@ class Calibration(Record):
         ``revalidated`` included."""
         return {**encode_record(self), "version": CACHE_VERSION}
 
+    def table(self) -> str:
+        """The measurement as ``genesis-fp16 precision show`` prints it: the reason, each
+        row's median and spread against fp32 (the chosen one marked), the rows not timed
+        and why, its cost, why it was measured and its key."""
+        fp32 = next((r.median_ms for r in self.rows if r.precision == "fp32"), None)
+        header = "precision  execution   median ms   p10-p90 ms          vs fp32"
+        lines = [f"auto: {self.reason}", header]
+        for r in self.rows:
+            picked = r.precision == self.chosen and r.execution == self.execution
+            mark = "  <- chosen" if picked else ""
+            ratio = fp32 / r.median_ms if fp32 is not None and r.median_ms else float("nan")
+            spread = f"{r.p10_ms:.3f}-{r.p90_ms:.3f}" if r.p10_ms > 0 else "-"
+            lines.append(
+                f"{r.precision:<10} {r.execution:<11} {r.median_ms:>9.3f}   {spread:<19} "
+                f"{ratio:.2f}x{mark}"
+            )
+        lines += [f"{name:<10} not timed: {why}" for name, why in self.skipped.items()]
+        phases = ", ".join(f"{k} {v:.3f}" for k, v in self.phases.items())
+        lines.append(
+            f"measured in {self.seconds:.2f} s ({phases or 'no breakdown'}; bound: {self.bound}), "
+            f"after {self.init_s:.2f} s of the process's one-time init"
+        )
+        if self.remeasured:  # why it replaced the one kept before: a changed key field, load
+            lines.append(f"measured because: {self.remeasured}")
+        lines.append("keyed by: " + ", ".join(f"{k}={v}" for k, v in sorted(self.key.items())))
+        return "\n".join(lines)
+
     def cache_json(self) -> dict[str, Any]:
         """The cache file's: ``cached`` and ``revalidated`` are about a run that reused
         it, not about the measurement, and are left out (a read of it says cached)."""

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from genesis_fp16.plugin_api import TrainRequestError
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_agents.rlhf_ppo.task_file import read_task
 
@@ -67,3 +68,31 @@ def test_bad_eval_prompts_are_quarantined_and_counted(tmp_path: Path) -> None:
     kept = [json.loads(line) for line in quarantine.read_text().splitlines()]
     assert [k["record"] for k in kept] == [[1, 2], [99, 0, 0, 0], "text"]
     assert all(k["source"] == str(path) for k in kept)
+
+
+def test_an_unchanged_task_file_is_parsed_once_and_every_read_keeps_its_rejects(
+    tmp_path: Path,
+) -> None:
+    """A judged run reads the task file four times: the same text's second read is the
+    first's parse (the same prompts tensor), each read with a quarantine copies the
+    rejected prompt there, and a changed file is read afresh. A file with no usable
+    prompt is refused after its rejects are kept."""
+    path = plugin.generate_sample_data(tmp_path / "data", 8, seed=0)
+    doc = json.loads(path.read_text())
+    doc["eval_prompts"].append([1, 2])
+    path.write_text(json.dumps(doc))
+    quarantine = tmp_path / "q.jsonl"
+    first, second = read_task(path, quarantine), read_task(path, quarantine)
+    assert second[1] is first[1] and second[2] == first[2] == 1
+    assert [json.loads(line)["record"] for line in quarantine.read_text().splitlines()] == [
+        [1, 2],
+        [1, 2],
+    ]
+    doc["eval_prompts"] = doc["eval_prompts"][:3]
+    path.write_text(json.dumps(doc))
+    changed = read_task(path, None)[1]
+    assert changed is not None and len(changed) == 3
+    path.write_text(json.dumps({"task": {}, "eval_prompts": [[1, 2], "x"]}))
+    with pytest.raises(TrainRequestError, match="no usable eval prompt of 2"):
+        read_task(path, quarantine)
+    assert len(quarantine.read_text().splitlines()) == 4

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequestError
-from genesis_fp16_agents.rlhf_ppo import plugin
+from genesis_fp16_agents.rlhf_ppo import judging, plugin
 from genesis_fp16_infrastructure.contract.judging import judging_of
 
 
@@ -70,6 +70,19 @@ def test_a_changed_task_file_brings_new_episode_ids(
     other = plugin.generate_sample_data(tmp_path / "other", 24, 7)
     after = plugin.score_records(checkpoint, _request(tmp_path, other))
     assert not set(after.ids) & set(before.ids)
+
+
+def test_a_policy_is_judged_on_the_first_judged_episodes_of_the_task_file(
+    trained: tuple[Path, TrainRequest], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task file with more eval prompts than JUDGED_EPISODES is judged on its first
+    ones: their ids are the prompts' indices, and the same every time."""
+    checkpoint, request = trained
+    monkeypatch.setattr(judging, "JUDGED_EPISODES", 10)
+    capped = plugin.score_records(checkpoint, request)
+    digest = capped.ids[0].split(":")[0]
+    assert list(capped.ids) == [f"{digest}:{index}" for index in range(10)]
+    assert plugin.score_records(checkpoint, request) == capped
 
 
 def test_scoring_without_a_task_file_or_with_a_bad_one_is_one_line(

@@ -188,11 +188,11 @@ def test_auto_runs_the_preset_of_the_decision_not_an_explicit_request(
 ) -> None:
     """Under auto decide() picks bf16 (here a native-bf16 CPU) and the preset follows it:
     the log and the result say so, not "bf16 requested explicitly"."""
-    from genesis_fp16_infrastructure.training.precision import capabilities
-    from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
+    from genesis_fp16_infrastructure.training.precision import decide
+    from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities
 
     caps = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
-    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
+    monkeypatch.setattr(decide, "detect_capabilities", lambda device: caps)
     with caplog.at_level("INFO"):
         result = _train(tmp_path, "auto", steps=4)
     text = caplog.text
@@ -229,12 +229,12 @@ def test_a_measured_auto_times_the_ppo_update_and_the_preset_follows(
     """precision.mode=measure (the daemon's default) is honoured: auto is decided by timing
     the update steps, cached in precision.cache, and the preset is the decision's."""
     from genesis_fp16.plugin_api import PrecisionRequest
-    from genesis_fp16_infrastructure.training.precision import capabilities
-    from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
+    from genesis_fp16_infrastructure.training.precision import decide
+    from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities
 
     # Two candidates on any CPU (fp32 and bf16), so there is something to time.
     caps = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
-    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
+    monkeypatch.setattr(decide, "detect_capabilities", lambda device: caps)
     cache = tmp_path / "calibration.json"
     request = PrecisionRequest("auto", mode="measure", cache=cache)
     result = _train(tmp_path, request, steps=4, options={"batch_size": 16})  # type: ignore[arg-type]

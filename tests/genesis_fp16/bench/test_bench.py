@@ -180,8 +180,8 @@ def test_an_auto_row_runs_what_the_calibration_chose_and_says_so(
     """With fp32 the only native precision nothing is timed; with bf16 taken as native
     (its arithmetic is real either way) both are timed on the row's own model and the row
     runs, and is labelled with, the choice."""
-    from genesis_fp16_infrastructure.training.precision import capabilities
-    from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
+    from genesis_fp16_infrastructure.training.precision import decide
+    from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities
 
     # Both cases set the capabilities: on a CPU with AVX512-BF16 bf16 really is native.
     if bf16_native:
@@ -189,7 +189,7 @@ def test_an_auto_row_runs_what_the_calibration_chose_and_says_so(
     else:
         caps = DeviceCapabilities("cpu", False, False, "test: fp32 the only native precision")
     # One patch: the calibration's candidates and the rule both ask capabilities.
-    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
+    monkeypatch.setattr(decide, "detect_capabilities", lambda device: caps)
     row = run_config(_tiny("auto", "ours"), isolated=False)
     assert row["honest"] and row["precision_ran"] in {"fp32", "bf16"}, row["runner_note"]
     note = row["runner_note"]

@@ -16,8 +16,8 @@ from daemon_harness import daemon_env
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.training import TrainerConfig
-from genesis_fp16_infrastructure.training.precision import capabilities
-from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
+from genesis_fp16_infrastructure.training.precision import decide
+from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities
 from genesis_fp16_infrastructure.training.run import calibration as cal
 
 AGENT = "se_darwin"
@@ -67,7 +67,7 @@ def test_show_prints_the_measurement_and_reset_forgets_it(
 ) -> None:
     """A real measurement (bf16 taken as native) is shown as a table and reset deletes it."""
     caps = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
-    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
+    monkeypatch.setattr(decide, "detect_capabilities", lambda device: caps)
     path = AgentFolder(tmp_path, AGENT).calibration_path
     path.parent.mkdir(parents=True)
     found = cal.calibrate(_Tiny(), "cpu", 0, TrainerConfig(), cache=path, budget_s=0.2)
@@ -164,8 +164,9 @@ def test_reset_takes_turns_with_the_daemon_recording_a_demotion(
 
 
 def test_precision_show_names_every_candidate_and_the_choice() -> None:
-    """The measurement's table: each row with its ratio to fp32, the chosen row (precision
-    and execution) marked once, and the precisions not timed with why."""
+    """The measurement's table (Calibration.table, which show prints): each row with its
+    ratio to fp32, the chosen row (precision and execution) marked once, and the
+    precisions not timed with why."""
     from genesis_fp16.commands.precision import _describe_calibration
     from genesis_fp16_infrastructure.training.run import calibration as cal
 
@@ -176,7 +177,8 @@ def test_precision_show_names_every_candidate_and_the_choice() -> None:
     calibration = cal.Calibration(
         "bf16", "r", rows, {"fp16": "no native fp16"}, {"device": "cpu"}, 0.1
     )
-    table = _describe_calibration(calibration, None)
+    table = calibration.table()
+    assert _describe_calibration(table, None) == table
     assert table.count("<- chosen") == 1 and "bf16       eager" in table
     assert "2.00x  <- chosen" in table and "fp16       not timed: no native fp16" in table
     assert "fp32       eager           2.000   1.800-2.400" in table  # median, p10-p90
@@ -201,7 +203,7 @@ def test_show_on_a_host_with_only_fp32_says_auto_has_nothing_to_measure(
     from genesis_fp16.cli import main
 
     plain = DeviceCapabilities("cpu", False, False, "test: fp32 only")
-    monkeypatch.setattr(capabilities, "cpu_capabilities", lambda: plain)
+    monkeypatch.setattr(decide, "cpu_capabilities", lambda: plain)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)
@@ -233,7 +235,7 @@ def test_train_names_every_timed_precision_and_times_a_loaded_measurement_again(
     """The product path, rlhf_ppo's real data: `train --json` and `status` name each
     timed precision with its median and p10-p90; a kept measurement marked loaded is
     timed again by the next train, which says so; one marked steady is reused."""
-    caps = capabilities.cpu_capabilities()
+    caps = decide.cpu_capabilities()
     if not (caps.native_bf16 or caps.native_fp16):
         pytest.skip(f"auto times nothing on this CPU ({caps.source}); test_calibration.py has it")
     first = _train_auto(tmp_path)

@@ -83,12 +83,12 @@ def test_a_resumed_run_reads_its_checkpoint_once(
 ) -> None:
     """A forced second job continues the served model. Before its first step only the
     served model's bytes are read, twice: the judged run scores it (its held-out losses,
-    which the gate reuses) and the run resumes from its copy in the candidate's folder.
-    After the run the gate reads the trained ids both checkpoints name and scores the
-    candidate: 3 reads of the served bytes and 2 of the candidate's in the job. (The
-    recipe's own gate read each once; the extra reads are the price of one lifecycle,
-    named in issue 68's note: trained_ids loads the whole checkpoint.) The daemon's
-    totals come from the checkpoint's summary file."""
+    which the gate reuses; the trained ids it names come from the same read) and the run
+    resumes from its copy in the candidate's folder. After the run the gate reads the
+    trained ids the candidate names and scores it, from one read: 2 reads of the served
+    bytes and 1 of the candidate's in the job, as the recipe's own gate read them before
+    issue 68 (its first one-lifecycle runs read them 3 and 2 times). The daemon's totals
+    come from the checkpoint's summary file."""
     ctx, plugin = _job(tmp_path, monkeypatch)
     reads = _Reads(monkeypatch)
     run_agent_job(ctx, AGENT, plugin)
@@ -100,8 +100,8 @@ def test_a_resumed_run_reads_its_checkpoint_once(
     force_jobs(monkeypatch)
     run_agent_job(ctx, AGENT, plugin)
     assert reads.before_first_step == [served_bytes, served_bytes], reads.before_first_step
-    assert reads.all.pop(served_bytes) == 3, reads.all
-    assert list(reads.all.values()) == [2], reads.all  # the candidate's, after the run
+    assert reads.all.pop(served_bytes) == 2, reads.all
+    assert list(reads.all.values()) == [1], reads.all  # the candidate's, after the run
     # The daemon's counters still start at the resumed checkpoint's totals: 8 more steps.
     assert first == 8 and _optimizer_steps(ctx) == 16
 

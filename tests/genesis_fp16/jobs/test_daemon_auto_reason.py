@@ -13,7 +13,7 @@ import pytest
 from daemon_harness import DaemonFactory, DaemonProcess
 
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.training.precision import capabilities
+from genesis_fp16_infrastructure.training.precision import decide
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -39,7 +39,7 @@ def test_the_daemon_says_every_timed_precision_and_times_a_loaded_one_again(
     """First daemon: the run's precision_reason names fp32 and each native 16-bit
     precision with median and p10-p90. Its measurement is then marked loaded in the
     state folder; a second daemon's run times every row again and says why."""
-    caps = capabilities.cpu_capabilities()
+    caps = decide.cpu_capabilities()
     if not (caps.native_bf16 or caps.native_fp16):
         pytest.skip(f"auto times nothing on this CPU ({caps.source}); test_calibration.py has it")
     first = daemon_factory(ENV, fixtures=False)

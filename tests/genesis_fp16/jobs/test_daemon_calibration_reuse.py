@@ -28,18 +28,18 @@ AGENT = "rlhf_ppo"
 HOOK = textwrap.dedent(
     """
     from genesis_fp16_infrastructure.training import reports
-    from genesis_fp16_infrastructure.training.precision import capabilities
+    from genesis_fp16_infrastructure.training.precision import decide
     from genesis_fp16_infrastructure.training.run import calibration
 
-    _native = capabilities.DeviceCapabilities("cpu", True, False, "test hook: bf16 as native")
-    _detect = capabilities.detect_capabilities
+    _native = decide.DeviceCapabilities("cpu", True, False, "test hook: bf16 as native")
+    _detect = decide.detect_capabilities
 
     def _detect_bf16(device):
         found = _detect(device)
         return _native if found.device_type == "cpu" else found
 
-    capabilities.detect_capabilities = _detect_bf16
-    capabilities.cpu_capabilities = lambda: _native
+    decide.detect_capabilities = _detect_bf16
+    decide.cpu_capabilities = lambda: _native
     calibration.REVALIDATE = 100.0
     reports.LOAD_BOUND = 1e9
     """

@@ -20,7 +20,6 @@ from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.api import Demotion
 from genesis_fp16_infrastructure.training.precision.decide import decide, resolve_precision
 from genesis_fp16_infrastructure.training.precision.guard_config import (
     GuardConfig,
@@ -28,6 +27,7 @@ from genesis_fp16_infrastructure.training.precision.guard_config import (
     remember_demotions,
     write_precision_memory,
 )
+from genesis_fp16_infrastructure.training.reports import Demotion
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"
 AGENT = "fixture_fault"
@@ -203,13 +203,13 @@ def test_an_explicit_request_meets_the_memory_without_probing_the_device(
     """An explicit fp16 under a remembered bf16 floor is planned as bf16 without asking the
     device (no CUDA start in the daemon's process); only an auto by the rule needs it, and
     a measured auto with nothing measured yet is left to its run."""
-    from genesis_fp16_infrastructure.training.precision import capabilities
+    from genesis_fp16_infrastructure.training.precision import decide as decide_module
 
     def no_probe(device: object) -> object:
         raise AssertionError(f"the device {device} was probed")
 
     _remember(tmp_path)
-    monkeypatch.setattr(capabilities, "detect_capabilities", no_probe)
+    monkeypatch.setattr(decide_module, "detect_capabilities", no_probe)
     fp16 = _settings(tmp_path, ENABLE_FP16_TRAINING=True)
     assert _planned(fp16, "cuda") == "bf16"
     assert _planned(_settings(tmp_path), "cuda") is None  # measured: the run decides

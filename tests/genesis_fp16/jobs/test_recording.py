@@ -19,13 +19,11 @@ from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     Calibration,
-    DataReport,
-    DriftReport,
-    EarlyStopReport,
     GateReport,
 )
+from genesis_fp16_infrastructure.contract.reports import DataReport, DriftReport
 from genesis_fp16_infrastructure.record_codec import ReportError
-from genesis_fp16_infrastructure.training.reports import Measured
+from genesis_fp16_infrastructure.training.reports import EarlyStopReport, Measured
 
 AGENT = "typed"
 

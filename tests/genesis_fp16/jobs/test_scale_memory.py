@@ -20,7 +20,8 @@ from genesis_fp16.jobs.run_request import plan_request
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.api import AgentStateFiles, Demotion, read_snapshot
+from genesis_fp16_infrastructure.api import read_snapshot
+from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.run.verify_capture import CaptureVerdict, write_verdict
 
 AGENT = "rlhf_ppo"
@@ -36,9 +37,7 @@ def _settings(tmp_path: Path, precision: str = "fp16") -> Settings:
 
 def carried_scale(settings: Settings, agent: str, requested: str) -> float | None:
     """The scale the agent's next run asking ``requested`` starts at, as its plan reads it."""
-    paths = AgentFolder(settings.state_dir, agent)
-    files = AgentStateFiles(paths.precision_state_path, paths.loss_scale_path, None)
-    return read_snapshot(files).state.initial_scale(requested)
+    return read_snapshot(AgentFolder(settings.state_dir, agent)).state.initial_scale(requested)
 
 
 def _result(used: str = "fp16", scale: float = 2048.0, **more: object) -> TrainResult:

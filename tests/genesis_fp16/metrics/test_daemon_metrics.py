@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from fake_results import train_result
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16_infrastructure.api import Calibration, DataReport, EarlyStopReport
-from genesis_fp16_infrastructure.training.reports import Measured
+from genesis_fp16_infrastructure.api import Calibration
+from genesis_fp16_infrastructure.contract.reports import DataReport
+from genesis_fp16_infrastructure.training.reports import EarlyStopReport, Measured
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ def test_execution_gauge_has_the_compiled_step_as_its_own_mode() -> None:
 
 
 def test_auto_measurement_exports_each_precisions_step_time_and_the_choice() -> None:
-    """set_auto_measurement: seconds per precision, chosen=1 on one; a new choice replaces it."""
+    """set_auto_measurement: seconds per precision, chosen=1 on one; a new choice replaces
+    it; a run that measured nothing leaves them."""
     registry = CollectorRegistry()
     metrics = DaemonMetrics(registry, "1")
     rows = (
@@ -97,11 +100,13 @@ def test_auto_measurement_exports_each_precisions_step_time_and_the_choice() -> 
         Measured("bf16", "eager", 1.0, 1.0, 1.0, 3),
     )
     measured = Calibration("bf16", "faster", rows, {}, {}, 0.1)
-    metrics.report.set_auto_measurement("a", measured)
+    metrics.report.set_auto_measurement("a", train_result(precision_calibration=measured))
     name = "genesis_fp16_auto_step_seconds"
     assert value(registry, name, agent="a", precision="bf16", chosen="1") == 0.001
     assert value(registry, name, agent="a", precision="fp32", chosen="0") == 0.002
-    metrics.report.set_auto_measurement("a", replace(measured, chosen="fp32"))
+    again = replace(measured, chosen="fp32")
+    metrics.report.set_auto_measurement("a", train_result(precision_calibration=again))
+    metrics.report.set_auto_measurement("a", train_result())  # nothing measured: kept
     assert value(registry, name, agent="a", precision="fp32", chosen="1") == 0.002
     assert (
         registry.get_sample_value(name, {"agent": "a", "precision": "bf16", "chosen": "1"}) is None
@@ -114,11 +119,11 @@ def test_eval_quality_and_best_step_are_exported() -> None:
     metrics = DaemonMetrics(registry, "1")
     ev = {"loss": 1.0, "auc": 0.8, "auc_ci_low": 0.75, "auc_ci_high": 0.85, "examples": 1000.0}
     early_stop = EarlyStopReport("loss", "min", 0.5, 120, 4, 1, 3, 10, "no improvement")
-    metrics.report.set_eval("a", ev, early_stop)
+    metrics.report.set_eval("a", train_result(eval=ev, early_stop=early_stop))
     for name in ("auc", "auc_ci_low", "auc_ci_high", "examples"):
         assert value(registry, "genesis_fp16_eval_quality", agent="a", metric=name) == ev[name]
     assert value(registry, "genesis_fp16_early_stop_best_step", agent="a") == 120
-    metrics.report.set_eval("b", {"auc": float("nan")}, None)
+    metrics.report.set_eval("b", train_result(eval={"auc": float("nan")}))
     assert value(registry, "genesis_fp16_eval_quality", agent="b", metric="auc") is None
 
 
@@ -139,9 +144,12 @@ def test_up_to_date_runs_are_healthy_and_new_data_is_counted() -> None:
     registry = CollectorRegistry()
     metrics = DaemonMetrics(registry, version="1")
     metrics.add_agent("a")
-    metrics.report.set_data("a", DataReport(500, "f1", "first"), steps=80, now=10.0)
-    metrics.report.set_data("a", DataReport(800, "f2", "changed", new=300), steps=90, now=20.0)
-    metrics.report.set_data("a", DataReport(800, "f2", "unchanged", new=0), steps=0, now=30.0)
+    for data, steps, now in (
+        (DataReport(500, "f1", "first"), 80, 10.0),
+        (DataReport(800, "f2", "changed", new=300), 90, 20.0),
+        (DataReport(800, "f2", "unchanged", new=0), 0, 30.0),
+    ):
+        metrics.report.set_data("a", train_result(data=data, steps=steps), now)
     metrics.finish_run("a", "up_to_date", 0.5, None, 30.0)
     assert value(registry, "genesis_fp16_training_records", agent="a") == 800
     assert value(registry, "genesis_fp16_new_records_total", agent="a") == 800
@@ -160,11 +168,12 @@ def test_quarantined_records_are_counted_by_the_runs_that_read_them() -> None:
     metrics.add_agent("a")
     name = "genesis_fp16_records_quarantined_total"
     assert value(registry, name, agent="a") == 0
-    metrics.report.count_quarantined("a", 2, DataReport(800, "f", "unchanged", new=0))
-    metrics.report.count_quarantined("a", 3, None)  # an agent that reports no data
+    read = DataReport(800, "f", "unchanged", new=0)
+    metrics.report.count_quarantined("a", train_result(quarantined=2, data=read))
+    metrics.report.count_quarantined("a", train_result(quarantined=3))  # no data reported
     stored = DataReport(800, "f", "unchanged", new=0, checked_by="manifest", files_hashed=0)
-    metrics.report.count_quarantined("a", 2, stored)
-    metrics.report.count_quarantined("a", 0, None)
+    metrics.report.count_quarantined("a", train_result(quarantined=2, data=stored))
+    metrics.report.count_quarantined("a", train_result(quarantined=0))
     assert value(registry, name, agent="a") == 5
 
 

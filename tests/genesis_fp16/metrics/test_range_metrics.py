@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 from daemon_harness import FIXTURE_PLUGINS, DaemonFactory
+from fake_results import train_result
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from torch import nn
 
 from genesis_fp16.metrics.range_metrics import RANGE_METRIC_NAMES, TOTAL, RangeMetrics
-from genesis_fp16_infrastructure.api import ModuleRange, RangeSummary
+from genesis_fp16_infrastructure.training.reports import ModuleRange, RangeSummary
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"
 AGENT = "fixture_fault"
@@ -52,8 +53,11 @@ def test_prometheus_series_stay_bounded_for_500_modules() -> None:
     registry = CollectorRegistry()
     ranges = RangeMetrics(registry, k=8)
     for agent in ("a", "b"):
-        assert ranges.export(agent, _summary(names, hot=300, cold=400))[0] == names[300]
-    assert ranges.export("a", _summary(names, hot=350, cold=450))[0] == names[350]
+        shown = ranges.export(agent, train_result(ranges=_summary(names, hot=300, cold=400)))
+        assert shown[0] == names[300]
+    shown = ranges.export("a", train_result(ranges=_summary(names, hot=350, cold=450)))
+    assert shown[0] == names[350]
+    assert ranges.export("a", train_result()) == []  # no step sampled: the series stay
     for agent in ("a", "b"):
         modules = {s["module"] for s in _series(registry, agent) if "module" in s}
         assert len(modules) <= 2 * 8 + 1 and TOTAL in modules
@@ -73,7 +77,8 @@ def test_a_module_without_a_headroom_has_no_series() -> None:
     """A headroom the run could not measure (None) is absent, not exported as a number."""
     registry = CollectorRegistry()
     row = _row("0", 3.0, None)
-    RangeMetrics(registry).export("a", RangeSummary(1, 3, "fp16", 10, None, (row,), (row,), row))
+    summary = RangeSummary(1, 3, "fp16", 10, None, (row,), (row,), row)
+    RangeMetrics(registry).export("a", train_result(ranges=summary))
     names = {m.name for m in registry.collect() for s in m.samples if s.labels.get("agent") == "a"}
     assert "genesis_fp16_range_headroom_underflow_log2" not in names
     assert "genesis_fp16_range_overhead_ratio" not in names  # not measured: not exported

@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import torch
 from script_module import load_script
 
 from genesis_fp16.commands.model import list_models
@@ -164,7 +165,7 @@ def test_a_candidate_that_trained_on_held_out_records_is_refused_in_one_line(
     with monkeypatch.context() as edited:
         edited.setattr(TrainRequest, "training_rows", _every_row)
         with pytest.raises(
-            TrainRequestError, match=r"trained on \d+ held-out record\(s\) of 1"
+            TrainRequestError, match=r"trained on \d+ held-out record\(s\) of 200:"
         ) as e:
             run_plugin(agent.plugin, _request(tmp_path, lines))
     assert "\n" not in str(e.value) and read_pointer(tmp_path / "checkpoints") is None
@@ -302,3 +303,40 @@ def test_a_plugin_that_alters_the_served_checkpoint_leaves_it_served_and_intact(
     result = run_plugin(agent.plugin, _request(tmp_path, grown))
     assert result.gate is not None
     assert result.failure is None, result.gate.reason
+
+
+def test_the_scaffold_parses_an_unchanged_file_once_and_keeps_every_reads_rejects(
+    tmp_path: Path,
+) -> None:
+    """A judged run reads the data file four times: the second read of the same text is
+    the first's parse (the same tensors), each read given a quarantine file still copies
+    the rejected line there, and a changed file is read afresh."""
+    agent = _agent(tmp_path)
+    data, quarantine = tmp_path / "records.jsonl", tmp_path / "quarantine.jsonl"
+    data.write_text("\n".join([*_lines(5, seed=1), "not a record"]) + "\n")
+    first = agent.read_records(data, quarantine)
+    second = agent.read_records(data, quarantine)
+    assert second[1] is first[1] and second[0] == first[0] and second[3] == 1
+    assert [json.loads(line)["record"] for line in quarantine.read_text().splitlines()] == [
+        "not a record",
+        "not a record",
+    ]
+    data.write_text("\n".join(_lines(6, seed=2)) + "\n")
+    changed = agent.read_records(data, None)
+    assert len(changed[0]) == 6 and changed[3] == 0 and changed[0] != first[0]
+
+
+def test_a_scaffold_checkpoint_names_its_records_by_their_hashes(tmp_path: Path) -> None:
+    """The served checkpoint's trained_ids is one int64 tensor of the ids' hashes
+    (request.trained_ids), which the judged run reads as the same records as the ids."""
+    agent = _agent(tmp_path)
+    _first_served(tmp_path, agent.plugin, _lines(POOL, seed=1))
+    pointer = read_pointer(tmp_path / "checkpoints")
+    assert pointer is not None
+    checkpoint = tmp_path / "checkpoints" / pointer.served.checkpoint
+    stored = load_checkpoint(checkpoint)["extra"]["trained_ids"]
+    assert stored.dtype == torch.int64 and stored.dim() == 1
+    ids = agent.read_records(tmp_path / "records.jsonl", None)[0]
+    kept = [i for i, held in zip(ids, HELD_OUT.of_ids(ids), strict=True) if not held]
+    trained = trained_ids(checkpoint)
+    assert trained is not None and trained.tolist() == sorted(set(id_hashes(kept).tolist()))

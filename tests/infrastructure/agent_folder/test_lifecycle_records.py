@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 
 from genesis_fp16_infrastructure.agent_folder import candidates, prune, transitions
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Verdict
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome, Verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer, served_checkpoint
 from genesis_fp16_infrastructure.errors import ServedPointerError
-from genesis_fp16_infrastructure.outcome import Outcome
 
 SCORES = {"set": "held_out", "auc": None, "log_loss": None, "records": 400, "loss": 0.4213}
 COMPARISON = {

@@ -14,10 +14,10 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     API_VERSION,
     api_version_error,
 )
+from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.training import GuardConfig, fit
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 
 
 class _Line:

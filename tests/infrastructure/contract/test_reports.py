@@ -17,8 +17,8 @@ from genesis_fp16_infrastructure.contract.reports import (
     LiveFigures,
     LiveReport,
     ScoresOn,
+    TrainResult,
 )
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.record_codec import ReportError
 from genesis_fp16_infrastructure.training.reports import (
     Calibration,

@@ -8,8 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.contract.reports import DriftReport, GateReport, ScoresOn
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
+from genesis_fp16_infrastructure.contract.reports import (
+    DriftReport,
+    GateReport,
+    ScoresOn,
+    TrainResult,
+)
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 UP_TO_DATE = TrainResult(

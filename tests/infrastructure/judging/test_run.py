@@ -30,14 +30,14 @@ from genesis_fp16_infrastructure.contract.judging import (
     trained_id_hashes,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.run import run_plugin, trained_ids
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 
 
 @dataclass

@@ -7,13 +7,13 @@ import math
 import torch
 
 from genesis_fp16_infrastructure.probe.measures import (
+    Measures,
     cosine,
     flushed_fraction,
     parameter_drift,
     sign_flip_fraction,
     worst_layer_cosine,
 )
-from genesis_fp16_infrastructure.probe.report import Measures
 from genesis_fp16_infrastructure.probe.verdict import (
     Candidate,
     Thresholds,

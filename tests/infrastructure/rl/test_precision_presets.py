@@ -11,10 +11,9 @@ from genesis_fp16_infrastructure.rl.precision_presets import (
     preset_request,
     resolve_preset,
 )
-from genesis_fp16_infrastructure.training.precision import capabilities
-from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
-from genesis_fp16_infrastructure.training.precision.decide import decide
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision import decide as decide_module
+from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities, decide
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 
 SEED_MATRIX = {  # the seed's table: policy, ref, reward, value, kl
     "bf16_pure": ("bf16", "bf16", "bf16", "bf16", "bf16"),
@@ -65,7 +64,7 @@ def test_auto_without_a_preset_follows_the_decision(
     preset follows the decision, its reason first; the request's mode is kept (a measured
     auto is fit()'s to time)."""
     caps = DeviceCapabilities("cpu", native_bf16, False, "test")
-    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
+    monkeypatch.setattr(decide_module, "detect_capabilities", lambda device: caps)
     assert preset_request(PrecisionRequest("auto", mode="measure"), None).mode == "measure"
     request = preset_request(PrecisionRequest("auto"), None)
     decision = decide(request, "cpu")
@@ -94,7 +93,7 @@ def test_an_excluded_precision_is_not_the_preset_under_auto(
     """A red probe's exclusion reaches the preset's decision: auto on a native-bf16 CPU with
     bf16 excluded runs fp32_baseline."""
     caps = DeviceCapabilities("cpu", True, False, "test")
-    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
+    monkeypatch.setattr(decide_module, "detect_capabilities", lambda device: caps)
     request = preset_request(PrecisionRequest("auto", excluded={"bf16": "probe red"}), None)
     assert resolve_preset(decide(request, "cpu"), None).preset.name == "fp32_baseline"
 

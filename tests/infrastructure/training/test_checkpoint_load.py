@@ -9,10 +9,15 @@ import pytest
 import torch
 from checkpoint_state import checkpoint_state
 
+from genesis_fp16_infrastructure.errors import CheckpointError
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
-from genesis_fp16_infrastructure.training.checkpoint_load import read_checkpoint
+from genesis_fp16_infrastructure.training.checkpoint_load import (
+    load_checkpoint,
+    read_checkpoint,
+    reusing_loads,
+)
 
 
 def _state(step: int, scale: float = 1024.0) -> dict[str, Any]:
@@ -114,3 +119,27 @@ def test_removing_or_setting_aside_a_checkpoint_takes_its_summary(tmp_path: Path
     moved = manager.set_aside(manager.checkpoints()[-1], tmp_path / "aside")
     assert summary_path(moved).exists()
     assert list(tmp_path.glob("*.json")) == []
+
+
+def test_within_reusing_loads_the_same_bytes_are_unpickled_once(
+    tmp_path: Path, loads: list[int]
+) -> None:
+    """In a reusing_loads() block a copy of the last checkpoint loaded (same bytes, other
+    path) is not unpickled again; other bytes are, and the block's end forgets it. The
+    digest is still checked on every read: a copy whose bytes changed is refused."""
+    path = CheckpointManager(tmp_path / "a").save(_state(7))
+    copy = tmp_path / "copy" / path.name
+    copy.parent.mkdir()
+    for source in (digest_path(path), path):
+        (copy.parent / source.name).write_bytes(source.read_bytes())
+    other = CheckpointManager(tmp_path / "b").save(_state(8))
+    with reusing_loads():
+        first = load_checkpoint(path)
+        assert load_checkpoint(copy) is first and len(loads) == 1
+        assert load_checkpoint(other)[keys.STEP] == 8 and len(loads) == 2
+        assert load_checkpoint(path) is not first and len(loads) == 3  # the last one only
+        data = copy.read_bytes()
+        copy.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+        with pytest.raises(CheckpointError, match="do not match the digest"):
+            load_checkpoint(copy)
+    assert load_checkpoint(path) is not first and len(loads) == 4

@@ -27,9 +27,8 @@ import torch
 from genesis_fp16_infrastructure.agent_folder.candidates import newest_checkpoint
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATES_FOLDER, QUARANTINE_LOG
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
-from genesis_fp16_infrastructure.contract.reports import DataReport, DriftReport
+from genesis_fp16_infrastructure.contract.reports import DataReport, DriftReport, TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataChange,
     DataFingerprint,

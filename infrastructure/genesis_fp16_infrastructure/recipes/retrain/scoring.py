@@ -17,7 +17,9 @@ the run's eval (its held-out part is the judged run's), not gated (docs/judging.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.recipes.retrain.freshness import record_cache
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
-from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
+from genesis_fp16_infrastructure.recipes.retrain.pool_read import ReadResult, read_pool
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
@@ -65,17 +67,23 @@ def pool_numeric(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor:
 
 
 def success_probability(
-    state: Mapping[str, Any], columns: PoolColumns, labelled: np.ndarray | None = None
+    state: Mapping[str, Any],
+    columns: PoolColumns,
+    labelled: np.ndarray | None = None,
+    numeric: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """P(success) of the labelled records of ``columns`` (``labelled``: those, by their
     place among the labelled; None: every one) by the checkpoint ``state``'s served
-    weights (an ensemble's: its members' mean)."""
+    weights (an ensemble's: its members' mean). ``numeric``: those rows'
+    :func:`pool_numeric`, when built already."""
     saved = read_world_model_state(state)
     model = build_world_model(ModelConfig.from_dict(saved["model"])).eval()
     model.load_state_dict(served_weights(state))
     encoder = FeatureEncoder.from_state(saved["encoder"])
     rows = columns.labelled if labelled is None else columns.labelled[labelled]
-    x = encoder.encode_parts(Categorical.of_rows(columns, rows), pool_numeric(columns, rows))
+    if numeric is None:
+        numeric = pool_numeric(columns, rows)
+    x = encoder.encode_parts(Categorical.of_rows(columns, rows), numeric)
     with torch.no_grad():
         return torch.sigmoid(model(x).success_logit.float())
 
@@ -92,14 +100,34 @@ def brier_losses(p: torch.Tensor, success: np.ndarray) -> np.ndarray:
     return np.asarray((q - success.astype(np.float64)) ** 2)
 
 
-def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
-    """``checkpoint``'s success log-loss and Brier score on the labelled records of the
-    request's pool it asks for (``request.scoring_rows``: the judged run's watch and
-    gate ask for a part), by judged id, segmented by Genesis agent."""
-    if request.data_path is None:
-        raise TrainRequestError(f"{request.agent}: judged models need a data path")
-    options = TaskOptions.from_mapping(request.options)
+@dataclass
+class _RunPool:
+    """The pool one run's scorings share: its read, its records' judged ids, and the
+    numeric inputs of every labelled record once the first scoring built them. A judged
+    run scores up to three models on the same pool (the served one, the one before it,
+    the candidate): read, named and built once, that is two fifths of its judging at
+    100,000 records (20% of the run before, 11% after). Kept while the run's plan (its
+    ``request.snapshot``) lives."""
+
+    plan: weakref.ref[Any] | None
+    key: tuple[str, TaskOptions, str]
+    data: ReadResult
+    ids: list[str]
+    numeric: torch.Tensor | None = None
+
+
+_RUN_POOL: list[_RunPool] = []  # at most one: the last run's
+
+
+def _run_pool(request: TrainRequest, options: TaskOptions) -> _RunPool:
+    """The pool of ``request``'s run, read now unless a scoring of the same run (the same
+    plan object, data path, options and agent) read it already."""
+    assert request.data_path is not None
     checked = request.snapshot.data if request.snapshot is not None else None
+    key = (str(request.data_path), options, request.agent)
+    kept = _RUN_POOL[0] if _RUN_POOL else None
+    if checked is not None and kept and kept.plan and kept.plan() is checked and kept.key == key:
+        return kept
     cache = record_cache(request, checked.scan if checked is not None else None)
     data = read_pool(  # quarantined records kept where the judged run asks (its first read)
         Path(request.data_path),
@@ -109,13 +137,37 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
         cache,
         request.agent,
     )
-    columns = data.columns
-    ids = judged_ids(columns)
-    # The rows asked for, among the labelled: the model's inputs are built for these alone.
+    plan = None if checked is None else weakref.ref(checked)
+    pool = _RunPool(plan, key, data, judged_ids(data.columns))
+    if checked is not None:  # forgotten with the plan: a daemon thread keeps no old pool
+        _RUN_POOL[:] = [pool]
+        weakref.finalize(checked, _forget)
+    return pool
+
+
+def _forget() -> None:
+    """A plan is gone: its pool with it, unless a later run's replaced it already."""
+    if _RUN_POOL and (_RUN_POOL[0].plan is None or _RUN_POOL[0].plan() is None):
+        _RUN_POOL.clear()
+
+
+def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
+    """``checkpoint``'s success log-loss and Brier score on the labelled records of the
+    request's pool it asks for (``request.scoring_rows``: the judged run's watch and
+    gate ask for a part), by judged id, segmented by Genesis agent."""
+    if request.data_path is None:
+        raise TrainRequestError(f"{request.agent}: judged models need a data path")
+    pool = _run_pool(request, TaskOptions.from_mapping(request.options))
+    data, columns, ids = pool.data, pool.data.columns, pool.ids
+    # The rows asked for, among the labelled: the model's inputs are built for these alone
+    # (or taken from those the run's first scoring built for every record).
     asked = np.asarray(request.scoring_rows(ids), dtype=np.int64)
+    if pool.numeric is None and len(asked) == len(ids):
+        pool.numeric = pool_numeric(columns, columns.labelled)
+    numeric = None if pool.numeric is None else pool.numeric[asked]
     try:
         state = load_checkpoint(Path(checkpoint))
-        p = success_probability(state, columns, asked)
+        p = success_probability(state, columns, asked, numeric)
     except (KeyError, RuntimeError) as exc:  # not a world model this build can load
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
     success = columns.success[asked]

@@ -24,13 +24,11 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16_infrastructure.errors import PrecisionError
-from genesis_fp16_infrastructure.training.precision.capabilities import (
-    as_device,
-    same_device,
-)
 from genesis_fp16_infrastructure.training.precision.decide import (
     ResolvedPrecision,
+    as_device,
     decide,
+    same_device,
 )
 from genesis_fp16_infrastructure.training.precision.grad_check import LOW_DTYPES, step_or_skip
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
@@ -39,10 +37,8 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     LOSS_SCALED,
     PRECISIONS,
     PrecisionName,
-    RequestedName,
-)
-from genesis_fp16_infrastructure.training.precision.precision_request import (
     PrecisionRequest,
+    RequestedName,
     as_request,
 )
 

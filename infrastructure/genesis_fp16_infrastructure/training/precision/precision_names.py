@@ -1,4 +1,5 @@
-"""The precision and execution vocabulary of the whole project, importable without torch.
+"""The precision and execution vocabulary of the whole project, and the request a run makes
+in it, importable without torch.
 
 Every list or map of precision names elsewhere (the daemon's settings and metric
 labels, the probe gate, the guard's ladder, a plugin's presets) is derived from these;
@@ -28,11 +29,32 @@ backward with ``torch.compile(mode=COMPILE_MODE)`` (Inductor kernels, CUDA graph
 us) and captures the whole step around them, reported as ``cuda_graph_compiled``; it
 needs a step that can be captured and is an error before the first step where it cannot.
 ``off`` (the default until it is measured on a GPU) compiles nothing.
+
+The precision request, here beside the names it is made of: what one run asks of its
+precision, torch-free and JSON-ready.
+
+One :class:`PrecisionRequest` travels from the operator's settings (the daemon builds it
+once per job, ``genesis_fp16/jobs/run_request.py``) through the run file to the child
+and every torchrun rank (``RunSpec.precision``), to
+:func:`~genesis_fp16_infrastructure.training.precision.decide.decide`, which answers it.
+Nothing on the way turns ``auto`` into a name: ``auto`` means "decided by ``decide()``"::
+
+    >>> request = PrecisionRequest("auto", mode="measure", floor="bf16", floor_reason="guard")
+    >>> PrecisionRequest.from_json(request.to_json()) == request
+    True
+    >>> PrecisionRequest.from_json("fp16")  # a bare name: the library's shorthand
+    PrecisionRequest(requested='fp16', basis=None, mode='rule', excluded={}, note=None, \
+floor=None, floor_reason='', cache=None, budget_s=1.0)
 """
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from genesis_fp16_infrastructure.errors import PrecisionError
 
 PrecisionName = Literal["fp32", "bf16", "fp16"]
 """What a run can compute in, in order of robustness (fp32 never overflows; bf16 has
@@ -117,3 +139,133 @@ EXECUTION_MODES: tuple[str, ...] = ("eager", "cuda_graph", "cuda_graph_compiled"
 # the daemon's genesis_fp16_execution_fallbacks_total{reason}): its first captured steps
 # differed from eager ones from the same state (step/verify.py), or a capture raised.
 FALLBACK_REASONS: tuple[str, ...] = ("verification_mismatch", "capture_failed")
+
+AUTO_PRECISION_MODES: tuple[str, ...] = ("measure", "rule")
+"""How ``auto`` is decided: by timing the candidates, or by the device rule."""
+
+DEFAULT_BUDGET_S = 1.0
+"""The most wall clock a measured ``auto`` spends timing, when nothing else bounds it."""
+
+
+def checked_request(value: object) -> RequestedName:
+    """``value`` as a requested precision, or :class:`PrecisionError` naming the choices."""
+    try:
+        return requested_name(value)
+    except ValueError:
+        valid = ", ".join(REQUESTABLE)
+        raise PrecisionError(f"unknown precision {value!r}; valid precisions: {valid}") from None
+
+
+@dataclass(frozen=True)
+class PrecisionRequest:
+    """What one run asks of its precision, and what bounds the answer.
+
+    - ``requested``: ``fp32``, ``bf16``, ``fp16`` or ``auto``.
+    - ``basis``: who named an explicit precision on the operator's behalf (a plugin's
+      preset under ``auto``); the answer's reason is then this instead of "requested
+      explicitly".
+    - ``mode``: how ``auto`` is decided: ``rule`` (the device rule, the library's
+      default) or ``measure`` (time the task's own steps, the daemon's default; one
+      process only, under torchrun the rule decides and says so).
+    - ``excluded``: precisions ``auto`` must not pick, each with why (a red probe
+      verdict), by the rule or by measurement; fp32 cannot be excluded.
+    - ``note``: what an ``auto``'s reason adds after its pick: why a measurement was
+      not taken (one candidate), what was not timed, a cached one.
+    - ``floor``: the least robust precision the run may use (the precision guard's next
+      rung, or its memory of a demotion): a pick less robust than it, or an ``auto``
+      that comes out at it, runs the floor with ``floor_reason``.
+    - ``cache``: the file a measurement is kept in (and the captured-step verdicts
+      beside it); ``budget_s`` bounds a measurement's wall clock.
+    """
+
+    requested: RequestedName = "auto"
+    basis: str | None = None
+    mode: str = "rule"
+    excluded: Mapping[str, str] = field(default_factory=dict)
+    note: str | None = None
+    floor: PrecisionName | None = None
+    floor_reason: str = ""
+    cache: Path | None = None
+    budget_s: float = DEFAULT_BUDGET_S
+
+    def __post_init__(self) -> None:
+        checked_request(self.requested)
+        if self.mode not in AUTO_PRECISION_MODES:
+            raise PrecisionError(
+                f"auto precision mode {self.mode!r}: choose from {', '.join(AUTO_PRECISION_MODES)}"
+            )
+        if self.floor is not None and self.floor not in PRECISIONS:
+            raise PrecisionError(
+                f"precision floor {self.floor!r}: valid precisions: {', '.join(PRECISIONS)}"
+            )
+        if not self.budget_s > 0:
+            raise PrecisionError(f"calibration budget_s={self.budget_s!r}: must be > 0")
+
+    def __eq__(self, other: object) -> bool:
+        # A plugin written when the request was a name (API_VERSION 1) compares it with
+        # one: ``request.precision == "bf16"`` would be False whatever was asked, silently.
+        if isinstance(other, str):
+            raise TypeError(
+                f"a PrecisionRequest is compared with the name {other!r}: compare "
+                f"request.precision.requested (here {self.requested!r}) with it instead"
+            )
+        if not isinstance(other, PrecisionRequest):
+            return NotImplemented
+        return _values(self) == _values(other)
+
+    @property
+    def measures(self) -> bool:
+        """Whether ``auto`` here is decided by timing candidates (``mode="measure"``)."""
+        return self.requested == "auto" and self.mode == "measure"
+
+    def without_steps(self, last: PrecisionName) -> PrecisionName:
+        """The precision a run that takes no step (up to date) reports: the one asked
+        now, not ``last`` (the precision its model was trained in), unless ``auto`` leaves
+        ``last`` standing; never less robust than the floor::
+
+            >>> PrecisionRequest("fp32").without_steps("bf16")
+            'fp32'
+            >>> PrecisionRequest("auto", floor="bf16").without_steps("fp16")
+            'bf16'
+        """
+        asked = last if self.requested == "auto" else self.requested
+        if self.floor is not None and less_robust(asked, self.floor):
+            return self.floor
+        return asked
+
+    def to_json(self) -> dict[str, Any]:
+        """The request as JSON-ready data (the run file's ``precision``)."""
+        return {
+            "requested": self.requested,
+            "basis": self.basis,
+            "mode": self.mode,
+            "excluded": dict(self.excluded),
+            "note": self.note,
+            "floor": self.floor,
+            "floor_reason": self.floor_reason,
+            "cache": None if self.cache is None else str(self.cache),
+            "budget_s": self.budget_s,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | str) -> PrecisionRequest:
+        """The inverse of :meth:`to_json`; a bare name is ``PrecisionRequest(name)``."""
+        if isinstance(data, str):
+            return cls(checked_request(data))
+        known = {k: v for k, v in data.items() if k in _FIELDS}
+        if known.get("cache") is not None:
+            known["cache"] = Path(known["cache"])
+        known["excluded"] = {str(k): str(v) for k, v in (known.get("excluded") or {}).items()}
+        return cls(**known)
+
+
+_FIELDS = frozenset(PrecisionRequest.__dataclass_fields__)
+
+
+def _values(request: PrecisionRequest) -> tuple[Any, ...]:
+    return tuple(getattr(request, f.name) for f in fields(request))
+
+
+def as_request(value: PrecisionRequest | str) -> PrecisionRequest:
+    """``value`` as a request: a bare name (``"bf16"``) is ``PrecisionRequest(name)``."""
+    return value if isinstance(value, PrecisionRequest) else PrecisionRequest.from_json(value)

@@ -95,19 +95,21 @@ from genesis_fp16_infrastructure.agent_folder import files, records
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION
 from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.training import distributed
-from genesis_fp16_infrastructure.training.precision import capabilities
-from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
+
+# The module too: its detect_capabilities is looked up on each call (a test's one patch).
+from genesis_fp16_infrastructure.training.precision import decide as decide_module
 from genesis_fp16_infrastructure.training.precision.decide import (
     MARGIN,
+    DeviceCapabilities,
     auto_candidates,
     decide,
     measures_here,
 )
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
-from genesis_fp16_infrastructure.training.precision.precision_request import (
+from genesis_fp16_infrastructure.training.precision.precision_names import (
     DEFAULT_BUDGET_S,
+    PrecisionName,
     PrecisionRequest,
 )
 from genesis_fp16_infrastructure.training.reports import (
@@ -203,7 +205,7 @@ def calibrate(
     pays the process's one-time costs before the clock starts (``init_s``).
     """
     dev = torch.device(device)
-    caps = capabilities.detect_capabilities(dev)
+    caps = decide_module.detect_capabilities(dev)
     candidates, skipped = auto_candidates(caps, excluded)
     if len(candidates) < 2:
         return NothingTimed("one candidate, nothing to time")

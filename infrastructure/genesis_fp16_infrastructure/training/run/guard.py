@@ -41,7 +41,9 @@ import torch.distributed as dist
 from torch import nn
 
 from genesis_fp16_infrastructure.training import distributed
-from genesis_fp16_infrastructure.training.precision import capabilities
+
+# The module too: its detect_capabilities is looked up on each call (a test's one patch).
+from genesis_fp16_infrastructure.training.precision import decide as decide_module
 from genesis_fp16_infrastructure.training.precision.decide import (
     ResolvedPrecision,
     decide,
@@ -49,7 +51,7 @@ from genesis_fp16_infrastructure.training.precision.decide import (
 )
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.run.snapshot import SnapshotStore
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
@@ -148,7 +150,7 @@ class PrecisionGuard:
         self.dirty = None
         self._precision = trainer.policy.name
         self._next = next_precision(
-            self._precision, self.config, capabilities.detect_capabilities(trainer.policy.device)
+            self._precision, self.config, decide_module.detect_capabilities(trainer.policy.device)
         )
         self._start_step = trainer.step_count
         self._ema: float | None = None

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from genesis_fp16_infrastructure.json_numbers import finite
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
-from genesis_fp16_infrastructure.training.precision.precision_request import (
+from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionRequest,
     as_request,
 )

@@ -28,7 +28,7 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from genesis_fp16_infrastructure.training.precision.capabilities import same_device
+from genesis_fp16_infrastructure.training.precision.decide import same_device
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.step.trainer import Trainer

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging.run import run_plugin
 
 

@@ -11,8 +11,8 @@ from se_darwin_runs import train
 
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.recipes.retrain.run import SPLIT_FOLDER
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_held_out

@@ -21,8 +21,8 @@ from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates,
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer, served_checkpoint
 from genesis_fp16_infrastructure.agent_folder.repair import roll_back_by_hand, serve_by_hand
 from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin
+from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.recipes.retrain import freshness, pool_read

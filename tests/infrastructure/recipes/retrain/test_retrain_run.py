@@ -14,8 +14,8 @@ import torch
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.agent_folder.pointer import served_checkpoint
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state

@@ -4,6 +4,7 @@ none of the records the judged run holds out."""
 
 from __future__ import annotations
 
+import gc
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +17,11 @@ from se_darwin_runs import train
 
 import genesis_fp16_infrastructure.recipes.retrain.drift as drift
 from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS, trained_id_hashes
-from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.contract.train_request import (
+    AgentSnapshot,
+    DataCheck,
+    TrainRequest,
+)
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import read_trajectories
@@ -158,6 +163,35 @@ def test_asked_for_some_records_it_scores_those_alone_and_the_same(
     none = replace(_request(pools[1]), score_only=ScoreOnly(frozenset()))
     empty = scoring.score_records(models["held_out"], none)  # a gate with no record to judge
     assert empty.ids == () and empty.column("brier") == ()
+
+
+def test_one_runs_scorings_share_its_pool_and_another_run_reads_it_again(
+    pools: tuple[Path, Path], models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scorings of one run (one plan's snapshot) read the pool once and build every
+    record's inputs once: a later scoring of a part, by another model, gives exactly the
+    losses a fresh read gives. A scoring of another plan, or of none, reads it again; the
+    pool is forgotten with its plan, and only with its own."""
+    reads: list[Path] = []
+    real = scoring.read_pool
+    monkeypatch.setattr(scoring, "read_pool", lambda path, *a: reads.append(path) or real(path, *a))
+    plan = AgentSnapshot(None, data=DataCheck(None))
+    request = replace(_request(pools[1]), snapshot=plan)
+    whole = scoring.score_records(models["folds"], request)
+    wanted = [i for i in whole.ids if i.endswith("7") or i.endswith("3")]
+    part = replace(request, score_only=ScoreOnly(frozenset(wanted)))
+    shared = scoring.score_records(models["held_out"], part)
+    assert len(reads) == 1 and list(shared.ids) == wanted
+    fresh = scoring.score_records(models["held_out"], replace(part, snapshot=None))
+    assert shared == fresh and len(reads) == 2
+    other = replace(part, snapshot=AgentSnapshot(None, data=DataCheck(None)))
+    assert scoring.score_records(models["held_out"], other) == fresh and len(reads) == 3
+    del plan, request, part
+    gc.collect()  # the first plan gone: the pool kept is the later one's, still there
+    assert scoring._RUN_POOL and scoring._RUN_POOL[0].plan() is other.snapshot.data
+    del other
+    gc.collect()
+    assert not scoring._RUN_POOL
 
 
 @pytest.mark.parametrize("case", json.loads(PINNED.read_text()), ids=lambda c: f"seed{c['seed']}")

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from genesis_fp16_infrastructure.errors import PrecisionError
-from genesis_fp16_infrastructure.training.precision import capabilities
-from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
+from genesis_fp16_infrastructure.training.precision import decide as decide_module
 from genesis_fp16_infrastructure.training.precision.decide import (
+    DeviceCapabilities,
     decide,
     measures_here,
     planned_precision,
     runs_at_floor,
 )
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Measured
 
 REPO = Path(__file__).resolve().parents[4]
@@ -30,7 +30,7 @@ PLAIN_CPU = DeviceCapabilities("cpu", False, False, "test: no native 16-bit")
 @pytest.fixture
 def bf16_cpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A CPU whose bf16 counts as native, whatever this machine has (the rule's input)."""
-    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: BF16_CPU)
+    monkeypatch.setattr(decide_module, "detect_capabilities", lambda device: BF16_CPU)
     yield
 
 
@@ -149,11 +149,11 @@ def test_the_planned_precision_is_decides_answer_before_the_run(
     def no_probe(device: object) -> object:
         raise AssertionError("the device was probed")
 
-    monkeypatch.setattr(capabilities, "detect_capabilities", no_probe)
+    monkeypatch.setattr(decide_module, "detect_capabilities", no_probe)
     assert planned_precision(PrecisionRequest("fp16", floor="bf16"), "cuda") == "bf16"
     assert planned_precision(PrecisionRequest("fp32", floor="bf16"), "cuda") == "fp32"
     assert planned_precision(PrecisionRequest("auto", mode="measure"), "cuda") is None
-    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: BF16_CPU)
+    monkeypatch.setattr(decide_module, "detect_capabilities", lambda device: BF16_CPU)
     assert planned_precision(PrecisionRequest("auto"), "cpu") == "bf16"
     rows = [_row("fp32", "eager", 1.0), _row("bf16", "eager", 2.0)]
     assert planned_precision(PrecisionRequest("auto", mode="measure"), "cpu", rows) == "fp32"
@@ -179,7 +179,7 @@ def test_bad_requests_are_one_clear_error() -> None:
 
 def test_a_policy_runs_what_was_decided(monkeypatch: pytest.MonkeyPatch) -> None:
     """from_decision builds the policy of the decision, its reason untouched."""
-    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: PLAIN_CPU)
+    monkeypatch.setattr(decide_module, "detect_capabilities", lambda device: PLAIN_CPU)
     decision = decide(PrecisionRequest("fp16", floor="fp32", floor_reason="demoted"), "cpu")
     policy = PrecisionPolicy.from_decision(decision, "cpu")
     assert (policy.name, policy.resolved) == ("fp32", decision)
@@ -259,13 +259,13 @@ def _auto_tests(source: str) -> list[str]:
 
 
 def test_auto_is_decided_only_by_decide() -> None:
-    """No product module but decide.py and precision_request.py branches on a precision
+    """No product module but decide.py and precision_names.py branches on a precision
     being "auto" (the daemon's floor, the gauge's checkpoint, rlhf_ppo's preset and the
     probe gate all did): `auto` means what decide() answers."""
     offenders = []
     for folder in ("infrastructure", "agents", "genesis_fp16"):
         for path in sorted((REPO / folder).rglob("*.py")):
-            if path.name in ("decide.py", "precision_request.py"):
+            if path.name in ("decide.py", "precision_names.py"):
                 continue
             rel = str(path.relative_to(REPO))
             offenders += [

@@ -17,22 +17,22 @@ from genesis_fp16_infrastructure.training import (
     PrecisionPolicy,
     resolve_precision,
 )
-from genesis_fp16_infrastructure.training.precision import capabilities as capabilities_module
+from genesis_fp16_infrastructure.training.precision import decide as decide_module
 from genesis_fp16_infrastructure.training.precision import precision as precision_module
 
 
 @pytest.fixture(autouse=True)
 def _fresh_cpu_detection() -> Iterator[None]:
-    capabilities_module.cpu_capabilities.cache_clear()
+    decide_module.cpu_capabilities.cache_clear()
     yield
-    capabilities_module.cpu_capabilities.cache_clear()
+    decide_module.cpu_capabilities.cache_clear()
 
 
 def _fake(
     monkeypatch: pytest.MonkeyPatch, device_type: str, bf16: bool, fp16: bool
 ) -> DeviceCapabilities:
     caps = DeviceCapabilities(device_type, bf16, fp16, f"fake {device_type}")
-    monkeypatch.setattr(capabilities_module, "detect_capabilities", lambda device: caps)
+    monkeypatch.setattr(decide_module, "detect_capabilities", lambda device: caps)
     return caps
 
 
@@ -83,12 +83,12 @@ def test_auto_on_this_machine_follows_the_detected_capability() -> None:
 
 def test_cpuinfo_and_torch_probe_agree_on_this_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without /proc/cpuinfo the torch CPUID probe is used and finds the same bf16/fp16."""
-    from_cpuinfo = capabilities_module.cpu_capabilities()
-    capabilities_module.cpu_capabilities.cache_clear()
-    monkeypatch.setattr(capabilities_module, "_cpuinfo_flags", lambda path=None: None)
-    from_torch = capabilities_module.cpu_capabilities()
+    from_cpuinfo = decide_module.cpu_capabilities()
+    decide_module.cpu_capabilities.cache_clear()
+    monkeypatch.setattr(decide_module, "_cpuinfo_flags", lambda path=None: None)
+    from_torch = decide_module.cpu_capabilities()
     assert from_torch.source.startswith("torch CPUID probe")
-    if not capabilities_module._torch_cpu_flags():
+    if not decide_module._torch_cpu_flags():
         pytest.skip("this torch build has no CPUID probe")
     assert (from_torch.native_bf16, from_torch.native_fp16) == (
         from_cpuinfo.native_bf16,
@@ -100,14 +100,14 @@ def test_cpuinfo_parsing_reads_flags(tmp_path: Path) -> None:
     """The flags line of a cpuinfo file decides native bf16/fp16; a missing file gives None."""
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512f amx_bf16 amx_fp16\n")
-    assert capabilities_module._cpuinfo_flags(info) == {
+    assert decide_module._cpuinfo_flags(info) == {
         "fpu",
         "sse2",
         "avx512f",
         "amx_bf16",
         "amx_fp16",
     }
-    assert capabilities_module._cpuinfo_flags(tmp_path / "absent") is None
+    assert decide_module._cpuinfo_flags(tmp_path / "absent") is None
 
 
 @pytest.mark.parametrize(
@@ -156,7 +156,7 @@ def test_fp16_on_a_cpu_with_native_fp16_has_no_warning(monkeypatch: pytest.Monke
 
 def test_fp16_on_this_cpu_warns_when_it_lacks_native_fp16() -> None:
     """On the real CPU, the fp16 warning is present exactly when no native fp16 was detected."""
-    caps = capabilities_module.cpu_capabilities()
+    caps = decide_module.cpu_capabilities()
     assert (resolve_precision("fp16", "cpu").warning is None) == caps.native_fp16
 
 

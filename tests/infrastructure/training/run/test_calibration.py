@@ -16,11 +16,14 @@ from test_fit import RegressionTask
 from genesis_fp16_infrastructure.agent_folder import records
 from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.training import FitOptions, TrainerConfig, fit
-from genesis_fp16_infrastructure.training.precision import capabilities
-from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
-from genesis_fp16_infrastructure.training.precision.decide import auto_candidates, choose
+from genesis_fp16_infrastructure.training.precision import decide
+from genesis_fp16_infrastructure.training.precision.decide import (
+    DeviceCapabilities,
+    auto_candidates,
+    choose,
+)
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Measured
 from genesis_fp16_infrastructure.training.run import calibration as cal
 
@@ -31,7 +34,7 @@ NATIVE_BF16 = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native
 def bf16_native(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Make bf16 a candidate on any CPU (its arithmetic is real either way; only the
     'is it native?' answer is forced, so the test does not depend on AVX512-BF16)."""
-    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: NATIVE_BF16)
+    monkeypatch.setattr(decide, "detect_capabilities", lambda device: NATIVE_BF16)
     yield
 
 
@@ -388,7 +391,7 @@ RUN_SCALER = ScalerConfig(init_scale=512.0, growth_interval=3, hysteresis=2)
 @pytest.fixture
 def fp16_native(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Make bf16 and fp16 candidates on any CPU (real fp16 arithmetic either way)."""
-    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: NATIVE_BOTH)
+    monkeypatch.setattr(decide, "detect_capabilities", lambda device: NATIVE_BOTH)
     yield
 
 

@@ -19,8 +19,8 @@ import torch
 from test_fit import RegressionTask
 
 from genesis_fp16_infrastructure.training import TrainerConfig
-from genesis_fp16_infrastructure.training.precision import capabilities
-from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
+from genesis_fp16_infrastructure.training.precision import decide
+from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
 from genesis_fp16_infrastructure.training.reports import under_load
 from genesis_fp16_infrastructure.training.run import calibration as cal
@@ -96,7 +96,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeClock, list[Any
     every step: (precision, how it ran, inside the timed window?)."""
     clock = FakeClock()
     log: list[tuple[str, str, bool]] = []
-    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: NATIVE_BOTH)
+    monkeypatch.setattr(decide, "detect_capabilities", lambda device: NATIVE_BOTH)
 
     def build(bench: Any, name: str, mode: str) -> FakeTrainer:
         clock.advance(BUILD_S)

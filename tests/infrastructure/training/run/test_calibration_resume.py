@@ -14,9 +14,9 @@ import torch
 from test_fit import RegressionTask
 
 from genesis_fp16_infrastructure.training import FitOptions, fit
-from genesis_fp16_infrastructure.training.precision import capabilities
-from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision import decide
+from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Measured, under_load
 from genesis_fp16_infrastructure.training.run import calibration as cal
 
@@ -29,7 +29,7 @@ def flipping_load(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """bf16 taken as native, and every measurement read as under load (p90 = 2 x p10),
     the first choosing bf16 and every later one fp32: a job that measured again at a
     resume would switch. Yields the precisions each measurement chose."""
-    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: NATIVE_BF16)
+    monkeypatch.setattr(decide, "detect_capabilities", lambda device: NATIVE_BF16)
     chosen: list[str] = []
 
     def rows(bench: Any, names: Any, captured_too: bool, skipped: Any) -> list[Measured]:

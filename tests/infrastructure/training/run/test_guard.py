@@ -21,8 +21,8 @@ from guard_faults import (
     guarded_run,
 )
 
+from genesis_fp16_infrastructure.contract.reports import TrainResult, min_useful_steps
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult, min_useful_steps
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     FitOptions,
@@ -31,8 +31,7 @@ from genesis_fp16_infrastructure.training import (
     fit,
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
-from genesis_fp16_infrastructure.training.precision.decide import next_precision
+from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities, next_precision
 from genesis_fp16_infrastructure.training.precision.guard_config import (
     PrecisionMemory,
     read_precision_memory,

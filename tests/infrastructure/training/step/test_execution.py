@@ -10,8 +10,8 @@ from typing import NamedTuple
 import pytest
 import torch
 
+from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.training import (
     FitOptions,
