@@ -31,7 +31,7 @@ import msgspec
 import torch
 
 from genesis_fp16.plugin_api import TrainResult
-from genesis_fp16.status import history, past
+from genesis_fp16.status import history, render
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, gather_status
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
@@ -140,7 +140,7 @@ def measure(agents: int, repeats: int) -> dict[str, tuple[float, float]]:
         timings: dict[str, list[float]] = {}
         for index in range(repeats + 2):
             history._CACHE.clear()  # cold: as if every agent had run since the last request
-            past._DRAWN.clear()
+            render._DRAWN.clear()
             cold = _request(state, names)
             warm = _request(state, names)
             if index < 2:

@@ -326,7 +326,7 @@ def model_list_samples(text: str) -> list[list[str]]:
 def test_every_model_list_sample_has_the_codes_columns() -> None:
     """Each `model list` table a doc shows has the columns the command prints, in order
     (the README's sample lacked GATE)."""
-    from genesis_fp16.commands.model_list import HEADER
+    from genesis_fp16.commands.model import HEADER
 
     stale = [
         f"{name}: {columns}"

@@ -84,7 +84,7 @@ def test_the_readme_reads_in_five_minutes() -> None:
 def test_the_live_legend_is_what_model_list_prints() -> None:
     """The README's example of the LIVE column is the cell `model list` prints for those
     figures, and REGRESSION is its mark for a regression."""
-    from genesis_fp16.commands.model_list import _live
+    from genesis_fp16.commands.model import _live
 
     example = re.search(r"for example `(\d+) rec, (\w+) ([-+][\d.]+) \[([-+][\d.]+), "
                         r"([-+][\d.]+)\] vs previous`", README)  # fmt: skip

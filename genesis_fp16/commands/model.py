@@ -24,16 +24,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import time
+from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.model_list import list_models
 from genesis_fp16.commands.named_agent import agent_folder
 from genesis_fp16.config.agent_names import agent_argument
-from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings_reading import load_settings_for_reading
+from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16.status.report import held_by_pin, held_words
-from genesis_fp16_infrastructure.api import AgentFolder, ServedPointerError
+from genesis_fp16_infrastructure.api import (
+    AgentFolder,
+    CheckpointsFolder,
+    LiveMark,
+    Outcome,
+    ScoresOn,
+    ServedPointer,
+    ServedPointerError,
+    files,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -62,9 +72,6 @@ def run(args: argparse.Namespace) -> int:
     agent, as_json = str(args.agent), bool(args.json)
     try:
         home = agent_folder(agent, read_only=args.action == "list")
-        known = known_agent_names()
-        if agent not in known and not home.root.exists():  # a typo, not an agent without state
-            raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")
         folder = home.checkpoint_dir
         if args.action == "list":
             # read as agent_folder read them (a refused .env's other lines), said once there
@@ -144,3 +151,261 @@ def _unpin(home: AgentFolder, agent: str) -> dict[str, Any]:
         "message": f"{agent}: {served} served, not pinned: the daemon's "
         f"gate may replace it with a candidate of new data{hint}",
     }
+
+
+# The table's header (the docs' samples show it: tests/test_doc_claims.py compares them).
+HEADER = (
+    f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'SCORES':<36}  {'GATE':<26}  "
+    f"{'TRAINED':<20}  LIVE"
+)
+
+
+def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 86400.0) -> int:
+    """``model list``: with a promotion gate, a row per candidate, with its state
+    (``SERVED``, ``pinned``, ``previous-N``, or the gate's verdict), records, precision,
+    scores (each gated loss column's mean, the primary first, then what is reported beside
+    them: se_darwin's ``log_loss``, ``brier`` and ``auc``) and time, an unusable pointer
+    said in one line above the rows with the command that repairs it; without a gate,
+    one row: the newest checkpoint."""
+    models = CheckpointsFolder(folder)
+    if not models.holds_models():
+        return _list_ungated(models, agent, as_json)
+    try:
+        models.served_checkpoint()
+        pointer, unusable = models.repairable_pointer(), None
+    except ServedPointerError as exc:
+        pointer, unusable = None, str(exc)
+    rows = _rows(models, pointer)
+    watched = None  # the served model's watch: watched or not (why), its segments' figures
+    if pointer is not None:
+        served, now = pointer.served, time.time()
+        predecessor = bool(pointer.history)
+        watched = watch_state(served.served_at, served.live, predecessor, now, idle_seconds)
+    pin = pointer.pinned.to_json() if pointer and pointer.pinned else None
+    held = held_by_pin(models, pin, pointer.served.id) if pointer else []
+    if as_json:
+        answer = {
+            "agent": agent,
+            "gate": True,
+            "served": pointer.served.id if pointer else None,
+            "pinned": pin,
+            "held": held,
+            "pointer_error": unusable,
+            "watch": watched,
+            "models": rows,
+        }
+        print(json.dumps(answer, indent=2))
+        return 0
+    if unusable is not None:
+        print(
+            f"{agent}: the served-model pointer is unusable, nothing is served: {unusable}".replace(
+                "AGENT", agent
+            )
+        )
+    elif pointer is not None and pointer.pinned is not None:
+        print(_pin_line(agent, pointer, held))
+    if not rows:
+        print(f"{agent}: no model trained yet ({folder})")
+        return 0
+    print(HEADER)
+    for row in rows:
+        print(
+            f"{row['id']:<28} {row['state']:<12} {row['records'] or '-':>7} "
+            f"{row['precision'] or '-':<5} {_scores(row):<36}  {_gate(row):<26}  "
+            f"{row['trained_at'] or '-':<20}  {_live(row['live'])}"
+        )
+    for line in _watch_lines(agent, watched):
+        print(line)
+    return 0
+
+
+def _pin_line(agent: str, pointer: ServedPointer, held: list[str]) -> str:
+    """The pin above the table: the pinned model, by what and when, and the candidates
+    the gate held since (named only when there are some)."""
+    by, at = (pointer.pinned.by, pointer.pinned.at) if pointer.pinned else (None, None)
+    said = f"{agent}: {pointer.served.id} pinned by `{by}` at {at}"
+    if held:
+        serve = f"`genesis-fp16 model promote {agent} ID` serves one, "
+    else:
+        serve = "the gate holds a better candidate instead of serving it; "
+    return f"{said}: {held_words(held)} ({serve}`genesis-fp16 model unpin {agent}` lifts the pin)"
+
+
+def _watch_lines(agent: str, watched: dict[str, Any] | None) -> list[str]:
+    """The watch below the table: not watched (why), and each segment's figures."""
+    if watched is None:
+        return []
+    lines = []
+    if watched["state"] != "watching":
+        lines.append(f"{agent}: the served model is NOT WATCHED: {watched['reason']}")
+    for seg in watched.get("segments") or []:
+        if isinstance(seg, dict) and seg.get("records"):
+            flag = " REGRESSION" if seg.get("regression") else ""
+            lines.append(
+                f"  watch segment {seg.get('name')}: {seg['records']} rec, "
+                f"{seg.get('difference') or 0:+.3f} [{seg.get('lower', 0):+.3f}, "
+                f"{seg.get('upper', 0):+.3f}], evidence {seg.get('evidence')}{flag}"
+            )
+    test = watched.get("self_test")
+    if isinstance(test, dict):
+        lines.append(
+            f"  watch self-test: {test.get('false_rollbacks')} false rollbacks in "
+            f"{test.get('replays')} A/A replays, rate {test.get('rate')} "
+            f"[{test.get('lower')}, {test.get('upper')}]"
+        )
+    return lines
+
+
+def _rows(models: CheckpointsFolder, pointer: ServedPointer | None) -> list[dict[str, Any]]:
+    served_id = pointer.served.id if pointer else None
+    how = pointer.served.how if pointer else None
+    earlier = [h.id for h in pointer.history] if pointer else []
+    live = {e.id: e.live for e in [pointer.served, *pointer.history]} if pointer else {}
+    rows = []
+    for candidate in reversed(models.candidates()):
+        meta, verdict = models.meta(candidate), models.verdict(candidate)
+        scores = _scores_on(verdict.candidate)
+        outcome = verdict.outcome or "training"
+        served = candidate.name == served_id
+        if served:
+            state = "SERVED" if pointer is None or pointer.pinned is None else "SERVED,pinned"
+        elif candidate.name in earlier:
+            state = f"previous-{earlier.index(candidate.name) + 1}"
+        else:
+            state = outcome
+        rows.append(
+            {
+                "id": candidate.name,
+                "state": state,
+                "served": served,
+                "how": how if served else None,  # first, gate, manual, rollback
+                "previous": earlier.index(candidate.name) + 1
+                if candidate.name in earlier
+                else None,
+                "verdict": outcome,
+                "gate_verdict": verdict.gate_outcome or outcome,
+                "fingerprint": meta.fingerprint,
+                # the first model's meta cannot know them: its verdict's scores count them
+                "records": meta.records if meta.records is not None else scores.records,
+                "precision": verdict.precision,
+                # each gated loss column's mean (the primary first); reported beside: AUC
+                "losses": {k: v for k, v in scores.figures().items() if k in scores.losses},
+                "reported": dict(scores.reported),
+                "trained_at": meta.created_at,
+                "reason": verdict.reason,
+                # Issue 62: an inconclusive one's records needed, and the sets or segments
+                # (se_darwin: Genesis agents) that were shown worse or left undecided.
+                "records_needed": verdict.records_needed,
+                # Issue 68: judged on held-out records, or on the plugin's training data
+                "evidence": verdict.evidence,
+                "deciding": _deciding(verdict.comparisons),
+                # The live watch's figures: the pointer's, or a rolled-back one's verdict's
+                "live": live.get(candidate.name) or verdict.live,
+            }
+        )
+    return rows
+
+
+def _deciding(comparisons: list[Any]) -> list[str]:
+    """The sets (``set:segment`` for a segment) whose finding decided a verdict that is
+    not a promotion: those shown worse, else those left inconclusive."""
+    found: dict[str, list[str]] = {"worse": [], "inconclusive": []}
+    for c in comparisons:
+        if isinstance(c, dict) and c.get("finding") in found:
+            name = f"{c.get('set')}:{c['segment']}" if c.get("segment") else str(c.get("set"))
+            found[str(c["finding"])].append(name)
+    return found["worse"] or found["inconclusive"]
+
+
+def _gate(row: dict[str, Any]) -> str:
+    """The gate's verdict in a few words: an inconclusive one with the records it needs,
+    a rejected one with the set or segment that was worse; "(on training data)" when it
+    stands on records the candidate may have trained on (issue 68)."""
+    verdict = str(row.get("gate_verdict") or "-")
+    text = verdict
+    if verdict == Outcome.INCONCLUSIVE and row.get("records_needed"):
+        text = f"{verdict}, needs {row['records_needed']}"
+    elif verdict == Outcome.REJECTED and row.get("deciding"):
+        text = f"rejected: {','.join(row['deciding'])}"
+    if row.get("evidence") == "training_data":
+        text += " (on training data)"
+    return text
+
+
+def _live(figures: Any) -> str:
+    """The live watch's figures in one cell: records, the primary loss column's difference
+    from the predecessor and its bounds, and the verdict when a column's test found a
+    regression, naming the columns; ``-`` where the figures are missing or not numbers (a
+    hand's edit of the pointer)."""
+    live = LiveMark.of(figures if isinstance(figures, dict) else {})
+    w = live.watched
+    if not live.records or None in (live.primary, w.difference, w.lower, w.upper):
+        return "-"
+    text = (
+        f"{live.records} rec, {live.primary} {w.difference:+.3f} "
+        f"[{w.lower:+.3f}, {w.upper:+.3f}] vs previous"
+    )
+    said = f"; {', '.join(live.regressed)}" if live.regressed else ""
+    return text + (f"{said} REGRESSION" if live.regression else "")
+
+
+def _list_ungated(models: CheckpointsFolder, agent: str, as_json: bool) -> int:
+    """An agent without a promotion gate: its newest checkpoint is what it serves."""
+    folder = models.path
+    try:
+        newest = models.newest_checkpoint() if folder.is_dir() else None
+    except OSError:
+        newest = None
+    row: dict[str, Any] | None = None
+    if newest is not None:
+        summary = models.summary(newest) or {}
+        row = {
+            "checkpoint": newest.name,
+            "step": summary.get("step"),
+            "precision": summary.get("precision"),
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(newest.stat().st_mtime)),
+            "eval": _last_eval(folder.parent),
+        }
+    if as_json:
+        print(json.dumps({"agent": agent, "gate": False, "newest": row}, indent=2))
+        return 0
+    if row is None:
+        print(f"{agent}: no checkpoint yet ({folder}); it has no promotion gate")
+        return 0
+    evaluated = ", ".join(f"{k} {_num(v)}" for k, v in (row["eval"] or {}).items()) or "-"
+    print(
+        f"{agent}: no promotion gate: serves its newest checkpoint {row['checkpoint']} "
+        f"(step {row['step']}, {row['precision'] or '-'}, written {row['written_at']}, "
+        f"eval {evaluated})"
+    )
+    return 0
+
+
+def _last_eval(agent_root: Path) -> dict[str, Any] | None:
+    """The eval figures the agent's last run reported (``last_run.json``), if it kept any."""
+    try:
+        record = AgentFolder.at(agent_root).last_run()
+    except files.UnusableStateFile:  # not a record: no figures
+        return None
+    figures = None if record is None else record.eval
+    if not isinstance(figures, dict):
+        return None
+    return {k: v for k, v in figures.items() if isinstance(v, int | float)} or None
+
+
+def _num(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.3f}"
+
+
+def _scores_on(scores: Any) -> ScoresOn:
+    """A verdict's scores (any version's; none, or unreadable: none)."""
+    try:
+        return ScoresOn.from_json(scores) if isinstance(scores, dict) else ScoresOn("-")
+    except ValueError:  # a hand-edited verdict: its row shows no score
+        return ScoresOn("-")
+
+
+def _scores(row: dict[str, Any]) -> str:
+    """The SCORES cell: each figure as ``name value``, the primary loss first; ``-``: none."""
+    figures = {**row["losses"], **row["reported"]}
+    return " ".join(f"{name} {value:.3f}" for name, value in figures.items()) or "-"

@@ -19,7 +19,6 @@ from typing import Any
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.named_agent import agent_folder
 from genesis_fp16.config.agent_names import agent_argument
-from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.jobs.guard_state import describe
 from genesis_fp16_infrastructure.api import AgentFolder, SetAside
 
@@ -51,9 +50,6 @@ def run(args: argparse.Namespace) -> int:
     agent = str(args.agent)
     # show reads (a refused .env: its other lines, said on stderr); reset acts: it refuses
     folder = agent_folder(agent, read_only=args.action == "show")
-    known = known_agent_names()
-    if agent not in known and not folder.root.exists():  # a typo, not an agent without state
-        raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")
     if args.action == "show":
         return _show(args, agent, folder)
     # A running daemon may be recording a run's demotions into the same file: take turns.

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.reading import settings_for_reading
@@ -25,6 +26,9 @@ from genesis_fp16.config.settings import (
     resolve_device,
 )
 from genesis_fp16_infrastructure.api import write_json_atomic
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.api import ProbeReport
 
 # genesis_fp16_infrastructure.probe.runner.OPTIMIZERS, repeated: that module imports torch, and the
 # parser (--help included) is built without it. A test checks that the two agree.
@@ -116,18 +120,47 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_files(args: argparse.Namespace, report: Any, out: dict[str, Any]) -> dict[str, str]:
-    from genesis_fp16.commands.probe_plot import PlotUnavailable, plot_layer_errors
-
     args.out.mkdir(parents=True, exist_ok=True)
     data = args.out / f"probe-{args.agent}.json"
     write_json_atomic(data, out)
-    try:
-        plot = plot_layer_errors(
-            report, args.out / f"probe-{args.agent}.png", f"probe: {args.agent}"
-        )
-    except PlotUnavailable as exc:
-        raise UsageError(str(exc)) from None
+    plot = plot_layer_errors(report, args.out / f"probe-{args.agent}.png", f"probe: {args.agent}")
     return {"json": str(data), "plot": str(plot)}
+
+
+def plot_layer_errors(report: ProbeReport, path: Path, title: str = "") -> Path:
+    """Write a PNG of ||g - g32|| / ||g32|| per parameter for every low-precision variant.
+
+    matplotlib is an optional extra (``pip install 'genesis-fp16[plot]'``), imported only
+    when a plot is asked for."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display: the plot only goes to a file
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise UsageError(
+            f"the probe plot needs matplotlib ({exc}); install it with "
+            "pip install 'genesis-fp16[plot]', or leave out --out"
+        ) from None
+    shown = [v for v in report.variants if v.family != "fp32" and v.error is None]
+    layers = list(shown[0].measures.layer_errors) if shown else []
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(layers) + 3) + 3, 5))
+    floor = 1e-12  # log axis: exact zeros (an FP32 island) drawn at the bottom
+    for variant in shown:
+        errors = [variant.measures.layer_errors[name] for name in layers]
+        values = [e if math.isfinite(e) else 1e3 for e in errors]
+        ax.plot(range(len(layers)), [max(v, floor) for v in values], marker="o", label=variant.name)
+    ax.axhline(report.noise_floor, color="black", linestyle="--", label="minibatch noise floor")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(layers)), layers, rotation=90, fontsize=7)
+    ax.set_ylabel("||g - g32|| / ||g32||  (non-finite at 1e3)")
+    ax.set_title(title or f"precision probe on {report.device}: recommended {report.recommended}")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def apply_defaults(args: argparse.Namespace, settings: Settings) -> None:

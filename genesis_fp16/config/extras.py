@@ -32,8 +32,6 @@ def tensorboard_missing() -> str | None:
 
     Looks the package up without importing it (settings are checked at every start-up).
     """
-    try:
-        found = importlib.util.find_spec("tensorboard") is not None
-    except (ImportError, ValueError):  # a package blocked in sys.modules, a broken one
-        found = False
-    return None if found else f"tensorboard is not installed: {TENSORBOARD_EXTRA}"
+    return (
+        None if _importable("tensorboard") else f"tensorboard is not installed: {TENSORBOARD_EXTRA}"
+    )

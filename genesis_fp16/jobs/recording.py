@@ -16,8 +16,9 @@ from typing import Any
 
 import structlog
 
+from genesis_fp16.config.settings import Settings
 from genesis_fp16.config.storage import storage_error
-from genesis_fp16.jobs import guard_state, scale_memory
+from genesis_fp16.jobs import guard_state
 from genesis_fp16.jobs.job_state import JobContext, Run
 from genesis_fp16.jobs.progress_text import Progress
 from genesis_fp16.jobs.run_request import expected_precision, precision_request
@@ -168,7 +169,7 @@ def _finish(
     elif outcome == "success":
         ctx.unlearned.pop(agent, None)
     guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
-    scale_memory.record_scale(ctx.settings, agent, result)
+    record_scale(ctx.settings, agent, result)
     if show_precision:
         ctx.metrics.set_precision(agent, result.precision_used)
     ctx.metrics.set_execution(agent, result.execution)
@@ -253,6 +254,27 @@ def _export_live(ctx: JobContext, agent: str, result: TrainResult) -> None:
         log.warning("served model rolled back: live regression", agent=agent, live=live.to_json())
     elif live is not None and live.regression:
         log.warning("live regression not rolled back", agent=agent, live=live.to_json())
+
+
+def record_scale(settings: Settings, agent: str, result: TrainResult) -> None:
+    """Carry the run's last loss scale to the agent's next run, or forget it (a demotion, a
+    precision other than fp16); a run that took no step (up to date) leaves it as it is.
+
+    An fp16 run that starts without a checkpoint of its own would start at the initial
+    scale and skip its first steps finding it again: ``plan_request`` puts the carried
+    scale (``AgentState.initial_scale``, from ``loss_scale.json``:
+    :mod:`genesis_fp16_infrastructure.training.precision.carried_scale`) in
+    ``TrainRequest.initial_loss_scale`` when the request asks for the precision the carried
+    run asked for. ``precision show`` prints it and ``precision reset`` forgets it."""
+    if result.steps == 0:
+        return
+    folder = AgentFolder(settings.state_dir, agent)
+    carried = result.carried_scale()
+    try:
+        folder.save_carried_scale(carried)
+    except OSError as exc:
+        path = str(folder.loss_scale_path)
+        log.error("cannot write the carried loss scale", path=path, error=str(exc))
 
 
 def _show_next_precision(ctx: JobContext, agent: str, device: str) -> None:

@@ -8,7 +8,7 @@ files, the served-model pointer and the plugin's data check), then works out: th
 requested precision and why (:func:`precision_request`: flag, rollback switch,
 per-agent override, how ``auto`` is decided, the precision guard's remembered floor),
 the device, the budget (:func:`budget`), the data (when none is configured, the
-agent's data folder or its generated sample: ``config.paths.default_data_path``), the
+agent's data folder or its generated sample: :func:`default_data_path`), the
 guard's configuration and the agent's options. The snapshot travels in the request
 (``TrainRequest.snapshot``): nothing after the plan reads those files again. The
 daemon's launcher hands the result to a child or torchrun's ranks whole, as a JSON file
@@ -34,7 +34,6 @@ from typing import Any
 
 import structlog
 
-from genesis_fp16.config.paths import default_data_path
 from genesis_fp16.config.settings import (
     AGENT_VARIABLE_PREFIX,
     Settings,
@@ -241,6 +240,32 @@ def plan_request(
     # The data scanned once, and whether anything changed: the last piece of the snapshot.
     checked = with_data_check(snapshot, capabilities, request)
     return RunPlan(replace(request, snapshot=checked), ignored)
+
+
+def default_data_path(
+    plugin: AgentPlugin,
+    folder: AgentFolder,
+    count: int,
+    seed: int,
+    data_folder: bool | None = None,
+) -> Path:
+    """What ``plugin`` trains on when no data path is configured: its data folder
+    (``<state>/agents/<agent>/data/``) when it reads a folder of pools (it declares
+    ``data_folder = True``: plugin_api's ``ReadsDataFolder``) and its sample lies inside
+    it, else the generated sample file itself (``AgentFolder.sample_data`` generates it
+    on first use, either way, and keeps its marker). ``data_folder``: that declaration as
+    the loader read it (the plan's ``Capabilities``), read from ``plugin`` only when not
+    given."""
+    sample = folder.sample_data(plugin.generate_sample_data, count, seed)
+    if data_folder is None:
+        data_folder = capabilities_of(plugin).data_folder
+    if not data_folder:
+        return sample
+    try:
+        Path(sample).resolve().relative_to(folder.data_dir.resolve())
+    except ValueError:  # a plugin that writes its sample elsewhere: that file, as before
+        return sample
+    return folder.data_dir
 
 
 def with_data_check(

@@ -14,12 +14,6 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-EVENT_METRIC_NAMES = (
-    "genesis_fp16_events_undelivered",
-    "genesis_fp16_event_deliveries_total",
-    "genesis_fp16_events_dropped",
-)
-
 
 class EventMetrics:
     """``genesis_fp16_events_undelivered{agent}``, ``genesis_fp16_event_deliveries_total

@@ -8,19 +8,21 @@ judged run, so that the rollback counter exists at 0 before its first rollback (
 
 Rollbacks are counted from the served-model pointer's journal, not from the run's report:
 a child killed after its rollback reached the pointer sends no report, and its rollback
-still happened. ``observe_journal`` counts each journal entry once, by its sequence
-number, from the first number it saw (``baseline``, at the agent's first run in this
-daemon: what came before was counted by an earlier daemon, or never)::
+still happened. The ``cursor`` hands each journal entry out once, by its sequence number,
+from the first number it saw (``baseline``, at the agent's first run in this daemon: what
+came before was counted by an earlier daemon, or never), and ``count_rollbacks`` counts
+the live-regression rollbacks among them::
 
 >>> from prometheus_client import CollectorRegistry, generate_latest
 >>> registry = CollectorRegistry()
 >>> metrics = LiveMetrics(registry)
 >>> metrics.baseline("se_darwin", [])
 >>> rollback = JournalEntry(seq=2, kind="rollback", reason="live_regression")
->>> metrics.observe_journal("se_darwin", [JournalEntry(seq=1, kind="gate"), rollback])
+>>> journal = [JournalEntry(seq=1, kind="gate"), rollback]
+>>> metrics.count_rollbacks("se_darwin", metrics.cursor.new("se_darwin", journal))
 1
->>> metrics.observe_journal("se_darwin", [rollback])  # seen: not counted twice
-0
+>>> metrics.cursor.new("se_darwin", [rollback])  # seen: not handed out (or counted) twice
+[]
 >>> live = LiveReport.from_json({"served": "m2", "against": "m1", "records": 300,
 ...     "new_records": 300, "difference": 0.6, "lower": 0.4, "upper": 0.8, "margin": 0.02,
 ...     "alpha": 0.05, "regression": True, "rolled_back": True, "metric": "log_loss"})
@@ -176,13 +178,9 @@ class LiveMetrics:
         """Where counting starts for ``agent`` (:meth:`JournalCursor.baseline`)."""
         self.cursor.baseline(agent, journal)
 
-    def observe_journal(self, agent: str, journal: Sequence[JournalEntry]) -> int:
-        """Count the live-regression rollbacks of the journal not counted yet (each once,
-        whoever ran it and whether or not its run reported); returns how many."""
-        return self.count_rollbacks(agent, self.cursor.new(agent, journal))
-
     def count_rollbacks(self, agent: str, new: Sequence[JournalEntry]) -> int:
-        """Count the live-regression rollbacks among ``new`` journal entries."""
+        """Count the live-regression rollbacks among ``new`` journal entries (the cursor's:
+        each once, whoever ran it and whether or not its run reported); returns how many."""
         counted = sum(1 for e in new if e.kind == "rollback" and e.reason == LIVE_REGRESSION)
         if counted:
             self.rollbacks.labels(agent=agent).inc(counted)
@@ -208,7 +206,7 @@ class LiveMetrics:
         self.margin.labels(agent=agent).set(w.margin)
         self.regression.labels(agent=agent).set(float(live.regression and not promoted))
         self._observe_watch(agent, live)
-        # A reported rollback is counted from the journal (observe_journal), once.
+        # A reported rollback is counted from the journal (count_rollbacks), once.
 
     def _observe_watch(self, agent: str, live: LiveReport) -> None:
         """The per-segment figures, the evidence, the records needed and the self-test."""

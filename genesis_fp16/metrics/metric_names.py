@@ -7,10 +7,6 @@ and the tests read the same lists the daemon exports.
 
 from __future__ import annotations
 
-from genesis_fp16.metrics.diagnostics_export import RL_METRIC_NAMES
-from genesis_fp16.metrics.event_metrics import EVENT_METRIC_NAMES
-from genesis_fp16.metrics.probe_metrics import PROBE_METRIC_NAMES
-from genesis_fp16.metrics.range_metrics import RANGE_METRIC_NAMES
 from genesis_fp16_infrastructure.api import PRECISIONS, Outcome
 
 PREFIX = "genesis_fp16"
@@ -46,52 +42,3 @@ RUN_DURATION_BUCKETS = (
 # The quality figures genesis_fp16_eval_quality carries, by its metric label: held-out, or
 # out of fold where the agent cross-validates a small pool (se_darwin under 3,334 records).
 EVAL_QUALITY = ("auc", "auc_ci_low", "auc_ci_high", "examples")
-
-# Every metric name DaemonMetrics exports, as scraped (counters with their _total).
-METRIC_NAMES = (
-    "genesis_fp16_loss_scale",
-    "genesis_fp16_optimizer_steps_total",
-    "genesis_fp16_skipped_steps_total",
-    "genesis_fp16_overflow_rate",
-    "genesis_fp16_nonfinite_loss_total",
-    "genesis_fp16_grad_norm",
-    "genesis_fp16_samples_total",
-    "genesis_fp16_train_loss",
-    "genesis_fp16_step_seconds",
-    "genesis_fp16_eval_loss",
-    "genesis_fp16_eval_quality",
-    "genesis_fp16_early_stop_best_step",
-    "genesis_fp16_precision",
-    "genesis_fp16_execution",
-    "genesis_fp16_execution_fallbacks_total",
-    "genesis_fp16_auto_step_seconds",
-    "genesis_fp16_precision_demotions_total",
-    "genesis_fp16_fault_bundles_total",
-    "genesis_fp16_training_runs_total",
-    "genesis_fp16_training_runs_started_total",
-    "genesis_fp16_run_failures_total",
-    "genesis_fp16_jobs_skipped_total",
-    "genesis_fp16_runs_overdue",
-    "genesis_fp16_training_run_duration_seconds",
-    "genesis_fp16_last_success_timestamp_seconds",
-    "genesis_fp16_state_files_skipped_total",
-    "genesis_fp16_tracking_write_failures_total",
-    "genesis_fp16_last_learned_timestamp_seconds",
-    "genesis_fp16_training_records",
-    "genesis_fp16_new_records_total",
-    "genesis_fp16_records_quarantined_total",
-    "genesis_fp16_scheduler_heartbeat_timestamp_seconds",
-    "genesis_fp16_plugin_load_failures_total",
-    "genesis_fp16_plugin_load_stuck",
-    "genesis_fp16_plugin_names_refused_total",
-    "genesis_fp16_config_reloads_total",
-    "genesis_fp16_config_last_reload_successful",
-    "genesis_fp16_build_info",
-    "genesis_fp16_device_info",
-    "genesis_fp16_device_memory_peak_bytes",
-    "genesis_fp16_run_phase_seconds",
-    *PROBE_METRIC_NAMES,  # genesis_fp16/metrics/probe_metrics.py
-    *RL_METRIC_NAMES,  # genesis_fp16/metrics/diagnostics_export.py
-    *RANGE_METRIC_NAMES,  # genesis_fp16/metrics/range_metrics.py
-    *EVENT_METRIC_NAMES,  # genesis_fp16/metrics/event_metrics.py
-)

@@ -14,12 +14,6 @@ from prometheus_client import CollectorRegistry, Gauge
 from genesis_fp16_infrastructure.api import LOW_PRECISIONS
 
 COLOUR_VALUES = {"green": 0, "amber": 1, "red": 2}
-PROBE_METRIC_NAMES = (
-    "genesis_fp16_probe_verdict",
-    "genesis_fp16_probe_recommended",
-    "genesis_fp16_probe_precision_verdict",
-    "genesis_fp16_probe_timestamp_seconds",
-)
 
 
 def colour_value(colour: str) -> int | None:

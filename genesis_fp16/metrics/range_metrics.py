@@ -1,7 +1,7 @@
 """Per-layer range statistics in Prometheus, with bounded cardinality.
 
 A run reports its sampled steps' range statistics as a
-:class:`~genesis_fp16_infrastructure.contract.reports.RangeSummary` (``TrainResult.ranges``):
+:class:`~genesis_fp16_infrastructure.training.reports.RangeSummary` (``TrainResult.ranges``):
 the modules nearest fp16's overflow and nearest its underflow, and every module's totals.
 Only the ``k`` nearest of each (per agent) and a ``module="(all)"`` row are exported, and
 the series of a module that left them are removed, so an agent never holds more than

@@ -79,7 +79,7 @@ class AgentHistory:
 
 # The last history built per agent folder, by what it was built from (the history file's
 # and the quarantine folder's stat, the pointer's parts it reads): a page asked for again
-# with nothing changed reads no history line again, and draws nothing again (past.py
+# with nothing changed reads no history line again, and draws nothing again (render.py
 # keeps the drawing by the history object). Bounded: cleared past CACHE_AGENTS folders.
 CACHE_AGENTS = 256
 _CACHE: dict[str, tuple[tuple[Any, ...], AgentHistory, tuple[str, ...]]] = {}

@@ -9,7 +9,7 @@ device and raises where CUDA would have raised::
     with DeviceAudit():
         plugin.train(request)          # request.device is "cpu"
     # DeviceAuditError: torch.multinomial draws from a host generator for tensors on
-    # the run's device (genesis_fp16_agents.rlhf_ppo.rollout:74)
+    # the run's device (genesis_fp16_infrastructure.rl.rollout)
 
 The rules, applied to every torch call made inside the block (a ``TorchFunctionMode``):
 

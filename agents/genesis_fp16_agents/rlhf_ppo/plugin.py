@@ -115,7 +115,6 @@ DECLARED_OPTIONS: tuple[AgentOption, ...] = (
         for name, text in _PPO_HELP.items()
     ),
 )
-OPTIONS = tuple(option.name for option in DECLARED_OPTIONS)
 
 
 def check_single_process() -> None:
@@ -131,7 +130,7 @@ def check_single_process() -> None:
 
 
 def _ppo_config(task: TaskConfig, options: Mapping[str, Any]) -> PPOConfig:
-    # ``options`` come from parse_options, which refuses any name outside OPTIONS.
+    # ``options`` come from parse_options, which refuses any name outside DECLARED_OPTIONS.
     overrides = {k: options[k] for k in PPO_OPTIONS if k in options}
     return PPOConfig(task=task, **overrides)
 

@@ -2,9 +2,9 @@
 ``ppo_epochs * minibatches`` optimizer steps over the rollouts.
 
 ``fit()`` runs the loop, checkpoints, the guard and its demotions (see
-:mod:`genesis_fp16_infrastructure.training.run.iterations`); this task gives it the
+:func:`genesis_fp16_infrastructure.training.run.loop.run_iterations`); this task gives it the
 model (policy and critic as one :class:`ActorCritic`, fp32 master weights), the rollouts
-of each iteration (:mod:`~genesis_fp16_agents.rlhf_ppo.rollout`) and the PPO loss.
+of each iteration (:mod:`~genesis_fp16_infrastructure.rl.rollout`) and the PPO loss.
 
 The preset follows the precision the trainer runs in (``resolve_preset``): fit()'s one
 decision at the first iteration, and after a demotion the next precision's preset

@@ -39,7 +39,7 @@ class SEDarwinPlugin:
     batch_types = (Batch,)
     # Its data is a folder of pools: with no data path configured the daemon trains it on
     # <state>/agents/se_darwin/data/, the generated sample and every pool dropped beside it
-    # (genesis_fp16.config.paths.default_data_path; docs/se-darwin.md, "Where to put data").
+    # (genesis_fp16.jobs.run_request.default_data_path; docs/se-darwin.md, "Where to put data").
     data_folder = True
     # Judged models (contract.judging): the success head's losses per record (retrain.
     # scoring: its log-loss, the primary column), clipped to [0, loss_span] (P(success)

@@ -19,15 +19,6 @@ from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION, CAPTURE_VERDICTS
 from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Calibration
 
-__all__ = [
-    "CALIBRATION_VERSION",
-    "CaptureVerdict",
-    "read_calibration",
-    "read_capture_verdicts",
-    "write_capture_verdicts",
-]
-
-CALIBRATION_VERSION = CACHE_VERSION
 CAPTURE_VERSION = 1
 
 
@@ -68,7 +59,7 @@ def read_calibration(path: Path, unusable: files.Listener | None = None) -> Cali
 
     def decode(data: Any) -> Calibration | None:
         version = data.get("version")
-        if isinstance(version, int) and version != CALIBRATION_VERSION:
+        if isinstance(version, int) and version != CACHE_VERSION:
             return None  # written by another release: measured again, then replaced
         return Calibration.from_json(data)
 

@@ -14,27 +14,19 @@ key as before they were typed; ``from_json`` refuses what does not fit in one li
 - :class:`GateReport`: the promotion gate's verdict (``gate``), its sets'
   :class:`GateComparison`, its models' :class:`ScoresOn` (``{metric: figure}`` maps);
 - :class:`LiveReport`: the live watch's report of the served model against its
-  predecessor on new records (``live``);
-- :class:`EarlyStopReport`: early stopping's record (``early_stop``);
-- :class:`Demotion`: one of the precision guard's demotions (``demotions``);
-- :class:`FaultBundle`: one of the flight recorder's bundles (``fault_bundles``);
-- :class:`Calibration`: what a measured ``auto`` timed (``precision_calibration``),
-  of :class:`Measured` rows; also the calibration cache's file;
-- :class:`RangeSummary`: the per-layer range statistics of the run's sampled steps
-  (``ranges``), of :class:`ModuleRange` rows.
+  predecessor on new records (``live``).
 
-The last five are made by the training component, so they are its
-(:mod:`~genesis_fp16_infrastructure.training.reports`), named here with the rest. This
-module imports no torch; no component imports it (tests/test_layering.py).
+The training component's records (early stop, demotions, fault bundles, calibration,
+range statistics) are its own, in :mod:`~genesis_fp16_infrastructure.training.reports`.
+This module imports no torch; no component imports it (tests/test_layering.py).
 
->>> Demotion.from_json({"from": "fp16", "to": "bf16", "reason": "overflow_storm",
-...     "step": 40, "rollback_step": 30, "detail": "12 of 20 steps overflowed"}).to
-'bf16'
->>> Demotion.from_json({"from": "fp8", "to": "bf16"})
+>>> DataReport.from_json({"records": 40, "fingerprint": "abc", "change": "first"}).change
+'first'
+>>> DataReport.from_json({"records": 40, "fingerprint": "abc", "change": "maybe"})
 Traceback (most recent call last):
 ...
-genesis_fp16_infrastructure.record_codec.ReportError: Demotion.from: one of \
-'fp32', 'bf16', 'fp16' expected, got 'fp8'
+genesis_fp16_infrastructure.record_codec.ReportError: DataReport.change: one of \
+'first', 'unchanged', 'changed' expected, got 'maybe'
 >>> min_useful_steps(200)
 92
 """
@@ -68,7 +60,6 @@ from genesis_fp16_infrastructure.record_codec import (
     OMIT_NONE,
     ROUND,
     Record,
-    ReportError,
     decode_record,
     encode_record,
 )
@@ -81,38 +72,16 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     RequestedName,
 )
 from genesis_fp16_infrastructure.training.reports import (
-    CACHE_VERSION,
     Calibration,
     Demotion,
     EarlyStopReport,
     FaultBundle,
-    Measured,
-    ModuleRange,
     RangeSummary,
 )
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.train_request import TrainRequest
     from genesis_fp16_infrastructure.training.run.fit import FitResult
-
-__all__ = [
-    "CACHE_VERSION",
-    "Calibration",
-    "DataReport",
-    "Demotion",
-    "DriftReport",
-    "EarlyStopReport",
-    "FaultBundle",
-    "GateComparison",
-    "GateReport",
-    "LiveFigures",
-    "LiveReport",
-    "Measured",
-    "ModuleRange",
-    "RangeSummary",
-    "ReportError",
-    "ScoresOn",
-]
 
 _R6 = {ROUND: 6}
 _OPTIONAL = {OMIT_NONE: True}

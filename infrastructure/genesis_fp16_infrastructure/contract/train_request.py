@@ -79,21 +79,16 @@ DEFAULT_STEPS = 100
 class TrainRequest(RunSpec, RunCallbacks):
     """What the daemon, or ``genesis-fp16 train``, asks an agent to do in one run.
 
-    The run's own fields (``precision``, ``device``, ``steps``, ``epochs``, ``seed``,
-    ``resume``, ``checkpoint_seconds``, ``log_interval``, ``guard``, ``fsdp``,
-    ``cuda_graph``, ``compile``) and the callbacks ``on_log``, ``should_stop`` and
-    ``on_diagnostics`` (set together: :meth:`with_callbacks`) are
+    The run's own fields (``precision``, ``device``, the budget, ``resume``, the
+    checkpoint cadence, ``guard``, ``fsdp``, the step fields) and the callbacks (set
+    together: :meth:`with_callbacks`) are
     :class:`~genesis_fp16_infrastructure.training.run.spec.RunSpec`'s and
-    :class:`~genesis_fp16_infrastructure.training.run.spec.RunCallbacks`', shared with
-    ``FitOptions``; the rest are the agent's. ``precision`` is the
-    :class:`~genesis_fp16_infrastructure.training.precision.precision_names.PrecisionRequest`
-    (what was asked, how ``auto`` is decided, the probe's exclusions, the guard's
-    remembered floor), answered by ``decide()`` in the run, and ``precision_reason`` says
-    who asked for it (a CLI flag, ``ENABLE_FP16_TRAINING``, a per-agent override).
-    ``steps`` counts optimizer steps of this run, skipped ones
-    included; with ``resume`` they come on top of the checkpoint's, unless the checkpoint
-    is an interrupted run's with the same budget, which then finishes. ``guard`` turns on
-    the precision guard; None leaves it off. Fields are keyword-only.
+    :class:`~genesis_fp16_infrastructure.training.run.spec.RunCallbacks`', which say what
+    each means, shared with ``FitOptions``; the rest are the agent's. ``precision_reason``
+    says who asked for the precision (a CLI flag, ``ENABLE_FP16_TRAINING``, a per-agent
+    override). With ``resume``, ``steps`` come on top of the checkpoint's, unless the
+    checkpoint is an interrupted run's with the same budget, which then finishes. Fields
+    are keyword-only.
     """
 
     agent: str

@@ -34,17 +34,6 @@ from genesis_fp16_infrastructure.record_codec import (
 )
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
-__all__ = [
-    "CACHE_VERSION",
-    "Calibration",
-    "Demotion",
-    "EarlyStopReport",
-    "Measured",
-    "ModuleRange",
-    "RangeSummary",
-    "TrainingSummary",
-]
-
 
 @dataclass(frozen=True)
 class EarlyStopReport(Record):

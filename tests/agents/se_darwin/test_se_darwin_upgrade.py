@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16.commands.model_list import list_models
+from genesis_fp16.commands.model import list_models
 from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer

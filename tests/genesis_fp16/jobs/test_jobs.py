@@ -248,7 +248,7 @@ def test_a_run_whose_recording_fails_is_a_counted_failed_run_with_its_error_line
         raise RuntimeError("cannot carry the scale")
 
     ctx = _context(tmp_path, monkeypatch)
-    monkeypatch.setattr(recording.scale_memory, "record_scale", broken)
+    monkeypatch.setattr(recording, "record_scale", broken)
     with capture_logs() as logs:
         run_agent_job(ctx, AGENT, _FellBack())  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "training run failed"]

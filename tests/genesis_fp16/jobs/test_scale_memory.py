@@ -15,14 +15,14 @@ import torch
 from daemon_harness import daemon_env
 
 from genesis_fp16.config.settings import AgentSettings, Settings
+from genesis_fp16.jobs.recording import record_scale
 from genesis_fp16.jobs.run_request import plan_request
-from genesis_fp16.jobs.scale_memory import record_scale
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.api import read_snapshot
 from genesis_fp16_infrastructure.training.reports import Demotion
-from genesis_fp16_infrastructure.training.run.verify_capture import Verdict, write_verdict
+from genesis_fp16_infrastructure.training.run.verify_capture import CaptureVerdict, write_verdict
 
 AGENT = "rlhf_ppo"
 
@@ -123,7 +123,9 @@ def test_precision_show_lists_the_captured_step_verdicts_and_reset_forgets_them(
     the file so that the next captured run verifies again."""
     paths = AgentFolder(tmp_path, AGENT)
     key = {"precision": "fp16", "execution": "cuda_graph", "device": "cuda X", "torch": "2"}
-    write_verdict(paths.verification_path, Verdict(False, "step 5: parameters differ", key, 8))
+    write_verdict(
+        paths.verification_path, CaptureVerdict(False, "step 5: parameters differ", key, 8)
+    )
     shown = _cli(tmp_path, "precision", "show", AGENT)
     assert "NOT trusted, runs eager (step 5: parameters differ)" in shown
     assert "captured-step verdicts forgotten" in _cli(tmp_path, "precision", "reset", AGENT)

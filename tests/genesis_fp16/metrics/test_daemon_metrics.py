@@ -8,7 +8,6 @@ from fake_results import train_result
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.metrics.metric_names import METRIC_NAMES
 from genesis_fp16_infrastructure.api import Calibration
 from genesis_fp16_infrastructure.contract.reports import DataReport
 from genesis_fp16_infrastructure.training.reports import EarlyStopReport, Measured
@@ -62,19 +61,13 @@ def test_resumed_totals_are_not_counted_again() -> None:
     assert value(registry, "genesis_fp16_samples_total", agent="a") == 160
 
 
-def test_registry_is_the_one_passed_in_and_names_match_the_list() -> None:
-    """Two daemons' metrics live on separate registries; every listed name is exported."""
+def test_registry_is_the_one_passed_in() -> None:
+    """Two daemons' metrics live on separate registries."""
     first, second = CollectorRegistry(), CollectorRegistry()
     DaemonMetrics(first, "1").set_precision("a", "bf16")
     DaemonMetrics(second, "1")
     assert value(first, "genesis_fp16_precision", agent="a", precision="bf16") == 1
     assert value(second, "genesis_fp16_precision", agent="a", precision="bf16") is None
-    exported = {
-        sample_name
-        for family in first.collect()
-        for sample_name in {family.name, family.name + "_total"}
-    }
-    assert set(METRIC_NAMES) <= exported
     assert value(first, "genesis_fp16_build_info", version="1") == 1
 
 

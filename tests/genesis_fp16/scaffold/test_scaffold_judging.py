@@ -16,7 +16,7 @@ import pytest
 import torch
 from script_module import load_script
 
-from genesis_fp16.commands.model_list import list_models
+from genesis_fp16.commands.model import list_models
 from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequestError
 from genesis_fp16.scaffold import agent_source
 from genesis_fp16.status.report import read_served

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from genesis_fp16.commands.model_list import _live
+from genesis_fp16.commands.model import _live
 from genesis_fp16.plugin_api import PrecisionRequest, RecordLosses, TrainRequest, TrainResult
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, gather_status

@@ -15,7 +15,9 @@ judged split does not hold out (``split.py``; the checkpoint names them,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ import torch
 from genesis_fp16_infrastructure.agent_folder.candidates import newest_checkpoint
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATES_FOLDER, QUARANTINE_LOG
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
-from genesis_fp16_infrastructure.contract.reports import DriftReport, TrainResult
+from genesis_fp16_infrastructure.contract.reports import DataReport, DriftReport, TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataChange,
@@ -34,6 +36,7 @@ from genesis_fp16_infrastructure.data.fingerprint import (
     fingerprint_of,
 )
 from genesis_fp16_infrastructure.data.readers import ReadResult
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.errors import CheckpointError
 from genesis_fp16_infrastructure.gc_pause import paused_gc
 from genesis_fp16_infrastructure.phases import PhaseClock
@@ -45,28 +48,20 @@ from genesis_fp16_infrastructure.recipes.retrain.freshness import (
 )
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
-from genesis_fp16_infrastructure.recipes.retrain.refit import (
-    SPLIT_FOLDER,
-    refit_record,
-    train_refit,
-)
-from genesis_fp16_infrastructure.recipes.retrain.run_report import (
-    cache_record,
-    data_record,
-    log_drift,
-    run_extra,
-    trained_extra,
-)
 from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_held_out
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
-from genesis_fp16_infrastructure.training import CheckpointManager, EarlyStopping, fit
+from genesis_fp16_infrastructure.training import CheckpointManager, EarlyStopping, FitResult, fit
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_checkpoint
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
 
 logger = logging.getLogger(__name__)
+
+SUPERSEDED_FOLDER = "superseded"  # final_fit=whole: earlier checkpoints of the folder, kept
+SPLIT_FOLDER = "split"  # final_fit=whole: the split run's checkpoints, under the candidate
 
 
 def train(request: TrainRequest) -> TrainResult:
@@ -262,3 +257,156 @@ def _quarantine_path(request: TrainRequest) -> Path | None:
     if folder.parent.name == CANDIDATES_FOLDER:
         folder = folder.parent.parent
     return request.quarantine_path or QUARANTINE_LOG.at(folder)
+
+
+def train_refit(
+    request: TrainRequest, task: WorldModelTask, data: ReadResult, split: FitResult
+) -> FitResult:
+    """``final_fit=whole``: train a fresh model on every labelled record the judged run
+    does not hold out, for the step count the split run served (its best validated step:
+    what the pool needs), with no early stopping; it is what the candidate offers
+    (``docs/se-darwin.md``, "final_fit").
+
+    It writes one checkpoint, at its end, into the request's folder. A resumed request
+    continues an earlier refit found there (same encoder, at most that many steps) to the
+    same step count, so a finished one takes no step; any other checkpoint there (another
+    step count, other data) is first moved into ``superseded/<UTC time>/`` under the
+    folder, since it would otherwise be the newest: kept, but no longer served.
+    """
+    best = split.early_stop.best_step if split.early_stop is not None else None
+    steps = int(best or split.summary.step)
+    whole = task.on_whole_pool(data, request.device)
+    folder = Path(request.checkpoint_dir)
+    done = _refit_done(folder, whole, steps) if request.resume else None
+    if done is None:
+        _set_aside_checkpoints(folder)
+    logger.info("final_fit=whole: %d record(s), %d step(s)", len(whole.train_data), steps)
+    options = request.fit_options(
+        # What the split run ended in, after any demotion; the request's measurement cache
+        # (where captured steps' verdicts are kept) and floor stay.
+        precision=dataclasses.replace(request.precision, requested=split.precision.used),
+        steps=steps - (done or 0),
+        epochs=None,
+        resume=done is not None,
+        checkpoint_steps=steps or 1,  # the end only: a refit is at most the split's length
+        checkpoint_seconds=None,
+        on_log=None,  # its step counter starts again at 0: not the run's progress
+    )
+    return fit(whole, options)
+
+
+def _refit_done(folder: Path, whole: WorldModelTask, steps: int) -> int | None:
+    """The steps of an earlier refit in ``folder`` that this one can continue, or None."""
+    found = CheckpointManager(folder).load_latest()
+    if found is None:
+        return None
+    state = found[0]
+    same_data = state.get(keys.EXTRA, {}).get("encoder") == whole.encoder.state_dict()
+    step = int(state[keys.STEP])
+    return step if same_data and step <= steps else None
+
+
+def _set_aside_checkpoints(folder: Path) -> None:
+    manager = CheckpointManager(folder)
+    into = folder / SUPERSEDED_FOLDER / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for path in manager.checkpoints():
+        moved = manager.set_aside(path, into)
+        logger.warning("moved %s to %s (kept, no longer served)", path, moved)
+
+
+def refit_record(refit: FitResult, records: int, split_checkpoint: Path | None) -> dict[str, Any]:
+    """``extra.final_fit`` of ``train --json``: what is served, and what ``eval`` measures."""
+    return {
+        "mode": "whole",
+        "records": records,
+        "steps": refit.summary.step,
+        "precision": refit.precision.used,
+        "checkpoint": str(refit.checkpoint) if refit.checkpoint else None,
+        "split_checkpoint": str(split_checkpoint) if split_checkpoint else None,
+        "stopped_early": refit.stopped_early,
+        "eval": "the split model's, on its held-out part; the served model trained on it too",
+    }
+
+
+# What the run reports beside its counts (contract.reports): the data it trained on and
+# what changed, the drift of the new records (logged when flagged), how the records were
+# split; train builds its result from these once.
+
+
+def log_drift(drift: DriftReport, agent: str) -> None:
+    """One line for a flagged report: what moved, and by how much."""
+    if drift.any_flagged:
+        logger.warning(
+            "%s: %d new record(s) drifted: %s; success rate shift %+.3f (threshold %.3f)",
+            agent,
+            drift.new_records,
+            ", ".join(f"{k} {drift.features[k]:.3f}" for k in drift.flagged) or "none",
+            drift.label_shift,
+            drift.label_shift_threshold,
+        )
+
+
+def data_record(seen: DataFingerprint, change: DataChange | None) -> DataReport:
+    """The run's ``data``: the records trained on and what changed."""
+    if change is None:
+        return DataReport(seen.records, seen.digest, "first")
+    return DataReport(
+        seen.records,
+        seen.digest,
+        "unchanged" if change.unchanged else "changed",
+        previous_records=change.previous,
+        new=change.added,
+        removed=change.removed,
+        relabelled=change.relabelled,
+    )
+
+
+def split_record(task: WorldModelTask) -> dict[str, Any]:
+    """``extra.split`` of ``train --json``: how the records were used."""
+    if task.cross_validated:
+        return {
+            "mode": "cross_validation",
+            "folds": task.members,
+            "records": len(task.train_data),
+            "eval": "out-of-fold: each record scored by the member that did not train on it",
+        }
+    return {
+        "mode": "held_out",
+        "train": len(task.train_data),
+        "validation": len(task.validation_data),
+        "held_out": len(task.eval_data),
+    }
+
+
+def run_extra(result: FitResult, data: ReadResult, task: WorldModelTask) -> dict[str, Any]:
+    """The run's own record in ``extra`` (the daemon reads none of it): its steps over
+    the whole chain, the records used, skipped as duplicates or unlabelled, the split."""
+    return {
+        "total_steps": result.summary.step,
+        "examples": data.labelled,
+        "duplicates": data.duplicates,
+        "unlabelled": data.unlabelled,
+        "split": split_record(task),
+    }
+
+
+def trained_extra(result: FitResult, candidate: str) -> dict[str, Any]:
+    """What a run that trained adds to ``extra``: the precision's warning, the checkpoint
+    it resumed from and its candidate's name."""
+    return {
+        "precision_warning": result.precision.warning,
+        "resumed_from": str(result.resumed_from) if result.resumed_from else None,
+        "candidate": candidate,
+    }
+
+
+def cache_record(cache: RecordCache) -> dict[str, int]:
+    """``extra.record_cache``: the per-file record cache's counts for this read."""
+    return {
+        "files_cached": cache.hits,
+        "files_read": cache.misses,
+        "files_continued": cache.continued,  # appended .jsonl: new lines only
+        "write_failures": cache.write_failures,
+        "entries_unreadable": cache.unreadable,  # damaged entries: their files parsed again
+        "pool_cached": int(cache.pool_hit),  # the joined pool whole: no file decoded
+    }

@@ -267,7 +267,7 @@ def _groups_from(
 
 
 def _iteration_start(task: TrainingTask, scratch: Trainer) -> Callable[[int], None] | None:
-    """For a task with iterations (training.run.iterations): its ``begin_iteration`` on the
+    """For a task with iterations (training.run.loop.run_iterations): its ``begin_iteration`` on the
     scratch trainer, so that each iteration's batches are rolled out again with the
     scratch weights, which are the run's at that iteration's start (the guard snapshots
     at iteration boundaries only). The task's per-iteration state then points at the

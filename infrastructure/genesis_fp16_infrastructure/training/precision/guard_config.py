@@ -139,8 +139,6 @@ class GuardConfig:
 
 
 MEMORY_VERSION = 1
-# A memory of ten demotions is about 3 KB; a file over this bound is not one.
-MAX_MEMORY_BYTES = PRECISION_STATE.limit
 
 
 @dataclass(frozen=True)
@@ -198,7 +196,8 @@ def remember_demotions(
 def read_precision_memory(path: Path) -> PrecisionMemory | None:
     """Load the state file; None when there is none. A broken file raises ValueError
     (:class:`~genesis_fp16_infrastructure.agent_folder.files.UnusableStateFile` for a folder, FIFO,
-    link, a file over ``MAX_MEMORY_BYTES`` or bytes that are not UTF-8)."""
+    link, a file over ``PRECISION_STATE.limit`` (64 KiB: ten demotions are about 3 KB) or
+    bytes that are not UTF-8)."""
     data = files.read_json(Path(path), PRECISION_STATE)  # UnusableStateFile: unusable
     if data is None:
         return None

@@ -29,20 +29,16 @@ from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
 from genesis_fp16_infrastructure.training.precision.decide import decide_continued
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import measured_execution, policy_for_run
-from genesis_fp16_infrastructure.training.run.demotion import demote_run, failure_at_last_rung
-from genesis_fp16_infrastructure.training.run.guard import (
-    PrecisionGuard,
-    Snapshot,
-    checkpoints_after,
-)
-from genesis_fp16_infrastructure.training.run.iterations import run_iterations
+from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard, checkpoints_after
 from genesis_fp16_infrastructure.training.run.loop import (
     early_stop_tracker,
     evaluate,
     final_summary,
+    run_iterations,
     run_steps,
     run_targets,
 )
@@ -153,7 +149,7 @@ def _fit(
             if recorder is not None and guard is not None and guard.dirty is not None:
                 recorder.after_check(guard, trainer)
             break
-        failure = failure_at_last_rung(guard, trainer.policy.name)
+        failure = _failure_at_last_rung(guard, trainer.policy.name)
         if failure is not None:  # nowhere to demote to: the run cannot learn, and ends failed
             break
         if recorder is not None:  # before anything changes: the trainer is still the troubled one
@@ -305,6 +301,20 @@ def _trainer_config(options: FitOptions) -> TrainerConfig:
     return TrainerConfig(**shared, **own)
 
 
+def _failure_at_last_rung(
+    guard: PrecisionGuard, precision: PrecisionName
+) -> Mapping[str, str] | None:
+    """After a trigger fired: the run's failure (``FitResult.failure``: ``reason`` and
+    ``detail``) when ``precision`` is the ladder's last rung, logged as an error; None
+    where a demotion answers the trigger. At the last rung a trigger fires only for a run
+    whose steps are persistently skipped: it cannot learn, and ends there."""
+    trouble = guard.pending
+    if not guard.last_rung or trouble is None:
+        return None
+    logger.error("precision guard: %s cannot train this run: %s", precision, trouble.detail)
+    return {"reason": trouble.reason, "detail": trouble.detail}
+
+
 def _demote(
     task: TrainingTask,
     trainer: Trainer,
@@ -313,24 +323,31 @@ def _demote(
     position: Position,
     guard: PrecisionGuard,
 ) -> tuple[Trainer, Demotion]:
-    """Roll back to the guard's last good state in a trainer of the next precision."""
+    """Roll back to the guard's last good state in a trainer of the next precision, and
+    the demotion's record.
 
-    def restore(demoted: Trainer, snapshot: Snapshot) -> None:
-        position.epoch, position.batch = snapshot.epoch, snapshot.batch
-        loader = getattr(task, "load_extra_state", None)
-        if callable(loader):
-            loader(snapshot.extra)
-        if manager is not None:
-            # Checkpoints written after the rollback step hold the troubled trajectory.
-            for stale in checkpoints_after(manager.checkpoints(), manager.path_for(snapshot.step)):
-                logger.warning("precision guard: removing %s (after the rollback step)", stale)
-                manager.remove(stale)
-        verify_run(task, demoted, options.seed, verification_cache(options.precision.cache))
-
-    return demote_run(
-        guard,
-        trainer,
-        options.scaler,
-        lambda policy: _build_trainer(task, policy, options),
-        restore,
+    Needs a fired trigger (``guard.pending``) below the ladder's last rung. The policy
+    takes the run's loss-scaler config, not the troubled trainer's (a rebuilt trainer's
+    own may be a default). The guard then watches the new trainer from the rolled-back
+    state, keeping its snapshot: the state rolled back to is the last good one.
+    """
+    device = trainer.policy.device
+    policy, record = guard.demote(
+        trainer.policy,
+        lambda decision: PrecisionPolicy.from_decision(decision, device, options.scaler),
     )
+    snapshot = guard.restore()
+    demoted = _build_trainer(task, policy, options)
+    demoted.load_state_dict(snapshot.trainer)  # model, optimizers, schedulers, scaler, RNG
+    position.epoch, position.batch = snapshot.epoch, snapshot.batch
+    loader = getattr(task, "load_extra_state", None)
+    if callable(loader):
+        loader(snapshot.extra)
+    if manager is not None:
+        # Checkpoints written after the rollback step hold the troubled trajectory.
+        for stale in checkpoints_after(manager.checkpoints(), manager.path_for(snapshot.step)):
+            logger.warning("precision guard: removing %s (after the rollback step)", stale)
+            manager.remove(stale)
+    verify_run(task, demoted, options.seed, verification_cache(options.precision.cache))
+    guard.start(demoted, snapshot.epoch, snapshot.batch, snapshot=False)
+    return demoted, record

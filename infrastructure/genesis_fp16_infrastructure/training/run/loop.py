@@ -1,6 +1,7 @@
 """The steps of a run: where it stops (its targets), the loop over epochs and batches with
 periodic checkpoints, validation for early stopping, the closing summary and the final
-evaluation. ``fit()`` calls :func:`run_steps` once, and again after each demotion."""
+evaluation. ``fit()`` calls :func:`run_steps` (or, for a task with iteration hooks,
+:func:`run_iterations`) once, and again after each demotion."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopTracker
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
 from genesis_fp16_infrastructure.training.run.options import FitOptions
 from genesis_fp16_infrastructure.training.run.resume import Position, checkpoint_state
-from genesis_fp16_infrastructure.training.run.task import TrainingTask, to_device
+from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask, to_device
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,12 @@ logger = logging.getLogger(__name__)
 class Targets:
     step: int | None
     epoch: int | None
+
+    def reached(self, step: int, epoch: int) -> bool:
+        """Whether a run at ``step`` and ``epoch`` has reached either target."""
+        return (self.step is not None and step >= self.step) or (
+            self.epoch is not None and epoch >= self.epoch
+        )
 
 
 def run_targets(options: FitOptions, first_step: int, position: Position) -> Targets:
@@ -49,14 +56,18 @@ def run_targets(options: FitOptions, first_step: int, position: Position) -> Tar
         isinstance(saved, dict)
         and saved.get("complete") is False
         and (saved.get("steps"), saved.get("epochs")) == (options.steps, options.epochs)
-        and not _reached(saved, first_step, position.epoch)
     ):
-        targets = Targets(saved.get("target_step"), saved.get("target_epoch"))
-        logger.info(
-            "continuing an interrupted run toward its own target (step %s, epoch %s)",
-            targets.step,
-            targets.epoch,
-        )
+        own = Targets(saved.get("target_step"), saved.get("target_epoch"))
+        # Reached where it was saved: killed after its last periodic save, before its
+        # end-of-run one. It ended in all but its record, so this run trains its own budget
+        # instead of "continuing" to a target it reached (0 steps, for ever).
+        if not own.reached(first_step, position.epoch):
+            targets = own
+            logger.info(
+                "continuing an interrupted run toward its own target (step %s, epoch %s)",
+                targets.step,
+                targets.epoch,
+            )
     position.run = {
         "steps": options.steps,
         "epochs": options.epochs,
@@ -65,17 +76,6 @@ def run_targets(options: FitOptions, first_step: int, position: Position) -> Tar
         "complete": False,
     }
     return targets
-
-
-def _reached(saved: dict[str, Any], step: int, epoch: int) -> bool:
-    """Whether an interrupted run had reached its own target where it was saved: killed
-    after its last step's periodic save, before its end-of-run one. It ended in all but
-    its record, so the next run trains its own budget instead of "continuing" to a
-    target it reached (0 steps, for ever)."""
-    target_step, target_epoch = saved.get("target_step"), saved.get("target_epoch")
-    return (isinstance(target_step, int) and step >= target_step) or (
-        isinstance(target_epoch, int) and epoch >= target_epoch
-    )
 
 
 def run_steps(
@@ -93,16 +93,10 @@ def run_steps(
 
     Also returns (False) when the guard fires; ``fit()`` then demotes and calls again.
     """
-    step_target, epoch_target = targets.step, targets.epoch
     accum = options.trainer.grad_accum_steps
     cadence = Cadence.of(options)
 
-    def done() -> bool:
-        return (step_target is not None and trainer.step_count >= step_target) or (
-            epoch_target is not None and position.epoch >= epoch_target
-        )
-
-    while not done():
+    while not targets.reached(trainer.step_count, position.epoch):
         batches = iter(task.train_batches(position.epoch, options.seed))
         # Exact mid-epoch resume: skip exactly the batches the checkpointed run consumed.
         for _ in islice(batches, position.batch):
@@ -131,7 +125,7 @@ def run_steps(
             if manager is not None and cadence.due(trainer.step_count):
                 manager.save(checkpoint_state(task, trainer, options, position))
                 cadence.saved()
-            if done() or patience_out:
+            if targets.reached(trainer.step_count, position.epoch) or patience_out:
                 return False
         if not yielded:
             raise ValueError(
@@ -140,6 +134,94 @@ def run_steps(
             )
         position.epoch += 1
         position.batch = 0
+    return False
+
+
+def run_iterations(
+    task: IterationHooks,
+    trainer: Trainer,
+    options: FitOptions,
+    manager: CheckpointManager | None,
+    position: Position,
+    targets: Targets,
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+    guard: PrecisionGuard | None,
+    recorder: FlightRecorder | None = None,
+) -> bool:
+    """Run whole iterations until the targets are reached; True if stopped early (False
+    too when the guard fires at a boundary: ``fit()`` then demotes and calls again from
+    the snapshot, an iteration's start).
+
+    Each epoch is one iteration, a unit no run stops, checkpoints or rolls back inside.
+    PPO is the shape: roll out with the current weights, then take K optimizer steps over
+    those rollouts. The rollouts are not kept, so a position inside an iteration cannot be
+    resumed or rolled back to. A task says it has this shape by defining the two optional
+    hooks of :class:`~genesis_fp16_infrastructure.training.run.task.IterationHooks`, and
+    ``fit()`` then runs this instead of the per-step loop (:func:`run_steps`)::
+
+        begin_iteration(trainer, epoch)      # the task's cue: the weights it rolls out with
+        for batch in train_batches(epoch, seed):
+            trainer.step(...)                # the run's steps, hooks, early stopping
+        end_iteration(trainer, epoch)        # the task's cue: its diagnostics
+        # then, at the boundary: the guard's check, a checkpoint when one is due
+
+    What moves to the boundary, and why:
+
+    - ``should_stop`` is polled before each iteration, not before each step;
+    - the precision guard checks at the first boundary after each ``check_interval`` steps
+      (and snapshots there), so a rollback lands on an iteration's start;
+    - a periodic checkpoint due inside an iteration is written at its end;
+    - a step target (or early stopping) reached inside an iteration ends it there: its
+      remaining batches are dropped, ``end_iteration`` runs, and the next run starts at the
+      next iteration.
+
+    The flight recorder runs after each boundary check that was not spotless: the guard's
+    snapshot is an iteration's start, and the recorder's re-run calls ``begin_iteration``
+    on its scratch trainer before each iteration's batches, so that they are rolled out
+    again with the same weights (a task whose rollouts draw from ``(seed, iteration)``, as
+    a PPO task's may, then gives the same batches).
+    """
+    accum = options.trainer.grad_accum_steps
+    cadence = Cadence.of(options)
+    tracker = position.tracker
+
+    while not targets.reached(trainer.step_count, position.epoch):
+        if options.should_stop():
+            logger.info("stop requested: stopping at step %d", trainer.step_count)
+            return True
+        epoch = position.epoch
+        task.begin_iteration(trainer, epoch)
+        due = patience_out = stepped = False
+        for group in grouped(iter(task.train_batches(epoch, options.seed)), accum):
+            stepped = True
+            micro, step_loss, samples = distributed.shard_step(group, loss_fn)
+            trainer.step(to_device(micro, trainer.policy.device), step_loss, samples)
+            for hook in options.step_hooks:
+                hook(trainer)
+            due = cadence.due(trainer.step_count) or due
+            patience_out = (
+                tracker is not None
+                and trainer.step_count % tracker.config.every_steps == 0
+                and validate(task, trainer, tracker)
+            )
+            if patience_out or targets.reached(trainer.step_count, position.epoch):
+                break  # the rest of this iteration's batches are dropped
+        if not stepped:
+            raise ValueError(
+                f"train_batches(epoch={epoch}, seed={options.seed}) yielded no batches: "
+                "an iteration needs at least one"
+            )
+        task.end_iteration(trainer, epoch)
+        position.epoch, position.batch = epoch + 1, 0
+        if guard is not None and guard.boundary_check(trainer, position.epoch, 0):
+            return False  # fit() rolls back and demotes; the state is not checkpointed
+        if recorder is not None and guard is not None and guard.dirty is not None:
+            recorder.after_check(guard, trainer)  # an interval that was not spotless
+        if manager is not None and due:
+            manager.save(checkpoint_state(task, trainer, options, position))
+            cadence.saved()
+        if patience_out:
+            return False
     return False
 
 

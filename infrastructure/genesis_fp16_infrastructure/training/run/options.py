@@ -35,48 +35,38 @@ class FitOptions(RunSpec, RunCallbacks):
 
     The run's fields and the callbacks ``on_log`` and ``should_stop`` are
     :class:`~genesis_fp16_infrastructure.training.run.spec.RunSpec`'s and ``RunCallbacks``',
-    shared with the plugin API's ``TrainRequest``; the rest are the library's own.
+    shared with the plugin API's ``TrainRequest``, which say what each means. In ``fit()``:
 
-    - ``steps``: optimizer steps of *this* invocation, skipped ones included.
-    - ``epochs``: epoch ends of this invocation; a run resumed mid-epoch finishes that
-      epoch as its first. Except: resuming a checkpoint of an *interrupted* run (killed,
-      or stopped by ``should_stop``) asked for the same ``steps``/``epochs`` continues
-      toward that run's own target, so the interruption costs only time.
-    - ``resume``: continue from the newest valid checkpoint in ``checkpoint_dir``.
-    - ``trainer``: the trainer's own settings (:class:`StepTuning`: gradient clipping,
-      accumulation, the overflow window); the step fields above are the run's, once.
-    - ``checkpoint_dir``: None writes no checkpoints. ``keep`` files are kept; one is
-      written every ``checkpoint_steps`` steps (None: a tenth of ``steps`` when given,
-      else each validation of ``early_stop``), whenever ``checkpoint_seconds`` have
-      passed since the last one (None: no time bound; single-process runs only, since a
-      save is collective under torchrun), and at the end, so a killed run loses at most
+    - ``epochs``: a run resumed mid-epoch finishes that epoch as its first. Resuming a
+      checkpoint of an *interrupted* run (killed, or stopped by ``should_stop``) asked for
+      the same ``steps``/``epochs`` continues toward that run's own target, so the
+      interruption costs only time.
+    - ``checkpoint_seconds`` bounds single-process runs only (a save is collective under
+      torchrun); a checkpoint is also written at the end, so a killed run loses at most
       one interval. Resuming tries the newest valid file first and falls back past one
       that does not fit the model.
+    - ``guard``: when a trigger fires, the run rolls back to its last good state and
+      continues in the next precision of the ladder to the same target step
+      (``FitResult.demotions``).
+    - ``cuda_graph``, ``compile``: what ran and why is ``FitResult.execution`` (see
+      :mod:`genesis_fp16_infrastructure.training.step.execution`); ``compile="on"``
+      compiles the model inside the captured step (execution ``cuda_graph_compiled``; an
+      error where the step cannot be captured).
+    - ``precision``: ``auto`` resolves by the device rule (``mode="rule"``, the default
+      here) or by timing the task's own steps in each native precision (``measure``, the
+      daemon's default; cached in ``precision.cache``: see
+      :mod:`genesis_fp16_infrastructure.training.run.calibration`);
+      ``FitResult.calibration`` holds it.
+
+    The library's own:
+
+    - ``checkpoint_dir``: None writes no checkpoints; ``keep`` files are kept.
+    - ``trainer``: the trainer's own settings (:class:`StepTuning`: gradient clipping,
+      accumulation, the overflow window); the step fields above are the run's, once.
     - ``loaded_checkpoint``: a checkpoint the caller has read already
       (``checkpoint_load.read_checkpoint``); resuming uses its state for that file
       instead of reading the file again, while the file is unchanged.
-    - ``log_interval``: ``on_log`` receives a :class:`TrainingSummary` every this many
-      steps and once more at the end.
-    - ``should_stop``: polled before every step; when it returns True the run stops
-      there, checkpoints and evaluates, and ``FitResult.stopped_early`` is True.
     - ``step_hooks``: called with the trainer after every step (before checkpointing).
-    - ``guard``: a :class:`GuardConfig` turns on the precision guard: when a trigger
-      fires, the run rolls back to its last good state, continues in the next precision
-      of the ladder to the same target step, and ``FitResult.demotions`` says so.
-    - ``fsdp``: under an initialised multi-rank process group, shard the model with
-      FSDP2 instead of DDP (see :mod:`genesis_fp16_infrastructure.training.distributed`).
-    - ``cuda_graph``: ``auto``, ``on`` or ``off``; what ran
-      and why is ``FitResult.execution`` (see
-      :mod:`genesis_fp16_infrastructure.training.step.execution`).
-    - ``compile``: ``off`` or ``on`` (the model compiled inside
-      the captured step, execution ``cuda_graph_compiled``; an error where the step
-      cannot be captured).
-    - ``precision``: a :class:`PrecisionRequest` (or a bare name); its ``mode`` says how
-      ``auto`` resolves: by the device rule (``rule``, the default here) or by timing the
-      task's own steps in each native precision (``measure``, the daemon's default;
-      cached in ``precision.cache``). See
-      :mod:`genesis_fp16_infrastructure.training.run.calibration`; ``FitResult.calibration``
-      holds it.
     - ``early_stop``: validate with the task's ``validate(model)`` every
       ``early_stop.every_steps`` steps, keep the best weights, stop after ``patience``
       validations without improvement (see

@@ -102,7 +102,7 @@ class IterationHooks(TrainingTask, Protocol):
     """A task whose epochs are iterations: optional hooks around each group of steps.
 
     A task that defines both methods is run by
-    :func:`~genesis_fp16_infrastructure.training.run.iterations.run_iterations`: each
+    :func:`~genesis_fp16_infrastructure.training.run.loop.run_iterations`: each
     epoch of ``train_batches`` is one iteration, which no stop, checkpoint or rollback
     divides (PPO: roll out with the current weights, then K steps over the rollouts).
     Every other task runs as before; ``isinstance(task, IterationHooks)`` tells which.

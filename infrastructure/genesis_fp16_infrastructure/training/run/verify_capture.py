@@ -54,7 +54,7 @@ from torch import nn
 
 from genesis_fp16_infrastructure.agent_folder import records
 from genesis_fp16_infrastructure.agent_folder.layout import CAPTURE_VERDICTS
-from genesis_fp16_infrastructure.agent_folder.records import CAPTURE_VERSION, CaptureVerdict
+from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
@@ -67,13 +67,9 @@ logger = logging.getLogger(__name__)
 VERIFY_STEPS = 8
 OVERFLOW_STEP = 6  # 1-based: a replay (after 3 warm-up steps and the capture)
 BOOST = 2.0**64
-VERSION = CAPTURE_VERSION
 CAPTURED = ("cuda_graph", "cuda_graph_compiled")
 # Stated for the compiled captured step against the eager uncompiled one; unmeasured.
 COMPILED_LOSS_RTOL: Mapping[str, float] = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 1e-2}
-
-
-Verdict = CaptureVerdict  # the record, typed in agent_folder.records
 
 
 # A stand-in for tests: build the candidate trainer from (task, trainer, copy config).
@@ -86,7 +82,7 @@ def verify_run(
     seed: int,
     cache: Path | None,
     make: MakeTrainer | None = None,
-) -> Verdict | None:
+) -> CaptureVerdict | None:
     """Verify ``trainer``'s captured step (or read the verdict); None when it is eager.
 
     On a failed verdict the trainer falls back to eager steps (``execution.fallback`` is
@@ -123,7 +119,7 @@ def _verify(
     batches: list[Any],
     key: Mapping[str, str],
     make: MakeTrainer,
-) -> tuple[Verdict, bool]:
+) -> tuple[CaptureVerdict, bool]:
     """The verdict, and whether it was measured: False when the captured copy raised or
     did not run captured (a failed capture says nothing lasting about the key: the next
     run tries again), True for a pass or a real difference between the steps."""
@@ -157,8 +153,10 @@ def _verify(
         if rtol is not None:
             what = f"losses within rtol {rtol:g} (largest difference {measured[0]:.3g})"
         skip = f", an overflow at step {overflow}" if overflow else ""
-        return Verdict(True, f"{VERIFY_STEPS} steps equal {what}{skip}", key, VERIFY_STEPS), True
-    return Verdict(False, detail, key, VERIFY_STEPS), compared
+        return CaptureVerdict(
+            True, f"{VERIFY_STEPS} steps equal {what}{skip}", key, VERIFY_STEPS
+        ), True
+    return CaptureVerdict(False, detail, key, VERIFY_STEPS), compared
 
 
 def compare_steps(
@@ -359,19 +357,19 @@ def _key_id(key: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(dict(key), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def read_verdicts(cache: Path | None) -> dict[str, Verdict]:
+def read_verdicts(cache: Path | None) -> dict[str, CaptureVerdict]:
     """Every cached verdict by key id; {} without a usable cache (another version; an
     unusable file is set aside as ``captured_step_verified.json.unusable-*`` and reported)."""
     return {} if cache is None else records.read_capture_verdicts(cache)
 
 
-def read_verdict(cache: Path | None, key: Mapping[str, str]) -> Verdict | None:
+def read_verdict(cache: Path | None, key: Mapping[str, str]) -> CaptureVerdict | None:
     """The cached verdict for exactly ``key``, or None."""
     found = read_verdicts(cache).get(_key_id(key))
     return found if found is not None and dict(found.key) == dict(key) else None
 
 
-def write_verdict(cache: Path, verdict: Verdict) -> None:
+def write_verdict(cache: Path, verdict: CaptureVerdict) -> None:
     """Add ``verdict`` to the cache file (atomically), keeping the other keys'."""
     verdicts = {**read_verdicts(cache), _key_id(verdict.key): verdict}
     records.write_capture_verdicts(cache, verdicts)

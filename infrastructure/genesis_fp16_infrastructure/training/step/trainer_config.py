@@ -23,9 +23,13 @@ class StepTuning:
     ``fit()`` takes these as ``FitOptions.trainer`` and the step fields from the run.
 
     - ``max_grad_norm``: clip the global norm of the *unscaled* gradients; None: off.
-    - ``grad_accum_steps``: micro-batches per optimizer step.
+    - ``grad_accum_steps``: micro-batches per optimizer step. ``Trainer.step`` accumulates
+      over however many micro-batches it is given (and divides the loss by that count);
+      this setting tells ``fit()`` how many consecutive batches to group into one step.
     - ``overflow_window``: the number of recent steps ``overflow_rate_window`` covers.
-    - ``measured_execution``: what calibration timed faster (set by ``fit()``).
+    - ``measured_execution``: under ``cuda_graph="auto"``, what calibration timed faster
+      for this run (set by ``fit()``; None keeps the rule: captured wherever the run can
+      be). ``Trainer.execution`` says what ran and why.
     """
 
     max_grad_norm: float | None = 1.0
@@ -46,17 +50,7 @@ class TrainerConfig(StepSpec, StepTuning):
     """How each step runs and how often it reports: the step fields
     (:class:`~genesis_fp16_infrastructure.training.step.step_spec.StepSpec`'s
     ``log_interval``, ``cuda_graph``, ``compile``, shared with the run's ``RunSpec``) and
-    the trainer's own (:class:`StepTuning`):
-
-    - ``max_grad_norm``: clip the global norm of the *unscaled* gradients to this value;
-      None turns clipping off.
-    - ``grad_accum_steps``: micro-batches per optimizer step. ``Trainer.step`` accumulates
-      over however many micro-batches it is given (and divides the loss by that count);
-      this setting tells ``fit()`` how many consecutive batches to group into one step.
-    - ``overflow_window``: the number of recent steps ``overflow_rate_window`` covers.
-    - ``measured_execution``: under ``cuda_graph="auto"``, what calibration timed faster
-      for this run (set by ``fit()``; None keeps the rule: captured wherever the run can
-      be). ``Trainer.execution`` says what ran and why.
+    the trainer's own (:class:`StepTuning`'s).
 
     With ``compile="on"`` the model is compiled with
     ``torch.compile(mode="max-autotune-no-cudagraphs")``; the model itself stays

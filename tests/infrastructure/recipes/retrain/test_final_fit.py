@@ -14,7 +14,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.recipes.retrain.refit import SPLIT_FOLDER
+from genesis_fp16_infrastructure.recipes.retrain.run import SPLIT_FOLDER
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_held_out
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from se_darwin_runs import train
 
-from genesis_fp16.commands.model_list import list_models
+from genesis_fp16.commands.model import list_models
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     VERDICT_NAME,

@@ -21,7 +21,7 @@ from genesis_fp16_infrastructure.training.run import verify_capture
 from genesis_fp16_infrastructure.training.run.verify_capture import (
     OVERFLOW_STEP,
     VERIFY_STEPS,
-    Verdict,
+    CaptureVerdict,
     compare_steps,
     read_verdict,
     verification_cache,
@@ -143,8 +143,8 @@ def test_verdicts_are_cached_per_key(tmp_path: Path) -> None:
     """write_verdict keeps every key's verdict; read_verdict finds only an exact key."""
     cache = verification_cache(tmp_path / "precision_calibration.json")
     assert cache is not None and cache.parent == tmp_path
-    one = Verdict(True, "equal", {"precision": "fp16"}, 8)
-    two = Verdict(False, "step 3: differs", {"precision": "bf16"}, 8)
+    one = CaptureVerdict(True, "equal", {"precision": "fp16"}, 8)
+    two = CaptureVerdict(False, "step 3: differs", {"precision": "bf16"}, 8)
     write_verdict(cache, one)
     write_verdict(cache, two)
     found = read_verdict(cache, {"precision": "bf16"})

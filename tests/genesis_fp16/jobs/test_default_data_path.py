@@ -1,10 +1,10 @@
-"""What an agent trains on when no data path is configured (config.paths.default_data_path)."""
+"""What an agent trains on when no data path is configured (run_request.default_data_path)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from genesis_fp16.config.paths import default_data_path
+from genesis_fp16.jobs.run_request import default_data_path
 from genesis_fp16_agents.rlhf_ppo.plugin import RlhfPpoPlugin
 from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
@@ -29,7 +29,7 @@ class _Pools:
 def test_a_plugin_that_reads_pools_trains_on_its_data_folder(tmp_path: Path) -> None:
     """data_folder = True: the folder the sample is written into, the sample inside it."""
     paths = AgentFolder(tmp_path, "pools")
-    assert default_data_path(_Pools(), paths, 10) == paths.data_dir  # type: ignore[arg-type]
+    assert default_data_path(_Pools(), paths, 10, 0) == paths.data_dir  # type: ignore[arg-type]
     assert (paths.data_dir / "pool.json").is_file()
 
 
@@ -37,7 +37,7 @@ def test_a_sample_written_outside_the_data_folder_is_used_as_it_is(tmp_path: Pat
     """A folder reader whose sample lies elsewhere trains on that file, not on an empty
     data folder."""
     plugin = _Pools(elsewhere=tmp_path / "outside")
-    found = default_data_path(plugin, AgentFolder(tmp_path / "s", "pools"), 10)  # type: ignore[arg-type]
+    found = default_data_path(plugin, AgentFolder(tmp_path / "s", "pools"), 10, 0)  # type: ignore[arg-type]
     assert found == tmp_path / "outside" / "pool.json"
 
 
@@ -45,7 +45,7 @@ def test_se_darwin_reads_its_folder_and_rlhf_ppo_its_task_file(tmp_path: Path) -
     """The built-in agents: se_darwin's default is its data folder (pools dropped there
     are read); rlhf_ppo's is its one task file (a task, not a pool of records)."""
     se = AgentFolder(tmp_path, "se_darwin")
-    assert default_data_path(SEDarwinPlugin(), se, 50) == se.data_dir
+    assert default_data_path(SEDarwinPlugin(), se, 50, 0) == se.data_dir
     assert list(se.data_dir.rglob("trajectory_pool.json"))
     rl = AgentFolder(tmp_path, "rlhf_ppo")
-    assert default_data_path(RlhfPpoPlugin(), rl, 5) == rl.data_dir / "rlhf_ppo_task.json"
+    assert default_data_path(RlhfPpoPlugin(), rl, 5, 0) == rl.data_dir / "rlhf_ppo_task.json"
