@@ -262,7 +262,7 @@ def test_train_names_every_timed_precision_and_times_a_loaded_measurement_again(
     _keep_with_spread(path, 1.0)
     third = _train_auto(tmp_path)
     reason = third["precision_reason"]
-    assert "taken under load" not in reason, reason
+    assert "the kept measurement was taken under load" not in reason, reason
     if "cached measurement" in reason:
         assert third["precision_calibration"]["measured_at"] == measured_at
     else:
