@@ -136,16 +136,7 @@ def machine_slug(device: torch.device) -> str:
     """
     if device.type == "cuda":
         return device_slug("cuda", torch.cuda.get_device_name(device))
-    model = platform.processor() or "cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].replace("(R)", "").replace("Processor", "")
-                    break
-    except OSError:
-        pass
-    return device_slug("cpu", f"{model} {os.cpu_count()} cores")
+    return device_slug("cpu", device_name(device).replace("(R)", "").replace("Processor", ""))
 
 
 def device_name(device: torch.device) -> str:
