@@ -24,11 +24,6 @@ from genesis_fp16.bench.report import device_slug
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
-def tf32_enabled() -> bool:
-    """Whether fp32 CUDA matmuls may use TF32 tensor cores right now."""
-    return bool(torch.backends.cuda.matmul.allow_tf32)
-
-
 def set_tf32(enabled: bool) -> None:
     """Allow or forbid TF32 for CUDA matmuls and cuDNN convolutions (process-wide)."""
     torch.backends.cuda.matmul.allow_tf32 = enabled
@@ -65,8 +60,8 @@ class DtypeProbe:
             return
         self._armed = False
         name = _DTYPE_NAMES.get(output.dtype, str(output.dtype))
-        if name == "fp32" and self._device_type == "cuda" and tf32_enabled():
-            name = "tf32"
+        if name == "fp32" and self._device_type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+            name = "tf32"  # its matmuls may use TF32 tensor cores now
         self.ran = name
 
     def remove(self) -> None:
@@ -136,16 +131,7 @@ def machine_slug(device: torch.device) -> str:
     """
     if device.type == "cuda":
         return device_slug("cuda", torch.cuda.get_device_name(device))
-    model = platform.processor() or "cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].replace("(R)", "").replace("Processor", "")
-                    break
-    except OSError:
-        pass
-    return device_slug("cpu", f"{model} {os.cpu_count()} cores")
+    return device_slug("cpu", device_name(device).replace("(R)", "").replace("Processor", ""))
 
 
 def device_name(device: torch.device) -> str:

@@ -198,7 +198,8 @@ def _finish(
         failure_detail=result.failure_detail or None,
         final_train_loss=result.final_train_loss,
         eval=dict(result.eval),
-        components=_components(result),  # per-component dtypes (rlhf_ppo's preset)
+        # per-component dtypes (rlhf_ppo's preset)
+        components=None if result.components is None else dict(result.components),
         early_stop=_early_stop_summary(result),
         data=None if result.data is None else result.data.to_json(),
         quarantined=result.quarantined,  # malformed records skipped, each file named above
@@ -327,10 +328,6 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
 def _journal_of(pointer: ServedPointer | None) -> list[JournalEntry]:
     """A pointer's journal ([]: nothing served)."""
     return [] if pointer is None else pointer.journal
-
-
-def _components(result: TrainResult) -> dict[str, str | bool] | None:
-    return None if result.components is None else dict(result.components)
 
 
 def _early_stop_summary(result: TrainResult) -> dict[str, Any] | None:

@@ -1,7 +1,7 @@
 """The precision probe's gauges, ``genesis_fp16_probe_*``; genesis_fp16/jobs/probe_gate.py runs
 the probe and exports its record here.
 
->>> colour_value("amber")
+>>> COLOUR_VALUES["amber"]
 1
 """
 
@@ -13,12 +13,8 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from genesis_fp16_infrastructure.api import LOW_PRECISIONS
 
+# A verdict's colour as a gauge holds it; a variant with no verdict ("n/a") sets none.
 COLOUR_VALUES = {"green": 0, "amber": 1, "red": 2}
-
-
-def colour_value(colour: str) -> int | None:
-    """0 green, 1 amber, 2 red; None for a variant that has no verdict ("n/a")."""
-    return COLOUR_VALUES.get(colour)
 
 
 class ProbeMetrics:
@@ -53,13 +49,13 @@ class ProbeMetrics:
     def export(self, agent: str, verdict: Mapping[str, str], recommended: str, at: float) -> None:
         """Set the gauges from a successful probe's verdict per variant, its pick and time."""
         for variant, colour in verdict.items():
-            value = colour_value(colour)
+            value = COLOUR_VALUES.get(colour)
             if value is not None:
                 self.verdict.labels(agent=agent, variant=variant).set(value)
             is_recommended = 1 if variant == recommended else 0
             self.recommended.labels(agent=agent, variant=variant).set(is_recommended)
         for precision in LOW_PRECISIONS:
-            value = colour_value(verdict.get(f"{precision}_autocast", "n/a"))
+            value = COLOUR_VALUES.get(verdict.get(f"{precision}_autocast", "n/a"))
             if value is not None:
                 self.precision_verdict.labels(agent=agent, precision=precision).set(value)
         self.timestamp.labels(agent=agent).set(at)

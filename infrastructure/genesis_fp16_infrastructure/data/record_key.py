@@ -23,7 +23,11 @@ def record_id_hash(trajectory_id: str) -> int:
 
 def record_id_hashes(trajectory_ids: Iterable[str]) -> list[int]:
     """``record_id_hash`` of each id, in one loop (a million ids: one pass of blake2b)."""
-    return _hashes(trajectory_ids)
+    blake, to_int = hashlib.blake2b, int.from_bytes
+    return [
+        to_int(blake(t.encode(), digest_size=8).digest(), "big", signed=True)
+        for t in trajectory_ids
+    ]
 
 
 def example_id_hashes(examples: Iterable[Example]) -> list[int]:
@@ -66,9 +70,3 @@ def _hash(text: str) -> int:
     return int.from_bytes(
         hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True
     )
-
-
-def _hashes(texts: Iterable[str]) -> list[int]:
-    """The signed 64-bit blake2b of each text, in one loop."""
-    blake, to_int = hashlib.blake2b, int.from_bytes
-    return [to_int(blake(t.encode(), digest_size=8).digest(), "big", signed=True) for t in texts]

@@ -113,10 +113,6 @@ def recommend(
     return Recommendation(reference, reasons, modules)
 
 
-def _module_of(parameter: str) -> str:
-    return parameter.rsplit(".", 1)[0] if "." in parameter else parameter
-
-
 def grade_measures(
     m: Measures, precision: PrecisionName, thresholds: Thresholds
 ) -> tuple[dict[str, Colour], tuple[str, ...], tuple[str, ...]]:
@@ -184,7 +180,7 @@ def grade_measures(
     modules: list[str] = []
     for key in bad:
         name = said[key][1]
-        module = name if key == "headroom" else _module_of(name)
+        module = name if key == "headroom" else name.rsplit(".", 1)[0]  # a parameter's module
         if name and module not in modules:
             modules.append(module)
     return colours, problems, tuple(modules)

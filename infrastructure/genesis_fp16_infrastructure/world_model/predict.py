@@ -128,7 +128,7 @@ class WorldModelPredictor:
         named = served_checkpoint(path) if path.is_dir() else None
         if named is not None:
             path = named
-        elif path.is_dir() and _has_candidates(path):
+        elif path.is_dir() and candidates_dir(path).is_dir():
             raise FileNotFoundError(
                 f"no model served from {str(path)!r} yet: its first candidate is training"
             )
@@ -180,11 +180,6 @@ def load_pool(path: Path) -> Pool:
 def load_pool_scores(path: Path) -> dict[str, float]:
     """Recorded success scores by trajectory id, from a pool file or folder (for parents)."""
     return read_trajectories(Path(path), keep_text=False).scores
-
-
-def _has_candidates(folder: Path) -> bool:
-    """Whether ``folder`` is an agent's folder with candidates (and so needs a pointer)."""
-    return candidates_dir(folder).is_dir()
 
 
 def _as_input(attempt: AttemptLike) -> AttemptInput:

@@ -16,13 +16,11 @@ from typing import Any
 from genesis_fp16_infrastructure.agent_folder.layout import BUNDLES_FOLDER, agent_root
 
 SUFFIX = ".fault.pt"
-FOLDER = BUNDLES_FOLDER
-REASONS = ("first_nonfinite", "demotion")
 
 
 def bundle_folder(state_dir: Path, agent: str) -> Path:
     """An agent's bundle folder inside the daemon's state folder."""
-    return agent_root(state_dir, agent) / FOLDER
+    return agent_root(state_dir, agent) / BUNDLES_FOLDER
 
 
 @dataclass(frozen=True)

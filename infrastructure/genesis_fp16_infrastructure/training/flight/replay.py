@@ -107,7 +107,8 @@ def replay(
 
     plain = _trainer(bundle, target, used, used_device)
     outcome = run_recorded_step(plain, target.loss, batches, samples)
-    same_setup = used == bundle["precision"] and _same_type(used_device, str(bundle["device"]))
+    same_device = torch.device(used_device).type == torch.device(str(bundle["device"])).type
+    same_setup = used == bundle["precision"] and same_device
 
     probed = _trainer(bundle, target, used, used_device)
     probe = NumericsProbe(probed.model, scale=probed.scaler.get_scale())
@@ -284,10 +285,6 @@ def _rebuilt_optimizers(bundle: Mapping[str, Any], model: nn.Module) -> list[Opt
             taken += count
         out.append(cls(groups))
     return out
-
-
-def _same_type(a: str, b: str) -> bool:
-    return torch.device(a).type == torch.device(b).type
 
 
 class NumericsProbe:

@@ -24,16 +24,6 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     LOW_PRECISIONS,
 )
 
-__all__ = [
-    "LOW_DTYPES",
-    "all_reduce_max",
-    "check_finite",
-    "check_into",
-    "combine_flags",
-    "grads_by_device",
-    "step_or_skip",
-]
-
 GradGroups = dict[tuple[torch.device, torch.dtype], list[torch.Tensor]]
 
 LOW_DTYPES: tuple[torch.dtype, ...] = tuple(getattr(torch, DTYPE_NAMES[n]) for n in LOW_PRECISIONS)

@@ -84,7 +84,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
-from itertools import islice
+from itertools import cycle, islice
 from pathlib import Path
 from typing import Any
 
@@ -402,10 +402,10 @@ def _time_row(bench: _Bench, name: PrecisionName, mode: str) -> Measured | str:
         return built
     trainer = built
     loss: LossFn = bench.task.loss
-    cycle = _cycle(bench.batches)
+    batches = cycle(bench.batches)
 
     def step() -> None:
-        trainer.step([next(cycle)], loss, 0)
+        trainer.step([next(batches)], loss, 0)
 
     _until_steady(bench, trainer, step)
     with bench.phase("timed"):
@@ -492,11 +492,6 @@ def _event_samples(bench: _Bench, step: Callable[[], None]) -> tuple[list[float]
         ms.append(start.elapsed_time(end) / size)
         block = bench.clock() - block_began
     return ms, len(ms) * size
-
-
-def _cycle(items: list[Any]) -> Iterator[Any]:
-    while True:
-        yield from items
 
 
 def _first_signature(task: TrainingTask, seed: int, device: torch.device) -> list[Any]:
