@@ -4,7 +4,7 @@ A reader that finds one of the daemon's small state files unusable (torn, oversi
 UTF-8, a folder, a FIFO or a link at its name) sets it aside, logs one line and calls
 :func:`report_state_file_skipped`; the daemon listens and counts it in
 ``genesis_fp16_state_files_skipped_total{agent, file}``. Lives on the config floor so
-that every reader above it (the run request, the guard's memory, the probe gate) can report.
+that every reader above it can report (the launcher, relaying a run's child; train's output).
 """
 
 from __future__ import annotations
