@@ -13,6 +13,7 @@ import torch
 from cli_fork import run_cli
 from daemon_harness import daemon_env
 
+from genesis_fp16_infrastructure import api
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.training import TrainerConfig
@@ -204,6 +205,9 @@ def test_show_on_a_host_with_only_fp32_says_auto_has_nothing_to_measure(
 
     plain = DeviceCapabilities("cpu", False, False, "test: fp32 only")
     monkeypatch.setattr(decide, "cpu_capabilities", lambda: plain)
+    # The command reads it through the daemon's one door, which keeps a name once looked
+    # up: an earlier test in this process may have looked it up already.
+    monkeypatch.setattr(api, "cpu_capabilities", lambda: plain)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)
