@@ -95,7 +95,9 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"cannot be read ({getattr(error, 'strerror', None) or error})"
         ) from error
-    digest = hashlib.sha256(data).hexdigest()
+    last = _LAST.get()
+    # Hashed to verify the bytes, or to know them again in a reusing_loads() block.
+    digest = None if expected is None and last is None else hashlib.sha256(data).hexdigest()
     if expected is None:
         logger.warning("checkpoint %s has no digest (written before digests): not verified", path)
     elif digest not in expected:
@@ -103,14 +105,12 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
             f"its bytes do not match the digest in {digest_path(path).name} "
             "(changed after it was written: bit rot, a torn copy or an edit)"
         )
-    last = _LAST.get()
-    if last is not None and digest in last:
-        return last[digest]
-    state = _loaded(data)
-    if last is not None:
+    if last is None or digest is None:
+        return _loaded(data)
+    if digest not in last:
         last.clear()
-        last[digest] = state
-    return state
+        last[digest] = _loaded(data)
+    return last[digest]
 
 
 def _loaded(data: bytes) -> dict[str, Any]:
