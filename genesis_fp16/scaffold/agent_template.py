@@ -127,8 +127,8 @@ def _parse(text: str) -> tuple[list[str], torch.Tensor, torch.Tensor, list[str]]
                 digest = hashlib.sha256(line.strip().encode()).hexdigest()[:16]
                 seen[digest] = seen.get(digest, 0) + 1
                 ids.append(digest if seen[digest] == 1 else f"{digest}#{seen[digest]}")
-    x = torch.tensor([r[0] for r in good]).reshape(-1, FEATURES)
-    y = torch.tensor([[r[1]] for r in good]).reshape(-1, 1)
+    x = torch.tensor([r[0] for r in good])
+    y = torch.tensor([[r[1]] for r in good])
     return ids, x, y, bad
 
 
