@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from genesis_fp16_infrastructure.api import PRECISIONS, GuardConfig, PrecisionName, bounds_of
+from genesis_fp16_infrastructure.api import PRECISIONS, GuardConfig, PrecisionName
 
 # The value types a GuardConfig field may have, and the setting's type for each.
 # A ladder of precisions is written as a comma-separated string (GuardConfig checks it).
@@ -80,13 +80,13 @@ class GuardSwitches(BaseModel):
         return ",".join(names)
 
 
-def setting_fields(config: type[Any]) -> dict[str, Any]:
+def setting_fields(config: type[GuardConfig]) -> dict[str, Any]:
     """``{guard_<field>: (type, pydantic Field)}`` for each field of the dataclass
     ``config``, in its order: its default, its :class:`Bounds` (an optional trigger's
     setting takes 0, off, besides its range). A field whose type has no text form here
     fails at import, naming it."""
     hints = typing.get_type_hints(config)
-    defaults = config()
+    defaults, ranges = config(), config.bounds()
     out: dict[str, Any] = {}
     for item in dataclasses.fields(config):
         kind, optional = _value_type(hints[item.name])
@@ -95,7 +95,7 @@ def setting_fields(config: type[Any]) -> dict[str, Any]:
                 f"GuardConfig.{item.name}: {hints[item.name]} has no setting form; "
                 f"give it one in {__name__}._SETTING_TYPES"
             )
-        limits = bounds_of(item)
+        limits = ranges.get(item.name)
         ge, gt, lt = (limits.ge, limits.gt, limits.lt) if limits is not None else (None,) * 3
         if optional:  # 0 is off: the range starts at 0, the gap above it is checked below
             ge, gt = kind(0), None
@@ -138,18 +138,18 @@ def _setting_value(value: Any) -> Any:
     return value
 
 
-def settings_model(config: type[Any]) -> type[GuardSwitches]:
+def settings_model(config: type[GuardConfig]) -> type[GuardSwitches]:
     """The settings of ``config`` (GuardConfig, or a test's larger one): a model with
     :class:`GuardSwitches` and :func:`setting_fields`, whose optional triggers take 0 or
     a value in their field's range."""
-    ranges = {f"guard_{f.name}": bounds_of(f) for f in dataclasses.fields(config)}
+    ranges = {f"guard_{name}": limits for name, limits in config.bounds().items()}
     hints = typing.get_type_hints(config)
     optional = [
         f"guard_{f.name}" for f in dataclasses.fields(config) if _value_type(hints[f.name])[1]
     ]
 
     def off_or_in_range(cls: type[BaseModel], value: float, info: ValidationInfo) -> float:
-        limits = ranges[str(info.field_name)]
+        limits = ranges.get(str(info.field_name))
         if value != 0 and limits is not None and not limits.hold(value):
             raise ValueError(
                 f"{value!r} must be {limits.describe()} (or 0 to turn the trigger off)"

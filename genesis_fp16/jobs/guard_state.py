@@ -26,7 +26,6 @@ from genesis_fp16_infrastructure.api import (
     GuardConfig,
     PrecisionMemory,
     PrecisionName,
-    remember_demotions,
 )
 
 if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run) never
@@ -146,21 +145,19 @@ def _record_memory(
     floor = previous.demoted_to if previous is not None else None
     if not demotions and (result.stopped_early or result.precision_used != floor):
         return previous
-    memory = remember_demotions(previous, demotions)
-    needed = settings.guard_promote_after_runs
-    if memory is not None and not demotions and needed and memory.clean_runs >= needed:
-        log.info(
-            "precision promoted",
-            agent=agent,
-            precision_from=memory.demoted_to,
-            clean_runs=memory.clean_runs,
-        )
-        memory = None
     try:
-        folder.save_precision_memory(memory)
+        memory = folder.remember_run(previous, demotions, settings.guard_promote_after_runs)
     except OSError as exc:
         path = str(folder.precision_state_path)
         log.error("cannot write the precision state file", path=path, error=str(exc))
+        return previous
+    if previous is not None and memory is None:  # the clean runs asked for: promoted
+        log.info(
+            "precision promoted",
+            agent=agent,
+            precision_from=previous.demoted_to,
+            clean_runs=previous.clean_runs + 1,
+        )
     return memory
 
 

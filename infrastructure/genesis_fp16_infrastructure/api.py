@@ -111,8 +111,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.precision.guard_config import (
         GuardConfig,
         PrecisionMemory,
-        bounds_of,
-        remember_demotions,
     )
     from genesis_fp16_infrastructure.training.precision.precision_names import (
         CHOICES,

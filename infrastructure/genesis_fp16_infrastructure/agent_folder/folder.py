@@ -29,7 +29,7 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,10 +65,11 @@ from genesis_fp16_infrastructure.training.precision.carried_scale import Carried
 from genesis_fp16_infrastructure.training.precision.guard_config import (
     PrecisionMemory,
     read_precision_memory,
+    remember_demotions,
     write_precision_memory,
 )
 from genesis_fp16_infrastructure.training.precision.precision_names import ROBUSTNESS
-from genesis_fp16_infrastructure.training.reports import Calibration
+from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
 
 logger = logging.getLogger(__name__)
 
@@ -220,6 +221,19 @@ class AgentFolder:
     def save_precision_memory(self, memory: PrecisionMemory | None) -> None:
         """Keep ``memory`` atomically; None forgets the demotion."""
         write_precision_memory(self.precision_state_path, memory)
+
+    def remember_run(
+        self, previous: PrecisionMemory | None, demotions: Sequence[Demotion], promote_after: int
+    ) -> PrecisionMemory | None:
+        """Keep what the guard remembers after a run with ``demotions`` (its memory before
+        it: ``previous``): the last demotion becomes the floor, a run without one counts as
+        clean, and ``promote_after`` clean runs (0: never) forget the floor. Returns what it
+        kept (None: nothing); raises the write's ``OSError``."""
+        memory = remember_demotions(previous, demotions)
+        if memory is not None and not demotions and promote_after:
+            memory = None if memory.clean_runs >= promote_after else memory
+        self.save_precision_memory(memory)
+        return memory
 
     def replace_unusable_precision_memory(self, why: str) -> tuple[PrecisionMemory, files.SetAside]:
         """Set the unusable precision memory aside (``files.set_aside``: reported once) and

@@ -14,7 +14,6 @@ from genesis_fp16.config.settings import SettingsError, load_settings, setting_v
 from genesis_fp16_infrastructure.training.precision.guard_config import (
     Bounds,
     GuardConfig,
-    bounds_of,
 )
 
 pytestmark = pytest.mark.usefixtures("clean_env")  # conftest.py
@@ -28,7 +27,7 @@ def _other_value(item: dataclasses.Field[Any], default: Any) -> tuple[str, Any]:
         return "fp16,fp32", ("fp16", "fp32")
     if isinstance(default, int):
         return str(default + 1), default + 1
-    limits = bounds_of(item)
+    limits = GuardConfig.bounds().get(item.name)
     upper = limits.lt if limits is not None else None
     value = (default + upper) / 2 if upper is not None else default * 2
     return repr(value), value

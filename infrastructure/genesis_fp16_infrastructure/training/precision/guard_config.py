@@ -22,7 +22,7 @@ JSON file per agent (the precision state file)::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import Field, asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -70,12 +70,6 @@ def _bounded(
     return field(default=default, metadata={"bounds": Bounds(ge, gt, lt)})
 
 
-def bounds_of(item: Field[Any]) -> Bounds | None:
-    """The :class:`Bounds` of one of ``GuardConfig``'s fields, None when it has none."""
-    found = item.metadata.get("bounds")
-    return found if isinstance(found, Bounds) else None
-
-
 @dataclass(frozen=True)
 class GuardConfig:
     """When the precision guard demotes a run, and to what. Every trigger can be turned off.
@@ -121,6 +115,13 @@ class GuardConfig:
     divergence_ema_decay: float = _bounded(0.9, ge=0.0, lt=1.0)
     divergence_warmup: int = _bounded(4, ge=1)
 
+    @classmethod
+    def bounds(cls) -> dict[str, Bounds]:
+        """The :class:`Bounds` of each of the config's fields that has one, by field name
+        (a subclass's added fields too): the daemon's settings take their ranges here."""
+        found = {item.name: item.metadata.get("bounds") for item in fields(cls)}
+        return {name: limits for name, limits in found.items() if isinstance(limits, Bounds)}
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "ladder", tuple(self.ladder))
         unknown = [p for p in self.ladder if p not in PRECISIONS]
@@ -129,12 +130,11 @@ class GuardConfig:
                 f"guard ladder={list(self.ladder)!r}: needs distinct precisions from "
                 f"{', '.join(PRECISIONS)}, e.g. fp16,bf16,fp32"
             )
-        for item in fields(self):
-            value, limits = getattr(self, item.name), bounds_of(item)
-            if limits is not None and value is not None and not limits.hold(value):
+        for name, limits in self.bounds().items():
+            value = getattr(self, name)
+            if value is not None and not limits.hold(value):
                 raise ValueError(
-                    f"invalid precision-guard setting: {item.name}={value!r} must be "
-                    f"{limits.describe()}"
+                    f"invalid precision-guard setting: {name}={value!r} must be {limits.describe()}"
                 )
 
 
