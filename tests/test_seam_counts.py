@@ -119,8 +119,10 @@ MAX_COMPLEXITY = 30
 # (contract.agent_snapshot merged into contract.train_request): 26. What a device computes
 # natively beside the one decision made from it (precision.capabilities merged into decide;
 # the daemon asks decide's cpu_capabilities): 25. The run's result beside the typed records
-# it carries (contract.train_result merged into contract.reports): 24.
-MAX_DEFINING_MODULES = 24
+# it carries (contract.train_result merged into contract.reports): 24. The guard's config and
+# memory beside the names and request they feed (guard_config merged into precision_names;
+# the memory's file read and written by agent_folder.folder, its decode PrecisionMemory's): 23.
+MAX_DEFINING_MODULES = 23
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

@@ -108,10 +108,6 @@ if TYPE_CHECKING:
         decide,
         planned_precision,
     )
-    from genesis_fp16_infrastructure.training.precision.guard_config import (
-        GuardConfig,
-        PrecisionMemory,
-    )
     from genesis_fp16_infrastructure.training.precision.precision_names import (
         CHOICES,
         EXECUTION_MODES,
@@ -120,6 +116,8 @@ if TYPE_CHECKING:
         LOSS_SCALED,
         LOW_PRECISIONS,
         PRECISIONS,
+        GuardConfig,
+        PrecisionMemory,
         PrecisionName,
         PrecisionRequest,
         RequestedName,

@@ -62,13 +62,10 @@ from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles
 from genesis_fp16_infrastructure.training.precision import carried_scale
 from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
-from genesis_fp16_infrastructure.training.precision.guard_config import (
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    ROBUSTNESS,
     PrecisionMemory,
-    read_precision_memory,
-    remember_demotions,
-    write_precision_memory,
 )
-from genesis_fp16_infrastructure.training.precision.precision_names import ROBUSTNESS
 from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
 
 logger = logging.getLogger(__name__)
@@ -88,6 +85,48 @@ class LastRunUnreadable(files.UnusableStateFile):
 
 class LastSuccessUnreadable(files.UnusableStateFile):
     """The agent's last-success file exists but holds no usable time; one line naming it."""
+
+
+def read_precision_memory(path: Path) -> PrecisionMemory | None:
+    """Load the precision state file; None when there is none. A broken file raises
+    ValueError (:class:`~genesis_fp16_infrastructure.agent_folder.files.UnusableStateFile`
+    for a folder, FIFO, link, a file over ``PRECISION_STATE.limit`` (64 KiB: ten
+    demotions are about 3 KB) or bytes that are not UTF-8)."""
+    data = files.read_json(Path(path), L.PRECISION_STATE)  # UnusableStateFile: unusable
+    return None if data is None else PrecisionMemory.from_json(data, path)
+
+
+def write_precision_memory(path: Path, memory: PrecisionMemory | None) -> None:
+    """Write the state file atomically (see agent_folder.files.write_atomic); None deletes it."""
+    path = Path(path)
+    if memory is None:
+        path.unlink(missing_ok=True)
+        return
+    files.write_json(path, L.PRECISION_STATE, memory.to_json())
+
+
+def remember_demotions(
+    previous: PrecisionMemory | None, demotions: Sequence[Demotion], keep: int = 10
+) -> PrecisionMemory | None:
+    """The memory after a run: the last demotion becomes the floor; none counts a clean run."""
+    if not demotions:
+        if previous is None:
+            return None
+        return replace(previous, clean_runs=previous.clean_runs + 1)
+    last = demotions[-1]
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    past = previous.history if previous else ()
+    history = (*past, *({**d.to_json(), "at": now} for d in demotions))
+    return PrecisionMemory(
+        demoted_from=demotions[0].from_ if previous is None else previous.demoted_from,
+        demoted_to=last.to,
+        reason=last.reason,
+        step=last.step,
+        rollback_step=last.rollback_step,
+        at=now,
+        clean_runs=0,
+        history=history[-keep:],
+    )
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 Imports torch, pydantic and the standard library only.
 
 The names under ``TYPE_CHECKING`` below, its one list of exports, load on first use (PEP
-562, ``lazy_exports``), so that importing a torch-free submodule (``guard_config``,
-``loss_scaler_config``, ``precision_names``) does not pay for torch through this package:
+562, ``lazy_exports``), so that importing a torch-free submodule
+(``loss_scaler_config``, ``precision_names``) does not pay for torch through this package:
 a CLI's ``--help`` should not take two seconds. ``from genesis_fp16_infrastructure.training
 import fit`` works as before.
 """
@@ -24,10 +24,6 @@ if TYPE_CHECKING:
         DeviceCapabilities,
         resolve_precision,
     )
-    from genesis_fp16_infrastructure.training.precision.guard_config import (
-        GuardConfig,
-        PrecisionMemory,
-    )
     from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler
     from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
     from genesis_fp16_infrastructure.training.precision.precision import (
@@ -38,6 +34,8 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.precision.precision_names import (
         PRECISIONS,
         REQUESTABLE,
+        GuardConfig,
+        PrecisionMemory,
     )
     from genesis_fp16_infrastructure.training.reports import TrainingSummary
     from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping

@@ -13,6 +13,7 @@ from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
 from genesis_fp16_agents.rlhf_ppo.task import PPOTask
+from genesis_fp16_infrastructure.agent_folder.folder import remember_demotions
 from genesis_fp16_infrastructure.rl.ppo_guard import ppo_guard
 from genesis_fp16_infrastructure.rl.ppo_math import token_logprobs
 from genesis_fp16_infrastructure.training import (
@@ -22,7 +23,6 @@ from genesis_fp16_infrastructure.training import (
     Trainer,
     fit,
 )
-from genesis_fp16_infrastructure.training.precision.guard_config import remember_demotions
 from genesis_fp16_infrastructure.training.precision.precision import autocast_to
 
 FAULT_STEP = 8  # from this optimizer step on, the policy has an activation outlier

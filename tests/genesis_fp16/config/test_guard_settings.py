@@ -11,10 +11,7 @@ import pytest
 
 from genesis_fp16.config.guard_settings import config_from, settings_model
 from genesis_fp16.config.settings import SettingsError, load_settings, setting_variables
-from genesis_fp16_infrastructure.training.precision.guard_config import (
-    Bounds,
-    GuardConfig,
-)
+from genesis_fp16_infrastructure.training.precision.precision_names import Bounds, GuardConfig
 
 pytestmark = pytest.mark.usefixtures("clean_env")  # conftest.py
 

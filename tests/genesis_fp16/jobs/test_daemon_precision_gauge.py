@@ -17,12 +17,9 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext
 from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16.service.daemon import Daemon
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, write_precision_memory
 from genesis_fp16_infrastructure.api import capabilities_of
-from genesis_fp16_infrastructure.training.precision.guard_config import (
-    PrecisionMemory,
-    write_precision_memory,
-)
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
 
 AGENT = "agent_a"
 

@@ -19,14 +19,14 @@ from genesis_fp16.jobs.run_request import expected_precision, precision_request
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.training.precision.decide import decide, resolve_precision
-from genesis_fp16_infrastructure.training.precision.guard_config import (
-    GuardConfig,
+from genesis_fp16_infrastructure.agent_folder.folder import (
+    AgentFolder,
     read_precision_memory,
     remember_demotions,
     write_precision_memory,
 )
+from genesis_fp16_infrastructure.training.precision.decide import decide, resolve_precision
+from genesis_fp16_infrastructure.training.precision.precision_names import GuardConfig
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"

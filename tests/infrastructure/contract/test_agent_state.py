@@ -11,7 +11,11 @@ from typing import Any
 
 from checkpoint_state import checkpoint_state
 
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.agent_folder.folder import (
+    AgentFolder,
+    remember_demotions,
+    write_precision_memory,
+)
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry, ServedPointer
 from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
 from genesis_fp16_infrastructure.contract.train_request import AgentSnapshot, read_snapshot
@@ -19,10 +23,6 @@ from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     carry_after_run,
     write_carried_scale,
-)
-from genesis_fp16_infrastructure.training.precision.guard_config import (
-    remember_demotions,
-    write_precision_memory,
 )
 from genesis_fp16_infrastructure.training.reports import Demotion
 

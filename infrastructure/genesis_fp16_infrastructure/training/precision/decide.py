@@ -42,9 +42,9 @@ import torch
 
 from genesis_fp16_infrastructure.agent_folder.records import read_calibration
 from genesis_fp16_infrastructure.errors import PrecisionError
-from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
+    GuardConfig,
     PrecisionName,
     RequestedName,
     less_robust,

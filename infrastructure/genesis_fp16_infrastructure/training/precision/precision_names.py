@@ -45,12 +45,22 @@ Nothing on the way turns ``auto`` into a name: ``auto`` means "decided by ``deci
     >>> PrecisionRequest.from_json("fp16")  # a bare name: the library's shorthand
     PrecisionRequest(requested='fp16', basis=None, mode='rule', excluded={}, note=None, \
 floor=None, floor_reason='', cache=None, budget_s=1.0)
+
+The precision guard's config and memory, here beside the names they are made of and the
+request they feed: :class:`GuardConfig` (when a run demotes, and along which ladder;
+``decide`` takes it with the request) and :class:`PrecisionMemory` (an agent's remembered
+demotion, whose floor a request carries as ``floor``). The guard itself is
+:mod:`genesis_fp16_infrastructure.training.run.guard`; the memory's file is the agent
+folder's (``AgentFolder.precision_memory``, ``remember_run``). Torch-free, so that a
+daemon checks its guard settings at start-up without loading torch::
+
+    config = GuardConfig(ladder=("fp16", "fp32"), check_interval=10)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -269,3 +279,154 @@ def _values(request: PrecisionRequest) -> tuple[Any, ...]:
 def as_request(value: PrecisionRequest | str) -> PrecisionRequest:
     """``value`` as a request: a bare name (``"bf16"``) is ``PrecisionRequest(name)``."""
     return value if isinstance(value, PrecisionRequest) else PrecisionRequest.from_json(value)
+
+
+# The fixed set of reasons a demotion can have (a bounded metric label).
+REASONS: tuple[str, ...] = ("scaler_unstable", "nonfinite_loss", "overflow_rate", "divergence")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The range a numeric guard field must lie in (None: no bound on that side); the
+    daemon's settings read it too, so a range is declared once, on the field."""
+
+    ge: float | None = None
+    gt: float | None = None
+    lt: float | None = None
+
+    def hold(self, value: float) -> bool:
+        return (
+            (self.ge is None or value >= self.ge)
+            and (self.gt is None or value > self.gt)
+            and (self.lt is None or value < self.lt)
+        )
+
+    def describe(self) -> str:
+        """``>= 1``, ``> 0 and < 1``: the range as the error messages say it."""
+        parts = [(">=", self.ge), (">", self.gt), ("<", self.lt)]
+        return " and ".join(f"{sign} {bound:g}" for sign, bound in parts if bound is not None)
+
+
+def _bounded(
+    default: Any, *, ge: float | None = None, gt: float | None = None, lt: float | None = None
+) -> Any:
+    """A dataclass field with its :class:`Bounds` in the field's metadata."""
+    return field(default=default, metadata={"bounds": Bounds(ge, gt, lt)})
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    """When the precision guard demotes a run, and to what. Every trigger can be turned off.
+
+    - ``ladder``: precisions from first to last resort; a run demotes to the next entry
+      (default fp16 -> bf16 -> fp32). A run whose precision is not on the ladder, or is
+      its last entry, is not guarded.
+    - ``bf16_needs_native``: skip bf16 on a device without native bf16 (a CPU without
+      AVX512-BF16/AMX, a CUDA GPU older than compute capability 8.0). Default True.
+    - ``check_interval``: steps between two checks; each check is one host read of the
+      device counters (default 25). Also the spacing of the good-state snapshots.
+    - ``on_unstable``: demote when the loss scaler reports ``unstable`` (its scale sat
+      at ``min_scale`` while ``unstable_after`` consecutive steps overflowed). Default True.
+    - ``nonfinite_limit`` / ``nonfinite_window``: demote when this many micro-batch losses
+      were NaN or inf within the last ``nonfinite_window`` steps (default 3 within 100).
+      None turns the trigger off.
+    - ``overflow_rate_limit`` / ``overflow_window`` / ``overflow_warmup``: demote when more
+      than this share of the steps of a window of ``overflow_window`` steps overflowed
+      (default 0.5 over 50 steps). Windows start ``overflow_warmup`` steps (default 25)
+      after the precision began in this run, so that the scale's first calibration from
+      65536 down (at most 16 overflowing steps) does not count. None turns it off.
+    - ``divergence_factor`` / ``divergence_ema_decay`` / ``divergence_warmup``: demote
+      when the mean finite loss of a check interval exceeds ``divergence_factor`` times
+      the exponential moving average of the previous intervals' means (default 10x, decay
+      0.9), once ``divergence_warmup`` intervals (default 4) have fed the average. NaN and
+      inf losses never enter the average. None turns it off.
+
+    ::
+
+        GuardConfig(check_interval=10, overflow_rate_limit=None)  # unstable/NaN/divergence
+    """
+
+    ladder: tuple[PrecisionName, ...] = DEFAULT_LADDER
+    bf16_needs_native: bool = True
+    check_interval: int = _bounded(25, ge=1)
+    on_unstable: bool = True
+    nonfinite_limit: int | None = _bounded(3, ge=1)
+    nonfinite_window: int = _bounded(100, ge=1)
+    overflow_rate_limit: float | None = _bounded(0.5, gt=0.0, lt=1.0)
+    overflow_window: int = _bounded(50, ge=1)
+    overflow_warmup: int = _bounded(25, ge=0)
+    divergence_factor: float | None = _bounded(10.0, gt=1.0)
+    divergence_ema_decay: float = _bounded(0.9, ge=0.0, lt=1.0)
+    divergence_warmup: int = _bounded(4, ge=1)
+
+    @classmethod
+    def bounds(cls) -> dict[str, Bounds]:
+        """The :class:`Bounds` of each of the config's fields that has one, by field name
+        (a subclass's added fields too): the daemon's settings take their ranges here."""
+        found = {item.name: item.metadata.get("bounds") for item in fields(cls)}
+        return {name: limits for name, limits in found.items() if isinstance(limits, Bounds)}
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ladder", tuple(self.ladder))
+        unknown = [p for p in self.ladder if p not in PRECISIONS]
+        if unknown or not self.ladder or len(set(self.ladder)) != len(self.ladder):
+            raise ValueError(
+                f"guard ladder={list(self.ladder)!r}: needs distinct precisions from "
+                f"{', '.join(PRECISIONS)}, e.g. fp16,bf16,fp32"
+            )
+        for name, limits in self.bounds().items():
+            value = getattr(self, name)
+            if value is not None and not limits.hold(value):
+                raise ValueError(
+                    f"invalid precision-guard setting: {name}={value!r} must be {limits.describe()}"
+                )
+
+
+MEMORY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PrecisionMemory:
+    """What a daemon remembers about one agent's demotions (the precision state file).
+
+    ``demoted_to`` is a floor: later runs of the agent train in ``demoted_to`` whenever
+    they would run in a less robust precision (fp16 < bf16 < fp32). ``clean_runs``
+    counts runs since that finished without a demotion (for optional promotion).
+    """
+
+    demoted_from: PrecisionName | Literal["unknown"]  # unknown: set after an unusable file
+    demoted_to: PrecisionName
+    reason: str
+    step: int
+    rollback_step: int
+    at: str
+    clean_runs: int = 0
+    history: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+
+    def applies_to(self, precision: PrecisionName) -> bool:
+        """True when ``precision`` is less robust than the remembered floor."""
+        return less_robust(precision, self.demoted_to)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["history"] = [dict(h) for h in self.history]
+        return {"version": MEMORY_VERSION, **out}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], path: Path) -> PrecisionMemory:
+        """The memory the state file at ``path`` holds; ``ValueError`` naming the file
+        for another version, a missing or mistyped field, or a floor that is no precision."""
+        try:
+            if data.get("version") != MEMORY_VERSION:
+                raise ValueError(f"version {data.get('version')!r}, expected {MEMORY_VERSION}")
+            known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+            known["history"] = tuple(known.get("history", ()))
+            memory = cls(**known)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ValueError(f"precision state file {str(path)!r} is unreadable: {exc}") from None
+        if memory.demoted_to not in PRECISIONS:
+            raise ValueError(
+                f"precision state file {str(path)!r}: demoted_to={memory.demoted_to!r} is not "
+                f"one of {', '.join(PRECISIONS)}"
+            )
+        return memory

@@ -22,7 +22,7 @@ same target step.
 
 This module is the runtime that watches a run and needs torch. What a run is guarded
 with, :class:`GuardConfig` and the ladder, is in
-:mod:`genesis_fp16_infrastructure.training.precision.guard_config`, with the per-agent
+:mod:`genesis_fp16_infrastructure.training.precision.precision_names`, with the per-agent
 precision memory a daemon keeps (:class:`PrecisionMemory`). Both are importable without
 torch and re-exported here.
 """
@@ -49,9 +49,11 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     decide,
     next_precision,
 )
-from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    GuardConfig,
+    PrecisionRequest,
+)
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.run.snapshot import SnapshotStore
 from genesis_fp16_infrastructure.training.step.trainer import Trainer

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from genesis_fp16_infrastructure.json_numbers import finite
-from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision_names import (
+    GuardConfig,
     PrecisionRequest,
     as_request,
 )

@@ -21,6 +21,11 @@ from guard_faults import (
     guarded_run,
 )
 
+from genesis_fp16_infrastructure.agent_folder.folder import (
+    read_precision_memory,
+    remember_demotions,
+    write_precision_memory,
+)
 from genesis_fp16_infrastructure.contract.reports import TrainResult, min_useful_steps
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.training import (
@@ -32,12 +37,7 @@ from genesis_fp16_infrastructure.training import (
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities, next_precision
-from genesis_fp16_infrastructure.training.precision.guard_config import (
-    PrecisionMemory,
-    read_precision_memory,
-    remember_demotions,
-    write_precision_memory,
-)
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 
