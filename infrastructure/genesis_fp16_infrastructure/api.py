@@ -39,16 +39,14 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
         JournalEntry,
-        Outcome,
-        ServedPointer,
-    )
-    from genesis_fp16_infrastructure.agent_folder.outbox import Event
-    from genesis_fp16_infrastructure.agent_folder.run_history import (
         LastRun,
         LiveMark,
+        Outcome,
         RunEntry,
+        ServedPointer,
         text,
     )
+    from genesis_fp16_infrastructure.agent_folder.outbox import Event
     from genesis_fp16_infrastructure.contract.judging import (
         JUDGING_VERSION,
         JudgedPlugin,

@@ -5,7 +5,7 @@ Every folder and state file of the agent is a property here, named by the layout
 keeps between runs has a typed accessor, read and written with the folder's one reader
 and atomic writer: the last run (``last_run.json``: what ``genesis-fp16 status`` shows),
 the last success (``last_success.json``: the daemon's gauge survives a restart), the
-run history (:mod:`.run_history`), the precision's records, and the generated sample
+run history (:mod:`.lifecycle_records`), the precision's records, and the generated sample
 data's marker::
 
     folder = AgentFolder(Path("state"), "my_agent")   # ValueError: not an agent name
@@ -45,18 +45,22 @@ from genesis_fp16_infrastructure.agent_folder import (
     prune,
     records,
     repair,
-    run_history,
     transitions,
 )
 from genesis_fp16_infrastructure.agent_folder import layout as L
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    KEEP,
     CandidateMeta,
+    LastRun,
+    RunEntry,
+    RunHistory,
     ServedEntry,
     ServedPointer,
     Verdict,
+    append_run,
+    load_history,
 )
 from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
-from genesis_fp16_infrastructure.agent_folder.run_history import KEEP, LastRun, RunEntry, RunHistory
 from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles
@@ -370,13 +374,13 @@ class AgentFolder:
 
     def append_run(self, entry: RunEntry) -> None:
         """Append ``entry`` to the history; a failure is logged, never raised."""
-        run_history.append_run(self.root, entry)
+        append_run(self.root, entry)
 
     def history(self, last: int = KEEP) -> RunHistory:
         """The ``last`` recent runs, oldest first; ``HistoryUnreadable`` (an
         ``UnusableStateFile``) for a file that cannot be read (a line that is no entry is
         counted, never raised)."""
-        return run_history.load_history(self.root, last)
+        return load_history(self.root, last)
 
     def last_success(self) -> float | None:
         """When the last successful run ended (None: never); :class:`LastSuccessUnreadable`

@@ -1,4 +1,6 @@
-"""The served-model lifecycle's records, typed: a candidate's meta (``candidate.json``)
+"""The agent folder's records, typed: the served-model lifecycle's and the runs'.
+
+The served-model lifecycle's: a candidate's meta (``candidate.json``)
 and verdict (``verdict.json``), and the pointer (``served.json``, :class:`ServedPointer`):
 its entries (the served model and those before it), its pin and its journal entries.
 Readers take fields, never string keys, and a verdict's outcome is an :class:`Outcome`.
@@ -36,18 +38,54 @@ an older folder compares equal to the member without conversion::
 
 ``benchmarks/design_counts.py`` counts the product files that spell one of these words
 (tests/test_design_counts.py bounds it to this one).
+
+The runs': an agent's recent runs, kept in its folder for the status page's memory, and the
+record of one run (:class:`LastRun`), which ``last_run.json`` holds alone.
+
+``last_run.json`` says what the last run did; the page also answers "lately": the last
+runs with their outcome, precision and why, the gate's scores of each candidate, the
+loss scale and skipped steps, the guard's demotions, the quarantined records, the drift
+warnings and the live watch's figures. So the step that records a run (the daemon's, and
+a foreground ``train``) also appends one line to ``<agent folder>/run_history.jsonl``
+(:data:`~genesis_fp16_infrastructure.agent_folder.layout.RUN_HISTORY`)::
+
+    append_run(root, entry)            # one JSON line at the end
+    history = load_history(root)       # oldest first, at most KEEP entries
+    history.entries[-1].run.outcome    # 'success'
+
+Bounded both ways. A line is at most LINE_BYTES (longer fields are cut before it is
+written). When the file passes COMPACT_BYTES it is rewritten with its newest KEEP
+lines by the folder's one atomic writer (a reader sees the old file or the new one);
+the daemon runs one job per agent at a time and a foreground ``train`` is refused while
+it owns the folder, so the file has one writer. A folder, FIFO or link at its name is
+set aside before a write, as for every file of the folder. A read takes at most
+READ_BYTES from the end of a regular file (a FIFO or a link is never opened for
+reading), and a line that is not an entry (a torn last line after a kill, a hand edit)
+is skipped and counted, never raised: the page says how many. Writing never fails a
+run: an error is logged.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import os
+import stat
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Self
 
 import msgspec
 
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import RUN_HISTORY
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    PrecisionName,
+    RequestedName,
+)
 
 EXTRA = "extra"
 POINTER_VERSION = 1
@@ -230,3 +268,308 @@ class ServedPointer:
             data["sequence"] = self.sequence
             data["journal"] = [entry.to_json() for entry in self.journal]
         return data
+
+
+# -- the runs: the last run and the recent ones (run_history.jsonl) ----------
+logger = logging.getLogger(__name__)
+
+VERSION = 2  # 1: the marks of one column, before their maps (read and upgraded)
+KEEP = 50  # entries kept after a compaction: the page shows 10, the charts all of them
+LINE_BYTES = 4 * 1024
+COMPACT_BYTES = 2 * KEEP * LINE_BYTES  # the file never grows past about this
+READ_BYTES = RUN_HISTORY.limit  # COMPACT_BYTES + LINE_BYTES
+TEXT_CHARS = 160  # a score's name, a model's id, a drift warning
+# A last run's reason is cut to REASON_CHARS; a measured auto on CUDA names six rows
+# (three precisions, eager and captured) in its precision's reason.
+REASON_CHARS = 400
+PRECISION_REASON_CHARS = 1000
+MARK_COLUMNS = 4  # the columns a gate or live mark keeps, the primary first
+NAME_CHARS = 32  # a column's name (contract.judging: at most 32 characters)
+
+
+@dataclass(frozen=True)
+class LastRun:
+    """One finished run: its outcome (``success``, ``up_to_date``, ``failed``,
+    ``stopped``), the precision it trained in and was asked for, when it ended (Unix
+    time), how long it took, why it ended so (one line), who ran it (``daemon`` or
+    ``train``) and its optimizer steps."""
+
+    outcome: str
+    precision: PrecisionName | None
+    precision_requested: RequestedName | None
+    finished_at: float
+    duration_seconds: float
+    reason: str
+    source: str
+    steps: int | None
+    eval: dict[str, float] | None = None  # the run's eval figures (`model list` shows them)
+    # Why it ran in that precision (a measured auto: every timed precision, its spread).
+    precision_reason: str = ""
+
+    @classmethod
+    def of_error(cls, outcome: str, reason: str, duration: float, source: str) -> LastRun:
+        """The record of a run that ended without a result (failed, or stopped as it
+        started)."""
+        reason = cut(reason, REASON_CHARS)
+        return cls(outcome, None, None, time.time(), round(duration, 3), reason, source, 0)
+
+
+class GateMark(msgspec.Struct, frozen=True):
+    """The gate's verdict on the run's candidate: the outcome, the two models' ids and
+    their finite scores on the gate's first set by column (the loss columns, then the
+    reported ones, such as ``auc``), the ``primary`` first. The set that decided, and
+    the column a rejection was worse on, are in the run's reason."""
+
+    outcome: str
+    set: str | None = None
+    primary: str | None = None
+    candidate: dict[str, float] = msgspec.field(default_factory=dict)
+    served: dict[str, float] = msgspec.field(default_factory=dict)
+    candidate_id: str | None = None
+    served_id: str | None = None
+
+
+class LiveColumn(msgspec.Struct, frozen=True):
+    """One column's live test: the mean difference (served minus predecessor, in the
+    column's units), its anytime-valid bounds, the margin, and whether it regressed."""
+
+    difference: float | None = None
+    lower: float | None = None
+    upper: float | None = None
+    margin: float | None = None
+    regression: bool = False
+
+    @classmethod
+    def of(cls, figures: Mapping[str, Any]) -> LiveColumn:
+        """A column's figures in a live watch's JSON: what is not finite or true left out."""
+        d, lo, up, m = (finite(figures.get(k)) for k in ("difference", "lower", "upper", "margin"))
+        return cls(d, lo, up, m, figures.get("regression") is True)
+
+
+class LiveMark(msgspec.Struct, frozen=True):
+    """The live watch's running figures after the run: the records scored, whether it
+    found a regression and rolled back, and each column's test (``metrics``, the
+    ``primary`` first)."""
+
+    records: int
+    regression: bool
+    rolled_back: bool
+    primary: str | None = None
+    metrics: dict[str, LiveColumn] = msgspec.field(default_factory=dict)
+
+    @property
+    def watched(self) -> LiveColumn:
+        """The primary column's test: what the watch chart draws."""
+        return self.metrics.get(self.primary or "", LiveColumn())
+
+    @property
+    def regressed(self) -> tuple[str, ...]:
+        """The columns whose test found a regression."""
+        return tuple(name for name, column in self.metrics.items() if column.regression)
+
+    @classmethod
+    def of(cls, live: Mapping[str, Any]) -> LiveMark:
+        """The figures of a live watch's JSON (a run's report, or the served entry's, which
+        a hand may have edited): what is not a finite number, a count or true left out."""
+        records, metrics, primary = live.get("records"), live.get("metrics"), live.get("primary")
+        if not isinstance(metrics, Mapping):  # one column beside the rest, before the map
+            primary = live.get("metric") if isinstance(live.get("metric"), str) else "loss"
+            metrics = {primary: live}
+        columns = {str(k): c for k, c in metrics.items() if isinstance(c, Mapping)}
+        primary = primary if isinstance(primary, str) and primary in columns else None
+        kept = sorted(columns.items(), key=lambda item: item[0] != primary)[:MARK_COLUMNS]
+        return cls(
+            records=records if isinstance(records, int) and not isinstance(records, bool) else 0,
+            regression=live.get("regression") is True,
+            rolled_back=live.get("rolled_back") is True,
+            primary=None if primary is None else cut(primary, NAME_CHARS),
+            metrics={cut(name, NAME_CHARS): LiveColumn.of(column) for name, column in kept},
+        )
+
+
+class RunEntry(msgspec.Struct, frozen=True):
+    """One finished run as the history keeps it: its last-run record (why it trained in
+    its precision too), its loss scale and skipped steps, the guard's demotions (one line
+    each), the records it quarantined, the drift warning (None: none flagged), the gate's
+    verdict and the live watch's figures."""
+
+    run: LastRun
+    loss_scale: float | None = None
+    skipped_steps: int | None = None
+    demotions: tuple[str, ...] = ()
+    quarantined: int | None = None
+    drift: str | None = None
+    gate: GateMark | None = None
+    live: LiveMark | None = None
+
+
+@dataclass(frozen=True)
+class RunHistory:
+    """The entries read (oldest first) and the lines that were not entries."""
+
+    entries: tuple[RunEntry, ...]
+    unreadable: int = 0
+
+
+def drift_warning(flagged: tuple[str, ...], label_shift: bool) -> str | None:
+    """The history's line for a run's drift report: the features flagged, and whether the
+    success rate shifted; None when nothing was flagged."""
+    if not flagged and not label_shift:
+        return None
+    what = [f"features {', '.join(flagged[:8])}"] if flagged else []
+    what += ["the success rate"] if label_shift else []
+    return cut("drift flagged: " + " and ".join(what))
+
+
+def append_run(root: Path, entry: RunEntry) -> None:
+    """Append ``entry`` to the history of the agent whose folder is ``root`` (compacted
+    past COMPACT_BYTES); a failure is logged, never raised: the run's outcome stands."""
+    path = RUN_HISTORY.at(root)
+    line = encode_entry(entry)
+    try:
+        files.clear_way(path, RUN_HISTORY)  # a folder, FIFO or link at its name: set aside
+        _append(path, line)
+        if path.stat().st_size > COMPACT_BYTES:
+            _compact(path)
+    except OSError as exc:
+        logger.error(
+            "cannot keep the run in the run history: the page will miss it: %s (%s)",
+            path,
+            exc.strerror or exc,
+        )
+
+
+def encode_entry(entry: RunEntry) -> bytes:
+    """One JSON line of at most LINE_BYTES: the long texts go first when it is over."""
+    line = msgspec.json.encode({"version": VERSION, **msgspec.to_builtins(entry)})
+    if len(line) >= LINE_BYTES:  # 4 demotions, a reason and a drift line of 400 chars each
+        trimmed = RunEntry(
+            run=entry.run, gate=entry.gate, live=entry.live, loss_scale=entry.loss_scale
+        )
+        line = msgspec.json.encode({"version": VERSION, **msgspec.to_builtins(trimmed)})
+    return line + b"\n"
+
+
+def _append(path: Path, line: bytes) -> None:
+    """One write with O_APPEND; a torn last line (a kill mid-write) gets its newline
+    first, so that it stays one unreadable line and the new entry a line of its own."""
+    # Read and write (pread checks the last byte); never blocking on a FIFO at its name.
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o644)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n":
+            line = b"\n" + line
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def _compact(path: Path) -> None:
+    """Rewrite the file with its newest KEEP lines, atomically."""
+    data = _tail(path, READ_BYTES)
+    lines = [line for line in data.split(b"\n") if line.strip()][-KEEP:]
+    # the folder's one atomic writer: a reader or a kill finds the old file or the new one
+    files.write_bytes(path, RUN_HISTORY, b"".join(line + b"\n" for line in lines))
+
+
+def load_history(root: Path, last: int = KEEP) -> RunHistory:
+    """The ``last`` recent runs (at most KEEP) of the agent whose folder is ``root``,
+    oldest first; no file: none. Only the file's last ``last`` lines are read, and
+    counted when unreadable. Raises :class:`HistoryUnreadable` (one line) for a file
+    that cannot be read."""
+    path = RUN_HISTORY.at(root)
+    last = max(1, min(last, KEEP))
+    try:
+        data = _tail(path, min(READ_BYTES, (last + 1) * LINE_BYTES))
+    except FileNotFoundError:
+        return RunHistory(())
+    except OSError as exc:
+        raise HistoryUnreadable(f"{path}: {exc.strerror or exc}") from None
+    entries, bad = [], 0
+    for line in [line for line in data.split(b"\n") if line.strip()][-last:]:
+        entry = decode_entry(line)
+        if entry is None:
+            bad += 1
+        else:
+            entries.append(entry)
+    return RunHistory(tuple(entries), bad)
+
+
+class HistoryUnreadable(files.UnusableStateFile):
+    """The history file exists but cannot be read: one line naming it."""
+
+
+# The latest Unix time a history line may carry (9999-12-31): the page's clock shows it.
+LATEST_TIME = 253_402_300_799.0
+_PREFIX = b'{"version":%d,' % VERSION  # how encode_entry begins every line it writes
+_DECODER = msgspec.json.Decoder(RunEntry)  # typed: no dict in between (the page's cost)
+_PREFIX_1 = b'{"version":1,'
+
+
+def _upgraded(data: Any) -> Any:
+    """A version-1 entry's JSON with its marks as maps: the gate's scores of its one
+    ``metric`` (None: no finite score) and the live figures beside the rest."""
+    gate, live = (data.get(k) if isinstance(data, dict) else None for k in ("gate", "live"))
+    if isinstance(gate, dict):
+        metric = gate["primary"] = gate.get("metric")
+        for side in ("candidate", "served"):
+            gate[side] = {} if gate.get(side) is None else {metric: gate[side]}
+    if isinstance(live, dict):
+        data["live"] = msgspec.to_builtins(LiveMark.of(live))
+    return data
+
+
+def decode_entry(line: bytes) -> RunEntry | None:
+    """One line's entry, or None when it is not one (torn, another version, edited:
+    a line this module did not write as it writes them, or a version-1 line's upgrade)."""
+    if len(line) > LINE_BYTES or not line.startswith((_PREFIX, _PREFIX_1)):
+        return None
+    try:
+        if line.startswith(_PREFIX):
+            entry = _DECODER.decode(line)  # its "version" is no field: msgspec skips it
+        else:  # through a dict: only lines written before the maps pay for one
+            entry = msgspec.convert(_upgraded(msgspec.json.decode(line)), RunEntry)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        return None  # UnicodeDecodeError: bytes that are not UTF-8 in a string
+    run = entry.run
+    # A time no clock can show (1e308 is valid JSON) is no run this module wrote.
+    if not (0.0 <= run.finished_at <= LATEST_TIME and 0.0 <= run.duration_seconds <= LATEST_TIME):
+        return None
+    return entry
+
+
+def _tail(path: Path, limit: int) -> bytes:
+    """The last lines of the regular file ``path`` within ``limit`` bytes (a line cut
+    by the limit left out)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise OSError(0, kind)
+        start = max(0, info.st_size - limit)
+        data = os.pread(fd, info.st_size - start, start)
+    finally:
+        os.close(fd)
+    return data.split(b"\n", 1)[-1] if start else data
+
+
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def text(value: Any) -> str | None:
+    """``value`` as one cut line (:func:`cut`), None kept."""
+    return None if value is None else cut(str(value))
+
+
+def cut(text: str, chars: int = TEXT_CHARS) -> str:
+    """``text`` on one line (a traceback's newlines would break it), cut to ``chars``."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= chars else line[: chars - 1] + "…"

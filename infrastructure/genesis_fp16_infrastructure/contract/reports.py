@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
-from genesis_fp16_infrastructure.agent_folder.run_history import (
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     MARK_COLUMNS,
     NAME_CHARS,
     PRECISION_REASON_CHARS,
@@ -49,6 +48,7 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
     GateMark,
     LastRun,
     LiveMark,
+    Outcome,
     RunEntry,
     cut,
     drift_warning,

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.run_history import (
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     GateMark,
     LastRun,
     RunEntry,

@@ -34,7 +34,11 @@ from genesis_fp16.status.report import (
     gather_status,
 )
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.run_history import REASON_CHARS, LastRun, RunEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    REASON_CHARS,
+    LastRun,
+    RunEntry,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 IDLE = DaemonStatus(False, None, None, None, None, None, "not running")

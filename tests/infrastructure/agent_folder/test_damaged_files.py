@@ -22,10 +22,10 @@ from genesis_fp16_infrastructure.agent_folder import data_manifest, files
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_json
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import LastRun, RunEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
 from genesis_fp16_infrastructure.agent_folder.records import read_calibration
 from genesis_fp16_infrastructure.agent_folder.repair import set_aside_unusable
-from genesis_fp16_infrastructure.agent_folder.run_history import LastRun, RunEntry
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.sources import Source

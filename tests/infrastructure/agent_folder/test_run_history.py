@@ -13,7 +13,7 @@ import pytest
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import RUN_HISTORY
-from genesis_fp16_infrastructure.agent_folder.run_history import (
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     COMPACT_BYTES,
     KEEP,
     LINE_BYTES,
