@@ -75,8 +75,10 @@ REPO = BENCHMARKS.parent
 # run's TrainResult (set_auto_measurement) and `precision show` prints Calibration.table (no
 # Calibration in the daemon): 1 / 93. A guard field's range is GuardConfig.bounds()'s, and the
 # memory after a run is kept by AgentFolder.remember_run (no bounds_of, remember_demotions): 1 / 91.
+# A loaded bundle is a FaultBundle that checks its data and replays its step with the plugin's
+# task (no data_change, ReplayTarget, replay): 1 / 88.
 MAX_LIBRARY_MODULES = 1
-MAX_LIBRARY_NAMES = 91
+MAX_LIBRARY_NAMES = 88
 MAX_COMPLEXITY = 30
 # Issue 70's figure 10b: the library modules that define the names the daemon imports,
 # each name resolved through the door (its __module__; a constant: the module it is
@@ -123,8 +125,9 @@ MAX_COMPLEXITY = 30
 # memory beside the names and request they feed (guard_config merged into precision_names;
 # the memory's file read and written by agent_folder.folder, its decode PrecisionMemory's): 23.
 # The runs' records beside the lifecycle's, whose Outcome they end in (run_history merged into
-# agent_folder.lifecycle_records): 22.
-MAX_DEFINING_MODULES = 22
+# agent_folder.lifecycle_records): 22. The replay command replays through the FaultBundle it
+# loaded (training.flight.replay no longer defines a name it uses): 21.
+MAX_DEFINING_MODULES = 21
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

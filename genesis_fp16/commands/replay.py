@@ -27,7 +27,7 @@ import argparse
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,15 +70,16 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from genesis_fp16_infrastructure.api import BundleError, load_bundle, replay
+    from genesis_fp16_infrastructure.api import BundleError, load_bundle
 
     if not 0 < args.tolerance < math.inf:
         raise UsageError(f"--tolerance {args.tolerance}: must be a positive number")
     against = args.tolerance if args.against == "fp32" else None
     try:
         bundle = load_bundle(Path(args.bundle))  # to the CPU: RNG states must stay there
-        target, note = _target(bundle, args.device or str(bundle["device"]))
-        report = replay(bundle, target, args.precision, args.device, against)
+        note = bundle.data_change()
+        task, batch_types, note = _task(bundle, args.device or str(bundle["device"]), note)
+        report = bundle.replay(task, batch_types, args.precision, args.device, against)
     except BundleError as exc:
         raise UsageError(str(exc)) from None
     except UsageError:
@@ -93,18 +94,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target(bundle: Mapping[str, Any], device: str) -> tuple[Any, str | None]:
-    """What rebuilds the bundle's step, from its agent's plugin, and a line on its data
-    (None: unchanged). Only an allowlisted plugin's code runs; nothing the bundle names
-    is imported (its batch types resolve against the plugin's ``batch_types``)."""
+def _task(
+    bundle: Mapping[str, Any], device: str, note: str | None
+) -> tuple[Any, Sequence[type], str | None]:
+    """What rebuilds the bundle's step, from its agent's plugin (its task and batch types),
+    and the line on its data (``note``, the bundle's ``data_change``; None: unchanged).
+    Only an allowlisted plugin's code runs; nothing the bundle names is imported (its
+    batch types resolve against the plugin's ``batch_types``)."""
     from genesis_fp16.commands.reading import settings_for_reading
     from genesis_fp16.config.plugins import PluginError, load_plugin
-    from genesis_fp16_infrastructure.api import (
-        BundleError,
-        ReplayTarget,
-        capabilities_of,
-        data_change,
-    )
+    from genesis_fp16_infrastructure.api import BundleError, capabilities_of
 
     found = bundle.get("context")
     context: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
@@ -119,7 +118,6 @@ def _target(bundle: Mapping[str, Any], device: str) -> tuple[Any, str | None]:
     except PluginError as exc:
         raise UsageError(str(exc)) from None
     declared = capabilities_of(plugin)  # plugin_api's ReplaysSteps and NamesBatchTypes
-    note = data_change(bundle.get("data"))
     make_task = declared.replay_task
     if make_task is None:
         raise UsageError(
@@ -135,7 +133,7 @@ def _target(bundle: Mapping[str, Any], device: str) -> tuple[Any, str | None]:
         ) from None
     if note:
         note += f": replaying from the {len(bundle['batches'])} batch(es) the bundle holds"
-    return ReplayTarget.of_task(task, declared.batch_types), note
+    return task, declared.batch_types, note
 
 
 def _first_line(error: BaseException) -> str:

@@ -99,8 +99,7 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.judging.run import run_plugin
     from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes, peak_rss_mib
     from genesis_fp16_infrastructure.probe.runner import ProbeReport, run_probe
-    from genesis_fp16_infrastructure.training.flight.bundle import data_change, load_bundle
-    from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay
+    from genesis_fp16_infrastructure.training.flight.bundle import load_bundle
     from genesis_fp16_infrastructure.training.precision.decide import (
         cpu_capabilities,
         decide,

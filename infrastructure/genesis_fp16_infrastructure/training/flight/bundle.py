@@ -10,6 +10,8 @@ a signature of that data (``data``: :func:`data_signature`)::
     path = save_bundle(folder, bundle, BundleLimits(max_count=20, max_bytes=2**30))
     bundle = load_bundle(path)      # BundleError, one line, for a damaged file
     for row in list_bundles(folder): print(row["name"], row["reason"], row["step"])
+    bundle.data_change()            # None: the data its run read is unchanged
+    report = bundle.replay(task)    # the step again (training.flight.replay)
 
 The folder is bounded: after each save the oldest bundles go until at most
 ``max_count`` files and ``max_bytes`` bytes remain (the newest is always kept, even
@@ -24,9 +26,9 @@ import os
 import re
 import stat
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -37,6 +39,10 @@ from genesis_fp16_infrastructure.training.flight.bundle_files import (
     bundle_name,
     trim_folder,
 )
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.training.run.task import TrainingTask
 
 BUNDLE_VERSION = 1
 # Keys every bundle holds; load_bundle refuses a file without them.
@@ -65,9 +71,35 @@ def save_bundle(folder: Path, bundle: Mapping[str, Any], limits: BundleLimits) -
     return path
 
 
+class FaultBundle(dict[str, Any]):
+    """A loaded bundle: the record the recorder saved (its keys, :data:`REQUIRED`), which
+    says whether the data its run read changed and runs its step again."""
+
+    def data_change(self) -> str | None:
+        """How the data the bundle names differs from what its run read (:func:`data_change`);
+        None: the same."""
+        return data_change(self.get("data"))
+
+    def replay(
+        self,
+        task: TrainingTask,
+        batch_types: Sequence[type] = (),
+        precision: PrecisionName | None = None,
+        device: str | None = None,
+        against_fp32: float | None = None,
+    ) -> dict[str, Any]:
+        """The replay report of the step, rebuilt by ``task``
+        (:func:`~genesis_fp16_infrastructure.training.flight.replay.replay`, whose module
+        imports the trainer: loaded on first use)."""
+        from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay
+
+        target = ReplayTarget.of_task(task, batch_types)
+        return replay(self, target, precision, device, against_fp32)
+
+
 def load_bundle(
     path: Path, map_location: str | torch.device = "cpu", max_bytes: int | None = None
-) -> dict[str, Any]:
+) -> FaultBundle:
     """The bundle at ``path``, its tensors on ``map_location``; :class:`BundleError` (one
     line naming the file and why) for anything that is not an intact bundle.
 
@@ -101,7 +133,7 @@ def load_bundle(
         raise BundleError(
             f"{path}: bundle version {data['version']!r}, this reads {BUNDLE_VERSION}"
         )
-    return data
+    return FaultBundle(data)
 
 
 _ZIP_MAGIC = b"PK\x03\x04"
