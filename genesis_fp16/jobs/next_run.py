@@ -10,7 +10,8 @@ be an hour away), they say what the agent's next run starts with:
   it kept; with none it is undecided (``None``: every precision series 0) until the run
   measures and reports.
 - **loss scale**: 1 outside fp16 (the scaler is disabled there, and every run reports 1).
-  In fp16, the scale the run resumes with: the newest checkpoint's scaler state (an fp32
+  In fp16, the scale the run resumes with (the library's ``resume_loss_scale``): the
+  newest checkpoint's scaler state (an fp32
   or bf16 checkpoint holds one too), or the core's initial scale
   (``ScalerConfig.init_scale``, 65,536) without a checkpoint. NaN while the precision is
   undecided: a comparison with NaN is false, so no alert fires on it.
@@ -30,14 +31,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from genesis_fp16_infrastructure.api import INITIAL_LOSS_SCALE as INITIAL_SCALE
-from genesis_fp16_infrastructure.api import (
-    LOSS_SCALED,
-    AgentFolder,
-    CheckpointError,
-    PrecisionName,
-    read_resume_point,
-)
+from genesis_fp16_infrastructure.api import AgentFolder, PrecisionName, resume_loss_scale
 
 log = structlog.get_logger("genesis_fp16.next_run")
 
@@ -63,23 +57,13 @@ def expected_next_run(folder: AgentFolder, precision: PrecisionName | None) -> N
     """
     if precision is None:
         return NextRun(None, math.nan, "measurement")
-    if precision not in LOSS_SCALED:
-        return NextRun(precision, 1.0, "request")
-    scale = _newest_scale(folder)
-    return NextRun(precision, INITIAL_SCALE if scale is None else scale, "request")
-
-
-def _newest_scale(folder: AgentFolder) -> float | None:
-    """The served model's newest valid core checkpoint's scaler scale, or None: the
-    resume point a run's plan reads (``train_request.read_resume_point``: the folder the
-    served-model pointer names, else the agent's own; the summary file when there is one)."""
-    try:
-        resume = read_resume_point(folder.checkpoint_dir)
-    except (OSError, CheckpointError) as exc:  # a folder we may not read: no checkpoint
+    # The resume point a run's plan reads: the folder the served-model pointer names, else
+    # the agent's own; the summary file when there is one.
+    scale, unread, pointer_error = resume_loss_scale(folder.checkpoint_dir, precision)
+    if unread is not None:  # a folder we may not read: no checkpoint
         log.warning(
-            "cannot read the agent's checkpoints", path=str(folder.checkpoint_dir), error=str(exc)
+            "cannot read the agent's checkpoints", path=str(folder.checkpoint_dir), error=unread
         )
-        return None
-    if resume.pointer_error is not None:
-        log.warning("cannot follow the served-model pointer", error=resume.pointer_error)
-    return None if resume.summary is None else resume.summary.get("loss_scale")
+    if pointer_error is not None:
+        log.warning("cannot follow the served-model pointer", error=pointer_error)
+    return NextRun(precision, scale, "request")

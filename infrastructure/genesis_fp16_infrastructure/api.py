@@ -82,8 +82,8 @@ if TYPE_CHECKING:
         AgentState,
         DataCheck,
         TrainRequest,
-        read_resume_point,
         read_snapshot,
+        resume_loss_scale,
     )
     from genesis_fp16_infrastructure.errors import (
         BundleError,
@@ -109,8 +109,6 @@ if TYPE_CHECKING:
         CHOICES,
         EXECUTION_MODES,
         FALLBACK_REASONS,
-        INITIAL_LOSS_SCALE,
-        LOSS_SCALED,
         LOW_PRECISIONS,
         PRECISIONS,
         GuardConfig,

@@ -54,11 +54,14 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
     read_pointer,
 )
 from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
-from genesis_fp16_infrastructure.errors import ServedPointerError
+from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
 from genesis_fp16_infrastructure.judging.split import ScoreOnly
 from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_names import (
+    INITIAL_LOSS_SCALE,
+    LOSS_SCALED,
     PrecisionMemory,
+    PrecisionName,
     RequestedName,
 )
 from genesis_fp16_infrastructure.training.run.spec import (
@@ -393,11 +396,25 @@ def read_snapshot(folder: AgentFolder, checkpoint_dir: Path | None = None) -> Ag
     return AgentSnapshot(AgentState(memory, memory_error, carried, resume), pointer, error)
 
 
-def read_resume_point(checkpoint_dir: Path) -> ResumePoint:
-    """The :class:`ResumePoint` of an agent whose checkpoints are under ``checkpoint_dir``
-    (se_darwin's served model lives in ``candidates/``, where its pointer says)."""
-    _, served, error = _read_pointer(checkpoint_dir)
-    return _resume_point(checkpoint_dir, served, error)
+def resume_loss_scale(
+    checkpoint_dir: Path, precision: PrecisionName
+) -> tuple[float, str | None, str | None]:
+    """The loss scale a run in ``precision`` starts with when it resumes from the
+    checkpoints under ``checkpoint_dir`` (se_darwin's served model lives in
+    ``candidates/``, where its pointer says), and why the folder could not be read and why
+    its pointer could not be followed (None: no problem). 1 where the scaler is off
+    (outside ``LOSS_SCALED``; nothing is read); else the resume point's newest checkpoint's
+    scale (an fp32 or bf16 checkpoint holds one too), else ``INITIAL_LOSS_SCALE``: no
+    checkpoint, or a folder that cannot be read, which counts as none."""
+    if precision not in LOSS_SCALED:
+        return 1.0, None, None
+    try:
+        _, served, error = _read_pointer(checkpoint_dir)
+        resume = _resume_point(checkpoint_dir, served, error)
+    except (OSError, CheckpointError) as exc:
+        return INITIAL_LOSS_SCALE, str(exc), None
+    scale = None if resume.summary is None else resume.summary.get("loss_scale")
+    return INITIAL_LOSS_SCALE if scale is None else scale, None, resume.pointer_error
 
 
 def _read_pointer(checkpoint_dir: Path) -> tuple[ServedPointer | None, Path | None, str | None]:
@@ -422,7 +439,6 @@ def _resume_point(checkpoint_dir: Path, served: Path | None, error: str | None) 
 
 def _summary_of(path: Path) -> Mapping[str, Any] | None:
     """The summary of one checkpoint file: its summary file, else the file read."""
-    from genesis_fp16_infrastructure.errors import CheckpointError
     from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
     from genesis_fp16_infrastructure.training.checkpoint_files import read_summary, summarize
 

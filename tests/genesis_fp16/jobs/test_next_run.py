@@ -12,7 +12,7 @@ from typing import Any
 
 from checkpoint_state import checkpoint_state
 
-from genesis_fp16.jobs.next_run import INITIAL_SCALE, expected_next_run
+from genesis_fp16.jobs.next_run import expected_next_run
 from genesis_fp16.jobs.run_request import expected_precision
 from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
@@ -21,6 +21,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
 from genesis_fp16_infrastructure.api import Calibration
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.decide import decide
+from genesis_fp16_infrastructure.training.precision.precision_names import INITIAL_LOSS_SCALE
 from genesis_fp16_infrastructure.training.reports import Measured
 
 
@@ -48,7 +49,7 @@ def test_a_broken_pointer_reads_the_agent_folder_and_says_so(tmp_path: Path) -> 
     paths = AgentFolder(tmp_path, "se_darwin")
     paths.checkpoint_dir.mkdir(parents=True)
     write_pointer(paths.checkpoint_dir, ServedPointer(ServedEntry(id="x", checkpoint="gone.pt")))
-    assert expected_next_run(paths, "fp16").loss_scale == INITIAL_SCALE
+    assert expected_next_run(paths, "fp16").loss_scale == INITIAL_LOSS_SCALE
 
 
 def test_auto_on_the_gauge_is_what_decide_answers_not_the_last_checkpoint(tmp_path: Path) -> None:
