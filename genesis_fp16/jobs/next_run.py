@@ -57,8 +57,7 @@ def expected_next_run(folder: AgentFolder, precision: PrecisionName | None) -> N
     """
     if precision is None:
         return NextRun(None, math.nan, "measurement")
-    # The resume point a run's plan reads: the folder the served-model pointer names, else
-    # the agent's own; the summary file when there is one.
+    # The resume point a run's plan reads (the folder the served-model pointer names).
     scale, unread, pointer_error = resume_loss_scale(folder.checkpoint_dir, precision)
     if unread is not None:  # a folder we may not read: no checkpoint
         log.warning(

@@ -399,13 +399,10 @@ def read_snapshot(folder: AgentFolder, checkpoint_dir: Path | None = None) -> Ag
 def resume_loss_scale(
     checkpoint_dir: Path, precision: PrecisionName
 ) -> tuple[float, str | None, str | None]:
-    """The loss scale a run in ``precision`` starts with when it resumes from the
-    checkpoints under ``checkpoint_dir`` (se_darwin's served model lives in
-    ``candidates/``, where its pointer says), and why the folder could not be read and why
-    its pointer could not be followed (None: no problem). 1 where the scaler is off
-    (outside ``LOSS_SCALED``; nothing is read); else the resume point's newest checkpoint's
-    scale (an fp32 or bf16 checkpoint holds one too), else ``INITIAL_LOSS_SCALE``: no
-    checkpoint, or a folder that cannot be read, which counts as none."""
+    """The loss scale a run in ``precision`` resuming from ``checkpoint_dir`` starts with,
+    and why the folder, or its served-model pointer, could not be read (None: it could).
+    1 outside ``LOSS_SCALED`` (nothing read), else the resume point's newest scale, else
+    ``INITIAL_LOSS_SCALE`` (no checkpoint, or an unreadable folder: none)."""
     if precision not in LOSS_SCALED:
         return 1.0, None, None
     try:

@@ -72,12 +72,10 @@ def save_bundle(folder: Path, bundle: Mapping[str, Any], limits: BundleLimits) -
 
 
 class FaultBundle(dict[str, Any]):
-    """A loaded bundle: the record the recorder saved (its keys, :data:`REQUIRED`), which
-    says whether the data its run read changed and runs its step again."""
+    """A loaded bundle (its keys: :data:`REQUIRED`): its data checked, its step replayed."""
 
     def data_change(self) -> str | None:
-        """How the data the bundle names differs from what its run read (:func:`data_change`);
-        None: the same."""
+        """:func:`data_change` of the data the bundle names; None: unchanged."""
         return data_change(self.get("data"))
 
     def replay(
@@ -88,9 +86,7 @@ class FaultBundle(dict[str, Any]):
         device: str | None = None,
         against_fp32: float | None = None,
     ) -> dict[str, Any]:
-        """The replay report of the step, rebuilt by ``task``
-        (:func:`~genesis_fp16_infrastructure.training.flight.replay.replay`, whose module
-        imports the trainer: loaded on first use)."""
+        """The step's replay report (:mod:`.replay`, imported on first use), rebuilt by ``task``."""
         from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay
 
         target = ReplayTarget.of_task(task, batch_types)
