@@ -73,6 +73,7 @@ from genesis_fp16.service.state_lock import (
 )
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
+from genesis_fp16.status.when import clock
 from genesis_fp16_infrastructure.api import AgentFolder, SetAside
 
 log = structlog.get_logger("genesis_fp16.daemon")
@@ -174,7 +175,7 @@ class Daemon:
         """/healthz. A refused reload is said in the body, not the code: the daemon works
         on with its running settings, and a restart would only refuse the file again."""
         refused = self.reload_refused
-        said = "" if refused is None else f"; {describe_refused_reload(*refused)}"
+        said = f"; reload refused since {clock(refused[0])}: {refused[1]}" if refused else ""
         if not self.heartbeat_fresh():
             age = time.time() - self._heartbeat
             return False, f"unhealthy: scheduler heartbeat is {age:.0f} s old{said}"
@@ -587,12 +588,6 @@ def _wait_for_jobs(ctx: JobContext, deadline: float) -> list[str]:
         while ctx.running and time.monotonic() < deadline:
             ctx.running_changed.wait(timeout=deadline - time.monotonic())
         return sorted(ctx.running)
-
-
-def describe_refused_reload(since: float, error: str) -> str:
-    """``reload refused since 2026-11-25 18:02:11 UTC: <error>``: one line for /healthz."""
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
-    return f"reload refused since {when}: {error}"
 
 
 def _one_line(text: str, limit: int = 300) -> str:
