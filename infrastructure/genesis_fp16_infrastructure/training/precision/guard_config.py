@@ -15,8 +15,8 @@ JSON file per agent (the precision state file)::
 
     memory = remember_demotions(read_precision_memory(path), result.demotions)
     write_precision_memory(path, memory)
-    if memory is not None and memory.applies_to("fp16"):
-        precision = memory.demoted_to
+    if memory is not None:  # the request's floor: decide() runs nothing less robust
+        floor = memory.demoted_to
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     DEFAULT_LADDER,
     PRECISIONS,
     PrecisionName,
-    less_robust,
 )
 from genesis_fp16_infrastructure.training.reports import Demotion
 
@@ -158,10 +157,6 @@ class PrecisionMemory:
     at: str
     clean_runs: int = 0
     history: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
-
-    def applies_to(self, precision: PrecisionName) -> bool:
-        """True when ``precision`` is less robust than the remembered floor."""
-        return less_robust(precision, self.demoted_to)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
