@@ -23,7 +23,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType
 
@@ -536,7 +535,9 @@ class Daemon:
             self.metrics.config_last_reload_successful.set(1)
             log.info("config reloaded", schedule_changes=changes)
             _warn_shadowed(sources)
-            self._show_precisions(_switched(old, new, self.plugins))
+            self._show_precisions(
+                frozenset(a for a in self.plugins if precision_switched(old, new, a))
+            )
         return True
 
     def _shutdown(self) -> int:
@@ -594,11 +595,6 @@ def _one_line(text: str, limit: int = 300) -> str:
     """An error for a status line: its first line, cut at ``limit`` characters."""
     first = text.splitlines()[0] if text else ""
     return first if len(first) <= limit else first[: limit - 1] + "…"
-
-
-def _switched(old: Settings, new: Settings, agents: Iterable[str]) -> frozenset[str]:
-    """The agents whose requested precision the reload from ``old`` to ``new`` changed."""
-    return frozenset(agent for agent in agents if precision_switched(old, new, agent))
 
 
 def _warn_shadowed(sources: SettingsSources) -> None:
