@@ -360,6 +360,3 @@ def check_agent(
                 results.append(RuleResult(rule, False, f"{type(exc).__name__}: {why}"))
     declared = capabilities_of(plugin).lines() if results[0].ok else []
     return AgentReport(getattr(plugin, "name", "?"), tuple(results), tuple(declared))
-
-
-__all__ = ["RULES", "AgentReport", "RuleResult", "check_agent"]
