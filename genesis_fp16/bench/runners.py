@@ -7,7 +7,6 @@ scaler update, zero grads. Only who does the bookkeeping differs.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, ClassVar, Protocol
 
 import torch
@@ -146,11 +145,8 @@ class HandWrittenRunner:
         self.max_norm = config.max_grad_norm
         self.tally = _FoundInfTally(device)
 
-    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype is not None)
-
     def step(self, batch: Batch) -> None:
-        with self._autocast():
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype is not None):
             loss = self.loss_fn(self.model, batch)
         self.scaler.scale(loss.float()).backward()
         self.scaler.unscale_(self.optimizer)

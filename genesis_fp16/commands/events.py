@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
@@ -63,13 +62,9 @@ def run(args: argparse.Namespace) -> int:
     return _redeliver(settings, str(args.id), bool(args.json))
 
 
-def _all_events(state_dir: Path) -> list[Event]:
-    events = [e for folder in agent_folders(state_dir) for e in outbox.read_events(folder)]
-    return sorted(events, key=lambda e: (e.order, e.agent))
-
-
 def _list(settings: Settings, as_json: bool) -> int:
-    events = _all_events(settings.state_dir)
+    events = [e for folder in agent_folders(settings.state_dir) for e in outbox.read_events(folder)]
+    events.sort(key=lambda e: (e.order, e.agent))
     if as_json:
         print(json.dumps([{**e.to_json(), "status": e.status} for e in events], indent=2))
         return 0

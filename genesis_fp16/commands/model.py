@@ -33,6 +33,7 @@ from genesis_fp16.commands.named_agent import agent_folder
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.settings_reading import load_settings_for_reading
 from genesis_fp16.metrics.watch_state import watch_state
+from genesis_fp16.status.history import pointer_scores
 from genesis_fp16.status.report import held_by_pin, held_words
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
@@ -264,7 +265,7 @@ def _rows(models: CheckpointsFolder, pointer: ServedPointer | None) -> list[dict
     rows = []
     for candidate in reversed(models.candidates()):
         meta, verdict = models.meta(candidate), models.verdict(candidate)
-        scores = _scores_on(verdict.candidate)
+        scores = pointer_scores(verdict.candidate) or ScoresOn("-")  # none, or unreadable
         outcome = verdict.outcome or "training"
         served = candidate.name == served_id
         if served:
@@ -395,14 +396,6 @@ def _last_eval(agent_root: Path) -> dict[str, Any] | None:
 
 def _num(value: Any) -> str:
     return "-" if value is None else f"{float(value):.3f}"
-
-
-def _scores_on(scores: Any) -> ScoresOn:
-    """A verdict's scores (any version's; none, or unreadable: none)."""
-    try:
-        return ScoresOn.from_json(scores) if isinstance(scores, dict) else ScoresOn("-")
-    except ValueError:  # a hand-edited verdict: its row shows no score
-        return ScoresOn("-")
 
 
 def _scores(row: dict[str, Any]) -> str:

@@ -61,17 +61,11 @@ def _show(args: argparse.Namespace, agent: str, folder: AgentFolder) -> int:
     # The kept measurement, read by the agent folder's owner as the run reads it; a
     # problem: why the file was unusable (set aside; the next auto run measures again).
     unusable: list[SetAside] = []
-    calibration = folder.calibration(unusable.append)
+    calibration = folder.calibration(unusable.append)  # None when it was set aside
     problem = (
         f"{unusable[0].why}; set aside, the next auto run measures again" if unusable else None
     )
-    if problem is not None:
-        calibration = None
-    shown_calibration = (
-        calibration.to_json()
-        if calibration is not None
-        else (None if problem is None else {"error": problem})
-    )
+    shown_calibration = {"error": problem} if problem else calibration and calibration.to_json()
     try:
         memory = folder.precision_memory()
     except ValueError as exc:

@@ -11,6 +11,7 @@ import argparse
 import json
 import ssl
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,13 +59,13 @@ def read_report(settings: Settings) -> StatusReport:
         report = _ask(url)
     except (OSError, ValueError) as exc:  # a refused or timed-out connection, a bad answer
         why = f"unknown: the daemon did not answer {url} ({exc})"
-        return _folder_report(settings, _with_health(daemon, why), why)
+        return _folder_report(settings, replace(daemon, health=why), why)
     if report.daemon.pid != daemon.pid:  # another daemon on that port, another folder's
         why = (
             f"unknown: {url} is served by pid {report.daemon.pid} for {report.state_dir}, "
             f"not by pid {daemon.pid}, which owns this state folder"
         )
-        return _folder_report(settings, _with_health(daemon, why), why)
+        return _folder_report(settings, replace(daemon, health=why), why)
     return report
 
 
@@ -114,9 +115,3 @@ def _folder_report(settings: Settings, daemon: DaemonStatus, note: str) -> Statu
     return gather_status(
         state_dir, installed, daemon, schedule, idle_seconds=settings.live_watch_idle_seconds
     )
-
-
-def _with_health(daemon: DaemonStatus, health: str) -> DaemonStatus:
-    from dataclasses import replace
-
-    return replace(daemon, health=health)

@@ -291,11 +291,10 @@ def _read_request_file(path: Path) -> tuple[TrainRequest, str]:
     from genesis_fp16.launch.handoff import read_run_file, watch_daemon
 
     try:
-        request, log_level, watch = read_run_file(path)
+        request, log_level = read_run_file(path)
     except (OSError, ValueError, TypeError, KeyError) as exc:
         raise UsageError(f"--request {path}: not a readable run request ({exc})") from None
-    if watch:  # before torch and the plugin are imported: seconds in which the daemon may go
-        watch_daemon()
+    watch_daemon()  # before torch and the plugin are imported: seconds in which the daemon may go
     return request, log_level
 
 

@@ -47,8 +47,6 @@ from genesis_fp16_infrastructure.api import (
     outbox,
 )
 
-__all__ = ["Deliverer", "DeliveryConfig", "agent_folders", "catch_up", "post", "shown_url"]
-
 log = structlog.get_logger("genesis_fp16.events")
 
 BACKOFF_FIRST_SECONDS = 1.0

@@ -72,22 +72,17 @@ def _count_problem(build: str, device: str, index: int, count: int, name: str) -
     return None
 
 
-def device_settings(settings: Settings) -> list[tuple[str, str]]:
-    """``(variable, device)`` for each device the settings name: the daemon's, then each
-    enabled agent's own."""
+def check_devices(settings: Settings, torch: Any = None) -> None:
+    """Raise :class:`SettingsError` with one line per configured device (the daemon's,
+    then each enabled agent's own) this torch cannot run, e.g.
+    ``GENESIS_FP16_DEVICE=cuda: this torch (2.13.0+cpu) was built without CUDA``.
+    """
     named = [(_env_name(("device",)), settings.device)]
     for agent, spec in sorted(settings.agents.items()):
         if spec.device is not None and spec.enabled:
             named.append((_env_name(("agents", agent, "device")), spec.device))
-    return named
-
-
-def check_devices(settings: Settings, torch: Any = None) -> None:
-    """Raise :class:`SettingsError` with one line per configured device this torch cannot
-    run, e.g. ``GENESIS_FP16_DEVICE=cuda: this torch (2.13.0+cpu) was built without CUDA``.
-    """
     errors = []
-    for variable, device in device_settings(settings):
+    for variable, device in named:
         problem = device_problem(device, torch)
         if problem is not None:
             errors.append(f"{variable}={device}: {problem}")

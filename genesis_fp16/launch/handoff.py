@@ -20,7 +20,7 @@ or torchrun's ranks) gets three things from the daemon and nothing from anywhere
   Linux-only, and fires when the *thread* that started the child ends, not the daemon.
 
 >>> write_run_file(path, request, log_level="INFO")     # the daemon  # doctest: +SKIP
->>> request, log_level, watch = read_run_file(path)      # the child   # doctest: +SKIP
+>>> request, log_level = read_run_file(path)             # the child   # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -52,12 +52,12 @@ def write_run_file(path: Path, request: TrainRequest, log_level: str) -> None:
     The child watches its standard input for the daemon's end (:func:`watch_daemon`), so
     the launcher must start it with ``stdin=subprocess.PIPE`` and keep that pipe open.
     """
-    run = {"request": request.to_json(), "log_level": log_level, "watch_stdin": True}
+    run = {"request": request.to_json(), "log_level": log_level}
     files.write_json(path, RUN_REQUEST, run)  # a folder or FIFO in the way: set aside
 
 
-def read_run_file(path: Path) -> tuple[TrainRequest, str, bool]:
-    """``(request, log_level, watch_stdin)`` from a file :func:`write_run_file` wrote.
+def read_run_file(path: Path) -> tuple[TrainRequest, str]:
+    """``(request, log_level)`` from a file :func:`write_run_file` wrote.
 
     Raises ``OSError``, ``ValueError`` (``UnusableStateFile``: a folder, a FIFO, over its
     bound), ``TypeError`` or ``KeyError`` for a file that is not one (the caller names it
@@ -69,7 +69,7 @@ def read_run_file(path: Path) -> tuple[TrainRequest, str, bool]:
     level = run["log_level"]
     if not isinstance(level, str):
         raise TypeError(f"log_level {level!r} is not a level name")
-    return TrainRequest.from_json(run["request"]), level, bool(run.get("watch_stdin"))
+    return TrainRequest.from_json(run["request"]), level
 
 
 def child_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -99,9 +99,9 @@ class RunTracker:
             scalars[f"precision/{name}"] = float(summary.precision == name)
         self._scalars(scalars, step)
 
-    def log_result(self, result: Any, extra: Mapping[str, object] | None = None) -> None:
+    def log_result(self, result: Any) -> None:
         """The ``TrainResult``: its eval metrics and execution at the run's last step, and
-        the outcome as the text ``run``; ``extra`` adds lines to that text."""
+        the outcome as the text ``run``."""
         step = self._last_step if self._last_step is not None else int(result.steps)
         scalars: dict[str, float] = {f"eval/{k}": v for k, v in dict(result.eval).items()}
         for mode in EXECUTION_MODES:
@@ -114,7 +114,6 @@ class RunTracker:
             "steps": result.steps,
             "skipped steps": result.skipped_steps,
             "final train loss": result.final_train_loss,
-            **(extra or {}),
         }
         self._write(lambda w: w.add_text("run", _table(outcome), step))
         if getattr(result, "ranges", None) is not None:

@@ -23,7 +23,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType
 
@@ -73,6 +72,7 @@ from genesis_fp16.service.state_lock import (
 )
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
+from genesis_fp16.status.when import clock
 from genesis_fp16_infrastructure.api import AgentFolder, SetAside
 
 log = structlog.get_logger("genesis_fp16.daemon")
@@ -174,7 +174,7 @@ class Daemon:
         """/healthz. A refused reload is said in the body, not the code: the daemon works
         on with its running settings, and a restart would only refuse the file again."""
         refused = self.reload_refused
-        said = "" if refused is None else f"; {describe_refused_reload(*refused)}"
+        said = f"; reload refused since {clock(refused[0])}: {refused[1]}" if refused else ""
         if not self.heartbeat_fresh():
             age = time.time() - self._heartbeat
             return False, f"unhealthy: scheduler heartbeat is {age:.0f} s old{said}"
@@ -535,7 +535,9 @@ class Daemon:
             self.metrics.config_last_reload_successful.set(1)
             log.info("config reloaded", schedule_changes=changes)
             _warn_shadowed(sources)
-            self._show_precisions(_switched(old, new, self.plugins))
+            self._show_precisions(
+                frozenset(a for a in self.plugins if precision_switched(old, new, a))
+            )
         return True
 
     def _shutdown(self) -> int:
@@ -589,21 +591,10 @@ def _wait_for_jobs(ctx: JobContext, deadline: float) -> list[str]:
         return sorted(ctx.running)
 
 
-def describe_refused_reload(since: float, error: str) -> str:
-    """``reload refused since 2026-11-25 18:02:11 UTC: <error>``: one line for /healthz."""
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
-    return f"reload refused since {when}: {error}"
-
-
 def _one_line(text: str, limit: int = 300) -> str:
     """An error for a status line: its first line, cut at ``limit`` characters."""
     first = text.splitlines()[0] if text else ""
     return first if len(first) <= limit else first[: limit - 1] + "…"
-
-
-def _switched(old: Settings, new: Settings, agents: Iterable[str]) -> frozenset[str]:
-    """The agents whose requested precision the reload from ``old`` to ``new`` changed."""
-    return frozenset(agent for agent in agents if precision_switched(old, new, agent))
 
 
 def _warn_shadowed(sources: SettingsSources) -> None:

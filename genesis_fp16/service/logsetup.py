@@ -67,17 +67,10 @@ def _log_thread_exception(args: threading.ExceptHookArgs) -> None:
         listener()
 
 
-def choose_format(configured: str, stream: Any = None) -> str:
-    """``json`` or ``console``: ``auto`` means console on a terminal, JSON otherwise."""
-    if configured != "auto":
-        return configured
-    stream = stream if stream is not None else sys.stderr
-    return "console" if getattr(stream, "isatty", lambda: False)() else "json"
-
-
 def configure_logging(log_format: str = "auto", level: str = "INFO") -> str:
     """Route structlog and the standard library to stderr in one format; returns it."""
-    chosen = choose_format(log_format)
+    tty = getattr(sys.stderr, "isatty", lambda: False)()
+    chosen = log_format if log_format != "auto" else "console" if tty else "json"  # auto: by tty
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,

@@ -38,18 +38,9 @@ def build_trigger(schedule: str, jitter: float) -> IntervalTrigger | CronTrigger
     if kind == "interval":
         return IntervalTrigger(seconds=float(value), jitter=jitter_seconds, timezone=UTC)
     # from_crontab() takes no jitter, so the five fields go to the constructor.
-    return CronTrigger(**_cron_fields(str(value)), jitter=jitter_seconds, timezone=UTC)
-
-
-def _cron_fields(expr: str) -> dict[str, str]:
-    minute, hour, day, month, day_of_week = expr.split()
-    return {
-        "minute": minute,
-        "hour": hour,
-        "day": day,
-        "month": month,
-        "day_of_week": day_of_week,
-    }
+    names = ("minute", "hour", "day", "month", "day_of_week")
+    fields = dict(zip(names, str(value).split(), strict=True))
+    return CronTrigger(**fields, jitter=jitter_seconds, timezone=UTC)
 
 
 class AgentScheduler:

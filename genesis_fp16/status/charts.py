@@ -121,7 +121,7 @@ def scale_chart(history: AgentHistory) -> Chart:
         title=f"loss scale and skipped steps, last {len(runs)} runs",
         y_label="loss scale",
         line=tuple((float(i), e.loss_scale) for i, e in enumerate(runs, 1)),
-        bars=tuple((float(i), _count(e.skipped_steps)) for i, e in enumerate(runs, 1)),
+        bars=tuple((float(i), e.skipped_steps) for i, e in enumerate(runs, 1)),
         bars_label="skipped steps",
         marks=marks,
         log_y=True,
@@ -160,10 +160,6 @@ def watch_chart(history: AgentHistory, watch: Mapping[str, Any] | None) -> Chart
         rule_label="" if margin is None else f"margin {_g(margin)}",
         empty=said,
     )
-
-
-def _count(value: int | None) -> float | None:
-    return None if value is None else float(value)
 
 
 def _g(value: float | None) -> str:

@@ -221,13 +221,10 @@ def past_rows(history: AgentHistory, now: float) -> list[Row]:
     """The agent's past in words (none before its first recorded run)."""
     if not history.runs:
         return []
-    return [*_precision_rows(history), _quarantine_row(history), _drift_row(history, now)]
-
-
-def _precision_rows(history: AgentHistory) -> list[Row]:
-    """The last run's demotions, one row each (why it trained in its precision is the
-    last run's own row: the rollback switch, the guard's memory, a measured ``auto``)."""
-    return [("demoted", demotion) for demotion in history.runs[-1].demotions]
+    # The last run's demotions, one row each (why it trained in its precision is the
+    # last run's own row: the rollback switch, the guard's memory, a measured ``auto``).
+    demoted = [("demoted", demotion) for demotion in history.runs[-1].demotions]
+    return [*demoted, _quarantine_row(history), _drift_row(history, now)]
 
 
 def _quarantine_row(history: AgentHistory) -> Row:

@@ -14,7 +14,6 @@ costs a line in the report, never a hung page.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -44,7 +43,6 @@ MAX_AGENTS = 100
 MAX_FIGURES = 12
 MAX_HELD = 8  # the held candidates a line names
 TEXT_CHARS = 200
-SUMMARY_BYTES = 64 * 1024  # a checkpoint's summary file: a few hundred bytes
 
 
 @dataclass(frozen=True)
@@ -302,11 +300,7 @@ def _newest_checkpoint(folder: AgentFolder) -> ServedModel | None:
         return None
     if newest is None:
         return None
-    try:
-        summary = json.loads(files.read_text(Path(f"{newest}.json"), SUMMARY_BYTES) or "{}")
-    except ValueError:  # UnusableStateFile too
-        summary = {}
-    summary = summary if isinstance(summary, dict) else {}
+    summary = folder.checkpoints.summary(newest) or {}  # as `model list` reads it
     step = summary.get("step")
     at_step = f" at step {step}" if isinstance(step, int) else ""
     return ServedModel(

@@ -46,10 +46,12 @@ JSON = "application/json"
 
 
 def status_documents(daemon: Daemon) -> Mapping[str, Document]:
-    """The page at ``/`` and its JSON twin, each built from one :func:`daemon_report`."""
+    """The page at ``/`` and its JSON twin, each built from one :func:`daemon_report` (the
+    JSON encoded straight from its records: a number that is not finite, which the report
+    never keeps, would be ``null``)."""
     return {
         "/": lambda: (render_html(daemon_report(daemon)), HTML),
-        "/status.json": lambda: (_json(daemon_report(daemon)), JSON),
+        "/status.json": lambda: (msgspec.json.encode(daemon_report(daemon)), JSON),
     }
 
 
@@ -162,9 +164,3 @@ def _every(schedule: str) -> str:
     """The schedule as a reader says it: ``every 3600 s`` or ``cron 0 * * * *``."""
     kind, value = parse_schedule(schedule)
     return f"every {float(value):g} s" if kind == "interval" else f"cron {value}"
-
-
-def _json(report: StatusReport) -> bytes:
-    """The report as JSON, encoded straight from its records (a number that is not
-    finite, which the report never keeps, would be ``null``)."""
-    return msgspec.json.encode(report)

@@ -11,6 +11,7 @@ other rules still run, so a broken plugin gets one line per broken rule.
 from __future__ import annotations
 
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,13 +123,9 @@ class _Bench:
             raise RuleFailed(str(exc)) from None
 
 
-def _stop_after(logs: int) -> tuple[Callable[[Any], None], Callable[[], bool]]:
-    seen = [0]
-
-    def on_log(_: Any) -> None:
-        seen[0] += 1
-
-    return on_log, lambda: seen[0] >= logs
+def _stop_at_first_log() -> tuple[Callable[[Any], None], Callable[[], bool]]:
+    logged = threading.Event()
+    return lambda _: logged.set(), logged.is_set
 
 
 def _contract(bench: _Bench) -> str:
@@ -171,7 +168,7 @@ def _with_budget(bench: _Bench) -> str:
 
 def _without_budget(bench: _Bench) -> str:
     # The default budget may be long: the run is stopped after its first logged step.
-    on_log, should_stop = _stop_after(1)
+    on_log, should_stop = _stop_at_first_log()
     request = bench.request(steps=None, epochs=None, on_log=on_log, should_stop=should_stop)
     result = bench.train(request)
     if result.steps < 1:
@@ -218,7 +215,7 @@ def _resumes(bench: _Bench) -> str:
 
 
 def _stops(bench: _Bench) -> str:
-    on_log, should_stop = _stop_after(1)
+    on_log, should_stop = _stop_at_first_log()
     result = bench.train(bench.request(steps=50, on_log=on_log, should_stop=should_stop))
     if result.steps >= 50 or not result.stopped_early:
         raise RuleFailed(f"asked to stop, ran {result.steps} of 50 (stopped_early False)")
@@ -363,6 +360,3 @@ def check_agent(
                 results.append(RuleResult(rule, False, f"{type(exc).__name__}: {why}"))
     declared = capabilities_of(plugin).lines() if results[0].ok else []
     return AgentReport(getattr(plugin, "name", "?"), tuple(results), tuple(declared))
-
-
-__all__ = ["RULES", "AgentReport", "RuleResult", "check_agent"]

@@ -169,9 +169,7 @@ class DeviceAudit(TorchFunctionMode):
             return "host"
         if func in (torch.Tensor.to, torch.Tensor.cuda):
             return self._place_of_move(func, args, kwargs)
-        if func is torch.Tensor.copy_:
-            return self._places.get(args[0])
-        if func in _SELF_PLACED:
+        if func is torch.Tensor.copy_ or func in _SELF_PLACED:
             return self._places.get(args[0])
         if func is torch._has_compatible_shallow_copy_type:
             return None  # Module.to asks it before moving a parameter: no arithmetic

@@ -42,21 +42,8 @@ VERDICT_NAME = VERDICT.name
 _CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")  # CheckpointManager's, without torch
 
 
-def new_candidate(folder: Path, meta: Mapping[str, Any], shared: str | None = None) -> Path:
-    """A fresh candidate folder named by the UTC time and the data digest, with its meta.
-
-    ``shared``: the name every rank of one torchrun job derives alike (they must train
-    into one folder); the folder is made by whichever rank comes first, its meta kept."""
-    if shared is not None:
-        path = candidates_dir(folder) / shared
-        path.mkdir(parents=True, exist_ok=True)
-        if not (path / CANDIDATE_META).is_file():
-            files.write_json(
-                path / CANDIDATE_META,
-                CANDIDATE_META_FILE,
-                {**meta, "id": shared, "created_at": utc_now()},
-            )
-        return path
+def new_candidate(folder: Path, meta: Mapping[str, Any]) -> Path:
+    """A fresh candidate folder named by the UTC time and the data digest, with its meta."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     digest = str(meta.get("fingerprint", ""))[:8] or "nodata"
     base = candidates_dir(folder) / f"{stamp}-{digest}"

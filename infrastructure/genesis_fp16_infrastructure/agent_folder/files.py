@@ -275,14 +275,12 @@ def json_object(data: Any) -> dict[str, Any]:
     return data
 
 
-def load_text(path: Path, file: StateFile, unusable: Listener | None = None) -> str | None:
+def load_text(path: Path, file: StateFile) -> str | None:
     """The text at ``path`` (a file that is not JSON), or None as :func:`load` says."""
     try:
         return read_text(path, file.limit)
     except UnusableStateFile as error:
-        event = set_aside(Path(path), file, str(error))
-    if unusable is not None:
-        unusable(event)
+        set_aside(Path(path), file, str(error))
     return None
 
 

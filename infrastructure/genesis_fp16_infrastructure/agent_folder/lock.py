@@ -8,8 +8,9 @@ the lock is taken, read within its layout bound (:func:`read_holder`). A folder,
 link at the lock's name is set aside (``<name>.unusable-<UTC time>``) and reported, and the lock
 taken on a fresh file::
 
-    with flock(folder / "served.json.lock", POINTER_LOCK):
-        ...   # one writer at a time
+    fd = take_lock(folder / "served.json.lock", POINTER_LOCK)
+    ...   # one writer at a time
+    os.close(fd)  # closing the only descriptor drops the flock
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ import json
 import os
 import stat
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +56,6 @@ def take_lock(
     if record is not None:
         write_holder(fd, record)
     return fd
-
-
-@contextmanager
-def flock(path: Path, file: StateFile, wait: bool = True) -> Iterator[int]:
-    """Hold the lock on ``path`` until the block ends (see :func:`take_lock`)."""
-    fd = take_lock(path, file, wait)
-    try:
-        yield fd
-    finally:
-        os.close(fd)  # closing the only descriptor drops the flock
 
 
 def write_holder(fd: int, record: Mapping[str, Any]) -> None:

@@ -90,7 +90,6 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
     OUTBOX_STAGED_FOLDER,
     OUTBOX_STATE,
     VERDICT,
-    StateFile,
 )
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry, Outcome
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
@@ -232,18 +231,14 @@ def _write_new(
     return event_id
 
 
-def _write_unsynced(path: Path, data: Mapping[str, Any], file: StateFile = OUTBOX_EVENT) -> None:
+def _write_unsynced(path: Path, data: Mapping[str, Any]) -> None:
     """Write an event atomically (a temp file renamed: a reader finds all of it or
     nothing), without an fsync (the module docstring says why and what covers it)."""
-    _replace_unsynced(path, json.dumps(data, sort_keys=True), file)
-
-
-def _replace_unsynced(path: Path, text: str, file: StateFile) -> None:
-    files.clear_way(path, file)
+    files.clear_way(path, OUTBOX_EVENT)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+            handle.write(json.dumps(data, sort_keys=True))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

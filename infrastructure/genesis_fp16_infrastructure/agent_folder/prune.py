@@ -46,13 +46,7 @@ def prune_and_read(
     once under the same lock: the daemon counts the journal from it without a second
     read. ``recover_first``: :func:`~.transitions.recover`'s work first, on that same
     read (the daemon's after each run: what the run, killed or not, left to finish)."""
-    with pointer_lock(folder):  # nothing served meanwhile is removed
-        return _prune_locked(folder, keep_served, rejected_days, recover_first)
 
-
-def _prune_locked(
-    folder: Path, keep_served: int, rejected_days: float, recover_first: bool
-) -> tuple[list[Path], ServedPointer | None]:
     def trim(current: ServedPointer | None) -> ServedPointer | None:
         if current is None or len(current.history) <= keep_served:
             return current
@@ -60,24 +54,25 @@ def _prune_locked(
         trimmed = replace(current, history=current.history[:keep_served])
         return journaled(current, trimmed, "trim", dropped=dropped)
 
-    pointer = update_pointer(folder, trim, settle_first=recover_first)
-    _empty_pruning(folder)
-    kept_ids: set[str] = set()
-    if pointer is not None:
-        kept_ids = {str(e.id) for e in [pointer.served, *pointer.history]}
-        kept_ids |= set(disagreeing(folder, pointer))  # a verdict not yet rolled forward
-    kept_ids |= set(_newest_inconclusive(folder))
-    cutoff = time.time() - rejected_days * 86400
-    removed = []
-    for stale in Path(folder).glob(".up-to-date-*"):  # an up-to-date run killed mid-eval
-        if stale.is_dir() and last_write(stale) < time.time() - UNFINISHED_MIN_DAYS * 86400:
-            shutil.rmtree(stale, ignore_errors=True)
-    for candidate in list_candidates(folder):
-        if candidate.name in kept_ids or not _prunable(candidate, pointer, cutoff):
-            continue
-        _remove(folder, candidate)
-        removed.append(candidate)
-    return removed, pointer
+    with pointer_lock(folder):  # nothing served meanwhile is removed
+        pointer = update_pointer(folder, trim, settle_first=recover_first)
+        _empty_pruning(folder)
+        kept_ids: set[str] = set()
+        if pointer is not None:
+            kept_ids = {str(e.id) for e in [pointer.served, *pointer.history]}
+            kept_ids |= set(disagreeing(folder, pointer))  # a verdict not yet rolled forward
+        kept_ids |= set(_newest_inconclusive(folder))
+        cutoff = time.time() - rejected_days * 86400
+        removed = []
+        for stale in Path(folder).glob(".up-to-date-*"):  # an up-to-date run killed mid-eval
+            if stale.is_dir() and last_write(stale) < time.time() - UNFINISHED_MIN_DAYS * 86400:
+                shutil.rmtree(stale, ignore_errors=True)
+        for candidate in list_candidates(folder):
+            if candidate.name in kept_ids or not _prunable(candidate, pointer, cutoff):
+                continue
+            _remove(folder, candidate)
+            removed.append(candidate)
+        return removed, pointer
 
 
 def _prunable(candidate: Path, pointer: ServedPointer | None, cutoff: float) -> bool:

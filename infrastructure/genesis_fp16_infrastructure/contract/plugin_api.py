@@ -94,31 +94,6 @@ if TYPE_CHECKING:
     from torch import nn
 
 
-__all__ = [
-    "API_CHANGES",
-    "API_VERSION",
-    "SUPPORTED_API_VERSIONS",
-    "AgentOption",
-    "AgentPlugin",
-    "Capabilities",
-    "ChecksData",
-    "IgnoresRequestFields",
-    "NamesBatchTypes",
-    "OptionValue",
-    "ProbeSetup",
-    "ReadsDataFolder",
-    "ReplaysSteps",
-    "TakesOptions",
-    "TrainRequestError",
-    "TrainResultError",
-    "api_version_error",
-    "capabilities_of",
-    "check_result",
-    "declared_options",
-    "ignored_request_fields",
-    "parse_options",
-]
-
 API_VERSION = 3
 # The versions a plugin may declare: 3 only added an optional capability to 2.
 SUPPORTED_API_VERSIONS = (2, 3)

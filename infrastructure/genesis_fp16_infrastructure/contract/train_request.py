@@ -356,14 +356,10 @@ def _scan_to_json(scan: Manifest) -> dict[str, Any]:
     from it)."""
     files = [
         [f.path, f.size, f.mtime_ns, f.digest, f.ctime_ns, f.inode]
-        + ([] if f.prefix is None else [_prefix_to_json(f.prefix)])
+        + ([] if (p := f.prefix) is None else [[p.size, p.digest, p.lines, p.last.hex()]])
         for f in scan.files
     ]
     return {"scanned_ns": scan.scanned_ns, "files": files}
-
-
-def _prefix_to_json(prefix: Prefix) -> list[Any]:
-    return [prefix.size, prefix.digest, prefix.lines, prefix.last.hex()]
 
 
 def _scan_from_json(data: Mapping[str, Any]) -> Manifest:

@@ -28,7 +28,7 @@ class ScaleSearch:
     """The outcome of a search: the first scale with finite gradients, and those gradients.
 
     ``grads`` are still multiplied by ``scale``. ``finite`` is False when even
-    ``min_scale`` overflowed; then ``scale`` is that floor and ``grads`` are its.
+    ``MIN_SCALE`` overflowed; then ``scale`` is that floor and ``grads`` are its.
     """
 
     scale: float
@@ -47,26 +47,22 @@ def all_finite(grads: Sequence[torch.Tensor | None]) -> bool:
 
 def search_loss_scale(
     scaled_grads: Callable[[float], Sequence[torch.Tensor | None]],
-    start: float = START_SCALE,
-    min_scale: float = MIN_SCALE,
     hopeless: Callable[[], bool] | None = None,
 ) -> ScaleSearch:
-    """Call ``scaled_grads(scale)`` with ``start``, ``start / 2``, ... until finite.
+    """Call ``scaled_grads(scale)`` with ``START_SCALE``, half of it, ... until finite.
 
     ``scaled_grads`` runs the forward and the backward of ``loss * scale`` and returns
-    the resulting gradients. Stops at ``min_scale``: a model whose gradients overflow
+    the resulting gradients. Stops at ``MIN_SCALE``: a model whose gradients overflow
     even there is reported with ``finite=False`` rather than scaled below it.
     ``hopeless()``, asked after a non-finite try, ends the search early: when the
     forward pass itself overflowed, no loss scale can help.
     """
-    if not start >= min_scale > 0:
-        raise ValueError(f"start={start} must be >= min_scale={min_scale} > 0")
-    scale, halvings = start, 0
+    scale, halvings = START_SCALE, 0
     while True:
         grads = tuple(scaled_grads(scale))
         if all_finite(grads):
             return ScaleSearch(scale, halvings, True, grads)
-        if scale / 2 < min_scale or (hopeless is not None and hopeless()):
+        if scale / 2 < MIN_SCALE or (hopeless is not None and hopeless()):
             logger.warning("fp16 gradients overflow even at loss scale %g", scale)
             return ScaleSearch(scale, halvings, False, grads)
         scale /= 2

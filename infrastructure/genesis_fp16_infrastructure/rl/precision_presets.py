@@ -109,7 +109,6 @@ class PresetChoice:
     """The preset that runs, and why (``reason`` says when the request overrode it)."""
 
     preset: ComponentPrecision
-    requested_preset: str | None
     reason: str
 
 
@@ -180,4 +179,4 @@ def resolve_preset(
         reason += f"; rollout precision {rollout}"
     if not isinstance(decision, str):
         reason = f"{decision.reason}; {reason}"
-    return PresetChoice(preset=chosen, requested_preset=preset, reason=reason)
+    return PresetChoice(preset=chosen, reason=reason)

@@ -2,10 +2,7 @@
 
 ::
 
-    from genesis_fp16_infrastructure.world_model.predict import (
-        WorldModelPredictor,
-        load_pool_scores,
-    )
+    from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor, load_pool
 
     predictor = WorldModelPredictor.load(Path("state/agents/my_agent/checkpoints"))
     pool = load_pool(Path("data/trajectory_pools/my_agent/trajectory_pool.json"))
@@ -16,9 +13,9 @@ The checkpoint is read with ``torch.load(weights_only=True)``, and the feature e
 saved inside it encodes the attempts, so predictions after a restart equal those the
 training process would make. The lineage comes from ``pool`` (:func:`load_pool`: parents'
 scores and operators, grandparents, earlier siblings); a plain mapping id -> recorded
-success_score (:func:`load_pool_scores`) gives the parents' scores only. A parent not
-found counts as unknown, as in training. A candidate record without ``created_at`` is
-taken as created now, so every scored sibling in the pool counts as earlier.
+success_score gives the parents' scores only. A parent not found counts as unknown, as in
+training. A candidate record without ``created_at`` is taken as created now, so every
+scored sibling in the pool counts as earlier.
 """
 
 from __future__ import annotations
@@ -175,11 +172,6 @@ def load_pool(path: Path) -> Pool:
     """Every record of a pool file or folder, for the lineage of the attempts to score
     (read as training reads it: the lineage needs no record's text)."""
     return read_trajectories(Path(path), keep_text=False).pool
-
-
-def load_pool_scores(path: Path) -> dict[str, float]:
-    """Recorded success scores by trajectory id, from a pool file or folder (for parents)."""
-    return read_trajectories(Path(path), keep_text=False).scores
 
 
 def _as_input(attempt: AttemptLike) -> AttemptInput:

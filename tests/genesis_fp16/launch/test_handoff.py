@@ -52,7 +52,7 @@ def test_the_run_file_round_trips_and_refuses_a_bare_request(tmp_path: Path) -> 
     )
     path = tmp_path / "run.json"
     write_run_file(path, request, "DEBUG")
-    assert read_run_file(path) == (request, "DEBUG", True)
+    assert read_run_file(path) == (request, "DEBUG")
     path.write_text(json.dumps(request.to_json()))
     with pytest.raises(KeyError):
         read_run_file(path)

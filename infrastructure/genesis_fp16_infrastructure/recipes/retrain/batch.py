@@ -10,7 +10,6 @@ import torch
 
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.schema import OUTCOMES, Example
-from genesis_fp16_infrastructure.world_model.features import FeatureEncoder, PoolLike
 
 
 class Batch(NamedTuple):
@@ -62,19 +61,6 @@ class Labels(NamedTuple):
             known,
             columns.outcome[rows],
         )
-
-
-def to_batch(
-    encoder: FeatureEncoder,
-    examples: Sequence[Example],
-    pool: PoolLike,
-    folds: Sequence[int] | None = None,
-    numeric: torch.Tensor | None = None,
-) -> Batch:
-    """Encode examples, their labels and their folds into one batch of tensors
-    (``numeric``: the examples' ``numeric_columns``, when the caller has them)."""
-    x = encoder.encode([e.attempt for e in examples], pool, numeric)
-    return batch_of(x, Labels.of(examples), folds)
 
 
 def batch_of(x: torch.Tensor, labels: Labels, folds: Sequence[int] | None = None) -> Batch:

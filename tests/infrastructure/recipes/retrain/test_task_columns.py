@@ -14,7 +14,7 @@ import torch
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.recipes.retrain.batch import to_batch
+from genesis_fp16_infrastructure.recipes.retrain.batch import Labels, batch_of
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.world_model.features import (
@@ -63,7 +63,8 @@ def test_the_task_from_columns_is_the_task_from_objects(
     ):
         if cross_validation and part is not train:
             part_folds = folds  # one list: the parts are the same batch
-        expected = to_batch(encoder, part, data.pool, part_folds)
+        x = encoder.encode([e.attempt for e in part], data.pool)
+        expected = batch_of(x, Labels.of(part), part_folds)
         for got, want in zip(batch, expected, strict=True):
             _same_bits(got, want)
     ours, theirs = fingerprint_of(data.columns), fingerprint(data.examples)

@@ -233,8 +233,7 @@ def test_precision_memory_floor_clean_runs_and_broken_files(tmp_path: Path) -> N
     demotion = Demotion("fp16", "bf16", "divergence", 9, 5)
     memory = remember_demotions(None, [demotion])
     assert memory is not None
-    assert memory.applies_to("fp16") and not memory.applies_to("bf16")
-    assert not memory.applies_to("fp32")
+    assert (memory.demoted_from, memory.demoted_to, memory.clean_runs) == ("fp16", "bf16", 0)
     again = remember_demotions(memory, [])
     assert again is not None and again.clean_runs == 1
     assert remember_demotions(None, []) is None
