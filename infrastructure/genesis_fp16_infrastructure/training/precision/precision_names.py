@@ -403,10 +403,6 @@ class PrecisionMemory:
     clean_runs: int = 0
     history: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
 
-    def applies_to(self, precision: PrecisionName) -> bool:
-        """True when ``precision`` is less robust than the remembered floor."""
-        return less_robust(precision, self.demoted_to)
-
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["history"] = [dict(h) for h in self.history]
