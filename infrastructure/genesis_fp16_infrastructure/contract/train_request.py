@@ -56,8 +56,8 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
 from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging.split import ScoreOnly
-from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
 from genesis_fp16_infrastructure.training.precision.guard_config import PrecisionMemory
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
 from genesis_fp16_infrastructure.training.run.spec import (
     RunCallbacks,

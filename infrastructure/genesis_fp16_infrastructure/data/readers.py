@@ -60,7 +60,7 @@ from genesis_fp16_infrastructure.data.sources import (
     reason,
 )
 from genesis_fp16_infrastructure.errors import DataError
-from genesis_fp16_infrastructure.gc_pause import paused_gc
+from genesis_fp16_infrastructure.machine_memory import paused_gc
 
 logger = logging.getLogger(__name__)
 

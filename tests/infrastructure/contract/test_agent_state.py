@@ -16,13 +16,13 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEnt
 from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
 from genesis_fp16_infrastructure.contract.train_request import AgentSnapshot, read_snapshot
 from genesis_fp16_infrastructure.training import CheckpointManager
-from genesis_fp16_infrastructure.training.precision.carried_scale import (
-    carry_after_run,
-    write_carried_scale,
-)
 from genesis_fp16_infrastructure.training.precision.guard_config import (
     remember_demotions,
     write_precision_memory,
+)
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
+    carry_after_run,
+    write_carried_scale,
 )
 from genesis_fp16_infrastructure.training.reports import Demotion
 

@@ -38,8 +38,7 @@ from genesis_fp16_infrastructure.data.fingerprint import (
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.errors import CheckpointError
-from genesis_fp16_infrastructure.gc_pause import paused_gc
-from genesis_fp16_infrastructure.phases import PhaseClock
+from genesis_fp16_infrastructure.machine_memory import PhaseClock, paused_gc
 from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
 from genesis_fp16_infrastructure.recipes.retrain.freshness import (
     check_data,
