@@ -48,8 +48,7 @@ from genesis_fp16_infrastructure.training.run.task import IterationHooks, Traini
 from genesis_fp16_infrastructure.training.run.verify_capture import verification_cache, verify_run
 from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
-from genesis_fp16_infrastructure.training.step.trainer import Trainer
-from genesis_fp16_infrastructure.training.step.trainer_config import StepTuning, TrainerConfig
+from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
 
 __all__ = ["FitOptions", "FitResult", "fit"]
 

@@ -42,7 +42,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import torch
@@ -53,18 +53,78 @@ from torch.optim.lr_scheduler import LRScheduler
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import COMPILE_MODE
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    COMPILE_MODE,
+    COMPILE_REQUESTS,
+    CUDA_GRAPH_REQUESTS,
+)
 from genesis_fp16_infrastructure.training.reports import TrainingSummary
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.step.cuda_graph import CaptureFailed, StepGraphs
-from genesis_fp16_infrastructure.training.step.execution import fell_back, resolve_execution
+from genesis_fp16_infrastructure.training.step.execution import (
+    MeasuredExecution,
+    fell_back,
+    resolve_execution,
+)
+from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 from genesis_fp16_infrastructure.training.step.step_stats import StepStats
-from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
 
 logger = logging.getLogger(__name__)
 B = TypeVar("B")
 LossFn = Callable[[nn.Module, Any], torch.Tensor]
 OnLog = Callable[[TrainingSummary], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepTuning:
+    """The trainer's own settings, beside the step fields every run shares (``StepSpec``):
+    ``fit()`` takes these as ``FitOptions.trainer`` and the step fields from the run.
+
+    - ``max_grad_norm``: clip the global norm of the *unscaled* gradients; None: off.
+    - ``grad_accum_steps``: micro-batches per optimizer step. ``Trainer.step`` accumulates
+      over however many micro-batches it is given (and divides the loss by that count);
+      this setting tells ``fit()`` how many consecutive batches to group into one step.
+    - ``overflow_window``: the number of recent steps ``overflow_rate_window`` covers.
+    - ``measured_execution``: under ``cuda_graph="auto"``, what calibration timed faster
+      for this run (set by ``fit()``; None keeps the rule: captured wherever the run can
+      be). ``Trainer.execution`` says what ran and why.
+    """
+
+    max_grad_norm: float | None = 1.0
+    grad_accum_steps: int = 1
+    overflow_window: int = 100
+    measured_execution: MeasuredExecution | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm={self.max_grad_norm!r}: must be > 0, or None")
+        for name in ("grad_accum_steps", "overflow_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)!r}: must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainerConfig(StepSpec, StepTuning):
+    """How each step runs and how often it reports: the step fields
+    (:class:`~genesis_fp16_infrastructure.training.step.step_spec.StepSpec`'s
+    ``log_interval``, ``cuda_graph``, ``compile``, shared with the run's ``RunSpec``) and
+    the trainer's own (:class:`StepTuning`'s).
+
+    With ``compile="on"`` the model is compiled with
+    ``torch.compile(mode="max-autotune-no-cudagraphs")``; the model itself stays
+    uncompiled (its state dict keys, its eval): the trainer steps a compiled view of it.
+    """
+
+    def __post_init__(self) -> None:
+        StepTuning.__post_init__(self)
+        if self.compile not in COMPILE_REQUESTS:
+            raise ValueError(f"compile={self.compile!r}: choose from {', '.join(COMPILE_REQUESTS)}")
+        if self.cuda_graph not in CUDA_GRAPH_REQUESTS:
+            raise ValueError(
+                f"cuda_graph={self.cuda_graph!r}: choose from {', '.join(CUDA_GRAPH_REQUESTS)}"
+            )
+        if self.log_interval < 1:
+            raise ValueError(f"log_interval={self.log_interval!r}: must be >= 1")
 
 
 class Trainer:
