@@ -21,8 +21,13 @@ import msgspec
 import numpy as np
 
 from genesis_fp16_infrastructure.data.attempt_numbers import OWN_FEATURES, own_numbers, pack
-from genesis_fp16_infrastructure.data.record_key import record_id_hash, record_id_hashes
-from genesis_fp16_infrastructure.data.schema import OUTCOMES, AttemptInput, Label
+from genesis_fp16_infrastructure.data.schema import (
+    OUTCOMES,
+    AttemptInput,
+    Label,
+    record_id_hash,
+    record_id_hashes,
+)
 
 _H = TypeVar("_H", bound=Hashable)
 
@@ -36,10 +41,10 @@ class FileRecord:
     attempt: AttemptInput
     label: Label | None
     score: float | None
-    # data.record_key.record_hash of the labelled record, worked out while its text was
+    # data.schema.record_hash of the labelled record, worked out while its text was
     # there (None: unlabelled, in no fingerprint)
     key: int | None = None
-    id_key: int | None = None  # data.record_key.record_id_hash of trajectory_id
+    id_key: int | None = None  # data.schema.record_id_hash of trajectory_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +68,7 @@ class RecordBlock(msgspec.Struct):
     A column a file repeats (agent, operator, tools, pattern) is coded: int32 codes into
     the list of its distinct values, so that a million records hold a few dozen strings.
     A record's parents are back to back in ``parent_ids``, ``parent_counts`` of them each,
-    with each one's ``record_key.record_id_hash`` in ``parent_hash``. A label is
+    with each one's ``schema.record_id_hash`` in ``parent_hash``. A label is
     ``success`` (-1: unfinished or unlabelled, 0, 1), ``label_score`` and ``outcome`` (an
     index into ``schema.OUTCOMES``, -1 without a label).
 
@@ -82,7 +87,7 @@ class RecordBlock(msgspec.Struct):
     operators: list[str]
     generation: bytes  # <i8 per record
     parent_ids: list[str]
-    parent_hash: bytes  # <i8 per parent: data.record_key.record_id_hash of parent_ids
+    parent_hash: bytes  # <i8 per parent: data.schema.record_id_hash of parent_ids
     parent_counts: bytes
     code_changes: list[str]
     modified_files: list[tuple[str, ...]]
@@ -99,8 +104,8 @@ class RecordBlock(msgspec.Struct):
     outcome: bytes  # <i1 per record
     score: bytes  # <f8 per record: the recorded success score (a parent's, for lineage)
     scored: bytes  # a byte per record: 1 where score is not None
-    key: bytes  # <i8 per record: data.record_key.record_hash of a labelled record, else 0
-    id_key: bytes  # <i8 per record: data.record_key.record_id_hash of its id
+    key: bytes  # <i8 per record: data.schema.record_hash of a labelled record, else 0
+    id_key: bytes  # <i8 per record: data.schema.record_id_hash of its id
     rejected: list[tuple[str, str, str]]  # (where, reason, text) as quarantined
     version: str = ""  # the record cache's CACHE_VERSION, when stored
 

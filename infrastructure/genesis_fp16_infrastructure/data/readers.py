@@ -38,10 +38,9 @@ from genesis_fp16_infrastructure.data.attempt_numbers import own_numbers, pack
 from genesis_fp16_infrastructure.data.fast_records import decode_record
 from genesis_fp16_infrastructure.data.file_records import FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.lineage import Pool
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, builder, collect
 from genesis_fp16_infrastructure.data.pool_file import PoolCache, StoredPool
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
-from genesis_fp16_infrastructure.data.record_key import labelled_hash, record_id_hash
 from genesis_fp16_infrastructure.data.schema import (
     AttemptInput,
     Example,
@@ -49,8 +48,9 @@ from genesis_fp16_infrastructure.data.schema import (
     Trajectory,
     derive_label,
     derive_replay_label,
+    labelled_hash,
+    record_id_hash,
 )
-from genesis_fp16_infrastructure.data.slot_objects import builder
 from genesis_fp16_infrastructure.data.sources import (
     Sink,
     Source,

@@ -46,8 +46,12 @@ from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, finger
 from genesis_fp16_infrastructure.data.readers import (
     ReadResult,
 )
-from genesis_fp16_infrastructure.data.record_key import example_id_hashes, record_hash
-from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
+from genesis_fp16_infrastructure.data.schema import (
+    SCHEMA_VERSION,
+    Example,
+    example_id_hashes,
+    record_hash,
+)
 from genesis_fp16_infrastructure.judging.split import sorted_unique
 from genesis_fp16_infrastructure.recipes.retrain.batch import (
     Batch,
