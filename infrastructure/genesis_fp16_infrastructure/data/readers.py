@@ -36,10 +36,14 @@ from pydantic import ValidationError
 
 from genesis_fp16_infrastructure.data.attempt_numbers import own_numbers, pack
 from genesis_fp16_infrastructure.data.fast_records import decode_record
-from genesis_fp16_infrastructure.data.file_records import FileRecord, RecordBlock
+from genesis_fp16_infrastructure.data.file_records import (
+    FileRecord,
+    PoolCache,
+    RecordBlock,
+    StoredPool,
+)
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, builder, collect
-from genesis_fp16_infrastructure.data.pool_file import PoolCache, StoredPool
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
 from genesis_fp16_infrastructure.data.schema import (
     AttemptInput,
