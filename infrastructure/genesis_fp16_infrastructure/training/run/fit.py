@@ -44,9 +44,12 @@ from genesis_fp16_infrastructure.training.run.loop import (
 )
 from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
 from genesis_fp16_infrastructure.training.run.resume import Position, checkpoint_state, resume_run
-from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask
+from genesis_fp16_infrastructure.training.run.task import (
+    IterationHooks,
+    TrainingTask,
+    cuda_generators,
+)
 from genesis_fp16_infrastructure.training.run.verify_capture import verification_cache, verify_run
-from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
 
@@ -58,8 +61,11 @@ logger = logging.getLogger(__name__)
 def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     """Train ``task`` as ``options`` say and return what happened; see the module docstring."""
     continued, options = continued_job(options)
+    calibration: Calibration | None = None
     if continued is not None:  # auto is decided once per job: no second measurement
-        policy, calibration = continued, None
+        policy = continued
+    elif not options.precision.measures:  # an explicit name or the rule: nothing to time
+        policy = PrecisionPolicy.create(options.precision, options.device, options.scaler)
     else:
         policy, calibration = policy_for_run(
             task,
