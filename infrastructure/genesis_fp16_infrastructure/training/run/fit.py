@@ -35,15 +35,17 @@ from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import measured_execution, policy_for_run
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard, checkpoints_after
 from genesis_fp16_infrastructure.training.run.loop import (
+    Position,
+    checkpoint_state,
     early_stop_tracker,
     evaluate,
     final_summary,
+    resume_run,
     run_iterations,
     run_steps,
     run_targets,
 )
 from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
-from genesis_fp16_infrastructure.training.run.resume import Position, checkpoint_state, resume_run
 from genesis_fp16_infrastructure.training.run.task import (
     IterationHooks,
     TrainingTask,
