@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from genesis_fp16_infrastructure.data.attempt_numbers import OWN_FEATURES
 from genesis_fp16_infrastructure.data.file_records import (
+    OWN_FEATURES,
     RecordBlock,
     first_seen_codes,
     joined_codes,

@@ -34,13 +34,14 @@ from typing import Any
 import msgspec
 from pydantic import ValidationError
 
-from genesis_fp16_infrastructure.data.attempt_numbers import own_numbers, pack
 from genesis_fp16_infrastructure.data.fast_records import decode_record
 from genesis_fp16_infrastructure.data.file_records import (
     FileRecord,
     PoolCache,
     RecordBlock,
     StoredPool,
+    own_numbers,
+    pack,
 )
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, builder, collect

@@ -52,8 +52,13 @@ import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.files import write_atomic
-from genesis_fp16_infrastructure.data.attempt_numbers import NUMBERS_VERSION
-from genesis_fp16_infrastructure.data.file_records import Head, RecordBlock, Rejected, StoredPool
+from genesis_fp16_infrastructure.data.file_records import (
+    NUMBERS_VERSION,
+    Head,
+    RecordBlock,
+    Rejected,
+    StoredPool,
+)
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
 from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
@@ -61,7 +66,7 @@ from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 logger = logging.getLogger(__name__)
 
 # Bump when FileRecord, AttemptInput, Label or how a record becomes them changes; the
-# own numbers' version is part of it (data.attempt_numbers).
+# own numbers' version is part of it (data.file_records).
 # 4: columns, not rows; 5: each record's id hash; 6: columns by field name;
 # 7: file_records.RecordBlock (coded columns, flat parents, no object per record);
 # 8: its numbers and flags as bytes, and each parent's id hash (collect matches by hash)

@@ -240,7 +240,7 @@ class AttemptInput:
     problem_diagnosis: str = ""
     tools_used: tuple[str, ...] = ()
     reasoning_pattern: str = ""
-    # The reader's packed ``data.attempt_numbers.own_numbers`` of this very object (b"":
+    # The reader's packed ``data.file_records.own_numbers`` of this very object (b"":
     # not worked out). Not an init field, so ``dataclasses.replace`` never carries it to
     # an attempt with other values; no part of equality, repr or the data fingerprint.
     own: bytes = field(default=b"", init=False, repr=False, compare=False)

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.data.attempt_numbers import OWN_FEATURES, own_numbers, pack
+from genesis_fp16_infrastructure.data.file_records import OWN_FEATURES, own_numbers, pack
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
 from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
@@ -84,7 +84,7 @@ NUMERIC_FEATURES: tuple[str, ...] = (
     *(f"parents_{op}" for op in OPERATORS),
 )
 # The features the pool decides, in NUMERIC_FEATURES' order (the rest are the record's
-# own, data.attempt_numbers).
+# own, data.file_records).
 LINEAGE_FEATURES = tuple(name for name in NUMERIC_FEATURES if name not in OWN_FEATURES)
 _OWN_COLUMNS = [NUMERIC_FEATURES.index(name) for name in OWN_FEATURES]
 _LINEAGE_COLUMNS = [NUMERIC_FEATURES.index(name) for name in LINEAGE_FEATURES]
