@@ -112,7 +112,7 @@ class Trajectory(_Record):
 
 class TrajectoryFields(Protocol):
     """What :func:`trajectory_input` reads: a :class:`Trajectory`, or the read's fast
-    struct of the same field names (``data.fast_records``)."""
+    struct of the same field names (``data.readers.decode_record``)."""
 
     trajectory_id: Any
     agent_name: str
@@ -196,7 +196,7 @@ class ReplayRecord(_Record):
 
 def replay_input(record: Any, tool_names: Sequence[str]) -> AttemptInput:
     """A replay record's pre-attempt view (:class:`ReplayRecord` or the read's fast
-    struct, ``data.fast_records``): ``tool_names`` are its steps' tools, in order."""
+    struct, ``data.readers.decode_record``): ``tool_names`` are its steps' tools, in order."""
     metadata = record.metadata
     operator = metadata.get("operator_applied", "baseline")
     generation = metadata.get("generation", 0)
