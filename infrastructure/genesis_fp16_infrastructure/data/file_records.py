@@ -186,7 +186,9 @@ class RecordBlock(msgspec.Struct):
             score=score,
             scored=scored,
             key=_int64s([0 if r.key is None else r.key for r in records]),
-            id_key=_int64s([_id_key(r) for r in records]),
+            id_key=_int64s(
+                [record_id_hash(r.trajectory_id) if r.id_key is None else r.id_key for r in records]
+            ),
             rejected=[(e.where, e.reason, e.text) for e in rejected],
         )
 
@@ -316,10 +318,6 @@ def _optional(values: list[float | None]) -> tuple[bytes, bytes]:
 
 def _int64s(values: list[int]) -> bytes:
     return np.array(values, dtype="<i8").reshape(len(values)).tobytes()
-
-
-def _id_key(record: FileRecord) -> int:
-    return record_id_hash(record.trajectory_id) if record.id_key is None else record.id_key
 
 
 def _column(items: list[Any], name: str) -> list[Any]:

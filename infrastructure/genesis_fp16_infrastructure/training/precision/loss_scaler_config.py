@@ -72,27 +72,27 @@ class ScalerConfig:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        _validate(self)
-
-
-def _validate(c: ScalerConfig) -> None:
-    checks = [
-        (c.growth_factor > 1.0, f"growth_factor={c.growth_factor!r} must be > 1.0"),
-        (0.0 < c.backoff_factor < 1.0, f"backoff_factor={c.backoff_factor!r} must be in (0, 1)"),
-        (c.growth_interval >= 1, f"growth_interval={c.growth_interval!r} must be >= 1"),
-        (c.min_scale >= 0.0, f"min_scale={c.min_scale!r} must be >= 0"),
-        (c.max_scale >= c.min_scale, f"max_scale={c.max_scale!r} must be >= min_scale"),
-        (
-            c.min_scale <= c.init_scale <= c.max_scale,
-            f"init_scale={c.init_scale!r} must lie in [min_scale={c.min_scale!r}, "
-            f"max_scale={c.max_scale!r}]",
-        ),
-        (c.hysteresis >= 1, f"hysteresis={c.hysteresis!r} must be >= 1 (1 = no hysteresis)"),
-        (c.unstable_after >= 1, f"unstable_after={c.unstable_after!r} must be >= 1"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise ValueError(f"invalid loss-scaler setting: {message}")
+        c = self  # short: the checks read as one table
+        checks = [
+            (c.growth_factor > 1.0, f"growth_factor={c.growth_factor!r} must be > 1.0"),
+            (
+                0.0 < c.backoff_factor < 1.0,
+                f"backoff_factor={c.backoff_factor!r} must be in (0, 1)",
+            ),
+            (c.growth_interval >= 1, f"growth_interval={c.growth_interval!r} must be >= 1"),
+            (c.min_scale >= 0.0, f"min_scale={c.min_scale!r} must be >= 0"),
+            (c.max_scale >= c.min_scale, f"max_scale={c.max_scale!r} must be >= min_scale"),
+            (
+                c.min_scale <= c.init_scale <= c.max_scale,
+                f"init_scale={c.init_scale!r} must lie in [min_scale={c.min_scale!r}, "
+                f"max_scale={c.max_scale!r}]",
+            ),
+            (c.hysteresis >= 1, f"hysteresis={c.hysteresis!r} must be >= 1 (1 = no hysteresis)"),
+            (c.unstable_after >= 1, f"unstable_after={c.unstable_after!r} must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"invalid loss-scaler setting: {message}")
 
 
 def config_from_state(state: Mapping[str, Any], current: ScalerConfig) -> ScalerConfig:
