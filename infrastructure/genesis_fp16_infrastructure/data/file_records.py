@@ -4,8 +4,7 @@
 quarantined entry, :class:`RecordBlock` a file's records as columns (what the record
 cache keeps and a read joins into its ``data.pool_columns.PoolColumns``), :class:`Head`
 what an appended ``.jsonl`` file's stored records hold, and :class:`FileCache` where a
-read finds a file's records from an earlier read (``data.record_cache`` is one);
-:class:`StoredPool` a whole read's pool, which a :class:`PoolCache` keeps too.
+read finds a file's records from an earlier read (``data.record_cache`` is one).
 
 And :func:`own_numbers`, an attempt's own record in numbers (change, files, words, tools;
 named by ``OWN_FEATURES``): the encoder's features that need no other record. They cost
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import msgspec
 import numpy as np
@@ -39,9 +38,6 @@ from genesis_fp16_infrastructure.data.schema import (
     record_id_hash,
     record_id_hashes,
 )
-
-if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 
 _H = TypeVar("_H", bound=Hashable)
 
@@ -342,27 +338,6 @@ class FileCache(Protocol):
         """An appended file's earlier records and where its new lines begin, or None."""
 
     def store(self, file: Path, block: RecordBlock, slim: bool) -> None: ...
-
-
-@dataclass(frozen=True)
-class StoredPool:
-    """A read's pool (``text`` None: a slim read), its duplicates left out, and each
-    file's quarantined entries in read order (the file's index into ``files``)."""
-
-    columns: PoolColumns
-    duplicates: int
-    files: list[str]
-    rejected: list[tuple[int, Rejected]]
-
-
-class PoolCache(FileCache, Protocol):
-    """A file cache that also keeps a slim read's joined pool (``data.record_cache``: one
-    file, its columns memory-mapped)."""
-
-    def load_pool(self, files: list[Path]) -> StoredPool | None:
-        """The joined pool of these unchanged files, in read order, or None."""
-
-    def store_pool(self, files: list[Path], stored: StoredPool) -> None: ...
 
 
 def own_numbers(attempt: AttemptInput) -> tuple[float, ...]:

@@ -21,6 +21,9 @@ classes whose ``__init__`` does nothing but set its fields (no ``__post_init__``
 defaults computed)::
 
     entries = objects(PoolEntry, ("score", "parents"), (scores, parents))
+
+:class:`StoredPool` is a whole read's pool as a :class:`PoolCache` keeps it (the record
+cache: one file, its columns memory-mapped).
 """
 
 from __future__ import annotations
@@ -31,13 +34,16 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from genesis_fp16_infrastructure.data.file_records import (
     OWN_FEATURES,
+    FileCache,
     RecordBlock,
+    Rejected,
     first_seen_codes,
     joined_codes,
 )
@@ -419,3 +425,24 @@ def _slots(cls: type) -> tuple[str, ...]:
     for klass in reversed(cls.__mro__):
         names.extend(getattr(klass, "__slots__", ()))
     return tuple(n for n in names if n not in ("__weakref__", "__dict__"))
+
+
+@dataclass(frozen=True)
+class StoredPool:
+    """A read's pool (``text`` None: a slim read), its duplicates left out, and each
+    file's quarantined entries in read order (the file's index into ``files``)."""
+
+    columns: PoolColumns
+    duplicates: int
+    files: list[str]
+    rejected: list[tuple[int, Rejected]]
+
+
+class PoolCache(FileCache, Protocol):
+    """A file cache that also keeps a slim read's joined pool (``data.record_cache``: one
+    file, its columns memory-mapped)."""
+
+    def load_pool(self, files: list[Path]) -> StoredPool | None:
+        """The joined pool of these unchanged files, in read order, or None."""
+
+    def store_pool(self, files: list[Path], stored: StoredPool) -> None: ...

@@ -50,14 +50,18 @@ from pydantic import ValidationError
 
 from genesis_fp16_infrastructure.data.file_records import (
     FileRecord,
-    PoolCache,
     RecordBlock,
-    StoredPool,
     own_numbers,
     pack,
 )
 from genesis_fp16_infrastructure.data.lineage import Pool
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, builder, collect
+from genesis_fp16_infrastructure.data.pool_columns import (
+    PoolCache,
+    PoolColumns,
+    StoredPool,
+    builder,
+    collect,
+)
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
 from genesis_fp16_infrastructure.data.schema import (
     MAX_GENERATION,

@@ -57,10 +57,9 @@ from genesis_fp16_infrastructure.data.file_records import (
     Head,
     RecordBlock,
     Rejected,
-    StoredPool,
 )
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
-from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
+from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns, StoredPool
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 
 logger = logging.getLogger(__name__)
