@@ -140,11 +140,11 @@ class RecordBlock(msgspec.Struct):
     @classmethod
     def of(cls, records: list[FileRecord], rejected: list[Rejected]) -> RecordBlock:
         """The block of parsed records, in their order."""
-        attempts = [r.attempt for r in records]
+        attempts = _column(records, "attempt")
         own = (a.own if len(a.own) == OWN_BYTES else pack(own_numbers(a)) for a in attempts)
-        labels = [r.label for r in records]
+        labels = _column(records, "label")
         outcome = array("b", [-1 if x is None else _OUTCOME[x.outcome] for x in labels])
-        parents = [a.parent_ids for a in attempts]
+        parents = _column(attempts, "parent_ids")
         parent_ids = list(chain.from_iterable(parents))
         created, timed = _optional(_column(attempts, "created"))
         score, scored = _optional(_column(records, "score"))
