@@ -235,7 +235,7 @@ def read_trajectories(
     sink = QuarantineSink(quarantine)
     slim = None if keep_text else _Strings()
     try:
-        with paused_gc():  # a million records, no cycle among them (gc_pause)
+        with paused_gc():  # a million records, no cycle among them (machine_memory)
             columns, duplicates = _pool(files, sink, cache, slim)
     finally:
         sink.close()

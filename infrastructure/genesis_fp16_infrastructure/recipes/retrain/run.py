@@ -88,7 +88,7 @@ def _train(request: TrainRequest) -> TrainResult:
     candidate = Path(request.checkpoint_dir)
     with clock.phase("check"):
         served, saved, loaded = _served_copy(candidate, request)
-    with clock.phase("read"), paused_gc():  # objects without cycles (gc_pause)
+    with clock.phase("read"), paused_gc():  # objects without cycles (machine_memory.paused_gc)
         cache = record_cache(request, manifest)  # issue 36: unchanged files unparsed
         data = read_pool(
             Path(request.data_path),
