@@ -60,8 +60,7 @@ from genesis_fp16_infrastructure.training.flight.range_stats import (  # noqa: E
 from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig  # noqa: E402
 from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay  # noqa: E402
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy  # noqa: E402
-from genesis_fp16_infrastructure.training.step.trainer import Trainer  # noqa: E402
-from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig  # noqa: E402
+from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig  # noqa: E402
 
 QUIET = GuardConfig(check_interval=5, overflow_rate_limit=None, bf16_needs_native=False)
 OFF = GuardConfig(

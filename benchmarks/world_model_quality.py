@@ -80,10 +80,9 @@ from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.schema import OPERATORS, AttemptInput
 from genesis_fp16_infrastructure.data.synthetic import write_pool
-from genesis_fp16_infrastructure.recipes.retrain.batch import Batch
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.split import split_examples
-from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
+from genesis_fp16_infrastructure.recipes.retrain.task import Batch, WorldModelTask
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
 from genesis_fp16_infrastructure.training.run.fit import FitOptions, fit

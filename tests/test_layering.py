@@ -261,11 +261,9 @@ def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
 LIBRARY_LAYERS = (
     {
         "errors",
-        "gc_pause",
         "json_numbers",
         "lazy_exports",
         "machine_memory",
-        "phases",
         "record_codec",
     },
     {"training", "data", "world_model", "rl", "probe", "agent_folder"},

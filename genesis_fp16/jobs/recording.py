@@ -264,7 +264,7 @@ def record_scale(settings: Settings, agent: str, result: TrainResult) -> None:
     An fp16 run that starts without a checkpoint of its own would start at the initial
     scale and skip its first steps finding it again: ``plan_request`` puts the carried
     scale (``AgentState.initial_scale``, from ``loss_scale.json``:
-    :mod:`genesis_fp16_infrastructure.training.precision.carried_scale`) in
+    :mod:`genesis_fp16_infrastructure.training.precision.loss_scaler_config`) in
     ``TrainRequest.initial_loss_scale`` when the request asks for the precision the carried
     run asked for. ``precision show`` prints it and ``precision reset`` forgets it."""
     if result.steps == 0:

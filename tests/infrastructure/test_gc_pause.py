@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from genesis_fp16_infrastructure.gc_pause import paused_gc
+from genesis_fp16_infrastructure.machine_memory import paused_gc
 
 
 def test_the_collector_is_paused_in_the_block_and_restored_after() -> None:

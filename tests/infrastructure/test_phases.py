@@ -6,12 +6,12 @@ import json
 import subprocess
 import sys
 
-from genesis_fp16_infrastructure.phases import PhaseClock, peak_rss_mib
+from genesis_fp16_infrastructure.machine_memory import PhaseClock, peak_rss_mib
 
 # In a fresh process: a test process's own peak may already be past what one phase adds.
 _GROW = """
 import json
-from genesis_fp16_infrastructure.phases import PhaseClock
+from genesis_fp16_infrastructure.machine_memory import PhaseClock
 clock = PhaseClock()
 with clock.phase("small"):
     pass

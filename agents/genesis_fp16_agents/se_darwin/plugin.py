@@ -23,9 +23,8 @@ from genesis_fp16.plugin_api import (
 from genesis_fp16_infrastructure.api import DataCheck
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.recipes.retrain import freshness, probe, run, scoring
-from genesis_fp16_infrastructure.recipes.retrain.batch import Batch
 from genesis_fp16_infrastructure.recipes.retrain.options import agent_options
-from genesis_fp16_infrastructure.recipes.retrain.task import ReplayedTask
+from genesis_fp16_infrastructure.recipes.retrain.task import Batch, ReplayedTask
 
 
 class SEDarwinPlugin:

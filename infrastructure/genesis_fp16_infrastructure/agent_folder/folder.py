@@ -64,8 +64,8 @@ from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles
-from genesis_fp16_infrastructure.training.precision import carried_scale
-from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
+from genesis_fp16_infrastructure.training.precision import loss_scaler_config
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     ROBUSTNESS,
     PrecisionMemory,
@@ -336,11 +336,11 @@ class AgentFolder:
 
     def carried_scale(self) -> CarriedScale | None:
         """The fp16 loss scale carried to the next run; None: none, or unusable."""
-        return carried_scale.read_carried_scale(self.loss_scale_path)
+        return loss_scaler_config.read_carried_scale(self.loss_scale_path)
 
     def save_carried_scale(self, carried: CarriedScale | None) -> None:
         """Carry ``carried`` to the next run, atomically; None forgets the scale."""
-        carried_scale.write_carried_scale(self.loss_scale_path, carried)
+        loss_scaler_config.write_carried_scale(self.loss_scale_path, carried)
 
     # -- the run records ----------------------------------------------------------------
     def last_run(self) -> LastRun | None:

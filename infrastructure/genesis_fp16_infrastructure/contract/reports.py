@@ -63,7 +63,7 @@ from genesis_fp16_infrastructure.record_codec import (
     decode_record,
     encode_record,
 )
-from genesis_fp16_infrastructure.training.precision.carried_scale import (
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
     CarriedScale,
     carry_after_run,
 )

@@ -56,7 +56,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
 from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
 from genesis_fp16_infrastructure.judging.split import ScoreOnly
-from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     INITIAL_LOSS_SCALE,
     LOSS_SCALED,

@@ -5,10 +5,21 @@ quarantined entry, :class:`RecordBlock` a file's records as columns (what the re
 cache keeps and a read joins into its ``data.pool_columns.PoolColumns``), :class:`Head`
 what an appended ``.jsonl`` file's stored records hold, and :class:`FileCache` where a
 read finds a file's records from an earlier read (``data.record_cache`` is one).
+
+And :func:`own_numbers`, an attempt's own record in numbers (change, files, words, tools;
+named by ``OWN_FEATURES``): the encoder's features that need no other record. They cost
+most of a record's encoding and never change while the record does not, so the reader
+works them out once and the block keeps them (``RecordBlock.own``, :func:`pack`).
+
+>>> own_numbers(AttemptInput(code_changes="@@ -1 +1 @@\\n+ a\\n- b"))[:3]
+(0.0, 0.0, 1.3862943611198906)
 """
 
 from __future__ import annotations
 
+import functools
+import math
+import struct
 from array import array
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -20,11 +31,33 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import msgspec
 import numpy as np
 
-from genesis_fp16_infrastructure.data.attempt_numbers import OWN_FEATURES, own_numbers, pack
-from genesis_fp16_infrastructure.data.record_key import record_id_hash, record_id_hashes
-from genesis_fp16_infrastructure.data.schema import OUTCOMES, AttemptInput, Label
+from genesis_fp16_infrastructure.data.schema import (
+    OUTCOMES,
+    AttemptInput,
+    Label,
+    record_id_hash,
+    record_id_hashes,
+)
 
 _H = TypeVar("_H", bound=Hashable)
+
+# Bump when a value below changes: cached numbers of another version are worked out again.
+NUMBERS_VERSION = 1
+OWN_FEATURES: tuple[str, ...] = (
+    "log_generation", "parents", "log_change_lines", "log_change_chars", "log_modified_files",
+    "log_strategy_words", "log_diagnosis_words", "tools", "added_share", "log_hunks",
+    "log_distinct_files", "touches_tests", "touches_config", "touches_docs", "touches_code",
+)  # fmt: skip
+_PACKED = struct.Struct(f"<{len(OWN_FEATURES)}d")
+_TEST_MARKS = ("test_", "tests/", "_test.", "/test/", "conftest")
+_CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".ini", ".cfg", ".json", ".env")
+_DOCS_SUFFIXES = (".md", ".rst", ".txt")
+# str.splitlines also ends a line at these (and at three characters outside ASCII); a
+# diff holding none of them (nearly every one) has its lines counted by str.count instead
+# of split one by one. Looked for one by one with `in`: a regex's character class took
+# 2.5 µs a 400-character diff, half of the numbers' cost (tests/infrastructure/data/
+# test_attempt_numbers.py holds the counts to the line-by-line ones).
+_OTHER_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +69,10 @@ class FileRecord:
     attempt: AttemptInput
     label: Label | None
     score: float | None
-    # data.record_key.record_hash of the labelled record, worked out while its text was
+    # data.schema.record_hash of the labelled record, worked out while its text was
     # there (None: unlabelled, in no fingerprint)
     key: int | None = None
-    id_key: int | None = None  # data.record_key.record_id_hash of trajectory_id
+    id_key: int | None = None  # data.schema.record_id_hash of trajectory_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +84,7 @@ class Rejected:
     text: str
 
 
-OWN_BYTES = 8 * len(OWN_FEATURES)  # a record's packed own numbers (attempt_numbers.pack)
+OWN_BYTES = 8 * len(OWN_FEATURES)  # a record's packed own numbers (pack)
 _CODE = "<i4"  # a coded column's codes, little-endian int32, back to back
 
 
@@ -63,7 +96,7 @@ class RecordBlock(msgspec.Struct):
     A column a file repeats (agent, operator, tools, pattern) is coded: int32 codes into
     the list of its distinct values, so that a million records hold a few dozen strings.
     A record's parents are back to back in ``parent_ids``, ``parent_counts`` of them each,
-    with each one's ``record_key.record_id_hash`` in ``parent_hash``. A label is
+    with each one's ``schema.record_id_hash`` in ``parent_hash``. A label is
     ``success`` (-1: unfinished or unlabelled, 0, 1), ``label_score`` and ``outcome`` (an
     index into ``schema.OUTCOMES``, -1 without a label).
 
@@ -82,7 +115,7 @@ class RecordBlock(msgspec.Struct):
     operators: list[str]
     generation: bytes  # <i8 per record
     parent_ids: list[str]
-    parent_hash: bytes  # <i8 per parent: data.record_key.record_id_hash of parent_ids
+    parent_hash: bytes  # <i8 per parent: data.schema.record_id_hash of parent_ids
     parent_counts: bytes
     code_changes: list[str]
     modified_files: list[tuple[str, ...]]
@@ -99,19 +132,19 @@ class RecordBlock(msgspec.Struct):
     outcome: bytes  # <i1 per record
     score: bytes  # <f8 per record: the recorded success score (a parent's, for lineage)
     scored: bytes  # a byte per record: 1 where score is not None
-    key: bytes  # <i8 per record: data.record_key.record_hash of a labelled record, else 0
-    id_key: bytes  # <i8 per record: data.record_key.record_id_hash of its id
+    key: bytes  # <i8 per record: data.schema.record_hash of a labelled record, else 0
+    id_key: bytes  # <i8 per record: data.schema.record_id_hash of its id
     rejected: list[tuple[str, str, str]]  # (where, reason, text) as quarantined
     version: str = ""  # the record cache's CACHE_VERSION, when stored
 
     @classmethod
     def of(cls, records: list[FileRecord], rejected: list[Rejected]) -> RecordBlock:
         """The block of parsed records, in their order."""
-        attempts = [r.attempt for r in records]
+        attempts = _column(records, "attempt")
         own = (a.own if len(a.own) == OWN_BYTES else pack(own_numbers(a)) for a in attempts)
-        labels = [r.label for r in records]
+        labels = _column(records, "label")
         outcome = array("b", [-1 if x is None else _OUTCOME[x.outcome] for x in labels])
-        parents = [a.parent_ids for a in attempts]
+        parents = _column(attempts, "parent_ids")
         parent_ids = list(chain.from_iterable(parents))
         created, timed = _optional(_column(attempts, "created"))
         score, scored = _optional(_column(records, "score"))
@@ -149,7 +182,9 @@ class RecordBlock(msgspec.Struct):
             score=score,
             scored=scored,
             key=_int64s([0 if r.key is None else r.key for r in records]),
-            id_key=_int64s([_id_key(r) for r in records]),
+            id_key=_int64s(
+                [record_id_hash(r.trajectory_id) if r.id_key is None else r.id_key for r in records]
+            ),
             rejected=[(e.where, e.reason, e.text) for e in rejected],
         )
 
@@ -281,10 +316,6 @@ def _int64s(values: list[int]) -> bytes:
     return np.array(values, dtype="<i8").reshape(len(values)).tobytes()
 
 
-def _id_key(record: FileRecord) -> int:
-    return record_id_hash(record.trajectory_id) if record.id_key is None else record.id_key
-
-
 def _column(items: list[Any], name: str) -> list[Any]:
     """Each item's ``name``, read in C."""
     return list(map(attrgetter(name), items))
@@ -307,3 +338,78 @@ class FileCache(Protocol):
         """An appended file's earlier records and where its new lines begin, or None."""
 
     def store(self, file: Path, block: RecordBlock, slim: bool) -> None: ...
+
+
+def own_numbers(attempt: AttemptInput) -> tuple[float, ...]:
+    """The attempt's ``OWN_FEATURES``, in that order."""
+    diff = attempt.code_changes
+    lines = diff.count("\n") + 1 if diff else 0
+    added_share, hunks = change_shape(diff)
+    return (
+        math.log1p(attempt.generation),
+        float(len(attempt.parent_ids)),
+        math.log1p(lines),
+        math.log1p(len(diff)),
+        math.log1p(len(attempt.modified_files)),
+        math.log1p(len(attempt.proposed_strategy.split())),
+        math.log1p(len(attempt.problem_diagnosis.split())),
+        float(len(set(attempt.tools_used))),
+        added_share,
+        math.log1p(hunks),
+        math.log1p(len(set(attempt.modified_files))),
+        *file_kinds(attempt.modified_files),
+    )
+
+
+def pack(numbers: Sequence[float]) -> bytes:
+    """``own_numbers`` as little-endian float64 bytes (120 bytes; a tuple of floats held
+    per record costs five times that)."""
+    return _PACKED.pack(*numbers)
+
+
+def change_shape(diff: str) -> tuple[float, float]:
+    """(share of added among added and removed lines, 0.5 when neither; number of hunks).
+
+    A line starting ``@@`` opens a hunk; ``+`` (not ``+++``) is added, ``-`` (not
+    ``---``) removed. Counted with ``str.count`` on the line starts when the diff's only
+    line break is ``\\n`` (the same counts, without a Python loop over its lines)."""
+    if diff.isascii() and _only_newlines(diff):
+        text = "\n" + diff
+        hunks = text.count("\n@@")
+        added = text.count("\n+") - text.count("\n+++")
+        removed = text.count("\n-") - text.count("\n---")
+    else:
+        added = removed = hunks = 0
+        for line in diff.splitlines():
+            if line.startswith("@@"):
+                hunks += 1
+            elif line.startswith("+") and not line.startswith("+++"):
+                added += 1
+            elif line.startswith("-") and not line.startswith("---"):
+                removed += 1
+    share = added / (added + removed) if added + removed else 0.5
+    return share, float(hunks)
+
+
+def _only_newlines(text: str) -> bool:
+    """Whether ``text`` holds none of ``_OTHER_BREAKS``."""
+    r, vt, ff, fs, gs, rs = _OTHER_BREAKS
+    return not (r in text or vt in text or ff in text or fs in text or gs in text or rs in text)
+
+
+def file_kinds(files: Sequence[str]) -> tuple[float, float, float, float]:
+    """Whether the change touches tests, configuration, docs, other code (1.0 or 0.0)."""
+    kinds = {_kind(name) for name in files}
+    return tuple(float(k in kinds) for k in ("test", "config", "docs", "code"))  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=2**16)  # a repository's files recur across its attempts
+def _kind(name: str) -> str:
+    lower = name.lower()
+    if any(mark in lower for mark in _TEST_MARKS):
+        return "test"
+    if lower.endswith(_CONFIG_SUFFIXES):
+        return "config"
+    if lower.endswith(_DOCS_SUFFIXES):
+        return "docs"
+    return "code"

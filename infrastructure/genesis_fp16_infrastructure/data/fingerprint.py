@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.data.record_key import (
+from genesis_fp16_infrastructure.data.schema import (
+    Example,
     example_id_hashes,
     record_hash,
 )
-from genesis_fp16_infrastructure.data.schema import Example
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.data.pool_columns import PoolColumns

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cached_property
 
 MAX_DEPTH = 1000  # a longer chain counts as this deep (a loop in a malformed pool: a root)
@@ -148,22 +147,3 @@ class Pool:
             open_.discard(node)
             stack.pop()
         return depths[start]
-
-
-def created_seconds(value: str | float | None) -> float | None:
-    """A record's ``created_at`` as seconds since the epoch; None when absent or unreadable.
-
-    >>> created_seconds("2025-01-06T09:00:00+00:00")
-    1736154000.0
-    """
-    if value is None:
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)  # a naive time is read as UTC
-    return moment.timestamp()

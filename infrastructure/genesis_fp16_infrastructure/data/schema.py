@@ -25,13 +25,13 @@ no reward have no label.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from genesis_fp16_infrastructure.data.lineage import created_seconds
 
 SCHEMA_VERSION = 1
 
@@ -112,7 +112,7 @@ class Trajectory(_Record):
 
 class TrajectoryFields(Protocol):
     """What :func:`trajectory_input` reads: a :class:`Trajectory`, or the read's fast
-    struct of the same field names (``data.fast_records``)."""
+    struct of the same field names (``data.readers.decode_record``)."""
 
     trajectory_id: Any
     agent_name: str
@@ -196,7 +196,7 @@ class ReplayRecord(_Record):
 
 def replay_input(record: Any, tool_names: Sequence[str]) -> AttemptInput:
     """A replay record's pre-attempt view (:class:`ReplayRecord` or the read's fast
-    struct, ``data.fast_records``): ``tool_names`` are its steps' tools, in order."""
+    struct, ``data.readers.decode_record``): ``tool_names`` are its steps' tools, in order."""
     metadata = record.metadata
     operator = metadata.get("operator_applied", "baseline")
     generation = metadata.get("generation", 0)
@@ -240,7 +240,7 @@ class AttemptInput:
     problem_diagnosis: str = ""
     tools_used: tuple[str, ...] = ()
     reasoning_pattern: str = ""
-    # The reader's packed ``data.attempt_numbers.own_numbers`` of this very object (b"":
+    # The reader's packed ``data.file_records.own_numbers`` of this very object (b"":
     # not worked out). Not an init field, so ``dataclasses.replace`` never carries it to
     # an attempt with other values; no part of equality, repr or the data fingerprint.
     own: bytes = field(default=b"", init=False, repr=False, compare=False)
@@ -266,11 +266,11 @@ class Example:
     trajectory_id: str
     attempt: AttemptInput
     label: Label
-    # The reader's data.record_key.record_hash of this record, worked out while its text
+    # The reader's record_hash of this record, worked out while its text
     # was there (None: work it out from the fields). Not an init field, so
     # dataclasses.replace never carries it to other values.
     key: int | None = field(default=None, init=False, repr=False, compare=False)
-    # record_key.record_id_hash of its id, worked out by the reader and kept by the record
+    # record_id_hash of its id, worked out by the reader and kept by the record
     # cache (None: work it out): the fingerprint, the split's data key and the gate ask it.
     id_key: int | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -318,3 +318,85 @@ def derive_replay_label(
     if outcome is None:
         return None
     return Label(success=outcome == "success", score=None, outcome=outcome)
+
+
+def created_seconds(value: str | float | None) -> float | None:
+    """A record's ``created_at`` as seconds since the epoch; None when absent or unreadable.
+
+    >>> created_seconds("2025-01-06T09:00:00+00:00")
+    1736154000.0
+    """
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)  # a naive time is read as UTC
+    return moment.timestamp()
+
+
+# A record's identity for the data fingerprint: one 64-bit hash of its id, and one of its
+# id, label and every field the encoder reads (torch-free: the reader works the second out
+# once per record, when the record's text is still there, and the cache keeps it).
+
+
+def record_id_hash(trajectory_id: str) -> int:
+    """A record's id hash as the fingerprint keeps it in ``ids``: whether a model's pool
+    held a record; the retrain recipe's folds and validation draw
+    (genesis_fp16_infrastructure.recipes.retrain.split)."""
+    return _hash(trajectory_id)
+
+
+def record_id_hashes(trajectory_ids: Iterable[str]) -> list[int]:
+    """``record_id_hash`` of each id, in one loop (a million ids: one pass of blake2b)."""
+    blake, to_int = hashlib.blake2b, int.from_bytes
+    return [
+        to_int(blake(t.encode(), digest_size=8).digest(), "big", signed=True)
+        for t in trajectory_ids
+    ]
+
+
+def example_id_hashes(examples: Iterable[Example]) -> list[int]:
+    """``record_id_hash`` of each example's id: the reader's (``Example.id_key``) where it
+    kept one, else worked out here."""
+    examples = list(examples)
+    hashes = [e.id_key for e in examples]
+    if None in hashes:
+        return record_id_hashes(e.trajectory_id for e in examples)
+    return hashes  # type: ignore[return-value]  # no None, checked above
+
+
+def record_hash(example: Example) -> int:
+    """A record's (id, label, attempt) hash as the fingerprint keeps it in ``labelled``:
+    whether a model trained on this very record (drift, the gate). The reader's, worked
+    out before it let go of the record's text, when it kept one (``Example.key``)."""
+    if example.key is not None:
+        return example.key
+    return labelled_hash(example.trajectory_id, example.attempt, example.label)
+
+
+def labelled_hash(trajectory_id: str, attempt: AttemptInput, label: Label) -> int:
+    """:func:`record_hash` of the example these make, without making it (the reader
+    works it out once per record)."""
+    # The attempt's repr names every field with its value (a frozen dataclass of strings,
+    # numbers and tuples of strings): what the encoder reads, in a stable text.
+    attempt_text = _ATTEMPT_REPR(attempt)
+    return _hash(
+        f"{trajectory_id}\x00{label.success}\x00{label.score!r}\x00{label.outcome}\x00{attempt_text}"
+    )
+
+
+# The dataclass's own __repr__ without the recursion guard dataclasses wraps it in (an
+# attempt holds no attempt): the same text, a quarter faster, once per record read.
+_ATTEMPT_REPR = getattr(AttemptInput.__repr__, "__wrapped__", AttemptInput.__repr__)
+
+
+def _hash(text: str) -> int:
+    """The signed 64-bit blake2b of ``text`` (one record's: no list is built)."""
+    return int.from_bytes(
+        hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True
+    )

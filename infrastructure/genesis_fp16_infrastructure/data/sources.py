@@ -2,7 +2,7 @@
 
 :func:`raw_records` yields every record of one file with where it sits (``line 3``,
 ``item 0``, ``trajectories['t7']``) and the thresholds its labels use. A record is yielded
-as its JSON bytes, left for the fast decoder (``fast_records``) to read into a struct; only
+as its JSON bytes, left for the fast decoder (``readers.decode_record``) to read into a struct; only
 a document msgspec cannot split (invalid JSON, a header pydantic refuses) is parsed the
 slow way, with the standard library, so that its quarantine reason reads as it always has.
 

@@ -6,7 +6,7 @@ record keeps its side as the pool grows, shrinks or is reordered, and every mode
 under the split left out the same records, so "neither model trained on it" needs no
 list of what each one read. The split works on 64-bit id hashes (:func:`id_hashes` of a
 plugin's string ids, or any other stable 64-bit hash of a record's id, such as
-se_darwin's ``record_key.record_id_hash``): one vector pass, about 20 ms a million ids.
+se_darwin's ``schema.record_id_hash``): one vector pass, about 20 ms a million ids.
 
 How a record's side is drawn: its id hash, xor a 64-bit key hashed from ``salt``, through
 splitmix64's finalizer (an avalanche: a one-bit change of the id moves every output bit

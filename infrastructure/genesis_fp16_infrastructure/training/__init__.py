@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.run.fit import fit
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
     from genesis_fp16_infrastructure.training.run.task import TrainingTask, to_device
-    from genesis_fp16_infrastructure.training.step.trainer import Trainer
-    from genesis_fp16_infrastructure.training.step.trainer_config import StepTuning, TrainerConfig
+    from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
 
 __getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -19,6 +19,11 @@ encodes exactly as training did. The saved form is versioned: a checkpoint from 
 encoder (version 1, before the lineage, file, change and agent features) is refused with
 a message saying to retrain.
 
+What it reads of attempts besides their numbers (operator, tools, reasoning pattern,
+agent) is :class:`Categorical`: each field kept as codes into its distinct values, since
+a pool repeats a few hundred of each, so the encoder works a distinct value at a time
+(a read's columns hold them coded already: :meth:`Categorical.of_rows` shares their codes).
+
 >>> encoder = FeatureEncoder.fit(attempts, pool, successes)  # doctest: +SKIP
 >>> x = encoder.encode(attempts, pool)  # doctest: +SKIP
 >>> restored = FeatureEncoder.from_state(encoder.state_dict())  # doctest: +SKIP
@@ -31,16 +36,15 @@ from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.data.attempt_numbers import OWN_FEATURES, own_numbers, pack
+from genesis_fp16_infrastructure.data.file_records import OWN_FEATURES, own_numbers, pack
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
 from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
-from genesis_fp16_infrastructure.world_model.categorical import Categorical
 from genesis_fp16_infrastructure.world_model.lineage_columns import (
     columns_index,
     has_index,
@@ -84,12 +88,64 @@ NUMERIC_FEATURES: tuple[str, ...] = (
     *(f"parents_{op}" for op in OPERATORS),
 )
 # The features the pool decides, in NUMERIC_FEATURES' order (the rest are the record's
-# own, data.attempt_numbers).
+# own, data.file_records).
 LINEAGE_FEATURES = tuple(name for name in NUMERIC_FEATURES if name not in OWN_FEATURES)
 _OWN_COLUMNS = [NUMERIC_FEATURES.index(name) for name in OWN_FEATURES]
 _LINEAGE_COLUMNS = [NUMERIC_FEATURES.index(name) for name in LINEAGE_FEATURES]
 assert sorted(_OWN_COLUMNS + _LINEAGE_COLUMNS) == list(range(len(NUMERIC_FEATURES)))
 _UNKNOWN_PARENT_SCORE = 0.5  # a parent without a recorded score: the middle, flagged
+
+
+class Categorical(NamedTuple):
+    """What the encoder reads of attempts besides their numbers, each field coded (every
+    attempt's code into the field's distinct values), in the attempts' order: from
+    objects (:meth:`of`) or from a read's columns (:meth:`of_rows`, whose codes it
+    shares), the same values either way. The encoder works a distinct value at a time."""
+
+    operator: Coded
+    tools: Coded  # tool lists (tuples)
+    pattern: Coded
+    agent: Coded
+
+    @classmethod
+    def of(cls, attempts: Sequence[AttemptInput]) -> Categorical:
+        return cls(
+            Coded.of([a.operator for a in attempts]),
+            Coded.of([a.tools_used for a in attempts]),
+            Coded.of([a.reasoning_pattern for a in attempts]),
+            Coded.of([a.agent for a in attempts]),
+        )
+
+    @classmethod
+    def of_rows(cls, columns: PoolColumns, rows: np.ndarray) -> Categorical:
+        """The pool's ``rows`` (``data.pool_columns``), without an object per record."""
+        return cls(
+            *(c.at(rows) for c in (columns.operator, columns.tools, columns.pattern, columns.agent))
+        )
+
+    def part(self, start: int, end: int) -> Categorical:
+        """The attempts ``start`` to ``end``."""
+        return Categorical(*(Coded(c.codes[start:end], c.values) for c in self))
+
+    def __len__(self) -> int:
+        return len(self.operator.codes)
+
+    # Each attempt's value, as a list (a sample's: the drift report reads them).
+    @property
+    def operators(self) -> list[str]:
+        return self.operator.take(np.arange(len(self)))
+
+    @property
+    def tool_lists(self) -> list[tuple[str, ...]]:
+        return self.tools.take(np.arange(len(self)))
+
+    @property
+    def patterns(self) -> list[str]:
+        return self.pattern.take(np.arange(len(self)))
+
+    @property
+    def agents(self) -> list[str]:
+        return self.agent.take(np.arange(len(self)))
 
 
 @dataclass(frozen=True)

@@ -183,8 +183,7 @@ class _StackedLinear(nn.Module):
 
     def __init__(self, layers: Sequence[nn.Linear]) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.stack([layer.weight.detach() for layer in layers]))
-        self.bias = nn.Parameter(torch.stack([layer.bias.detach() for layer in layers]))
+        self.weight, self.bias = _stacked_parameters(layers)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         # One batched matmul, bias fused; autocast runs it in bf16/fp16 as it does Linear.
@@ -197,8 +196,7 @@ class _StackedLayerNorm(nn.Module):
     def __init__(self, norms: Sequence[nn.LayerNorm]) -> None:
         super().__init__()
         self.eps = float(norms[0].eps)
-        self.weight = nn.Parameter(torch.stack([norm.weight.detach() for norm in norms]))
-        self.bias = nn.Parameter(torch.stack([norm.bias.detach() for norm in norms]))
+        self.weight, self.bias = _stacked_parameters(norms)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         normed = F.layer_norm(h, h.shape[-1:], eps=self.eps)
@@ -206,6 +204,14 @@ class _StackedLayerNorm(nn.Module):
         # LayerNorm's output dtype under autocast: the input's on a CPU (bf16/fp16),
         # float32 on CUDA, where layer_norm is an autocast fp32 op. A no-op in fp32.
         return affine.to(normed.dtype)
+
+
+def _stacked_parameters(layers: Sequence[nn.Linear | nn.LayerNorm]) -> list[nn.Parameter]:
+    """The layers' weights and biases, each stacked on a new first dimension."""
+    return [
+        nn.Parameter(torch.stack([getattr(layer, name).detach() for layer in layers]))
+        for name in ("weight", "bias")
+    ]
 
 
 def _stacked(layers: Sequence[nn.Module]) -> nn.Module:

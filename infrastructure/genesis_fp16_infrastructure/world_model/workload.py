@@ -32,8 +32,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 )
 from genesis_fp16_infrastructure.training.reports import Calibration
 from genesis_fp16_infrastructure.training.run.calibration import policy_for_run
-from genesis_fp16_infrastructure.training.step.trainer import Trainer
-from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
+from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
 from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
 from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,

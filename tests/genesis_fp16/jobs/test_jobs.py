@@ -18,8 +18,8 @@ from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.training.precision.carried_scale import read_carried_scale
 from genesis_fp16_infrastructure.training.precision.decide import decide
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import read_carried_scale
 
 AGENT = "refusing"
 

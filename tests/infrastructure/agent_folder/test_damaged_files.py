@@ -31,7 +31,7 @@ from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.sources import Source
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
-from genesis_fp16_infrastructure.training.precision.carried_scale import read_carried_scale
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import read_carried_scale
 from genesis_fp16_infrastructure.training.run.verify_capture import read_verdicts
 
 AGENT = "a"

@@ -20,7 +20,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEnt
 from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
 from genesis_fp16_infrastructure.contract.train_request import AgentSnapshot, read_snapshot
 from genesis_fp16_infrastructure.training import CheckpointManager
-from genesis_fp16_infrastructure.training.precision.carried_scale import (
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
     carry_after_run,
     write_carried_scale,
 )

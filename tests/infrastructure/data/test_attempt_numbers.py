@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from genesis_fp16_infrastructure.data.attempt_numbers import change_shape, own_numbers, pack
+from genesis_fp16_infrastructure.data.file_records import change_shape, own_numbers, pack
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 

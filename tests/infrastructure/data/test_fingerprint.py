@@ -86,7 +86,7 @@ def test_the_digest_is_the_one_earlier_checkpoints_hold(tmp_path: Path) -> None:
     import hashlib
     import struct
 
-    from genesis_fp16_infrastructure.data.record_key import record_hash, record_id_hash
+    from genesis_fp16_infrastructure.data.schema import record_hash, record_id_hash
 
     examples = _examples(tmp_path)
     pairs = sorted((record_id_hash(e.trajectory_id), record_hash(e)) for e in examples)
@@ -111,8 +111,7 @@ def test_a_records_hash_is_blake2b_of_its_id_label_and_attempts_repr() -> None:
     list) must give these very bits, or every served model would look out of date."""
     import hashlib
 
-    from genesis_fp16_infrastructure.data.record_key import labelled_hash, record_id_hash
-    from genesis_fp16_infrastructure.data.schema import AttemptInput
+    from genesis_fp16_infrastructure.data.schema import AttemptInput, labelled_hash, record_id_hash
 
     def blake(text: str) -> int:
         digest = hashlib.blake2b(text.encode(), digest_size=8).digest()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry, created_seconds
+from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
 from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.schema import created_seconds
 
 
 def _pool() -> Pool:

@@ -12,13 +12,17 @@ import numpy as np
 import pytest
 
 from genesis_fp16_infrastructure.data import pool_columns, readers
-from genesis_fp16_infrastructure.data.attempt_numbers import own_numbers, pack
-from genesis_fp16_infrastructure.data.file_records import FileRecord, RecordBlock
+from genesis_fp16_infrastructure.data.file_records import FileRecord, RecordBlock, own_numbers, pack
 from genesis_fp16_infrastructure.data.lineage import PoolEntry
 from genesis_fp16_infrastructure.data.pool_columns import collect
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.data.record_key import labelled_hash, record_id_hash
-from genesis_fp16_infrastructure.data.schema import AttemptInput, Example, Label
+from genesis_fp16_infrastructure.data.schema import (
+    AttemptInput,
+    Example,
+    Label,
+    labelled_hash,
+    record_id_hash,
+)
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 

@@ -17,7 +17,7 @@ from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.pool_columns import Coded
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
-from genesis_fp16_infrastructure.data.record_key import record_id_hash
+from genesis_fp16_infrastructure.data.schema import record_id_hash
 from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_replay_buffer
 from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import pytest
 
 from genesis_fp16_infrastructure.data.lineage import PoolEntry
+from genesis_fp16_infrastructure.data.pool_columns import builder, objects
 from genesis_fp16_infrastructure.data.schema import AttemptInput, Example, Label
-from genesis_fp16_infrastructure.data.slot_objects import builder, objects
 
 
 def test_objects_equal_what_init_builds_and_stay_frozen() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from genesis_fp16_infrastructure.data.attempt_numbers import OWN_FEATURES, own_numbers
+from genesis_fp16_infrastructure.data.file_records import OWN_FEATURES, own_numbers
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
-from genesis_fp16_infrastructure.data.pool_file import PoolCache
+from genesis_fp16_infrastructure.data.pool_columns import PoolCache
 from genesis_fp16_infrastructure.data.readers import (
     DataTooLarge,
     ReadResult,

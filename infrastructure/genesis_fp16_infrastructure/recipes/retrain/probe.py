@@ -11,9 +11,8 @@ import torch
 from genesis_fp16_infrastructure.contract.plugin_api import ProbeSetup
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import write_pool
-from genesis_fp16_infrastructure.recipes.retrain.batch import Batch
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
-from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
+from genesis_fp16_infrastructure.recipes.retrain.task import Batch, WorldModelTask
 from genesis_fp16_infrastructure.world_model.model import (
     HEAD_MODULES,
     TRUNK_MODULES,

@@ -38,8 +38,7 @@ from genesis_fp16_infrastructure.data.fingerprint import (
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.errors import CheckpointError
-from genesis_fp16_infrastructure.gc_pause import paused_gc
-from genesis_fp16_infrastructure.phases import PhaseClock
+from genesis_fp16_infrastructure.machine_memory import PhaseClock, paused_gc
 from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
 from genesis_fp16_infrastructure.recipes.retrain.freshness import (
     check_data,
@@ -89,7 +88,7 @@ def _train(request: TrainRequest) -> TrainResult:
     candidate = Path(request.checkpoint_dir)
     with clock.phase("check"):
         served, saved, loaded = _served_copy(candidate, request)
-    with clock.phase("read"), paused_gc():  # objects without cycles (gc_pause)
+    with clock.phase("read"), paused_gc():  # objects without cycles (machine_memory.paused_gc)
         cache = record_cache(request, manifest)  # issue 36: unchanged files unparsed
         data = read_pool(
             Path(request.data_path),

@@ -46,7 +46,7 @@ VALIDATION_CAP = 20_000
 # (``split.hash`` in its world-model state) and a model is judged by it (gate.py).
 # 1: blake2b of "seed:salt" followed by the id, an id at a time (~1 s a pass over a
 #    million ids, twice per split, and again in the gate);
-# 2 (issue 36): the id's record hash (``record_key.record_id_hash``, which the read
+# 2 (issue 36): the id's record hash (``schema.record_id_hash``, which the read
 #    keeps), xor blake2b of "seed:salt", through splitmix64's finalizer, in numpy
 #    (~20 ms a pass). A record still keeps its part as the pool grows or reorders.
 SPLIT_HASH = 2
@@ -187,7 +187,7 @@ class Split(NamedTuple):
 def judged_ids(columns: PoolColumns) -> list[str]:
     """Each labelled record's id as the judged run knows it (``score_records``,
     ``trained_ids``), in the read's order: its trajectory id and the hash of its label
-    and inputs (``record_key.labelled_hash``), so that a record relabelled or edited in
+    and inputs (``schema.labelled_hash``), so that a record relabelled or edited in
     place is a new record, learned and judged as one."""
     keys = (columns.key.astype(np.uint64) if len(columns.key) else columns.key).tolist()
     return [f"{i}#{k:016x}" for i, k in zip(columns.example_ids, keys, strict=True)]

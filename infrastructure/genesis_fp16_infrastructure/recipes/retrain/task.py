@@ -21,7 +21,7 @@ The data is read once and evaluated one of two ways, chosen by the pool's size:
 
 The features are encoded with an encoder fitted on the training part (every record when
 cross-validated), or the one saved in the checkpoint being resumed, and kept as tensors
-on the training device.
+on the training device, as one :class:`Batch` of tensors per part of the pool.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -43,18 +43,16 @@ from torch.optim.lr_scheduler import LRScheduler
 from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS, trained_id_hashes
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
-from genesis_fp16_infrastructure.data.readers import (
-    ReadResult,
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.data.readers import ReadResult
+from genesis_fp16_infrastructure.data.schema import (
+    OUTCOMES,
+    SCHEMA_VERSION,
+    Example,
+    example_id_hashes,
+    record_hash,
 )
-from genesis_fp16_infrastructure.data.record_key import example_id_hashes, record_hash
-from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
 from genesis_fp16_infrastructure.judging.split import sorted_unique
-from genesis_fp16_infrastructure.recipes.retrain.batch import (
-    Batch,
-    Labels,
-    batch_of,
-    rows_in,
-)
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.split import (
     ExampleRows,
@@ -92,6 +90,84 @@ DEFAULT_BATCH, MIN_BATCH = 256, 16
 # 0.841 on success; benchmarks/world_model_quality.py at c9d5b15, on held-out splits).
 STOP_METRIC = "success_bce"
 SMALL_POOL, SMALL_POOL_HIDDEN = 2000, 32  # training records under which the default is narrower
+
+
+class Batch(NamedTuple):
+    x: torch.Tensor
+    success: torch.Tensor
+    score: torch.Tensor
+    score_known: torch.Tensor
+    outcome: torch.Tensor
+    fold: torch.Tensor  # each record's fold when cross-validated, else 0
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(*(t.to(device) for t in self))
+
+    def take(self, index: torch.Tensor) -> Batch:
+        return Batch(*(t[index] for t in self))
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+
+class Labels(NamedTuple):
+    """The records' labels as arrays: success, score (0.0 where unknown), whether the
+    score is known, and the outcome's index in ``schema.OUTCOMES``."""
+
+    success: np.ndarray  # bool
+    score: np.ndarray  # float64
+    score_known: np.ndarray  # bool
+    outcome: np.ndarray  # int64
+
+    @classmethod
+    def of(cls, examples: Sequence[Example]) -> Labels:
+        labels = [e.label for e in examples]
+        n = len(labels)
+        scores = [x.score for x in labels]
+        return cls(
+            np.array([x.success for x in labels], dtype=np.bool_).reshape(n),
+            np.array([0.0 if v is None else v for v in scores], dtype=np.float64).reshape(n),
+            np.array([v is not None for v in scores], dtype=np.bool_).reshape(n),
+            np.array([_OUTCOME[x.outcome] for x in labels], dtype=np.int64).reshape(n),
+        )
+
+    @classmethod
+    def of_rows(cls, columns: PoolColumns, rows: np.ndarray) -> Labels:
+        """The labels of the read's examples ``rows`` (positions in ``columns.labelled``)."""
+        known = columns.label_scored[rows]
+        return cls(
+            columns.success[rows],
+            np.where(known, columns.label_score[rows], 0.0),
+            known,
+            columns.outcome[rows],
+        )
+
+
+def batch_of(x: torch.Tensor, labels: Labels, folds: Sequence[int] | None = None) -> Batch:
+    """Encoded features ``x``, the same records' labels and folds, as one batch (a score
+    rounds to float32 from float64 as a Python float does)."""
+    n = len(labels.success)
+    return Batch(
+        x=x,
+        success=torch.from_numpy(labels.success.astype(np.float32)),
+        score=torch.from_numpy(labels.score.astype(np.float32)),
+        score_known=torch.from_numpy(labels.score_known.copy()),
+        outcome=torch.from_numpy(labels.outcome.astype(np.int64)),
+        fold=torch.tensor(folds if folds is not None else [0] * n, dtype=torch.long).reshape(n),
+    )
+
+
+_OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}  # Label.outcome_index, looked up
+
+
+def rows_in(part: Sequence[Example], examples: Sequence[Example]) -> np.ndarray | None:
+    """Where ``part``'s records are in ``examples`` (the same objects); None when one is
+    not there."""
+    position = {id(e): i for i, e in enumerate(examples)}
+    rows = [position.get(id(e)) for e in part]
+    if any(i is None for i in rows):
+        return None
+    return np.array(rows, dtype=np.int64).reshape(len(rows))
 
 
 class WorldModelTask:

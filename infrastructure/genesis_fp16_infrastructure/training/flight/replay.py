@@ -55,8 +55,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     precision_name,
 )
 from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors
-from genesis_fp16_infrastructure.training.step.trainer import Trainer
-from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
+from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
 
 _CONFIG_FIELDS = ("max_grad_norm", "grad_accum_steps", "overflow_window", "log_interval")
 ROOT = "(model)"

@@ -119,11 +119,15 @@ from genesis_fp16_infrastructure.training.reports import (
     under_load,
 )
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
-from genesis_fp16_infrastructure.training.run.task import TrainingTask, batch_shapes, to_device
-from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators, signature
+from genesis_fp16_infrastructure.training.run.task import (
+    TrainingTask,
+    batch_shapes,
+    cuda_generators,
+    to_device,
+)
+from genesis_fp16_infrastructure.training.step.cuda_graph import signature
 from genesis_fp16_infrastructure.training.step.execution import MeasuredExecution
-from genesis_fp16_infrastructure.training.step.trainer import LossFn, Trainer
-from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
+from genesis_fp16_infrastructure.training.step.trainer import LossFn, Trainer, TrainerConfig
 
 logger = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_checkpoint
 from genesis_fp16_infrastructure.training.flight.range_stats import REPORTED_MODULES, RangeStats
 from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
-from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
 from genesis_fp16_infrastructure.training.precision.decide import decide_continued
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import clamp_scale
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
@@ -35,21 +35,25 @@ from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import measured_execution, policy_for_run
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard, checkpoints_after
 from genesis_fp16_infrastructure.training.run.loop import (
+    Position,
+    checkpoint_state,
     early_stop_tracker,
     evaluate,
     final_summary,
+    resume_run,
     run_iterations,
     run_steps,
     run_targets,
 )
 from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
-from genesis_fp16_infrastructure.training.run.resume import Position, checkpoint_state, resume_run
-from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask
+from genesis_fp16_infrastructure.training.run.task import (
+    IterationHooks,
+    TrainingTask,
+    cuda_generators,
+)
 from genesis_fp16_infrastructure.training.run.verify_capture import verification_cache, verify_run
-from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
-from genesis_fp16_infrastructure.training.step.trainer import Trainer
-from genesis_fp16_infrastructure.training.step.trainer_config import StepTuning, TrainerConfig
+from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
 
 __all__ = ["FitOptions", "FitResult", "fit"]
 
@@ -59,8 +63,11 @@ logger = logging.getLogger(__name__)
 def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     """Train ``task`` as ``options`` say and return what happened; see the module docstring."""
     continued, options = continued_job(options)
+    calibration: Calibration | None = None
     if continued is not None:  # auto is decided once per job: no second measurement
-        policy, calibration = continued, None
+        policy = continued
+    elif not options.precision.measures:  # an explicit name or the rule: nothing to time
+        policy = PrecisionPolicy.create(options.precision, options.device, options.scaler)
     else:
         policy, calibration = policy_for_run(
             task,

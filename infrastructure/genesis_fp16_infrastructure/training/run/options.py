@@ -23,8 +23,7 @@ from genesis_fp16_infrastructure.training.reports import (
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks, RunSpec
 from genesis_fp16_infrastructure.training.step.execution import ResolvedExecution
-from genesis_fp16_infrastructure.training.step.trainer import Trainer
-from genesis_fp16_infrastructure.training.step.trainer_config import StepTuning, TrainerConfig
+from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
 
 StepHook = Callable[[Trainer], None]
 

@@ -67,7 +67,7 @@ class RunSpec(StepSpec):
     - ``initial_loss_scale``: an fp16 run that does not resume a checkpoint starts its
       loss scale here (clamped to the scaler's floor and ceiling) instead of
       ``ScalerConfig.init_scale``: the daemon carries an agent's last scale between
-      its runs (``precision/carried_scale.py``). None: the scaler's own.
+      its runs (``precision/loss_scaler_config.py``). None: the scaler's own.
     - ``log_interval``, ``cuda_graph``, ``compile``: how each step reports and executes,
       :class:`~genesis_fp16_infrastructure.training.step.step_spec.StepSpec`'s (shared
       with the trainer's ``TrainerConfig``).

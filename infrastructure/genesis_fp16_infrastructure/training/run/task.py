@@ -185,3 +185,9 @@ def batch_shapes(value: Any, *, bucketed: bool = False) -> str:
     if isinstance(value, list | tuple):
         return "(" + ",".join(batch_shapes(v, bucketed=bucketed) for v in value) + ")"
     return type(value).__name__
+
+
+def cuda_generators(task: object) -> tuple[torch.Generator, ...]:
+    """The task's own CUDA generators, from its optional ``cuda_generators()``; () without."""
+    listed = getattr(task, "cuda_generators", None)
+    return tuple(listed()) if callable(listed) else ()

@@ -488,12 +488,6 @@ def _register(graph: torch.cuda.CUDAGraph, generators: Sequence[torch.Generator]
             register(generator)
 
 
-def cuda_generators(task: object) -> tuple[torch.Generator, ...]:
-    """The task's own CUDA generators, from its optional ``cuda_generators()``; () without."""
-    listed = getattr(task, "cuda_generators", None)
-    return tuple(listed()) if callable(listed) else ()
-
-
 def pool_leftovers(segments: Iterable[Mapping[str, Any]], pool: Any) -> tuple[int, int]:
     """Bytes and blocks still allocated in ``pool``, from ``torch.cuda.memory_snapshot()``.
 

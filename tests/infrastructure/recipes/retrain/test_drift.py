@@ -12,7 +12,7 @@ import torch
 from genesis_fp16_infrastructure.contract.reports import DriftReport
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.data.record_key import record_id_hash
+from genesis_fp16_infrastructure.data.schema import record_id_hash
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain.drift import (
     drift_report,

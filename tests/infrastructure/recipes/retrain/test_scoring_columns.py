@@ -25,7 +25,7 @@ from genesis_fp16_infrastructure.contract.train_request import (
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.data.record_key import record_id_hash
+from genesis_fp16_infrastructure.data.schema import record_id_hash
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly
 from genesis_fp16_infrastructure.recipes.retrain import scoring

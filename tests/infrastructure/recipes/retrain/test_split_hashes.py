@@ -12,7 +12,7 @@ import pytest
 
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.data.record_key import record_id_hash, record_id_hashes
+from genesis_fp16_infrastructure.data.schema import record_id_hash, record_id_hashes
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.split import (

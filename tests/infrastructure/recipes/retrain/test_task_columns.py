@@ -14,9 +14,8 @@ import torch
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.recipes.retrain.batch import Labels, batch_of
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
-from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
+from genesis_fp16_infrastructure.recipes.retrain.task import Labels, WorldModelTask, batch_of
 from genesis_fp16_infrastructure.world_model.features import (
     FeatureEncoder,
     numeric_columns,

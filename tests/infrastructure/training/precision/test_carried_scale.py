@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "run"))  # the task
 from test_fit import RegressionTask
 
 from genesis_fp16_infrastructure.training import FitOptions, ScalerConfig, TrainingSummary, fit
-from genesis_fp16_infrastructure.training.precision.carried_scale import (
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
     CarriedScale,
     carry_after_run,
     clamp_scale,

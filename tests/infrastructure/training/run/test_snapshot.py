@@ -20,8 +20,12 @@ from genesis_fp16_infrastructure.training import (
     TrainerConfig,
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
-from genesis_fp16_infrastructure.training.run.snapshot import SnapshotStore, _tensors, placement
+from genesis_fp16_infrastructure.training.run.guard import (
+    PrecisionGuard,
+    SnapshotStore,
+    _tensors,
+    placement,
+)
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -99,7 +103,7 @@ def test_a_cpu_run_keeps_its_snapshot_in_memory_and_says_so() -> None:
 def test_a_cpu_snapshots_placement_is_debug_not_info(caplog: pytest.LogCaptureFixture) -> None:
     """Where a CPU run keeps its snapshot is nothing an operator can act on: DEBUG, so the
     default INFO log leaves it out (a CUDA run's placement stays INFO, tested below)."""
-    with caplog.at_level("DEBUG", logger="genesis_fp16_infrastructure.training.run.snapshot"):
+    with caplog.at_level("DEBUG", logger="genesis_fp16_infrastructure.training.run.guard"):
         SnapshotStore().save(_state(1.0))
     (record,) = [r for r in caplog.records if "snapshots on the device" in r.getMessage()]
     assert record.levelname == "DEBUG"
@@ -190,7 +194,7 @@ def test_a_guard_rollback_from_pinned_host_memory_equals_one_from_the_gpu(
             guard=guard,
             checkpoint_dir=tmp_path / str(share),
         )
-        with caplog.at_level("INFO", logger="genesis_fp16_infrastructure.training.run.snapshot"):
+        with caplog.at_level("INFO", logger="genesis_fp16_infrastructure.training.run.guard"):
             results[share] = fit(_GuardTask(), options)
     assert "snapshots on the device" in caplog.text and "snapshots on the host" in caplog.text
     device, host = results.values()

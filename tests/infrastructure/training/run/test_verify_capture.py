@@ -31,7 +31,7 @@ from genesis_fp16_infrastructure.training.run.verify_capture import (
 from genesis_fp16_infrastructure.training.step import trainer as trainer_module
 from genesis_fp16_infrastructure.training.step.cuda_graph import CaptureFailed
 from genesis_fp16_infrastructure.training.step.execution import ResolvedExecution
-from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
+from genesis_fp16_infrastructure.training.step.trainer import TrainerConfig
 
 FIT_MODULE = "genesis_fp16_infrastructure.training.run.fit"
 
