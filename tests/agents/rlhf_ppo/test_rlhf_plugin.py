@@ -207,7 +207,10 @@ def test_the_preset_follows_fits_one_decision(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """fit() decides once; the task only follows: one decide() in the run, and what ran
-    (fp32, so fp32_baseline over the named bf16 preset) is that decision."""
+    (fp32, so fp32_baseline over the named bf16 preset) is that decision. Counted where
+    fit() decides: PrecisionPolicy.create for an explicit name or the rule, the
+    calibration for a measured auto."""
+    from genesis_fp16_infrastructure.training.precision import precision
     from genesis_fp16_infrastructure.training.run import calibration
 
     calls: list[object] = []
@@ -218,6 +221,7 @@ def test_the_preset_follows_fits_one_decision(
         return decide(*args, **kwargs)
 
     monkeypatch.setattr(calibration, "decide", counted)
+    monkeypatch.setattr(precision, "decide", counted)
     result = _train(tmp_path, "fp32", steps=4, options={"preset": "bf16_pure"})
     assert len(calls) == 1
     assert result.precision_used == "fp32" and result.extra["preset"] == "fp32_baseline"
