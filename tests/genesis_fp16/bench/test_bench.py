@@ -93,8 +93,9 @@ def test_autocast_disabled_behind_the_runners_back_is_not_reported_as_bf16(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A runner asked for bf16 whose autocast became a no-op is reported as the fp32 it ran."""
-    monkeypatch.setattr(HandWrittenRunner, "_autocast", lambda self: contextlib.nullcontext())
-    cheated = run_config(_tiny("bf16", "hand"), isolated=False)
+    with monkeypatch.context() as patched:  # the hand-written step's torch.autocast, a no-op
+        patched.setattr(torch, "autocast", lambda *args, **kwargs: contextlib.nullcontext())
+        cheated = run_config(_tiny("bf16", "hand"), isolated=False)
     honest_fp32 = run_config(_tiny("fp32", "hand"), isolated=False)
     rows: list[dict[str, Any]] = [honest_fp32, cheated]
     derive(rows)
