@@ -55,6 +55,7 @@ genesis_fp16_infrastructure.contract.judging.RecordLossesError: RecordLosses: id
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -197,9 +198,10 @@ class RecordLosses:
     def take(self, keep: Sequence[bool] | np.ndarray) -> RecordLosses:
         """The records where ``keep`` (one flag per record, in order) is true."""
         rows = np.flatnonzero(np.asarray(keep, dtype=bool)).tolist()
+        get = operator.itemgetter(*rows) if len(rows) > 1 else None  # a tuple of 2 or more
 
         def pick(values: tuple[Any, ...]) -> tuple[Any, ...]:
-            return tuple(values[i] for i in rows)
+            return get(values) if get is not None else tuple(values[i] for i in rows)
 
         segments = None if self.segments is None else pick(self.segments)
         columns = {name: pick(values) for name, values in self.losses.items()}

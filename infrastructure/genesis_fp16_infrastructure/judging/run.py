@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -63,6 +64,7 @@ import shutil
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -177,6 +179,21 @@ class _Served:
                 self.losses = _score(plugin, self.checkpoint, reading, required=True)
                 self.named = trained_ids(self.checkpoint)
             self.known = stores.read_known_ids(self.checkpoint.parent)
+
+    @cached_property
+    def knew(self) -> np.ndarray:
+        """Per record it was scored on, whether it knew it (none, when it keeps no list)."""
+        assert self.losses is not None
+        if self.known is None:
+            return np.zeros(len(self.losses.ids), dtype=bool)
+        return stores.known(self.losses.id_hashes, self.known)
+
+    @cached_property
+    def judged(self) -> np.ndarray:
+        """Per record it was scored on, whether the gate judges on it when judging on
+        held-out records (:func:`_held_out_unknown`)."""
+        assert self.losses is not None
+        return _held_out_unknown(self, self.losses)
 
     @property
     def trained(self) -> np.ndarray | None:
@@ -372,9 +389,9 @@ def _nothing_new(served: _Served, request: TrainRequest) -> bool:
         return False
     if not records_are_training_data(served.plugin) or _other_options(served, request):
         return False
-    ids = served.losses.id_hashes
-    if stores.known(ids, served.known).all():
+    if served.knew.all():
         return True
+    ids = served.losses.id_hashes
     pinned = served.pointer is not None and served.pointer.pinned is not None
     last = stores.last_judged(Path(request.checkpoint_dir), served.id, pinned)
     known = None if last is None else stores.read_known_ids(last)
@@ -569,7 +586,7 @@ def _comparisons(
     span = float(judged.loss_span)
     assert served.losses is not None and served.checkpoint is not None
     known = _known_segments(served)
-    name, losses = _judged_records(held_out, served, losses)
+    name, losses, reference = _judged_records(held_out, served, losses)
     golden = None
     if request.golden_data_path is not None:
         ask = replace(request, data_path=request.golden_data_path)
@@ -578,13 +595,13 @@ def _comparisons(
             _score(judged, served.checkpoint, ask, required=True),
         )
     found: list[Paired] = []
-    for metric in [m for m in losses.metrics() if m in served.losses.losses]:
+    for metric in [m for m in losses.metrics() if m in reference.losses]:
 
         def margin(mean: float, metric: str = metric) -> float:
             return judging_margin(judged, mean, metric)
 
-        found += compare_segments(name, losses, served.losses, span, margin, known, metric)
-        found += _on_known(losses, served, span, margin, metric)
+        found += compare_segments(name, losses, reference, span, margin, known, metric)
+        found += _on_known(losses, reference, served, span, margin, metric)
         if golden is not None:
             ours, theirs = golden
             assert ours is not None and theirs is not None
@@ -594,6 +611,7 @@ def _comparisons(
 
 def _on_known(
     losses: RecordLosses,
+    reference: RecordLosses,
     served: _Served,
     span: float,
     margin: Callable[[float], float],
@@ -618,7 +636,7 @@ def _on_known(
     count = int(knew.sum())
     if knew.all() or count < MIN_RECORDS:
         return []
-    found = compare("known", losses.take(knew), served.losses, span, margin, metric)
+    found = compare("known", losses.take(knew), reference, span, margin, metric)
     return [replace(found, required=False)]
 
 
@@ -629,18 +647,21 @@ def _judged_ids(held_out: bool, served: _Served) -> tuple[str, ...] | None:
     if served.losses is None or not held_out:
         return None
     ids = served.losses.ids
-    return tuple(ids[row] for row in np.flatnonzero(_held_out_unknown(served, served.losses)))
+    return tuple(ids[row] for row in np.flatnonzero(served.judged))
 
 
 def _judged_records(
     held_out: bool, served: _Served, losses: RecordLosses
-) -> tuple[str, RecordLosses]:
-    """The set the gate compares on, and the candidate's losses there: ``held_out``, the
-    held-out records the served model did not train on (the candidate trained on none:
-    :func:`_held_out_check` saw to it); else ``current``, every record both scored."""
+) -> tuple[str, RecordLosses, RecordLosses]:
+    """The set the gate compares on, and the candidate's and the served model's losses
+    there: ``held_out``, the held-out records the served model did not train on (the
+    candidate trained on none: :func:`_held_out_check` saw to it); else ``current``,
+    every record both scored."""
+    assert served.losses is not None
     if not held_out:
-        return "current", losses
-    return "held_out", losses.take(_held_out_unknown(served, losses))
+        return "current", losses, served.losses
+    reference = served.losses.take(served.judged)
+    return "held_out", losses.take(_held_out_unknown(served, losses)), reference
 
 
 def _held_out_unknown(served: _Served, losses: RecordLosses) -> np.ndarray:
@@ -731,8 +752,7 @@ def _known_segments(served: _Served) -> set[str] | None:
     losses = served.losses
     if losses is None or losses.segments is None or served.known is None:
         return None
-    knew = stores.known(losses.id_hashes, served.known)
-    return {s for s, k in zip(losses.segments, knew.tolist(), strict=True) if k}
+    return set(itertools.compress(losses.segments, served.knew.tolist()))
 
 
 def _verdict(

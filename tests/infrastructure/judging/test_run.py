@@ -366,7 +366,7 @@ def test_the_known_records_are_a_veto_that_holds_no_clean_candidate_back() -> No
         noise[400:] = rng.normal(-0.02, 0.02, 1600)
         noise[:400] += shift
         ours = RecordLosses.of(ids, np.maximum(np.array(theirs.column()) + noise, 0.0).tolist())
-        (on_known,) = _on_known(ours, served, 1.0, margin)  # type: ignore[arg-type]
+        (on_known,) = _on_known(ours, theirs, served, 1.0, margin)  # type: ignore[arg-type]
         assert on_known.records == 400 and not on_known.required
         whole = compare("held_out", ours, theirs, 1.0, margin)
         assert decide([whole, on_known])[0] == outcome
