@@ -187,6 +187,15 @@ class RecordLosses:
         hashes.flags.writeable = False
         return hashes
 
+    def hashed_as(self, ids: Sequence[str], hashes: np.ndarray) -> bool:
+        """Whether ``ids`` (whose hashes are ``hashes``) are these records' in this order:
+        then its id hashes are ``hashes``, not hashed again (a judged run scores several
+        models on records whose ids it hashed already)."""
+        if self.ids != tuple(ids):
+            return False
+        self.__dict__.setdefault("id_hashes", hashes)
+        return True
+
     def column(self, metric: str | None = None) -> tuple[float, ...]:
         """The losses of column ``metric`` (None: the primary), one per id."""
         return self.losses[metric or self.primary]
@@ -269,6 +278,42 @@ class JudgedPlugin(Protocol):
 
     def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
         """``checkpoint``'s loss on each record of ``request.data_path``."""
+        ...
+
+
+@dataclass(frozen=True)
+class RecordIds:
+    """Every current record's id (and segment, as :class:`RecordLosses` names them),
+    unscored: what a plugin's ``record_ids`` lists (:class:`ListsRecords`)."""
+
+    ids: tuple[str, ...]
+    segments: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ids", tuple(self.ids))
+        if self.segments is not None:
+            object.__setattr__(self, "segments", tuple(self.segments))
+            if len(self.segments) != len(self.ids):
+                raise RecordLossesError(
+                    f"RecordIds: {len(self.segments)} segments, {len(self.ids)} ids"
+                )
+
+    @cached_property
+    def id_hashes(self) -> np.ndarray:
+        """The ids' 64-bit hashes, in order (as :attr:`RecordLosses.id_hashes`)."""
+        return id_hashes(self.ids)
+
+
+@runtime_checkable
+class ListsRecords(Protocol):
+    """A judged plugin that lists its current records without scoring them: the judged
+    run then scores the served model only on the records its gate and watch need (the
+    held-out ones and those it did not know), not on every one."""
+
+    def record_ids(self, request: TrainRequest) -> RecordIds | None:
+        """The id (and segment) of each record of ``request.data_path``, as
+        ``score_records`` names them; None: not listed (a read of its own would cost more
+        than it saves), every record is scored."""
         ...
 
 
