@@ -67,10 +67,30 @@ def score_episodes(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     # episodes (on the run's device: candidate and served are scored on the same one).
     generator = torch.Generator(device=device).manual_seed(int(digest[:15], 16))
     with torch.no_grad():
-        seqs, _ = task.frozen.sample(prompts, task_config.gen_len, generator)
+        seqs = _sample(task.frozen.rollout, prompts, task_config.gen_len, generator)
         rewards = task.frozen.reward_fp32(seqs).double()
     ids = [f"{digest[:16]}:{index}" for index in range(len(prompts))]
     return RecordLosses.of(ids, (1.0 - rewards).tolist())
+
+
+def _sample(
+    policy: Any, prompts: torch.Tensor, gen_len: int, generator: torch.Generator
+) -> torch.Tensor:
+    """The sequences ``Frozen.sample`` draws (the same probabilities, one draw a token from
+    ``generator``, a uniform stand-in for a row that is not finite), with the policy's keys
+    and values kept: one new token a step, not the whole sequence (a fifth of the work)."""
+    caches: list[list[torch.Tensor]] = [[] for _ in policy.blocks]
+    seqs, logits = prompts, policy.extend(prompts, caches)[:, -1]
+    for step in range(gen_len):
+        probs = torch.log_softmax(logits.float(), dim=-1).exp()
+        finite = torch.isfinite(probs).all(dim=-1, keepdim=True)
+        nxt = torch.multinomial(
+            torch.where(finite, probs, torch.ones_like(probs)), 1, generator=generator
+        )
+        seqs = torch.cat([seqs, nxt], dim=1)
+        if step + 1 < gen_len:
+            logits = policy.extend(nxt, caches)[:, -1]
+    return seqs
 
 
 @functools.lru_cache(maxsize=1)

@@ -32,8 +32,9 @@ a served model trained on are left out of the comparison too (a model that names
 every record it knew). A plugin whose checkpoints name nothing (one written before this) is still
 judged, on its training data, and its verdicts say so. The run asks for some records
 only where it needs no more (``request.score_only``: the candidate's on the gate's
-records, the watch's predecessor's on the new ones): a plugin may score the rows
-``request.scoring_rows(ids)`` names alone, or every record, judged the same.
+records, the watch's predecessor's on the new ones, and the served model's on both when
+the plugin lists its records unscored, :class:`ListsRecords`): a plugin may score the
+rows ``request.scoring_rows(ids)`` names alone, or every record, judged the same.
 
 **Loss columns.** ``score_records`` may return several named columns of per-record
 losses (a mapping; se_darwin: ``log_loss`` and ``brier``), naming one ``primary`` (the
@@ -188,9 +189,8 @@ class RecordLosses:
         return hashes
 
     def hashed_as(self, ids: Sequence[str], hashes: np.ndarray) -> bool:
-        """Whether ``ids`` (whose hashes are ``hashes``) are these records' in this order:
-        then its id hashes are ``hashes``, not hashed again (a judged run scores several
-        models on records whose ids it hashed already)."""
+        """Whether ``ids`` are these records' in this order: then their ``hashes`` are
+        this one's id hashes, not hashed again (a run hashed them for another model)."""
         if self.ids != tuple(ids):
             return False
         self.__dict__.setdefault("id_hashes", hashes)
@@ -290,13 +290,10 @@ class RecordIds:
     segments: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ids", tuple(self.ids))
-        if self.segments is not None:
-            object.__setattr__(self, "segments", tuple(self.segments))
-            if len(self.segments) != len(self.ids):
-                raise RecordLossesError(
-                    f"RecordIds: {len(self.segments)} segments, {len(self.ids)} ids"
-                )
+        if self.segments is not None and len(self.segments) != len(self.ids):
+            raise RecordLossesError(
+                f"RecordIds: {len(self.segments)} segments, {len(self.ids)} ids"
+            )
 
     @cached_property
     def id_hashes(self) -> np.ndarray:

@@ -7,9 +7,10 @@ train``, ``check-agent`` and the run tracker's example all call :func:`run_plugi
 
 A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
 
-1. the served model (the pointer's) scores the current records; a pointer that cannot be
-   followed refuses the run in one line (``TrainRequestError``) naming the repair; a
-   folder written before the pointer existed adopts its newest checkpoint;
+1. the served model (the pointer's, :mod:`.served`) scores the current records (those the
+   run needs, when its plugin lists them); a pointer that cannot be followed refuses the
+   run in one line (``TrainRequestError``) naming the repair; a folder written before the
+   pointer existed adopts its newest checkpoint;
 2. the live watch (:mod:`.watch`) scores the records that came after the served model and
    its predecessor, and may roll the served model back;
 3. when the served model already knew every current record (and the plugin's records are
@@ -24,23 +25,16 @@ A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
    the first model is served as it is; a promotion waits for the operator's pin (``held``);
    the verdict file holds the figures, ``judged_ids.npz`` the records the model knew.
 
-**Records neither model trained on** (issue 68). A plugin trains on no record the
-held-out split (:mod:`.split`) holds out, and its checkpoints name the records they
-trained on (``request.training_rows(ids)`` and ``"trained_ids"`` in the task's
-``extra_state()``: the scaffold's two lines). The run reads the candidate's list after
-training: one that names a held-out record, or names none where the served model's did,
-is refused in one line (``TrainRequestError``; its verdict ``undecided``, never served).
-The gate then compares the two models on the held-out records the served model did not
-train on either (its checkpoint's list; a model that names none: every record it knew),
-set ``held_out``. A served model that names nothing and knew no judged records (one
-served before its plugin was judged: se_darwin's, from its own gate) may have trained
-on any of them; the candidate is judged against it on the held-out records all the
-same, which can only favour the served model, and the verdict says so. A plugin whose
-checkpoints name nothing (written before the split) is
-judged on every current record (set ``current``), and its verdict's reason says "on
-training data"; one whose records are evaluation episodes
-(``records_are_training_data = False``) trains on none of them and is judged on all of
-them, as ``current``.
+**Records neither model trained on** (issue 68; the plugin's side: contract.judging).
+The run reads the candidate's list of the records it trained on: one that names a
+held-out record, or names none where the served model's did, is refused in one line
+(its verdict ``undecided``, never served). The gate compares the two models on the
+held-out records the served model did not train on either (a model that names none:
+every record it knew), set ``held_out``; a served model that names nothing and knew no
+judged records may know them, and the verdict says so. A plugin whose checkpoints name
+nothing is judged on every current record (set ``current``, "on training data"); one
+whose records are evaluation episodes (``records_are_training_data = False``) on all
+of them, as ``current``.
 
 **The checkpoint scored** (issue 69). ``score_records`` is handed a private copy of the
 checkpoint, whose digest is checked after scoring (:mod:`.scored_copy`): a plugin that
