@@ -111,7 +111,7 @@ def test_the_judged_sampler_draws_what_the_rollout_sampler_draws(
     from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
     from genesis_fp16_agents.rlhf_ppo.task import PPOTask
 
-    checkpoint, request = trained
+    checkpoint, _ = trained
     task = PPOTask(PPOConfig(), 1, "cpu", None, None, torch.zeros(1, 4, dtype=torch.long))
     model = task.build_model()
     model.load_state_dict(model_weights(checkpoint))
