@@ -21,6 +21,7 @@ from genesis_fp16.plugin_api import (
     TrainResult,
 )
 from genesis_fp16_infrastructure.api import DataCheck
+from genesis_fp16_infrastructure.contract.judging import RecordIds
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.recipes.retrain import freshness, probe, run, scoring
 from genesis_fp16_infrastructure.recipes.retrain.options import agent_options
@@ -61,6 +62,11 @@ class SEDarwinPlugin:
         """``checkpoint``'s success log-loss on each labelled record of the request's
         pool, by trajectory id, segmented by Genesis agent (``retrain.scoring``)."""
         return scoring.score_records(checkpoint, request)
+
+    def record_ids(self, request: TrainRequest) -> RecordIds | None:
+        """Every labelled record of the request's pool, unscored (``retrain.scoring``): the
+        judged run scores the served model only where it needs its losses."""
+        return scoring.record_ids(request)
 
     def check_data(self, request: TrainRequest) -> DataCheck:
         """The data files scanned once, and the run's result when nothing changed since

@@ -32,8 +32,9 @@ a served model trained on are left out of the comparison too (a model that names
 every record it knew). A plugin whose checkpoints name nothing (one written before this) is still
 judged, on its training data, and its verdicts say so. The run asks for some records
 only where it needs no more (``request.score_only``: the candidate's on the gate's
-records, the watch's predecessor's on the new ones): a plugin may score the rows
-``request.scoring_rows(ids)`` names alone, or every record, judged the same.
+records, the watch's predecessor's on the new ones, and the served model's on both when
+the plugin lists its records unscored, :class:`ListsRecords`): a plugin may score the
+rows ``request.scoring_rows(ids)`` names alone, or every record, judged the same.
 
 **Loss columns.** ``score_records`` may return several named columns of per-record
 losses (a mapping; se_darwin: ``log_loss`` and ``brier``), naming one ``primary`` (the
@@ -55,6 +56,7 @@ genesis_fp16_infrastructure.contract.judging.RecordLossesError: RecordLosses: id
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -186,6 +188,14 @@ class RecordLosses:
         hashes.flags.writeable = False
         return hashes
 
+    def hashed_as(self, ids: Sequence[str], hashes: np.ndarray) -> bool:
+        """Whether ``ids`` are these records' in this order: then their ``hashes`` are
+        this one's id hashes, not hashed again (a run hashed them for another model)."""
+        if self.ids != tuple(ids):
+            return False
+        self.__dict__.setdefault("id_hashes", hashes)
+        return True
+
     def column(self, metric: str | None = None) -> tuple[float, ...]:
         """The losses of column ``metric`` (None: the primary), one per id."""
         return self.losses[metric or self.primary]
@@ -197,9 +207,10 @@ class RecordLosses:
     def take(self, keep: Sequence[bool] | np.ndarray) -> RecordLosses:
         """The records where ``keep`` (one flag per record, in order) is true."""
         rows = np.flatnonzero(np.asarray(keep, dtype=bool)).tolist()
+        get = operator.itemgetter(*rows) if len(rows) > 1 else None  # a tuple of 2 or more
 
         def pick(values: tuple[Any, ...]) -> tuple[Any, ...]:
-            return tuple(values[i] for i in rows)
+            return get(values) if get is not None else tuple(values[i] for i in rows)
 
         segments = None if self.segments is None else pick(self.segments)
         columns = {name: pick(values) for name, values in self.losses.items()}
@@ -267,6 +278,39 @@ class JudgedPlugin(Protocol):
 
     def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
         """``checkpoint``'s loss on each record of ``request.data_path``."""
+        ...
+
+
+@dataclass(frozen=True)
+class RecordIds:
+    """Every current record's id (and segment, as :class:`RecordLosses` names them),
+    unscored: what a plugin's ``record_ids`` lists (:class:`ListsRecords`)."""
+
+    ids: tuple[str, ...]
+    segments: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.segments is not None and len(self.segments) != len(self.ids):
+            raise RecordLossesError(
+                f"RecordIds: {len(self.segments)} segments, {len(self.ids)} ids"
+            )
+
+    @cached_property
+    def id_hashes(self) -> np.ndarray:
+        """The ids' 64-bit hashes, in order (as :attr:`RecordLosses.id_hashes`)."""
+        return id_hashes(self.ids)
+
+
+@runtime_checkable
+class ListsRecords(Protocol):
+    """A judged plugin that lists its current records without scoring them: the judged
+    run then scores the served model only on the records its gate and watch need (the
+    held-out ones and those it did not know), not on every one."""
+
+    def record_ids(self, request: TrainRequest) -> RecordIds | None:
+        """The id (and segment) of each record of ``request.data_path``, as
+        ``score_records`` names them; None: not listed (a read of its own would cost more
+        than it saves), every record is scored."""
         ...
 
 

@@ -153,8 +153,13 @@ def paired_losses(
 def shared_rows(first: RecordLosses, second: RecordLosses) -> tuple[np.ndarray, np.ndarray]:
     """The rows of the records both scored, paired by id (its 64-bit hash, as the held-out
     split and the stores pair them): ``first``'s rows in its order, and ``second``'s row
-    of each. One sort and one binary search, not a dict of every id per question."""
-    order = np.argsort(second.id_hashes, kind="stable")
+    of each. One sort and one binary search, not a dict of every id per question; none
+    when both hold the same ids in the same order (the gate's reference is cut to the
+    records the candidate was asked for)."""
+    if first.ids == second.ids:
+        rows = np.arange(len(first.ids))
+        return rows, rows
+    order = np.argsort(second.id_hashes)  # ids are distinct: stable or not, one order
     ranked = second.id_hashes[order]
     if not len(ranked):
         return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)

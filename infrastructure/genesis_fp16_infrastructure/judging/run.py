@@ -7,9 +7,10 @@ train``, ``check-agent`` and the run tracker's example all call :func:`run_plugi
 
 A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
 
-1. the served model (the pointer's) scores the current records; a pointer that cannot be
-   followed refuses the run in one line (``TrainRequestError``) naming the repair; a
-   folder written before the pointer existed adopts its newest checkpoint;
+1. the served model (the pointer's, :mod:`.served`) scores the current records (those the
+   run needs, when its plugin lists them); a pointer that cannot be followed refuses the
+   run in one line (``TrainRequestError``) naming the repair; a folder written before the
+   pointer existed adopts its newest checkpoint;
 2. the live watch (:mod:`.watch`) scores the records that came after the served model and
    its predecessor, and may roll the served model back;
 3. when the served model already knew every current record (and the plugin's records are
@@ -24,23 +25,16 @@ A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
    the first model is served as it is; a promotion waits for the operator's pin (``held``);
    the verdict file holds the figures, ``judged_ids.npz`` the records the model knew.
 
-**Records neither model trained on** (issue 68). A plugin trains on no record the
-held-out split (:mod:`.split`) holds out, and its checkpoints name the records they
-trained on (``request.training_rows(ids)`` and ``"trained_ids"`` in the task's
-``extra_state()``: the scaffold's two lines). The run reads the candidate's list after
-training: one that names a held-out record, or names none where the served model's did,
-is refused in one line (``TrainRequestError``; its verdict ``undecided``, never served).
-The gate then compares the two models on the held-out records the served model did not
-train on either (its checkpoint's list; a model that names none: every record it knew),
-set ``held_out``. A served model that names nothing and knew no judged records (one
-served before its plugin was judged: se_darwin's, from its own gate) may have trained
-on any of them; the candidate is judged against it on the held-out records all the
-same, which can only favour the served model, and the verdict says so. A plugin whose
-checkpoints name nothing (written before the split) is
-judged on every current record (set ``current``), and its verdict's reason says "on
-training data"; one whose records are evaluation episodes
-(``records_are_training_data = False``) trains on none of them and is judged on all of
-them, as ``current``.
+**Records neither model trained on** (issue 68; the plugin's side: contract.judging).
+The run reads the candidate's list of the records it trained on: one that names a
+held-out record, or names none where the served model's did, is refused in one line
+(its verdict ``undecided``, never served). The gate compares the two models on the
+held-out records the served model did not train on either (a model that names none:
+every record it knew), set ``held_out``; a served model that names nothing and knew no
+judged records may know them, and the verdict says so. A plugin whose checkpoints name
+nothing is judged on every current record (set ``current``, "on training data"); one
+whose records are evaluation episodes (``records_are_training_data = False``) on all
+of them, as ``current``.
 
 **The checkpoint scored** (issue 69). ``score_records`` is handed a private copy of the
 checkpoint, whose digest is checked after scoring (:mod:`.scored_copy`): a plugin that
@@ -56,18 +50,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import math
 import shutil
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import torch
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     candidate_entry,
@@ -78,19 +72,11 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     read_verdict,
     write_verdict,
 )
-from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome, ServedEntry
-from genesis_fp16_infrastructure.agent_folder.pointer import (
-    ServedPointer,
-    checkpoint_of,
-    read_pointer,
-)
-from genesis_fp16_infrastructure.agent_folder.transitions import recover, serve, serve_unless_pinned
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome
+from genesis_fp16_infrastructure.agent_folder.transitions import recover, serve_unless_pinned
 from genesis_fp16_infrastructure.contract.judging import (
-    TRAINED_IDS,
     JudgedPlugin,
     RecordLosses,
-    RecordLossesError,
     judging_margin,
     judging_of,
     records_are_training_data,
@@ -110,22 +96,22 @@ from genesis_fp16_infrastructure.judging.gate import (
 )
 from genesis_fp16_infrastructure.judging.scored_copy import (
     CheckpointChangedError,
-    score_on_copy,
+    losses_of,
     sweep_copies,
 )
-from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly, sorted_unique
+from genesis_fp16_infrastructure.judging.served import Served, held_out_unknown, trained_ids
+from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.judging.up_to_date import (
-    ServedView,
     renew_manifest,
     up_to_date,
 )
 from genesis_fp16_infrastructure.judging.watch import watch
-from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_keys
+from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
     summary_path,
 )
-from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint, reusing_loads
+from genesis_fp16_infrastructure.training.checkpoint_load import reusing_loads
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
@@ -144,69 +130,6 @@ def run_plugin(plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
     if judged is None:
         return plugin.train(request)
     return run_judged(plugin, judged, request)
-
-
-class _Served:
-    """The served model as this run sees it: pointer, checkpoint, losses, known ids. The
-    pointer is the one the job's plan read (``request.snapshot``: a run's child opens no
-    state file to find it), else read now; ``again``: read now (the watch changed it)."""
-
-    def __init__(self, plugin: JudgedPlugin, request: TrainRequest, again: bool = False) -> None:
-        folder = Path(request.checkpoint_dir)
-        snapshot = None if again else request.snapshot
-        try:
-            if snapshot is not None and snapshot.pointer_error is not None:
-                raise ServedPointerError(snapshot.pointer_error)
-            pointer = read_pointer(folder) if snapshot is None else snapshot.pointer
-            self.pointer: ServedPointer | None = pointer or _adopt(folder)
-            self.checkpoint = None if self.pointer is None else checkpoint_of(folder, self.pointer)
-        except ServedPointerError as exc:
-            raise TrainRequestError(str(exc).replace("AGENT", request.agent)) from None
-        self.plugin = plugin
-        self.losses: RecordLosses | None = None
-        self.known: np.ndarray | None = None
-        # The sorted id hashes of the records its checkpoint says it trained on (None:
-        # it names none).
-        self.named: np.ndarray | None = None
-        if self.checkpoint is not None:
-            # The run's first read of the data: the plugin keeps what it quarantines (a run
-            # that takes no step reads nothing else; its count is the run's).
-            kept = request.quarantine_path or QUARANTINE_LOG.at(folder)
-            reading = replace(request, quarantine_path=kept)
-            with reusing_loads():  # the checkpoint unpickled once for both
-                self.losses = _score(plugin, self.checkpoint, reading, required=True)
-                self.named = trained_ids(self.checkpoint)
-            self.known = stores.read_known_ids(self.checkpoint.parent)
-
-    @property
-    def trained(self) -> np.ndarray | None:
-        """The records it may have trained on: those it names, else every one it knew;
-        None: unknown, every record may have been."""
-        return self.known if self.named is None else self.named
-
-    @property
-    def view(self) -> ServedView:
-        """What an up-to-date result reads of it (there is a served model, scored)."""
-        assert self.checkpoint is not None and self.losses is not None
-        return ServedView(self.pointer, self.checkpoint, self.losses, self.known)
-
-    @property
-    def id(self) -> str | None:
-        return None if self.pointer is None else str(self.pointer.served.id)
-
-
-def _adopt(folder: Path) -> ServedPointer | None:
-    """A checkpoint folder written before the pointer existed: its newest valid
-    checkpoint is what was served, and becomes the pointer's (logged), so that no
-    upgrade leaves the prediction API without a model while the first candidate trains;
-    None when it holds none."""
-    found = CheckpointManager(folder).load_latest() if folder.is_dir() else None
-    if found is None:
-        return None
-    path = found[1]
-    serve(folder, ServedEntry(id=f"adopted-{path.stem}", checkpoint=path.name), "adopted")
-    logger.warning("no served.json in %s: serving its newest checkpoint %s", folder, path)
-    return read_pointer(folder)
 
 
 def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest) -> TrainResult:
@@ -283,7 +206,7 @@ def _judged_run(
     alone)."""
     started = time.monotonic()
     sweep_copies(Path(request.checkpoint_dir))  # a killed run's copies, before any scoring
-    served = _Served(judged, request)
+    served = Served(judged, request)
     live = None
     if served.pointer is not None and served.losses is not None:
         live = watch(
@@ -291,13 +214,13 @@ def _judged_run(
             request,
             served.pointer,
             served.losses,
-            lambda path, only: _score(judged, path, request, required=False, only=only),
+            lambda path, only: losses_of(judged, path, request, required=False, only=only),
         )
         if live is not None and live.rolled_back:
-            served = _Served(judged, request, again=True)  # the predecessor, served again
+            served = Served(judged, request, again=True)  # the predecessor, served again
     rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
     if rejudged is not None or _nothing_new(served, request):
-        done = up_to_date(request, served.view, time.monotonic() - started, live, rejudged)
+        done = up_to_date(request, served, time.monotonic() - started, live, rejudged)
         if rejudged is None:
             renew_manifest(request, served.checkpoint)
         tell(("done", done.to_json()))
@@ -323,47 +246,7 @@ def _judged_run(
     )
 
 
-def _score(
-    plugin: JudgedPlugin,
-    checkpoint: Path,
-    request: TrainRequest,
-    required: bool,
-    only: Collection[str] | None = None,
-) -> RecordLosses | None:
-    """The plugin's losses of ``checkpoint``, scored on a copy of it (:mod:`.scored_copy`);
-    a refusal is one line (``required``: the run's; else logged, and None). A plugin that
-    changed the copy always ends the run (CheckpointChangedError). ``only``: the ids of
-    the records the run needs (the request's ``score_only``; the plugin may score more);
-    None: every record."""
-    who = f"{request.agent}: plugin {getattr(plugin, 'name', type(plugin).__name__)}"
-    if only is not None:
-        request = replace(request, score_only=ScoreOnly(frozenset(only)))
-    try:
-        losses = score_on_copy(
-            lambda copy: plugin.score_records(copy, request),
-            checkpoint,
-            Path(request.checkpoint_dir),
-            who,
-        )
-        if not isinstance(losses, RecordLosses):
-            raise RecordLossesError(
-                f"score_records returned a {type(losses).__name__}, not RecordLosses"
-            )
-        # Checked again on a copy of its own, here where it is used: the plugin's object
-        # may have been changed since it was built (object.__setattr__ on a frozen one).
-        kept = losses.ids, losses.losses, losses.segments, losses.quarantined, losses.primary
-        return RecordLosses(*kept)
-    except CheckpointChangedError:
-        raise
-    except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
-        why = f"{request.agent}: cannot score {checkpoint}: {exc}"
-        if required:
-            raise TrainRequestError(why) from None
-        logger.warning("%s", why)
-        return None
-
-
-def _nothing_new(served: _Served, request: TrainRequest) -> bool:
+def _nothing_new(served: Served, request: TrainRequest) -> bool:
     """The served model knew every current record, or the last candidate judged against
     it trained on them already (rejected, or held by the pin: the same records would
     train the same candidate again; under a pin, promoted too: a pin is never undone by
@@ -372,9 +255,9 @@ def _nothing_new(served: _Served, request: TrainRequest) -> bool:
         return False
     if not records_are_training_data(served.plugin) or _other_options(served, request):
         return False
-    ids = served.losses.id_hashes
-    if stores.known(ids, served.known).all():
+    if served.knew.all():
         return True
+    ids = served.records.id_hashes
     pinned = served.pointer is not None and served.pointer.pinned is not None
     last = stores.last_judged(Path(request.checkpoint_dir), served.id, pinned)
     known = None if last is None else stores.read_known_ids(last)
@@ -387,7 +270,7 @@ def _options(request: TrainRequest) -> Any:
     return json.loads(json.dumps(dict(request.options), sort_keys=True, default=str))
 
 
-def _other_options(served: _Served, request: TrainRequest) -> bool:
+def _other_options(served: Served, request: TrainRequest) -> bool:
     """The served model was trained with other plugin options than this run asks for (as
     its candidate's meta says; a meta that does not say: the same): the run trains."""
     assert served.checkpoint is not None
@@ -396,9 +279,9 @@ def _other_options(served: _Served, request: TrainRequest) -> bool:
     return recorded is not None and recorded != _options(request)
 
 
-def _meta(request: TrainRequest, served: _Served) -> dict[str, Any]:
+def _meta(request: TrainRequest, served: Served) -> dict[str, Any]:
     """The candidate's record of what it was trained from."""
-    records = None if served.losses is None else len(served.losses.ids)
+    records = None if served.losses is None else len(served.records.ids)
     return {
         "fingerprint": _data_digest(request.data_path),
         "records": records,
@@ -434,7 +317,7 @@ def continue_from(checkpoint: Path, candidate: Path) -> None:
 def _judge(
     judged: JudgedPlugin,
     request: TrainRequest,
-    served: _Served,
+    served: Served,
     candidate: Path,
     result: TrainResult,
 ) -> GateReport:
@@ -453,7 +336,7 @@ def _judge(
             _verdict(candidate, Outcome.UNDECIDED, refusal, started, result.precision_used, [])
             raise TrainRequestError(refusal)
         try:
-            losses = _score(judged, checkpoint, request, True, _judged_ids(held_out, served))
+            losses = losses_of(judged, checkpoint, request, True, _judged_ids(held_out, served))
         except CheckpointChangedError as exc:  # its own file intact: undecided, never served
             _verdict(candidate, Outcome.UNDECIDED, str(exc), started, result.precision_used, [])
             raise
@@ -479,7 +362,7 @@ def _judge(
 
 def _act(
     request: TrainRequest,
-    served: _Served,
+    served: Served,
     candidate: Path,
     checkpoint: Path,
     report: GateReport,
@@ -500,9 +383,7 @@ def _act(
     )  # fmt: skip
 
 
-def _rejudge_kept(
-    judged: JudgedPlugin, request: TrainRequest, served: _Served
-) -> GateReport | None:
+def _rejudge_kept(judged: JudgedPlugin, request: TrainRequest, served: Served) -> GateReport | None:
     """Issue 62: the newest candidate kept ``inconclusive`` against the model still
     served, judged again on the current records when the data changed since: no step
     trained. Its report when decided (promoted, rejected, held); None otherwise (still
@@ -521,7 +402,7 @@ def _rejudge_kept(
         logger.info("%s: judging kept candidate %s again", request.agent, candidate.name)
         started = time.monotonic()
         held_out = _held_out_check(judged, request, served, candidate, checkpoint)[0]
-        losses = _score(judged, checkpoint, request, True, _judged_ids(held_out, served))
+        losses = losses_of(judged, checkpoint, request, True, _judged_ids(held_out, served))
         assert losses is not None
         outcome, reason, comparisons = decide(
             _comparisons(judged, request, served, losses, checkpoint, held_out)
@@ -537,14 +418,14 @@ def _rejudge_kept(
     return None
 
 
-def _known_after(served: _Served, losses: RecordLosses) -> np.ndarray:
+def _known_after(served: Served, losses: RecordLosses) -> np.ndarray:
     """The records the candidate knows: the served model's, and those of this run's data,
     the ones the served model was scored on before it trained (records that came while
     it trained are new to it: the next run learns them). The first model knows the
     records it was scored on."""
     if served.losses is None:
         return losses.id_hashes
-    ids = served.losses.id_hashes
+    ids = served.records.id_hashes
     return ids if served.known is None else np.concatenate([served.known, ids])
 
 
@@ -558,7 +439,7 @@ def _first(losses: RecordLosses) -> list[Paired]:
 def _comparisons(
     judged: JudgedPlugin,
     request: TrainRequest,
-    served: _Served,
+    served: Served,
     losses: RecordLosses,
     checkpoint: Path,
     held_out: bool,
@@ -569,22 +450,22 @@ def _comparisons(
     span = float(judged.loss_span)
     assert served.losses is not None and served.checkpoint is not None
     known = _known_segments(served)
-    name, losses = _judged_records(held_out, served, losses)
+    name, losses, reference = _judged_records(held_out, served, losses)
     golden = None
     if request.golden_data_path is not None:
         ask = replace(request, data_path=request.golden_data_path)
         golden = (
-            _score(judged, checkpoint, ask, required=True),
-            _score(judged, served.checkpoint, ask, required=True),
+            losses_of(judged, checkpoint, ask, required=True),
+            losses_of(judged, served.checkpoint, ask, required=True),
         )
     found: list[Paired] = []
-    for metric in [m for m in losses.metrics() if m in served.losses.losses]:
+    for metric in [m for m in losses.metrics() if m in reference.losses]:
 
         def margin(mean: float, metric: str = metric) -> float:
             return judging_margin(judged, mean, metric)
 
-        found += compare_segments(name, losses, served.losses, span, margin, known, metric)
-        found += _on_known(losses, served, span, margin, metric)
+        found += compare_segments(name, losses, reference, span, margin, known, metric)
+        found += _on_known(losses, reference, served, span, margin, metric)
         if golden is not None:
             ours, theirs = golden
             assert ours is not None and theirs is not None
@@ -594,7 +475,8 @@ def _comparisons(
 
 def _on_known(
     losses: RecordLosses,
-    served: _Served,
+    reference: RecordLosses,
+    served: Served,
     span: float,
     margin: Callable[[float], float],
     metric: str | None = None,
@@ -618,39 +500,34 @@ def _on_known(
     count = int(knew.sum())
     if knew.all() or count < MIN_RECORDS:
         return []
-    found = compare("known", losses.take(knew), served.losses, span, margin, metric)
+    found = compare("known", losses.take(knew), reference, span, margin, metric)
     return [replace(found, required=False)]
 
 
-def _judged_ids(held_out: bool, served: _Served) -> tuple[str, ...] | None:
+def _judged_ids(held_out: bool, served: Served) -> tuple[str, ...] | None:
     """The ids of the records the gate compares the two models on, as the served model's
     scoring found them (the only ones both are scored on): the candidate is scored on
     these alone; None: on every record (a first model, or judged on all)."""
     if served.losses is None or not held_out:
         return None
     ids = served.losses.ids
-    return tuple(ids[row] for row in np.flatnonzero(_held_out_unknown(served, served.losses)))
+    return tuple(ids[row] for row in np.flatnonzero(served.judged))
 
 
 def _judged_records(
-    held_out: bool, served: _Served, losses: RecordLosses
-) -> tuple[str, RecordLosses]:
-    """The set the gate compares on, and the candidate's losses there: ``held_out``, the
-    held-out records the served model did not train on (the candidate trained on none:
-    :func:`_held_out_check` saw to it); else ``current``, every record both scored."""
+    held_out: bool, served: Served, losses: RecordLosses
+) -> tuple[str, RecordLosses, RecordLosses]:
+    """The set the gate compares on, and the candidate's and the served model's losses
+    there: ``held_out``, the held-out records the served model did not train on (the
+    candidate trained on none: :func:`_held_out_check` saw to it); else ``current``,
+    every record both scored."""
+    assert served.losses is not None
     if not held_out:
-        return "current", losses
-    return "held_out", losses.take(_held_out_unknown(served, losses))
-
-
-def _held_out_unknown(served: _Served, losses: RecordLosses) -> np.ndarray:
-    """Per record of ``losses``, whether it is held out and the served model did not
-    train on it (module docstring)."""
-    ids = losses.id_hashes
-    keep = HELD_OUT.of_hashes(ids)
-    if served.trained is not None:  # None: it may have trained on any (module docstring)
-        keep &= ~stores.known(ids, served.trained)
-    return keep
+        return "current", losses, served.losses
+    reference = served.losses.take(served.judged)
+    if not losses.hashed_as(reference.ids, reference.id_hashes):  # it scored more than asked
+        losses = losses.take(held_out_unknown(served, losses))
+    return "held_out", losses, reference
 
 
 def _evidence_kind(
@@ -663,7 +540,7 @@ def _evidence_kind(
     return "held_out" if held_out else "training_data"
 
 
-def _evidence(judged: JudgedPlugin, held_out: bool, served: _Served) -> str:
+def _evidence(judged: JudgedPlugin, held_out: bool, served: Served) -> str:
     """What a verdict's reason adds about its records: nothing when they are records
     neither model trained on; "on training data" when the candidate names none; that the
     served model may know them when it names nothing and knew no judged records."""
@@ -676,29 +553,10 @@ def _evidence(judged: JudgedPlugin, held_out: bool, served: _Served) -> str:
     return ""
 
 
-def trained_ids(checkpoint: Path) -> np.ndarray | None:
-    """The sorted id hashes of the records ``checkpoint``'s model trained on, as its task
-    said (``extra_state()["trained_ids"]``: a list of the ids, or their 64-bit hashes as
-    one int64 tensor, contract.judging); None when it says nothing, or cannot be read
-    (the plugin's own scoring reports that)."""
-    try:
-        extra = load_checkpoint(checkpoint).get(checkpoint_keys.EXTRA)
-    except (OSError, ValueError):
-        return None
-    value = extra.get(TRAINED_IDS) if isinstance(extra, dict) else None
-    if isinstance(value, torch.Tensor):
-        if value.dim() != 1 or value.dtype != torch.int64:
-            return None
-        return sorted_unique(value.cpu().numpy().view(np.uint64))
-    if not isinstance(value, list | tuple) or not all(isinstance(i, str) for i in value):
-        return None
-    return sorted_unique(stores.id_hashes(value))
-
-
 def _held_out_check(
     judged: JudgedPlugin,
     request: TrainRequest,
-    served: _Served,
+    served: Served,
     candidate: Path,
     checkpoint: Path,
 ) -> tuple[bool, str | None]:
@@ -725,14 +583,12 @@ def _held_out_check(
     return True, None
 
 
-def _known_segments(served: _Served) -> set[str] | None:
+def _known_segments(served: Served) -> set[str] | None:
     """The segments of the records the served model knew (issue 62: only these are
     judged on their own); None: every segment (the plugin keeps no known ids)."""
-    losses = served.losses
-    if losses is None or losses.segments is None or served.known is None:
+    if served.losses is None or served.records.segments is None or served.known is None:
         return None
-    knew = stores.known(losses.id_hashes, served.known)
-    return {s for s, k in zip(losses.segments, knew.tolist(), strict=True) if k}
+    return set(itertools.compress(served.records.segments, served.knew.tolist()))
 
 
 def _verdict(

@@ -30,11 +30,19 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
+from genesis_fp16_infrastructure.contract.judging import (
+    JudgedPlugin,
+    RecordLosses,
+    RecordLossesError,
+)
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.judging.split import ScoreOnly
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 
 T = TypeVar("T")
@@ -104,3 +112,43 @@ def _sha256(path: Path) -> str:
             return hashlib.file_digest(file, "sha256").hexdigest()
     except OSError:
         return "none"
+
+
+def losses_of(
+    plugin: JudgedPlugin,
+    checkpoint: Path,
+    request: TrainRequest,
+    required: bool,
+    only: Collection[str] | None = None,
+) -> RecordLosses | None:
+    """The plugin's losses of ``checkpoint``, scored on a copy of it (:func:`score_on_copy`);
+    a refusal is one line (``required``: the run's; else logged, and None). A plugin that
+    changed the copy always ends the run (CheckpointChangedError). ``only``: the ids of
+    the records the run needs (the request's ``score_only``; the plugin may score more);
+    None: every record."""
+    who = f"{request.agent}: plugin {getattr(plugin, 'name', type(plugin).__name__)}"
+    if only is not None:
+        request = replace(request, score_only=ScoreOnly(frozenset(only)))
+    try:
+        losses = score_on_copy(
+            lambda copy: plugin.score_records(copy, request),
+            checkpoint,
+            Path(request.checkpoint_dir),
+            who,
+        )
+        if not isinstance(losses, RecordLosses):
+            raise RecordLossesError(
+                f"score_records returned a {type(losses).__name__}, not RecordLosses"
+            )
+        # Checked again on a copy of its own, here where it is used: the plugin's object
+        # may have been changed since it was built (object.__setattr__ on a frozen one).
+        kept = losses.ids, losses.losses, losses.segments, losses.quarantined, losses.primary
+        return RecordLosses(*kept)
+    except CheckpointChangedError:
+        raise
+    except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
+        why = f"{request.agent}: cannot score {checkpoint}: {exc}"
+        if required:
+            raise TrainRequestError(why) from None
+        logger.warning("%s", why)
+        return None

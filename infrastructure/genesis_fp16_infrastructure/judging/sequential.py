@@ -61,18 +61,10 @@ def mean_bounds(values: np.ndarray, span: float, alpha: float) -> MeanBounds:
     if n == 0:
         return MeanBounds(0, math.nan, -span, span, alpha)
     x = np.clip((d + span) / (2 * span), 0.0, 1.0)
-    t = np.arange(1, n + 1, dtype=np.float64)
-    mu = (0.5 + np.cumsum(x)) / (t + 1)  # mu_hat_t, t = 1..n
-    mu_before = np.concatenate(([0.5], mu[:-1]))  # mu_hat_{t-1}
-    var = (0.25 + np.cumsum((x - mu) ** 2)) / (t + 1)
-    var_before = np.concatenate(([0.25], var[:-1]))
-    log_alpha = math.log(1.0 / alpha)
-    lam = np.minimum(np.sqrt(2 * log_alpha / (var_before * t * np.log1p(t))), CAP)
-    psi = (-np.log1p(-lam) - lam) / 4
-    penalty = float(np.sum(4 * (x - mu_before) ** 2 * psi))
+    lam, penalties = _bets(x, alpha)
     weight = float(np.sum(lam))
     centre = float(np.sum(lam * x)) / weight
-    margin = (log_alpha + penalty) / weight
+    margin = (math.log(1.0 / alpha) + float(np.sum(penalties))) / weight
     lower, upper = max(centre - margin, 0.0), min(centre + margin, 1.0)
     return MeanBounds(
         n,

@@ -8,13 +8,13 @@ import hashlib
 import logging
 import math
 from pathlib import Path
-from typing import NamedTuple, cast
+from typing import cast
 
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder import data_manifest
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome, ServedPointer
-from genesis_fp16_infrastructure.contract.judging import RecordLosses
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
+from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.reports import (
     DataReport,
     GateReport,
@@ -23,6 +23,7 @@ from genesis_fp16_infrastructure.contract.reports import (
 )
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging.served import Served
 from genesis_fp16_infrastructure.judging.split import sorted_unique
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
@@ -30,17 +31,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import Preci
 logger = logging.getLogger(__name__)
 
 
-class ServedView(NamedTuple):
-    """The served model as the run scored it: its pointer, checkpoint, losses on the
-    current records and the ids it knew (sorted hashes; None: not kept)."""
-
-    pointer: ServedPointer | None
-    checkpoint: Path
-    losses: RecordLosses
-    known: np.ndarray | None
-
-
-def data_unchanged(losses: RecordLosses, known: np.ndarray | None) -> DataReport:
+def data_unchanged(losses: RecordLosses | RecordIds, known: np.ndarray | None) -> DataReport:
     """An up-to-date run's data report, from the records it scored: none new; those the
     served model knew and the pool no longer holds, removed. The fingerprint is the
     digest of the current records' ids."""
@@ -74,20 +65,21 @@ def renew_manifest(request: TrainRequest, checkpoint: Path | None) -> None:
 
 def up_to_date(
     request: TrainRequest,
-    served: ServedView,
+    served: Served,
     seconds: float,
     live: LiveReport | None,
     rejudged: GateReport | None = None,
 ) -> TrainResult:
     """No step taken: the served model knew every current record, or (``rejudged``) a
     kept inconclusive candidate was judged again and decided (issue 62)."""
+    assert served.checkpoint is not None and served.losses is not None  # served, scored
     summary = read_summary(served.checkpoint) or {}
     entry = served.pointer.served.precision if served.pointer is not None else None
     precision = summary.get("precision") or entry
     used = cast(PrecisionName, precision if precision in ("fp32", "bf16", "fp16") else "fp32")
-    records = len(served.losses.ids)
+    records = len(served.records.ids)
     why = f"nothing new: all {records} current records were learned or judged already"
-    data = None if rejudged is not None else data_unchanged(served.losses, served.known)
+    data = None if rejudged is not None else data_unchanged(served.records, served.known)
     return TrainResult(
         agent=request.agent,
         precision_requested=request.precision.requested,

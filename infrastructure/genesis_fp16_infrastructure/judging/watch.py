@@ -90,9 +90,10 @@ def watch(
         return None
     store = stores.watch_path(served_c, str(previous.id))
     kept = stores.read_watch(store, served_now.primary)
-    ids = served_now.id_hashes
-    new = ~stores.known(ids, known[0]) & ~stores.known(ids, known[1])
-    new &= ~stores.known(ids, np.sort(kept["ids"]))
+    ids, new = served_now.id_hashes, np.ones(len(served_now.ids), dtype=bool)
+    for seen in (known[0], known[1], np.sort(kept["ids"])):  # asked of those still new
+        still = np.flatnonzero(new)
+        new[still] = ~stores.known(ids[still], seen)
     if not new.any():
         return None
     before = score(

@@ -10,6 +10,8 @@ logits per position) or a critic (one value per position), by its ``out_dim``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,11 +30,17 @@ class Block(nn.Module):
         self.fc = nn.Linear(d, 4 * d)
         self.out = nn.Linear(4 * d, d)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """``cache``: the keys and values of the positions before ``x`` (one new position a
+        call once it holds any), extended by ``x``'s."""
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if cache:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        if cache is not None:
+            cache[:] = [k, v]
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=t == k.shape[2])
         x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
@@ -51,10 +59,18 @@ class TinyTransformer(nn.Module):
         self.head = nn.Linear(d_model, out_dim)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(tokens.shape[1], device=tokens.device)
-        x = self.tok(tokens) + self.pos(pos)
-        for block in self.blocks:
-            x = block(x)
+        return self.extend(tokens, [None] * len(self.blocks))
+
+    def extend(self, tokens: torch.Tensor, caches: list[Any]) -> torch.Tensor:
+        """``forward`` of ``tokens`` after the positions whose keys and values ``caches``
+        (a list per block, empty at first; None: keep none) holds: generation feeds one
+        new token a step instead of the whole sequence (4-5x less work at 12 positions)."""
+        start = caches[0][0].shape[2] if caches[0] else 0
+        x = self.tok(tokens) + self.pos(
+            torch.arange(start, start + tokens.shape[1], device=tokens.device)
+        )
+        for block, cache in zip(self.blocks, caches, strict=True):
+            x = block(x, cache)
         return self.head(self.ln(x))
 
 

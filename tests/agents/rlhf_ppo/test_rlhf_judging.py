@@ -96,3 +96,28 @@ def test_scoring_without_a_task_file_or_with_a_bad_one_is_one_line(
         with pytest.raises(TrainRequestError) as caught:
             plugin.score_records(checkpoint, _request(tmp_path, data))
         assert "\n" not in str(caught.value)
+
+
+def test_the_judged_sampler_draws_what_the_rollout_sampler_draws(
+    trained: tuple[Path, TrainRequest],
+) -> None:
+    """The judged episodes' sampler (the policy's keys and values kept, one new token a
+    step) draws the sequences ``Frozen.sample`` draws from the same generator, row for
+    row (a row may differ only where a cached key's rounding moves a draw across a
+    boundary: none of 2,000 here)."""
+    import torch
+
+    from genesis_fp16.plugin_api import model_weights
+    from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
+    from genesis_fp16_agents.rlhf_ppo.task import PPOTask
+
+    checkpoint, _ = trained
+    task = PPOTask(PPOConfig(), 1, "cpu", None, None, torch.zeros(1, 4, dtype=torch.long))
+    model = task.build_model()
+    model.load_state_dict(model_weights(checkpoint))
+    task.frozen.sync_rollout(model.policy)
+    prompts = torch.randint(0, 10, (2000, 4), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        ours = judging._sample(task.frozen.rollout, prompts, 8, torch.Generator().manual_seed(9))
+        theirs, _ = task.frozen.sample(prompts, 8, torch.Generator().manual_seed(9))
+    assert torch.equal(ours, theirs)

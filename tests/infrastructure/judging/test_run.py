@@ -26,14 +26,16 @@ from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_
 from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin, rollback, serve
 from genesis_fp16_infrastructure.contract.judging import (
     TRAINED_IDS,
+    RecordIds,
     RecordLosses,
     trained_id_hashes,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.run import run_plugin, trained_ids
+from genesis_fp16_infrastructure.judging import split, stores
+from genesis_fp16_infrastructure.judging.run import run_plugin
+from genesis_fp16_infrastructure.judging.served import trained_ids
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
@@ -355,7 +357,7 @@ def test_the_known_records_are_a_veto_that_holds_no_clean_candidate_back() -> No
     ids = [f"r{i}" for i in range(2000)]
     theirs = RecordLosses.of(ids, rng.uniform(0.2, 0.6, 2000).tolist())
     served = SimpleNamespace(
-        known=np.sort(stores.id_hashes(ids[:400])), losses=theirs, plugin=object()
+        known=np.sort(split.id_hashes(ids[:400])), losses=theirs, plugin=object()
     )
 
     def margin(mean: float) -> float:
@@ -366,7 +368,7 @@ def test_the_known_records_are_a_veto_that_holds_no_clean_candidate_back() -> No
         noise[400:] = rng.normal(-0.02, 0.02, 1600)
         noise[:400] += shift
         ours = RecordLosses.of(ids, np.maximum(np.array(theirs.column()) + noise, 0.0).tolist())
-        (on_known,) = _on_known(ours, served, 1.0, margin)  # type: ignore[arg-type]
+        (on_known,) = _on_known(ours, theirs, served, 1.0, margin)  # type: ignore[arg-type]
         assert on_known.records == 400 and not on_known.required
         whole = compare("held_out", ours, theirs, 1.0, margin)
         assert decide([whole, on_known])[0] == outcome
@@ -540,4 +542,36 @@ def test_the_gate_and_the_watch_ask_only_for_the_records_they_judge(tmp_path: Pa
         assert (ours.live is None) == (theirs.live is None)
     assert judged[2].live is not None and alike[2].live is not None
     assert judged[2].live.records == alike[2].live.records == 300
+    assert judged[2].live.metrics == alike[2].live.metrics
+
+
+@dataclass
+class Listing(HeldOut):
+    """HeldOut that lists its records unscored (``record_ids``)."""
+
+    def record_ids(self, request: TrainRequest) -> RecordIds:
+        return RecordIds(tuple(r["id"] for r in _records(request)))
+
+
+def test_a_plugin_that_lists_its_records_has_its_served_model_scored_where_needed(
+    tmp_path: Path,
+) -> None:
+    """The served model of a plugin that lists its records is asked for the held-out
+    records and those it did not know, not every one; the verdicts and the watch's
+    figures are those of a plugin scored on every record."""
+    lists, scores_all = Listing(), HeldOut()
+    judged = _three_runs(tmp_path / "lists", lists)
+    alike = _three_runs(tmp_path / "all", scores_all)
+    served2, served3 = lists.asked[1], lists.asked[3]
+    held = {f"r{i}" for i in range(900) if HELD_OUT.of_ids([f"r{i}"])[0]}
+    assert served2 is not None and set(served2) == {i for i in held if int(i[1:]) < 600} | {
+        f"r{i}" for i in range(300, 600)
+    }
+    assert served3 is not None and set(served3) == held | {f"r{i}" for i in range(600, 900)}
+    assert lists.asked[2] == scores_all.asked[2] and lists.asked[4:] == scores_all.asked[4:]
+    for ours, theirs in zip(judged, alike, strict=True):
+        assert ours.gate is not None and theirs.gate is not None
+        assert ours.gate.outcome == theirs.gate.outcome
+        assert ours.gate.comparisons == theirs.gate.comparisons
+    assert judged[2].live is not None and alike[2].live is not None
     assert judged[2].live.metrics == alike[2].live.metrics

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
-from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging import split
 from genesis_fp16_infrastructure.judging.up_to_date import data_unchanged
 
 
@@ -15,7 +15,7 @@ def test_a_shrunk_pool_reports_the_known_records_it_no_longer_holds() -> None:
     removed, the previous count the known ones; the same records give the same
     fingerprint, whatever their order."""
     current = [f"r{i}" for i in range(300)]
-    known = np.sort(stores.id_hashes(current + [f"gone{i}" for i in range(300)]))
+    known = np.sort(split.id_hashes(current + [f"gone{i}" for i in range(300)]))
     report = data_unchanged(RecordLosses.of(current, [0.1] * 300), known)
     assert (report.records, report.previous_records, report.new, report.removed) == (
         300,

@@ -16,6 +16,7 @@ the run's eval (its held-out part is the judged run's), not gated (docs/judging.
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from collections.abc import Mapping
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.contract.judging import RecordLosses
+from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
@@ -115,6 +116,12 @@ class _RunPool:
     ids: list[str]
     numeric: torch.Tensor | None = None
 
+    @functools.cached_property
+    def segments(self) -> list[str]:
+        """Each labelled record's segment: the Genesis agent that wrote it."""
+        agents = self.data.columns.agent.take(self.data.columns.labelled)
+        return ["-" if a is None else str(a) for a in agents]
+
 
 _RUN_POOL: list[_RunPool] = []  # at most one: the last run's
 
@@ -175,6 +182,15 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
         "log_loss": log_losses(p, success),
         "brier": brier_losses(p, success),
     }
-    agents = columns.agent.take(columns.labelled[asked])
-    named = ["-" if a is None else str(a) for a in agents]
+    named = [pool.segments[i] for i in asked]
     return RecordLosses.of([ids[i] for i in asked], losses, named, data.quarantined)
+
+
+def record_ids(request: TrainRequest) -> RecordIds | None:
+    """Every labelled record of the request's pool, by judged id and Genesis agent, as
+    :func:`score_records` names them; None without the run's plan, whose pool the run's
+    scorings share (the served model's would read it again)."""
+    if request.data_path is None or request.snapshot is None or request.snapshot.data is None:
+        return None
+    pool = _run_pool(request, TaskOptions.from_mapping(request.options))
+    return RecordIds(tuple(pool.ids), tuple(pool.segments))

@@ -1,0 +1,170 @@
+"""The served model as a judged run sees it (:class:`Served`): its pointer and checkpoint,
+its losses on the records the run needs, every current record, the ids it knew and those
+it trained on; and :func:`trained_ids`, the records a checkpoint names."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
+from genesis_fp16_infrastructure.agent_folder.pointer import (
+    ServedPointer,
+    checkpoint_of,
+    read_pointer,
+)
+from genesis_fp16_infrastructure.agent_folder.transitions import serve
+from genesis_fp16_infrastructure.contract.judging import (
+    TRAINED_IDS,
+    JudgedPlugin,
+    ListsRecords,
+    RecordIds,
+    RecordLosses,
+)
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.errors import ServedPointerError
+from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging.scored_copy import losses_of
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes, sorted_unique
+from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_keys
+from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint, reusing_loads
+
+logger = logging.getLogger(__name__)
+
+
+class Served:
+    """The served model as this run sees it: pointer, checkpoint, losses, known ids. The
+    pointer is the one the job's plan read (``request.snapshot``: a run's child opens no
+    state file to find it), else read now; ``again``: read now (the watch changed it)."""
+
+    def __init__(self, plugin: JudgedPlugin, request: TrainRequest, again: bool = False) -> None:
+        folder = Path(request.checkpoint_dir)
+        snapshot = None if again else request.snapshot
+        try:
+            if snapshot is not None and snapshot.pointer_error is not None:
+                raise ServedPointerError(snapshot.pointer_error)
+            pointer = read_pointer(folder) if snapshot is None else snapshot.pointer
+            self.pointer: ServedPointer | None = pointer or adopt(folder)
+            self.checkpoint = None if self.pointer is None else checkpoint_of(folder, self.pointer)
+        except ServedPointerError as exc:
+            raise TrainRequestError(str(exc).replace("AGENT", request.agent)) from None
+        self.plugin = plugin
+        self.losses: RecordLosses | None = None
+        # Every current record, as the plugin lists them (ListsRecords), else as scored.
+        self.records: RecordLosses | RecordIds = RecordIds(())
+        self.known: np.ndarray | None = None
+        # The sorted id hashes of the records its checkpoint says it trained on (None:
+        # it names none).
+        self.named: np.ndarray | None = None
+        if self.checkpoint is not None:
+            # The run's first read of the data: the plugin keeps what it quarantines (a run
+            # that takes no step reads nothing else; its count is the run's).
+            kept = request.quarantine_path or QUARANTINE_LOG.at(folder)
+            reading = replace(request, quarantine_path=kept)
+            self.known = stores.read_known_ids(self.checkpoint.parent)
+            with reusing_loads():  # the checkpoint unpickled once for both
+                self.named = trained_ids(self.checkpoint)
+                self.losses, self.records = self._scored(plugin, request, reading)
+
+    def _scored(
+        self, plugin: JudgedPlugin, request: TrainRequest, reading: TrainRequest
+    ) -> tuple[RecordLosses, RecordLosses | RecordIds]:
+        """Its losses on the records the run needs, and every current record. A plugin
+        that lists them (ListsRecords; then the run's first read is the listing's) is
+        asked for the held-out ones and those the model did not know (the gate's and the
+        watch's) alone, unless it knew them all (an up-to-date run reports its loss on
+        all); any other scores every one."""
+        assert self.checkpoint is not None
+        try:  # a listing that cannot be made refuses the run in one line, as a scoring would
+            listed = plugin.record_ids(reading) if isinstance(plugin, ListsRecords) else None
+        except (OSError, ValueError) as exc:
+            raise TrainRequestError(f"{reading.agent}: cannot list its records: {exc}") from None
+        hashes = None if listed is None else listed.id_hashes
+        new = None if hashes is None or self.known is None else ~stores.known(hashes, self.known)
+        if listed is None or hashes is None or new is None or not new.any():
+            losses = losses_of(
+                plugin, self.checkpoint, reading if listed is None else request, True
+            )
+            assert losses is not None  # required: a refusal raised
+            return losses, losses if listed is None else listed
+        rows = np.flatnonzero(HELD_OUT.of_hashes(hashes) | new)
+        only = [listed.ids[row] for row in rows]
+        losses = losses_of(plugin, self.checkpoint, request, True, only)
+        assert losses is not None
+        losses.hashed_as(only, hashes[rows])  # its ids hashed once
+        return losses, listed
+
+    @cached_property
+    def knew(self) -> np.ndarray:
+        """Per current record (``records``), whether it knew it (none, when it keeps no
+        list)."""
+        if self.known is None:
+            return np.zeros(len(self.records.ids), dtype=bool)
+        return stores.known(self.records.id_hashes, self.known)
+
+    @cached_property
+    def judged(self) -> np.ndarray:
+        """Per record it was scored on (``losses``), whether the gate judges on it when judging on
+        held-out records (:func:`_held_out_unknown`)."""
+        assert self.losses is not None
+        return held_out_unknown(self, self.losses)
+
+    @property
+    def trained(self) -> np.ndarray | None:
+        """The records it may have trained on: those it names, else every one it knew;
+        None: unknown, every record may have been."""
+        return self.known if self.named is None else self.named
+
+    @property
+    def id(self) -> str | None:
+        return None if self.pointer is None else str(self.pointer.served.id)
+
+
+def adopt(folder: Path) -> ServedPointer | None:
+    """A checkpoint folder written before the pointer existed: its newest valid
+    checkpoint is what was served, and becomes the pointer's (logged), so that no
+    upgrade leaves the prediction API without a model while the first candidate trains;
+    None when it holds none."""
+    found = CheckpointManager(folder).load_latest() if folder.is_dir() else None
+    if found is None:
+        return None
+    path = found[1]
+    serve(folder, ServedEntry(id=f"adopted-{path.stem}", checkpoint=path.name), "adopted")
+    logger.warning("no served.json in %s: serving its newest checkpoint %s", folder, path)
+    return read_pointer(folder)
+
+
+def held_out_unknown(served: Served, losses: RecordLosses) -> np.ndarray:
+    """Per record of ``losses``, whether it is held out and the served model did not
+    train on it (module docstring)."""
+    ids = losses.id_hashes
+    keep = HELD_OUT.of_hashes(ids)
+    if served.trained is not None:  # None: it may have trained on any (module docstring)
+        keep &= ~stores.known(ids, served.trained)
+    return keep
+
+
+def trained_ids(checkpoint: Path) -> np.ndarray | None:
+    """The sorted id hashes of the records ``checkpoint``'s model trained on, as its task
+    said (``extra_state()["trained_ids"]``: a list of the ids, or their 64-bit hashes as
+    one int64 tensor, contract.judging); None when it says nothing, or cannot be read
+    (the plugin's own scoring reports that)."""
+    try:
+        extra = load_checkpoint(checkpoint).get(checkpoint_keys.EXTRA)
+    except (OSError, ValueError):
+        return None
+    value = extra.get(TRAINED_IDS) if isinstance(extra, dict) else None
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 1 or value.dtype != torch.int64:
+            return None
+        return sorted_unique(value.cpu().numpy().view(np.uint64))
+    if not isinstance(value, list | tuple) or not all(isinstance(i, str) for i in value):
+        return None
+    return sorted_unique(id_hashes(value))
