@@ -78,10 +78,12 @@ def env_file_problem(path: Path) -> str | None:
 
 @dataclass(frozen=True)
 class EnvFileLine:
-    """One ``NAME=value`` line of the ``.env`` file."""
+    """One ``NAME=value`` line of the ``.env`` file: its value, number and ``text`` as
+    written (quotes, comments), which the read-only commands copy."""
 
     value: str
     line: int
+    text: str
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,8 @@ def read_env_file(
             name = binding.key.upper()
             if name in values:
                 repeated.append((name, values[name].line, line))
-            values[name] = EnvFileLine(binding.value, line)
+            text = binding.original.string.rstrip("\n") + "\n"
+            values[name] = EnvFileLine(binding.value, line, text)
     return values, errors, repeated
 
 
