@@ -40,6 +40,7 @@ from torch import nn
 
 from genesis_fp16_infrastructure.training.flight.recorder import run_recorded_step
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors
 
 RANGE = {
     "fp16": float(torch.finfo(torch.float16).max),
@@ -100,7 +101,8 @@ class Trace:
 
     def _forward(self, label: str) -> Callable[..., None]:
         def hook(module: nn.Module, inputs: Any, output: Any) -> None:
-            for index, value in enumerate(_tensors(output)):
+            floats = [t for t in flatten_tensors(output) if t.is_floating_point()]
+            for index, value in enumerate(floats):
                 name = "output" if index == 0 else f"output{index}"
                 self.entries.append(_Entry("forward", label, name, _copy(value, 1.0)))
                 if value.requires_grad:
@@ -244,13 +246,3 @@ def _forward_max(entries: list[_Entry], keep: set[str]) -> dict[str, float]:
 def _copy(value: torch.Tensor, scale: float) -> torch.Tensor:
     """A float32 CPU copy (a host read), divided by ``scale`` (a gradient's loss scale)."""
     return (value.detach().float() / scale).cpu()
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value] if value.is_floating_point() else []
-    if isinstance(value, list | tuple):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, Mapping):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []
