@@ -105,11 +105,6 @@ class RangeReport:
     precision: PrecisionName
     modules: dict[str, dict[str, float]]
 
-    def totals(self) -> dict[str, float]:
-        """Every module together: the largest values and fractions, the smallest
-        headrooms, non-finite summed."""
-        return merge_rows(list(self.modules.values()))
-
 
 def merge_rows(rows: list[dict[str, float]]) -> dict[str, float]:
     """Rows (modules, or one module's samples) as one: the largest values and
