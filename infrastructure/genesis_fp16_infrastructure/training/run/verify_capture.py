@@ -166,18 +166,17 @@ def compare_steps(
     loss_fn: LossFn,
     rtol: float | None = None,
     overflow_step: int | None = OVERFLOW_STEP,
-    steps: int = VERIFY_STEPS,
     measured: list[float] | None = None,
 ) -> str | None:
-    """Run ``steps`` steps in each trainer from one random state; None when they agree,
+    """Run ``VERIFY_STEPS`` steps in each trainer from one random state; None when they agree,
     else the first difference. ``rtol`` None: bit for bit; else the skipped steps equal
     and each step's loss within ``rtol``. ``overflow_step`` (1-based) boosts that step's
     loss by ``BOOST`` (an fp16 overflow). ``measured`` gets the largest relative
     difference of a step's loss appended (the compiled step's tolerance, measured)."""
     rng = capture_rng_state()
-    seen = _run(reference, batches, loss_fn, overflow_step, steps, exact=rtol is None)
+    seen = _run(reference, batches, loss_fn, overflow_step, exact=rtol is None)
     restore_rng_state(rng)
-    got = _run(candidate, batches, loss_fn, overflow_step, steps, exact=rtol is None)
+    got = _run(candidate, batches, loss_fn, overflow_step, exact=rtol is None)
     if measured is not None:  # the largest relative difference of a step's loss
         measured.append(largest_loss_difference(seen, got))
     for number, (want, have) in enumerate(zip(seen, got, strict=True), start=1):
@@ -194,14 +193,13 @@ def _run(
     batches: Sequence[Any],
     loss_fn: LossFn,
     overflow_step: int | None,
-    steps: int,
     exact: bool,
 ) -> list[dict[str, Any]]:
     device = trainer.policy.device
     boost = torch.ones((), device=device)
     boosted = _Boosted(loss_fn, boost)  # one function for every step: the graphs bind it
     records = []
-    for number in range(1, steps + 1):
+    for number in range(1, VERIFY_STEPS + 1):
         boost.fill_(BOOST if number == overflow_step else 1.0)
         trainer.step([batches[(number - 1) % len(batches)]], boosted, 0)
         summary = trainer.summary(reset_interval=True)
