@@ -23,7 +23,6 @@ from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     AgentState,
-    GuardConfig,
     PrecisionMemory,
     PrecisionName,
 )
@@ -34,13 +33,6 @@ if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run)
     from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 
 log = structlog.get_logger("genesis_fp16.guard")
-
-
-def guard_config(settings: Settings) -> GuardConfig | None:
-    """The ``GuardConfig`` every run gets, or None when the guard is turned off: built
-    from the ``GENESIS_FP16_GUARD_*`` settings, which are generated from its fields
-    (genesis_fp16/config/guard_settings.py)."""
-    return settings.guard
 
 
 def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:

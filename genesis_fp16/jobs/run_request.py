@@ -224,7 +224,7 @@ def plan_request(
         forced=o.forced,
         log_interval=o.log_interval or settings.log_interval,
         quarantine_path=quarantine,
-        guard=guard_state.guard_config(settings),
+        guard=settings.guard,  # None: the guard is turned off
         cuda_graph=o.cuda_graph or settings.cuda_graph_for(agent),
         compile=o.compile or settings.compile_for(agent),
         options=options,
