@@ -61,12 +61,11 @@ class FlightConfig:
     """Where bundles go and how many: ``folder`` (the agent's state folder's
     ``fault_bundles``), ``limits``, and ``context`` (plain data saved in every bundle:
     the agent and the run's request; or a function that makes it, called only when a
-    bundle is written). ``on_bundle`` is called with each bundle's record."""
+    bundle is written). Each bundle's record is in ``FlightRecorder.bundles``."""
 
     folder: Path
     limits: BundleLimits = field(default_factory=BundleLimits)
     context: Mapping[str, Any] | Callable[[], Mapping[str, Any]] = field(default_factory=dict)
-    on_bundle: Callable[[FaultBundle], None] | None = None
 
     def context_data(self) -> Mapping[str, Any]:
         """The context a bundle saves (made now, when ``context`` is a function)."""
@@ -198,8 +197,6 @@ class FlightRecorder:
         )
         self.bundles.append(record)
         logger.warning("flight recorder: %s at step %d saved to %s", reason, fault.step, path)
-        if self.config.on_bundle is not None:
-            self.config.on_bundle(record)
 
 
 def run_recorded_step(
