@@ -91,14 +91,12 @@ def remembered_floor(
     return memory.demoted_to, why
 
 
-def record_run(
-    settings: Settings, metrics: DaemonMetrics, agent: str, result: TrainResult
-) -> PrecisionMemory | None:
+def record_run(settings: Settings, metrics: DaemonMetrics, agent: str, result: TrainResult) -> None:
     """Announce (the agent's outbox), count, log and remember the run's demotions and
     fault bundles; count a clean run; maybe promote."""
-    demotions = tuple(result.demotions)
-    announce_run(AgentFolder(settings.state_dir, agent).root, agent, result)
-    for d in demotions:
+    folder = AgentFolder(settings.state_dir, agent)
+    announce_run(folder.root, agent, result)
+    for d in result.demotions:
         metrics.precision_demotions.labels(
             agent=agent, **{"from": d.from_, "to": d.to}, reason=d.reason
         ).inc()
@@ -123,26 +121,25 @@ def record_run(
             path=bundle.path,
             replay=f"genesis-fp16 replay {bundle.path}",
         )
-    folder = AgentFolder(settings.state_dir, agent)
     with folder.precision_memory_locked():  # `precision reset` may be rewriting it now
-        return _record_memory(settings, agent, folder, result)
+        _record_memory(settings, agent, folder, result)
 
 
 def _record_memory(
     settings: Settings, agent: str, folder: AgentFolder, result: TrainResult
-) -> PrecisionMemory | None:
+) -> None:
     demotions = tuple(result.demotions)
     previous = load_memory(settings, agent)
     # Without demotions, only a finished run in the remembered precision counts as clean.
     floor = previous.demoted_to if previous is not None else None
     if not demotions and (result.stopped_early or result.precision_used != floor):
-        return previous
+        return
     try:
         memory = folder.remember_run(previous, demotions, settings.guard_promote_after_runs)
     except OSError as exc:
         path = str(folder.precision_state_path)
         log.error("cannot write the precision state file", path=path, error=str(exc))
-        return previous
+        return
     if previous is not None and memory is None:  # the clean runs asked for: promoted
         log.info(
             "precision promoted",
@@ -150,7 +147,6 @@ def _record_memory(
             precision_from=previous.demoted_to,
             clean_runs=previous.clean_runs + 1,
         )
-    return memory
 
 
 def describe(memory: PrecisionMemory | None) -> str:
