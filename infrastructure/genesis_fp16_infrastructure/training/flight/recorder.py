@@ -222,15 +222,12 @@ def run_recorded_step(
     }
 
 
-def scratch_trainer(
-    task: TrainingTask, trainer: Trainer, policy: PrecisionPolicy | None = None
-) -> Trainer:
-    """A fresh eager trainer of the task's model in ``trainer``'s precision (or ``policy``)."""
-    if policy is None:
-        live = trainer.policy
-        policy = PrecisionPolicy.from_decision(
-            live.resolved, live.device, live.scaler.config, announce=False
-        )
+def scratch_trainer(task: TrainingTask, trainer: Trainer) -> Trainer:
+    """A fresh eager trainer of the task's model in ``trainer``'s precision."""
+    live = trainer.policy
+    policy = PrecisionPolicy.from_decision(
+        live.resolved, live.device, live.scaler.config, announce=False
+    )
     model = task.build_model().to(policy.device)
     optimizers = task.build_optimizers(model)
     schedulers = task.build_schedulers(optimizers)
