@@ -29,7 +29,6 @@ from genesis_fp16_infrastructure.errors import CheckpointError, CheckpointFolder
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
-    holds,
     read_summary,
     summarize,
     summary_path,
@@ -165,9 +164,8 @@ class CheckpointManager:
         data = buffer.getvalue()
         digest = hashlib.sha256(data).hexdigest()
         self._set_aside_irregular()
-        if holds(final, digest):
+        if not write_pair(final, data, digest):
             return final  # this very state is saved already: written once, not twice
-        write_pair(final, data, f"{digest}\n".encode())
         write_summary(final, digest, state)  # after the pair: a crash leaves none, not a wrong one
         signature = file_signature(final)
         if signature is not None:
