@@ -176,12 +176,17 @@ class FlightRecorder:
             "state": fault.state,
             "batches": [plain_batch(b) for b in fault.batches],
             "samples": fault.samples,
-            "record_ids": _record_ids(self.task, fault.batches),
+            # The records' ids, where the task says them (an optional record_ids(batch)).
+            "record_ids": _optional(
+                self.task, "record_ids", lambda ids: [list(ids(b)) for b in fault.batches]
+            ),
             "recorded": fault.recorded,
             "context": _plain(dict(context)),
-            # What rebuilds the step without the run's data (the task's replay_spec(),
-            # for its plugin's replay_task), and what tells later whether that data changed.
-            "rebuild": _rebuild_spec(self.task),
+            # What rebuilds the step without the run's data (the task's optional
+            # replay_spec(): plain data, e.g. the model's construction arguments, for its
+            # plugin's replay_task; None: the plugin rebuilds the step from the request),
+            # and what tells later whether that data changed.
+            "rebuild": _optional(self.task, "replay_spec", lambda spec: _plain(spec())),
             "data": data_signature(_data_path(context)),
         }
         try:
@@ -280,28 +285,16 @@ def _calibration_only(trainer: Trainer, guard: PrecisionGuard, dirty: Mapping[st
     return guard.snapshot is not None and guard.snapshot.step == guard.start_step
 
 
-def _record_ids(task: TrainingTask, batches: list[Any]) -> list[Any] | None:
-    """The records' ids, where the task says them (an optional ``record_ids(batch)``)."""
-    say = getattr(task, "record_ids", None)
+def _optional(task: TrainingTask, method: str, use: Callable[[Callable[..., Any]], Any]) -> Any:
+    """``use`` of the task's optional ``method``; None where the task has none, or where
+    it raises (logged: the bundle is still evidence without it, never a reason to fail)."""
+    say = getattr(task, method, None)
     if not callable(say):
         return None
     try:
-        return [list(say(b)) for b in batches]
-    except Exception as error:  # ids are a courtesy: their absence is said, not raised
-        logger.warning("flight recorder: record_ids failed: %s", error)
-        return None
-
-
-def _rebuild_spec(task: TrainingTask) -> Any:
-    """The task's ``replay_spec()`` (plain data: e.g. the model's construction arguments),
-    where it has one; None otherwise (its plugin then rebuilds the step from the request)."""
-    say = getattr(task, "replay_spec", None)
-    if not callable(say):
-        return None
-    try:
-        return _plain(say())
-    except Exception as error:  # the bundle is still evidence without it
-        logger.warning("flight recorder: replay_spec failed: %s", error)
+        return use(say)
+    except Exception as error:
+        logger.warning("flight recorder: %s failed: %s", method, error)
         return None
 
 
