@@ -396,7 +396,7 @@ def settings_sources(env_file: Path | str | None = None) -> SettingsSources:
     """The ``.env`` file :func:`load_settings` reads, its values, the environment's, and
     one error per unknown ``GENESIS_FP16_*``/``ENABLE_FP16_*`` name or unparsable line."""
     explicit = env_file is not None or ENV_FILE_VARIABLE in os.environ
-    path = Path(env_file or os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
+    path = resolve_env_file(env_file)
     problem = env_file_problem(path)  # a link to /dev/zero is refused, never "no file"
     if problem is not None:
         raise SettingsError([problem])
@@ -452,9 +452,10 @@ def load_settings_with_sources(
     return settings, sources
 
 
-def resolve_env_file() -> Path:
-    """The ``.env`` path the daemon reads (and watches), whether or not it exists."""
-    return Path(os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
+def resolve_env_file(env_file: Path | str | None = None) -> Path:
+    """The ``.env`` path the daemon reads (and watches), whether or not it exists:
+    ``env_file``, else ``$GENESIS_FP16_ENV_FILE``, else ``.env``."""
+    return Path(env_file or os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
 
 
 class OperatorPrecision(NamedTuple):

@@ -28,18 +28,16 @@ refusing a bad file: they must act on the settings the operator wrote.
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from genesis_fp16.config.settings import (
-    DEFAULT_ENV_FILE,
-    ENV_FILE_VARIABLE,
     Settings,
     SettingsError,
     load_settings_with_sources,
+    resolve_env_file,
 )
 from genesis_fp16.config.settings_sources import (
     MAX_SHOWN,
@@ -100,7 +98,7 @@ def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRea
     """:func:`load_settings_with_sources`, or, when the ``.env`` file is what it refuses,
     the settings without the file's bad lines (:class:`SettingsRead`). Raises the first
     :class:`SettingsError` when the environment itself is bad, or the file is missing."""
-    path = Path(env_file or os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
+    path = resolve_env_file(env_file)
     try:
         settings, sources = load_settings_with_sources(env_file)
         return SettingsRead(settings, sources, path.resolve())
