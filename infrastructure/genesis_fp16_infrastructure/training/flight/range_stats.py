@@ -107,9 +107,8 @@ class RangeReport:
 
 
 def merge_rows(rows: list[dict[str, float]]) -> dict[str, float]:
-    """Rows (modules, or one module's samples) as one: the largest values and
-    fractions, the smallest headrooms, non-finite values summed."""
-    rows = rows or [_empty_row()]
+    """Rows (modules, or one module's samples; at least one) as one: the largest values
+    and fractions, the smallest headrooms, non-finite values summed."""
     out = {c: max(r[c] for r in rows) for c in _LARGEST}
     out.update({c: min(r[c] for r in rows) for c in _SMALLEST})
     out["nonfinite"] = sum(r["nonfinite"] for r in rows)
@@ -118,10 +117,6 @@ def merge_rows(rows: list[dict[str, float]]) -> dict[str, float]:
 
 _LARGEST = ("activation_max", "gradient_max", "overflow", "underflow")
 _SMALLEST = ("headroom_overflow", "headroom_underflow")
-
-
-def _empty_row() -> dict[str, float]:
-    return {**dict.fromkeys((*_LARGEST, "nonfinite"), 0.0), **dict.fromkeys(_SMALLEST, math.inf)}
 
 
 def headrooms(activation_max: float, gradient_scaled_max: float) -> tuple[float, float]:
@@ -241,7 +236,7 @@ class RangeStats:
         self.model: nn.Module | None = None
         self.names: list[str] = []
         self.samples = 0
-        self._run: dict[str, list[dict[str, float]]] = {}  # per module: its samples, merged
+        self._run: dict[str, dict[str, float]] = {}  # per module: its samples, merged
         self._last: RangeReport | None = None
         self._buffer: torch.Tensor | None = None
         self._handles: list[Any] = []
@@ -309,7 +304,7 @@ class RangeStats:
         nearest underflow; None when no step was sampled."""
         if self._last is None:
             return None
-        rows = {name: merge_rows(samples) for name, samples in self._run.items()}
+        rows = self._run
         by_over = sorted(rows, key=lambda m: rows[m]["headroom_overflow"])[:k]
         by_under = sorted(rows, key=lambda m: rows[m]["headroom_underflow"])[:k]
         return RangeSummary(
@@ -393,8 +388,8 @@ class RangeStats:
                 "headroom_overflow": over,
                 "headroom_underflow": under,
             }
-            kept = self._run.setdefault(name, [])
-            kept[:] = [merge_rows([*kept, modules[name]])]  # one merged row per module
+            kept = [self._run[name]] if name in self._run else []
+            self._run[name] = merge_rows([*kept, modules[name]])  # one merged row per module
         report = RangeReport(trainer.step_count, trainer.policy.name, modules)
         self.samples += 1
         self._last = report
