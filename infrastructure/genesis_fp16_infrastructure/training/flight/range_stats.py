@@ -217,13 +217,6 @@ def synced_clock(device: torch.device) -> Callable[[], float]:
     return time.perf_counter
 
 
-def replayed(trainer: Any) -> bool:
-    """True once the trainer's steps are the run's real ones: eager steps, or a captured
-    path past its warm-up (a graph captured and replayed, or a step run past the bound)."""
-    graphs = trainer.graphs
-    return graphs is None or graphs.captured_steps + graphs.eager_steps > 0
-
-
 class RangeStats:
     """The sampled per-module statistics of one model; see the module docstring."""
 
@@ -277,8 +270,11 @@ class RangeStats:
             self._arm(trainer, step)
 
     def _begin(self, trainer: Any) -> None:
-        """Schedule the first sample once the trainer's steps are its real ones."""
-        if not replayed(trainer):
+        """Schedule the first sample once the trainer's steps are the run's real ones:
+        eager steps, or a captured path past its warm-up (a graph captured and replayed,
+        or a step run past the bound)."""
+        graphs = trainer.graphs
+        if graphs is not None and graphs.captured_steps + graphs.eager_steps == 0:
             return
         self._waiting = False
         step = trainer.step_count
