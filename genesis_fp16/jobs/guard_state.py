@@ -50,14 +50,6 @@ def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:
         return _replace_unusable(folder, agent, str(exc))
 
 
-def _usable_memory(settings: Settings, agent: str, state: AgentState) -> PrecisionMemory | None:
-    """The memory a run's plan read with the agent's other state files; an unusable file
-    is set aside and replaced as :func:`load_memory` does."""
-    if state.memory_error is None:
-        return state.memory
-    return _replace_unusable(AgentFolder(settings.state_dir, agent), agent, state.memory_error)
-
-
 def _replace_unusable(folder: AgentFolder, agent: str, error: str) -> PrecisionMemory:
     memory, moved = folder.replace_unusable_precision_memory(error)  # counted by the folder
     log.warning(
@@ -78,9 +70,13 @@ def remembered_floor(
     ``state``: the agent's folder as a run's plan read it (None: the memory is read now).
     :func:`~genesis_fp16.jobs.run_request.precision_request` puts it in the request where
     ``requested_precision`` says it applies."""
-    memory = (
-        load_memory(settings, agent) if state is None else _usable_memory(settings, agent, state)
-    )
+    if state is None:
+        memory = load_memory(settings, agent)
+    elif state.memory_error is None:  # as the plan read it, with the other state files
+        memory = state.memory
+    else:  # unusable: set aside and replaced as load_memory does
+        folder = AgentFolder(settings.state_dir, agent)
+        memory = _replace_unusable(folder, agent, state.memory_error)
     if memory is None:
         return None
     why = (
