@@ -313,11 +313,6 @@ def warn_ignored(ignored: Mapping[str, str], agent: str, given: Mapping[str, str
             )
 
 
-def option_variable(agent: str, key: str) -> str:
-    """``GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>``."""
-    return f"{AGENT_VARIABLE_PREFIX}{agent.upper()}__OPTIONS__{key.upper()}"
-
-
 def parse_option_flags(flags: Iterable[str]) -> dict[str, str]:
     """``["preset=bf16_fp32_kl", ...]`` from ``--option`` as ``{key: text}``."""
     out: dict[str, str] = {}
@@ -348,9 +343,9 @@ def resolve_options(
             try:
                 out.update(parse_options(agent, declared, {key: value}))
             except TrainRequestError as exc:
-                where = (
-                    f"--option {key}={value}" if origin == "flags" else option_variable(agent, key)
-                )
+                where = f"--option {key}={value}"
+                if origin == "settings":
+                    where = f"{AGENT_VARIABLE_PREFIX}{agent.upper()}__OPTIONS__{key.upper()}"
                 raise TrainRequestError(f"{where}: {exc}") from None
     return out
 
