@@ -92,7 +92,11 @@ def record_result(run: Run, result: TrainResult, device: str, rerun: bool) -> No
         record_failure(run, device, exc)
         return
     if switched:
-        _show_next_precision(ctx, agent, device)
+        # The gauge at what decide answers the next run's request (the guard's memory
+        # included); a measured auto with no kept measurement waits for that run.
+        expected = expected_precision(precision_request(ctx.settings, agent)[0], device)
+        if expected is not None:
+            ctx.metrics.set_precision(agent, expected)
     if run.tracker is not None:
         run.tracker.log_result(result)
     _close_tracker(ctx, agent, run.tracker)
@@ -274,16 +278,6 @@ def record_scale(settings: Settings, agent: str, result: TrainResult) -> None:
     except OSError as exc:
         path = str(folder.loss_scale_path)
         log.error("cannot write the carried loss scale", path=path, error=str(exc))
-
-
-def _show_next_precision(ctx: JobContext, agent: str, device: str) -> None:
-    """The precision gauge at what ``decide`` answers the agent's next run's request (the
-    guard's memory included); a measured ``auto`` with no kept measurement is decided by
-    that run, so the gauge waits for it."""
-    request, _ = precision_request(ctx.settings, agent)
-    expected = expected_precision(request, device)
-    if expected is not None:
-        ctx.metrics.set_precision(agent, expected)
 
 
 def _bound_history(ctx: JobContext, agent: str) -> None:
