@@ -207,8 +207,8 @@ class CheckpointManager:
         recorded = self._written.get(path)
         return recorded is not None and recorded == file_signature(path)
 
-    def remove_stale_temps(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
-        """Delete the ``.tmp-*`` files of interrupted saves older than ``older_than`` seconds.
+    def remove_stale_temps(self) -> list[Path]:
+        """Delete the ``.tmp-*`` files of interrupted saves older than ``STALE_TEMP_SECONDS``.
 
         Younger ones may belong to a save under way in another process; they are left,
         unless this manager has :meth:`claim` ed the folder: then no other process writes
@@ -216,8 +216,7 @@ class CheckpointManager:
         """
         if not self.directory.is_dir():
             return []
-        if self._lock_fd is not None:
-            older_than = -1.0
+        older_than = -1.0 if self._lock_fd is not None else STALE_TEMP_SECONDS
         removed = []
         now = time.time()
         for path in self.directory.glob(".tmp-*"):
