@@ -34,7 +34,6 @@ from genesis_fp16_infrastructure.api import (
     api_version_error,
     capabilities_of,
     check_agent_name,
-    is_agent_name,
 )
 
 ENTRY_POINT_GROUP = "genesis_fp16.agents"
@@ -127,12 +126,11 @@ def scan_entry_points() -> EntryPointScan:
     refused: dict[str, str] = {}
     shadowed: dict[str, str] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if not is_agent_name(ep.name):
-            try:
-                check_agent_name(ep.name)
-            except ValueError as exc:
-                where = f"{_distribution_name(ep)} ({ep.value})"
-                refused[ep.name] = f"{exc}; registered by {where}, not loaded"
+        try:
+            check_agent_name(ep.name)
+        except ValueError as exc:
+            where = f"{_distribution_name(ep)} ({ep.value})"
+            refused[ep.name] = f"{exc}; registered by {where}, not loaded"
             continue
         first = found.setdefault(ep.name, ep)
         if first is ep or _distribution_name(first) == _distribution_name(ep):
