@@ -260,8 +260,7 @@ def _digest(tensors: Sequence[torch.Tensor]) -> int:
         flat = tensor.detach().reshape(-1)
         size = flat.element_size()
         view = {8: torch.int64, 4: torch.int32, 2: torch.int16}.get(size, torch.uint8)
-        bits = flat.view(view) if size in (8, 4, 2) else flat.view(torch.uint8)
-        total += bits.to(torch.int64).sum()
+        total += flat.view(view).to(torch.int64).sum()
     return int(total.item())
 
 
