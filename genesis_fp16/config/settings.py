@@ -39,9 +39,11 @@ from genesis_fp16.config.agent_settings import (
     AgentSettings,
     Compile,
     CudaGraph,
+    Device,
     Isolation,
     parse_schedule,
 )
+from genesis_fp16.config.agent_settings import check_device_name as check_device_name
 from genesis_fp16.config.extras import tensorboard_missing
 from genesis_fp16.config.guard_settings import GuardSettings
 from genesis_fp16.config.plugins import (
@@ -112,7 +114,7 @@ class Settings(BaseSettings, GuardSettings):
     plugin_import_deadline_seconds: float = Field(
         default=IMPORT_DEADLINE_SECONDS, gt=0, le=MAX_IMPORT_DEADLINE_SECONDS
     )
-    device: str = "auto"
+    device: Device = "auto"
     device_concurrency: int = Field(default=1, ge=1)
     cuda_graph: CudaGraph = "auto"
     # on: the model compiled with torch.compile (max-autotune-no-cudagraphs) inside the
@@ -231,11 +233,6 @@ class Settings(BaseSettings, GuardSettings):
         parse_schedule(value)
         return value
 
-    @field_validator("device")
-    @classmethod
-    def _check_device(cls, value: str) -> str:
-        return check_device_name(value)
-
     @field_validator("agents", mode="before")
     @classmethod
     def _lowercase_agent_names(cls, value: Any) -> Any:
@@ -263,12 +260,6 @@ class Settings(BaseSettings, GuardSettings):
                 "GENESIS_FP16_EVENTS_SECRET: required with GENESIS_FP16_EVENTS_URLS "
                 "(each event's body is signed with it)"
             )
-        for agent, spec in self.agents.items():
-            if spec.device is not None:
-                try:
-                    check_device_name(spec.device)
-                except ValueError as exc:
-                    raise ValueError(f"{_env_name(('agents', agent, 'device'))}: {exc}") from None
         return self
 
     def agent(self, name: str) -> AgentSettings:
@@ -338,13 +329,6 @@ def check_webhook_secret(secret: str) -> str:
             "random string"
         )
     return secret
-
-
-def check_device_name(value: str) -> str:
-    kind = value.split(":", 1)[0]
-    if kind not in ("auto", "cpu", "cuda", "mps", "xpu"):
-        raise ValueError(f"device {value!r} is not one of auto, cpu, cuda[:N], mps, xpu")
-    return value
 
 
 def default_run_memory_limit(allowlist: list[str] | None = None, memory: int | None = None) -> int:
