@@ -70,13 +70,23 @@ def parse_schedule(value: str) -> tuple[str, float | str]:
     return "cron", text
 
 
+def check_schedule(value: str) -> str:
+    """``value`` when :func:`parse_schedule` reads it, else its one-line ValueError."""
+    parse_schedule(value)
+    return value
+
+
+# A schedule setting, the daemon's or an agent's: read as it will be scheduled.
+Schedule = Annotated[str, AfterValidator(check_schedule)]
+
+
 class AgentSettings(BaseModel):
     """One agent's settings; unset fields fall back to the daemon-wide defaults."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = True
-    schedule: str | None = None
+    schedule: Schedule | None = None
     precision: Precision | None = None
     data_path: Path | None = None
     steps: int | None = Field(default=None, ge=1)
@@ -107,13 +117,6 @@ class AgentSettings(BaseModel):
     def _lowercase_option_keys(cls, value: Any) -> Any:
         if isinstance(value, dict):
             return {str(key).lower(): item for key, item in value.items()}
-        return value
-
-    @field_validator("schedule")
-    @classmethod
-    def _check_schedule(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_schedule(value)
         return value
 
     @model_validator(mode="after")

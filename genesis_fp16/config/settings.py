@@ -41,9 +41,10 @@ from genesis_fp16.config.agent_settings import (
     CudaGraph,
     Device,
     Isolation,
-    parse_schedule,
+    Schedule,
 )
 from genesis_fp16.config.agent_settings import check_device_name as check_device_name
+from genesis_fp16.config.agent_settings import parse_schedule as parse_schedule
 from genesis_fp16.config.extras import tensorboard_missing
 from genesis_fp16.config.guard_settings import GuardSettings
 from genesis_fp16.config.plugins import (
@@ -123,7 +124,7 @@ class Settings(BaseSettings, GuardSettings):
     # How precision 'auto' resolves: time the agent's own steps in each native precision
     # (cached per agent) or the device rule (genesis_fp16_infrastructure.training.run.calibration).
     auto_precision: Literal["measure", "rule"] = "measure"
-    schedule: str = "3600"
+    schedule: Schedule = "3600"
     schedule_jitter_seconds: float = Field(default=30.0, ge=0)
     misfire_grace_seconds: float = Field(default=600.0, gt=0)
     run_at_start: bool = True
@@ -225,12 +226,6 @@ class Settings(BaseSettings, GuardSettings):
     def _check_secret(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
             check_webhook_secret(value.get_secret_value())
-        return value
-
-    @field_validator("schedule")
-    @classmethod
-    def _check_schedule(cls, value: str) -> str:
-        parse_schedule(value)
         return value
 
     @field_validator("agents", mode="before")
