@@ -199,11 +199,8 @@ def _probe(
 
 
 def _warn_if_red(agent: str, record: ProbeRecord, used: PrecisionName | None) -> None:
-    if record.error is not None or used not in LOW_PRECISIONS:
-        return
-    variant = f"{used}_autocast"
-    colour = record.verdict.get(variant)
-    if colour == "red":
+    if used in red_precisions(record):
+        variant = f"{used}_autocast"
         log.warning(
             "precision probe verdict is red for the precision about to run; running as "
             "configured (the precision guard still watches the run)",
