@@ -133,12 +133,8 @@ def compare(low: Trace, fp32: Trace, tolerance: float = DEFAULT_TOLERANCE) -> di
     module's largest forward magnitude in both, and the advice."""
     reference = _by_key(fp32.entries)
     first = None
-    seen: dict[tuple[str, str, str], int] = {}
-    for entry in low.entries:
-        key = (entry.phase, entry.module, entry.tensor)
-        index = seen.get(key, 0)
-        seen[key] = index + 1
-        other = reference.get((*key, index))
+    for key, entry in _by_key(low.entries).items():  # in the low-precision run's order
+        other = reference.get(key)
         if other is None or other.value.shape != entry.value.shape:
             continue
         departure = _departure(entry.value, other.value, tolerance)
@@ -222,6 +218,7 @@ def _values(
 
 
 def _by_key(entries: list[_Entry]) -> dict[tuple[str, str, str, int], _Entry]:
+    """Each entry under its phase, module, tensor and how many came before it with those."""
     out: dict[tuple[str, str, str, int], _Entry] = {}
     counts: dict[tuple[str, str, str], int] = {}
     for entry in entries:
