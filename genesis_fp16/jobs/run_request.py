@@ -247,18 +247,15 @@ def default_data_path(
     folder: AgentFolder,
     count: int,
     seed: int,
-    data_folder: bool | None = None,
+    data_folder: bool,
 ) -> Path:
     """What ``plugin`` trains on when no data path is configured: its data folder
-    (``<state>/agents/<agent>/data/``) when it reads a folder of pools (it declares
-    ``data_folder = True``: plugin_api's ``ReadsDataFolder``) and its sample lies inside
-    it, else the generated sample file itself (``AgentFolder.sample_data`` generates it
-    on first use, either way, and keeps its marker). ``data_folder``: that declaration as
-    the loader read it (the plan's ``Capabilities``), read from ``plugin`` only when not
-    given."""
+    (``<state>/agents/<agent>/data/``) when it reads a folder of pools (``data_folder``:
+    it declares ``data_folder = True``, plugin_api's ``ReadsDataFolder``, as the plan's
+    ``Capabilities`` read it) and its sample lies inside it, else the generated sample
+    file itself (``AgentFolder.sample_data`` generates it on first use, either way, and
+    keeps its marker)."""
     sample = folder.sample_data(plugin.generate_sample_data, count, seed)
-    if data_folder is None:
-        data_folder = capabilities_of(plugin).data_folder
     if not data_folder:
         return sample
     try:
