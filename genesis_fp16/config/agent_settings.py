@@ -8,9 +8,9 @@ with the daemon-wide settings (genesis_fp16/config/settings.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from genesis_fp16_infrastructure.api import RequestedName
 
@@ -27,6 +27,19 @@ Compile = Literal["off", "on"]
 Isolation = Literal["process", "thread"]
 CUDA_GRAPH_CHOICES: tuple[str, ...] = get_args(CudaGraph)
 COMPILE_CHOICES: tuple[str, ...] = get_args(Compile)
+
+
+def check_device_name(value: str) -> str:
+    """``value`` when it is spelt as a device (whether it exists is asked at start-up:
+    genesis_fp16/launch/devices.py), else a one-line ValueError with the choices."""
+    kind = value.split(":", 1)[0]
+    if kind not in ("auto", "cpu", "cuda", "mps", "xpu"):
+        raise ValueError(f"device {value!r} is not one of auto, cpu, cuda[:N], mps, xpu")
+    return value
+
+
+# A device setting, the daemon's or an agent's: its spelling checked as it is read.
+Device = Annotated[str, AfterValidator(check_device_name)]
 
 
 def parse_schedule(value: str) -> tuple[str, float | str]:
@@ -57,18 +70,28 @@ def parse_schedule(value: str) -> tuple[str, float | str]:
     return "cron", text
 
 
+def check_schedule(value: str) -> str:
+    """``value`` when :func:`parse_schedule` reads it, else its one-line ValueError."""
+    parse_schedule(value)
+    return value
+
+
+# A schedule setting, the daemon's or an agent's: read as it will be scheduled.
+Schedule = Annotated[str, AfterValidator(check_schedule)]
+
+
 class AgentSettings(BaseModel):
     """One agent's settings; unset fields fall back to the daemon-wide defaults."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = True
-    schedule: str | None = None
+    schedule: Schedule | None = None
     precision: Precision | None = None
     data_path: Path | None = None
     steps: int | None = Field(default=None, ge=1)
     epochs: int | None = Field(default=None, ge=1)
-    device: str | None = None
+    device: Device | None = None
     # Run the precision probe once before the first bf16/fp16 run (genesis_fp16/jobs/probe_gate.py).
     probe_before_low_precision: bool = False
     # More than 1: the daemon runs each job under torchrun with this many processes.
@@ -94,13 +117,6 @@ class AgentSettings(BaseModel):
     def _lowercase_option_keys(cls, value: Any) -> Any:
         if isinstance(value, dict):
             return {str(key).lower(): item for key, item in value.items()}
-        return value
-
-    @field_validator("schedule")
-    @classmethod
-    def _check_schedule(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_schedule(value)
         return value
 
     @model_validator(mode="after")

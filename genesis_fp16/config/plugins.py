@@ -34,7 +34,6 @@ from genesis_fp16_infrastructure.api import (
     api_version_error,
     capabilities_of,
     check_agent_name,
-    is_agent_name,
 )
 
 ENTRY_POINT_GROUP = "genesis_fp16.agents"
@@ -77,6 +76,11 @@ class PluginRecord:
     trace: str | None = None
     # Another distribution registers this name too: which one is used (EntryPointScan).
     shadowed: str | None = None
+
+    @classmethod
+    def of(cls, ep: EntryPoint, state: PluginState, error: str | None = None) -> PluginRecord:
+        """The record of ``ep`` in ``state`` (``error``: why it is not loaded)."""
+        return cls(ep.name, ep.value, _distribution_name(ep), state, error)
 
     def to_json(self) -> dict[str, str | None]:
         return {
@@ -122,12 +126,11 @@ def scan_entry_points() -> EntryPointScan:
     refused: dict[str, str] = {}
     shadowed: dict[str, str] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if not is_agent_name(ep.name):
-            try:
-                check_agent_name(ep.name)
-            except ValueError as exc:
-                where = f"{_distribution_name(ep)} ({ep.value})"
-                refused[ep.name] = f"{exc}; registered by {where}, not loaded"
+        try:
+            check_agent_name(ep.name)
+        except ValueError as exc:
+            where = f"{_distribution_name(ep)} ({ep.value})"
+            refused[ep.name] = f"{exc}; registered by {where}, not loaded"
             continue
         first = found.setdefault(ep.name, ep)
         if first is ep or _distribution_name(first) == _distribution_name(ep):
@@ -171,9 +174,7 @@ def _distribution_name(ep: EntryPoint) -> str | None:
 
 def load_entry_point(ep: EntryPoint) -> PluginRecord:
     """Import one entry point's plugin and check its API: its record, ``loaded`` or why not."""
-    found = PluginRecord(
-        name=ep.name, value=ep.value, distribution=_distribution_name(ep), state="failed"
-    )
+    found = PluginRecord.of(ep, "failed")
     try:
         obj = ep.load()
         # The entry point names the plugin itself or a zero-argument factory.
@@ -230,13 +231,8 @@ class PendingImport:
             try:
                 self._record = load_entry_point(ep)
             except BaseException as exc:  # sys.exit() at import: on this thread, ends only it
-                self._record = PluginRecord(
-                    name=ep.name,
-                    value=ep.value,
-                    distribution=_distribution_name(ep),
-                    state="failed",
-                    error=f"{type(exc).__name__}: {exc} (raised while importing)",
-                )
+                why = f"{type(exc).__name__}: {exc} (raised while importing)"
+                self._record = PluginRecord.of(ep, "failed", why)
             finally:
                 self._done.set()
 
@@ -250,13 +246,7 @@ class PendingImport:
     def stuck(self, ep: EntryPoint) -> PluginRecord:
         """The record of an import still running: state ``stuck``, for how long."""
         seconds = time.monotonic() - self.started
-        return PluginRecord(
-            name=ep.name,
-            value=ep.value,
-            distribution=_distribution_name(ep),
-            state="stuck",
-            error=f"its import has not returned after {seconds:.0f} s",
-        )
+        return PluginRecord.of(ep, "stuck", f"its import has not returned after {seconds:.0f} s")
 
 
 def wait_all(
@@ -311,18 +301,9 @@ def discover_plugins(
     for name, ep in eps.items():
         if name in pending:
             record = done[name] or pending[name].stuck(ep)
-            records.append(replace(record, shadowed=scan.shadowed.get(name)))
         else:
-            records.append(
-                PluginRecord(
-                    name=name,
-                    value=ep.value,
-                    distribution=_distribution_name(ep),
-                    state="not_allowed",
-                    error="not in GENESIS_FP16_PLUGIN_ALLOWLIST",
-                    shadowed=scan.shadowed.get(name),
-                )
-            )
+            record = PluginRecord.of(ep, "not_allowed", "not in GENESIS_FP16_PLUGIN_ALLOWLIST")
+        records.append(replace(record, shadowed=scan.shadowed.get(name)))
     refused = [
         PluginRecord(name=name, value="", distribution=None, state="refused", error=why)
         for name, why in scan.refused.items()

@@ -39,9 +39,12 @@ from genesis_fp16.config.agent_settings import (
     AgentSettings,
     Compile,
     CudaGraph,
+    Device,
     Isolation,
-    parse_schedule,
+    Schedule,
 )
+from genesis_fp16.config.agent_settings import check_device_name as check_device_name
+from genesis_fp16.config.agent_settings import parse_schedule as parse_schedule
 from genesis_fp16.config.extras import tensorboard_missing
 from genesis_fp16.config.guard_settings import GuardSettings
 from genesis_fp16.config.plugins import (
@@ -112,7 +115,7 @@ class Settings(BaseSettings, GuardSettings):
     plugin_import_deadline_seconds: float = Field(
         default=IMPORT_DEADLINE_SECONDS, gt=0, le=MAX_IMPORT_DEADLINE_SECONDS
     )
-    device: str = "auto"
+    device: Device = "auto"
     device_concurrency: int = Field(default=1, ge=1)
     cuda_graph: CudaGraph = "auto"
     # on: the model compiled with torch.compile (max-autotune-no-cudagraphs) inside the
@@ -121,7 +124,7 @@ class Settings(BaseSettings, GuardSettings):
     # How precision 'auto' resolves: time the agent's own steps in each native precision
     # (cached per agent) or the device rule (genesis_fp16_infrastructure.training.run.calibration).
     auto_precision: Literal["measure", "rule"] = "measure"
-    schedule: str = "3600"
+    schedule: Schedule = "3600"
     schedule_jitter_seconds: float = Field(default=30.0, ge=0)
     misfire_grace_seconds: float = Field(default=600.0, gt=0)
     run_at_start: bool = True
@@ -225,17 +228,6 @@ class Settings(BaseSettings, GuardSettings):
             check_webhook_secret(value.get_secret_value())
         return value
 
-    @field_validator("schedule")
-    @classmethod
-    def _check_schedule(cls, value: str) -> str:
-        parse_schedule(value)
-        return value
-
-    @field_validator("device")
-    @classmethod
-    def _check_device(cls, value: str) -> str:
-        return check_device_name(value)
-
     @field_validator("agents", mode="before")
     @classmethod
     def _lowercase_agent_names(cls, value: Any) -> Any:
@@ -263,12 +255,6 @@ class Settings(BaseSettings, GuardSettings):
                 "GENESIS_FP16_EVENTS_SECRET: required with GENESIS_FP16_EVENTS_URLS "
                 "(each event's body is signed with it)"
             )
-        for agent, spec in self.agents.items():
-            if spec.device is not None:
-                try:
-                    check_device_name(spec.device)
-                except ValueError as exc:
-                    raise ValueError(f"{_env_name(('agents', agent, 'device'))}: {exc}") from None
         return self
 
     def agent(self, name: str) -> AgentSettings:
@@ -340,13 +326,6 @@ def check_webhook_secret(secret: str) -> str:
     return secret
 
 
-def check_device_name(value: str) -> str:
-    kind = value.split(":", 1)[0]
-    if kind not in ("auto", "cpu", "cuda", "mps", "xpu"):
-        raise ValueError(f"device {value!r} is not one of auto, cpu, cuda[:N], mps, xpu")
-    return value
-
-
 def default_run_memory_limit(allowlist: list[str] | None = None, memory: int | None = None) -> int:
     """Each run's share of ``memory`` (None: the machine's, or its cgroup limit): the daemon
     trains at most one run per agent plugin at once, so the share is ``memory`` divided
@@ -396,7 +375,7 @@ def settings_sources(env_file: Path | str | None = None) -> SettingsSources:
     """The ``.env`` file :func:`load_settings` reads, its values, the environment's, and
     one error per unknown ``GENESIS_FP16_*``/``ENABLE_FP16_*`` name or unparsable line."""
     explicit = env_file is not None or ENV_FILE_VARIABLE in os.environ
-    path = Path(env_file or os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
+    path = resolve_env_file(env_file)
     problem = env_file_problem(path)  # a link to /dev/zero is refused, never "no file"
     if problem is not None:
         raise SettingsError([problem])
@@ -452,9 +431,10 @@ def load_settings_with_sources(
     return settings, sources
 
 
-def resolve_env_file() -> Path:
-    """The ``.env`` path the daemon reads (and watches), whether or not it exists."""
-    return Path(os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
+def resolve_env_file(env_file: Path | str | None = None) -> Path:
+    """The ``.env`` path the daemon reads (and watches), whether or not it exists:
+    ``env_file``, else ``$GENESIS_FP16_ENV_FILE``, else ``.env``."""
+    return Path(env_file or os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
 
 
 class OperatorPrecision(NamedTuple):

@@ -28,21 +28,24 @@ refusing a bad file: they must act on the settings the operator wrote.
 
 from __future__ import annotations
 
-import io
-import os
 import re
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from genesis_fp16.config.settings import (
-    DEFAULT_ENV_FILE,
-    ENV_FILE_VARIABLE,
     Settings,
     SettingsError,
     load_settings_with_sources,
+    resolve_env_file,
 )
-from genesis_fp16.config.settings_sources import MAX_SHOWN, SettingsSources, bounded
+from genesis_fp16.config.settings_sources import (
+    MAX_SHOWN,
+    EnvFileLine,
+    SettingsSources,
+    bounded,
+    read_env_file,
+)
 from genesis_fp16_infrastructure.api import is_agent_name
 
 # A variable an error is about: the name it starts with (settings.py's messages do), or
@@ -95,7 +98,7 @@ def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRea
     """:func:`load_settings_with_sources`, or, when the ``.env`` file is what it refuses,
     the settings without the file's bad lines (:class:`SettingsRead`). Raises the first
     :class:`SettingsError` when the environment itself is bad, or the file is missing."""
-    path = Path(env_file or os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
+    path = resolve_env_file(env_file)
     try:
         settings, sources = load_settings_with_sources(env_file)
         return SettingsRead(settings, sources, path.resolve())
@@ -103,7 +106,9 @@ def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRea
         first = exc
     if not path.is_file():  # the environment's error, or a named file that is not there
         raise first
-    lines = _good_lines(path)
+    # The file's NAME=value lines by upper-cased name (a name set twice: its later line);
+    # none when it is not UTF-8 or too big.
+    lines = read_env_file(path)[0]
     refused = "; ".join(first.errors)
     left_out = _blamed(first, set(lines))
     with tempfile.TemporaryDirectory(prefix="genesis-fp16-env-") as folder:
@@ -126,14 +131,14 @@ def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRea
 
 
 def _allowlist_kept(
-    read: SettingsRead, path: Path, lines: dict[str, str], used: set[str]
+    read: SettingsRead, path: Path, lines: dict[str, EnvFileLine], used: set[str]
 ) -> SettingsRead:
     """``read``, its allowlist narrowed to the file's when the file's line is not used:
     that line's valid names, or none when the line cannot be read (module docstring)."""
     if ALLOWLIST in used or read.sources.source(ALLOWLIST) == "environment":
         return read
     if ALLOWLIST in lines:
-        names = [n.strip() for n in _value(lines[ALLOWLIST]).split(",") if n.strip()]
+        names = [n.strip() for n in lines[ALLOWLIST].value.split(",") if n.strip()]
         allowed = tuple(n for n in names if is_agent_name(n))
     elif ALLOWLIST in path.read_bytes().decode("utf-8", "replace").upper():
         allowed = ()  # named on a line that is not NAME=value, or in a file not UTF-8
@@ -141,29 +146,6 @@ def _allowlist_kept(
         return read  # the file has no allowlist: the default is what it asks for
     settings = read.settings.model_copy(update={"plugin_allowlist": list(allowed)})
     return replace(read, settings=settings, allowed_only=allowed)
-
-
-def _value(line: str) -> str:
-    """The value of one ``NAME=value`` line, unquoted, as the file's reader reads it."""
-    from dotenv.parser import parse_stream
-
-    return next((b.value for b in parse_stream(io.StringIO(line)) if b.value), "")
-
-
-def _good_lines(path: Path) -> dict[str, str]:
-    """The file's ``NAME=value`` lines as written (quotes, comments), by upper-cased name;
-    none when it is not UTF-8. A name set twice keeps its later line, as the file does."""
-    from dotenv.parser import parse_stream
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return {}
-    lines: dict[str, str] = {}
-    for binding in parse_stream(io.StringIO(text)):
-        if not binding.error and binding.key is not None and binding.value is not None:
-            lines[binding.key.upper()] = binding.original.string.rstrip("\n") + "\n"
-    return lines
 
 
 def _blamed(error: SettingsError, names: set[str]) -> set[str]:
@@ -193,11 +175,11 @@ def _within(variables: set[str], names: set[str]) -> set[str]:
 
 
 def _load_lines(
-    kept: Path, lines: dict[str, str], left_out: set[str], shown: Path
+    kept: Path, lines: dict[str, EnvFileLine], left_out: set[str], shown: Path
 ) -> tuple[Settings, SettingsSources] | SettingsError:
     """The settings with ``kept`` holding the file's lines but ``left_out``; the sources
     name the operator's file, not this copy."""
-    kept.write_text("".join(text for name, text in lines.items() if name not in left_out))
+    kept.write_text("".join(line.text for name, line in lines.items() if name not in left_out))
     try:
         settings, sources = load_settings_with_sources(kept)
     except SettingsError as exc:

@@ -78,10 +78,12 @@ def env_file_problem(path: Path) -> str | None:
 
 @dataclass(frozen=True)
 class EnvFileLine:
-    """One ``NAME=value`` line of the ``.env`` file."""
+    """One ``NAME=value`` line of the ``.env`` file: its value, number and ``text`` as
+    written (quotes, comments), which the read-only commands copy."""
 
     value: str
     line: int
+    text: str
 
 
 @dataclass(frozen=True)
@@ -106,18 +108,13 @@ class SettingsSources:
             return ".env"
         return "default"
 
-    def shadowed(self) -> list[str]:
-        """Variables set in ``.env`` whose value the process environment replaces."""
-        return sorted(
-            name
-            for name, entry in self.file.items()
-            if name in self.environ and self.environ[name] != entry.value
-        )
-
     def describe_shadowed(self) -> list[str]:
-        """One line per shadowed variable, with both values (secrets not shown)."""
+        """One line per variable set in ``.env`` whose value the process environment
+        replaces, with both values (secrets not shown), then each name set twice."""
         lines = []
-        for name in self.shadowed():
+        for name in sorted(self.file):
+            if self.environ.get(name, self.file[name].value) == self.file[name].value:
+                continue  # not in the environment, or the same value there
             secret = "PASSWORD" in name
             file_value = "**********" if secret else bounded(self.file[name].value)
             env_value = "**********" if secret else bounded(self.environ[name])
@@ -172,7 +169,8 @@ def read_env_file(
             name = binding.key.upper()
             if name in values:
                 repeated.append((name, values[name].line, line))
-            values[name] = EnvFileLine(binding.value, line)
+            text = binding.original.string.rstrip("\n") + "\n"
+            values[name] = EnvFileLine(binding.value, line, text)
     return values, errors, repeated
 
 

@@ -22,12 +22,8 @@ def on_state_file_skipped(listener: Callable[[str, str], None]) -> None:
     _listeners.append(listener)
 
 
-def report_set_aside(event: SetAside) -> None:
-    """Report a file the agent folder's owner set aside, for the agent whose folder held it."""
-    report_state_file_skipped(event.agent, event.label)
-
-
-on_set_aside(report_set_aside)  # every set-aside of this process, whoever reads
+# Every set-aside of this process, whoever reads, for the agent whose folder held it.
+on_set_aside(lambda event: report_state_file_skipped(event.agent, event.label))
 
 
 def relayed_set_aside(event: SetAside) -> dict[str, dict[str, str]]:

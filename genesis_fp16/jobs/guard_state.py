@@ -23,7 +23,6 @@ from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     AgentState,
-    GuardConfig,
     PrecisionMemory,
     PrecisionName,
 )
@@ -34,13 +33,6 @@ if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run)
     from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 
 log = structlog.get_logger("genesis_fp16.guard")
-
-
-def guard_config(settings: Settings) -> GuardConfig | None:
-    """The ``GuardConfig`` every run gets, or None when the guard is turned off: built
-    from the ``GENESIS_FP16_GUARD_*`` settings, which are generated from its fields
-    (genesis_fp16/config/guard_settings.py)."""
-    return settings.guard
 
 
 def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:
@@ -56,14 +48,6 @@ def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:
         return folder.precision_memory()
     except ValueError as exc:
         return _replace_unusable(folder, agent, str(exc))
-
-
-def _usable_memory(settings: Settings, agent: str, state: AgentState) -> PrecisionMemory | None:
-    """The memory a run's plan read with the agent's other state files; an unusable file
-    is set aside and replaced as :func:`load_memory` does."""
-    if state.memory_error is None:
-        return state.memory
-    return _replace_unusable(AgentFolder(settings.state_dir, agent), agent, state.memory_error)
 
 
 def _replace_unusable(folder: AgentFolder, agent: str, error: str) -> PrecisionMemory:
@@ -86,9 +70,13 @@ def remembered_floor(
     ``state``: the agent's folder as a run's plan read it (None: the memory is read now).
     :func:`~genesis_fp16.jobs.run_request.precision_request` puts it in the request where
     ``requested_precision`` says it applies."""
-    memory = (
-        load_memory(settings, agent) if state is None else _usable_memory(settings, agent, state)
-    )
+    if state is None:
+        memory = load_memory(settings, agent)
+    elif state.memory_error is None:  # as the plan read it, with the other state files
+        memory = state.memory
+    else:  # unusable: set aside and replaced as load_memory does
+        folder = AgentFolder(settings.state_dir, agent)
+        memory = _replace_unusable(folder, agent, state.memory_error)
     if memory is None:
         return None
     why = (
@@ -99,14 +87,12 @@ def remembered_floor(
     return memory.demoted_to, why
 
 
-def record_run(
-    settings: Settings, metrics: DaemonMetrics, agent: str, result: TrainResult
-) -> PrecisionMemory | None:
+def record_run(settings: Settings, metrics: DaemonMetrics, agent: str, result: TrainResult) -> None:
     """Announce (the agent's outbox), count, log and remember the run's demotions and
     fault bundles; count a clean run; maybe promote."""
-    demotions = tuple(result.demotions)
-    announce_run(AgentFolder(settings.state_dir, agent).root, agent, result)
-    for d in demotions:
+    folder = AgentFolder(settings.state_dir, agent)
+    announce_run(folder.root, agent, result)
+    for d in result.demotions:
         metrics.precision_demotions.labels(
             agent=agent, **{"from": d.from_, "to": d.to}, reason=d.reason
         ).inc()
@@ -131,26 +117,25 @@ def record_run(
             path=bundle.path,
             replay=f"genesis-fp16 replay {bundle.path}",
         )
-    folder = AgentFolder(settings.state_dir, agent)
     with folder.precision_memory_locked():  # `precision reset` may be rewriting it now
-        return _record_memory(settings, agent, folder, result)
+        _record_memory(settings, agent, folder, result)
 
 
 def _record_memory(
     settings: Settings, agent: str, folder: AgentFolder, result: TrainResult
-) -> PrecisionMemory | None:
+) -> None:
     demotions = tuple(result.demotions)
     previous = load_memory(settings, agent)
     # Without demotions, only a finished run in the remembered precision counts as clean.
     floor = previous.demoted_to if previous is not None else None
     if not demotions and (result.stopped_early or result.precision_used != floor):
-        return previous
+        return
     try:
         memory = folder.remember_run(previous, demotions, settings.guard_promote_after_runs)
     except OSError as exc:
         path = str(folder.precision_state_path)
         log.error("cannot write the precision state file", path=path, error=str(exc))
-        return previous
+        return
     if previous is not None and memory is None:  # the clean runs asked for: promoted
         log.info(
             "precision promoted",
@@ -158,7 +143,6 @@ def _record_memory(
             precision_from=previous.demoted_to,
             clean_runs=previous.clean_runs + 1,
         )
-    return memory
 
 
 def describe(memory: PrecisionMemory | None) -> str:

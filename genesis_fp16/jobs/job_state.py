@@ -21,7 +21,6 @@ from genesis_fp16.launch.device_slots import DeviceSlots
 from genesis_fp16.launch.launcher import RunProcesses
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.tracking import RunTracker
-from genesis_fp16_infrastructure.api import RequestedName
 
 if TYPE_CHECKING:  # run_request imports the settings' modules; a Run only holds its plan
     from genesis_fp16.jobs.run_request import RunPlan
@@ -89,11 +88,6 @@ class Run:
         # torchrun job gets SIGTERM from its launcher at the same limit.
         if spec.nproc == 1:
             self.deadline = self.started + self.timeout
-
-    @property
-    def requested(self) -> RequestedName | None:
-        """The precision the run's plan requested (None before it is planned)."""
-        return self.plan.request.precision.requested if self.plan is not None else None
 
     def precision_changed(self) -> bool:
         """Whether a reload changed what the agent's planned request asks for (the

@@ -20,14 +20,13 @@ Checkpoints are the core's (``CheckpointManager``, ``checkpoint_keys``); a plugi
 writes its own format has none here, as for ``resumed_totals`` in genesis_fp16/jobs/recording.py.
 
 >>> from pathlib import Path
->>> expected_next_run(AgentFolder(Path("state"), "se_darwin"), "fp32")
-NextRun(precision='fp32', loss_scale=1.0, source='request')
+>>> next_loss_scale(AgentFolder(Path("state"), "se_darwin"), "fp32")
+1.0
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import structlog
 
@@ -36,27 +35,17 @@ from genesis_fp16_infrastructure.api import AgentFolder, PrecisionName, resume_l
 log = structlog.get_logger("genesis_fp16.next_run")
 
 
-@dataclass(frozen=True)
-class NextRun:
-    """The precision (None: undecided) and loss scale (NaN: unknown) a next run starts
-    with, and where they come from: ``request`` (decided for it) or ``measurement`` (the
-    run's own, not made yet: undecided until then)."""
-
-    precision: PrecisionName | None
-    loss_scale: float
-    source: str
-
-
-def expected_next_run(folder: AgentFolder, precision: PrecisionName | None) -> NextRun:
-    """The :class:`NextRun` of the agent under ``folder`` whose next run computes in
-    ``precision``, as ``decide`` planned it (None: decided by the run's measurement).
+def next_loss_scale(folder: AgentFolder, precision: PrecisionName | None) -> float:
+    """The loss scale the next run of the agent under ``folder`` starts with, when it
+    computes in ``precision`` as ``decide`` planned it; NaN (unknown) when that is None,
+    decided by the run's own measurement, not made yet.
 
     Reads the newest checkpoint's summary file only for fp16's scale; a checkpoint
     without one is loaded (written before summary files). An unreadable one counts as
     none.
     """
     if precision is None:
-        return NextRun(None, math.nan, "measurement")
+        return math.nan
     # The resume point a run's plan reads (the folder the served-model pointer names).
     scale, unread, pointer_error = resume_loss_scale(folder.checkpoint_dir, precision)
     if unread is not None:  # a folder we may not read: no checkpoint
@@ -65,4 +54,4 @@ def expected_next_run(folder: AgentFolder, precision: PrecisionName | None) -> N
         )
     if pointer_error is not None:
         log.warning("cannot follow the served-model pointer", error=pointer_error)
-    return NextRun(precision, scale, "request")
+    return scale

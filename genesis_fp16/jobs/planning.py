@@ -90,27 +90,24 @@ def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -
     home = AgentFolder(ctx.settings.state_dir, agent)
     models = home.checkpoints
     metrics = ctx.metrics.promotion
+    why = None
     if not any(p.exists() or p.is_symlink() for p in (models.pointer_path, models.aside_path)):
-        ctx.unusable_pointer.pop(agent, None)  # none (rlhf_ppo; before the first model)
-        metrics.pointer_unusable.labels(agent=agent).set(0)
-        return
-    if snapshot.pointer_error is None:  # usable, as the plan read it
-        ctx.unusable_pointer.pop(agent, None)
-        metrics.pointer_unusable.labels(agent=agent).set(0)
+        pass  # none (rlhf_ppo; before the first model)
+    elif snapshot.pointer_error is None:  # usable, as the plan read it
         pinned = snapshot.pointer is not None and snapshot.pointer.pinned is not None
         metrics.pinned.labels(agent=agent).set(float(pinned))
+    else:
+        try:  # under the pointer's lock, read again: a repair since is not set aside
+            why, moved = home.set_aside_unusable_pointer()
+        except OSError as exc:  # not ours to rename: reported all the same, never followed
+            why, moved = f"served-model pointer in {models.path} unusable: {exc}", None
+        if moved is not None:
+            # counted by the agent folder's owner, which set it aside
+            log.error("unusable served-model pointer set aside", path=str(moved), error=why)
+    if why is None:  # none, usable, or repaired meanwhile (the next run looks again)
+        ctx.unusable_pointer.pop(agent, None)
+        metrics.pointer_unusable.labels(agent=agent).set(0)
         return
-    try:  # under the pointer's lock, read again: a repair since is not set aside
-        why, moved = home.set_aside_unusable_pointer()
-    except OSError as exc:  # not ours to rename: reported all the same, never followed
-        why, moved = f"served-model pointer in {models.path} unusable: {exc}", None
-    if moved is not None:
-        # counted by the agent folder's owner, which set it aside
-        log.error("unusable served-model pointer set aside", path=str(moved), error=why)
-    if why is not None:
-        ctx.unusable_pointer[agent] = why.replace("AGENT", agent)
-        metrics.pointer_unusable.labels(agent=agent).set(1)
-        metrics.pinned.labels(agent=agent).set(0)
-        return
-    ctx.unusable_pointer.pop(agent, None)  # repaired meanwhile: the next run looks again
-    metrics.pointer_unusable.labels(agent=agent).set(0)
+    ctx.unusable_pointer[agent] = why.replace("AGENT", agent)
+    metrics.pointer_unusable.labels(agent=agent).set(1)
+    metrics.pinned.labels(agent=agent).set(0)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,18 +58,7 @@ class ProbeRecord:
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "at": self.at,
-            "device": self.device,
-            "steps": self.steps,
-            "seed": self.seed,
-            "precision": self.precision,
-            "recommended": self.recommended,
-            "verdict": dict(self.verdict),
-            "reasons": {k: list(v) for k, v in self.reasons.items()},
-            "error": self.error,
-        }
+        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> ProbeRecord:
@@ -210,11 +199,8 @@ def _probe(
 
 
 def _warn_if_red(agent: str, record: ProbeRecord, used: PrecisionName | None) -> None:
-    if record.error is not None or used not in LOW_PRECISIONS:
-        return
-    variant = f"{used}_autocast"
-    colour = record.verdict.get(variant)
-    if colour == "red":
+    if used in red_precisions(record):
+        variant = f"{used}_autocast"
         log.warning(
             "precision probe verdict is red for the precision about to run; running as "
             "configured (the precision guard still watches the run)",

@@ -31,9 +31,7 @@ from genesis_fp16.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     ExecutionError,
-    JournalEntry,
     LastRun,
-    ServedPointer,
     ServedPointerError,
     TrainingSummary,
 )
@@ -51,9 +49,9 @@ def record_start(run: Run) -> None:
     if resume.pointer_error is not None:
         log.warning("cannot follow the served-model pointer", error=resume.pointer_error)
     snapshot = plan.snapshot  # the pointer as the plan read it: no second read
-    journal = None if snapshot.pointer_error is not None else _journal_of(snapshot.pointer)
-    if journal is not None:  # the transitions before this daemon's first run: not counted
-        run.ctx.metrics.live.baseline(run.agent, journal)
+    if snapshot.pointer_error is None:  # the transitions before this daemon's first run:
+        pointer = snapshot.pointer  # not counted (none served: counted from the first)
+        run.ctx.metrics.live.baseline(run.agent, [] if pointer is None else pointer.journal)
     run.ctx.metrics.start_run(run.agent, resumed_totals(resume.summary))
 
 
@@ -94,7 +92,11 @@ def record_result(run: Run, result: TrainResult, device: str, rerun: bool) -> No
         record_failure(run, device, exc)
         return
     if switched:
-        _show_next_precision(ctx, agent, device)
+        # The gauge at what decide answers the next run's request (the guard's memory
+        # included); a measured auto with no kept measurement waits for that run.
+        expected = expected_precision(precision_request(ctx.settings, agent)[0], device)
+        if expected is not None:
+            ctx.metrics.set_precision(agent, expected)
     if run.tracker is not None:
         run.tracker.log_result(result)
     _close_tracker(ctx, agent, run.tracker)
@@ -278,16 +280,6 @@ def record_scale(settings: Settings, agent: str, result: TrainResult) -> None:
         log.error("cannot write the carried loss scale", path=path, error=str(exc))
 
 
-def _show_next_precision(ctx: JobContext, agent: str, device: str) -> None:
-    """The precision gauge at what ``decide`` answers the agent's next run's request (the
-    guard's memory included); a measured ``auto`` with no kept measurement is decided by
-    that run, so the gauge waits for it."""
-    request, _ = precision_request(ctx.settings, agent)
-    expected = expected_precision(request, device)
-    if expected is not None:
-        ctx.metrics.set_precision(agent, expected)
-
-
 def _bound_history(ctx: JobContext, agent: str) -> None:
     """Prune the agent's models to the bounded history (the last
     GENESIS_FP16_SERVED_HISTORY_KEEP served ones, rejected candidates for
@@ -296,15 +288,13 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     read prunes nothing: logged, never a guess."""
     settings = ctx.settings
     models = AgentFolder(settings.state_dir, agent).checkpoints
-    journal: list[JournalEntry] | None = None  # None: the pointer could not be read
-    pointer = None
+    pointer = None  # none served, or the pointer could not be read
     try:
         removed, pointer = models.prune(
             settings.served_history_keep,
             settings.rejected_keep_days,
             recover_first=True,  # what the run, killed or not, left: on the prune's one read
         )
-        journal = _journal_of(pointer)
     except (ServedPointerError, OSError) as exc:
         log.error("model history not pruned", error=str(exc))
         removed = []
@@ -312,8 +302,8 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
         log.info("model history: removed candidate", candidate=path.name)
     # Each rollback the pointer's journal holds, counted once: a run killed after its
     # rollback reached the pointer reports nothing, and its rollback still happened.
-    if journal:  # an agent with a served model (the series then exist from 0)
-        new = ctx.metrics.live.cursor.new(agent, journal)
+    if pointer is not None and pointer.journal:  # a served model (the series exist from 0)
+        new = ctx.metrics.live.cursor.new(agent, pointer.journal)
         ctx.metrics.live.count_rollbacks(agent, new)
         ctx.metrics.promotion.count_promotions(agent, new)
     if pointer is not None:  # watched, or not: the gauge then follows the clock
@@ -323,11 +313,6 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
         )
     ctx.metrics.promotion.pruned.labels(agent=agent).set(len(removed))
     ctx.metrics.promotion.state_bytes.labels(agent=agent).set(models.disk_bytes())
-
-
-def _journal_of(pointer: ServedPointer | None) -> list[JournalEntry]:
-    """A pointer's journal ([]: nothing served)."""
-    return [] if pointer is None else pointer.journal
 
 
 def _early_stop_summary(result: TrainResult) -> dict[str, Any] | None:

@@ -224,7 +224,7 @@ def plan_request(
         forced=o.forced,
         log_interval=o.log_interval or settings.log_interval,
         quarantine_path=quarantine,
-        guard=guard_state.guard_config(settings),
+        guard=settings.guard,  # None: the guard is turned off
         cuda_graph=o.cuda_graph or settings.cuda_graph_for(agent),
         compile=o.compile or settings.compile_for(agent),
         options=options,
@@ -247,18 +247,15 @@ def default_data_path(
     folder: AgentFolder,
     count: int,
     seed: int,
-    data_folder: bool | None = None,
+    data_folder: bool,
 ) -> Path:
     """What ``plugin`` trains on when no data path is configured: its data folder
-    (``<state>/agents/<agent>/data/``) when it reads a folder of pools (it declares
-    ``data_folder = True``: plugin_api's ``ReadsDataFolder``) and its sample lies inside
-    it, else the generated sample file itself (``AgentFolder.sample_data`` generates it
-    on first use, either way, and keeps its marker). ``data_folder``: that declaration as
-    the loader read it (the plan's ``Capabilities``), read from ``plugin`` only when not
-    given."""
+    (``<state>/agents/<agent>/data/``) when it reads a folder of pools (``data_folder``:
+    it declares ``data_folder = True``, plugin_api's ``ReadsDataFolder``, as the plan's
+    ``Capabilities`` read it) and its sample lies inside it, else the generated sample
+    file itself (``AgentFolder.sample_data`` generates it on first use, either way, and
+    keeps its marker)."""
     sample = folder.sample_data(plugin.generate_sample_data, count, seed)
-    if data_folder is None:
-        data_folder = capabilities_of(plugin).data_folder
     if not data_folder:
         return sample
     try:
@@ -313,11 +310,6 @@ def warn_ignored(ignored: Mapping[str, str], agent: str, given: Mapping[str, str
             )
 
 
-def option_variable(agent: str, key: str) -> str:
-    """``GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>``."""
-    return f"{AGENT_VARIABLE_PREFIX}{agent.upper()}__OPTIONS__{key.upper()}"
-
-
 def parse_option_flags(flags: Iterable[str]) -> dict[str, str]:
     """``["preset=bf16_fp32_kl", ...]`` from ``--option`` as ``{key: text}``."""
     out: dict[str, str] = {}
@@ -348,9 +340,9 @@ def resolve_options(
             try:
                 out.update(parse_options(agent, declared, {key: value}))
             except TrainRequestError as exc:
-                where = (
-                    f"--option {key}={value}" if origin == "flags" else option_variable(agent, key)
-                )
+                where = f"--option {key}={value}"
+                if origin == "settings":
+                    where = f"{AGENT_VARIABLE_PREFIX}{agent.upper()}__OPTIONS__{key.upper()}"
                 raise TrainRequestError(f"{where}: {exc}") from None
     return out
 

@@ -381,7 +381,7 @@ def _supervise(
 def resident_bytes(pid: int) -> int | None:
     """Resident memory of ``pid`` and its children (Linux ``/proc``); None where unknown."""
     total = 0
-    for member in [pid, *_children(pid)]:
+    for member in _tree(pid):
         try:
             with open(f"/proc/{member}/statm") as handle:
                 total += int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -390,13 +390,16 @@ def resident_bytes(pid: int) -> int | None:
     return total or None
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as handle:
-            direct = [int(c) for c in handle.read().split()]
-    except (OSError, ValueError):
-        return []
-    return [c for child in direct for c in (child, *_children(child))]
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it, the children of each of its threads (Linux
+    only: from /proc)."""
+    tree, i = [pid], 0
+    while i < len(tree):
+        for task in Path(f"/proc/{tree[i]}/task").glob("*"):
+            with contextlib.suppress(OSError):  # it has just exited
+                tree += [int(c) for c in (task / "children").read_text().split()]
+        i += 1
+    return tree
 
 
 def _kill_tree(pid: int) -> None:
@@ -404,15 +407,9 @@ def _kill_tree(pid: int) -> None:
 
     torchrun starts each rank in a session of its own, so neither killing torchrun nor
     its process group reaches them; a rank left alive would also hold our stdout pipe
-    open, and the reader would never end. Linux only: the tree comes from /proc.
+    open, and the reader would never end.
     """
-    tree, i = [pid], 0
-    while i < len(tree):  # collected before killing: an orphan is re-parented to init
-        for task in Path(f"/proc/{tree[i]}/task").glob("*"):
-            with contextlib.suppress(OSError):  # it has just exited
-                tree += [int(c) for c in (task / "children").read_text().split()]
-        i += 1
-    for member in tree:
+    for member in _tree(pid):  # collected before killing: an orphan is re-parented to init
         with contextlib.suppress(ProcessLookupError):
             os.kill(member, signal.SIGKILL)
 

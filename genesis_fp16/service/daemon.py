@@ -41,7 +41,7 @@ from genesis_fp16.config.settings_sources import SettingsSources
 from genesis_fp16.config.state_files import on_state_file_skipped
 from genesis_fp16.events.workers import start_delivery
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16.jobs.next_run import expected_next_run
+from genesis_fp16.jobs.next_run import next_loss_scale
 from genesis_fp16.jobs.run_request import (
     check_configured_options,
     expected_precision,
@@ -249,12 +249,11 @@ class Daemon:
                 if agent in switched and precision is not None:
                     self.metrics.set_precision(agent, precision)
                 continue
-            folder = AgentFolder(self.settings.state_dir, agent)
-            expected = expected_next_run(folder, precision)
-            if expected.precision is None and not startup:
+            if precision is None and not startup:
                 continue
-            self.metrics.set_precision(agent, expected.precision)
-            self.metrics.loss_scale.labels(agent=agent).set(expected.loss_scale)
+            self.metrics.set_precision(agent, precision)
+            folder = AgentFolder(self.settings.state_dir, agent)
+            self.metrics.loss_scale.labels(agent=agent).set(next_loss_scale(folder, precision))
 
     def run(self) -> int:
         """Serve until SIGTERM or SIGINT; returns the exit code."""

@@ -29,7 +29,6 @@ from genesis_fp16_infrastructure.errors import CheckpointError, CheckpointFolder
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
-    holds,
     read_summary,
     summarize,
     summary_path,
@@ -165,9 +164,8 @@ class CheckpointManager:
         data = buffer.getvalue()
         digest = hashlib.sha256(data).hexdigest()
         self._set_aside_irregular()
-        if holds(final, digest):
+        if not write_pair(final, data, digest):
             return final  # this very state is saved already: written once, not twice
-        write_pair(final, data, f"{digest}\n".encode())
         write_summary(final, digest, state)  # after the pair: a crash leaves none, not a wrong one
         signature = file_signature(final)
         if signature is not None:
@@ -209,8 +207,8 @@ class CheckpointManager:
         recorded = self._written.get(path)
         return recorded is not None and recorded == file_signature(path)
 
-    def remove_stale_temps(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
-        """Delete the ``.tmp-*`` files of interrupted saves older than ``older_than`` seconds.
+    def remove_stale_temps(self) -> list[Path]:
+        """Delete the ``.tmp-*`` files of interrupted saves older than ``STALE_TEMP_SECONDS``.
 
         Younger ones may belong to a save under way in another process; they are left,
         unless this manager has :meth:`claim` ed the folder: then no other process writes
@@ -218,8 +216,7 @@ class CheckpointManager:
         """
         if not self.directory.is_dir():
             return []
-        if self._lock_fd is not None:
-            older_than = -1.0
+        older_than = -1.0 if self._lock_fd is not None else STALE_TEMP_SECONDS
         removed = []
         now = time.time()
         for path in self.directory.glob(".tmp-*"):

@@ -3,12 +3,10 @@ written as a pair, atomically.
 
 The digest file ``ckpt-<step>.pt.sha256`` holds the hex SHA-256 of ``ckpt-<step>.pt``
 (two digests, one a line, while a step is saved again). ``CheckpointManager.save``
-writes through :func:`write_pair` and skips a state already saved with :func:`holds`;
-``load_checkpoint`` checks the bytes against :func:`digest_path`'s file::
+writes through :func:`write_pair`, which leaves a file that holds these very bytes as
+it is; ``load_checkpoint`` checks the bytes against :func:`digest_path`'s file::
 
-    digest = hashlib.sha256(data).hexdigest()
-    if not holds(path, digest):
-        write_pair(path, data, digest.encode() + b"\n")
+    written = write_pair(path, data, hashlib.sha256(data).hexdigest())  # False: held already
 
 The summary file ``ckpt-<step>.pt.json`` (:func:`write_summary`) holds what a caller
 without torch asks of a checkpoint (its step, counters, precision, loss scale) and the
@@ -35,9 +33,10 @@ SUMMARY_SUFFIX = ".json"  # ckpt-<step>.pt.json: summarize(state), with that dig
 SUMMARY_BYTES = 4096  # a summary is a few numbers: a larger file is not one
 
 
-def write_pair(final: Path, data: bytes, digest: bytes) -> None:
+def write_pair(final: Path, data: bytes, digest: str) -> bool:
     """The temp files complete and fsynced, then the digest renamed, then the data; on
-    any failure the temps go and nothing in place has changed.
+    any failure the temps go and nothing in place has changed. False, and nothing
+    written, when ``final`` holds these bytes already (``digest``, its digest file lists).
 
     Over a valid file of the same step, the digest file first names both digests (the
     old file still matches it), then the data is replaced (the new one matches), then
@@ -45,10 +44,12 @@ def write_pair(final: Path, data: bytes, digest: bytes) -> None:
     """
     temps: list[Path] = []
     old = _valid_digest(final)
+    if old == digest:
+        return False
     try:
-        contents = [(data, final.suffix), (digest, DIGEST_SUFFIX)]
+        contents = [(data, final.suffix), (f"{digest}\n".encode(), DIGEST_SUFFIX)]
         if old is not None:
-            contents.append((f"{old}\n".encode() + digest, DIGEST_SUFFIX))
+            contents.append((f"{old}\n{digest}\n".encode(), DIGEST_SUFFIX))
         for content, suffix in contents:
             temps.append(_fsynced_temp(final.parent, content, suffix))
         if old is not None:
@@ -65,6 +66,7 @@ def write_pair(final: Path, data: bytes, digest: bytes) -> None:
             raise OSError(error.errno, error.strerror, str(final)) from error  # name the file
         raise
     fsync_directory(final.parent)
+    return True
 
 
 def _fsynced_temp(folder: Path, content: bytes, suffix: str) -> Path:
@@ -79,16 +81,6 @@ def _fsynced_temp(folder: Path, content: bytes, suffix: str) -> Path:
         Path(name).unlink(missing_ok=True)
         raise
     return Path(name)
-
-
-def holds(path: Path, digest: str) -> bool:
-    """Whether ``path`` is a regular file whose digest file and bytes are ``digest``."""
-    try:
-        if digest_path(path).read_text().strip() != digest:
-            return False
-        return hashlib.sha256(path.read_bytes()).hexdigest() == digest
-    except OSError:
-        return False
 
 
 def _valid_digest(path: Path) -> str | None:

@@ -334,8 +334,7 @@ def test_sources_and_shadowed_values(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert sources.source("ENABLE_FP16_TRAINING") == "environment"
     assert sources.source("GENESIS_FP16_SEED") == ".env"
     assert sources.source("GENESIS_FP16_LOG_LEVEL") == "default"
-    assert sources.shadowed() == ["ENABLE_FP16_TRAINING"]
-    (line,) = sources.describe_shadowed()
+    (line,) = sources.describe_shadowed()  # the one shadowed variable
     assert "ENABLE_FP16_TRAINING=false" in line and "ENABLE_FP16_TRAINING=true" in line
 
 
@@ -373,3 +372,17 @@ def test_tracking_dir_is_off_when_empty_and_refused_in_one_line_without_tensorbo
         "GENESIS_FP16_TRACKING_DIR: tensorboard is not installed: "
         "pip install 'genesis-fp16[tensorboard]'"
     )
+
+
+def test_a_misspelt_device_is_refused_naming_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's device and an agent's are both refused in one line naming the variable
+    and the choices, and an agent's alongside another bad setting, not after it."""
+    monkeypatch.setenv("GENESIS_FP16_DEVICE", "gpu")
+    monkeypatch.setenv("GENESIS_FP16_AGENTS__SE_DARWIN__DEVICE", "cuda0:1")
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    choices = "is not one of auto, cpu, cuda[:N], mps, xpu"
+    assert raised.value.errors == [
+        f"GENESIS_FP16_DEVICE: device 'gpu' {choices}",
+        f"GENESIS_FP16_AGENTS__SE_DARWIN__DEVICE: device 'cuda0:1' {choices}",
+    ]

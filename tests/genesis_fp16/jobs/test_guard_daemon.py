@@ -14,7 +14,7 @@ from fake_results import train_result
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.settings import Settings
-from genesis_fp16.jobs.guard_state import guard_config, record_run
+from genesis_fp16.jobs.guard_state import record_run
 from genesis_fp16.jobs.run_request import expected_precision, precision_request
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import TrainResult
@@ -157,19 +157,19 @@ def test_memory_lowers_the_precision_but_fp16_off_switch_wins(tmp_path: Path) ->
     assert _planned(fp32) == "fp32"  # already more robust
     unguarded = _settings(tmp_path, ENABLE_FP16_TRAINING=True, guard_enabled=False)
     assert _planned(unguarded) == "fp16"
-    assert guard_config(unguarded) is None
+    assert unguarded.guard is None
 
 
 def test_guard_settings_default_to_the_guard_configs_defaults(tmp_path: Path) -> None:
     """Every GuardConfig field has its GENESIS_FP16_GUARD_ setting, defaulting alike."""
-    assert guard_config(_settings(tmp_path)) == GuardConfig()
+    assert _settings(tmp_path).guard == GuardConfig()
 
 
 def test_a_zero_guard_setting_turns_its_trigger_off(tmp_path: Path) -> None:
     """0 in the settings is None in GuardConfig for the triggers that can be off."""
     zeros = ("nonfinite_limit", "overflow_rate_limit", "divergence_factor", "overflow_warmup")
     off = _settings(tmp_path, **{f"guard_{name}": 0 for name in zeros})
-    config = guard_config(off)
+    config = off.guard
     assert config is not None
     assert (config.nonfinite_limit, config.overflow_rate_limit, config.divergence_factor) == (
         None,

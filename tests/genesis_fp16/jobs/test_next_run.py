@@ -12,7 +12,7 @@ from typing import Any
 
 from checkpoint_state import checkpoint_state
 
-from genesis_fp16.jobs.next_run import expected_next_run
+from genesis_fp16.jobs.next_run import next_loss_scale
 from genesis_fp16.jobs.run_request import expected_precision
 from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
@@ -39,8 +39,7 @@ def test_fp16_reads_its_scale_from_the_served_candidate_not_the_empty_agent_fold
     saved = CheckpointManager(candidate).save(_state("fp16", 512.0))
     relative = str(saved.relative_to(paths.checkpoint_dir))
     write_pointer(paths.checkpoint_dir, ServedPointer(ServedEntry(id="c1", checkpoint=relative)))
-    nxt = expected_next_run(paths, "fp16")
-    assert (nxt.precision, nxt.loss_scale, nxt.source) == ("fp16", 512.0, "request")
+    assert next_loss_scale(paths, "fp16") == 512.0
 
 
 def test_a_broken_pointer_reads_the_agent_folder_and_says_so(tmp_path: Path) -> None:
@@ -49,7 +48,7 @@ def test_a_broken_pointer_reads_the_agent_folder_and_says_so(tmp_path: Path) -> 
     paths = AgentFolder(tmp_path, "se_darwin")
     paths.checkpoint_dir.mkdir(parents=True)
     write_pointer(paths.checkpoint_dir, ServedPointer(ServedEntry(id="x", checkpoint="gone.pt")))
-    assert expected_next_run(paths, "fp16").loss_scale == INITIAL_LOSS_SCALE
+    assert next_loss_scale(paths, "fp16") == INITIAL_LOSS_SCALE
 
 
 def test_auto_on_the_gauge_is_what_decide_answers_not_the_last_checkpoint(tmp_path: Path) -> None:
@@ -59,9 +58,7 @@ def test_auto_on_the_gauge_is_what_decide_answers_not_the_last_checkpoint(tmp_pa
     CheckpointManager(paths.checkpoint_dir).save(_state("fp16", 512.0))
     request = PrecisionRequest("auto", mode="measure", cache=paths.calibration_path)
     assert expected_precision(request, "cpu") is None
-    undecided = expected_next_run(paths, None)
-    assert (undecided.precision, undecided.source) == (None, "measurement")
-    assert math.isnan(undecided.loss_scale)
+    assert math.isnan(next_loss_scale(paths, None))  # undecided: the scale unknown
     rows = (
         Measured("fp32", "eager", 2.0, 2.0, 2.0, 3),
         Measured("bf16", "eager", 1.0, 1.0, 1.0, 3),

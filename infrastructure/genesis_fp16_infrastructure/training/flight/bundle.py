@@ -93,11 +93,10 @@ class FaultBundle(dict[str, Any]):
         return replay(self, target, precision, device, against_fp32)
 
 
-def load_bundle(
-    path: Path, map_location: str | torch.device = "cpu", max_bytes: int | None = None
-) -> FaultBundle:
-    """The bundle at ``path``, its tensors on ``map_location``; :class:`BundleError` (one
-    line naming the file and why) for anything that is not an intact bundle.
+def load_bundle(path: Path, max_bytes: int | None = None) -> FaultBundle:
+    """The bundle at ``path``, its tensors on the CPU (where RNG states must be; a replay
+    moves the rest where it runs); :class:`BundleError` (one line naming the file and why)
+    for anything that is not an intact bundle.
 
     Nothing in the file runs: a link, a folder or a file over the bound is refused before
     it is opened, a file that is not a zip archive (a bare pickle) before torch reads it,
@@ -120,7 +119,7 @@ def load_bundle(
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols: one line only
             warnings.simplefilter("ignore")
-            data = torch.load(path, map_location=map_location, weights_only=True)
+            data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # a truncated zip, a pickle of other objects, ...
         raise BundleError(f"{path}: not an intact fault bundle ({_load_reason(error)})") from None
     if not isinstance(data, dict) or any(k not in data for k in REQUIRED):

@@ -43,20 +43,17 @@ def bundle_name(step: int, reason: str) -> str:
     return f"{stamp}-{time.time_ns() % 10**9:09d}-step{int(step)}-{reason}{SUFFIX}"
 
 
-def trim_folder(folder: Path, limits: BundleLimits, keep: Path | None = None) -> list[Path]:
-    """Remove the oldest bundles until ``limits`` hold; the files removed. ``keep`` (the
-    newest) stays even when it alone is over the byte bound: it is the one just asked for."""
+def trim_folder(folder: Path, limits: BundleLimits, keep: Path | None = None) -> None:
+    """Remove the oldest bundles until ``limits`` hold. ``keep`` (the newest) stays even
+    when it alone is over the byte bound: it is the one just asked for."""
     files = sorted(_bundle_files(folder), key=lambda p: p.name)
     sizes = {p: p.stat().st_size for p in files}
-    removed = []
     while len(files) > limits.max_count or sum(sizes[p] for p in files) > limits.max_bytes:
         if len(files) == 1 and files[0] == keep:
             break
         victim = files[0] if files[0] != keep else files[1]
         files.remove(victim)
         victim.unlink(missing_ok=True)
-        removed.append(victim)
-    return removed
 
 
 def list_bundles(folder: Path) -> list[dict[str, Any]]:

@@ -105,16 +105,10 @@ class RangeReport:
     precision: PrecisionName
     modules: dict[str, dict[str, float]]
 
-    def totals(self) -> dict[str, float]:
-        """Every module together: the largest values and fractions, the smallest
-        headrooms, non-finite summed."""
-        return merge_rows(list(self.modules.values()))
-
 
 def merge_rows(rows: list[dict[str, float]]) -> dict[str, float]:
-    """Rows (modules, or one module's samples) as one: the largest values and
-    fractions, the smallest headrooms, non-finite values summed."""
-    rows = rows or [_empty_row()]
+    """Rows (modules, or one module's samples; at least one) as one: the largest values
+    and fractions, the smallest headrooms, non-finite values summed."""
     out = {c: max(r[c] for r in rows) for c in _LARGEST}
     out.update({c: min(r[c] for r in rows) for c in _SMALLEST})
     out["nonfinite"] = sum(r["nonfinite"] for r in rows)
@@ -123,10 +117,6 @@ def merge_rows(rows: list[dict[str, float]]) -> dict[str, float]:
 
 _LARGEST = ("activation_max", "gradient_max", "overflow", "underflow")
 _SMALLEST = ("headroom_overflow", "headroom_underflow")
-
-
-def _empty_row() -> dict[str, float]:
-    return {**dict.fromkeys((*_LARGEST, "nonfinite"), 0.0), **dict.fromkeys(_SMALLEST, math.inf)}
 
 
 def headrooms(activation_max: float, gradient_scaled_max: float) -> tuple[float, float]:
@@ -227,13 +217,6 @@ def synced_clock(device: torch.device) -> Callable[[], float]:
     return time.perf_counter
 
 
-def replayed(trainer: Any) -> bool:
-    """True once the trainer's steps are the run's real ones: eager steps, or a captured
-    path past its warm-up (a graph captured and replayed, or a step run past the bound)."""
-    graphs = trainer.graphs
-    return graphs is None or graphs.captured_steps + graphs.eager_steps > 0
-
-
 class RangeStats:
     """The sampled per-module statistics of one model; see the module docstring."""
 
@@ -246,7 +229,7 @@ class RangeStats:
         self.model: nn.Module | None = None
         self.names: list[str] = []
         self.samples = 0
-        self._run: dict[str, list[dict[str, float]]] = {}  # per module: its samples, merged
+        self._run: dict[str, dict[str, float]] = {}  # per module: its samples, merged
         self._last: RangeReport | None = None
         self._buffer: torch.Tensor | None = None
         self._handles: list[Any] = []
@@ -287,8 +270,11 @@ class RangeStats:
             self._arm(trainer, step)
 
     def _begin(self, trainer: Any) -> None:
-        """Schedule the first sample once the trainer's steps are its real ones."""
-        if not replayed(trainer):
+        """Schedule the first sample once the trainer's steps are the run's real ones:
+        eager steps, or a captured path past its warm-up (a graph captured and replayed,
+        or a step run past the bound)."""
+        graphs = trainer.graphs
+        if graphs is not None and graphs.captured_steps + graphs.eager_steps == 0:
             return
         self._waiting = False
         step = trainer.step_count
@@ -314,7 +300,7 @@ class RangeStats:
         nearest underflow; None when no step was sampled."""
         if self._last is None:
             return None
-        rows = {name: merge_rows(samples) for name, samples in self._run.items()}
+        rows = self._run
         by_over = sorted(rows, key=lambda m: rows[m]["headroom_overflow"])[:k]
         by_under = sorted(rows, key=lambda m: rows[m]["headroom_underflow"])[:k]
         return RangeSummary(
@@ -398,8 +384,8 @@ class RangeStats:
                 "headroom_overflow": over,
                 "headroom_underflow": under,
             }
-            kept = self._run.setdefault(name, [])
-            kept[:] = [merge_rows([*kept, modules[name]])]  # one merged row per module
+            kept = [self._run[name]] if name in self._run else []
+            self._run[name] = merge_rows([*kept, modules[name]])  # one merged row per module
         report = RangeReport(trainer.step_count, trainer.policy.name, modules)
         self.samples += 1
         self._last = report

@@ -61,12 +61,11 @@ class FlightConfig:
     """Where bundles go and how many: ``folder`` (the agent's state folder's
     ``fault_bundles``), ``limits``, and ``context`` (plain data saved in every bundle:
     the agent and the run's request; or a function that makes it, called only when a
-    bundle is written). ``on_bundle`` is called with each bundle's record."""
+    bundle is written). Each bundle's record is in ``FlightRecorder.bundles``."""
 
     folder: Path
     limits: BundleLimits = field(default_factory=BundleLimits)
     context: Mapping[str, Any] | Callable[[], Mapping[str, Any]] = field(default_factory=dict)
-    on_bundle: Callable[[FaultBundle], None] | None = None
 
     def context_data(self) -> Mapping[str, Any]:
         """The context a bundle saves (made now, when ``context`` is a function)."""
@@ -177,12 +176,17 @@ class FlightRecorder:
             "state": fault.state,
             "batches": [plain_batch(b) for b in fault.batches],
             "samples": fault.samples,
-            "record_ids": _record_ids(self.task, fault.batches),
+            # The records' ids, where the task says them (an optional record_ids(batch)).
+            "record_ids": _optional(
+                self.task, "record_ids", lambda ids: [list(ids(b)) for b in fault.batches]
+            ),
             "recorded": fault.recorded,
             "context": _plain(dict(context)),
-            # What rebuilds the step without the run's data (the task's replay_spec(),
-            # for its plugin's replay_task), and what tells later whether that data changed.
-            "rebuild": _rebuild_spec(self.task),
+            # What rebuilds the step without the run's data (the task's optional
+            # replay_spec(): plain data, e.g. the model's construction arguments, for its
+            # plugin's replay_task; None: the plugin rebuilds the step from the request),
+            # and what tells later whether that data changed.
+            "rebuild": _optional(self.task, "replay_spec", lambda spec: _plain(spec())),
             "data": data_signature(_data_path(context)),
         }
         try:
@@ -198,8 +202,6 @@ class FlightRecorder:
         )
         self.bundles.append(record)
         logger.warning("flight recorder: %s at step %d saved to %s", reason, fault.step, path)
-        if self.config.on_bundle is not None:
-            self.config.on_bundle(record)
 
 
 def run_recorded_step(
@@ -225,15 +227,12 @@ def run_recorded_step(
     }
 
 
-def scratch_trainer(
-    task: TrainingTask, trainer: Trainer, policy: PrecisionPolicy | None = None
-) -> Trainer:
-    """A fresh eager trainer of the task's model in ``trainer``'s precision (or ``policy``)."""
-    if policy is None:
-        live = trainer.policy
-        policy = PrecisionPolicy.from_decision(
-            live.resolved, live.device, live.scaler.config, announce=False
-        )
+def scratch_trainer(task: TrainingTask, trainer: Trainer) -> Trainer:
+    """A fresh eager trainer of the task's model in ``trainer``'s precision."""
+    live = trainer.policy
+    policy = PrecisionPolicy.from_decision(
+        live.resolved, live.device, live.scaler.config, announce=False
+    )
     model = task.build_model().to(policy.device)
     optimizers = task.build_optimizers(model)
     schedulers = task.build_schedulers(optimizers)
@@ -286,28 +285,16 @@ def _calibration_only(trainer: Trainer, guard: PrecisionGuard, dirty: Mapping[st
     return guard.snapshot is not None and guard.snapshot.step == guard.start_step
 
 
-def _record_ids(task: TrainingTask, batches: list[Any]) -> list[Any] | None:
-    """The records' ids, where the task says them (an optional ``record_ids(batch)``)."""
-    say = getattr(task, "record_ids", None)
+def _optional(task: TrainingTask, method: str, use: Callable[[Callable[..., Any]], Any]) -> Any:
+    """``use`` of the task's optional ``method``; None where the task has none, or where
+    it raises (logged: the bundle is still evidence without it, never a reason to fail)."""
+    say = getattr(task, method, None)
     if not callable(say):
         return None
     try:
-        return [list(say(b)) for b in batches]
-    except Exception as error:  # ids are a courtesy: their absence is said, not raised
-        logger.warning("flight recorder: record_ids failed: %s", error)
-        return None
-
-
-def _rebuild_spec(task: TrainingTask) -> Any:
-    """The task's ``replay_spec()`` (plain data: e.g. the model's construction arguments),
-    where it has one; None otherwise (its plugin then rebuilds the step from the request)."""
-    say = getattr(task, "replay_spec", None)
-    if not callable(say):
-        return None
-    try:
-        return _plain(say())
-    except Exception as error:  # the bundle is still evidence without it
-        logger.warning("flight recorder: replay_spec failed: %s", error)
+        return use(say)
+    except Exception as error:
+        logger.warning("flight recorder: %s failed: %s", method, error)
         return None
 
 

@@ -40,6 +40,7 @@ from torch import nn
 
 from genesis_fp16_infrastructure.training.flight.recorder import run_recorded_step
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors
 
 RANGE = {
     "fp16": float(torch.finfo(torch.float16).max),
@@ -100,7 +101,8 @@ class Trace:
 
     def _forward(self, label: str) -> Callable[..., None]:
         def hook(module: nn.Module, inputs: Any, output: Any) -> None:
-            for index, value in enumerate(_tensors(output)):
+            floats = [t for t in flatten_tensors(output) if t.is_floating_point()]
+            for index, value in enumerate(floats):
                 name = "output" if index == 0 else f"output{index}"
                 self.entries.append(_Entry("forward", label, name, _copy(value, 1.0)))
                 if value.requires_grad:
@@ -131,12 +133,8 @@ def compare(low: Trace, fp32: Trace, tolerance: float = DEFAULT_TOLERANCE) -> di
     module's largest forward magnitude in both, and the advice."""
     reference = _by_key(fp32.entries)
     first = None
-    seen: dict[tuple[str, str, str], int] = {}
-    for entry in low.entries:
-        key = (entry.phase, entry.module, entry.tensor)
-        index = seen.get(key, 0)
-        seen[key] = index + 1
-        other = reference.get((*key, index))
+    for key, entry in _by_key(low.entries).items():  # in the low-precision run's order
+        other = reference.get(key)
         if other is None or other.value.shape != entry.value.shape:
             continue
         departure = _departure(entry.value, other.value, tolerance)
@@ -220,6 +218,7 @@ def _values(
 
 
 def _by_key(entries: list[_Entry]) -> dict[tuple[str, str, str, int], _Entry]:
+    """Each entry under its phase, module, tensor and how many came before it with those."""
     out: dict[tuple[str, str, str, int], _Entry] = {}
     counts: dict[tuple[str, str, str], int] = {}
     for entry in entries:
@@ -244,13 +243,3 @@ def _forward_max(entries: list[_Entry], keep: set[str]) -> dict[str, float]:
 def _copy(value: torch.Tensor, scale: float) -> torch.Tensor:
     """A float32 CPU copy (a host read), divided by ``scale`` (a gradient's loss scale)."""
     return (value.detach().float() / scale).cpu()
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value] if value.is_floating_point() else []
-    if isinstance(value, list | tuple):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, Mapping):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []

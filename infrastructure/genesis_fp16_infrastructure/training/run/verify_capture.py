@@ -43,7 +43,7 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from itertools import islice
 from pathlib import Path
@@ -72,34 +72,26 @@ CAPTURED = ("cuda_graph", "cuda_graph_compiled")
 COMPILED_LOSS_RTOL: Mapping[str, float] = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 1e-2}
 
 
-# A stand-in for tests: build the candidate trainer from (task, trainer, copy config).
-MakeTrainer = Callable[[TrainingTask, Trainer, str], Trainer]
-
-
 def verify_run(
     task: TrainingTask,
     trainer: Trainer,
     seed: int,
     cache: Path | None,
-    make: MakeTrainer | None = None,
 ) -> CaptureVerdict | None:
     """Verify ``trainer``'s captured step (or read the verdict); None when it is eager.
 
     On a failed verdict the trainer falls back to eager steps (``execution.fallback`` is
     ``verification_mismatch``, the reason carries the detail); its state is untouched.
-    ``make`` builds a copy of the trainer for an execution (``_copy_trainer``; tests pass
-    a stand-in captured step).
     """
     if trainer.execution.used not in CAPTURED:
         return None
-    make = make or _copy_trainer
     batches = [to_device(b, trainer.policy.device) for b in _first_batches(task, seed)]
     # One batch signature: 8 steps over several would all be warm-ups, nothing replayed.
     batches = [b for b in batches if signature([b]) == signature([batches[0]])]
     key = verification_key(trainer, batches[0])
     verdict = read_verdict(cache, key)
     if verdict is None:
-        verdict, measured = _verify(task, trainer, batches, key, make)
+        verdict, measured = _verify(task, trainer, batches, key)
         if cache is not None and measured:  # a capture that raised is no verdict to keep
             write_verdict(cache, verdict)
     how = "cached" if verdict.cached else f"{verdict.steps} steps"
@@ -118,7 +110,6 @@ def _verify(
     trainer: Trainer,
     batches: list[Any],
     key: Mapping[str, str],
-    make: MakeTrainer,
 ) -> tuple[CaptureVerdict, bool]:
     """The verdict, and whether it was measured: False when the captured copy raised or
     did not run captured (a failed capture says nothing lasting about the key: the next
@@ -131,8 +122,8 @@ def _verify(
     measured: list[float] = []
     compared = False
     try:
-        reference = make(task, trainer, "eager")
-        candidate = make(task, trainer, trainer.execution.used)
+        reference = _copy_trainer(task, trainer, "eager")
+        candidate = _copy_trainer(task, trainer, trainer.execution.used)
         detail = compare_steps(
             reference, candidate, batches, task.loss, rtol, overflow, measured=measured
         )
@@ -166,18 +157,17 @@ def compare_steps(
     loss_fn: LossFn,
     rtol: float | None = None,
     overflow_step: int | None = OVERFLOW_STEP,
-    steps: int = VERIFY_STEPS,
     measured: list[float] | None = None,
 ) -> str | None:
-    """Run ``steps`` steps in each trainer from one random state; None when they agree,
+    """Run ``VERIFY_STEPS`` steps in each trainer from one random state; None when they agree,
     else the first difference. ``rtol`` None: bit for bit; else the skipped steps equal
     and each step's loss within ``rtol``. ``overflow_step`` (1-based) boosts that step's
     loss by ``BOOST`` (an fp16 overflow). ``measured`` gets the largest relative
     difference of a step's loss appended (the compiled step's tolerance, measured)."""
     rng = capture_rng_state()
-    seen = _run(reference, batches, loss_fn, overflow_step, steps, exact=rtol is None)
+    seen = _run(reference, batches, loss_fn, overflow_step, exact=rtol is None)
     restore_rng_state(rng)
-    got = _run(candidate, batches, loss_fn, overflow_step, steps, exact=rtol is None)
+    got = _run(candidate, batches, loss_fn, overflow_step, exact=rtol is None)
     if measured is not None:  # the largest relative difference of a step's loss
         measured.append(largest_loss_difference(seen, got))
     for number, (want, have) in enumerate(zip(seen, got, strict=True), start=1):
@@ -194,14 +184,13 @@ def _run(
     batches: Sequence[Any],
     loss_fn: LossFn,
     overflow_step: int | None,
-    steps: int,
     exact: bool,
 ) -> list[dict[str, Any]]:
     device = trainer.policy.device
     boost = torch.ones((), device=device)
     boosted = _Boosted(loss_fn, boost)  # one function for every step: the graphs bind it
     records = []
-    for number in range(1, steps + 1):
+    for number in range(1, VERIFY_STEPS + 1):
         boost.fill_(BOOST if number == overflow_step else 1.0)
         trainer.step([batches[(number - 1) % len(batches)]], boosted, 0)
         summary = trainer.summary(reset_interval=True)
@@ -271,8 +260,7 @@ def _digest(tensors: Sequence[torch.Tensor]) -> int:
         flat = tensor.detach().reshape(-1)
         size = flat.element_size()
         view = {8: torch.int64, 4: torch.int32, 2: torch.int16}.get(size, torch.uint8)
-        bits = flat.view(view) if size in (8, 4, 2) else flat.view(torch.uint8)
-        total += bits.to(torch.int64).sum()
+        total += flat.view(view).to(torch.int64).sum()
     return int(total.item())
 
 

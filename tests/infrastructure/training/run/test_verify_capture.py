@@ -250,7 +250,7 @@ def test_a_capture_that_raises_falls_back_from_the_same_step_boundary(
     options = _options(tmp_path, steps=12)
     monkey_verdicts: list[Any] = []
 
-    def trusted(task: Any, trainer: Trainer, seed: int, cache: Any, make: Any = None) -> None:
+    def trusted(task: Any, trainer: Trainer, seed: int, cache: Any) -> None:
         monkey_verdicts.append(trainer.execution.used)
 
     with pytest.MonkeyPatch.context() as mp:
