@@ -216,6 +216,8 @@ class RecordCache:
     def prune(self) -> int:
         """Delete the entries of bytes no file of the manifest holds, but for the stored
         head of a listed ``.jsonl`` file (an append still reads on from it); their count."""
+        if not self.folder.is_dir():  # nothing stored yet (a fresh state folder)
+            return 0
         digests = [state.digest for state in self.files.values()]
         for path in self.files:
             head = self._head(Path(path))
@@ -225,13 +227,12 @@ class RecordCache:
         keep |= {self._head_path(Path(path)).name for path in self.files}
         keep.add(self._pool_path([Path(path) for path in self.files]).name)
         removed = 0
-        if self.folder.is_dir():
-            # *.json: entries of cache version 1, which no build reads any more.
-            found = ("*.msgpack", "*.json", "pool-*.gfpool")
-            for entry in [path for pattern in found for path in self.folder.glob(pattern)]:
-                if entry.name not in keep:
-                    entry.unlink(missing_ok=True)
-                    removed += 1
+        # *.json: entries of cache version 1, which no build reads any more.
+        found = ("*.msgpack", "*.json", "pool-*.gfpool")
+        for entry in [path for pattern in found for path in self.folder.glob(pattern)]:
+            if entry.name not in keep:
+                entry.unlink(missing_ok=True)
+                removed += 1
         return removed
 
     def _vouched(self, file: Path) -> FileState | None:
