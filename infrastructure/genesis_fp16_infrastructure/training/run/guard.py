@@ -105,9 +105,10 @@ class SnapshotStore:
         """Copy ``state`` into the store (queued on the current stream; no host wait)."""
         if self.where is None:
             self.where, self.reason = placement(state)
-            self._pinned = self.where == "host" and _on_cuda(state)
+            on_cuda = any(t.is_cuda for t in _tensors(state))
+            self._pinned = self.where == "host" and on_cuda
             # On a CPU run device and host are one memory: nothing to know (DEBUG).
-            said = logger.info if _on_cuda(state) else logger.debug
+            said = logger.info if on_cuda else logger.debug
             said("precision guard: snapshots on the %s (%s)", self.where, self.reason)
         self._state = _copy_into(state, self._state, self.where == "host")
         self._copied = None
@@ -155,10 +156,6 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, list | tuple):
         return [t for v in value for t in _tensors(v)]
     return []
-
-
-def _on_cuda(state: Any) -> bool:
-    return any(t.is_cuda for t in _tensors(state))
 
 
 def _copy_into(value: Any, previous: Any, to_host: bool) -> Any:
