@@ -60,7 +60,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -148,14 +148,15 @@ def _gib(size: int) -> str:
     return f"{size / 2**30:.2f} GiB"
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
     if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, Mapping):
-        return [t for v in value.values() for t in _tensors(v)]
-    if isinstance(value, list | tuple):
-        return [t for v in value for t in _tensors(v)]
-    return []
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _tensors(item)
 
 
 def _copy_into(value: Any, previous: Any, to_host: bool) -> Any:
