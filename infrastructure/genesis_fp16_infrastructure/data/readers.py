@@ -109,8 +109,8 @@ class DataTooLarge(DataError):
         self.size, self.limit = size, limit
 
 
-def check_data_size(path: Path, files: list[Path], max_bytes: int) -> int:
-    """The bytes of ``files`` together; :class:`DataTooLarge` past ``max_bytes``.
+def check_data_size(path: Path, files: list[Path], max_bytes: int) -> None:
+    """:class:`DataTooLarge` when ``files`` together hold more than ``max_bytes``.
 
     Parsed records cost several times their bytes (a JSON pool about 7x, measured in
     docs/data.md), all of them held at once, so the size is checked before any is read.
@@ -131,7 +131,6 @@ def check_data_size(path: Path, files: list[Path], max_bytes: int) -> int:
             size,
             max_bytes,
         )
-    return size
 
 
 def _size(count: int) -> str:
