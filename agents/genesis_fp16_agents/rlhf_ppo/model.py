@@ -21,9 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from genesis_fp16_infrastructure.rl.tiny_transformer import TinyTransformer, init_weights
-
-__all__ = ["Critic", "Policy", "RewardModel", "TaskConfig", "init_weights", "random_prompts"]
+from genesis_fp16_infrastructure.rl.tiny_transformer import TinyTransformer
 
 
 @dataclass(frozen=True)

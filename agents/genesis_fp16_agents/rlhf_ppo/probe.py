@@ -14,7 +14,7 @@ from torch import nn
 
 from genesis_fp16.plugin_api import ProbeSetup
 from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
-from genesis_fp16_agents.rlhf_ppo.model import Critic, Policy, RewardModel, init_weights
+from genesis_fp16_agents.rlhf_ppo.model import Critic, Policy, RewardModel
 from genesis_fp16_agents.rlhf_ppo.task import PPOTask
 from genesis_fp16_infrastructure.rl.ppo_math import (
     clipped_policy_loss,
@@ -23,6 +23,7 @@ from genesis_fp16_infrastructure.rl.ppo_math import (
     value_loss,
     whiten,
 )
+from genesis_fp16_infrastructure.rl.tiny_transformer import init_weights
 
 Batch = dict[str, torch.Tensor]
 PROBE_BATCHES = 5

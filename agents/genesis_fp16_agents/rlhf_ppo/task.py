@@ -41,7 +41,6 @@ from genesis_fp16_agents.rlhf_ppo.model import (
     Policy,
     RewardModel,
     TaskConfig,
-    init_weights,
     random_prompts,
 )
 from genesis_fp16_infrastructure.rl.ppo_math import clipped_policy_loss, value_loss
@@ -60,6 +59,7 @@ from genesis_fp16_infrastructure.rl.rollout import (
     report,
     score,
 )
+from genesis_fp16_infrastructure.rl.tiny_transformer import init_weights
 from genesis_fp16_infrastructure.training import Trainer
 from genesis_fp16_infrastructure.training.precision.precision import autocast_to
 from genesis_fp16_infrastructure.training.run.task import index_to

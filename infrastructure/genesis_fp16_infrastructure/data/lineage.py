@@ -109,13 +109,10 @@ class Pool:
                     seen.add(child)
                     if entry.created < created:
                         siblings.append(entry.score)
-        depth = self.depth_of(parents) if parents else 0
+        depth = 0  # without parents; else 1 + the deepest parent's (one outside the pool: 0)
+        if parents:
+            depth = 1 + max((self._depth(p) for p in parents if p in entries), default=0)
         return depth, sorted(scores[g] for g in grand if g in scores), operators, siblings
-
-    def depth_of(self, parents: tuple[str, ...]) -> int:
-        """The depth of an attempt with these parents: 1 + its deepest parent's (a
-        parent outside the pool counts 0); the caller takes 0 when it has none."""
-        return 1 + max((self._depth(p) for p in parents if p in self.entries), default=0)
 
     def _depth(self, start: str) -> int:
         """Depth of a pool record, iteratively (chains run as long as the pool's history).

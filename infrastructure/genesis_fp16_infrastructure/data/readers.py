@@ -73,7 +73,6 @@ from genesis_fp16_infrastructure.data.schema import (
     derive_label,
     derive_replay_label,
     labelled_hash,
-    outcome_for_score,
     record_id_hash,
     replay_input,
     trajectory_input,
@@ -109,8 +108,8 @@ class DataTooLarge(DataError):
         self.size, self.limit = size, limit
 
 
-def check_data_size(path: Path, files: list[Path], max_bytes: int) -> int:
-    """The bytes of ``files`` together; :class:`DataTooLarge` past ``max_bytes``.
+def check_data_size(path: Path, files: list[Path], max_bytes: int) -> None:
+    """:class:`DataTooLarge` when ``files`` together hold more than ``max_bytes``.
 
     Parsed records cost several times their bytes (a JSON pool about 7x, measured in
     docs/data.md), all of them held at once, so the size is checked before any is read.
@@ -131,7 +130,6 @@ def check_data_size(path: Path, files: list[Path], max_bytes: int) -> int:
             size,
             max_bytes,
         )
-    return size
 
 
 def _size(count: int) -> str:
@@ -442,7 +440,9 @@ def _file_record(item: _Valid) -> FileRecord:
         )
     else:
         score = record.reward
-        label = derive_replay_label(record, item.success_threshold, item.failure_threshold)
+        label = derive_replay_label(
+            record.reward, record.final_outcome, item.success_threshold, item.failure_threshold
+        )
     return FileRecord(record.trajectory_id, record.to_input(), label, score)
 
 
@@ -541,7 +541,6 @@ class _Record(msgspec.Struct):
 
 
 _DECODER = msgspec.json.Decoder(_Record)
-_REPLAY_OUTCOME = {"success": "success", "partial": "partial", "failure": "failure"}
 
 
 class Fast(msgspec.Struct, frozen=True):
@@ -606,12 +605,6 @@ def _replay(record: _Record, trajectory_id: str, success: float, failure: float)
     record.task_description = _or_empty(record.task_description)
     attempt = replay_input(record, [step.tool_name for step in steps])
     reward = None if record.reward is msgspec.UNSET else record.reward
-    label: Label | None
-    if reward is not None:
-        outcome = outcome_for_score(reward, success, failure)
-        label = Label(success=outcome == "success", score=reward, outcome=outcome)
-    else:
-        final = record.final_outcome if record.final_outcome is not msgspec.UNSET else "unknown"
-        word = _REPLAY_OUTCOME.get(final)
-        label = None if word is None else Label(word == "success", None, word)
+    final = record.final_outcome if record.final_outcome is not msgspec.UNSET else "unknown"
+    label = derive_replay_label(reward, final, success, failure)
     return Fast(trajectory_id, attempt, label, reward)

@@ -307,14 +307,16 @@ def derive_label(
 
 
 def derive_replay_label(
-    record: ReplayRecord,
+    reward: float | None,
+    final_outcome: str,
     success_threshold: float = SUCCESS_THRESHOLD,
     failure_threshold: float = FAILURE_THRESHOLD,
 ) -> Label | None:
-    """A replay record's label: the reward decides as the score does, else the outcome."""
-    if record.reward is not None:
-        return derive_label("replay", record.reward, success_threshold, failure_threshold)
-    outcome = _REPLAY_OUTCOME.get(record.final_outcome)
+    """A replay record's label (a :class:`ReplayRecord`'s, or the read's fast struct's):
+    the reward decides as the score does, else the final outcome."""
+    if reward is not None:
+        return derive_label("replay", reward, success_threshold, failure_threshold)
+    outcome = _REPLAY_OUTCOME.get(final_outcome)
     if outcome is None:
         return None
     return Label(success=outcome == "success", score=None, outcome=outcome)

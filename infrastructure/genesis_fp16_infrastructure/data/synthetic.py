@@ -106,10 +106,6 @@ _OTHER_FILES = {
 }
 
 
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
-
-
 def _clip(x: float, low: float = 0.0, high: float = 1.0) -> float:
     return min(high, max(low, x))
 
@@ -197,7 +193,7 @@ def _record(
     generation, operator, parents, lines = plan.generation, plan.operator, plan.parents, plan.lines
     files = len(plan.files)
     trajectory_id = f"{agent}_gen{generation}_{rng.getrandbits(40):010x}"
-    score = round(_sigmoid(plan.logit), 4)
+    score = round(1.0 / (1.0 + math.exp(-plan.logit)), 4)  # the logit's sigmoid
     outcome = outcome_for_score(score)
     status = {"success": "success", "partial": "partial_success", "failure": "failure"}[outcome]
     roll = rng.random()

@@ -42,8 +42,6 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding
 ALPHA = 0.05  # each promotion question one-sided; the "worse" family as a whole
 Z_95 = 1.6448536269514722  # the one-sided 95% normal quantile
 
-__all__ = ["ALPHA", "Z_95", "Bound", "Finding", "holm_worse"]
-
 
 @dataclass(frozen=True)
 class Bound:

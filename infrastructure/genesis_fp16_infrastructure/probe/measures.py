@@ -143,12 +143,10 @@ def update_cosine(params: Tensors, reference: Tensors, start: Tensors) -> float:
 
 def parameter_drift(params: Tensors, reference: Tensors, start: Tensors) -> float:
     """||θ - θ32|| / ||θ32 - θ0||: how far from FP32's weights, in units of FP32's update."""
-    moved = {n: reference[n] - start[n] for n in reference}
-    gap = {n: params[n] - reference[n] for n in reference}
-    zero = {n: torch.zeros_like(t) for n, t in moved.items()}
-    if relative_distance(moved, zero) == 0:  # FP32 did not move: drift is undefined
+    moved = float(_flat({n: reference[n] - start[n] for n in reference}).norm())
+    if moved == 0:  # FP32 did not move: drift is undefined
         return math.nan
-    return float(_flat(gap).norm()) / float(_flat(moved).norm())
+    return float(_flat({n: params[n] - reference[n] for n in reference}).norm()) / moved
 
 
 def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -116,34 +116,32 @@ class ProbeReport:
             ("ms/step", 9),
             ("verdict", 7),
         ]
-        lines = [
-            "  ".join(
-                title.rjust(width) if i else title.ljust(width)
-                for i, (title, width) in enumerate(cols)
-            )
-        ]
+        rows = [[title for title, _ in cols]]
         for var in self.variants:
             m, v = var.measures, var.verdicts
-            cells = [
-                var.name,
-                _num(m.loss_rel_err, v.get("loss", "")),
-                _num(m.grad_noise_ratio, v.get("grad_error", "")),
-                _num(m.worst_layer_cosine, v.get("layer_cosine", ""), "{:.4f}"),
-                _num(m.flushed_fraction, v.get("flushed", ""), "{:.1%}"),
-                _num(m.sign_flip_ratio, v.get("sign_flips", ""), "{:.2f}"),
-                _num(m.activation_max, v.get("headroom", "")),
-                _num(m.drift_noise_ratio, v.get("drift", "")),
-                _num(m.update_cosine, v.get("update_cosine", ""), "{:.4f}"),
-                _num(m.unchanged_fraction, v.get("unchanged", ""), "{:.1%}"),
-                _num(m.seconds_per_step * 1e3, "", "{:.1f}"),
-                var.overall if var.error is None else "error",
-            ]
-            lines.append(
-                "  ".join(
-                    c.rjust(w) if i else c.ljust(w)
-                    for i, (c, (_, w)) in enumerate(zip(cells, cols, strict=True))
-                )
+            rows.append(
+                [
+                    var.name,
+                    _num(m.loss_rel_err, v.get("loss", "")),
+                    _num(m.grad_noise_ratio, v.get("grad_error", "")),
+                    _num(m.worst_layer_cosine, v.get("layer_cosine", ""), "{:.4f}"),
+                    _num(m.flushed_fraction, v.get("flushed", ""), "{:.1%}"),
+                    _num(m.sign_flip_ratio, v.get("sign_flips", ""), "{:.2f}"),
+                    _num(m.activation_max, v.get("headroom", "")),
+                    _num(m.drift_noise_ratio, v.get("drift", "")),
+                    _num(m.update_cosine, v.get("update_cosine", ""), "{:.4f}"),
+                    _num(m.unchanged_fraction, v.get("unchanged", ""), "{:.1%}"),
+                    _num(m.seconds_per_step * 1e3, "", "{:.1f}"),
+                    var.overall if var.error is None else "error",
+                ]
             )
+        lines = [  # the variant's name left-aligned, every other cell right-aligned
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, (_, w)) in enumerate(zip(row, cols, strict=True))
+            )
+            for row in rows
+        ]
         lines.append("")
         lines.append(
             f"device {self.device}; {self.steps} {self.optimizer} steps at lr "

@@ -179,8 +179,6 @@ class FeatureEncoder:
 
         ``numeric`` is :func:`numeric_columns` of the same attempts and pool when the
         caller has it already (the task computes it once per part, for fit and encode)."""
-        if not attempts:
-            raise ValueError("cannot fit a feature encoder on no attempts")
         if numeric is None:
             numeric = numeric_columns(attempts, _as_pool(pool))
         return cls.fit_parts(Categorical.of(attempts), numeric, successes, max_tools, max_patterns)

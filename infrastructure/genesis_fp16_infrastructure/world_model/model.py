@@ -229,30 +229,19 @@ def _stacked(layers: Sequence[nn.Module]) -> nn.Module:
 _LOOP_KEY = re.compile(r"members\.(\d+)\.(.+)")
 
 
-def stack_loop_layout(state: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``state`` with the loop layout's ``{prefix}members.K.<key>`` entries stacked into
-    ``{prefix}<key>`` over K; other entries as they are (a stacked state is unchanged)."""
+def _stack_loop_layout(module: nn.Module, state: dict[str, Any], prefix: str, *_: Any) -> None:
+    """Stack the loop layout's ``{prefix}members.K.<key>`` entries of ``state`` into
+    ``{prefix}<key>`` over K; other entries as they are (a stacked state is unchanged).
+    load_state_dict hands its hooks a copy of the caller's dict: edited in place."""
     found: dict[str, dict[int, torch.Tensor]] = {}
-    out: dict[str, Any] = {}
-    for name, value in state.items():
+    for name in list(state):
         match = _LOOP_KEY.fullmatch(name[len(prefix) :]) if name.startswith(prefix) else None
-        if match is None:
-            out[name] = value
-            continue
-        found.setdefault(prefix + match[2], {})[int(match[1])] = value
+        if match is not None:
+            found.setdefault(prefix + match[2], {})[int(match[1])] = state.pop(name)
     for name, by_member in found.items():
         if sorted(by_member) != list(range(len(by_member))):
             raise ValueError(f"loop-layout state has members {sorted(by_member)} for {name!r}")
-        out[name] = torch.stack([by_member[k] for k in range(len(by_member))])
-    return out
-
-
-def _stack_loop_layout(module: nn.Module, state: dict[str, Any], prefix: str, *_: Any) -> None:
-    # load_state_dict hands its hooks a copy of the caller's dict: edit it in place.
-    stacked = stack_loop_layout(state, prefix)
-    if stacked.keys() != state.keys():
-        state.clear()
-        state.update(stacked)
+        state[name] = torch.stack([by_member[k] for k in range(len(by_member))])
 
 
 def stack_loop_optimizer_state(

@@ -152,6 +152,12 @@ def test_unknown_encoder_version_is_refused() -> None:
         FeatureEncoder.from_state({**state, "version": 99})
 
 
+def test_an_encoder_is_not_fitted_on_no_attempts() -> None:
+    """fit on no attempts (and no numbers) is refused with one sentence, not a NaN mean."""
+    with pytest.raises(ValueError, match="cannot fit a feature encoder on no attempts"):
+        FeatureEncoder.fit([], {})
+
+
 def test_lineage_file_change_and_agent_features() -> None:
     """Earlier siblings' scores, the files touched, the diff's added share and the agent's
     base rate change the row; an agent unseen in training sits at the overall rate."""

@@ -282,7 +282,8 @@ def choose(rows: Iterable[Measured], margin: float = MARGIN) -> tuple[PrecisionN
     near = {r.precision for r in rows if r.median_ms <= fastest.median_ms * (1 + margin)}
     precision = next(name for name in PRECISIONS if name in near)
     chosen = min((r for r in rows if r.precision == precision), key=lambda r: r.median_ms)
-    base = fp32_baseline(rows)
+    fp32 = [r for r in rows if r.precision == "fp32"]  # the reference: eager, else its only row
+    base = next((r for r in fp32 if r.execution == "eager"), fp32[0] if fp32 else None)
     if base is None:
         raise ValueError("precision calibration: fp32 was not timed")
     why = (
@@ -304,12 +305,6 @@ def choose(rows: Iterable[Measured], margin: float = MARGIN) -> tuple[PrecisionN
     if loaded is not None:
         why += f"; {loaded}: not reused, measured again at the next run"
     return chosen.precision, chosen.execution, why
-
-
-def fp32_baseline(rows: Iterable[Measured]) -> Measured | None:
-    """fp32's eager row (the ``never slower than`` reference), else its only row."""
-    fp32 = [r for r in rows if r.precision == "fp32"]
-    return next((r for r in fp32 if r.execution == "eager"), fp32[0] if fp32 else None)
 
 
 def planned_precision(

@@ -44,8 +44,6 @@ from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
 )
 from genesis_fp16_infrastructure.training.precision.scale_update import move_scale
 
-__all__ = ["STATE_VERSION", "LossScaler", "ScalerConfig"]
-
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")

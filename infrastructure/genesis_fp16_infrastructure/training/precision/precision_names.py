@@ -244,18 +244,12 @@ class PrecisionRequest:
         return asked
 
     def to_json(self) -> dict[str, Any]:
-        """The request as JSON-ready data (the run file's ``precision``)."""
-        return {
-            "requested": self.requested,
-            "basis": self.basis,
-            "mode": self.mode,
-            "excluded": dict(self.excluded),
-            "note": self.note,
-            "floor": self.floor,
-            "floor_reason": self.floor_reason,
-            "cache": None if self.cache is None else str(self.cache),
-            "budget_s": self.budget_s,
-        }
+        """The request as JSON-ready data (the run file's ``precision``): its fields in
+        order, the exclusions as a dict and the cache's path as a string."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["excluded"] = dict(self.excluded)
+        data["cache"] = None if self.cache is None else str(self.cache)
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | str) -> PrecisionRequest:

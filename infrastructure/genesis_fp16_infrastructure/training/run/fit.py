@@ -55,8 +55,6 @@ from genesis_fp16_infrastructure.training.run.verify_capture import verification
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
 
-__all__ = ["FitOptions", "FitResult", "fit"]
-
 logger = logging.getLogger(__name__)
 
 
