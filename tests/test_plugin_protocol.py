@@ -201,4 +201,8 @@ def test_check_agent_reports_a_line_for_each_capability() -> None:
         "HAS batch_types",
         "HAS judged",
     ]
+    # se_darwin lists its records unscored (ListsRecords); rlhf_ppo does not.
+    assert report.capability_lines()[-1].endswith(", lists its records unscored")
+    rlhf = check_agent(load_plugin("rlhf_ppo"), rules=["contract"]).capability_lines()
+    assert rlhf[-1].startswith("HAS judged") and "lists its records" not in rlhf[-1]
     assert check_agent(_Agent(), rules=["contract"]).capability_lines() == []
