@@ -214,6 +214,7 @@ def _judged_run(
             request,
             served.pointer,
             served.losses,
+            served.known,
             lambda path, only: losses_of(judged, path, request, required=False, only=only),
         )
         if live is not None and live.rolled_back:
@@ -511,7 +512,7 @@ def _judged_ids(held_out: bool, served: Served) -> tuple[str, ...] | None:
     if served.losses is None or not held_out:
         return None
     ids = served.losses.ids
-    return tuple(ids[row] for row in np.flatnonzero(served.judged))
+    return tuple(ids[row] for row in np.flatnonzero(served.judged).tolist())
 
 
 def _judged_records(

@@ -69,11 +69,7 @@ def slots(names: np.ndarray) -> tuple[list[str], np.ndarray]:
 
 
 def judge(
-    differences: np.ndarray,
-    names: np.ndarray | None,
-    span: float,
-    margin: float,
-    alpha: float,
+    differences: np.ndarray, names: np.ndarray | None, span: float, margin: float, alpha: float
 ) -> dict[str, Any]:
     """The decision's figures: the overall bounds, evidence and records needed, and each
     segment's (``names``: each record's segment; None: one segment, no split)."""
@@ -120,7 +116,7 @@ def self_test(
     ``(differences, names, margin)`` and tested at ``alpha``, on their last ``RECENT``
     records: how many of ``replays`` would have rolled back on any column (each record's
     sign flipped alike in every column), the rate and its 95% interval."""
-    crossed, records = np.zeros(replays, dtype=np.bool_), 0
+    crossed, records, flips = np.zeros(replays, dtype=np.bool_), 0, {}
     for differences, names, margin in columns:
         d = np.asarray(differences, dtype=np.float64)[-RECENT:]
         slot = np.zeros(len(d), dtype=np.int64) if names is None else slots(names[-RECENT:])[1]
@@ -128,8 +124,9 @@ def self_test(
         if not len(d):
             continue
         centred = d - (np.bincount(slot, d) / np.bincount(slot))[slot]
-        signs = np.random.default_rng(seed).choice((-1.0, 1.0), size=(replays, len(d)))
-        replay = np.clip(margin + signs * centred, -span, span)
+        if len(d) not in flips:  # the same draws for each column of as many records
+            flips[len(d)] = np.random.default_rng(seed).choice((-1.0, 1.0), (replays, len(d)))
+        replay = np.clip(margin + flips[len(d)] * centred, -span, span)
         crossed |= _crosses(replay, span, margin, alpha if names is None else alpha / 2)
         for k in range(int(slot.max()) + 1 if names is not None else 0):
             crossed |= _crosses(replay[:, slot == k], span, margin, alpha / (2 * SLOTS))

@@ -95,7 +95,7 @@ class Served:
             assert losses is not None  # required: a refusal raised
             return losses, losses if listed is None else listed
         rows = np.flatnonzero(HELD_OUT.of_hashes(hashes) | new)
-        only = [listed.ids[row] for row in rows]
+        only = [listed.ids[row] for row in rows.tolist()]
         losses = losses_of(plugin, self.checkpoint, request, True, only)
         assert losses is not None
         losses.hashed_as(only, hashes[rows])  # its ids hashed once

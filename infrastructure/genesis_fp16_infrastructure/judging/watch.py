@@ -71,10 +71,12 @@ def watch(
     request: TrainRequest,
     pointer: ServedPointer,
     served_now: RecordLosses,
+    served_known: np.ndarray | None,
     score: Callable[[Path, Collection[str]], RecordLosses | None],
 ) -> LiveReport | None:
     """Score the new records (module docstring), update the figures, roll back on a
     regression. ``served_now``: the served model's losses on the current records;
+    ``served_known``: the ids it knew, as the run read them (:mod:`.stores`);
     ``score(checkpoint, only)``: the plugin's losses of a checkpoint on the records whose
     ids are ``only`` (at least those), or None (logged) when it cannot score it. Returns
     the report (the run's ``live``), or None when there is nothing to watch: no
@@ -84,7 +86,7 @@ def watch(
         return None
     served_c = (folder / str(pointer.served.checkpoint)).parent
     previous = pointer.history[0]
-    known = [stores.read_known_ids(c) for c in (served_c, _candidate(folder, previous))]
+    known = [served_known, stores.read_known_ids(_candidate(folder, previous))]
     if known[0] is None or known[1] is None:
         logger.warning("%s: live watch off: a model's known records are not kept", name)
         return None
@@ -97,12 +99,12 @@ def watch(
     if not new.any():
         return None
     before = score(
-        folder / str(previous.checkpoint), [served_now.ids[i] for i in np.flatnonzero(new)]
+        folder / str(previous.checkpoint), [served_now.ids[i] for i in np.flatnonzero(new).tolist()]
     )
     if before is None:
         return None
     row = {id_: k for k, id_ in enumerate(before.ids)}
-    picked = [i for i in np.flatnonzero(new) if served_now.ids[i] in row]
+    picked = [i for i in np.flatnonzero(new).tolist() if served_now.ids[i] in row]
     named = served_now.segments
     scored = {
         "ids": ids[picked],

@@ -182,8 +182,8 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
         "log_loss": log_losses(p, success),
         "brier": brier_losses(p, success),
     }
-    named = [pool.segments[i] for i in asked]
-    return RecordLosses.of([ids[i] for i in asked], losses, named, data.quarantined)
+    named = [pool.segments[i] for i in asked.tolist()]
+    return RecordLosses.of([ids[i] for i in asked.tolist()], losses, named, data.quarantined)
 
 
 def record_ids(request: TrainRequest) -> RecordIds | None:
