@@ -69,7 +69,11 @@ def slots(names: np.ndarray) -> tuple[list[str], np.ndarray]:
 
 
 def judge(
-    differences: np.ndarray, names: np.ndarray | None, span: float, margin: float, alpha: float
+    differences: np.ndarray,
+    names: np.ndarray | None,
+    span: float,
+    margin: float,
+    alpha: float,
 ) -> dict[str, Any]:
     """The decision's figures: the overall bounds, evidence and records needed, and each
     segment's (``names``: each record's segment; None: one segment, no split)."""

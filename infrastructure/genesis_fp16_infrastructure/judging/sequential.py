@@ -66,7 +66,13 @@ def mean_bounds(values: np.ndarray, span: float, alpha: float) -> MeanBounds:
     centre = float(np.sum(lam * x)) / weight
     margin = (math.log(1.0 / alpha) + float(np.sum(penalties))) / weight
     lower, upper = max(centre - margin, 0.0), min(centre + margin, 1.0)
-    return MeanBounds(n, float(d.mean()), lower * 2 * span - span, upper * 2 * span - span, alpha)
+    return MeanBounds(
+        n,
+        float(d.mean()),
+        lower * 2 * span - span,
+        upper * 2 * span - span,
+        alpha,
+    )
 
 
 def _bets(x: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
