@@ -112,7 +112,7 @@ class Served:
     @cached_property
     def judged(self) -> np.ndarray:
         """Per record it was scored on (``losses``), whether the gate judges on it when judging on
-        held-out records (:func:`_held_out_unknown`)."""
+        held-out records (:func:`held_out_unknown`)."""
         assert self.losses is not None
         return held_out_unknown(self, self.losses)
 
