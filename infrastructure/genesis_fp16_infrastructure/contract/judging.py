@@ -118,17 +118,7 @@ class RecordLosses:
         except TypeError as exc:
             raise RecordLossesError(f"RecordLosses: a field is not a sequence ({exc})") from None
         self._check_columns()
-        # The checks run over whole columns first (a judged run builds several of these at
-        # 100,000 records), and record by record only to name what failed.
-        ids = self.ids
-        if not (_all_of(ids, str) and all(ids) and len(set(ids)) == len(ids)):
-            seen: set[str] = set()
-            for index, id_ in enumerate(ids):
-                if not isinstance(id_, str) or not id_:
-                    raise RecordLossesError(f"RecordLosses: id {index} is {id_!r}, not a string")
-                if id_ in seen:
-                    raise RecordLossesError(f"RecordLosses: id {id_!r} twice")
-                seen.add(id_)
+        _check_ids("RecordLosses", self.ids)
         for name, values in self.losses.items():
             _check_column(name, self.ids, values)
         if self.segments is not None and len(self.segments) != len(self.ids):
@@ -250,6 +240,21 @@ def _floats(column: Iterable[float]) -> tuple[float, ...]:
     return tuple(np.fromiter(column, dtype=np.float64).tolist())
 
 
+def _check_ids(kind: str, ids: tuple[object, ...]) -> None:
+    """Each id a non-empty string, none twice. Checked over the whole column first (a
+    judged run builds several of these at 100,000 records), record by record only to
+    name what failed."""
+    if _all_of(ids, str) and all(ids) and len(set(ids)) == len(ids):
+        return
+    seen: set[object] = set()
+    for index, id_ in enumerate(ids):
+        if not isinstance(id_, str) or not id_:
+            raise RecordLossesError(f"{kind}: id {index} is {id_!r}, not a string")
+        if id_ in seen:
+            raise RecordLossesError(f"{kind}: id {id_!r} twice")
+        seen.add(id_)
+
+
 def _check_column(name: str, ids: tuple[str, ...], values: tuple[float, ...]) -> None:
     """One loss column against the ids: as long, each a finite float of 0 or more."""
     if len(values) != len(ids):
@@ -290,10 +295,20 @@ class RecordIds:
     segments: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        # Copied, then checked as RecordLosses' are: a plugin's listing, read where used.
+        try:
+            object.__setattr__(self, "ids", tuple(self.ids))
+            if self.segments is not None:
+                object.__setattr__(self, "segments", tuple(self.segments))
+        except TypeError as exc:
+            raise RecordLossesError(f"RecordIds: a field is not a sequence ({exc})") from None
+        _check_ids("RecordIds", self.ids)
         if self.segments is not None and len(self.segments) != len(self.ids):
             raise RecordLossesError(
                 f"RecordIds: {len(self.segments)} segments, {len(self.ids)} ids"
             )
+        if self.segments is not None and not _all_of(self.segments, str):
+            raise RecordLossesError("RecordIds: a segment is not a string")
 
     @cached_property
     def id_hashes(self) -> np.ndarray:

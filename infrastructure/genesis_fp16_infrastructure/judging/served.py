@@ -26,6 +26,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     ListsRecords,
     RecordIds,
     RecordLosses,
+    RecordLossesError,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -84,6 +85,12 @@ class Served:
         assert self.checkpoint is not None
         try:  # a listing that cannot be made refuses the run in one line, as a scoring would
             listed = plugin.record_ids(reading) if isinstance(plugin, ListsRecords) else None
+            if listed is not None and not isinstance(listed, RecordIds):
+                raise RecordLossesError(
+                    f"record_ids returned a {type(listed).__name__}, not RecordIds or None"
+                )
+            if listed is not None:  # checked again here, on a copy of its own, as losses are
+                listed = RecordIds(listed.ids, listed.segments)
         except (OSError, ValueError) as exc:
             raise TrainRequestError(f"{reading.agent}: cannot list its records: {exc}") from None
         hashes = None if listed is None else listed.id_hashes

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -575,3 +576,42 @@ def test_a_plugin_that_lists_its_records_has_its_served_model_scored_where_neede
         assert ours.gate.comparisons == theirs.gate.comparisons
     assert judged[2].live is not None and alike[2].live is not None
     assert judged[2].live.metrics == alike[2].live.metrics
+
+
+@dataclass
+class BadListing(HeldOut):
+    """HeldOut whose ``record_ids`` answers what ``listing`` builds."""
+
+    listing: Callable[[TrainRequest], Any] = lambda request: None
+
+    def record_ids(self, request: TrainRequest) -> Any:
+        return self.listing(request)
+
+
+def _changed_after(ids: tuple[str, ...]) -> RecordIds:
+    """A listing checked when built, then changed (a frozen object set anew)."""
+    listed = RecordIds(ids)
+    object.__setattr__(listed, "ids", (ids[0], ids[0]))
+    return listed
+
+
+def test_a_listing_that_is_not_one_refuses_the_run_in_one_line(tmp_path: Path) -> None:
+    """What record_ids returns is checked where the run uses it: not a RecordIds, an id
+    twice (when built, or changed after), a segment that is not a string: the run is
+    refused in one line naming the agent, and the served model stays."""
+    plugin = BadListing()
+    first = _request(tmp_path, _data(tmp_path / "d0.json", 0.3, range(300)))
+    run_plugin(plugin, first)
+    served = read_pointer(tmp_path / "checkpoints")
+    request = _request(tmp_path, _data(tmp_path / "d1.json", 0.5, range(600)))
+    for listing, why in (
+        (lambda r: ["r1", "r2"], "record_ids returned a list, not RecordIds or None"),
+        (lambda r: RecordIds(("r1", "r1")), "RecordIds: id 'r1' twice"),
+        (lambda r: _changed_after(("r1", "r2")), "RecordIds: id 'r1' twice"),
+        (lambda r: RecordIds(("r1",), (3,)), "RecordIds: a segment is not a string"),  # type: ignore[arg-type]
+    ):
+        plugin.listing = listing
+        with pytest.raises(TrainRequestError, match=f"cannot list its records: {why}") as caught:
+            run_plugin(plugin, request)
+        assert "\n" not in str(caught.value)
+        assert read_pointer(tmp_path / "checkpoints") == served
