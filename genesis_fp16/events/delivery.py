@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -47,6 +47,9 @@ from genesis_fp16_infrastructure.api import (
     outbox,
 )
 
+if TYPE_CHECKING:
+    from genesis_fp16.config.settings import Settings
+
 log = structlog.get_logger("genesis_fp16.events")
 
 BACKOFF_FIRST_SECONDS = 1.0
@@ -55,23 +58,6 @@ READ_BATCH = 500  # event files read per turn: a flooded outbox is read a slice 
 ADDRESS_BATCH = 100  # events addressed (an fsynced write each) per turn
 POST_BATCH = 100  # posts per turn
 LOG_BOUND = 300  # characters of any one value in delivery's lines (every line: LOG_VALUE_BOUND)
-
-
-class Settingsish(Protocol):
-    """The settings delivery reads (genesis_fp16.config.settings.Settings)."""
-
-    @property
-    def state_dir(self) -> Path: ...
-    @property
-    def events_urls(self) -> list[str] | None: ...
-    @property
-    def events_secret(self) -> Any: ...
-    @property
-    def events_timeout_seconds(self) -> float: ...
-    @property
-    def events_backoff_max_seconds(self) -> float: ...
-    @property
-    def events_keep(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -87,7 +73,7 @@ class DeliveryConfig:
     keep: int = 1000
 
     @classmethod
-    def from_settings(cls, settings: Settingsish) -> DeliveryConfig:
+    def from_settings(cls, settings: Settings) -> DeliveryConfig:
         secret = settings.events_secret
         return cls(
             Path(settings.state_dir),

@@ -24,13 +24,13 @@ from genesis_fp16.events.delivery import (
     Deliverer,
     DeliveryConfig,
     Pair,
-    Settingsish,
     agent_folders,
     catch_up,
     shown,
 )
 
 if TYPE_CHECKING:  # the `events` command never needs prometheus_client (its start-up cost)
+    from genesis_fp16.config.settings import Settings
     from genesis_fp16.metrics.event_metrics import EventMetrics
 
 log = structlog.get_logger("genesis_fp16.events")
@@ -114,7 +114,7 @@ class DeliveryThread:
             self.workers.pop(pair).retire()
 
 
-def start_delivery(settings: Callable[[], Settingsish], metrics: EventMetrics) -> DeliveryThread:
+def start_delivery(settings: Callable[[], Settings], metrics: EventMetrics) -> DeliveryThread:
     """The daemon's delivery, started: its receivers read from ``settings()`` at each turn
     (a reload's new URLs apply within a second), its figures into ``metrics``."""
     deliverer = Deliverer(
