@@ -82,10 +82,6 @@ class AgentScheduler:
         if self._on_skip is not None and event.job_id.startswith(JOB_PREFIX):
             self._on_skip(event.job_id[len(JOB_PREFIX) :])
 
-    @property
-    def running(self) -> bool:
-        return bool(self._scheduler.running)
-
     def start(self, plugins: Mapping[str, AgentPlugin]) -> None:
         """Start the scheduler with a job per enabled agent; the first runs at once if asked."""
         self._plugins = dict(plugins)
