@@ -145,11 +145,7 @@ class AgentScheduler:
 
     def scheduled_agents(self) -> list[str]:
         """The agents with a job: loaded and enabled."""
-        return sorted(
-            job.id[len(JOB_PREFIX) :]
-            for job in self._scheduler.get_jobs()
-            if job.id.startswith(JOB_PREFIX)
-        )
+        return sorted(self.next_run_times())
 
     def next_run_times(self) -> dict[str, float | None]:
         """Each agent job's next run (Unix time; None: paused), for the status page."""
