@@ -126,10 +126,6 @@ class RunWorker:
         self._broken: str | None = None  # why it could not start: runs start by exec
         self.ready: dict[str, Any] = {}
 
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
     def start(self, args: list[str], env: Mapping[str, str], cwd: str | None = None) -> ForkedChild:
         """A child running ``python -m genesis_fp16 ARGS`` in ``env`` (forked by the worker).
         Raises :class:`WorkerUnavailable` when there is no worker to fork it."""
