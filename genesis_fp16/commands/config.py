@@ -23,9 +23,9 @@ from genesis_fp16.cli import error_object
 from genesis_fp16.commands.reading import ACTS, READS, commands_that
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings import (
-    AGENT_VARIABLE_PREFIX,
     Settings,
     SettingsError,
+    _env_name,
     load_settings_with_sources,
 )
 from genesis_fp16.config.settings_reading import load_settings_for_reading
@@ -119,7 +119,7 @@ def resolved_values(settings: Settings, sources: SettingsSources) -> dict[str, t
     resolved = settings.redacted()
     agents = resolved.pop("agents")
     for name, value in resolved.items():
-        variable = "ENABLE_FP16_TRAINING" if name == "enable_fp16_training" else _upper(name)
+        variable = _env_name((name,))
         out[variable] = (_text(value), sources.source(variable))
     for agent, spec in sorted(settings.agents.items()):
         values = dict(agents[agent])
@@ -128,7 +128,7 @@ def resolved_values(settings: Settings, sources: SettingsSources) -> dict[str, t
         flat = {name.upper(): values[name] for name in spec.model_fields_set if name in values}
         flat |= {f"OPTIONS__{key.upper()}": value for key, value in options.items()}
         for name, value in sorted(flat.items()):
-            variable = f"{AGENT_VARIABLE_PREFIX}{agent.upper()}__{name}"
+            variable = _env_name(("agents", agent, name))
             source = sources.source(variable)
             if source == "default":  # set through a JSON object
                 source = _json_source(sources, variable)
@@ -144,10 +144,6 @@ def _json_source(sources: SettingsSources, variable: str) -> str:
         if sources.source(enclosing) != "default":
             return f"{sources.source(enclosing)} ({enclosing})"
     return "default"
-
-
-def _upper(name: str) -> str:
-    return f"GENESIS_FP16_{name.upper()}"
 
 
 def _text(value: Any) -> str:
