@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import msgspec
 
@@ -23,8 +23,21 @@ from genesis_fp16.service.state_lock import LOCK_NAME
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, StatusReport, gather_status
 
-if TYPE_CHECKING:  # the daemon imports this module
-    from genesis_fp16.service.daemon import Daemon
+
+class Daemon(Protocol):
+    """What the report reads of ``genesis_fp16.service.daemon.Daemon`` (which imports this
+    module, hence a protocol): its settings, checks and plugins; its ``context`` and
+    ``scheduler`` once it has started them."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def plugins(self) -> Mapping[str, Any]: ...
+
+    def health(self) -> tuple[bool, str]: ...
+
+    def readiness(self) -> tuple[bool, str]: ...
 
 
 Document = Callable[[], tuple[bytes, str]]
