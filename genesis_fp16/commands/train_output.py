@@ -170,7 +170,8 @@ def verdict(result: TrainResult) -> str:
         return f"held by the pin: {_gate_reason(gate, passed=True)}; the pinned model stays"
     if gate.outcome == Outcome.PROMOTED:
         if gate.served_id is None:
-            return f"served: the first model, nothing to beat (AUC {_auc(result)})"
+            auc = _number(result.eval.get("auc"), ".3f")
+            return f"served: the first model, nothing to beat (AUC {auc})"
         return f"served: {_gate_reason(gate, passed=True)}"
     return f"done: {result.steps} steps (no promotion gate: the newest checkpoint is the model)"
 
@@ -186,11 +187,6 @@ def _gate_reason(gate: GateReport, passed: bool) -> str:
         return f"{metric} {ours:.3f} vs {theirs:.3f} on {cand.records} {cand.name} records"
     sets = [c for c in gate.comparisons if c.passed is passed and c.reason]
     return (sets[0].reason if sets else gate.reason)[:160]
-
-
-def _auc(result: TrainResult) -> str:
-    value = result.eval.get("auc")
-    return "n/a" if value is None or math.isnan(value) else f"{value:.3f}"
 
 
 def _describe_bundle(path: str | None) -> str:
