@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so that `genesis-fp16 --help` does not pay for torch and APScheduler.
-    from genesis_fp16.service.daemon import Daemon, StartupError, hard_exit
+    from genesis_fp16.service.daemon import Daemon, StartupError
     from genesis_fp16.service.logsetup import configure_logging
 
     env_file = args.env_file or resolve_env_file()
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         code = 1
     if code != 0:
         sys.stderr.flush()
-        hard_exit(code)
+        os._exit(code)  # now, even if worker threads still run (they are not daemon threads)
     return code
 
 

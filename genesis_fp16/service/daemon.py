@@ -600,8 +600,3 @@ def _warn_shadowed(sources: SettingsSources) -> None:
     """Say which ``.env`` values the process environment overrides: editing them does nothing."""
     for line in sources.describe_shadowed():
         log.warning("env file value shadowed by the environment", detail=line)
-
-
-def hard_exit(code: int) -> None:
-    """Exit now even if worker threads still run (they are not daemon threads)."""
-    os._exit(code)
