@@ -84,7 +84,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
-from itertools import cycle, islice
+from itertools import cycle
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +123,9 @@ from genesis_fp16_infrastructure.training.run.task import (
     TrainingTask,
     batch_shapes,
     cuda_generators,
+    first_batches,
     to_device,
 )
-from genesis_fp16_infrastructure.training.step.cuda_graph import signature
 from genesis_fp16_infrastructure.training.step.execution import MeasuredExecution
 from genesis_fp16_infrastructure.training.step.trainer import LossFn, Trainer, TrainerConfig
 
@@ -499,21 +499,9 @@ def _event_samples(bench: _Bench, step: Callable[[], None]) -> tuple[list[float]
 
 
 def _first_signature(task: TrainingTask, seed: int, device: torch.device) -> list[Any]:
-    """The first epoch's first batches of the first batch's signature, on ``device``: the
-    same (epoch, seed) the run starts with (the protocol yields the same batches each
-    time, so reading them here changes nothing for the run). An epoch's partial last
-    batch is another signature: another graph, with its own eager warm-ups."""
-    batches = [batch for batch, _ in islice(iter(task.train_batches(0, seed)), BATCHES_READ)]
-    if not batches:
-        raise ValueError("precision calibration: the task yielded no training batch")
-    first = _shape_signature(batches[0])
-    same = [b for b in batches if _shape_signature(b) == first]
+    """The rows' batches (:func:`first_batches`), on ``device``."""
+    same = first_batches(task, seed, BATCHES_READ, "precision calibration")
     return [to_device(b, device) for b in same[: WARMUP + MAX_TIMED]]
-
-
-def _shape_signature(batch: Any) -> Any:
-    # A captured step's signature (shapes, dtypes, other leaves) on the batch's device.
-    return signature([batch])
 
 
 @dataclass(frozen=True)
