@@ -562,14 +562,9 @@ def policy_for_run(
     if isinstance(calibration, NothingTimed):  # the rule decides, less the exclusions
         decision = decide(replace(request, note=calibration.why), device)
         return PrecisionPolicy.from_decision(decision, device, scaler), None
-    if calibration.cached:
-        notes: tuple[str | None, ...] = (
-            _not_timed(calibration.skipped),
-            f"cached measurement ({calibration.revalidated})",
-        )
-    else:
-        notes = (_not_timed(calibration.skipped), calibration.remeasured)
-    note = "; ".join(n for n in notes if n) or None
+    cached = f"cached measurement ({calibration.revalidated})"
+    why = cached if calibration.cached else calibration.remeasured
+    note = "; ".join(n for n in (_not_timed(calibration.skipped), why) if n) or None
     decision = decide(replace(request, note=note), device, calibration.rows)
     return PrecisionPolicy.from_decision(decision, device, scaler), calibration
 
