@@ -327,10 +327,6 @@ class TrainingSummary:
     wall_seconds: float
     unstable: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (for JSON logs)."""
-        return asdict(self)
-
     def to_json(self) -> dict[str, Any]:
         """The fields as JSON-ready data: NaN and infinities become null."""
         out: dict[str, Any] = finite(asdict(self))
