@@ -594,22 +594,13 @@ def _key(
         "cuda_runtime": str(torch.version.cuda) if device.type == "cuda" else "none",
         "driver": _driver_version() if device.type == "cuda" else "none",
         "model": hashlib.sha256(repr(params).encode()).hexdigest()[:16],
-        "batch": bucketed_shapes(batch),
+        "batch": batch_shapes(batch, bucketed=True),
         "candidates": ",".join(candidates),
         "cuda_graph": config.cuda_graph,
         "tf32": _tf32(),
         "margin": str(MARGIN),
         "scaler": json.dumps(asdict(scaler), sort_keys=True),
     }
-
-
-def bucketed_shapes(value: Any) -> str:
-    """A batch's dtypes and shapes with the batch dimension bucketed (see ``batch_shapes``).
-
-    >>> bucketed_shapes((torch.zeros(244, 8), torch.zeros(244, dtype=torch.long)))
-    '(float32[256, 8],int64[256])'
-    """
-    return batch_shapes(value, bucketed=True)
 
 
 def _device_name(device: torch.device) -> str:
