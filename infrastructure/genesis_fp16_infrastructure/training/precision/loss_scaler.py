@@ -126,11 +126,9 @@ class LossScaler:
         self._init_state(self._config.init_scale)
 
     @classmethod
-    def from_config(
-        cls, device: torch.device | str, config: ScalerConfig, process_group: Any = None
-    ) -> LossScaler:
+    def from_config(cls, device: torch.device | str, config: ScalerConfig) -> LossScaler:
         """Build a scaler from a :class:`ScalerConfig`: ``LossScaler.from_config("cpu", c)``."""
-        return cls(device, process_group=process_group, **asdict(config))
+        return cls(device, **asdict(config))
 
     @property
     def config(self) -> ScalerConfig:
