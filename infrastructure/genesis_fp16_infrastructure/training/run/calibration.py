@@ -216,10 +216,9 @@ def calibrate(
     entered = clock()
     init(dev)
     started = clock()
-    bench = _Bench(task, dev, trainer_config, scaler, clock, started + budget_s, budget_s)
     captured_too = _captured_too(dev, trainer_config)
     limit = _Limit.for_run(len(candidates) + captured_too * CAPTURED_ROWS, expected_steps)
-    bench.limit = limit
+    bench = _Bench(task, dev, trainer_config, scaler, clock, started + budget_s, budget_s, limit)
     rng = capture_rng_state()
     try:
         with bench.phase("setup"):
@@ -285,7 +284,7 @@ class _Bench:
     clock: Callable[[], float]
     deadline: float
     budget_s: float
-    limit: _Limit = field(default_factory=lambda: _Limit(MAX_TIMED, None))
+    limit: _Limit
     template: nn.Module | None = None
     batches: list[Any] = field(default_factory=list)
     spent: dict[str, float] = field(default_factory=dict)

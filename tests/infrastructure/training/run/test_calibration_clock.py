@@ -121,8 +121,8 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeClock, list[Any
 def _bench(clock: FakeClock, budget_s: float, expected: int | None = None) -> cal._Bench:
     task = RegressionTask()
     cpu, deadline = torch.device("cpu"), clock() + budget_s
-    bench = cal._Bench(task, cpu, TrainerConfig(), ScalerConfig(), clock, deadline, budget_s)
-    bench.limit = cal._Limit.for_run(5, expected)
+    limit = cal._Limit.for_run(5, expected)
+    bench = cal._Bench(task, cpu, TrainerConfig(), ScalerConfig(), clock, deadline, budget_s, limit)
     bench.template = task.build_model()
     bench.batches = cal._first_signature(task, 0, torch.device("cpu"))
     return bench
