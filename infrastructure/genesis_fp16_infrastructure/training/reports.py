@@ -223,10 +223,7 @@ class Calibration(Record):
     def cache_json(self) -> dict[str, Any]:
         """The cache file's: ``cached`` and ``revalidated`` are about a run that reused
         it, not about the measurement, and are left out (a read of it says cached)."""
-        return {
-            **encode_record(self, leave_out=("cached", "revalidated")),
-            "version": CACHE_VERSION,
-        }
+        return {k: v for k, v in self.to_json().items() if k not in ("cached", "revalidated")}
 
     @classmethod
     def from_json(cls, data: object, where: str = "") -> Calibration:
@@ -326,10 +323,6 @@ class TrainingSummary:
     samples_per_second: float
     wall_seconds: float
     unstable: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (for JSON logs)."""
-        return asdict(self)
 
     def to_json(self) -> dict[str, Any]:
         """The fields as JSON-ready data: NaN and infinities become null."""

@@ -334,38 +334,32 @@ class RangeStats:
             # module.training: a validation or a recorder's forward between the hooks
             # going in and the sampled step is not the sampled step.
             if module.training and isinstance(output, torch.Tensor) and output.is_floating_point():
-                self._record_activation(index, output.detach())
+                assert self._buffer is not None
+                row = self._buffer[index]
+                magnitude = output.detach().abs().float()
+                finite = magnitude < math.inf  # False for inf and NaN: one op
+                largest = torch.where(finite, magnitude, 0.0).amax()
+                torch.maximum(row[_ACT], largest, out=row[_ACT])
+                row[_BAD] += (~finite).sum()
 
         return hook
-
-    def _record_activation(self, index: int, value: torch.Tensor) -> None:
-        assert self._buffer is not None
-        row = self._buffer[index]
-        magnitude = value.abs().float()
-        finite = magnitude < math.inf  # False for inf and NaN: one op
-        largest = torch.where(finite, magnitude, 0.0).amax()
-        torch.maximum(row[_ACT], largest, out=row[_ACT])
-        row[_BAD] += (~finite).sum()
 
     def _grad_hook(self, index: int) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
-            self._record_gradient(index, grad.detach())
+            assert self._buffer is not None
+            row = self._buffer[index]
+            magnitude = grad.detach().abs().float()  # scaled (fp16): what fp16 would have to hold
+            finite = magnitude < math.inf
+            scale = self._trainer.scaler.scale_tensor()  # 1 outside fp16
+            largest = torch.where(finite, magnitude, 0.0).amax()
+            torch.maximum(row[_SCALED], largest, out=row[_SCALED])
+            torch.maximum(row[_GRAD], largest / scale, out=row[_GRAD])
+            row[_OVER] += (~(magnitude <= FP16_MAX)).sum()
+            row[_UNDER] += ((magnitude > 0) & (magnitude < FP16_TINY)).sum()
+            row[_COUNT] += magnitude.numel()
+            row[_BAD] += (~finite).sum()
 
         return hook
-
-    def _record_gradient(self, index: int, grad: torch.Tensor) -> None:
-        assert self._buffer is not None
-        row = self._buffer[index]
-        magnitude = grad.abs().float()  # scaled (fp16): what fp16 would have to hold
-        finite = magnitude < math.inf
-        scale = self._trainer.scaler.scale_tensor()  # 1 outside fp16
-        largest = torch.where(finite, magnitude, 0.0).amax()
-        torch.maximum(row[_SCALED], largest, out=row[_SCALED])
-        torch.maximum(row[_GRAD], largest / scale, out=row[_GRAD])
-        row[_OVER] += (~(magnitude <= FP16_MAX)).sum()
-        row[_UNDER] += ((magnitude > 0) & (magnitude < FP16_TINY)).sum()
-        row[_COUNT] += magnitude.numel()
-        row[_BAD] += (~finite).sum()
 
     def _report(self, trainer: Any) -> None:
         assert self._buffer is not None

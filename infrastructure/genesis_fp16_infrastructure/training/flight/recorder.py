@@ -100,9 +100,7 @@ class FlightRecorder:
         if _calibration_only(trainer, guard, dirty):
             logger.info("flight recorder: fp16 scale calibration skips at the start, not a fault")
             return
-        fault = self._locate(guard, trainer, trainer.step_count, demotion=False)
-        if fault is not None:
-            self._save(fault, "first_nonfinite", trainer)
+        self._record(guard, trainer, demotion=False)
 
     def before_demotion(self, guard: PrecisionGuard, trainer: Trainer) -> None:
         """Before a demotion changes anything: bundle the step that brought it (the first
@@ -110,27 +108,23 @@ class FlightRecorder:
         guard.dirty = None
         if guard.snapshot is None or guard.pending is None:
             return
-        fault = self._locate(guard, trainer, trainer.step_count, demotion=True)
-        if fault is not None:
-            self._save(fault, "demotion", trainer)
+        self._record(guard, trainer, demotion=True)
 
     # ------------------------------------------------------------------ the re-run
 
-    def _locate(
-        self, guard: PrecisionGuard, trainer: Trainer, upto: int, demotion: bool
-    ) -> _Fault | None:
+    def _record(self, guard: PrecisionGuard, trainer: Trainer, demotion: bool) -> None:
         rng = capture_rng_state()  # the scratch trainer's loads and steps move every generator
         try:
-            return self._rerun(guard, trainer, upto, demotion)
+            fault = self._rerun(guard, trainer, demotion)
         except Exception as error:  # a bundle is evidence, never a reason to stop the run
             logger.warning("flight recorder: no bundle (%s: %s)", type(error).__name__, error)
-            return None
+            return
         finally:
             restore_rng_state(rng)
+        if fault is not None:
+            self._save(fault, "demotion" if demotion else "first_nonfinite", trainer)
 
-    def _rerun(
-        self, guard: PrecisionGuard, trainer: Trainer, upto: int, demotion: bool
-    ) -> _Fault | None:
+    def _rerun(self, guard: PrecisionGuard, trainer: Trainer, demotion: bool) -> _Fault | None:
         snapshot = guard.restore()
         scratch = scratch_trainer(self.task, trainer)
         scratch.load_state_dict(snapshot.trainer)
@@ -141,7 +135,7 @@ class FlightRecorder:
             self.task, snapshot.epoch, snapshot.batch, self.seed, self.accum, begin
         )
         for group in groups:
-            if scratch.step_count >= upto:
+            if scratch.step_count >= trainer.step_count:  # the live trainer's: it stands still
                 break
             before = copy.deepcopy(scratch.state_dict())  # a host sync: the fault path only
             micro = [b for b, _ in group]

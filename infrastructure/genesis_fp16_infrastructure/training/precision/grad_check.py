@@ -51,7 +51,6 @@ def grads_by_device(optimizers: Iterable[torch.optim.Optimizer]) -> GradGroups:
                         "fp16 per operation, so do not call model.half()/.bfloat16()"
                     )
                 if grad.is_sparse:
-                    # Duplicate indices would be summed later: check the summed values.
                     param.grad = grad.coalesce()
                     grad = param.grad._values()
                 groups.setdefault((grad.device, grad.dtype), []).append(grad)

@@ -126,11 +126,9 @@ class LossScaler:
         self._init_state(self._config.init_scale)
 
     @classmethod
-    def from_config(
-        cls, device: torch.device | str, config: ScalerConfig, process_group: Any = None
-    ) -> LossScaler:
+    def from_config(cls, device: torch.device | str, config: ScalerConfig) -> LossScaler:
         """Build a scaler from a :class:`ScalerConfig`: ``LossScaler.from_config("cpu", c)``."""
-        return cls(device, process_group=process_group, **asdict(config))
+        return cls(device, **asdict(config))
 
     @property
     def config(self) -> ScalerConfig:
@@ -386,20 +384,11 @@ class LossScaler:
         The keys ``scale``, ``growth_factor``, ``backoff_factor``, ``growth_interval``
         and ``_growth_tracker`` mean what they mean in ``GradScaler.state_dict()``.
         """
-        c = self._config
         return {
             "version": STATE_VERSION,
             "scale": float(self._scale.item()),
-            "growth_factor": c.growth_factor,
-            "backoff_factor": c.backoff_factor,
-            "growth_interval": c.growth_interval,
+            **asdict(self._config),  # the settings: what config_from_state restores
             "_growth_tracker": int(self._growth_tracker.item()),
-            "min_scale": c.min_scale,
-            "max_scale": c.max_scale,
-            "hysteresis": c.hysteresis,
-            "unstable_after": c.unstable_after,
-            "init_scale": c.init_scale,
-            "enabled": c.enabled,
             "hysteresis_left": int(self._hysteresis_left.item()),
             "floor_overflows": int(self._floor_overflows.item()),
             "unstable": self.unstable,

@@ -84,7 +84,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
-from itertools import cycle, islice
+from itertools import cycle
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +123,9 @@ from genesis_fp16_infrastructure.training.run.task import (
     TrainingTask,
     batch_shapes,
     cuda_generators,
+    first_batches,
     to_device,
 )
-from genesis_fp16_infrastructure.training.step.cuda_graph import signature
 from genesis_fp16_infrastructure.training.step.execution import MeasuredExecution
 from genesis_fp16_infrastructure.training.step.trainer import LossFn, Trainer, TrainerConfig
 
@@ -216,10 +216,9 @@ def calibrate(
     entered = clock()
     init(dev)
     started = clock()
-    bench = _Bench(task, dev, trainer_config, scaler, clock, started + budget_s, budget_s)
     captured_too = _captured_too(dev, trainer_config)
     limit = _Limit.for_run(len(candidates) + captured_too * CAPTURED_ROWS, expected_steps)
-    bench.limit = limit
+    bench = _Bench(task, dev, trainer_config, scaler, clock, started + budget_s, budget_s, limit)
     rng = capture_rng_state()
     try:
         with bench.phase("setup"):
@@ -285,7 +284,7 @@ class _Bench:
     clock: Callable[[], float]
     deadline: float
     budget_s: float
-    limit: _Limit = field(default_factory=lambda: _Limit(MAX_TIMED, None))
+    limit: _Limit
     template: nn.Module | None = None
     batches: list[Any] = field(default_factory=list)
     spent: dict[str, float] = field(default_factory=dict)
@@ -499,21 +498,9 @@ def _event_samples(bench: _Bench, step: Callable[[], None]) -> tuple[list[float]
 
 
 def _first_signature(task: TrainingTask, seed: int, device: torch.device) -> list[Any]:
-    """The first epoch's first batches of the first batch's signature, on ``device``: the
-    same (epoch, seed) the run starts with (the protocol yields the same batches each
-    time, so reading them here changes nothing for the run). An epoch's partial last
-    batch is another signature: another graph, with its own eager warm-ups."""
-    batches = [batch for batch, _ in islice(iter(task.train_batches(0, seed)), BATCHES_READ)]
-    if not batches:
-        raise ValueError("precision calibration: the task yielded no training batch")
-    first = _shape_signature(batches[0])
-    same = [b for b in batches if _shape_signature(b) == first]
+    """The rows' batches (:func:`first_batches`), on ``device``."""
+    same = first_batches(task, seed, BATCHES_READ, "precision calibration")
     return [to_device(b, device) for b in same[: WARMUP + MAX_TIMED]]
-
-
-def _shape_signature(batch: Any) -> Any:
-    # A captured step's signature (shapes, dtypes, other leaves) on the batch's device.
-    return signature([batch])
 
 
 @dataclass(frozen=True)
@@ -574,14 +561,9 @@ def policy_for_run(
     if isinstance(calibration, NothingTimed):  # the rule decides, less the exclusions
         decision = decide(replace(request, note=calibration.why), device)
         return PrecisionPolicy.from_decision(decision, device, scaler), None
-    if calibration.cached:
-        notes: tuple[str | None, ...] = (
-            _not_timed(calibration.skipped),
-            f"cached measurement ({calibration.revalidated})",
-        )
-    else:
-        notes = (_not_timed(calibration.skipped), calibration.remeasured)
-    note = "; ".join(n for n in notes if n) or None
+    cached = f"cached measurement ({calibration.revalidated})"
+    why = cached if calibration.cached else calibration.remeasured
+    note = "; ".join(n for n in (_not_timed(calibration.skipped), why) if n) or None
     decision = decide(replace(request, note=note), device, calibration.rows)
     return PrecisionPolicy.from_decision(decision, device, scaler), calibration
 
@@ -611,22 +593,13 @@ def _key(
         "cuda_runtime": str(torch.version.cuda) if device.type == "cuda" else "none",
         "driver": _driver_version() if device.type == "cuda" else "none",
         "model": hashlib.sha256(repr(params).encode()).hexdigest()[:16],
-        "batch": bucketed_shapes(batch),
+        "batch": batch_shapes(batch, bucketed=True),
         "candidates": ",".join(candidates),
         "cuda_graph": config.cuda_graph,
         "tf32": _tf32(),
         "margin": str(MARGIN),
         "scaler": json.dumps(asdict(scaler), sort_keys=True),
     }
-
-
-def bucketed_shapes(value: Any) -> str:
-    """A batch's dtypes and shapes with the batch dimension bucketed (see ``batch_shapes``).
-
-    >>> bucketed_shapes((torch.zeros(244, 8), torch.zeros(244, dtype=torch.long)))
-    '(float32[256, 8],int64[256])'
-    """
-    return batch_shapes(value, bucketed=True)
 
 
 def _device_name(device: torch.device) -> str:

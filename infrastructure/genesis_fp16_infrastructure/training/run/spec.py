@@ -24,7 +24,7 @@ import collections.abc
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import Field, asdict, dataclass, field, fields, is_dataclass, replace
+from dataclasses import Field, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -108,14 +108,13 @@ class RunCallbacks:
     on_diagnostics: Callable[[Mapping[str, float]], None] | None = None
 
 
-def _decode_guard(raw: Mapping[str, Any]) -> GuardConfig:
-    return replace(GuardConfig(**raw), ladder=tuple(raw["ladder"]))
-
-
 # The field types the codec rebuilds from JSON, by the type itself (an optional field's
 # non-None type), besides a type with its own from_json; every other field's JSON value
-# is its value.
-_DECODERS: dict[type, Callable[[Any], Any]] = {Path: Path, GuardConfig: _decode_guard}
+# is its value (GuardConfig makes its JSON ladder a tuple itself).
+_DECODERS: dict[type, Callable[[Any], Any]] = {
+    Path: Path,
+    GuardConfig: lambda raw: GuardConfig(**raw),
+}
 
 
 def _decoder(hint: object) -> Callable[[Any], Any] | None:

@@ -21,6 +21,7 @@ instead of waiting for them (pageable memory cannot be copied asynchronously).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
@@ -29,6 +30,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16_infrastructure.training.precision.decide import same_device
+from genesis_fp16_infrastructure.training.step.cuda_graph import signature
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.step.trainer import Trainer
@@ -163,6 +165,18 @@ def _tensor_to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     # is_pinned() is only meaningful (and cheap) for a CPU tensor bound for an accelerator.
     pinned = tensor.device.type == "cpu" and device.type != "cpu" and tensor.is_pinned()
     return tensor.to(device, non_blocking=pinned)
+
+
+def first_batches(task: TrainingTask, seed: int, read: int, what: str) -> list[Any]:
+    """Of the first ``read`` batches of the first epoch, those of the first batch's signature
+    (:func:`~.cuda_graph.signature`): the same (epoch, seed) the run starts with (the protocol
+    yields the same batches each time, so reading them changes nothing for the run). An
+    epoch's partial last batch is another signature: another graph, with its own warm-ups."""
+    batches = [batch for batch, _ in islice(iter(task.train_batches(0, seed)), read)]
+    if not batches:
+        raise ValueError(f"{what}: the task yielded no training batch")
+    first = signature([batches[0]])
+    return [batch for batch in batches if signature([batch]) == first]
 
 
 def batch_shapes(value: Any, *, bucketed: bool = False) -> str:

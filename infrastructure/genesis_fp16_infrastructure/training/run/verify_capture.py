@@ -45,7 +45,6 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +57,12 @@ from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
-from genesis_fp16_infrastructure.training.run.task import TrainingTask, batch_shapes, to_device
-from genesis_fp16_infrastructure.training.step.cuda_graph import signature
+from genesis_fp16_infrastructure.training.run.task import (
+    TrainingTask,
+    batch_shapes,
+    first_batches,
+    to_device,
+)
 from genesis_fp16_infrastructure.training.step.trainer import LossFn, Trainer
 
 logger = logging.getLogger(__name__)
@@ -85,9 +88,9 @@ def verify_run(
     """
     if trainer.execution.used not in CAPTURED:
         return None
-    batches = [to_device(b, trainer.policy.device) for b in _first_batches(task, seed)]
     # One batch signature: 8 steps over several would all be warm-ups, nothing replayed.
-    batches = [b for b in batches if signature([b]) == signature([batches[0]])]
+    same = first_batches(task, seed, VERIFY_STEPS, "captured-step verification")
+    batches = [to_device(b, trainer.policy.device) for b in same]
     key = verification_key(trainer, batches[0])
     verdict = read_verdict(cache, key)
     if verdict is None:
@@ -310,13 +313,6 @@ def _copy_trainer(task: TrainingTask, trainer: Trainer, execution: str) -> Train
         measured_execution=None,
     )
     return Trainer(model, optimizers, policy, config, (), None, trainer.generators)
-
-
-def _first_batches(task: TrainingTask, seed: int) -> list[Any]:
-    batches = [batch for batch, _ in islice(iter(task.train_batches(0, seed)), VERIFY_STEPS)]
-    if not batches:
-        raise ValueError("captured-step verification: the task yielded no training batch")
-    return batches
 
 
 def verification_key(trainer: Trainer, batch: Any) -> dict[str, str]:

@@ -146,11 +146,7 @@ class StepGraphs:
 
     def run(self, body: StepBody, micro_batches: Sequence[Any]) -> str:
         """Run one step of ``body`` on ``micro_batches``; return how it ran."""
-        key = signature(micro_batches)
-        if key is None:  # a leaf that cannot be compared: never baked into a graph
-            body(micro_batches)
-            self.eager_steps += 1
-            return "eager"
+        key = signature(micro_batches)  # None: a leaf that cannot be compared, never baked in
         captured = self._graphs.get(key)
         if captured is not None:
             _copy_into(captured.static, micro_batches)
@@ -158,7 +154,7 @@ class StepGraphs:
             self.captured_steps += 1
             return "replayed"
         seen = self._seen.get(key, 0)
-        if seen < self.warmup:
+        if key is not None and seen < self.warmup:
             self._seen[key] = seen + 1
             if seen + 1 == self.warmup:  # the step the capture will record: watched
                 self._watched_warmup(key, body, micro_batches)
@@ -166,7 +162,7 @@ class StepGraphs:
                 self._on_side_stream(body, micro_batches)
             self.warmup_steps += 1
             return "warmup"
-        if len(self._graphs) >= self.max_graphs:
+        if key is None or len(self._graphs) >= self.max_graphs:
             body(micro_batches)
             self.eager_steps += 1
             return "eager"

@@ -107,13 +107,27 @@ def resolve_execution(
         raise ExecutionError(
             f"unknown compile setting {compile!r}; valid: {', '.join(COMPILE_REQUESTS)}"
         )
-    if compile == "on":
-        return _resolve_compiled(
-            requested, device, optimizers, schedulers, host_sync_per_step, world_size
-        )
-    if requested == "off":
+    if requested == "off" and compile == "off":
         return ResolvedExecution(requested, "eager", "cuda_graph=off: eager steps requested")
     obstacle = _capture_obstacle(device, optimizers, schedulers, host_sync_per_step, world_size)
+    if compile == "on":
+        # Compiled but eager is not offered: compiling costs seconds to minutes per run,
+        # paid for the captured step's speed (issue 28: 2.3 ms against 4.0 ms on an H100,
+        # measured by hand); a run that cannot be captured is told so instead.
+        if requested == "off":
+            obstacle = "cuda_graph=off asks for eager steps (set cuda_graph to auto or on)"
+        if obstacle is not None:
+            raise ExecutionError(
+                "compile=on runs the compiled model inside the captured step, but this run "
+                f"cannot be captured: {obstacle}; set compile to off",
+                obstacle,
+            )
+        return ResolvedExecution(
+            requested,
+            "cuda_graph_compiled",
+            f"compile=on: the model compiled (torch.compile mode {COMPILE_MODE}) inside the "
+            f"whole step captured on {device}",
+        )
     if obstacle is not None:
         if requested == "on":
             raise ExecutionError(
@@ -126,38 +140,6 @@ def resolve_execution(
         return ResolvedExecution(requested, measured.used, f"auto: {measured.reason}")
     return ResolvedExecution(
         requested, "cuda_graph", f"cuda_graph={requested}: whole step captured on {device}"
-    )
-
-
-def _resolve_compiled(
-    requested: str,
-    device: torch.device,
-    optimizers: Sequence[Optimizer],
-    schedulers: Sequence[object],
-    host_sync_per_step: bool,
-    world_size: int,
-) -> ResolvedExecution:
-    """``compile=on``: the compiled model inside the captured step, or an error saying why not.
-
-    Compiled but eager is not offered: compiling costs seconds to minutes per run, paid
-    for the captured step's speed (issue 28: 2.3 ms against 4.0 ms on an H100, measured
-    by hand); a run that cannot be captured is told so instead."""
-    obstacle: str | None
-    if requested == "off":
-        obstacle = "cuda_graph=off asks for eager steps (set cuda_graph to auto or on)"
-    else:
-        obstacle = _capture_obstacle(device, optimizers, schedulers, host_sync_per_step, world_size)
-    if obstacle is not None:
-        raise ExecutionError(
-            "compile=on runs the compiled model inside the captured step, but this run "
-            f"cannot be captured: {obstacle}; set compile to off",
-            obstacle,
-        )
-    return ResolvedExecution(
-        requested,
-        "cuda_graph_compiled",
-        f"compile=on: the model compiled (torch.compile mode {COMPILE_MODE}) inside the "
-        f"whole step captured on {device}",
     )
 
 

@@ -8,6 +8,7 @@ every figure below is exact on any host, loaded or not."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabili
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
 from genesis_fp16_infrastructure.training.reports import under_load
 from genesis_fp16_infrastructure.training.run import calibration as cal
+from genesis_fp16_infrastructure.training.run.task import batch_shapes
 
 NATIVE_BOTH = DeviceCapabilities("cpu", True, True, "test: bf16 and fp16 taken as native")
 WARMUP_MS, CAPTURE_MS, REPLAY_MS = 3.4, 11.2, 0.36
@@ -119,8 +121,8 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeClock, list[Any
 def _bench(clock: FakeClock, budget_s: float, expected: int | None = None) -> cal._Bench:
     task = RegressionTask()
     cpu, deadline = torch.device("cpu"), clock() + budget_s
-    bench = cal._Bench(task, cpu, TrainerConfig(), ScalerConfig(), clock, deadline, budget_s)
-    bench.limit = cal._Limit.for_run(5, expected)
+    limit = cal._Limit.for_run(5, expected)
+    bench = cal._Bench(task, cpu, TrainerConfig(), ScalerConfig(), clock, deadline, budget_s, limit)
     bench.template = task.build_model()
     bench.batches = cal._first_signature(task, 0, torch.device("cpu"))
     return bench
@@ -259,7 +261,7 @@ def test_samples_of_another_signature_are_never_timed() -> None:
 def test_a_pool_grown_by_a_few_records_keeps_its_key() -> None:
     """Batches of 244 and 245 rows (1,955 and 1,960 records at a batch of an eighth of
     the training part) bucket to 256: one key; 300 rows is another bucket."""
-    shape = cal.bucketed_shapes
+    shape = functools.partial(batch_shapes, bucketed=True)
     assert shape((torch.zeros(244, 8), torch.zeros(244, 1))) == "(float32[256, 8],float32[256, 1])"
     assert shape((torch.zeros(244, 8),)) == shape((torch.zeros(245, 8),))
     assert shape((torch.zeros(244, 8),)) != shape((torch.zeros(300, 8),))

@@ -222,6 +222,27 @@ def test_a_keyboard_interrupt_mid_capture_heals_and_propagates_as_itself(
     assert healed and fake.current is fake.main
 
 
+def test_a_batch_past_the_graph_bound_or_with_an_unhashable_leaf_runs_eagerly(
+    fake_cuda: tuple[FakeCuda, list[list[str]]],
+) -> None:
+    """A batch whose signature cannot be compared (an unhashable leaf) runs eagerly from its
+    first step, and so does a new signature once max_graphs are captured; both counted."""
+    fake, _ = fake_cuda
+    graphs = StepGraphs(torch.device("cpu"), warmup=1, max_graphs=1)
+    ran: list[int] = []
+
+    def body(batches: Sequence[Any]) -> None:
+        ran.append(1)
+
+    assert [graphs.run(body, [(torch.ones(2), {1})]) for _ in range(2)] == ["eager", "eager"]
+    assert [graphs.run(body, [torch.ones(2)]) for _ in range(3)] == [
+        *("warmup", "captured", "replayed")
+    ]
+    assert [graphs.run(body, [torch.ones(3)]) for _ in range(2)] == ["warmup", "eager"]
+    assert graphs.eager_steps == 3 and graphs.captured_steps == 2 and graphs.warmup_steps == 2
+    assert len(ran) == 6 and graphs.graph_count == 1 and len(fake.graphs) == 1
+
+
 def test_a_warm_up_sync_refuses_the_capture_before_capturing(
     fake_cuda: tuple[FakeCuda, list[list[str]]],
 ) -> None:
