@@ -51,13 +51,13 @@ from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, fit  #
 from genesis_fp16_infrastructure.training.flight.bundle import load_bundle  # noqa: E402
 from genesis_fp16_infrastructure.training.flight.bundle_files import (  # noqa: E402
     BundleLimits,
+    FlightConfig,
     list_bundles,
 )
 from genesis_fp16_infrastructure.training.flight.range_stats import (  # noqa: E402
     RangeStats,
     RangeStatsConfig,
 )
-from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig  # noqa: E402
 from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay  # noqa: E402
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy  # noqa: E402
 from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig  # noqa: E402

@@ -127,8 +127,10 @@ MAX_COMPLEXITY = 30
 # the memory's file read and written by agent_folder.folder, its decode PrecisionMemory's): 23.
 # The runs' records beside the lifecycle's, whose Outcome they end in (run_history merged into
 # agent_folder.lifecycle_records): 22. The replay command replays through the FaultBundle it
-# loaded (training.flight.replay no longer defines a name it uses): 21.
-MAX_DEFINING_MODULES = 21
+# loaded (training.flight.replay no longer defines a name it uses): 21. What fit() is given and
+# gives back in one module (training.run.options merged into run.task; FlightConfig beside
+# the bundle folder's bounds in flight.bundle_files, so the module imports no recorder): 20.
+MAX_DEFINING_MODULES = 20
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

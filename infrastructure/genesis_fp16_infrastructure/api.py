@@ -125,8 +125,12 @@ if TYPE_CHECKING:
         TrainingSummary,
     )
     from genesis_fp16_infrastructure.training.run.fit import fit
-    from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
-    from genesis_fp16_infrastructure.training.run.task import TrainingTask, to_device
+    from genesis_fp16_infrastructure.training.run.task import (
+        FitOptions,
+        FitResult,
+        TrainingTask,
+        to_device,
+    )
     from genesis_fp16_infrastructure.world_model import workload
 
 

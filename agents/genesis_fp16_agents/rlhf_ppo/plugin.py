@@ -70,7 +70,7 @@ from genesis_fp16_infrastructure.rl.precision_presets import (
 from genesis_fp16_infrastructure.training import StepTuning, fit
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
-from genesis_fp16_infrastructure.training.run.options import FitResult
+from genesis_fp16_infrastructure.training.run.task import FitResult
 
 logger = logging.getLogger(__name__)
 

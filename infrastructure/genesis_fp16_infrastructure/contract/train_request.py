@@ -139,9 +139,11 @@ class TrainRequest(RunSpec, RunCallbacks):
 
             result = fit(task, request.fit_options())
         """
-        from genesis_fp16_infrastructure.training.flight.bundle_files import bundle_folder
+        from genesis_fp16_infrastructure.training.flight.bundle_files import (
+            FlightConfig,
+            bundle_folder,
+        )
         from genesis_fp16_infrastructure.training.flight.range_stats import RangeStatsConfig
-        from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
         from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
         values: dict[str, Any] = {name: getattr(self, name) for name in spec_fields()}

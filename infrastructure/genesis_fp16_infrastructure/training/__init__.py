@@ -40,8 +40,12 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.reports import TrainingSummary
     from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
     from genesis_fp16_infrastructure.training.run.fit import fit
-    from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
-    from genesis_fp16_infrastructure.training.run.task import TrainingTask, to_device
+    from genesis_fp16_infrastructure.training.run.task import (
+        FitOptions,
+        FitResult,
+        TrainingTask,
+        to_device,
+    )
     from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
 
 __getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -1,4 +1,4 @@
-"""A fault bundle folder's files: names, bounds and listing, without torch.
+"""A fault bundle folder's files (names, bounds, listing) and its FlightConfig, without torch.
 
 ``precision show`` lists an agent's bundles with this module alone; reading a bundle
 (``bundle.load_bundle``) needs torch. A bundle's name says when, which step and why::
@@ -9,7 +9,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,22 @@ class BundleLimits:
     def __post_init__(self) -> None:
         if self.max_count < 1 or self.max_bytes < 1:
             raise ValueError(f"BundleLimits({self}): max_count and max_bytes must be >= 1")
+
+
+@dataclass(frozen=True)
+class FlightConfig:
+    """Where bundles go and how many: ``folder`` (the agent's state folder's
+    ``fault_bundles``), ``limits``, and ``context`` (plain data saved in every bundle:
+    the agent and the run's request; or a function that makes it, called only when a
+    bundle is written). Each bundle's record is in ``FlightRecorder.bundles``."""
+
+    folder: Path
+    limits: BundleLimits = field(default_factory=BundleLimits)
+    context: Mapping[str, Any] | Callable[[], Mapping[str, Any]] = field(default_factory=dict)
+
+    def context_data(self) -> Mapping[str, Any]:
+        """The context a bundle saves (made now, when ``context`` is a function)."""
+        return self.context() if callable(self.context) else self.context
 
 
 def bundle_name(step: int, reason: str) -> str:

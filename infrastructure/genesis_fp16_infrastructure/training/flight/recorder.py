@@ -33,9 +33,8 @@ import copy
 import logging
 import platform
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from itertools import islice
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,7 +44,7 @@ from genesis_fp16_infrastructure.training.flight.bundle import (
     plain_batch,
     save_bundle,
 )
-from genesis_fp16_infrastructure.training.flight.bundle_files import BundleLimits
+from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.reports import FaultBundle
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
@@ -54,22 +53,6 @@ from genesis_fp16_infrastructure.training.run.task import IterationHooks, Traini
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class FlightConfig:
-    """Where bundles go and how many: ``folder`` (the agent's state folder's
-    ``fault_bundles``), ``limits``, and ``context`` (plain data saved in every bundle:
-    the agent and the run's request; or a function that makes it, called only when a
-    bundle is written). Each bundle's record is in ``FlightRecorder.bundles``."""
-
-    folder: Path
-    limits: BundleLimits = field(default_factory=BundleLimits)
-    context: Mapping[str, Any] | Callable[[], Mapping[str, Any]] = field(default_factory=dict)
-
-    def context_data(self) -> Mapping[str, Any]:
-        """The context a bundle saves (made now, when ``context`` is a function)."""
-        return self.context() if callable(self.context) else self.context
 
 
 @dataclass

@@ -45,8 +45,9 @@ from genesis_fp16_infrastructure.training.run.loop import (
     run_steps,
     run_targets,
 )
-from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
 from genesis_fp16_infrastructure.training.run.task import (
+    FitOptions,
+    FitResult,
     IterationHooks,
     TrainingTask,
     cuda_generators,

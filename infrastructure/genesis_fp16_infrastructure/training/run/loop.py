@@ -33,8 +33,12 @@ from genesis_fp16_infrastructure.training.precision.precision import PrecisionPo
 from genesis_fp16_infrastructure.training.reports import TrainingSummary
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopTracker
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
-from genesis_fp16_infrastructure.training.run.options import FitOptions
-from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask, to_device
+from genesis_fp16_infrastructure.training.run.task import (
+    FitOptions,
+    IterationHooks,
+    TrainingTask,
+    to_device,
+)
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 logger = logging.getLogger(__name__)

@@ -22,8 +22,11 @@ from genesis_fp16_infrastructure.training.flight.bundle import (
     rebuilt_batch,
     save_bundle,
 )
-from genesis_fp16_infrastructure.training.flight.bundle_files import BundleLimits, list_bundles
-from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
+from genesis_fp16_infrastructure.training.flight.bundle_files import (
+    BundleLimits,
+    FlightConfig,
+    list_bundles,
+)
 from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay, reproduces
 
 # No overflow-rate trigger: a lone overflow (or the start-up calibration) does not demote.

@@ -22,7 +22,7 @@ from genesis_fp16_infrastructure.training import (
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.flight.bundle import load_bundle
-from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
+from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig
 from genesis_fp16_infrastructure.training.run.task import IterationHooks
 
 PER_ITERATION = 3  # optimizer steps over each iteration's "rollouts"
