@@ -64,7 +64,6 @@ from genesis_fp16_infrastructure.api import (
     RequestedName,
     check_agent_name,
     machine_memory_bytes,
-    requested_name,
 )
 
 ENV_PREFIX = "GENESIS_FP16_"
@@ -465,13 +464,10 @@ def requested_precision(
 floored=False)
     """
     if cli_precision is not None:
-        try:
-            flag = requested_name(cli_precision)
-        except ValueError:
+        flag = cli_precision  # train's --precision, which train_checks has checked too
+        if flag not in PRECISION_CHOICES:
             choices = ", ".join(PRECISION_CHOICES)
-            raise SettingsError(
-                [f"--precision: {cli_precision!r} is not one of {choices}"]
-            ) from None
+            raise SettingsError([f"--precision: {flag!r} is not one of {choices}"])
         return OperatorPrecision(flag, f"--precision {flag} on the command line", False)
     if settings.enable_fp16_training is False:
         return OperatorPrecision("fp32", "ENABLE_FP16_TRAINING=false (rollback to fp32)", False)
