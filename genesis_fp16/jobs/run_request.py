@@ -54,7 +54,6 @@ from genesis_fp16_infrastructure.api import (
     AgentSnapshot,
     AgentState,
     Capabilities,
-    OptionValue,
     PrecisionName,
     RequestedName,
     capabilities_of,
@@ -326,15 +325,15 @@ def resolve_options(
     plugin: object,
     configured: Mapping[str, Any],
     flags: Mapping[str, str] | None = None,
-) -> dict[str, OptionValue]:
-    """The typed options of one run: ``configured`` (settings), then ``flags`` (CLI) on top,
-    checked against the options ``plugin`` (the plugin, or its ``Capabilities``) declares.
+) -> dict[str, Any]:
+    """A run's typed options (``TrainRequest.options``): ``configured`` (settings), then
+    ``flags`` (CLI) on top, checked against what ``plugin`` (or its ``Capabilities``) declares.
 
     Raises :class:`TrainRequestError`, one line naming the setting or flag, the agent,
     the option and what is valid.
     """
     declared = declared_options(plugin)
-    out: dict[str, OptionValue] = {}
+    out: dict[str, Any] = {}
     for origin, given in (("settings", configured), ("flags", flags or {})):
         for key, value in given.items():
             try:
