@@ -24,7 +24,6 @@ from genesis_fp16_infrastructure.api import (
     PRECISIONS,
     AgentFolder,
     DataError,
-    TrainResultError,
     api_version_error,
     capabilities_of,
     check_result,
@@ -116,10 +115,10 @@ class _Bench:
     def train(self, request: TrainRequest, own: bool = False) -> TrainResult:
         """A run as the daemon makes it (a judged plugin's through its judged run), or
         ``own``: the plugin's own ``train`` alone (a rule about train itself)."""
+        result = self.plugin.train(request) if own else run_plugin(self.plugin, request)
         try:  # the type of each field, as train and the daemon check it
-            result = self.plugin.train(request) if own else run_plugin(self.plugin, request)
             return check_result(result, self.plugin.name)
-        except TrainResultError as exc:
+        except TrainRequestError as exc:  # its refusal, a TrainResultError: the rule's line
             raise RuleFailed(str(exc)) from None
 
 
