@@ -343,8 +343,8 @@ def _train(
         request.device,
     )
     from genesis_fp16_infrastructure.api import (
-        CheckpointFolderBusy,
         ExecutionError,
+        LockBusy,
         PrecisionError,
         check_result,
         run_plugin,
@@ -365,7 +365,7 @@ def _train(
         PrecisionError,
         ExecutionError,
         TrainRequestError,
-        CheckpointFolderBusy,  # another process writes --checkpoint-dir: named, one line
+        LockBusy,  # another process writes --checkpoint-dir (CheckpointFolderBusy): one line
     ) as exc:
         if recorded:
             _record(request.checkpoint_dir, None, str(exc), started)

@@ -21,10 +21,6 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be used: unreadable, corrupt, of another schema, unfit."""
 
 
-class CheckpointFolderBusy(RuntimeError):
-    """Another process writes this checkpoint folder; the message names it, in one line."""
-
-
 class PrecisionError(ValueError):
     """A precision request or a model that cannot run as asked; the message says why."""
 
@@ -47,12 +43,18 @@ class ProbeError(Exception):
 
 
 class LockBusy(Exception):
-    """Another process holds the lock; ``holder`` is what its file says (None: nothing)."""
+    """Another process holds the lock at ``path``; ``holder`` is what its file says (None:
+    nothing). ``message``: what the lock guards, said by whoever took it."""
 
-    def __init__(self, path: Path, holder: dict[str, Any] | None) -> None:
+    def __init__(self, path: Path, holder: dict[str, Any] | None, message: str = "") -> None:
         self.path = path
         self.holder = holder
-        super().__init__(f"{path} is held by {holder or 'another process'}")
+        super().__init__(message or f"{path} is held by {holder or 'another process'}")
+
+
+class CheckpointFolderBusy(LockBusy, RuntimeError):
+    """Another process writes this checkpoint folder (holds its writer lock); the message
+    names it, in one line."""
 
 
 class ServedPointerError(ValueError):

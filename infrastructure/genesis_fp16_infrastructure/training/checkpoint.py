@@ -118,8 +118,10 @@ class CheckpointManager:
                 fd = take_lock(path, WRITER_LOCK_FILE, wait=False, record=record)
             except LockBusy as busy:
                 raise CheckpointFolderBusy(
+                    path,
+                    busy.holder,
                     f"checkpoint folder {self.directory} is written by {_holder(busy.holder)}; "
-                    f"one writer per folder (lock file {path})"
+                    f"one writer per folder (lock file {path})",
                 ) from None
             _CLAIMS[key] = (fd, 1)
             self._lock_fd = fd
