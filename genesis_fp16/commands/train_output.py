@@ -20,7 +20,6 @@ from typing import Any, TextIO
 from genesis_fp16.config.state_files import relayed_set_aside
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
-    GateReport,
     Outcome,
     SetAside,
     TrainingSummary,
@@ -162,24 +161,26 @@ def verdict(result: TrainResult) -> str:
     if gate is None:
         return f"done: {result.steps} steps (no promotion gate: the newest checkpoint is the model)"
     if gate.outcome == Outcome.REJECTED:
-        return f"rejected: {_gate_reason(gate, passed=False)}; the served model stays"
+        return f"rejected: {_gate_reason(result, passed=False)}; the served model stays"
     if gate.outcome == Outcome.INCONCLUSIVE:  # issue 62: kept, judged again as records arrive
         needs = f"about {gate.records_needed} records" if gate.records_needed else "more records"
         return f"inconclusive: kept, judged again when {needs} show it; the served model stays"
     if gate.outcome == Outcome.HELD:  # the operator pinned the served model
-        return f"held by the pin: {_gate_reason(gate, passed=True)}; the pinned model stays"
+        return f"held by the pin: {_gate_reason(result, passed=True)}; the pinned model stays"
     if gate.outcome == Outcome.PROMOTED:
         if gate.served_id is None:
             auc = _number(result.eval.get("auc"), ".3f")
             return f"served: the first model, nothing to beat (AUC {auc})"
-        return f"served: {_gate_reason(gate, passed=True)}"
+        return f"served: {_gate_reason(result, passed=True)}"
     return f"done: {result.steps} steps (no promotion gate: the newest checkpoint is the model)"
 
 
-def _gate_reason(gate: GateReport, passed: bool) -> str:
-    """The deciding figures in a few words: both models' mean loss on the first set (the
-    gate's scores), else the first set that passed (or did not) in its own words, else
-    the gate's reason, cut short: the verdict file has every set."""
+def _gate_reason(result: TrainResult, passed: bool) -> str:
+    """The deciding figures of the run's gate in a few words: both models' mean loss on the
+    first set (the gate's scores), else the first set that passed (or did not) in its own
+    words, else the gate's reason, cut short: the verdict file has every set."""
+    gate = result.gate
+    assert gate is not None  # verdict() asks it of a judged run only
     cand, served = gate.candidate, gate.served
     metric = next(iter(cand.losses), "") if cand is not None else ""
     if cand is not None and served is not None and metric in served.losses:

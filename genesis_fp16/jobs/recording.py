@@ -32,6 +32,7 @@ from genesis_fp16_infrastructure.api import (
     AgentFolder,
     ExecutionError,
     LastRun,
+    Outcome,
     ServedPointerError,
     TrainingSummary,
 )
@@ -238,8 +239,7 @@ def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
     if result.device_memory_peak_bytes is not None:
         report.set_device_memory_peak(agent, result.device_memory_peak_bytes)
     export_diagnostics(ctx.metrics.rl, agent, result)
-    if result.gate is not None and not result.up_to_date:
-        ctx.metrics.promotion.export_gate(agent, result.gate)
+    ctx.metrics.promotion.export_gate(agent, result)
     ctx.metrics.promotion.export_drift(agent, result)
     ctx.metrics.ranges.export(agent, result)
     _export_live(ctx, agent, result)
@@ -252,7 +252,7 @@ def _export_live(ctx: JobContext, agent: str, result: TrainResult) -> None:
     gate = None if result.up_to_date else result.gate
     if live is None and gate is None:
         return
-    ctx.metrics.live.observe(agent, live, gate)
+    ctx.metrics.live.observe(agent, live, gate is not None and gate.outcome == Outcome.PROMOTED)
     if live is not None and live.rolled_back:
         log.warning("served model rolled back: live regression", agent=agent, live=live.to_json())
     elif live is not None and live.regression:

@@ -26,7 +26,7 @@ the live-regression rollbacks among them::
 >>> live = LiveReport.from_json({"served": "m2", "against": "m1", "records": 300,
 ...     "new_records": 300, "difference": 0.6, "lower": 0.4, "upper": 0.8, "margin": 0.02,
 ...     "alpha": 0.05, "regression": True, "rolled_back": True, "metric": "log_loss"})
->>> metrics.observe("se_darwin", live, None)  # the report's rollback: counted by the journal
+>>> metrics.observe("se_darwin", live, False)  # the report's rollback: counted by the journal
 >>> b'genesis_fp16_live_rollbacks_total{agent="se_darwin"} 1.0' in generate_latest(registry)
 True
 """
@@ -42,7 +42,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from genesis_fp16.metrics.watch_state import watch_state
-from genesis_fp16_infrastructure.api import GateReport, JournalEntry, LiveReport, Outcome
+from genesis_fp16_infrastructure.api import JournalEntry, LiveReport
 
 LIVE_REGRESSION = "live_regression"  # the watch's rollback reason (judging.watch)
 BOUNDS = ("estimate", "lower", "upper")
@@ -186,10 +186,9 @@ class LiveMetrics:
             self.rollbacks.labels(agent=agent).inc(counted)
         return counted
 
-    def observe(self, agent: str, live: LiveReport | None, gate: GateReport | None) -> None:
-        """One run's live report (None: nothing scored) and its gate verdict."""
+    def observe(self, agent: str, live: LiveReport | None, promoted: bool) -> None:
+        """One run's live report (None: nothing scored), and whether its gate promoted."""
         self.rollbacks.labels(agent=agent)  # exists at 0 from the agent's first run
-        promoted = gate is not None and gate.outcome == Outcome.PROMOTED
         if promoted:
             self.regression.labels(agent=agent).set(0)  # a new model: a new watch
         if live is None:

@@ -4,15 +4,18 @@
 promotion gate's verdict) and ``export_drift`` its ``TrainResult.drift`` (a ``DriftReport``,
 when it has one); ``set_state_bytes`` the bytes of the agent's folder after pruning.
 
+>>> from dataclasses import replace
 >>> from prometheus_client import CollectorRegistry
 >>> from genesis_fp16_infrastructure.api import GateReport, ScoresOn
+>>> run = TrainResult("se_darwin", "auto", "bf16", "", "cpu", 8, 0, 0, 1, 0.3, {}, 1, 1, None, 0)
 >>> metrics = PromotionMetrics(CollectorRegistry())
->>> metrics.export_gate("se_darwin", GateReport("rejected", "worse",
+>>> metrics.export_gate("se_darwin", replace(run, gate=GateReport("rejected", "worse",
 ...     candidate=ScoresOn("held_out", {"log_loss": 0.4}, reported={"auc": 0.8}),
-...     served=ScoresOn("held_out", {"log_loss": 0.3})))
+...     served=ScoresOn("held_out", {"log_loss": 0.3}))))
 >>> metrics.candidate.labels(agent="se_darwin", score="log_loss")._value.get()
 0.4
->>> metrics.export_gate("se_darwin", GateReport("inconclusive", "too few", records_needed=900))
+>>> gate = GateReport("inconclusive", "too few", records_needed=900)
+>>> metrics.export_gate("se_darwin", replace(run, gate=gate))
 >>> metrics.verdicts.labels(agent="se_darwin", outcome="inconclusive")._value.get()
 1.0
 >>> metrics.rejected.labels(agent="se_darwin")._value.get()  # never reported as worse
@@ -29,7 +32,7 @@ from collections.abc import Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from genesis_fp16.plugin_api import TrainResult
-from genesis_fp16_infrastructure.api import GateReport, JournalEntry, Outcome
+from genesis_fp16_infrastructure.api import JournalEntry, Outcome
 
 PROMOTING = ("gate", "first")  # the journal kinds of the gate's promotions (transitions.serve)
 
@@ -137,8 +140,11 @@ class PromotionMetrics:
             ("agent",),
         )
 
-    def export_gate(self, agent: str, gate: GateReport) -> None:
-        """The verdict's scores; a promotion makes the candidate's the served quality."""
+    def export_gate(self, agent: str, result: TrainResult) -> None:
+        """The run's verdict and scores, if it judged; a promotion serves the candidate's."""
+        gate = result.gate
+        if gate is None or result.up_to_date:
+            return
         promoted = gate.outcome == Outcome.PROMOTED
         for name, candidate in (gate.candidate.figures() if gate.candidate else {}).items():
             self.candidate.labels(agent=agent, score=name).set(candidate)

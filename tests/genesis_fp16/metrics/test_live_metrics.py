@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from genesis_fp16.metrics import live_metrics
 from genesis_fp16.metrics.live_metrics import LiveMetrics
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
-from genesis_fp16_infrastructure.api import GateReport, LiveReport, Outcome
+from genesis_fp16_infrastructure.api import LiveReport
 from genesis_fp16_infrastructure.contract.reports import LiveFigures, SelfTest, WatchSegment
 
 ROLLED_BACK = LiveReport(
@@ -46,15 +46,15 @@ def test_a_rollback_is_flagged_and_the_flag_cleared_by_a_promotion() -> None:
     from the journal, not the report); a later promoted candidate clears the flag."""
     registry = CollectorRegistry()
     metrics = LiveMetrics(registry)
-    metrics.observe("se_darwin", None, GateReport(Outcome.PROMOTED, "no worse"))
+    metrics.observe("se_darwin", None, promoted=True)
     assert _value(registry, "genesis_fp16_live_rollbacks_total") == 0.0  # exists before
-    metrics.observe("se_darwin", ROLLED_BACK, GateReport(Outcome.REJECTED, "worse"))
+    metrics.observe("se_darwin", ROLLED_BACK, promoted=False)
     assert _value(registry, "genesis_fp16_live_rollbacks_total") == 0.0  # the report's
     assert _value(registry, "genesis_fp16_live_regression") == 1.0
     assert _value(registry, "genesis_fp16_live_records") == 295.0
     assert _value(registry, "genesis_fp16_live_log_loss_difference", bound="lower") == 0.43
     assert _value(registry, "genesis_fp16_live_quality", model="previous", score="log_loss") == 0.32
-    metrics.observe("se_darwin", None, GateReport(Outcome.PROMOTED, "no worse"))
+    metrics.observe("se_darwin", None, promoted=True)
     assert _value(registry, "genesis_fp16_live_regression") == 0.0
 
 
@@ -97,7 +97,7 @@ def test_a_held_regression_is_flagged_but_not_counted() -> None:
     """A regression held by a pin: flag 1, no rollback counted."""
     registry = CollectorRegistry()
     LiveMetrics(registry).observe(
-        "se_darwin", replace(ROLLED_BACK, rolled_back=False, held="pinned"), None
+        "se_darwin", replace(ROLLED_BACK, rolled_back=False, held="pinned"), False
     )
     assert _value(registry, "genesis_fp16_live_regression") == 1.0
     assert _value(registry, "genesis_fp16_live_rollbacks_total") == 0.0
@@ -109,7 +109,7 @@ def test_the_quality_series_is_named_by_the_watched_column_and_a_missing_mean_le
     made up."""
     registry = CollectorRegistry()
     metrics = LiveMetrics(registry)
-    metrics.observe("se_darwin", _primary(ROLLED_BACK, previous_loss=None), None)
+    metrics.observe("se_darwin", _primary(ROLLED_BACK, previous_loss=None), False)
     assert _value(registry, "genesis_fp16_live_quality", model="served", score="log_loss") == 0.95
     assert _value(registry, "genesis_fp16_live_quality", model="previous", score="log_loss") is None
     assert _value(registry, "genesis_fp16_live_quality", model="served", score="auc") is None
@@ -127,7 +127,7 @@ def test_the_watchs_own_figures_are_exported_per_segment() -> None:
         _primary(ROLLED_BACK, evidence=3.5, records_needed=None, segments=(segment,)),
         self_test=SelfTest(200, 295, 1, 0.005, 0.0009, 0.0277),
     )
-    metrics.observe("se_darwin", live, None)
+    metrics.observe("se_darwin", live, False)
     diff = "genesis_fp16_live_watch_segment_difference"
     assert _value(registry, diff, segment="qa", bound="lower") == 0.1
     assert _value(registry, diff, segment="all", bound="upper") == 0.84
@@ -136,7 +136,7 @@ def test_the_watchs_own_figures_are_exported_per_segment() -> None:
     rate = "genesis_fp16_live_watch_false_rollback_rate"
     assert _value(registry, rate, bound="estimate") == 0.005
     assert _value(registry, rate, bound="upper") == 0.0277
-    metrics.observe("se_darwin", _primary(live, segments=()), None)
+    metrics.observe("se_darwin", _primary(live, segments=()), False)
     assert _value(registry, diff, segment="qa", bound="lower") is None
 
 

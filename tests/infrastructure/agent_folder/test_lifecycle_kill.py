@@ -262,7 +262,7 @@ def test_a_kill_after_any_write_leaves_the_state_before_or_after(
     counted_clean = _next_owner_call(ck, metrics)
     _assert_announced(ck)
     if scenario == "watch_rollback":  # the run's report as well: still one rollback
-        metrics[0].observe(AGENT, _live_report(report), None)
+        metrics[0].observe(AGENT, _live_report(report), False)
         assert metrics[0].rollbacks.labels(agent=AGENT)._value.get() == 1.0
     after = _state(ck)
     assert steps >= 1 and after != before
