@@ -60,10 +60,8 @@ if TYPE_CHECKING:
         AgentOption,
         AgentPlugin,
         Capabilities,
-        OptionValue,
         ProbeSetup,
         TrainRequestError,
-        TrainResultError,
         api_version_error,
         capabilities_of,
         check_result,
@@ -88,7 +86,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.errors import (
         BundleError,
         CheckpointError,
-        CheckpointFolderBusy,
         DataError,
         ExecutionError,
         LockBusy,
@@ -117,7 +114,6 @@ if TYPE_CHECKING:
         PrecisionRequest,
         RequestedName,
         precision_name,
-        requested_name,
     )
     from genesis_fp16_infrastructure.training.reports import (
         Calibration,

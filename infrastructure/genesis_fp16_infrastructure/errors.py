@@ -43,8 +43,7 @@ class ProbeError(Exception):
 
 
 class LockBusy(Exception):
-    """Another process holds the lock at ``path``; ``holder`` is what its file says (None:
-    nothing). ``message``: what the lock guards, said by whoever took it."""
+    """Another process holds the lock at ``path``; ``holder`` is what its file says (or None)."""
 
     def __init__(self, path: Path, holder: dict[str, Any] | None, message: str = "") -> None:
         self.path = path
@@ -53,8 +52,7 @@ class LockBusy(Exception):
 
 
 class CheckpointFolderBusy(LockBusy, RuntimeError):
-    """Another process writes this checkpoint folder (holds its writer lock); the message
-    names it, in one line."""
+    """Another process holds this checkpoint folder's writer lock; the message names it."""
 
 
 class ServedPointerError(ValueError):

@@ -56,6 +56,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
 from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
 from genesis_fp16_infrastructure.judging.split import ScoreOnly
+from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig, bundle_folder
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     INITIAL_LOSS_SCALE,
@@ -139,10 +140,6 @@ class TrainRequest(RunSpec, RunCallbacks):
 
             result = fit(task, request.fit_options())
         """
-        from genesis_fp16_infrastructure.training.flight.bundle_files import (
-            FlightConfig,
-            bundle_folder,
-        )
         from genesis_fp16_infrastructure.training.flight.range_stats import RangeStatsConfig
         from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
