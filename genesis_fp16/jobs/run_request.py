@@ -168,11 +168,6 @@ class RunPlan:
         assert self.request.snapshot is not None  # plan_request always takes one
         return self.request.snapshot
 
-    @property
-    def state(self) -> AgentState:
-        assert self.snapshot.state is not None  # the plan's own snapshot keeps it
-        return self.snapshot.state
-
 
 def plan_request(
     settings: Settings,
