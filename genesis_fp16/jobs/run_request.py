@@ -203,7 +203,8 @@ def plan_request(
             plugin, folder, settings.sample_count, settings.seed, capabilities.data_folder
         )
     steps, epochs = budget(settings, agent, o.steps, o.epochs)
-    warn_ignored(ignored, agent, _operator_set(settings, o))
+    if ignored:  # the plugin ignores a field: did the operator set it?
+        warn_ignored(ignored, agent, _operator_set(settings, o))
     request = TrainRequest(
         agent=agent,
         precision=precision,
