@@ -379,7 +379,7 @@ class Trainer:
             policy.device,
             self.optimizers,
             self.schedulers,
-            host_sync_per_step=self.host_sync_per_step,
+            host_sync_per_step=self._host_read,
             world_size=distributed.rank_and_world()[1],
             measured=config.measured_execution,
             compile=config.compile,
