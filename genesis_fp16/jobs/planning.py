@@ -87,20 +87,16 @@ def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -
     AGENT ID`` or ``model rollback AGENT``). ``genesis_fp16_served_model_pinned`` says
     whether an operator pinned the served model. Agents without a pointer (rlhf_ppo) are
     untouched."""
-    home = AgentFolder(ctx.settings.state_dir, agent)
-    models = home.checkpoints
     metrics = ctx.metrics.promotion
     why = None
-    if not any(p.exists() or p.is_symlink() for p in (models.pointer_path, models.aside_path)):
-        pass  # none (rlhf_ppo; before the first model)
-    elif snapshot.pointer_error is None:  # usable, as the plan read it
-        pinned = snapshot.pointer is not None and snapshot.pointer.pinned is not None
-        metrics.pinned.labels(agent=agent).set(float(pinned))
-    else:
+    if snapshot.pointer is not None:  # usable, as the plan read it
+        metrics.pinned.labels(agent=agent).set(float(snapshot.pointer.pinned is not None))
+    elif snapshot.pointer_error is not None:  # unreadable, dangling, or set aside before
+        home = AgentFolder(ctx.settings.state_dir, agent)
         try:  # under the pointer's lock, read again: a repair since is not set aside
             why, moved = home.set_aside_unusable_pointer()
         except OSError as exc:  # not ours to rename: reported all the same, never followed
-            why, moved = f"served-model pointer in {models.path} unusable: {exc}", None
+            why, moved = f"served-model pointer in {home.checkpoint_dir} unusable: {exc}", None
         if moved is not None:
             # counted by the agent folder's owner, which set it aside
             log.error("unusable served-model pointer set aside", path=str(moved), error=why)

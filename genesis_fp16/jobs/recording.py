@@ -42,14 +42,14 @@ log = structlog.get_logger("genesis_fp16.jobs")
 
 def record_start(run: Run) -> None:
     """Where the run's counters start: the totals of the checkpoint it will resume, as its
-    plan read it (``RunPlan.state.resume``, from the request's snapshot)."""
-    plan = run.plan
-    resume = plan.state.resume if plan is not None else None
-    if plan is None or resume is None:
+    plan read it (``RunPlan.snapshot.state.resume``, from the request's snapshot)."""
+    snapshot = run.plan.snapshot if run.plan is not None else None  # no second read
+    state = snapshot.state if snapshot is not None else None
+    resume = state.resume if state is not None else None
+    if snapshot is None or resume is None:
         raise RuntimeError("record_start() needs the run planned with its resume point")
     if resume.pointer_error is not None:
         log.warning("cannot follow the served-model pointer", error=resume.pointer_error)
-    snapshot = plan.snapshot  # the pointer as the plan read it: no second read
     if snapshot.pointer_error is None:  # the transitions before this daemon's first run:
         pointer = snapshot.pointer  # not counted (none served: counted from the first)
         run.ctx.metrics.live.baseline(run.agent, [] if pointer is None else pointer.journal)

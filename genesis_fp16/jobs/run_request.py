@@ -167,11 +167,6 @@ class RunPlan:
         assert self.request.snapshot is not None  # plan_request always takes one
         return self.request.snapshot
 
-    @property
-    def state(self) -> AgentState:
-        assert self.snapshot.state is not None  # the plan's own snapshot keeps it
-        return self.snapshot.state
-
 
 def plan_request(
     settings: Settings,
@@ -207,7 +202,8 @@ def plan_request(
             plugin, folder, settings.sample_count, settings.seed, capabilities.data_folder
         )
     steps, epochs = budget(settings, agent, o.steps, o.epochs)
-    warn_ignored(ignored, agent, _operator_set(settings, o))
+    if ignored:  # the plugin ignores a field: did the operator set it?
+        warn_ignored(ignored, agent, _operator_set(settings, o))
     request = TrainRequest(
         agent=agent,
         precision=precision,

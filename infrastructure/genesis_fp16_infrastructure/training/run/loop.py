@@ -119,16 +119,8 @@ def checkpoint_state(
     state[keys.EPOCH] = position.epoch
     state[keys.BATCH] = position.batch
     state[keys.EXTRA] = extra
-    state[keys.CONFIG] = _resolved_config(trainer, options)
-    if position.tracker is not None:
-        state[keys.EARLY_STOP] = position.tracker.state_dict()
-    state[keys.RUN] = dict(position.run)
-    return state
-
-
-def _resolved_config(trainer: Trainer, options: FitOptions) -> dict[str, Any]:
     resolved = trainer.policy.resolved
-    return {
+    state[keys.CONFIG] = {  # the resolved config: what the run was asked and what it used
         "precision": {"requested": resolved.requested, "used": resolved.used},
         "device": str(trainer.policy.device),
         "seed": options.seed,
@@ -142,6 +134,10 @@ def _resolved_config(trainer: Trainer, options: FitOptions) -> dict[str, Any]:
         "trainer": asdict(trainer.config),
         "scaler": asdict(trainer.scaler.config),
     }
+    if position.tracker is not None:
+        state[keys.EARLY_STOP] = position.tracker.state_dict()
+    state[keys.RUN] = dict(position.run)
+    return state
 
 
 _PLAIN = (str, int, float, bool, type(None), torch.Tensor, torch.dtype, torch.device, torch.Size)

@@ -248,10 +248,6 @@ class StepStats:
         """Start a new log interval (one op)."""
         self._stats[:2].zero_()
 
-    def wall_seconds(self) -> float:
-        """Seconds since the first step (0.0 before it)."""
-        return time.perf_counter() - self.started if self.started is not None else 0.0
-
     def skipped_steps_tensor(self, overflows: torch.Tensor) -> torch.Tensor:
         """The steps skipped so far, on the device (no sync): ``overflows`` (the scaler's
         count) less those before, plus the steps whose gradients were not finite where no
@@ -379,7 +375,7 @@ class Trainer:
             policy.device,
             self.optimizers,
             self.schedulers,
-            host_sync_per_step=self.host_sync_per_step,
+            host_sync_per_step=self._host_read,
             world_size=distributed.rank_and_world()[1],
             measured=config.measured_execution,
             compile=config.compile,
@@ -581,7 +577,7 @@ class Trainer:
         if reset_interval:
             stats.reset_interval()
         window = window_sum / recent if recent else 0.0
-        wall = stats.wall_seconds()
+        wall = time.perf_counter() - stats.started if stats.started is not None else 0.0
         return TrainingSummary(
             precision=self.policy.name,
             step=steps,
