@@ -12,7 +12,9 @@ each tick), built as ``tests/genesis_fp16/jobs/test_checkpoint_reads.py`` builds
 state folder, ``run_isolation="thread"`` (the run on a watched thread of this process,
 so the whole walk is in one process), ``auto_precision="rule"`` (no timing decides
 anything), ``steps_per_run=STEPS`` and a generated sample pool of ``POOL`` records (the
-plugin's ``generate_sample_data``, written before the trace starts). Every other setting
+plugin's ``generate_sample_data``, written before the trace starts) and, as the daemon
+passes them, the capabilities its loader read of the plugin (``capabilities_of``, before
+the trace; a tree whose job function takes none is called without). Every other setting
 is the product's default (``GENESIS_FP16_*`` variables are cleared first). With
 ``steps_per_run`` of 10 or fewer the first checkpoint is the one after the first optimizer
 step (``loop.Cadence``: every tenth of the run's steps, at least 1).
@@ -99,6 +101,7 @@ import argparse
 import functools
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -358,6 +361,10 @@ def _job(folder: Path, data: Path, steps: int, tree: Path) -> tuple[Callable[[],
     ctx = job_context(settings, metrics, device_slots(1), threading.Event())
     plugin = _load_plugin(tree, AGENT)
     job = functools.partial(run_agent_job, ctx, AGENT, plugin)
+    if "capabilities" in inspect.signature(run_agent_job).parameters:
+        # What the daemon passes: the capabilities its loader read, before any job.
+        api = ("genesis_fp16_infrastructure.contract.plugin_api",)
+        job = functools.partial(job, _from_tree(tree, "capabilities_of", *api)(plugin))
     return job, metrics.registry, settings.device_for(AGENT)
 
 
