@@ -176,11 +176,11 @@ class Split(NamedTuple):
     held_out: Sequence[Example]
     eval_fraction: float
     validation_fraction: float
+    # Where each part's records are in the data's examples (train, validation, held-out):
+    # the task takes their feature rows by them.
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray]
     folds: tuple[int, ...] = ()  # cross-validated: each record's fold, in train's order
     fold_count: int = 0
-    # Where each part's records are in the data's examples (train, validation, held-out),
-    # when the split knows: the task takes their feature rows by them.
-    rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     hash: int = SPLIT_HASH  # how records were drawn into parts or folds (SPLIT_HASH)
 
 
@@ -223,7 +223,7 @@ def split_examples(
         )
     train, val, held = (ExampleRows(data, rows) for rows in (train_rows, val_rows, held_rows))
     rows = (train_rows, val_rows, held_rows)
-    return Split(train, val, held, fraction, validation, rows=rows, hash=version)
+    return Split(train, val, held, fraction, validation, rows, hash=version)
 
 
 def choose_split(
@@ -277,7 +277,7 @@ def fold_split(data: ReadResult, seed: int, folds: int, version: int = SPLIT_HAS
     dealt = draw_of(data).take(rows).folds(seed, folds, version)
     everything = ExampleRows(data, rows)
     return Split(
-        everything, everything, everything, 0.0, 0.0, tuple(dealt.tolist()), folds, (rows,) * 3,
+        everything, everything, everything, 0.0, 0.0, (rows,) * 3, tuple(dealt.tolist()), folds,
         version,
     )  # fmt: skip
 
