@@ -107,11 +107,6 @@ def split_version(saved: Mapping[str, Any] | None) -> int:
     return int((saved.get("split") or {}).get("hash", 1))
 
 
-def draw_of(data: ReadResult) -> Draw:
-    """What a split draws for a read's examples, from its columns."""
-    return Draw.of_columns(data.columns)
-
-
 def _id_hashes(ids: Sequence[str], seed: int, salt: str) -> list[int]:
     """A stable 64-bit hash of (seed, salt, id) for each id, the held-out split's and the
     folds', in one loop (a million ids: one pass of blake2b)."""
@@ -206,7 +201,7 @@ def split_examples(
     ``eval_fraction`` more, by a hash of (seed, id), when given); validation, by a hash
     of (seed, id) out of the rest."""
     count = data.labelled
-    draw = draw_of(data)
+    draw = Draw.of_columns(data.columns)
     everywhere = np.arange(count)
     out = judged_held_out(data)
     if eval_fraction is not None:
@@ -274,7 +269,7 @@ def fold_split(data: ReadResult, seed: int, folds: int, version: int = SPLIT_HAS
         raise TrainRequestError(
             f"{count} labelled example(s) cannot be dealt into {folds} folds; add data"
         )
-    dealt = draw_of(data).take(rows).folds(seed, folds, version)
+    dealt = Draw.of_columns(data.columns).take(rows).folds(seed, folds, version)
     everything = ExampleRows(data, rows)
     return Split(
         everything, everything, everything, 0.0, 0.0, (rows,) * 3, tuple(dealt.tolist()), folds,
