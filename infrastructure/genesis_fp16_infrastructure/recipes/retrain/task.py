@@ -52,6 +52,7 @@ from genesis_fp16_infrastructure.data.schema import (
 )
 from genesis_fp16_infrastructure.judging.split import sorted_unique
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
+from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
 from genesis_fp16_infrastructure.recipes.retrain.split import (
     ExampleRows,
     Split,
@@ -64,10 +65,7 @@ from genesis_fp16_infrastructure.training.run.task import index_to
 from genesis_fp16_infrastructure.world_model.features import (
     Categorical,
     FeatureEncoder,
-    numeric_columns,
-    numeric_rows,
 )
-from genesis_fp16_infrastructure.world_model.lineage_columns import forget_index
 from genesis_fp16_infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
 from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
@@ -198,7 +196,7 @@ class WorldModelTask:
             rows in them), and labels."""
             rows = rows_of[id(part)]
             if self._numeric_rows is None:
-                self._numeric_rows = _example_numbers(data)
+                self._numeric_rows = pool_numeric(columns, columns.labelled)
             categorical = Categorical.of_rows(columns, columns.labelled[rows])
             picks = torch.from_numpy(rows)
             return categorical, self._numeric_rows, picks, Labels.of_rows(columns, rows)
@@ -465,17 +463,6 @@ class ReplayedTask:
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return task_loss(model, batch, self.config.members)
-
-
-def _example_numbers(data: ReadResult) -> torch.Tensor:
-    """The unscaled numeric features of every example of ``data``, from its columns, or
-    from its objects where the arrays cannot give them (a pool whose parent links loop)."""
-    numeric = numeric_rows(data.columns, data.columns.labelled)
-    if numeric is not None:
-        return numeric
-    numeric = numeric_columns([e.attempt for e in data.examples], data.pool)
-    forget_index(data.pool)  # every record's rows are in hand
-    return numeric
 
 
 def _id_hashes(data: ReadResult, rows: np.ndarray) -> np.ndarray:
