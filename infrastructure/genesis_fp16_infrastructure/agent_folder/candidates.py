@@ -68,13 +68,6 @@ def list_candidates(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: (created[p], p.name))
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    """A candidate's meta or verdict (``path``'s name says which); None when absent, or
-    unusable: set aside as ``<name>.unusable-*`` and reported (agent_folder.files)."""
-    file = {VERDICT_NAME: VERDICT, CANDIDATE_META: CANDIDATE_META_FILE}[Path(path).name]
-    return files.load(path, file, files.json_object)
-
-
 def read_verdict(candidate: Path) -> Verdict:
     """The candidate's verdict; one without an outcome (``Verdict()``) while it has none
     (training), or when its file is unusable: set aside and reported (agent_folder.files)."""

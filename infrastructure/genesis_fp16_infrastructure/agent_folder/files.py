@@ -345,10 +345,11 @@ def clear_way(path: Path, file: StateFile) -> SetAside | None:
     return set_aside(Path(path), file, f"{path}: {kind} in the way of a write")
 
 
-def write_atomic(path: Path, write: Callable[[IO[bytes]], object]) -> None:
+def write_atomic(path: Path, write: Callable[[IO[bytes]], object], sync: bool = True) -> None:
     """Write ``path`` through ``write(handle)``: a temp file in the same folder, flushed and
     fsynced, renamed over ``path`` with ``os.replace``, then the folder fsynced so the rename
-    itself is durable. A failure removes the temp file and leaves ``path`` as it was."""
+    itself is durable (``sync=False``: neither fsync, the rename alone: an outbox event).
+    A failure removes the temp file and leaves ``path`` as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=path.parent)
@@ -356,7 +357,8 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], object]) -> None:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
-            os.fsync(handle.fileno())
+            if sync:
+                os.fsync(handle.fileno())
         os.replace(tmp_name, path)
     except OSError as error:
         Path(tmp_name).unlink(missing_ok=True)
@@ -366,7 +368,8 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], object]) -> None:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    fsync_directory(path.parent)
+    if sync:
+        fsync_directory(path.parent)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

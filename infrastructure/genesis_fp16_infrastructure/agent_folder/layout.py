@@ -221,13 +221,6 @@ def agent_of(path: Path) -> str | None:
     return None
 
 
-def by_name(name: str) -> StateFile | None:
-    """The layout's entry for a file name (a set-aside one's too)."""
-    found = parse_aside(name)
-    name = found[0] if found is not None else name
-    return next((f for f in LAYOUT if f.name == name), None)
-
-
 def aside_name(name: str, at: datetime, n: int = 1) -> str:
     """The set-aside name of ``name`` at the UTC time ``at``; ``n`` > 1 when taken.
 

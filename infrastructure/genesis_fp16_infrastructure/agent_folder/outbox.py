@@ -71,7 +71,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -235,14 +234,8 @@ def _write_unsynced(path: Path, data: Mapping[str, Any]) -> None:
     """Write an event atomically (a temp file renamed: a reader finds all of it or
     nothing), without an fsync (the module docstring says why and what covers it)."""
     files.clear_way(path, OUTBOX_EVENT)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(data, sort_keys=True))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = json.dumps(data, sort_keys=True).encode()
+    files.write_atomic(path, lambda handle: handle.write(text), sync=False)
 
 
 def journal_event_id(agent: str, entry: JournalEntry) -> str:

@@ -63,44 +63,35 @@ def read_pointer(folder: Path) -> ServedPointer | None:
 
 
 def parse_pointer(path: Path) -> ServedPointer | None:
+    def unusable(why: str) -> ServedPointerError:  # the pointer named, and its repair
+        return ServedPointerError(
+            f"served-model pointer {str(path)!r}{why}; {repair_hint(path.parent)}"
+        )
+
     try:
         data = files.read_json(path, SERVED_POINTER)
     except UnusableStateFile as exc:
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r} unreadable: {exc}; {repair_hint(path.parent)}"
-        ) from None
+        raise unusable(f" unreadable: {exc}") from None
     if data is None:
         return None
     if not isinstance(data, dict) or data.get("version") != POINTER_VERSION:
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r} is not version {POINTER_VERSION} "
-            f"(found {data.get('version') if isinstance(data, dict) else type(data).__name__!r}); "
-            f"{repair_hint(path.parent)}"
-        )
+        found = data.get("version") if isinstance(data, dict) else type(data).__name__
+        raise unusable(f" is not version {POINTER_VERSION} (found {found!r})")
     served, history = data.get("served"), data.get("history", [])
     if not isinstance(served, dict) or not isinstance(served.get("checkpoint"), str):
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r} names no checkpoint; {repair_hint(path.parent)}"
-        )
+        raise unusable(" names no checkpoint")
     if not isinstance(history, list):
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r}: history is not a list; {repair_hint(path.parent)}"
-        )
+        raise unusable(": history is not a list")
     pinned = data.get("pinned")
     sequence, journal = data.get("sequence", 0), data.get("journal", [])
     if not isinstance(sequence, int) or not isinstance(journal, list) or sequence < 0:
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r}: sequence or journal unreadable; "
-            f"{repair_hint(path.parent)}"
-        )
+        raise unusable(": sequence or journal unreadable")
     try:  # a field of the wrong type: unusable, kept aside whole, never half-read
         entry = ServedEntry.from_json(served)
         earlier = [ServedEntry.from_json(h) for h in history if isinstance(h, dict)]
         pin = Pin.from_json(pinned) if isinstance(pinned, dict) else None
     except ValueError as exc:
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r}: {exc}; {repair_hint(path.parent)}"
-        ) from None
+        raise unusable(f": {exc}") from None
     return ServedPointer(entry, earlier, pin, sequence, _entries(journal))
 
 

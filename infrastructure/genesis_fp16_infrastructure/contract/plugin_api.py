@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import json
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from os import PathLike
 from pathlib import Path
@@ -470,27 +470,6 @@ class TrainResultError(TrainRequestError):
     and what it held. A refusal like a bad request's (one line, the run refused)."""
 
 
-def _fits(value: Any, hint: Any) -> bool:
-    origin, args = get_origin(hint), get_args(hint)
-    if hint is Any:
-        return True
-    if origin is Union or origin is types.UnionType:
-        return any(_fits(value, arg) for arg in args)
-    if origin is Literal:  # a precision name: one of its values
-        return isinstance(value, str) and value in args
-    if isinstance(hint, type) and issubclass(hint, Record):  # read back as it is written
-        return isinstance(value, hint) and _record_misfit(value) is None
-    if origin is Mapping:
-        key, item = args or (Any, Any)
-        return isinstance(value, Mapping) and all(
-            _fits(k, key) and _fits(v, item) for k, v in value.items()
-        )
-    if origin is Sequence:
-        (item,) = args or (Any,)
-        return isinstance(value, list | tuple) and all(_fits(v, item) for v in value)
-    return _fits_plain(value, hint)
-
-
 def _fits_plain(value: Any, hint: Any) -> bool:
     """A value against a hint that holds no other: None, a number, a Path, a class."""
     if hint is type(None):
@@ -506,31 +485,45 @@ def _fits_plain(value: Any, hint: Any) -> bool:
 
 def _misfit(value: Any, hint: Any, where: str) -> str | None:
     """What is wrong with ``value`` as a ``hint``, at its innermost place, or None."""
-    if _fits(value, hint):
-        return None
     origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:
+        return None
     if origin is Union or origin is types.UnionType:
+        if any(_misfit(value, arg, where) is None for arg in args):
+            return None
         others = [arg for arg in args if arg is not type(None)]
         if value is not None and len(others) == 1:  # X | None holding a wrong X
             return _misfit(value, others[0], where)
+    elif origin is Literal:  # a precision name: one of its values
+        if isinstance(value, str):
+            expected = ", ".join(map(repr, args))
+            return None if value in args else f"{where}: one of {expected} expected, got {value!r}"
+    elif isinstance(hint, type) and issubclass(hint, Record):  # read back as it is written
+        if isinstance(value, hint):
+            found = _record_misfit(value)
+            return None if found is None else f"{where}: {found}"
     elif origin is Mapping and isinstance(value, Mapping):
         key_hint, item_hint = args or (Any, Any)
-        for key, item in value.items():
-            if not _fits(key, key_hint):
-                return f"{where}: key {key!r} is not a {_hint_name(key_hint)}"
-            found = _misfit(item, item_hint, f"{where}[{key!r}]")
-            if found:
-                return found
+        return _item_misfit(value.items(), key_hint, item_hint, where)
     elif origin is Sequence and isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            found = _misfit(item, args[0] if args else Any, f"{where}[{i}]")
-            if found:
-                return found
-    elif isinstance(hint, type) and isinstance(value, hint) and isinstance(value, Record):
-        return f"{where}: {_record_misfit(value)}"
-    elif origin is Literal and isinstance(value, str):
-        return f"{where}: one of {', '.join(map(repr, args))} expected, got {value!r}"
+        return _item_misfit(enumerate(value), Any, args[0] if args else Any, where)
+    elif origin not in (Mapping, Sequence) and _fits_plain(value, hint):
+        return None
     return f"{where}: {_hint_name(hint)} expected, got {type(value).__name__}"
+
+
+def _item_misfit(
+    items: Iterable[tuple[Any, Any]], key_hint: Any, hint: Any, where: str
+) -> str | None:
+    """The first key or item of a mapping's items (a sequence's, by index) that does not
+    fit, or None."""
+    for key, item in items:
+        if _misfit(key, key_hint, where) is not None:
+            return f"{where}: key {key!r} is not a {_hint_name(key_hint)}"
+        found = _misfit(item, hint, f"{where}[{key!r}]")
+        if found:
+            return found
+    return None
 
 
 def _record_misfit(record: Record) -> str | None:

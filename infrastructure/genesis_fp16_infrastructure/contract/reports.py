@@ -33,7 +33,6 @@ genesis_fp16_infrastructure.record_codec.ReportError: DataReport.change: one of 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -176,9 +175,9 @@ primary='loss')
     @classmethod
     def from_json(cls, data: object, where: str = "") -> ScoresOn:
         if isinstance(data, Mapping) and "losses" not in data:  # before loss columns
-            older = [(k, data.get(k)) for k in ("loss", "log_loss") if _finite(data.get(k))]
+            older = [(k, data[k]) for k in ("loss", "log_loss") if finite(data.get(k)) is not None]
             auc = data.get("auc")
-            reported = {"auc": auc} if _finite(auc) else {}
+            reported = {"auc": auc} if finite(auc) is not None else {}
             data = {**data, "losses": dict(older[:1]), "reported": reported}
         found: ScoresOn = super().from_json(data, where)
         return found
@@ -188,11 +187,8 @@ primary='loss')
         reported."""
         primary = self.primary or ""
         first = {primary: self.losses[primary]} if primary in self.losses else {}
-        return {k: v for k, v in {**first, **self.losses, **self.reported}.items() if _finite(v)}
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        figures = {**first, **self.losses, **self.reported}
+        return {k: v for k, v in figures.items() if finite(v) is not None}
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
     checkpoint_of,
     read_pointer,
 )
-from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
+from genesis_fp16_infrastructure.data.manifest import Manifest
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
 from genesis_fp16_infrastructure.judging.split import ScoreOnly
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig, bundle_folder
@@ -312,7 +312,7 @@ class AgentSnapshot:
             "data": None
             if self.data is None
             else {
-                "scan": None if scan is None else _scan_to_json(scan),
+                "scan": None if scan is None else scan.to_json(prefixes=True),
                 "up_to_date": None if verdict is None else dict(verdict),
             },
         }
@@ -344,33 +344,12 @@ class AgentSnapshot:
             scan, verdict = data["data"]["scan"], data["data"]["up_to_date"]
             if verdict is not None and not isinstance(verdict, dict):
                 raise TypeError("agent snapshot: an up-to-date result that is not an object")
-            check = DataCheck(None if scan is None else _scan_from_json(scan), verdict)
+            read = None if scan is None else Manifest.from_json(scan)
+            if scan is not None and read is None:
+                raise ValueError("agent snapshot: a data scan that is not a manifest")
+            check = DataCheck(read, verdict)
         error = data["pointer_error"]
         return cls(None, pointer, None if error is None else str(error), check)
-
-
-def _scan_to_json(scan: Manifest) -> dict[str, Any]:
-    """The manifest with what only a scan has (each grown file's :class:`Prefix`, which
-    ``Manifest.to_json`` does not keep: the record cache continues an appended file
-    from it)."""
-    files = [
-        [f.path, f.size, f.mtime_ns, f.digest, f.ctime_ns, f.inode]
-        + ([] if (p := f.prefix) is None else [[p.size, p.digest, p.lines, p.last.hex()]])
-        for f in scan.files
-    ]
-    return {"scanned_ns": scan.scanned_ns, "files": files}
-
-
-def _scan_from_json(data: Mapping[str, Any]) -> Manifest:
-    files = []
-    for path, size, mtime_ns, digest, ctime_ns, inode, *rest in data["files"]:
-        prefix = None
-        if rest:
-            p_size, p_digest, lines, last = rest[0]
-            prefix = Prefix(int(p_size), str(p_digest), int(lines), bytes.fromhex(last))
-        stat = (int(size), int(mtime_ns), str(digest), prefix, int(ctime_ns), int(inode))
-        files.append(FileState(str(path), *stat))
-    return Manifest(tuple(files), int(data["scanned_ns"]))
 
 
 def read_snapshot(folder: AgentFolder, checkpoint_dir: Path | None = None) -> AgentSnapshot:

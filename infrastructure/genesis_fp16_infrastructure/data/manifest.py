@@ -114,14 +114,16 @@ class Manifest:
             return False
         return _contents(self) == _contents(other)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": MANIFEST_VERSION,
-            "scanned_ns": self.scanned_ns,
-            "files": [
-                [f.path, f.size, f.mtime_ns, f.digest, f.ctime_ns, f.inode] for f in self.files
-            ],
-        }
+    def to_json(self, prefixes: bool = False) -> dict[str, Any]:
+        """The manifest as saved; ``prefixes``: with each grown file's :class:`Prefix`, for
+        a scan handed to a run's process (the record cache continues an appended file
+        from it), never saved."""
+        files = [
+            [f.path, f.size, f.mtime_ns, f.digest, f.ctime_ns, f.inode]
+            + ([[p.size, p.digest, p.lines, p.last.hex()]] if prefixes and (p := f.prefix) else [])
+            for f in self.files
+        ]
+        return {"version": MANIFEST_VERSION, "scanned_ns": self.scanned_ns, "files": files}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Manifest | None:
@@ -137,11 +139,16 @@ class Manifest:
 
 
 def _file_from_json(
-    path: Any, size: Any, mtime_ns: Any, digest: Any, ctime_ns: Any = 0, inode: Any = 0
-) -> FileState:
-    """One saved file: four fields before the ctime and inode were kept (0: not known)."""
+    path: Any, size: Any, mtime_ns: Any, digest: Any, ctime_ns: Any = 0, inode: Any = 0,
+    prefix: Any = None,
+) -> FileState:  # fmt: skip
+    """One saved file: four fields before the ctime and inode were kept (0: not known);
+    a scan's seventh, its prefix."""
+    if prefix is not None:
+        size_, digest_, lines, last = prefix
+        prefix = Prefix(int(size_), str(digest_), int(lines), bytes.fromhex(last))
     return FileState(
-        str(path), int(size), int(mtime_ns), str(digest), None, int(ctime_ns), int(inode)
+        str(path), int(size), int(mtime_ns), str(digest), prefix, int(ctime_ns), int(inode)
     )
 
 

@@ -73,12 +73,6 @@ def pool_index(pool: Pool) -> PoolIndex | None:
     return index
 
 
-def forget_index(pool: Pool) -> None:
-    """Let go of the pool's arrays (~230 MB at a million records) when no more lineage
-    will be asked of it, before the pool itself goes."""
-    _indexes.pop(pool, None)
-
-
 def has_index(pool: Pool) -> bool:
     """Whether :func:`pool_index` has this pool's arrays (or its answer) already."""
     return pool in _indexes

@@ -43,8 +43,8 @@ def _killed_rejection(state: Path) -> tuple[Path, str]:
         (candidate / "ckpt-0000000005.pt").write_bytes(b"weights")
         killed = _gate_reject(ck, candidate, kill_after)
         assert killed.returncode == -signal.SIGKILL, (kill_after, killed.stderr[-3000:])
-        verdict = candidates.read_json(candidate / candidates.VERDICT_NAME)
-        if verdict is not None:
+        verdict = candidates.read_verdict(candidate).to_json()
+        if verdict:
             assert verdict["outcome"] == "rejected"
             assert outbox.read_events(ck.parent) == []  # the kill came before its event
             return candidate, outbox.verdict_event_id(AGENT, candidate.name, verdict)

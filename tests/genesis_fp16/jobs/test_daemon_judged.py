@@ -21,7 +21,7 @@ from judged_daemon import (
     write_records,
 )
 
-from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_json
+from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_pointer
 
 
@@ -35,7 +35,7 @@ def _served(daemon: DaemonProcess, agent: str = AGENT) -> str | None:
 
 
 def _verdict(daemon: DaemonProcess, candidate: str) -> dict[str, object]:
-    return read_json(_folder(daemon) / "candidates" / candidate / "verdict.json") or {}
+    return read_verdict(_folder(daemon) / "candidates" / candidate).to_json()
 
 
 def _next_gate(daemon: DaemonProcess, seen: int, what: str, agent: str = AGENT) -> str:
@@ -117,7 +117,7 @@ def test_judged_candidate_on_shuffled_labels_is_not_served(
     assert _next_gate(daemon, 1, "a candidate on shuffled labels") == "rejected"
     assert _served(daemon) == first
     rejected = next(c for c in list_candidates(_folder(daemon)) if c.name != first)
-    verdict = read_json(rejected / "verdict.json") or {}
+    verdict = read_verdict(rejected).to_json()
     assert verdict["outcome"] == "rejected" and "golden" in verdict["reason"]
     # The run is counted after its log line: the count is read once a later run is.
     ups = runs(daemon, "up_to_date")

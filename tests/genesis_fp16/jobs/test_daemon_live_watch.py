@@ -13,11 +13,10 @@ import pytest
 from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
-    VERDICT_NAME,
     candidate_entry,
     list_candidates,
     newest_checkpoint,
-    read_json,
+    read_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import serve
@@ -89,8 +88,8 @@ def test_the_daemon_rolls_back_a_poisoned_model_on_clean_records(
     assert event["live"]["now_served"] == first.served.id
     pointer = read_pointer(folder)
     assert pointer is not None and pointer.served.id != bad.name
-    verdict = read_json(candidates_dir(folder) / bad.name / VERDICT_NAME)
-    assert verdict is not None and verdict["outcome"] == "rolled_back"
+    verdict = read_verdict(candidates_dir(folder) / bad.name).to_json()
+    assert verdict["outcome"] == "rolled_back"
     assert verdict["reason"] == "live_regression"
     # The same run then judged its own candidate: a promotion starts a new watch (flag 0).
     (run,) = [e for e in again.events("training run finished") if e.get("gate")][-1:]

@@ -16,7 +16,7 @@ from se_darwin_daemon import runs as _runs
 from se_darwin_daemon import se_darwin_env as _env
 from se_darwin_daemon import write_pool as _write
 
-from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_json
+from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_pointer
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.errors import ServedPointerError
@@ -73,8 +73,8 @@ def test_a_pinned_model_survives_unchanged_data_and_holds_a_better_candidate(
     daemon.wait_for(lambda: _runs(daemon, "success") >= 3, "a candidate of the new data", 240)
     assert _gate_outcomes(daemon)[-1] == "held"
     held = next(c for c in list_candidates(folder) if c.name not in (first, pointer.history[0].id))
-    verdict = read_json(held / "verdict.json")
-    assert verdict is not None and verdict["outcome"] == "held"
+    verdict = read_verdict(held).to_json()
+    assert verdict["outcome"] == "held"
     assert verdict["reason"].startswith("pinned by the operator: ") and verdict["comparisons"]
     pointer = read_pointer(folder)
     assert pointer is not None and pointer.served.id == first and pointer.pinned
@@ -131,9 +131,7 @@ def test_an_operator_racing_the_daemons_promotions_and_prunes_loses_no_update(
                 break
             seen = len(daemon.events("training run finished"))
             kept = [
-                c.name
-                for c in list_candidates(folder)
-                if (read_json(c / "verdict.json") or {}).get("outcome") == "promoted"
+                c.name for c in list_candidates(folder) if read_verdict(c).outcome == "promoted"
             ]
             done = _model(daemon, "promote", AGENT, kept[0]) if kept else None
             if done is not None and done.returncode != 0:

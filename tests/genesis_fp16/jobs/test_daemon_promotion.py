@@ -20,9 +20,8 @@ from se_darwin_daemon import se_darwin_env as _env
 from se_darwin_daemon import write_pool as _write
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
-    VERDICT_NAME,
     list_candidates,
-    read_json,
+    read_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.agent_folder.prune import INCONCLUSIVE_KEEP
@@ -79,8 +78,8 @@ def test_a_rejected_candidate_keeps_the_served_model_serving(
     pointer = read_pointer(folder)
     assert pointer is not None and pointer.served.id == served.served.id
     assert _scores(folder, golden) == before  # the prediction API serves the old model
-    verdict = read_json(folder / "candidates" / gate["candidate_id"] / "verdict.json")
-    assert verdict is not None and verdict["outcome"] == "rejected"
+    verdict = read_verdict(folder / "candidates" / gate["candidate_id"]).to_json()
+    assert verdict["outcome"] == "rejected"
     quality = "genesis_fp16_candidate_model_quality"
     assert (
         daemon.sample(quality, agent=AGENT, score="log_loss")
@@ -255,5 +254,4 @@ def test_the_prediction_api_never_fails_to_load_while_the_pool_grows(
 
 def _outcome(candidate: Path) -> object:
     """A kept candidate's verdict outcome (None: no verdict)."""
-    verdict = read_json(candidate / VERDICT_NAME)
-    return verdict.get("outcome") if isinstance(verdict, dict) else None
+    return read_verdict(candidate).outcome

@@ -20,7 +20,7 @@ from genesis_fp16.commands.model import list_models
 from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequestError
 from genesis_fp16.scaffold import agent_source
 from genesis_fp16.status.report import read_served
-from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_json
+from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.api import Outcome, run_plugin
@@ -87,8 +87,8 @@ def _every_row(request: TrainRequest, ids: list[str]) -> list[int]:
 
 
 def _verdict(tmp_path: Path, candidate: str | None) -> dict[str, Any]:
-    verdict = read_json(tmp_path / "checkpoints" / "candidates" / str(candidate) / "verdict.json")
-    assert verdict is not None
+    verdict = read_verdict(tmp_path / "checkpoints" / "candidates" / str(candidate)).to_json()
+    assert verdict
     return verdict
 
 
@@ -170,7 +170,7 @@ def test_a_candidate_that_trained_on_held_out_records_is_refused_in_one_line(
             run_plugin(agent.plugin, _request(tmp_path, lines))
     assert "\n" not in str(e.value) and read_pointer(tmp_path / "checkpoints") is None
     (candidate,) = list_candidates(tmp_path / "checkpoints")
-    assert (read_json(candidate / "verdict.json") or {})["outcome"] == "undecided"
+    assert read_verdict(candidate).outcome == "undecided"
 
     first = _first_served(tmp_path, agent.plugin, lines)
     monkeypatch.setattr(agent.Task, "extra_state", lambda self: {})
@@ -271,7 +271,7 @@ def test_a_plugin_that_alters_the_candidate_it_scores_is_refused_and_nothing_ser
     assert "\n" not in str(caught.value) and "ckpt-" in str(caught.value)
     assert read_pointer(tmp_path / "checkpoints") is None
     (candidate,) = list_candidates(tmp_path / "checkpoints")
-    verdict = read_json(candidate / "verdict.json") or {}
+    verdict = read_verdict(candidate).to_json()
     assert verdict["outcome"] == "undecided" and "changed the checkpoint" in verdict["reason"]
     checkpoint = sorted(candidate.glob("ckpt-*.pt"))[-1]
     load_checkpoint(checkpoint)  # as training wrote it: its digest still matches

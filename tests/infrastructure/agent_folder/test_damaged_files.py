@@ -19,7 +19,7 @@ from genesis_fp16.jobs.probe_gate import read_record
 from genesis_fp16.launch.handoff import read_run_file, write_run_file
 from genesis_fp16.service.state_lock import acquire_state_folder
 from genesis_fp16_infrastructure.agent_folder import data_manifest, files
-from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_json
+from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import LastRun, RunEntry
@@ -119,7 +119,7 @@ CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "data_manifest": lambda f, p: data_manifest.load(p.parent),
     "quarantine": _quarantine,
     "candidate_meta": lambda f, p: list_candidates(f.paths.checkpoint_dir),
-    "verdict": lambda f, p: read_json(p),
+    "verdict": lambda f, p: read_verdict(p.parent),
     "judged_ids": lambda f, p: stores.read_known_ids(p.parent),
     "judged_watch": lambda f, p: stores.read_watch(p, "loss"),
 }

@@ -53,7 +53,7 @@ def test_the_pointer_names_the_promoted_model_and_rolls_back(tmp_path: Path) -> 
     assert served_checkpoint(tmp_path) == second / "ckpt-0000000005.pt"
     assert transitions.rollback(tmp_path).id == first.name
     assert served_checkpoint(tmp_path) == first / "ckpt-0000000005.pt"
-    assert candidates.read_json(second / candidates.VERDICT_NAME)["outcome"] == "rolled_back"  # type: ignore[index]
+    assert candidates.read_verdict(second).outcome == "rolled_back"
     with pytest.raises(ServedPointerError, match="kept no earlier model"):
         transitions.rollback(tmp_path)
 
@@ -181,7 +181,7 @@ def test_a_verdict_the_journal_decided_is_rolled_forward_before_prune_judges(
     assert transitions.disagreeing(tmp_path, pointer) == [second.name]
     assert prune.prune(tmp_path, 0, 1.0) == []
     transitions.recover(tmp_path)
-    assert candidates.read_json(second / candidates.VERDICT_NAME)["outcome"] == "rolled_back"  # type: ignore[index]
+    assert candidates.read_verdict(second).outcome == "rolled_back"
     assert transitions.disagreeing(tmp_path, pointer) == []
 
 
@@ -230,9 +230,11 @@ def test_prune_keeps_the_newest_inconclusive_candidates_however_old(tmp_path: Pa
     rejected = _candidate(tmp_path, "r", "rejected")
     old = time.time() - 2 * 86400
     for path in [*found, rejected]:
-        verdict = candidates.read_json(path / candidates.VERDICT_NAME)
-        assert verdict is not None
-        (path / candidates.VERDICT_NAME).write_text(json.dumps({**verdict, "decided_at_s": old}))
+        verdict = candidates.read_verdict(path)
+        assert verdict.outcome is not None
+        (path / candidates.VERDICT_NAME).write_text(
+            json.dumps({**verdict.to_json(), "decided_at_s": old})
+        )
     assert prune.INCONCLUSIVE_KEEP == 2
     removed = prune.prune(tmp_path, keep_served=2, rejected_days=1)
     assert sorted(removed) == sorted([found[0], rejected])

@@ -180,7 +180,7 @@ def _state(ck: Path) -> dict[str, Any]:
         assert pointer is not None
         shown = [pointer.served.id, [e.id for e in pointer.history], bool(pointer.pinned)]
     verdicts = {
-        c.name: (candidates.read_json(c / VERDICT_NAME) or {}).get("outcome")
+        c.name: candidates.read_verdict(c).to_json().get("outcome")
         for c in candidates.list_candidates(ck)
     }
     return {"pointer": shown, "verdicts": verdicts}
@@ -196,7 +196,7 @@ def _assert_nothing_lost(ck: Path) -> None:
                 assert (ck / str(entry.checkpoint)).is_file(), entry
         assert transitions.disagreeing(ck, pointer) == []
     for candidate in candidates.list_candidates(ck):
-        verdict = candidates.read_json(candidate / VERDICT_NAME) or {}
+        verdict = candidates.read_verdict(candidate).to_json()
         if verdict.get("outcome") == "promoted":
             assert (candidate / verdict["checkpoint"]).is_file(), candidate
 
@@ -215,7 +215,7 @@ def _assert_announced(ck: Path) -> None:
     assert {e.id for e in events if e.kind != "reject"} == expected
     rejected = {}
     for candidate in candidates.list_candidates(ck):
-        verdict = candidates.read_json(candidate / VERDICT_NAME) or {}
+        verdict = candidates.read_verdict(candidate).to_json()
         if verdict.get("outcome") == "rejected":
             rejected[outbox.verdict_event_id(AGENT, candidate.name, verdict)] = candidate.name
     kept = [

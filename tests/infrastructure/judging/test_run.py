@@ -20,7 +20,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     candidate_entry,
     list_candidates,
     newest_checkpoint,
-    read_json,
+    read_verdict,
     write_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_pointer
@@ -188,7 +188,7 @@ def test_a_better_candidate_continues_the_served_model_and_is_promoted(tmp_path:
     assert pointer is not None and pointer.served.id == result.gate.candidate_id
     assert pointer.history[0].id == first and pointer.served.how == "gate"
     candidate = request.checkpoint_dir / "candidates" / pointer.served.id
-    verdict = read_json(candidate / "verdict.json") or {}
+    verdict = read_verdict(candidate).to_json()
     assert verdict["judged"][0]["upper"] < verdict["judged"][0]["margin"]
 
 
@@ -235,7 +235,7 @@ def test_the_watch_rolls_back_a_served_model_worse_on_later_records(tmp_path: Pa
     assert (
         watched.served_loss is not None and live.primary == "loss" and live.regressed == ("loss",)
     )
-    verdict = read_json(tmp_path / "checkpoints" / "candidates" / second / "verdict.json") or {}
+    verdict = read_verdict(tmp_path / "checkpoints" / "candidates" / second).to_json()
     assert verdict["outcome"] == "rolled_back" and verdict["reason"] == "live_regression"
 
 
@@ -249,7 +249,7 @@ def test_a_judged_run_first_settles_what_a_killed_rollback_left(tmp_path: Path) 
     rollback(folder, verdict={"reason": "live_regression"})
     write_verdict(folder / "candidates" / second, {"outcome": "promoted"})  # the kill's state
     assert run_plugin(plugin, _on(tmp_path, 0.0, range(40))).up_to_date
-    verdict = read_json(folder / "candidates" / second / "verdict.json") or {}
+    verdict = read_verdict(folder / "candidates" / second).to_json()
     assert verdict["outcome"] == "rolled_back" and verdict["reason"] == "live_regression"
 
 
@@ -436,7 +436,7 @@ def test_the_watch_rolls_back_on_a_regression_of_the_second_column_alone(
     assert live is not None and live.rolled_back and live.now_served == first
     assert live.regressed == ("abs",) and live.primary == "sq" and not live.watched.regression
     assert set(live.metrics) == {"sq", "abs"} and live.metrics["abs"].alpha == 0.025
-    verdict = read_json(tmp_path / "checkpoints" / "candidates" / second / "verdict.json") or {}
+    verdict = read_verdict(tmp_path / "checkpoints" / "candidates" / second).to_json()
     assert verdict["outcome"] == "rolled_back" and verdict["detail"].startswith(
         "live regression: abs "
     )

@@ -127,7 +127,7 @@ def _train(request: TrainRequest) -> TrainResult:
             ),
         )
     clock.move("train", "eval", task.eval_seconds)
-    extra = {**run_extra(result, data, task), **trained_extra(result, candidate.name)}
+    extra = run_extra(result, data, task, candidate.name)
     refit = None
     if whole and not result.stopped_early:
         with clock.phase("final_fit"):
@@ -377,22 +377,18 @@ def split_record(task: WorldModelTask) -> dict[str, Any]:
     }
 
 
-def run_extra(result: FitResult, data: ReadResult, task: WorldModelTask) -> dict[str, Any]:
+def run_extra(
+    result: FitResult, data: ReadResult, task: WorldModelTask, candidate: str
+) -> dict[str, Any]:
     """The run's own record in ``extra`` (the daemon reads none of it): its steps over
-    the whole chain, the records used, skipped as duplicates or unlabelled, the split."""
+    the whole chain, the records used, skipped as duplicates or unlabelled, the split,
+    the precision's warning, the checkpoint it resumed from and its candidate's name."""
     return {
         "total_steps": result.summary.step,
         "examples": data.labelled,
         "duplicates": data.duplicates,
         "unlabelled": data.unlabelled,
         "split": split_record(task),
-    }
-
-
-def trained_extra(result: FitResult, candidate: str) -> dict[str, Any]:
-    """What a run that trained adds to ``extra``: the precision's warning, the checkpoint
-    it resumed from and its candidate's name."""
-    return {
         "precision_warning": result.precision.warning,
         "resumed_from": str(result.resumed_from) if result.resumed_from else None,
         "candidate": candidate,

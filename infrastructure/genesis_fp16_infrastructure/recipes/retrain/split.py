@@ -107,11 +107,6 @@ def split_version(saved: Mapping[str, Any] | None) -> int:
     return int((saved.get("split") or {}).get("hash", 1))
 
 
-def draw_of(data: ReadResult) -> Draw:
-    """What a split draws for a read's examples, from its columns."""
-    return Draw.of_columns(data.columns)
-
-
 def _id_hashes(ids: Sequence[str], seed: int, salt: str) -> list[int]:
     """A stable 64-bit hash of (seed, salt, id) for each id, the held-out split's and the
     folds', in one loop (a million ids: one pass of blake2b)."""
@@ -176,11 +171,11 @@ class Split(NamedTuple):
     held_out: Sequence[Example]
     eval_fraction: float
     validation_fraction: float
+    # Where each part's records are in the data's examples (train, validation, held-out):
+    # the task takes their feature rows by them.
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray]
     folds: tuple[int, ...] = ()  # cross-validated: each record's fold, in train's order
     fold_count: int = 0
-    # Where each part's records are in the data's examples (train, validation, held-out),
-    # when the split knows: the task takes their feature rows by them.
-    rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     hash: int = SPLIT_HASH  # how records were drawn into parts or folds (SPLIT_HASH)
 
 
@@ -206,7 +201,7 @@ def split_examples(
     ``eval_fraction`` more, by a hash of (seed, id), when given); validation, by a hash
     of (seed, id) out of the rest."""
     count = data.labelled
-    draw = draw_of(data)
+    draw = Draw.of_columns(data.columns)
     everywhere = np.arange(count)
     out = judged_held_out(data)
     if eval_fraction is not None:
@@ -223,7 +218,7 @@ def split_examples(
         )
     train, val, held = (ExampleRows(data, rows) for rows in (train_rows, val_rows, held_rows))
     rows = (train_rows, val_rows, held_rows)
-    return Split(train, val, held, fraction, validation, rows=rows, hash=version)
+    return Split(train, val, held, fraction, validation, rows, hash=version)
 
 
 def choose_split(
@@ -274,10 +269,10 @@ def fold_split(data: ReadResult, seed: int, folds: int, version: int = SPLIT_HAS
         raise TrainRequestError(
             f"{count} labelled example(s) cannot be dealt into {folds} folds; add data"
         )
-    dealt = draw_of(data).take(rows).folds(seed, folds, version)
+    dealt = Draw.of_columns(data.columns).take(rows).folds(seed, folds, version)
     everything = ExampleRows(data, rows)
     return Split(
-        everything, everything, everything, 0.0, 0.0, tuple(dealt.tolist()), folds, (rows,) * 3,
+        everything, everything, everything, 0.0, 0.0, (rows,) * 3, tuple(dealt.tolist()), folds,
         version,
     )  # fmt: skip
 

@@ -49,11 +49,10 @@ from genesis_fp16_infrastructure.data.schema import (
     OUTCOMES,
     SCHEMA_VERSION,
     Example,
-    example_id_hashes,
-    record_hash,
 )
 from genesis_fp16_infrastructure.judging.split import sorted_unique
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
+from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
 from genesis_fp16_infrastructure.recipes.retrain.split import (
     ExampleRows,
     Split,
@@ -66,10 +65,7 @@ from genesis_fp16_infrastructure.training.run.task import index_to
 from genesis_fp16_infrastructure.world_model.features import (
     Categorical,
     FeatureEncoder,
-    numeric_columns,
-    numeric_rows,
 )
-from genesis_fp16_infrastructure.world_model.lineage_columns import forget_index
 from genesis_fp16_infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
 from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
@@ -160,16 +156,6 @@ def batch_of(x: torch.Tensor, labels: Labels, folds: Sequence[int] | None = None
 _OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}  # Label.outcome_index, looked up
 
 
-def rows_in(part: Sequence[Example], examples: Sequence[Example]) -> np.ndarray | None:
-    """Where ``part``'s records are in ``examples`` (the same objects); None when one is
-    not there."""
-    position = {id(e): i for i, e in enumerate(examples)}
-    rows = [position.get(id(e)) for e in part]
-    if any(i is None for i in rows):
-        return None
-    return np.array(rows, dtype=np.int64).reshape(len(rows))
-
-
 class WorldModelTask:
     """Everything ``fit()`` needs to train an agent's world model (SE-Darwin's by default)
     on one dataset."""
@@ -195,12 +181,8 @@ class WorldModelTask:
         self.split = split = split or choose_split(data, options, seed, saved)
         self.members = max(1, split.fold_count)
         train = split.train
-        # Each part's positions in data.examples: the split's, or found by object (a
-        # Split made by hand); None for a part of other records (encoded from objects).
-        part_rows = split.rows or tuple(
-            rows_in(part, data.examples) for part in (train, split.validation, split.held_out)
-        )
-        rows_of = {id(part): rows for part, rows in zip(split[:3], part_rows, strict=True)}
+        # Each part's positions in data.examples, by part (a whole-pool split's are one).
+        rows_of = {id(part): rows for part, rows in zip(split[:3], split.rows, strict=True)}
         columns = data.columns
         # The unscaled numeric features of every example, computed once from the read's
         # columns (issue 36: no object per record): each part takes its rows, and the drift
@@ -209,16 +191,12 @@ class WorldModelTask:
 
         def inputs(
             part: Sequence[Example],
-        ) -> tuple[Categorical, torch.Tensor, torch.Tensor | None, Labels]:
+        ) -> tuple[Categorical, torch.Tensor, torch.Tensor, Labels]:
             """The part's categorical columns, numbers (every example's, with the part's
-            rows in them; or the part's own), and labels."""
-            rows = rows_of.get(id(part))
-            if rows is None:  # not the pool's own records: worked out from the objects
-                attempts = [e.attempt for e in part]
-                numeric = numeric_columns(attempts, data.pool)
-                return Categorical.of(attempts), numeric, None, Labels.of(part)
+            rows in them), and labels."""
+            rows = rows_of[id(part)]
             if self._numeric_rows is None:
-                self._numeric_rows = _example_numbers(data)
+                self._numeric_rows = pool_numeric(columns, columns.labelled)
             categorical = Categorical.of_rows(columns, columns.labelled[rows])
             picks = torch.from_numpy(rows)
             return categorical, self._numeric_rows, picks, Labels.of_rows(columns, rows)
@@ -233,7 +211,7 @@ class WorldModelTask:
             categorical, numeric, picks, labels = inputs(train)
             self.encoder = FeatureEncoder.fit_parts(
                 categorical,
-                numeric if picks is None else numeric[picks],
+                numeric[picks],
                 labels.success.tolist(),
             )
             del categorical, numeric, picks, labels  # the part's copy of its numbers
@@ -258,16 +236,14 @@ class WorldModelTask:
         # Early stopping's record holds on these records alone: the distinct id hashes of
         # the training and validation parts (since issue 36; the ids' text, sorted, before:
         # a checkpoint of then starts a new record once).
-        hashes = [
-            _id_hashes(data, part, rows_of.get(id(part))) for part in (train, split.validation)
-        ]
+        hashes = [_id_hashes(data, rows_of[id(part)]) for part in (train, split.validation)]
         # The ids it trains on (training and validation parts), the checkpoint's
         # "trained_ids" (contract.judging): the judged run checks none is held out. Kept
         # as their hashes, one tensor: each checkpoint saves it, and each judged run loads
         # it (as 100,000 strings, 0.7 s a load).
         ids = judged_ids(columns)
-        parts = (_ids(ids, p, rows_of.get(id(p))) for p in (train, split.validation))
-        self.trained_ids = trained_id_hashes(i for part in parts for i in part)
+        trained = (rows_of[id(part)].tolist() for part in (train, split.validation))
+        self.trained_ids = trained_id_hashes(ids[r] for part in trained for r in part)
         distinct = sorted_unique(np.concatenate(hashes))
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
         held = split.held_out
@@ -489,30 +465,9 @@ class ReplayedTask:
         return task_loss(model, batch, self.config.members)
 
 
-def _example_numbers(data: ReadResult) -> torch.Tensor:
-    """The unscaled numeric features of every example of ``data``, from its columns, or
-    from its objects where the arrays cannot give them (a pool whose parent links loop)."""
-    numeric = numeric_rows(data.columns, data.columns.labelled)
-    if numeric is not None:
-        return numeric
-    numeric = numeric_columns([e.attempt for e in data.examples], data.pool)
-    forget_index(data.pool)  # every record's rows are in hand
-    return numeric
-
-
-def _ids(ids: list[str], part: Sequence[Example], rows: np.ndarray | None) -> list[str]:
-    """The judged ids (``split.judged_ids``) of a part: at its rows, else its objects'."""
-    if rows is None:
-        keys = (np.uint64(record_hash(e) & (2**64 - 1)) for e in part)
-        return [f"{e.trajectory_id}#{int(k):016x}" for e, k in zip(part, keys, strict=True)]
-    return [ids[r] for r in rows.tolist()]
-
-
-def _id_hashes(data: ReadResult, part: Sequence[Example], rows: np.ndarray | None) -> np.ndarray:
-    """The record id hashes of a part: from the columns at its rows, else its objects'."""
-    if rows is not None:
-        return data.columns.id_hash[data.columns.labelled[rows]]
-    return np.array(example_id_hashes(part), dtype=np.int64).reshape(len(part))
+def _id_hashes(data: ReadResult, rows: np.ndarray) -> np.ndarray:
+    """The record id hashes of a part, from the columns at its rows."""
+    return data.columns.id_hash[data.columns.labelled[rows]]
 
 
 def _model_config(

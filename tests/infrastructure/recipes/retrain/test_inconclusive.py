@@ -14,9 +14,8 @@ from se_darwin_runs import train
 from genesis_fp16.commands.model import list_models
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.agent_folder.candidates import (
-    VERDICT_NAME,
     list_candidates,
-    read_json,
+    read_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.agent_folder.prune import prune
@@ -64,7 +63,7 @@ def test_an_inconclusive_candidate_is_kept_and_decided_later_without_training(
     assert decided is not None and decided.candidate_id == kept
     assert decided.outcome in ("promoted", "rejected"), decided.reason
     assert third.steps == 0 and [c.name for c in list_candidates(ck)] == before
-    verdict = read_json(ck / "candidates" / kept / VERDICT_NAME)
+    verdict = read_verdict(ck / "candidates" / kept).to_json()
     assert verdict is not None and verdict["outcome"] == decided.outcome
     served = read_pointer(ck)
     assert served is not None and (served.served.id == kept) == (decided.outcome == "promoted")

@@ -14,10 +14,9 @@ from se_darwin_runs import train
 
 from genesis_fp16.cli import main
 from genesis_fp16_infrastructure.agent_folder.candidates import (
-    VERDICT_NAME,
     candidate_entry,
     newest_checkpoint,
-    read_json,
+    read_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, read_pointer
@@ -86,7 +85,7 @@ def test_a_poisoned_served_model_is_rolled_back_after_clean_records(
     assert all(live.metrics[m].lower > live.metrics[m].margin for m in live.regressed)
     pointer = read_pointer(ck)
     assert pointer is not None and pointer.served.id == good
-    verdict = read_json(candidates_dir(ck) / bad / VERDICT_NAME)
+    verdict = read_verdict(candidates_dir(ck) / bad).to_json()
     assert verdict is not None and verdict["outcome"] == "rolled_back"
     assert verdict["reason"] == LIVE_REGRESSION and verdict["live"]["records"] == live.records
     monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(ck.parents[2]))
