@@ -343,7 +343,6 @@ def _train(
         request.device,
     )
     from genesis_fp16_infrastructure.api import (
-        ExecutionError,
         LockBusy,
         PrecisionError,
         check_result,
@@ -363,8 +362,7 @@ def _train(
     except (
         DataError,
         PrecisionError,
-        ExecutionError,
-        TrainRequestError,
+        TrainRequestError,  # an ExecutionError too: run_plugin refuses it as the request's
         LockBusy,  # another process writes --checkpoint-dir (CheckpointFolderBusy): one line
     ) as exc:
         if recorded:

@@ -30,7 +30,6 @@ from genesis_fp16.metrics.tracking import RunTracker, close_tracker
 from genesis_fp16.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
-    ExecutionError,
     LastRun,
     Outcome,
     ServedPointerError,
@@ -136,7 +135,7 @@ def record_failure(run: Run, device: str, exc: BaseException) -> None:
         host = str(exc) if isinstance(exc, LaunchError) else device_lost(exc)
         # Every run on it fails until the GPU is back (or the daemon restarts on another).
         ctx.degraded[agent] = f"device {device} unavailable: {host}"
-    one_line = isinstance(exc, TrainRequestError | ExecutionError | LaunchError)
+    one_line = isinstance(exc, TrainRequestError | LaunchError)
     why = host or (str(exc) if one_line else f"{type(exc).__name__}: {exc}")
     if one_line or host:
         # A one-line refusal, a storage error naming its path, a lost device.
@@ -345,7 +344,7 @@ def _failure_reason(exc: BaseException) -> str:
         return "storage"
     if isinstance(exc, SystemExit):
         return "exit"
-    if isinstance(exc, TrainRequestError | ExecutionError):
+    if isinstance(exc, TrainRequestError):
         return "refused"
     return "error"
 

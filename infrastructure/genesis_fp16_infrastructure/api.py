@@ -87,7 +87,6 @@ if TYPE_CHECKING:
         BundleError,
         CheckpointError,
         DataError,
-        ExecutionError,
         LockBusy,
         PrecisionError,
         ProbeError,

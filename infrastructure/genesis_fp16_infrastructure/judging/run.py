@@ -84,7 +84,7 @@ from genesis_fp16_infrastructure.contract.judging import (
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
 from genesis_fp16_infrastructure.contract.reports import GateReport, TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.errors import ServedPointerError
+from genesis_fp16_infrastructure.errors import ExecutionError, ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.gate import (
     MIN_RECORDS,
@@ -122,14 +122,17 @@ def run_plugin(plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
     """Train ``plugin`` as ``request`` asks: a judged run when it declares judged models,
     its own ``train`` otherwise. When the plan's data check (``request.snapshot``) found
     nothing changed since the served model's run, its up-to-date result, and nothing
-    read (the daemon answers it before starting a child; ``train`` and others here)."""
+    read (the daemon answers it before starting a child; ``train`` and others here).
+    A ``cuda_graph`` or ``compile`` of the request that the run cannot honour
+    (``ExecutionError``) is the request's refusal, a ``TrainRequestError`` with its line."""
     check = request.snapshot.data if request.snapshot is not None else None
     if check is not None and check.up_to_date is not None:
         return TrainResult.from_json(check.up_to_date)
     judged = judging_of(plugin)
-    if judged is None:
-        return plugin.train(request)
-    return run_judged(plugin, judged, request)
+    try:
+        return plugin.train(request) if judged is None else run_judged(plugin, judged, request)
+    except ExecutionError as exc:
+        raise TrainRequestError(str(exc)) from exc
 
 
 def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest) -> TrainResult:

@@ -34,6 +34,7 @@ from genesis_fp16_infrastructure.contract.judging import (
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.judging import split, stores
 from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.judging.served import trained_ids
@@ -41,6 +42,7 @@ from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.step.execution import resolve_execution
 
 
 @dataclass
@@ -303,6 +305,31 @@ class _Plain(OneNumber):
         if name == "score_records":
             raise AttributeError(name)
         return super().__getattribute__(name)
+
+
+class _Uncapturable(OneNumber):
+    """OneNumber whose run asks ``cuda_graph=on`` on the CPU: an ``ExecutionError``."""
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        optimizer = torch.optim.SGD(torch.nn.Linear(1, 1).parameters())
+        resolve_execution("on", torch.device("cpu"), [optimizer])
+        raise AssertionError("resolve_execution captured a step on the CPU")
+
+
+class _PlainUncapturable(_Uncapturable, _Plain):
+    """_Uncapturable without score_records: its own train, not a judged run."""
+
+
+@pytest.mark.parametrize("plugin", [_Uncapturable(), _PlainUncapturable()])
+def test_an_execution_the_run_cannot_honour_is_the_requests_refusal(
+    tmp_path: Path, plugin: OneNumber
+) -> None:
+    """An ExecutionError from a plugin's run (judged or not) leaves run_plugin as a
+    TrainRequestError with its line, which train and the daemon refuse in one line."""
+    with pytest.raises(TrainRequestError, match=r"^cuda_graph=on, but this run cannot") as caught:
+        run_plugin(plugin, _on(tmp_path, 0.0, range(4)))
+    assert isinstance(caught.value.__cause__, ExecutionError)
+    assert str(caught.value) == str(caught.value.__cause__)
 
 
 def _coin_data(path: Path, count: int) -> Path:
