@@ -355,9 +355,7 @@ def record_id_hash(trajectory_id: str) -> int:
 
 def judged_id(trajectory_id: str, key: int) -> str:
     """A labelled record's id as the judged run knows it: its trajectory id and its
-    :func:`labelled_hash` (``key``, as the 16 hex digits of its bits), so that a record
-    relabelled or edited in place is a new one. Its hash, :func:`id_digest`, is taken
-    where the record is parsed and kept with it (``RecordBlock.judged``)."""
+    :func:`labelled_hash` ``key`` (a record relabelled or edited in place is a new one)."""
     return f"{trajectory_id}#{key & 0xFFFF_FFFF_FFFF_FFFF:016x}"
 
 

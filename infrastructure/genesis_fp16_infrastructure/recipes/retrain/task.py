@@ -40,7 +40,7 @@ from torch.nn.functional import binary_cross_entropy_with_logits
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS, trained_id_hashes
+from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
@@ -50,16 +50,16 @@ from genesis_fp16_infrastructure.data.schema import (
     SCHEMA_VERSION,
     Example,
     example_id_hashes,
+    judged_id,
     record_hash,
 )
-from genesis_fp16_infrastructure.judging.split import sorted_unique
+from genesis_fp16_infrastructure.judging.split import id_hashes, sorted_unique
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.split import (
     ExampleRows,
     Split,
     choose_split,
     judged_held_out,
-    judged_ids,
 )
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.training.run.task import index_to
@@ -265,9 +265,8 @@ class WorldModelTask:
         # "trained_ids" (contract.judging): the judged run checks none is held out. Kept
         # as their hashes, one tensor: each checkpoint saves it, and each judged run loads
         # it (as 100,000 strings, 0.7 s a load).
-        ids = judged_ids(columns)
-        parts = (_ids(ids, p, rows_of.get(id(p))) for p in (train, split.validation))
-        self.trained_ids = trained_id_hashes(i for part in parts for i in part)
+        parts = [_judged(data, p, rows_of.get(id(p))) for p in (train, split.validation)]
+        self.trained_ids = torch.from_numpy(sorted_unique(np.concatenate(parts)).view(np.int64))
         distinct = sorted_unique(np.concatenate(hashes))
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
         held = split.held_out
@@ -500,12 +499,11 @@ def _example_numbers(data: ReadResult) -> torch.Tensor:
     return numeric
 
 
-def _ids(ids: list[str], part: Sequence[Example], rows: np.ndarray | None) -> list[str]:
-    """The judged ids (``split.judged_ids``) of a part: at its rows, else its objects'."""
+def _judged(data: ReadResult, part: Sequence[Example], rows: np.ndarray | None) -> np.ndarray:
+    """The judged ids' hashes (``PoolColumns.judged``) of a part: at its rows, else its objects'."""
     if rows is None:
-        keys = (np.uint64(record_hash(e) & (2**64 - 1)) for e in part)
-        return [f"{e.trajectory_id}#{int(k):016x}" for e, k in zip(part, keys, strict=True)]
-    return [ids[r] for r in rows.tolist()]
+        return id_hashes(judged_id(e.trajectory_id, record_hash(e)) for e in part)
+    return np.asarray(data.columns.judged[rows])
 
 
 def _id_hashes(data: ReadResult, part: Sequence[Example], rows: np.ndarray | None) -> np.ndarray:
