@@ -289,9 +289,8 @@ class JudgedPlugin(Protocol):
 @dataclass(frozen=True)
 class RecordIds:
     """Every current record's id (and segment, as :class:`RecordLosses` names them),
-    unscored: what a plugin's ``record_ids`` lists (:class:`ListsRecords`). ``hashes``:
-    the ids' :attr:`id_hashes` where the plugin kept them (se_darwin's record cache
-    does): one per id, each of a sample of 64 checked, not hashed again."""
+    unscored: what a plugin's ``record_ids`` lists (:class:`ListsRecords`); ``hashes``:
+    their :attr:`id_hashes`, where the plugin kept them (se_darwin's record cache does)."""
 
     ids: tuple[str, ...]
     segments: tuple[str, ...] | None = None
@@ -312,15 +311,11 @@ class RecordIds:
             )
         if self.segments is not None and not _all_of(self.segments, str):
             raise RecordLossesError("RecordIds: a segment is not a string")
-        if self.hashes is not None:  # a copy of its own, read-only, then checked
+        if self.hashes is not None:  # a copy of its own, read-only, checked on a sample
             kept = np.array(self.hashes).reshape(-1)
-            sample = np.linspace(0, len(self.ids) - 1, min(64, len(self.ids)), dtype=np.int64)
-            if (
-                len(kept) != len(self.ids)
-                or kept.dtype.itemsize != 8
-                or kept.dtype.kind not in "iu"
-                or ((kept.view(np.uint64)[sample] != id_hashes(self.ids[i] for i in sample)).any())
-            ):
+            at = np.linspace(0, len(kept) - 1, min(64, len(kept)), dtype=np.int64)
+            ok = kept.dtype.kind in "iu" and kept.dtype.itemsize == 8 and len(kept) == len(self.ids)
+            if not ok or (kept.view(np.uint64)[at] != id_hashes(self.ids[i] for i in at)).any():
                 raise RecordLossesError("RecordIds: hashes are not the ids' id_hashes")
             kept.flags.writeable = False
             object.__setattr__(self, "hashes", kept.view(np.uint64))
