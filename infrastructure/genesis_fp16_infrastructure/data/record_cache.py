@@ -369,19 +369,14 @@ def read_pool_file(path: Path, version: str) -> StoredPool:
         raise ValueError(f"pool file version {head.version!r}, this build's {version}")
     if head.size != size:
         raise ValueError(f"pool file of {size} bytes, its header says {head.size}")
-    arrays = {name: _mapped(path, *layout, size) for name, layout in head.arrays.items()}
-    coded = {
+    arrays: dict[str, Any] = {n: _mapped(path, *at, size) for n, at in head.arrays.items()}
+    coded: dict[str, Any] = {
         name: Coded(arrays.pop(f"{name}.codes"), _values(name, head.values[name]))
         for name in _CODED
     }
-    a = arrays
-    columns = PoolColumns(
-        head.ids, a["id_hash"], a["score"], a["scored"], a["created"], a["timed"],
-        a["generation"], coded["agent"], coded["operator"], coded["tools"], coded["pattern"],
-        a["parent_start"], a["parent"], head.outside, a["own"], None, a["labelled"],
-        a["success"], a["label_score"], a["label_scored"], a["outcome"], a["key"],
-        a["judged"],
-    )  # fmt: skip
+    if set(arrays) != set(_ARRAYS):  # each column by its name: none missing, none more
+        raise ValueError(f"pool file columns {sorted(arrays)}, not this build's")
+    columns = PoolColumns(ids=head.ids, outside=head.outside, text=None, **coded, **arrays)
     _check(columns)
     rejected = [(i, Rejected(where, reason, text)) for i, where, reason, text in head.rejected]
     return StoredPool(columns, head.duplicates, head.files, rejected)
