@@ -59,7 +59,7 @@ import math
 import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -289,10 +289,12 @@ class JudgedPlugin(Protocol):
 @dataclass(frozen=True)
 class RecordIds:
     """Every current record's id (and segment, as :class:`RecordLosses` names them),
-    unscored: what a plugin's ``record_ids`` lists (:class:`ListsRecords`)."""
+    unscored: what a plugin's ``record_ids`` lists (:class:`ListsRecords`); ``hashes``:
+    their :attr:`id_hashes`, where the plugin kept them (se_darwin's record cache does)."""
 
     ids: tuple[str, ...]
     segments: tuple[str, ...] | None = None
+    hashes: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Copied, then checked as RecordLosses' are: a plugin's listing, read where used.
@@ -309,11 +311,19 @@ class RecordIds:
             )
         if self.segments is not None and not _all_of(self.segments, str):
             raise RecordLossesError("RecordIds: a segment is not a string")
+        if self.hashes is not None:  # a copy of its own, read-only, checked on a sample
+            kept = np.array(self.hashes).reshape(-1)
+            at = np.linspace(0, len(kept) - 1, min(64, len(kept)), dtype=np.int64)
+            ok = kept.dtype.kind in "iu" and kept.dtype.itemsize == 8 and len(kept) == len(self.ids)
+            if not ok or (kept.view(np.uint64)[at] != id_hashes(self.ids[i] for i in at)).any():
+                raise RecordLossesError("RecordIds: hashes are not the ids' id_hashes")
+            kept.flags.writeable = False
+            object.__setattr__(self, "hashes", kept.view(np.uint64))
 
     @cached_property
     def id_hashes(self) -> np.ndarray:
         """The ids' 64-bit hashes, in order (as :attr:`RecordLosses.id_hashes`)."""
-        return id_hashes(self.ids)
+        return id_hashes(self.ids) if self.hashes is None else self.hashes
 
 
 @runtime_checkable

@@ -35,6 +35,8 @@ from genesis_fp16_infrastructure.data.schema import (
     OUTCOMES,
     AttemptInput,
     Label,
+    id_digest,
+    judged_id,
     record_id_hash,
     record_id_hashes,
 )
@@ -134,6 +136,7 @@ class RecordBlock(msgspec.Struct):
     scored: bytes  # a byte per record: 1 where score is not None
     key: bytes  # <i8 per record: data.schema.record_hash of a labelled record, else 0
     id_key: bytes  # <i8 per record: data.schema.record_id_hash of its id
+    judged: bytes  # 8 per record: a labelled one's schema.id_digest of its judged_id
     rejected: list[tuple[str, str, str]]  # (where, reason, text) as quarantined
     version: str = ""  # the record cache's CACHE_VERSION, when stored
 
@@ -184,6 +187,10 @@ class RecordBlock(msgspec.Struct):
             key=_int64s([0 if r.key is None else r.key for r in records]),
             id_key=_int64s(
                 [record_id_hash(r.trajectory_id) if r.id_key is None else r.id_key for r in records]
+            ),
+            judged=b"".join(
+                bytes(8) if r.label is None else id_digest(judged_id(r.trajectory_id, r.key or 0))
+                for r in records
             ),
             rejected=[(e.where, e.reason, e.text) for e in rejected],
         )
@@ -262,7 +269,7 @@ _WIDTHS = {
     "agent": 4, "created": 8, "timed": 1, "operator": 4, "generation": 8, "parent_counts": 4,
     "tools_used": 4, "reasoning_pattern": 4, "own": OWN_BYTES, "success": 1,
     "label_score": 8, "label_scored": 1, "outcome": 1, "score": 8, "scored": 1, "key": 8,
-    "id_key": 8,
+    "id_key": 8, "judged": 8,
 }  # fmt: skip
 _CODED = (
     ("agent", "agents"), ("operator", "operators"), ("tools_used", "tool_lists"),

@@ -115,6 +115,7 @@ class PoolColumns:
     label_scored: np.ndarray  # bool: whether it has a score
     outcome: np.ndarray  # int64 index into OUTCOMES, per labelled record
     key: np.ndarray  # int64 per labelled record: data.schema.record_hash
+    judged: np.ndarray  # uint64 per labelled record: its judged_id's hash (id_digest)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -256,6 +257,7 @@ def collect(blocks: Sequence[RecordBlock], keep_text: bool) -> tuple[PoolColumns
         label_scored=numbers("label_scored", "?")[labelled],
         outcome=numbers("outcome", "<i1").astype(np.int64)[labelled],
         key=numbers("key", "<i8").astype(np.int64)[labelled],
+        judged=numbers("judged", "u8")[labelled],
     )
     return columns, total - n
 

@@ -68,8 +68,9 @@ logger = logging.getLogger(__name__)
 # own numbers' version is part of it (data.file_records).
 # 4: columns, not rows; 5: each record's id hash; 6: columns by field name;
 # 7: file_records.RecordBlock (coded columns, flat parents, no object per record);
-# 8: its numbers and flags as bytes, and each parent's id hash (collect matches by hash)
-CACHE_VERSION = f"8.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
+# 8: its numbers and flags as bytes, and each parent's id hash (collect matches by hash);
+# 9: each labelled record's judged-id hash (RecordBlock.judged)
+CACHE_VERSION = f"9.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
 HEAD_BYTES = 4096  # a head marker: a digest and a size
 ENTRY_BYTES = 1 << 40  # an entry is as large as its data file's records: no bound but sanity
 MAGIC = b"GFP16POOL\n"
@@ -78,6 +79,7 @@ _LENGTH = struct.Struct("<Q")  # the header's length, after MAGIC
 _ARRAYS = (
     "id_hash", "score", "scored", "created", "timed", "generation", "parent_start", "parent",
     "own", "labelled", "success", "label_score", "label_scored", "outcome", "key",
+    "judged",
 )  # fmt: skip
 _CODED = ("agent", "operator", "tools", "pattern")
 
@@ -367,18 +369,14 @@ def read_pool_file(path: Path, version: str) -> StoredPool:
         raise ValueError(f"pool file version {head.version!r}, this build's {version}")
     if head.size != size:
         raise ValueError(f"pool file of {size} bytes, its header says {head.size}")
-    arrays = {name: _mapped(path, *layout, size) for name, layout in head.arrays.items()}
-    coded = {
+    arrays: dict[str, Any] = {n: _mapped(path, *at, size) for n, at in head.arrays.items()}
+    coded: dict[str, Any] = {
         name: Coded(arrays.pop(f"{name}.codes"), _values(name, head.values[name]))
         for name in _CODED
     }
-    a = arrays
-    columns = PoolColumns(
-        head.ids, a["id_hash"], a["score"], a["scored"], a["created"], a["timed"],
-        a["generation"], coded["agent"], coded["operator"], coded["tools"], coded["pattern"],
-        a["parent_start"], a["parent"], head.outside, a["own"], None, a["labelled"],
-        a["success"], a["label_score"], a["label_scored"], a["outcome"], a["key"],
-    )  # fmt: skip
+    if set(arrays) != set(_ARRAYS):  # each column by its name: none missing, none more
+        raise ValueError(f"pool file columns {sorted(arrays)}, not this build's")
+    columns = PoolColumns(ids=head.ids, outside=head.outside, text=None, **coded, **arrays)
     _check(columns)
     rejected = [(i, Rejected(where, reason, text)) for i, where, reason, text in head.rejected]
     return StoredPool(columns, head.duplicates, head.files, rejected)
@@ -406,7 +404,7 @@ def _check(columns: PoolColumns) -> None:
     """Every column as long as the pool: a header and columns that disagree are damage."""
     n, labelled = len(columns.ids), len(columns.labelled)
     rows = ("id_hash", "score", "scored", "created", "timed", "generation", "own")
-    per_label = ("success", "label_score", "label_scored", "outcome", "key")
+    per_label = ("success", "label_score", "label_scored", "outcome", "key", "judged")
     lengths = [len(getattr(columns, name)) for name in rows]
     lengths += [len(getattr(columns, name).codes) for name in _CODED]
     if set(lengths) - {n} or {len(getattr(columns, k)) for k in per_label} - {labelled}:

@@ -353,6 +353,17 @@ def record_id_hash(trajectory_id: str) -> int:
     return _hash(trajectory_id)
 
 
+def judged_id(trajectory_id: str, key: int) -> str:
+    """A labelled record's id as the judged run knows it: its trajectory id and its
+    :func:`labelled_hash` ``key`` (a record relabelled or edited in place is a new one)."""
+    return f"{trajectory_id}#{key & 0xFFFF_FFFF_FFFF_FFFF:016x}"
+
+
+def id_digest(id_: str) -> bytes:
+    """An id's 64-bit blake2b digest: the judged run's id hash (judging.split.id_hashes)."""
+    return hashlib.blake2b(id_.encode("utf-8"), digest_size=8).digest()
+
+
 def record_id_hashes(trajectory_ids: Iterable[str]) -> list[int]:
     """``record_id_hash`` of each id, in one loop (a million ids: one pass of blake2b)."""
     blake, to_int = hashlib.blake2b, int.from_bytes

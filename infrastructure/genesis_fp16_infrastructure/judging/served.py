@@ -90,7 +90,7 @@ class Served:
                     f"record_ids returned a {type(listed).__name__}, not RecordIds or None"
                 )
             if listed is not None:  # checked again here, on a copy of its own, as losses are
-                listed = RecordIds(listed.ids, listed.segments)
+                listed = RecordIds(listed.ids, listed.segments, listed.hashes)
         except (OSError, ValueError) as exc:
             raise TrainRequestError(f"{reading.agent}: cannot list its records: {exc}") from None
         hashes = None if listed is None else listed.id_hashes

@@ -27,14 +27,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from genesis_fp16_infrastructure.data.schema import id_digest
+
 _MIX = (np.uint64(30), np.uint64(0xBF58476D1CE4E5B9), np.uint64(27), np.uint64(0x94D049BB133111EB))
 
 
 def id_hashes(ids: Iterable[str]) -> np.ndarray:
     """Each id's 64-bit hash (blake2b), in order (uint64): sortable and compact; two of a
     few million ids collide with a chance of about 1e-7."""
-    digests = [hashlib.blake2b(i.encode("utf-8"), digest_size=8).digest() for i in ids]
-    return np.frombuffer(b"".join(digests), dtype=np.uint64).copy()
+    return np.frombuffer(b"".join(map(id_digest, ids)), dtype=np.uint64).copy()
 
 
 def sorted_unique(hashes: np.ndarray) -> np.ndarray:

@@ -255,18 +255,24 @@ class FeatureEncoder:
         for start in range(0, n, ENCODE_ROWS):
             end = min(n, start + ENCODE_ROWS)
             block = numeric[start:end] if rows is None else numeric[rows[start:end]]
-            out[start:end] = self._encode_rows(parts.part(start, end), block)
+            self._encode_rows(parts.part(start, end), block, out[start:end])
         return out
 
-    def _encode_rows(self, parts: Categorical, numeric: torch.Tensor) -> torch.Tensor:
+    def _encode_rows(self, parts: Categorical, numeric: torch.Tensor, out: torch.Tensor) -> None:
+        # Each float64 part rounded into its columns of ``out`` as it is made: the same
+        # bits as joining them first (torch.cat, 40% of an encode) and rounding once.
         mean = torch.tensor(self.mean, dtype=torch.float64)
         std = torch.tensor(self.std, dtype=torch.float64)
-        columns = [(numeric - mean) / std]
-        columns.append(_one_hot(parts.operator, OPERATORS, other=False))
-        columns.append(self._tool_columns(parts.tools))
-        columns.append(_one_hot(parts.pattern, self.patterns, other=True))
-        columns.append(self._agent_column(parts.agent))
-        return torch.cat(columns, dim=1).to(torch.float32)
+        at = 0
+        for part in (
+            (numeric - mean) / std,
+            _one_hot(parts.operator, OPERATORS, other=False),
+            self._tool_columns(parts.tools),
+            _one_hot(parts.pattern, self.patterns, other=True),
+            self._agent_column(parts.agent),
+        ):
+            out[:, at : at + part.shape[1]] = part
+            at += part.shape[1]
 
     def _tool_columns(self, tools: Coded) -> torch.Tensor:
         """One column per known tool (used or not), then the count of other tools used.

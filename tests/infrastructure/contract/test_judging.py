@@ -8,15 +8,18 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from genesis_fp16_infrastructure.contract.judging import (
+    RecordIds,
     RecordLosses,
     RecordLossesError,
     judging_margin,
     judging_of,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.judging.split import id_hashes
 
 
 @pytest.mark.parametrize(
@@ -209,3 +212,20 @@ def test_a_part_s_id_hashes_are_its_own_ids_hashes(hashed_first: bool) -> None:
     assert part.id_hashes.tolist() == fresh.id_hashes.tolist()
     assert not part.id_hashes.flags.writeable
     assert scored.take([False] * 50).id_hashes.tolist() == []
+
+
+def test_record_ids_take_the_plugins_kept_hashes_only_where_they_are_the_ids() -> None:
+    """A listing with its ids' hashes is not hashed again (the hashes it gave are its
+    id_hashes, copied read-only); hashes of other ids, of another count or not 64-bit
+    integers are refused in one line."""
+    ids = [f"record-{i}" for i in range(500)]
+    kept = id_hashes(ids)
+    listed = RecordIds(tuple(ids), hashes=kept)
+    kept[:] = 0  # the plugin's array changed after: the listing keeps its own copy
+    assert np.array_equal(listed.id_hashes, id_hashes(ids))
+    assert not listed.id_hashes.flags.writeable
+    other = id_hashes(ids)
+    other[0] ^= 1  # the first of the sample
+    for bad in (other, id_hashes(ids[1:]), id_hashes(ids).astype(np.float64), ["x"] * 500):
+        with pytest.raises(RecordLossesError, match="hashes are not the ids' id_hashes"):
+            RecordIds(tuple(ids), hashes=np.asarray(bad))

@@ -19,6 +19,8 @@ from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectori
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.schema import record_id_hash
 from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_replay_buffer
+from genesis_fp16_infrastructure.judging.split import id_hashes
+from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
 
 
@@ -393,6 +395,35 @@ def test_an_unchanged_pool_is_served_whole_as_a_fresh_parse_gives_it(tmp_path: P
     again, cache, _ = _slim(folder, tmp_path, "again")
     assert cache.pool_hit
     _same_columns(fresh, again)
+
+
+def test_the_judged_id_hashes_kept_are_the_current_records_after_a_relabel(
+    tmp_path: Path,
+) -> None:
+    """Each labelled record's judged-id hash (``PoolColumns.judged``) comes from the
+    cache's file entries and its pool entry as a parse gives it, and a record relabelled
+    in place gets its new id's hash in every read after, never the stored one."""
+    folder = _pool(tmp_path)
+
+    def judged(data: ReadResult) -> dict[str, int]:
+        hashes = id_hashes(judged_ids(data.columns))
+        assert np.array_equal(data.columns.judged, hashes)  # the cached column is the ids'
+        return dict(zip(data.columns.example_ids, hashes.tolist(), strict=True))
+
+    before = [judged(_slim(folder, tmp_path, name)[0]) for name in ("cold", "second", "warm")]
+    assert before[0] == before[1] == before[2]
+    pool = json.loads((folder / "a.json").read_text())
+    record = [r for r in pool["trajectories"].values() if r["status"] == "success"][-1]
+    record.update(status="failure", success_score=0.0)  # relabelled in place: a new judged id
+    (folder / "a.json").write_text(json.dumps(pool))
+    _age(folder)
+    after, cache, _ = _slim(folder, tmp_path, "after")
+    assert not cache.pool_hit and (cache.hits, cache.misses) == (1, 1)
+    again, cache, _ = _slim(folder, tmp_path, "again")  # writes the new pool entry
+    pooled, cache, _ = _slim(folder, tmp_path, "pooled")
+    assert cache.pool_hit
+    changed = {k for k, v in judged(after).items() if before[0].get(k) != v}
+    assert changed == {record["trajectory_id"]} and judged(again) == judged(pooled) == judged(after)
 
 
 def test_a_changed_or_grown_pool_misses_the_whole_pool_entry(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.judging import split, stores
 from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.judging.served import trained_ids
-from genesis_fp16_infrastructure.judging.split import HELD_OUT
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
@@ -622,10 +622,18 @@ def _changed_after(ids: tuple[str, ...]) -> RecordIds:
     return listed
 
 
+def _hashes_changed_after(ids: tuple[str, ...]) -> RecordIds:
+    """A listing with its ids' hashes, checked when built, then given other hashes."""
+    listed = RecordIds(ids, hashes=id_hashes(ids))
+    object.__setattr__(listed, "hashes", id_hashes(ids[::-1]))
+    return listed
+
+
 def test_a_listing_that_is_not_one_refuses_the_run_in_one_line(tmp_path: Path) -> None:
     """What record_ids returns is checked where the run uses it: not a RecordIds, an id
-    twice (when built, or changed after), a segment that is not a string: the run is
-    refused in one line naming the agent, and the served model stays."""
+    twice (when built, or changed after), a segment that is not a string, hashes that are
+    not its ids' (changed after: the run keeps the plugin's hashes, checked again): the
+    run is refused in one line naming the agent, and the served model stays."""
     plugin = BadListing()
     first = _request(tmp_path, _data(tmp_path / "d0.json", 0.3, range(300)))
     run_plugin(plugin, first)
@@ -636,6 +644,7 @@ def test_a_listing_that_is_not_one_refuses_the_run_in_one_line(tmp_path: Path) -
         (lambda r: RecordIds(("r1", "r1")), "RecordIds: id 'r1' twice"),
         (lambda r: _changed_after(("r1", "r2")), "RecordIds: id 'r1' twice"),
         (lambda r: RecordIds(("r1",), (3,)), "RecordIds: a segment is not a string"),  # type: ignore[arg-type]
+        (lambda r: _hashes_changed_after(("r1", "r2")), "RecordIds: hashes are not the ids'"),
     ):
         plugin.listing = listing
         with pytest.raises(TrainRequestError, match=f"cannot list its records: {why}") as caught:

@@ -193,4 +193,4 @@ def record_ids(request: TrainRequest) -> RecordIds | None:
     if request.data_path is None or request.snapshot is None or request.snapshot.data is None:
         return None
     pool = _run_pool(request, TaskOptions.from_mapping(request.options))
-    return RecordIds(tuple(pool.ids), tuple(pool.segments))
+    return RecordIds(tuple(pool.ids), tuple(pool.segments), pool.data.columns.judged)

@@ -23,7 +23,7 @@ import numpy as np
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
-from genesis_fp16_infrastructure.data.schema import Example
+from genesis_fp16_infrastructure.data.schema import Example, judged_id
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.recipes.retrain.options import (
     EVAL_BOUNDS,
@@ -180,18 +180,15 @@ class Split(NamedTuple):
 
 
 def judged_ids(columns: PoolColumns) -> list[str]:
-    """Each labelled record's id as the judged run knows it (``score_records``,
-    ``trained_ids``), in the read's order: its trajectory id and the hash of its label
-    and inputs (``schema.labelled_hash``), so that a record relabelled or edited in
-    place is a new record, learned and judged as one."""
-    keys = (columns.key.astype(np.uint64) if len(columns.key) else columns.key).tolist()
-    return [f"{i}#{k:016x}" for i, k in zip(columns.example_ids, keys, strict=True)]
+    """Each labelled record's id as the judged run knows it (``schema.judged_id``), in
+    the read's order (``score_records``, ``trained_ids``)."""
+    return list(map(judged_id, columns.example_ids, columns.key.tolist()))
 
 
 def judged_held_out(data: ReadResult) -> np.ndarray:
     """Per labelled example (the read's examples, in order), whether the judged run holds
     it out (``contract.judging``): no part a model trains on holds it."""
-    return HELD_OUT.of_ids(judged_ids(data.columns))
+    return HELD_OUT.of_hashes(data.columns.judged)  # judged_ids' hashes, kept by the read
 
 
 def split_examples(

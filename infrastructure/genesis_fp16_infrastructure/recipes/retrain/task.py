@@ -40,7 +40,7 @@ from torch.nn.functional import binary_cross_entropy_with_logits
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS, trained_id_hashes
+from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
@@ -58,7 +58,6 @@ from genesis_fp16_infrastructure.recipes.retrain.split import (
     Split,
     choose_split,
     judged_held_out,
-    judged_ids,
 )
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.training.run.task import index_to
@@ -241,9 +240,8 @@ class WorldModelTask:
         # "trained_ids" (contract.judging): the judged run checks none is held out. Kept
         # as their hashes, one tensor: each checkpoint saves it, and each judged run loads
         # it (as 100,000 strings, 0.7 s a load).
-        ids = judged_ids(columns)
-        trained = (rows_of[id(part)].tolist() for part in (train, split.validation))
-        self.trained_ids = trained_id_hashes(ids[r] for part in trained for r in part)
+        parts = [columns.judged[rows_of[id(p)]] for p in (train, split.validation)]
+        self.trained_ids = torch.from_numpy(sorted_unique(np.concatenate(parts)).view(np.int64))
         distinct = sorted_unique(np.concatenate(hashes))
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
         held = split.held_out
