@@ -73,7 +73,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     write_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome
-from genesis_fp16_infrastructure.agent_folder.transitions import recover, serve_unless_pinned
+from genesis_fp16_infrastructure.agent_folder.transitions import recover, serve
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
     RecordLosses,
@@ -378,7 +378,7 @@ def _act(
         return report
     folder = Path(request.checkpoint_dir)
     how = "first" if served.pointer is None else "gate"
-    if serve_unless_pinned(folder, candidate_entry(folder, candidate, checkpoint), how):
+    if serve(folder, candidate_entry(folder, candidate, checkpoint), how, unless_pinned=True):
         return report
     auc = report.candidate.reported.get("auc", math.nan) if report.candidate else math.nan
     return _verdict(
