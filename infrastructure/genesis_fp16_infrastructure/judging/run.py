@@ -72,7 +72,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     read_verdict,
     write_verdict,
 )
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome, finite
 from genesis_fp16_infrastructure.agent_folder.transitions import recover, serve
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
@@ -640,10 +640,8 @@ def _reported_auc(figures: Any) -> float:
     reports none, or not a finite number."""
     if isinstance(figures, Mapping) and "losses" in figures:  # a verdict's ScoresOn
         figures = figures.get("reported")
-    value = figures.get("auc") if isinstance(figures, Mapping) else None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return math.nan
-    return float(value) if math.isfinite(value) else math.nan
+    value = finite(figures.get("auc")) if isinstance(figures, Mapping) else None
+    return math.nan if value is None else value
 
 
 def _needed(comparisons: list[Paired]) -> int | None:
