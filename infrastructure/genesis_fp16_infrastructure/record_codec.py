@@ -80,12 +80,12 @@ def key_of(item: Field[Any]) -> str:
     return str(item.metadata.get(JSON, item.name))
 
 
-def encode_record(record: Any, leave_out: Sequence[str] = ()) -> dict[str, Any]:
-    """``record``'s fields (but those named in ``leave_out``) as a JSON object."""
+def encode_record(record: Any) -> dict[str, Any]:
+    """``record``'s fields as a JSON object."""
     out = {}
     for item in fields(record):
         value = getattr(record, item.name)
-        if item.name in leave_out or (value is None and item.metadata.get(OMIT_NONE)):
+        if value is None and item.metadata.get(OMIT_NONE):
             continue
         out[key_of(item)] = _plain(value, item.metadata.get(ROUND))
     return out

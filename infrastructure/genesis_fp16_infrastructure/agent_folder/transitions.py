@@ -308,11 +308,3 @@ def unpin(folder: Path) -> ServedPointer | None:
         return journaled(current, replace(current, pinned=None), "unpin")
 
     return update_pointer(folder, change)
-
-
-def serve_unless_pinned(
-    folder: Path, entry: ServedEntry, how: str, verdict: Mapping[str, Any] | None = None
-) -> bool:
-    """The gate's promotion (:func:`serve`), unless the pointer is pinned *now* (an operator's
-    ``model promote`` while the candidate trained wins). True: served; False: held."""
-    return serve(folder, entry, how, unless_pinned=True, verdict=verdict)  # one read, locked

@@ -72,8 +72,8 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     read_verdict,
     write_verdict,
 )
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome
-from genesis_fp16_infrastructure.agent_folder.transitions import recover, serve_unless_pinned
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome, finite
+from genesis_fp16_infrastructure.agent_folder.transitions import recover, serve
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
     RecordLosses,
@@ -378,7 +378,7 @@ def _act(
         return report
     folder = Path(request.checkpoint_dir)
     how = "first" if served.pointer is None else "gate"
-    if serve_unless_pinned(folder, candidate_entry(folder, candidate, checkpoint), how):
+    if serve(folder, candidate_entry(folder, candidate, checkpoint), how, unless_pinned=True):
         return report
     auc = report.candidate.reported.get("auc", math.nan) if report.candidate else math.nan
     return _verdict(
@@ -640,10 +640,8 @@ def _reported_auc(figures: Any) -> float:
     reports none, or not a finite number."""
     if isinstance(figures, Mapping) and "losses" in figures:  # a verdict's ScoresOn
         figures = figures.get("reported")
-    value = figures.get("auc") if isinstance(figures, Mapping) else None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return math.nan
-    return float(value) if math.isfinite(value) else math.nan
+    value = finite(figures.get("auc")) if isinstance(figures, Mapping) else None
+    return math.nan if value is None else value
 
 
 def _needed(comparisons: list[Paired]) -> int | None:

@@ -88,10 +88,6 @@ def write_known_ids(candidate: Path, ids: np.ndarray) -> None:
     _write(JUDGED_IDS.at(candidate), JUDGED_IDS, {"ids": sorted_unique(ids.astype(np.uint64))})
 
 
-def watch_path(served_candidate: Path, predecessor: str) -> Path:
-    return JUDGED_WATCH.at(served_candidate, predecessor)
-
-
 def read_watch(path: Path, primary: str) -> dict[str, np.ndarray]:
     """The watch's records so far (none: absent, or unusable and set aside); a store
     written before loss columns (``served``, ``previous``: the column watched then) as

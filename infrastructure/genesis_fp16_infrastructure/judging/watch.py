@@ -42,7 +42,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
+from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     pointer_lock,
@@ -86,25 +86,24 @@ def watch(
         return None
     served_c = (folder / str(pointer.served.checkpoint)).parent
     previous = pointer.history[0]
-    known = [served_known, stores.read_known_ids(_candidate(folder, previous))]
+    known = [served_known, stores.read_known_ids((folder / str(previous.checkpoint)).parent)]
     if known[0] is None or known[1] is None:
         logger.warning("%s: live watch off: a model's known records are not kept", name)
         return None
-    store = stores.watch_path(served_c, str(previous.id))
+    store = JUDGED_WATCH.at(served_c, str(previous.id))
     kept = stores.read_watch(store, served_now.primary)
     ids, new = served_now.id_hashes, np.ones(len(served_now.ids), dtype=bool)
     for seen in (known[0], known[1], np.sort(kept["ids"])):  # asked of those still new
         still = np.flatnonzero(new)
         new[still] = ~stores.known(ids[still], seen)
-    if not new.any():
+    fresh = np.flatnonzero(new).tolist()
+    if not fresh:
         return None
-    before = score(
-        folder / str(previous.checkpoint), [served_now.ids[i] for i in np.flatnonzero(new).tolist()]
-    )
+    before = score(folder / str(previous.checkpoint), [served_now.ids[i] for i in fresh])
     if before is None:
         return None
     row = {id_: k for k, id_ in enumerate(before.ids)}
-    picked = [i for i in np.flatnonzero(new).tolist() if served_now.ids[i] in row]
+    picked = [i for i in fresh if served_now.ids[i] in row]
     named = served_now.segments
     scored = {
         "ids": ids[picked],
@@ -122,10 +121,6 @@ def watch(
     figures = figures_of(kept, float(plugin.loss_span), plugin, served_now.metrics())
     figures.update(against=previous.id, new_records=len(picked))
     return LiveReport.from_json(decide(folder, name, str(pointer.served.id), figures))
-
-
-def _candidate(folder: Path, entry: ServedEntry) -> Path:
-    return (folder / str(entry.checkpoint)).parent
 
 
 def figures_of(

@@ -78,7 +78,7 @@ def _scenarios(ck: Path, roles: dict[str, str], name: str) -> dict[str, Callable
 
     def gate_promotes() -> bool:  # promotion.judge: the verdict goes with the pointer
         entry = candidates.candidate_entry(ck, fresh, checkpoint, promoted)
-        return transitions.serve_unless_pinned(ck, entry, "gate", verdict=promoted)
+        return transitions.serve(ck, entry, "gate", unless_pinned=True, verdict=promoted)
 
     return {
         "gate_promote": gate_promotes,

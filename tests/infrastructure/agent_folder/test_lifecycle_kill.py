@@ -78,7 +78,7 @@ def _gate_serve(ck: Path, candidate: Path) -> None:
     checkpoint = candidate / "ckpt-0000000005.pt"
     verdict = {"outcome": "promoted", "reason": "better", "checkpoint": checkpoint.name}
     entry = candidates.candidate_entry(ck, candidate, checkpoint, verdict)
-    assert transitions.serve_unless_pinned(ck, entry, "gate", verdict=verdict)
+    assert transitions.serve(ck, entry, "gate", unless_pinned=True, verdict=verdict)
 
 
 def _build(tmp: Path, scenario: str) -> Path:

@@ -147,7 +147,7 @@ COMPILE_MODE = "max-autotune-no-cudagraphs"
 EXECUTION_MODES: tuple[str, ...] = ("eager", "cuda_graph", "cuda_graph_compiled")
 # Why a run resolved to a captured step ran eagerly after all (ResolvedExecution.fallback,
 # the daemon's genesis_fp16_execution_fallbacks_total{reason}): its first captured steps
-# differed from eager ones from the same state (step/verify.py), or a capture raised.
+# differed from eager ones from the same state (run/verify_capture.py), or a capture raised.
 FALLBACK_REASONS: tuple[str, ...] = ("verification_mismatch", "capture_failed")
 
 AUTO_PRECISION_MODES: tuple[str, ...] = ("measure", "rule")

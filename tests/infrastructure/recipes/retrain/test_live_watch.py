@@ -18,11 +18,11 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     newest_checkpoint,
     read_verdict,
 )
+from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import serve
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.watch import LIVE_REGRESSION
 
 POOL = generate_pool(1600, seed=1)
@@ -127,7 +127,7 @@ def test_clean_records_keep_running_figures_and_count_each_record_once(tmp_path:
     watched = [e for e in [pointer.served, *pointer.history] if e.id == name]
     assert watched and watched[0].live is not None
     assert watched[0].live["records"] == again.records
-    store = stores.watch_path((ck / str(watched[0].checkpoint)).parent, first.extra["candidate"])
+    store = JUDGED_WATCH.at((ck / str(watched[0].checkpoint)).parent, first.extra["candidate"])
     with np.load(store) as kept:
         assert len(np.unique(kept["ids"])) == len(kept["ids"]) == again.records
 
