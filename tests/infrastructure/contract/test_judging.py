@@ -229,3 +229,24 @@ def test_record_ids_take_the_plugins_kept_hashes_only_where_they_are_the_ids() -
     for bad in (other, id_hashes(ids[1:]), id_hashes(ids).astype(np.float64), ["x"] * 500):
         with pytest.raises(RecordLossesError, match="hashes are not the ids' id_hashes"):
             RecordIds(tuple(ids), hashes=np.asarray(bad))
+
+
+@pytest.mark.parametrize("keep", [[], [2], [0, 3], [1, 2, 4], [0, 1, 2, 3, 4]])
+def test_a_part_is_what_a_checked_build_of_its_records_gives(keep: list[int]) -> None:
+    """take() sets its part's fields without checking them again: each field is what
+    building a RecordLosses of the kept records gives (every column, the segments, the
+    primary, the quarantined count), and the part is as frozen as a built one."""
+    columns = {"log_loss": [0.5, 0.1, 0.2, 0.3, 0.4], "brier": [0.0, 1.0, 2.0, 3.0, 4.0]}
+    scored = RecordLosses.of("abcde", columns, "stsus", quarantined=3, primary="brier")
+    part = scored.take([i in keep for i in range(5)])
+    built = RecordLosses.of(
+        [scored.ids[i] for i in keep],
+        {name: [values[i] for i in keep] for name, values in columns.items()},
+        [scored.segments[i] for i in keep],  # type: ignore[index]
+        quarantined=3,
+        primary="brier",
+    )
+    assert part == built and part.metrics() == ("brier", "log_loss")
+    assert [type(v) for v in (part.ids, part.segments, *part.losses.values())] == [tuple] * 4
+    with pytest.raises(AttributeError):
+        part.ids = ()  # type: ignore[misc]

@@ -643,7 +643,7 @@ def test_a_listing_that_is_not_one_refuses_the_run_in_one_line(tmp_path: Path) -
         (lambda r: ["r1", "r2"], "record_ids returned a list, not RecordIds or None"),
         (lambda r: RecordIds(("r1", "r1")), "RecordIds: id 'r1' twice"),
         (lambda r: _changed_after(("r1", "r2")), "RecordIds: id 'r1' twice"),
-        (lambda r: RecordIds(("r1",), (3,)), "RecordIds: a segment is not a string"),  # type: ignore[arg-type]
+        (lambda r: RecordIds(("r1",), (3,)), "RecordIds: segment 0 is 3, not a string"),  # type: ignore[arg-type]
         (lambda r: _hashes_changed_after(("r1", "r2")), "RecordIds: hashes are not the ids'"),
     ):
         plugin.listing = listing
