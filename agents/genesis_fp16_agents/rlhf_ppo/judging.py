@@ -39,6 +39,7 @@ import torch
 from genesis_fp16.plugin_api import RecordLosses, TrainRequest, TrainRequestError, model_weights
 from genesis_fp16_agents.rlhf_ppo.model import Policy, RewardModel
 from genesis_fp16_agents.rlhf_ppo.task_file import read_task
+from genesis_fp16_infrastructure.rl.rollout import draw_token
 
 JUDGED_EPISODES = 5_000
 
@@ -76,17 +77,13 @@ def score_episodes(checkpoint: Path, request: TrainRequest) -> RecordLosses:
 def _sample(
     policy: Policy, prompts: torch.Tensor, gen_len: int, generator: torch.Generator
 ) -> torch.Tensor:
-    """The sequences ``Frozen.sample`` draws (the same probabilities, one draw a token from
-    ``generator``, a uniform stand-in for a row that is not finite), with the policy's keys
-    and values kept: one new token a step, not the whole sequence (a fifth of the work)."""
+    """The sequences ``Frozen.sample`` draws (its draw of each token, ``draw_token``), with
+    the policy's keys and values kept: one new token a step, not the whole sequence (a
+    fifth of the work)."""
     caches: list[list[torch.Tensor]] = [[] for _ in policy.blocks]
     seqs, logits = prompts, policy.extend(prompts, caches)[:, -1]
     for step in range(gen_len):
-        probs = torch.log_softmax(logits.float(), dim=-1).exp()
-        finite = torch.isfinite(probs).all(dim=-1, keepdim=True)
-        nxt = torch.multinomial(
-            torch.where(finite, probs, torch.ones_like(probs)), 1, generator=generator
-        )
+        nxt = draw_token(logits, generator)[0]
         seqs = torch.cat([seqs, nxt], dim=1)
         if step + 1 < gen_len:
             logits = policy.extend(nxt, caches)[:, -1]

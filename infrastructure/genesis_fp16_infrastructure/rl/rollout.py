@@ -43,6 +43,19 @@ def gen_logp(model: nn.Module, seqs: torch.Tensor, prompt_len: int) -> torch.Ten
     return token_logprobs(model(seqs)[:, prompt_len - 1 : -1], seqs[:, prompt_len:])
 
 
+def draw_token(
+    logits: torch.Tensor, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One token per row from its next-token ``logits``: (the token, every token's
+    log-prob in float32, whether the row's probabilities are finite). A row that is not
+    draws from a uniform stand-in, where ``torch.multinomial`` would raise."""
+    logp_all = torch.log_softmax(logits.float(), dim=-1)
+    probs = logp_all.exp()
+    finite = torch.isfinite(probs).all(dim=-1, keepdim=True)
+    drawn = torch.where(finite, probs, torch.ones_like(probs))
+    return torch.multinomial(drawn, 1, generator=generator), logp_all, finite
+
+
 @dataclass(frozen=True)
 class Frozen:
     """The frozen models of a rollout: the sampling copy of the policy, the reference and
@@ -74,11 +87,7 @@ class Frozen:
         seqs, logps = prompts, []
         with autocast_to(torch.float32, prompts.device.type):  # off, inside a run's too
             for _ in range(gen_len):
-                logp_all = torch.log_softmax(self.rollout(seqs)[:, -1].float(), dim=-1)
-                probs = logp_all.exp()
-                finite = torch.isfinite(probs).all(dim=-1, keepdim=True)
-                drawn = torch.where(finite, probs, torch.ones_like(probs))
-                nxt = torch.multinomial(drawn, 1, generator=generator)
+                nxt, logp_all, finite = draw_token(self.rollout(seqs)[:, -1], generator)
                 logp = logp_all.gather(-1, nxt)
                 logps.append(torch.where(finite, logp, torch.full_like(logp, torch.nan)))
                 seqs = torch.cat([seqs, nxt], dim=1)
