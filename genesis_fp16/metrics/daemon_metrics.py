@@ -19,13 +19,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-)
+from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics
 
 from genesis_fp16.metrics.diagnostics_export import RlDiagnosticsMetrics
 from genesis_fp16.metrics.event_metrics import EventMetrics
@@ -39,6 +33,7 @@ from genesis_fp16.metrics.metric_names import (
     RUN_DURATION_BUCKETS,
     RUN_OUTCOMES,
     SKIP_REASONS,
+    Families,
 )
 from genesis_fp16.metrics.placement import Placement
 from genesis_fp16.metrics.probe_metrics import ProbeMetrics
@@ -84,13 +79,8 @@ class DaemonMetrics:
         # creation time that Grafana and the alert rules never read. prometheus_client
         # keeps this switch process-wide; the daemon's registry is the one it serves.
         disable_created_metrics()
-        agent = ("agent",)
-
-        def gauge(name: str, doc: str, labels: tuple[str, ...] = agent) -> Gauge:
-            return Gauge(f"{PREFIX}_{name}", doc, labels, registry=registry)
-
-        def counter(name: str, doc: str, labels: tuple[str, ...] = agent) -> Counter:
-            return Counter(f"{PREFIX}_{name}", doc, labels, registry=registry)
+        families = Families(registry)
+        gauge, counter = families.gauge, families.counter
 
         self.loss_scale = gauge(
             "loss_scale",
@@ -196,7 +186,7 @@ class DaemonMetrics:
         self.run_duration = Histogram(
             f"{PREFIX}_training_run_duration_seconds",
             "Wall time of one training run.",
-            agent,
+            ("agent",),
             buckets=RUN_DURATION_BUCKETS,
             registry=registry,
         )

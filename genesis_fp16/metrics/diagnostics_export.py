@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import structlog
 from prometheus_client import CollectorRegistry, Gauge
 
+from genesis_fp16.metrics.metric_names import Families
 from genesis_fp16.plugin_api import TrainResult
 
 log = structlog.get_logger("genesis_fp16.diagnostics")
@@ -158,9 +159,9 @@ class RlDiagnosticsMetrics:
     """The ``genesis_fp16_rl_*`` gauges, registered on ``registry``."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        gauge = Families(registry).gauge
         self.gauges: dict[str, Gauge] = {
-            g.diagnostic: Gauge(RL_PREFIX + g.metric, g.help, ("agent",), registry=registry)
-            for g in RL_GAUGES
+            g.diagnostic: gauge(f"rl_{g.metric}", g.help) for g in RL_GAUGES
         }
 
     def export(self, agent: str, diagnostics: Mapping[str, object]) -> list[str]:

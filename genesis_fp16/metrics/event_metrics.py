@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
+
+from genesis_fp16.metrics.metric_names import Families
 
 
 class EventMetrics:
@@ -20,26 +22,22 @@ class EventMetrics:
     {agent, outcome}`` and ``genesis_fp16_events_dropped{agent}``."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.undelivered = Gauge(
-            "genesis_fp16_events_undelivered",
+        f = Families(registry)
+        self.undelivered = f.gauge(
+            "events_undelivered",
             "Events in the agent's outbox not yet delivered to every configured webhook "
             "(GENESIS_FP16_EVENTS_URLS): new, or waiting for a retry.",
-            ("agent",),
-            registry=registry,
         )
-        self.deliveries = Counter(
-            "genesis_fp16_event_deliveries",
+        self.deliveries = f.counter(
+            "event_deliveries",
             "Webhook delivery attempts, by outcome: delivered (HTTP 2xx) or failed (refused, "
             "timed out, another status).",
             ("agent", "outcome"),
-            registry=registry,
         )
-        self.dropped = Gauge(
-            "genesis_fp16_events_dropped",
+        self.dropped = f.gauge(
+            "events_dropped",
             "Events the agent's outbox dropped undelivered past its bound (10 x "
             "GENESIS_FP16_EVENTS_KEEP events), since the outbox was made.",
-            ("agent",),
-            registry=registry,
         )
 
     def observe_attempt(self, agent: str, delivered: bool) -> None:

@@ -33,14 +33,14 @@ True
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
+from genesis_fp16.metrics.metric_names import Families
 from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16_infrastructure.api import JournalEntry, LiveReport
 
@@ -52,8 +52,10 @@ class LiveMetrics:
     """The ``genesis_fp16_live_*`` series."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.families = Families(registry)
+
         def gauge(name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
-            return Gauge(f"genesis_fp16_live_{name}", doc, labels, registry=registry)
+            return self.families.gauge(f"live_{name}", doc, labels)
 
         self.records = gauge(
             "records",
@@ -89,16 +91,13 @@ class LiveMetrics:
             "not, or a later candidate was promoted.",
             ("agent",),
         )
-        self.rollbacks = Counter(
-            "genesis_fp16_live_rollbacks",
+        self.rollbacks = self.families.counter(
+            "live_rollbacks",
             "Served models rolled back by the live watch (reason live_regression).",
-            ("agent",),
-            registry=registry,
         )
         self.cursor = JournalCursor()  # the daemon's one reader of each agent's journal
         self._add_watch_series(gauge)
         self._pointer: dict[str, tuple[Any, Any, bool, float]] = {}  # what observe_pointer saw
-        self._segments: dict[str, set[str]] = {}
 
     def _add_watch_series(self, gauge: Any) -> None:
         """The watch's own figures (judging.segments): per segment, self-test, idleness."""
@@ -217,20 +216,14 @@ class LiveMetrics:
         rows: list[tuple[str, float | None, float, float, float | None]]
         rows = [("all", w.difference, w.lower, w.upper, w.evidence)]
         rows += [(s.name, s.difference, s.lower, s.upper, s.evidence) for s in w.segments or ()]
-        shown = set()
-        for name, *bounds, evidence in rows:
-            shown.add(name)
-            for bound, value in zip(BOUNDS, bounds, strict=True):
-                value = math.nan if value is None else value
-                self.segment_difference.labels(agent=agent, segment=name, bound=bound).set(value)
-            if evidence is not None:
-                self.evidence.labels(agent=agent, segment=name).set(evidence)
-        for gone in self._segments.get(agent, set()) - shown:  # a new watch's segments
-            for bound in BOUNDS:
-                self.segment_difference.remove(agent, gone, bound)
-            with contextlib.suppress(KeyError):  # a segment with no evidence reported
-                self.evidence.remove(agent, gone)
-        self._segments[agent] = shown
+        differences = {  # a segment a new watch does not have: removed
+            (name, bound): math.nan if value is None else value
+            for name, *bounds, _ in rows
+            for bound, value in zip(BOUNDS, bounds, strict=True)
+        }
+        self.families.replace(self.segment_difference, agent, differences)
+        evidence = {(name,): value for name, *_, value in rows if value is not None}
+        self.families.replace(self.evidence, agent, evidence)
         test = live.self_test
         if test is not None:
             for bound, value in zip(BOUNDS, (test.rate, test.lower, test.upper), strict=True):

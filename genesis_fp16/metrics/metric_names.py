@@ -1,4 +1,5 @@
-"""The names and label values of the daemon's metrics (genesis_fp16/metrics/daemon_metrics.py).
+"""The names and label values of the daemon's metrics (genesis_fp16/metrics/daemon_metrics.py),
+and the one way a family is declared (:class:`Families`).
 
 Every name has the prefix ``genesis_fp16_``, and every label has a bounded set of values:
 the outcomes, reasons and buckets below, fixed here so that the alert rules, the docs
@@ -6,6 +7,11 @@ and the tests read the same lists the daemon exports.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from genesis_fp16_infrastructure.api import PRECISIONS, Outcome
 
@@ -42,3 +48,39 @@ RUN_DURATION_BUCKETS = (
 # The quality figures genesis_fp16_eval_quality carries, by its metric label: held-out, or
 # out of fold where the agent cross-validates a small pool (se_darwin under 3,334 records).
 EVAL_QUALITY = ("auc", "auc_ci_low", "auc_ci_high", "examples")
+
+Labels = TypeVar("Labels", bound=tuple[str, ...])  # a series' label values after ``agent``
+
+
+class Families:
+    """The metric families of one registry: each name prefixed ``genesis_fp16_``, labelled
+    by ``agent`` unless told; and the series that an export replaces whole (:meth:`replace`).
+
+    >>> families = Families(CollectorRegistry())
+    >>> phases = families.gauge("run_phase_seconds", "Seconds per phase.", ("agent", "phase"))
+    >>> families.replace(phases, "se_darwin", {("read",): 1.0, ("train",): 2.0})
+    >>> families.replace(phases, "se_darwin", {("train",): 3.0})  # read: removed, not left
+    >>> [s.labels["phase"] for s in phases.collect()[0].samples]
+    ['train']
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self._written: dict[tuple[Gauge, str], set[tuple[str, ...]]] = {}
+
+    def gauge(self, name: str, doc: str, labels: tuple[str, ...] = ("agent",)) -> Gauge:
+        return Gauge(f"{PREFIX}_{name}", doc, labels, registry=self.registry)
+
+    def counter(self, name: str, doc: str, labels: tuple[str, ...] = ("agent",)) -> Counter:
+        return Counter(f"{PREFIX}_{name}", doc, labels, registry=self.registry)
+
+    def replace(self, gauge: Gauge, agent: str, values: Mapping[Labels, float]) -> None:
+        """Set ``agent``'s series of ``gauge`` to ``values`` (keyed by their labels after
+        ``agent``) and remove the ones its last replace wrote that ``values`` leave out:
+        a module, phase or segment a run no longer reports is not left at an older value."""
+        key = (gauge, agent)
+        for gone in self._written.get(key, set()) - set(values):
+            gauge.remove(agent, *gone)
+        for labels, value in values.items():
+            gauge.labels(agent, *labels).set(value)
+        self._written[key] = set[tuple[str, ...]](values)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
+from genesis_fp16.metrics.metric_names import Families
 from genesis_fp16_infrastructure.api import LOW_PRECISIONS
 
 # A verdict's colour as a gauge holds it; a variant with no verdict ("n/a") sets none.
@@ -21,29 +22,25 @@ class ProbeMetrics:
     """The ``genesis_fp16_probe_*`` gauges, registered on ``registry``."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.verdict = Gauge(
-            "genesis_fp16_probe_verdict",
+        gauge = Families(registry).gauge
+        self.verdict = gauge(
+            "probe_verdict",
             "Precision probe verdict per variant: 0 green, 1 amber, 2 red.",
             ("agent", "variant"),
-            registry=registry,
         )
-        self.recommended = Gauge(
-            "genesis_fp16_probe_recommended",
+        self.recommended = gauge(
+            "probe_recommended",
             "1 for the variant the precision probe recommends, 0 for the others.",
             ("agent", "variant"),
-            registry=registry,
         )
-        self.precision_verdict = Gauge(
-            "genesis_fp16_probe_precision_verdict",
+        self.precision_verdict = gauge(
+            "probe_precision_verdict",
             "Probe verdict of autocast in this precision (bf16_autocast, fp16_autocast).",
             ("agent", "precision"),
-            registry=registry,
         )
-        self.timestamp = Gauge(
-            "genesis_fp16_probe_timestamp_seconds",
+        self.timestamp = gauge(
+            "probe_timestamp_seconds",
             "Unix time at which the precision probe of the agent ran.",
-            ("agent",),
-            registry=registry,
         )
 
     def export(self, agent: str, verdict: Mapping[str, str], recommended: str, at: float) -> None:

@@ -29,8 +29,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
+from genesis_fp16.metrics.metric_names import Families
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import JournalEntry, Outcome
 
@@ -41,8 +42,10 @@ class PromotionMetrics:
     """The ``genesis_fp16_{served,candidate}_model_*`` and drift gauges."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        f = Families(registry)
+
         def gauge(name: str, doc: str, labels: tuple[str, ...] = ("agent", "score")) -> Gauge:
-            return Gauge(f"genesis_fp16_{name}", doc, labels, registry=registry)
+            return f.gauge(name, doc, labels)
 
         self.served = gauge(
             "served_model_quality",
@@ -85,27 +88,21 @@ class PromotionMetrics:
             "Bytes of the agent's checkpoint folder (served, kept and rejected models).",
             ("agent",),
         )
-        self.pruned = Gauge(
-            "genesis_fp16_models_pruned",
-            "Candidate folders removed by the bounded history at the last run.",
-            ("agent",),
-            registry=registry,
+        self.pruned = f.gauge(
+            "models_pruned", "Candidate folders removed by the bounded history at the last run."
         )
-        self.promotions = Counter(
-            "genesis_fp16_promotions",
+        self.promotions = f.counter(
+            "promotions",
             "Candidates the promotion gate served (the first model included), counted "
             "from the served-model pointer's journal: once each, its run reported or not.",
-            ("agent",),
-            registry=registry,
         )
         # Issue 62: every verdict, inconclusive ones apart from rejections (never "worse").
-        self.verdicts = Counter(
-            "genesis_fp16_gate_verdicts",
+        self.verdicts = f.counter(
+            "gate_verdicts",
             "The promotion gate's verdicts by outcome: promoted, rejected, inconclusive (not "
             "shown no worse nor worse: kept and judged again as records arrive), held, "
             "undecided.",
             ("agent", "outcome"),
-            registry=registry,
         )
         self.records_needed = gauge(
             "candidate_records_needed",

@@ -30,27 +30,18 @@ the series of a module that left them are removed, so an agent never holds more 
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
+from genesis_fp16.metrics.metric_names import PREFIX, Families
 from genesis_fp16.plugin_api import TrainResult
-from genesis_fp16_infrastructure.api import ModuleRange
 
 TOTAL = "(all)"
-HEADROOM_NAMES = (
-    "genesis_fp16_range_headroom_overflow_log2",
-    "genesis_fp16_range_headroom_underflow_log2",
+HEADROOM_NAMES = ("range_headroom_overflow_log2", "range_headroom_underflow_log2")
+LAYER_NAMES = ("layer_max_abs", "layer_fp16_fraction", "layer_nonfinite")
+SAMPLING_NAMES = ("range_samples", "range_sample_every", "range_overhead_ratio")
+RANGE_METRIC_NAMES = tuple(
+    f"{PREFIX}_{name}" for name in (*HEADROOM_NAMES, *LAYER_NAMES, *SAMPLING_NAMES)
 )
-LAYER_NAMES = (
-    "genesis_fp16_layer_max_abs",
-    "genesis_fp16_layer_fp16_fraction",
-    "genesis_fp16_layer_nonfinite",
-)
-SAMPLING_NAMES = (
-    "genesis_fp16_range_samples",
-    "genesis_fp16_range_sample_every",
-    "genesis_fp16_range_overhead_ratio",
-)
-RANGE_METRIC_NAMES = (*HEADROOM_NAMES, *LAYER_NAMES, *SAMPLING_NAMES)
 
 
 class RangeMetrics:
@@ -60,59 +51,47 @@ class RangeMetrics:
         if k < 1:
             raise ValueError(f"RangeMetrics(k={k!r}): must be >= 1")
         self.k = k
+        self.families = f = Families(registry)
         module = ("agent", "module")
         self.headroom = {
-            "overflow": Gauge(
+            "overflow": f.gauge(
                 HEADROOM_NAMES[0],
                 "Doublings between a module's largest activation and fp16's 65504 over the "
                 "last run's sampled steps, for the k modules nearest overflow and (all).",
                 module,
-                registry=registry,
             ),
-            "underflow": Gauge(
+            "underflow": f.gauge(
                 HEADROOM_NAMES[1],
                 "Doublings between a module's largest scaled gradient and fp16's smallest "
                 "subnormal (2**-24), for the k modules nearest underflow and (all).",
                 module,
-                registry=registry,
             ),
         }
-        self.max_abs = Gauge(
+        self.max_abs = f.gauge(
             LAYER_NAMES[0],
             "Largest finite magnitude in the last run's sampled steps, per module nearest "
             "fp16's limits and (all): activation (outputs) or gradient (unscaled).",
             (*module, "kind"),
-            registry=registry,
         )
-        self.fraction = Gauge(
+        self.fraction = f.gauge(
             LAYER_NAMES[1],
             "Largest fraction of a module's scaled gradient values fp16 cannot hold in a "
             "sampled step: overflow (> 65504 or not finite) or underflow (non-zero < 2**-24).",
             (*module, "limit"),
-            registry=registry,
         )
-        self.nonfinite = Gauge(
+        self.nonfinite = f.gauge(
             LAYER_NAMES[2],
             "Non-finite activation and gradient values in the last run's sampled steps.",
             module,
-            registry=registry,
         )
-        self.samples = Gauge(
-            SAMPLING_NAMES[0], "Sampled steps of the last run.", ("agent",), registry=registry
+        self.samples = f.gauge(SAMPLING_NAMES[0], "Sampled steps of the last run.")
+        self.every = f.gauge(
+            SAMPLING_NAMES[1], "Steps between range samples at the end of the last run."
         )
-        self.every = Gauge(
-            SAMPLING_NAMES[1],
-            "Steps between range samples at the end of the last run.",
-            ("agent",),
-            registry=registry,
-        )
-        self.overhead = Gauge(
+        self.overhead = f.gauge(
             SAMPLING_NAMES[2],
             "Share of the last run's step time its range samples cost, as the run measured it.",
-            ("agent",),
-            registry=registry,
         )
-        self._shown: dict[str, dict[str, set[str]]] = {}
 
     def export(self, agent: str, result: TrainResult) -> list[str]:
         """Set the gauges from the run's ``result.ranges`` for ``agent``; the modules
@@ -122,52 +101,24 @@ class RangeMetrics:
         if summary is None:
             return []
         near = {
-            "overflow": list(summary.nearest_overflow[: self.k]),
-            "underflow": list(summary.nearest_underflow[: self.k]),
+            "overflow": summary.nearest_overflow[: self.k],
+            "underflow": summary.nearest_underflow[: self.k],
         }
+        replace = self.families.replace
+        for limit, listed in near.items():  # None: no such value in the module (no series)
+            found = {(r.module,): getattr(r, f"headroom_{limit}") for r in (*listed, summary.total)}
+            replace(self.headroom[limit], agent, {m: v for m, v in found.items() if v is not None})
         rows = {r.module: r for r in (*near["overflow"], *near["underflow"])}
         rows[TOTAL] = summary.total
-        shown = self._shown.setdefault(
-            agent, {"layer": set(), "overflow": set(), "underflow": set()}
-        )
-        for limit, listed in near.items():
-            wanted = {r.module: r for r in (*listed, summary.total)}
-            self._set_headroom(agent, limit, wanted, shown[limit])
-        for gone in shown["layer"] - set(rows):
-            self._remove_layer(agent, gone)
-        for row in rows.values():
-            self._set_layer(agent, row)
-        shown["layer"] = set(rows)
+        layer = rows.values()
+        kinds = {"activation": "activation_max", "gradient": "gradient_max"}
+        maxima = {(r.module, k): getattr(r, field) for r in layer for k, field in kinds.items()}
+        replace(self.max_abs, agent, maxima)
+        limits = ("overflow", "underflow")
+        replace(self.fraction, agent, {(r.module, k): getattr(r, k) for r in layer for k in limits})
+        replace(self.nonfinite, agent, {(r.module,): r.nonfinite for r in layer})
         self.samples.labels(agent).set(summary.samples)
         self.every.labels(agent).set(summary.every)
         if summary.overhead is not None:
             self.overhead.labels(agent).set(summary.overhead)
         return list(rows)[:-1]
-
-    def _set_headroom(
-        self, agent: str, limit: str, rows: dict[str, ModuleRange], shown: set[str]
-    ) -> None:
-        gauge = self.headroom[limit]
-        for gone in shown - set(rows):
-            gauge.remove(agent, gone)
-        shown.clear()
-        for module, row in rows.items():
-            value = row.headroom_overflow if limit == "overflow" else row.headroom_underflow
-            if value is not None:  # None: no such value in the module (no series)
-                gauge.labels(agent, module).set(value)
-                shown.add(module)
-
-    def _set_layer(self, agent: str, row: ModuleRange) -> None:
-        module = row.module
-        self.max_abs.labels(agent, module, "activation").set(row.activation_max)
-        self.max_abs.labels(agent, module, "gradient").set(row.gradient_max)
-        self.fraction.labels(agent, module, "overflow").set(row.overflow)
-        self.fraction.labels(agent, module, "underflow").set(row.underflow)
-        self.nonfinite.labels(agent, module).set(row.nonfinite)
-
-    def _remove_layer(self, agent: str, module: str) -> None:
-        for kind in ("activation", "gradient"):
-            self.max_abs.remove(agent, module, kind)
-        for limit in ("overflow", "underflow"):
-            self.fraction.remove(agent, module, limit)
-        self.nonfinite.remove(agent, module)

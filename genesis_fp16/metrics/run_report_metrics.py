@@ -16,14 +16,13 @@ True
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
-from genesis_fp16.metrics.metric_names import EVAL_QUALITY, PRECISION_LABELS, PREFIX
+from genesis_fp16.metrics.metric_names import EVAL_QUALITY, PRECISION_LABELS, Families
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import PrecisionName
 
@@ -34,11 +33,8 @@ class RunReportMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        agent = ("agent",)
-
-        def gauge(name: str, doc: str, labels: tuple[str, ...] = agent) -> Gauge:
-            return Gauge(f"{PREFIX}_{name}", doc, labels, registry=registry)
-
+        self.families = f = Families(registry)
+        gauge = f.gauge
         self.eval_quality = gauge(
             "eval_quality",
             "Held-out AUC after the last finished run (out-of-fold on a cross-validated "
@@ -62,21 +58,17 @@ class RunReportMetrics:
         self.training_records = gauge(
             "training_records", "Labelled records the served model was trained on."
         )
-        self.new_records = Counter(
-            f"{PREFIX}_new_records",
+        self.new_records = f.counter(
+            "new_records",
             "Records new to the model when a run trained on them (all of them on a "
             "first run, or when the checkpoint kept no record of its data).",
-            agent,
-            registry=registry,
         )
-        self.records_quarantined = Counter(
-            f"{PREFIX}_records_quarantined",
+        self.records_quarantined = f.counter(
+            "records_quarantined",
             "Records a run's read of its data set aside as malformed (TrainResult."
             "quarantined; each kept in the run's quarantine file): a malformed record left "
             "in the data is counted again by each run that reads the data, never by a run "
             "the data manifest found up to date (it reads nothing).",
-            agent,
-            registry=registry,
         )
         self.run_phase_seconds = gauge(
             "run_phase_seconds",
@@ -84,7 +76,6 @@ class RunReportMetrics:
             "final_fit), for agents that report them (TrainResult.phases: se_darwin's).",
             ("agent", "phase"),
         )
-        self._phases: dict[str, set[str]] = {}
         self.device_memory_peak = gauge(
             "device_memory_peak_bytes", "Peak accelerator memory of the last run (GPU only)."
         )
@@ -111,21 +102,18 @@ class RunReportMetrics:
         calibration = result.precision_calibration
         if calibration is None:
             return
-        rows, chosen = calibration.rows, calibration.chosen
-        for name in PRECISION_LABELS:  # one series per precision: drop the stale one
-            for flag in ("0", "1"):
-                with contextlib.suppress(KeyError):  # never exported: nothing to drop
-                    self.auto_step.remove(agent, name, flag)
         fastest: dict[
             PrecisionName, float
         ] = {}  # on CUDA a precision has an eager and a captured row
-        for row in rows:
+        for row in calibration.rows:
             if row.precision in PRECISION_LABELS:
                 ms = fastest.get(row.precision, math.inf)
                 fastest[row.precision] = min(ms, row.median_ms)
-        for name, ms in fastest.items():
-            flag = "1" if name == chosen else "0"
-            self.auto_step.labels(agent=agent, precision=name, chosen=flag).set(ms / 1000.0)
+        chosen = calibration.chosen  # one series per precision: the stale one removed
+        seconds = {
+            (name, "1" if name == chosen else "0"): ms / 1000 for name, ms in fastest.items()
+        }
+        self.families.replace(self.auto_step, agent, seconds)
 
     def set_eval(self, agent: str, result: TrainResult) -> None:
         """The eval AUC (held-out or out-of-fold), its interval and the records it is
@@ -141,11 +129,8 @@ class RunReportMetrics:
     def set_phases(self, agent: str, phases: Mapping[str, Any]) -> None:
         """The last run's seconds per phase; a phase it did not have is removed, not left
         at an older run's value."""
-        for gone in self._phases.get(agent, set()) - set(phases):
-            self.run_phase_seconds.remove(agent, gone)
-        for phase, seconds in phases.items():
-            self.run_phase_seconds.labels(agent=agent, phase=phase).set(float(seconds))
-        self._phases[agent] = set(phases)
+        seconds = {(phase,): float(value) for phase, value in phases.items()}
+        self.families.replace(self.run_phase_seconds, agent, seconds)
 
     def set_data(self, agent: str, result: TrainResult, now: float) -> None:
         """What a finished run reports of its data (``TrainResult.data``; none: nothing):
