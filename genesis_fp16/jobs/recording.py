@@ -51,7 +51,7 @@ def record_start(run: Run) -> None:
         log.warning("cannot follow the served-model pointer", error=resume.pointer_error)
     if snapshot.pointer_error is None:  # the transitions before this daemon's first run:
         pointer = snapshot.pointer  # not counted (none served: counted from the first)
-        run.ctx.metrics.live.baseline(run.agent, [] if pointer is None else pointer.journal)
+        run.ctx.metrics.live.cursor.baseline(run.agent, [] if pointer is None else pointer.journal)
     run.ctx.metrics.start_run(run.agent, resumed_totals(resume.summary))
 
 

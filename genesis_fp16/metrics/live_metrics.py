@@ -16,7 +16,7 @@ the live-regression rollbacks among them::
 >>> from prometheus_client import CollectorRegistry, generate_latest
 >>> registry = CollectorRegistry()
 >>> metrics = LiveMetrics(registry)
->>> metrics.baseline("se_darwin", [])
+>>> metrics.cursor.baseline("se_darwin", [])
 >>> rollback = JournalEntry(seq=2, kind="rollback", reason="live_regression")
 >>> journal = [JournalEntry(seq=1, kind="gate"), rollback]
 >>> metrics.count_rollbacks("se_darwin", metrics.cursor.new("se_darwin", journal))
@@ -172,10 +172,6 @@ class LiveMetrics:
         served_at, live, predecessor, idle_seconds = self._pointer[agent]
         state = watch_state(served_at, live, predecessor, time.time(), idle_seconds)
         return float(state["state"] != "watching")
-
-    def baseline(self, agent: str, journal: Sequence[JournalEntry]) -> None:
-        """Where counting starts for ``agent`` (:meth:`JournalCursor.baseline`)."""
-        self.cursor.baseline(agent, journal)
 
     def count_rollbacks(self, agent: str, new: Sequence[JournalEntry]) -> int:
         """Count the live-regression rollbacks among ``new`` journal entries (the cursor's:

@@ -75,7 +75,7 @@ def test_journal_rollbacks_are_counted_once_from_the_baseline_on() -> None:
     it counts once however often the journal is read; an operator's does not count."""
     registry = CollectorRegistry()
     metrics = LiveMetrics(registry)
-    metrics.baseline("se_darwin", _journal({"seq": 1, **ROLLBACK}))
+    metrics.cursor.baseline("se_darwin", _journal({"seq": 1, **ROLLBACK}))
     journal = _journal({"seq": 1, **ROLLBACK}, {"seq": 2, "kind": "gate"}, {"seq": 3, **ROLLBACK})
     assert _observe(metrics, journal) == 1
     assert _observe(metrics, journal) == 0

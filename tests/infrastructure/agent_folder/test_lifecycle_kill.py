@@ -162,7 +162,7 @@ def _counter(ck: Path) -> tuple[LiveMetrics, PromotionMetrics]:
     """The daemon's counting path, its baseline taken before the transition."""
     registry = CollectorRegistry()
     live = LiveMetrics(registry)
-    live.baseline(AGENT, _journal(ck) or [])
+    live.cursor.baseline(AGENT, _journal(ck) or [])
     return live, PromotionMetrics(registry)
 
 
