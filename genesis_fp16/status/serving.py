@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import msgspec
 
@@ -23,8 +23,22 @@ from genesis_fp16.service.state_lock import LOCK_NAME
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, StatusReport, gather_status
 
-if TYPE_CHECKING:  # the daemon imports this module to serve its page
-    from genesis_fp16.service.daemon import Daemon
+
+class Daemon(Protocol):
+    """What the report reads of ``genesis_fp16.service.daemon.Daemon`` (which imports this
+    module, hence a protocol): its settings, checks and plugins; its ``context`` and
+    ``scheduler`` once it has started them."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def plugins(self) -> Mapping[str, Any]: ...
+
+    def health(self) -> tuple[bool, str]: ...
+
+    def readiness(self) -> tuple[bool, str]: ...
+
 
 Document = Callable[[], tuple[bytes, str]]
 HTML = "text/html; charset=utf-8"
@@ -51,10 +65,10 @@ def daemon_report(daemon: Daemon) -> StatusReport:
     report = gather_status(
         state_dir, installed, _daemon_status(daemon), _schedule(daemon), idle_seconds=idle
     )
-    return _with_shadows(report, daemon.agents.shadowed)
+    return _with_shadows(report, getattr(getattr(daemon, "agents", None), "shadowed", None))
 
 
-def _with_shadows(report: StatusReport, shadowed: Mapping[str, str]) -> StatusReport:
+def _with_shadows(report: StatusReport, shadowed: Mapping[str, str] | None) -> StatusReport:
     """A plugin name two distributions register is the agent's problem on the page (the log
     says it once): which registration the daemon uses, and which it leaves out."""
     if not shadowed:
@@ -78,7 +92,7 @@ def _daemon_status(daemon: Daemon) -> DaemonStatus:
     healthy, health = daemon.health()
     _, ready = daemon.readiness()
     uptime = None if started is None else max(0.0, now - started)
-    refused = daemon.reload_refused
+    refused: tuple[float, str] | None = getattr(daemon, "reload_refused", None)
     since, error = refused if refused is not None else (None, None)
     return DaemonStatus(
         True,
@@ -115,7 +129,7 @@ def _schedule(daemon: Daemon) -> Callable[[str], NextRun]:
             waiting, holding = dict(context.waiting), dict(context.holding)
     due = scheduler.next_run_times() if scheduler is not None else {}
     loaded = set(dict(daemon.plugins))  # one C-level copy: a rescan may change it meanwhile
-    notes = daemon.plugin_notes()  # an import stuck
+    notes: Mapping[str, str] = getattr(daemon, "plugin_notes", dict)()  # an import stuck
 
     def next_run(agent: str) -> NextRun:
         if agent in running:
