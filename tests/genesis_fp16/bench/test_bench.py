@@ -24,7 +24,6 @@ from genesis_fp16.bench.run import (
     _run_isolated,
     fresh_out_dir,
     load_warning,
-    main,
     plan,
     run_benchmark,
 )
@@ -208,8 +207,7 @@ def test_bad_arguments_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -
     if torch.cuda.is_available():  # CUDA adds TF32 to the choices
         assert cli_main(["bench", "--device", "cuda", "--precisions", "fp8"]) == 2
         assert "'fp8': choose from fp32, tf32, bf16, fp16, auto" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["--sizes", "huge"])
+    assert cli_main(["bench", "--sizes", "huge"]) == 2
     assert "'huge': choose from default, large" in capsys.readouterr().err
 
 
@@ -269,13 +267,9 @@ def test_a_rows_peak_leaves_out_what_earlier_rows_left_allocated() -> None:
 
 
 def _args(*argv: str) -> Any:
-    import argparse
+    from genesis_fp16.cli import build_parser
 
-    from genesis_fp16.bench.arguments import add_arguments
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return parser.parse_args(list(argv))
+    return build_parser("bench").parse_args(["bench", *argv])
 
 
 def test_batch_sizes_runners_and_their_defaults_per_device() -> None:
