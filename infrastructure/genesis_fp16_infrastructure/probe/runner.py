@@ -325,15 +325,15 @@ def _run_or_error(variant: Variant, ctx: _Context) -> _Run | str:
         return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
-def _frozen_pass(variant: Variant, model: nn.Module, ctx: _Context) -> _Run:
-    """Loss, gradients and activations on the frozen batch; fp16 searches its loss scale."""
+def _frozen_pass(variant: Variant, model: nn.Module, ctx: _Context, batch: Any) -> _Run:
+    """Loss, gradients and activations on ``batch``, untrained; fp16 searches its loss scale."""
     seen: dict[str, Any] = {}
 
     def scaled_grads(scale: float) -> list[torch.Tensor | None]:
         model.zero_grad(set_to_none=True)
         torch.manual_seed(ctx.seed)
         with ms.record_activations(model) as rec:
-            loss = forward_loss(variant, model, ctx.setup.loss, ctx.frozen, ctx.device.type)
+            loss = forward_loss(variant, model, ctx.setup.loss, batch, ctx.device.type)
         (loss * scale).backward()
         seen["loss"], seen["acts"] = float(loss.detach()), rec["result"]
         return [p.grad for p in model.parameters()]
@@ -349,7 +349,7 @@ def _frozen_pass(variant: Variant, model: nn.Module, ctx: _Context) -> _Run:
 
 def _run_variant(variant: Variant, ctx: _Context) -> _Run:
     model = prepare_model(variant, ctx.base)
-    run = _frozen_pass(variant, model, ctx)
+    run = _frozen_pass(variant, model, ctx, ctx.frozen)
     _train(variant, model, ctx, run)
     run.params = ms.snapshot(model)
     return run
@@ -409,16 +409,11 @@ def _train(variant: Variant, model: nn.Module, ctx: _Context, run: _Run) -> None
 
 def _noise_floor(ctx: _Context, ref: _Run) -> tuple[float, float]:
     """||g(A) - g(B)|| / ||g|| and the sign disagreement between the two half-batches."""
-    half_a, half_b = ctx.setup.split_batch(ctx.setup.batches[0])
     fp32 = build_variants({})[0]
-    halves = []
-    for half in (half_a, half_b):
-        model = prepare_model(fp32, ctx.base)
-        torch.manual_seed(ctx.seed)
-        forward_loss(
-            fp32, model, ctx.setup.loss, to_device(half, ctx.device), ctx.device.type
-        ).backward()
-        halves.append(ms.gradients(model))
+    halves = [
+        _frozen_pass(fp32, prepare_model(fp32, ctx.base), ctx, to_device(half, ctx.device)).grads
+        for half in ctx.setup.split_batch(ctx.setup.batches[0])
+    ]
     gap = {n: halves[0][n] - halves[1][n] for n in ref.grads}
     floor = ms.ratio(ms.norm(gap), ms.norm(ref.grads))
     return floor, ms.sign_flip_fraction(halves[0], halves[1])
@@ -447,9 +442,7 @@ def _measure(
     act_module, act_max = _headroom(variant, run, ref)
     start = ms.snapshot(ctx.base)
     drift = ms.parameter_drift(run.params, ref.params, start)
-    per_layer_drift = {
-        n: ms.relative_distance({n: run.params[n]}, {n: ref.params[n]}) for n in ref.params
-    }
+    per_layer_drift = ms.layer_errors(run.params, ref.params)
     excess = {n: run.unchanged.get(n, math.nan) - ref.unchanged.get(n, 0.0) for n in ref.params}
     return Measures(
         loss=run.loss,
