@@ -22,7 +22,7 @@ from genesis_fp16.bench.probe import (
     device_name,
     set_tf32,
 )
-from genesis_fp16.bench.runners import RUNNER_CLASSES, RUNNER_LIBRARIES, Runner
+from genesis_fp16.bench.runners import RUNNER_CLASSES, Runner
 from genesis_fp16_infrastructure.api import peak_rss_mib
 from genesis_fp16_infrastructure.api import workload as bench_workload
 
@@ -185,7 +185,7 @@ def _measure(
     isolated: bool,
     make_runner: Callable[[str], Runner] | None,
 ) -> Row:
-    importlib.import_module(RUNNER_LIBRARIES[config.runner])  # its imports are not its peak
+    importlib.import_module(RUNNER_CLASSES[config.runner].library)  # not the row's peak
     # On CUDA the row's data counts (it is on the device); a CPU row's RSS baseline is
     # taken after reading it, as before (the reader's own allocations are not the row's).
     cuda_baseline = _fresh_device_state(device) if device.type == "cuda" else 0.0
