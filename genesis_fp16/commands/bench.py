@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from genesis_fp16.bench.config import (
     TINY_RUNNERS,
     TINY_SIZES,
 )
-from genesis_fp16.cli import UsageError
+from genesis_fp16.cli import UsageError, strict_json
 
 
 def register(subparsers: Any) -> None:
@@ -118,13 +117,8 @@ def run(args: argparse.Namespace) -> int:
     )
     files = {kind: str(csv_path.with_suffix(f".{kind}")) for kind in ("csv", "png", "md")}
     if args.json:
-        print(json.dumps({"rows": [_plain(row) for row in rows], "files": files}))
+        print(json.dumps(strict_json({"rows": rows, "files": files})))
         return 0
     print(markdown_table(rows))
     print(f"wrote {files['csv']}, {files['png']} and {files['md']}")
     return 0
-
-
-def _plain(row: dict[str, Any]) -> dict[str, Any]:
-    """A row as strict JSON: a non-finite number (a diverged row's loss) as null."""
-    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}

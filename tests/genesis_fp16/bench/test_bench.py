@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime
+import json
 import math
 import re
 import sys
@@ -128,6 +129,31 @@ def test_a_row_whose_training_diverged_says_so_in_its_note(
     assert "training diverged" in note_for(row)
     monkeypatch.undo()
     assert "diverged" not in note_for(run_config(_tiny("fp32", "hand"), isolated=False))
+
+
+def test_a_diverged_rows_json_is_strict_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench --json` of a row whose eval loss is NaN says null, at the top of the row and
+    in its eval_loss_at (json.dumps alone would write NaN, which is not JSON)."""
+    real_step = HandWrittenRunner.step
+
+    def diverging_step(self: HandWrittenRunner, batch: Any) -> None:
+        real_step(self, batch)
+        with torch.no_grad():
+            next(self.model.parameters()).fill_(float("nan"))
+
+    monkeypatch.setattr(HandWrittenRunner, "step", diverging_step)
+    tiny = ["bench", "--device", "cpu", "--tiny", "--runners", "hand", "--precisions", "fp32",
+            "--batch-size", "16", "--warmup", "0", "--steps", "1", "--in-process",
+            "--out-dir", str(tmp_path), "--json"]  # fmt: skip
+    assert cli_main(tiny) == 0
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in the --json output")
+
+    (row,) = json.loads(capsys.readouterr().out, parse_constant=refuse)["rows"]
+    assert row["eval_loss"] is None and list(row["eval_loss_at"].values()) == [None]
 
 
 @pytest.mark.parametrize("runner", ["accelerate", "fabric"])
