@@ -22,11 +22,10 @@ from genesis_fp16.bench.probe import (
     device_name,
     set_tf32,
 )
+from genesis_fp16.bench.report import Row
 from genesis_fp16.bench.runners import RUNNER_CLASSES, Runner
 from genesis_fp16_infrastructure.api import peak_rss_mib
 from genesis_fp16_infrastructure.api import workload as bench_workload
-
-Row = dict[str, Any]
 
 
 class _StepClock:
