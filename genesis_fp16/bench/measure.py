@@ -7,7 +7,7 @@ import importlib
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -158,11 +158,7 @@ def _peak_memory(device: torch.device, baseline: float, isolated: bool) -> tuple
     return peak_rss_mib() - baseline, "cpu_peak_rss_over_baseline"
 
 
-def run_config(
-    config: BenchConfig,
-    isolated: bool,
-    make_runner: Callable[[str], Runner] | None = None,
-) -> Row:
+def run_config(config: BenchConfig, isolated: bool) -> Row:
     """Measure one configuration and return its row of measured columns.
 
     `isolated` says this process runs only this configuration, so its lifetime peak RSS
@@ -173,18 +169,14 @@ def run_config(
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     try:
-        return _measure(config, device, isolated, make_runner)
+        return _measure(config, device, isolated)
     finally:
         torch.set_num_threads(threads_before)  # in-process runs leave the caller as it was
 
 
-def _measure(
-    config: BenchConfig,
-    device: torch.device,
-    isolated: bool,
-    make_runner: Callable[[str], Runner] | None,
-) -> Row:
-    importlib.import_module(RUNNER_CLASSES[config.runner].library)  # not the row's peak
+def _measure(config: BenchConfig, device: torch.device, isolated: bool) -> Row:
+    runner_class = RUNNER_CLASSES[config.runner]
+    importlib.import_module(runner_class.library)  # its imports are not the row's peak
     # On CUDA the row's data counts (it is on the device); a CPU row's RSS baseline is
     # taken after reading it, as before (the reader's own allocations are not the row's).
     cuda_baseline = _fresh_device_state(device) if device.type == "cuda" else 0.0
@@ -195,7 +187,7 @@ def _measure(
         data = bench_workload.load_data(data_path, config.batch_size, device)
     rss_baseline = cuda_baseline if device.type == "cuda" else _fresh_device_state(device)
     workload = bench_workload.build_workload(config.size, data, config.seed, config.tiny, device)
-    runner = (make_runner or (lambda name: RUNNER_CLASSES[name]()))(config.runner)
+    runner = runner_class()
     probe = DtypeProbe(workload.model)
     try:
         runner.prepare(workload, config, device)
