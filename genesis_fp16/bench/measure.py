@@ -1,10 +1,18 @@
-"""Measure one configuration: warm up, time the steady steps, evaluate, report a row."""
+"""Measure one configuration: warm up, time the steady steps, evaluate, report a row.
+
+``python -m genesis_fp16.bench.measure`` measures one in this (fresh) process: config
+JSON on stdin, the row on stdout. A process of its own gives the configuration its own
+CPU peak RSS (a lifetime peak: ``peak_rss_mib``, this process's VmHWM) and its own
+Accelerate singleton and TF32 flags.
+"""
 
 from __future__ import annotations
 
 import gc
 import importlib
+import json
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -229,3 +237,17 @@ def _measure(config: BenchConfig, device: torch.device, isolated: bool) -> Row:
         "execution": getattr(runner, "execution", "eager"),
         "runner_note": runner.note,
     }
+
+
+ROW_MARKER = "BENCH_ROW "  # libraries print banners on stdout; the row is the marked line
+
+
+def main() -> int:
+    config = BenchConfig.from_json(sys.stdin.read())
+    row = run_config(config, isolated=True)
+    print(ROW_MARKER + json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

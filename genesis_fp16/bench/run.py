@@ -39,7 +39,7 @@ from genesis_fp16.bench.config import (
     BenchConfig,
     BenchPrecision,
 )
-from genesis_fp16.bench.measure import Row, run_config
+from genesis_fp16.bench.measure import ROW_MARKER, Row, run_config
 from genesis_fp16.bench.report import (
     derive,
     device_slug,
@@ -48,7 +48,6 @@ from genesis_fp16.bench.report import (
     write_csv,
     write_plot,
 )
-from genesis_fp16.bench.worker import ROW_MARKER
 from genesis_fp16.config.extras import BENCH_EXTRA
 from genesis_fp16.config.settings import resolve_device
 from genesis_fp16_infrastructure.api import workload as bench_workload
@@ -206,7 +205,7 @@ def plan(options: BenchOptions, data_path: Path | None = None) -> list[BenchConf
 
 def _run_isolated(config: BenchConfig) -> Row:
     proc = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16.bench.worker"],
+        [sys.executable, "-m", "genesis_fp16.bench.measure"],
         input=config.to_json(),
         capture_output=True,
         text=True,
