@@ -74,7 +74,12 @@ class BenchOptions:
     tag: str = ""
 
 
-def _choices(value: str, valid: Sequence[str], flag: str) -> tuple[str, ...]:
+def _choices(
+    value: str | None, valid: Sequence[str], flag: str, default: tuple[str, ...] = ()
+) -> tuple[str, ...]:
+    """The comma-separated names in ``value``, each one of ``valid``; ``default`` if None."""
+    if value is None:
+        return default
     items = tuple(v.strip() for v in value.split(",") if v.strip())
     bad = [v for v in items if v not in valid]
     if bad or not items:
@@ -102,12 +107,6 @@ def _batch_sizes(args: argparse.Namespace, device: str) -> tuple[int, ...]:
     return sizes
 
 
-def _sizes(args: argparse.Namespace) -> tuple[str, ...]:
-    if args.sizes is None:
-        return TINY_SIZES if args.tiny else SIZES
-    return _choices(args.sizes, SIZES, "--sizes")
-
-
 def _device(name: str) -> str:
     device = resolve_device(name)
     if device not in PRECISIONS_BY_DEVICE:
@@ -118,9 +117,8 @@ def _device(name: str) -> str:
 
 
 def _runners(args: argparse.Namespace, device: str, precisions: Sequence[str]) -> tuple[str, ...]:
-    runners = TINY_RUNNERS if args.tiny else DEFAULT_RUNNERS[device]
-    if args.runners is not None:
-        runners = _choices(args.runners, RUNNERS, "--runners")
+    default = TINY_RUNNERS if args.tiny else DEFAULT_RUNNERS[device]
+    runners = _choices(args.runners, RUNNERS, "--runners", default)
     if args.precisions != "all" and "auto" in precisions and not set(runners) & set(AUTO_RUNNERS):
         raise ValueError(f"--precisions auto: only {', '.join(AUTO_RUNNERS)} resolve auto")
     cuda_only = [r for r in runners if r in CUDA_ONLY_RUNNERS]
@@ -146,7 +144,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         device=device,
         precisions=precisions,
         runners=_runners(args, device, precisions),
-        sizes=_sizes(args),
+        sizes=_choices(args.sizes, SIZES, "--sizes", TINY_SIZES if args.tiny else SIZES),
         batch_sizes=_batch_sizes(args, device),
         warmup=args.warmup if args.warmup is not None else (1 if args.tiny else UNTIMED_STEPS),
         steps=steps,
