@@ -102,43 +102,17 @@ class ProbeReport:
 
     def table(self) -> str:
         """A fixed-width table, one row per variant; ``~`` marks amber and ``!`` red."""
-        cols = [
-            ("variant", 30),
-            ("loss err", 9),
-            ("grad/noise", 10),
-            ("worst cos", 9),
-            ("flushed", 8),
-            ("flips/noise", 11),
-            ("act max", 8),
-            ("drift/noise", 11),
-            ("upd cos", 8),
-            ("unchanged", 9),
-            ("ms/step", 9),
-            ("verdict", 7),
-        ]
-        rows = [[title for title, _ in cols]]
+        widths = (30, *(width for _, width, *_ in _COLUMNS), 9, 7)
+        rows = [["variant", *(title for title, *_ in _COLUMNS), "ms/step", "verdict"]]
         for var in self.variants:
             m, v = var.measures, var.verdicts
-            rows.append(
-                [
-                    var.name,
-                    _num(m.loss_rel_err, v.get("loss", "")),
-                    _num(m.grad_noise_ratio, v.get("grad_error", "")),
-                    _num(m.worst_layer_cosine, v.get("layer_cosine", ""), "{:.4f}"),
-                    _num(m.flushed_fraction, v.get("flushed", ""), "{:.1%}"),
-                    _num(m.sign_flip_ratio, v.get("sign_flips", ""), "{:.2f}"),
-                    _num(m.activation_max, v.get("headroom", "")),
-                    _num(m.drift_noise_ratio, v.get("drift", "")),
-                    _num(m.update_cosine, v.get("update_cosine", ""), "{:.4f}"),
-                    _num(m.unchanged_fraction, v.get("unchanged", ""), "{:.1%}"),
-                    _num(m.seconds_per_step * 1e3, "", "{:.1f}"),
-                    var.overall if var.error is None else "error",
-                ]
-            )
+            cells = [_num(getattr(m, name), v.get(key, ""), f) for _, _, name, key, f in _COLUMNS]
+            step_ms = _num(m.seconds_per_step * 1e3, "", "{:.1f}")
+            rows.append([var.name, *cells, step_ms, var.overall if var.error is None else "error"])
         lines = [  # the variant's name left-aligned, every other cell right-aligned
             "  ".join(
                 c.rjust(w) if i else c.ljust(w)
-                for i, (c, (_, w)) in enumerate(zip(row, cols, strict=True))
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
             )
             for row in rows
         ]
@@ -178,9 +152,21 @@ def _finite_json(obj: Any) -> Any:
 
 
 _MARK = {"green": " ", "amber": "~", "red": "!", "n/a": " "}
+# The table's measure columns: title, width, the Measures field, its verdict, its format.
+_COLUMNS = (
+    ("loss err", 9, "loss_rel_err", "loss", "{:.1e}"),
+    ("grad/noise", 10, "grad_noise_ratio", "grad_error", "{:.1e}"),
+    ("worst cos", 9, "worst_layer_cosine", "layer_cosine", "{:.4f}"),
+    ("flushed", 8, "flushed_fraction", "flushed", "{:.1%}"),
+    ("flips/noise", 11, "sign_flip_ratio", "sign_flips", "{:.2f}"),
+    ("act max", 8, "activation_max", "headroom", "{:.1e}"),
+    ("drift/noise", 11, "drift_noise_ratio", "drift", "{:.1e}"),
+    ("upd cos", 8, "update_cosine", "update_cosine", "{:.4f}"),
+    ("unchanged", 9, "unchanged_fraction", "unchanged", "{:.1%}"),
+)
 
 
-def _num(value: float, colour: str, fmt: str = "{:.1e}") -> str:
+def _num(value: float, colour: str, fmt: str) -> str:
     text = "-" if math.isnan(value) else fmt.format(value)
     return text + _MARK.get(colour, " ")
 
