@@ -10,11 +10,12 @@ import argparse
 import difflib
 import importlib
 import json
+import math
 import os
 import re
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
 
 from genesis_fp16 import __version__
 from genesis_fp16.config.settings_sources import LOG_VALUE_BOUND, bounded
@@ -210,6 +211,18 @@ def error_object(message: str, kind: str, code: int) -> dict[str, object]:
     and the exit code."""
     first = message.splitlines()[0] if message else ""
     return {"error": first[:500], "kind": kind, "exit_code": code}
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with NaN and infinities as null, at any depth: a ``--json`` object stays
+    standard JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    return value
 
 
 if __name__ == "__main__":

@@ -1,14 +1,23 @@
-"""What one benchmark configuration is: plain data that crosses the subprocess boundary."""
+"""What `bench` may run, and one configuration of it: plain data that crosses the subprocess
+boundary, importable without torch (the `bench` parser is built from it)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from genesis_fp16_infrastructure.api import RequestedName
 
 SIZES: tuple[str, ...] = ("default", "large")
+# Where a run writes unless --out-dir says otherwise: a fresh folder per run, named by its
+# UTC start time, so that no run replaces another's files (or the committed ones, which
+# live in COMMITTED_OUT and are written only when --out-dir names it).
+RUNS_ROOT = Path("bench-runs")
+COMMITTED_OUT = Path("benchmarks/results")
+# fp16 matmuls have no native CPU kernels (10-100x slower than fp32): fewer steps there.
+CPU_FP16_WARMUP, CPU_FP16_STEPS = 1, 2
 # Untimed steps of a row by default: the graph runners' 3 eager warm-up steps and their
 # capture, so that every timed step of theirs is a replay (a capture is slow and, before
 # this, ours-graph's pre-capture state copy read the device inside the timed window).

@@ -1,13 +1,21 @@
-"""Measure one configuration: warm up, time the steady steps, evaluate, report a row."""
+"""Measure one configuration: warm up, time the steady steps, evaluate, report a row.
+
+``python -m genesis_fp16.bench.measure`` measures one in this (fresh) process: config
+JSON on stdin, the row on stdout. A process of its own gives the configuration its own
+CPU peak RSS (a lifetime peak: ``peak_rss_mib``, this process's VmHWM) and its own
+Accelerate singleton and TF32 flags.
+"""
 
 from __future__ import annotations
 
 import gc
 import importlib
+import json
 import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,11 +30,10 @@ from genesis_fp16.bench.probe import (
     device_name,
     set_tf32,
 )
-from genesis_fp16.bench.runners import RUNNER_CLASSES, RUNNER_LIBRARIES, Runner
+from genesis_fp16.bench.report import Row
+from genesis_fp16.bench.runners import RUNNER_CLASSES, Runner
 from genesis_fp16_infrastructure.api import peak_rss_mib
 from genesis_fp16_infrastructure.api import workload as bench_workload
-
-Row = dict[str, Any]
 
 
 class _StepClock:
@@ -159,11 +166,7 @@ def _peak_memory(device: torch.device, baseline: float, isolated: bool) -> tuple
     return peak_rss_mib() - baseline, "cpu_peak_rss_over_baseline"
 
 
-def run_config(
-    config: BenchConfig,
-    isolated: bool,
-    make_runner: Callable[[str], Runner] | None = None,
-) -> Row:
+def run_config(config: BenchConfig, isolated: bool) -> Row:
     """Measure one configuration and return its row of measured columns.
 
     `isolated` says this process runs only this configuration, so its lifetime peak RSS
@@ -174,18 +177,14 @@ def run_config(
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     try:
-        return _measure(config, device, isolated, make_runner)
+        return _measure(config, device, isolated)
     finally:
         torch.set_num_threads(threads_before)  # in-process runs leave the caller as it was
 
 
-def _measure(
-    config: BenchConfig,
-    device: torch.device,
-    isolated: bool,
-    make_runner: Callable[[str], Runner] | None,
-) -> Row:
-    importlib.import_module(RUNNER_LIBRARIES[config.runner])  # its imports are not its peak
+def _measure(config: BenchConfig, device: torch.device, isolated: bool) -> Row:
+    runner_class = RUNNER_CLASSES[config.runner]
+    importlib.import_module(runner_class.library)  # its imports are not the row's peak
     # On CUDA the row's data counts (it is on the device); a CPU row's RSS baseline is
     # taken after reading it, as before (the reader's own allocations are not the row's).
     cuda_baseline = _fresh_device_state(device) if device.type == "cuda" else 0.0
@@ -196,7 +195,7 @@ def _measure(
         data = bench_workload.load_data(data_path, config.batch_size, device)
     rss_baseline = cuda_baseline if device.type == "cuda" else _fresh_device_state(device)
     workload = bench_workload.build_workload(config.size, data, config.seed, config.tiny, device)
-    runner = (make_runner or (lambda name: RUNNER_CLASSES[name]()))(config.runner)
+    runner = runner_class()
     probe = DtypeProbe(workload.model)
     try:
         runner.prepare(workload, config, device)
@@ -238,3 +237,17 @@ def _measure(
         "execution": getattr(runner, "execution", "eager"),
         "runner_note": runner.note,
     }
+
+
+ROW_MARKER = "BENCH_ROW "  # libraries print banners on stdout; the row is the marked line
+
+
+def main() -> int:
+    config = BenchConfig.from_json(sys.stdin.read())
+    row = run_config(config, isolated=True)
+    print(ROW_MARKER + json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

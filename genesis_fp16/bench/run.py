@@ -12,29 +12,26 @@ import itertools
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast
 
 import torch
 
-from genesis_fp16.bench.arguments import (
-    CPU_FP16_STEPS,
-    CPU_FP16_WARMUP,
-    RUNS_ROOT,
-    add_arguments,
-)
 from genesis_fp16.bench.config import (
     AUTO_RUNNERS,
+    CPU_FP16_STEPS,
+    CPU_FP16_WARMUP,
     CUDA_ONLY_RUNNERS,
     DEFAULT_BATCH_SIZES,
     DEFAULT_RUNNERS,
     PRECISIONS_BY_DEVICE,
     RUNNERS,
+    RUNS_ROOT,
     SIZES,
     TINY_RUNNERS,
     TINY_SIZES,
@@ -42,7 +39,7 @@ from genesis_fp16.bench.config import (
     BenchConfig,
     BenchPrecision,
 )
-from genesis_fp16.bench.measure import Row, run_config
+from genesis_fp16.bench.measure import ROW_MARKER, Row, run_config
 from genesis_fp16.bench.report import (
     derive,
     device_slug,
@@ -51,8 +48,8 @@ from genesis_fp16.bench.report import (
     write_csv,
     write_plot,
 )
-from genesis_fp16.bench.worker import ROW_MARKER
 from genesis_fp16.config.extras import BENCH_EXTRA
+from genesis_fp16.config.settings import resolve_device
 from genesis_fp16_infrastructure.api import workload as bench_workload
 
 
@@ -77,7 +74,12 @@ class BenchOptions:
     tag: str = ""
 
 
-def _choices(value: str, valid: Sequence[str], flag: str) -> tuple[str, ...]:
+def _choices(
+    value: str | None, valid: Sequence[str], flag: str, default: tuple[str, ...] = ()
+) -> tuple[str, ...]:
+    """The comma-separated names in ``value``, each one of ``valid``; ``default`` if None."""
+    if value is None:
+        return default
     items = tuple(v.strip() for v in value.split(",") if v.strip())
     bad = [v for v in items if v not in valid]
     if bad or not items:
@@ -105,48 +107,46 @@ def _batch_sizes(args: argparse.Namespace, device: str) -> tuple[int, ...]:
     return sizes
 
 
-def _sizes(args: argparse.Namespace) -> tuple[str, ...]:
-    if args.sizes is None:
-        return TINY_SIZES if args.tiny else SIZES
-    return _choices(args.sizes, SIZES, "--sizes")
-
-
-def options_from_args(args: argparse.Namespace) -> BenchOptions:
-    """Validate the parsed arguments; raises ValueError with a one-line message."""
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+def _device(name: str) -> str:
+    device = resolve_device(name)
     if device not in PRECISIONS_BY_DEVICE:
-        raise ValueError(f"--device {args.device!r}: choose from auto, cpu, cuda")
+        raise ValueError(f"--device {name!r}: choose from auto, cpu, cuda")
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device 'cuda': no CUDA device is available to this torch build")
-    valid = PRECISIONS_BY_DEVICE[device]
-    precisions = valid
-    if args.precisions != "all":  # the valid names, in the order asked
-        asked = _choices(args.precisions, valid, "--precisions")
-        precisions = tuple(next(p for p in valid if p == name) for name in asked)
-    if args.tag and not re.fullmatch(r"[A-Za-z0-9.-]+", args.tag):
-        raise ValueError(f"--tag {args.tag!r}: use letters, digits, '.' and '-' only")
-    warmup = args.warmup if args.warmup is not None else (1 if args.tiny else UNTIMED_STEPS)
-    steps = args.steps if args.steps is not None else (5 if args.tiny else 20)
-    for flag, value in (("--steps", steps), ("--threads", args.threads or 1)):
-        if value < 1:
-            raise ValueError(f"{flag} {value}: must be at least 1")
-    runners = TINY_RUNNERS if args.tiny else DEFAULT_RUNNERS[device]
-    if args.runners is not None:
-        runners = _choices(args.runners, RUNNERS, "--runners")
+    return device
+
+
+def _runners(args: argparse.Namespace, device: str, precisions: Sequence[str]) -> tuple[str, ...]:
+    default = TINY_RUNNERS if args.tiny else DEFAULT_RUNNERS[device]
+    runners = _choices(args.runners, RUNNERS, "--runners", default)
     if args.precisions != "all" and "auto" in precisions and not set(runners) & set(AUTO_RUNNERS):
         raise ValueError(f"--precisions auto: only {', '.join(AUTO_RUNNERS)} resolve auto")
     cuda_only = [r for r in runners if r in CUDA_ONLY_RUNNERS]
     if device != "cuda" and cuda_only:
         raise ValueError(f"--runners {','.join(cuda_only)}: CUDA graphs need --device cuda")
+    return runners
+
+
+def options_from_args(args: argparse.Namespace) -> BenchOptions:
+    """Validate the parsed arguments; raises ValueError with a one-line message."""
+    device = _device(args.device)
+    precisions = PRECISIONS_BY_DEVICE[device]
+    if args.precisions != "all":  # the valid names, in the order asked
+        asked = _choices(args.precisions, precisions, "--precisions")
+        precisions = cast(tuple[BenchPrecision, ...], asked)
+    if args.tag and not re.fullmatch(r"[A-Za-z0-9.-]+", args.tag):
+        raise ValueError(f"--tag {args.tag!r}: use letters, digits, '.' and '-' only")
+    steps = args.steps if args.steps is not None else (5 if args.tiny else 20)
+    for flag, value in (("--steps", steps), ("--threads", args.threads or 1)):
+        if value < 1:
+            raise ValueError(f"{flag} {value}: must be at least 1")
     return BenchOptions(
         device=device,
-        sizes=_sizes(args),
         precisions=precisions,
-        runners=runners,
+        runners=_runners(args, device, precisions),
+        sizes=_choices(args.sizes, SIZES, "--sizes", TINY_SIZES if args.tiny else SIZES),
         batch_sizes=_batch_sizes(args, device),
-        warmup=warmup,
+        warmup=args.warmup if args.warmup is not None else (1 if args.tiny else UNTIMED_STEPS),
         steps=steps,
         fp16_warmup=args.fp16_warmup,
         fp16_steps=args.fp16_steps,
@@ -203,7 +203,7 @@ def plan(options: BenchOptions, data_path: Path | None = None) -> list[BenchConf
 
 def _run_isolated(config: BenchConfig) -> Row:
     proc = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16.bench.worker"],
+        [sys.executable, "-m", "genesis_fp16.bench.measure"],
         input=config.to_json(),
         capture_output=True,
         text=True,
@@ -322,19 +322,3 @@ def run_benchmark(
     write_plot(rows, csv_path.with_suffix(".png"), f"genesis-fp16 bench on {name}")
     (out_dir / f"{stem}.md").write_text(markdown_table(rows) + "\n")
     return rows, csv_path
-
-
-def main(argv: Sequence[str] | None = None, prog: str = "benchmarks/run.py") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        options = options_from_args(args)
-    except ValueError as exc:
-        parser.error(str(exc))
-    argv_list = list(sys.argv[1:] if argv is None else argv)
-    command = shlex.join([prog, *argv_list])
-    rows, csv_path = run_benchmark(options, command)
-    print(markdown_table(rows))
-    print(f"wrote {csv_path} and {csv_path.with_suffix('.png').name}")
-    return 0

@@ -28,6 +28,7 @@ class Runner(Protocol):
     """One training loop under test."""
 
     name: str
+    library: str  # the module it imports, loaded before memory accounting starts
     note: str  # what the runner's library said it would do, for the row's note
     execution: str  # "eager", "cuda_graph" or "cuda_graph_compiled": how its steps really ran
 
@@ -58,6 +59,7 @@ class OursRunner:
     """
 
     name = "ours"
+    library = "genesis_fp16_infrastructure.training"
     cuda_graph = "off"
     compile = "off"
     chosen: PrecisionName | None = None  # what `auto` resolved to; None for a named precision
@@ -126,6 +128,7 @@ class OursGraphCompileRunner(OursGraphRunner):
     step, outside the timed ones."""
 
     name = "ours-graph-compile"
+    library = "torch._dynamo"
     compile = "on"
 
 
@@ -133,6 +136,7 @@ class HandWrittenRunner:
     """The floor of eager steps: the plain `torch.amp` loop a careful user writes by hand."""
 
     name = "hand"
+    library = "torch.amp"
     note = "torch.autocast + torch.amp.GradScaler"
     execution = "eager"
 
@@ -165,6 +169,7 @@ class CompiledRunner(HandWrittenRunner):
     """The hand loop with `torch.compile(model)`: what a user tries first for speed."""
 
     name = "compile"
+    library = "torch._dynamo"
     mode = "default"
 
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
@@ -192,6 +197,7 @@ class HandGraphRunner:
     """
 
     name = "hand-graph"
+    library = "torch.amp"
     note = "whole step captured by hand: torch.cuda.graph + capturable fused AdamW"
     execution = "cuda_graph"
     WARMUP = 3
@@ -262,6 +268,7 @@ class AccelerateRunner:
     """Hugging Face Accelerate with `mixed_precision=...`."""
 
     name = "accelerate"
+    library = "accelerate"
     execution = "eager"
     MODES: ClassVar[dict[str, str]] = {"fp32": "no", "tf32": "no", "bf16": "bf16", "fp16": "fp16"}
 
@@ -302,6 +309,7 @@ class FabricRunner:
     """Lightning Fabric with `precision=...`."""
 
     name = "fabric"
+    library = "lightning_fabric"
     execution = "eager"
     MODES: ClassVar[dict[str, str]] = {
         "fp32": "32-true",
@@ -344,7 +352,7 @@ class FabricRunner:
         return int(self.tally.total.item())
 
 
-RUNNER_CLASSES: dict[str, type] = {
+RUNNER_CLASSES: dict[str, type[Runner]] = {
     "ours": OursRunner,
     "hand": HandWrittenRunner,
     "accelerate": AccelerateRunner,
@@ -354,17 +362,4 @@ RUNNER_CLASSES: dict[str, type] = {
     "hand-graph": HandGraphRunner,
     "compile": CompiledRunner,
     "compile-ro": CompiledReduceOverheadRunner,
-}
-
-# The module each runner imports, loaded before memory accounting starts.
-RUNNER_LIBRARIES: dict[str, str] = {
-    "ours": "genesis_fp16_infrastructure.training",
-    "hand": "torch.amp",
-    "accelerate": "accelerate",
-    "fabric": "lightning_fabric",
-    "ours-graph": "genesis_fp16_infrastructure.training",
-    "ours-graph-compile": "torch._dynamo",
-    "hand-graph": "torch.amp",
-    "compile": "torch._dynamo",
-    "compile-ro": "torch._dynamo",
 }

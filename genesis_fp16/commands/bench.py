@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import sys
+from pathlib import Path
 from typing import Any
 
-from genesis_fp16.cli import UsageError
+from genesis_fp16.bench.config import (
+    COMMITTED_OUT,
+    CPU_FP16_STEPS,
+    CPU_FP16_WARMUP,
+    RUNNERS,
+    RUNS_ROOT,
+    SIZES,
+    TINY_RUNNERS,
+    TINY_SIZES,
+)
+from genesis_fp16.cli import UsageError, strict_json
 
 
 def register(subparsers: Any) -> None:
-    from genesis_fp16.bench.arguments import add_arguments
-
     parser = subparsers.add_parser(
         "bench",
         help="benchmark precisions and trainers on the world model",
@@ -24,7 +32,64 @@ def register(subparsers: Any) -> None:
             "CSV, a PNG and a markdown table under --out-dir. See docs/benchmarks.md."
         ),
     )
-    add_arguments(parser)
+    parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
+    parser.add_argument(
+        "--sizes",
+        default=None,
+        help=f"of {','.join(SIZES)}; default: all ({','.join(TINY_SIZES)} with --tiny)",
+    )
+    parser.add_argument(
+        "--precisions", default="all", help="fp32,bf16,fp16 (+ tf32 on cuda); default: all"
+    )
+    parser.add_argument(
+        "--runners",
+        default=None,
+        help=f"of {','.join(RUNNERS)}; default: all on cuda, the first four on a CPU "
+        f"({','.join(TINY_RUNNERS)} with --tiny)",
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        default=None,
+        help="comma-separated, e.g. 64,8192 (default: 64,8192 on cuda, 64 on a CPU)",
+    )
+    parser.add_argument("--batch-size", type=int, default=None, help="one batch size")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="untimed steps first (default 4: graph warm-up, capture; --tiny 1)",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="timed steps (default 20, --tiny 5)"
+    )
+    parser.add_argument(
+        "--fp16-warmup", type=int, default=None, help=f"CPU default {CPU_FP16_WARMUP}"
+    )
+    parser.add_argument(
+        "--fp16-steps", type=int, default=None, help=f"CPU default {CPU_FP16_STEPS}"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help=f"where the CSV, PNG and table go (default: a fresh {RUNS_ROOT}/<UTC time>/; "
+        f"the committed results are replaced only when this names {COMMITTED_OUT})",
+    )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="no subprocess per configuration (always so on cuda, where the peak memory "
+        "is torch's own count; on a CPU the peak RSS is then not measured)",
+    )
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="a smoke test under a minute on a CPU: each size scaled down, one size, ours "
+        "and hand, in one process",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per row")
+    parser.add_argument("--tag", default="", help="suffix for the result file names")
     parser.add_argument(
         "--json",
         action="store_true",
@@ -52,13 +117,8 @@ def run(args: argparse.Namespace) -> int:
     )
     files = {kind: str(csv_path.with_suffix(f".{kind}")) for kind in ("csv", "png", "md")}
     if args.json:
-        print(json.dumps({"rows": [_plain(row) for row in rows], "files": files}))
+        print(json.dumps(strict_json({"rows": rows, "files": files})))
         return 0
     print(markdown_table(rows))
     print(f"wrote {files['csv']}, {files['png']} and {files['md']}")
     return 0
-
-
-def _plain(row: dict[str, Any]) -> dict[str, Any]:
-    """A row as strict JSON: a non-finite number (a diverged row's loss) as null."""
-    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}

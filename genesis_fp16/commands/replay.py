@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from genesis_fp16.cli import UsageError
+from genesis_fp16.cli import UsageError, strict_json
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.api import PrecisionName
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.bundle}: cannot replay it ({_first_line(exc)})") from None
     report["data"] = note or "the run's data is unchanged"
     if args.json:
-        print(json.dumps(_finite(report)))
+        print(json.dumps(strict_json(report)))
     else:
         print(describe(report))
     return 0
@@ -200,14 +200,3 @@ def _against_lines(against: Mapping[str, Any], precision: PrecisionName) -> list
     advice = against["advice"]
     lines.append(f"advice: {advice['action']}: {advice['why']}")
     return lines
-
-
-def _finite(value: Any) -> Any:
-    """NaN and infinities as null: the JSON object stays standard JSON."""
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return None
-    if isinstance(value, Mapping):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value

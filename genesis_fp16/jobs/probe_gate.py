@@ -78,22 +78,6 @@ class ProbeRecord:
         )
 
 
-def probe_result_path(state_dir: Path, agent: str) -> Path:
-    return AgentFolder(state_dir, agent).probe_record_path
-
-
-def read_record(path: Path, unusable: files.Listener | None = None) -> ProbeRecord | None:
-    """The stored probe record; None when there is none, or when it is unusable (torn,
-    oversize, not UTF-8, a folder, FIFO or link at its name): set aside as
-    ``probe_result.json.unusable-*`` and counted by the agent folder's owner."""
-    return AgentFolder.at(path.parent).probe_record(ProbeRecord.from_json, unusable)
-
-
-def write_record(path: Path, record: ProbeRecord) -> None:
-    """Write atomically: a crash leaves the old file or none, never half a record."""
-    AgentFolder.at(path.parent).save_probe_record(record.to_json())
-
-
 def _used_precision(request: PrecisionRequest, device: str) -> PrecisionName | None:
     """What ``decide`` answers the run's request before anything is timed: a measured
     ``auto`` then says the rule's pick, the 16-bit precision a measurement may choose."""
@@ -124,9 +108,11 @@ def gate_before_run(
     """
     if not settings.agent(agent).probe_before_low_precision:
         return None
-    path = probe_result_path(settings.state_dir, agent)
+    folder = AgentFolder(settings.state_dir, agent)
     stuck: list[files.SetAside] = []
-    record = read_record(path, lambda event: stuck.append(event) if event.aside is None else None)
+    record = folder.probe_record(
+        ProbeRecord.from_json, lambda event: stuck.append(event) if event.aside is None else None
+    )
     if stuck:  # not set aside: a probe whose record could never be written would run
         log.error("unusable probe record cannot be set aside: delete it", error=stuck[0].why)
         return None
@@ -136,8 +122,9 @@ def gate_before_run(
             return None
         record = _probe(settings, agent, plugin, data_path, device, used)
         try:
-            write_record(path, record)
+            folder.save_probe_record(record.to_json())
         except OSError as exc:
+            path = folder.probe_record_path
             log.error("cannot write the probe record", path=str(path), error=str(exc))
     if record.error is None:  # a failed probe exports nothing
         metrics.export(agent, record.verdict, record.recommended, record.at)

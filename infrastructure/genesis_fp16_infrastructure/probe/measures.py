@@ -72,11 +72,7 @@ def ratio(value: float, floor: float) -> float:
 
 def relative_error(value: float, reference: float) -> float:
     """|value - reference| / |reference|; inf when the value is not finite."""
-    if not math.isfinite(value):
-        return math.inf
-    if reference == 0:
-        return 0.0 if value == 0 else math.inf
-    return abs(value - reference) / abs(reference)
+    return ratio(abs(value - reference), abs(reference)) if math.isfinite(value) else math.inf
 
 
 def relative_distance(a: Tensors, b: Tensors) -> float:
@@ -84,11 +80,7 @@ def relative_distance(a: Tensors, b: Tensors) -> float:
     fa, fb = _flat(a), _flat(b)
     if not bool(torch.isfinite(fa).all()):
         return math.inf
-    denom = float(fb.norm())
-    diff = float((fa - fb).norm())
-    if denom == 0:
-        return 0.0 if diff == 0 else math.inf
-    return diff / denom
+    return ratio(float((fa - fb).norm()), float(fb.norm()))
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -102,43 +102,17 @@ class ProbeReport:
 
     def table(self) -> str:
         """A fixed-width table, one row per variant; ``~`` marks amber and ``!`` red."""
-        cols = [
-            ("variant", 30),
-            ("loss err", 9),
-            ("grad/noise", 10),
-            ("worst cos", 9),
-            ("flushed", 8),
-            ("flips/noise", 11),
-            ("act max", 8),
-            ("drift/noise", 11),
-            ("upd cos", 8),
-            ("unchanged", 9),
-            ("ms/step", 9),
-            ("verdict", 7),
-        ]
-        rows = [[title for title, _ in cols]]
+        widths = (30, *(width for _, width, *_ in _COLUMNS), 9, 7)
+        rows = [["variant", *(title for title, *_ in _COLUMNS), "ms/step", "verdict"]]
         for var in self.variants:
             m, v = var.measures, var.verdicts
-            rows.append(
-                [
-                    var.name,
-                    _num(m.loss_rel_err, v.get("loss", "")),
-                    _num(m.grad_noise_ratio, v.get("grad_error", "")),
-                    _num(m.worst_layer_cosine, v.get("layer_cosine", ""), "{:.4f}"),
-                    _num(m.flushed_fraction, v.get("flushed", ""), "{:.1%}"),
-                    _num(m.sign_flip_ratio, v.get("sign_flips", ""), "{:.2f}"),
-                    _num(m.activation_max, v.get("headroom", "")),
-                    _num(m.drift_noise_ratio, v.get("drift", "")),
-                    _num(m.update_cosine, v.get("update_cosine", ""), "{:.4f}"),
-                    _num(m.unchanged_fraction, v.get("unchanged", ""), "{:.1%}"),
-                    _num(m.seconds_per_step * 1e3, "", "{:.1f}"),
-                    var.overall if var.error is None else "error",
-                ]
-            )
+            cells = [_num(getattr(m, name), v.get(key, ""), f) for _, _, name, key, f in _COLUMNS]
+            step_ms = _num(m.seconds_per_step * 1e3, "", "{:.1f}")
+            rows.append([var.name, *cells, step_ms, var.overall if var.error is None else "error"])
         lines = [  # the variant's name left-aligned, every other cell right-aligned
             "  ".join(
                 c.rjust(w) if i else c.ljust(w)
-                for i, (c, (_, w)) in enumerate(zip(row, cols, strict=True))
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
             )
             for row in rows
         ]
@@ -178,9 +152,21 @@ def _finite_json(obj: Any) -> Any:
 
 
 _MARK = {"green": " ", "amber": "~", "red": "!", "n/a": " "}
+# The table's measure columns: title, width, the Measures field, its verdict, its format.
+_COLUMNS = (
+    ("loss err", 9, "loss_rel_err", "loss", "{:.1e}"),
+    ("grad/noise", 10, "grad_noise_ratio", "grad_error", "{:.1e}"),
+    ("worst cos", 9, "worst_layer_cosine", "layer_cosine", "{:.4f}"),
+    ("flushed", 8, "flushed_fraction", "flushed", "{:.1%}"),
+    ("flips/noise", 11, "sign_flip_ratio", "sign_flips", "{:.2f}"),
+    ("act max", 8, "activation_max", "headroom", "{:.1e}"),
+    ("drift/noise", 11, "drift_noise_ratio", "drift", "{:.1e}"),
+    ("upd cos", 8, "update_cosine", "update_cosine", "{:.4f}"),
+    ("unchanged", 9, "unchanged_fraction", "unchanged", "{:.1%}"),
+)
 
 
-def _num(value: float, colour: str, fmt: str = "{:.1e}") -> str:
+def _num(value: float, colour: str, fmt: str) -> str:
     text = "-" if math.isnan(value) else fmt.format(value)
     return text + _MARK.get(colour, " ")
 
@@ -325,15 +311,15 @@ def _run_or_error(variant: Variant, ctx: _Context) -> _Run | str:
         return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
-def _frozen_pass(variant: Variant, model: nn.Module, ctx: _Context) -> _Run:
-    """Loss, gradients and activations on the frozen batch; fp16 searches its loss scale."""
+def _frozen_pass(variant: Variant, model: nn.Module, ctx: _Context, batch: Any) -> _Run:
+    """Loss, gradients and activations on ``batch``, untrained; fp16 searches its loss scale."""
     seen: dict[str, Any] = {}
 
     def scaled_grads(scale: float) -> list[torch.Tensor | None]:
         model.zero_grad(set_to_none=True)
         torch.manual_seed(ctx.seed)
         with ms.record_activations(model) as rec:
-            loss = forward_loss(variant, model, ctx.setup.loss, ctx.frozen, ctx.device.type)
+            loss = forward_loss(variant, model, ctx.setup.loss, batch, ctx.device.type)
         (loss * scale).backward()
         seen["loss"], seen["acts"] = float(loss.detach()), rec["result"]
         return [p.grad for p in model.parameters()]
@@ -349,7 +335,7 @@ def _frozen_pass(variant: Variant, model: nn.Module, ctx: _Context) -> _Run:
 
 def _run_variant(variant: Variant, ctx: _Context) -> _Run:
     model = prepare_model(variant, ctx.base)
-    run = _frozen_pass(variant, model, ctx)
+    run = _frozen_pass(variant, model, ctx, ctx.frozen)
     _train(variant, model, ctx, run)
     run.params = ms.snapshot(model)
     return run
@@ -409,16 +395,11 @@ def _train(variant: Variant, model: nn.Module, ctx: _Context, run: _Run) -> None
 
 def _noise_floor(ctx: _Context, ref: _Run) -> tuple[float, float]:
     """||g(A) - g(B)|| / ||g|| and the sign disagreement between the two half-batches."""
-    half_a, half_b = ctx.setup.split_batch(ctx.setup.batches[0])
     fp32 = build_variants({})[0]
-    halves = []
-    for half in (half_a, half_b):
-        model = prepare_model(fp32, ctx.base)
-        torch.manual_seed(ctx.seed)
-        forward_loss(
-            fp32, model, ctx.setup.loss, to_device(half, ctx.device), ctx.device.type
-        ).backward()
-        halves.append(ms.gradients(model))
+    halves = [
+        _frozen_pass(fp32, prepare_model(fp32, ctx.base), ctx, to_device(half, ctx.device)).grads
+        for half in ctx.setup.split_batch(ctx.setup.batches[0])
+    ]
     gap = {n: halves[0][n] - halves[1][n] for n in ref.grads}
     floor = ms.ratio(ms.norm(gap), ms.norm(ref.grads))
     return floor, ms.sign_flip_fraction(halves[0], halves[1])
@@ -447,9 +428,7 @@ def _measure(
     act_module, act_max = _headroom(variant, run, ref)
     start = ms.snapshot(ctx.base)
     drift = ms.parameter_drift(run.params, ref.params, start)
-    per_layer_drift = {
-        n: ms.relative_distance({n: run.params[n]}, {n: ref.params[n]}) for n in ref.params
-    }
+    per_layer_drift = ms.layer_errors(run.params, ref.params)
     excess = {n: run.unchanged.get(n, math.nan) - ref.unchanged.get(n, 0.0) for n in ref.params}
     return Measures(
         loss=run.loss,

@@ -17,7 +17,6 @@ from genesis_fp16_infrastructure.probe.measures import FP16_MAX, Measures
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 Colour = Literal["green", "amber", "red", "n/a"]
-_ORDER: dict[str, int] = {"n/a": 0, "green": 1, "amber": 2, "red": 3}
 
 # torch.testing.assert_close's default rtol per dtype: the rounding one op may leave.
 DEFAULT_LOSS_RTOL = {"fp32": 1.3e-6, "bf16": 1.6e-2, "fp16": 1e-3}
@@ -58,12 +57,6 @@ def grade_at_least(value: float, green: float, amber: float) -> Colour:
     if value >= green:
         return "green"
     return "amber" if value >= amber else "red"
-
-
-def worst(colours: Sequence[str]) -> Colour:
-    """The worst colour of several: red over amber over green over n/a."""
-    found = max(colours, key=lambda c: _ORDER[c], default="n/a")
-    return found  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

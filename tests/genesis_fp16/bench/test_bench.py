@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime
+import json
 import math
 import re
 import sys
@@ -24,7 +25,6 @@ from genesis_fp16.bench.run import (
     _run_isolated,
     fresh_out_dir,
     load_warning,
-    main,
     plan,
     run_benchmark,
 )
@@ -131,6 +131,31 @@ def test_a_row_whose_training_diverged_says_so_in_its_note(
     assert "diverged" not in note_for(run_config(_tiny("fp32", "hand"), isolated=False))
 
 
+def test_a_diverged_rows_json_is_strict_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench --json` of a row whose eval loss is NaN says null, at the top of the row and
+    in its eval_loss_at (json.dumps alone would write NaN, which is not JSON)."""
+    real_step = HandWrittenRunner.step
+
+    def diverging_step(self: HandWrittenRunner, batch: Any) -> None:
+        real_step(self, batch)
+        with torch.no_grad():
+            next(self.model.parameters()).fill_(float("nan"))
+
+    monkeypatch.setattr(HandWrittenRunner, "step", diverging_step)
+    tiny = ["bench", "--device", "cpu", "--tiny", "--runners", "hand", "--precisions", "fp32",
+            "--batch-size", "16", "--warmup", "0", "--steps", "1", "--in-process",
+            "--out-dir", str(tmp_path), "--json"]  # fmt: skip
+    assert cli_main(tiny) == 0
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in the --json output")
+
+    (row,) = json.loads(capsys.readouterr().out, parse_constant=refuse)["rows"]
+    assert row["eval_loss"] is None and list(row["eval_loss_at"].values()) == [None]
+
+
 @pytest.mark.parametrize("runner", ["accelerate", "fabric"])
 def test_peer_fp16_on_cpu_is_labelled_with_what_ran(runner: str) -> None:
     """A peer asked for fp16 on CPU is honest only if fp16 really reached the Linear layers."""
@@ -208,8 +233,7 @@ def test_bad_arguments_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -
     if torch.cuda.is_available():  # CUDA adds TF32 to the choices
         assert cli_main(["bench", "--device", "cuda", "--precisions", "fp8"]) == 2
         assert "'fp8': choose from fp32, tf32, bf16, fp16, auto" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["--sizes", "huge"])
+    assert cli_main(["bench", "--sizes", "huge"]) == 2
     assert "'huge': choose from default, large" in capsys.readouterr().err
 
 
@@ -269,13 +293,9 @@ def test_a_rows_peak_leaves_out_what_earlier_rows_left_allocated() -> None:
 
 
 def _args(*argv: str) -> Any:
-    import argparse
+    from genesis_fp16.cli import build_parser
 
-    from genesis_fp16.bench.arguments import add_arguments
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return parser.parse_args(list(argv))
+    return build_parser("bench").parse_args(["bench", *argv])
 
 
 def test_batch_sizes_runners_and_their_defaults_per_device() -> None:

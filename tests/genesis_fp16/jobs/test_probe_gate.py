@@ -12,17 +12,11 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from genesis_fp16.config.settings import AgentSettings, Settings
-from genesis_fp16.jobs.probe_gate import (
-    ProbeRecord,
-    gate_before_run,
-    probe_result_path,
-    read_record,
-    red_precisions,
-    write_record,
-)
+from genesis_fp16.jobs.probe_gate import ProbeRecord, gate_before_run, red_precisions
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
+from genesis_fp16_infrastructure.api import AgentFolder
 
 PROBE_PLUGIN = Path(__file__).resolve().parents[1] / "probe_plugin"
 sys.path.insert(0, str(PROBE_PLUGIN))
@@ -40,6 +34,11 @@ def _settings(tmp_path: Path, enabled: bool = True) -> Settings:
     )
 
 
+def _stored(state_dir: Path, agent: str) -> ProbeRecord | None:
+    """The probe record kept in the agent's folder, read as the gate reads it."""
+    return AgentFolder(state_dir, agent).probe_record(ProbeRecord.from_json)
+
+
 def _value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
     return registry.get_sample_value(name, labels)
 
@@ -52,7 +51,7 @@ def test_probe_runs_once_before_bf16_and_is_exported(tmp_path: Path) -> None:
         settings, metrics.probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("bf16")
     )
     assert record is not None and record.error is None and record.precision == "bf16"
-    stored = read_record(probe_result_path(settings.state_dir, "probe_toy"))
+    stored = _stored(settings.state_dir, "probe_toy")
     assert stored == record
     colour = {"green": 0, "amber": 1, "red": 2}
     for variant, verdict in record.verdict.items():
@@ -85,7 +84,7 @@ def test_no_probe_when_off_or_fp32(tmp_path: Path) -> None:
         gate_before_run(on, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("fp32"))
         is None
     )
-    assert not probe_result_path(on.state_dir, "probe_toy").exists()
+    assert not AgentFolder(on.state_dir, "probe_toy").probe_record_path.exists()
     assert _value(registry, "genesis_fp16_probe_timestamp_seconds", agent="probe_toy") is None
 
 
@@ -102,7 +101,7 @@ def test_failed_probe_is_remembered_and_does_not_raise(tmp_path: Path) -> None:
         settings, probe, "fixture_good", fixture_good, None, "cpu", PrecisionRequest("bf16")
     )
     assert record is not None and "NotImplementedError" in str(record.error)
-    assert read_record(probe_result_path(settings.state_dir, "fixture_good")) == record
+    assert _stored(settings.state_dir, "fixture_good") == record
     assert _value(registry, "genesis_fp16_probe_timestamp_seconds", agent="fixture_good") is None
 
 
@@ -124,7 +123,7 @@ def test_red_verdict_for_the_running_precision_is_a_warning(tmp_path: Path) -> N
     """A stored red fp16_autocast verdict logs a warning before an fp16 run, not a bf16 one."""
     settings = _settings(tmp_path)
     red = _red_fp16()
-    write_record(probe_result_path(settings.state_dir, "probe_toy"), red)
+    AgentFolder(settings.state_dir, "probe_toy").save_probe_record(red.to_json())
     registry = CollectorRegistry()
     probe = DaemonMetrics(registry, "t").probe
     with capture_logs() as logs:
@@ -168,7 +167,7 @@ def test_a_red_verdict_keeps_the_precision_out_of_a_measured_auto(tmp_path: Path
     assert red_precisions(None) == {}
     failed = ProbeRecord(1.0, "cpu", 2, 0, "fp16", "", {}, {}, error="RuntimeError()")
     assert red_precisions(failed) == {}
-    write_record(probe_result_path(settings.state_dir, "probe_toy"), red)
+    AgentFolder(settings.state_dir, "probe_toy").save_probe_record(red.to_json())
     probe = DaemonMetrics(CollectorRegistry(), "t").probe
     with capture_logs() as logs:
         record = gate_before_run(settings, probe, "probe_toy", probe_toy, None, "cuda", MEASURED)
@@ -212,7 +211,7 @@ def test_daemon_probes_before_the_first_low_precision_run_and_not_after_restart(
         "a fixture_good run",
     )
     assert daemon.sample("genesis_fp16_probe_timestamp_seconds", agent="fixture_good") is None
-    stored = read_record(probe_result_path(daemon.state_dir, "probe_toy"))
+    stored = _stored(daemon.state_dir, "probe_toy")
     assert stored is not None and stored.precision == "bf16"
     daemon.stop()
 
@@ -240,7 +239,7 @@ def test_an_unusable_probe_record_is_set_aside_counted_and_probed_again(
         state_dir=tmp_path / "state",
         agents={"fixture_good": AgentSettings(probe_before_low_precision=True)},
     )
-    path = probe_result_path(settings.state_dir, "fixture_good")
+    path = AgentFolder(settings.state_dir, "fixture_good").probe_record_path
     path.parent.mkdir(parents=True)
     if kind == "torn":
         path.write_text('{"precision": "bf16", "verd')
@@ -254,5 +253,5 @@ def test_an_unusable_probe_record_is_set_aside_counted_and_probed_again(
     )
     assert record is not None and "NotImplementedError" in str(record.error)  # probed again
     assert newest_aside(path) is not None
-    assert read_record(path) == record
+    assert _stored(settings.state_dir, "fixture_good") == record
     assert skipped == [("fixture_good", "probe_result")]

@@ -15,7 +15,7 @@ import pytest
 
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import load_memory
-from genesis_fp16.jobs.probe_gate import read_record
+from genesis_fp16.jobs.probe_gate import ProbeRecord
 from genesis_fp16.launch.handoff import read_run_file, write_run_file
 from genesis_fp16.service.state_lock import acquire_state_folder
 from genesis_fp16_infrastructure.agent_folder import data_manifest, files
@@ -109,7 +109,7 @@ CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "run_history": lambda f, p: f.paths.append_run(RunEntry(FAILED)),
     "precision_calibration": lambda f, p: read_calibration(p),
     "capture_verdicts": lambda f, p: read_verdicts(p),
-    "probe_result": lambda f, p: read_record(p),
+    "probe_result": lambda f, p: AgentFolder.at(p.parent).probe_record(ProbeRecord.from_json),
     "run_request": _run_request,
     "sample_data_marker": lambda f, p: f.paths.sample_data(_sample, 1, 0),
     "owner_lock": lambda f, p: os.close(acquire_state_folder(f.state, "serve")),

@@ -228,7 +228,7 @@ AUTO_TESTED_ELSEWHERE = {
     # a preset named under auto names the precision of the request decide() answers
     ("infrastructure/genesis_fp16_infrastructure/rl/precision_presets.py", "preset_request"),
     # the benchmark's grid: which runners time an `auto` column
-    ("genesis_fp16/bench/run.py", "options_from_args"),
+    ("genesis_fp16/bench/run.py", "_runners"),
     ("genesis_fp16/bench/run.py", "plan"),
     # cuda_graph's own auto, an execution, not a precision
     ("infrastructure/genesis_fp16_infrastructure/training/step/execution.py", "resolve_execution"),
