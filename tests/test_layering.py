@@ -261,7 +261,6 @@ def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
 LIBRARY_LAYERS = (
     {
         "errors",
-        "json_numbers",
         "lazy_exports",
         "machine_memory",
         "record_codec",

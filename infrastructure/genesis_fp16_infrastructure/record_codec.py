@@ -87,14 +87,19 @@ def encode_record(record: Any) -> dict[str, Any]:
         value = getattr(record, item.name)
         if value is None and item.metadata.get(OMIT_NONE):
             continue
-        out[key_of(item)] = _plain(value, item.metadata.get(ROUND))
+        out[key_of(item)] = plain(value, item.metadata.get(ROUND))
     return out
 
 
-def _plain(value: Any, digits: int | None = None) -> Any:
-    """One value as JSON: a record as its own JSON (its ``to_json``: Calibration adds its
-    version), a Path as text, NaN and infinities as null, a declared float rounded; what
-    is not JSON is left as it is (``check_result`` names it)."""
+def plain(value: Any, digits: int | None = None) -> Any:
+    """One value as JSON (a record's field, a run file's): a record as its own JSON (its
+    ``to_json``: Calibration adds its version), a Path as text, NaN and infinities as
+    null, a declared float rounded; what is not JSON is left as it is (``check_result``
+    names it).
+
+    >>> plain({"auc": float("nan"), "loss": (1.0, float("inf"))})
+    {'auc': None, 'loss': [1.0, None]}
+    """
     if isinstance(value, Record):
         return value.to_json()
     if isinstance(value, Path):
@@ -104,9 +109,9 @@ def _plain(value: Any, digits: int | None = None) -> Any:
             return None
         return round(value, digits) if digits is not None else value
     if isinstance(value, list | tuple):
-        return [_plain(v, digits) for v in value]
+        return [plain(v, digits) for v in value]
     if isinstance(value, Mapping):
-        return {str(k): _plain(v, digits) for k, v in value.items()}
+        return {str(k): plain(v, digits) for k, v in value.items()}
     return value
 
 

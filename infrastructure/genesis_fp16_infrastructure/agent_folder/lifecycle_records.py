@@ -269,6 +269,38 @@ class ServedPointer:
             data["journal"] = [entry.to_json() for entry in self.journal]
         return data
 
+    @classmethod
+    def from_json(cls, data: Any) -> ServedPointer:
+        """The pointer ``data`` holds (``served.json``'s JSON, or a run file's copy of it);
+        ``ValueError`` saying why it cannot be followed, never half-read. A history entry
+        or a journal entry a hand made unreadable is left out (the journal's numbers
+        count the transitions from the others)."""
+        version = data.get("version") if isinstance(data, dict) else type(data).__name__
+        if version != POINTER_VERSION:
+            raise ValueError(f"not version {POINTER_VERSION} (found {version!r})")
+        served, history = data.get("served"), data.get("history", [])
+        if not isinstance(served, dict) or not isinstance(served.get("checkpoint"), str):
+            raise ValueError("names no checkpoint")
+        if not isinstance(history, list):
+            raise ValueError("history is not a list")
+        pinned = data.get("pinned")
+        sequence, journal = data.get("sequence", 0), data.get("journal", [])
+        if not isinstance(sequence, int) or not isinstance(journal, list) or sequence < 0:
+            raise ValueError("sequence or journal unreadable")
+        entries = []
+        for entry in journal:
+            try:
+                entries.append(JournalEntry.from_json(entry))
+            except ValueError:
+                continue
+        return cls(
+            ServedEntry.from_json(served),
+            [ServedEntry.from_json(h) for h in history if isinstance(h, dict)],
+            Pin.from_json(pinned) if isinstance(pinned, dict) else None,
+            sequence,
+            entries,
+        )
+
 
 # -- the runs: the last run and the recent ones (run_history.jsonl) ----------
 logger = logging.getLogger(__name__)

@@ -212,21 +212,12 @@ def _write_new(
 ) -> str:
     """The event's file, under the next order number (the caller holds ``lock``), in the
     outbox (``folder``: elsewhere, a verdict's event staged)."""
-    order = _next_order(lock)
-    now = time.time()
-    event = {
-        "version": VERSION,
-        "id": event_id,
-        "agent": Path(agent_folder).name,
-        "kind": kind,
-        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
-        "at_s": now,
-        "order": order,
-        "data": dict(data),
-        "targets": None,
-        "attempts": [],
-    }
-    _write_unsynced((folder or outbox_of(agent_folder)) / f"{event_id}.json", event)
+    order, now = _next_order(lock), time.time()
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    path = (folder or outbox_of(agent_folder)) / f"{event_id}.json"
+    agent = Path(agent_folder).name
+    event = Event(event_id, agent, kind, at, now, order, dict(data), None, [], path)
+    _write_unsynced(path, event.to_json())
     return event_id
 
 

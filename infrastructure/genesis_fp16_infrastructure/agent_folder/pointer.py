@@ -15,7 +15,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
@@ -26,13 +25,7 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
     SERVED_POINTER,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
-    POINTER_VERSION,
-    JournalEntry,
-    Pin,
-    ServedEntry,
-    ServedPointer,
-)
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 from genesis_fp16_infrastructure.errors import ServedPointerError
 
@@ -63,48 +56,16 @@ def read_pointer(folder: Path) -> ServedPointer | None:
 
 
 def parse_pointer(path: Path) -> ServedPointer | None:
-    def unusable(why: str) -> ServedPointerError:  # the pointer named, and its repair
-        return ServedPointerError(
-            f"served-model pointer {str(path)!r}{why}; {repair_hint(path.parent)}"
-        )
-
+    """The pointer file at ``path`` (:meth:`ServedPointer.from_json`); None: no file.
+    One that cannot be read raises :class:`ServedPointerError` naming it and its repair."""
     try:
         data = files.read_json(path, SERVED_POINTER)
+        return None if data is None else ServedPointer.from_json(data)
     except UnusableStateFile as exc:
-        raise unusable(f" unreadable: {exc}") from None
-    if data is None:
-        return None
-    if not isinstance(data, dict) or data.get("version") != POINTER_VERSION:
-        found = data.get("version") if isinstance(data, dict) else type(data).__name__
-        raise unusable(f" is not version {POINTER_VERSION} (found {found!r})")
-    served, history = data.get("served"), data.get("history", [])
-    if not isinstance(served, dict) or not isinstance(served.get("checkpoint"), str):
-        raise unusable(" names no checkpoint")
-    if not isinstance(history, list):
-        raise unusable(": history is not a list")
-    pinned = data.get("pinned")
-    sequence, journal = data.get("sequence", 0), data.get("journal", [])
-    if not isinstance(sequence, int) or not isinstance(journal, list) or sequence < 0:
-        raise unusable(": sequence or journal unreadable")
-    try:  # a field of the wrong type: unusable, kept aside whole, never half-read
-        entry = ServedEntry.from_json(served)
-        earlier = [ServedEntry.from_json(h) for h in history if isinstance(h, dict)]
-        pin = Pin.from_json(pinned) if isinstance(pinned, dict) else None
-    except ValueError as exc:
-        raise unusable(f": {exc}") from None
-    return ServedPointer(entry, earlier, pin, sequence, _entries(journal))
-
-
-def _entries(journal: list[Any]) -> list[JournalEntry]:
-    """The journal's readable entries (a hand-edited one that is not: left out, as the
-    transitions it numbers are counted from the others)."""
-    entries = []
-    for data in journal:
-        try:
-            entries.append(JournalEntry.from_json(data))
-        except ValueError:
-            continue
-    return entries
+        why = f" unreadable: {exc}"
+    except ValueError as exc:  # unusable, kept aside whole
+        why = f": {exc}"
+    raise ServedPointerError(f"served-model pointer {str(path)!r}{why}; {repair_hint(path.parent)}")
 
 
 def served_checkpoint(folder: Path) -> Path | None:

@@ -11,21 +11,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION, CAPTURE_VERDICTS
+from genesis_fp16_infrastructure.record_codec import Record
 from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Calibration
 
 CAPTURE_VERSION = 1
 
 
 @dataclass(frozen=True)
-class CaptureVerdict:
+class CaptureVerdict(Record):
     """The outcome of one verification of a captured step against eager: ``passed``, and
-    ``detail`` (the first difference, or what was compared); ``cached`` when read back."""
+    ``detail`` (the first difference, or what was compared); ``cached`` when read back
+    (about this read, never kept)."""
 
     passed: bool
     detail: str
@@ -35,21 +37,11 @@ class CaptureVerdict:
     cached: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["key"] = dict(self.key)
-        del data["cached"]
-        return data
+        return {k: v for k, v in super().to_json().items() if k != "cached"}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CaptureVerdict:
-        return cls(
-            passed=bool(data["passed"]),
-            detail=str(data["detail"]),
-            key={str(k): str(v) for k, v in data["key"].items()},
-            steps=int(data["steps"]),
-            measured_at=float(data["measured_at"]),
-            cached=True,
-        )
+    def from_json(cls, data: object, where: str = "") -> CaptureVerdict:
+        return replace(super().from_json(data, where), cached=True)
 
 
 def read_calibration(path: Path, unusable: files.Listener | None = None) -> Calibration | None:

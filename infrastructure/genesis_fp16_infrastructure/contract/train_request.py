@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     checkpoint_of,
@@ -326,19 +325,8 @@ class AgentSnapshot:
             raise TypeError(f"agent snapshot: {type(data).__name__}, not an object")
         if data.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"agent snapshot version {data.get('version')!r} is not 1")
-        raw = data["pointer"]
-        pointer = None
-        if raw is not None:
-            served, history, pinned = raw["served"], raw["history"], raw.get("pinned")
-            if not isinstance(served, dict) or not isinstance(history, list):
-                raise TypeError("agent snapshot: a served-model pointer without its entries")
-            if not all(isinstance(h, dict) for h in history):
-                raise TypeError("agent snapshot: a served-model history entry is not an object")
-            pointer = ServedPointer(
-                ServedEntry.from_json(served),
-                [ServedEntry.from_json(h) for h in history],
-                Pin.from_json(pinned) if isinstance(pinned, dict) else None,
-            )
+        raw = data["pointer"]  # the pointer's own JSON, read as its file is
+        pointer = None if raw is None else ServedPointer.from_json(raw)
         check = None
         if data["data"] is not None:
             scan, verdict = data["data"]["scan"], data["data"]["up_to_date"]

@@ -10,8 +10,7 @@ training makes them, below the contract, so they live here.
 - :class:`RangeSummary`: the per-layer range statistics of a run's sampled steps
   (``ranges``), of :class:`ModuleRange` rows;
 - :class:`TrainingSummary`: what the trainer has done so far, reported at each log
-  interval (``on_log``) and at the end (``summary``), with a codec of its own (a NaN
-  is null).
+  interval (``on_log``) and at the end (``summary``).
 
 This module imports no torch.
 """
@@ -21,10 +20,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from genesis_fp16_infrastructure.json_numbers import finite, number
 from genesis_fp16_infrastructure.record_codec import (
     JSON,
     Record,
@@ -281,7 +279,7 @@ class RangeSummary(Record):
 
 
 @dataclass(frozen=True)
-class TrainingSummary:
+class TrainingSummary(Record):
     """What a :class:`~genesis_fp16_infrastructure.training.Trainer` has done so far, read from
     the device.
 
@@ -323,17 +321,3 @@ class TrainingSummary:
     samples_per_second: float
     wall_seconds: float
     unstable: bool
-
-    def to_json(self) -> dict[str, Any]:
-        """The fields as JSON-ready data: NaN and infinities become null."""
-        out: dict[str, Any] = finite(asdict(self))
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TrainingSummary:
-        """The inverse of :meth:`to_json` (null floats come back as NaN)."""
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            value = data[f.name]
-            values[f.name] = number(value) if f.type in ("float", float) else value
-        return cls(**values)

@@ -28,7 +28,7 @@ from dataclasses import Field, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from genesis_fp16_infrastructure.json_numbers import finite
+from genesis_fp16_infrastructure.record_codec import plain
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     GuardConfig,
     PrecisionRequest,
@@ -156,16 +156,12 @@ def spec_to_json(spec: RunSpec) -> dict[str, Any]:
         if _is_callback(type(spec), item):
             continue
         value = getattr(spec, item.name)
-        if isinstance(value, Path):
-            value = str(value)
-        elif callable(getattr(value, "to_json", None)):  # PrecisionRequest, AgentSnapshot
+        if callable(getattr(value, "to_json", None)):  # PrecisionRequest, AgentSnapshot
             value = value.to_json()
         elif is_dataclass(value) and not isinstance(value, type):
             value = asdict(value)
-        elif isinstance(value, Mapping):
-            value = dict(value)
         out[item.name] = value
-    result: dict[str, Any] = finite(out)
+    result: dict[str, Any] = plain(out)  # paths as text, mappings as dicts, NaN as null
     return result
 
 
