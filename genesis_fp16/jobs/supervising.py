@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 
 from genesis_fp16.jobs.job_state import JobContext, Run
-from genesis_fp16.launch.launcher import train_in_child, train_with_torchrun
+from genesis_fp16.launch.launcher import train_in_child
 from genesis_fp16.launch.run_worker import WORKER
 from genesis_fp16.plugin_api import AgentPlugin, TrainRequest, TrainResult
 from genesis_fp16_infrastructure.api import check_result, run_plugin
@@ -44,13 +44,13 @@ def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainRe
         # Nothing changed: no child, no ranks, no thread.
         return TrainResult.from_json(check.up_to_date)
     if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launch/launcher.py
-        return train_with_torchrun(
+        return train_in_child(
             request,
-            spec.nproc,
             run.timeout,
             memory_limit=limit,
             log_level=settings.log_level,
             processes=ctx.processes,
+            nproc=spec.nproc,
         )
     if (spec.isolation or settings.run_isolation) == "process":
         worker = WORKER if settings.run_worker else None  # torch imported once: zygote.py
