@@ -201,8 +201,7 @@ class AgentRescan:
             if self._closed:  # shutting down: the scheduler is being stopped
                 return False
             self.plugins = found
-            scheduler.set_plugins(found)
-            changes = scheduler.sync(settings, first=settings.run_at_start)
+            changes = scheduler.sync(settings, found, first=settings.run_at_start)
             record_scheduled(owner_fd, scheduler.scheduled_agents())
         for agent in removed:
             log.info("agent removed: plugin uninstalled; a run in progress finishes", agent=agent)

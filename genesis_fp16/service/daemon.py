@@ -145,14 +145,18 @@ class Daemon:
         self._run_now_refused = False  # run_now/ is a link (said once until it is not)
         self._heartbeat = 0.0
         self._ready = False
-        # Replaced whole when a plugin is installed or uninstalled (agent_rescan.py).
         self.agents = AgentRescan(
             settings.plugin_allowlist,
             self.metrics,
             self._stored_success,
             deadline=settings.plugin_import_deadline_seconds,
         )
-        self.plugins: dict[str, AgentPlugin] = {}
+
+    @property
+    def plugins(self) -> dict[str, AgentPlugin]:
+        """The loaded agents, replaced whole when a plugin is installed or uninstalled
+        (agent_rescan.py)."""
+        return self.agents.plugins
 
     # -- health -----------------------------------------------------------------------
     def beat(self) -> None:
@@ -272,7 +276,6 @@ class Daemon:
         if self.sources is not None:
             _warn_shadowed(self.sources)
         self.agents.load(settings)
-        self.plugins = self.agents.plugins
         # A bad agent option stops start-up (serve exits 2), before anything is served.
         check_configured_options(settings, self._declared(), known_agent_names())
         tls = None
@@ -461,7 +464,6 @@ class Daemon:
     def _changed(self) -> None:
         """On the plugin-scan thread, after a rescan changed the agents."""
         with self.context.gauge_lock:
-            self.plugins = self.agents.plugins
             self._show_precisions()
 
     def _declared(self) -> dict[str, object]:
@@ -528,7 +530,7 @@ class Daemon:
         with self.context.gauge_lock:
             self.settings = new
             self.context.settings = new
-            changes = self.scheduler.sync(new)
+            changes = self.scheduler.sync(new, self.plugins)
             record_scheduled(self._owner, self.scheduler.scheduled_agents())
             self.metrics.config_reloads.labels(outcome="success").inc()
             self.metrics.config_last_reload_successful.set(1)

@@ -73,7 +73,6 @@ class AgentScheduler:
             next_run_time=datetime.now(UTC),
         )
         self._schedules: dict[str, str] = {}
-        self._plugins: dict[str, AgentPlugin] = {}
         self._executors: set[str] = set()
         # A due job whose previous run still trains is skipped by APScheduler: count it.
         self._scheduler.add_listener(self._skipped, EVENT_JOB_MAX_INSTANCES)
@@ -84,26 +83,23 @@ class AgentScheduler:
 
     def start(self, plugins: Mapping[str, AgentPlugin]) -> None:
         """Start the scheduler with a job per enabled agent; the first runs at once if asked."""
-        self._plugins = dict(plugins)
         self._scheduler.start()
-        self.sync(self._settings, first=self._settings.run_at_start)
+        self.sync(self._settings, plugins, first=self._settings.run_at_start)
 
-    def set_plugins(self, plugins: Mapping[str, AgentPlugin]) -> None:
-        """The agents to schedule from the next :meth:`sync` on (plugins installed or
-        uninstalled while the daemon runs)."""
-        self._plugins = dict(plugins)
-
-    def sync(self, settings: Settings, first: bool = False) -> list[str]:
-        """Make the jobs match ``settings`` and the plugins; returns what changed, for the
-        log. ``first``: a job created now runs at once."""
+    def sync(
+        self, settings: Settings, plugins: Mapping[str, AgentPlugin], first: bool = False
+    ) -> list[str]:
+        """Make the jobs match ``settings`` and the loaded ``plugins`` (installed or
+        uninstalled while the daemon runs); returns what changed, for the log. ``first``: a
+        job created now runs at once."""
         self._settings = settings
         changes = []
-        for agent in sorted(set(self.scheduled_agents()) - set(self._plugins)):
+        for agent in sorted(set(self.scheduled_agents()) - set(plugins)):
             # A run in progress goes on in its thread; only the schedule is removed.
             self._scheduler.remove_job(JOB_PREFIX + agent)
             self._schedules.pop(agent, None)
             changes.append(f"{agent}: unscheduled (uninstalled)")
-        for agent, plugin in self._plugins.items():
+        for agent, plugin in plugins.items():
             job_id = JOB_PREFIX + agent
             job = self._scheduler.get_job(job_id)
             schedule = settings.schedule_for(agent)
