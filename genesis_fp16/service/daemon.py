@@ -64,12 +64,7 @@ from genesis_fp16.service.run_now import (
     write_answer,
 )
 from genesis_fp16.service.scheduler import AgentScheduler
-from genesis_fp16.service.state_lock import (
-    StateFolderBusy,
-    acquire_state_folder,
-    record_scheduled,
-    record_stopping,
-)
+from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folder
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
 from genesis_fp16.status.when import clock
@@ -315,10 +310,9 @@ class Daemon:
         server.start()
         # Webhooks of the agents' events, on a thread of their own: never on a run's path.
         self.delivery = start_delivery(lambda: self.settings, self.metrics.events)
-        self.scheduler = AgentScheduler(settings, self._job, self.beat, on_skip=self._skipped)
+        self.scheduler = AgentScheduler(settings, self._job, self.beat, self._skipped, self._owner)
         self.scheduler.start(self.plugins)
-        record_scheduled(self._owner, self.scheduler.scheduled_agents())
-        self.agents.start(self.scheduler, self._owner, self.context.gauge_lock, self._changed)
+        self.agents.start(self.scheduler, self.context.gauge_lock, self._changed)
         self._ready = True
         self.notifier.notify("READY=1")
         log.info(
@@ -531,7 +525,6 @@ class Daemon:
             self.settings = new
             self.context.settings = new
             changes = self.scheduler.sync(new, self.plugins)
-            record_scheduled(self._owner, self.scheduler.scheduled_agents())
             self.metrics.config_reloads.labels(outcome="success").inc()
             self.metrics.config_last_reload_successful.set(1)
             log.info("config reloaded", schedule_changes=changes)
@@ -545,9 +538,8 @@ class Daemon:
         log.info("shutting down", timeout_seconds=self.settings.shutdown_timeout_seconds)
         self.notifier.notify("STOPPING=1")
         self.stopping.set()
-        record_stopping(self._owner, self.scheduler.scheduled_agents())  # `run` exits 2
         self.agents.stop()
-        self.scheduler.pause()
+        self.scheduler.pause()  # the lock file says it stops: `run` exits 2
         deadline = time.monotonic() + self.settings.shutdown_timeout_seconds
         ctx = self.context
         late = _wait_for_jobs(ctx, deadline)

@@ -26,6 +26,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from genesis_fp16.config.settings import Settings, parse_schedule
 from genesis_fp16.plugin_api import AgentPlugin
+from genesis_fp16.service.state_lock import record_scheduled
 
 HEARTBEAT_JOB = "heartbeat"
 JOB_PREFIX = "train:"
@@ -44,7 +45,9 @@ def build_trigger(schedule: str, jitter: float) -> IntervalTrigger | CronTrigger
 
 
 class AgentScheduler:
-    """Owns the BackgroundScheduler; add, change and remove agent jobs from settings."""
+    """Owns the BackgroundScheduler; add, change and remove agent jobs from settings. The
+    state folder's lock file (``owner_fd``, genesis_fp16/service/state_lock.py) names the
+    agents it schedules after each change, and that it stops once :meth:`pause` ran."""
 
     def __init__(
         self,
@@ -52,8 +55,11 @@ class AgentScheduler:
         run_job: Callable[[str, AgentPlugin], None],
         on_heartbeat: Callable[[], None],
         on_skip: Callable[[str], None] | None = None,
+        owner_fd: int | None = None,
     ) -> None:
         self._settings = settings
+        self._owner_fd = owner_fd
+        self._stopping = False
         self._run_job = run_job
         self._on_skip = on_skip
         self._scheduler = BackgroundScheduler(
@@ -128,7 +134,12 @@ class AgentScheduler:
                 job.reschedule(trigger)
                 changes.append(f"{agent}: rescheduled to {schedule}")
             self._schedules[agent] = schedule
+        self._record()
         return changes
+
+    def _record(self) -> None:
+        if self._owner_fd is not None:  # a later rescan's sync says it stops too
+            record_scheduled(self._owner_fd, self.scheduled_agents(), self._stopping)
 
     def _executor(self, agent: str) -> str:
         """The agent's own one-thread executor, created with its first job (kept if the
@@ -161,10 +172,13 @@ class AgentScheduler:
         return True
 
     def pause(self) -> None:
-        """Start no new jobs; the heartbeat keeps going."""
+        """Start no new jobs (the heartbeat keeps going), and say in the lock file that the
+        daemon stops."""
+        self._stopping = True
         for job in self._scheduler.get_jobs():
             if job.id.startswith(JOB_PREFIX):
                 job.pause()
+        self._record()
 
     def shutdown(self) -> None:
         if self._scheduler.running:
