@@ -94,22 +94,3 @@ def _holder(record: dict[str, Any] | None) -> Holder:
         return Holder(int(record["pid"]), str(record["command"]), listed, stopping)
     except (AssertionError, ValueError, KeyError, TypeError):
         return Holder(None, "process")
-
-
-def owning_holder(path: Path) -> tuple[Path, Holder] | None:
-    """The state folder at or above ``path`` that another process owns now, with its
-    holder; None when no folder above holds a live lock (a stopped daemon's folder is
-    free). Takes and drops the lock at once where it is free: a probe, not an owner."""
-    for folder in [Path(path).resolve(), *Path(path).resolve().parents]:
-        lock = folder / LOCK_NAME
-        if not lock.is_file():
-            continue
-        try:
-            fd = acquire_state_folder(folder, "probe")
-        except StateFolderBusy as busy:
-            return folder, busy.holder
-        except OSError:
-            continue  # not ours to open: not a daemon of this user
-        os.close(fd)
-        return None
-    return None
