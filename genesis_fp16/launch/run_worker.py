@@ -61,12 +61,12 @@ class ForkedChild:
         self.returncode: int | None = None
         self.exit_known = True
         self._pidfd = pidfd
-        self._status = status
+        self._status: socket.socket | None = status  # None: the worker is gone
 
     def poll(self) -> int | None:
         if self.returncode is not None:
             return self.returncode
-        if select.select([self._status], [], [], 0)[0]:
+        if self._status is not None and select.select([self._status], [], [], 0)[0]:
             try:
                 data = self._status.recv(4096)
             except OSError:
@@ -75,8 +75,8 @@ class ForkedChild:
                 self._ended(int(json.loads(data)["exit"]))
                 return self.returncode
             self._status.close()  # the worker is gone: watch the child itself
-            self._status = _closed_socket()
-        if self._status.fileno() == -1 and select.select([self._pidfd], [], [], 0)[0]:
+            self._status = None
+        if self._status is None and select.select([self._pidfd], [], [], 0)[0]:
             log.warning(
                 "the run's process %d ended after its worker did: its exit code is unknown",
                 self.pid,
@@ -90,8 +90,7 @@ class ForkedChild:
         while self.poll() is None:
             if time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
-            open_status = self._status.fileno() != -1
-            select.select([self._status if open_status else self._pidfd], [], [], 0.05)
+            select.select([self._status or self._pidfd], [], [], 0.05)
         assert self.returncode is not None
         return self.returncode
 
@@ -103,13 +102,8 @@ class ForkedChild:
     def _ended(self, code: int) -> None:
         self.returncode = code
         os.close(self._pidfd)
-        self._status.close()
-
-
-def _closed_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    sock.close()
-    return sock
+        if self._status is not None:
+            self._status.close()
 
 
 class RunWorker:

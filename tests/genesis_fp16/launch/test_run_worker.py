@@ -177,3 +177,25 @@ def test_a_fork_request_that_fails_on_a_killed_worker_says_how_it_ended(
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_child_whose_worker_died_first_is_watched_through_its_pidfd() -> None:
+    """The worker's status socket closes (the worker died) while the child runs: poll()
+    goes on saying it runs, and once it ends says so, its exit code marked unknown."""
+    import signal
+    import socket
+    import subprocess
+
+    from genesis_fp16.launch.run_worker import ForkedChild
+
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    child = ForkedChild(process.pid, os.pidfd_open(process.pid), ours, [None, None, None])  # type: ignore[list-item]
+    try:
+        theirs.close()  # the worker is gone
+        assert child.poll() is None and child.poll() is None
+        os.kill(process.pid, signal.SIGKILL)
+        assert child.wait(timeout=30) == 0 and child.exit_known is False
+    finally:
+        process.kill()
+        process.wait()
