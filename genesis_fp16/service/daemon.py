@@ -291,13 +291,15 @@ class Daemon:
                 live=self.liveness,
                 documents=status_documents(self),
             )
-        except OSError as exc:  # no such address, not ours to bind
+        except OSError as exc:  # taken, no such address, not ours to bind
+            why = f" (GENESIS_FP16_METRICS_ADDR, GENESIS_FP16_METRICS_PORT): {exc.strerror or exc}"
             if exc.errno == errno.EADDRINUSE:
-                raise  # serve names the port, its setting and what to do
-            raise StartupError(
-                f"cannot serve metrics on {settings.metrics_addr}:{settings.metrics_port} "
-                f"(GENESIS_FP16_METRICS_ADDR, GENESIS_FP16_METRICS_PORT): {exc.strerror or exc}"
-            ) from exc
+                why = (
+                    ": address already in use (another genesis-fp16 or service holds it); set "
+                    "GENESIS_FP16_METRICS_PORT (or GENESIS_FP16_METRICS_ADDR) to a free one"
+                )
+            where = f"{settings.metrics_addr}:{settings.metrics_port}"
+            raise StartupError(f"cannot serve metrics on {where}{why}") from exc
         self.context = JobContext(
             settings=settings,
             metrics=self.metrics,
