@@ -130,13 +130,12 @@ class RunWorker:
             try:
                 return self._fork(args, dict(env), cwd or os.getcwd())
             except OSError as exc:  # it died since: once more, with a new one
-                self._say_why(exc)
-                self._stop()
-                self._ensure(dict(env))
-                try:
-                    return self._fork(args, dict(env), cwd or os.getcwd())
-                except OSError as again:
-                    raise WorkerUnavailable(f"a new worker failed too: {again}") from None
+                self._drop(exc)
+            self._ensure(dict(env))  # says how an ended worker ended
+            try:
+                return self._fork(args, dict(env), cwd or os.getcwd())
+            except OSError as again:
+                raise WorkerUnavailable(f"a new worker failed too: {again}") from None
 
     def close(self, wait: float = 0.0) -> None:
         """End the worker (its running children go on: they watch the daemon's pipe): it
@@ -149,21 +148,16 @@ class RunWorker:
                     self._process.wait(timeout=wait)
             self._stop()
 
-    def _say_why(self, failed: OSError) -> None:
-        """A fork request failed: the worker ended (a kill the last run start did not yet
-        see: said as that check says it), or it failed for ``failed`` alive."""
+    def _drop(self, failed: OSError) -> None:
+        """A fork request failed: wait for the worker's end (a kill the last run start did
+        not yet see: :meth:`_ensure` says how it ended), or stop it, failed for ``failed``
+        alive."""
         assert self._process is not None
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._process.wait(timeout=ENDED_WAIT_SECONDS)
-        code = self._process.poll()
-        if code is None:
+        if self._process.poll() is None:
             log.warning("the run worker failed a fork request (%s): starting another", failed)
-        else:
-            log.warning(
-                "the run worker (pid %d) ended with code %s: starting another",
-                self._process.pid,
-                code,
-            )
+            self._stop()
 
     def _ensure(self, env: dict[str, str]) -> None:
         if self._process is not None and self._env != env:

@@ -160,18 +160,20 @@ def test_a_fork_request_that_fails_on_a_killed_worker_says_how_it_ended(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A worker killed after the run start's check saw it alive: the failed fork request
-    waits for its end and logs it as that check does (its pid and code -9), so the log
+    waits for its end, and the retry's check logs it (its pid and code -9), so the log
     says it was killed, not only that a request failed."""
     import signal
     import subprocess
 
-    worker = RunWorker()
+    worker = RunWorker(python="/bin/false")  # the one started next fails at once
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    worker._process = process  # the worker, as the daemon holds it
+    worker._process, worker._env = process, {}  # the worker, as the daemon holds it
     try:
         os.kill(process.pid, signal.SIGKILL)
         with caplog.at_level(logging.WARNING, logger="genesis_fp16.launcher"):
-            worker._say_why(BrokenPipeError(32, "Broken pipe"))
+            worker._drop(BrokenPipeError(32, "Broken pipe"))
+            with pytest.raises(WorkerUnavailable):
+                worker._ensure({})
         want = f"the run worker (pid {process.pid}) ended with code -9: starting another"
         assert want in caplog.messages
     finally:
