@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
+from apscheduler.util import undefined
 
 from genesis_fp16.config.settings import Settings, parse_schedule
 from genesis_fp16.plugin_api import AgentPlugin
@@ -78,7 +78,6 @@ class AgentScheduler:
             executor=HEARTBEAT_JOB,
             next_run_time=datetime.now(UTC),
         )
-        self._schedules: dict[str, str] = {}
         self._executors: set[str] = set()
         # A due job whose previous run still trains is skipped by APScheduler: count it.
         self._scheduler.add_listener(self._skipped, EVENT_JOB_MAX_INSTANCES)
@@ -103,7 +102,6 @@ class AgentScheduler:
         for agent in sorted(set(self.scheduled_agents()) - set(plugins)):
             # A run in progress goes on in its thread; only the schedule is removed.
             self._scheduler.remove_job(JOB_PREFIX + agent)
-            self._schedules.pop(agent, None)
             changes.append(f"{agent}: unscheduled (uninstalled)")
         for agent, plugin in plugins.items():
             job_id = JOB_PREFIX + agent
@@ -112,14 +110,10 @@ class AgentScheduler:
             if not settings.agent(agent).enabled:
                 if job is not None:
                     job.remove()
-                    self._schedules.pop(agent, None)
                     changes.append(f"{agent}: disabled")
                 continue
             trigger = build_trigger(schedule, settings.schedule_jitter_seconds)
             if job is None:
-                extra: dict[str, Any] = {}
-                if first:
-                    extra["next_run_time"] = datetime.now(UTC)
                 self._scheduler.add_job(
                     self._run_job,
                     trigger,
@@ -127,13 +121,12 @@ class AgentScheduler:
                     id=job_id,
                     name=agent,
                     executor=self._executor(agent),
-                    **extra,
+                    next_run_time=datetime.now(UTC) if first else undefined,
                 )
                 changes.append(f"{agent}: scheduled every {schedule}")
-            elif self._schedules.get(agent) != schedule:
+            elif str(job.trigger) != str(trigger):  # its interval or cron fields (not jitter)
                 job.reschedule(trigger)
                 changes.append(f"{agent}: rescheduled to {schedule}")
-            self._schedules[agent] = schedule
         self._record()
         return changes
 
