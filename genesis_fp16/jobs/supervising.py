@@ -2,9 +2,9 @@
 
 Three places train: N ranks under torchrun (``nproc`` > 1), a child process (the
 default, ``GENESIS_FP16_RUN_ISOLATION=process``), or a thread of the daemon's. The
-launcher (genesis_fp16/launch/launcher.py) supervises the first two itself; a run on a
-thread is watched here (:func:`supervised`): past its timeout the agent is overdue, and
-past the grace the thread is abandoned. Before any of them, the plan's data check
+launcher (genesis_fp16/launch/launcher.py) supervises the first two itself; each call
+is watched here (:func:`supervised`), on a thread: past its timeout the agent is overdue,
+and past the grace the thread is abandoned. Before any of them, the plan's data check
 (``request.snapshot.data``) may answer the run with no process start at all.
 """
 
@@ -43,28 +43,20 @@ def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainRe
     if check is not None and check.up_to_date is not None:  # the plan's data check
         # Nothing changed: no child, no ranks, no thread.
         return TrainResult.from_json(check.up_to_date)
-    if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launch/launcher.py
-        return train_in_child(
+    if spec.nproc > 1 or (spec.isolation or settings.run_isolation) == "process":
+        child = functools.partial(
+            train_in_child,  # N ranks under torchrun, or one process: launch/launcher.py
             request,
             run.timeout,
-            memory_limit=limit,
+            grace if spec.nproc == 1 else 60.0,  # torchrun's ranks: docs/distributed.md
+            limit,
             log_level=settings.log_level,
+            worker=WORKER if settings.run_worker else None,  # torch imported once: zygote.py
             processes=ctx.processes,
             nproc=spec.nproc,
         )
-    if (spec.isolation or settings.run_isolation) == "process":
-        worker = WORKER if settings.run_worker else None  # torch imported once: zygote.py
-        child = functools.partial(
-            train_in_child,
-            request,
-            run.timeout,
-            grace,
-            limit,
-            log_level=settings.log_level,
-            worker=worker,
-            processes=ctx.processes,
-        )
-        # The launcher stops, then kills, the child itself; the watch marks it overdue.
+        # The launcher stops, then kills, the child itself; the watch marks it overdue (a
+        # torchrun job has no deadline of the run's: Run.deadline, so it is never marked).
         return supervised(ctx, agent, child, run.deadline, run.timeout, grace + 60)
 
     def call() -> TrainResult:  # a wrong field: one line naming it (a child's train does too)
