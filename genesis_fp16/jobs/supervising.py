@@ -15,7 +15,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import Future
 
 import structlog
 
@@ -80,13 +80,13 @@ def supervised(
     until the plugin's ``train()`` returns; the device slot is freed at once so the other
     agents train, and this agent starts nothing new while the thread lives.
     """
-    box: dict[str, Any] = {}
+    done: Future[TrainResult] = Future()
 
     def target() -> None:
         try:
-            box["result"] = call()
+            done.set_result(call())
         except BaseException as exc:  # handed to the job thread below
-            box["error"] = exc
+            done.set_exception(exc)
         finally:
             if ctx.hung.get(agent) is threading.current_thread():  # an abandoned run ended
                 ctx.hung.pop(agent, None)
@@ -112,10 +112,7 @@ def supervised(
                 "is abandoned, its thread left inside the plugin's train()"
             )
     _clear_overdue(ctx, agent)
-    if "error" in box:
-        raise box["error"]
-    result: TrainResult = box["result"]
-    return result
+    return done.result()
 
 
 def _clear_overdue(ctx: JobContext, agent: str) -> None:
