@@ -232,18 +232,16 @@ class Daemon:
                 request, reason = precision_request(self.settings, agent)
             except OSError as exc:  # the run will fail and count it; the daemon stays up
                 log.error("cannot read the agent's precision state", agent=agent, error=str(exc))
-                if startup:  # undecided, but exported: absent series read as "no data"
-                    self.metrics.set_precision(agent, None)
-                    self.metrics.loss_scale.labels(agent=agent).set(math.nan)
-                continue
-            log.info(
-                "agent precision",
-                agent=agent,
-                requested=request.requested,
-                reason=reason,
-                floor=request.floor,
-            )
-            precision = expected_precision(request, device)
+                precision = None  # undecided: at start-up exported as such, else left alone
+            else:
+                log.info(
+                    "agent precision",
+                    agent=agent,
+                    requested=request.requested,
+                    reason=reason,
+                    floor=request.floor,
+                )
+                precision = expected_precision(request, device)
             if agent in running:
                 if agent in switched and precision is not None:
                     self.metrics.set_precision(agent, precision)
