@@ -8,18 +8,12 @@ metrics on 127.0.0.1:9464. See docs/daemon.md.
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16.config.settings import (
-    Settings,
-    SettingsError,
-    load_settings_with_sources,
-    resolve_env_file,
-)
+from genesis_fp16.config.settings import SettingsError, load_settings_with_sources, resolve_env_file
 
 
 def register(subparsers: Any) -> None:
@@ -54,24 +48,10 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as exc:  # an agent option its plugin does not declare, or a bad value
         print(f"genesis-fp16: error: invalid configuration: {exc}", file=sys.stderr)
         code = 2
-    except StartupError as exc:  # a state folder that is a file, a metrics address not ours
+    except (StartupError, OSError) as exc:  # a state folder not ours, a metrics port taken
         print(f"genesis-fp16: error: {exc}", file=sys.stderr)
-        code = 1
-    except OSError as exc:  # the metrics port is taken, the state folder is not writable
-        print(f"genesis-fp16: error: {_describe_os_error(exc, settings)}", file=sys.stderr)
         code = 1
     if code != 0:
         sys.stderr.flush()
         os._exit(code)  # now, even if worker threads still run (they are not daemon threads)
     return code
-
-
-def _describe_os_error(exc: OSError, settings: Settings) -> str:
-    """One line; a taken port names the address, the port and the settings that move it."""
-    if exc.errno == errno.EADDRINUSE:
-        return (
-            f"cannot serve metrics on {settings.metrics_addr}:{settings.metrics_port}: address "
-            "already in use (another genesis-fp16 or service holds it); set "
-            "GENESIS_FP16_METRICS_PORT (or GENESIS_FP16_METRICS_ADDR) to a free one"
-        )
-    return str(exc)

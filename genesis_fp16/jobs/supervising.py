@@ -2,9 +2,9 @@
 
 Three places train: N ranks under torchrun (``nproc`` > 1), a child process (the
 default, ``GENESIS_FP16_RUN_ISOLATION=process``), or a thread of the daemon's. The
-launcher (genesis_fp16/launch/launcher.py) supervises the first two itself; a run on a
-thread is watched here (:func:`supervised`): past its timeout the agent is overdue, and
-past the grace the thread is abandoned. Before any of them, the plan's data check
+launcher (genesis_fp16/launch/launcher.py) supervises the first two itself; each call
+is watched here (:func:`supervised`), on a thread: past its timeout the agent is overdue,
+and past the grace the thread is abandoned. Before any of them, the plan's data check
 (``request.snapshot.data``) may answer the run with no process start at all.
 """
 
@@ -15,12 +15,12 @@ import functools
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import Future
 
 import structlog
 
 from genesis_fp16.jobs.job_state import JobContext, Run
-from genesis_fp16.launch.launcher import train_in_child, train_with_torchrun
+from genesis_fp16.launch.launcher import train_in_child
 from genesis_fp16.launch.run_worker import WORKER
 from genesis_fp16.plugin_api import AgentPlugin, TrainRequest, TrainResult
 from genesis_fp16_infrastructure.api import check_result, run_plugin
@@ -43,28 +43,20 @@ def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainRe
     if check is not None and check.up_to_date is not None:  # the plan's data check
         # Nothing changed: no child, no ranks, no thread.
         return TrainResult.from_json(check.up_to_date)
-    if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launch/launcher.py
-        return train_with_torchrun(
-            request,
-            spec.nproc,
-            run.timeout,
-            memory_limit=limit,
-            log_level=settings.log_level,
-            processes=ctx.processes,
-        )
-    if (spec.isolation or settings.run_isolation) == "process":
-        worker = WORKER if settings.run_worker else None  # torch imported once: zygote.py
+    if spec.nproc > 1 or (spec.isolation or settings.run_isolation) == "process":
         child = functools.partial(
-            train_in_child,
+            train_in_child,  # N ranks under torchrun, or one process: launch/launcher.py
             request,
             run.timeout,
-            grace,
+            grace if spec.nproc == 1 else 60.0,  # torchrun's ranks: docs/distributed.md
             limit,
             log_level=settings.log_level,
-            worker=worker,
+            worker=WORKER if settings.run_worker else None,  # torch imported once: zygote.py
             processes=ctx.processes,
+            nproc=spec.nproc,
         )
-        # The launcher stops, then kills, the child itself; the watch marks it overdue.
+        # The launcher stops, then kills, the child itself; the watch marks it overdue (a
+        # torchrun job has no deadline of the run's: Run.deadline, so it is never marked).
         return supervised(ctx, agent, child, run.deadline, run.timeout, grace + 60)
 
     def call() -> TrainResult:  # a wrong field: one line naming it (a child's train does too)
@@ -88,13 +80,13 @@ def supervised(
     until the plugin's ``train()`` returns; the device slot is freed at once so the other
     agents train, and this agent starts nothing new while the thread lives.
     """
-    box: dict[str, Any] = {}
+    done: Future[TrainResult] = Future()
 
     def target() -> None:
         try:
-            box["result"] = call()
+            done.set_result(call())
         except BaseException as exc:  # handed to the job thread below
-            box["error"] = exc
+            done.set_exception(exc)
         finally:
             if ctx.hung.get(agent) is threading.current_thread():  # an abandoned run ended
                 ctx.hung.pop(agent, None)
@@ -120,10 +112,7 @@ def supervised(
                 "is abandoned, its thread left inside the plugin's train()"
             )
     _clear_overdue(ctx, agent)
-    if "error" in box:
-        raise box["error"]
-    result: TrainResult = box["result"]
-    return result
+    return done.result()
 
 
 def _clear_overdue(ctx: JobContext, agent: str) -> None:

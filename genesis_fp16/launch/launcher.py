@@ -124,28 +124,23 @@ def request_file(request: TrainRequest) -> Path:
     return RUN_REQUEST.at(Path(request.checkpoint_dir).parent)
 
 
-def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.executable) -> list[str]:
-    """The command line that runs ``request`` (from :func:`request_file`) in ``nproc``
-    local processes; "cuda" becomes cuda:<LOCAL_RANK> in each rank."""
+def child_command(request: TrainRequest, nproc: int = 1, python: str = sys.executable) -> list[str]:
+    """The command line that runs ``request`` (from :func:`request_file`): one child
+    process (``nproc`` 1: a run isolated from the daemon, ``GENESIS_FP16_RUN_ISOLATION=process``),
+    or torchrun with ``nproc`` local processes ("cuda" becomes cuda:<LOCAL_RANK> in each rank)."""
     if nproc < 1:
         raise ValueError(f"nproc={nproc!r}: must be at least 1")
-    command = [python, *SAFE_PYTHON, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node", str(nproc), "-m", "genesis_fp16", "train", request.agent]
-    command += ["--request", str(request_file(request)), "--json", "--json-progress"]
-    return command
+    command = [python, *SAFE_PYTHON, "-m"]
+    if nproc > 1:
+        command += ["torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), "-m"]
+    command += ["genesis_fp16", "train", request.agent]
+    return [*command, "--request", str(request_file(request)), "--json", "--json-progress"]
 
 
 @dataclass
 class _Output:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None  # {"error": line, "kind": ...} from the child
-
-
-def child_command(request: TrainRequest, python: str = sys.executable) -> list[str]:
-    """The command line that runs ``request`` (from :func:`request_file`) in one child
-    process: a run isolated from the daemon (``GENESIS_FP16_RUN_ISOLATION=process``)."""
-    command = [python, *SAFE_PYTHON, "-m", "genesis_fp16", "train", request.agent]
-    return [*command, "--request", str(request_file(request)), "--json", "--json-progress"]
 
 
 def train_in_child(
@@ -157,40 +152,47 @@ def train_in_child(
     log_level: str = "INFO",
     worker: RunWorker | None = None,
     processes: RunProcesses | None = None,
+    nproc: int = 1,
 ) -> TrainResult:
-    """Run ``request`` in one child process, supervised as a torchrun job is.
+    """Run ``request`` in one child process, or under torchrun with ``nproc`` > 1
+    processes, and return its (rank 0's) result.
 
-    A plugin that hangs, calls ``os._exit``, crashes the interpreter or grows past
+    ``request.should_stop`` and ``timeout`` (seconds, None: none) end the run cleanly
+    through SIGTERM; ``request.on_log`` receives (rank 0's) summaries as they come. A
+    plugin that hangs, calls ``os._exit``, crashes the interpreter or grows past
     ``memory_limit`` bytes of resident memory ends that child, not the daemon: the run
-    fails with a :class:`LaunchError` naming how. Costs a process start per run (an
-    interpreter, torch and the plugin imported again: a few seconds), unless ``worker``
-    (genesis_fp16/commands/zygote.py) forks it from a process that has imported torch.
-    The child is counted in ``processes`` (the daemon's, for its shutdown) while it lives.
+    fails with a :class:`LaunchError` naming how. A child costs a process start per run
+    (an interpreter, torch and the plugin imported again: a few seconds), unless
+    ``worker`` (genesis_fp16/commands/zygote.py) forks it from a process that has
+    imported torch; torchrun's ranks are always started by exec. The child (or torchrun)
+    is counted in ``processes`` (the daemon's, for its shutdown) while it lives.
     """
+    check_layout(request, nproc)
     handed = request_file(request)
     write_run_file(handed, request, log_level)
     try:
-        command = child_command(request)
-        forked = _fork(worker, command, env) if worker is not None else None
+        command = child_command(request, nproc)
+        # Standalone on this host: a Kubeflow pod's PET_* layout would become torchrun's
+        # flags. None of the daemon's settings: the run file carries what the child needs.
+        environ = child_env(without_pet(env if env is not None else os.environ))
+        what = "the torchrun job" if nproc > 1 else "the run's process"
+        forked = _fork(worker, command, environ) if worker is not None and nproc == 1 else None
         child: subprocess.Popen[str] | ForkedChild
         if forked is None:
-            log.info("launching the run's process: %s", " ".join(command))
-            child = _start(command, env)
+            started = f"torchrun with {nproc} process(es)" if nproc > 1 else "the run's process"
+            log.info("launching %s: %s", started, " ".join(command))
+            child = _start(command, environ)
         else:
             log.info("the run worker forked the run's process %d: %s", forked.pid, command[4:])
             child = forked
-        what = "the run's process"
         return _launch(request, child, timeout, kill_after, memory_limit, what, processes)
     finally:
         handed.unlink(missing_ok=True)
 
 
-def _fork(
-    worker: RunWorker, command: list[str], env: Mapping[str, str] | None
-) -> ForkedChild | None:
+def _fork(worker: RunWorker, command: list[str], environ: dict[str, str]) -> ForkedChild | None:
     """The run's process forked by ``worker`` (``command`` minus ``python -P -m``), or None,
     with the reason logged, where it cannot: the run then starts by exec."""
-    environ = child_env(without_pet(env if env is not None else os.environ))
     try:
         return worker.start(command[len(SAFE_PYTHON) + 3 :], environ)
     except WorkerUnavailable as exc:
@@ -198,43 +200,14 @@ def _fork(
         return None
 
 
-def train_with_torchrun(
-    request: TrainRequest,
-    nproc: int,
-    timeout: float | None = None,
-    kill_after: float = 60.0,
-    env: Mapping[str, str] | None = None,
-    memory_limit: int | None = None,
-    log_level: str = "INFO",
-    processes: RunProcesses | None = None,
-) -> TrainResult:
-    """Run ``request`` under torchrun with ``nproc`` processes and return rank 0's result.
-
-    ``request.should_stop`` and ``timeout`` (seconds, None: none) end the run cleanly
-    through SIGTERM; ``request.on_log`` receives rank 0's summaries as they come.
-    Raises :class:`LaunchError` when the job fails. torchrun is counted in ``processes``
-    while it lives, as :func:`train_in_child`'s child is.
-    """
-    check_layout(request, nproc)
-    handed = request_file(request)
-    write_run_file(handed, request, log_level)
-    try:
-        command = torchrun_command(request, nproc)
-        log.info("launching torchrun with %d process(es): %s", nproc, " ".join(command))
-        job = _start(command, env)
-        return _launch(request, job, timeout, kill_after, memory_limit, processes=processes)
-    finally:
-        handed.unlink(missing_ok=True)
-
-
 def _launch(
     request: TrainRequest,
     child: subprocess.Popen[str] | ForkedChild,
     timeout: float | None,
     kill_after: float,
-    memory_limit: int | None = None,
-    what: str = "the torchrun job",
-    processes: RunProcesses | None = None,
+    memory_limit: int | None,
+    what: str,
+    processes: RunProcesses | None,
 ) -> TrainResult:
     assert child.stdout is not None and child.stderr is not None
     output = _Output()
@@ -282,10 +255,7 @@ def _launch(
     return TrainResult.from_json(output.result)
 
 
-def _start(command: list[str], env: Mapping[str, str] | None) -> subprocess.Popen[str]:
-    # Standalone on this host: a Kubeflow pod's PET_* layout would become torchrun's flags.
-    # None of the daemon's settings: the run file carries what the child needs.
-    environ = child_env(without_pet(env if env is not None else os.environ))
+def _start(command: list[str], environ: Mapping[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         command,
         # Never written to: EOF there tells the child (and torchrun's ranks, which inherit
@@ -344,8 +314,8 @@ def _supervise(
     should_stop: Callable[[], bool],
     timeout: float | None,
     kill_after: float,
-    memory_limit: int | None = None,
-    what: str = "the torchrun job",
+    memory_limit: int | None,
+    what: str,
 ) -> _Ended:
     """Wait for ``child``; SIGTERM it on a stop request or the timeout, SIGKILL it when it
     has not ended ``kill_after`` seconds later or grows past ``memory_limit`` bytes."""

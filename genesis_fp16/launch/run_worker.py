@@ -61,12 +61,12 @@ class ForkedChild:
         self.returncode: int | None = None
         self.exit_known = True
         self._pidfd = pidfd
-        self._status = status
+        self._status: socket.socket | None = status  # None: the worker is gone
 
     def poll(self) -> int | None:
         if self.returncode is not None:
             return self.returncode
-        if select.select([self._status], [], [], 0)[0]:
+        if self._status is not None and select.select([self._status], [], [], 0)[0]:
             try:
                 data = self._status.recv(4096)
             except OSError:
@@ -75,8 +75,8 @@ class ForkedChild:
                 self._ended(int(json.loads(data)["exit"]))
                 return self.returncode
             self._status.close()  # the worker is gone: watch the child itself
-            self._status = _closed_socket()
-        if self._status.fileno() == -1 and select.select([self._pidfd], [], [], 0)[0]:
+            self._status = None
+        if self._status is None and select.select([self._pidfd], [], [], 0)[0]:
             log.warning(
                 "the run's process %d ended after its worker did: its exit code is unknown",
                 self.pid,
@@ -90,8 +90,7 @@ class ForkedChild:
         while self.poll() is None:
             if time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
-            open_status = self._status.fileno() != -1
-            select.select([self._status if open_status else self._pidfd], [], [], 0.05)
+            select.select([self._status or self._pidfd], [], [], 0.05)
         assert self.returncode is not None
         return self.returncode
 
@@ -103,13 +102,8 @@ class ForkedChild:
     def _ended(self, code: int) -> None:
         self.returncode = code
         os.close(self._pidfd)
-        self._status.close()
-
-
-def _closed_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    sock.close()
-    return sock
+        if self._status is not None:
+            self._status.close()
 
 
 class RunWorker:
@@ -136,13 +130,12 @@ class RunWorker:
             try:
                 return self._fork(args, dict(env), cwd or os.getcwd())
             except OSError as exc:  # it died since: once more, with a new one
-                self._say_why(exc)
-                self._stop()
-                self._ensure(dict(env))
-                try:
-                    return self._fork(args, dict(env), cwd or os.getcwd())
-                except OSError as again:
-                    raise WorkerUnavailable(f"a new worker failed too: {again}") from None
+                self._drop(exc)
+            self._ensure(dict(env))  # says how an ended worker ended
+            try:
+                return self._fork(args, dict(env), cwd or os.getcwd())
+            except OSError as again:
+                raise WorkerUnavailable(f"a new worker failed too: {again}") from None
 
     def close(self, wait: float = 0.0) -> None:
         """End the worker (its running children go on: they watch the daemon's pipe): it
@@ -155,21 +148,16 @@ class RunWorker:
                     self._process.wait(timeout=wait)
             self._stop()
 
-    def _say_why(self, failed: OSError) -> None:
-        """A fork request failed: the worker ended (a kill the last run start did not yet
-        see: said as that check says it), or it failed for ``failed`` alive."""
+    def _drop(self, failed: OSError) -> None:
+        """A fork request failed: wait for the worker's end (a kill the last run start did
+        not yet see: :meth:`_ensure` says how it ended), or stop it, failed for ``failed``
+        alive."""
         assert self._process is not None
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._process.wait(timeout=ENDED_WAIT_SECONDS)
-        code = self._process.poll()
-        if code is None:
+        if self._process.poll() is None:
             log.warning("the run worker failed a fork request (%s): starting another", failed)
-        else:
-            log.warning(
-                "the run worker (pid %d) ended with code %s: starting another",
-                self._process.pid,
-                code,
-            )
+            self._stop()
 
     def _ensure(self, env: dict[str, str]) -> None:
         if self._process is not None and self._env != env:

@@ -32,7 +32,7 @@ whether the daemon trains that agent itself.
 
 >>> agents = AgentRescan(settings.plugin_allowlist, metrics, stored_success)  # doctest: +SKIP
 >>> agents.load(settings)  # doctest: +SKIP
->>> agents.rescan(settings, scheduler, owner_fd, retry_failed=True)  # doctest: +SKIP
+>>> agents.rescan(settings, scheduler, retry_failed=True)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -62,7 +62,6 @@ from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16.service.scheduler import AgentScheduler
-from genesis_fp16.service.state_lock import record_scheduled
 from genesis_fp16_infrastructure.api import Capabilities
 
 log = structlog.get_logger("genesis_fp16.daemon")
@@ -138,7 +137,6 @@ class AgentRescan:
     def start(
         self,
         scheduler: AgentScheduler,
-        owner_fd: int,
         lock: AbstractContextManager[object],
         on_change: Callable[[], None],
     ) -> None:
@@ -148,7 +146,7 @@ class AgentRescan:
         def serve() -> None:
             while (asked := self._next_request()) is not None:
                 settings, retry_failed = asked
-                if self.rescan(settings, scheduler, owner_fd, retry_failed, lock):
+                if self.rescan(settings, scheduler, retry_failed, lock):
                     on_change()
 
         threading.Thread(target=serve, name="plugin-scan", daemon=True).start()
@@ -180,7 +178,6 @@ class AgentRescan:
         self,
         settings: Settings,
         scheduler: AgentScheduler,
-        owner_fd: int,
         retry_failed: bool = False,
         lock: AbstractContextManager[object] | None = None,
     ) -> bool:
@@ -201,9 +198,7 @@ class AgentRescan:
             if self._closed:  # shutting down: the scheduler is being stopped
                 return False
             self.plugins = found
-            scheduler.set_plugins(found)
-            changes = scheduler.sync(settings, first=settings.run_at_start)
-            record_scheduled(owner_fd, scheduler.scheduled_agents())
+            changes = scheduler.sync(settings, found, first=settings.run_at_start)
         for agent in removed:
             log.info("agent removed: plugin uninstalled; a run in progress finishes", agent=agent)
         log.info("agents changed", added=added, removed=removed, schedule_changes=changes)

@@ -64,12 +64,7 @@ from genesis_fp16.service.run_now import (
     write_answer,
 )
 from genesis_fp16.service.scheduler import AgentScheduler
-from genesis_fp16.service.state_lock import (
-    StateFolderBusy,
-    acquire_state_folder,
-    record_scheduled,
-    record_stopping,
-)
+from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folder
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
 from genesis_fp16.status.when import clock
@@ -145,14 +140,18 @@ class Daemon:
         self._run_now_refused = False  # run_now/ is a link (said once until it is not)
         self._heartbeat = 0.0
         self._ready = False
-        # Replaced whole when a plugin is installed or uninstalled (agent_rescan.py).
         self.agents = AgentRescan(
             settings.plugin_allowlist,
             self.metrics,
             self._stored_success,
             deadline=settings.plugin_import_deadline_seconds,
         )
-        self.plugins: dict[str, AgentPlugin] = {}
+
+    @property
+    def plugins(self) -> dict[str, AgentPlugin]:
+        """The loaded agents, replaced whole when a plugin is installed or uninstalled
+        (agent_rescan.py)."""
+        return self.agents.plugins
 
     # -- health -----------------------------------------------------------------------
     def beat(self) -> None:
@@ -233,18 +232,16 @@ class Daemon:
                 request, reason = precision_request(self.settings, agent)
             except OSError as exc:  # the run will fail and count it; the daemon stays up
                 log.error("cannot read the agent's precision state", agent=agent, error=str(exc))
-                if startup:  # undecided, but exported: absent series read as "no data"
-                    self.metrics.set_precision(agent, None)
-                    self.metrics.loss_scale.labels(agent=agent).set(math.nan)
-                continue
-            log.info(
-                "agent precision",
-                agent=agent,
-                requested=request.requested,
-                reason=reason,
-                floor=request.floor,
-            )
-            precision = expected_precision(request, device)
+                precision = None  # undecided: at start-up exported as such, else left alone
+            else:
+                log.info(
+                    "agent precision",
+                    agent=agent,
+                    requested=request.requested,
+                    reason=reason,
+                    floor=request.floor,
+                )
+                precision = expected_precision(request, device)
             if agent in running:
                 if agent in switched and precision is not None:
                     self.metrics.set_precision(agent, precision)
@@ -272,7 +269,6 @@ class Daemon:
         if self.sources is not None:
             _warn_shadowed(self.sources)
         self.agents.load(settings)
-        self.plugins = self.agents.plugins
         # A bad agent option stops start-up (serve exits 2), before anything is served.
         check_configured_options(settings, self._declared(), known_agent_names())
         tls = None
@@ -293,13 +289,15 @@ class Daemon:
                 live=self.liveness,
                 documents=status_documents(self),
             )
-        except OSError as exc:  # no such address, not ours to bind
+        except OSError as exc:  # taken, no such address, not ours to bind
+            why = f" (GENESIS_FP16_METRICS_ADDR, GENESIS_FP16_METRICS_PORT): {exc.strerror or exc}"
             if exc.errno == errno.EADDRINUSE:
-                raise  # serve names the port, its setting and what to do
-            raise StartupError(
-                f"cannot serve metrics on {settings.metrics_addr}:{settings.metrics_port} "
-                f"(GENESIS_FP16_METRICS_ADDR, GENESIS_FP16_METRICS_PORT): {exc.strerror or exc}"
-            ) from exc
+                why = (
+                    ": address already in use (another genesis-fp16 or service holds it); set "
+                    "GENESIS_FP16_METRICS_PORT (or GENESIS_FP16_METRICS_ADDR) to a free one"
+                )
+            where = f"{settings.metrics_addr}:{settings.metrics_port}"
+            raise StartupError(f"cannot serve metrics on {where}{why}") from exc
         self.context = JobContext(
             settings=settings,
             metrics=self.metrics,
@@ -312,10 +310,9 @@ class Daemon:
         server.start()
         # Webhooks of the agents' events, on a thread of their own: never on a run's path.
         self.delivery = start_delivery(lambda: self.settings, self.metrics.events)
-        self.scheduler = AgentScheduler(settings, self._job, self.beat, on_skip=self._skipped)
+        self.scheduler = AgentScheduler(settings, self._job, self.beat, self._skipped, self._owner)
         self.scheduler.start(self.plugins)
-        record_scheduled(self._owner, self.scheduler.scheduled_agents())
-        self.agents.start(self.scheduler, self._owner, self.context.gauge_lock, self._changed)
+        self.agents.start(self.scheduler, self.context.gauge_lock, self._changed)
         self._ready = True
         self.notifier.notify("READY=1")
         log.info(
@@ -461,7 +458,6 @@ class Daemon:
     def _changed(self) -> None:
         """On the plugin-scan thread, after a rescan changed the agents."""
         with self.context.gauge_lock:
-            self.plugins = self.agents.plugins
             self._show_precisions()
 
     def _declared(self) -> dict[str, object]:
@@ -528,8 +524,7 @@ class Daemon:
         with self.context.gauge_lock:
             self.settings = new
             self.context.settings = new
-            changes = self.scheduler.sync(new)
-            record_scheduled(self._owner, self.scheduler.scheduled_agents())
+            changes = self.scheduler.sync(new, self.plugins)
             self.metrics.config_reloads.labels(outcome="success").inc()
             self.metrics.config_last_reload_successful.set(1)
             log.info("config reloaded", schedule_changes=changes)
@@ -543,9 +538,8 @@ class Daemon:
         log.info("shutting down", timeout_seconds=self.settings.shutdown_timeout_seconds)
         self.notifier.notify("STOPPING=1")
         self.stopping.set()
-        record_stopping(self._owner, self.scheduler.scheduled_agents())  # `run` exits 2
         self.agents.stop()
-        self.scheduler.pause()
+        self.scheduler.pause()  # the lock file says it stops: `run` exits 2
         deadline = time.monotonic() + self.settings.shutdown_timeout_seconds
         ctx = self.context
         late = _wait_for_jobs(ctx, deadline)

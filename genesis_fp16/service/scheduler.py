@@ -16,16 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
+from apscheduler.util import undefined
 
 from genesis_fp16.config.settings import Settings, parse_schedule
 from genesis_fp16.plugin_api import AgentPlugin
+from genesis_fp16.service.state_lock import record_scheduled
 
 HEARTBEAT_JOB = "heartbeat"
 JOB_PREFIX = "train:"
@@ -44,7 +45,9 @@ def build_trigger(schedule: str, jitter: float) -> IntervalTrigger | CronTrigger
 
 
 class AgentScheduler:
-    """Owns the BackgroundScheduler; add, change and remove agent jobs from settings."""
+    """Owns the BackgroundScheduler; add, change and remove agent jobs from settings. The
+    state folder's lock file (``owner_fd``, genesis_fp16/service/state_lock.py) names the
+    agents it schedules after each change, and that it stops once :meth:`pause` ran."""
 
     def __init__(
         self,
@@ -52,8 +55,11 @@ class AgentScheduler:
         run_job: Callable[[str, AgentPlugin], None],
         on_heartbeat: Callable[[], None],
         on_skip: Callable[[str], None] | None = None,
+        owner_fd: int | None = None,
     ) -> None:
         self._settings = settings
+        self._owner_fd = owner_fd
+        self._stopping = False
         self._run_job = run_job
         self._on_skip = on_skip
         self._scheduler = BackgroundScheduler(
@@ -72,8 +78,6 @@ class AgentScheduler:
             executor=HEARTBEAT_JOB,
             next_run_time=datetime.now(UTC),
         )
-        self._schedules: dict[str, str] = {}
-        self._plugins: dict[str, AgentPlugin] = {}
         self._executors: set[str] = set()
         # A due job whose previous run still trains is skipped by APScheduler: count it.
         self._scheduler.add_listener(self._skipped, EVENT_JOB_MAX_INSTANCES)
@@ -84,40 +88,32 @@ class AgentScheduler:
 
     def start(self, plugins: Mapping[str, AgentPlugin]) -> None:
         """Start the scheduler with a job per enabled agent; the first runs at once if asked."""
-        self._plugins = dict(plugins)
         self._scheduler.start()
-        self.sync(self._settings, first=self._settings.run_at_start)
+        self.sync(self._settings, plugins, first=self._settings.run_at_start)
 
-    def set_plugins(self, plugins: Mapping[str, AgentPlugin]) -> None:
-        """The agents to schedule from the next :meth:`sync` on (plugins installed or
-        uninstalled while the daemon runs)."""
-        self._plugins = dict(plugins)
-
-    def sync(self, settings: Settings, first: bool = False) -> list[str]:
-        """Make the jobs match ``settings`` and the plugins; returns what changed, for the
-        log. ``first``: a job created now runs at once."""
+    def sync(
+        self, settings: Settings, plugins: Mapping[str, AgentPlugin], first: bool = False
+    ) -> list[str]:
+        """Make the jobs match ``settings`` and the loaded ``plugins`` (installed or
+        uninstalled while the daemon runs); returns what changed, for the log. ``first``: a
+        job created now runs at once."""
         self._settings = settings
         changes = []
-        for agent in sorted(set(self.scheduled_agents()) - set(self._plugins)):
+        for agent in sorted(set(self.scheduled_agents()) - set(plugins)):
             # A run in progress goes on in its thread; only the schedule is removed.
             self._scheduler.remove_job(JOB_PREFIX + agent)
-            self._schedules.pop(agent, None)
             changes.append(f"{agent}: unscheduled (uninstalled)")
-        for agent, plugin in self._plugins.items():
+        for agent, plugin in plugins.items():
             job_id = JOB_PREFIX + agent
             job = self._scheduler.get_job(job_id)
             schedule = settings.schedule_for(agent)
             if not settings.agent(agent).enabled:
                 if job is not None:
                     job.remove()
-                    self._schedules.pop(agent, None)
                     changes.append(f"{agent}: disabled")
                 continue
             trigger = build_trigger(schedule, settings.schedule_jitter_seconds)
             if job is None:
-                extra: dict[str, Any] = {}
-                if first:
-                    extra["next_run_time"] = datetime.now(UTC)
                 self._scheduler.add_job(
                     self._run_job,
                     trigger,
@@ -125,14 +121,18 @@ class AgentScheduler:
                     id=job_id,
                     name=agent,
                     executor=self._executor(agent),
-                    **extra,
+                    next_run_time=datetime.now(UTC) if first else undefined,
                 )
                 changes.append(f"{agent}: scheduled every {schedule}")
-            elif self._schedules.get(agent) != schedule:
+            elif str(job.trigger) != str(trigger):  # its interval or cron fields (not jitter)
                 job.reschedule(trigger)
                 changes.append(f"{agent}: rescheduled to {schedule}")
-            self._schedules[agent] = schedule
+        self._record()
         return changes
+
+    def _record(self) -> None:
+        if self._owner_fd is not None:  # a later rescan's sync says it stops too
+            record_scheduled(self._owner_fd, self.scheduled_agents(), self._stopping)
 
     def _executor(self, agent: str) -> str:
         """The agent's own one-thread executor, created with its first job (kept if the
@@ -165,10 +165,13 @@ class AgentScheduler:
         return True
 
     def pause(self) -> None:
-        """Start no new jobs; the heartbeat keeps going."""
+        """Start no new jobs (the heartbeat keeps going), and say in the lock file that the
+        daemon stops."""
+        self._stopping = True
         for job in self._scheduler.get_jobs():
             if job.id.startswith(JOB_PREFIX):
                 job.pause()
+        self._record()
 
     def shutdown(self) -> None:
         if self._scheduler.running:

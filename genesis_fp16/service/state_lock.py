@@ -62,30 +62,16 @@ def acquire_state_folder(state_dir: Path, command: str) -> int:
         raise StateFolderBusy(Path(state_dir), _holder(busy.holder)) from None
 
 
-# The lock files whose daemon is shutting down (record_stopping): descriptor -> (device,
-# inode), so that a descriptor number reused for another file is not taken for one.
-_STOPPING: dict[int, tuple[int, int]] = {}
-
-
-def record_stopping(fd: int, agents: list[str]) -> None:
-    """Say in the lock file that the daemon shuts down: ``run`` refuses at once (exit 2)
-    rather than wait for an answer no stopping daemon gives."""
-    try:
-        info = os.fstat(fd)
-    except OSError:
-        return
-    _STOPPING[fd] = (info.st_dev, info.st_ino)
-    record_scheduled(fd, agents)
-
-
-def record_scheduled(fd: int, agents: list[str]) -> None:
+def record_scheduled(fd: int, agents: list[str], stopping: bool = False) -> None:
     """Name the agents the daemon schedules in its lock file (``fd`` from
-    :func:`acquire_state_folder`), for a ``train`` it refuses. The file keeps its
-    modification time: it is when the daemon took the folder, its start for ``status``."""
+    :func:`acquire_state_folder`), for a ``train`` it refuses; ``stopping``: the daemon
+    shuts down, and ``run`` refuses at once (exit 2) rather than wait for an answer no
+    stopping daemon gives. The file keeps its modification time: it is when the daemon
+    took the folder, its start for ``status``."""
     try:
         before = os.fstat(fd)
         record: dict[str, Any] = {"pid": os.getpid(), "command": "serve", "agents": sorted(agents)}
-        if _STOPPING.get(fd) == (before.st_dev, before.st_ino):  # a later rescan says it too
+        if stopping:
             record["stopping"] = True
         AgentFolder.write_owner(fd, record)
         os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
@@ -108,22 +94,3 @@ def _holder(record: dict[str, Any] | None) -> Holder:
         return Holder(int(record["pid"]), str(record["command"]), listed, stopping)
     except (AssertionError, ValueError, KeyError, TypeError):
         return Holder(None, "process")
-
-
-def owning_holder(path: Path) -> tuple[Path, Holder] | None:
-    """The state folder at or above ``path`` that another process owns now, with its
-    holder; None when no folder above holds a live lock (a stopped daemon's folder is
-    free). Takes and drops the lock at once where it is free: a probe, not an owner."""
-    for folder in [Path(path).resolve(), *Path(path).resolve().parents]:
-        lock = folder / LOCK_NAME
-        if not lock.is_file():
-            continue
-        try:
-            fd = acquire_state_folder(folder, "probe")
-        except StateFolderBusy as busy:
-            return folder, busy.holder
-        except OSError:
-            continue  # not ours to open: not a daemon of this user
-        os.close(fd)
-        return None
-    return None

@@ -1,4 +1,5 @@
-"""Who owns a state folder now, read without taking it: for ``genesis-fp16 status``.
+"""Who owns a state folder now, read without taking it: for ``genesis-fp16 status`` and
+``run``, and for ``train`` and ``data generate`` writing inside another's state folder.
 
 ``serve`` and a foreground ``train`` hold an ``flock`` on ``<state_dir>/owner.lock`` and
 write their pid and command into it (genesis_fp16/service/state_lock.py). A shared,
@@ -37,6 +38,18 @@ def folder_owner(state_dir: Path) -> tuple[Holder, float] | None:
         return read_holder(path), taken
     finally:
         os.close(fd)  # drops the probe's shared lock, if it took it
+    return None
+
+
+def owning_holder(path: Path) -> tuple[Path, Holder] | None:
+    """The state folder at or above ``path`` that another process owns now, with its
+    holder; None when the nearest folder with a lock file is free (a stopped daemon's)."""
+    for folder in [Path(path).resolve(), *Path(path).resolve().parents]:
+        lock = folder / LOCK_NAME
+        # One we may not open is not a daemon of this user: the folders above are looked at.
+        if lock.is_file() and os.access(lock, os.R_OK | os.W_OK):
+            owned = folder_owner(folder)
+            return None if owned is None else (folder, owned[0])
     return None
 
 

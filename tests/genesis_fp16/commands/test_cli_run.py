@@ -17,7 +17,6 @@ from genesis_fp16.service.run_now import ANSWERS_FOLDER, requests_folder
 from genesis_fp16.service.state_lock import (
     acquire_state_folder,
     record_scheduled,
-    record_stopping,
 )
 
 pytestmark = pytest.mark.usefixtures("clean_env")  # conftest.py: an empty working folder
@@ -83,7 +82,7 @@ def test_a_daemon_shutting_down_is_refused_at_once(
     fd = acquire_state_folder(state, "serve")
     record_scheduled(fd, ["se_darwin"])
     monkeypatch.setattr(run_command, "ANSWER_WAIT_SECONDS", 5.0)
-    timer = threading.Timer(0.3, record_stopping, (fd, ["se_darwin"]))
+    timer = threading.Timer(0.3, record_scheduled, (fd, ["se_darwin"], True))
     timer.start()
     try:
         assert main(["run", "se_darwin"]) == 2

@@ -33,7 +33,7 @@ def daemon(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Daemon:
     env_file.write_text(f"ENABLE_FP16_TRAINING=false\nGENESIS_FP16_STATE_DIR={tmp_path}\n")
     settings = load_settings(env_file)
     daemon = Daemon(settings, env_file, registry=CollectorRegistry())
-    daemon.plugins = {AGENT: AgentPlugin.__new__(AgentPlugin)}
+    daemon.agents.plugins = {AGENT: AgentPlugin.__new__(AgentPlugin)}
     daemon.context = JobContext(
         settings=settings, metrics=daemon.metrics, slots=DeviceSlots(1), stopping=daemon.stopping
     )
@@ -82,7 +82,7 @@ def test_reload_with_a_bad_agent_option_is_a_counted_failure(daemon: Daemon) -> 
     """A .env option the agent does not declare: reload fails, counted, settings kept."""
     from genesis_fp16_agents.rlhf_ppo import plugin
 
-    daemon.plugins = {"rlhf_ppo": plugin}
+    daemon.agents.plugins = {"rlhf_ppo": plugin}
     # What the scan thread records when it loads a plugin: the main thread checks these.
     daemon.agents.capabilities = {"rlhf_ppo": capabilities_of(plugin)}
     kept = daemon.settings

@@ -160,20 +160,44 @@ def test_a_fork_request_that_fails_on_a_killed_worker_says_how_it_ended(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A worker killed after the run start's check saw it alive: the failed fork request
-    waits for its end and logs it as that check does (its pid and code -9), so the log
+    waits for its end, and the retry's check logs it (its pid and code -9), so the log
     says it was killed, not only that a request failed."""
     import signal
     import subprocess
 
-    worker = RunWorker()
+    worker = RunWorker(python="/bin/false")  # the one started next fails at once
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    worker._process = process  # the worker, as the daemon holds it
+    worker._process, worker._env = process, {}  # the worker, as the daemon holds it
     try:
         os.kill(process.pid, signal.SIGKILL)
         with caplog.at_level(logging.WARNING, logger="genesis_fp16.launcher"):
-            worker._say_why(BrokenPipeError(32, "Broken pipe"))
+            worker._drop(BrokenPipeError(32, "Broken pipe"))
+            with pytest.raises(WorkerUnavailable):
+                worker._ensure({})
         want = f"the run worker (pid {process.pid}) ended with code -9: starting another"
         assert want in caplog.messages
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_child_whose_worker_died_first_is_watched_through_its_pidfd() -> None:
+    """The worker's status socket closes (the worker died) while the child runs: poll()
+    goes on saying it runs, and once it ends says so, its exit code marked unknown."""
+    import signal
+    import socket
+    import subprocess
+
+    from genesis_fp16.launch.run_worker import ForkedChild
+
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    child = ForkedChild(process.pid, os.pidfd_open(process.pid), ours, [None, None, None])  # type: ignore[list-item]
+    try:
+        theirs.close()  # the worker is gone
+        assert child.poll() is None and child.poll() is None
+        os.kill(process.pid, signal.SIGKILL)
+        assert child.wait(timeout=30) == 0 and child.exit_known is False
     finally:
         process.kill()
         process.wait()

@@ -20,9 +20,9 @@ from genesis_fp16.launch.launcher import (
     LaunchError,
     LayoutError,
     check_layout,
+    child_command,
     cuda_device_count,
-    torchrun_command,
-    train_with_torchrun,
+    train_in_child,
 )
 from genesis_fp16.launch.stderr_relay import relay_stderr
 from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequestError
@@ -131,7 +131,7 @@ def test_launcher_reports_progress_and_stops_on_request(tmp_path: Path) -> None:
     )
     env = _env(tmp_path)
     env["PYTHONPATH"] = str(REPO)
-    result = train_with_torchrun(request, nproc=2, timeout=100, env=env)
+    result = train_in_child(request, nproc=2, timeout=100, env=env)
     assert result.stopped_early and result.precision_used == "bf16"
     assert [s.step for s in summaries[:2]] == [2, 4]
     assert result.checkpoint is not None and result.checkpoint.exists()
@@ -158,12 +158,12 @@ def test_launcher_kills_torchrun_and_its_ranks_when_they_ignore_sigterm(
     script.write_text(STUBBORN_RANK)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += ["--nproc-per-node", "2", str(script)]
-    monkeypatch.setattr(launcher, "torchrun_command", lambda request, nproc: command)
+    monkeypatch.setattr(launcher, "child_command", lambda request, nproc: command)
     request = _stub_request(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
     # torchrun itself waits 30 s for its ranks after SIGTERM; this kill comes first.
     with pytest.raises(LaunchError, match="the run was killed: still running"):
-        launcher.train_with_torchrun(request, nproc=2, timeout=8, kill_after=3, env=env)
+        launcher.train_in_child(request, nproc=2, timeout=8, kill_after=3, env=env)
     assert not _ranks_alive(str(script))
 
 
@@ -217,7 +217,7 @@ def test_launcher_relays_every_stderr_line_with_the_jobs_context(
 ) -> None:
     """The child's stderr comes back through structlog, all of it, in JSON, with agent/run_id."""
     command = [sys.executable, "-c", CHATTY_CHILD]
-    monkeypatch.setattr(launcher, "torchrun_command", lambda request, nproc: command)
+    monkeypatch.setattr(launcher, "child_command", lambda request, nproc: command)
     request = _stub_request(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "GENESIS_FP16_LOG_FORMAT"}
     merge = structlog.contextvars.merge_contextvars
@@ -226,7 +226,7 @@ def test_launcher_relays_every_stderr_line_with_the_jobs_context(
         capture_logs(processors=[merge]) as logs,
         pytest.raises(LaunchError),
     ):
-        train_with_torchrun(request, nproc=2, timeout=30, env=env)
+        train_in_child(request, nproc=2, timeout=30, env=env)
     assert [r["event"] for r in logs[:-1]] == [f"line {i}" for i in range(2000)]
     # The child's log format is the run file's, not a setting in its environment.
     assert {(r["agent"], r["run_id"], r["format"]) for r in logs[:-1]} == {("stub", "r1", None)}
@@ -234,7 +234,7 @@ def test_launcher_relays_every_stderr_line_with_the_jobs_context(
     assert logs[-1]["agent"] == "stub" and logs[-1]["log_level"] == "warning"
 
 
-def test_torchrun_command_hands_the_whole_request_as_a_file(tmp_path: Path) -> None:
+def test_child_command_hands_the_whole_request_as_a_file(tmp_path: Path) -> None:
     """The ranks get one --request file: precision, reason, guard, options round-trip whole."""
     from genesis_fp16_infrastructure.training import GuardConfig
 
@@ -259,7 +259,7 @@ def test_torchrun_command_hands_the_whole_request_as_a_file(tmp_path: Path) -> N
         guard=GuardConfig(check_interval=5, overflow_rate_limit=None),
         options={"preset": "bf16_pure", "lr": 0.01},
     )
-    command = torchrun_command(request, 4, python="py")
+    command = child_command(request, 4, python="py")
     text = " ".join(command)
     assert text.startswith("py -P -m torch.distributed.run --standalone --nproc-per-node 4 ")
     assert command[command.index("--request") + 1] == str(launcher.request_file(request))
@@ -267,7 +267,7 @@ def test_torchrun_command_hands_the_whole_request_as_a_file(tmp_path: Path) -> N
     handed = json.loads(json.dumps(request.to_json(), allow_nan=False))
     assert TrainRequest.from_json(handed) == request
     with pytest.raises(ValueError, match="nproc=0"):
-        torchrun_command(request, 0)
+        child_command(request, 0)
 
 
 def test_torchrun_environment_is_read_once_and_checked() -> None:
@@ -321,12 +321,12 @@ def test_a_layout_the_host_cannot_run_is_refused_in_one_line() -> None:
 def test_the_launcher_checks_the_layout_before_starting_torchrun(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """train_with_torchrun refuses with this host's real GPU count and starts nothing."""
+    """The launcher refuses with this host's real GPU count and starts nothing."""
     started: list[object] = []
     monkeypatch.setattr(launcher, "_start", lambda *args: started.append(args))
     nproc = max(2, cuda_device_count() + 1)
     with pytest.raises(LayoutError, match=f"this host has {cuda_device_count()}"):
-        train_with_torchrun(_layout_request("cuda"), nproc)
+        train_in_child(_layout_request("cuda"), nproc=nproc)
     assert started == []
 
 

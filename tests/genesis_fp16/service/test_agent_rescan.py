@@ -54,9 +54,9 @@ def _parts(tmp_path: Path) -> tuple[Settings, AgentRescan, AgentScheduler, int]:
     metrics = DaemonMetrics(CollectorRegistry(), "test")
     rescan = AgentRescan(settings.plugin_allowlist, metrics, lambda agent: 0.0)
     rescan.load(settings)
-    scheduler = AgentScheduler(settings, lambda agent, plugin: None, lambda: None)
-    scheduler.start(rescan.plugins)
     fd = acquire_state_folder(tmp_path, "serve")
+    scheduler = AgentScheduler(settings, lambda agent, plugin: None, lambda: None, owner_fd=fd)
+    scheduler.start(rescan.plugins)
     return settings, rescan, scheduler, fd
 
 
@@ -81,11 +81,11 @@ def test_an_editable_install_is_loaded_through_its_new_pth_file(
         )
         _dist(site_dir, "edit_agent", "edit_agent")
         (site_dir / "__editable__.edit_agent-0.1.pth").write_text(f"{source}\n")
-        assert rescan.rescan(settings, scheduler, fd)
+        assert rescan.rescan(settings, scheduler)
         assert list(rescan.plugins) == ["edit_agent"] and str(source) in sys.path
         assert scheduler.scheduled_agents() == ["edit_agent"]
         assert read_holder(tmp_path / LOCK_NAME).agents == ("edit_agent",)
-        assert not rescan.rescan(settings, scheduler, fd)  # nothing new: no change
+        assert not rescan.rescan(settings, scheduler)  # nothing new: no change
     finally:
         scheduler.shutdown()
         os.close(fd)
@@ -101,15 +101,15 @@ def test_a_failed_plugin_is_tried_again_on_reinstall_or_sighup_not_at_each_tick(
     settings, rescan, scheduler, fd = _parts(tmp_path)
     try:
         _dist(site_dir, "flaky_agent", "flaky_agent", record="")
-        assert not rescan.rescan(settings, scheduler, fd)
-        assert not rescan.rescan(settings, scheduler, fd)
+        assert not rescan.rescan(settings, scheduler)
+        assert not rescan.rescan(settings, scheduler)
         assert _failures(rescan, "flaky_agent") == 1  # tried once, not at every tick
         (site_dir / "flaky_agent.py").write_text(
             "from fixture_agents.good import FixtureAgent\nplugin = FixtureAgent('flaky_agent')\n"
         )
         info = site_dir / "flaky_agent-0.1.dist-info" / "RECORD"
         info.write_text("flaky_agent.py,,\n")  # pip's last file
-        assert rescan.rescan(settings, scheduler, fd)
+        assert rescan.rescan(settings, scheduler)
         assert list(rescan.plugins) == ["flaky_agent"]
     finally:
         scheduler.shutdown()
@@ -131,11 +131,11 @@ def test_a_new_plugin_with_a_bad_configured_option_stays_out(
         _dist(site_dir, "flaky_agent", "flaky_agent")
         monkeypatch.setenv("GENESIS_FP16_AGENTS__FLAKY_AGENT__OPTIONS__DEPTH", "3")
         bad = load_settings()
-        assert not rescan.rescan(bad, scheduler, fd)
+        assert not rescan.rescan(bad, scheduler)
         assert _failures(rescan, "flaky_agent") == 1
         monkeypatch.delenv("GENESIS_FP16_AGENTS__FLAKY_AGENT__OPTIONS__DEPTH")
-        assert not rescan.rescan(settings, scheduler, fd)  # a tick: not tried again
-        assert rescan.rescan(settings, scheduler, fd, retry_failed=True)  # SIGHUP
+        assert not rescan.rescan(settings, scheduler)  # a tick: not tried again
+        assert rescan.rescan(settings, scheduler, retry_failed=True)  # SIGHUP
         assert sorted(rescan.plugins) == ["fixture_good", "flaky_agent"]
     finally:
         scheduler.shutdown()
@@ -164,13 +164,13 @@ def test_an_import_past_its_deadline_is_stuck_then_taken_when_it_returns(
     )
     try:
         _dist(site_dir, "slow_agent", "slow_agent")
-        assert not rescan.rescan(settings, scheduler, fd)
+        assert not rescan.rescan(settings, scheduler)
         assert list(rescan.stuck) == ["slow_agent"] and _stuck(rescan, "slow_agent") == 1
-        assert not rescan.rescan(settings, scheduler, fd)  # still importing: still stuck
+        assert not rescan.rescan(settings, scheduler)  # still importing: still stuck
         assert list(rescan.plugins) == ["fixture_good"]
         release.touch()
         deadline = time.monotonic() + 60
-        while not rescan.rescan(settings, scheduler, fd) and time.monotonic() < deadline:
+        while not rescan.rescan(settings, scheduler) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert sorted(rescan.plugins) == ["fixture_good", "slow_agent"]
         assert rescan.stuck == {} and _stuck(rescan, "slow_agent") == 0
