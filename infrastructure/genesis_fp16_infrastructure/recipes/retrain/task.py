@@ -54,7 +54,6 @@ from genesis_fp16_infrastructure.judging.split import sorted_unique
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
 from genesis_fp16_infrastructure.recipes.retrain.split import (
-    ExampleRows,
     Split,
     choose_split,
     judged_held_out,
@@ -180,20 +179,15 @@ class WorldModelTask:
         self.split = split = split or choose_split(data, options, seed, saved)
         self.members = max(1, split.fold_count)
         train = split.train
-        # Each part's positions in data.examples, by part (a whole-pool split's are one).
-        rows_of = {id(part): rows for part, rows in zip(split[:3], split.rows, strict=True)}
         columns = data.columns
         # The unscaled numeric features of every example, computed once from the read's
         # columns (issue 36: no object per record): each part takes its rows, and the drift
         # report and the promotion gate take them after the run (take_numeric_rows).
         self._numeric_rows: torch.Tensor | None = None
 
-        def inputs(
-            part: Sequence[Example],
-        ) -> tuple[Categorical, torch.Tensor, torch.Tensor, Labels]:
+        def inputs(rows: np.ndarray) -> tuple[Categorical, torch.Tensor, torch.Tensor, Labels]:
             """The part's categorical columns, numbers (every example's, with the part's
             rows in them), and labels."""
-            rows = rows_of[id(part)]
             if self._numeric_rows is None:
                 self._numeric_rows = pool_numeric(columns, columns.labelled)
             categorical = Categorical.of_rows(columns, columns.labelled[rows])
@@ -219,9 +213,9 @@ class WorldModelTask:
             self.config = _model_config(
                 options, self.encoder.n_features, member_records, self.members
             )
-        encoded: dict[int, Batch] = {}  # by list: the whole-pool task's parts are one list
+        encoded: dict[int, Batch] = {}  # by array: the whole-pool task's parts are one
 
-        def batch(part: Sequence[Example]) -> Batch:
+        def batch(part: np.ndarray) -> Batch:
             if id(part) not in encoded:
                 folds = split.folds if split.fold_count and part is train else None
                 categorical, numeric, picks, labels = inputs(part)
@@ -235,12 +229,12 @@ class WorldModelTask:
         # Early stopping's record holds on these records alone: the distinct id hashes of
         # the training and validation parts (since issue 36; the ids' text, sorted, before:
         # a checkpoint of then starts a new record once).
-        hashes = [_id_hashes(data, rows_of[id(part)]) for part in (train, split.validation)]
+        hashes = [_id_hashes(data, part) for part in (train, split.validation)]
         # The ids it trains on (training and validation parts), the checkpoint's
         # "trained_ids" (contract.judging): the judged run checks none is held out. Kept
         # as their hashes, one tensor: each checkpoint saves it, and each judged run loads
         # it (as 100,000 strings, 0.7 s a load).
-        parts = [columns.judged[rows_of[id(p)]] for p in (train, split.validation)]
+        parts = [columns.judged[p] for p in (train, split.validation)]
         self.trained_ids = torch.from_numpy(sorted_unique(np.concatenate(parts)).view(np.int64))
         distinct = sorted_unique(np.concatenate(hashes))
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
@@ -284,7 +278,6 @@ class WorldModelTask:
         and held-out parts are its training records: its own metrics are not a measure.
         """
         rows = np.flatnonzero(~judged_held_out(data))
-        everything = ExampleRows(data, rows)
         pinned = replace(
             self.options,
             hidden=self.config.hidden,
@@ -293,9 +286,7 @@ class WorldModelTask:
             batch_size=self.batch_size,
             cross_validation=False,
         )
-        split = Split(
-            everything, everything, everything, 0.0, 0.0, rows=(rows,) * 3, hash=self.split.hash
-        )
+        split = Split(rows, rows, rows, 0.0, 0.0, hash=self.split.hash)
         return WorldModelTask(
             data, pinned, self.seed, device, split=split, seen=self.seen, agent=self.agent
         )
