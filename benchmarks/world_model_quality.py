@@ -287,9 +287,8 @@ def _references(
     fresh_x = fresh.features(encoder)
     parts = [Records.of(data)]
     if not task_options.cross_validated(len(data.examples)):
-        held = {
-            e.trajectory_id for e in split_examples(data, seed, task_options.eval_fraction).held_out
-        }
+        rows = split_examples(data, seed, task_options.eval_fraction).held_out
+        held = {data.examples[r].trajectory_id for r in rows}
         parts.append(Records.of(data, lambda i: i not in held))
     out = []
     for records in parts:

@@ -25,7 +25,7 @@ from genesis_fp16_infrastructure.contract.judging import RecordIds
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.recipes.retrain import freshness, probe, run, scoring
 from genesis_fp16_infrastructure.recipes.retrain.options import agent_options
-from genesis_fp16_infrastructure.recipes.retrain.task import Batch, ReplayedTask
+from genesis_fp16_infrastructure.recipes.retrain.task import Batch, WorldModelStep
 
 
 class SEDarwinPlugin:
@@ -79,7 +79,7 @@ class SEDarwinPlugin:
         """The world model, its loss and a few real batches, for the precision probe."""
         return probe.probe_setup(data_path, seed, agent=self.name)
 
-    def replay_task(self, context: Mapping[str, Any]) -> ReplayedTask:
+    def replay_task(self, context: Mapping[str, Any]) -> WorldModelStep:
         """A fault bundle's step rebuilt for ``genesis-fp16 replay``: the model the run
         trained (its configuration, cross-validated members included, from the bundle's
         ``rebuild``), its optimizer and loss; the data is not read."""
@@ -89,4 +89,4 @@ class SEDarwinPlugin:
                 "the bundle holds no model record (rebuild.model): it was written before "
                 "bundles kept one, or by another agent; re-run the training to write a new one"
             )
-        return ReplayedTask(spec)
+        return WorldModelStep.from_spec(spec)

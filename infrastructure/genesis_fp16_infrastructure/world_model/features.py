@@ -130,23 +130,6 @@ class Categorical(NamedTuple):
     def __len__(self) -> int:
         return len(self.operator.codes)
 
-    # Each attempt's value, as a list (a sample's: the drift report reads them).
-    @property
-    def operators(self) -> list[str]:
-        return self.operator.take(np.arange(len(self)))
-
-    @property
-    def tool_lists(self) -> list[tuple[str, ...]]:
-        return self.tools.take(np.arange(len(self)))
-
-    @property
-    def patterns(self) -> list[str]:
-        return self.pattern.take(np.arange(len(self)))
-
-    @property
-    def agents(self) -> list[str]:
-        return self.agent.take(np.arange(len(self)))
-
 
 @dataclass(frozen=True)
 class FeatureEncoder:

@@ -136,10 +136,18 @@ class WorldModelPredictor:
             state, path = found
         else:
             state = load_checkpoint(path)
+        predictor = cls.of_state(state, path)
+        predictor.model.to(device)
+        return predictor
+
+    @classmethod
+    def of_state(cls, state: Mapping[str, Any], path: Path | None = None) -> WorldModelPredictor:
+        """A loaded checkpoint's served weights (an ensemble's: its members' mean) and
+        encoder, on the CPU; ValueError when it is not a world model's."""
         saved = read_world_model_state(state)
         model = build_world_model(ModelConfig.from_dict(saved["model"]))
         model.load_state_dict(served_weights(state))
-        return cls(model.to(device), FeatureEncoder.from_state(saved["encoder"]), path)
+        return cls(model, FeatureEncoder.from_state(saved["encoder"]), path)
 
     def predict(
         self, attempts: Sequence[AttemptLike], pool: PoolLike | None = None

@@ -123,7 +123,8 @@ def test_prediction_after_a_restart_scores_as_training_did(
     held-out AUC/Brier and our scores."""
     result, ckpt = trained
     pool = json.loads(data.read_text())["trajectories"]
-    held = [e.trajectory_id for e in split_examples(read_trajectories(data), 3).held_out]
+    read = read_trajectories(data)
+    held = [read.examples[r].trajectory_id for r in split_examples(read, 3).held_out]
     predictor = WorldModelPredictor.load(ckpt)
     here = [p.success_probability for p in predictor.predict([pool[i] for i in held[:50]])]
     script = textwrap.dedent(

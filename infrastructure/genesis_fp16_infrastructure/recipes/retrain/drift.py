@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -33,7 +33,7 @@ from genesis_fp16_infrastructure.contract.reports import DriftReport
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, held_in
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
-from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, Categorical
+from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES
 
 NOISE_DRAWS = 20
 MIN_DISTANCE = 0.1  # Evidently's default: below it, no batch size flags a feature
@@ -43,14 +43,6 @@ MIN_NEW = 20  # fewer new records: no report (every distance would be noise)
 # (the label shift counts them all). Binning a 990,000-record reference took 26 s of a
 # 1,000,000-record run; 50,000 records put a decile's share within about 0.003.
 DRIFT_SAMPLE = 50_000
-# Each categorical feature's values per record (a tool list holds several), read from
-# the columns' categorical values (``Categorical.of_rows``), in the report's order.
-_CATEGORICAL: dict[str, Callable[[Categorical], Sequence[Sequence[str]]]] = {
-    "agent": lambda c: [(v,) for v in c.agents],
-    "operator": lambda c: [(v,) for v in c.operators],
-    "reasoning_pattern": lambda c: [(v,) for v in c.patterns],
-    "tool": lambda c: c.tool_lists,
-}
 
 
 def drift_report(
@@ -101,9 +93,16 @@ def _new_records(columns: PoolColumns, served: DataFingerprint) -> torch.Tensor:
 
 
 def _categorical(columns: PoolColumns, picked: torch.Tensor) -> dict[str, Sequence[Sequence[str]]]:
-    """Each categorical feature's values of the examples ``picked`` (their indices)."""
-    parts = Categorical.of_rows(columns, columns.labelled[picked.numpy()])
-    return {name: read(parts) for name, read in _CATEGORICAL.items()}
+    """Each categorical feature's values of the examples ``picked`` (their indices), in
+    the report's order, read from the columns (a record's tool list holds several)."""
+    rows = columns.labelled[picked.numpy()]
+    one = {
+        "agent": columns.agent,
+        "operator": columns.operator,
+        "reasoning_pattern": columns.pattern,
+    }
+    values = {k: [(v,) for v in c.take(rows)] for k, c in one.items()}
+    return values | {"tool": columns.tools.take(rows)}
 
 
 class _Reference:

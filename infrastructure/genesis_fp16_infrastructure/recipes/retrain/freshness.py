@@ -109,7 +109,7 @@ def check_data(request: TrainRequest) -> DataCheck:
         report.hashed_bytes,
         report.reused,
     )
-    if record is None or not _may_be_up_to_date(request, record):
+    if record is None or not _may_be_up_to_date(request, record, served):
         return DataCheck(manifest)
     judged, stored = None, record["result"]
     if not manifest.same_content(before):
@@ -218,9 +218,11 @@ def files_changed(before: Manifest | None, after: Manifest, named: int = 3) -> s
     return "; ".join(parts) or "none"
 
 
-def _may_be_up_to_date(request: TrainRequest, record: Mapping[str, Any]) -> bool:
+def _may_be_up_to_date(
+    request: TrainRequest, record: Mapping[str, Any], served: Path | None
+) -> bool:
     """The record answers for this run: it resumes, is not a forced budget, asks what the
-    recorded run asked, and the served checkpoint is the recorded one."""
+    recorded run asked, and the served checkpoint (the pointer's) is the recorded one."""
     if not request.resume:
         return False
     if request.forced and (request.steps is not None or request.epochs is not None):
@@ -228,7 +230,7 @@ def _may_be_up_to_date(request: TrainRequest, record: Mapping[str, Any]) -> bool
     if not same_request(record.get("request"), request_key(request)):
         logger.info("data manifest: recorded for another request; the run reads the pool")
         return False
-    if not _served_checkpoint_unchanged(request, record.get("checkpoint")):
+    if not _served_checkpoint_unchanged(record.get("checkpoint"), served):
         logger.info("data manifest: the served checkpoint changed since; the run reads the pool")
         return False
     return True
@@ -318,7 +320,7 @@ def _served(request: TrainRequest, pointer: ServedPointer | None) -> Path | None
         return None
 
 
-def _served_checkpoint_unchanged(request: TrainRequest, recorded: Any) -> bool:
+def _served_checkpoint_unchanged(recorded: Any, served: Path | None) -> bool:
     """The recorded checkpoint is still there, unchanged, and still the one the
     served-model pointer names (agent_folder.transitions; a promotion, a rollback or an
     unreadable pointer: the run reads the pool)."""
@@ -329,7 +331,6 @@ def _served_checkpoint_unchanged(request: TrainRequest, recorded: Any) -> bool:
         stat = os.stat(path)
     except OSError:
         return False
-    served = _served(request, _pointer(request))
     if (stat.st_size, stat.st_mtime_ns) != (recorded.get("size"), recorded.get("mtime_ns")):
         return False
     return served is not None and served.resolve() == path.resolve()

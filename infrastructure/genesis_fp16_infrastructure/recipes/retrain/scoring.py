@@ -36,15 +36,12 @@ from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.pool_read import ReadResult, read_pool
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
-from genesis_fp16_infrastructure.training.run.early_stop import served_weights
 from genesis_fp16_infrastructure.world_model.features import (
     Categorical,
-    FeatureEncoder,
     numeric_columns,
     numeric_rows,
 )
-from genesis_fp16_infrastructure.world_model.model import ModelConfig, build_world_model
-from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
+from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 CLIP = 0.01  # P(success) clipped to [CLIP, 1 - CLIP]: a record's loss is at most LOSS_SPAN
 LOSS_SPAN = math.log((1 - CLIP) / CLIP)
@@ -77,16 +74,13 @@ def success_probability(
     place among the labelled; None: every one) by the checkpoint ``state``'s served
     weights (an ensemble's: its members' mean). ``numeric``: those rows'
     :func:`pool_numeric`, when built already."""
-    saved = read_world_model_state(state)
-    model = build_world_model(ModelConfig.from_dict(saved["model"])).eval()
-    model.load_state_dict(served_weights(state))
-    encoder = FeatureEncoder.from_state(saved["encoder"])
+    predictor = WorldModelPredictor.of_state(state)
     rows = columns.labelled if labelled is None else columns.labelled[labelled]
     if numeric is None:
         numeric = pool_numeric(columns, rows)
-    x = encoder.encode_parts(Categorical.of_rows(columns, rows), numeric)
+    x = predictor.encoder.encode_parts(Categorical.of_rows(columns, rows), numeric)
     with torch.no_grad():
-        return torch.sigmoid(model(x).success_logit.float())
+        return torch.sigmoid(predictor.model(x).success_logit.float())
 
 
 def log_losses(p: torch.Tensor, success: np.ndarray) -> np.ndarray:

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, overload
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
-from genesis_fp16_infrastructure.data.schema import Example, judged_id
+from genesis_fp16_infrastructure.data.schema import judged_id
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.recipes.retrain.options import (
     EVAL_BOUNDS,
@@ -134,46 +134,16 @@ def split_fractions(examples: int, eval_fraction: float | None = None) -> tuple[
     return round(eval_fraction, 4), round(validation, 4)
 
 
-class ExampleRows(Sequence[Example]):
-    """The examples of a read at ``rows`` (positions in its examples), as a list when first
-    read: a part of a million-record split is known by its rows, and the run's hot path
-    reads the read's columns at those rows instead of objects (issue 36)."""
-
-    def __init__(self, data: ReadResult, rows: np.ndarray) -> None:
-        self.data, self.rows = data, rows
-        self._items: list[Example] | None = None
-
-    def _list(self) -> list[Example]:
-        if self._items is None:
-            examples = self.data.examples
-            self._items = [examples[r] for r in self.rows.tolist()]
-        return self._items
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    @overload
-    def __getitem__(self, index: int) -> Example: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Example]: ...
-
-    def __getitem__(self, index: int | slice) -> Example | list[Example]:
-        return self._list()[index]
-
-    def __iter__(self) -> Iterator[Example]:
-        return iter(self._list())
-
-
 class Split(NamedTuple):
-    train: Sequence[Example]
-    validation: Sequence[Example]
-    held_out: Sequence[Example]
+    """Each part as its records' places in the data's examples (the read's labelled
+    records): the task takes their columns and feature rows by them (issue 36: no object
+    per record). A whole-pool split's three parts are one array."""
+
+    train: np.ndarray
+    validation: np.ndarray
+    held_out: np.ndarray
     eval_fraction: float
     validation_fraction: float
-    # Where each part's records are in the data's examples (train, validation, held-out):
-    # the task takes their feature rows by them.
-    rows: tuple[np.ndarray, np.ndarray, np.ndarray]
     folds: tuple[int, ...] = ()  # cross-validated: each record's fold, in train's order
     fold_count: int = 0
     hash: int = SPLIT_HASH  # how records were drawn into parts or folds (SPLIT_HASH)
@@ -213,9 +183,7 @@ def split_examples(
             f"{count} labelled example(s) cannot be split into train, "
             f"validation and held-out parts (eval_fraction={fraction}); add data"
         )
-    train, val, held = (ExampleRows(data, rows) for rows in (train_rows, val_rows, held_rows))
-    rows = (train_rows, val_rows, held_rows)
-    return Split(train, val, held, fraction, validation, rows, hash=version)
+    return Split(train_rows, val_rows, held_rows, fraction, validation, hash=version)
 
 
 def choose_split(
@@ -267,11 +235,7 @@ def fold_split(data: ReadResult, seed: int, folds: int, version: int = SPLIT_HAS
             f"{count} labelled example(s) cannot be dealt into {folds} folds; add data"
         )
     dealt = Draw.of_columns(data.columns).take(rows).folds(seed, folds, version)
-    everything = ExampleRows(data, rows)
-    return Split(
-        everything, everything, everything, 0.0, 0.0, (rows,) * 3, tuple(dealt.tolist()), folds,
-        version,
-    )  # fmt: skip
+    return Split(rows, rows, rows, 0.0, 0.0, tuple(dealt.tolist()), folds, version)
 
 
 def assign_folds(ids: Sequence[str], seed: int, folds: int) -> list[int]:

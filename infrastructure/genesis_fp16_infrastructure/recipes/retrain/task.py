@@ -54,7 +54,6 @@ from genesis_fp16_infrastructure.judging.split import sorted_unique
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
 from genesis_fp16_infrastructure.recipes.retrain.split import (
-    ExampleRows,
     Split,
     choose_split,
     judged_held_out,
@@ -155,7 +154,70 @@ def batch_of(x: torch.Tensor, labels: Labels, folds: Sequence[int] | None = None
 _OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}  # Label.outcome_index, looked up
 
 
-class WorldModelTask:
+class WorldModelStep:
+    """A world model's step: its model (``config``, ensemble members included), AdamW and
+    loss. :class:`WorldModelTask` trains it on data; a fault bundle keeps its
+    ``replay_spec()`` and rebuilds it without data (the bundle holds the step's batches)::
+
+        task = WorldModelStep.from_spec(bundle["rebuild"])
+    """
+
+    def __init__(self, config: ModelConfig, learning_rate: float, weight_decay: float) -> None:
+        self.config, self.learning_rate, self.weight_decay = config, learning_rate, weight_decay
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> WorldModelStep:
+        return cls(
+            ModelConfig.from_dict(dict(spec["model"])),
+            float(spec.get("learning_rate", TaskOptions.learning_rate)),
+            float(spec.get("weight_decay", TaskOptions.weight_decay)),
+        )
+
+    def replay_spec(self) -> dict[str, Any]:
+        """What a fault bundle keeps to rebuild this step without its data: the model's
+        configuration and the optimizer's settings."""
+        return {
+            "model": self.config.to_dict(),
+            "learning_rate": self.learning_rate,
+            "weight_decay": self.weight_decay,
+        }
+
+    def build_model(self) -> nn.Module:
+        return build_world_model(self.config)
+
+    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
+        """AdamW over ``model``."""
+        device = next(model.parameters()).device.type
+        optimizer = torch.optim.AdamW(
+            model.parameters(),
+            lr=self.learning_rate,
+            weight_decay=self.weight_decay,
+            fused=device in ("cpu", "cuda"),
+            # Step counters on the device, so the whole step can be a CUDA graph
+            # (cuda_graph); the same arithmetic as without. CPU steps cannot be captured.
+            capturable=device == "cuda",
+        )
+        # Checkpoints of the loop-layout ensemble (one WorldModel per member) resume.
+        optimizer.register_load_state_dict_pre_hook(stack_loop_optimizer_state)
+        return [optimizer]
+
+    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
+        return ()
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """The three heads' loss; over one member, the sum of each member's on the records
+        outside its fold (a member's gradient is what it would be trained alone)."""
+        labels = (batch.success, batch.score, batch.score_known, batch.outcome)
+        members = self.config.members
+        if members <= 1:
+            return world_model_losses(model(batch.x), *labels).total
+        out: WorldModelOutput = model(batch.x, per_member=True)  # through any DDP/FSDP wrapper
+        # Every member's loss at once: row k keeps the records outside fold k.
+        rows = torch.arange(members, device=batch.fold.device).unsqueeze(1)
+        return world_model_losses(out, *labels, weight=batch.fold != rows).total.sum()
+
+
+class WorldModelTask(WorldModelStep):
     """Everything ``fit()`` needs to train an agent's world model (SE-Darwin's by default)
     on one dataset."""
 
@@ -180,20 +242,15 @@ class WorldModelTask:
         self.split = split = split or choose_split(data, options, seed, saved)
         self.members = max(1, split.fold_count)
         train = split.train
-        # Each part's positions in data.examples, by part (a whole-pool split's are one).
-        rows_of = {id(part): rows for part, rows in zip(split[:3], split.rows, strict=True)}
         columns = data.columns
         # The unscaled numeric features of every example, computed once from the read's
         # columns (issue 36: no object per record): each part takes its rows, and the drift
         # report and the promotion gate take them after the run (take_numeric_rows).
         self._numeric_rows: torch.Tensor | None = None
 
-        def inputs(
-            part: Sequence[Example],
-        ) -> tuple[Categorical, torch.Tensor, torch.Tensor, Labels]:
+        def inputs(rows: np.ndarray) -> tuple[Categorical, torch.Tensor, torch.Tensor, Labels]:
             """The part's categorical columns, numbers (every example's, with the part's
             rows in them), and labels."""
-            rows = rows_of[id(part)]
             if self._numeric_rows is None:
                 self._numeric_rows = pool_numeric(columns, columns.labelled)
             categorical = Categorical.of_rows(columns, columns.labelled[rows])
@@ -205,7 +262,7 @@ class WorldModelTask:
                 self.encoder = FeatureEncoder.from_state(saved["encoder"])
             except ValueError as exc:  # e.g. a checkpoint from before encoder version 2
                 raise TrainRequestError(f"cannot resume this checkpoint: {exc}") from exc
-            self.config = ModelConfig.from_dict(saved["model"])
+            config = ModelConfig.from_dict(saved["model"])
         else:
             categorical, numeric, picks, labels = inputs(train)
             self.encoder = FeatureEncoder.fit_parts(
@@ -216,12 +273,11 @@ class WorldModelTask:
             del categorical, numeric, picks, labels  # the part's copy of its numbers
             # A member trains on all folds but one: its width follows that many records.
             member_records = len(train) * (self.members - 1) // self.members or len(train)
-            self.config = _model_config(
-                options, self.encoder.n_features, member_records, self.members
-            )
-        encoded: dict[int, Batch] = {}  # by list: the whole-pool task's parts are one list
+            config = _model_config(options, self.encoder.n_features, member_records, self.members)
+        super().__init__(config, options.learning_rate, options.weight_decay)
+        encoded: dict[int, Batch] = {}  # by array: the whole-pool task's parts are one
 
-        def batch(part: Sequence[Example]) -> Batch:
+        def batch(part: np.ndarray) -> Batch:
             if id(part) not in encoded:
                 folds = split.folds if split.fold_count and part is train else None
                 categorical, numeric, picks, labels = inputs(part)
@@ -235,12 +291,12 @@ class WorldModelTask:
         # Early stopping's record holds on these records alone: the distinct id hashes of
         # the training and validation parts (since issue 36; the ids' text, sorted, before:
         # a checkpoint of then starts a new record once).
-        hashes = [_id_hashes(data, rows_of[id(part)]) for part in (train, split.validation)]
+        hashes = [_id_hashes(data, part) for part in (train, split.validation)]
         # The ids it trains on (training and validation parts), the checkpoint's
         # "trained_ids" (contract.judging): the judged run checks none is held out. Kept
         # as their hashes, one tensor: each checkpoint saves it, and each judged run loads
         # it (as 100,000 strings, 0.7 s a load).
-        parts = [columns.judged[rows_of[id(p)]] for p in (train, split.validation)]
+        parts = [columns.judged[p] for p in (train, split.validation)]
         self.trained_ids = torch.from_numpy(sorted_unique(np.concatenate(parts)).view(np.int64))
         distinct = sorted_unique(np.concatenate(hashes))
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
@@ -284,7 +340,6 @@ class WorldModelTask:
         and held-out parts are its training records: its own metrics are not a measure.
         """
         rows = np.flatnonzero(~judged_held_out(data))
-        everything = ExampleRows(data, rows)
         pinned = replace(
             self.options,
             hidden=self.config.hidden,
@@ -293,30 +348,10 @@ class WorldModelTask:
             batch_size=self.batch_size,
             cross_validation=False,
         )
-        split = Split(
-            everything, everything, everything, 0.0, 0.0, rows=(rows,) * 3, hash=self.split.hash
-        )
+        split = Split(rows, rows, rows, 0.0, 0.0, hash=self.split.hash)
         return WorldModelTask(
             data, pinned, self.seed, device, split=split, seen=self.seen, agent=self.agent
         )
-
-    def build_model(self) -> nn.Module:
-        return build_world_model(self.config)
-
-    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
-        return task_optimizers(model, self.options.learning_rate, self.options.weight_decay)
-
-    def replay_spec(self) -> dict[str, Any]:
-        """What a fault bundle keeps to rebuild this task's step without its data
-        (:class:`ReplayedTask`): the model's configuration, ensemble members included."""
-        return {
-            "model": self.config.to_dict(),
-            "learning_rate": self.options.learning_rate,
-            "weight_decay": self.options.weight_decay,
-        }
-
-    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
-        return ()
 
     @property
     def steps_per_epoch(self) -> int:
@@ -344,11 +379,6 @@ class WorldModelTask:
         order = index_to(order, self.train_data.x.device)
         for start, end in _chunks(len(order), self.batch_size):
             yield self.train_data.take(order[start:end]), end - start
-
-    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        """The three heads' loss; cross-validated, the sum of each member's on the records
-        outside its fold (a member's gradient is what it would be trained alone)."""
-        return task_loss(model, batch, self.members)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Held-out metrics (out-of-fold when cross-validated); the AUC with its 95%
@@ -406,61 +436,6 @@ class WorldModelTask:
                 "checkpoint's encoder (WorldModelTask(saved=...)) or start a fresh checkpoint "
                 "folder"
             )
-
-
-def task_loss(model: nn.Module, batch: Batch, members: int) -> torch.Tensor:
-    """The three heads' loss; over one member, the sum of each member's on the records
-    outside its fold (a member's gradient is what it would be trained alone)."""
-    labels = (batch.success, batch.score, batch.score_known, batch.outcome)
-    if members <= 1:
-        return world_model_losses(model(batch.x), *labels).total
-    out: WorldModelOutput = model(batch.x, per_member=True)  # through any DDP/FSDP wrapper
-    # Every member's loss at once: row k keeps the records outside fold k.
-    rows = torch.arange(members, device=batch.fold.device).unsqueeze(1)
-    return world_model_losses(out, *labels, weight=batch.fold != rows).total.sum()
-
-
-def task_optimizers(model: nn.Module, lr: float, weight_decay: float) -> list[Optimizer]:
-    """The task's AdamW over ``model``."""
-    device = next(model.parameters()).device.type
-    optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=lr,
-        weight_decay=weight_decay,
-        fused=device in ("cpu", "cuda"),
-        # Step counters on the device, so the whole step can be a CUDA graph
-        # (cuda_graph); the same arithmetic as without. CPU steps cannot be captured.
-        capturable=device == "cuda",
-    )
-    # Checkpoints of the loop-layout ensemble (one WorldModel per member) resume.
-    optimizer.register_load_state_dict_pre_hook(stack_loop_optimizer_state)
-    return [optimizer]
-
-
-class ReplayedTask:
-    """A :class:`WorldModelTask`'s step rebuilt from its ``replay_spec()`` alone, for a
-    fault bundle's replay: the same model, optimizer and loss; no data (the bundle holds
-    the step's batches)::
-
-        task = ReplayedTask(bundle["rebuild"])
-    """
-
-    def __init__(self, spec: Mapping[str, Any]) -> None:
-        self.config = ModelConfig.from_dict(dict(spec["model"]))
-        self.learning_rate = float(spec.get("learning_rate", TaskOptions.learning_rate))
-        self.weight_decay = float(spec.get("weight_decay", TaskOptions.weight_decay))
-
-    def build_model(self) -> nn.Module:
-        return build_world_model(self.config)
-
-    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
-        return task_optimizers(model, self.learning_rate, self.weight_decay)
-
-    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
-        return ()
-
-    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        return task_loss(model, batch, self.config.members)
 
 
 def _id_hashes(data: ReadResult, rows: np.ndarray) -> np.ndarray:

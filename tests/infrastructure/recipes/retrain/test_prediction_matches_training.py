@@ -33,7 +33,7 @@ def test_predictions_equal_the_training_runs_features_and_outputs(tmp_path: Path
     data = read_trajectories(data_path)
     task = WorldModelTask(data, TaskOptions.from_mapping(OPTIONS), 3, saved=saved)
     predictor = WorldModelPredictor.load(result.checkpoint)
-    held = task.split.held_out
+    held = [data.examples[r] for r in task.split.held_out]
     x = predictor.encoder.encode([e.attempt for e in held], data.pool)
     assert torch.equal(x.view(torch.int32), task.eval_data.x.view(torch.int32))
     scored = predictor.predict([e.attempt for e in held], data.pool)

@@ -49,7 +49,7 @@ def test_the_task_from_columns_is_the_task_from_objects(
     assert "examples" not in vars(data) and "pool" not in vars(data)
     # The same task from the objects, as before the columns.
     split = task.split
-    train = list(split.train)
+    train, validation, held_out = ([data.examples[r] for r in rows] for rows in split[:3])
     encoder = FeatureEncoder.fit(
         [e.attempt for e in train], data.pool, [e.label.success for e in train]
     )
@@ -57,8 +57,8 @@ def test_the_task_from_columns_is_the_task_from_objects(
     folds = split.folds if split.fold_count else None
     for part, batch, part_folds in (
         (train, task.train_data, folds),
-        (list(split.validation), task.validation_data, None),
-        (list(split.held_out), task.eval_data, None),
+        (validation, task.validation_data, None),
+        (held_out, task.eval_data, None),
     ):
         if cross_validation and part is not train:
             part_folds = folds  # one list: the parts are the same batch
