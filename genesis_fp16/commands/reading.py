@@ -2,7 +2,8 @@
 with its other lines and say so in one line on stderr
 (genesis_fp16/config/settings_reading.py), where a command that acts stops.
 
-``SETTINGS_USE`` says, for every command of the parser, which of the two it is. The rule:
+``SETTINGS_USE`` says, for every command of the parser, which of the two it is, and
+``command_settings`` reads each command's settings as it says. The rule:
 a command *reads* when it changes nothing the daemon, Genesis or a receiver sees (the
 state folder, a served model, the data, a webhook); it *acts* otherwise, and must act on
 the settings the operator wrote. A test holds the table to the parser
@@ -15,7 +16,7 @@ from __future__ import annotations
 import sys
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.config.settings import Settings, SettingsError
+from genesis_fp16.config.settings import Settings, SettingsError, load_settings
 from genesis_fp16.config.settings_reading import load_settings_for_reading
 
 READS = "reads"  # the file's other lines, one line on stderr, then the command as ever
@@ -62,12 +63,16 @@ def commands_that(use: str) -> list[str]:
     return [command for command, found in SETTINGS_USE.items() if found == use]
 
 
-def settings_for_reading() -> Settings:
-    """The settings to read the state folder with; a bad environment is one line (exit 2)."""
+def command_settings(command: str) -> Settings:
+    """The settings ``command`` (its words in ``SETTINGS_USE``) runs with, as the table
+    says: one that acts refuses a bad ``.env`` file in one line naming the bad setting
+    (exit 2); one that reads goes on with the file's other lines, said in one line on
+    stderr. A bad environment is one line, exit 2, for both."""
     try:
-        read = load_settings_for_reading()
+        read = None if SETTINGS_USE[command] == ACTS else load_settings_for_reading()
+        settings = load_settings() if read is None else read.settings
     except SettingsError as exc:
         raise UsageError(f"invalid configuration: {exc}") from None
-    if read.note is not None:
+    if read is not None and read.note is not None:
         print(f"genesis-fp16: warning: {read.note}", file=sys.stderr, flush=True)
-    return read.settings
+    return settings

@@ -101,7 +101,7 @@ def _task(
     and the line on its data (``note``, the bundle's ``data_change``; None: unchanged).
     Only an allowlisted plugin's code runs; nothing the bundle names is imported (its
     batch types resolve against the plugin's ``batch_types``)."""
-    from genesis_fp16.commands.reading import settings_for_reading
+    from genesis_fp16.commands.reading import command_settings
     from genesis_fp16.config.plugins import PluginError, load_plugin
     from genesis_fp16_infrastructure.api import BundleError, capabilities_of
 
@@ -112,7 +112,7 @@ def _task(
         raise BundleError("the bundle names no agent: replay it from the library with its task")
     # Replay reads (a refused .env: its other lines, said on stderr); its allowlist is
     # never wider than the file's (settings_reading.py).
-    allowlist = settings_for_reading().plugin_allowlist
+    allowlist = command_settings("replay").plugin_allowlist
     try:
         plugin = load_plugin(agent, allowlist)
     except PluginError as exc:
