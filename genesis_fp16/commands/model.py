@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.named_agent import agent_folder
-from genesis_fp16.commands.reading import command_settings
+from genesis_fp16.commands.reading import agent_folder, command_settings
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16.status.history import pointer_scores

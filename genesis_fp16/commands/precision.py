@@ -17,8 +17,7 @@ import json
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.named_agent import agent_folder
-from genesis_fp16.commands.reading import command_settings
+from genesis_fp16.commands.reading import agent_folder, command_settings
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.jobs.guard_state import describe
 from genesis_fp16_infrastructure.api import AgentFolder, SetAside

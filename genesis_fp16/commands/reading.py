@@ -9,6 +9,10 @@ state folder, a served model, the data, a webhook); it *acts* otherwise, and mus
 the settings the operator wrote. A test holds the table to the parser
 (tests/genesis_fp16/commands/test_cli_refused_env.py), so a new command must be put in
 it, and runs each command on a refused file.
+
+``agent_folder`` is the folder of the agent a command names (`precision`, `model`) under
+those settings' state folder. Every command's AGENT argument is parsed by
+``genesis_fp16.config.agent_names.agent_argument``: its name is checked where it enters.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from __future__ import annotations
 import sys
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings import Settings, SettingsError, load_settings
 from genesis_fp16.config.settings_reading import load_settings_for_reading
+from genesis_fp16_infrastructure.api import AgentFolder
 
 READS = "reads"  # the file's other lines, one line on stderr, then the command as ever
 ACTS = "acts"  # refused in one line naming the bad setting, exit 2, nothing done
@@ -76,3 +82,14 @@ def command_settings(command: str) -> Settings:
     if read is not None and read.note is not None:
         print(f"genesis-fp16: warning: {read.note}", file=sys.stderr, flush=True)
     return settings
+
+
+def agent_folder(agent: str, settings: Settings) -> AgentFolder:
+    """``agent``'s folder (a name its command's ``agent_argument`` checked) under the
+    state folder of ``settings`` (:func:`command_settings`); a name that is neither an
+    installed agent nor a folder there (a typo) is one line (exit 2)."""
+    folder = AgentFolder(settings.state_dir, agent)
+    known = known_agent_names()
+    if agent not in known and not folder.root.exists():  # a typo, not an agent without state
+        raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")
+    return folder
