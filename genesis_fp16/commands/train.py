@@ -61,7 +61,6 @@ from genesis_fp16.config.settings import (
 from genesis_fp16.events.runs import announce_run
 from genesis_fp16.jobs.run_request import (
     RequestOverrides,
-    budget,
     parse_option_flags,
     plan_request,
     resolve_options,
@@ -430,7 +429,6 @@ def _request(
             "training from scratch",
             file=sys.stderr,
         )
-    steps, _ = budget(settings, args.agent, args.steps, args.epochs)
     terminal = main and sys.stderr.isatty()
     tracked = (args.tracking_dir or settings.tracking_dir) is not None
     overrides = RequestOverrides(
@@ -455,4 +453,4 @@ def _request(
         request = plan_request(settings, args.agent, plugin, device, overrides).request
     except TrainRequestError as exc:
         raise UsageError(str(exc)) from None
-    return request, ProgressBar(steps, sys.stderr) if terminal else None
+    return request, ProgressBar(request.steps, sys.stderr) if terminal else None
