@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from genesis_fp16.commands.reading import settings_for_reading
+from genesis_fp16.commands.reading import command_settings
 from genesis_fp16.config.plugins import PluginRecord, discover_plugins
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import describe, load_memory
@@ -29,7 +29,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_for_reading()  # a refused .env: its other lines, said on stderr
+    settings = command_settings("agents")  # a refused .env: its other lines, said on stderr
     records = discover_plugins(settings.plugin_allowlist, settings.plugin_import_deadline_seconds)
     if args.json:
         listed = []

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.reading import settings_for_reading
+from genesis_fp16.commands.reading import command_settings
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import PluginError, load_plugin
 
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from genesis_fp16.testing import check_agent
 
     # Only the allowlist is read (a refused .env: its other lines, said on stderr).
-    allowlist = settings_for_reading().plugin_allowlist
+    allowlist = command_settings("check-agent").plugin_allowlist
     try:
         plugin = load_plugin(args.agent, allowlist)
         options = parse_option_flags(args.option)

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.commands.reading import command_settings
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import PluginError, load_plugin
-from genesis_fp16.config.settings import SettingsError, load_settings
 
 
 def register(subparsers: Any) -> None:
@@ -74,11 +74,9 @@ def run_generate(args: argparse.Namespace) -> int:
             f"--out {args.out} is inside the state folder {folder}, owned by "
             f"{holder.describe()}: stop it first, or write elsewhere"
         )
+    settings = command_settings("data generate")
     try:
-        settings = load_settings()
         plugin = load_plugin(args.agent, settings.plugin_allowlist)
-    except SettingsError as exc:
-        raise UsageError(f"invalid configuration: {exc}") from None
     except PluginError as exc:
         raise UsageError(str(exc)) from None
     # The daemon's and train's defaults: the same data unless asked otherwise.

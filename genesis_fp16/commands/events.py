@@ -22,8 +22,8 @@ import re
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.reading import settings_for_reading
-from genesis_fp16.config.settings import Settings, SettingsError, load_settings
+from genesis_fp16.commands.reading import command_settings
+from genesis_fp16.config.settings import Settings
 from genesis_fp16.events.delivery import (
     Deliverer,
     DeliveryConfig,
@@ -53,12 +53,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.action == "list":  # reads: a refused .env's other lines, said on stderr
-        return _list(settings_for_reading(), bool(args.json))
-    try:  # posts to the receivers the operator wrote, or to none
-        settings = load_settings()
-    except SettingsError as exc:
-        raise UsageError(f"invalid configuration: {exc}") from None
+    settings = command_settings(f"events {args.action}")
+    if args.action == "list":
+        return _list(settings, bool(args.json))
     return _redeliver(settings, str(args.id), bool(args.json))
 
 

@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.named_agent import agent_folder
+from genesis_fp16.commands.reading import agent_folder, command_settings
 from genesis_fp16.config.agent_names import agent_argument
-from genesis_fp16.config.settings_reading import load_settings_for_reading
 from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16.status.history import pointer_scores
 from genesis_fp16.status.report import held_by_pin, held_words
@@ -72,12 +71,11 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     agent, as_json = str(args.agent), bool(args.json)
     try:
-        home = agent_folder(agent, read_only=args.action == "list")
+        settings = command_settings(f"model {args.action}")
+        home = agent_folder(agent, settings)
         folder = home.checkpoint_dir
         if args.action == "list":
-            # read as agent_folder read them (a refused .env's other lines), said once there
-            idle = load_settings_for_reading().settings.live_watch_idle_seconds
-            return list_models(folder, agent, as_json, idle)
+            return list_models(folder, agent, as_json, settings.live_watch_idle_seconds)
         if not home.checkpoints.holds_models():
             raise UsageError(
                 f"{agent}: no served-model pointer or candidate in {folder}: the agent has "

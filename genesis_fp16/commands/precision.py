@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.named_agent import agent_folder
+from genesis_fp16.commands.reading import agent_folder, command_settings
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.jobs.guard_state import describe
 from genesis_fp16_infrastructure.api import AgentFolder, SetAside
@@ -49,7 +49,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     agent = str(args.agent)
     # show reads (a refused .env: its other lines, said on stderr); reset acts: it refuses
-    folder = agent_folder(agent, read_only=args.action == "show")
+    folder = agent_folder(agent, command_settings(f"precision {args.action}"))
     if args.action == "show":
         return _show(args, agent, folder)
     # A running daemon may be recording a run's demotions into the same file: take turns.

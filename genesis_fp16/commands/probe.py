@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.reading import settings_for_reading
+from genesis_fp16.commands.reading import command_settings
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import (
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     if args.data is not None and not args.data.exists():
         raise UsageError(f"--data {args.data}: no such file or folder")
     # The probe changes nothing (a refused .env: its other lines, said on stderr).
-    settings = settings_for_reading()
+    settings = command_settings("probe")
     try:
         plugin = load_plugin(args.agent, settings.plugin_allowlist)
     except PluginError as exc:

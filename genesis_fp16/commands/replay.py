@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +37,6 @@ if TYPE_CHECKING:
 
 PRECISIONS = ("fp16", "bf16", "fp32")
 DEFAULT_TOLERANCE = 0.1  # replay_compare.DEFAULT_TOLERANCE, without importing torch here
-_AGENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,99}")
 
 
 def register(subparsers: Any) -> None:
@@ -101,20 +99,20 @@ def _task(
     and the line on its data (``note``, the bundle's ``data_change``; None: unchanged).
     Only an allowlisted plugin's code runs; nothing the bundle names is imported (its
     batch types resolve against the plugin's ``batch_types``)."""
-    from genesis_fp16.commands.reading import settings_for_reading
+    from genesis_fp16.commands.reading import command_settings
     from genesis_fp16.config.plugins import PluginError, load_plugin
-    from genesis_fp16_infrastructure.api import BundleError, capabilities_of
+    from genesis_fp16_infrastructure.api import BundleError, capabilities_of, is_agent_name
 
     found = bundle.get("context")
     context: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     agent = context.get("agent")
-    if not isinstance(agent, str) or not _AGENT_NAME.fullmatch(agent):
+    if not is_agent_name(agent):  # the one pattern (config/agent_names.py), no other
         raise BundleError("the bundle names no agent: replay it from the library with its task")
     # Replay reads (a refused .env: its other lines, said on stderr); its allowlist is
     # never wider than the file's (settings_reading.py).
-    allowlist = settings_for_reading().plugin_allowlist
+    allowlist = command_settings("replay").plugin_allowlist
     try:
-        plugin = load_plugin(agent, allowlist)
+        plugin = load_plugin(str(agent), allowlist)  # a name: checked above
     except PluginError as exc:
         raise UsageError(str(exc)) from None
     declared = capabilities_of(plugin)  # plugin_api's ReplaysSteps and NamesBatchTypes

@@ -39,13 +39,13 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from genesis_fp16.commands.reading import settings_for_reading
+    from genesis_fp16.commands.reading import command_settings
     from genesis_fp16.service.run_now import new_request
 
     agent = str(args.agent)
     # A refused .env: its other lines name the state folder (said on stderr); the daemon
     # runs the agent with its own running settings whatever this process reads.
-    state_dir = Path(settings_for_reading().state_dir)
+    state_dir = Path(command_settings("run").state_dir)
     pid = _daemon_pid(state_dir, agent)
     try:
         ident = new_request(state_dir, agent)

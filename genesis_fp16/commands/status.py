@@ -35,10 +35,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from genesis_fp16.commands.reading import settings_for_reading
+    from genesis_fp16.commands.reading import command_settings
     from genesis_fp16.status.render import render_text
 
-    settings = settings_for_reading()  # a refused .env: its other lines, said on stderr
+    settings = command_settings("status")  # a refused .env: its other lines, said on stderr
     report = read_report(settings)
     if args.json:
         print(json.dumps(report.to_json(), allow_nan=False, indent=2))

@@ -56,14 +56,11 @@ from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import (
     PRECISION_CHOICES,
     Settings,
-    SettingsError,
-    load_settings,
     resolve_device,
 )
 from genesis_fp16.events.runs import announce_run
 from genesis_fp16.jobs.run_request import (
     RequestOverrides,
-    budget,
     parse_option_flags,
     plan_request,
     resolve_options,
@@ -191,20 +188,19 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from genesis_fp16.commands.reading import command_settings  # train's start loads no other
     from genesis_fp16.launch.distributed import TorchrunEnv
 
     check_arguments(args)
     handed, log_level = _read_request_file(args.request) if args.request else (None, "INFO")
+    # A daemon's child or rank (--request) reads no .env and no setting: the run file
+    # carries what it needs, so a .env edit the daemon rejected cannot fail its runs.
+    settings = command_settings("train") if handed is None else None
     try:
-        # A daemon's child or rank (--request) reads no .env and no setting: the run file
-        # carries what it needs, so a .env edit the daemon rejected cannot fail its runs.
-        settings = load_settings() if handed is None else None
         # The daemon loaded this agent under its allowlist before it sent the run.
         plugin = load_plugin(args.agent, settings.plugin_allowlist if settings else None)
         if settings is not None:  # checked before any data is generated or a group formed
             resolve_options(args.agent, plugin, settings.agent(args.agent).options, _flags(args))
-    except SettingsError as exc:
-        raise UsageError(f"invalid configuration: {exc}") from None
     except (PluginError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
     if settings is None:  # the launcher relays its child's records: it parses JSON
@@ -433,7 +429,6 @@ def _request(
             "training from scratch",
             file=sys.stderr,
         )
-    steps, _ = budget(settings, args.agent, args.steps, args.epochs)
     terminal = main and sys.stderr.isatty()
     tracked = (args.tracking_dir or settings.tracking_dir) is not None
     overrides = RequestOverrides(
@@ -458,4 +453,4 @@ def _request(
         request = plan_request(settings, args.agent, plugin, device, overrides).request
     except TrainRequestError as exc:
         raise UsageError(str(exc)) from None
-    return request, ProgressBar(steps, sys.stderr) if terminal else None
+    return request, ProgressBar(request.steps, sys.stderr) if terminal else None

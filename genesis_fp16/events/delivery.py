@@ -137,11 +137,7 @@ class Deliverer:
         """One turn of every agent and receiver (tests, the `events` tools); seconds until
         a turn is due again (0: a batch is left; None: nothing waits for a retry)."""
         config = self.config()
-        due = [
-            self.turn(folder, url, config)
-            for folder in agent_folders(config.state_dir)
-            for url in config.urls or (None,)
-        ]
+        due = [self.turn(folder, url, config) for folder, url in pairs(config)]
         found = [d for d in due if d is not None]
         return min(found) if found else None
 
@@ -406,6 +402,12 @@ def _one_line(exc: BaseException) -> str:
 def agent_folders(state_dir: Path) -> list[Path]:
     """Every agent folder of the state folder that has an outbox, by name."""
     return [f.root for f in AgentFolder.each(state_dir) if outbox.outbox_of(f.root).is_dir()]
+
+
+def pairs(config: DeliveryConfig) -> list[Pair]:
+    """What is delivered: each agent folder with an outbox, for each receiver configured
+    now (None when none is: its events are marked ``unsent``)."""
+    return [(f, url) for f in agent_folders(config.state_dir) for url in config.urls or (None,)]
 
 
 def catch_up(state_dir: Path) -> None:

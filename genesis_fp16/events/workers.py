@@ -24,8 +24,8 @@ from genesis_fp16.events.delivery import (
     Deliverer,
     DeliveryConfig,
     Pair,
-    agent_folders,
     catch_up,
+    pairs,
     shown,
 )
 
@@ -102,11 +102,7 @@ class DeliveryThread:
 
     def supervise(self, config: DeliveryConfig) -> None:
         """Start a worker for each (agent, receiver) pair configured now; retire the rest."""
-        wanted = {
-            (folder, url)
-            for folder in agent_folders(config.state_dir)
-            for url in config.urls or (None,)
-        }
+        wanted = set(pairs(config))
         for pair in wanted - self.workers.keys():
             worker = self.workers[pair] = Worker(self.deliverer, pair, self._stop)
             worker.thread.start()

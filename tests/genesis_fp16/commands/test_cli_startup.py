@@ -82,8 +82,8 @@ LOADED = PROBE.replace(
 # The train command's own modules: the command and what it refuses and shows.
 TRAIN_MODULES = ["train", "train_checks", "train_output"]
 # Other commands' own helper modules, which --help loads with their command.
-# The agent a command names; the read-only commands' settings.
-HELPER_MODULES = ["named_agent", "reading"]
+# Each command's settings, and the folder of the agent it names.
+HELPER_MODULES = ["reading"]
 
 
 def test_train_starts_without_the_other_commands_or_prometheus(tmp_path: Path) -> None:
