@@ -24,7 +24,6 @@ import math
 import struct
 from array import array
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar
@@ -74,9 +73,9 @@ class FileRecord(msgspec.Struct, frozen=True):
     score: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class Rejected:
-    """One quarantined entry of a file, as written to the quarantine file."""
+class Rejected(msgspec.Struct, frozen=True, array_like=True):
+    """One quarantined entry of a file, as written to the quarantine file (a block
+    stores it as the array ``[where, reason, text]``)."""
 
     where: str
     reason: str
@@ -134,12 +133,8 @@ class RecordBlock(msgspec.Struct):
     key: bytes  # <i8 per record: data.schema.record_hash of a labelled record, else 0
     id_key: bytes  # <i8 per record: data.schema.record_id_hash of its id
     judged: bytes  # 8 per record: a labelled one's schema.id_digest of its judged_id
-    rejected: list[tuple[str, str, str]]  # (where, reason, text) as quarantined
+    rejected: list[Rejected]  # as quarantined
     version: str = ""  # the record cache's CACHE_VERSION, when stored
-
-    @property
-    def rejected_entries(self) -> list[Rejected]:
-        return [Rejected(*e) for e in self.rejected]
 
     def __len__(self) -> int:
         return len(self.trajectory_id)
@@ -308,7 +303,7 @@ class BlockWriter:
             key=_int64s(self.key),
             id_key=_int64s(record_id_hashes(self.ids)),
             judged=b"".join(self.judged),
-            rejected=[(e.where, e.reason, e.text) for e in rejected],
+            rejected=rejected,
         )
 
 

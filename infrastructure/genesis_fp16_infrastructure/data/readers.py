@@ -286,7 +286,7 @@ def _pool(
     blocks = [_file_records(file, sink, cache, keep_text) for file in files]
     columns, duplicates = collect(blocks, keep_text)
     if cache is not None and slim:
-        rejected = [(i, entry) for i, b in enumerate(blocks) for entry in b.rejected_entries]
+        rejected = [(i, entry) for i, b in enumerate(blocks) for entry in b.rejected]
         cache.store_pool(files, StoredPool(columns, duplicates, list(map(str, files)), rejected))
     return columns, duplicates
 
@@ -327,7 +327,7 @@ def _file_records(
 
 def _quarantined_before(block: RecordBlock, file: Path, sink: QuarantineSink) -> None:
     """A stored block's quarantined entries, written to ``sink`` as a parse writes them."""
-    for entry in block.rejected_entries:
+    for entry in block.rejected:
         sink.add(Source(file, entry.where), entry.reason, entry.text)
 
 
