@@ -1,10 +1,12 @@
 """What a read makes of a file's records.
 
-:class:`FileRecord` is one valid record as a parse makes it, :class:`Rejected` one
-quarantined entry, :class:`RecordBlock` a file's records as columns (what the record
-cache keeps and a read joins into its ``data.pool_columns.PoolColumns``), :class:`Head`
-what an appended ``.jsonl`` file's stored records hold, and :class:`FileCache` where a
-read finds a file's records from an earlier read (``data.record_cache`` is one).
+:class:`FileRecord` is one valid record as a parse makes it (either path of
+``data.readers``), :class:`Rejected` one quarantined entry, :class:`BlockWriter` writes
+each parsed record into the columns of a :class:`RecordBlock`, a file's records as
+columns (what the record cache keeps and a read joins into its
+``data.pool_columns.PoolColumns``), :class:`Head` what an appended ``.jsonl`` file's
+stored records hold, and :class:`FileCache` where a read finds a file's records from an
+earlier read (``data.record_cache`` is one).
 
 And :func:`own_numbers`, an attempt's own record in numbers (change, files, words, tools;
 named by ``OWN_FEATURES``): the encoder's features that need no other record. They cost
@@ -22,9 +24,7 @@ import math
 import struct
 from array import array
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar
 
@@ -37,7 +37,7 @@ from genesis_fp16_infrastructure.data.schema import (
     Label,
     id_digest,
     judged_id,
-    record_id_hash,
+    labelled_hash,
     record_id_hashes,
 )
 
@@ -62,24 +62,20 @@ _DOCS_SUFFIXES = (".md", ".rst", ".txt")
 _OTHER_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
 
 
-@dataclass(frozen=True, slots=True)
-class FileRecord:
-    """One valid record of a file, as the rest of a read needs it: its pre-attempt input,
-    its label (None: unfinished or unlabelled) and its recorded score."""
+class FileRecord(msgspec.Struct, frozen=True):
+    """One valid record of a file, as either path of a parse makes it
+    (``data.readers``): its pre-attempt input, its label (None: unfinished or
+    unlabelled) and its recorded score."""
 
     trajectory_id: str
     attempt: AttemptInput
     label: Label | None
     score: float | None
-    # data.schema.record_hash of the labelled record, worked out while its text was
-    # there (None: unlabelled, in no fingerprint)
-    key: int | None = None
-    id_key: int | None = None  # data.schema.record_id_hash of trajectory_id
 
 
-@dataclass(frozen=True, slots=True)
-class Rejected:
-    """One quarantined entry of a file, as written to the quarantine file."""
+class Rejected(msgspec.Struct, frozen=True, array_like=True):
+    """One quarantined entry of a file, as written to the quarantine file (a block
+    stores it as the array ``[where, reason, text]``)."""
 
     where: str
     reason: str
@@ -137,67 +133,8 @@ class RecordBlock(msgspec.Struct):
     key: bytes  # <i8 per record: data.schema.record_hash of a labelled record, else 0
     id_key: bytes  # <i8 per record: data.schema.record_id_hash of its id
     judged: bytes  # 8 per record: a labelled one's schema.id_digest of its judged_id
-    rejected: list[tuple[str, str, str]]  # (where, reason, text) as quarantined
+    rejected: list[Rejected]  # as quarantined
     version: str = ""  # the record cache's CACHE_VERSION, when stored
-
-    @classmethod
-    def of(cls, records: list[FileRecord], rejected: list[Rejected]) -> RecordBlock:
-        """The block of parsed records, in their order."""
-        attempts = _column(records, "attempt")
-        own = (a.own if len(a.own) == OWN_BYTES else pack(own_numbers(a)) for a in attempts)
-        labels = _column(records, "label")
-        outcome = array("b", [-1 if x is None else _OUTCOME[x.outcome] for x in labels])
-        parents = _column(attempts, "parent_ids")
-        parent_ids = list(chain.from_iterable(parents))
-        created, timed = _optional(_column(attempts, "created"))
-        score, scored = _optional(_column(records, "score"))
-        label_score, label_scored = _optional([None if x is None else x.score for x in labels])
-        success = [-1 if x is None else int(x.success) for x in labels]
-        agent, agents = _coded(_column(attempts, "agent"))
-        operator, operators = _coded(_column(attempts, "operator"))
-        tools, tool_lists = _coded(_column(attempts, "tools_used"))
-        pattern, patterns = _coded(_column(attempts, "reasoning_pattern"))
-        return cls(
-            trajectory_id=_column(records, "trajectory_id"),
-            agent=agent,
-            agents=agents,
-            created=created,
-            timed=timed,
-            operator=operator,
-            operators=operators,
-            generation=_int64s(_column(attempts, "generation")),
-            parent_ids=parent_ids,
-            parent_hash=_int64s(record_id_hashes(parent_ids)),
-            parent_counts=array("i", map(len, parents)).tobytes(),
-            code_changes=_column(attempts, "code_changes"),
-            modified_files=_column(attempts, "modified_files"),
-            proposed_strategy=_column(attempts, "proposed_strategy"),
-            problem_diagnosis=_column(attempts, "problem_diagnosis"),
-            tools_used=tools,
-            tool_lists=tool_lists,
-            reasoning_pattern=pattern,
-            patterns=patterns,
-            own=b"".join(own),
-            success=array("b", success).tobytes(),
-            label_score=label_score,
-            label_scored=label_scored,
-            outcome=outcome.tobytes(),
-            score=score,
-            scored=scored,
-            key=_int64s([0 if r.key is None else r.key for r in records]),
-            id_key=_int64s(
-                [record_id_hash(r.trajectory_id) if r.id_key is None else r.id_key for r in records]
-            ),
-            judged=b"".join(
-                bytes(8) if r.label is None else id_digest(judged_id(r.trajectory_id, r.key or 0))
-                for r in records
-            ),
-            rejected=[(e.where, e.reason, e.text) for e in rejected],
-        )
-
-    @property
-    def rejected_entries(self) -> list[Rejected]:
-        return [Rejected(*e) for e in self.rejected]
 
     def __len__(self) -> int:
         return len(self.trajectory_id)
@@ -260,6 +197,118 @@ class RecordBlock(msgspec.Struct):
         return cls(**columns, version=blocks[0].version)
 
 
+class BlockWriter:
+    """A file's records written into a :class:`RecordBlock`'s columns as the read parses
+    them, one record at a time, nothing of it kept as an object: its own numbers and
+    hashes are worked out while its text is here, its repeated values coded as they come
+    (the block holds each distinct agent, operator, tool list and pattern once).
+    ``keep_text=False`` (a read for training only) writes no change, files, strategy or
+    diagnosis: their columns hold empty values.
+
+    >>> writer = BlockWriter(keep_text=False)
+    >>> writer.add(FileRecord("t1", AttemptInput("t1", code_changes="+a"), None, None))
+    >>> block = writer.block([])
+    >>> len(block), block.code_changes
+    (1, [''])
+    """
+
+    def __init__(self, keep_text: bool) -> None:
+        self.keep_text = keep_text
+        self.ids: list[str] = []
+        self.created: list[float | None] = []
+        self.generation: list[int] = []
+        self.parents: list[tuple[str, ...]] = []
+        self.text: tuple[list[Any], ...] = ([], [], [], [])  # TEXT_FIELDS' columns
+        # _CODED's columns: each record's code, and the distinct values by code
+        self.codes = (array("i"), array("i"), array("i"), array("i"))
+        self.distinct: tuple[dict[Any, int], ...] = ({}, {}, {}, {})
+        # OWN_FEATURES of each record, back to back: 8 bytes a number, where a list of
+        # floats holds 32 (47 MB more for the reader's block of 131,072 records)
+        self.own = array("d")
+        self.score: list[float | None] = []
+        self.success = array("b")
+        self.outcome = array("b")
+        self.label_score: list[float | None] = []
+        self.key: list[int] = []
+        self.judged: list[bytes] = []
+
+    def add(self, record: FileRecord) -> None:
+        """Write one record into the columns."""
+        trajectory_id, attempt, label = record.trajectory_id, record.attempt, record.label
+        self.ids.append(trajectory_id)
+        self.created.append(attempt.created)
+        self.generation.append(attempt.generation)
+        self.parents.append(attempt.parent_ids)
+        if self.keep_text:
+            text = (
+                attempt.code_changes, attempt.modified_files, attempt.proposed_strategy,
+                attempt.problem_diagnosis,
+            )  # fmt: skip
+        else:
+            text = NO_TEXT
+        for column, value in zip(self.text, text, strict=True):
+            column.append(value)
+        coded = (attempt.agent, attempt.operator, attempt.tools_used, attempt.reasoning_pattern)
+        for codes, index, value in zip(self.codes, self.distinct, coded, strict=True):
+            codes.append(index.setdefault(value, len(index)))
+        self.own.extend(own_numbers(attempt))
+        self.score.append(record.score)
+        if label is None:
+            self.success.append(-1)
+            self.outcome.append(-1)
+            self.label_score.append(None)
+            self.key.append(0)
+            self.judged.append(bytes(8))
+        else:
+            key = labelled_hash(trajectory_id, attempt, label)
+            self.success.append(label.success)
+            self.outcome.append(_OUTCOME[label.outcome])
+            self.label_score.append(label.score)
+            self.key.append(key)
+            self.judged.append(id_digest(judged_id(trajectory_id, key)))
+
+    def block(self, rejected: list[Rejected]) -> RecordBlock:
+        """The records written so far, in their order, and the file's quarantined entries."""
+        parent_ids = list(chain.from_iterable(self.parents))
+        created, timed = _optional(self.created)
+        score, scored = _optional(self.score)
+        label_score, label_scored = _optional(self.label_score)
+        agent, operator, tools, pattern = self.codes
+        agents, operators, tool_lists, patterns = map(list, self.distinct)
+        return RecordBlock(
+            trajectory_id=self.ids,
+            agent=agent.tobytes(),
+            agents=agents,
+            created=created,
+            timed=timed,
+            operator=operator.tobytes(),
+            operators=operators,
+            generation=_int64s(self.generation),
+            parent_ids=parent_ids,
+            parent_hash=_int64s(record_id_hashes(parent_ids)),
+            parent_counts=array("i", map(len, self.parents)).tobytes(),
+            code_changes=self.text[0],
+            modified_files=self.text[1],
+            proposed_strategy=self.text[2],
+            problem_diagnosis=self.text[3],
+            tools_used=tools.tobytes(),
+            tool_lists=tool_lists,
+            reasoning_pattern=pattern.tobytes(),
+            patterns=patterns,
+            own=np.array(self.own, dtype="<f8").tobytes(),  # little-endian, as stored
+            success=self.success.tobytes(),
+            label_score=label_score,
+            label_scored=label_scored,
+            outcome=self.outcome.tobytes(),
+            score=score,
+            scored=scored,
+            key=_int64s(self.key),
+            id_key=_int64s(record_id_hashes(self.ids)),
+            judged=b"".join(self.judged),
+            rejected=rejected,
+        )
+
+
 _LISTS = (
     "trajectory_id", "parent_ids", "code_changes", "modified_files", "proposed_strategy",
     "problem_diagnosis", "rejected",
@@ -278,6 +327,9 @@ _CODED = (
 # concat() joins these as they are; the coded columns it codes again.
 _BYTES = ("parent_hash", *(name for name in _WIDTHS if name not in dict(_CODED)))
 _OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}
+# An attempt's text fields, and what a read that keeps no text holds in their place.
+TEXT_FIELDS = ("code_changes", "modified_files", "proposed_strategy", "problem_diagnosis")
+NO_TEXT: tuple[Any, ...] = ("", (), "", "")
 
 
 def first_seen_codes(values: Iterable[_H]) -> tuple[list[int], list[_H]]:
@@ -300,12 +352,6 @@ def joined_codes(parts: Iterable[tuple[np.ndarray, list[_H]]]) -> tuple[np.ndarr
     return np.concatenate(joined), list(index)
 
 
-def _coded(values: list[_H]) -> tuple[bytes, list[_H]]:
-    """Each value's code (int32 bytes) and the distinct values, in first-seen order."""
-    codes, distinct = first_seen_codes(values)
-    return array("i", codes).tobytes(), distinct
-
-
 def _count(column: bytes, width: int) -> int:
     """How many values of ``width`` bytes ``column`` holds; -1 for a partial one."""
     count, rest = divmod(len(column), width)
@@ -321,11 +367,6 @@ def _optional(values: list[float | None]) -> tuple[bytes, bytes]:
 
 def _int64s(values: list[int]) -> bytes:
     return np.array(values, dtype="<i8").reshape(len(values)).tobytes()
-
-
-def _column(items: list[Any], name: str) -> list[Any]:
-    """Each item's ``name``, read in C."""
-    return list(map(attrgetter(name), items))
 
 
 class Head(NamedTuple):

@@ -12,13 +12,12 @@ a record-at-a-time read made, for the code that wants them (prediction, the test
     columns, duplicates = collect(blocks, keep_text=False)
     rows = columns.labelled  # the examples' rows in the pool
 
-Those objects are made many at once, a field at a time (:func:`objects`; the reader's
-one at a time, :func:`builder`): a frozen dataclass's ``__init__`` sets each field
-through ``object.__setattr__`` in Python; :func:`objects` makes the empty objects first,
-then sets one field of all of them with ``map`` over the field's slot setter, which runs
-in C: the same objects, with the same field values, at a fraction of the cost. Only for
-classes whose ``__init__`` does nothing but set its fields (no ``__post_init__``, no
-defaults computed)::
+Those objects are made many at once, a field at a time (:func:`objects`): a frozen
+dataclass's ``__init__`` sets each field through ``object.__setattr__`` in Python;
+:func:`objects` makes the empty objects first, then sets one field of all of them with
+``map`` over the field's slot setter, which runs in C: the same objects, with the same
+field values, at a fraction of the cost. Only for classes whose ``__init__`` does
+nothing but set its fields (no ``__post_init__``, no defaults computed)::
 
     entries = objects(PoolEntry, ("score", "parents"), (scores, parents))
 
@@ -30,7 +29,7 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
@@ -40,7 +39,9 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from genesis_fp16_infrastructure.data.file_records import (
+    NO_TEXT,
     OWN_FEATURES,
+    TEXT_FIELDS,
     FileCache,
     RecordBlock,
     Rejected,
@@ -53,8 +54,6 @@ from genesis_fp16_infrastructure.data.schema import OUTCOMES, AttemptInput, Exam
 _H = TypeVar("_H", bound=Hashable)
 _T = TypeVar("_T")
 _new = object.__new__
-_TEXT = ("code_changes", "modified_files", "proposed_strategy", "problem_diagnosis")
-_NO_TEXT: tuple[Any, ...] = ("", (), "", "")
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,7 +107,7 @@ class PoolColumns:
     parent: np.ndarray  # parent[parent_start[r]:parent_start[r + 1]], in the record's order
     outside: list[str]
     own: np.ndarray  # (len(ids), len(OWN_FEATURES)) float64: AttemptInput.own, unpacked
-    text: tuple[list[Any], ...] | None  # _TEXT's columns; None: read without text
+    text: tuple[list[Any], ...] | None  # TEXT_FIELDS' columns; None: read without text
     labelled: np.ndarray  # int64 rows of the labelled records, in pool order
     success: np.ndarray  # bool per labelled record
     label_score: np.ndarray  # float64 per labelled record, nan where unknown
@@ -135,7 +134,7 @@ class PoolColumns:
         n = len(rows)
         own = self.own[rows]
         if self.text is None:
-            text: list[list[Any]] = [[value] * n for value in _NO_TEXT]
+            text: list[list[Any]] = [[value] * n for value in NO_TEXT]
         else:
             picks = rows.tolist()
             text = [list(map(column.__getitem__, picks)) for column in self.text]
@@ -202,7 +201,7 @@ def _or_none(values: np.ndarray, present: np.ndarray) -> list[Any]:
 
 _ATTEMPT_FIELDS = (
     "trajectory_id", "agent", "created", "operator", "generation", "parent_ids",
-    *_TEXT, "tools_used", "reasoning_pattern", "own",
+    *TEXT_FIELDS, "tools_used", "reasoning_pattern", "own",
 )  # fmt: skip
 
 
@@ -250,7 +249,7 @@ def collect(blocks: Sequence[RecordBlock], keep_text: bool) -> tuple[PoolColumns
         pattern=_coded(blocks, 3, take),
         **parents,
         own=take(own.reshape(total, len(OWN_FEATURES))),
-        text=tuple(_taken(blocks, name, rows, every) for name in _TEXT) if keep_text else None,
+        text=tuple(_taken(blocks, n, rows, every) for n in TEXT_FIELDS) if keep_text else None,
         labelled=labelled,
         success=success[labelled] == 1,
         label_score=numbers("label_score", "<f8").astype(np.float64)[labelled],
@@ -395,27 +394,6 @@ def objects(cls: type[_T], fields: Sequence[str], columns: Sequence[Sequence[Any
     for name, column in zip(fields, columns, strict=True):
         deque(map(getattr(cls, name).__set__, items, column), maxlen=0)
     return items
-
-
-def builder(cls: type[_T], fields: Sequence[str]) -> Callable[[Sequence[Any]], _T]:
-    """A function making one ``cls`` from its ``fields``' values, in that order, by the
-    same slot setters (checked once, here, that every slot is named)::
-
-        make = builder(PoolEntry, ("score", "parents", "operator", "created"))
-        entry = make((0.5, (), "mutation", None))
-    """
-    slots = _slots(cls)
-    if sorted(fields) != sorted(slots):
-        raise TypeError(f"{cls.__name__} has fields {slots}, given {tuple(fields)}")
-    setters = tuple(getattr(cls, name).__set__ for name in fields)
-
-    def make(values: Sequence[Any]) -> _T:
-        item = _new(cls)
-        for put, value in zip(setters, values, strict=True):
-            put(item, value)
-        return item
-
-    return make
 
 
 def _slots(cls: type) -> tuple[str, ...]:

@@ -48,32 +48,22 @@ from typing import Annotated, Any, Literal
 import msgspec
 from pydantic import ValidationError
 
-from genesis_fp16_infrastructure.data.file_records import (
-    FileRecord,
-    RecordBlock,
-    own_numbers,
-    pack,
-)
+from genesis_fp16_infrastructure.data.file_records import BlockWriter, FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import (
     PoolCache,
     PoolColumns,
     StoredPool,
-    builder,
     collect,
 )
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
 from genesis_fp16_infrastructure.data.schema import (
     MAX_GENERATION,
-    AttemptInput,
     Example,
-    Label,
     ReplayRecord,
     Trajectory,
     derive_label,
     derive_replay_label,
-    labelled_hash,
-    record_id_hash,
     replay_input,
     trajectory_input,
 )
@@ -169,13 +159,6 @@ class ReadResult:
         return len(self.columns.labelled)
 
 
-@dataclass(frozen=True)
-class _Valid:
-    record: Trajectory | ReplayRecord
-    success_threshold: float
-    failure_threshold: float
-
-
 def list_data_files(path: Path) -> list[Path]:
     """The data files at ``path``: itself, or the data files under a folder, sorted.
 
@@ -231,10 +214,9 @@ def read_trajectories(
     if max_bytes is not None:
         check_data_size(path, files, max_bytes)
     sink = QuarantineSink(quarantine)
-    slim = None if keep_text else _Strings()
     try:
         with paused_gc():  # a million records, no cycle among them (machine_memory)
-            columns, duplicates = _pool(files, sink, cache, slim)
+            columns, duplicates = _pool(files, sink, cache, keep_text)
     finally:
         sink.close()
     unlabelled = len(columns) - len(columns.labelled)
@@ -289,48 +271,42 @@ def _stripped_size(file: Path) -> int:
         return 0
 
 
-class _Strings(dict[str, str]):
-    """One object per distinct string of a read (agents, tools, patterns): a million
-    records name a few dozen, each held once instead of once per record."""
-
-    def __call__(self, text: str) -> str:
-        return self.setdefault(text, text)
-
-
 def _pool(
-    files: list[Path], sink: QuarantineSink, cache: PoolCache | None, slim: _Strings | None
+    files: list[Path], sink: QuarantineSink, cache: PoolCache | None, keep_text: bool
 ) -> tuple[PoolColumns, int]:
     """The files' records joined (the first record of an id wins, in file order) and the
     duplicates left out; a slim read of unchanged files takes the joined pool from
     ``cache`` whole, writing its quarantined entries to ``sink`` as a parse would."""
-    stored = cache.load_pool(files) if cache is not None and slim is not None else None
+    slim = not keep_text
+    stored = cache.load_pool(files) if cache is not None and slim else None
     if stored is not None:
         for index, entry in stored.rejected:
             sink.add(Source(files[index], entry.where), entry.reason, entry.text)
         return stored.columns, stored.duplicates
-    blocks = [_file_records(file, sink, cache, slim) for file in files]
-    columns, duplicates = collect(blocks, slim is None)
-    if cache is not None and slim is not None:
-        rejected = [(i, entry) for i, b in enumerate(blocks) for entry in b.rejected_entries]
+    blocks = [_file_records(file, sink, cache, keep_text) for file in files]
+    columns, duplicates = collect(blocks, keep_text)
+    if cache is not None and slim:
+        rejected = [(i, entry) for i, b in enumerate(blocks) for entry in b.rejected]
         cache.store_pool(files, StoredPool(columns, duplicates, list(map(str, files)), rejected))
     return columns, duplicates
 
 
 def _file_records(
-    file: Path, sink: QuarantineSink, cache: PoolCache | None, slim: _Strings | None
+    file: Path, sink: QuarantineSink, cache: PoolCache | None, keep_text: bool
 ) -> RecordBlock:
     """The valid records of one file, in file order (duplicates within it included),
     each quarantined entry written to ``sink``; from ``cache`` when it has the file.
-    ``slim``: attempts keep no text (see read_trajectories), their strings shared."""
-    cached = cache.load(file, slim is not None) if cache is not None else None
+    ``keep_text=False``: the block keeps no text (see read_trajectories)."""
+    slim = not keep_text
+    cached = cache.load(file, slim) if cache is not None else None
     if cached is not None:
         _quarantined_before(cached, file, sink)
         return cached
     recorder = Recorder(sink)
-    records: list[FileRecord] = []
+    writer = BlockWriter(keep_text)
     blocks: list[RecordBlock] = []
     start, first_line = 0, 1
-    head = cache.load_head(file, slim is not None) if cache is not None else None
+    head = cache.load_head(file, slim) if cache is not None else None
     if head is not None:  # an appended .jsonl: its earlier lines as stored, then the new
         _quarantined_before(head.block, file, sink)
         start, first_line = head.offset, head.lines + 1
@@ -338,20 +314,20 @@ def _file_records(
     for source, raw, thresholds, key in raw_records(file, recorder, start, first_line):
         record = _read_record(source, raw, thresholds, key, recorder)
         if record is not None:
-            records.append(_finish(record, slim))
-            if len(records) == BLOCK_RECORDS:  # a large file's records live as columns
-                blocks.append(RecordBlock.of(records, []))
-                records = []
-    blocks.append(RecordBlock.of(records, recorder.rejected))
+            writer.add(record)
+            if len(writer.ids) == BLOCK_RECORDS:  # a large file's records live as columns
+                blocks.append(writer.block([]))
+                writer = BlockWriter(keep_text)
+    blocks.append(writer.block(recorder.rejected))
     block = RecordBlock.concat(blocks)
     if cache is not None and not recorder.vanished:
-        cache.store(file, block, slim is not None)
+        cache.store(file, block, slim)
     return block
 
 
 def _quarantined_before(block: RecordBlock, file: Path, sink: QuarantineSink) -> None:
     """A stored block's quarantined entries, written to ``sink`` as a parse writes them."""
-    for entry in block.rejected_entries:
+    for entry in block.rejected:
         sink.add(Source(file, entry.where), entry.reason, entry.text)
 
 
@@ -363,52 +339,13 @@ def _read_record(
     if isinstance(raw, bytes | msgspec.Raw):
         fast = decode_record(raw, thresholds, key)
         if fast is not None:
-            return FileRecord(fast.trajectory_id, fast.attempt, fast.label, fast.score)
+            return fast
         raw = _parse_slow(source, raw, sink)
         if raw is _UNREADABLE:
             return None
         if key is not None and isinstance(raw, dict) and "trajectory_id" not in raw:
             raw = {**raw, "trajectory_id": key}  # the mapping key is the id
-    item = _validate(source, raw, thresholds, sink)
-    return None if item is None else _file_record(item)
-
-
-def _finish(record: FileRecord, slim: _Strings | None) -> FileRecord:
-    """The record with what the rest of the run needs of its text worked out: its own
-    numbers (``AttemptInput.own``) and its fingerprint hash; ``slim``: then its text and
-    files let go of, and its agent, operator, tools and pattern shared."""
-    attempt, label = record.attempt, record.label
-    own = pack(own_numbers(attempt))
-    key = None if label is None else labelled_hash(record.trajectory_id, attempt, label)
-    if slim is not None:
-        attempt = _slim_attempt(
-            (
-                attempt.trajectory_id,
-                slim(attempt.agent),
-                attempt.created,
-                slim(attempt.operator),
-                attempt.generation,
-                attempt.parent_ids,
-                tuple(map(slim, attempt.tools_used)),
-                slim(attempt.reasoning_pattern),
-                *_NO_TEXT,
-                own,
-            )
-        )
-    else:
-        object.__setattr__(attempt, "own", own)
-    id_key = record_id_hash(record.trajectory_id)
-    return FileRecord(record.trajectory_id, attempt, label, record.score, key, id_key)
-
-
-# A slim attempt: the fields the run reads, its text and files the defaults.
-_SLIM_FIELDS = (
-    "trajectory_id", "agent", "created", "operator", "generation", "parent_ids",
-    "tools_used", "reasoning_pattern",
-    "code_changes", "modified_files", "proposed_strategy", "problem_diagnosis", "own",
-)  # fmt: skip
-_NO_TEXT = ("", (), "", "")
-_slim_attempt = builder(AttemptInput, _SLIM_FIELDS)
+    return _validate(source, raw, thresholds, sink)
 
 
 _UNREADABLE: Any = object()
@@ -431,24 +368,11 @@ def _parse_slow(source: Source, raw: bytes | msgspec.Raw, sink: Sink) -> Any:
         return _UNREADABLE
 
 
-def _file_record(item: _Valid) -> FileRecord:
-    record = item.record
-    if isinstance(record, Trajectory):
-        score = record.success_score
-        label = derive_label(
-            record.status, record.success_score, item.success_threshold, item.failure_threshold
-        )
-    else:
-        score = record.reward
-        label = derive_replay_label(
-            record.reward, record.final_outcome, item.success_threshold, item.failure_threshold
-        )
-    return FileRecord(record.trajectory_id, record.to_input(), label, score)
-
-
 def _validate(
     source: Source, raw: Any, thresholds: tuple[float, float], sink: Sink
-) -> _Valid | None:
+) -> FileRecord | None:
+    """The slow path: ``raw`` validated by the schema's pydantic models, and labelled;
+    None (quarantined, with pydantic's reason) when it is not a valid record."""
     if not isinstance(raw, dict):
         sink.add(source, f"record is a JSON {type(raw).__name__}, not an object", raw)
         return None
@@ -463,7 +387,14 @@ def _validate(
     except ValidationError as exc:
         sink.add(source, reason(exc), raw)
         return None
-    return _Valid(record, *thresholds)
+    success, failure = thresholds
+    if isinstance(record, Trajectory):
+        score = record.success_score
+        label = derive_label(record.status, score, success, failure)
+    else:
+        score = record.reward
+        label = derive_replay_label(score, record.final_outcome, success, failure)
+    return FileRecord(record.trajectory_id, record.to_input(), label, score)
 
 
 # The fast path: a record's JSON bytes straight to a typed struct (see the module docstring).
@@ -543,18 +474,9 @@ class _Record(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(_Record)
 
 
-class Fast(msgspec.Struct, frozen=True):
-    """A record decoded by the fast path: what ``file_records.FileRecord`` is built from."""
-
-    trajectory_id: str
-    attempt: AttemptInput
-    label: Label | None
-    score: float | None
-
-
 def decode_record(
     raw: bytes | msgspec.Raw, thresholds: tuple[float, float], key: str | None = None
-) -> Fast | None:
+) -> FileRecord | None:
     """The record in ``raw`` (one JSON object's bytes), or None when the fast path cannot
     vouch for it and the slow path must decide. ``key``: the id a pool maps it under,
     used when the record names none."""
@@ -576,7 +498,7 @@ def decode_record(
         record.operator_applied = "baseline"
     attempt = trajectory_input(record)
     label = derive_label(record.status, record.success_score, success, failure)
-    return Fast(trajectory_id, attempt, label, record.success_score)
+    return FileRecord(trajectory_id, attempt, label, record.success_score)
 
 
 def _or_empty(value: str | msgspec.UnsetType) -> str:
@@ -598,7 +520,7 @@ def _is_replay(record: _Record) -> bool:
     )
 
 
-def _replay(record: _Record, trajectory_id: str, success: float, failure: float) -> Fast:
+def _replay(record: _Record, trajectory_id: str, success: float, failure: float) -> FileRecord:
     """schema.ReplayRecord.to_input and derive_replay_label, on the struct."""
     steps = [] if record.steps is msgspec.UNSET else record.steps
     record.agent_id = _or_empty(record.agent_id)
@@ -607,4 +529,4 @@ def _replay(record: _Record, trajectory_id: str, success: float, failure: float)
     reward = None if record.reward is msgspec.UNSET else record.reward
     final = record.final_outcome if record.final_outcome is not msgspec.UNSET else "unknown"
     label = derive_replay_label(reward, final, success, failure)
-    return Fast(trajectory_id, attempt, label, reward)
+    return FileRecord(trajectory_id, attempt, label, reward)

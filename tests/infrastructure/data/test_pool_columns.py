@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from genesis_fp16_infrastructure.data import pool_columns, readers
-from genesis_fp16_infrastructure.data.file_records import FileRecord, RecordBlock, own_numbers, pack
+from genesis_fp16_infrastructure.data.file_records import (
+    BlockWriter,
+    FileRecord,
+    RecordBlock,
+    own_numbers,
+    pack,
+)
 from genesis_fp16_infrastructure.data.lineage import PoolEntry
 from genesis_fp16_infrastructure.data.pool_columns import collect
 from genesis_fp16_infrastructure.data.readers import read_trajectories
@@ -31,9 +37,16 @@ def _record(
 ) -> FileRecord:
     attempt = AttemptInput(trajectory_id=tid, parent_ids=parents, **fields)  # type: ignore[arg-type]
     object.__setattr__(attempt, "own", pack(own_numbers(attempt)))
-    key = None if label is None else labelled_hash(tid, attempt, label)
     score = None if label is None else label.score
-    return FileRecord(tid, attempt, label, score, key, record_id_hash(tid))
+    return FileRecord(tid, attempt, label, score)
+
+
+def _block(records: list[FileRecord]) -> RecordBlock:
+    """The block a read writes of ``records`` (with their text)."""
+    writer = BlockWriter(keep_text=True)
+    for record in records:
+        writer.add(record)
+    return writer.block([])
 
 
 def _files() -> list[list[FileRecord]]:
@@ -57,7 +70,7 @@ def _files() -> list[list[FileRecord]]:
 @pytest.mark.parametrize("keep_text", [True, False])
 def test_columns_build_the_objects_a_record_at_a_time_read_made(keep_text: bool) -> None:
     files = _files()
-    columns, duplicates = collect([RecordBlock.of(f, []) for f in files], keep_text)
+    columns, duplicates = collect([_block(f) for f in files], keep_text)
     kept: dict[str, FileRecord] = {}
     for record in (r for f in files for r in f):
         kept.setdefault(record.trajectory_id, record)
@@ -73,7 +86,10 @@ def test_columns_build_the_objects_a_record_at_a_time_read_made(keep_text: bool)
         assert [e.label for e in examples] == [e.label for e in expected]
         assert all(e.attempt.code_changes == "" for e in examples)
     assert [e.attempt.own for e in examples] == [e.attempt.own for e in expected]
-    assert [e.key for e in examples] == [kept[e.trajectory_id].key for e in examples]
+    kept_labelled = [kept[e.trajectory_id] for e in examples]
+    assert [e.key for e in examples] == [
+        labelled_hash(r.trajectory_id, r.attempt, r.label) for r in kept_labelled if r.label
+    ]
     assert [e.id_key for e in examples] == [record_id_hash(e.trajectory_id) for e in examples]
     pool = columns.pool()
     assert pool.entries == {
@@ -105,7 +121,7 @@ def test_a_read_keeps_its_records_as_columns_and_builds_objects_only_when_asked(
 
 
 def test_a_damaged_block_is_refused() -> None:
-    block = RecordBlock.of(_files()[0], [])
+    block = _block(_files()[0])
     block.check()
     with pytest.raises(ValueError, match="differ in length"):
         RecordBlock(**{**_fields(block), "generation": block.generation[:-1]}).check()
@@ -115,7 +131,7 @@ def test_a_damaged_block_is_refused() -> None:
 
 def test_a_damaged_block_of_bytes_columns_is_refused() -> None:
     """A short, partial or out-of-range bytes column (numbers, flags, parent hashes)."""
-    block = RecordBlock.of(_files()[0], [])
+    block = _block(_files()[0])
     damaged: list[dict[str, Any]] = [
         {"created": block.created[:-8]},
         {"timed": block.timed + b"\x01"},
@@ -143,9 +159,9 @@ def test_a_damaged_block_of_bytes_columns_is_refused() -> None:
 def test_joined_blocks_are_the_block_of_both_files_records() -> None:
     """An appended file's head and new lines join into the block a whole read makes."""
     first, second = _files()
-    joined = RecordBlock.concat([RecordBlock.of(first, []), RecordBlock.of(second, [])])
+    joined = RecordBlock.concat([_block(first), _block(second)])
     joined.check()
-    assert _fields(joined) == _fields(RecordBlock.of(first + second, []))
+    assert _fields(joined) == _fields(_block(first + second))
 
 
 @pytest.mark.parametrize("keep_text", [True, False])
@@ -189,7 +205,7 @@ def test_ids_are_matched_by_hash_when_no_two_ids_share_one(
         raise AssertionError("matched by string without a shared hash")
 
     monkeypatch.setattr(pool_columns, "_by_string", refused)
-    columns, duplicates = collect([RecordBlock.of(f, []) for f in _files()], True)
+    columns, duplicates = collect([_block(f) for f in _files()], True)
     assert duplicates == 1 and columns.outside == ["ghost", "ghost2"]
 
 
@@ -251,7 +267,7 @@ def test_matching_by_hash_and_by_string_give_the_same_columns(
 
 
 def _blocks(files: list[list[FileRecord]]) -> list[RecordBlock]:
-    return [RecordBlock.of(f, []) for f in files]
+    return [_block(f) for f in files]
 
 
 def _forged(block: RecordBlock, column: str, names: list[str], like: dict[str, str]) -> RecordBlock:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from genesis_fp16_infrastructure.data.lineage import PoolEntry
-from genesis_fp16_infrastructure.data.pool_columns import builder, objects
+from genesis_fp16_infrastructure.data.pool_columns import objects
 from genesis_fp16_infrastructure.data.schema import AttemptInput, Example, Label
 
 
@@ -43,13 +43,6 @@ def test_a_missing_field_or_a_short_column_is_refused() -> None:
         objects(PoolEntry, ("score", "parents", "operator", "created"), ([0.1], [()], ["x"], []))
 
 
-def test_a_builder_makes_one_object_as_init_does() -> None:
-    make = builder(PoolEntry, ("parents", "score", "operator", "created"))
-    assert make(((), 0.5, "mutation", 2.0)) == PoolEntry(0.5, (), "mutation", 2.0)
-    with pytest.raises(TypeError, match="PoolEntry has fields"):
-        builder(PoolEntry, ("score",))
-
-
 def test_a_class_with_a_post_init_is_refused() -> None:
     @dataclass(frozen=True, slots=True)
     class Checked:
@@ -61,5 +54,3 @@ def test_a_class_with_a_post_init_is_refused() -> None:
 
     with pytest.raises(TypeError, match="__post_init__"):
         objects(Checked, ("value",), ([-1],))
-    with pytest.raises(TypeError, match="__post_init__"):
-        builder(Checked, ("value",))
