@@ -21,6 +21,7 @@ True
 from __future__ import annotations
 
 import io
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -123,7 +124,8 @@ def _read(path: Path, file: StateFile, names: tuple[str, ...]) -> dict[str, np.n
             return None
         with np.load(io.BytesIO(raw), allow_pickle=False) as data:
             arrays = {name: np.asarray(data[name]) for name in (*names, *data.files)}
-    except (OSError, ValueError, KeyError, EOFError) as exc:  # UnusableStateFile too
+    # UnusableStateFile is an OSError; a torn zip (a write cut short) raises BadZipFile.
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
         files.set_aside(path, file, f"{path}: {exc}")
         return None
     if len({len(a) for a in arrays.values()}) != 1 or any(a.ndim != 1 for a in arrays.values()):
