@@ -240,21 +240,13 @@ def run_steps(
             if options.should_stop():
                 logger.info("stop requested: stopping at step %d", trainer.step_count)
                 return True
-            micro, step_loss, samples = distributed.shard_step(group, loss_fn)  # this rank's
-            trainer.step(to_device(micro, trainer.policy.device), step_loss, samples)
+            train_step(trainer, options, group, loss_fn)
             position.batch += len(group)
-            for hook in options.step_hooks:
-                hook(trainer)
             if guard is not None and guard.after_step(trainer, position.epoch, position.batch):
                 return False  # fit() rolls back and demotes; the state is not checkpointed
             if recorder is not None and guard is not None and guard.dirty is not None:
                 recorder.after_check(guard, trainer)  # an interval that was not spotless
-            tracker = position.tracker
-            patience_out = (
-                tracker is not None
-                and trainer.step_count % tracker.config.every_steps == 0
-                and validate(task, trainer, tracker)
-            )
+            patience_out = validate(task, trainer, position.tracker)
             if manager is not None and cadence.due(trainer.step_count):
                 manager.save(checkpoint_state(task, trainer, options, position))
                 cadence.saved()
@@ -327,16 +319,9 @@ def run_iterations(
         due = patience_out = stepped = False
         for group in grouped(iter(task.train_batches(epoch, options.seed)), accum):
             stepped = True
-            micro, step_loss, samples = distributed.shard_step(group, loss_fn)
-            trainer.step(to_device(micro, trainer.policy.device), step_loss, samples)
-            for hook in options.step_hooks:
-                hook(trainer)
+            train_step(trainer, options, group, loss_fn)
             due = cadence.due(trainer.step_count) or due
-            patience_out = (
-                tracker is not None
-                and trainer.step_count % tracker.config.every_steps == 0
-                and validate(task, trainer, tracker)
-            )
+            patience_out = validate(task, trainer, tracker)
             if patience_out or targets.reached(trainer.step_count, position.epoch):
                 break  # the rest of this iteration's batches are dropped
         if not stepped:
@@ -435,8 +420,21 @@ def early_stop_tracker(task: TrainingTask, options: FitOptions) -> EarlyStopTrac
     return EarlyStopTracker(options.early_stop)
 
 
-def validate(task: TrainingTask, trainer: Trainer, tracker: EarlyStopTracker) -> bool:
-    """One validation of the current weights; True when patience has run out."""
+def train_step(
+    trainer: Trainer, options: FitOptions, group: list[Any], loss_fn: Callable[..., torch.Tensor]
+) -> None:
+    """One step on ``group``: this rank's share of it, on the run's device; then the hooks."""
+    micro, step_loss, samples = distributed.shard_step(group, loss_fn)
+    trainer.step(to_device(micro, trainer.policy.device), step_loss, samples)
+    for hook in options.step_hooks:
+        hook(trainer)
+
+
+def validate(task: TrainingTask, trainer: Trainer, tracker: EarlyStopTracker | None) -> bool:
+    """A validation of the current weights where one is due at this step; True when
+    patience has run out."""
+    if tracker is None or trainer.step_count % tracker.config.every_steps:
+        return False
     measure = task.validate  # type: ignore[attr-defined]  # checked by early_stop_tracker
     metrics = evaluate(measure, trainer.model, trainer.policy)
     return tracker.record(trainer.step_count, metrics, trainer.model)
