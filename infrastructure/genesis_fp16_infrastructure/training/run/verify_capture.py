@@ -54,7 +54,6 @@ from torch import nn
 from genesis_fp16_infrastructure.agent_folder import records
 from genesis_fp16_infrastructure.agent_folder.layout import CAPTURE_VERDICTS
 from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
-from genesis_fp16_infrastructure.training.batch_tree import flatten_tensors
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
@@ -269,7 +268,13 @@ def _digest(tensors: Sequence[torch.Tensor]) -> int:
 
 
 def _optimizer_tensors(trainer: Trainer) -> list[torch.Tensor]:
-    return flatten_tensors([optimizer.state for optimizer in trainer.optimizers])
+    return [
+        value
+        for optimizer in trainer.optimizers
+        for state in optimizer.state.values()
+        for value in state.values()
+        if isinstance(value, torch.Tensor)
+    ]
 
 
 def _final_difference(reference: Trainer, candidate: Trainer) -> str | None:
