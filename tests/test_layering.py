@@ -190,15 +190,7 @@ DAEMON_FLOORS = (
 # its flight recorder (which re-runs a run's steps; fit() calls it).
 TRAINING_FLOORS = (
     {"precision", "reports"},
-    {
-        "batch_tree",
-        "checkpoint_keys",
-        "checkpoint_files",
-        "checkpoint_load",
-        "checkpoint",
-        "rng",
-        "distributed",
-    },
+    {"checkpoint_keys", "checkpoint_files", "checkpoint_load", "checkpoint", "rng", "distributed"},
     {"step"},
     {"run", "flight"},
 )

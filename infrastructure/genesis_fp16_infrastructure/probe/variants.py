@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from genesis_fp16_infrastructure.errors import ProbeError
-from genesis_fp16_infrastructure.training.batch_tree import map_tensors
 from genesis_fp16_infrastructure.training.precision.precision import dtype_of
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     LOSS_SCALED,
@@ -111,7 +110,15 @@ def _submodule(model: nn.Module, prefix: str) -> nn.Module:
 
 def _cast_floats(obj: Any, dtype: torch.dtype) -> Any:
     """``obj`` with every floating tensor inside it (tuples, lists, dicts) cast to ``dtype``."""
-    return map_tensors(obj, lambda t: t.to(dtype) if t.is_floating_point() else t)
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dtype) if obj.is_floating_point() else obj
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple
+        return type(obj)(*(_cast_floats(o, dtype) for o in obj))
+    if isinstance(obj, list | tuple):
+        return type(obj)(_cast_floats(o, dtype) for o in obj)
+    if isinstance(obj, Mapping):
+        return {k: _cast_floats(v, dtype) for k, v in obj.items()}
+    return obj
 
 
 LossFn = Callable[[nn.Module, Any], torch.Tensor]

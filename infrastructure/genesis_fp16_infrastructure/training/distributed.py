@@ -44,7 +44,6 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.batch_tree import map_tensors
 from genesis_fp16_infrastructure.training.checkpoint import Accept, CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
@@ -244,22 +243,27 @@ def slice_batch(batch: Any, num_samples: int, rank: int, world_size: int) -> tup
         )
     bounds = torch.tensor_split(torch.arange(num_samples), world_size)[rank]
     start, stop = int(bounds[0]), int(bounds[-1]) + 1
+    return _slice(batch, start, stop, num_samples), stop - start
 
-    def rows(value: torch.Tensor) -> torch.Tensor:
-        if value.dim() == 0 or value.shape[0] != num_samples:
+
+def _slice(value: Any, start: int, stop: int, rows: int) -> Any:
+    if isinstance(value, torch.Tensor):
+        if value.dim() == 0 or value.shape[0] != rows:
             raise ValueError(
                 f"a batch tensor of shape {tuple(value.shape)} has no dimension 0 of "
-                f"{num_samples} samples: every tensor in a batch needs one row per sample"
+                f"{rows} samples: every tensor in a batch needs one row per sample"
             )
         return value[start:stop]
-
-    def other(value: Any) -> Any:
-        raise TypeError(
-            f"cannot split a batch of type {type(value).__name__} over ranks: batches must be "
-            "tensors or (named) tuples, lists or mappings of tensors"
-        )
-
-    return map_tensors(batch, rows, other), stop - start
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_slice(v, start, stop, rows) for v in value))
+    if isinstance(value, list | tuple):
+        return type(value)(_slice(v, start, stop, rows) for v in value)
+    if isinstance(value, dict):
+        return {k: _slice(v, start, stop, rows) for k, v in value.items()}
+    raise TypeError(
+        f"cannot split a batch of type {type(value).__name__} over ranks: batches must be "
+        "tensors or (named) tuples, lists or dicts of tensors"
+    )
 
 
 def shard_step(group: Sequence[tuple[Any, int]], loss: LossFn) -> tuple[list[Any], LossFn, int]:
@@ -420,4 +424,10 @@ def unshard(value: Any) -> Any:
     """
     from torch.distributed.tensor import DTensor
 
-    return map_tensors(value, lambda t: t.full_tensor().cpu() if isinstance(t, DTensor) else t)
+    if isinstance(value, DTensor):
+        return value.full_tensor().cpu()
+    if isinstance(value, Mapping):
+        return {k: unshard(v) for k, v in value.items()}
+    if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
+        return type(value)(unshard(v) for v in value)
+    return value

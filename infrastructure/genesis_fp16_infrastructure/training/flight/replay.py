@@ -41,7 +41,6 @@ from torch import nn
 from torch.optim import Optimizer
 
 from genesis_fp16_infrastructure.errors import BundleError
-from genesis_fp16_infrastructure.training.batch_tree import flatten_tensors
 from genesis_fp16_infrastructure.training.flight.bundle import allowed_types, rebuilt_batch
 from genesis_fp16_infrastructure.training.flight.recorder import run_recorded_step
 from genesis_fp16_infrastructure.training.flight.replay_compare import (
@@ -55,6 +54,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     precision_name,
 )
+from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors
 from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
 
 _CONFIG_FIELDS = ("max_grad_norm", "grad_accum_steps", "overflow_window", "log_interval")

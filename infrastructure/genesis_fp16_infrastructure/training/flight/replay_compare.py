@@ -38,9 +38,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.training.batch_tree import flatten_tensors
 from genesis_fp16_infrastructure.training.flight.recorder import run_recorded_step
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors
 
 RANGE = {
     "fp16": float(torch.finfo(torch.float16).max),

@@ -31,7 +31,6 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from genesis_fp16_infrastructure.training.batch_tree import map_tensors
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig
 from genesis_fp16_infrastructure.training.flight.range_stats import RangeReport, RangeStatsConfig
@@ -144,12 +143,16 @@ def to_device(batch: Any, device: torch.device | str) -> Any:
     'cpu'
     """
     dev = torch.device(device)
-
-    def other(leaf: Any) -> Any:
-        move = getattr(leaf, "to", None)
-        return move(dev) if callable(move) else leaf
-
-    return map_tensors(batch, lambda tensor: _tensor_to(tensor, dev), other)
+    if isinstance(batch, torch.Tensor):
+        return _tensor_to(batch, dev)
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a NamedTuple keeps its type
+        return type(batch)(*(to_device(item, dev) for item in batch))
+    if isinstance(batch, list | tuple):
+        return type(batch)(to_device(item, dev) for item in batch)
+    if isinstance(batch, Mapping):
+        return {key: to_device(value, dev) for key, value in batch.items()}
+    move = getattr(batch, "to", None)
+    return move(dev) if callable(move) else batch
 
 
 def index_to(index: torch.Tensor, device: torch.device | str) -> torch.Tensor:

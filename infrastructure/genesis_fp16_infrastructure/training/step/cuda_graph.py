@@ -98,8 +98,6 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.training.batch_tree import flatten_tensors, map_tensors
-
 logger = logging.getLogger(__name__)
 
 StepBody = Callable[[Sequence[Any]], object]  # its return value is ignored
@@ -262,7 +260,7 @@ class StepGraphs:
         refusal = self._refused.get(key) or _off_device(micro_batches, self.device)
         if refusal:
             raise CaptureFailed(f"capture refused before capturing: {refusal}")
-        static_batch = [map_tensors(batch, lambda t: t.detach().clone()) for batch in micro_batches]
+        static_batch = [_clone_tensors(batch) for batch in micro_batches]
         graph = torch.cuda.CUDAGraph()
         _register(graph, self.generators)
         host_rng = host_rng_state()  # 5 kB copied, once per capture
@@ -541,6 +539,29 @@ def signature(value: Any) -> Hashable | None:
     except TypeError:
         return None
     return ("leaf", type(value), value)
+
+
+def flatten_tensors(value: Any) -> list[torch.Tensor]:
+    """Every tensor of a batch, in a fixed order (the one ``signature`` walks)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in flatten_tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in flatten_tensors(v)]
+    return []
+
+
+def _clone_tensors(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_clone_tensors(v) for v in value))
+    if isinstance(value, list | tuple):
+        return type(value)(_clone_tensors(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _clone_tensors(v) for k, v in value.items()}
+    return value
 
 
 def _copy_into(static: list[torch.Tensor], micro_batches: Sequence[Any]) -> None:

@@ -21,12 +21,11 @@ from genesis_fp16_infrastructure.training import (
     fit,
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.batch_tree import flatten_tensors
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     COMPILE_MODE,
     EXECUTION_MODES,
 )
-from genesis_fp16_infrastructure.training.step.cuda_graph import signature
+from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors, signature
 from genesis_fp16_infrastructure.training.step.execution import MeasuredExecution, resolve_execution
 
 CUDA = torch.device("cuda", 0)  # resolve_execution only reads .type: no GPU needed
