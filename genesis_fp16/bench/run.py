@@ -116,7 +116,9 @@ def _device(name: str) -> str:
     return device
 
 
-def _runners(args: argparse.Namespace, device: str, precisions: Sequence[str]) -> tuple[str, ...]:
+def _runners(
+    args: argparse.Namespace, device: str, precisions: Sequence[BenchPrecision]
+) -> tuple[str, ...]:
     default = TINY_RUNNERS if args.tiny else DEFAULT_RUNNERS[device]
     runners = _choices(args.runners, RUNNERS, "--runners", default)
     if args.precisions != "all" and "auto" in precisions and not set(runners) & set(AUTO_RUNNERS):
