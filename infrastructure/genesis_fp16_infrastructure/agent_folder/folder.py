@@ -244,10 +244,6 @@ class AgentFolder:
         return L.PROBE_RECORD.at(self.root)
 
     @property
-    def last_run_path(self) -> Path:
-        return L.LAST_RUN.at(self.root)
-
-    @property
     def last_success_path(self) -> Path:
         return L.LAST_SUCCESS.at(self.root)
 
@@ -346,19 +342,24 @@ class AgentFolder:
     def last_run(self) -> LastRun | None:
         """The last run, None when none was recorded; :class:`LastRunUnreadable` (an
         ``UnusableStateFile``) for a file that is not a record."""
-        path = self.last_run_path
+        data = self._record(L.LAST_RUN, LastRunUnreadable)
         try:
-            data = files.read_json(path, L.LAST_RUN)
+            return None if data is None else msgspec.convert(data, LastRun)
+        except msgspec.ValidationError as exc:
+            raise LastRunUnreadable(f"{L.LAST_RUN.at(self.root)}: {exc}") from None
+
+    def _record(self, file: L.StateFile, unreadable: type[Exception]) -> dict[str, Any] | None:
+        """The record of ``VERSION`` that ``file`` holds, its version taken out; None: no
+        file; ``unreadable`` (one line naming the file) for any other content."""
+        path = file.at(self.root)
+        try:
+            data = files.read_json(path, file)
         except files.UnusableStateFile as exc:
-            raise LastRunUnreadable(str(exc)) from None
-        if data is None:
-            return None
-        try:
-            if not isinstance(data, dict) or data.pop("version", None) != VERSION:
-                raise ValueError(f"not a version {VERSION} record")
-            return msgspec.convert(data, LastRun)
-        except (ValueError, msgspec.ValidationError) as exc:
-            raise LastRunUnreadable(f"{path}: {exc}") from None
+            raise unreadable(str(exc)) from None
+        found = data.pop("version", None) if isinstance(data, dict) else type(data).__name__
+        if data is not None and found != VERSION:
+            raise unreadable(f"{path}: version {found!r}, expected {VERSION}")
+        return data
 
     def save_run(self, record: LastRun, entry: RunEntry | None = None) -> None:
         """Keep a finished run: ``record`` as the last run and its history ``entry`` (a
@@ -370,7 +371,7 @@ class AgentFolder:
     def save_last_run(self, record: LastRun) -> None:
         """Keep ``record`` as the last run; a failure is logged, never raised."""
         data = {"version": VERSION, **asdict(record)}
-        _write(self.last_run_path, L.LAST_RUN, data, "`status` will show an older run")
+        _write(L.LAST_RUN.at(self.root), L.LAST_RUN, data, "`status` will show an older run")
 
     def append_run(self, entry: RunEntry) -> None:
         """Append ``entry`` to the history; a failure is logged, never raised."""
@@ -386,17 +387,10 @@ class AgentFolder:
         """When the last successful run ended (None: never); :class:`LastSuccessUnreadable`
         for a file that holds no usable time (torn, another format, a FIFO, a time that
         is not a positive finite number)."""
-        path = self.last_success_path
-        try:
-            data = files.read_json(path, L.LAST_SUCCESS)
-        except files.UnusableStateFile as exc:
-            raise LastSuccessUnreadable(str(exc)) from None
+        data = self._record(L.LAST_SUCCESS, LastSuccessUnreadable)
         if data is None:
             return None
-        if not isinstance(data, dict) or data.get("version") != VERSION:
-            found = data.get("version") if isinstance(data, dict) else type(data).__name__
-            raise LastSuccessUnreadable(f"{path}: version {found!r}, expected {VERSION}")
-        when = data.get(SUCCESS_FIELD)
+        when, path = data.get(SUCCESS_FIELD), self.last_success_path
         if isinstance(when, bool) or not isinstance(when, int | float):
             raise LastSuccessUnreadable(f"{path}: {SUCCESS_FIELD}={when!r} is not a number")
         if not (math.isfinite(when) and when > 0):
