@@ -194,7 +194,14 @@ def _read(path: Path, limit: int) -> tuple[str, int] | None:
         raise UnusableStateFile(f"{path}: not UTF-8 text") from None
 
 
-def _read_bytes(path: Path, limit: int) -> tuple[bytes, int] | None:
+def read_tail(path: Path, limit: int) -> bytes | None:
+    """The last lines of ``path`` within ``limit`` bytes (a line cut by the limit left
+    out; a file of lines read from its end), read as :func:`read_bytes` reads a file."""
+    found = _read_bytes(Path(path), limit, tail=True)
+    return None if found is None else found[0]
+
+
+def _read_bytes(path: Path, limit: int, tail: bool = False) -> tuple[bytes, int] | None:
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags)
@@ -207,6 +214,10 @@ def _read_bytes(path: Path, limit: int) -> tuple[bytes, int] | None:
         if not stat.S_ISREG(info.st_mode):
             kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
             raise UnusableStateFile(f"{path}: {kind}")
+        if tail:
+            start = max(0, info.st_size - limit)
+            data = os.pread(fd, info.st_size - start, start)
+            return (data.split(b"\n", 1)[-1] if start else data), info.st_ino
         if info.st_size > limit:
             raise UnusableStateFile(f"{path}: {info.st_size} bytes, over the {limit}-byte bound")
         chunks, size = [], 0
