@@ -130,7 +130,7 @@ def bound_asides(
     ``keep_bytes`` bytes together (the newest always stays); returns those removed."""
     removed, total = [], 0
     for index, old in enumerate(reversed(_asides_in(Path(folder), None))):
-        total += _size(old) if total <= keep_bytes else 0  # past the bound: no need to walk
+        total += folder_bytes(old) if total <= keep_bytes else 0  # past the bound: no need to walk
         if index > 0 and (index >= keep or total > keep_bytes):
             try:
                 _remove(old)
@@ -141,8 +141,9 @@ def bound_asides(
     return removed
 
 
-def _size(path: Path) -> int:
-    """Bytes under ``path`` (a file, or a folder walked without following links)."""
+def folder_bytes(path: Path) -> int:
+    """Bytes under ``path`` (a file, or a folder walked without following links): a
+    set-aside entry's size, and an agent's disk use (a gauge)."""
     try:
         info = os.lstat(path)
     except OSError:
@@ -431,18 +432,6 @@ def open_log(path: Path, file: StateFile) -> TextIO:
     clear_way(path, file)
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
     return os.fdopen(os.open(path, flags, 0o644), "w", encoding="utf-8")
-
-
-def folder_bytes(folder: Path) -> int:
-    """The bytes of every file under ``folder`` (the agent's disk use, as a gauge)."""
-    total = 0
-    for path in Path(folder).rglob("*"):
-        try:
-            if path.is_file():
-                total += path.stat().st_size
-        except OSError:
-            continue  # removed while walking (pruned, or a temp file renamed)
-    return total
 
 
 def last_write(folder: Path) -> float:
