@@ -113,7 +113,7 @@ POINTER_LOCK = POINTER_LOCK_FILE.name  # the flock every writer of the pointer h
 # threads of one process (the daemon's jobs) are ordered by a process lock first, and a
 # thread that holds the pointer's lock may take it again (prune holds it around update).
 _THREAD_LOCK = threading.RLock()
-_HELD: dict[str, int] = {}  # lock file -> depth, only touched under _THREAD_LOCK
+_HELD: set[str] = set()  # the lock files held, only touched under _THREAD_LOCK
 
 
 @contextmanager
@@ -126,17 +126,13 @@ def pointer_lock(folder: Path) -> Iterator[None]:
     Path(folder).mkdir(parents=True, exist_ok=True)
     key = str((Path(folder) / POINTER_LOCK).resolve())
     with _THREAD_LOCK:
-        if _HELD.get(key):
-            _HELD[key] += 1
-            try:
-                yield
-            finally:
-                _HELD[key] -= 1
+        if key in _HELD:  # held by this thread (no other gets past _THREAD_LOCK): nested
+            yield
             return
         fd = take_lock(Path(key), POINTER_LOCK_FILE)
+        _HELD.add(key)
         try:
-            _HELD[key] = 1
             yield
         finally:
-            _HELD.pop(key, None)
+            _HELD.discard(key)
             os.close(fd)  # closing the descriptor drops the flock
