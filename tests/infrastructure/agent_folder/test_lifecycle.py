@@ -18,6 +18,7 @@ from genesis_fp16_infrastructure.agent_folder import (
     prune,
     transitions,
 )
+from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
@@ -218,7 +219,7 @@ def test_a_journal_naming_a_path_writes_nothing_outside_the_candidates(tmp_path:
     write_pointer(tmp_path, replace(pointer, sequence=9, journal=[bad]))
     (tmp_path / "candidate.json").write_text("{}")  # as if `..` were a candidate
     transitions.unpin(tmp_path)  # an owner call: rolls forward what it can
-    assert not (tmp_path / candidates.VERDICT_NAME).exists()
+    assert not VERDICT.at(tmp_path).exists()
 
 
 def test_prune_keeps_the_newest_inconclusive_candidates_however_old(tmp_path: Path) -> None:
@@ -232,9 +233,7 @@ def test_prune_keeps_the_newest_inconclusive_candidates_however_old(tmp_path: Pa
     for path in [*found, rejected]:
         verdict = candidates.read_verdict(path)
         assert verdict.outcome is not None
-        (path / candidates.VERDICT_NAME).write_text(
-            json.dumps({**verdict.to_json(), "decided_at_s": old})
-        )
+        VERDICT.at(path).write_text(json.dumps({**verdict.to_json(), "decided_at_s": old}))
     assert prune.INCONCLUSIVE_KEEP == 2
     removed, _ = prune.prune(tmp_path, keep_served=2, rejected_days=1)
     assert sorted(removed) == sorted([found[0], rejected])
