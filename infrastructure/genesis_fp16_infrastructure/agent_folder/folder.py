@@ -366,16 +366,12 @@ class AgentFolder:
         result's: ``TrainResult.history_entry``; None: the record alone) at the end of
         the history. Never raises for the disk: a failure is logged."""
         self.save_last_run(record)
-        self.append_run(RunEntry(record) if entry is None else entry)
+        append_run(self.root, RunEntry(record) if entry is None else entry)
 
     def save_last_run(self, record: LastRun) -> None:
         """Keep ``record`` as the last run; a failure is logged, never raised."""
         data = {"version": VERSION, **asdict(record)}
         _write(L.LAST_RUN.at(self.root), L.LAST_RUN, data, "`status` will show an older run")
-
-    def append_run(self, entry: RunEntry) -> None:
-        """Append ``entry`` to the history; a failure is logged, never raised."""
-        append_run(self.root, entry)
 
     def history(self, last: int = KEEP) -> RunHistory:
         """The ``last`` recent runs, oldest first; ``HistoryUnreadable`` (an
