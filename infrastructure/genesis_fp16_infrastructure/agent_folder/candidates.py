@@ -27,8 +27,7 @@ from typing import Any
 import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files, outbox
-from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CANDIDATE_META_FILE
-from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
+from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
     Outcome,
@@ -37,8 +36,6 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
 )
 from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir
 
-CANDIDATE_META = CANDIDATE_META_FILE.name
-VERDICT_NAME = VERDICT.name
 _CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")  # CheckpointManager's, without torch
 
 
@@ -53,7 +50,7 @@ def new_candidate(folder: Path, meta: Mapping[str, Any]) -> Path:
         path = base.with_name(f"{base.name}-{n}")
     path.mkdir(parents=True)
     meta = {**meta, "id": path.name, "created_at": utc_now()}
-    files.write_json(path / CANDIDATE_META, CANDIDATE_META_FILE, meta)
+    files.write_json(CANDIDATE_META.at(path), CANDIDATE_META, meta)
     return path
 
 
@@ -62,7 +59,7 @@ def list_candidates(folder: Path) -> list[Path]:
     root = candidates_dir(folder)
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and os.path.lexists(p / CANDIDATE_META)]
+    found = [p for p in root.iterdir() if p.is_dir() and os.path.lexists(CANDIDATE_META.at(p))]
     # An unusable meta is set aside (reported) as it is read; its candidate stays listed.
     created = {p: str(read_meta(p).created_at) for p in found}
     return sorted(found, key=lambda p: (created[p], p.name))
@@ -71,16 +68,14 @@ def list_candidates(folder: Path) -> list[Path]:
 def read_verdict(candidate: Path) -> Verdict:
     """The candidate's verdict; one without an outcome (``Verdict()``) while it has none
     (training), or when its file is unusable: set aside and reported (agent_folder.files)."""
-    found = files.load(Path(candidate) / VERDICT_NAME, VERDICT, Verdict.from_json)
+    found = files.load(VERDICT.at(candidate), VERDICT, Verdict.from_json)
     return Verdict() if found is None else found
 
 
 def read_meta(candidate: Path) -> CandidateMeta:
     """The candidate's meta (its data and request); empty when absent or unusable (set
     aside and reported, as :func:`read_verdict`)."""
-    found = files.load(
-        Path(candidate) / CANDIDATE_META, CANDIDATE_META_FILE, CandidateMeta.from_json
-    )
+    found = files.load(CANDIDATE_META.at(candidate), CANDIDATE_META, CandidateMeta.from_json)
     return CandidateMeta() if found is None else found
 
 
@@ -90,7 +85,7 @@ def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:
     A promotion's and a rollback's go through the pointer (serve, rollback)."""
     decided = stamped(verdict)
     with outbox.verdict_announced(candidate, decided):  # in the outbox before it is logged
-        files.write_json(Path(candidate) / VERDICT_NAME, VERDICT, decided)
+        files.write_json(VERDICT.at(candidate), VERDICT, decided)
 
 
 def stamped(verdict: Mapping[str, Any]) -> dict[str, Any]:

@@ -130,7 +130,7 @@ def bound_asides(
     ``keep_bytes`` bytes together (the newest always stays); returns those removed."""
     removed, total = [], 0
     for index, old in enumerate(reversed(_asides_in(Path(folder), None))):
-        total += _size(old) if total <= keep_bytes else 0  # past the bound: no need to walk
+        total += folder_bytes(old) if total <= keep_bytes else 0  # past the bound: no need to walk
         if index > 0 and (index >= keep or total > keep_bytes):
             try:
                 _remove(old)
@@ -141,8 +141,9 @@ def bound_asides(
     return removed
 
 
-def _size(path: Path) -> int:
-    """Bytes under ``path`` (a file, or a folder walked without following links)."""
+def folder_bytes(path: Path) -> int:
+    """Bytes under ``path`` (a file, or a folder walked without following links): a
+    set-aside entry's size, and an agent's disk use (a gauge)."""
     try:
         info = os.lstat(path)
     except OSError:
@@ -194,7 +195,14 @@ def _read(path: Path, limit: int) -> tuple[str, int] | None:
         raise UnusableStateFile(f"{path}: not UTF-8 text") from None
 
 
-def _read_bytes(path: Path, limit: int) -> tuple[bytes, int] | None:
+def read_tail(path: Path, limit: int) -> bytes | None:
+    """The last lines of ``path`` within ``limit`` bytes (a line cut by the limit left
+    out; a file of lines read from its end), read as :func:`read_bytes` reads a file."""
+    found = _read_bytes(Path(path), limit, tail=True)
+    return None if found is None else found[0]
+
+
+def _read_bytes(path: Path, limit: int, tail: bool = False) -> tuple[bytes, int] | None:
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags)
@@ -207,6 +215,10 @@ def _read_bytes(path: Path, limit: int) -> tuple[bytes, int] | None:
         if not stat.S_ISREG(info.st_mode):
             kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
             raise UnusableStateFile(f"{path}: {kind}")
+        if tail:
+            start = max(0, info.st_size - limit)
+            data = os.pread(fd, info.st_size - start, start)
+            return (data.split(b"\n", 1)[-1] if start else data), info.st_ino
         if info.st_size > limit:
             raise UnusableStateFile(f"{path}: {info.st_size} bytes, over the {limit}-byte bound")
         chunks, size = [], 0
@@ -420,18 +432,6 @@ def open_log(path: Path, file: StateFile) -> TextIO:
     clear_way(path, file)
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
     return os.fdopen(os.open(path, flags, 0o644), "w", encoding="utf-8")
-
-
-def folder_bytes(folder: Path) -> int:
-    """The bytes of every file under ``folder`` (the agent's disk use, as a gauge)."""
-    total = 0
-    for path in Path(folder).rglob("*"):
-        try:
-            if path.is_file():
-                total += path.stat().st_size
-        except OSError:
-            continue  # removed while walking (pruned, or a temp file renamed)
-    return total
 
 
 def last_write(folder: Path) -> float:

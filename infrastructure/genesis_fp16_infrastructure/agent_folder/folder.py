@@ -244,10 +244,6 @@ class AgentFolder:
         return L.PROBE_RECORD.at(self.root)
 
     @property
-    def last_run_path(self) -> Path:
-        return L.LAST_RUN.at(self.root)
-
-    @property
     def last_success_path(self) -> Path:
         return L.LAST_SUCCESS.at(self.root)
 
@@ -346,35 +342,36 @@ class AgentFolder:
     def last_run(self) -> LastRun | None:
         """The last run, None when none was recorded; :class:`LastRunUnreadable` (an
         ``UnusableStateFile``) for a file that is not a record."""
-        path = self.last_run_path
+        data = self._record(L.LAST_RUN, LastRunUnreadable)
         try:
-            data = files.read_json(path, L.LAST_RUN)
+            return None if data is None else msgspec.convert(data, LastRun)
+        except msgspec.ValidationError as exc:
+            raise LastRunUnreadable(f"{L.LAST_RUN.at(self.root)}: {exc}") from None
+
+    def _record(self, file: L.StateFile, unreadable: type[Exception]) -> dict[str, Any] | None:
+        """The record of ``VERSION`` that ``file`` holds, its version taken out; None: no
+        file; ``unreadable`` (one line naming the file) for any other content."""
+        path = file.at(self.root)
+        try:
+            data = files.read_json(path, file)
         except files.UnusableStateFile as exc:
-            raise LastRunUnreadable(str(exc)) from None
-        if data is None:
-            return None
-        try:
-            if not isinstance(data, dict) or data.pop("version", None) != VERSION:
-                raise ValueError(f"not a version {VERSION} record")
-            return msgspec.convert(data, LastRun)
-        except (ValueError, msgspec.ValidationError) as exc:
-            raise LastRunUnreadable(f"{path}: {exc}") from None
+            raise unreadable(str(exc)) from None
+        found = data.pop("version", None) if isinstance(data, dict) else type(data).__name__
+        if data is not None and found != VERSION:
+            raise unreadable(f"{path}: version {found!r}, expected {VERSION}")
+        return data
 
     def save_run(self, record: LastRun, entry: RunEntry | None = None) -> None:
         """Keep a finished run: ``record`` as the last run and its history ``entry`` (a
         result's: ``TrainResult.history_entry``; None: the record alone) at the end of
         the history. Never raises for the disk: a failure is logged."""
         self.save_last_run(record)
-        self.append_run(RunEntry(record) if entry is None else entry)
+        append_run(self.root, RunEntry(record) if entry is None else entry)
 
     def save_last_run(self, record: LastRun) -> None:
         """Keep ``record`` as the last run; a failure is logged, never raised."""
         data = {"version": VERSION, **asdict(record)}
-        _write(self.last_run_path, L.LAST_RUN, data, "`status` will show an older run")
-
-    def append_run(self, entry: RunEntry) -> None:
-        """Append ``entry`` to the history; a failure is logged, never raised."""
-        append_run(self.root, entry)
+        _write(L.LAST_RUN.at(self.root), L.LAST_RUN, data, "`status` will show an older run")
 
     def history(self, last: int = KEEP) -> RunHistory:
         """The ``last`` recent runs, oldest first; ``HistoryUnreadable`` (an
@@ -386,17 +383,10 @@ class AgentFolder:
         """When the last successful run ended (None: never); :class:`LastSuccessUnreadable`
         for a file that holds no usable time (torn, another format, a FIFO, a time that
         is not a positive finite number)."""
-        path = self.last_success_path
-        try:
-            data = files.read_json(path, L.LAST_SUCCESS)
-        except files.UnusableStateFile as exc:
-            raise LastSuccessUnreadable(str(exc)) from None
+        data = self._record(L.LAST_SUCCESS, LastSuccessUnreadable)
         if data is None:
             return None
-        if not isinstance(data, dict) or data.get("version") != VERSION:
-            found = data.get("version") if isinstance(data, dict) else type(data).__name__
-            raise LastSuccessUnreadable(f"{path}: version {found!r}, expected {VERSION}")
-        when = data.get(SUCCESS_FIELD)
+        when, path = data.get(SUCCESS_FIELD), self.last_success_path
         if isinstance(when, bool) or not isinstance(when, int | float):
             raise LastSuccessUnreadable(f"{path}: {SUCCESS_FIELD}={when!r} is not a number")
         if not (math.isfinite(when) and when > 0):
@@ -557,8 +547,8 @@ class CheckpointsFolder:
     def prune(
         self, keep_served: int, rejected_days: float, recover_first: bool = False
     ) -> tuple[list[Path], ServedPointer | None]:
-        """Bound the history, and the pointer as it stands after (:func:`.prune.prune_and_read`)."""
-        return prune.prune_and_read(self.path, keep_served, rejected_days, recover_first)
+        """Bound the history, and the pointer as it stands after (:func:`.prune.prune`)."""
+        return prune.prune(self.path, keep_served, rejected_days, recover_first)
 
 
 def _write(path: Path, file: L.StateFile, data: Any, lost: str) -> None:

@@ -127,28 +127,10 @@ OUTBOX_EVENT = StateFile("<order>-<id>.json", "outbox_event", "outbox", "json", 
 OUTBOX_STATE = StateFile("outbox.json", "outbox_state", "outbox", "json", 64 * KIB)
 OUTBOX_LOCK = StateFile(".lock", "outbox_lock", "outbox", "lock", 4 * KIB)
 
-LAYOUT: tuple[StateFile, ...] = (
-    PRECISION_STATE,
-    PRECISION_STATE_LOCK,
-    CARRIED_SCALE,
-    LAST_SUCCESS,
-    LAST_RUN,
-    RUN_HISTORY,
-    CALIBRATION,
-    CAPTURE_VERDICTS,
-    PROBE_RECORD,
-    RUN_REQUEST,
-    SAMPLE_DATA_MARKER,
-    OWNER_LOCK,
-    SERVED_POINTER,
-    POINTER_LOCK,
-    WRITER_LOCK,
-    DATA_MANIFEST,
-    QUARANTINE_LOG,
-    CANDIDATE_META,
-    VERDICT,
-    JUDGED_IDS,
-    JUDGED_WATCH,
+# Every state file above but the outbox's (its own reader: agent_folder.outbox), in the
+# order defined: each is listed by being defined, never in a second hand-kept list.
+LAYOUT: tuple[StateFile, ...] = tuple(
+    f for f in list(globals().values()) if isinstance(f, StateFile) and f.home != "outbox"
 )
 
 # Folders.

@@ -463,11 +463,11 @@ def append_run(root: Path, entry: RunEntry) -> None:
         _append(path, line)
         if path.stat().st_size > COMPACT_BYTES:
             _compact(path)
-    except OSError as exc:
+    except (OSError, files.UnusableStateFile) as exc:  # the latter: replaced meanwhile
         logger.error(
             "cannot keep the run in the run history: the page will miss it: %s (%s)",
             path,
-            exc.strerror or exc,
+            getattr(exc, "strerror", None) or exc,
         )
 
 
@@ -501,7 +501,7 @@ def _append(path: Path, line: bytes) -> None:
 
 def _compact(path: Path) -> None:
     """Rewrite the file with its newest KEEP lines, atomically."""
-    data = _tail(path, READ_BYTES)
+    data = files.read_tail(path, READ_BYTES) or b""
     lines = [line for line in data.split(b"\n") if line.strip()][-KEEP:]
     # the folder's one atomic writer: a reader or a kill finds the old file or the new one
     files.write_bytes(path, RUN_HISTORY, b"".join(line + b"\n" for line in lines))
@@ -515,11 +515,11 @@ def load_history(root: Path, last: int = KEEP) -> RunHistory:
     path = RUN_HISTORY.at(root)
     last = max(1, min(last, KEEP))
     try:
-        data = _tail(path, min(READ_BYTES, (last + 1) * LINE_BYTES))
-    except FileNotFoundError:
+        data = files.read_tail(path, min(READ_BYTES, (last + 1) * LINE_BYTES))
+    except files.UnusableStateFile as exc:
+        raise HistoryUnreadable(str(exc)) from None
+    if data is None:
         return RunHistory(())
-    except OSError as exc:
-        raise HistoryUnreadable(f"{path}: {exc.strerror or exc}") from None
     entries, bad = [], 0
     for line in [line for line in data.split(b"\n") if line.strip()][-last:]:
         entry = decode_entry(line)
@@ -571,22 +571,6 @@ def decode_entry(line: bytes) -> RunEntry | None:
     if not (0.0 <= run.finished_at <= LATEST_TIME and 0.0 <= run.duration_seconds <= LATEST_TIME):
         return None
     return entry
-
-
-def _tail(path: Path, limit: int) -> bytes:
-    """The last lines of the regular file ``path`` within ``limit`` bytes (a line cut
-    by the limit left out)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-            raise OSError(0, kind)
-        start = max(0, info.st_size - limit)
-        data = os.pread(fd, info.st_size - start, start)
-    finally:
-        os.close(fd)
-    return data.split(b"\n", 1)[-1] if start else data
 
 
 def finite(value: Any) -> float | None:

@@ -22,20 +22,18 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
     ASIDE_SUFFIX,
     CANDIDATES_FOLDER,
     CHECKPOINTS_FOLDER,
+    POINTER_LOCK,
     SERVED_POINTER,
 )
-from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 from genesis_fp16_infrastructure.errors import ServedPointerError
 
-POINTER_NAME = SERVED_POINTER.name
-ASIDE_NAME = POINTER_NAME + ASIDE_SUFFIX  # an unusable pointer, set aside until a repair
 REPAIR = "`genesis-fp16 model promote AGENT ID` or `genesis-fp16 model rollback AGENT` repairs it"
 
 
 def pointer_path(folder: Path) -> Path:
-    return Path(folder) / POINTER_NAME
+    return SERVED_POINTER.at(folder)
 
 
 def candidates_dir(folder: Path) -> Path:
@@ -98,7 +96,8 @@ def repair_hint(folder: Path) -> str:
 def aside_path(folder: Path) -> Path:
     """Where the pointer was last set aside (:func:`files.newest_aside`); when never,
     ``served.json.unusable``, which is not there."""
-    return files.newest_aside(pointer_path(folder)) or Path(folder) / ASIDE_NAME
+    path = pointer_path(folder)
+    return files.newest_aside(path) or path.with_name(path.name + ASIDE_SUFFIX)
 
 
 def write_pointer(folder: Path, pointer: ServedPointer) -> None:
@@ -107,13 +106,11 @@ def write_pointer(folder: Path, pointer: ServedPointer) -> None:
     files.write_json(pointer_path(folder), SERVED_POINTER, pointer.to_json())
 
 
-POINTER_LOCK = POINTER_LOCK_FILE.name  # the flock every writer of the pointer holds
-
 # One writer at a time: an flock conflicts between two descriptors even in one process, so
 # threads of one process (the daemon's jobs) are ordered by a process lock first, and a
 # thread that holds the pointer's lock may take it again (prune holds it around update).
 _THREAD_LOCK = threading.RLock()
-_HELD: dict[str, int] = {}  # lock file -> depth, only touched under _THREAD_LOCK
+_HELD: set[str] = set()  # the lock files held, only touched under _THREAD_LOCK
 
 
 @contextmanager
@@ -124,19 +121,15 @@ def pointer_lock(folder: Path) -> Iterator[None]:
     holders keep it for one small read and write. The kernel drops it with its holder;
     the same thread may nest it."""
     Path(folder).mkdir(parents=True, exist_ok=True)
-    key = str((Path(folder) / POINTER_LOCK).resolve())
+    key = str(POINTER_LOCK.at(folder).resolve())
     with _THREAD_LOCK:
-        if _HELD.get(key):
-            _HELD[key] += 1
-            try:
-                yield
-            finally:
-                _HELD[key] -= 1
+        if key in _HELD:  # held by this thread (no other gets past _THREAD_LOCK): nested
+            yield
             return
-        fd = take_lock(Path(key), POINTER_LOCK_FILE)
+        fd = take_lock(Path(key), POINTER_LOCK)
+        _HELD.add(key)
         try:
-            _HELD[key] = 1
             yield
         finally:
-            _HELD.pop(key, None)
+            _HELD.discard(key)
             os.close(fd)  # closing the descriptor drops the flock

@@ -30,22 +30,18 @@ INCONCLUSIVE_KEEP = 2
 PRUNING_FOLDER = ".pruning"  # a candidate moved here (one rename) is removed, then or later
 
 
-def prune(folder: Path, keep_served: int, rejected_days: float) -> list[Path]:
+def prune(
+    folder: Path, keep_served: int, rejected_days: float, recover_first: bool = False
+) -> tuple[list[Path], ServedPointer | None]:
     """Remove candidates neither served nor among the last ``keep_served`` served:
     rejected, undecided or inconclusive ones (but the newest ``INCONCLUSIVE_KEEP``
     inconclusive) older than ``rejected_days``, unfinished ones (no verdict) untouched
     for ``rejected_days`` and ``UNFINISHED_MIN_DAYS`` (a run cut short by its timeout
-    every hour must find its candidate next time). Returns what was removed."""
-    return prune_and_read(folder, keep_served, rejected_days)[0]
-
-
-def prune_and_read(
-    folder: Path, keep_served: int, rejected_days: float, recover_first: bool = False
-) -> tuple[list[Path], ServedPointer | None]:
-    """:func:`prune`, and the pointer as it stands after it (None: nothing served), read
-    once under the same lock: the daemon counts the journal from it without a second
-    read. ``recover_first``: :func:`~.transitions.recover`'s work first, on that same
-    read (the daemon's after each run: what the run, killed or not, left to finish)."""
+    every hour must find its candidate next time). Returns what was removed, and the
+    pointer as it stands after (None: nothing served), read once under the same lock:
+    the daemon counts the journal from it without a second read. ``recover_first``:
+    :func:`~.transitions.recover`'s work first, on that same read (the daemon's after
+    each run: what the run, killed or not, left to finish)."""
 
     def trim(current: ServedPointer | None) -> ServedPointer | None:
         if current is None or len(current.history) <= keep_served:

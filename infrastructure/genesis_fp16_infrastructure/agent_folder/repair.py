@@ -23,6 +23,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, Serv
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     aside_path,
+    checkpoint_of,
     parse_pointer,
     pointer_lock,
     pointer_path,
@@ -65,15 +66,12 @@ def repairable_pointer(folder: Path) -> ServedPointer | None:
     (a dangling pointer keeps its history); else None (rebuilt from candidates)."""
     try:
         return read_pointer(folder)
+    except ServedPointerError:  # the file there failed this same read: the one set aside
+        aside = aside_path(folder)
+    try:
+        return parse_pointer(aside) if aside.is_file() else None
     except ServedPointerError:
-        pass
-    for path in (pointer_path(folder), aside_path(folder)):
-        try:
-            if path.is_file():
-                return parse_pointer(path)
-        except ServedPointerError:
-            continue
-    return None
+        return None
 
 
 def serve_by_hand(folder: Path, entry: ServedEntry, pin: Pin) -> bool:
@@ -119,8 +117,10 @@ def roll_back_by_hand(folder: Path, pin: Pin) -> tuple[ServedEntry, bool]:
 def _current(folder: Path) -> tuple[ServedPointer | None, bool]:
     """The pointer as a repair sees it, and whether it is usable (None and True: none yet)."""
     try:
-        served_checkpoint(folder)
-        return read_pointer(folder), True
+        pointer = read_pointer(folder)  # read once, not once per check
+        if pointer is not None:
+            checkpoint_of(folder, pointer)  # ServedPointerError: its checkpoint is gone
+        return pointer, True
     except ServedPointerError:
         return repairable_pointer(folder), False
 

@@ -57,13 +57,11 @@ import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files, outbox
 from genesis_fp16_infrastructure.agent_folder.candidates import (
-    CANDIDATE_META,
-    VERDICT_NAME,
     read_verdict,
     stamped,
     utc_now,
 )
-from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
+from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     JournalEntry,
     Outcome,
@@ -184,7 +182,7 @@ def disagreeing(folder: Path, pointer: ServedPointer) -> list[str]:
     found = []
     for ident, verdict in decided_verdicts(pointer).items():
         candidate = candidates_dir(folder) / ident
-        if not (candidate / CANDIDATE_META).is_file():
+        if not CANDIDATE_META.at(candidate).is_file():
             continue  # pruned since, or never here
         said = read_verdict(candidate).journal_seq
         if said is None or verdict.journal_seq is None or said < verdict.journal_seq:
@@ -199,7 +197,7 @@ def roll_forward(folder: Path, pointer: ServedPointer) -> list[str]:
     decided = decided_verdicts(pointer)
     written = disagreeing(folder, pointer)
     for ident in written:
-        path = candidates_dir(folder) / ident / VERDICT_NAME
+        path = VERDICT.at(candidates_dir(folder) / ident)
         files.write_json(path, VERDICT, decided[ident].to_json())
     return written
 
@@ -284,7 +282,7 @@ def _rolled_back_verdict(
     candidate's (inspection, pruning) so that the same data does not train it again
     (retrain.freshness); none when it is no candidate of this folder."""
     candidate = (Path(folder) / str(dropped.checkpoint)).parent
-    if not (candidate / CANDIDATE_META).is_file():
+    if not CANDIDATE_META.at(candidate).is_file():
         return {}
     old = read_verdict(candidate)
     gate_outcome = old.gate_outcome or old.outcome  # what the gate said

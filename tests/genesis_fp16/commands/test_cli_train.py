@@ -14,7 +14,7 @@ import pytest
 import torch
 from cli_fork import run_cli
 
-from genesis_fp16_infrastructure.agent_folder.candidates import VERDICT_NAME
+from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
 from genesis_fp16_infrastructure.agent_folder.prune import INCONCLUSIVE_KEEP
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
@@ -579,7 +579,7 @@ def test_train_bounds_the_model_history_and_names_the_gates_figures(tmp_path: Pa
 
 def _outcome(candidate: Path) -> object:
     """A kept candidate's verdict outcome (None: no verdict)."""
-    verdict = candidate / VERDICT_NAME
+    verdict = VERDICT.at(candidate)
     return json.loads(verdict.read_text()).get("outcome") if verdict.exists() else None
 
 

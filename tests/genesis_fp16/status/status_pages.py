@@ -18,6 +18,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     GateMark,
     LastRun,
     RunEntry,
+    append_run,
 )
 
 # An agent name cannot carry markup ([a-z][a-z0-9_]{0,63}: genesis_fp16/config/agent_names.py);
@@ -86,7 +87,7 @@ def _seed_hostile_history(folder: AgentFolder) -> None:
     )
     scores = ({"auc": 0.6}, {"auc": 0.7})
     gate = GateMark("rejected", HOSTILE_REASON, "auc", *scores, HOSTILE_MODEL, HOSTILE_MODEL)
-    folder.append_run(RunEntry(replace(run, finished_at=1_700_000_000.0), gate=gate,
+    append_run(folder.root, RunEntry(replace(run, finished_at=1_700_000_000.0), gate=gate,
                                drift=HOSTILE_REASON))  # fmt: skip
 
 

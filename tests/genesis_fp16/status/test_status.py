@@ -38,6 +38,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     REASON_CHARS,
     LastRun,
     RunEntry,
+    append_run,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -230,7 +231,7 @@ def test_an_unchanged_history_is_not_read_or_drawn_again(tmp_path: Path) -> None
     assert again.agents[0].history is first.agents[0].history
     assert render_html(again) == render_html(first)
     folder = AgentFolder(tmp_path, HOSTILE_AGENT)
-    folder.append_run(RunEntry(LastRun.of_error("failed", "the newest run", 1.0, "daemon")))
+    append_run(folder.root, RunEntry(LastRun.of_error("failed", "the newest run", 1.0, "daemon")))
     later = gather_status(tmp_path, [], IDLE, _no_schedule)
     assert [e.run.reason for e in later.agents[0].history.runs][-1] == "the newest run"
     assert "the newest run" in render_html(later).decode()

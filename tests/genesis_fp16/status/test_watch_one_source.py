@@ -14,8 +14,7 @@ from status_pages import page_rows
 
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, gather_status
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import LastRun, RunEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import LastRun, RunEntry, append_run
 
 AGENT = "se_darwin"
 IDLE = DaemonStatus(False, None, None, None, None, None, "not running")
@@ -43,7 +42,7 @@ def _seed(state: Path, served_at: float, live: dict[str, object] | None) -> None
     pointer = {"version": 1, "served": served, "history": [earlier], "pinned": None}
     (root / "checkpoints" / "served.json").write_text(json.dumps(pointer))
     run = LastRun("success", "fp32", "fp32", served_at, 2.0, "promoted", "daemon", 10)
-    AgentFolder.at(root).append_run(RunEntry(run))
+    append_run(root, RunEntry(run))
 
 
 def _row_and_chart(state: Path, idle_seconds: float) -> tuple[str, str]:

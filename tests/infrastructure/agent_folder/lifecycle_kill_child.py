@@ -89,7 +89,7 @@ def _scenarios(ck: Path, roles: dict[str, str], name: str) -> dict[str, Callable
         "operator_unpin": lambda: main(["model", "unpin", AGENT]),
         "repair": lambda: [str(x) for x in repair.set_aside_unusable(ck)],
         "operator_repair": lambda: main(["model", "rollback", AGENT]),
-        "prune": lambda: [p.name for p in prune.prune(ck, 1, 7.0)],
+        "prune": lambda: [p.name for p in prune.prune(ck, 1, 7.0)[0]],
     }
 
 

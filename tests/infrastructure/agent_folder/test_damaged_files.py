@@ -22,7 +22,7 @@ from genesis_fp16_infrastructure.agent_folder import data_manifest, files
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import LastRun, RunEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import LastRun, RunEntry, append_run
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
 from genesis_fp16_infrastructure.agent_folder.records import read_calibration
 from genesis_fp16_infrastructure.agent_folder.repair import set_aside_unusable
@@ -106,7 +106,7 @@ CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "carried_scale": lambda f, p: read_carried_scale(p),
     "last_success": lambda f, p: f.paths.stored_last_success(),
     "last_run": lambda f, p: f.paths.save_last_run(FAILED),
-    "run_history": lambda f, p: f.paths.append_run(RunEntry(FAILED)),
+    "run_history": lambda f, p: append_run(f.paths.root, RunEntry(FAILED)),
     "precision_calibration": lambda f, p: read_calibration(p),
     "capture_verdicts": lambda f, p: read_verdicts(p),
     "probe_result": lambda f, p: AgentFolder.at(p.parent).probe_record(ProbeRecord.from_json),

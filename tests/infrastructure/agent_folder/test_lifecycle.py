@@ -18,6 +18,7 @@ from genesis_fp16_infrastructure.agent_folder import (
     prune,
     transitions,
 )
+from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
@@ -79,7 +80,7 @@ def test_prune_keeps_the_served_the_last_k_and_recent_rejections(tmp_path: Path)
         _serve(tmp_path, promoted[-1])
     rejected = [_candidate(tmp_path, f"r{i}", "rejected") for i in range(2)]
     training = _candidate(tmp_path, "t", None)
-    removed = prune.prune(tmp_path, keep_served=2, rejected_days=1)
+    removed, _ = prune.prune(tmp_path, keep_served=2, rejected_days=1)
     assert sorted(removed) == promoted[:3]
     assert all(p.exists() for p in rejected)  # decided just now: within their day
     time.sleep(0.01)
@@ -99,7 +100,7 @@ def test_prune_removes_an_unfinished_candidate_nobody_resumed(tmp_path: Path) ->
     old = time.time() - 2 * 86400
     for path in [stale, *stale.rglob("*")]:
         os.utime(path, (old, old))
-    assert prune.prune(tmp_path, keep_served=2, rejected_days=0) == [stale]
+    assert prune.prune(tmp_path, keep_served=2, rejected_days=0)[0] == [stale]
     assert recent.exists() and not stale.exists()
 
 
@@ -179,7 +180,7 @@ def test_a_verdict_the_journal_decided_is_rolled_forward_before_prune_judges(
         "rollback",
     ]
     assert transitions.disagreeing(tmp_path, pointer) == [second.name]
-    assert prune.prune(tmp_path, 0, 1.0) == []
+    assert prune.prune(tmp_path, 0, 1.0)[0] == []
     transitions.recover(tmp_path)
     assert candidates.read_verdict(second).outcome == "rolled_back"
     assert transitions.disagreeing(tmp_path, pointer) == []
@@ -218,7 +219,7 @@ def test_a_journal_naming_a_path_writes_nothing_outside_the_candidates(tmp_path:
     write_pointer(tmp_path, replace(pointer, sequence=9, journal=[bad]))
     (tmp_path / "candidate.json").write_text("{}")  # as if `..` were a candidate
     transitions.unpin(tmp_path)  # an owner call: rolls forward what it can
-    assert not (tmp_path / candidates.VERDICT_NAME).exists()
+    assert not VERDICT.at(tmp_path).exists()
 
 
 def test_prune_keeps_the_newest_inconclusive_candidates_however_old(tmp_path: Path) -> None:
@@ -232,10 +233,8 @@ def test_prune_keeps_the_newest_inconclusive_candidates_however_old(tmp_path: Pa
     for path in [*found, rejected]:
         verdict = candidates.read_verdict(path)
         assert verdict.outcome is not None
-        (path / candidates.VERDICT_NAME).write_text(
-            json.dumps({**verdict.to_json(), "decided_at_s": old})
-        )
+        VERDICT.at(path).write_text(json.dumps({**verdict.to_json(), "decided_at_s": old}))
     assert prune.INCONCLUSIVE_KEEP == 2
-    removed = prune.prune(tmp_path, keep_served=2, rejected_days=1)
+    removed, _ = prune.prune(tmp_path, keep_served=2, rejected_days=1)
     assert sorted(removed) == sorted([found[0], rejected])
     assert found[1].exists() and found[2].exists()

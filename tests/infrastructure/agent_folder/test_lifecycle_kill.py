@@ -39,7 +39,7 @@ from genesis_fp16_infrastructure.agent_folder import (
     repair,
     transitions,
 )
-from genesis_fp16_infrastructure.agent_folder.candidates import VERDICT_NAME
+from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
@@ -92,7 +92,7 @@ def _build(tmp: Path, scenario: str) -> Path:
     month_ago = time.time() - 30 * DAY  # written as write_verdict would have, then
     verdict = {"outcome": "rejected", "decided_at": "a month ago", "decided_at_s": month_ago}
     with outbox.verdict_announced(old, verdict):
-        (old / VERDICT_NAME).write_text(json.dumps(verdict))
+        VERDICT.at(old).write_text(json.dumps(verdict))
     if scenario == "operator_unpin":
         transitions.update_pointer(ck, lambda p: _pinned(p))
     if scenario in ("repair", "operator_repair"):  # a pointer naming a checkpoint gone

@@ -35,7 +35,7 @@ def _candidate(folder: Path, digest: str) -> Path:
 
 
 def _verdict(candidate: Path) -> dict[str, Any]:
-    return json.loads((candidate / candidates.VERDICT_NAME).read_text())
+    return json.loads(VERDICT.at(candidate).read_text())
 
 
 def _catch_ups(folder: Path) -> None:
@@ -131,7 +131,7 @@ def test_an_old_state_folder_announces_none_of_its_verdicts(tmp_path: Path) -> N
     agent_folder, folder = _folders(tmp_path)
     for digest, outcome in (("aaaa", "rejected"), ("bbbb", "held")):
         candidate = _candidate(folder, digest)
-        files.write_json(candidate / candidates.VERDICT_NAME, VERDICT, {"outcome": outcome})
+        files.write_json(VERDICT.at(candidate), VERDICT, {"outcome": outcome})
     _catch_ups(folder)
     assert outbox.read_events(agent_folder) == []
     new = _candidate(folder, "cccc")

@@ -27,6 +27,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     LiveColumn,
     LiveMark,
     RunEntry,
+    append_run,
     decode_entry,
     encode_entry,
 )
@@ -47,7 +48,7 @@ def test_the_file_is_compacted_to_the_newest_entries(tmp_path: Path) -> None:
     the newest KEEP entries, oldest first."""
     folder = _folder(tmp_path)
     for index in range(3 * KEEP):
-        folder.append_run(_failed(f"run {index} " + "x" * 300))
+        append_run(folder.root, _failed(f"run {index} " + "x" * 300))
         assert folder.history_path.stat().st_size <= COMPACT_BYTES + LINE_BYTES
     entries = folder.history().entries
     assert len(entries) == KEEP
@@ -65,7 +66,7 @@ def test_a_compaction_is_the_folder_s_atomic_write(
     real = files.fsync_directory
     monkeypatch.setattr(files, "fsync_directory", lambda d: (synced.append(Path(d)), real(d)))
     for _ in range(20 * KEEP):  # lines of about 600 bytes: the bound is passed long before
-        folder.append_run(_failed("x" * 390))
+        append_run(folder.root, _failed("x" * 390))
         if synced:
             break
     assert synced == [folder.root]  # the appends before it synced nothing: one compaction
@@ -81,10 +82,10 @@ def test_a_torn_line_and_garbage_are_counted_not_raised(tmp_path: Path) -> None:
     """A line torn by a kill mid-write, a line of another version and a hostile line are
     skipped and counted; the entry appended after the torn line reads back whole."""
     folder = _folder(tmp_path)
-    folder.append_run(_failed("first"))
+    append_run(folder.root, _failed("first"))
     with folder.history_path.open("ab") as handle:
         handle.write(b'{"version": 2}\n<script>alert(1)</script>\n{"version": 1, "run": {"outc')
-    folder.append_run(_failed("after the tear"))
+    append_run(folder.root, _failed("after the tear"))
     history = folder.history()
     assert [e.run.reason for e in history.entries] == ["first", "after the tear"]
     assert history.unreadable == 3
@@ -100,7 +101,7 @@ def test_a_fifo_or_folder_is_one_line_not_a_hang(tmp_path: Path, kind: str) -> N
     os.mkfifo(path) if kind == "fifo" else path.mkdir()
     with pytest.raises(HistoryUnreadable, match=r"run_history\.jsonl"):
         folder.history()
-    folder.append_run(_failed("after it"))
+    append_run(folder.root, _failed("after it"))
     assert [e.run.reason for e in folder.history().entries] == ["after it"]
     assert files.newest_aside(path) is not None
 
@@ -165,7 +166,7 @@ def test_a_history_written_before_the_maps_reads_back_without_loss(tmp_path: Pat
     assert rejected.live is not None and rejected.live.rolled_back
     assert rejected.live.regressed == ("loss",) and rejected.live.watched.upper == 0.13
     assert first.gate == GateMark("promoted", candidate_id="c1") and first.live is None
-    folder.append_run(rejected)
+    append_run(folder.root, rejected)
     assert folder.history_path.read_bytes().splitlines()[-1].startswith(b'{"version":2,')
     history = folder.history()
     assert history.entries == (promoted, rejected, first, rejected) and history.unreadable == 0

@@ -54,7 +54,7 @@ def test_an_inconclusive_candidate_is_kept_and_decided_later_without_training(
     assert list_models(ck, "se_darwin", as_json=True) == 0
     row = next(r for r in json.loads(capsys.readouterr().out)["models"] if r["id"] == kept)
     assert row["state"] == "inconclusive" and row["records_needed"] == gate.records_needed
-    assert prune(ck, keep_served=1, rejected_days=0.0) == []  # kept, however old
+    assert prune(ck, keep_served=1, rejected_days=0.0)[0] == []  # kept, however old
     before = [c.name for c in list_candidates(ck)]
 
     _write(data, pool, ids[480:], "c.json")
