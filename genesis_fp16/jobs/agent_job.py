@@ -97,11 +97,12 @@ def _run_once(
     structlog.contextvars.bind_contextvars(agent=agent, run_id=run.id)
     try:
         # Inside the try: an unreadable state file while planning is a counted failed run.
-        plan = plan_run(run, plugin, device, capabilities)
+        request = plan_run(run, plugin, device, capabilities)
         # As the plan read it: an unusable one set aside (the run refuses it), degraded.
-        check_served_pointer(ctx, agent, plan.snapshot)
+        assert request.snapshot is not None  # plan_request always takes one
+        check_served_pointer(ctx, agent, request.snapshot)
         record_start(run)
-        result = execute_run(run, plugin, plan.request)
+        result = execute_run(run, plugin, request)
     except RunStopped as exc:  # stopped during its child's start-up: no step, no failure
         record_stopped(run, exc)
         return run.rerun()

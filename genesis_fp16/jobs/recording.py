@@ -41,8 +41,8 @@ log = structlog.get_logger("genesis_fp16.jobs")
 
 def record_start(run: Run) -> None:
     """Where the run's counters start: the totals of the checkpoint it will resume, as its
-    plan read it (``RunPlan.snapshot.state.resume``, from the request's snapshot)."""
-    snapshot = run.plan.snapshot if run.plan is not None else None  # no second read
+    plan read it (``Run.request.snapshot.state.resume``)."""
+    snapshot = run.request.snapshot if run.request is not None else None  # no second read
     state = snapshot.state if snapshot is not None else None
     resume = state.resume if state is not None else None
     if snapshot is None or resume is None:
