@@ -64,8 +64,7 @@ def run_agent_job(
     with ctx.running_changed:
         starts = not ctx.stopping.is_set()
         if starts:
-            ctx.running.add(agent)
-            ctx.holding[agent] = slots
+            ctx.running[agent] = slots
     if not starts:
         ctx.slots.release(slots)
         log.info("job not started: the daemon is shutting down", agent=agent)
@@ -79,8 +78,7 @@ def run_agent_job(
     finally:
         ctx.slots.release(slots)
         with ctx.running_changed:
-            ctx.running.discard(agent)
-            ctx.holding.pop(agent, None)
+            ctx.running.pop(agent, None)
             ctx.running_changed.notify_all()
 
 

@@ -31,11 +31,11 @@ class JobContext:
     metrics: DaemonMetrics
     slots: DeviceSlots
     stopping: threading.Event
-    running: set[str] = field(default_factory=set)
-    # The device slots each agent waits for (its job queued behind another's run), and
-    # those each running agent holds: the status says whose run a queued one waits for.
+    # The running agents, each with the device slots its run holds, and the slots each
+    # agent waits for (its job queued behind another's run): the status says whose run a
+    # queued one waits for.
+    running: dict[str, tuple[str, ...]] = field(default_factory=dict)
     waiting: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    holding: dict[str, tuple[str, ...]] = field(default_factory=dict)
     running_changed: threading.Condition = field(default_factory=threading.Condition)
     # Why the daemon is degraded, by agent (a full or read-only disk): /healthz says so.
     degraded: dict[str, str] = field(default_factory=dict)
