@@ -135,17 +135,13 @@ def record_failure(run: Run, device: str, exc: BaseException) -> None:
         ctx.degraded[agent] = f"device {device} unavailable: {host}"
     one_line = isinstance(exc, TrainRequestError | LaunchError)
     why = host or (str(exc) if one_line else f"{type(exc).__name__}: {exc}")
-    if one_line or host:
-        # A one-line refusal, a storage error naming its path, a lost device.
-        log.error("training run failed", error=why, duration_seconds=round(duration, 3))
-    elif isinstance(exc, SystemExit):
-        log.error(
-            "training run failed",
-            error=f"the plugin called sys.exit({exc.code!r})",
-            duration_seconds=round(duration, 3),
-        )
-    else:  # the plugin's bug: its traceback, under the same one-line error as the others
-        log.exception("training run failed", error=why, duration_seconds=round(duration, 3))
+    # One line for a refusal, a storage error naming its path, a lost device, sys.exit();
+    # the plugin's bug gets its traceback too, under the same one-line error.
+    exited = isinstance(exc, SystemExit) and not host
+    bug = not (one_line or host or exited)
+    said = f"the plugin called sys.exit({exc.code!r})" if exited else why
+    emit = log.exception if bug else log.error
+    emit("training run failed", error=said, duration_seconds=round(duration, 3))
     _bound_history(ctx, agent)  # a gate that could not decide left a candidate too
     _end_without_result(run, "failed", f"{reason}: {why}", duration)
 
