@@ -137,9 +137,9 @@ def record_failure(run: Run, device: str, exc: BaseException) -> None:
     why = host or (str(exc) if one_line else f"{type(exc).__name__}: {exc}")
     # One line for a refusal, a storage error naming its path, a lost device, sys.exit();
     # the plugin's bug gets its traceback too, under the same one-line error.
-    exited = isinstance(exc, SystemExit) and not host
-    bug = not (one_line or host or exited)
-    said = f"the plugin called sys.exit({exc.code!r})" if exited else why
+    said, bug = why, not (one_line or host)
+    if isinstance(exc, SystemExit) and not host:
+        said, bug = f"the plugin called sys.exit({exc.code!r})", False
     emit = log.exception if bug else log.error
     emit("training run failed", error=said, duration_seconds=round(duration, 3))
     _bound_history(ctx, agent)  # a gate that could not decide left a candidate too
