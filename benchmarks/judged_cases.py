@@ -278,7 +278,7 @@ def run(
     assert not kw, f"unknown run arguments {sorted(kw)}"
     settings = Settings(state_dir=folder, auto_precision="rule", _env_file=None)  # type: ignore[call-arg]
     planned = time.perf_counter()
-    request = plan_request(settings, agent.name, agent.plugin, "cpu", overrides).request
+    request = plan_request(settings, agent.name, agent.plugin, "cpu", overrides)
     plan = time.perf_counter() - planned
     served_now = served_checkpoint(Path(request.checkpoint_dir))
     if warm and served_now is not None:

@@ -44,7 +44,7 @@ def _request(state: Path, steps: int, sample_count: int, device: str) -> TrainRe
     settings = Settings(state_dir=state, sample_count=sample_count)
     overrides = RequestOverrides(precision="fp32", steps=steps, log_interval=1)
     plugin = load_plugin("se_darwin")
-    request = plan_request(settings, "se_darwin", plugin, device, overrides).request
+    request = plan_request(settings, "se_darwin", plugin, device, overrides)
     return replace(request, checkpoint_steps=10**6)  # one checkpoint, at the end
 
 

@@ -21,7 +21,6 @@ from typing import Any
 from genesis_fp16.cli import UsageError
 from genesis_fp16.config.plugins import installed_entry_points
 from genesis_fp16.scaffold import ScaffoldError, check_name, write_agent
-from genesis_fp16_infrastructure.api import check_agent_name
 
 
 def register(subparsers: Any) -> None:
@@ -37,11 +36,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:  # one line, as the scaffold's own refusal (a keyword, a module's name)
-        check_agent_name(args.name)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    try:
+    try:  # one line: the name's pattern, a keyword, a module's name
         check_name(args.name)
         _refuse_taken(args.name)
         root = write_agent(args.name, args.out)

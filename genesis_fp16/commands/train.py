@@ -450,7 +450,7 @@ def _request(
         checkpoint_seconds=args.checkpoint_seconds,
     )
     try:
-        request = plan_request(settings, args.agent, plugin, device, overrides).request
+        request = plan_request(settings, args.agent, plugin, device, overrides)
     except TrainRequestError as exc:
         raise UsageError(str(exc)) from None
     return request, ProgressBar(request.steps, sys.stderr) if terminal else None

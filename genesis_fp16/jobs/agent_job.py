@@ -64,8 +64,7 @@ def run_agent_job(
     with ctx.running_changed:
         starts = not ctx.stopping.is_set()
         if starts:
-            ctx.running.add(agent)
-            ctx.holding[agent] = slots
+            ctx.running[agent] = slots
     if not starts:
         ctx.slots.release(slots)
         log.info("job not started: the daemon is shutting down", agent=agent)
@@ -79,8 +78,7 @@ def run_agent_job(
     finally:
         ctx.slots.release(slots)
         with ctx.running_changed:
-            ctx.running.discard(agent)
-            ctx.holding.pop(agent, None)
+            ctx.running.pop(agent, None)
             ctx.running_changed.notify_all()
 
 
@@ -97,11 +95,12 @@ def _run_once(
     structlog.contextvars.bind_contextvars(agent=agent, run_id=run.id)
     try:
         # Inside the try: an unreadable state file while planning is a counted failed run.
-        plan = plan_run(run, plugin, device, capabilities)
+        request = plan_run(run, plugin, device, capabilities)
         # As the plan read it: an unusable one set aside (the run refuses it), degraded.
-        check_served_pointer(ctx, agent, plan.snapshot)
+        assert request.snapshot is not None  # plan_request always takes one
+        check_served_pointer(ctx, agent, request.snapshot)
         record_start(run)
-        result = execute_run(run, plugin, plan.request)
+        result = execute_run(run, plugin, request)
     except RunStopped as exc:  # stopped during its child's start-up: no step, no failure
         record_stopped(run, exc)
         return run.rerun()

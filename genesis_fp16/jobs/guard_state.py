@@ -35,8 +35,11 @@ if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run)
 log = structlog.get_logger("genesis_fp16.guard")
 
 
-def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:
-    """The agent's remembered demotion.
+def load_memory(
+    settings: Settings, agent: str, state: AgentState | None = None
+) -> PrecisionMemory | None:
+    """The agent's remembered demotion; ``state``: the agent's folder as a run's plan read
+    it (None: the memory is read now).
 
     An unusable file (torn, not JSON, a folder, a FIFO, a link, over its size bound) is
     set aside as ``precision_state.json.unusable-*``, counted, logged in one line, and
@@ -44,13 +47,14 @@ def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:
     have held is never forgotten into the precision that failed. `genesis-fp16
     precision reset AGENT` (the operator) clears it."""
     folder = AgentFolder(settings.state_dir, agent)
-    try:
-        return folder.precision_memory()
-    except ValueError as exc:
-        return _replace_unusable(folder, agent, str(exc))
-
-
-def _replace_unusable(folder: AgentFolder, agent: str, error: str) -> PrecisionMemory:
+    if state is not None and state.memory_error is None:  # as the plan read it
+        return state.memory
+    error = None if state is None else state.memory_error
+    if error is None:
+        try:
+            return folder.precision_memory()
+        except ValueError as exc:
+            error = str(exc)
     memory, moved = folder.replace_unusable_precision_memory(error)  # counted by the folder
     log.warning(
         f"unusable precision state file set aside: the agent trains in {memory.demoted_to} "
@@ -70,13 +74,7 @@ def remembered_floor(
     ``state``: the agent's folder as a run's plan read it (None: the memory is read now).
     :func:`~genesis_fp16.jobs.run_request.precision_request` puts it in the request where
     ``requested_precision`` says it applies."""
-    if state is None:
-        memory = load_memory(settings, agent)
-    elif state.memory_error is None:  # as the plan read it, with the other state files
-        memory = state.memory
-    else:  # unusable: set aside and replaced as load_memory does
-        folder = AgentFolder(settings.state_dir, agent)
-        memory = _replace_unusable(folder, agent, state.memory_error)
+    memory = load_memory(settings, agent, state)
     if memory is None:
         return None
     why = (

@@ -3,7 +3,7 @@ it carries from its plan to its record (:class:`Run`).
 
 A job (genesis_fp16/jobs/agent_job.py) walks one run forward through three modules, each
 taking the ``Run``: planning.py builds its request once and keeps it on the run
-(``Run.plan``, with the agent's state it was planned from), supervising.py trains it
+(``Run.request``, with the agent's state it was planned from), supervising.py trains it
 where the settings say, recording.py turns its result (or its failure) into metrics and
 one log line. The ``Run`` is the only state they pass along.
 """
@@ -14,16 +14,13 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from genesis_fp16.config.settings import Settings, precision_switched
 from genesis_fp16.launch.device_slots import DeviceSlots
 from genesis_fp16.launch.launcher import RunProcesses
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.tracking import RunTracker
-
-if TYPE_CHECKING:  # run_request imports the settings' modules; a Run only holds its plan
-    from genesis_fp16.jobs.run_request import RunPlan
+from genesis_fp16.plugin_api import TrainRequest
 
 
 @dataclass
@@ -34,11 +31,11 @@ class JobContext:
     metrics: DaemonMetrics
     slots: DeviceSlots
     stopping: threading.Event
-    running: set[str] = field(default_factory=set)
-    # The device slots each agent waits for (its job queued behind another's run), and
-    # those each running agent holds: the status says whose run a queued one waits for.
+    # The running agents, each with the device slots its run holds, and the slots each
+    # agent waits for (its job queued behind another's run): the status says whose run a
+    # queued one waits for.
+    running: dict[str, tuple[str, ...]] = field(default_factory=dict)
     waiting: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    holding: dict[str, tuple[str, ...]] = field(default_factory=dict)
     running_changed: threading.Condition = field(default_factory=threading.Condition)
     # Why the daemon is degraded, by agent (a full or read-only disk): /healthz says so.
     degraded: dict[str, str] = field(default_factory=dict)
@@ -65,8 +62,8 @@ class JobContext:
 
 @dataclass
 class Run:
-    """One run of a job: its id, clock and deadline, whether a reload stopped it, its plan
-    (the request and the agent's state it was built from, set by planning) and its curves
+    """One run of a job: its id, clock and deadline, whether a reload stopped it, its request
+    (with the agent's state it was built from, set by planning) and its curves
     (opened while planning, closed on every outcome). Planning, supervising and recording
     each read it; ``should_stop`` is the callback the run asks at every step."""
 
@@ -77,7 +74,7 @@ class Run:
     started: float = field(default_factory=time.monotonic)
     deadline: float = float("inf")
     changed: threading.Event = field(default_factory=threading.Event)
-    plan: RunPlan | None = None
+    request: TrainRequest | None = None
     tracker: RunTracker | None = None
     timeout: float = field(init=False)
 
@@ -94,7 +91,7 @@ class Run:
         settings the run was planned with against the reloaded ones)."""
         # Worked out again only after a reload swapped the settings, not at every step.
         current = self.ctx.settings
-        if current is self.settings or self.plan is None:
+        if current is self.settings or self.request is None:
             return False
         return precision_switched(self.settings, current, self.agent)
 

@@ -7,8 +7,8 @@ snapshot, and asks the plugin's data check once); planning
 adds what only the daemon's job has: the probe's verdict (once per agent, when
 configured), the run's curves, and the callbacks that report progress
 (genesis_fp16/jobs/recording.py) and ask the run to stop
-(:meth:`~genesis_fp16.jobs.job_state.Run.should_stop`). The plan is kept on the run
-(``Run.plan``): recording asks it where the run's counters start.
+(:meth:`~genesis_fp16.jobs.job_state.Run.should_stop`). The request is kept on the run
+(``Run.request``): recording asks its snapshot where the run's counters start.
 """
 
 from __future__ import annotations
@@ -22,25 +22,31 @@ from genesis_fp16.jobs import probe_gate
 from genesis_fp16.jobs.job_state import JobContext, Run
 from genesis_fp16.jobs.progress_text import Progress
 from genesis_fp16.jobs.recording import record_progress
-from genesis_fp16.jobs.run_request import RunPlan, plan_request, warn_ignored
+from genesis_fp16.jobs.run_request import plan_request, warn_ignored
 from genesis_fp16.metrics.tracking import open_tracker
-from genesis_fp16.plugin_api import AgentPlugin
-from genesis_fp16_infrastructure.api import AgentFolder, AgentSnapshot, Capabilities
+from genesis_fp16.plugin_api import AgentPlugin, TrainRequest
+from genesis_fp16_infrastructure.api import (
+    AgentFolder,
+    AgentSnapshot,
+    Capabilities,
+    capabilities_of,
+)
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
 
 def plan_run(
     run: Run, plugin: AgentPlugin, device: str, capabilities: Capabilities | None = None
-) -> RunPlan:
-    """The run's :class:`RunPlan`, kept on the run: its request with the job's callbacks,
+) -> TrainRequest:
+    """The run's request, kept on the run (``Run.request``), with the job's callbacks,
     built once (genesis_fp16/jobs/run_request.py: the precision request with the guard's
     remembered floor, the checkpoint it resumes read with the agent's other state files),
     the probe's red precisions added to it as exclusions when a probe is configured, with
     the run's curves opened when a tracking folder is set."""
     ctx, agent, settings = run.ctx, run.agent, run.settings
-    plan = plan_request(settings, agent, plugin, device, capabilities=capabilities)
-    request = plan.request
+    if capabilities is None:  # a caller without the loader's record: read once, here
+        capabilities = capabilities_of(plugin)
+    request = plan_request(settings, agent, plugin, device, capabilities=capabilities)
     # Once per agent, when configured: the probe before its first bf16/fp16 run. decide()
     # leaves out of an 'auto' the precisions it marks red.
     probe = probe_gate.gate_before_run(
@@ -57,11 +63,12 @@ def plan_run(
         on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
     )
     request = replace(request, precision=replace(request.precision, excluded=excluded))
-    run.plan = replace(plan, request=request)
+    run.request = request
     # Written here, in the daemon's process: a child's or rank 0's summaries are relayed.
     run.tracker = open_tracker(settings.tracking_dir, agent, run.id, request)
     if excluded:
-        warn_ignored(plan.ignored, agent, {"precision.excluded": "the precision probe"})
+        ignored = capabilities.ignored_request_fields
+        warn_ignored(ignored, agent, {"precision.excluded": "the precision probe"})
     log.info(
         "training run started",
         precision=request.precision.requested,
@@ -70,7 +77,7 @@ def plan_run(
         device=device,
         options=dict(request.options),
     )
-    return run.plan
+    return request
 
 
 def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -> None:

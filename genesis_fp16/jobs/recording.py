@@ -41,8 +41,8 @@ log = structlog.get_logger("genesis_fp16.jobs")
 
 def record_start(run: Run) -> None:
     """Where the run's counters start: the totals of the checkpoint it will resume, as its
-    plan read it (``RunPlan.snapshot.state.resume``, from the request's snapshot)."""
-    snapshot = run.plan.snapshot if run.plan is not None else None  # no second read
+    plan read it (``Run.request.snapshot.state.resume``)."""
+    snapshot = run.request.snapshot if run.request is not None else None  # no second read
     state = snapshot.state if snapshot is not None else None
     resume = state.resume if state is not None else None
     if snapshot is None or resume is None:
@@ -87,7 +87,7 @@ def record_result(run: Run, result: TrainResult, device: str, rerun: bool) -> No
     switched = not rerun and run.precision_changed()
     try:
         # A rerun's precision is on the gauge since the reload: the stopped run's stays off it.
-        _finish(ctx, agent, run.id, result, run.duration(), show_precision=not (rerun or switched))
+        _finish(run, result, show_precision=not (rerun or switched))
     except Exception as exc:  # trained, but not recorded (a disk): a failed run, one line
         record_failure(run, device, exc)
         return
@@ -112,9 +112,7 @@ def record_stopped(run: Run, exc: RunStopped) -> None:
         steps=0,
         duration_seconds=round(duration, 3),
     )
-    _save_last_run(run.ctx, run.agent, LastRun.of_error("stopped", str(exc), duration, "daemon"))
-    run.ctx.metrics.finish_run(run.agent, "stopped", duration, None, time.time())
-    _close_tracker(run.ctx, run.agent, run.tracker)
+    _end_without_result(run, "stopped", str(exc), duration)
 
 
 def record_failure(run: Run, device: str, exc: BaseException) -> None:
@@ -137,31 +135,27 @@ def record_failure(run: Run, device: str, exc: BaseException) -> None:
         ctx.degraded[agent] = f"device {device} unavailable: {host}"
     one_line = isinstance(exc, TrainRequestError | LaunchError)
     why = host or (str(exc) if one_line else f"{type(exc).__name__}: {exc}")
-    if one_line or host:
-        # A one-line refusal, a storage error naming its path, a lost device.
-        log.error("training run failed", error=why, duration_seconds=round(duration, 3))
-    elif isinstance(exc, SystemExit):
-        log.error(
-            "training run failed",
-            error=f"the plugin called sys.exit({exc.code!r})",
-            duration_seconds=round(duration, 3),
-        )
-    else:  # the plugin's bug: its traceback, under the same one-line error as the others
-        log.exception("training run failed", error=why, duration_seconds=round(duration, 3))
+    # One line for a refusal, a storage error naming its path, a lost device, sys.exit();
+    # the plugin's bug gets its traceback too, under the same one-line error.
+    said, bug = why, not (one_line or host)
+    if isinstance(exc, SystemExit) and not host:
+        said, bug = f"the plugin called sys.exit({exc.code!r})", False
+    emit = log.exception if bug else log.error
+    emit("training run failed", error=said, duration_seconds=round(duration, 3))
     _bound_history(ctx, agent)  # a gate that could not decide left a candidate too
-    _save_last_run(ctx, agent, LastRun.of_error("failed", f"{reason}: {why}", duration, "daemon"))
-    ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
-    _close_tracker(ctx, agent, run.tracker)  # the curves up to the failure stay readable
+    _end_without_result(run, "failed", f"{reason}: {why}", duration)
 
 
-def _finish(
-    ctx: JobContext,
-    agent: str,
-    run_id: str,
-    result: TrainResult,
-    duration: float,
-    show_precision: bool = True,
-) -> None:
+def _end_without_result(run: Run, outcome: str, why: str, duration: float) -> None:
+    """A run stopped or failed before a result: its record, its count, its curves closed
+    (the curves up to a failure stay readable)."""
+    _save_last_run(run.ctx, run.agent, LastRun.of_error(outcome, why, duration, "daemon"))
+    run.ctx.metrics.finish_run(run.agent, outcome, duration, None, time.time())
+    _close_tracker(run.ctx, run.agent, run.tracker)
+
+
+def _finish(run: Run, result: TrainResult, show_precision: bool) -> None:
+    ctx, agent, duration = run.ctx, run.agent, run.duration()
     outcome = result.outcome  # success, failed (learned nothing), stopped, or up_to_date
     ctx.degraded.pop(agent, None)  # a run that wrote its checkpoint: the disk is fine again
     if result.failure is not None:  # steps were run, none (or too few) taken: alerted
@@ -185,7 +179,7 @@ def _finish(
     log.info(
         "training run finished",
         agent=agent,
-        run_id=run_id,
+        run_id=run.id,
         outcome=outcome,
         precision_requested=result.precision_requested,
         precision_used=result.precision_used,

@@ -15,7 +15,7 @@ daemon's launcher hands the result to a child or torchrun's ranks whole, as a JS
 (``TrainRequest.to_json``), so every process trains with the same precision request,
 guard, reason, options and snapshot::
 
-    >>> request = plan_request(settings, "rlhf_ppo", plugin, "cpu").request  # doctest: +SKIP
+    >>> request = plan_request(settings, "rlhf_ppo", plugin, "cpu")  # doctest: +SKIP
     >>> request.precision.requested, request.precision_reason  # doctest: +SKIP
     ('auto', 'default: auto (no flag, no ENABLE_FP16_TRAINING, no per-agent override)')
 
@@ -151,23 +151,6 @@ def budget(
     return spec.steps or settings.steps_per_run, None
 
 
-@dataclass(frozen=True)
-class RunPlan:
-    """One run's request, built once per job and kept on the daemon's run
-    (``genesis_fp16.jobs.job_state.Run.plan``), with the request fields its plugin
-    ignores, each with what it does instead. The agent's state folder as read for it
-    travels in the request (:attr:`snapshot`; ``state.resume``: the checkpoint its
-    counters start from)."""
-
-    request: TrainRequest
-    ignored: Mapping[str, str]
-
-    @property
-    def snapshot(self) -> AgentSnapshot:
-        assert self.request.snapshot is not None  # plan_request always takes one
-        return self.request.snapshot
-
-
 def plan_request(
     settings: Settings,
     agent: str,
@@ -175,18 +158,20 @@ def plan_request(
     device: str,
     overrides: RequestOverrides | None = None,
     capabilities: Capabilities | None = None,
-) -> RunPlan:
-    """The :class:`RunPlan` of one run: its inputs read once (what the plugin declares,
+) -> TrainRequest:
+    """The request of one run, built once per job and kept on the daemon's run
+    (``genesis_fp16.jobs.job_state.Run.request``): its inputs read once (what the plugin declares,
     ``capabilities``: the loader's record of it, read here only when not given; the
     agent's state folder, with the pointer and resume point of the folder the run
     trains in; the plugin's data check, :func:`with_data_check`), its fields worked out from
-    the settings. Every library type of the run is built here, from the snapshot."""
+    the settings. Every library type of the run is built here, from the snapshot, which
+    travels in the request (``snapshot.state.resume``: the checkpoint its counters start
+    from)."""
     o = overrides or RequestOverrides()
     spec = settings.agent(agent)
     folder = AgentFolder(settings.state_dir, agent)
     if capabilities is None:  # a caller without the loader's record: read once, here
         capabilities = capabilities_of(plugin)
-    ignored = dict(capabilities.ignored_request_fields)
     checkpoint_dir = o.checkpoint_dir or folder.checkpoint_dir
     snapshot = read_snapshot(folder, checkpoint_dir)
     state = snapshot.state
@@ -202,6 +187,7 @@ def plan_request(
             plugin, folder, settings.sample_count, settings.seed, capabilities.data_folder
         )
     steps, epochs = budget(settings, agent, o.steps, o.epochs)
+    ignored = capabilities.ignored_request_fields
     if ignored:  # the plugin ignores a field: did the operator set it?
         warn_ignored(ignored, agent, _operator_set(settings, o))
     request = TrainRequest(
@@ -233,8 +219,7 @@ def plan_request(
         range_stats=settings.range_stats,
     )
     # The data scanned once, and whether anything changed: the last piece of the snapshot.
-    checked = with_data_check(snapshot, capabilities, request)
-    return RunPlan(replace(request, snapshot=checked), ignored)
+    return replace(request, snapshot=with_data_check(snapshot, capabilities, request))
 
 
 def default_data_path(
@@ -290,8 +275,8 @@ def _operator_set(settings: Settings, overrides: RequestOverrides) -> dict[str, 
 def warn_ignored(ignored: Mapping[str, str], agent: str, given: Mapping[str, str]) -> None:
     """Warn, one line per field, where the operator set what this agent does not use.
 
-    ``ignored`` is what the plugin declares (``ignored_request_fields``, kept in the
-    :class:`RunPlan`); ``given`` maps request fields to what set them (a setting, a flag,
+    ``ignored`` is what the plugin declares (``Capabilities.ignored_request_fields``);
+    ``given`` maps request fields to what set them (a setting, a flag,
     the probe). The run goes on: the field is harmless to the agent, only the operator's
     intent is lost.
     """

@@ -35,8 +35,8 @@ class RunHung(RuntimeError):
 def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
     """Train where the settings say: N ranks under torchrun, a child process (the
     default), or a watched thread of the daemon's."""
-    ctx, agent, settings = run.ctx, run.agent, run.settings
-    spec = settings.agent(agent)
+    settings = run.settings
+    spec = settings.agent(run.agent)
     grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
     limit = settings.run_memory_limit_bytes
     check = request.snapshot.data if request.snapshot is not None else None
@@ -52,34 +52,29 @@ def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainRe
             limit,
             log_level=settings.log_level,
             worker=WORKER if settings.run_worker else None,  # torch imported once: zygote.py
-            processes=ctx.processes,
+            processes=run.ctx.processes,
             nproc=spec.nproc,
         )
         # The launcher stops, then kills, the child itself; the watch marks it overdue (a
         # torchrun job has no deadline of the run's: Run.deadline, so it is never marked).
-        return supervised(ctx, agent, child, run.deadline, run.timeout, grace + 60)
+        return supervised(run, child, grace + 60)
 
     def call() -> TrainResult:  # a wrong field: one line naming it (a child's train does too)
-        return check_result(run_plugin(plugin, request), agent)
+        return check_result(run_plugin(plugin, request), run.agent)
 
-    return supervised(ctx, agent, call, run.deadline, run.timeout, grace)
+    return supervised(run, call, grace)
 
 
-def supervised(
-    ctx: JobContext,
-    agent: str,
-    call: Callable[[], TrainResult],
-    deadline: float,
-    timeout: float,
-    grace: float,
-) -> TrainResult:
-    """``call()`` on a thread of its own, watched: past ``deadline`` the agent is overdue
-    (health says so); ``grace`` seconds later a run that has not returned is abandoned.
+def supervised(run: Run, call: Callable[[], TrainResult], grace: float) -> TrainResult:
+    """``call()`` on a thread of its own, watched: past the run's deadline the agent is
+    overdue (health says so); ``grace`` seconds later a run that has not returned is
+    abandoned.
 
     An abandoned thread cannot be killed (Python has no way to), so it keeps running
     until the plugin's ``train()`` returns; the device slot is freed at once so the other
     agents train, and this agent starts nothing new while the thread lives.
     """
+    ctx, agent, deadline, timeout = run.ctx, run.agent, run.deadline, run.timeout
     done: Future[TrainResult] = Future()
 
     def target() -> None:

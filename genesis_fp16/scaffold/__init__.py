@@ -17,8 +17,9 @@ my-agent
 from __future__ import annotations
 
 import keyword
-import re
 from pathlib import Path
+
+from genesis_fp16_infrastructure.api import check_agent_name
 
 _TEMPLATE = Path(__file__).with_name("agent_template.py")
 # The template's own header says what it is to this repository; the written file starts
@@ -112,7 +113,6 @@ task's `extra_state`, or the judged run refuses the candidate).
 # has them, so the scaffold lints the same on its own and inside a checkout of this
 # repository (whose settings make genesis_fp16 first-party and the agent third-party, the
 # other order). genesis_fp16 gets its own import section, where this repository puts it.
-_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 class ScaffoldError(ValueError):
@@ -121,11 +121,12 @@ class ScaffoldError(ValueError):
 
 def check_name(name: str) -> None:
     """Raise :class:`ScaffoldError` unless ``name`` can be a module and an agent name."""
-    if not _NAME.fullmatch(name) or keyword.iskeyword(name):
-        raise ScaffoldError(
-            f"agent name {name!r}: use lower-case letters, digits and _, starting with a "
-            "letter (it is the package's module name and the agent's name)"
-        )
+    try:  # the agent name every command takes (its pattern and length)
+        check_agent_name(name)
+    except ValueError as exc:
+        raise ScaffoldError(str(exc)) from None
+    if keyword.iskeyword(name):
+        raise ScaffoldError(f"agent name {name!r}: a Python keyword cannot name the package")
 
 
 def agent_source(name: str) -> str:

@@ -78,16 +78,12 @@ def _record(line: str) -> tuple[list[float], float] | None:
     return [float(v) for v in numbers[:FEATURES]], float(numbers[FEATURES])
 
 
-def load_records(path: Path, quarantine: Path | None) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(x, y, skipped) from a JSON Lines file; TrainRequestError when nothing is usable."""
-    return read_records(path, quarantine)[1:]
-
-
 def read_records(
     path: Path, quarantine: Path | None
 ) -> tuple[list[str], torch.Tensor, torch.Tensor, int]:
-    """(ids, x, y, skipped): ``load_records`` with each record's id, a hash of its line
-    (a repeated line's repeats are numbered: ids stay unique and stable)."""
+    """(ids, x, y, skipped) from a JSON Lines file, each record's id a hash of its line (a
+    repeated line's repeats are numbered: ids stay unique and stable); TrainRequestError
+    when nothing is usable."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -221,7 +217,7 @@ class Agent:
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
         if data_path is None:
             raise TrainRequestError(f"{self.name}: the probe needs data")
-        task = Task(*load_records(Path(data_path), None)[:2])
+        task = Task(*read_records(Path(data_path), None)[1:3])
         batches = [batch for batch, _ in task.train_batches(0, seed)][:4]
 
         def build_model() -> torch.nn.Module:

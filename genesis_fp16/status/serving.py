@@ -2,7 +2,7 @@
 
 Built only when one of them is asked for, on the HTTP server's page thread (never the
 ``/metrics`` one): it reads a few small state files per agent and takes no lock a run
-holds for longer than a dictionary copy (the scheduler's job list, the running set).
+holds for longer than a dictionary copy (the scheduler's job list, the running agents).
 
 >>> StatusServer(..., documents=status_documents(daemon))  # doctest: +SKIP
 """
@@ -120,13 +120,11 @@ def _schedule(daemon: Daemon) -> Callable[[str], NextRun]:
     """Each agent's next run as the scheduler holds it (read once for the whole report)."""
     context = getattr(daemon, "context", None)
     scheduler = getattr(daemon, "scheduler", None)
-    running: set[str] = set()
+    running: dict[str, tuple[str, ...]] = {}  # each running agent's held device slots
     waiting: dict[str, tuple[str, ...]] = {}
-    holding: dict[str, tuple[str, ...]] = {}
     if context is not None:
         with context.running_changed:
-            running = set(context.running)
-            waiting, holding = dict(context.waiting), dict(context.holding)
+            running, waiting = dict(context.running), dict(context.waiting)
     due = scheduler.next_run_times() if scheduler is not None else {}
     loaded = set(dict(daemon.plugins))  # one C-level copy: a rescan may change it meanwhile
     notes: Mapping[str, str] = getattr(daemon, "plugin_notes", dict)()  # an import stuck
@@ -135,7 +133,7 @@ def _schedule(daemon: Daemon) -> Callable[[str], NextRun]:
         if agent in running:
             return NextRun(None, "running now")
         if agent in waiting:  # its job started and waits for a device slot
-            return NextRun(None, _queued(waiting[agent], holding))
+            return NextRun(None, _queued(waiting[agent], running))
         if agent not in loaded:
             why = notes.get(agent, "the daemon has not loaded this agent (see `agents`)")
             return NextRun(None, f"none: {why}")

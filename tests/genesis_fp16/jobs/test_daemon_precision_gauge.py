@@ -49,11 +49,11 @@ def _gauge(daemon: Daemon, precision: str) -> float | None:
 def test_running_agent_keeps_the_precision_of_its_run(daemon: Daemon) -> None:
     """ENABLE_FP16_TRAINING=false while an fp16 run trains: the gauge stays fp16 until it ends."""
     daemon.metrics.set_precision(AGENT, "fp16")
-    daemon.context.running.add(AGENT)
+    daemon.context.running[AGENT] = ("cpu",)
     daemon._show_precisions()
     assert (_gauge(daemon, "fp16"), _gauge(daemon, "fp32")) == (1, 0)
 
-    daemon.context.running.discard(AGENT)
+    daemon.context.running.pop(AGENT)
     daemon._show_precisions()
     assert (_gauge(daemon, "fp16"), _gauge(daemon, "fp32")) == (0, 1)
 
@@ -61,7 +61,7 @@ def test_running_agent_keeps_the_precision_of_its_run(daemon: Daemon) -> None:
 def test_a_reload_that_switches_a_running_agent_shows_the_rerun_precision(daemon: Daemon) -> None:
     """A running fp16 agent whose precision the reload changed: the gauge shows fp32 at once."""
     daemon.metrics.set_precision(AGENT, "fp16")
-    daemon.context.running.add(AGENT)
+    daemon.context.running[AGENT] = ("cpu",)
     daemon._show_precisions(frozenset({AGENT}))
     assert (_gauge(daemon, "fp16"), _gauge(daemon, "fp32")) == (0, 1)
 

@@ -53,8 +53,8 @@ def test_budget_flags_then_the_agent_then_steps_per_run() -> None:
 def test_daemon_and_train_build_the_same_request(tmp_path: Path) -> None:
     """No flags: train's request is the daemon's (guard, options, data, budget, reason)."""
     settings = _settings(tmp_path, steps=4, options={"preset": "bf16_pure"})
-    daemon = plan_request(settings, AGENT, plugin, "cpu").request
-    cli = plan_request(settings, AGENT, plugin, "cpu", RequestOverrides()).request
+    daemon = plan_request(settings, AGENT, plugin, "cpu")
+    cli = plan_request(settings, AGENT, plugin, "cpu", RequestOverrides())
     # Each run quarantines to a new file of its own, in the agent's folder.
     assert daemon.quarantine_path != cli.quarantine_path
     assert daemon.quarantine_path.parent == cli.quarantine_path.parent  # type: ignore[union-attr]
@@ -64,24 +64,24 @@ def test_daemon_and_train_build_the_same_request(tmp_path: Path) -> None:
     assert daemon.steps == 4 and daemon.data_path is not None and daemon.data_path.exists()
     flagged = plan_request(
         settings, AGENT, plugin, "cpu", RequestOverrides(steps=2, options={"preset": "fp16_all"})
-    ).request
+    )
     assert (flagged.steps, flagged.options["preset"]) == (2, "fp16_all")
 
 
 def test_the_request_carries_the_run_memory_limit(tmp_path: Path) -> None:
     """The run's memory limit reaches the plugin (se_darwin sizes its largest pool by it)."""
     limited = Settings(state_dir=tmp_path, run_memory_limit_bytes=2**30)  # type: ignore[call-arg]
-    assert plan_request(limited, AGENT, plugin, "cpu").request.memory_limit_bytes == 2**30
+    assert plan_request(limited, AGENT, plugin, "cpu").memory_limit_bytes == 2**30
     off = Settings(state_dir=tmp_path, run_memory_limit_bytes=0)  # type: ignore[call-arg]
-    assert plan_request(off, AGENT, plugin, "cpu").request.memory_limit_bytes is None
+    assert plan_request(off, AGENT, plugin, "cpu").memory_limit_bytes is None
 
 
 def test_compile_comes_from_the_agent_then_the_daemon_and_a_flag_wins(tmp_path: Path) -> None:
     """The request's compile: off by default, the agent's COMPILE, and --compile on top."""
-    assert plan_request(_settings(tmp_path), AGENT, plugin, "cpu").request.compile == "off"
+    assert plan_request(_settings(tmp_path), AGENT, plugin, "cpu").compile == "off"
     settings = _settings(tmp_path, compile="on")
-    assert plan_request(settings, AGENT, plugin, "cpu").request.compile == "on"
-    flagged = plan_request(settings, AGENT, plugin, "cpu", RequestOverrides(compile="off")).request
+    assert plan_request(settings, AGENT, plugin, "cpu").compile == "on"
+    flagged = plan_request(settings, AGENT, plugin, "cpu", RequestOverrides(compile="off"))
     assert flagged.compile == "off"
 
 
@@ -93,13 +93,11 @@ def test_guard_memory_lowers_the_settings_request_but_not_an_explicit_flag(
     demotion = Demotion("fp16", "bf16", "overflow_rate", 5, 0)
     path = AgentFolder(tmp_path, AGENT).precision_state_path
     write_precision_memory(path, remember_demotions(None, [demotion]))
-    request = plan_request(settings, AGENT, plugin, "cpu").request
+    request = plan_request(settings, AGENT, plugin, "cpu")
     assert (request.precision.requested, request.precision.floor) == ("fp16", "bf16")
     assert "precision guard memory" in request.precision.floor_reason
     assert expected_precision(request.precision, "cpu") == "bf16"
-    flagged = plan_request(
-        settings, AGENT, plugin, "cpu", RequestOverrides(precision="fp16")
-    ).request
+    flagged = plan_request(settings, AGENT, plugin, "cpu", RequestOverrides(precision="fp16"))
     assert (flagged.precision.requested, flagged.precision.floor) == ("fp16", None)
     assert flagged.precision_reason == "--precision fp16 on the command line"
 
@@ -164,7 +162,7 @@ def test_a_scheduled_budget_on_an_unchanged_pool_is_up_to_date(tmp_path: Path) -
     for grow in (False, False, True):
         if grow:
             (pool / "b.json").write_text(json.dumps(generate_pool(60, seed=2, agent="new")))
-        request = plan_request(settings, "se_darwin", se_darwin, "cpu").request
+        request = plan_request(settings, "se_darwin", se_darwin, "cpu")
         check = request.snapshot.data if request.snapshot is not None else None
         if check is not None and check.up_to_date is not None:  # the daemon's: no child
             runs.append(TrainResult.from_json(check.up_to_date))
@@ -214,5 +212,5 @@ def test_each_plan_takes_the_capabilities_the_loader_read(tmp_path: Path) -> Non
     at_load = plugin.reads
     for _ in range(2):
         plan = plan_request(_settings(tmp_path), AGENT, plugin, "cpu", None, record.capabilities)  # type: ignore[arg-type]
-        assert str(plan.request.data_path).endswith("sample.json")
+        assert str(plan.data_path).endswith("sample.json")
     assert at_load > 0 and plugin.reads == at_load

@@ -64,9 +64,9 @@ def _result(used: str = "fp16", scale: float = 2048.0, **more: object) -> TrainR
 def test_an_fp16_runs_scale_reaches_the_next_request(tmp_path: Path) -> None:
     """After an fp16 run, the next fp16 request starts at its last scale."""
     settings = _settings(tmp_path)
-    assert plan_request(settings, AGENT, plugin, "cpu").request.initial_loss_scale is None
+    assert plan_request(settings, AGENT, plugin, "cpu").initial_loss_scale is None
     record_scale(settings, AGENT, _result(scale=2048.0))
-    assert plan_request(settings, AGENT, plugin, "cpu").request.initial_loss_scale == 2048.0
+    assert plan_request(settings, AGENT, plugin, "cpu").initial_loss_scale == 2048.0
 
 
 def test_a_demotion_or_another_precision_forgets_it(tmp_path: Path) -> None:
@@ -85,7 +85,7 @@ def test_a_demotion_or_another_precision_forgets_it(tmp_path: Path) -> None:
     assert carried_scale(settings, AGENT, "fp16") is None
     bf16 = _settings(tmp_path, "bf16")
     record_scale(settings, AGENT, _result())
-    assert plan_request(bf16, AGENT, plugin, "cpu").request.initial_loss_scale is None
+    assert plan_request(bf16, AGENT, plugin, "cpu").initial_loss_scale is None
 
 
 def _cli(state: Path, *args: str) -> str:

@@ -194,13 +194,14 @@ def test_a_runs_child_reads_no_state_file_and_hashes_nothing(
         plan = plan_request(ctx.settings, AGENT, plugin, "cpu")
     assert planned["served.json"] == 1 and planned["data_manifest.json"] == 1, planned
     assert planned[f"hashed:{data}"] == 1, planned
-    assert plan.snapshot.data is not None and plan.snapshot.data.up_to_date is None
+    data_check = plan.snapshot.data if plan.snapshot is not None else None
+    assert data_check is not None and data_check.up_to_date is None
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(_CHILD_COUNTER)
     out = tmp_path / "child_reads.json"
     env = {**os.environ, "PYTHONPATH": str(hooks), "STATE_READS_OUT": str(out)}
-    result = train_in_child(plan.request, timeout=300, env=env)
+    result = train_in_child(plan, timeout=300, env=env)
     assert result.outcome == "success" and result.gate is not None
     promoted = result.gate.outcome == "promoted"
     counts = json.loads(out.read_text())

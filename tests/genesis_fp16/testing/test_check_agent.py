@@ -63,7 +63,7 @@ def _broken(scaffold: Any, rule: str) -> Any:
         def train(self, request: Any) -> Any:
             if rule == "trains_without_budget" and request.steps is None:
                 raise ValueError("FitOptions needs steps=N or epochs=N")  # before the default
-            x, y, _ = scaffold.load_records(Path(request.data_path), None)
+            _, x, y, _ = scaffold.read_records(Path(request.data_path), None)
             task = scaffold.Task(x, y)
             if rule == "trains_on_no_held_out_record":  # every record, held-out ones too
                 ids, x, y, _ = scaffold.read_records(Path(request.data_path), None)
