@@ -56,7 +56,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, ser
 from genesis_fp16_infrastructure.agent_folder.transitions import serve
 from genesis_fp16_infrastructure.api import run_plugin
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.judging.run import continue_from
+from genesis_fp16_infrastructure.judging.scored_copy import copy_checkpoint
 
 Batch = Any  # one agent's records as it writes them (a pool, lines, a task file)
 ARRIVED_BEFORE_S = 60  # how long before its run a batch's file was written
@@ -286,7 +286,7 @@ def run(
     if not judged:  # the plan's train alone, in a candidate folder as a judged run's
         candidate = new_candidate(Path(request.checkpoint_dir), {})
         if served_now is not None and request.resume:
-            continue_from(served_now, candidate)  # the judged run's own copy
+            copy_checkpoint(served_now, candidate)  # the judged run's own copy
         start, cpu = time.perf_counter(), time.process_time()
         result = agent.plugin.train(replace(request, checkpoint_dir=candidate))
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu

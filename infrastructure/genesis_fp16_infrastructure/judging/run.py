@@ -54,7 +54,6 @@ import itertools
 import json
 import logging
 import math
-import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -82,7 +81,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
-from genesis_fp16_infrastructure.contract.reports import GateReport, TrainResult
+from genesis_fp16_infrastructure.contract.reports import GateComparison, GateReport, TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ExecutionError, ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
@@ -96,6 +95,7 @@ from genesis_fp16_infrastructure.judging.gate import (
 )
 from genesis_fp16_infrastructure.judging.scored_copy import (
     CheckpointChangedError,
+    copy_checkpoint,
     losses_of,
     sweep_copies,
 )
@@ -107,10 +107,6 @@ from genesis_fp16_infrastructure.judging.up_to_date import (
 )
 from genesis_fp16_infrastructure.judging.watch import watch
 from genesis_fp16_infrastructure.training import CheckpointManager
-from genesis_fp16_infrastructure.training.checkpoint_files import (
-    digest_path,
-    summary_path,
-)
 from genesis_fp16_infrastructure.training.checkpoint_load import reusing_loads
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
@@ -230,8 +226,8 @@ def _judged_run(
         tell(("done", done.to_json()))
         return done
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
-    if served.checkpoint is not None and request.resume:
-        continue_from(served.checkpoint, candidate)
+    if served.checkpoint is not None and request.resume:  # the resume continues the served
+        copy_checkpoint(served.checkpoint, candidate)
     before = time.monotonic() - started  # the served model scored and watched
     tell(("train", str(candidate)))
     result = plugin.train(replace(request, checkpoint_dir=candidate))
@@ -310,14 +306,6 @@ def _data_digest(path: Path | None) -> str:
     return digest.hexdigest()
 
 
-def continue_from(checkpoint: Path, candidate: Path) -> None:
-    """The served checkpoint (its digest and summary files too) in the candidate, for the
-    plugin's resume to continue: the candidate starts where the served model is."""
-    for path in (digest_path(checkpoint), summary_path(checkpoint), checkpoint):
-        if path.is_file():  # the checkpoint last: a digest is there before its file
-            shutil.copy2(path, candidate / path.name)
-
-
 def _judge(
     judged: JudgedPlugin,
     request: TrainRequest,
@@ -347,16 +335,16 @@ def _judge(
     assert losses is not None  # required: a refusal raised
     stores.write_known_ids(candidate, _known_after(served, losses))
     outcome: Outcome
+    evidence, note = _evidence(judged, held_out, served)
     if served.losses is None:
         comparisons = _first(losses)
         outcome, reason = Outcome.PROMOTED, "the first model"
     else:
         asked = _comparisons(judged, request, served, losses, checkpoint, held_out)
         outcome, reason, comparisons = decide(asked)
-        reason += _evidence(judged, held_out, served)
+        reason += note
     digest = _data_digest(request.data_path)
     used = result.precision_used
-    evidence = _evidence_kind(judged, held_out)
     auc = _reported_auc(result.eval)
     report = _verdict(
         candidate, outcome, reason, started, used, comparisons, served.id, digest, evidence, auc
@@ -411,7 +399,7 @@ def _rejudge_kept(judged: JudgedPlugin, request: TrainRequest, served: Served) -
         outcome, reason, comparisons = decide(
             _comparisons(judged, request, served, losses, checkpoint, held_out)
         )
-        reason += _evidence(judged, held_out, served)
+        reason += _evidence(judged, held_out, served)[1]
         used = verdict.precision  # typed: a precision name, or None
         auc = _reported_auc(verdict.candidate)  # its run's, as its first verdict kept it
         report = _verdict(
@@ -534,27 +522,20 @@ def _judged_records(
     return "held_out", losses, reference
 
 
-def _evidence_kind(
-    judged: JudgedPlugin, held_out: bool
-) -> Literal["held_out", "training_data"] | None:
-    """The verdict's ``evidence``: held-out records, the plugin's training data (its
-    candidate names none it trained on), or None (records no model trains on)."""
-    if not records_are_training_data(judged):
-        return None
-    return "held_out" if held_out else "training_data"
-
-
-def _evidence(judged: JudgedPlugin, held_out: bool, served: Served) -> str:
-    """What a verdict's reason adds about its records: nothing when they are records
-    neither model trained on; "on training data" when the candidate names none; that the
+def _evidence(
+    judged: JudgedPlugin, held_out: bool, served: Served
+) -> tuple[Literal["held_out", "training_data"] | None, str]:
+    """The verdict's ``evidence`` (held-out records, the plugin's training data: its
+    candidate names none it trained on; None: records no model trains on), and what its
+    reason adds about them: "on training data" when the candidate names none; that the
     served model may know them when it names nothing and knew no judged records."""
     if not records_are_training_data(judged):
-        return ""
+        return None, ""
     if not held_out:
-        return " (on training data: the candidate names no records it trained on)"
+        return "training_data", " (on training data: the candidate names no records it trained on)"
     if served.trained is None:
-        return " (the served model names no records it trained on: it may know these)"
-    return ""
+        return "held_out", " (the served model names no records it trained on: it may know these)"
+    return "held_out", ""
 
 
 def _held_out_check(
@@ -611,14 +592,14 @@ def _verdict(
     ``judged_on``: the data's digest (an inconclusive one is judged again on other data);
     ``auc``: the candidate run's own evaluation's AUC, reported beside its loss and never
     gated (NaN: its plugin reports none)."""
-    scores = scores_on(comparisons, "candidate")
+    scores, compared = scores_on(comparisons, "candidate"), [c.comparison() for c in comparisons]
     if scores is not None and math.isfinite(auc):
         scores = replace(scores, reported={"auc": round(auc, 6)})
     checkpoint = newest_checkpoint(candidate)
     report = GateReport(
         outcome=outcome,
         reason=reason,
-        comparisons=tuple(c.comparison() for c in comparisons),
+        comparisons=tuple(compared),
         seconds=round(time.monotonic() - started, 4),
         precision=precision,
         candidate=scores,
@@ -626,7 +607,7 @@ def _verdict(
         served_id=served_id,
         checkpoint=None if checkpoint is None else checkpoint.name,
         candidate_id=candidate.name,
-        records_needed=_needed(comparisons) if outcome == Outcome.INCONCLUSIVE else None,
+        records_needed=_needed(compared) if outcome == Outcome.INCONCLUSIVE else None,
         judged_on=judged_on,
         evidence=evidence,
     )
@@ -644,10 +625,8 @@ def _reported_auc(figures: Any) -> float:
     return math.nan if value is None else value
 
 
-def _needed(comparisons: list[Paired]) -> int | None:
+def _needed(comparisons: list[GateComparison]) -> int | None:
     """The records an inconclusive verdict's undecided comparisons would need (None: more
     records alone would not show one of them no worse)."""
-    needs = [
-        c.comparison().records_needed for c in comparisons if c.finding == Finding.INCONCLUSIVE
-    ]
+    needs = [c.records_needed for c in comparisons if c.finding == Finding.INCONCLUSIVE]
     return None if not needs or None in needs else max(n for n in needs if n is not None)

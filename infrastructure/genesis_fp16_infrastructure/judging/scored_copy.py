@@ -63,9 +63,7 @@ def score_on_copy(score: Callable[[Path], T], checkpoint: Path, folder: Path, wh
         prefix=SCORING_PREFIX, dir=folder, ignore_cleanup_errors=True
     ) as temp:
         copy = Path(temp) / checkpoint.name
-        for path in (digest_path(checkpoint), summary_path(checkpoint), checkpoint):
-            if path.is_file():
-                shutil.copyfile(path, Path(temp) / path.name)
+        copy_checkpoint(checkpoint, Path(temp))
         before = _sha256(copy)
         try:
             return score(copy)
@@ -77,6 +75,14 @@ def score_on_copy(score: Callable[[Path], T], checkpoint: Path, folder: Path, wh
                     f"given as a copy: sha256 {before[:16]} before, {after[:16]} after): the "
                     "run is refused and nothing is served; score_records must only read it"
                 )
+
+
+def copy_checkpoint(checkpoint: Path, folder: Path) -> None:
+    """``checkpoint`` with its digest and summary files (which its loader reads) in
+    ``folder``: a copy scored here, or the served model in a candidate that continues it."""
+    for path in (digest_path(checkpoint), summary_path(checkpoint), checkpoint):
+        if path.is_file():  # the checkpoint last: a digest is there before its file
+            shutil.copy2(path, folder / path.name)
 
 
 def sweep_copies(folder: Path) -> int:
