@@ -101,10 +101,7 @@ from genesis_fp16_infrastructure.judging.scored_copy import (
 )
 from genesis_fp16_infrastructure.judging.served import Served, held_out_unknown, trained_ids
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
-from genesis_fp16_infrastructure.judging.up_to_date import (
-    renew_manifest,
-    up_to_date,
-)
+from genesis_fp16_infrastructure.judging.up_to_date import up_to_date
 from genesis_fp16_infrastructure.judging.watch import watch
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_load import reusing_loads
@@ -221,8 +218,6 @@ def _judged_run(
     rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
     if rejudged is not None or _nothing_new(served, request):
         done = up_to_date(request, served, time.monotonic() - started, live, rejudged)
-        if rejudged is None:
-            renew_manifest(request, served.checkpoint)
         tell(("done", done.to_json()))
         return done
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))

@@ -70,8 +70,8 @@ def up_to_date(
     live: LiveReport | None,
     rejudged: GateReport | None = None,
 ) -> TrainResult:
-    """No step taken: the served model knew every current record, or (``rejudged``) a
-    kept inconclusive candidate was judged again and decided (issue 62)."""
+    """No step taken: the served model knew every current record (its manifest renewed),
+    or (``rejudged``) a kept inconclusive candidate was judged again and decided (issue 62)."""
     assert served.checkpoint is not None and served.losses is not None  # served, scored
     summary = read_summary(served.checkpoint) or {}
     entry = served.pointer.served.precision if served.pointer is not None else None
@@ -80,6 +80,8 @@ def up_to_date(
     records = len(served.records.ids)
     why = f"nothing new: all {records} current records were learned or judged already"
     data = None if rejudged is not None else data_unchanged(served.records, served.known)
+    if rejudged is None:
+        renew_manifest(request, served.checkpoint)
     return TrainResult(
         agent=request.agent,
         precision_requested=request.precision.requested,
