@@ -192,15 +192,6 @@ def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, 
     return Manifest(tuple(files), scanned_ns), report
 
 
-def file_digest(file: Path) -> tuple[str, int]:
-    """(blake2b-128 hex digest, bytes hashed) of ``file``: the one digest of a file's
-    bytes, the manifest's (a :class:`Prefix`'s is the same digest of fewer bytes)."""
-    hasher = hashlib.blake2b(digest_size=16)
-    with open(file, "rb") as handle:
-        size = _hash_into(hasher, handle)
-    return hasher.hexdigest(), size
-
-
 def prefix_of(file: Path, size: int) -> Prefix:
     """The :class:`Prefix` of ``file``'s first ``size`` bytes (the record cache's check
     that an appended file's head is unchanged); ValueError if the file is shorter."""
@@ -212,14 +203,13 @@ def prefix_of(file: Path, size: int) -> Prefix:
 
 
 def _digest_and_prefix(file: Path, prefix_size: int) -> tuple[str, int, Prefix | None]:
-    """:func:`file_digest` of the whole file and, when ``prefix_size`` > 0, the
-    :class:`Prefix` of its first ``prefix_size`` bytes, in one pass over the file."""
-    if not prefix_size:
-        return (*file_digest(file), None)
+    """The blake2b-128 hex digest of the whole file (the manifest's), the bytes hashed
+    and, when ``prefix_size`` > 0, the :class:`Prefix` of its first ``prefix_size`` bytes
+    (the same digest of fewer bytes), in one pass over the file."""
     with open(file, "rb") as handle:
         prefix, hasher, hashed = _read_prefix(handle, prefix_size)
         size = hashed + _hash_into(hasher, handle)
-    return hasher.hexdigest(), size, prefix
+    return hasher.hexdigest(), size, prefix if prefix_size else None
 
 
 def _read_prefix(handle: BinaryIO, size: int) -> tuple[Prefix | None, Any, int]:
