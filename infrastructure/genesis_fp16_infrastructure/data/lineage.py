@@ -49,19 +49,16 @@ class Lineage(NamedTuple):
 class Pool:
     """Every record of a pool by id, with the parent-to-children links."""
 
-    def __init__(self, entries: Mapping[str, PoolEntry]) -> None:
-        self.entries = dict(entries)
-        self.scores = {k: e.score for k, e in self.entries.items() if e.score is not None}
+    def __init__(
+        self, entries: dict[str, PoolEntry], scores: dict[str, float] | None = None
+    ) -> None:
+        """A pool of ``entries`` and ``scores``, their known scores (None: worked out),
+        taken as they are, not copied: a reader that built them hands them over (a
+        million records: two dicts of ~100 MB each not made again)."""
+        if scores is None:
+            scores = {k: e.score for k, e in entries.items() if e.score is not None}
+        self.entries, self.scores = entries, scores
         self._depths: dict[str, int] = {}
-
-    @classmethod
-    def adopt(cls, entries: dict[str, PoolEntry], scores: dict[str, float]) -> Pool:
-        """A pool that takes ``entries`` and ``scores`` (the known scores of those
-        entries) as they are, without copies: for a reader that built them and hands them
-        over (a million records: two dicts of ~100 MB each not made again)."""
-        pool = cls.__new__(cls)
-        pool.entries, pool.scores, pool._depths = entries, scores, {}
-        return pool
 
     @cached_property
     def children(self) -> dict[str, list[str]]:
