@@ -216,36 +216,22 @@ def _read_prefix(handle: BinaryIO, size: int) -> tuple[Prefix | None, Any, int]:
     """The :class:`Prefix` of the ``size`` bytes ``handle`` reads next (None if it ends
     before), the hasher that took them (to go on with) and how many it took."""
     hasher = hashlib.blake2b(digest_size=16)
-    lines = _Newlines()
-    hashed = _hash_into(hasher, handle, size, lines)
+    hashed, lines, last = 0, 0, b""
+    while chunk := handle.read(min(_CHUNK, size - hashed)):
+        hasher.update(chunk)
+        hashed, lines, last = hashed + len(chunk), lines + chunk.count(b"\n"), chunk[-1:]
     if hashed != size:
         return None, hasher, hashed
-    return Prefix(size, hasher.copy().hexdigest(), lines.count, lines.last), hasher, hashed
+    return Prefix(size, hasher.copy().hexdigest(), lines, last), hasher, hashed
 
 
-def _hash_into(
-    hasher: Any, handle: BinaryIO, limit: int | None = None, each: _Newlines | None = None
-) -> int:
-    """Feed ``hasher`` what ``handle`` reads next, to its end or ``limit`` bytes, a chunk
-    at a time (``each`` sees every chunk); the bytes fed."""
+def _hash_into(hasher: Any, handle: BinaryIO) -> int:
+    """Feed ``hasher`` the rest of ``handle``, a chunk at a time; the bytes fed."""
     size = 0
-    while chunk := handle.read(_CHUNK if limit is None else min(_CHUNK, limit - size)):
+    while chunk := handle.read(_CHUNK):
         hasher.update(chunk)
         size += len(chunk)
-        if each is not None:
-            each(chunk)
     return size
-
-
-class _Newlines:
-    """The newlines of the chunks it is shown, and the last byte of the last one."""
-
-    def __init__(self) -> None:
-        self.count, self.last = 0, b""
-
-    def __call__(self, chunk: bytes) -> None:
-        self.count += chunk.count(b"\n")
-        self.last = chunk[-1:]
 
 
 def _contents(manifest: Manifest) -> list[tuple[str, str]]:
