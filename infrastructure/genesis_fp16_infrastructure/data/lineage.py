@@ -13,7 +13,7 @@ taken as created now, after every record of the pool.
 
 >>> pool = Pool({"a": PoolEntry(0.9), "b": PoolEntry(0.4, parents=("a",), created=1.0)})
 >>> pool.lineage("c", ("a",), created=2.0).sibling_scores
-(0.4,)
+[0.4]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 MAX_DEPTH = 1000  # a longer chain counts as this deep (a loop in a malformed pool: a root)
 
@@ -35,32 +36,29 @@ class PoolEntry:
     created: float | None = None  # seconds since the epoch
 
 
-@dataclass(frozen=True, slots=True)
-class Lineage:
-    """An attempt's lineage beyond its own record."""
+class Lineage(NamedTuple):
+    """An attempt's lineage beyond its own record (a tuple: the encoder unpacks one per
+    record of a pool)."""
 
     depth: int  # 0 with no parents; else 1 + the deepest parent's depth
-    grandparent_scores: tuple[float, ...]
-    parent_operators: tuple[str, ...]
-    sibling_scores: tuple[float, ...]  # the parents' other children, created before it
+    grandparent_scores: list[float]
+    parent_operators: list[str]
+    sibling_scores: list[float]  # the parents' other children, created before it
 
 
 class Pool:
     """Every record of a pool by id, with the parent-to-children links."""
 
-    def __init__(self, entries: Mapping[str, PoolEntry]) -> None:
-        self.entries = dict(entries)
-        self.scores = {k: e.score for k, e in self.entries.items() if e.score is not None}
+    def __init__(
+        self, entries: dict[str, PoolEntry], scores: dict[str, float] | None = None
+    ) -> None:
+        """A pool of ``entries`` and ``scores``, their known scores (None: worked out),
+        taken as they are, not copied: a reader that built them hands them over (a
+        million records: two dicts of ~100 MB each not made again)."""
+        if scores is None:
+            scores = {k: e.score for k, e in entries.items() if e.score is not None}
+        self.entries, self.scores = entries, scores
         self._depths: dict[str, int] = {}
-
-    @classmethod
-    def adopt(cls, entries: dict[str, PoolEntry], scores: dict[str, float]) -> Pool:
-        """A pool that takes ``entries`` and ``scores`` (the known scores of those
-        entries) as they are, without copies: for a reader that built them and hands them
-        over (a million records: two dicts of ~100 MB each not made again)."""
-        pool = cls.__new__(cls)
-        pool.entries, pool.scores, pool._depths = entries, scores, {}
-        return pool
 
     @cached_property
     def children(self) -> dict[str, list[str]]:
@@ -80,15 +78,6 @@ class Pool:
 
     def lineage(self, attempt_id: str, parents: tuple[str, ...], created: float | None) -> Lineage:
         """The lineage of an attempt with these parents, created at ``created``."""
-        depth, grand, operators, siblings = self.lineage_parts(attempt_id, parents, created)
-        return Lineage(depth, tuple(grand), tuple(operators), tuple(siblings))
-
-    def lineage_parts(
-        self, attempt_id: str, parents: tuple[str, ...], created: float | None
-    ) -> tuple[int, list[float], list[str], list[float]]:
-        """:meth:`lineage` as (depth, grandparent scores, parent operators, sibling
-        scores), lists in the same order, without the Lineage: the encoder calls it once
-        per record of a pool."""
         entries, scores = self.entries, self.scores
         operators: list[str] = []
         grand: set[str] = set()
@@ -112,7 +101,7 @@ class Pool:
         depth = 0  # without parents; else 1 + the deepest parent's (one outside the pool: 0)
         if parents:
             depth = 1 + max((self._depth(p) for p in parents if p in entries), default=0)
-        return depth, sorted(scores[g] for g in grand if g in scores), operators, siblings
+        return Lineage(depth, sorted(scores[g] for g in grand if g in scores), operators, siblings)
 
     def _depth(self, start: str) -> int:
         """Depth of a pool record, iteratively (chains run as long as the pool's history).

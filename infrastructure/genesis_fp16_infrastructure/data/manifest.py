@@ -192,15 +192,6 @@ def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, 
     return Manifest(tuple(files), scanned_ns), report
 
 
-def file_digest(file: Path) -> tuple[str, int]:
-    """(blake2b-128 hex digest, bytes hashed) of ``file``: the one digest of a file's
-    bytes, the manifest's (a :class:`Prefix`'s is the same digest of fewer bytes)."""
-    hasher = hashlib.blake2b(digest_size=16)
-    with open(file, "rb") as handle:
-        size = _hash_into(hasher, handle)
-    return hasher.hexdigest(), size
-
-
 def prefix_of(file: Path, size: int) -> Prefix:
     """The :class:`Prefix` of ``file``'s first ``size`` bytes (the record cache's check
     that an appended file's head is unchanged); ValueError if the file is shorter."""
@@ -212,50 +203,35 @@ def prefix_of(file: Path, size: int) -> Prefix:
 
 
 def _digest_and_prefix(file: Path, prefix_size: int) -> tuple[str, int, Prefix | None]:
-    """:func:`file_digest` of the whole file and, when ``prefix_size`` > 0, the
-    :class:`Prefix` of its first ``prefix_size`` bytes, in one pass over the file."""
-    if not prefix_size:
-        return (*file_digest(file), None)
+    """The blake2b-128 hex digest of the whole file (the manifest's), the bytes hashed
+    and, when ``prefix_size`` > 0, the :class:`Prefix` of its first ``prefix_size`` bytes
+    (the same digest of fewer bytes), in one pass over the file."""
     with open(file, "rb") as handle:
         prefix, hasher, hashed = _read_prefix(handle, prefix_size)
         size = hashed + _hash_into(hasher, handle)
-    return hasher.hexdigest(), size, prefix
+    return hasher.hexdigest(), size, prefix if prefix_size else None
 
 
 def _read_prefix(handle: BinaryIO, size: int) -> tuple[Prefix | None, Any, int]:
     """The :class:`Prefix` of the ``size`` bytes ``handle`` reads next (None if it ends
     before), the hasher that took them (to go on with) and how many it took."""
     hasher = hashlib.blake2b(digest_size=16)
-    lines = _Newlines()
-    hashed = _hash_into(hasher, handle, size, lines)
+    hashed, lines, last = 0, 0, b""
+    while chunk := handle.read(min(_CHUNK, size - hashed)):
+        hasher.update(chunk)
+        hashed, lines, last = hashed + len(chunk), lines + chunk.count(b"\n"), chunk[-1:]
     if hashed != size:
         return None, hasher, hashed
-    return Prefix(size, hasher.copy().hexdigest(), lines.count, lines.last), hasher, hashed
+    return Prefix(size, hasher.copy().hexdigest(), lines, last), hasher, hashed
 
 
-def _hash_into(
-    hasher: Any, handle: BinaryIO, limit: int | None = None, each: _Newlines | None = None
-) -> int:
-    """Feed ``hasher`` what ``handle`` reads next, to its end or ``limit`` bytes, a chunk
-    at a time (``each`` sees every chunk); the bytes fed."""
+def _hash_into(hasher: Any, handle: BinaryIO) -> int:
+    """Feed ``hasher`` the rest of ``handle``, a chunk at a time; the bytes fed."""
     size = 0
-    while chunk := handle.read(_CHUNK if limit is None else min(_CHUNK, limit - size)):
+    while chunk := handle.read(_CHUNK):
         hasher.update(chunk)
         size += len(chunk)
-        if each is not None:
-            each(chunk)
     return size
-
-
-class _Newlines:
-    """The newlines of the chunks it is shown, and the last byte of the last one."""
-
-    def __init__(self) -> None:
-        self.count, self.last = 0, b""
-
-    def __call__(self, chunk: bytes) -> None:
-        self.count += chunk.count(b"\n")
-        self.last = chunk[-1:]
 
 
 def _contents(manifest: Manifest) -> list[tuple[str, str]]:

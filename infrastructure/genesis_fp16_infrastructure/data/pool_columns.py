@@ -187,7 +187,7 @@ class PoolColumns:
             (scores, self.parent_ids(everything), self.operator.take(everything), created),
         )
         known = {i: s for i, s in zip(self.ids, scores, strict=True) if s is not None}
-        return Pool.adopt(dict(zip(self.ids, entries, strict=True)), known)
+        return Pool(dict(zip(self.ids, entries, strict=True)), known)
 
     @cached_property
     def example_ids(self) -> list[str]:

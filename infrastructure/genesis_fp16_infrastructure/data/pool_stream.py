@@ -82,7 +82,7 @@ class _Scan:
         self.inner_chars.append(chars[inner])
         self.depth = int(self.depth + delta.sum())
         self.in_string = bool((len(quotes) + self.in_string) % 2)
-        self.backslashes = _trailing_backslashes(data, self.backslashes)
+        self.backslashes = _backslashes_before(data, len(data), self.backslashes)
 
     def _escaped(self, data: np.ndarray, quotes: np.ndarray) -> np.ndarray:
         """Which quotes follow an odd run of backslashes (the run may start in the last
@@ -93,21 +93,17 @@ class _Scan:
         after_backslash = (quotes > 0) & (data[np.maximum(quotes - 1, 0)] == _BACKSLASH)
         suspects = np.flatnonzero(after_backslash | ((quotes == 0) & (self.backslashes > 0)))
         for i in suspects.tolist():
-            at, run = int(quotes[i]) - 1, 0
-            while at >= 0 and data[at] == _BACKSLASH:
-                run, at = run + 1, at - 1
-            if at < 0:
-                run += self.backslashes
-            escaped[i] = run % 2 == 1
+            escaped[i] = _backslashes_before(data, int(quotes[i]), self.backslashes) % 2 == 1
         return escaped
 
 
-def _trailing_backslashes(data: np.ndarray, carried: int) -> int:
-    """The run of backslashes ending ``data`` (walked back from its end: a few bytes)."""
+def _backslashes_before(data: np.ndarray, at: int, carried: int) -> int:
+    """The run of backslashes just before ``data[at]`` (walked back: a few bytes); one
+    that reaches the window's start goes on with ``carried``, the last window's run."""
     run = 0
-    while run < len(data) and data[len(data) - 1 - run] == _BACKSLASH:
+    while run < at and data[at - 1 - run] == _BACKSLASH:
         run += 1
-    return carried + run if run == len(data) else run
+    return carried + run if run == at else run
 
 
 def split_pool(file: Path) -> tuple[tuple[float, float], Iterator[Entry]] | None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -131,7 +131,6 @@ class _Plan:
     tools: list[str]
     pattern: str
     promise: float
-    logit: float
 
 
 def _hidden_logit(plan: _Plan, agent: str, rng: random.Random) -> float:
@@ -151,7 +150,7 @@ def _hidden_logit(plan: _Plan, agent: str, rng: random.Random) -> float:
     return logit + rng.gauss(0.0, NOISE_STD)
 
 
-def _attempt(rng: random.Random, index: int, count: int, history: list[_Past], agent: str) -> _Plan:
+def _attempt(rng: random.Random, index: int, count: int, history: list[_Past]) -> _Plan:
     generations = max(1, min(60, count // 150))
     generation = index * generations // count
     operator = "baseline"
@@ -172,10 +171,7 @@ def _attempt(rng: random.Random, index: int, count: int, history: list[_Past], a
     pattern = rng.choice(list(PATTERN_EFFECT))
     inherited = sum(p.promise for p in parents) / len(parents) if parents else 0.0
     promise = PROMISE_INHERITED * inherited + rng.gauss(0.0, PROMISE_STD)
-    plan = _Plan(
-        generation, operator, parents, lines, files, added_share, tools, pattern, promise, 0.0
-    )
-    return replace(plan, logit=_hidden_logit(plan, agent, rng))
+    return _Plan(generation, operator, parents, lines, files, added_share, tools, pattern, promise)
 
 
 def _code_changes(rng: random.Random, lines: int, added_share: float) -> str:
@@ -189,11 +185,12 @@ def _code_changes(rng: random.Random, lines: int, added_share: float) -> str:
 def _record(
     rng: random.Random, index: int, count: int, agent: str, history: list[_Past]
 ) -> dict[str, Any]:
-    plan = _attempt(rng, index, count, history, agent)
+    plan = _attempt(rng, index, count, history)
+    logit = _hidden_logit(plan, agent, rng)  # its noise drawn next, as before the id's bits
     generation, operator, parents, lines = plan.generation, plan.operator, plan.parents, plan.lines
     files = len(plan.files)
     trajectory_id = f"{agent}_gen{generation}_{rng.getrandbits(40):010x}"
-    score = round(1.0 / (1.0 + math.exp(-plan.logit)), 4)  # the logit's sigmoid
+    score = round(1.0 / (1.0 + math.exp(-logit)), 4)  # the logit's sigmoid
     outcome = outcome_for_score(score)
     status = {"success": "success", "partial": "partial_success", "failure": "failure"}[outcome]
     roll = rng.random()
@@ -335,8 +332,7 @@ def generate_replay_records(
 
 def write_replay_buffer(path: Path, count: int, seed: int, agent: str = "se_darwin") -> Path:
     """Write replay-buffer records as JSON lines to ``path`` and return it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)  # write_atomic makes its folder
     lines = (json.dumps(r) for r in generate_replay_records(count, seed, agent))
     text = "\n".join(lines) + "\n"
     write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))

@@ -442,7 +442,7 @@ def _lineage_row(
     test_columnar_features.py holds them to the bits of the first formulas)."""
     scores = pool.scores
     known = [scores[p] for p in parents if p in scores]
-    depth, grand_scores, operators, siblings = pool.lineage_parts(attempt_id, parents, created)
+    depth, grand_scores, operators, siblings = pool.lineage(attempt_id, parents, created)
     count = len(operators)
     half = _UNKNOWN_PARENT_SCORE
     return [

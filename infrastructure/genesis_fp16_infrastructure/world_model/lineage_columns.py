@@ -1,7 +1,7 @@
 """The lineage features of a whole pool at once, in numpy columns (issue 36).
 
 :func:`~genesis_fp16_infrastructure.world_model.features.numeric_columns` worked out an
-attempt's ``LINEAGE_FEATURES`` one record at a time (``Pool.lineage_parts`` and
+attempt's ``LINEAGE_FEATURES`` one record at a time (``Pool.lineage`` and
 ``features._lineage_row``): 18 µs a record, 18 s of every run on a million-record pool.
 :func:`lineage_columns` gives the same numbers, bit for bit, from index arrays:
 

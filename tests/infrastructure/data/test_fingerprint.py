@@ -10,7 +10,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.data.fingerprint import compare, fingerprint, held_in
+from genesis_fp16_infrastructure.data.fingerprint import (
+    DataFingerprint,
+    compare,
+    fingerprint,
+    held_in,
+)
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import Example, Label
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
@@ -102,6 +107,22 @@ def test_held_in_is_isin_sorted_or_not() -> None:
     values = np.concatenate([held[::7], rng.integers(-(2**63), 2**63 - 1, 3000, np.int64)])
     for pool in (held, np.sort(held), held[:0], held[:1]):
         assert np.array_equal(held_in(values, pool), np.isin(values, pool))
+
+
+def test_an_id_hash_given_twice_counts_once_with_its_last_record_hash() -> None:
+    """As a dict of (id hash -> record hash) counts them, sorted or not, empty or not."""
+    rng = np.random.default_rng(5)
+    for size_old, size_new in ((300, 280), (0, 40), (40, 0), (1, 1)):
+        old_ids, new_ids = rng.integers(0, 60, size_old), rng.integers(0, 60, size_new)
+        old_hashes, new_hashes = rng.integers(0, 3, size_old), rng.integers(0, 3, size_new)
+        state = DataFingerprint(size_old, "old", torch.tensor(old_ids), torch.tensor(old_hashes))
+        current = DataFingerprint(size_new, "new", torch.tensor(new_ids), torch.tensor(new_hashes))
+        change = compare(state.state_dict(), current)
+        old = dict(zip(old_ids.tolist(), old_hashes.tolist(), strict=True))
+        new = dict(zip(new_ids.tolist(), new_hashes.tolist(), strict=True))
+        kept = old.keys() & new.keys()
+        assert (change.added, change.removed) == (len(new) - len(kept), len(old) - len(kept))
+        assert change.relabelled == sum(old[i] != new[i] for i in kept)
 
 
 def test_a_records_hash_is_blake2b_of_its_id_label_and_attempts_repr() -> None:

@@ -31,11 +31,11 @@ def test_lineage_sees_depth_grandparents_operators_and_only_earlier_siblings() -
     pool = _pool()
     lineage = pool.lineage("me", ("mid",), created=5.0)
     assert lineage.depth == 2
-    assert lineage.grandparent_scores == (0.2,)
-    assert lineage.parent_operators == ("refinement",)
-    assert lineage.sibling_scores == (0.9,)  # not late (after), pending, undated
-    assert pool.lineage("early", ("mid",), created=2.0).sibling_scores == ()  # itself
-    assert pool.lineage("me", ("mid",), created=None).sibling_scores == ()  # when? unknown
+    assert lineage.grandparent_scores == [0.2]
+    assert lineage.parent_operators == ["refinement"]
+    assert lineage.sibling_scores == [0.9]  # not late (after), pending, undated
+    assert pool.lineage("early", ("mid",), created=2.0).sibling_scores == []  # itself
+    assert pool.lineage("me", ("mid",), created=None).sibling_scores == []  # when? unknown
     assert pool.lineage("me", (), created=5.0).depth == 0
     assert pool.lineage("me", ("loop",), created=5.0).depth >= 1  # a cycle ends
 
@@ -45,7 +45,7 @@ def test_scores_only_pool_knows_parents_and_nothing_beyond() -> None:
     pool = Pool.from_scores({"a": 0.3})
     lineage = pool.lineage("me", ("a",), created=1.0)
     assert pool.scores == {"a": 0.3}
-    assert lineage.depth == 1 and lineage.grandparent_scores == () == lineage.sibling_scores
+    assert lineage.depth == 1 and lineage.grandparent_scores == [] == lineage.sibling_scores
 
 
 def test_reader_builds_the_pool_from_every_valid_record(tmp_path: Path) -> None:

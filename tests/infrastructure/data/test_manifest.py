@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -170,3 +171,18 @@ def test_the_same_bytes_read_otherwise_are_a_change(tmp_path: Path) -> None:
     (folder / "b.jsonl").rename(folder / "b.json")
     (folder / "a.jsonl").rename(folder / "c.jsonl")  # now read after b.json
     assert not scan_files(folder, first)[0].same_content(first)
+
+
+def test_a_digest_is_blake2b_128_of_the_bytes_and_a_prefix_of_its_head(tmp_path: Path) -> None:
+    """The digests saved manifests hold: a changed scheme would hash every pool again."""
+    file = tmp_path / "pool.jsonl"
+    file.write_bytes(b'{"a": 1}\n')
+    _age(file)
+    before, _ = scan_files(tmp_path)
+    file.write_bytes(b'{"a": 1}\n{"b": 2}\n')
+    after, _ = scan_files(tmp_path, before)
+    (old,), (new,) = before.files, after.files
+    assert old.digest == hashlib.blake2b(b'{"a": 1}\n', digest_size=16).hexdigest()
+    assert new.digest == hashlib.blake2b(file.read_bytes(), digest_size=16).hexdigest()
+    assert new.prefix is not None and (new.prefix.digest, new.prefix.lines) == (old.digest, 1)
+    assert old.prefix is None
