@@ -12,7 +12,6 @@ import json
 import ssl
 import urllib.request
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported where used: `genesis-fp16 train` loads none of this
@@ -98,11 +97,9 @@ def _ask(url: str) -> StatusReport:
 
 
 def _folder_report(settings: Settings, daemon: DaemonStatus, note: str) -> StatusReport:
-    from genesis_fp16.config.plugins import known_agent_names
-    from genesis_fp16.status.report import NextRun, gather_status
+    from genesis_fp16.status.report import NextRun
+    from genesis_fp16.status.serving import settings_status
 
-    allowed = settings.plugin_allowlist
-    installed = [n for n in known_agent_names() if allowed is None or n in set(allowed)]
     owner = daemon.owner or ""
     training = owner.split(" ", 1)[1] if owner.startswith("train ") else None  # its agent
 
@@ -111,7 +108,4 @@ def _folder_report(settings: Settings, daemon: DaemonStatus, note: str) -> Statu
             return NextRun(None, f"training now: genesis-fp16 {daemon.owner} (pid {daemon.pid})")
         return NextRun(None, note)
 
-    state_dir = Path(settings.state_dir).resolve()
-    return gather_status(
-        state_dir, installed, daemon, schedule, idle_seconds=settings.live_watch_idle_seconds
-    )
+    return settings_status(settings, daemon, schedule)

@@ -66,6 +66,7 @@ def quality_chart(history: AgentHistory) -> Chart:
         step=True,
         empty="no gate verdict or served-model change recorded yet",
         y_bounds=SCORE_BOUNDS.get(metric, (0.0, None) if history.metric else (None, None)),
+        kinds=(Outcome.PROMOTED, Outcome.REJECTED, Outcome.HELD, Outcome.ROLLED_BACK, "repair"),
     )
 
 
@@ -127,6 +128,7 @@ def scale_chart(history: AgentHistory) -> Chart:
         log_y=True,
         x_time=False,
         empty="no run recorded yet",
+        kinds=("demoted",),
     )
 
 
@@ -159,6 +161,7 @@ def watch_chart(history: AgentHistory, watch: Mapping[str, Any] | None) -> Chart
         rule=margin,
         rule_label="" if margin is None else f"margin {_g(margin)}",
         empty=said,
+        kinds=("regression", Outcome.ROLLED_BACK),
     )
 
 

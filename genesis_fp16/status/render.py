@@ -28,11 +28,11 @@ from genesis_fp16.status.report import (
     StatusReport,
     watch_words,
 )
-from genesis_fp16.status.svg import Chart, draw_chart, legend
+from genesis_fp16.status.svg import draw_chart, legend
 from genesis_fp16.status.when import clock as _clock
 from genesis_fp16.status.when import span as _span
 from genesis_fp16.status.when import when as _when
-from genesis_fp16_infrastructure.api import Outcome, RunEntry
+from genesis_fp16_infrastructure.api import RunEntry
 
 Row = tuple[str, str]
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -302,22 +302,12 @@ def runs_table(runs: tuple[RunEntry, ...]) -> list[str]:
     return parts
 
 
-# The marks a gate verdict or a rollback draws on the quality chart (charts._gate_points).
-_VERDICT_MARKS = (Outcome.PROMOTED, Outcome.REJECTED, Outcome.HELD, Outcome.ROLLED_BACK)
-
-
 def charts_html(history: AgentHistory, watch: dict[str, Any] | None) -> list[str]:
     """The three charts, each with its legend of the marks it can hold; ``watch``: the
     served model's watch state, the one its watch row says."""
-    charts: list[tuple[Chart, tuple[str, ...]]] = [
-        (quality_chart(history), (*_VERDICT_MARKS, "repair")),
-        (scale_chart(history), ("demoted",)),
-        (watch_chart(history, watch), ("regression", Outcome.ROLLED_BACK)),
+    charts = (quality_chart(history), scale_chart(history), watch_chart(history, watch))
+    figures = [
+        f"<figure>{draw_chart(c)}<figcaption>{legend(c.kinds)}</figcaption></figure>"
+        for c in charts
     ]
-    parts = ['<div class="charts">']
-    for chart, kinds in charts:
-        parts.append(
-            f"<figure>{draw_chart(chart)}<figcaption>{legend(kinds)}</figcaption></figure>"
-        )
-    parts.append("</div>")
-    return parts
+    return ['<div class="charts">', *figures, "</div>"]

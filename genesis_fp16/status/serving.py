@@ -57,15 +57,20 @@ def status_documents(daemon: Daemon) -> Mapping[str, Document]:
 
 def daemon_report(daemon: Daemon) -> StatusReport:
     """The status of the daemon's state folder, with its health and schedule."""
-    settings = daemon.settings
+    report = settings_status(daemon.settings, _daemon_status(daemon), _schedule(daemon))
+    return _with_shadows(report, getattr(getattr(daemon, "agents", None), "shadowed", None))
+
+
+def settings_status(
+    settings: Settings, daemon: DaemonStatus, schedule: Callable[[str], NextRun]
+) -> StatusReport:
+    """The report of the state folder of ``settings``, its allowed agents installed (the
+    daemon's, and ``genesis-fp16 status``'s without one)."""
     allowed = settings.plugin_allowlist
     installed = [n for n in known_agent_names() if allowed is None or n in set(allowed)]
     state_dir = settings.state_dir.resolve()
     idle = settings.live_watch_idle_seconds
-    report = gather_status(
-        state_dir, installed, _daemon_status(daemon), _schedule(daemon), idle_seconds=idle
-    )
-    return _with_shadows(report, getattr(getattr(daemon, "agents", None), "shadowed", None))
+    return gather_status(state_dir, installed, daemon, schedule, idle_seconds=idle)
 
 
 def _with_shadows(report: StatusReport, shadowed: Mapping[str, str] | None) -> StatusReport:

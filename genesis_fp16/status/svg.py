@@ -59,7 +59,8 @@ class Chart:
     staircase, a value holding until the next); ``band``: (x, low, high) around it;
     ``bars``: (x, value) on a second axis from zero at the right; ``rule``: a level
     across; ``log_y``: the left axis in powers of two; ``x_time``: x is Unix time;
-    ``y_bounds``: the values y can take (an AUC: 0 to 1), the left axis kept inside them."""
+    ``y_bounds``: the values y can take (an AUC: 0 to 1), the left axis kept inside them;
+    ``kinds``: the kinds of mark it can hold, which its :func:`legend` names."""
 
     title: str
     y_label: str
@@ -75,6 +76,7 @@ class Chart:
     x_time: bool = True
     empty: str = "nothing recorded yet"
     y_bounds: tuple[float | None, float | None] = (None, None)
+    kinds: tuple[str, ...] = ()
 
 
 def draw_chart(chart: Chart) -> str:
