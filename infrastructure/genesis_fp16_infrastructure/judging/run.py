@@ -394,11 +394,12 @@ def _rejudge_kept(judged: JudgedPlugin, request: TrainRequest, served: Served) -
         outcome, reason, comparisons = decide(
             _comparisons(judged, request, served, losses, checkpoint, held_out)
         )
-        reason += _evidence(judged, held_out, served)[1]
+        evidence, note = _evidence(judged, held_out, served)
+        reason += note
         used = verdict.precision  # typed: a precision name, or None
         auc = _reported_auc(verdict.candidate)  # its run's, as its first verdict kept it
         report = _verdict(
-            candidate, outcome, reason, started, used, comparisons, served.id, digest, auc=auc
+            candidate, outcome, reason, started, used, comparisons, served.id, digest, evidence, auc
         )
         decided = _act(request, served, candidate, checkpoint, report, comparisons)
         return None if decided.outcome == Outcome.INCONCLUSIVE else decided

@@ -65,5 +65,7 @@ def test_an_inconclusive_candidate_is_kept_and_decided_later_without_training(
     assert third.steps == 0 and [c.name for c in list_candidates(ck)] == before
     verdict = read_verdict(ck / "candidates" / kept).to_json()
     assert verdict is not None and verdict["outcome"] == decided.outcome
+    # judged again on held-out records, and its verdict still says so
+    assert gate.evidence == decided.evidence == verdict["evidence"] == "held_out"
     served = read_pointer(ck)
     assert served is not None and (served.served.id == kept) == (decided.outcome == "promoted")
