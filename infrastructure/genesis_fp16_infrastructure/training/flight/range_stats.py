@@ -388,16 +388,7 @@ class RangeStats:
 
 
 def _module_range(name: str, row: dict[str, float]) -> ModuleRange:
-    def finite_or_none(value: float) -> float | None:
-        return value if math.isfinite(value) else None
-
-    return ModuleRange(
-        module=name,
-        activation_max=row["activation_max"],
-        gradient_max=row["gradient_max"],
-        overflow=row["overflow"],
-        underflow=row["underflow"],
-        nonfinite=row["nonfinite"],
-        headroom_overflow=finite_or_none(row["headroom_overflow"]),
-        headroom_underflow=finite_or_none(row["headroom_underflow"]),
-    )
+    """``row`` (keyed by ``ModuleRange``'s fields) as a record; an inf headroom (no
+    value) is None."""
+    fields: dict[str, Any] = {**row, **{c: None for c in _SMALLEST if not math.isfinite(row[c])}}
+    return ModuleRange(module=name, **fields)
