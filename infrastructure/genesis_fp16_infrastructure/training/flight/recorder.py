@@ -43,6 +43,7 @@ from genesis_fp16_infrastructure.training.flight.bundle import (
     data_signature,
     plain_batch,
     save_bundle,
+    type_name,
 )
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
@@ -147,9 +148,7 @@ class FlightRecorder:
             "torch": str(torch.__version__),
             "python": platform.python_version(),
             "config": _plain(asdict(trainer.config)),
-            "optimizers": [
-                type(o).__module__ + ":" + type(o).__qualname__ for o in trainer.optimizers
-            ],
+            "optimizers": [type_name(type(o)) for o in trainer.optimizers],
             "state": fault.state,
             "batches": [plain_batch(b) for b in fault.batches],
             "samples": fault.samples,
