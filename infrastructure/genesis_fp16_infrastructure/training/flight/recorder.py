@@ -73,13 +73,12 @@ class FlightRecorder:
         self.task = task
         self.seed = seed
         self.accum = accum
-        self.bundles: list[FaultBundle] = []
-        self.first_written = False
+        self.bundles: list[FaultBundle] = []  # any: the run's first is written
 
     def after_check(self, guard: PrecisionGuard, trainer: Trainer) -> None:
         """After a check that was not spotless: bundle the run's first non-finite step."""
         dirty, guard.dirty = guard.dirty, None
-        if self.first_written or dirty is None or guard.snapshot is None:
+        if self.bundles or dirty is None or guard.snapshot is None:
             return
         if _calibration_only(trainer, guard, dirty):
             logger.info("flight recorder: fp16 scale calibration skips at the start, not a fault")
@@ -172,7 +171,6 @@ class FlightRecorder:
                 "flight recorder: cannot write a bundle in %s: %s", self.config.folder, error
             )
             return
-        self.first_written = True
         record = FaultBundle(
             str(path), reason, fault.step, trainer.policy.name, path.stat().st_size
         )
