@@ -31,11 +31,8 @@ from typing import Any, TypeVar
 import torch
 
 from genesis_fp16_infrastructure.training.precision.grad_check import (
-    all_reduce_max,
     check_finite,
-    check_into,
     combine_flags,
-    grads_by_device,
     step_or_skip,
 )
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
@@ -221,11 +218,8 @@ class LossScaler:
 
     def _check_grads(self, optimizer: torch.optim.Optimizer, unscale: bool) -> torch.Tensor:
         """Unscale by 1/scale (or only check) and return found_inf, 0.0 or 1.0, on our device."""
-        with torch.no_grad():
-            groups = grads_by_device([optimizer])
-            here = self._fresh_flag()
-            check_into(groups, here, self._inv_scale if unscale else self._one)
-        return all_reduce_max(here, self._process_group)
+        inv_scale = self._inv_scale if unscale else self._one
+        return check_finite([optimizer], self._fresh_flag(), inv_scale, self._process_group)
 
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
         """Run ``optimizer.step()`` unless this step's gradients hold inf/nan.
