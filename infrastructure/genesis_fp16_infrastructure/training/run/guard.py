@@ -60,7 +60,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -84,7 +84,6 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionRequest,
 )
 from genesis_fp16_infrastructure.training.reports import Demotion
-from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 logger = logging.getLogger(__name__)
@@ -106,7 +105,7 @@ class SnapshotStore:
         """Copy ``state`` into the store (queued on the current stream; no host wait)."""
         if self.where is None:
             self.where, self.reason = placement(state)
-            on_cuda = any(t.is_cuda for t in flatten_tensors(state))
+            on_cuda = any(t.is_cuda for t in _tensors(state))
             self._pinned = self.where == "host" and on_cuda
             # On a CPU run device and host are one memory: nothing to know (DEBUG).
             said = logger.info if on_cuda else logger.debug
@@ -134,7 +133,7 @@ class SnapshotStore:
 def placement(state: Any, share: float | None = None) -> tuple[str, str]:
     """``("device" | "host", why)`` for a state tree (``share``: :data:`DEVICE_SHARE`)."""
     share = DEVICE_SHARE if share is None else share
-    tensors = [t for t in flatten_tensors(state) if t.is_cuda]
+    tensors = [t for t in _tensors(state) if t.is_cuda]
     if not tensors:
         return "device", "the run's tensors are in host memory: a copy there"
     size = sum(t.numel() * t.element_size() for t in tensors)
@@ -147,6 +146,17 @@ def placement(state: Any, share: float | None = None) -> tuple[str, str]:
 
 def _gib(size: int) -> str:
     return f"{size / 2**30:.2f} GiB"
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _tensors(item)
 
 
 def _copy_into(value: Any, previous: Any, to_host: bool) -> Any:
