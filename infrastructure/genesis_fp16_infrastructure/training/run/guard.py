@@ -97,7 +97,7 @@ class SnapshotStore:
     def __init__(self) -> None:
         self.where: str | None = None  # "device" or "host", decided by the first save
         self.reason = ""
-        self._state: Any = None
+        self.saved: Any = None  # the buffers themselves, overwritten by the next save: read only
         self._pinned = False  # CUDA state copied to the host: the copies do not wait
         self._copied: torch.cuda.Event | None = None
 
@@ -110,24 +110,19 @@ class SnapshotStore:
             # On a CPU run device and host are one memory: nothing to know (DEBUG).
             said = logger.info if on_cuda else logger.debug
             said("precision guard: snapshots on the %s (%s)", self.where, self.reason)
-        self._state = _copy_into(state, self._state, self.where == "host")
+        self.saved = _copy_into(state, self.saved, self.where == "host")
         self._copied = None
         if self._pinned:  # non-blocking copies into pinned memory: record when they land
             self._copied = torch.cuda.Event()
             self._copied.record()
 
-    @property
-    def saved(self) -> Any:
-        """The buffers themselves (overwritten by the next save): read, never load."""
-        return self._state
-
     def load(self) -> Any:
         """A fresh copy of the saved state, once every queued copy has landed."""
-        if self._state is None:
+        if self.saved is None:
             raise RuntimeError("no snapshot saved")
         if self._copied is not None:
             self._copied.synchronize()
-        return copy.deepcopy(self._state)
+        return copy.deepcopy(self.saved)
 
 
 def placement(state: Any, share: float | None = None) -> tuple[str, str]:
