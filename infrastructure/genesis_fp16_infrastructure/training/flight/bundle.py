@@ -63,7 +63,6 @@ REQUIRED = (
 
 def save_bundle(folder: Path, bundle: Mapping[str, Any], limits: BundleLimits) -> Path:
     """Write ``bundle`` into ``folder`` atomically, then trim the folder; its path."""
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / bundle_name(int(bundle["step"]), str(bundle["reason"]))
     data = {"version": BUNDLE_VERSION, **bundle}
     write_atomic(path, lambda f: torch.save(data, f))
