@@ -119,7 +119,6 @@ class LossScaler:
             # step would pay for a second flag and the ops that combine the two.
             self.device = torch.device("cuda", torch.cuda.current_device())
         self._process_group = process_group
-        self._per_optimizer: dict[int, dict[str, Any]] = {}
         self._init_state(self._config.init_scale)
 
     @classmethod
@@ -136,6 +135,7 @@ class LossScaler:
         def full(value: float | int, dtype: torch.dtype) -> torch.Tensor:
             return torch.full((), value, dtype=dtype, device=self.device)
 
+        self._per_optimizer: dict[int, dict[str, Any]] = {}  # this step's, by id()
         # [scale, inf]: its reciprocal is [1 / scale, 0], the inverse scale and a zeroed
         # overflow flag in one kernel. _scale, _inv_scale and _found_inf are views, made
         # here once: a view made per step is one more op (and no kernel) each time.
@@ -415,7 +415,6 @@ class LossScaler:
         self._unstable_mark.fill_(2.0 if state.get("unstable", False) else 1.0)
         self._overflow_total.fill_(int(state.get("overflow_steps_total", 0)))
         self._found_inf.fill_(float(state.get("last_found_inf", 0.0)))
-        self._per_optimizer = {}
 
     def __repr__(self) -> str:
         c = self._config
