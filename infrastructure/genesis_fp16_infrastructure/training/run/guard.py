@@ -292,7 +292,7 @@ class PrecisionGuard:
         self._next = next_precision(
             self._precision, self.config, decide_module.detect_capabilities(trainer.policy.device)
         )
-        self._start_step = trainer.step_count
+        self.start_step = trainer.step_count  # the run's start, or its rollback
         self._ema: float | None = None
         self._ema_updates = 0
         keep = max(self.config.nonfinite_window, self.config.overflow_window)
@@ -323,11 +323,6 @@ class PrecisionGuard:
         if trainer.step_count // interval <= self._history[-1].step // interval:
             return False
         return self._check(trainer, epoch, batch)
-
-    @property
-    def start_step(self) -> int:
-        """The step this guard began watching at (the run's start, or its rollback)."""
-        return self._start_step
 
     @property
     def last_rung(self) -> bool:
@@ -372,7 +367,7 @@ class PrecisionGuard:
         if overflows != previous.overflows or nonfinite > 0:
             since = overflows - self._start_overflows
             self.dirty = {
-                "steps": step - self._start_step,
+                "steps": step - self.start_step,
                 "overflows": since,
                 "nonfinite": nonfinite,
             }
@@ -429,7 +424,7 @@ class PrecisionGuard:
         limit, window = self.config.overflow_rate_limit, self.config.overflow_window
         if limit is None:
             return None
-        earliest = self._start_step + self.config.overflow_warmup
+        earliest = self.start_step + self.config.overflow_warmup
         candidates = [c for c in self._history if earliest <= c.step <= now.step - window]
         if not candidates:
             return None
