@@ -52,8 +52,9 @@ WRITER_LOCK = WRITER_LOCK_FILE.name  # the flock of the one process that writes 
 Accept = Callable[[dict[str, Any], Path], None]
 
 
-# This process's claims, by lock file: (descriptor, claims). An flock conflicts between
-# two descriptors even in one process, so a second claim here shares the first's.
+# This process's claims, by lock file (resolved): (descriptor, claims). An flock
+# conflicts between two descriptors even in one process, so a second claim here shares
+# the first's.
 _CLAIMS: dict[str, tuple[int, int]] = {}
 _CLAIMS_LOCK = threading.Lock()
 
@@ -93,7 +94,7 @@ class CheckpointManager:
         # Files this manager wrote, with their size and mtime then: pruning trusts them
         # while both are unchanged instead of loading each kept file again at every save.
         self._written: dict[Path, tuple[int, int]] = {}
-        self._lock_fd: int | None = None
+        self._claim: str | None = None  # our key in _CLAIMS while we are the writer
 
     def claim(self, owner: str) -> None:
         """Become the folder's one writer until :meth:`release` (or this process dies):
@@ -102,7 +103,7 @@ class CheckpointManager:
         The kernel drops the lock with its holder, ``kill -9`` included. Within one
         process the claim is shared (an agent that claims its folder, then ``fit()`` on a
         checkpoint in it): one flock, released with the last claim."""
-        if self._lock_fd is not None:
+        if self._claim is not None:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / WRITER_LOCK
@@ -112,7 +113,7 @@ class CheckpointManager:
             held = _CLAIMS.get(key)
             if held is not None:  # this process is the writer already
                 _CLAIMS[key] = (held[0], held[1] + 1)
-                self._lock_fd = held[0]
+                self._claim = key
                 return
             try:
                 fd = take_lock(path, WRITER_LOCK_FILE, wait=False, record=record)
@@ -124,25 +125,20 @@ class CheckpointManager:
                     f"one writer per folder (lock file {path})",
                 ) from None
             _CLAIMS[key] = (fd, 1)
-            self._lock_fd = fd
+            self._claim = key
 
     def release(self) -> None:
         """Stop being the folder's writer (the lock file stays; its lock goes with the
         process's last claim)."""
-        if self._lock_fd is None:
+        if self._claim is None:
             return
         with _CLAIMS_LOCK:
-            for key, (fd, count) in list(_CLAIMS.items()):
-                if fd == self._lock_fd:
-                    if count > 1:
-                        _CLAIMS[key] = (fd, count - 1)
-                    else:
-                        del _CLAIMS[key]
-                        os.close(fd)
-                    break
+            fd, count = _CLAIMS.pop(self._claim)
+            if count > 1:
+                _CLAIMS[self._claim] = (fd, count - 1)
             else:
-                os.close(self._lock_fd)
-            self._lock_fd = None
+                os.close(fd)
+            self._claim = None
 
     def path_for(self, step: int) -> Path:
         """The file name of the checkpoint at ``step``; names sort by step."""
@@ -218,7 +214,7 @@ class CheckpointManager:
         """
         if not self.directory.is_dir():
             return []
-        older_than = -1.0 if self._lock_fd is not None else STALE_TEMP_SECONDS
+        older_than = -1.0 if self._claim is not None else STALE_TEMP_SECONDS
         removed = []
         now = time.time()
         for path in self.directory.glob(".tmp-*"):

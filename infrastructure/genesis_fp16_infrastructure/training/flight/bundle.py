@@ -63,7 +63,6 @@ REQUIRED = (
 
 def save_bundle(folder: Path, bundle: Mapping[str, Any], limits: BundleLimits) -> Path:
     """Write ``bundle`` into ``folder`` atomically, then trim the folder; its path."""
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / bundle_name(int(bundle["step"]), str(bundle["reason"]))
     data = {"version": BUNDLE_VERSION, **bundle}
     write_atomic(path, lambda f: torch.save(data, f))
@@ -158,10 +157,10 @@ def plain_batch(value: Any) -> Any:
         return value.detach().cpu().clone()
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         fields = {f: plain_batch(getattr(value, f)) for f in value._fields}
-        return {_TYPE: _type_name(value), "fields": fields}
+        return {_TYPE: type_name(type(value)), "fields": fields}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: plain_batch(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        return {_TYPE: _type_name(value), "fields": fields}
+        return {_TYPE: type_name(type(value)), "fields": fields}
     if isinstance(value, Mapping):
         return {k: plain_batch(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -202,12 +201,12 @@ def allowed_types(classes: Iterable[type]) -> dict[str, type]:
         is_named = isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")
         if not (is_named or dataclasses.is_dataclass(cls)):
             raise ValueError(f"batch type {cls!r}: only named tuples and dataclasses are rebuilt")
-        out[f"{cls.__module__}:{cls.__qualname__}"] = cls
+        out[type_name(cls)] = cls
     return out
 
 
-def _type_name(value: Any) -> str:
-    cls = type(value)
+def type_name(cls: type) -> str:
+    """The name a bundle gives a class (a batch's, an optimizer's): ``module:qualname``."""
     return f"{cls.__module__}:{cls.__qualname__}"
 
 

@@ -223,10 +223,8 @@ class RangeStats:
     def __init__(
         self, config: RangeStatsConfig, on_report: Callable[[RangeReport], None] | None = None
     ) -> None:
-        self.config = config
         self.on_report = on_report
-        self.clock = SampleClock(config)
-        self.model: nn.Module | None = None
+        self.clock = SampleClock(config)  # the config too
         self.names: list[str] = []
         self.samples = 0
         self._run: dict[str, dict[str, float]] = {}  # per module: its samples, merged
@@ -243,7 +241,6 @@ class RangeStats:
             return
         self._remove()
         self._trainer = trainer
-        self.model = trainer.model
         self.names = [name or "(model)" for name, _ in trainer.model.named_modules()]
         device = trainer.policy.device
         self._buffer = torch.zeros(len(self.names), len(COLUMNS), device=device)
@@ -308,7 +305,7 @@ class RangeStats:
             last_step=self._last.step,
             precision=self._last.precision,
             every=self.clock.every,
-            sample_cost=self.clock.cost() if self.config.every is None else None,
+            sample_cost=self.clock.cost() if self.clock.config.every is None else None,
             nearest_overflow=tuple(_module_range(m, rows[m]) for m in by_over),
             nearest_underflow=tuple(_module_range(m, rows[m]) for m in by_under),
             total=_module_range(TOTAL, merge_rows(list(rows.values()))),
@@ -317,8 +314,7 @@ class RangeStats:
     # ------------------------------------------------------------------ hooks
 
     def _install(self) -> None:
-        assert self.model is not None
-        for index, (_, module) in enumerate(self.model.named_modules()):
+        for index, (_, module) in enumerate(self._trainer.model.named_modules()):
             self._handles.append(module.register_forward_hook(self._forward_hook(index)))
             for param in module.parameters(recurse=False):
                 if param.requires_grad:
@@ -388,16 +384,7 @@ class RangeStats:
 
 
 def _module_range(name: str, row: dict[str, float]) -> ModuleRange:
-    def finite_or_none(value: float) -> float | None:
-        return value if math.isfinite(value) else None
-
-    return ModuleRange(
-        module=name,
-        activation_max=row["activation_max"],
-        gradient_max=row["gradient_max"],
-        overflow=row["overflow"],
-        underflow=row["underflow"],
-        nonfinite=row["nonfinite"],
-        headroom_overflow=finite_or_none(row["headroom_overflow"]),
-        headroom_underflow=finite_or_none(row["headroom_underflow"]),
-    )
+    """``row`` (keyed by ``ModuleRange``'s fields) as a record; an inf headroom (no
+    value) is None."""
+    fields: dict[str, Any] = {**row, **{c: None for c in _SMALLEST if not math.isfinite(row[c])}}
+    return ModuleRange(module=name, **fields)

@@ -43,6 +43,7 @@ from genesis_fp16_infrastructure.training.flight.bundle import (
     data_signature,
     plain_batch,
     save_bundle,
+    type_name,
 )
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
@@ -72,13 +73,12 @@ class FlightRecorder:
         self.task = task
         self.seed = seed
         self.accum = accum
-        self.bundles: list[FaultBundle] = []
-        self.first_written = False
+        self.bundles: list[FaultBundle] = []  # any: the run's first is written
 
     def after_check(self, guard: PrecisionGuard, trainer: Trainer) -> None:
         """After a check that was not spotless: bundle the run's first non-finite step."""
         dirty, guard.dirty = guard.dirty, None
-        if self.first_written or dirty is None or guard.snapshot is None:
+        if self.bundles or dirty is None or guard.snapshot is None:
             return
         if _calibration_only(trainer, guard, dirty):
             logger.info("flight recorder: fp16 scale calibration skips at the start, not a fault")
@@ -147,9 +147,7 @@ class FlightRecorder:
             "torch": str(torch.__version__),
             "python": platform.python_version(),
             "config": _plain(asdict(trainer.config)),
-            "optimizers": [
-                type(o).__module__ + ":" + type(o).__qualname__ for o in trainer.optimizers
-            ],
+            "optimizers": [type_name(type(o)) for o in trainer.optimizers],
             "state": fault.state,
             "batches": [plain_batch(b) for b in fault.batches],
             "samples": fault.samples,
@@ -173,7 +171,6 @@ class FlightRecorder:
                 "flight recorder: cannot write a bundle in %s: %s", self.config.folder, error
             )
             return
-        self.first_written = True
         record = FaultBundle(
             str(path), reason, fault.step, trainer.policy.name, path.stat().st_size
         )

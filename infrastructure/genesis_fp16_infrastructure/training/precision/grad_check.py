@@ -86,23 +86,24 @@ def check_into(
 def check_finite(
     optimizers: Sequence[torch.optim.Optimizer],
     found_inf: torch.Tensor,
-    one: torch.Tensor,
+    inv_scale: torch.Tensor,
     process_group: Any,
 ) -> torch.Tensor:
     """Set ``found_inf`` to 1.0 when a gradient of any optimizer is inf or NaN; return it.
 
-    The overflow check of :meth:`LossScaler.unscale_` with a scale of 1 (``one``: a 1.0
-    the caller made once, on ``found_inf``'s device), for the precisions that scale no
-    loss (fp32, bf16): a non-finite gradient there is as fatal to the weights and the Adam
-    state as an fp16 overflow. ``found_inf`` is a zeroed 0-dim float32, which the caller
-    owns (the trainer zeroes it for free). One op per device, no host sync; the gradients
-    keep every bit (x * 1 == x). ::
+    The overflow check of :meth:`LossScaler.unscale_`, which multiplies the gradients by
+    ``inv_scale`` (a 0-dim tensor on ``found_inf``'s device). With a 1.0 the caller made
+    once it only checks, for the precisions that scale no loss (fp32, bf16): a non-finite
+    gradient there is as fatal to the weights and the Adam state as an fp16 overflow.
+    ``found_inf`` is a zeroed 0-dim float32, which the caller owns (the trainer zeroes it
+    for free). One op per device, no host sync; checked only, the gradients keep every
+    bit (x * 1 == x). ::
 
         flag = check_finite([optimizer], torch.zeros(()), torch.ones(()), None)
     """
     with torch.no_grad():
         # Every optimizer's gradients of one device and dtype in one op, not one each.
-        check_into(grads_by_device(optimizers), found_inf, one)
+        check_into(grads_by_device(optimizers), found_inf, inv_scale)
     return all_reduce_max(found_inf, process_group)
 
 

@@ -31,11 +31,8 @@ from typing import Any, TypeVar
 import torch
 
 from genesis_fp16_infrastructure.training.precision.grad_check import (
-    all_reduce_max,
     check_finite,
-    check_into,
     combine_flags,
-    grads_by_device,
     step_or_skip,
 )
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
@@ -105,7 +102,8 @@ class LossScaler:
         enabled: bool = True,
         process_group: Any = None,
     ) -> None:
-        self._config = ScalerConfig(
+        # The settings it runs with (restored by load_state_dict).
+        self.config = ScalerConfig(
             init_scale=float(init_scale),
             growth_factor=float(growth_factor),
             backoff_factor=float(backoff_factor),
@@ -122,23 +120,18 @@ class LossScaler:
             # step would pay for a second flag and the ops that combine the two.
             self.device = torch.device("cuda", torch.cuda.current_device())
         self._process_group = process_group
-        self._per_optimizer: dict[int, dict[str, Any]] = {}
-        self._init_state(self._config.init_scale)
+        self._init_state(self.config.init_scale)
 
     @classmethod
     def from_config(cls, device: torch.device | str, config: ScalerConfig) -> LossScaler:
         """Build a scaler from a :class:`ScalerConfig`: ``LossScaler.from_config("cpu", c)``."""
         return cls(device, **asdict(config))
 
-    @property
-    def config(self) -> ScalerConfig:
-        """The settings this scaler runs with (restored by ``load_state_dict``)."""
-        return self._config
-
     def _init_state(self, scale: float) -> None:
         def full(value: float | int, dtype: torch.dtype) -> torch.Tensor:
             return torch.full((), value, dtype=dtype, device=self.device)
 
+        self._per_optimizer: dict[int, dict[str, Any]] = {}  # this step's, by id()
         # [scale, inf]: its reciprocal is [1 / scale, 0], the inverse scale and a zeroed
         # overflow flag in one kernel. _scale, _inv_scale and _found_inf are views, made
         # here once: a view made per step is one more op (and no kernel) each time.
@@ -154,7 +147,7 @@ class LossScaler:
         # step would outlive it, and a captured step's memory is reused (cuda_graph.py).
         self._combined_inf = full(0.0, torch.float32)
         self._growth_tracker = full(0, torch.int32)
-        self._hysteresis_left = full(self._config.hysteresis, torch.int32)
+        self._hysteresis_left = full(self.config.hysteresis, torch.int32)
         # The unstable verdict is kept as a second scale that torch's fused update grows:
         # its "growth tracker" counts consecutive overflows at the floor, and on the
         # unstable_after-th one the mark grows from 1.0 (and the count starts again).
@@ -163,17 +156,17 @@ class LossScaler:
         self._overflow_total = full(0, torch.float64)  # float64: exact to 2**53, and one add_
         self._one = full(1.0, torch.float32)
         # The floor as the scale's float32 sees it (what clamp_ compares with).
-        self._min_scale_f32 = float(torch.tensor(self._config.min_scale, dtype=torch.float32))
+        self._min_scale_f32 = float(torch.tensor(self.config.min_scale, dtype=torch.float32))
 
     # ------------------------------------------------------------------ per step
 
     def is_enabled(self) -> bool:
         """True when this scaler scales losses (the fp16 policy); False passes through."""
-        return self._config.enabled
+        return self.config.enabled
 
     def scale(self, outputs: T) -> T:
         """Multiply a loss (or a list/tuple of them) by the current scale, on the device."""
-        if not self._config.enabled:
+        if not self.config.enabled:
             return outputs
         scaled: T = self._apply_scale(outputs)
         return scaled
@@ -192,7 +185,7 @@ class LossScaler:
         Call it before clipping so that clipping sees true gradient magnitudes. At most
         once per optimizer per step; ``step()`` calls it when you have not. No host sync.
         """
-        if not self._config.enabled:
+        if not self.config.enabled:
             return
         state = self._state_of(optimizer)
         if state["stage"] == _UNSCALED:
@@ -221,11 +214,8 @@ class LossScaler:
 
     def _check_grads(self, optimizer: torch.optim.Optimizer, unscale: bool) -> torch.Tensor:
         """Unscale by 1/scale (or only check) and return found_inf, 0.0 or 1.0, on our device."""
-        with torch.no_grad():
-            groups = grads_by_device([optimizer])
-            here = self._fresh_flag()
-            check_into(groups, here, self._inv_scale if unscale else self._one)
-        return all_reduce_max(here, self._process_group)
+        inv_scale = self._inv_scale if unscale else self._one
+        return check_finite([optimizer], self._fresh_flag(), inv_scale, self._process_group)
 
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
         """Run ``optimizer.step()`` unless this step's gradients hold inf/nan.
@@ -236,7 +226,7 @@ class LossScaler:
         told on the host whether to step, which costs one host read of found_inf per
         step: on CUDA prefer ``fused=True`` optimizers.
         """
-        if not self._config.enabled:
+        if not self.config.enabled:
             return optimizer.step(*args, **kwargs)
         if "closure" in kwargs:
             raise RuntimeError("step(closure=...) is not supported while loss scaling is enabled")
@@ -273,7 +263,7 @@ class LossScaler:
         ``new_scale`` sets the scale directly (as ``GradScaler.update(new_scale)`` does)
         and leaves every counter as it is.
         """
-        if not self._config.enabled:
+        if not self.config.enabled:
             return
         if new_scale is not None:
             if isinstance(new_scale, torch.Tensor):
@@ -288,7 +278,7 @@ class LossScaler:
                     "(or unscale_) for at least one optimizer first"
                 )
             found_inf = combine_flags(flags, out=self._combined_inf)
-            self._advance(found_inf, fused=self._config.hysteresis == 1)
+            self._advance(found_inf, fused=self.config.hysteresis == 1)
             self._last_found_inf = found_inf
         self._per_optimizer = {}
 
@@ -302,7 +292,7 @@ class LossScaler:
         (a test checks both agree bit for bit). Each op is a kernel launch on CUDA, where
         a small model's step is launch-bound: the fused path takes five.
         """
-        c = self._config
+        c = self.config
         calm = self._calm(found_inf)  # before the scale moves
         if fused:
             torch._amp_update_scale_(
@@ -329,7 +319,7 @@ class LossScaler:
         if self._min_scale_f32 > 0:
             # The scale never drops below the floor, so scale - floor * found_inf is
             # scale (> 0) on a clean step and is 0 on an overflow only at the floor.
-            return torch.sub(self._scale, found_inf, alpha=self._config.min_scale)
+            return torch.sub(self._scale, found_inf, alpha=self.config.min_scale)
         # A floor of 0 is reached by underflow alone: 1 on a clean step, else the scale.
         return torch.lerp(self._one, self._scale, found_inf)
 
@@ -357,7 +347,7 @@ class LossScaler:
 
     def scale_tensor(self) -> torch.Tensor:
         """0-dim float32 on the device: the current scale (1.0 semantics if disabled)."""
-        return self._scale if self._config.enabled else torch.ones((), device=self.device)
+        return self._scale if self.config.enabled else torch.ones((), device=self.device)
 
     def unstable_tensor(self) -> torch.Tensor:
         """0-dim bool on the device: the ``unstable`` verdict, without a sync (one op)."""
@@ -367,7 +357,7 @@ class LossScaler:
 
     def get_scale(self) -> float:
         """The current scale as a float (1.0 when disabled). Reads the device: a host sync."""
-        return float(self._scale.item()) if self._config.enabled else 1.0
+        return float(self._scale.item()) if self.config.enabled else 1.0
 
     @property
     def unstable(self) -> bool:
@@ -387,7 +377,7 @@ class LossScaler:
         return {
             "version": STATE_VERSION,
             "scale": float(self._scale.item()),
-            **asdict(self._config),  # the settings: what config_from_state restores
+            **asdict(self.config),  # the settings: what config_from_state restores
             "_growth_tracker": int(self._growth_tracker.item()),
             "hysteresis_left": int(self._hysteresis_left.item()),
             "floor_overflows": int(self._floor_overflows.item()),
@@ -412,19 +402,18 @@ class LossScaler:
                 "not a loss-scaler state dict (needs 'scale' and '_growth_tracker'); "
                 f"got keys {sorted(state)}"
             )
-        self._config = config_from_state(state, self._config)
+        self.config = config_from_state(state, self.config)
         self._init_state(float(state["scale"]))
         self._growth_tracker.fill_(int(state["_growth_tracker"]))
-        self._hysteresis_left.fill_(int(state.get("hysteresis_left", self._config.hysteresis)))
+        self._hysteresis_left.fill_(int(state.get("hysteresis_left", self.config.hysteresis)))
         floor_overflows = int(state.get("floor_overflows", 0))
-        self._floor_overflows.fill_(floor_overflows % self._config.unstable_after)
+        self._floor_overflows.fill_(floor_overflows % self.config.unstable_after)
         self._unstable_mark.fill_(2.0 if state.get("unstable", False) else 1.0)
         self._overflow_total.fill_(int(state.get("overflow_steps_total", 0)))
         self._found_inf.fill_(float(state.get("last_found_inf", 0.0)))
-        self._per_optimizer = {}
 
     def __repr__(self) -> str:
-        c = self._config
+        c = self.config
         return (
             f"LossScaler(device={str(self.device)!r}, enabled={c.enabled}, "
             f"min_scale={c.min_scale}, max_scale={c.max_scale}, hysteresis={c.hysteresis})"

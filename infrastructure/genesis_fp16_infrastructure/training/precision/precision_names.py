@@ -221,7 +221,7 @@ class PrecisionRequest:
             )
         if not isinstance(other, PrecisionRequest):
             return NotImplemented
-        return _values(self) == _values(other)
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
 
     @property
     def measures(self) -> bool:
@@ -256,18 +256,11 @@ class PrecisionRequest:
         """The inverse of :meth:`to_json`; a bare name is ``PrecisionRequest(name)``."""
         if isinstance(data, str):
             return cls(checked_request(data))
-        known = {k: v for k, v in data.items() if k in _FIELDS}
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         if known.get("cache") is not None:
             known["cache"] = Path(known["cache"])
         known["excluded"] = {str(k): str(v) for k, v in (known.get("excluded") or {}).items()}
         return cls(**known)
-
-
-_FIELDS = frozenset(PrecisionRequest.__dataclass_fields__)
-
-
-def _values(request: PrecisionRequest) -> tuple[Any, ...]:
-    return tuple(getattr(request, f.name) for f in fields(request))
 
 
 def as_request(value: PrecisionRequest | str) -> PrecisionRequest:

@@ -97,7 +97,7 @@ class SnapshotStore:
     def __init__(self) -> None:
         self.where: str | None = None  # "device" or "host", decided by the first save
         self.reason = ""
-        self._state: Any = None
+        self.saved: Any = None  # the buffers themselves, overwritten by the next save: read only
         self._pinned = False  # CUDA state copied to the host: the copies do not wait
         self._copied: torch.cuda.Event | None = None
 
@@ -110,24 +110,19 @@ class SnapshotStore:
             # On a CPU run device and host are one memory: nothing to know (DEBUG).
             said = logger.info if on_cuda else logger.debug
             said("precision guard: snapshots on the %s (%s)", self.where, self.reason)
-        self._state = _copy_into(state, self._state, self.where == "host")
+        self.saved = _copy_into(state, self.saved, self.where == "host")
         self._copied = None
         if self._pinned:  # non-blocking copies into pinned memory: record when they land
             self._copied = torch.cuda.Event()
             self._copied.record()
 
-    @property
-    def saved(self) -> Any:
-        """The buffers themselves (overwritten by the next save): read, never load."""
-        return self._state
-
     def load(self) -> Any:
         """A fresh copy of the saved state, once every queued copy has landed."""
-        if self._state is None:
+        if self.saved is None:
             raise RuntimeError("no snapshot saved")
         if self._copied is not None:
             self._copied.synchronize()
-        return copy.deepcopy(self._state)
+        return copy.deepcopy(self.saved)
 
 
 def placement(state: Any, share: float | None = None) -> tuple[str, str]:
@@ -297,7 +292,7 @@ class PrecisionGuard:
         self._next = next_precision(
             self._precision, self.config, decide_module.detect_capabilities(trainer.policy.device)
         )
-        self._start_step = trainer.step_count
+        self.start_step = trainer.step_count  # the run's start, or its rollback
         self._ema: float | None = None
         self._ema_updates = 0
         keep = max(self.config.nonfinite_window, self.config.overflow_window)
@@ -328,11 +323,6 @@ class PrecisionGuard:
         if trainer.step_count // interval <= self._history[-1].step // interval:
             return False
         return self._check(trainer, epoch, batch)
-
-    @property
-    def start_step(self) -> int:
-        """The step this guard began watching at (the run's start, or its rollback)."""
-        return self._start_step
 
     @property
     def last_rung(self) -> bool:
@@ -377,7 +367,7 @@ class PrecisionGuard:
         if overflows != previous.overflows or nonfinite > 0:
             since = overflows - self._start_overflows
             self.dirty = {
-                "steps": step - self._start_step,
+                "steps": step - self.start_step,
                 "overflows": since,
                 "nonfinite": nonfinite,
             }
@@ -434,7 +424,7 @@ class PrecisionGuard:
         limit, window = self.config.overflow_rate_limit, self.config.overflow_window
         if limit is None:
             return None
-        earliest = self._start_step + self.config.overflow_warmup
+        earliest = self.start_step + self.config.overflow_warmup
         candidates = [c for c in self._history if earliest <= c.step <= now.step - window]
         if not candidates:
             return None
