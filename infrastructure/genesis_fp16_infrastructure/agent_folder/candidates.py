@@ -55,14 +55,24 @@ def new_candidate(folder: Path, meta: Mapping[str, Any]) -> Path:
 
 
 def list_candidates(folder: Path) -> list[Path]:
-    """Every candidate folder, oldest first (by the time in its meta, then its name)."""
+    """Every candidate folder, oldest first (by the time in its meta, then by when its
+    meta was written, then its name)."""
     root = candidates_dir(folder)
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if p.is_dir() and os.path.lexists(CANDIDATE_META.at(p))]
     # An unusable meta is set aside (reported) as it is read; its candidate stays listed.
-    created = {p: str(read_meta(p).created_at) for p in found}
+    created = {p: (str(read_meta(p).created_at), _written_ns(p)) for p in found}
     return sorted(found, key=lambda p: (created[p], p.name))
+
+
+def _written_ns(candidate: Path) -> int:
+    """When the candidate's meta was written, in ns: the meta's time is in whole seconds,
+    and two fast runs make two candidates in one second (written once, at creation)."""
+    try:
+        return os.lstat(CANDIDATE_META.at(candidate)).st_mtime_ns
+    except OSError:  # set aside as it was read: listed by its time and name alone
+        return 0
 
 
 def read_verdict(candidate: Path) -> Verdict:
