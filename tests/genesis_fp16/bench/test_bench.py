@@ -112,10 +112,8 @@ def test_unpatched_hand_written_loop_runs_bf16() -> None:
     assert row["precision_ran"] == "bf16" and row["honest"] is True
 
 
-def test_a_row_whose_training_diverged_says_so_in_its_note(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A row that ran honestly but ended with a NaN eval loss is flagged in its note."""
+def _diverge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hand-written runner's weights turn NaN after each step: training diverges."""
     real_step = HandWrittenRunner.step
 
     def diverging_step(self: HandWrittenRunner, batch: Any) -> None:
@@ -124,6 +122,13 @@ def test_a_row_whose_training_diverged_says_so_in_its_note(
             next(self.model.parameters()).fill_(float("nan"))
 
     monkeypatch.setattr(HandWrittenRunner, "step", diverging_step)
+
+
+def test_a_row_whose_training_diverged_says_so_in_its_note(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A row that ran honestly but ended with a NaN eval loss is flagged in its note."""
+    _diverge(monkeypatch)
     row = run_config(_tiny("fp32", "hand"), isolated=False)
     assert row["honest"] is True and math.isnan(row["eval_loss"])
     assert "training diverged" in note_for(row)
@@ -136,14 +141,7 @@ def test_a_diverged_rows_json_is_strict_json(
 ) -> None:
     """`bench --json` of a row whose eval loss is NaN says null, at the top of the row and
     in its eval_loss_at (json.dumps alone would write NaN, which is not JSON)."""
-    real_step = HandWrittenRunner.step
-
-    def diverging_step(self: HandWrittenRunner, batch: Any) -> None:
-        real_step(self, batch)
-        with torch.no_grad():
-            next(self.model.parameters()).fill_(float("nan"))
-
-    monkeypatch.setattr(HandWrittenRunner, "step", diverging_step)
+    _diverge(monkeypatch)
     tiny = ["bench", "--device", "cpu", "--tiny", "--runners", "hand", "--precisions", "fp32",
             "--batch-size", "16", "--warmup", "0", "--steps", "1", "--in-process",
             "--out-dir", str(tmp_path), "--json"]  # fmt: skip
