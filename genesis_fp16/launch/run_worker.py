@@ -182,7 +182,9 @@ class RunWorker:
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,  # stderr: the daemon's, for a traceback
-                env=env,
+                # numpy's OpenBLAS starts a thread per further core when it loads, and a
+                # worker with threads must not fork: one thread. Its children keep that.
+                env={**env, "OPENBLAS_NUM_THREADS": "1"},
                 start_new_session=True,
             )
         finally:

@@ -50,6 +50,28 @@ def test_forked_children_get_their_arguments_and_pipes_and_the_worker_reaps_them
     second.stderr.close()
 
 
+@pytest.mark.timeout(300)
+def test_a_worker_started_without_thread_limits_serves(tmp_path: Path) -> None:
+    """The daemon's own environment sets no thread limit (`make test` sets
+    OMP_NUM_THREADS=1, `make run` does not): numpy's OpenBLAS would then start a thread
+    per further core at import, and the worker, refusing to fork from several threads,
+    sent every run to exec (seen on a 2-core host). It serves with one thread."""
+    unlimited = {
+        name: value
+        for name, value in _env().items()
+        if name not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    }
+    started = RunWorker()
+    try:
+        child = started.start(["train", "--help"], unlimited, cwd=str(tmp_path))
+        assert child.wait(timeout=120) == 0
+        assert started.ready["threads"] == 1
+        for pipe in (child.stdin, child.stdout, child.stderr):
+            pipe.close()
+    finally:
+        started.close()
+
+
 def test_a_worker_that_cannot_start_sends_the_run_to_exec_with_the_reason(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
