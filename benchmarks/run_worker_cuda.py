@@ -46,6 +46,9 @@ def _child() -> int:
 
 
 def main() -> int:
+    # The environment the daemon starts its worker with (run_worker.WORKER_ENV), set
+    # before anything imports numpy: OpenBLAS reads it once, when it loads.
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
     from genesis_fp16.commands import zygote
 
     ready = zygote._preload()

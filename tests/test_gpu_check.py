@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import re
 import shutil
@@ -101,6 +103,47 @@ def test_the_gpu_files_are_the_test_files_that_mark_a_gpu_test() -> None:
     assert found == expected
     assert len(found) >= 10  # the 12 files of 2026-11-26, less none
     assert ROOT / "tests" / "test_gpu_check.py" not in found
+
+
+def _imports_in_bodies(path: Path) -> list[tuple[int, str, str]]:
+    """``(line, module, name)`` for each absolute ``from M import N`` inside a function of
+    ``path`` (``N`` empty for ``import M``): what only runs when the test does."""
+    found = []
+    for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found += [(node.lineno, node.module, alias.name) for alias in node.names]
+            elif isinstance(node, ast.Import):
+                found += [(node.lineno, alias.name, "") for alias in node.names]
+    return found
+
+
+def test_what_a_gpu_test_imports_in_its_body_exists_without_a_gpu() -> None:
+    """A gpu test skips here before its body runs, so a library module moved or renamed
+    under it went unseen until a GPU ran it (test_snapshot.py imported
+    training.run.snapshot for weeks after it went into guard.py; found on an H100 on
+    2026-11-27). Each import in a gpu test's body resolves on this CPU; a sibling test
+    module it puts on sys.path resolves to a file of tests/."""
+    siblings = {path.stem for path in (ROOT / "tests").rglob("test_*.py")}
+    missing = []
+    for path in gpu_test_files(ROOT):
+        for line, module, name in _imports_in_bodies(path):
+            where = f"{path.relative_to(ROOT)}:{line}: {module} {name}".strip()
+            if module in siblings:
+                continue
+            try:
+                imported = importlib.import_module(module)
+            except ImportError as exc:
+                missing.append(f"{where} ({exc})")
+                continue
+            if name and not hasattr(imported, name):
+                try:
+                    importlib.import_module(f"{module}.{name}")
+                except ImportError:
+                    missing.append(where)
+    assert not missing, missing
 
 
 def test_a_mark_is_read_from_the_code_not_from_a_string(tmp_path: Path) -> None:

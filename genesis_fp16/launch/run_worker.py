@@ -30,6 +30,9 @@ log = logging.getLogger("genesis_fp16.launcher")
 # Largest message between the daemon and the worker: a request carries the run's whole
 # environment.
 MAX_MESSAGE = 1 << 20
+# numpy's OpenBLAS starts a thread per further core when it loads, and a worker with
+# threads must not fork: the worker's own environment pins it to one (its children keep that).
+WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 # How long the worker may take to import torch and the library (a loaded 2-core host
 # took 8 s) and to probe CUDA in a forked child (60 s at most:
 # genesis_fp16/launch/cuda_fork_probe.py); past it the run starts by exec.
@@ -182,9 +185,7 @@ class RunWorker:
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,  # stderr: the daemon's, for a traceback
-                # numpy's OpenBLAS starts a thread per further core when it loads, and a
-                # worker with threads must not fork: one thread. Its children keep that.
-                env={**env, "OPENBLAS_NUM_THREADS": "1"},
+                env={**env, **WORKER_ENV},
                 start_new_session=True,
             )
         finally:

@@ -152,10 +152,10 @@ def test_a_cuda_state_stays_on_the_gpu_while_small_and_goes_to_pinned_host_memor
 ) -> None:
     """The rule on a GPU: a small state is copied on the device; above the share it is
     copied into pinned host buffers (non-blocking), reused by the next save, loaded intact."""
-    from genesis_fp16_infrastructure.training.run import snapshot
+    from genesis_fp16_infrastructure.training.run import guard as run_guard
 
     if share is not None:
-        monkeypatch.setattr(snapshot, "DEVICE_SHARE", share)
+        monkeypatch.setattr(run_guard, "DEVICE_SHARE", share)
     store = SnapshotStore()
     store.save(_state(1.0, "cuda"))
     assert store.where == where and "of the GPU's" in store.reason
@@ -180,12 +180,12 @@ def test_a_guard_rollback_from_pinned_host_memory_equals_one_from_the_gpu(
     from test_cuda_graph import _GuardTask
 
     from genesis_fp16_infrastructure.training import FitOptions, fit
-    from genesis_fp16_infrastructure.training.run import snapshot
+    from genesis_fp16_infrastructure.training.run import guard as run_guard
 
     guard = GuardConfig(check_interval=4, overflow_window=4, overflow_warmup=0)
     results = {}
-    for share in (snapshot.DEVICE_SHARE, 0.0):
-        monkeypatch.setattr(snapshot, "DEVICE_SHARE", share)
+    for share in (run_guard.DEVICE_SHARE, 0.0):
+        monkeypatch.setattr(run_guard, "DEVICE_SHARE", share)
         options = FitOptions(
             precision="fp16",
             device="cuda",
