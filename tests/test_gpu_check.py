@@ -123,7 +123,7 @@ def _imports_in_bodies(path: Path) -> list[tuple[int, str, str]]:
 def test_what_a_gpu_test_imports_in_its_body_exists_without_a_gpu() -> None:
     """A gpu test skips here before its body runs, so a library module moved or renamed
     under it went unseen until a GPU ran it (test_snapshot.py imported
-    training.run.snapshot for weeks after it went into guard.py; found on an H100 on
+    training.run.snapshot after 028cc902 merged it into guard.py; found on an H100 on
     2026-11-27). Each import in a gpu test's body resolves on this CPU; a sibling test
     module it puts on sys.path resolves to a file of tests/."""
     siblings = {path.stem for path in (ROOT / "tests").rglob("test_*.py")}
