@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TextIO
 
 from genesis_fp16.config.state_files import relayed_set_aside
+from genesis_fp16.launch.progress_text import Progress
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
     Outcome,
@@ -87,7 +88,7 @@ class ProgressBar:
         self.total = total
         self.stream = stream
         self.bar: Any = None
-        self.first_step: int | None = None
+        self.steps = Progress(total, PROGRESS_INTERVAL)  # this run's: counted from its checkpoint
 
     @contextlib.contextmanager
     def showing(self) -> Iterator[None]:
@@ -110,9 +111,7 @@ class ProgressBar:
     def update(self, summary: TrainingSummary) -> None:
         if self.bar is None:
             return
-        if self.first_step is None:  # a resumed run starts counting at the checkpoint
-            self.first_step = summary.step - min(summary.step, PROGRESS_INTERVAL)
-        done = summary.step - self.first_step
+        done = self.steps.done(summary.step)
         self.bar.set_postfix_str(
             f"loss {summary.train_loss:.4f}, {summary.precision}, skipped {summary.skipped_steps}",
             refresh=False,

@@ -1,8 +1,9 @@
 """The daemon's progress line: ``step 150/240, 62%, ETA 40 s``.
 
 A run's summaries come every log interval; each becomes one log line that an operator
-reads as it stands. Steps are this run's (a resumed run counts from its checkpoint, as
-the terminal's bar and the Kubeflow status do), the rate is this run's so far.
+reads as it stands. Steps are this run's (:meth:`Progress.done`: a resumed run counts from
+its checkpoint; `train`'s bar and the Kubeflow status count them here too), the rate is
+this run's so far.
 
 >>> progress = Progress(total=240, log_interval=10)
 >>> progress.text(step=10, seconds=4.5)
