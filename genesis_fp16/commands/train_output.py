@@ -37,23 +37,6 @@ EXIT_STOPPED = 75
 EXIT_CODES = {"failed": 1, "stopped": EXIT_STOPPED}
 
 
-def fan_out(
-    *calls: Callable[[TrainingSummary], None] | None,
-) -> Callable[[TrainingSummary], None] | None:
-    """One ``on_log`` calling each of ``calls`` that is set (None: none is)."""
-    chosen = [call for call in calls if call is not None]
-    if not chosen:
-        return None
-    if len(chosen) == 1:
-        return chosen[0]
-
-    def on_log(summary: TrainingSummary) -> None:
-        for call in chosen:
-            call(summary)
-
-    return on_log
-
-
 def print_diagnostics(values: Mapping[str, float]) -> None:
     """One ``{"diagnostics": ...}`` line for the launcher (a non-finite value as null)."""
     finite = {k: v if math.isfinite(v) else None for k, v in values.items()}

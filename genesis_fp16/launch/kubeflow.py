@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16.launch.progress_text import Progress
+from genesis_fp16.launch.progress_text import Progress, fan_out
 from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.api import TrainingSummary
 
@@ -357,15 +357,8 @@ def report_progress(
         return
     steps = Progress(request.steps, request.log_interval)
     progress = _Progress(reporter, steps, time.monotonic())
-    inner = request.on_log
-
-    def on_log(summary: TrainingSummary) -> None:
-        if inner is not None:
-            inner(summary)
-        progress.observe(summary)
-
     try:
-        yield replace(request, on_log=on_log)
+        yield replace(request, on_log=fan_out(request.on_log, progress.observe))
         if not stopped():
             elapsed = time.monotonic() - progress.started
             reporter.submit(trainer_status(progress.last, 0, None, elapsed, finished=True))
