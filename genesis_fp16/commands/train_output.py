@@ -71,7 +71,7 @@ class ProgressBar:
         self.total = total
         self.stream = stream
         self.bar: Any = None
-        self.steps = Progress(total, PROGRESS_INTERVAL)  # this run's: counted from its checkpoint
+        self.counter = Progress(total, PROGRESS_INTERVAL)  # this run's steps, from its checkpoint
 
     @contextlib.contextmanager
     def showing(self) -> Iterator[None]:
@@ -94,7 +94,7 @@ class ProgressBar:
     def update(self, summary: TrainingSummary) -> None:
         if self.bar is None:
             return
-        done = self.steps.done(summary.step)
+        done = self.counter.done(summary.step)
         self.bar.set_postfix_str(
             f"loss {summary.train_loss:.4f}, {summary.precision}, skipped {summary.skipped_steps}",
             refresh=False,

@@ -332,14 +332,14 @@ class _Progress:
     """Turns rank 0's summaries into status bodies for a reporter."""
 
     reporter: StatusReporter
-    steps: Progress  # this run's steps: a resumed run counts from its checkpoint
+    counter: Progress  # this run's steps: a resumed run counts from its checkpoint
     started: float
     last: TrainingSummary | None = None
 
     def observe(self, summary: TrainingSummary) -> None:
         self.last = summary
-        done, elapsed = self.steps.done(summary.step), time.monotonic() - self.started
-        self.reporter.submit(trainer_status(summary, done, self.steps.total, elapsed))
+        done, elapsed = self.counter.done(summary.step), time.monotonic() - self.started
+        self.reporter.submit(trainer_status(summary, done, self.counter.total, elapsed))
 
 
 @contextmanager
@@ -355,8 +355,8 @@ def report_progress(
     if reporter is None:
         yield request
         return
-    steps = Progress(request.steps, request.log_interval)
-    progress = _Progress(reporter, steps, time.monotonic())
+    counter = Progress(request.steps, request.log_interval)
+    progress = _Progress(reporter, counter, time.monotonic())
     try:
         yield replace(request, on_log=fan_out(request.on_log, progress.observe))
         if not stopped():
