@@ -68,13 +68,8 @@ def derive(rows: Sequence[Row]) -> None:
     for row in rows:
         if not row.get("median_step_ms"):
             continue
-        key = {
-            "size": row["size"],
-            "batch_size": row["batch_size"],
-            "runner": row["runner"],
-            "precision_requested": "fp32",
-        }
-        fp32 = _find(rows, **key)
+        workload = {"size": row["size"], "batch_size": row["batch_size"]}
+        fp32 = _find(rows, **workload, runner=row["runner"], precision_requested="fp32")
         if fp32 is not None and fp32["honest"] and row["honest"]:
             steps = str(row["warmup_steps"] + row["timed_steps"])
             reference = fp32.get("eval_loss_at", {}).get(steps)
@@ -84,11 +79,7 @@ def derive(rows: Sequence[Row]) -> None:
             row["speedup_vs_fp32"] = _ratio(fp32["median_step_ms"], row["median_step_ms"])
             row["mem_vs_fp32"] = _ratio(row.get("peak_mem_mb"), fp32.get("peak_mem_mb"))
         hand = _find(
-            rows,
-            size=row["size"],
-            batch_size=row["batch_size"],
-            runner="hand",
-            precision_requested=row["precision_requested"],
+            rows, **workload, runner="hand", precision_requested=row["precision_requested"]
         )
         if hand is not None and hand["honest"] and row["honest"]:
             row["time_vs_hand"] = _ratio(row["median_step_ms"], hand["median_step_ms"])

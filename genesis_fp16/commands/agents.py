@@ -31,6 +31,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = command_settings("agents")  # a refused .env: its other lines, said on stderr
     records = discover_plugins(settings.plugin_allowlist, settings.plugin_import_deadline_seconds)
+    # A refused name quoted: it may hold a newline.
+    names = [shown_name(r.name) if r.state == "refused" else r.name for r in records]
     if args.json:
         listed = []
         for record in records:
@@ -49,12 +51,9 @@ def run(args: argparse.Namespace) -> int:
     elif not records:
         print("no agent plugins found in the entry-point group genesis_fp16.agents")
     else:
-        _print_table(settings, records)
-    broken = [
-        shown_name(r.name) if r.state == "refused" else r.name
-        for r in records
-        if r.state in ("failed", "wrong_api", "stuck", "refused")
-    ]
+        _print_table(settings, records, names)
+    failed = ("failed", "wrong_api", "stuck", "refused")
+    broken = [name for name, r in zip(names, records, strict=True) if r.state in failed]
     if broken:
         sys.stdout.flush()
         print(
@@ -64,10 +63,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_table(settings: Settings, records: list[PluginRecord]) -> None:
-    """One line per plugin; a refused name quoted (it may hold a newline), a shadowed one
-    saying which registration is used."""
-    names = [shown_name(r.name) if r.state == "refused" else r.name for r in records]
+def _print_table(settings: Settings, records: list[PluginRecord], names: list[str]) -> None:
+    """One line per plugin, under its shown name; a shadowed one saying which
+    registration is used."""
     width = max(len(name) for name in names)
     for name, record in zip(names, records, strict=True):
         detail = record.error or (record.plugin.description if record.plugin else "")

@@ -266,10 +266,11 @@ def _rows(models: CheckpointsFolder, pointer: ServedPointer | None) -> list[dict
         scores = pointer_scores(verdict.candidate) or ScoresOn("-")  # none, or unreadable
         outcome = verdict.outcome or "training"
         served = candidate.name == served_id
+        previous = earlier.index(candidate.name) + 1 if candidate.name in earlier else None
         if served:
             state = "SERVED" if pointer is None or pointer.pinned is None else "SERVED,pinned"
-        elif candidate.name in earlier:
-            state = f"previous-{earlier.index(candidate.name) + 1}"
+        elif previous is not None:
+            state = f"previous-{previous}"
         else:
             state = outcome
         rows.append(
@@ -278,9 +279,7 @@ def _rows(models: CheckpointsFolder, pointer: ServedPointer | None) -> list[dict
                 "state": state,
                 "served": served,
                 "how": how if served else None,  # first, gate, manual, rollback
-                "previous": earlier.index(candidate.name) + 1
-                if candidate.name in earlier
-                else None,
+                "previous": previous,
                 "verdict": outcome,
                 "gate_verdict": verdict.gate_outcome or outcome,
                 "fingerprint": meta.fingerprint,

@@ -46,7 +46,6 @@ from genesis_fp16.commands.train_output import (
     ProgressBar,
     describe,
     exit_code,
-    fan_out,
     print_progress,
     relay_to_daemon,
 )
@@ -66,6 +65,7 @@ from genesis_fp16.jobs.run_request import (
     resolve_options,
 )
 from genesis_fp16.launch import kubeflow
+from genesis_fp16.launch.progress_text import fan_out
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
 from genesis_fp16.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16.service.logsetup import configure_logging

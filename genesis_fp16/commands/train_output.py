@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TextIO
 
 from genesis_fp16.config.state_files import relayed_set_aside
+from genesis_fp16.launch.progress_text import Progress
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
     Outcome,
@@ -34,23 +35,6 @@ PROGRESS_INTERVAL = 10
 # 3 is a daemon's orphaned child's). Bad input is 2, a second Ctrl-C 130.
 EXIT_STOPPED = 75
 EXIT_CODES = {"failed": 1, "stopped": EXIT_STOPPED}
-
-
-def fan_out(
-    *calls: Callable[[TrainingSummary], None] | None,
-) -> Callable[[TrainingSummary], None] | None:
-    """One ``on_log`` calling each of ``calls`` that is set (None: none is)."""
-    chosen = [call for call in calls if call is not None]
-    if not chosen:
-        return None
-    if len(chosen) == 1:
-        return chosen[0]
-
-    def on_log(summary: TrainingSummary) -> None:
-        for call in chosen:
-            call(summary)
-
-    return on_log
 
 
 def print_diagnostics(values: Mapping[str, float]) -> None:
@@ -87,7 +71,7 @@ class ProgressBar:
         self.total = total
         self.stream = stream
         self.bar: Any = None
-        self.first_step: int | None = None
+        self.counter = Progress(total, PROGRESS_INTERVAL)  # this run's steps, from its checkpoint
 
     @contextlib.contextmanager
     def showing(self) -> Iterator[None]:
@@ -110,9 +94,7 @@ class ProgressBar:
     def update(self, summary: TrainingSummary) -> None:
         if self.bar is None:
             return
-        if self.first_step is None:  # a resumed run starts counting at the checkpoint
-            self.first_step = summary.step - min(summary.step, PROGRESS_INTERVAL)
-        done = summary.step - self.first_step
+        done = self.counter.done(summary.step)
         self.bar.set_postfix_str(
             f"loss {summary.train_loss:.4f}, {summary.precision}, skipped {summary.skipped_steps}",
             refresh=False,

@@ -20,9 +20,9 @@ import structlog
 
 from genesis_fp16.jobs import probe_gate
 from genesis_fp16.jobs.job_state import JobContext, Run
-from genesis_fp16.jobs.progress_text import Progress
 from genesis_fp16.jobs.recording import record_progress
 from genesis_fp16.jobs.run_request import plan_request, warn_ignored
+from genesis_fp16.launch.progress_text import Progress
 from genesis_fp16.metrics.tracking import open_tracker
 from genesis_fp16.plugin_api import AgentPlugin, TrainRequest
 from genesis_fp16_infrastructure.api import (

@@ -20,11 +20,11 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.config.storage import storage_error
 from genesis_fp16.jobs import guard_state
 from genesis_fp16.jobs.job_state import JobContext, Run
-from genesis_fp16.jobs.progress_text import Progress
 from genesis_fp16.jobs.run_request import expected_precision, precision_request
 from genesis_fp16.jobs.supervising import RunHung
 from genesis_fp16.launch.devices import device_lost
 from genesis_fp16.launch.launcher import LaunchError, RunStopped
+from genesis_fp16.launch.progress_text import Progress
 from genesis_fp16.metrics.diagnostics_export import export_diagnostics
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker
 from genesis_fp16.plugin_api import TrainRequestError, TrainResult
@@ -57,7 +57,7 @@ def record_start(run: Run) -> None:
 
 def record_progress(run: Run, progress: Progress, summary: TrainingSummary) -> None:
     """One progress report of the run (its ``on_log``): the metrics, the curves, a log
-    line that reads ``step 150/240, 62%, ETA 40 s`` (genesis_fp16/jobs/progress_text.py)."""
+    line that reads ``step 150/240, 62%, ETA 40 s`` (genesis_fp16/launch/progress_text.py)."""
     # A run a reload is stopping reports its last steps; the gauge shows the next run's,
     # from the moment the reload swaps the settings (before the run's next should_stop).
     with run.ctx.gauge_lock:

@@ -50,16 +50,13 @@ class DeviceSlots:
         self._slots: dict[str, threading.BoundedSemaphore] = {}
         self._lock = threading.Lock()
 
-    def _slot(self, device: str) -> threading.BoundedSemaphore:
-        with self._lock:
-            return self._slots.setdefault(device, threading.BoundedSemaphore(self._concurrency))
-
-    def acquire(self, devices: str | Iterable[str], give_up: Callable[[], bool]) -> bool:
+    def acquire(self, devices: Iterable[str], give_up: Callable[[], bool]) -> bool:
         """Wait for a slot on each of ``devices``; False (holding none) when ``give_up()``
         turns true first."""
         held: list[str] = []
-        for device in sorted({devices} if isinstance(devices, str) else set(devices)):
-            slot = self._slot(device)
+        for device in sorted(set(devices)):
+            with self._lock:
+                slot = self._slots.setdefault(device, threading.BoundedSemaphore(self._concurrency))
             while not slot.acquire(timeout=0.2):
                 if give_up():
                     self.release(held)
@@ -67,6 +64,6 @@ class DeviceSlots:
             held.append(device)
         return True
 
-    def release(self, devices: str | Iterable[str]) -> None:
-        for device in sorted({devices} if isinstance(devices, str) else set(devices)):
+    def release(self, devices: Iterable[str]) -> None:
+        for device in sorted(set(devices)):
             self._slots[device].release()

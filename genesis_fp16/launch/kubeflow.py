@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16.launch.progress_text import Progress, fan_out
 from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.api import TrainingSummary
 
@@ -331,19 +332,14 @@ class _Progress:
     """Turns rank 0's summaries into status bodies for a reporter."""
 
     reporter: StatusReporter
-    total: int | None
-    log_interval: int
+    counter: Progress  # this run's steps: a resumed run counts from its checkpoint
     started: float
-    first_step: int | None = None
     last: TrainingSummary | None = None
 
     def observe(self, summary: TrainingSummary) -> None:
-        if self.first_step is None:  # a resumed run counts from its checkpoint
-            self.first_step = summary.step - min(summary.step, self.log_interval)
         self.last = summary
-        done = summary.step - self.first_step
-        elapsed = time.monotonic() - self.started
-        self.reporter.submit(trainer_status(summary, done, self.total, elapsed))
+        done, elapsed = self.counter.done(summary.step), time.monotonic() - self.started
+        self.reporter.submit(trainer_status(summary, done, self.counter.total, elapsed))
 
 
 @contextmanager
@@ -359,16 +355,10 @@ def report_progress(
     if reporter is None:
         yield request
         return
-    progress = _Progress(reporter, request.steps, request.log_interval, time.monotonic())
-    inner = request.on_log
-
-    def on_log(summary: TrainingSummary) -> None:
-        if inner is not None:
-            inner(summary)
-        progress.observe(summary)
-
+    counter = Progress(request.steps, request.log_interval)
+    progress = _Progress(reporter, counter, time.monotonic())
     try:
-        yield replace(request, on_log=on_log)
+        yield replace(request, on_log=fan_out(request.on_log, progress.observe))
         if not stopped():
             elapsed = time.monotonic() - progress.started
             reporter.submit(trainer_status(progress.last, 0, None, elapsed, finished=True))

@@ -1,8 +1,10 @@
-"""The daemon's progress line: ``step 150/240, 62%, ETA 40 s``.
+"""A run's progress reports: the daemon's line, ``step 150/240, 62%, ETA 40 s``, and
+:func:`fan_out`, one ``on_log`` for the several readers of a report.
 
 A run's summaries come every log interval; each becomes one log line that an operator
-reads as it stands. Steps are this run's (a resumed run counts from its checkpoint, as
-the terminal's bar and the Kubeflow status do), the rate is this run's so far.
+reads as it stands. Steps are this run's (:meth:`Progress.done`: a resumed run counts from
+its checkpoint; `train`'s bar and the Kubeflow status count them here too), the rate is
+this run's so far.
 
 >>> progress = Progress(total=240, log_interval=10)
 >>> progress.text(step=10, seconds=4.5)
@@ -16,7 +18,12 @@ the terminal's bar and the Kubeflow status do), the rate is this run's so far.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.api import TrainingSummary
 
 
 @dataclass
@@ -62,3 +69,20 @@ def duration(seconds: float) -> str:
     if seconds < 2 * 3600:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def fan_out(
+    *calls: Callable[[TrainingSummary], None] | None,
+) -> Callable[[TrainingSummary], None] | None:
+    """One ``on_log`` calling each of ``calls`` that is set (None: none is)."""
+    chosen = [call for call in calls if call is not None]
+    if not chosen:
+        return None
+    if len(chosen) == 1:
+        return chosen[0]
+
+    def on_log(summary: TrainingSummary) -> None:
+        for call in chosen:
+            call(summary)
+
+    return on_log
