@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import TypeVar
 
@@ -51,15 +52,6 @@ Check = Callable[[], tuple[bool, str]]
 Document = Callable[[], tuple[bytes, str]]  # a page built on demand: (body, content type)
 T = TypeVar("T")
 
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
 _TEXT = "text/plain; charset=utf-8"
 # The status page runs no script and loads nothing: say so to the browser as well.
 _PAGE_HEADERS = "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'\r\n"
@@ -90,13 +82,6 @@ def tls_context(cert: Path, key: Path, password: str | None = None) -> ssl.SSLCo
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert, key, password=password)
     return context
-
-
-def bind(address: tuple[str, int], backlog: int) -> socket.socket:
-    """A listening socket on ``address`` (IPv4 or IPv6); bind errors surface here."""
-    host, port = address
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, port), family=family, backlog=backlog)
 
 
 def raise_open_file_limit(target: int = 65536) -> int:
@@ -182,14 +167,14 @@ class _Connection(asyncio.Protocol):
             self._reply(405, b"only GET and HEAD\n", _TEXT, keep_alive=False)
             return
         answer = self.server._route(path)
-        if isinstance(answer, tuple):
+
+        def reply(answer: Answer) -> None:
             self._reply(*answer, keep_alive=keep_alive, head_only=method == "HEAD")
-            return
-        answer.add_done_callback(
-            lambda done: self._reply(
-                *done.result(), keep_alive=keep_alive, head_only=method == "HEAD"
-            )
-        )
+
+        if isinstance(answer, tuple):
+            reply(answer)
+        else:
+            answer.add_done_callback(lambda done: reply(done.result()))
 
     def _reply(
         self,
@@ -203,7 +188,7 @@ class _Connection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         header = (
-            f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
             f"Content-Type: {content_type}\r\n{_NOSNIFF}"
             f"{_PAGE_HEADERS if content_type.startswith('text/html') else ''}"
             f"Content-Length: {len(body)}\r\n"
@@ -274,7 +259,8 @@ class StatusServer:
         documents: Mapping[str, Document] | None = None,
     ) -> None:
         self.limits = limits if limits is not None else ServerLimits()
-        self._socket = bind(address, self.limits.backlog)
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET  # bind errors: here
+        self._socket = socket.create_server(address, family=family, backlog=self.limits.backlog)
         self._registry = registry
         self._checks = {"/livez": live or _alive, "/healthz": health, "/readyz": ready}
         self._tls = tls
