@@ -269,8 +269,8 @@ class StatusServer:
         self._documents = dict(documents or {})
         self._page_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="http-page")
         self._building: dict[str, asyncio.Future[tuple[bytes, str]]] = {}
-        self._render: asyncio.Future[bytes] | None = None
-        self._next_render: asyncio.Future[bytes] | None = None
+        self._render: asyncio.Task[bytes] | None = None  # the newest render, begun or not
+        self._next_render: asyncio.Task[bytes] | None = None  # one that has not begun
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._started = threading.Event()
@@ -366,43 +366,24 @@ class StatusServer:
         A render under way began before it, so the request waits for the next one, which
         every request arriving meanwhile shares: a crowd of scrapers costs two renders.
         """
-        if self._render is None:
-            return self._start_render()
         if self._next_render is None:
             assert self._loop is not None
-            self._next_render = self._loop.create_future()
+            self._next_render = self._loop.create_task(self._render_after(self._render))
+            self._render = self._next_render
         return self._next_render
 
-    def _start_render(self) -> asyncio.Future[bytes]:
+    async def _render_after(self, previous: asyncio.Task[bytes] | None) -> bytes:
+        """Render once ``previous`` has ended (its outcome is its own requests')."""
+        if previous is not None:
+            await asyncio.wait([previous])
+        self._next_render = None  # begun: a request from now on waits for the next one
         assert self._loop is not None
-        render = self._loop.run_in_executor(self._pool, generate_latest, self._registry)
-        self._render = render
-        render.add_done_callback(self._render_done)
-        return render
-
-    def _render_done(self, _: asyncio.Future[bytes]) -> None:
-        self._render = None
-        waiting, self._next_render = self._next_render, None
-        if waiting is not None:
-            _chain(self._start_render(), waiting)
+        return await self._loop.run_in_executor(self._pool, generate_latest, self._registry)
 
 
 def _alive() -> tuple[bool, str]:
     """``/livez`` without a ``live`` check: the event loop answered, so the process runs."""
     return True, "alive"
-
-
-def _chain(source: asyncio.Future[bytes], target: asyncio.Future[bytes]) -> None:
-    def copy(done: asyncio.Future[bytes]) -> None:
-        if target.done():
-            return
-        error = done.exception()
-        if error is not None:
-            target.set_exception(error)
-        else:
-            target.set_result(done.result())
-
-    source.add_done_callback(copy)
 
 
 def _answer_from(future: asyncio.Future[T], make: Callable[[T], Answer]) -> asyncio.Future[Answer]:
