@@ -300,7 +300,7 @@ class DaemonMetrics:
         zero in every run; ``resumed`` holds the checkpoint's totals (empty: from zero).
         """
         with self._lock:
-            self._last[agent] = {field: float(v) for field, v in (resumed or {}).items()}
+            self._last[agent] = dict(resumed or {})  # floats: recording.resumed_totals
             self._previous_log.pop(agent, None)  # wall_seconds restarts with the run
             self._first.add(agent)
 
