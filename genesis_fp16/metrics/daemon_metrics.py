@@ -206,7 +206,6 @@ class DaemonMetrics:
             "Writes of a run's TensorBoard curves (GENESIS_FP16_TRACKING_DIR) that failed or "
             "were dropped after a failure; the run itself goes on. Present once a tracked "
             "run ends.",
-            ("agent",),
         )
         self.heartbeat = gauge(
             "scheduler_heartbeat_timestamp_seconds",
