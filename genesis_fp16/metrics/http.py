@@ -268,7 +268,7 @@ class StatusServer:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="http-render")
         self._documents = dict(documents or {})
         self._page_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="http-page")
-        self._building: dict[str, asyncio.Future[tuple[bytes, str]]] = {}
+        self._building: dict[str, asyncio.Future[tuple[bytes, str]]] = {}  # each page's last
         self._render: asyncio.Task[bytes] | None = None  # the newest render, begun or not
         self._next_render: asyncio.Task[bytes] | None = None  # one that has not begun
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -352,13 +352,11 @@ class StatusServer:
     def _document(self, path: str) -> asyncio.Future[tuple[bytes, str]]:
         """The page at ``path``: the build under way, shared, or a new one on the page thread."""
         building = self._building.get(path)
-        if building is not None:
-            return building
-        assert self._loop is not None
-        build = self._loop.run_in_executor(self._page_pool, self._documents[path])
-        self._building[path] = build
-        build.add_done_callback(lambda _: self._building.pop(path, None))
-        return build
+        if building is None or building.done():
+            assert self._loop is not None
+            building = self._loop.run_in_executor(self._page_pool, self._documents[path])
+            self._building[path] = building
+        return building
 
     def _metrics(self) -> asyncio.Future[bytes]:
         """A render of the registry that begins after this request arrived.
