@@ -66,7 +66,7 @@ from genesis_fp16.jobs.run_request import (
 )
 from genesis_fp16.launch import kubeflow
 from genesis_fp16.launch.progress_text import fan_out
-from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
+from genesis_fp16.metrics.tracking import RunTracker, open_tracker
 from genesis_fp16.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.service.startup_signals import take_over_sigterm
@@ -373,7 +373,7 @@ def _train(
         if tracker is not None:  # after a failure too: the curves up to it stay readable
             if result is not None:
                 tracker.log_result(result)
-            close_tracker(tracker)
+            tracker.close()
     if recorded:  # the daemon announces its own runs' (jobs.guard_state.record_run)
         announce_run(Path(request.checkpoint_dir).parent, args.agent, result)
         _record(request.checkpoint_dir, result, "", started)

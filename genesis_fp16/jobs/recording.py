@@ -26,7 +26,7 @@ from genesis_fp16.launch.devices import device_lost
 from genesis_fp16.launch.launcher import LaunchError, RunStopped
 from genesis_fp16.launch.progress_text import Progress
 from genesis_fp16.metrics.diagnostics_export import export_diagnostics
-from genesis_fp16.metrics.tracking import RunTracker, close_tracker
+from genesis_fp16.metrics.tracking import RunTracker
 from genesis_fp16.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
@@ -324,7 +324,7 @@ def _early_stop_summary(result: TrainResult) -> dict[str, Any] | None:
 def _close_tracker(ctx: JobContext, agent: str, tracker: RunTracker | None) -> None:
     """Close the run's curves and count the writes they lost (a full disk, say)."""
     if tracker is not None:
-        ctx.metrics.tracking_write_failures.labels(agent=agent).inc(close_tracker(tracker))
+        ctx.metrics.tracking_write_failures.labels(agent=agent).inc(tracker.close())
 
 
 def _failure_reason(exc: BaseException) -> str:

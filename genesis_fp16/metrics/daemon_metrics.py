@@ -206,7 +206,6 @@ class DaemonMetrics:
             "Writes of a run's TensorBoard curves (GENESIS_FP16_TRACKING_DIR) that failed or "
             "were dropped after a failure; the run itself goes on. Present once a tracked "
             "run ends.",
-            ("agent",),
         )
         self.heartbeat = gauge(
             "scheduler_heartbeat_timestamp_seconds",
@@ -300,7 +299,7 @@ class DaemonMetrics:
         zero in every run; ``resumed`` holds the checkpoint's totals (empty: from zero).
         """
         with self._lock:
-            self._last[agent] = {field: float(v) for field, v in (resumed or {}).items()}
+            self._last[agent] = dict(resumed or {})  # floats: recording.resumed_totals
             self._previous_log.pop(agent, None)  # wall_seconds restarts with the run
             self._first.add(agent)
 
@@ -318,7 +317,8 @@ class DaemonMetrics:
             if agent in self._first:
                 self._first.discard(agent)
                 self.runs_started.labels(agent=agent).inc()  # before its steps: see __init__
-                if _steps(summary) < _steps(last):
+                steps = summary.optimizer_steps + summary.skipped_steps  # skipped included
+                if steps < last.get("optimizer_steps", 0.0) + last.get("skipped_steps", 0.0):
                     # Below the checkpoint's totals at its first report: the agent did not
                     # resume it (changed data trains afresh), so its totals start at zero.
                     last.clear()
@@ -375,10 +375,3 @@ class DaemonMetrics:
             self.last_success.labels(agent=agent).set(now)
             if self._keep_success is not None:
                 self._keep_success(agent, now)  # logs a failure, never raises
-
-
-def _steps(totals: Any) -> float:
-    """Steps taken, skipped ones included, of a summary or of a dict of totals."""
-    if isinstance(totals, Mapping):
-        return float(totals.get("optimizer_steps", 0.0)) + float(totals.get("skipped_steps", 0.0))
-    return float(totals.optimizer_steps) + float(totals.skipped_steps)

@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import TypeVar
 
@@ -51,15 +52,6 @@ Check = Callable[[], tuple[bool, str]]
 Document = Callable[[], tuple[bytes, str]]  # a page built on demand: (body, content type)
 T = TypeVar("T")
 
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
 _TEXT = "text/plain; charset=utf-8"
 # The status page runs no script and loads nothing: say so to the browser as well.
 _PAGE_HEADERS = "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'\r\n"
@@ -90,13 +82,6 @@ def tls_context(cert: Path, key: Path, password: str | None = None) -> ssl.SSLCo
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert, key, password=password)
     return context
-
-
-def bind(address: tuple[str, int], backlog: int) -> socket.socket:
-    """A listening socket on ``address`` (IPv4 or IPv6); bind errors surface here."""
-    host, port = address
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, port), family=family, backlog=backlog)
 
 
 def raise_open_file_limit(target: int = 65536) -> int:
@@ -182,14 +167,14 @@ class _Connection(asyncio.Protocol):
             self._reply(405, b"only GET and HEAD\n", _TEXT, keep_alive=False)
             return
         answer = self.server._route(path)
-        if isinstance(answer, tuple):
+
+        def reply(answer: Answer) -> None:
             self._reply(*answer, keep_alive=keep_alive, head_only=method == "HEAD")
-            return
-        answer.add_done_callback(
-            lambda done: self._reply(
-                *done.result(), keep_alive=keep_alive, head_only=method == "HEAD"
-            )
-        )
+
+        if isinstance(answer, tuple):
+            reply(answer)
+        else:
+            answer.add_done_callback(lambda done: reply(done.result()))
 
     def _reply(
         self,
@@ -203,7 +188,7 @@ class _Connection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         header = (
-            f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
             f"Content-Type: {content_type}\r\n{_NOSNIFF}"
             f"{_PAGE_HEADERS if content_type.startswith('text/html') else ''}"
             f"Content-Length: {len(body)}\r\n"
@@ -274,7 +259,8 @@ class StatusServer:
         documents: Mapping[str, Document] | None = None,
     ) -> None:
         self.limits = limits if limits is not None else ServerLimits()
-        self._socket = bind(address, self.limits.backlog)
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET  # bind errors: here
+        self._socket = socket.create_server(address, family=family, backlog=self.limits.backlog)
         self._registry = registry
         self._checks = {"/livez": live or _alive, "/healthz": health, "/readyz": ready}
         self._tls = tls
@@ -282,9 +268,9 @@ class StatusServer:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="http-render")
         self._documents = dict(documents or {})
         self._page_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="http-page")
-        self._building: dict[str, asyncio.Future[tuple[bytes, str]]] = {}
-        self._render: asyncio.Future[bytes] | None = None
-        self._next_render: asyncio.Future[bytes] | None = None
+        self._building: dict[str, asyncio.Future[tuple[bytes, str]]] = {}  # each page's last
+        self._render: asyncio.Task[bytes] | None = None  # the newest render, begun or not
+        self._next_render: asyncio.Task[bytes] | None = None  # one that has not begun
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._started = threading.Event()
@@ -366,13 +352,11 @@ class StatusServer:
     def _document(self, path: str) -> asyncio.Future[tuple[bytes, str]]:
         """The page at ``path``: the build under way, shared, or a new one on the page thread."""
         building = self._building.get(path)
-        if building is not None:
-            return building
-        assert self._loop is not None
-        build = self._loop.run_in_executor(self._page_pool, self._documents[path])
-        self._building[path] = build
-        build.add_done_callback(lambda _: self._building.pop(path, None))
-        return build
+        if building is None or building.done():
+            assert self._loop is not None
+            building = self._loop.run_in_executor(self._page_pool, self._documents[path])
+            self._building[path] = building
+        return building
 
     def _metrics(self) -> asyncio.Future[bytes]:
         """A render of the registry that begins after this request arrived.
@@ -380,43 +364,24 @@ class StatusServer:
         A render under way began before it, so the request waits for the next one, which
         every request arriving meanwhile shares: a crowd of scrapers costs two renders.
         """
-        if self._render is None:
-            return self._start_render()
         if self._next_render is None:
             assert self._loop is not None
-            self._next_render = self._loop.create_future()
+            self._next_render = self._loop.create_task(self._render_after(self._render))
+            self._render = self._next_render
         return self._next_render
 
-    def _start_render(self) -> asyncio.Future[bytes]:
+    async def _render_after(self, previous: asyncio.Task[bytes] | None) -> bytes:
+        """Render once ``previous`` has ended (its outcome is its own requests')."""
+        if previous is not None:
+            await asyncio.wait([previous])
+        self._next_render = None  # begun: a request from now on waits for the next one
         assert self._loop is not None
-        render = self._loop.run_in_executor(self._pool, generate_latest, self._registry)
-        self._render = render
-        render.add_done_callback(self._render_done)
-        return render
-
-    def _render_done(self, _: asyncio.Future[bytes]) -> None:
-        self._render = None
-        waiting, self._next_render = self._next_render, None
-        if waiting is not None:
-            _chain(self._start_render(), waiting)
+        return await self._loop.run_in_executor(self._pool, generate_latest, self._registry)
 
 
 def _alive() -> tuple[bool, str]:
     """``/livez`` without a ``live`` check: the event loop answered, so the process runs."""
     return True, "alive"
-
-
-def _chain(source: asyncio.Future[bytes], target: asyncio.Future[bytes]) -> None:
-    def copy(done: asyncio.Future[bytes]) -> None:
-        if target.done():
-            return
-        error = done.exception()
-        if error is not None:
-            target.set_exception(error)
-        else:
-            target.set_result(done.result())
-
-    source.add_done_callback(copy)
 
 
 def _answer_from(future: asyncio.Future[T], make: Callable[[T], Answer]) -> asyncio.Future[Answer]:

@@ -54,14 +54,13 @@ class LiveMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.families = Families(registry)
 
-        def gauge(name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
+        def gauge(name: str, doc: str, labels: tuple[str, ...] = ("agent",)) -> Gauge:
             return self.families.gauge(f"live_{name}", doc, labels)
 
         self.records = gauge(
             "records",
             "Labelled records scored by the live watch since the served model was served "
             "(records neither it nor its predecessor trained on).",
-            ("agent",),
         )
         self.quality = gauge(
             "quality",
@@ -82,14 +81,12 @@ class LiveMetrics:
             "margin",
             "The live watch's margin, in the watched loss column's units: worse by more "
             "than this is a regression.",
-            ("agent",),
         )
         self.regression = gauge(
             "regression",
             "1 when the last run's live watch found the served model worse than its "
             "predecessor beyond the margin (rolled back, or held by a pin); 0 when it did "
             "not, or a later candidate was promoted.",
-            ("agent",),
         )
         self.rollbacks = self.families.counter(
             "live_rollbacks",
@@ -121,7 +118,6 @@ class LiveMetrics:
             "About how many more labelled records the watch needs to decide at the margin "
             "(worse, or shown no worse) if the mean and spread so far hold; NaN: never at "
             "this mean.",
-            ("agent",),
         )
         self.false_rollback_rate = gauge(
             "watch_false_rollback_rate",
@@ -134,20 +130,17 @@ class LiveMetrics:
             "watch_alpha",
             "The live watch's level: a false rollback's probability over one model's "
             "whole watch and all its segments, at most this.",
-            ("agent",),
         )
         self.not_watching = gauge(
             "watch_not_watching",
             "1 when the served model is not watched: no new labelled record reached its "
             "watch for GENESIS_FP16_LIVE_WATCH_IDLE_SECONDS, or it has no predecessor to "
             "watch against; computed at each scrape.",
-            ("agent",),
         )
         self.last_record = gauge(
             "watch_last_record_timestamp_seconds",
             "Unix time the watch last scored new labelled records, or the model was "
             "served if later.",
-            ("agent",),
         )
 
     def observe_pointer(

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics.metric_names import Families
 from genesis_fp16.plugin_api import TrainResult
@@ -43,52 +43,48 @@ class PromotionMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         f = Families(registry)
-
-        def gauge(name: str, doc: str, labels: tuple[str, ...] = ("agent", "score")) -> Gauge:
-            return f.gauge(name, doc, labels)
-
+        gauge, score = f.gauge, ("agent", "score")
         self.served = gauge(
             "served_model_quality",
             "The served model's score on the gate's last comparison set, by name: each gated "
             "loss column's mean, and what is reported beside them (se_darwin's auc); after a "
             "promotion, the promoted candidate's.",
+            score,
         )
         self.candidate = gauge(
             "candidate_model_quality",
             "The last judged candidate's score on the same records, by name (as "
             "served_model_quality).",
+            score,
         )
         self.tolerance = gauge(
             "promotion_tolerance",
             "The gate's margin per loss column at the last comparison: how much worse (95% "
             "upper bound, paired) a candidate may be shown at most.",
+            score,
         )
         self.rejected = gauge(
             "candidate_rejected",
             "1 when the agent's last judged candidate was rejected (the served model "
             "stays), 0 when it was promoted or is inconclusive (kept, judged again).",
-            ("agent",),
         )
         self.pinned = gauge(
             "served_model_pinned",
             "1 while an operator's `model promote`/`model rollback` pins the served model "
             "(the gate then holds better candidates instead of serving them), else 0; as "
             "of the agent's last scheduled run.",
-            ("agent",),
         )
         self.pointer_unusable = gauge(
             "served_pointer_unusable",
             "1 while the agent's served-model pointer is unusable (unreadable, another "
             "version, or naming a missing checkpoint: set aside, nothing served until "
             "`model promote`/`model rollback` repairs it), else 0.",
-            ("agent",),
         )
         self.state_bytes = gauge(
             "agent_state_bytes",
             "Bytes of the agent's checkpoint folder (served, kept and rejected models).",
-            ("agent",),
         )
-        self.pruned = f.gauge(
+        self.pruned = gauge(
             "models_pruned", "Candidate folders removed by the bounded history at the last run."
         )
         self.promotions = f.counter(
@@ -109,7 +105,6 @@ class PromotionMetrics:
             "The records the last inconclusive candidate's undecided sets would need to be "
             "shown no worse at the observed difference (NaN: more records alone would not "
             "show it); 0 once a verdict is reached.",
-            ("agent",),
         )
         self.drift = gauge(
             "feature_drift",
@@ -121,20 +116,17 @@ class PromotionMetrics:
             "label_shift",
             "Success base rate of the new records minus that of the served model's "
             "training records, at the last changed-data run.",
-            ("agent",),
         )
 
         self.label_shift_flagged = gauge(
             "label_shift_flagged",
             "1 when the last changed-data run's label shift passed its threshold "
             "(max(0.05, 3 s.e.)), 0 when it stayed within.",
-            ("agent",),
         )
         self.drift_flagged = gauge(
             "feature_drift_flagged",
             "Features whose drift passed the threshold measured from the run's own noise "
             "at the last changed-data run.",
-            ("agent",),
         )
 
     def export_gate(self, agent: str, result: TrainResult) -> None:

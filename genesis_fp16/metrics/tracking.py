@@ -135,10 +135,12 @@ class RunTracker:
 
     def close(self) -> int:
         """Flush and close the files; returns the number of writes that failed or were
-        dropped after a failure."""
+        dropped after a failure, also logged in one line."""
         if self._writer is not None:
             self._write(lambda w: w.close())
             self._writer = None
+        if self.failures:
+            log.warning("run tracking incomplete", path=str(self.path), failed_writes=self.failures)
         return self.failures
 
     def _scalars(self, values: Mapping[str, float], step: int) -> None:
@@ -193,16 +195,6 @@ def open_tracker(
     )
     log.info("tracking the run", path=str(tracker.path))
     return tracker
-
-
-def close_tracker(tracker: RunTracker | None) -> int:
-    """Close the files; return the failed or dropped writes, also logged in one line."""
-    if tracker is None:
-        return 0
-    failures = tracker.close()
-    if failures:
-        log.warning("run tracking incomplete", path=str(tracker.path), failed_writes=failures)
-    return failures
 
 
 def _table(fields: Mapping[str, object]) -> str:

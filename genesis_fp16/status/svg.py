@@ -21,12 +21,14 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from operator import itemgetter
 
 from genesis_fp16_infrastructure.api import Outcome
 
 WIDTH, HEIGHT = 540, 180
 LEFT, RIGHT, TOP, BOTTOM = 66, 52, 14, 36
 SIZE = 6.5  # a mark's half-width, px
+_X = itemgetter(0)  # a point's x: the order a line and a band are drawn in
 
 # kind -> (fill colour, shape). Colours no line, band or text uses. A verdict's kind is
 # its outcome; the legend's word is the kind's, spaced (_legend_word).
@@ -144,19 +146,13 @@ def _drawable(chart: Chart) -> tuple[Chart, int]:
         dropped += not ok
         return ok
 
-    line = tuple(sorted(((x, y_of(y)) for x, y in chart.line if x_ok(x)), key=_first))
-    band = tuple(
-        sorted(((x, y_of(lo), y_of(hi)) for x, lo, hi in chart.band if x_ok(x)), key=_first)
-    )
+    line = tuple(sorted(((x, y_of(y)) for x, y in chart.line if x_ok(x)), key=_X))
+    band = tuple(sorted(((x, y_of(lo), y_of(hi)) for x, lo, hi in chart.band if x_ok(x)), key=_X))
     bars = tuple((x, v if _finite(v) else None) for x, v in chart.bars if x_ok(x))
     dropped += sum(1 for _, v in chart.bars if v is not None and not _finite(v))
     marks = tuple(Mark(m.x, y_of(m.y), m.kind, m.label) for m in chart.marks if x_ok(m.x))
     rule = y_of(chart.rule)
     return replace(chart, line=line, band=band, bars=bars, marks=marks, rule=rule), dropped
-
-
-def _first(point: tuple[float, float | None] | tuple[float, float | None, float | None]) -> float:
-    return point[0]
 
 
 class _Plot:

@@ -88,7 +88,7 @@ def test_a_full_disk_is_logged_counted_and_never_raised(tmp_path: Path) -> None:
 import resource, signal, sys
 from pathlib import Path
 from genesis_fp16.service.logsetup import configure_logging
-from genesis_fp16.metrics.tracking import RunTracker, close_tracker
+from genesis_fp16.metrics.tracking import RunTracker
 from genesis_fp16_infrastructure.training import TrainingSummary
 
 configure_logging("json", "INFO")
@@ -99,7 +99,7 @@ for step in range(1, 200):
     tracker.log_summary(TrainingSummary(
         "fp16", step, step, 0, 0.0, 0.0, 65536.0, 1.0, 1.0 / step, 0, 64, 10.0, 1.0, False
     ))
-print("failures", close_tracker(tracker))
+print("failures", tracker.close())
 """
     proc = subprocess.run(
         [sys.executable, "-c", script],
