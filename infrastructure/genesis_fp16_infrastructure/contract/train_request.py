@@ -41,10 +41,12 @@ summary file (``CheckpointManager.latest_summary``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.pointer import (
@@ -54,7 +56,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
 )
 from genesis_fp16_infrastructure.data.manifest import Manifest
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
-from genesis_fp16_infrastructure.judging.split import ScoreOnly
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig, bundle_folder
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_names import (
@@ -173,18 +175,18 @@ class TrainRequest(RunSpec, RunCallbacks):
             rows = request.training_rows(ids)
             task = Task(x[rows], y[rows], request.trained_ids([ids[i] for i in rows]))
         """
-        from genesis_fp16_infrastructure.contract.judging import training_rows
+        return np.flatnonzero(~HELD_OUT.of_ids(ids)).tolist()
 
-        return training_rows(ids)
-
-    def trained_ids(self, ids: Sequence[str]) -> Any:
+    @staticmethod
+    def trained_ids(ids: Iterable[str]) -> Any:
         """What a judged plugin's task keeps as ``extra_state()["trained_ids"]`` for the
-        records ``ids`` it trains on: their 64-bit hashes, one int64 tensor. The ids
-        themselves are accepted too, but every read of the checkpoint unpickles them: a
-        list of 90,000 took 0.39 s a load, and a judged run loads a checkpoint 5 times."""
-        from genesis_fp16_infrastructure.contract.judging import trained_id_hashes
+        records ``ids`` it trains on: the distinct ids' 64-bit hashes
+        (judging.split.id_hashes), sorted, one int64 tensor. The ids themselves are
+        accepted too, but every read of the checkpoint unpickles them: a list of 90,000
+        took 0.39 s a load, and a judged run loads a checkpoint 5 times."""
+        import torch
 
-        return trained_id_hashes(ids)
+        return torch.from_numpy(sorted_unique(id_hashes(list(ids))).view(np.int64))
 
     def scoring_rows(self, ids: Sequence[str]) -> list[int]:
         """The rows of ``ids`` (as ``score_records`` names the records, in the data's
