@@ -541,24 +541,17 @@ def _hint_name(hint: Any) -> str:
 
 
 def _not_json(value: Any, where: str) -> str | None:
-    """Where inside ``value`` (a field's JSON form) something is not JSON, or None."""
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return f"{where}: key {key!r} is not a str"
-            found = _not_json(item, f"{where}[{key!r}]")
-            if found:
-                return found
+    """Where inside ``value`` (a field's JSON form: ``to_json`` made every key a str and
+    NaN null) something is not JSON, or None."""
+    if value is None or isinstance(value, str | int | float):
         return None
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            found = _not_json(item, f"{where}[{i}]")
-            if found:
-                return found
-        return None
-    if value is None or isinstance(value, str | int | float):  # to_json made NaN null
-        return None
-    return f"{where}: {type(value).__name__} is not JSON (use a number, str, list or dict)"
+    if not isinstance(value, Mapping | list | tuple):
+        return f"{where}: {type(value).__name__} is not JSON (use a number, str, list or dict)"
+    for key, item in value.items() if isinstance(value, Mapping) else enumerate(value):
+        found = _not_json(item, f"{where}[{key!r}]")
+        if found:
+            return found
+    return None
 
 
 def check_result(result: object, agent: str = "the plugin") -> TrainResult:
