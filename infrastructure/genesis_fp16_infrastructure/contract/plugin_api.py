@@ -172,26 +172,20 @@ class AgentOption:
         Raises :class:`ValueError` with a message naming the value and what is valid.
         """
         kind = _TYPES[self.type]
-        parsed: OptionValue
-        if isinstance(value, str) and kind is not str:
+        parsed: Any = value
+        if isinstance(value, str) and kind is bool:
             text = value.strip().lower()
-            if kind is bool:
-                if text not in _TRUE + _FALSE:
-                    raise ValueError(f"{value!r} is not a boolean (true or false)")
-                parsed = text in _TRUE
-            else:
-                try:
-                    parsed = kind(text)
-                except ValueError:
-                    article = "an" if kind is int else "a"
-                    raise ValueError(f"{value!r} is not {article} {self.type}") from None
+            if text not in _TRUE + _FALSE:
+                raise ValueError(f"{value!r} is not a boolean (true or false)")
+            parsed = text in _TRUE
+        elif isinstance(value, str) and kind is not str:
+            try:
+                parsed = kind(value.strip().lower())
+            except ValueError:
+                parsed = None  # refused below, as a value of another type is
         elif kind is float and isinstance(value, int) and not isinstance(value, bool):
             parsed = float(value)
-        elif isinstance(value, str | int | float | bool) and isinstance(value, kind):
-            if kind is int and isinstance(value, bool):
-                raise ValueError(f"{value!r} is not an int")
-            parsed = value
-        else:
+        if not isinstance(parsed, kind) or (kind is not bool and isinstance(parsed, bool)):
             raise ValueError(f"{value!r} is not {'an' if kind is int else 'a'} {self.type}")
         if self.choices is not None and parsed not in self.choices:
             choices = ", ".join(str(c) for c in self.choices)
