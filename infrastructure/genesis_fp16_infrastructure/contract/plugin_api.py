@@ -143,7 +143,7 @@ class TrainRequestError(ValueError):
 
 
 OptionValue = str | int | float | bool
-_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
+_TYPES: dict[str, type[OptionValue]] = {"str": str, "int": int, "float": float, "bool": bool}
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -172,7 +172,7 @@ class AgentOption:
         Raises :class:`ValueError` with a message naming the value and what is valid.
         """
         kind = _TYPES[self.type]
-        parsed: Any = value
+        parsed: OptionValue | None = value
         if isinstance(value, str) and kind is bool:
             text = value.strip().lower()
             if text not in _TRUE + _FALSE:
