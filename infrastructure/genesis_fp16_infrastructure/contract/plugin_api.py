@@ -55,7 +55,7 @@ child process; ``train``, the daemon's in-process runs and ``check-agent`` call 
 every result a plugin returns, and it names the field in one line.
 
 The request and the result live beside this module (``train_request.py``,
-``train_result.py``); each name is imported from the module that defines it, or by a
+``reports.py``); each name is imported from the module that defines it, or by a
 plugin from ``genesis_fp16.plugin_api``.
 """
 

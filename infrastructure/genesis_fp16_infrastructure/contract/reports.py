@@ -2,8 +2,8 @@
 learned (:func:`learning_failure`), and the records it reports beside its counts: frozen,
 typed, each with ``to_json`` and ``from_json`` (:mod:`~genesis_fp16_infrastructure.record_codec`).
 
-``TrainResult`` is part of the plugin contract: import it from
-``genesis_fp16_infrastructure.contract.plugin_api`` (or ``genesis_fp16.plugin_api``).
+``TrainResult`` is part of the plugin contract: a plugin imports it from
+``genesis_fp16.plugin_api``, the daemon from ``genesis_fp16_infrastructure.api``.
 It holds the records below; the library's components and the retrain recipe build them,
 the daemon reads their fields.
 Their JSON is the ``train --json`` object's (and the files the recipe keeps), key for

@@ -2,8 +2,8 @@
 :class:`TrainRequest`, the budget of a request that names none (:data:`DEFAULT_STEPS`),
 and the agent's folder as the job's plan read it, which the request carries.
 
-The request and its budget are part of the plugin contract: import them from
-``genesis_fp16_infrastructure.contract.plugin_api`` (or ``genesis_fp16.plugin_api``).
+The request and its budget are part of the plugin contract: a plugin imports them from
+``genesis_fp16.plugin_api``, the daemon from ``genesis_fp16_infrastructure.api``.
 
 What the request carries: one agent's state folder as a job's plan read it, once,
 :class:`AgentSnapshot`. Beside an agent's checkpoints a daemon keeps a few small files:
