@@ -355,9 +355,9 @@ def read_snapshot(folder: AgentFolder, checkpoint_dir: Path | None = None) -> Ag
     carried = folder.carried_scale()
     if checkpoint_dir is None:
         return AgentSnapshot(AgentState(memory, memory_error, carried, None))
-    pointer, served, error = _read_pointer(checkpoint_dir)
-    resume = _resume_point(checkpoint_dir, served, error)
-    return AgentSnapshot(AgentState(memory, memory_error, carried, resume), pointer, error)
+    pointer, resume = _resume_point(checkpoint_dir)
+    state = AgentState(memory, memory_error, carried, resume)
+    return AgentSnapshot(state, pointer, resume.pointer_error)
 
 
 def resume_loss_scale(
@@ -370,32 +370,29 @@ def resume_loss_scale(
     if precision not in LOSS_SCALED:
         return 1.0, None, None
     try:
-        _, served, error = _read_pointer(checkpoint_dir)
-        resume = _resume_point(checkpoint_dir, served, error)
+        _, resume = _resume_point(checkpoint_dir)
     except (OSError, CheckpointError) as exc:
         return INITIAL_LOSS_SCALE, str(exc), None
     scale = None if resume.summary is None else resume.summary.get("loss_scale")
     return INITIAL_LOSS_SCALE if scale is None else scale, None, resume.pointer_error
 
 
-def _read_pointer(checkpoint_dir: Path) -> tuple[ServedPointer | None, Path | None, str | None]:
-    """The pointer, read once, the checkpoint it names, and why it cannot be followed
-    (unreadable, or naming a checkpoint that is gone: the pointer is then None)."""
-    try:
-        pointer = read_pointer(checkpoint_dir)
-        served = None if pointer is None else checkpoint_of(checkpoint_dir, pointer)
-        return pointer, served, None
-    except ServedPointerError as exc:
-        return None, None, str(exc)
-
-
-def _resume_point(checkpoint_dir: Path, served: Path | None, error: str | None) -> ResumePoint:
+def _resume_point(checkpoint_dir: Path) -> tuple[ServedPointer | None, ResumePoint]:
+    """The served-model pointer, read once (None: none, or it cannot be followed:
+    unreadable, or naming a checkpoint that is gone), and the resume point it gives."""
     # The checkpoint module imports torch; a caller that asks no resume point never pays.
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 
+    served = error = None
+    try:
+        pointer = read_pointer(checkpoint_dir)
+        served = None if pointer is None else checkpoint_of(checkpoint_dir, pointer)
+    except ServedPointerError as exc:
+        pointer, error = None, str(exc)
     if served is not None:  # the file the pointer names, never a newer one beside it
-        return ResumePoint(served.parent, error, _summary_of(served))
-    return ResumePoint(checkpoint_dir, error, CheckpointManager(checkpoint_dir).latest_summary())
+        return pointer, ResumePoint(served.parent, error, _summary_of(served))
+    summary = CheckpointManager(checkpoint_dir).latest_summary()
+    return pointer, ResumePoint(checkpoint_dir, error, summary)
 
 
 def _summary_of(path: Path) -> Mapping[str, Any] | None:
