@@ -249,9 +249,11 @@ def _check_ids(kind: str, ids: tuple[object, ...]) -> None:
 
 def _check_segments(kind: str, segments: tuple[object, ...] | None, count: int) -> None:
     """None, or one string per record (checked over the whole column first)."""
-    if segments is not None and len(segments) != count:
+    if segments is None:
+        return
+    if len(segments) != count:
         raise RecordLossesError(f"{kind}: {len(segments)} segments for {count} records")
-    for index, segment in enumerate(() if _all_of(segments or (), str) else segments or ()):
+    for index, segment in enumerate(() if _all_of(segments, str) else segments):
         if not isinstance(segment, str):
             raise RecordLossesError(f"{kind}: segment {index} is {segment!r:.40}, not a string")
 
