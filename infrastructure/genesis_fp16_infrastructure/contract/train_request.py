@@ -69,7 +69,6 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 from genesis_fp16_infrastructure.training.run.spec import (
     RunCallbacks,
     RunSpec,
-    spec_fields,
     spec_from_json,
     spec_to_json,
 )
@@ -144,9 +143,10 @@ class TrainRequest(RunSpec, RunCallbacks):
         from genesis_fp16_infrastructure.training.flight.range_stats import RangeStatsConfig
         from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
-        values: dict[str, Any] = {name: getattr(self, name) for name in spec_fields()}
+        # RunSpec declares the run's fields, RunCallbacks the callbacks: FitOptions' too.
+        shared = fields(RunSpec) + fields(RunCallbacks)
+        values: dict[str, Any] = {f.name: getattr(self, f.name) for f in shared}
         values.update(
-            **{f.name: getattr(self, f.name) for f in fields(RunCallbacks)},
             checkpoint_dir=Path(self.checkpoint_dir),
             # Fault bundles in the agent's state folder (the guard must be on to write any).
             # The request as a bundle's context: serialised only when a bundle is written.
