@@ -494,8 +494,11 @@ def _misfit(value: Any, hint: Any, where: str) -> str | None:
             return None if value in args else f"{where}: one of {expected} expected, got {value!r}"
     elif isinstance(hint, type) and issubclass(hint, Record):  # read back as it is written
         if isinstance(value, hint):
-            found = _record_misfit(value)
-            return None if found is None else f"{where}: {found}"
+            try:
+                type(value).from_json(value.to_json())
+            except ReportError as exc:
+                return f"{where}: {exc}"
+            return None
     elif origin is Mapping and isinstance(value, Mapping):
         key_hint, item_hint = args or (Any, Any)
         return _item_misfit(value.items(), key_hint, item_hint, where)
@@ -517,15 +520,6 @@ def _item_misfit(
         found = _misfit(item, hint, f"{where}[{key!r}]")
         if found:
             return found
-    return None
-
-
-def _record_misfit(record: Record) -> str | None:
-    """What keeps a contract record from reading back from its own JSON, or None."""
-    try:
-        type(record).from_json(record.to_json())
-    except ReportError as exc:
-        return str(exc)
     return None
 
 
