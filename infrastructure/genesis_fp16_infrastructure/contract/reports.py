@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -323,7 +323,8 @@ class LiveReport(Record):
     @classmethod
     def from_json(cls, data: object, where: str = "") -> LiveReport:
         if isinstance(data, Mapping) and "metrics" not in data:  # one column, before the map
-            column = {k: data[k] for k in _COLUMN if k in data}
+            # Its keys that are its one column's (unknown keys: ignored).
+            column = {f.name: data[f.name] for f in fields(LiveFigures) if f.name in data}
             metric = data.get("metric") or "loss"
             data = {**data, "primary": metric, "metrics": {metric: column}}
         found: LiveReport = super().from_json(data, where)
@@ -341,11 +342,6 @@ class LiveReport(Record):
         out = {k: v for k, v in data.items() if k != "metrics"}
         metric = data.get("primary")
         return {"metric": metric, **columns.get(str(metric), {}), **out}
-
-
-# A LiveReport's keys before the map that are its one column's (unknown keys: ignored)
-_COLUMN = ("served_loss", "previous_loss", "difference", "lower", "upper", "margin", "evidence",
-           "records_needed", "segments", "records", "alpha", "regression")  # fmt: skip
 
 
 # A run that took steps learned only when at least min_useful_steps(steps) of them were
