@@ -60,7 +60,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 
@@ -367,7 +367,7 @@ def judging_of(plugin: object) -> JudgedPlugin | None:
             f"{name}: judging_version {version!r}, this genesis-fp16 supports {JUDGING_VERSION}"
         )
     span = getattr(plugin, "loss_span", None)
-    if not isinstance(span, int | float) or isinstance(span, bool) or not 0 < span < math.inf:
+    if not _is_number(span) or not 0 < span < math.inf:
         raise TypeError(f"{name}: loss_span {span!r} is not a positive finite number")
     margin = getattr(plugin, "judging_margin", None)
     margins = margin.values() if isinstance(margin, Mapping) else [margin]
@@ -397,7 +397,7 @@ def judging_margin(plugin: object, reference_mean: float, metric: str) -> float:
     return round(DEFAULT_RELATIVE_MARGIN * max(reference_mean, 0.0), 12)
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[float]:  # a bool is not one
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
