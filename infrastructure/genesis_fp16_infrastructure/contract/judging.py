@@ -20,10 +20,10 @@ records, chosen by a stable hash of each record's id
 (:data:`~genesis_fp16_infrastructure.judging.split.HELD_OUT`: a record keeps its side as
 the pool grows), and the gate compares the candidate with the served model on those
 alone. The plugin keeps its side of that bargain in two lines: its ``train`` trains on
-the rows ``request.training_rows(ids)`` keeps (:func:`training_rows`), and its task's
+the rows ``request.training_rows(ids)`` keeps, and its task's
 ``extra_state()`` includes ``"trained_ids"`` (:data:`TRAINED_IDS`) for the ids it trains
 on, so that every checkpoint says what its model learned: ``request.trained_ids(ids)``,
-their 64-bit hashes as one int64 tensor (:func:`trained_id_hashes`), or the list of the
+their 64-bit hashes as one int64 tensor, or the list of the
 ids themselves (a checkpoint holding 100,000 ids as strings takes 0.4-0.7 s to load on a
 2-core CPU, the tensor milliseconds).
 The judged run reads that after training: a candidate that names a held-out record, or
@@ -42,8 +42,6 @@ figure shown where one is). The gate judges every column, and promotes only a ca
 shown no worse on each; the live watch rolls back on any (docs/judging.md). A plain
 list is one column named ``loss``, as before columns were: same ``judging_version``.
 
->>> training_rows([f"r{i}" for i in range(8)])  # "r4" is held out
-[0, 1, 2, 3, 5, 6, 7]
 >>> losses = RecordLosses.of(["a", "b"], [0.5, 0.25])
 >>> losses.mean()
 0.375
@@ -62,11 +60,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 
-from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes, sorted_unique
+from genesis_fp16_infrastructure.judging.split import id_hashes
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -251,9 +249,11 @@ def _check_ids(kind: str, ids: tuple[object, ...]) -> None:
 
 def _check_segments(kind: str, segments: tuple[object, ...] | None, count: int) -> None:
     """None, or one string per record (checked over the whole column first)."""
-    if segments is not None and len(segments) != count:
+    if segments is None:
+        return
+    if len(segments) != count:
         raise RecordLossesError(f"{kind}: {len(segments)} segments for {count} records")
-    for index, segment in enumerate(() if _all_of(segments or (), str) else segments or ()):
+    for index, segment in enumerate(() if _all_of(segments, str) else segments):
         if not isinstance(segment, str):
             raise RecordLossesError(f"{kind}: segment {index} is {segment!r:.40}, not a string")
 
@@ -367,7 +367,7 @@ def judging_of(plugin: object) -> JudgedPlugin | None:
             f"{name}: judging_version {version!r}, this genesis-fp16 supports {JUDGING_VERSION}"
         )
     span = getattr(plugin, "loss_span", None)
-    if not isinstance(span, int | float) or isinstance(span, bool) or not 0 < span < math.inf:
+    if not _is_number(span) or not 0 < span < math.inf:
         raise TypeError(f"{name}: loss_span {span!r} is not a positive finite number")
     margin = getattr(plugin, "judging_margin", None)
     margins = margin.values() if isinstance(margin, Mapping) else [margin]
@@ -397,7 +397,7 @@ def judging_margin(plugin: object, reference_mean: float, metric: str) -> float:
     return round(DEFAULT_RELATIVE_MARGIN * max(reference_mean, 0.0), 12)
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[float]:  # a bool is not one
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -416,19 +416,3 @@ def records_are_training_data(plugin: object) -> bool:
     """Whether ``plugin``'s scored records are what it trains on (the default): then a
     run on records the served model all knew has nothing to learn."""
     return not isinstance(plugin, DeclaresRecords) or bool(plugin.records_are_training_data)
-
-
-def trained_id_hashes(ids: Iterable[str]) -> Any:
-    """The distinct ``ids``' 64-bit hashes (judging.split.id_hashes), sorted, as one int64
-    tensor: what a task's ``extra_state()["trained_ids"]`` may hold instead of the ids
-    themselves (the same records to the judged run, far cheaper to save and load)."""
-    import torch
-
-    return torch.from_numpy(sorted_unique(id_hashes(list(ids))).view(np.int64))
-
-
-def training_rows(ids: Sequence[str]) -> list[int]:
-    """The rows of ``ids`` (a plugin's records, by their stable ids, in its order) that a
-    judged plugin may train on: every record the held-out split does not hold out (what
-    ``TrainRequest.training_rows`` answers)."""
-    return np.flatnonzero(~HELD_OUT.of_ids(ids)).tolist()

@@ -55,7 +55,7 @@ child process; ``train``, the daemon's in-process runs and ``check-agent`` call 
 every result a plugin returns, and it names the field in one line.
 
 The request and the result live beside this module (``train_request.py``,
-``train_result.py``); each name is imported from the module that defines it, or by a
+``reports.py``); each name is imported from the module that defines it, or by a
 plugin from ``genesis_fp16.plugin_api``.
 """
 
@@ -143,7 +143,7 @@ class TrainRequestError(ValueError):
 
 
 OptionValue = str | int | float | bool
-_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
+_TYPES: dict[str, type[OptionValue]] = {"str": str, "int": int, "float": float, "bool": bool}
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -172,26 +172,20 @@ class AgentOption:
         Raises :class:`ValueError` with a message naming the value and what is valid.
         """
         kind = _TYPES[self.type]
-        parsed: OptionValue
-        if isinstance(value, str) and kind is not str:
+        parsed: OptionValue | None = value
+        if isinstance(value, str) and kind is bool:
             text = value.strip().lower()
-            if kind is bool:
-                if text not in _TRUE + _FALSE:
-                    raise ValueError(f"{value!r} is not a boolean (true or false)")
-                parsed = text in _TRUE
-            else:
-                try:
-                    parsed = kind(text)
-                except ValueError:
-                    article = "an" if kind is int else "a"
-                    raise ValueError(f"{value!r} is not {article} {self.type}") from None
+            if text not in _TRUE + _FALSE:
+                raise ValueError(f"{value!r} is not a boolean (true or false)")
+            parsed = text in _TRUE
+        elif isinstance(value, str) and kind is not str:
+            try:
+                parsed = kind(value.strip().lower())
+            except ValueError:
+                parsed = None  # refused below, as a value of another type is
         elif kind is float and isinstance(value, int) and not isinstance(value, bool):
             parsed = float(value)
-        elif isinstance(value, str | int | float | bool) and isinstance(value, kind):
-            if kind is int and isinstance(value, bool):
-                raise ValueError(f"{value!r} is not an int")
-            parsed = value
-        else:
+        if not isinstance(parsed, kind) or (kind is not bool and isinstance(parsed, bool)):
             raise ValueError(f"{value!r} is not {'an' if kind is int else 'a'} {self.type}")
         if self.choices is not None and parsed not in self.choices:
             choices = ", ".join(str(c) for c in self.choices)
@@ -500,8 +494,11 @@ def _misfit(value: Any, hint: Any, where: str) -> str | None:
             return None if value in args else f"{where}: one of {expected} expected, got {value!r}"
     elif isinstance(hint, type) and issubclass(hint, Record):  # read back as it is written
         if isinstance(value, hint):
-            found = _record_misfit(value)
-            return None if found is None else f"{where}: {found}"
+            try:
+                type(value).from_json(value.to_json())
+            except ReportError as exc:
+                return f"{where}: {exc}"
+            return None
     elif origin is Mapping and isinstance(value, Mapping):
         key_hint, item_hint = args or (Any, Any)
         return _item_misfit(value.items(), key_hint, item_hint, where)
@@ -526,39 +523,23 @@ def _item_misfit(
     return None
 
 
-def _record_misfit(record: Record) -> str | None:
-    """What keeps a contract record from reading back from its own JSON, or None."""
-    try:
-        type(record).from_json(record.to_json())
-    except ReportError as exc:
-        return str(exc)
-    return None
-
-
 def _hint_name(hint: Any) -> str:
     text = str(hint) if get_origin(hint) else getattr(hint, "__name__", str(hint))
     return text.replace("collections.abc.", "").replace("typing.", "").replace("NoneType", "None")
 
 
 def _not_json(value: Any, where: str) -> str | None:
-    """Where inside ``value`` (a field's JSON form) something is not JSON, or None."""
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return f"{where}: key {key!r} is not a str"
-            found = _not_json(item, f"{where}[{key!r}]")
-            if found:
-                return found
+    """Where inside ``value`` (a field's JSON form: ``to_json`` made every key a str and
+    NaN null) something is not JSON, or None."""
+    if value is None or isinstance(value, str | int | float):
         return None
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            found = _not_json(item, f"{where}[{i}]")
-            if found:
-                return found
-        return None
-    if value is None or isinstance(value, str | int | float):  # to_json made NaN null
-        return None
-    return f"{where}: {type(value).__name__} is not JSON (use a number, str, list or dict)"
+    if not isinstance(value, Mapping | list | tuple):
+        return f"{where}: {type(value).__name__} is not JSON (use a number, str, list or dict)"
+    for key, item in value.items() if isinstance(value, Mapping) else enumerate(value):
+        found = _not_json(item, f"{where}[{key!r}]")
+        if found:
+            return found
+    return None
 
 
 def check_result(result: object, agent: str = "the plugin") -> TrainResult:

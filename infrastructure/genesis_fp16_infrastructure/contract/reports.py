@@ -2,8 +2,8 @@
 learned (:func:`learning_failure`), and the records it reports beside its counts: frozen,
 typed, each with ``to_json`` and ``from_json`` (:mod:`~genesis_fp16_infrastructure.record_codec`).
 
-``TrainResult`` is part of the plugin contract: import it from
-``genesis_fp16_infrastructure.contract.plugin_api`` (or ``genesis_fp16.plugin_api``).
+``TrainResult`` is part of the plugin contract: a plugin imports it from
+``genesis_fp16.plugin_api``, the daemon from ``genesis_fp16_infrastructure.api``.
 It holds the records below; the library's components and the retrain recipe build them,
 the daemon reads their fields.
 Their JSON is the ``train --json`` object's (and the files the recipe keeps), key for
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -323,7 +323,8 @@ class LiveReport(Record):
     @classmethod
     def from_json(cls, data: object, where: str = "") -> LiveReport:
         if isinstance(data, Mapping) and "metrics" not in data:  # one column, before the map
-            column = {k: data[k] for k in _COLUMN if k in data}
+            # Its keys that are its one column's (unknown keys: ignored).
+            column = {f.name: data[f.name] for f in fields(LiveFigures) if f.name in data}
             metric = data.get("metric") or "loss"
             data = {**data, "primary": metric, "metrics": {metric: column}}
         found: LiveReport = super().from_json(data, where)
@@ -341,11 +342,6 @@ class LiveReport(Record):
         out = {k: v for k, v in data.items() if k != "metrics"}
         metric = data.get("primary")
         return {"metric": metric, **columns.get(str(metric), {}), **out}
-
-
-# A LiveReport's keys before the map that are its one column's (unknown keys: ignored)
-_COLUMN = ("served_loss", "previous_loss", "difference", "lower", "upper", "margin", "evidence",
-           "records_needed", "segments", "records", "alpha", "regression")  # fmt: skip
 
 
 # A run that took steps learned only when at least min_useful_steps(steps) of them were
@@ -367,16 +363,29 @@ def min_useful_steps(steps: int) -> int:
 
 
 def learning_failure(
-    steps: int, skipped: int, nonfinite_losses: int, guard_failed: bool, stopped: bool = False
-) -> str | None:
-    """Why a run with these counts learned nothing (one of :data:`LEARNING_FAILURES`), or
-    None: the guard ended it at its last rung, or it ran to its end with fewer useful
-    steps than :func:`min_useful_steps` (a run asked to stop early is judged by the guard
-    alone). A non-finite loss is the cause when the run saw one."""
+    steps: int,
+    skipped: int,
+    nonfinite_losses: int | None = None,
+    guard: str | None = None,
+    stopped: bool = False,
+) -> tuple[str, str] | None:
+    """Why a run with these counts learned nothing (one of :data:`LEARNING_FAILURES`) and
+    the counts in words, or None: the guard ended it at its last rung (``guard``: where and
+    why), or it ran to its end with fewer useful steps than :func:`min_useful_steps` (a run
+    asked to stop early is judged by the guard alone). A non-finite loss is the cause when
+    the run saw one (``nonfinite_losses`` None: not counted)."""
     short = not stopped and steps - skipped < min_useful_steps(steps)
-    if not (guard_failed or short):
+    if guard is None and not short:
         return None
-    return "nonfinite_loss" if nonfinite_losses > 0 else "nonfinite_gradients"
+    detail = (
+        f"{steps - skipped} of {steps} step(s) taken (needs {min_useful_steps(steps)}), "
+        f"{skipped} skipped"
+    )
+    if nonfinite_losses is not None:
+        detail += f", {nonfinite_losses} non-finite loss(es)"
+    if guard is not None:
+        detail += f"; the guard at {guard}"
+    return ("nonfinite_loss" if nonfinite_losses else "nonfinite_gradients"), detail
 
 
 @dataclass(frozen=True)
@@ -470,17 +479,10 @@ class TrainResult:
         # Whoever built the result (from_fit, or a plugin of its own): a run that took
         # fewer useful steps than the bound learned nothing, and is not reported a success.
         if self.failure is None and not self.up_to_date:
-            failure = learning_failure(
-                self.steps, self.skipped_steps, 0, guard_failed=False, stopped=self.stopped_early
-            )
-            if failure is not None:
-                useful = self.steps - self.skipped_steps
-                detail = (
-                    f"{useful} of {self.steps} step(s) taken "
-                    f"(needs {min_useful_steps(self.steps)}), {self.skipped_steps} skipped"
-                )
-                object.__setattr__(self, "failure", failure)
-                object.__setattr__(self, "failure_detail", detail)
+            found = learning_failure(self.steps, self.skipped_steps, stopped=self.stopped_early)
+            if found is not None:
+                object.__setattr__(self, "failure", found[0])
+                object.__setattr__(self, "failure_detail", found[1])
 
     @property
     def outcome(self) -> Outcome:
@@ -512,21 +514,10 @@ class TrainResult:
         ``checkpoint``, ...), set here so that the result is built once."""
         summary = result.summary
         steps, skipped = result.steps_run, result.skipped_run
-        failure = learning_failure(
-            steps,
-            skipped,
-            result.nonfinite_run,
-            guard_failed=result.failure is not None,
-            stopped=result.stopped_early,
-        )
-        detail = ""
-        if failure is not None:
-            detail = (
-                f"{steps - skipped} of {steps} step(s) taken (needs {min_useful_steps(steps)}), "
-                f"{skipped} skipped, {result.nonfinite_run} non-finite loss(es)"
-            )
-            if result.failure is not None:
-                detail += f"; the guard at {result.precision.used}: {result.failure['detail']}"
+        failed = result.failure  # the guard's, at its last rung
+        guard = None if failed is None else f"{result.precision.used}: {failed['detail']}"
+        found = learning_failure(steps, skipped, result.nonfinite_run, guard, result.stopped_early)
+        failure, detail = found or (None, "")
         fields_: dict[str, Any] = dict(
             agent=request.agent,
             precision_requested=request.precision.requested,

@@ -2,8 +2,8 @@
 :class:`TrainRequest`, the budget of a request that names none (:data:`DEFAULT_STEPS`),
 and the agent's folder as the job's plan read it, which the request carries.
 
-The request and its budget are part of the plugin contract: import them from
-``genesis_fp16_infrastructure.contract.plugin_api`` (or ``genesis_fp16.plugin_api``).
+The request and its budget are part of the plugin contract: a plugin imports them from
+``genesis_fp16.plugin_api``, the daemon from ``genesis_fp16_infrastructure.api``.
 
 What the request carries: one agent's state folder as a job's plan read it, once,
 :class:`AgentSnapshot`. Beside an agent's checkpoints a daemon keeps a few small files:
@@ -41,10 +41,12 @@ summary file (``CheckpointManager.latest_summary``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.pointer import (
@@ -54,7 +56,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
 )
 from genesis_fp16_infrastructure.data.manifest import Manifest
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
-from genesis_fp16_infrastructure.judging.split import ScoreOnly
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig, bundle_folder
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_names import (
@@ -67,7 +69,6 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 from genesis_fp16_infrastructure.training.run.spec import (
     RunCallbacks,
     RunSpec,
-    spec_fields,
     spec_from_json,
     spec_to_json,
 )
@@ -142,9 +143,10 @@ class TrainRequest(RunSpec, RunCallbacks):
         from genesis_fp16_infrastructure.training.flight.range_stats import RangeStatsConfig
         from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
-        values: dict[str, Any] = {name: getattr(self, name) for name in spec_fields()}
+        # RunSpec declares the run's fields, RunCallbacks the callbacks: FitOptions' too.
+        shared = fields(RunSpec) + fields(RunCallbacks)
+        values: dict[str, Any] = {f.name: getattr(self, f.name) for f in shared}
         values.update(
-            **{f.name: getattr(self, f.name) for f in fields(RunCallbacks)},
             checkpoint_dir=Path(self.checkpoint_dir),
             # Fault bundles in the agent's state folder (the guard must be on to write any).
             # The request as a bundle's context: serialised only when a bundle is written.
@@ -173,18 +175,18 @@ class TrainRequest(RunSpec, RunCallbacks):
             rows = request.training_rows(ids)
             task = Task(x[rows], y[rows], request.trained_ids([ids[i] for i in rows]))
         """
-        from genesis_fp16_infrastructure.contract.judging import training_rows
+        return np.flatnonzero(~HELD_OUT.of_ids(ids)).tolist()
 
-        return training_rows(ids)
-
-    def trained_ids(self, ids: Sequence[str]) -> Any:
+    @staticmethod
+    def trained_ids(ids: Iterable[str]) -> Any:
         """What a judged plugin's task keeps as ``extra_state()["trained_ids"]`` for the
-        records ``ids`` it trains on: their 64-bit hashes, one int64 tensor. The ids
-        themselves are accepted too, but every read of the checkpoint unpickles them: a
-        list of 90,000 took 0.39 s a load, and a judged run loads a checkpoint 5 times."""
-        from genesis_fp16_infrastructure.contract.judging import trained_id_hashes
+        records ``ids`` it trains on: the distinct ids' 64-bit hashes
+        (judging.split.id_hashes), sorted, one int64 tensor. The ids themselves are
+        accepted too, but every read of the checkpoint unpickles them: a list of 90,000
+        took 0.39 s a load, and a judged run loads a checkpoint 5 times."""
+        import torch
 
-        return trained_id_hashes(ids)
+        return torch.from_numpy(sorted_unique(id_hashes(list(ids))).view(np.int64))
 
     def scoring_rows(self, ids: Sequence[str]) -> list[int]:
         """The rows of ``ids`` (as ``score_records`` names the records, in the data's
@@ -353,9 +355,9 @@ def read_snapshot(folder: AgentFolder, checkpoint_dir: Path | None = None) -> Ag
     carried = folder.carried_scale()
     if checkpoint_dir is None:
         return AgentSnapshot(AgentState(memory, memory_error, carried, None))
-    pointer, served, error = _read_pointer(checkpoint_dir)
-    resume = _resume_point(checkpoint_dir, served, error)
-    return AgentSnapshot(AgentState(memory, memory_error, carried, resume), pointer, error)
+    pointer, resume = _resume_point(checkpoint_dir)
+    state = AgentState(memory, memory_error, carried, resume)
+    return AgentSnapshot(state, pointer, resume.pointer_error)
 
 
 def resume_loss_scale(
@@ -368,32 +370,29 @@ def resume_loss_scale(
     if precision not in LOSS_SCALED:
         return 1.0, None, None
     try:
-        _, served, error = _read_pointer(checkpoint_dir)
-        resume = _resume_point(checkpoint_dir, served, error)
+        _, resume = _resume_point(checkpoint_dir)
     except (OSError, CheckpointError) as exc:
         return INITIAL_LOSS_SCALE, str(exc), None
     scale = None if resume.summary is None else resume.summary.get("loss_scale")
     return INITIAL_LOSS_SCALE if scale is None else scale, None, resume.pointer_error
 
 
-def _read_pointer(checkpoint_dir: Path) -> tuple[ServedPointer | None, Path | None, str | None]:
-    """The pointer, read once, the checkpoint it names, and why it cannot be followed
-    (unreadable, or naming a checkpoint that is gone: the pointer is then None)."""
-    try:
-        pointer = read_pointer(checkpoint_dir)
-        served = None if pointer is None else checkpoint_of(checkpoint_dir, pointer)
-        return pointer, served, None
-    except ServedPointerError as exc:
-        return None, None, str(exc)
-
-
-def _resume_point(checkpoint_dir: Path, served: Path | None, error: str | None) -> ResumePoint:
+def _resume_point(checkpoint_dir: Path) -> tuple[ServedPointer | None, ResumePoint]:
+    """The served-model pointer, read once (None: none, or it cannot be followed:
+    unreadable, or naming a checkpoint that is gone), and the resume point it gives."""
     # The checkpoint module imports torch; a caller that asks no resume point never pays.
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 
+    served = error = None
+    try:
+        pointer = read_pointer(checkpoint_dir)
+        served = None if pointer is None else checkpoint_of(checkpoint_dir, pointer)
+    except ServedPointerError as exc:
+        pointer, error = None, str(exc)
     if served is not None:  # the file the pointer names, never a newer one beside it
-        return ResumePoint(served.parent, error, _summary_of(served))
-    return ResumePoint(checkpoint_dir, error, CheckpointManager(checkpoint_dir).latest_summary())
+        return pointer, ResumePoint(served.parent, error, _summary_of(served))
+    summary = CheckpointManager(checkpoint_dir).latest_summary()
+    return pointer, ResumePoint(checkpoint_dir, error, summary)
 
 
 def _summary_of(path: Path) -> Mapping[str, Any] | None:

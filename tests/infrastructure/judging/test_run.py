@@ -29,7 +29,6 @@ from genesis_fp16_infrastructure.contract.judging import (
     TRAINED_IDS,
     RecordIds,
     RecordLosses,
-    trained_id_hashes,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.reports import TrainResult
@@ -493,11 +492,11 @@ def _named(tmp_path: Path, name: str, value: Any) -> Path:
 
 def test_a_checkpoint_names_its_records_as_ids_or_as_their_hashes_alike(tmp_path: Path) -> None:
     """trained_ids reads a list of ids and the int64 tensor of their hashes
-    (trained_id_hashes, se_darwin's form) as the same records; a tensor of another dtype
+    (TrainRequest.trained_ids, se_darwin's form) as the same records; a tensor of another dtype
     or shape names nothing."""
     ids = [f"r{i}" for i in range(50)]
     as_list = trained_ids(_named(tmp_path, "list", ids))
-    as_hashes = trained_ids(_named(tmp_path, "hashes", trained_id_hashes(reversed(ids))))
+    as_hashes = trained_ids(_named(tmp_path, "hashes", TrainRequest.trained_ids(reversed(ids))))
     assert as_list is not None and as_hashes is not None and len(as_list) == 50
     assert as_list.tolist() == as_hashes.tolist()
     assert trained_ids(_named(tmp_path, "f32", torch.zeros(3))) is None

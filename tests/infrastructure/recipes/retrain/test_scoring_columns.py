@@ -16,7 +16,7 @@ import torch
 from se_darwin_runs import train
 
 import genesis_fp16_infrastructure.recipes.retrain.drift as drift
-from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS, trained_id_hashes
+from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
 from genesis_fp16_infrastructure.contract.train_request import (
     AgentSnapshot,
     DataCheck,
@@ -102,7 +102,7 @@ def test_a_models_checkpoint_names_only_records_the_judged_run_does_not_hold_out
     named = load_checkpoint(models[name])["extra"][TRAINED_IDS]  # their hashes, a tensor
     held = HELD_OUT.of_ids(ids)
     kept = [i for i, h in zip(ids, held.tolist(), strict=True) if not h]
-    assert sorted(named.tolist()) == sorted(trained_id_hashes(kept).tolist())
+    assert sorted(named.tolist()) == sorted(TrainRequest.trained_ids(kept).tolist())
     assert 0 < int(held.sum()) < len(ids)
 
 
