@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import (
     BaseModel,
     Field,
+    PrivateAttr,
     ValidationInfo,
     create_model,
     field_validator,
@@ -50,6 +51,7 @@ class GuardSwitches(BaseModel):
 
     guard_enabled: bool = True
     guard_promote_after_runs: int = Field(default=0, ge=0)
+    _guard: GuardConfig = PrivateAttr()  # built once, when the settings are read
 
     @property
     def guard(self) -> GuardConfig | None:
@@ -59,13 +61,13 @@ class GuardSwitches(BaseModel):
         >>> Settings(guard_check_interval=10).guard.check_interval
         10
         """
-        return config_from(self, GuardConfig) if self.guard_enabled else None
+        return self._guard if self.guard_enabled else None
 
     @model_validator(mode="after")
     def _check_guard(self) -> Any:
         # At start-up (and on reload): each field's range was checked by pydantic, so
         # this fails only on a rule across fields that GuardConfig itself holds.
-        config_from(self, GuardConfig)
+        self._guard = config_from(self, GuardConfig)
         return self
 
     @field_validator("guard_ladder", check_fields=False)
