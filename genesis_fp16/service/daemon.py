@@ -313,7 +313,7 @@ class Daemon:
         # Webhooks of the agents' events, on a thread of their own: never on a run's path.
         self.delivery = start_delivery(lambda: self.settings, self.metrics.events)
         self.scheduler = AgentScheduler(settings, self._job, self.beat, self._skipped, self._owner)
-        self.scheduler.start(self.plugins)
+        self.scheduler.start(settings, self.plugins)
         self.agents.start(self.scheduler, self.context.gauge_lock, self._changed)
         self._ready = True
         self.notifier.notify("READY=1")
