@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import (
     BaseModel,
     Field,
+    PrivateAttr,
     ValidationInfo,
     create_model,
     field_validator,
@@ -50,6 +51,7 @@ class GuardSwitches(BaseModel):
 
     guard_enabled: bool = True
     guard_promote_after_runs: int = Field(default=0, ge=0)
+    _guard: GuardConfig = PrivateAttr()  # built once, when the settings are read
 
     @property
     def guard(self) -> GuardConfig | None:
@@ -59,13 +61,13 @@ class GuardSwitches(BaseModel):
         >>> Settings(guard_check_interval=10).guard.check_interval
         10
         """
-        return config_from(self, GuardConfig) if self.guard_enabled else None
+        return self._guard if self.guard_enabled else None
 
     @model_validator(mode="after")
     def _check_guard(self) -> Any:
         # At start-up (and on reload): each field's range was checked by pydantic, so
         # this fails only on a rule across fields that GuardConfig itself holds.
-        config_from(self, GuardConfig)
+        self._guard = config_from(self, GuardConfig)
         return self
 
     @field_validator("guard_ladder", check_fields=False)
@@ -85,49 +87,51 @@ def setting_fields(config: type[GuardConfig]) -> dict[str, Any]:
     ``config``, in its order: its default, its :class:`Bounds` (an optional trigger's
     setting takes 0, off, besides its range). A field whose type has no text form here
     fails at import, naming it."""
-    hints = typing.get_type_hints(config)
     defaults, ranges = config(), config.bounds()
     out: dict[str, Any] = {}
-    for item in dataclasses.fields(config):
-        kind, optional = _value_type(hints[item.name])
+    for name, (hint, kind, optional) in _field_types(config).items():
         if kind not in _SETTING_TYPES:
             raise TypeError(
-                f"GuardConfig.{item.name}: {hints[item.name]} has no setting form; "
+                f"GuardConfig.{name}: {hint} has no setting form; "
                 f"give it one in {__name__}._SETTING_TYPES"
             )
-        limits = ranges.get(item.name)
+        limits = ranges.get(name)
         ge, gt, lt = (limits.ge, limits.gt, limits.lt) if limits is not None else (None,) * 3
         if optional:  # 0 is off: the range starts at 0, the gap above it is checked below
             ge, gt = kind(0), None
-        out[f"guard_{item.name}"] = (
+        out[f"guard_{name}"] = (
             _SETTING_TYPES[kind],
-            Field(default=_setting_value(getattr(defaults, item.name)), ge=ge, gt=gt, lt=lt),
+            Field(default=_setting_value(getattr(defaults, name)), ge=ge, gt=gt, lt=lt),
         )
     return out
 
 
 def config_from(settings: BaseModel, config: type[Any]) -> Any:
     """``config`` (a GuardConfig) built from the ``guard_<field>`` settings."""
-    hints = typing.get_type_hints(config)
     values: dict[str, Any] = {}
-    for item in dataclasses.fields(config):
-        value = getattr(settings, f"guard_{item.name}")
-        kind, optional = _value_type(hints[item.name])
+    for name, (_, kind, optional) in _field_types(config).items():
+        value = getattr(settings, f"guard_{name}")
         if kind in (tuple[str, ...], tuple[PrecisionName, ...]):
             value = tuple(value.split(","))
         elif optional and value == 0:
             value = None
-        values[item.name] = value
+        values[name] = value
     return config(**values)
 
 
-def _value_type(hint: Any) -> tuple[Any, bool]:
-    """``(X, True)`` for ``X | None``, else ``(hint, False)``."""
-    args = typing.get_args(hint)
-    if isinstance(hint, types.UnionType) and type(None) in args:
-        (kind,) = [a for a in args if a is not type(None)]
-        return kind, True
-    return hint, False
+def _field_types(config: type[Any]) -> dict[str, tuple[Any, Any, bool]]:
+    """``{field: (its type, X, True)}`` for a field of the dataclass ``config`` typed
+    ``X | None``, else ``(its type, its type, False)``; in the fields' order."""
+    hints, found = typing.get_type_hints(config), {}
+    for item in dataclasses.fields(config):
+        hint = hints[item.name]
+        args = typing.get_args(hint)
+        if isinstance(hint, types.UnionType) and type(None) in args:
+            (kind,) = [a for a in args if a is not type(None)]
+            found[item.name] = (hint, kind, True)
+        else:
+            found[item.name] = (hint, hint, False)
+    return found
 
 
 def _setting_value(value: Any) -> Any:
@@ -143,10 +147,7 @@ def settings_model(config: type[GuardConfig]) -> type[GuardSwitches]:
     :class:`GuardSwitches` and :func:`setting_fields`, whose optional triggers take 0 or
     a value in their field's range."""
     ranges = {f"guard_{name}": limits for name, limits in config.bounds().items()}
-    hints = typing.get_type_hints(config)
-    optional = [
-        f"guard_{f.name}" for f in dataclasses.fields(config) if _value_type(hints[f.name])[1]
-    ]
+    optional = [f"guard_{name}" for name, (_, _, off) in _field_types(config).items() if off]
 
     def off_or_in_range(cls: type[BaseModel], value: float, info: ValidationInfo) -> float:
         limits = ranges.get(str(info.field_name))

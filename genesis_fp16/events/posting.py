@@ -28,7 +28,7 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
 
 # The post in flight on this thread: its deadline (monotonic), the timers that shut its
-# sockets then, and whether one did.
+# sockets then, and the sockets they shut (empty: none was).
 _POST = threading.local()
 
 
@@ -38,19 +38,17 @@ def _arm(sock: socket.socket) -> None:
     deadline = getattr(_POST, "deadline", None)
     if deadline is None:
         return
+    cut = _POST.cut  # this post's: the timer runs on a thread of its own
 
     def shut() -> None:
-        _POST_FIRED.add(id(sock))
+        cut.append(sock)
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
 
     timer = threading.Timer(max(0.0, deadline - time.monotonic()), shut)
     timer.daemon = True
     timer.start()
-    _POST.timers.append((timer, id(sock)))
-
-
-_POST_FIRED: set[int] = set()
+    _POST.timers.append(timer)
 
 
 class _DeadlineHTTPConnection(http.client.HTTPConnection):
@@ -97,7 +95,8 @@ def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> i
     deadline or a broken answer raise OSError (``urllib.error.URLError`` is one), an
     answer that is not HTTP ``http.client.HTTPException``."""
     request = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
-    _POST.deadline, _POST.timers = time.monotonic() + timeout, []
+    _POST.deadline, _POST.timers, _POST.cut = time.monotonic() + timeout, [], []
+    cut = _POST.cut
     try:
         with _OPENER.open(request, timeout=timeout) as answer:
             answer.read(64 * 1024)  # the receiver's answer is not ours to keep
@@ -106,27 +105,17 @@ def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> i
         exc.close()  # it holds the answer's socket
         code = int(exc.code)
     except (OSError, http.client.HTTPException) as exc:
-        if _cut():
+        if cut:
             raise TimeoutError(_cut_said(timeout)) from exc
         raise
     finally:
         timers, _POST.deadline = _POST.timers, None
-        for timer, _ in timers:
+        for timer in timers:
             timer.cancel()
-    if _cut(timers):  # cut while the answer's end was read: not a whole answer
+    if cut:  # cut while the answer's end was read: not a whole answer
         raise TimeoutError(_cut_said(timeout))
     return code
 
 
 def _cut_said(timeout: float) -> str:
     return f"timed out: no whole answer within the {timeout:g} s deadline"
-
-
-def _cut(timers: list[tuple[threading.Timer, int]] | None = None) -> bool:
-    """Whether the deadline shut one of this post's sockets (forgotten once asked)."""
-    fired = False
-    for _, sock_id in timers if timers is not None else _POST.timers:
-        if sock_id in _POST_FIRED:
-            _POST_FIRED.discard(sock_id)
-            fired = True
-    return fired

@@ -111,7 +111,6 @@ class Daemon:
         notifier: Notifier | None = None,
         sources: SettingsSources | None = None,
     ) -> None:
-        self.settings = settings
         self.sources = sources
         self.env_file = env_file
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -127,6 +126,12 @@ class Daemon:
         )
         self.notifier = notifier if notifier is not None else Notifier.from_environment()
         self.stopping = threading.Event()
+        self.context = JobContext(
+            settings=settings,
+            metrics=self.metrics,
+            slots=DeviceSlots(settings.device_concurrency),
+            stopping=self.stopping,
+        )
         self._wake = threading.Event()
         self._reload_requested = False
         # (since, the one-line error) while the .env file is refused; None once it loads.
@@ -146,6 +151,10 @@ class Daemon:
             self._stored_success,
             deadline=settings.plugin_import_deadline_seconds,
         )
+
+    @property
+    def settings(self) -> Settings:
+        return self.context.settings
 
     @property
     def plugins(self) -> dict[str, AgentPlugin]:
@@ -177,8 +186,7 @@ class Daemon:
         if not self.heartbeat_fresh():
             age = time.time() - self._heartbeat
             return False, f"unhealthy: scheduler heartbeat is {age:.0f} s old{said}"
-        context = getattr(self, "context", None)
-        degraded = context.problems() if context is not None else {}
+        degraded = self.context.problems()
         if degraded:
             reasons = "; ".join(f"{agent}: {why}" for agent, why in sorted(degraded.items()))
             return False, f"degraded: {reasons}{said}"
@@ -298,12 +306,6 @@ class Daemon:
                 )
             where = f"{settings.metrics_addr}:{settings.metrics_port}"
             raise StartupError(f"cannot serve metrics on {where}{why}") from exc
-        self.context = JobContext(
-            settings=settings,
-            metrics=self.metrics,
-            slots=DeviceSlots(settings.device_concurrency),
-            stopping=self.stopping,
-        )
         # Before the first scrape can come: precision and loss scale exist from start-up,
         # whenever the first run is (RUN_AT_START=false: up to a schedule interval away).
         self._show_precisions(startup=True)
@@ -311,7 +313,7 @@ class Daemon:
         # Webhooks of the agents' events, on a thread of their own: never on a run's path.
         self.delivery = start_delivery(lambda: self.settings, self.metrics.events)
         self.scheduler = AgentScheduler(settings, self._job, self.beat, self._skipped, self._owner)
-        self.scheduler.start(self.plugins)
+        self.scheduler.start(settings, self.plugins)
         self.agents.start(self.scheduler, self.context.gauge_lock, self._changed)
         self._ready = True
         self.notifier.notify("READY=1")
@@ -522,7 +524,6 @@ class Daemon:
         # A running job's progress waits while the settings and the gauge change together
         # (JobContext.gauge_lock).
         with self.context.gauge_lock:
-            self.settings = new
             self.context.settings = new
             changes = self.scheduler.sync(new, self.plugins)
             self.metrics.config_reloads.labels(outcome="success").inc()

@@ -9,7 +9,7 @@ heartbeat means the scheduler itself is stuck, which is what ``/healthz`` and th
 systemd watchdog report.
 
 >>> scheduler = AgentScheduler(settings, run_job, on_heartbeat)  # doctest: +SKIP
->>> scheduler.start(plugins)  # doctest: +SKIP
+>>> scheduler.start(settings, plugins)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ class AgentScheduler:
         on_skip: Callable[[str], None] | None = None,
         owner_fd: int | None = None,
     ) -> None:
-        self._settings = settings
         self._owner_fd = owner_fd
         self._stopping = False
         self._run_job = run_job
@@ -86,10 +85,10 @@ class AgentScheduler:
         if self._on_skip is not None and event.job_id.startswith(JOB_PREFIX):
             self._on_skip(event.job_id[len(JOB_PREFIX) :])
 
-    def start(self, plugins: Mapping[str, AgentPlugin]) -> None:
+    def start(self, settings: Settings, plugins: Mapping[str, AgentPlugin]) -> None:
         """Start the scheduler with a job per enabled agent; the first runs at once if asked."""
         self._scheduler.start()
-        self.sync(self._settings, plugins, first=self._settings.run_at_start)
+        self.sync(settings, plugins, first=settings.run_at_start)
 
     def sync(
         self, settings: Settings, plugins: Mapping[str, AgentPlugin], first: bool = False
@@ -97,7 +96,6 @@ class AgentScheduler:
         """Make the jobs match ``settings`` and the loaded ``plugins`` (installed or
         uninstalled while the daemon runs); returns what changed, for the log. ``first``: a
         job created now runs at once."""
-        self._settings = settings
         changes = []
         for agent in sorted(set(self.scheduled_agents()) - set(plugins)):
             # A run in progress goes on in its thread; only the schedule is removed.

@@ -13,7 +13,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.settings import SettingsError, load_settings
-from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext
 from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16.service.daemon import Daemon
@@ -34,9 +33,6 @@ def daemon(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Daemon:
     settings = load_settings(env_file)
     daemon = Daemon(settings, env_file, registry=CollectorRegistry())
     daemon.agents.plugins = {AGENT: AgentPlugin.__new__(AgentPlugin)}
-    daemon.context = JobContext(
-        settings=settings, metrics=daemon.metrics, slots=DeviceSlots(1), stopping=daemon.stopping
-    )
     return daemon
 
 
@@ -71,7 +67,7 @@ def test_idle_agent_shows_the_guard_memory_before_its_first_run(
 ) -> None:
     """A remembered fp16 -> bf16 demotion is what the gauge shows at start, not the fp16 asked."""
     daemon.env_file.write_text(f"ENABLE_FP16_TRAINING=true\nGENESIS_FP16_STATE_DIR={tmp_path}\n")
-    daemon.settings = load_settings(daemon.env_file)
+    daemon.context.settings = load_settings(daemon.env_file)
     memory = PrecisionMemory("fp16", "bf16", "overflow_rate", 15, 10, "2026-11-21T00:00:00Z")
     write_precision_memory(AgentFolder(tmp_path, AGENT).precision_state_path, memory)
     daemon._show_precisions()

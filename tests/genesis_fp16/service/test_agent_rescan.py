@@ -56,7 +56,7 @@ def _parts(tmp_path: Path) -> tuple[Settings, AgentRescan, AgentScheduler, int]:
     rescan.load(settings)
     fd = acquire_state_folder(tmp_path, "serve")
     scheduler = AgentScheduler(settings, lambda agent, plugin: None, lambda: None, owner_fd=fd)
-    scheduler.start(rescan.plugins)
+    scheduler.start(settings, rescan.plugins)
     return settings, rescan, scheduler, fd
 
 

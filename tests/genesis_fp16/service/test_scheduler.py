@@ -30,7 +30,7 @@ def test_sync_schedules_reschedules_only_a_changed_schedule_and_removes_the_rest
 
     plugins: dict[str, Any] = {"a": object(), "b": object()}
     scheduler = AgentScheduler(settings("60"), lambda agent, plugin: None, lambda: None)
-    scheduler.start({})
+    scheduler.start(settings("60"), {})
     try:
         assert scheduler.sync(settings("60"), plugins) == [
             "a: scheduled every 60",
