@@ -270,42 +270,26 @@ class BlockWriter:
     def block(self, rejected: list[Rejected]) -> RecordBlock:
         """The records written so far, in their order, and the file's quarantined entries."""
         parent_ids = list(chain.from_iterable(self.parents))
-        created, timed = _optional(self.created)
-        score, scored = _optional(self.score)
-        label_score, label_scored = _optional(self.label_score)
-        agent, operator, tools, pattern = self.codes
-        agents, operators, tool_lists, patterns = map(list, self.distinct)
+        columns: dict[str, Any] = dict(zip(TEXT_FIELDS, self.text, strict=True))
+        for (name, values), codes, distinct in zip(_CODED, self.codes, self.distinct, strict=True):
+            columns[name], columns[values] = codes.tobytes(), list(distinct)
+        columns["created"], columns["timed"] = _optional(self.created)
+        columns["score"], columns["scored"] = _optional(self.score)
+        columns["label_score"], columns["label_scored"] = _optional(self.label_score)
         return RecordBlock(
             trajectory_id=self.ids,
-            agent=agent.tobytes(),
-            agents=agents,
-            created=created,
-            timed=timed,
-            operator=operator.tobytes(),
-            operators=operators,
             generation=_int64s(self.generation),
             parent_ids=parent_ids,
             parent_hash=_int64s(record_id_hashes(parent_ids)),
             parent_counts=array("i", map(len, self.parents)).tobytes(),
-            code_changes=self.text[0],
-            modified_files=self.text[1],
-            proposed_strategy=self.text[2],
-            problem_diagnosis=self.text[3],
-            tools_used=tools.tobytes(),
-            tool_lists=tool_lists,
-            reasoning_pattern=pattern.tobytes(),
-            patterns=patterns,
             own=np.array(self.own, dtype="<f8").tobytes(),  # little-endian, as stored
             success=self.success.tobytes(),
-            label_score=label_score,
-            label_scored=label_scored,
             outcome=self.outcome.tobytes(),
-            score=score,
-            scored=scored,
             key=_int64s(self.key),
             id_key=_int64s(record_id_hashes(self.ids)),
             judged=b"".join(self.judged),
             rejected=rejected,
+            **columns,
         )
 
 
@@ -332,18 +316,11 @@ TEXT_FIELDS = ("code_changes", "modified_files", "proposed_strategy", "problem_d
 NO_TEXT: tuple[Any, ...] = ("", (), "", "")
 
 
-def first_seen_codes(values: Iterable[_H]) -> tuple[list[int], list[_H]]:
-    """Each value's code and the distinct values, in first-seen order: how every coded
-    column is coded (a block's, a read's, the encoder's)."""
-    index: dict[_H, int] = {}
-    codes = [index.setdefault(v, len(index)) for v in values]
-    return codes, list(index)
-
-
 def joined_codes(parts: Iterable[tuple[np.ndarray, list[_H]]]) -> tuple[np.ndarray, list[_H]]:
     """Coded columns (each part's codes into its own distinct values, in first-seen
     order) one after another, as one: int64 codes into one list of the distinct values,
-    in first-seen order, mapped a distinct value at a time, not a record at a time."""
+    in first-seen order, mapped a distinct value at a time, not a record at a time. How
+    every coded column is coded (a block's, a read's, the encoder's)."""
     index: dict[_H, int] = {}
     joined = [np.zeros(0, np.int64)]
     for codes, values in parts:

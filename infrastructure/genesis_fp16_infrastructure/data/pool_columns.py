@@ -45,7 +45,6 @@ from genesis_fp16_infrastructure.data.file_records import (
     FileCache,
     RecordBlock,
     Rejected,
-    first_seen_codes,
     joined_codes,
 )
 from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
@@ -66,8 +65,7 @@ class Coded:
     @classmethod
     def of(cls, values: Sequence[Any]) -> Coded:
         """``values`` coded, distinct values in first-seen order."""
-        codes, distinct = first_seen_codes(values)
-        return cls(np.array(codes, dtype=np.int64).reshape(len(codes)), distinct)
+        return cls(*joined_codes([(np.arange(len(values)), list(values))]))
 
     def take(self, rows: np.ndarray) -> list[Any]:
         """The values of ``rows``, as objects (each distinct one shared)."""
