@@ -492,9 +492,9 @@ def decode_record(
         trajectory_id = key
     record.trajectory_id = trajectory_id
     success, failure = thresholds
-    if _is_replay(record):
-        return _replay(record, trajectory_id, success, failure)
-    if record.operator_applied is msgspec.UNSET:
+    if record.operator_applied is msgspec.UNSET:  # replay with a replay key, as in _validate
+        if any(getattr(record, name) is not msgspec.UNSET for name in _REPLAY_KEYS):
+            return _replay(record, trajectory_id, success, failure)
         record.operator_applied = "baseline"
     attempt = trajectory_input(record)
     label = derive_label(record.status, record.success_score, success, failure)
@@ -503,21 +503,6 @@ def decode_record(
 
 def _or_empty(value: str | msgspec.UnsetType) -> str:
     return "" if value is msgspec.UNSET else value
-
-
-def _is_replay(record: _Record) -> bool:
-    if record.operator_applied is not msgspec.UNSET:
-        return False
-    return any(
-        value is not msgspec.UNSET
-        for value in (
-            record.final_outcome,
-            record.agent_id,
-            record.steps,
-            record.reward,
-            record.task_description,
-        )
-    )
 
 
 def _replay(record: _Record, trajectory_id: str, success: float, failure: float) -> FileRecord:
