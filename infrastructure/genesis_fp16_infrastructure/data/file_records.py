@@ -143,11 +143,7 @@ class RecordBlock(msgspec.Struct):
         """ValueError unless every column has a value per record, every code names a
         value and every flag is 0 or 1 (a damaged cache entry)."""
         n = len(self.trajectory_id)
-        lists = (
-            self.code_changes, self.modified_files, self.proposed_strategy,
-            self.problem_diagnosis,
-        )  # fmt: skip
-        sized = {len(x) for x in lists}
+        sized = {len(getattr(self, name)) for name in TEXT_FIELDS}
         sized |= {_count(getattr(self, name), width) for name, width in _WIDTHS.items()}
         if sized != {n} or _count(self.parent_hash, 8) != len(self.parent_ids):
             raise ValueError("the block's columns differ in length")
