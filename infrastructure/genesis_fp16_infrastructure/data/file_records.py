@@ -147,7 +147,7 @@ class RecordBlock(msgspec.Struct):
         sized |= {_count(getattr(self, name), width) for name, width in _WIDTHS.items()}
         if sized != {n} or _count(self.parent_hash, 8) != len(self.parent_ids):
             raise ValueError("the block's columns differ in length")
-        if int(self.parent_count_array().sum()) != len(self.parent_ids):
+        if int(np.frombuffer(self.parent_counts, _CODE).sum()) != len(self.parent_ids):
             raise ValueError("the block's columns differ in length")
         for codes, values in self.coded():
             if n and not 0 <= int(codes.min()) <= int(codes.max()) < len(values):
@@ -171,9 +171,6 @@ class RecordBlock(msgspec.Struct):
             (np.frombuffer(self.tools_used, _CODE), self.tool_lists),
             (np.frombuffer(self.reasoning_pattern, _CODE), self.patterns),
         ]
-
-    def parent_count_array(self) -> np.ndarray:
-        return np.frombuffer(self.parent_counts, _CODE)
 
     @classmethod
     def concat(cls, blocks: Sequence[RecordBlock]) -> RecordBlock:
