@@ -277,7 +277,7 @@ def _by_hash(
 ) -> tuple[np.ndarray, dict[str, Any]] | None:
     """The kept records (the first of each id, as raw positions in order) and their
     parents (``_numbered``'s columns), matched by id hash; None if two different ids
-    share a hash (two records', or a record's and a parent's)."""
+    share a hash (two records', or a record's and a parent's, a left-out record's too)."""
     first = _first_by_hash(raw_ids, id_hash)
     if first is None:
         return None
@@ -286,12 +286,8 @@ def _by_hash(
     kept[keepers] = True
     rows = np.flatnonzero(kept)  # keepers in file order, with no sort
     n = len(rows)
-    if n != len(raw_ids):
-        picked = ranges((np.cumsum(counts) - counts)[rows], counts[rows])
-        names = list(map(names.__getitem__, picked.tolist()))
-        parent_hash, counts = parent_hash[picked], counts[rows]
     if not n:  # no records: every parent is outside
-        return rows, _numbered(names, np.full(len(names), -1, np.int64), counts, n)
+        return rows, _numbered(names, np.full(len(names), -1, np.int64), counts, rows)
     row_of = (np.cumsum(kept) - 1)[keepers]  # the pool row of known[i]
     # Sorted, the parents' hashes are found in one walk over known, instead of a cache
     # miss each (1.1M parents of a 1M pool: 0.16 s, sort included, instead of 0.25 s).
@@ -304,7 +300,7 @@ def _by_hash(
     named = names if len(hits) == len(names) else map(names.__getitem__, hits.tolist())
     if not _same(named, raw_ids, rows[parent[hits]]):
         return None
-    return rows, _numbered(names, parent, counts, n)
+    return rows, _numbered(names, parent, counts, rows)
 
 
 def _first_by_hash(raw_ids: list[str], id_hash: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -337,16 +333,12 @@ def _by_string(
     deque(map(first.setdefault, raw_ids, range(len(raw_ids))), maxlen=0)  # first id wins
     n = len(first)
     rows = np.fromiter(first.values(), np.int64, n)
-    if n != len(raw_ids):
-        picked = ranges((np.cumsum(counts) - counts)[rows], counts[rows])
-        names = list(map(names.__getitem__, picked.tolist()))
-        counts = counts[rows]
     position = np.full(len(raw_ids), -1, np.int64)
     position[rows] = np.arange(n)  # a raw record's row in the pool (first of its id)
     found = np.array(list(map(first.get, names, [-1] * len(names))), np.int64)
     found = found.reshape(len(names))
     parent = np.where(found >= 0, position[np.maximum(found, 0)], -1)
-    return rows, _numbered(names, parent, counts, n)
+    return rows, _numbered(names, parent, counts, rows)
 
 
 def _coded(blocks: Sequence[RecordBlock], which: int, take: Any) -> Coded:
@@ -355,9 +347,17 @@ def _coded(blocks: Sequence[RecordBlock], which: int, take: Any) -> Coded:
     return Coded(take(codes), values)
 
 
-def _numbered(names: list[str], parent: np.ndarray, counts: np.ndarray, n: int) -> dict[str, Any]:
-    """``PoolColumns``' parent columns: ``parent`` holds each parent's row, -1 for an id
-    outside the pool, which becomes ``n + k`` for the k-th such id first named."""
+def _numbered(
+    names: list[str], parent: np.ndarray, counts: np.ndarray, rows: np.ndarray
+) -> dict[str, Any]:
+    """``PoolColumns``' parent columns, of the kept ``rows`` (raw positions) alone:
+    ``parent`` holds each raw record's parents' rows, -1 for an id outside the pool,
+    which becomes ``n + k`` for the k-th such id first named."""
+    n = len(rows)
+    if n != len(counts):  # records left out as duplicates: their parents go too
+        picked = ranges((np.cumsum(counts) - counts)[rows], counts[rows])
+        names = list(map(names.__getitem__, picked.tolist()))
+        parent, counts = parent[picked], counts[rows]
     outside: dict[str, int] = {}
     if (parent < 0).any():
         for k in np.flatnonzero(parent < 0).tolist():
