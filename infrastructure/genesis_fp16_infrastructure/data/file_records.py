@@ -391,7 +391,10 @@ def change_shape(diff: str) -> tuple[float, float]:
     A line starting ``@@`` opens a hunk; ``+`` (not ``+++``) is added, ``-`` (not
     ``---``) removed. Counted with ``str.count`` on the line starts when the diff's only
     line break is ``\\n`` (the same counts, without a Python loop over its lines)."""
-    if diff.isascii() and _only_newlines(diff):
+    r, vt, ff, fs, gs, rs = _OTHER_BREAKS
+    if diff.isascii() and not (
+        r in diff or vt in diff or ff in diff or fs in diff or gs in diff or rs in diff
+    ):
         text = "\n" + diff
         hunks = text.count("\n@@")
         added = text.count("\n+") - text.count("\n+++")
@@ -407,12 +410,6 @@ def change_shape(diff: str) -> tuple[float, float]:
                 removed += 1
     share = added / (added + removed) if added + removed else 0.5
     return share, float(hunks)
-
-
-def _only_newlines(text: str) -> bool:
-    """Whether ``text`` holds none of ``_OTHER_BREAKS``."""
-    r, vt, ff, fs, gs, rs = _OTHER_BREAKS
-    return not (r in text or vt in text or ff in text or fs in text or gs in text or rs in text)
 
 
 def file_kinds(files: Sequence[str]) -> tuple[float, float, float, float]:
