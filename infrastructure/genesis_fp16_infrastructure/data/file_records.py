@@ -4,9 +4,8 @@
 ``data.readers``), :class:`Rejected` one quarantined entry, :class:`BlockWriter` writes
 each parsed record into the columns of a :class:`RecordBlock`, a file's records as
 columns (what the record cache keeps and a read joins into its
-``data.pool_columns.PoolColumns``), :class:`Head` what an appended ``.jsonl`` file's
-stored records hold, and :class:`FileCache` where a read finds a file's records from an
-earlier read (``data.record_cache`` is one).
+``data.pool_columns.PoolColumns``), and :class:`Head` what an appended ``.jsonl`` file's
+stored records hold (``data.pool_columns.PoolCache.load_head``).
 
 And :func:`own_numbers`, an attempt's own record in numbers (change, files, words, tools;
 named by ``OWN_FEATURES``): the encoder's features that need no other record. They cost
@@ -25,8 +24,7 @@ import struct
 from array import array
 from collections.abc import Hashable, Iterable, Sequence
 from itertools import chain
-from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 import numpy as np
@@ -345,17 +343,6 @@ class Head(NamedTuple):
     block: RecordBlock
     offset: int  # bytes of the head: the new lines start here
     lines: int  # lines of the head: the first new line is number lines + 1
-
-
-class FileCache(Protocol):
-    """Where a read finds a file's records from an earlier read of the same bytes."""
-
-    def load(self, file: Path, slim: bool) -> RecordBlock | None: ...
-
-    def load_head(self, file: Path, slim: bool) -> Head | None:
-        """An appended file's earlier records and where its new lines begin, or None."""
-
-    def store(self, file: Path, block: RecordBlock, slim: bool) -> None: ...
 
 
 def own_numbers(attempt: AttemptInput) -> tuple[float, ...]:

@@ -42,7 +42,7 @@ from genesis_fp16_infrastructure.data.file_records import (
     NO_TEXT,
     OWN_FEATURES,
     TEXT_FIELDS,
-    FileCache,
+    Head,
     RecordBlock,
     Rejected,
     joined_codes,
@@ -415,9 +415,16 @@ class StoredPool:
     rejected: list[tuple[int, Rejected]]
 
 
-class PoolCache(FileCache, Protocol):
-    """A file cache that also keeps a slim read's joined pool (``data.record_cache``: one
-    file, its columns memory-mapped)."""
+class PoolCache(Protocol):
+    """Where a read finds a file's records from an earlier read of the same bytes, and a
+    slim read's joined pool (``data.record_cache``: one file, its columns memory-mapped)."""
+
+    def load(self, file: Path, slim: bool) -> RecordBlock | None: ...
+
+    def load_head(self, file: Path, slim: bool) -> Head | None:
+        """An appended file's earlier records and where its new lines begin, or None."""
+
+    def store(self, file: Path, block: RecordBlock, slim: bool) -> None: ...
 
     def load_pool(self, files: list[Path]) -> StoredPool | None:
         """The joined pool of these unchanged files, in read order, or None."""
