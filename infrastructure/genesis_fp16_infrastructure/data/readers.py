@@ -342,8 +342,8 @@ def _read_record(
         raw = _parse_slow(source, raw, sink)
         if raw is _UNREADABLE:
             return None
-        if key is not None and isinstance(raw, dict) and "trajectory_id" not in raw:
-            raw = {**raw, "trajectory_id": key}  # the mapping key is the id
+    if key is not None and isinstance(raw, dict) and "trajectory_id" not in raw:
+        raw = {**raw, "trajectory_id": key}  # the mapping key is the id
     return _validate(source, raw, thresholds, sink)
 
 
