@@ -4,9 +4,8 @@
 ``data.readers``), :class:`Rejected` one quarantined entry, :class:`BlockWriter` writes
 each parsed record into the columns of a :class:`RecordBlock`, a file's records as
 columns (what the record cache keeps and a read joins into its
-``data.pool_columns.PoolColumns``), :class:`Head` what an appended ``.jsonl`` file's
-stored records hold, and :class:`FileCache` where a read finds a file's records from an
-earlier read (``data.record_cache`` is one).
+``data.pool_columns.PoolColumns``), and :class:`Head` what an appended ``.jsonl`` file's
+stored records hold (``data.pool_columns.PoolCache.load_head``).
 
 And :func:`own_numbers`, an attempt's own record in numbers (change, files, words, tools;
 named by ``OWN_FEATURES``): the encoder's features that need no other record. They cost
@@ -25,8 +24,7 @@ import struct
 from array import array
 from collections.abc import Hashable, Iterable, Sequence
 from itertools import chain
-from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 import numpy as np
@@ -143,15 +141,11 @@ class RecordBlock(msgspec.Struct):
         """ValueError unless every column has a value per record, every code names a
         value and every flag is 0 or 1 (a damaged cache entry)."""
         n = len(self.trajectory_id)
-        lists = (
-            self.code_changes, self.modified_files, self.proposed_strategy,
-            self.problem_diagnosis,
-        )  # fmt: skip
-        sized = {len(x) for x in lists}
+        sized = {len(getattr(self, name)) for name in TEXT_FIELDS}
         sized |= {_count(getattr(self, name), width) for name, width in _WIDTHS.items()}
         if sized != {n} or _count(self.parent_hash, 8) != len(self.parent_ids):
             raise ValueError("the block's columns differ in length")
-        if int(self.parent_count_array().sum()) != len(self.parent_ids):
+        if int(np.frombuffer(self.parent_counts, _CODE).sum()) != len(self.parent_ids):
             raise ValueError("the block's columns differ in length")
         for codes, values in self.coded():
             if n and not 0 <= int(codes.min()) <= int(codes.max()) < len(values):
@@ -175,9 +169,6 @@ class RecordBlock(msgspec.Struct):
             (np.frombuffer(self.tools_used, _CODE), self.tool_lists),
             (np.frombuffer(self.reasoning_pattern, _CODE), self.patterns),
         ]
-
-    def parent_count_array(self) -> np.ndarray:
-        return np.frombuffer(self.parent_counts, _CODE)
 
     @classmethod
     def concat(cls, blocks: Sequence[RecordBlock]) -> RecordBlock:
@@ -270,42 +261,26 @@ class BlockWriter:
     def block(self, rejected: list[Rejected]) -> RecordBlock:
         """The records written so far, in their order, and the file's quarantined entries."""
         parent_ids = list(chain.from_iterable(self.parents))
-        created, timed = _optional(self.created)
-        score, scored = _optional(self.score)
-        label_score, label_scored = _optional(self.label_score)
-        agent, operator, tools, pattern = self.codes
-        agents, operators, tool_lists, patterns = map(list, self.distinct)
+        columns: dict[str, Any] = dict(zip(TEXT_FIELDS, self.text, strict=True))
+        for (name, values), codes, distinct in zip(_CODED, self.codes, self.distinct, strict=True):
+            columns[name], columns[values] = codes.tobytes(), list(distinct)
+        columns["created"], columns["timed"] = _optional(self.created)
+        columns["score"], columns["scored"] = _optional(self.score)
+        columns["label_score"], columns["label_scored"] = _optional(self.label_score)
         return RecordBlock(
             trajectory_id=self.ids,
-            agent=agent.tobytes(),
-            agents=agents,
-            created=created,
-            timed=timed,
-            operator=operator.tobytes(),
-            operators=operators,
             generation=_int64s(self.generation),
             parent_ids=parent_ids,
             parent_hash=_int64s(record_id_hashes(parent_ids)),
             parent_counts=array("i", map(len, self.parents)).tobytes(),
-            code_changes=self.text[0],
-            modified_files=self.text[1],
-            proposed_strategy=self.text[2],
-            problem_diagnosis=self.text[3],
-            tools_used=tools.tobytes(),
-            tool_lists=tool_lists,
-            reasoning_pattern=pattern.tobytes(),
-            patterns=patterns,
             own=np.array(self.own, dtype="<f8").tobytes(),  # little-endian, as stored
             success=self.success.tobytes(),
-            label_score=label_score,
-            label_scored=label_scored,
             outcome=self.outcome.tobytes(),
-            score=score,
-            scored=scored,
             key=_int64s(self.key),
             id_key=_int64s(record_id_hashes(self.ids)),
             judged=b"".join(self.judged),
             rejected=rejected,
+            **columns,
         )
 
 
@@ -332,18 +307,11 @@ TEXT_FIELDS = ("code_changes", "modified_files", "proposed_strategy", "problem_d
 NO_TEXT: tuple[Any, ...] = ("", (), "", "")
 
 
-def first_seen_codes(values: Iterable[_H]) -> tuple[list[int], list[_H]]:
-    """Each value's code and the distinct values, in first-seen order: how every coded
-    column is coded (a block's, a read's, the encoder's)."""
-    index: dict[_H, int] = {}
-    codes = [index.setdefault(v, len(index)) for v in values]
-    return codes, list(index)
-
-
 def joined_codes(parts: Iterable[tuple[np.ndarray, list[_H]]]) -> tuple[np.ndarray, list[_H]]:
     """Coded columns (each part's codes into its own distinct values, in first-seen
     order) one after another, as one: int64 codes into one list of the distinct values,
-    in first-seen order, mapped a distinct value at a time, not a record at a time."""
+    in first-seen order, mapped a distinct value at a time, not a record at a time. How
+    every coded column is coded (a block's, a read's, the encoder's)."""
     index: dict[_H, int] = {}
     joined = [np.zeros(0, np.int64)]
     for codes, values in parts:
@@ -375,17 +343,6 @@ class Head(NamedTuple):
     block: RecordBlock
     offset: int  # bytes of the head: the new lines start here
     lines: int  # lines of the head: the first new line is number lines + 1
-
-
-class FileCache(Protocol):
-    """Where a read finds a file's records from an earlier read of the same bytes."""
-
-    def load(self, file: Path, slim: bool) -> RecordBlock | None: ...
-
-    def load_head(self, file: Path, slim: bool) -> Head | None:
-        """An appended file's earlier records and where its new lines begin, or None."""
-
-    def store(self, file: Path, block: RecordBlock, slim: bool) -> None: ...
 
 
 def own_numbers(attempt: AttemptInput) -> tuple[float, ...]:
@@ -421,7 +378,10 @@ def change_shape(diff: str) -> tuple[float, float]:
     A line starting ``@@`` opens a hunk; ``+`` (not ``+++``) is added, ``-`` (not
     ``---``) removed. Counted with ``str.count`` on the line starts when the diff's only
     line break is ``\\n`` (the same counts, without a Python loop over its lines)."""
-    if diff.isascii() and _only_newlines(diff):
+    r, vt, ff, fs, gs, rs = _OTHER_BREAKS
+    if diff.isascii() and not (
+        r in diff or vt in diff or ff in diff or fs in diff or gs in diff or rs in diff
+    ):
         text = "\n" + diff
         hunks = text.count("\n@@")
         added = text.count("\n+") - text.count("\n+++")
@@ -437,12 +397,6 @@ def change_shape(diff: str) -> tuple[float, float]:
                 removed += 1
     share = added / (added + removed) if added + removed else 0.5
     return share, float(hunks)
-
-
-def _only_newlines(text: str) -> bool:
-    """Whether ``text`` holds none of ``_OTHER_BREAKS``."""
-    r, vt, ff, fs, gs, rs = _OTHER_BREAKS
-    return not (r in text or vt in text or ff in text or fs in text or gs in text or rs in text)
 
 
 def file_kinds(files: Sequence[str]) -> tuple[float, float, float, float]:

@@ -207,8 +207,10 @@ def _digest_and_prefix(file: Path, prefix_size: int) -> tuple[str, int, Prefix |
     and, when ``prefix_size`` > 0, the :class:`Prefix` of its first ``prefix_size`` bytes
     (the same digest of fewer bytes), in one pass over the file."""
     with open(file, "rb") as handle:
-        prefix, hasher, hashed = _read_prefix(handle, prefix_size)
-        size = hashed + _hash_into(hasher, handle)
+        prefix, hasher, size = _read_prefix(handle, prefix_size)
+        while chunk := handle.read(_CHUNK):  # the rest, a chunk at a time
+            hasher.update(chunk)
+            size += len(chunk)
     return hasher.hexdigest(), size, prefix if prefix_size else None
 
 
@@ -223,15 +225,6 @@ def _read_prefix(handle: BinaryIO, size: int) -> tuple[Prefix | None, Any, int]:
     if hashed != size:
         return None, hasher, hashed
     return Prefix(size, hasher.copy().hexdigest(), lines, last), hasher, hashed
-
-
-def _hash_into(hasher: Any, handle: BinaryIO) -> int:
-    """Feed ``hasher`` the rest of ``handle``, a chunk at a time; the bytes fed."""
-    size = 0
-    while chunk := handle.read(_CHUNK):
-        hasher.update(chunk)
-        size += len(chunk)
-    return size
 
 
 def _contents(manifest: Manifest) -> list[tuple[str, str]]:

@@ -42,10 +42,9 @@ from genesis_fp16_infrastructure.data.file_records import (
     NO_TEXT,
     OWN_FEATURES,
     TEXT_FIELDS,
-    FileCache,
+    Head,
     RecordBlock,
     Rejected,
-    first_seen_codes,
     joined_codes,
 )
 from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
@@ -66,8 +65,7 @@ class Coded:
     @classmethod
     def of(cls, values: Sequence[Any]) -> Coded:
         """``values`` coded, distinct values in first-seen order."""
-        codes, distinct = first_seen_codes(values)
-        return cls(np.array(codes, dtype=np.int64).reshape(len(codes)), distinct)
+        return cls(*joined_codes([(np.arange(len(values)), list(values))]))
 
     def take(self, rows: np.ndarray) -> list[Any]:
         """The values of ``rows``, as objects (each distinct one shared)."""
@@ -217,8 +215,7 @@ def collect(blocks: Sequence[RecordBlock], keep_text: bool) -> tuple[PoolColumns
     total = len(raw_ids)
     id_hash = _joined(blocks, "id_key", "<i8").astype(np.int64)
     names = list(chain.from_iterable(b.parent_ids for b in blocks))
-    counts = np.concatenate([b.parent_count_array() for b in blocks] or [np.zeros(0, "<i4")])
-    counts = counts.astype(np.int64)
+    counts = _joined(blocks, "parent_counts", "<i4").astype(np.int64)
     parent_hash = _joined(blocks, "parent_hash", "<i8").astype(np.int64)
     matched = _by_hash(raw_ids, id_hash, names, counts, parent_hash)
     rows, parents = matched if matched is not None else _by_string(raw_ids, names, counts)
@@ -280,7 +277,7 @@ def _by_hash(
 ) -> tuple[np.ndarray, dict[str, Any]] | None:
     """The kept records (the first of each id, as raw positions in order) and their
     parents (``_numbered``'s columns), matched by id hash; None if two different ids
-    share a hash (two records', or a record's and a parent's)."""
+    share a hash (two records', or a record's and a parent's, a left-out record's too)."""
     first = _first_by_hash(raw_ids, id_hash)
     if first is None:
         return None
@@ -289,12 +286,8 @@ def _by_hash(
     kept[keepers] = True
     rows = np.flatnonzero(kept)  # keepers in file order, with no sort
     n = len(rows)
-    if n != len(raw_ids):
-        picked = ranges((np.cumsum(counts) - counts)[rows], counts[rows])
-        names = list(map(names.__getitem__, picked.tolist()))
-        parent_hash, counts = parent_hash[picked], counts[rows]
     if not n:  # no records: every parent is outside
-        return rows, _numbered(names, np.full(len(names), -1, np.int64), counts, n)
+        return rows, _numbered(names, np.full(len(names), -1, np.int64), counts, rows)
     row_of = (np.cumsum(kept) - 1)[keepers]  # the pool row of known[i]
     # Sorted, the parents' hashes are found in one walk over known, instead of a cache
     # miss each (1.1M parents of a 1M pool: 0.16 s, sort included, instead of 0.25 s).
@@ -307,7 +300,7 @@ def _by_hash(
     named = names if len(hits) == len(names) else map(names.__getitem__, hits.tolist())
     if not _same(named, raw_ids, rows[parent[hits]]):
         return None
-    return rows, _numbered(names, parent, counts, n)
+    return rows, _numbered(names, parent, counts, rows)
 
 
 def _first_by_hash(raw_ids: list[str], id_hash: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -340,16 +333,12 @@ def _by_string(
     deque(map(first.setdefault, raw_ids, range(len(raw_ids))), maxlen=0)  # first id wins
     n = len(first)
     rows = np.fromiter(first.values(), np.int64, n)
-    if n != len(raw_ids):
-        picked = ranges((np.cumsum(counts) - counts)[rows], counts[rows])
-        names = list(map(names.__getitem__, picked.tolist()))
-        counts = counts[rows]
     position = np.full(len(raw_ids), -1, np.int64)
     position[rows] = np.arange(n)  # a raw record's row in the pool (first of its id)
     found = np.array(list(map(first.get, names, [-1] * len(names))), np.int64)
     found = found.reshape(len(names))
     parent = np.where(found >= 0, position[np.maximum(found, 0)], -1)
-    return rows, _numbered(names, parent, counts, n)
+    return rows, _numbered(names, parent, counts, rows)
 
 
 def _coded(blocks: Sequence[RecordBlock], which: int, take: Any) -> Coded:
@@ -358,9 +347,17 @@ def _coded(blocks: Sequence[RecordBlock], which: int, take: Any) -> Coded:
     return Coded(take(codes), values)
 
 
-def _numbered(names: list[str], parent: np.ndarray, counts: np.ndarray, n: int) -> dict[str, Any]:
-    """``PoolColumns``' parent columns: ``parent`` holds each parent's row, -1 for an id
-    outside the pool, which becomes ``n + k`` for the k-th such id first named."""
+def _numbered(
+    names: list[str], parent: np.ndarray, counts: np.ndarray, rows: np.ndarray
+) -> dict[str, Any]:
+    """``PoolColumns``' parent columns, of the kept ``rows`` (raw positions) alone:
+    ``parent`` holds each raw record's parents' rows, -1 for an id outside the pool,
+    which becomes ``n + k`` for the k-th such id first named."""
+    n = len(rows)
+    if n != len(counts):  # records left out as duplicates: their parents go too
+        picked = ranges((np.cumsum(counts) - counts)[rows], counts[rows])
+        names = list(map(names.__getitem__, picked.tolist()))
+        parent, counts = parent[picked], counts[rows]
     outside: dict[str, int] = {}
     if (parent < 0).any():
         for k in np.flatnonzero(parent < 0).tolist():
@@ -418,9 +415,16 @@ class StoredPool:
     rejected: list[tuple[int, Rejected]]
 
 
-class PoolCache(FileCache, Protocol):
-    """A file cache that also keeps a slim read's joined pool (``data.record_cache``: one
-    file, its columns memory-mapped)."""
+class PoolCache(Protocol):
+    """Where a read finds a file's records from an earlier read of the same bytes, and a
+    slim read's joined pool (``data.record_cache``: one file, its columns memory-mapped)."""
+
+    def load(self, file: Path, slim: bool) -> RecordBlock | None: ...
+
+    def load_head(self, file: Path, slim: bool) -> Head | None:
+        """An appended file's earlier records and where its new lines begin, or None."""
+
+    def store(self, file: Path, block: RecordBlock, slim: bool) -> None: ...
 
     def load_pool(self, files: list[Path]) -> StoredPool | None:
         """The joined pool of these unchanged files, in read order, or None."""

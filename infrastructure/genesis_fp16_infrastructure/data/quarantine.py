@@ -57,21 +57,23 @@ class QuarantineSink:
         # The data file whose entries come now: its path, count and first (where, reason).
         self._file: tuple[Path, int, str, str] | None = None
 
-    def add(self, source: Source, reason: str, raw: Any) -> None:
+    def add(self, source: Source, reason: str, raw: Any) -> Rejected:
         self.count += 1
-        reason, where = safe_text(reason), safe_text(source.where)
-        self._count_file(source.path, where, reason)
+        entry = Rejected(safe_text(source.where), safe_text(reason), raw_text(raw))
+        self._count_file(source.path, entry.where, entry.reason)
         if len(self.first) < 3:
-            self.first.append((source.path, where, reason))
+            self.first.append((source.path, entry.where, entry.reason))
         if self.path is None:
-            return
+            return entry
         line = json.dumps(
-            {"source": str(source.path), "where": where, "reason": reason, "record": raw_text(raw)}
-        )
+            {"source": str(source.path), "where": entry.where, "reason": entry.reason,
+             "record": entry.text}
+        )  # fmt: skip
         if self._written + len(line) > self.max_bytes:
             self._unwritten += 1
-            return
-        self._write(line)
+        else:
+            self._write(line)
+        return entry
 
     def _write(self, line: str) -> None:
         if self._handle is None:
@@ -150,11 +152,10 @@ class Recorder:
         self.vanished = False
 
     def add(self, source: Source, reason: str, raw: Any) -> None:
-        self.sink.add(source, reason, raw)
+        # The entry as the sink wrote it, UTF-8 all through: the record cache keeps it.
+        self.rejected.append(self.sink.add(source, reason, raw))
         if source.where == "file" and reason.startswith("vanished"):
             self.vanished = True  # nothing to remember: the file is gone
-        # As the quarantine file has it, and UTF-8 all through: the record cache keeps it.
-        self.rejected.append(Rejected(safe_text(source.where), safe_text(reason), raw_text(raw)))
 
 
 def raw_text(raw: Any) -> str:

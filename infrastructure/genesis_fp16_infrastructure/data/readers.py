@@ -63,7 +63,6 @@ from genesis_fp16_infrastructure.data.schema import (
     ReplayRecord,
     Trajectory,
     derive_label,
-    derive_replay_label,
     replay_input,
     trajectory_input,
 )
@@ -343,8 +342,8 @@ def _read_record(
         raw = _parse_slow(source, raw, sink)
         if raw is _UNREADABLE:
             return None
-        if key is not None and isinstance(raw, dict) and "trajectory_id" not in raw:
-            raw = {**raw, "trajectory_id": key}  # the mapping key is the id
+    if key is not None and isinstance(raw, dict) and "trajectory_id" not in raw:
+        raw = {**raw, "trajectory_id": key}  # the mapping key is the id
     return _validate(source, raw, thresholds, sink)
 
 
@@ -387,13 +386,12 @@ def _validate(
     except ValidationError as exc:
         sink.add(source, reason(exc), raw)
         return None
-    success, failure = thresholds
+    word: str  # the status word, or a replay record's final outcome
     if isinstance(record, Trajectory):
-        score = record.success_score
-        label = derive_label(record.status, score, success, failure)
+        word, score = record.status, record.success_score
     else:
-        score = record.reward
-        label = derive_replay_label(score, record.final_outcome, success, failure)
+        word, score = record.final_outcome, record.reward
+    label = derive_label(word, score, *thresholds)
     return FileRecord(record.trajectory_id, record.to_input(), label, score)
 
 
@@ -492,9 +490,9 @@ def decode_record(
         trajectory_id = key
     record.trajectory_id = trajectory_id
     success, failure = thresholds
-    if _is_replay(record):
-        return _replay(record, trajectory_id, success, failure)
-    if record.operator_applied is msgspec.UNSET:
+    if record.operator_applied is msgspec.UNSET:  # replay with a replay key, as in _validate
+        if any(getattr(record, name) is not msgspec.UNSET for name in _REPLAY_KEYS):
+            return _replay(record, trajectory_id, success, failure)
         record.operator_applied = "baseline"
     attempt = trajectory_input(record)
     label = derive_label(record.status, record.success_score, success, failure)
@@ -505,28 +503,13 @@ def _or_empty(value: str | msgspec.UnsetType) -> str:
     return "" if value is msgspec.UNSET else value
 
 
-def _is_replay(record: _Record) -> bool:
-    if record.operator_applied is not msgspec.UNSET:
-        return False
-    return any(
-        value is not msgspec.UNSET
-        for value in (
-            record.final_outcome,
-            record.agent_id,
-            record.steps,
-            record.reward,
-            record.task_description,
-        )
-    )
-
-
 def _replay(record: _Record, trajectory_id: str, success: float, failure: float) -> FileRecord:
-    """schema.ReplayRecord.to_input and derive_replay_label, on the struct."""
+    """schema.ReplayRecord.to_input and its derive_label, on the struct."""
     steps = [] if record.steps is msgspec.UNSET else record.steps
     record.agent_id = _or_empty(record.agent_id)
     record.task_description = _or_empty(record.task_description)
     attempt = replay_input(record, [step.tool_name for step in steps])
     reward = None if record.reward is msgspec.UNSET else record.reward
     final = record.final_outcome if record.final_outcome is not msgspec.UNSET else "unknown"
-    label = derive_replay_label(reward, final, success, failure)
+    label = derive_label(final, reward, success, failure)
     return FileRecord(trajectory_id, attempt, label, reward)

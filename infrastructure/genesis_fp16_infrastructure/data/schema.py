@@ -49,8 +49,11 @@ UNFINISHED_STATUSES = frozenset({"pending", "executing"})
 # Outcome classes, in the order of the world model's class head.
 OUTCOMES: tuple[str, ...] = ("failure", "partial", "success")
 
-_STATUS_OUTCOME = {"success": "success", "partial_success": "partial", "failure": "failure"}
-_REPLAY_OUTCOME = {"success": "success", "partial": "partial", "failure": "failure"}
+# A trajectory's status word or a replay record's final outcome, when no score decides.
+_WORD_OUTCOME = {
+    "success": "success", "partial_success": "partial", "partial": "partial",
+    "failure": "failure",
+}  # fmt: skip
 
 
 class _Record(BaseModel):
@@ -294,32 +297,18 @@ def derive_label(
     success_threshold: float = SUCCESS_THRESHOLD,
     failure_threshold: float = FAILURE_THRESHOLD,
 ) -> Label | None:
-    """The label of a trajectory pool record, or None when it has none (see module doc)."""
+    """The label of a trajectory pool record (``status``: its status word) or of a replay
+    record (its final outcome, ``score`` its reward), or None when it has none (see the
+    module doc)."""
     if status in UNFINISHED_STATUSES:
         return None
     if score is not None:
         outcome = outcome_for_score(score, success_threshold, failure_threshold)
         return Label(success=outcome == "success", score=score, outcome=outcome)
-    from_status = _STATUS_OUTCOME.get(status)
-    if from_status is None:  # pruned without a score: the outcome is unknown
+    from_status = _WORD_OUTCOME.get(status)
+    if from_status is None:  # pruned without a score, or unknown: the outcome is unknown
         return None
     return Label(success=from_status == "success", score=None, outcome=from_status)
-
-
-def derive_replay_label(
-    reward: float | None,
-    final_outcome: str,
-    success_threshold: float = SUCCESS_THRESHOLD,
-    failure_threshold: float = FAILURE_THRESHOLD,
-) -> Label | None:
-    """A replay record's label (a :class:`ReplayRecord`'s, or the read's fast struct's):
-    the reward decides as the score does, else the final outcome."""
-    if reward is not None:
-        return derive_label("replay", reward, success_threshold, failure_threshold)
-    outcome = _REPLAY_OUTCOME.get(final_outcome)
-    if outcome is None:
-        return None
-    return Label(success=outcome == "success", score=None, outcome=outcome)
 
 
 def created_seconds(value: str | float | None) -> float | None:

@@ -265,9 +265,7 @@ def _pool_records(file: Path, document: dict[str, Any], sink: Sink) -> Iterator[
         return
     thresholds = (pool.success_threshold, pool.failure_threshold)
     for key, raw in pool.trajectories.items():
-        if isinstance(raw, dict) and "trajectory_id" not in raw:
-            raw = {**raw, "trajectory_id": key}  # the mapping key is the id
-        yield Source(file, f"trajectories[{key!r}]"), raw, thresholds, None
+        yield Source(file, f"trajectories[{key!r}]"), raw, thresholds, key
 
 
 def reason(exc: ValidationError) -> str:
