@@ -91,24 +91,6 @@ class LastSuccessUnreadable(files.UnusableStateFile):
     """The agent's last-success file exists but holds no usable time; one line naming it."""
 
 
-def read_precision_memory(path: Path) -> PrecisionMemory | None:
-    """Load the precision state file; None when there is none. A broken file raises
-    ValueError (:class:`~genesis_fp16_infrastructure.agent_folder.files.UnusableStateFile`
-    for a folder, FIFO, link, a file over ``PRECISION_STATE.limit`` (64 KiB: ten
-    demotions are about 3 KB) or bytes that are not UTF-8)."""
-    data = files.read_json(Path(path), L.PRECISION_STATE)  # UnusableStateFile: unusable
-    return None if data is None else PrecisionMemory.from_json(data, path)
-
-
-def write_precision_memory(path: Path, memory: PrecisionMemory | None) -> None:
-    """Write the state file atomically (see agent_folder.files.write_atomic); None deletes it."""
-    path = Path(path)
-    if memory is None:
-        path.unlink(missing_ok=True)
-        return
-    files.write_json(path, L.PRECISION_STATE, memory.to_json())
-
-
 def remember_demotions(
     previous: PrecisionMemory | None, demotions: Sequence[Demotion], keep: int = 10
 ) -> PrecisionMemory | None:
@@ -254,12 +236,18 @@ class AgentFolder:
     # -- the precision's records --------------------------------------------------------
     def precision_memory(self) -> PrecisionMemory | None:
         """The precision guard's remembered demotion; None: none. A broken file raises
-        ValueError (``UnusableStateFile``: not a regular file, over its bound, not UTF-8)."""
-        return read_precision_memory(self.precision_state_path)
+        ValueError (``UnusableStateFile``: not a regular file, over its bound of 64 KiB (ten
+        demotions are about 3 KB), not UTF-8)."""
+        path = self.precision_state_path
+        data = files.read_json(path, L.PRECISION_STATE)  # UnusableStateFile: unusable
+        return None if data is None else PrecisionMemory.from_json(data, path)
 
     def save_precision_memory(self, memory: PrecisionMemory | None) -> None:
-        """Keep ``memory`` atomically; None forgets the demotion."""
-        write_precision_memory(self.precision_state_path, memory)
+        """Keep ``memory`` atomically (``files.write_json``); None forgets the demotion."""
+        if memory is None:
+            self.precision_state_path.unlink(missing_ok=True)
+        else:
+            files.write_json(self.precision_state_path, L.PRECISION_STATE, memory.to_json())
 
     def remember_run(
         self, previous: PrecisionMemory | None, demotions: Sequence[Demotion], promote_after: int
