@@ -48,6 +48,7 @@ from genesis_fp16_infrastructure.agent_folder import (
     transitions,
 )
 from genesis_fp16_infrastructure.agent_folder import layout as L
+from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     KEEP,
     CandidateMeta,
@@ -81,32 +82,6 @@ VERSION = 1  # of last_run.json and last_success.json
 SUCCESS_FIELD = "last_success_timestamp_seconds"
 # The reason of the floor that replaces an unusable precision memory.
 UNUSABLE_MEMORY_REASON = "state_file_unusable"
-
-
-class LastRunUnreadable(files.UnusableStateFile):
-    """The agent's last-run file exists but is not a record: one line naming it."""
-
-
-class LastSuccessUnreadable(files.UnusableStateFile):
-    """The agent's last-success file exists but holds no usable time; one line naming it."""
-
-
-def read_precision_memory(path: Path) -> PrecisionMemory | None:
-    """Load the precision state file; None when there is none. A broken file raises
-    ValueError (:class:`~genesis_fp16_infrastructure.agent_folder.files.UnusableStateFile`
-    for a folder, FIFO, link, a file over ``PRECISION_STATE.limit`` (64 KiB: ten
-    demotions are about 3 KB) or bytes that are not UTF-8)."""
-    data = files.read_json(Path(path), L.PRECISION_STATE)  # UnusableStateFile: unusable
-    return None if data is None else PrecisionMemory.from_json(data, path)
-
-
-def write_precision_memory(path: Path, memory: PrecisionMemory | None) -> None:
-    """Write the state file atomically (see agent_folder.files.write_atomic); None deletes it."""
-    path = Path(path)
-    if memory is None:
-        path.unlink(missing_ok=True)
-        return
-    files.write_json(path, L.PRECISION_STATE, memory.to_json())
 
 
 def remember_demotions(
@@ -254,12 +229,18 @@ class AgentFolder:
     # -- the precision's records --------------------------------------------------------
     def precision_memory(self) -> PrecisionMemory | None:
         """The precision guard's remembered demotion; None: none. A broken file raises
-        ValueError (``UnusableStateFile``: not a regular file, over its bound, not UTF-8)."""
-        return read_precision_memory(self.precision_state_path)
+        ValueError (``UnusableStateFile``: not a regular file, over its bound of 64 KiB (ten
+        demotions are about 3 KB), not UTF-8)."""
+        path = self.precision_state_path
+        data = files.read_json(path, L.PRECISION_STATE)  # UnusableStateFile: unusable
+        return None if data is None else PrecisionMemory.from_json(data, path)
 
     def save_precision_memory(self, memory: PrecisionMemory | None) -> None:
-        """Keep ``memory`` atomically; None forgets the demotion."""
-        write_precision_memory(self.precision_state_path, memory)
+        """Keep ``memory`` atomically (``files.write_json``); None forgets the demotion."""
+        if memory is None:
+            self.precision_state_path.unlink(missing_ok=True)
+        else:
+            files.write_json(self.precision_state_path, L.PRECISION_STATE, memory.to_json())
 
     def remember_run(
         self, previous: PrecisionMemory | None, demotions: Sequence[Demotion], promote_after: int
@@ -340,25 +321,22 @@ class AgentFolder:
 
     # -- the run records ----------------------------------------------------------------
     def last_run(self) -> LastRun | None:
-        """The last run, None when none was recorded; :class:`LastRunUnreadable` (an
-        ``UnusableStateFile``) for a file that is not a record."""
-        data = self._record(L.LAST_RUN, LastRunUnreadable)
+        """The last run, None when none was recorded; ``UnusableStateFile`` (one line
+        naming the file) for a file that is not a record."""
+        data = self._record(L.LAST_RUN)
         try:
             return None if data is None else msgspec.convert(data, LastRun)
         except msgspec.ValidationError as exc:
-            raise LastRunUnreadable(f"{L.LAST_RUN.at(self.root)}: {exc}") from None
+            raise UnusableStateFile(f"{L.LAST_RUN.at(self.root)}: {exc}") from None
 
-    def _record(self, file: L.StateFile, unreadable: type[Exception]) -> dict[str, Any] | None:
+    def _record(self, file: L.StateFile) -> dict[str, Any] | None:
         """The record of ``VERSION`` that ``file`` holds, its version taken out; None: no
-        file; ``unreadable`` (one line naming the file) for any other content."""
+        file; ``UnusableStateFile`` (one line naming the file) for any other content."""
         path = file.at(self.root)
-        try:
-            data = files.read_json(path, file)
-        except files.UnusableStateFile as exc:
-            raise unreadable(str(exc)) from None
+        data = files.read_json(path, file)
         found = data.pop("version", None) if isinstance(data, dict) else type(data).__name__
         if data is not None and found != VERSION:
-            raise unreadable(f"{path}: version {found!r}, expected {VERSION}")
+            raise UnusableStateFile(f"{path}: version {found!r}, expected {VERSION}")
         return data
 
     def save_run(self, record: LastRun, entry: RunEntry | None = None) -> None:
@@ -374,23 +352,22 @@ class AgentFolder:
         _write(L.LAST_RUN.at(self.root), L.LAST_RUN, data, "`status` will show an older run")
 
     def history(self, last: int = KEEP) -> RunHistory:
-        """The ``last`` recent runs, oldest first; ``HistoryUnreadable`` (an
-        ``UnusableStateFile``) for a file that cannot be read (a line that is no entry is
-        counted, never raised)."""
+        """The ``last`` recent runs, oldest first; ``UnusableStateFile`` for a file that
+        cannot be read (a line that is no entry is counted, never raised)."""
         return load_history(self.root, last)
 
     def last_success(self) -> float | None:
-        """When the last successful run ended (None: never); :class:`LastSuccessUnreadable`
-        for a file that holds no usable time (torn, another format, a FIFO, a time that
-        is not a positive finite number)."""
-        data = self._record(L.LAST_SUCCESS, LastSuccessUnreadable)
+        """When the last successful run ended (None: never); ``UnusableStateFile`` for a
+        file that holds no usable time (torn, another format, a FIFO, a time that is not a
+        positive finite number)."""
+        data = self._record(L.LAST_SUCCESS)
         if data is None:
             return None
         when, path = data.get(SUCCESS_FIELD), self.last_success_path
         if isinstance(when, bool) or not isinstance(when, int | float):
-            raise LastSuccessUnreadable(f"{path}: {SUCCESS_FIELD}={when!r} is not a number")
+            raise UnusableStateFile(f"{path}: {SUCCESS_FIELD}={when!r} is not a number")
         if not (math.isfinite(when) and when > 0):
-            raise LastSuccessUnreadable(f"{path}: {SUCCESS_FIELD}={when!r} is not a positive time")
+            raise UnusableStateFile(f"{path}: {SUCCESS_FIELD}={when!r} is not a positive time")
         return float(when)
 
     def stored_last_success(self, unusable: files.Listener | None = None) -> float:
@@ -398,7 +375,7 @@ class AgentFolder:
         aside as ``last_success.json.unusable-*``, reported, and told to ``unusable``."""
         try:
             return self.last_success() or 0.0
-        except LastSuccessUnreadable as exc:
+        except UnusableStateFile as exc:
             event = files.set_aside(self.last_success_path, L.LAST_SUCCESS, str(exc))
             if unusable is not None:
                 unusable(event)
@@ -574,7 +551,7 @@ def _read_marker(marker: Path, data_dir: Path) -> Path | None:
         marker, L.SAMPLE_DATA_MARKER, f"{marker}: names no data file ({text.strip()[:200]!r})"
     )
     if moved.aside is None and (marker.exists() or marker.is_symlink()):
-        raise files.UnusableStateFile(moved.why)
+        raise UnusableStateFile(moved.why)
     return None  # reported: the sample data is generated again
 
 

@@ -510,14 +510,10 @@ def _compact(path: Path) -> None:
 def load_history(root: Path, last: int = KEEP) -> RunHistory:
     """The ``last`` recent runs (at most KEEP) of the agent whose folder is ``root``,
     oldest first; no file: none. Only the file's last ``last`` lines are read, and
-    counted when unreadable. Raises :class:`HistoryUnreadable` (one line) for a file
-    that cannot be read."""
-    path = RUN_HISTORY.at(root)
+    counted when unreadable. Raises ``UnusableStateFile`` (one line) for a file that
+    cannot be read."""
     last = max(1, min(last, KEEP))
-    try:
-        data = files.read_tail(path, min(READ_BYTES, (last + 1) * LINE_BYTES))
-    except files.UnusableStateFile as exc:
-        raise HistoryUnreadable(str(exc)) from None
+    data = files.read_tail(RUN_HISTORY.at(root), min(READ_BYTES, (last + 1) * LINE_BYTES))
     if data is None:
         return RunHistory(())
     entries, bad = [], 0
@@ -528,10 +524,6 @@ def load_history(root: Path, last: int = KEEP) -> RunHistory:
         else:
             entries.append(entry)
     return RunHistory(tuple(entries), bad)
-
-
-class HistoryUnreadable(files.UnusableStateFile):
-    """The history file exists but cannot be read: one line naming it."""
 
 
 # The latest Unix time a history line may carry (9999-12-31): the page's clock shows it.

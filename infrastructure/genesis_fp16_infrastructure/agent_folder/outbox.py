@@ -211,32 +211,24 @@ def _write_new(
     folder: Path | None = None,
 ) -> str:
     """The event's file, under the next order number (the caller holds ``lock``), in the
-    outbox (``folder``: elsewhere, a verdict's event staged)."""
+    outbox (``folder``: elsewhere, a verdict's event staged), written atomically (a temp
+    file renamed: a reader finds all of it or nothing) without an fsync (the module
+    docstring says why and what covers it)."""
     order, now = _next_order(lock), time.time()
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     path = (folder or outbox_of(agent_folder)) / f"{event_id}.json"
     agent = Path(agent_folder).name
     event = Event(event_id, agent, kind, at, now, order, dict(data), None, [], path)
-    _write_unsynced(path, event.to_json())
-    return event_id
-
-
-def _write_unsynced(path: Path, data: Mapping[str, Any]) -> None:
-    """Write an event atomically (a temp file renamed: a reader finds all of it or
-    nothing), without an fsync (the module docstring says why and what covers it)."""
     files.clear_way(path, OUTBOX_EVENT)
-    text = json.dumps(data, sort_keys=True).encode()
+    text = json.dumps(event.to_json(), sort_keys=True).encode()
     files.write_atomic(path, lambda handle: handle.write(text), sync=False)
+    return event_id
 
 
 def journal_event_id(agent: str, entry: JournalEntry) -> str:
     """A journal entry's event id: the same whoever copies it, and again after a kill."""
     key = f"{agent}\0{entry.seq}\0{entry.at_s!r}\0{entry.kind}"
     return hashlib.sha256(key.encode()).hexdigest()[:16]
-
-
-def journal_kind(entry: JournalEntry) -> str:
-    return "promote" if entry.kind in PROMOTE_HOWS else entry.kind
 
 
 def announce_journal(
@@ -267,8 +259,9 @@ def announce_journal(
         for event_id, entry in missing:
             if event_id in state["pruned"] or os.path.lexists(f"{root}/{event_id}.json"):
                 continue
+            kind = "promote" if entry.kind in PROMOTE_HOWS else entry.kind
             data = {k: v for k, v in entry.to_json().items() if k != "at_s"}
-            written.append(_write_new(agent_folder, lock, journal_kind(entry), data, event_id))
+            written.append(_write_new(agent_folder, lock, kind, data, event_id))
         return written
 
 

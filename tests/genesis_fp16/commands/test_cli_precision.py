@@ -133,10 +133,6 @@ def test_reset_takes_turns_with_the_daemon_recording_a_demotion(
     import threading
 
     from genesis_fp16.cli import main
-    from genesis_fp16_infrastructure.agent_folder.folder import (
-        read_precision_memory,
-        write_precision_memory,
-    )
     from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
 
     monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(tmp_path / "state"))
@@ -159,9 +155,9 @@ def test_reset_takes_turns_with_the_daemon_recording_a_demotion(
             rollback_step=5,
             at="2026-11-23T00:00:00Z",
         )
-        write_precision_memory(path, demoted)
+        folder.save_precision_memory(demoted)
     assert done.wait(120)
-    assert read_precision_memory(path) is None  # the reset came after, and cleared it
+    assert folder.precision_memory() is None  # the reset came after, and cleared it
 
 
 def test_precision_show_names_every_candidate_and_the_choice() -> None:

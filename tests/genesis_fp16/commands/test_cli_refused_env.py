@@ -30,7 +30,7 @@ from genesis_fp16.commands.reading import (
     commands_that,
 )
 from genesis_fp16_infrastructure.agent_folder import outbox
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, write_precision_memory
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
 
@@ -117,7 +117,7 @@ def world(tmp_path: Path) -> dict[str, object]:
     agent = AgentFolder(tmp_path / "kept-state", "se_darwin")
     agent.root.mkdir(parents=True)
     demotion = PrecisionMemory("fp16", "bf16", "overflow_rate", 40, 30, "2026-11-25T20:00:00Z")
-    write_precision_memory(agent.precision_state_path, demotion)
+    agent.save_precision_memory(demotion)
     outbox.record(agent.root, "promoted", {"candidate": "c1"}, event_id=EVENT_ID)
     bundle = tmp_path / "se_darwin.fault.pt"
     torch.save(minimal_bundle(NOT_ALLOWED, {"seed": 0}), bundle)

@@ -16,7 +16,7 @@ from genesis_fp16.config.settings import SettingsError, load_settings
 from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16.service.daemon import Daemon
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, write_precision_memory
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.api import capabilities_of
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
 
@@ -69,7 +69,7 @@ def test_idle_agent_shows_the_guard_memory_before_its_first_run(
     daemon.env_file.write_text(f"ENABLE_FP16_TRAINING=true\nGENESIS_FP16_STATE_DIR={tmp_path}\n")
     daemon.context.settings = load_settings(daemon.env_file)
     memory = PrecisionMemory("fp16", "bf16", "overflow_rate", 15, 10, "2026-11-21T00:00:00Z")
-    write_precision_memory(AgentFolder(tmp_path, AGENT).precision_state_path, memory)
+    AgentFolder(tmp_path, AGENT).save_precision_memory(memory)
     daemon._show_precisions()
     assert (_gauge(daemon, "bf16"), _gauge(daemon, "fp16")) == (1, 0)
 

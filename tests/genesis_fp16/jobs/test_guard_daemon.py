@@ -21,9 +21,7 @@ from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.agent_folder.folder import (
     AgentFolder,
-    read_precision_memory,
     remember_demotions,
-    write_precision_memory,
 )
 from genesis_fp16_infrastructure.training.precision.decide import decide, resolve_precision
 from genesis_fp16_infrastructure.training.precision.precision_names import GuardConfig
@@ -80,8 +78,8 @@ def test_demotion_shows_in_metrics_survives_restart_and_reset_clears_it(
     assert (logged["precision_from"], logged["precision_to"]) == ("fp16", "bf16")
     assert (logged["reason"], logged["step"], logged["rollback_step"]) == ("overflow_rate", 15, 10)
     assert _started_precisions(daemon) == [("fp16", None)]
-    state_path = AgentFolder(daemon.state_dir, AGENT).precision_state_path
-    memory = read_precision_memory(state_path)
+    folder = AgentFolder(daemon.state_dir, AGENT)
+    state_path, memory = folder.precision_state_path, folder.precision_memory()
     assert memory is not None
     assert (memory.demoted_from, memory.demoted_to, memory.reason) == (
         "fp16",
@@ -124,9 +122,9 @@ def _settings(tmp_path: Path, **values: object) -> Settings:
 
 
 def _remember(tmp_path: Path, demotion: Demotion = DEMOTION) -> Path:
-    path = AgentFolder(tmp_path, AGENT).precision_state_path
-    write_precision_memory(path, remember_demotions(None, [demotion]))
-    return path
+    folder = AgentFolder(tmp_path, AGENT)
+    folder.save_precision_memory(remember_demotions(None, [demotion]))
+    return folder.precision_state_path
 
 
 def _planned(settings: Settings, device: str = "cpu") -> str | None:
@@ -243,22 +241,22 @@ def test_record_run_counts_remembers_and_promotes_after_clean_runs(tmp_path: Pat
     """Demotions increment the counter and write the file; N clean bf16 runs promote back."""
     settings = _settings(tmp_path, guard_promote_after_runs=2)
     metrics = DaemonMetrics(CollectorRegistry(), version="test")
-    path = AgentFolder(tmp_path, AGENT).precision_state_path
+    folder = AgentFolder(tmp_path, AGENT)
     record_run(settings, metrics, AGENT, _result("bf16", [DEMOTION]))
     labels = {"agent": AGENT, "from": "fp16", "to": "bf16", "reason": "overflow_rate"}
     assert metrics.registry.get_sample_value("genesis_fp16_precision_demotions_total", labels) == 1
-    memory = read_precision_memory(path)
+    memory = folder.precision_memory()
     assert memory is not None and memory.demoted_to == "bf16" and memory.clean_runs == 0
 
     record_run(settings, metrics, AGENT, _result("bf16", [], stopped=True))  # does not count
     record_run(settings, metrics, AGENT, _result("fp32", []))  # ran elsewhere: does not count
-    memory = read_precision_memory(path)
+    memory = folder.precision_memory()
     assert memory is not None and memory.clean_runs == 0
     record_run(settings, metrics, AGENT, _result("bf16", []))
-    memory = read_precision_memory(path)
+    memory = folder.precision_memory()
     assert memory is not None and memory.clean_runs == 1
     record_run(settings, metrics, AGENT, _result("bf16", []))
-    assert not path.exists()  # promoted: the next run asks for fp16 again
+    assert not folder.precision_state_path.exists()  # promoted: the next run asks for fp16 again
 
 
 @pytest.mark.distributed

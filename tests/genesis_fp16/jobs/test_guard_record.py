@@ -20,7 +20,7 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import record_run
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import TrainRequest, TrainResult
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, read_precision_memory
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 
 AGENT = "fault_agent"
 
@@ -59,7 +59,7 @@ def test_a_real_demotion_is_counted_logged_and_remembered(reason: str, tmp_path:
         "bf16",
         reason,
     )
-    memory = read_precision_memory(AgentFolder(tmp_path, AGENT).precision_state_path)
+    memory = AgentFolder(tmp_path, AGENT).precision_memory()
     assert memory is not None
     assert (memory.demoted_from, memory.demoted_to, memory.reason) == ("fp16", "bf16", reason)
     assert (memory.step, memory.rollback_step, memory.clean_runs) == (DEMOTED_AT, ROLLBACK_TO, 0)

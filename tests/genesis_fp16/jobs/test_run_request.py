@@ -23,7 +23,6 @@ from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.agent_folder.folder import (
     AgentFolder,
     remember_demotions,
-    write_precision_memory,
 )
 from genesis_fp16_infrastructure.api import run_plugin
 from genesis_fp16_infrastructure.contract.plugin_api import ignored_request_fields
@@ -91,8 +90,7 @@ def test_guard_memory_lowers_the_settings_request_but_not_an_explicit_flag(
     """A remembered fp16->bf16 demotion: fp16 from the settings runs bf16; --precision fp16 not."""
     settings = Settings(state_dir=tmp_path, ENABLE_FP16_TRAINING=True)  # type: ignore[call-arg]
     demotion = Demotion("fp16", "bf16", "overflow_rate", 5, 0)
-    path = AgentFolder(tmp_path, AGENT).precision_state_path
-    write_precision_memory(path, remember_demotions(None, [demotion]))
+    AgentFolder(tmp_path, AGENT).save_precision_memory(remember_demotions(None, [demotion]))
     request = plan_request(settings, AGENT, plugin, "cpu")
     assert (request.precision.requested, request.precision.floor) == ("fp16", "bf16")
     assert "precision guard memory" in request.precision.floor_reason

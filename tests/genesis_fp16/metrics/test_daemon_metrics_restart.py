@@ -18,7 +18,8 @@ import torch
 from daemon_harness import DaemonFactory, DaemonProcess, launch
 from prometheus_client.parser import text_string_to_metric_families
 
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, LastSuccessUnreadable
+from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.api import Calibration
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
@@ -218,9 +219,9 @@ def test_store_round_trip_and_what_it_refuses(tmp_path: Path) -> None:
         [1],
     ):
         path.write_text(json.dumps(bad))
-        with pytest.raises(LastSuccessUnreadable, match=r"last_success\.json"):
+        with pytest.raises(UnusableStateFile, match=r"last_success\.json"):
             store.last_success()
     path.unlink()
     path.mkdir()
-    with pytest.raises(LastSuccessUnreadable, match=r"last_success\.json"):
+    with pytest.raises(UnusableStateFile, match=r"last_success\.json"):
         store.last_success()

@@ -22,7 +22,6 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     PRECISION_REASON_CHARS,
     REASON_CHARS,
     GateMark,
-    HistoryUnreadable,
     LastRun,
     LiveColumn,
     LiveMark,
@@ -99,7 +98,7 @@ def test_a_fifo_or_folder_is_one_line_not_a_hang(tmp_path: Path, kind: str) -> N
     folder = _folder(tmp_path)
     path = folder.history_path
     os.mkfifo(path) if kind == "fifo" else path.mkdir()
-    with pytest.raises(HistoryUnreadable, match=r"run_history\.jsonl"):
+    with pytest.raises(files.UnusableStateFile, match=r"run_history\.jsonl"):
         folder.history()
     append_run(folder.root, _failed("after it"))
     assert [e.run.reason for e in folder.history().entries] == ["after it"]

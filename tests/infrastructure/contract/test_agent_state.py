@@ -14,7 +14,6 @@ from checkpoint_state import checkpoint_state
 from genesis_fp16_infrastructure.agent_folder.folder import (
     AgentFolder,
     remember_demotions,
-    write_precision_memory,
 )
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry, ServedPointer
 from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
@@ -58,7 +57,7 @@ def test_it_reads_what_the_memory_and_the_carried_scale_wrote(tmp_path: Path) ->
     for a run asking what the carried run asked."""
     demotion = Demotion("fp16", "bf16", "overflow_rate", 7, 5)
     folder = _folder(tmp_path)
-    write_precision_memory(folder.precision_state_path, remember_demotions(None, [demotion]))
+    folder.save_precision_memory(remember_demotions(None, [demotion]))
     write_carried_scale(folder.loss_scale_path, carry_after_run("fp16", "fp16", 2048.0, False))
     state = _read(tmp_path).state
     assert state.memory is not None and state.memory.demoted_to == "bf16"

@@ -21,11 +21,7 @@ from guard_faults import (
     guarded_run,
 )
 
-from genesis_fp16_infrastructure.agent_folder.folder import (
-    read_precision_memory,
-    remember_demotions,
-    write_precision_memory,
-)
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, remember_demotions
 from genesis_fp16_infrastructure.contract.reports import TrainResult, min_useful_steps
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.training import (
@@ -242,13 +238,14 @@ def test_precision_memory_floor_clean_runs_and_broken_files(tmp_path: Path) -> N
     assert (second.demoted_from, second.demoted_to, second.clean_runs) == ("fp16", "fp32", 0)
     assert len(second.history) == 2
 
-    path = tmp_path / "agent" / "precision_state.json"
-    write_precision_memory(path, second)
+    folder = AgentFolder(tmp_path, "agent")
+    path = folder.precision_state_path
+    folder.save_precision_memory(second)
     assert json.loads(path.read_text())["demoted_to"] == "fp32"
-    assert read_precision_memory(path) == second
+    assert folder.precision_memory() == second
     assert [p.name for p in path.parent.iterdir()] == ["precision_state.json"]
-    write_precision_memory(path, None)
-    assert read_precision_memory(path) is None
+    folder.save_precision_memory(None)
+    assert folder.precision_memory() is None
     path.write_text("{not json")
     with pytest.raises(ValueError, match=r"precision_state\.json: not JSON"):
-        read_precision_memory(path)
+        folder.precision_memory()
