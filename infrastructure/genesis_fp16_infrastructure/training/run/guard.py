@@ -250,16 +250,11 @@ class PrecisionGuard:
         # Set by a check whose interval was not spotless (the flight recorder's cue):
         # steps and overflows since start(), non-finite losses in the interval.
         self.dirty: dict[str, float] | None = None
-        self._device = torch.device("cpu")
-        self._reset_counters()
+        # The interval's losses on the run's device: the finite ones' sum and count, and
+        # the non-finite ones'; each check reads and zeroes them.
+        self._losses = torch.zeros(3, dtype=torch.float64)
 
     # ------------------------------------------------------------------ loss watching
-
-    def _reset_counters(self) -> None:
-        def zero() -> torch.Tensor:
-            return torch.zeros((), dtype=torch.float64, device=self._device)
-
-        self._loss_sum, self._loss_count, self._nonfinite = zero(), zero(), zero()
 
     def watch_loss(
         self, loss_fn: Callable[[nn.Module, Any], torch.Tensor]
@@ -270,9 +265,7 @@ class PrecisionGuard:
             loss = loss_fn(model, batch)
             value = loss.detach().to(torch.float64).reshape(())
             finite = torch.isfinite(value)
-            self._loss_sum += torch.where(finite, value, 0.0)
-            self._loss_count += finite.to(torch.float64)
-            self._nonfinite += (~finite).to(torch.float64)
+            self._losses += torch.stack([torch.where(finite, value, 0.0), finite, ~finite])
             return loss
 
         return watched
@@ -284,8 +277,7 @@ class PrecisionGuard:
 
         ``snapshot=False`` keeps the current snapshot (the state just rolled back to).
         """
-        self._device = trainer.policy.device
-        self._reset_counters()
+        self._losses = torch.zeros(3, dtype=torch.float64, device=trainer.policy.device)
         self.pending = None
         self.dirty = None
         self._precision = trainer.policy.name
@@ -338,17 +330,15 @@ class PrecisionGuard:
         return self.pending
 
     def _read(self, trainer: Trainer) -> list[float]:
-        scaler = trainer.scaler
         parts = [
             # Every skipped step, in every precision: fp16's overflows and the steps
             # bf16 and fp32 skip for a gradient that was not finite, one count.
             trainer.skipped_steps_tensor(),
-            scaler.unstable_tensor(),
-            self._loss_sum,
-            self._loss_count,
-            self._nonfinite,
+            trainer.scaler.unstable_tensor(),
         ]
-        stacked = torch.stack([p.to(self._device, torch.float64) for p in parts])
+        device = self._losses.device
+        stacked = torch.stack([p.to(device, torch.float64) for p in parts])
+        stacked = torch.cat([stacked, self._losses])
         if distributed.is_distributed():
             stacked = _agree(stacked)
         # The one host read of a check: five scalars at once.
@@ -361,9 +351,7 @@ class PrecisionGuard:
         previous = self._history[-1]
         now = _Check(step, overflows, previous.nonfinite + nonfinite)
         self._history.append(now)
-        self._loss_sum.zero_()
-        self._loss_count.zero_()
-        self._nonfinite.zero_()
+        self._losses.zero_()
         if overflows != previous.overflows or nonfinite > 0:
             since = overflows - self._start_overflows
             self.dirty = {
