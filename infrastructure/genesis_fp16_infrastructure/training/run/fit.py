@@ -126,11 +126,19 @@ def _fit(
     # steps and non-finite losses are the end's less these.
     before = trainer.summary()
     targets = run_targets(options, first_step, position)
-    guard = PrecisionGuard(options.guard, task.extra_state) if options.guard else None
-    loss_fn = guard.watch_loss(task.loss) if guard is not None else task.loss
-    if guard is not None:
+    guard, recorder = None, None
+    if options.guard:
+        guard = PrecisionGuard(options.guard, task.extra_state)
         guard.start(trainer, position.epoch, position.batch)
-    recorder = _recorder(task, options, guard)
+        # The flight recorder re-runs one rank's steps: one process only. The guard tells
+        # it after each check that was not spotless. Batches must depend on (epoch, seed)
+        # and, for a task with iterations, on the weights of the iteration's start (it
+        # rolls each iteration out again from the guard's snapshot).
+        if options.flight is not None and distributed.rank_and_world()[1] == 1:
+            recorder = guard.recorder = FlightRecorder(
+                options.flight, task, options.seed, options.trainer.grad_accum_steps
+            )
+    loss_fn = guard.watch_loss(task.loss) if guard is not None else task.loss
     stats = None
     if options.range_stats is not None:
         stats = RangeStats(options.range_stats, options.on_range_stats)
@@ -145,15 +153,11 @@ def _fit(
     while tracker is None or not tracker.stopped:
         if isinstance(task, IterationHooks):  # checks and saves at iteration boundaries
             stopped = run_iterations(
-                task, trainer, options, manager, position, targets, loss_fn, guard, recorder
+                task, trainer, options, manager, position, targets, loss_fn, guard
             )
         else:
-            stopped = run_steps(
-                task, trainer, options, manager, position, targets, loss_fn, guard, recorder
-            )
+            stopped = run_steps(task, trainer, options, manager, position, targets, loss_fn, guard)
         if guard is None or guard.final_check(trainer, position.epoch, position.batch) is None:
-            if recorder is not None and guard is not None and guard.dirty is not None:
-                recorder.after_check(guard, trainer)
             break
         failure = _failure_at_last_rung(guard, trainer.policy.name)
         if failure is not None:  # nowhere to demote to: the run cannot learn, and ends failed
@@ -206,18 +210,6 @@ def _fit(
         fault_bundles=tuple(recorder.bundles) if recorder is not None else (),
         ranges=stats.summary(REPORTED_MODULES) if stats is not None else None,
     )
-
-
-def _recorder(
-    task: TrainingTask, options: FitOptions, guard: PrecisionGuard | None
-) -> FlightRecorder | None:
-    """The run's flight recorder: needs the guard (its checks and snapshot) and one process
-    (a re-run of one rank's steps would not be the job's step). Batches must depend on
-    ``(epoch, seed)`` and, for a task with iterations, on the weights of the iteration's
-    start (the recorder rolls each iteration out again from the snapshot)."""
-    if options.flight is None or guard is None or distributed.rank_and_world()[1] > 1:
-        return None
-    return FlightRecorder(options.flight, task, options.seed, options.trainer.grad_accum_steps)
 
 
 def continued_job(options: FitOptions) -> tuple[PrecisionPolicy | None, FitOptions]:

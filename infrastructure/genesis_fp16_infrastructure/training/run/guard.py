@@ -63,7 +63,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -85,6 +85,9 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 )
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
+
+if TYPE_CHECKING:  # the recorder imports this module
+    from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -250,6 +253,7 @@ class PrecisionGuard:
         # Set by a check whose interval was not spotless (the flight recorder's cue):
         # steps and overflows since start(), non-finite losses in the interval.
         self.dirty: dict[str, float] | None = None
+        self.recorder: FlightRecorder | None = None  # told after each check with dirty set
         # The interval's losses on the run's device: the finite ones' sum and count, and
         # the non-finite ones'; each check reads and zeroes them.
         self._losses = torch.zeros(3, dtype=torch.float64)
@@ -387,6 +391,8 @@ class PrecisionGuard:
         spotless = overflows == previous.overflows and nonfinite == 0 and not unstable
         if spotless and self._next is not None:  # the last rung never rolls back
             self._take_snapshot(trainer, epoch, batch)
+        if self.recorder is not None and self.dirty is not None:
+            self.recorder.after_check(self, trainer)  # an interval that was not spotless
         return False
 
     def _unstable(self, unstable: float, step: int) -> Trouble | None:
