@@ -29,7 +29,6 @@ from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.decide import decide_continued
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import clamp_scale
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import measured_execution, policy_for_run
@@ -159,7 +158,7 @@ def _fit(
             stopped = run_steps(task, trainer, options, manager, position, targets, loss_fn, guard)
         if guard is None or guard.final_check(trainer, position.epoch, position.batch) is None:
             break
-        failure = _failure_at_last_rung(guard, trainer.policy.name)
+        failure = guard.failure()
         if failure is not None:  # nowhere to demote to: the run cannot learn, and ends failed
             break
         if recorder is not None:  # before anything changes: the trainer is still the troubled one
@@ -297,20 +296,6 @@ def _trainer_config(options: FitOptions) -> TrainerConfig:
     shared = {item.name: getattr(options, item.name) for item in fields(StepSpec)}
     own = {item.name: getattr(options.trainer, item.name) for item in fields(StepTuning)}
     return TrainerConfig(**shared, **own)
-
-
-def _failure_at_last_rung(
-    guard: PrecisionGuard, precision: PrecisionName
-) -> Mapping[str, str] | None:
-    """After a trigger fired: the run's failure (``FitResult.failure``: ``reason`` and
-    ``detail``) when ``precision`` is the ladder's last rung, logged as an error; None
-    where a demotion answers the trigger. At the last rung a trigger fires only for a run
-    whose steps are persistently skipped: it cannot learn, and ends there."""
-    trouble = guard.pending
-    if not guard.last_rung or trouble is None:
-        return None
-    logger.error("precision guard: %s cannot train this run: %s", precision, trouble.detail)
-    return {"reason": trouble.reason, "detail": trouble.detail}
 
 
 def _demote(

@@ -320,11 +320,18 @@ class PrecisionGuard:
             return False
         return self._check(trainer, epoch, batch)
 
-    @property
-    def last_rung(self) -> bool:
-        """True when the run's precision has no next one: a trigger that fires here ends
-        the run as failed instead of demoting it."""
-        return self._next is None
+    def failure(self) -> dict[str, str] | None:
+        """After a trigger fired: the run's failure (``FitResult.failure``: ``reason`` and
+        ``detail``) when its precision is the ladder's last rung, logged as an error; None
+        where a demotion answers the trigger. At the last rung a trigger fires only for a
+        run whose steps are persistently skipped: it cannot learn, and ends there."""
+        trouble = self.pending
+        if self._next is not None or trouble is None:
+            return None
+        logger.error(
+            "precision guard: %s cannot train this run: %s", self._precision, trouble.detail
+        )
+        return {"reason": trouble.reason, "detail": trouble.detail}
 
     def final_check(self, trainer: Trainer, epoch: int, batch: int) -> Trouble | None:
         """The pending trouble, or a last check of the steps since the previous one."""
