@@ -307,14 +307,9 @@ class PrecisionGuard:
             self._take_snapshot(trainer, epoch, batch)
 
     def after_step(self, trainer: Trainer, epoch: int, batch: int) -> bool:
-        """Check when a check interval ends; True when a trigger fired (see ``pending``)."""
-        if trainer.step_count % self.config.check_interval:
-            return False
-        return self._check(trainer, epoch, batch)
-
-    def boundary_check(self, trainer: Trainer, epoch: int, batch: int) -> bool:
-        """At a boundary a run can roll back to (an iteration's end): check when a check
-        interval has ended since the last check; True when a trigger fired."""
+        """At a boundary a run can roll back to (each step, or an iteration's end): check
+        when a check interval has ended since the last check; True when a trigger fired
+        (see ``pending``). Called each step, it checks every ``check_interval`` steps."""
         interval = self.config.check_interval
         if trainer.step_count // interval <= self._history[-1].step // interval:
             return False

@@ -326,7 +326,7 @@ def run_iterations(
             )
         task.end_iteration(trainer, epoch)
         position.epoch, position.batch = epoch + 1, 0
-        if guard is not None and guard.boundary_check(trainer, position.epoch, 0):
+        if guard is not None and guard.after_step(trainer, position.epoch, 0):
             return False  # fit() rolls back and demotes; the state is not checkpointed
         if manager is not None and due:
             manager.save(checkpoint_state(task, trainer, options, position))
