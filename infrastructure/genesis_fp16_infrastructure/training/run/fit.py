@@ -32,7 +32,7 @@ from genesis_fp16_infrastructure.training.precision.precision import PrecisionPo
 from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import measured_execution, policy_for_run
-from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard, checkpoints_after
+from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
 from genesis_fp16_infrastructure.training.run.loop import (
     Position,
     checkpoint_state,
@@ -327,10 +327,12 @@ def _demote(
     if callable(loader):
         loader(snapshot.extra)
     if manager is not None:
-        # Checkpoints written after the rollback step hold the troubled trajectory.
-        for stale in checkpoints_after(manager.checkpoints(), manager.path_for(snapshot.step)):
-            logger.warning("precision guard: removing %s (after the rollback step)", stale)
-            manager.remove(stale)
+        # Checkpoints after the rollback step (names sort by step) hold the troubled trajectory.
+        rollback = manager.path_for(snapshot.step).name
+        for stale in manager.checkpoints():
+            if stale.name > rollback:
+                logger.warning("precision guard: removing %s (after the rollback step)", stale)
+                manager.remove(stale)
     verify_run(task, demoted, options.seed, verification_cache(options.precision.cache))
     guard.start(demoted, snapshot.epoch, snapshot.batch, snapshot=False)
     return demoted, record

@@ -62,7 +62,6 @@ import logging
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -509,8 +508,3 @@ def _agree(counters: torch.Tensor) -> torch.Tensor:
     table = torch.stack(gathered).to(counters.device)
     peak, total = table.max(dim=0).values, table.sum(dim=0)
     return torch.cat([peak[:2], total[2:4], peak[4:]])
-
-
-def checkpoints_after(files: Sequence[Path], step_path: Path) -> list[Path]:
-    """The checkpoint files whose names sort after ``step_path`` (later steps)."""
-    return [f for f in files if f.name > step_path.name]
