@@ -10,7 +10,7 @@ whose loss or gradients were not finite, with its batches::
 
     recorder = FlightRecorder(FlightConfig(folder=state_dir / "fault_bundles"), task, seed, accum)
     recorder.after_check(guard, trainer)      # the guard calls it when it set guard.dirty
-    recorder.before_demotion(guard, trainer)  # and before each demotion
+    recorder.before_demotion(guard, trainer)  # and guard.demote(trainer, ...) first
     recorder.bundles                          # [FaultBundle(path, reason, step, ...)]
 
 The live trainer, its RNG and its captured graphs are not touched: the run goes on

@@ -161,8 +161,6 @@ def _fit(
         failure = guard.failure()
         if failure is not None:  # nowhere to demote to: the run cannot learn, and ends failed
             break
-        if recorder is not None:  # before anything changes: the trainer is still the troubled one
-            recorder.before_demotion(guard, trainer)
         trainer, record = _demote(task, trainer, options, manager, position, guard)
         demotions.append(record)
         if tracker is not None:
@@ -316,7 +314,7 @@ def _demote(
     """
     device = trainer.policy.device
     policy, record = guard.demote(
-        trainer.policy,
+        trainer,
         lambda decision: PrecisionPolicy.from_decision(decision, device, options.scaler),
     )
     snapshot = guard.restore()

@@ -458,14 +458,18 @@ class PrecisionGuard:
 
     def demote(
         self,
-        policy: PrecisionPolicy,
+        trainer: Trainer,
         build_policy: Callable[[ResolvedPrecision], PrecisionPolicy],
     ) -> tuple[PrecisionPolicy, Demotion]:
         """The next precision's policy and the demotion record: :func:`decide` with the
-        ladder's next rung as the run's floor, built by ``build_policy``."""
+        ladder's next rung as the run's floor, built by ``build_policy``. The recorder, if
+        any, first bundles the step that brought it, from the troubled ``trainer``."""
         trouble, snapshot, target = self.pending, self.snapshot, self._next
         if trouble is None or snapshot is None or target is None:
             raise RuntimeError("demote() needs a fired trigger, a snapshot and a next precision")
+        if self.recorder is not None:  # before anything changes
+            self.recorder.before_demotion(self, trainer)
+        policy = trainer.policy
         reason = (
             f"precision guard demoted {policy.name} -> {target} at step {trouble.step} "
             f"({trouble.reason}: {trouble.detail}), rolled back to step {snapshot.step}; "
