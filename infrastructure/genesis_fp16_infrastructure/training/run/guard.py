@@ -62,7 +62,7 @@ import logging
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -84,9 +84,6 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 )
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
-
-if TYPE_CHECKING:  # the recorder imports this module
-    from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -225,6 +222,15 @@ class Snapshot:
     extra: dict[str, Any]
 
 
+class Recorder(Protocol):
+    """Told by the guard what its checks found: the flight recorder
+    (:class:`~genesis_fp16_infrastructure.training.flight.recorder.FlightRecorder`)."""
+
+    def after_check(self, guard: PrecisionGuard, trainer: Trainer) -> None: ...
+
+    def before_demotion(self, guard: PrecisionGuard, trainer: Trainer) -> None: ...
+
+
 @dataclass
 class _Check:
     step: int
@@ -252,7 +258,7 @@ class PrecisionGuard:
         # Set by a check whose interval was not spotless (the flight recorder's cue):
         # steps and overflows since start(), non-finite losses in the interval.
         self.dirty: dict[str, float] | None = None
-        self.recorder: FlightRecorder | None = None  # told after each check with dirty set
+        self.recorder: Recorder | None = None  # told after a check with dirty set, and demote()
         # The interval's losses on the run's device: the finite ones' sum and count, and
         # the non-finite ones'; each check reads and zeroes them.
         self._losses = torch.zeros(3, dtype=torch.float64)
