@@ -9,8 +9,8 @@ step at a time with a host read after each, and saves the state before the first
 whose loss or gradients were not finite, with its batches::
 
     recorder = FlightRecorder(FlightConfig(folder=state_dir / "fault_bundles"), task, seed, accum)
-    recorder.after_check(guard, trainer)      # fit() calls it when guard.dirty is set
-    recorder.before_demotion(guard, trainer)  # and before each demotion
+    recorder.after_check(guard, trainer)      # the guard calls it when it set guard.dirty
+    recorder.before_demotion(guard, trainer)  # and guard.demote(trainer, ...) first
     recorder.bundles                          # [FaultBundle(path, reason, step, ...)]
 
 The live trainer, its RNG and its captured graphs are not touched: the run goes on

@@ -29,11 +29,10 @@ from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.decide import decide_continued
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import clamp_scale
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import measured_execution, policy_for_run
-from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard, checkpoints_after
+from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
 from genesis_fp16_infrastructure.training.run.loop import (
     Position,
     checkpoint_state,
@@ -126,11 +125,19 @@ def _fit(
     # steps and non-finite losses are the end's less these.
     before = trainer.summary()
     targets = run_targets(options, first_step, position)
-    guard = PrecisionGuard(options.guard, task.extra_state) if options.guard else None
-    loss_fn = guard.watch_loss(task.loss) if guard is not None else task.loss
-    if guard is not None:
+    guard, recorder = None, None
+    if options.guard:
+        guard = PrecisionGuard(options.guard, task.extra_state)
         guard.start(trainer, position.epoch, position.batch)
-    recorder = _recorder(task, options, guard)
+        # The flight recorder re-runs one rank's steps: one process only. The guard tells
+        # it after each check that was not spotless. Batches must depend on (epoch, seed)
+        # and, for a task with iterations, on the weights of the iteration's start (it
+        # rolls each iteration out again from the guard's snapshot).
+        if options.flight is not None and distributed.rank_and_world()[1] == 1:
+            recorder = guard.recorder = FlightRecorder(
+                options.flight, task, options.seed, options.trainer.grad_accum_steps
+            )
+    loss_fn = guard.watch_loss(task.loss) if guard is not None else task.loss
     stats = None
     if options.range_stats is not None:
         stats = RangeStats(options.range_stats, options.on_range_stats)
@@ -145,21 +152,15 @@ def _fit(
     while tracker is None or not tracker.stopped:
         if isinstance(task, IterationHooks):  # checks and saves at iteration boundaries
             stopped = run_iterations(
-                task, trainer, options, manager, position, targets, loss_fn, guard, recorder
+                task, trainer, options, manager, position, targets, loss_fn, guard
             )
         else:
-            stopped = run_steps(
-                task, trainer, options, manager, position, targets, loss_fn, guard, recorder
-            )
+            stopped = run_steps(task, trainer, options, manager, position, targets, loss_fn, guard)
         if guard is None or guard.final_check(trainer, position.epoch, position.batch) is None:
-            if recorder is not None and guard is not None and guard.dirty is not None:
-                recorder.after_check(guard, trainer)
             break
-        failure = _failure_at_last_rung(guard, trainer.policy.name)
+        failure = guard.failure()
         if failure is not None:  # nowhere to demote to: the run cannot learn, and ends failed
             break
-        if recorder is not None:  # before anything changes: the trainer is still the troubled one
-            recorder.before_demotion(guard, trainer)
         trainer, record = _demote(task, trainer, options, manager, position, guard)
         demotions.append(record)
         if tracker is not None:
@@ -206,18 +207,6 @@ def _fit(
         fault_bundles=tuple(recorder.bundles) if recorder is not None else (),
         ranges=stats.summary(REPORTED_MODULES) if stats is not None else None,
     )
-
-
-def _recorder(
-    task: TrainingTask, options: FitOptions, guard: PrecisionGuard | None
-) -> FlightRecorder | None:
-    """The run's flight recorder: needs the guard (its checks and snapshot) and one process
-    (a re-run of one rank's steps would not be the job's step). Batches must depend on
-    ``(epoch, seed)`` and, for a task with iterations, on the weights of the iteration's
-    start (the recorder rolls each iteration out again from the snapshot)."""
-    if options.flight is None or guard is None or distributed.rank_and_world()[1] > 1:
-        return None
-    return FlightRecorder(options.flight, task, options.seed, options.trainer.grad_accum_steps)
 
 
 def continued_job(options: FitOptions) -> tuple[PrecisionPolicy | None, FitOptions]:
@@ -307,20 +296,6 @@ def _trainer_config(options: FitOptions) -> TrainerConfig:
     return TrainerConfig(**shared, **own)
 
 
-def _failure_at_last_rung(
-    guard: PrecisionGuard, precision: PrecisionName
-) -> Mapping[str, str] | None:
-    """After a trigger fired: the run's failure (``FitResult.failure``: ``reason`` and
-    ``detail``) when ``precision`` is the ladder's last rung, logged as an error; None
-    where a demotion answers the trigger. At the last rung a trigger fires only for a run
-    whose steps are persistently skipped: it cannot learn, and ends there."""
-    trouble = guard.pending
-    if not guard.last_rung or trouble is None:
-        return None
-    logger.error("precision guard: %s cannot train this run: %s", precision, trouble.detail)
-    return {"reason": trouble.reason, "detail": trouble.detail}
-
-
 def _demote(
     task: TrainingTask,
     trainer: Trainer,
@@ -339,7 +314,7 @@ def _demote(
     """
     device = trainer.policy.device
     policy, record = guard.demote(
-        trainer.policy,
+        trainer,
         lambda decision: PrecisionPolicy.from_decision(decision, device, options.scaler),
     )
     snapshot = guard.restore()
@@ -350,10 +325,12 @@ def _demote(
     if callable(loader):
         loader(snapshot.extra)
     if manager is not None:
-        # Checkpoints written after the rollback step hold the troubled trajectory.
-        for stale in checkpoints_after(manager.checkpoints(), manager.path_for(snapshot.step)):
-            logger.warning("precision guard: removing %s (after the rollback step)", stale)
-            manager.remove(stale)
+        # Checkpoints after the rollback step (names sort by step) hold the troubled trajectory.
+        rollback = manager.path_for(snapshot.step).name
+        for stale in manager.checkpoints():
+            if stale.name > rollback:
+                logger.warning("precision guard: removing %s (after the rollback step)", stale)
+                manager.remove(stale)
     verify_run(task, demoted, options.seed, verification_cache(options.precision.cache))
     guard.start(demoted, snapshot.epoch, snapshot.batch, snapshot=False)
     return demoted, record

@@ -62,8 +62,7 @@ import logging
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -223,6 +222,15 @@ class Snapshot:
     extra: dict[str, Any]
 
 
+class Recorder(Protocol):
+    """Told by the guard what its checks found: the flight recorder
+    (:class:`~genesis_fp16_infrastructure.training.flight.recorder.FlightRecorder`)."""
+
+    def after_check(self, guard: PrecisionGuard, trainer: Trainer) -> None: ...
+
+    def before_demotion(self, guard: PrecisionGuard, trainer: Trainer) -> None: ...
+
+
 @dataclass
 class _Check:
     step: int
@@ -250,16 +258,12 @@ class PrecisionGuard:
         # Set by a check whose interval was not spotless (the flight recorder's cue):
         # steps and overflows since start(), non-finite losses in the interval.
         self.dirty: dict[str, float] | None = None
-        self._device = torch.device("cpu")
-        self._reset_counters()
+        self.recorder: Recorder | None = None  # told after a check with dirty set, and demote()
+        # The interval's losses on the run's device: the finite ones' sum and count, and
+        # the non-finite ones'; each check reads and zeroes them.
+        self._losses = torch.zeros(3, dtype=torch.float64)
 
     # ------------------------------------------------------------------ loss watching
-
-    def _reset_counters(self) -> None:
-        def zero() -> torch.Tensor:
-            return torch.zeros((), dtype=torch.float64, device=self._device)
-
-        self._loss_sum, self._loss_count, self._nonfinite = zero(), zero(), zero()
 
     def watch_loss(
         self, loss_fn: Callable[[nn.Module, Any], torch.Tensor]
@@ -270,9 +274,7 @@ class PrecisionGuard:
             loss = loss_fn(model, batch)
             value = loss.detach().to(torch.float64).reshape(())
             finite = torch.isfinite(value)
-            self._loss_sum += torch.where(finite, value, 0.0)
-            self._loss_count += finite.to(torch.float64)
-            self._nonfinite += (~finite).to(torch.float64)
+            self._losses += torch.stack([torch.where(finite, value, 0.0), finite, ~finite])
             return loss
 
         return watched
@@ -284,8 +286,7 @@ class PrecisionGuard:
 
         ``snapshot=False`` keeps the current snapshot (the state just rolled back to).
         """
-        self._device = trainer.policy.device
-        self._reset_counters()
+        self._losses = torch.zeros(3, dtype=torch.float64, device=trainer.policy.device)
         self.pending = None
         self.dirty = None
         self._precision = trainer.policy.name
@@ -311,24 +312,26 @@ class PrecisionGuard:
             self._take_snapshot(trainer, epoch, batch)
 
     def after_step(self, trainer: Trainer, epoch: int, batch: int) -> bool:
-        """Check when a check interval ends; True when a trigger fired (see ``pending``)."""
-        if trainer.step_count % self.config.check_interval:
-            return False
-        return self._check(trainer, epoch, batch)
-
-    def boundary_check(self, trainer: Trainer, epoch: int, batch: int) -> bool:
-        """At a boundary a run can roll back to (an iteration's end): check when a check
-        interval has ended since the last check; True when a trigger fired."""
+        """At a boundary a run can roll back to (each step, or an iteration's end): check
+        when a check interval has ended since the last check; True when a trigger fired
+        (see ``pending``). Called each step, it checks every ``check_interval`` steps."""
         interval = self.config.check_interval
         if trainer.step_count // interval <= self._history[-1].step // interval:
             return False
         return self._check(trainer, epoch, batch)
 
-    @property
-    def last_rung(self) -> bool:
-        """True when the run's precision has no next one: a trigger that fires here ends
-        the run as failed instead of demoting it."""
-        return self._next is None
+    def failure(self) -> dict[str, str] | None:
+        """After a trigger fired: the run's failure (``FitResult.failure``: ``reason`` and
+        ``detail``) when its precision is the ladder's last rung, logged as an error; None
+        where a demotion answers the trigger. At the last rung a trigger fires only for a
+        run whose steps are persistently skipped: it cannot learn, and ends there."""
+        trouble = self.pending
+        if self._next is not None or trouble is None:
+            return None
+        logger.error(
+            "precision guard: %s cannot train this run: %s", self._precision, trouble.detail
+        )
+        return {"reason": trouble.reason, "detail": trouble.detail}
 
     def final_check(self, trainer: Trainer, epoch: int, batch: int) -> Trouble | None:
         """The pending trouble, or a last check of the steps since the previous one."""
@@ -338,17 +341,15 @@ class PrecisionGuard:
         return self.pending
 
     def _read(self, trainer: Trainer) -> list[float]:
-        scaler = trainer.scaler
         parts = [
             # Every skipped step, in every precision: fp16's overflows and the steps
             # bf16 and fp32 skip for a gradient that was not finite, one count.
             trainer.skipped_steps_tensor(),
-            scaler.unstable_tensor(),
-            self._loss_sum,
-            self._loss_count,
-            self._nonfinite,
+            trainer.scaler.unstable_tensor(),
         ]
-        stacked = torch.stack([p.to(self._device, torch.float64) for p in parts])
+        device = self._losses.device
+        stacked = torch.stack([p.to(device, torch.float64) for p in parts])
+        stacked = torch.cat([stacked, self._losses])
         if distributed.is_distributed():
             stacked = _agree(stacked)
         # The one host read of a check: five scalars at once.
@@ -361,9 +362,7 @@ class PrecisionGuard:
         previous = self._history[-1]
         now = _Check(step, overflows, previous.nonfinite + nonfinite)
         self._history.append(now)
-        self._loss_sum.zero_()
-        self._loss_count.zero_()
-        self._nonfinite.zero_()
+        self._losses.zero_()
         if overflows != previous.overflows or nonfinite > 0:
             since = overflows - self._start_overflows
             self.dirty = {
@@ -399,6 +398,8 @@ class PrecisionGuard:
         spotless = overflows == previous.overflows and nonfinite == 0 and not unstable
         if spotless and self._next is not None:  # the last rung never rolls back
             self._take_snapshot(trainer, epoch, batch)
+        if self.recorder is not None and self.dirty is not None:
+            self.recorder.after_check(self, trainer)  # an interval that was not spotless
         return False
 
     def _unstable(self, unstable: float, step: int) -> Trouble | None:
@@ -463,14 +464,18 @@ class PrecisionGuard:
 
     def demote(
         self,
-        policy: PrecisionPolicy,
+        trainer: Trainer,
         build_policy: Callable[[ResolvedPrecision], PrecisionPolicy],
     ) -> tuple[PrecisionPolicy, Demotion]:
         """The next precision's policy and the demotion record: :func:`decide` with the
-        ladder's next rung as the run's floor, built by ``build_policy``."""
+        ladder's next rung as the run's floor, built by ``build_policy``. The recorder, if
+        any, first bundles the step that brought it, from the troubled ``trainer``."""
         trouble, snapshot, target = self.pending, self.snapshot, self._next
         if trouble is None or snapshot is None or target is None:
             raise RuntimeError("demote() needs a fired trigger, a snapshot and a next precision")
+        if self.recorder is not None:  # before anything changes
+            self.recorder.before_demotion(self, trainer)
+        policy = trainer.policy
         reason = (
             f"precision guard demoted {policy.name} -> {target} at step {trouble.step} "
             f"({trouble.reason}: {trouble.detail}), rolled back to step {snapshot.step}; "
@@ -513,8 +518,3 @@ def _agree(counters: torch.Tensor) -> torch.Tensor:
     table = torch.stack(gathered).to(counters.device)
     peak, total = table.max(dim=0).values, table.sum(dim=0)
     return torch.cat([peak[:2], total[2:4], peak[4:]])
-
-
-def checkpoints_after(files: Sequence[Path], step_path: Path) -> list[Path]:
-    """The checkpoint files whose names sort after ``step_path`` (later steps)."""
-    return [f for f in files if f.name > step_path.name]

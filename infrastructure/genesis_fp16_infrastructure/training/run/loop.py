@@ -28,7 +28,6 @@ from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
-from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.reports import TrainingSummary
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopTracker
@@ -220,7 +219,6 @@ def run_steps(
     targets: Targets,
     loss_fn: Callable[[nn.Module, Any], torch.Tensor],
     guard: PrecisionGuard | None,
-    recorder: FlightRecorder | None = None,
 ) -> bool:
     """Run steps until the targets are reached; True if stopped early.
 
@@ -244,8 +242,6 @@ def run_steps(
             position.batch += len(group)
             if guard is not None and guard.after_step(trainer, position.epoch, position.batch):
                 return False  # fit() rolls back and demotes; the state is not checkpointed
-            if recorder is not None and guard is not None and guard.dirty is not None:
-                recorder.after_check(guard, trainer)  # an interval that was not spotless
             patience_out = validate(task, trainer, position.tracker)
             if manager is not None and cadence.due(trainer.step_count):
                 manager.save(checkpoint_state(task, trainer, options, position))
@@ -271,7 +267,6 @@ def run_iterations(
     targets: Targets,
     loss_fn: Callable[[nn.Module, Any], torch.Tensor],
     guard: PrecisionGuard | None,
-    recorder: FlightRecorder | None = None,
 ) -> bool:
     """Run whole iterations until the targets are reached; True if stopped early (False
     too when the guard fires at a boundary: ``fit()`` then demotes and calls again from
@@ -331,10 +326,8 @@ def run_iterations(
             )
         task.end_iteration(trainer, epoch)
         position.epoch, position.batch = epoch + 1, 0
-        if guard is not None and guard.boundary_check(trainer, position.epoch, 0):
+        if guard is not None and guard.after_step(trainer, position.epoch, 0):
             return False  # fit() rolls back and demotes; the state is not checkpointed
-        if recorder is not None and guard is not None and guard.dirty is not None:
-            recorder.after_check(guard, trainer)  # an interval that was not spotless
         if manager is not None and due:
             manager.save(checkpoint_state(task, trainer, options, position))
             cadence.saved()

@@ -145,10 +145,10 @@ def to_device(batch: Any, device: torch.device | str) -> Any:
     dev = torch.device(device)
     if isinstance(batch, torch.Tensor):
         return _tensor_to(batch, dev)
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a NamedTuple keeps its type
-        return type(batch)(*(to_device(item, dev) for item in batch))
     if isinstance(batch, list | tuple):
-        return type(batch)(to_device(item, dev) for item in batch)
+        moved = [to_device(item, dev) for item in batch]
+        # A NamedTuple keeps its type: its fields are arguments.
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
     if isinstance(batch, Mapping):
         return {key: to_device(value, dev) for key, value in batch.items()}
     move = getattr(batch, "to", None)

@@ -59,6 +59,33 @@ def _reference(
     fit(task, rest)
 
 
+def test_a_demotion_removes_the_checkpoints_after_its_rollback_step(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint every step: the demotion at DEMOTED_AT removes those of the steps
+    after ROLLBACK_TO (the troubled trajectory), saying so, and keeps the earlier ones."""
+    fault, guard, scaler = CASES["divergence"]
+    options = FitOptions(
+        precision="fp16",
+        steps=DEMOTED_AT,
+        checkpoint_dir=tmp_path,
+        checkpoint_steps=1,
+        keep=100,
+        guard=guard,
+        scaler=scaler,
+    )
+    with caplog.at_level("WARNING", logger="genesis_fp16_infrastructure.training.run.fit"):
+        result = fit(FaultTask(fault), options)
+    assert [(d.step, d.rollback_step) for d in result.demotions] == [(DEMOTED_AT, ROLLBACK_TO)]
+    removed = [
+        r.getMessage() for r in caplog.records if "after the rollback step" in r.getMessage()
+    ]
+    stale = range(ROLLBACK_TO + 1, DEMOTED_AT)
+    assert [m.split()[3] for m in removed] == [
+        str(CheckpointManager(tmp_path).path_for(s)) for s in stale
+    ]
+
+
 def _assert_same_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
     assert a.keys() == b.keys()
     for name in a:
