@@ -50,7 +50,7 @@ from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
 from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_held_out
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
-from genesis_fp16_infrastructure.training import CheckpointManager, EarlyStopping, FitResult, fit
+from genesis_fp16_infrastructure.training import CheckpointManager, FitResult, fit
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_checkpoint
@@ -113,7 +113,10 @@ def _train(request: TrainRequest) -> TrainResult:
         )
     if own_budget:
         epochs = options.max_epochs
-    early_stop = _early_stop(task, options, request, own_budget)
+    # Early stopping when the options ask for it (not with FSDP): it ends a run given no
+    # budget, else it only keeps the best weights.
+    stopping = options.early_stopping and not request.fsdp
+    early_stop = task.early_stopping(stop=own_budget) if stopping else None
     with clock.phase("train"):  # steps and checkpoint writes; evaluation moved out
         result = fit(
             task,
@@ -203,16 +206,6 @@ def _options(request: TrainRequest) -> TaskOptions:
     if options.final_fit == "whole" and rank_and_world()[1] > 1:
         raise TrainRequestError("final_fit='whole': one process only, not under torchrun")
     return options
-
-
-def _early_stop(
-    task: WorldModelTask, options: TaskOptions, request: TrainRequest, stop: bool
-) -> EarlyStopping | None:
-    """The task's early stopping, when its options ask for it (not with FSDP); ``stop``:
-    it ends the run (no budget given), else it only keeps the best weights."""
-    if options.early_stopping and not request.fsdp:
-        return task.early_stopping(stop=stop)
-    return None
 
 
 def _drift(
