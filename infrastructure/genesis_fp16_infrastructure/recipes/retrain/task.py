@@ -291,7 +291,7 @@ class WorldModelTask(WorldModelStep):
         # Early stopping's record holds on these records alone: the distinct id hashes of
         # the training and validation parts (since issue 36; the ids' text, sorted, before:
         # a checkpoint of then starts a new record once).
-        hashes = [_id_hashes(data, part) for part in (train, split.validation)]
+        hashes = [columns.id_hash[columns.labelled[p]] for p in (train, split.validation)]
         # The ids it trains on (training and validation parts), the checkpoint's
         # "trained_ids" (contract.judging): the judged run checks none is held out. Kept
         # as their hashes, one tensor: each checkpoint saves it, and each judged run loads
@@ -383,17 +383,17 @@ class WorldModelTask(WorldModelStep):
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Held-out metrics (out-of-fold when cross-validated); the AUC with its 95%
         interval and the number of records it is measured on."""
-        start = time.perf_counter()
-        try:
-            return _metrics(self._predict(model, self.eval_data), self.eval_data)
-        finally:
-            self.eval_seconds += time.perf_counter() - start
+        return self._measure(model, self.eval_data)
 
     def validate(self, model: nn.Module) -> dict[str, float]:
         """The same metrics on the validation part: early stopping's yardstick."""
+        return self._measure(model, self.validation_data)
+
+    def _measure(self, model: nn.Module, data: Batch) -> dict[str, float]:
+        """The metrics on ``data``, the time they take counted in ``eval_seconds``."""
         start = time.perf_counter()
         try:
-            return _metrics(self._predict(model, self.validation_data), self.validation_data)
+            return _metrics(self._predict(model, data), data)
         finally:
             self.eval_seconds += time.perf_counter() - start
 
@@ -436,11 +436,6 @@ class WorldModelTask(WorldModelStep):
                 "checkpoint's encoder (WorldModelTask(saved=...)) or start a fresh checkpoint "
                 "folder"
             )
-
-
-def _id_hashes(data: ReadResult, rows: np.ndarray) -> np.ndarray:
-    """The record id hashes of a part, from the columns at its rows."""
-    return data.columns.id_hash[data.columns.labelled[rows]]
 
 
 def _model_config(
