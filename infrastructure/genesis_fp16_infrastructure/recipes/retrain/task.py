@@ -246,17 +246,8 @@ class WorldModelTask(WorldModelStep):
         # The unscaled numeric features of every example, computed once from the read's
         # columns (issue 36: no object per record): each part takes its rows, and the drift
         # report and the promotion gate take them after the run (take_numeric_rows).
-        self._numeric_rows: torch.Tensor | None = None
-
-        def inputs(rows: np.ndarray) -> tuple[Categorical, torch.Tensor, torch.Tensor, Labels]:
-            """The part's categorical columns, numbers (every example's, with the part's
-            rows in them), and labels."""
-            if self._numeric_rows is None:
-                self._numeric_rows = pool_numeric(columns, columns.labelled)
-            categorical = Categorical.of_rows(columns, columns.labelled[rows])
-            picks = torch.from_numpy(rows)
-            return categorical, self._numeric_rows, picks, Labels.of_rows(columns, rows)
-
+        numeric = pool_numeric(columns, columns.labelled)
+        self._numeric_rows: torch.Tensor | None = numeric
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             try:
                 self.encoder = FeatureEncoder.from_state(saved["encoder"])
@@ -264,13 +255,11 @@ class WorldModelTask(WorldModelStep):
                 raise TrainRequestError(f"cannot resume this checkpoint: {exc}") from exc
             config = ModelConfig.from_dict(saved["model"])
         else:
-            categorical, numeric, picks, labels = inputs(train)
             self.encoder = FeatureEncoder.fit_parts(
-                categorical,
-                numeric[picks],
-                labels.success.tolist(),
+                Categorical.of_rows(columns, columns.labelled[train]),
+                numeric[torch.from_numpy(train)],  # the part's copy, freed after the fit
+                columns.success[train].tolist(),
             )
-            del categorical, numeric, picks, labels  # the part's copy of its numbers
             # A member trains on all folds but one: its width follows that many records.
             member_records = len(train) * (self.members - 1) // self.members or len(train)
             config = _model_config(options, self.encoder.n_features, member_records, self.members)
@@ -280,9 +269,9 @@ class WorldModelTask(WorldModelStep):
         def batch(part: np.ndarray) -> Batch:
             if id(part) not in encoded:
                 folds = split.folds if split.fold_count and part is train else None
-                categorical, numeric, picks, labels = inputs(part)
-                x = self.encoder.encode_parts(categorical, numeric, picks)
-                encoded[id(part)] = batch_of(x, labels, folds).to(device)
+                categorical = Categorical.of_rows(columns, columns.labelled[part])
+                x = self.encoder.encode_parts(categorical, numeric, torch.from_numpy(part))
+                encoded[id(part)] = batch_of(x, Labels.of_rows(columns, part), folds).to(device)
             return encoded[id(part)]
 
         self.train_data = batch(train)
@@ -323,7 +312,7 @@ class WorldModelTask(WorldModelStep):
 
     def take_numeric_rows(self) -> torch.Tensor | None:
         """The unscaled numeric features of every record of the task's data, in its order
-        (None when the task did not need them); the task keeps no reference afterwards."""
+        (None once taken); the task keeps no reference afterwards."""
         rows, self._numeric_rows = self._numeric_rows, None
         return rows
 
