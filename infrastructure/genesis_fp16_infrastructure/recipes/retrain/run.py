@@ -47,7 +47,6 @@ from genesis_fp16_infrastructure.recipes.retrain.freshness import (
 )
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
-from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_held_out
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import CheckpointManager, FitResult, fit
@@ -220,9 +219,7 @@ def _drift(
     change), logged when flagged."""
     if served is None or change is None or change.unchanged:
         return None
-    with clock.phase("drift"):
-        if numeric is None:
-            numeric = pool_numeric(data.columns, data.columns.labelled)
+    with clock.phase("drift"):  # drift_report builds the numbers when the task gave none
         seen = DataFingerprint.from_state(served.get("data"))
         drift = drift_report(data.columns, seen, request.seed, numeric)
     if drift is not None:
