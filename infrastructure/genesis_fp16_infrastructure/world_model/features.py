@@ -414,14 +414,10 @@ def _agent_rates(
     size = len(agents.values)
     totals = np.bincount(agents.codes, minlength=size).tolist()
     wins = np.bincount(agents.codes[won_flags], minlength=size).tolist()
-    counts = {
-        agent: (won, total)
-        for agent, won, total in zip(agents.values, wins, totals, strict=True)
-        if total
-    }
     rates = tuple(
         (agent, (won + AGENT_PRIOR * base) / (total + AGENT_PRIOR))
-        for agent, (won, total) in sorted(counts.items())
+        for agent, won, total in sorted(zip(agents.values, wins, totals, strict=True))
+        if total
     )
     return base, rates
 
