@@ -331,7 +331,7 @@ def numeric_columns(attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.T
     (``AttemptInput.own``, kept by the record cache), else are worked out here; its
     lineage numbers are the pool's, worked out for all attempts at once in arrays
     (``world_model.lineage_columns``), or record by record where those cannot."""
-    pool = _as_pool(pool)
+    pool = pool if isinstance(pool, Pool) else Pool.from_scores(pool)
     n = len(attempts)
     out = torch.empty((n, len(NUMERIC_FEATURES)), dtype=torch.float64)
     if not n:
@@ -390,10 +390,6 @@ def _one_hot(values: Coded, vocabulary: Sequence[str], other: bool) -> torch.Ten
     missing = len(vocabulary)
     rows = torch.eye(missing + 1, dtype=torch.float64)[:, : missing + other]
     return rows[[index.get(v, missing) for v in values.values]][torch.from_numpy(values.codes)]
-
-
-def _as_pool(pool: PoolLike) -> Pool:
-    return pool if isinstance(pool, Pool) else Pool.from_scores(pool)
 
 
 def _logit(p: float) -> float:

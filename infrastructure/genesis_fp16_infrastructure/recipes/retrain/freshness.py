@@ -280,7 +280,8 @@ def _up_to_date_result(
     # The trained run's measurements, not this one's: its peak memory by phase, its
     # record cache's counts (and its calibration, below); and the copies of the typed
     # fields a record kept before issue 53.
-    extra = _without(served.extra, "peak_rss_mib", "record_cache", *_COPIES)
+    dropped = ("peak_rss_mib", "record_cache", *_COPIES)
+    extra = {k: v for k, v in served.extra.items() if k not in dropped}
     # The precision the settings ask now: the served model's run asked its own (a
     # rollback to fp32 since must not read "up_to_date in bf16", for the old reason).
     return dataclasses.replace(
@@ -305,10 +306,6 @@ def _up_to_date_result(
 
 
 _COPIES = ("data", "phases", "gate", "drift", "early_stop", "precision_calibration")
-
-
-def _without(extra: Mapping[str, Any], *names: str) -> dict[str, Any]:
-    return {k: v for k, v in extra.items() if k not in names}
 
 
 def _served(request: TrainRequest, pointer: ServedPointer | None) -> Path | None:
