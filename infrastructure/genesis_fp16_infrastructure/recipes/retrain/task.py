@@ -59,7 +59,7 @@ from genesis_fp16_infrastructure.recipes.retrain.split import (
     judged_held_out,
 )
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
-from genesis_fp16_infrastructure.training.run.task import index_to
+from genesis_fp16_infrastructure.training.run.task import index_to, to_device
 from genesis_fp16_infrastructure.world_model.features import (
     Categorical,
     FeatureEncoder,
@@ -93,9 +93,6 @@ class Batch(NamedTuple):
     score_known: torch.Tensor
     outcome: torch.Tensor
     fold: torch.Tensor  # each record's fold when cross-validated, else 0
-
-    def to(self, device: torch.device | str) -> Batch:
-        return Batch(*(t.to(device) for t in self))
 
     def take(self, index: torch.Tensor) -> Batch:
         return Batch(*(t[index] for t in self))
@@ -271,7 +268,8 @@ class WorldModelTask(WorldModelStep):
                 folds = split.folds if split.fold_count and part is train else None
                 categorical = Categorical.of_rows(columns, columns.labelled[part])
                 x = self.encoder.encode_parts(categorical, numeric, torch.from_numpy(part))
-                encoded[id(part)] = batch_of(x, Labels.of_rows(columns, part), folds).to(device)
+                labels = Labels.of_rows(columns, part)
+                encoded[id(part)] = to_device(batch_of(x, labels, folds), device)
             return encoded[id(part)]
 
         self.train_data = batch(train)
