@@ -46,7 +46,6 @@ from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, finger
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.schema import (
-    OUTCOMES,
     SCHEMA_VERSION,
     Example,
 )
@@ -119,7 +118,7 @@ class Labels(NamedTuple):
             np.array([x.success for x in labels], dtype=np.bool_).reshape(n),
             np.array([0.0 if v is None else v for v in scores], dtype=np.float64).reshape(n),
             np.array([v is not None for v in scores], dtype=np.bool_).reshape(n),
-            np.array([_OUTCOME[x.outcome] for x in labels], dtype=np.int64).reshape(n),
+            np.array([x.outcome_index for x in labels], dtype=np.int64).reshape(n),
         )
 
     @classmethod
@@ -146,9 +145,6 @@ def batch_of(x: torch.Tensor, labels: Labels, folds: Sequence[int] | None = None
         outcome=torch.from_numpy(labels.outcome.astype(np.int64)),
         fold=torch.tensor(folds if folds is not None else [0] * n, dtype=torch.long).reshape(n),
     )
-
-
-_OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}  # Label.outcome_index, looked up
 
 
 class WorldModelStep:
