@@ -79,11 +79,16 @@ def train(request: TrainRequest) -> TrainResult:
 
 
 def _train(request: TrainRequest) -> TrainResult:
-    options = _options(request)
+    if request.data_path is None:  # a request this recipe cannot run: refused in one line
+        raise TrainRequestError(
+            f"{request.agent} needs a data path: generate one with generate_sample_data"
+        )
+    options = TaskOptions.from_mapping(request.options)
     whole = options.final_fit == "whole"
+    if whole and rank_and_world()[1] > 1:
+        raise TrainRequestError("final_fit='whole': one process only, not under torchrun")
     clock = PhaseClock()  # issue 36: where the run's time goes (the result's phases)
     manifest = _scan(request)
-    assert request.data_path is not None  # _options refused a request without one
     candidate = Path(request.checkpoint_dir)
     with clock.phase("check"):
         served, saved, loaded = _served_copy(candidate, request)
@@ -193,18 +198,6 @@ def _served_copy(
     for path in (newest, digest_path(newest), summary_path(newest)):
         path.unlink(missing_ok=True)  # a copy: the served model's own files stay
     return state, None, None
-
-
-def _options(request: TrainRequest) -> TaskOptions:
-    """The request's task options; a request this recipe cannot run refused in one line."""
-    if request.data_path is None:
-        raise TrainRequestError(
-            f"{request.agent} needs a data path: generate one with generate_sample_data"
-        )
-    options = TaskOptions.from_mapping(request.options)
-    if options.final_fit == "whole" and rank_and_world()[1] > 1:
-        raise TrainRequestError("final_fit='whole': one process only, not under torchrun")
-    return options
 
 
 def _drift(
