@@ -52,11 +52,7 @@ def grade_at_most(value: float, green: float, amber: float) -> Colour:
 
 def grade_at_least(value: float, green: float, amber: float) -> Colour:
     """Grade a measure where larger is better (a cosine); NaN means not applicable."""
-    if math.isnan(value):
-        return "n/a"
-    if value >= green:
-        return "green"
-    return "amber" if value >= amber else "red"
+    return grade_at_most(-value, -green, -amber)  # negation is exact: the same comparisons
 
 
 @dataclass(frozen=True)

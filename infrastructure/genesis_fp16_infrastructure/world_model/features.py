@@ -155,15 +155,10 @@ class FeatureEncoder:
         successes: Sequence[bool] | None = None,
         max_tools: int = 32,
         max_patterns: int = 16,
-        numeric: torch.Tensor | None = None,
     ) -> FeatureEncoder:
         """Learn the vocabularies, the numeric features' mean and spread and, given the
-        attempts' ``successes``, the per-agent base rates from ``attempts``.
-
-        ``numeric`` is :func:`numeric_columns` of the same attempts and pool when the
-        caller has it already (the task computes it once per part, for fit and encode)."""
-        if numeric is None:
-            numeric = numeric_columns(attempts, _as_pool(pool))
+        attempts' ``successes``, the per-agent base rates from ``attempts``."""
+        numeric = numeric_columns(attempts, pool)
         return cls.fit_parts(Categorical.of(attempts), numeric, successes, max_tools, max_patterns)
 
     @classmethod
@@ -336,7 +331,7 @@ def numeric_columns(attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.T
     (``AttemptInput.own``, kept by the record cache), else are worked out here; its
     lineage numbers are the pool's, worked out for all attempts at once in arrays
     (``world_model.lineage_columns``), or record by record where those cannot."""
-    pool = _as_pool(pool)
+    pool = pool if isinstance(pool, Pool) else Pool.from_scores(pool)
     n = len(attempts)
     out = torch.empty((n, len(NUMERIC_FEATURES)), dtype=torch.float64)
     if not n:
@@ -389,19 +384,12 @@ def numeric_rows(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor | None:
 
 def _one_hot(values: Coded, vocabulary: Sequence[str], other: bool) -> torch.Tensor:
     """A 1.0 in the column of each value's word; with ``other``, a last column that is 1.0
-    where the value is in no column (the empty pattern included)."""
+    where the value is in no column (the empty pattern included). A row per distinct
+    value, then each attempt's looked up by its code, as for the tools."""
     index = {word: i for i, word in enumerate(vocabulary)}
     missing = len(vocabulary)
-    table = torch.tensor([index.get(v, missing) for v in values.values], dtype=torch.long)
-    codes = table.reshape(len(values.values))[torch.from_numpy(values.codes)]
-    width = len(vocabulary) + (1 if other else 0)
-    out = torch.zeros((len(codes), width + (0 if other else 1)), dtype=torch.float64)
-    out[torch.arange(len(codes)), codes] = 1.0
-    return out if other else out[:, :missing]
-
-
-def _as_pool(pool: PoolLike) -> Pool:
-    return pool if isinstance(pool, Pool) else Pool.from_scores(pool)
+    rows = torch.eye(missing + 1, dtype=torch.float64)[:, : missing + other]
+    return rows[[index.get(v, missing) for v in values.values]][torch.from_numpy(values.codes)]
 
 
 def _logit(p: float) -> float:
@@ -422,14 +410,10 @@ def _agent_rates(
     size = len(agents.values)
     totals = np.bincount(agents.codes, minlength=size).tolist()
     wins = np.bincount(agents.codes[won_flags], minlength=size).tolist()
-    counts = {
-        agent: (won, total)
-        for agent, won, total in zip(agents.values, wins, totals, strict=True)
-        if total
-    }
     rates = tuple(
         (agent, (won + AGENT_PRIOR * base) / (total + AGENT_PRIOR))
-        for agent, (won, total) in sorted(counts.items())
+        for agent, won, total in sorted(zip(agents.values, wins, totals, strict=True))
+        if total
     )
     return base, rates
 

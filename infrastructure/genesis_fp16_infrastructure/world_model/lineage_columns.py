@@ -10,7 +10,7 @@ attempt's ``LINEAGE_FEATURES`` one record at a time (``Pool.lineage`` and
   become arrays once per :class:`~genesis_fp16_infrastructure.data.lineage.Pool`
   (:func:`pool_index`, kept while the pool lives);
 * a mean is a sum taken in the record-at-a-time order, one position at a time across all
-  attempts (:func:`_ordered_sums`), so that it rounds as Python's ``sum`` did; a
+  attempts (:func:`_ordered_means`), so that it rounds as Python's ``sum`` did; a
   ``log1p`` of a count is looked up from ``math.log1p``;
 * depths are worked out a generation at a time, each record once all its parents are
   (Kahn's order).
@@ -231,17 +231,14 @@ def _parent_scores(
     known = _in_pool(index, parent)
     known[known] = index.scored[parent[known]]
     owner, values = owner[known], index.score[parent[known]]
-    sums, counts = _ordered_sums(owner, values, m)
-    have = counts > 0
+    mean, counts = _ordered_means(owner, values, m)
     heads = np.flatnonzero(_firsts(owner))
     high = np.full(m, _UNKNOWN)
     low = np.full(m, _UNKNOWN)
     if len(owner):
         high[owner[heads]] = np.maximum.reduceat(values, heads)
         low[owner[heads]] = np.minimum.reduceat(values, heads)
-    mean = np.full(m, _UNKNOWN)
-    mean[have] = sums[have] / counts[have]
-    return [mean, high, low, have.astype(np.float64)]
+    return [mean, high, low, (counts > 0).astype(np.float64)]
 
 
 def _depth(
@@ -271,11 +268,8 @@ def _grandparents(
     grand_owner, grand = pairs // index.size, pairs % index.size
     values = index.score[grand]
     order = np.lexsort((values, grand_owner))
-    sums, counts = _ordered_sums(grand_owner[order], values[order], m)
-    have = counts > 0
-    mean = np.full(m, _UNKNOWN)
-    mean[have] = sums[have] / counts[have]
-    return [mean, have.astype(np.float64)]
+    mean, counts = _ordered_means(grand_owner[order], values[order], m)
+    return [mean, (counts > 0).astype(np.float64)]
 
 
 def _siblings(
@@ -305,11 +299,9 @@ def _siblings(
     sib_owner, sib, met = sib_owner[earlier], sib[earlier], met[earlier]
     order = np.lexsort((met, sib_owner))
     sib_owner, values = sib_owner[order], index.score[sib[order]]
-    sums, counts = _ordered_sums(sib_owner, values, m)
+    mean, counts = _ordered_means(sib_owner, values, m)
     wins = np.bincount(sib_owner[values >= SUCCESS_THRESHOLD], minlength=m)
     have = counts > 0
-    mean = np.full(m, _UNKNOWN)
-    mean[have] = sums[have] / counts[have]
     share = np.zeros(m)
     share[have] = wins[have] / counts[have]
     return [_log1p(counts), mean, share]
@@ -357,21 +349,24 @@ def _in_pool(index: PoolIndex, ids: np.ndarray) -> np.ndarray:
     return (ids >= 0) & (ids < index.records)
 
 
-def _ordered_sums(owner: np.ndarray, values: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each owner's sum of its values (``owner`` sorted, values in order) added left to
-    right, as Python's ``sum`` adds (numpy's own sum pairs its terms up), and its count.
-    One pass per position: as many passes as the longest list."""
+def _ordered_means(owner: np.ndarray, values: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each owner's mean of its values (``owner`` sorted, values in order; 0.5 with none),
+    their sum added left to right, as Python's ``sum`` adds (numpy's own sum pairs its
+    terms up), and its count. One pass per position: as many as the longest list."""
     counts = np.bincount(owner, minlength=m)
     sums = np.zeros(m)
+    mean = np.full(m, _UNKNOWN)
     if not len(owner):
-        return sums, counts
+        return mean, counts
     starts = np.cumsum(counts) - counts
     longest_first = np.argsort(-counts, kind="stable")
     ranked = counts[longest_first]
     for position in range(int(ranked[0])):
         rows = longest_first[: int(np.searchsorted(-ranked, -position, side="left"))]
         sums[rows] += values[starts[rows] + position]
-    return sums, counts
+    have = counts > 0
+    mean[have] = sums[have] / counts[have]
+    return mean, counts
 
 
 def _log1p(counts: np.ndarray) -> np.ndarray:

@@ -13,15 +13,7 @@ import torch
 
 def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     """Area under the ROC curve (Mann-Whitney, ties count half); NaN with one class only."""
-    scores = scores.detach().double().flatten()
-    labels = labels.detach().flatten() > 0.5
-    positives = int(labels.sum())
-    negatives = labels.numel() - positives
-    if positives == 0 or negatives == 0:
-        return math.nan
-    ranks = _average_ranks(scores)
-    rank_sum = float(ranks[labels].sum())
-    return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
+    return auc_with_interval(scores, labels)[0]
 
 
 def auc_with_interval(
@@ -36,12 +28,14 @@ def auc_with_interval(
     >>> 0.0 <= low < value < high <= 1.0
     True
     """
-    value = auc(scores, labels)
-    if math.isnan(value):
-        return value, math.nan, math.nan
+    scores = scores.detach().double().flatten()
     labels = labels.detach().flatten() > 0.5
     n_pos = int(labels.sum())
     n_neg = labels.numel() - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return math.nan, math.nan, math.nan
+    rank_sum = float(_average_ranks(scores)[labels].sum())
+    value = (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
     q1, q2 = value / (2 - value), 2 * value * value / (1 + value)
     var = (value * (1 - value) + (n_pos - 1) * (q1 - value**2) + (n_neg - 1) * (q2 - value**2)) / (
         n_pos * n_neg

@@ -136,14 +136,12 @@ class WorldModelEnsemble(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         if config.members < 2:
             raise ValueError(f"an ensemble needs at least 2 members, got {config}")
+        super().__init__()
+        self.config = config
         # Built as that many WorldModels, one after another, then stacked: the same
         # initial weights (and random draws) as the loop layout had.
         one = replace(config, members=1)
-        self._stack([WorldModel(one) for _ in range(config.members)], config)
-
-    def _stack(self, members: Sequence[WorldModel], config: ModelConfig) -> None:
-        nn.Module.__init__(self)
-        self.config = config
+        members = [WorldModel(one) for _ in range(config.members)]
         self.trunk = nn.Sequential(
             *(_stacked(layers) for layers in zip(*(m.trunk for m in members), strict=True))
         )

@@ -93,8 +93,7 @@ def check_data(request: TrainRequest) -> DataCheck:
     start = time.perf_counter()
     if request.data_path is None:
         return DataCheck(None)
-    pointer = _pointer(request)
-    served = _served(request, pointer)
+    pointer, served = _served(request)
     folder = None if served is None else served.parent
     record = None if folder is None else data_manifest.load(folder)
     before = Manifest.from_json(record.get("manifest")) if record else None
@@ -170,17 +169,6 @@ def _read_by_the_last_judged(
         + (" (the served model is pinned)" if pointer.pinned is not None else ""),
         result,
     )
-
-
-def _pointer(request: TrainRequest) -> ServedPointer | None:
-    """The served-model pointer, as the plan read it (the request's snapshot) or now."""
-    snapshot = request.snapshot
-    if snapshot is not None:
-        return snapshot.pointer if snapshot.pointer_error is None else None
-    try:
-        return read_pointer(Path(request.checkpoint_dir))
-    except (OSError, ServedPointerError):
-        return None
 
 
 def _unchanged(files: int, hashed: int) -> str:
@@ -280,7 +268,8 @@ def _up_to_date_result(
     # The trained run's measurements, not this one's: its peak memory by phase, its
     # record cache's counts (and its calibration, below); and the copies of the typed
     # fields a record kept before issue 53.
-    extra = _without(served.extra, "peak_rss_mib", "record_cache", *_COPIES)
+    dropped = ("peak_rss_mib", "record_cache", *_COPIES)
+    extra = {k: v for k, v in served.extra.items() if k not in dropped}
     # The precision the settings ask now: the served model's run asked its own (a
     # rollback to fp32 since must not read "up_to_date in bf16", for the old reason).
     return dataclasses.replace(
@@ -307,17 +296,19 @@ def _up_to_date_result(
 _COPIES = ("data", "phases", "gate", "drift", "early_stop", "precision_calibration")
 
 
-def _without(extra: Mapping[str, Any], *names: str) -> dict[str, Any]:
-    return {k: v for k, v in extra.items() if k not in names}
-
-
-def _served(request: TrainRequest, pointer: ServedPointer | None) -> Path | None:
-    """The checkpoint ``pointer`` (:func:`_pointer`'s) names; None when none is served or
-    the pointer is unusable (the run reads the pool, and reports it)."""
+def _served(request: TrainRequest) -> tuple[ServedPointer | None, Path | None]:
+    """The served-model pointer, as the plan read it (the request's snapshot) or now, and
+    the checkpoint it names; None for either when there is none or it is unusable (the
+    run reads the pool, and reports it)."""
+    folder, snapshot, pointer = Path(request.checkpoint_dir), request.snapshot, None
     try:
-        return None if pointer is None else checkpoint_of(Path(request.checkpoint_dir), pointer)
+        if snapshot is None:
+            pointer = read_pointer(folder)
+        elif snapshot.pointer_error is None:
+            pointer = snapshot.pointer
+        return pointer, None if pointer is None else checkpoint_of(folder, pointer)
     except (OSError, ServedPointerError):
-        return None
+        return pointer, None
 
 
 def _served_checkpoint_unchanged(recorded: Any, served: Path | None) -> bool:

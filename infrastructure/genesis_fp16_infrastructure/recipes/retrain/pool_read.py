@@ -43,15 +43,6 @@ def max_pool_setting(agent: str) -> str:
     return f"GENESIS_FP16_AGENTS__{agent.upper()}__OPTIONS__MAX_POOL_BYTES"
 
 
-def default_max_pool_bytes(memory: int | None = None) -> int:
-    """The pool bytes a run may read when the option is unset: ``memory`` (the run's
-    memory limit; None: this machine's memory, or its cgroup limit) / POOL_MEMORY_FACTOR::
-
-        default_max_pool_bytes(10 * 2**30) == 2**30
-    """
-    return (machine_memory_bytes() if memory is None else memory) // POOL_MEMORY_FACTOR
-
-
 def read_pool(
     path: Path,
     options: TaskOptions,
@@ -67,7 +58,7 @@ def read_pool(
     limit = options.max_pool_bytes
     if limit is None:
         memory = machine_memory_bytes() if memory_limit is None else memory_limit
-        limit = default_max_pool_bytes(memory)
+        limit = memory // POOL_MEMORY_FACTOR
         whose = (
             "the run's memory limit (GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES)"
             if memory_limit is not None

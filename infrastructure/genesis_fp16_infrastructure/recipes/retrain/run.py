@@ -47,10 +47,9 @@ from genesis_fp16_infrastructure.recipes.retrain.freshness import (
 )
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
-from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_held_out
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
-from genesis_fp16_infrastructure.training import CheckpointManager, EarlyStopping, FitResult, fit
+from genesis_fp16_infrastructure.training import CheckpointManager, FitResult, fit
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_checkpoint
@@ -80,11 +79,16 @@ def train(request: TrainRequest) -> TrainResult:
 
 
 def _train(request: TrainRequest) -> TrainResult:
-    options = _options(request)
+    if request.data_path is None:  # a request this recipe cannot run: refused in one line
+        raise TrainRequestError(
+            f"{request.agent} needs a data path: generate one with generate_sample_data"
+        )
+    options = TaskOptions.from_mapping(request.options)
     whole = options.final_fit == "whole"
+    if whole and rank_and_world()[1] > 1:
+        raise TrainRequestError("final_fit='whole': one process only, not under torchrun")
     clock = PhaseClock()  # issue 36: where the run's time goes (the result's phases)
     manifest = _scan(request)
-    assert request.data_path is not None  # _options refused a request without one
     candidate = Path(request.checkpoint_dir)
     with clock.phase("check"):
         served, saved, loaded = _served_copy(candidate, request)
@@ -113,7 +117,10 @@ def _train(request: TrainRequest) -> TrainResult:
         )
     if own_budget:
         epochs = options.max_epochs
-    early_stop = _early_stop(task, options, request, own_budget)
+    # Early stopping when the options ask for it (not with FSDP): it ends a run given no
+    # budget, else it only keeps the best weights.
+    stopping = options.early_stopping and not request.fsdp
+    early_stop = task.early_stopping(stop=own_budget) if stopping else None
     with clock.phase("train"):  # steps and checkpoint writes; evaluation moved out
         result = fit(
             task,
@@ -193,28 +200,6 @@ def _served_copy(
     return state, None, None
 
 
-def _options(request: TrainRequest) -> TaskOptions:
-    """The request's task options; a request this recipe cannot run refused in one line."""
-    if request.data_path is None:
-        raise TrainRequestError(
-            f"{request.agent} needs a data path: generate one with generate_sample_data"
-        )
-    options = TaskOptions.from_mapping(request.options)
-    if options.final_fit == "whole" and rank_and_world()[1] > 1:
-        raise TrainRequestError("final_fit='whole': one process only, not under torchrun")
-    return options
-
-
-def _early_stop(
-    task: WorldModelTask, options: TaskOptions, request: TrainRequest, stop: bool
-) -> EarlyStopping | None:
-    """The task's early stopping, when its options ask for it (not with FSDP); ``stop``:
-    it ends the run (no budget given), else it only keeps the best weights."""
-    if options.early_stopping and not request.fsdp:
-        return task.early_stopping(stop=stop)
-    return None
-
-
 def _drift(
     request: TrainRequest,
     data: ReadResult,
@@ -227,9 +212,7 @@ def _drift(
     change), logged when flagged."""
     if served is None or change is None or change.unchanged:
         return None
-    with clock.phase("drift"):
-        if numeric is None:
-            numeric = pool_numeric(data.columns, data.columns.labelled)
+    with clock.phase("drift"):  # drift_report builds the numbers when the task gave none
         seen = DataFingerprint.from_state(served.get("data"))
         drift = drift_report(data.columns, seen, request.seed, numeric)
     if drift is not None:

@@ -99,14 +99,6 @@ def _known(version: int) -> int:
     return version
 
 
-def split_version(saved: Mapping[str, Any] | None) -> int:
-    """The split hash a checkpoint's state was drawn with (1 before it was kept), or this
-    build's for a fresh run."""
-    if saved is None:
-        return SPLIT_HASH
-    return int((saved.get("split") or {}).get("hash", 1))
-
-
 def _id_hashes(ids: Sequence[str], seed: int, salt: str) -> list[int]:
     """A stable 64-bit hash of (seed, salt, id) for each id, the held-out split's and the
     folds', in one loop (a million ids: one pass of blake2b)."""
@@ -194,8 +186,9 @@ def choose_split(
     on as it began), unless ``cross_validation`` explicitly asks for the other."""
     cross = options.cross_validated(data.labelled)
     folds = options.folds
-    version = split_version(saved)
+    version = SPLIT_HASH  # a fresh run's; a checkpoint's own below (1 before it was kept)
     if saved is not None:
+        version = int((saved.get("split") or {}).get("hash", 1))
         members = int(saved["model"].get("members", 1))
         asked = options.cross_validation
         if asked is not None and asked != (members > 1):

@@ -46,7 +46,6 @@ from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, finger
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.schema import (
-    OUTCOMES,
     SCHEMA_VERSION,
     Example,
 )
@@ -59,7 +58,7 @@ from genesis_fp16_infrastructure.recipes.retrain.split import (
     judged_held_out,
 )
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
-from genesis_fp16_infrastructure.training.run.task import index_to
+from genesis_fp16_infrastructure.training.run.task import index_to, to_device
 from genesis_fp16_infrastructure.world_model.features import (
     Categorical,
     FeatureEncoder,
@@ -94,9 +93,6 @@ class Batch(NamedTuple):
     outcome: torch.Tensor
     fold: torch.Tensor  # each record's fold when cross-validated, else 0
 
-    def to(self, device: torch.device | str) -> Batch:
-        return Batch(*(t.to(device) for t in self))
-
     def take(self, index: torch.Tensor) -> Batch:
         return Batch(*(t[index] for t in self))
 
@@ -122,7 +118,7 @@ class Labels(NamedTuple):
             np.array([x.success for x in labels], dtype=np.bool_).reshape(n),
             np.array([0.0 if v is None else v for v in scores], dtype=np.float64).reshape(n),
             np.array([v is not None for v in scores], dtype=np.bool_).reshape(n),
-            np.array([_OUTCOME[x.outcome] for x in labels], dtype=np.int64).reshape(n),
+            np.array([x.outcome_index for x in labels], dtype=np.int64).reshape(n),
         )
 
     @classmethod
@@ -149,9 +145,6 @@ def batch_of(x: torch.Tensor, labels: Labels, folds: Sequence[int] | None = None
         outcome=torch.from_numpy(labels.outcome.astype(np.int64)),
         fold=torch.tensor(folds if folds is not None else [0] * n, dtype=torch.long).reshape(n),
     )
-
-
-_OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}  # Label.outcome_index, looked up
 
 
 class WorldModelStep:
@@ -246,17 +239,8 @@ class WorldModelTask(WorldModelStep):
         # The unscaled numeric features of every example, computed once from the read's
         # columns (issue 36: no object per record): each part takes its rows, and the drift
         # report and the promotion gate take them after the run (take_numeric_rows).
-        self._numeric_rows: torch.Tensor | None = None
-
-        def inputs(rows: np.ndarray) -> tuple[Categorical, torch.Tensor, torch.Tensor, Labels]:
-            """The part's categorical columns, numbers (every example's, with the part's
-            rows in them), and labels."""
-            if self._numeric_rows is None:
-                self._numeric_rows = pool_numeric(columns, columns.labelled)
-            categorical = Categorical.of_rows(columns, columns.labelled[rows])
-            picks = torch.from_numpy(rows)
-            return categorical, self._numeric_rows, picks, Labels.of_rows(columns, rows)
-
+        numeric = pool_numeric(columns, columns.labelled)
+        self._numeric_rows: torch.Tensor | None = numeric
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             try:
                 self.encoder = FeatureEncoder.from_state(saved["encoder"])
@@ -264,13 +248,11 @@ class WorldModelTask(WorldModelStep):
                 raise TrainRequestError(f"cannot resume this checkpoint: {exc}") from exc
             config = ModelConfig.from_dict(saved["model"])
         else:
-            categorical, numeric, picks, labels = inputs(train)
             self.encoder = FeatureEncoder.fit_parts(
-                categorical,
-                numeric[picks],
-                labels.success.tolist(),
+                Categorical.of_rows(columns, columns.labelled[train]),
+                numeric[torch.from_numpy(train)],  # the part's copy, freed after the fit
+                columns.success[train].tolist(),
             )
-            del categorical, numeric, picks, labels  # the part's copy of its numbers
             # A member trains on all folds but one: its width follows that many records.
             member_records = len(train) * (self.members - 1) // self.members or len(train)
             config = _model_config(options, self.encoder.n_features, member_records, self.members)
@@ -280,9 +262,10 @@ class WorldModelTask(WorldModelStep):
         def batch(part: np.ndarray) -> Batch:
             if id(part) not in encoded:
                 folds = split.folds if split.fold_count and part is train else None
-                categorical, numeric, picks, labels = inputs(part)
-                x = self.encoder.encode_parts(categorical, numeric, picks)
-                encoded[id(part)] = batch_of(x, labels, folds).to(device)
+                categorical = Categorical.of_rows(columns, columns.labelled[part])
+                x = self.encoder.encode_parts(categorical, numeric, torch.from_numpy(part))
+                labels = Labels.of_rows(columns, part)
+                encoded[id(part)] = to_device(batch_of(x, labels, folds), device)
             return encoded[id(part)]
 
         self.train_data = batch(train)
@@ -291,7 +274,7 @@ class WorldModelTask(WorldModelStep):
         # Early stopping's record holds on these records alone: the distinct id hashes of
         # the training and validation parts (since issue 36; the ids' text, sorted, before:
         # a checkpoint of then starts a new record once).
-        hashes = [_id_hashes(data, part) for part in (train, split.validation)]
+        hashes = [columns.id_hash[columns.labelled[p]] for p in (train, split.validation)]
         # The ids it trains on (training and validation parts), the checkpoint's
         # "trained_ids" (contract.judging): the judged run checks none is held out. Kept
         # as their hashes, one tensor: each checkpoint saves it, and each judged run loads
@@ -323,7 +306,7 @@ class WorldModelTask(WorldModelStep):
 
     def take_numeric_rows(self) -> torch.Tensor | None:
         """The unscaled numeric features of every record of the task's data, in its order
-        (None when the task did not need them); the task keeps no reference afterwards."""
+        (None once taken); the task keeps no reference afterwards."""
         rows, self._numeric_rows = self._numeric_rows, None
         return rows
 
@@ -383,17 +366,17 @@ class WorldModelTask(WorldModelStep):
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Held-out metrics (out-of-fold when cross-validated); the AUC with its 95%
         interval and the number of records it is measured on."""
-        start = time.perf_counter()
-        try:
-            return _metrics(self._predict(model, self.eval_data), self.eval_data)
-        finally:
-            self.eval_seconds += time.perf_counter() - start
+        return self._measure(model, self.eval_data)
 
     def validate(self, model: nn.Module) -> dict[str, float]:
         """The same metrics on the validation part: early stopping's yardstick."""
+        return self._measure(model, self.validation_data)
+
+    def _measure(self, model: nn.Module, data: Batch) -> dict[str, float]:
+        """The metrics on ``data``, the time they take counted in ``eval_seconds``."""
         start = time.perf_counter()
         try:
-            return _metrics(self._predict(model, self.validation_data), self.validation_data)
+            return _metrics(self._predict(model, data), data)
         finally:
             self.eval_seconds += time.perf_counter() - start
 
@@ -436,11 +419,6 @@ class WorldModelTask(WorldModelStep):
                 "checkpoint's encoder (WorldModelTask(saved=...)) or start a fresh checkpoint "
                 "folder"
             )
-
-
-def _id_hashes(data: ReadResult, rows: np.ndarray) -> np.ndarray:
-    """The record id hashes of a part, from the columns at its rows."""
-    return data.columns.id_hash[data.columns.labelled[rows]]
 
 
 def _model_config(
