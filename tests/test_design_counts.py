@@ -327,8 +327,9 @@ def test_only_the_outcome_enum_spells_an_outcome() -> None:
     assert len(spelling) <= MAX_OUTCOME_STRING_FILES
 
 
-# Issue 68's ceiling on a module's size (physical lines); it only goes down.
-MAX_MODULE_LINES = 800
+# Issue 68's ceiling on a module's size (physical lines); it only goes down. 800, then
+# 700 on 2026-11-27 (the longest module was training/step/trainer.py, 684).
+MAX_MODULE_LINES = 700
 
 
 def test_no_product_module_is_over_its_ceiling() -> None:
