@@ -80,7 +80,11 @@ from genesis_fp16_infrastructure.contract.judging import (
     judging_of,
     records_are_training_data,
 )
-from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    AgentPlugin,
+    Capabilities,
+    TrainRequestError,
+)
 from genesis_fp16_infrastructure.contract.reports import GateComparison, GateReport, TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ExecutionError, ServedPointerError
@@ -111,9 +115,12 @@ from genesis_fp16_infrastructure.training.precision.precision_names import Preci
 logger = logging.getLogger(__name__)
 
 
-def run_plugin(plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
-    """Train ``plugin`` as ``request`` asks: a judged run when it declares judged models,
-    its own ``train`` otherwise. When the plan's data check (``request.snapshot``) found
+def run_plugin(
+    plugin: AgentPlugin, request: TrainRequest, capabilities: Capabilities | None = None
+) -> TrainResult:
+    """Train ``plugin`` as ``request`` asks: a judged run when it declares judged models
+    (as the loader's ``capabilities`` of it say, else read here), its own ``train``
+    otherwise. When the plan's data check (``request.snapshot``) found
     nothing changed since the served model's run, its up-to-date result, and nothing
     read (the daemon answers it before starting a child; ``train`` and others here).
     A ``cuda_graph`` or ``compile`` of the request that the run cannot honour
@@ -121,7 +128,7 @@ def run_plugin(plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
     check = request.snapshot.data if request.snapshot is not None else None
     if check is not None and check.up_to_date is not None:
         return TrainResult.from_json(check.up_to_date)
-    judged = judging_of(plugin)
+    judged = judging_of(plugin) if capabilities is None else capabilities.judged
     try:
         return plugin.train(request) if judged is None else run_judged(plugin, judged, request)
     except ExecutionError as exc:
