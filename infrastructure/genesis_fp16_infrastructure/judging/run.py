@@ -222,11 +222,12 @@ def _judged_run(
         )
         if live is not None and live.rolled_back:
             served = Served(judged, request, again=True)  # the predecessor, served again
-    rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
-    if rejudged is not None or _nothing_new(served, request):
-        done = up_to_date(request, served, time.monotonic() - started, live, rejudged)
-        tell(("done", done.to_json()))
-        return done
+    if served.losses is not None and not request.forced:  # a first or forced run trains
+        rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
+        if rejudged is not None or _nothing_new(served, request):
+            done = up_to_date(request, served, time.monotonic() - started, live, rejudged)
+            tell(("done", done.to_json()))
+            return done
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
     if served.checkpoint is not None and request.resume:  # the resume continues the served
         copy_checkpoint(served.checkpoint, candidate)
@@ -252,8 +253,8 @@ def _nothing_new(served: Served, request: TrainRequest) -> bool:
     """The served model knew every current record, or the last candidate judged against
     it trained on them already (rejected, or held by the pin: the same records would
     train the same candidate again; under a pin, promoted too: a pin is never undone by
-    training the same data again); a forced run trains all the same."""
-    if request.forced or served.losses is None or served.known is None:
+    training the same data again). Asked of a scored served model's unforced run."""
+    if served.known is None:
         return False
     if not records_are_training_data(served.plugin) or _other_options(served, request):
         return False
@@ -381,9 +382,8 @@ def _rejudge_kept(judged: JudgedPlugin, request: TrainRequest, served: Served) -
     """Issue 62: the newest candidate kept ``inconclusive`` against the model still
     served, judged again on the current records when the data changed since: no step
     trained. Its report when decided (promoted, rejected, held); None otherwise (still
-    inconclusive: its verdict is updated and the run trains as usual)."""
-    if served.losses is None or request.forced:
-        return None
+    inconclusive: its verdict is updated and the run trains as usual). Asked of a scored
+    served model's unforced run."""
     digest = _data_digest(request.data_path)
     for candidate in reversed(list_candidates(Path(request.checkpoint_dir))):
         verdict = read_verdict(candidate)
