@@ -318,22 +318,22 @@ def _judge(
 ) -> GateReport:
     """The gate's verdict on the trained candidate, written, and acted on."""
     started = time.monotonic()
+    used = result.precision_used  # every verdict below names the run's precision
     checkpoint = newest_checkpoint(candidate)
     if result.failure is not None or checkpoint is None or result.stopped_early:
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
         if result.stopped_early and result.failure is None and checkpoint is not None:
             why = "stopped before its end (a half-trained model is never served)"
-        used = result.precision_used
         return _verdict(candidate, Outcome.UNDECIDED, f"not judged: {why}", started, used, [])
     with reusing_loads():  # the checkpoint unpickled once: the records it names, scored
         held_out, refusal = _held_out_check(judged, request, served, candidate, checkpoint)
         if refusal is not None:
-            _verdict(candidate, Outcome.UNDECIDED, refusal, started, result.precision_used, [])
+            _verdict(candidate, Outcome.UNDECIDED, refusal, started, used, [])
             raise TrainRequestError(refusal)
         try:
             losses = losses_of(judged, checkpoint, request, True, _judged_ids(held_out, served))
         except CheckpointChangedError as exc:  # its own file intact: undecided, never served
-            _verdict(candidate, Outcome.UNDECIDED, str(exc), started, result.precision_used, [])
+            _verdict(candidate, Outcome.UNDECIDED, str(exc), started, used, [])
             raise
     assert losses is not None  # required: a refusal raised
     stores.write_known_ids(candidate, _known_after(served, losses))
@@ -347,7 +347,6 @@ def _judge(
         outcome, reason, comparisons = decide(asked)
         reason += note
     digest = _data_digest(request.data_path)
-    used = result.precision_used
     auc = _reported_auc(result.eval)
     report = _verdict(
         candidate, outcome, reason, started, used, comparisons, served.id, digest, evidence, auc
