@@ -100,7 +100,7 @@ def _run_once(
         assert request.snapshot is not None  # plan_request always takes one
         check_served_pointer(ctx, agent, request.snapshot)
         record_start(run)
-        result = execute_run(run, plugin, request)
+        result = execute_run(run, plugin, request, capabilities)
     except RunStopped as exc:  # stopped during its child's start-up: no step, no failure
         record_stopped(run, exc)
         return run.rerun()

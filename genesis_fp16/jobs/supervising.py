@@ -23,7 +23,7 @@ from genesis_fp16.jobs.job_state import JobContext, Run
 from genesis_fp16.launch.launcher import train_in_child
 from genesis_fp16.launch.run_worker import WORKER
 from genesis_fp16.plugin_api import AgentPlugin, TrainRequest, TrainResult
-from genesis_fp16_infrastructure.api import check_result, run_plugin
+from genesis_fp16_infrastructure.api import Capabilities, check_result, run_plugin
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
@@ -32,9 +32,11 @@ class RunHung(RuntimeError):
     """A run that reached no step boundary within its timeout and grace: abandoned."""
 
 
-def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
+def execute_run(
+    run: Run, plugin: AgentPlugin, request: TrainRequest, capabilities: Capabilities | None
+) -> TrainResult:
     """Train where the settings say: N ranks under torchrun, a child process (the
-    default), or a watched thread of the daemon's."""
+    default), or a watched thread of the daemon's (with the loader's ``capabilities``)."""
     settings = run.settings
     spec = settings.agent(run.agent)
     grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
@@ -60,7 +62,7 @@ def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainRe
         return supervised(run, child, grace + 60)
 
     def call() -> TrainResult:  # a wrong field: one line naming it (a child's train does too)
-        return check_result(run_plugin(plugin, request), run.agent)
+        return check_result(run_plugin(plugin, request, capabilities), run.agent)
 
     return supervised(run, call, grace)
 

@@ -80,7 +80,11 @@ from genesis_fp16_infrastructure.contract.judging import (
     judging_of,
     records_are_training_data,
 )
-from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    AgentPlugin,
+    Capabilities,
+    TrainRequestError,
+)
 from genesis_fp16_infrastructure.contract.reports import GateComparison, GateReport, TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ExecutionError, ServedPointerError
@@ -111,9 +115,12 @@ from genesis_fp16_infrastructure.training.precision.precision_names import Preci
 logger = logging.getLogger(__name__)
 
 
-def run_plugin(plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
-    """Train ``plugin`` as ``request`` asks: a judged run when it declares judged models,
-    its own ``train`` otherwise. When the plan's data check (``request.snapshot``) found
+def run_plugin(
+    plugin: AgentPlugin, request: TrainRequest, capabilities: Capabilities | None = None
+) -> TrainResult:
+    """Train ``plugin`` as ``request`` asks: a judged run when it declares judged models
+    (as the loader's ``capabilities`` of it say, else read here), its own ``train``
+    otherwise. When the plan's data check (``request.snapshot``) found
     nothing changed since the served model's run, its up-to-date result, and nothing
     read (the daemon answers it before starting a child; ``train`` and others here).
     A ``cuda_graph`` or ``compile`` of the request that the run cannot honour
@@ -121,7 +128,7 @@ def run_plugin(plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
     check = request.snapshot.data if request.snapshot is not None else None
     if check is not None and check.up_to_date is not None:
         return TrainResult.from_json(check.up_to_date)
-    judged = judging_of(plugin)
+    judged = judging_of(plugin) if capabilities is None else capabilities.judged
     try:
         return plugin.train(request) if judged is None else run_judged(plugin, judged, request)
     except ExecutionError as exc:
@@ -215,11 +222,12 @@ def _judged_run(
         )
         if live is not None and live.rolled_back:
             served = Served(judged, request, again=True)  # the predecessor, served again
-    rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
-    if rejudged is not None or _nothing_new(served, request):
-        done = up_to_date(request, served, time.monotonic() - started, live, rejudged)
-        tell(("done", done.to_json()))
-        return done
+    if served.losses is not None and not request.forced:  # a first or forced run trains
+        rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
+        if rejudged is not None or _nothing_new(served, request):
+            done = up_to_date(request, served, time.monotonic() - started, live, rejudged)
+            tell(("done", done.to_json()))
+            return done
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
     if served.checkpoint is not None and request.resume:  # the resume continues the served
         copy_checkpoint(served.checkpoint, candidate)
@@ -245,8 +253,8 @@ def _nothing_new(served: Served, request: TrainRequest) -> bool:
     """The served model knew every current record, or the last candidate judged against
     it trained on them already (rejected, or held by the pin: the same records would
     train the same candidate again; under a pin, promoted too: a pin is never undone by
-    training the same data again); a forced run trains all the same."""
-    if request.forced or served.losses is None or served.known is None:
+    training the same data again). Asked of a scored served model's unforced run."""
+    if served.known is None:
         return False
     if not records_are_training_data(served.plugin) or _other_options(served, request):
         return False
@@ -310,22 +318,22 @@ def _judge(
 ) -> GateReport:
     """The gate's verdict on the trained candidate, written, and acted on."""
     started = time.monotonic()
+    used = result.precision_used  # every verdict below names the run's precision
     checkpoint = newest_checkpoint(candidate)
     if result.failure is not None or checkpoint is None or result.stopped_early:
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
         if result.stopped_early and result.failure is None and checkpoint is not None:
             why = "stopped before its end (a half-trained model is never served)"
-        used = result.precision_used
         return _verdict(candidate, Outcome.UNDECIDED, f"not judged: {why}", started, used, [])
     with reusing_loads():  # the checkpoint unpickled once: the records it names, scored
         held_out, refusal = _held_out_check(judged, request, served, candidate, checkpoint)
         if refusal is not None:
-            _verdict(candidate, Outcome.UNDECIDED, refusal, started, result.precision_used, [])
+            _verdict(candidate, Outcome.UNDECIDED, refusal, started, used, [])
             raise TrainRequestError(refusal)
         try:
             losses = losses_of(judged, checkpoint, request, True, _judged_ids(held_out, served))
         except CheckpointChangedError as exc:  # its own file intact: undecided, never served
-            _verdict(candidate, Outcome.UNDECIDED, str(exc), started, result.precision_used, [])
+            _verdict(candidate, Outcome.UNDECIDED, str(exc), started, used, [])
             raise
     assert losses is not None  # required: a refusal raised
     stores.write_known_ids(candidate, _known_after(served, losses))
@@ -339,7 +347,6 @@ def _judge(
         outcome, reason, comparisons = decide(asked)
         reason += note
     digest = _data_digest(request.data_path)
-    used = result.precision_used
     auc = _reported_auc(result.eval)
     report = _verdict(
         candidate, outcome, reason, started, used, comparisons, served.id, digest, evidence, auc
@@ -374,9 +381,8 @@ def _rejudge_kept(judged: JudgedPlugin, request: TrainRequest, served: Served) -
     """Issue 62: the newest candidate kept ``inconclusive`` against the model still
     served, judged again on the current records when the data changed since: no step
     trained. Its report when decided (promoted, rejected, held); None otherwise (still
-    inconclusive: its verdict is updated and the run trains as usual)."""
-    if served.losses is None or request.forced:
-        return None
+    inconclusive: its verdict is updated and the run trains as usual). Asked of a scored
+    served model's unforced run."""
     digest = _data_digest(request.data_path)
     for candidate in reversed(list_candidates(Path(request.checkpoint_dir))):
         verdict = read_verdict(candidate)

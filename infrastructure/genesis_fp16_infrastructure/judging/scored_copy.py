@@ -85,14 +85,14 @@ def copy_checkpoint(checkpoint: Path, folder: Path) -> None:
             shutil.copy2(path, folder / path.name)
 
 
-def sweep_copies(folder: Path) -> int:
+def sweep_copies(folder: Path) -> None:
     """Remove the ``.scoring-*`` folders a killed run left in ``folder`` (an agent's
     checkpoint folder, which one run at a time scores in); a link of that name is not
-    followed, only unlinked. Returns how many went; an entry that cannot go is logged."""
+    followed, only unlinked. How many went is logged, as is an entry that cannot go."""
     try:
         entries = [e for e in os.scandir(folder) if e.name.startswith(SCORING_PREFIX)]
     except OSError:  # no checkpoint folder yet
-        return 0
+        return
     removed = 0
     for entry in entries:
         try:
@@ -105,7 +105,6 @@ def sweep_copies(folder: Path) -> int:
             logger.warning("cannot remove %s, left by a killed scoring: %s", entry.path, exc)
     if removed:
         logger.info("removed %d checkpoint copies a killed scoring left in %s", removed, folder)
-    return removed
 
 
 def _sha256(path: Path) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from pathlib import Path
 from typing import cast
 
 import numpy as np
@@ -52,17 +51,6 @@ def data_unchanged(losses: RecordLosses | RecordIds, known: np.ndarray | None) -
     )
 
 
-def renew_manifest(request: TrainRequest, checkpoint: Path | None) -> None:
-    """Nothing new after reading the files: the served model's data manifest (when its
-    plugin keeps one) vouches for the files as the plan scanned them, so the next run is
-    answered without a read (a copy, a quarantined file, a touched file)."""
-    check = request.snapshot.data if request.snapshot is not None else None
-    if check is None or check.scan is None or checkpoint is None:
-        return
-    if data_manifest.renew(checkpoint, check.scan.to_json()):
-        logger.info("%s: nothing new in the files read: their manifest renewed", request.agent)
-
-
 def up_to_date(
     request: TrainRequest,
     served: Served,
@@ -80,8 +68,13 @@ def up_to_date(
     records = len(served.records.ids)
     why = f"nothing new: all {records} current records were learned or judged already"
     data = None if rejudged is not None else data_unchanged(served.records, served.known)
-    if rejudged is None:
-        renew_manifest(request, served.checkpoint)
+    # Nothing new after reading the files: the served model's data manifest (when its
+    # plugin keeps one) vouches for the files as the plan scanned them, so the next run is
+    # answered without a read (a copy, a quarantined file, a touched file).
+    check = request.snapshot.data if request.snapshot is not None else None
+    scan = check.scan if check is not None and rejudged is None else None
+    if scan is not None and data_manifest.renew(served.checkpoint, scan.to_json()):
+        logger.info("%s: nothing new in the files read: their manifest renewed", request.agent)
     return TrainResult(
         agent=request.agent,
         precision_requested=request.precision.requested,
