@@ -65,7 +65,6 @@ from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles
-from genesis_fp16_infrastructure.training.precision import loss_scaler_config
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     ROBUSTNESS,
@@ -312,12 +311,16 @@ class AgentFolder:
         files.write_json(self.probe_record_path, L.PROBE_RECORD, record)
 
     def carried_scale(self) -> CarriedScale | None:
-        """The fp16 loss scale carried to the next run; None: none, or unusable."""
-        return loss_scaler_config.read_carried_scale(self.loss_scale_path)
+        """The fp16 loss scale carried to the next run; None: none, another version, or
+        unusable (set aside as ``loss_scale.json.unusable-*`` and reported: a fresh start)."""
+        return files.load(self.loss_scale_path, L.CARRIED_SCALE, CarriedScale.from_json)
 
     def save_carried_scale(self, carried: CarriedScale | None) -> None:
         """Carry ``carried`` to the next run, atomically; None forgets the scale."""
-        loss_scaler_config.write_carried_scale(self.loss_scale_path, carried)
+        if carried is None:
+            self.loss_scale_path.unlink(missing_ok=True)
+        else:
+            files.write_json(self.loss_scale_path, L.CARRIED_SCALE, carried.to_json())
 
     # -- the run records ----------------------------------------------------------------
     def last_run(self) -> LastRun | None:

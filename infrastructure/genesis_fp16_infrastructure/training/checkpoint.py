@@ -195,9 +195,9 @@ class CheckpointManager:
         into.mkdir(parents=True, exist_ok=True)
         moved = into / path.name
         os.replace(path, moved)
-        for side, moved_side in ((digest_path, digest_path), (summary_path, summary_path)):
+        for side in (digest_path, summary_path):
             if side(path).exists():
-                os.replace(side(path), moved_side(moved))
+                os.replace(side(path), side(moved))
         self._written.pop(path, None)
         return moved
 

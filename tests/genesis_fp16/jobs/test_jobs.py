@@ -19,7 +19,6 @@ from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.training.precision.decide import decide
-from genesis_fp16_infrastructure.training.precision.loss_scaler_config import read_carried_scale
 
 AGENT = "refusing"
 
@@ -233,7 +232,7 @@ def test_a_fallback_is_counted_and_logged_and_an_fp16_scale_carried(
     assert counted == 1
     (finished,) = [e for e in logs if e["event"] == "training run finished"]
     assert finished["execution_fallback"] == "capture_failed"
-    carried = read_carried_scale(AgentFolder(tmp_path, AGENT).loss_scale_path)
+    carried = AgentFolder(tmp_path, AGENT).carried_scale()
     assert carried is not None and carried.scale == 4096.0
 
 

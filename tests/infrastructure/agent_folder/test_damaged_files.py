@@ -31,7 +31,6 @@ from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.sources import Source
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
-from genesis_fp16_infrastructure.training.precision.loss_scaler_config import read_carried_scale
 from genesis_fp16_infrastructure.training.run.verify_capture import read_verdicts
 
 AGENT = "a"
@@ -103,7 +102,7 @@ def _sample(folder: Path, count: int, seed: int) -> Path:
 CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "precision_state": lambda f, p: load_memory(Settings(state_dir=f.state), AGENT),
     "precision_state_lock": lambda f, p: _hold(f.paths.precision_memory_locked)(f, p),
-    "carried_scale": lambda f, p: read_carried_scale(p),
+    "carried_scale": lambda f, p: f.paths.carried_scale(),
     "last_success": lambda f, p: f.paths.stored_last_success(),
     "last_run": lambda f, p: f.paths.save_last_run(FAILED),
     "run_history": lambda f, p: append_run(f.paths.root, RunEntry(FAILED)),

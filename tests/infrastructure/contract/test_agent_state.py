@@ -19,10 +19,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEnt
 from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
 from genesis_fp16_infrastructure.contract.train_request import AgentSnapshot, read_snapshot
 from genesis_fp16_infrastructure.training import CheckpointManager
-from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
-    carry_after_run,
-    write_carried_scale,
-)
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import carry_after_run
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 
@@ -58,7 +55,7 @@ def test_it_reads_what_the_memory_and_the_carried_scale_wrote(tmp_path: Path) ->
     demotion = Demotion("fp16", "bf16", "overflow_rate", 7, 5)
     folder = _folder(tmp_path)
     folder.save_precision_memory(remember_demotions(None, [demotion]))
-    write_carried_scale(folder.loss_scale_path, carry_after_run("fp16", "fp16", 2048.0, False))
+    folder.save_carried_scale(carry_after_run("fp16", "fp16", 2048.0, False))
     state = _read(tmp_path).state
     assert state.memory is not None and state.memory.demoted_to == "bf16"
     assert state.memory_error is None
@@ -72,7 +69,7 @@ def test_an_unusable_memory_file_is_reported_and_left_where_it_is(tmp_path: Path
     torn = folder.precision_state_path
     torn.parent.mkdir(parents=True)
     torn.write_text('{"version": 1, "demoted_to"')
-    write_carried_scale(folder.loss_scale_path, carry_after_run("fp16", "fp16", 64.0, False))
+    folder.save_carried_scale(carry_after_run("fp16", "fp16", 64.0, False))
     state = _read(tmp_path).state
     assert state.memory is None
     assert state.memory_error is not None and str(torn) in state.memory_error

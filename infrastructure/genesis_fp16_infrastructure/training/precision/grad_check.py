@@ -5,15 +5,13 @@ the precisions that scale no loss) and the project's one skip (:func:`step_or_sk
 used by the scaler and by ``PrecisionPolicy.step``). Every function here stays on the
 device except where ``step_or_skip`` says it reads the flag::
 
-    groups = grads_by_device([optimizer])
-    found_inf = torch.zeros(())
-    check_into(groups, found_inf, torch.ones(()))   # 1.0 if any gradient is inf or NaN
-    step_or_skip(optimizer, all_reduce_max(found_inf, None))
+    found_inf = check_finite([optimizer], torch.zeros(()), torch.ones(()), None)  # 1.0: inf/NaN
+    step_or_skip(optimizer, found_inf)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -57,58 +55,44 @@ def grads_by_device(optimizers: Iterable[torch.optim.Optimizer]) -> GradGroups:
     return groups
 
 
-def check_into(
-    groups: Mapping[tuple[torch.device, torch.dtype], list[torch.Tensor]],
-    here: torch.Tensor,
-    inv_scale: torch.Tensor,
-) -> None:
-    """Multiply by ``inv_scale``, flag inf/nan into ``here``: an op per device and dtype.
-
-    ``here`` is a zeroed 0-dim float32 flag; gradients on other devices than its own are
-    checked into flags of their own, combined into ``here`` afterwards.
-    """
-    home = here.device
-    found: dict[torch.device, torch.Tensor] = {}
-    for (device, _), grads in groups.items():
-        if device not in found:
-            found[device] = (
-                here if device == home else torch.zeros((), dtype=torch.float32, device=device)
-            )
-        torch._amp_foreach_non_finite_check_and_unscale_(
-            grads, found[device], inv_scale.to(device, non_blocking=True)
-        )
-    # Gradients on other devices: combine with max, so the flag stays 0.0 or 1.0.
-    for device, flag in found.items():
-        if device != home:
-            torch.maximum(here, flag.to(home, non_blocking=True), out=here)
-
-
 def check_finite(
     optimizers: Sequence[torch.optim.Optimizer],
     found_inf: torch.Tensor,
     inv_scale: torch.Tensor,
     process_group: Any,
 ) -> torch.Tensor:
-    """Set ``found_inf`` to 1.0 when a gradient of any optimizer is inf or NaN; return it.
+    """Set ``found_inf`` to 1.0 when a gradient of any optimizer is inf or NaN; return it,
+    made the same on every rank of ``process_group`` (None: the default group).
 
     The overflow check of :meth:`LossScaler.unscale_`, which multiplies the gradients by
     ``inv_scale`` (a 0-dim tensor on ``found_inf``'s device). With a 1.0 the caller made
     once it only checks, for the precisions that scale no loss (fp32, bf16): a non-finite
     gradient there is as fatal to the weights and the Adam state as an fp16 overflow.
     ``found_inf`` is a zeroed 0-dim float32, which the caller owns (the trainer zeroes it
-    for free). One op per device, no host sync; checked only, the gradients keep every
-    bit (x * 1 == x). ::
+    for free). One op per device and dtype, no host sync; checked only, the gradients keep
+    every bit (x * 1 == x). Gradients on other devices than ``found_inf``'s are checked
+    into flags of their own, combined into it afterwards. ::
 
         flag = check_finite([optimizer], torch.zeros(()), torch.ones(()), None)
     """
+    home = found_inf.device
+    found: dict[torch.device, torch.Tensor] = {}
     with torch.no_grad():
         # Every optimizer's gradients of one device and dtype in one op, not one each.
-        check_into(grads_by_device(optimizers), found_inf, inv_scale)
-    return all_reduce_max(found_inf, process_group)
-
-
-def all_reduce_max(found_inf: torch.Tensor, process_group: Any) -> torch.Tensor:
-    """``found_inf``, made the same on every rank of ``process_group`` (None: the default)."""
+        for (device, _), grads in grads_by_device(optimizers).items():
+            if device not in found:
+                found[device] = (
+                    found_inf
+                    if device == home
+                    else torch.zeros((), dtype=torch.float32, device=device)
+                )
+            torch._amp_foreach_non_finite_check_and_unscale_(
+                grads, found[device], inv_scale.to(device, non_blocking=True)
+            )
+        # Gradients on other devices: combine with max, so the flag stays 0.0 or 1.0.
+        for device, flag in found.items():
+            if device != home:
+                torch.maximum(found_inf, flag.to(home, non_blocking=True), out=found_inf)
     # One collective per optimizer per step, queued on the device: every rank then
     # skips (or not) together and their scales stay identical.
     distributed = dist.is_available() and dist.is_initialized()

@@ -15,8 +15,8 @@ Every fp16 run that starts without a checkpoint of its own starts at the initial
 file per agent and starts the next fp16 run there::
 
     carried = carry_after_run(requested="fp16", used="fp16", scale=2048.0, demoted=False)
-    write_carried_scale(path, carried)
-    start = read_carried_scale(path)          # CarriedScale(requested='fp16', scale=2048.0, ...)
+    folder.save_carried_scale(carried)        # AgentFolder: loss_scale.json
+    start = folder.carried_scale()            # CarriedScale(requested='fp16', scale=2048.0, ...)
     start.for_request("fp16")                 # 2048.0; another request: None (forgotten)
     clamp_scale(2048.0, ScalerConfig())       # within the run's floor and ceiling
 
@@ -33,11 +33,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.layout import CARRIED_SCALE
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     INITIAL_LOSS_SCALE,
     LOSS_SCALED,
@@ -129,6 +126,21 @@ class CarriedScale:
         """The scale to start a run asking ``requested`` with; None when the request changed."""
         return self.scale if requested == self.requested else None
 
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> CarriedScale | None:
+        """The value a ``loss_scale.json`` holds; None: another version. ValueError: unusable."""
+        if data.get("version") != CARRIED_VERSION:
+            return None
+        carried = CarriedScale(
+            requested_name(data["requested"]), float(data["scale"]), str(data["at"])
+        )
+        if not (math.isfinite(carried.scale) and carried.scale > 0):
+            raise ValueError(f"scale {carried.scale!r} is not a positive number")
+        return carried
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": CARRIED_VERSION, **asdict(self)}
+
 
 def carry_after_run(
     requested: RequestedName, used: PrecisionName, scale: float, demoted: bool
@@ -143,26 +155,3 @@ def carry_after_run(
 def clamp_scale(scale: float, config: ScalerConfig) -> float:
     """``scale`` within ``config``'s floor and ceiling."""
     return min(max(scale, config.min_scale), config.max_scale)
-
-
-def read_carried_scale(path: Path) -> CarriedScale | None:
-    """The carried scale, or None: no file, another version, or an unusable one (set
-    aside as ``loss_scale.json.unusable-*`` and reported: a fresh start)."""
-    return files.load(Path(path), CARRIED_SCALE, _decode)
-
-
-def _decode(data: dict[str, Any]) -> CarriedScale | None:
-    if data.get("version") != CARRIED_VERSION:
-        return None
-    carried = CarriedScale(requested_name(data["requested"]), float(data["scale"]), str(data["at"]))
-    if not (math.isfinite(carried.scale) and carried.scale > 0):
-        raise ValueError(f"scale {carried.scale!r} is not a positive number")
-    return carried
-
-
-def write_carried_scale(path: Path, carried: CarriedScale | None) -> None:
-    """Write it atomically; None deletes the file (forgotten)."""
-    if carried is None:
-        Path(path).unlink(missing_ok=True)
-        return
-    files.write_json(Path(path), CARRIED_SCALE, {"version": CARRIED_VERSION, **asdict(carried)})

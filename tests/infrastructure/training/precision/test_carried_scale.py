@@ -12,13 +12,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "run"))  # the tasks of run/'s tests
 from test_fit import RegressionTask
 
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.training import FitOptions, ScalerConfig, TrainingSummary, fit
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
     CarriedScale,
     carry_after_run,
     clamp_scale,
-    read_carried_scale,
-    write_carried_scale,
 )
 
 
@@ -39,14 +38,15 @@ def test_the_scale_is_clamped_to_the_floor_and_ceiling() -> None:
 
 
 def test_the_file_round_trips_and_a_broken_one_is_a_fresh_start(tmp_path: Path) -> None:
-    """write/read keep the value; None deletes; garbage reads as nothing carried."""
-    path = tmp_path / "loss_scale.json"
-    write_carried_scale(path, CarriedScale("fp16", 256.0, "now"))
-    assert read_carried_scale(path) == CarriedScale("fp16", 256.0, "now")
-    write_carried_scale(path, None)
-    assert not path.exists() and read_carried_scale(path) is None
+    """save/read keep the value; None deletes; garbage reads as nothing carried."""
+    folder = AgentFolder(tmp_path, "agent")
+    path = folder.loss_scale_path
+    folder.save_carried_scale(CarriedScale("fp16", 256.0, "now"))
+    assert folder.carried_scale() == CarriedScale("fp16", 256.0, "now")
+    folder.save_carried_scale(None)
+    assert not path.exists() and folder.carried_scale() is None
     path.write_text("{not json")
-    assert read_carried_scale(path) is None
+    assert folder.carried_scale() is None
 
 
 def _run(scale: float | None, first: list[TrainingSummary]) -> tuple[int, float]:
