@@ -343,7 +343,7 @@ def _job(folder: Path, data: Path, steps: int, tree: Path) -> tuple[Callable[[],
     the device the job trains on."""
     from prometheus_client import CollectorRegistry
 
-    from genesis_fp16.config.settings import Settings
+    from genesis_fp16.config.settings import Settings, resolve_device
     from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 
     jobs = ("genesis_fp16.jobs.agent_job", "genesis_fp16.runs.jobs")
@@ -365,7 +365,7 @@ def _job(folder: Path, data: Path, steps: int, tree: Path) -> tuple[Callable[[],
         # What the daemon passes: the capabilities its loader read, before any job.
         api = ("genesis_fp16_infrastructure.contract.plugin_api",)
         job = functools.partial(job, _from_tree(tree, "capabilities_of", *api)(plugin))
-    return job, metrics.registry, settings.device_for(AGENT)
+    return job, metrics.registry, resolve_device(settings.agent(AGENT).device)
 
 
 def _succeeded(registry: Any) -> bool:

@@ -170,6 +170,6 @@ def apply_defaults(args: argparse.Namespace, settings: Settings) -> None:
             check_device_name(args.device)
         except ValueError as exc:
             raise UsageError(f"--device: {exc}") from None
-    args.device = resolve_device(args.device) if args.device else settings.device_for(args.agent)
+    args.device = resolve_device(args.device or settings.agent(args.agent).device)
     args.steps = settings.probe_steps if args.steps is None else args.steps
     args.seed = settings.seed if args.seed is None else args.seed

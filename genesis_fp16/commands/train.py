@@ -200,7 +200,9 @@ def run(args: argparse.Namespace) -> int:
         # The daemon loaded this agent under its allowlist before it sent the run.
         plugin = load_plugin(args.agent, settings.plugin_allowlist if settings else None)
         if settings is not None:  # checked before any data is generated or a group formed
-            resolve_options(args.agent, plugin, settings.agent(args.agent).options, _flags(args))
+            resolve_options(
+                args.agent, plugin, settings.agent(args.agent).own.options, _flags(args)
+            )
     except (PluginError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
     if settings is None:  # the launcher relays its child's records: it parses JSON
@@ -219,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         wanted = handed.device
     else:
         assert settings is not None
-        wanted = resolve_device(args.device) if args.device else settings.device_for(args.agent)
+        wanted = resolve_device(args.device or settings.agent(args.agent).device)
     refuse_unusable_device(args, settings, wanted)
     # The daemon's own runs work under its lock; one operator's run takes the folder's.
     owner = own_state_folder(args, settings) if settings is not None and main else None

@@ -119,7 +119,7 @@ def refuse_unusable_device(
     elif args.device:
         where = f"--device {args.device}"
     else:
-        own = settings.agent(args.agent).device
+        own = settings.agent(args.agent).own.device
         variable = f"{AGENT_VARIABLE_PREFIX}{args.agent.upper()}__DEVICE"
         where = f"{variable}={own}" if own else f"GENESIS_FP16_DEVICE={settings.device}"
     raise DeviceUnavailable(f"{where}: {problem}")

@@ -84,6 +84,24 @@ class SettingsError(Exception):
         super().__init__(bounded("; ".join(self.errors), 2 * MAX_SHOWN))
 
 
+class AgentConfig(NamedTuple):
+    """One agent's settings as a run reads them (:meth:`Settings.agent`, once per run): its
+    own (``own``), and the daemon's where it leaves one unset.
+
+    >>> load_settings().agent("se_darwin").isolation
+    'process'
+    """
+
+    own: AgentSettings
+    schedule: str
+    device: str  # as configured: ``auto`` is resolve_device's to resolve
+    cuda_graph: str
+    compile: str
+    run_timeout_seconds: float
+    isolation: Isolation
+    steps: int | None  # None: epochs (``own.epochs``) or the agent's own budget
+
+
 class Settings(BaseSettings, GuardSettings):
     """Resolved daemon settings. Build it with :func:`load_settings`."""
 
@@ -256,24 +274,19 @@ class Settings(BaseSettings, GuardSettings):
             )
         return self
 
-    def agent(self, name: str) -> AgentSettings:
-        """The settings of ``name``, defaults when it has no entry."""
-        return self.agents.get(name.lower(), _NO_ENTRY)
-
-    def schedule_for(self, name: str) -> str:
-        return self.agent(name).schedule or self.schedule
-
-    def cuda_graph_for(self, name: str) -> str:
-        """``auto``, ``on`` or ``off``: the agent's own setting, else the daemon's."""
-        return self.agent(name).cuda_graph or self.cuda_graph
-
-    def compile_for(self, name: str) -> str:
-        """``off`` or ``on``: the agent's own setting, else the daemon's."""
-        return self.agent(name).compile or self.compile
-
-    def device_for(self, name: str) -> str:
-        """The configured device of an agent, with ``auto`` resolved (cuda if present)."""
-        return resolve_device(self.agent(name).device or self.device)
+    def agent(self, name: str) -> AgentConfig:
+        """What a run of ``name`` is configured with: its own settings, else the daemon's."""
+        own = self.agents.get(name.lower(), _NO_ENTRY)
+        return AgentConfig(
+            own,
+            schedule=own.schedule or self.schedule,
+            device=own.device or self.device,
+            cuda_graph=own.cuda_graph or self.cuda_graph,
+            compile=own.compile or self.compile,
+            run_timeout_seconds=own.run_timeout_seconds or self.run_timeout_seconds,
+            isolation=own.isolation or self.run_isolation,
+            steps=None if own.epochs is not None else own.steps or self.steps_per_run,
+        )
 
     def redacted(self) -> dict[str, Any]:
         """The settings as JSON-ready data with secrets replaced by ``**********``."""
@@ -472,7 +485,7 @@ floored=False)
     if settings.enable_fp16_training is False:
         return OperatorPrecision("fp32", "ENABLE_FP16_TRAINING=false (rollback to fp32)", False)
     floored = settings.guard_enabled
-    override = settings.agent(agent).precision
+    override = settings.agent(agent).own.precision
     if override is not None:
         variable = _env_name(("agents", agent, "precision"))
         return OperatorPrecision(override, f"{variable}={override}", floored)

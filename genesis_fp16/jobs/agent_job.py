@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import structlog
 
+from genesis_fp16.config.settings import resolve_device
 from genesis_fp16.jobs.job_state import JobContext as JobContext  # the daemon's import
 from genesis_fp16.jobs.job_state import Run
 from genesis_fp16.jobs.planning import check_served_pointer, plan_run
@@ -39,18 +40,18 @@ def run_agent_job(
 ) -> None:
     """The scheduler's entry point for one agent, with what the loader read of its plugin
     (``capabilities``: each run's plan takes them, not the plugin's own); never raises."""
-    settings = ctx.settings
-    if ctx.stopping.is_set() or not settings.agent(agent).enabled:
+    config = ctx.settings.agent(agent)  # the job's device and slots (each run reads its own)
+    if ctx.stopping.is_set() or not config.own.enabled:
         return
     abandoned = ctx.hung.get(agent)
     if abandoned is not None and abandoned.is_alive():
         ctx.metrics.jobs_skipped.labels(agent=agent, reason="hung").inc()
         log.error("job skipped: the agent's abandoned run is still inside train()", agent=agent)
         return
-    device = settings.device_for(agent)
+    device = resolve_device(config.device)
     # The GPUs the run will occupy (cuda is cuda:0; torchrun's N ranks hold N GPUs): no
     # two agents' runs share one unless GENESIS_FP16_DEVICE_CONCURRENCY allows it.
-    slots = slot_keys(device, settings.agent(agent).nproc)
+    slots = slot_keys(device, config.own.nproc)
     ctx.waiting[agent] = slots  # queued (the status names whose run it waits for)
     try:
         taken = ctx.slots.acquire(slots, ctx.stopping.is_set)
@@ -72,7 +73,7 @@ def run_agent_job(
     try:
         # Each rerun follows a reload that changed the precision, so edits bound the loop.
         while _run_once(ctx, agent, plugin, device, capabilities):
-            if ctx.stopping.is_set() or not ctx.settings.agent(agent).enabled:
+            if ctx.stopping.is_set() or not ctx.settings.agent(agent).own.enabled:
                 break
             log.info("run stopped by a configuration change: rerunning at once", agent=agent)
     finally:

@@ -15,7 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from genesis_fp16.config.settings import Settings, precision_switched
+from genesis_fp16.config.settings import AgentConfig, Settings, precision_switched
 from genesis_fp16.launch.device_slots import DeviceSlots
 from genesis_fp16.launch.launcher import RunProcesses
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
@@ -76,15 +76,14 @@ class Run:
     changed: threading.Event = field(default_factory=threading.Event)
     request: TrainRequest | None = None
     tracker: RunTracker | None = None
-    timeout: float = field(init=False)
+    config: AgentConfig = field(init=False)  # the agent's settings, from ``settings``
 
     def __post_init__(self) -> None:
-        spec = self.settings.agent(self.agent)
-        self.timeout = spec.run_timeout_seconds or self.settings.run_timeout_seconds
+        self.config = self.settings.agent(self.agent)
         # Past it an in-process run checkpoints at its next step and ends ("stopped"); a
         # torchrun job gets SIGTERM from its launcher at the same limit.
-        if spec.nproc == 1:
-            self.deadline = self.started + self.timeout
+        if self.config.own.nproc == 1:
+            self.deadline = self.started + self.config.run_timeout_seconds
 
     def precision_changed(self) -> bool:
         """Whether a reload changed what the agent's planned request asks for (the

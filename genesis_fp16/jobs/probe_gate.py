@@ -106,7 +106,7 @@ def gate_before_run(
     Returns the agent's probe record (new or remembered), or None when the gate is off,
     the run is fp32 and nothing was probed yet, or the state file cannot be read.
     """
-    if not settings.agent(agent).probe_before_low_precision:
+    if not settings.agent(agent).own.probe_before_low_precision:
         return None
     folder = AgentFolder(settings.state_dir, agent)
     stuck: list[files.SetAside] = []

@@ -7,7 +7,7 @@ agent's state folder (one
 files, the served-model pointer and the plugin's data check), then works out: the
 requested precision and why (:func:`precision_request`: flag, rollback switch,
 per-agent override, how ``auto`` is decided, the precision guard's remembered floor),
-the device, the budget (:func:`budget`), the data (when none is configured, the
+the device, the budget (the flags, else the settings'), the data (when none is configured, the
 agent's data folder or its generated sample: :func:`default_data_path`), the
 guard's configuration and the agent's options. The snapshot travels in the request
 (``TrainRequest.snapshot``): nothing after the plan reads those files again. The
@@ -138,19 +138,6 @@ def expected_precision(request: PrecisionRequest, device: str) -> PrecisionName 
         return None
 
 
-def budget(
-    settings: Settings, agent: str, steps: int | None = None, epochs: int | None = None
-) -> tuple[int | None, int | None]:
-    """``(steps, epochs)`` of one run: the flags, else the agent's own settings, else
-    ``GENESIS_FP16_STEPS_PER_RUN``; ``(None, None)`` leaves the budget to the agent."""
-    if steps is not None or epochs is not None:
-        return steps, epochs
-    spec = settings.agent(agent)
-    if spec.epochs is not None:
-        return None, spec.epochs
-    return spec.steps or settings.steps_per_run, None
-
-
 def plan_request(
     settings: Settings,
     agent: str,
@@ -168,7 +155,7 @@ def plan_request(
     travels in the request (``snapshot.state.resume``: the checkpoint its counters start
     from)."""
     o = overrides or RequestOverrides()
-    spec = settings.agent(agent)
+    config = settings.agent(agent)
     folder = AgentFolder(settings.state_dir, agent)
     if capabilities is None:  # a caller without the loader's record: read once, here
         capabilities = capabilities_of(plugin)
@@ -176,17 +163,18 @@ def plan_request(
     snapshot = read_snapshot(folder, checkpoint_dir)
     state = snapshot.state
     assert state is not None  # read_snapshot reads it
-    options = resolve_options(agent, capabilities, spec.options, o.options)
+    options = resolve_options(agent, capabilities, config.own.options, o.options)
     precision, reason = precision_request(settings, agent, o.precision, state)
     quarantine = folder.new_quarantine_file(o.checkpoint_dir)  # beside a run's own checkpoints
-    data = o.data_path or spec.data_path
+    data = o.data_path or config.own.data_path
     if data is None:
         # The agent's data folder (se_darwin: the sample and every pool dropped beside
         # it), or its generated sample file (an agent that reads one file).
         data = default_data_path(
             plugin, folder, settings.sample_count, settings.seed, capabilities.data_folder
         )
-    steps, epochs = budget(settings, agent, o.steps, o.epochs)
+    flagged = o.steps is not None or o.epochs is not None  # flags, else the settings' budget
+    steps, epochs = (o.steps, o.epochs) if flagged else (config.steps, config.own.epochs)
     ignored = capabilities.ignored_request_fields
     if ignored:  # the plugin ignores a field: did the operator set it?
         warn_ignored(ignored, agent, _operator_set(settings, o))
@@ -206,15 +194,15 @@ def plan_request(
         log_interval=o.log_interval or settings.log_interval,
         quarantine_path=quarantine,
         guard=settings.guard,  # None: the guard is turned off
-        cuda_graph=o.cuda_graph or settings.cuda_graph_for(agent),
-        compile=o.compile or settings.compile_for(agent),
+        cuda_graph=o.cuda_graph or config.cuda_graph,
+        compile=o.compile or config.compile,
         options=options,
         checkpoint_steps=o.checkpoint_steps or settings.checkpoint_steps,
         checkpoint_seconds=o.checkpoint_seconds or settings.checkpoint_seconds,
         memory_limit_bytes=settings.run_memory_limit_bytes,
         # The agent's last fp16 scale, when this run asks what that run asked for.
         initial_loss_scale=state.initial_scale(precision.requested),
-        golden_data_path=spec.golden_data,
+        golden_data_path=config.own.golden_data,
         snapshot=snapshot,
         range_stats=settings.range_stats,
     )
@@ -349,7 +337,7 @@ def check_configured_options(
             )
     for agent, plugin in plugins.items():
         try:
-            resolve_options(agent, plugin, settings.agent(agent).options)
+            resolve_options(agent, plugin, settings.agent(agent).own.options)
         except TrainRequestError as exc:
             errors.append(str(exc))
     if errors:

@@ -37,25 +37,24 @@ def execute_run(
 ) -> TrainResult:
     """Train where the settings say: N ranks under torchrun, a child process (the
     default), or a watched thread of the daemon's (with the loader's ``capabilities``)."""
-    settings = run.settings
-    spec = settings.agent(run.agent)
+    settings, config = run.settings, run.config
     grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
     limit = settings.run_memory_limit_bytes
     check = request.snapshot.data if request.snapshot is not None else None
     if check is not None and check.up_to_date is not None:  # the plan's data check
         # Nothing changed: no child, no ranks, no thread.
         return TrainResult.from_json(check.up_to_date)
-    if spec.nproc > 1 or (spec.isolation or settings.run_isolation) == "process":
+    if config.own.nproc > 1 or config.isolation == "process":
         child = functools.partial(
             train_in_child,  # N ranks under torchrun, or one process: launch/launcher.py
             request,
-            run.timeout,
-            grace if spec.nproc == 1 else 60.0,  # torchrun's ranks: docs/distributed.md
+            config.run_timeout_seconds,
+            grace if config.own.nproc == 1 else 60.0,  # torchrun's ranks: docs/distributed.md
             limit,
             log_level=settings.log_level,
             worker=WORKER if settings.run_worker else None,  # torch imported once: zygote.py
             processes=run.ctx.processes,
-            nproc=spec.nproc,
+            nproc=config.own.nproc,
         )
         # The launcher stops, then kills, the child itself; the watch marks it overdue (a
         # torchrun job has no deadline of the run's: Run.deadline, so it is never marked).
@@ -76,7 +75,7 @@ def supervised(run: Run, call: Callable[[], TrainResult], grace: float) -> Train
     until the plugin's ``train()`` returns; the device slot is freed at once so the other
     agents train, and this agent starts nothing new while the thread lives.
     """
-    ctx, agent, deadline, timeout = run.ctx, run.agent, run.deadline, run.timeout
+    ctx, agent, deadline, timeout = run.ctx, run.agent, run.deadline, run.config.run_timeout_seconds
     done: Future[TrainResult] = Future()
 
     def target() -> None:

@@ -36,6 +36,7 @@ from genesis_fp16.config.settings import (
     SettingsError,
     load_settings_with_sources,
     precision_switched,
+    resolve_device,
 )
 from genesis_fp16.config.settings_sources import SettingsSources
 from genesis_fp16.config.state_files import on_state_file_skipped
@@ -235,7 +236,7 @@ class Daemon:
             running = set(self.context.running)
         for agent in self.plugins:
             # What the next run will request: the guard's remembered demotion included.
-            device = self.settings.device_for(agent)
+            device = resolve_device(self.settings.agent(agent).device)
             try:
                 request, reason = precision_request(self.settings, agent)
             except OSError as exc:  # the run will fail and count it; the daemon stays up

@@ -104,13 +104,13 @@ class AgentScheduler:
         for agent, plugin in plugins.items():
             job_id = JOB_PREFIX + agent
             job = self._scheduler.get_job(job_id)
-            schedule = settings.schedule_for(agent)
-            if not settings.agent(agent).enabled:
+            config = settings.agent(agent)
+            if not config.own.enabled:
                 if job is not None:
                     job.remove()
                     changes.append(f"{agent}: disabled")
                 continue
-            trigger = build_trigger(schedule, settings.schedule_jitter_seconds)
+            trigger = build_trigger(config.schedule, settings.schedule_jitter_seconds)
             if job is None:
                 self._scheduler.add_job(
                     self._run_job,
@@ -121,10 +121,10 @@ class AgentScheduler:
                     executor=self._executor(agent),
                     next_run_time=datetime.now(UTC) if first else undefined,
                 )
-                changes.append(f"{agent}: scheduled every {schedule}")
+                changes.append(f"{agent}: scheduled every {config.schedule}")
             elif str(job.trigger) != str(trigger):  # its interval or cron fields (not jitter)
                 job.reschedule(trigger)
-                changes.append(f"{agent}: rescheduled to {schedule}")
+                changes.append(f"{agent}: rescheduled to {config.schedule}")
         self._record()
         return changes
 

@@ -68,9 +68,9 @@ def test_per_agent_settings_nested_and_json(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("GENESIS_FP16_AGENTS__SE_DARWIN__STEPS", "25")
     monkeypatch.setenv("GENESIS_FP16_PLUGIN_ALLOWLIST", "se_darwin, rlhf_ppo")
     settings = load_settings()
-    assert settings.schedule_for("se_darwin") == "*/15 * * * *"
-    assert settings.agent("se_darwin").steps == 25
-    assert settings.schedule_for("rlhf_ppo") == "3600"
+    assert settings.agent("se_darwin").schedule == "*/15 * * * *"
+    assert settings.agent("se_darwin").own.steps == 25
+    assert settings.agent("rlhf_ppo").schedule == "3600"
     assert settings.plugin_allowlist == ["se_darwin", "rlhf_ppo"]
     monkeypatch.delenv("GENESIS_FP16_AGENTS__SE_DARWIN__SCHEDULE")
     monkeypatch.delenv("GENESIS_FP16_AGENTS__SE_DARWIN__STEPS")
@@ -78,8 +78,8 @@ def test_per_agent_settings_nested_and_json(monkeypatch: pytest.MonkeyPatch) -> 
         "GENESIS_FP16_AGENTS", '{"se_darwin": {"enabled": false, "precision": "bf16"}}'
     )
     settings = load_settings()
-    assert not settings.agent("se_darwin").enabled
-    assert settings.agent("se_darwin").precision == "bf16"
+    assert not settings.agent("se_darwin").own.enabled
+    assert settings.agent("se_darwin").own.precision == "bf16"
 
 
 @pytest.mark.parametrize(
@@ -247,8 +247,8 @@ def test_cuda_graph_setting_per_agent_and_its_choices(monkeypatch: pytest.Monkey
     monkeypatch.setenv("GENESIS_FP16_CUDA_GRAPH", "off")
     monkeypatch.setenv("GENESIS_FP16_AGENTS__SE_DARWIN__CUDA_GRAPH", "on")
     settings = load_settings()
-    assert settings.cuda_graph_for("se_darwin") == "on"
-    assert settings.cuda_graph_for("rlhf_ppo") == "off"
+    assert settings.agent("se_darwin").cuda_graph == "on"
+    assert settings.agent("rlhf_ppo").cuda_graph == "off"
     assert CUDA_GRAPH_CHOICES == CUDA_GRAPH_REQUESTS
 
 
@@ -256,12 +256,12 @@ def test_compile_setting_is_off_by_default_per_agent_and_the_librarys_choices(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """compile defaults to off; an agent's own value wins over the daemon-wide one."""
-    assert load_settings().compile_for("se_darwin") == "off"
+    assert load_settings().agent("se_darwin").compile == "off"
     monkeypatch.setenv("GENESIS_FP16_COMPILE", "on")
     monkeypatch.setenv("GENESIS_FP16_AGENTS__RLHF_PPO__COMPILE", "off")
     settings = load_settings()
-    assert settings.compile_for("se_darwin") == "on"
-    assert settings.compile_for("rlhf_ppo") == "off"
+    assert settings.agent("se_darwin").compile == "on"
+    assert settings.agent("rlhf_ppo").compile == "off"
     assert COMPILE_CHOICES == COMPILE_REQUESTS
 
 
@@ -319,7 +319,7 @@ def test_other_names_and_agent_options_are_not_flagged(
     (tmp_path / ".env").write_text("CUDA_VISIBLE_DEVICES=0\nENABLE_FP16_TRAINING=\n")
     monkeypatch.setenv("GENESIS_FP16_ENV_FILE", str(tmp_path / ".env"))
     monkeypatch.setenv("GENESIS_FP16_AGENTS__SE_DARWIN__STEPS", "5")
-    assert load_settings().agent("se_darwin").steps == 5
+    assert load_settings().agent("se_darwin").own.steps == 5
 
 
 def test_sources_and_shadowed_values(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

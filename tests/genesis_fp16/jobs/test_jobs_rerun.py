@@ -12,7 +12,7 @@ from daemon_harness import clear_daemon_env
 from fake_results import train_result
 from prometheus_client import CollectorRegistry
 
-from genesis_fp16.config.settings import Settings
+from genesis_fp16.config.settings import Settings, resolve_device
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.device_slots import slot_keys
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
@@ -96,5 +96,5 @@ def test_a_job_queued_at_sigterm_never_starts(
     plugin = _Flapping(ctx, tmp_path)
     run_agent_job(ctx, AGENT, plugin)  # type: ignore[arg-type]
     assert plugin.requests == [] and not ctx.running
-    used = slot_keys(ctx.settings.device_for(AGENT))
+    used = slot_keys(resolve_device(ctx.settings.agent(AGENT).device))
     assert DeviceSlots.acquire(slots, used, lambda: True)  # the slot was given back

@@ -14,7 +14,6 @@ from genesis_fp16.config.plugins import load_entry_point
 from genesis_fp16.config.settings import AgentSettings, Settings
 from genesis_fp16.jobs.run_request import (
     RequestOverrides,
-    budget,
     expected_precision,
     plan_request,
 )
@@ -39,14 +38,15 @@ def _settings(tmp_path: Path, **agent: object) -> Settings:
     return Settings(state_dir=tmp_path, sample_count=8, agents={AGENT: spec})  # type: ignore[call-arg]
 
 
-def test_budget_flags_then_the_agent_then_steps_per_run() -> None:
+def test_budget_flags_then_the_agent_then_steps_per_run(tmp_path: Path) -> None:
     """Flags win; then the agent's STEPS or EPOCHS; then STEPS_PER_RUN; else the agent's own."""
-    plain = Settings()
-    assert budget(plain, AGENT) == (None, None)
-    assert budget(Settings(steps_per_run=9), AGENT) == (9, None)
-    epochs = Settings(steps_per_run=9, agents={AGENT: AgentSettings(epochs=2)})
-    assert budget(epochs, AGENT) == (None, 2)
-    assert budget(epochs, AGENT, steps=5) == (5, None)
+    assert Settings().agent(AGENT).steps is None
+    assert Settings(steps_per_run=9).agent(AGENT).steps == 9
+    epochs = _settings(tmp_path, epochs=2).model_copy(update={"steps_per_run": 9})
+    request = plan_request(epochs, AGENT, plugin, "cpu")
+    assert (request.steps, request.epochs) == (None, 2)
+    flagged = plan_request(epochs, AGENT, plugin, "cpu", RequestOverrides(steps=5))
+    assert (flagged.steps, flagged.epochs) == (5, None)
 
 
 def test_daemon_and_train_build_the_same_request(tmp_path: Path) -> None:
