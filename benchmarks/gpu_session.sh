@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One device call, prepared: on a bare CUDA host (wheels from ../shared/gpu/fetch-wheels.sh in
 # .whl/, pytest's among them; the image's own torch and numpy kept), the checks most worth a
-# lease first, each under `timeout`: the run worker forking CUDA children, `make gpu-check`'s
-# tests, both agents' training and the flight recorder, the daemon on the GPU and then on the
-# host's CPU (benchmarks/gpu_product_path.sh), then the 100,000-record pool and the
-# GPU-against-CPU benchmark. Results under $OUT (tarred as r.tgz after each step, so a call
-# cut short still brings back what ran).
-#   bash benchmarks/gpu_session.sh          (on the device machine, OUT set)
+# lease, each under `timeout`. Results under $OUT (tarred as r.tgz after each step, so a call
+# cut short still brings back what ran). Two parts, a call each (a call runs 600 s at most):
+#   bash benchmarks/gpu_session.sh [checks]   the run worker forking CUDA children, `make
+#       gpu-check`'s tests, both agents' training and the flight recorder, then the daemon on
+#       the GPU and on the host's CPU (benchmarks/gpu_product_path.sh)
+#   bash benchmarks/gpu_session.sh speed      benchmarks/gpu_vs_cpu.py at 100,000 records, then
+#       one 1,600-step CUDA run on that pool under cProfile: where the host's time goes
+#       around each captured replay (its top functions in r/cuda-100k-top.txt)
 set -u
 out=${OUT:?set OUT to a results folder}
 mkdir -p "$out/r"
@@ -21,14 +23,30 @@ step() {  # step NAME SECONDS COMMAND...: its output to r/NAME.log, its last lin
   echo "== $name: exit $? in $((SECONDS - started)) s"
   pack
 }
-step run-worker-cuda 40 env PYTHONPATH=.:infrastructure:agents python3 benchmarks/run_worker_cuda.py
-step gpu-check "${GPU_CHECK_LIMIT:-250}" python3 tests/gpu_check.py --out "$out/r" \
-  --only tests,training,flight --budget "${GPU_CHECK_BUDGET:-235}"
+worker() { step run-worker-cuda 40 env PYTHONPATH=.:infrastructure:agents python3 benchmarks/run_worker_cuda.py; }
+if [ "${1:-checks}" = speed ]; then
+  pools=/tmp/gpu-session-pools
+  step gpu-vs-cpu 230 python3 benchmarks/gpu_vs_cpu.py --records 100000 --pool-dir "$pools" \
+    --json "$out/r/gpu_vs_cpu.json"
+  pool=$(find "$pools" -type d -name se_darwin | head -1)
+  state=$(mktemp -d)  # a short run first reads the pool and calibrates: the profile is steps
+  step warm-cuda-100k 60 env GENESIS_FP16_STATE_DIR="$state" python3 -m genesis_fp16 train \
+    se_darwin --data "$pool" --steps 8 --device cuda --checkpoint-dir "$state/ck-warm" --json
+  step profile-cuda-100k 120 env GENESIS_FP16_STATE_DIR="$state" python3 -m cProfile \
+    -o "$out/r/cuda-100k.prof" -m genesis_fp16 train se_darwin --data "$pool" --steps 1600 \
+    --device cuda --checkpoint-dir "$state/ck-profile" --json
+  python3 -c 'import pstats, sys; pstats.Stats(sys.argv[1]).sort_stats("tottime").print_stats(40)' \
+    "$out/r/cuda-100k.prof" > "$out/r/cuda-100k-top.txt" 2>&1
+  worker
+  pack
+  tail -8 "$out/r/gpu-vs-cpu.log" | cut -c1-400; head -60 "$out/r/cuda-100k-top.txt" | cut -c1-200
+  exit 0
+fi
+worker
+step gpu-check "${GPU_CHECK_LIMIT:-320}" python3 tests/gpu_check.py --out "$out/r" \
+  --only tests,training,flight --budget "${GPU_CHECK_BUDGET:-300}"
 step product-cuda 100 bash benchmarks/gpu_product_path.sh "$out/r/product-cuda"
 step product-cpu 100 env DEVICE=cpu bash benchmarks/gpu_product_path.sh "$out/r/product-cpu"
-mkdir -p "$out/r/vs"
-step gpu-vs-cpu "${VS_LIMIT:-110}" python3 tests/gpu_check.py --out "$out/r/vs" --only pool,gpu-vs-cpu \
-  --budget "${VS_BUDGET:-100}"
-echo "== the checks"; grep -h -E "^(PASS|FAIL|NOT RUN)|^gpu-check|ratio|x the" "$out/r/gpu-check.log" "$out/r/gpu-vs-cpu.log" | cut -c1-400
-for f in run-worker-cuda; do echo "== $f"; tail -6 "$out/r/$f.log" | cut -c1-600; done
+echo "== the checks"; grep -h -E "^(PASS|FAIL|NOT RUN)|^gpu-check" "$out/r/gpu-check.log" | cut -c1-400
+echo "== run-worker-cuda"; tail -6 "$out/r/run-worker-cuda.log" | cut -c1-600
 for d in product-cuda product-cpu; do echo "== $d"; cat "$out/r/$d/serve-exit.txt" 2>/dev/null; done
