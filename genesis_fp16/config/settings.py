@@ -85,8 +85,8 @@ class SettingsError(Exception):
 
 
 class AgentConfig(NamedTuple):
-    """One agent's settings as a run reads them (:meth:`Settings.agent`, once per run): its
-    own (``own``), and the daemon's where it leaves one unset.
+    """One agent's settings as a run reads them (:meth:`Settings.agent`; a run keeps its
+    own in ``Run.config``): its own (``own``), and the daemon's where it leaves one unset.
 
     >>> load_settings().agent("se_darwin").isolation
     'process'

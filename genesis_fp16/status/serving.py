@@ -142,12 +142,13 @@ def _schedule(daemon: Daemon) -> Callable[[str], NextRun]:
         if agent not in loaded:
             why = notes.get(agent, "the daemon has not loaded this agent (see `agents`)")
             return NextRun(None, f"none: {why}")
-        if not daemon.settings.agent(agent).own.enabled:
+        config = daemon.settings.agent(agent)
+        if not config.own.enabled:
             return NextRun(None, "none: disabled in the settings")
         when = due.get(agent)
         if when is None:
             return NextRun(None, "none scheduled (starting, or shutting down)")
-        return NextRun(when, _every(daemon.settings.agent(agent).schedule))
+        return NextRun(when, _every(config.schedule))
 
     return next_run
 
