@@ -44,7 +44,11 @@ from genesis_fp16_infrastructure.training.run.task import to_device
 
 logger = logging.getLogger(__name__)
 
-OPTIMIZERS = ("sgd", "adam")
+_OPTIMIZER_CLASSES: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    "sgd": torch.optim.SGD,
+    "adam": torch.optim.Adam,
+}
+OPTIMIZERS = tuple(_OPTIMIZER_CLASSES)
 
 
 @dataclass(frozen=True)
@@ -221,6 +225,7 @@ class _Context:
     seed: int
     device: torch.device
     optimizer: str
+    start: dict[str, torch.Tensor]  # the FP32 weights every variant starts from
 
 
 def run_probe(
@@ -253,9 +258,9 @@ def run_probe(
         _check_fp32(base)
         frozen = to_device(setup.batches[0], dev)
         train = [to_device(b, dev) for b in setup.batches[1:]] or [frozen]
-        ctx = _Context(setup, base, frozen, train, steps, seed, dev, optimizer)
+        ctx = _Context(setup, base, frozen, train, steps, seed, dev, optimizer, ms.snapshot(base))
         ref = _run_variant(variants[0], ctx)
-        noise_floor, sign_noise = _noise_floor(ctx, ref)
+        noise_floor, sign_noise = _noise_floor(variants[0], ctx, ref)
         runs: list[_Run | str] = [ref]
         for variant in variants[1:]:
             runs.append(_run_or_error(variant, ctx))
@@ -341,22 +346,14 @@ def _run_variant(variant: Variant, ctx: _Context) -> _Run:
     return run
 
 
-def _optimizer(model: nn.Module, ctx: _Context) -> torch.optim.Optimizer:
-    lr = ctx.setup.learning_rate
-    if ctx.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=lr)
-    return torch.optim.SGD(model.parameters(), lr=lr)
-
-
 def _train(variant: Variant, model: nn.Module, ctx: _Context, run: _Run) -> None:
     """N optimizer steps; fp16 skips a step with non-finite gradients and halves its scale."""
     named = list(model.named_parameters())
-    opt = _optimizer(model, ctx)
+    opt = _OPTIMIZER_CLASSES[ctx.optimizer](model.parameters(), lr=ctx.setup.learning_rate)
     scale = run.scale
     times: list[float] = []
-    unchanged = {n: 0.0 for n, _ in named}
-    total, taken = 0.0, 0
-    numel = sum(p.numel() for _, p in named)
+    same = {n: 0 for n, _ in named}  # elements a taken step left unchanged, per parameter
+    taken, numel = 0, sum(p.numel() for _, p in named)
     for i in range(ctx.steps):
         batch = ctx.train[i % len(ctx.train)]
         before = [p.detach().clone() for _, p in named]  # outside the timed region
@@ -381,21 +378,16 @@ def _train(variant: Variant, model: nn.Module, ctx: _Context, run: _Run) -> None
             scale /= 2
             continue
         taken += 1
-        same = 0
         for (name, p), old in zip(named, before, strict=True):
-            count = int((p.detach() == old).sum())
-            unchanged[name] += count / max(p.numel(), 1)
-            same += count
-        total += same / max(numel, 1)
+            same[name] += int((p.detach() == old).sum())
     run.step_seconds = times
     if taken:
-        run.unchanged = {n: v / taken for n, v in unchanged.items()}
-        run.unchanged_total = total / taken
+        run.unchanged = {n: same[n] / max(p.numel(), 1) / taken for n, p in named}
+        run.unchanged_total = sum(same.values()) / max(numel, 1) / taken
 
 
-def _noise_floor(ctx: _Context, ref: _Run) -> tuple[float, float]:
+def _noise_floor(fp32: Variant, ctx: _Context, ref: _Run) -> tuple[float, float]:
     """||g(A) - g(B)|| / ||g|| and the sign disagreement between the two half-batches."""
-    fp32 = build_variants({})[0]
     halves = [
         _frozen_pass(fp32, prepare_model(fp32, ctx.base), ctx, to_device(half, ctx.device)).grads
         for half in ctx.setup.split_batch(ctx.setup.batches[0])
@@ -426,8 +418,7 @@ def _measure(
     grad_err = ms.relative_distance(run.grads, ref.grads)
     flips = ms.sign_flip_fraction(run.grads, ref.grads)
     act_module, act_max = _headroom(variant, run, ref)
-    start = ms.snapshot(ctx.base)
-    drift = ms.parameter_drift(run.params, ref.params, start)
+    drift = ms.parameter_drift(run.params, ref.params, ctx.start)
     per_layer_drift = ms.layer_errors(run.params, ref.params)
     excess = {n: run.unchanged.get(n, math.nan) - ref.unchanged.get(n, 0.0) for n in ref.params}
     return Measures(
@@ -448,7 +439,7 @@ def _measure(
         param_drift=drift,
         drift_noise_ratio=ms.ratio(drift, noise) if not math.isnan(drift) else math.nan,
         drift_layer=max(per_layer_drift, key=lambda n: per_layer_drift[n]),
-        update_cosine=ms.update_cosine(run.params, ref.params, start),
+        update_cosine=ms.update_cosine(run.params, ref.params, ctx.start),
         unchanged_fraction=run.unchanged_total,
         unchanged_excess=run.unchanged_total - ref.unchanged_total,
         unchanged_layer=max(excess, key=lambda n: excess[n] if not math.isnan(excess[n]) else -1.0),
