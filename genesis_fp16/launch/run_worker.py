@@ -229,7 +229,12 @@ class RunWorker:
             data, fds, _, _ = socket.recv_fds(
                 self._control, MAX_MESSAGE, 1, socket.MSG_CMSG_CLOEXEC
             )
-        except BaseException:
+            message = json.loads(data) if data else {}
+            if "pid" not in message or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                raise OSError(f"the worker answered {message or 'nothing'}")
+        except BaseException:  # our ends too: no child will use them
             for fd in (in_w, out_r, err_r):
                 os.close(fd)
             status.close()
@@ -238,12 +243,6 @@ class RunWorker:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
             theirs.close()
-        message = json.loads(data) if data else {}
-        if "pid" not in message or len(fds) != 1:
-            for fd in (in_w, out_r, err_r, *fds):
-                os.close(fd)
-            status.close()
-            raise OSError(f"the worker answered {message or 'nothing'}")
         pipes: list[IO[str]] = [
             open(in_w, "w"),  # noqa: SIM115  (closed by the launcher, as Popen's are)
             open(out_r, errors="replace"),  # noqa: SIM115
