@@ -10,7 +10,7 @@ scikit-learn's ``check_estimator`` runs an estimator's::
 
 ``genesis-fp16 check-agent NAME`` prints the same report for an installed plugin.
 :class:`~genesis_fp16.testing.device_audit.DeviceAudit` is the run-device audit one of the
-rules trains under. Importing this package does not import torch.
+rules trains under. Importing this package imports torch (the rules train).
 """
 
 from __future__ import annotations
