@@ -39,6 +39,7 @@ from genesis_fp16_infrastructure.training.run.loop import (
     early_stop_tracker,
     evaluate,
     final_summary,
+    interrupted,
     resume_run,
     run_iterations,
     run_steps,
@@ -51,7 +52,7 @@ from genesis_fp16_infrastructure.training.run.task import (
     TrainingTask,
     cuda_generators,
 )
-from genesis_fp16_infrastructure.training.run.verify_capture import verification_cache, verify_run
+from genesis_fp16_infrastructure.training.run.verify_capture import verify_run
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
 
@@ -118,8 +119,7 @@ def _fit(
         resumed_from = resume_run(task, trainer, manager, position, options.loaded_checkpoint)
     # A captured step is checked against eager steps of this state before it is trusted
     # (once per device, torch, shapes and precision; eager with the reason when it differs).
-    verified = verification_cache(options.precision.cache)
-    verify_run(task, trainer, options.seed, verified)
+    verify_run(task, trainer, options.seed, options.precision.cache)
     first_step = trainer.step_count
     # The chain's counts where this run begins (one host read): the run's own skipped
     # steps and non-finite losses are the end's less these.
@@ -228,16 +228,10 @@ def continued_job(options: FitOptions) -> tuple[PrecisionPolicy | None, FitOptio
     if loaded is None:
         return None, options
     options = replace(options, loaded_checkpoint=loaded)
-    run = loaded.state.get(checkpoint_keys.RUN)
-    interrupted = (
-        isinstance(run, Mapping)
-        and run.get("complete") is False
-        and (run.get("steps"), run.get("epochs")) == (options.steps, options.epochs)
-    )
     record = loaded.state.get(checkpoint_keys.PRECISION)
     saved = record.get("used") if isinstance(record, Mapping) else None
     # A run that trains nothing (the served model's eval) evaluates in the precision it ran.
-    same_job = interrupted or options.steps == 0
+    same_job = interrupted(loaded.state.get(checkpoint_keys.RUN), options) or options.steps == 0
     decision = decide_continued(options.precision, options.device, saved) if same_job else None
     if decision is None:
         return None, options
@@ -331,6 +325,6 @@ def _demote(
             if stale.name > rollback:
                 logger.warning("precision guard: removing %s (after the rollback step)", stale)
                 manager.remove(stale)
-    verify_run(task, demoted, options.seed, verification_cache(options.precision.cache))
+    verify_run(task, demoted, options.seed, options.precision.cache)
     guard.start(demoted, snapshot.epoch, snapshot.batch, snapshot=False)
     return demoted, record

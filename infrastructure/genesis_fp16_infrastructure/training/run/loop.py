@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch import nn
@@ -183,12 +183,8 @@ def run_targets(options: FitOptions, first_step: int, position: Position) -> Tar
         first_step + options.steps if options.steps is not None else None,
         position.epoch + options.epochs if options.epochs is not None else None,
     )
-    saved = position.saved_run
-    if (
-        isinstance(saved, dict)
-        and saved.get("complete") is False
-        and (saved.get("steps"), saved.get("epochs")) == (options.steps, options.epochs)
-    ):
+    saved = position.saved_run  # None: nothing resumed
+    if saved is not None and interrupted(saved, options):
         own = Targets(saved.get("target_step"), saved.get("target_epoch"))
         # Reached where it was saved: killed after its last periodic save, before its
         # end-of-run one. It ended in all but its record, so this run trains its own budget
@@ -208,6 +204,16 @@ def run_targets(options: FitOptions, first_step: int, position: Position) -> Tar
         "complete": False,
     }
     return targets
+
+
+def interrupted(run: object, options: FitOptions) -> TypeGuard[Mapping[str, Any]]:
+    """Whether ``run``, a checkpoint's run record, is one of an interrupted run (killed, or
+    stopped by a signal) asked for the same budget as ``options``: the same job."""
+    return (
+        isinstance(run, Mapping)
+        and run.get("complete") is False
+        and (run.get("steps"), run.get("epochs")) == (options.steps, options.epochs)
+    )
 
 
 def run_steps(

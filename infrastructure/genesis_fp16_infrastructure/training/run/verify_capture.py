@@ -8,7 +8,7 @@ shapes, batch shapes, precision, execution, scaler settings), ``fit()`` runs a f
 of the run's own state twice, on copies: once eagerly, once captured, from the same
 parameters, optimizer state, loss scale and random state::
 
-    verdict = verify_run(task, trainer, seed=0, cache=Path("state/captured_step_verified.json"))
+    verdict = verify_run(task, trainer, 0, calibration=Path("state/precision_calibration.json"))
     verdict.passed   # False: the run goes eager (fallback 'verification_mismatch')
     verdict.detail   # 'step 7: parameters differ (integer sum of the bits ...)'
 
@@ -79,9 +79,10 @@ def verify_run(
     task: TrainingTask,
     trainer: Trainer,
     seed: int,
-    cache: Path | None,
+    calibration: Path | None,
 ) -> CaptureVerdict | None:
-    """Verify ``trainer``'s captured step (or read the verdict); None when it is eager.
+    """Verify ``trainer``'s captured step (or read the verdict kept beside the
+    ``calibration`` cache: :func:`verification_cache`); None when it is eager.
 
     On a failed verdict the trainer falls back to eager steps (``execution.fallback`` is
     ``verification_mismatch``, the reason carries the detail); its state is untouched.
@@ -92,6 +93,7 @@ def verify_run(
     same = first_batches(task, seed, VERIFY_STEPS, "captured-step verification")
     batches = [to_device(b, trainer.policy.device) for b in same]
     key = verification_key(trainer, batches[0])
+    cache = verification_cache(calibration)
     verdict = read_verdict(cache, key)
     if verdict is None:
         verdict, measured = _verify(task, trainer, batches, key)
