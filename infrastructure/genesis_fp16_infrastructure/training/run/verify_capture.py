@@ -343,21 +343,19 @@ def _key_id(key: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(dict(key), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def read_verdicts(cache: Path | None) -> dict[str, CaptureVerdict]:
-    """Every cached verdict by key id; {} without a usable cache (another version; an
-    unusable file is set aside as ``captured_step_verified.json.unusable-*`` and reported)."""
-    return {} if cache is None else records.read_capture_verdicts(cache)
-
-
 def read_verdict(cache: Path | None, key: Mapping[str, str]) -> CaptureVerdict | None:
-    """The cached verdict for exactly ``key``, or None."""
-    found = read_verdicts(cache).get(_key_id(key))
+    """The cached verdict for exactly ``key``, or None (none without a usable cache: another
+    version; an unusable file is set aside as ``captured_step_verified.json.unusable-*``
+    and reported)."""
+    if cache is None:
+        return None
+    found = records.read_capture_verdicts(cache).get(_key_id(key))
     return found if found is not None and dict(found.key) == dict(key) else None
 
 
 def write_verdict(cache: Path, verdict: CaptureVerdict) -> None:
     """Add ``verdict`` to the cache file (atomically), keeping the other keys'."""
-    verdicts = {**read_verdicts(cache), _key_id(verdict.key): verdict}
+    verdicts = {**records.read_capture_verdicts(cache), _key_id(verdict.key): verdict}
     records.write_capture_verdicts(cache, verdicts)
 
 
