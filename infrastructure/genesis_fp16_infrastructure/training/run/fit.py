@@ -62,6 +62,7 @@ logger = logging.getLogger(__name__)
 def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     """Train ``task`` as ``options`` say and return what happened; see the module docstring."""
     continued, options = continued_job(options)
+    config = _trainer_config(options)
     calibration: Calibration | None = None
     if continued is not None:  # auto is decided once per job: no second measurement
         policy = continued
@@ -74,7 +75,7 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
             options.device,
             options.scaler,
             options.seed,
-            _trainer_config(options),
+            config,
             expected_steps=_expected_steps(task, options),
         )
     seed_everything(options.seed)  # after the calibration: it leaves no trace in the run
@@ -82,9 +83,8 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         start_scale_at(policy, options.initial_loss_scale)
     options = replace(options, should_stop=distributed.agreed_stop(options.should_stop))
     if calibration is not None and options.cuda_graph == "auto":  # run what was timed faster
-        measured = measured_execution(calibration)
-        options = replace(options, trainer=replace(options.trainer, measured_execution=measured))
-    trainer = _build_trainer(task, policy, options)
+        config = replace(config, measured_execution=measured_execution(calibration))
+    trainer = _build_trainer(task, policy, config, options)
     if options.checkpoint_dir is None:
         return _fit(task, options, trainer, None, calibration)
     manager = distributed.checkpoint_manager(options.checkpoint_dir, options.keep)
@@ -261,13 +261,14 @@ def start_scale_at(policy: PrecisionPolicy, scale: float) -> None:
     logger.info("loss scale starts at %g (carried from the previous run)", state["scale"])
 
 
-def _build_trainer(task: TrainingTask, policy: PrecisionPolicy, options: FitOptions) -> Trainer:
+def _build_trainer(
+    task: TrainingTask, policy: PrecisionPolicy, config: TrainerConfig, options: FitOptions
+) -> Trainer:
     model = task.build_model().to(policy.device)
     policy.check_model(model)
     model = distributed.wrap_model(model, policy, fsdp=options.fsdp)  # no-op in one process
     optimizers = task.build_optimizers(model)
     schedulers = task.build_schedulers(optimizers)
-    config = _trainer_config(options)
     generators = cuda_generators(task)
     return Trainer(model, optimizers, policy, config, schedulers, options.on_log, generators)
 
@@ -312,7 +313,7 @@ def _demote(
         lambda decision: PrecisionPolicy.from_decision(decision, device, options.scaler),
     )
     snapshot = guard.restore()
-    demoted = _build_trainer(task, policy, options)
+    demoted = _build_trainer(task, policy, trainer.config, options)  # the run's, measured
     demoted.load_state_dict(snapshot.trainer)  # model, optimizers, schedulers, scaler, RNG
     position.epoch, position.batch = snapshot.epoch, snapshot.batch
     loader = getattr(task, "load_extra_state", None)
