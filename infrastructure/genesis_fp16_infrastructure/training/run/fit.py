@@ -255,10 +255,9 @@ def start_scale_at(policy: PrecisionPolicy, scale: float) -> None:
     scaler = policy.scaler
     if not scaler.is_enabled():
         return
-    state = scaler.state_dict()
-    state["scale"] = clamp_scale(scale, scaler.config)
-    scaler.load_state_dict(state)
-    logger.info("loss scale starts at %g (carried from the previous run)", state["scale"])
+    start = clamp_scale(scale, scaler.config)
+    scaler.update(new_scale=start)  # the scale only: no counter moves, no host read
+    logger.info("loss scale starts at %g (carried from the previous run)", start)
 
 
 def _build_trainer(
