@@ -312,7 +312,7 @@ def _demote(
         lambda decision: PrecisionPolicy.from_decision(decision, device, options.scaler),
     )
     snapshot = guard.restore()
-    demoted = _build_trainer(task, policy, trainer.config, options)  # the run's, measured
+    demoted = _build_trainer(task, policy, trainer.config, options)  # measured execution kept
     demoted.load_state_dict(snapshot.trainer)  # model, optimizers, schedulers, scaler, RNG
     position.epoch, position.batch = snapshot.epoch, snapshot.batch
     loader = getattr(task, "load_extra_state", None)
