@@ -24,14 +24,13 @@ from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import LastRun, RunEntry, append_run
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
-from genesis_fp16_infrastructure.agent_folder.records import read_calibration
+from genesis_fp16_infrastructure.agent_folder.records import read_calibration, read_capture_verdicts
 from genesis_fp16_infrastructure.agent_folder.repair import set_aside_unusable
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.sources import Source
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
-from genesis_fp16_infrastructure.training.run.verify_capture import read_verdicts
 
 AGENT = "a"
 
@@ -107,7 +106,7 @@ CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "last_run": lambda f, p: f.paths.save_last_run(FAILED),
     "run_history": lambda f, p: append_run(f.paths.root, RunEntry(FAILED)),
     "precision_calibration": lambda f, p: read_calibration(p),
-    "capture_verdicts": lambda f, p: read_verdicts(p),
+    "capture_verdicts": lambda f, p: read_capture_verdicts(p),
     "probe_result": lambda f, p: AgentFolder.at(p.parent).probe_record(ProbeRecord.from_json),
     "run_request": _run_request,
     "sample_data_marker": lambda f, p: f.paths.sample_data(_sample, 1, 0),

@@ -39,6 +39,7 @@ from genesis_fp16_infrastructure.training.run.loop import (
     early_stop_tracker,
     evaluate,
     final_summary,
+    interrupted,
     resume_run,
     run_iterations,
     run_steps,
@@ -51,7 +52,7 @@ from genesis_fp16_infrastructure.training.run.task import (
     TrainingTask,
     cuda_generators,
 )
-from genesis_fp16_infrastructure.training.run.verify_capture import verification_cache, verify_run
+from genesis_fp16_infrastructure.training.run.verify_capture import verify_run
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
 
@@ -61,6 +62,7 @@ logger = logging.getLogger(__name__)
 def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     """Train ``task`` as ``options`` say and return what happened; see the module docstring."""
     continued, options = continued_job(options)
+    config = _trainer_config(options)
     calibration: Calibration | None = None
     if continued is not None:  # auto is decided once per job: no second measurement
         policy = continued
@@ -73,7 +75,7 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
             options.device,
             options.scaler,
             options.seed,
-            _trainer_config(options),
+            config,
             expected_steps=_expected_steps(task, options),
         )
     seed_everything(options.seed)  # after the calibration: it leaves no trace in the run
@@ -81,9 +83,8 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         start_scale_at(policy, options.initial_loss_scale)
     options = replace(options, should_stop=distributed.agreed_stop(options.should_stop))
     if calibration is not None and options.cuda_graph == "auto":  # run what was timed faster
-        measured = measured_execution(calibration)
-        options = replace(options, trainer=replace(options.trainer, measured_execution=measured))
-    trainer = _build_trainer(task, policy, options)
+        config = replace(config, measured_execution=measured_execution(calibration))
+    trainer = _build_trainer(task, policy, config, options)
     if options.checkpoint_dir is None:
         return _fit(task, options, trainer, None, calibration)
     manager = distributed.checkpoint_manager(options.checkpoint_dir, options.keep)
@@ -118,8 +119,7 @@ def _fit(
         resumed_from = resume_run(task, trainer, manager, position, options.loaded_checkpoint)
     # A captured step is checked against eager steps of this state before it is trusted
     # (once per device, torch, shapes and precision; eager with the reason when it differs).
-    verified = verification_cache(options.precision.cache)
-    verify_run(task, trainer, options.seed, verified)
+    verify_run(task, trainer, options.seed, options.precision.cache)
     first_step = trainer.step_count
     # The chain's counts where this run begins (one host read): the run's own skipped
     # steps and non-finite losses are the end's less these.
@@ -228,16 +228,10 @@ def continued_job(options: FitOptions) -> tuple[PrecisionPolicy | None, FitOptio
     if loaded is None:
         return None, options
     options = replace(options, loaded_checkpoint=loaded)
-    run = loaded.state.get(checkpoint_keys.RUN)
-    interrupted = (
-        isinstance(run, Mapping)
-        and run.get("complete") is False
-        and (run.get("steps"), run.get("epochs")) == (options.steps, options.epochs)
-    )
     record = loaded.state.get(checkpoint_keys.PRECISION)
     saved = record.get("used") if isinstance(record, Mapping) else None
     # A run that trains nothing (the served model's eval) evaluates in the precision it ran.
-    same_job = interrupted or options.steps == 0
+    same_job = interrupted(loaded.state.get(checkpoint_keys.RUN), options) or options.steps == 0
     decision = decide_continued(options.precision, options.device, saved) if same_job else None
     if decision is None:
         return None, options
@@ -261,19 +255,19 @@ def start_scale_at(policy: PrecisionPolicy, scale: float) -> None:
     scaler = policy.scaler
     if not scaler.is_enabled():
         return
-    state = scaler.state_dict()
-    state["scale"] = clamp_scale(scale, scaler.config)
-    scaler.load_state_dict(state)
-    logger.info("loss scale starts at %g (carried from the previous run)", state["scale"])
+    start = clamp_scale(scale, scaler.config)
+    scaler.update(new_scale=start)  # the scale only: no counter moves, no host read
+    logger.info("loss scale starts at %g (carried from the previous run)", start)
 
 
-def _build_trainer(task: TrainingTask, policy: PrecisionPolicy, options: FitOptions) -> Trainer:
+def _build_trainer(
+    task: TrainingTask, policy: PrecisionPolicy, config: TrainerConfig, options: FitOptions
+) -> Trainer:
     model = task.build_model().to(policy.device)
     policy.check_model(model)
     model = distributed.wrap_model(model, policy, fsdp=options.fsdp)  # no-op in one process
     optimizers = task.build_optimizers(model)
     schedulers = task.build_schedulers(optimizers)
-    config = _trainer_config(options)
     generators = cuda_generators(task)
     return Trainer(model, optimizers, policy, config, schedulers, options.on_log, generators)
 
@@ -318,7 +312,7 @@ def _demote(
         lambda decision: PrecisionPolicy.from_decision(decision, device, options.scaler),
     )
     snapshot = guard.restore()
-    demoted = _build_trainer(task, policy, options)
+    demoted = _build_trainer(task, policy, trainer.config, options)  # measured execution kept
     demoted.load_state_dict(snapshot.trainer)  # model, optimizers, schedulers, scaler, RNG
     position.epoch, position.batch = snapshot.epoch, snapshot.batch
     loader = getattr(task, "load_extra_state", None)
@@ -331,6 +325,6 @@ def _demote(
             if stale.name > rollback:
                 logger.warning("precision guard: removing %s (after the rollback step)", stale)
                 manager.remove(stale)
-    verify_run(task, demoted, options.seed, verification_cache(options.precision.cache))
+    verify_run(task, demoted, options.seed, options.precision.cache)
     guard.start(demoted, snapshot.epoch, snapshot.batch, snapshot=False)
     return demoted, record

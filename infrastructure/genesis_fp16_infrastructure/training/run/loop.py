@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch import nn
@@ -183,12 +183,8 @@ def run_targets(options: FitOptions, first_step: int, position: Position) -> Tar
         first_step + options.steps if options.steps is not None else None,
         position.epoch + options.epochs if options.epochs is not None else None,
     )
-    saved = position.saved_run
-    if (
-        isinstance(saved, dict)
-        and saved.get("complete") is False
-        and (saved.get("steps"), saved.get("epochs")) == (options.steps, options.epochs)
-    ):
+    saved = position.saved_run  # None: nothing resumed
+    if saved is not None and interrupted(saved, options):
         own = Targets(saved.get("target_step"), saved.get("target_epoch"))
         # Reached where it was saved: killed after its last periodic save, before its
         # end-of-run one. It ended in all but its record, so this run trains its own budget
@@ -208,6 +204,16 @@ def run_targets(options: FitOptions, first_step: int, position: Position) -> Tar
         "complete": False,
     }
     return targets
+
+
+def interrupted(run: object, options: FitOptions) -> TypeGuard[Mapping[str, Any]]:
+    """Whether ``run``, a checkpoint's run record, is one of an interrupted run (killed, or
+    stopped by a signal) asked for the same budget as ``options``: the same job."""
+    return (
+        isinstance(run, Mapping)
+        and run.get("complete") is False
+        and (run.get("steps"), run.get("epochs")) == (options.steps, options.epochs)
+    )
 
 
 def run_steps(
@@ -249,9 +255,10 @@ def run_steps(
             if targets.reached(trainer.step_count, position.epoch) or patience_out:
                 return False
         if not yielded:
+            unit = "an iteration" if isinstance(task, IterationHooks) else "an epoch"
             raise ValueError(
                 f"train_batches(epoch={position.epoch}, seed={options.seed}) yielded no "
-                "batches: an epoch needs at least one"
+                f"batches: {unit} needs at least one"
             )
         position.epoch += 1
         position.batch = 0
@@ -300,30 +307,22 @@ def run_iterations(
     on its scratch trainer before each iteration's batches, so that they are rolled out
     again with the same weights (a task whose rollouts draw from ``(seed, iteration)``, as
     a PPO task's may, then gives the same batches).
+
+    An iteration's steps are :func:`run_steps`' over its epoch, with no stop poll, guard
+    or checkpoint of their own; this adds the boundary around them.
     """
-    accum = options.trainer.grad_accum_steps
     cadence = Cadence.of(options)
-    tracker = position.tracker
+    undivided = replace(options, should_stop=lambda: False)  # polled at boundaries only
 
     while not targets.reached(trainer.step_count, position.epoch):
         if options.should_stop():
             logger.info("stop requested: stopping at step %d", trainer.step_count)
             return True
-        epoch = position.epoch
+        epoch, first = position.epoch, trainer.step_count
         task.begin_iteration(trainer, epoch)
-        due = patience_out = stepped = False
-        for group in grouped(iter(task.train_batches(epoch, options.seed)), accum):
-            stepped = True
-            train_step(trainer, options, group, loss_fn)
-            due = cadence.due(trainer.step_count) or due
-            patience_out = validate(task, trainer, tracker)
-            if patience_out or targets.reached(trainer.step_count, position.epoch):
-                break  # the rest of this iteration's batches are dropped
-        if not stepped:
-            raise ValueError(
-                f"train_batches(epoch={epoch}, seed={options.seed}) yielded no batches: "
-                "an iteration needs at least one"
-            )
+        this_one = Targets(targets.step, epoch + 1)  # its end, or a step target inside it
+        run_steps(task, trainer, undivided, None, position, this_one, loss_fn, None)
+        due = cadence.due(trainer.step_count, since=first)
         task.end_iteration(trainer, epoch)
         position.epoch, position.batch = epoch + 1, 0
         if guard is not None and guard.after_step(trainer, position.epoch, 0):
@@ -331,8 +330,8 @@ def run_iterations(
         if manager is not None and due:
             manager.save(checkpoint_state(task, trainer, options, position))
             cadence.saved()
-        if patience_out:
-            return False
+        if position.tracker is not None and position.tracker.stopped:
+            return False  # patience ran out inside the iteration
     return False
 
 
@@ -356,8 +355,10 @@ class Cadence:
         seconds = None if distributed.is_distributed() else options.checkpoint_seconds
         return cls(steps, seconds)
 
-    def due(self, step: int) -> bool:
-        if self.every_steps is not None and step % self.every_steps == 0:
+    def due(self, step: int, since: int | None = None) -> bool:
+        """Whether a save is due at ``step``, or at any step after ``since`` up to it."""
+        since = step - 1 if since is None else since
+        if self.every_steps is not None and step // self.every_steps > since // self.every_steps:
             return True
         return self.every_seconds is not None and time.monotonic() - self.last >= self.every_seconds
 

@@ -178,8 +178,3 @@ def spec_from_json(cls: type[S], data: Mapping[str, Any], **callbacks: Any) -> S
             value = decoder(value)
         values[item.name] = value
     return cls(**values, **callbacks)
-
-
-def spec_fields(cls: type[RunSpec] = RunSpec) -> tuple[str, ...]:
-    """The names of the fields ``cls`` declares that carry the run (not its callbacks)."""
-    return tuple(f.name for f in fields(cls) if not _is_callback(cls, f))

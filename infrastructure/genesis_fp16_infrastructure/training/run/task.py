@@ -144,7 +144,13 @@ def to_device(batch: Any, device: torch.device | str) -> Any:
     """
     dev = torch.device(device)
     if isinstance(batch, torch.Tensor):
-        return _tensor_to(batch, dev)
+        if same_device(batch.device, dev):
+            # .to() of a tensor already there returns it, no copy; called anyway so that the
+            # device audit (genesis_fp16.testing.device_audit) sees the move on a CPU run.
+            return batch.to(dev)
+        # is_pinned() is only meaningful (and cheap) for a CPU tensor bound for an accelerator.
+        pinned = batch.device.type == "cpu" and dev.type != "cpu" and batch.is_pinned()
+        return batch.to(dev, non_blocking=pinned)
     if isinstance(batch, list | tuple):
         moved = [to_device(item, dev) for item in batch]
         # A NamedTuple keeps its type: its fields are arguments.
@@ -170,16 +176,6 @@ def index_to(index: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     if dev.type == "cuda" and index.device.type == "cpu":
         index = index.pin_memory()  # on the host only: no sync
     return to_device(index, dev)
-
-
-def _tensor_to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    if same_device(tensor.device, device):
-        # .to() of a tensor already there returns it, no copy; called anyway so that the
-        # device audit (genesis_fp16.testing.device_audit) sees the move on a CPU run.
-        return tensor.to(device)
-    # is_pinned() is only meaningful (and cheap) for a CPU tensor bound for an accelerator.
-    pinned = tensor.device.type == "cpu" and device.type != "cpu" and tensor.is_pinned()
-    return tensor.to(device, non_blocking=pinned)
 
 
 def first_batches(task: TrainingTask, seed: int, read: int, what: str) -> list[Any]:

@@ -8,7 +8,7 @@ shapes, batch shapes, precision, execution, scaler settings), ``fit()`` runs a f
 of the run's own state twice, on copies: once eagerly, once captured, from the same
 parameters, optimizer state, loss scale and random state::
 
-    verdict = verify_run(task, trainer, seed=0, cache=Path("state/captured_step_verified.json"))
+    verdict = verify_run(task, trainer, 0, calibration=Path("state/precision_calibration.json"))
     verdict.passed   # False: the run goes eager (fallback 'verification_mismatch')
     verdict.detail   # 'step 7: parameters differ (integer sum of the bits ...)'
 
@@ -79,9 +79,10 @@ def verify_run(
     task: TrainingTask,
     trainer: Trainer,
     seed: int,
-    cache: Path | None,
+    calibration: Path | None,
 ) -> CaptureVerdict | None:
-    """Verify ``trainer``'s captured step (or read the verdict); None when it is eager.
+    """Verify ``trainer``'s captured step (or read the verdict kept beside the
+    ``calibration`` cache: :func:`verification_cache`); None when it is eager.
 
     On a failed verdict the trainer falls back to eager steps (``execution.fallback`` is
     ``verification_mismatch``, the reason carries the detail); its state is untouched.
@@ -92,6 +93,7 @@ def verify_run(
     same = first_batches(task, seed, VERIFY_STEPS, "captured-step verification")
     batches = [to_device(b, trainer.policy.device) for b in same]
     key = verification_key(trainer, batches[0])
+    cache = verification_cache(calibration)
     verdict = read_verdict(cache, key)
     if verdict is None:
         verdict, measured = _verify(task, trainer, batches, key)
@@ -341,21 +343,19 @@ def _key_id(key: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(dict(key), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def read_verdicts(cache: Path | None) -> dict[str, CaptureVerdict]:
-    """Every cached verdict by key id; {} without a usable cache (another version; an
-    unusable file is set aside as ``captured_step_verified.json.unusable-*`` and reported)."""
-    return {} if cache is None else records.read_capture_verdicts(cache)
-
-
 def read_verdict(cache: Path | None, key: Mapping[str, str]) -> CaptureVerdict | None:
-    """The cached verdict for exactly ``key``, or None."""
-    found = read_verdicts(cache).get(_key_id(key))
+    """The cached verdict for exactly ``key``, or None (none without a usable cache: another
+    version; an unusable file is set aside as ``captured_step_verified.json.unusable-*``
+    and reported)."""
+    if cache is None:
+        return None
+    found = records.read_capture_verdicts(cache).get(_key_id(key))
     return found if found is not None and dict(found.key) == dict(key) else None
 
 
 def write_verdict(cache: Path, verdict: CaptureVerdict) -> None:
     """Add ``verdict`` to the cache file (atomically), keeping the other keys'."""
-    verdicts = {**read_verdicts(cache), _key_id(verdict.key): verdict}
+    verdicts = {**records.read_capture_verdicts(cache), _key_id(verdict.key): verdict}
     records.write_capture_verdicts(cache, verdicts)
 
 

@@ -112,6 +112,14 @@ def test_a_step_target_inside_an_iteration_ends_it_and_saves_on_boundaries(tmp_p
     assert task.calls == [("begin", 3, 7), ("end", 3, 10)]
 
 
+def test_a_checkpoint_due_inside_an_iteration_is_written_at_its_end(tmp_path: Path) -> None:
+    """A checkpoint every 2 steps, 3-step iterations: steps 2, 4 and 8 fall inside one,
+    so each iteration's end is saved (3 and 9 are no multiple of 2), none inside."""
+    options = FitOptions(precision="bf16", steps=9, checkpoint_dir=tmp_path, checkpoint_steps=2)
+    fit(ProximalTask(), options)
+    assert _saved_positions(tmp_path) == [(3, 1, 0), (6, 2, 0), (9, 3, 0)]
+
+
 def test_a_stop_is_honoured_at_the_next_boundary(tmp_path: Path) -> None:
     """should_stop turning True after step 4 stops the run at step 6, the iteration's end."""
     task = ProximalTask()

@@ -17,11 +17,13 @@ from genesis_fp16_infrastructure.training.run.fit import _trainer_config
 from genesis_fp16_infrastructure.training.run.spec import (
     RunCallbacks,
     RunSpec,
-    spec_fields,
     spec_from_json,
     spec_to_json,
 )
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
+
+# RunSpec's fields: the run's, no callback among them (those are RunCallbacks').
+RUN_FIELDS = {f.name for f in fields(RunSpec)}
 
 # Every RunSpec field away from its default: a field the codec or fit_options() dropped
 # would come back as its default and fail the comparisons below.
@@ -78,14 +80,14 @@ def _own_fields(cls: type) -> set[str]:
 
 def test_the_sample_sets_every_field_of_the_spec() -> None:
     """The sample above covers RunSpec whole, and every value differs from the default."""
-    assert set(NON_DEFAULT) == set(spec_fields())
+    assert set(NON_DEFAULT) == RUN_FIELDS
     assert all(NON_DEFAULT[f.name] != f.default for f in fields(RunSpec))
 
 
 def test_request_options_and_trainer_declare_no_shared_field_again() -> None:
     """TrainRequest and FitOptions inherit the run's fields and callbacks, TrainerConfig
     and RunSpec the step's: none of them declares one again."""
-    shared = set(spec_fields()) | {f.name for f in fields(RunCallbacks)}
+    shared = RUN_FIELDS | {f.name for f in fields(RunCallbacks)}
     for cls in (TrainRequest, FitOptions):
         assert issubclass(cls, RunSpec) and issubclass(cls, RunCallbacks)
         assert _own_fields(cls) & shared == set(), cls.__name__
@@ -165,7 +167,7 @@ def test_fit_options_carry_every_field_of_the_request_spec(tmp_path: Path) -> No
         on_log=print,
     )
     options = request.fit_options()
-    for name in spec_fields():
+    for name in RUN_FIELDS:
         assert getattr(options, name) == getattr(request, name), name
     assert (options.on_log, options.should_stop) == (print, bool)
 
@@ -179,4 +181,3 @@ def test_the_codec_reads_field_types_not_their_names() -> None:
     back = spec_from_json(_NamedLikeOthers, data)
     assert (back.handler, back.route, back.hook) == ("on", "north", None)
     assert type(back.route) is str  # not Path("north")
-    assert spec_fields(_NamedLikeOthers)[-2:] == ("handler", "route")

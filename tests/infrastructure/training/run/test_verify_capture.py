@@ -250,7 +250,7 @@ def test_a_capture_that_raises_falls_back_from_the_same_step_boundary(
     options = _options(tmp_path, steps=12)
     monkey_verdicts: list[Any] = []
 
-    def trusted(task: Any, trainer: Trainer, seed: int, cache: Any) -> None:
+    def trusted(task: Any, trainer: Trainer, seed: int, calibration: Any) -> None:
         monkey_verdicts.append(trainer.execution.used)
 
     with pytest.MonkeyPatch.context() as mp:
@@ -324,9 +324,9 @@ def test_a_real_difference_is_cached_as_a_failed_verdict(
 def test_verify_run_ignores_an_eager_trainer(tmp_path: Path) -> None:
     """An eager run has nothing to verify: no verdict, no cache file."""
     task = RegressionTask()
-    cache = tmp_path / "v.json"
-    assert verify_capture.verify_run(task, _trainer(task), 0, cache) is None
-    assert not cache.exists()
+    calibration = tmp_path / "precision_calibration.json"
+    assert verify_capture.verify_run(task, _trainer(task), 0, calibration) is None
+    assert not list(tmp_path.iterdir())
 
 
 # ----------------------------------------------------------------------------- on a GPU
