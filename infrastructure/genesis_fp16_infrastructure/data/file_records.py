@@ -4,8 +4,8 @@
 ``data.readers``), :class:`Rejected` one quarantined entry, :class:`BlockWriter` writes
 each parsed record into the columns of a :class:`RecordBlock`, a file's records as
 columns (what the record cache keeps and a read joins into its
-``data.pool_columns.PoolColumns``), and :class:`Head` what an appended ``.jsonl`` file's
-stored records hold (``data.pool_columns.PoolCache.load_head``).
+``data.pool_columns.PoolColumns``), and :class:`Head` what the record cache holds of a
+file (``data.pool_columns.PoolCache.load``).
 
 And :func:`own_numbers`, an attempt's own record in numbers (change, files, words, tools;
 named by ``OWN_FEATURES``): the encoder's features that need no other record. They cost
@@ -338,10 +338,11 @@ def _int64s(values: list[int]) -> bytes:
 
 
 class Head(NamedTuple):
-    """What an appended file's stored head holds, and where its new lines begin."""
+    """What the record cache holds of a file: all its records (``offset`` None), or an
+    appended file's stored head and where its new lines begin."""
 
     block: RecordBlock
-    offset: int  # bytes of the head: the new lines start here
+    offset: int | None  # bytes of the head: the new lines start here
     lines: int  # lines of the head: the first new line is number lines + 1
 
 

@@ -419,10 +419,9 @@ class PoolCache(Protocol):
     """Where a read finds a file's records from an earlier read of the same bytes, and a
     slim read's joined pool (``data.record_cache``: one file, its columns memory-mapped)."""
 
-    def load(self, file: Path, slim: bool) -> RecordBlock | None: ...
-
-    def load_head(self, file: Path, slim: bool) -> Head | None:
-        """An appended file's earlier records and where its new lines begin, or None."""
+    def load(self, file: Path, slim: bool) -> Head | None:
+        """The file's stored records (``Head.offset`` None), or an appended file's earlier
+        records and where its new lines begin, or None."""
 
     def store(self, file: Path, block: RecordBlock, slim: bool) -> None: ...
 

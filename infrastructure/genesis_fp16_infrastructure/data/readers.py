@@ -297,19 +297,18 @@ def _file_records(
     each quarantined entry written to ``sink``; from ``cache`` when it has the file.
     ``keep_text=False``: the block keeps no text (see read_trajectories)."""
     slim = not keep_text
-    cached = cache.load(file, slim) if cache is not None else None
-    if cached is not None:
-        _quarantined_before(cached, file, sink)
-        return cached
-    recorder = Recorder(sink)
-    writer = BlockWriter(keep_text)
+    head = cache.load(file, slim) if cache is not None else None
     blocks: list[RecordBlock] = []
     start, first_line = 0, 1
-    head = cache.load_head(file, slim) if cache is not None else None
-    if head is not None:  # an appended .jsonl: its earlier lines as stored, then the new
-        _quarantined_before(head.block, file, sink)
+    if head is not None:  # as stored; an appended .jsonl: its earlier lines, then the new
+        for entry in head.block.rejected:  # written to the sink as a parse writes them
+            sink.add(Source(file, entry.where), entry.reason, entry.text)
+        if head.offset is None:
+            return head.block
         start, first_line = head.offset, head.lines + 1
         blocks.append(head.block)
+    recorder = Recorder(sink)
+    writer = BlockWriter(keep_text)
     for source, raw, thresholds, key in raw_records(file, recorder, start, first_line):
         record = _read_record(source, raw, thresholds, key, recorder)
         if record is not None:
@@ -322,12 +321,6 @@ def _file_records(
     if cache is not None and not recorder.vanished:
         cache.store(file, block, slim)
     return block
-
-
-def _quarantined_before(block: RecordBlock, file: Path, sink: QuarantineSink) -> None:
-    """A stored block's quarantined entries, written to ``sink`` as a parse writes them."""
-    for entry in block.rejected:
-        sink.add(Source(file, entry.where), entry.reason, entry.text)
 
 
 def _read_record(

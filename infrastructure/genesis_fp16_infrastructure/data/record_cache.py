@@ -99,32 +99,34 @@ class RecordCache:
         self.unreadable = 0  # entries found damaged (truncated, another version): misses too
         self.pool_hit = False  # the whole joined pool came from its entry
 
-    def load(self, file: Path, slim: bool) -> RecordBlock | None:
+    def load(self, file: Path, slim: bool) -> Head | None:
+        """What was stored of ``file``: all its records (``Head.offset`` None) while its
+        bytes are those stored; else, for a plain ``.jsonl`` file that only grew since,
+        those records and quarantined lines, and the offset and line where the new ones
+        begin; None otherwise (a miss)."""
         state = self._vouched(file)
-        if state is None:
-            self.misses += 1
+        if state is not None:
+            try:
+                block = _read_entry(self._path(state.digest, slim))
+            except FileNotFoundError:
+                pass
+            except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
+                logger.warning("record cache entry for %s unreadable (%s): read again", file, exc)
+                self.unreadable += 1
+            else:
+                self.hits += 1
+                return Head(block, None, 0)
+        self.misses += 1
+        if state is None or not file.name.endswith(".jsonl"):
             return None
-        try:
-            out = _read_entry(self._path(state.digest, slim))
-        except FileNotFoundError:
-            self.misses += 1
-            return None
-        except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
-            logger.warning("record cache entry for %s unreadable (%s): read again", file, exc)
-            self.misses += 1
-            self.unreadable += 1
-            return None
-        self.hits += 1
-        return out
+        return self._grown(file, state, slim)
 
-    def load_head(self, file: Path, slim: bool) -> Head | None:
-        """A plain ``.jsonl`` file that only grew since its records were stored: those
-        records and quarantined lines, and the offset and line where the new ones begin.
-        None unless the file's first bytes are still, digest for digest, the stored
-        file's, ending at a line's end (an edited or truncated file is read whole)."""
-        state = self._vouched(file)
-        head = self._head(file) if state is not None and file.name.endswith(".jsonl") else None
-        if state is None or head is None or not 0 < head.size < state.size:
+    def _grown(self, file: Path, state: FileState, slim: bool) -> Head | None:
+        """The stored head of an appended ``.jsonl`` file: None unless the file's first
+        bytes are still, digest for digest, the stored file's, ending at a line's end (an
+        edited or truncated file is read whole)."""
+        head = self._head(file)
+        if head is None or not 0 < head.size < state.size:
             return None
         try:
             seen = state.prefix  # the scan's, when it hashed this file's growth in one pass
