@@ -338,8 +338,9 @@ def created_seconds(value: str | float | None) -> float | None:
 def record_id_hash(trajectory_id: str) -> int:
     """A record's id hash as the fingerprint keeps it in ``ids``: whether a model's pool
     held a record; the retrain recipe's folds and validation draw
-    (genesis_fp16_infrastructure.recipes.retrain.split)."""
-    return _hash(trajectory_id)
+    (genesis_fp16_infrastructure.recipes.retrain.split): :func:`id_digest` read as a
+    signed 64-bit number (a record's :func:`labelled_hash` is the same of its text)."""
+    return int.from_bytes(id_digest(trajectory_id), "big", signed=True)
 
 
 def judged_id(trajectory_id: str, key: int) -> str:
@@ -354,12 +355,8 @@ def id_digest(id_: str) -> bytes:
 
 
 def record_id_hashes(trajectory_ids: Iterable[str]) -> list[int]:
-    """``record_id_hash`` of each id, in one loop (a million ids: one pass of blake2b)."""
-    blake, to_int = hashlib.blake2b, int.from_bytes
-    return [
-        to_int(blake(t.encode(), digest_size=8).digest(), "big", signed=True)
-        for t in trajectory_ids
-    ]
+    """``record_id_hash`` of each id, in order."""
+    return [record_id_hash(t) for t in trajectory_ids]
 
 
 def example_id_hashes(examples: Iterable[Example]) -> list[int]:
@@ -387,7 +384,7 @@ def labelled_hash(trajectory_id: str, attempt: AttemptInput, label: Label) -> in
     # The attempt's repr names every field with its value (a frozen dataclass of strings,
     # numbers and tuples of strings): what the encoder reads, in a stable text.
     attempt_text = _ATTEMPT_REPR(attempt)
-    return _hash(
+    return record_id_hash(
         f"{trajectory_id}\x00{label.success}\x00{label.score!r}\x00{label.outcome}\x00{attempt_text}"
     )
 
@@ -395,10 +392,3 @@ def labelled_hash(trajectory_id: str, attempt: AttemptInput, label: Label) -> in
 # The dataclass's own __repr__ without the recursion guard dataclasses wraps it in (an
 # attempt holds no attempt): the same text, a quarter faster, once per record read.
 _ATTEMPT_REPR = getattr(AttemptInput.__repr__, "__wrapped__", AttemptInput.__repr__)
-
-
-def _hash(text: str) -> int:
-    """The signed 64-bit blake2b of ``text`` (one record's: no list is built)."""
-    return int.from_bytes(
-        hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True
-    )
