@@ -351,6 +351,7 @@ def own_numbers(attempt: AttemptInput) -> tuple[float, ...]:
     diff = attempt.code_changes
     lines = diff.count("\n") + 1 if diff else 0
     added_share, hunks = change_shape(diff)
+    kinds = {_kind(name) for name in attempt.modified_files}
     return (
         math.log1p(attempt.generation),
         float(len(attempt.parent_ids)),
@@ -363,7 +364,8 @@ def own_numbers(attempt: AttemptInput) -> tuple[float, ...]:
         added_share,
         math.log1p(hunks),
         math.log1p(len(set(attempt.modified_files))),
-        *file_kinds(attempt.modified_files),
+        # whether the change touches tests, configuration, docs, other code (1.0 or 0.0)
+        *(float(kind in kinds) for kind in ("test", "config", "docs", "code")),
     )
 
 
@@ -398,12 +400,6 @@ def change_shape(diff: str) -> tuple[float, float]:
                 removed += 1
     share = added / (added + removed) if added + removed else 0.5
     return share, float(hunks)
-
-
-def file_kinds(files: Sequence[str]) -> tuple[float, float, float, float]:
-    """Whether the change touches tests, configuration, docs, other code (1.0 or 0.0)."""
-    kinds = {_kind(name) for name in files}
-    return tuple(float(k in kinds) for k in ("test", "config", "docs", "code"))  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=2**16)  # a repository's files recur across its attempts
