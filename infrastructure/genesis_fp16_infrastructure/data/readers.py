@@ -310,7 +310,10 @@ def _file_records(
     recorder = Recorder(sink)
     writer = BlockWriter(keep_text)
     for source, raw, thresholds, key in raw_records(file, recorder, start, first_line):
-        record = _read_record(source, raw, thresholds, key, recorder)
+        fast = isinstance(raw, bytes | msgspec.Raw)  # else an object the slow split parsed
+        record = decode_record(raw, thresholds, key) if fast else None
+        if record is None:  # the fast path cannot vouch for it: the slow one decides
+            record = _read_slow(source, raw, thresholds, key, recorder)
         if record is not None:
             writer.add(record)
             if len(writer.ids) == BLOCK_RECORDS:  # a large file's records live as columns
@@ -323,41 +326,28 @@ def _file_records(
     return block
 
 
-def _read_record(
+def _read_slow(
     source: Source, raw: Any, thresholds: tuple[float, float], key: str | None, sink: Sink
 ) -> FileRecord | None:
-    """One record: ``raw`` is its undecoded JSON bytes (the fast path first, the slow
-    one for what it refuses) or an object the slow path already parsed."""
+    """One record the slow way: ``raw`` is bytes the fast path refused, parsed by the
+    stdlib with its reasons word for word as before (a line that is not UTF-8, invalid
+    JSON), or an object the slow split already parsed; then validated (:func:`_validate`)."""
     if isinstance(raw, bytes | msgspec.Raw):
-        fast = decode_record(raw, thresholds, key)
-        if fast is not None:
-            return fast
-        raw = _parse_slow(source, raw, sink)
-        if raw is _UNREADABLE:
+        data = bytes(raw)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            why = f"binary line, not UTF-8 text ({not_utf8_reason(exc)})"
+            sink.add(source, why, data.decode("utf-8", "replace"))
+            return None
+        try:
+            raw = parse_json(text)
+        except ValueError as exc:
+            sink.add(source, str(exc), text.rstrip("\n"))
             return None
     if key is not None and isinstance(raw, dict) and "trajectory_id" not in raw:
         raw = {**raw, "trajectory_id": key}  # the mapping key is the id
     return _validate(source, raw, thresholds, sink)
-
-
-_UNREADABLE: Any = object()
-
-
-def _parse_slow(source: Source, raw: bytes | msgspec.Raw, sink: Sink) -> Any:
-    """The slow path's parse of bytes the fast one refused: the stdlib's reasons, word
-    for word as before (a line that is not UTF-8, invalid JSON), or ``_UNREADABLE``."""
-    data = bytes(raw)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        why = f"binary line, not UTF-8 text ({not_utf8_reason(exc)})"
-        sink.add(source, why, data.decode("utf-8", "replace"))
-        return _UNREADABLE
-    try:
-        return parse_json(text)
-    except ValueError as exc:
-        sink.add(source, str(exc), text.rstrip("\n"))
-        return _UNREADABLE
 
 
 def _validate(
