@@ -225,7 +225,6 @@ def collect(blocks: Sequence[RecordBlock], keep_text: bool) -> tuple[PoolColumns
     ids = raw_ids if every else list(map(raw_ids.__getitem__, rows.tolist()))
     success = _joined(blocks, "success", "<i1", keep)
     labelled = np.flatnonzero(success >= 0)
-    own = np.frombuffer(bytearray().join(b.own for b in blocks), np.float64)
     columns = PoolColumns(
         ids=ids,
         id_hash=id_hash[keep],
@@ -239,7 +238,7 @@ def collect(blocks: Sequence[RecordBlock], keep_text: bool) -> tuple[PoolColumns
         tools=_coded(blocks, 2, keep),
         pattern=_coded(blocks, 3, keep),
         **parents,
-        own=own.reshape(total, len(OWN_FEATURES))[keep],
+        own=_joined(blocks, "own", "<f8").reshape(total, len(OWN_FEATURES))[keep],
         text=tuple(_taken(blocks, n, rows, every) for n in TEXT_FIELDS) if keep_text else None,
         labelled=labelled,
         success=success[labelled] == 1,
