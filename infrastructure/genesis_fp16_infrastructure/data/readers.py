@@ -130,9 +130,9 @@ class ReadResult:
     """Labelled examples, the recorded scores of every record, and what was skipped.
 
     A read keeps its records as columns (``columns``, ``data.pool_columns``): the run's
-    hot path reads those. ``examples`` (the labelled records as objects), ``pool`` (every
-    record, for lineage) and ``scores`` (id -> recorded success score) are built from
-    them when first asked."""
+    hot path reads those. ``examples`` (the labelled records as objects) and ``pool`` (every
+    record, for lineage, with ``pool.scores``: id -> recorded success score) are built
+    from them when first asked."""
 
     columns: PoolColumns
     quarantined: int = 0
@@ -147,10 +147,6 @@ class ReadResult:
     @cached_property
     def pool(self) -> Pool:
         return self.columns.pool()
-
-    @property
-    def scores(self) -> dict[str, float]:  # id -> success_score, for parents
-        return self.pool.scores
 
     @property
     def labelled(self) -> int:
