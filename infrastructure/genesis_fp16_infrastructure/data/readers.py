@@ -468,27 +468,23 @@ def decode_record(
             return None  # no id at all, or an empty key: the slow path's reason
         trajectory_id = key
     record.trajectory_id = trajectory_id
-    success, failure = thresholds
     if record.operator_applied is msgspec.UNSET:  # replay with a replay key, as in _validate
         if any(getattr(record, name) is not msgspec.UNSET for name in _REPLAY_KEYS):
-            return _replay(record, trajectory_id, success, failure)
+            return _replay(record, trajectory_id, thresholds)
         record.operator_applied = "baseline"
-    attempt = trajectory_input(record)
-    label = derive_label(record.status, record.success_score, success, failure)
-    return FileRecord(trajectory_id, attempt, label, record.success_score)
+    label = derive_label(record.status, record.success_score, *thresholds)
+    return FileRecord(trajectory_id, trajectory_input(record), label, record.success_score)
 
 
-def _or_empty(value: str | msgspec.UnsetType) -> str:
-    return "" if value is msgspec.UNSET else value
-
-
-def _replay(record: _Record, trajectory_id: str, success: float, failure: float) -> FileRecord:
+def _replay(record: _Record, trajectory_id: str, thresholds: tuple[float, float]) -> FileRecord:
     """schema.ReplayRecord.to_input and its derive_label, on the struct."""
     steps = [] if record.steps is msgspec.UNSET else record.steps
-    record.agent_id = _or_empty(record.agent_id)
-    record.task_description = _or_empty(record.task_description)
+    record.agent_id = "" if record.agent_id is msgspec.UNSET else record.agent_id
+    record.task_description = (
+        "" if record.task_description is msgspec.UNSET else record.task_description
+    )
     attempt = replay_input(record, [step.tool_name for step in steps])
     reward = None if record.reward is msgspec.UNSET else record.reward
     final = record.final_outcome if record.final_outcome is not msgspec.UNSET else "unknown"
-    label = derive_label(final, reward, success, failure)
+    label = derive_label(final, reward, *thresholds)
     return FileRecord(trajectory_id, attempt, label, reward)
