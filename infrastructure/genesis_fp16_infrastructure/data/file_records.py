@@ -5,7 +5,7 @@
 each parsed record into the columns of a :class:`RecordBlock`, a file's records as
 columns (what the record cache keeps and a read joins into its
 ``data.pool_columns.PoolColumns``), and :class:`Head` what the record cache holds of a
-file (``data.pool_columns.PoolCache.load``).
+file (``data.record_cache.RecordCache.load``).
 
 And :func:`own_numbers`, an attempt's own record in numbers (change, files, words, tools;
 named by ``OWN_FEATURES``): the encoder's features that need no other record. They cost

@@ -21,8 +21,8 @@ nothing but set its fields (no ``__post_init__``, no defaults computed)::
 
     entries = objects(PoolEntry, ("score", "parents"), (scores, parents))
 
-:class:`StoredPool` is a whole read's pool as a :class:`PoolCache` keeps it (the record
-cache: one file, its columns memory-mapped).
+:class:`StoredPool` is a whole read's pool as the record cache keeps it
+(``data.record_cache``: one file, its columns memory-mapped).
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
-from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -42,7 +41,6 @@ from genesis_fp16_infrastructure.data.file_records import (
     NO_TEXT,
     OWN_FEATURES,
     TEXT_FIELDS,
-    Head,
     RecordBlock,
     Rejected,
     joined_codes,
@@ -410,19 +408,3 @@ class StoredPool:
     duplicates: int
     files: list[str]
     rejected: list[tuple[int, Rejected]]
-
-
-class PoolCache(Protocol):
-    """Where a read finds a file's records from an earlier read of the same bytes, and a
-    slim read's joined pool (``data.record_cache``: one file, its columns memory-mapped)."""
-
-    def load(self, file: Path, slim: bool) -> Head | None:
-        """The file's stored records (``Head.offset`` None), or an appended file's earlier
-        records and where its new lines begin, or None."""
-
-    def store(self, file: Path, block: RecordBlock, slim: bool) -> None: ...
-
-    def load_pool(self, files: list[Path]) -> StoredPool | None:
-        """The joined pool of these unchanged files, in read order, or None."""
-
-    def store_pool(self, files: list[Path], stored: StoredPool) -> None: ...

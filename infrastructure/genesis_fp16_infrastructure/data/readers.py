@@ -50,13 +50,9 @@ from pydantic import ValidationError
 
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.lineage import Pool
-from genesis_fp16_infrastructure.data.pool_columns import (
-    PoolCache,
-    PoolColumns,
-    StoredPool,
-    collect,
-)
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, StoredPool, collect
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.schema import (
     MAX_GENERATION,
     Example,
@@ -69,6 +65,7 @@ from genesis_fp16_infrastructure.data.schema import (
 from genesis_fp16_infrastructure.data.sources import (
     Sink,
     Source,
+    list_data_files,
     not_utf8_reason,
     parse_json,
     raw_records,
@@ -79,7 +76,6 @@ from genesis_fp16_infrastructure.machine_memory import paused_gc
 
 logger = logging.getLogger(__name__)
 
-DATA_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 _REPLAY_KEYS = frozenset({"final_outcome", "agent_id", "steps", "reward", "task_description"})
 # A file's parsed records become a column block every this many, so that a large file's
 # records are never all objects at once (a million of them held ~0.5 GB more at the peak).
@@ -154,37 +150,11 @@ class ReadResult:
         return len(self.columns.labelled)
 
 
-def list_data_files(path: Path) -> list[Path]:
-    """The data files at ``path``: itself, or the data files under a folder, sorted.
-
-    In a folder, a data file is one whose name ends in one of :data:`DATA_SUFFIXES`;
-    everything else is left alone: a name starting with a dot, or inside a folder whose
-    name does (``.staging/``, the sample's ``.generated`` marker), and a partial write
-    under another name (``pool.json.tmp``, ``pool.jsonl.part``, ``pool.json~``), which
-    becomes a data file when its writer renames it into place."""
-    if not path.exists():
-        raise DataError(f"data path {str(path)!r} does not exist")
-    if path.is_file():
-        return [path]
-    files = sorted(
-        p
-        for p in path.rglob("*")
-        if p.name.endswith(DATA_SUFFIXES)
-        and not any(part.startswith(".") for part in p.relative_to(path).parts)
-        and p.is_file()
-    )
-    if not files:
-        raise DataError(
-            f"data folder {str(path)!r} holds no data files (expected {', '.join(DATA_SUFFIXES)})"
-        )
-    return files
-
-
 def read_trajectories(
     path: Path,
     quarantine: Path | None = None,
     max_bytes: int | None = None,
-    cache: PoolCache | None = None,
+    cache: RecordCache | None = None,
     keep_text: bool = True,
 ) -> ReadResult:
     """Read every record under ``path`` and derive the labelled examples.
@@ -267,7 +237,7 @@ def _stripped_size(file: Path) -> int:
 
 
 def _pool(
-    files: list[Path], sink: QuarantineSink, cache: PoolCache | None, keep_text: bool
+    files: list[Path], sink: QuarantineSink, cache: RecordCache | None, keep_text: bool
 ) -> tuple[PoolColumns, int]:
     """The files' records joined (the first record of an id wins, in file order) and the
     duplicates left out; a slim read of unchanged files takes the joined pool from
@@ -287,7 +257,7 @@ def _pool(
 
 
 def _file_records(
-    file: Path, sink: QuarantineSink, cache: PoolCache | None, keep_text: bool
+    file: Path, sink: QuarantineSink, cache: RecordCache | None, keep_text: bool
 ) -> RecordBlock:
     """The valid records of one file, in file order (duplicates within it included),
     each quarantined entry written to ``sink``; from ``cache`` when it has the file.
