@@ -233,7 +233,14 @@ def _slow_document(file: Path, text: str, sink: Sink) -> Iterator[Raw]:
         for index, raw in enumerate(document):
             yield Source(file, f"item {index}"), raw, DEFAULTS, None
     elif isinstance(document, dict) and "trajectories" in document:
-        yield from _pool_records(file, document, sink)
+        try:
+            pool = TrajectoryPool.model_validate(document)
+        except ValidationError as exc:
+            sink.add(Source(file, "file"), f"invalid trajectory pool: {reason(exc)}", document)
+            return
+        thresholds = (pool.success_threshold, pool.failure_threshold)
+        for key, raw in pool.trajectories.items():
+            yield Source(file, f"trajectories[{key!r}]"), raw, thresholds, key
     else:
         yield Source(file, "file"), document, DEFAULTS, None
 
@@ -283,17 +290,6 @@ def json_reason(exc: json.JSONDecodeError) -> str:
         at = f"line {line} column {column}" if line > 1 else f"column {column}"
         return f"truncated: the JSON ends at {at} before its value closes"
     return f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-
-
-def _pool_records(file: Path, document: dict[str, Any], sink: Sink) -> Iterator[Raw]:
-    try:
-        pool = TrajectoryPool.model_validate(document)
-    except ValidationError as exc:
-        sink.add(Source(file, "file"), f"invalid trajectory pool: {reason(exc)}", document)
-        return
-    thresholds = (pool.success_threshold, pool.failure_threshold)
-    for key, raw in pool.trajectories.items():
-        yield Source(file, f"trajectories[{key!r}]"), raw, thresholds, key
 
 
 def reason(exc: ValidationError) -> str:
