@@ -20,9 +20,6 @@ field values, at a fraction of the cost. Only for classes whose ``__init__`` doe
 nothing but set its fields (no ``__post_init__``, no defaults computed)::
 
     entries = objects(PoolEntry, ("score", "parents"), (scores, parents))
-
-:class:`StoredPool` is a whole read's pool as the record cache keeps it
-(``data.record_cache``: one file, its columns memory-mapped).
 """
 
 from __future__ import annotations
@@ -42,7 +39,6 @@ from genesis_fp16_infrastructure.data.file_records import (
     OWN_FEATURES,
     TEXT_FIELDS,
     RecordBlock,
-    Rejected,
     joined_codes,
 )
 from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
@@ -397,14 +393,3 @@ def _slots(cls: type) -> tuple[str, ...]:
     for klass in reversed(cls.__mro__):
         names.extend(getattr(klass, "__slots__", ()))
     return tuple(n for n in names if n not in ("__weakref__", "__dict__"))
-
-
-@dataclass(frozen=True)
-class StoredPool:
-    """A read's pool (``text`` None: a slim read), its duplicates left out, and each
-    file's quarantined entries in read order (the file's index into ``files``)."""
-
-    columns: PoolColumns
-    duplicates: int
-    files: list[str]
-    rejected: list[tuple[int, Rejected]]

@@ -50,7 +50,7 @@ from pydantic import ValidationError
 
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.lineage import Pool
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, StoredPool, collect
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.schema import (
@@ -251,8 +251,7 @@ def _pool(
     blocks = [_file_records(file, sink, cache, keep_text) for file in files]
     columns, duplicates = collect(blocks, keep_text)
     if cache is not None and slim:
-        rejected = [(i, entry) for i, b in enumerate(blocks) for entry in b.rejected]
-        cache.store_pool(files, StoredPool(columns, duplicates, list(map(str, files)), rejected))
+        cache.store_pool(files, columns, duplicates, blocks)
     return columns, duplicates
 
 

@@ -44,6 +44,7 @@ import hashlib
 import logging
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -59,7 +60,7 @@ from genesis_fp16_infrastructure.data.file_records import (
     Rejected,
 )
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
-from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns, StoredPool
+from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 
 logger = logging.getLogger(__name__)
@@ -194,9 +195,12 @@ class RecordCache:
         self.pool_hit = True
         return stored
 
-    def store_pool(self, files: list[Path], stored: StoredPool) -> None:
-        """Keep a slim read's joined pool when this read took every file from its own
-        entry (the pool was read before, unchanged: it is likely read so again), every
+    def store_pool(
+        self, files: list[Path], columns: PoolColumns, duplicates: int, blocks: list[RecordBlock]
+    ) -> None:
+        """Keep a slim read's joined pool (``columns``, joined from ``blocks``, each file's
+        in read order, whose quarantined entries it keeps) when this read took every file
+        from its own entry (the pool was read before, unchanged: it is likely read so again), every
         file is still as the manifest hashed it and none was written within ``RACY_NS``
         of its scan. A read that parsed anything (a daemon's run on new records) writes
         no pool entry: its pool is the next run's old one, and at a million records the
@@ -206,6 +210,8 @@ class RecordCache:
         states = [self._vouched(file) for file in files]
         if any(s is None or s.mtime_ns >= self.scanned_ns - RACY_NS for s in states):
             return
+        rejected = [(i, entry) for i, block in enumerate(blocks) for entry in block.rejected]
+        stored = StoredPool(columns, duplicates, list(map(str, files)), rejected)
         path = self._pool_path(files)
         try:
             write_pool_file(path, stored, CACHE_VERSION)
@@ -297,6 +303,17 @@ def _read_entry(path: Path) -> RecordBlock:
         raise ValueError(f"cache version {block.version!r}, this build's {CACHE_VERSION}")
     block.check()
     return block
+
+
+@dataclass(frozen=True)
+class StoredPool:
+    """A read's pool (``text`` None: a slim read), its duplicates left out, and each
+    file's quarantined entries in read order (the file's index into ``files``)."""
+
+    columns: PoolColumns
+    duplicates: int
+    files: list[str]
+    rejected: list[tuple[int, Rejected]]
 
 
 class _Header(msgspec.Struct):
