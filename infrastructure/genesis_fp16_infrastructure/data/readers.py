@@ -56,7 +56,9 @@ from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.schema import (
     MAX_GENERATION,
     Example,
+    Operator,
     ReplayRecord,
+    Status,
     Trajectory,
     derive_label,
     replay_input,
@@ -381,17 +383,13 @@ class _Record(msgspec.Struct):
     agent_name: str = ""
     parent_trajectories: list[str] = []
     plan_id: str | None = None
-    operator_applied: (
-        Literal["baseline", "revision", "recombination", "refinement"] | msgspec.UnsetType
-    ) = _UNSET
+    operator_applied: Operator | msgspec.UnsetType = _UNSET
     code_changes: str = ""
     problem_diagnosis: str = ""
     proposed_strategy: str = ""
     code_after: str | None = None
     strategy_description: str = ""
-    status: Literal["pending", "executing", "success", "partial_success", "failure", "pruned"] = (
-        "pending"
-    )
+    status: Status = "pending"
     success_score: _Unit | None = None
     test_results: _Tests | None = None
     metrics: _Metrics | None = None
