@@ -29,7 +29,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,7 +42,7 @@ FAILURE_THRESHOLD = 0.3
 MAX_GENERATION = 10**9
 
 Operator = Literal["baseline", "revision", "recombination", "refinement"]
-OPERATORS: tuple[str, ...] = ("baseline", "revision", "recombination", "refinement")
+OPERATORS: tuple[str, ...] = get_args(Operator)
 Status = Literal["pending", "executing", "success", "partial_success", "failure", "pruned"]
 UNFINISHED_STATUSES = frozenset({"pending", "executing"})
 
