@@ -338,9 +338,11 @@ def created_seconds(value: str | float | None) -> float | None:
 def record_id_hash(trajectory_id: str) -> int:
     """A record's id hash as the fingerprint keeps it in ``ids``: whether a model's pool
     held a record; the retrain recipe's folds and validation draw
-    (genesis_fp16_infrastructure.recipes.retrain.split): :func:`id_digest` read as a
-    signed 64-bit number (a record's :func:`labelled_hash` is the same of its text)."""
-    return int.from_bytes(id_digest(trajectory_id), "big", signed=True)
+    (genesis_fp16_infrastructure.recipes.retrain.split). The signed 64-bit blake2b of
+    the text (:func:`labelled_hash` hashes a record's text with it)."""
+    return int.from_bytes(
+        hashlib.blake2b(trajectory_id.encode(), digest_size=8).digest(), "big", signed=True
+    )
 
 
 def judged_id(trajectory_id: str, key: int) -> str:
@@ -355,8 +357,12 @@ def id_digest(id_: str) -> bytes:
 
 
 def record_id_hashes(trajectory_ids: Iterable[str]) -> list[int]:
-    """``record_id_hash`` of each id, in order."""
-    return [record_id_hash(t) for t in trajectory_ids]
+    """``record_id_hash`` of each id, in one loop (a million ids: one pass of blake2b)."""
+    blake, to_int = hashlib.blake2b, int.from_bytes
+    return [
+        to_int(blake(t.encode(), digest_size=8).digest(), "big", signed=True)
+        for t in trajectory_ids
+    ]
 
 
 def example_id_hashes(examples: Iterable[Example]) -> list[int]:
