@@ -264,16 +264,16 @@ def _file_records(
     each quarantined entry written to ``sink``; from ``cache`` when it has the file.
     ``keep_text=False``: the block keeps no text (see read_trajectories)."""
     slim = not keep_text
-    head = cache.load(file, slim) if cache is not None else None
+    stored = cache.load(file, slim) if cache is not None else None
     blocks: list[RecordBlock] = []
     start, first_line = 0, 1
-    if head is not None:  # as stored; an appended .jsonl: its earlier lines, then the new
-        for entry in head.block.rejected:  # written to the sink as a parse writes them
+    if stored is not None:  # the whole file; or an appended .jsonl's earlier lines, then the new
+        for entry in stored.block.rejected:  # written to the sink as a parse writes them
             sink.add(Source(file, entry.where), entry.reason, entry.text)
-        if head.offset is None:
-            return head.block
-        start, first_line = head.offset, head.lines + 1
-        blocks.append(head.block)
+        if stored.offset is None:
+            return stored.block
+        start, first_line = stored.offset, stored.lines + 1
+        blocks.append(stored.block)
     recorder = Recorder(sink)
     writer = BlockWriter(keep_text)
     for source, raw, thresholds, key in raw_records(file, recorder, start, first_line):
