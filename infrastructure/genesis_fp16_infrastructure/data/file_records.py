@@ -4,8 +4,8 @@
 ``data.readers``), :class:`Rejected` one quarantined entry, :class:`BlockWriter` writes
 each parsed record into the columns of a :class:`RecordBlock`, a file's records as
 columns (what the record cache keeps and a read joins into its
-``data.pool_columns.PoolColumns``), and :class:`Head` what an appended ``.jsonl`` file's
-stored records hold (``data.pool_columns.PoolCache.load_head``).
+``data.pool_columns.PoolColumns``), and :class:`Head` what the record cache holds of a
+file (``data.record_cache.RecordCache.load``).
 
 And :func:`own_numbers`, an attempt's own record in numbers (change, files, words, tools;
 named by ``OWN_FEATURES``): the encoder's features that need no other record. They cost
@@ -338,10 +338,11 @@ def _int64s(values: list[int]) -> bytes:
 
 
 class Head(NamedTuple):
-    """What an appended file's stored head holds, and where its new lines begin."""
+    """What the record cache holds of a file: all its records (``offset`` None), or an
+    appended file's stored head and where its new lines begin."""
 
     block: RecordBlock
-    offset: int  # bytes of the head: the new lines start here
+    offset: int | None  # bytes of the head: the new lines start here
     lines: int  # lines of the head: the first new line is number lines + 1
 
 
@@ -350,6 +351,7 @@ def own_numbers(attempt: AttemptInput) -> tuple[float, ...]:
     diff = attempt.code_changes
     lines = diff.count("\n") + 1 if diff else 0
     added_share, hunks = change_shape(diff)
+    kinds = {_kind(name) for name in attempt.modified_files}
     return (
         math.log1p(attempt.generation),
         float(len(attempt.parent_ids)),
@@ -362,7 +364,8 @@ def own_numbers(attempt: AttemptInput) -> tuple[float, ...]:
         added_share,
         math.log1p(hunks),
         math.log1p(len(set(attempt.modified_files))),
-        *file_kinds(attempt.modified_files),
+        # whether the change touches tests, configuration, docs, other code (1.0 or 0.0)
+        *(float(kind in kinds) for kind in ("test", "config", "docs", "code")),
     )
 
 
@@ -397,12 +400,6 @@ def change_shape(diff: str) -> tuple[float, float]:
                 removed += 1
     share = added / (added + removed) if added + removed else 0.5
     return share, float(hunks)
-
-
-def file_kinds(files: Sequence[str]) -> tuple[float, float, float, float]:
-    """Whether the change touches tests, configuration, docs, other code (1.0 or 0.0)."""
-    kinds = {_kind(name) for name in files}
-    return tuple(float(k in kinds) for k in ("test", "config", "docs", "code"))  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=2**16)  # a repository's files recur across its attempts

@@ -157,7 +157,7 @@ def held_in(values: np.ndarray, held: np.ndarray) -> np.ndarray:
     million hashes in a million took ~1 s, twice per gate."""
     if not len(held):
         return np.zeros(len(values), dtype=np.bool_)
-    if not _ascending(held):
+    if not (held[1:] >= held[:-1]).all():  # a fingerprint's id hashes are sorted already
         held = np.sort(held)
     at = np.searchsorted(held, values).clip(max=len(held) - 1)
     return np.asarray(held[at] == values)
@@ -172,8 +172,3 @@ def _last_of_each(ids: np.ndarray, labelled: np.ndarray) -> tuple[np.ndarray, np
     last = np.ones(len(ids), dtype=np.bool_)
     last[:-1] = ids[1:] != ids[:-1]
     return ids[last], labelled[last]
-
-
-def _ascending(values: np.ndarray) -> bool:
-    """Whether ``values`` are sorted (as a fingerprint's id hashes are)."""
-    return bool((values[1:] >= values[:-1]).all())

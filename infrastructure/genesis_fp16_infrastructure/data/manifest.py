@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from genesis_fp16_infrastructure.data.readers import DATA_SUFFIXES, list_data_files
+from genesis_fp16_infrastructure.data.sources import DATA_SUFFIXES, list_data_files
 from genesis_fp16_infrastructure.errors import DataError
 
 MANIFEST_VERSION = 1

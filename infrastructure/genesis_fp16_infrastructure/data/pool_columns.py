@@ -20,9 +20,6 @@ field values, at a fraction of the cost. Only for classes whose ``__init__`` doe
 nothing but set its fields (no ``__post_init__``, no defaults computed)::
 
     entries = objects(PoolEntry, ("score", "parents"), (scores, parents))
-
-:class:`StoredPool` is a whole read's pool as a :class:`PoolCache` keeps it (the record
-cache: one file, its columns memory-mapped).
 """
 
 from __future__ import annotations
@@ -33,8 +30,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
-from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -42,9 +38,7 @@ from genesis_fp16_infrastructure.data.file_records import (
     NO_TEXT,
     OWN_FEATURES,
     TEXT_FIELDS,
-    Head,
     RecordBlock,
-    Rejected,
     joined_codes,
 )
 from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
@@ -221,46 +215,42 @@ def collect(blocks: Sequence[RecordBlock], keep_text: bool) -> tuple[PoolColumns
     rows, parents = matched if matched is not None else _by_string(raw_ids, names, counts)
     n = len(rows)
     every = n == total
+    keep = slice(None) if every else rows  # no duplicates: every record, no copy
     ids = raw_ids if every else list(map(raw_ids.__getitem__, rows.tolist()))
-
-    def take(values: np.ndarray) -> np.ndarray:
-        return values if every else values[rows]
-
-    def numbers(name: str, dtype: str) -> np.ndarray:
-        return take(_joined(blocks, name, dtype))
-
-    success = numbers("success", "<i1")
+    success = _joined(blocks, "success", "<i1", keep)
     labelled = np.flatnonzero(success >= 0)
-    own = np.frombuffer(bytearray().join(b.own for b in blocks), np.float64)
     columns = PoolColumns(
         ids=ids,
-        id_hash=take(id_hash),
-        score=numbers("score", "<f8").astype(np.float64),
-        scored=numbers("scored", "?"),
-        created=numbers("created", "<f8").astype(np.float64),
-        timed=numbers("timed", "?"),
-        generation=numbers("generation", "<i8").astype(np.int64),
-        agent=_coded(blocks, 0, take),
-        operator=_coded(blocks, 1, take),
-        tools=_coded(blocks, 2, take),
-        pattern=_coded(blocks, 3, take),
+        id_hash=id_hash[keep],
+        score=_joined(blocks, "score", "<f8", keep).astype(np.float64),
+        scored=_joined(blocks, "scored", "?", keep),
+        created=_joined(blocks, "created", "<f8", keep).astype(np.float64),
+        timed=_joined(blocks, "timed", "?", keep),
+        generation=_joined(blocks, "generation", "<i8", keep).astype(np.int64),
+        agent=_coded(blocks, 0, keep),
+        operator=_coded(blocks, 1, keep),
+        tools=_coded(blocks, 2, keep),
+        pattern=_coded(blocks, 3, keep),
         **parents,
-        own=take(own.reshape(total, len(OWN_FEATURES))),
+        own=_joined(blocks, "own", "<f8").reshape(total, len(OWN_FEATURES))[keep],
         text=tuple(_taken(blocks, n, rows, every) for n in TEXT_FIELDS) if keep_text else None,
         labelled=labelled,
         success=success[labelled] == 1,
-        label_score=numbers("label_score", "<f8").astype(np.float64)[labelled],
-        label_scored=numbers("label_scored", "?")[labelled],
-        outcome=numbers("outcome", "<i1").astype(np.int64)[labelled],
-        key=numbers("key", "<i8").astype(np.int64)[labelled],
-        judged=numbers("judged", "u8")[labelled],
+        label_score=_joined(blocks, "label_score", "<f8", keep).astype(np.float64)[labelled],
+        label_scored=_joined(blocks, "label_scored", "?", keep)[labelled],
+        outcome=_joined(blocks, "outcome", "<i1", keep).astype(np.int64)[labelled],
+        key=_joined(blocks, "key", "<i8", keep).astype(np.int64)[labelled],
+        judged=_joined(blocks, "judged", "u8", keep)[labelled],
     )
     return columns, total - n
 
 
-def _joined(blocks: Sequence[RecordBlock], name: str, dtype: str) -> np.ndarray:
-    """A bytes column of every block, as one array (a copy: writable, not the blocks')."""
-    return np.frombuffer(bytearray().join(getattr(b, name) for b in blocks), dtype)
+def _joined(
+    blocks: Sequence[RecordBlock], name: str, dtype: str, keep: Any = slice(None)
+) -> np.ndarray:
+    """A bytes column of every block, as one array (a copy: writable, not the blocks'),
+    of the ``keep`` rows."""
+    return np.frombuffer(bytearray().join(getattr(b, name) for b in blocks), dtype)[keep]
 
 
 def _taken(blocks: Sequence[RecordBlock], name: str, rows: np.ndarray, every: bool) -> list[Any]:
@@ -341,10 +331,11 @@ def _by_string(
     return rows, _numbered(names, parent, counts, rows)
 
 
-def _coded(blocks: Sequence[RecordBlock], which: int, take: Any) -> Coded:
-    """One coded column of every block, with codes into one list of distinct values."""
+def _coded(blocks: Sequence[RecordBlock], which: int, keep: Any) -> Coded:
+    """One coded column of every block, of the ``keep`` rows, with codes into one list
+    of distinct values."""
     codes, values = joined_codes(block.coded()[which] for block in blocks)
-    return Coded(take(codes), values)
+    return Coded(codes[keep], values)
 
 
 def _numbered(
@@ -402,31 +393,3 @@ def _slots(cls: type) -> tuple[str, ...]:
     for klass in reversed(cls.__mro__):
         names.extend(getattr(klass, "__slots__", ()))
     return tuple(n for n in names if n not in ("__weakref__", "__dict__"))
-
-
-@dataclass(frozen=True)
-class StoredPool:
-    """A read's pool (``text`` None: a slim read), its duplicates left out, and each
-    file's quarantined entries in read order (the file's index into ``files``)."""
-
-    columns: PoolColumns
-    duplicates: int
-    files: list[str]
-    rejected: list[tuple[int, Rejected]]
-
-
-class PoolCache(Protocol):
-    """Where a read finds a file's records from an earlier read of the same bytes, and a
-    slim read's joined pool (``data.record_cache``: one file, its columns memory-mapped)."""
-
-    def load(self, file: Path, slim: bool) -> RecordBlock | None: ...
-
-    def load_head(self, file: Path, slim: bool) -> Head | None:
-        """An appended file's earlier records and where its new lines begin, or None."""
-
-    def store(self, file: Path, block: RecordBlock, slim: bool) -> None: ...
-
-    def load_pool(self, files: list[Path]) -> StoredPool | None:
-        """The joined pool of these unchanged files, in read order, or None."""
-
-    def store_pool(self, files: list[Path], stored: StoredPool) -> None: ...

@@ -59,7 +59,8 @@ class QuarantineSink:
 
     def add(self, source: Source, reason: str, raw: Any) -> Rejected:
         self.count += 1
-        entry = Rejected(safe_text(source.where), safe_text(reason), raw_text(raw))
+        text = raw if isinstance(raw, str) else json.dumps(raw, default=str)
+        entry = Rejected(safe_text(source.where), safe_text(reason), safe_text(text[:_RAW_LIMIT]))
         self._count_file(source.path, entry.where, entry.reason)
         if len(self.first) < 3:
             self.first.append((source.path, entry.where, entry.reason))
@@ -156,12 +157,6 @@ class Recorder:
         self.rejected.append(self.sink.add(source, reason, raw))
         if source.where == "file" and reason.startswith("vanished"):
             self.vanished = True  # nothing to remember: the file is gone
-
-
-def raw_text(raw: Any) -> str:
-    """A quarantined record as the quarantine file keeps it: its first characters."""
-    text = raw if isinstance(raw, str) else json.dumps(raw, default=str)
-    return safe_text(text[:_RAW_LIMIT])
 
 
 def safe_text(text: str) -> str:

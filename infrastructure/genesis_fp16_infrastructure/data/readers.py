@@ -50,17 +50,15 @@ from pydantic import ValidationError
 
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.lineage import Pool
-from genesis_fp16_infrastructure.data.pool_columns import (
-    PoolCache,
-    PoolColumns,
-    StoredPool,
-    collect,
-)
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.schema import (
     MAX_GENERATION,
     Example,
+    Operator,
     ReplayRecord,
+    Status,
     Trajectory,
     derive_label,
     replay_input,
@@ -69,6 +67,7 @@ from genesis_fp16_infrastructure.data.schema import (
 from genesis_fp16_infrastructure.data.sources import (
     Sink,
     Source,
+    list_data_files,
     not_utf8_reason,
     parse_json,
     raw_records,
@@ -79,7 +78,6 @@ from genesis_fp16_infrastructure.machine_memory import paused_gc
 
 logger = logging.getLogger(__name__)
 
-DATA_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 _REPLAY_KEYS = frozenset({"final_outcome", "agent_id", "steps", "reward", "task_description"})
 # A file's parsed records become a column block every this many, so that a large file's
 # records are never all objects at once (a million of them held ~0.5 GB more at the peak).
@@ -130,9 +128,9 @@ class ReadResult:
     """Labelled examples, the recorded scores of every record, and what was skipped.
 
     A read keeps its records as columns (``columns``, ``data.pool_columns``): the run's
-    hot path reads those. ``examples`` (the labelled records as objects), ``pool`` (every
-    record, for lineage) and ``scores`` (id -> recorded success score) are built from
-    them when first asked."""
+    hot path reads those. ``examples`` (the labelled records as objects) and ``pool`` (every
+    record, for lineage, with ``pool.scores``: id -> recorded success score) are built
+    from them when first asked."""
 
     columns: PoolColumns
     quarantined: int = 0
@@ -149,46 +147,16 @@ class ReadResult:
         return self.columns.pool()
 
     @property
-    def scores(self) -> dict[str, float]:  # id -> success_score, for parents
-        return self.pool.scores
-
-    @property
     def labelled(self) -> int:
         """How many examples, without building them."""
         return len(self.columns.labelled)
-
-
-def list_data_files(path: Path) -> list[Path]:
-    """The data files at ``path``: itself, or the data files under a folder, sorted.
-
-    In a folder, a data file is one whose name ends in one of :data:`DATA_SUFFIXES`;
-    everything else is left alone: a name starting with a dot, or inside a folder whose
-    name does (``.staging/``, the sample's ``.generated`` marker), and a partial write
-    under another name (``pool.json.tmp``, ``pool.jsonl.part``, ``pool.json~``), which
-    becomes a data file when its writer renames it into place."""
-    if not path.exists():
-        raise DataError(f"data path {str(path)!r} does not exist")
-    if path.is_file():
-        return [path]
-    files = sorted(
-        p
-        for p in path.rglob("*")
-        if p.name.endswith(DATA_SUFFIXES)
-        and not any(part.startswith(".") for part in p.relative_to(path).parts)
-        and p.is_file()
-    )
-    if not files:
-        raise DataError(
-            f"data folder {str(path)!r} holds no data files (expected {', '.join(DATA_SUFFIXES)})"
-        )
-    return files
 
 
 def read_trajectories(
     path: Path,
     quarantine: Path | None = None,
     max_bytes: int | None = None,
-    cache: PoolCache | None = None,
+    cache: RecordCache | None = None,
     keep_text: bool = True,
 ) -> ReadResult:
     """Read every record under ``path`` and derive the labelled examples.
@@ -271,7 +239,7 @@ def _stripped_size(file: Path) -> int:
 
 
 def _pool(
-    files: list[Path], sink: QuarantineSink, cache: PoolCache | None, keep_text: bool
+    files: list[Path], sink: QuarantineSink, cache: RecordCache | None, keep_text: bool
 ) -> tuple[PoolColumns, int]:
     """The files' records joined (the first record of an id wins, in file order) and the
     duplicates left out; a slim read of unchanged files takes the joined pool from
@@ -285,33 +253,34 @@ def _pool(
     blocks = [_file_records(file, sink, cache, keep_text) for file in files]
     columns, duplicates = collect(blocks, keep_text)
     if cache is not None and slim:
-        rejected = [(i, entry) for i, b in enumerate(blocks) for entry in b.rejected]
-        cache.store_pool(files, StoredPool(columns, duplicates, list(map(str, files)), rejected))
+        cache.store_pool(files, columns, duplicates, blocks)
     return columns, duplicates
 
 
 def _file_records(
-    file: Path, sink: QuarantineSink, cache: PoolCache | None, keep_text: bool
+    file: Path, sink: QuarantineSink, cache: RecordCache | None, keep_text: bool
 ) -> RecordBlock:
     """The valid records of one file, in file order (duplicates within it included),
     each quarantined entry written to ``sink``; from ``cache`` when it has the file.
     ``keep_text=False``: the block keeps no text (see read_trajectories)."""
     slim = not keep_text
-    cached = cache.load(file, slim) if cache is not None else None
-    if cached is not None:
-        _quarantined_before(cached, file, sink)
-        return cached
-    recorder = Recorder(sink)
-    writer = BlockWriter(keep_text)
+    stored = cache.load(file, slim) if cache is not None else None
     blocks: list[RecordBlock] = []
     start, first_line = 0, 1
-    head = cache.load_head(file, slim) if cache is not None else None
-    if head is not None:  # an appended .jsonl: its earlier lines as stored, then the new
-        _quarantined_before(head.block, file, sink)
-        start, first_line = head.offset, head.lines + 1
-        blocks.append(head.block)
+    if stored is not None:  # the whole file; or an appended .jsonl's earlier lines, then the new
+        for entry in stored.block.rejected:  # written to the sink as a parse writes them
+            sink.add(Source(file, entry.where), entry.reason, entry.text)
+        if stored.offset is None:
+            return stored.block
+        start, first_line = stored.offset, stored.lines + 1
+        blocks.append(stored.block)
+    recorder = Recorder(sink)
+    writer = BlockWriter(keep_text)
     for source, raw, thresholds, key in raw_records(file, recorder, start, first_line):
-        record = _read_record(source, raw, thresholds, key, recorder)
+        fast = isinstance(raw, bytes | msgspec.Raw)  # else an object the slow split parsed
+        record = decode_record(raw, thresholds, key) if fast else None
+        if record is None:  # the fast path cannot vouch for it: the slow one decides
+            record = _read_slow(source, raw, thresholds, key, recorder)
         if record is not None:
             writer.add(record)
             if len(writer.ids) == BLOCK_RECORDS:  # a large file's records live as columns
@@ -324,47 +293,28 @@ def _file_records(
     return block
 
 
-def _quarantined_before(block: RecordBlock, file: Path, sink: QuarantineSink) -> None:
-    """A stored block's quarantined entries, written to ``sink`` as a parse writes them."""
-    for entry in block.rejected:
-        sink.add(Source(file, entry.where), entry.reason, entry.text)
-
-
-def _read_record(
+def _read_slow(
     source: Source, raw: Any, thresholds: tuple[float, float], key: str | None, sink: Sink
 ) -> FileRecord | None:
-    """One record: ``raw`` is its undecoded JSON bytes (the fast path first, the slow
-    one for what it refuses) or an object the slow path already parsed."""
+    """One record the slow way: ``raw`` is bytes the fast path refused, parsed by the
+    stdlib with its reasons word for word as before (a line that is not UTF-8, invalid
+    JSON), or an object the slow split already parsed; then validated (:func:`_validate`)."""
     if isinstance(raw, bytes | msgspec.Raw):
-        fast = decode_record(raw, thresholds, key)
-        if fast is not None:
-            return fast
-        raw = _parse_slow(source, raw, sink)
-        if raw is _UNREADABLE:
+        data = bytes(raw)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            why = f"binary line, not UTF-8 text ({not_utf8_reason(exc)})"
+            sink.add(source, why, data.decode("utf-8", "replace"))
+            return None
+        try:
+            raw = parse_json(text)
+        except ValueError as exc:
+            sink.add(source, str(exc), text.rstrip("\n"))
             return None
     if key is not None and isinstance(raw, dict) and "trajectory_id" not in raw:
         raw = {**raw, "trajectory_id": key}  # the mapping key is the id
     return _validate(source, raw, thresholds, sink)
-
-
-_UNREADABLE: Any = object()
-
-
-def _parse_slow(source: Source, raw: bytes | msgspec.Raw, sink: Sink) -> Any:
-    """The slow path's parse of bytes the fast one refused: the stdlib's reasons, word
-    for word as before (a line that is not UTF-8, invalid JSON), or ``_UNREADABLE``."""
-    data = bytes(raw)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        why = f"binary line, not UTF-8 text ({not_utf8_reason(exc)})"
-        sink.add(source, why, data.decode("utf-8", "replace"))
-        return _UNREADABLE
-    try:
-        return parse_json(text)
-    except ValueError as exc:
-        sink.add(source, str(exc), text.rstrip("\n"))
-        return _UNREADABLE
 
 
 def _validate(
@@ -433,17 +383,13 @@ class _Record(msgspec.Struct):
     agent_name: str = ""
     parent_trajectories: list[str] = []
     plan_id: str | None = None
-    operator_applied: (
-        Literal["baseline", "revision", "recombination", "refinement"] | msgspec.UnsetType
-    ) = _UNSET
+    operator_applied: Operator | msgspec.UnsetType = _UNSET
     code_changes: str = ""
     problem_diagnosis: str = ""
     proposed_strategy: str = ""
     code_after: str | None = None
     strategy_description: str = ""
-    status: Literal["pending", "executing", "success", "partial_success", "failure", "pruned"] = (
-        "pending"
-    )
+    status: Status = "pending"
     success_score: _Unit | None = None
     test_results: _Tests | None = None
     metrics: _Metrics | None = None
@@ -489,27 +435,23 @@ def decode_record(
             return None  # no id at all, or an empty key: the slow path's reason
         trajectory_id = key
     record.trajectory_id = trajectory_id
-    success, failure = thresholds
     if record.operator_applied is msgspec.UNSET:  # replay with a replay key, as in _validate
         if any(getattr(record, name) is not msgspec.UNSET for name in _REPLAY_KEYS):
-            return _replay(record, trajectory_id, success, failure)
+            return _replay(record, trajectory_id, thresholds)
         record.operator_applied = "baseline"
-    attempt = trajectory_input(record)
-    label = derive_label(record.status, record.success_score, success, failure)
-    return FileRecord(trajectory_id, attempt, label, record.success_score)
+    label = derive_label(record.status, record.success_score, *thresholds)
+    return FileRecord(trajectory_id, trajectory_input(record), label, record.success_score)
 
 
-def _or_empty(value: str | msgspec.UnsetType) -> str:
-    return "" if value is msgspec.UNSET else value
-
-
-def _replay(record: _Record, trajectory_id: str, success: float, failure: float) -> FileRecord:
+def _replay(record: _Record, trajectory_id: str, thresholds: tuple[float, float]) -> FileRecord:
     """schema.ReplayRecord.to_input and its derive_label, on the struct."""
     steps = [] if record.steps is msgspec.UNSET else record.steps
-    record.agent_id = _or_empty(record.agent_id)
-    record.task_description = _or_empty(record.task_description)
+    record.agent_id = "" if record.agent_id is msgspec.UNSET else record.agent_id
+    record.task_description = (
+        "" if record.task_description is msgspec.UNSET else record.task_description
+    )
     attempt = replay_input(record, [step.tool_name for step in steps])
     reward = None if record.reward is msgspec.UNSET else record.reward
     final = record.final_outcome if record.final_outcome is not msgspec.UNSET else "unknown"
-    label = derive_label(final, reward, success, failure)
+    label = derive_label(final, reward, *thresholds)
     return FileRecord(trajectory_id, attempt, label, reward)

@@ -44,6 +44,7 @@ import hashlib
 import logging
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -59,7 +60,7 @@ from genesis_fp16_infrastructure.data.file_records import (
     Rejected,
 )
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
-from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns, StoredPool
+from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 
 logger = logging.getLogger(__name__)
@@ -99,32 +100,34 @@ class RecordCache:
         self.unreadable = 0  # entries found damaged (truncated, another version): misses too
         self.pool_hit = False  # the whole joined pool came from its entry
 
-    def load(self, file: Path, slim: bool) -> RecordBlock | None:
+    def load(self, file: Path, slim: bool) -> Head | None:
+        """What was stored of ``file``: all its records (``Head.offset`` None) while its
+        bytes are those stored; else, for a plain ``.jsonl`` file that only grew since,
+        those records and quarantined lines, and the offset and line where the new ones
+        begin; None otherwise (a miss)."""
         state = self._vouched(file)
-        if state is None:
-            self.misses += 1
+        if state is not None:
+            try:
+                block = _read_entry(self._path(state.digest, slim))
+            except FileNotFoundError:
+                pass
+            except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
+                logger.warning("record cache entry for %s unreadable (%s): read again", file, exc)
+                self.unreadable += 1
+            else:
+                self.hits += 1
+                return Head(block, None, 0)
+        self.misses += 1
+        if state is None or not file.name.endswith(".jsonl"):
             return None
-        try:
-            out = _read_entry(self._path(state.digest, slim))
-        except FileNotFoundError:
-            self.misses += 1
-            return None
-        except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
-            logger.warning("record cache entry for %s unreadable (%s): read again", file, exc)
-            self.misses += 1
-            self.unreadable += 1
-            return None
-        self.hits += 1
-        return out
+        return self._grown(file, state, slim)
 
-    def load_head(self, file: Path, slim: bool) -> Head | None:
-        """A plain ``.jsonl`` file that only grew since its records were stored: those
-        records and quarantined lines, and the offset and line where the new ones begin.
-        None unless the file's first bytes are still, digest for digest, the stored
-        file's, ending at a line's end (an edited or truncated file is read whole)."""
-        state = self._vouched(file)
-        head = self._head(file) if state is not None and file.name.endswith(".jsonl") else None
-        if state is None or head is None or not 0 < head.size < state.size:
+    def _grown(self, file: Path, state: FileState, slim: bool) -> Head | None:
+        """The stored head of an appended ``.jsonl`` file: None unless the file's first
+        bytes are still, digest for digest, the stored file's, ending at a line's end (an
+        edited or truncated file is read whole)."""
+        head = self._head(file)
+        if head is None or not 0 < head.size < state.size:
             return None
         try:
             seen = state.prefix  # the scan's, when it hashed this file's growth in one pass
@@ -192,9 +195,12 @@ class RecordCache:
         self.pool_hit = True
         return stored
 
-    def store_pool(self, files: list[Path], stored: StoredPool) -> None:
-        """Keep a slim read's joined pool when this read took every file from its own
-        entry (the pool was read before, unchanged: it is likely read so again), every
+    def store_pool(
+        self, files: list[Path], columns: PoolColumns, duplicates: int, blocks: list[RecordBlock]
+    ) -> None:
+        """Keep a slim read's joined pool (``columns``, joined from ``blocks``, each file's
+        in read order, whose quarantined entries it keeps) when this read took every file
+        from its own entry (the pool was read before, unchanged: it is likely read so again), every
         file is still as the manifest hashed it and none was written within ``RACY_NS``
         of its scan. A read that parsed anything (a daemon's run on new records) writes
         no pool entry: its pool is the next run's old one, and at a million records the
@@ -204,6 +210,8 @@ class RecordCache:
         states = [self._vouched(file) for file in files]
         if any(s is None or s.mtime_ns >= self.scanned_ns - RACY_NS for s in states):
             return
+        rejected = [(i, entry) for i, block in enumerate(blocks) for entry in block.rejected]
+        stored = StoredPool(columns, duplicates, list(map(str, files)), rejected)
         path = self._pool_path(files)
         try:
             write_pool_file(path, stored, CACHE_VERSION)
@@ -295,6 +303,17 @@ def _read_entry(path: Path) -> RecordBlock:
         raise ValueError(f"cache version {block.version!r}, this build's {CACHE_VERSION}")
     block.check()
     return block
+
+
+@dataclass(frozen=True)
+class StoredPool:
+    """A read's pool (``text`` None: a slim read), its duplicates left out, and each
+    file's quarantined entries in read order (the file's index into ``files``)."""
+
+    columns: PoolColumns
+    duplicates: int
+    files: list[str]
+    rejected: list[tuple[int, Rejected]]
 
 
 class _Header(msgspec.Struct):

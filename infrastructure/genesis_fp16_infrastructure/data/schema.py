@@ -29,7 +29,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,7 +42,7 @@ FAILURE_THRESHOLD = 0.3
 MAX_GENERATION = 10**9
 
 Operator = Literal["baseline", "revision", "recombination", "refinement"]
-OPERATORS: tuple[str, ...] = ("baseline", "revision", "recombination", "refinement")
+OPERATORS: tuple[str, ...] = get_args(Operator)
 Status = Literal["pending", "executing", "success", "partial_success", "failure", "pruned"]
 UNFINISHED_STATUSES = frozenset({"pending", "executing"})
 
@@ -338,8 +338,11 @@ def created_seconds(value: str | float | None) -> float | None:
 def record_id_hash(trajectory_id: str) -> int:
     """A record's id hash as the fingerprint keeps it in ``ids``: whether a model's pool
     held a record; the retrain recipe's folds and validation draw
-    (genesis_fp16_infrastructure.recipes.retrain.split)."""
-    return _hash(trajectory_id)
+    (genesis_fp16_infrastructure.recipes.retrain.split). The signed 64-bit blake2b of
+    the text (:func:`labelled_hash` hashes a record's text with it)."""
+    return int.from_bytes(
+        hashlib.blake2b(trajectory_id.encode(), digest_size=8).digest(), "big", signed=True
+    )
 
 
 def judged_id(trajectory_id: str, key: int) -> str:
@@ -387,7 +390,7 @@ def labelled_hash(trajectory_id: str, attempt: AttemptInput, label: Label) -> in
     # The attempt's repr names every field with its value (a frozen dataclass of strings,
     # numbers and tuples of strings): what the encoder reads, in a stable text.
     attempt_text = _ATTEMPT_REPR(attempt)
-    return _hash(
+    return record_id_hash(
         f"{trajectory_id}\x00{label.success}\x00{label.score!r}\x00{label.outcome}\x00{attempt_text}"
     )
 
@@ -395,10 +398,3 @@ def labelled_hash(trajectory_id: str, attempt: AttemptInput, label: Label) -> in
 # The dataclass's own __repr__ without the recursion guard dataclasses wraps it in (an
 # attempt holds no attempt): the same text, a quarter faster, once per record read.
 _ATTEMPT_REPR = getattr(AttemptInput.__repr__, "__wrapped__", AttemptInput.__repr__)
-
-
-def _hash(text: str) -> int:
-    """The signed 64-bit blake2b of ``text`` (one record's: no list is built)."""
-    return int.from_bytes(
-        hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True
-    )

@@ -1,5 +1,6 @@
 """Where a read's records come from: each data file split into its records, undecoded.
 
+:func:`list_data_files` names the data files at a path (the file, or a folder's, sorted).
 :func:`raw_records` yields every record of one file with where it sits (``line 3``,
 ``item 0``, ``trajectories['t7']``) and the thresholds its labels use. A record is yielded
 as its JSON bytes, left for the fast decoder (``readers.decode_record``) to read into a struct; only
@@ -32,6 +33,7 @@ from genesis_fp16_infrastructure.data.schema import (
 )
 from genesis_fp16_infrastructure.errors import DataError
 
+DATA_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 # A gzip file that inflates past this is a bomb, not a pool (20,000 records are ~20 MiB).
 MAX_DECOMPRESSED_BYTES = 256 * 2**20
 _CHECK_CHUNK = 16 * 2**20  # bytes of a document checked as UTF-8 at a time
@@ -68,6 +70,32 @@ class _TooLarge(ValueError):
 
 class _Vanished(OSError):
     """A listed file that is gone when it is opened."""
+
+
+def list_data_files(path: Path) -> list[Path]:
+    """The data files at ``path``: itself, or the data files under a folder, sorted.
+
+    In a folder, a data file is one whose name ends in one of :data:`DATA_SUFFIXES`;
+    everything else is left alone: a name starting with a dot, or inside a folder whose
+    name does (``.staging/``, the sample's ``.generated`` marker), and a partial write
+    under another name (``pool.json.tmp``, ``pool.jsonl.part``, ``pool.json~``), which
+    becomes a data file when its writer renames it into place."""
+    if not path.exists():
+        raise DataError(f"data path {str(path)!r} does not exist")
+    if path.is_file():
+        return [path]
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.name.endswith(DATA_SUFFIXES)
+        and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        and p.is_file()
+    )
+    if not files:
+        raise DataError(
+            f"data folder {str(path)!r} holds no data files (expected {', '.join(DATA_SUFFIXES)})"
+        )
+    return files
 
 
 def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> Iterator[Raw]:
@@ -205,7 +233,14 @@ def _slow_document(file: Path, text: str, sink: Sink) -> Iterator[Raw]:
         for index, raw in enumerate(document):
             yield Source(file, f"item {index}"), raw, DEFAULTS, None
     elif isinstance(document, dict) and "trajectories" in document:
-        yield from _pool_records(file, document, sink)
+        try:
+            pool = TrajectoryPool.model_validate(document)
+        except ValidationError as exc:
+            sink.add(Source(file, "file"), f"invalid trajectory pool: {reason(exc)}", document)
+            return
+        thresholds = (pool.success_threshold, pool.failure_threshold)
+        for key, raw in pool.trajectories.items():
+            yield Source(file, f"trajectories[{key!r}]"), raw, thresholds, key
     else:
         yield Source(file, "file"), document, DEFAULTS, None
 
@@ -255,17 +290,6 @@ def json_reason(exc: json.JSONDecodeError) -> str:
         at = f"line {line} column {column}" if line > 1 else f"column {column}"
         return f"truncated: the JSON ends at {at} before its value closes"
     return f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-
-
-def _pool_records(file: Path, document: dict[str, Any], sink: Sink) -> Iterator[Raw]:
-    try:
-        pool = TrajectoryPool.model_validate(document)
-    except ValidationError as exc:
-        sink.add(Source(file, "file"), f"invalid trajectory pool: {reason(exc)}", document)
-        return
-    thresholds = (pool.success_threshold, pool.failure_threshold)
-    for key, raw in pool.trajectories.items():
-        yield Source(file, f"trajectories[{key!r}]"), raw, thresholds, key
 
 
 def reason(exc: ValidationError) -> str:

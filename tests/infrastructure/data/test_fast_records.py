@@ -122,7 +122,7 @@ def _pool_with_bad_header() -> dict[str, Any]:
 def _summary(result: ReadResult, quarantine: Path) -> Any:
     return (
         [(e.trajectory_id, e.attempt, e.label) for e in result.examples],
-        result.scores,
+        result.pool.scores,
         result.pool.entries,
         (result.quarantined, result.duplicates, result.unlabelled, result.files),
         quarantine.read_text(),

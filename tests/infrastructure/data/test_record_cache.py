@@ -64,7 +64,7 @@ def _same(a: ReadResult, b: ReadResult) -> None:
     assert [e.key for e in a.examples] == [e.key for e in b.examples]
     # So do the id hashes the fingerprint, the split's data key and the gate ask.
     assert [e.id_key for e in b.examples] == [record_id_hash(e.trajectory_id) for e in a.examples]
-    assert a.scores == b.scores and a.pool.entries == b.pool.entries
+    assert a.pool.scores == b.pool.scores and a.pool.entries == b.pool.entries
     counts = ("quarantined", "duplicates", "unlabelled")
     assert [getattr(a, c) for c in counts] == [getattr(b, c) for c in counts]
 
@@ -342,7 +342,7 @@ def test_a_file_replaced_under_its_old_size_and_mtime_is_not_served(tmp_path: Pa
     warm = read_trajectories(folder, cache=cache)
     assert (cache.hits, cache.misses) == (1, 1)
     _same(read_trajectories(folder), warm)
-    assert warm.scores != cold.scores
+    assert warm.pool.scores != cold.pool.scores
 
 
 def _slim(folder: Path, tmp_path: Path, name: str) -> tuple[ReadResult, RecordCache, str]:

@@ -183,7 +183,7 @@ def test_pending_parents_resolve_but_are_not_labels(tmp_path: Path) -> None:
     }
     result = read_trajectories(_write(tmp_path / "pool.json", _pool(records)))
     assert {e.trajectory_id for e in result.examples} == {"q", "child"}
-    assert result.scores == {"q": 0.8, "child": 0.9}
+    assert result.pool.scores == {"q": 0.8, "child": 0.9}
     assert result.unlabelled == 1
 
 

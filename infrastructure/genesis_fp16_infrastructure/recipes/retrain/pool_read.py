@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
-from genesis_fp16_infrastructure.data.pool_columns import PoolCache
 from genesis_fp16_infrastructure.data.readers import (
     DataTooLarge,
     ReadResult,
     read_trajectories,
 )
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 
@@ -48,7 +48,7 @@ def read_pool(
     options: TaskOptions,
     quarantine: Path | None = None,
     memory_limit: int | None = None,
-    cache: PoolCache | None = None,
+    cache: RecordCache | None = None,
     agent: str = "se_darwin",
 ) -> ReadResult:
     """The pool at ``path``, size-checked first against the options' ``max_pool_bytes``
