@@ -337,44 +337,47 @@ def _judge(
             raise
     assert losses is not None  # required: a refusal raised
     stores.write_known_ids(candidate, _known_after(served, losses))
-    outcome: Outcome
+    digest, reported = _data_digest(request.data_path), _reported(result.eval)
+    scored = (candidate, checkpoint, held_out, losses)
+    return _decide(judged, request, served, scored, started, used, digest, reported)
+
+
+def _decide(
+    judged: JudgedPlugin,
+    request: TrainRequest,
+    served: Served,
+    scored: tuple[Path, Path, bool, RecordLosses],
+    started: float,
+    used: PrecisionName | None,
+    digest: str,
+    reported: Mapping[str, float],
+) -> GateReport:
+    """The verdict on a scored candidate (``scored``: its folder, its checkpoint, whether
+    it is judged on held-out records, its losses), written, and acted on: the first model
+    is promoted as it is; a promoted one is served unless the operator's pin holds it
+    (``held``). ``used``: the precision it was trained in; ``digest``: the data's;
+    ``reported``: its run's figures reported beside its losses (:func:`_reported`)."""
+    candidate, checkpoint, held_out, losses = scored
     evidence, note = _evidence(judged, held_out, served)
     if served.losses is None:
-        comparisons = _first(losses)
-        outcome, reason = Outcome.PROMOTED, "the first model"
+        outcome, reason, comparisons = Outcome.PROMOTED, "the first model", _first(losses)
     else:
         asked = _comparisons(judged, request, served, losses, checkpoint, held_out)
         outcome, reason, comparisons = decide(asked)
         reason += note
-    digest = _data_digest(request.data_path)
-    auc = _reported_auc(result.eval)
     report = _verdict(
-        candidate, outcome, reason, started, used, comparisons, served.id, digest, evidence, auc
-    )
-    return _act(request, served, candidate, checkpoint, report, comparisons)
-
-
-def _act(
-    request: TrainRequest,
-    served: Served,
-    candidate: Path,
-    checkpoint: Path,
-    report: GateReport,
-    comparisons: list[Paired],
-) -> GateReport:
-    """Serve a promoted candidate, unless the operator's pin holds it (``held``)."""
-    outcome, reason, started = report.outcome, report.reason, time.monotonic()
+        candidate, outcome, reason, started, used, comparisons, served.id, digest, evidence,
+        reported,
+    )  # fmt: skip
     if outcome != Outcome.PROMOTED:
         return report
-    folder = Path(request.checkpoint_dir)
+    folder, serving = Path(request.checkpoint_dir), time.monotonic()
     how = "first" if served.pointer is None else "gate"
     if serve(folder, candidate_entry(folder, candidate, checkpoint), how, unless_pinned=True):
         return report
-    auc = report.candidate.reported.get("auc", math.nan) if report.candidate else math.nan
-    return _verdict(
-        candidate, Outcome.HELD, "pinned by the operator: " + reason, started, report.precision,
-        comparisons, served.id, report.judged_on, report.evidence, auc,
-    )  # fmt: skip
+    seconds = round(time.monotonic() - serving, 4)
+    held = replace(report, outcome=Outcome.HELD, reason="pinned by the operator: " + reason)
+    return _written(candidate, replace(held, seconds=seconds), comparisons)
 
 
 def _rejudge_kept(judged: JudgedPlugin, request: TrainRequest, served: Served) -> GateReport | None:
@@ -397,17 +400,11 @@ def _rejudge_kept(judged: JudgedPlugin, request: TrainRequest, served: Served) -
         held_out = _held_out_check(judged, request, served, candidate, checkpoint)[0]
         losses = losses_of(judged, checkpoint, request, True, _judged_ids(held_out, served))
         assert losses is not None
-        outcome, reason, comparisons = decide(
-            _comparisons(judged, request, served, losses, checkpoint, held_out)
+        reported = _reported(verdict.candidate)  # its run's, as its first verdict kept it
+        scored = (candidate, checkpoint, held_out, losses)
+        decided = _decide(
+            judged, request, served, scored, started, verdict.precision, digest, reported
         )
-        evidence, note = _evidence(judged, held_out, served)
-        reason += note
-        used = verdict.precision  # typed: a precision name, or None
-        auc = _reported_auc(verdict.candidate)  # its run's, as its first verdict kept it
-        report = _verdict(
-            candidate, outcome, reason, started, used, comparisons, served.id, digest, evidence, auc
-        )
-        decided = _act(request, served, candidate, checkpoint, report, comparisons)
         return None if decided.outcome == Outcome.INCONCLUSIVE else decided
     return None
 
@@ -588,15 +585,15 @@ def _verdict(
     served_id: str | None = None,
     judged_on: str | None = None,
     evidence: Literal["held_out", "training_data"] | None = None,
-    auc: float = math.nan,
+    reported: Mapping[str, float] | None = None,
 ) -> GateReport:
     """The gate's report, written as the candidate's verdict file (with the figures);
     ``judged_on``: the data's digest (an inconclusive one is judged again on other data);
-    ``auc``: the candidate run's own evaluation's AUC, reported beside its loss and never
-    gated (NaN: its plugin reports none)."""
+    ``reported``: the candidate run's own figures reported beside its losses, never
+    gated (:func:`_reported`)."""
     scores, compared = scores_on(comparisons, "candidate"), [c.comparison() for c in comparisons]
-    if scores is not None and math.isfinite(auc):
-        scores = replace(scores, reported={"auc": round(auc, 6)})
+    if scores is not None and reported:
+        scores = replace(scores, reported=reported)
     checkpoint = newest_checkpoint(candidate)
     report = GateReport(
         outcome=outcome,
@@ -613,18 +610,22 @@ def _verdict(
         judged_on=judged_on,
         evidence=evidence,
     )
-    judged = {"judged": [c.to_json() for c in comparisons]}
-    write_verdict(candidate, report.to_json() | judged)
+    return _written(candidate, report, comparisons)
+
+
+def _written(candidate: Path, report: GateReport, comparisons: list[Paired]) -> GateReport:
+    """``report`` written as the candidate's verdict file, with every comparison's figures."""
+    write_verdict(candidate, report.to_json() | {"judged": [c.to_json() for c in comparisons]})
     return report
 
 
-def _reported_auc(figures: Any) -> float:
-    """The ``auc`` a run's evaluation (or a kept verdict's scores) reports; NaN when it
-    reports none, or not a finite number."""
+def _reported(figures: Any) -> dict[str, float]:
+    """What a run's evaluation (or a kept verdict's scores) reports beside the losses: its
+    ``auc`` (se_darwin's), when a finite number."""
     if isinstance(figures, Mapping) and "losses" in figures:  # a verdict's ScoresOn
         figures = figures.get("reported")
     value = finite(figures.get("auc")) if isinstance(figures, Mapping) else None
-    return math.nan if value is None else value
+    return {} if value is None else {"auc": round(value, 6)}
 
 
 def _needed(comparisons: list[GateComparison]) -> int | None:
