@@ -40,7 +40,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     RecordLosses,
     RecordLossesError,
 )
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.judging.split import ScoreOnly
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
@@ -131,7 +131,7 @@ def losses_of(
     changed the copy always ends the run (CheckpointChangedError). ``only``: the ids of
     the records the run needs (the request's ``score_only``; the plugin may score more);
     None: every record."""
-    who = f"{request.agent}: plugin {getattr(plugin, 'name', type(plugin).__name__)}"
+    who = f"{request.agent}: plugin {plugin_name(plugin)}"
     if only is not None:
         request = replace(request, score_only=ScoreOnly(frozenset(only)))
     try:

@@ -54,6 +54,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     RecordLosses,
     judging_margin,
 )
+from genesis_fp16_infrastructure.contract.plugin_api import plugin_name
 from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ServedPointerError
@@ -81,7 +82,7 @@ def watch(
     ids are ``only`` (at least those), or None (logged) when it cannot score it. Returns
     the report (the run's ``live``), or None when there is nothing to watch: no
     predecessor, a model whose known records are not kept, or no new record."""
-    folder, name = Path(request.checkpoint_dir), str(getattr(plugin, "name", request.agent))
+    folder, name = Path(request.checkpoint_dir), plugin_name(plugin)
     if not pointer.history:
         return None
     served_c = (folder / str(pointer.served.checkpoint)).parent
