@@ -37,7 +37,7 @@ whose records are evaluation episodes (``records_are_training_data = False``) on
 of them, as ``current``.
 
 **The checkpoint scored** (issue 69). ``score_records`` is handed a private copy of the
-checkpoint, whose digest is checked after scoring (:mod:`.scored_copy`): a plugin that
+checkpoint, whose digest is checked after scoring (:mod:`.served`): a plugin that
 changed it fails the run in one line, nothing is served, and the originals are as they
 were (a candidate's verdict ``undecided``).
 
@@ -97,13 +97,15 @@ from genesis_fp16_infrastructure.judging.gate import (
     decide,
     scores_on,
 )
-from genesis_fp16_infrastructure.judging.scored_copy import (
+from genesis_fp16_infrastructure.judging.served import (
     CheckpointChangedError,
+    Served,
     copy_checkpoint,
+    held_out_unknown,
     losses_of,
     sweep_copies,
+    trained_ids,
 )
-from genesis_fp16_infrastructure.judging.served import Served, held_out_unknown, trained_ids
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.judging.up_to_date import up_to_date
 from genesis_fp16_infrastructure.judging.watch import watch
