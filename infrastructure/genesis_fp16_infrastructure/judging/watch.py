@@ -33,7 +33,6 @@ current task file (a changed task file brings new episodes).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from genesis_fp16_infrastructure.agent_folder.candidates import utc_now
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
@@ -173,7 +173,7 @@ def decide(folder: Path, agent: str, watched: str, figures: dict[str, Any]) -> d
     fields) into the pointer, or roll back, under the pointer's lock and only while the
     model watched is still the one served (an operator may have changed it meanwhile:
     then nothing is written)."""
-    figures = {**figures, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    figures = {**figures, "updated_at": utc_now()}
     report = {**figures, "served": watched, "rolled_back": False, "held": None}
     with pointer_lock(folder):
         try:
