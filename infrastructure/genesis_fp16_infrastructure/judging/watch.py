@@ -10,7 +10,7 @@ folder: each record counts once, in one fixed order, as the bound below requires
 The test, on each loss column the plugin declares (``RecordLosses.losses``): both
 losses clipped to ``[0, loss_span]`` (the plugin's declared span: the bound needs
 bounded differences), the paired differences (served - predecessor) get the
-anytime-valid empirical-Bernstein bounds of :mod:`.sequential` at ``ALPHA / k`` for
+anytime-valid empirical-Bernstein bounds of :mod:`.segments` at ``ALPHA / k`` for
 ``k`` columns; when a column's lower bound passes its margin (the plugin's
 ``judging_margin``, else 5% of the predecessor's mean loss there), the served model is
 worse than the one before it beyond the margin. Why ``ALPHA / k`` (Bonferroni): each
