@@ -220,18 +220,9 @@ def _judged_run(
     started = time.monotonic()
     sweep_copies(Path(request.checkpoint_dir))  # a killed run's copies, before any scoring
     served = Served(judged, request)
-    live = None
-    if served.pointer is not None and served.losses is not None:
-        live = watch(
-            judged,
-            request,
-            served.pointer,
-            served.losses,
-            served.known,
-            lambda path, only: losses_of(judged, path, request, required=False, only=only),
-        )
-        if live is not None and live.rolled_back:
-            served = Served(judged, request, again=True)  # the predecessor, served again
+    live = watch(judged, request, served)
+    if live is not None and live.rolled_back:
+        served = Served(judged, request, again=True)  # the predecessor, served again
     if served.losses is not None and not request.forced:  # a first or forced run trains
         rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
         if rejudged is not None or _nothing_new(served, request):

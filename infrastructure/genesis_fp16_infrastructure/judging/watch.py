@@ -33,7 +33,7 @@ current task file (a changed task file brings new episodes).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,6 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
 from genesis_fp16_infrastructure.agent_folder.transitions import rollback, update_pointer
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
-    RecordLosses,
     judging_margin,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import plugin_name
@@ -60,6 +59,7 @@ from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.segments import judge, self_test
+from genesis_fp16_infrastructure.judging.served import Served, losses_of
 
 logger = logging.getLogger(__name__)
 
@@ -67,23 +67,17 @@ ALPHA = 0.05  # a false rollback's probability over one model's whole watch, at 
 LIVE_REGRESSION = "live_regression"
 
 
-def watch(
-    plugin: JudgedPlugin,
-    request: TrainRequest,
-    pointer: ServedPointer,
-    served_now: RecordLosses,
-    served_known: np.ndarray | None,
-    score: Callable[[Path, Collection[str]], RecordLosses | None],
-) -> LiveReport | None:
+def watch(plugin: JudgedPlugin, request: TrainRequest, served: Served) -> LiveReport | None:
     """Score the new records (module docstring), update the figures, roll back on a
-    regression. ``served_now``: the served model's losses on the current records;
-    ``served_known``: the ids it knew, as the run read them (:mod:`.stores`);
-    ``score(checkpoint, only)``: the plugin's losses of a checkpoint on the records whose
-    ids are ``only`` (at least those), or None (logged) when it cannot score it. Returns
-    the report (the run's ``live``), or None when there is nothing to watch: no
-    predecessor, a model whose known records are not kept, or no new record."""
+    regression. ``served``: the served model as the run read it (its losses on the
+    current records, the ids it knew); the predecessor is scored on the new records
+    (:func:`~.served.losses_of`, logged when it cannot be). Returns the report (the run's
+    ``live``), or None when there is nothing to watch: no served model scored, no
+    predecessor, a model whose known records are not kept, no new record, or a
+    predecessor that cannot be scored."""
     folder, name = Path(request.checkpoint_dir), plugin_name(plugin)
-    if not pointer.history:
+    pointer, served_now, served_known = served.pointer, served.losses, served.known
+    if pointer is None or served_now is None or not pointer.history:
         return None
     served_c = (folder / str(pointer.served.checkpoint)).parent
     previous = pointer.history[0]
@@ -100,7 +94,8 @@ def watch(
     fresh = np.flatnonzero(new).tolist()
     if not fresh:
         return None
-    before = score(folder / str(previous.checkpoint), [served_now.ids[i] for i in fresh])
+    only = [served_now.ids[i] for i in fresh]
+    before = losses_of(plugin, folder / str(previous.checkpoint), request, False, only)
     if before is None:
         return None
     row = {id_: k for k, id_ in enumerate(before.ids)}
