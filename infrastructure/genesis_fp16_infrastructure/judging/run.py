@@ -164,7 +164,7 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
                 recover(Path(request.checkpoint_dir))
     try:
         if world == 1:
-            return _judged_run(plugin, judged, request, lambda _: None)
+            return _judged_run(plugin, judged, request)
         return _ranked(plugin, judged, request, rank)
     finally:
         if owner is not None:
@@ -213,27 +213,29 @@ def _judged_run(
     plugin: AgentPlugin,
     judged: JudgedPlugin,
     request: TrainRequest,
-    tell: Callable[[tuple[str, Any]], Any],
+    tell: Callable[[tuple[str, Any]], Any] | None = None,
 ) -> TrainResult:
-    """The judged run itself; ``tell``: what the other ranks must know (nothing to do
-    alone)."""
+    """The judged run itself; ``tell``: what the other ranks must know (None: alone, none
+    to tell, and the up-to-date result is not encoded for them)."""
     started = time.monotonic()
     sweep_copies(Path(request.checkpoint_dir))  # a killed run's copies, before any scoring
     served = Served(judged, request)
-    live = watch(judged, request, served)
+    live = None if served.pointer is None else watch(judged, request, served)
     if live is not None and live.rolled_back:
         served = Served(judged, request, again=True)  # the predecessor, served again
     if served.losses is not None and not request.forced:  # a first or forced run trains
         rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
         if rejudged is not None or _nothing_new(served, request):
             done = up_to_date(request, served, time.monotonic() - started, live, rejudged)
-            tell(("done", done.to_json()))
+            if tell is not None:
+                tell(("done", done.to_json()))
             return done
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
     if served.checkpoint is not None and request.resume:  # the resume continues the served
         copy_checkpoint(served.checkpoint, candidate)
     before = time.monotonic() - started  # the served model scored and watched
-    tell(("train", str(candidate)))
+    if tell is not None:
+        tell(("train", str(candidate)))
     result = plugin.train(replace(request, checkpoint_dir=candidate))
     gate = _judge(judged, request, served, candidate, result)
     # The run's phases and wall time count the judging too: "live" (the served model

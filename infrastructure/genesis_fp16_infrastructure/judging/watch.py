@@ -69,15 +69,16 @@ LIVE_REGRESSION = "live_regression"
 
 def watch(plugin: JudgedPlugin, request: TrainRequest, served: Served) -> LiveReport | None:
     """Score the new records (module docstring), update the figures, roll back on a
-    regression. ``served``: the served model as the run read it (its losses on the
-    current records, the ids it knew); the predecessor is scored on the new records
-    (:func:`~.served.losses_of`, logged when it cannot be). Returns the report (the run's
-    ``live``), or None when there is nothing to watch: no served model scored, no
-    predecessor, a model whose known records are not kept, no new record, or a
-    predecessor that cannot be scored."""
+    regression. ``served``: the served model as the run read it (a pointer's: its losses
+    on the current records, the ids it knew); the predecessor is scored on the new
+    records (:func:`~.served.losses_of`, logged when it cannot be). Returns the report
+    (the run's ``live``), or None when there is nothing to watch: no predecessor, a model
+    whose known records are not kept, no new record, or a predecessor that cannot be
+    scored."""
     folder, name = Path(request.checkpoint_dir), plugin_name(plugin)
     pointer, served_now, served_known = served.pointer, served.losses, served.known
-    if pointer is None or served_now is None or not pointer.history:
+    assert pointer is not None and served_now is not None  # a pointer's model is scored
+    if not pointer.history:
         return None
     served_c = (folder / str(pointer.served.checkpoint)).parent
     previous = pointer.history[0]
