@@ -62,14 +62,6 @@ CHECKERS = {
     # Not an agent plugin: Lightning Fabric's precision plugin, in bench's Fabric runner.
     ("genesis_fp16/bench/runners.py", "FabricRunner.prepare"): "Lightning's plugin",
 }
-# Not done yet: the judged run reads the required ``name`` from a value typed
-# JudgedPlugin, which does not declare it. INF/judging/ was changed on another branch at
-# the same time; these only go away (test_no_check_is_stale fails on a stale line).
-NOT_YET = {
-    ("infrastructure/genesis_fp16_infrastructure/judging/watch.py", "watch"),
-    # The scoring on a copy moved from judging/run.py's _score (cost6's split at 800 lines).
-    ("infrastructure/genesis_fp16_infrastructure/judging/scored_copy.py", "losses_of"),
-}
 
 
 def probes(tree: ast.AST, rel: str) -> list[tuple[str, str, str]]:
@@ -95,16 +87,15 @@ def _repo_probes() -> list[tuple[str, str, str]]:
 
 def test_no_plugin_member_is_probed_outside_the_contracts_checks() -> None:
     """Every getattr/hasattr of a plugin member in the product is in one of the
-    contract's checks (or the named, shrinking list of those not done yet)."""
-    allowed = set(CHECKERS) | NOT_YET
-    stray = [p for p in _repo_probes() if (p[0], p[1]) not in allowed]
+    contract's checks."""
+    stray = [p for p in _repo_probes() if (p[0], p[1]) not in CHECKERS]
     assert stray == [], "declare it in plugin_api's protocol and read it by capabilities_of"
 
 
 def test_no_check_is_stale() -> None:
     """Each allowed place still probes: a list that only shrinks, never a blanket pass."""
     used = {(rel, scope) for rel, scope, _ in _repo_probes()}
-    assert set(CHECKERS) | NOT_YET <= used, (set(CHECKERS) | NOT_YET) - used
+    assert set(CHECKERS) <= used, set(CHECKERS) - used
 
 
 def test_the_scan_finds_a_new_probe() -> None:

@@ -109,7 +109,7 @@ class Outcome(StrEnum):
 
 
 class Finding(StrEnum):
-    """What one non-inferiority test showed (judging.noninferiority): the candidate
+    """What one non-inferiority test showed (judging.gate): the candidate
     within the margin, beyond it, or neither."""
 
     NO_WORSE = "no_worse"

@@ -223,7 +223,7 @@ def ignored_request_fields(plugin: object) -> dict[str, str]:
     unknown = sorted(set(declared) - known)
     if unknown:
         raise TypeError(
-            f"{_name(plugin)}: ignored_request_fields names no TrainRequest field: {unknown}"
+            f"{plugin_name(plugin)}: ignored_request_fields names no TrainRequest field: {unknown}"
         )
     return declared
 
@@ -305,8 +305,9 @@ class _Named(Protocol):
     name: str
 
 
-def _name(plugin: object) -> str:
-    """The plugin's name for a message (its class's while it has none)."""
+def plugin_name(plugin: object) -> str:
+    """The plugin's name for a message (its class's while it has none): the judged run
+    reads it of a value typed ``JudgedPlugin``, which does not declare it."""
     return str(plugin.name) if isinstance(plugin, _Named) else type(plugin).__name__
 
 
@@ -437,15 +438,15 @@ def capabilities_of(plugin: object) -> Capabilities:
     options = declared_options(plugin)
     for index, option in enumerate(options):
         if not isinstance(option, AgentOption):
-            raise TypeError(f"{_name(plugin)}: options[{index}] is not an AgentOption")
+            raise TypeError(f"{plugin_name(plugin)}: options[{index}] is not an AgentOption")
     check = plugin.check_data if isinstance(plugin, ChecksData) else None
     replay = plugin.replay_task if isinstance(plugin, ReplaysSteps) else None
     for member, method in (("check_data", check), ("replay_task", replay)):
         if method is not None and not callable(method):
-            raise TypeError(f"{_name(plugin)}: {member} is not a method")
+            raise TypeError(f"{plugin_name(plugin)}: {member} is not a method")
     types = tuple(plugin.batch_types) if isinstance(plugin, NamesBatchTypes) else ()
     if not all(isinstance(kind, type) for kind in types):
-        raise TypeError(f"{_name(plugin)}: batch_types holds something that is not a class")
+        raise TypeError(f"{plugin_name(plugin)}: batch_types holds something that is not a class")
     return Capabilities(
         options=options,
         ignored_request_fields=ignored_request_fields(plugin),

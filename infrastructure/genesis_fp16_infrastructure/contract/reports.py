@@ -137,7 +137,7 @@ class GateComparison(Record):
     passed: bool | None = None  # None: this set cannot decide
     reason: str = ""
     # The segment (se_darwin: the Genesis agent) a per-segment comparison is of; its
-    # answer (judging.noninferiority: no_worse, worse or inconclusive; passed is None when
+    # answer (judging.gate: no_worse, worse or inconclusive; passed is None when
     # inconclusive) and, when inconclusive, the records it would need.
     segment: str | None = field(default=None, metadata=_OPTIONAL)
     finding: str | None = field(default=None, metadata=_OPTIONAL)

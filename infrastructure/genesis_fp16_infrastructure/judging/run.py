@@ -37,7 +37,7 @@ whose records are evaluation episodes (``records_are_training_data = False``) on
 of them, as ``current``.
 
 **The checkpoint scored** (issue 69). ``score_records`` is handed a private copy of the
-checkpoint, whose digest is checked after scoring (:mod:`.scored_copy`): a plugin that
+checkpoint, whose digest is checked after scoring (:mod:`.served`): a plugin that
 changed it fails the run in one line, nothing is served, and the originals are as they
 were (a candidate's verdict ``undecided``).
 
@@ -58,10 +58,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
+from genesis_fp16_infrastructure.agent_folder import data_manifest
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     candidate_entry,
     list_candidates,
@@ -75,6 +76,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, 
 from genesis_fp16_infrastructure.agent_folder.transitions import recover, serve
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
+    RecordIds,
     RecordLosses,
     judging_margin,
     judging_of,
@@ -85,7 +87,13 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     Capabilities,
     TrainRequestError,
 )
-from genesis_fp16_infrastructure.contract.reports import GateComparison, GateReport, TrainResult
+from genesis_fp16_infrastructure.contract.reports import (
+    DataReport,
+    GateComparison,
+    GateReport,
+    LiveReport,
+    TrainResult,
+)
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ExecutionError, ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
@@ -97,17 +105,19 @@ from genesis_fp16_infrastructure.judging.gate import (
     decide,
     scores_on,
 )
-from genesis_fp16_infrastructure.judging.scored_copy import (
+from genesis_fp16_infrastructure.judging.served import (
     CheckpointChangedError,
+    Served,
     copy_checkpoint,
+    held_out_unknown,
     losses_of,
     sweep_copies,
+    trained_ids,
 )
-from genesis_fp16_infrastructure.judging.served import Served, held_out_unknown, trained_ids
-from genesis_fp16_infrastructure.judging.split import HELD_OUT
-from genesis_fp16_infrastructure.judging.up_to_date import up_to_date
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, sorted_unique
 from genesis_fp16_infrastructure.judging.watch import watch
 from genesis_fp16_infrastructure.training import CheckpointManager
+from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.checkpoint_load import reusing_loads
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
@@ -154,7 +164,7 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
                 recover(Path(request.checkpoint_dir))
     try:
         if world == 1:
-            return _judged_run(plugin, judged, request, lambda _: None)
+            return _judged_run(plugin, judged, request)
         return _ranked(plugin, judged, request, rank)
     finally:
         if owner is not None:
@@ -203,36 +213,29 @@ def _judged_run(
     plugin: AgentPlugin,
     judged: JudgedPlugin,
     request: TrainRequest,
-    tell: Callable[[tuple[str, Any]], Any],
+    tell: Callable[[tuple[str, Any]], Any] | None = None,
 ) -> TrainResult:
-    """The judged run itself; ``tell``: what the other ranks must know (nothing to do
-    alone)."""
+    """The judged run itself; ``tell``: what the other ranks must know (None: alone, none
+    to tell, and the up-to-date result is not encoded for them)."""
     started = time.monotonic()
     sweep_copies(Path(request.checkpoint_dir))  # a killed run's copies, before any scoring
     served = Served(judged, request)
-    live = None
-    if served.pointer is not None and served.losses is not None:
-        live = watch(
-            judged,
-            request,
-            served.pointer,
-            served.losses,
-            served.known,
-            lambda path, only: losses_of(judged, path, request, required=False, only=only),
-        )
-        if live is not None and live.rolled_back:
-            served = Served(judged, request, again=True)  # the predecessor, served again
+    live = None if served.pointer is None else watch(judged, request, served)
+    if live is not None and live.rolled_back:
+        served = Served(judged, request, again=True)  # the predecessor, served again
     if served.losses is not None and not request.forced:  # a first or forced run trains
         rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
         if rejudged is not None or _nothing_new(served, request):
             done = up_to_date(request, served, time.monotonic() - started, live, rejudged)
-            tell(("done", done.to_json()))
+            if tell is not None:
+                tell(("done", done.to_json()))
             return done
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
     if served.checkpoint is not None and request.resume:  # the resume continues the served
         copy_checkpoint(served.checkpoint, candidate)
     before = time.monotonic() - started  # the served model scored and watched
-    tell(("train", str(candidate)))
+    if tell is not None:
+        tell(("train", str(candidate)))
     result = plugin.train(replace(request, checkpoint_dir=candidate))
     gate = _judge(judged, request, served, candidate, result)
     # The run's phases and wall time count the judging too: "live" (the served model
@@ -265,6 +268,83 @@ def _nothing_new(served: Served, request: TrainRequest) -> bool:
     last = stores.last_judged(Path(request.checkpoint_dir), served.id, pinned)
     known = None if last is None else stores.read_known_ids(last)
     return known is not None and bool(stores.known(ids, known).all())
+
+
+# A judged run that takes no step (step 3): its result, its data report and the renewed
+# data manifest (the served model knew every current record, or a kept inconclusive
+# candidate was judged again), and the watch's figures as a typed report.
+
+
+def data_unchanged(losses: RecordLosses | RecordIds, known: np.ndarray | None) -> DataReport:
+    """An up-to-date run's data report, from the records it scored: none new; those the
+    served model knew and the pool no longer holds, removed. The fingerprint is the
+    digest of the current records' ids."""
+    ids = sorted_unique(losses.id_hashes)
+    digest = hashlib.sha256(ids.tobytes()).hexdigest()[:32]
+    # The known ids the pool no longer holds: those known less those found among the
+    # current ones (asked in that direction: the current ids are the plugin's hashes).
+    removed = None if known is None else len(known) - int(stores.known(ids, known).sum())
+    return DataReport(
+        records=len(ids),
+        fingerprint=digest,
+        change="unchanged",
+        previous_records=None if known is None else len(known),
+        new=0,
+        removed=removed,
+        relabelled=0,
+        checked_by="records",
+    )
+
+
+def up_to_date(
+    request: TrainRequest,
+    served: Served,
+    seconds: float,
+    live: LiveReport | None,
+    rejudged: GateReport | None = None,
+) -> TrainResult:
+    """No step taken: the served model knew every current record (its manifest renewed),
+    or (``rejudged``) a kept inconclusive candidate was judged again and decided (issue 62)."""
+    assert served.checkpoint is not None and served.losses is not None  # served, scored
+    summary = read_summary(served.checkpoint) or {}
+    entry = served.pointer.served.precision if served.pointer is not None else None
+    precision = summary.get("precision") or entry
+    used = cast(PrecisionName, precision if precision in ("fp32", "bf16", "fp16") else "fp32")
+    records = len(served.records.ids)
+    why = f"nothing new: all {records} current records were learned or judged already"
+    data = None if rejudged is not None else data_unchanged(served.records, served.known)
+    # Nothing new after reading the files: the served model's data manifest (when its
+    # plugin keeps one) vouches for the files as the plan scanned them, so the next run is
+    # answered without a read (a copy, a quarantined file, a touched file).
+    check = request.snapshot.data if request.snapshot is not None else None
+    scan = check.scan if check is not None and rejudged is None else None
+    if scan is not None and data_manifest.renew(served.checkpoint, scan.to_json()):
+        logger.info("%s: nothing new in the files read: their manifest renewed", request.agent)
+    return TrainResult(
+        agent=request.agent,
+        precision_requested=request.precision.requested,
+        precision_used=request.precision.without_steps(used),  # what is asked now
+        precision_reason=f"{request.precision_reason}; "
+        + ("a kept candidate judged again" if rejudged else "up to date, no step taken")
+        + f" (the served model was trained in {used})",
+        device=request.device,
+        steps=0,
+        skipped_steps=0,
+        overflow_rate=0.0,
+        loss_scale=float(summary.get("loss_scale") or 1.0),
+        final_train_loss=math.nan,
+        eval={"loss": served.losses.mean()},
+        samples_per_second=0.0,
+        wall_seconds=round(seconds, 6),
+        checkpoint=served.checkpoint,
+        quarantined=served.losses.quarantined,
+        data=data,
+        up_to_date=rejudged is None,
+        up_to_date_against=None if rejudged else why,
+        rejected=rejudged is not None and rejudged.outcome == Outcome.REJECTED,
+        gate=rejudged,
+        live=live,
+    )
 
 
 def _options(request: TrainRequest) -> Any:
@@ -337,44 +417,47 @@ def _judge(
             raise
     assert losses is not None  # required: a refusal raised
     stores.write_known_ids(candidate, _known_after(served, losses))
-    outcome: Outcome
+    digest, reported = _data_digest(request.data_path), _reported(result.eval)
+    scored = (candidate, checkpoint, held_out, losses)
+    return _decide(judged, request, served, scored, started, used, digest, reported)
+
+
+def _decide(
+    judged: JudgedPlugin,
+    request: TrainRequest,
+    served: Served,
+    scored: tuple[Path, Path, bool, RecordLosses],
+    started: float,
+    used: PrecisionName | None,
+    digest: str,
+    reported: Mapping[str, float],
+) -> GateReport:
+    """The verdict on a scored candidate (``scored``: its folder, its checkpoint, whether
+    it is judged on held-out records, its losses), written, and acted on: the first model
+    is promoted as it is; a promoted one is served unless the operator's pin holds it
+    (``held``). ``used``: the precision it was trained in; ``digest``: the data's;
+    ``reported``: its run's figures reported beside its losses (:func:`_reported`)."""
+    candidate, checkpoint, held_out, losses = scored
     evidence, note = _evidence(judged, held_out, served)
     if served.losses is None:
-        comparisons = _first(losses)
-        outcome, reason = Outcome.PROMOTED, "the first model"
+        outcome, reason, comparisons = Outcome.PROMOTED, "the first model", _first(losses)
     else:
         asked = _comparisons(judged, request, served, losses, checkpoint, held_out)
         outcome, reason, comparisons = decide(asked)
         reason += note
-    digest = _data_digest(request.data_path)
-    auc = _reported_auc(result.eval)
     report = _verdict(
-        candidate, outcome, reason, started, used, comparisons, served.id, digest, evidence, auc
-    )
-    return _act(request, served, candidate, checkpoint, report, comparisons)
-
-
-def _act(
-    request: TrainRequest,
-    served: Served,
-    candidate: Path,
-    checkpoint: Path,
-    report: GateReport,
-    comparisons: list[Paired],
-) -> GateReport:
-    """Serve a promoted candidate, unless the operator's pin holds it (``held``)."""
-    outcome, reason, started = report.outcome, report.reason, time.monotonic()
+        candidate, outcome, reason, started, used, comparisons, served.id, digest, evidence,
+        reported,
+    )  # fmt: skip
     if outcome != Outcome.PROMOTED:
         return report
-    folder = Path(request.checkpoint_dir)
+    folder, serving = Path(request.checkpoint_dir), time.monotonic()
     how = "first" if served.pointer is None else "gate"
     if serve(folder, candidate_entry(folder, candidate, checkpoint), how, unless_pinned=True):
         return report
-    auc = report.candidate.reported.get("auc", math.nan) if report.candidate else math.nan
-    return _verdict(
-        candidate, Outcome.HELD, "pinned by the operator: " + reason, started, report.precision,
-        comparisons, served.id, report.judged_on, report.evidence, auc,
-    )  # fmt: skip
+    seconds = round(time.monotonic() - serving, 4)
+    held = replace(report, outcome=Outcome.HELD, reason="pinned by the operator: " + reason)
+    return _written(candidate, replace(held, seconds=seconds), comparisons)
 
 
 def _rejudge_kept(judged: JudgedPlugin, request: TrainRequest, served: Served) -> GateReport | None:
@@ -397,17 +480,11 @@ def _rejudge_kept(judged: JudgedPlugin, request: TrainRequest, served: Served) -
         held_out = _held_out_check(judged, request, served, candidate, checkpoint)[0]
         losses = losses_of(judged, checkpoint, request, True, _judged_ids(held_out, served))
         assert losses is not None
-        outcome, reason, comparisons = decide(
-            _comparisons(judged, request, served, losses, checkpoint, held_out)
+        reported = _reported(verdict.candidate)  # its run's, as its first verdict kept it
+        scored = (candidate, checkpoint, held_out, losses)
+        decided = _decide(
+            judged, request, served, scored, started, verdict.precision, digest, reported
         )
-        evidence, note = _evidence(judged, held_out, served)
-        reason += note
-        used = verdict.precision  # typed: a precision name, or None
-        auc = _reported_auc(verdict.candidate)  # its run's, as its first verdict kept it
-        report = _verdict(
-            candidate, outcome, reason, started, used, comparisons, served.id, digest, evidence, auc
-        )
-        decided = _act(request, served, candidate, checkpoint, report, comparisons)
         return None if decided.outcome == Outcome.INCONCLUSIVE else decided
     return None
 
@@ -588,15 +665,15 @@ def _verdict(
     served_id: str | None = None,
     judged_on: str | None = None,
     evidence: Literal["held_out", "training_data"] | None = None,
-    auc: float = math.nan,
+    reported: Mapping[str, float] | None = None,
 ) -> GateReport:
     """The gate's report, written as the candidate's verdict file (with the figures);
     ``judged_on``: the data's digest (an inconclusive one is judged again on other data);
-    ``auc``: the candidate run's own evaluation's AUC, reported beside its loss and never
-    gated (NaN: its plugin reports none)."""
+    ``reported``: the candidate run's own figures reported beside its losses, never
+    gated (:func:`_reported`)."""
     scores, compared = scores_on(comparisons, "candidate"), [c.comparison() for c in comparisons]
-    if scores is not None and math.isfinite(auc):
-        scores = replace(scores, reported={"auc": round(auc, 6)})
+    if scores is not None and reported:
+        scores = replace(scores, reported=reported)
     checkpoint = newest_checkpoint(candidate)
     report = GateReport(
         outcome=outcome,
@@ -613,18 +690,22 @@ def _verdict(
         judged_on=judged_on,
         evidence=evidence,
     )
-    judged = {"judged": [c.to_json() for c in comparisons]}
-    write_verdict(candidate, report.to_json() | judged)
+    return _written(candidate, report, comparisons)
+
+
+def _written(candidate: Path, report: GateReport, comparisons: list[Paired]) -> GateReport:
+    """``report`` written as the candidate's verdict file, with every comparison's figures."""
+    write_verdict(candidate, report.to_json() | {"judged": [c.to_json() for c in comparisons]})
     return report
 
 
-def _reported_auc(figures: Any) -> float:
-    """The ``auc`` a run's evaluation (or a kept verdict's scores) reports; NaN when it
-    reports none, or not a finite number."""
+def _reported(figures: Any) -> dict[str, float]:
+    """What a run's evaluation (or a kept verdict's scores) reports beside the losses: its
+    ``auc`` (se_darwin's), when a finite number."""
     if isinstance(figures, Mapping) and "losses" in figures:  # a verdict's ScoresOn
         figures = figures.get("reported")
     value = finite(figures.get("auc")) if isinstance(figures, Mapping) else None
-    return math.nan if value is None else value
+    return {} if value is None else {"auc": round(value, 6)}
 
 
 def _needed(comparisons: list[GateComparison]) -> int | None:

@@ -1,13 +1,43 @@
 """The served model as a judged run sees it (:class:`Served`): its pointer and checkpoint,
 its losses on the records the run needs, every current record, the ids it knew and those
-it trained on; and :func:`trained_ids`, the records a checkpoint names."""
+it trained on; :func:`trained_ids`, the records a checkpoint names; and what a plugin's
+``score_records`` is handed (:func:`losses_of`): a private copy of the checkpoint, checked
+after scoring (issue 69).
+
+A plugin that wrote to the checkpoint it scored got that checkpoint served with bytes its
+digest file no longer names, and every later run of the agent failed to load it. So the
+judged run never hands a plugin the file the pointer serves or the gate judges: it
+copies the checkpoint (with its digest and summary files, which the plugin's loader
+reads) into a fresh hidden folder of the agent's checkpoint folder, takes the copy's
+SHA-256, lets the plugin score the copy, and takes it again. Different bytes, or no file,
+end the run in one line (:class:`CheckpointChangedError`, a ``TrainRequestError``) that
+names the plugin and the checkpoint, even where the plugin's own scoring failed; the
+altered copy is deleted with its folder. The original files were never the plugin's to
+write, so the served model and the candidate's checkpoint are as they were.
+
+A copy rather than a check of the original in place: a check alone detects a plugin that
+altered the served checkpoint while scoring it, but cannot undo it, and the agent's
+later runs would fail all the same. The copy costs one read and write of the checkpoint
+a score, of the order of the plugin's own load (which reads and hashes it too). A plugin
+that deliberately looks for the agent's files elsewhere (``request.checkpoint_dir``) is
+not stopped by it: a plugin runs in the daemon's process and could do anything there.
+A copy left by a killed process is a hidden ``.scoring-*`` folder that nothing reads:
+the agent's next judged run removes it (:func:`sweep_copies`) before it scores anything.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -28,15 +58,16 @@ from genesis_fp16_infrastructure.contract.judging import (
     RecordLosses,
     RecordLossesError,
 )
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.scored_copy import losses_of
-from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes, sorted_unique
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
 from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_keys
+from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint, reusing_loads
 
+T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
@@ -175,3 +206,114 @@ def trained_ids(checkpoint: Path) -> np.ndarray | None:
     if not isinstance(value, list | tuple) or not all(isinstance(i, str) for i in value):
         return None
     return sorted_unique(id_hashes(value))
+
+
+SCORING_PREFIX = ".scoring-"  # <checkpoint_dir>/.scoring-*/: the copy, while it is scored
+
+
+class CheckpointChangedError(TrainRequestError):
+    """The plugin changed (or removed) the copy of a checkpoint it was given to score."""
+
+
+def score_on_copy(score: Callable[[Path], T], checkpoint: Path, folder: Path, who: str) -> T:
+    """``score(copy)`` on a private copy of ``checkpoint`` made in ``folder``; raises
+    :class:`CheckpointChangedError` naming ``who`` (the agent and plugin) and the
+    checkpoint when the copy's bytes differ after scoring, whatever ``score`` did."""
+    with tempfile.TemporaryDirectory(
+        prefix=SCORING_PREFIX, dir=folder, ignore_cleanup_errors=True
+    ) as temp:
+        copy = Path(temp) / checkpoint.name
+        copy_checkpoint(checkpoint, Path(temp))
+        before = _sha256(copy)
+        try:
+            return score(copy)
+        finally:
+            after = _sha256(copy)
+            if after != before:
+                raise CheckpointChangedError(
+                    f"{who}: score_records changed the checkpoint it scored ({checkpoint}, "
+                    f"given as a copy: sha256 {before[:16]} before, {after[:16]} after): the "
+                    "run is refused and nothing is served; score_records must only read it"
+                )
+
+
+def copy_checkpoint(checkpoint: Path, folder: Path) -> None:
+    """``checkpoint`` with its digest and summary files (which its loader reads) in
+    ``folder``: a copy scored here, or the served model in a candidate that continues it."""
+    for path in (digest_path(checkpoint), summary_path(checkpoint), checkpoint):
+        if path.is_file():  # the checkpoint last: a digest is there before its file
+            shutil.copy2(path, folder / path.name)
+
+
+def sweep_copies(folder: Path) -> None:
+    """Remove the ``.scoring-*`` folders a killed run left in ``folder`` (an agent's
+    checkpoint folder, which one run at a time scores in); a link of that name is not
+    followed, only unlinked. How many went is logged, as is an entry that cannot go."""
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.startswith(SCORING_PREFIX)]
+    except OSError:  # no checkpoint folder yet
+        return
+    removed = 0
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+            removed += 1
+        except OSError as exc:
+            logger.warning("cannot remove %s, left by a killed scoring: %s", entry.path, exc)
+    if removed:
+        logger.info("removed %d checkpoint copies a killed scoring left in %s", removed, folder)
+
+
+def _sha256(path: Path) -> str:
+    """The file's hex SHA-256; "none" when it is not a regular file any more (a FIFO put
+    in its place is never opened: the read would block)."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return "none"
+        with path.open("rb") as file:
+            return hashlib.file_digest(file, "sha256").hexdigest()
+    except OSError:
+        return "none"
+
+
+def losses_of(
+    plugin: JudgedPlugin,
+    checkpoint: Path,
+    request: TrainRequest,
+    required: bool,
+    only: Collection[str] | None = None,
+) -> RecordLosses | None:
+    """The plugin's losses of ``checkpoint``, scored on a copy of it (:func:`score_on_copy`);
+    a refusal is one line (``required``: the run's; else logged, and None). A plugin that
+    changed the copy always ends the run (CheckpointChangedError). ``only``: the ids of
+    the records the run needs (the request's ``score_only``; the plugin may score more);
+    None: every record."""
+    who = f"{request.agent}: plugin {plugin_name(plugin)}"
+    if only is not None:
+        request = replace(request, score_only=ScoreOnly(frozenset(only)))
+    try:
+        losses = score_on_copy(
+            lambda copy: plugin.score_records(copy, request),
+            checkpoint,
+            Path(request.checkpoint_dir),
+            who,
+        )
+        if not isinstance(losses, RecordLosses):
+            raise RecordLossesError(
+                f"score_records returned a {type(losses).__name__}, not RecordLosses"
+            )
+        # Checked again on a copy of its own, here where it is used: the plugin's object
+        # may have been changed since it was built (object.__setattr__ on a frozen one).
+        kept = losses.ids, losses.losses, losses.segments, losses.quarantined, losses.primary
+        return RecordLosses(*kept)
+    except CheckpointChangedError:
+        raise
+    except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
+        why = f"{request.agent}: cannot score {checkpoint}: {exc}"
+        if required:
+            raise TrainRequestError(why) from None
+        logger.warning("%s", why)
+        return None

@@ -10,7 +10,7 @@ folder: each record counts once, in one fixed order, as the bound below requires
 The test, on each loss column the plugin declares (``RecordLosses.losses``): both
 losses clipped to ``[0, loss_span]`` (the plugin's declared span: the bound needs
 bounded differences), the paired differences (served - predecessor) get the
-anytime-valid empirical-Bernstein bounds of :mod:`.sequential` at ``ALPHA / k`` for
+anytime-valid empirical-Bernstein bounds of :mod:`.segments` at ``ALPHA / k`` for
 ``k`` columns; when a column's lower bound passes its margin (the plugin's
 ``judging_margin``, else 5% of the predecessor's mean loss there), the served model is
 worse than the one before it beyond the margin. Why ``ALPHA / k`` (Bonferroni): each
@@ -33,8 +33,7 @@ current task file (a changed task file brings new episodes).
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from genesis_fp16_infrastructure.agent_folder.candidates import utc_now
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
@@ -51,14 +51,15 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
 from genesis_fp16_infrastructure.agent_folder.transitions import rollback, update_pointer
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
-    RecordLosses,
     judging_margin,
 )
+from genesis_fp16_infrastructure.contract.plugin_api import plugin_name
 from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.segments import judge, self_test
+from genesis_fp16_infrastructure.judging.served import Served, losses_of
 
 logger = logging.getLogger(__name__)
 
@@ -66,22 +67,17 @@ ALPHA = 0.05  # a false rollback's probability over one model's whole watch, at 
 LIVE_REGRESSION = "live_regression"
 
 
-def watch(
-    plugin: JudgedPlugin,
-    request: TrainRequest,
-    pointer: ServedPointer,
-    served_now: RecordLosses,
-    served_known: np.ndarray | None,
-    score: Callable[[Path, Collection[str]], RecordLosses | None],
-) -> LiveReport | None:
+def watch(plugin: JudgedPlugin, request: TrainRequest, served: Served) -> LiveReport | None:
     """Score the new records (module docstring), update the figures, roll back on a
-    regression. ``served_now``: the served model's losses on the current records;
-    ``served_known``: the ids it knew, as the run read them (:mod:`.stores`);
-    ``score(checkpoint, only)``: the plugin's losses of a checkpoint on the records whose
-    ids are ``only`` (at least those), or None (logged) when it cannot score it. Returns
-    the report (the run's ``live``), or None when there is nothing to watch: no
-    predecessor, a model whose known records are not kept, or no new record."""
-    folder, name = Path(request.checkpoint_dir), str(getattr(plugin, "name", request.agent))
+    regression. ``served``: the served model as the run read it (a pointer's: its losses
+    on the current records, the ids it knew); the predecessor is scored on the new
+    records (:func:`~.served.losses_of`, logged when it cannot be). Returns the report
+    (the run's ``live``), or None when there is nothing to watch: no predecessor, a model
+    whose known records are not kept, no new record, or a predecessor that cannot be
+    scored."""
+    folder, name = Path(request.checkpoint_dir), plugin_name(plugin)
+    pointer, served_now, served_known = served.pointer, served.losses, served.known
+    assert pointer is not None and served_now is not None  # a pointer's model is scored
     if not pointer.history:
         return None
     served_c = (folder / str(pointer.served.checkpoint)).parent
@@ -99,7 +95,8 @@ def watch(
     fresh = np.flatnonzero(new).tolist()
     if not fresh:
         return None
-    before = score(folder / str(previous.checkpoint), [served_now.ids[i] for i in fresh])
+    only = [served_now.ids[i] for i in fresh]
+    before = losses_of(plugin, folder / str(previous.checkpoint), request, False, only)
     if before is None:
         return None
     row = {id_: k for k, id_ in enumerate(before.ids)}
@@ -172,7 +169,7 @@ def decide(folder: Path, agent: str, watched: str, figures: dict[str, Any]) -> d
     fields) into the pointer, or roll back, under the pointer's lock and only while the
     model watched is still the one served (an operator may have changed it meanwhile:
     then nothing is written)."""
-    figures = {**figures, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    figures = {**figures, "updated_at": utc_now()}
     report = {**figures, "served": watched, "rolled_back": False, "held": None}
     with pointer_lock(folder):
         try:

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from genesis_fp16_infrastructure.judging.noninferiority import Z_95, Bound, holm_worse
+from genesis_fp16_infrastructure.judging.gate import Z_95, Bound, holm_worse
 
 
 def test_each_answer_follows_its_bounds() -> None:

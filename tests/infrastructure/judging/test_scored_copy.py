@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
-from genesis_fp16_infrastructure.judging.scored_copy import (
+from genesis_fp16_infrastructure.judging.served import (
     CheckpointChangedError,
     score_on_copy,
 )

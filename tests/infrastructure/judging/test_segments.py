@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from genesis_fp16_infrastructure.judging import segments
-from genesis_fp16_infrastructure.judging.sequential import (
+from genesis_fp16_infrastructure.judging.segments import (
     log_evidence,
     mean_bounds,
     records_needed,
