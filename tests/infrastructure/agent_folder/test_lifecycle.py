@@ -179,11 +179,11 @@ def test_a_verdict_the_journal_decided_is_rolled_forward_before_prune_judges(
         "gate",
         "rollback",
     ]
-    assert transitions.disagreeing(tmp_path, pointer) == [second.name]
+    assert list(transitions.disagreeing(tmp_path, pointer)) == [second.name]
     assert prune.prune(tmp_path, 0, 1.0)[0] == []
     transitions.recover(tmp_path)
     assert candidates.read_verdict(second).outcome == "rolled_back"
-    assert transitions.disagreeing(tmp_path, pointer) == []
+    assert transitions.disagreeing(tmp_path, pointer) == {}
 
 
 def test_reading_or_an_unchanged_update_recovers_nothing_until_recover_is_called(
@@ -201,9 +201,9 @@ def test_reading_or_an_unchanged_update_recovers_nothing_until_recover_is_called
     candidates.write_verdict(second, {"outcome": "promoted"})  # the state a kill left
     pointer = read_pointer(tmp_path)
     assert transitions.update_pointer(tmp_path, lambda current: current) == pointer
-    assert pointer is not None and transitions.disagreeing(tmp_path, pointer) == [second.name]
+    assert pointer is not None and list(transitions.disagreeing(tmp_path, pointer)) == [second.name]
     assert transitions.recover(tmp_path) == pointer
-    assert transitions.disagreeing(tmp_path, pointer) == []
+    assert transitions.disagreeing(tmp_path, pointer) == {}
 
 
 def test_a_journal_naming_a_path_writes_nothing_outside_the_candidates(tmp_path: Path) -> None:

@@ -194,7 +194,7 @@ def _assert_nothing_lost(ck: Path) -> None:
         for entry in [pointer.served, *pointer.history]:
             if "gone" not in str(entry.checkpoint):
                 assert (ck / str(entry.checkpoint)).is_file(), entry
-        assert transitions.disagreeing(ck, pointer) == []
+        assert transitions.disagreeing(ck, pointer) == {}
     for candidate in candidates.list_candidates(ck):
         verdict = candidates.read_verdict(candidate).to_json()
         if verdict.get("outcome") == "promoted":
