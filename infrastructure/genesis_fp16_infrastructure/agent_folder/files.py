@@ -174,35 +174,20 @@ def read_text(path: Path, limit: int) -> str | None:
     file over ``limit`` bytes or bytes that are not UTF-8 raise
     :class:`UnusableStateFile` naming the path and why.
     """
-    found = _read(Path(path), limit)
-    return None if found is None else found[0]
+    data = read_bytes(path, limit)
+    return None if data is None else _text(Path(path), data)
 
 
-def read_bytes(path: Path, limit: int) -> bytes | None:
-    """The bytes of ``path`` as :func:`read_text` reads them, not decoded (a cache entry)."""
-    found = _read_bytes(Path(path), limit)
-    return None if found is None else found[0]
-
-
-def _read(path: Path, limit: int) -> tuple[str, int] | None:
-    """The text and the inode it was read from (a set-aside moves that file only)."""
-    found = _read_bytes(path, limit)
-    if found is None:
-        return None
-    try:
-        return found[0].decode("utf-8"), found[1]
-    except UnicodeDecodeError:
-        raise UnusableStateFile(f"{path}: not UTF-8 text") from None
-
-
-def read_tail(path: Path, limit: int) -> bytes | None:
-    """The last lines of ``path`` within ``limit`` bytes (a line cut by the limit left
-    out; a file of lines read from its end), read as :func:`read_bytes` reads a file."""
-    found = _read_bytes(Path(path), limit, tail=True)
+def read_bytes(path: Path, limit: int, tail: bool = False) -> bytes | None:
+    """The bytes of ``path`` as :func:`read_text` reads them, not decoded (a cache entry);
+    ``tail``: the last lines within ``limit`` bytes (a line cut by the limit left out; a
+    file of lines read from its end)."""
+    found = _read_bytes(Path(path), limit, tail)
     return None if found is None else found[0]
 
 
 def _read_bytes(path: Path, limit: int, tail: bool = False) -> tuple[bytes, int] | None:
+    """The bytes and the inode they were read from (a set-aside moves that file only)."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags)
@@ -240,11 +225,19 @@ def read_json(path: Path, file: StateFile) -> Any | None:
     """The JSON value of ``path`` (None: no file); :class:`UnusableStateFile` for one
     that is not a regular file within ``file.limit`` holding JSON. Sets nothing aside:
     for a reader whose file is set aside under a lock of its own (the served pointer)."""
-    found = _read(Path(path), file.limit)
+    found = _read_bytes(Path(path), file.limit)
     return None if found is None else _parse(Path(path), found[0])
 
 
-def _parse(path: Path, text: str) -> Any:
+def _text(path: Path, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UnusableStateFile(f"{path}: not UTF-8 text") from None
+
+
+def _parse(path: Path, data: bytes) -> Any:
+    text = _text(path, data)  # outside the try: UnusableStateFile is a ValueError
     try:
         return json.loads(text)
     except ValueError as error:
@@ -264,7 +257,7 @@ def load(
     path = Path(path)
     inode = None
     try:
-        found = _read(path, file.limit)
+        found = _read_bytes(path, file.limit)
         if found is None:
             return None
         inode = found[1]
