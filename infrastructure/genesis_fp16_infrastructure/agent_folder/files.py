@@ -98,19 +98,15 @@ def free_aside_path(path: Path, now: datetime | None = None) -> Path:
     raise AssertionError("unreachable")  # itertools.count never ends
 
 
-def asides(path: Path) -> list[Path]:
-    """Every entry ``path`` was set aside as, beside it, oldest first."""
-    return _asides_in(Path(path).parent, Path(path).name)
-
-
 def newest_aside(path: Path) -> Path | None:
     """The entry ``path`` was last set aside as (None: never, or all pruned since)."""
-    found = asides(path)
+    found = asides(Path(path).parent, Path(path).name)
     return found[-1] if found else None
 
 
-def _asides_in(folder: Path, name: str | None) -> list[Path]:
-    """The set-aside entries in ``folder`` (of ``name`` only, unless None), oldest first."""
+def asides(folder: Path, name: str | None = None) -> list[Path]:
+    """The set-aside entries in ``folder`` (those of the file ``name`` only, unless None),
+    oldest first."""
     try:
         entries = os.listdir(folder)
     except OSError:  # no folder: nothing set aside in it
@@ -129,7 +125,7 @@ def bound_asides(
     """Remove the oldest set-aside entries of ``folder`` past the newest ``keep``, or past
     ``keep_bytes`` bytes together (the newest always stays); returns those removed."""
     removed, total = [], 0
-    for index, old in enumerate(reversed(_asides_in(Path(folder), None))):
+    for index, old in enumerate(reversed(asides(Path(folder)))):
         total += folder_bytes(old) if total <= keep_bytes else 0  # past the bound: no need to walk
         if index > 0 and (index >= keep or total > keep_bytes):
             try:
