@@ -471,7 +471,7 @@ class CheckpointsFolder:
 
     @property
     def pointer_path(self) -> Path:
-        return pointer.pointer_path(self.path)
+        return L.SERVED_POINTER.at(self.path)
 
     @property
     def aside_path(self) -> Path:

@@ -18,11 +18,10 @@ from genesis_fp16_infrastructure.agent_folder import (
     prune,
     transitions,
 )
-from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
+from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER, VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
-    pointer_path,
     read_pointer,
     served_checkpoint,
     write_pointer,
@@ -66,7 +65,7 @@ def test_an_unreadable_pointer_or_a_missing_file_is_an_error_not_a_guess(tmp_pat
     (candidate / "ckpt-0000000005.pt").unlink()
     with pytest.raises(ServedPointerError, match="which is not there"):
         served_checkpoint(tmp_path)
-    pointer_path(tmp_path).write_text("{half")
+    SERVED_POINTER.at(tmp_path).write_text("{half")
     with pytest.raises(ServedPointerError, match=r"served\.json"):
         read_pointer(tmp_path)
 
