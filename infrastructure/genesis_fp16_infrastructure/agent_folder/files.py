@@ -276,15 +276,6 @@ def json_object(data: Any) -> dict[str, Any]:
     return data
 
 
-def load_text(path: Path, file: StateFile) -> str | None:
-    """The text at ``path`` (a file that is not JSON), or None as :func:`load` says."""
-    try:
-        return read_text(path, file.limit)
-    except UnusableStateFile as error:
-        set_aside(Path(path), file, str(error))
-    return None
-
-
 def set_aside(path: Path, file: StateFile, why: str, inode: int | None = None) -> SetAside:
     """Rename the unusable ``path`` to a name of its own (:func:`free_aside_path`; a
     folder, FIFO or link is moved, never followed), bound the folder's set-aside entries

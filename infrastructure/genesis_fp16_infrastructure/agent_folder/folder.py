@@ -567,7 +567,11 @@ def _read_marker(marker: Path, data_dir: Path) -> Path | None:
     (torn, over its bound, not UTF-8, a folder, a FIFO, a link, naming no file), which is
     set aside as ``.generated.unusable-*`` and reported. Never a failed run every hour for
     a file nobody documented."""
-    text = files.load_text(marker, L.SAMPLE_DATA_MARKER)
+    try:
+        text = files.read_text(marker, L.SAMPLE_DATA_MARKER.limit)
+    except UnusableStateFile as error:
+        files.set_aside(marker, L.SAMPLE_DATA_MARKER, str(error))
+        return None
     if text is None:
         return None
     path = _marked_path(text.strip(), data_dir) if text.strip() else None
