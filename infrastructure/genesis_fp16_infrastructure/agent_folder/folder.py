@@ -116,6 +116,16 @@ class RunResult(Protocol):
     def history_entry(self, record: LastRun) -> RunEntry: ...
 
 
+class _StatePath:
+    """An agent's state file as a property of :class:`AgentFolder`: ``file`` in its root."""
+
+    def __init__(self, file: L.StateFile) -> None:
+        self.file = file
+
+    def __get__(self, folder: AgentFolder, owner: object = None) -> Path:
+        return self.file.at(folder.root)
+
+
 @dataclass(frozen=True)
 class AgentFolder:
     """The folders, files and records of ``agent`` under the state folder ``state_dir``."""
@@ -202,37 +212,14 @@ class AgentFolder:
         """The flight recorder's fault bundles here, oldest first (``list_bundles``)."""
         return list_bundles(self.root / L.BUNDLES_FOLDER)
 
-    # -- files ------------------------------------------------------------------------
-    @property
-    def precision_state_path(self) -> Path:
-        return L.PRECISION_STATE.at(self.root)
-
-    @property
-    def loss_scale_path(self) -> Path:
-        """The loss scale an fp16 run ended with, carried to the agent's next run."""
-        return L.CARRIED_SCALE.at(self.root)
-
-    @property
-    def calibration_path(self) -> Path:
-        """A measured ``auto``'s timings (``precision show`` prints them)."""
-        return L.CALIBRATION.at(self.root)
-
-    @property
-    def verification_path(self) -> Path:
-        """The captured step's verdicts against eager, beside the calibration."""
-        return L.CAPTURE_VERDICTS.at(self.root)
-
-    @property
-    def probe_record_path(self) -> Path:
-        return L.PROBE_RECORD.at(self.root)
-
-    @property
-    def last_success_path(self) -> Path:
-        return L.LAST_SUCCESS.at(self.root)
-
-    @property
-    def history_path(self) -> Path:
-        return L.RUN_HISTORY.at(self.root)
+    # -- files: each the layout's file in :attr:`root` (:class:`_StatePath`) -----------------
+    precision_state_path = _StatePath(L.PRECISION_STATE)
+    loss_scale_path = _StatePath(L.CARRIED_SCALE)  # an fp16 run's last scale, for the next run
+    calibration_path = _StatePath(L.CALIBRATION)  # a measured auto's timings (precision show)
+    verification_path = _StatePath(L.CAPTURE_VERDICTS)  # the captured step's verdicts vs eager
+    probe_record_path = _StatePath(L.PROBE_RECORD)
+    last_success_path = _StatePath(L.LAST_SUCCESS)
+    history_path = _StatePath(L.RUN_HISTORY)
 
     # -- the precision's records --------------------------------------------------------
     def precision_memory(self) -> PrecisionMemory | None:
