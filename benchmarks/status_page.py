@@ -3,11 +3,12 @@ at most 100 ms on a 2-core CPU).
 
     python benchmarks/status_page.py [--agents 50] [--repeats 40] [--out FILE] > results.md
 
-Builds a state folder with the product's own writers: per agent, ``AgentFolder.save_run``
-for as many runs as the history keeps (``lifecycle_records.KEEP``; each with a gate verdict,
-the live watch's figures, every tenth a demotion, every seventh a drift warning), a
-served pointer whose journal is full (``transitions.serve`` with the gate's verdict for
-each promotion, ``transitions.rollback`` every fifth) and a quarantine folder of 20 files.
+Builds a state folder with the product's own writers: per agent, ``AgentFolder.save_run``'s
+two writes for as many runs as the history keeps (``lifecycle_records.KEEP``; each with a
+gate verdict, the live watch's figures, every tenth a demotion, every seventh a drift
+warning), a served pointer whose journal is full (``transitions.serve`` with the gate's
+verdict for each promotion, ``transitions.rollback`` every fifth) and a quarantine folder
+of 20 files.
 Then times what one request for ``/`` does on the daemon's page thread (the daemon part
 and the schedule are given: they are a dictionary copy in the daemon):
 ``gather_status`` (every file read, bounded) plus ``render_html`` (rows, runs tables, 150
@@ -35,7 +36,7 @@ from genesis_fp16.status import history, render
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, gather_status
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import KEEP, ServedEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import KEEP, ServedEntry, append_run
 from genesis_fp16_infrastructure.agent_folder.transitions import JOURNAL_KEEP, rollback, serve
 from genesis_fp16_infrastructure.api import GateReport, LiveReport, ScoresOn
 from genesis_fp16_infrastructure.contract.reports import DriftReport, LiveFigures
@@ -101,7 +102,8 @@ def _seed_agent(state: Path, agent: str) -> None:
         result = _result(agent, run)
         when = time.time() - (KEEP - run) * 3600  # hourly runs, the last an hour ago
         record = result.run_record(30.0, "daemon", when=when)
-        agent_folder.save_run(record, result.history_entry(record))
+        agent_folder.save_last_run(record)  # AgentFolder.save_run's two writes, at `when`
+        append_run(agent_folder.root, result.history_entry(record))
     folder = agent_folder.checkpoint_dir
     for index in range(JOURNAL_KEEP + 4):
         candidate = folder / "candidates" / f"c{index}"

@@ -74,7 +74,6 @@ from genesis_fp16_infrastructure.api import (
     AgentFolder,
     CheckpointsFolder,
     DataError,
-    LastRun,
 )
 
 # torch (through genesis_fp16.launch.distributed and genesis_fp16_infrastructure.training's
@@ -407,13 +406,8 @@ def _record(checkpoint_dir: Path, result: TrainResult | None, error: str, starte
     """The run's record in its agent folder (``<state_dir>/agents/<agent>/checkpoints``
     holds its models): ``result``, or the one-line ``error`` it ended with, as the daemon
     keeps its own runs'. ``started``: ``time.monotonic()`` at its start."""
-    duration = time.monotonic() - started
     folder = AgentFolder.at(Path(checkpoint_dir).parent)
-    if result is None:
-        folder.save_run(LastRun.of_error("failed", error, duration, "train"))
-    else:
-        record = result.run_record(duration, "train")
-        folder.save_run(record, result.history_entry(record))
+    folder.save_run(result, time.monotonic() - started, "train", why=error)
 
 
 def _request(

@@ -30,7 +30,6 @@ from genesis_fp16.metrics.tracking import RunTracker
 from genesis_fp16.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
-    LastRun,
     Outcome,
     ServedPointerError,
     TrainingSummary,
@@ -149,7 +148,8 @@ def record_failure(run: Run, device: str, exc: BaseException) -> None:
 def _end_without_result(run: Run, outcome: str, why: str, duration: float) -> None:
     """A run stopped or failed before a result: its record, its count, its curves closed
     (the curves up to a failure stay readable)."""
-    _save_last_run(run.ctx, run.agent, LastRun.of_error(outcome, why, duration, "daemon"))
+    folder = AgentFolder(run.ctx.settings.state_dir, run.agent)
+    folder.save_run(None, duration, "daemon", outcome, why)
     run.ctx.metrics.finish_run(run.agent, outcome, duration, None, time.time())
     _close_tracker(run.ctx, run.agent, run.tracker)
 
@@ -205,19 +205,11 @@ def _finish(run: Run, result: TrainResult, show_precision: bool) -> None:
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),
     )
-    _save_last_run(ctx, agent, result.run_record(duration, "daemon"), result)
+    # The run's record for `genesis-fp16 status`, and its entry in the page's history.
+    AgentFolder(ctx.settings.state_dir, agent).save_run(result, duration, "daemon")
     # Counted last: whoever sees the count (a dashboard, a test) finds the run's other
     # series, its log line and its last-run record already there.
     ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
-
-
-def _save_last_run(
-    ctx: JobContext, agent: str, record: LastRun, result: TrainResult | None = None
-) -> None:
-    """The run's record for ``genesis-fp16 status``, and its entry in the run history
-    that the page at ``/`` draws (with what ``result`` reports, when it returned one)."""
-    entry = None if result is None else result.history_entry(record)
-    AgentFolder(ctx.settings.state_dir, agent).save_run(record, entry)
 
 
 def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:

@@ -19,20 +19,16 @@ from genesis_fp16_infrastructure.agent_folder.layout import DATA_MANIFEST
 RECORD_VERSION = 1
 
 
-def record_path(folder: Path) -> Path:
-    return Path(folder) / DATA_MANIFEST.name
-
-
 def load(folder: Path) -> dict[str, Any] | None:
     """The folder's record; None when absent, of another version, or unusable (set aside
     as ``data_manifest.json.unusable-*`` and reported: the run reads the pool)."""
-    record = files.load(record_path(folder), DATA_MANIFEST, files.json_object)
+    record = files.load(DATA_MANIFEST.at(folder), DATA_MANIFEST, files.json_object)
     return record if record is not None and record.get("version") == RECORD_VERSION else None
 
 
 def write(folder: Path, record: Mapping[str, Any]) -> None:
     text = json.dumps(record, sort_keys=True)
-    files.write_bytes(record_path(folder), DATA_MANIFEST, text.encode("utf-8"))
+    files.write_bytes(DATA_MANIFEST.at(folder), DATA_MANIFEST, text.encode("utf-8"))
 
 
 def renew(checkpoint: Path, manifest: Mapping[str, Any]) -> bool:

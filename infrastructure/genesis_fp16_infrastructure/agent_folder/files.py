@@ -98,19 +98,15 @@ def free_aside_path(path: Path, now: datetime | None = None) -> Path:
     raise AssertionError("unreachable")  # itertools.count never ends
 
 
-def asides(path: Path) -> list[Path]:
-    """Every entry ``path`` was set aside as, beside it, oldest first."""
-    return _asides_in(Path(path).parent, Path(path).name)
-
-
 def newest_aside(path: Path) -> Path | None:
     """The entry ``path`` was last set aside as (None: never, or all pruned since)."""
-    found = asides(path)
+    found = asides(Path(path).parent, Path(path).name)
     return found[-1] if found else None
 
 
-def _asides_in(folder: Path, name: str | None) -> list[Path]:
-    """The set-aside entries in ``folder`` (of ``name`` only, unless None), oldest first."""
+def asides(folder: Path, name: str | None = None) -> list[Path]:
+    """The set-aside entries in ``folder`` (those of the file ``name`` only, unless None),
+    oldest first."""
     try:
         entries = os.listdir(folder)
     except OSError:  # no folder: nothing set aside in it
@@ -129,7 +125,7 @@ def bound_asides(
     """Remove the oldest set-aside entries of ``folder`` past the newest ``keep``, or past
     ``keep_bytes`` bytes together (the newest always stays); returns those removed."""
     removed, total = [], 0
-    for index, old in enumerate(reversed(_asides_in(Path(folder), None))):
+    for index, old in enumerate(reversed(asides(Path(folder)))):
         total += folder_bytes(old) if total <= keep_bytes else 0  # past the bound: no need to walk
         if index > 0 and (index >= keep or total > keep_bytes):
             try:
@@ -174,35 +170,20 @@ def read_text(path: Path, limit: int) -> str | None:
     file over ``limit`` bytes or bytes that are not UTF-8 raise
     :class:`UnusableStateFile` naming the path and why.
     """
-    found = _read(Path(path), limit)
-    return None if found is None else found[0]
+    data = read_bytes(path, limit)
+    return None if data is None else _text(Path(path), data)
 
 
-def read_bytes(path: Path, limit: int) -> bytes | None:
-    """The bytes of ``path`` as :func:`read_text` reads them, not decoded (a cache entry)."""
-    found = _read_bytes(Path(path), limit)
-    return None if found is None else found[0]
-
-
-def _read(path: Path, limit: int) -> tuple[str, int] | None:
-    """The text and the inode it was read from (a set-aside moves that file only)."""
-    found = _read_bytes(path, limit)
-    if found is None:
-        return None
-    try:
-        return found[0].decode("utf-8"), found[1]
-    except UnicodeDecodeError:
-        raise UnusableStateFile(f"{path}: not UTF-8 text") from None
-
-
-def read_tail(path: Path, limit: int) -> bytes | None:
-    """The last lines of ``path`` within ``limit`` bytes (a line cut by the limit left
-    out; a file of lines read from its end), read as :func:`read_bytes` reads a file."""
-    found = _read_bytes(Path(path), limit, tail=True)
+def read_bytes(path: Path, limit: int, tail: bool = False) -> bytes | None:
+    """The bytes of ``path`` as :func:`read_text` reads them, not decoded (a cache entry);
+    ``tail``: the last lines within ``limit`` bytes (a line cut by the limit left out; a
+    file of lines read from its end)."""
+    found = _read_bytes(Path(path), limit, tail)
     return None if found is None else found[0]
 
 
 def _read_bytes(path: Path, limit: int, tail: bool = False) -> tuple[bytes, int] | None:
+    """The bytes and the inode they were read from (a set-aside moves that file only)."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags)
@@ -240,11 +221,19 @@ def read_json(path: Path, file: StateFile) -> Any | None:
     """The JSON value of ``path`` (None: no file); :class:`UnusableStateFile` for one
     that is not a regular file within ``file.limit`` holding JSON. Sets nothing aside:
     for a reader whose file is set aside under a lock of its own (the served pointer)."""
-    found = _read(Path(path), file.limit)
+    found = _read_bytes(Path(path), file.limit)
     return None if found is None else _parse(Path(path), found[0])
 
 
-def _parse(path: Path, text: str) -> Any:
+def _text(path: Path, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UnusableStateFile(f"{path}: not UTF-8 text") from None
+
+
+def _parse(path: Path, data: bytes) -> Any:
+    text = _text(path, data)  # outside the try: UnusableStateFile is a ValueError
     try:
         return json.loads(text)
     except ValueError as error:
@@ -264,7 +253,7 @@ def load(
     path = Path(path)
     inode = None
     try:
-        found = _read(path, file.limit)
+        found = _read_bytes(path, file.limit)
         if found is None:
             return None
         inode = found[1]
@@ -285,15 +274,6 @@ def json_object(data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise TypeError(f"a JSON {type(data).__name__}, not an object")
     return data
-
-
-def load_text(path: Path, file: StateFile) -> str | None:
-    """The text at ``path`` (a file that is not JSON), or None as :func:`load` says."""
-    try:
-        return read_text(path, file.limit)
-    except UnusableStateFile as error:
-        set_aside(Path(path), file, str(error))
-    return None
 
 
 def set_aside(path: Path, file: StateFile, why: str, inode: int | None = None) -> SetAside:

@@ -10,7 +10,7 @@ data's marker::
 
     folder = AgentFolder(Path("state"), "my_agent")   # ValueError: not an agent name
     folder.checkpoint_dir        # state/agents/my_agent/checkpoints
-    folder.save_run(record, entry)                      # last_run.json, one history line
+    folder.save_run(result, 12.5, "daemon")            # last_run.json, one history line
     folder.last_run()            # LastRun | None; UnusableStateFile for a bad file
     folder.history().entries     # the recent runs, oldest first
     folder.checkpoints.candidates()  # the served models' folder: CheckpointsFolder
@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import msgspec
 
@@ -53,6 +53,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     KEEP,
     CandidateMeta,
     LastRun,
+    Outcome,
     RunEntry,
     RunHistory,
     ServedEntry,
@@ -105,6 +106,24 @@ def remember_demotions(
         clean_runs=0,
         history=history[-keep:],
     )
+
+
+class RunResult(Protocol):
+    """A run's result as its folder keeps it (the contract's ``TrainResult``)."""
+
+    def run_record(self, duration: float, source: str) -> LastRun: ...
+
+    def history_entry(self, record: LastRun) -> RunEntry: ...
+
+
+class _StatePath:
+    """An agent's state file as a property of :class:`AgentFolder`: ``file`` in its root."""
+
+    def __init__(self, file: L.StateFile) -> None:
+        self.file = file
+
+    def __get__(self, folder: AgentFolder, owner: object = None) -> Path:
+        return self.file.at(folder.root)
 
 
 @dataclass(frozen=True)
@@ -193,37 +212,14 @@ class AgentFolder:
         """The flight recorder's fault bundles here, oldest first (``list_bundles``)."""
         return list_bundles(self.root / L.BUNDLES_FOLDER)
 
-    # -- files ------------------------------------------------------------------------
-    @property
-    def precision_state_path(self) -> Path:
-        return L.PRECISION_STATE.at(self.root)
-
-    @property
-    def loss_scale_path(self) -> Path:
-        """The loss scale an fp16 run ended with, carried to the agent's next run."""
-        return L.CARRIED_SCALE.at(self.root)
-
-    @property
-    def calibration_path(self) -> Path:
-        """A measured ``auto``'s timings (``precision show`` prints them)."""
-        return L.CALIBRATION.at(self.root)
-
-    @property
-    def verification_path(self) -> Path:
-        """The captured step's verdicts against eager, beside the calibration."""
-        return L.CAPTURE_VERDICTS.at(self.root)
-
-    @property
-    def probe_record_path(self) -> Path:
-        return L.PROBE_RECORD.at(self.root)
-
-    @property
-    def last_success_path(self) -> Path:
-        return L.LAST_SUCCESS.at(self.root)
-
-    @property
-    def history_path(self) -> Path:
-        return L.RUN_HISTORY.at(self.root)
+    # -- files: each the layout's file in :attr:`root` (:class:`_StatePath`) -----------------
+    precision_state_path = _StatePath(L.PRECISION_STATE)
+    loss_scale_path = _StatePath(L.CARRIED_SCALE)  # an fp16 run's last scale, for the next run
+    calibration_path = _StatePath(L.CALIBRATION)  # a measured auto's timings (precision show)
+    verification_path = _StatePath(L.CAPTURE_VERDICTS)  # the captured step's verdicts vs eager
+    probe_record_path = _StatePath(L.PROBE_RECORD)
+    last_success_path = _StatePath(L.LAST_SUCCESS)
+    history_path = _StatePath(L.RUN_HISTORY)
 
     # -- the precision's records --------------------------------------------------------
     def precision_memory(self) -> PrecisionMemory | None:
@@ -342,12 +338,26 @@ class AgentFolder:
             raise UnusableStateFile(f"{path}: version {found!r}, expected {VERSION}")
         return data
 
-    def save_run(self, record: LastRun, entry: RunEntry | None = None) -> None:
-        """Keep a finished run: ``record`` as the last run and its history ``entry`` (a
-        result's: ``TrainResult.history_entry``; None: the record alone) at the end of
-        the history. Never raises for the disk: a failure is logged."""
+    def save_run(
+        self,
+        result: RunResult | None,
+        duration: float,
+        source: str,
+        outcome: str = Outcome.FAILED,
+        why: str = "",
+    ) -> None:
+        """Keep a run that took ``duration`` seconds, run by ``source`` (``daemon``,
+        ``train``): its result's record as the last run and its entry at the end of the
+        history; None: a run that ended without a result, its ``outcome`` (failed, stopped)
+        and the one line ``why``. Never raises for the disk: a failure is logged."""
+        if result is None:
+            record = LastRun.of_error(outcome, why, duration, source)
+            entry = RunEntry(record)
+        else:
+            record = result.run_record(duration, source)
+            entry = result.history_entry(record)
         self.save_last_run(record)
-        append_run(self.root, RunEntry(record) if entry is None else entry)
+        append_run(self.root, entry)
 
     def save_last_run(self, record: LastRun) -> None:
         """Keep ``record`` as the last run; a failure is logged, never raised."""
@@ -448,7 +458,7 @@ class CheckpointsFolder:
 
     @property
     def pointer_path(self) -> Path:
-        return pointer.pointer_path(self.path)
+        return L.SERVED_POINTER.at(self.path)
 
     @property
     def aside_path(self) -> Path:
@@ -544,7 +554,11 @@ def _read_marker(marker: Path, data_dir: Path) -> Path | None:
     (torn, over its bound, not UTF-8, a folder, a FIFO, a link, naming no file), which is
     set aside as ``.generated.unusable-*`` and reported. Never a failed run every hour for
     a file nobody documented."""
-    text = files.load_text(marker, L.SAMPLE_DATA_MARKER)
+    try:
+        text = files.read_text(marker, L.SAMPLE_DATA_MARKER.limit)
+    except UnusableStateFile as error:
+        files.set_aside(marker, L.SAMPLE_DATA_MARKER, str(error))
+        return None
     if text is None:
         return None
     path = _marked_path(text.strip(), data_dir) if text.strip() else None

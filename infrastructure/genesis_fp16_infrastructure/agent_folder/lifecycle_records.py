@@ -501,7 +501,7 @@ def _append(path: Path, line: bytes) -> None:
 
 def _compact(path: Path) -> None:
     """Rewrite the file with its newest KEEP lines, atomically."""
-    data = files.read_tail(path, READ_BYTES) or b""
+    data = files.read_bytes(path, READ_BYTES, tail=True) or b""
     lines = [line for line in data.split(b"\n") if line.strip()][-KEEP:]
     # the folder's one atomic writer: a reader or a kill finds the old file or the new one
     files.write_bytes(path, RUN_HISTORY, b"".join(line + b"\n" for line in lines))
@@ -513,7 +513,8 @@ def load_history(root: Path, last: int = KEEP) -> RunHistory:
     counted when unreadable. Raises ``UnusableStateFile`` (one line) for a file that
     cannot be read."""
     last = max(1, min(last, KEEP))
-    data = files.read_tail(RUN_HISTORY.at(root), min(READ_BYTES, (last + 1) * LINE_BYTES))
+    bound = min(READ_BYTES, (last + 1) * LINE_BYTES)
+    data = files.read_bytes(RUN_HISTORY.at(root), bound, tail=True)
     if data is None:
         return RunHistory(())
     entries, bad = [], 0

@@ -277,7 +277,6 @@ VERDICT_KEYS = (
     "checkpoint",
     "decided_at",
 )
-VerdictEvent = tuple[str, str, dict[str, Any]]  # (id, kind, data)
 
 
 def verdict_event_id(agent: str, candidate_id: str, verdict: Mapping[str, Any]) -> str:
@@ -287,16 +286,6 @@ def verdict_event_id(agent: str, candidate_id: str, verdict: Mapping[str, Any]) 
     when = verdict.get("decided_at_s", verdict.get("decided_at"))
     key = f"verdict\0{agent}\0{candidate_id}\0{verdict.get('outcome')}\0{when!r}"
     return hashlib.sha256(key.encode()).hexdigest()[:16]
-
-
-def verdict_event(agent: str, candidate_id: str, verdict: Mapping[str, Any]) -> VerdictEvent | None:
-    """The event announcing ``verdict`` (as its file holds it); None for an outcome that
-    is not announced (a promotion's and a rollback's are the pointer journal's)."""
-    kind = VERDICT_KINDS.get(str(verdict.get("outcome")))
-    if kind is None:
-        return None
-    data = {"candidate_id": candidate_id, **{k: verdict[k] for k in VERDICT_KEYS if k in verdict}}
-    return verdict_event_id(agent, candidate_id, verdict), kind, data
 
 
 # A verdict's event is staged before its verdict file is written and released into the
@@ -335,16 +324,16 @@ def verdict_announced(candidate: Path, verdict: Mapping[str, Any]) -> Iterator[N
 
 
 def stage_verdict(candidate: Path, verdict: Mapping[str, Any]) -> Staged | None:
-    """Take the outbox's lock and write the verdict's event to ``outbox/staged/``."""
+    """Take the outbox's lock and write the event announcing ``verdict`` (as its file
+    will hold it) to ``outbox/staged/``; None: an outcome that is not announced (a
+    promotion's and a rollback's are the pointer journal's) or a folder without outbox."""
     agent_folder = agent_folder_of(Path(candidate).parent.parent)
-    found = (
-        None
-        if agent_folder is None
-        else verdict_event(agent_folder.name, Path(candidate).name, verdict)
-    )
-    if agent_folder is None or found is None:
+    kind = VERDICT_KINDS.get(str(verdict.get("outcome")))
+    if agent_folder is None or kind is None:
         return None
-    event_id, kind, data = found
+    ident = Path(candidate).name
+    data = {"candidate_id": ident, **{k: verdict[k] for k in VERDICT_KEYS if k in verdict}}
+    event_id = verdict_event_id(agent_folder.name, ident, verdict)
     lock = take_lock(outbox_of(agent_folder) / OUTBOX_LOCK.name, OUTBOX_LOCK)
     try:
         staged = outbox_of(agent_folder) / OUTBOX_STAGED_FOLDER

@@ -32,10 +32,6 @@ from genesis_fp16_infrastructure.errors import ServedPointerError
 REPAIR = "`genesis-fp16 model promote AGENT ID` or `genesis-fp16 model rollback AGENT` repairs it"
 
 
-def pointer_path(folder: Path) -> Path:
-    return SERVED_POINTER.at(folder)
-
-
 def candidates_dir(folder: Path) -> Path:
     return Path(folder) / CANDIDATES_FOLDER
 
@@ -44,7 +40,7 @@ def read_pointer(folder: Path) -> ServedPointer | None:
     """The folder's pointer; None when it has none yet (no model was ever promoted).
     A pointer that exists but cannot be read raises :class:`ServedPointerError`: a served
     model is never guessed."""
-    path = pointer_path(folder)
+    path = SERVED_POINTER.at(folder)
     if not path.exists() and not path.is_symlink() and aside_path(folder).exists():
         raise ServedPointerError(
             f"served-model pointer {str(path)!r} was set aside as unusable "
@@ -79,7 +75,7 @@ def checkpoint_of(folder: Path, pointer: ServedPointer) -> Path:
     path = Path(folder) / str(pointer.served.checkpoint)
     if not path.is_file():
         raise ServedPointerError(
-            f"served-model pointer {str(pointer_path(folder))!r} names {str(path)!r}, "
+            f"served-model pointer {str(SERVED_POINTER.at(folder))!r} names {str(path)!r}, "
             f"which is not there; {repair_hint(folder)}"
         )
     return path
@@ -96,14 +92,14 @@ def repair_hint(folder: Path) -> str:
 def aside_path(folder: Path) -> Path:
     """Where the pointer was last set aside (:func:`files.newest_aside`); when never,
     ``served.json.unusable``, which is not there."""
-    path = pointer_path(folder)
+    path = SERVED_POINTER.at(folder)
     return files.newest_aside(path) or path.with_name(path.name + ASIDE_SUFFIX)
 
 
 def write_pointer(folder: Path, pointer: ServedPointer) -> None:
     """Replace the pointer atomically (the old one or the new one, never neither). Callers
     that read it first hold :func:`pointer_lock` around both (:func:`update_pointer`)."""
-    files.write_json(pointer_path(folder), SERVED_POINTER, pointer.to_json())
+    files.write_json(SERVED_POINTER.at(folder), SERVED_POINTER, pointer.to_json())
 
 
 # One writer at a time: an flock conflicts between two descriptors even in one process, so

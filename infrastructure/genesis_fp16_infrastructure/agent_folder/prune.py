@@ -15,7 +15,11 @@ from pathlib import Path
 
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
 from genesis_fp16_infrastructure.agent_folder.files import last_write
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome, ServedPointer
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    Outcome,
+    ServedPointer,
+    Verdict,
+)
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
 from genesis_fp16_infrastructure.agent_folder.transitions import (
     disagreeing,
@@ -53,40 +57,37 @@ def prune(
     with pointer_lock(folder):  # nothing served meanwhile is removed
         pointer = update_pointer(folder, trim, settle_first=recover_first)
         _empty_pruning(folder)
-        kept_ids: set[str] = set()
+        verdicts = {c: read_verdict(c) for c in list_candidates(folder)}  # each read once
+        inconclusive = [c.name for c, v in verdicts.items() if v.outcome == Outcome.INCONCLUSIVE]
+        kept_ids = set(inconclusive[-INCONCLUSIVE_KEEP:])
         if pointer is not None:
-            kept_ids = {str(e.id) for e in [pointer.served, *pointer.history]}
+            kept_ids |= {str(e.id) for e in [pointer.served, *pointer.history]}
             kept_ids |= set(disagreeing(folder, pointer))  # a verdict not yet rolled forward
-        kept_ids |= set(_newest_inconclusive(folder))
         cutoff = time.time() - rejected_days * 86400
         removed = []
         for stale in Path(folder).glob(".up-to-date-*"):  # an up-to-date run killed mid-eval
             if stale.is_dir() and last_write(stale) < time.time() - UNFINISHED_MIN_DAYS * 86400:
                 shutil.rmtree(stale, ignore_errors=True)
-        for candidate in list_candidates(folder):
-            if candidate.name in kept_ids or not _prunable(candidate, pointer, cutoff):
+        for candidate, verdict in verdicts.items():
+            if candidate.name in kept_ids or not _prunable(candidate, verdict, pointer, cutoff):
                 continue
             _remove(folder, candidate)
             removed.append(candidate)
         return removed, pointer
 
 
-def _prunable(candidate: Path, pointer: ServedPointer | None, cutoff: float) -> bool:
+def _prunable(
+    candidate: Path, verdict: Verdict, pointer: ServedPointer | None, cutoff: float
+) -> bool:
     """Whether nobody may still name ``candidate`` (neither served nor kept in history:
-    the caller's check): promoted and replaced, decided long ago, or unfinished and
-    untouched. With no pointer at all a promoted one stays: a repair serves it again."""
-    verdict = read_verdict(candidate)
+    the caller's check), whose verdict is ``verdict``: promoted and replaced, decided long
+    ago, or unfinished and untouched. With no pointer at all a promoted one stays: a
+    repair serves it again."""
     if verdict.outcome is None:  # unfinished and recent: the next run of its data resumes it
         return last_write(candidate) <= min(cutoff, time.time() - UNFINISHED_MIN_DAYS * 86400)
     if verdict.outcome == Outcome.PROMOTED:
         return pointer is not None
     return (verdict.decided_at_s or 0.0) <= cutoff  # a recent one kept for inspection
-
-
-def _newest_inconclusive(folder: Path) -> list[str]:
-    """The newest ``INCONCLUSIVE_KEEP`` candidates whose verdict is ``inconclusive``."""
-    verdicts = [(c.name, read_verdict(c)) for c in list_candidates(folder)]
-    return [n for n, v in verdicts if v.outcome == Outcome.INCONCLUSIVE][-INCONCLUSIVE_KEEP:]
 
 
 def _remove(folder: Path, candidate: Path) -> None:

@@ -26,7 +26,6 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
     checkpoint_of,
     parse_pointer,
     pointer_lock,
-    pointer_path,
     read_pointer,
     served_checkpoint,
 )
@@ -52,7 +51,7 @@ def set_aside_unusable(folder: Path) -> tuple[str | None, Path | None]:
             return None, None
         except ServedPointerError as exc:
             why = str(exc)
-        path = pointer_path(folder)
+        path = SERVED_POINTER.at(folder)
         if not path.exists() and not path.is_symlink():
             return why, None
         moved = files.set_aside(path, SERVED_POINTER, why)  # a folder or link: moved, not followed
@@ -129,7 +128,7 @@ def _set_aside_if_there(folder: Path) -> None:
     """Keep the unusable pointer for the post-mortem before a repair replaces it: a copy
     (the pointer stays until the repair's one atomic replace: a kill between leaves the
     state before); a folder, FIFO or link at its name is moved, as any in a write's way."""
-    path = pointer_path(folder)
+    path = SERVED_POINTER.at(folder)
     why = f"{path}: replaced by the operator's repair"
     try:
         data = files.read_bytes(path, SERVED_POINTER.limit)

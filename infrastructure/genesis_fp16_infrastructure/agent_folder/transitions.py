@@ -163,30 +163,25 @@ def journaled(
     return replace(new, sequence=sequence, journal=[*earlier, entry][-JOURNAL_KEEP:])
 
 
-def decided_verdicts(pointer: ServedPointer) -> dict[str, Verdict]:
-    """The verdict each candidate the journal names was last given (id -> verdict, with
-    its ``journal_seq``): what its ``verdict.json`` must say."""
+def disagreeing(folder: Path, pointer: ServedPointer) -> dict[str, Verdict]:
+    """The kept candidates whose verdict file says other than the journal decided (a
+    transition killed between its pointer and its verdicts), each with the verdict the
+    journal last gave it (its ``journal_seq`` set): what prune never removes and
+    :func:`roll_forward` writes."""
     decided: dict[str, Verdict] = {}
     for entry in pointer.journal:
         for ident, verdict in entry.verdicts.items():
             plain = Path(ident).name == ident and ident not in ("", ".", "..")
             if plain and verdict.journal_seq is not None:
                 decided[ident] = verdict  # a hand-edited one without its number: ignored
-    return decided
-
-
-def disagreeing(folder: Path, pointer: ServedPointer) -> list[str]:
-    """The kept candidates whose verdict file says other than the journal decided (a
-    transition killed between its pointer and its verdicts): what prune never removes and
-    :func:`roll_forward` rewrites."""
-    found = []
-    for ident, verdict in decided_verdicts(pointer).items():
+    found: dict[str, Verdict] = {}
+    for ident, verdict in decided.items():
         candidate = candidates_dir(folder) / ident
         if not CANDIDATE_META.at(candidate).is_file():
             continue  # pruned since, or never here
         said = read_verdict(candidate).journal_seq
         if said is None or verdict.journal_seq is None or said < verdict.journal_seq:
-            found.append(ident)
+            found[ident] = verdict
     return found
 
 
@@ -194,12 +189,11 @@ def roll_forward(folder: Path, pointer: ServedPointer) -> list[str]:
     """Write the verdicts the pointer's journal decided and the candidates do not say yet
     (the pointer is written first: a kill between leaves them to this call). Callers
     hold :func:`pointer_lock`. Returns the candidates whose verdict it wrote."""
-    decided = decided_verdicts(pointer)
     written = disagreeing(folder, pointer)
-    for ident in written:
+    for ident, verdict in written.items():
         path = VERDICT.at(candidates_dir(folder) / ident)
-        files.write_json(path, VERDICT, decided[ident].to_json())
-    return written
+        files.write_json(path, VERDICT, verdict.to_json())
+    return list(written)
 
 
 def serve(

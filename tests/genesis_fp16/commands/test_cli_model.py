@@ -17,7 +17,8 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     served_entry,
     write_verdict,
 )
-from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_pointer
+from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import rollback, serve
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -101,7 +102,7 @@ def test_an_unusable_pointer_is_listed_repaired_and_named_by_status(
     """Garbage in served.json: list says so in its first line and still lists a and b;
     `status` names the repair; a failed promote is one line (an error object with --json);
     promote b repairs it."""
-    pointer_path(folder).write_text("{garbage")
+    SERVED_POINTER.at(folder).write_text("{garbage")
     listed = _cli(tmp_path, "model", "list", AGENT)
     first, *rest = listed.stdout.splitlines()
     assert "unusable" in first and "model promote se_darwin ID" in first

@@ -52,7 +52,7 @@ def test_things_in_the_way_cost_no_failed_run_even_where_the_old_aside_names_are
         assert daemon.sample(SKIPPED, agent=AGENT, file=file) == 1, file
     for path in (run_file, memory):
         assert (newest_aside(path) / "inside").read_text() == f"kept {path.name}"  # type: ignore[operator]
-        assert len(asides(path)) == 2  # the earlier one kept beside it
+        assert len(asides(path.parent, path.name)) == 2  # the earlier one kept beside it
     assert newest_aside(paths.quarantine_dir).read_text() == "a file where the folder goes"  # type: ignore[union-attr]
     written = list(paths.quarantine_dir.glob("*.jsonl"))
     assert len(written) == 1 and "not a record" in written[0].read_text()

@@ -22,7 +22,8 @@ from judged_daemon import (
 )
 
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
-from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_pointer
+from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 
 
 def _folder(daemon: DaemonProcess, agent: str = AGENT) -> Path:
@@ -156,7 +157,7 @@ def test_judged_pin_holds_through_three_runs_and_a_broken_pointer_is_repaired(
         assert pointer is not None and pointer.served.id == first and pointer.pinned
     assert daemon.sample("genesis_fp16_served_model_pinned", agent=AGENT) == 1
 
-    pointer_path(_folder(daemon)).write_text("garbage")
+    SERVED_POINTER.at(_folder(daemon)).write_text("garbage")
     daemon.wait_for(lambda: daemon.get("/healthz")[0] == 503, "degraded health", 60)
     assert AGENT in daemon.get("/healthz")[1]
     repaired = model_command(daemon, package, "promote", AGENT, first)
@@ -203,7 +204,7 @@ def test_rlhf_ppo_is_judged_pinned_and_repaired_like_any_judged_agent(
         pointer = read_pointer(_folder(daemon, agent))
         assert pointer is not None and pointer.served.id == first and pointer.pinned
 
-    pointer_path(_folder(daemon, agent)).write_text("garbage")
+    SERVED_POINTER.at(_folder(daemon, agent)).write_text("garbage")
     daemon.wait_for(lambda: daemon.get("/healthz")[0] == 503, "degraded health", 60)
     repaired = model_command(daemon, package, "promote", agent, first)
     assert repaired.returncode == 0 and "unusable pointer is replaced" in repaired.stdout

@@ -17,7 +17,8 @@ from se_darwin_daemon import se_darwin_env as _env
 from se_darwin_daemon import write_pool as _write
 
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
-from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_pointer
+from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
@@ -155,18 +156,18 @@ def test_an_operator_racing_the_daemons_promotions_and_prunes_loses_no_update(
 
 
 def _dangling(folder: Path) -> None:
-    data = json.loads(pointer_path(folder).read_text())
+    data = json.loads(SERVED_POINTER.at(folder).read_text())
     data["served"]["checkpoint"] = "candidates/gone/ckpt-0000000001.pt"
-    pointer_path(folder).write_text(json.dumps(data))
+    SERVED_POINTER.at(folder).write_text(json.dumps(data))
 
 
 def _wrong_version(folder: Path) -> None:
-    data = json.loads(pointer_path(folder).read_text())
-    pointer_path(folder).write_text(json.dumps({**data, "version": 7}))
+    data = json.loads(SERVED_POINTER.at(folder).read_text())
+    SERVED_POINTER.at(folder).write_text(json.dumps({**data, "version": 7}))
 
 
 BREAK = {
-    "garbage": lambda folder: pointer_path(folder).write_text("{not json"),
+    "garbage": lambda folder: SERVED_POINTER.at(folder).write_text("{not json"),
     "wrong_version": _wrong_version,
     "dangling": _dangling,
 }

@@ -18,11 +18,10 @@ from genesis_fp16_infrastructure.agent_folder import (
     prune,
     transitions,
 )
-from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
+from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER, VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
-    pointer_path,
     read_pointer,
     served_checkpoint,
     write_pointer,
@@ -66,7 +65,7 @@ def test_an_unreadable_pointer_or_a_missing_file_is_an_error_not_a_guess(tmp_pat
     (candidate / "ckpt-0000000005.pt").unlink()
     with pytest.raises(ServedPointerError, match="which is not there"):
         served_checkpoint(tmp_path)
-    pointer_path(tmp_path).write_text("{half")
+    SERVED_POINTER.at(tmp_path).write_text("{half")
     with pytest.raises(ServedPointerError, match=r"served\.json"):
         read_pointer(tmp_path)
 
@@ -179,11 +178,11 @@ def test_a_verdict_the_journal_decided_is_rolled_forward_before_prune_judges(
         "gate",
         "rollback",
     ]
-    assert transitions.disagreeing(tmp_path, pointer) == [second.name]
+    assert list(transitions.disagreeing(tmp_path, pointer)) == [second.name]
     assert prune.prune(tmp_path, 0, 1.0)[0] == []
     transitions.recover(tmp_path)
     assert candidates.read_verdict(second).outcome == "rolled_back"
-    assert transitions.disagreeing(tmp_path, pointer) == []
+    assert transitions.disagreeing(tmp_path, pointer) == {}
 
 
 def test_reading_or_an_unchanged_update_recovers_nothing_until_recover_is_called(
@@ -201,9 +200,9 @@ def test_reading_or_an_unchanged_update_recovers_nothing_until_recover_is_called
     candidates.write_verdict(second, {"outcome": "promoted"})  # the state a kill left
     pointer = read_pointer(tmp_path)
     assert transitions.update_pointer(tmp_path, lambda current: current) == pointer
-    assert pointer is not None and transitions.disagreeing(tmp_path, pointer) == [second.name]
+    assert pointer is not None and list(transitions.disagreeing(tmp_path, pointer)) == [second.name]
     assert transitions.recover(tmp_path) == pointer
-    assert transitions.disagreeing(tmp_path, pointer) == []
+    assert transitions.disagreeing(tmp_path, pointer) == {}
 
 
 def test_a_journal_naming_a_path_writes_nothing_outside_the_candidates(tmp_path: Path) -> None:

@@ -39,11 +39,10 @@ from genesis_fp16_infrastructure.agent_folder import (
     repair,
     transitions,
 )
-from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
+from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER, VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
-    pointer_path,
     read_pointer,
     served_checkpoint,
     write_pointer,
@@ -174,7 +173,7 @@ def _state(ck: Path) -> dict[str, Any]:
         served_checkpoint(ck)
     except ServedPointerError:
         pointer = None
-        where = "in place" if pointer_path(ck).exists() else "set aside"
+        where = "in place" if SERVED_POINTER.at(ck).exists() else "set aside"
         shown: Any = f"unusable, {where}"
     else:
         assert pointer is not None
@@ -194,7 +193,7 @@ def _assert_nothing_lost(ck: Path) -> None:
         for entry in [pointer.served, *pointer.history]:
             if "gone" not in str(entry.checkpoint):
                 assert (ck / str(entry.checkpoint)).is_file(), entry
-        assert transitions.disagreeing(ck, pointer) == []
+        assert transitions.disagreeing(ck, pointer) == {}
     for candidate in candidates.list_candidates(ck):
         verdict = candidates.read_verdict(candidate).to_json()
         if verdict.get("outcome") == "promoted":

@@ -128,7 +128,7 @@ def test_an_old_pointer_reads_the_same_and_a_transition_keeps_every_key(tmp_path
     assert pointer is not None
     assert served_checkpoint(folder) == folder / POINTER["served"]["checkpoint"]
     assert _without_nulls(pointer.to_json()) == _without_nulls(POINTER)
-    assert transitions.disagreeing(folder, pointer) == []  # c2's verdict says what seq 3 decided
+    assert transitions.disagreeing(folder, pointer) == {}  # c2's verdict says what seq 3 decided
     transitions.unpin(folder)
     after = json.loads((folder / "served.json").read_text())
     assert "pinned" not in after  # unpinned: the key is left out, as before

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from genesis_fp16_infrastructure.agent_folder.candidates import served_entry, write_verdict
+from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     aside_path,
-    pointer_path,
     read_pointer,
     served_checkpoint,
 )
@@ -54,8 +54,8 @@ def folder(tmp_path: Path) -> Path:
 
 
 BROKEN = {
-    "garbage": lambda folder: pointer_path(folder).write_text("{not json"),
-    "wrong_version": lambda folder: pointer_path(folder).write_text(
+    "garbage": lambda folder: SERVED_POINTER.at(folder).write_text("{not json"),
+    "wrong_version": lambda folder: SERVED_POINTER.at(folder).write_text(
         json.dumps({"version": 99, "served": {"checkpoint": "x"}})
     ),
     "dangling": lambda folder: (folder / "candidates" / "b" / "ckpt-0000000010.pt").unlink(),
@@ -71,7 +71,7 @@ def test_a_broken_pointer_is_set_aside_and_every_reader_names_the_repair(
     BROKEN[kind](folder)
     why, moved = set_aside_unusable(folder)
     assert why is not None and moved == aside_path(folder)
-    assert not pointer_path(folder).exists() and aside_path(folder).is_file()
+    assert not SERVED_POINTER.at(folder).exists() and aside_path(folder).is_file()
     again, moved_again = set_aside_unusable(folder)  # set aside once, still unusable
     assert again is not None and moved_again is None
     for read in (read_pointer, served_checkpoint, WorldModelPredictor.load):
@@ -82,15 +82,15 @@ def test_a_broken_pointer_is_set_aside_and_every_reader_names_the_repair(
 
 def test_a_usable_pointer_is_left_alone(folder: Path) -> None:
     """A readable pointer naming a file that is there: nothing set aside, nothing written."""
-    before = pointer_path(folder).read_text()
+    before = SERVED_POINTER.at(folder).read_text()
     assert set_aside_unusable(folder) == (None, None)
-    assert pointer_path(folder).read_text() == before and not aside_path(folder).exists()
+    assert SERVED_POINTER.at(folder).read_text() == before and not aside_path(folder).exists()
 
 
 def test_promote_repairs_from_the_checkpoint_the_candidates_verdict_names(folder: Path) -> None:
     """After a garbage pointer, promote serves the candidate's own judged file, not a
     newer one planted beside it, and pins it."""
-    pointer_path(folder).write_text("garbage")
+    SERVED_POINTER.at(folder).write_text("garbage")
     set_aside_unusable(folder)
     (folder / "candidates" / "a" / "ckpt-0000000011.pt").write_bytes(b"planted")
     entry = served_entry(folder, folder / "candidates" / "a")
@@ -114,7 +114,7 @@ def test_rollback_repairs_from_a_dangling_pointers_history(folder: Path) -> None
 def test_rollback_over_garbage_serves_the_newest_promoted_candidate(folder: Path) -> None:
     """No history to read: the newest candidate the gate promoted is served, the older
     promoted ones become the history."""
-    pointer_path(folder).write_text("\x00\x01")
+    SERVED_POINTER.at(folder).write_text("\x00\x01")
     served, repaired = roll_back_by_hand(folder, operator_pin("model rollback"))
     pointer = read_pointer(folder)
     assert repaired and served.id == "b"

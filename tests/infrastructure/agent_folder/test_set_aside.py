@@ -50,7 +50,8 @@ def test_a_taken_old_aside_name_never_blocks_a_set_aside(tmp_path: Path, taken: 
         remove()  # type: ignore[operator]
     assert event is not None and event.aside is not None and [e.path for e in seen] == [path]
     assert (event.aside / "inside").read_text() == "this damage" and not path.exists()
-    assert files.newest_aside(path) == event.aside and files.asides(path) == [old, event.aside]
+    assert files.newest_aside(path) == event.aside
+    assert files.asides(tmp_path, path.name) == [old, event.aside]
     earlier = {"file": old, "empty folder": None, "full folder": old / "inside"}[taken]
     assert earlier is None or earlier.read_text() == "earlier evidence"
 
@@ -71,7 +72,7 @@ def test_the_newest_aside_is_found_by_its_name_not_its_listing(tmp_path: Path) -
     names = ["served.json.unusable", aside_name(path.name, AT, 9), aside_name(path.name, AT, 10)]
     for name in [*names, "served.json.lock", "served.json.unusable-x", "other.json.unusable"]:
         (tmp_path / name).write_text(name)
-    assert [p.name for p in files.asides(path)] == names
+    assert [p.name for p in files.asides(path.parent, path.name)] == names
     assert files.newest_aside(path) == tmp_path / names[-1]
     assert files.newest_aside(tmp_path / "verdict.json") is None
     assert parse_aside("served.json.unusable-x") is None
@@ -102,7 +103,7 @@ def test_every_set_aside_bounds_its_folder(tmp_path: Path) -> None:
     path = tmp_path / PRECISION_STATE.name
     for n in range(files.KEEP_ASIDES + 5):
         event = _set_aside_torn(path, f"torn {n}")
-    assert len(files.asides(path)) == files.KEEP_ASIDES
+    assert len(files.asides(path.parent, path.name)) == files.KEEP_ASIDES
     assert event.aside == files.newest_aside(path) and event.aside.read_text() == "torn 24"
 
 

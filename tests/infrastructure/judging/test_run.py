@@ -23,7 +23,8 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     read_verdict,
     write_verdict,
 )
-from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_pointer
+from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin, rollback, serve
 from genesis_fp16_infrastructure.contract.judging import (
     TRAINED_IDS,
@@ -276,12 +277,12 @@ def test_a_broken_pointer_or_bad_scores_refuse_the_run_in_one_line(tmp_path: Pat
     plugin = OneNumber()
     request = _on(tmp_path, 0.0, range(40))
     run_plugin(plugin, request)
-    pointer_path(request.checkpoint_dir).write_text("garbage")
+    SERVED_POINTER.at(request.checkpoint_dir).write_text("garbage")
     repair = r"unreadable: .* `genesis-fp16 model promote"
     with pytest.raises(TrainRequestError, match=repair) as caught:
         run_plugin(plugin, request)
     assert "\n" not in str(caught.value)
-    pointer_path(request.checkpoint_dir).unlink()
+    SERVED_POINTER.at(request.checkpoint_dir).unlink()
     plugin.garbage = True
     with pytest.raises(TrainRequestError, match=r"one_number: cannot score .*not RecordLosses"):
         run_plugin(plugin, _request(tmp_path / "other", request.data_path))

@@ -16,8 +16,8 @@ import pytest
 from se_darwin_runs import train
 
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_infrastructure.agent_folder import data_manifest
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, served_entry
+from genesis_fp16_infrastructure.agent_folder.layout import DATA_MANIFEST
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer, served_checkpoint
 from genesis_fp16_infrastructure.agent_folder.repair import roll_back_by_hand, serve_by_hand
 from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin
@@ -56,7 +56,7 @@ def _record(ckpt: Path) -> Path:
     """The manifest beside the served checkpoint."""
     served = served_checkpoint(ckpt)
     assert served is not None
-    return data_manifest.record_path(served.parent)
+    return DATA_MANIFEST.at(served.parent)
 
 
 def _no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
