@@ -190,9 +190,9 @@ def run_recorded_step(
         losses.append(value.detach().float().reshape(()).clone())
         return value
 
-    skipped_before = float(trainer.skipped_steps_tensor().item())
+    skipped_before = float(trainer.stats.skipped_steps_tensor().item())
     trainer.step(to_device(micro, trainer.policy.device), recording, samples)
-    skipped = float(trainer.skipped_steps_tensor().item()) > skipped_before
+    skipped = float(trainer.stats.skipped_steps_tensor().item()) > skipped_before
     return {
         "loss_bits": [int(v.cpu().view(torch.int32).item()) for v in losses],
         "loss": [float(v.item()) for v in losses],

@@ -344,7 +344,7 @@ class PrecisionGuard:
         parts = [
             # Every skipped step, in every precision: fp16's overflows and the steps
             # bf16 and fp32 skip for a gradient that was not finite, one count.
-            trainer.skipped_steps_tensor(),
+            trainer.stats.skipped_steps_tensor(),
             trainer.scaler.unstable_tensor(),
         ]
         device = self._losses.device
