@@ -89,31 +89,11 @@ class LossScaler:
     """
 
     def __init__(
-        self,
-        device: torch.device | str,
-        init_scale: float = 65536.0,
-        growth_factor: float = 2.0,
-        backoff_factor: float = 0.5,
-        growth_interval: int = 2000,
-        min_scale: float = 1.0,
-        max_scale: float = 2.0**24,
-        hysteresis: int = 1,
-        unstable_after: int = 50,
-        enabled: bool = True,
-        process_group: Any = None,
+        self, device: torch.device | str, process_group: Any = None, **settings: Any
     ) -> None:
-        # The settings it runs with (restored by load_state_dict).
-        self.config = ScalerConfig(
-            init_scale=float(init_scale),
-            growth_factor=float(growth_factor),
-            backoff_factor=float(backoff_factor),
-            growth_interval=int(growth_interval),
-            min_scale=float(min_scale),
-            max_scale=float(max_scale),
-            hysteresis=int(hysteresis),
-            unstable_after=int(unstable_after),
-            enabled=bool(enabled),
-        )
+        # The settings it runs with (restored by load_state_dict): ``settings`` are
+        # ScalerConfig's fields, its defaults for those not given.
+        self.config = ScalerConfig(**settings)
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             # The gradients say cuda:N: a bare "cuda" would never match them, and each
