@@ -223,16 +223,15 @@ class StepStats:
             else:
                 self._window.index_put_((self._slot,), found_inf)
                 torch.remainder(self._slot + 1, self.overflow_window, out=self._slot)
-            if norm is not None:  # the norm of the last step taken
-                self._keep_norm(torch.where(overflow, self.grad_norm, norm.float()), captured)
-        elif norm is not None:  # no step can overflow: the window stays zero
-            self._keep_norm(norm.float(), captured)
-
-    def _keep_norm(self, norm: torch.Tensor, captured: bool) -> None:
+        if norm is None:
+            return
+        kept = norm.float()
+        if overflow is not None:  # the norm of the last step taken, not of a skipped one
+            kept = torch.where(overflow, self.grad_norm, kept)
         if not captured:
-            self.grad_norm = norm  # a fresh tensor each step (under FSDP2, a DTensor)
+            self.grad_norm = kept  # a fresh tensor each step (under FSDP2, a DTensor)
         else:  # a replayed graph writes where the captured step wrote, and reads it back
-            self.grad_norm.copy_(norm)
+            self.grad_norm.copy_(kept)
 
     def end_step(self, step: int, micro_batches: int, num_samples: int) -> None:
         """Count a finished step (``step``: the steps done now) on the host; at the end of
