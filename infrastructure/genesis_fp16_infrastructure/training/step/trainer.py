@@ -479,9 +479,8 @@ class Trainer:
         restore_rng_state(before["rng"])
         for generator, state in zip(self.generators, before["generators"], strict=True):
             generator.set_state(state)
-        if before["scaler"] is not None:
-            vars(self.scaler).clear()
-            vars(self.scaler).update(before["scaler"])
+        vars(self.scaler).clear()
+        vars(self.scaler).update(before["scaler"])
 
     def fall_back_to_eager(self, fallback: str, why: str) -> None:
         """Leave the captured step for eager ones for the rest of this trainer's life;
@@ -642,13 +641,10 @@ class Trainer:
         restore_rng_state(state[keys.RNG])
 
 
-def _python_fields(obj: object) -> dict[str, Any] | None:
+def _python_fields(obj: object) -> dict[str, Any]:
     """``obj``'s attributes, containers copied one level (the tensors are shared: a capture
-    never writes them); None for an object without ``__dict__``."""
-    fields = getattr(obj, "__dict__", None)
-    if fields is None:
-        return None
-    return {k: copy.copy(v) if isinstance(v, dict | list) else v for k, v in fields.items()}
+    never writes them)."""
+    return {k: copy.copy(v) if isinstance(v, dict | list) else v for k, v in vars(obj).items()}
 
 
 def _check_counts(what: str, saved: int, here: int) -> None:
