@@ -120,12 +120,9 @@ class TrainerConfig(StepSpec, StepTuning):
 
     def __post_init__(self) -> None:
         StepTuning.__post_init__(self)
-        if self.compile not in COMPILE_REQUESTS:
-            raise ValueError(f"compile={self.compile!r}: choose from {', '.join(COMPILE_REQUESTS)}")
-        if self.cuda_graph not in CUDA_GRAPH_REQUESTS:
-            raise ValueError(
-                f"cuda_graph={self.cuda_graph!r}: choose from {', '.join(CUDA_GRAPH_REQUESTS)}"
-            )
+        for name, choices in (("compile", COMPILE_REQUESTS), ("cuda_graph", CUDA_GRAPH_REQUESTS)):
+            if (value := getattr(self, name)) not in choices:
+                raise ValueError(f"{name}={value!r}: choose from {', '.join(choices)}")
         if self.log_interval < 1:
             raise ValueError(f"log_interval={self.log_interval!r}: must be >= 1")
 
