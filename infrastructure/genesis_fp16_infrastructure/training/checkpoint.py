@@ -91,8 +91,8 @@ class CheckpointManager:
             raise ValueError(f"keep={keep!r}: must be >= 1 (the number of checkpoints to keep)")
         self.directory = Path(directory)
         self.keep = keep
-        # Files this manager wrote, with their size and mtime then: pruning trusts them
-        # while both are unchanged instead of loading each kept file again at every save.
+        # Files this manager wrote or read valid, with their size and mtime then: pruning
+        # trusts them while both are unchanged instead of loading each again at every save.
         self._written: dict[Path, tuple[int, int]] = {}
         self._claim: str | None = None  # our key in _CLAIMS while we are the writer
 
@@ -178,7 +178,7 @@ class CheckpointManager:
                 continue
             if len(kept) >= self.keep:
                 self.remove(path)
-            elif self._unchanged_since_written(path) or _usable(path):
+            elif self._usable(path):
                 kept.append(path)
 
     def remove(self, path: Path) -> None:
@@ -201,9 +201,25 @@ class CheckpointManager:
         self._written.pop(path, None)
         return moved
 
-    def _unchanged_since_written(self, path: Path) -> bool:
-        recorded = self._written.get(path)
-        return recorded is not None and recorded == file_signature(path)
+    def _usable(self, path: Path) -> bool:
+        """Whether ``path`` loads: trusted unread while its size and mtime are those it had
+        when this manager wrote it or found it valid; an unusable file is renamed
+        ``*.rejected`` and its digest and summary dropped."""
+        signature = file_signature(path)
+        if signature is not None and self._written.get(path) == signature:
+            return True
+        try:
+            load_checkpoint(path)
+        except CheckpointError as error:
+            aside = path.with_name(path.name + REJECTED_SUFFIX)
+            logger.warning("checkpoint %s is unusable (%s); renamed to %s", path, error, aside)
+            path.replace(aside)
+            digest_path(path).unlink(missing_ok=True)
+            summary_path(path).unlink(missing_ok=True)
+            return False
+        if signature is not None:  # found valid: the next prune need not read it again
+            self._written[path] = signature
+        return True
 
     def remove_stale_temps(self) -> list[Path]:
         """Delete the ``.tmp-*`` files of interrupted saves older than ``STALE_TEMP_SECONDS``.
@@ -333,17 +349,3 @@ def _kind(path: Path) -> str:
     if path.is_dir():
         return "a folder"
     return "a FIFO" if stat.S_ISFIFO(path.stat().st_mode) else "a special file"
-
-
-def _usable(path: Path) -> bool:
-    """Whether ``path`` loads; an unusable file is renamed ``*.rejected`` and its digest dropped."""
-    try:
-        load_checkpoint(path)
-    except CheckpointError as error:
-        aside = path.with_name(path.name + REJECTED_SUFFIX)
-        logger.warning("checkpoint %s is unusable (%s); renamed to %s", path, error, aside)
-        path.replace(aside)
-        digest_path(path).unlink(missing_ok=True)
-        summary_path(path).unlink(missing_ok=True)
-        return False
-    return True

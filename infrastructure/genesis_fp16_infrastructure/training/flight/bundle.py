@@ -74,8 +74,18 @@ class FaultBundle(dict[str, Any]):
     """A loaded bundle (its keys: :data:`REQUIRED`): its data checked, its step replayed."""
 
     def data_change(self) -> str | None:
-        """:func:`data_change` of the data the bundle names; None: unchanged."""
-        return data_change(self.get("data"))
+        """One line saying how the data the bundle names differs from what its run read
+        (gone, changed, or not checkable); None when it is the same."""
+        recorded = self.get("data")
+        if not recorded or "path" not in recorded:
+            return "the bundle records no data signature: its data cannot be checked"
+        now = data_signature(str(recorded["path"]))
+        assert now is not None
+        if "error" in now:
+            return f"the bundle's data {recorded['path']} is gone ({now['error']})"
+        if now.get("bytes") != recorded.get("bytes") or now.get("sha256") != recorded.get("sha256"):
+            return f"the bundle's data {recorded['path']} has changed since its run read it"
+        return None
 
     def replay(
         self,
@@ -237,17 +247,3 @@ def data_signature(path: str | Path | None) -> dict[str, Any] | None:
         return {"path": str(root), "error": error.strerror or str(error)}
     hashed = total <= HASH_MAX_BYTES
     return {"path": str(root), "bytes": total, "sha256": digest.hexdigest() if hashed else None}
-
-
-def data_change(recorded: Mapping[str, Any] | None) -> str | None:
-    """One line saying how the data a bundle names differs from what its run read (gone,
-    changed, or not checkable); None when it is the same."""
-    if not recorded or "path" not in recorded:
-        return "the bundle records no data signature: its data cannot be checked"
-    now = data_signature(str(recorded["path"]))
-    assert now is not None
-    if "error" in now:
-        return f"the bundle's data {recorded['path']} is gone ({now['error']})"
-    if now.get("bytes") != recorded.get("bytes") or now.get("sha256") != recorded.get("sha256"):
-        return f"the bundle's data {recorded['path']} has changed since its run read it"
-    return None

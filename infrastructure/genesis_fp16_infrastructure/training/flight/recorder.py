@@ -121,9 +121,9 @@ class FlightRecorder:
             if scratch.step_count >= trainer.step_count:  # the live trainer's: it stands still
                 break
             before = copy.deepcopy(scratch.state_dict())  # a host sync: the fault path only
-            micro = [b for b, _ in group]
-            fault = run_recorded_step(scratch, self.task.loss, micro, sum(n for _, n in group))
-            fault_state = _Fault(before, micro, sum(n for _, n in group), fault, scratch.step_count)
+            micro, samples = [b for b, _ in group], sum(n for _, n in group)
+            fault = run_recorded_step(scratch, self.task.loss, micro, samples)
+            fault_state = _Fault(before, micro, samples, fault, scratch.step_count)
             if first is None:
                 first = fault_state
             nonfinite = fault["skipped"] or not all(fault["loss_finite"])
@@ -190,9 +190,9 @@ def run_recorded_step(
         losses.append(value.detach().float().reshape(()).clone())
         return value
 
-    skipped_before = float(trainer.skipped_steps_tensor().item())
+    skipped_before = float(trainer.stats.skipped_steps_tensor().item())
     trainer.step(to_device(micro, trainer.policy.device), recording, samples)
-    skipped = float(trainer.skipped_steps_tensor().item()) > skipped_before
+    skipped = float(trainer.stats.skipped_steps_tensor().item()) > skipped_before
     return {
         "loss_bits": [int(v.cpu().view(torch.int32).item()) for v in losses],
         "loss": [float(v.item()) for v in losses],

@@ -132,7 +132,7 @@ def replay(
         "reproduced": reproduces(recorded, outcome),
         "first_nonfinite": probe.first_nonfinite(),
         "per_module": probe.per_module,
-        "loss_scale": probed.scaler.get_scale() if used == "fp16" else 1.0,
+        "loss_scale": probed.scaler.get_scale(),  # 1.0 where no loss is scaled
         "precisions": precisions,
     }
     if against_fp32 is not None:

@@ -121,8 +121,7 @@ def traced_step(
     trainer: Any, loss: Callable[..., torch.Tensor], batches: list[Any], samples: int
 ) -> tuple[Trace, dict[str, Any]]:
     """One recorded step of ``trainer`` with every module traced; the trace and outcome."""
-    scale = float(trainer.scaler.get_scale()) if trainer.policy.name == "fp16" else 1.0
-    trace = Trace(trainer.model, scale)
+    trace = Trace(trainer.model, trainer.scaler.get_scale())  # 1.0 where no loss is scaled
     with trace:
         outcome = run_recorded_step(trainer, trace.wrap_loss(loss), batches, samples)
     return trace, outcome

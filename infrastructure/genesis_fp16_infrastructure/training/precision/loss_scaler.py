@@ -39,7 +39,6 @@ from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
     ScalerConfig,
     config_from_state,
 )
-from genesis_fp16_infrastructure.training.precision.scale_update import move_scale
 
 logger = logging.getLogger(__name__)
 
@@ -89,31 +88,11 @@ class LossScaler:
     """
 
     def __init__(
-        self,
-        device: torch.device | str,
-        init_scale: float = 65536.0,
-        growth_factor: float = 2.0,
-        backoff_factor: float = 0.5,
-        growth_interval: int = 2000,
-        min_scale: float = 1.0,
-        max_scale: float = 2.0**24,
-        hysteresis: int = 1,
-        unstable_after: int = 50,
-        enabled: bool = True,
-        process_group: Any = None,
+        self, device: torch.device | str, process_group: Any = None, **settings: Any
     ) -> None:
-        # The settings it runs with (restored by load_state_dict).
-        self.config = ScalerConfig(
-            init_scale=float(init_scale),
-            growth_factor=float(growth_factor),
-            backoff_factor=float(backoff_factor),
-            growth_interval=int(growth_interval),
-            min_scale=float(min_scale),
-            max_scale=float(max_scale),
-            hysteresis=int(hysteresis),
-            unstable_after=int(unstable_after),
-            enabled=bool(enabled),
-        )
+        # The settings it runs with (restored by load_state_dict): ``settings`` are
+        # ScalerConfig's fields, its defaults for those not given.
+        self.config = ScalerConfig(**settings)
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             # The gradients say cuda:N: a bare "cuda" would never match them, and each
@@ -305,7 +284,7 @@ class LossScaler:
             )
             self._scale.clamp_(c.min_scale, c.max_scale)
         else:
-            move_scale(self._scale, self._growth_tracker, self._hysteresis_left, found_inf, c)
+            _move_scale(self._scale, self._growth_tracker, self._hysteresis_left, found_inf, c)
         # The same kernel counts consecutive overflows at the floor: a calm step (nonzero)
         # resets the count, and the unstable_after-th in a row doubles the mark (which
         # never shrinks: backoff 1.0). Every later unstable_after-th doubles it again.
@@ -418,3 +397,33 @@ class LossScaler:
             f"LossScaler(device={str(self.device)!r}, enabled={c.enabled}, "
             f"min_scale={c.min_scale}, max_scale={c.max_scale}, hysteresis={c.hysteresis})"
         )
+
+
+def _move_scale(
+    scale: torch.Tensor,
+    growth_tracker: torch.Tensor,
+    hysteresis_left: torch.Tensor,
+    found_inf: torch.Tensor,
+    c: ScalerConfig,
+) -> None:
+    """Back off, grow or keep ``scale`` for one step whose flag is ``found_inf`` (0.0 or 1.0),
+    and move the growth tracker (int32) and the hysteresis budget left (int32) with it."""
+    overflow = found_inf > 0
+    back_off = overflow & (hysteresis_left <= 1)
+    tracker_next = growth_tracker + 1
+    grow = ~overflow & (tracker_next >= c.growth_interval)
+    # Products in float64, then rounded to float32: the arithmetic of torch's own
+    # _amp_update_scale_ kernels, so the trajectories agree bit for bit.
+    scale64 = scale.double()
+    grown = (scale64 * c.growth_factor).float()
+    grown = torch.where(torch.isfinite(grown), grown, scale).clamp(max=c.max_scale)
+    shrunk = (scale64 * c.backoff_factor).float().clamp(min=c.min_scale)
+
+    # In place, so that tensors handed out by scale_tensor() & co. stay current.
+    zero = torch.zeros_like(growth_tracker)
+    scale.copy_(torch.where(back_off, shrunk, torch.where(grow, grown, scale)))
+    growth_tracker.copy_(torch.where(overflow | grow, zero, tracker_next))
+    spent = torch.where(back_off, hysteresis_left, hysteresis_left - 1)
+    hysteresis_left.copy_(
+        torch.where(overflow, spent, torch.full_like(hysteresis_left, c.hysteresis))
+    )

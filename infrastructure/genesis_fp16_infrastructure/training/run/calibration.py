@@ -327,16 +327,22 @@ def _time_rows(
     plan += [(name, eager_mode) for name in others]
     later = CAPTURED_ROWS - 1 if captured_too else 0  # the other candidates' captured rows
     rows: list[Measured] = []
-    for index, (name, mode) in enumerate(plan):
-        bench.rows_left = len(plan) - index + later
-        if index > 0 and bench.past_deadline():
-            skipped[f"{name} {_label(mode)}"] = f"{PAST_DEADLINE} ({bench.budget_s:g} s)"
-            continue
+
+    def time_row(name: PrecisionName, mode: str, first: bool = False) -> None:
+        """Time a row into ``rows``, or say in ``skipped`` why not (the first always runs)."""
+        label = f"{name} {_label(mode)}"
+        if not first and bench.past_deadline():
+            skipped[label] = f"{PAST_DEADLINE} ({bench.budget_s:g} s)"
+            return
         row = _time_row(bench, name, mode)
         if isinstance(row, str):
-            skipped[f"{name} {_label(mode)}"] = row
+            skipped[label] = row
         else:
             rows.append(row)
+
+    for index, (name, mode) in enumerate(plan):
+        bench.rows_left = len(plan) - index + later
+        time_row(name, mode, first=index == 0)
     if not captured_too:
         return rows
     eager = [r for r in rows if r.precision != floor and r.execution == "eager"]
@@ -348,14 +354,7 @@ def _time_rows(
             )
     for index, row in enumerate(fastest):
         bench.rows_left = len(fastest) - index
-        if bench.past_deadline():
-            skipped[f"{row.precision} captured"] = f"{PAST_DEADLINE} ({bench.budget_s:g} s)"
-            continue
-        found = _time_row(bench, row.precision, "on")
-        if isinstance(found, str):
-            skipped[f"{row.precision} captured"] = found
-        else:
-            rows.append(found)
+        time_row(row.precision, "on")
     return rows
 
 

@@ -88,6 +88,7 @@ from genesis_fp16_infrastructure.training.step.trainer import Trainer
 logger = logging.getLogger(__name__)
 
 DEVICE_SHARE = 0.05
+IN_HOST_MEMORY = "the run's tensors are in host memory: a copy there"  # no CUDA tensor
 
 
 class SnapshotStore:
@@ -103,8 +104,8 @@ class SnapshotStore:
     def save(self, state: Mapping[str, Any]) -> None:
         """Copy ``state`` into the store (queued on the current stream; no host wait)."""
         if self.where is None:
-            self.where, self.reason = placement(state)
-            on_cuda = any(t.is_cuda for t in _tensors(state))
+            self.where, self.reason = placement(state)  # one walk of the state's tensors
+            on_cuda = self.reason != IN_HOST_MEMORY
             self._pinned = self.where == "host" and on_cuda
             # On a CPU run device and host are one memory: nothing to know (DEBUG).
             said = logger.info if on_cuda else logger.debug
@@ -129,7 +130,7 @@ def placement(state: Any, share: float | None = None) -> tuple[str, str]:
     share = DEVICE_SHARE if share is None else share
     tensors = [t for t in _tensors(state) if t.is_cuda]
     if not tensors:
-        return "device", "the run's tensors are in host memory: a copy there"
+        return "device", IN_HOST_MEMORY
     size = sum(t.numel() * t.element_size() for t in tensors)
     total = torch.cuda.get_device_properties(tensors[0].device).total_memory
     measure = f"the state is {_gib(size)}, {size / total:.1%} of the GPU's {_gib(total)}"
@@ -344,7 +345,7 @@ class PrecisionGuard:
         parts = [
             # Every skipped step, in every precision: fp16's overflows and the steps
             # bf16 and fp32 skip for a gradient that was not finite, one count.
-            trainer.skipped_steps_tensor(),
+            trainer.stats.skipped_steps_tensor(),
             trainer.scaler.unstable_tensor(),
         ]
         device = self._losses.device

@@ -383,7 +383,9 @@ def final_summary(
     interval differs between a terminal's progress bar and a log): what ``train --json``,
     the text and the metrics say. The metrics then end at the run's own totals.
     """
-    summary = replace(trainer.summary(reset_interval=True), train_loss=trainer.final_train_loss())
+    summary = replace(
+        trainer.summary(reset_interval=True), train_loss=trainer.stats.final_train_loss()
+    )
     if on_log is not None and steps_run and trainer.step_count % log_interval:
         on_log(summary)
     return summary

@@ -55,6 +55,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training import distributed
+from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     COMPILE_MODE,
@@ -119,12 +120,9 @@ class TrainerConfig(StepSpec, StepTuning):
 
     def __post_init__(self) -> None:
         StepTuning.__post_init__(self)
-        if self.compile not in COMPILE_REQUESTS:
-            raise ValueError(f"compile={self.compile!r}: choose from {', '.join(COMPILE_REQUESTS)}")
-        if self.cuda_graph not in CUDA_GRAPH_REQUESTS:
-            raise ValueError(
-                f"cuda_graph={self.cuda_graph!r}: choose from {', '.join(CUDA_GRAPH_REQUESTS)}"
-            )
+        for name, choices in (("compile", COMPILE_REQUESTS), ("cuda_graph", CUDA_GRAPH_REQUESTS)):
+            if (value := getattr(self, name)) not in choices:
+                raise ValueError(f"{name}={value!r}: choose from {', '.join(choices)}")
         if self.log_interval < 1:
             raise ValueError(f"log_interval={self.log_interval!r}: must be >= 1")
 
@@ -157,14 +155,14 @@ class StepStats:
     """Loss sums, counts, the overflow window and the last gradient norm of a run's steps,
     as tensors on ``device``; samples, losses seen and the wall clock on the host.
 
-    ``overflows_before`` is a copy of the scaler's overflow count when counting starts:
-    the steps skipped since are the scaler's count less it, plus the row's flags.
+    The steps skipped are ``scaler``'s overflows since counting started, plus the row's
+    flags: built after a scaler's state is loaded, since its earlier overflows are not
+    these statistics' (nor this checkpoint's).
     """
 
-    def __init__(
-        self, device: torch.device, overflow_window: int, overflows_before: torch.Tensor
-    ) -> None:
+    def __init__(self, device: torch.device, overflow_window: int, scaler: LossScaler) -> None:
         self.overflow_window = overflow_window
+        self._scaler = scaler
         # One float64 vector (exact counts up to 2**53), so a step updates every counter
         # with one add_ instead of a tiny op per counter: on a 1-2 ms step each op shows.
         self._stats = torch.zeros(len(_STATS), dtype=torch.float64, device=device)
@@ -183,7 +181,7 @@ class StepStats:
         # plus the row's flags (the steps skipped for a gradient that was not finite
         # where no loss is scaled).
         self.losses_seen = 0
-        self._overflows_before = overflows_before
+        self._overflows_before = scaler.overflow_count_tensor().clone()
         self.grad_norm = torch.full((), math.nan, device=device)
         self._window = torch.zeros(overflow_window, device=device)
         # The window's slots as views, made once: an eager step writes one with one copy_.
@@ -222,16 +220,15 @@ class StepStats:
             else:
                 self._window.index_put_((self._slot,), found_inf)
                 torch.remainder(self._slot + 1, self.overflow_window, out=self._slot)
-            if norm is not None:  # the norm of the last step taken
-                self._keep_norm(torch.where(overflow, self.grad_norm, norm.float()), captured)
-        elif norm is not None:  # no step can overflow: the window stays zero
-            self._keep_norm(norm.float(), captured)
-
-    def _keep_norm(self, norm: torch.Tensor, captured: bool) -> None:
+        if norm is None:
+            return
+        kept = norm.float()
+        if overflow is not None:  # the norm of the last step taken, not of a skipped one
+            kept = torch.where(overflow, self.grad_norm, kept)
         if not captured:
-            self.grad_norm = norm  # a fresh tensor each step (under FSDP2, a DTensor)
+            self.grad_norm = kept  # a fresh tensor each step (under FSDP2, a DTensor)
         else:  # a replayed graph writes where the captured step wrote, and reads it back
-            self.grad_norm.copy_(norm)
+            self.grad_norm.copy_(kept)
 
     def end_step(self, step: int, micro_batches: int, num_samples: int) -> None:
         """Count a finished step (``step``: the steps done now) on the host; at the end of
@@ -248,20 +245,18 @@ class StepStats:
         """Start a new log interval (one op)."""
         self._stats[:2].zero_()
 
-    def skipped_steps_tensor(self, overflows: torch.Tensor) -> torch.Tensor:
-        """The steps skipped so far, on the device (no sync): ``overflows`` (the scaler's
-        count) less those before, plus the steps whose gradients were not finite where no
-        loss is scaled; float64."""
-        skipped = overflows - self._overflows_before
+    def skipped_steps_tensor(self) -> torch.Tensor:
+        """The steps skipped so far, on the device (no sync), in every precision: the
+        scaler's overflows (fp16) plus the steps whose gradients were not finite where no
+        loss is scaled (bf16, fp32). The one count a guard watches; float64."""
+        skipped = self._scaler.overflow_count_tensor() - self._overflows_before
         return skipped.to(torch.float64) + self._stats[_STATS.index("nonfinite_grad_steps")]
 
-    def read_counts(
-        self, recent: int, overflows: torch.Tensor
-    ) -> tuple[int, int, float, float, float]:
+    def read_counts(self, recent: int) -> tuple[int, int, float, float, float]:
         """Skipped steps, non-finite losses, overflows in the last ``recent`` steps, and the
         interval's loss sum and count, in one host read. The norm is read apart: under
         FSDP2 it is a DTensor, which cannot be concatenated with plain tensors."""
-        skipped = self.skipped_steps_tensor(overflows)
+        skipped = self.skipped_steps_tensor()
         window = self._window[:recent].sum().double()
         parts = (skipped.reshape(1), window.reshape(1), self._stats)
         values: list[float] = torch.cat(parts).tolist()
@@ -275,8 +270,12 @@ class StepStats:
         )
 
     def final_train_loss(self) -> float:
-        """The mean finite step loss of the last full block and the steps since (NaN
-        before any finite loss). Reads the device: a host sync."""
+        """The mean finite step loss over the run's last full block of FINAL_LOSS_STEPS
+        steps and the steps since (NaN before any finite loss). Unlike ``train_loss`` of a
+        summary it does not depend on the log interval. Reads the device: a host sync.
+
+        A resumed run counts from its first step: the blocks are not checkpointed.
+        """
         loss, count = (self._stats[_BLOCK] + self._previous_block).tolist()
         return loss / count if count else math.nan
 
@@ -299,9 +298,9 @@ class StepStats:
             else:
                 setattr(self, name, value)
 
-    def state(self, overflows: torch.Tensor) -> dict[str, Any]:
+    def state(self) -> dict[str, Any]:
         """The checkpoint's statistics (``keys.STATS``). Reads the device: a host sync."""
-        skipped, nonfinite, *_ = self.read_counts(0, overflows)
+        skipped, nonfinite, *_ = self.read_counts(0)
         return {
             "skipped_steps": skipped,
             "nonfinite_losses": nonfinite,
@@ -367,15 +366,16 @@ class Trainer:
         self._params = [p for o in self.optimizers for g in o.param_groups for p in g["params"]]
         # DDP/FSDP: every micro-batch but the last accumulates without a collective.
         self._no_sync = distributed.no_sync(model)
-        # Decided once: the optimizers and schedulers do not change during a run.
-        self._host_read = policy.needs_host_read(self.optimizers, self.schedulers)
-        self.stats = self._fresh_stats()
+        # Decided once: the optimizers and schedulers do not change during a run. True
+        # when step() must read the overflow flag on the host (see the module docstring).
+        self.host_sync_per_step = policy.needs_host_read(self.optimizers, self.schedulers)
+        self.stats = StepStats(policy.device, config.overflow_window, self.scaler)
         self.execution = resolve_execution(
             config.cuda_graph,
             policy.device,
             self.optimizers,
             self.schedulers,
-            host_sync_per_step=self._host_read,
+            host_sync_per_step=self.host_sync_per_step,
             world_size=distributed.rank_and_world()[1],
             measured=config.measured_execution,
             compile=config.compile,
@@ -398,18 +398,6 @@ class Trainer:
         self.step_model: nn.Module = self.model
         if self.execution.used == "cuda_graph_compiled":
             self.step_model = torch.compile(self.model, mode=COMPILE_MODE)  # type: ignore[assignment]
-
-    # ------------------------------------------------------------------ state on the device
-
-    def _fresh_stats(self) -> StepStats:
-        # The scaler's overflows so far are not this trainer's (or this checkpoint's).
-        before = self.scaler.overflow_count_tensor().clone()
-        return StepStats(self.policy.device, self.config.overflow_window, before)
-
-    @property
-    def host_sync_per_step(self) -> bool:
-        """True when ``step()`` must read the overflow flag on the host (see module doc)."""
-        return self._host_read
 
     # ------------------------------------------------------------------ the step
 
@@ -488,9 +476,8 @@ class Trainer:
         restore_rng_state(before["rng"])
         for generator, state in zip(self.generators, before["generators"], strict=True):
             generator.set_state(state)
-        if before["scaler"] is not None:
-            vars(self.scaler).clear()
-            vars(self.scaler).update(before["scaler"])
+        vars(self.scaler).clear()
+        vars(self.scaler).update(before["scaler"])
 
     def fall_back_to_eager(self, fallback: str, why: str) -> None:
         """Leave the captured step for eager ones for the rest of this trainer's life;
@@ -513,7 +500,7 @@ class Trainer:
         # 0-dim, on the device: no sync. The row's flag is zero here (_loss_row wrote it).
         found_inf = self.policy.unscale(self.optimizers, self.stats.row_flag)
         norm = self._clip()
-        taken = self.policy.step(self.optimizers, found_inf, self._host_read)
+        taken = self.policy.step(self.optimizers, found_inf, self.host_sync_per_step)
         self.policy.update()
         for optimizer in self.optimizers:
             optimizer.zero_grad(set_to_none=True)
@@ -570,8 +557,7 @@ class Trainer:
         steps = self.step_count
         recent = min(steps, self.config.overflow_window)
         stats = self.stats
-        overflows = self.scaler.overflow_count_tensor()
-        skipped, nonfinite, window_sum, loss_sum, count = stats.read_counts(recent, overflows)
+        skipped, nonfinite, window_sum, loss_sum, count = stats.read_counts(recent)
         if count:
             stats.last_train_loss = loss_sum / count
         if reset_interval:
@@ -594,21 +580,6 @@ class Trainer:
             wall_seconds=wall,
             unstable=self.scaler.unstable,
         )
-
-    def skipped_steps_tensor(self) -> torch.Tensor:
-        """The steps skipped so far, on the device (no sync), in every precision: the
-        scaler's overflows (fp16) plus the steps whose gradients were not finite where no
-        loss is scaled (bf16, fp32). The one count a guard watches; float64."""
-        return self.stats.skipped_steps_tensor(self.scaler.overflow_count_tensor())
-
-    def final_train_loss(self) -> float:
-        """The mean finite step loss over the run's last full block of FINAL_LOSS_STEPS
-        steps and the steps since (NaN before any finite loss). Unlike ``train_loss`` of a
-        summary it does not depend on the log interval. Reads the device: a host sync.
-
-        A resumed run counts from its first step: the blocks are not checkpointed.
-        """
-        return self.stats.final_train_loss()
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -636,7 +607,7 @@ class Trainer:
             keys.STEP: self.step_count,
             keys.RNG: capture_rng_state(),
             keys.CONFIG: {"trainer": asdict(self.config)},
-            keys.STATS: self.stats.state(self.scaler.overflow_count_tensor()),
+            keys.STATS: self.stats.state(),
         }
         if distributed.is_sharded(self.model):
             # Collective: every rank gathers the FSDP2 shards into full CPU tensors, so
@@ -660,20 +631,17 @@ class Trainer:
             scheduler.load_state_dict(saved)
         self.scaler.load_state_dict(state[keys.SCALER])
         self.step_count = int(state[keys.STEP])
-        self.stats = self._fresh_stats()  # after the scaler: it counts the overflows before
+        self.stats = StepStats(self.policy.device, self.config.overflow_window, self.scaler)
         self.stats.load_state(state.get(keys.STATS, {}), self.step_count)
         if self.graphs is not None:  # the graphs read tensors this load replaced: capture anew
             self.graphs.reset()
         restore_rng_state(state[keys.RNG])
 
 
-def _python_fields(obj: object) -> dict[str, Any] | None:
+def _python_fields(obj: object) -> dict[str, Any]:
     """``obj``'s attributes, containers copied one level (the tensors are shared: a capture
-    never writes them); None for an object without ``__dict__``."""
-    fields = getattr(obj, "__dict__", None)
-    if fields is None:
-        return None
-    return {k: copy.copy(v) if isinstance(v, dict | list) else v for k, v in fields.items()}
+    never writes them)."""
+    return {k: copy.copy(v) if isinstance(v, dict | list) else v for k, v in vars(obj).items()}
 
 
 def _check_counts(what: str, saved: int, here: int) -> None:

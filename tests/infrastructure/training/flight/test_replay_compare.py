@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 import torch
@@ -14,8 +14,8 @@ from torch import nn
 
 from genesis_fp16_infrastructure.errors import BundleError
 from genesis_fp16_infrastructure.training.flight.bundle import (
+    FaultBundle,
     allowed_types,
-    data_change,
     data_signature,
     plain_batch,
     rebuilt_batch,
@@ -122,6 +122,10 @@ def test_data_signature_tells_unchanged_changed_and_gone(tmp_path: Path) -> None
     data = tmp_path / "pool.json"
     data.write_text("[1, 2]")
     recorded = data_signature(data)
+
+    def data_change(signature: dict[str, Any] | None) -> str | None:
+        return FaultBundle(data=signature).data_change()
+
     assert data_change(recorded) is None
     data.write_text("[1, 2, 3]")
     assert "has changed" in str(data_change(recorded))
