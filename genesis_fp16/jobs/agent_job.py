@@ -40,7 +40,8 @@ def run_agent_job(
 ) -> None:
     """The scheduler's entry point for one agent, with what the loader read of its plugin
     (``capabilities``: each run's plan takes them, not the plugin's own); never raises."""
-    config = ctx.settings.agent(agent)  # the job's device and slots (each run reads its own)
+    settings = ctx.settings
+    config = settings.agent(agent)  # the job's device and slots, and its first run's config
     if ctx.stopping.is_set() or not config.own.enabled:
         return
     abandoned = ctx.hung.get(agent)
@@ -72,8 +73,15 @@ def run_agent_job(
         return
     try:
         # Each rerun follows a reload that changed the precision, so edits bound the loop.
-        while _run_once(ctx, agent, plugin, device, capabilities):
-            if ctx.stopping.is_set() or not ctx.settings.agent(agent).own.enabled:
+        while True:
+            if ctx.settings is not settings:  # reloaded while the job waited for its slots
+                settings = ctx.settings
+                config = settings.agent(agent)
+            if not _run_once(Run(ctx, agent, settings, config), plugin, device, capabilities):
+                break
+            settings = ctx.settings  # the rerun's: read once, for it and for this check
+            config = settings.agent(agent)
+            if ctx.stopping.is_set() or not config.own.enabled:
                 break
             log.info("run stopped by a configuration change: rerunning at once", agent=agent)
     finally:
@@ -84,15 +92,11 @@ def run_agent_job(
 
 
 def _run_once(
-    ctx: JobContext,
-    agent: str,
-    plugin: AgentPlugin,
-    device: str,
-    capabilities: Capabilities | None,
+    run: Run, plugin: AgentPlugin, device: str, capabilities: Capabilities | None
 ) -> bool:
     """One run, top-down: plan it, execute it, record it. True when a reload that changed
     its precision stopped it (the job reruns it at once)."""
-    run = Run(ctx, agent, ctx.settings)
+    ctx, agent = run.ctx, run.agent
     structlog.contextvars.bind_contextvars(agent=agent, run_id=run.id)
     try:
         # Inside the try: an unreadable state file while planning is a counted failed run.

@@ -46,12 +46,14 @@ def plan_run(
     ctx, agent, settings = run.ctx, run.agent, run.settings
     if capabilities is None:  # a caller without the loader's record: read once, here
         capabilities = capabilities_of(plugin)
-    request = plan_request(settings, agent, plugin, device, capabilities=capabilities)
+    request = plan_request(settings, agent, plugin, device, None, capabilities, run.config)
     # Once per agent, when configured: the probe before its first bf16/fp16 run. decide()
     # leaves out of an 'auto' the precisions it marks red.
-    probe = probe_gate.gate_before_run(
-        settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
-    )
+    probe = None
+    if run.config.own.probe_before_low_precision:
+        probe = probe_gate.gate_before_run(
+            settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
+        )
     red = probe_gate.red_precisions(probe)
     # A red verdict removes a candidate from a measured 'auto' (decide() applies it, under
     # torchrun too); elsewhere it is a warning and an alert, never a change of precision.
