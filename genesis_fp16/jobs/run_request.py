@@ -115,12 +115,19 @@ def precision_request(
         'auto'
     """
     requested, reason, floored = requested_precision(settings, agent, flag, config)
-    floor = guard_state.remembered_floor(settings, agent, state) if floored else None
+    memory = guard_state.load_memory(settings, agent, state) if floored else None
+    why = ""  # the remembered demotion, as decide() says it
+    if memory is not None:
+        why = (
+            f"precision guard memory: demoted {memory.demoted_from} -> {memory.demoted_to} "
+            f"({memory.reason} at step {memory.step}, {memory.at}); `genesis-fp16 precision "
+            f"reset {agent}` clears it"
+        )
     request = PrecisionRequest(
         requested,
         mode=settings.auto_precision,
-        floor=None if floor is None else floor[0],
-        floor_reason="" if floor is None else floor[1],
+        floor=None if memory is None else memory.demoted_to,
+        floor_reason=why,
         cache=AgentFolder(settings.state_dir, agent).calibration_path,
     )
     return request, reason
