@@ -47,17 +47,17 @@ def plan_run(
     if capabilities is None:  # a caller without the loader's record: read once, here
         capabilities = capabilities_of(plugin)
     request = plan_request(settings, agent, plugin, device, None, capabilities, run.config)
-    # Once per agent, when configured: the probe before its first bf16/fp16 run. decide()
-    # leaves out of an 'auto' the precisions it marks red.
-    probe = None
+    excluded: dict[str, str] = {}
+    # Once per agent, when configured: the probe before its first bf16/fp16 run.
     if run.config.own.probe_before_low_precision:
         probe = probe_gate.gate_before_run(
             settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
         )
-    red = probe_gate.red_precisions(probe)
-    # A red verdict removes a candidate from a measured 'auto' (decide() applies it, under
-    # torchrun too); elsewhere it is a warning and an alert, never a change of precision.
-    excluded = red if request.precision.measures else {}
+        # A red verdict removes a candidate from a measured 'auto' (decide() applies it,
+        # under torchrun too); elsewhere it is a warning and an alert, never a change of
+        # precision.
+        if request.precision.measures:
+            excluded = probe_gate.red_precisions(probe)
     progress = Progress(request.steps, request.log_interval)  # the log's step N/M, ETA
     request = request.with_callbacks(  # the job's, once: a child's come from its own train
         on_log=functools.partial(record_progress, run, progress),
