@@ -23,7 +23,7 @@ import structlog
 from genesis_fp16.config.settings import resolve_device
 from genesis_fp16.jobs.job_state import JobContext as JobContext  # the daemon's import
 from genesis_fp16.jobs.job_state import Run
-from genesis_fp16.jobs.planning import check_served_pointer, plan_run
+from genesis_fp16.jobs.planning import plan_run
 from genesis_fp16.jobs.recording import record_failure, record_result, record_start, record_stopped
 from genesis_fp16.jobs.supervising import execute_run
 from genesis_fp16.launch.device_slots import DeviceSlots as DeviceSlots  # the daemon's import
@@ -96,14 +96,10 @@ def _run_once(
 ) -> bool:
     """One run, top-down: plan it, execute it, record it. True when a reload that changed
     its precision stopped it (the job reruns it at once)."""
-    ctx, agent = run.ctx, run.agent
-    structlog.contextvars.bind_contextvars(agent=agent, run_id=run.id)
+    structlog.contextvars.bind_contextvars(agent=run.agent, run_id=run.id)
     try:
         # Inside the try: an unreadable state file while planning is a counted failed run.
         request = plan_run(run, plugin, device, capabilities)
-        # As the plan read it: an unusable one set aside (the run refuses it), degraded.
-        assert request.snapshot is not None  # plan_request always takes one
-        check_served_pointer(ctx, agent, request.snapshot)
         record_start(run)
         result = execute_run(run, plugin, request, capabilities)
     except RunStopped as exc:  # stopped during its child's start-up: no step, no failure

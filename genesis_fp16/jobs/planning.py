@@ -42,11 +42,14 @@ def plan_run(
     built once (genesis_fp16/jobs/run_request.py: the precision request with the guard's
     remembered floor, the checkpoint it resumes read with the agent's other state files),
     the probe's red precisions added to it as exclusions when a probe is configured, with
-    the run's curves opened when a tracking folder is set."""
+    the run's curves opened when a tracking folder is set; the served-model pointer
+    checked as the plan read it (:func:`check_served_pointer`)."""
     ctx, agent, settings = run.ctx, run.agent, run.settings
     if capabilities is None:  # a caller without the loader's record: read once, here
         capabilities = capabilities_of(plugin)
-    request = plan_request(settings, agent, plugin, device, None, capabilities, run.config)
+    request = plan_request(
+        settings, agent, plugin, device, capabilities=capabilities, config=run.config
+    )
     excluded: dict[str, str] = {}
     # Once per agent, when configured: the probe before its first bf16/fp16 run.
     if run.config.own.probe_before_low_precision:
@@ -79,6 +82,9 @@ def plan_run(
         device=device,
         options=dict(request.options),
     )
+    # As the plan read it: an unusable one set aside (the run refuses it), degraded.
+    assert request.snapshot is not None  # plan_request always takes one
+    check_served_pointer(ctx, agent, request.snapshot)
     return request
 
 
