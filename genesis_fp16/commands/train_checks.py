@@ -111,8 +111,7 @@ def refuse_unusable_device(
     args: argparse.Namespace, config: AgentConfig | None, device: str
 ) -> None:
     """One line, exit 2, before any data or process group: a device this torch cannot run
-    (``--device cuda`` on a CPU build), naming where the device came from (``config``:
-    the agent's settings; None in the daemon's child)."""
+    (``--device cuda`` on a CPU build), naming the flag or the ``config`` setting it came from."""
     problem = device_problem(device)
     if problem is None:
         return
@@ -120,7 +119,7 @@ def refuse_unusable_device(
         where = f"the run request's device {device}"
     elif args.device:
         where = f"--device {args.device}"
-    else:  # the agent's own device, else the daemon's (config.device: one or the other)
+    else:  # the agent's own device, else the daemon's (config.device)
         own = config.own.device
         variable = f"{AGENT_VARIABLE_PREFIX}{args.agent.upper()}__DEVICE"
         where = f"{variable}={own}" if own else f"GENESIS_FP16_DEVICE={config.device}"

@@ -60,6 +60,9 @@ def run_agent_job(
         ctx.waiting.pop(agent, None)
     if not taken:
         return
+    if ctx.settings is not settings:  # reloaded while the job waited for its slots
+        settings = ctx.settings
+        config = settings.agent(agent)
     # A slot freed by the run a SIGTERM stopped is taken without a look at ``stopping``:
     # look here, under the lock the shutdown waits on ``running`` with, so a job queued
     # at SIGTERM never starts, and one that does start is one the shutdown waits for.
@@ -73,12 +76,7 @@ def run_agent_job(
         return
     try:
         # Each rerun follows a reload that changed the precision, so edits bound the loop.
-        while True:
-            if ctx.settings is not settings:  # reloaded while the job waited for its slots
-                settings = ctx.settings
-                config = settings.agent(agent)
-            if not _run_once(Run(ctx, agent, settings, config), plugin, device, capabilities):
-                break
+        while _run_once(Run(ctx, agent, settings, config), plugin, device, capabilities):
             settings = ctx.settings  # the rerun's: read once, for it and for this check
             config = settings.agent(agent)
             if ctx.stopping.is_set() or not config.own.enabled:

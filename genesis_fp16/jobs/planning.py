@@ -57,8 +57,7 @@ def plan_run(
             settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
         )
         # A red verdict removes a candidate from a measured 'auto' (decide() applies it,
-        # under torchrun too); elsewhere it is a warning and an alert, never a change of
-        # precision.
+        # under torchrun too); elsewhere it is a warning and an alert, never a change.
         if request.precision.measures:
             excluded = probe_gate.red_precisions(probe)
     progress = Progress(request.steps, request.log_interval)  # the log's step N/M, ETA
