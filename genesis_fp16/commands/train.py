@@ -195,13 +195,12 @@ def run(args: argparse.Namespace) -> int:
     # A daemon's child or rank (--request) reads no .env and no setting: the run file
     # carries what it needs, so a .env edit the daemon rejected cannot fail its runs.
     settings = command_settings("train") if handed is None else None
+    config = None if settings is None else settings.agent(args.agent)
     try:
         # The daemon loaded this agent under its allowlist before it sent the run.
         plugin = load_plugin(args.agent, settings.plugin_allowlist if settings else None)
-        if settings is not None:  # checked before any data is generated or a group formed
-            resolve_options(
-                args.agent, plugin, settings.agent(args.agent).own.options, _flags(args)
-            )
+        if config is not None:  # checked before any data is generated or a group formed
+            resolve_options(args.agent, plugin, config.own.options, _flags(args))
     except (PluginError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
     if settings is None:  # the launcher relays its child's records: it parses JSON
@@ -219,9 +218,9 @@ def run(args: argparse.Namespace) -> int:
     if handed is not None:  # a torchrun rank of a daemon job: the request comes whole
         wanted = handed.device
     else:
-        assert settings is not None
-        wanted = resolve_device(args.device or settings.agent(args.agent).device)
-    refuse_unusable_device(args, settings, wanted)
+        assert config is not None
+        wanted = resolve_device(args.device or config.device)
+    refuse_unusable_device(args, config, wanted)
     # The daemon's own runs work under its lock; one operator's run takes the folder's.
     owner = own_state_folder(args, settings) if settings is not None and main else None
     try:

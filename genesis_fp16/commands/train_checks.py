@@ -16,6 +16,7 @@ from genesis_fp16.config.extras import tensorboard_missing
 from genesis_fp16.config.settings import (
     AGENT_VARIABLE_PREFIX,
     PRECISION_CHOICES,
+    AgentConfig,
     Settings,
     check_device_name,
 )
@@ -107,21 +108,21 @@ def _what_the_daemon_trains(agent: str, scheduled: tuple[str, ...] | None) -> st
 
 
 def refuse_unusable_device(
-    args: argparse.Namespace, settings: Settings | None, device: str
+    args: argparse.Namespace, config: AgentConfig | None, device: str
 ) -> None:
     """One line, exit 2, before any data or process group: a device this torch cannot run
-    (``--device cuda`` on a CPU build), naming where the device came from."""
+    (``--device cuda`` on a CPU build), naming the flag or the ``config`` setting it came from."""
     problem = device_problem(device)
     if problem is None:
         return
-    if settings is None:  # the daemon's child: the GPU was there when the daemon started
+    if config is None:  # the daemon's child: the GPU was there when the daemon started
         where = f"the run request's device {device}"
     elif args.device:
         where = f"--device {args.device}"
-    else:
-        own = settings.agent(args.agent).own.device
+    else:  # the agent's own device, else the daemon's (config.device)
+        own = config.own.device
         variable = f"{AGENT_VARIABLE_PREFIX}{args.agent.upper()}__DEVICE"
-        where = f"{variable}={own}" if own else f"GENESIS_FP16_DEVICE={settings.device}"
+        where = f"{variable}={own}" if own else f"GENESIS_FP16_DEVICE={config.device}"
     raise DeviceUnavailable(f"{where}: {problem}")
 
 

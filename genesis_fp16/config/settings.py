@@ -460,7 +460,10 @@ class OperatorPrecision(NamedTuple):
 
 
 def requested_precision(
-    settings: Settings, agent: str, cli_precision: RequestedName | None
+    settings: Settings,
+    agent: str,
+    cli_precision: RequestedName | None,
+    config: AgentConfig | None = None,
 ) -> OperatorPrecision:
     """The operator's precision for one run of ``agent``: the one place its precedence
     is worked out (the run's request, the reload's comparison and the gauge ask it).
@@ -470,7 +473,8 @@ def requested_precision(
     ``ENABLE_FP16_TRAINING=true`` (fp16), then ``auto``. The guard's remembered floor
     (``genesis_fp16.jobs.guard_state``) applies below those, while the guard is on,
     except under a flag (what the operator asked for in so many words) and under
-    ``ENABLE_FP16_TRAINING=false`` (fp32, which no floor lowers).
+    ``ENABLE_FP16_TRAINING=false`` (fp32, which no floor lowers). ``config``: the run's
+    (None: ``settings.agent(agent)``).
 
     >>> requested_precision(load_settings(), "se_darwin", "bf16")
     OperatorPrecision(requested='bf16', reason='--precision bf16 on the command line', \
@@ -485,7 +489,7 @@ floored=False)
     if settings.enable_fp16_training is False:
         return OperatorPrecision("fp32", "ENABLE_FP16_TRAINING=false (rollback to fp32)", False)
     floored = settings.guard_enabled
-    override = settings.agent(agent).own.precision
+    override = (config or settings.agent(agent)).own.precision
     if override is not None:
         variable = _env_name(("agents", agent, "precision"))
         return OperatorPrecision(override, f"{variable}={override}", floored)

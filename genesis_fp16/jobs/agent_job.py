@@ -23,7 +23,7 @@ import structlog
 from genesis_fp16.config.settings import resolve_device
 from genesis_fp16.jobs.job_state import JobContext as JobContext  # the daemon's import
 from genesis_fp16.jobs.job_state import Run
-from genesis_fp16.jobs.planning import check_served_pointer, plan_run
+from genesis_fp16.jobs.planning import plan_run
 from genesis_fp16.jobs.recording import record_failure, record_result, record_start, record_stopped
 from genesis_fp16.jobs.supervising import execute_run
 from genesis_fp16.launch.device_slots import DeviceSlots as DeviceSlots  # the daemon's import
@@ -40,7 +40,8 @@ def run_agent_job(
 ) -> None:
     """The scheduler's entry point for one agent, with what the loader read of its plugin
     (``capabilities``: each run's plan takes them, not the plugin's own); never raises."""
-    config = ctx.settings.agent(agent)  # the job's device and slots (each run reads its own)
+    settings = ctx.settings
+    config = settings.agent(agent)  # the job's device and slots, and its first run's config
     if ctx.stopping.is_set() or not config.own.enabled:
         return
     abandoned = ctx.hung.get(agent)
@@ -59,6 +60,9 @@ def run_agent_job(
         ctx.waiting.pop(agent, None)
     if not taken:
         return
+    if ctx.settings is not settings:  # reloaded while the job waited for its slots
+        settings = ctx.settings
+        config = settings.agent(agent)
     # A slot freed by the run a SIGTERM stopped is taken without a look at ``stopping``:
     # look here, under the lock the shutdown waits on ``running`` with, so a job queued
     # at SIGTERM never starts, and one that does start is one the shutdown waits for.
@@ -72,8 +76,10 @@ def run_agent_job(
         return
     try:
         # Each rerun follows a reload that changed the precision, so edits bound the loop.
-        while _run_once(ctx, agent, plugin, device, capabilities):
-            if ctx.stopping.is_set() or not ctx.settings.agent(agent).own.enabled:
+        while _run_once(Run(ctx, agent, settings, config), plugin, device, capabilities):
+            settings = ctx.settings  # the rerun's: read once, for it and for this check
+            config = settings.agent(agent)
+            if ctx.stopping.is_set() or not config.own.enabled:
                 break
             log.info("run stopped by a configuration change: rerunning at once", agent=agent)
     finally:
@@ -84,22 +90,14 @@ def run_agent_job(
 
 
 def _run_once(
-    ctx: JobContext,
-    agent: str,
-    plugin: AgentPlugin,
-    device: str,
-    capabilities: Capabilities | None,
+    run: Run, plugin: AgentPlugin, device: str, capabilities: Capabilities | None
 ) -> bool:
     """One run, top-down: plan it, execute it, record it. True when a reload that changed
     its precision stopped it (the job reruns it at once)."""
-    run = Run(ctx, agent, ctx.settings)
-    structlog.contextvars.bind_contextvars(agent=agent, run_id=run.id)
+    structlog.contextvars.bind_contextvars(agent=run.agent, run_id=run.id)
     try:
         # Inside the try: an unreadable state file while planning is a counted failed run.
         request = plan_run(run, plugin, device, capabilities)
-        # As the plan read it: an unusable one set aside (the run refuses it), degraded.
-        assert request.snapshot is not None  # plan_request always takes one
-        check_served_pointer(ctx, agent, request.snapshot)
         record_start(run)
         result = execute_run(run, plugin, request, capabilities)
     except RunStopped as exc:  # stopped during its child's start-up: no step, no failure

@@ -2,9 +2,9 @@
 
 A run asks for ``requested_precision`` (flag, ``ENABLE_FP16_TRAINING``, per-agent
 override, auto). When the agent's precision state file remembers a demotion, that is the
-run's floor (:func:`remembered_floor`): a request that would run in a less robust
-precision than the remembered one (fp16 < bf16 < fp32) runs in the remembered one
-instead (``decide`` applies it), so a restarted daemon does not go back to what
+run's floor (``run_request.precision_request`` puts it in the request): a request that
+would run in a less robust precision than the remembered one (fp16 < bf16 < fp32) runs in
+the remembered one instead (``decide`` applies it), so a restarted daemon does not go back to what
 failed. Whether the floor applies is ``requested_precision``'s to say (the one place the
 operator's precedence is worked out): ``ENABLE_FP16_TRAINING=false`` always wins, it
 asks for fp32, which no memory lowers. ``genesis-fp16 precision reset AGENT`` deletes the memory;
@@ -24,7 +24,6 @@ from genesis_fp16_infrastructure.api import (
     AgentFolder,
     AgentState,
     PrecisionMemory,
-    PrecisionName,
 )
 
 if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run) never
@@ -65,24 +64,6 @@ def load_memory(
         error=moved.why,
     )
     return memory
-
-
-def remembered_floor(
-    settings: Settings, agent: str, state: AgentState | None = None
-) -> tuple[PrecisionName, str] | None:
-    """``(floor, why)`` from the agent's remembered demotion, or None: none remembered.
-    ``state``: the agent's folder as a run's plan read it (None: the memory is read now).
-    :func:`~genesis_fp16.jobs.run_request.precision_request` puts it in the request where
-    ``requested_precision`` says it applies."""
-    memory = load_memory(settings, agent, state)
-    if memory is None:
-        return None
-    why = (
-        f"precision guard memory: demoted {memory.demoted_from} -> {memory.demoted_to} "
-        f"({memory.reason} at step {memory.step}, {memory.at}); `genesis-fp16 precision "
-        f"reset {agent}` clears it"
-    )
-    return memory.demoted_to, why
 
 
 def record_run(settings: Settings, metrics: DaemonMetrics, agent: str, result: TrainResult) -> None:

@@ -70,16 +70,15 @@ class Run:
     ctx: JobContext
     agent: str
     settings: Settings
+    config: AgentConfig  # the agent's settings, from ``settings``: read once, by the job
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     started: float = field(default_factory=time.monotonic)
     deadline: float = float("inf")
     changed: threading.Event = field(default_factory=threading.Event)
     request: TrainRequest | None = None
     tracker: RunTracker | None = None
-    config: AgentConfig = field(init=False)  # the agent's settings, from ``settings``
 
     def __post_init__(self) -> None:
-        self.config = self.settings.agent(self.agent)
         # Past it an in-process run checkpoints at its next step and ends ("stopped"); a
         # torchrun job gets SIGTERM from its launcher at the same limit.
         if self.config.own.nproc == 1:

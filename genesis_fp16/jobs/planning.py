@@ -42,20 +42,24 @@ def plan_run(
     built once (genesis_fp16/jobs/run_request.py: the precision request with the guard's
     remembered floor, the checkpoint it resumes read with the agent's other state files),
     the probe's red precisions added to it as exclusions when a probe is configured, with
-    the run's curves opened when a tracking folder is set."""
+    the run's curves opened when a tracking folder is set; the served-model pointer
+    checked as the plan read it (:func:`check_served_pointer`)."""
     ctx, agent, settings = run.ctx, run.agent, run.settings
     if capabilities is None:  # a caller without the loader's record: read once, here
         capabilities = capabilities_of(plugin)
-    request = plan_request(settings, agent, plugin, device, capabilities=capabilities)
-    # Once per agent, when configured: the probe before its first bf16/fp16 run. decide()
-    # leaves out of an 'auto' the precisions it marks red.
-    probe = probe_gate.gate_before_run(
-        settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
+    request = plan_request(
+        settings, agent, plugin, device, capabilities=capabilities, config=run.config
     )
-    red = probe_gate.red_precisions(probe)
-    # A red verdict removes a candidate from a measured 'auto' (decide() applies it, under
-    # torchrun too); elsewhere it is a warning and an alert, never a change of precision.
-    excluded = red if request.precision.measures else {}
+    excluded: dict[str, str] = {}
+    # Once per agent, when configured: the probe before its first bf16/fp16 run.
+    if run.config.own.probe_before_low_precision:
+        probe = probe_gate.gate_before_run(
+            settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
+        )
+        # A red verdict removes a candidate from a measured 'auto' (decide() applies it,
+        # under torchrun too); elsewhere it is a warning and an alert, never a change.
+        if request.precision.measures:
+            excluded = probe_gate.red_precisions(probe)
     progress = Progress(request.steps, request.log_interval)  # the log's step N/M, ETA
     request = request.with_callbacks(  # the job's, once: a child's come from its own train
         on_log=functools.partial(record_progress, run, progress),
@@ -77,6 +81,9 @@ def plan_run(
         device=device,
         options=dict(request.options),
     )
+    # As the plan read it: an unusable one set aside (the run refuses it), degraded.
+    assert request.snapshot is not None  # plan_request always takes one
+    check_served_pointer(ctx, agent, request.snapshot)
     return request
 
 

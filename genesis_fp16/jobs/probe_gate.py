@@ -99,15 +99,14 @@ def gate_before_run(
     precision: PrecisionRequest,
 ) -> ProbeRecord | None:
     """Probe once before the agent's first bf16/fp16 run; export what is known. Never raises.
+    The planner calls it only when the agent's ``probe_before_low_precision`` is on.
 
     ``precision`` is the run's planned request (``run_request.precision_request``): the
     gate asks ``decide`` what it runs, as the run will.
 
-    Returns the agent's probe record (new or remembered), or None when the gate is off,
-    the run is fp32 and nothing was probed yet, or the state file cannot be read.
+    Returns the agent's probe record (new or remembered), or None when the run is fp32
+    and nothing was probed yet, or the state file cannot be read.
     """
-    if not settings.agent(agent).own.probe_before_low_precision:
-        return None
     folder = AgentFolder(settings.state_dir, agent)
     stuck: list[files.SetAside] = []
     record = folder.probe_record(

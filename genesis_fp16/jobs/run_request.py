@@ -36,6 +36,7 @@ import structlog
 
 from genesis_fp16.config.settings import (
     AGENT_VARIABLE_PREFIX,
+    AgentConfig,
     Settings,
     SettingsError,
     requested_precision,
@@ -96,6 +97,7 @@ def precision_request(
     agent: str,
     flag: RequestedName | None = None,
     state: AgentState | None = None,
+    config: AgentConfig | None = None,
 ) -> tuple[PrecisionRequest, str]:
     """The :class:`PrecisionRequest` of ``agent``'s next run and who asked for it, as
     :func:`plan_request` puts it in the run's request (the gauge asks the same).
@@ -105,19 +107,27 @@ def precision_request(
     a measurement is kept, and the precision guard's remembered floor, which ``decide``
     applies in the run (a ``--precision`` flag is what the operator asked for in so many
     words: no floor; ``ENABLE_FP16_TRAINING=false`` asks for fp32, which no floor lowers).
-    ``state``: the agent's folder as a run's plan read it (None: the memory is read now).
+    ``state``: the agent's folder as a run's plan read it (None: the memory is read now);
+    ``config``: the run's agent settings (None: read from ``settings``).
     Nothing here picks a precision::
 
         >>> precision_request(settings, "se_darwin")[0].requested  # doctest: +SKIP
         'auto'
     """
-    requested, reason, floored = requested_precision(settings, agent, flag)
-    floor = guard_state.remembered_floor(settings, agent, state) if floored else None
+    requested, reason, floored = requested_precision(settings, agent, flag, config)
+    memory = guard_state.load_memory(settings, agent, state) if floored else None
+    why = ""  # the remembered demotion, as decide() says it
+    if memory is not None:
+        why = (
+            f"precision guard memory: demoted {memory.demoted_from} -> {memory.demoted_to} "
+            f"({memory.reason} at step {memory.step}, {memory.at}); `genesis-fp16 precision "
+            f"reset {agent}` clears it"
+        )
     request = PrecisionRequest(
         requested,
         mode=settings.auto_precision,
-        floor=None if floor is None else floor[0],
-        floor_reason="" if floor is None else floor[1],
+        floor=None if memory is None else memory.demoted_to,
+        floor_reason=why,
         cache=AgentFolder(settings.state_dir, agent).calibration_path,
     )
     return request, reason
@@ -145,17 +155,18 @@ def plan_request(
     device: str,
     overrides: RequestOverrides | None = None,
     capabilities: Capabilities | None = None,
+    config: AgentConfig | None = None,
 ) -> TrainRequest:
     """The request of one run, built once per job and kept on the daemon's run
     (``genesis_fp16.jobs.job_state.Run.request``): its inputs read once (what the plugin declares,
     ``capabilities``: the loader's record of it, read here only when not given; the
     agent's state folder, with the pointer and resume point of the folder the run
     trains in; the plugin's data check, :func:`with_data_check`), its fields worked out from
-    the settings. Every library type of the run is built here, from the snapshot, which
-    travels in the request (``snapshot.state.resume``: the checkpoint its counters start
-    from)."""
+    the settings (``config``: the agent's, as the run keeps them; None: read here). Every
+    library type of the run is built here, from the snapshot, which travels in the request
+    (``snapshot.state.resume``: the checkpoint its counters start from)."""
     o = overrides or RequestOverrides()
-    config = settings.agent(agent)
+    config = config or settings.agent(agent)
     folder = AgentFolder(settings.state_dir, agent)
     if capabilities is None:  # a caller without the loader's record: read once, here
         capabilities = capabilities_of(plugin)
@@ -164,7 +175,7 @@ def plan_request(
     state = snapshot.state
     assert state is not None  # read_snapshot reads it
     options = resolve_options(agent, capabilities, config.own.options, o.options)
-    precision, reason = precision_request(settings, agent, o.precision, state)
+    precision, reason = precision_request(settings, agent, o.precision, state, config)
     quarantine = folder.new_quarantine_file(o.checkpoint_dir)  # beside a run's own checkpoints
     data = o.data_path or config.own.data_path
     if data is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,10 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from genesis_fp16.config.settings import AgentSettings, Settings
+from genesis_fp16.jobs.job_state import JobContext, Run
+from genesis_fp16.jobs.planning import plan_run
 from genesis_fp16.jobs.probe_gate import ProbeRecord, gate_before_run, red_precisions
+from genesis_fp16.launch.device_slots import DeviceSlots
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
@@ -71,14 +75,17 @@ def test_probe_runs_once_before_bf16_and_is_exported(tmp_path: Path) -> None:
 
 
 def test_no_probe_when_off_or_fp32(tmp_path: Path) -> None:
-    """The gate is off by default, and an fp32 run is never probed."""
+    """The gate is off by default (a planned bf16 run is not probed), and an fp32 run is
+    never probed."""
     registry = CollectorRegistry()
-    probe = DaemonMetrics(registry, "t").probe
-    off = _settings(tmp_path, enabled=False)
-    assert (
-        gate_before_run(off, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("bf16"))
-        is None
-    )
+    metrics = DaemonMetrics(registry, "t")
+    probe = metrics.probe
+    bf16 = {"probe_toy": AgentSettings(precision="bf16")}
+    off = Settings(state_dir=tmp_path / "state", agents=bf16)
+    ctx = JobContext(off, metrics, DeviceSlots(1), threading.Event())
+    planned = plan_run(Run(ctx, "probe_toy", off, off.agent("probe_toy")), probe_toy, "cpu")
+    assert planned.precision.requested == "bf16"
+    assert not AgentFolder(off.state_dir, "probe_toy").probe_record_path.exists()
     on = _settings(tmp_path)
     assert (
         gate_before_run(on, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("fp32"))

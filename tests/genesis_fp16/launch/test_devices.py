@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -137,6 +138,21 @@ def test_config_check_serve_and_train_refuse_cuda_on_a_torch_without_it(tmp_path
         f"genesis-fp16: error: --device cuda: {build}; use cpu or auto"
     ]
     assert "Traceback" not in trained.stderr
+
+
+def test_train_names_the_setting_its_unusable_device_came_from() -> None:
+    """train's refusal names the agent's own device setting, else the daemon's."""
+    from genesis_fp16.cli import DeviceUnavailable
+    from genesis_fp16.commands.train_checks import refuse_unusable_device
+
+    args = argparse.Namespace(agent="se_darwin", device=None)
+    own = Settings(agents={"se_darwin": {"device": NO_SUCH_GPU}})  # type: ignore[dict-item]
+    for settings, where in (
+        (Settings(device=NO_SUCH_GPU), "GENESIS_FP16_DEVICE"),
+        (own, "GENESIS_FP16_AGENTS__SE_DARWIN__DEVICE"),
+    ):
+        with pytest.raises(DeviceUnavailable, match=f"^{where}={NO_SUCH_GPU}: this torch"):
+            refuse_unusable_device(args, settings.agent("se_darwin"), NO_SUCH_GPU)
 
 
 def test_config_check_refuses_a_gpu_index_this_host_lacks(tmp_path: Path) -> None:
