@@ -85,7 +85,6 @@ _PPO_HELP = {
     "kl_coef": "weight of the KL penalty to the frozen reference",
     "clip_eps": "PPO ratio clipping",
 }
-PPO_OPTIONS = tuple(_PPO_HELP)
 _PPO_DEFAULTS = {f.name: f for f in dataclasses.fields(PPOConfig)}
 # What `genesis-fp16 agents --json` lists, `--option KEY=VALUE` and
 # GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__<KEY> set, checked before any training.
@@ -115,24 +114,6 @@ DECLARED_OPTIONS: tuple[AgentOption, ...] = (
         for name, text in _PPO_HELP.items()
     ),
 )
-
-
-def check_single_process() -> None:
-    """Refuse a multi-rank process group before any work: the PPO loop is not sharded."""
-    world = rank_and_world()[1]
-    if world > 1:
-        raise TrainRequestError(
-            f"rlhf_ppo: world size {world}: this agent trains in one process only (its PPO "
-            "loop has no DDP or data sharding, so every rank would train an identical "
-            "copy); run it without torchrun, in the daemon with "
-            "GENESIS_FP16_AGENTS__RLHF_PPO__NPROC=1 (the default)"
-        )
-
-
-def _ppo_config(task: TaskConfig, options: Mapping[str, Any]) -> PPOConfig:
-    # ``options`` come from parse_options, which refuses any name outside DECLARED_OPTIONS.
-    overrides = {k: options[k] for k in PPO_OPTIONS if k in options}
-    return PPOConfig(task=task, **overrides)
 
 
 class RlhfPpoPlugin:
@@ -186,7 +167,14 @@ class RlhfPpoPlugin:
 
     def train(self, request: TrainRequest) -> TrainResult:
         """Run PPO through ``fit()`` for the request's budget, in the decided precision's preset."""
-        check_single_process()
+        world = rank_and_world()[1]
+        if world > 1:  # refused before any work: the PPO loop is not sharded
+            raise TrainRequestError(
+                f"rlhf_ppo: world size {world}: this agent trains in one process only (its PPO "
+                "loop has no DDP or data sharding, so every rank would train an identical "
+                "copy); run it without torchrun, in the daemon with "
+                "GENESIS_FP16_AGENTS__RLHF_PPO__NPROC=1 (the default)"
+            )
         if request.compile == "on":  # the update step is a plain eager or captured step
             raise TrainRequestError(
                 "rlhf_ppo: compile=on is not supported (its update step is never compiled); "
@@ -204,7 +192,9 @@ class RlhfPpoPlugin:
         task_config, eval_prompts, quarantined = read_task(
             request.data_path, request.quarantine_path
         )
-        cfg = _ppo_config(task_config, options)
+        # The rest of ``options`` are PPOConfig's: parse_options refuses any name outside
+        # DECLARED_OPTIONS.
+        cfg = PPOConfig(task=task_config, **options)
         task = PPOTask(
             cfg, request.seed, request.device, preset, rollout, eval_prompts, request.on_diagnostics
         )
@@ -250,9 +240,9 @@ def _report(
         "diagnostics": diagnostics,
         "history": [h for _, h in task.history],
     }
-    result = TrainResult.from_fit(request, fitted, quarantined=quarantined, extra=extra)
     # The per-component dtypes and the diagnostics are typed fields for the daemon too.
-    return dataclasses.replace(result, components=last.as_dict(), diagnostics=diagnostics)
+    typed = {"components": last.as_dict(), "diagnostics": diagnostics}
+    return TrainResult.from_fit(request, fitted, quarantined=quarantined, extra=extra, **typed)
 
 
 plugin = RlhfPpoPlugin()
