@@ -52,11 +52,10 @@ from genesis_fp16.plugin_api import (
     TrainResult,
     parse_options,
 )
-from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
 from genesis_fp16_agents.rlhf_ppo.judging import score_episodes
 from genesis_fp16_agents.rlhf_ppo.model import TaskConfig, random_prompts
 from genesis_fp16_agents.rlhf_ppo.probe import build_probe_setup
-from genesis_fp16_agents.rlhf_ppo.task import PPOTask, replayed
+from genesis_fp16_agents.rlhf_ppo.task import PPOConfig, PPOTask, replayed
 from genesis_fp16_agents.rlhf_ppo.task_file import read_task
 from genesis_fp16_infrastructure.agent_folder.files import write_json_atomic
 from genesis_fp16_infrastructure.rl.ppo_guard import ppo_guard

@@ -13,9 +13,8 @@ import torch
 from torch import nn
 
 from genesis_fp16.plugin_api import ProbeSetup
-from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
 from genesis_fp16_agents.rlhf_ppo.model import RewardModel
-from genesis_fp16_agents.rlhf_ppo.task import ActorCritic, PPOTask
+from genesis_fp16_agents.rlhf_ppo.task import ActorCritic, PPOConfig, PPOTask
 from genesis_fp16_infrastructure.rl.ppo_math import clipped_policy_loss, gae, value_loss, whiten
 from genesis_fp16_infrastructure.rl.rollout import gen_logp
 
