@@ -34,7 +34,6 @@ new ones). Every run trains a candidate that continues the served policy.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -70,8 +69,6 @@ from genesis_fp16_infrastructure.training import StepTuning, fit
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 from genesis_fp16_infrastructure.training.run.task import FitResult
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_ITERATIONS = 60
 _PPO_HELP = {
