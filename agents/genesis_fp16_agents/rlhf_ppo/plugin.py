@@ -137,11 +137,10 @@ class RlhfPpoPlugin:
         if count < 1:
             raise ValueError(f"rlhf_ppo: count={count!r} must be >= 1")
         path = out if out.suffix == ".json" else out / "rlhf_ppo_task.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
         task = TaskConfig()
         prompts = random_prompts(count, task, torch.Generator().manual_seed(seed))
         doc = {"task": dataclasses.asdict(task), "seed": seed, "eval_prompts": prompts.tolist()}
-        write_json_atomic(path, doc)
+        write_json_atomic(path, doc)  # its folder made if missing
         return path
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
