@@ -19,8 +19,7 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
-from genesis_fp16_agents.rlhf_ppo.task import PPOTask
+from genesis_fp16_agents.rlhf_ppo.task import PPOConfig, PPOTask
 from genesis_fp16_infrastructure.rl.precision_presets import PRESETS
 from genesis_fp16_infrastructure.training import FitOptions, fit
 

@@ -47,19 +47,6 @@ FEATURES = 4
 BATCH = 64
 
 
-def generate_records(out: Path, count: int, seed: int) -> Path:
-    """Write ``count`` records of y = 2 * sum(x) + noise to ``out``/data.jsonl."""
-    rng = random.Random(seed)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "data.jsonl"
-    with path.open("w") as file:
-        for _ in range(count):
-            x = [round(rng.uniform(-1, 1), 6) for _ in range(FEATURES)]
-            y = round(2 * sum(x) + rng.gauss(0, 0.01), 6)
-            file.write(json.dumps({"x": x, "y": y}) + "\n")
-    return path
-
-
 def _record(line: str) -> tuple[list[float], float] | None:
     try:
         value = json.loads(line)
@@ -177,7 +164,16 @@ class Agent:
     loss_span = 1.0
 
     def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:
-        return generate_records(out, count, seed)
+        """Write ``count`` records of y = 2 * sum(x) + noise to ``out``/data.jsonl."""
+        rng = random.Random(seed)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / "data.jsonl"
+        with path.open("w") as file:
+            for _ in range(count):
+                x = [round(rng.uniform(-1, 1), 6) for _ in range(FEATURES)]
+                y = round(2 * sum(x) + rng.gauss(0, 0.01), 6)
+                file.write(json.dumps({"x": x, "y": y}) + "\n")
+        return path
 
     def train(self, request: TrainRequest) -> TrainResult:
         if request.data_path is None:

@@ -21,8 +21,7 @@ against its predecessor. rlhf_ppo's training does not learn these episodes (it d
 fresh prompts each iteration), so every run trains (``records_are_training_data =
 False``): there is no "up to date" for it.
 
->>> task = {"task": {}, "seed": 0, "eval_prompts": [[1, 2, 3, 4]]}
->>> len(task_digest(task))
+>>> len(task_digest('{"task": {}, "seed": 0, "eval_prompts": [[1, 2, 3, 4]]}'))
 64
 """
 
@@ -32,7 +31,6 @@ import functools
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -44,9 +42,11 @@ from genesis_fp16_infrastructure.rl.rollout import draw_token
 JUDGED_EPISODES = 5_000
 
 
-def task_digest(document: Any) -> str:
-    """The SHA-256 of a task file's JSON, keys sorted: the same task, the same digest."""
-    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+@functools.lru_cache(maxsize=1)
+def task_digest(text: str) -> str:
+    """The SHA-256 of a task file's JSON, keys sorted: the same task, the same digest
+    (the last text's kept for the run's next scoring)."""
+    return hashlib.sha256(json.dumps(json.loads(text), sort_keys=True).encode()).hexdigest()
 
 
 def score_episodes(checkpoint: Path, request: TrainRequest) -> RecordLosses:
@@ -56,7 +56,7 @@ def score_episodes(checkpoint: Path, request: TrainRequest) -> RecordLosses:
         raise TrainRequestError("rlhf_ppo: judged models need a task file (data path)")
     task_config, prompts, _ = read_task(request.data_path, None)
     assert prompts is not None  # read_task refuses a file without a usable prompt
-    digest = _digest(Path(request.data_path).read_text(encoding="utf-8"))
+    digest = task_digest(Path(request.data_path).read_text(encoding="utf-8"))
     device = request.device
     prompts = prompts[:JUDGED_EPISODES].to(device)
     # The policy alone, in fp32 (a run's whole task, critic and frozen copies, is not
@@ -88,9 +88,3 @@ def _sample(
         if step + 1 < gen_len:
             logits = policy.extend(nxt, caches)[:, -1]
     return seqs
-
-
-@functools.lru_cache(maxsize=1)
-def _digest(text: str) -> str:
-    """:func:`task_digest` of a task file's text, kept for the run's next scoring."""
-    return task_digest(json.loads(text))

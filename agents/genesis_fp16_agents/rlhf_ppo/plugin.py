@@ -34,7 +34,6 @@ new ones). Every run trains a candidate that continues the served policy.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -52,11 +51,10 @@ from genesis_fp16.plugin_api import (
     TrainResult,
     parse_options,
 )
-from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
 from genesis_fp16_agents.rlhf_ppo.judging import score_episodes
 from genesis_fp16_agents.rlhf_ppo.model import TaskConfig, random_prompts
 from genesis_fp16_agents.rlhf_ppo.probe import build_probe_setup
-from genesis_fp16_agents.rlhf_ppo.task import PPOTask, replayed
+from genesis_fp16_agents.rlhf_ppo.task import PPOConfig, PPOTask, replayed
 from genesis_fp16_agents.rlhf_ppo.task_file import read_task
 from genesis_fp16_infrastructure.agent_folder.files import write_json_atomic
 from genesis_fp16_infrastructure.rl.ppo_guard import ppo_guard
@@ -72,8 +70,6 @@ from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 from genesis_fp16_infrastructure.training.run.task import FitResult
 
-logger = logging.getLogger(__name__)
-
 DEFAULT_ITERATIONS = 60
 _PPO_HELP = {
     "batch_size": "rollouts per PPO iteration (a multiple of group_size and minibatches)",
@@ -85,7 +81,6 @@ _PPO_HELP = {
     "kl_coef": "weight of the KL penalty to the frozen reference",
     "clip_eps": "PPO ratio clipping",
 }
-PPO_OPTIONS = tuple(_PPO_HELP)
 _PPO_DEFAULTS = {f.name: f for f in dataclasses.fields(PPOConfig)}
 # What `genesis-fp16 agents --json` lists, `--option KEY=VALUE` and
 # GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__<KEY> set, checked before any training.
@@ -117,24 +112,6 @@ DECLARED_OPTIONS: tuple[AgentOption, ...] = (
 )
 
 
-def check_single_process() -> None:
-    """Refuse a multi-rank process group before any work: the PPO loop is not sharded."""
-    world = rank_and_world()[1]
-    if world > 1:
-        raise TrainRequestError(
-            f"rlhf_ppo: world size {world}: this agent trains in one process only (its PPO "
-            "loop has no DDP or data sharding, so every rank would train an identical "
-            "copy); run it without torchrun, in the daemon with "
-            "GENESIS_FP16_AGENTS__RLHF_PPO__NPROC=1 (the default)"
-        )
-
-
-def _ppo_config(task: TaskConfig, options: Mapping[str, Any]) -> PPOConfig:
-    # ``options`` come from parse_options, which refuses any name outside DECLARED_OPTIONS.
-    overrides = {k: options[k] for k in PPO_OPTIONS if k in options}
-    return PPOConfig(task=task, **overrides)
-
-
 class RlhfPpoPlugin:
     """PPO on the "count up by one" digit task, each component in its preset's dtype."""
 
@@ -160,11 +137,10 @@ class RlhfPpoPlugin:
         if count < 1:
             raise ValueError(f"rlhf_ppo: count={count!r} must be >= 1")
         path = out if out.suffix == ".json" else out / "rlhf_ppo_task.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
         task = TaskConfig()
         prompts = random_prompts(count, task, torch.Generator().manual_seed(seed))
         doc = {"task": dataclasses.asdict(task), "seed": seed, "eval_prompts": prompts.tolist()}
-        write_json_atomic(path, doc)
+        write_json_atomic(path, doc)  # its folder made if missing
         return path
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
@@ -186,7 +162,14 @@ class RlhfPpoPlugin:
 
     def train(self, request: TrainRequest) -> TrainResult:
         """Run PPO through ``fit()`` for the request's budget, in the decided precision's preset."""
-        check_single_process()
+        world = rank_and_world()[1]
+        if world > 1:  # refused before any work: the PPO loop is not sharded
+            raise TrainRequestError(
+                f"rlhf_ppo: world size {world}: this agent trains in one process only (its PPO "
+                "loop has no DDP or data sharding, so every rank would train an identical "
+                "copy); run it without torchrun, in the daemon with "
+                "GENESIS_FP16_AGENTS__RLHF_PPO__NPROC=1 (the default)"
+            )
         if request.compile == "on":  # the update step is a plain eager or captured step
             raise TrainRequestError(
                 "rlhf_ppo: compile=on is not supported (its update step is never compiled); "
@@ -204,7 +187,9 @@ class RlhfPpoPlugin:
         task_config, eval_prompts, quarantined = read_task(
             request.data_path, request.quarantine_path
         )
-        cfg = _ppo_config(task_config, options)
+        # The rest of ``options`` are PPOConfig's: parse_options refuses any name outside
+        # DECLARED_OPTIONS.
+        cfg = PPOConfig(task=task_config, **options)
         task = PPOTask(
             cfg, request.seed, request.device, preset, rollout, eval_prompts, request.on_diagnostics
         )
@@ -250,9 +235,9 @@ def _report(
         "diagnostics": diagnostics,
         "history": [h for _, h in task.history],
     }
-    result = TrainResult.from_fit(request, fitted, quarantined=quarantined, extra=extra)
     # The per-component dtypes and the diagnostics are typed fields for the daemon too.
-    return dataclasses.replace(result, components=last.as_dict(), diagnostics=diagnostics)
+    typed = {"components": last.as_dict(), "diagnostics": diagnostics}
+    return TrainResult.from_fit(request, fitted, quarantined=quarantined, extra=extra, **typed)
 
 
 plugin = RlhfPpoPlugin()

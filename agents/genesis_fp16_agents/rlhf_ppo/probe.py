@@ -13,33 +13,22 @@ import torch
 from torch import nn
 
 from genesis_fp16.plugin_api import ProbeSetup
-from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
-from genesis_fp16_agents.rlhf_ppo.model import Critic, Policy, RewardModel
-from genesis_fp16_agents.rlhf_ppo.task import PPOTask
-from genesis_fp16_infrastructure.rl.ppo_math import (
-    clipped_policy_loss,
-    gae,
-    token_logprobs,
-    value_loss,
-    whiten,
-)
-from genesis_fp16_infrastructure.rl.tiny_transformer import init_weights
+from genesis_fp16_agents.rlhf_ppo.model import RewardModel
+from genesis_fp16_agents.rlhf_ppo.task import ActorCritic, PPOConfig, PPOTask
+from genesis_fp16_infrastructure.rl.ppo_math import clipped_policy_loss, gae, value_loss, whiten
+from genesis_fp16_infrastructure.rl.rollout import gen_logp
 
 Batch = dict[str, torch.Tensor]
 PROBE_BATCHES = 5
 
 
-class ProbeModel(nn.Module):
-    """Policy, critic and reward model as one module (the reward has no trainable weights)."""
+class ProbeModel(ActorCritic):
+    """The task's policy and critic, and the reward model (it has no trainable weights)."""
 
-    def __init__(self, cfg: PPOConfig, seed: int) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.policy = Policy(cfg.task)
-        init_weights(self.policy, seed)
-        self.critic = Critic(cfg.task)
-        init_weights(self.critic, seed + 10_000)
-        self.reward = RewardModel(cfg.task)
+    def __init__(self, task: PPOTask) -> None:
+        model = task.build_model()
+        super().__init__(model.policy, model.critic)
+        self.cfg, self.reward = task.cfg, RewardModel(task.cfg.task)
 
 
 def probe_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -49,7 +38,7 @@ def probe_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     cfg = model.cfg
     p = cfg.task.prompt_len
     seqs = batch["seqs"]
-    logp = token_logprobs(model.policy(seqs)[:, p - 1 : -1], seqs[:, p:])
+    logp = gen_logp(model.policy, seqs, p)
     values = model.critic(seqs)[:, p - 1 : -1]
     rewards = torch.zeros_like(batch["old_logp"])
     rewards[:, -1] += model.reward(seqs).float()
@@ -76,7 +65,7 @@ def build_probe_setup(cfg: PPOConfig, seed: int) -> ProbeSetup:
         seqs, old_logp = task.frozen.sample(task.prompts(gen), cfg.task.gen_len, sample_gen)
         batches.append({"seqs": seqs, "old_logp": old_logp})
     return ProbeSetup(
-        build_model=lambda: ProbeModel(cfg, seed),
+        build_model=lambda: ProbeModel(task),
         loss=probe_loss,
         batches=batches,
         split_batch=split_batch,

@@ -37,11 +37,12 @@ def read_task(
     if path.is_dir():
         raise TrainRequestError(f"rlhf_ppo: data {path}: is a folder; give the task file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        task, prompts, bad = parse_task(str(path), path.read_text(encoding="utf-8"))
+    except TrainRequestError:
+        raise
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON
         why = str(exc).splitlines()[0]
         raise TrainRequestError(f"rlhf_ppo: data {path}: not a JSON task file ({why})") from None
-    task, prompts, bad = parse_task(str(path), text)
     if bad and quarantine is not None:  # never lose data: the rejects are kept, with where
         quarantine.parent.mkdir(parents=True, exist_ok=True)
         with quarantine.open("a") as file:
@@ -63,13 +64,10 @@ def read_task(
 @functools.lru_cache(maxsize=1)
 def parse_task(path: str, text: str) -> tuple[TaskConfig, torch.Tensor | None, list[Any]]:
     """(task, eval prompts or None, rejected prompts) of the task file ``path``'s
-    ``text``; a :class:`TrainRequestError` when it cannot be used (:func:`read_task`)."""
+    ``text``; a :class:`TrainRequestError` when it cannot be used, a ValueError when it
+    is not JSON (:func:`read_task`)."""
     shape = '{"task": {...}, "eval_prompts": [[tokens], ...]} (see data generate rlhf_ppo)'
-    try:
-        raw = json.loads(text)
-    except ValueError as exc:
-        why = str(exc).splitlines()[0]
-        raise TrainRequestError(f"rlhf_ppo: data {path}: not a JSON task file ({why})") from None
+    raw = json.loads(text)  # not JSON: a ValueError, refused by read_task
     if not isinstance(raw, dict) or not isinstance(raw.get("task"), dict):
         raise TrainRequestError(f"rlhf_ppo: data {path}: expected {shape}")
     known = {f.name for f in dataclasses.fields(TaskConfig)}

@@ -47,7 +47,7 @@ def ulp(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.exp2(exponent - mantissa)
 
 
-def _masked(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def _flat(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     flat = x.detach().to(torch.float64)
     if mask is None:
         return flat.reshape(-1)
@@ -56,7 +56,7 @@ def _masked(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 def k1_kl(log_ratio: torch.Tensor, mask: torch.Tensor | None = None) -> float:
     """Mean of the k1 estimator ``-x`` for samples of ``x = log q/p`` drawn from p."""
-    x = _masked(log_ratio, mask)
+    x = _flat(log_ratio, mask)
     return float(-x.mean()) if x.numel() else 0.0
 
 
@@ -72,15 +72,12 @@ def k3_terms(log_ratio: torch.Tensor) -> torch.Tensor:
 
 def k3_kl(log_ratio: torch.Tensor, mask: torch.Tensor | None = None) -> float:
     """Mean k3 KL over the mask, evaluated in float64 (the reference value)."""
-    x = _masked(log_ratio, mask)
+    x = _flat(log_ratio, mask)
     return float((torch.expm1(x) - x).mean()) if x.numel() else 0.0
 
 
 def mismatch_metrics(
-    trainer_logp: torch.Tensor,
-    rollout_logp: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    clip_eps: float = 0.2,
+    trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, clip_eps: float = 0.2
 ) -> dict[str, float]:
     """How far the trainer's log-probs of the sampled tokens are from the rollout's.
 
@@ -98,10 +95,10 @@ def mismatch_metrics(
       taken before any optimizer step, so the policy has not changed: any clipping PPO
       does on these tokens is caused by precision alone.
     """
-    t = _masked(trainer_logp, mask)
-    r = _masked(rollout_logp, mask)
+    t = _flat(trainer_logp)
+    r = _flat(rollout_logp)
     if t.numel() == 0:
-        raise ValueError("mismatch_metrics: the mask selects no tokens")
+        raise ValueError("mismatch_metrics: no tokens")
     d = t - r
     w = torch.exp(d)
     pt, pr = torch.exp(t), torch.exp(r)
@@ -128,12 +125,7 @@ def pearson(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((da * db).sum() / denom)
 
 
-def below_resolution_frac(
-    log_ratio: torch.Tensor,
-    logp: torch.Tensor,
-    dtype: torch.dtype,
-    mask: torch.Tensor | None = None,
-) -> float:
+def below_resolution_frac(log_ratio: torch.Tensor, logp: torch.Tensor, dtype: torch.dtype) -> float:
     """Fraction of log-ratios smaller than one ulp of |log p| in ``dtype``.
 
     A log-ratio ``log p - log q`` formed from two log-probs of magnitude |log p| in a
@@ -141,18 +133,16 @@ def below_resolution_frac(
     not signal. Unlike a fixed threshold (the seed's ``|x| < 1e-6``), this scales with
     the magnitude and the dtype.
     """
-    x = _masked(log_ratio, mask)
-    ref = _masked(logp, mask)
+    x = _flat(log_ratio)
+    ref = _flat(logp)
     if x.numel() == 0:
         return 0.0
     return float((x.abs() < ulp(ref, dtype)).to(torch.float64).mean())
 
 
-def fixed_threshold_frac(
-    log_ratio: torch.Tensor, threshold: float = 1e-6, mask: torch.Tensor | None = None
-) -> float:
+def fixed_threshold_frac(log_ratio: torch.Tensor, threshold: float = 1e-6) -> float:
     """Fraction with |x| < threshold: the seed's ``log_ratio_near_zero_frac``, for contrast."""
-    x = _masked(log_ratio, mask)
+    x = _flat(log_ratio)
     return float((x.abs() < threshold).to(torch.float64).mean()) if x.numel() else 0.0
 
 
@@ -181,10 +171,7 @@ def reward_resolution(rewards: torch.Tensor, dtype: torch.dtype) -> dict[str, fl
 
 
 def value_quantization(
-    values: torch.Tensor,
-    targets: torch.Tensor,
-    dtype: torch.dtype,
-    mask: torch.Tensor | None = None,
+    values: torch.Tensor, targets: torch.Tensor, dtype: torch.dtype
 ) -> dict[str, float]:
     """Quantization step of the value predictions against the size of their error.
 
@@ -193,8 +180,8 @@ def value_quantization(
     ``value_fp16_margin_bits`` = log2(65504 / max|V|): how many doublings of the value
     scale fit before fp16 overflows (negative: already overflowed).
     """
-    v = _masked(values, mask)
-    tgt = _masked(targets, mask)
+    v = _flat(values)
+    tgt = _flat(targets)
     err = (v - tgt).abs().median()
     step = ulp(v, dtype).median()
     vmax = float(v.abs().max()) if v.numel() else 0.0
@@ -205,9 +192,7 @@ def value_quantization(
     }
 
 
-def sequence_error_growth(
-    low_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor | None = None
-) -> dict[str, float]:
+def sequence_error_growth(low_logp: torch.Tensor, ref_logp: torch.Tensor) -> dict[str, float]:
     """How the summed log-prob error of a sequence grows with its length T.
 
     ``low_logp`` and ``ref_logp`` are [batch, T] per-token log-probs of the same tokens
@@ -217,8 +202,6 @@ def sequence_error_growth(
     walk (errors cancel), b ~ 1 a bias (errors pile up).
     """
     e = low_logp.detach().to(torch.float64) - ref_logp.detach().to(torch.float64)
-    if mask is not None:
-        e = e * mask.to(torch.float64)
     s = e.cumsum(dim=1).abs().mean(dim=0)
     t = torch.arange(1, s.numel() + 1, dtype=torch.float64, device=s.device)
     slope = _lstsq_slope(t, s)

@@ -108,8 +108,7 @@ def test_the_judged_sampler_draws_what_the_rollout_sampler_draws(
     import torch
 
     from genesis_fp16.plugin_api import model_weights
-    from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
-    from genesis_fp16_agents.rlhf_ppo.task import PPOTask
+    from genesis_fp16_agents.rlhf_ppo.task import PPOConfig, PPOTask
 
     checkpoint, _ = trained
     task = PPOTask(PPOConfig(), 1, "cpu", None, None, torch.zeros(1, 4, dtype=torch.long))

@@ -101,7 +101,7 @@ def _broken(scaffold: Any, rule: str) -> Any:
     broken._fallback = lambda request: (
         request.data_path
         if Path(request.data_path).suffix == ".jsonl"
-        else scaffold.generate_records(Path(request.state_dir) / "fallback", 64, 0)
+        else scaffold.plugin.generate_sample_data(Path(request.state_dir) / "fallback", 64, 0)
     )
     return broken
 
