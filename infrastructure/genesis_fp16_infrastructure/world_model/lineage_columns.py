@@ -215,12 +215,15 @@ def _columns(
     siblings = _siblings(index, me, slot_owner, slot_parent, created)
     if siblings is None:
         return None
+    # The parents in the pool but the attempt itself: the grandparents' and operators'.
+    other = _in_pool(index, slot_parent) & (slot_parent != me[slot_owner])
+    others = slot_owner[other], slot_parent[other]
     return [
         *_parent_scores(index, slot_owner, slot_parent, m),
         _log1p(_depth(index, slot_owner, slot_parent, slot_counts, m)),
-        *_grandparents(index, me, slot_owner, slot_parent, m),
+        *_grandparents(index, me, *others, m),
         *siblings,
-        *_operator_shares(index, me, slot_owner, slot_parent, m),
+        *_operator_shares(index, *others, m),
     ]
 
 
@@ -255,9 +258,7 @@ def _grandparents(
     index: PoolIndex, me: np.ndarray, owner: np.ndarray, parent: np.ndarray, m: int
 ) -> list[np.ndarray]:
     """The mean of the distinct grandparents' known scores (sorted, then summed), 0.5
-    when none, and whether any; a parent that is the attempt itself does not count."""
-    own = _in_pool(index, parent) & (parent != me[owner])
-    owner, parent = owner[own], parent[own]
+    when none, and whether any, of the parents ``parent`` (the attempt itself aside)."""
     counts = index.parent_start[parent + 1] - index.parent_start[parent]
     grand_owner = np.repeat(owner, counts)
     grand = index.parents[ranges(index.parent_start[parent], counts)]
@@ -308,12 +309,11 @@ def _siblings(
 
 
 def _operator_shares(
-    index: PoolIndex, me: np.ndarray, owner: np.ndarray, parent: np.ndarray, m: int
+    index: PoolIndex, owner: np.ndarray, parent: np.ndarray, m: int
 ) -> list[np.ndarray]:
-    """Each operator's share among the operators of the parents in the pool (the
-    attempt itself aside); 0.0 each without such parents."""
-    own = _in_pool(index, parent) & (parent != me[owner])
-    owner, code = owner[own], index.operator[parent[own]]
+    """Each operator's share among the operators of the parents ``parent`` (in the pool,
+    the attempt itself aside); 0.0 each without such parents."""
+    code = index.operator[parent]
     width = len(OPERATORS) + 1
     tally = np.bincount(owner * width + code, minlength=m * width).reshape(m, width)
     counts = tally.sum(axis=1)
