@@ -247,15 +247,14 @@ def stack_loop_optimizer_state(
     members, rest = divmod(len(saved[0]["params"]), len(live[0]["params"]))
     if members < 2 or rest:
         return None
-    for group, old in zip(live, saved, strict=True):
-        if len(old["params"]) != members * len(group["params"]):
-            return None
-        if any(p.dim() == 0 or p.shape[0] != members for p in group["params"]):
-            return None
     per_param, groups, index = state["state"], [], 0
     stacked: dict[int, dict[str, Any]] = {}
     for group, old in zip(live, saved, strict=True):
         count = len(group["params"])
+        if len(old["params"]) != members * count:
+            return None
+        if any(p.dim() == 0 or p.shape[0] != members for p in group["params"]):
+            return None
         for j in range(count):
             parts = [per_param.get(old["params"][k * count + j]) for k in range(members)]
             if all(part is not None for part in parts):
