@@ -348,7 +348,7 @@ def split_record(task: WorldModelTask) -> dict[str, Any]:
     if task.cross_validated:
         return {
             "mode": "cross_validation",
-            "folds": task.members,
+            "folds": task.config.members,
             "records": len(task.train_data),
             "eval": "out-of-fold: each record scored by the member that did not train on it",
         }

@@ -233,7 +233,6 @@ class WorldModelTask(WorldModelStep):
         # scheduled run compares its pool with it (genesis_fp16_infrastructure.data.fingerprint).
         self.seen = seen if seen is not None else fingerprint_of(data.columns)
         self.split = split = split or choose_split(data, options, seed, saved)
-        self.members = max(1, split.fold_count)
         train = split.train
         columns = data.columns
         # The unscaled numeric features of every example, computed once from the read's
@@ -254,8 +253,9 @@ class WorldModelTask(WorldModelStep):
                 columns.success[train].tolist(),
             )
             # A member trains on all folds but one: its width follows that many records.
-            member_records = len(train) * (self.members - 1) // self.members or len(train)
-            config = _model_config(options, self.encoder.n_features, member_records, self.members)
+            members = max(1, split.fold_count)
+            member_records = len(train) * (members - 1) // members or len(train)
+            config = _model_config(options, self.encoder.n_features, member_records, members)
         super().__init__(config, options.learning_rate, options.weight_decay)
         encoded: dict[int, Batch] = {}  # by array: the whole-pool task's parts are one
 
@@ -287,7 +287,7 @@ class WorldModelTask(WorldModelStep):
                 "%s task: %d examples in %d folds (cross-validated), %d features, model %s",
                 self.agent,
                 len(train),
-                self.members,
+                self.config.members,
                 self.encoder.n_features,
                 self.config,
             )
@@ -310,7 +310,7 @@ class WorldModelTask(WorldModelStep):
 
     @property
     def cross_validated(self) -> bool:
-        return self.members > 1
+        return self.config.members > 1
 
     def on_whole_pool(self, data: ReadResult, device: str = "cpu") -> WorldModelTask:
         """A task training on every labelled record of ``data`` the judged run does not
