@@ -215,12 +215,13 @@ def _columns(
     siblings = _siblings(index, me, slot_owner, slot_parent, created)
     if siblings is None:
         return None
-    # The parents in the pool but the attempt itself: the grandparents' and operators'.
-    other = _in_pool(index, slot_parent) & (slot_parent != me[slot_owner])
-    others = slot_owner[other], slot_parent[other]
+    inside = (slot_parent >= 0) & (slot_parent < index.records)  # the parents in the pool
+    owner, parent = slot_owner[inside], slot_parent[inside]
+    other = parent != me[owner]  # but the attempt itself: the grandparents' and operators'
+    others = owner[other], parent[other]
     return [
-        *_parent_scores(index, slot_owner, slot_parent, m),
-        _log1p(_depth(index, slot_owner, slot_parent, slot_counts, m)),
+        *_parent_scores(index, owner, parent, m),
+        _log1p(_depth(index, owner, parent, slot_counts, m)),
         *_grandparents(index, me, *others, m),
         *siblings,
         *_operator_shares(index, *others, m),
@@ -230,9 +231,9 @@ def _columns(
 def _parent_scores(
     index: PoolIndex, owner: np.ndarray, parent: np.ndarray, m: int
 ) -> list[np.ndarray]:
-    """The parents' known scores: mean, max, min (0.5 when none), and whether any."""
-    known = _in_pool(index, parent)
-    known[known] = index.scored[parent[known]]
+    """The known scores of the parents ``parent`` (in the pool): mean, max, min (0.5
+    when none), and whether any."""
+    known = index.scored[parent]
     owner, values = owner[known], index.score[parent[known]]
     mean, counts = _ordered_means(owner, values, m)
     heads = np.flatnonzero(_firsts(owner))
@@ -247,10 +248,10 @@ def _parent_scores(
 def _depth(
     index: PoolIndex, owner: np.ndarray, parent: np.ndarray, slots: np.ndarray, m: int
 ) -> np.ndarray:
-    """0 without parents; else 1 + the deepest parent in the pool (0 for one outside)."""
-    inside = _in_pool(index, parent)
+    """0 without parents (``slots``); else 1 + the deepest of the parents ``parent`` (in
+    the pool; 0 for one outside)."""
     deepest = np.zeros(m, np.int64)
-    np.maximum.at(deepest, owner[inside], index.depth[parent[inside]])
+    np.maximum.at(deepest, owner, index.depth[parent])
     return np.where(slots > 0, deepest + 1, 0)
 
 
@@ -343,10 +344,6 @@ def _firsts(*keys: np.ndarray) -> np.ndarray:
     if len(first) > 1:
         first[1:] = np.any([key[1:] != key[:-1] for key in keys], axis=0)
     return first
-
-
-def _in_pool(index: PoolIndex, ids: np.ndarray) -> np.ndarray:
-    return (ids >= 0) & (ids < index.records)
 
 
 def _ordered_means(owner: np.ndarray, values: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
