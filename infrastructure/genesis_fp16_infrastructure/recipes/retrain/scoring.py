@@ -67,15 +67,14 @@ def pool_numeric(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor:
 def success_probability(
     state: Mapping[str, Any],
     columns: PoolColumns,
-    labelled: np.ndarray | None = None,
+    labelled: np.ndarray,
     numeric: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """P(success) of the labelled records of ``columns`` (``labelled``: those, by their
-    place among the labelled; None: every one) by the checkpoint ``state``'s served
-    weights (an ensemble's: its members' mean). ``numeric``: those rows'
-    :func:`pool_numeric`, when built already."""
+    """P(success) of the labelled records ``labelled`` of ``columns`` (by their place
+    among the labelled) by the checkpoint ``state``'s served weights (an ensemble's: its
+    members' mean). ``numeric``: those rows' :func:`pool_numeric`, when built already."""
     predictor = WorldModelPredictor.of_state(state)
-    rows = columns.labelled if labelled is None else columns.labelled[labelled]
+    rows = columns.labelled[labelled]
     if numeric is None:
         numeric = pool_numeric(columns, rows)
     x = predictor.encoder.encode_parts(Categorical.of_rows(columns, rows), numeric)
