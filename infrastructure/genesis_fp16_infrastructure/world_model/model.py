@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -180,7 +180,7 @@ class _Stacked(nn.Module):
     """Linear layers of one shape, or LayerNorms of one width, stacked: each member's
     weight and bias on a new first dimension, ``(members, n, in)`` -> ``(members, n, out)``."""
 
-    def __init__(self, layers: Sequence[nn.Linear | nn.LayerNorm]) -> None:
+    def __init__(self, layers: Sequence[nn.Module]) -> None:
         super().__init__()
         first = layers[0]
         self.eps = float(first.eps) if isinstance(first, nn.LayerNorm) else None  # None: Linear
@@ -205,7 +205,7 @@ def _stacked(layers: Sequence[nn.Module]) -> nn.Module:
     """One trunk layer for every member: stacked weights, or the layer itself if it has none."""
     first = layers[0]
     if isinstance(first, nn.Linear | nn.LayerNorm):
-        return _Stacked(cast(Sequence[nn.Linear | nn.LayerNorm], layers))
+        return _Stacked(layers)
     if any(True for _ in first.parameters()):
         raise TypeError(f"no stacked form of {type(first).__name__}")
     return first  # GELU, Dropout (its mask drawn once over every member's activations)
