@@ -101,7 +101,7 @@ def footprint(records: int, seed: int, device: str = "cpu") -> dict[str, Any]:
     return {
         "records": records,
         "model": str(task.config),
-        "members": task.members,
+        "members": task.config.members,
         "batch": size,
         "parameters": params,
         "model_bytes": param_bytes,

@@ -16,12 +16,7 @@ from genesis_fp16.plugin_api import (
     API_VERSION,
     JUDGING_VERSION,
     ProbeSetup,
-    RecordLosses,
-    TrainRequest,
-    TrainResult,
 )
-from genesis_fp16_infrastructure.api import DataCheck
-from genesis_fp16_infrastructure.contract.judging import RecordIds
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.recipes.retrain import freshness, probe, run, scoring
 from genesis_fp16_infrastructure.recipes.retrain.options import agent_options
@@ -52,28 +47,16 @@ class SEDarwinPlugin:
         """Write ``<out>/trajectory_pools/se_darwin/trajectory_pool.json``; return its path."""
         return write_pool(Path(out), count, seed, agent=self.name)
 
-    def train(self, request: TrainRequest) -> TrainResult:
-        """Train a candidate in the judged run's candidate folder (``retrain.run.train``)
-        on the records the held-out split leaves it: afresh on the current records, or
-        continuing the served model when the run is forced."""
-        return run.train(request)
-
-    def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
-        """``checkpoint``'s success log-loss on each labelled record of the request's
-        pool, by trajectory id, segmented by Genesis agent (``retrain.scoring``)."""
-        return scoring.score_records(checkpoint, request)
-
-    def record_ids(self, request: TrainRequest) -> RecordIds | None:
-        """Every labelled record of the request's pool, unscored (``retrain.scoring``): the
-        judged run scores the served model only where it needs its losses."""
-        return scoring.record_ids(request)
-
-    def check_data(self, request: TrainRequest) -> DataCheck:
-        """The data files scanned once, and the run's result when nothing changed since
-        the served model's run (decided from the data manifest beside it, without parsing
-        or torch; None: the run must read the pool). A job's plan asks once, before it
-        starts a run's process, and hands both to the run in ``request.snapshot``."""
-        return freshness.check_data(request)
+    # The retrain recipe's own functions, called as they are: train a candidate in the
+    # judged run's candidate folder (afresh, or continuing the served model when forced);
+    # score a checkpoint's success log-loss per labelled record, by judged id and Genesis
+    # agent, or list those records unscored; scan the data files once before a run, with
+    # its result when nothing changed since the served model's run (decided from the
+    # data manifest beside it, without parsing or torch).
+    train = staticmethod(run.train)
+    score_records = staticmethod(scoring.score_records)
+    record_ids = staticmethod(scoring.record_ids)
+    check_data = staticmethod(freshness.check_data)
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
         """The world model, its loss and a few real batches, for the precision probe."""

@@ -123,10 +123,6 @@ class Categorical(NamedTuple):
             *(c.at(rows) for c in (columns.operator, columns.tools, columns.pattern, columns.agent))
         )
 
-    def part(self, start: int, end: int) -> Categorical:
-        """The attempts ``start`` to ``end``."""
-        return Categorical(*(Coded(c.codes[start:end], c.values) for c in self))
-
     def __len__(self) -> int:
         return len(self.operator.codes)
 
@@ -230,61 +226,36 @@ class FeatureEncoder:
         copied whole)."""
         n = len(parts)
         out = torch.empty((n, self.n_features), dtype=torch.float32)
+        mean = torch.tensor(self.mean, dtype=torch.float64)
+        std = torch.tensor(self.std, dtype=torch.float64)
+        # The agent's base rate as log-odds against the overall rate; 0 for an unknown
+        # agent. Rounded: a one-agent pool's smoothed rate equals the overall one only up
+        # to float rounding, and a 1e-16 input flushes to zero in fp16 while its fp32
+        # gradient does not (the precision probe counted 32 flushed gradients for it).
+        rates, base = dict(self.agent_rates), _logit(self.base_rate)
+        agent_rates = [
+            [round(_logit(rates.get(agent, self.base_rate)) - base, 6)]
+            for agent in parts.agent.values
+        ]
+        # Each field's columns worked out once per distinct value (a pool repeats a few
+        # hundred: the same tools recur), then each attempt's row looked up by its code.
+        tables = [
+            (_word_columns(parts.operator.values, OPERATORS, other=False), parts.operator),
+            (_word_columns(parts.tools.values, self.tools, other=True), parts.tools),
+            (_word_columns(parts.pattern.values, self.patterns, other=True), parts.pattern),
+            (torch.tensor(agent_rates, dtype=torch.float64).reshape(-1, 1), parts.agent),
+        ]
         for start in range(0, n, ENCODE_ROWS):
             end = min(n, start + ENCODE_ROWS)
             block = numeric[start:end] if rows is None else numeric[rows[start:end]]
-            self._encode_rows(parts.part(start, end), block, out[start:end])
+            looked_up = (table[torch.from_numpy(c.codes[start:end])] for table, c in tables)
+            # Each float64 part rounded into its columns of ``out`` as it is made: the same
+            # bits as joining them first (torch.cat, 40% of an encode) and rounding once.
+            at = 0
+            for part in ((block - mean) / std, *looked_up):
+                out[start:end, at : at + part.shape[1]] = part
+                at += part.shape[1]
         return out
-
-    def _encode_rows(self, parts: Categorical, numeric: torch.Tensor, out: torch.Tensor) -> None:
-        # Each float64 part rounded into its columns of ``out`` as it is made: the same
-        # bits as joining them first (torch.cat, 40% of an encode) and rounding once.
-        mean = torch.tensor(self.mean, dtype=torch.float64)
-        std = torch.tensor(self.std, dtype=torch.float64)
-        at = 0
-        for part in (
-            (numeric - mean) / std,
-            _one_hot(parts.operator, OPERATORS, other=False),
-            self._tool_columns(parts.tools),
-            _one_hot(parts.pattern, self.patterns, other=True),
-            self._agent_column(parts.agent),
-        ):
-            out[:, at : at + part.shape[1]] = part
-            at += part.shape[1]
-
-    def _tool_columns(self, tools: Coded) -> torch.Tensor:
-        """One column per known tool (used or not), then the count of other tools used.
-
-        Worked out once per distinct list of tools (a pool has a few hundred: the same
-        tools recur), then each attempt's row is looked up by its code."""
-        index = {tool: i for i, tool in enumerate(self.tools)}
-        width = len(self.tools) + 1
-        rows: list[list[float]] = []
-        for tools_used in tools.values:
-            row = [0.0] * width
-            for tool in set(tools_used):
-                col = index.get(tool)
-                if col is None:
-                    row[-1] += 1.0
-                else:
-                    row[col] = 1.0
-            rows.append(row)
-        table = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), width)
-        return table[torch.from_numpy(tools.codes)]
-
-    def _agent_column(self, agents: Coded) -> torch.Tensor:
-        """The agent's base rate as log-odds against the overall rate; 0 for an unknown agent.
-
-        Rounded: a one-agent pool's smoothed rate equals the overall one only up to float
-        rounding, and a 1e-16 input flushes to zero in fp16 while its fp32 gradient does
-        not (the precision probe counted 32 flushed gradients for it)."""
-        rates = dict(self.agent_rates)
-        by_agent = [
-            round(_logit(rates.get(agent, self.base_rate)) - _logit(self.base_rate), 6)
-            for agent in agents.values
-        ]
-        table = torch.tensor(by_agent, dtype=torch.float64).reshape(len(by_agent))
-        return table[torch.from_numpy(agents.codes)].reshape(-1, 1)
 
     def state_dict(self) -> dict[str, Any]:
         """Plain lists, strings and floats: safe for ``torch.load(weights_only=True)``."""
@@ -382,14 +353,19 @@ def numeric_rows(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor | None:
     return torch.from_numpy(out)
 
 
-def _one_hot(values: Coded, vocabulary: Sequence[str], other: bool) -> torch.Tensor:
-    """A 1.0 in the column of each value's word; with ``other``, a last column that is 1.0
-    where the value is in no column (the empty pattern included). A row per distinct
-    value, then each attempt's looked up by its code, as for the tools."""
+def _word_columns(values: Sequence[Any], vocabulary: Sequence[str], other: bool) -> torch.Tensor:
+    """A row per distinct value (a word, or a tuple of words: the tools used): 1.0 in the
+    column of each of its words in ``vocabulary``; with ``other``, a last column counting
+    its words in none (the empty pattern included)."""
     index = {word: i for i, word in enumerate(vocabulary)}
-    missing = len(vocabulary)
-    rows = torch.eye(missing + 1, dtype=torch.float64)[:, : missing + other]
-    return rows[[index.get(v, missing) for v in values.values]][torch.from_numpy(values.codes)]
+    width = len(vocabulary) + 1
+    rows: list[list[float]] = []
+    for value in values:
+        row = [0.0] * width
+        for word in {value} if isinstance(value, str) else set(value):
+            row[index.get(word, width - 1)] += 1.0
+        rows.append(row[: width - 1 + other])
+    return torch.tensor(rows, dtype=torch.float64).reshape(len(rows), width - 1 + other)
 
 
 def _logit(p: float) -> float:

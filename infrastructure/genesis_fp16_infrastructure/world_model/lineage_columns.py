@@ -215,21 +215,25 @@ def _columns(
     siblings = _siblings(index, me, slot_owner, slot_parent, created)
     if siblings is None:
         return None
+    inside = (slot_parent >= 0) & (slot_parent < index.records)  # the parents in the pool
+    owner, parent = slot_owner[inside], slot_parent[inside]
+    other = parent != me[owner]  # but the attempt itself: the grandparents' and operators'
+    others = owner[other], parent[other]
     return [
-        *_parent_scores(index, slot_owner, slot_parent, m),
-        _log1p(_depth(index, slot_owner, slot_parent, slot_counts, m)),
-        *_grandparents(index, me, slot_owner, slot_parent, m),
+        *_parent_scores(index, owner, parent, m),
+        _log1p(_depth(index, owner, parent, slot_counts, m)),
+        *_grandparents(index, me, *others, m),
         *siblings,
-        *_operator_shares(index, me, slot_owner, slot_parent, m),
+        *_operator_shares(index, *others, m),
     ]
 
 
 def _parent_scores(
     index: PoolIndex, owner: np.ndarray, parent: np.ndarray, m: int
 ) -> list[np.ndarray]:
-    """The parents' known scores: mean, max, min (0.5 when none), and whether any."""
-    known = _in_pool(index, parent)
-    known[known] = index.scored[parent[known]]
+    """The known scores of the parents ``parent`` (in the pool): mean, max, min (0.5
+    when none), and whether any."""
+    known = index.scored[parent]
     owner, values = owner[known], index.score[parent[known]]
     mean, counts = _ordered_means(owner, values, m)
     heads = np.flatnonzero(_firsts(owner))
@@ -244,10 +248,10 @@ def _parent_scores(
 def _depth(
     index: PoolIndex, owner: np.ndarray, parent: np.ndarray, slots: np.ndarray, m: int
 ) -> np.ndarray:
-    """0 without parents; else 1 + the deepest parent in the pool (0 for one outside)."""
-    inside = _in_pool(index, parent)
+    """0 without parents (``slots``); else 1 + the deepest of the parents ``parent`` (in
+    the pool; 0 for one outside)."""
     deepest = np.zeros(m, np.int64)
-    np.maximum.at(deepest, owner[inside], index.depth[parent[inside]])
+    np.maximum.at(deepest, owner, index.depth[parent])
     return np.where(slots > 0, deepest + 1, 0)
 
 
@@ -255,9 +259,7 @@ def _grandparents(
     index: PoolIndex, me: np.ndarray, owner: np.ndarray, parent: np.ndarray, m: int
 ) -> list[np.ndarray]:
     """The mean of the distinct grandparents' known scores (sorted, then summed), 0.5
-    when none, and whether any; a parent that is the attempt itself does not count."""
-    own = _in_pool(index, parent) & (parent != me[owner])
-    owner, parent = owner[own], parent[own]
+    when none, and whether any, of the parents ``parent`` (the attempt itself aside)."""
     counts = index.parent_start[parent + 1] - index.parent_start[parent]
     grand_owner = np.repeat(owner, counts)
     grand = index.parents[ranges(index.parent_start[parent], counts)]
@@ -308,12 +310,11 @@ def _siblings(
 
 
 def _operator_shares(
-    index: PoolIndex, me: np.ndarray, owner: np.ndarray, parent: np.ndarray, m: int
+    index: PoolIndex, owner: np.ndarray, parent: np.ndarray, m: int
 ) -> list[np.ndarray]:
-    """Each operator's share among the operators of the parents in the pool (the
-    attempt itself aside); 0.0 each without such parents."""
-    own = _in_pool(index, parent) & (parent != me[owner])
-    owner, code = owner[own], index.operator[parent[own]]
+    """Each operator's share among the operators of the parents ``parent`` (in the pool,
+    the attempt itself aside); 0.0 each without such parents."""
+    code = index.operator[parent]
     width = len(OPERATORS) + 1
     tally = np.bincount(owner * width + code, minlength=m * width).reshape(m, width)
     counts = tally.sum(axis=1)
@@ -343,10 +344,6 @@ def _firsts(*keys: np.ndarray) -> np.ndarray:
     if len(first) > 1:
         first[1:] = np.any([key[1:] != key[:-1] for key in keys], axis=0)
     return first
-
-
-def _in_pool(index: PoolIndex, ids: np.ndarray) -> np.ndarray:
-    return (ids >= 0) & (ids < index.records)
 
 
 def _ordered_means(owner: np.ndarray, values: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -145,9 +145,9 @@ class WorldModelEnsemble(nn.Module):
         self.trunk = nn.Sequential(
             *(_stacked(layers) for layers in zip(*(m.trunk for m in members), strict=True))
         )
-        self.success_head = _StackedLinear([m.success_head for m in members])
-        self.score_head = _StackedLinear([m.score_head for m in members])
-        self.outcome_head = _StackedLinear([m.outcome_head for m in members])
+        self.success_head = _Stacked([m.success_head for m in members])
+        self.score_head = _Stacked([m.score_head for m in members])
+        self.outcome_head = _Stacked([m.outcome_head for m in members])
         self.register_load_state_dict_pre_hook(_stack_loop_layout)
 
     def forward(self, x: torch.Tensor, per_member: bool = False) -> WorldModelOutput:
@@ -176,27 +176,24 @@ class WorldModelEnsemble(nn.Module):
         return one.train(self.training)
 
 
-class _StackedLinear(nn.Module):
-    """Linear layers of one shape, stacked: ``(members, n, in)`` -> ``(members, n, out)``."""
+class _Stacked(nn.Module):
+    """Linear layers of one shape, or LayerNorms of one width, stacked: each member's
+    weight and bias on a new first dimension, ``(members, n, in)`` -> ``(members, n, out)``."""
 
-    def __init__(self, layers: Sequence[nn.Linear]) -> None:
+    def __init__(self, layers: Sequence[nn.Module]) -> None:
         super().__init__()
-        self.weight, self.bias = _stacked_parameters(layers)
+        first = layers[0]
+        self.eps = float(first.eps) if isinstance(first, nn.LayerNorm) else None  # None: Linear
+        self.weight, self.bias = (
+            nn.Parameter(torch.stack([getattr(layer, name).detach() for layer in layers]))
+            for name in ("weight", "bias")
+        )
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        # One batched matmul, bias fused; autocast runs it in bf16/fp16 as it does Linear.
-        return torch.baddbmm(self.bias.unsqueeze(1), h, self.weight.transpose(1, 2))
-
-
-class _StackedLayerNorm(nn.Module):
-    """LayerNorms of one width, stacked: one normalisation, then each member's affine."""
-
-    def __init__(self, norms: Sequence[nn.LayerNorm]) -> None:
-        super().__init__()
-        self.eps = float(norms[0].eps)
-        self.weight, self.bias = _stacked_parameters(norms)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if self.eps is None:
+            # One batched matmul, bias fused; autocast runs it in bf16/fp16 as it does Linear.
+            return torch.baddbmm(self.bias.unsqueeze(1), h, self.weight.transpose(1, 2))
+        # LayerNorm: one normalisation, then each member's affine.
         normed = F.layer_norm(h, h.shape[-1:], eps=self.eps)
         affine = torch.addcmul(self.bias.unsqueeze(1), normed, self.weight.unsqueeze(1))
         # LayerNorm's output dtype under autocast: the input's on a CPU (bf16/fp16),
@@ -204,21 +201,11 @@ class _StackedLayerNorm(nn.Module):
         return affine.to(normed.dtype)
 
 
-def _stacked_parameters(layers: Sequence[nn.Linear | nn.LayerNorm]) -> list[nn.Parameter]:
-    """The layers' weights and biases, each stacked on a new first dimension."""
-    return [
-        nn.Parameter(torch.stack([getattr(layer, name).detach() for layer in layers]))
-        for name in ("weight", "bias")
-    ]
-
-
 def _stacked(layers: Sequence[nn.Module]) -> nn.Module:
     """One trunk layer for every member: stacked weights, or the layer itself if it has none."""
     first = layers[0]
-    if isinstance(first, nn.Linear):
-        return _StackedLinear([cast(nn.Linear, layer) for layer in layers])
-    if isinstance(first, nn.LayerNorm):
-        return _StackedLayerNorm([cast(nn.LayerNorm, layer) for layer in layers])
+    if isinstance(first, nn.Linear | nn.LayerNorm):
+        return _Stacked(layers)
     if any(True for _ in first.parameters()):
         raise TypeError(f"no stacked form of {type(first).__name__}")
     return first  # GELU, Dropout (its mask drawn once over every member's activations)
@@ -260,15 +247,14 @@ def stack_loop_optimizer_state(
     members, rest = divmod(len(saved[0]["params"]), len(live[0]["params"]))
     if members < 2 or rest:
         return None
-    for group, old in zip(live, saved, strict=True):
-        if len(old["params"]) != members * len(group["params"]):
-            return None
-        if any(p.dim() == 0 or p.shape[0] != members for p in group["params"]):
-            return None
     per_param, groups, index = state["state"], [], 0
     stacked: dict[int, dict[str, Any]] = {}
     for group, old in zip(live, saved, strict=True):
         count = len(group["params"])
+        if len(old["params"]) != members * count:
+            return None
+        if any(p.dim() == 0 or p.shape[0] != members for p in group["params"]):
+            return None
         for j in range(count):
             parts = [per_param.get(old["params"][k * count + j]) for k in range(members)]
             if all(part is not None for part in parts):

@@ -24,7 +24,6 @@ a fixed one flags small batches for their noise alone.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 
 import torch
@@ -145,10 +144,10 @@ class _Reference:
         out = self.numeric_distances(cols)
         for name, records in values.items():
             vocab, other = self.vocab[name], len(self.vocab[name])
-            found = Counter(vocab.get(v, other) for vs in records for v in vs)
-            counts = torch.zeros(other + 1, dtype=torch.float64)
-            for column, count in found.items():
-                counts[column] = count
+            found = torch.tensor(
+                [vocab.get(v, other) for vs in records for v in vs], dtype=torch.long
+            )
+            counts = torch.bincount(found, minlength=other + 1).double()
             out[name] = self.categorical_distance(name, counts)
         return out
 

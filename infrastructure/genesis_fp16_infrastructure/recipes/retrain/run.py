@@ -215,8 +215,15 @@ def _drift(
     with clock.phase("drift"):  # drift_report builds the numbers when the task gave none
         seen = DataFingerprint.from_state(served.get("data"))
         drift = drift_report(data.columns, seen, request.seed, numeric)
-    if drift is not None:
-        log_drift(drift, request.agent)
+    if drift is not None and drift.any_flagged:  # one line: what moved, and by how much
+        logger.warning(
+            "%s: %d new record(s) drifted: %s; success rate shift %+.3f (threshold %.3f)",
+            request.agent,
+            drift.new_records,
+            ", ".join(f"{k} {drift.features[k]:.3f}" for k in drift.flagged) or "none",
+            drift.label_shift,
+            drift.label_shift_threshold,
+        )
     return drift
 
 
@@ -311,21 +318,7 @@ def refit_record(refit: FitResult, records: int, split_checkpoint: Path | None) 
 
 
 # What the run reports beside its counts (contract.reports): the data it trained on and
-# what changed, the drift of the new records (logged when flagged), how the records were
-# split; train builds its result from these once.
-
-
-def log_drift(drift: DriftReport, agent: str) -> None:
-    """One line for a flagged report: what moved, and by how much."""
-    if drift.any_flagged:
-        logger.warning(
-            "%s: %d new record(s) drifted: %s; success rate shift %+.3f (threshold %.3f)",
-            agent,
-            drift.new_records,
-            ", ".join(f"{k} {drift.features[k]:.3f}" for k in drift.flagged) or "none",
-            drift.label_shift,
-            drift.label_shift_threshold,
-        )
+# what changed, how the records were split; train builds its result from these once.
 
 
 def data_record(seen: DataFingerprint, change: DataChange | None) -> DataReport:
@@ -348,7 +341,7 @@ def split_record(task: WorldModelTask) -> dict[str, Any]:
     if task.cross_validated:
         return {
             "mode": "cross_validation",
-            "folds": task.members,
+            "folds": task.config.members,
             "records": len(task.train_data),
             "eval": "out-of-fold: each record scored by the member that did not train on it",
         }

@@ -67,15 +67,14 @@ def pool_numeric(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor:
 def success_probability(
     state: Mapping[str, Any],
     columns: PoolColumns,
-    labelled: np.ndarray | None = None,
+    labelled: np.ndarray,
     numeric: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """P(success) of the labelled records of ``columns`` (``labelled``: those, by their
-    place among the labelled; None: every one) by the checkpoint ``state``'s served
-    weights (an ensemble's: its members' mean). ``numeric``: those rows'
-    :func:`pool_numeric`, when built already."""
+    """P(success) of the labelled records ``labelled`` of ``columns`` (by their place
+    among the labelled) by the checkpoint ``state``'s served weights (an ensemble's: its
+    members' mean). ``numeric``: those rows' :func:`pool_numeric`, when built already."""
     predictor = WorldModelPredictor.of_state(state)
-    rows = columns.labelled if labelled is None else columns.labelled[labelled]
+    rows = columns.labelled[labelled]
     if numeric is None:
         numeric = pool_numeric(columns, rows)
     x = predictor.encoder.encode_parts(Categorical.of_rows(columns, rows), numeric)
@@ -83,16 +82,14 @@ def success_probability(
         return torch.sigmoid(predictor.model(x).success_logit.float())
 
 
-def log_losses(p: torch.Tensor, success: np.ndarray) -> np.ndarray:
-    """Each record's log-loss of ``p`` (clipped to [CLIP, 1 - CLIP]) against its label."""
+def record_losses(p: torch.Tensor, success: np.ndarray) -> dict[str, np.ndarray]:
+    """Each record's log-loss and Brier score ((p - label)^2) of ``p``, clipped to
+    [CLIP, 1 - CLIP], against its label; the first column is the primary."""
     q = p.double().clamp(CLIP, 1 - CLIP).numpy()
-    return np.where(success, -np.log(q), -np.log1p(-q))
-
-
-def brier_losses(p: torch.Tensor, success: np.ndarray) -> np.ndarray:
-    """Each record's Brier score of ``p`` (clipped as for the log-loss): (p - label)^2."""
-    q = p.double().clamp(CLIP, 1 - CLIP).numpy()
-    return np.asarray((q - success.astype(np.float64)) ** 2)
+    return {
+        "log_loss": np.where(success, -np.log(q), -np.log1p(-q)),
+        "brier": np.asarray((q - success.astype(np.float64)) ** 2),
+    }
 
 
 @dataclass
@@ -171,11 +168,7 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
         p = success_probability(state, columns, asked, numeric)
     except (KeyError, RuntimeError) as exc:  # not a world model this build can load
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
-    success = columns.success[asked]
-    losses = {  # the first column: the primary
-        "log_loss": log_losses(p, success),
-        "brier": brier_losses(p, success),
-    }
+    losses = record_losses(p, columns.success[asked])
     named = [pool.segments[i] for i in asked.tolist()]
     return RecordLosses.of([ids[i] for i in asked.tolist()], losses, named, data.quarantined)
 

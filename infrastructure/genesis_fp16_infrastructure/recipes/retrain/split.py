@@ -62,12 +62,11 @@ class Draw(NamedTuple):
     hashes: np.ndarray  # int64
 
     @classmethod
-    def of_columns(cls, columns: PoolColumns) -> Draw:
-        """A read's examples (``data.pool_columns``): their ids and id hashes."""
-        return cls(columns.example_ids, columns.id_hash[columns.labelled])
-
-    def take(self, rows: np.ndarray) -> Draw:
-        return Draw(list(map(self.ids.__getitem__, rows.tolist())), self.hashes[rows])
+    def of_rows(cls, columns: PoolColumns, rows: np.ndarray) -> Draw:
+        """A read's examples ``rows`` (places among its labelled records, as a
+        :class:`Split` holds them; ``data.pool_columns``): their ids and id hashes."""
+        records = columns.labelled[rows]
+        return cls(list(map(columns.ids.__getitem__, records.tolist())), columns.id_hash[records])
 
     def points(self, seed: int, salt: str, version: int) -> np.ndarray:
         """Each record's place in [0, 1) (held out below the fraction), float64."""
@@ -160,15 +159,15 @@ def split_examples(
     ``eval_fraction`` more, by a hash of (seed, id), when given); validation, by a hash
     of (seed, id) out of the rest."""
     count = data.labelled
-    draw = Draw.of_columns(data.columns)
     everywhere = np.arange(count)
     out = judged_held_out(data)
     if eval_fraction is not None:
-        out |= draw.points(seed, "", version) < eval_fraction
+        out |= Draw.of_rows(data.columns, everywhere).points(seed, "", version) < eval_fraction
     fraction = round(float(out.mean()), 4) if count else 0.0
     validation = split_fractions(count, fraction)[1]
     held_rows, rest_rows = everywhere[out], everywhere[~out]
-    in_validation = draw.take(rest_rows).points(seed, "validation:", version) < validation
+    drawn = Draw.of_rows(data.columns, rest_rows).points(seed, "validation:", version)
+    in_validation = drawn < validation
     val_rows, train_rows = rest_rows[in_validation], rest_rows[~in_validation]
     if not len(train_rows) or not len(held_rows) or not len(val_rows):
         raise TrainRequestError(
@@ -227,7 +226,7 @@ def fold_split(data: ReadResult, seed: int, folds: int, version: int = SPLIT_HAS
         raise TrainRequestError(
             f"{count} labelled example(s) cannot be dealt into {folds} folds; add data"
         )
-    dealt = Draw.of_columns(data.columns).take(rows).folds(seed, folds, version)
+    dealt = Draw.of_rows(data.columns, rows).folds(seed, folds, version)
     return Split(rows, rows, rows, 0.0, 0.0, tuple(dealt.tolist()), folds, version)
 
 

@@ -233,7 +233,6 @@ class WorldModelTask(WorldModelStep):
         # scheduled run compares its pool with it (genesis_fp16_infrastructure.data.fingerprint).
         self.seen = seen if seen is not None else fingerprint_of(data.columns)
         self.split = split = split or choose_split(data, options, seed, saved)
-        self.members = max(1, split.fold_count)
         train = split.train
         columns = data.columns
         # The unscaled numeric features of every example, computed once from the read's
@@ -254,8 +253,9 @@ class WorldModelTask(WorldModelStep):
                 columns.success[train].tolist(),
             )
             # A member trains on all folds but one: its width follows that many records.
-            member_records = len(train) * (self.members - 1) // self.members or len(train)
-            config = _model_config(options, self.encoder.n_features, member_records, self.members)
+            members = max(1, split.fold_count)
+            member_records = len(train) * (members - 1) // members or len(train)
+            config = _model_config(options, self.encoder.n_features, member_records, members)
         super().__init__(config, options.learning_rate, options.weight_decay)
         encoded: dict[int, Batch] = {}  # by array: the whole-pool task's parts are one
 
@@ -271,17 +271,15 @@ class WorldModelTask(WorldModelStep):
         self.train_data = batch(train)
         self.validation_data = batch(split.validation)
         self.eval_data = batch(split.held_out)
-        # Early stopping's record holds on these records alone: the distinct id hashes of
-        # the training and validation parts (since issue 36; the ids' text, sorted, before:
-        # a checkpoint of then starts a new record once).
-        hashes = [columns.id_hash[columns.labelled[p]] for p in (train, split.validation)]
-        # The ids it trains on (training and validation parts), the checkpoint's
-        # "trained_ids" (contract.judging): the judged run checks none is held out. Kept
-        # as their hashes, one tensor: each checkpoint saves it, and each judged run loads
-        # it (as 100,000 strings, 0.7 s a load).
-        parts = [columns.judged[p] for p in (train, split.validation)]
-        self.trained_ids = torch.from_numpy(sorted_unique(np.concatenate(parts)).view(np.int64))
-        distinct = sorted_unique(np.concatenate(hashes))
+        known = np.concatenate((train, split.validation))  # the records it trains on
+        # The ids it trains on, the checkpoint's "trained_ids" (contract.judging): the
+        # judged run checks none is held out. Kept as their hashes, one tensor: each
+        # checkpoint saves it, and each judged run loads it (as 100,000 strings, 0.7 s a load).
+        self.trained_ids = torch.from_numpy(sorted_unique(columns.judged[known]).view(np.int64))
+        # Early stopping's record holds on these records alone: their distinct id hashes
+        # (since issue 36; the ids' text, sorted, before: a checkpoint of then starts a new
+        # record once).
+        distinct = sorted_unique(columns.id_hash[columns.labelled[known]])
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
         held = split.held_out
         if self.cross_validated:
@@ -289,7 +287,7 @@ class WorldModelTask(WorldModelStep):
                 "%s task: %d examples in %d folds (cross-validated), %d features, model %s",
                 self.agent,
                 len(train),
-                self.members,
+                self.config.members,
                 self.encoder.n_features,
                 self.config,
             )
@@ -312,7 +310,7 @@ class WorldModelTask(WorldModelStep):
 
     @property
     def cross_validated(self) -> bool:
-        return self.members > 1
+        return self.config.members > 1
 
     def on_whole_pool(self, data: ReadResult, device: str = "cpu") -> WorldModelTask:
         """A task training on every labelled record of ``data`` the judged run does not
@@ -386,14 +384,8 @@ class WorldModelTask(WorldModelStep):
         if not self.cross_validated:
             return model(data.x)
         out: WorldModelOutput = model(data.x, per_member=True)
-        fold = data.fold.unsqueeze(0)
-        return WorldModelOutput(
-            out.success_logit.gather(0, fold).squeeze(0),
-            out.score_logit.gather(0, fold).squeeze(0),
-            out.outcome_logits.gather(
-                0, fold.unsqueeze(-1).expand(1, *out.outcome_logits.shape[1:])
-            ).squeeze(0),
-        )
+        record = (data.fold, torch.arange(len(data), device=data.fold.device))
+        return WorldModelOutput(*(member_by_record[record] for member_by_record in out))
 
     def extra_state(self) -> dict[str, Any]:
         return world_model_state(
