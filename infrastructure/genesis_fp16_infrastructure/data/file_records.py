@@ -328,7 +328,7 @@ def _count(column: bytes, width: int) -> int:
 
 def _optional(values: list[float | None]) -> tuple[bytes, bytes]:
     """An optional number column as its values (<f8, nan for None) and its mask."""
-    numbers = np.array([np.nan if v is None else v for v in values], dtype="<f8")
+    numbers = np.array(values, dtype="<f8")  # numpy reads None as nan
     mask = np.array([v is not None for v in values], dtype=np.bool_)
     return numbers.reshape(len(values)).tobytes(), mask.reshape(len(values)).tobytes()
 
