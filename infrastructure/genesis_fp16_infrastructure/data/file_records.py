@@ -182,8 +182,9 @@ class RecordBlock(msgspec.Struct):
             name: list(chain.from_iterable(getattr(b, name) for b in blocks)) for name in _LISTS
         }
         columns.update({name: b"".join(getattr(b, name) for b in blocks) for name in _BYTES})
-        for which, (name, values) in enumerate(_CODED):
-            codes, distinct = joined_codes(b.coded()[which] for b in blocks)
+        by_block = zip(*(b.coded() for b in blocks), strict=True)  # each block's decoded once
+        for (name, values), parts in zip(_CODED, by_block, strict=True):
+            codes, distinct = joined_codes(parts)
             columns[name], columns[values] = codes.astype(_CODE).tobytes(), distinct
         return cls(**columns, version=blocks[0].version)
 
