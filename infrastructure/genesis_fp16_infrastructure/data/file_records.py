@@ -334,7 +334,7 @@ def _optional(values: list[float | None]) -> tuple[bytes, bytes]:
     return numbers.reshape(len(values)).tobytes(), mask.reshape(len(values)).tobytes()
 
 
-def _int64s(values: list[int]) -> bytes:
+def _int64s(values: Sequence[int] | np.ndarray) -> bytes:
     return np.array(values, dtype="<i8").reshape(len(values)).tobytes()
 
 
