@@ -38,6 +38,7 @@ import os
 import resource
 import sys
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -105,7 +106,7 @@ class PhaseClock:
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
-        self.seconds: dict[str, float] = {}
+        self.seconds: defaultdict[str, float] = defaultdict(float)
         self.peak_mib: dict[str, float] = {}
 
     @contextmanager
@@ -114,17 +115,14 @@ class PhaseClock:
         try:
             yield
         finally:
-            self.add(name, time.perf_counter() - start)
+            self.seconds[name] += time.perf_counter() - start
             self.peak_mib[name] = peak_rss_mib()
-
-    def add(self, name: str, seconds: float) -> None:
-        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
     def move(self, source: str, target: str, seconds: float) -> None:
         """Count ``seconds`` of ``source`` as ``target``'s (time measured inside it)."""
         seconds = min(seconds, self.seconds.get(source, 0.0))
-        self.add(source, -seconds)
-        self.add(target, seconds)
+        self.seconds[source] -= seconds
+        self.seconds[target] += seconds
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started

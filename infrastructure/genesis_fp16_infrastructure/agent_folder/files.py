@@ -337,8 +337,11 @@ def clear_way(path: Path, file: StateFile) -> SetAside | None:
     return set_aside(Path(path), file, f"{path}: {kind} in the way of a write")
 
 
-def write_atomic(path: Path, write: Callable[[IO[bytes]], object], sync: bool = True) -> None:
-    """Write ``path`` through ``write(handle)``: a temp file in the same folder, flushed and
+def write_atomic(
+    path: Path, write: bytes | Callable[[IO[bytes]], object], sync: bool = True
+) -> None:
+    """Write ``path`` from ``write``: the bytes, or a function writing them to the handle
+    (a file written a part at a time). Through a temp file in the same folder, flushed and
     fsynced, renamed over ``path`` with ``os.replace``, then the folder fsynced so the rename
     itself is durable (``sync=False``: neither fsync, the rename alone: an outbox event).
     A failure removes the temp file and leaves ``path`` as it was."""
@@ -347,7 +350,10 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], object], sync: bool = 
     fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            write(handle)
+            if isinstance(write, bytes):
+                handle.write(write)
+            else:
+                write(handle)
             handle.flush()
             if sync:
                 os.fsync(handle.fileno())
@@ -374,7 +380,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
     '{\\n  "precision": "bf16"\\n}\\n'
     """
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    write_atomic(path, lambda handle: handle.write(text.encode()))
+    write_atomic(path, text.encode())
 
 
 def fsync_directory(directory: Path) -> None:
@@ -399,7 +405,7 @@ def write_json(path: Path, file: StateFile, data: Any) -> None:
 def write_bytes(path: Path, file: StateFile, data: bytes) -> None:
     """Write ``data`` atomically, setting aside a folder, FIFO or link in the way."""
     clear_way(path, file)
-    write_atomic(Path(path), lambda handle: handle.write(data))
+    write_atomic(Path(path), data)
 
 
 def open_log(path: Path, file: StateFile) -> TextIO:

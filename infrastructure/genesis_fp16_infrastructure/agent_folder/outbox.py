@@ -221,7 +221,7 @@ def _write_new(
     event = Event(event_id, agent, kind, at, now, order, dict(data), None, [], path)
     files.clear_way(path, OUTBOX_EVENT)
     text = json.dumps(event.to_json(), sort_keys=True).encode()
-    files.write_atomic(path, lambda handle: handle.write(text), sync=False)
+    files.write_atomic(path, text, sync=False)
     return event_id
 
 

@@ -182,8 +182,9 @@ class RecordBlock(msgspec.Struct):
             name: list(chain.from_iterable(getattr(b, name) for b in blocks)) for name in _LISTS
         }
         columns.update({name: b"".join(getattr(b, name) for b in blocks) for name in _BYTES})
-        for which, (name, values) in enumerate(_CODED):
-            codes, distinct = joined_codes(b.coded()[which] for b in blocks)
+        by_block = zip(*(b.coded() for b in blocks), strict=True)  # each block's decoded once
+        for (name, values), parts in zip(_CODED, by_block, strict=True):
+            codes, distinct = joined_codes(parts)
             columns[name], columns[values] = codes.astype(_CODE).tobytes(), distinct
         return cls(**columns, version=blocks[0].version)
 
@@ -328,12 +329,12 @@ def _count(column: bytes, width: int) -> int:
 
 def _optional(values: list[float | None]) -> tuple[bytes, bytes]:
     """An optional number column as its values (<f8, nan for None) and its mask."""
-    numbers = np.array([np.nan if v is None else v for v in values], dtype="<f8")
+    numbers = np.array(values, dtype="<f8")  # numpy reads None as nan
     mask = np.array([v is not None for v in values], dtype=np.bool_)
     return numbers.reshape(len(values)).tobytes(), mask.reshape(len(values)).tobytes()
 
 
-def _int64s(values: list[int]) -> bytes:
+def _int64s(values: Sequence[int] | np.ndarray) -> bytes:
     return np.array(values, dtype="<i8").reshape(len(values)).tobytes()
 
 

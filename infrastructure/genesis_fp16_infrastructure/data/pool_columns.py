@@ -65,7 +65,7 @@ class Coded:
         """The values of ``rows``, as objects (each distinct one shared)."""
         return list(map(self.values.__getitem__, self.codes[rows].tolist()))
 
-    def at(self, rows: np.ndarray) -> Coded:
+    def at(self, rows: np.ndarray | slice) -> Coded:
         """The column of ``rows`` alone, its values shared."""
         return Coded(self.codes[rows], self.values)
 
@@ -219,6 +219,10 @@ def collect(blocks: Sequence[RecordBlock], keep_text: bool) -> tuple[PoolColumns
     ids = raw_ids if every else list(map(raw_ids.__getitem__, rows.tolist()))
     success = _joined(blocks, "success", "<i1", keep)
     labelled = np.flatnonzero(success >= 0)
+    # Each block's coded columns decoded once, then joined a column at a time.
+    by_block = map(RecordBlock.coded, blocks)
+    coded = [Coded(*joined_codes(part)).at(keep) for part in zip(*by_block, strict=True)]
+    agent, operator, tools, pattern = coded or [Coded.of(())] * 4  # no blocks: empty columns
     columns = PoolColumns(
         ids=ids,
         id_hash=id_hash[keep],
@@ -227,10 +231,10 @@ def collect(blocks: Sequence[RecordBlock], keep_text: bool) -> tuple[PoolColumns
         created=_joined(blocks, "created", "<f8", keep).astype(np.float64),
         timed=_joined(blocks, "timed", "?", keep),
         generation=_joined(blocks, "generation", "<i8", keep).astype(np.int64),
-        agent=_coded(blocks, 0, keep),
-        operator=_coded(blocks, 1, keep),
-        tools=_coded(blocks, 2, keep),
-        pattern=_coded(blocks, 3, keep),
+        agent=agent,
+        operator=operator,
+        tools=tools,
+        pattern=pattern,
         **parents,
         own=_joined(blocks, "own", "<f8").reshape(total, len(OWN_FEATURES))[keep],
         text=tuple(_taken(blocks, n, rows, every) for n in TEXT_FIELDS) if keep_text else None,
@@ -329,13 +333,6 @@ def _by_string(
     found = found.reshape(len(names))
     parent = np.where(found >= 0, position[np.maximum(found, 0)], -1)
     return rows, _numbered(names, parent, counts, rows)
-
-
-def _coded(blocks: Sequence[RecordBlock], which: int, keep: Any) -> Coded:
-    """One coded column of every block, of the ``keep`` rows, with codes into one list
-    of distinct values."""
-    codes, values = joined_codes(block.coded()[which] for block in blocks)
-    return Coded(codes[keep], values)
 
 
 def _numbered(

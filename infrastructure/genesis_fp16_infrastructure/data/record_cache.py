@@ -161,9 +161,9 @@ class RecordCache:
             return
         marker = msgspec.json.encode({"digest": state.digest, "size": state.size})
         try:
-            write_atomic(target, lambda handle: handle.write(blob))
+            write_atomic(target, blob)
             if file.name.endswith(".jsonl"):  # where its next appended lines will begin
-                write_atomic(self._head_path(file), lambda handle: handle.write(marker))
+                write_atomic(self._head_path(file), marker)
         except OSError as exc:
             # The run has the records; only the next run's shortcut is lost. Counted and
             # reported (train --json extra.record_cache), and the file is parsed next time.

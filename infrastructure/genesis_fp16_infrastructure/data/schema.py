@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, get_args
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
@@ -339,10 +340,9 @@ def record_id_hash(trajectory_id: str) -> int:
     """A record's id hash as the fingerprint keeps it in ``ids``: whether a model's pool
     held a record; the retrain recipe's folds and validation draw
     (genesis_fp16_infrastructure.recipes.retrain.split). The signed 64-bit blake2b of
-    the text (:func:`labelled_hash` hashes a record's text with it)."""
-    return int.from_bytes(
-        hashlib.blake2b(trajectory_id.encode(), digest_size=8).digest(), "big", signed=True
-    )
+    the text, :func:`id_digest` read as a number (:func:`labelled_hash` hashes a record's
+    text with it)."""
+    return int.from_bytes(id_digest(trajectory_id), "big", signed=True)
 
 
 def judged_id(trajectory_id: str, key: int) -> str:
@@ -356,13 +356,10 @@ def id_digest(id_: str) -> bytes:
     return hashlib.blake2b(id_.encode("utf-8"), digest_size=8).digest()
 
 
-def record_id_hashes(trajectory_ids: Iterable[str]) -> list[int]:
-    """``record_id_hash`` of each id, in one loop (a million ids: one pass of blake2b)."""
-    blake, to_int = hashlib.blake2b, int.from_bytes
-    return [
-        to_int(blake(t.encode(), digest_size=8).digest(), "big", signed=True)
-        for t in trajectory_ids
-    ]
+def record_id_hashes(trajectory_ids: Iterable[str]) -> np.ndarray:
+    """``record_id_hash`` of each id, as int64: the digests joined and read at once (a
+    million ids: one pass of blake2b, no Python int each)."""
+    return np.frombuffer(b"".join(map(id_digest, trajectory_ids)), ">i8").astype(np.int64)
 
 
 def example_id_hashes(examples: Iterable[Example]) -> list[int]:
@@ -371,7 +368,7 @@ def example_id_hashes(examples: Iterable[Example]) -> list[int]:
     examples = list(examples)
     hashes = [e.id_key for e in examples]
     if None in hashes:
-        return record_id_hashes(e.trajectory_id for e in examples)
+        return record_id_hashes(e.trajectory_id for e in examples).tolist()
     return hashes  # type: ignore[return-value]  # no None, checked above
 
 

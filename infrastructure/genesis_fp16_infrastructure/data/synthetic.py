@@ -278,7 +278,7 @@ def write_pool(out: Path, count: int, seed: int, agent: str = "se_darwin") -> Pa
     """Write ``<out>/trajectory_pools/<agent>/trajectory_pool.json`` and return its path."""
     path = Path(out) / "trajectory_pools" / agent / "trajectory_pool.json"
     text = json.dumps(generate_pool(count, seed, agent))
-    write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))
+    write_atomic(path, text.encode("utf-8"))
     return path
 
 
@@ -335,5 +335,5 @@ def write_replay_buffer(path: Path, count: int, seed: int, agent: str = "se_darw
     path = Path(path)  # write_atomic makes its folder
     lines = (json.dumps(r) for r in generate_replay_records(count, seed, agent))
     text = "\n".join(lines) + "\n"
-    write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))
+    write_atomic(path, text.encode("utf-8"))
     return path

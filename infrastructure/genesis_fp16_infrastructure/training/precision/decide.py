@@ -189,7 +189,11 @@ def decide(
         pick = _by_rule(replace(request, note=why), caps)
     else:
         pick = _by_rule(request, caps)
-    return _floored(request, caps, pick)
+    floor = request.floor
+    if floor is None or not runs_at_floor(request.requested, pick.used, floor):
+        return pick
+    raised = _explicit(floor, caps, request.floor_reason)
+    return replace(raised, requested=request.requested)
 
 
 def decide_continued(
@@ -393,13 +397,3 @@ def runs_at_floor(requested: RequestedName, used: PrecisionName, floor: Precisio
     (True, False)
     """
     return less_robust(used, floor) or (requested == "auto" and used == floor)
-
-
-def _floored(
-    request: PrecisionRequest, caps: DeviceCapabilities, pick: ResolvedPrecision
-) -> ResolvedPrecision:
-    floor = request.floor
-    if floor is None or not runs_at_floor(request.requested, pick.used, floor):
-        return pick
-    raised = _explicit(floor, caps, request.floor_reason)
-    return replace(raised, requested=request.requested)

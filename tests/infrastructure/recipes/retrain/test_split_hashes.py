@@ -43,7 +43,7 @@ def test_folds_and_id_hashes_are_the_documented_hashes() -> None:
         int.from_bytes(_blake(f"3:fold:{i}"), "big") % 5 for i in IDS
     ]
     expected = [int.from_bytes(_blake(i), "big", signed=True) for i in IDS]
-    assert record_id_hashes(IDS) == expected == [record_id_hash(i) for i in IDS]
+    assert record_id_hashes(IDS).tolist() == expected == [record_id_hash(i) for i in IDS]
 
 
 def _splitmix(record_hash: int, seed: int, salt: str) -> int:
@@ -55,7 +55,7 @@ def _splitmix(record_hash: int, seed: int, salt: str) -> int:
 
 
 def test_version_2_draws_mix_the_id_hash_with_the_seed_and_salt() -> None:
-    hashes = record_id_hashes(IDS)
+    hashes = record_id_hashes(IDS).tolist()
     draw = Draw(IDS, np.array(hashes, dtype=np.int64))
     for seed in (0, 7):
         for salt in ("", "validation:"):
