@@ -34,7 +34,6 @@ import logging
 import platform
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
-from itertools import islice
 from typing import Any
 
 import torch
@@ -50,6 +49,7 @@ from genesis_fp16_infrastructure.training.precision.precision import PrecisionPo
 from genesis_fp16_infrastructure.training.reports import FaultBundle
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
+from genesis_fp16_infrastructure.training.run.loop import epoch_groups
 from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask, to_device
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
@@ -227,11 +227,8 @@ def _groups_from(
     while True:
         if begin is not None:
             begin(epoch)
-        batches = iter(task.train_batches(epoch, seed))
-        for _ in islice(batches, batch):
-            pass
         yielded = False
-        while group := list(islice(batches, accum)):
+        for group in epoch_groups(task, epoch, batch, seed, accum):
             yielded = True
             yield group
         if not yielded and batch == 0:
