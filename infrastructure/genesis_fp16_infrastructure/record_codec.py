@@ -4,11 +4,13 @@ dataclass, and :func:`encode_record` and :func:`decode_record` read that declara
 
 A record's JSON is each field under its name (or ``metadata["json"]``), a record as its
 own object, a tuple as a list, a non-finite float as null, a float with
-``metadata["round"]`` rounded, and a field with ``metadata["omit_none"]`` left out while
-it is None. Reading takes the JSON back with the fields' types checked (a Literal's
-or an enum's values included, an enum's read back as its member), null back into NaN
-for a float, keys it does not know ignored (a file written by a newer version), and
-anything else refused in one line naming the record and the place::
+``metadata["round"]`` rounded, a field with ``metadata["omit_none"]`` left out while it
+is None, and a callback (a field typed ``Callable``, or one or None: a request's
+``on_log``) left out always: it cannot cross a process. Reading takes the JSON back with
+the fields' types checked (a Literal's or an enum's values included, an enum's read back
+as its member), null back into NaN for a float, keys it does not know ignored (a file
+written by a newer version), and anything else refused in one line naming the record and
+the place::
 
     >>> from dataclasses import dataclass
     >>> @dataclass(frozen=True)
@@ -36,10 +38,10 @@ it is, for ``check_result`` to name.
 
 from __future__ import annotations
 
+import collections.abc
 import enum
 import math
 import re
-import sys
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, Field, fields, is_dataclass
@@ -83,12 +85,24 @@ def key_of(item: Field[Any]) -> str:
 def encode_record(record: Any) -> dict[str, Any]:
     """``record``'s fields as a JSON object."""
     out = {}
+    kind: type = type(record)
     for item in fields(record):
         value = getattr(record, item.name)
-        if value is None and item.metadata.get(OMIT_NONE):
+        if (value is None and item.metadata.get(OMIT_NONE)) or item.name in _callbacks(kind):
             continue
         out[key_of(item)] = plain(value, item.metadata.get(ROUND))
     return out
+
+
+@cache
+def _callbacks(cls: type) -> frozenset[str]:
+    """The fields of the dataclass ``cls`` typed as callbacks: ``Callable``, or one or None."""
+    found = set()
+    for name, hint in get_type_hints(cls).items():
+        kinds = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
+        if any(get_origin(kind) is collections.abc.Callable for kind in kinds):
+            found.add(name)
+    return frozenset(found)
 
 
 def plain(value: Any, digits: int | None = None) -> Any:
@@ -154,11 +168,11 @@ def mirror_of(cls: type[Any]) -> type[msgspec.Struct]:
     return _MIRRORS[cls]
 
 
-def _make_mirror(cls: type[Any]) -> type[msgspec.Struct]:
-    hints = get_type_hints(cls, vars(sys.modules[cls.__module__]))
+def _make_mirror(cls: type) -> type[msgspec.Struct]:
+    hints = get_type_hints(cls)  # each field's in its own class's module
     specs: list[tuple[Any, ...]] = []
     for item in fields(cls):
-        if not item.init:
+        if not item.init or item.name in _callbacks(cls):
             continue
         hint = _mirror_hint(hints[item.name])
         optional = item.default is not MISSING or item.default_factory is not MISSING

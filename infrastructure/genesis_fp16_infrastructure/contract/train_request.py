@@ -57,6 +57,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
 from genesis_fp16_infrastructure.data.manifest import Manifest
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
 from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
+from genesis_fp16_infrastructure.record_codec import Record
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig, bundle_folder
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_names import (
@@ -66,12 +67,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     RequestedName,
 )
-from genesis_fp16_infrastructure.training.run.spec import (
-    RunCallbacks,
-    RunSpec,
-    spec_from_json,
-    spec_to_json,
-)
+from genesis_fp16_infrastructure.training.run.spec import RunCallbacks, RunSpec
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.reports import TrainingSummary
@@ -82,7 +78,7 @@ DEFAULT_STEPS = 100
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainRequest(RunSpec, RunCallbacks):
+class TrainRequest(RunSpec, RunCallbacks, Record):
     """What the daemon, or ``genesis-fp16 train``, asks an agent to do in one run.
 
     The run's own fields (``precision``, ``device``, the budget, ``resume``, the
@@ -95,6 +91,13 @@ class TrainRequest(RunSpec, RunCallbacks):
     override). With ``resume``, ``steps`` come on top of the checkpoint's, unless the
     checkpoint is an interrupted run's with the same budget, which then finishes. Fields
     are keyword-only.
+
+    The daemon hands the request to its child or its torchrun ranks whole (a file), so
+    every process trains with the same precision and reason, guard, budget and options:
+    ``to_json`` and ``from_json`` are the record codec's, the callbacks left out (they
+    cannot cross a process; set them with :meth:`with_callbacks`)::
+
+        TrainRequest.from_json(json.loads(json.dumps(request.to_json())))
     """
 
     agent: str
@@ -212,22 +215,6 @@ class TrainRequest(RunSpec, RunCallbacks):
         """
         return replace(self, on_log=on_log, should_stop=should_stop, on_diagnostics=on_diagnostics)
 
-    def to_json(self) -> dict[str, Any]:
-        """The request as JSON-ready data, callbacks left out (they cannot cross a process).
-
-        The daemon hands this to its child or its torchrun ranks whole (a file), so every
-        process trains with the same precision and reason, guard, budget and options::
-
-            TrainRequest.from_json(json.loads(json.dumps(request.to_json())))
-        """
-        return spec_to_json(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TrainRequest:
-        """The inverse of :meth:`to_json`; callbacks are the defaults (set them with
-        ``dataclasses.replace``)."""
-        return spec_from_json(cls, data)
-
 
 SNAPSHOT_VERSION = 1
 
@@ -289,7 +276,7 @@ class DataCheck:
 
 
 @dataclass(frozen=True)
-class AgentSnapshot:
+class AgentSnapshot(Record):
     """The agent's state folder, read once by a job's plan (module docstring).
 
     ``state`` is the plan's (None in a child: its request already holds what came of
@@ -319,10 +306,10 @@ class AgentSnapshot:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AgentSnapshot:
+    def from_json(cls, data: Any, where: str = "") -> AgentSnapshot:
         """The inverse of :meth:`to_json` (``state`` None). Raises ``ValueError``,
         ``KeyError`` or ``TypeError`` for data it did not write (a damaged run file:
-        its reader names it in one line)."""
+        its reader names it in one line; ``where`` is the codec's)."""
         if not isinstance(data, Mapping):
             raise TypeError(f"agent snapshot: {type(data).__name__}, not an object")
         if data.get("version") != SNAPSHOT_VERSION:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from genesis_fp16_infrastructure.data.schema import id_digest
+from genesis_fp16_infrastructure.record_codec import Record
 
 _MIX = (np.uint64(30), np.uint64(0xBF58476D1CE4E5B9), np.uint64(27), np.uint64(0x94D049BB133111EB))
 
@@ -91,7 +92,7 @@ HELD_OUT = HeldOutSplit()  # the judged run's split (contract.judging, judging_v
 
 
 @dataclass(frozen=True, eq=False)
-class ScoreOnly:
+class ScoreOnly(Record):
     """The records a judged run needs a checkpoint's losses on, by their ids. The run
     sets it on the request it hands ``score_records`` (``TrainRequest.score_only``), so
     that a plugin may score those alone (``TrainRequest.scoring_rows``); one that scores
@@ -110,5 +111,5 @@ class ScoreOnly:
         wanted = self.ids
         return [row for row, id_ in enumerate(ids) if id_ in wanted]
 
-    def to_json(self) -> None:
+    def to_json(self) -> None:  # type: ignore[override]  # a request's JSON holds null
         return None

@@ -10,7 +10,7 @@ import pytest
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.train import _read_request_file
 from genesis_fp16.launch.handoff import child_env, read_run_file, write_run_file
-from genesis_fp16.plugin_api import TrainRequest
+from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     Pin,
     ServedEntry,
@@ -18,6 +18,11 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
 )
 from genesis_fp16_infrastructure.api import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
+from genesis_fp16_infrastructure.training import GuardConfig
+
+# A run file written by the daemon at ce3cee1f (its own codec, before the request was a
+# record of the library's one codec), every field of the request away from its default.
+MAIN_RUN_FILE = Path(__file__).with_name("run_file_ce3cee1f.json")
 
 
 def test_the_child_environment_holds_no_setting_and_no_working_directory() -> None:
@@ -90,6 +95,34 @@ def test_the_run_file_carries_the_plans_snapshot(tmp_path: Path) -> None:
     assert handed == snapshot
     assert handed is not None and handed.data is not None and handed.data.scan is not None
     assert handed.data.scan.files[0].prefix == snapshot.data.scan.files[0].prefix  # type: ignore[union-attr]
+
+
+def test_a_run_file_an_older_daemon_wrote_reads_and_writes_the_same(tmp_path: Path) -> None:
+    """The run file written at ce3cee1f reads back as the request it held, and writing that
+    request again gives the same bytes: the codec changed, the file did not."""
+    snapshot = AgentSnapshot(None, _snapshot().pointer, "a pointer error", _snapshot().data)
+    request = TrainRequest(
+        precision=PrecisionRequest(
+            "bf16", basis="a preset", mode="measure", excluded={"fp16": "probe red"},
+            note="a note", floor="fp32", floor_reason="remembered",
+            cache=Path("state/cal.json"), budget_s=2.5,
+        ),
+        device="cuda:1", steps=7, epochs=3, seed=11, resume=False, checkpoint_steps=9,
+        checkpoint_seconds=2.5, log_interval=4, fsdp=True, initial_loss_scale=2048.0,
+        guard=GuardConfig(
+            ladder=("fp16", "fp32"), check_interval=5, nonfinite_limit=None,
+            overflow_rate_limit=0.25,
+        ),
+        cuda_graph="off", compile="on", agent="se_darwin", precision_reason="flag",
+        state_dir=Path("state"), checkpoint_dir=Path("state/ck"), data_path=Path("pool"),
+        quarantine_path=Path("quarantine"), golden_data_path=Path("golden.json"),
+        options={"hidden": 64, "layers": [1, 2], "nested": {"a": None, "b": 1.5}},
+        memory_limit_bytes=1 << 30, forced=True, snapshot=snapshot, range_stats=False,
+    )  # fmt: skip
+    assert read_run_file(MAIN_RUN_FILE) == (request, "DEBUG")
+    path = tmp_path / "run.json"
+    write_run_file(path, request, "DEBUG")
+    assert path.read_bytes() == MAIN_RUN_FILE.read_bytes()
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ copy the guard restores from) in a scratch trainer of the same precision, eager,
 step at a time with a host read after each, and saves the state before the first step
 whose loss or gradients were not finite, with its batches::
 
-    recorder = FlightRecorder(FlightConfig(folder=state_dir / "fault_bundles"), task, seed, accum)
+    recorder = FlightRecorder(FlightConfig(folder=state_dir / "fault_bundles"), task, seed)
     recorder.after_check(guard, trainer)      # the guard calls it when it set guard.dirty
     recorder.before_demotion(guard, trainer)  # and guard.demote(trainer, ...) first
     recorder.bundles                          # [FaultBundle(path, reason, step, ...)]
@@ -34,7 +34,6 @@ import logging
 import platform
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
-from itertools import islice
 from typing import Any
 
 import torch
@@ -50,6 +49,7 @@ from genesis_fp16_infrastructure.training.precision.precision import PrecisionPo
 from genesis_fp16_infrastructure.training.reports import FaultBundle
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
+from genesis_fp16_infrastructure.training.run.loop import epoch_groups
 from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask, to_device
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
@@ -68,11 +68,10 @@ class _Fault:
 class FlightRecorder:
     """Writes the run's fault bundles; see the module docstring."""
 
-    def __init__(self, config: FlightConfig, task: TrainingTask, seed: int, accum: int) -> None:
+    def __init__(self, config: FlightConfig, task: TrainingTask, seed: int) -> None:
         self.config = config
         self.task = task
         self.seed = seed
-        self.accum = accum
         self.bundles: list[FaultBundle] = []  # any: the run's first is written
 
     def after_check(self, guard: PrecisionGuard, trainer: Trainer) -> None:
@@ -113,10 +112,7 @@ class FlightRecorder:
         scratch.load_state_dict(snapshot.trainer)
         calibrating = trainer.policy.name == "fp16" and snapshot.step == guard.start_step
         first: _Fault | None = None
-        begin = _iteration_start(self.task, scratch)
-        groups = _groups_from(
-            self.task, snapshot.epoch, snapshot.batch, self.seed, self.accum, begin
-        )
+        groups = _groups_from(self.task, scratch, snapshot.epoch, snapshot.batch, self.seed)
         for group in groups:
             if scratch.step_count >= trainer.step_count:  # the live trainer's: it stands still
                 break
@@ -215,40 +211,27 @@ def scratch_trainer(task: TrainingTask, trainer: Trainer) -> Trainer:
 
 
 def _groups_from(
-    task: TrainingTask,
-    epoch: int,
-    batch: int,
-    seed: int,
-    accum: int,
-    begin: Callable[[int], None] | None = None,
+    task: TrainingTask, scratch: Trainer, epoch: int, batch: int, seed: int
 ) -> Iterator[list[Any]]:
-    """The run's step groups from ``(epoch, batch)`` on, across epoch ends (as run_steps);
-    ``begin(epoch)`` before each epoch's batches are drawn (an iteration's start)."""
+    """The run's step groups from ``(epoch, batch)`` on, across epoch ends (as run_steps).
+
+    A task with iterations (training.run.loop.run_iterations) begins each on the scratch
+    trainer before its batches are drawn, so that they are rolled out again with the
+    scratch weights, which are the run's at that iteration's start (the guard snapshots
+    at iteration boundaries only). The task's per-iteration state then points at the
+    scratch trainer until its next ``begin_iteration``, which the run always calls before
+    it steps again."""
+    accum = scratch.config.grad_accum_steps  # the live trainer's
     while True:
-        if begin is not None:
-            begin(epoch)
-        batches = iter(task.train_batches(epoch, seed))
-        for _ in islice(batches, batch):
-            pass
+        if isinstance(task, IterationHooks):
+            task.begin_iteration(scratch, epoch)
         yielded = False
-        while group := list(islice(batches, accum)):
+        for group in epoch_groups(task, epoch, batch, seed, accum):
             yielded = True
             yield group
         if not yielded and batch == 0:
             return
         epoch, batch = epoch + 1, 0
-
-
-def _iteration_start(task: TrainingTask, scratch: Trainer) -> Callable[[int], None] | None:
-    """For a task with iterations (training.run.loop.run_iterations): its ``begin_iteration`` on the
-    scratch trainer, so that each iteration's batches are rolled out again with the
-    scratch weights, which are the run's at that iteration's start (the guard snapshots
-    at iteration boundaries only). The task's per-iteration state then points at the
-    scratch trainer until its next ``begin_iteration``, which the run always calls before
-    it steps again. None for a task without iterations."""
-    if not isinstance(task, IterationHooks):
-        return None
-    return lambda epoch: task.begin_iteration(scratch, epoch)
 
 
 def _calibration_only(trainer: Trainer, guard: PrecisionGuard, dirty: Mapping[str, float]) -> bool:

@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from genesis_fp16_infrastructure.errors import PrecisionError
+from genesis_fp16_infrastructure.record_codec import Record
 
 PrecisionName = Literal["fp32", "bf16", "fp16"]
 """What a run can compute in, in order of robustness (fp32 never overflows; bf16 has
@@ -158,7 +159,7 @@ DEFAULT_BUDGET_S = 1.0
 
 
 @dataclass(frozen=True)
-class PrecisionRequest:
+class PrecisionRequest(Record):
     """What one run asks of its precision, and what bounds the answer.
 
     - ``requested``: ``fp32``, ``bf16``, ``fp16`` or ``auto``.
@@ -236,17 +237,11 @@ class PrecisionRequest:
             return self.floor
         return asked
 
-    def to_json(self) -> dict[str, Any]:
-        """The request as JSON-ready data (the run file's ``precision``): its fields in
-        order, the exclusions as a dict and the cache's path as a string."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["excluded"] = dict(self.excluded)
-        data["cache"] = None if self.cache is None else str(self.cache)
-        return data
-
     @classmethod
-    def from_json(cls, data: Mapping[str, Any] | str) -> PrecisionRequest:
-        """The inverse of :meth:`to_json`; a bare name is ``PrecisionRequest(name)``."""
+    def from_json(cls, data: Any, where: str = "") -> PrecisionRequest:
+        """The inverse of ``to_json`` (the record codec's: the run file's ``precision``,
+        the cache's path as a string); a bare name is ``PrecisionRequest(name)``. Its
+        errors name the value, wherever it is read (``where`` is the codec's)."""
         if isinstance(data, str):
             data = {"requested": data}  # checked by __post_init__ as any request
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
@@ -295,7 +290,7 @@ def _bounded(
 
 
 @dataclass(frozen=True)
-class GuardConfig:
+class GuardConfig(Record):
     """When the precision guard demotes a run, and to what. Every trigger can be turned off.
 
     - ``ladder``: precisions from first to last resort; a run demotes to the next entry

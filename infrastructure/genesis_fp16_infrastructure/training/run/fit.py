@@ -134,9 +134,7 @@ def _fit(
         # and, for a task with iterations, on the weights of the iteration's start (it
         # rolls each iteration out again from the guard's snapshot).
         if options.flight is not None and distributed.rank_and_world()[1] == 1:
-            recorder = guard.recorder = FlightRecorder(
-                options.flight, task, options.seed, options.trainer.grad_accum_steps
-            )
+            recorder = guard.recorder = FlightRecorder(options.flight, task, options.seed)
     loss_fn = guard.watch_loss(task.loss) if guard is not None else task.loss
     stats = None
     if options.range_stats is not None:

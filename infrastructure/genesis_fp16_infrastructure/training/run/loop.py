@@ -234,12 +234,8 @@ def run_steps(
     cadence = Cadence.of(options)
 
     while not targets.reached(trainer.step_count, position.epoch):
-        batches = iter(task.train_batches(position.epoch, options.seed))
-        # Exact mid-epoch resume: skip exactly the batches the checkpointed run consumed.
-        for _ in islice(batches, position.batch):
-            pass
         yielded = position.batch > 0
-        for group in grouped(batches, accum):
+        for group in epoch_groups(task, position.epoch, position.batch, options.seed, accum):
             yielded = True
             if options.should_stop():
                 logger.info("stop requested: stopping at step %d", trainer.step_count)
@@ -366,8 +362,16 @@ class Cadence:
         self.last = time.monotonic()
 
 
-def grouped(batches: Iterator[Any], size: int) -> Iterator[list[Any]]:
-    while group := list(islice(batches, size)):
+def epoch_groups(
+    task: TrainingTask, epoch: int, batch: int, seed: int, accum: int
+) -> Iterator[list[Any]]:
+    """The step groups (``accum`` batches each, the last one shorter) of ``epoch``'s
+    batches from ``batch`` on: an exact mid-epoch resume skips exactly the batches the
+    checkpointed run consumed. The run's steps and the flight recorder's re-run read this."""
+    batches = iter(task.train_batches(epoch, seed))
+    for _ in islice(batches, batch):
+        pass
+    while group := list(islice(batches, accum)):
         yield group
 
 

@@ -14,6 +14,7 @@ from genesis_fp16_infrastructure.training import (
     FitResult,
     GuardConfig,
     ScalerConfig,
+    StepTuning,
     fit,
 )
 from genesis_fp16_infrastructure.training.flight.bundle import (
@@ -61,6 +62,23 @@ def test_a_lone_overflow_is_bundled_at_its_own_step(tmp_path: Path) -> None:
     assert bundle["state"]["step"] == 17  # the state before the step
     assert rebuilt_batch(bundle["batches"][0])[0] == 17  # the batch's own index
     assert bundle["precision"] == "fp16" and bundle["context"] == {"agent": "toy"}
+
+
+def test_the_re_run_groups_the_batches_as_the_run_did(tmp_path: Path) -> None:
+    """Two micro-batches a step: the faulting batches 34 and 35 are the run's step 18, and
+    its bundle holds both (the re-run groups by the live trainer's grad_accum_steps)."""
+    options = FitOptions(
+        precision="fp16",
+        steps=STEPS,
+        log_interval=10,
+        guard=QUIET,
+        trainer=StepTuning(grad_accum_steps=2),
+        flight=FlightConfig(folder=tmp_path),
+    )
+    result = fit(FaultTask("overflow", fault_step=34, until=36), options)
+    assert [(b.reason, b.step) for b in result.fault_bundles] == [("first_nonfinite", 18)]
+    bundle = load_bundle(Path(result.fault_bundles[0].path))
+    assert [rebuilt_batch(b)[0] for b in bundle["batches"]] == [34, 35]
 
 
 def test_start_up_calibration_skips_write_no_bundle(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""RunSpec: the run's fields declared once, shared by TrainRequest and FitOptions, one codec."""
+"""RunSpec: the run's fields declared once, shared by TrainRequest and FitOptions, and read
+and written by the library's one codec (record_codec)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,16 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import NewType
 
 import pytest
 
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.record_codec import decode_record, encode_record
 from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, StepTuning, TrainerConfig
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.run.fit import _trainer_config
-from genesis_fp16_infrastructure.training.run.spec import (
-    RunCallbacks,
-    RunSpec,
-    spec_from_json,
-    spec_to_json,
-)
+from genesis_fp16_infrastructure.training.run.spec import RunCallbacks, RunSpec
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 
 # RunSpec's fields: the run's, no callback among them (those are RunCallbacks').
@@ -56,12 +54,10 @@ NON_DEFAULT = {
 }
 
 
-class CallableName(str):
-    """A string type whose name reads like a callback's (the codec once matched text)."""
-
-
-class PathwayName(str):
-    """A string type whose name holds "Path" (the codec once decoded it as a path)."""
+# A string type whose name reads like a callback's (the codec once matched text).
+CallableName = NewType("CallableName", str)
+# A string type whose name holds "Path" (the codec once decoded it as a path).
+PathwayName = NewType("PathwayName", str)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,7 +121,7 @@ def test_the_codec_round_trips_a_spec_and_a_request_without_callbacks(tmp_path: 
     """Through JSON text: every field back equal, paths as Path, the guard as GuardConfig,
     callbacks left out; unknown keys ignored, missing ones take their defaults."""
     spec = RunSpec(**NON_DEFAULT)
-    assert spec_from_json(RunSpec, json.loads(json.dumps(spec_to_json(spec)))) == spec
+    assert decode_record(RunSpec, json.loads(json.dumps(encode_record(spec))), "R") == spec
     request = TrainRequest(
         **NON_DEFAULT,
         agent="a",
@@ -143,14 +139,15 @@ def test_the_codec_round_trips_a_spec_and_a_request_without_callbacks(tmp_path: 
     assert isinstance(back.precision, PrecisionRequest) and back.precision.cache == Path(
         "state/cal.json"
     )
-    assert spec_from_json(RunSpec, {}) == RunSpec()
+    assert decode_record(RunSpec, {}, "RunSpec") == RunSpec()
 
 
 def test_a_bare_precision_name_is_a_request_in_the_spec_and_in_an_older_run_file() -> None:
     """RunSpec(precision="fp16") and a run file whose precision is a bare name both give
     PrecisionRequest("fp16"): one type on every edge, whoever wrote it."""
     assert RunSpec(precision="fp16").precision == PrecisionRequest("fp16")  # type: ignore[arg-type]
-    assert spec_from_json(RunSpec, {"precision": "fp16"}).precision == PrecisionRequest("fp16")
+    older = decode_record(RunSpec, {"precision": "fp16"}, "RunSpec")
+    assert older.precision == PrecisionRequest("fp16")
     with pytest.raises(ValueError, match=r"'fp8'.*valid precisions"):
         RunSpec(precision="fp8")  # type: ignore[arg-type]
 
@@ -176,8 +173,8 @@ def test_the_codec_reads_field_types_not_their_names() -> None:
     """A field is a callback or a path by its type: a str type named like a Callable or a
     Path travels as its value, a real Callable field is left out."""
     spec = _NamedLikeOthers(handler=CallableName("on"), route=PathwayName("north"), hook=print)
-    data = json.loads(json.dumps(spec_to_json(spec)))
+    data = json.loads(json.dumps(encode_record(spec)))
     assert data["handler"] == "on" and data["route"] == "north" and "hook" not in data
-    back = spec_from_json(_NamedLikeOthers, data)
+    back = decode_record(_NamedLikeOthers, data, "_NamedLikeOthers")
     assert (back.handler, back.route, back.hook) == ("on", "north", None)
     assert type(back.route) is str  # not Path("north")
