@@ -105,7 +105,7 @@ class RunCallbacks:
 
     on_log: Callable[[TrainingSummary], None] | None = None
     should_stop: Callable[[], bool] = _never_stop
-    on_diagnostics: Callable[[Mapping[str, float]], None] | None = None
+    on_diagnostics: Callable[[Mapping[str, float]], object] | None = None
 
 
 # The field types the codec rebuilds from JSON, by the type itself (an optional field's
