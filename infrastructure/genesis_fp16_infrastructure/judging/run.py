@@ -326,11 +326,10 @@ def _judge(
             _verdict(candidate, Outcome.UNDECIDED, refusal, started, used, [])
             raise TrainRequestError(refusal)
         try:
-            losses = losses_of(judged, checkpoint, request, True, _judged_ids(held_out, served))
+            losses = losses_of(judged, checkpoint, request, _judged_ids(held_out, served))
         except CheckpointChangedError as exc:  # its own file intact: undecided, never served
             _verdict(candidate, Outcome.UNDECIDED, str(exc), started, used, [])
             raise
-    assert losses is not None  # required: a refusal raised
     stores.write_known_ids(candidate, _known_after(served, losses))
     digest, reported = _data_digest(request.data_path), _reported(result.eval)
     scored = (candidate, checkpoint, held_out, losses)
@@ -393,8 +392,7 @@ def _rejudge_kept(judged: JudgedPlugin, request: TrainRequest, served: Served) -
         logger.info("%s: judging kept candidate %s again", request.agent, candidate.name)
         started = time.monotonic()
         held_out = _held_out_check(judged, request, served, candidate, checkpoint)[0]
-        losses = losses_of(judged, checkpoint, request, True, _judged_ids(held_out, served))
-        assert losses is not None
+        losses = losses_of(judged, checkpoint, request, _judged_ids(held_out, served))
         reported = _reported(verdict.candidate)  # its run's, as its first verdict kept it
         scored = (candidate, checkpoint, held_out, losses)
         decided = _decide(
@@ -440,10 +438,7 @@ def _comparisons(
     golden = None
     if request.golden_data_path is not None:
         ask = replace(request, data_path=request.golden_data_path)
-        golden = (
-            losses_of(judged, checkpoint, ask, required=True),
-            losses_of(judged, served.checkpoint, ask, required=True),
-        )
+        golden = losses_of(judged, checkpoint, ask), losses_of(judged, served.checkpoint, ask)
     found: list[Paired] = []
     for metric in [m for m in losses.metrics() if m in reference.losses]:
 
@@ -453,9 +448,7 @@ def _comparisons(
         found += compare_segments(name, losses, reference, span, margin, known, metric)
         found += _on_known(losses, reference, served, span, margin, metric)
         if golden is not None:
-            ours, theirs = golden
-            assert ours is not None and theirs is not None
-            found.append(compare("golden", ours, theirs, span, margin, metric))
+            found.append(compare("golden", *golden, span, margin, metric))
     return found
 
 
