@@ -113,7 +113,7 @@ def mean_bounds(
     lower, upper = max(centre - half, 0.0), min(centre + half, 1.0)
     evidence = 1.0
     if margin is not None:
-        last = float(_evidence(x, lam, penalties, span, margin)[-1])
+        last = float(_evidence(x, lam, penalties, (margin + span) / (2 * span))[-1])
         evidence = math.exp(min(last, 700))
     return MeanBounds(
         n,
@@ -157,15 +157,12 @@ def log_evidence(values: np.ndarray, span: float, alpha: float, margin: float) -
     if d.shape[-1] == 0:
         return np.zeros(d.shape)
     x = np.clip((d + span) / (2 * span), 0.0, 1.0)
-    return _evidence(x, *_bets(x, alpha), span, margin)
+    return _evidence(x, *_bets(x, alpha), (margin + span) / (2 * span))
 
 
-def _evidence(
-    x: np.ndarray, lam: np.ndarray, penalty: np.ndarray, span: float, margin: float
-) -> np.ndarray:
+def _evidence(x: np.ndarray, lam: np.ndarray, penalty: np.ndarray, m: float) -> np.ndarray:
     """:func:`log_evidence`'s path from the observations ``x`` (in ``[0, 1]``, overwritten:
-    np.clip made them) and their bets (:func:`_bets`)."""
-    m = (margin + span) / (2 * span)
+    np.clip made them), their bets (:func:`_bets`) and the margin ``m`` on their scale."""
     np.multiply(np.subtract(x, m, out=x), lam, out=x)
     return np.cumsum(np.subtract(x, penalty, out=x), axis=-1, out=x)
 
