@@ -64,7 +64,7 @@ def plan_run(
     request = request.with_callbacks(  # the job's, once: a child's come from its own train
         on_log=functools.partial(record_progress, run, progress),
         should_stop=run.should_stop,
-        on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
+        on_diagnostics=functools.partial(ctx.metrics.rl.export, agent),
     )
     request = replace(request, precision=replace(request.precision, excluded=excluded))
     run.request = request

@@ -388,7 +388,7 @@ def _read_stdout(
     stream: IO[str],
     output: _Output,
     on_log: Callable[[TrainingSummary], None] | None,
-    on_diagnostics: Callable[[Mapping[str, float]], None] | None = None,
+    on_diagnostics: Callable[[Mapping[str, float]], object] | None = None,
 ) -> None:
     for line in stream:
         try:

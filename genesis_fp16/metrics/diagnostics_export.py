@@ -183,10 +183,6 @@ class RlDiagnosticsMetrics:
             exported.append(name)
         return exported
 
-    def export_live(self, agent: str, diagnostics: Mapping[str, float]) -> None:
-        """:meth:`export` as a ``TrainRequest.on_diagnostics`` callback (one per iteration)."""
-        self.export(agent, diagnostics)
-
 
 def export_diagnostics(rl: RlDiagnosticsMetrics, agent: str, result: TrainResult) -> list[str]:
     """Export ``result.diagnostics`` when the agent reports any; return the names."""

@@ -147,7 +147,7 @@ class PPOTask:
         preset: str | None = None,
         rollout: str | None = None,
         eval_prompts: torch.Tensor | None = None,
-        on_diagnostics: Callable[[Mapping[str, float]], None] | None = None,
+        on_diagnostics: Callable[[Mapping[str, float]], object] | None = None,
     ) -> None:
         self.cfg, self.seed, self.device = cfg, seed, device
         self.requested, self.rollout_override = preset, rollout

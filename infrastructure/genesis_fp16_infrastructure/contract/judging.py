@@ -105,21 +105,7 @@ class RecordLosses:
     primary: str = ""
 
     def __post_init__(self) -> None:
-        # Copied here, then checked: a list or dict the plugin passed and changes later
-        # (inf, an id short or twice, a column added) changes nothing that was checked.
-        try:
-            object.__setattr__(self, "ids", tuple(self.ids))
-            copied = {name: tuple(v) for name, v in _named(self.losses, self.primary).items()}
-            object.__setattr__(self, "losses", copied)
-            if self.segments is not None:
-                object.__setattr__(self, "segments", tuple(self.segments))
-        except TypeError as exc:
-            raise RecordLossesError(f"RecordLosses: a field is not a sequence ({exc})") from None
-        self._check_columns()
-        _check_ids("RecordLosses", self.ids)
-        for name, values in self.losses.items():
-            _check_column(name, self.ids, values)
-        _check_segments("RecordLosses", self.segments, len(self.ids))
+        _copy_and_check(self)
         count = self.quarantined
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise RecordLossesError(f"RecordLosses: quarantined is {count!r:.40}, not a count")
@@ -232,27 +218,40 @@ def _floats(column: Iterable[float]) -> tuple[float, ...]:
     return tuple(np.fromiter(column, dtype=np.float64).tolist())
 
 
-def _check_ids(kind: str, ids: tuple[object, ...]) -> None:
-    """Each id a non-empty string, none twice. Checked over the whole column first (a
-    judged run builds several of these at 100,000 records), record by record only to
-    name what failed."""
-    if _all_of(ids, str) and all(ids) and len(set(ids)) == len(ids):
-        return
-    seen: set[object] = set()
-    for index, id_ in enumerate(ids):
-        if not isinstance(id_, str) or not id_:
-            raise RecordLossesError(f"{kind}: id {index} is {id_!r}, not a string")
-        if id_ in seen:
-            raise RecordLossesError(f"{kind}: id {id_!r} twice")
-        seen.add(id_)
-
-
-def _check_segments(kind: str, segments: tuple[object, ...] | None, count: int) -> None:
-    """None, or one string per record (checked over the whole column first)."""
+def _copy_and_check(record: RecordLosses | RecordIds) -> None:
+    """Copies ``record``'s fields, then checks them: a list or dict the plugin passed and
+    changes later (inf, an id short or twice, a column added) changes nothing that was
+    checked. Each id a non-empty string, none twice; each loss column as
+    :func:`_check_column` checks it; the segments None, or one string per record. Each
+    checked over the whole column first (a judged run builds several of these at 100,000
+    records), record by record only to name what failed."""
+    kind = "RecordLosses" if isinstance(record, RecordLosses) else "RecordIds"
+    try:
+        object.__setattr__(record, "ids", tuple(record.ids))
+        if isinstance(record, RecordLosses):
+            named = _named(record.losses, record.primary)
+            object.__setattr__(record, "losses", {name: tuple(v) for name, v in named.items()})
+        if record.segments is not None:
+            object.__setattr__(record, "segments", tuple(record.segments))
+    except TypeError as exc:
+        raise RecordLossesError(f"{kind}: a field is not a sequence ({exc})") from None
+    if isinstance(record, RecordLosses):
+        record._check_columns()
+    ids, segments = record.ids, record.segments
+    if not (_all_of(ids, str) and all(ids) and len(set(ids)) == len(ids)):
+        seen: set[object] = set()
+        for index, id_ in enumerate(ids):
+            if not isinstance(id_, str) or not id_:
+                raise RecordLossesError(f"{kind}: id {index} is {id_!r}, not a string")
+            if id_ in seen:
+                raise RecordLossesError(f"{kind}: id {id_!r} twice")
+            seen.add(id_)
+    for name, values in record.losses.items() if isinstance(record, RecordLosses) else ():
+        _check_column(name, ids, values)
     if segments is None:
         return
-    if len(segments) != count:
-        raise RecordLossesError(f"{kind}: {len(segments)} segments for {count} records")
+    if len(segments) != len(ids):
+        raise RecordLossesError(f"{kind}: {len(segments)} segments for {len(ids)} records")
     for index, segment in enumerate(() if _all_of(segments, str) else segments):
         if not isinstance(segment, str):
             raise RecordLossesError(f"{kind}: segment {index} is {segment!r:.40}, not a string")
@@ -300,15 +299,7 @@ class RecordIds:
     hashes: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # Copied, then checked as RecordLosses' are: a plugin's listing, read where used.
-        try:
-            object.__setattr__(self, "ids", tuple(self.ids))
-            if self.segments is not None:
-                object.__setattr__(self, "segments", tuple(self.segments))
-        except TypeError as exc:
-            raise RecordLossesError(f"RecordIds: a field is not a sequence ({exc})") from None
-        _check_ids("RecordIds", self.ids)
-        _check_segments("RecordIds", self.segments, len(self.ids))
+        _copy_and_check(self)  # as RecordLosses' are: a plugin's listing, read where used
         if self.hashes is not None:  # a copy of its own, read-only, checked on a sample
             kept = np.array(self.hashes).reshape(-1)
             at = np.linspace(0, len(kept) - 1, min(64, len(kept)), dtype=np.int64)

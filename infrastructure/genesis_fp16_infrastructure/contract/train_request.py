@@ -206,7 +206,7 @@ class TrainRequest(RunSpec, RunCallbacks, Record):
         self,
         on_log: Callable[[TrainingSummary], None] | None,
         should_stop: Callable[[], bool],
-        on_diagnostics: Callable[[Mapping[str, float]], None] | None = None,
+        on_diagnostics: Callable[[Mapping[str, float]], object] | None = None,
     ) -> TrainRequest:
         """This request with the run's callbacks, all set together (``on_diagnostics`` left
         out: none) by whoever starts the run::

@@ -215,14 +215,15 @@ def _judged_run(
     live = None if served.pointer is None else watch(judged, request, served)
     if live is not None and live.rolled_back:
         served = Served(judged, request, again=True)  # the predecessor, served again
+    digest = _data_digest(request.data_path)  # the data's files: a kept verdict's, the meta's
     if served.losses is not None and not request.forced:  # a first or forced run trains
-        rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
+        rejudged = _rejudge_kept(judged, request, served, digest)  # issue 62: before training
         if rejudged is not None or _nothing_new(served, request):
             done = up_to_date(request, served, time.monotonic() - started, live, rejudged)
             if tell is not None:
                 tell(("done", done.to_json()))
             return done
-    candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
+    candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served, digest))
     if served.checkpoint is not None and request.resume:  # the resume continues the served
         copy_checkpoint(served.checkpoint, candidate)
     before = time.monotonic() - started  # the served model scored and watched
@@ -277,11 +278,11 @@ def _other_options(served: Served, request: TrainRequest) -> bool:
     return recorded is not None and recorded != _options(request)
 
 
-def _meta(request: TrainRequest, served: Served) -> dict[str, Any]:
-    """The candidate's record of what it was trained from."""
+def _meta(request: TrainRequest, served: Served, digest: str) -> dict[str, Any]:
+    """The candidate's record of what it was trained from (``digest``: the data's)."""
     records = None if served.losses is None else len(served.records.ids)
     return {
-        "fingerprint": _data_digest(request.data_path),
+        "fingerprint": digest,
         "records": records,
         "continues": served.id if request.resume else None,
         "data_path": None if request.data_path is None else str(request.data_path),
@@ -326,11 +327,10 @@ def _judge(
             _verdict(candidate, Outcome.UNDECIDED, refusal, started, used, [])
             raise TrainRequestError(refusal)
         try:
-            losses = losses_of(judged, checkpoint, request, True, _judged_ids(held_out, served))
+            losses = losses_of(judged, checkpoint, request, _judged_ids(held_out, served))
         except CheckpointChangedError as exc:  # its own file intact: undecided, never served
             _verdict(candidate, Outcome.UNDECIDED, str(exc), started, used, [])
             raise
-    assert losses is not None  # required: a refusal raised
     stores.write_known_ids(candidate, _known_after(served, losses))
     digest, reported = _data_digest(request.data_path), _reported(result.eval)
     scored = (candidate, checkpoint, held_out, losses)
@@ -375,13 +375,14 @@ def _decide(
     return _written(candidate, replace(held, seconds=seconds), comparisons)
 
 
-def _rejudge_kept(judged: JudgedPlugin, request: TrainRequest, served: Served) -> GateReport | None:
+def _rejudge_kept(
+    judged: JudgedPlugin, request: TrainRequest, served: Served, digest: str
+) -> GateReport | None:
     """Issue 62: the newest candidate kept ``inconclusive`` against the model still
-    served, judged again on the current records when the data changed since: no step
+    served, judged again on the current records when the data (``digest``) changed since: no step
     trained. Its report when decided (promoted, rejected, held); None otherwise (still
     inconclusive: its verdict is updated and the run trains as usual). Asked of a scored
     served model's unforced run."""
-    digest = _data_digest(request.data_path)
     for candidate in reversed(list_candidates(Path(request.checkpoint_dir))):
         verdict = read_verdict(candidate)
         if verdict.outcome != Outcome.INCONCLUSIVE:
@@ -393,8 +394,7 @@ def _rejudge_kept(judged: JudgedPlugin, request: TrainRequest, served: Served) -
         logger.info("%s: judging kept candidate %s again", request.agent, candidate.name)
         started = time.monotonic()
         held_out = _held_out_check(judged, request, served, candidate, checkpoint)[0]
-        losses = losses_of(judged, checkpoint, request, True, _judged_ids(held_out, served))
-        assert losses is not None
+        losses = losses_of(judged, checkpoint, request, _judged_ids(held_out, served))
         reported = _reported(verdict.candidate)  # its run's, as its first verdict kept it
         scored = (candidate, checkpoint, held_out, losses)
         decided = _decide(
@@ -440,10 +440,7 @@ def _comparisons(
     golden = None
     if request.golden_data_path is not None:
         ask = replace(request, data_path=request.golden_data_path)
-        golden = (
-            losses_of(judged, checkpoint, ask, required=True),
-            losses_of(judged, served.checkpoint, ask, required=True),
-        )
+        golden = losses_of(judged, checkpoint, ask), losses_of(judged, served.checkpoint, ask)
     found: list[Paired] = []
     for metric in [m for m in losses.metrics() if m in reference.losses]:
 
@@ -453,9 +450,7 @@ def _comparisons(
         found += compare_segments(name, losses, reference, span, margin, known, metric)
         found += _on_known(losses, reference, served, span, margin, metric)
         if golden is not None:
-            ours, theirs = golden
-            assert ours is not None and theirs is not None
-            found.append(compare("golden", ours, theirs, span, margin, metric))
+            found.append(compare("golden", *golden, span, margin, metric))
     return found
 
 

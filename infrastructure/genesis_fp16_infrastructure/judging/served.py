@@ -127,15 +127,11 @@ class Served:
         hashes = None if listed is None else listed.id_hashes
         new = None if hashes is None or self.known is None else ~stores.known(hashes, self.known)
         if listed is None or hashes is None or new is None or not new.any():
-            losses = losses_of(
-                plugin, self.checkpoint, reading if listed is None else request, True
-            )
-            assert losses is not None  # required: a refusal raised
+            losses = losses_of(plugin, self.checkpoint, reading if listed is None else request)
             return losses, losses if listed is None else listed
         rows = np.flatnonzero(HELD_OUT.of_hashes(hashes) | new)
         only = [listed.ids[row] for row in rows.tolist()]
-        losses = losses_of(plugin, self.checkpoint, request, True, only)
-        assert losses is not None
+        losses = losses_of(plugin, self.checkpoint, request, only)
         losses.hashed_as(only, hashes[rows])  # its ids hashed once
         return losses, listed
 
@@ -283,12 +279,11 @@ def losses_of(
     plugin: JudgedPlugin,
     checkpoint: Path,
     request: TrainRequest,
-    required: bool,
     only: Collection[str] | None = None,
-) -> RecordLosses | None:
+) -> RecordLosses:
     """The plugin's losses of ``checkpoint``, scored on a copy of it (:func:`score_on_copy`);
-    a refusal is one line (``required``: the run's; else logged, and None). A plugin that
-    changed the copy always ends the run (CheckpointChangedError). ``only``: the ids of
+    a refusal is the run's, in one line (a TrainRequestError; a plugin that changed the
+    copy: CheckpointChangedError, which always ends the run). ``only``: the ids of
     the records the run needs (the request's ``score_only``; the plugin may score more);
     None: every record."""
     who = f"{request.agent}: plugin {plugin_name(plugin)}"
@@ -312,8 +307,4 @@ def losses_of(
     except CheckpointChangedError:
         raise
     except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
-        why = f"{request.agent}: cannot score {checkpoint}: {exc}"
-        if required:
-            raise TrainRequestError(why) from None
-        logger.warning("%s", why)
-        return None
+        raise TrainRequestError(f"{request.agent}: cannot score {checkpoint}: {exc}") from None

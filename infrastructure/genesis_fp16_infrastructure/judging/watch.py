@@ -53,13 +53,13 @@ from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
     judging_margin,
 )
-from genesis_fp16_infrastructure.contract.plugin_api import plugin_name
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.segments import judge, self_test
-from genesis_fp16_infrastructure.judging.served import Served, losses_of
+from genesis_fp16_infrastructure.judging.served import CheckpointChangedError, Served, losses_of
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +96,12 @@ def watch(plugin: JudgedPlugin, request: TrainRequest, served: Served) -> LiveRe
     if not fresh:
         return None
     only = [served_now.ids[i] for i in fresh]
-    before = losses_of(plugin, folder / str(previous.checkpoint), request, False, only)
-    if before is None:
+    try:
+        before = losses_of(plugin, folder / str(previous.checkpoint), request, only)
+    except CheckpointChangedError:
+        raise
+    except TrainRequestError as exc:  # the predecessor cannot be scored: logged, not watched
+        logger.warning("%s", exc)
         return None
     row = {id_: k for k, id_ in enumerate(before.ids)}
     picked = [i for i in fresh if served_now.ids[i] in row]

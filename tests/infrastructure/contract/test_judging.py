@@ -117,12 +117,12 @@ def test_record_losses_keep_a_copy_of_what_was_checked(tmp_path: Path) -> None:
     plugin, request = Changing(), SimpleNamespace(agent="judged", checkpoint_dir=tmp_path)
     checkpoint = tmp_path / "ckpt.pt"  # scored on a copy in the agent's folder (issue 69)
     checkpoint.write_bytes(b"weights")
-    used = losses_of(plugin, checkpoint, request, required=True)  # type: ignore[arg-type]
+    used = losses_of(plugin, checkpoint, request)  # type: ignore[arg-type]
     object.__setattr__(plugin.returned, "losses", (0.5, math.inf))  # after the check
     assert used is not None and used.column() == (0.5, 0.25) and used is not plugin.returned
     plugin.score_records = lambda checkpoint, request: plugin.returned  # type: ignore[method-assign]
     with pytest.raises(TrainRequestError, match=r"cannot score \S*ckpt\.pt: .* loss of 'b' is inf"):
-        losses_of(plugin, checkpoint, request, required=True)  # type: ignore[arg-type]
+        losses_of(plugin, checkpoint, request)  # type: ignore[arg-type]
 
 
 class _Judged:

@@ -93,4 +93,4 @@ class RunCallbacks:
 
     on_log: Callable[[TrainingSummary], None] | None = None
     should_stop: Callable[[], bool] = _never_stop
-    on_diagnostics: Callable[[Mapping[str, float]], None] | None = None
+    on_diagnostics: Callable[[Mapping[str, float]], object] | None = None
