@@ -588,15 +588,15 @@ class TrainResult:
             precision_reason=cut(self.precision_reason, PRECISION_REASON_CHARS),
         )
 
-    def history_entry(self, record: LastRun) -> RunEntry:
-        """The run's entry in its agent's history: ``record`` (its :meth:`run_record`)
-        with what the result reports beyond it."""
+    def history_entry(self, duration: float, source: str, when: float | None = None) -> RunEntry:
+        """The run's entry in its agent's history: its :meth:`run_record` (the entry's
+        ``run``, which ``last_run.json`` holds alone) with what the result reports beyond it."""
         demotions = tuple(
             cut(f"{d.from_} to {d.to} at step {d.step}: {d.reason}") for d in self.demotions[:4]
         )
         drift = self.drift
         return RunEntry(
-            run=record,
+            run=self.run_record(duration, source, when),
             loss_scale=finite(self.loss_scale),
             skipped_steps=self.skipped_steps,
             demotions=demotions,
