@@ -438,16 +438,6 @@ class RunHistory:
     unreadable: int = 0
 
 
-def drift_warning(flagged: tuple[str, ...], label_shift: bool) -> str | None:
-    """The history's line for a run's drift report: the features flagged, and whether the
-    success rate shifted; None when nothing was flagged."""
-    if not flagged and not label_shift:
-        return None
-    what = [f"features {', '.join(flagged[:8])}"] if flagged else []
-    what += ["the success rate"] if label_shift else []
-    return cut("drift flagged: " + " and ".join(what))
-
-
 def append_run(root: Path, entry: RunEntry) -> None:
     """Append ``entry`` to the history of the agent whose folder is ``root`` (compacted
     past COMPACT_BYTES); a failure is logged, never raised: the run's outcome stands."""
