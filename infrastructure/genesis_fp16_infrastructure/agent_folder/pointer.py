@@ -115,8 +115,7 @@ def pointer_lock(folder: Path) -> Iterator[None]:
     operator's ``model`` commands) does so inside it, so no update is lost. Blocking: the
     holders keep it for one small read and write. The kernel drops it with its holder;
     the same thread may nest it."""
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    key = str(POINTER_LOCK.at(folder).resolve())
+    key = str(POINTER_LOCK.at(folder).resolve())  # take_lock makes the folder
     with _THREAD_LOCK:
         if key in _HELD:  # held by this thread (no other gets past _THREAD_LOCK): nested
             yield
