@@ -74,7 +74,6 @@ from genesis_fp16_infrastructure.api import (
     AgentFolder,
     CheckpointsFolder,
     DataError,
-    LastRun,
     Outcome,
     RunEntry,
 )
@@ -410,7 +409,7 @@ def _record(checkpoint_dir: Path, result: TrainResult | None, error: str, starte
     keeps its own runs'. ``started``: ``time.monotonic()`` at its start."""
     duration = time.monotonic() - started
     if result is None:
-        entry = RunEntry(LastRun.of_error(Outcome.FAILED, error, duration, "train"))
+        entry = RunEntry.of_error(Outcome.FAILED, error, duration, "train")
     else:
         entry = result.history_entry(duration, "train")
     AgentFolder.at(Path(checkpoint_dir).parent).save_run(entry)

@@ -30,7 +30,6 @@ from genesis_fp16.metrics.tracking import RunTracker
 from genesis_fp16.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
-    LastRun,
     Outcome,
     RunEntry,
     ServedPointerError,
@@ -151,7 +150,7 @@ def _end_without_result(run: Run, outcome: str, why: str, duration: float) -> No
     """A run stopped or failed before a result: its record, its count, its curves closed
     (the curves up to a failure stay readable)."""
     folder = AgentFolder(run.ctx.settings.state_dir, run.agent)
-    folder.save_run(RunEntry(LastRun.of_error(outcome, why, duration, "daemon")))
+    folder.save_run(RunEntry.of_error(outcome, why, duration, "daemon"))
     run.ctx.metrics.finish_run(run.agent, outcome, duration, None, time.time())
     _close_tracker(run.ctx, run.agent, run.tracker)
 

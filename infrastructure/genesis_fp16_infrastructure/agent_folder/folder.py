@@ -332,7 +332,7 @@ class AgentFolder:
     def save_run(self, entry: RunEntry) -> None:
         """Keep a finished run: ``entry.run`` as the last run and ``entry`` at the end of
         the history (``TrainResult.history_entry``; a run that ended without a result:
-        ``RunEntry(LastRun.of_error(...))``). Never raises for the disk: a failure is logged."""
+        ``RunEntry.of_error``). Never raises for the disk: a failure is logged."""
         self.save_last_run(entry.run)
         append_run(self.root, entry)
 

@@ -333,13 +333,6 @@ class LastRun:
     # Why it ran in that precision (a measured auto: every timed precision, its spread).
     precision_reason: str = ""
 
-    @classmethod
-    def of_error(cls, outcome: str, reason: str, duration: float, source: str) -> LastRun:
-        """The record of a run that ended without a result (failed, or stopped as it
-        started)."""
-        reason = cut(reason, REASON_CHARS)
-        return cls(outcome, None, None, time.time(), round(duration, 3), reason, source, 0)
-
 
 class GateMark(msgspec.Struct, frozen=True):
     """The gate's verdict on the run's candidate: the outcome, the two models' ids and
@@ -428,6 +421,13 @@ class RunEntry(msgspec.Struct, frozen=True):
     drift: str | None = None
     gate: GateMark | None = None
     live: LiveMark | None = None
+
+    @classmethod
+    def of_error(cls, outcome: str, reason: str, duration: float, source: str) -> RunEntry:
+        """The entry of a run that ended without a result (failed, or stopped as it
+        started): its record alone."""
+        reason = cut(reason, REASON_CHARS)
+        return cls(LastRun(outcome, None, None, time.time(), round(duration, 3), reason, source, 0))
 
 
 @dataclass(frozen=True)
