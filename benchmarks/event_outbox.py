@@ -8,7 +8,8 @@ which the daemon calls at its start and after each run, not inside a transition;
 the owner's split a transition looked for them before it started (timed where the code
 under test still does). A rejection
 or a hold stages its event before its verdict file and releases it after
-(``outbox.stage_verdict``, ``release_verdict``); a demotion or a fault bundle writes one
+(``outbox.stage_verdict``, ``release_verdict``, the outbox's lock taken before them:
+``take_lock``); a demotion or a fault bundle writes one
 event (``outbox.record``). This script times exactly those calls,
 inside real transitions on a real state folder (temp file, fsync, rename, folder fsync:
 ``atomic.write_atomic``), each transition's calls summed:
@@ -60,7 +61,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
 BOUND_MS = 5.0  # issue 60's bound on a run's added time, p99
 TRANSITION_CALLS = ("announce_journal", "announce_verdicts")
 # Earlier versions' names too (announce_verdict, record), for a before and after.
-VERDICT_CALLS = ("stage_verdict", "release_verdict", "announce_verdict", "record")
+VERDICT_CALLS = ("take_lock", "stage_verdict", "release_verdict", "announce_verdict", "record")
 
 
 Timing = tuple[float, float]  # (wall seconds, this thread's CPU seconds)

@@ -36,7 +36,7 @@ from genesis_fp16.status import history, render
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, gather_status
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import KEEP, ServedEntry, append_run
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import KEEP, ServedEntry
 from genesis_fp16_infrastructure.agent_folder.transitions import JOURNAL_KEEP, rollback, serve
 from genesis_fp16_infrastructure.api import GateReport, LiveReport, ScoresOn
 from genesis_fp16_infrastructure.contract.reports import DriftReport, LiveFigures
@@ -101,9 +101,7 @@ def _seed_agent(state: Path, agent: str) -> None:
     for run in range(KEEP):
         result = _result(agent, run)
         when = time.time() - (KEEP - run) * 3600  # hourly runs, the last an hour ago
-        record = result.run_record(30.0, "daemon", when=when)
-        agent_folder.save_last_run(record)  # AgentFolder.save_run's two writes, at `when`
-        append_run(agent_folder.root, result.history_entry(record))
+        agent_folder.save_run(result.history_entry(30.0, "daemon", when=when))
     folder = agent_folder.checkpoint_dir
     for index in range(JOURNAL_KEEP + 4):
         candidate = folder / "candidates" / f"c{index}"

@@ -74,6 +74,8 @@ from genesis_fp16_infrastructure.api import (
     AgentFolder,
     CheckpointsFolder,
     DataError,
+    Outcome,
+    RunEntry,
 )
 
 # torch (through genesis_fp16.launch.distributed and genesis_fp16_infrastructure.training's
@@ -405,8 +407,12 @@ def _record(checkpoint_dir: Path, result: TrainResult | None, error: str, starte
     """The run's record in its agent folder (``<state_dir>/agents/<agent>/checkpoints``
     holds its models): ``result``, or the one-line ``error`` it ended with, as the daemon
     keeps its own runs'. ``started``: ``time.monotonic()`` at its start."""
-    folder = AgentFolder.at(Path(checkpoint_dir).parent)
-    folder.save_run(result, time.monotonic() - started, "train", why=error)
+    duration = time.monotonic() - started
+    if result is None:
+        entry = RunEntry.of_error(Outcome.FAILED, error, duration, "train")
+    else:
+        entry = result.history_entry(duration, "train")
+    AgentFolder.at(Path(checkpoint_dir).parent).save_run(entry)
 
 
 def _request(

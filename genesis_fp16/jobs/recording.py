@@ -31,6 +31,7 @@ from genesis_fp16.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     Outcome,
+    RunEntry,
     ServedPointerError,
     TrainingSummary,
 )
@@ -149,7 +150,7 @@ def _end_without_result(run: Run, outcome: str, why: str, duration: float) -> No
     """A run stopped or failed before a result: its record, its count, its curves closed
     (the curves up to a failure stay readable)."""
     folder = AgentFolder(run.ctx.settings.state_dir, run.agent)
-    folder.save_run(None, duration, "daemon", outcome, why)
+    folder.save_run(RunEntry.of_error(outcome, why, duration, "daemon"))
     run.ctx.metrics.finish_run(run.agent, outcome, duration, None, time.time())
     _close_tracker(run.ctx, run.agent, run.tracker)
 
@@ -206,7 +207,7 @@ def _finish(run: Run, result: TrainResult, show_precision: bool) -> None:
         duration_seconds=round(duration, 3),
     )
     # The run's record for `genesis-fp16 status`, and its entry in the page's history.
-    AgentFolder(ctx.settings.state_dir, agent).save_run(result, duration, "daemon")
+    AgentFolder(ctx.settings.state_dir, agent).save_run(result.history_entry(duration, "daemon"))
     # Counted last: whoever sees the count (a dashboard, a test) finds the run's other
     # series, its log line and its last-run record already there.
     ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())

@@ -111,13 +111,13 @@ def newest_checkpoint(candidate: Path) -> Path | None:
 
 
 def candidate_entry(
-    folder: Path, candidate: Path, checkpoint: Path, verdict: Mapping[str, Any] | None = None
+    folder: Path, candidate: Path, checkpoint: Path, verdict: Verdict | None = None
 ) -> ServedEntry:
     """The pointer's entry for a candidate: its id, checkpoint (relative to ``folder``),
     data, precision and gate scores, from its meta and ``verdict`` (None: its verdict
-    file; the gate's promotion passes the verdict it has not written yet)."""
+    file's)."""
     meta = read_meta(candidate)
-    judged = read_verdict(candidate) if verdict is None else Verdict.from_json(verdict)
+    judged = read_verdict(candidate) if verdict is None else verdict
     return ServedEntry(
         id=Path(candidate).name,
         checkpoint=str(Path(checkpoint).resolve().relative_to(Path(folder).resolve())),
@@ -134,23 +134,25 @@ def promoted_candidates(folder: Path) -> list[ServedEntry]:
     newest decision first: what a repair rebuilds the served model and history from."""
     found = []
     for candidate in list_candidates(folder):
-        verdict = read_verdict(candidate)
-        checkpoint = newest_checkpoint(candidate)
-        if verdict.outcome != Outcome.PROMOTED or checkpoint is None:
-            continue
-        found.append((verdict.decided_at_s or 0.0, served_entry(folder, candidate)))
+        verdict = read_verdict(candidate)  # read once, for the entry too
+        if verdict.outcome == Outcome.PROMOTED and newest_checkpoint(candidate) is not None:
+            found.append((verdict.decided_at_s or 0.0, served_entry(folder, candidate, verdict)))
     return [entry for _, entry in sorted(found, key=lambda pair: -pair[0]) if entry is not None]
 
 
-def served_entry(folder: Path, candidate: Path) -> ServedEntry | None:
-    """A kept candidate's pointer entry, from its own records: the checkpoint its verdict
-    names (the newest file where the verdict names none: written before it did), and for
-    final_fit=whole the split run's model the gate judged. None: it holds no checkpoint."""
-    named = Path(candidate) / (read_verdict(candidate).checkpoint or "-")
+def served_entry(
+    folder: Path, candidate: Path, verdict: Verdict | None = None
+) -> ServedEntry | None:
+    """A kept candidate's pointer entry, from its own records (``verdict``: its verdict,
+    when read already): the checkpoint its verdict names (the newest file where the
+    verdict names none: written before it did), and for final_fit=whole the split run's
+    model the gate judged. None: it holds no checkpoint."""
+    verdict = read_verdict(candidate) if verdict is None else verdict
+    named = Path(candidate) / (verdict.checkpoint or "-")
     checkpoint = named if named.is_file() else newest_checkpoint(candidate)
     if checkpoint is None:
         return None
-    entry = candidate_entry(folder, candidate, checkpoint)
+    entry = candidate_entry(folder, candidate, checkpoint, verdict)
     split = Path(candidate) / "split"
     judged = newest_checkpoint(split) if split.is_dir() else None
     if judged is None:

@@ -10,7 +10,7 @@ data's marker::
 
     folder = AgentFolder(Path("state"), "my_agent")   # ValueError: not an agent name
     folder.checkpoint_dir        # state/agents/my_agent/checkpoints
-    folder.save_run(result, 12.5, "daemon")            # last_run.json, one history line
+    folder.save_run(result.history_entry(12.5, "daemon"))  # last_run.json, a history line
     folder.last_run()            # LastRun | None; UnusableStateFile for a bad file
     folder.history().entries     # the recent runs, oldest first
     folder.checkpoints.candidates()  # the served models' folder: CheckpointsFolder
@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -53,7 +53,6 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     KEEP,
     CandidateMeta,
     LastRun,
-    Outcome,
     RunEntry,
     RunHistory,
     ServedEntry,
@@ -106,14 +105,6 @@ def remember_demotions(
         clean_runs=0,
         history=history[-keep:],
     )
-
-
-class RunResult(Protocol):
-    """A run's result as its folder keeps it (the contract's ``TrainResult``)."""
-
-    def run_record(self, duration: float, source: str) -> LastRun: ...
-
-    def history_entry(self, record: LastRun) -> RunEntry: ...
 
 
 class _StatePath:
@@ -338,25 +329,11 @@ class AgentFolder:
             raise UnusableStateFile(f"{path}: version {found!r}, expected {VERSION}")
         return data
 
-    def save_run(
-        self,
-        result: RunResult | None,
-        duration: float,
-        source: str,
-        outcome: str = Outcome.FAILED,
-        why: str = "",
-    ) -> None:
-        """Keep a run that took ``duration`` seconds, run by ``source`` (``daemon``,
-        ``train``): its result's record as the last run and its entry at the end of the
-        history; None: a run that ended without a result, its ``outcome`` (failed, stopped)
-        and the one line ``why``. Never raises for the disk: a failure is logged."""
-        if result is None:
-            record = LastRun.of_error(outcome, why, duration, source)
-            entry = RunEntry(record)
-        else:
-            record = result.run_record(duration, source)
-            entry = result.history_entry(record)
-        self.save_last_run(record)
+    def save_run(self, entry: RunEntry) -> None:
+        """Keep a finished run: ``entry.run`` as the last run and ``entry`` at the end of
+        the history (``TrainResult.history_entry``; a run that ended without a result:
+        ``RunEntry.of_error``). Never raises for the disk: a failure is logged."""
+        self.save_last_run(entry.run)
         append_run(self.root, entry)
 
     def save_last_run(self, record: LastRun) -> None:

@@ -204,7 +204,7 @@ class Pin(_Kept):
     at: str | None = None
 
 
-class JournalEntry(_Kept, omit_defaults=False):
+class JournalEntry(_Kept):
     """One transition of the pointer (transitions.journaled): its number, its kind (serve's
     ``how``, ``rollback``, ``unpin``, ``trim``, ``repair``), when, the model served and
     the pin after it, the verdicts it decided (candidate id -> verdict, each with this
@@ -225,20 +225,15 @@ class JournalEntry(_Kept, omit_defaults=False):
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
         """As :meth:`_Kept.from_json`, each verdict read whole (:class:`Verdict`)."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"{cls.__name__}: a JSON {type(data).__name__}, not an object")
-        verdicts = data.get("verdicts") or {}
+        entry = super().from_json({**data, "verdicts": {}} if isinstance(data, Mapping) else data)
+        verdicts = data.get("verdicts") or {}  # null: none
         if not isinstance(verdicts, Mapping):
             raise ValueError(f"{cls.__name__}: verdicts is a {type(verdicts).__name__}")
-        entry = super().from_json({k: v for k, v in data.items() if k != "verdicts"})
         read = {str(k): Verdict.from_json(v) for k, v in verdicts.items()}
         return msgspec.structs.replace(entry, verdicts=read)
 
     def to_json(self) -> dict[str, Any]:
-        out = super().to_json()
-        for key in ("verdicts", "dropped", "reason"):
-            if out[key] is None or out[key] == {}:
-                del out[key]
+        out = {"at": None, "at_s": None, "served": None, "pinned": None, **super().to_json()}
         if self.verdicts:
             out["verdicts"] = {k: v.to_json() for k, v in self.verdicts.items()}
         return out
@@ -338,13 +333,6 @@ class LastRun:
     # Why it ran in that precision (a measured auto: every timed precision, its spread).
     precision_reason: str = ""
 
-    @classmethod
-    def of_error(cls, outcome: str, reason: str, duration: float, source: str) -> LastRun:
-        """The record of a run that ended without a result (failed, or stopped as it
-        started)."""
-        reason = cut(reason, REASON_CHARS)
-        return cls(outcome, None, None, time.time(), round(duration, 3), reason, source, 0)
-
 
 class GateMark(msgspec.Struct, frozen=True):
     """The gate's verdict on the run's candidate: the outcome, the two models' ids and
@@ -434,6 +422,13 @@ class RunEntry(msgspec.Struct, frozen=True):
     gate: GateMark | None = None
     live: LiveMark | None = None
 
+    @classmethod
+    def of_error(cls, outcome: str, reason: str, duration: float, source: str) -> RunEntry:
+        """The entry of a run that ended without a result (failed, or stopped as it
+        started): its record alone."""
+        reason = cut(reason, REASON_CHARS)
+        return cls(LastRun(outcome, None, None, time.time(), round(duration, 3), reason, source, 0))
+
 
 @dataclass(frozen=True)
 class RunHistory:
@@ -441,16 +436,6 @@ class RunHistory:
 
     entries: tuple[RunEntry, ...]
     unreadable: int = 0
-
-
-def drift_warning(flagged: tuple[str, ...], label_shift: bool) -> str | None:
-    """The history's line for a run's drift report: the features flagged, and whether the
-    success rate shifted; None when nothing was flagged."""
-    if not flagged and not label_shift:
-        return None
-    what = [f"features {', '.join(flagged[:8])}"] if flagged else []
-    what += ["the success rate"] if label_shift else []
-    return cut("drift flagged: " + " and ".join(what))
 
 
 def append_run(root: Path, entry: RunEntry) -> None:

@@ -294,70 +294,48 @@ def verdict_event_id(agent: str, candidate_id: str, verdict: Mapping[str, Any]) 
 # what it announces, else discarded. So a catch-up is one listing of an empty folder.
 
 
-@dataclass(frozen=True)
-class Staged:
-    """A verdict's event staged under the outbox's lock (``lock``, its descriptor)."""
-
-    agent_folder: Path
-    event_id: str
-    path: Path
-    lock: int
-
-
 @contextmanager
 def verdict_announced(candidate: Path, verdict: Mapping[str, Any]) -> Iterator[None]:
     """Around the write of ``verdict`` (as its file will hold it) to ``candidate`` (a
-    state folder's ``<checkpoints>/candidates/<id>``): a rejection's or a hold's event is
-    staged before, and moved into the outbox once the block wrote the file; a block that
-    raises leaves it staged, for the next catch-up to release or discard by what the file
-    says. Any other verdict or folder: nothing."""
-    staged = stage_verdict(candidate, verdict)
-    if staged is None:
-        yield
-        return
-    try:
-        yield
-    except BaseException:
-        os.close(staged.lock)
-        raise
-    release_verdict(staged)
-
-
-def stage_verdict(candidate: Path, verdict: Mapping[str, Any]) -> Staged | None:
-    """Take the outbox's lock and write the event announcing ``verdict`` (as its file
-    will hold it) to ``outbox/staged/``; None: an outcome that is not announced (a
-    promotion's and a rollback's are the pointer journal's) or a folder without outbox."""
+    state folder's ``<checkpoints>/candidates/<id>``), under the outbox's lock: a
+    rejection's or a hold's event is staged before, and moved into the outbox once the
+    block wrote the file; a block that raises leaves it staged, for the next catch-up to
+    release or discard by what the file says. Any other verdict (a promotion's and a
+    rollback's are the pointer journal's) or folder: nothing."""
     agent_folder = agent_folder_of(Path(candidate).parent.parent)
     kind = VERDICT_KINDS.get(str(verdict.get("outcome")))
     if agent_folder is None or kind is None:
-        return None
-    ident = Path(candidate).name
+        yield
+        return
+    with outbox_lock(agent_folder) as lock:
+        staged = stage_verdict(agent_folder, lock, Path(candidate).name, kind, verdict)
+        yield
+        release_verdict(staged)
+
+
+def stage_verdict(
+    agent_folder: Path, lock: int, ident: str, kind: str, verdict: Mapping[str, Any]
+) -> Path:
+    """Write the ``kind`` event announcing ``verdict`` of the candidate ``ident`` to
+    ``outbox/staged/`` (the caller holds ``lock``, the outbox's); returns its file."""
     data = {"candidate_id": ident, **{k: verdict[k] for k in VERDICT_KEYS if k in verdict}}
     event_id = verdict_event_id(agent_folder.name, ident, verdict)
-    lock = take_lock(outbox_of(agent_folder) / OUTBOX_LOCK.name, OUTBOX_LOCK)
-    try:
-        staged = outbox_of(agent_folder) / OUTBOX_STAGED_FOLDER
-        staged.mkdir(exist_ok=True)
-        _settle_all(agent_folder, lock, staged)  # a dead writer's, by the file it wrote
-        _write_new(agent_folder, lock, kind, data, event_id, staged)
-    except BaseException:
-        os.close(lock)
-        raise
-    return Staged(agent_folder, event_id, staged / f"{event_id}.json", lock)
+    staged = outbox_of(agent_folder) / OUTBOX_STAGED_FOLDER
+    staged.mkdir(exist_ok=True)
+    _settle_all(agent_folder, lock, staged)  # a dead writer's, by the file it wrote
+    _write_new(agent_folder, lock, kind, data, event_id, staged)
+    return staged / f"{event_id}.json"
 
 
-def release_verdict(staged: Staged) -> str:
+def release_verdict(staged: Path) -> str:
     """Move the staged event into the outbox (one rename; none if a copy is there
-    already) and drop the lock; returns its id."""
-    try:
-        final = _path(staged.agent_folder, staged.event_id)
-        if os.path.lexists(final):
-            staged.path.unlink(missing_ok=True)
-        else:
-            os.replace(staged.path, final)
-        return staged.event_id
-    finally:
-        os.close(staged.lock)
+    already); returns its id."""
+    final = staged.parent.parent / staged.name
+    if os.path.lexists(final):
+        staged.unlink(missing_ok=True)
+    else:
+        os.replace(staged, final)
+    return staged.stem
 
 
 def announce_verdicts(checkpoint_folder: Path) -> list[str]:

@@ -16,12 +16,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder import files, outbox
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
 from genesis_fp16_infrastructure.agent_folder.layout import (
     ASIDE_SUFFIX,
     CANDIDATES_FOLDER,
-    CHECKPOINTS_FOLDER,
     POINTER_LOCK,
     SERVED_POINTER,
 )
@@ -41,10 +40,11 @@ def read_pointer(folder: Path) -> ServedPointer | None:
     A pointer that exists but cannot be read raises :class:`ServedPointerError`: a served
     model is never guessed."""
     path = SERVED_POINTER.at(folder)
-    if not path.exists() and not path.is_symlink() and aside_path(folder).exists():
+    aside = None if path.exists() or path.is_symlink() else files.newest_aside(path)
+    if aside is not None:
         raise ServedPointerError(
             f"served-model pointer {str(path)!r} was set aside as unusable "
-            f"({str(aside_path(folder))!r}); {repair_hint(folder)}"
+            f"({str(aside)!r}); {repair_hint(folder)}"
         )
     return parse_pointer(path)
 
@@ -83,10 +83,9 @@ def checkpoint_of(folder: Path, pointer: ServedPointer) -> Path:
 
 def repair_hint(folder: Path) -> str:
     """The commands that repair the pointer of ``folder``, naming its agent where the
-    folder is a state folder's (``<state>/agents/<agent>/checkpoints``)."""
-    folder = Path(folder)
-    agent = folder.parent.name if folder.name == CHECKPOINTS_FOLDER else "AGENT"
-    return REPAIR.replace("AGENT", agent)
+    folder is a state folder's (:func:`.outbox.agent_folder_of`)."""
+    agent = outbox.agent_folder_of(folder)
+    return REPAIR if agent is None else REPAIR.replace("AGENT", agent.name)
 
 
 def aside_path(folder: Path) -> Path:
@@ -116,8 +115,7 @@ def pointer_lock(folder: Path) -> Iterator[None]:
     operator's ``model`` commands) does so inside it, so no update is lost. Blocking: the
     holders keep it for one small read and write. The kernel drops it with its holder;
     the same thread may nest it."""
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    key = str(POINTER_LOCK.at(folder).resolve())
+    key = str(POINTER_LOCK.at(folder).resolve())  # take_lock makes the folder
     with _THREAD_LOCK:
         if key in _HELD:  # held by this thread (no other gets past _THREAD_LOCK): nested
             yield

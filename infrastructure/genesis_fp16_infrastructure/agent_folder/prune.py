@@ -56,7 +56,8 @@ def prune(
 
     with pointer_lock(folder):  # nothing served meanwhile is removed
         pointer = update_pointer(folder, trim, settle_first=recover_first)
-        _empty_pruning(folder)
+        # What a prune killed midway left in .pruning: nobody names it.
+        shutil.rmtree(Path(folder) / PRUNING_FOLDER, ignore_errors=True)
         verdicts = {c: read_verdict(c) for c in list_candidates(folder)}  # each read once
         inconclusive = [c.name for c, v in verdicts.items() if v.outcome == Outcome.INCONCLUSIVE]
         kept_ids = set(inconclusive[-INCONCLUSIVE_KEEP:])
@@ -99,10 +100,3 @@ def _remove(folder: Path, candidate: Path) -> None:
     shutil.rmtree(moved, ignore_errors=True)  # the same name pruned before, killed midway
     os.replace(candidate, moved)
     shutil.rmtree(moved)
-
-
-def _empty_pruning(folder: Path) -> None:
-    """What a prune killed midway left in ``.pruning``: removed (nobody names it)."""
-    trash = Path(folder) / PRUNING_FOLDER
-    if trash.is_dir():
-        shutil.rmtree(trash, ignore_errors=True)

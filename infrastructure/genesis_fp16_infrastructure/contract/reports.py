@@ -50,7 +50,6 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     Outcome,
     RunEntry,
     cut,
-    drift_warning,
     finite,
     text,
 )
@@ -125,6 +124,15 @@ class DriftReport(Record):
     def any_flagged(self) -> bool:
         """A feature, or the label shift, passed its threshold."""
         return bool(self.flagged) or self.label_shift_flagged
+
+    def warning(self) -> str | None:
+        """The run history's line: the features flagged, and whether the success rate
+        shifted; None when nothing was flagged."""
+        if not self.any_flagged:
+            return None
+        what = [f"features {', '.join(self.flagged[:8])}"] if self.flagged else []
+        what += ["the success rate"] if self.label_shift_flagged else []
+        return cut("drift flagged: " + " and ".join(what))
 
 
 @dataclass(frozen=True)
@@ -588,20 +596,19 @@ class TrainResult:
             precision_reason=cut(self.precision_reason, PRECISION_REASON_CHARS),
         )
 
-    def history_entry(self, record: LastRun) -> RunEntry:
-        """The run's entry in its agent's history: ``record`` (its :meth:`run_record`)
-        with what the result reports beyond it."""
+    def history_entry(self, duration: float, source: str, when: float | None = None) -> RunEntry:
+        """The run's entry in its agent's history: its :meth:`run_record` (the entry's
+        ``run``, which ``last_run.json`` holds alone) with what the result reports beyond it."""
         demotions = tuple(
             cut(f"{d.from_} to {d.to} at step {d.step}: {d.reason}") for d in self.demotions[:4]
         )
-        drift = self.drift
         return RunEntry(
-            run=record,
+            run=self.run_record(duration, source, when),
             loss_scale=finite(self.loss_scale),
             skipped_steps=self.skipped_steps,
             demotions=demotions,
             quarantined=self.quarantined,
-            drift=drift_warning(drift.flagged, drift.label_shift_flagged) if drift else None,
+            drift=self.drift.warning() if self.drift else None,
             gate=None if self.gate is None or self.up_to_date else _gate_mark(self.gate),
             live=None if not self.live else LiveMark.of(self.live.to_json()),
         )

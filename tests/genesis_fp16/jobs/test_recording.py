@@ -16,6 +16,7 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Verdict
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     Calibration,
@@ -160,7 +161,8 @@ def test_the_post_run_step_recovers_what_a_killed_transition_left(
         candidate = candidates.new_candidate(folder, {"fingerprint": digest, "records": 10})
         checkpoint = candidate / "ckpt-0000000005.pt"
         checkpoint.write_bytes(b"weights " + digest.encode())
-        entry = candidates.candidate_entry(folder, candidate, checkpoint, {"outcome": "promoted"})
+        promoted = Verdict.from_json({"outcome": "promoted"})
+        entry = candidates.candidate_entry(folder, candidate, checkpoint, promoted)
         transitions.serve(folder, entry, "gate", verdict={"outcome": "promoted"})
         served.append(candidate)
     transitions.rollback(folder, verdict={"reason": "live_regression"})

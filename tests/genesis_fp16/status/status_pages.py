@@ -16,7 +16,6 @@ import numpy as np
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     GateMark,
-    LastRun,
     RunEntry,
     append_run,
 )
@@ -83,7 +82,8 @@ def seed_hostile_agent(state_dir: Path) -> Path:
 def _seed_hostile_history(folder: AgentFolder) -> None:
     """A run in the history with a hostile reason, candidate id and drift warning."""
     run = replace(
-        LastRun.of_error("failed", HOSTILE_REASON, 2.0, "daemon"), precision_reason=HOSTILE_REASON
+        RunEntry.of_error("failed", HOSTILE_REASON, 2.0, "daemon").run,
+        precision_reason=HOSTILE_REASON,
     )
     scores = ({"auc": 0.6}, {"auc": 0.7})
     gate = GateMark("rejected", HOSTILE_REASON, "auc", *scores, HOSTILE_MODEL, HOSTILE_MODEL)

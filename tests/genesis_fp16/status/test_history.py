@@ -85,7 +85,7 @@ def _run(plugin: TwoLosses, folder: AgentFolder, ids: range, forced: bool = Fals
         seed=1, steps=1, resume=True, data_path=data,
     )  # fmt: skip
     result = run_plugin(plugin, replace(request, forced=forced))
-    folder.save_run(result, 1.0, "daemon")
+    folder.save_run(result.history_entry(1.0, "daemon"))
     return result
 
 

@@ -36,7 +36,6 @@ from genesis_fp16.status.report import (
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     REASON_CHARS,
-    LastRun,
     RunEntry,
     append_run,
 )
@@ -215,7 +214,7 @@ def test_a_long_reason_is_kept_to_one_bounded_line(tmp_path: Path) -> None:
     REASON_CHARS characters, and reads back as it was written."""
     folder = AgentFolder(tmp_path, "se_darwin")
     folder.save_last_run(
-        LastRun.of_error("failed", "line one\nline two " + "x" * 1000, 1.0, "daemon")
+        RunEntry.of_error("failed", "line one\nline two " + "x" * 1000, 1.0, "daemon").run
     )
     record = folder.last_run()
     assert record is not None and record.reason.startswith("line one line two xx")
@@ -231,7 +230,7 @@ def test_an_unchanged_history_is_not_read_or_drawn_again(tmp_path: Path) -> None
     assert again.agents[0].history is first.agents[0].history
     assert render_html(again) == render_html(first)
     folder = AgentFolder(tmp_path, HOSTILE_AGENT)
-    append_run(folder.root, RunEntry(LastRun.of_error("failed", "the newest run", 1.0, "daemon")))
+    append_run(folder.root, RunEntry.of_error("failed", "the newest run", 1.0, "daemon"))
     later = gather_status(tmp_path, [], IDLE, _no_schedule)
     assert [e.run.reason for e in later.agents[0].history.runs][-1] == "the newest run"
     assert "the newest run" in render_html(later).decode()

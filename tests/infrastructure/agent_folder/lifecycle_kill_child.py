@@ -57,6 +57,7 @@ def _scenarios(ck: Path, roles: dict[str, str], name: str) -> dict[str, Callable
     """Each transition as its caller runs it (imports done before the steps are counted;
     the CLI's and the watch's, which are slow, only for the scenario ``name`` that runs)."""
     from genesis_fp16_infrastructure.agent_folder import candidates, prune, repair, transitions
+    from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Verdict
 
     def main(argv: list[str]) -> int:
         from genesis_fp16.cli import main as cli
@@ -77,7 +78,7 @@ def _scenarios(ck: Path, roles: dict[str, str], name: str) -> dict[str, Callable
     promoted = {"outcome": "promoted", "reason": "better", "checkpoint": checkpoint.name}
 
     def gate_promotes() -> bool:  # promotion.judge: the verdict goes with the pointer
-        entry = candidates.candidate_entry(ck, fresh, checkpoint, promoted)
+        entry = candidates.candidate_entry(ck, fresh, checkpoint, Verdict.from_json(promoted))
         return transitions.serve(ck, entry, "gate", unless_pinned=True, verdict=promoted)
 
     return {

@@ -22,7 +22,7 @@ from genesis_fp16_infrastructure.agent_folder import data_manifest, files
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import LastRun, RunEntry, append_run
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import RunEntry, append_run
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
 from genesis_fp16_infrastructure.agent_folder.records import read_calibration, read_capture_verdicts
 from genesis_fp16_infrastructure.agent_folder.repair import set_aside_unusable
@@ -87,7 +87,7 @@ def _hold(lock: Callable[[], object]) -> Callable[[Folder, Path], None]:
     return take
 
 
-FAILED = LastRun.of_error("failed", "why", 1.0, "daemon")
+FAILED = RunEntry.of_error("failed", "why", 1.0, "daemon").run
 
 
 def _sample(folder: Path, count: int, seed: int) -> Path:

@@ -19,7 +19,7 @@ from genesis_fp16_infrastructure.agent_folder import (
     transitions,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER, VERDICT
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, Verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     read_pointer,
@@ -168,7 +168,8 @@ def test_a_verdict_the_journal_decided_is_rolled_forward_before_prune_judges(
     first, second = _candidate(tmp_path, "aaaa", None), _candidate(tmp_path, "bbbb", None)
     for candidate in (first, second):
         checkpoint = candidate / "ckpt-0000000005.pt"
-        entry = candidates.candidate_entry(tmp_path, candidate, checkpoint, {"outcome": "promoted"})
+        promoted = Verdict.from_json({"outcome": "promoted"})
+        entry = candidates.candidate_entry(tmp_path, candidate, checkpoint, promoted)
         transitions.serve(tmp_path, entry, "gate", verdict={"outcome": "promoted"})
     transitions.rollback(tmp_path, verdict={"reason": "live_regression"})
     candidates.write_verdict(second, {"outcome": "promoted"})  # the state a kill left
@@ -194,7 +195,8 @@ def test_reading_or_an_unchanged_update_recovers_nothing_until_recover_is_called
     first, second = _candidate(tmp_path, "aaaa", None), _candidate(tmp_path, "bbbb", None)
     for candidate in (first, second):
         checkpoint = candidate / "ckpt-0000000005.pt"
-        entry = candidates.candidate_entry(tmp_path, candidate, checkpoint, {"outcome": "promoted"})
+        promoted = Verdict.from_json({"outcome": "promoted"})
+        entry = candidates.candidate_entry(tmp_path, candidate, checkpoint, promoted)
         transitions.serve(tmp_path, entry, "gate", verdict={"outcome": "promoted"})
     transitions.rollback(tmp_path, verdict={"reason": "live_regression"})
     candidates.write_verdict(second, {"outcome": "promoted"})  # the state a kill left

@@ -40,7 +40,7 @@ from genesis_fp16_infrastructure.agent_folder import (
     transitions,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER, VERDICT
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, Verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     read_pointer,
@@ -76,7 +76,7 @@ def _gate_serve(ck: Path, candidate: Path) -> None:
     """Serve ``candidate`` as the gate does (its verdict carried by the pointer)."""
     checkpoint = candidate / "ckpt-0000000005.pt"
     verdict = {"outcome": "promoted", "reason": "better", "checkpoint": checkpoint.name}
-    entry = candidates.candidate_entry(ck, candidate, checkpoint, verdict)
+    entry = candidates.candidate_entry(ck, candidate, checkpoint, Verdict.from_json(verdict))
     assert transitions.serve(ck, entry, "gate", unless_pinned=True, verdict=verdict)
 
 

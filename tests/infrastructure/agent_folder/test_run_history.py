@@ -39,7 +39,7 @@ def _folder(tmp_path: Path) -> AgentFolder:
 
 
 def _failed(reason: str = "error: boom") -> RunEntry:
-    return RunEntry(LastRun.of_error("failed", reason, 1.0, "daemon"))
+    return RunEntry.of_error("failed", reason, 1.0, "daemon")
 
 
 def test_the_file_is_compacted_to_the_newest_entries(tmp_path: Path) -> None:
@@ -185,7 +185,7 @@ def test_a_mark_keeps_its_columns_the_primary_first_within_a_line() -> None:
     assert live.watched == LiveColumn(0.1 / 3, -1 / 7, 2 / 3, 1 / 9, True)
     scores = [{name: value for name in names[:MARK_COLUMNS]} for value in (1 / 3, 2 / 3)]
     gate = GateMark("rejected", "held_out", names[0], *scores, "c" * 160, "s" * 160)
-    run = LastRun.of_error("failed", "r" * REASON_CHARS, 1.0, "daemon")
+    run = RunEntry.of_error("failed", "r" * REASON_CHARS, 1.0, "daemon").run
     evaluated = {f"eval_{index:02d}_".ljust(NAME_CHARS, "x"): 1 / 3 for index in range(12)}
     run = replace(run, precision_reason="p" * PRECISION_REASON_CHARS, eval=evaluated)
     entry = RunEntry(run, gate=gate, live=live)

@@ -65,7 +65,7 @@ def test_a_run_with_its_reports_reads_back(tmp_path: Path) -> None:
         gate=gate,
         drift=drift,
     )
-    folder.save_run(result, 2.0, "daemon")
+    folder.save_run(result.history_entry(2.0, "daemon"))
     (entry,) = folder.history().entries
     assert entry.run == folder.last_run()
     assert entry.run.precision_reason == "the guard's memory: fp16 demoted"
@@ -85,7 +85,7 @@ def test_a_judged_score_is_its_loss_and_nan_is_none(tmp_path: Path) -> None:
     folder = _folder(tmp_path)
     gate = GateReport("promoted", "the first model", candidate=ScoresOn("current", {"loss": 0.3}))
     result = replace(RAN, gate=gate, loss_scale=math.inf)
-    folder.save_run(result, 1.0, "daemon")
+    folder.save_run(result.history_entry(1.0, "daemon"))
     (entry,) = folder.history().entries
     assert entry.gate is not None and entry.gate.primary == "loss"
     assert (entry.gate.candidate, entry.gate.served) == ({"loss": 0.3}, {})
