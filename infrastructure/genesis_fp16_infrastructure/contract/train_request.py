@@ -224,15 +224,13 @@ class ResumePoint:
     """The checkpoint folder a run resumes from and its newest checkpoint's summary.
 
     - ``folder``: the folder of the checkpoint the served-model pointer names, else the
-      agent's checkpoint folder itself (no pointer, or one that cannot be followed).
-    - ``pointer_error``: why the pointer could not be followed (None: it could, or
-      there is none); the folder is then the agent's checkpoint folder.
+      agent's checkpoint folder itself (no pointer, or one that cannot be followed: the
+      snapshot's ``pointer_error`` says why).
     - ``summary``: ``CheckpointManager.latest_summary`` of ``folder`` (step, counters,
       precision, loss scale); None when it holds no checkpoint.
     """
 
     folder: Path
-    pointer_error: str | None
     summary: Mapping[str, Any] | None
 
 
@@ -342,9 +340,8 @@ def read_snapshot(folder: AgentFolder, checkpoint_dir: Path | None = None) -> Ag
     carried = folder.carried_scale()
     if checkpoint_dir is None:
         return AgentSnapshot(AgentState(memory, memory_error, carried, None))
-    pointer, resume = _resume_point(checkpoint_dir)
-    state = AgentState(memory, memory_error, carried, resume)
-    return AgentSnapshot(state, pointer, resume.pointer_error)
+    pointer, error, resume = _resume_point(checkpoint_dir)
+    return AgentSnapshot(AgentState(memory, memory_error, carried, resume), pointer, error)
 
 
 def resume_loss_scale(
@@ -357,16 +354,17 @@ def resume_loss_scale(
     if precision not in LOSS_SCALED:
         return 1.0, None, None
     try:
-        _, resume = _resume_point(checkpoint_dir)
+        _, error, resume = _resume_point(checkpoint_dir)
     except (OSError, CheckpointError) as exc:
         return INITIAL_LOSS_SCALE, str(exc), None
     scale = None if resume.summary is None else resume.summary.get("loss_scale")
-    return INITIAL_LOSS_SCALE if scale is None else scale, None, resume.pointer_error
+    return INITIAL_LOSS_SCALE if scale is None else scale, None, error
 
 
-def _resume_point(checkpoint_dir: Path) -> tuple[ServedPointer | None, ResumePoint]:
+def _resume_point(checkpoint_dir: Path) -> tuple[ServedPointer | None, str | None, ResumePoint]:
     """The served-model pointer, read once (None: none, or it cannot be followed:
-    unreadable, or naming a checkpoint that is gone), and the resume point it gives."""
+    unreadable, or naming a checkpoint that is gone), why it cannot be followed (None: it
+    can, or there is none), and the resume point it gives."""
     # The checkpoint module imports torch; a caller that asks no resume point never pays.
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 
@@ -377,9 +375,9 @@ def _resume_point(checkpoint_dir: Path) -> tuple[ServedPointer | None, ResumePoi
     except ServedPointerError as exc:
         pointer, error = None, str(exc)
     if served is not None:  # the file the pointer names, never a newer one beside it
-        return pointer, ResumePoint(served.parent, error, _summary_of(served))
+        return pointer, error, ResumePoint(served.parent, _summary_of(served))
     summary = CheckpointManager(checkpoint_dir).latest_summary()
-    return pointer, ResumePoint(checkpoint_dir, error, summary)
+    return pointer, error, ResumePoint(checkpoint_dir, summary)
 
 
 def _summary_of(path: Path) -> Mapping[str, Any] | None:

@@ -39,11 +39,12 @@ def _state(step: int) -> dict[str, Any]:
 def test_an_empty_folder_remembers_nothing_and_resumes_its_own_checkpoints(tmp_path: Path) -> None:
     """No files: no memory, no carried scale, the checkpoint folder itself with no summary;
     without a checkpoint folder asked, no resume point at all."""
-    state = _read(tmp_path).state
+    snapshot = _read(tmp_path)
+    state = snapshot.state
     assert (state.memory, state.memory_error, state.carried) == (None, None, None)
     assert state.resume is not None
     checkpoints = _folder(tmp_path).checkpoint_dir
-    assert (state.resume.folder, state.resume.pointer_error) == (checkpoints, None)
+    assert (state.resume.folder, snapshot.pointer_error) == (checkpoints, None)
     assert state.resume.summary is None
     assert _read(tmp_path, resume=False).state.resume is None
     assert state.initial_scale("fp16") is None
@@ -86,13 +87,15 @@ def test_the_resume_point_follows_the_served_pointer(tmp_path: Path) -> None:
         checkpoints,
         ServedPointer(ServedEntry(id="c1", checkpoint=str(saved.relative_to(checkpoints)))),
     )
-    resume = _read(tmp_path).state.resume
-    assert resume is not None and resume.folder == saved.parent and resume.pointer_error is None
+    snapshot = _read(tmp_path)
+    resume = snapshot.state.resume
+    assert resume is not None and resume.folder == saved.parent and snapshot.pointer_error is None
     assert resume.summary is not None and resume.summary["step"] == 12
     write_pointer(checkpoints, ServedPointer(ServedEntry(id="x", checkpoint="gone.pt")))
-    broken = _read(tmp_path).state.resume
+    snapshot = _read(tmp_path)
+    broken = snapshot.state.resume
     assert broken is not None and broken.folder == checkpoints and broken.summary is None
-    assert broken.pointer_error is not None and "gone.pt" in broken.pointer_error
+    assert snapshot.pointer_error is not None and "gone.pt" in snapshot.pointer_error
 
 
 def test_reading_without_a_resume_point_does_not_import_torch(tmp_path: Path) -> None:
