@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, Field, fields, is_dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import msgspec
 
@@ -65,15 +65,27 @@ class ReportError(ValueError):
 
 
 class Record:
-    """A frozen dataclass's ``to_json``/``from_json`` by its fields (the module docstring)."""
+    """A frozen dataclass's ``to_json``/``from_json`` by its fields (the module docstring).
+    A record with a ``VERSION`` (a file's: the precision memory's) writes it as
+    ``version`` and reads only that one."""
+
+    VERSION: ClassVar[int | None] = None
 
     def to_json(self) -> dict[str, Any]:
-        return encode_record(self)
+        return (
+            encode_record(self)
+            if self.VERSION is None
+            else {"version": self.VERSION, **encode_record(self)}
+        )
 
     @classmethod
     def from_json(cls: type[R], data: object, where: str = "") -> R:
         """The record ``data`` holds, or :class:`ReportError` in one line."""
-        found: R = decode_record(cls, data, where or cls.__name__)
+        where = where or cls.__name__
+        version = data.get("version") if isinstance(data, Mapping) else None
+        if cls.VERSION is not None and version != cls.VERSION:
+            raise ReportError(f"{where}: version {version!r}, expected {cls.VERSION}")
+        found: R = decode_record(cls, data, where)
         return found
 
 
@@ -197,6 +209,10 @@ def _mirror_hint(hint: Any) -> Any:
         return _choice(args)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return _choice(tuple(member.value for member in hint), hint)
+    if (origin is Union or origin is types.UnionType) and all(
+        get_origin(a) is Literal for a in args
+    ):
+        return _choice(tuple(value for a in args for value in get_args(a)))  # one custom type
     if origin is Union or origin is types.UnionType:
         return Union[tuple(_mirror_hint(a) for a in args)]  # noqa: UP007
     if origin is Mapping or origin is dict:

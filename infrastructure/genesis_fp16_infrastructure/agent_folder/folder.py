@@ -219,7 +219,10 @@ class AgentFolder:
         demotions are about 3 KB), not UTF-8)."""
         path = self.precision_state_path
         data = files.read_json(path, L.PRECISION_STATE)  # UnusableStateFile: unusable
-        return None if data is None else PrecisionMemory.from_json(data, path)
+        try:
+            return None if data is None else PrecisionMemory.from_json(data)
+        except ValueError as exc:  # another version, a missing or mistyped field
+            raise ValueError(f"precision state file {str(path)!r} is unreadable: {exc}") from None
 
     def save_precision_memory(self, memory: PrecisionMemory | None) -> None:
         """Keep ``memory`` atomically (``files.write_json``); None forgets the demotion."""

@@ -60,7 +60,7 @@ daemon checks its guard settings at start-up without loading torch::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -357,17 +357,17 @@ class GuardConfig(Record):
                 )
 
 
-MEMORY_VERSION = 1
-
-
 @dataclass(frozen=True)
-class PrecisionMemory:
-    """What a daemon remembers about one agent's demotions (the precision state file).
+class PrecisionMemory(Record):
+    """What a daemon remembers about one agent's demotions (the precision state file,
+    with its ``version``: ``to_json`` and ``from_json`` are the record codec's).
 
     ``demoted_to`` is a floor: later runs of the agent train in ``demoted_to`` whenever
     they would run in a less robust precision (fp16 < bf16 < fp32). ``clean_runs``
     counts runs since that finished without a demotion (for optional promotion).
     """
+
+    VERSION = 1
 
     demoted_from: PrecisionName | Literal["unknown"]  # unknown: set after an unusable file
     demoted_to: PrecisionName
@@ -377,27 +377,3 @@ class PrecisionMemory:
     at: str
     clean_runs: int = 0
     history: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["history"] = [dict(h) for h in self.history]
-        return {"version": MEMORY_VERSION, **out}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], path: Path) -> PrecisionMemory:
-        """The memory the state file at ``path`` holds; ``ValueError`` naming the file
-        for another version, a missing or mistyped field, or a floor that is no precision."""
-        try:
-            if data.get("version") != MEMORY_VERSION:
-                raise ValueError(f"version {data.get('version')!r}, expected {MEMORY_VERSION}")
-            known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-            known["history"] = tuple(known.get("history", ()))
-            memory = cls(**known)
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise ValueError(f"precision state file {str(path)!r} is unreadable: {exc}") from None
-        if memory.demoted_to not in PRECISIONS:
-            raise ValueError(
-                f"precision state file {str(path)!r}: demoted_to={memory.demoted_to!r} is not "
-                f"one of {', '.join(PRECISIONS)}"
-            )
-        return memory

@@ -276,3 +276,25 @@ def test_precision_memory_floor_clean_runs_and_broken_files(tmp_path: Path) -> N
     path.write_text("{not json")
     with pytest.raises(ValueError, match=r"precision_state\.json: not JSON"):
         folder.precision_memory()
+
+
+def test_a_memory_file_written_before_the_record_codec_reads_and_rewrites_the_same(
+    tmp_path: Path,
+) -> None:
+    """A precision state file saved by main at ca8d3f00 (its own to_json) reads back and
+    is saved again byte for byte; another version is refused naming the file."""
+    saved = Path(__file__).with_name("precision_state_ca8d3f00.json")
+    folder = AgentFolder(tmp_path, "agent")
+    folder.precision_state_path.parent.mkdir(parents=True)
+    folder.precision_state_path.write_bytes(saved.read_bytes())
+    memory = folder.precision_memory()
+    assert memory is not None and memory.demoted_to == "fp32" and len(memory.history) == 2
+    folder.save_precision_memory(memory)
+    assert folder.precision_state_path.read_bytes() == saved.read_bytes()
+    folder.precision_state_path.write_text(
+        json.dumps({**json.loads(saved.read_text()), "version": 2})
+    )
+    with pytest.raises(
+        ValueError, match=r"precision_state\.json' is unreadable: .*version 2, expected 1$"
+    ):
+        folder.precision_memory()
