@@ -131,7 +131,7 @@ def test_a_record_that_reads_itself_does_so_inside_another() -> None:
     assert Calibration.from_json(calibration.cache_json()) == replace(calibration, cached=True)
     with pytest.raises(ReportError) as raised:
         TrainResult.from_json({**out, "precision_calibration": {**kept, "version": 1}})
-    assert str(raised.value) == "TrainResult.precision_calibration: calibration cache version 1"
+    assert str(raised.value) == "TrainResult.precision_calibration: version 1, expected 4"
     rows = [{**kept["rows"][0], "precision": "fp8"}]
     with pytest.raises(ReportError) as raised:
         TrainResult.from_json({**out, "precision_calibration": {**kept, "rows": rows}})

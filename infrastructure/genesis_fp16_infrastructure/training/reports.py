@@ -26,8 +26,6 @@ from typing import Any, Literal
 from genesis_fp16_infrastructure.record_codec import (
     JSON,
     Record,
-    ReportError,
-    decode_record,
     encode_record,
 )
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
@@ -186,9 +184,11 @@ class Calibration(Record):
     phases: Mapping[str, float] = field(default_factory=dict)
     revalidated: str = ""  # a reused one: its winner's live median against the kept one
 
+    VERSION = CACHE_VERSION
+
     def to_json(self) -> dict[str, Any]:
         """The run's record (``train --json``'s ``precision_calibration``), ``cached`` and
-        ``revalidated`` included."""
+        ``revalidated`` included; its ``version`` last."""
         return {**encode_record(self), "version": CACHE_VERSION}
 
     def table(self) -> str:
@@ -225,11 +225,7 @@ class Calibration(Record):
 
     @classmethod
     def from_json(cls, data: object, where: str = "") -> Calibration:
-        where = where or "Calibration"
-        version = data.get("version") if isinstance(data, Mapping) else None
-        if version != CACHE_VERSION:
-            raise ReportError(f"{where}: calibration cache version {version!r}")
-        found: Calibration = decode_record(cls, data, where)
+        found = super().from_json(data, where)  # this VERSION's alone
         assert isinstance(data, Mapping)
         return replace(found, cached=bool(data.get("cached", True)))
 

@@ -168,7 +168,7 @@ def test_an_older_verdict_file_reads_with_its_unknown_keys_left_out() -> None:
         (DriftReport, {**RECORDS[2].to_json(), "features": {"tool": "far"}},
          "DriftReport.features['tool']: float expected, got str 'far'"),
         (Calibration, {**RECORDS[6].to_json(), "version": 1},
-         "Calibration: calibration cache version 1"),
+         "Calibration: version 1, expected 4"),
     ],
     ids=["fp8", "missing", "not_object", "str_int", "bool_int", "nested_missing",
          "history_shape", "str_float", "old_cache"],
