@@ -239,16 +239,11 @@ class PrecisionRequest(Record):
 
     @classmethod
     def from_json(cls, data: Any, where: str = "") -> PrecisionRequest:
-        """The inverse of ``to_json`` (the record codec's: the run file's ``precision``,
-        the cache's path as a string); a bare name is ``PrecisionRequest(name)``. Its
-        errors name the value, wherever it is read (``where`` is the codec's)."""
+        """The record codec's (the run file's ``precision``); a bare name is
+        ``PrecisionRequest(name)``, checked by ``__post_init__`` as any request."""
         if isinstance(data, str):
-            data = {"requested": data}  # checked by __post_init__ as any request
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        if known.get("cache") is not None:
-            known["cache"] = Path(known["cache"])
-        known["excluded"] = {str(k): str(v) for k, v in (known.get("excluded") or {}).items()}
-        return cls(**known)
+            return cls(data)  # type: ignore[arg-type]  # __post_init__ names a bad one
+        return super().from_json(data, where)
 
 
 def as_request(value: PrecisionRequest | str) -> PrecisionRequest:
