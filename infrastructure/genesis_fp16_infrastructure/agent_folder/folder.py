@@ -303,7 +303,13 @@ class AgentFolder:
     def carried_scale(self) -> CarriedScale | None:
         """The fp16 loss scale carried to the next run; None: none, another version, or
         unusable (set aside as ``loss_scale.json.unusable-*`` and reported: a fresh start)."""
-        return files.load(self.loss_scale_path, L.CARRIED_SCALE, CarriedScale.from_json)
+
+        def decode(data: Any) -> CarriedScale | None:
+            if data.get("version") == CarriedScale.VERSION:
+                return CarriedScale.from_json(data)
+            return None  # another version: a fresh start
+
+        return files.load(self.loss_scale_path, L.CARRIED_SCALE, decode)
 
     def save_carried_scale(self, carried: CarriedScale | None) -> None:
         """Carry ``carried`` to the next run, atomically; None forgets the scale."""

@@ -31,19 +31,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from genesis_fp16_infrastructure.record_codec import Record
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     INITIAL_LOSS_SCALE,
     LOSS_SCALED,
     PrecisionName,
     RequestedName,
-    requested_name,
 )
-
-CARRIED_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -115,31 +113,24 @@ def config_from_state(state: Mapping[str, Any], current: ScalerConfig) -> Scaler
 
 
 @dataclass(frozen=True)
-class CarriedScale:
-    """The scale an fp16 run of the agent ended with, and the precision it had asked for."""
+class CarriedScale(Record):
+    """The scale an fp16 run of the agent ended with, and the precision it had asked for
+    (``loss_scale.json``, with its ``version``: ``to_json`` and ``from_json`` are the
+    record codec's)."""
+
+    VERSION = 1
 
     requested: RequestedName
     scale: float
     at: str
 
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.scale) and self.scale > 0):
+            raise ValueError(f"scale {self.scale!r} is not a positive number")
+
     def for_request(self, requested: RequestedName) -> float | None:
         """The scale to start a run asking ``requested`` with; None when the request changed."""
         return self.scale if requested == self.requested else None
-
-    @staticmethod
-    def from_json(data: dict[str, Any]) -> CarriedScale | None:
-        """The value a ``loss_scale.json`` holds; None: another version. ValueError: unusable."""
-        if data.get("version") != CARRIED_VERSION:
-            return None
-        carried = CarriedScale(
-            requested_name(data["requested"]), float(data["scale"]), str(data["at"])
-        )
-        if not (math.isfinite(carried.scale) and carried.scale > 0):
-            raise ValueError(f"scale {carried.scale!r} is not a positive number")
-        return carried
-
-    def to_json(self) -> dict[str, Any]:
-        return {"version": CARRIED_VERSION, **asdict(self)}
 
 
 def carry_after_run(

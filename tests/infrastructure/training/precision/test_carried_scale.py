@@ -119,3 +119,23 @@ def test_on_cuda_a_carried_scale_skips_at_most_one_step_in_the_first_50(tmp_path
     assert skipped_one >= 1 and skipped_two <= 1
     se = (eval_one["loss_se"] ** 2 + eval_two["loss_se"] ** 2) ** 0.5
     assert abs(eval_one["loss"] - eval_two["loss"]) <= se
+
+
+def test_a_carried_scale_written_before_the_record_codec_reads_and_rewrites_the_same(
+    tmp_path: Path,
+) -> None:
+    """A loss_scale.json saved by main at ca8d3f00 (its own to_json) reads back and is
+    saved again byte for byte; another version is a fresh start, a non-positive scale an
+    unusable file (set aside)."""
+    saved = Path(__file__).with_name("loss_scale_ca8d3f00.json")
+    folder = AgentFolder(tmp_path, "agent")
+    folder.loss_scale_path.parent.mkdir(parents=True)
+    folder.loss_scale_path.write_bytes(saved.read_bytes())
+    carried = folder.carried_scale()
+    assert carried is not None and (carried.requested, carried.scale) == ("auto", 2048.0)
+    folder.save_carried_scale(carried)
+    assert folder.loss_scale_path.read_bytes() == saved.read_bytes()
+    folder.loss_scale_path.write_text(saved.read_text().replace('"version": 1', '"version": 2'))
+    assert folder.carried_scale() is None and folder.loss_scale_path.exists()
+    folder.loss_scale_path.write_text(saved.read_text().replace("2048.0", "-1.0"))
+    assert folder.carried_scale() is None and not folder.loss_scale_path.exists()
