@@ -18,7 +18,6 @@ JSON only, no torch.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files, outbox
-from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, VERDICT
+from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, CHECKPOINT_NAME, VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
     Outcome,
@@ -35,8 +34,6 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     Verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir
-
-_CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")  # CheckpointManager's, without torch
 
 
 def new_candidate(folder: Path, meta: Mapping[str, Any]) -> Path:
@@ -106,7 +103,7 @@ def stamped(verdict: Mapping[str, Any]) -> dict[str, Any]:
 
 def newest_checkpoint(candidate: Path) -> Path | None:
     """The candidate's last checkpoint file (its served weights inside), or None."""
-    names = sorted(p.name for p in Path(candidate).iterdir() if _CHECKPOINT_NAME.match(p.name))
+    names = sorted(p.name for p in Path(candidate).iterdir() if CHECKPOINT_NAME.match(p.name))
     return Path(candidate) / names[-1] if names else None
 
 

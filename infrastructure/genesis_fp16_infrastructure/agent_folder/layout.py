@@ -53,6 +53,8 @@ from pathlib import Path
 from typing import Literal
 
 ASIDE_SUFFIX = ".unusable"
+# A checkpoint file's name, ckpt-<step>.pt (CheckpointManager.path_for): here, without torch
+CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
 # <name>.unusable, or <name>.unusable-<%Y%m%dT%H%M%S.%fZ>[-n]: the time sorts as text
 _ASIDE = re.compile(
     r"^(?P<name>.+)\.unusable(?:-(?P<at>\d{8}T\d{6}\.\d{6}Z)(?:-(?P<n>[1-9]\d*))?)?$"

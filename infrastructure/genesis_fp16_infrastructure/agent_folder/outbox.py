@@ -184,13 +184,10 @@ def outbox_lock(agent_folder: Path) -> Iterator[int]:
         os.close(fd)
 
 
-def record(
-    agent_folder: Path, kind: str, data: Mapping[str, Any], event_id: str | None = None
-) -> str:
-    """Write one event (fsynced, atomic) and return its id; ``event_id``: a deterministic
-    one (a journal entry's), else a random one."""
+def record(agent_folder: Path, kind: str, data: Mapping[str, Any]) -> str:
+    """Write one event (fsynced, atomic) under a random id and return the id."""
     with outbox_lock(agent_folder) as lock:
-        return _write_new(agent_folder, lock, kind, data, event_id or uuid.uuid4().hex[:16])
+        return _write_new(agent_folder, lock, kind, data, uuid.uuid4().hex[:16])
 
 
 def _next_order(lock: int) -> int:

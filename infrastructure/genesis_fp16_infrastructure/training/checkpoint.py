@@ -13,7 +13,6 @@ import hashlib
 import io
 import logging
 import os
-import re
 import stat
 import threading
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 import torch
 
+from genesis_fp16_infrastructure.agent_folder.layout import CHECKPOINT_NAME
 from genesis_fp16_infrastructure.agent_folder.layout import WRITER_LOCK as WRITER_LOCK_FILE
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 from genesis_fp16_infrastructure.errors import CheckpointError, CheckpointFolderBusy, LockBusy
@@ -43,7 +43,6 @@ from genesis_fp16_infrastructure.training.checkpoint_load import (
 
 logger = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
 REJECTED_SUFFIX = ".rejected"  # a file pruning found unusable, set aside rather than deleted
 STALE_TEMP_SECONDS = 60.0
 WRITER_LOCK = WRITER_LOCK_FILE.name  # the flock of the one process that writes the folder
@@ -150,7 +149,9 @@ class CheckpointManager:
         """The checkpoint files present, oldest first (temp files, FIFOs and folders are not)."""
         if not self.directory.is_dir():
             return []
-        return sorted(p for p in self.directory.iterdir() if _NAME.match(p.name) and p.is_file())
+        return sorted(
+            p for p in self.directory.iterdir() if CHECKPOINT_NAME.match(p.name) and p.is_file()
+        )
 
     def save(self, state: Mapping[str, Any]) -> Path:
         """Write ``state`` (which must hold ``step``) and its digest atomically, then prune."""
@@ -249,7 +250,7 @@ class CheckpointManager:
         if not self.directory.is_dir():
             return
         for path in self.directory.iterdir():
-            if _NAME.match(path.name) and not path.is_file():
+            if CHECKPOINT_NAME.match(path.name) and not path.is_file():
                 aside = _free_name(path.with_name(path.name + REJECTED_SUFFIX))
                 try:
                     path.rename(aside)

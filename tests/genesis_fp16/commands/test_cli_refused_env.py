@@ -40,17 +40,17 @@ TYPO = "ENABLE_FP16_TRAINIG"  # the rollback switch, misspelt: what the file is 
 ENV_FILE = (
     f"GENESIS_FP16_STATE_DIR=kept-state\nGENESIS_FP16_PLUGIN_ALLOWLIST=rlhf_ppo\n{TYPO}=false\n"
 )
-EVENT_ID = "0123456789abcdef"
 NOT_ALLOWED = "se_darwin"  # installed, not in the file's allowlist
 # new-agent's name: one no reader has installed (the README's plugin block installs the
 # name the reader chose, my_agent as written, which new-agent would then refuse).
 NEW_AGENT = f"refused_env_{uuid.uuid4().hex[:12]}"
 REFUSED_PLUGIN = "'se_darwin' is not in GENESIS_FP16_PLUGIN_ALLOWLIST"
 
-# Each command's words (BUNDLE: the test's fault bundle), its exit code on the refused
-# file, and what its output shows of the file's other lines (a command that acts shows
-# nothing of them: its checks are its one line and the folder left as it was). A command
-# missing here fails test_every_command_meets_a_refused_env_file, saying so.
+# Each command's words (BUNDLE: the test's fault bundle, EVENT: its event's id), its
+# exit code on the refused file, and what its output shows of the file's other lines (a
+# command that acts shows nothing of them: its checks are its one line and the folder
+# left as it was). A command missing here fails test_every_command_meets_a_refused_env_file,
+# saying so.
 ROWS: dict[str, tuple[tuple[str, ...], int, str]] = {
     "serve": (("serve",), 2, ""),
     "status": (("status", "--json"), 0, "kept-state"),
@@ -70,8 +70,8 @@ ROWS: dict[str, tuple[tuple[str, ...], int, str]] = {
     "model promote": (("model", "promote", "se_darwin", "c1"), 2, ""),
     "model rollback": (("model", "rollback", "se_darwin"), 2, ""),
     "model unpin": (("model", "unpin", "se_darwin"), 2, ""),
-    "events list": (("events", "list", "--json"), 0, EVENT_ID),
-    "events redeliver": (("events", "redeliver", EVENT_ID), 2, ""),
+    "events list": (("events", "list", "--json"), 0, "EVENT"),
+    "events redeliver": (("events", "redeliver", "EVENT"), 2, ""),
 }
 
 
@@ -118,10 +118,10 @@ def world(tmp_path: Path) -> dict[str, object]:
     agent.root.mkdir(parents=True)
     demotion = PrecisionMemory("fp16", "bf16", "overflow_rate", 40, 30, "2026-11-25T20:00:00Z")
     agent.save_precision_memory(demotion)
-    outbox.record(agent.root, "promoted", {"candidate": "c1"}, event_id=EVENT_ID)
+    event = outbox.record(agent.root, "promoted", {"candidate": "c1"})
     bundle = tmp_path / "se_darwin.fault.pt"
     torch.save(minimal_bundle(NOT_ALLOWED, {"seed": 0}), bundle)
-    return {"root": tmp_path, "bundle": str(bundle)}
+    return {"root": tmp_path, "bundle": str(bundle), "event": event}
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
@@ -141,7 +141,9 @@ def test_every_command_meets_a_refused_env_file(world: dict[str, object], comman
     assert command in ROWS, f"{command}: give it a row (its words, exit code, what it shows)"
     words, code, shows = ROWS[command]
     root = Path(str(world["root"]))
-    words = tuple(str(world["bundle"]) if w == "BUNDLE" else w for w in words)
+    named = {"BUNDLE": str(world["bundle"]), "EVENT": str(world["event"])}
+    words = tuple(named.get(w, w) for w in words)
+    shows = named.get(shows, shows)
     before = _snapshot(root)
     done = _cli(root, *words)
     lines = done.stderr.splitlines()

@@ -167,19 +167,11 @@ def _noise(reference: _Reference, ref_cols: torch.Tensor, size: int, seed: int) 
     return worst
 
 
-def js_distance(reference: torch.Tensor, new: torch.Tensor) -> float:
-    """Jensen-Shannon distance (base 2) of two samples, binned on the reference's deciles.
-
-    The bins' edges are the reference's distinct deciles, with a bin of their own below
+def _bounds(reference: torch.Tensor, bins: int = 10) -> torch.Tensor:
+    """The bins' edges: the reference's distinct deciles, with a bin of their own below
     its smallest value and above its largest: a feature of a few values (a flag, a small
     count) is compared value by value, and new values outside the reference's range are
-    never hidden among its extremes.
-    """
-    bounds = _bounds(reference)
-    return _js(_shares(reference, bounds), _shares(new, bounds))
-
-
-def _bounds(reference: torch.Tensor, bins: int = 10) -> torch.Tensor:
+    never hidden among its extremes."""
     ref = reference.double().contiguous()
     quantiles = torch.linspace(0, 1, bins + 1, dtype=torch.float64)
     edges = torch.unique(torch.quantile(ref, quantiles))

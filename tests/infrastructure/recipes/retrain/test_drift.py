@@ -14,21 +14,26 @@ from genesis_fp16_infrastructure.data.fingerprint import fingerprint
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import record_id_hash
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.recipes.retrain.drift import (
-    drift_report,
-    js_distance,
-)
+from genesis_fp16_infrastructure.recipes.retrain.drift import _Reference, drift_report
+from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES
 
 
-def test_js_distance_sees_flags_and_values_outside_the_reference() -> None:
+def numeric_distance(reference: torch.Tensor, new: torch.Tensor) -> float:
+    """The drift report's distance of ``new`` from ``reference`` on its first feature."""
+    width = len(NUMERIC_FEATURES)
+    ref = _Reference({}, reference[:, None].expand(-1, width))
+    return ref.numeric_distances(new[:, None].expand(-1, width))[NUMERIC_FEATURES[0]]
+
+
+def test_the_numeric_distance_sees_flags_and_values_outside_the_reference() -> None:
     """A 0/1 feature that flips, and values past the reference's largest, are far; the
     same sample is at 0."""
     flags = torch.tensor([0.0, 0.0, 0.0, 1.0] * 50)
-    assert js_distance(flags, flags) == 0.0
-    assert js_distance(flags, torch.ones(50)) > 0.5
+    assert numeric_distance(flags, flags) == 0.0
+    assert numeric_distance(flags, torch.ones(50)) > 0.5
     spread = torch.arange(200, dtype=torch.float64)
-    assert js_distance(spread, spread[-20:] * 10) > 0.9  # all above the reference's max
-    assert js_distance(spread, spread[::4]) < 0.1
+    assert numeric_distance(spread, spread[-20:] * 10) > 0.9  # all above the reference's max
+    assert numeric_distance(spread, spread[::4]) < 0.1
 
 
 def _report(edit: Any, seed: int = 0, records: int = 600) -> DriftReport:
