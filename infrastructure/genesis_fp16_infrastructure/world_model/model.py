@@ -21,14 +21,19 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.optim import Optimizer
 
 from genesis_fp16_infrastructure.data.schema import OUTCOMES
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+    from genesis_fp16_infrastructure.data.schema import Example
 
 # Module-name prefixes, for the precision probe's FP32 islands.
 HEAD_MODULES: tuple[str, ...] = ("success_head", "score_head", "outcome_head")
@@ -276,6 +281,40 @@ def _stack_entry(parts: Sequence[Mapping[str, Any]], key: str) -> Any:
 def build_world_model(config: ModelConfig) -> WorldModel | WorldModelEnsemble:
     """The network ``config`` describes: one WorldModel, or an ensemble of ``members``."""
     return WorldModel(config) if config.members == 1 else WorldModelEnsemble(config)
+
+
+class Labels(NamedTuple):
+    """The records' labels as tensors, in :func:`world_model_losses`' order: success
+    (float32), score (float32, 0.0 where unknown), whether the score is known, and the
+    outcome's index in ``schema.OUTCOMES`` (int64). A score rounds to float32 from
+    float64 as a Python float does."""
+
+    success: torch.Tensor
+    score: torch.Tensor
+    score_known: torch.Tensor
+    outcome: torch.Tensor
+
+    @classmethod
+    def of(cls, examples: Sequence[Example]) -> Labels:
+        labels = [e.label for e in examples]
+        scores = [x.score for x in labels]
+        return cls(
+            torch.tensor([float(x.success) for x in labels], dtype=torch.float32),
+            torch.tensor([0.0 if v is None else v for v in scores], dtype=torch.float32),
+            torch.tensor([v is not None for v in scores], dtype=torch.bool),
+            torch.tensor([x.outcome_index for x in labels], dtype=torch.int64),
+        )
+
+    @classmethod
+    def of_rows(cls, columns: PoolColumns, rows: np.ndarray) -> Labels:
+        """The labels of the read's examples ``rows`` (positions in ``columns.labelled``)."""
+        known = columns.label_scored[rows]
+        return cls(
+            torch.from_numpy(columns.success[rows].astype(np.float32)),
+            torch.from_numpy(np.where(known, columns.label_score[rows], 0.0).astype(np.float32)),
+            torch.from_numpy(known),
+            torch.from_numpy(columns.outcome[rows].astype(np.int64)),
+        )
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from genesis_fp16_infrastructure.training.run.calibration import policy_for_run
 from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
 from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
 from genesis_fp16_infrastructure.world_model.model import (
+    Labels,
     ModelConfig,
     WorldModel,
     world_model_losses,
@@ -113,12 +114,7 @@ def _tensors(data_path: Path) -> tuple[Batch, int]:
         [e.attempt for e in train], result.pool, [e.label.success for e in train]
     )
     x = encoder.encode([e.attempt for e in examples], result.pool)
-    labels = [e.label for e in examples]
-    success = torch.tensor([float(lb.success) for lb in labels])
-    score = torch.tensor([lb.score if lb.score is not None else 0.0 for lb in labels])
-    known = torch.tensor([lb.score is not None for lb in labels])
-    outcome = torch.tensor([lb.outcome_index for lb in labels], dtype=torch.long)
-    return (x, success, score, known, outcome), n_train
+    return (x, *Labels.of(examples)), n_train
 
 
 @dataclass(frozen=True)

@@ -43,12 +43,8 @@ from torch.optim.lr_scheduler import LRScheduler
 from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
-from genesis_fp16_infrastructure.data.schema import (
-    SCHEMA_VERSION,
-    Example,
-)
+from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 from genesis_fp16_infrastructure.judging.split import sorted_unique
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
@@ -65,6 +61,7 @@ from genesis_fp16_infrastructure.world_model.features import (
 )
 from genesis_fp16_infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
 from genesis_fp16_infrastructure.world_model.model import (
+    Labels,
     ModelConfig,
     WorldModelOutput,
     build_world_model,
@@ -100,51 +97,11 @@ class Batch(NamedTuple):
         return int(self.x.shape[0])
 
 
-class Labels(NamedTuple):
-    """The records' labels as arrays: success, score (0.0 where unknown), whether the
-    score is known, and the outcome's index in ``schema.OUTCOMES``."""
-
-    success: np.ndarray  # bool
-    score: np.ndarray  # float64
-    score_known: np.ndarray  # bool
-    outcome: np.ndarray  # int64
-
-    @classmethod
-    def of(cls, examples: Sequence[Example]) -> Labels:
-        labels = [e.label for e in examples]
-        n = len(labels)
-        scores = [x.score for x in labels]
-        return cls(
-            np.array([x.success for x in labels], dtype=np.bool_).reshape(n),
-            np.array([0.0 if v is None else v for v in scores], dtype=np.float64).reshape(n),
-            np.array([v is not None for v in scores], dtype=np.bool_).reshape(n),
-            np.array([x.outcome_index for x in labels], dtype=np.int64).reshape(n),
-        )
-
-    @classmethod
-    def of_rows(cls, columns: PoolColumns, rows: np.ndarray) -> Labels:
-        """The labels of the read's examples ``rows`` (positions in ``columns.labelled``)."""
-        known = columns.label_scored[rows]
-        return cls(
-            columns.success[rows],
-            np.where(known, columns.label_score[rows], 0.0),
-            known,
-            columns.outcome[rows],
-        )
-
-
 def batch_of(x: torch.Tensor, labels: Labels, folds: Sequence[int] | None = None) -> Batch:
-    """Encoded features ``x``, the same records' labels and folds, as one batch (a score
-    rounds to float32 from float64 as a Python float does)."""
+    """Encoded features ``x``, the same records' labels and folds, as one batch."""
     n = len(labels.success)
-    return Batch(
-        x=x,
-        success=torch.from_numpy(labels.success.astype(np.float32)),
-        score=torch.from_numpy(labels.score.astype(np.float32)),
-        score_known=torch.from_numpy(labels.score_known.copy()),
-        outcome=torch.from_numpy(labels.outcome.astype(np.int64)),
-        fold=torch.tensor(folds if folds is not None else [0] * n, dtype=torch.long).reshape(n),
-    )
+    fold = torch.tensor(folds if folds is not None else [0] * n, dtype=torch.long).reshape(n)
+    return Batch(x, *labels, fold)
 
 
 class WorldModelStep:

@@ -15,12 +15,13 @@ from genesis_fp16_infrastructure.data.fingerprint import fingerprint, fingerprin
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
-from genesis_fp16_infrastructure.recipes.retrain.task import Labels, WorldModelTask, batch_of
+from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask, batch_of
 from genesis_fp16_infrastructure.world_model.features import (
     FeatureEncoder,
     numeric_columns,
     numeric_rows,
 )
+from genesis_fp16_infrastructure.world_model.model import Labels
 
 
 def _read(tmp_path: Path, pool: dict[str, object], keep_text: bool = False) -> ReadResult:
