@@ -54,6 +54,7 @@ import msgspec
 JSON = "json"  # metadata: the field's key in JSON, where its name cannot be (``from``)
 ROUND = "round"  # metadata: the digits a float is rounded to in JSON
 OMIT_NONE = "omit_none"  # metadata: the key is left out of the JSON while the field is None
+LOCAL = "local"  # metadata: the field never crosses a process (left out, its default read)
 
 R = TypeVar("R", bound="Record")
 _INNER = "\x00"  # where a record read by its own from_json inside another one stands
@@ -108,8 +109,9 @@ def encode_record(record: Any) -> dict[str, Any]:
 
 @cache
 def _callbacks(cls: type) -> frozenset[str]:
-    """The fields of the dataclass ``cls`` typed as callbacks: ``Callable``, or one or None."""
-    found = set()
+    """The fields of the dataclass ``cls`` typed as callbacks (``Callable``, or one or
+    None) or marked ``LOCAL``."""
+    found = {item.name for item in fields(cls) if item.metadata.get(LOCAL)}
     for name, hint in get_type_hints(cls).items():
         kinds = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
         if any(get_origin(kind) is collections.abc.Callable for kind in kinds):
@@ -126,7 +128,7 @@ def plain(value: Any, digits: int | None = None) -> Any:
     >>> plain({"auc": float("nan"), "loss": (1.0, float("inf"))})
     {'auc': None, 'loss': [1.0, None]}
     """
-    if isinstance(value, Record):
+    if isinstance(value, Record) or _reads_itself(type(value)):
         return value.to_json()
     if isinstance(value, Path):
         return str(value)
@@ -225,8 +227,12 @@ def _mirror_hint(hint: Any) -> Any:
 
 
 def _reads_itself(cls: type[Any]) -> bool:
-    """A record with a ``from_json`` of its own (Calibration checks its cache version)."""
-    return issubclass(cls, Record) and cls.from_json.__func__ is not Record.from_json.__func__  # type: ignore[attr-defined]
+    """A record with a ``from_json`` of its own (Calibration checks its cache version) or a
+    ``VERSION`` to check, or a dataclass with its own JSON (the served pointer's)."""
+    own = getattr(getattr(cls, "from_json", None), "__func__", None)
+    versioned = getattr(cls, "VERSION", None) is not None
+    record_read = Record.from_json.__func__  # type: ignore[attr-defined]
+    return is_dataclass(cls) and own is not None and (own is not record_read or versioned)
 
 
 class _Own:
@@ -268,9 +274,11 @@ def _read_custom(kind: type[Any], value: Any) -> Any:
             return Path(value)
         raise ValueError(f"Expected `str`, got `{_json_kind(value)}`")
     if issubclass(kind, _Own):  # its message goes on from this one's place
+        reads = kind.reads
         try:
-            return kind(kind.reads.from_json(value, _INNER))
-        except ReportError as exc:
+            own = reads.from_json(value, _INNER) if issubclass(reads, Record) else None
+            return kind(reads.from_json(value) if own is None else own)
+        except ValueError as exc:  # a ReportError, or a plain dataclass's own refusal
             raise ValueError(str(exc)) from None
     raise NotImplementedError(kind)  # a record's field of a type the mirror does not read
 

@@ -57,7 +57,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
 from genesis_fp16_infrastructure.data.manifest import Manifest
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
 from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
-from genesis_fp16_infrastructure.record_codec import Record
+from genesis_fp16_infrastructure.record_codec import LOCAL, Record, ReportError, plain
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig, bundle_folder
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_names import (
@@ -258,7 +258,7 @@ class AgentState:
 
 
 @dataclass(frozen=True)
-class DataCheck:
+class DataCheck(Record):
     """The data files as the plan scanned them, and what that says.
 
     - ``scan``: the manifest of the data files, taken before the run reads them (None:
@@ -272,59 +272,38 @@ class DataCheck:
     scan: Manifest | None
     up_to_date: Mapping[str, Any] | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        """The scan with its prefixes (a run's record cache continues a grown file)."""
+        scan = None if self.scan is None else self.scan.to_json(prefixes=True)
+        return {"scan": scan, "up_to_date": plain(self.up_to_date)}
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "") -> DataCheck:
+        """The inverse of :meth:`to_json`, or :class:`ReportError` in one line."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("up_to_date"), dict | None):
+            raise ReportError(f"{where}: an up-to-date result that is not an object")
+        scan = data.get("scan")
+        read = None if scan is None else Manifest.from_json(scan)
+        if scan is not None and read is None:
+            raise ReportError(f"{where}: a data scan that is not a manifest")
+        return cls(read, data["up_to_date"])
+
 
 @dataclass(frozen=True)
 class AgentSnapshot(Record):
     """The agent's state folder, read once by a job's plan (module docstring).
 
     ``state`` is the plan's (None in a child: its request already holds what came of
-    it); ``pointer``/``pointer_error`` the served-model pointer as read; ``data`` the
-    plugin's data check (None: the plugin has none, or it was not asked).
+    it; never in the JSON); ``pointer``/``pointer_error`` the served-model pointer as
+    read (its own JSON, read as its file is); ``data`` the plugin's data check (None:
+    the plugin has none, or it was not asked).
     """
 
-    state: AgentState | None
+    VERSION = SNAPSHOT_VERSION
+    state: AgentState | None = field(default=None, metadata={LOCAL: True})
     pointer: ServedPointer | None = None
     pointer_error: str | None = None
     data: DataCheck | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """What a run in another process reads: the pointer and the data check."""
-        scan = None if self.data is None else self.data.scan
-        verdict = None if self.data is None else self.data.up_to_date
-        return {
-            "version": SNAPSHOT_VERSION,
-            "pointer": None if self.pointer is None else self.pointer.to_json(),
-            "pointer_error": self.pointer_error,
-            "data": None
-            if self.data is None
-            else {
-                "scan": None if scan is None else scan.to_json(prefixes=True),
-                "up_to_date": None if verdict is None else dict(verdict),
-            },
-        }
-
-    @classmethod
-    def from_json(cls, data: Any, where: str = "") -> AgentSnapshot:
-        """The inverse of :meth:`to_json` (``state`` None). Raises ``ValueError``,
-        ``KeyError`` or ``TypeError`` for data it did not write (a damaged run file:
-        its reader names it in one line; ``where`` is the codec's)."""
-        if not isinstance(data, Mapping):
-            raise TypeError(f"agent snapshot: {type(data).__name__}, not an object")
-        if data.get("version") != SNAPSHOT_VERSION:
-            raise ValueError(f"agent snapshot version {data.get('version')!r} is not 1")
-        raw = data["pointer"]  # the pointer's own JSON, read as its file is
-        pointer = None if raw is None else ServedPointer.from_json(raw)
-        check = None
-        if data["data"] is not None:
-            scan, verdict = data["data"]["scan"], data["data"]["up_to_date"]
-            if verdict is not None and not isinstance(verdict, dict):
-                raise TypeError("agent snapshot: an up-to-date result that is not an object")
-            read = None if scan is None else Manifest.from_json(scan)
-            if scan is not None and read is None:
-                raise ValueError("agent snapshot: a data scan that is not a manifest")
-            check = DataCheck(read, verdict)
-        error = data["pointer_error"]
-        return cls(None, pointer, None if error is None else str(error), check)
 
 
 def read_snapshot(folder: AgentFolder, checkpoint_dir: Path | None = None) -> AgentSnapshot:
