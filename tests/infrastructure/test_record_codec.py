@@ -15,6 +15,7 @@ import pytest
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.record_codec import (
     JSON,
+    LOCAL,
     OMIT_NONE,
     ROUND,
     Record,
@@ -136,6 +137,49 @@ def test_a_record_that_reads_itself_does_so_inside_another() -> None:
     with pytest.raises(ReportError) as raised:
         TrainResult.from_json({**out, "precision_calibration": {**kept, "rows": rows}})
     assert str(raised.value).startswith("TrainResult.precision_calibration.rows[0].precision: one")
+
+
+@dataclass(frozen=True)
+class Own:
+    """A dataclass with its own JSON, not a Record (as the served pointer)."""
+
+    value: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": self.value}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Own:
+        if not isinstance(data, dict) or not isinstance(data.get("v"), int):
+            raise ValueError("no v")
+        return cls(data["v"])
+
+
+@dataclass(frozen=True)
+class Holder(Record):
+    VERSION = 3
+    local: str | None = field(default=None, metadata={LOCAL: True})
+    own: Own | None = None
+
+
+@dataclass(frozen=True)
+class Outer(Record):
+    holder: Holder
+
+
+def test_local_fields_stay_out_and_a_dataclass_with_its_own_json_reads_itself() -> None:
+    """A LOCAL field is left out of the JSON and read as its default; a dataclass with its
+    own to_json/from_json is written and read by them, its refusal placed; a versioned
+    record inside another has its version checked."""
+    out = Outer(Holder("here", Own(7))).to_json()
+    assert out == {"holder": {"version": 3, "own": {"v": 7}}}
+    assert Outer.from_json(out) == Outer(Holder(None, Own(7)))
+    with pytest.raises(ReportError) as raised:
+        Outer.from_json({"holder": {"version": 3, "own": {"v": "x"}}})
+    assert str(raised.value) == "Outer.holder.own: no v"
+    with pytest.raises(ReportError) as raised:
+        Outer.from_json({"holder": {"version": 2, "own": None}})
+    assert str(raised.value) == "Outer.holder: version 2, expected 3"
 
 
 def test_each_record_type_has_one_mirror() -> None:
