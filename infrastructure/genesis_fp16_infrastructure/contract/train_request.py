@@ -216,9 +216,6 @@ class TrainRequest(RunSpec, RunCallbacks, Record):
         return replace(self, on_log=on_log, should_stop=should_stop, on_diagnostics=on_diagnostics)
 
 
-SNAPSHOT_VERSION = 1
-
-
 @dataclass(frozen=True)
 class ResumePoint:
     """The checkpoint folder a run resumes from and its newest checkpoint's summary.
@@ -299,7 +296,7 @@ class AgentSnapshot(Record):
     the plugin has none, or it was not asked).
     """
 
-    VERSION = SNAPSHOT_VERSION
+    VERSION = 1
     state: AgentState | None = field(default=None, metadata={LOCAL: True})
     pointer: ServedPointer | None = None
     pointer_error: str | None = None
