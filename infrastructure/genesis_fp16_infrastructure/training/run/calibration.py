@@ -330,7 +330,7 @@ def _time_rows(
 
     def time_row(name: PrecisionName, mode: str, first: bool = False) -> None:
         """Time a row into ``rows``, or say in ``skipped`` why not (the first always runs)."""
-        label = f"{name} {_label(mode)}"
+        label = f"{name} {'captured' if mode == 'on' else 'eager'}"
         if not first and bench.past_deadline():
             skipped[label] = f"{PAST_DEADLINE} ({bench.budget_s:g} s)"
             return
@@ -363,10 +363,6 @@ def _captured_too(device: torch.device, config: TrainerConfig) -> bool:
     ``cuda_graph=auto``; elsewhere only the run's own execution is (nothing is timed that
     the run could not use)."""
     return device.type == "cuda" and config.cuda_graph == "auto"
-
-
-def _label(mode: str) -> str:
-    return "captured" if mode == "on" else "eager"
 
 
 def _revalidated(bench: _Bench, found: Calibration, captured_too: bool) -> Calibration | str:
@@ -595,7 +591,8 @@ def _key(
         "batch": batch_shapes(batch, bucketed=True),
         "candidates": ",".join(candidates),
         "cuda_graph": config.cuda_graph,
-        "tf32": _tf32(),
+        "tf32": f"matmul {torch.backends.cuda.matmul.allow_tf32}, cudnn "
+        f"{torch.backends.cudnn.allow_tf32}, float32 {torch.get_float32_matmul_precision()}",
         "margin": str(MARGIN),
         "scaler": json.dumps(asdict(scaler), sort_keys=True),
     }
@@ -630,13 +627,6 @@ def _driver_version() -> str:
         return "unknown"
     words = [w for w in line.split() if w[:1].isdigit() and "." in w]
     return words[0] if words else "unknown"
-
-
-def _tf32() -> str:
-    return (
-        f"matmul {torch.backends.cuda.matmul.allow_tf32}, cudnn {torch.backends.cudnn.allow_tf32}"
-        f", float32 {torch.get_float32_matmul_precision()}"
-    )
 
 
 def key_changes(kept: Mapping[str, str], key: Mapping[str, str]) -> str:
