@@ -104,12 +104,14 @@ def replay(
     recorded = bundle["recorded"]
     check_model_shapes(bundle, target)
 
-    plain = _trainer(bundle, target, used, used_device)
-    outcome = run_recorded_step(plain, target.loss, batches, samples)
+    def fresh(name: PrecisionName) -> Trainer:
+        return _trainer(bundle, target, name, used_device)
+
+    outcome = run_recorded_step(fresh(used), target.loss, batches, samples)
     same_device = torch.device(used_device).type == torch.device(str(bundle["device"])).type
     same_setup = used == bundle["precision"] and same_device
 
-    probed = _trainer(bundle, target, used, used_device)
+    probed = fresh(used)
     probe = NumericsProbe(probed.model, scale=probed.scaler.get_scale())
     with probe:
         run_recorded_step(probed, probe.wrap_loss(target.loss), batches, samples)
@@ -117,7 +119,7 @@ def replay(
 
     precisions = {}
     for name in PRECISIONS:
-        other = outcome if name == used else _outcome(bundle, target, name, used_device, batches)
+        other = outcome if name == used else _outcome(fresh, name, target.loss, batches, samples)
         precisions[name] = _summary(other)
     report = {
         "bundle_step": int(bundle["step"]),
@@ -137,25 +139,22 @@ def replay(
     }
     if against_fp32 is not None:
         report["against_fp32"] = _against_fp32(
-            bundle, target, used, used_device, batches, against_fp32
+            fresh, target.loss, used, batches, samples, against_fp32
         )
     return report
 
 
 def _against_fp32(
-    bundle: Mapping[str, Any],
-    target: ReplayTarget,
+    fresh: Callable[[PrecisionName], Trainer],
+    loss: Callable[[nn.Module, Any], torch.Tensor],
     used: PrecisionName,
-    device: str,
     batches: list[Any],
+    samples: int,
     tolerance: float,
 ) -> dict[str, Any]:
     """The step in ``used`` and in fp32 side by side: the first departure and the advice."""
-    samples = int(bundle.get("samples", 0)) or len(batches)
-    low, _ = traced_step(_trainer(bundle, target, used, device), target.loss, batches, samples)
-    fp32, outcome = traced_step(
-        _trainer(bundle, target, "fp32", device), target.loss, batches, samples
-    )
+    low, _ = traced_step(fresh(used), loss, batches, samples)
+    fp32, outcome = traced_step(fresh("fp32"), loss, batches, samples)
     report = compare(low, fp32, tolerance)
     finite = all(outcome["loss_finite"]) and not outcome["skipped"]
     report["fp32_step"] = _summary(outcome)
@@ -204,16 +203,14 @@ def reproduces(recorded: Mapping[str, Any], outcome: Mapping[str, Any]) -> bool:
 
 
 def _outcome(
-    bundle: Mapping[str, Any],
-    target: ReplayTarget,
-    precision: PrecisionName,
-    device: str,
+    fresh: Callable[[PrecisionName], Trainer],
+    name: PrecisionName,
+    loss: Callable[[nn.Module, Any], torch.Tensor],
     batches: list[Any],
+    samples: int,
 ) -> dict[str, Any] | str:
     try:
-        trainer = _trainer(bundle, target, precision, device)
-        samples = int(bundle.get("samples", 0)) or len(batches)
-        return run_recorded_step(trainer, target.loss, batches, samples)
+        return run_recorded_step(fresh(name), loss, batches, samples)
     except (RuntimeError, ValueError) as error:  # e.g. a precision this device cannot run
         return f"not run: {str(error).splitlines()[0][:200]}"
 

@@ -236,8 +236,8 @@ def calibrate(
     finally:
         restore_rng_state(rng)
     if not rows:  # no row could run as asked (cuda_graph=on where nothing can be captured)
-        return NothingTimed(f"no candidate could be timed as asked ({_not_timed(skipped)})")
-    note = "; ".join(n for n in (_not_timed(skipped), remeasured) if n) or None
+        return NothingTimed(f"no candidate could be timed as asked ({_note(skipped)})")
+    note = _note(skipped, remeasured)
     decision = decide(PrecisionRequest("auto", mode="measure", note=note), dev, rows)
     result = Calibration(
         decision.used,
@@ -298,9 +298,6 @@ class _Bench:
         finally:
             self.spent[name] = self.spent.get(name, 0.0) + self.clock() - began
 
-    def past_deadline(self) -> bool:
-        return self.clock() >= self.deadline
-
     def row_seconds(self) -> float:
         """This row's share of the time left for its timed steps: what is left to the
         deadline over the rows still to time (each pays its own fixed costs in it)."""
@@ -330,8 +327,8 @@ def _time_rows(
 
     def time_row(name: PrecisionName, mode: str, first: bool = False) -> None:
         """Time a row into ``rows``, or say in ``skipped`` why not (the first always runs)."""
-        label = f"{name} {_label(mode)}"
-        if not first and bench.past_deadline():
+        label = f"{name} {'captured' if mode == 'on' else 'eager'}"
+        if not first and bench.clock() >= bench.deadline:
             skipped[label] = f"{PAST_DEADLINE} ({bench.budget_s:g} s)"
             return
         row = _time_row(bench, name, mode)
@@ -363,10 +360,6 @@ def _captured_too(device: torch.device, config: TrainerConfig) -> bool:
     ``cuda_graph=auto``; elsewhere only the run's own execution is (nothing is timed that
     the run could not use)."""
     return device.type == "cuda" and config.cuda_graph == "auto"
-
-
-def _label(mode: str) -> str:
-    return "captured" if mode == "on" else "eager"
 
 
 def _revalidated(bench: _Bench, found: Calibration, captured_too: bool) -> Calibration | str:
@@ -562,15 +555,15 @@ def policy_for_run(
         return PrecisionPolicy.from_decision(decision, device, scaler), None
     cached = f"cached measurement ({calibration.revalidated})"
     why = cached if calibration.cached else calibration.remeasured
-    note = "; ".join(n for n in (_not_timed(calibration.skipped), why) if n) or None
+    note = _note(calibration.skipped, why)
     decision = decide(replace(request, note=note), device, calibration.rows)
     return PrecisionPolicy.from_decision(decision, device, scaler), calibration
 
 
-def _not_timed(skipped: Mapping[str, str]) -> str | None:
-    if not skipped:
-        return None
-    return "not timed: " + ", ".join(f"{n} ({why})" for n, why in skipped.items())
+def _note(skipped: Mapping[str, str], why: str | None = None) -> str | None:
+    """The rows not timed and why, then ``why`` (for a decision's note); None if neither."""
+    said = "not timed: " + ", ".join(f"{n} ({w})" for n, w in skipped.items()) if skipped else None
+    return "; ".join(n for n in (said, why) if n) or None
 
 
 def _key(
@@ -595,7 +588,8 @@ def _key(
         "batch": batch_shapes(batch, bucketed=True),
         "candidates": ",".join(candidates),
         "cuda_graph": config.cuda_graph,
-        "tf32": _tf32(),
+        "tf32": f"matmul {torch.backends.cuda.matmul.allow_tf32}, cudnn "
+        f"{torch.backends.cudnn.allow_tf32}, float32 {torch.get_float32_matmul_precision()}",
         "margin": str(MARGIN),
         "scaler": json.dumps(asdict(scaler), sort_keys=True),
     }
@@ -630,13 +624,6 @@ def _driver_version() -> str:
         return "unknown"
     words = [w for w in line.split() if w[:1].isdigit() and "." in w]
     return words[0] if words else "unknown"
-
-
-def _tf32() -> str:
-    return (
-        f"matmul {torch.backends.cuda.matmul.allow_tf32}, cudnn {torch.backends.cudnn.allow_tf32}"
-        f", float32 {torch.get_float32_matmul_precision()}"
-    )
 
 
 def key_changes(kept: Mapping[str, str], key: Mapping[str, str]) -> str:
