@@ -168,15 +168,15 @@ class Daemon:
         self._heartbeat = time.time()
         self.metrics.heartbeat.set(self._heartbeat)
 
-    def _stale_heartbeat(self) -> str | None:
-        age = time.time() - self._heartbeat  # read once: the verdict and its words agree
-        fresh = age <= HEARTBEAT_TOLERANCE * self.settings.heartbeat_seconds
-        return None if fresh else f"scheduler heartbeat is {age:.0f} s old"
+    def heartbeat_fresh(self) -> bool:
+        age = time.time() - self._heartbeat
+        return age <= HEARTBEAT_TOLERANCE * self.settings.heartbeat_seconds
 
     def liveness(self) -> tuple[bool, str]:
         """/livez: what a restart mends (a stale heartbeat), not what it cannot (a full disk)."""
-        if stale := self._stale_heartbeat():
-            return False, f"not alive: {stale}"
+        if not self.heartbeat_fresh():
+            age = time.time() - self._heartbeat
+            return False, f"not alive: scheduler heartbeat is {age:.0f} s old"
         return True, "alive: scheduler heartbeat is fresh"
 
     def health(self) -> tuple[bool, str]:
@@ -184,8 +184,9 @@ class Daemon:
         on with its running settings, and a restart would only refuse the file again."""
         refused = self.reload_refused
         said = f"; reload refused since {clock(refused[0])}: {refused[1]}" if refused else ""
-        if stale := self._stale_heartbeat():
-            return False, f"unhealthy: {stale}{said}"
+        if not self.heartbeat_fresh():
+            age = time.time() - self._heartbeat
+            return False, f"unhealthy: scheduler heartbeat is {age:.0f} s old{said}"
         degraded = self.context.problems()
         if degraded:
             reasons = "; ".join(f"{agent}: {why}" for agent, why in sorted(degraded.items()))
@@ -314,7 +315,7 @@ class Daemon:
         self.delivery = start_delivery(lambda: self.settings, self.metrics.events)
         self.scheduler = AgentScheduler(settings, self._job, self.beat, self._skipped, self._owner)
         self.scheduler.start(settings, self.plugins)
-        self.agents.start(self.scheduler, self.context.gauge_lock, self._show_precisions)
+        self.agents.start(self.scheduler, self.context.gauge_lock, self._changed)
         self._ready = True
         self.notifier.notify("READY=1")
         log.info(
@@ -438,7 +439,7 @@ class Daemon:
                 timeout = min(timeout, max(0.05, last_ping + interval - time.monotonic()))
             self._wake.wait(timeout=timeout)
             self._wake.clear()
-            if period and time.monotonic() - last_ping >= interval and not self._stale_heartbeat():
+            if period and time.monotonic() - last_ping >= interval and self.heartbeat_fresh():
                 # A stuck scheduler stops the pings, and systemd restarts the service.
                 self.notifier.notify("WATCHDOG=1")
                 last_ping = time.monotonic()
@@ -456,6 +457,11 @@ class Daemon:
                 self.agents.request(self.settings)
                 prune_answers(self.settings.state_dir, time.time())
             self._answer_run_requests()  # one listing of a folder that is mostly empty
+
+    def _changed(self) -> None:
+        """On the plugin-scan thread, after a rescan changed the agents."""
+        with self.context.gauge_lock:
+            self._show_precisions()
 
     def _declared(self) -> dict[str, object]:
         """Each loaded agent's declared options as the scan thread read them: an option
