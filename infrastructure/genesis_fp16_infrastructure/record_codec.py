@@ -276,8 +276,12 @@ def _read_custom(kind: type[Any], value: Any) -> Any:
     if issubclass(kind, _Own):  # its message goes on from this one's place
         reads = kind.reads
         try:
-            own = reads.from_json(value, _INNER) if issubclass(reads, Record) else None
-            return kind(reads.from_json(value) if own is None else own)
+            read = (
+                reads.from_json(value, _INNER)
+                if issubclass(reads, Record)
+                else reads.from_json(value)
+            )
+            return kind(read)
         except ValueError as exc:  # a ReportError, or a plain dataclass's own refusal
             raise ValueError(str(exc)) from None
     raise NotImplementedError(kind)  # a record's field of a type the mirror does not read
