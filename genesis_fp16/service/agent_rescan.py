@@ -67,16 +67,10 @@ from genesis_fp16_infrastructure.api import Capabilities
 log = structlog.get_logger("genesis_fp16.daemon")
 
 
-def _site_dirs() -> list[Path]:
-    dirs = [Path(d) for d in site.getsitepackages()]
-    if site.ENABLE_USER_SITE:
-        dirs.append(Path(site.getusersitepackages()))
-    return dirs
-
-
 def _pth_files() -> set[Path]:
     found: set[Path] = set()
-    for folder in _site_dirs():
+    user = [site.getusersitepackages()] if site.ENABLE_USER_SITE else []
+    for folder in map(Path, [*site.getsitepackages(), *user]):
         try:
             found.update(folder.glob("*.pth"))
         except OSError:
@@ -117,7 +111,6 @@ class AgentRescan:
         self.capabilities: dict[str, Capabilities] = {}
         self.stuck: dict[str, float] = {}
         self.refused: set[str] = set()  # entry-point names that are not agent names
-        self.shadowed: dict[str, str] = {}  # name -> which of its registrations is used
         self._tried: dict[str, str] = {}  # name -> _key of the entry point last tried
         self._pending: dict[str, PendingImport] = {}  # imports not taken yet
         # The .pth files site.py read when this interpreter started: not read again.
@@ -141,13 +134,14 @@ class AgentRescan:
         on_change: Callable[[], None],
     ) -> None:
         """Start the ``plugin-scan`` thread: each :meth:`request` becomes one :meth:`rescan`
-        there, its changes made under ``lock`` and followed by ``on_change()``."""
+        there, its changes made under ``lock`` and followed by ``on_change()`` (under it too)."""
 
         def serve() -> None:
             while (asked := self._next_request()) is not None:
                 settings, retry_failed = asked
                 if self.rescan(settings, scheduler, retry_failed, lock):
-                    on_change()
+                    with lock:
+                        on_change()
 
         threading.Thread(target=serve, name="plugin-scan", daemon=True).start()
 
@@ -221,7 +215,7 @@ class AgentRescan:
         scan = scan_entry_points()
         say_once(scan)  # a refused or shadowed name: one line for the daemon's life
         self.metrics.plugin_names_refused.inc(len(set(scan.refused) - self.refused))
-        self.refused, self.shadowed = set(scan.refused), dict(scan.shadowed)
+        self.refused = set(scan.refused)
         eps = scan.found
         for name in set(self._tried) - set(eps):
             del self._tried[name]  # uninstalled: a reinstall is tried afresh

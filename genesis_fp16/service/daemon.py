@@ -315,7 +315,7 @@ class Daemon:
         self.delivery = start_delivery(lambda: self.settings, self.metrics.events)
         self.scheduler = AgentScheduler(settings, self._job, self.beat, self._skipped, self._owner)
         self.scheduler.start(settings, self.plugins)
-        self.agents.start(self.scheduler, self.context.gauge_lock, self._changed)
+        self.agents.start(self.scheduler, self.context.gauge_lock, self._show_precisions)
         self._ready = True
         self.notifier.notify("READY=1")
         log.info(
@@ -457,11 +457,6 @@ class Daemon:
                 self.agents.request(self.settings)
                 prune_answers(self.settings.state_dir, time.time())
             self._answer_run_requests()  # one listing of a folder that is mostly empty
-
-    def _changed(self) -> None:
-        """On the plugin-scan thread, after a rescan changed the agents."""
-        with self.context.gauge_lock:
-            self._show_precisions()
 
     def _declared(self) -> dict[str, object]:
         """Each loaded agent's declared options as the scan thread read them: an option

@@ -39,7 +39,8 @@ def site_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.chdir(tmp_path)
     site = tmp_path / "site-packages"
     site.mkdir()
-    monkeypatch.setattr(agent_rescan, "_site_dirs", lambda: [site])
+    monkeypatch.setattr(agent_rescan.site, "getsitepackages", lambda: [str(site)])
+    monkeypatch.setattr(agent_rescan.site, "ENABLE_USER_SITE", False)
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.syspath_prepend(str(FIXTURE_PLUGINS))
     before = set(sys.modules)
