@@ -228,8 +228,8 @@ class AgentRescan:
                 found[name] = self.plugins[name]
             elif name in self._pending:
                 waiting[name] = self._pending[name]
-            elif self._tried.get(name) != _key(ep) or retry_failed:
-                self._tried[name] = _key(ep)
+            elif self._tried.get(name) != (key := _key(ep)) or retry_failed:
+                self._tried[name] = key  # one read of the RECORD file
                 if self.allowlist is not None and name not in self.allowlist:
                     log.info("plugin not in allowlist, not imported", plugin=name)
                     continue
