@@ -327,21 +327,6 @@ def _post(url: str, body: bytes, headers: dict[str, str], context: ssl.SSLContex
         pass  # urlopen raises on a non-2xx answer
 
 
-@dataclass
-class _Progress:
-    """Turns rank 0's summaries into status bodies for a reporter."""
-
-    reporter: StatusReporter
-    counter: Progress  # this run's steps: a resumed run counts from its checkpoint
-    started: float
-    last: TrainingSummary | None = None
-
-    def observe(self, summary: TrainingSummary) -> None:
-        self.last = summary
-        done, elapsed = self.counter.done(summary.step), time.monotonic() - self.started
-        self.reporter.submit(trainer_status(summary, done, self.counter.total, elapsed))
-
-
 @contextmanager
 def report_progress(
     environ: Mapping[str, str], request: TrainRequest, main: bool, stopped: Callable[[], bool]
@@ -355,12 +340,19 @@ def report_progress(
     if reporter is None:
         yield request
         return
-    counter = Progress(request.steps, request.log_interval)
-    progress = _Progress(reporter, counter, time.monotonic())
+    # This run's steps: a resumed run counts from its checkpoint.
+    counter, started = Progress(request.steps, request.log_interval), time.monotonic()
+    last: TrainingSummary | None = None
+
+    def observe(summary: TrainingSummary) -> None:  # rank 0's summary: a status body
+        nonlocal last
+        last, done, elapsed = summary, counter.done(summary.step), time.monotonic() - started
+        reporter.submit(trainer_status(summary, done, counter.total, elapsed))
+
     try:
-        yield replace(request, on_log=fan_out(request.on_log, progress.observe))
+        yield replace(request, on_log=fan_out(request.on_log, observe))
         if not stopped():
-            elapsed = time.monotonic() - progress.started
-            reporter.submit(trainer_status(progress.last, 0, None, elapsed, finished=True))
+            elapsed = time.monotonic() - started
+            reporter.submit(trainer_status(last, 0, None, elapsed, finished=True))
     finally:
         reporter.close()
