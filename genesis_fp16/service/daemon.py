@@ -168,15 +168,15 @@ class Daemon:
         self._heartbeat = time.time()
         self.metrics.heartbeat.set(self._heartbeat)
 
-    def heartbeat_fresh(self) -> bool:
-        age = time.time() - self._heartbeat
-        return age <= HEARTBEAT_TOLERANCE * self.settings.heartbeat_seconds
+    def _stale_heartbeat(self) -> str | None:
+        age = time.time() - self._heartbeat  # read once: the verdict and its words agree
+        fresh = age <= HEARTBEAT_TOLERANCE * self.settings.heartbeat_seconds
+        return None if fresh else f"scheduler heartbeat is {age:.0f} s old"
 
     def liveness(self) -> tuple[bool, str]:
         """/livez: what a restart mends (a stale heartbeat), not what it cannot (a full disk)."""
-        if not self.heartbeat_fresh():
-            age = time.time() - self._heartbeat
-            return False, f"not alive: scheduler heartbeat is {age:.0f} s old"
+        if stale := self._stale_heartbeat():
+            return False, f"not alive: {stale}"
         return True, "alive: scheduler heartbeat is fresh"
 
     def health(self) -> tuple[bool, str]:
@@ -184,9 +184,8 @@ class Daemon:
         on with its running settings, and a restart would only refuse the file again."""
         refused = self.reload_refused
         said = f"; reload refused since {clock(refused[0])}: {refused[1]}" if refused else ""
-        if not self.heartbeat_fresh():
-            age = time.time() - self._heartbeat
-            return False, f"unhealthy: scheduler heartbeat is {age:.0f} s old{said}"
+        if stale := self._stale_heartbeat():
+            return False, f"unhealthy: {stale}{said}"
         degraded = self.context.problems()
         if degraded:
             reasons = "; ".join(f"{agent}: {why}" for agent, why in sorted(degraded.items()))
@@ -439,7 +438,7 @@ class Daemon:
                 timeout = min(timeout, max(0.05, last_ping + interval - time.monotonic()))
             self._wake.wait(timeout=timeout)
             self._wake.clear()
-            if period and time.monotonic() - last_ping >= interval and self.heartbeat_fresh():
+            if period and time.monotonic() - last_ping >= interval and not self._stale_heartbeat():
                 # A stuck scheduler stops the pings, and systemd restarts the service.
                 self.notifier.notify("WATCHDOG=1")
                 last_ping = time.monotonic()
