@@ -111,6 +111,7 @@ class AgentRescan:
         self.capabilities: dict[str, Capabilities] = {}
         self.stuck: dict[str, float] = {}
         self.refused: set[str] = set()  # entry-point names that are not agent names
+        self.shadowed: dict[str, str] = {}  # name -> which of its registrations is used
         self._tried: dict[str, str] = {}  # name -> _key of the entry point last tried
         self._pending: dict[str, PendingImport] = {}  # imports not taken yet
         # The .pth files site.py read when this interpreter started: not read again.
@@ -215,7 +216,7 @@ class AgentRescan:
         scan = scan_entry_points()
         say_once(scan)  # a refused or shadowed name: one line for the daemon's life
         self.metrics.plugin_names_refused.inc(len(set(scan.refused) - self.refused))
-        self.refused = set(scan.refused)
+        self.refused, self.shadowed = set(scan.refused), dict(scan.shadowed)
         eps = scan.found
         for name in set(self._tried) - set(eps):
             del self._tried[name]  # uninstalled: a reinstall is tried afresh
