@@ -236,11 +236,15 @@ def scores_on(comparisons: Sequence[Paired], side: str) -> ScoresOn | None:
 
 
 def paired_losses(
-    first: RecordLosses, second: RecordLosses, span: float, metric: str | None = None
+    first: RecordLosses,
+    second: RecordLosses,
+    span: float,
+    metric: str | None = None,
+    rows: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Both models' clipped losses of column ``metric`` (None: the primary) on the records
-    both scored, in ``first``'s order."""
-    i, j = shared_rows(first, second)
+    both scored, in ``first``'s order (``rows``: their :func:`shared_rows`, when known)."""
+    i, j = shared_rows(first, second) if rows is None else rows
     ours, theirs = first.column(metric), second.column(metric)
     a = np.fromiter(ours, dtype=np.float64, count=len(ours))[i]
     b = np.fromiter(theirs, dtype=np.float64, count=len(theirs))[j]
@@ -301,12 +305,10 @@ def compare_segments(
       when the records hold two or more segments: a loss on one cannot hide in the
       pooled mean, and a segment too small to show itself no worse holds nothing back.
     """
-    metric = metric or candidate.primary
-    a, b = paired_losses(candidate, served, span, metric)
-    if served.segments is None:
-        return [_paired(name, a, b, margin, None, metric)]
-    keys = np.array(served.segments, dtype=object)[shared_rows(candidate, served)[1]]
-    if len(set(keys.tolist())) < 2:
+    metric, rows = metric or candidate.primary, shared_rows(candidate, served)
+    a, b = paired_losses(candidate, served, span, metric, rows)
+    keys = None if served.segments is None else np.array(served.segments, dtype=object)[rows[1]]
+    if keys is None or len(set(keys.tolist())) < 2:
         return [_paired(name, a, b, margin, None, metric)]
     inside = np.array([known is None or k in known for k in keys.tolist()], dtype=bool)
     found = [_paired(name, a[inside], b[inside], margin, None, metric)]
