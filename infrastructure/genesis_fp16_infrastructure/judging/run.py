@@ -437,6 +437,7 @@ def _comparisons(
     assert served.losses is not None and served.checkpoint is not None
     known = _known_segments(served)
     name, losses, reference = _judged_records(held_out, served, losses)
+    on_known = _on_known(losses, served)  # the same records for every column
     golden = None
     if request.golden_data_path is not None:
         ask = replace(request, data_path=request.golden_data_path)
@@ -448,20 +449,15 @@ def _comparisons(
             return judging_margin(judged, mean, metric)
 
         found += compare_segments(name, losses, reference, span, margin, known, metric)
-        found += _on_known(losses, reference, served, span, margin, metric)
+        if on_known is not None:  # a veto only (_on_known)
+            veto = compare("known", on_known, reference, span, margin, metric)
+            found.append(replace(veto, required=False))
         if golden is not None:
             found.append(compare("golden", *golden, span, margin, metric))
     return found
 
 
-def _on_known(
-    losses: RecordLosses,
-    reference: RecordLosses,
-    served: Served,
-    span: float,
-    margin: Callable[[float], float],
-    metric: str | None = None,
-) -> list[Paired]:
+def _on_known(losses: RecordLosses, served: Served) -> RecordLosses | None:
     """Issue 68: the set ``known``, those of the judged records the served model already
     knew (it was judged on them), asked on its own when the records also hold new ones:
     a candidate that learned the new records' noise gains there what it loses on the
@@ -470,19 +466,13 @@ def _on_known(
     candidate is rejected; not shown no worse, it holds nothing back. The known records
     never grow, so a required question there held clean growth back for good whenever a
     candidate trained afresh could not show itself within the margin on them (se_darwin:
-    inconclusive on the same 382 records after 1,000 more arrived). Empty
-    when every record is known, fewer than two are, or the plugin's records are
-    evaluation episodes (a new task file is not noise)."""
-    if served.known is None or served.losses is None:
-        return []
-    if not records_are_training_data(served.plugin):
-        return []
+    inconclusive on the same 382 records after 1,000 more arrived). The candidate's
+    losses there; None when every record is known, fewer than two are, or the plugin's
+    records are evaluation episodes (a new task file is not noise)."""
+    if served.known is None or not records_are_training_data(served.plugin):
+        return None
     knew = stores.known(losses.id_hashes, served.known)
-    count = int(knew.sum())
-    if knew.all() or count < MIN_RECORDS:
-        return []
-    found = compare("known", losses.take(knew), reference, span, margin, metric)
-    return [replace(found, required=False)]
+    return None if knew.all() or int(knew.sum()) < MIN_RECORDS else losses.take(knew)
 
 
 def _judged_ids(held_out: bool, served: Served) -> tuple[str, ...] | None:

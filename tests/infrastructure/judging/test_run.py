@@ -369,37 +369,43 @@ def test_an_inconclusive_candidate_is_judged_again_without_training(tmp_path: Pa
 
 
 def test_the_known_records_are_a_veto_that_holds_no_clean_candidate_back() -> None:
-    """Issue 68's gate with power: 400 held-out records the served model knew, on which
-    a candidate trained afresh is neither shown within the margin nor beyond it, do not
-    hold back its promotion on the pooled held-out records (se_darwin's clean growth
+    """Issue 68's gate with power, through the gate's own questions (``_comparisons``):
+    400 records the served model knew, on which a candidate trained afresh is neither
+    shown within the margin nor beyond it, are asked as a veto (``required=False``) that
+    does not hold back its promotion on the pooled records (se_darwin's clean growth
     stayed inconclusive on the same known records for good); shown worse there, it is
     still rejected."""
     from types import SimpleNamespace
 
     import numpy as np
 
-    from genesis_fp16_infrastructure.judging.gate import compare, decide
-    from genesis_fp16_infrastructure.judging.run import _on_known
+    from genesis_fp16_infrastructure.judging.gate import decide
+    from genesis_fp16_infrastructure.judging.run import _comparisons
 
     rng = np.random.default_rng(7)
     ids = [f"r{i}" for i in range(2000)]
     theirs = RecordLosses.of(ids, rng.uniform(0.2, 0.6, 2000).tolist())
     served = SimpleNamespace(
-        known=np.sort(split.id_hashes(ids[:400])), losses=theirs, plugin=object()
+        known=np.sort(split.id_hashes(ids[:400])),
+        losses=theirs,
+        records=theirs,
+        plugin=object(),
+        checkpoint=Path("served.pt"),
     )
-
-    def margin(mean: float) -> float:
-        return 0.01
-
+    judged = SimpleNamespace(loss_span=1.0, judging_margin=0.01)
+    request = SimpleNamespace(golden_data_path=None)
     for shift, outcome in ((0.005, "promoted"), (0.1, "rejected")):
         noise = rng.normal(0.0, 0.1, 2000)
         noise[400:] = rng.normal(-0.02, 0.02, 1600)
         noise[:400] += shift
         ours = RecordLosses.of(ids, np.maximum(np.array(theirs.column()) + noise, 0.0).tolist())
-        (on_known,) = _on_known(ours, theirs, served, 1.0, margin)  # type: ignore[arg-type]
-        assert on_known.records == 400 and not on_known.required
-        whole = compare("held_out", ours, theirs, 1.0, margin)
-        assert decide([whole, on_known])[0] == outcome
+        asked = _comparisons(judged, request, served, ours, Path("c.pt"), False)  # type: ignore[arg-type]
+        assert [(c.name, c.records, c.required) for c in asked] == [
+            ("current", 2000, True),
+            ("known", 400, False),
+        ]
+        assert decide(asked)[0] == outcome
+        assert decide(asked[:1])[0] == "promoted"  # the pooled records alone promote it
 
 
 @dataclass
