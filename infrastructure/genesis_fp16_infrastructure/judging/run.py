@@ -479,10 +479,7 @@ def _judged_ids(held_out: bool, served: Served) -> tuple[str, ...] | None:
     """The ids of the records the gate compares the two models on, as the served model's
     scoring found them (the only ones both are scored on): the candidate is scored on
     these alone; None: on every record (a first model, or judged on all)."""
-    if served.losses is None or not held_out:
-        return None
-    ids = served.losses.ids
-    return tuple(ids[row] for row in np.flatnonzero(served.judged).tolist())
+    return None if served.losses is None or not held_out else served.judged.ids
 
 
 def _judged_records(
@@ -495,7 +492,7 @@ def _judged_records(
     assert served.losses is not None
     if not held_out:
         return "current", losses, served.losses
-    reference = served.losses.take(served.judged)
+    reference = served.judged
     if not losses.hashed_as(reference.ids, reference.id_hashes):  # it scored more than asked
         losses = losses.take(held_out_unknown(served, losses))
     return "held_out", losses, reference

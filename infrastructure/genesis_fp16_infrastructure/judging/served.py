@@ -144,11 +144,11 @@ class Served:
         return stores.known(self.records.id_hashes, self.known)
 
     @cached_property
-    def judged(self) -> np.ndarray:
-        """Per record it was scored on (``losses``), whether the gate judges on it when judging on
-        held-out records (:func:`held_out_unknown`)."""
+    def judged(self) -> RecordLosses:
+        """Its ``losses`` on the records the gate judges on when judging on held-out
+        records (:func:`held_out_unknown`): taken once, for their ids and the gate."""
         assert self.losses is not None
-        return held_out_unknown(self, self.losses)
+        return self.losses.take(held_out_unknown(self, self.losses))
 
     @property
     def trained(self) -> np.ndarray | None:
