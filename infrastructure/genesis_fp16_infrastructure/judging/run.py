@@ -217,7 +217,7 @@ def _judged_run(
         served = Served(judged, request, again=True)  # the predecessor, served again
     digest = _data_digest(request.data_path)  # the data's files: a kept verdict's, the meta's
     if served.losses is not None and not request.forced:  # a first or forced run trains
-        rejudged = _rejudge_kept(judged, request, served, digest)  # issue 62: before training
+        rejudged = _rejudge_kept(request, served, digest)  # issue 62: before training
         if rejudged is not None or _nothing_new(served, request):
             done = up_to_date(request, served, time.monotonic() - started, live, rejudged)
             if tell is not None:
@@ -230,7 +230,7 @@ def _judged_run(
     if tell is not None:
         tell(("train", str(candidate)))
     result = plugin.train(replace(request, checkpoint_dir=candidate))
-    gate = _judge(judged, request, served, candidate, result)
+    gate = _judge(request, served, candidate, result)
     # The run's phases and wall time count the judging too: "live" (the served model
     # scored and watched, before training) and "gate" (the candidate scored and judged).
     phases = {**(result.phases or {}), "live": round(before, 6), "gate": gate.seconds}
@@ -306,7 +306,6 @@ def _data_digest(path: Path | None) -> str:
 
 
 def _judge(
-    judged: JudgedPlugin,
     request: TrainRequest,
     served: Served,
     candidate: Path,
@@ -322,23 +321,22 @@ def _judge(
             why = "stopped before its end (a half-trained model is never served)"
         return _verdict(candidate, Outcome.UNDECIDED, f"not judged: {why}", started, used, [])
     with reusing_loads():  # the checkpoint unpickled once: the records it names, scored
-        held_out, refusal = _held_out_check(judged, request, served, candidate, checkpoint)
+        held_out, refusal = _held_out_check(request, served, candidate, checkpoint)
         if refusal is not None:
             _verdict(candidate, Outcome.UNDECIDED, refusal, started, used, [])
             raise TrainRequestError(refusal)
         try:
-            losses = losses_of(judged, checkpoint, request, _judged_ids(held_out, served))
+            losses = losses_of(served.plugin, checkpoint, request, _judged_ids(held_out, served))
         except CheckpointChangedError as exc:  # its own file intact: undecided, never served
             _verdict(candidate, Outcome.UNDECIDED, str(exc), started, used, [])
             raise
     stores.write_known_ids(candidate, _known_after(served, losses))
     digest, reported = _data_digest(request.data_path), _reported(result.eval)
     scored = (candidate, checkpoint, held_out, losses)
-    return _decide(judged, request, served, scored, started, used, digest, reported)
+    return _decide(request, served, scored, started, used, digest, reported)
 
 
 def _decide(
-    judged: JudgedPlugin,
     request: TrainRequest,
     served: Served,
     scored: tuple[Path, Path, bool, RecordLosses],
@@ -353,11 +351,11 @@ def _decide(
     (``held``). ``used``: the precision it was trained in; ``digest``: the data's;
     ``reported``: its run's figures reported beside its losses (:func:`_reported`)."""
     candidate, checkpoint, held_out, losses = scored
-    evidence, note = _evidence(judged, held_out, served)
+    evidence, note = _evidence(held_out, served)
     if served.losses is None:
         outcome, reason, comparisons = Outcome.PROMOTED, "the first model", _first(losses)
     else:
-        asked = _comparisons(judged, request, served, losses, checkpoint, held_out)
+        asked = _comparisons(request, served, losses, checkpoint, held_out)
         outcome, reason, comparisons = decide(asked)
         reason += note
     report = _verdict(
@@ -375,9 +373,7 @@ def _decide(
     return _written(candidate, replace(held, seconds=seconds), comparisons)
 
 
-def _rejudge_kept(
-    judged: JudgedPlugin, request: TrainRequest, served: Served, digest: str
-) -> GateReport | None:
+def _rejudge_kept(request: TrainRequest, served: Served, digest: str) -> GateReport | None:
     """Issue 62: the newest candidate kept ``inconclusive`` against the model still
     served, judged again on the current records when the data (``digest``) changed since: no step
     trained. Its report when decided (promoted, rejected, held); None otherwise (still
@@ -393,13 +389,11 @@ def _rejudge_kept(
             return None
         logger.info("%s: judging kept candidate %s again", request.agent, candidate.name)
         started = time.monotonic()
-        held_out = _held_out_check(judged, request, served, candidate, checkpoint)[0]
-        losses = losses_of(judged, checkpoint, request, _judged_ids(held_out, served))
+        held_out = _held_out_check(request, served, candidate, checkpoint)[0]
+        losses = losses_of(served.plugin, checkpoint, request, _judged_ids(held_out, served))
         reported = _reported(verdict.candidate)  # its run's, as its first verdict kept it
         scored = (candidate, checkpoint, held_out, losses)
-        decided = _decide(
-            judged, request, served, scored, started, verdict.precision, digest, reported
-        )
+        decided = _decide(request, served, scored, started, verdict.precision, digest, reported)
         return None if decided.outcome == Outcome.INCONCLUSIVE else decided
     return None
 
@@ -423,7 +417,6 @@ def _first(losses: RecordLosses) -> list[Paired]:
 
 
 def _comparisons(
-    judged: JudgedPlugin,
     request: TrainRequest,
     served: Served,
     losses: RecordLosses,
@@ -433,7 +426,7 @@ def _comparisons(
     """Every question the gate asks, of every loss column both models have (the primary
     first: its pooled comparison is the verdict's figure), each with its column's margin;
     :func:`~.gate.decide` settles them together (Holm over all of them)."""
-    span = float(judged.loss_span)
+    judged, span = served.plugin, float(served.plugin.loss_span)
     assert served.losses is not None and served.checkpoint is not None
     known = _known_segments(served)
     name, losses, reference = _judged_records(held_out, served, losses)
@@ -499,13 +492,13 @@ def _judged_records(
 
 
 def _evidence(
-    judged: JudgedPlugin, held_out: bool, served: Served
+    held_out: bool, served: Served
 ) -> tuple[Literal["held_out", "training_data"] | None, str]:
     """The verdict's ``evidence`` (held-out records, the plugin's training data: its
     candidate names none it trained on; None: records no model trains on), and what its
     reason adds about them: "on training data" when the candidate names none; that the
     served model may know them when it names nothing and knew no judged records."""
-    if not records_are_training_data(judged):
+    if not records_are_training_data(served.plugin):
         return None, ""
     if not held_out:
         return "training_data", " (on training data: the candidate names no records it trained on)"
@@ -515,7 +508,6 @@ def _evidence(
 
 
 def _held_out_check(
-    judged: JudgedPlugin,
     request: TrainRequest,
     served: Served,
     candidate: Path,
@@ -524,7 +516,7 @@ def _held_out_check(
     """Whether the candidate is judged on held-out records (its checkpoint names the
     records it trained on), and why it cannot be judged at all (one line: it names a
     held-out record, or names none where the served model's did); None: it can."""
-    if not records_are_training_data(judged):
+    if not records_are_training_data(served.plugin):
         return False, None  # evaluation episodes: it trained on none of them
     trained = trained_ids(checkpoint)
     where = f"{request.agent}: candidate {candidate.name}"

@@ -389,17 +389,16 @@ def test_the_known_records_are_a_veto_that_holds_no_clean_candidate_back() -> No
         known=np.sort(split.id_hashes(ids[:400])),
         losses=theirs,
         records=theirs,
-        plugin=object(),
+        plugin=SimpleNamespace(loss_span=1.0, judging_margin=0.01),
         checkpoint=Path("served.pt"),
     )
-    judged = SimpleNamespace(loss_span=1.0, judging_margin=0.01)
     request = SimpleNamespace(golden_data_path=None)
     for shift, outcome in ((0.005, "promoted"), (0.1, "rejected")):
         noise = rng.normal(0.0, 0.1, 2000)
         noise[400:] = rng.normal(-0.02, 0.02, 1600)
         noise[:400] += shift
         ours = RecordLosses.of(ids, np.maximum(np.array(theirs.column()) + noise, 0.0).tolist())
-        asked = _comparisons(judged, request, served, ours, Path("c.pt"), False)  # type: ignore[arg-type]
+        asked = _comparisons(request, served, ours, Path("c.pt"), False)  # type: ignore[arg-type]
         assert [(c.name, c.records, c.required) for c in asked] == [
             ("current", 2000, True),
             ("known", 400, False),
