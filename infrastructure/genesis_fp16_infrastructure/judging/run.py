@@ -321,7 +321,7 @@ def _judge(
             why = "stopped before its end (a half-trained model is never served)"
         return _verdict(candidate, Outcome.UNDECIDED, f"not judged: {why}", started, used, [])
     with reusing_loads():  # the checkpoint unpickled once: the records it names, scored
-        held_out, refusal = _held_out_check(request, served, candidate, checkpoint)
+        held_out, refusal = _held_out_check(request, served, checkpoint)
         if refusal is not None:
             _verdict(candidate, Outcome.UNDECIDED, refusal, started, used, [])
             raise TrainRequestError(refusal)
@@ -389,7 +389,7 @@ def _rejudge_kept(request: TrainRequest, served: Served, digest: str) -> GateRep
             return None
         logger.info("%s: judging kept candidate %s again", request.agent, candidate.name)
         started = time.monotonic()
-        held_out = _held_out_check(request, served, candidate, checkpoint)[0]
+        held_out = _held_out_check(request, served, checkpoint)[0]
         losses = losses_of(served.plugin, checkpoint, request, _judged_ids(held_out, served))
         reported = _reported(verdict.candidate)  # its run's, as its first verdict kept it
         scored = (candidate, checkpoint, held_out, losses)
@@ -510,7 +510,6 @@ def _evidence(
 def _held_out_check(
     request: TrainRequest,
     served: Served,
-    candidate: Path,
     checkpoint: Path,
 ) -> tuple[bool, str | None]:
     """Whether the candidate is judged on held-out records (its checkpoint names the
@@ -519,7 +518,7 @@ def _held_out_check(
     if not records_are_training_data(served.plugin):
         return False, None  # evaluation episodes: it trained on none of them
     trained = trained_ids(checkpoint)
-    where = f"{request.agent}: candidate {candidate.name}"
+    where = f"{request.agent}: candidate {checkpoint.parent.name}"
     if trained is None:
         if served.checkpoint is None or served.named is None:
             return False, None  # judged on training data, and labelled so
