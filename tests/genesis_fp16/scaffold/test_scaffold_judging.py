@@ -171,6 +171,7 @@ def test_a_candidate_that_trained_on_held_out_records_is_refused_in_one_line(
     assert "\n" not in str(e.value) and read_pointer(tmp_path / "checkpoints") is None
     (candidate,) = list_candidates(tmp_path / "checkpoints")
     assert read_verdict(candidate).outcome == "undecided"
+    assert f"candidate {candidate.name} trained on" in str(e.value)
 
     first = _first_served(tmp_path, agent.plugin, lines)
     monkeypatch.setattr(agent.Task, "extra_state", lambda self: {})
