@@ -57,6 +57,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -437,10 +438,7 @@ def _comparisons(
         golden = losses_of(judged, checkpoint, ask), losses_of(judged, served.checkpoint, ask)
     found: list[Paired] = []
     for metric in [m for m in losses.metrics() if m in reference.losses]:
-
-        def margin(mean: float, metric: str = metric) -> float:
-            return judging_margin(judged, mean, metric)
-
+        margin = partial(judging_margin, judged, metric=metric)  # of the served mean there
         found += compare_segments(name, losses, reference, span, margin, known, metric)
         if on_known is not None:  # a veto only (_on_known)
             veto = compare("known", on_known, reference, span, margin, metric)
