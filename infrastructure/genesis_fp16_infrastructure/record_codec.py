@@ -228,7 +228,8 @@ def _mirror_hint(hint: Any) -> Any:
 
 def _reads_itself(cls: type[Any]) -> bool:
     """A record with a ``from_json`` of its own (Calibration checks its cache version) or a
-    ``VERSION`` to check, or a dataclass with its own JSON (the served pointer's)."""
+    ``VERSION`` to check, or a dataclass with its own JSON (the served pointer's, the data
+    manifest's: None read is refused)."""
     own = getattr(getattr(cls, "from_json", None), "__func__", None)
     versioned = getattr(cls, "VERSION", None) is not None
     record_read = Record.from_json.__func__  # type: ignore[attr-defined]
@@ -281,6 +282,8 @@ def _read_custom(kind: type[Any], value: Any) -> Any:
                 if issubclass(reads, Record)
                 else reads.from_json(value)
             )
+            if read is None:  # a reader that answers None for what it cannot read (Manifest)
+                raise ValueError(f"a {reads.__name__} expected, got {_kind(value)}")
             return kind(read)
         except ValueError as exc:  # a ReportError, or a plain dataclass's own refusal
             raise ValueError(str(exc)) from None
