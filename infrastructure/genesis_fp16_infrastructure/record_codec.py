@@ -203,6 +203,7 @@ def _mirror_hint(hint: Any) -> Any:
     """A field's type as its mirror reads it: records by their mirrors (or themselves,
     when they read their own JSON), float, Literal and Path by the custom types."""
     origin, args = get_origin(hint), get_args(hint)
+    union = origin in (Union, types.UnionType)
     if isinstance(hint, type) and is_dataclass(hint):
         return _own(hint) if _reads_itself(hint) else mirror_of(hint)
     if hint is float:
@@ -211,11 +212,9 @@ def _mirror_hint(hint: Any) -> Any:
         return _choice(args)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return _choice(tuple(member.value for member in hint), hint)
-    if (origin is Union or origin is types.UnionType) and all(
-        get_origin(a) is Literal for a in args
-    ):
+    if union and all(get_origin(a) is Literal for a in args):
         return _choice(tuple(value for a in args for value in get_args(a)))  # one custom type
-    if origin is Union or origin is types.UnionType:
+    if union:
         return Union[tuple(_mirror_hint(a) for a in args)]  # noqa: UP007
     if origin is Mapping or origin is dict:
         return dict[str, _mirror_hint(args[1])] if args else dict  # type: ignore[misc]
