@@ -203,6 +203,7 @@ def _mirror_hint(hint: Any) -> Any:
     """A field's type as its mirror reads it: records by their mirrors (or themselves,
     when they read their own JSON), float, Literal and Path by the custom types."""
     origin, args = get_origin(hint), get_args(hint)
+    union = origin in (Union, types.UnionType)
     if isinstance(hint, type) and is_dataclass(hint):
         return _own(hint) if _reads_itself(hint) else mirror_of(hint)
     if hint is float:
@@ -211,11 +212,9 @@ def _mirror_hint(hint: Any) -> Any:
         return _choice(args)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return _choice(tuple(member.value for member in hint), hint)
-    if (origin is Union or origin is types.UnionType) and all(
-        get_origin(a) is Literal for a in args
-    ):
+    if union and all(get_origin(a) is Literal for a in args):
         return _choice(tuple(value for a in args for value in get_args(a)))  # one custom type
-    if origin is Union or origin is types.UnionType:
+    if union:
         return Union[tuple(_mirror_hint(a) for a in args)]  # noqa: UP007
     if origin is Mapping or origin is dict:
         return dict[str, _mirror_hint(args[1])] if args else dict  # type: ignore[misc]
@@ -228,7 +227,8 @@ def _mirror_hint(hint: Any) -> Any:
 
 def _reads_itself(cls: type[Any]) -> bool:
     """A record with a ``from_json`` of its own (Calibration checks its cache version) or a
-    ``VERSION`` to check, or a dataclass with its own JSON (the served pointer's)."""
+    ``VERSION`` to check, or a dataclass with its own JSON (the served pointer's, the data
+    manifest's: None read is refused)."""
     own = getattr(getattr(cls, "from_json", None), "__func__", None)
     versioned = getattr(cls, "VERSION", None) is not None
     record_read = Record.from_json.__func__  # type: ignore[attr-defined]
@@ -281,6 +281,8 @@ def _read_custom(kind: type[Any], value: Any) -> Any:
                 if issubclass(reads, Record)
                 else reads.from_json(value)
             )
+            if read is None:  # a reader that answers None for what it cannot read (Manifest)
+                raise ValueError(f"a {reads.__name__} expected, got {_kind(value)}")
             return kind(read)
         except ValueError as exc:  # a ReportError, or a plain dataclass's own refusal
             raise ValueError(str(exc)) from None

@@ -75,7 +75,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,7 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
 )
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry, Outcome
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
+from genesis_fp16_infrastructure.record_codec import LOCAL, Record
 
 VERSION = 1
 # The journal's kinds (a serve's ``how``, ``rollback``, ``unpin``, ``repair``) become these
@@ -104,11 +105,14 @@ _EVENT_NAME = re.compile(r"^(?P<id>[0-9a-f]{16})\.json$")
 
 
 @dataclass(frozen=True)
-class Event:
-    """One event as its file holds it. ``targets``: the receivers the daemon addressed it
+class Event(Record):
+    """One event as its file holds it (its JSON the record codec's; ``path``: where it was
+    read, never in it). ``targets``: the receivers the daemon addressed it
     to (None: not handled yet; ``{}``: no receiver was configured), each with ``status``
     (``pending`` or ``delivered``), ``attempts`` and ``next_at_s``; ``attempts``: the
     delivery log, newest last (``url``, ``at``, ``status``, ``code``, ``error``)."""
+
+    VERSION = VERSION
 
     id: str
     agent: str
@@ -118,8 +122,8 @@ class Event:
     order: int
     data: dict[str, Any]
     targets: dict[str, dict[str, Any]] | None
-    attempts: list[dict[str, Any]]
-    path: Path
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    path: Path = field(default=Path(), metadata={LOCAL: True})
 
     @property
     def status(self) -> str:
@@ -148,15 +152,6 @@ class Event:
             "at": self.at,
             "at_s": self.at_s,
             "data": self.data,
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": VERSION,
-            **self.body(),
-            "order": self.order,
-            "targets": self.targets,
-            "attempts": self.attempts,
         }
 
 
@@ -437,24 +432,13 @@ def read_event(path: Path) -> Event | None:
 
 
 def _event(path: Path, data: Any) -> Event:
+    """The event a file holds; an attempt that is no object (a hand's) left out."""
     found = _EVENT_NAME.match(path.name)
-    if found is None or data.get("id") != found["id"] or data.get("version") != VERSION:
-        raise ValueError(f"not an outbox event of version {VERSION} named by its id")
-    targets = data.get("targets")
-    if targets is not None and not isinstance(targets, dict):
-        raise TypeError("targets is not an object")
-    return Event(
-        id=str(data["id"]),
-        agent=str(data["agent"]),
-        kind=str(data["kind"]),
-        at=str(data["at"]),
-        at_s=float(data["at_s"]),
-        order=int(data["order"]),
-        data=dict(data["data"]),
-        targets=targets,
-        attempts=[a for a in data.get("attempts", []) if isinstance(a, dict)],
-        path=path,
-    )
+    if found is None or data.get("id") != found["id"]:
+        raise ValueError("not an outbox event named by its id")
+    if isinstance(attempts := data.get("attempts"), list):
+        data = {**data, "attempts": [a for a in attempts if isinstance(a, dict)]}
+    return replace(Event.from_json(data), path=path)
 
 
 Change = Callable[[Event], Event | None]

@@ -17,7 +17,7 @@ from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION, CAPTURE_VERDICTS
-from genesis_fp16_infrastructure.record_codec import Record
+from genesis_fp16_infrastructure.record_codec import LOCAL, Record
 from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Calibration
 
 CAPTURE_VERSION = 1
@@ -34,10 +34,7 @@ class CaptureVerdict(Record):
     key: Mapping[str, str]
     steps: int
     measured_at: float = field(default_factory=time.time)
-    cached: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in super().to_json().items() if k != "cached"}
+    cached: bool = field(default=False, metadata={LOCAL: True})
 
     @classmethod
     def from_json(cls, data: object, where: str = "") -> CaptureVerdict:

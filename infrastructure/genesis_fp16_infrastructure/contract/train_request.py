@@ -57,7 +57,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
 from genesis_fp16_infrastructure.data.manifest import Manifest
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
 from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
-from genesis_fp16_infrastructure.record_codec import LOCAL, Record, ReportError, plain
+from genesis_fp16_infrastructure.record_codec import LOCAL, Record
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig, bundle_folder
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_names import (
@@ -258,7 +258,8 @@ class AgentState:
 class DataCheck(Record):
     """The data files as the plan scanned them, and what that says.
 
-    - ``scan``: the manifest of the data files, taken before the run reads them (None:
+    - ``scan``: the manifest of the data files, taken before the run reads them, with
+      each grown file's prefix in its JSON (a run's record cache continues the file; None:
       not scanned: no data path, or one the run's read reports).
     - ``up_to_date``: the run's result when nothing changed since the served model's run
       (the run then takes no step), as ``TrainResult.to_json`` (``TrainResult.from_json``
@@ -266,24 +267,8 @@ class DataCheck(Record):
       run reads the data and trains.
     """
 
-    scan: Manifest | None
+    scan: Manifest | None = None
     up_to_date: Mapping[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The scan with its prefixes (a run's record cache continues a grown file)."""
-        scan = None if self.scan is None else self.scan.to_json(prefixes=True)
-        return {"scan": scan, "up_to_date": plain(self.up_to_date)}
-
-    @classmethod
-    def from_json(cls, data: object, where: str = "") -> DataCheck:
-        """The inverse of :meth:`to_json`, or :class:`ReportError` in one line."""
-        if not isinstance(data, Mapping) or not isinstance(data.get("up_to_date"), dict | None):
-            raise ReportError(f"{where}: an up-to-date result that is not an object")
-        scan = data.get("scan")
-        read = None if scan is None else Manifest.from_json(scan)
-        if scan is not None and read is None:
-            raise ReportError(f"{where}: a data scan that is not a manifest")
-        return cls(read, data["up_to_date"])
 
 
 @dataclass(frozen=True)

@@ -114,10 +114,10 @@ class Manifest:
             return False
         return _contents(self) == _contents(other)
 
-    def to_json(self, prefixes: bool = False) -> dict[str, Any]:
-        """The manifest as saved; ``prefixes``: with each grown file's :class:`Prefix`, for
-        a scan handed to a run's process (the record cache continues an appended file
-        from it), never saved."""
+    def to_json(self, prefixes: bool = True) -> dict[str, Any]:
+        """The manifest with each grown file's :class:`Prefix`, for a scan handed to a run's
+        process (the record cache continues an appended file from it); ``prefixes=False``:
+        as saved (a prefix is never saved)."""
         files = [
             [f.path, f.size, f.mtime_ns, f.digest, f.ctime_ns, f.inode]
             + ([[p.size, p.digest, p.lines, p.last.hex()]] if prefixes and (p := f.prefix) else [])

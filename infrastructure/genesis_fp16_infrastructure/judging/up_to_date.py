@@ -73,7 +73,7 @@ def up_to_date(
     # answered without a read (a copy, a quarantined file, a touched file).
     check = request.snapshot.data if request.snapshot is not None else None
     scan = check.scan if check is not None and rejudged is None else None
-    if scan is not None and data_manifest.renew(served.checkpoint, scan.to_json()):
+    if scan is not None and data_manifest.renew(served.checkpoint, scan.to_json(prefixes=False)):
         logger.info("%s: nothing new in the files read: their manifest renewed", request.agent)
     return TrainResult(
         agent=request.agent,

@@ -78,7 +78,7 @@ def _snapshot() -> AgentSnapshot:
 
 
 def test_the_run_file_carries_the_plans_snapshot(tmp_path: Path) -> None:
-    """The pointer, the scan (with a grown file's prefix, which Manifest.to_json drops,
+    """The pointer, the scan (with a grown file's prefix, which a saved manifest drops,
     and each file's ctime and inode, which the record cache checks) and the verdict reach
     the child as the plan took them; the plan's state stays."""
     snapshot = _snapshot()

@@ -75,7 +75,7 @@ def save_record(
         "version": data_manifest.RECORD_VERSION,
         "request": request_key(request),
         "checkpoint": {"path": str(checkpoint), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
-        "manifest": manifest.to_json(),
+        "manifest": manifest.to_json(prefixes=False),
         # The live watch's report is this run's: an up-to-date run never reports it again.
         "result": {**result.to_json(), "live": None},
     }
@@ -122,7 +122,7 @@ def check_data(request: TrainRequest) -> DataCheck:
             )
             return DataCheck(manifest)
     if (report.hashed or judged) and folder is not None:  # trust these files next time
-        data_manifest.write(folder, {**record, "manifest": manifest.to_json()})
+        data_manifest.write(folder, {**record, "manifest": manifest.to_json(prefixes=False)})
     seconds = time.perf_counter() - start
     why = judged or _unchanged(len(manifest.files), report.hashed)
     logger.info("%s: up to date by the data manifest, %s: no step to take", request.agent, why)

@@ -10,7 +10,8 @@ import json
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from se_darwin_runs import train
@@ -23,6 +24,7 @@ from genesis_fp16_infrastructure.agent_folder.repair import roll_back_by_hand, s
 from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.recipes.retrain import freshness, pool_read
@@ -288,3 +290,23 @@ def test_after_a_rollback_the_candidates_bytes_are_answered_by_the_plan(
     assert str(out.checkpoint) == first["checkpoint"]
     (data / "new.json").write_text(json.dumps(generate_pool(61, seed=4, agent="new")))
     assert freshness.check_data(_request(data, ckpt)).up_to_date is None
+
+
+def test_a_grown_files_prefix_crosses_to_the_run_but_is_never_saved(tmp_path: Path) -> None:
+    """A grown .jsonl file's prefix is in the scan's JSON (the run's record cache continues
+    the file from it) and never in data_manifest.json: six fields a file there, as before."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    (pool / "a.jsonl").write_text('{"id": 1}\n')
+    first, _ = scan_files(pool)
+    with open(pool / "a.jsonl", "a") as handle:
+        handle.write('{"id": 2}\n')
+    grown, _ = scan_files(pool, first)
+    assert [len(f) for f in grown.to_json()["files"]] == [7]
+    trained = tmp_path / "ck" / "ckpt.pt"
+    trained.parent.mkdir()
+    trained.write_bytes(b"weights")
+    result = cast(TrainResult, SimpleNamespace(stopped_early=False, to_json=dict))
+    freshness.save_record(_request(pool, trained.parent), grown, result, trained)
+    saved = json.loads(DATA_MANIFEST.at(trained.parent).read_text())["manifest"]
+    assert [len(f) for f in saved["files"]] == [6]
