@@ -17,6 +17,7 @@ from genesis_fp16_infrastructure.training import (
     StepTuning,
     fit,
 )
+from genesis_fp16_infrastructure.training.flight import bundle_files
 from genesis_fp16_infrastructure.training.flight.bundle import (
     load_bundle,
     plain_batch,
@@ -114,6 +115,22 @@ def test_bundle_folder_keeps_its_bounds(tmp_path: Path) -> None:
     one = list_bundles(tmp_path)[0]["bytes"]
     save_bundle(tmp_path, _tiny_bundle(6), BundleLimits(max_count=10, max_bytes=2 * one))
     assert [r["step"] for r in list_bundles(tmp_path)] == ["5", "6"]
+
+
+def test_bundles_list_in_the_order_saved_whatever_the_clock_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saves in one nanosecond, and a save after the clock stepped back, list and trim in
+    the order they were saved: a new bundle never sorts before an older one."""
+    monkeypatch.setattr(bundle_files.time, "time_ns", lambda: 1_795_000_000_123_456_789)
+    for step in (9, 10, 11):
+        save_bundle(tmp_path, _tiny_bundle(step), BundleLimits())
+    assert [r["step"] for r in list_bundles(tmp_path)] == ["9", "10", "11"]
+    monkeypatch.setattr(bundle_files.time, "time_ns", lambda: 1_700_000_000_000_000_000)
+    save_bundle(tmp_path, _tiny_bundle(12), BundleLimits(max_count=2))
+    rows = list_bundles(tmp_path)
+    assert [r["step"] for r in rows] == ["11", "12"]
+    assert rows[1]["name"].startswith("20261118T110640-123456792-")  # 1 ns after 11
 
 
 def test_a_damaged_bundle_is_refused_in_one_line(tmp_path: Path) -> None:
