@@ -116,20 +116,18 @@ def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> 
                 return
         data = _read_bytes(file)
     except _Vanished:
-        sink.add(Source(file, "file"), "vanished after its folder was listed: not read", "")
-        return
+        why: str | None = "vanished after its folder was listed: not read"
     except _TooLarge as exc:
-        sink.add(Source(file, "file"), str(exc), "")
-        return
+        why = str(exc)
     except (gzip.BadGzipFile, EOFError) as exc:
-        sink.add(Source(file, "file"), f"cannot decode file: {exc}", "")
-        return
-    bad_byte = _not_utf8(data)
-    if bad_byte is not None:
-        sink.add(Source(file, "file"), f"binary file, not UTF-8 text ({bad_byte})", "")
-        return
-    if not data.strip():
-        sink.add(Source(file, "file"), "empty file", "")
+        why = f"cannot decode file: {exc}"
+    else:
+        bad_byte = _not_utf8(data)
+        why = None if bad_byte is None else f"binary file, not UTF-8 text ({bad_byte})"
+        if why is None and not data.strip():
+            why = "empty file"
+    if why is not None:  # the whole file is one quarantined entry
+        sink.add(Source(file, "file"), why, "")
         return
     if file.name.endswith(".jsonl.gz"):
         for number, line in enumerate(data.splitlines(), start=1):
