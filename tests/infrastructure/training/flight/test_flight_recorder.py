@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -192,6 +193,15 @@ def test_replay_reproduces_bit_for_bit_and_names_the_module(tmp_path: Path) -> N
     assert report["precisions"]["fp32"]["loss_finite"] == [True]
     assert report["precisions"]["bf16"]["loss_finite"] == [True]
     assert report["per_module"]["0"]["nonfinite"] > 0
+
+    def no_bf16(model: torch.nn.Module, batch: tuple[int, torch.Tensor, torch.Tensor]) -> Any:
+        if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16:
+            raise RuntimeError("bf16 is not here\nsecond line")
+        return task.loss(model, batch)
+
+    report = replay(bundle, ReplayTarget(task.build_model, no_bf16, task.build_optimizers))
+    assert report["precisions"]["bf16"] == {"error": "not run: bf16 is not here"}
+    assert report["precisions"]["fp32"]["loss_finite"] == [True]
 
     backward = _run(FaultTask("overflow", until=18), tmp_path / "bwd", QUIET)
     bundle = load_bundle(Path(backward.fault_bundles[0].path))
