@@ -65,7 +65,10 @@ def bundle_name(folder: Path, step: int, reason: str) -> str:
     now = time.time_ns()
     for path in reversed(_bundle_files(folder)):
         if named := re.match(r"(\d{8}T\d{6})-(\d{9})-", path.name):
-            seconds = calendar.timegm(time.strptime(named[1], _STAMP))
+            try:
+                seconds = calendar.timegm(time.strptime(named[1], _STAMP))
+            except ValueError:  # digits that are no time: not a bundle's name
+                continue
             now = max(now, seconds * 10**9 + int(named[2]) + 1)
             break
     stamp = time.strftime(_STAMP, time.gmtime(now // 10**9))

@@ -127,10 +127,12 @@ def test_bundles_list_in_the_order_saved_whatever_the_clock_says(
     for step in (9, 10, 11):
         save_bundle(tmp_path, _tiny_bundle(step), BundleLimits())
     assert [r["step"] for r in list_bundles(tmp_path)] == ["9", "10", "11"]
+    # A name of digits that are no time, sorting last: passed over, not a crash.
+    (tmp_path / "20261399T999999-000000000-step0-x.fault.pt").write_bytes(b"")
     monkeypatch.setattr(bundle_files.time, "time_ns", lambda: 1_700_000_000_000_000_000)
-    save_bundle(tmp_path, _tiny_bundle(12), BundleLimits(max_count=2))
+    save_bundle(tmp_path, _tiny_bundle(12), BundleLimits(max_count=3))
     rows = list_bundles(tmp_path)
-    assert [r["step"] for r in rows] == ["11", "12"]
+    assert [r["step"] for r in rows] == ["11", "12", "0"]
     assert rows[1]["name"].startswith("20261118T110640-123456792-")  # 1 ns after 11
 
 
