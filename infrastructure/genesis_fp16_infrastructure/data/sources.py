@@ -68,10 +68,6 @@ class _TooLarge(ValueError):
     """A compressed file that inflates past :data:`MAX_DECOMPRESSED_BYTES`."""
 
 
-class _Vanished(OSError):
-    """A listed file that is gone when it is opened."""
-
-
 def list_data_files(path: Path) -> list[Path]:
     """The data files at ``path``: itself, or the data files under a folder, sorted.
 
@@ -115,7 +111,7 @@ def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> 
                     yield Source(file, f"trajectories[{key!r}]"), raw, thresholds, key
                 return
         data = _read_bytes(file)
-    except _Vanished:
+    except FileNotFoundError:  # listed, then gone before it was opened
         why: str | None = "vanished after its folder was listed: not read"
     except _TooLarge as exc:
         why = str(exc)
@@ -144,8 +140,8 @@ def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> 
 def _size(file: Path) -> int:
     try:
         return file.stat().st_size
-    except FileNotFoundError as exc:
-        raise _Vanished(str(file)) from exc
+    except FileNotFoundError:
+        raise  # gone since its folder was listed: raw_records quarantines it
     except OSError:
         return 0  # the whole-document read says what is wrong with it
 
@@ -163,10 +159,8 @@ def _read_bytes(file: Path) -> bytes:
                 )
             return data
         return file.read_bytes()
-    except (gzip.BadGzipFile, EOFError, _TooLarge):
-        raise  # malformed content: the caller quarantines the file
-    except FileNotFoundError as exc:
-        raise _Vanished(str(file)) from exc
+    except (gzip.BadGzipFile, FileNotFoundError):
+        raise  # malformed content, or gone since the listing: the caller quarantines it
     except OSError as exc:
         raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
 
@@ -248,8 +242,8 @@ def _jsonl_lines(file: Path, start: int, first_line: int) -> Iterator[Raw]:
     own, so a line that is not UTF-8 is quarantined alone, like a line that is not JSON."""
     try:
         handle = file.open("rb")
-    except FileNotFoundError as exc:
-        raise _Vanished(str(file)) from exc
+    except FileNotFoundError:
+        raise  # gone since its folder was listed: raw_records quarantines it
     except OSError as exc:
         raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
     with handle:
