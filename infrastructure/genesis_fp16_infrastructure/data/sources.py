@@ -68,10 +68,6 @@ class _TooLarge(ValueError):
     """A compressed file that inflates past :data:`MAX_DECOMPRESSED_BYTES`."""
 
 
-class _Vanished(OSError):
-    """A listed file that is gone when it is opened."""
-
-
 def list_data_files(path: Path) -> list[Path]:
     """The data files at ``path``: itself, or the data files under a folder, sorted.
 
@@ -115,21 +111,19 @@ def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> 
                     yield Source(file, f"trajectories[{key!r}]"), raw, thresholds, key
                 return
         data = _read_bytes(file)
-    except _Vanished:
-        sink.add(Source(file, "file"), "vanished after its folder was listed: not read", "")
-        return
+    except FileNotFoundError:  # listed, then gone before it was opened
+        why: str | None = "vanished after its folder was listed: not read"
     except _TooLarge as exc:
-        sink.add(Source(file, "file"), str(exc), "")
-        return
+        why = str(exc)
     except (gzip.BadGzipFile, EOFError) as exc:
-        sink.add(Source(file, "file"), f"cannot decode file: {exc}", "")
-        return
-    bad_byte = _not_utf8(data)
-    if bad_byte is not None:
-        sink.add(Source(file, "file"), f"binary file, not UTF-8 text ({bad_byte})", "")
-        return
-    if not data.strip():
-        sink.add(Source(file, "file"), "empty file", "")
+        why = f"cannot decode file: {exc}"
+    else:
+        bad_byte = _not_utf8(data)
+        why = None if bad_byte is None else f"binary file, not UTF-8 text ({bad_byte})"
+        if why is None and not data.strip():
+            why = "empty file"
+    if why is not None:  # the whole file is one quarantined entry
+        sink.add(Source(file, "file"), why, "")
         return
     if file.name.endswith(".jsonl.gz"):
         for number, line in enumerate(data.splitlines(), start=1):
@@ -146,8 +140,8 @@ def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> 
 def _size(file: Path) -> int:
     try:
         return file.stat().st_size
-    except FileNotFoundError as exc:
-        raise _Vanished(str(file)) from exc
+    except FileNotFoundError:
+        raise  # gone since its folder was listed: raw_records quarantines it
     except OSError:
         return 0  # the whole-document read says what is wrong with it
 
@@ -165,10 +159,8 @@ def _read_bytes(file: Path) -> bytes:
                 )
             return data
         return file.read_bytes()
-    except (gzip.BadGzipFile, EOFError, _TooLarge):
-        raise  # malformed content: the caller quarantines the file
-    except FileNotFoundError as exc:
-        raise _Vanished(str(file)) from exc
+    except (gzip.BadGzipFile, FileNotFoundError):
+        raise  # malformed content, or gone since the listing: the caller quarantines it
     except OSError as exc:
         raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
 
@@ -250,8 +242,8 @@ def _jsonl_lines(file: Path, start: int, first_line: int) -> Iterator[Raw]:
     own, so a line that is not UTF-8 is quarantined alone, like a line that is not JSON."""
     try:
         handle = file.open("rb")
-    except FileNotFoundError as exc:
-        raise _Vanished(str(file)) from exc
+    except FileNotFoundError:
+        raise  # gone since its folder was listed: raw_records quarantines it
     except OSError as exc:
         raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
     with handle:

@@ -63,7 +63,7 @@ REQUIRED = (
 
 def save_bundle(folder: Path, bundle: Mapping[str, Any], limits: BundleLimits) -> Path:
     """Write ``bundle`` into ``folder`` atomically, then trim the folder; its path."""
-    path = folder / bundle_name(int(bundle["step"]), str(bundle["reason"]))
+    path = folder / bundle_name(folder, int(bundle["step"]), str(bundle["reason"]))
     data = {"version": BUNDLE_VERSION, **bundle}
     write_atomic(path, lambda f: torch.save(data, f))
     trim_folder(folder, limits, keep=path)

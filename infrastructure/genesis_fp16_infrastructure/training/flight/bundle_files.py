@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import calendar
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from typing import Any
 from genesis_fp16_infrastructure.agent_folder.layout import BUNDLES_FOLDER, agent_root
 
 SUFFIX = ".fault.pt"
+_STAMP = "%Y%m%dT%H%M%S"
 
 
 def bundle_folder(state_dir: Path, agent: str) -> Path:
@@ -54,16 +57,28 @@ class FlightConfig:
         return self.context() if callable(self.context) else self.context
 
 
-def bundle_name(step: int, reason: str) -> str:
-    """A new bundle's file name: the UTC time first, so names sort oldest first."""
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    return f"{stamp}-{time.time_ns() % 10**9:09d}-step{int(step)}-{reason}{SUFFIX}"
+def bundle_name(folder: Path, step: int, reason: str) -> str:
+    """A new bundle's file name in ``folder``: the UTC time first, so names sort oldest
+    first. The time is one clock read, moved to a nanosecond after the folder's newest
+    bundle when it is not later: a clock stepped back, or two saves in one instant, must
+    not sort a new bundle before an older one (trimming removes by this order)."""
+    now = time.time_ns()
+    for path in reversed(_bundle_files(folder)):
+        if named := re.match(r"(\d{8}T\d{6})-(\d{9})-", path.name):
+            try:
+                seconds = calendar.timegm(time.strptime(named[1], _STAMP))
+            except ValueError:  # digits that are no time: not a bundle's name
+                continue
+            now = max(now, seconds * 10**9 + int(named[2]) + 1)
+            break
+    stamp = time.strftime(_STAMP, time.gmtime(now // 10**9))
+    return f"{stamp}-{now % 10**9:09d}-step{int(step)}-{reason}{SUFFIX}"
 
 
 def trim_folder(folder: Path, limits: BundleLimits, keep: Path | None = None) -> None:
     """Remove the oldest bundles until ``limits`` hold. ``keep`` (the newest) stays even
     when it alone is over the byte bound: it is the one just asked for."""
-    files = sorted(_bundle_files(folder), key=lambda p: p.name)
+    files = _bundle_files(folder)
     sizes = {p: p.stat().st_size for p in files}
     while len(files) > limits.max_count or sum(sizes[p] for p in files) > limits.max_bytes:
         if len(files) == 1 and files[0] == keep:
@@ -77,7 +92,7 @@ def list_bundles(folder: Path) -> list[dict[str, Any]]:
     """The bundles in ``folder``, oldest first: name, path, bytes and, from the name, step
     and reason (nothing is unpickled to list them)."""
     rows = []
-    for path in sorted(_bundle_files(folder), key=lambda p: p.name):
+    for path in _bundle_files(folder):
         parts = path.name.removesuffix(SUFFIX).split("-", 3)
         named = len(parts) == 4 and parts[2].startswith("step")
         rows.append(
@@ -93,10 +108,11 @@ def list_bundles(folder: Path) -> list[dict[str, Any]]:
 
 
 def _bundle_files(folder: Path) -> list[Path]:
+    """The bundle files in ``folder``, sorted by name (oldest first)."""
     if not folder.is_dir():
         return []
-    return [
+    return sorted(
         p
         for p in folder.iterdir()
         if p.name.endswith(SUFFIX) and p.is_file() and not p.is_symlink()
-    ]
+    )

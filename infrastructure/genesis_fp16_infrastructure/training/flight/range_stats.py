@@ -168,20 +168,20 @@ class SampleClock:
             self.plain.append((now - self._mark[1]) / (step - self._mark[0]))
         self._mark, self._window = None, (step + 1, now)
 
-    def closes(self, step: int) -> bool:
-        """True at the ``after_step`` that ends a sample's window (the step after it)."""
-        return self._window is not None and step == self._window[0] + 1
-
     def close(self, step: int) -> None:
-        """End the window: the sample's cost, and a new span of plain steps."""
+        """At every ``after_step``; the one after a sampled step (the step after it) ends
+        its window: the sample's cost, and a new span of plain steps."""
+        if self._window is None or step != self._window[0] + 1:
+            return
         now = self.clock()
-        assert self._window is not None
         sampled, before = self._window
-        if self.plain:
-            plain = statistics.median(self.plain)
-            if plain > 0:
-                self.costs.append((now - before) / plain - 2.0)  # in plain steps
-                self._choose(sampled)
+        plain = statistics.median(self.plain) if self.plain else 0.0
+        if plain > 0:
+            self.costs.append((now - before) / plain - 2.0)  # in plain steps
+            if self.config.every is None:  # the samples spaced by what they cost
+                wanted = math.ceil(max(statistics.median(self.costs), 0.0) / self.config.budget)
+                self.every = min(max(wanted, MIN_EVERY), MAX_EVERY)
+                self.next = sampled + self.every
         self._mark, self._window = (step, now), None
 
     def sampled(self, step: int) -> None:
@@ -192,14 +192,6 @@ class SampleClock:
     def cost(self) -> float | None:
         """A sampled step's cost beyond a plain one, in plain steps (median; None: none)."""
         return statistics.median(self.costs) if self.costs else None
-
-    def _choose(self, sampled: int) -> None:
-        cost = self.cost()
-        if self.config.every is not None or cost is None:
-            return
-        wanted = math.ceil(max(cost, 0.0) / self.config.budget)
-        self.every = min(max(wanted, MIN_EVERY), MAX_EVERY)
-        self.next = sampled + self.every
 
 
 def synced_clock(device: torch.device) -> Callable[[], float]:
@@ -257,8 +249,7 @@ class RangeStats:
             self._begin(trainer)
             return
         step = trainer.step_count
-        if self.clock.closes(step):
-            self.clock.close(step)
+        self.clock.close(step)
         if step == self.clock.next and self._handles:
             self._report(trainer)
             self.clock.sampled(step)

@@ -119,7 +119,12 @@ def replay(
 
     precisions = {}
     for name in PRECISIONS:
-        other = outcome if name == used else _outcome(fresh, name, target.loss, batches, samples)
+        other: Mapping[str, Any] | str = outcome
+        if name != used:
+            try:
+                other = run_recorded_step(fresh(name), target.loss, batches, samples)
+            except (RuntimeError, ValueError) as error:  # e.g. a precision this device cannot run
+                other = f"not run: {str(error).splitlines()[0][:200]}"
         precisions[name] = _summary(other)
     report = {
         "bundle_step": int(bundle["step"]),
@@ -200,19 +205,6 @@ def reproduces(recorded: Mapping[str, Any], outcome: Mapping[str, Any]) -> bool:
         return False
     pairs = zip(recorded["loss_bits"], outcome["loss_bits"], recorded["loss_finite"], strict=True)
     return all(a == b for a, b, finite in pairs if finite)
-
-
-def _outcome(
-    fresh: Callable[[PrecisionName], Trainer],
-    name: PrecisionName,
-    loss: Callable[[nn.Module, Any], torch.Tensor],
-    batches: list[Any],
-    samples: int,
-) -> dict[str, Any] | str:
-    try:
-        return run_recorded_step(fresh(name), loss, batches, samples)
-    except (RuntimeError, ValueError) as error:  # e.g. a precision this device cannot run
-        return f"not run: {str(error).splitlines()[0][:200]}"
 
 
 def _summary(outcome: Mapping[str, Any] | str) -> dict[str, Any]:

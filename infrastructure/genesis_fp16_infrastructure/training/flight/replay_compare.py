@@ -11,7 +11,7 @@ compared with fp32's: it *departs* when it is not finite where fp32's is, or whe
 a few tiny entries do not count). Gradients of an fp16 run are divided by its loss
 scale first, as the optimizer sees them::
 
-    report = compare_to_fp32(bundle, target, tolerance=0.1)
+    report = replay(bundle, target, against_fp32=0.1)["against_fp32"]  # (.replay)
     report["first_departure"]   # {"module": "trunk.0", "phase": "forward", "low": inf, ...}
     report["advice"]            # {"action": "bf16", "why": "fp16 overflows at ..."}
 

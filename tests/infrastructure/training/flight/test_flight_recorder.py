@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from genesis_fp16_infrastructure.training import (
     StepTuning,
     fit,
 )
+from genesis_fp16_infrastructure.training.flight import bundle_files
 from genesis_fp16_infrastructure.training.flight.bundle import (
     load_bundle,
     plain_batch,
@@ -116,6 +118,24 @@ def test_bundle_folder_keeps_its_bounds(tmp_path: Path) -> None:
     assert [r["step"] for r in list_bundles(tmp_path)] == ["5", "6"]
 
 
+def test_bundles_list_in_the_order_saved_whatever_the_clock_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saves in one nanosecond, and a save after the clock stepped back, list and trim in
+    the order they were saved: a new bundle never sorts before an older one."""
+    monkeypatch.setattr(bundle_files.time, "time_ns", lambda: 1_795_000_000_123_456_789)
+    for step in (9, 10, 11):
+        save_bundle(tmp_path, _tiny_bundle(step), BundleLimits())
+    assert [r["step"] for r in list_bundles(tmp_path)] == ["9", "10", "11"]
+    # A name of digits that are no time, sorting last: passed over, not a crash.
+    (tmp_path / "20261399T999999-000000000-step0-x.fault.pt").write_bytes(b"")
+    monkeypatch.setattr(bundle_files.time, "time_ns", lambda: 1_700_000_000_000_000_000)
+    save_bundle(tmp_path, _tiny_bundle(12), BundleLimits(max_count=3))
+    rows = list_bundles(tmp_path)
+    assert [r["step"] for r in rows] == ["11", "12", "0"]
+    assert rows[1]["name"].startswith("20261118T110640-123456792-")  # 1 ns after 11
+
+
 def test_a_damaged_bundle_is_refused_in_one_line(tmp_path: Path) -> None:
     """A truncated bundle, a foreign pickle and a folder are each refused with one line."""
     path = save_bundle(tmp_path, _tiny_bundle(1), BundleLimits())
@@ -175,6 +195,15 @@ def test_replay_reproduces_bit_for_bit_and_names_the_module(tmp_path: Path) -> N
     assert report["precisions"]["fp32"]["loss_finite"] == [True]
     assert report["precisions"]["bf16"]["loss_finite"] == [True]
     assert report["per_module"]["0"]["nonfinite"] > 0
+
+    def no_bf16(model: torch.nn.Module, batch: tuple[int, torch.Tensor, torch.Tensor]) -> Any:
+        if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16:
+            raise RuntimeError("bf16 is not here\nsecond line")
+        return task.loss(model, batch)
+
+    report = replay(bundle, ReplayTarget(task.build_model, no_bf16, task.build_optimizers))
+    assert report["precisions"]["bf16"] == {"error": "not run: bf16 is not here"}
+    assert report["precisions"]["fp32"]["loss_finite"] == [True]
 
     backward = _run(FaultTask("overflow", until=18), tmp_path / "bwd", QUIET)
     bundle = load_bundle(Path(backward.fault_bundles[0].path))
