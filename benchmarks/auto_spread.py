@@ -82,8 +82,8 @@ def _measure(task: Any, repeats: int) -> tuple[dict[str, list[float]], int]:
     loaded = 0
     for _ in range(repeats):
         found = cal.calibrate(task, "cpu", 0, TrainerConfig(), budget_s=2.0, expected_steps=2000)
-        if isinstance(found, cal.NothingTimed):
-            raise SystemExit(f"nothing timed on this host: {found.why}")
+        if isinstance(found, str):
+            raise SystemExit(f"nothing timed on this host: {found}")
         for row in found.rows:
             spreads.setdefault(f"{row.precision} {row.execution}", []).append(row.spread)
         loaded += under_load(found.rows) is not None

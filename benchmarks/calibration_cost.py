@@ -46,9 +46,9 @@ def _task(folder: Path, records: int, device: str) -> WorldModelTask:
     return WorldModelTask(read_trajectories(path), TaskOptions.from_mapping({}), 0, device)
 
 
-def _said(found: cal.Calibration | cal.NothingTimed, wall: float) -> dict[str, Any]:
-    if isinstance(found, cal.NothingTimed):
-        return {"nothing_timed": found.why, "wall_s": wall}
+def _said(found: cal.Calibration | str, wall: float) -> dict[str, Any]:
+    if isinstance(found, str):  # why nothing was timed
+        return {"nothing_timed": found, "wall_s": wall}
     return {
         "wall_s": round(wall, 4),
         "seconds": round(found.seconds, 4),
