@@ -592,15 +592,7 @@ def _key(
 def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return "cpu"
-    for line in lines:
-        key, _, value = line.partition(":")
-        if key.strip() == "model name":
-            return value.strip()
-    return "cpu"
+    return (decide_module.cpuinfo() or {}).get("model name", "cpu")
 
 
 def _capability(device: torch.device, caps: DeviceCapabilities) -> str:
