@@ -109,7 +109,6 @@ from genesis_fp16_infrastructure.training.precision.decide import (
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import (
-    DEFAULT_BUDGET_S,
     PrecisionName,
     PrecisionRequest,
 )
@@ -183,19 +182,18 @@ def calibrate(
     device: torch.device | str,
     seed: int,
     trainer_config: TrainerConfig,
-    excluded: Mapping[str, str] | None = None,
-    cache: Path | None = None,
-    budget_s: float = DEFAULT_BUDGET_S,
+    request: PrecisionRequest = PrecisionRequest(mode="measure"),  # noqa: B008 (frozen)
     clock: Callable[[], float] = time.perf_counter,
     expected_steps: int | None = None,
     scaler: ScalerConfig = ScalerConfig(),  # noqa: B008 (frozen, so sharing is safe)
     init: Callable[[torch.device], None] = warm_process,
 ) -> Calibration | str:
-    """Time the candidates (or reuse ``cache``, its winner timed again); a str says why
-    nothing was, and the caller's rule decides: one candidate only (the rule names it and
-    why the others are out), or no row could run as asked (``cuda_graph=on`` where
-    nothing can be captured: the trainer then refuses the run in one line). ``budget_s`` is a
-    deadline on everything from ``init``'s end (see the module docstring);
+    """Time the candidates but ``request.excluded`` (or reuse the one kept at
+    ``request.cache``, its winner timed again); a str says why nothing was, and the
+    caller's rule decides: one candidate only (the rule names it and why the others are
+    out), or no row could run as asked (``cuda_graph=on`` where nothing can be captured:
+    the trainer then refuses the run in one line). ``request.budget_s`` is a deadline on
+    everything from ``init``'s end (see the module docstring);
     ``expected_steps`` (the run's budget, when known) bounds each row's timed steps to
     ``RUN_SHARE`` of it, or to its minimum where that is more. ``scaler`` is the run's
     loss-scaler config: the fp16 rows step with it, and it is part of the key. ``init``
@@ -203,7 +201,7 @@ def calibrate(
     """
     dev = torch.device(device)
     caps = decide_module.detect_capabilities(dev)
-    candidates, skipped = auto_candidates(caps, excluded)
+    candidates, skipped = auto_candidates(caps, request.excluded)
     if len(candidates) < 2:
         return "one candidate, nothing to time"
     entered = clock()
@@ -211,6 +209,7 @@ def calibrate(
     started = clock()
     captured_too = _captured_too(dev, trainer_config)
     limit = _Limit.for_run(len(candidates) + captured_too * CAPTURED_ROWS, expected_steps)
+    cache, budget_s = request.cache, request.budget_s
     bench = _Bench(task, dev, trainer_config, scaler, clock, started + budget_s, budget_s, limit)
     rng = capture_rng_state()
     try:
@@ -536,9 +535,7 @@ def policy_for_run(
             device,
             seed,
             trainer_config,
-            request.excluded,
-            request.cache,
-            request.budget_s,
+            request,
             expected_steps=expected_steps,
             scaler=scaler,
         )
