@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from genesis_fp16_infrastructure.training import TrainerConfig
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import LOAD_BOUND, under_load
 from genesis_fp16_infrastructure.training.run import calibration as cal
 
@@ -81,9 +82,11 @@ def _measure(task: Any, repeats: int) -> tuple[dict[str, list[float]], int]:
     spreads: dict[str, list[float]] = {}
     loaded = 0
     for _ in range(repeats):
-        found = cal.calibrate(task, "cpu", 0, TrainerConfig(), budget_s=2.0, expected_steps=2000)
-        if isinstance(found, cal.NothingTimed):
-            raise SystemExit(f"nothing timed on this host: {found.why}")
+        found = cal.calibrate(
+            task, "cpu", 0, TrainerConfig(), PrecisionRequest(budget_s=2.0), expected_steps=2000
+        )
+        if isinstance(found, str):
+            raise SystemExit(f"nothing timed on this host: {found}")
         for row in found.rows:
             spreads.setdefault(f"{row.precision} {row.execution}", []).append(row.spread)
         loaded += under_load(found.rows) is not None

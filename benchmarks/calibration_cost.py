@@ -35,6 +35,7 @@ from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import TrainerConfig
 from genesis_fp16_infrastructure.training.precision import decide
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.run import calibration as cal
 
 RESULTS = Path(__file__).parent / "results"
@@ -46,9 +47,9 @@ def _task(folder: Path, records: int, device: str) -> WorldModelTask:
     return WorldModelTask(read_trajectories(path), TaskOptions.from_mapping({}), 0, device)
 
 
-def _said(found: cal.Calibration | cal.NothingTimed, wall: float) -> dict[str, Any]:
-    if isinstance(found, cal.NothingTimed):
-        return {"nothing_timed": found.why, "wall_s": wall}
+def _said(found: cal.Calibration | str, wall: float) -> dict[str, Any]:
+    if isinstance(found, str):  # why nothing was timed
+        return {"nothing_timed": found, "wall_s": wall}
     return {
         "wall_s": round(wall, 4),
         "seconds": round(found.seconds, 4),
@@ -87,7 +88,9 @@ def main() -> int:
         for label, records in runs:
             task = _task(folder, records, args.device)
             began = time.perf_counter()
-            found = cal.calibrate(task, args.device, 0, config, cache=cache, budget_s=args.budget)
+            found = cal.calibrate(
+                task, args.device, 0, config, PrecisionRequest(cache=cache, budget_s=args.budget)
+            )
             out[label] = {"records": records, **_said(found, time.perf_counter() - began)}
     device = (
         torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()

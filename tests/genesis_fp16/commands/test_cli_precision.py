@@ -19,6 +19,7 @@ from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.training import TrainerConfig
 from genesis_fp16_infrastructure.training.precision import decide
 from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.run import calibration as cal
 
 AGENT = "se_darwin"
@@ -71,7 +72,9 @@ def test_show_prints_the_measurement_and_reset_forgets_it(
     monkeypatch.setattr(decide, "detect_capabilities", lambda device: caps)
     path = AgentFolder(tmp_path, AGENT).calibration_path
     path.parent.mkdir(parents=True)
-    found = cal.calibrate(_Tiny(), "cpu", 0, TrainerConfig(), cache=path, budget_s=0.2)
+    found = cal.calibrate(
+        _Tiny(), "cpu", 0, TrainerConfig(), PrecisionRequest(cache=path, budget_s=0.2)
+    )
     assert found is not None
 
     shown = _cli(tmp_path, "precision", "show", AGENT).stdout

@@ -73,16 +73,23 @@ class DeviceCapabilities:
     source: str
 
 
-def _cpuinfo_flags(path: Path = Path("/proc/cpuinfo")) -> set[str] | None:
+def cpuinfo(path: Path = Path("/proc/cpuinfo")) -> dict[str, str] | None:
+    """Each field of ``/proc/cpuinfo`` with its first value (the first processor's:
+    ``flags``, ``model name``); None without the file."""
     try:
         text = path.read_text()
     except OSError:
         return None
+    found: dict[str, str] = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
+        found.setdefault(key.strip(), value.strip())
+    return found
+
+
+def _cpuinfo_flags(path: Path = Path("/proc/cpuinfo")) -> set[str] | None:
+    info = cpuinfo(path)  # x86 says flags, Arm Features
+    return None if info is None else set(info.get("flags", info.get("Features", "")).split())
 
 
 def _torch_cpu_flags() -> set[str]:

@@ -131,16 +131,6 @@ def precision_name(value: object, what: str = "precision") -> PrecisionName:
     raise ValueError(f"{what} {value!r}: choose from {', '.join(PRECISIONS)}")
 
 
-def requested_name(value: object, what: str = "precision") -> RequestedName:
-    """``value`` as a :data:`RequestedName`, or a one-line ``ValueError`` (the choices)."""
-    if value == "auto":
-        return "auto"
-    try:
-        return precision_name(value, what)
-    except ValueError:
-        raise ValueError(f"{what} {value!r}: choose from {', '.join(CHOICES)}") from None
-
-
 CUDA_GRAPH_REQUESTS: tuple[str, ...] = ("auto", "on", "off")
 COMPILE_REQUESTS: tuple[str, ...] = ("off", "on")
 # Inductor's kernels without its own CUDA graphs: the captured step is the graph.

@@ -102,13 +102,13 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     MARGIN,
     DeviceCapabilities,
     auto_candidates,
+    choose,
     decide,
     measures_here,
 )
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import (
-    DEFAULT_BUDGET_S,
     PrecisionName,
     PrecisionRequest,
 )
@@ -157,14 +157,6 @@ def measured_execution(calibration: Calibration) -> MeasuredExecution:
     return MeasuredExecution(calibration.execution, why)
 
 
-@dataclass(frozen=True)
-class NothingTimed:
-    """Why :func:`calibrate` timed nothing (one candidate, or no row could run as asked):
-    the caller decides ``auto`` by the rule, and its reason says this."""
-
-    why: str
-
-
 _WARMED: set[str] = set()
 
 
@@ -190,19 +182,18 @@ def calibrate(
     device: torch.device | str,
     seed: int,
     trainer_config: TrainerConfig,
-    excluded: Mapping[str, str] | None = None,
-    cache: Path | None = None,
-    budget_s: float = DEFAULT_BUDGET_S,
+    request: PrecisionRequest = PrecisionRequest(mode="measure"),  # noqa: B008 (frozen)
     clock: Callable[[], float] = time.perf_counter,
     expected_steps: int | None = None,
     scaler: ScalerConfig = ScalerConfig(),  # noqa: B008 (frozen, so sharing is safe)
     init: Callable[[torch.device], None] = warm_process,
-) -> Calibration | NothingTimed:
-    """Time the candidates (or reuse ``cache``, its winner timed again); :class:`NothingTimed`
-    when nothing was: one candidate only (the rule then names it and why the others are
+) -> Calibration | str:
+    """Time the candidates but ``request.excluded`` (or reuse the one kept at
+    ``request.cache``, its winner timed again); a str says why nothing was, and the
+    caller's rule decides: one candidate only (the rule names it and why the others are
     out), or no row could run as asked (``cuda_graph=on`` where nothing can be captured:
-    the rule decides, then the trainer refuses the run in one line). ``budget_s`` is a
-    deadline on everything from ``init``'s end (see the module docstring);
+    the trainer then refuses the run in one line). ``request.budget_s`` is a deadline on
+    everything from ``init``'s end (see the module docstring);
     ``expected_steps`` (the run's budget, when known) bounds each row's timed steps to
     ``RUN_SHARE`` of it, or to its minimum where that is more. ``scaler`` is the run's
     loss-scaler config: the fp16 rows step with it, and it is part of the key. ``init``
@@ -210,14 +201,15 @@ def calibrate(
     """
     dev = torch.device(device)
     caps = decide_module.detect_capabilities(dev)
-    candidates, skipped = auto_candidates(caps, excluded)
+    candidates, skipped = auto_candidates(caps, request.excluded)
     if len(candidates) < 2:
-        return NothingTimed("one candidate, nothing to time")
+        return "one candidate, nothing to time"
     entered = clock()
     init(dev)
     started = clock()
     captured_too = _captured_too(dev, trainer_config)
     limit = _Limit.for_run(len(candidates) + captured_too * CAPTURED_ROWS, expected_steps)
+    cache, budget_s = request.cache, request.budget_s
     bench = _Bench(task, dev, trainer_config, scaler, clock, started + budget_s, budget_s, limit)
     rng = capture_rng_state()
     try:
@@ -236,17 +228,16 @@ def calibrate(
     finally:
         restore_rng_state(rng)
     if not rows:  # no row could run as asked (cuda_graph=on where nothing can be captured)
-        return NothingTimed(f"no candidate could be timed as asked ({_note(skipped)})")
-    note = _note(skipped, remeasured)
-    decision = decide(PrecisionRequest("auto", mode="measure", note=note), dev, rows)
+        return f"no candidate could be timed as asked ({_note(skipped)})"
+    chosen, execution, why = choose(rows)  # the measurement's pick; the run's is decide's
     result = Calibration(
-        decision.used,
-        decision.reason,
+        chosen,
+        "; ".join(filter(None, (why, _note(skipped, remeasured)))),
         tuple(rows),
         skipped,
         key,
         0.0,
-        execution=decision.execution or "eager",
+        execution=execution,
         bound=limit.why(budget_s),
         remeasured=remeasured or "",
     )
@@ -258,7 +249,7 @@ def calibrate(
         result.seconds,
         result.bound,
         result.init_s,
-        decision.reason,
+        result.reason,
     )
     return result
 
@@ -534,29 +525,29 @@ def policy_for_run(
 ) -> tuple[PrecisionPolicy, Calibration | None]:
     """The run's precision policy, built from one :func:`decide` of the run's ``request``;
     for a measured ``auto`` in one process (:func:`measures_here`), from the timings of
-    :func:`calibrate`. ``decide`` applies the floor and the exclusions either way."""
+    :func:`calibrate` (or by the rule, saying why it timed nothing). ``decide`` applies
+    the floor and the exclusions either way."""
     ranks = distributed.rank_and_world()[1]
-    if not measures_here(request, ranks):
-        decision = decide(request, device, ranks=ranks)
-        return PrecisionPolicy.from_decision(decision, device, scaler), None
-    calibration = calibrate(
-        task,
-        device,
-        seed,
-        trainer_config,
-        request.excluded,
-        request.cache,
-        request.budget_s,
-        expected_steps=expected_steps,
-        scaler=scaler,
-    )
-    if isinstance(calibration, NothingTimed):  # the rule decides, less the exclusions
-        decision = decide(replace(request, note=calibration.why), device)
-        return PrecisionPolicy.from_decision(decision, device, scaler), None
-    cached = f"cached measurement ({calibration.revalidated})"
-    why = cached if calibration.cached else calibration.remeasured
-    note = _note(calibration.skipped, why)
-    decision = decide(replace(request, note=note), device, calibration.rows)
+    found = None
+    if measures_here(request, ranks):
+        found = calibrate(
+            task,
+            device,
+            seed,
+            trainer_config,
+            request,
+            expected_steps=expected_steps,
+            scaler=scaler,
+        )
+        if isinstance(found, str):  # nothing timed: the rule decides, less the exclusions
+            request = replace(request, note=found)
+        else:
+            cached = f"cached measurement ({found.revalidated})"
+            why = cached if found.cached else found.remeasured
+            request = replace(request, note=_note(found.skipped, why))
+    calibration = None if isinstance(found, str) else found
+    timings = None if calibration is None else calibration.rows
+    decision = decide(request, device, timings, ranks=ranks)
     return PrecisionPolicy.from_decision(decision, device, scaler), calibration
 
 
@@ -598,15 +589,7 @@ def _key(
 def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return "cpu"
-    for line in lines:
-        key, _, value = line.partition(":")
-        if key.strip() == "model name":
-            return value.strip()
-    return "cpu"
+    return (decide_module.cpuinfo() or {}).get("model name", "cpu")
 
 
 def _capability(device: torch.device, caps: DeviceCapabilities) -> str:

@@ -116,7 +116,12 @@ def test_calibration_takes_at_most_a_tenth_of_the_run_it_serves(
     """Its steps (warm-up and timed, every row) stay within 10% of the run's expected
     steps, or each row's minimum where that is more; the bound is reported."""
     result = cal.calibrate(
-        RegressionTask(), "cpu", 0, TrainerConfig(), budget_s=60.0, expected_steps=expected
+        RegressionTask(),
+        "cpu",
+        0,
+        TrainerConfig(),
+        PrecisionRequest(budget_s=60.0),
+        expected_steps=expected,
     )
     assert result is not None and bound in result.bound
     assert all(r.steps == timed for r in result.rows)  # 60 s: the step bound is what binds
@@ -164,7 +169,9 @@ def test_the_cache_is_reused_until_what_it_depends_on_changes(
     width: measured again, and the new record names the field that changed."""
     cache = tmp_path / "cal.json"
     config = TrainerConfig()
-    first = cal.calibrate(RegressionTask(), "cpu", 0, config, cache=cache, budget_s=0.2)
+    first = cal.calibrate(
+        RegressionTask(), "cpu", 0, config, PrecisionRequest(cache=cache, budget_s=0.2)
+    )
     assert isinstance(first, cal.Calibration) and cache.exists()
     steady = _keep_with_spread(cache, 1.0)  # a loaded host's timing would not be reused
     timed: list[tuple[str, str]] = []
@@ -178,13 +185,15 @@ def test_the_cache_is_reused_until_what_it_depends_on_changes(
     # Reuse across runs, not the 10% check (test_calibration_clock.py has that, by a fake
     # clock): a shared 2-core host's noise must not decide this test.
     monkeypatch.setattr(cal, "REVALIDATE", 100.0)
-    again = cal.calibrate(RegressionTask(), "cpu", 0, config, cache=cache)
+    again = cal.calibrate(RegressionTask(), "cpu", 0, config, PrecisionRequest(cache=cache))
     assert isinstance(again, cal.Calibration) and again.cached and again.chosen == first.chosen
     assert again.rows == steady and again.remeasured == ""
     assert timed == [(first.chosen, "auto")]  # the winner only, on a CPU the run's own mode
     assert again.revalidated.startswith(f"the kept {first.chosen} eager")
 
-    wider = cal.calibrate(RegressionTask(width=32), "cpu", 0, config, cache=cache, budget_s=0.2)
+    wider = cal.calibrate(
+        RegressionTask(width=32), "cpu", 0, config, PrecisionRequest(cache=cache, budget_s=0.2)
+    )
     assert wider is not None and not wider.cached
     assert json.loads(cache.read_text())["key"]["model"] == wider.key["model"] != first.key["model"]
     kept = json.loads(cache.read_text())["remeasured"]
@@ -244,7 +253,9 @@ def test_a_corrupt_cache_is_measured_again(bf16_native: None, tmp_path: Path) ->
     """A cache that is not JSON (or another version) is logged and replaced, not trusted."""
     cache = tmp_path / "cal.json"
     cache.write_text("{not json")
-    found = cal.calibrate(RegressionTask(), "cpu", 0, TrainerConfig(), cache=cache, budget_s=0.2)
+    found = cal.calibrate(
+        RegressionTask(), "cpu", 0, TrainerConfig(), PrecisionRequest(cache=cache, budget_s=0.2)
+    )
     assert found is not None and not found.cached
     assert json.loads(cache.read_text())["version"] == CACHE_VERSION
 
@@ -298,8 +309,8 @@ def test_candidates_that_cannot_run_as_asked_are_not_called_one_candidate(
     said "one candidate" before), and the trainer then refuses the run in one line."""
     asked = PrecisionRequest(mode="measure")
     config = TrainerConfig(cuda_graph="on")
-    found = cal.calibrate(RegressionTask(), "cpu", 0, config, budget_s=0.2)
-    assert isinstance(found, cal.NothingTimed)
+    found = cal.calibrate(RegressionTask(), "cpu", 0, config, PrecisionRequest(budget_s=0.2))
+    assert isinstance(found, str)
     policy, calibration = cal.policy_for_run(
         RegressionTask(), asked, "cpu", ScalerConfig(), 0, config
     )
@@ -308,8 +319,14 @@ def test_candidates_that_cannot_run_as_asked_are_not_called_one_candidate(
     assert "; no candidate could be timed as asked (not timed: " in reason
     assert "bf16 captured (CUDA graphs need a CUDA device" in reason
     assert "one candidate" not in reason
-    one = cal.calibrate(RegressionTask(), "cpu", 0, TrainerConfig(), excluded={"bf16": "probe red"})
-    assert one == cal.NothingTimed("one candidate, nothing to time")
+    one = cal.calibrate(
+        RegressionTask(),
+        "cpu",
+        0,
+        TrainerConfig(),
+        PrecisionRequest(excluded={"bf16": "probe red"}),
+    )
+    assert one == "one candidate, nothing to time"
 
 
 def test_rule_mode_is_the_device_rule(bf16_native: None) -> None:
@@ -421,9 +438,16 @@ def test_the_fp16_rows_step_with_the_runs_scaler_config_not_the_default(
 def test_another_scaler_config_measures_again(fp16_native: None, tmp_path: Path) -> None:
     """The scaler config is part of the cache key: a run with another one is timed afresh."""
     cache = tmp_path / "cal.json"
-    first = cal.calibrate(RegressionTask(), "cpu", 0, TrainerConfig(), cache=cache, budget_s=0.2)
+    first = cal.calibrate(
+        RegressionTask(), "cpu", 0, TrainerConfig(), PrecisionRequest(cache=cache, budget_s=0.2)
+    )
     other = cal.calibrate(
-        RegressionTask(), "cpu", 0, TrainerConfig(), cache=cache, budget_s=0.2, scaler=RUN_SCALER
+        RegressionTask(),
+        "cpu",
+        0,
+        TrainerConfig(),
+        PrecisionRequest(cache=cache, budget_s=0.2),
+        scaler=RUN_SCALER,
     )
     assert first is not None and other is not None and not other.cached
     assert json.loads(other.key["scaler"])["hysteresis"] == RUN_SCALER.hysteresis

@@ -23,6 +23,7 @@ from genesis_fp16_infrastructure.training import TrainerConfig
 from genesis_fp16_infrastructure.training.precision import decide
 from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import under_load
 from genesis_fp16_infrastructure.training.run import calibration as cal
 from genesis_fp16_infrastructure.training.run.task import batch_shapes
@@ -188,7 +189,9 @@ def test_rows_past_the_deadline_are_skipped_and_the_cost_is_at_most_budget_plus_
     def init(device: torch.device) -> None:
         clock.advance(2.0)  # torch._dynamo's import: before the clock, never calibration
 
-    found = cal.calibrate(task, "cpu", 0, TrainerConfig(), budget_s=0.1, clock=clock, init=init)
+    found = cal.calibrate(
+        task, "cpu", 0, TrainerConfig(), PrecisionRequest(budget_s=0.1), clock, init=init
+    )
     assert isinstance(found, cal.Calibration)
     assert [r.precision for r in found.rows] == ["fp32", "bf16"]
     assert found.skipped == {"fp16 eager": f"{cal.PAST_DEADLINE} (0.1 s)"}
@@ -226,11 +229,15 @@ def test_a_reused_winner_is_timed_again_and_measured_anew_when_off_by_over_10_pe
     cache = tmp_path / "cal.json"
     EAGER_MS.update(fp32=3.0, bf16=3.05, fp16=3.1)  # fp32 wins: 16-bit within the margin
     try:
-        first = cal.calibrate(RegressionTask(), "cpu", 0, TrainerConfig(), cache=cache, clock=clock)
+        first = cal.calibrate(
+            RegressionTask(), "cpu", 0, TrainerConfig(), PrecisionRequest(cache=cache), clock
+        )
         assert isinstance(first, cal.Calibration) and first.chosen == "fp32"
         log.clear()
         EAGER_MS["fp32"] = live_ms
-        again = cal.calibrate(RegressionTask(), "cpu", 0, TrainerConfig(), cache=cache, clock=clock)
+        again = cal.calibrate(
+            RegressionTask(), "cpu", 0, TrainerConfig(), PrecisionRequest(cache=cache), clock
+        )
     finally:
         EAGER_MS.update(fp32=3.0, bf16=2.0, fp16=2.5)
     assert isinstance(again, cal.Calibration) and again.cached == reused
