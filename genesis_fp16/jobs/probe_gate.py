@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import structlog
 
 from genesis_fp16.config.settings import Settings
@@ -35,7 +36,6 @@ from genesis_fp16_infrastructure.api import (
     AgentFolder,
     PrecisionName,
     files,
-    precision_name,
 )
 
 log = structlog.get_logger("genesis_fp16.probe_gate")
@@ -62,20 +62,12 @@ class ProbeRecord:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> ProbeRecord:
+        """The record as kept; ``ValueError`` (msgspec's ``ValidationError``, naming the
+        field) for one of another version or with a field of the wrong type."""
         if raw.get("schema_version") != SCHEMA_VERSION:
             found = raw.get("schema_version")
             raise ValueError(f"schema_version {found!r} is not {SCHEMA_VERSION}")
-        return cls(
-            at=float(raw["at"]),
-            device=str(raw["device"]),
-            steps=int(raw["steps"]),
-            seed=int(raw["seed"]),
-            precision=precision_name(raw["precision"], "the probe record's precision"),
-            recommended=str(raw["recommended"]),
-            verdict={str(k): str(v) for k, v in raw["verdict"].items()},
-            reasons={str(k): [str(r) for r in v] for k, v in raw["reasons"].items()},
-            error=None if raw.get("error") is None else str(raw["error"]),
-        )
+        return msgspec.convert(raw, cls)  # the fields' types checked, as status.report reads
 
 
 def _used_precision(request: PrecisionRequest, device: str) -> PrecisionName | None:

@@ -120,19 +120,14 @@ def record_failure(run: Run, device: str, exc: BaseException) -> None:
     disk, a lost device), with a traceback where it is the plugin's bug."""
     ctx, agent = run.ctx, run.agent
     duration = run.duration()
-    reason = _failure_reason(exc)
+    # host: the host's fault, not the plugin's (the disk, a lost device): one line, no traceback.
+    reason, host = _failure_reason(exc)
     ctx.metrics.run_failures.labels(agent=agent, reason=reason).inc()
-    storage = storage_error(exc)
-    if isinstance(exc, LaunchError) and exc.reason == "storage":
-        storage = str(exc)  # the child's own one line, naming the path
-    if storage is not None:
-        ctx.degraded[agent] = storage  # every run would train and then lose its work
-    # The host's fault, not the plugin's: named in one line, no traceback.
-    host = storage
     if reason == "device_unavailable":
-        host = str(exc) if isinstance(exc, LaunchError) else device_lost(exc)
         # Every run on it fails until the GPU is back (or the daemon restarts on another).
         ctx.degraded[agent] = f"device {device} unavailable: {host}"
+    elif host is not None:
+        ctx.degraded[agent] = host  # every run would train and then lose its work
     one_line = isinstance(exc, TrainRequestError | LaunchError)
     why = host or (str(exc) if one_line else f"{type(exc).__name__}: {exc}")
     # One line for a refusal, a storage error naming its path, a lost device, sys.exit();
@@ -320,20 +315,23 @@ def _close_tracker(ctx: JobContext, agent: str, tracker: RunTracker | None) -> N
         ctx.metrics.tracking_write_failures.labels(agent=agent).inc(tracker.close())
 
 
-def _failure_reason(exc: BaseException) -> str:
-    if isinstance(exc, LaunchError):
-        return exc.reason
+def _failure_reason(exc: BaseException) -> tuple[str, str | None]:
+    """The failure's reason (its count's label), and the host's fault in one line where
+    it is one (a full or read-only disk, a lost device): None for the others."""
+    if isinstance(exc, LaunchError):  # the child's own one line, naming the path or device
+        host = exc.reason in ("storage", "device_unavailable")
+        return exc.reason, str(exc) if host else None
     if isinstance(exc, RunHung):
-        return "hung"
-    if device_lost(exc) is not None:
-        return "device_unavailable"
-    if storage_error(exc) is not None:
-        return "storage"
+        return "hung", None
+    if (lost := device_lost(exc)) is not None:
+        return "device_unavailable", lost
+    if (storage := storage_error(exc)) is not None:
+        return "storage", storage
     if isinstance(exc, SystemExit):
-        return "exit"
+        return "exit", None
     if isinstance(exc, TrainRequestError):
-        return "refused"
-    return "error"
+        return "refused", None
+    return "error", None
 
 
 def resumed_totals(summary: Mapping[str, Any] | None) -> dict[str, float]:

@@ -324,8 +324,7 @@ def _supervise(
     sent_at = math.inf
     while child.poll() is None:
         now = time.monotonic()
-        resident = resident_bytes(child.pid) if memory_limit is not None else None
-        if memory_limit is not None and resident is not None and resident > memory_limit:
+        if memory_limit is not None and (resident := resident_bytes(child.pid) or 0) > memory_limit:
             limit_mib = memory_limit / 2**20
             ended.killed = (
                 f"{resident / 2**20:.0f} MiB resident, over its {limit_mib:.0f} MiB limit"

@@ -91,10 +91,10 @@ def _key(ep: EntryPoint) -> str:
 class AgentRescan:
     """The loaded plugins by name (:attr:`plugins`, replaced whole on each change, so a
     reader on another thread sees the old set or the new one, never one in between), and
-    the imports still running past their deadline (:attr:`stuck`: name to when it began,
-    on ``time.monotonic``). :attr:`capabilities` holds what each loaded plugin declares,
-    read once when it was loaded: the main thread's option checks (start-up, reload) and
-    each run's plan read these, never the plugin's own declarations."""
+    the imports still running past their deadline (:attr:`stuck`: name to its import, its
+    ``started`` on ``time.monotonic``). :attr:`capabilities` holds what each loaded plugin
+    declares, read once when it was loaded: the main thread's option checks (start-up,
+    reload) and each run's plan read these, never the plugin's own declarations."""
 
     def __init__(
         self,
@@ -109,11 +109,10 @@ class AgentRescan:
         self.deadline = deadline
         self.plugins: dict[str, AgentPlugin] = {}
         self.capabilities: dict[str, Capabilities] = {}
-        self.stuck: dict[str, float] = {}
+        self.stuck: dict[str, PendingImport] = {}  # imports past their deadline, not taken yet
         self.refused: set[str] = set()  # entry-point names that are not agent names
         self.shadowed: dict[str, str] = {}  # name -> which of its registrations is used
         self._tried: dict[str, str] = {}  # name -> _key of the entry point last tried
-        self._pending: dict[str, PendingImport] = {}  # imports not taken yet
         # The .pth files site.py read when this interpreter started: not read again.
         self._pth = _pth_files()
         self._asked = threading.Condition()
@@ -220,57 +219,55 @@ class AgentRescan:
         eps = scan.found
         for name in set(self._tried) - set(eps):
             del self._tried[name]  # uninstalled: a reinstall is tried afresh
-        for name in set(self._pending) - set(eps):
-            del self._pending[name]  # uninstalled while stuck: its import, if it ends, is not used
-            self._unstuck(name)
+        for name in set(self.stuck) - set(eps):
+            self._unstuck(name)  # uninstalled while stuck: its import, if it ends, is not used
         waiting = {}
         for name, ep in eps.items():
             if name in self.plugins:
                 found[name] = self.plugins[name]
-            elif name in self._pending:
-                waiting[name] = self._pending[name]
+            elif name in self.stuck:
+                waiting[name] = self.stuck[name]
             elif self._tried.get(name) != (key := _key(ep)) or retry_failed:
                 self._tried[name] = key  # one read of the RECORD file
                 if self.allowlist is not None and name not in self.allowlist:
                     log.info("plugin not in allowlist, not imported", plugin=name)
                     continue
-                waiting[name] = self._pending[name] = PendingImport(ep)
+                waiting[name] = PendingImport(ep)
             # else: failed, or not allowed, as installed: said once already
         # An import already stuck is only looked at; new ones get the whole deadline.
         fresh = any(name not in self.stuck for name in waiting)
         done = wait_all(waiting, time.monotonic() + (self.deadline if fresh else 0.0))
         for name, record in done.items():
             if record is None:
-                self._still_stuck(name, eps[name])
+                self._still_stuck(name, eps[name], waiting[name])
                 continue
-            del self._pending[name]
             self._unstuck(name)
             plugin = self._load_one(settings, record, check_options)
             if plugin is not None:
                 found[name] = plugin
         return found
 
-    def _still_stuck(self, name: str, ep: EntryPoint) -> None:
+    def _still_stuck(self, name: str, ep: EntryPoint, pending: PendingImport) -> None:
         """Said once per stuck import; the gauge shows it until the import ends."""
         if name in self.stuck:
             return
-        self.stuck[name] = self._pending[name].started
+        self.stuck[name] = pending
         self.metrics.plugin_load_stuck.labels(plugin=name).set(1)
         log.error(
             "plugin import stuck: the daemon goes on without it and takes it when it returns",
             plugin=name,
             value=ep.value,
-            waited_seconds=round(time.monotonic() - self.stuck[name], 1),
+            waited_seconds=round(time.monotonic() - pending.started, 1),
         )
 
     def _unstuck(self, name: str) -> None:
-        started = self.stuck.pop(name, None)
-        if started is not None:
+        pending = self.stuck.pop(name, None)
+        if pending is not None:
             self.metrics.plugin_load_stuck.labels(plugin=name).set(0)
             log.info(
                 "stuck plugin import returned",
                 plugin=name,
-                after_seconds=round(time.monotonic() - started, 1),
+                after_seconds=round(time.monotonic() - pending.started, 1),
             )
 
     def _load_one(

@@ -468,8 +468,9 @@ class Daemon:
         stuck, and for how long."""
         now = time.monotonic()
         return {
-            name: f"its plugin's import has not returned after {now - since:.0f} s (see `agents`)"
-            for name, since in dict(self.agents.stuck).items()
+            name: f"its plugin's import has not returned after {now - pending.started:.0f} s "
+            "(see `agents`)"
+            for name, pending in dict(self.agents.stuck).items()
         }
 
     def _env_mtime(self) -> float | None:
