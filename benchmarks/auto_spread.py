@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
+from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.training import TrainerConfig
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import LOAD_BOUND, under_load
 from genesis_fp16_infrastructure.training.run import calibration as cal
 

@@ -13,13 +13,13 @@ import torch
 from cli_fork import run_cli
 from daemon_harness import daemon_env
 
+from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure import api
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.training import TrainerConfig
 from genesis_fp16_infrastructure.training.precision import decide
 from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.run import calibration as cal
 
 AGENT = "se_darwin"
