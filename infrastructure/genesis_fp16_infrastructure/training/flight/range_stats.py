@@ -168,12 +168,14 @@ class SampleClock:
             self.plain.append((now - self._mark[1]) / (step - self._mark[0]))
         self._mark, self._window = None, (step + 1, now)
 
+    def closes(self, step: int) -> bool:
+        """True at the ``after_step`` that ends a sample's window (the step after it)."""
+        return self._window is not None and step == self._window[0] + 1
+
     def close(self, step: int) -> None:
-        """At every ``after_step``; the one after a sampled step (the step after it) ends
-        its window: the sample's cost, and a new span of plain steps."""
-        if self._window is None or step != self._window[0] + 1:
-            return
+        """End the window: the sample's cost, and a new span of plain steps."""
         now = self.clock()
+        assert self._window is not None
         sampled, before = self._window
         if self.plain:
             plain = statistics.median(self.plain)
@@ -255,7 +257,8 @@ class RangeStats:
             self._begin(trainer)
             return
         step = trainer.step_count
-        self.clock.close(step)
+        if self.clock.closes(step):
+            self.clock.close(step)
         if step == self.clock.next and self._handles:
             self._report(trainer)
             self.clock.sampled(step)
