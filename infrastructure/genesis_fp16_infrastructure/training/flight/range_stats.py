@@ -177,11 +177,13 @@ class SampleClock:
         now = self.clock()
         assert self._window is not None
         sampled, before = self._window
-        if self.plain:
-            plain = statistics.median(self.plain)
-            if plain > 0:
-                self.costs.append((now - before) / plain - 2.0)  # in plain steps
-                self._choose(sampled)
+        plain = statistics.median(self.plain) if self.plain else 0.0
+        if plain > 0:
+            self.costs.append((now - before) / plain - 2.0)  # in plain steps
+            if self.config.every is None:  # the samples spaced by what they cost
+                wanted = math.ceil(max(statistics.median(self.costs), 0.0) / self.config.budget)
+                self.every = min(max(wanted, MIN_EVERY), MAX_EVERY)
+                self.next = sampled + self.every
         self._mark, self._window = (step, now), None
 
     def sampled(self, step: int) -> None:
@@ -192,14 +194,6 @@ class SampleClock:
     def cost(self) -> float | None:
         """A sampled step's cost beyond a plain one, in plain steps (median; None: none)."""
         return statistics.median(self.costs) if self.costs else None
-
-    def _choose(self, sampled: int) -> None:
-        cost = self.cost()
-        if self.config.every is not None or cost is None:
-            return
-        wanted = math.ceil(max(cost, 0.0) / self.config.budget)
-        self.every = min(max(wanted, MIN_EVERY), MAX_EVERY)
-        self.next = sampled + self.every
 
 
 def synced_clock(device: torch.device) -> Callable[[], float]:
