@@ -358,13 +358,10 @@ def write_atomic(
             if sync:
                 os.fsync(handle.fileno())
         os.replace(tmp_name, path)
-    except OSError as error:
+    except BaseException as error:
         Path(tmp_name).unlink(missing_ok=True)
-        if error.filename is None and error.errno is not None:  # write() names no file
-            raise OSError(error.errno, error.strerror, str(path)) from error
-        raise
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename is None and error.errno is not None:
+            raise OSError(error.errno, error.strerror, str(path)) from error  # write() names none
         raise
     if sync:
         fsync_directory(path.parent)
