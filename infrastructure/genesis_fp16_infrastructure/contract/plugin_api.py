@@ -64,7 +64,7 @@ from __future__ import annotations
 import json
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from os import PathLike
 from pathlib import Path
 from typing import (
@@ -148,7 +148,7 @@ _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
-class AgentOption:
+class AgentOption(Record):
     """One option an agent's ``train`` reads from ``TrainRequest.options``.
 
     ``type`` is ``"str"``, ``"int"``, ``"float"`` or ``"bool"``; ``default`` is what the
@@ -191,9 +191,6 @@ class AgentOption:
             choices = ", ".join(str(c) for c in self.choices)
             raise ValueError(f"{value!r} is not one of {choices}")
         return parsed
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"choices": list(self.choices) if self.choices else None}
 
 
 def declared_options(plugin: object) -> tuple[AgentOption, ...]:
