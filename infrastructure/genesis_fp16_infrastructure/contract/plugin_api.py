@@ -373,9 +373,6 @@ class Capabilities:
     # A judged plugin's ``records_are_training_data`` (judging's DeclaresRecords): False
     # when its scored records are evaluation episodes it never trains on.
     records_are_training_data: bool = True
-    # A judged plugin's ``record_ids`` (judging's ListsRecords): the served model is then
-    # scored only on the records it is judged on.
-    lists_records: bool = False
 
     def lines(self) -> list[str]:
         """One line for each capability declared, as ``check-agent`` prints them.
@@ -415,7 +412,7 @@ class Capabilities:
         line = f"judging_version {self.judged.judging_version}, loss_span {self.judged.loss_span}"
         if not self.records_are_training_data:
             line += ", judged on records it does not train on"
-        if self.lists_records:
+        if isinstance(self.judged, ListsRecords):  # the served model scored where judged
             line += ", lists its records unscored"
         return line
 
@@ -453,7 +450,6 @@ def capabilities_of(plugin: object) -> Capabilities:
         batch_types=types,
         judged=judging_of(plugin),
         records_are_training_data=records_are_training_data(plugin),
-        lists_records=isinstance(plugin, ListsRecords),
     )
 
 
