@@ -64,7 +64,7 @@ from __future__ import annotations
 import json
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from os import PathLike
 from pathlib import Path
 from typing import (
@@ -148,7 +148,7 @@ _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
-class AgentOption:
+class AgentOption(Record):
     """One option an agent's ``train`` reads from ``TrainRequest.options``.
 
     ``type`` is ``"str"``, ``"int"``, ``"float"`` or ``"bool"``; ``default`` is what the
@@ -191,9 +191,6 @@ class AgentOption:
             choices = ", ".join(str(c) for c in self.choices)
             raise ValueError(f"{value!r} is not one of {choices}")
         return parsed
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"choices": list(self.choices) if self.choices else None}
 
 
 def declared_options(plugin: object) -> tuple[AgentOption, ...]:
@@ -376,9 +373,6 @@ class Capabilities:
     # A judged plugin's ``records_are_training_data`` (judging's DeclaresRecords): False
     # when its scored records are evaluation episodes it never trains on.
     records_are_training_data: bool = True
-    # A judged plugin's ``record_ids`` (judging's ListsRecords): the served model is then
-    # scored only on the records it is judged on.
-    lists_records: bool = False
 
     def lines(self) -> list[str]:
         """One line for each capability declared, as ``check-agent`` prints them.
@@ -418,7 +412,7 @@ class Capabilities:
         line = f"judging_version {self.judged.judging_version}, loss_span {self.judged.loss_span}"
         if not self.records_are_training_data:
             line += ", judged on records it does not train on"
-        if self.lists_records:
+        if isinstance(self.judged, ListsRecords):  # the served model scored where judged
             line += ", lists its records unscored"
         return line
 
@@ -456,7 +450,6 @@ def capabilities_of(plugin: object) -> Capabilities:
         batch_types=types,
         judged=judging_of(plugin),
         records_are_training_data=records_are_training_data(plugin),
-        lists_records=isinstance(plugin, ListsRecords),
     )
 
 

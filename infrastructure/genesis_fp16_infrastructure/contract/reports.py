@@ -53,14 +53,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     finite,
     text,
 )
-from genesis_fp16_infrastructure.record_codec import (
-    JSON,
-    OMIT_NONE,
-    ROUND,
-    Record,
-    decode_record,
-    encode_record,
-)
+from genesis_fp16_infrastructure.record_codec import JSON, OMIT_NONE, ROUND, Record
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
     CarriedScale,
     carry_after_run,
@@ -397,7 +390,7 @@ def learning_failure(
 
 
 @dataclass(frozen=True)
-class TrainResult:
+class TrainResult(Record):
     """The outcome of one training run; :meth:`to_json` is the ``train --json`` object.
 
     Besides the counts every run has, a run may report what the daemon exports when an
@@ -578,12 +571,16 @@ class TrainResult:
         used, scale = self.precision_used, float(self.loss_scale)
         return carry_after_run(self.precision_requested, used, scale, demoted=demoted)
 
-    def run_record(self, duration: float, source: str, when: float | None = None) -> LastRun:
-        """The run's record as its agent folder keeps it (``last_run.json``, and the
-        history's): ``source`` ran it (``daemon``, ``train``) in ``duration`` seconds,
-        ending at ``when`` (default: now)."""
+    def history_entry(self, duration: float, source: str, when: float | None = None) -> RunEntry:
+        """The run's entry in its agent's history: its record (the entry's ``run``, which
+        ``last_run.json`` holds alone: ``source`` ran it, ``daemon`` or ``train``, in
+        ``duration`` seconds, ending at ``when``, default now) with what the result
+        reports beyond it."""
+        demotions = tuple(
+            cut(f"{d.from_} to {d.to} at step {d.step}: {d.reason}") for d in self.demotions[:4]
+        )
         figures = list(self.eval.items())[:12]
-        return LastRun(
+        run = LastRun(
             outcome=self.outcome,
             precision=self.precision_used,
             precision_requested=self.precision_requested,
@@ -595,15 +592,8 @@ class TrainResult:
             eval={k: float(v) for k, v in figures if finite(v) is not None} or None,
             precision_reason=cut(self.precision_reason, PRECISION_REASON_CHARS),
         )
-
-    def history_entry(self, duration: float, source: str, when: float | None = None) -> RunEntry:
-        """The run's entry in its agent's history: its :meth:`run_record` (the entry's
-        ``run``, which ``last_run.json`` holds alone) with what the result reports beyond it."""
-        demotions = tuple(
-            cut(f"{d.from_} to {d.to} at step {d.step}: {d.reason}") for d in self.demotions[:4]
-        )
         return RunEntry(
-            run=self.run_record(duration, source, when),
+            run=run,
             loss_scale=finite(self.loss_scale),
             skipped_steps=self.skipped_steps,
             demotions=demotions,
@@ -616,19 +606,19 @@ class TrainResult:
     def to_json(self) -> dict[str, Any]:
         """The ``train --json`` object: JSON-ready, NaN and infinities as null, each
         record as its JSON object."""
-        out = encode_record(self)
+        out = super().to_json()
         out["checkpoint"] = str(self.checkpoint) if self.checkpoint else None
         out["fault_bundle"] = self.fault_bundle
         out["outcome"] = self.outcome
         return out
 
     @classmethod
-    def from_json(cls, data: object) -> TrainResult:
+    def from_json(cls, data: object, where: str = "") -> TrainResult:
         """The inverse of :meth:`to_json` (the torchrun ranks' result, in the daemon):
         each field read back as its type, or :class:`ReportError` in one line naming it."""
         if isinstance(data, Mapping) and data.get("checkpoint") == "":
             data = {**data, "checkpoint": None}
-        found: TrainResult = decode_record(cls, data, "TrainResult")
+        found: TrainResult = super().from_json(data, where)
         return found
 
 

@@ -174,7 +174,7 @@ def test_a_history_written_before_the_maps_reads_back_without_loss(tmp_path: Pat
 def test_a_mark_keeps_its_columns_the_primary_first_within_a_line() -> None:
     """A live report of more columns than a mark keeps: MARK_COLUMNS of them, the primary
     first; at the longest names, full-precision figures, the longest reasons and twelve
-    eval figures (run_record keeps 12), the entry is one line under LINE_BYTES that reads
+    eval figures (history_entry keeps 12), the entry is one line under LINE_BYTES that reads
     back as written."""
     names = [f"column_{index:02d}_".ljust(NAME_CHARS, "x") for index in range(MARK_COLUMNS + 3)]
     figures = {"difference": 0.1 / 3, "lower": -1 / 7, "upper": 2 / 3, "margin": 1 / 9}
