@@ -357,20 +357,16 @@ def _train(
         with bar.showing() if bar else contextlib.nullcontext():
             # A field of the wrong type: one line naming it, not json.dumps' traceback below.
             result = check_result(run_plugin(plugin, request), args.agent)
-    except (
-        DataError,
-        PrecisionError,
-        TrainRequestError,  # an ExecutionError too: run_plugin refuses it as the request's
-        LockBusy,  # another process writes --checkpoint-dir (CheckpointFolderBusy): one line
-    ) as exc:
+    except (Exception, SystemExit) as exc:  # recorded: `status` says it in one line too
+        # Bad input is one line: a TrainRequestError is an ExecutionError too (run_plugin
+        # refuses it as the request's), a LockBusy another process writing --checkpoint-dir.
+        refused = isinstance(exc, DataError | PrecisionError | TrainRequestError | LockBusy)
         if recorded:
-            _record(request.checkpoint_dir, None, str(exc), started)
-        raise UsageError(str(exc)) from None
-    except (Exception, SystemExit) as exc:  # a plugin's bug: `status` says it in one line too
-        if recorded:
-            why = f"{type(exc).__name__}: {exc}"
+            why = str(exc) if refused else f"{type(exc).__name__}: {exc}"
             _record(request.checkpoint_dir, None, why, started)
-        raise  # the command's own handler reports it (and keeps the traceback)
+        if refused:
+            raise UsageError(str(exc)) from None
+        raise  # a plugin's bug: the command's own handler reports it (keeps the traceback)
     finally:
         if tracker is not None:  # after a failure too: the curves up to it stay readable
             if result is not None:
