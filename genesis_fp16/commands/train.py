@@ -42,10 +42,10 @@ from genesis_fp16.commands.train_checks import (
     refuse_unusable_device,
 )
 from genesis_fp16.commands.train_output import (
+    EXIT_CODES,
     PROGRESS_INTERVAL,
     ProgressBar,
     describe,
-    exit_code,
     print_progress,
     relay_to_daemon,
 )
@@ -396,7 +396,7 @@ def _train(
         print(json.dumps(out, allow_nan=False), flush=True)
     else:
         print(describe(result, tracking))
-    return exit_code(result.outcome)
+    return EXIT_CODES.get(result.outcome, 0)
 
 
 def _record(checkpoint_dir: Path, result: TrainResult | None, error: str, started: float) -> None:
