@@ -14,9 +14,8 @@ import json
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.reading import command_settings
+from genesis_fp16.commands.reading import command_plugin, command_settings
 from genesis_fp16.config.agent_names import agent_argument
-from genesis_fp16.config.plugins import PluginError, load_plugin
 
 
 def register(subparsers: Any) -> None:
@@ -46,11 +45,10 @@ def run(args: argparse.Namespace) -> int:
     from genesis_fp16.testing import check_agent
 
     # Only the allowlist is read (a refused .env: its other lines, said on stderr).
-    allowlist = command_settings("check-agent").plugin_allowlist
+    plugin = command_plugin(args.agent, command_settings("check-agent"))
     try:
-        plugin = load_plugin(args.agent, allowlist)
         options = parse_option_flags(args.option)
-    except (PluginError, ValueError) as exc:
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
     report = check_agent(plugin, options)
     if args.json:

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.reading import command_settings
+from genesis_fp16.commands.reading import command_plugin, command_settings
 from genesis_fp16.config.agent_names import agent_argument
-from genesis_fp16.config.plugins import PluginError, load_plugin
 
 
 def register(subparsers: Any) -> None:
@@ -75,10 +74,7 @@ def run_generate(args: argparse.Namespace) -> int:
             f"{holder.describe()}: stop it first, or write elsewhere"
         )
     settings = command_settings("data generate")
-    try:
-        plugin = load_plugin(args.agent, settings.plugin_allowlist)
-    except PluginError as exc:
-        raise UsageError(str(exc)) from None
+    plugin = command_plugin(args.agent, settings)
     # The daemon's and train's defaults: the same data unless asked otherwise.
     args.count = settings.sample_count if args.count is None else args.count
     args.seed = settings.seed if args.seed is None else args.seed

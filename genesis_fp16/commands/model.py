@@ -370,7 +370,7 @@ def _list_ungated(models: CheckpointsFolder, agent: str, as_json: bool) -> int:
     if row is None:
         print(f"{agent}: no checkpoint yet ({folder}); it has no promotion gate")
         return 0
-    evaluated = ", ".join(f"{k} {_num(v)}" for k, v in (row["eval"] or {}).items()) or "-"
+    evaluated = ", ".join(f"{k} {float(v):.3f}" for k, v in (row["eval"] or {}).items()) or "-"
     print(
         f"{agent}: no promotion gate: serves its newest checkpoint {row['checkpoint']} "
         f"(step {row['step']}, {row['precision'] or '-'}, written {row['written_at']}, "
@@ -389,10 +389,6 @@ def _last_eval(agent_root: Path) -> dict[str, Any] | None:
     if not isinstance(figures, dict):
         return None
     return {k: v for k, v in figures.items() if isinstance(v, int | float)} or None
-
-
-def _num(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.3f}"
 
 
 def _scores(row: dict[str, Any]) -> str:

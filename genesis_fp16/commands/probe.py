@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.reading import command_settings
+from genesis_fp16.commands.reading import command_plugin, command_settings
 from genesis_fp16.config.agent_names import agent_argument
-from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import (
     Settings,
     check_device_name,
@@ -90,10 +89,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--data {args.data}: no such file or folder")
     # The probe changes nothing (a refused .env: its other lines, said on stderr).
     settings = command_settings("probe")
-    try:
-        plugin = load_plugin(args.agent, settings.plugin_allowlist)
-    except PluginError as exc:
-        raise UsageError(str(exc)) from None
+    plugin = command_plugin(args.agent, settings)
     apply_defaults(args, settings)
     if args.device.startswith("cuda"):
         # cuBLAS is deterministic only with this set before CUDA starts.

@@ -11,8 +11,9 @@ the settings the operator wrote. A test holds the table to the parser
 it, and runs each command on a refused file.
 
 ``agent_folder`` is the folder of the agent a command names (`precision`, `model`) under
-those settings' state folder. Every command's AGENT argument is parsed by
-``genesis_fp16.config.agent_names.agent_argument``: its name is checked where it enters.
+those settings' state folder, ``command_plugin`` its plugin under their allowlist. Every
+command's AGENT argument is parsed by ``genesis_fp16.config.agent_names.agent_argument``:
+its name is checked where it enters.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from __future__ import annotations
 import sys
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.config.plugins import known_agent_names
+from genesis_fp16.config.plugins import PluginError, known_agent_names, load_plugin
 from genesis_fp16.config.settings import Settings, SettingsError, load_settings
 from genesis_fp16.config.settings_reading import load_settings_for_reading
+from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16_infrastructure.api import AgentFolder
 
 READS = "reads"  # the file's other lines, one line on stderr, then the command as ever
@@ -93,3 +95,12 @@ def agent_folder(agent: str, settings: Settings) -> AgentFolder:
     if agent not in known and not folder.root.exists():  # a typo, not an agent without state
         raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")
     return folder
+
+
+def command_plugin(agent: str, settings: Settings) -> AgentPlugin:
+    """``agent``'s plugin, loaded under the allowlist of ``settings``; one that is unknown,
+    not allowed or fails to load is one line (exit 2)."""
+    try:
+        return load_plugin(agent, settings.plugin_allowlist)
+    except PluginError as exc:
+        raise UsageError(str(exc)) from None

@@ -99,8 +99,7 @@ def _task(
     and the line on its data (``note``, the bundle's ``data_change``; None: unchanged).
     Only an allowlisted plugin's code runs; nothing the bundle names is imported (its
     batch types resolve against the plugin's ``batch_types``)."""
-    from genesis_fp16.commands.reading import command_settings
-    from genesis_fp16.config.plugins import PluginError, load_plugin
+    from genesis_fp16.commands.reading import command_plugin, command_settings
     from genesis_fp16_infrastructure.api import BundleError, capabilities_of, is_agent_name
 
     found = bundle.get("context")
@@ -110,11 +109,7 @@ def _task(
         raise BundleError("the bundle names no agent: replay it from the library with its task")
     # Replay reads (a refused .env: its other lines, said on stderr); its allowlist is
     # never wider than the file's (settings_reading.py).
-    allowlist = command_settings("replay").plugin_allowlist
-    try:
-        plugin = load_plugin(str(agent), allowlist)  # a name: checked above
-    except PluginError as exc:
-        raise UsageError(str(exc)) from None
+    plugin = command_plugin(str(agent), command_settings("replay"))  # a name: checked above
     declared = capabilities_of(plugin)  # plugin_api's ReplaysSteps and NamesBatchTypes
     make_task = declared.replay_task
     if make_task is None:

@@ -42,10 +42,10 @@ from genesis_fp16.commands.train_checks import (
     refuse_unusable_device,
 )
 from genesis_fp16.commands.train_output import (
+    EXIT_CODES,
     PROGRESS_INTERVAL,
     ProgressBar,
     describe,
-    exit_code,
     print_progress,
     relay_to_daemon,
 )
@@ -357,20 +357,16 @@ def _train(
         with bar.showing() if bar else contextlib.nullcontext():
             # A field of the wrong type: one line naming it, not json.dumps' traceback below.
             result = check_result(run_plugin(plugin, request), args.agent)
-    except (
-        DataError,
-        PrecisionError,
-        TrainRequestError,  # an ExecutionError too: run_plugin refuses it as the request's
-        LockBusy,  # another process writes --checkpoint-dir (CheckpointFolderBusy): one line
-    ) as exc:
+    except (Exception, SystemExit) as exc:  # recorded: `status` says it in one line too
+        # Bad input is one line: a TrainRequestError is an ExecutionError too (run_plugin
+        # refuses it as the request's), a LockBusy another process writing --checkpoint-dir.
+        refused = isinstance(exc, DataError | PrecisionError | TrainRequestError | LockBusy)
         if recorded:
-            _record(request.checkpoint_dir, None, str(exc), started)
-        raise UsageError(str(exc)) from None
-    except (Exception, SystemExit) as exc:  # a plugin's bug: `status` says it in one line too
-        if recorded:
-            why = f"{type(exc).__name__}: {exc}"
+            why = str(exc) if refused else f"{type(exc).__name__}: {exc}"
             _record(request.checkpoint_dir, None, why, started)
-        raise  # the command's own handler reports it (and keeps the traceback)
+        if refused:
+            raise UsageError(str(exc)) from None
+        raise  # a plugin's bug: the command's own handler reports it (keeps the traceback)
     finally:
         if tracker is not None:  # after a failure too: the curves up to it stay readable
             if result is not None:
@@ -400,7 +396,7 @@ def _train(
         print(json.dumps(out, allow_nan=False), flush=True)
     else:
         print(describe(result, tracking))
-    return exit_code(result.outcome)
+    return EXIT_CODES.get(result.outcome, 0)
 
 
 def _record(checkpoint_dir: Path, result: TrainResult | None, error: str, started: float) -> None:

@@ -22,7 +22,6 @@ from genesis_fp16.launch.progress_text import Progress
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
     Outcome,
-    SetAside,
     TrainingSummary,
     on_set_aside,
 )
@@ -43,15 +42,11 @@ def print_diagnostics(values: Mapping[str, float]) -> None:
     print(json.dumps({"diagnostics": finite}, allow_nan=False), flush=True)
 
 
-def print_set_aside(event: SetAside) -> None:
-    """One ``{"set_aside": ...}`` line: the launcher counts the file in the daemon."""
-    print(json.dumps(relayed_set_aside(event)), flush=True)
-
-
 def relay_to_daemon() -> Callable[[Mapping[str, float]], None]:
-    """In a daemon's child: print each state file set aside in this process (the launcher
-    counts it in the daemon), and return the printer of the run's live diagnostics."""
-    on_set_aside(print_set_aside)
+    """In a daemon's child: print each state file set aside in this process, one
+    ``{"set_aside": ...}`` line (the launcher counts it in the daemon), and return the
+    printer of the run's live diagnostics."""
+    on_set_aside(lambda event: print(json.dumps(relayed_set_aside(event)), flush=True))
     return print_diagnostics
 
 
@@ -100,11 +95,6 @@ class ProgressBar:
             refresh=False,
         )
         self.bar.update(done - self.bar.n)
-
-
-def exit_code(outcome: str) -> int:
-    """``train``'s exit code for a run that ended with ``outcome`` (``EXIT_CODES``)."""
-    return EXIT_CODES.get(outcome, 0)
 
 
 def describe(result: TrainResult, tracking: Mapping[str, Any] | None = None) -> str:
