@@ -200,38 +200,3 @@ def _unknown(name: str, candidates: Iterable[str]) -> str:
     near = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     hint = f"did you mean {near[0]}?" if near else "see .env.example for every setting"
     return f"{name} is not a setting; {hint}"
-
-
-def read_sources(
-    env_file: Path | None,
-    environ: Mapping[str, str],
-    known: Iterable[str],
-    agent_fields: Iterable[str],
-    shown_path: Path,
-) -> SettingsSources:
-    """Read ``env_file`` (None: no file) and check every name of ours in it and in ``environ``."""
-    known = set(known)
-    file: dict[str, EnvFileLine] = {}
-    errors: list[str] = []
-    repeated: list[tuple[str, int, int]] = []
-    if env_file is not None:
-        file, errors, repeated = read_env_file(env_file)
-    unparsable = bool(errors)
-    ours_in_env = {name.upper(): value for name, value in environ.items() if ours(name)}
-    for name, entry in file.items():
-        problem = check_name(name, known, agent_fields)
-        if problem is not None:
-            errors.append(f"{problem} ({env_file}, line {entry.line})")
-    for name in sorted(ours_in_env):
-        problem = check_name(name, known, agent_fields)
-        if problem is not None:
-            errors.append(f"{problem} (in the environment)")
-    return SettingsSources(
-        env_file=shown_path,
-        env_file_read=env_file is not None,
-        file=file,
-        environ=ours_in_env,
-        errors=tuple(errors),
-        unparsable=unparsable,
-        repeated=tuple(repeated),
-    )
