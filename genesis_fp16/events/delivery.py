@@ -278,8 +278,6 @@ class Deliverer:
             tried = max(before, int((event.targets or {}).get(url, {}).get("attempts", 0))) + 1
             delay = backoff(tried, config.backoff_max, self.rand)
             self._due[key] = (self.monotonic() + delay, tried)
-        self.on_attempt(folder.name, delivered)
-        if not delivered:
             log.warning(
                 "event not delivered",
                 agent=shown(folder.name),
@@ -287,6 +285,7 @@ class Deliverer:
                 url=shown(shown_url(url)),  # a password in the URL never reaches a log line
                 error=shown(error),
             )
+        self.on_attempt(folder.name, delivered)
         change = _logged(url, started, code, error, started + delay)
         try:
             outbox.update(folder, event.id, change)
