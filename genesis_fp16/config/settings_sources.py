@@ -19,7 +19,7 @@ import difflib
 import io
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,10 +174,9 @@ def read_env_file(
     return values, errors, repeated
 
 
-def check_name(name: str, known: Iterable[str], agent_fields: Iterable[str]) -> str | None:
+def check_name(name: str, known: Collection[str], agent_fields: Iterable[str]) -> str | None:
     """None when ``name`` is a setting, else one line saying so with the nearest one."""
     upper = name.upper()
-    known = set(known)
     if not ours(upper) or upper in known:
         return None
     if upper.startswith(AGENTS_VARIABLE + "__"):
