@@ -243,8 +243,15 @@ class Settings(BaseSettings, GuardSettings):
     @field_validator("events_secret")
     @classmethod
     def _check_secret(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None:
-            check_webhook_secret(value.get_secret_value())
+        # A signing secret of at least 16 characters, not all whitespace; never shown.
+        secret = None if value is None else value.get_secret_value()
+        if secret is not None and not secret.strip():
+            raise ValueError("is empty or all whitespace: give a long random string")
+        if secret is not None and len(secret) < MIN_SECRET_CHARACTERS:
+            raise ValueError(
+                f"has {len(secret)} characters, fewer than {MIN_SECRET_CHARACTERS}: give a long "
+                "random string"
+            )
         return value
 
     @field_validator("agents", mode="before")
@@ -321,19 +328,6 @@ def check_webhook_url(url: str) -> str:
             "logged: receivers check each event's signature under GENESIS_FP16_EVENTS_SECRET"
         )
     return url
-
-
-def check_webhook_secret(secret: str) -> str:
-    """A signing secret of at least 16 characters, not all whitespace, or ValueError
-    (which never shows it)."""
-    if not secret.strip():
-        raise ValueError("is empty or all whitespace: give a long random string")
-    if len(secret) < MIN_SECRET_CHARACTERS:
-        raise ValueError(
-            f"has {len(secret)} characters, fewer than {MIN_SECRET_CHARACTERS}: give a long "
-            "random string"
-        )
-    return secret
 
 
 def default_run_memory_limit(allowlist: list[str] | None = None, memory: int | None = None) -> int:
