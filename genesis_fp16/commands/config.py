@@ -100,7 +100,7 @@ def _json_answer(settings: Settings, sources: SettingsSources) -> dict[str, Any]
     return {
         "env_file": str(sources.env_file),
         "env_file_read": sources.env_file_read,
-        "settings": settings.redacted(),
+        "settings": settings.model_dump(mode="json"),  # secrets (SecretStr): **********
         "sources": {name: source for name, (_, source) in values.items()},
         "shadowed": sources.describe_shadowed(),
     }
@@ -116,7 +116,7 @@ def _print_values(settings: Settings, sources: SettingsSources) -> None:
 def resolved_values(settings: Settings, sources: SettingsSources) -> dict[str, tuple[str, str]]:
     """``{variable: (value as text, source)}``: top-level settings, then each agent's."""
     out: dict[str, tuple[str, str]] = {}
-    resolved = settings.redacted()
+    resolved = settings.model_dump(mode="json")  # secrets (SecretStr): **********
     agents = resolved.pop("agents")
     for name, value in resolved.items():
         variable = _env_name((name,))

@@ -56,8 +56,10 @@ from genesis_fp16.config.settings_sources import (
     MAX_SHOWN,
     SettingsSources,
     bounded,
+    check_name,
     env_file_problem,
-    read_sources,
+    ours,
+    read_env_file,
 )
 from genesis_fp16_infrastructure.api import (
     CHOICES,
@@ -241,8 +243,15 @@ class Settings(BaseSettings, GuardSettings):
     @field_validator("events_secret")
     @classmethod
     def _check_secret(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None:
-            check_webhook_secret(value.get_secret_value())
+        # A signing secret of at least 16 characters, not all whitespace; never shown.
+        secret = None if value is None else value.get_secret_value()
+        if secret is not None and not secret.strip():
+            raise ValueError("is empty or all whitespace: give a long random string")
+        if secret is not None and len(secret) < MIN_SECRET_CHARACTERS:
+            raise ValueError(
+                f"has {len(secret)} characters, fewer than {MIN_SECRET_CHARACTERS}: give a long "
+                "random string"
+            )
         return value
 
     @field_validator("agents", mode="before")
@@ -288,10 +297,6 @@ class Settings(BaseSettings, GuardSettings):
             steps=None if own.epochs is not None else own.steps or self.steps_per_run,
         )
 
-    def redacted(self) -> dict[str, Any]:
-        """The settings as JSON-ready data with secrets replaced by ``**********``."""
-        return self.model_dump(mode="json")
-
 
 def resolve_device(device: str) -> str:
     """``auto`` becomes ``cuda`` when a CUDA device is present, else ``cpu``; others stay."""
@@ -323,19 +328,6 @@ def check_webhook_url(url: str) -> str:
             "logged: receivers check each event's signature under GENESIS_FP16_EVENTS_SECRET"
         )
     return url
-
-
-def check_webhook_secret(secret: str) -> str:
-    """A signing secret of at least 16 characters, not all whitespace, or ValueError
-    (which never shows it)."""
-    if not secret.strip():
-        raise ValueError("is empty or all whitespace: give a long random string")
-    if len(secret) < MIN_SECRET_CHARACTERS:
-        raise ValueError(
-            f"has {len(secret)} characters, fewer than {MIN_SECRET_CHARACTERS}: give a long "
-            "random string"
-        )
-    return secret
 
 
 def default_run_memory_limit(allowlist: list[str] | None = None, memory: int | None = None) -> int:
@@ -391,16 +383,25 @@ def settings_sources(env_file: Path | str | None = None) -> SettingsSources:
     problem = env_file_problem(path)  # a link to /dev/zero is refused, never "no file"
     if problem is not None:
         raise SettingsError([problem])
-    if explicit and not path.is_file():
+    is_file = path.is_file()
+    if explicit and not is_file:
         # Blame what named it: the commands pass their --env-file flag as ``env_file``.
         named_by = "--env-file" if env_file is not None else ENV_FILE_VARIABLE
         raise SettingsError([f"{named_by}: env file {str(path)!r} does not exist"])
-    return read_sources(
-        path if path.is_file() else None,
-        os.environ,
-        setting_variables(),
-        AgentSettings.model_fields,
-        shown_path=path.resolve(),
+    file, errors, repeated = read_env_file(path) if is_file else ({}, [], [])
+    unparsable = bool(errors)
+    known, agent_fields = setting_variables(), AgentSettings.model_fields
+    environ = {name.upper(): value for name, value in os.environ.items() if ours(name)}
+    for name, entry in file.items():
+        problem = check_name(name, known, agent_fields)
+        if problem is not None:
+            errors.append(f"{problem} ({path}, line {entry.line})")
+    for name in sorted(environ):
+        problem = check_name(name, known, agent_fields)
+        if problem is not None:
+            errors.append(f"{problem} (in the environment)")
+    return SettingsSources(
+        path.resolve(), is_file, file, environ, tuple(errors), unparsable, tuple(repeated)
     )
 
 

@@ -19,7 +19,7 @@ import difflib
 import io
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,10 +174,9 @@ def read_env_file(
     return values, errors, repeated
 
 
-def check_name(name: str, known: Iterable[str], agent_fields: Iterable[str]) -> str | None:
+def check_name(name: str, known: Collection[str], agent_fields: Iterable[str]) -> str | None:
     """None when ``name`` is a setting, else one line saying so with the nearest one."""
     upper = name.upper()
-    known = set(known)
     if not ours(upper) or upper in known:
         return None
     if upper.startswith(AGENTS_VARIABLE + "__"):
@@ -200,38 +199,3 @@ def _unknown(name: str, candidates: Iterable[str]) -> str:
     near = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     hint = f"did you mean {near[0]}?" if near else "see .env.example for every setting"
     return f"{name} is not a setting; {hint}"
-
-
-def read_sources(
-    env_file: Path | None,
-    environ: Mapping[str, str],
-    known: Iterable[str],
-    agent_fields: Iterable[str],
-    shown_path: Path,
-) -> SettingsSources:
-    """Read ``env_file`` (None: no file) and check every name of ours in it and in ``environ``."""
-    known = set(known)
-    file: dict[str, EnvFileLine] = {}
-    errors: list[str] = []
-    repeated: list[tuple[str, int, int]] = []
-    if env_file is not None:
-        file, errors, repeated = read_env_file(env_file)
-    unparsable = bool(errors)
-    ours_in_env = {name.upper(): value for name, value in environ.items() if ours(name)}
-    for name, entry in file.items():
-        problem = check_name(name, known, agent_fields)
-        if problem is not None:
-            errors.append(f"{problem} ({env_file}, line {entry.line})")
-    for name in sorted(ours_in_env):
-        problem = check_name(name, known, agent_fields)
-        if problem is not None:
-            errors.append(f"{problem} (in the environment)")
-    return SettingsSources(
-        env_file=shown_path,
-        env_file_read=env_file is not None,
-        file=file,
-        environ=ours_in_env,
-        errors=tuple(errors),
-        unparsable=unparsable,
-        repeated=tuple(repeated),
-    )

@@ -114,8 +114,8 @@ class Deliverer:
     ``config``: called at each turn (a reload changes the receivers); ``post``,
     ``clock`` (the wall clock: the delivery log's times), ``monotonic`` (the backoff's)
     and ``rand`` are injected by tests (a receiver down for ten minutes, without waiting
-    them). ``on_attempt(agent, delivered)`` and ``on_pass(undelivered, dropped)`` (per
-    agent) feed the daemon's metrics. Shared by threads that each turn their own pairs."""
+    them). ``on_attempt(agent, delivered)`` and ``on_pass(agent, undelivered, dropped)``
+    feed the daemon's metrics. Shared by threads that each turn their own pairs."""
 
     config: Callable[[], DeliveryConfig]
     post: Post = post
@@ -123,7 +123,7 @@ class Deliverer:
     monotonic: Callable[[], float] = time.monotonic
     rand: Callable[[], float] = random.random
     on_attempt: Callable[[str, bool], None] = lambda agent, delivered: None
-    on_pass: Callable[[dict[str, int], dict[str, int]], None] = lambda waiting, dropped: None
+    on_pass: Callable[[str, int, int], None] = lambda agent, waiting, dropped: None
     _cache: dict[Path, tuple[int, int, Event]] = field(default_factory=dict)
     # (agent folder, event id, url) -> (monotonic time the next attempt is due, attempts)
     _due: dict[tuple[Path, str, str], tuple[float, int]] = field(default_factory=dict)
@@ -213,7 +213,7 @@ class Deliverer:
     def _report(self, folder: Path, events: list[Event]) -> None:
         waiting = sum(1 for e in events if e.undelivered)
         dropped = int((outbox.read_state(folder) or {}).get("dropped", 0))
-        self.on_pass({folder.name: waiting}, {folder.name: dropped})
+        self.on_pass(folder.name, waiting, dropped)
 
     def _deliver_to(
         self, folder: Path, events: list[Event], url: str, config: DeliveryConfig
@@ -278,8 +278,6 @@ class Deliverer:
             tried = max(before, int((event.targets or {}).get(url, {}).get("attempts", 0))) + 1
             delay = backoff(tried, config.backoff_max, self.rand)
             self._due[key] = (self.monotonic() + delay, tried)
-        self.on_attempt(folder.name, delivered)
-        if not delivered:
             log.warning(
                 "event not delivered",
                 agent=shown(folder.name),
@@ -287,6 +285,7 @@ class Deliverer:
                 url=shown(shown_url(url)),  # a password in the URL never reaches a log line
                 error=shown(error),
             )
+        self.on_attempt(folder.name, delivered)
         change = _logged(url, started, code, error, started + delay)
         try:
             outbox.update(folder, event.id, change)

@@ -58,11 +58,7 @@ class Worker:
         while not (self._stopping.is_set() or self._retired.is_set()):
             wait = self.deliverer.turn(folder, url, self.deliverer.config())
             if wait is None or wait > 0:
-                self._retired.wait(POLL_SECONDS if wait is None else _bounded(wait))
-
-
-def _bounded(wait: float) -> float:
-    return max(SHORTEST_WAIT, min(wait, POLL_SECONDS))
+                self._retired.wait(max(SHORTEST_WAIT, min(wait or POLL_SECONDS, POLL_SECONDS)))
 
 
 class DeliveryThread:

@@ -3,14 +3,12 @@ delivery attempt, and the events dropped undelivered past the outbox's bound.
 
 >>> from prometheus_client import CollectorRegistry
 >>> metrics = EventMetrics(CollectorRegistry())
->>> metrics.observe_pass({"se_darwin": 2}, {"se_darwin": 0})
+>>> metrics.observe_pass("se_darwin", 2, 0)
 >>> metrics.undelivered.labels(agent="se_darwin")._value.get()
 2.0
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
 
@@ -43,8 +41,6 @@ class EventMetrics:
     def observe_attempt(self, agent: str, delivered: bool) -> None:
         self.deliveries.labels(agent=agent, outcome="delivered" if delivered else "failed").inc()
 
-    def observe_pass(self, undelivered: Mapping[str, int], dropped: Mapping[str, int]) -> None:
-        for agent, count in undelivered.items():
-            self.undelivered.labels(agent=agent).set(count)
-        for agent, count in dropped.items():
-            self.dropped.labels(agent=agent).set(count)
+    def observe_pass(self, agent: str, undelivered: int, dropped: int) -> None:
+        self.undelivered.labels(agent=agent).set(undelivered)
+        self.dropped.labels(agent=agent).set(dropped)

@@ -41,7 +41,7 @@ def test_the_docs_settings_load_and_bad_ones_are_one_line(
         monkeypatch.setenv(name, value)
     settings = load_settings()
     assert settings.events_urls is not None and len(settings.events_urls) == 2
-    assert settings.redacted()["events_secret"] == "**********"
+    assert settings.model_dump(mode="json")["events_secret"] == "**********"
     monkeypatch.setenv("GENESIS_FP16_EVENTS_URLS", "ftp://example.com/x")
     with pytest.raises(SettingsError, match=r"GENESIS_FP16_EVENTS_URLS: 'ftp://example\.com/x'"):
         load_settings()

@@ -202,7 +202,7 @@ def test_parse_schedule_interval_and_cron() -> None:
 def test_secrets_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
     """The TLS key password never appears in the resolved settings."""
     monkeypatch.setenv("GENESIS_FP16_TLS_KEY_PASSWORD", "hunter2")
-    dumped = load_settings().redacted()
+    dumped = load_settings().model_dump(mode="json")
     assert dumped["tls_key_password"] == "**********"
     assert "hunter2" not in str(dumped)
 

@@ -136,14 +136,14 @@ def test_events_without_a_receiver_stay_unsent_and_a_removed_receiver_stops_hold
     _record(tmp_path, "a", 1)
     waiting: dict[str, int] = {}
     none = DeliveryConfig(tmp_path)
-    Deliverer(lambda: none, on_pass=lambda w, d: waiting.update(w)).step()
+    Deliverer(lambda: none, on_pass=lambda a, w, d: waiting.update({a: w})).step()
     assert outbox.read_events(tmp_path / "agents" / "a")[0].status == "unsent"
     assert waiting == {"a": 0}
     receiver.down()
     _record(tmp_path, "a", 1)
     _deliverer(tmp_path, receiver.url).step()
     assert outbox.read_events(tmp_path / "agents" / "a")[1].status == "pending"
-    Deliverer(lambda: none, on_pass=lambda w, d: waiting.update(w)).step()
+    Deliverer(lambda: none, on_pass=lambda a, w, d: waiting.update({a: w})).step()
     assert outbox.read_events(tmp_path / "agents" / "a")[1].status == "dropped"
     assert waiting == {"a": 0}
 
