@@ -147,8 +147,6 @@ def no_sync(model: nn.Module) -> Callable[[], contextlib.AbstractContextManager[
         with quiet() if quiet is not None else contextlib.nullcontext():
             policy.backward(loss_fn(model, batch))
     """
-    if not is_distributed():
-        return None
     if isinstance(model, DistributedDataParallel):
         return model.no_sync
     if is_sharded(model):

@@ -255,14 +255,7 @@ class PrecisionGuard:
         self._extra_state = extra_state
         self.snapshot: Snapshot | None = None
         self.store = SnapshotStore()  # where the snapshot's tensors live, and why
-        self.pending: Trouble | None = None
-        # Set by a check whose interval was not spotless (the flight recorder's cue):
-        # steps and overflows since start(), non-finite losses in the interval.
-        self.dirty: dict[str, float] | None = None
         self.recorder: Recorder | None = None  # told after a check with dirty set, and demote()
-        # The interval's losses on the run's device: the finite ones' sum and count, and
-        # the non-finite ones'; each check reads and zeroes them.
-        self._losses = torch.zeros(3, dtype=torch.float64)
 
     # ------------------------------------------------------------------ loss watching
 
@@ -287,9 +280,13 @@ class PrecisionGuard:
 
         ``snapshot=False`` keeps the current snapshot (the state just rolled back to).
         """
+        # The interval's losses on the run's device: the finite ones' sum and count, and
+        # the non-finite ones'; each check reads and zeroes them.
         self._losses = torch.zeros(3, dtype=torch.float64, device=trainer.policy.device)
-        self.pending = None
-        self.dirty = None
+        self.pending: Trouble | None = None
+        # Set by a check whose interval was not spotless (the flight recorder's cue):
+        # steps and overflows since start(), non-finite losses in the interval.
+        self.dirty: dict[str, float] | None = None
         self._precision = trainer.policy.name
         self._next = next_precision(
             self._precision, self.config, decide_module.detect_capabilities(trainer.policy.device)
@@ -499,8 +496,7 @@ class PrecisionGuard:
         """A fresh copy of the snapshot, safe to load into a trainer."""
         if self.snapshot is None:
             raise RuntimeError("no snapshot to roll back to")
-        state = self.store.load()
-        return replace(self.snapshot, trainer=state["trainer"], extra=state["extra"])
+        return replace(self.snapshot, **self.store.load())
 
 
 def _agree(counters: torch.Tensor) -> torch.Tensor:
