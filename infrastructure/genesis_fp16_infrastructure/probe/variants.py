@@ -92,8 +92,6 @@ def prepare_model(variant: Variant, base: nn.Module) -> nn.Module:
     model = copy.deepcopy(base)
     if variant.family == "pure":
         model = model.to(variant.dtype)
-    for prefix in variant.fp32_prefixes:
-        _submodule(model, prefix)  # fail before running anything
     model.train()
     return model
 

@@ -98,21 +98,18 @@ class SnapshotStore:
         self.where: str | None = None  # "device" or "host", decided by the first save
         self.reason = ""
         self.saved: Any = None  # the buffers themselves, overwritten by the next save: read only
-        self._pinned = False  # CUDA state copied to the host: the copies do not wait
         self._copied: torch.cuda.Event | None = None
 
     def save(self, state: Mapping[str, Any]) -> None:
         """Copy ``state`` into the store (queued on the current stream; no host wait)."""
         if self.where is None:
             self.where, self.reason = placement(state)  # one walk of the state's tensors
-            on_cuda = self.reason != IN_HOST_MEMORY
-            self._pinned = self.where == "host" and on_cuda
             # On a CPU run device and host are one memory: nothing to know (DEBUG).
-            said = logger.info if on_cuda else logger.debug
+            said = logger.info if self.reason != IN_HOST_MEMORY else logger.debug
             said("precision guard: snapshots on the %s (%s)", self.where, self.reason)
         self.saved = _copy_into(state, self.saved, self.where == "host")
         self._copied = None
-        if self._pinned:  # non-blocking copies into pinned memory: record when they land
+        if self.where == "host":  # only CUDA state goes there, pinned: record when it lands
             self._copied = torch.cuda.Event()
             self._copied.record()
 
