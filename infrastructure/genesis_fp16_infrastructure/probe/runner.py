@@ -188,12 +188,8 @@ class _Run:
     unchanged: dict[str, float] = field(default_factory=dict)  # per parameter, mean per step
     unchanged_total: float = math.nan
     skipped: int = 0
-    step_seconds: list[float] = field(default_factory=list)
-
-    @property
-    def seconds_per_step(self) -> float:
-        # The fastest step: on a shared machine the slower ones time the neighbours.
-        return min(self.step_seconds, default=math.nan)
+    # The fastest step: on a shared machine the slower ones time the neighbours.
+    seconds_per_step: float = math.nan
 
 
 class ProbeSetup(Protocol):
@@ -380,7 +376,7 @@ def _train(variant: Variant, model: nn.Module, ctx: _Context, run: _Run) -> None
         taken += 1
         for (name, p), old in zip(named, before, strict=True):
             same[name] += int((p.detach() == old).sum())
-    run.step_seconds = times
+    run.seconds_per_step = min(times)
     if taken:
         run.unchanged = {n: same[n] / max(p.numel(), 1) / taken for n, p in named}
         run.unchanged_total = sum(same.values()) / max(numel, 1) / taken
@@ -481,7 +477,7 @@ def _report(
                 Candidate(variant.name, variant.cost_rank, overall, seconds, problems, blocking)
             )
     # Both FP32 runs time the same arithmetic: their fastest step is FP32's cost here.
-    fp32_seconds = min(t for r in runs[:2] if isinstance(r, _Run) for t in r.step_seconds)
+    fp32_seconds = min(r.seconds_per_step for r in runs[:2] if isinstance(r, _Run))
     choice = recommend(candidates, fp32_seconds, thresholds.speed_tolerance)
     return ProbeReport(
         device=str(ctx.device),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -92,8 +92,6 @@ def prepare_model(variant: Variant, base: nn.Module) -> nn.Module:
     model = copy.deepcopy(base)
     if variant.family == "pure":
         model = model.to(variant.dtype)
-    for prefix in variant.fp32_prefixes:
-        _submodule(model, prefix)  # fail before running anything
     model.train()
     return model
 
@@ -157,25 +155,23 @@ class _Islands:
         self.islands = {prefix: _submodule(model, prefix) for prefix in variant.fp32_prefixes}
         self.island_ids = {id(m) for m in self.islands.values()}
         self.ran: set[int] = set()
-        # One entry per module call in progress: the autocast context it entered, if any.
-        self.open: list[torch.autocast | None] = []
+        # One entry per module call in progress: the context it entered (autocast, or none).
+        self.open: list[AbstractContextManager[Any]] = []
 
     def pre(self, module: nn.Module, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
         self.ran.add(id(module))
         island = id(module) in self.island_ids
-        ctx = None
+        ctx: AbstractContextManager[Any] = nullcontext()
         if island or not self.open:
             ctx = torch.autocast(self.device_type, dtype=self.variant.dtype, enabled=not island)
-            ctx.__enter__()
+        ctx.__enter__()
         self.open.append(ctx)
         if island:
             return _cast_floats(args, torch.float32), _cast_floats(kwargs, torch.float32)
         return None
 
     def post(self, _m: nn.Module, _args: Any, _kwargs: Any, out: Any) -> Any:
-        ctx = self.open.pop()
-        if ctx is not None:
-            ctx.__exit__(None, None, None)
+        self.open.pop().__exit__(None, None, None)
         return None if self.open else _cast_floats(out, torch.float32)
 
     @contextmanager
@@ -190,9 +186,7 @@ class _Islands:
             for handle in handles:
                 handle.remove()
             while self.open:  # a forward that raised left its contexts open
-                ctx = self.open.pop()
-                if ctx is not None:
-                    ctx.__exit__(None, None, None)
+                self.open.pop().__exit__(None, None, None)
 
     def check_ran(self) -> None:
         """An island variant whose model or islands never ran would be FP32 under a 16-bit name."""

@@ -80,13 +80,12 @@ def recommend(
     candidates: Sequence[Candidate],
     fp32_seconds: float,
     tolerance: float = 0.05,
-    reference: str = "fp32",
 ) -> Recommendation:
     """Pick the cheapest green candidate no slower than FP32 per step.
 
     A candidate is not slower when its fastest step takes at most ``fp32_seconds`` times
-    ``1 + tolerance``. Cost ties are broken by the measured time. Falls back to
-    ``reference`` when nothing qualifies, and says why for every variant it passed over.
+    ``1 + tolerance``. Cost ties are broken by the measured time. Falls back to fp32
+    when nothing qualifies, and says why for every variant it passed over.
     """
     reasons: dict[str, tuple[str, ...]] = {}
     modules: dict[str, tuple[str, ...]] = {}
@@ -99,7 +98,7 @@ def recommend(
             return Recommendation(cand.name, reasons, modules)
         reasons[cand.name] = tuple(why) or (f"overall {cand.overall}",)
         modules[cand.name] = cand.modules
-    return Recommendation(reference, reasons, modules)
+    return Recommendation("fp32", reasons, modules)
 
 
 def grade_measures(

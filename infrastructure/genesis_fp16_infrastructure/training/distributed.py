@@ -35,7 +35,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -147,8 +147,6 @@ def no_sync(model: nn.Module) -> Callable[[], contextlib.AbstractContextManager[
         with quiet() if quiet is not None else contextlib.nullcontext():
             policy.backward(loss_fn(model, batch))
     """
-    if not is_distributed():
-        return None
     if isinstance(model, DistributedDataParallel):
         return model.no_sync
     if is_sharded(model):
@@ -221,13 +219,6 @@ def _keyed_by_name(
 # ---------------------------------------------------------------------------- the data
 
 
-class Shard(NamedTuple):
-    """This rank's part of one batch and the factor its mean loss is multiplied by."""
-
-    batch: Any
-    weight: float
-
-
 def slice_batch(batch: Any, num_samples: int, rank: int, world_size: int) -> tuple[Any, int]:
     """Part ``rank`` of ``world_size`` contiguous parts of ``batch`` along dimension 0.
 
@@ -270,9 +261,10 @@ def shard_step(group: Sequence[tuple[Any, int]], loss: LossFn) -> tuple[list[Any
     """``(micro_batches, loss_fn, num_samples)`` for ``Trainer.step`` on this rank.
 
     Without a multi-rank group this is ``([batch, ...], loss, total)`` unchanged. With
-    one, each micro-batch becomes this rank's :class:`Shard` and ``loss_fn`` weights its
-    loss (see the module docstring). ``num_samples`` stays the global count, so
-    ``samples_per_second`` is the whole job's throughput.
+    one, each micro-batch becomes ``(part, weight)``: this rank's part and the factor its
+    mean loss is multiplied by (see the module docstring), which ``loss_fn`` applies.
+    ``num_samples`` stays the global count, so ``samples_per_second`` is the whole job's
+    throughput.
     """
     total = sum(n for _, n in group)
     rank, world = rank_and_world()
@@ -281,11 +273,12 @@ def shard_step(group: Sequence[tuple[Any, int]], loss: LossFn) -> tuple[list[Any
     shards = []
     for batch, n in group:
         part, rows = slice_batch(batch, n, rank, world)
-        shards.append(Shard(part, rows * world / n))
+        shards.append((part, rows * world / n))
 
-    def weighted(model: nn.Module, shard: Shard) -> torch.Tensor:
-        value = loss(model, shard.batch)
-        return value if shard.weight == 1.0 else value * shard.weight
+    def weighted(model: nn.Module, shard: tuple[Any, float]) -> torch.Tensor:
+        part, weight = shard
+        value = loss(model, part)
+        return value if weight == 1.0 else value * weight
 
     return shards, weighted, total
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 from probe_toys import Batch, halves, regression_batches
@@ -107,3 +108,12 @@ def test_island_variants_that_cannot_keep_their_promise_are_reported_as_not_run(
     head_island = report.variant("bf16_autocast+fp32[head]")
     assert head_island.overall == "red"
     assert head_island.error is not None and "'head' never ran" in head_island.error
+
+
+def test_an_island_naming_a_module_not_in_the_model_is_reported_as_not_run() -> None:
+    """A component prefix the model does not have: the variant did not run, and says which."""
+    setup = replace(_setup(TwoParts, parts_loss), components={"ghost": ["nope"]})
+    report = run_probe(setup, steps=1, only=["bf16_autocast+fp32[ghost]"])
+    ghost = report.variant("bf16_autocast+fp32[ghost]")
+    assert ghost.overall == "red" and ghost.error is not None
+    assert "component module 'nope' is not in the model" in ghost.error

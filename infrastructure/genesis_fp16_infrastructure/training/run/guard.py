@@ -98,21 +98,18 @@ class SnapshotStore:
         self.where: str | None = None  # "device" or "host", decided by the first save
         self.reason = ""
         self.saved: Any = None  # the buffers themselves, overwritten by the next save: read only
-        self._pinned = False  # CUDA state copied to the host: the copies do not wait
         self._copied: torch.cuda.Event | None = None
 
     def save(self, state: Mapping[str, Any]) -> None:
         """Copy ``state`` into the store (queued on the current stream; no host wait)."""
         if self.where is None:
             self.where, self.reason = placement(state)  # one walk of the state's tensors
-            on_cuda = self.reason != IN_HOST_MEMORY
-            self._pinned = self.where == "host" and on_cuda
             # On a CPU run device and host are one memory: nothing to know (DEBUG).
-            said = logger.info if on_cuda else logger.debug
+            said = logger.info if self.reason != IN_HOST_MEMORY else logger.debug
             said("precision guard: snapshots on the %s (%s)", self.where, self.reason)
         self.saved = _copy_into(state, self.saved, self.where == "host")
         self._copied = None
-        if self._pinned:  # non-blocking copies into pinned memory: record when they land
+        if self.where == "host":  # only CUDA state goes there, pinned: record when it lands
             self._copied = torch.cuda.Event()
             self._copied.record()
 
@@ -255,14 +252,7 @@ class PrecisionGuard:
         self._extra_state = extra_state
         self.snapshot: Snapshot | None = None
         self.store = SnapshotStore()  # where the snapshot's tensors live, and why
-        self.pending: Trouble | None = None
-        # Set by a check whose interval was not spotless (the flight recorder's cue):
-        # steps and overflows since start(), non-finite losses in the interval.
-        self.dirty: dict[str, float] | None = None
         self.recorder: Recorder | None = None  # told after a check with dirty set, and demote()
-        # The interval's losses on the run's device: the finite ones' sum and count, and
-        # the non-finite ones'; each check reads and zeroes them.
-        self._losses = torch.zeros(3, dtype=torch.float64)
 
     # ------------------------------------------------------------------ loss watching
 
@@ -287,9 +277,13 @@ class PrecisionGuard:
 
         ``snapshot=False`` keeps the current snapshot (the state just rolled back to).
         """
+        # The interval's losses on the run's device: the finite ones' sum and count, and
+        # the non-finite ones'; each check reads and zeroes them.
         self._losses = torch.zeros(3, dtype=torch.float64, device=trainer.policy.device)
-        self.pending = None
-        self.dirty = None
+        self.pending: Trouble | None = None
+        # Set by a check whose interval was not spotless (the flight recorder's cue):
+        # steps and overflows since start(), non-finite losses in the interval.
+        self.dirty: dict[str, float] | None = None
         self._precision = trainer.policy.name
         self._next = next_precision(
             self._precision, self.config, decide_module.detect_capabilities(trainer.policy.device)
@@ -499,8 +493,7 @@ class PrecisionGuard:
         """A fresh copy of the snapshot, safe to load into a trainer."""
         if self.snapshot is None:
             raise RuntimeError("no snapshot to roll back to")
-        state = self.store.load()
-        return replace(self.snapshot, trainer=state["trainer"], extra=state["extra"])
+        return replace(self.snapshot, **self.store.load())
 
 
 def _agree(counters: torch.Tensor) -> torch.Tensor:
