@@ -99,14 +99,12 @@ def resolve_execution(
     >>> resolve_execution("off", torch.device("cpu"), [opt]).used
     'eager'
     """
-    if requested not in CUDA_GRAPH_REQUESTS:
-        raise ExecutionError(
-            f"unknown cuda_graph setting {requested!r}; valid: {', '.join(CUDA_GRAPH_REQUESTS)}"
-        )
-    if compile not in COMPILE_REQUESTS:
-        raise ExecutionError(
-            f"unknown compile setting {compile!r}; valid: {', '.join(COMPILE_REQUESTS)}"
-        )
+    for name, value, choices in (
+        ("cuda_graph", requested, CUDA_GRAPH_REQUESTS),
+        ("compile", compile, COMPILE_REQUESTS),
+    ):
+        if value not in choices:
+            raise ExecutionError(f"unknown {name} setting {value!r}; valid: {', '.join(choices)}")
     if requested == "off" and compile == "off":
         return ResolvedExecution(requested, "eager", "cuda_graph=off: eager steps requested")
     obstacle = _capture_obstacle(device, optimizers, schedulers, host_sync_per_step, world_size)
