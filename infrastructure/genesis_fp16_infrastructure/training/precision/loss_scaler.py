@@ -174,16 +174,6 @@ class LossScaler:
         state["found_inf"] = self._check_grads(optimizer, unscale=True)
         state["stage"] = _UNSCALED
 
-    def _fresh_flag(self) -> torch.Tensor:
-        """A zeroed overflow flag on our device for one optimizer's check; ``_inv_scale``
-        is current once it returns."""
-        if not any("found_inf" in s for s in self._per_optimizer.values()):
-            # The step's first check. float32 1/scale is correctly rounded, so it equals
-            # GradScaler's float64 reciprocal rounded to float32 (one kernel, not three).
-            torch.reciprocal(self._scale_and_inf, out=self._inverse)
-            return self._found_inf
-        return torch.zeros((), dtype=torch.float32, device=self.device)
-
     def check_finite(
         self, optimizers: Sequence[torch.optim.Optimizer], found_inf: torch.Tensor
     ) -> torch.Tensor:
@@ -193,8 +183,15 @@ class LossScaler:
 
     def _check_grads(self, optimizer: torch.optim.Optimizer, unscale: bool) -> torch.Tensor:
         """Unscale by 1/scale (or only check) and return found_inf, 0.0 or 1.0, on our device."""
+        if any("found_inf" in s for s in self._per_optimizer.values()):
+            flag = torch.zeros((), dtype=torch.float32, device=self.device)  # this check's own
+        else:
+            # The step's first check. float32 1/scale is correctly rounded, so it equals
+            # GradScaler's float64 reciprocal rounded to float32 (one kernel, not three).
+            torch.reciprocal(self._scale_and_inf, out=self._inverse)
+            flag = self._found_inf  # zeroed by that reciprocal
         inv_scale = self._inv_scale if unscale else self._one
-        return check_finite([optimizer], self._fresh_flag(), inv_scale, self._process_group)
+        return check_finite([optimizer], flag, inv_scale, self._process_group)
 
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
         """Run ``optimizer.step()`` unless this step's gradients hold inf/nan.
