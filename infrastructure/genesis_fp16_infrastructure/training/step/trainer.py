@@ -384,11 +384,10 @@ class Trainer:
         said = logger.info if policy.device.type == "cuda" else logger.debug
         said("execution %s (%s)", self.execution.used, self.execution.reason)
         # Warm-up, capture and replay of _device_step; None for eager steps.
-        captured = self.execution.used in ("cuda_graph", "cuda_graph_compiled")
+        compiled = self.execution.used == "cuda_graph_compiled"
         self.generators = tuple(generators)
         self.graphs = None
-        if captured:
-            compiled = self.execution.used == "cuda_graph_compiled"
+        if compiled or self.execution.used == "cuda_graph":
             self.graphs = StepGraphs(
                 policy.device, generators=self.generators, fail_on_recompile=compiled
             )
@@ -396,7 +395,7 @@ class Trainer:
         # parameters). Its first calls compile (seconds to minutes with autotuning), in the
         # graphs' eager warm-up steps, never inside a capture.
         self.step_model: nn.Module = self.model
-        if self.execution.used == "cuda_graph_compiled":
+        if compiled:
             self.step_model = torch.compile(self.model, mode=COMPILE_MODE)  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ the step
