@@ -210,28 +210,19 @@ class LossScaler:
         if state["stage"] == _STEPPED:
             raise RuntimeError("step() was already called on this optimizer since update()")
         if getattr(optimizer, "_step_supports_amp_scaling", False):
-            return self._step_on_device(optimizer, state, *args, **kwargs)
+            grad_scale = getattr(optimizer, "grad_scale", None)
+            if state["stage"] == _READY:
+                state["found_inf"] = self._check_grads(optimizer, unscale=False)
+                # The fused kernel divides by grad_scale itself (product with any user value).
+                grad_scale = self._scale * getattr(optimizer, "grad_scale", 1)
+            state["stage"] = _STEPPED  # before the step: one that raises is not retried
+            return step_or_skip(optimizer, state["found_inf"], grad_scale, *args, **kwargs)
         if state["stage"] == _READY:
             self.unscale_(optimizer)
         # A non-fused optimizer cannot skip by itself: one host read of the flag.
         result = step_or_skip(optimizer, state["found_inf"], None, *args, **kwargs)
         state["stage"] = _STEPPED
         return result
-
-    def _step_on_device(
-        self, optimizer: torch.optim.Optimizer, state: dict[str, Any], *args: Any, **kwargs: Any
-    ) -> Any:
-        grad_scale: torch.Tensor | None
-        if state["stage"] == _READY:
-            state["found_inf"] = self._check_grads(optimizer, unscale=False)
-            # The fused kernel divides by grad_scale itself (product with any user value).
-            grad_scale = self._scale * getattr(optimizer, "grad_scale", 1)
-        else:
-            grad_scale = getattr(optimizer, "grad_scale", None)
-        try:
-            return step_or_skip(optimizer, state["found_inf"], grad_scale, *args, **kwargs)
-        finally:
-            state["stage"] = _STEPPED
 
     def update(self, new_scale: float | torch.Tensor | None = None) -> None:
         """Move the scale once per step, after ``step()`` of every optimizer. No host sync.
