@@ -96,27 +96,30 @@ def _refused(args: argparse.Namespace, exc: SettingsError) -> int:
 
 
 def _json_answer(settings: Settings, sources: SettingsSources) -> dict[str, Any]:
-    values = resolved_values(settings, sources)
+    resolved = settings.model_dump(mode="json")  # secrets (SecretStr): **********
+    values = resolved_values(settings, sources, dict(resolved))
     return {
         "env_file": str(sources.env_file),
         "env_file_read": sources.env_file_read,
-        "settings": settings.model_dump(mode="json"),  # secrets (SecretStr): **********
+        "settings": resolved,
         "sources": {name: source for name, (_, source) in values.items()},
         "shadowed": sources.describe_shadowed(),
     }
 
 
 def _print_values(settings: Settings, sources: SettingsSources) -> None:
-    for name, (value, source) in resolved_values(settings, sources).items():
+    resolved = settings.model_dump(mode="json")  # secrets (SecretStr): **********
+    for name, (value, source) in resolved_values(settings, sources, resolved).items():
         print(f"{name}={value}  # {source}" if value else f"{name}=  # {source} (not set)")
     for line in sources.describe_shadowed():
         print(f"# shadowed: {line}")
 
 
-def resolved_values(settings: Settings, sources: SettingsSources) -> dict[str, tuple[str, str]]:
-    """``{variable: (value as text, source)}``: top-level settings, then each agent's."""
+def resolved_values(
+    settings: Settings, sources: SettingsSources, resolved: dict[str, Any]
+) -> dict[str, tuple[str, str]]:
+    """``{variable: (value as text, source)}`` of ``resolved`` (``settings`` dumped)."""
     out: dict[str, tuple[str, str]] = {}
-    resolved = settings.model_dump(mode="json")  # secrets (SecretStr): **********
     agents = resolved.pop("agents")
     for name, value in resolved.items():
         variable = _env_name((name,))

@@ -67,7 +67,7 @@ from genesis_fp16.jobs.run_request import (
 from genesis_fp16.launch import kubeflow
 from genesis_fp16.launch.progress_text import fan_out
 from genesis_fp16.metrics.tracking import RunTracker, open_tracker
-from genesis_fp16.plugin_api import TrainRequest, TrainRequestError, TrainResult
+from genesis_fp16.plugin_api import TrainRequest, TrainRequestError, TrainResult, declared_options
 from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.service.startup_signals import take_over_sigterm
 from genesis_fp16_infrastructure.api import (
@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
         # The daemon loaded this agent under its allowlist before it sent the run.
         plugin = load_plugin(args.agent, settings.plugin_allowlist if settings else None)
         if config is not None:  # checked before any data is generated or a group formed
-            resolve_options(args.agent, plugin, config.own.options, _flags(args))
+            resolve_options(args.agent, declared_options(plugin), config.own.options, _flags(args))
     except (PluginError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
     if settings is None:  # the launcher relays its child's records: it parses JSON

@@ -27,7 +27,7 @@ declares before anything trains.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,11 +47,11 @@ from genesis_fp16.plugin_api import (
     PrecisionRequest,
     TrainRequest,
     TrainRequestError,
-    declared_options,
     parse_options,
 )
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
+    AgentOption,
     AgentSnapshot,
     AgentState,
     Capabilities,
@@ -174,7 +174,7 @@ def plan_request(
     snapshot = read_snapshot(folder, checkpoint_dir)
     state = snapshot.state
     assert state is not None  # read_snapshot reads it
-    options = resolve_options(agent, capabilities, config.own.options, o.options)
+    options = resolve_options(agent, capabilities.options, config.own.options, o.options)
     precision, reason = precision_request(settings, agent, o.precision, state, config)
     quarantine = folder.new_quarantine_file(o.checkpoint_dir)  # beside a run's own checkpoints
     data = o.data_path or config.own.data_path
@@ -302,17 +302,17 @@ def parse_option_flags(flags: Iterable[str]) -> dict[str, str]:
 
 def resolve_options(
     agent: str,
-    plugin: object,
+    declared: Sequence[AgentOption],
     configured: Mapping[str, Any],
     flags: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A run's typed options (``TrainRequest.options``): ``configured`` (settings), then
-    ``flags`` (CLI) on top, checked against what ``plugin`` (or its ``Capabilities``) declares.
+    ``flags`` (CLI) on top, checked against the options the plugin ``declared``
+    (``Capabilities.options``, or ``declared_options(plugin)``).
 
     Raises :class:`TrainRequestError`, one line naming the setting or flag, the agent,
     the option and what is valid.
     """
-    declared = declared_options(plugin)
     out: dict[str, Any] = {}
     for origin, given in (("settings", configured), ("flags", flags or {})):
         for key, value in given.items():
@@ -327,7 +327,7 @@ def resolve_options(
 
 
 def check_configured_options(
-    settings: Settings, plugins: Mapping[str, object], known: Iterable[str] | None = None
+    settings: Settings, plugins: Mapping[str, Capabilities], known: Iterable[str] | None = None
 ) -> None:
     """Every configured option of every loaded agent, checked; :class:`SettingsError` if bad.
 
@@ -346,9 +346,9 @@ def check_configured_options(
                 f"{AGENT_VARIABLE_PREFIX}{agent.upper()}__*: no agent {agent!r} is installed; "
                 f"{hint}installed: {', '.join(names) or 'none'}"
             )
-    for agent, plugin in plugins.items():
+    for agent, declared in plugins.items():
         try:
-            resolve_options(agent, plugin, settings.agent(agent).own.options)
+            resolve_options(agent, declared.options, settings.agent(agent).own.options)
         except TrainRequestError as exc:
             errors.append(str(exc))
     if errors:

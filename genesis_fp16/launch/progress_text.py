@@ -42,22 +42,15 @@ class Progress:
             self.first_step = step - min(step, self.log_interval)
         return step - self.first_step
 
-    def eta_seconds(self, done: int, seconds: float) -> float | None:
-        """Seconds left at this run's rate so far; None without a total or a rate."""
-        if self.total is None or done <= 0 or not math.isfinite(seconds):
-            return None
-        return max(self.total - done, 0) * seconds / done
-
     def text(self, step: int, seconds: float) -> str:
         """The line for the summary of ``step``, ``seconds`` into the run's steps."""
         done = self.done(step)
         if self.total is None:
             return f"step {done} (the agent sets its own budget), {duration(seconds)} so far"
         percent = min(100, math.floor(100 * done / self.total)) if self.total else 100
-        eta = self.eta_seconds(done, seconds)
-        return f"step {done}/{self.total}, {percent}%, ETA " + (
-            "unknown" if eta is None else duration(eta)
-        )
+        # Seconds left at this run's rate so far (nan, "unknown": no rate yet).
+        eta = max(self.total - done, 0) * seconds / done if done > 0 else math.nan
+        return f"step {done}/{self.total}, {percent}%, ETA {duration(eta)}"
 
 
 def duration(seconds: float) -> str:

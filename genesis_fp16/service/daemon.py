@@ -69,7 +69,7 @@ from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folde
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
 from genesis_fp16.status.when import clock
-from genesis_fp16_infrastructure.api import AgentFolder, SetAside
+from genesis_fp16_infrastructure.api import AgentFolder, Capabilities, SetAside
 
 log = structlog.get_logger("genesis_fp16.daemon")
 
@@ -457,7 +457,7 @@ class Daemon:
                 prune_answers(self.settings.state_dir, time.time())
             self._answer_run_requests()  # one listing of a folder that is mostly empty
 
-    def _declared(self) -> dict[str, object]:
+    def _declared(self) -> dict[str, Capabilities]:
         """Each loaded agent's declared options as the scan thread read them: an option
         check on the main thread never calls into a plugin."""
         plugins, declared = self.plugins, self.agents.capabilities

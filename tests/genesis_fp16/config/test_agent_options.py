@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "commands"))  # tes
 from test_cli_train import _cli, _last_json, _one_line_error
 
 from genesis_fp16.jobs.run_request import parse_option_flags, resolve_options
-from genesis_fp16.plugin_api import TrainRequestError
+from genesis_fp16.plugin_api import TrainRequestError, declared_options
 from genesis_fp16_agents.rlhf_ppo import plugin as rlhf_ppo
 from genesis_fp16_agents.se_darwin import plugin as se_darwin
 from genesis_fp16_infrastructure.data.readers import read_trajectories
@@ -29,20 +29,20 @@ def test_options_from_settings_then_flags_are_typed_and_checked() -> None:
     """Settings give the base, --option wins; values come typed; bad ones name the source."""
     options = resolve_options(
         "rlhf_ppo",
-        rlhf_ppo,
+        declared_options(rlhf_ppo),
         {"preset": "bf16_pure", "kl_coef": "0.1"},
         parse_option_flags(["preset=bf16_fp32_kl", "ppo_epochs=1"]),
     )
     assert options == {"preset": "bf16_fp32_kl", "kl_coef": 0.1, "ppo_epochs": 1}
     with pytest.raises(TrainRequestError) as info:
-        resolve_options("rlhf_ppo", rlhf_ppo, {"preset": "bf16_fast"})
+        resolve_options("rlhf_ppo", declared_options(rlhf_ppo), {"preset": "bf16_fast"})
     message = str(info.value)
     assert message.startswith("GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__PRESET: agent rlhf_ppo")
     assert "'bf16_fast' is not one of fp32_baseline," in message and "bf16_fp32_kl" in message
     with pytest.raises(TrainRequestError, match=r"--option hiden=8: .*did you mean 'hidden'"):
-        resolve_options("se_darwin", se_darwin, {}, {"hiden": "8"})
+        resolve_options("se_darwin", declared_options(se_darwin), {}, {"hiden": "8"})
     with pytest.raises(TrainRequestError, match="'many' is not an int"):
-        resolve_options("se_darwin", se_darwin, {}, {"batch_size": "many"})
+        resolve_options("se_darwin", declared_options(se_darwin), {}, {"batch_size": "many"})
     with pytest.raises(TrainRequestError, match="expected KEY=VALUE"):
         parse_option_flags(["preset"])
 
