@@ -66,17 +66,8 @@ def last_judged(folder: Path, served_id: str | None, pinned: bool) -> Path | Non
         outcome = read_verdict(candidate).outcome
         if read_meta(candidate).continues != served_id or outcome is None:
             continue
-        return candidate if outcome in _NOT_SERVED or pinned else None
+        return candidate if outcome != Outcome.PROMOTED or pinned else None
     return None
-
-
-_NOT_SERVED = (
-    Outcome.REJECTED,
-    Outcome.HELD,
-    Outcome.UNDECIDED,
-    Outcome.INCONCLUSIVE,
-    Outcome.ROLLED_BACK,
-)
 
 
 def read_known_ids(candidate: Path) -> np.ndarray | None:
