@@ -59,8 +59,8 @@ def list_candidates(folder: Path) -> list[Path]:
         return []
     found = [p for p in root.iterdir() if p.is_dir() and os.path.lexists(CANDIDATE_META.at(p))]
     # An unusable meta is set aside (reported) as it is read; its candidate stays listed.
-    created = {p: (str(read_meta(p).created_at), _written_ns(p)) for p in found}
-    return sorted(found, key=lambda p: (created[p], p.name))
+    # sorted() computes each key once: each meta is read once.
+    return sorted(found, key=lambda p: (str(read_meta(p).created_at), _written_ns(p), p.name))
 
 
 def _written_ns(candidate: Path) -> int:

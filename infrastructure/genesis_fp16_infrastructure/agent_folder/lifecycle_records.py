@@ -502,14 +502,9 @@ def load_history(root: Path, last: int = KEEP) -> RunHistory:
     data = files.read_bytes(RUN_HISTORY.at(root), bound, tail=True)
     if data is None:
         return RunHistory(())
-    entries, bad = [], 0
-    for line in [line for line in data.split(b"\n") if line.strip()][-last:]:
-        entry = decode_entry(line)
-        if entry is None:
-            bad += 1
-        else:
-            entries.append(entry)
-    return RunHistory(tuple(entries), bad)
+    lines = [line for line in data.split(b"\n") if line.strip()][-last:]
+    entries = tuple(entry for entry in map(decode_entry, lines) if entry is not None)
+    return RunHistory(entries, unreadable=len(lines) - len(entries))
 
 
 # The latest Unix time a history line may carry (9999-12-31): the page's clock shows it.

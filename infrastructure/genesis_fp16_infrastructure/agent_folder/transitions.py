@@ -219,10 +219,8 @@ def serve(
         if unless_pinned and current is not None and current.pinned is not None:
             held = True
             return current
-        history = [] if current is None else [current.served, *current.history]
-        history = [h for h in history if h.id != entry.id]
-        if keep is not None:
-            history = history[:keep]
+        earlier = [] if current is None else [current.served, *current.history]
+        history = [h for h in earlier if h.id != entry.id][:keep]  # keep None: all of them
         served = msgspec.structs.replace(entry, how=how, served_at=utc_now())
         pinned = pin if pin is not None else (current.pinned if current else None)
         new = ServedPointer(served, history, pinned)

@@ -66,22 +66,13 @@ def last_judged(folder: Path, served_id: str | None, pinned: bool) -> Path | Non
         outcome = read_verdict(candidate).outcome
         if read_meta(candidate).continues != served_id or outcome is None:
             continue
-        return candidate if outcome in _NOT_SERVED or pinned else None
+        return candidate if outcome != Outcome.PROMOTED or pinned else None
     return None
-
-
-_NOT_SERVED = (
-    Outcome.REJECTED,
-    Outcome.HELD,
-    Outcome.UNDECIDED,
-    Outcome.INCONCLUSIVE,
-    Outcome.ROLLED_BACK,
-)
 
 
 def read_known_ids(candidate: Path) -> np.ndarray | None:
     """The ids the candidate's model knew (sorted hashes); None: no file, or unusable."""
-    arrays = _read(JUDGED_IDS.at(candidate), JUDGED_IDS, ("ids",))
+    arrays = _read(JUDGED_IDS.at(candidate), JUDGED_IDS)
     return None if arrays is None else np.sort(arrays["ids"].astype(np.uint64))
 
 
@@ -93,7 +84,7 @@ def read_watch(path: Path, primary: str) -> dict[str, np.ndarray]:
     """The watch's records so far (none: absent, or unusable and set aside); a store
     written before loss columns (``served``, ``previous``: the column watched then) as
     column ``primary``'s, one before segments with every record unsegmented."""
-    arrays = _read(path, JUDGED_WATCH, ("ids",)) or {"ids": np.zeros(0, dtype=np.uint64)}
+    arrays = _read(path, JUDGED_WATCH) or {"ids": np.zeros(0, dtype=np.uint64)}
     for side in ("served", "previous"):
         if side in arrays:
             arrays[f"{side}/{primary}"] = arrays.pop(side)
@@ -116,14 +107,14 @@ def write_watch(path: Path, kept: Mapping[str, np.ndarray]) -> None:
     _write(path, JUDGED_WATCH, kept)
 
 
-def _read(path: Path, file: StateFile, names: tuple[str, ...]) -> dict[str, np.ndarray] | None:
-    """Every array of the file, ``names`` among them."""
+def _read(path: Path, file: StateFile) -> dict[str, np.ndarray] | None:
+    """Every array of the file, ``ids`` among them."""
     try:
         raw = files.read_bytes(path, file.limit)  # a regular file, within its bound
         if raw is None:
             return None
         with np.load(io.BytesIO(raw), allow_pickle=False) as data:
-            arrays = {name: np.asarray(data[name]) for name in (*names, *data.files)}
+            arrays = {name: np.asarray(data[name]) for name in ("ids", *data.files)}
     # UnusableStateFile is an OSError; a torn zip (a write cut short) raises BadZipFile.
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
         files.set_aside(path, file, f"{path}: {exc}")
