@@ -31,8 +31,7 @@ import torch
 from genesis_fp16_infrastructure.contract.reports import DriftReport
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, held_in
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
-from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
-from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES
+from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, numeric_rows
 
 NOISE_DRAWS = 20
 MIN_DISTANCE = 0.1  # Evidently's default: below it, no batch size flags a feature
@@ -65,7 +64,7 @@ def drift_report(
     new_rows, ref_rows = _sample(new_rows, generator), _sample(ref_rows, generator)
     new, reference = _categorical(columns, new_rows), _categorical(columns, ref_rows)
     if numeric is None:
-        numeric = pool_numeric(columns, columns.labelled)
+        numeric = numeric_rows(columns, columns.labelled)
     ref_cols, new_cols = numeric[ref_rows], numeric[new_rows]
     binned = _Reference(reference, ref_cols)
     distances = binned.distances(new, new_cols)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.readers import (
     DataTooLarge,
     ReadResult,
@@ -44,17 +45,18 @@ def max_pool_setting(agent: str) -> str:
 
 
 def read_pool(
-    path: Path,
+    request: TrainRequest,
     options: TaskOptions,
-    quarantine: Path | None = None,
-    memory_limit: int | None = None,
-    cache: RecordCache | None = None,
-    agent: str = "se_darwin",
+    quarantine: Path | None,
+    cache: RecordCache | None,
 ) -> ReadResult:
-    """The pool at ``path``, size-checked first against the options' ``max_pool_bytes``
-    (unset: derived from ``memory_limit``, the run's, or the machine's memory); a pool
-    over it is one :class:`TrainRequestError` line naming its size, the limit and the
-    setting of ``agent`` (train exits 2, the daemon logs one line)."""
+    """The pool at ``request.data_path``, size-checked first against the options'
+    ``max_pool_bytes`` (unset: derived from the request's ``memory_limit_bytes``, or the
+    machine's memory); a pool over it is one :class:`TrainRequestError` line naming its
+    size, the limit and the setting of the request's agent (train exits 2, the daemon
+    logs one line)."""
+    assert request.data_path is not None
+    path, memory_limit, agent = Path(request.data_path), request.memory_limit_bytes, request.agent
     limit = options.max_pool_bytes
     if limit is None:
         memory = machine_memory_bytes() if memory_limit is None else memory_limit

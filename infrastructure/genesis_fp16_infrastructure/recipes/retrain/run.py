@@ -47,7 +47,6 @@ from genesis_fp16_infrastructure.recipes.retrain.freshness import (
 )
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
-from genesis_fp16_infrastructure.recipes.retrain.split import judged_held_out
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import CheckpointManager, FitResult, fit
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
@@ -94,14 +93,7 @@ def _train(request: TrainRequest) -> TrainResult:
         served, saved, loaded = _served_copy(candidate, request)
     with clock.phase("read"), paused_gc():  # objects without cycles (machine_memory.paused_gc)
         cache = record_cache(request, manifest)  # issue 36: unchanged files unparsed
-        data = read_pool(
-            Path(request.data_path),
-            options,
-            _quarantine_path(request),
-            request.memory_limit_bytes,
-            cache,
-            agent=request.agent,
-        )
+        data = read_pool(request, options, _quarantine_path(request), cache)
         seen = fingerprint_of(data.columns)
     steps, epochs = request.steps, request.epochs
     # No budget given: train until validation stops improving, within max_epochs. An
@@ -138,9 +130,7 @@ def _train(request: TrainRequest) -> TrainResult:
     refit = None
     if whole and not result.stopped_early:
         with clock.phase("final_fit"):
-            refit = train_refit(request, task, data, result)
-    if refit is not None:
-        records = data.labelled - int(judged_held_out(data).sum())  # what the refit trained on
+            refit, records = train_refit(request, task, data, result)
         extra["final_fit"] = refit_record(refit, records, result.checkpoint)
     peak = _device_peak(request.device)
     if cache is not None:
@@ -250,11 +240,11 @@ def _quarantine_path(request: TrainRequest) -> Path | None:
 
 def train_refit(
     request: TrainRequest, task: WorldModelTask, data: ReadResult, split: FitResult
-) -> FitResult:
+) -> tuple[FitResult, int]:
     """``final_fit=whole``: train a fresh model on every labelled record the judged run
     does not hold out, for the step count the split run served (its best validated step:
     what the pool needs), with no early stopping; it is what the candidate offers
-    (``docs/se-darwin.md``, "final_fit").
+    (``docs/se-darwin.md``, "final_fit"). Returns its result and the records it trained on.
 
     It writes one checkpoint, at its end, into the request's folder. A resumed request
     continues an earlier refit found there (same encoder, at most that many steps) to the
@@ -281,7 +271,7 @@ def train_refit(
         checkpoint_seconds=None,
         on_log=None,  # its step counter starts again at 0: not the run's progress
     )
-    return fit(whole, options)
+    return fit(whole, options), len(whole.train_data)
 
 
 def _refit_done(folder: Path, whole: WorldModelTask, steps: int) -> int | None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import math
 import weakref
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,17 +29,12 @@ import torch
 from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.recipes.retrain.freshness import record_cache
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.pool_read import ReadResult, read_pool
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
-from genesis_fp16_infrastructure.world_model.features import (
-    Categorical,
-    numeric_columns,
-    numeric_rows,
-)
+from genesis_fp16_infrastructure.world_model.features import Categorical, numeric_rows
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 CLIP = 0.01  # P(success) clipped to [CLIP, 1 - CLIP]: a record's loss is at most LOSS_SPAN
@@ -52,34 +46,6 @@ LOSS_SPAN = math.log((1 - CLIP) / CLIP)
 # P(success) = 0.5 (for a small shift d, log-loss grows by d^2 / (2 p (1 - p)), Brier by
 # d^2): nowhere stricter than the log-loss margin.
 MARGIN = {"log_loss": 0.01, "brier": 0.005}
-
-
-def pool_numeric(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor:
-    """``numeric_columns`` of the pool's ``rows``, from the arrays; where those cannot
-    give them (``numeric_rows`` returns None), from the rows' objects and the whole
-    pool's (seconds on a million records: the fallback, not the rule)."""
-    numeric = numeric_rows(columns, rows)
-    if numeric is None:
-        numeric = numeric_columns(columns.attempts(rows), columns.pool())
-    return numeric
-
-
-def success_probability(
-    state: Mapping[str, Any],
-    columns: PoolColumns,
-    labelled: np.ndarray,
-    numeric: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """P(success) of the labelled records ``labelled`` of ``columns`` (by their place
-    among the labelled) by the checkpoint ``state``'s served weights (an ensemble's: its
-    members' mean). ``numeric``: those rows' :func:`pool_numeric`, when built already."""
-    predictor = WorldModelPredictor.of_state(state)
-    rows = columns.labelled[labelled]
-    if numeric is None:
-        numeric = pool_numeric(columns, rows)
-    x = predictor.encoder.encode_parts(Categorical.of_rows(columns, rows), numeric)
-    with torch.no_grad():
-        return torch.sigmoid(predictor.model(x).success_logit.float())
 
 
 def record_losses(p: torch.Tensor, success: np.ndarray) -> dict[str, np.ndarray]:
@@ -120,21 +86,14 @@ _RUN_POOL: list[_RunPool] = []  # at most one: the last run's
 def _run_pool(request: TrainRequest, options: TaskOptions) -> _RunPool:
     """The pool of ``request``'s run, read now unless a scoring of the same run (the same
     plan object, data path, options and agent) read it already."""
-    assert request.data_path is not None
     checked = request.snapshot.data if request.snapshot is not None else None
     key = (str(request.data_path), options, request.agent)
     kept = _RUN_POOL[0] if _RUN_POOL else None
     if checked is not None and kept and kept.plan and kept.plan() is checked and kept.key == key:
         return kept
     cache = record_cache(request, checked.scan if checked is not None else None)
-    data = read_pool(  # quarantined records kept where the judged run asks (its first read)
-        Path(request.data_path),
-        options,
-        request.quarantine_path,
-        request.memory_limit_bytes,
-        cache,
-        request.agent,
-    )
+    # quarantined records kept where the judged run asks (its first read)
+    data = read_pool(request, options, request.quarantine_path, cache)
     plan = None if checked is None else weakref.ref(checked)
     pool = _RunPool(plan, key, data, judged_ids(data.columns))
     if checked is not None:  # forgotten with the plan: a daemon thread keeps no old pool
@@ -160,12 +119,16 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     # The rows asked for, among the labelled: the model's inputs are built for these alone
     # (or taken from those the run's first scoring built for every record).
     asked = np.asarray(request.scoring_rows(ids), dtype=np.int64)
+    rows = columns.labelled[asked]
     if pool.numeric is None and len(asked) == len(ids):
-        pool.numeric = pool_numeric(columns, columns.labelled)
-    numeric = None if pool.numeric is None else pool.numeric[asked]
+        pool.numeric = numeric_rows(columns, columns.labelled)
     try:
-        state = load_checkpoint(Path(checkpoint))
-        p = success_probability(state, columns, asked, numeric)
+        # P(success) by the checkpoint's served weights (an ensemble's: its members' mean)
+        predictor = WorldModelPredictor.of_state(load_checkpoint(Path(checkpoint)))
+        numeric = numeric_rows(columns, rows) if pool.numeric is None else pool.numeric[asked]
+        x = predictor.encoder.encode_parts(Categorical.of_rows(columns, rows), numeric)
+        with torch.no_grad():
+            p = torch.sigmoid(predictor.model(x).success_logit.float())
     except (KeyError, RuntimeError) as exc:  # not a world model this build can load
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
     losses = record_losses(p, columns.success[asked])

@@ -47,7 +47,6 @@ from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 from genesis_fp16_infrastructure.judging.split import sorted_unique
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
-from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
 from genesis_fp16_infrastructure.recipes.retrain.split import (
     Split,
     choose_split,
@@ -58,6 +57,7 @@ from genesis_fp16_infrastructure.training.run.task import index_to, to_device
 from genesis_fp16_infrastructure.world_model.features import (
     Categorical,
     FeatureEncoder,
+    numeric_rows,
 )
 from genesis_fp16_infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
 from genesis_fp16_infrastructure.world_model.model import (
@@ -195,7 +195,7 @@ class WorldModelTask(WorldModelStep):
         # The unscaled numeric features of every example, computed once from the read's
         # columns (issue 36: no object per record): each part takes its rows, and the drift
         # report and the promotion gate take them after the run (take_numeric_rows).
-        numeric = pool_numeric(columns, columns.labelled)
+        numeric = numeric_rows(columns, columns.labelled)
         self._numeric_rows: torch.Tensor | None = numeric
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             try:

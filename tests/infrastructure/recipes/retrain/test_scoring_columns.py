@@ -36,6 +36,7 @@ from genesis_fp16_infrastructure.world_model.features import (
     Categorical,
     FeatureEncoder,
     numeric_columns,
+    numeric_rows,
 )
 from genesis_fp16_infrastructure.world_model.model import ModelConfig, build_world_model
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
@@ -172,9 +173,11 @@ def test_one_runs_scorings_share_its_pool_and_another_run_reads_it_again(
     record's inputs once: a later scoring of a part, by another model, gives exactly the
     losses a fresh read gives. A scoring of another plan, or of none, reads it again; the
     pool is forgotten with its plan, and only with its own."""
-    reads: list[Path] = []
+    reads: list[object] = []  # the data paths read (a request would keep its plan alive)
     real = scoring.read_pool
-    monkeypatch.setattr(scoring, "read_pool", lambda path, *a: reads.append(path) or real(path, *a))
+    monkeypatch.setattr(
+        scoring, "read_pool", lambda req, *a: reads.append(req.data_path) or real(req, *a)
+    )
     plan = AgentSnapshot(None, data=DataCheck(None))
     request = replace(_request(pools[1]), snapshot=plan)
     whole = scoring.score_records(models["folds"], request)
@@ -206,6 +209,6 @@ def test_the_drift_report_from_columns_is_the_object_reports(
     seen = fingerprint(served.examples)
     report = drift.drift_report(grown.columns, seen, case["seed"])
     assert report is not None and report.to_json() == case["report"]
-    numeric = scoring.pool_numeric(grown.columns, grown.columns.labelled)
+    numeric = numeric_rows(grown.columns, grown.columns.labelled)
     again = drift.drift_report(grown.columns, seen, case["seed"], numeric)
     assert again is not None and again.to_json() == case["report"]

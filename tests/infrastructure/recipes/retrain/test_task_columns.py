@@ -21,6 +21,7 @@ from genesis_fp16_infrastructure.world_model.features import (
     numeric_columns,
     numeric_rows,
 )
+from genesis_fp16_infrastructure.world_model.lineage_columns import columns_index, lineage_rows
 from genesis_fp16_infrastructure.world_model.model import Labels
 
 
@@ -75,7 +76,6 @@ def test_the_task_from_columns_is_the_task_from_objects(
 def test_numbers_from_columns_equal_the_record_at_a_time_numbers(tmp_path: Path) -> None:
     data = _read(tmp_path, generate_pool(1500, seed=4), keep_text=True)
     from_columns = numeric_rows(data.columns, data.columns.labelled)
-    assert from_columns is not None
     by_objects = numeric_columns([e.attempt for e in data.examples], data.pool)
     _same_bits(from_columns, by_objects)
 
@@ -89,7 +89,8 @@ def test_a_pool_whose_parents_loop_is_encoded_from_its_objects(tmp_path: Path) -
     a["parent_trajectories"] = [b["trajectory_id"]]
     b["parent_trajectories"] = [a["trajectory_id"]]
     data = _read(tmp_path, pool)
-    assert numeric_rows(data.columns, data.columns.labelled) is None
+    index = columns_index(data.columns)
+    assert index is None or lineage_rows(index, data.columns.labelled) is None
     task = WorldModelTask(data, TaskOptions.from_mapping({"cross_validation": False}), seed=1)
     numeric = task.take_numeric_rows()
     assert numeric is not None
