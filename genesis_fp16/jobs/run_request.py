@@ -43,6 +43,7 @@ from genesis_fp16.config.settings import (
 )
 from genesis_fp16.jobs import guard_state
 from genesis_fp16.plugin_api import (
+    AgentOption,
     AgentPlugin,
     PrecisionRequest,
     TrainRequest,
@@ -51,7 +52,6 @@ from genesis_fp16.plugin_api import (
 )
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
-    AgentOption,
     AgentSnapshot,
     AgentState,
     Capabilities,
