@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,7 @@ def _refused(args: argparse.Namespace, exc: SettingsError) -> int:
 
 def _json_answer(settings: Settings, sources: SettingsSources) -> dict[str, Any]:
     resolved = settings.model_dump(mode="json")  # secrets (SecretStr): **********
-    values = resolved_values(settings, sources, dict(resolved))
+    values = resolved_values(settings, sources, resolved)
     return {
         "env_file": str(sources.env_file),
         "env_file_read": sources.env_file_read,
@@ -116,12 +117,15 @@ def _print_values(settings: Settings, sources: SettingsSources) -> None:
 
 
 def resolved_values(
-    settings: Settings, sources: SettingsSources, resolved: dict[str, Any]
+    settings: Settings, sources: SettingsSources, resolved: Mapping[str, Any]
 ) -> dict[str, tuple[str, str]]:
-    """``{variable: (value as text, source)}`` of ``resolved`` (``settings`` dumped)."""
+    """``{variable: (value as text, source)}`` of ``resolved`` (``settings`` dumped, read
+    and left as it is)."""
     out: dict[str, tuple[str, str]] = {}
-    agents = resolved.pop("agents")
+    agents = resolved["agents"]
     for name, value in resolved.items():
+        if name == "agents":
+            continue  # each agent's own variables, below
         variable = _env_name((name,))
         out[variable] = (_text(value), sources.source(variable))
     for agent, spec in sorted(settings.agents.items()):
