@@ -5,7 +5,8 @@
 # cut short still brings back what ran). Two parts, a call each (a call runs 600 s at most):
 #   bash benchmarks/gpu_session.sh [checks]   the run worker forking CUDA children, `make
 #       gpu-check`'s tests, both agents' training and the flight recorder, then the daemon on
-#       the GPU and on the host's CPU (benchmarks/gpu_product_path.sh)
+#       the GPU and on the host's CPU (benchmarks/gpu_product_path.sh; PRODUCT_CPU=0 skips
+#       the CPU's)
 #   bash benchmarks/gpu_session.sh speed      benchmarks/gpu_vs_cpu.py at 100,000 records, then
 #       one 1,600-step CUDA run on that pool under cProfile: where the host's time goes
 #       around each captured replay (its top functions in r/cuda-100k-top.txt)
@@ -46,7 +47,7 @@ worker
 step gpu-check "${GPU_CHECK_LIMIT:-320}" python3 tests/gpu_check.py --out "$out/r" \
   --only tests,training,flight --budget "${GPU_CHECK_BUDGET:-300}"
 step product-cuda 100 bash benchmarks/gpu_product_path.sh "$out/r/product-cuda"
-step product-cpu 100 env DEVICE=cpu bash benchmarks/gpu_product_path.sh "$out/r/product-cpu"
+[ "${PRODUCT_CPU:-1}" = 1 ] && step product-cpu 100 env DEVICE=cpu bash benchmarks/gpu_product_path.sh "$out/r/product-cpu"
 echo "== the checks"; grep -h -E "^(PASS|FAIL|NOT RUN)|^gpu-check" "$out/r/gpu-check.log" | cut -c1-400
 echo "== run-worker-cuda"; tail -6 "$out/r/run-worker-cuda.log" | cut -c1-600
 for d in product-cuda product-cpu; do echo "== $d"; cat "$out/r/$d/serve-exit.txt" 2>/dev/null; done
