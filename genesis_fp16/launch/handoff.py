@@ -73,10 +73,13 @@ def read_run_file(path: Path) -> tuple[TrainRequest, str]:
 
 
 def child_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment of a run's child: ``environ`` without the daemon's settings, with
+    """The environment of a run's child: ``environ`` without the daemon's settings (the
+    run file carries what the child needs) or a Kubeflow pod's ``PET_*`` layout (which
+    would become torchrun's flags: the daemon's ranks stay on this host), with
     ``PYTHONSAFEPATH=1``, and without empty ``PYTHONPATH`` entries (an empty entry means
     the working directory: ``PYTHONPATH=/opt/plugins:`` is a classic way to get one)."""
-    env = {k: v for k, v in environ.items() if not k.upper().startswith(_SETTING_PREFIXES)}
+    names = (k for k in environ if not k.upper().startswith(_SETTING_PREFIXES))
+    env = {k: environ[k] for k in names if not k.startswith("PET_")}
     env["PYTHONSAFEPATH"] = "1"
     if "PYTHONPATH" in env:
         kept = [entry for entry in env["PYTHONPATH"].split(os.pathsep) if entry]

@@ -30,7 +30,7 @@ import ssl
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -102,19 +102,22 @@ class PetLayout:
 
     def torchrun_command(self, argv: list[str], python: str) -> list[str]:
         """``python -m torch.distributed.run`` with this layout, running ``genesis_fp16 argv``."""
-        return [
-            python,
-            "-m",
-            "torch.distributed.run",
+        layout = [
             f"--nnodes={self.nnodes}",
             f"--nproc-per-node={self.nproc_per_node}",
             f"--node-rank={self.node_rank}",
             f"--master-addr={self.master_addr}",
             f"--master-port={self.master_port}",
-            "-m",
-            "genesis_fp16",
-            *argv,
         ]
+        return torchrun(python, layout, argv)
+
+
+def torchrun(
+    python: str, flags: list[str], argv: list[str], options: Sequence[str] = ()
+) -> list[str]:
+    """``python OPTIONS -m torch.distributed.run FLAGS -m genesis_fp16 ARGV``: every torchrun
+    command line, a PET_* pod's hand-off and the daemon's ranks on one host alike."""
+    return [python, *options, "-m", "torch.distributed.run", *flags, "-m", "genesis_fp16", *argv]
 
 
 def _integer(environ: Mapping[str, str], name: str, low: int, high: int | None = None) -> int:
@@ -136,11 +139,6 @@ def _nproc(value: str) -> str:
         f"PET_NPROC_PER_NODE={value!r}: must be a positive integer or one of "
         f"{', '.join(_NPROC_WORDS)}"
     )
-
-
-def without_pet(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` less the PET_* layout: for a torchrun that must stay on this host."""
-    return {k: v for k, v in environ.items() if not k.startswith("PET_")}
 
 
 def hand_off_to_torchrun(

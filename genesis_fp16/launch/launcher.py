@@ -46,7 +46,7 @@ from typing import IO, Any
 from genesis_fp16.config.settings import ENV_PREFIX
 from genesis_fp16.config.state_files import report_relayed
 from genesis_fp16.launch.handoff import SAFE_PYTHON, child_env, write_run_file
-from genesis_fp16.launch.kubeflow import without_pet
+from genesis_fp16.launch.kubeflow import torchrun
 from genesis_fp16.launch.run_worker import ForkedChild, RunWorker, WorkerUnavailable
 from genesis_fp16.launch.stderr_relay import relay_stderr
 from genesis_fp16.plugin_api import TrainRequest, TrainRequestError, TrainResult
@@ -130,17 +130,11 @@ def child_command(request: TrainRequest, nproc: int = 1, python: str = sys.execu
     or torchrun with ``nproc`` local processes ("cuda" becomes cuda:<LOCAL_RANK> in each rank)."""
     if nproc < 1:
         raise ValueError(f"nproc={nproc!r}: must be at least 1")
-    command = [python, *SAFE_PYTHON, "-m"]
+    argv = ["train", request.agent, "--request", str(request_file(request)), "--json"]
+    argv.append("--json-progress")
     if nproc > 1:
-        command += ["torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), "-m"]
-    command += ["genesis_fp16", "train", request.agent]
-    return [*command, "--request", str(request_file(request)), "--json", "--json-progress"]
-
-
-@dataclass
-class _Output:
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None  # {"error": line, "kind": ...} from the child
+        return torchrun(python, ["--standalone", "--nproc-per-node", str(nproc)], argv, SAFE_PYTHON)
+    return [python, *SAFE_PYTHON, "-m", "genesis_fp16", *argv]
 
 
 def train_in_child(
@@ -172,32 +166,12 @@ def train_in_child(
     write_run_file(handed, request, log_level)
     try:
         command = child_command(request, nproc)
-        # Standalone on this host: a Kubeflow pod's PET_* layout would become torchrun's
-        # flags. None of the daemon's settings: the run file carries what the child needs.
-        environ = child_env(without_pet(env if env is not None else os.environ))
+        environ = child_env(env if env is not None else os.environ)
         what = "the torchrun job" if nproc > 1 else "the run's process"
-        forked = _fork(worker, command, environ) if worker is not None and nproc == 1 else None
-        child: subprocess.Popen[str] | ForkedChild
-        if forked is None:
-            started = f"torchrun with {nproc} process(es)" if nproc > 1 else "the run's process"
-            log.info("launching %s: %s", started, " ".join(command))
-            child = _start(command, environ)
-        else:
-            log.info("the run worker forked the run's process %d: %s", forked.pid, command[4:])
-            child = forked
+        child = _start(command, environ, worker if nproc == 1 else None, nproc)
         return _launch(request, child, timeout, kill_after, memory_limit, what, processes)
     finally:
         handed.unlink(missing_ok=True)
-
-
-def _fork(worker: RunWorker, command: list[str], environ: dict[str, str]) -> ForkedChild | None:
-    """The run's process forked by ``worker`` (``command`` minus ``python -P -m``), or None,
-    with the reason logged, where it cannot: the run then starts by exec."""
-    try:
-        return worker.start(command[len(SAFE_PYTHON) + 3 :], environ)
-    except WorkerUnavailable as exc:
-        log.warning("starting the run's process by exec, not from the run worker: %s", exc)
-        return None
 
 
 def _launch(
@@ -210,12 +184,12 @@ def _launch(
     processes: RunProcesses | None,
 ) -> TrainResult:
     assert child.stdout is not None and child.stderr is not None
-    output = _Output()
+    ended = _Ended()
     # Both threads run in a copy of the job's context: the progress records the reader
     # logs and the lines the relay re-emits carry the job's agent and run_id.
     reader = threading.Thread(
         target=contextvars.copy_context().run,
-        args=(_read_stdout, child.stdout, output, request.on_log, request.on_diagnostics),
+        args=(_read_stdout, child.stdout, ended, request.on_log, request.on_diagnostics),
         daemon=True,
     )
     # Drained until EOF whatever happens here, or a chatty rank blocks on a full pipe;
@@ -229,7 +203,7 @@ def _launch(
         log.error("%s started after the daemon ended its runs: killing it", what)
         _kill_tree(child.pid)
     try:
-        ended = _supervise(child, request.should_stop, timeout, kill_after, memory_limit, what)
+        _supervise(child, ended, request.should_stop, timeout, kill_after, memory_limit, what)
     finally:
         if processes is not None:
             processes.discard(child)
@@ -240,22 +214,36 @@ def _launch(
     code = child.returncode
     if ended.killed is not None:
         raise LaunchError(f"the run was killed: {ended.killed}", ended.kill_reason)
-    if output.error is not None:  # the child said why, in one line
-        raise LaunchError(str(output.error.get("error")), str(output.error.get("kind", "error")))
-    if output.result is None and ended.stopped_by is not None:
+    if ended.error is not None:  # the child said why, in one line
+        raise LaunchError(str(ended.error.get("error")), str(ended.error.get("kind", "error")))
+    if ended.result is None and ended.stopped_by is not None:
         why = f"{what} ended (exit code {code}) on {ended.stopped_by} before a result"
         if ended.timed_out:  # past its timeout with no step to show: abandoned, as a hang is
             raise LaunchError(why, "hung")
         raise RunStopped(why)
-    if output.result is None:
+    if ended.result is None:
         raise LaunchError(f"{what} exited with code {code} without a result")
     if code != 0 and ended.stopped_by is None and getattr(child, "exit_known", True):
         raise LaunchError(f"{what} exited with code {code}")
     log.info("%s ended (exit code %d, stopped by %s)", what, code, ended.stopped_by or "nothing")
-    return TrainResult.from_json(output.result)
+    return TrainResult.from_json(ended.result)
 
 
-def _start(command: list[str], environ: Mapping[str, str]) -> subprocess.Popen[str]:
+def _start(
+    command: list[str], environ: dict[str, str], worker: RunWorker | None, nproc: int
+) -> subprocess.Popen[str] | ForkedChild:
+    """The run's process, forked by ``worker`` (``command`` minus ``python -P -m``) where
+    there is one and it can (the reason logged where it cannot), else started by exec."""
+    if worker is not None:
+        try:
+            forked = worker.start(command[len(SAFE_PYTHON) + 3 :], environ)
+        except WorkerUnavailable as exc:
+            log.warning("starting the run's process by exec, not from the run worker: %s", exc)
+        else:
+            log.info("the run worker forked the run's process %d: %s", forked.pid, command[4:])
+            return forked
+    started = f"torchrun with {nproc} process(es)" if nproc > 1 else "the run's process"
+    log.info("launching %s: %s", started, " ".join(command))
     return subprocess.Popen(
         command,
         # Never written to: EOF there tells the child (and torchrun's ranks, which inherit
@@ -303,6 +291,11 @@ class RunProcesses:
 
 @dataclass
 class _Ended:
+    """How a run's process ended: what it printed (the reader's) and what was sent to it
+    (the supervision's)."""
+
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None  # {"error": line, "kind": ...} from the child
     stopped_by: str | None = None  # why SIGTERM was sent, if it was
     killed: str | None = None  # why SIGKILL was sent, if it was
     kill_reason: str = "hung"  # its failure reason: hung or memory
@@ -311,16 +304,17 @@ class _Ended:
 
 def _supervise(
     child: subprocess.Popen[str] | ForkedChild,
+    ended: _Ended,
     should_stop: Callable[[], bool],
     timeout: float | None,
     kill_after: float,
     memory_limit: int | None,
     what: str,
-) -> _Ended:
+) -> None:
     """Wait for ``child``; SIGTERM it on a stop request or the timeout, SIGKILL it when it
-    has not ended ``kill_after`` seconds later or grows past ``memory_limit`` bytes."""
+    has not ended ``kill_after`` seconds later or grows past ``memory_limit`` bytes (said
+    in ``ended``)."""
     deadline = time.monotonic() + timeout if timeout is not None else math.inf
-    ended = _Ended()
     sent_at = math.inf
     while child.poll() is None:
         now = time.monotonic()
@@ -344,7 +338,6 @@ def _supervise(
             _kill_tree(child.pid)
             sent_at = math.inf
         time.sleep(_POLL_SECONDS)
-    return ended
 
 
 def resident_bytes(pid: int) -> int | None:
@@ -385,7 +378,7 @@ def _kill_tree(pid: int) -> None:
 
 def _read_stdout(
     stream: IO[str],
-    output: _Output,
+    output: _Ended,
     on_log: Callable[[TrainingSummary], None] | None,
     on_diagnostics: Callable[[Mapping[str, float]], object] | None = None,
 ) -> None:

@@ -144,12 +144,7 @@ class RunWorker:
         """End the worker (its running children go on: they watch the daemon's pipe): it
         exits at the end of its control socket, killed if it has not ``wait`` s later."""
         with self._lock:
-            if self._control is not None and self._process is not None:
-                self._control.close()
-                self._control = None
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self._process.wait(timeout=wait)
-            self._stop()
+            self._stop(wait)
 
     def _drop(self, failed: OSError) -> None:
         """A fork request failed: wait for the worker's end (a kill the last run start did
@@ -250,10 +245,13 @@ class RunWorker:
         ]
         return ForkedChild(int(message["pid"]), fds[0], status, pipes)
 
-    def _stop(self) -> None:
+    def _stop(self, wait: float = 0.0) -> None:  # see close()
         if self._control is not None:
             self._control.close()
             self._control = None
+            if self._process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._process.wait(timeout=wait)
         if self._process is not None:
             if self._process.poll() is None:
                 self._process.kill()

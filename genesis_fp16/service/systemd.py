@@ -4,9 +4,8 @@ systemd passes ``NOTIFY_SOCKET`` (a path, or ``@name`` for the abstract namespac
 ``Type=notify`` service and ``WATCHDOG_USEC`` when ``WatchdogSec=`` is set. Without
 ``NOTIFY_SOCKET`` every call is a no-op.
 
->>> notifier = Notifier.from_environment({})
->>> notifier.enabled, notifier.notify("READY=1")
-(False, False)
+>>> Notifier.from_environment({}).notify("READY=1")
+False
 """
 
 from __future__ import annotations
@@ -37,10 +36,6 @@ class Notifier:
         if usec and usec.isdigit() and int(usec) > 0 and (not pid or pid == str(os.getpid())):
             watchdog = int(usec) / 1_000_000
         return cls(address, watchdog)
-
-    @property
-    def enabled(self) -> bool:
-        return self.address is not None
 
     def notify(self, message: str) -> bool:
         """Send one notification (``READY=1``, ``WATCHDOG=1``...); True when sent."""

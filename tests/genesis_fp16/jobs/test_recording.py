@@ -134,12 +134,12 @@ def test_a_childs_result_line_is_the_result_and_a_diagnostics_line_is_live() -> 
     import io
     import json
 
-    from genesis_fp16.launch.launcher import _Output, _read_stdout
+    from genesis_fp16.launch.launcher import _Ended, _read_stdout
 
     live: list[dict[str, float]] = []
     result = train_result(agent=AGENT, diagnostics=None).to_json()
     lines = [json.dumps({"diagnostics": {"mismatch_k3": 1e-7}}), json.dumps(result)]
-    output = _Output()
+    output = _Ended()
     _read_stdout(io.StringIO("\n".join(lines) + "\n"), output, None, lambda d: live.append(dict(d)))
     assert output.result == result and live == [{"mismatch_k3": 1e-7}]
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from genesis_fp16.launch import kubeflow
+from genesis_fp16.launch.handoff import child_env
 from genesis_fp16.launch.kubeflow import (
     PetLayout,
     PetLayoutError,
@@ -120,7 +121,7 @@ def test_auto_processes_per_node_is_passed_through() -> None:
 
 def test_launcher_child_never_sees_the_pet_layout() -> None:
     """The daemon's standalone torchrun drops PET_* (they would become multi-node flags)."""
-    assert kubeflow.without_pet({**PET, "PATH": "/bin"}) == {"PATH": "/bin"}
+    assert child_env({**PET, "PATH": "/bin"}) == {"PATH": "/bin", "PYTHONSAFEPATH": "1"}
 
 
 def _validated(body: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,12 +76,13 @@ def test_a_worker_started_without_thread_limits_serves(tmp_path: Path) -> None:
 def test_a_worker_that_cannot_start_sends_the_run_to_exec_with_the_reason(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A worker whose interpreter exits at once (`false`): the fork gives None, the
-    warning names why, and the next run is not tried on it again."""
+    """A worker whose interpreter exits at once (`false`): the run's process is started by
+    exec, the warning names why, and the next run is not tried on it again."""
     broken = RunWorker(python="/bin/false")
-    command = [sys.executable, "-P", "-m", "genesis_fp16", "train", "x", "--json"]
+    command = [sys.executable, "-P", "-c", "pass"]  # what the exec runs: nothing
     with caplog.at_level(logging.WARNING, logger="genesis_fp16.launcher"):
-        assert launcher._fork(broken, command, dict(os.environ)) is None
+        child = launcher._start(command, dict(os.environ), broken, 1)
+    assert isinstance(child, subprocess.Popen) and child.communicate(timeout=60)[0] == ""
     assert "by exec, not from the run worker" in caplog.text
     assert "exited before it was ready" in caplog.text
     with pytest.raises(WorkerUnavailable, match="could not start"):
@@ -164,15 +166,16 @@ def test_a_worker_whose_probe_fails_or_hangs_sends_the_run_to_exec_with_the_reas
     tmp_path: Path, caplog: pytest.LogCaptureFixture, seconds: int, body: str, reason: str
 ) -> None:
     """A real worker process whose forked probe exits 1, or hangs past its time and is
-    killed (faked in a wrapper script): the daemon's fork gives None and its warning says
-    the run starts by exec because a forked child could not use CUDA, and why."""
+    killed (faked in a wrapper script): the daemon starts the run's process by exec and its
+    warning says so because a forked child could not use CUDA, and why."""
     python = tmp_path / "python"
     python.write_text(f"#!{sys.executable}\n" + FAILING_PROBE.format(seconds=seconds, body=body))
     python.chmod(0o755)
     worker = RunWorker(python=str(python))
-    command = [sys.executable, "-P", "-m", "genesis_fp16", "train", "x", "--json"]
+    command = [sys.executable, "-P", "-c", "pass"]  # what the exec runs: nothing
     with caplog.at_level(logging.WARNING, logger="genesis_fp16.launcher"):
-        assert launcher._fork(worker, command, dict(os.environ)) is None
+        child = launcher._start(command, dict(os.environ), worker, 1)
+    assert isinstance(child, subprocess.Popen) and child.communicate(timeout=60)[0] == ""
     assert "by exec, not from the run worker" in caplog.text
     assert f"a forked child could not use CUDA: {reason}" in caplog.text
     worker.close()
