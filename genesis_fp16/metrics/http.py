@@ -19,8 +19,9 @@ what a client may cost is bounded by :class:`ServerLimits`:
   client is closed (the handshake runs on the loop, off the accept path);
 - at most ``max_connections`` open connections: one over the limit closes the
   connection that has been idle the longest, so idle sockets can never lock a scraper out;
-- ``/metrics`` rendered on a worker thread, and scrapers that arrive while a render is
-  under way share the next one, so 200 concurrent scrapers cost a few renders, not 200;
+- ``/metrics`` rendered (and the checks run) on a worker thread, and requests that arrive
+  while one is under way share the next one, so 200 concurrent scrapers cost a few
+  renders, not 200;
 - the status page built on a thread of its own, only when asked, one build at a time
   shared by whoever asks meanwhile: a crowd on ``/`` (or a state file that is slow to
   read) never holds up ``/metrics`` or the health checks.
@@ -338,10 +339,8 @@ class StatusServer:
         if path == "/metrics":
             render = self._build(path, self._pool, lambda: generate_latest(self._registry))
             return _answer_from(render, lambda body: (200, body, CONTENT_TYPE_LATEST))
-        if path in self._checks:
-            # On the pool: a check that waits on a lock must not stall every client.
-            assert self._loop is not None
-            check = self._loop.run_in_executor(self._pool, self._checks[path])
+        if path in self._checks:  # on the pool: a check that waits on a lock stalls no client
+            check = self._build(path, self._pool, self._checks[path])
             return _answer_from(
                 check,
                 lambda result: (200 if result[0] else 503, (result[1] + "\n").encode(), _TEXT),
