@@ -268,13 +268,7 @@ class DaemonMetrics:
     def add_agent(self, agent: str, last_success: float = 0.0) -> None:
         """Create the agent's series at zero so that rates work from the first run;
         ``last_success`` is the time read back from the state folder (0: never)."""
-        for counter in (
-            self.optimizer_steps,
-            self.skipped_steps,
-            self.nonfinite_loss,
-            self.samples,
-            self.runs_started,
-        ):
+        for counter in (*(getattr(self, name) for name in _CUMULATIVE.values()), self.runs_started):
             counter.labels(agent=agent)
         for outcome in RUN_OUTCOMES:
             self.training_runs.labels(agent=agent, outcome=outcome)

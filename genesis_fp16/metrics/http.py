@@ -19,8 +19,9 @@ what a client may cost is bounded by :class:`ServerLimits`:
   client is closed (the handshake runs on the loop, off the accept path);
 - at most ``max_connections`` open connections: one over the limit closes the
   connection that has been idle the longest, so idle sockets can never lock a scraper out;
-- ``/metrics`` rendered on a worker thread, and scrapers that arrive while a render is
-  under way share the next one, so 200 concurrent scrapers cost a few renders, not 200;
+- ``/metrics`` rendered (and the checks run) on a worker thread, and requests that arrive
+  while one is under way share the next one, so 200 concurrent scrapers cost a few
+  renders, not 200;
 - the status page built on a thread of its own, only when asked, one build at a time
   shared by whoever asks meanwhile: a crowd on ``/`` (or a state file that is slow to
   read) never holds up ``/metrics`` or the health checks.
@@ -40,11 +41,11 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -268,9 +269,9 @@ class StatusServer:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="http-render")
         self._documents = dict(documents or {})
         self._page_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="http-page")
-        self._building: dict[str, asyncio.Future[tuple[bytes, str]]] = {}  # each page's last
-        self._render: asyncio.Task[bytes] | None = None  # the newest render, begun or not
-        self._next_render: asyncio.Task[bytes] | None = None  # one that has not begun
+        # Per path: its newest build, begun or not, and the one that has not begun
+        self._builds: dict[str, asyncio.Task[Any]] = {}
+        self._next_builds: dict[str, asyncio.Task[Any]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._started = threading.Event()
@@ -334,49 +335,44 @@ class StatusServer:
         self._connections[connection] = None
 
     def _route(self, path: str) -> Answer | asyncio.Future[Answer]:
-        """The answer now, or a future of it (a render or a check on the worker pool)."""
+        """The answer now, or a future of it (a build or a check on a worker pool)."""
         if path == "/metrics":
-            return _answer_from(self._metrics(), lambda body: (200, body, CONTENT_TYPE_LATEST))
-        if path in self._checks:
-            # On the pool: a check that waits on a lock must not stall every client.
-            assert self._loop is not None
-            check = self._loop.run_in_executor(self._pool, self._checks[path])
+            render = self._build(path, self._pool, lambda: generate_latest(self._registry))
+            return _answer_from(render, lambda body: (200, body, CONTENT_TYPE_LATEST))
+        if path in self._checks:  # on the pool: a check that waits on a lock stalls no client
+            check = self._build(path, self._pool, self._checks[path])
             return _answer_from(
                 check,
                 lambda result: (200 if result[0] else 503, (result[1] + "\n").encode(), _TEXT),
             )
         if path in self._documents:
-            return _answer_from(self._document(path), lambda page: (200, page[0], page[1]))
+            page = self._build(path, self._page_pool, self._documents[path])
+            return _answer_from(page, lambda page: (200, page[0], page[1]))
         return 404, b"not found: try /, /metrics, /livez, /healthz or /readyz\n", _TEXT
 
-    def _document(self, path: str) -> asyncio.Future[tuple[bytes, str]]:
-        """The page at ``path``: the build under way, shared, or a new one on the page thread."""
-        building = self._building.get(path)
-        if building is None or building.done():
-            assert self._loop is not None
-            building = self._loop.run_in_executor(self._page_pool, self._documents[path])
-            self._building[path] = building
-        return building
+    def _build(self, path: str, pool: Executor, build: Callable[[], T]) -> asyncio.Task[T]:
+        """A build of ``path``'s answer on ``pool`` that begins after this request arrived.
 
-    def _metrics(self) -> asyncio.Future[bytes]:
-        """A render of the registry that begins after this request arrived.
-
-        A render under way began before it, so the request waits for the next one, which
-        every request arriving meanwhile shares: a crowd of scrapers costs two renders.
+        A build under way began before it, so the request waits for the next one, which
+        every request arriving meanwhile shares: a crowd of scrapers costs two renders,
+        a crowd on the page two builds, one at a time.
         """
-        if self._next_render is None:
+        if path not in self._next_builds:
             assert self._loop is not None
-            self._next_render = self._loop.create_task(self._render_after(self._render))
-            self._render = self._next_render
-        return self._next_render
+            after = self._builds.get(path)
+            self._next_builds[path] = self._loop.create_task(self._after(after, path, pool, build))
+            self._builds[path] = self._next_builds[path]
+        return self._next_builds[path]
 
-    async def _render_after(self, previous: asyncio.Task[bytes] | None) -> bytes:
-        """Render once ``previous`` has ended (its outcome is its own requests')."""
+    async def _after(
+        self, previous: asyncio.Task[Any] | None, path: str, pool: Executor, build: Callable[[], T]
+    ) -> T:
+        """Build once ``previous`` has ended (its outcome is its own requests')."""
         if previous is not None:
             await asyncio.wait([previous])
-        self._next_render = None  # begun: a request from now on waits for the next one
+        del self._next_builds[path]  # begun: a request from now on waits for the next one
         assert self._loop is not None
-        return await self._loop.run_in_executor(self._pool, generate_latest, self._registry)
+        return await self._loop.run_in_executor(pool, build)
 
 
 def _alive() -> tuple[bool, str]:
