@@ -63,21 +63,9 @@ SPLIT_FOLDER = "split"  # final_fit=whole: the split run's checkpoints, under th
 
 def train(request: TrainRequest) -> TrainResult:
     """Read the data and train a candidate in ``request.checkpoint_dir`` (the judged run's
-    candidate folder: module docstring).
-
-    The folder is claimed for the whole run (rank 0 under torchrun): another process
-    that writes it is refused at once (CheckpointFolderBusy, naming it)."""
-    owner = CheckpointManager(request.checkpoint_dir) if rank_and_world()[0] == 0 else None
-    if owner is not None:
-        owner.claim(f"{request.agent} train (agent folder {request.checkpoint_dir})")
-    try:
-        return _train(request)
-    finally:
-        if owner is not None:
-            owner.release()
-
-
-def _train(request: TrainRequest) -> TrainResult:
+    candidate folder: module docstring). The judged run that made the candidate holds
+    the agent's folder for the whole run (rank 0 under torchrun; ``judging.run``), and
+    ``fit()`` the folder it writes: no other process writes the candidate meanwhile."""
     if request.data_path is None:  # a request this recipe cannot run: refused in one line
         raise TrainRequestError(
             f"{request.agent} needs a data path: generate one with generate_sample_data"
