@@ -43,12 +43,8 @@ import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.candidates import utc_now
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
-from genesis_fp16_infrastructure.agent_folder.pointer import (
-    ServedPointer,
-    pointer_lock,
-    read_pointer,
-)
-from genesis_fp16_infrastructure.agent_folder.transitions import rollback, update_pointer
+from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock, read_pointer
+from genesis_fp16_infrastructure.agent_folder.transitions import commit, rollback
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
     judging_margin,
@@ -194,14 +190,10 @@ def decide(folder: Path, agent: str, watched: str, figures: dict[str, Any]) -> d
                 said = (agent, watched, now.id, verdict["detail"])
                 logger.warning("%s: served model %s rolled back to %s: %s", *said)
                 return {**report, "rolled_back": True, "now_served": now.id}
-
-        def add(pointer: ServedPointer | None) -> ServedPointer | None:
-            if pointer is None:
-                return None
-            # replace(): the pointer's journal and sequence go with it, untouched
-            return replace(pointer, served=msgspec.structs.replace(pointer.served, live=figures))
-
-        update_pointer(folder, add)
+        # The pointer read above, under this lock: written back with the figures, its
+        # journal and sequence as they are
+        served = msgspec.structs.replace(current.served, live=figures)
+        commit(folder, replace(current, served=served))
     if figures["regression"]:
         logger.warning("%s: live regression of %s held: %s", agent, watched, report["held"])
     return report
