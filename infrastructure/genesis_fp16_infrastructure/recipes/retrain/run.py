@@ -77,6 +77,7 @@ def train(request: TrainRequest) -> TrainResult:
     clock = PhaseClock()  # issue 36: where the run's time goes (the result's phases)
     manifest = _scan(request)
     candidate = Path(request.checkpoint_dir)
+    candidate.mkdir(parents=True, exist_ok=True)  # a caller's own folder may not exist yet
     with clock.phase("check"):
         served, saved, loaded = _served_copy(candidate, request)
     with clock.phase("read"), paused_gc():  # objects without cycles (machine_memory.paused_gc)
