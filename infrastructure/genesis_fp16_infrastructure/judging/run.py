@@ -221,7 +221,7 @@ def _judged_run(
     started = time.monotonic()
     sweep_copies(Path(request.checkpoint_dir))  # a killed run's copies, before any scoring
     served = Served(judged, request)
-    live = None if served.pointer is None else watch(judged, request, served)
+    live = None if served.pointer is None else watch(request, served)
     if live is not None and live.rolled_back:
         served = Served(judged, request, again=True)  # the predecessor, served again
     digest = _data_digest(request.data_path)  # the data's files: a kept verdict's, the meta's

@@ -45,10 +45,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import utc_now
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock, read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import commit, rollback
-from genesis_fp16_infrastructure.contract.judging import (
-    JudgedPlugin,
-    judging_margin,
-)
+from genesis_fp16_infrastructure.contract.judging import judging_margin
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -63,7 +60,7 @@ ALPHA = 0.05  # a false rollback's probability over one model's whole watch, at 
 LIVE_REGRESSION = "live_regression"
 
 
-def watch(plugin: JudgedPlugin, request: TrainRequest, served: Served) -> LiveReport | None:
+def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     """Score the new records (module docstring), update the figures, roll back on a
     regression. ``served``: the served model as the run read it (a pointer's: its losses
     on the current records, the ids it knew); the predecessor is scored on the new
@@ -71,7 +68,8 @@ def watch(plugin: JudgedPlugin, request: TrainRequest, served: Served) -> LiveRe
     (the run's ``live``), or None when there is nothing to watch: no predecessor, a model
     whose known records are not kept, no new record, or a predecessor that cannot be
     scored."""
-    folder, name = Path(request.checkpoint_dir), plugin_name(plugin)
+    plugin, folder = served.plugin, Path(request.checkpoint_dir)
+    name = plugin_name(plugin)
     pointer, served_now, served_known = served.pointer, served.losses, served.known
     assert pointer is not None and served_now is not None  # a pointer's model is scored
     if not pointer.history:
