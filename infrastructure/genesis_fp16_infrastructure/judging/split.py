@@ -52,6 +52,16 @@ def sorted_unique(hashes: np.ndarray) -> np.ndarray:
     return ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
 
 
+def splitmix64(hashes: np.ndarray, key: np.uint64) -> np.ndarray:
+    """Each 64-bit id hash xor ``key`` through splitmix64's finalizer (module docstring):
+    the held-out split's draw, and the retrain recipe's parts and folds (its version 2)."""
+    z = np.ascontiguousarray(hashes).view(np.uint64) ^ key
+    with np.errstate(over="ignore"):  # the finalizer multiplies modulo 2**64
+        z = (z ^ (z >> _MIX[0])) * _MIX[1]
+        z = (z ^ (z >> _MIX[2])) * _MIX[3]
+    return z ^ (z >> np.uint64(31))
+
+
 @dataclass(frozen=True)
 class HeldOutSplit:
     """Which records are held out: ``fraction`` of them, by their ids (module docstring).
@@ -76,12 +86,8 @@ class HeldOutSplit:
         key = np.frombuffer(
             hashlib.blake2b(self.salt.encode(), digest_size=8).digest(), dtype=np.uint64
         )[0]
-        z = values.view(np.uint64) ^ key
-        with np.errstate(over="ignore"):  # the finalizer multiplies modulo 2**64
-            z = (z ^ (z >> _MIX[0])) * _MIX[1]
-            z = (z ^ (z >> _MIX[2])) * _MIX[3]
-            z = z ^ (z >> np.uint64(31))
-        return np.asarray((z >> np.uint64(11)).astype(np.float64) * 2.0**-53 < self.fraction)
+        z = splitmix64(values, key) >> np.uint64(11)
+        return np.asarray(z.astype(np.float64) * 2.0**-53 < self.fraction)
 
     def of_ids(self, ids: Iterable[str]) -> np.ndarray:
         """Per record, whether it is held out, from its string id."""

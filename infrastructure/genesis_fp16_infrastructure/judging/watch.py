@@ -43,16 +43,9 @@ import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.candidates import utc_now
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
-from genesis_fp16_infrastructure.agent_folder.pointer import (
-    ServedPointer,
-    pointer_lock,
-    read_pointer,
-)
-from genesis_fp16_infrastructure.agent_folder.transitions import rollback, update_pointer
-from genesis_fp16_infrastructure.contract.judging import (
-    JudgedPlugin,
-    judging_margin,
-)
+from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock, read_pointer
+from genesis_fp16_infrastructure.agent_folder.transitions import commit, rollback
+from genesis_fp16_infrastructure.contract.judging import judging_margin
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -67,7 +60,7 @@ ALPHA = 0.05  # a false rollback's probability over one model's whole watch, at 
 LIVE_REGRESSION = "live_regression"
 
 
-def watch(plugin: JudgedPlugin, request: TrainRequest, served: Served) -> LiveReport | None:
+def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     """Score the new records (module docstring), update the figures, roll back on a
     regression. ``served``: the served model as the run read it (a pointer's: its losses
     on the current records, the ids it knew); the predecessor is scored on the new
@@ -75,7 +68,8 @@ def watch(plugin: JudgedPlugin, request: TrainRequest, served: Served) -> LiveRe
     (the run's ``live``), or None when there is nothing to watch: no predecessor, a model
     whose known records are not kept, no new record, or a predecessor that cannot be
     scored."""
-    folder, name = Path(request.checkpoint_dir), plugin_name(plugin)
+    plugin, folder = served.plugin, Path(request.checkpoint_dir)
+    name = plugin_name(plugin)
     pointer, served_now, served_known = served.pointer, served.losses, served.known
     assert pointer is not None and served_now is not None  # a pointer's model is scored
     if not pointer.history:
@@ -194,14 +188,10 @@ def decide(folder: Path, agent: str, watched: str, figures: dict[str, Any]) -> d
                 said = (agent, watched, now.id, verdict["detail"])
                 logger.warning("%s: served model %s rolled back to %s: %s", *said)
                 return {**report, "rolled_back": True, "now_served": now.id}
-
-        def add(pointer: ServedPointer | None) -> ServedPointer | None:
-            if pointer is None:
-                return None
-            # replace(): the pointer's journal and sequence go with it, untouched
-            return replace(pointer, served=msgspec.structs.replace(pointer.served, live=figures))
-
-        update_pointer(folder, add)
+        # The pointer read above, under this lock: written back with the figures, its
+        # journal and sequence as they are
+        served = msgspec.structs.replace(current.served, live=figures)
+        commit(folder, replace(current, served=served))
     if figures["regression"]:
         logger.warning("%s: live regression of %s held: %s", agent, watched, report["held"])
     return report

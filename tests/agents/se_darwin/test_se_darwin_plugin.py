@@ -25,7 +25,7 @@ from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16.plugin_api import AgentPlugin, TrainRequestError, TrainResult
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.recipes.retrain import pool_read
+from genesis_fp16_infrastructure.recipes.retrain import run as retrain_run
 from genesis_fp16_infrastructure.recipes.retrain import task as task_module
 from genesis_fp16_infrastructure.recipes.retrain.split import split_examples
 from genesis_fp16_infrastructure.world_model.metrics import auc, brier
@@ -179,9 +179,9 @@ def _quarantine_rank(rank: int, init: str, folder: str) -> None:
     )
     try:
         given: list[str | None] = []
-        # read_pool (recipes.retrain.pool_read) reads the pool for the plugin:
+        # read_pool (recipes.retrain.run) reads the pool for the plugin:
         # spy on its reader.
-        module = importlib.import_module("genesis_fp16_infrastructure.recipes.retrain.pool_read")
+        module = importlib.import_module("genesis_fp16_infrastructure.recipes.retrain.run")
         read = module.read_trajectories
 
         def spy(path: Path, quarantine: Path | None = None, **kwargs: object) -> object:
@@ -331,15 +331,15 @@ def test_the_default_pool_limit_follows_the_run_memory_limit(data: Path, tmp_pat
     it is refused before it is read, in one line naming the setting."""
     size = data.stat().st_size if data.is_file() else sum(f.stat().st_size for f in data.rglob("*"))
     assert size > 0
-    just_short = (size - 1) * pool_read.POOL_MEMORY_FACTOR
+    just_short = (size - 1) * retrain_run.POOL_MEMORY_FACTOR
     refused = rf"\({size:,} bytes\).*over the limit.*MAX_POOL_BYTES"
     with pytest.raises(TrainRequestError, match=refused) as info:
         _train(data, tmp_path / "ck", memory_limit_bytes=just_short)
     assert "\n" not in str(info.value)
     # The figures the limit was derived from: the memory, its source and the factor.
-    memory = f"{just_short / 2**20:,.0f} MiB, / {pool_read.POOL_MEMORY_FACTOR}"
+    memory = f"{just_short / 2**20:,.0f} MiB, / {retrain_run.POOL_MEMORY_FACTOR}"
     assert f"the run's memory limit (GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES), {memory}" in str(
         info.value
     )
-    enough = size * pool_read.POOL_MEMORY_FACTOR
+    enough = size * retrain_run.POOL_MEMORY_FACTOR
     assert _train(data, tmp_path / "ck", steps=2, memory_limit_bytes=enough).outcome == "success"

@@ -7,7 +7,7 @@ import numpy as np
 
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
 from genesis_fp16_infrastructure.judging import split
-from genesis_fp16_infrastructure.judging.up_to_date import data_unchanged
+from genesis_fp16_infrastructure.judging.run import data_unchanged
 
 
 def test_a_shrunk_pool_reports_the_known_records_it_no_longer_holds() -> None:

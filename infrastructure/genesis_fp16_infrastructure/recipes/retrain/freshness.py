@@ -301,11 +301,8 @@ def _served(request: TrainRequest) -> tuple[ServedPointer | None, Path | None]:
     the checkpoint it names; None for either when there is none or it is unusable (the
     run reads the pool, and reports it)."""
     folder, snapshot, pointer = Path(request.checkpoint_dir), request.snapshot, None
-    try:
-        if snapshot is None:
-            pointer = read_pointer(folder)
-        elif snapshot.pointer_error is None:
-            pointer = snapshot.pointer
+    try:  # a snapshot's pointer is None where it cannot be followed (its pointer_error)
+        pointer = read_pointer(folder) if snapshot is None else snapshot.pointer
         return pointer, None if pointer is None else checkpoint_of(folder, pointer)
     except (OSError, ServedPointerError):
         return pointer, None

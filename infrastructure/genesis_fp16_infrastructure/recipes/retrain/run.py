@@ -35,10 +35,10 @@ from genesis_fp16_infrastructure.data.fingerprint import (
     compare,
     fingerprint_of,
 )
-from genesis_fp16_infrastructure.data.readers import ReadResult
+from genesis_fp16_infrastructure.data.readers import DataTooLarge, ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.errors import CheckpointError
-from genesis_fp16_infrastructure.machine_memory import PhaseClock, paused_gc
+from genesis_fp16_infrastructure.machine_memory import PhaseClock, machine_memory_bytes, paused_gc
 from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
 from genesis_fp16_infrastructure.recipes.retrain.freshness import (
     check_data,
@@ -46,7 +46,6 @@ from genesis_fp16_infrastructure.recipes.retrain.freshness import (
     save_record,
 )
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
-from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import CheckpointManager, FitResult, fit
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
@@ -63,21 +62,9 @@ SPLIT_FOLDER = "split"  # final_fit=whole: the split run's checkpoints, under th
 
 def train(request: TrainRequest) -> TrainResult:
     """Read the data and train a candidate in ``request.checkpoint_dir`` (the judged run's
-    candidate folder: module docstring).
-
-    The folder is claimed for the whole run (rank 0 under torchrun): another process
-    that writes it is refused at once (CheckpointFolderBusy, naming it)."""
-    owner = CheckpointManager(request.checkpoint_dir) if rank_and_world()[0] == 0 else None
-    if owner is not None:
-        owner.claim(f"{request.agent} train (agent folder {request.checkpoint_dir})")
-    try:
-        return _train(request)
-    finally:
-        if owner is not None:
-            owner.release()
-
-
-def _train(request: TrainRequest) -> TrainResult:
+    candidate folder: module docstring). The judged run that made the candidate holds
+    the agent's folder for the whole run (rank 0 under torchrun; ``judging.run``), and
+    ``fit()`` the folder it writes: no other process writes the candidate meanwhile."""
     if request.data_path is None:  # a request this recipe cannot run: refused in one line
         raise TrainRequestError(
             f"{request.agent} needs a data path: generate one with generate_sample_data"
@@ -89,6 +76,7 @@ def _train(request: TrainRequest) -> TrainResult:
     clock = PhaseClock()  # issue 36: where the run's time goes (the result's phases)
     manifest = _scan(request)
     candidate = Path(request.checkpoint_dir)
+    candidate.mkdir(parents=True, exist_ok=True)  # a caller's own folder may not exist yet
     with clock.phase("check"):
         served, saved, loaded = _served_copy(candidate, request)
     with clock.phase("read"), paused_gc():  # objects without cycles (machine_memory.paused_gc)
@@ -165,6 +153,76 @@ def _scan(request: TrainRequest) -> Any:
     if checked is None and rank_and_world()[1] == 1:
         checked = check_data(request)
     return None if checked is None else checked.scan
+
+
+# Reading the pool for a run (and for its scorings: retrain.scoring), refused first when it
+# would not fit in memory.
+# What a run costs in resident memory per byte of pool file, at its peak, with room to
+# spare. Measured since a training read keeps its records as columns, no object per
+# record (issue 36): a generated 1,000,000-record pool (one 1,510 MB file) peaked at
+# 1,407 MiB in a first one-epoch `train` (0.98x, ~235 MiB of it the imports) and at
+# 1,389 MiB after it grew by 1% (0.96x), reached while the task is built or trained
+# (benchmarks/results/pool_scale_cpu-amd-epyc-2-cores.md, "peak RSS as each phase
+# ended"); 2,230 and 2,186 MiB one version before, 6,262 MiB (4.3x) before issue 36,
+# when the factor was 7. Memory follows the number of records more than their bytes (a
+# record holds ~1.2 KB at the peak whatever its text): a pool of records a third the
+# size of the generated ~1.5 KB ones would peak near 3x its bytes, so the factor stays 3
+# rather than following the measured 1x down. The default max_pool_bytes is the run's
+# memory limit (or the machine's memory) divided by it.
+POOL_MEMORY_FACTOR = 3
+# Named in the refusal, so that an operator sees where the factor comes from.
+MEASURED_PEAK = (
+    "0.98x on a generated 1,000,000-record pool (1,407 MiB for 1,510 MB, ~1.2 KB a "
+    "record), benchmarks/results/pool_scale_cpu-amd-epyc-2-cores.md"
+)
+
+
+def max_pool_setting(agent: str) -> str:
+    """The daemon's setting of ``agent``'s ``max_pool_bytes`` option, named in a refusal.
+
+    >>> max_pool_setting("se_darwin")
+    'GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_POOL_BYTES'
+    """
+    return f"GENESIS_FP16_AGENTS__{agent.upper()}__OPTIONS__MAX_POOL_BYTES"
+
+
+def read_pool(
+    request: TrainRequest,
+    options: TaskOptions,
+    quarantine: Path | None,
+    cache: RecordCache | None,
+) -> ReadResult:
+    """The pool at ``request.data_path``, size-checked first against the options'
+    ``max_pool_bytes`` (unset: derived from the request's ``memory_limit_bytes``, or the
+    machine's memory); a pool over it is one :class:`TrainRequestError` line naming its
+    size, the limit and the setting of the request's agent (train exits 2, the daemon
+    logs one line)."""
+    assert request.data_path is not None
+    path, memory_limit, agent = Path(request.data_path), request.memory_limit_bytes, request.agent
+    limit = options.max_pool_bytes
+    if limit is None:
+        memory = machine_memory_bytes() if memory_limit is None else memory_limit
+        limit = memory // POOL_MEMORY_FACTOR
+        whose = (
+            "the run's memory limit (GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES)"
+            if memory_limit is not None
+            else "this machine's memory (or its cgroup limit)"
+        )
+        source = f"{whose}, {memory / 2**20:,.0f} MiB, / {POOL_MEMORY_FACTOR}"
+    else:
+        source = max_pool_setting(agent)
+    try:
+        # keep_text=False: the run needs each record's numbers, not its change's text
+        return read_trajectories(
+            path, quarantine=quarantine, max_bytes=limit or None, cache=cache, keep_text=False
+        )
+    except DataTooLarge as exc:
+        raise TrainRequestError(
+            f"{exc} (the limit is {source}); a run peaks at about {POOL_MEMORY_FACTOR}x its "
+            f"pool's bytes in resident memory (measured {MEASURED_PEAK}). "
+            f"Raise {max_pool_setting(agent)} (the {agent} option max_pool_bytes; 0: no limit) "
+            "on a machine with the memory, or train on part of the pool"
+        ) from None
 
 
 def _served_copy(

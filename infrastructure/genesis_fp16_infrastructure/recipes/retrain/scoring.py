@@ -29,9 +29,10 @@ import torch
 from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.recipes.retrain.freshness import record_cache
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
-from genesis_fp16_infrastructure.recipes.retrain.pool_read import ReadResult, read_pool
+from genesis_fp16_infrastructure.recipes.retrain.run import read_pool
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 from genesis_fp16_infrastructure.world_model.features import Categorical, numeric_rows

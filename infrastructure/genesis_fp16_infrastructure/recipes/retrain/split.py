@@ -24,7 +24,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.schema import judged_id
-from genesis_fp16_infrastructure.judging.split import HELD_OUT
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, splitmix64
 from genesis_fp16_infrastructure.recipes.retrain.options import (
     EVAL_BOUNDS,
     EVAL_TARGET,
@@ -51,7 +51,6 @@ VALIDATION_CAP = 20_000
 #    (~20 ms a pass). A record still keeps its part as the pool grows or reorders.
 SPLIT_HASH = 2
 SPLIT_HASHES = (1, 2)
-_MIX = (np.uint64(30), np.uint64(0xBF58476D1CE4E5B9), np.uint64(27), np.uint64(0x94D049BB133111EB))
 
 
 class Draw(NamedTuple):
@@ -82,11 +81,7 @@ class Draw(NamedTuple):
 
     def _mixed(self, seed: int, salt: str) -> np.ndarray:
         key = hashlib.blake2b(f"{seed}:{salt}".encode(), digest_size=8).digest()
-        z = self.hashes.astype(np.uint64).reshape(-1) ^ np.uint64(int.from_bytes(key, "big"))
-        shift1, mul1, shift2, mul2 = _MIX
-        z = (z ^ (z >> shift1)) * mul1
-        z = (z ^ (z >> shift2)) * mul2
-        return z ^ (z >> np.uint64(31))
+        return splitmix64(self.hashes.reshape(-1), np.uint64(int.from_bytes(key, "big")))
 
 
 def _known(version: int) -> int:

@@ -27,7 +27,8 @@ from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.judging.run import run_plugin
-from genesis_fp16_infrastructure.recipes.retrain import freshness, pool_read
+from genesis_fp16_infrastructure.recipes.retrain import freshness
+from genesis_fp16_infrastructure.recipes.retrain import run as retrain_run
 
 OPTIONS = {"max_epochs": 2, "hidden": 8, "cross_validation": False}
 
@@ -65,7 +66,7 @@ def _no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the pool was read")
 
-    monkeypatch.setattr(pool_read, "read_trajectories", refuse)
+    monkeypatch.setattr(retrain_run, "read_trajectories", refuse)
 
 
 @pytest.fixture
