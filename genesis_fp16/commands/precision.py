@@ -23,8 +23,8 @@ from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.jobs.guard_state import describe
 from genesis_fp16_infrastructure.api import AgentFolder, SetAside
 
-# Torch-free: the calibration is read as the record the owner types, without torch.
 T = TypeVar("T")
+# Torch-free: the calibration is read as the record the owner types, without torch.
 _NOT_MEASURED = "no measurement of 'auto' cached (it is timed at the next auto run)"
 
 
