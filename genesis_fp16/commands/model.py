@@ -385,10 +385,8 @@ def _last_eval(agent_root: Path) -> dict[str, Any] | None:
         record = AgentFolder.at(agent_root).last_run()
     except files.UnusableStateFile:  # not a record: no figures
         return None
-    figures = None if record is None else record.eval
-    if not isinstance(figures, dict):
-        return None
-    return {k: v for k, v in figures.items() if isinstance(v, int | float)} or None
+    # The record's read checked them: a map of numbers, each a float.
+    return None if record is None else record.eval or None
 
 
 def _scores(row: dict[str, Any]) -> str:

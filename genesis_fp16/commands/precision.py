@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.reading import agent_folder, command_settings
@@ -22,6 +23,7 @@ from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.jobs.guard_state import describe
 from genesis_fp16_infrastructure.api import AgentFolder, SetAside
 
+T = TypeVar("T")
 # Torch-free: the calibration is read as the record the owner types, without torch.
 _NOT_MEASURED = "no measurement of 'auto' cached (it is timed at the next auto run)"
 
@@ -58,19 +60,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace, agent: str, folder: AgentFolder) -> int:
-    # The kept measurement, read by the agent folder's owner as the run reads it; a
-    # problem: why the file was unusable (set aside; the next auto run measures again).
-    unusable: list[SetAside] = []
-    calibration = folder.calibration(unusable.append)  # None when it was set aside
-    problem = (
-        f"{unusable[0].why}; set aside, the next auto run measures again" if unusable else None
-    )
+    # The kept measurement and verdicts, read by the agent folder's owner as the run reads
+    # them; a problem: why the file was unusable (set aside; the next run does it again).
+    calibration, problem = _read_kept(folder.calibration, "the next auto run measures again")
     shown_calibration = {"error": problem} if problem else calibration and calibration.to_json()
     try:
         memory = folder.precision_memory()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    verdicts = _read_verdicts(folder)
+    kept, unverified = _read_kept(folder.capture_verdicts, "the next captured run verifies again")
+    verdicts = [{"error": unverified}] if unverified else [v.to_json() for v in kept.values()]
     carried = folder.carried_scale()
     # What this host can measure, asked only when nothing is cached (it imports torch).
     host = _host() if (calibration is None and problem is None) or not verdicts else None
@@ -178,15 +177,12 @@ def _describe_calibration(shown: str | None, host: dict[str, bool] | None) -> st
     return _NOT_MEASURED
 
 
-def _read_verdicts(folder: AgentFolder) -> list[dict[str, Any]]:
-    """The captured step's kept verdicts (verify_capture's file, read by the agent
-    folder's owner), as JSON; an unusable file is set aside and said in one entry."""
+def _read_kept(read: Callable[[Callable[[SetAside], None]], T], then: str) -> tuple[T, str | None]:
+    """What ``read`` reads of the agent folder's kept records, and why its file was
+    unusable (set aside: ``then`` says what happens next); None: it was usable, or absent."""
     unusable: list[SetAside] = []
-    verdicts = folder.capture_verdicts(unusable.append)
-    if unusable:
-        why = unusable[0].why
-        return [{"error": f"{why}; set aside, the next captured run verifies again"}]
-    return [v.to_json() for v in verdicts.values()]
+    kept = read(unusable.append)
+    return kept, f"{unusable[0].why}; set aside, {then}" if unusable else None
 
 
 def _describe_verdicts(verdicts: list[dict[str, Any]], host: dict[str, bool] | None) -> str:
