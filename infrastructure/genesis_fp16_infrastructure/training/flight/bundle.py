@@ -21,6 +21,7 @@ alone over the byte bound: it is the one an operator asked for).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import re
@@ -32,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.files import write_atomic
 from genesis_fp16_infrastructure.errors import BundleError
 from genesis_fp16_infrastructure.training.flight.bundle_files import BundleLimits, save_into
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
@@ -60,7 +60,7 @@ REQUIRED = (
 def save_bundle(folder: Path, bundle: Mapping[str, Any], limits: BundleLimits) -> Path:
     """Write ``bundle`` into ``folder`` atomically, then trim the folder; its path."""
     data = {"version": BUNDLE_VERSION, **bundle}
-    write = lambda path: write_atomic(path, lambda f: torch.save(data, f))  # noqa: E731
+    write = functools.partial(torch.save, data)
     return save_into(folder, int(bundle["step"]), str(bundle["reason"]), limits, write)
 
 

@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from genesis_fp16_infrastructure.agent_folder.files import write_atomic
 from genesis_fp16_infrastructure.agent_folder.layout import BUNDLES_FOLDER, agent_root
 
 SUFFIX = ".fault.pt"
@@ -60,11 +61,11 @@ class FlightConfig:
 
 
 def save_into(
-    folder: Path, step: int, reason: str, limits: BundleLimits, write: Callable[[Path], None]
+    folder: Path, step: int, reason: str, limits: BundleLimits, write: Callable[[IO[bytes]], object]
 ) -> Path:
-    """Name a new bundle in ``folder``, ``write`` it there, then remove the oldest bundles
-    until ``limits`` hold (the new one stays even alone over the byte bound: it is the one
-    just asked for); its path. The folder is listed once, for the name and the trim.
+    """Name a new bundle in ``folder``, ``write`` it to a handle there (atomically), then
+    remove the oldest bundles until ``limits`` hold (the new one stays even alone over the
+    byte bound: it was just asked for); its path. One listing serves the name and the trim.
 
     The name starts with the UTC time, so names sort oldest first. The time is one clock
     read, moved to a nanosecond after the folder's newest bundle when it is not later: a
@@ -82,7 +83,7 @@ def save_into(
             break
     stamp = time.strftime(_STAMP, time.gmtime(now // 10**9))
     path = folder / f"{stamp}-{now % 10**9:09d}-step{int(step)}-{reason}{SUFFIX}"
-    write(path)
+    write_atomic(path, write)
     files = sorted([*files, path])
     sizes = {p: p.stat().st_size for p in files}
     while len(files) > limits.max_count or sum(sizes[p] for p in files) > limits.max_bytes:
