@@ -16,7 +16,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -265,26 +265,6 @@ class CheckpointManager:
                     aside,
                 )
 
-    def candidates(self, loaded: Loaded | None = None) -> Iterator[tuple[dict[str, Any], Path]]:
-        """The valid checkpoints, newest first; each bad one is skipped with a warning.
-
-        ``loaded``: a checkpoint the caller read already (:func:`read_checkpoint`); that
-        file is not read again while its size and mtime are those it had then."""
-        self._set_aside_irregular()
-        for path in reversed(self.checkpoints()):
-            signature = file_signature(path)
-            try:
-                if loaded is not None and (loaded.path, loaded.signature) == (path, signature):
-                    state = loaded.state
-                else:
-                    state = load_checkpoint(path)
-            except CheckpointError as error:
-                logger.warning("skipping checkpoint %s: %s", path, error)
-                continue
-            if signature is not None:  # read and found valid: pruning need not read it again
-                self._written.setdefault(path, signature)
-            yield state, path
-
     def latest_summary(self) -> dict[str, Any] | None:
         """The newest checkpoint's step, counters, precision and loss scale
         (``checkpoint_files.summarize``), from its summary file when it has a current one,
@@ -303,15 +283,24 @@ class CheckpointManager:
     ) -> tuple[dict[str, Any], Path] | None:
         """The newest valid checkpoint that ``accept`` takes, or None (warning if files were bad).
 
-        ``accept(state, path)`` raises :class:`CheckpointError` for a file whose contents do
-        not fit (a shape mismatch, a missing key of the task's); the next older one is tried.
-        ``loaded``: see :meth:`candidates`.
+        Each bad file is skipped with a warning, and so is each whose contents
+        ``accept(state, path)`` refuses with :class:`CheckpointError` (a shape mismatch, a
+        missing key of the task's); the next older one is tried. ``loaded``: a checkpoint
+        the caller read already (:func:`read_checkpoint`); that file is not read again
+        while its size and mtime are those it had then.
         """
-        for state, path in self.candidates(loaded):
-            if accept is None:
-                return state, path
+        self._set_aside_irregular()
+        for path in reversed(self.checkpoints()):
+            signature = file_signature(path)
             try:
-                accept(state, path)
+                if loaded is not None and (loaded.path, loaded.signature) == (path, signature):
+                    state = loaded.state
+                else:
+                    state = load_checkpoint(path)
+                if signature is not None:  # read and found valid: pruning need not read it again
+                    self._written.setdefault(path, signature)
+                if accept is not None:
+                    accept(state, path)
             except CheckpointError as error:
                 logger.warning("skipping checkpoint %s: %s", path, error)
                 continue

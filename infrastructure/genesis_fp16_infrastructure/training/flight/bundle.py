@@ -21,6 +21,7 @@ alone over the byte bound: it is the one an operator asked for).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import re
@@ -32,13 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.files import write_atomic
 from genesis_fp16_infrastructure.errors import BundleError
-from genesis_fp16_infrastructure.training.flight.bundle_files import (
-    BundleLimits,
-    bundle_name,
-    trim_folder,
-)
+from genesis_fp16_infrastructure.training.flight.bundle_files import BundleLimits, save_into
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 if TYPE_CHECKING:
@@ -63,11 +59,9 @@ REQUIRED = (
 
 def save_bundle(folder: Path, bundle: Mapping[str, Any], limits: BundleLimits) -> Path:
     """Write ``bundle`` into ``folder`` atomically, then trim the folder; its path."""
-    path = folder / bundle_name(folder, int(bundle["step"]), str(bundle["reason"]))
     data = {"version": BUNDLE_VERSION, **bundle}
-    write_atomic(path, lambda f: torch.save(data, f))
-    trim_folder(folder, limits, keep=path)
-    return path
+    write = functools.partial(torch.save, data)
+    return save_into(folder, int(bundle["step"]), str(bundle["reason"]), limits, write)
 
 
 class FaultBundle(dict[str, Any]):

@@ -14,12 +14,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from genesis_fp16_infrastructure.agent_folder.files import write_atomic
 from genesis_fp16_infrastructure.agent_folder.layout import BUNDLES_FOLDER, agent_root
 
 SUFFIX = ".fault.pt"
 _STAMP = "%Y%m%dT%H%M%S"
+# A bundle's name less SUFFIX: time (its two parts when digits), step, reason.
+_NAME = re.compile(r"((\d{8}T\d{6})-(\d{9})|[^-]*-[^-]*)-step([^-]*)-(.*)", re.S)
 
 
 def bundle_folder(state_dir: Path, agent: str) -> Path:
@@ -57,35 +60,39 @@ class FlightConfig:
         return self.context() if callable(self.context) else self.context
 
 
-def bundle_name(folder: Path, step: int, reason: str) -> str:
-    """A new bundle's file name in ``folder``: the UTC time first, so names sort oldest
-    first. The time is one clock read, moved to a nanosecond after the folder's newest
-    bundle when it is not later: a clock stepped back, or two saves in one instant, must
-    not sort a new bundle before an older one (trimming removes by this order)."""
+def save_into(
+    folder: Path, step: int, reason: str, limits: BundleLimits, write: Callable[[IO[bytes]], object]
+) -> Path:
+    """Name a new bundle in ``folder``, ``write`` it to a handle there (atomically), then
+    remove the oldest bundles until ``limits`` hold (the new one stays even alone over the
+    byte bound: it was just asked for); its path. One listing serves the name and the trim.
+
+    The name starts with the UTC time, so names sort oldest first. The time is one clock
+    read, moved to a nanosecond after the folder's newest bundle when it is not later: a
+    clock stepped back, or two saves in one instant, must not sort a new bundle before an
+    older one (trimming removes by this order)."""
+    files = _bundle_files(folder)
     now = time.time_ns()
-    for path in reversed(_bundle_files(folder)):
-        if named := re.match(r"(\d{8}T\d{6})-(\d{9})-", path.name):
+    for old in reversed(files):
+        if (named := _NAME.fullmatch(old.name.removesuffix(SUFFIX))) and named[2]:
             try:
-                seconds = calendar.timegm(time.strptime(named[1], _STAMP))
+                seconds = calendar.timegm(time.strptime(named[2], _STAMP))
             except ValueError:  # digits that are no time: not a bundle's name
                 continue
-            now = max(now, seconds * 10**9 + int(named[2]) + 1)
+            now = max(now, seconds * 10**9 + int(named[3]) + 1)
             break
     stamp = time.strftime(_STAMP, time.gmtime(now // 10**9))
-    return f"{stamp}-{now % 10**9:09d}-step{int(step)}-{reason}{SUFFIX}"
-
-
-def trim_folder(folder: Path, limits: BundleLimits, keep: Path | None = None) -> None:
-    """Remove the oldest bundles until ``limits`` hold. ``keep`` (the newest) stays even
-    when it alone is over the byte bound: it is the one just asked for."""
-    files = _bundle_files(folder)
+    path = folder / f"{stamp}-{now % 10**9:09d}-step{int(step)}-{reason}{SUFFIX}"
+    write_atomic(path, write)
+    files = sorted([*files, path])
     sizes = {p: p.stat().st_size for p in files}
     while len(files) > limits.max_count or sum(sizes[p] for p in files) > limits.max_bytes:
-        if len(files) == 1 and files[0] == keep:
+        if files == [path]:
             break
-        victim = files[0] if files[0] != keep else files[1]
+        victim = files[0] if files[0] != path else files[1]
         files.remove(victim)
         victim.unlink(missing_ok=True)
+    return path
 
 
 def list_bundles(folder: Path) -> list[dict[str, Any]]:
@@ -93,15 +100,14 @@ def list_bundles(folder: Path) -> list[dict[str, Any]]:
     and reason (nothing is unpickled to list them)."""
     rows = []
     for path in _bundle_files(folder):
-        parts = path.name.removesuffix(SUFFIX).split("-", 3)
-        named = len(parts) == 4 and parts[2].startswith("step")
+        named = _NAME.fullmatch(path.name.removesuffix(SUFFIX))
         rows.append(
             {
                 "name": path.name,
                 "path": str(path),
                 "bytes": path.stat().st_size,
-                "step": parts[2].removeprefix("step") if named else "?",
-                "reason": parts[3] if named else "?",
+                "step": named[4] if named else "?",
+                "reason": named[5] if named else "?",
             }
         )
     return rows
