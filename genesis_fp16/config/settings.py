@@ -481,11 +481,8 @@ def requested_precision(
     OperatorPrecision(requested='bf16', reason='--precision bf16 on the command line', \
 floored=False)
     """
-    if cli_precision is not None:
-        flag = cli_precision  # train's --precision, which train_checks has checked too
-        if flag not in PRECISION_CHOICES:
-            choices = ", ".join(PRECISION_CHOICES)
-            raise SettingsError([f"--precision: {flag!r} is not one of {choices}"])
+    if cli_precision is not None:  # train's --precision, checked by train_checks
+        flag = cli_precision
         return OperatorPrecision(flag, f"--precision {flag} on the command line", False)
     if settings.enable_fp16_training is False:
         return OperatorPrecision("fp32", "ENABLE_FP16_TRAINING=false (rollback to fp32)", False)

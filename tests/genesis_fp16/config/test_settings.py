@@ -187,8 +187,16 @@ def test_override_is_per_agent_and_reason_names_the_source(monkeypatch: pytest.M
         "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION=bf16",
     )
     assert requested_precision(settings, "rlhf_ppo", None)[0] == "auto"
-    with pytest.raises(SettingsError, match="--precision: 'fp64'"):
-        requested_precision(settings, "se_darwin", "fp64")
+
+
+def test_train_refuses_a_precision_flag_that_is_not_a_choice() -> None:
+    """The one check of ``--precision``: train's arguments, before any setting is read."""
+    from genesis_fp16.cli import UsageError, build_parser
+    from genesis_fp16.commands.train_checks import check_arguments
+
+    args = build_parser("train").parse_args(["train", "se_darwin", "--precision", "fp64"])
+    with pytest.raises(UsageError, match="--precision 'fp64': choose one of auto, "):
+        check_arguments(args)
 
 
 def test_parse_schedule_interval_and_cron() -> None:
