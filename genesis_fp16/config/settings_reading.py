@@ -68,8 +68,7 @@ class SettingsRead:
     """
 
     settings: Settings
-    sources: SettingsSources
-    env_file: Path
+    sources: SettingsSources  # its env_file: the operator's file, never a kept copy
     refused: str | None = None
     left_out: tuple[str, ...] = ()
     whole_file: bool = False
@@ -91,7 +90,7 @@ class SettingsRead:
         if self.allowed_only is not None:
             names = bounded(", ".join(self.allowed_only), MAX_SHOWN // 2) or "none"
             used += f"; plugins allowed: its {ALLOWLIST}'s valid names only ({names})"
-        return f"{self.env_file} is refused ({bounded(self.refused)}); {used}"
+        return f"{self.sources.env_file} is refused ({bounded(self.refused)}); {used}"
 
 
 def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRead:
@@ -101,7 +100,7 @@ def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRea
     path = resolve_env_file(env_file)
     try:
         settings, sources = load_settings_with_sources(env_file)
-        return SettingsRead(settings, sources, path.resolve())
+        return SettingsRead(settings, sources)
     except SettingsError as exc:
         first = exc
     if not path.is_file():  # the environment's error, or a named file that is not there
@@ -117,7 +116,7 @@ def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRea
             loaded = _load_lines(kept, lines, left_out, path.resolve())
             if not isinstance(loaded, SettingsError):
                 shown, whole = tuple(sorted(left_out)), not set(lines) - left_out
-                read = SettingsRead(*loaded, path.resolve(), refused, shown, whole)
+                read = SettingsRead(*loaded, refused, shown, whole)
                 return _allowlist_kept(read, path, lines, used=set(lines) - left_out)
             blamed = _blamed(loaded, set(lines) - left_out)
             if not blamed:
@@ -126,7 +125,7 @@ def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRea
         loaded = _load_lines(kept, {}, set(), path.resolve())
     if isinstance(loaded, SettingsError):
         raise first
-    read = SettingsRead(*loaded, path.resolve(), refused, (), whole_file=True)
+    read = SettingsRead(*loaded, refused, (), whole_file=True)
     return _allowlist_kept(read, path, lines, used=set())
 
 
