@@ -96,15 +96,6 @@ class DataChange:
             f"{self.removed} removed, {self.relabelled} relabelled or edited)"
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "records": self.records,
-            "previous_records": self.previous,
-            "new": self.added,
-            "removed": self.removed,
-            "relabelled": self.relabelled,
-        }
-
 
 def fingerprint(examples: Sequence[Example]) -> DataFingerprint:
     """The fingerprint of ``examples`` (independent of their order): sorted by (id hash,
