@@ -44,6 +44,8 @@ from genesis_fp16_infrastructure.errors import BundleError
 from genesis_fp16_infrastructure.training.flight.bundle import allowed_types, rebuilt_batch
 from genesis_fp16_infrastructure.training.flight.recorder import run_recorded_step
 from genesis_fp16_infrastructure.training.flight.replay_compare import (
+    ROOT,
+    StepHooks,
     advise,
     compare,
     traced_step,
@@ -54,11 +56,9 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     precision_name,
 )
-from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors
 from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
 
 _CONFIG_FIELDS = ("max_grad_norm", "grad_accum_steps", "overflow_window", "log_interval")
-ROOT = "(model)"
 # Which hook to trust when several see the same first non-finite gradient.
 _PREFERENCE = {"grad_input": 0, "param_grad": 1, "grad_output": 2}
 
@@ -275,7 +275,7 @@ def _rebuilt_optimizers(bundle: Mapping[str, Any], model: nn.Module) -> list[Opt
     return out
 
 
-class NumericsProbe:
+class NumericsProbe(StepHooks):
     """Hooks that watch one step's numbers, module by module, in the order they are made.
 
     Used by ``replay`` only, never on a run's step: every hook reads its tensor on the host.
@@ -299,45 +299,18 @@ class NumericsProbe:
     unscaled (divided by ``scale``).
     """
 
+    inputs = True  # an input's gradient: what the module's own backward produced
+
     def __init__(self, model: nn.Module, scale: float = 1.0) -> None:
-        self.model = model
-        self.scale = scale if scale > 0 else 1.0
-        self.per_module: dict[str, dict[str, float | int]] = {}
-        self.events: list[tuple[int, str, str, str]] = []  # (tick, phase, module, tensor)
+        super().__init__(model, scale)
+        self.per_module: dict[str, dict[str, float | int]] = {
+            name or ROOT: {"forward_max": 0.0, "grad_max": 0.0, "nonfinite": 0}
+            for name, _ in model.named_modules()
+        }
+        self.events: list[tuple[int, str, str, str]] = []  # (tick, phase, module, kind:tensor)
         self._tick = 0
         self._last_grad: torch.Tensor | None = None  # held: an id() could be reused
-        self._handles: list[Any] = []
         self._optimizer_event: tuple[str, str] | None = None
-
-    def __enter__(self) -> NumericsProbe:
-        for name, module in self.model.named_modules():
-            label = name or ROOT
-            self.per_module[label] = {"forward_max": 0.0, "grad_max": 0.0, "nonfinite": 0}
-            self._handles.append(module.register_forward_pre_hook(self._pre_hook(label)))
-            self._handles.append(module.register_forward_hook(self._forward_hook(label)))
-            for pname, param in module.named_parameters(recurse=False):
-                if param.requires_grad:
-                    hook = self._grad_hook(label, "param_grad", f"{pname}.grad")
-                    self._handles.append(param.register_hook(hook))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-
-    def wrap_loss(
-        self, loss: Callable[[nn.Module, Any], torch.Tensor]
-    ) -> Callable[[nn.Module, Any], torch.Tensor]:
-        """``loss`` that also notes a non-finite loss made outside any module."""
-
-        def watched(model: nn.Module, batch: Any) -> torch.Tensor:
-            value = loss(model, batch)
-            if not bool(torch.isfinite(value.detach()).all()):
-                self._event("forward", "loss", "loss")
-            return value
-
-        return watched
 
     def after_step(self, model: nn.Module) -> None:
         """Look at the parameters after the optimizer's update."""
@@ -364,50 +337,26 @@ class NumericsProbe:
             return {"module": module, "phase": "optimizer", "tensor": pname}
         return None
 
-    # ------------------------------------------------------------------ hooks
-
-    def _event(self, phase: str, module: str, tensor: str) -> None:
-        self.events.append((self._tick, phase, module, tensor))
-
-    def _pre_hook(self, label: str) -> Callable[..., None]:
-        def hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
-            for index, value in enumerate(flatten_tensors(inputs)):
-                if value.requires_grad and value.is_floating_point():
-                    value.register_hook(self._grad_hook(label, "grad_input", f"input{index}.grad"))
-
-        return hook
-
-    def _forward_hook(self, label: str) -> Callable[..., None]:
-        def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
+    def seen(self, phase: str, module: str, kind: str, tensor: str, value: torch.Tensor) -> None:
+        if kind == "loss":  # a non-finite loss made outside any module is noted
+            if not bool(torch.isfinite(value.detach()).all()):
+                self.events.append((self._tick, "forward", "loss", "loss"))
+            return
+        if kind != "output" and value is not self._last_grad:  # one gradient, several hooks
             self._tick += 1
-            for value in flatten_tensors(output):
-                if not value.is_floating_point():
-                    continue
-                largest, bad = _measure(value)
-                row = self.per_module[label]
-                row["forward_max"] = max(float(row["forward_max"]), largest)
-                if bad:
-                    row["nonfinite"] = int(row["nonfinite"]) + bad
-                    self._event("forward", label, "output")
-                if value.requires_grad:
-                    value.register_hook(self._grad_hook(label, "grad_output", "output.grad"))
-
-        return hook
-
-    def _grad_hook(self, label: str, kind: str, tensor: str) -> Callable[[torch.Tensor], None]:
-        def hook(grad: torch.Tensor) -> None:
-            if grad is not self._last_grad:  # one gradient seen by several hooks: one tick
-                self._tick += 1
-                self._last_grad = grad
-            largest, bad = _measure(grad)
-            row = self.per_module[label]
-            if kind != "grad_input":  # an input's gradient is the previous module's output's
-                row["grad_max"] = max(float(row["grad_max"]), largest / self.scale)
-            if bad:
-                row["nonfinite"] = int(row["nonfinite"]) + bad
-                self._event("backward", label, f"{kind}:{tensor}")
-
-        return hook
+            self._last_grad = value
+        elif tensor == "output":  # a module call's first output: one tick per call
+            self._tick += 1
+        largest, bad = _measure(value)
+        row = self.per_module[module]
+        if kind == "output":
+            row["forward_max"] = max(float(row["forward_max"]), largest)
+        elif kind != "grad_input":  # an input's gradient is the previous module's output's
+            row["grad_max"] = max(float(row["grad_max"]), largest / self.scale)
+        if bad:  # a module's outputs are named as one: output, output.grad
+            row["nonfinite"] = int(row["nonfinite"]) + bad
+            name = {"output": "output", "grad_output": "output.grad"}.get(kind, tensor)
+            self.events.append((self._tick, phase, module, f"{kind}:{name}"))
 
 
 def _measure(value: torch.Tensor) -> tuple[float, int]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import torch
 from torch import nn
@@ -48,6 +48,7 @@ RANGE = {
 }
 RANGE["fp32"] = float(torch.finfo(torch.float32).max)
 DEFAULT_TOLERANCE = 0.1
+ROOT = "(model)"  # the model's own module
 # "Everything grows": more than this share of the modules (without children) is beyond
 # the low precision's range in fp32 as well.
 GROWN_SHARE = 0.5
@@ -61,24 +62,27 @@ class _Entry:
     value: torch.Tensor  # a float32 copy, on the CPU
 
 
-class Trace:
-    """The tensors of one step, in the order they were made; see the module docstring."""
+class StepHooks:
+    """The hooks of the module docstring (and, with ``inputs``, on each module's tensor
+    inputs: the gradient its backward produced), handing each tensor to :meth:`seen` in the
+    order it is made: :class:`Trace` keeps copies, the replay's ``NumericsProbe`` magnitudes."""
+
+    inputs = False  # also hook each module's tensor inputs
 
     def __init__(self, model: nn.Module, scale: float = 1.0) -> None:
         self.model = model
-        self.scale = scale if scale > 0 else 1.0
-        self.entries: list[_Entry] = []
+        self.scale = scale if scale > 0 else 1.0  # the loss scale in the gradients
         self._handles: list[Any] = []
-        # Modules without children: a container's output repeats its last child's.
-        self.leaves = {n or "(model)" for n, m in model.named_modules() if not any(m.children())}
 
-    def __enter__(self) -> Trace:
+    def __enter__(self) -> Self:
         for name, module in self.model.named_modules():
-            label = name or "(model)"
+            label = name or ROOT
+            if self.inputs:
+                self._handles.append(module.register_forward_pre_hook(self._pre_hook(label)))
             self._handles.append(module.register_forward_hook(self._forward(label)))
             for pname, param in module.named_parameters(recurse=False):
                 if param.requires_grad:
-                    hook = self._backward(label, f"{pname}.grad")
+                    hook = self._backward(label, "param_grad", f"{pname}.grad")
                     self._handles.append(param.register_hook(hook))
         return self
 
@@ -90,31 +94,58 @@ class Trace:
     def wrap_loss(
         self, loss: Callable[[nn.Module, Any], torch.Tensor]
     ) -> Callable[[nn.Module, Any], torch.Tensor]:
-        """``loss`` whose value is traced too (it may be made outside any module)."""
+        """``loss`` whose value is seen too (it may be made outside any module)."""
 
-        def traced(model: nn.Module, batch: Any) -> torch.Tensor:
+        def watched(model: nn.Module, batch: Any) -> torch.Tensor:
             value = loss(model, batch)
-            self.entries.append(_Entry("forward", "loss", "value", _copy(value, 1.0)))
+            self.seen("forward", "loss", "loss", "value", value)
             return value
 
-        return traced
+        return watched
+
+    def seen(self, phase: str, module: str, kind: str, tensor: str, value: torch.Tensor) -> None:
+        """One tensor of ``module`` (``kind``: output, grad_output, grad_input, param_grad,
+        loss), named ``tensor`` (output, output1, output.grad, input0.grad, weight.grad)."""
+        raise NotImplementedError
+
+    def _pre_hook(self, label: str) -> Callable[..., None]:
+        def hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
+            for index, value in enumerate(flatten_tensors(inputs)):
+                if value.requires_grad and value.is_floating_point():
+                    value.register_hook(self._backward(label, "grad_input", f"input{index}.grad"))
+
+        return hook
 
     def _forward(self, label: str) -> Callable[..., None]:
         def hook(module: nn.Module, inputs: Any, output: Any) -> None:
             floats = [t for t in flatten_tensors(output) if t.is_floating_point()]
             for index, value in enumerate(floats):
                 name = "output" if index == 0 else f"output{index}"
-                self.entries.append(_Entry("forward", label, name, _copy(value, 1.0)))
+                self.seen("forward", label, "output", name, value)
                 if value.requires_grad:
-                    value.register_hook(self._backward(label, f"{name}.grad"))
+                    value.register_hook(self._backward(label, "grad_output", f"{name}.grad"))
 
         return hook
 
-    def _backward(self, label: str, tensor: str) -> Callable[[torch.Tensor], None]:
+    def _backward(self, label: str, kind: str, tensor: str) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
-            self.entries.append(_Entry("backward", label, tensor, _copy(grad, self.scale)))
+            self.seen("backward", label, kind, tensor, grad)
 
         return hook
+
+
+class Trace(StepHooks):
+    """The tensors of one step, in the order they were made; see the module docstring."""
+
+    def __init__(self, model: nn.Module, scale: float = 1.0) -> None:
+        super().__init__(model, scale)
+        self.entries: list[_Entry] = []
+        # Modules without children: a container's output repeats its last child's.
+        self.leaves = {n or ROOT for n, m in model.named_modules() if not any(m.children())}
+
+    def seen(self, phase: str, module: str, kind: str, tensor: str, value: torch.Tensor) -> None:
+        scale = self.scale if phase == "backward" else 1.0
+        self.entries.append(_Entry(phase, module, tensor, _copy(value, scale)))
 
 
 def traced_step(
