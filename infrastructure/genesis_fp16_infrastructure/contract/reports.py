@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -319,10 +319,9 @@ class LiveReport(Record):
     @classmethod
     def from_json(cls, data: object, where: str = "") -> LiveReport:
         if isinstance(data, Mapping) and "metrics" not in data:  # one column, before the map
-            # Its keys that are its one column's (unknown keys: ignored).
-            column = {f.name: data[f.name] for f in fields(LiveFigures) if f.name in data}
+            # Its column is read from its keys: the codec ignores those no field names.
             metric = data.get("metric") or "loss"
-            data = {**data, "primary": metric, "metrics": {metric: column}}
+            data = {**data, "primary": metric, "metrics": {metric: data}}
         found: LiveReport = super().from_json(data, where)
         return found
 
