@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -197,8 +197,8 @@ class GateReport(Record):
     """The promotion gate's verdict on a candidate (judging.run, judging.gate): what
     became of it and why, each set's comparison, the scores of the set that decided, the
     model it was held against (``served_id``: None for the first model) and the file
-    served if promoted. The candidate's verdict file holds the same record; one read
-    back from an older file keeps what this record knows of it."""
+    served if promoted. The candidate's verdict file holds this record and what its
+    writers stamp on it (when, a rollback's): lifecycle_records.Verdict reads it back."""
 
     outcome: Outcome
     reason: str
@@ -210,11 +210,6 @@ class GateReport(Record):
     served_id: str | None = None
     checkpoint: str | None = None
     candidate_id: str | None = field(default=None, metadata=_OPTIONAL)
-    # Written with the verdict file (served.write_verdict) and by a rollback.
-    decided_at: str | None = field(default=None, metadata=_OPTIONAL)
-    decided_at_s: float | None = field(default=None, metadata=_OPTIONAL)
-    gate_outcome: Outcome | None = field(default=None, metadata=_OPTIONAL)
-    detail: str | None = field(default=None, metadata=_OPTIONAL)
     # An inconclusive verdict's (issue 62): the records its undecided sets would need, and
     # the data digest it was judged on (judged again when the data moves on).
     records_needed: int | None = field(default=None, metadata=_OPTIONAL)
@@ -324,10 +319,9 @@ class LiveReport(Record):
     @classmethod
     def from_json(cls, data: object, where: str = "") -> LiveReport:
         if isinstance(data, Mapping) and "metrics" not in data:  # one column, before the map
-            # Its keys that are its one column's (unknown keys: ignored).
-            column = {f.name: data[f.name] for f in fields(LiveFigures) if f.name in data}
+            # Its column is read from its keys: the codec ignores those no field names.
             metric = data.get("metric") or "loss"
-            data = {**data, "primary": metric, "metrics": {metric: column}}
+            data = {**data, "primary": metric, "metrics": {metric: data}}
         found: LiveReport = super().from_json(data, where)
         return found
 
