@@ -20,16 +20,10 @@ a new reward) brings new ids, its "later labels", on which the served policy is 
 against its predecessor. rlhf_ppo's training does not learn these episodes (it draws
 fresh prompts each iteration), so every run trains (``records_are_training_data =
 False``): there is no "up to date" for it.
-
->>> len(task_digest('{"task": {}, "seed": 0, "eval_prompts": [[1, 2, 3, 4]]}'))
-64
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 from pathlib import Path
 
 import torch
@@ -42,21 +36,13 @@ from genesis_fp16_infrastructure.rl.rollout import draw_token
 JUDGED_EPISODES = 5_000
 
 
-@functools.lru_cache(maxsize=1)
-def task_digest(text: str) -> str:
-    """The SHA-256 of a task file's JSON, keys sorted: the same task, the same digest
-    (the last text's kept for the run's next scoring)."""
-    return hashlib.sha256(json.dumps(json.loads(text), sort_keys=True).encode()).hexdigest()
-
-
 def score_episodes(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     """``checkpoint``'s policy on the task file's evaluation episodes (the first
     :data:`JUDGED_EPISODES`): ``1 - reward`` per episode, by id ``<digest>:<prompt index>``."""
     if request.data_path is None:
         raise TrainRequestError("rlhf_ppo: judged models need a task file (data path)")
-    task_config, prompts, _ = read_task(request.data_path, None)
+    task_config, prompts, _, digest = read_task(request.data_path, None)
     assert prompts is not None  # read_task refuses a file without a usable prompt
-    digest = task_digest(Path(request.data_path).read_text(encoding="utf-8"))
     device = request.device
     prompts = prompts[:JUDGED_EPISODES].to(device)
     # The policy alone, in fp32 (a run's whole task, critic and frozen copies, is not

@@ -184,7 +184,7 @@ class RlhfPpoPlugin:
         options: dict[str, Any] = parse_options(self.name, self.options, request.options)
         preset = options.pop("preset", None)
         rollout = options.pop("rollout_precision", None)
-        task_config, eval_prompts, quarantined = read_task(
+        task_config, eval_prompts, quarantined, _ = read_task(
             request.data_path, request.quarantine_path
         )
         # The rest of ``options`` are PPOConfig's: parse_options refuses any name outside

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -23,8 +24,9 @@ logger = logging.getLogger(__name__)
 
 def read_task(
     data_path: Path | None, quarantine: Path | None
-) -> tuple[TaskConfig, torch.Tensor | None, int]:
-    """The task config, the eval prompts and how many prompts were quarantined.
+) -> tuple[TaskConfig, torch.Tensor | None, int, str]:
+    """The task config, the eval prompts, how many prompts were quarantined and the
+    task's digest (:func:`parse_task`; "" without a task file).
 
     A file that cannot be used (a folder, not UTF-8 JSON, not ``{"task": {...},
     "eval_prompts": [...]}``, task fields this agent does not know) is a
@@ -32,12 +34,12 @@ def read_task(
     ``prompt_len`` tokens below ``vocab`` is skipped and appended to ``quarantine``.
     """
     if data_path is None:
-        return TaskConfig(), None, 0
+        return TaskConfig(), None, 0, ""
     path = Path(data_path)
     if path.is_dir():
         raise TrainRequestError(f"rlhf_ppo: data {path}: is a folder; give the task file")
     try:
-        task, prompts, bad = parse_task(str(path), path.read_text(encoding="utf-8"))
+        task, prompts, bad, digest = parse_task(str(path), path.read_text(encoding="utf-8"))
     except TrainRequestError:
         raise
     except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON
@@ -55,17 +57,18 @@ def read_task(
         )
     if bad:
         logger.warning("rlhf_ppo: %s: %d eval prompts quarantined", path, len(bad))
-    return task, prompts, len(bad)
+    return task, prompts, len(bad), digest
 
 
 # A judged run reads the task file four times (its train, and three policies scored):
 # the last text's parse is kept, and an unchanged text is not parsed again (0.25 s a
 # read at 100,000 eval prompts). Nothing changes the tensor it returns in place.
 @functools.lru_cache(maxsize=1)
-def parse_task(path: str, text: str) -> tuple[TaskConfig, torch.Tensor | None, list[Any]]:
-    """(task, eval prompts or None, rejected prompts) of the task file ``path``'s
-    ``text``; a :class:`TrainRequestError` when it cannot be used, a ValueError when it
-    is not JSON (:func:`read_task`)."""
+def parse_task(path: str, text: str) -> tuple[TaskConfig, torch.Tensor | None, list[Any], str]:
+    """(task, eval prompts or None, rejected prompts, digest) of the task file
+    ``path``'s ``text``; a :class:`TrainRequestError` when it cannot be used, a
+    ValueError when it is not JSON (:func:`read_task`). The digest is the SHA-256 of the
+    JSON, keys sorted: the same task, the same digest (the judged episodes' ids)."""
     shape = '{"task": {...}, "eval_prompts": [[tokens], ...]} (see data generate rlhf_ppo)'
     raw = json.loads(text)  # not JSON: a ValueError, refused by read_task
     if not isinstance(raw, dict) or not isinstance(raw.get("task"), dict):
@@ -87,7 +90,8 @@ def parse_task(path: str, text: str) -> tuple[TaskConfig, torch.Tensor | None, l
     bad: list[Any] = []
     for prompt in prompts:
         (good if _is_prompt(prompt, task) else bad).append(prompt)
-    return task, torch.tensor(good, dtype=torch.long) if good else None, bad
+    digest = hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()
+    return task, torch.tensor(good, dtype=torch.long) if good else None, bad, digest
 
 
 def _is_prompt(value: Any, task: TaskConfig) -> bool:

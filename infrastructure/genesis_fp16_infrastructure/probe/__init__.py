@@ -7,8 +7,7 @@
 See docs/precision-probe.md for the variants, the measures and the thresholds.
 """
 
-from genesis_fp16_infrastructure.probe.runner import run_probe
-from genesis_fp16_infrastructure.probe.scale_search import search_loss_scale
+from genesis_fp16_infrastructure.probe.runner import run_probe, search_loss_scale
 from genesis_fp16_infrastructure.probe.variants import build_variants
 
 __all__ = ["build_variants", "run_probe", "search_loss_scale"]

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors
+
 Tensors = Mapping[str, torch.Tensor]
 
 FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504
@@ -186,20 +188,7 @@ ROOT_NAME = "(model)"
 
 
 def _max_abs(out: Any) -> tuple[torch.Tensor, torch.dtype] | None:
-    tensors = (
-        [out]
-        if isinstance(out, torch.Tensor)
-        else (
-            list(out.values())
-            if isinstance(out, Mapping)
-            else list(out)
-            if isinstance(out, list | tuple)
-            else []
-        )
-    )
-    floats = [
-        t for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()
-    ]
+    floats = [t for t in flatten_tensors(out) if t.is_floating_point() and t.numel()]
     if not floats:
         return None
     # NaN counts as an overflow: it is what inf - inf or 0 * inf leave behind.

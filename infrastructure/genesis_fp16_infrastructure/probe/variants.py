@@ -26,19 +26,18 @@ import torch
 from torch import nn
 
 from genesis_fp16_infrastructure.errors import ProbeError
+from genesis_fp16_infrastructure.training.precision.grad_check import LOW_DTYPES
 from genesis_fp16_infrastructure.training.precision.precision import dtype_of
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     LOSS_SCALED,
-    LOW_PRECISIONS,
     PRECISIONS,
     PrecisionName,
 )
 
 Family = Literal["fp32", "autocast", "island", "pure"]
 
-# From the vocabulary (precision_names): a new precision is probed without an edit here.
+# From the vocabulary (precision_names, grad_check): a new precision is probed without an edit.
 _NAME_OF: dict[torch.dtype, PrecisionName] = {dtype_of(name): name for name in PRECISIONS}
-_LOW_DTYPES: tuple[torch.dtype, ...] = tuple(dtype_of(name) for name in LOW_PRECISIONS)
 
 # Lower is cheaper: fewer FP32 bytes and FP32 operations per step.
 _COST_RANK: dict[Family, int] = {"pure": 0, "autocast": 1, "island": 2, "fp32": 4}
@@ -75,15 +74,15 @@ def build_variants(components: Mapping[str, Sequence[str]]) -> list[Variant]:
         Variant("fp32", "fp32", torch.float32),
         Variant("fp32_repeat", "fp32", torch.float32),
     ]
-    variants += [Variant(f"{_NAME_OF[d]}_autocast", "autocast", d) for d in _LOW_DTYPES]
-    for dtype in _LOW_DTYPES:
+    variants += [Variant(f"{_NAME_OF[d]}_autocast", "autocast", d) for d in LOW_DTYPES]
+    for dtype in LOW_DTYPES:
         name = _NAME_OF[dtype]
         variants.append(Variant(f"{name}_autocast+fp32[loss]", "island", dtype))
         for component, prefixes in components.items():
             variants.append(
                 Variant(f"{name}_autocast+fp32[{component}]", "island", dtype, tuple(prefixes))
             )
-    variants += [Variant(f"{_NAME_OF[d]}_pure", "pure", d) for d in _LOW_DTYPES]
+    variants += [Variant(f"{_NAME_OF[d]}_pure", "pure", d) for d in LOW_DTYPES]
     return variants
 
 

@@ -63,7 +63,7 @@ def test_bad_eval_prompts_are_quarantined_and_counted(tmp_path: Path) -> None:
     doc["eval_prompts"] += [[1, 2], [99, 0, 0, 0], "text"]
     path.write_text(json.dumps(doc))
     quarantine = tmp_path / "q.jsonl"
-    _, prompts, skipped = read_task(path, quarantine)
+    _, prompts, skipped, _ = read_task(path, quarantine)
     assert prompts is not None and len(prompts) == 8 and skipped == 3
     kept = [json.loads(line) for line in quarantine.read_text().splitlines()]
     assert [k["record"] for k in kept] == [[1, 2], [99, 0, 0, 0], "text"]
