@@ -337,13 +337,19 @@ def _validate(
     except ValidationError as exc:
         sink.add(source, reason(exc), raw)
         return None
-    word: str  # the status word, or a replay record's final outcome
-    if isinstance(record, Trajectory):
-        word, score = record.status, record.success_score
-    else:
+    return _labelled(record, is_replay, thresholds)
+
+
+def _labelled(record: Any, replay: bool, thresholds: tuple[float, float]) -> FileRecord:
+    """A valid record, a schema model or the fast path's struct of the same fields, as a
+    read keeps it: its pre-attempt input, its label and its recorded score."""
+    if replay:  # labelled by its final outcome and reward
+        attempt = replay_input(record, [step.tool_name for step in record.steps])
         word, score = record.final_outcome, record.reward
-    label = derive_label(word, score, *thresholds)
-    return FileRecord(record.trajectory_id, record.to_input(), label, score)
+    else:  # by its status word and success score
+        attempt = trajectory_input(record)
+        word, score = record.status, record.success_score
+    return FileRecord(record.trajectory_id, attempt, derive_label(word, score, *thresholds), score)
 
 
 # The fast path: a record's JSON bytes straight to a typed struct (see the module docstring).
@@ -403,23 +409,12 @@ def decode_record(
             return None  # no id at all, or an empty key: the slow path's reason
         trajectory_id = key
     record.trajectory_id = trajectory_id
-    if record.operator_applied is msgspec.UNSET:  # replay with a replay key, as in _validate
-        if any(getattr(record, name) is not msgspec.UNSET for name in _REPLAY_KEYS):
-            return _replay(record, trajectory_id, thresholds)
-        record.operator_applied = "baseline"
-    label = derive_label(record.status, record.success_score, *thresholds)
-    return FileRecord(trajectory_id, trajectory_input(record), label, record.success_score)
-
-
-def _replay(record: Any, trajectory_id: str, thresholds: tuple[float, float]) -> FileRecord:
-    """schema.ReplayRecord.to_input and its derive_label, on the struct."""
-    steps = [] if record.steps is msgspec.UNSET else record.steps
-    record.agent_id = "" if record.agent_id is msgspec.UNSET else record.agent_id
-    record.task_description = (
-        "" if record.task_description is msgspec.UNSET else record.task_description
+    # The shape as _validate decides it; a field of that shape left UNSET takes its default.
+    replay = record.operator_applied is msgspec.UNSET and any(
+        getattr(record, name) is not msgspec.UNSET for name in _REPLAY_KEYS
     )
-    attempt = replay_input(record, [step.tool_name for step in steps])
-    reward = None if record.reward is msgspec.UNSET else record.reward
-    final = record.final_outcome if record.final_outcome is not msgspec.UNSET else "unknown"
-    label = derive_label(final, reward, *thresholds)
-    return FileRecord(trajectory_id, attempt, label, reward)
+    model = ReplayRecord if replay else Trajectory
+    for name in _REPLAY_KEYS if replay else ("operator_applied",):
+        if getattr(record, name) is msgspec.UNSET:
+            setattr(record, name, model.model_fields[name].get_default(call_default_factory=True))
+    return _labelled(record, replay, thresholds)

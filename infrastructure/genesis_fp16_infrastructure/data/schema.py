@@ -194,9 +194,6 @@ class ReplayRecord(_Record):
     error_category: str | None = None
     fix_applied: str | None = None
 
-    def to_input(self) -> AttemptInput:
-        return replay_input(self, tuple(step.tool_name for step in self.steps))
-
 
 def replay_input(record: Any, tool_names: Sequence[str]) -> AttemptInput:
     """A replay record's pre-attempt view (:class:`ReplayRecord` or the read's fast
