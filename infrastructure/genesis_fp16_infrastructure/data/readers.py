@@ -39,14 +39,18 @@ A record's shape is decided as the slow path does: a replay-buffer record has no
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
+import operator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import GenericAlias, NoneType, UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import msgspec
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.lineage import Pool
@@ -54,11 +58,8 @@ from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.schema import (
-    MAX_GENERATION,
     Example,
-    Operator,
     ReplayRecord,
-    Status,
     Trajectory,
     derive_label,
     replay_input,
@@ -336,85 +337,58 @@ def _validate(
     except ValidationError as exc:
         sink.add(source, reason(exc), raw)
         return None
-    word: str  # the status word, or a replay record's final outcome
-    if isinstance(record, Trajectory):
-        word, score = record.status, record.success_score
-    else:
+    return _labelled(record, is_replay, thresholds)
+
+
+def _labelled(record: Any, replay: bool, thresholds: tuple[float, float]) -> FileRecord:
+    """A valid record, a schema model or the fast path's struct of the same fields, as a
+    read keeps it: its pre-attempt input, its label and its recorded score."""
+    if replay:  # labelled by its final outcome and reward
+        attempt = replay_input(record, [step.tool_name for step in record.steps])
         word, score = record.final_outcome, record.reward
-    label = derive_label(word, score, *thresholds)
-    return FileRecord(record.trajectory_id, record.to_input(), label, score)
+    else:  # by its status word and success score
+        attempt = trajectory_input(record)
+        word, score = record.status, record.success_score
+    return FileRecord(record.trajectory_id, attempt, derive_label(word, score, *thresholds), score)
 
 
 # The fast path: a record's JSON bytes straight to a typed struct (see the module docstring).
-_Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
-_Count = Annotated[int, msgspec.Meta(ge=0)]
-_When = str | float | None
-_UNSET: Any = msgspec.UNSET
+def _fast_struct(name: str, *models: type[BaseModel], unset: frozenset[str] = frozenset()) -> Any:
+    """The fields of ``models`` (the first model's where two share a name) as one msgspec
+    struct, with the same types, bounds and defaults, a nested model as a struct of its
+    own: the schema declares each field once, and the fast path reads what it declares.
+    A field named in ``unset`` is UNSET when absent (the fields that decide the shape)."""
+    fields: dict[str, tuple[str, Any, Any]] = {}
+    for model in models:
+        for field, info in model.model_fields.items():
+            kind = _fast_type(info.annotation, info.metadata)
+            if field in unset:
+                kind, default = kind | msgspec.UnsetType, msgspec.UNSET
+            else:  # a new empty list or dict: msgspec copies it for each record
+                default = info.get_default(call_default_factory=True)
+            fields.setdefault(field, (field, kind, default))
+    return msgspec.defstruct(name, list(fields.values()))
 
 
-class _Tests(msgspec.Struct):
-    tasks_total: _Count | None = None
-    tasks_passed: _Count | None = None
-    tasks_failed: _Count | None = None
+def _fast_type(kind: Any, metadata: list[Any]) -> Any:
+    """A pydantic field's type as msgspec reads it: its bounds (annotated_types' ``Ge``,
+    ``Le``, ``MinLen``) as a ``msgspec.Meta`` on the type itself, or on each member of a
+    union but None; a model, or a list of them, as its struct."""
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return _fast_struct(kind.__name__, kind)
+    if get_origin(kind) in (Union, UnionType):
+        return functools.reduce(operator.or_, [_fast_type(a, metadata) for a in get_args(kind)])
+    if get_origin(kind) is list:
+        return GenericAlias(list, _fast_type(get_args(kind)[0], []))
+    bounds = {k: v for bound in metadata for k, v in dataclasses.asdict(bound).items()}
+    return Annotated[kind, msgspec.Meta(**bounds)] if bounds and kind is not NoneType else kind
 
 
-class _Metrics(msgspec.Struct):
-    accuracy: float | None = None
-    speed: float | None = None
-    robustness: float | None = None
-
-
-class _Step(msgspec.Struct):
-    timestamp: _When = None
-    tool_name: str = ""
-    tool_args: dict[str, Any] = {}
-    tool_result: Any = None
-    agent_reasoning: str = ""
-
-
-class _Record(msgspec.Struct):
-    """Every field of both shapes (schema.Trajectory, schema.ReplayRecord), with their
-    types and bounds; the fields that decide the shape are UNSET when absent."""
-
-    trajectory_id: Annotated[str, msgspec.Meta(min_length=1)] | msgspec.UnsetType = _UNSET
-    created_at: _When = None
-    # a trajectory's
-    generation: Annotated[int, msgspec.Meta(ge=0, le=MAX_GENERATION)] = 0
-    agent_name: str = ""
-    parent_trajectories: list[str] = []
-    plan_id: str | None = None
-    operator_applied: Operator | msgspec.UnsetType = _UNSET
-    code_changes: str = ""
-    problem_diagnosis: str = ""
-    proposed_strategy: str = ""
-    code_after: str | None = None
-    strategy_description: str = ""
-    status: Status = "pending"
-    success_score: _Unit | None = None
-    test_results: _Tests | None = None
-    metrics: _Metrics | None = None
-    failure_reasons: list[str] = []
-    tools_used: list[str] = []
-    reasoning_pattern: str = ""
-    key_insights: list[str] = []
-    assumptions_made: list[str] = []
-    modified_files: list[str] = []
-    execution_time_seconds: float | None = None
-    cost_dollars: float | None = None
-    # a replay record's (the shape is replay when any of these is present)
-    agent_id: str | msgspec.UnsetType = _UNSET
-    task_description: str | msgspec.UnsetType = _UNSET
-    initial_state: dict[str, Any] = {}
-    steps: list[_Step] | msgspec.UnsetType = _UNSET
-    final_outcome: Literal["success", "failure", "partial", "unknown"] | msgspec.UnsetType = _UNSET
-    reward: _Unit | msgspec.UnsetType | None = _UNSET
-    metadata: dict[str, Any] = {}
-    duration_seconds: float | None = None
-    failure_rationale: str | None = None
-    error_category: str | None = None
-    fix_applied: str | None = None
-
-
+# Every field of both shapes (schema.Trajectory, schema.ReplayRecord); the shape is replay
+# when the record has no operator_applied and any of _REPLAY_KEYS.
+_Record = _fast_struct(
+    "_Record", Trajectory, ReplayRecord, unset=_REPLAY_KEYS | {"trajectory_id", "operator_applied"}
+)
 _DECODER = msgspec.json.Decoder(_Record)
 
 
@@ -435,23 +409,12 @@ def decode_record(
             return None  # no id at all, or an empty key: the slow path's reason
         trajectory_id = key
     record.trajectory_id = trajectory_id
-    if record.operator_applied is msgspec.UNSET:  # replay with a replay key, as in _validate
-        if any(getattr(record, name) is not msgspec.UNSET for name in _REPLAY_KEYS):
-            return _replay(record, trajectory_id, thresholds)
-        record.operator_applied = "baseline"
-    label = derive_label(record.status, record.success_score, *thresholds)
-    return FileRecord(trajectory_id, trajectory_input(record), label, record.success_score)
-
-
-def _replay(record: _Record, trajectory_id: str, thresholds: tuple[float, float]) -> FileRecord:
-    """schema.ReplayRecord.to_input and its derive_label, on the struct."""
-    steps = [] if record.steps is msgspec.UNSET else record.steps
-    record.agent_id = "" if record.agent_id is msgspec.UNSET else record.agent_id
-    record.task_description = (
-        "" if record.task_description is msgspec.UNSET else record.task_description
+    # The shape as _validate decides it; a field of that shape left UNSET takes its default.
+    replay = record.operator_applied is msgspec.UNSET and any(
+        getattr(record, name) is not msgspec.UNSET for name in _REPLAY_KEYS
     )
-    attempt = replay_input(record, [step.tool_name for step in steps])
-    reward = None if record.reward is msgspec.UNSET else record.reward
-    final = record.final_outcome if record.final_outcome is not msgspec.UNSET else "unknown"
-    label = derive_label(final, reward, *thresholds)
-    return FileRecord(trajectory_id, attempt, label, reward)
+    model = ReplayRecord if replay else Trajectory
+    for name in _REPLAY_KEYS if replay else ("operator_applied",):
+        if getattr(record, name) is msgspec.UNSET:
+            setattr(record, name, model.model_fields[name].get_default(call_default_factory=True))
+    return _labelled(record, replay, thresholds)

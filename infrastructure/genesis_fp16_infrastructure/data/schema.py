@@ -29,7 +29,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -114,26 +114,9 @@ class Trajectory(_Record):
         return trajectory_input(self)
 
 
-class TrajectoryFields(Protocol):
-    """What :func:`trajectory_input` reads: a :class:`Trajectory`, or the read's fast
-    struct of the same field names (``data.readers.decode_record``)."""
-
-    trajectory_id: Any
-    agent_name: str
-    created_at: str | float | None
-    operator_applied: Any
-    generation: int
-    parent_trajectories: list[str]
-    code_changes: str
-    modified_files: list[str]
-    proposed_strategy: str
-    problem_diagnosis: str
-    tools_used: list[str]
-    reasoning_pattern: str
-
-
-def trajectory_input(record: TrajectoryFields) -> AttemptInput:
-    """A trajectory's pre-attempt view, whichever way it was decoded."""
+def trajectory_input(record: Trajectory) -> AttemptInput:
+    """A trajectory's pre-attempt view: of a :class:`Trajectory`, or of the read's fast
+    struct, which has its fields (``data.readers._fast_struct``)."""
     return AttemptInput(
         trajectory_id=record.trajectory_id,
         agent=record.agent_name,
@@ -194,13 +177,10 @@ class ReplayRecord(_Record):
     error_category: str | None = None
     fix_applied: str | None = None
 
-    def to_input(self) -> AttemptInput:
-        return replay_input(self, tuple(step.tool_name for step in self.steps))
 
-
-def replay_input(record: Any, tool_names: Sequence[str]) -> AttemptInput:
-    """A replay record's pre-attempt view (:class:`ReplayRecord` or the read's fast
-    struct, ``data.readers.decode_record``): ``tool_names`` are its steps' tools, in order."""
+def replay_input(record: ReplayRecord, tool_names: Sequence[str]) -> AttemptInput:
+    """A replay record's pre-attempt view (:class:`ReplayRecord`, or the read's fast
+    struct of its fields): ``tool_names`` are its steps' tools, in order."""
     metadata = record.metadata
     operator = metadata.get("operator_applied", "baseline")
     generation = metadata.get("generation", 0)
