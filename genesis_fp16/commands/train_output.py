@@ -17,12 +17,12 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TextIO
 
-from genesis_fp16.config.state_files import relayed_set_aside
 from genesis_fp16.launch.progress_text import Progress
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
     Outcome,
     TrainingSummary,
+    files,
     on_set_aside,
 )
 
@@ -46,7 +46,7 @@ def relay_to_daemon() -> Callable[[Mapping[str, float]], None]:
     """In a daemon's child: print each state file set aside in this process, one
     ``{"set_aside": ...}`` line (the launcher counts it in the daemon), and return the
     printer of the run's live diagnostics."""
-    on_set_aside(lambda event: print(json.dumps(relayed_set_aside(event)), flush=True))
+    on_set_aside(lambda event: print(json.dumps(files.relayed(event)), flush=True))
     return print_diagnostics
 
 

@@ -44,13 +44,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from genesis_fp16.config.settings import ENV_PREFIX
-from genesis_fp16.config.state_files import report_relayed
 from genesis_fp16.launch.handoff import SAFE_PYTHON, child_env, write_run_file
 from genesis_fp16.launch.kubeflow import torchrun
 from genesis_fp16.launch.run_worker import ForkedChild, RunWorker, WorkerUnavailable
 from genesis_fp16.launch.stderr_relay import relay_stderr
 from genesis_fp16.plugin_api import TrainRequest, TrainRequestError, TrainResult
-from genesis_fp16_infrastructure.api import RUN_REQUEST, TrainingSummary
+from genesis_fp16_infrastructure.api import RUN_REQUEST, TrainingSummary, files
 
 log = logging.getLogger("genesis_fp16.launcher")
 
@@ -397,7 +396,7 @@ def _read_stdout(
                 values = data["diagnostics"].items()
                 on_diagnostics({k: math.nan if v is None else float(v) for k, v in values})
         elif set(data) == {"set_aside"}:  # a state file the child set aside: counted here
-            report_relayed(data["set_aside"])
+            files.report_relayed(data["set_aside"])
         elif "error" in data and "kind" in data:
             output.error = data
         elif "agent" in data:

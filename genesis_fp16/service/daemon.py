@@ -39,7 +39,6 @@ from genesis_fp16.config.settings import (
     resolve_device,
 )
 from genesis_fp16.config.settings_sources import SettingsSources
-from genesis_fp16.config.state_files import on_state_file_skipped
 from genesis_fp16.events.workers import start_delivery
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.jobs.next_run import next_loss_scale
@@ -69,7 +68,7 @@ from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folde
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
 from genesis_fp16.status.when import clock
-from genesis_fp16_infrastructure.api import AgentFolder, Capabilities, SetAside
+from genesis_fp16_infrastructure.api import AgentFolder, Capabilities, SetAside, on_set_aside
 
 log = structlog.get_logger("genesis_fp16.daemon")
 
@@ -120,9 +119,9 @@ class Daemon:
         # a leaking plugin or a flood of sockets shows on the dashboard before it kills us.
         ProcessCollector(registry=self.registry)
         on_thread_exception(self.metrics.thread_exceptions.inc)
-        on_state_file_skipped(
-            lambda agent, file: self.metrics.state_files_skipped.labels(
-                agent=agent, file=file
+        on_set_aside(
+            lambda event: self.metrics.state_files_skipped.labels(
+                agent=event.agent, file=event.label
             ).inc()
         )
         self.notifier = notifier if notifier is not None else Notifier.from_environment()

@@ -62,17 +62,13 @@ class UnusableStateFile(ValueError):
 @dataclass(frozen=True)
 class SetAside:
     """An unusable state file: where it was, where it went (None: it could not be moved),
-    why, and its layout label."""
+    why, its layout label, and the agent whose folder held it ("": no agent's)."""
 
     path: Path
     aside: Path | None
     why: str
     label: str
-
-    @property
-    def agent(self) -> str:
-        """The agent whose folder held the file ("": no agent's)."""
-        return agent_of(self.path) or ""
+    agent: str = ""
 
 
 Listener = Callable[[SetAside], None]
@@ -80,11 +76,32 @@ _listeners: list[Listener] = []
 
 
 def on_set_aside(listener: Listener) -> Callable[[], None]:
-    """Call ``listener`` for every file set aside in this process (once, however often it
-    is added); returns its removal."""
+    """Call ``listener`` for every file set aside in this process, or relayed to it by a
+    run's child (:func:`report_relayed`; the daemon counts each in
+    ``genesis_fp16_state_files_skipped_total{agent, file}``), once, however often it is
+    added; returns its removal."""
     if listener not in _listeners:
         _listeners.append(listener)
     return lambda: _listeners.remove(listener) if listener in _listeners else None
+
+
+def _report(event: SetAside) -> None:
+    for listener in list(_listeners):
+        listener(event)
+
+
+def relayed(event: SetAside) -> dict[str, dict[str, str]]:
+    """The line a run's child prints for its parent about a file it set aside: its agent
+    and label, which the parent's listeners hear (:func:`report_relayed`)."""
+    return {"set_aside": {"agent": event.agent, "file": event.label}}
+
+
+def report_relayed(line: object) -> None:
+    """Tell every listener of a file a run's child set aside, from the ``set_aside`` of
+    its :func:`relayed` line (the child logged it and moved it; nothing is moved here)."""
+    if isinstance(line, dict) and {"agent", "file"} <= set(line):
+        why = "set aside by a run's child"
+        _report(SetAside(Path(), None, why, str(line["file"]), str(line["agent"])))
 
 
 def free_aside_path(path: Path, now: datetime | None = None) -> Path:
@@ -298,13 +315,12 @@ def set_aside(path: Path, file: StateFile, why: str, inode: int | None = None) -
     except OSError as error:
         why += f"; cannot set it aside ({error.strerror}): delete it"
         aside, report = None, _first_report_of(path, info)
-    event = SetAside(path, aside, why, file.label)
+    event = SetAside(path, aside, why, file.label, agent_of(path) or "")
     logger.warning("unusable state file set aside as %s: %s", aside, why)
     if aside is not None:
         bound_asides(path.parent)
     if report:
-        for listener in list(_listeners):
-            listener(event)
+        _report(event)
     return event
 
 

@@ -69,10 +69,10 @@ def test_an_unusable_sample_data_marker_is_set_aside_and_the_data_regenerated(
     instead of a failed run every hour."""
     import os
 
-    from genesis_fp16.config import state_files
+    from genesis_fp16_infrastructure.agent_folder import files
 
     skipped: list[tuple[str, str]] = []
-    monkeypatch.setattr(state_files, "_listeners", [lambda a, f: skipped.append((a, f))])
+    monkeypatch.setattr(files, "_listeners", [lambda e: skipped.append((e.agent, e.label))])
 
     plugin = _Writer()
     paths = AgentFolder(tmp_path, "writer")

@@ -102,10 +102,10 @@ def test_an_unusable_precision_state_is_set_aside_counted_and_floors_at_fp32(
     """A folder, FIFO, link, oversize, non-UTF-8 or torn precision_state.json: the run is
     not failed; the file is set aside, counted once under file=precision_state, and the
     agent trains in fp32 (its floor written back) until `precision reset`."""
-    from genesis_fp16.config import state_files
+    from genesis_fp16_infrastructure.agent_folder import files
 
     skipped: list[tuple[str, str]] = []
-    monkeypatch.setattr(state_files, "_listeners", [lambda a, f: skipped.append((a, f))])
+    monkeypatch.setattr(files, "_listeners", [lambda e: skipped.append((e.agent, e.label))])
     ctx = _context(tmp_path, monkeypatch)
     path = AgentFolder(tmp_path, AGENT).precision_state_path
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -238,10 +238,10 @@ def test_an_unusable_probe_record_is_set_aside_counted_and_probed_again(
     """A torn or 1 MiB+ probe_result.json, or a folder at its name: set aside as
     .unusable, counted under file=probe_result, and the agent probed again (here
     fixture_good, whose probe fails at once and is stored) instead of never again."""
-    from genesis_fp16.config import state_files
+    from genesis_fp16_infrastructure.agent_folder import files
 
     skipped: list[tuple[str, str]] = []
-    monkeypatch.setattr(state_files, "_listeners", [lambda a, f: skipped.append((a, f))])
+    monkeypatch.setattr(files, "_listeners", [lambda e: skipped.append((e.agent, e.label))])
     settings = Settings(
         state_dir=tmp_path / "state",
         agents={"fixture_good": AgentSettings(probe_before_low_precision=True)},
