@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from genesis_fp16.bench.probe import machine_slug
+from genesis_fp16.bench.measure import machine_slug
 from genesis_fp16.events.delivery import Deliverer, DeliveryConfig
 from genesis_fp16_infrastructure.agent_folder import outbox
 

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "infrastructure" / "training"))
 from guard_faults import BASE, FaultTask  # noqa: E402
 
-from genesis_fp16.bench.probe import machine_slug  # noqa: E402
+from genesis_fp16.bench.measure import machine_slug  # noqa: E402
 from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, fit  # noqa: E402
 from genesis_fp16_infrastructure.training.flight.bundle import load_bundle  # noqa: E402
 from genesis_fp16_infrastructure.training.flight.bundle_files import (  # noqa: E402

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from genesis_fp16.bench.probe import machine_slug
+from genesis_fp16.bench.measure import machine_slug
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.run_request import RequestOverrides, plan_request
 from genesis_fp16.plugin_api import TrainRequest, TrainResult

@@ -40,7 +40,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from genesis_fp16.bench.probe import machine_slug
+from genesis_fp16.bench.measure import machine_slug
 from genesis_fp16_infrastructure.training.flight.range_stats import RangeStats, RangeStatsConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName

@@ -13,7 +13,6 @@ import torch
 from torch import nn
 
 from genesis_fp16.bench.config import BenchConfig
-from genesis_fp16.bench.probe import set_tf32
 from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.api import PrecisionName
 from genesis_fp16_infrastructure.api import workload as bench_workload
@@ -39,6 +38,12 @@ class Runner(Protocol):
     def skipped_steps(self) -> int:
         """Optimizer steps skipped on overflow so far (may read the device: a host sync)."""
         ...
+
+
+def set_tf32(enabled: bool) -> None:
+    """Allow or forbid TF32 for CUDA matmuls and cuDNN convolutions (process-wide)."""
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
 
 
 def _optimizer(model: nn.Module, config: BenchConfig) -> torch.optim.Optimizer:

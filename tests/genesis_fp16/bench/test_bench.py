@@ -17,8 +17,7 @@ import pytest
 import torch
 
 from genesis_fp16.bench.config import DEFAULT_RUNNERS, BenchConfig
-from genesis_fp16.bench.measure import run_config
-from genesis_fp16.bench.probe import SyncCounter, count_sync_warnings
+from genesis_fp16.bench.measure import SyncCounter, count_sync_warnings, run_config
 from genesis_fp16.bench.report import COLUMNS, derive, note_for
 from genesis_fp16.bench.run import (
     BenchOptions,

@@ -30,8 +30,12 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     decide,
     same_device,
 )
-from genesis_fp16_infrastructure.training.precision.grad_check import LOW_DTYPES, step_or_skip
-from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
+from genesis_fp16_infrastructure.training.precision.loss_scaler import (
+    LOW_DTYPES,
+    LossScaler,
+    ScalerConfig,
+    step_or_skip,
+)
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     DTYPE_NAMES,
     LOSS_SCALED,

@@ -28,7 +28,8 @@ names are here too, for the same reasons:
 backward with ``torch.compile(mode=COMPILE_MODE)`` (Inductor kernels, CUDA graphs left to
 us) and captures the whole step around them, reported as ``cuda_graph_compiled``; it
 needs a step that can be captured and is an error before the first step where it cannot.
-``off`` (the default until it is measured on a GPU) compiles nothing.
+``off`` (the default until it is measured on a GPU) compiles nothing. With the log
+interval, the two are the fields every step shares (:class:`StepSpec`).
 
 The precision request, here beside the names it is made of: what one run asks of its
 precision, torch-free and JSON-ready.
@@ -140,6 +141,29 @@ EXECUTION_MODES: tuple[str, ...] = ("eager", "cuda_graph", "cuda_graph_compiled"
 # the daemon's genesis_fp16_execution_fallbacks_total{reason}): its first captured steps
 # differed from eager ones from the same state (run/verify_capture.py), or a capture raised.
 FALLBACK_REASONS: tuple[str, ...] = ("verification_mismatch", "capture_failed")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepSpec:
+    """How each step reports and executes, declared once, however the run is asked for:
+    the trainer's own ``TrainerConfig`` and the run's ``RunSpec`` (so the plugin API's
+    ``TrainRequest`` and the library's ``FitOptions``) inherit these fields, and ``fit()``
+    hands them to its trainer without renaming one.
+
+    - ``log_interval``: every this many steps the trainer reads its statistics (a host
+      sync) and calls ``on_log`` with a ``TrainingSummary``.
+    - ``cuda_graph``: ``auto``, ``on`` or ``off``: replay the whole step from a captured
+      CUDA graph where the run allows it
+      (:mod:`genesis_fp16_infrastructure.training.step.execution` says when).
+    - ``compile``: ``off`` or ``on``: the model compiled inside the captured step
+      (execution ``cuda_graph_compiled``); an error before the first step where the step
+      cannot be captured.
+    """
+
+    log_interval: int = 50
+    cuda_graph: str = "auto"
+    compile: str = "off"
+
 
 AUTO_PRECISION_MODES: tuple[str, ...] = ("measure", "rule")
 """How ``auto`` is decided: by timing the candidates, or by the device rule."""

@@ -29,12 +29,14 @@ from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.decide import decide_continued
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import clamp_scale
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.precision.precision_names import StepSpec
 from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import measured_execution, policy_for_run
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
 from genesis_fp16_infrastructure.training.run.loop import (
     Position,
+    Run,
     checkpoint_state,
     early_stop_tracker,
     evaluate,
@@ -53,7 +55,6 @@ from genesis_fp16_infrastructure.training.run.task import (
     cuda_generators,
 )
 from genesis_fp16_infrastructure.training.run.verify_capture import verify_run
-from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
 
 logger = logging.getLogger(__name__)
@@ -147,22 +148,21 @@ def _fit(
     stopped = False
     if tracker is not None and tracker.stopped:
         logger.info("early stopping: this run had already stopped (%s)", tracker.stop_reason)
+    run = Run(task, trainer, options, manager, position, loss_fn, guard)
     while tracker is None or not tracker.stopped:
         if isinstance(task, IterationHooks):  # checks and saves at iteration boundaries
-            stopped = run_iterations(
-                task, trainer, options, manager, position, targets, loss_fn, guard
-            )
+            stopped = run_iterations(task, run, targets)
         else:
-            stopped = run_steps(task, trainer, options, manager, position, targets, loss_fn, guard)
+            stopped = run_steps(run, targets)
+        trainer = run.trainer
         if guard is None or guard.final_check(trainer, position.epoch, position.batch) is None:
             break
         failure = guard.failure()
         if failure is not None:  # nowhere to demote to: the run cannot learn, and ends failed
             break
-        trainer, record = _demote(task, trainer, options, manager, position, guard)
-        demotions.append(record)
+        demotions.append(_demote(run, guard))
         if tracker is not None:
-            tracker.forget_after(trainer.step_count)
+            tracker.forget_after(run.trainer.step_count)
     if stats is not None:
         stats.detach()  # no hooks left on the model the caller gets back
     model, policy = trainer.model, trainer.policy
@@ -172,7 +172,7 @@ def _fit(
     position.run["complete"] = not stopped  # reached its target, or early stopping ended it
     # A failed run writes no end-of-run checkpoint: its state is the last one that learned.
     if manager is not None and checkpoint is None and failure is None:
-        checkpoint = manager.save(checkpoint_state(task, trainer, options, position))
+        checkpoint = manager.save(checkpoint_state(run))
     if tracker is not None:
         tracker.restore_best(model)  # after the checkpoint: it keeps the last weights
     summary = final_summary(trainer, steps_run, options.on_log, options.log_interval)
@@ -288,22 +288,16 @@ def _trainer_config(options: FitOptions) -> TrainerConfig:
     return TrainerConfig(**shared, **own)
 
 
-def _demote(
-    task: TrainingTask,
-    trainer: Trainer,
-    options: FitOptions,
-    manager: CheckpointManager | None,
-    position: Position,
-    guard: PrecisionGuard,
-) -> tuple[Trainer, Demotion]:
-    """Roll back to the guard's last good state in a trainer of the next precision, and
-    the demotion's record.
+def _demote(run: Run, guard: PrecisionGuard) -> Demotion:
+    """Roll back to the guard's last good state in a trainer of the next precision (the
+    run's from then on), and the demotion's record.
 
     Needs a fired trigger (``guard.pending``) below the ladder's last rung. The policy
     takes the run's loss-scaler config, not the troubled trainer's (a rebuilt trainer's
     own may be a default). The guard then watches the new trainer from the rolled-back
     state, keeping its snapshot: the state rolled back to is the last good one.
     """
+    task, trainer, options, manager = run.task, run.trainer, run.options, run.manager
     device = trainer.policy.device
     policy, record = guard.demote(
         trainer,
@@ -312,7 +306,7 @@ def _demote(
     snapshot = guard.restore()
     demoted = _build_trainer(task, policy, trainer.config, options)  # measured execution kept
     demoted.load_state_dict(snapshot.trainer)  # model, optimizers, schedulers, scaler, RNG
-    position.epoch, position.batch = snapshot.epoch, snapshot.batch
+    run.position.epoch, run.position.batch = snapshot.epoch, snapshot.batch
     loader = getattr(task, "load_extra_state", None)
     if callable(loader):
         loader(snapshot.extra)
@@ -325,4 +319,5 @@ def _demote(
                 manager.remove(stale)
     verify_run(task, demoted, options.seed, options.precision.cache)
     guard.start(demoted, snapshot.epoch, snapshot.batch, snapshot=False)
-    return demoted, record
+    run.trainer = demoted
+    return record

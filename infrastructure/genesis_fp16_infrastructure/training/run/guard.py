@@ -60,7 +60,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -83,6 +83,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionRequest,
 )
 from genesis_fp16_infrastructure.training.reports import Demotion
+from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 logger = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ class SnapshotStore:
 def placement(state: Any, share: float | None = None) -> tuple[str, str]:
     """``("device" | "host", why)`` for a state tree (``share``: :data:`DEVICE_SHARE`)."""
     share = DEVICE_SHARE if share is None else share
-    tensors = [t for t in _tensors(state) if t.is_cuda]
+    tensors = [t for t in flatten_tensors(state) if t.is_cuda]
     if not tensors:
         return "device", IN_HOST_MEMORY
     size = sum(t.numel() * t.element_size() for t in tensors)
@@ -138,17 +139,6 @@ def placement(state: Any, share: float | None = None) -> tuple[str, str]:
 
 def _gib(size: int) -> str:
     return f"{size / 2**30:.2f} GiB"
-
-
-def _tensors(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _tensors(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _tensors(item)
 
 
 def _copy_into(value: Any, previous: Any, to_host: bool) -> Any:

@@ -52,6 +52,21 @@ class Position:
     run: dict[str, Any] = field(default_factory=dict)  # this run's, written with each one
 
 
+@dataclass
+class Run:
+    """What a run's steps, checkpoints and demotions share: the task, its trainer (a
+    demotion replaces it), the options, the checkpoint manager (None: no checkpoints), the
+    position, the loss the steps call (the guard's watch on the task's) and the guard."""
+
+    task: TrainingTask
+    trainer: Trainer
+    options: FitOptions
+    manager: CheckpointManager | None
+    position: Position
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor]
+    guard: PrecisionGuard | None
+
+
 def resume_run(
     task: TrainingTask,
     trainer: Trainer,
@@ -109,11 +124,10 @@ def resume_run(
     return path
 
 
-def checkpoint_state(
-    task: TrainingTask, trainer: Trainer, options: FitOptions, position: Position
-) -> dict[str, Any]:
+def checkpoint_state(run: Run) -> dict[str, Any]:
+    trainer, options, position = run.trainer, run.options, run.position
     state = trainer.state_dict()
-    extra = task.extra_state()
+    extra = run.task.extra_state()
     _check_plain(extra, "extra")
     state[keys.EPOCH] = position.epoch
     state[keys.BATCH] = position.batch
@@ -216,42 +230,34 @@ def interrupted(run: object, options: FitOptions) -> TypeGuard[Mapping[str, Any]
     )
 
 
-def run_steps(
-    task: TrainingTask,
-    trainer: Trainer,
-    options: FitOptions,
-    manager: CheckpointManager | None,
-    position: Position,
-    targets: Targets,
-    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
-    guard: PrecisionGuard | None,
-) -> bool:
+def run_steps(run: Run, targets: Targets) -> bool:
     """Run steps until the targets are reached; True if stopped early.
 
     Also returns (False) when the guard fires; ``fit()`` then demotes and calls again.
     """
+    trainer, options, position, guard = run.trainer, run.options, run.position, run.guard
     accum = options.trainer.grad_accum_steps
     cadence = Cadence.of(options)
 
     while not targets.reached(trainer.step_count, position.epoch):
         yielded = position.batch > 0
-        for group in epoch_groups(task, position.epoch, position.batch, options.seed, accum):
+        for group in epoch_groups(run.task, position.epoch, position.batch, options.seed, accum):
             yielded = True
             if options.should_stop():
                 logger.info("stop requested: stopping at step %d", trainer.step_count)
                 return True
-            train_step(trainer, options, group, loss_fn)
+            train_step(trainer, options, group, run.loss_fn)
             position.batch += len(group)
             if guard is not None and guard.after_step(trainer, position.epoch, position.batch):
                 return False  # fit() rolls back and demotes; the state is not checkpointed
-            patience_out = validate(task, trainer, position.tracker)
-            if manager is not None and cadence.due(trainer.step_count):
-                manager.save(checkpoint_state(task, trainer, options, position))
+            patience_out = validate(run.task, trainer, position.tracker)
+            if run.manager is not None and cadence.due(trainer.step_count):
+                run.manager.save(checkpoint_state(run))
                 cadence.saved()
             if targets.reached(trainer.step_count, position.epoch) or patience_out:
                 return False
         if not yielded:
-            unit = "an iteration" if isinstance(task, IterationHooks) else "an epoch"
+            unit = "an iteration" if isinstance(run.task, IterationHooks) else "an epoch"
             raise ValueError(
                 f"train_batches(epoch={position.epoch}, seed={options.seed}) yielded no "
                 f"batches: {unit} needs at least one"
@@ -261,17 +267,9 @@ def run_steps(
     return False
 
 
-def run_iterations(
-    task: IterationHooks,
-    trainer: Trainer,
-    options: FitOptions,
-    manager: CheckpointManager | None,
-    position: Position,
-    targets: Targets,
-    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
-    guard: PrecisionGuard | None,
-) -> bool:
-    """Run whole iterations until the targets are reached; True if stopped early (False
+def run_iterations(task: IterationHooks, run: Run, targets: Targets) -> bool:
+    """Run whole iterations of ``task`` (``run.task``, with its hooks) until the targets
+    are reached; True if stopped early (False
     too when the guard fires at a boundary: ``fit()`` then demotes and calls again from
     the snapshot, an iteration's start).
 
@@ -307,8 +305,10 @@ def run_iterations(
     An iteration's steps are :func:`run_steps`' over its epoch, with no stop poll, guard
     or checkpoint of their own; this adds the boundary around them.
     """
+    trainer, options, position, guard = run.trainer, run.options, run.position, run.guard
     cadence = Cadence.of(options)
     undivided = replace(options, should_stop=lambda: False)  # polled at boundaries only
+    steps = replace(run, options=undivided, manager=None, guard=None)
 
     while not targets.reached(trainer.step_count, position.epoch):
         if options.should_stop():
@@ -317,14 +317,14 @@ def run_iterations(
         epoch, first = position.epoch, trainer.step_count
         task.begin_iteration(trainer, epoch)
         this_one = Targets(targets.step, epoch + 1)  # its end, or a step target inside it
-        run_steps(task, trainer, undivided, None, position, this_one, loss_fn, None)
+        run_steps(steps, this_one)
         due = cadence.due(trainer.step_count, since=first)
         task.end_iteration(trainer, epoch)
         position.epoch, position.batch = epoch + 1, 0
         if guard is not None and guard.after_step(trainer, position.epoch, 0):
             return False  # fit() rolls back and demotes; the state is not checkpointed
-        if manager is not None and due:
-            manager.save(checkpoint_state(task, trainer, options, position))
+        if run.manager is not None and due:
+            run.manager.save(checkpoint_state(run))
             cadence.saved()
         if position.tracker is not None and position.tracker.stopped:
             return False  # patience ran out inside the iteration

@@ -61,6 +61,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     COMPILE_MODE,
     COMPILE_REQUESTS,
     CUDA_GRAPH_REQUESTS,
+    StepSpec,
 )
 from genesis_fp16_infrastructure.training.reports import TrainingSummary
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
@@ -70,7 +71,6 @@ from genesis_fp16_infrastructure.training.step.execution import (
     fell_back,
     resolve_execution,
 )
-from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 
 logger = logging.getLogger(__name__)
 B = TypeVar("B")
@@ -109,7 +109,7 @@ class StepTuning:
 @dataclass(frozen=True, kw_only=True)
 class TrainerConfig(StepSpec, StepTuning):
     """How each step runs and how often it reports: the step fields
-    (:class:`~genesis_fp16_infrastructure.training.step.step_spec.StepSpec`'s
+    (:class:`~genesis_fp16_infrastructure.training.precision.precision_names.StepSpec`'s
     ``log_interval``, ``cuda_graph``, ``compile``, shared with the run's ``RunSpec``) and
     the trainer's own (:class:`StepTuning`'s).
 

@@ -22,7 +22,7 @@ from genesis_fp16_infrastructure.training import (
     dtype_of,
 )
 from genesis_fp16_infrastructure.training.precision import precision_names as names
-from genesis_fp16_infrastructure.training.precision.grad_check import LOW_DTYPES
+from genesis_fp16_infrastructure.training.precision.loss_scaler import LOW_DTYPES
 from genesis_fp16_infrastructure.training.precision.precision_names import ROBUSTNESS
 from genesis_fp16_infrastructure.training.run import verify_capture
 from genesis_fp16_infrastructure.training.step import trainer

@@ -23,9 +23,9 @@ from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.run.guard import (
     PrecisionGuard,
     SnapshotStore,
-    _tensors,
     placement,
 )
+from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -69,10 +69,10 @@ def test_a_second_save_lands_in_the_first_ones_buffers_with_its_own_values() -> 
     values it was given, not the live ones that move on afterwards."""
     store = SnapshotStore()
     store.save(_state(1.0))
-    buffers = [t.data_ptr() for t in _tensors(store.saved)]
+    buffers = [t.data_ptr() for t in flatten_tensors(store.saved)]
     live = _state(2.5)
     store.save(live)
-    assert [t.data_ptr() for t in _tensors(store.saved)] == buffers
+    assert [t.data_ptr() for t in flatten_tensors(store.saved)] == buffers
     live["model"]["w"].add_(1.0)  # training goes on in place
     live["optimizer"][0]["state"][0]["exp_avg"].mul_(3.0)
     _assert_equal(store.load(), _state(2.5))
@@ -83,8 +83,8 @@ def test_load_is_a_copy_that_the_next_save_leaves_alone() -> None:
     store = SnapshotStore()
     store.save(_state(2.0))
     loaded = store.load()
-    buffers = {t.data_ptr() for t in _tensors(store.saved)}
-    assert not buffers & {t.data_ptr() for t in _tensors(loaded)}
+    buffers = {t.data_ptr() for t in flatten_tensors(store.saved)}
+    assert not buffers & {t.data_ptr() for t in flatten_tensors(loaded)}
     store.save(_state(3.0))
     _assert_equal(loaded, _state(2.0))
     with pytest.raises(RuntimeError, match="no snapshot saved"):
@@ -133,7 +133,7 @@ def test_the_guard_restores_the_last_spotless_check_from_reused_buffers() -> Non
                 {k: live[k] for k in (keys.MODEL, keys.OPTIMIZER, keys.SCALER)}
             )
         if step % 4 == 0:
-            buffers.append([t.data_ptr() for t in _tensors(guard.store.saved)])
+            buffers.append([t.data_ptr() for t in flatten_tensors(guard.store.saved)])
     assert buffers[0] == buffers[1]  # step 4's and step 8's snapshots: the same memory
     restored = guard.restore()
     assert restored.step == 8
