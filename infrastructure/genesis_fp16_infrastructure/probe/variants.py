@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from genesis_fp16_infrastructure.errors import ProbeError
-from genesis_fp16_infrastructure.training.precision.grad_check import LOW_DTYPES
+from genesis_fp16_infrastructure.training.precision.loss_scaler import LOW_DTYPES
 from genesis_fp16_infrastructure.training.precision.precision import dtype_of
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     LOSS_SCALED,
@@ -36,7 +36,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 
 Family = Literal["fp32", "autocast", "island", "pure"]
 
-# From the vocabulary (precision_names, grad_check): a new precision is probed without an edit.
+# From the vocabulary (precision_names, loss_scaler): a new precision is probed without an edit.
 _NAME_OF: dict[torch.dtype, PrecisionName] = {dtype_of(name): name for name in PRECISIONS}
 
 # Lower is cheaper: fewer FP32 bytes and FP32 operations per step.
