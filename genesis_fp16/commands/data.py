@@ -64,7 +64,7 @@ def run_generate(args: argparse.Namespace) -> int:
         raise UsageError(f"--count {args.count}: must be at least 1")
     if args.out.exists() and not args.out.is_dir():
         raise UsageError(f"--out {args.out}: exists and is not a folder")
-    from genesis_fp16.status.owner import owning_holder
+    from genesis_fp16.service.state_lock import owning_holder
 
     owned = owning_holder(args.out)
     if owned is not None:  # it would replace what that daemon (or train) trains on

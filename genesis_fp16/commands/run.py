@@ -71,7 +71,7 @@ def _daemon_pid(state_dir: Path, agent: str) -> int | None:
     or when its lock file says it does not schedule ``agent``."""
     from genesis_fp16.config.plugins import known_agent_names
     from genesis_fp16.service.run_now import not_scheduled
-    from genesis_fp16.status.owner import folder_owner
+    from genesis_fp16.service.state_lock import folder_owner
 
     owned = folder_owner(state_dir)
     if owned is None or owned[0].command != "serve":
@@ -113,7 +113,7 @@ def _wait_for_answer(state_dir: Path, agent: str, ident: str) -> Answer | None:
 
 def _stopped(state_dir: Path) -> str | None:
     """Why the daemon will not answer (it shuts down, or is gone), or None."""
-    from genesis_fp16.status.owner import folder_owner
+    from genesis_fp16.service.state_lock import folder_owner
 
     owned = folder_owner(state_dir)
     if owned is None or owned[0].command != "serve":

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
 def read_report(settings: Settings) -> StatusReport:
     """The daemon's report when one runs and answers; otherwise the state folder's."""
-    from genesis_fp16.status.owner import owner_status
+    from genesis_fp16.status.serving import owner_status
 
     daemon = owner_status(settings.state_dir)
     if not daemon.running:

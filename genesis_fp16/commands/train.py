@@ -57,7 +57,7 @@ from genesis_fp16.config.settings import (
     Settings,
     resolve_device,
 )
-from genesis_fp16.events.runs import announce_run
+from genesis_fp16.jobs.guard_state import announce_run
 from genesis_fp16.jobs.run_request import (
     RequestOverrides,
     parse_option_flags,

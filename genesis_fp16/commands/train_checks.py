@@ -66,8 +66,7 @@ def own_state_folder(args: argparse.Namespace, settings: Settings) -> int | None
     Returns the lock's descriptor, or None for a folder this user cannot write (no daemon
     of ours writes there either, and the run fails on its own if it must write).
     """
-    from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folder
-    from genesis_fp16.status.owner import owning_holder
+    from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folder, owning_holder
 
     # A checkpoint folder inside another process's state folder is that process's to
     # write, between its runs too (its child locks the folder only while it trains).

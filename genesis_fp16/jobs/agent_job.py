@@ -2,7 +2,7 @@
 forward, plan -> execute -> record (planning.py, supervising.py, recording.py; the run's
 state in job_state.py).
 
-A job takes a slot on each GPU its run occupies (genesis_fp16/launch/device_slots.py: runs on
+A job takes a slot on each GPU its run occupies (genesis_fp16/jobs/job_state.py: runs on
 one GPU never exceed the configured concurrency), resumes from the agent's newest
 checkpoint, trains on the configured data (or the generated sample data), and reports
 every log interval to the metrics. Its log records carry ``agent`` and ``run_id``.
@@ -21,13 +21,12 @@ from __future__ import annotations
 import structlog
 
 from genesis_fp16.config.settings import resolve_device
+from genesis_fp16.jobs.job_state import DeviceSlots as DeviceSlots  # the daemon's import
 from genesis_fp16.jobs.job_state import JobContext as JobContext  # the daemon's import
-from genesis_fp16.jobs.job_state import Run
+from genesis_fp16.jobs.job_state import Run, slot_keys
 from genesis_fp16.jobs.planning import plan_run
 from genesis_fp16.jobs.recording import record_failure, record_result, record_start, record_stopped
 from genesis_fp16.jobs.supervising import execute_run
-from genesis_fp16.launch.device_slots import DeviceSlots as DeviceSlots  # the daemon's import
-from genesis_fp16.launch.device_slots import slot_keys
 from genesis_fp16.launch.launcher import RunStopped
 from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16_infrastructure.api import Capabilities

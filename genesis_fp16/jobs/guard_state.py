@@ -13,17 +13,18 @@ asks for fp32, which no memory lowers. ``genesis-fp16 precision reset AGENT`` de
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
 
 from genesis_fp16.config.settings import Settings
-from genesis_fp16.events.runs import announce_run
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     AgentState,
     PrecisionMemory,
+    outbox,
 )
 
 if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run) never
@@ -64,6 +65,23 @@ def load_memory(
         error=moved.why,
     )
     return memory
+
+
+def announce_run(folder: Path, agent: str, result: TrainResult) -> None:
+    """Write ``result``'s demotions and fault bundles to the outbox of the agent's folder
+    ``folder``, before they are counted or logged, by whoever ran it (:func:`record_run`,
+    or an operator's foreground ``train`` in the state folder); the daemon's delivery
+    thread posts them, at its next pass for a run made while it was down. A full disk
+    loses the announcement, logged, never the run's record."""
+    found = [("demotion", d.to_json()) for d in result.demotions]
+    found += [("fault_bundle", b.to_json()) for b in result.fault_bundles]
+    for kind, data in found:
+        try:
+            outbox.record(folder, kind, data)
+        except OSError as exc:
+            structlog.get_logger("genesis_fp16.events").error(
+                "cannot write the event to the outbox", agent=agent, kind=kind, error=str(exc)
+            )
 
 
 def record_run(settings: Settings, metrics: DaemonMetrics, agent: str, result: TrainResult) -> None:

@@ -27,6 +27,7 @@ declares before anything trains.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -59,6 +60,7 @@ from genesis_fp16_infrastructure.api import (
     RequestedName,
     capabilities_of,
     read_snapshot,
+    resume_loss_scale,
 )
 
 log = structlog.get_logger("genesis_fp16.run_request")
@@ -146,6 +148,50 @@ def expected_precision(request: PrecisionRequest, device: str) -> PrecisionName 
         return planned_precision(request, device)
     except PrecisionError:
         return None
+
+
+def next_loss_scale(folder: AgentFolder, precision: PrecisionName | None) -> float:
+    """The loss scale the next run of the agent under ``folder`` starts with, when it
+    computes in ``precision`` as ``decide`` planned it (:func:`expected_precision`); NaN
+    (unknown) when that is None, decided by the run's own measurement, not made yet.
+
+    ``genesis_fp16_precision`` and ``genesis_fp16_loss_scale`` follow a run's reports while
+    it trains. Between runs, and from start-up on (with ``RUN_AT_START=false`` the first
+    run may be an hour away), they say what the agent's next run starts with:
+
+    - **precision**: what ``decide`` answers the next run's planned request (the settings
+      and the precision guard's memory, :func:`precision_request`;
+      :func:`expected_precision`): a measured ``auto`` answers from the measurement it
+      kept; with none it is undecided (``None``: every precision series 0) until the run
+      measures and reports.
+    - **loss scale**: 1 outside fp16 (the scaler is disabled there, and every run reports
+      1). In fp16, the scale the run resumes with (the library's ``resume_loss_scale``):
+      the newest checkpoint's scaler state (an fp32 or bf16 checkpoint holds one too), or
+      the core's initial scale (``ScalerConfig.init_scale``, 65,536) without a
+      checkpoint. NaN while the precision is undecided: a comparison with NaN is false,
+      so no alert fires on it.
+
+    Reads the newest checkpoint's summary file only for fp16's scale; a checkpoint
+    without one is loaded (written before summary files). An unreadable one counts as
+    none. Checkpoints are the core's (``CheckpointManager``, ``checkpoint_keys``); a
+    plugin that writes its own format has none here, as for ``resumed_totals`` in
+    genesis_fp16/jobs/recording.py.
+
+    >>> next_loss_scale(AgentFolder(Path("state"), "se_darwin"), "fp32")
+    1.0
+    """
+    if precision is None:
+        return math.nan
+    said = structlog.get_logger("genesis_fp16.next_run")
+    # The resume point a run's plan reads (the folder the served-model pointer names).
+    scale, unread, pointer_error = resume_loss_scale(folder.checkpoint_dir, precision)
+    if unread is not None:  # a folder we may not read: no checkpoint
+        said.warning(
+            "cannot read the agent's checkpoints", path=str(folder.checkpoint_dir), error=unread
+        )
+    if pointer_error is not None:
+        said.warning("cannot follow the served-model pointer", error=pointer_error)
+    return scale
 
 
 def plan_request(

@@ -32,6 +32,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from genesis_fp16.config.settings_sources import ours
 from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.api import RUN_REQUEST, files
 
@@ -42,8 +43,6 @@ SAFE_PYTHON = ("-P",)
 ORPHAN_GRACE_SECONDS = 5.0
 # Exit code of a child ended by the watch: the daemon that would read it is gone.
 ORPHAN_EXIT_CODE = 3
-# The daemon's settings, by prefix (settings_sources.PREFIXES): none reaches a child.
-_SETTING_PREFIXES = ("GENESIS_FP16_", "ENABLE_FP16_")
 
 
 def write_run_file(path: Path, request: TrainRequest, log_level: str) -> None:
@@ -78,7 +77,7 @@ def child_env(environ: Mapping[str, str]) -> dict[str, str]:
     would become torchrun's flags: the daemon's ranks stay on this host), with
     ``PYTHONSAFEPATH=1``, and without empty ``PYTHONPATH`` entries (an empty entry means
     the working directory: ``PYTHONPATH=/opt/plugins:`` is a classic way to get one)."""
-    names = (k for k in environ if not k.upper().startswith(_SETTING_PREFIXES))
+    names = (k for k in environ if not ours(k))  # the daemon's settings: none reaches a child
     env = {k: environ[k] for k in names if not k.startswith("PET_")}
     env["PYTHONSAFEPATH"] = "1"
     if "PYTHONPATH" in env:

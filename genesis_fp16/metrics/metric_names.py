@@ -31,7 +31,7 @@ HEALTHY_OUTCOMES = (Outcome.SUCCESS, Outcome.UP_TO_DATE)
 RELOAD_OUTCOMES = ("success", "failure")
 # Why a run failed (genesis_fp16_run_failures_total), and why a job did not start.
 # nonfinite_gradients / nonfinite_loss: the run ran its steps and learned nothing
-# (TrainResult.failure; plugin_api.LEARNING_FAILURES).
+# (TrainResult.failure; contract.reports.LEARNING_FAILURES).
 FAILURE_REASONS = (
     *("refused", "error", "storage", "exit", "hung", "memory", "device_unavailable"),
     *("nonfinite_gradients", "nonfinite_loss"),

@@ -2,7 +2,7 @@
 
 ``export_gate`` reads a finished run's ``TrainResult.gate`` (a ``GateReport``, the
 promotion gate's verdict) and ``export_drift`` its ``TrainResult.drift`` (a ``DriftReport``,
-when it has one); ``set_state_bytes`` the bytes of the agent's folder after pruning.
+when it has one); ``state_bytes`` holds the bytes of the agent's folder after pruning.
 
 >>> from dataclasses import replace
 >>> from prometheus_client import CollectorRegistry

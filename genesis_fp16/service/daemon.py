@@ -41,10 +41,10 @@ from genesis_fp16.config.settings import (
 from genesis_fp16.config.settings_sources import SettingsSources
 from genesis_fp16.events.workers import start_delivery
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16.jobs.next_run import next_loss_scale
 from genesis_fp16.jobs.run_request import (
     check_configured_options,
     expected_precision,
+    next_loss_scale,
     precision_request,
 )
 from genesis_fp16.launch.devices import check_devices
@@ -221,10 +221,11 @@ class Daemon:
         self, switched: frozenset[str] = frozenset(), startup: bool = False
     ) -> None:
         """Show each idle agent's next run: its precision and the loss scale it starts with
-        (genesis_fp16/jobs/next_run.py). A running agent's gauges follow its run, unless the agent
-        is in ``switched``: a reload changed its precision, so its run is stopping and is
-        rerun at once (genesis_fp16/jobs/agent_job.py), and the precision gauge shows the
-        rerun's from the reload on (the stopping run's last reports leave it alone).
+        (genesis_fp16/jobs/run_request.py: next_loss_scale). A running agent's gauges
+        follow its run, unless the agent is in ``switched``: a reload changed its
+        precision, so its run is stopping and is rerun at once (genesis_fp16/jobs/
+        agent_job.py), and the precision gauge shows the rerun's from the reload on (the
+        stopping run's last reports leave it alone).
 
         ``startup``: an agent whose ``auto`` is not decided yet shows every precision 0 and
         a NaN scale, so that both series exist from the first scrape; a reload leaves such

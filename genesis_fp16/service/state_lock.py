@@ -6,12 +6,21 @@ daemon's own runs (``train --request``, torchrun ranks) work under the daemon's 
 take none. The kernel drops the lock when its holder dies, ``kill -9`` included, so a
 restarted daemon takes it again at once; no stale lock file is ever to be removed by hand.
 
+Who owns a folder is also read without taking it (:func:`folder_owner`): for
+``genesis-fp16 status`` and ``run``, and for ``train`` and ``data generate`` writing inside
+another's state folder. A shared, non-blocking lock on the file tells whether a holder is
+alive; the file's modification time is when the holder took it, which is the daemon's
+start. The probe never writes the file. For the microseconds it holds its shared lock, a
+daemon starting at that very moment would be refused.
+
 >>> fd = acquire_state_folder(Path("state"), "serve")  # held until fd is closed
 >>> os.close(fd)
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,3 +103,35 @@ def _holder(record: dict[str, Any] | None) -> Holder:
         return Holder(int(record["pid"]), str(record["command"]), listed, stopping)
     except (AssertionError, ValueError, KeyError, TypeError):
         return Holder(None, "process")
+
+
+def folder_owner(state_dir: Path) -> tuple[Holder, float] | None:
+    """The holder of ``state_dir``'s lock and when it took it (Unix time), or None when
+    no live process holds it (no lock file, or a stopped daemon's)."""
+    path = Path(state_dir) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None  # no lock file: never owned; one we may not read: not ours to report
+    try:
+        taken = os.fstat(fd).st_mtime
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+            return None  # a filesystem without flock: nothing to tell
+        return read_holder(path), taken
+    finally:
+        os.close(fd)  # drops the probe's shared lock, if it took it
+    return None
+
+
+def owning_holder(path: Path) -> tuple[Path, Holder] | None:
+    """The state folder at or above ``path`` that another process owns now, with its
+    holder; None when the nearest folder with a lock file is free (a stopped daemon's)."""
+    for folder in [Path(path).resolve(), *Path(path).resolve().parents]:
+        lock = folder / LOCK_NAME
+        # One we may not open is not a daemon of this user: the folders above are looked at.
+        if lock.is_file() and os.access(lock, os.R_OK | os.W_OK):
+            owned = folder_owner(folder)
+            return None if owned is None else (folder, owned[0])
+    return None

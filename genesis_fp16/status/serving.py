@@ -13,13 +13,14 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
 
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings import Settings, parse_schedule
-from genesis_fp16.service.state_lock import LOCK_NAME
+from genesis_fp16.service.state_lock import LOCK_NAME, folder_owner
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, StatusReport, gather_status
 
@@ -112,6 +113,20 @@ def _daemon_status(daemon: Daemon) -> DaemonStatus:
         error,
         _rollback(daemon.settings),
     )
+
+
+def owner_status(state_dir: Path, now: float | None = None) -> DaemonStatus:
+    """The daemon part of a report read from the state folder's lock alone (a command
+    without the daemon: genesis_fp16/service/state_lock.py's :func:`folder_owner`): its
+    health is the caller's to ask (the daemon serves it), so it says where to look."""
+    now = time.time() if now is None else now
+    owned = folder_owner(state_dir)
+    if owned is None:
+        return DaemonStatus(False, None, None, None, None, None, "not running")
+    holder, taken = owned
+    if holder.command != "serve":
+        return DaemonStatus(False, holder.pid, holder.command, None, None, None, "not running")
+    return DaemonStatus(True, holder.pid, "serve", taken, max(0.0, now - taken), None, "unknown")
 
 
 def _rollback(settings: Settings) -> str | None:

@@ -12,8 +12,7 @@ from typing import Any
 
 from checkpoint_state import checkpoint_state
 
-from genesis_fp16.jobs.next_run import next_loss_scale
-from genesis_fp16.jobs.run_request import expected_precision
+from genesis_fp16.jobs.run_request import expected_precision, next_loss_scale
 from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry, ServedPointer

@@ -13,10 +13,9 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from genesis_fp16.config.settings import AgentSettings, Settings
-from genesis_fp16.jobs.job_state import JobContext, Run
+from genesis_fp16.jobs.job_state import DeviceSlots, JobContext, Run
 from genesis_fp16.jobs.planning import plan_run
 from genesis_fp16.jobs.probe_gate import ProbeRecord, gate_before_run, red_precisions
-from genesis_fp16.launch.device_slots import DeviceSlots
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside

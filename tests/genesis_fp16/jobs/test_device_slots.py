@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import JobContext, run_agent_job
-from genesis_fp16.launch.device_slots import DeviceSlots, slot_keys
+from genesis_fp16.jobs.job_state import DeviceSlots, slot_keys
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest
 
