@@ -5,7 +5,7 @@ checkpoint it would resume was written. The checkpoint keeps the fingerprint of 
 records its model saw (:meth:`DataFingerprint.state_dict`, plain tensors and values), and
 :func:`compare` says what changed::
 
-    seen = fingerprint(data.examples)
+    seen = fingerprint_of(data.columns)
     change = compare(saved_state.get("data"), seen)  # None: the checkpoint kept none
     change.unchanged, change.added, change.removed, change.relabelled
 
@@ -20,18 +20,12 @@ checkpoint.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-
-from genesis_fp16_infrastructure.data.schema import (
-    Example,
-    example_id_hashes,
-    record_hash,
-)
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
@@ -97,22 +91,12 @@ class DataChange:
         )
 
 
-def fingerprint(examples: Sequence[Example]) -> DataFingerprint:
-    """The fingerprint of ``examples`` (independent of their order): sorted by (id hash,
-    record hash), as tuples of Python ints once were, with the same digest."""
-    ids = torch.tensor(example_id_hashes(examples), dtype=torch.int64)
-    labelled = torch.tensor([record_hash(e) for e in examples], dtype=torch.int64)
-    return _fingerprint(ids.reshape(len(examples)), labelled.reshape(len(examples)))
-
-
 def fingerprint_of(columns: PoolColumns) -> DataFingerprint:
-    """:func:`fingerprint` of a read's examples, from its columns (``data.pool_columns``):
-    the same fingerprint, without an object per record."""
+    """The fingerprint of a read's labelled records, from its columns
+    (``data.pool_columns``), independent of their order: sorted by (id hash, record
+    hash), as tuples of Python ints once were, with the same digest."""
     ids = torch.from_numpy(columns.id_hash[columns.labelled])
-    return _fingerprint(ids, torch.from_numpy(columns.key.copy()))
-
-
-def _fingerprint(ids: torch.Tensor, labelled: torch.Tensor) -> DataFingerprint:
+    labelled = torch.from_numpy(columns.key.copy())
     order = torch.sort(labelled, stable=True).indices
     order = order[torch.sort(ids[order], stable=True).indices]
     ids, labelled = ids[order], labelled[order]

@@ -105,7 +105,7 @@ class PoolColumns:
     label_score: np.ndarray  # float64 per labelled record, nan where unknown
     label_scored: np.ndarray  # bool: whether it has a score
     outcome: np.ndarray  # int64 index into OUTCOMES, per labelled record
-    key: np.ndarray  # int64 per labelled record: data.schema.record_hash
+    key: np.ndarray  # int64 per labelled record: data.schema.labelled_hash
     judged: np.ndarray  # uint64 per labelled record: its judged_id's hash (id_digest)
 
     def __len__(self) -> int:
@@ -158,14 +158,8 @@ class PoolColumns:
         )
         return objects(
             Example,
-            ("trajectory_id", "attempt", "label", "key", "id_key"),
-            (
-                [self.ids[r] for r in rows.tolist()],
-                self.attempts(rows),
-                labels,
-                self.key.tolist(),
-                self.id_hash[rows].tolist(),
-            ),
+            ("trajectory_id", "attempt", "label"),
+            ([self.ids[r] for r in rows.tolist()], self.attempts(rows), labels),
         )
 
     def pool(self) -> Pool:

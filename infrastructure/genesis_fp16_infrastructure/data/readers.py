@@ -175,7 +175,7 @@ def read_trajectories(
     the lineage and the drift report read (id, agent, time, operator, generation,
     parents, tools, pattern, and its own numbers worked out from the rest) and lets go
     of its change, files, strategy and diagnosis (a third of a generated record's
-    memory), and each example its fingerprint hash worked out before (``Example.key``).
+    memory), and each record its fingerprint hash worked out before (``PoolColumns.key``).
     """
     path = Path(path)
     files = list_data_files(path)

@@ -250,13 +250,6 @@ class Example:
     trajectory_id: str
     attempt: AttemptInput
     label: Label
-    # The reader's record_hash of this record, worked out while its text
-    # was there (None: work it out from the fields). Not an init field, so
-    # dataclasses.replace never carries it to other values.
-    key: int | None = field(default=None, init=False, repr=False, compare=False)
-    # record_id_hash of its id, worked out by the reader and kept by the record
-    # cache (None: work it out): the fingerprint, the split's data key and the gate ask it.
-    id_key: int | None = field(default=None, init=False, repr=False, compare=False)
 
 
 def outcome_for_score(
@@ -342,28 +335,10 @@ def record_id_hashes(trajectory_ids: Iterable[str]) -> np.ndarray:
     return np.frombuffer(b"".join(map(id_digest, trajectory_ids)), ">i8").astype(np.int64)
 
 
-def example_id_hashes(examples: Iterable[Example]) -> list[int]:
-    """``record_id_hash`` of each example's id: the reader's (``Example.id_key``) where it
-    kept one, else worked out here."""
-    examples = list(examples)
-    hashes = [e.id_key for e in examples]
-    if None in hashes:
-        return record_id_hashes(e.trajectory_id for e in examples).tolist()
-    return hashes  # type: ignore[return-value]  # no None, checked above
-
-
-def record_hash(example: Example) -> int:
-    """A record's (id, label, attempt) hash as the fingerprint keeps it in ``labelled``:
-    whether a model trained on this very record (drift, the gate). The reader's, worked
-    out before it let go of the record's text, when it kept one (``Example.key``)."""
-    if example.key is not None:
-        return example.key
-    return labelled_hash(example.trajectory_id, example.attempt, example.label)
-
-
 def labelled_hash(trajectory_id: str, attempt: AttemptInput, label: Label) -> int:
-    """:func:`record_hash` of the example these make, without making it (the reader
-    works it out once per record)."""
+    """A record's (id, label, attempt) hash as the fingerprint keeps it in ``labelled``:
+    whether a model trained on this very record (drift, the gate). The reader works it
+    out once per record, while the record's text is there (``PoolColumns.key``)."""
     # The attempt's repr names every field with its value (a frozen dataclass of strings,
     # numbers and tuples of strings): what the encoder reads, in a stable text.
     attempt_text = _ATTEMPT_REPR(attempt)

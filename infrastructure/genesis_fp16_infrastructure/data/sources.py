@@ -130,11 +130,7 @@ def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> 
             if line.strip():
                 yield Source(file, f"line {number}"), line, DEFAULTS, None
         return
-    fast = _split_document(file, data)
-    if fast is not None:
-        yield from fast
-        return
-    yield from _slow_document(file, data.decode("utf-8"), sink)
+    yield from _document(file, data, sink)
 
 
 def _size(file: Path) -> int:
@@ -189,52 +185,49 @@ def not_utf8_reason(exc: UnicodeDecodeError, offset: int = 0) -> str:
     return f"byte 0x{byte:02x} at offset {where:,}" if byte is not None else f"ends at {where:,}"
 
 
-def _split_document(file: Path, data: bytes) -> list[Raw] | None:
-    """A ``.json`` document's records as undecoded bytes, or None when msgspec cannot
-    split it or pydantic refuses its pool header (the slow path then says why)."""
-    head = data.lstrip()[:1]
+def _document(file: Path, data: bytes, sink: Sink) -> Iterator[Raw]:
+    """A ``.json`` document's records: a list's items, a pool's records, or the document
+    as one record. Split by msgspec, they stay undecoded; a document it cannot split is
+    parsed whole by the standard library, whose errors make the quarantine reason."""
     try:
-        if head == b"[":
-            items = msgspec.json.decode(data, type=list[msgspec.Raw])
-            return [(Source(file, f"item {i}"), raw, DEFAULTS, None) for i, raw in enumerate(items)]
-        if head != b"{":
-            return None
-        top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
-        if "trajectories" not in top:
-            return [(Source(file, "file"), data, DEFAULTS, None)]
-        records = msgspec.json.decode(top.pop("trajectories"), type=dict[str, msgspec.Raw])
-        header = {name: json.loads(bytes(raw)) for name, raw in top.items()}
-        pool = TrajectoryPool.model_validate(header)
+        document: Any = _split(data)
     except _UNSPLIT:
-        return None
-    thresholds = (pool.success_threshold, pool.failure_threshold)
-    return [
-        (Source(file, f"trajectories[{key!r}]"), raw, thresholds, key)
-        for key, raw in records.items()
-    ]
-
-
-def _slow_document(file: Path, text: str, sink: Sink) -> Iterator[Raw]:
-    """A document msgspec could not split, parsed whole by the standard library."""
-    try:
-        document = parse_json(text)
-    except ValueError as exc:
-        sink.add(Source(file, "file"), str(exc), text)
-        return
-    if isinstance(document, list):
-        for index, raw in enumerate(document):
-            yield Source(file, f"item {index}"), raw, DEFAULTS, None
-    elif isinstance(document, dict) and "trajectories" in document:
+        text = data.decode("utf-8")
         try:
-            pool = TrajectoryPool.model_validate(document)
+            document = parse_json(text)
+        except ValueError as exc:
+            sink.add(Source(file, "file"), str(exc), text)
+            return
+    if isinstance(document, dict) and "trajectories" in document:
+        try:
+            document = TrajectoryPool.model_validate(document)
         except ValidationError as exc:
             sink.add(Source(file, "file"), f"invalid trajectory pool: {reason(exc)}", document)
             return
-        thresholds = (pool.success_threshold, pool.failure_threshold)
-        for key, raw in pool.trajectories.items():
+    if isinstance(document, list):
+        for index, raw in enumerate(document):
+            yield Source(file, f"item {index}"), raw, DEFAULTS, None
+    elif isinstance(document, TrajectoryPool):
+        thresholds = (document.success_threshold, document.failure_threshold)
+        for key, raw in document.trajectories.items():
             yield Source(file, f"trajectories[{key!r}]"), raw, thresholds, key
     else:
         yield Source(file, "file"), document, DEFAULTS, None
+
+
+def _split(data: bytes) -> list[msgspec.Raw] | TrajectoryPool | bytes:
+    """``data`` split by msgspec: a list of undecoded items, a pool whose header pydantic
+    accepts (its records undecoded), or the document whole (neither); raises one of
+    ``_UNSPLIT`` where it cannot, and the slow path says why."""
+    top = msgspec.json.decode(data, type=list[msgspec.Raw] | dict[str, msgspec.Raw])
+    if isinstance(top, list):
+        return top
+    if "trajectories" not in top:
+        return data
+    records = msgspec.json.decode(top.pop("trajectories"), type=dict[str, msgspec.Raw])
+    header = {name: json.loads(bytes(raw)) for name, raw in top.items()}
+    # The header validated, the records set after: pydantic never walks them.
+    return TrajectoryPool.model_validate(header).model_copy(update={"trajectories": records})
 
 
 def _jsonl_lines(file: Path, start: int, first_line: int) -> Iterator[Raw]:

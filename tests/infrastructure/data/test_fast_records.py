@@ -129,6 +129,10 @@ def _summary(result: ReadResult, quarantine: Path) -> Any:
     )
 
 
+def _unsplit(data: bytes) -> None:
+    raise ValueError("the slow path only")
+
+
 def test_a_read_with_the_fast_path_equals_a_read_without_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -137,7 +141,7 @@ def test_a_read_with_the_fast_path_equals_a_read_without_it(
     folder = _folder(tmp_path)
     fast = _summary(read_trajectories(folder, tmp_path / "q1.jsonl"), tmp_path / "q1.jsonl")
     monkeypatch.setattr(readers, "decode_record", lambda *args, **kwargs: None)
-    monkeypatch.setattr(sources, "_split_document", lambda *args: None)
+    monkeypatch.setattr(sources, "_split", _unsplit)
     slow = _summary(read_trajectories(folder, tmp_path / "q2.jsonl"), tmp_path / "q2.jsonl")
     assert fast[3][0] >= 10  # the bad records were there to be quarantined
     assert fast == slow

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -13,18 +13,25 @@ import torch
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataFingerprint,
     compare,
-    fingerprint,
+    fingerprint_of,
     held_in,
 )
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.data.schema import Example, Label
+from genesis_fp16_infrastructure.data.schema import Label, derive_label
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 
-def _examples(tmp_path: Path, count: int = 200) -> list[Example]:
+def _records(count: int = 200) -> list[dict[str, Any]]:
+    """The labelled records of a generated pool, as the pool file holds them."""
+    pool = generate_pool(count, seed=1)["trajectories"]
+    return [r for r in pool.values() if derive_label(r["status"], r.get("success_score"))]
+
+
+def _seen(tmp_path: Path, records: list[dict[str, Any]]) -> DataFingerprint:
+    """The fingerprint of a read of a pool file holding ``records``."""
     path = tmp_path / "pool.json"
-    path.write_text(json.dumps(generate_pool(count, seed=1)))
-    return read_trajectories(path).examples
+    path.write_text(json.dumps({"trajectories": {r["trajectory_id"]: r for r in records}}))
+    return fingerprint_of(read_trajectories(path).columns)
 
 
 def _through_a_checkpoint(state: dict[str, object]) -> dict[str, object]:
@@ -37,23 +44,23 @@ def _through_a_checkpoint(state: dict[str, object]) -> dict[str, object]:
 
 def test_the_same_records_in_any_order_are_unchanged(tmp_path: Path) -> None:
     """A fingerprint saved in a checkpoint matches the same records read in another order."""
-    examples = _examples(tmp_path)
-    saved = _through_a_checkpoint(fingerprint(examples).state_dict())
-    change = compare(saved, fingerprint(list(reversed(examples))))
-    assert change.unchanged and change.previous == change.records == len(examples)
+    records = _records()
+    saved = _through_a_checkpoint(_seen(tmp_path, records).state_dict())
+    change = compare(saved, _seen(tmp_path, list(reversed(records))))
+    assert change.unchanged and change.previous == change.records == len(records)
 
 
 def test_new_removed_and_relabelled_records_are_each_counted(tmp_path: Path) -> None:
     """Growth, removal and a changed label are changes, each counted by record."""
-    examples = _examples(tmp_path)
-    saved = fingerprint(examples[:150]).state_dict()
+    records = _records()
+    saved = _seen(tmp_path, records[:150]).state_dict()
     flipped = [
-        replace(e, label=Label(not e.label.success, e.label.score, e.label.outcome))
-        for e in examples[:5]
+        {**r, "success_score": 0.05 if (r.get("success_score") or 0) >= 0.7 else 0.95}
+        for r in records[:5]
     ]
-    now = [*flipped, *examples[10:]]  # 5 relabelled, 5 removed, the rest past 150 new
-    new = len(examples) - 150
-    change = compare(saved, fingerprint(now))
+    now = [*flipped, *records[10:]]  # 5 relabelled, 5 removed, the rest past 150 new
+    new = len(records) - 150
+    change = compare(saved, _seen(tmp_path, now))
     assert not change.unchanged
     assert (change.added, change.removed, change.relabelled) == (new, 5, 5)
     assert (change.records, change.previous) == (len(now), 150)
@@ -62,41 +69,47 @@ def test_new_removed_and_relabelled_records_are_each_counted(tmp_path: Path) -> 
 
 def test_a_checkpoint_without_a_fingerprint_counts_every_record_as_new(tmp_path: Path) -> None:
     """No saved fingerprint (an older checkpoint): the data is unknown, never up to date."""
-    examples = _examples(tmp_path, 50)
-    change = compare(None, fingerprint(examples))
-    assert not change.unchanged and change.added == 50 and change.previous is None
+    records = _records(50)
+    change = compare(None, _seen(tmp_path, records))
+    assert not change.unchanged and change.added == len(records) and change.previous is None
 
 
 def test_a_record_edited_in_place_with_the_same_id_and_label_is_a_change(tmp_path: Path) -> None:
     """A corrected attempt (its planned change rewritten) keeps its id and label and is
     still counted as changed: the model never learned it."""
-    examples = _examples(tmp_path, 60)
-    saved = fingerprint(examples).state_dict()
-    edited = replace(examples[7], attempt=replace(examples[7].attempt, code_changes="+fixed"))
-    change = compare(saved, fingerprint([*examples[:7], edited, *examples[8:]]))
+    records = _records(60)
+    saved = _seen(tmp_path, records).state_dict()
+    edited = {**records[7], "code_changes": "+fixed"}
+    change = compare(saved, _seen(tmp_path, [*records[:7], edited, *records[8:]]))
     assert not change.unchanged and (change.added, change.removed, change.relabelled) == (0, 0, 1)
 
 
 def test_a_version_1_fingerprint_counts_as_unknown(tmp_path: Path) -> None:
     """A checkpoint from before the attempt was hashed: its data is unknown, trained afresh."""
-    examples = _examples(tmp_path, 30)
-    old = {**fingerprint(examples).state_dict(), "version": 1}
-    assert compare(old, fingerprint(examples)).previous is None
+    seen = _seen(tmp_path, _records(30))
+    old = {**seen.state_dict(), "version": 1}
+    assert compare(old, seen).previous is None
 
 
 def test_the_digest_is_the_one_earlier_checkpoints_hold(tmp_path: Path) -> None:
     """Sorted by tensors now, the digest is still blake2b of the record hashes packed
-    little-endian in (id hash, record hash) order, as checkpoints written before keep it
-    (else every served model would look out of date after an upgrade)."""
+    little-endian in (id hash, record hash) order, each worked out from the record's
+    objects, as checkpoints written before keep it (else every served model would look
+    out of date after an upgrade)."""
     import hashlib
     import struct
 
-    from genesis_fp16_infrastructure.data.schema import record_hash, record_id_hash
+    from genesis_fp16_infrastructure.data.schema import labelled_hash, record_id_hash
 
-    examples = _examples(tmp_path)
-    pairs = sorted((record_id_hash(e.trajectory_id), record_hash(e)) for e in examples)
+    records = _records()
+    _seen(tmp_path, records)
+    examples = read_trajectories(tmp_path / "pool.json").examples
+    pairs = sorted(
+        (record_id_hash(e.trajectory_id), labelled_hash(e.trajectory_id, e.attempt, e.label))
+        for e in examples
+    )
     packed = struct.pack(f"<{len(pairs)}q", *(p[1] for p in pairs))
-    now = fingerprint(list(reversed(examples)))
+    now = _seen(tmp_path, list(reversed(records)))
     assert now.digest == hashlib.blake2b(packed, digest_size=16).hexdigest()
     assert now.ids.tolist() == [p[0] for p in pairs]
 

@@ -87,10 +87,11 @@ def test_columns_build_the_objects_a_record_at_a_time_read_made(keep_text: bool)
         assert all(e.attempt.code_changes == "" for e in examples)
     assert [e.attempt.own for e in examples] == [e.attempt.own for e in expected]
     kept_labelled = [kept[e.trajectory_id] for e in examples]
-    assert [e.key for e in examples] == [
+    assert columns.key.tolist() == [
         labelled_hash(r.trajectory_id, r.attempt, r.label) for r in kept_labelled if r.label
     ]
-    assert [e.id_key for e in examples] == [record_id_hash(e.trajectory_id) for e in examples]
+    ids = columns.id_hash[columns.labelled].tolist()
+    assert ids == [record_id_hash(e.trajectory_id) for e in examples]
     pool = columns.pool()
     assert pool.entries == {
         r.trajectory_id: PoolEntry(
@@ -294,7 +295,8 @@ def _assert_record_at_a_time(
         Example(r.trajectory_id, r.attempt, r.label) for r in kept.values() if r.label is not None
     ]
     ids = {e.trajectory_id: forged.get(e.trajectory_id, e.trajectory_id) for e in examples}
-    assert [e.id_key for e in examples] == [record_id_hash(ids[e.trajectory_id]) for e in examples]
+    hashes = columns.id_hash[columns.labelled].tolist()
+    assert hashes == [record_id_hash(ids[e.trajectory_id]) for e in examples]
     assert columns.pool().entries == {
         r.trajectory_id: PoolEntry(
             r.score, r.attempt.parent_ids, r.attempt.operator, r.attempt.created

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from genesis_fp16_infrastructure.data import record_cache
-from genesis_fp16_infrastructure.data.fingerprint import fingerprint
+from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
 from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.pool_columns import Coded
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
@@ -61,9 +61,10 @@ def _same(a: ReadResult, b: ReadResult) -> None:
     # The own numbers (no part of equality) travel with the cache, worked out once.
     assert all(e.attempt.own for e in a.examples)
     assert [e.attempt.own for e in a.examples] == [e.attempt.own for e in b.examples]
-    assert [e.key for e in a.examples] == [e.key for e in b.examples]
+    assert a.columns.key.tolist() == b.columns.key.tolist()
     # So do the id hashes the fingerprint, the split's data key and the gate ask.
-    assert [e.id_key for e in b.examples] == [record_id_hash(e.trajectory_id) for e in a.examples]
+    ids = b.columns.id_hash[b.columns.labelled].tolist()
+    assert ids == [record_id_hash(e.trajectory_id) for e in a.examples]
     assert a.pool.scores == b.pool.scores and a.pool.entries == b.pool.entries
     counts = ("quarantined", "duplicates", "unlabelled")
     assert [getattr(a, c) for c in counts] == [getattr(b, c) for c in counts]
@@ -197,7 +198,7 @@ def test_a_slim_read_trains_on_what_a_full_read_gives(tmp_path: Path) -> None:
             (e.trajectory_id, e.label) for e in full.examples
         ]
         assert data.pool.entries == full.pool.entries
-        assert fingerprint(data.examples).digest == fingerprint(full.examples).digest
+        assert fingerprint_of(data.columns).digest == fingerprint_of(full.columns).digest
         assert not any(e.attempt.code_changes or e.attempt.modified_files for e in data.examples)
         got = encoder.encode([e.attempt for e in data.examples], data.pool).view(torch.int32)
         assert torch.equal(got, expected)
@@ -387,9 +388,10 @@ def test_an_unchanged_pool_is_served_whole_as_a_fresh_parse_gives_it(tmp_path: P
     assert cache.pool_hit and (cache.hits, cache.misses) == (2, 0)
     _same_columns(fresh, warm)
     assert warm_quarantine == fresh_quarantine and warm.quarantined == 2
-    assert [(e.trajectory_id, e.label, e.key) for e in warm.examples] == [
-        (e.trajectory_id, e.label, e.key) for e in fresh.examples
+    assert [(e.trajectory_id, e.label) for e in warm.examples] == [
+        (e.trajectory_id, e.label) for e in fresh.examples
     ]
+    assert warm.columns.key.tolist() == fresh.columns.key.tolist()
     assert warm.pool.entries == fresh.pool.entries
     warm.columns.score[:] = -1.0  # copy-on-write: the entry keeps its bytes
     again, cache, _ = _slim(folder, tmp_path, "again")

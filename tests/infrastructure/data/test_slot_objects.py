@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pytest
 
 from genesis_fp16_infrastructure.data.lineage import PoolEntry
 from genesis_fp16_infrastructure.data.pool_columns import objects
-from genesis_fp16_infrastructure.data.schema import AttemptInput, Example, Label
+from genesis_fp16_infrastructure.data.schema import AttemptInput
 
 
 def test_objects_equal_what_init_builds_and_stay_frozen() -> None:
@@ -26,14 +26,12 @@ def test_objects_equal_what_init_builds_and_stay_frozen() -> None:
 
 
 def test_a_non_init_field_is_set_too() -> None:
-    attempt = AttemptInput(trajectory_id="t")
-    (example,) = objects(
-        Example,
-        ("trajectory_id", "attempt", "label", "key", "id_key"),
-        (["t"], [attempt], [Label(True, 0.9, "success")], [42], [7]),
-    )
-    assert example == Example("t", attempt, Label(True, 0.9, "success"))
-    assert (example.key, example.id_key) == (42, 7)
+    """``AttemptInput.own``, no argument of its ``__init__``, is set like the rest."""
+    expected = AttemptInput(trajectory_id="t", tools_used=("a",))
+    values = {f.name: [getattr(expected, f.name)] for f in fields(AttemptInput)}
+    values["own"] = [b"x"]
+    (attempt,) = objects(AttemptInput, list(values), list(values.values()))
+    assert attempt == expected and attempt.own == b"x"
 
 
 def test_a_missing_field_or_a_short_column_is_refused() -> None:

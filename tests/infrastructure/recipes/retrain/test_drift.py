@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from genesis_fp16_infrastructure.contract.reports import DriftReport
-from genesis_fp16_infrastructure.data.fingerprint import fingerprint
+from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import record_id_hash
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
@@ -54,7 +54,7 @@ def _drift(served_pool: dict[str, Any], grown_pool: dict[str, Any], seed: int) -
         a.write_text(json.dumps(served_pool))
         b.write_text(json.dumps(grown_pool))
         served, grown = read_trajectories(a), read_trajectories(b)
-    report = drift_report(grown.columns, fingerprint(served.examples), seed)
+    report = drift_report(grown.columns, fingerprint_of(served.columns), seed)
     assert report is not None
     return report
 

@@ -22,7 +22,7 @@ from genesis_fp16_infrastructure.contract.train_request import (
     DataCheck,
     TrainRequest,
 )
-from genesis_fp16_infrastructure.data.fingerprint import fingerprint
+from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import record_id_hash
@@ -206,7 +206,7 @@ def test_the_drift_report_from_columns_is_the_object_reports(
     monkeypatch.setattr(drift, "DRIFT_SAMPLE", case["drift_sample"])
     served_path, grown_path = _halves(tmp_path, case["records"], case["seed"], case["rename_grep"])
     served, grown = read_trajectories(served_path), read_trajectories(grown_path)
-    seen = fingerprint(served.examples)
+    seen = fingerprint_of(served.columns)
     report = drift.drift_report(grown.columns, seen, case["seed"])
     assert report is not None and report.to_json() == case["report"]
     numeric = numeric_rows(grown.columns, grown.columns.labelled)
