@@ -146,7 +146,7 @@ def bound_asides(
         total += folder_bytes(old) if total <= keep_bytes else 0  # past the bound: no need to walk
         if index > 0 and (index >= keep or total > keep_bytes):
             try:
-                _remove(old)
+                remove_entry(old)
             except OSError as error:  # evidence kept rather than a read failed
                 logger.warning("cannot remove old set-aside %s: %s", old, error)
                 continue
@@ -173,7 +173,8 @@ def folder_bytes(path: Path) -> int:
     return total
 
 
-def _remove(path: Path) -> None:
+def remove_entry(path: Path) -> None:
+    """Remove the file or folder ``path``; a link, itself only (never followed)."""
     if stat.S_ISDIR(os.lstat(path).st_mode):
         shutil.rmtree(path)  # a link inside is removed, never followed
     else:

@@ -41,6 +41,7 @@ summary file (``CheckpointManager.latest_summary``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -167,6 +168,12 @@ class TrainRequest(RunSpec, RunCallbacks, Record):
         request = self.to_json()
         request.pop("snapshot", None)  # a file list and a result: not a bundle's context
         return {"agent": self.agent, "request": request}
+
+    def recorded_options(self) -> Any:
+        """The plugin options as a run records them (a candidate's meta, the data
+        manifest's request) and compares them: as JSON keeps them, keys sorted, values
+        as text where JSON has no type for them."""
+        return json.loads(json.dumps(dict(self.options), sort_keys=True, default=str))
 
     def training_rows(self, ids: Sequence[str]) -> list[int]:
         """The rows of ``ids`` (the records' stable ids, as ``score_records`` names them,

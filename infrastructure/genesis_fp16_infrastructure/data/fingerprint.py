@@ -126,18 +126,6 @@ def compare(saved: Mapping[str, Any] | None, current: DataFingerprint) -> DataCh
     )
 
 
-def held_in(values: np.ndarray, held: np.ndarray) -> np.ndarray:
-    """Which of ``values`` (int64 hashes) ``held`` holds, as ``np.isin`` says, by binary
-    search in ``held`` sorted (a fingerprint's arrays are, by id hash): ``np.isin`` of a
-    million hashes in a million took ~1 s, twice per gate."""
-    if not len(held):
-        return np.zeros(len(values), dtype=np.bool_)
-    if not (held[1:] >= held[:-1]).all():  # a fingerprint's id hashes are sorted already
-        held = np.sort(held)
-    at = np.searchsorted(held, values).clip(max=len(held) - 1)
-    return np.asarray(held[at] == values)
-
-
 def _last_of_each(ids: np.ndarray, labelled: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each id hash once, with the last of its record hashes (an id hash twice: the last
     one counts, as a dict of them keeps), sorted by id hash. A stable sort keeps each id's

@@ -51,7 +51,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-import json
 import logging
 import math
 import time
@@ -121,7 +120,7 @@ from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.checkpoint_load import reusing_loads
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS, PrecisionName
 
 logger = logging.getLogger(__name__)
 
@@ -311,7 +310,7 @@ def up_to_date(
     summary = read_summary(served.checkpoint) or {}
     entry = served.pointer.served.precision if served.pointer is not None else None
     precision = summary.get("precision") or entry
-    used = cast(PrecisionName, precision if precision in ("fp32", "bf16", "fp16") else "fp32")
+    used = cast(PrecisionName, precision if precision in PRECISIONS else "fp32")
     records = len(served.records.ids)
     why = f"nothing new: all {records} current records were learned or judged already"
     data = None if rejudged is not None else data_unchanged(served.records, served.known)
@@ -349,19 +348,13 @@ def up_to_date(
     )
 
 
-def _options(request: TrainRequest) -> Any:
-    """The request's plugin options as JSON keeps them (keys sorted, values as text
-    where JSON has no type for them)."""
-    return json.loads(json.dumps(dict(request.options), sort_keys=True, default=str))
-
-
 def _other_options(served: Served, request: TrainRequest) -> bool:
     """The served model was trained with other plugin options than this run asks for (as
     its candidate's meta says; a meta that does not say: the same): the run trains."""
     assert served.checkpoint is not None
     extra = read_meta(served.checkpoint.parent).extra
     recorded = extra.get("options", (extra.get("request") or {}).get("options"))
-    return recorded is not None and recorded != _options(request)
+    return recorded is not None and recorded != request.recorded_options()
 
 
 def _meta(request: TrainRequest, served: Served, digest: str) -> dict[str, Any]:
@@ -373,7 +366,7 @@ def _meta(request: TrainRequest, served: Served, digest: str) -> dict[str, Any]:
         "continues": served.id if request.resume else None,
         "data_path": None if request.data_path is None else str(request.data_path),
         "seed": request.seed,
-        "options": _options(request),
+        "options": request.recorded_options(),
     }
 
 

@@ -42,6 +42,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import (
@@ -252,10 +253,7 @@ def sweep_copies(folder: Path) -> None:
     removed = 0
     for entry in entries:
         try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
-            else:
-                os.unlink(entry.path)
+            files.remove_entry(Path(entry.path))
             removed += 1
         except OSError as exc:
             logger.warning("cannot remove %s, left by a killed scoring: %s", entry.path, exc)

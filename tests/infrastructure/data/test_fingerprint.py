@@ -14,7 +14,6 @@ from genesis_fp16_infrastructure.data.fingerprint import (
     DataFingerprint,
     compare,
     fingerprint_of,
-    held_in,
 )
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import Label, derive_label
@@ -112,14 +111,6 @@ def test_the_digest_is_the_one_earlier_checkpoints_hold(tmp_path: Path) -> None:
     now = _seen(tmp_path, list(reversed(records)))
     assert now.digest == hashlib.blake2b(packed, digest_size=16).hexdigest()
     assert now.ids.tolist() == [p[0] for p in pairs]
-
-
-def test_held_in_is_isin_sorted_or_not() -> None:
-    rng = np.random.default_rng(3)
-    held = rng.integers(-(2**63), 2**63 - 1, size=5000, dtype=np.int64)
-    values = np.concatenate([held[::7], rng.integers(-(2**63), 2**63 - 1, 3000, np.int64)])
-    for pool in (held, np.sort(held), held[:0], held[:1]):
-        assert np.array_equal(held_in(values, pool), np.isin(values, pool))
 
 
 def test_an_id_hash_given_twice_counts_once_with_its_last_record_hash() -> None:

@@ -30,3 +30,13 @@ def test_a_torn_npz_is_set_aside_and_reported_not_raised(tmp_path: Path, keep: f
     assert not path.exists()
     assert len(reported) == 1
     assert list(tmp_path.glob(f"{path.name}.unusable-*"))
+
+
+def test_known_is_isin_of_any_ids_in_a_sorted_pool() -> None:
+    """stores.known answers as np.isin does (the judged run's lookups, and the retrain
+    recipe's new records for drift), of int64 hashes too, for an empty or one-id pool."""
+    rng = np.random.default_rng(3)
+    held = rng.integers(-(2**63), 2**63 - 1, size=5000, dtype=np.int64)
+    values = np.concatenate([held[::7], rng.integers(-(2**63), 2**63 - 1, 3000, np.int64)])
+    for pool in (held, held[:0], held[:1]):
+        assert np.array_equal(stores.known(values, np.sort(pool)), np.isin(values, pool))

@@ -26,11 +26,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from genesis_fp16_infrastructure.contract.reports import DriftReport
-from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, held_in
+from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, numeric_rows
 
 NOISE_DRAWS = 20
@@ -86,8 +88,9 @@ def drift_report(
 
 def _new_records(columns: PoolColumns, served: DataFingerprint) -> torch.Tensor:
     """Which records the served model never trained on as they are now: whose record
-    hash (the reader's, ``PoolColumns.key``) it does not hold."""
-    return torch.from_numpy(~held_in(columns.key, served.labelled.numpy()))
+    hash (the reader's, ``PoolColumns.key``) it does not hold (held in id order: sorted
+    for the lookup)."""
+    return torch.from_numpy(~stores.known(columns.key, np.sort(served.labelled.numpy())))
 
 
 def _categorical(columns: PoolColumns, picked: torch.Tensor) -> dict[str, Sequence[Sequence[str]]]:

@@ -23,7 +23,6 @@ bytes but the same records is still up to date there, and its manifest is renewe
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import time
@@ -230,8 +229,7 @@ def request_key(request: TrainRequest) -> dict[str, Any]:
     path), so the same records read from a folder instead of its one file, or from a
     path moved, are up to date, and a file dropped into the folder is a change only when
     it brings a record the served model has not seen."""
-    options = json.loads(json.dumps(dict(request.options), sort_keys=True, default=str))
-    return {"agent": request.agent, "options": options, "seed": request.seed}
+    return {"agent": request.agent, "options": request.recorded_options(), "seed": request.seed}
 
 
 def same_request(recorded: Any, key: Mapping[str, Any]) -> bool:

@@ -49,7 +49,6 @@ from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import CheckpointManager, FitResult, fit
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_checkpoint
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
@@ -243,8 +242,7 @@ def _served_copy(
         raise TrainRequestError(f"checkpoint {str(newest)!r} unusable: {exc}") from None
     if request.forced:
         return state, state, loaded
-    for path in (newest, digest_path(newest), summary_path(newest)):
-        path.unlink(missing_ok=True)  # a copy: the served model's own files stay
+    CheckpointManager(candidate).remove(newest)  # a copy: the served model's own files stay
     return state, None, None
 
 
