@@ -31,7 +31,7 @@ import torch
 from genesis_fp16.plugin_api import RecordLosses, TrainRequest, TrainRequestError, model_weights
 from genesis_fp16_agents.rlhf_ppo.model import Policy, RewardModel
 from genesis_fp16_agents.rlhf_ppo.task_file import read_task
-from genesis_fp16_infrastructure.rl.rollout import draw_token
+from genesis_fp16_infrastructure.rl.rollout import sample
 
 JUDGED_EPISODES = 5_000
 
@@ -54,23 +54,7 @@ def score_episodes(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     # episodes (on the run's device: candidate and served are scored on the same one).
     generator = torch.Generator(device=device).manual_seed(int(digest[:15], 16))
     with torch.no_grad():
-        seqs = _sample(policy, prompts, task_config.gen_len, generator)
+        seqs, _ = sample(policy, prompts, task_config.gen_len, generator)
         rewards = RewardModel(task_config).to(device)(seqs).double()
     ids = [f"{digest[:16]}:{index}" for index in range(len(prompts))]
     return RecordLosses.of(ids, (1.0 - rewards).tolist())
-
-
-def _sample(
-    policy: Policy, prompts: torch.Tensor, gen_len: int, generator: torch.Generator
-) -> torch.Tensor:
-    """The sequences ``Frozen.sample`` draws (its draw of each token, ``draw_token``), with
-    the policy's keys and values kept: one new token a step, not the whole sequence (a
-    fifth of the work)."""
-    caches: list[list[torch.Tensor]] = [[] for _ in policy.blocks]
-    seqs, logits = prompts, policy.extend(prompts, caches)[:, -1]
-    for step in range(gen_len):
-        nxt = draw_token(logits, generator)[0]
-        seqs = torch.cat([seqs, nxt], dim=1)
-        if step + 1 < gen_len:
-            logits = policy.extend(nxt, caches)[:, -1]
-    return seqs

@@ -16,7 +16,7 @@ from genesis_fp16.plugin_api import ProbeSetup
 from genesis_fp16_agents.rlhf_ppo.model import RewardModel
 from genesis_fp16_agents.rlhf_ppo.task import ActorCritic, PPOConfig, PPOTask
 from genesis_fp16_infrastructure.rl.ppo_math import clipped_policy_loss, gae, value_loss, whiten
-from genesis_fp16_infrastructure.rl.rollout import gen_logp
+from genesis_fp16_infrastructure.rl.rollout import gen_logp, sample
 
 Batch = dict[str, torch.Tensor]
 PROBE_BATCHES = 5
@@ -62,7 +62,8 @@ def build_probe_setup(cfg: PPOConfig, seed: int) -> ProbeSetup:
     batches: list[Any] = []
     for epoch in range(PROBE_BATCHES):
         gen, sample_gen = task.generators(epoch, seed)
-        seqs, old_logp = task.frozen.sample(task.prompts(gen), cfg.task.gen_len, sample_gen)
+        prompts = task.prompts(gen)
+        seqs, old_logp = sample(task.frozen.rollout, prompts, cfg.task.gen_len, sample_gen)
         batches.append({"seqs": seqs, "old_logp": old_logp})
     return ProbeSetup(
         build_model=lambda: ProbeModel(task),

@@ -57,9 +57,10 @@ from genesis_fp16_infrastructure.rl.rollout import (
     frozen_copy,
     gen_logp,
     report,
+    sample,
     score,
 )
-from genesis_fp16_infrastructure.rl.tiny_transformer import init_weights
+from genesis_fp16_infrastructure.rl.tiny_transformer import TinyTransformer, init_weights
 from genesis_fp16_infrastructure.training import Trainer
 from genesis_fp16_infrastructure.training.precision.precision import autocast_to
 from genesis_fp16_infrastructure.training.run.task import index_to
@@ -114,7 +115,9 @@ class PPOConfig:
         return self.ppo_epochs * self.minibatches
 
 
-def frozen_models(task: TaskConfig, preset: ComponentPrecision, reference: nn.Module) -> Frozen:
+def frozen_models(
+    task: TaskConfig, preset: ComponentPrecision, reference: TinyTransformer
+) -> Frozen:
     """The frozen models of ``preset``, from the run's fp32 reference weights: the
     sampling copy of the policy, the reference and the reward model in their dtypes."""
     device = next(reference.parameters()).device
@@ -225,7 +228,7 @@ class PPOTask:
         gen, sample_gen = self.generators(epoch, seed)
         cfg = self.cfg
         self.frozen.sync_rollout(self.model.policy)
-        sampled = self.frozen.sample(self.prompts(gen), cfg.task.gen_len, sample_gen)
+        sampled = sample(self.frozen.rollout, self.prompts(gen), cfg.task.gen_len, sample_gen)
         shaping = Shaping(cfg.kl_coef, self.preset.dtype("kl"), cfg.gamma, cfg.lam)
         seqs, groups = sampled[0], cfg.batch_size // cfg.group_size
         r = score(self.frozen, sampled, self.policy_logp(seqs), self.values(seqs), groups, shaping)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,10 +31,11 @@ from genesis_fp16_infrastructure.rl.diagnostics import (
     value_quantization,
 )
 from genesis_fp16_infrastructure.rl.ppo_math import gae, token_logprobs, whiten
+from genesis_fp16_infrastructure.rl.tiny_transformer import TinyTransformer
 from genesis_fp16_infrastructure.training.precision.precision import autocast_to
 
 
-def frozen_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+def frozen_copy(module: TinyTransformer, dtype: torch.dtype) -> TinyTransformer:
     """A copy of ``module`` with its weights in ``dtype``, in eval mode, without grads."""
     return copy.deepcopy(module).to(dtype).requires_grad_(False).eval()
 
@@ -43,17 +45,37 @@ def gen_logp(model: nn.Module, seqs: torch.Tensor, prompt_len: int) -> torch.Ten
     return token_logprobs(model(seqs)[:, prompt_len - 1 : -1], seqs[:, prompt_len:])
 
 
-def draw_token(
-    logits: torch.Tensor, generator: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One token per row from its next-token ``logits``: (the token, every token's
-    log-prob in float32, whether the row's probabilities are finite). A row that is not
-    draws from a uniform stand-in, where ``torch.multinomial`` would raise."""
-    logp_all = torch.log_softmax(logits.float(), dim=-1)
-    probs = logp_all.exp()
-    finite = torch.isfinite(probs).all(dim=-1, keepdim=True)
-    drawn = torch.where(finite, probs, torch.ones_like(probs))
-    return torch.multinomial(drawn, 1, generator=generator), logp_all, finite
+@torch.no_grad()
+def sample(
+    model: TinyTransformer, prompts: torch.Tensor, gen_len: int, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``gen_len`` tokens after each row of ``prompts``, drawn from ``model``'s next-token
+    probabilities with ``generator`` (on the prompts' device: sampling draws there), or
+    each row's most likely token where ``generator`` is None: (sequences, the tokens'
+    log-probs in float32). The model computes in its weights' dtype, autocast off, and
+    keeps its keys and values: one new token a step, not the whole sequence.
+
+    A row whose probabilities are not finite (weights that overflowed the rollout's
+    dtype) draws from a uniform stand-in and its log-prob is NaN: the rollout's loss
+    is then not finite, a non-finite step the precision guard counts, where
+    ``torch.multinomial`` would raise out of the run. No host read decides it."""
+    caches: list[Any] = [[] for _ in model.blocks]
+    seqs, nxt, logps = prompts, prompts, []
+    with autocast_to(torch.float32, prompts.device.type):  # off, inside a run's too
+        for _ in range(gen_len):
+            logits = model.extend(nxt, caches)[:, -1].float()
+            logp_all = torch.log_softmax(logits, dim=-1)
+            probs = logp_all.exp()
+            finite = torch.isfinite(probs).all(dim=-1, keepdim=True)
+            if generator is None:
+                nxt = logits.argmax(-1, keepdim=True)
+            else:
+                drawn = torch.where(finite, probs, torch.ones_like(probs))
+                nxt = torch.multinomial(drawn, 1, generator=generator)
+            logp = logp_all.gather(-1, nxt)
+            logps.append(torch.where(finite, logp, torch.full_like(logp, torch.nan)))
+            seqs = torch.cat([seqs, nxt], dim=1)
+    return seqs, torch.cat(logps, dim=1)
 
 
 @dataclass(frozen=True)
@@ -61,9 +83,9 @@ class Frozen:
     """The frozen models of a rollout: the sampling copy of the policy, the reference and
     the reward model in their dtypes, and the fp32 twins of the last two."""
 
-    rollout: nn.Module
-    reference: nn.Module
-    reference_fp32: nn.Module
+    rollout: TinyTransformer
+    reference: TinyTransformer
+    reference_fp32: TinyTransformer
     reward: nn.Module
     reward_fp32: nn.Module
 
@@ -74,37 +96,14 @@ class Frozen:
                 dst.copy_(src)
 
     @torch.no_grad()
-    def sample(
-        self, prompts: torch.Tensor, gen_len: int, generator: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sample ``gen_len`` tokens with the rollout copy: (sequences, their log-probs).
-        ``generator`` must be on the prompts' device (sampling draws there).
-
-        A row whose probabilities are not finite (weights that overflowed the rollout's
-        dtype) draws from a uniform stand-in and its log-prob is NaN: the rollout's loss
-        is then not finite, a non-finite step the precision guard counts, where
-        ``torch.multinomial`` would raise out of the run. No host read decides it."""
-        seqs, logps = prompts, []
-        with autocast_to(torch.float32, prompts.device.type):  # off, inside a run's too
-            for _ in range(gen_len):
-                nxt, logp_all, finite = draw_token(self.rollout(seqs)[:, -1], generator)
-                logp = logp_all.gather(-1, nxt)
-                logps.append(torch.where(finite, logp, torch.full_like(logp, torch.nan)))
-                seqs = torch.cat([seqs, nxt], dim=1)
-        return seqs, torch.cat(logps, dim=1)
-
-    @torch.no_grad()
     def rewards(
         self, prompts: torch.Tensor, gen_len: int, generator: torch.Generator
     ) -> dict[str, float]:
         """The exact (fp32) mean reward of completions the rollout copy samples for
         ``prompts`` (``reward``), and of its greedy ones (``reward_greedy``)."""
-        seqs, _ = self.sample(prompts, gen_len, generator)
-        greedy = prompts
+        seqs, _ = sample(self.rollout, prompts, gen_len, generator)
+        greedy, _ = sample(self.rollout, prompts, gen_len, None)
         with autocast_to(torch.float32, prompts.device.type):  # off, inside a run's too
-            for _ in range(gen_len):
-                nxt = self.rollout(greedy)[:, -1].float().argmax(-1, keepdim=True)
-                greedy = torch.cat([greedy, nxt], dim=1)
             return {
                 "reward": float(self.reward_fp32(seqs).mean()),
                 "reward_greedy": float(self.reward_fp32(greedy).mean()),
@@ -150,7 +149,7 @@ def score(
     groups: int,
     shaping: Shaping,
 ) -> Rollout:
-    """Score ``sampled`` (sequences and rollout log-probs, from :meth:`Frozen.sample`) in
+    """Score ``sampled`` (sequences and rollout log-probs, from :func:`sample`) in
     ``groups`` groups of completions: the reference's and the reward model's verdicts,
     the KL-shaped reward, the whitened GAE advantages and the returns."""
     seqs, rollout_logp = sampled

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequestError
 from genesis_fp16_agents.rlhf_ppo import judging, plugin
@@ -98,25 +99,45 @@ def test_scoring_without_a_task_file_or_with_a_bad_one_is_one_line(
         assert "\n" not in str(caught.value)
 
 
-def test_the_judged_sampler_draws_what_the_rollout_sampler_draws(
-    trained: tuple[Path, TrainRequest],
-) -> None:
-    """The judged episodes' sampler (the policy's keys and values kept, one new token a
-    step) draws the sequences ``Frozen.sample`` draws from the same generator, row for
-    row (a row may differ only where a cached key's rounding moves a draw across a
-    boundary: none of 2,000 here)."""
-    import torch
+def _whole_sequence(
+    model: torch.nn.Module, prompts: torch.Tensor, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampler before it kept keys and values: the whole sequence through the model
+    at each step, 8 tokens drawn (or the most likely, without a generator)."""
+    seqs, logps = prompts, []
+    for _ in range(8):
+        logits = model(seqs)[:, -1].float()
+        logp_all = torch.log_softmax(logits, dim=-1)
+        if generator is None:
+            nxt = logits.argmax(-1, keepdim=True)
+        else:
+            nxt = torch.multinomial(logp_all.exp(), 1, generator=generator)
+        logps.append(logp_all.gather(-1, nxt))
+        seqs = torch.cat([seqs, nxt], dim=1)
+    return seqs, torch.cat(logps, dim=1)
 
-    from genesis_fp16.plugin_api import model_weights
+
+def test_the_sampler_draws_what_the_whole_sequence_sampler_draws() -> None:
+    """The one sampler (training's rollouts, evaluation's greedy completions, the judged
+    episodes; the policy's keys and values kept, one new token a step) draws in fp32 the
+    sequences the whole-sequence sampler drew from the same generator, row for row, on
+    10,000 rows of a trained policy, sampled and greedy; the log-probs agree to rounding
+    (a row could differ only where a cached key's rounding moves a draw across a
+    boundary: none here)."""
     from genesis_fp16_agents.rlhf_ppo.task import PPOConfig, PPOTask
+    from genesis_fp16_infrastructure.rl.rollout import sample
+    from genesis_fp16_infrastructure.training import FitOptions, fit
 
-    checkpoint, _ = trained
-    task = PPOTask(PPOConfig(), 1, "cpu", None, None, torch.zeros(1, 4, dtype=torch.long))
-    model = task.build_model()
-    model.load_state_dict(model_weights(checkpoint))
-    task.frozen.sync_rollout(model.policy)
-    prompts = torch.randint(0, 10, (2000, 4), generator=torch.Generator().manual_seed(3))
+    task = PPOTask(PPOConfig(), 0)
+    fit(task, FitOptions(precision="fp32", epochs=10))
+    assert task.stats["reward_true_mean"] > 0.5  # peaked probabilities, not uniform ones
+    policy = task.frozen.rollout  # fp32, synced to the trained policy by the last rollout
+    prompts = torch.randint(0, 10, (10_000, 4), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        ours = judging._sample(task.frozen.rollout, prompts, 8, torch.Generator().manual_seed(9))
-        theirs, _ = task.frozen.sample(prompts, 8, torch.Generator().manual_seed(9))
-    assert torch.equal(ours, theirs)
+        for seed in (9, None):
+            generator = None if seed is None else torch.Generator().manual_seed(seed)
+            ours, our_logp = sample(policy, prompts, 8, generator)
+            generator = None if seed is None else torch.Generator().manual_seed(seed)
+            theirs, their_logp = _whole_sequence(policy, prompts, generator)
+            assert torch.equal(ours, theirs)
+            torch.testing.assert_close(our_logp, their_logp, rtol=0, atol=1e-5)

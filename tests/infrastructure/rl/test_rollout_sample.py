@@ -6,30 +6,30 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.rl.rollout import Frozen
+from genesis_fp16_infrastructure.rl.rollout import sample
 
 VOCAB = 5
 
 
 class _Logits(nn.Module):
-    """Next-token logits from the last token; rows whose last token is 0 get NaN."""
+    """Next-token logits; rows whose first token is 0 get NaN (the sampler feeds it the
+    prompts, then one new token a step: the rows' first tokens are kept in its cache)."""
 
-    def forward(self, seqs: torch.Tensor) -> torch.Tensor:
-        logits = torch.arange(VOCAB, dtype=torch.float32).expand(*seqs.shape, VOCAB).clone()
-        poisoned = (seqs[:, :1] == 0).unsqueeze(-1).expand_as(logits)
+    blocks = (None,)
+
+    def extend(self, tokens: torch.Tensor, caches: list[list[torch.Tensor]]) -> torch.Tensor:
+        if not caches[0]:
+            caches[0].append(tokens[:, :1] == 0)
+        logits = torch.arange(VOCAB, dtype=torch.float32).expand(*tokens.shape, VOCAB).clone()
+        poisoned = caches[0][0].unsqueeze(-1).expand_as(logits)
         return torch.where(poisoned, torch.nan, logits)
-
-
-def _frozen() -> Frozen:
-    model = _Logits()
-    return Frozen(model, model, model, model, model)
 
 
 def test_non_finite_rows_sample_with_a_nan_log_prob_and_finite_rows_as_before() -> None:
     """Rows 0 and 2 start with token 0 (NaN logits): no exception, NaN log-probs there;
     rows 1 and 3 draw exactly what torch.multinomial draws on their own probabilities."""
     prompts = torch.tensor([[0], [1], [0], [2]])
-    seqs, logps = _frozen().sample(prompts, 3, torch.Generator().manual_seed(7))
+    seqs, logps = sample(_Logits(), prompts, 3, torch.Generator().manual_seed(7))
     assert seqs.shape == (4, 4) and logps.shape == (4, 3)
     assert torch.isnan(logps[[0, 2]]).all()
     assert torch.isfinite(logps[[1, 3]]).all()
