@@ -49,7 +49,7 @@ PHASES = ("set_up_s", "first_step_s", "exit_s", "cpu_s")
 def _request(state: Path, steps: int, sample_count: int) -> TrainRequest:
     settings = Settings(state_dir=state, sample_count=sample_count)
     overrides = RequestOverrides(precision="fp32", steps=steps, log_interval=1)
-    request = plan_request(settings, "se_darwin", load_plugin("se_darwin"), "cpu", overrides)
+    request = plan_request(settings, "se_darwin", *load_plugin("se_darwin"), "cpu", overrides)
     request = getattr(request, "request", request)  # a tree before trim24: its RunPlan
     request = replace(request, checkpoint_steps=10**6)  # one checkpoint, at the end
     path = request_file(request)

@@ -36,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
     for key in [k for k in os.environ if k.startswith("GENESIS_FP16_")]:
         del os.environ[key]
-    plugin = load_plugin("se_darwin")
+    loaded = load_plugin("se_darwin")
     seconds: dict[str, list[float]] = {"thread": [], "process": []}
     with tempfile.TemporaryDirectory() as folder:
         for _ in range(args.runs):
@@ -51,7 +51,7 @@ def main() -> None:
                 metrics = DaemonMetrics(CollectorRegistry(), "bench")
                 ctx = JobContext(settings, metrics, DeviceSlots(1), threading.Event())
                 started = time.perf_counter()
-                run_agent_job(ctx, "se_darwin", plugin)
+                run_agent_job(ctx, "se_darwin", *loaded)
                 seconds[mode].append(time.perf_counter() - started)
                 ok = metrics.registry.get_sample_value(
                     "genesis_fp16_training_runs_total",

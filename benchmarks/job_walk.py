@@ -335,7 +335,8 @@ def _from_tree(tree: Path, attr: str, *modules: str) -> Any:
 
 def _load_plugin(tree: Path, name: str) -> Any:
     modules = ("genesis_fp16.config.plugins", "genesis_fp16.plugins")
-    return _from_tree(tree, "load_plugin", *modules)(name)
+    found = _from_tree(tree, "load_plugin", *modules)(name)
+    return getattr(found, "plugin", found)  # since trim93: the plugin and its capabilities
 
 
 def _job(folder: Path, data: Path, steps: int, tree: Path) -> tuple[Callable[[], None], Any, str]:

@@ -54,7 +54,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
 )
 from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, served_checkpoint
 from genesis_fp16_infrastructure.agent_folder.transitions import serve
-from genesis_fp16_infrastructure.api import run_plugin
+from genesis_fp16_infrastructure.api import capabilities_of, run_plugin
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.judging.served import copy_checkpoint
 
@@ -278,7 +278,9 @@ def run(
     assert not kw, f"unknown run arguments {sorted(kw)}"
     settings = Settings(state_dir=folder, auto_precision="rule", _env_file=None)  # type: ignore[call-arg]
     planned = time.perf_counter()
-    request = plan_request(settings, agent.name, agent.plugin, "cpu", overrides)
+    request = plan_request(
+        settings, agent.name, agent.plugin, capabilities_of(agent.plugin), "cpu", overrides
+    )
     plan = time.perf_counter() - planned
     served_now = served_checkpoint(Path(request.checkpoint_dir))
     if warm and served_now is not None:

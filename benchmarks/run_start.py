@@ -43,8 +43,7 @@ from genesis_fp16.plugin_api import TrainRequest
 def _request(state: Path, steps: int, sample_count: int, device: str) -> TrainRequest:
     settings = Settings(state_dir=state, sample_count=sample_count)
     overrides = RequestOverrides(precision="fp32", steps=steps, log_interval=1)
-    plugin = load_plugin("se_darwin")
-    request = plan_request(settings, "se_darwin", plugin, device, overrides)
+    request = plan_request(settings, "se_darwin", *load_plugin("se_darwin"), device, overrides)
     return replace(request, checkpoint_steps=10**6)  # one checkpoint, at the end
 
 

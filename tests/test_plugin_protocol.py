@@ -127,7 +127,7 @@ def test_the_protocol_declares_every_optional_member_the_built_in_agents_have() 
     from genesis_fp16.config.plugins import load_plugin
 
     for name in ("se_darwin", "rlhf_ppo"):
-        plugin = load_plugin(name)
+        plugin = load_plugin(name).plugin
         public = {n for n in dir(type(plugin)) if not n.startswith("_")}
         assert public <= MEMBERS, (name, public - MEMBERS)
 
@@ -183,7 +183,7 @@ def test_check_agent_reports_a_line_for_each_capability() -> None:
     for a plugin that declares none."""
     from genesis_fp16.config.plugins import load_plugin
 
-    report = check_agent(load_plugin("se_darwin"), rules=["contract"])
+    report = check_agent(load_plugin("se_darwin").plugin, rules=["contract"])
     assert [line.split(":")[0] for line in report.capability_lines()] == [
         "HAS options",
         "HAS data_folder",
@@ -194,6 +194,6 @@ def test_check_agent_reports_a_line_for_each_capability() -> None:
     ]
     # se_darwin lists its records unscored (ListsRecords); rlhf_ppo does not.
     assert report.capability_lines()[-1].endswith(", lists its records unscored")
-    rlhf = check_agent(load_plugin("rlhf_ppo"), rules=["contract"]).capability_lines()
+    rlhf = check_agent(load_plugin("rlhf_ppo").plugin, rules=["contract"]).capability_lines()
     assert rlhf[-1].startswith("HAS judged") and "lists its records" not in rlhf[-1]
     assert check_agent(_Agent(), rules=["contract"]).capability_lines() == []

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from genesis_fp16.testing import check_agent
 
     # Only the allowlist is read (a refused .env: its other lines, said on stderr).
-    plugin = command_plugin(args.agent, command_settings("check-agent"))
+    plugin, _ = command_plugin(args.agent, command_settings("check-agent"))
     try:
         options = parse_option_flags(args.option)
     except ValueError as exc:

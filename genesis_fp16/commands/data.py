@@ -74,7 +74,7 @@ def run_generate(args: argparse.Namespace) -> int:
             f"{holder.describe()}: stop it first, or write elsewhere"
         )
     settings = command_settings("data generate")
-    plugin = command_plugin(args.agent, settings)
+    plugin, _ = command_plugin(args.agent, settings)
     # The daemon's and train's defaults: the same data unless asked otherwise.
     args.count = settings.sample_count if args.count is None else args.count
     args.seed = settings.seed if args.seed is None else args.seed

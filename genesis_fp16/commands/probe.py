@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--data {args.data}: no such file or folder")
     # The probe changes nothing (a refused .env: its other lines, said on stderr).
     settings = command_settings("probe")
-    plugin = command_plugin(args.agent, settings)
+    plugin, _ = command_plugin(args.agent, settings)
     apply_defaults(args, settings)
     if args.device.startswith("cuda"):
         # cuBLAS is deterministic only with this set before CUDA starts.

@@ -21,10 +21,9 @@ from __future__ import annotations
 import sys
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.config.plugins import PluginError, known_agent_names, load_plugin
+from genesis_fp16.config.plugins import LoadedPlugin, PluginError, known_agent_names, load_plugin
 from genesis_fp16.config.settings import Settings, SettingsError, load_settings
 from genesis_fp16.config.settings_reading import load_settings_for_reading
-from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16_infrastructure.api import AgentFolder
 
 READS = "reads"  # the file's other lines, one line on stderr, then the command as ever
@@ -97,9 +96,9 @@ def agent_folder(agent: str, settings: Settings) -> AgentFolder:
     return folder
 
 
-def command_plugin(agent: str, settings: Settings) -> AgentPlugin:
-    """``agent``'s plugin, loaded under the allowlist of ``settings``; one that is unknown,
-    not allowed or fails to load is one line (exit 2)."""
+def command_plugin(agent: str, settings: Settings) -> LoadedPlugin:
+    """``agent``'s plugin and what it declares, loaded under the allowlist of ``settings``;
+    one that is unknown, not allowed or fails to load is one line (exit 2)."""
     try:
         return load_plugin(agent, settings.plugin_allowlist)
     except PluginError as exc:

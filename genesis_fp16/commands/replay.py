@@ -100,7 +100,7 @@ def _task(
     Only an allowlisted plugin's code runs; nothing the bundle names is imported (its
     batch types resolve against the plugin's ``batch_types``)."""
     from genesis_fp16.commands.reading import command_plugin, command_settings
-    from genesis_fp16_infrastructure.api import BundleError, capabilities_of, is_agent_name
+    from genesis_fp16_infrastructure.api import BundleError, is_agent_name
 
     found = bundle.get("context")
     context: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
@@ -109,8 +109,8 @@ def _task(
         raise BundleError("the bundle names no agent: replay it from the library with its task")
     # Replay reads (a refused .env: its other lines, said on stderr); its allowlist is
     # never wider than the file's (settings_reading.py).
-    plugin = command_plugin(str(agent), command_settings("replay"))  # a name: checked above
-    declared = capabilities_of(plugin)  # plugin_api's ReplaysSteps and NamesBatchTypes
+    # What its plugin declares (plugin_api's ReplaysSteps and NamesBatchTypes), as loaded.
+    _, declared = command_plugin(str(agent), command_settings("replay"))  # a name: checked above
     make_task = declared.replay_task
     if make_task is None:
         raise UsageError(

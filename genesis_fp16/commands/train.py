@@ -51,7 +51,7 @@ from genesis_fp16.commands.train_output import (
 )
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.agent_settings import COMPILE_CHOICES, CUDA_GRAPH_CHOICES
-from genesis_fp16.config.plugins import PluginError, load_plugin
+from genesis_fp16.config.plugins import LoadedPlugin, PluginError, load_plugin
 from genesis_fp16.config.settings import (
     PRECISION_CHOICES,
     Settings,
@@ -67,7 +67,7 @@ from genesis_fp16.jobs.run_request import (
 from genesis_fp16.launch import kubeflow
 from genesis_fp16.launch.progress_text import fan_out
 from genesis_fp16.metrics.tracking import RunTracker, open_tracker
-from genesis_fp16.plugin_api import TrainRequest, TrainRequestError, TrainResult, declared_options
+from genesis_fp16.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.service.startup_signals import take_over_sigterm
 from genesis_fp16_infrastructure.api import (
@@ -200,9 +200,11 @@ def run(args: argparse.Namespace) -> int:
     config = None if settings is None else settings.agent(args.agent)
     try:
         # The daemon loaded this agent under its allowlist before it sent the run.
-        plugin = load_plugin(args.agent, settings.plugin_allowlist if settings else None)
+        loaded = load_plugin(args.agent, settings.plugin_allowlist if settings else None)
         if config is not None:  # checked before any data is generated or a group formed
-            resolve_options(args.agent, declared_options(plugin), config.own.options, _flags(args))
+            resolve_options(
+                args.agent, loaded.capabilities.options, config.own.options, _flags(args)
+            )
     except (PluginError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
     if settings is None:  # the launcher relays its child's records: it parses JSON
@@ -226,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
     # The daemon's own runs work under its lock; one operator's run takes the folder's.
     owner = own_state_folder(args, settings) if settings is not None and main else None
     try:
-        return _run_owned(args, settings, plugin, env, main, stop, handed, wanted)
+        return _run_owned(args, settings, loaded, env, main, stop, handed, wanted)
     finally:
         if owner is not None:
             os.close(owner)  # in-process callers (tests) may run train again
@@ -235,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_owned(
     args: argparse.Namespace,
     settings: Settings | None,
-    plugin: Any,
+    loaded: LoadedPlugin,
     env: Any,
     main: bool,
     stop: threading.Event,
@@ -252,7 +254,7 @@ def _run_owned(
         else:
             with rank_zero_first(env):  # rank 0 generates the sample data, the others wait
                 assert settings is not None  # only a daemon's run comes without settings
-                request, bar = _request(args, settings, plugin, wanted, main)
+                request, bar = _request(args, settings, loaded, wanted, main)
             request = replace(request, fsdp=args.fsdp, device=device)
             tracking_dir = args.tracking_dir or settings.tracking_dir
             if main and tracking_dir is not None:
@@ -266,7 +268,7 @@ def _run_owned(
         on_log = fan_out(shown, tracker.log_summary if tracker else None)
         request = request.with_callbacks(on_log, stop.is_set, diagnostics)
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
-            code = _train(args, plugin, request, main, bar, tracker)
+            code = _train(args, loaded.plugin, request, main, bar, tracker)
         models = CheckpointsFolder(Path(request.checkpoint_dir))
         if settings is not None and main and models.serves_checkpoints():
             bound_history(Path(request.checkpoint_dir), settings)  # the daemon's bounds
@@ -412,7 +414,7 @@ def _record(checkpoint_dir: Path, result: TrainResult | None, error: str, starte
 
 
 def _request(
-    args: argparse.Namespace, settings: Settings, plugin: Any, device: str, main: bool
+    args: argparse.Namespace, settings: Settings, loaded: LoadedPlugin, device: str, main: bool
 ) -> tuple[TrainRequest, ProgressBar | None]:
     """The run request (genesis_fp16/jobs/run_request.py) and the progress bar: on a terminal
     only (a pipe or a file gets the log records alone, no carriage returns)."""
@@ -447,7 +449,7 @@ def _request(
         checkpoint_seconds=args.checkpoint_seconds,
     )
     try:
-        request = plan_request(settings, args.agent, plugin, device, overrides)
+        request = plan_request(settings, args.agent, *loaded, device, overrides)
     except TrainRequestError as exc:
         raise UsageError(str(exc)) from None
     return request, ProgressBar(request.steps, sys.stderr) if terminal else None

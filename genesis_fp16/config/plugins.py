@@ -12,7 +12,7 @@ holds its result for whoever asks again), and the caller goes on without it.
 >>> states = {r.name: r.state for r in discover_plugins(allowlist=["se_darwin"])}
 >>> states["se_darwin"], states["rlhf_ppo"]
 ('loaded', 'not_allowed')
->>> load_plugin("se_darwin").name
+>>> load_plugin("se_darwin").plugin.name
 'se_darwin'
 """
 
@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib.metadata import EntryPoint, entry_points
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16_infrastructure.api import (
@@ -315,8 +315,16 @@ def known_agent_names() -> list[str]:
     return list(installed_entry_points())
 
 
-def load_plugin(name: str, allowlist: Iterable[str] | None = None) -> AgentPlugin:
-    """Import and return one agent plugin; only that plugin's code is imported.
+class LoadedPlugin(NamedTuple):
+    """A plugin :func:`load_plugin` loaded, and what it declares, read and checked once
+    at load: a run's plan and its judged run take these, not the plugin's own."""
+
+    plugin: AgentPlugin
+    capabilities: Capabilities
+
+
+def load_plugin(name: str, allowlist: Iterable[str] | None = None) -> LoadedPlugin:
+    """Import one agent plugin, with what it declares; only that plugin's code is imported.
 
     Raises :class:`PluginError` naming the known agents when ``name`` is unknown, and
     the reason when the plugin is not allowed or cannot be loaded.
@@ -334,4 +342,4 @@ def load_plugin(name: str, allowlist: Iterable[str] | None = None) -> AgentPlugi
     record = load_entry_point(eps[name])
     if record.plugin is None:
         raise PluginError(f"agent {name!r} cannot be loaded ({record.state}): {record.error}")
-    return record.plugin
+    return LoadedPlugin(record.plugin, record.capabilities)

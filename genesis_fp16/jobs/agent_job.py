@@ -35,7 +35,7 @@ log = structlog.get_logger("genesis_fp16.jobs")
 
 
 def run_agent_job(
-    ctx: JobContext, agent: str, plugin: AgentPlugin, capabilities: Capabilities | None = None
+    ctx: JobContext, agent: str, plugin: AgentPlugin, capabilities: Capabilities
 ) -> None:
     """The scheduler's entry point for one agent, with what the loader read of its plugin
     (``capabilities``: each run's plan takes them, not the plugin's own); never raises."""
@@ -88,15 +88,13 @@ def run_agent_job(
             ctx.running_changed.notify_all()
 
 
-def _run_once(
-    run: Run, plugin: AgentPlugin, device: str, capabilities: Capabilities | None
-) -> bool:
+def _run_once(run: Run, plugin: AgentPlugin, device: str, capabilities: Capabilities) -> bool:
     """One run, top-down: plan it, execute it, record it. True when a reload that changed
     its precision stopped it (the job reruns it at once)."""
     structlog.contextvars.bind_contextvars(agent=run.agent, run_id=run.id)
     try:
         # Inside the try: an unreadable state file while planning is a counted failed run.
-        request = plan_run(run, plugin, device, capabilities)
+        request = plan_run(run, plugin, capabilities, device)
         record_start(run)
         result = execute_run(run, plugin, request, capabilities)
     except RunStopped as exc:  # stopped during its child's start-up: no step, no failure

@@ -25,18 +25,13 @@ from genesis_fp16.jobs.run_request import plan_request, warn_ignored
 from genesis_fp16.launch.progress_text import Progress
 from genesis_fp16.metrics.tracking import open_tracker
 from genesis_fp16.plugin_api import AgentPlugin, TrainRequest
-from genesis_fp16_infrastructure.api import (
-    AgentFolder,
-    AgentSnapshot,
-    Capabilities,
-    capabilities_of,
-)
+from genesis_fp16_infrastructure.api import AgentFolder, AgentSnapshot, Capabilities
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
 
 def plan_run(
-    run: Run, plugin: AgentPlugin, device: str, capabilities: Capabilities | None = None
+    run: Run, plugin: AgentPlugin, capabilities: Capabilities, device: str
 ) -> TrainRequest:
     """The run's request, kept on the run (``Run.request``), with the job's callbacks,
     built once (genesis_fp16/jobs/run_request.py: the precision request with the guard's
@@ -45,11 +40,7 @@ def plan_run(
     the run's curves opened when a tracking folder is set; the served-model pointer
     checked as the plan read it (:func:`check_served_pointer`)."""
     ctx, agent, settings = run.ctx, run.agent, run.settings
-    if capabilities is None:  # a caller without the loader's record: read once, here
-        capabilities = capabilities_of(plugin)
-    request = plan_request(
-        settings, agent, plugin, device, capabilities=capabilities, config=run.config
-    )
+    request = plan_request(settings, agent, plugin, capabilities, device, config=run.config)
     excluded: dict[str, str] = {}
     # Once per agent, when configured: the probe before its first bf16/fp16 run.
     if run.config.own.probe_before_low_precision:

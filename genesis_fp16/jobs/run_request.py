@@ -15,7 +15,7 @@ daemon's launcher hands the result to a child or torchrun's ranks whole, as a JS
 (``TrainRequest.to_json``), so every process trains with the same precision request,
 guard, reason, options and snapshot::
 
-    >>> request = plan_request(settings, "rlhf_ppo", plugin, "cpu")  # doctest: +SKIP
+    >>> request = plan_request(settings, "rlhf_ppo", plugin, declared, "cpu")  # doctest: +SKIP
     >>> request.precision.requested, request.precision_reason  # doctest: +SKIP
     ('auto', 'default: auto (no flag, no ENABLE_FP16_TRAINING, no per-agent override)')
 
@@ -58,7 +58,6 @@ from genesis_fp16_infrastructure.api import (
     Capabilities,
     PrecisionName,
     RequestedName,
-    capabilities_of,
     read_snapshot,
     resume_loss_scale,
 )
@@ -198,14 +197,14 @@ def plan_request(
     settings: Settings,
     agent: str,
     plugin: AgentPlugin,
+    capabilities: Capabilities,
     device: str,
     overrides: RequestOverrides | None = None,
-    capabilities: Capabilities | None = None,
     config: AgentConfig | None = None,
 ) -> TrainRequest:
     """The request of one run, built once per job and kept on the daemon's run
     (``genesis_fp16.jobs.job_state.Run.request``): its inputs read once (what the plugin declares,
-    ``capabilities``: the loader's record of it, read here only when not given; the
+    ``capabilities``: the loader's record of it, config/plugins.py's ``LoadedPlugin``; the
     agent's state folder, with the pointer and resume point of the folder the run
     trains in; the plugin's data check, :func:`with_data_check`), its fields worked out from
     the settings (``config``: the agent's, as the run keeps them; None: read here). Every
@@ -214,8 +213,6 @@ def plan_request(
     o = overrides or RequestOverrides()
     config = config or settings.agent(agent)
     folder = AgentFolder(settings.state_dir, agent)
-    if capabilities is None:  # a caller without the loader's record: read once, here
-        capabilities = capabilities_of(plugin)
     checkpoint_dir = o.checkpoint_dir or folder.checkpoint_dir
     snapshot = read_snapshot(folder, checkpoint_dir)
     state = snapshot.state

@@ -33,7 +33,7 @@ class RunHung(RuntimeError):
 
 
 def execute_run(
-    run: Run, plugin: AgentPlugin, request: TrainRequest, capabilities: Capabilities | None
+    run: Run, plugin: AgentPlugin, request: TrainRequest, capabilities: Capabilities
 ) -> TrainResult:
     """Train where the settings say: N ranks under torchrun, a child process (the
     default), or a watched thread of the daemon's (with the loader's ``capabilities``)."""

@@ -367,7 +367,7 @@ class Daemon:
 
     def _job(self, agent: str, plugin: AgentPlugin) -> None:
         try:
-            run_agent_job(self.context, agent, plugin, self.agents.capabilities.get(agent))
+            run_agent_job(self.context, agent, plugin, self.agents.capabilities[agent])
         finally:
             self._run_now_asked.pop(agent, None)
 

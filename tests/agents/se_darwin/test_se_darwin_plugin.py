@@ -63,7 +63,7 @@ def test_the_served_models_auc_is_reported_beside_its_gated_loss(
 def test_plugin_is_discovered_through_its_entry_point() -> None:
     """`se_darwin` loads from the genesis_fp16.agents entry point as the plugin object."""
     assert isinstance(plugin, AgentPlugin)
-    assert load_plugin("se_darwin") is plugin
+    assert load_plugin("se_darwin").plugin is plugin
 
 
 def test_train_runs_through_fit_and_reports(trained: tuple[TrainResult, Path]) -> None:

@@ -67,7 +67,7 @@ def test_allowlist_is_applied_before_import() -> None:
 
 def test_load_plugin_imports_one_and_explains_unknown_names() -> None:
     """load_plugin imports only the named plugin; an unknown name lists the known ones."""
-    assert load_plugin("fixture_good").name == "fixture_good"
+    assert load_plugin("fixture_good").plugin.name == "fixture_good"
     assert "fixture_agents.broken" not in sys.modules
     with pytest.raises(PluginError, match=r"unknown agent 'nope'; known agents: .*fixture_good"):
         load_plugin("nope")

@@ -59,8 +59,8 @@ class _Reads:
 
 def _job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[JobContext, Any]:
     clear_daemon_env(monkeypatch)
-    plugin = load_plugin(AGENT)
-    data = plugin.generate_sample_data(tmp_path / "data", 600, 0)
+    loaded = load_plugin(AGENT)
+    data = loaded.plugin.generate_sample_data(tmp_path / "data", 600, 0)
     settings = Settings(  # in-process: the daemon's reads and the run's in one count
         state_dir=tmp_path / "state",
         run_isolation="thread",
@@ -69,7 +69,7 @@ def _job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[JobContext, A
         agents={AGENT: {"data_path": str(data)}},  # type: ignore[dict-item]
     )
     metrics = DaemonMetrics(CollectorRegistry(), "test")
-    return JobContext(settings, metrics, DeviceSlots(1), threading.Event()), plugin
+    return JobContext(settings, metrics, DeviceSlots(1), threading.Event()), loaded
 
 
 def _optimizer_steps(ctx: JobContext) -> float | None:
@@ -89,16 +89,16 @@ def test_a_resumed_run_reads_its_checkpoint_once(
     bytes and 1 of the candidate's in the job, as the recipe's own gate read them before
     issue 68 (its first one-lifecycle runs read them 3 and 2 times). The daemon's totals
     come from the checkpoint's summary file."""
-    ctx, plugin = _job(tmp_path, monkeypatch)
+    ctx, loaded = _job(tmp_path, monkeypatch)
     reads = _Reads(monkeypatch)
-    run_agent_job(ctx, AGENT, plugin)
+    run_agent_job(ctx, AGENT, *loaded)
     first = _optimizer_steps(ctx)
     served = served_checkpoint(AgentFolder(tmp_path / "state", AGENT).checkpoint_dir)
     assert served is not None
     served_bytes = hashlib.sha256(served.read_bytes()).hexdigest()
     reads.clear()
     force_jobs(monkeypatch)
-    run_agent_job(ctx, AGENT, plugin)
+    run_agent_job(ctx, AGENT, *loaded)
     assert reads.before_first_step == [served_bytes, served_bytes], reads.before_first_step
     assert reads.all.pop(served_bytes) == 2, reads.all
     assert list(reads.all.values()) == [1], reads.all  # the candidate's, after the run
@@ -112,8 +112,8 @@ def test_after_a_cut_short_forced_run_the_unchanged_pool_is_up_to_date_without_a
     """A forced job stopped mid-run leaves its candidate unjudged and the served model
     served; the next job (the daemon's own, on the same data) is up to date by the data
     manifest: no checkpoint read, no step, the first model still served."""
-    ctx, plugin = _job(tmp_path, monkeypatch)
-    run_agent_job(ctx, AGENT, plugin)  # the served model, 8 steps
+    ctx, loaded = _job(tmp_path, monkeypatch)
+    run_agent_job(ctx, AGENT, *loaded)  # the served model, 8 steps
     folder = AgentFolder(tmp_path / "state", AGENT).checkpoint_dir
     served = served_checkpoint(folder)
     step = trainer.Trainer.step
@@ -127,14 +127,14 @@ def test_after_a_cut_short_forced_run_the_unchanged_pool_is_up_to_date_without_a
     monkeypatch.setattr(trainer.Trainer, "step", stop_at_step_10)
     with monkeypatch.context() as patch, capture_logs() as logs:  # forced, cut at 10
         force_jobs(patch)
-        run_agent_job(ctx, AGENT, plugin)
+        run_agent_job(ctx, AGENT, *loaded)
     (stopped,) = [e for e in logs if e["event"] == "training run finished"]
     assert stopped["outcome"] == "stopped" and "not judged" in stopped["gate"]["reason"]
     monkeypatch.setattr(trainer.Trainer, "step", step)
     ctx.stopping.clear()
     reads = _Reads(monkeypatch)
     with caplog.at_level("INFO", logger="genesis_fp16_infrastructure"), capture_logs() as logs:
-        run_agent_job(ctx, AGENT, plugin)
+        run_agent_job(ctx, AGENT, *loaded)
     assert "up to date by the data manifest" in caplog.text
     assert not reads.all, reads.all
     (finished,) = [e for e in logs if e["event"] == "training run finished"]
@@ -147,13 +147,13 @@ def test_a_corrupt_served_checkpoint_is_a_one_line_counted_refusal(
 ) -> None:
     """Bytes that no longer match their digest: the daemon's summary read does not hide
     it; the run refuses in one line naming the file, and the job counts a failed run."""
-    ctx, plugin = _job(tmp_path, monkeypatch)
-    run_agent_job(ctx, AGENT, plugin)
+    ctx, loaded = _job(tmp_path, monkeypatch)
+    run_agent_job(ctx, AGENT, *loaded)
     served = served_checkpoint(AgentFolder(tmp_path / "state", AGENT).checkpoint_dir)
     assert served is not None
     served.write_bytes(served.read_bytes()[:-10] + b"0123456789")
     with capture_logs() as logs:
-        run_agent_job(ctx, AGENT, plugin)
+        run_agent_job(ctx, AGENT, *loaded)
     (failed,) = [e for e in logs if e["event"] == "training run failed"]
     assert "exc_info" not in failed
     assert failed["error"] == (  # the judged run scores the served model first

@@ -16,6 +16,7 @@ from genesis_fp16.jobs.agent_job import JobContext, run_agent_job
 from genesis_fp16.jobs.job_state import DeviceSlots, slot_keys
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16_infrastructure.api import Capabilities
 
 WAIT = 30.0  # seconds a thread may take to get going on a busy machine: a bound, not a timing
 
@@ -122,6 +123,6 @@ def test_a_job_takes_the_slots_of_the_gpus_its_run_occupies(
     )
     slots = _Recording()
     ctx = JobContext(settings, DaemonMetrics(CollectorRegistry(), "test"), slots, threading.Event())
-    run_agent_job(ctx, "quick", _Quick())  # type: ignore[arg-type]
+    run_agent_job(ctx, "quick", _Quick(), Capabilities())  # type: ignore[arg-type]
     assert slots.taken == [taken]
     assert slots.acquire(taken, lambda: pytest.fail("the job kept a slot"))

@@ -18,6 +18,7 @@ from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.api import Capabilities
 from genesis_fp16_infrastructure.training.precision.decide import decide
 
 AGENT = "refusing"
@@ -48,7 +49,7 @@ def test_refusal_is_one_line_a_bug_keeps_its_traceback(
     ctx = _context(tmp_path, monkeypatch)
     metrics = ctx.metrics
     with capture_logs() as logs:
-        run_agent_job(ctx, AGENT, _Refusing(error))  # type: ignore[arg-type]
+        run_agent_job(ctx, AGENT, _Refusing(error), Capabilities())  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "training run failed"]
     assert ("exc_info" in failed) == traceback
     assert failed["error"] == ("RuntimeError: bug" if traceback else str(error))
@@ -89,7 +90,7 @@ def test_a_plugin_calling_sys_exit_is_a_counted_failed_run(
     """SystemExit from a plugin's train() does not escape the job: one failed run, one line."""
     ctx = _context(tmp_path, monkeypatch)
     with capture_logs() as logs:
-        run_agent_job(ctx, AGENT, _Refusing(SystemExit(3)))  # type: ignore[arg-type]
+        run_agent_job(ctx, AGENT, _Refusing(SystemExit(3)), Capabilities())  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "training run failed"]
     assert failed["error"] == "the plugin called sys.exit(3)"
     assert _failed_runs(ctx) == 1
@@ -123,8 +124,8 @@ def test_an_unusable_precision_state_is_set_aside_counted_and_floors_at_fp32(
         path.write_text('{"version": 1, "demoted_to": "bf')
     plugin = _Recording()
     with capture_logs() as logs:
-        run_agent_job(ctx, AGENT, plugin)  # type: ignore[arg-type]
-        run_agent_job(ctx, AGENT, plugin)  # type: ignore[arg-type]
+        run_agent_job(ctx, AGENT, plugin, Capabilities())  # type: ignore[arg-type]
+        run_agent_job(ctx, AGENT, plugin, Capabilities())  # type: ignore[arg-type]
     assert plugin.precisions == ["fp32", "fp32"]  # auto asked, the fp32 floor decided
     assert skipped == [(AGENT, "precision_state")]
     assert [e["event"] for e in logs].count("training run finished") == 2
@@ -142,7 +143,7 @@ def test_a_full_disk_fails_the_run_in_one_line_and_marks_the_daemon_degraded(
     ctx = _context(tmp_path, monkeypatch)
     full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "ckpt.pt"))
     with capture_logs() as logs:
-        run_agent_job(ctx, AGENT, _Refusing(full))  # type: ignore[arg-type]
+        run_agent_job(ctx, AGENT, _Refusing(full), Capabilities())  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "training run failed"]
     assert "exc_info" not in failed
     assert (
@@ -224,7 +225,7 @@ def test_a_fallback_is_counted_and_logged_and_an_fp16_scale_carried(
     and carries the run's fp16 loss scale into the agent's state for its next run."""
     ctx = _context(tmp_path, monkeypatch)
     with capture_logs() as logs:
-        run_agent_job(ctx, AGENT, _FellBack())  # type: ignore[arg-type]
+        run_agent_job(ctx, AGENT, _FellBack(), Capabilities())  # type: ignore[arg-type]
     labels = {"agent": AGENT, "reason": "capture_failed"}
     counted = ctx.metrics.registry.get_sample_value(
         "genesis_fp16_execution_fallbacks_total", labels
@@ -249,7 +250,7 @@ def test_a_run_whose_recording_fails_is_a_counted_failed_run_with_its_error_line
     ctx = _context(tmp_path, monkeypatch)
     monkeypatch.setattr(recording, "record_scale", broken)
     with capture_logs() as logs:
-        run_agent_job(ctx, AGENT, _FellBack())  # type: ignore[arg-type]
+        run_agent_job(ctx, AGENT, _FellBack(), Capabilities())  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "training run failed"]
     assert failed["error"] == "RuntimeError: cannot carry the scale"
     assert _failed_runs(ctx) == 1
@@ -281,7 +282,7 @@ def test_a_reload_landing_as_a_run_ends_shows_the_next_runs_precision(
 ) -> None:
     """The rollback lands after the run's last step: the gauge reads fp32, not fp16."""
     ctx = _context(tmp_path, monkeypatch)
-    run_agent_job(ctx, AGENT, _EndsAsTheReloadLands(ctx))  # type: ignore[arg-type]
+    run_agent_job(ctx, AGENT, _EndsAsTheReloadLands(ctx), Capabilities())  # type: ignore[arg-type]
     gauge = ctx.metrics.registry.get_sample_value
     success = gauge("genesis_fp16_training_runs_total", {"agent": AGENT, "outcome": "success"})
     assert success == 1
@@ -332,7 +333,7 @@ def test_a_run_whose_every_step_was_skipped_is_failed_counted_and_degrades_healt
     daemon.context = ctx
     daemon.beat()
     with capture_logs() as logs:
-        run_agent_job(ctx, AGENT, _Reporting(200, 200))  # type: ignore[arg-type]
+        run_agent_job(ctx, AGENT, _Reporting(200, 200), Capabilities())  # type: ignore[arg-type]
     (line,) = [e for e in logs if e["event"] == "training run finished"]
     assert (line["outcome"], line["failure"], line["skipped_steps"]) == (
         "failed",
@@ -345,9 +346,9 @@ def test_a_run_whose_every_step_was_skipped_is_failed_counted_and_degrades_healt
     assert sample == 1
     ok, reason = daemon.health()
     assert not ok and "learned nothing (nonfinite_gradients)" in reason
-    run_agent_job(ctx, AGENT, _Reporting(0, 0))  # type: ignore[arg-type]
+    run_agent_job(ctx, AGENT, _Reporting(0, 0), Capabilities())  # type: ignore[arg-type]
     assert daemon.health()[0] is False  # up to date is not a success of learning
-    run_agent_job(ctx, AGENT, _Reporting(200, 16))  # type: ignore[arg-type]
+    run_agent_job(ctx, AGENT, _Reporting(200, 16), Capabilities())  # type: ignore[arg-type]
     assert daemon.health()[0] is True
 
 

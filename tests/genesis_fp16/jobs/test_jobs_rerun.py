@@ -17,6 +17,7 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.jobs.job_state import slot_keys
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16_infrastructure.api import Capabilities
 
 AGENT = "flapping"
 
@@ -61,7 +62,7 @@ def test_a_rollback_undone_before_the_stop_still_reruns_at_once(
     metrics = DaemonMetrics(CollectorRegistry(), "test")
     ctx = JobContext(_settings(tmp_path, fp16=True), metrics, DeviceSlots(1), threading.Event())
     plugin = _Flapping(ctx, tmp_path)
-    run_agent_job(ctx, AGENT, plugin)  # type: ignore[arg-type]
+    run_agent_job(ctx, AGENT, plugin, Capabilities())  # type: ignore[arg-type]
     assert [r.precision.requested for r in plugin.requests] == ["fp16", "fp16"]
     runs = "genesis_fp16_training_runs_total"
     get = metrics.registry.get_sample_value
@@ -94,7 +95,7 @@ def test_a_job_queued_at_sigterm_never_starts(
     ctx = JobContext(_settings(tmp_path, fp16=True), DaemonMetrics(CollectorRegistry(), "t"),
                      slots, stopping)  # fmt: skip
     plugin = _Flapping(ctx, tmp_path)
-    run_agent_job(ctx, AGENT, plugin)  # type: ignore[arg-type]
+    run_agent_job(ctx, AGENT, plugin, Capabilities())  # type: ignore[arg-type]
     assert plugin.requests == [] and not ctx.running
     used = slot_keys(resolve_device(ctx.settings.agent(AGENT).device))
     assert DeviceSlots.acquire(slots, used, lambda: True)  # the slot was given back

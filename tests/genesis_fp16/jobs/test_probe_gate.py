@@ -19,7 +19,7 @@ from genesis_fp16.jobs.probe_gate import ProbeRecord, gate_before_run, red_preci
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
-from genesis_fp16_infrastructure.api import AgentFolder
+from genesis_fp16_infrastructure.api import AgentFolder, capabilities_of
 
 PROBE_PLUGIN = Path(__file__).resolve().parents[1] / "probe_plugin"
 sys.path.insert(0, str(PROBE_PLUGIN))
@@ -82,7 +82,8 @@ def test_no_probe_when_off_or_fp32(tmp_path: Path) -> None:
     bf16 = {"probe_toy": AgentSettings(precision="bf16")}
     off = Settings(state_dir=tmp_path / "state", agents=bf16)
     ctx = JobContext(off, metrics, DeviceSlots(1), threading.Event())
-    planned = plan_run(Run(ctx, "probe_toy", off, off.agent("probe_toy")), probe_toy, "cpu")
+    run = Run(ctx, "probe_toy", off, off.agent("probe_toy"))
+    planned = plan_run(run, probe_toy, capabilities_of(probe_toy), "cpu")
     assert planned.precision.requested == "bf16"
     assert not AgentFolder(off.state_dir, "probe_toy").probe_record_path.exists()
     on = _settings(tmp_path)

@@ -20,6 +20,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Verdict
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     Calibration,
+    Capabilities,
     GateReport,
 )
 from genesis_fp16_infrastructure.contract.reports import DataReport, DriftReport
@@ -78,7 +79,7 @@ def test_the_typed_fields_are_exported_and_logged_and_extra_is_not_read(
     """Each typed field reaches its series and the finished line; extra's same keys do not."""
     ctx = _context(tmp_path, monkeypatch)
     with capture_logs() as logs:
-        run_agent_job(ctx, AGENT, _Reporting())  # type: ignore[arg-type]
+        run_agent_job(ctx, AGENT, _Reporting(), Capabilities())  # type: ignore[arg-type]
     sample = ctx.metrics.registry.get_sample_value
     agent = {"agent": AGENT}
     auto = "genesis_fp16_auto_step_seconds"

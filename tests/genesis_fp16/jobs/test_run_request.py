@@ -23,11 +23,12 @@ from genesis_fp16_infrastructure.agent_folder.folder import (
     AgentFolder,
     remember_demotions,
 )
-from genesis_fp16_infrastructure.api import run_plugin
+from genesis_fp16_infrastructure.api import capabilities_of, run_plugin
 from genesis_fp16_infrastructure.contract.plugin_api import ignored_request_fields
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 AGENT = "rlhf_ppo"
+DECLARED = capabilities_of(plugin)  # what the loader reads of it, once
 
 
 pytestmark = pytest.mark.usefixtures("clean_env")  # conftest.py
@@ -43,17 +44,17 @@ def test_budget_flags_then_the_agent_then_steps_per_run(tmp_path: Path) -> None:
     assert Settings().agent(AGENT).steps is None
     assert Settings(steps_per_run=9).agent(AGENT).steps == 9
     epochs = _settings(tmp_path, epochs=2).model_copy(update={"steps_per_run": 9})
-    request = plan_request(epochs, AGENT, plugin, "cpu")
+    request = plan_request(epochs, AGENT, plugin, DECLARED, "cpu")
     assert (request.steps, request.epochs) == (None, 2)
-    flagged = plan_request(epochs, AGENT, plugin, "cpu", RequestOverrides(steps=5))
+    flagged = plan_request(epochs, AGENT, plugin, DECLARED, "cpu", RequestOverrides(steps=5))
     assert (flagged.steps, flagged.epochs) == (5, None)
 
 
 def test_daemon_and_train_build_the_same_request(tmp_path: Path) -> None:
     """No flags: train's request is the daemon's (guard, options, data, budget, reason)."""
     settings = _settings(tmp_path, steps=4, options={"preset": "bf16_pure"})
-    daemon = plan_request(settings, AGENT, plugin, "cpu")
-    cli = plan_request(settings, AGENT, plugin, "cpu", RequestOverrides())
+    daemon = plan_request(settings, AGENT, plugin, DECLARED, "cpu")
+    cli = plan_request(settings, AGENT, plugin, DECLARED, "cpu", RequestOverrides())
     # Each run quarantines to a new file of its own, in the agent's folder.
     assert daemon.quarantine_path != cli.quarantine_path
     assert daemon.quarantine_path.parent == cli.quarantine_path.parent  # type: ignore[union-attr]
@@ -62,7 +63,12 @@ def test_daemon_and_train_build_the_same_request(tmp_path: Path) -> None:
     assert daemon.guard is not None and daemon.options == {"preset": "bf16_pure"}
     assert daemon.steps == 4 and daemon.data_path is not None and daemon.data_path.exists()
     flagged = plan_request(
-        settings, AGENT, plugin, "cpu", RequestOverrides(steps=2, options={"preset": "fp16_all"})
+        settings,
+        AGENT,
+        plugin,
+        DECLARED,
+        "cpu",
+        RequestOverrides(steps=2, options={"preset": "fp16_all"}),
     )
     assert (flagged.steps, flagged.options["preset"]) == (2, "fp16_all")
 
@@ -70,17 +76,19 @@ def test_daemon_and_train_build_the_same_request(tmp_path: Path) -> None:
 def test_the_request_carries_the_run_memory_limit(tmp_path: Path) -> None:
     """The run's memory limit reaches the plugin (se_darwin sizes its largest pool by it)."""
     limited = Settings(state_dir=tmp_path, run_memory_limit_bytes=2**30)  # type: ignore[call-arg]
-    assert plan_request(limited, AGENT, plugin, "cpu").memory_limit_bytes == 2**30
+    assert plan_request(limited, AGENT, plugin, DECLARED, "cpu").memory_limit_bytes == 2**30
     off = Settings(state_dir=tmp_path, run_memory_limit_bytes=0)  # type: ignore[call-arg]
-    assert plan_request(off, AGENT, plugin, "cpu").memory_limit_bytes is None
+    assert plan_request(off, AGENT, plugin, DECLARED, "cpu").memory_limit_bytes is None
 
 
 def test_compile_comes_from_the_agent_then_the_daemon_and_a_flag_wins(tmp_path: Path) -> None:
     """The request's compile: off by default, the agent's COMPILE, and --compile on top."""
-    assert plan_request(_settings(tmp_path), AGENT, plugin, "cpu").compile == "off"
+    assert plan_request(_settings(tmp_path), AGENT, plugin, DECLARED, "cpu").compile == "off"
     settings = _settings(tmp_path, compile="on")
-    assert plan_request(settings, AGENT, plugin, "cpu").compile == "on"
-    flagged = plan_request(settings, AGENT, plugin, "cpu", RequestOverrides(compile="off"))
+    assert plan_request(settings, AGENT, plugin, DECLARED, "cpu").compile == "on"
+    flagged = plan_request(
+        settings, AGENT, plugin, DECLARED, "cpu", RequestOverrides(compile="off")
+    )
     assert flagged.compile == "off"
 
 
@@ -91,11 +99,13 @@ def test_guard_memory_lowers_the_settings_request_but_not_an_explicit_flag(
     settings = Settings(state_dir=tmp_path, ENABLE_FP16_TRAINING=True)  # type: ignore[call-arg]
     demotion = Demotion("fp16", "bf16", "overflow_rate", 5, 0)
     AgentFolder(tmp_path, AGENT).save_precision_memory(remember_demotions(None, [demotion]))
-    request = plan_request(settings, AGENT, plugin, "cpu")
+    request = plan_request(settings, AGENT, plugin, DECLARED, "cpu")
     assert (request.precision.requested, request.precision.floor) == ("fp16", "bf16")
     assert "precision guard memory" in request.precision.floor_reason
     assert expected_precision(request.precision, "cpu") == "bf16"
-    flagged = plan_request(settings, AGENT, plugin, "cpu", RequestOverrides(precision="fp16"))
+    flagged = plan_request(
+        settings, AGENT, plugin, DECLARED, "cpu", RequestOverrides(precision="fp16")
+    )
     assert (flagged.precision.requested, flagged.precision.floor) == ("fp16", None)
     assert flagged.precision_reason == "--precision fp16 on the command line"
 
@@ -123,17 +133,18 @@ def test_an_agent_says_which_set_fields_it_ignores(tmp_path: Path) -> None:
 
     cadence = Settings(state_dir=tmp_path, sample_count=8, checkpoint_steps=50)  # type: ignore[call-arg]
     flags = RequestOverrides(checkpoint_seconds=5.0)
+    end_only = EndOnly()
     with capture_logs() as logs:
-        plan_request(cadence, AGENT, EndOnly(), "cpu", flags)
+        plan_request(cadence, AGENT, end_only, capabilities_of(end_only), "cpu", flags)
     assert _ignored_warnings(logs) == {
         "checkpoint_steps": "GENESIS_FP16_CHECKPOINT_STEPS",
         "checkpoint_seconds": "--checkpoint-seconds",
     }
     assert all("rlhf_ppo: it checkpoints once" in str(r.get("instead")) for r in logs)
     with capture_logs() as logs:
-        plan_request(_settings(tmp_path), AGENT, EndOnly(), "cpu")
-        plan_request(cadence, AGENT, plugin, "cpu", flags)
-        plan_request(cadence, "se_darwin", se_darwin, "cpu", flags)
+        plan_request(_settings(tmp_path), AGENT, end_only, capabilities_of(end_only), "cpu")
+        plan_request(cadence, AGENT, plugin, DECLARED, "cpu", flags)
+        plan_request(cadence, "se_darwin", se_darwin, capabilities_of(se_darwin), "cpu", flags)
     assert _ignored_warnings(logs) == {}
 
 
@@ -160,7 +171,7 @@ def test_a_scheduled_budget_on_an_unchanged_pool_is_up_to_date(tmp_path: Path) -
     for grow in (False, False, True):
         if grow:
             (pool / "b.json").write_text(json.dumps(generate_pool(60, seed=2, agent="new")))
-        request = plan_request(settings, "se_darwin", se_darwin, "cpu")
+        request = plan_request(settings, "se_darwin", se_darwin, capabilities_of(se_darwin), "cpu")
         check = request.snapshot.data if request.snapshot is not None else None
         if check is not None and check.up_to_date is not None:  # the daemon's: no child
             runs.append(TrainResult.from_json(check.up_to_date))
@@ -209,6 +220,6 @@ def test_each_plan_takes_the_capabilities_the_loader_read(tmp_path: Path) -> Non
     assert record.state == "loaded" and record.capabilities.data_folder is False
     at_load = plugin.reads
     for _ in range(2):
-        plan = plan_request(_settings(tmp_path), AGENT, plugin, "cpu", None, record.capabilities)  # type: ignore[arg-type]
+        plan = plan_request(_settings(tmp_path), AGENT, plugin, record.capabilities, "cpu")  # type: ignore[arg-type]
         assert str(plan.data_path).endswith("sample.json")
     assert at_load > 0 and plugin.reads == at_load

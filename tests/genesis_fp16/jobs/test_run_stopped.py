@@ -18,6 +18,7 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.launcher import LaunchError, RunStopped, train_in_child
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16_infrastructure.api import Capabilities
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 AGENT = "stopping"
@@ -86,7 +87,7 @@ def test_the_job_counts_a_run_stopped_in_start_up_as_stopped(
     metrics = DaemonMetrics(CollectorRegistry(), "test")
     ctx = JobContext(settings, metrics, DeviceSlots(1), threading.Event())
     with capture_logs() as logs:
-        run_agent_job(ctx, AGENT, _StoppedInStartUp())  # type: ignore[arg-type]
+        run_agent_job(ctx, AGENT, _StoppedInStartUp(), Capabilities())  # type: ignore[arg-type]
     runs = "genesis_fp16_training_runs_total"
     get = metrics.registry.get_sample_value
     assert get(runs, {"agent": AGENT, "outcome": "stopped"}) == 1

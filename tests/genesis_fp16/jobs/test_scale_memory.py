@@ -20,11 +20,12 @@ from genesis_fp16.jobs.run_request import plan_request
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.api import read_snapshot
+from genesis_fp16_infrastructure.api import capabilities_of, read_snapshot
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.run.verify_capture import CaptureVerdict, write_verdict
 
 AGENT = "rlhf_ppo"
+DECLARED = capabilities_of(plugin)  # what the loader reads of it, once
 
 
 pytestmark = pytest.mark.usefixtures("clean_env")  # conftest.py
@@ -64,9 +65,9 @@ def _result(used: str = "fp16", scale: float = 2048.0, **more: object) -> TrainR
 def test_an_fp16_runs_scale_reaches_the_next_request(tmp_path: Path) -> None:
     """After an fp16 run, the next fp16 request starts at its last scale."""
     settings = _settings(tmp_path)
-    assert plan_request(settings, AGENT, plugin, "cpu").initial_loss_scale is None
+    assert plan_request(settings, AGENT, plugin, DECLARED, "cpu").initial_loss_scale is None
     record_scale(settings, AGENT, _result(scale=2048.0))
-    assert plan_request(settings, AGENT, plugin, "cpu").initial_loss_scale == 2048.0
+    assert plan_request(settings, AGENT, plugin, DECLARED, "cpu").initial_loss_scale == 2048.0
 
 
 def test_a_demotion_or_another_precision_forgets_it(tmp_path: Path) -> None:
@@ -85,7 +86,7 @@ def test_a_demotion_or_another_precision_forgets_it(tmp_path: Path) -> None:
     assert carried_scale(settings, AGENT, "fp16") is None
     bf16 = _settings(tmp_path, "bf16")
     record_scale(settings, AGENT, _result())
-    assert plan_request(bf16, AGENT, plugin, "cpu").initial_loss_scale is None
+    assert plan_request(bf16, AGENT, plugin, DECLARED, "cpu").initial_loss_scale is None
 
 
 def _cli(state: Path, *args: str) -> str:

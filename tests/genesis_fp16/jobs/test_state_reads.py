@@ -82,8 +82,8 @@ def _job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[JobContext, A
     """A daemon's job context (its run on a thread: the daemon's reads and the run's in
     one count) after a first job trained and served a model on a 600-record pool."""
     clear_daemon_env(monkeypatch)
-    plugin = load_plugin(AGENT)
-    data = plugin.generate_sample_data(tmp_path / "data", 600, 0)
+    loaded = load_plugin(AGENT)
+    data = loaded.plugin.generate_sample_data(tmp_path / "data", 600, 0)
     settings = Settings(
         state_dir=tmp_path / "state",
         run_isolation="thread",
@@ -94,14 +94,14 @@ def _job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[JobContext, A
     )
     metrics = DaemonMetrics(CollectorRegistry(), "test")
     ctx = JobContext(settings, metrics, DeviceSlots(1), threading.Event())
-    run_agent_job(ctx, AGENT, plugin)
-    return ctx, plugin, data
+    run_agent_job(ctx, AGENT, *loaded)
+    return ctx, loaded, data
 
 
-def _add_records(plugin: Any, data: Path, tmp_path: Path) -> None:
+def _add_records(loaded: Any, data: Path, tmp_path: Path) -> None:
     """100 new records in the pool file: changed data, which trains a candidate."""
     pool = json.loads(data.read_text())
-    more = json.loads(plugin.generate_sample_data(tmp_path / "more", 100, 1).read_text())
+    more = json.loads(loaded.plugin.generate_sample_data(tmp_path / "more", 100, 1).read_text())
     for key, record in more["trajectories"].items():
         pool["trajectories"][f"new-{key}"] = {**record, "trajectory_id": f"new-{key}"}
     data.write_text(json.dumps(pool))
@@ -122,10 +122,10 @@ def test_a_job_on_changed_data_reads_each_state_file_once_in_its_plan(
     """New records: the job plans, trains, promotes and prunes, reading served.json 3
     times (it read 14 before the snapshot), the manifest once (3) and hashing the changed
     pool file once (3)."""
-    ctx, plugin, data = _job(tmp_path, monkeypatch)
-    _add_records(plugin, data, tmp_path)
+    ctx, loaded, data = _job(tmp_path, monkeypatch)
+    _add_records(loaded, data, tmp_path)
     with _counting(monkeypatch) as counts:
-        run_agent_job(ctx, AGENT, plugin)
+        run_agent_job(ctx, AGENT, *loaded)
     assert _outcomes(ctx) == {"success": 2, "up_to_date": None, "failed": None}
     folder = AgentFolder(tmp_path / "state", AGENT).checkpoint_dir
     pointer = json.loads((folder / "served.json").read_text())
@@ -140,9 +140,9 @@ def test_an_up_to_date_job_reads_each_state_file_once(
 ) -> None:
     """Nothing new: the plan's data check answers the job (no run starts), and served.json
     is read by the plan and the history's pruning alone, the manifest once."""
-    ctx, plugin, data = _job(tmp_path, monkeypatch)
+    ctx, loaded, data = _job(tmp_path, monkeypatch)
     with _counting(monkeypatch) as counts:
-        run_agent_job(ctx, AGENT, plugin)
+        run_agent_job(ctx, AGENT, *loaded)
     assert _outcomes(ctx) == {"success": 1, "up_to_date": 1, "failed": None}
     assert counts["served.json"] <= 2, counts
     assert counts["data_manifest.json"] == 1, counts
@@ -188,10 +188,10 @@ def test_a_runs_child_reads_no_state_file_and_hashes_nothing(
     """A run in a child process (the daemon's default isolation) takes the plan's pointer,
     scan and verdict from its run file: it opens served.json only to promote (the locked
     read-and-write-back), never the manifest, and hashes no data file."""
-    ctx, plugin, data = _job(tmp_path, monkeypatch)
-    _add_records(plugin, data, tmp_path)
+    ctx, loaded, data = _job(tmp_path, monkeypatch)
+    _add_records(loaded, data, tmp_path)
     with _counting(monkeypatch) as planned:
-        plan = plan_request(ctx.settings, AGENT, plugin, "cpu")
+        plan = plan_request(ctx.settings, AGENT, *loaded, "cpu")
     assert planned["served.json"] == 1 and planned["data_manifest.json"] == 1, planned
     assert planned[f"hashed:{data}"] == 1, planned
     data_check = plan.snapshot.data if plan.snapshot is not None else None

@@ -23,6 +23,7 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.devices import check_devices, device_lost, device_problem
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16_infrastructure.api import Capabilities
 
 # More GPUs than any host has: refused on every host, with or without CUDA.
 NO_SUCH_GPU = "cuda:99"
@@ -226,7 +227,7 @@ def test_a_gpu_lost_during_a_run_is_counted_as_such_and_health_says_degraded(
         run_isolation="thread",
     )
     with capture_logs() as logs:
-        run_agent_job(ctx, agent, _LosesItsGpu())  # type: ignore[arg-type]
+        run_agent_job(ctx, agent, _LosesItsGpu(), Capabilities())  # type: ignore[arg-type]
     assert _failures(ctx, agent, "device_unavailable") == 1
     assert not _failures(ctx, agent, "error")
     (failed,) = [e for e in logs if e["event"] == "training run failed"]
@@ -250,7 +251,7 @@ def test_a_child_run_whose_gpu_is_gone_reports_it_and_the_daemon_counts_it(
 
     ctx = _context(tmp_path, monkeypatch, device=NO_SUCH_GPU, steps_per_run=2, sample_count=200)
     with capture_logs() as logs:
-        run_agent_job(ctx, "se_darwin", load_plugin("se_darwin"))
+        run_agent_job(ctx, "se_darwin", *load_plugin("se_darwin"))
     assert _failures(ctx, "se_darwin", "device_unavailable") == 1
     (failed,) = [e for e in logs if e["event"] == "training run failed"]
     assert failed["error"].startswith(f"the run request's device {NO_SUCH_GPU}: this torch (")

@@ -56,10 +56,10 @@ def test_daemon_jobs_write_one_readable_run_each_from_their_child(
     ctx = JobContext(
         settings, DaemonMetrics(CollectorRegistry(), "test"), DeviceSlots(1), threading.Event()
     )
-    plugin = load_plugin("se_darwin")
+    loaded = load_plugin("se_darwin")
     first_runs: list[Path] = []
     for _ in range(2):
-        run_agent_job(ctx, "se_darwin", plugin)
+        run_agent_job(ctx, "se_darwin", *loaded)
         first_runs = first_runs or list((tmp_path / "runs" / "se_darwin").iterdir())
         force_jobs(monkeypatch)
     runs = list((tmp_path / "runs" / "se_darwin").iterdir())
