@@ -60,13 +60,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
 from genesis_fp16_infrastructure.contract.reports import GateComparison, ScoresOn
+from genesis_fp16_infrastructure.record_codec import JSON, LOCAL, ROUND, Record
 
 ALPHA = 0.05  # each promotion question one-sided; the "worse" family as a whole
 Z_95 = 1.6448536269514722  # the one-sided 95% normal quantile
@@ -141,23 +142,25 @@ SEGMENT_MIN_RECORDS = 100  # a segment is judged on its own from this many share
 
 
 @dataclass(frozen=True)
-class Paired:
-    """Candidate against a reference on one set of records (mean losses clipped)."""
+class Paired(Record):
+    """Candidate against a reference on one set of records (mean losses clipped); the
+    verdict file's ``judged`` list holds each one's JSON (rounded, NaN as null)."""
 
-    name: str
+    name: str = field(metadata={JSON: "set"})
     records: int
-    candidate: float
-    reference: float
-    difference: float  # mean(candidate - reference): below 0, the candidate is better
-    upper: float  # its one-sided 95% upper bound
+    candidate: float = field(metadata={JSON: "candidate_loss", ROUND: 6})
+    reference: float = field(metadata={JSON: "served_loss", ROUND: 6})
+    # mean(candidate - reference): below 0, the candidate is better
+    difference: float = field(metadata={ROUND: 6})
+    upper: float = field(metadata={ROUND: 6})  # its one-sided 95% upper bound
     margin: float
     passed: bool | None  # None: too few shared records to decide, or inconclusive
-    lower: float = math.nan  # its one-sided 95% lower bound
+    lower: float = field(default=math.nan, metadata={ROUND: 6})  # its one-sided 95% lower bound
     segment: str | None = None  # the records' segment (RecordLosses.segments), if one
     # no_worse, worse or inconclusive (Bound.finding), as settled by decide()
     finding: Finding | None = None
     # False: a veto only (shown worse rejects; not shown no worse holds nothing back)
-    required: bool = True
+    required: bool = field(default=True, metadata={LOCAL: True})
     metric: str = "loss"  # the loss column (RecordLosses.losses) compared
 
     def bound(self) -> Bound | None:
@@ -205,22 +208,6 @@ class Paired:
             f"{self.records} records, worse by {self.lower:+.6g} to {self.upper:+.6g} (95%), "
             f"{shown} the margin {self.margin:.6g}"
         )
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "set": self.name,
-            "records": self.records,
-            "candidate_loss": round(self.candidate, 6),
-            "served_loss": round(self.reference, 6),
-            "difference": round(self.difference, 6),
-            "upper": round(self.upper, 6),
-            "lower": round(self.lower, 6),
-            "margin": self.margin,
-            "passed": self.passed,
-            "segment": self.segment,
-            "finding": self.finding,
-            "metric": self.metric,
-        }
 
 
 def scores_on(comparisons: Sequence[Paired], side: str) -> ScoresOn | None:

@@ -3,12 +3,14 @@ an inconclusive verdict apart from a rejection (issue 62)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
 
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
 from genesis_fp16_infrastructure.judging.gate import (
+    Paired,
     compare,
     compare_segments,
     decide,
@@ -176,3 +178,19 @@ def test_losses_are_paired_by_record_whatever_the_order_and_overlap() -> None:
     assert ours.tolist() == [0.1, 0.2, 5.0] and theirs.tolist() == [0.7, 0.6, 4.0]
     none = paired_losses(first, RecordLosses.of(["y"], [1.0]), span=5.0)
     assert [len(side) for side in none] == [0, 0]
+
+
+def test_a_comparison_too_small_to_decide_writes_valid_json() -> None:
+    """A comparison on one shared record (its bounds NaN) is written for the verdict's
+    ``judged`` list under the file's keys, rounded, NaN as null (valid JSON, as every other
+    record writes it), ``required`` kept out; its reader (Paired.from_json) takes it back."""
+    one = compare("current", RecordLosses.of(["a"], [0.1234567]), RecordLosses.of(["a"], [0.5]),
+                  2.0, _margin)  # fmt: skip
+    written = one.to_json()
+    assert json.loads(json.dumps(written, allow_nan=False)) == written
+    assert written == {
+        "set": "current", "records": 1, "candidate_loss": 0.123457, "served_loss": 0.5,
+        "difference": -0.376543, "upper": None, "lower": None, "margin": None,
+        "passed": None, "segment": None, "finding": None, "metric": "loss",
+    }  # fmt: skip
+    assert Paired.from_json(written).records == 1
