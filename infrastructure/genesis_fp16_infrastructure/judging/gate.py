@@ -67,6 +67,7 @@ import numpy as np
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
 from genesis_fp16_infrastructure.contract.reports import GateComparison, ScoresOn
+from genesis_fp16_infrastructure.data.schema import find_ids
 from genesis_fp16_infrastructure.record_codec import JSON, LOCAL, ROUND, Record
 
 ALPHA = 0.05  # each promotion question one-sided; the "worse" family as a whole
@@ -248,11 +249,7 @@ def shared_rows(first: RecordLosses, second: RecordLosses) -> tuple[np.ndarray, 
         rows = np.arange(len(first.ids))
         return rows, rows
     order = np.argsort(second.id_hashes)  # ids are distinct: stable or not, one order
-    ranked = second.id_hashes[order]
-    if not len(ranked):
-        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
-    at = np.minimum(np.searchsorted(ranked, first.id_hashes), len(ranked) - 1)
-    hit = ranked[at] == first.id_hashes
+    at, hit = find_ids(second.id_hashes[order], first.id_hashes)
     return np.flatnonzero(hit), order[at[hit]]
 
 
