@@ -33,7 +33,6 @@ from genesis_fp16_infrastructure.data.schema import OUTCOMES
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
-    from genesis_fp16_infrastructure.data.schema import Example
 
 # Module-name prefixes, for the precision probe's FP32 islands.
 HEAD_MODULES: tuple[str, ...] = ("success_head", "score_head", "outcome_head")
@@ -293,17 +292,6 @@ class Labels(NamedTuple):
     score: torch.Tensor
     score_known: torch.Tensor
     outcome: torch.Tensor
-
-    @classmethod
-    def of(cls, examples: Sequence[Example]) -> Labels:
-        labels = [e.label for e in examples]
-        scores = [x.score for x in labels]
-        return cls(
-            torch.tensor([float(x.success) for x in labels], dtype=torch.float32),
-            torch.tensor([0.0 if v is None else v for v in scores], dtype=torch.float32),
-            torch.tensor([v is not None for v in scores], dtype=torch.bool),
-            torch.tensor([x.outcome_index for x in labels], dtype=torch.int64),
-        )
 
     @classmethod
     def of_rows(cls, columns: PoolColumns, rows: np.ndarray) -> Labels:

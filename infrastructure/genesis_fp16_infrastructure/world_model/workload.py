@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -33,7 +34,11 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 from genesis_fp16_infrastructure.training.reports import Calibration
 from genesis_fp16_infrastructure.training.run.calibration import policy_for_run
 from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
-from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
+from genesis_fp16_infrastructure.world_model.features import (
+    Categorical,
+    FeatureEncoder,
+    numeric_rows,
+)
 from genesis_fp16_infrastructure.world_model.model import (
     Labels,
     ModelConfig,
@@ -101,20 +106,22 @@ class Workload:
 
 
 def _tensors(data_path: Path) -> tuple[Batch, int]:
-    """All labelled examples as tensors (features fitted on the training split only)."""
-    result = read_trajectories(data_path)
-    examples = result.examples
+    """All labelled examples as tensors (features fitted on the training split only),
+    encoded from the read's columns as the retrain recipe's task encodes them."""
+    columns = read_trajectories(data_path).columns
+    examples = np.arange(len(columns.labelled))
     n_train = int(len(examples) * 0.8)
-    train = examples[:n_train]
+    train = columns.labelled[:n_train]
     # The whole pool, not only its scores: the lineage columns (depth, grandparents,
     # parents' operators, siblings) then vary as they do when the plugin trains; with
     # the scores alone nine of them were constant, so the eval loss measured a model that
     # never saw them. Encoding 2,048 records this way costs a fraction of a second.
-    encoder = FeatureEncoder.fit(
-        [e.attempt for e in train], result.pool, [e.label.success for e in train]
+    numeric = numeric_rows(columns, columns.labelled)
+    encoder = FeatureEncoder.fit_parts(
+        Categorical.of_rows(columns, train), numeric[:n_train], columns.success[:n_train].tolist()
     )
-    x = encoder.encode([e.attempt for e in examples], result.pool)
-    return (x, *Labels.of(examples)), n_train
+    x = encoder.encode_parts(Categorical.of_rows(columns, columns.labelled), numeric)
+    return (x, *Labels.of_rows(columns, examples)), n_train
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,7 @@ from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.task import Batch, WorldModelTask
-from genesis_fp16_infrastructure.world_model.model import (
-    HEAD_MODULES,
-    TRUNK_MODULES,
-    WorldModel,
-)
+from genesis_fp16_infrastructure.world_model.model import HEAD_MODULES, TRUNK_MODULES
 
 _PROBE_BATCHES = 9
 _PROBE_SAMPLE_COUNT = 3000
@@ -37,11 +33,10 @@ def probe_setup(data_path: Path | None, seed: int, agent: str) -> ProbeSetup:
         data = read_trajectories(Path(data_path))
     task = WorldModelTask(data, options, seed, agent=agent)
     batches = [b for b, _ in task.train_batches(0, seed)][:_PROBE_BATCHES]
-    config = task.config
 
     def build_model() -> torch.nn.Module:
         torch.manual_seed(seed)
-        return WorldModel(config)
+        return task.build_model()  # one WorldModel: cross_validation=False
 
     return ProbeSetup(
         build_model=build_model,

@@ -69,14 +69,19 @@ class Draw(NamedTuple):
 
     def points(self, seed: int, salt: str, version: int) -> np.ndarray:
         """Each record's place in [0, 1) (held out below the fraction), float64."""
-        if _known(version) == 1:
-            return np.array(split_points(self.ids, seed, salt), dtype=np.float64).reshape(-1)
+        if _known(version) == 1:  # where each id falls in [0, 1) for the seed and salt
+            hashes = _id_hashes(self.ids, seed, salt)
+            return np.array([h / 2**64 for h in hashes], dtype=np.float64).reshape(-1)
         return (self._mixed(seed, salt) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
     def folds(self, seed: int, folds: int, version: int) -> np.ndarray:
-        """Each record's fold in ``range(folds)``, int64."""
+        """Each record's fold in ``range(folds)``, int64, from a hash of (seed, id) alone:
+        independent of file order, and a record keeps its fold as the pool grows (a
+        resumed member never trains on a record it was scored on). Fold sizes vary as a
+        draw does (500 records: 100 +- 9)."""
         if _known(version) == 1:
-            return np.array(assign_folds(self.ids, seed, folds), dtype=np.int64).reshape(-1)
+            hashes = _id_hashes(self.ids, seed, "fold:")
+            return np.array([h % folds for h in hashes], dtype=np.int64).reshape(-1)
         return (self._mixed(seed, "fold:") % np.uint64(folds)).astype(np.int64)
 
     def _mixed(self, seed: int, salt: str) -> np.ndarray:
@@ -214,7 +219,7 @@ def choose_split(
 
 def fold_split(data: ReadResult, seed: int, folds: int, version: int = SPLIT_HASH) -> Split:
     """Every record the judged run does not hold out (:func:`judged_held_out`) in each
-    part, dealt into ``folds`` folds (see ``assign_folds``)."""
+    part, dealt into ``folds`` folds (see ``Draw.folds``)."""
     rows = np.flatnonzero(~judged_held_out(data))
     count = len(rows)
     if count < folds:
@@ -223,16 +228,3 @@ def fold_split(data: ReadResult, seed: int, folds: int, version: int = SPLIT_HAS
         )
     dealt = Draw.of_rows(data.columns, rows).folds(seed, folds, version)
     return Split(rows, rows, rows, 0.0, 0.0, tuple(dealt.tolist()), folds, version)
-
-
-def assign_folds(ids: Sequence[str], seed: int, folds: int) -> list[int]:
-    """Each id's fold, from a hash of (seed, id) alone: independent of file order, and a
-    record keeps its fold as the pool grows (a resumed member never trains on a record
-    it was scored on). Fold sizes vary as a draw does (500 records: 100 +- 9)."""
-    return [h % folds for h in _id_hashes(ids, seed, "fold:")]
-
-
-def split_points(ids: Sequence[str], seed: int, salt: str = "") -> list[float]:
-    """Where each id falls in [0, 1) for a seed (held out at fractions above it), hashed
-    in one loop (``_id_hashes``)."""
-    return [h / 2**64 for h in _id_hashes(ids, seed, salt)]

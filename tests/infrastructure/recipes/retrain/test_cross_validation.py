@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from se_darwin_runs import train as _train
@@ -16,7 +17,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.recipes.retrain import options as options_module
 from genesis_fp16_infrastructure.recipes.retrain.options import CROSS_VALIDATION_BELOW, TaskOptions
-from genesis_fp16_infrastructure.recipes.retrain.split import assign_folds
+from genesis_fp16_infrastructure.recipes.retrain.split import Draw
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
@@ -36,19 +37,24 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return plugin.generate_sample_data(tmp_path_factory.mktemp("data"), 600, seed=5)
 
 
+def _v1_folds(ids: list[str], seed: int) -> list[int]:
+    """Each id's fold of 5 as version 1 draws it (a hash of seed and id alone)."""
+    return Draw(ids, np.zeros(len(ids), dtype=np.int64)).folds(seed, 5, 1).tolist()
+
+
 def test_folds_are_seeded_independent_of_order_and_stable_as_the_pool_grows() -> None:
     """The same ids in another order land in the same folds; more records never move an
     earlier one's fold; another seed deals them differently; every fold gets a share."""
     ids = [f"t{i}" for i in range(500)]
-    folds = assign_folds(ids, seed=0, folds=5)
+    folds = _v1_folds(ids, 0)
     assert all(60 <= folds.count(k) <= 140 for k in range(5))
     shuffled = ids[:]
     random.Random(1).shuffle(shuffled)
-    again = dict(zip(shuffled, assign_folds(shuffled, seed=0, folds=5), strict=True))
+    again = dict(zip(shuffled, _v1_folds(shuffled, 0), strict=True))
     assert [again[i] for i in ids] == folds
-    grown = assign_folds([*ids, *(f"u{i}" for i in range(300))], seed=0, folds=5)
+    grown = _v1_folds([*ids, *(f"u{i}" for i in range(300))], 0)
     assert grown[:500] == folds
-    assert assign_folds(ids, seed=1, folds=5) != folds
+    assert _v1_folds(ids, 1) != folds
 
 
 def test_the_pool_size_picks_the_evaluation_and_explicit_options_win() -> None:

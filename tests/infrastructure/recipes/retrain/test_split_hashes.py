@@ -18,10 +18,8 @@ from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.split import (
     SPLIT_HASH,
     Draw,
-    assign_folds,
     choose_split,
     judged_held_out,
-    split_points,
 )
 
 IDS = ["t1", "", "traj-000042", "ünïcode-id", "a:b", "x" * 200]
@@ -31,15 +29,20 @@ def _blake(text: str) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=8).digest()
 
 
+def _version_1(ids: list[str]) -> Draw:
+    """A draw of ``ids`` for version 1, which hashes the ids alone."""
+    return Draw(ids, np.zeros(len(ids), dtype=np.int64))
+
+
 def test_split_points_are_the_hash_of_seed_salt_and_id() -> None:
     for seed in (0, 7):
         for salt in ("", "validation:"):
             expected = [int.from_bytes(_blake(f"{seed}:{salt}{i}"), "big") / 2**64 for i in IDS]
-            assert split_points(IDS, seed, salt) == expected
+            assert _version_1(IDS).points(seed, salt, 1).tolist() == expected
 
 
 def test_folds_and_id_hashes_are_the_documented_hashes() -> None:
-    assert assign_folds(IDS, 3, 5) == [
+    assert _version_1(IDS).folds(3, 5, 1).tolist() == [
         int.from_bytes(_blake(f"3:fold:{i}"), "big") % 5 for i in IDS
     ]
     expected = [int.from_bytes(_blake(i), "big", signed=True) for i in IDS]
@@ -61,10 +64,13 @@ def test_version_2_draws_mix_the_id_hash_with_the_seed_and_salt() -> None:
         for salt in ("", "validation:"):
             expected = [(_splitmix(h, seed, salt) >> 11) * 2.0**-53 for h in hashes]
             assert draw.points(seed, salt, 2).tolist() == expected
-            # Version 1 is the blake2b of seed, salt and id, as before.
-            assert draw.points(seed, salt, 1).tolist() == split_points(IDS, seed, salt)
+            # Version 1 is the blake2b of seed, salt and id, as before: the id hashes unread.
+            assert (
+                draw.points(seed, salt, 1).tolist()
+                == _version_1(IDS).points(seed, salt, 1).tolist()
+            )
     assert draw.folds(3, 5, 2).tolist() == [_splitmix(h, 3, "fold:") % 5 for h in hashes]
-    assert draw.folds(3, 5, 1).tolist() == assign_folds(IDS, 3, 5)
+    assert draw.folds(3, 5, 1).tolist() == _version_1(IDS).folds(3, 5, 1).tolist()
     with pytest.raises(TrainRequestError, match="split hash version 3"):
         draw.points(0, "", 3)
 

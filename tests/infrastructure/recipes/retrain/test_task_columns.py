@@ -64,7 +64,19 @@ def test_the_task_from_columns_is_the_task_from_objects(
         if cross_validation and part is not train:
             part_folds = folds  # one list: the parts are the same batch
         x = encoder.encode([e.attempt for e in part], data.pool)
-        expected = batch_of(x, Labels.of(part), part_folds)
+        # The labels as the examples hold them (Labels.of_rows reads their columns).
+        labels = [e.label for e in part]
+        scores = [0.0 if y.score is None else y.score for y in labels]
+        expected = batch_of(
+            x,
+            Labels(
+                torch.tensor([float(y.success) for y in labels], dtype=torch.float32),
+                torch.tensor(scores, dtype=torch.float32),
+                torch.tensor([y.score is not None for y in labels], dtype=torch.bool),
+                torch.tensor([y.outcome_index for y in labels], dtype=torch.int64),
+            ),
+            part_folds,
+        )
         for got, want in zip(batch, expected, strict=True):
             _same_bits(got, want)
 
