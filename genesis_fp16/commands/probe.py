@@ -18,12 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.reading import command_plugin, command_settings
+from genesis_fp16.commands.train_checks import check_data_and_device
 from genesis_fp16.config.agent_names import agent_argument
-from genesis_fp16.config.settings import (
-    Settings,
-    check_device_name,
-    resolve_device,
-)
+from genesis_fp16.config.settings import Settings, resolve_device
 from genesis_fp16_infrastructure.api import write_json_atomic
 
 if TYPE_CHECKING:
@@ -85,8 +82,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             "--out writes a plot, which needs matplotlib: pip install 'genesis-fp16[plot]'"
         )
-    if args.data is not None and not args.data.exists():
-        raise UsageError(f"--data {args.data}: no such file or folder")
+    check_data_and_device(args)
     # The probe changes nothing (a refused .env: its other lines, said on stderr).
     settings = command_settings("probe")
     plugin, _ = command_plugin(args.agent, settings)
@@ -161,11 +157,6 @@ def plot_layer_errors(report: ProbeReport, path: Path, title: str = "") -> Path:
 
 def apply_defaults(args: argparse.Namespace, settings: Settings) -> None:
     """Unset --steps, --seed and --device take the settings' values, as train's do."""
-    if args.device is not None:
-        try:
-            check_device_name(args.device)
-        except ValueError as exc:
-            raise UsageError(f"--device: {exc}") from None
     args.device = resolve_device(args.device or settings.agent(args.agent).device)
     args.steps = settings.probe_steps if args.steps is None else args.steps
     args.seed = settings.seed if args.seed is None else args.seed

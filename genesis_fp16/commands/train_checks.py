@@ -50,6 +50,12 @@ def check_arguments(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name} {value}: must be at least 1")
+    check_data_and_device(args)
+
+
+def check_data_and_device(args: argparse.Namespace) -> None:
+    """``--data`` and ``--device``, as train and probe take them: a file or folder that
+    exists, a device spelt as one (whether this torch can run it is asked later)."""
     if args.data is not None and not args.data.exists():
         raise UsageError(f"--data {args.data}: no such file or folder")
     if args.device is not None:
