@@ -39,7 +39,7 @@ import resource
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -102,20 +102,22 @@ def paused_gc() -> Iterator[None]:
 
 class PhaseClock:
     """Seconds per phase, in the order phases were first timed, and the run's real time
-    since the clock was made (phases need not cover all of it)."""
+    since the clock was made (phases need not cover all of it), by ``clock`` (a test's
+    fake one, or a calibration's)."""
 
-    def __init__(self) -> None:
-        self.started = time.perf_counter()
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
+        self.started = clock()
         self.seconds: defaultdict[str, float] = defaultdict(float)
         self.peak_mib: dict[str, float] = {}
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
+        start = self.clock()
         try:
             yield
         finally:
-            self.seconds[name] += time.perf_counter() - start
+            self.seconds[name] += self.clock() - start
             self.peak_mib[name] = peak_rss_mib()
 
     def move(self, source: str, target: str, seconds: float) -> None:
@@ -125,7 +127,7 @@ class PhaseClock:
         self.seconds[target] += seconds
 
     def elapsed(self) -> float:
-        return time.perf_counter() - self.started
+        return self.clock() - self.started
 
     def to_json(self) -> dict[str, float]:
         return {name: round(value, 6) for name, value in self.seconds.items()}

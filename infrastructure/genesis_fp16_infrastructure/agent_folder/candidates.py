@@ -25,8 +25,8 @@ from typing import Any
 
 import msgspec
 
-from genesis_fp16_infrastructure.agent_folder import files, outbox
-from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, CHECKPOINT_NAME, VERDICT
+from genesis_fp16_infrastructure.agent_folder import files, layout, outbox
+from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
     Outcome,
@@ -103,8 +103,7 @@ def stamped(verdict: Mapping[str, Any]) -> dict[str, Any]:
 
 def newest_checkpoint(candidate: Path) -> Path | None:
     """The candidate's last checkpoint file (its served weights inside), or None."""
-    names = sorted(p.name for p in Path(candidate).iterdir() if CHECKPOINT_NAME.match(p.name))
-    return Path(candidate) / names[-1] if names else None
+    return max(layout.list_checkpoints(Path(candidate)), default=None)
 
 
 def candidate_entry(

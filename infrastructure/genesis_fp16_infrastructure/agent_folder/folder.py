@@ -460,10 +460,8 @@ class CheckpointsFolder:
         return files.folder_bytes(self.path)
 
     def has_checkpoint(self) -> bool:
-        """A checkpoint to resume from: the folder's own (imports torch), or a served one."""
-        from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
-
-        return bool(CheckpointManager(self.path).checkpoints()) or self.serves_checkpoints()
+        """A checkpoint to resume from: the folder's own, or a served one."""
+        return bool(L.list_checkpoints(self.path)) or self.serves_checkpoints()
 
     def serves_checkpoints(self) -> bool:
         """A pointer, or a candidate's ``ckpt-*.pt`` (a gate's folder holds checkpoints)."""

@@ -205,6 +205,14 @@ def agent_of(path: Path) -> str | None:
     return None
 
 
+def list_checkpoints(folder: Path) -> list[Path]:
+    """The checkpoint files in ``folder`` (regular files named ``ckpt-<step>.pt``), oldest
+    first; none where ``folder`` is no folder. Temp files, FIFOs and folders are not."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if CHECKPOINT_NAME.match(p.name) and p.is_file())
+
+
 def aside_name(name: str, at: datetime, n: int = 1) -> str:
     """The set-aside name of ``name`` at the UTC time ``at``; ``n`` > 1 when taken.
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.layout import CHECKPOINT_NAME
+from genesis_fp16_infrastructure.agent_folder.layout import CHECKPOINT_NAME, list_checkpoints
 from genesis_fp16_infrastructure.agent_folder.layout import WRITER_LOCK as WRITER_LOCK_FILE
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 from genesis_fp16_infrastructure.errors import CheckpointError, CheckpointFolderBusy, LockBusy
@@ -147,11 +147,7 @@ class CheckpointManager:
 
     def checkpoints(self) -> list[Path]:
         """The checkpoint files present, oldest first (temp files, FIFOs and folders are not)."""
-        if not self.directory.is_dir():
-            return []
-        return sorted(
-            p for p in self.directory.iterdir() if CHECKPOINT_NAME.match(p.name) and p.is_file()
-        )
+        return list_checkpoints(self.directory)
 
     def save(self, state: Mapping[str, Any]) -> Path:
         """Write ``state`` (which must hold ``step``) and its digest atomically, then prune."""

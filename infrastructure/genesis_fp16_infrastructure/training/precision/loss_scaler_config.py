@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -96,20 +96,17 @@ def config_from_state(state: Mapping[str, Any], current: ScalerConfig) -> Scaler
     ``enabled`` always stays ``current``'s: the precision policy decides it, not the
     checkpoint. A ``torch.amp.GradScaler`` state (no floor, no ceiling) loads too.
     """
-    c = current
+    # Every setting (state_dict() wrote them with asdict), in its default's type (float
+    # or int); ``enabled`` is replaced below.
+    restored = {
+        name: type(default)(state.get(name, getattr(current, name)))
+        for name, default in asdict(ScalerConfig()).items()
+    }
+    # A GradScaler state has no floor or ceiling: widen ours to admit its scale.
     scale = float(state["scale"])
-    return ScalerConfig(
-        init_scale=float(state.get("init_scale", c.init_scale)),
-        growth_factor=float(state.get("growth_factor", c.growth_factor)),
-        backoff_factor=float(state.get("backoff_factor", c.backoff_factor)),
-        growth_interval=int(state.get("growth_interval", c.growth_interval)),
-        # A GradScaler state has no floor or ceiling: widen ours to admit its scale.
-        min_scale=min(float(state.get("min_scale", c.min_scale)), scale),
-        max_scale=max(float(state.get("max_scale", c.max_scale)), scale),
-        hysteresis=int(state.get("hysteresis", c.hysteresis)),
-        unstable_after=int(state.get("unstable_after", c.unstable_after)),
-        enabled=c.enabled,
-    )
+    restored["min_scale"] = min(restored["min_scale"], scale)
+    restored["max_scale"] = max(restored["max_scale"], scale)
+    return ScalerConfig(**{**restored, "enabled": current.enabled})
 
 
 @dataclass(frozen=True)

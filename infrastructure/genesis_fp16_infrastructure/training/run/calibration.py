@@ -81,8 +81,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from itertools import cycle
 from pathlib import Path
@@ -94,6 +93,7 @@ from torch import nn
 from genesis_fp16_infrastructure.agent_folder import files, records
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION
 from genesis_fp16_infrastructure.errors import ExecutionError
+from genesis_fp16_infrastructure.machine_memory import PhaseClock
 from genesis_fp16_infrastructure.training import distributed
 
 # The module too: its detect_capabilities is looked up on each call (a test's one patch).
@@ -213,7 +213,7 @@ def calibrate(
     bench = _Bench(task, dev, trainer_config, scaler, clock, started + budget_s, budget_s, limit)
     rng = capture_rng_state()
     try:
-        with bench.phase("setup"):
+        with bench.phases.phase("setup"):
             template = task.build_model()
             bench.template = template
             bench.batches = _first_signature(task, seed, dev)
@@ -257,7 +257,7 @@ def calibrate(
 def _finished(result: Calibration, bench: _Bench, entered: float, started: float) -> Calibration:
     """``result`` with its cost: seconds since the clock started, the breakdown, init."""
     seconds = bench.clock() - started
-    phases = {name: bench.spent.get(name, 0.0) for name in PHASES[:-1]}
+    phases = {name: bench.phases.seconds.get(name, 0.0) for name in PHASES[:-1]}
     phases["other"] = max(seconds - sum(phases.values()), 0.0)
     rounded = {name: round(value, 4) for name, value in phases.items()}
     return replace(result, seconds=seconds, phases=rounded, init_s=started - entered)
@@ -278,16 +278,11 @@ class _Bench:
     limit: _Limit
     template: nn.Module | None = None
     batches: list[Any] = field(default_factory=list)
-    spent: dict[str, float] = field(default_factory=dict)
     rows_left: int = 1  # this row and those after it, for its share of what is left
+    phases: PhaseClock = field(init=False)  # the seconds of each phase, by ``clock``
 
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        began = self.clock()
-        try:
-            yield
-        finally:
-            self.spent[name] = self.spent.get(name, 0.0) + self.clock() - began
+    def __post_init__(self) -> None:
+        self.phases = PhaseClock(self.clock)
 
     def row_seconds(self) -> float:
         """This row's share of the time left for its timed steps: what is left to the
@@ -382,7 +377,7 @@ def _revalidated(bench: _Bench, found: Calibration, captured_too: bool) -> Calib
 def _time_row(bench: _Bench, name: PrecisionName, mode: str) -> Measured | str:
     """One row: ``name`` in the execution ``mode`` asks for, with the run's scaler; a str
     says why it could not run (a step that cannot be captured: then it is not timed)."""
-    with bench.phase("build"):
+    with bench.phases.phase("build"):
         built = _build_row(bench, name, mode)
     if isinstance(built, str):
         return built
@@ -394,7 +389,7 @@ def _time_row(bench: _Bench, name: PrecisionName, mode: str) -> Measured | str:
         trainer.step([next(batches)], loss, 0)
 
     _until_steady(bench, trainer, step)
-    with bench.phase("timed"):
+    with bench.phases.phase("timed"):
         ms, steps = _samples(bench, step)
     used = trainer.execution.used
     deciles = statistics.quantiles(ms, n=10, method="inclusive")  # MIN_TIMED >= 2 points
@@ -425,7 +420,7 @@ def _until_steady(bench: _Bench, trainer: Trainer, step: Callable[[], None]) -> 
     captured and replayed ``REPLAYS_BEFORE_TIMING`` times (a fallback to eager ends it)."""
     graphs = trainer.graphs
     if graphs is None:
-        with bench.phase("warmup"):
+        with bench.phases.phase("warmup"):
             for _ in range(WARMUP):
                 step()
         return
@@ -434,7 +429,7 @@ def _until_steady(bench: _Bench, trainer: Trainer, step: Callable[[], None]) -> 
         if current is None or current.captured_steps >= 1 + REPLAYS_BEFORE_TIMING:
             return
         capturing = current.captured_steps == 0 and current.captures_next([bench.batches[0]])
-        with bench.phase("capture" if capturing else "warmup"):
+        with bench.phases.phase("capture" if capturing else "warmup"):
             step()
 
 
