@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from genesis_fp16.config.settings_sources import bounded
-from genesis_fp16.events import signing
+from genesis_fp16.events import posting
 from genesis_fp16.events.posting import Post, post, shown_url
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
@@ -257,8 +257,8 @@ class Deliverer:
         """Post ``event`` to ``url`` once and log the attempt in its file; True: delivered.
         Raises OSError when the file cannot be written (the outcome is kept, and written
         before this pair posts again)."""
-        body = signing.body_of(event.body())
-        headers = signing.headers(event.id, event.kind, body, config.secret)
+        body = posting.body_of(event.body())
+        headers = posting.headers(event.id, event.kind, body, config.secret)
         started = self.clock()
         code: int | None = None
         try:

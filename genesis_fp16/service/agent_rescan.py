@@ -51,6 +51,7 @@ import structlog
 
 from genesis_fp16.config.plugins import (
     IMPORT_DEADLINE_SECONDS,
+    LoadedPlugin,
     PendingImport,
     PluginRecord,
     say_once,
@@ -60,9 +61,7 @@ from genesis_fp16.config.plugins import (
 from genesis_fp16.config.settings import Settings, SettingsError
 from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16.service.scheduler import AgentScheduler
-from genesis_fp16_infrastructure.api import Capabilities
 
 log = structlog.get_logger("genesis_fp16.daemon")
 
@@ -92,9 +91,9 @@ class AgentRescan:
     """The loaded plugins by name (:attr:`plugins`, replaced whole on each change, so a
     reader on another thread sees the old set or the new one, never one in between), and
     the imports still running past their deadline (:attr:`stuck`: name to its import, its
-    ``started`` on ``time.monotonic``). :attr:`capabilities` holds what each loaded plugin
-    declares, read once when it was loaded: the main thread's option checks (start-up,
-    reload) and each run's plan read these, never the plugin's own declarations."""
+    ``started`` on ``time.monotonic``). Each loaded plugin comes with what it declares,
+    read once when it was loaded: the main thread's option checks (start-up, reload) and
+    each run's plan read these, never the plugin's own declarations."""
 
     def __init__(
         self,
@@ -107,8 +106,7 @@ class AgentRescan:
         self.metrics = metrics
         self.stored_success = stored_success
         self.deadline = deadline
-        self.plugins: dict[str, AgentPlugin] = {}
-        self.capabilities: dict[str, Capabilities] = {}
+        self.plugins: dict[str, LoadedPlugin] = {}
         self.stuck: dict[str, PendingImport] = {}  # imports past their deadline, not taken yet
         self.refused: set[str] = set()  # entry-point names that are not agent names
         self.shadowed: dict[str, str] = {}  # name -> which of its registrations is used
@@ -210,8 +208,8 @@ class AgentRescan:
 
     def _scan(
         self, settings: Settings, retry_failed: bool, check_options: bool
-    ) -> dict[str, AgentPlugin]:
-        found: dict[str, AgentPlugin] = {}
+    ) -> dict[str, LoadedPlugin]:
+        found: dict[str, LoadedPlugin] = {}
         scan = scan_entry_points()
         say_once(scan)  # a refused or shadowed name: one line for the daemon's life
         self.metrics.plugin_names_refused.inc(len(set(scan.refused) - self.refused))
@@ -272,7 +270,7 @@ class AgentRescan:
 
     def _load_one(
         self, settings: Settings, record: PluginRecord, check_options: bool
-    ) -> AgentPlugin | None:
+    ) -> LoadedPlugin | None:
         plugin, name = record.plugin, record.name
         if record.state != "loaded" or plugin is None:
             self._failed(record.name, record.state, record.error, record.location)
@@ -286,10 +284,9 @@ class AgentRescan:
             except SettingsError as exc:
                 self._failed(name, "bad_options", str(exc), None)
                 return None
-        self.capabilities = {**self.capabilities, name: declared}
         self.metrics.add_agent(name, self.stored_success(name))
         log.info("plugin loaded", plugin=name, value=record.value)
-        return plugin
+        return LoadedPlugin(plugin, declared)
 
     def _failed(self, name: str, state: str, error: str | None, location: str | None) -> None:
         self.metrics.plugin_load_failures.labels(plugin=name).inc()

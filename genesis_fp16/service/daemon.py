@@ -30,7 +30,7 @@ import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from genesis_fp16 import __version__
-from genesis_fp16.config.plugins import known_agent_names
+from genesis_fp16.config.plugins import LoadedPlugin, known_agent_names
 from genesis_fp16.config.settings import (
     Settings,
     SettingsError,
@@ -51,7 +51,6 @@ from genesis_fp16.launch.devices import check_devices
 from genesis_fp16.launch.run_worker import WORKER
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.http import StatusServer, raise_open_file_limit, tls_context
-from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16.service.agent_rescan import AgentRescan
 from genesis_fp16.service.logsetup import on_thread_exception
 from genesis_fp16.service.run_now import (
@@ -157,9 +156,9 @@ class Daemon:
         return self.context.settings
 
     @property
-    def plugins(self) -> dict[str, AgentPlugin]:
-        """The loaded agents, replaced whole when a plugin is installed or uninstalled
-        (agent_rescan.py)."""
+    def plugins(self) -> dict[str, LoadedPlugin]:
+        """The loaded agents, each with what it declares, replaced whole when a plugin is
+        installed or uninstalled (agent_rescan.py)."""
         return self.agents.plugins
 
     # -- health -----------------------------------------------------------------------
@@ -365,9 +364,9 @@ class Daemon:
         self.metrics.jobs_skipped.labels(agent=agent, reason="still_running").inc()
         log.warning("job skipped: the agent's previous run is still training", agent=agent)
 
-    def _job(self, agent: str, plugin: AgentPlugin) -> None:
+    def _job(self, agent: str, loaded: LoadedPlugin) -> None:
         try:
-            run_agent_job(self.context, agent, plugin, self.agents.capabilities[agent])
+            run_agent_job(self.context, agent, loaded.plugin, loaded.capabilities)
         finally:
             self._run_now_asked.pop(agent, None)
 
@@ -460,8 +459,7 @@ class Daemon:
     def _declared(self) -> dict[str, Capabilities]:
         """Each loaded agent's declared options as the scan thread read them: an option
         check on the main thread never calls into a plugin."""
-        plugins, declared = self.plugins, self.agents.capabilities
-        return {name: declared[name] for name in plugins if name in declared}
+        return {name: loaded.capabilities for name, loaded in self.plugins.items()}
 
     def plugin_notes(self) -> dict[str, str]:
         """What the status page says of an agent the daemon has not loaded: its import is

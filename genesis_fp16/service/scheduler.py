@@ -24,8 +24,8 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from apscheduler.util import undefined
 
+from genesis_fp16.config.plugins import LoadedPlugin
 from genesis_fp16.config.settings import Settings, parse_schedule
-from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16.service.state_lock import record_scheduled
 
 HEARTBEAT_JOB = "heartbeat"
@@ -52,7 +52,7 @@ class AgentScheduler:
     def __init__(
         self,
         settings: Settings,
-        run_job: Callable[[str, AgentPlugin], None],
+        run_job: Callable[[str, LoadedPlugin], None],
         on_heartbeat: Callable[[], None],
         on_skip: Callable[[str], None] | None = None,
         owner_fd: int | None = None,
@@ -85,13 +85,13 @@ class AgentScheduler:
         if self._on_skip is not None and event.job_id.startswith(JOB_PREFIX):
             self._on_skip(event.job_id[len(JOB_PREFIX) :])
 
-    def start(self, settings: Settings, plugins: Mapping[str, AgentPlugin]) -> None:
+    def start(self, settings: Settings, plugins: Mapping[str, LoadedPlugin]) -> None:
         """Start the scheduler with a job per enabled agent; the first runs at once if asked."""
         self._scheduler.start()
         self.sync(settings, plugins, first=settings.run_at_start)
 
     def sync(
-        self, settings: Settings, plugins: Mapping[str, AgentPlugin], first: bool = False
+        self, settings: Settings, plugins: Mapping[str, LoadedPlugin], first: bool = False
     ) -> list[str]:
         """Make the jobs match ``settings`` and the loaded ``plugins`` (installed or
         uninstalled while the daemon runs); returns what changed, for the log. ``first``: a

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from genesis_fp16.events import signing
+from genesis_fp16.events import posting
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Received:
         return dict(json.loads(self.body))
 
     def signed_by(self, secret: bytes) -> bool:
-        return signing.verify(secret, self.body, self.headers.get(signing.SIGNATURE_HEADER))
+        return posting.verify(secret, self.body, self.headers.get(posting.SIGNATURE_HEADER))
 
 
 class Receiver:

@@ -14,7 +14,7 @@ from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
 from se_darwin_daemon import AGENT, model_command, se_darwin_env, write_pool
 from webhook_receiver import Receiver
 
-from genesis_fp16.events import signing
+from genesis_fp16.events import posting
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
@@ -55,7 +55,7 @@ def test_a_promotion_pin_and_unpin_reach_the_receiver_signed_and_in_order(
     receiver.wait_for(lambda: "promote" in _kinds(receiver), "the first promotion", 240)
     first = receiver.received[0]
     assert first.signed_by(SECRET.encode()) and not first.signed_by(b"not the secret")
-    assert first.headers[signing.IDEMPOTENCY_HEADER] == first.event["id"]
+    assert first.headers[posting.IDEMPOTENCY_HEADER] == first.event["id"]
     pointer = read_pointer(daemon.state_dir / "agents" / AGENT / "checkpoints")
     assert pointer is not None and first.event["data"]["served"] == pointer.served.id
 
@@ -76,7 +76,7 @@ def test_a_promotion_pin_and_unpin_reach_the_receiver_signed_and_in_order(
     assert first.event["id"] in _events(daemon, receiver.url, "list").stdout
     again = _events(daemon, receiver.url, "redeliver", first.event["id"])
     assert again.returncode == 0, again.stderr
-    assert receiver.received[-1].headers[signing.IDEMPOTENCY_HEADER] == first.event["id"]
+    assert receiver.received[-1].headers[posting.IDEMPOTENCY_HEADER] == first.event["id"]
     for bad in ("nothex", "0123456789abcdef"):
         refused = _events(daemon, receiver.url, "redeliver", bad)
         assert refused.returncode == 2 and refused.stdout == ""

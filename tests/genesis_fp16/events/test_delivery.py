@@ -12,7 +12,7 @@ import pytest
 import structlog.testing
 from webhook_receiver import RawReceiver, Receiver
 
-from genesis_fp16.events import delivery, signing
+from genesis_fp16.events import delivery, posting
 from genesis_fp16.events.delivery import Deliverer, DeliveryConfig
 from genesis_fp16_infrastructure.agent_folder import outbox
 
@@ -57,8 +57,8 @@ def test_events_arrive_signed_keyed_and_logged(tmp_path: Path, receiver: Receive
     assert [r.event["id"] for r in receiver.received] == ids
     for got in receiver.received:
         assert got.signed_by(SECRET) and not got.signed_by(b"another")
-        assert got.headers[signing.IDEMPOTENCY_HEADER] == got.event["id"]
-        assert got.headers[signing.EVENT_HEADER] == "promote" and got.event["agent"] == "a"
+        assert got.headers[posting.IDEMPOTENCY_HEADER] == got.event["id"]
+        assert got.headers[posting.EVENT_HEADER] == "promote" and got.event["agent"] == "a"
     events = outbox.read_events(tmp_path / "agents" / "a")
     assert [e.status for e in events] == ["delivered"] * 3
     assert events[0].attempts[-1]["code"] == 200 and events[0].attempts[-1]["error"] is None

@@ -15,7 +15,7 @@ import pytest
 from daemon_harness import daemon_env
 from webhook_receiver import Receiver
 
-from genesis_fp16.events import signing
+from genesis_fp16.events import posting
 from genesis_fp16_infrastructure.agent_folder import outbox
 
 SECRET = "kill-test-secret"
@@ -85,7 +85,7 @@ def test_kill_9_around_delivery_loses_nothing_and_duplicates_only_by_key(
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=60)
     for got in receiver.received:
-        assert got.headers[signing.IDEMPOTENCY_HEADER] == got.event["id"]
+        assert got.headers[posting.IDEMPOTENCY_HEADER] == got.event["id"]
         assert got.signed_by(SECRET.encode())
     received = receiver.events()
     for agent in AGENTS:

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from genesis_fp16.config.plugins import LoadedPlugin
 from genesis_fp16.config.settings import SettingsError, load_settings
 from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16.service.daemon import Daemon
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.api import capabilities_of
+from genesis_fp16_infrastructure.api import Capabilities, capabilities_of
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
 
 AGENT = "agent_a"
@@ -32,7 +33,7 @@ def daemon(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Daemon:
     env_file.write_text(f"ENABLE_FP16_TRAINING=false\nGENESIS_FP16_STATE_DIR={tmp_path}\n")
     settings = load_settings(env_file)
     daemon = Daemon(settings, env_file, registry=CollectorRegistry())
-    daemon.agents.plugins = {AGENT: AgentPlugin.__new__(AgentPlugin)}
+    daemon.agents.plugins = {AGENT: LoadedPlugin(AgentPlugin.__new__(AgentPlugin), Capabilities())}
     return daemon
 
 
@@ -78,9 +79,8 @@ def test_reload_with_a_bad_agent_option_is_a_counted_failure(daemon: Daemon) -> 
     """A .env option the agent does not declare: reload fails, counted, settings kept."""
     from genesis_fp16_agents.rlhf_ppo import plugin
 
-    daemon.agents.plugins = {"rlhf_ppo": plugin}
     # What the scan thread records when it loads a plugin: the main thread checks these.
-    daemon.agents.capabilities = {"rlhf_ppo": capabilities_of(plugin)}
+    daemon.agents.plugins = {"rlhf_ppo": LoadedPlugin(plugin, capabilities_of(plugin))}
     kept = daemon.settings
     text = daemon.env_file.read_text()
     daemon.env_file.write_text(text + "GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__PRESETT=bf16_pure\n")

@@ -18,7 +18,7 @@ from judged_daemon import AGENT, gate_outcomes, install_scaffold, judged_env, wr
 from status_pages import CHROMIUM_FLAGS, colour_count, png_pixels
 from webhook_receiver import Receiver
 
-from genesis_fp16.events import signing
+from genesis_fp16.events import posting
 from genesis_fp16.status.svg import KINDS
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"
@@ -208,5 +208,5 @@ def test_the_receiver_gets_each_event_signed_and_in_order(
     assert [e["data"].get("kind") for e in events[:2]] == ["first", "gate"]
     assert events[3]["data"]["reason"] == "operator"
     assert all(r.signed_by(SECRET.encode()) for r in receiver.received)
-    keys = [r.headers[signing.IDEMPOTENCY_HEADER] for r in receiver.received]
+    keys = [r.headers[posting.IDEMPOTENCY_HEADER] for r in receiver.received]
     assert keys == [r.event["id"] for r in receiver.received]
