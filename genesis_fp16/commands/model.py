@@ -137,8 +137,7 @@ def _unpin(home: AgentFolder, agent: str) -> dict[str, Any]:
     if pointer is None:
         raise UsageError(f"{agent}: no model served: nothing to unpin")
     served = pointer.served.id
-    pin = before.pinned.to_json() if before and before.pinned else None
-    held = held_by_pin(models, pin, served)
+    held = held_by_pin(models, before)  # its pin and served model: unpin changes only the pin
     hint = (
         f"; {held_words(held)} (`genesis-fp16 model promote {agent} ID` serves one)" if held else ""
     )
@@ -181,7 +180,7 @@ def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 8
         predecessor = bool(pointer.history)
         watched = watch_state(served.served_at, served.live, predecessor, now, idle_seconds)
     pin = pointer.pinned.to_json() if pointer and pointer.pinned else None
-    held = held_by_pin(models, pin, pointer.served.id) if pointer else []
+    held = held_by_pin(models, pointer)
     if as_json:
         answer = {
             "agent": agent,

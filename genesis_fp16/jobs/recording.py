@@ -26,6 +26,7 @@ from genesis_fp16.launch.devices import device_lost
 from genesis_fp16.launch.launcher import LaunchError, RunStopped
 from genesis_fp16.launch.progress_text import Progress
 from genesis_fp16.metrics.diagnostics_export import export_diagnostics
+from genesis_fp16.metrics.metric_names import HEALTHY_OUTCOMES
 from genesis_fp16.metrics.tracking import RunTracker
 from genesis_fp16.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.api import (
@@ -202,10 +203,13 @@ def _finish(run: Run, result: TrainResult, show_precision: bool) -> None:
         duration_seconds=round(duration, 3),
     )
     # The run's record for `genesis-fp16 status`, and its entry in the page's history.
-    AgentFolder(ctx.settings.state_dir, agent).save_run(result.history_entry(duration, "daemon"))
+    folder, now = AgentFolder(ctx.settings.state_dir, agent), time.time()
+    folder.save_run(result.history_entry(duration, "daemon"))
+    if outcome in HEALTHY_OUTCOMES:  # a restart's last-success gauge starts from it
+        folder.save_last_success(now)  # logs a failure, never raises
     # Counted last: whoever sees the count (a dashboard, a test) finds the run's other
     # series, its log line and its last-run record already there.
-    ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
+    ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), now)
 
 
 def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:

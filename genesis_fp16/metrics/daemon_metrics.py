@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics
@@ -61,9 +61,9 @@ class DaemonMetrics:
 
     Counters that the training core reports as running totals (skipped steps, samples)
     advance by the increase between two summaries of the same agent; see
-    :meth:`observe_summary`. With ``keep_success`` (the agent folder's writer: it logs a
-    failure, never raises), every healthy run's time is also written to the state folder,
-    and the daemon passes the stored time back to :meth:`add_agent` at start-up.
+    :meth:`observe_summary`. The job that records a healthy run also keeps its time in
+    the state folder (jobs/recording.py), and the daemon passes the stored time back to
+    :meth:`add_agent` at start-up.
     """
 
     def __init__(
@@ -71,10 +71,8 @@ class DaemonMetrics:
         registry: CollectorRegistry,
         version: str,
         placement: Placement | None = None,
-        keep_success: Callable[[str, float], None] | None = None,
     ) -> None:
         self.registry = registry
-        self._keep_success = keep_success
         # No *_created series: each counter and histogram would export a second series, a
         # creation time that Grafana and the alert rules never read. prometheus_client
         # keeps this switch process-wide; the daemon's registry is the one it serves.
@@ -367,5 +365,3 @@ class DaemonMetrics:
             self.eval_loss.labels(agent=agent).set(eval_loss)
         if outcome in HEALTHY_OUTCOMES:
             self.last_success.labels(agent=agent).set(now)
-            if self._keep_success is not None:
-                self._keep_success(agent, now)  # logs a failure, never raises

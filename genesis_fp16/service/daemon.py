@@ -113,7 +113,7 @@ class Daemon:
         self.sources = sources
         self.env_file = env_file
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.metrics = DaemonMetrics(self.registry, __version__, keep_success=self._keep_success)
+        self.metrics = DaemonMetrics(self.registry, __version__)
         # process_resident_memory_bytes, process_open_fds, process_cpu_seconds_total, ...:
         # a leaking plugin or a flood of sockets shows on the dashboard before it kills us.
         ProcessCollector(registry=self.registry)
@@ -210,11 +210,6 @@ class Daemon:
             )
 
         return AgentFolder(self.settings.state_dir, agent).stored_last_success(skipped)
-
-    def _keep_success(self, agent: str, when: float) -> None:
-        """Keep a healthy run's time in the agent's folder (a failure is logged, never
-        raised). The state folder is restart-only: the settings' is this run's for good."""
-        AgentFolder(self.settings.state_dir, agent).save_last_success(when)
 
     def _show_precisions(
         self, switched: frozenset[str] = frozenset(), startup: bool = False

@@ -13,7 +13,7 @@ Read from the state folder, bounded, each source on its own:
 
 A source that cannot be read is a problem line on the page; its part stays empty::
 
-    history, problems = gather_history(folder, pointer_data)
+    history, problems = gather_history(folder, pointer)
     history.runs[-1].run.outcome      # the newest run's, when one was recorded
 """
 
@@ -28,11 +28,11 @@ from typing import Any
 from genesis_fp16.metrics.watch_state import stamp_seconds
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
-    JournalEntry,
     LiveMark,
     Outcome,
     RunEntry,
     ScoresOn,
+    ServedPointer,
     files,
     text,
 )
@@ -85,11 +85,12 @@ CACHE_AGENTS = 256
 _CACHE: dict[str, tuple[tuple[Any, ...], AgentHistory, tuple[str, ...]]] = {}
 
 
-def gather_history(folder: AgentFolder, pointer: Any) -> tuple[AgentHistory, list[str]]:
-    """The agent's history, from its folder and the pointer's JSON as already read
-    (``pointer``: None when there is none or it could not be read); and its problems.
-    The same object as the last call's for the folder when nothing it reads changed."""
-    pointer = pointer if isinstance(pointer, dict) else {}
+def gather_history(
+    folder: AgentFolder, pointer: ServedPointer | None
+) -> tuple[AgentHistory, list[str]]:
+    """The agent's history, from its folder and the pointer as already read (None when
+    there is none or it is unusable); and its problems. The same object as the last
+    call's for the folder when nothing it reads changed."""
     key = _source_key(folder, pointer)  # each stat taken before its file is read
     cached = _CACHE.get(str(folder.root))
     if cached is not None and cached[0] == key:
@@ -101,17 +102,15 @@ def gather_history(folder: AgentFolder, pointer: Any) -> tuple[AgentHistory, lis
     return history, problems
 
 
-def _source_key(folder: AgentFolder, pointer: dict[str, Any]) -> tuple[Any, ...]:
+def _source_key(folder: AgentFolder, pointer: ServedPointer | None) -> tuple[Any, ...]:
     """What a history is built from, in a form that changes when any of it does: the
     history file's and the quarantine folder's identity, size and time (an append
     changes the size, a compaction the inode, a new quarantine file the folder's time),
     and the pointer's journal number and served entry (its live figures change alone)."""
-    served = pointer.get("served")
     return (
         _stat_key(folder.history_path),
         _stat_key(folder.quarantine_dir),
-        pointer.get("sequence"),
-        repr(served) if isinstance(served, dict) else None,
+        None if pointer is None else (pointer.sequence, repr(pointer.served)),
     )
 
 
@@ -123,7 +122,9 @@ def _stat_key(path: Path) -> tuple[int, int, int] | None:
     return info.st_ino, info.st_size, info.st_mtime_ns
 
 
-def _build_history(folder: AgentFolder, pointer: dict[str, Any]) -> tuple[AgentHistory, list[str]]:
+def _build_history(
+    folder: AgentFolder, pointer: ServedPointer | None
+) -> tuple[AgentHistory, list[str]]:
     problems: list[str] = []
     try:
         found = folder.history(CHART_RUNS)
@@ -135,9 +136,7 @@ def _build_history(folder: AgentFolder, pointer: dict[str, Any]) -> tuple[AgentH
         problems.append(f"run history: {unreadable} line(s) unreadable, skipped")
     metric, metric_set = _metric(runs, pointer)
     scores = _scores_by_id(pointer, runs, metric)
-    served = pointer.get("served")  # the watch's running figures now, when it wrote some
-    live = served.get("live") if isinstance(served, dict) else None
-    live = live if isinstance(live, dict) else None
+    live = None if pointer is None else pointer.served.live  # the watch's figures now
     history = AgentHistory(
         runs=runs,
         transitions=_transitions(pointer, scores),
@@ -151,19 +150,20 @@ def _build_history(folder: AgentFolder, pointer: dict[str, Any]) -> tuple[AgentH
     return history, problems
 
 
-def _metric(runs: tuple[RunEntry, ...], pointer: dict[str, Any]) -> tuple[str | None, str | None]:
+def _metric(
+    runs: tuple[RunEntry, ...], pointer: ServedPointer | None
+) -> tuple[str | None, str | None]:
     """The score the agent's models are told by and on which set: the newest gate's,
     else the pointer's."""
     for entry in reversed(runs):
         if entry.gate is not None and entry.gate.primary is not None:
             return entry.gate.primary, entry.gate.set
-    served = pointer.get("served")
-    scores = pointer_scores(served.get("scores") if isinstance(served, dict) else None)
+    scores = pointer_scores(None if pointer is None else pointer.served.scores)
     return (next(iter(scores.figures()), None), text(scores.name)) if scores else (None, None)
 
 
 def _scores_by_id(
-    pointer: dict[str, Any], runs: tuple[RunEntry, ...], metric: str | None
+    pointer: ServedPointer | None, runs: tuple[RunEntry, ...], metric: str | None
 ) -> dict[str, float]:
     """Each model's score where known: the runs' gates, then the pointer's entries and
     the journal's verdicts (the newer the source, the later it is written)."""
@@ -172,13 +172,12 @@ def _scores_by_id(
         for ident, side in ((gate.candidate_id, gate.candidate), (gate.served_id, gate.served)):
             if ident is not None and (metric or "") in side:
                 scores[ident] = side[metric or ""]
-    served, history = pointer.get("served"), pointer.get("history")
-    entries = [served, *(history if isinstance(history, list) else [])][:32]
+    entries = [] if pointer is None else [pointer.served, *pointer.history][:32]
     for item in entries:
-        found = pointer_scores(item.get("scores")) if isinstance(item, dict) else None
+        found = pointer_scores(item.scores)
         value = None if found is None else found.figures().get(metric or "")
         if value is not None:
-            scores[str(item.get("id"))] = value
+            scores[str(item.id)] = value
     return scores
 
 
@@ -190,15 +189,11 @@ def pointer_scores(scores: Any) -> ScoresOn | None:
         return None
 
 
-def _transitions(pointer: dict[str, Any], scores: dict[str, float]) -> tuple[Transition, ...]:
-    """The journal's changes of the served model (trims and unpins change none)."""
-    journal = pointer.get("journal")
+def _transitions(pointer: ServedPointer | None, scores: dict[str, float]) -> tuple[Transition, ...]:
+    """The journal's changes of the served model (trims and unpins change none; an entry
+    a hand made unreadable, the pointer's read left out)."""
     found = []
-    for item in journal[-64:] if isinstance(journal, list) else []:
-        try:
-            entry = JournalEntry.from_json(item)
-        except ValueError:  # hand-edited: the page draws the others
-            continue
+    for entry in [] if pointer is None else pointer.journal[-64:]:
         at = entry.at_s
         if entry.kind in ("trim", "unpin") or at is None or not math.isfinite(at):
             continue

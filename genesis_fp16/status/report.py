@@ -34,6 +34,7 @@ from genesis_fp16_infrastructure.api import (
     LiveReport,
     Outcome,
     PrecisionName,
+    ServedPointer,
     files,
     precision_name,
 )
@@ -202,9 +203,11 @@ def gather_agent(
 
 def read_served(
     folder: AgentFolder, idle_seconds: float = 86400.0
-) -> tuple[ServedModel | None, Any]:
+) -> tuple[ServedModel | None, ServedPointer | None]:
     """The served-model pointer's entry (None: no pointer, nothing served yet), and the
-    pointer's JSON as read (None: none, or unreadable) for the agent's history."""
+    pointer as read (None: none, or unusable) for the agent's history. A pointer the
+    daemon's typed reading refuses (a hand's edit, another version) is an error naming
+    why, as the daemon refuses it: its fields are no model the daemon serves."""
     models = folder.checkpoints
     try:
         # A look: the daemon sets an unusable pointer aside, not this page.
@@ -214,37 +217,34 @@ def read_served(
             return ServedModel(error=error), None
         if data is None:
             return _newest_checkpoint(folder), None
+        pointer = ServedPointer.from_json(data)
     except files.UnusableStateFile as exc:
         return ServedModel(error=_cut(f"served-model pointer unreadable: {exc}")), None
-    return _served_entry(models, data, idle_seconds), data
+    except ValueError as exc:  # as ServedPointerError says it (agent_folder.pointer)
+        error = f"served-model pointer unusable: {exc}; {models.repair_hint()}"
+        return ServedModel(error=_cut(error)), None
+    return _served_entry(models, pointer, idle_seconds), pointer
 
 
-def _served_entry(models: CheckpointsFolder, data: Any, idle_seconds: float) -> ServedModel:
+def _served_entry(
+    models: CheckpointsFolder, pointer: ServedPointer, idle_seconds: float
+) -> ServedModel:
     """The pointer's served entry, its fields cut to a line each."""
-    served = data.get("served") if isinstance(data, dict) else None
-    if not isinstance(served, dict):
-        path = models.pointer_path
-        return ServedModel(error=_cut(f"served-model pointer {path} names no served model"))
-    pinned = data.get("pinned")
-    held = held_by_pin(models, pinned, served.get("id"))
+    served, held = pointer.served, held_by_pin(models, pointer)
     return ServedModel(
-        id=_text(served.get("id")),
-        precision=_precision(served.get("precision")),
-        how=_text(served.get("how")),
-        served_at=_text(served.get("served_at")),
-        quality=_quality(served.get("scores")),
-        live=_figures(LiveReport.figures_of(served.get("live")) or None),
-        pinned=None if pinned in (None, False) else _describe_pin(pinned, served.get("id"), held),
+        id=_text(served.id),
+        precision=served.precision,
+        how=_text(served.how),
+        served_at=_text(served.served_at),
+        quality=_quality(served.scores),
+        live=_figures(LiveReport.figures_of(served.live) or None),
+        pinned=None if pointer.pinned is None else _describe_pin(pointer, held),
         held=tuple(held),
         watch=watch_state(
-            served.get("served_at"),
-            served.get("live"),
-            bool(data.get("history")),
-            time.time(),
-            idle_seconds,
+            served.served_at, served.live, bool(pointer.history), time.time(), idle_seconds
         ),
         judging=_kept_inconclusive(models),
-        evidence=_on_training_data(models, served.get("id")),
+        evidence=_on_training_data(models, served.id),
     )
 
 
@@ -310,29 +310,26 @@ def _newest_checkpoint(folder: AgentFolder) -> ServedModel | None:
     )
 
 
-def _describe_pin(pinned: Any, served_id: Any, held: list[str]) -> str:
-    """A pin as one line: the pinned model, by what and when (a pin is ``True``, a text or
-    a mapping: an operator's command sets ``by`` and ``at``), then the candidates held."""
-    model = _text(served_id) or "the served model"
-    if pinned is True:
-        said = f"{model} pinned"
-    elif isinstance(pinned, Mapping) and set(pinned) == {"by", "at"}:
-        said = f"{model} pinned by `{_text(pinned['by'])}` at {_text(pinned['at'])}"
-    elif isinstance(pinned, Mapping):
-        fields = ", ".join(f"{k}={_text(v)}" for k, v in list(pinned.items())[:MAX_FIGURES])
-        said = f"{model} pinned: {fields}"
+def _describe_pin(pointer: ServedPointer, held: list[str]) -> str:
+    """A pin as one line: the pinned model, by what and when (an operator's command sets
+    ``by`` and ``at``; a hand's pin, its fields), then the candidates held."""
+    model = _text(pointer.served.id) or "the served model"
+    fields = {} if pointer.pinned is None else pointer.pinned.to_json()
+    if set(fields) == {"by", "at"}:
+        said = f"{model} pinned by `{_text(fields['by'])}` at {_text(fields['at'])}"
     else:
-        said = f"{model} pinned: {pinned}"
+        shown = ", ".join(f"{k}={_text(v)}" for k, v in list(fields.items())[:MAX_FIGURES])
+        said = f"{model} pinned: {shown}"
     return _cut(f"{said}; {held_words(held)}")
 
 
-def held_by_pin(models: CheckpointsFolder, pin: Any, served_id: Any) -> list[str]:
-    """The candidates the gate held (a better model, verdict ``held``) while ``pin``
-    stands: decided since the pin was set (when the pin says when), never the served
-    model (``model promote`` serves a held one). None without a pin."""
-    if pin in (None, False):
+def held_by_pin(models: CheckpointsFolder, pointer: ServedPointer | None) -> list[str]:
+    """The candidates the gate held (a better model, verdict ``held``) while the
+    pointer's pin stands: decided since the pin was set (when the pin says when), never
+    the served model (``model promote`` serves a held one). None without a pin."""
+    if pointer is None or pointer.pinned is None:
         return []
-    since = stamp_seconds(pin.get("at")) if isinstance(pin, Mapping) else None
+    since, served_id = stamp_seconds(pointer.pinned.at), pointer.served.id
     try:
         candidates = models.candidates()
     except OSError:  # not ours to list: the pin's own line says enough

@@ -72,7 +72,8 @@ def seed_hostile_agent(state_dir: Path) -> Path:
     }
     rollback = {"seq": 1, "kind": "rollback", "at_s": 1_700_000_100.0, "served": HOSTILE_MODEL,
                 "dropped": HOSTILE_REASON, "reason": HOSTILE_REASON}  # fmt: skip
-    pointer = {"version": 1, "served": served, "history": [], "pinned": True, "sequence": 1,
+    pin = {"by": HOSTILE_REASON, "at": "2026-11-25T07:00:00Z"}
+    pointer = {"version": 1, "served": served, "history": [], "pinned": pin, "sequence": 1,
                "journal": [rollback]}  # fmt: skip
     (root / "checkpoints" / "served.json").write_text(json.dumps(pointer))
     _seed_hostile_history(AgentFolder.at(root))

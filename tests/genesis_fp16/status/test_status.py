@@ -30,6 +30,7 @@ from genesis_fp16.status.report import (
     MAX_AGENTS,
     DaemonStatus,
     NextRun,
+    ServedModel,
     StatusReport,
     gather_status,
 )
@@ -39,6 +40,8 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     RunEntry,
     append_run,
 )
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
+from genesis_fp16_infrastructure.errors import ServedPointerError
 
 ROOT = Path(__file__).resolve().parents[3]
 IDLE = DaemonStatus(False, None, None, None, None, None, "not running")
@@ -173,6 +176,23 @@ def test_unreadable_state_files_are_named_not_read(tmp_path: Path) -> None:
     assert ("problem", agent.problems[0]) in text_rows(render_text(report))[1][1]
 
 
+def test_a_pointer_the_daemon_refuses_is_an_error_naming_why(tmp_path: Path) -> None:
+    """A pointer of another version reads as the daemon's reader refuses it: an error
+    naming the reason and the repair, no served model's fields, no history from it."""
+    folder = AgentFolder(tmp_path, "se_darwin").checkpoint_dir
+    folder.mkdir(parents=True)
+    served = {"id": "m2", "checkpoint": "candidates/m2/ckpt-0000000001.pt", "how": "gate"}
+    (folder / "served.json").write_text(json.dumps({"version": 2, "served": served}))
+    with pytest.raises(ServedPointerError, match="not version 1"):
+        read_pointer(folder)  # what the daemon's plan reads (and then sets aside)
+    (agent,) = gather_status(tmp_path, ["se_darwin"], IDLE, _no_schedule).agents
+    assert agent.served == ServedModel(
+        error="served-model pointer unusable: not version 1 (found 2); `genesis-fp16 model "
+        "promote se_darwin ID` or `genesis-fp16 model rollback se_darwin` repairs it"
+    )
+    assert agent.history.transitions == () and agent.history.metric is None
+
+
 def test_report_round_trips_through_json(tmp_path: Path) -> None:
     """What the daemon serves as JSON reads back as the same report (the CLI renders it)."""
     seed_hostile_agent(tmp_path)
@@ -192,7 +212,8 @@ def test_page_shows_hostile_text_escaped_and_the_text_rows(tmp_path: Path) -> No
     hostile = dict(sections)[f"{HOSTILE_AGENT} (plugin not installed)"]
     assert ("why", HOSTILE_REASON) in hostile
     assert ("live", "auc 0.87, window.records 412") in hostile
-    assert ("pinned", f"{HOSTILE_MODEL} pinned; no candidate held by the pin yet") in hostile
+    pinned = f"{HOSTILE_MODEL} pinned by `{HOSTILE_REASON}` at 2026-11-25T07:00:00Z"
+    assert ("pinned", f"{pinned}; no candidate held by the pin yet") in hostile
     assert ("quality", "auc 0.9113, log_loss 0.31") in hostile
     # The history's texts too: the runs table's reason, the marks' titles, the drift row.
     assert any(label == "drift" and value.startswith(HOSTILE_REASON) for label, value in hostile)
@@ -263,7 +284,8 @@ def _pointer(state: Path, served_at: str, history: list[dict[str, object]]) -> N
         {"name": "qa", "records": 600, "difference": -0.01, "lower": -0.2, "upper": 0.2,
          "alpha": 0.0016, "evidence": 0.1, "records_needed": 4000, "regression": False},
     ]  # fmt: skip
-    served = {"id": "m2", "served_at": served_at, "how": "gate",
+    served = {"id": "m2", "checkpoint": "candidates/m2/ckpt-0000000001.pt", "how": "gate",
+              "served_at": served_at,
               "live": {"records": 720, "updated_at": served_at, "segments": segments}}  # fmt: skip
     folder = AgentFolder(state, "se_darwin").checkpoint_dir
     folder.mkdir(parents=True)
