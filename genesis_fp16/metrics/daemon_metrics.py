@@ -23,7 +23,6 @@ from prometheus_client import CollectorRegistry, Histogram, disable_created_metr
 
 from genesis_fp16.metrics.diagnostics_export import RlDiagnosticsMetrics
 from genesis_fp16.metrics.event_metrics import EventMetrics
-from genesis_fp16.metrics.live_metrics import LiveMetrics
 from genesis_fp16.metrics.metric_names import (
     FAILURE_REASONS,
     HEALTHY_OUTCOMES,
@@ -37,9 +36,9 @@ from genesis_fp16.metrics.metric_names import (
 )
 from genesis_fp16.metrics.placement import Placement
 from genesis_fp16.metrics.probe_metrics import ProbeMetrics
-from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
 from genesis_fp16.metrics.range_metrics import RangeMetrics
 from genesis_fp16.metrics.run_report_metrics import RunReportMetrics
+from genesis_fp16.metrics.served_metrics import LiveMetrics, PromotionMetrics
 from genesis_fp16_infrastructure.api import (
     EXECUTION_MODES,
     FALLBACK_REASONS,
