@@ -22,7 +22,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics
 
 from genesis_fp16.metrics.diagnostics_export import RlDiagnosticsMetrics
-from genesis_fp16.metrics.event_metrics import EventMetrics
 from genesis_fp16.metrics.metric_names import (
     FAILURE_REASONS,
     HEALTHY_OUTCOMES,
@@ -35,17 +34,19 @@ from genesis_fp16.metrics.metric_names import (
     Families,
 )
 from genesis_fp16.metrics.placement import Placement
-from genesis_fp16.metrics.probe_metrics import ProbeMetrics
 from genesis_fp16.metrics.range_metrics import RangeMetrics
 from genesis_fp16.metrics.run_report_metrics import RunReportMetrics
 from genesis_fp16.metrics.served_metrics import LiveMetrics, PromotionMetrics
 from genesis_fp16_infrastructure.api import (
     EXECUTION_MODES,
     FALLBACK_REASONS,
+    LOW_PRECISIONS,
     AgentFolder,
     PrecisionName,
 )
 
+# A probe verdict's colour as a gauge holds it; a variant with no verdict ("n/a") sets none.
+COLOUR_VALUES = {"green": 0, "amber": 1, "red": 2}
 # The summary's cumulative counts and the counters they advance.
 _CUMULATIVE = {
     "optimizer_steps": "optimizer_steps",
@@ -368,3 +369,87 @@ class DaemonMetrics:
             self.last_success.labels(agent=agent).set(now)
             if self._keep_success is not None:
                 self._keep_success(agent, now)  # logs a failure, never raises
+
+
+class ProbeMetrics:
+    """The precision probe's gauges, ``genesis_fp16_probe_*``, registered on ``registry``;
+    genesis_fp16/jobs/probe_gate.py runs the probe and exports its record here.
+
+    >>> COLOUR_VALUES["amber"]
+    1
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        gauge = Families(registry).gauge
+        self.verdict = gauge(
+            "probe_verdict",
+            "Precision probe verdict per variant: 0 green, 1 amber, 2 red.",
+            ("agent", "variant"),
+        )
+        self.recommended = gauge(
+            "probe_recommended",
+            "1 for the variant the precision probe recommends, 0 for the others.",
+            ("agent", "variant"),
+        )
+        self.precision_verdict = gauge(
+            "probe_precision_verdict",
+            "Probe verdict of autocast in this precision (bf16_autocast, fp16_autocast).",
+            ("agent", "precision"),
+        )
+        self.timestamp = gauge(
+            "probe_timestamp_seconds",
+            "Unix time at which the precision probe of the agent ran.",
+        )
+
+    def export(self, agent: str, verdict: Mapping[str, str], recommended: str, at: float) -> None:
+        """Set the gauges from a successful probe's verdict per variant, its pick and time."""
+        for variant, colour in verdict.items():
+            value = COLOUR_VALUES.get(colour)
+            if value is not None:
+                self.verdict.labels(agent=agent, variant=variant).set(value)
+            is_recommended = 1 if variant == recommended else 0
+            self.recommended.labels(agent=agent, variant=variant).set(is_recommended)
+        for precision in LOW_PRECISIONS:
+            value = COLOUR_VALUES.get(verdict.get(f"{precision}_autocast", "n/a"))
+            if value is not None:
+                self.precision_verdict.labels(agent=agent, precision=precision).set(value)
+        self.timestamp.labels(agent=agent).set(at)
+
+
+class EventMetrics:
+    """The event outbox's series (genesis_fp16/events): what waits for a receiver, each
+    delivery attempt, and the events dropped undelivered past the outbox's bound:
+    ``genesis_fp16_events_undelivered{agent}``, ``genesis_fp16_event_deliveries_total
+    {agent, outcome}`` and ``genesis_fp16_events_dropped{agent}``.
+
+    >>> metrics = EventMetrics(CollectorRegistry())
+    >>> metrics.observe_pass("se_darwin", 2, 0)
+    >>> metrics.undelivered.labels(agent="se_darwin")._value.get()
+    2.0
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        f = Families(registry)
+        self.undelivered = f.gauge(
+            "events_undelivered",
+            "Events in the agent's outbox not yet delivered to every configured webhook "
+            "(GENESIS_FP16_EVENTS_URLS): new, or waiting for a retry.",
+        )
+        self.deliveries = f.counter(
+            "event_deliveries",
+            "Webhook delivery attempts, by outcome: delivered (HTTP 2xx) or failed (refused, "
+            "timed out, another status).",
+            ("agent", "outcome"),
+        )
+        self.dropped = f.gauge(
+            "events_dropped",
+            "Events the agent's outbox dropped undelivered past its bound (10 x "
+            "GENESIS_FP16_EVENTS_KEEP events), since the outbox was made.",
+        )
+
+    def observe_attempt(self, agent: str, delivered: bool) -> None:
+        self.deliveries.labels(agent=agent, outcome="delivered" if delivered else "failed").inc()
+
+    def observe_pass(self, agent: str, undelivered: int, dropped: int) -> None:
+        self.undelivered.labels(agent=agent).set(undelivered)
+        self.dropped.labels(agent=agent).set(dropped)
