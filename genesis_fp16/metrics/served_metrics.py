@@ -64,9 +64,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
-from genesis_fp16.metrics.metric_names import Families
+from genesis_fp16.metrics.metric_names import PREFIX, Families
 from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import JournalEntry, LiveReport, Outcome
@@ -80,11 +80,8 @@ class LiveMetrics:
     """The ``genesis_fp16_live_*`` series."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.families = Families(registry)
-
-        def gauge(name: str, doc: str, labels: tuple[str, ...] = ("agent",)) -> Gauge:
-            return self.families.gauge(f"live_{name}", doc, labels)
-
+        self.families = Families(registry, f"{PREFIX}_live")  # genesis_fp16_live_*
+        gauge = self.families.gauge
         self.records = gauge(
             "records",
             "Labelled records scored by the live watch since the served model was served "
@@ -117,15 +114,16 @@ class LiveMetrics:
             "not, or a later candidate was promoted.",
         )
         self.rollbacks = self.families.counter(
-            "live_rollbacks",
+            "rollbacks",
             "Served models rolled back by the live watch (reason live_regression).",
         )
         self.cursor = JournalCursor()  # the daemon's one reader of each agent's journal
-        self._add_watch_series(gauge)
+        self._add_watch_series()
         self._pointer: dict[str, tuple[Any, Any, bool, float]] = {}  # what observe_pointer saw
 
-    def _add_watch_series(self, gauge: Any) -> None:
+    def _add_watch_series(self) -> None:
         """The watch's own figures (judging.segments): per segment, self-test, idleness."""
+        gauge = self.families.gauge
         self.segment_difference = gauge(
             "watch_segment_difference",
             "Per segment (se_darwin: the Genesis agent; segment=all: every record): the "
