@@ -31,7 +31,7 @@ from genesis_fp16.events.delivery import (
 
 if TYPE_CHECKING:  # the `events` command never needs prometheus_client (its start-up cost)
     from genesis_fp16.config.settings import Settings
-    from genesis_fp16.metrics.event_metrics import EventMetrics
+    from genesis_fp16.metrics.daemon_metrics import EventMetrics
 
 log = structlog.get_logger("genesis_fp16.events")
 

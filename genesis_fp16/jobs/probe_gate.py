@@ -14,7 +14,7 @@ demotes it with a rollback when fp16 really goes bad: a red probe is a reason fo
 operator to look (the ``GenesisFp16ProbeRed`` alert), not for the daemon to overrule
 the configuration, and nothing changes the precision silently.
 
-The gauges are ``genesis_fp16.metrics.probe_metrics.ProbeMetrics``.
+The gauges are ``genesis_fp16.metrics.daemon_metrics.ProbeMetrics``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import msgspec
 import structlog
 
 from genesis_fp16.config.settings import Settings
-from genesis_fp16.metrics.probe_metrics import ProbeMetrics
+from genesis_fp16.metrics.daemon_metrics import ProbeMetrics
 from genesis_fp16.plugin_api import AgentPlugin, PrecisionRequest
 from genesis_fp16_infrastructure.api import (
     LOW_PRECISIONS,

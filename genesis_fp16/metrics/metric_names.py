@@ -53,8 +53,9 @@ Labels = TypeVar("Labels", bound=tuple[str, ...])  # a series' label values afte
 
 
 class Families:
-    """The metric families of one registry: each name prefixed ``genesis_fp16_``, labelled
-    by ``agent`` unless told; and the series that an export replaces whole (:meth:`replace`).
+    """The metric families of one registry: each name prefixed ``genesis_fp16_`` (or
+    ``prefix``), labelled by ``agent`` unless told; and the series that an export replaces
+    whole (:meth:`replace`).
 
     >>> families = Families(CollectorRegistry())
     >>> phases = families.gauge("run_phase_seconds", "Seconds per phase.", ("agent", "phase"))
@@ -64,15 +65,15 @@ class Families:
     ['train']
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
+    def __init__(self, registry: CollectorRegistry, prefix: str = PREFIX) -> None:
+        self.registry, self.prefix = registry, prefix
         self._written: dict[tuple[Gauge, str], set[tuple[str, ...]]] = {}
 
     def gauge(self, name: str, doc: str, labels: tuple[str, ...] = ("agent",)) -> Gauge:
-        return Gauge(f"{PREFIX}_{name}", doc, labels, registry=self.registry)
+        return Gauge(f"{self.prefix}_{name}", doc, labels, registry=self.registry)
 
     def counter(self, name: str, doc: str, labels: tuple[str, ...] = ("agent",)) -> Counter:
-        return Counter(f"{PREFIX}_{name}", doc, labels, registry=self.registry)
+        return Counter(f"{self.prefix}_{name}", doc, labels, registry=self.registry)
 
     def replace(self, gauge: Gauge, agent: str, values: Mapping[Labels, float]) -> None:
         """Set ``agent``'s series of ``gauge`` to ``values`` (keyed by their labels after

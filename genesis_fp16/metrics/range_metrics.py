@@ -32,16 +32,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from genesis_fp16.metrics.metric_names import PREFIX, Families
+from genesis_fp16.metrics.metric_names import Families
 from genesis_fp16.plugin_api import TrainResult
 
 TOTAL = "(all)"
-HEADROOM_NAMES = ("range_headroom_overflow_log2", "range_headroom_underflow_log2")
-LAYER_NAMES = ("layer_max_abs", "layer_fp16_fraction", "layer_nonfinite")
-SAMPLING_NAMES = ("range_samples", "range_sample_every", "range_overhead_ratio")
-RANGE_METRIC_NAMES = tuple(
-    f"{PREFIX}_{name}" for name in (*HEADROOM_NAMES, *LAYER_NAMES, *SAMPLING_NAMES)
-)
 
 
 class RangeMetrics:
@@ -55,41 +49,41 @@ class RangeMetrics:
         module = ("agent", "module")
         self.headroom = {
             "overflow": f.gauge(
-                HEADROOM_NAMES[0],
+                "range_headroom_overflow_log2",
                 "Doublings between a module's largest activation and fp16's 65504 over the "
                 "last run's sampled steps, for the k modules nearest overflow and (all).",
                 module,
             ),
             "underflow": f.gauge(
-                HEADROOM_NAMES[1],
+                "range_headroom_underflow_log2",
                 "Doublings between a module's largest scaled gradient and fp16's smallest "
                 "subnormal (2**-24), for the k modules nearest underflow and (all).",
                 module,
             ),
         }
         self.max_abs = f.gauge(
-            LAYER_NAMES[0],
+            "layer_max_abs",
             "Largest finite magnitude in the last run's sampled steps, per module nearest "
             "fp16's limits and (all): activation (outputs) or gradient (unscaled).",
             (*module, "kind"),
         )
         self.fraction = f.gauge(
-            LAYER_NAMES[1],
+            "layer_fp16_fraction",
             "Largest fraction of a module's scaled gradient values fp16 cannot hold in a "
             "sampled step: overflow (> 65504 or not finite) or underflow (non-zero < 2**-24).",
             (*module, "limit"),
         )
         self.nonfinite = f.gauge(
-            LAYER_NAMES[2],
+            "layer_nonfinite",
             "Non-finite activation and gradient values in the last run's sampled steps.",
             module,
         )
-        self.samples = f.gauge(SAMPLING_NAMES[0], "Sampled steps of the last run.")
+        self.samples = f.gauge("range_samples", "Sampled steps of the last run.")
         self.every = f.gauge(
-            SAMPLING_NAMES[1], "Steps between range samples at the end of the last run."
+            "range_sample_every", "Steps between range samples at the end of the last run."
         )
         self.overhead = f.gauge(
-            SAMPLING_NAMES[2],
+            "range_overhead_ratio",
             "Share of the last run's step time its range samples cost, as the run measured it.",
         )
 

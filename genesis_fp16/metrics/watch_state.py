@@ -1,6 +1,6 @@
 """Whether the served model is watched, read from its pointer entry alone.
 
-Kept apart from :mod:`genesis_fp16.metrics.live_metrics` (which needs prometheus_client)
+Kept apart from :mod:`genesis_fp16.metrics.served_metrics` (which needs prometheus_client)
 so that the read-only commands (``model list``, ``status``) and the page can say it
 without loading the metrics library.
 """

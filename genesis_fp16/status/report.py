@@ -87,7 +87,7 @@ class ServedModel:
     error: str | None = None
     # The candidates the gate held while the pin stands (:func:`held_by_pin`)
     held: tuple[str, ...] = ()
-    # The live watch: watched or not (state, reason, since, limit: live_metrics.watch_state)
+    # The live watch: watched or not (state, reason, since, limit: metrics.watch_state)
     watch: dict[str, Any] | None = None
     # Issue 62: the newest candidate kept inconclusive (judged again as records arrive)
     judging: str | None = None

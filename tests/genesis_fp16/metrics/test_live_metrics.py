@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from genesis_fp16.metrics import live_metrics
-from genesis_fp16.metrics.live_metrics import LiveMetrics
+from genesis_fp16.metrics import served_metrics
+from genesis_fp16.metrics.served_metrics import LiveMetrics
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
 from genesis_fp16_infrastructure.api import LiveReport
 from genesis_fp16_infrastructure.contract.reports import LiveFigures, SelfTest, WatchSegment
@@ -148,7 +148,7 @@ def test_not_watching_follows_the_clock_between_runs(monkeypatch: pytest.MonkeyP
     served = "2026-01-01T00:00:00Z"
     start = 1767225600.0  # that stamp
     clock = [start + 30]
-    monkeypatch.setattr(live_metrics.time, "time", lambda: clock[0])
+    monkeypatch.setattr(served_metrics.time, "time", lambda: clock[0])
     metrics.observe_pointer("se_darwin", served, None, True, 60.0)
     name = "genesis_fp16_live_watch_not_watching"
     assert _value(registry, name) == 0.0

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from genesis_fp16.metrics.live_metrics import JournalCursor
-from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
+from genesis_fp16.metrics.served_metrics import JournalCursor, PromotionMetrics
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
 
 

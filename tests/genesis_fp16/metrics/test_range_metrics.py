@@ -13,11 +13,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from torch import nn
 
-from genesis_fp16.metrics.range_metrics import RANGE_METRIC_NAMES, TOTAL, RangeMetrics
+from genesis_fp16.metrics.range_metrics import TOTAL, RangeMetrics
 from genesis_fp16_infrastructure.training.reports import ModuleRange, RangeSummary
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"
 AGENT = "fixture_fault"
+# The names RangeMetrics registers, read from a registry of its own.
+RANGE_METRIC_NAMES = {m.name for m in RangeMetrics(CollectorRegistry()).families.registry.collect()}
 
 
 def _row(name: str, over: float, under: float | None = 20.0) -> ModuleRange:

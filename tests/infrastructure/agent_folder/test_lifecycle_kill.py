@@ -29,8 +29,7 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
-from genesis_fp16.metrics.live_metrics import LiveMetrics
-from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
+from genesis_fp16.metrics.served_metrics import LiveMetrics, PromotionMetrics
 from genesis_fp16_infrastructure.agent_folder import (
     candidates,
     lifecycle_records,
