@@ -32,12 +32,10 @@ from dataclasses import dataclass
 import structlog
 from prometheus_client import CollectorRegistry, Gauge
 
-from genesis_fp16.metrics.metric_names import Families
+from genesis_fp16.metrics.metric_names import PREFIX, Families
 from genesis_fp16.plugin_api import TrainResult
 
 log = structlog.get_logger("genesis_fp16.diagnostics")
-
-RL_PREFIX = "genesis_fp16_rl_"
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,7 @@ class RlGauge:
     """One diagnostic of ``TrainResult.diagnostics`` and its gauge."""
 
     diagnostic: str
-    metric: str  # without RL_PREFIX
+    metric: str  # without genesis_fp16_rl_
     help: str
 
 
@@ -152,7 +150,7 @@ RL_GAUGES: tuple[RlGauge, ...] = (
         "Exponent b in E abs(S_T) ~ T^b of the summed trainer-rollout log-prob error.",
     ),
 )
-RL_METRIC_NAMES: tuple[str, ...] = tuple(RL_PREFIX + g.metric for g in RL_GAUGES)
+RL_METRIC_NAMES: tuple[str, ...] = tuple(f"{PREFIX}_rl_{g.metric}" for g in RL_GAUGES)
 
 
 class RlDiagnosticsMetrics:
