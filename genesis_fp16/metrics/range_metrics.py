@@ -35,8 +35,6 @@ from prometheus_client import CollectorRegistry
 from genesis_fp16.metrics.metric_names import Families
 from genesis_fp16.plugin_api import TrainResult
 
-TOTAL = "(all)"
-
 
 class RangeMetrics:
     """The range gauges of one registry; see the module docstring."""
@@ -94,16 +92,12 @@ class RangeMetrics:
         summary = result.ranges
         if summary is None:
             return []
-        near = {
-            "overflow": summary.nearest_overflow[: self.k],
-            "underflow": summary.nearest_underflow[: self.k],
-        }
         replace = self.families.replace
-        for limit, listed in near.items():  # None: no such value in the module (no series)
-            found = {(r.module,): getattr(r, f"headroom_{limit}") for r in (*listed, summary.total)}
-            replace(self.headroom[limit], agent, {m: v for m, v in found.items() if v is not None})
-        rows = {r.module: r for r in (*near["overflow"], *near["underflow"])}
-        rows[TOTAL] = summary.total
+        for limit, gauge in self.headroom.items():  # None: no such value in the module (no series)
+            near = summary.nearest(self.k, limit).items()
+            found = {(m,): getattr(r, f"headroom_{limit}") for m, r in near}
+            replace(gauge, agent, {m: v for m, v in found.items() if v is not None})
+        rows = summary.nearest(self.k)
         layer = rows.values()
         kinds = {"activation": "activation_max", "gradient": "gradient_max"}
         maxima = {(r.module, k): getattr(r, field) for r in layer for k, field in kinds.items()}

@@ -123,10 +123,9 @@ class RunTracker:
         """A run's range statistics (``TrainResult.ranges``, a ``RangeSummary``) at its
         last sampled step: ``range/<module>/<stat>`` for the ``k`` modules nearest fp16's
         overflow and the ``k`` nearest its underflow, and ``range/(all)/<stat>``."""
-        rows = [*summary.nearest_overflow[:k], *summary.nearest_underflow[:k], summary.total]
         values = {
             f"range/{row.module}/{stat}": value
-            for row in rows
+            for row in summary.nearest(k).values()
             for stat, value in row.to_json().items()
             if stat != "module" and value is not None
         }

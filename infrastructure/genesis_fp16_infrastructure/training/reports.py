@@ -273,6 +273,13 @@ class RangeSummary(Record):
         """The sampling's estimated share of the run's step time (``sample_cost / every``)."""
         return None if self.sample_cost is None else max(self.sample_cost, 0.0) / self.every
 
+    def nearest(self, k: int, *limits: str) -> dict[str, ModuleRange]:
+        """By module: the ``k`` modules nearest each limit (fp16's ``overflow``, then its
+        ``underflow``, or ``limits``' alone), a module nearest both once, then ``total``."""
+        limits = limits or ("overflow", "underflow")
+        near = (r for limit in limits for r in getattr(self, f"nearest_{limit}")[:k])
+        return {**{row.module: row for row in near}, self.total.module: self.total}
+
 
 @dataclass(frozen=True)
 class TrainingSummary(Record):

@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from torch import nn
 
-from genesis_fp16.metrics.range_metrics import TOTAL, RangeMetrics
+from genesis_fp16.metrics.range_metrics import RangeMetrics
+from genesis_fp16_infrastructure.training.flight.range_stats import TOTAL
 from genesis_fp16_infrastructure.training.reports import ModuleRange, RangeSummary
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"
