@@ -186,8 +186,8 @@ def agents_trainer(
 
 
 class _WorkloadTask:
-    """The workload as a ``TrainingTask``, for the ``auto`` calibration: copies of its
-    model, their optimizers, its batches in order."""
+    """The workload as a ``StepTask``, for the ``auto`` calibration: copies of its model,
+    their optimizers, its batches in order."""
 
     def __init__(self, workload: Workload, optimizers: Optimizers, batch_size: int) -> None:
         self.workload, self.optimizers, self.batch_size = workload, optimizers, batch_size
@@ -207,9 +207,3 @@ class _WorkloadTask:
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         return self.workload.loss_fn(model, batch)
-
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        return {"loss": self.workload.eval_loss(model)}
-
-    def extra_state(self) -> dict[str, Any]:
-        return {}
