@@ -75,13 +75,23 @@ def world_model_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     return world_model_losses(model(x), success, score, known, outcome).total
 
 
-@dataclass
-class Workload:
+@dataclass(frozen=True)
+class Data:
+    """Train batches and the held-out set, already on the device."""
+
+    train_batches: list[Batch]
+    eval_set: Batch
+
+    @property
+    def in_features(self) -> int:
+        return int(self.eval_set[0].shape[1])
+
+
+@dataclass(frozen=True)
+class Workload(Data):
     """A freshly initialised model plus its train and held-out batches, on one device."""
 
     model: nn.Module
-    train_batches: list[Batch]
-    eval_set: Batch
     loss_fn: LossFn = world_model_loss
 
     @property
@@ -124,18 +134,6 @@ def _tensors(data_path: Path) -> tuple[Batch, int]:
     return (x, *Labels.of_rows(columns, examples)), n_train
 
 
-@dataclass(frozen=True)
-class Data:
-    """Train batches and the held-out set, already on the device."""
-
-    train_batches: list[Batch]
-    eval_set: Batch
-
-    @property
-    def in_features(self) -> int:
-        return int(self.eval_set[0].shape[1])
-
-
 def load_data(data_path: Path, batch_size: int, device: torch.device) -> Data:
     """Read and encode the pool at `data_path` into fixed batches of `batch_size`."""
     tensors, n_train = _tensors(data_path)
@@ -158,7 +156,7 @@ def build_workload(size: str, data: Data, seed: int, tiny: bool, device: torch.d
     overrides = TINY_MODELS[size] if tiny else {}
     torch.manual_seed(seed)
     model = WorldModel(ModelConfig.preset(size, data.in_features, **overrides)).to(device)
-    return Workload(model, data.train_batches, data.eval_set)
+    return Workload(data.train_batches, data.eval_set, model)
 
 
 Optimizers = Callable[[nn.Module], list[torch.optim.Optimizer]]
