@@ -28,7 +28,7 @@ from genesis_fp16_infrastructure.training.run import calibration as cal
 
 
 class _Mlp:
-    """The calibration's view of a task: an MLP on fixed random batches."""
+    """The calibration's view of a task (a ``StepTask``): an MLP on fixed random batches."""
 
     def __init__(self, width: int) -> None:
         self.width = width
@@ -50,12 +50,6 @@ class _Mlp:
 
     def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         return torch.nn.functional.mse_loss(model(batch[0]).float(), batch[1])
-
-    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
-        return {}
-
-    def extra_state(self) -> dict[str, object]:
-        return {}
 
 
 def _spin() -> None:

@@ -75,13 +75,23 @@ def world_model_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     return world_model_losses(model(x), success, score, known, outcome).total
 
 
-@dataclass
-class Workload:
+@dataclass(frozen=True)
+class Data:
+    """Train batches and the held-out set, already on the device."""
+
+    train_batches: list[Batch]
+    eval_set: Batch
+
+    @property
+    def in_features(self) -> int:
+        return int(self.eval_set[0].shape[1])
+
+
+@dataclass(frozen=True)
+class Workload(Data):
     """A freshly initialised model plus its train and held-out batches, on one device."""
 
     model: nn.Module
-    train_batches: list[Batch]
-    eval_set: Batch
     loss_fn: LossFn = world_model_loss
 
     @property
@@ -124,18 +134,6 @@ def _tensors(data_path: Path) -> tuple[Batch, int]:
     return (x, *Labels.of_rows(columns, examples)), n_train
 
 
-@dataclass(frozen=True)
-class Data:
-    """Train batches and the held-out set, already on the device."""
-
-    train_batches: list[Batch]
-    eval_set: Batch
-
-    @property
-    def in_features(self) -> int:
-        return int(self.eval_set[0].shape[1])
-
-
 def load_data(data_path: Path, batch_size: int, device: torch.device) -> Data:
     """Read and encode the pool at `data_path` into fixed batches of `batch_size`."""
     tensors, n_train = _tensors(data_path)
@@ -158,7 +156,7 @@ def build_workload(size: str, data: Data, seed: int, tiny: bool, device: torch.d
     overrides = TINY_MODELS[size] if tiny else {}
     torch.manual_seed(seed)
     model = WorldModel(ModelConfig.preset(size, data.in_features, **overrides)).to(device)
-    return Workload(model, data.train_batches, data.eval_set)
+    return Workload(data.train_batches, data.eval_set, model)
 
 
 Optimizers = Callable[[nn.Module], list[torch.optim.Optimizer]]
@@ -186,8 +184,8 @@ def agents_trainer(
 
 
 class _WorkloadTask:
-    """The workload as a ``TrainingTask``, for the ``auto`` calibration: copies of its
-    model, their optimizers, its batches in order."""
+    """The workload as a ``StepTask``, for the ``auto`` calibration: copies of its model,
+    their optimizers, its batches in order."""
 
     def __init__(self, workload: Workload, optimizers: Optimizers, batch_size: int) -> None:
         self.workload, self.optimizers, self.batch_size = workload, optimizers, batch_size
@@ -207,9 +205,3 @@ class _WorkloadTask:
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         return self.workload.loss_fn(model, batch)
-
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        return {"loss": self.workload.eval_loss(model)}
-
-    def extra_state(self) -> dict[str, Any]:
-        return {}

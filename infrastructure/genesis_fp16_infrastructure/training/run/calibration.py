@@ -120,7 +120,7 @@ from genesis_fp16_infrastructure.training.reports import (
 )
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.run.task import (
-    TrainingTask,
+    StepTask,
     batch_shapes,
     cuda_generators,
     first_batches,
@@ -178,7 +178,7 @@ def warm_process(device: torch.device) -> None:
 
 
 def calibrate(
-    task: TrainingTask,
+    task: StepTask,
     device: torch.device | str,
     seed: int,
     trainer_config: TrainerConfig,
@@ -268,7 +268,7 @@ class _Bench:
     """What every row of one calibration shares: the task, template and batches, the
     clock and its deadline, the time each phase took."""
 
-    task: TrainingTask
+    task: StepTask
     device: torch.device
     config: TrainerConfig
     scaler: ScalerConfig
@@ -475,7 +475,7 @@ def _event_samples(bench: _Bench, step: Callable[[], None]) -> tuple[list[float]
     return ms, len(ms) * size
 
 
-def _first_signature(task: TrainingTask, seed: int, device: torch.device) -> list[Any]:
+def _first_signature(task: StepTask, seed: int, device: torch.device) -> list[Any]:
     """The rows' batches (:func:`first_batches`), on ``device``."""
     same = first_batches(task, seed, BATCHES_READ, "precision calibration")
     return [to_device(b, device) for b in same[: WARMUP + MAX_TIMED]]
@@ -510,7 +510,7 @@ class _Limit:
 
 
 def policy_for_run(
-    task: TrainingTask,
+    task: StepTask,
     request: PrecisionRequest,
     device: str,
     scaler: ScalerConfig,

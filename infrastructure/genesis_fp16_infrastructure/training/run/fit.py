@@ -67,9 +67,7 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     calibration: Calibration | None = None
     if continued is not None:  # auto is decided once per job: no second measurement
         policy = continued
-    elif not options.precision.measures:  # an explicit name or the rule: nothing to time
-        policy = PrecisionPolicy.create(options.precision, options.device, options.scaler)
-    else:
+    else:  # times the candidates for a measured auto only
         policy, calibration = policy_for_run(
             task,
             options.precision,

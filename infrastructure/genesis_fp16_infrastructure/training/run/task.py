@@ -51,8 +51,34 @@ from genesis_fp16_infrastructure.training.step.execution import ResolvedExecutio
 from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
 
 
+class StepTask(Protocol):
+    """What a training step is built from, and its batches: all that the ``auto``
+    calibration reads of a task. Every :class:`TrainingTask` is one (the bench's workload
+    is one without held-out metrics or state to checkpoint)."""
+
+    def build_model(self) -> nn.Module:
+        """A fresh fp32 model (``fit`` moves it to the device)."""
+        ...
+
+    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
+        """The optimizers over ``model``'s parameters (``fused=True`` avoids host syncs)."""
+        ...
+
+    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
+        """LR schedulers for those optimizers; may be ``()``."""
+        ...
+
+    def train_batches(self, epoch: int, seed: int) -> Iterable[tuple[Any, int]]:
+        """One epoch of ``(batch, num_samples)``, in an order fixed by ``(epoch, seed)``."""
+        ...
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        """The forward on one batch, already on the run's device, under the policy's autocast."""
+        ...
+
+
 @runtime_checkable
-class TrainingTask(Protocol):
+class TrainingTask(StepTask, Protocol):
     """What ``fit()`` needs from an agent.
 
     ``train_batches(epoch, seed)`` yields ``(batch, num_samples)`` pairs and must yield
@@ -81,26 +107,6 @@ class TrainingTask(Protocol):
     CPU generator, ``random`` and numpy cannot be detected: never draw from them in
     ``loss`` (drawing in ``train_batches`` is fine: batches are inputs, copied in).
     """
-
-    def build_model(self) -> nn.Module:
-        """A fresh fp32 model (``fit`` moves it to the device)."""
-        ...
-
-    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
-        """The optimizers over ``model``'s parameters (``fused=True`` avoids host syncs)."""
-        ...
-
-    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
-        """LR schedulers for those optimizers; may be ``()``."""
-        ...
-
-    def train_batches(self, epoch: int, seed: int) -> Iterable[tuple[Any, int]]:
-        """One epoch of ``(batch, num_samples)``, in an order fixed by ``(epoch, seed)``."""
-        ...
-
-    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        """The forward on one batch, already on the run's device, under the policy's autocast."""
-        ...
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Held-out metrics, including ``"loss"``; run under ``torch.no_grad()``.
@@ -178,7 +184,7 @@ def index_to(index: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     return to_device(index, dev)
 
 
-def first_batches(task: TrainingTask, seed: int, read: int, what: str) -> list[Any]:
+def first_batches(task: StepTask, seed: int, read: int, what: str) -> list[Any]:
     """Of the first ``read`` batches of the first epoch, those of the first batch's signature
     (:func:`~.cuda_graph.signature`): the same (epoch, seed) the run starts with (the protocol
     yields the same batches each time, so reading them changes nothing for the run). An
