@@ -49,15 +49,11 @@ class Lineage(NamedTuple):
 class Pool:
     """Every record of a pool by id, with the parent-to-children links."""
 
-    def __init__(
-        self, entries: dict[str, PoolEntry], scores: dict[str, float] | None = None
-    ) -> None:
-        """A pool of ``entries`` and ``scores``, their known scores (None: worked out),
-        taken as they are, not copied: a reader that built them hands them over (a
-        million records: two dicts of ~100 MB each not made again)."""
-        if scores is None:
-            scores = {k: e.score for k, e in entries.items() if e.score is not None}
-        self.entries, self.scores = entries, scores
+    def __init__(self, entries: dict[str, PoolEntry]) -> None:
+        """A pool of ``entries``, taken as they are, not copied: a reader that built them
+        hands them over (a million records: a dict of ~100 MB not made again)."""
+        self.entries = entries
+        self.scores = {k: e.score for k, e in entries.items() if e.score is not None}
         self._depths: dict[str, int] = {}
 
     @cached_property

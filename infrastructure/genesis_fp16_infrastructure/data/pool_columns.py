@@ -172,8 +172,7 @@ class PoolColumns:
             ("score", "parents", "operator", "created"),
             (scores, self.parent_ids(everything), self.operator.take(everything), created),
         )
-        known = {i: s for i, s in zip(self.ids, scores, strict=True) if s is not None}
-        return Pool(dict(zip(self.ids, entries, strict=True)), known)
+        return Pool(dict(zip(self.ids, entries, strict=True)))
 
     @cached_property
     def example_ids(self) -> list[str]:
@@ -264,7 +263,7 @@ def _by_hash(
     parent_hash: np.ndarray,
 ) -> tuple[np.ndarray, dict[str, Any]] | None:
     """The kept records (the first of each id, as raw positions in order) and their
-    parents (``_numbered``'s columns), matched by id hash; None if two different ids
+    parents (``numbered_parents``' columns), matched by id hash; None if two different ids
     share a hash (two records', or a record's and a parent's, a left-out record's too)."""
     first = _first_by_hash(raw_ids, id_hash)
     if first is None:
@@ -275,7 +274,7 @@ def _by_hash(
     rows = np.flatnonzero(kept)  # keepers in file order, with no sort
     n = len(rows)
     if not n:  # no records: every parent is outside
-        return rows, _numbered(names, np.full(len(names), -1, np.int64), counts, rows)
+        return rows, numbered_parents(names, np.full(len(names), -1, np.int64), counts, rows)
     row_of = (np.cumsum(kept) - 1)[keepers]  # the pool row of known[i]
     # Sorted, the parents' hashes are found in one walk over known, instead of a cache
     # miss each (1.1M parents of a 1M pool: 0.16 s, sort included, instead of 0.25 s).
@@ -285,7 +284,7 @@ def _by_hash(
     named = names if len(hits) == len(names) else map(names.__getitem__, hits.tolist())
     if not _same(named, raw_ids, rows[parent[hits]]):
         return None
-    return rows, _numbered(names, parent, counts, rows)
+    return rows, numbered_parents(names, parent, counts, rows)
 
 
 def _first_by_hash(raw_ids: list[str], id_hash: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -323,10 +322,10 @@ def _by_string(
     found = np.array(list(map(first.get, names, [-1] * len(names))), np.int64)
     found = found.reshape(len(names))
     parent = np.where(found >= 0, position[np.maximum(found, 0)], -1)
-    return rows, _numbered(names, parent, counts, rows)
+    return rows, numbered_parents(names, parent, counts, rows)
 
 
-def _numbered(
+def numbered_parents(
     names: list[str], parent: np.ndarray, counts: np.ndarray, rows: np.ndarray
 ) -> dict[str, Any]:
     """``PoolColumns``' parent columns, of the kept ``rows`` (raw positions) alone:

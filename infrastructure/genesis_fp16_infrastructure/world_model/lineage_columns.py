@@ -32,7 +32,7 @@ from itertools import chain, repeat
 import numpy as np
 
 from genesis_fp16_infrastructure.data.lineage import MAX_DEPTH, Pool
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, ranges
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, numbered_parents, ranges
 from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
 
 # Sibling candidates (an attempt, a parent's child) held at once, per attempt of the call
@@ -83,8 +83,10 @@ def _build_index(pool: Pool) -> PoolIndex | None:
     n = len(entries)
     ids = dict(zip(pool.entries, range(n), strict=True))
     parent_lists = [e.parents for e in entries]
-    parents = _numbered(ids, list(chain.from_iterable(parent_lists)), add=True)
+    names = list(chain.from_iterable(parent_lists))
     counts = np.fromiter(map(len, parent_lists), np.int64, n)
+    linked = numbered_parents(names, _numbered(ids, names), counts, np.arange(n))
+    ids |= {name: k for k, name in enumerate(linked["outside"], n)}  # parents outside
     scores = [e.score for e in entries]
     score = np.array(scores, dtype=np.float64).reshape(n)  # None: nan
     scored = np.fromiter((s is not None for s in scores), np.bool_, n)
@@ -92,7 +94,7 @@ def _build_index(pool: Pool) -> PoolIndex | None:
     other = len(OPERATORS)
     codes = map(_OPERATOR_CODE.get, [e.operator for e in entries], repeat(other))
     operator = np.fromiter(codes, np.int64, n)
-    return _index(ids, len(ids), score, scored, created, operator, counts, parents)
+    return _index(ids, len(ids), score, scored, created, operator, counts, linked["parent"])
 
 
 def columns_index(columns: PoolColumns) -> PoolIndex | None:
@@ -185,9 +187,9 @@ def lineage_columns(attempts: Sequence[AttemptInput], pool: Pool) -> np.ndarray 
         return None
     m = len(attempts)
     ids = index.ids
-    me = _numbered(ids, [a.trajectory_id for a in attempts], add=False)
+    me = _numbered(ids, [a.trajectory_id for a in attempts])
     parent_lists = [a.parent_ids for a in attempts]
-    slot_parent = _numbered(ids, list(chain.from_iterable(parent_lists)), add=False)
+    slot_parent = _numbered(ids, list(chain.from_iterable(parent_lists)))
     slot_counts = np.fromiter(map(len, parent_lists), np.int64, m)
     created = np.array([a.created for a in attempts], dtype=np.float64).reshape(m)
     columns = _columns(index, me, slot_parent, slot_counts, created)
@@ -327,14 +329,10 @@ def _operator_shares(
     return out
 
 
-def _numbered(ids: dict[str, int], names: list[str], add: bool) -> np.ndarray:
-    """Each name's integer: looked up in C; a name not in ``ids`` is -1, or with ``add``
-    gets the next integer (a parent outside the pool), in the order it is first named."""
+def _numbered(ids: dict[str, int], names: list[str]) -> np.ndarray:
+    """Each name's integer: looked up in C; a name not in ``ids`` is -1 (a parent outside
+    the pool gets its integer from ``data.pool_columns.numbered_parents``, as a read's do)."""
     found = list(map(ids.get, names, repeat(-1)))
-    if add and -1 in found:
-        for k, value in enumerate(found):
-            if value == -1:
-                found[k] = ids.setdefault(names[k], len(ids))
     return np.array(found, dtype=np.int64).reshape(len(names))
 
 
