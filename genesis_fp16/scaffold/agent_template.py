@@ -221,10 +221,6 @@ class Agent:
             build_model=build_model,
             loss=task.loss,
             batches=batches,
-            split_batch=lambda b: (
-                (b[0][: len(b[0]) // 2], b[1][: len(b[1]) // 2]),
-                (b[0][len(b[0]) // 2 :], b[1][len(b[1]) // 2 :]),
-            ),
         )
 
 
