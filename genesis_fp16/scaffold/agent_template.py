@@ -132,9 +132,6 @@ class Task:
     def build_optimizers(self, model: torch.nn.Module) -> list[torch.optim.Optimizer]:
         return [torch.optim.AdamW(model.parameters(), 1e-2)]
 
-    def build_schedulers(self, optimizers: Any) -> tuple[()]:
-        return ()
-
     def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Any, int]]:
         order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(seed + epoch))
         for i in range(0, len(order), BATCH):
@@ -224,10 +221,6 @@ class Agent:
             build_model=build_model,
             loss=task.loss,
             batches=batches,
-            split_batch=lambda b: (
-                (b[0][: len(b[0]) // 2], b[1][: len(b[1]) // 2]),
-                (b[0][len(b[0]) // 2 :], b[1][len(b[1]) // 2 :]),
-            ),
         )
 
 

@@ -263,7 +263,9 @@ def _probe(bench: _Bench) -> str:
     loss = setup.loss(setup.build_model(), setup.batches[0])
     if not bool(torch.isfinite(loss)):
         raise RuleFailed(f"the probe's loss on its first batch is {float(loss)}")
-    return f"{len(setup.batches)} batches, a finite loss"
+    default = "; split_batch: the default, each tensor cut in two along its first dimension"
+    default = "" if setup.split_batch is not None else default
+    return f"{len(setup.batches)} batches, a finite loss{default}"
 
 
 def _weights_only(bench: _Bench) -> str:

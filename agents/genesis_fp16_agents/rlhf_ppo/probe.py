@@ -47,15 +47,6 @@ def probe_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     return p_loss + cfg.vf_coef * value_loss(values, returns)
 
 
-def split_batch(batch: Batch) -> tuple[Batch, Batch]:
-    """Halve every tensor along the batch dimension."""
-    half = batch["seqs"].shape[0] // 2
-    return (
-        {k: v[:half] for k, v in batch.items()},
-        {k: v[half:] for k, v in batch.items()},
-    )
-
-
 def build_probe_setup(cfg: PPOConfig, seed: int) -> ProbeSetup:
     """Rollouts of the fp32 initial policy; batches[0] is the frozen probe batch."""
     task = PPOTask(cfg, seed)  # before any iteration its rollouts are fp32
@@ -69,7 +60,6 @@ def build_probe_setup(cfg: PPOConfig, seed: int) -> ProbeSetup:
         build_model=lambda: ProbeModel(task),
         loss=probe_loss,
         batches=batches,
-        split_batch=split_batch,
         components={"policy": ["policy"], "value": ["critic"], "reward": ["reward"]},
         learning_rate=cfg.lr,
     )

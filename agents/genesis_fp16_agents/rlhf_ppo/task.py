@@ -33,7 +33,6 @@ from typing import Any, cast
 import torch
 from torch import nn
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16.plugin_api import TrainRequestError
 from genesis_fp16_agents.rlhf_ppo.model import (
@@ -192,9 +191,6 @@ class PPOTask:
         if torch.device(self.device).type == "cuda":
             return [torch.optim.AdamW(groups, weight_decay=0.0, fused=True, capturable=True)]
         return [torch.optim.AdamW(groups, weight_decay=0.0)]
-
-    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
-        return ()
 
     # -- one iteration ---------------------------------------------------------------
 

@@ -263,15 +263,17 @@ class ProbeSetup:
 
     ``build_model`` returns a fresh FP32 model; called twice with the same seed set, it
     returns identical weights. ``batches[0]`` is the frozen probe batch and the rest feed
-    the N-step part. ``split_batch`` halves a batch, for the minibatch-noise floor.
-    ``components`` maps a component name to module-name prefixes that the probe may keep
-    in FP32 (an "FP32 island").
+    the N-step part. ``split_batch`` halves a batch, for the minibatch-noise floor (None,
+    the default: the probe cuts every tensor of the batch, in its tuples, lists and dicts,
+    in two along its first dimension, ``len // 2`` rows first). ``components`` maps a
+    component name to module-name prefixes that the probe may keep in FP32 (an "FP32
+    island").
     """
 
     build_model: Callable[[], nn.Module]
     loss: Callable[[nn.Module, Any], torch.Tensor]
     batches: Sequence[Any]
-    split_batch: Callable[[Any], tuple[Any, Any]]
+    split_batch: Callable[[Any], tuple[Any, Any]] | None = None
     components: Mapping[str, Sequence[str]] = field(default_factory=dict)
     learning_rate: float = 1e-3
 

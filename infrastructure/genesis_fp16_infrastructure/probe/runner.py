@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map_only
 
 from genesis_fp16_infrastructure.errors import ProbeError
 from genesis_fp16_infrastructure.probe import measures as ms
@@ -203,7 +204,7 @@ class ProbeSetup(Protocol):
     @property
     def batches(self) -> Sequence[Any]: ...
     @property
-    def split_batch(self) -> Callable[[Any], tuple[Any, Any]]: ...
+    def split_batch(self) -> Callable[[Any], tuple[Any, Any]] | None: ...
     @property
     def components(self) -> Mapping[str, Sequence[str]]: ...
     @property
@@ -439,11 +440,22 @@ def _train(variant: Variant, model: nn.Module, ctx: _Context, run: _Run) -> None
         run.unchanged_total = sum(same.values()) / max(numel, 1) / taken
 
 
+def halve_batch(batch: Any) -> tuple[Any, Any]:
+    """``ProbeSetup.split_batch``'s default: every tensor of ``batch`` (in its tuples, named
+    tuples, lists and dicts) cut in two along its first dimension, ``len // 2`` rows first.
+
+    >>> halve_batch((torch.arange(5), "ids"))
+    ((tensor([0, 1]), 'ids'), (tensor([2, 3, 4]), 'ids'))
+    """
+    first = tree_map_only(torch.Tensor, lambda t: t[: len(t) // 2], batch)
+    return first, tree_map_only(torch.Tensor, lambda t: t[len(t) // 2 :], batch)
+
+
 def _noise_floor(fp32: Variant, ctx: _Context, ref: _Run) -> tuple[float, float]:
     """||g(A) - g(B)|| / ||g|| and the sign disagreement between the two half-batches."""
     halves = [
         _frozen_pass(fp32, prepare_model(fp32, ctx.base), ctx, to_device(half, ctx.device)).grads
-        for half in ctx.setup.split_batch(ctx.setup.batches[0])
+        for half in (ctx.setup.split_batch or halve_batch)(ctx.setup.batches[0])
     ]
     gap = {n: halves[0][n] - halves[1][n] for n in ref.grads}
     floor = ms.ratio(ms.norm(gap), ms.norm(ref.grads))

@@ -196,9 +196,6 @@ class _WorkloadTask:
     def build_optimizers(self, model: nn.Module) -> list[torch.optim.Optimizer]:
         return self.optimizers(model)
 
-    def build_schedulers(self, optimizers: Any) -> list[Any]:
-        return []
-
     def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Batch, int]]:
         for batch in self.workload.train_batches:
             yield batch, self.batch_size

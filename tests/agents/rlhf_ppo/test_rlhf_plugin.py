@@ -13,6 +13,7 @@ import torch
 
 from genesis_fp16.plugin_api import AgentPlugin, TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
+from genesis_fp16_infrastructure.probe.runner import halve_batch
 from genesis_fp16_infrastructure.training import TrainingSummary
 
 RANDOM_POLICY_REWARD = 0.25  # mean partial credit of a uniform next digit
@@ -175,8 +176,10 @@ def test_sample_data_and_probe_setup(tmp_path: Path) -> None:
     names = [n for n, _ in m1.named_modules()]
     for prefixes in setup.components.values():
         assert all(any(n.startswith(p) for n in names) for p in prefixes)
-    half, other = setup.split_batch(setup.batches[0])
+    assert setup.split_batch is None  # the probe's default halves every tensor
+    half, other = halve_batch(setup.batches[0])
     assert half["seqs"].shape[0] + other["seqs"].shape[0] == setup.batches[0]["seqs"].shape[0]
+    assert half["old_logp"].shape[0] == half["seqs"].shape[0]
     loss = setup.loss(m1, setup.batches[0])
     loss.backward()
     grads = [p.grad for n, p in m1.named_parameters() if n.startswith("policy.")]

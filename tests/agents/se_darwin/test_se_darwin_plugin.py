@@ -25,6 +25,7 @@ from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16.plugin_api import AgentPlugin, TrainRequestError, TrainResult
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.probe.runner import halve_batch
 from genesis_fp16_infrastructure.recipes.retrain import run as retrain_run
 from genesis_fp16_infrastructure.recipes.retrain import task as task_module
 from genesis_fp16_infrastructure.recipes.retrain.split import split_examples
@@ -110,8 +111,10 @@ def test_probe_setup_gives_the_real_model_and_batches(data: Path) -> None:
     for prefixes in setup.components.values():
         assert prefixes and all(p in names for p in prefixes)
     assert len(setup.batches) >= 2
-    left, right = setup.split_batch(setup.batches[0])
-    assert len(left) + len(right) == len(setup.batches[0])
+    assert setup.split_batch is None  # the probe's default halves every tensor
+    left, right = halve_batch(setup.batches[0])
+    assert type(left) is type(setup.batches[0]) and len(left) + len(right) == len(setup.batches[0])
+    assert all(len(t) == len(left) for t in left)
     assert torch.isfinite(setup.loss(a, setup.batches[0]))
 
 

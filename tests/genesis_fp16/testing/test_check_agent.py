@@ -50,6 +50,24 @@ def test_the_scaffolded_agent_meets_the_contract(scaffold: Any) -> None:
     assert report.ok, report.summary()
 
 
+def test_the_probe_line_says_when_the_default_split_is_used(scaffold: Any) -> None:
+    """A ProbeSetup without split_batch (the scaffold's): the probe line names the default;
+    one with its own says nothing of it."""
+    report = check_agent(scaffold.plugin, rules=["probe_setup_works"])
+    assert report.ok and report.results[-1].line().endswith(
+        " batches, a finite loss; split_batch: the default, each tensor cut in two along its "
+        "first dimension"
+    )
+
+    class Own(scaffold.Agent):  # type: ignore[misc, name-defined]
+        def probe_setup(self, data_path: Any, seed: int) -> Any:
+            setup = super().probe_setup(data_path, seed)
+            return dataclasses.replace(setup, split_batch=lambda b: (b, b))
+
+    own = check_agent(Own(), rules=["probe_setup_works"])
+    assert own.ok and own.results[-1].line().endswith(" batches, a finite loss")
+
+
 def _broken(scaffold: Any, rule: str) -> Any:
     """The scaffold's agent with one defect that breaks ``rule``."""
     agent, fit = scaffold.Agent, scaffold.fit

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -70,6 +71,16 @@ def test_fp32_repeat_is_bit_identical_and_the_deterministic_setting_is_restored(
     assert not torch.are_deterministic_algorithms_enabled()
     assert [v.name for v in report.variants] == ["fp32", "fp32_repeat"]
     assert report.recommended == "fp32"  # nothing else ran
+
+
+def test_a_setup_without_split_batch_gets_the_default_halves() -> None:
+    """No split_batch: the probe cuts each tensor in two along its first dimension, the
+    noise floor of a splitter that does the same by hand."""
+    setup = setup_for(small_init_model, features=16)
+    own = run_probe(setup, steps=1, only=[])
+    default = run_probe(dataclasses.replace(setup, split_batch=None), steps=1, only=[])
+    assert default.noise_floor == own.noise_floor > 0
+    assert default.sign_noise == own.sign_noise
 
 
 def test_report_json_is_one_serialisable_object_with_verdicts() -> None:

@@ -12,7 +12,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import ProbeSetup
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
-from genesis_fp16_infrastructure.recipes.retrain.task import Batch, WorldModelTask
+from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.world_model.model import HEAD_MODULES, TRUNK_MODULES
 
 _PROBE_BATCHES = 9
@@ -42,13 +42,6 @@ def probe_setup(data_path: Path | None, seed: int, agent: str) -> ProbeSetup:
         build_model=build_model,
         loss=task.loss,
         batches=batches,
-        split_batch=_split_batch,
         components={"heads": list(HEAD_MODULES), "trunk": list(TRUNK_MODULES)},
         learning_rate=options.learning_rate,
     )
-
-
-def _split_batch(batch: Batch) -> tuple[Batch, Batch]:
-    half = len(batch) // 2
-    index = torch.arange(len(batch))
-    return batch.take(index[:half]), batch.take(index[half:])

@@ -38,7 +38,6 @@ import torch
 from torch import nn
 from torch.nn.functional import binary_cross_entropy_with_logits
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
@@ -150,9 +149,6 @@ class WorldModelStep:
         # Checkpoints of the loop-layout ensemble (one WorldModel per member) resume.
         optimizer.register_load_state_dict_pre_hook(stack_loop_optimizer_state)
         return [optimizer]
-
-    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
-        return ()
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """The three heads' loss; over one member, the sum of each member's on the records

@@ -50,7 +50,12 @@ from genesis_fp16_infrastructure.training.reports import FaultBundle
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
 from genesis_fp16_infrastructure.training.run.loop import epoch_groups
-from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask, to_device
+from genesis_fp16_infrastructure.training.run.task import (
+    IterationHooks,
+    TrainingTask,
+    task_trainer,
+    to_device,
+)
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 logger = logging.getLogger(__name__)
@@ -204,10 +209,8 @@ def scratch_trainer(task: TrainingTask, trainer: Trainer) -> Trainer:
         live.resolved, live.device, live.scaler.config, announce=False
     )
     model = task.build_model().to(policy.device)
-    optimizers = task.build_optimizers(model)
-    schedulers = task.build_schedulers(optimizers)
     config = replace(trainer.config, cuda_graph="off", compile="off", measured_execution=None)
-    return Trainer(model, optimizers, policy, config, schedulers)
+    return task_trainer(task, model, policy, config)
 
 
 def _groups_from(

@@ -79,9 +79,8 @@ class ReplayTarget:
     @classmethod
     def of_task(cls, task: Any, batch_types: Sequence[type] = ()) -> ReplayTarget:
         """The target of a ``TrainingTask`` (its own model, loss, optimizers, schedulers)."""
-        return cls(
-            task.build_model, task.loss, task.build_optimizers, task.build_schedulers, batch_types
-        )
+        schedulers = getattr(task, "build_schedulers", None)  # optional: none without
+        return cls(task.build_model, task.loss, task.build_optimizers, schedulers, batch_types)
 
 
 def replay(

@@ -122,8 +122,8 @@ from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_
 from genesis_fp16_infrastructure.training.run.task import (
     StepTask,
     batch_shapes,
-    cuda_generators,
     first_batches,
+    task_trainer,
     to_device,
 )
 from genesis_fp16_infrastructure.training.step.execution import MeasuredExecution
@@ -403,14 +403,11 @@ def _build_row(bench: _Bench, name: PrecisionName, mode: str) -> Trainer | str:
     assert bench.template is not None
     policy = PrecisionPolicy.create(name, bench.device, bench.scaler, announce=False)
     model = copy.deepcopy(bench.template).to(bench.device)
-    optimizers = bench.task.build_optimizers(model)
     # Uncompiled rows, for compile=on too: compiling every candidate would cost more than
     # the run; such a run then trains the chosen precision compiled and captured.
     row_config = replace(bench.config, cuda_graph=mode, measured_execution=None, compile="off")
     try:
-        schedulers = bench.task.build_schedulers(optimizers)
-        generators = cuda_generators(bench.task)
-        return Trainer(model, optimizers, policy, row_config, schedulers, None, generators)
+        return task_trainer(bench.task, model, policy, row_config)
     except ExecutionError as exc:
         return exc.obstacle
 

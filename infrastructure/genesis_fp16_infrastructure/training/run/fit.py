@@ -52,7 +52,7 @@ from genesis_fp16_infrastructure.training.run.task import (
     FitResult,
     IterationHooks,
     TrainingTask,
-    cuda_generators,
+    task_trainer,
 )
 from genesis_fp16_infrastructure.training.run.verify_capture import verify_run
 from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
@@ -262,10 +262,7 @@ def _build_trainer(
     model = task.build_model().to(policy.device)
     policy.check_model(model)
     model = distributed.wrap_model(model, policy, fsdp=options.fsdp)  # no-op in one process
-    optimizers = task.build_optimizers(model)
-    schedulers = task.build_schedulers(optimizers)
-    generators = cuda_generators(task)
-    return Trainer(model, optimizers, policy, config, schedulers, options.on_log, generators)
+    return task_trainer(task, model, policy, config, options.on_log)
 
 
 def _expected_steps(task: TrainingTask, options: FitOptions) -> int | None:

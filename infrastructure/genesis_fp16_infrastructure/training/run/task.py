@@ -29,13 +29,13 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig
 from genesis_fp16_infrastructure.training.flight.range_stats import RangeReport, RangeStatsConfig
 from genesis_fp16_infrastructure.training.precision.decide import ResolvedPrecision, same_device
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
+from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.reports import (
     Calibration,
     Demotion,
@@ -64,10 +64,6 @@ class StepTask(Protocol):
         """The optimizers over ``model``'s parameters (``fused=True`` avoids host syncs)."""
         ...
 
-    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
-        """LR schedulers for those optimizers; may be ``()``."""
-        ...
-
     def train_batches(self, epoch: int, seed: int) -> Iterable[tuple[Any, int]]:
         """One epoch of ``(batch, num_samples)``, in an order fixed by ``(epoch, seed)``."""
         ...
@@ -83,9 +79,10 @@ class TrainingTask(StepTask, Protocol):
 
     ``train_batches(epoch, seed)`` yields ``(batch, num_samples)`` pairs and must yield
     the same sequence for the same arguments: that is what makes resume exact. A task
-    may also define ``load_extra_state(state)``; on resume it receives what
-    ``extra_state()`` returned when the checkpoint was written (plain Python values and
-    tensors only, so that the checkpoint stays ``weights_only``-loadable).
+    may also define ``build_schedulers(optimizers)``, the LR schedulers for those
+    optimizers (none without it), and ``load_extra_state(state)``; on resume it receives
+    what ``extra_state()`` returned when the checkpoint was written (plain Python values
+    and tensors only, so that the checkpoint stays ``weights_only``-loadable).
 
     Devices: ``fit()`` resolves the run's device (``auto`` is cuda on a GPU host), moves
     the model there, and moves every tensor of each training batch there before
@@ -218,10 +215,22 @@ def batch_shapes(value: Any, *, bucketed: bool = False) -> str:
     return type(value).__name__
 
 
-def cuda_generators(task: object) -> tuple[torch.Generator, ...]:
-    """The task's own CUDA generators, from its optional ``cuda_generators()``; () without."""
+def task_trainer(
+    task: StepTask,
+    model: nn.Module,
+    policy: PrecisionPolicy,
+    config: TrainerConfig,
+    on_log: Callable[[TrainingSummary], None] | None = None,
+) -> Trainer:
+    """A trainer of ``model`` (on ``policy``'s device) with the task's optimizers over it,
+    its LR schedulers (the optional ``build_schedulers``: none without) and its own CUDA
+    generators (the optional ``cuda_generators()``: none without)."""
+    optimizers = task.build_optimizers(model)
+    build = getattr(task, "build_schedulers", None)
+    schedulers = build(optimizers) if callable(build) else ()
     listed = getattr(task, "cuda_generators", None)
-    return tuple(listed()) if callable(listed) else ()
+    generators = tuple(listed()) if callable(listed) else ()
+    return Trainer(model, optimizers, policy, config, schedulers, on_log, generators)
 
 
 StepHook = Callable[[Trainer], None]

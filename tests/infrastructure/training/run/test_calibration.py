@@ -26,6 +26,8 @@ from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScale
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Measured
 from genesis_fp16_infrastructure.training.run import calibration as cal
+from genesis_fp16_infrastructure.training.run.task import task_trainer
+from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 NATIVE_BF16 = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
 
@@ -418,13 +420,13 @@ def test_the_fp16_rows_step_with_the_runs_scaler_config_not_the_default(
     """fit(auto, measure) times fp16 with FitOptions.scaler: its config and its grown scale."""
     scalers: list[LossScaler] = []
 
-    class Recording(cal.Trainer):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            if self.policy.name == "fp16":
-                scalers.append(self.scaler)
+    def recording(*args: Any, **kwargs: Any) -> Trainer:
+        trainer = task_trainer(*args, **kwargs)  # each row's trainer
+        if trainer.policy.name == "fp16":
+            scalers.append(trainer.scaler)
+        return trainer
 
-    monkeypatch.setattr(cal, "Trainer", Recording)
+    monkeypatch.setattr(cal, "task_trainer", recording)
     auto = PrecisionRequest(mode="measure", budget_s=0.5)
     options = FitOptions(steps=2, precision=auto, scaler=RUN_SCALER, resume=False)
     result = fit(RegressionTask(), options)

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
@@ -29,7 +28,8 @@ Batch = tuple[int, int, torch.Tensor, torch.Tensor]
 
 
 class RegressionTask:
-    """A fixed regression problem: y = tanh(x @ w) + noise, fed in a (seed, epoch) order."""
+    """A fixed regression problem: y = tanh(x @ w) + noise, fed in a (seed, epoch) order;
+    no ``build_schedulers`` (optional: no LR schedulers)."""
 
     def __init__(
         self,
@@ -64,9 +64,6 @@ class RegressionTask:
     def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
         return [torch.optim.AdamW(model.parameters(), lr=self.lr, fused=self.fused)]
 
-    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
-        return ()
-
     def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Batch, int]]:
         g = torch.Generator().manual_seed(seed * 100_003 + epoch)
         order = torch.randperm(len(self.x), generator=g)
@@ -90,7 +87,8 @@ class RegressionTask:
 
 
 def test_fit_runs_the_requested_steps_and_reports(tmp_path: Path) -> None:
-    """steps=6: six steps, a checkpoint at step 6, eval metrics, the resolved precision."""
+    """steps=6: six steps, a checkpoint at step 6, eval metrics, the resolved precision; a
+    task without the optional build_schedulers is a TrainingTask and trains."""
     task = RegressionTask()
     assert isinstance(task, TrainingTask)
     result = fit(task, FitOptions(precision="bf16", steps=6, checkpoint_dir=tmp_path))
