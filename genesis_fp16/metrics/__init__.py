@@ -1,4 +1,4 @@
 """What the daemon records: its Prometheus series, the RL diagnostics' gauges, the HTTP
-endpoints that serve them, per-run TensorBoard curves and the last-success store.
+endpoints that serve them and per-run TensorBoard curves.
 
-Empty on purpose: ``tracking`` and ``last_success`` must not pay for prometheus_client."""
+Empty on purpose: ``tracking`` must not pay for prometheus_client."""
