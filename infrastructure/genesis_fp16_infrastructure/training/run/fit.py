@@ -159,8 +159,9 @@ def _fit(
         if failure is not None:  # nowhere to demote to: the run cannot learn, and ends failed
             break
         demotions.append(_demote(run, guard))
+        trainer = run.trainer  # the demoted one, even if the loop ends here
         if tracker is not None:
-            tracker.forget_after(run.trainer.step_count)
+            tracker.forget_after(trainer.step_count)
     if stats is not None:
         stats.detach()  # no hooks left on the model the caller gets back
     model, policy = trainer.model, trainer.policy
