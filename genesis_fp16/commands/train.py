@@ -449,7 +449,9 @@ def _request(
         checkpoint_seconds=args.checkpoint_seconds,
     )
     try:
-        request = plan_request(settings, args.agent, *loaded, device, overrides)
+        request = plan_request(
+            settings, args.agent, loaded.plugin, loaded.capabilities, device, overrides
+        )
     except TrainRequestError as exc:
         raise UsageError(str(exc)) from None
     return request, ProgressBar(request.steps, sys.stderr) if terminal else None
