@@ -3,7 +3,8 @@
 Settings validation only checks a device's spelling (``check_device_name``): it is pure, and
 tests build settings naming ``cuda`` on any host. Whether the device exists is asked here,
 once, where it matters: ``config check``, ``serve`` and ``train`` at their start, and every
-reload of the ``.env`` file. A device that vanishes later (a GPU that falls off the bus, a
+reload of the ``.env`` file; whether a torchrun job's ranks get a GPU each, before its
+launch (:func:`check_layout`). A device that vanishes later (a GPU that falls off the bus, a
 driver reset) shows as a failed run whose error :func:`device_lost` recognizes.
 
 >>> device_problem("cpu") is None
@@ -14,9 +15,11 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from genesis_fp16.config.settings import Settings, SettingsError, _env_name
+from genesis_fp16.plugin_api import TrainRequest, TrainRequestError
 
 # What torch raises when its device is missing or lost, not when a kernel is wrong: a
 # device-side assert or an illegal address is a bug of the model, and counted as "error".
@@ -102,3 +105,40 @@ def device_lost(exc: BaseException) -> str | None:
             return text.strip().splitlines()[0] if text.strip() else type(seen).__name__
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+class LayoutError(TrainRequestError):
+    """A torchrun layout this host cannot run; refused before launch, in one line."""
+
+
+def cuda_device_count() -> int:
+    """GPUs this process can see (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_layout(
+    request: TrainRequest, nproc: int, gpu_count: Callable[[], int] = cuda_device_count
+) -> None:
+    """Refuse, before launch, ``nproc`` ranks that this host cannot give a GPU each.
+
+    Under NCCL every rank needs a GPU of its own (two ranks on one GPU make NCCL fail
+    at its first collective, and torchrun exits without a result). A ``cuda:N`` device
+    would put every rank on GPU N. CPU ranks (gloo) can share the host: not checked.
+    """
+    device = request.device
+    if nproc <= 1 or not device.startswith("cuda"):
+        return
+    setting = f"{_env_name(('agents', request.agent, 'nproc'))}={nproc}"
+    if device != "cuda":
+        raise LayoutError(
+            f"{setting} with device {device!r}: every rank would use that one GPU; set the "
+            "device to cuda (one GPU per rank) or cpu (gloo)"
+        )
+    gpus = gpu_count()
+    if nproc > gpus:
+        raise LayoutError(
+            f"{setting} on cuda needs {nproc} GPUs, one per rank (NCCL), and this host has "
+            f"{gpus}; set NPROC to at most {gpus}, or the agent's DEVICE to cpu (gloo ranks)"
+        )

@@ -21,8 +21,9 @@ next step boundary, rank 0 writes a checkpoint and prints its result. A child st
 running ``kill_after`` seconds later is killed, with every rank below it.
 
 The ranks' stderr (their JSON log records, torchrun's own text, tracebacks) is relayed
-through the daemon's logging (``stderr_relay.py``), so each line carries the job's
-``agent`` and ``run_id``.
+through the daemon's logging, the ``genesis_fp16.torchrun`` logger (:func:`relay_stderr`,
+in a thread with the job's context), so each line carries the job's ``agent`` and
+``run_id``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -43,15 +45,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from genesis_fp16.config.settings import ENV_PREFIX
+import structlog
+
+from genesis_fp16.launch.devices import check_layout
 from genesis_fp16.launch.handoff import SAFE_PYTHON, child_env, write_run_file
 from genesis_fp16.launch.kubeflow import torchrun
 from genesis_fp16.launch.run_worker import ForkedChild, RunWorker, WorkerUnavailable
-from genesis_fp16.launch.stderr_relay import relay_stderr
-from genesis_fp16.plugin_api import TrainRequest, TrainRequestError, TrainResult
+from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.api import RUN_REQUEST, TrainingSummary, files
 
 log = logging.getLogger("genesis_fp16.launcher")
+relay_log = structlog.get_logger("genesis_fp16.torchrun")
 
 _POLL_SECONDS = 0.2
 
@@ -78,43 +82,6 @@ class LaunchError(RuntimeError):
     def __init__(self, message: str, reason: str = "exit") -> None:
         super().__init__(message)
         self.reason = reason
-
-
-class LayoutError(TrainRequestError):
-    """A torchrun layout this host cannot run; refused before launch, in one line."""
-
-
-def cuda_device_count() -> int:
-    """GPUs this process can see (0 without CUDA)."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def check_layout(
-    request: TrainRequest, nproc: int, gpu_count: Callable[[], int] = cuda_device_count
-) -> None:
-    """Refuse, before launch, ``nproc`` ranks that this host cannot give a GPU each.
-
-    Under NCCL every rank needs a GPU of its own (two ranks on one GPU make NCCL fail
-    at its first collective, and torchrun exits without a result). A ``cuda:N`` device
-    would put every rank on GPU N. CPU ranks (gloo) can share the host: not checked.
-    """
-    device = request.device
-    if nproc <= 1 or not device.startswith("cuda"):
-        return
-    setting = f"{ENV_PREFIX}AGENTS__{request.agent.upper()}__NPROC={nproc}"
-    if device != "cuda":
-        raise LayoutError(
-            f"{setting} with device {device!r}: every rank would use that one GPU; set the "
-            "device to cuda (one GPU per rank) or cpu (gloo)"
-        )
-    gpus = gpu_count()
-    if nproc > gpus:
-        raise LayoutError(
-            f"{setting} on cuda needs {nproc} GPUs, one per rank (NCCL), and this host has "
-            f"{gpus}; set NPROC to at most {gpus}, or the agent's DEVICE to cpu (gloo ranks)"
-        )
 
 
 def request_file(request: TrainRequest) -> Path:
@@ -401,3 +368,67 @@ def _read_stdout(
             output.error = data
         elif "agent" in data:
             output.result = data
+
+
+_LEVELS = logging.getLevelNamesMapping() | {"EXCEPTION": logging.ERROR}
+# A plain stderr line at warning: error words, or torchrun's own W/E/F records
+# ("W0115 10:00:00.123 4242 torch/distributed/run.py:792] ...").
+_LOOKS_LIKE_ERROR = re.compile(r"(?i:error|exception|traceback|fail|fatal)|^[WEF]\d{4} ")
+
+
+def relay_stderr(stream: IO[str]) -> None:
+    """Re-emit each line of ``stream`` through the ``genesis_fp16.torchrun`` logger, in order.
+
+    A JSON object with an ``event`` is a rank's log record: it keeps its level and fields,
+    its own ``timestamp`` and ``logger`` become ``child_timestamp`` and ``child_logger``.
+    Any other line is one ``torchrun stderr`` record with ``line=``: at warning when it
+    looks like an error (or belongs to a traceback), at info otherwise; blank lines are
+    dropped.
+
+    >>> import io, structlog.testing
+    >>> with structlog.testing.capture_logs() as logs:  # the daemon's: in a thread, to EOF
+    ...     relay_stderr(io.StringIO('{"event": "step 3", "logger": "x"}\\nOSError: full\\n'))
+    >>> [(r["event"], r["log_level"], r.get("child_logger")) for r in logs]
+    [('step 3', 'info', 'x'), ('torchrun stderr', 'warning', None)]
+    """
+    in_traceback = False
+    for raw in stream:
+        line = raw.rstrip("\n")
+        if not line.strip():  # a blank record says nothing (the train command ends with one)
+            continue
+        try:
+            record = _json_record(line)
+            if record is not None:
+                _relay_record(record)
+            else:
+                in_traceback = _relay_line(line, in_traceback)
+        except Exception:  # one odd line must not stop the draining
+            log.exception("could not relay a line of torchrun's stderr: %r", line)
+
+
+def _json_record(line: str) -> dict[str, Any] | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("event"), str) else None
+
+
+def _relay_record(record: dict[str, Any]) -> None:
+    fields = dict(record)
+    event = fields.pop("event")
+    level = _LEVELS.get(str(fields.pop("level", "info")).upper(), logging.INFO)
+    for key in ("timestamp", "logger"):  # ours would overwrite them
+        if key in fields:
+            fields[f"child_{key}"] = fields.pop(key)
+    relay_log.log(level, event, **fields)
+
+
+def _relay_line(line: str, in_traceback: bool) -> bool:
+    """Log one plain line; return whether the next line may still be in a traceback."""
+    error = in_traceback or _LOOKS_LIKE_ERROR.search(line) is not None
+    relay_log.log(logging.WARNING if error else logging.INFO, "torchrun stderr", line=line)
+    # A traceback's frames are indented; its last line (the exception) is not.
+    return line.startswith("Traceback") or (in_traceback and line[:1].isspace())

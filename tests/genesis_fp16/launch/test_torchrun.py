@@ -15,16 +15,9 @@ import structlog
 from structlog.testing import capture_logs
 
 from genesis_fp16.launch import launcher
+from genesis_fp16.launch.devices import LayoutError, check_layout, cuda_device_count
 from genesis_fp16.launch.distributed import TorchrunEnv, rank_device
-from genesis_fp16.launch.launcher import (
-    LaunchError,
-    LayoutError,
-    check_layout,
-    child_command,
-    cuda_device_count,
-    train_in_child,
-)
-from genesis_fp16.launch.stderr_relay import relay_stderr
+from genesis_fp16.launch.launcher import LaunchError, child_command, relay_stderr, train_in_child
 from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.training import TrainingSummary
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
