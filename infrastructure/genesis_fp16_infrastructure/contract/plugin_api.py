@@ -87,7 +87,7 @@ from genesis_fp16_infrastructure.contract.judging import (
 )
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import DataCheck, TrainRequest
-from genesis_fp16_infrastructure.record_codec import Record, ReportError
+from genesis_fp16_infrastructure.record_codec import Record, ReportError, plain
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 
 if TYPE_CHECKING:
@@ -476,8 +476,8 @@ def _fits_plain(value: Any, hint: Any) -> bool:
 def _misfit(value: Any, hint: Any, where: str) -> str | None:
     """What is wrong with ``value`` as a ``hint``, at its innermost place, or None."""
     origin, args = get_origin(hint), get_args(hint)
-    if hint is Any:
-        return None
+    if hint is Any:  # a plugin's own record (``extra``): what its JSON will hold
+        return _not_json(plain(value), where)
     if origin is Union or origin is types.UnionType:
         if any(_misfit(value, arg, where) is None for arg in args):
             return None
@@ -525,7 +525,7 @@ def _hint_name(hint: Any) -> str:
 
 
 def _not_json(value: Any, where: str) -> str | None:
-    """Where inside ``value`` (a field's JSON form: ``to_json`` made every key a str and
+    """Where inside ``value`` (a value's JSON form: ``plain`` made every key a str and
     NaN null) something is not JSON, or None."""
     if value is None or isinstance(value, str | int | float):
         return None
@@ -553,10 +553,5 @@ def check_result(result: object, agent: str = "the plugin") -> TrainResult:
             if type(value).__name__ == "PrecisionRequest":
                 found += "; report request.precision.requested (plugin API 2)"
             raise TrainResultError(f"{agent}'s {found}")
-    out = result.to_json()
-    for name, value in out.items():
-        found = _not_json(value, f"TrainResult.{name}")
-        if found:
-            raise TrainResultError(f"{agent}'s {found}")
-    json.dumps(out, allow_nan=False)  # what train --json does: cannot fail now
+    json.dumps(result.to_json(), allow_nan=False)  # what train --json does: cannot fail now
     return result

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map_only
 
 from genesis_fp16_infrastructure.errors import ProbeError
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LOW_DTYPES
@@ -106,16 +107,9 @@ def _submodule(model: nn.Module, prefix: str) -> nn.Module:
 
 
 def _cast_floats(obj: Any, dtype: torch.dtype) -> Any:
-    """``obj`` with every floating tensor inside it (tuples, lists, dicts) cast to ``dtype``."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(dtype) if obj.is_floating_point() else obj
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple
-        return type(obj)(*(_cast_floats(o, dtype) for o in obj))
-    if isinstance(obj, list | tuple):
-        return type(obj)(_cast_floats(o, dtype) for o in obj)
-    if isinstance(obj, Mapping):
-        return {k: _cast_floats(v, dtype) for k, v in obj.items()}
-    return obj
+    """``obj`` with every floating tensor inside it (tuples, named tuples, lists, dicts)
+    cast to ``dtype``: torch's tree walk, as ``halve_batch`` cuts a batch."""
+    return tree_map_only(torch.Tensor, lambda t: t.to(dtype) if t.is_floating_point() else t, obj)
 
 
 LossFn = Callable[[nn.Module, Any], torch.Tensor]
