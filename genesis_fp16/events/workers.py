@@ -39,34 +39,14 @@ POLL_SECONDS = 1.0  # how often new events are looked for (children write them t
 SHORTEST_WAIT = 0.05  # a retry due sooner than this waits this long
 
 
-class Worker:
-    """One (agent, receiver) pair's thread."""
-
-    def __init__(self, deliverer: Deliverer, pair: Pair, stopping: threading.Event) -> None:
-        self.deliverer, self.pair = deliverer, pair
-        self._stopping = stopping  # the whole delivery's
-        self._retired = threading.Event()  # this pair's (its receiver was removed)
-        self.thread = threading.Thread(
-            target=self._loop, name=f"event-delivery-{pair[0].name}", daemon=True
-        )
-
-    def retire(self) -> None:
-        self._retired.set()
-
-    def _loop(self) -> None:
-        folder, url = self.pair
-        while not (self._stopping.is_set() or self._retired.is_set()):
-            wait = self.deliverer.turn(folder, url, self.deliverer.config())
-            if wait is None or wait > 0:
-                self._retired.wait(max(SHORTEST_WAIT, min(wait or POLL_SECONDS, POLL_SECONDS)))
-
-
 class DeliveryThread:
-    """The daemon's delivery: the supervisor and its workers, until :meth:`stop`."""
+    """The daemon's delivery: the supervisor and its workers, until :meth:`stop`. A
+    worker is one (agent, receiver) pair's thread, with its own event set when its
+    receiver is removed (``workers``: each pair's thread and that event)."""
 
     def __init__(self, deliverer: Deliverer) -> None:
         self.deliverer = deliverer
-        self.workers: dict[Pair, Worker] = {}
+        self.workers: dict[Pair, tuple[threading.Thread, threading.Event]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="event-delivery", daemon=True)
 
@@ -79,8 +59,8 @@ class DeliveryThread:
         deadline = time.monotonic() + timeout
         self._stop.set()
         self._thread.join(timeout)
-        for worker in list(self.workers.values()):
-            worker.thread.join(max(0.0, deadline - time.monotonic()))
+        for worker, _ in list(self.workers.values()):
+            worker.join(max(0.0, deadline - time.monotonic()))
 
     def _loop(self) -> None:
         try:
@@ -100,10 +80,23 @@ class DeliveryThread:
         """Start a worker for each (agent, receiver) pair configured now; retire the rest."""
         wanted = set(pairs(config))
         for pair in wanted - self.workers.keys():
-            worker = self.workers[pair] = Worker(self.deliverer, pair, self._stop)
-            worker.thread.start()
+            retired = threading.Event()
+            name = f"event-delivery-{pair[0].name}"
+            worker = threading.Thread(
+                target=self._work, args=(pair, retired), name=name, daemon=True
+            )
+            self.workers[pair] = (worker, retired)
+            worker.start()
         for pair in self.workers.keys() - wanted:
-            self.workers.pop(pair).retire()
+            self.workers.pop(pair)[1].set()
+
+    def _work(self, pair: Pair, retired: threading.Event) -> None:
+        """One pair's worker: turns it until the delivery stops or the pair is retired."""
+        folder, url = pair
+        while not (self._stop.is_set() or retired.is_set()):
+            wait = self.deliverer.turn(folder, url, self.deliverer.config())
+            if wait is None or wait > 0:
+                retired.wait(max(SHORTEST_WAIT, min(wait or POLL_SECONDS, POLL_SECONDS)))
 
 
 def start_delivery(settings: Callable[[], Settings], metrics: EventMetrics) -> DeliveryThread:
