@@ -2,11 +2,11 @@
 
 Agent ``flood`` holds ``--flood`` events not handled yet (written directly, as a writer
 leaves them); agent ``quiet`` makes one event every ``--interval`` seconds, ``--events``
-in all. The daemon's delivery (genesis_fp16.events.workers; on earlier versions the
-single ``event-delivery`` thread) posts both to a loopback receiver. Reported: each quiet
-event's delay from its making to its arrival, the flood agent's prune (its outbox past
-ten times ``--keep``) and how many of its events arrived meanwhile, and the process's
-peak RSS. Issue 69's bound: every quiet event within 5 s.
+in all. The daemon's delivery (genesis_fp16.events.delivery's DeliveryThread; on earlier
+versions the single ``event-delivery`` thread) posts both to a loopback receiver.
+Reported: each quiet event's delay from its making to its arrival, the flood agent's
+prune (its outbox past ten times ``--keep``) and how many of its events arrived
+meanwhile, and the process's peak RSS. Issue 69's bound: every quiet event within 5 s.
 
     python benchmarks/event_outbox_flood.py --flood 100000 \\
         --json benchmarks/results/event_outbox_flood_cpu-amd-epyc-2-cores.json
@@ -33,9 +33,9 @@ from genesis_fp16.bench.measure import machine_slug
 from genesis_fp16.events.delivery import Deliverer, DeliveryConfig
 from genesis_fp16_infrastructure.agent_folder import outbox
 
-try:  # this change: a thread per agent and receiver
-    from genesis_fp16.events.workers import DeliveryThread
-except ImportError:  # before it: one thread for every agent and receiver
+try:  # a thread per agent and receiver, in genesis_fp16.events.workers until it joined delivery
+    from genesis_fp16.events.workers import DeliveryThread  # type: ignore[import-not-found]
+except ImportError:  # now, and before workers (one thread for every agent and receiver)
     from genesis_fp16.events.delivery import DeliveryThread  # type: ignore[attr-defined,no-redef]
 
 BOUND_S = 5.0

@@ -690,7 +690,7 @@ def ranges_reach_metrics(run: RunOutcome) -> RunOutcome:
 def _export_ranges(result: dict[str, Any]) -> str:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from genesis_fp16.metrics.range_metrics import RangeMetrics
+    from genesis_fp16.metrics.daemon_metrics import RangeMetrics
     from genesis_fp16.plugin_api import TrainResult
 
     registry = CollectorRegistry()

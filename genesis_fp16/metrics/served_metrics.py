@@ -119,7 +119,6 @@ class LiveMetrics:
         )
         self.cursor = JournalCursor()  # the daemon's one reader of each agent's journal
         self._add_watch_series()
-        self._pointer: dict[str, tuple[Any, Any, bool, float]] = {}  # what observe_pointer saw
 
     def _add_watch_series(self) -> None:
         """The watch's own figures (judging.segments): per segment, self-test, idleness."""
@@ -180,17 +179,15 @@ class LiveMetrics:
         """The served model's watch state, from the pointer as a run left it (when it was
         served, its live figures): the not-watching gauge then follows the clock at each
         scrape, between runs too."""
-        first = agent not in self._pointer
-        self._pointer[agent] = (served_at, live, predecessor, idle_seconds)
-        since = watch_state(served_at, live, predecessor, time.time(), idle_seconds)["since"]
-        self.last_record.labels(agent=agent).set(math.nan if since is None else since)
-        if first:
-            self.not_watching.labels(agent=agent).set_function(lambda: self._idle(agent))
 
-    def _idle(self, agent: str) -> float:
-        served_at, live, predecessor, idle_seconds = self._pointer[agent]
-        state = watch_state(served_at, live, predecessor, time.time(), idle_seconds)
-        return float(state["state"] != "watching")
+        def state() -> dict[str, Any]:  # the watch now: at each scrape, this pointer's
+            return watch_state(served_at, live, predecessor, time.time(), idle_seconds)
+
+        since = state()["since"]
+        self.last_record.labels(agent=agent).set(math.nan if since is None else since)
+        self.not_watching.labels(agent=agent).set_function(
+            lambda: float(state()["state"] != "watching")
+        )
 
     def count_rollbacks(self, agent: str, new: Sequence[JournalEntry]) -> int:
         """Count the live-regression rollbacks among ``new`` journal entries (the cursor's:

@@ -39,7 +39,7 @@ from genesis_fp16.config.settings import (
     resolve_device,
 )
 from genesis_fp16.config.settings_sources import SettingsSources
-from genesis_fp16.events.workers import start_delivery
+from genesis_fp16.events.delivery import start_delivery
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.jobs.run_request import (
     check_configured_options,

@@ -18,8 +18,7 @@ import pytest
 from webhook_receiver import RawReceiver, Receiver
 
 from genesis_fp16.events import delivery
-from genesis_fp16.events.delivery import Deliverer, DeliveryConfig
-from genesis_fp16.events.workers import DeliveryThread
+from genesis_fp16.events.delivery import Deliverer, DeliveryConfig, DeliveryThread
 from genesis_fp16_infrastructure.agent_folder import files, outbox
 
 SECRET = b"isolation-test-secret"

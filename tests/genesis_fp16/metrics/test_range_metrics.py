@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from torch import nn
 
-from genesis_fp16.metrics.range_metrics import RangeMetrics
+from genesis_fp16.metrics.daemon_metrics import RangeMetrics
 from genesis_fp16_infrastructure.training.flight.range_stats import TOTAL
 from genesis_fp16_infrastructure.training.reports import ModuleRange, RangeSummary
 
