@@ -35,7 +35,7 @@ def bundle_folder(state_dir: Path, agent: str) -> Path:
 class BundleLimits(Bounded):
     """How much the bundle folder may hold: files and bytes, oldest out first."""
 
-    SETTING = "fault-bundle limits"
+    SETTING = "fault-bundle"
     max_count: int = bounded(20, ge=1)
     max_bytes: int = bounded(2 * 2**30, ge=1)
     # A single file larger than this is refused when read (a read is whole).
