@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from genesis_fp16_infrastructure.agent_folder.files import write_atomic
 from genesis_fp16_infrastructure.agent_folder.layout import BUNDLES_FOLDER, agent_root
+from genesis_fp16_infrastructure.training.precision.precision_names import Bounded, bounded
 
 SUFFIX = ".fault.pt"
 _STAMP = "%Y%m%dT%H%M%S"
@@ -31,17 +32,14 @@ def bundle_folder(state_dir: Path, agent: str) -> Path:
 
 
 @dataclass(frozen=True)
-class BundleLimits:
+class BundleLimits(Bounded):
     """How much the bundle folder may hold: files and bytes, oldest out first."""
 
-    max_count: int = 20
-    max_bytes: int = 2 * 2**30
+    SETTING = "fault-bundle"
+    max_count: int = bounded(20, ge=1)
+    max_bytes: int = bounded(2 * 2**30, ge=1)
     # A single file larger than this is refused when read (a read is whole).
     max_file_bytes: int = 8 * 2**30
-
-    def __post_init__(self) -> None:
-        if self.max_count < 1 or self.max_bytes < 1:
-            raise ValueError(f"BundleLimits({self}): max_count and max_bytes must be >= 1")
 
 
 @dataclass(frozen=True)

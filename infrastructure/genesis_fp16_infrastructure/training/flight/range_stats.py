@@ -54,7 +54,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    Bounded,
+    PrecisionName,
+    bounded,
+)
 from genesis_fp16_infrastructure.training.reports import ModuleRange, RangeSummary
 
 FP16_MAX = 65504.0
@@ -75,23 +79,21 @@ REPORTED_MODULES = 8
 
 
 @dataclass(frozen=True)
-class RangeStatsConfig:
+class RangeStatsConfig(Bounded):
     """``every``: one sampled step in this many (>= 1); None: chosen by cost, so that
     sampling costs about ``budget`` of the run's step time (0.5%: half the 1% bound, a
     margin for the first sample and a noisy clock), with a first sample at the run's
     step ``first`` (>= 2: the steps before it time a plain step)."""
 
-    every: int | None = None
+    SETTING = "range-stats"
+    every: int | None = bounded(None, ge=1)
     budget: float = 0.005
-    first: int = 3
+    first: int = bounded(3, ge=2)
 
     def __post_init__(self) -> None:
-        if self.every is not None and self.every < 1:
-            raise ValueError(f"RangeStatsConfig(every={self.every!r}): must be >= 1 or None")
+        super().__post_init__()
         if not 0.0 < self.budget <= 1.0:
             raise ValueError(f"RangeStatsConfig(budget={self.budget!r}): must be in (0, 1]")
-        if self.first < 2:
-            raise ValueError(f"RangeStatsConfig(first={self.first!r}): must be >= 2")
 
 
 @dataclass(frozen=True)

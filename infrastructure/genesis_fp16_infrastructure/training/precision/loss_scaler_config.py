@@ -39,13 +39,15 @@ from genesis_fp16_infrastructure.record_codec import Record
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     INITIAL_LOSS_SCALE,
     LOSS_SCALED,
+    Bounded,
     PrecisionName,
     RequestedName,
+    bounded,
 )
 
 
 @dataclass(frozen=True)
-class ScalerConfig:
+class ScalerConfig(Bounded):
     """The keyword arguments of :class:`LossScaler`, as one frozen value.
 
     Defaults are Precision-RL's (65536 / 2.0 / 0.5 / 2000) plus a floor of 1.0, a
@@ -56,38 +58,25 @@ class ScalerConfig:
         scaler = LossScaler.from_config("cpu", config)
     """
 
+    SETTING = "loss-scaler"
     init_scale: float = INITIAL_LOSS_SCALE
-    growth_factor: float = 2.0
-    backoff_factor: float = 0.5
-    growth_interval: int = 2000
-    min_scale: float = 1.0
+    growth_factor: float = bounded(2.0, gt=1.0)
+    backoff_factor: float = bounded(0.5, gt=0.0, lt=1.0)
+    growth_interval: int = bounded(2000, ge=1)
+    min_scale: float = bounded(1.0, ge=0.0)
     max_scale: float = 2.0**24
-    hysteresis: int = 1
-    unstable_after: int = 50
+    hysteresis: int = bounded(1, ge=1)  # 1: no hysteresis
+    unstable_after: int = bounded(50, ge=1)
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        c = self  # short: the checks read as one table
-        checks = [
-            (c.growth_factor > 1.0, f"growth_factor={c.growth_factor!r} must be > 1.0"),
-            (
-                0.0 < c.backoff_factor < 1.0,
-                f"backoff_factor={c.backoff_factor!r} must be in (0, 1)",
-            ),
-            (c.growth_interval >= 1, f"growth_interval={c.growth_interval!r} must be >= 1"),
-            (c.min_scale >= 0.0, f"min_scale={c.min_scale!r} must be >= 0"),
-            (c.max_scale >= c.min_scale, f"max_scale={c.max_scale!r} must be >= min_scale"),
-            (
-                c.min_scale <= c.init_scale <= c.max_scale,
-                f"init_scale={c.init_scale!r} must lie in [min_scale={c.min_scale!r}, "
-                f"max_scale={c.max_scale!r}]",
-            ),
-            (c.hysteresis >= 1, f"hysteresis={c.hysteresis!r} must be >= 1 (1 = no hysteresis)"),
-            (c.unstable_after >= 1, f"unstable_after={c.unstable_after!r} must be >= 1"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(f"invalid loss-scaler setting: {message}")
+        super().__post_init__()  # the fields' ranges; then the rule across fields (which
+        # also refuses max_scale < min_scale, naming both)
+        if not self.min_scale <= self.init_scale <= self.max_scale:
+            raise ValueError(
+                f"invalid loss-scaler setting: init_scale={self.init_scale!r} must lie in "
+                f"[min_scale={self.min_scale!r}, max_scale={self.max_scale!r}]"
+            )
 
 
 def config_from_state(state: Mapping[str, Any], current: ScalerConfig) -> ScalerConfig:

@@ -63,7 +63,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from genesis_fp16_infrastructure.errors import PrecisionError
 from genesis_fp16_infrastructure.record_codec import Record
@@ -271,8 +271,8 @@ REASONS: tuple[str, ...] = ("scaler_unstable", "nonfinite_loss", "overflow_rate"
 
 @dataclass(frozen=True)
 class Bounds:
-    """The range a numeric guard field must lie in (None: no bound on that side); the
-    daemon's settings read it too, so a range is declared once, on the field."""
+    """The range a numeric config field must lie in (None: no bound on that side); the
+    daemon's settings read a guard field's too, so a range is declared once, on the field."""
 
     ge: float | None = None
     gt: float | None = None
@@ -291,15 +291,38 @@ class Bounds:
         return " and ".join(f"{sign} {bound:g}" for sign, bound in parts if bound is not None)
 
 
-def _bounded(
+def bounded(
     default: Any, *, ge: float | None = None, gt: float | None = None, lt: float | None = None
 ) -> Any:
     """A dataclass field with its :class:`Bounds` in the field's metadata."""
     return field(default=default, metadata={"bounds": Bounds(ge, gt, lt)})
 
 
+class Bounded:
+    """A frozen dataclass whose numeric fields declare their ranges (:func:`bounded`): a
+    value outside one (None is not checked) is refused in one line naming the config
+    (``SETTING``), the field, the value and the range."""
+
+    SETTING: ClassVar[str]
+
+    @classmethod
+    def bounds(cls) -> dict[str, Bounds]:
+        """The :class:`Bounds` of each of the config's fields that has one, by field name
+        (a subclass's added fields too): the daemon's settings take their ranges here."""
+        found = {item.name: item.metadata.get("bounds") for item in fields(cls)}  # type: ignore[arg-type]
+        return {name: limits for name, limits in found.items() if isinstance(limits, Bounds)}
+
+    def __post_init__(self) -> None:
+        for name, limits in self.bounds().items():
+            value = getattr(self, name)
+            if value is not None and not limits.hold(value):
+                raise ValueError(
+                    f"invalid {self.SETTING} setting: {name}={value!r} must be {limits.describe()}"
+                )
+
+
 @dataclass(frozen=True)
-class GuardConfig(Record):
+class GuardConfig(Record, Bounded):
     """When the precision guard demotes a run, and to what. Every trigger can be turned off.
 
     - ``ladder``: precisions from first to last resort; a run demotes to the next entry
@@ -332,23 +355,18 @@ class GuardConfig(Record):
 
     ladder: tuple[PrecisionName, ...] = DEFAULT_LADDER
     bf16_needs_native: bool = True
-    check_interval: int = _bounded(25, ge=1)
+    check_interval: int = bounded(25, ge=1)
     on_unstable: bool = True
-    nonfinite_limit: int | None = _bounded(3, ge=1)
-    nonfinite_window: int = _bounded(100, ge=1)
-    overflow_rate_limit: float | None = _bounded(0.5, gt=0.0, lt=1.0)
-    overflow_window: int = _bounded(50, ge=1)
-    overflow_warmup: int = _bounded(25, ge=0)
-    divergence_factor: float | None = _bounded(10.0, gt=1.0)
-    divergence_ema_decay: float = _bounded(0.9, ge=0.0, lt=1.0)
-    divergence_warmup: int = _bounded(4, ge=1)
+    nonfinite_limit: int | None = bounded(3, ge=1)
+    nonfinite_window: int = bounded(100, ge=1)
+    overflow_rate_limit: float | None = bounded(0.5, gt=0.0, lt=1.0)
+    overflow_window: int = bounded(50, ge=1)
+    overflow_warmup: int = bounded(25, ge=0)
+    divergence_factor: float | None = bounded(10.0, gt=1.0)
+    divergence_ema_decay: float = bounded(0.9, ge=0.0, lt=1.0)
+    divergence_warmup: int = bounded(4, ge=1)
 
-    @classmethod
-    def bounds(cls) -> dict[str, Bounds]:
-        """The :class:`Bounds` of each of the config's fields that has one, by field name
-        (a subclass's added fields too): the daemon's settings take their ranges here."""
-        found = {item.name: item.metadata.get("bounds") for item in fields(cls)}
-        return {name: limits for name, limits in found.items() if isinstance(limits, Bounds)}
+    SETTING = "precision-guard"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ladder", tuple(self.ladder))
@@ -358,12 +376,7 @@ class GuardConfig(Record):
                 f"guard ladder={list(self.ladder)!r}: needs distinct precisions from "
                 f"{', '.join(PRECISIONS)}, e.g. fp16,bf16,fp32"
             )
-        for name, limits in self.bounds().items():
-            value = getattr(self, name)
-            if value is not None and not limits.hold(value):
-                raise ValueError(
-                    f"invalid precision-guard setting: {name}={value!r} must be {limits.describe()}"
-                )
+        super().__post_init__()  # the fields' ranges
 
 
 @dataclass(frozen=True)

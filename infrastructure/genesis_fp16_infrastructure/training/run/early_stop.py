@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.precision.precision_names import Bounded, bounded
 from genesis_fp16_infrastructure.training.reports import EarlyStopReport
 
 logger = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ MODES = ("min", "max")
 
 
 @dataclass(frozen=True)
-class EarlyStopping:
+class EarlyStopping(Bounded):
     """When ``fit()`` validates and when it gives up.
 
     ``metric`` is a key of the task's ``validate()`` result; ``mode`` says whether lower
@@ -57,21 +58,18 @@ class EarlyStopping:
     'min'
     """
 
+    SETTING = "early-stopping"
     metric: str = "loss"
     mode: Literal["min", "max"] = "min"
-    patience: int | None = 5  # None: never stop early, only keep and serve the best
-    every_steps: int = 50
-    min_delta: float = 0.0
+    patience: int | None = bounded(5, ge=1)  # None: never stop early, only keep and serve the best
+    every_steps: int = bounded(50, ge=1)
+    min_delta: float = bounded(0.0, ge=0.0)
     key: str = ""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"early stopping mode={self.mode!r}: choose from min, max")
-        for name in ("patience", "every_steps"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"early stopping {name}={getattr(self, name)!r}: must be >= 1")
-        if not self.min_delta >= 0:
-            raise ValueError(f"early stopping min_delta={self.min_delta!r}: must be >= 0")
+        super().__post_init__()
 
 
 class EarlyStopTracker:

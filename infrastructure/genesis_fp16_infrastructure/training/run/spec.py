@@ -24,6 +24,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionRequest,
     StepSpec,
     as_request,
+    bounded,
 )
 
 # At run time, not only for the type checker: the codec resolves every field's annotation
@@ -63,12 +64,13 @@ class RunSpec(StepSpec):
 
     precision: PrecisionRequest = field(default_factory=PrecisionRequest)
     device: str = "cpu"
-    steps: int | None = None
-    epochs: int | None = None
+    # The budget's and the cadence's ranges, which ``FitOptions`` checks (a ``Bounded``).
+    steps: int | None = bounded(None, ge=0)
+    epochs: int | None = bounded(None, ge=0)
     seed: int = 0
     resume: bool = True
-    checkpoint_steps: int | None = None
-    checkpoint_seconds: float | None = 60.0
+    checkpoint_steps: int | None = bounded(None, ge=1)
+    checkpoint_seconds: float | None = bounded(60.0, gt=0.0)  # None: no time bound
     guard: GuardConfig | None = None
     fsdp: bool = False
     initial_loss_scale: float | None = None

@@ -36,6 +36,7 @@ from genesis_fp16_infrastructure.training.flight.range_stats import RangeReport,
 from genesis_fp16_infrastructure.training.precision.decide import ResolvedPrecision, same_device
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.precision.precision_names import Bounded
 from genesis_fp16_infrastructure.training.reports import (
     Calibration,
     Demotion,
@@ -237,7 +238,7 @@ StepHook = Callable[[Trainer], None]
 
 
 @dataclass(frozen=True, kw_only=True)
-class FitOptions(RunSpec, RunCallbacks):
+class FitOptions(RunSpec, RunCallbacks, Bounded):
     """How ``fit()`` runs. Give ``steps``, ``epochs`` or both (whichever ends first).
 
     The run's fields and the callbacks ``on_log`` and ``should_stop`` are
@@ -289,6 +290,7 @@ class FitOptions(RunSpec, RunCallbacks):
       library's default; a ``TrainRequest``'s options turn them on).
     """
 
+    SETTING = "fit"
     checkpoint_dir: Path | None = None
     keep: int = 3
     scaler: ScalerConfig = field(default_factory=ScalerConfig)
@@ -309,16 +311,7 @@ class FitOptions(RunSpec, RunCallbacks):
             )
         if self.steps is None and self.epochs is None:
             raise ValueError("FitOptions needs steps=N or epochs=N (or both); got neither")
-        for name in ("steps", "epochs"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"{name}={value!r}: must be >= 0")
-        if self.checkpoint_steps is not None and self.checkpoint_steps < 1:
-            raise ValueError(f"checkpoint_steps={self.checkpoint_steps!r}: must be >= 1")
-        if self.checkpoint_seconds is not None and not self.checkpoint_seconds > 0:
-            raise ValueError(
-                f"checkpoint_seconds={self.checkpoint_seconds!r}: must be > 0 (None: no time bound)"
-            )
+        Bounded.__post_init__(self)  # the run fields' ranges (RunSpec declares them)
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,9 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     COMPILE_MODE,
     COMPILE_REQUESTS,
     CUDA_GRAPH_REQUESTS,
+    Bounded,
     StepSpec,
+    bounded,
 )
 from genesis_fp16_infrastructure.training.reports import TrainingSummary
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
@@ -79,7 +81,7 @@ OnLog = Callable[[TrainingSummary], None]
 
 
 @dataclass(frozen=True, kw_only=True)
-class StepTuning:
+class StepTuning(Bounded):
     """The trainer's own settings, beside the step fields every run shares (``StepSpec``):
     ``fit()`` takes these as ``FitOptions.trainer`` and the step fields from the run.
 
@@ -93,17 +95,11 @@ class StepTuning:
       be). ``Trainer.execution`` says what ran and why.
     """
 
-    max_grad_norm: float | None = 1.0
-    grad_accum_steps: int = 1
-    overflow_window: int = 100
+    SETTING = "trainer"
+    max_grad_norm: float | None = bounded(1.0, gt=0.0)  # None: no clipping
+    grad_accum_steps: int = bounded(1, ge=1)
+    overflow_window: int = bounded(100, ge=1)
     measured_execution: MeasuredExecution | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm={self.max_grad_norm!r}: must be > 0, or None")
-        for name in ("grad_accum_steps", "overflow_window"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)!r}: must be >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
