@@ -121,7 +121,7 @@ class LiveMetrics:
         self._add_watch_series()
 
     def _add_watch_series(self) -> None:
-        """The watch's own figures (judging.segments): per segment, self-test, idleness."""
+        """The watch's own figures (judging.watch): per segment, self-test, idleness."""
         gauge = self.families.gauge
         self.segment_difference = gauge(
             "watch_segment_difference",

@@ -222,7 +222,7 @@ class GateReport(Record):
 
 @dataclass(frozen=True)
 class WatchSegment(Record):
-    """One segment's test in a live watch (judging.segments): its records, the mean
+    """One segment's test in a live watch (judging.watch): its records, the mean
     difference and its anytime-valid bounds at the segment's own level ``alpha``, the
     evidence so far (an e-value: ``1 / alpha`` decides), the records still needed to
     decide at the margin (None: never at this mean), and whether it found a regression."""
@@ -240,7 +240,7 @@ class WatchSegment(Record):
 
 @dataclass(frozen=True)
 class SelfTest(Record):
-    """The live watch's A/A self-test (judging.segments.self_test): of ``replays`` replays
+    """The live watch's A/A self-test (judging.watch.self_test): of ``replays`` replays
     of its last ``records`` records under the null at the margin, how many would have
     rolled back, the rate and its 95% interval."""
 

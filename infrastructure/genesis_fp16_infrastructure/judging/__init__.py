@@ -1,4 +1,4 @@
 """The served-model lifecycle for any plugin that declares how to score its records
 (contract.judging): one judged run (:mod:`.run`: candidate, gate, verdict, prune's
-partner), its live watch (:mod:`.watch`), what they keep in the agent folder
-(:mod:`.stores`) and the anytime-valid bound they share (:mod:`.segments`)."""
+partner), its live watch with its anytime-valid bound (:mod:`.watch`), and what they
+keep in the agent folder (:mod:`.stores`)."""

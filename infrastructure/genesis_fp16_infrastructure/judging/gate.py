@@ -7,7 +7,7 @@ proof is on the candidate, and a candidate no better and no worse is promoted on
 the records are enough to show it. Each candidate is judged once, so this is a
 fixed-sample bound (mean + 1.645 s.e., normal: the records are many, their differences
 bounded); the live watch, which looks again at every run, needs the anytime-valid one
-(:mod:`.segments`). The margin is the plugin's ``judging_margin``, else 5% of the
+(:mod:`.watch`). The margin is the plugin's ``judging_margin``, else 5% of the
 served model's mean loss on those records (contract.judging.judging_margin).
 
 A plugin that returns several loss columns (contract.judging: se_darwin's ``log_loss`` and

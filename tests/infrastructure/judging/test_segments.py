@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from genesis_fp16_infrastructure.judging import segments
-from genesis_fp16_infrastructure.judging.segments import (
+from genesis_fp16_infrastructure.judging import watch
+from genesis_fp16_infrastructure.judging.watch import (
     log_evidence,
     mean_bounds,
     records_needed,
@@ -36,22 +36,22 @@ def test_a_regression_on_one_agent_is_found_although_the_mean_is_within_the_marg
     passes the margin, the harmed agent's own 200 records of 1,200 do, and the watch
     decides."""
     d, names = _mixed(1200, 1.0, seed=1, others=-0.2)
-    figures = segments.judge(d, names, SPAN, MARGIN, ALPHA)
+    figures = watch.judge(d, names, SPAN, MARGIN, ALPHA)
     harmed = next(s for s in figures["segments"] if s["name"] == "se_darwin")
     assert figures["lower"] <= MARGIN and harmed["regression"] and figures["regression"]
-    assert harmed["records"] == 200 and harmed["alpha"] == ALPHA / (2 * segments.SLOTS)
+    assert harmed["records"] == 200 and harmed["alpha"] == ALPHA / (2 * watch.SLOTS)
     assert harmed["evidence"] >= 1 / harmed["alpha"] and harmed["records_needed"] == 0
     assert not any(s["regression"] for s in figures["segments"] if s is not harmed)
-    unsplit = segments.judge(d, None, SPAN, MARGIN, ALPHA)  # the diluted mean alone
+    unsplit = watch.judge(d, None, SPAN, MARGIN, ALPHA)  # the diluted mean alone
     assert not unsplit["regression"] and unsplit["segments"] is None
 
 
 def test_segments_take_slots_in_order_of_arrival_and_the_last_is_shared() -> None:
     """Twenty agents: the first fifteen by first record own slots, the rest share OTHER."""
     names = np.array([f"a{i:02d}" for i in (19, 3, 3, *range(20))])
-    shown, slot = segments.slots(names)
-    assert shown[:3] == ["a19", "a03", "a00"] and shown[-1] == segments.OTHER
-    assert len(shown) == segments.SLOTS and slot.max() == segments.SLOTS - 1
+    shown, slot = watch.slots(names)
+    assert shown[:3] == ["a19", "a03", "a00"] and shown[-1] == watch.OTHER
+    assert len(shown) == watch.SLOTS and slot.max() == watch.SLOTS - 1
     assert list(slot[:3]) == [0, 1, 1]
 
 
@@ -85,7 +85,7 @@ def test_the_self_test_replays_the_watchs_own_decision(segmented: bool) -> None:
     at alpha 0.9 so that some do), with segments and without."""
     d, names = _mixed(150, 0.0, seed=4, spread=3.0)
     split = names if segmented else None
-    found = segments.self_test([(d, split, 0.3)], SPAN, 0.9, replays=16, seed=5)
+    found = watch.self_test([(d, split, 0.3)], SPAN, 0.9, replays=16, seed=5)
     signs = np.random.default_rng(5).choice((-1.0, 1.0), size=(16, 150))
     means = {n: d[names == n].mean() for n in AGENTS} if segmented else {}
     centred = d - (np.array([means[n] for n in names]) if segmented else d.mean())
@@ -93,7 +93,7 @@ def test_the_self_test_replays_the_watchs_own_decision(segmented: bool) -> None:
     for row in signs:
         replay = np.clip(0.3 + row * centred, -SPAN, SPAN)
         direct += any(
-            segments.judge(replay[:t], None if split is None else split[:t], SPAN, 0.3, 0.9)[
+            watch.judge(replay[:t], None if split is None else split[:t], SPAN, 0.3, 0.9)[
                 "regression"
             ]
             for t in range(1, 151)
@@ -105,12 +105,12 @@ def test_on_data_at_the_margin_the_self_test_keeps_the_rate_below_alpha() -> Non
     """A/A on 2,000 records of six agents (each at the margin's edge after centring):
     false rollbacks at most alpha of 400 replays, and the interval says so."""
     d, names = _mixed(2000, 0.2, seed=6)
-    found = segments.self_test([(d, names, MARGIN)], SPAN, ALPHA, replays=400)
+    found = watch.self_test([(d, names, MARGIN)], SPAN, ALPHA, replays=400)
     assert found["rate"] <= ALPHA and found["lower"] <= found["rate"] <= found["upper"]
     assert found["records"] == 2000 and found["replays"] == 400
 
 
 def test_the_wilson_interval_covers_the_rate() -> None:
     """The 95% Wilson interval of 10 in 200 is [0.0274, 0.0896] (by hand)."""
-    lower, upper = segments.wilson(10, 200)
+    lower, upper = watch.wilson(10, 200)
     assert round(lower, 4) == 0.0274 and round(upper, 4) == 0.0896
