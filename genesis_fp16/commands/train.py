@@ -38,6 +38,7 @@ from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.train_checks import (
     bound_history,
     check_arguments,
+    integer_from,
     own_state_folder,
     refuse_unusable_device,
 )
@@ -86,13 +87,6 @@ from genesis_fp16_infrastructure.api import (
 log = logging.getLogger("genesis_fp16.train")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number >= 1")
-    return value
-
-
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0 or value == float("inf"):
@@ -124,7 +118,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--checkpoint-dir", type=Path, help="default: the agent's state folder")
     parser.add_argument(
         "--checkpoint-steps",
-        type=_positive_int,
+        type=integer_from(1),
         metavar="N",
         help="checkpoint every N steps (default GENESIS_FP16_CHECKPOINT_STEPS, else a tenth "
         "of the run or each validation)",
