@@ -70,22 +70,6 @@ class GuardSwitches(BaseModel):
         return self
 
 
-def setting_fields(config: type[GuardConfig]) -> dict[str, Any]:
-    """``{guard_<field>: (type, default)}`` for each field of the dataclass ``config``, in
-    its order (an optional trigger's default off is 0). A field whose type has no text
-    form here fails at import, naming it."""
-    defaults = config()
-    out: dict[str, Any] = {}
-    for name, (hint, kind, _) in _field_types(config).items():
-        if kind not in _SETTING_TYPES:
-            raise TypeError(
-                f"GuardConfig.{name}: {hint} has no setting form; "
-                f"give it one in {__name__}._SETTING_TYPES"
-            )
-        out[f"guard_{name}"] = (_SETTING_TYPES[kind], _setting_value(getattr(defaults, name)))
-    return out
-
-
 def config_from(settings: BaseModel, config: type[Any]) -> Any:
     """``config`` (a GuardConfig) built from the ``guard_<field>`` settings."""
     values: dict[str, Any] = {}
@@ -127,9 +111,19 @@ def _setting_value(value: Any) -> Any:
 
 def settings_model(config: type[GuardConfig]) -> type[GuardSwitches]:
     """The settings of ``config`` (GuardConfig, or a test's larger one): a model with
-    :class:`GuardSwitches` and :func:`setting_fields`, each setting checked by ``config``
-    itself as it is read (its range, or 0 for an optional trigger's off; the ladder)."""
-    kinds = _field_types(config)
+    :class:`GuardSwitches` and a setting ``guard_<field>`` for each field of the dataclass
+    ``config``, in its order, with its default (an optional trigger's off is 0), each
+    checked by ``config`` itself as it is read (its range, or 0 for off; the ladder). A
+    field whose type has no text form here fails at import, naming it."""
+    kinds, defaults = _field_types(config), config()
+    fields: dict[str, Any] = {}
+    for name, (hint, kind, _) in kinds.items():
+        if kind not in _SETTING_TYPES:
+            raise TypeError(
+                f"GuardConfig.{name}: {hint} has no setting form; "
+                f"give it one in {__name__}._SETTING_TYPES"
+            )
+        fields[f"guard_{name}"] = (_SETTING_TYPES[kind], _setting_value(getattr(defaults, name)))
 
     def checked_by_config(cls: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
         name = str(info.field_name).removeprefix("guard_")
@@ -137,10 +131,9 @@ def settings_model(config: type[GuardConfig]) -> type[GuardSwitches]:
         field = _field_value(value, kind, optional)
         try:
             config(**{name: field})
-        except ValueError as exc:
-            raise ValueError(
-                f"{exc}{' (or 0 to turn the trigger off)' if optional else ''}"
-            ) from None
+        except ValueError as exc:  # its range, its ladder: the library's words
+            off = " (or 0 to turn the trigger off)" if optional else ""
+            raise ValueError(f"{exc}{off}") from None
         return ",".join(field) if isinstance(field, tuple) else value
 
     checked = field_validator(*(f"guard_{name}" for name in kinds))(checked_by_config)
@@ -149,7 +142,7 @@ def settings_model(config: type[GuardConfig]) -> type[GuardSwitches]:
         __base__=GuardSwitches,
         __doc__="``GENESIS_FP16_GUARD_*``: triggers, ladder, and promotion after clean runs.",
         __validators__={"_checked_by_config": checked},
-        **setting_fields(config),
+        **fields,
     )
 
 
