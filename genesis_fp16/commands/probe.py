@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.reading import command_plugin, command_settings
-from genesis_fp16.commands.train_checks import check_data_and_device
+from genesis_fp16.commands.train_checks import check_data_and_device, integer_from
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.settings import Settings, resolve_device
 from genesis_fp16_infrastructure.api import write_json_atomic
@@ -31,19 +31,6 @@ if TYPE_CHECKING:
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
 
 
-def _integer_from(low: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value}: must be at least {low}")
-        return value
-
-    return parse
-
-
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "probe", help="measure what fp16/bf16 do to an agent's model", description=__doc__
@@ -54,12 +41,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--data", type=Path, help="data the agent builds its batches from")
     parser.add_argument(
         "--steps",
-        type=_integer_from(1),
+        type=integer_from(1),
         help="optimizer steps per variant (default: GENESIS_FP16_PROBE_STEPS, 10)",
     )
-    parser.add_argument(
-        "--seed", type=_integer_from(0), help="seed (default: GENESIS_FP16_SEED, 0)"
-    )
+    parser.add_argument("--seed", type=integer_from(0), help="seed (default: GENESIS_FP16_SEED, 0)")
     parser.add_argument(
         "--device",
         help="cpu, cuda or cuda:N (default: the agent's DEVICE, else GENESIS_FP16_DEVICE, "

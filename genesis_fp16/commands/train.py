@@ -38,6 +38,7 @@ from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.train_checks import (
     bound_history,
     check_arguments,
+    integer_from,
     own_state_folder,
     refuse_unusable_device,
 )
@@ -86,13 +87,6 @@ from genesis_fp16_infrastructure.api import (
 log = logging.getLogger("genesis_fp16.train")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number >= 1")
-    return value
-
-
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0 or value == float("inf"):
@@ -124,7 +118,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--checkpoint-dir", type=Path, help="default: the agent's state folder")
     parser.add_argument(
         "--checkpoint-steps",
-        type=_positive_int,
+        type=integer_from(1),
         metavar="N",
         help="checkpoint every N steps (default GENESIS_FP16_CHECKPOINT_STEPS, else a tenth "
         "of the run or each validation)",
@@ -202,9 +196,8 @@ def run(args: argparse.Namespace) -> int:
         # The daemon loaded this agent under its allowlist before it sent the run.
         loaded = load_plugin(args.agent, settings.plugin_allowlist if settings else None)
         if config is not None:  # checked before any data is generated or a group formed
-            resolve_options(
-                args.agent, loaded.capabilities.options, config.own.options, _flags(args)
-            )
+            flags = parse_option_flags(args.option)
+            resolve_options(args.agent, loaded.capabilities.options, config.own.options, flags)
     except (PluginError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
     if settings is None:  # the launcher relays its child's records: it parses JSON
@@ -276,13 +269,6 @@ def _run_owned(
         # torchrun rank exit 0 (their launchers read the result, and torchrun takes a
         # rank's non-zero exit for a crash).
         return code if env is None and handed is None else 0
-
-
-def _flags(args: argparse.Namespace) -> dict[str, str]:
-    try:
-        return parse_option_flags(args.option)
-    except TrainRequestError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _read_request_file(path: Path) -> tuple[TrainRequest, str]:
@@ -444,7 +430,7 @@ def _request(
         cuda_graph=args.cuda_graph,
         compile=args.compile,
         log_interval=PROGRESS_INTERVAL if terminal or tracked else None,
-        options=_flags(args),
+        options=parse_option_flags(args.option),  # run() refused bad ones
         checkpoint_steps=args.checkpoint_steps,
         checkpoint_seconds=args.checkpoint_seconds,
     )

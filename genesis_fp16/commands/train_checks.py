@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from genesis_fp16.cli import DeviceUnavailable, UsageError
@@ -63,6 +64,21 @@ def check_data_and_device(args: argparse.Namespace) -> None:
             check_device_name(args.device)
         except ValueError as exc:
             raise UsageError(f"--device: {exc}") from None
+
+
+def integer_from(low: int) -> Callable[[str], int]:
+    """argparse's ``type`` of train's and probe's counts: an integer >= ``low``, else exit 2."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value}: must be at least {low}")
+        return value
+
+    return parse
 
 
 def own_state_folder(args: argparse.Namespace, settings: Settings) -> int | None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import (
@@ -33,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from genesis_fp16_infrastructure.api import PRECISIONS, GuardConfig, PrecisionName
+from genesis_fp16_infrastructure.api import GuardConfig, PrecisionName
 
 # The value types a GuardConfig field may have, and the setting's type for each.
 # A ladder of precisions is written as a comma-separated string (GuardConfig checks it).
@@ -65,58 +64,26 @@ class GuardSwitches(BaseModel):
 
     @model_validator(mode="after")
     def _check_guard(self) -> Any:
-        # At start-up (and on reload): each field's range was checked by pydantic, so
-        # this fails only on a rule across fields that GuardConfig itself holds.
+        # At start-up (and on reload): each field was checked by GuardConfig as it was
+        # read, so this fails only on a rule across fields that GuardConfig itself holds.
         self._guard = config_from(self, GuardConfig)
         return self
-
-    @field_validator("guard_ladder", check_fields=False)
-    @classmethod
-    def _check_ladder(cls, value: str) -> str:
-        names = [name.strip() for name in value.split(",") if name.strip()]
-        if not names or len(set(names)) != len(names) or set(names) - set(PRECISIONS):
-            raise ValueError(
-                f"{value!r} must be distinct precisions from {', '.join(PRECISIONS)}, "
-                "comma-separated, e.g. fp16,bf16,fp32"
-            )
-        return ",".join(names)
-
-
-def setting_fields(config: type[GuardConfig]) -> dict[str, Any]:
-    """``{guard_<field>: (type, pydantic Field)}`` for each field of the dataclass
-    ``config``, in its order: its default, its :class:`Bounds` (an optional trigger's
-    setting takes 0, off, besides its range). A field whose type has no text form here
-    fails at import, naming it."""
-    defaults, ranges = config(), config.bounds()
-    out: dict[str, Any] = {}
-    for name, (hint, kind, optional) in _field_types(config).items():
-        if kind not in _SETTING_TYPES:
-            raise TypeError(
-                f"GuardConfig.{name}: {hint} has no setting form; "
-                f"give it one in {__name__}._SETTING_TYPES"
-            )
-        limits = ranges.get(name)
-        ge, gt, lt = (limits.ge, limits.gt, limits.lt) if limits is not None else (None,) * 3
-        if optional:  # 0 is off: the range starts at 0, the gap above it is checked below
-            ge, gt = kind(0), None
-        out[f"guard_{name}"] = (
-            _SETTING_TYPES[kind],
-            Field(default=_setting_value(getattr(defaults, name)), ge=ge, gt=gt, lt=lt),
-        )
-    return out
 
 
 def config_from(settings: BaseModel, config: type[Any]) -> Any:
     """``config`` (a GuardConfig) built from the ``guard_<field>`` settings."""
     values: dict[str, Any] = {}
     for name, (_, kind, optional) in _field_types(config).items():
-        value = getattr(settings, f"guard_{name}")
-        if kind in (tuple[str, ...], tuple[PrecisionName, ...]):
-            value = tuple(value.split(","))
-        elif optional and value == 0:
-            value = None
-        values[name] = value
+        values[name] = _field_value(getattr(settings, f"guard_{name}"), kind, optional)
     return config(**values)
+
+
+def _field_value(value: Any, kind: Any, optional: bool) -> Any:
+    """A setting's value as its field takes it: a ladder as a tuple, an optional
+    trigger's 0 as None (off)."""
+    if kind in (tuple[str, ...], tuple[PrecisionName, ...]):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return None if optional and value == 0 else value
 
 
 def _field_types(config: type[Any]) -> dict[str, tuple[Any, Any, bool]]:
@@ -144,28 +111,38 @@ def _setting_value(value: Any) -> Any:
 
 def settings_model(config: type[GuardConfig]) -> type[GuardSwitches]:
     """The settings of ``config`` (GuardConfig, or a test's larger one): a model with
-    :class:`GuardSwitches` and :func:`setting_fields`, whose optional triggers take 0 or
-    a value in their field's range."""
-    ranges = {f"guard_{name}": limits for name, limits in config.bounds().items()}
-    optional = [f"guard_{name}" for name, (_, _, off) in _field_types(config).items() if off]
-
-    def off_or_in_range(cls: type[BaseModel], value: float, info: ValidationInfo) -> float:
-        limits = ranges.get(str(info.field_name))
-        if value != 0 and limits is not None and not limits.hold(value):
-            raise ValueError(
-                f"{value!r} must be {limits.describe()} (or 0 to turn the trigger off)"
+    :class:`GuardSwitches` and a setting ``guard_<field>`` for each field of the dataclass
+    ``config``, in its order, with its default (an optional trigger's off is 0), each
+    checked by ``config`` itself as it is read (its range, or 0 for off; the ladder). A
+    field whose type has no text form here fails at import, naming it."""
+    kinds, defaults = _field_types(config), config()
+    fields: dict[str, Any] = {}
+    for name, (hint, kind, _) in kinds.items():
+        if kind not in _SETTING_TYPES:
+            raise TypeError(
+                f"GuardConfig.{name}: {hint} has no setting form; "
+                f"give it one in {__name__}._SETTING_TYPES"
             )
-        return value
+        fields[f"guard_{name}"] = (_SETTING_TYPES[kind], _setting_value(getattr(defaults, name)))
 
-    validators: dict[str, Callable[..., Any]] = {}
-    if optional:
-        validators["_off_or_in_range"] = field_validator(*optional)(off_or_in_range)
+    def checked_by_config(cls: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
+        name = str(info.field_name).removeprefix("guard_")
+        _, kind, optional = kinds[name]
+        field = _field_value(value, kind, optional)
+        try:
+            config(**{name: field})
+        except ValueError as exc:  # its range, its ladder: the library's words
+            off = " (or 0 to turn the trigger off)" if optional else ""
+            raise ValueError(f"{exc}{off}") from None
+        return ",".join(field) if isinstance(field, tuple) else value
+
+    checked = field_validator(*(f"guard_{name}" for name in kinds))(checked_by_config)
     return create_model(
         f"{config.__name__}Settings",
         __base__=GuardSwitches,
         __doc__="``GENESIS_FP16_GUARD_*``: triggers, ladder, and promotion after clean runs.",
-        __validators__=validators,
-        **setting_fields(config),
+        __validators__={"_checked_by_config": checked},
+        **fields,
     )
 
 

@@ -79,10 +79,12 @@ PRECISION_CHOICES: tuple[RequestedName, ...] = CHOICES
 class SettingsError(Exception):
     """Invalid configuration; ``str(exc)`` is one line naming each bad setting, cut at
     two errors' worth (a thousand bad lines are not echoed whole; with a command's or a
-    log line's words around it, it stays within ``LOG_VALUE_BOUND``, not cut twice)."""
+    log line's words around it, it stays within ``LOG_VALUE_BOUND``, not cut twice).
+    ``sources``: what was read before the error, when the ``.env`` file was read."""
 
-    def __init__(self, errors: list[str]) -> None:
+    def __init__(self, errors: list[str], sources: SettingsSources | None = None) -> None:
         self.errors = [bounded(error) for error in errors]  # a 1 MB value is not echoed
+        self.sources = sources  # settings_reading goes on from it: the file is read once
         super().__init__(bounded("; ".join(self.errors), 2 * MAX_SHOWN))
 
 
@@ -423,7 +425,7 @@ def load_settings_with_sources(
     """:func:`load_settings`, and where each value came from (``config check``, reloads)."""
     sources = settings_sources(env_file)
     if sources.unparsable:  # the file itself is broken: its values mean nothing yet
-        raise SettingsError(list(sources.errors))
+        raise SettingsError(list(sources.errors), sources)
     errors = list(sources.errors)
     settings = None
     file = sources.env_file if sources.env_file_read else None
@@ -440,7 +442,7 @@ def load_settings_with_sources(
         name = _env_name((match.group(1),)) if match else "configuration"
         errors.append(f"{name}: not valid JSON ({exc.__cause__ or exc})")
     if errors or settings is None:
-        raise SettingsError(errors)
+        raise SettingsError(errors, sources)
     return settings, sources
 
 

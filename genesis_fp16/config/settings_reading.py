@@ -37,14 +37,12 @@ from genesis_fp16.config.settings import (
     Settings,
     SettingsError,
     load_settings_with_sources,
-    resolve_env_file,
 )
 from genesis_fp16.config.settings_sources import (
     MAX_SHOWN,
     EnvFileLine,
     SettingsSources,
     bounded,
-    read_env_file,
 )
 from genesis_fp16_infrastructure.api import is_agent_name
 
@@ -97,23 +95,23 @@ def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRea
     """:func:`load_settings_with_sources`, or, when the ``.env`` file is what it refuses,
     the settings without the file's bad lines (:class:`SettingsRead`). Raises the first
     :class:`SettingsError` when the environment itself is bad, or the file is missing."""
-    path = resolve_env_file(env_file)
     try:
         settings, sources = load_settings_with_sources(env_file)
         return SettingsRead(settings, sources)
     except SettingsError as exc:
         first = exc
-    if not path.is_file():  # the environment's error, or a named file that is not there
-        raise first
-    # The file's NAME=value lines by upper-cased name (a name set twice: its later line);
-    # none when it is not UTF-8 or too big.
-    lines = read_env_file(path)[0]
+    if first.sources is None or not first.sources.env_file_read:
+        raise first  # the environment's error, or a named file that is not there
+    path = first.sources.env_file
+    # The file's NAME=value lines by upper-cased name, as the load read them (a name set
+    # twice: its later line); none when it is not UTF-8 or too big.
+    lines = dict(first.sources.file)
     refused = "; ".join(first.errors)
     left_out = _blamed(first, set(lines))
     with tempfile.TemporaryDirectory(prefix="genesis-fp16-env-") as folder:
         kept = Path(folder) / ".env"
         for _ in range(MAX_ROUNDS):  # the unparsable lines are never among ``lines``
-            loaded = _load_lines(kept, lines, left_out, path.resolve())
+            loaded = _load_lines(kept, lines, left_out, path)
             if not isinstance(loaded, SettingsError):
                 shown, whole = tuple(sorted(left_out)), not set(lines) - left_out
                 read = SettingsRead(*loaded, refused, shown, whole)
@@ -122,7 +120,7 @@ def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRea
             if not blamed:
                 break
             left_out |= blamed
-        loaded = _load_lines(kept, {}, set(), path.resolve())
+        loaded = _load_lines(kept, {}, set(), path)
     if isinstance(loaded, SettingsError):
         raise first
     read = SettingsRead(*loaded, refused, (), whole_file=True)

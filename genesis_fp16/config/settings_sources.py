@@ -53,9 +53,9 @@ def bounded(text: str, limit: int = MAX_SHOWN) -> str:
 
 
 def env_file_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be read as an env file, in one line; None when it is a regular,
-    readable file of a sane size, or when nothing at all is there (a dangling link is
-    something: it is refused)."""
+    """Why ``path`` cannot be read as an env file, in one line; None when it is a regular
+    file, or when nothing at all is there (a dangling link is something: it is refused).
+    Whether it can be opened, and its size, :func:`read_env_file` says as it reads."""
     try:
         info = path.stat()  # follows a link: what would be read
     except FileNotFoundError:
@@ -66,13 +66,6 @@ def env_file_problem(path: Path) -> str | None:
         return f"env file {path} cannot be read ({exc.strerror or exc})"
     if not stat.S_ISREG(info.st_mode):
         return f"env file {path} is not a regular file (a folder, a device or a pipe)"
-    if info.st_size > MAX_ENV_FILE_BYTES:
-        return f"env file {path} is {info.st_size} bytes; at most {MAX_ENV_FILE_BYTES} are read"
-    try:
-        with path.open("rb"):
-            pass
-    except OSError as exc:
-        return f"env file {path} cannot be read ({exc.strerror or exc})"
     return None
 
 
@@ -147,11 +140,11 @@ def read_env_file(
     repeated: list[tuple[str, int, int]] = []
     try:
         with path.open("rb") as stream:  # never more than the bound, whatever it grew to
-            raw = stream.read(MAX_ENV_FILE_BYTES + 1)
+            raw, size = stream.read(MAX_ENV_FILE_BYTES + 1), os.fstat(stream.fileno()).st_size
     except OSError as exc:
         return {}, [f"env file {path} cannot be read ({exc.strerror or exc})"], []
     if len(raw) > MAX_ENV_FILE_BYTES:
-        return {}, [f"env file {path} is over {MAX_ENV_FILE_BYTES} bytes"], []
+        return {}, [f"env file {path} is {size} bytes; at most {MAX_ENV_FILE_BYTES} are read"], []
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
