@@ -44,7 +44,7 @@ import hashlib
 import logging
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import IO, Any
 
@@ -77,12 +77,9 @@ ENTRY_BYTES = 1 << 40  # an entry is as large as its data file's records: no bou
 MAGIC = b"GFP16POOL\n"
 _ALIGN = 64
 _LENGTH = struct.Struct("<Q")  # the header's length, after MAGIC
-_ARRAYS = (
-    "id_hash", "score", "scored", "created", "timed", "generation", "parent_start", "parent",
-    "own", "labelled", "success", "label_score", "label_scored", "outcome", "key",
-    "judged",
-)  # fmt: skip
-_CODED = ("agent", "operator", "tools", "pattern")
+# The pool file's columns: PoolColumns' arrays and coded columns, in its field order.
+_ARRAYS = tuple(f.name for f in fields(PoolColumns) if f.type == "np.ndarray")
+_CODED = tuple(f.name for f in fields(PoolColumns) if f.type == "Coded")
 
 
 class RecordCache:

@@ -107,12 +107,7 @@ class WorldModel(nn.Module):
         self.outcome_head = nn.Linear(width, len(OUTCOMES))
 
     def forward(self, x: torch.Tensor) -> WorldModelOutput:
-        h = self.trunk(x)
-        return WorldModelOutput(
-            self.success_head(h).squeeze(-1),
-            self.score_head(h).squeeze(-1),
-            self.outcome_head(h),
-        )
+        return _heads(self, self.trunk(x))
 
 
 class WorldModelEnsemble(nn.Module):
@@ -157,12 +152,7 @@ class WorldModelEnsemble(nn.Module):
     def forward(self, x: torch.Tensor, per_member: bool = False) -> WorldModelOutput:
         # Every member reads the same records: a stride-0 view, no copy (autocast's cast
         # to bf16/fp16 does copy it, members times the input's size).
-        h = self.trunk(x.expand(self.config.members, *x.shape))
-        stacked = WorldModelOutput(
-            self.success_head(h).squeeze(-1),
-            self.score_head(h).squeeze(-1),
-            self.outcome_head(h),
-        )
+        stacked = _heads(self, self.trunk(x.expand(self.config.members, *x.shape)))
         if per_member:
             return stacked
         return WorldModelOutput(*(parts.mean(0) for parts in stacked))
@@ -178,6 +168,13 @@ class WorldModelEnsemble(nn.Module):
         state = {name: t.detach().clone() for name, t in self.member_state_dict(k).items()}
         one.load_state_dict(state, assign=True)
         return one.train(self.training)
+
+
+def _heads(model: WorldModel | WorldModelEnsemble, h: torch.Tensor) -> WorldModelOutput:
+    """The three heads on the trunk's output ``h`` (a member dimension first in an ensemble)."""
+    return WorldModelOutput(
+        model.success_head(h).squeeze(-1), model.score_head(h).squeeze(-1), model.outcome_head(h)
+    )
 
 
 class _Stacked(nn.Module):
