@@ -67,7 +67,7 @@ from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folde
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
 from genesis_fp16.status.when import clock
-from genesis_fp16_infrastructure.api import AgentFolder, Capabilities, SetAside, on_set_aside
+from genesis_fp16_infrastructure.api import AgentFolder, Capabilities, on_set_aside
 
 log = structlog.get_logger("genesis_fp16.daemon")
 
@@ -145,10 +145,7 @@ class Daemon:
         self._heartbeat = 0.0
         self._ready = False
         self.agents = AgentRescan(
-            settings.plugin_allowlist,
-            self.metrics,
-            self._stored_success,
-            deadline=settings.plugin_import_deadline_seconds,
+            settings.plugin_allowlist, self.metrics, settings.plugin_import_deadline_seconds
         )
 
     @property
@@ -198,19 +195,6 @@ class Daemon:
         return True, f"ready: agents {', '.join(sorted(self.plugins)) or 'none'}"
 
     # -- lifecycle --------------------------------------------------------------------
-    def _stored_success(self, agent: str) -> float:
-        """The agent's last success time from the state folder; 0 when it never succeeded,
-        or when its file is unusable (logged and counted: the daemon starts all the same)."""
-
-        def skipped(event: SetAside) -> None:
-            log.warning(
-                "skipping the last-success file: the agent starts at 0",
-                agent=agent,
-                error=event.why,
-            )
-
-        return AgentFolder(self.settings.state_dir, agent).stored_last_success(skipped)
-
     def _show_precisions(
         self, switched: frozenset[str] = frozenset(), startup: bool = False
     ) -> None:
