@@ -243,13 +243,6 @@ class Daemon:
         self._install_signal_handlers()
         settings = self.settings
         check_devices(settings)  # a device this torch cannot run: serve exits 2, in one line
-        try:
-            settings.state_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StartupError(
-                f"GENESIS_FP16_STATE_DIR={settings.state_dir}: cannot be the state folder "
-                f"({exc.strerror or exc})"
-            ) from exc
         self._own_state_folder()
         raise_open_file_limit()
         if self.sources is not None:
@@ -313,8 +306,10 @@ class Daemon:
         return code
 
     def _own_state_folder(self) -> None:
-        """Take the state folder's lock for the daemon's life (genesis_fp16/service/state_lock.py):
-        a second daemon, or a ``train`` there, is refused in one line naming this pid."""
+        """Make the state folder and take its lock for the daemon's life (genesis_fp16/
+        service/state_lock.py): a second daemon, or a ``train`` there, is refused in one
+        line naming this pid, and a folder that cannot be made or locked in one line
+        naming the setting."""
         state_dir = self.settings.state_dir
         try:
             # Held until run() returns; the kernel drops it if we die first (kill -9 too).
@@ -334,8 +329,8 @@ class Daemon:
                 )
                 self._owner = os.open(os.devnull, os.O_RDONLY)  # closed by run() as the lock
                 return
-            raise StartupError(
-                f"GENESIS_FP16_STATE_DIR={state_dir}: cannot take the state folder's lock "
+            raise StartupError(  # not a folder, not ours to write, a read-only disk
+                f"GENESIS_FP16_STATE_DIR={state_dir}: cannot be the state folder "
                 f"({exc.strerror or exc})"
             ) from exc
 
