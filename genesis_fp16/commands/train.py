@@ -36,7 +36,6 @@ from typing import Any
 
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.train_checks import (
-    bound_history,
     check_arguments,
     integer_from,
     own_state_folder,
@@ -264,7 +263,10 @@ def _run_owned(
             code = _train(args, loaded.plugin, request, main, bar, tracker)
         models = CheckpointsFolder(Path(request.checkpoint_dir))
         if settings is not None and main and models.serves_checkpoints():
-            bound_history(Path(request.checkpoint_dir), settings)  # the daemon's bounds
+            # The daemon's bounds; imported here: prometheus_client comes with them.
+            from genesis_fp16.jobs.recording import bound_history
+
+            bound_history(settings, models)
         # An operator's run says in its exit code how it ended; a daemon's child and a
         # torchrun rank exit 0 (their launchers read the result, and torchrun takes a
         # rank's non-zero exit for a crash).

@@ -8,9 +8,7 @@ cannot run. Each runs before any data is generated or a process group formed::
 from __future__ import annotations
 
 import argparse
-import logging
 from collections.abc import Callable
-from pathlib import Path
 
 from genesis_fp16.cli import DeviceUnavailable, UsageError
 from genesis_fp16.config.extras import tensorboard_missing
@@ -145,20 +143,3 @@ def refuse_unusable_device(
         variable = f"{AGENT_VARIABLE_PREFIX}{args.agent.upper()}__DEVICE"
         where = f"{variable}={own}" if own else f"GENESIS_FP16_DEVICE={config.device}"
     raise DeviceUnavailable(f"{where}: {problem}")
-
-
-def bound_history(folder: Path, settings: Settings) -> None:
-    """Bound the model history as the daemon does after each run (served.prune)."""
-    from genesis_fp16_infrastructure.api import CheckpointsFolder, ServedPointerError
-
-    try:
-        removed, _ = CheckpointsFolder(folder).prune(
-            settings.served_history_keep,
-            settings.rejected_keep_days,
-            recover_first=True,  # what the run, killed or not, left: on the prune's one read
-        )
-    except (ServedPointerError, OSError) as exc:
-        logging.getLogger(__name__).warning("model history not pruned: %s", exc)
-        return
-    for path in removed:
-        logging.getLogger(__name__).info("model history: removed candidate %s", path.name)

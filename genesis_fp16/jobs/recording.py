@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -31,8 +32,10 @@ from genesis_fp16.metrics.tracking import RunTracker
 from genesis_fp16.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
+    CheckpointsFolder,
     Outcome,
     RunEntry,
+    ServedPointer,
     ServedPointerError,
     TrainingSummary,
 )
@@ -265,15 +268,15 @@ def record_scale(settings: Settings, agent: str, result: TrainResult) -> None:
         log.error("cannot write the carried loss scale", path=path, error=str(exc))
 
 
-def _bound_history(ctx: JobContext, agent: str) -> None:
-    """Prune the agent's models to the bounded history (the last
-    GENESIS_FP16_SERVED_HISTORY_KEEP served ones, rejected candidates for
-    GENESIS_FP16_REJECTED_KEEP_DAYS) and export the bytes its folder holds, after the
-    recovery of what the run, killed or not, left to finish. A pointer that cannot be
-    read prunes nothing: logged, never a guess."""
-    settings = ctx.settings
-    models = AgentFolder(settings.state_dir, agent).checkpoints
-    pointer = None  # none served, or the pointer could not be read
+def bound_history(
+    settings: Settings, models: CheckpointsFolder
+) -> tuple[list[Path], ServedPointer | None]:
+    """Prune ``models`` to the bounded history (the last GENESIS_FP16_SERVED_HISTORY_KEEP
+    served ones, rejected candidates for GENESIS_FP16_REJECTED_KEEP_DAYS), after the
+    recovery of what the run, killed or not, left to finish: after each run of the
+    daemon's, and of an operator's ``train`` in a state folder. The candidates removed,
+    and the pointer as it stands after. A pointer that cannot be read prunes nothing:
+    logged, never a guess."""
     try:
         removed, pointer = models.prune(
             settings.served_history_keep,
@@ -282,9 +285,18 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
         )
     except (ServedPointerError, OSError) as exc:
         log.error("model history not pruned", error=str(exc))
-        removed = []
+        return [], None  # none pruned, no pointer read
     for path in removed:
         log.info("model history: removed candidate", candidate=path.name)
+    return removed, pointer
+
+
+def _bound_history(ctx: JobContext, agent: str) -> None:
+    """Bound the agent's model history (:func:`bound_history`) and export the bytes its
+    folder holds, with what the pointer's journal holds."""
+    settings = ctx.settings
+    models = AgentFolder(settings.state_dir, agent).checkpoints
+    removed, pointer = bound_history(settings, models)  # pointer None: none served, or unread
     # Each rollback the pointer's journal holds, counted once: a run killed after its
     # rollback reached the pointer reports nothing, and its rollback still happened.
     if pointer is not None and pointer.journal:  # a served model (the series exist from 0)

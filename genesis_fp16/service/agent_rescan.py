@@ -30,7 +30,7 @@ a child process (the default) imports the installed code afresh. The state folde
 file lists the scheduled agents, so that a ``train`` refused beside the daemon is told
 whether the daemon trains that agent itself.
 
->>> agents = AgentRescan(settings.plugin_allowlist, metrics, stored_success)  # doctest: +SKIP
+>>> agents = AgentRescan(settings.plugin_allowlist, metrics)  # doctest: +SKIP
 >>> agents.load(settings)  # doctest: +SKIP
 >>> agents.rescan(settings, scheduler, retry_failed=True)  # doctest: +SKIP
 """
@@ -62,6 +62,7 @@ from genesis_fp16.config.settings import Settings, SettingsError
 from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.service.scheduler import AgentScheduler
+from genesis_fp16_infrastructure.api import AgentFolder, SetAside
 
 log = structlog.get_logger("genesis_fp16.daemon")
 
@@ -99,12 +100,10 @@ class AgentRescan:
         self,
         allowlist: Iterable[str] | None,
         metrics: DaemonMetrics,
-        stored_success: Callable[[str], float],
         deadline: float = IMPORT_DEADLINE_SECONDS,
     ) -> None:
         self.allowlist = None if allowlist is None else frozenset(allowlist)
         self.metrics = metrics
-        self.stored_success = stored_success
         self.deadline = deadline
         self.plugins: dict[str, LoadedPlugin] = {}
         self.stuck: dict[str, PendingImport] = {}  # imports past their deadline, not taken yet
@@ -284,10 +283,22 @@ class AgentRescan:
             except SettingsError as exc:
                 self._failed(name, "bad_options", str(exc), None)
                 return None
-        self.metrics.add_agent(name, self.stored_success(name))
+        self.metrics.add_agent(name, _stored_success(settings, name))
         log.info("plugin loaded", plugin=name, value=record.value)
         return LoadedPlugin(plugin, declared)
 
     def _failed(self, name: str, state: str, error: str | None, location: str | None) -> None:
         self.metrics.plugin_load_failures.labels(plugin=name).inc()
         log.error("plugin failed to load", plugin=name, state=state, error=error, location=location)
+
+
+def _stored_success(settings: Settings, agent: str) -> float:
+    """The agent's last success time from the state folder; 0 when it never succeeded,
+    or when its file is unusable (logged and counted: the daemon starts all the same)."""
+
+    def skipped(event: SetAside) -> None:
+        log.warning(
+            "skipping the last-success file: the agent starts at 0", agent=agent, error=event.why
+        )
+
+    return AgentFolder(settings.state_dir, agent).stored_last_success(skipped)

@@ -67,7 +67,7 @@ from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folde
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
 from genesis_fp16.status.when import clock
-from genesis_fp16_infrastructure.api import AgentFolder, Capabilities, SetAside, on_set_aside
+from genesis_fp16_infrastructure.api import AgentFolder, Capabilities, on_set_aside
 
 log = structlog.get_logger("genesis_fp16.daemon")
 
@@ -145,10 +145,7 @@ class Daemon:
         self._heartbeat = 0.0
         self._ready = False
         self.agents = AgentRescan(
-            settings.plugin_allowlist,
-            self.metrics,
-            self._stored_success,
-            deadline=settings.plugin_import_deadline_seconds,
+            settings.plugin_allowlist, self.metrics, settings.plugin_import_deadline_seconds
         )
 
     @property
@@ -198,19 +195,6 @@ class Daemon:
         return True, f"ready: agents {', '.join(sorted(self.plugins)) or 'none'}"
 
     # -- lifecycle --------------------------------------------------------------------
-    def _stored_success(self, agent: str) -> float:
-        """The agent's last success time from the state folder; 0 when it never succeeded,
-        or when its file is unusable (logged and counted: the daemon starts all the same)."""
-
-        def skipped(event: SetAside) -> None:
-            log.warning(
-                "skipping the last-success file: the agent starts at 0",
-                agent=agent,
-                error=event.why,
-            )
-
-        return AgentFolder(self.settings.state_dir, agent).stored_last_success(skipped)
-
     def _show_precisions(
         self, switched: frozenset[str] = frozenset(), startup: bool = False
     ) -> None:
@@ -259,13 +243,6 @@ class Daemon:
         self._install_signal_handlers()
         settings = self.settings
         check_devices(settings)  # a device this torch cannot run: serve exits 2, in one line
-        try:
-            settings.state_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StartupError(
-                f"GENESIS_FP16_STATE_DIR={settings.state_dir}: cannot be the state folder "
-                f"({exc.strerror or exc})"
-            ) from exc
         self._own_state_folder()
         raise_open_file_limit()
         if self.sources is not None:
@@ -329,8 +306,10 @@ class Daemon:
         return code
 
     def _own_state_folder(self) -> None:
-        """Take the state folder's lock for the daemon's life (genesis_fp16/service/state_lock.py):
-        a second daemon, or a ``train`` there, is refused in one line naming this pid."""
+        """Make the state folder and take its lock for the daemon's life (genesis_fp16/
+        service/state_lock.py): a second daemon, or a ``train`` there, is refused in one
+        line naming this pid, and a folder that cannot be made or locked in one line
+        naming the setting."""
         state_dir = self.settings.state_dir
         try:
             # Held until run() returns; the kernel drops it if we die first (kill -9 too).
@@ -350,8 +329,8 @@ class Daemon:
                 )
                 self._owner = os.open(os.devnull, os.O_RDONLY)  # closed by run() as the lock
                 return
-            raise StartupError(
-                f"GENESIS_FP16_STATE_DIR={state_dir}: cannot take the state folder's lock "
+            raise StartupError(  # not a folder, not ours to write, a read-only disk
+                f"GENESIS_FP16_STATE_DIR={state_dir}: cannot be the state folder "
                 f"({exc.strerror or exc})"
             ) from exc
 

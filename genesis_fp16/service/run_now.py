@@ -34,15 +34,15 @@ True
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
 import stat
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
+
+import msgspec
 
 from genesis_fp16_infrastructure.api import is_agent_name, shown_name, write_json_atomic
 
@@ -59,8 +59,7 @@ _ANSWER = re.compile(rf"{_IDENT}\.json")
 Outcome = Literal["started", "refused"]
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(msgspec.Struct, frozen=True):
     """The daemon's answer to one request: ``started`` or ``refused``, why, and when."""
 
     outcome: Outcome
@@ -162,24 +161,23 @@ def _request_of(name: str) -> tuple[str, str] | None:
 def write_answer(state_dir: Path, ident: str, answer: Answer) -> None:
     """Write the answer; :class:`NotAFolder` when the answers' folder is a link."""
     folder = real_folder(requests_folder(state_dir) / ANSWERS_FOLDER)
-    write_json_atomic(folder / f"{ident}.json", asdict(answer))
+    write_json_atomic(folder / f"{ident}.json", msgspec.to_builtins(answer))
 
 
 def read_answer(state_dir: Path, ident: str) -> Answer | None:
-    """The daemon's answer to ``ident`` (None: not yet), removed once read."""
+    """The daemon's answer to ``ident`` (None: not yet), removed once read; one that is
+    not an answer (torn, not an object, a field missing or of the wrong type) is a
+    refusal that names it, left for :func:`prune_answers`."""
     path = requests_folder(state_dir) / ANSWERS_FOLDER / f"{ident}.json"
     try:
         with path.open("rb") as handle:
-            data = json.loads(handle.read(ANSWER_BYTES))
+            answer = msgspec.json.decode(handle.read(ANSWER_BYTES), type=Answer)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # msgspec's errors are ValueErrors
         return Answer("refused", f"the daemon's answer {path} is unreadable ({exc})", time.time())
     path.unlink(missing_ok=True)
-    if not isinstance(data, dict):
-        return Answer("refused", f"the daemon's answer {path} is not an object", time.time())
-    outcome: Outcome = "started" if data.get("outcome") == "started" else "refused"
-    return Answer(outcome, str(data.get("detail", "")), float(data.get("at", 0.0)))
+    return answer
 
 
 def prune_answers(state_dir: Path, now: float) -> None:

@@ -22,19 +22,20 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from genesis_fp16_infrastructure.api import AgentFolder, LockBusy
 
 LOCK_NAME = AgentFolder.OWNER_LOCK_NAME
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(msgspec.Struct, frozen=True, omit_defaults=True):
     """Who holds a state folder: its pid and its command (``serve`` or ``train AGENT``);
-    for a daemon, the agents it schedules now (None: not recorded)."""
+    for a daemon, the agents it schedules now (None: not recorded). As the lock file
+    holds it: ``stopping`` only when true, ``agents`` only for a daemon."""
 
     pid: int | None
     command: str
@@ -66,7 +67,7 @@ def acquire_state_folder(state_dir: Path, command: str) -> int:
     """
     # The holder's pid stays readable until we hold the lock ourselves (written after).
     try:
-        return AgentFolder.take_owner(state_dir, {"pid": os.getpid(), "command": command})
+        return AgentFolder.take_owner(state_dir, msgspec.to_builtins(Holder(os.getpid(), command)))
     except LockBusy as busy:
         raise StateFolderBusy(Path(state_dir), _holder(busy.holder)) from None
 
@@ -79,10 +80,8 @@ def record_scheduled(fd: int, agents: list[str], stopping: bool = False) -> None
     took the folder, its start for ``status``."""
     try:
         before = os.fstat(fd)
-        record: dict[str, Any] = {"pid": os.getpid(), "command": "serve", "agents": sorted(agents)}
-        if stopping:
-            record["stopping"] = True
-        AgentFolder.write_owner(fd, record)
+        holder = Holder(os.getpid(), "serve", tuple(sorted(agents)), stopping)
+        AgentFolder.write_owner(fd, msgspec.to_builtins(holder))
         os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
     except OSError:
         pass  # os.devnull (a filesystem without flock), a full disk: the refusal names none
@@ -96,12 +95,8 @@ def read_holder(path: Path, attempts: int = 20) -> Holder:
 
 def _holder(record: dict[str, Any] | None) -> Holder:
     try:
-        assert record is not None
-        agents = record.get("agents")
-        listed = None if not isinstance(agents, list) else tuple(map(str, agents))
-        stopping = record.get("stopping") is True
-        return Holder(int(record["pid"]), str(record["command"]), listed, stopping)
-    except (AssertionError, ValueError, KeyError, TypeError):
+        return msgspec.convert(record, Holder)
+    except msgspec.ValidationError:  # none (empty, torn), or a field of the wrong type
         return Holder(None, "process")
 
 

@@ -53,7 +53,7 @@ def site_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def _parts(tmp_path: Path) -> tuple[Settings, AgentRescan, AgentScheduler, int]:
     settings = load_settings()
     metrics = DaemonMetrics(CollectorRegistry(), "test")
-    rescan = AgentRescan(settings.plugin_allowlist, metrics, lambda agent: 0.0)
+    rescan = AgentRescan(settings.plugin_allowlist, metrics)
     rescan.load(settings)
     fd = acquire_state_folder(tmp_path, "serve")
     scheduler = AgentScheduler(settings, lambda agent, plugin: None, lambda: None, owner_fd=fd)

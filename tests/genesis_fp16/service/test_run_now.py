@@ -83,7 +83,8 @@ def test_an_unreadable_answer_is_a_refusal_that_says_so(tmp_path: Path) -> None:
     (answers / "2-deadbeef.json").write_text("[1, 2]")
     torn, listed = read_answer(tmp_path, "1-deadbeef"), read_answer(tmp_path, "2-deadbeef")
     assert torn is not None and torn.outcome == "refused" and "unreadable" in torn.detail
-    assert listed is not None and listed.outcome == "refused" and "not an object" in listed.detail
+    assert listed is not None and listed.outcome == "refused" and "unreadable" in listed.detail
+    assert "Expected `object`, got `array`" in listed.detail
 
 
 def test_answers_nobody_read_are_pruned_when_old(tmp_path: Path) -> None:
