@@ -35,8 +35,6 @@ from torch.optim import Optimizer
 from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     COMPILE_MODE,
-    COMPILE_REQUESTS,
-    CUDA_GRAPH_REQUESTS,
     EXECUTION_MODES,
     FALLBACK_REASONS,
 )
@@ -88,7 +86,7 @@ def resolve_execution(
     compile: str = "off",
 ) -> ResolvedExecution:
     """Decide eager, ``cuda_graph`` or ``cuda_graph_compiled`` for a run, once; see the
-    module docstring.
+    module docstring. ``requested`` and ``compile`` come checked (``TrainerConfig``).
 
     ``measured`` is a measured ``auto``'s finding: a capturable run that timed faster
     eagerly runs eagerly, and the reason gives the two timings. ``compile="on"`` does
@@ -99,12 +97,6 @@ def resolve_execution(
     >>> resolve_execution("off", torch.device("cpu"), [opt]).used
     'eager'
     """
-    for name, value, choices in (
-        ("cuda_graph", requested, CUDA_GRAPH_REQUESTS),
-        ("compile", compile, COMPILE_REQUESTS),
-    ):
-        if value not in choices:
-            raise ExecutionError(f"unknown {name} setting {value!r}; valid: {', '.join(choices)}")
     if requested == "off" and compile == "off":
         return ResolvedExecution(requested, "eager", "cuda_graph=off: eager steps requested")
     obstacle = _capture_obstacle(device, optimizers, schedulers, host_sync_per_step, world_size)
