@@ -294,11 +294,7 @@ def _demote(run: Run, guard: PrecisionGuard) -> Demotion:
     state, keeping its snapshot: the state rolled back to is the last good one.
     """
     task, trainer, options, manager = run.task, run.trainer, run.options, run.manager
-    device = trainer.policy.device
-    policy, record = guard.demote(
-        trainer,
-        lambda decision: PrecisionPolicy.from_decision(decision, device, options.scaler),
-    )
+    policy, record = guard.demote(trainer, options.scaler)
     snapshot = guard.restore()
     demoted = _build_trainer(task, policy, trainer.config, options)  # measured execution kept
     demoted.load_state_dict(snapshot.trainer)  # model, optimizers, schedulers, scaler, RNG

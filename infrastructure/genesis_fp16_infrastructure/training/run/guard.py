@@ -72,11 +72,8 @@ from genesis_fp16_infrastructure.training import distributed
 
 # The module too: its detect_capabilities is looked up on each call (a test's one patch).
 from genesis_fp16_infrastructure.training.precision import decide as decide_module
-from genesis_fp16_infrastructure.training.precision.decide import (
-    ResolvedPrecision,
-    decide,
-    next_precision,
-)
+from genesis_fp16_infrastructure.training.precision.decide import decide, next_precision
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     GuardConfig,
@@ -447,14 +444,11 @@ class PrecisionGuard:
 
     # ------------------------------------------------------------------ demotion
 
-    def demote(
-        self,
-        trainer: Trainer,
-        build_policy: Callable[[ResolvedPrecision], PrecisionPolicy],
-    ) -> tuple[PrecisionPolicy, Demotion]:
+    def demote(self, trainer: Trainer, scaler: ScalerConfig) -> tuple[PrecisionPolicy, Demotion]:
         """The next precision's policy and the demotion record: :func:`decide` with the
-        ladder's next rung as the run's floor, built by ``build_policy``. The recorder, if
-        any, first bundles the step that brought it, from the troubled ``trainer``."""
+        ladder's next rung as the run's floor, its policy on the run's loss-scaler config
+        ``scaler``. The recorder, if any, first bundles the step that brought it, from the
+        troubled ``trainer``."""
         trouble, snapshot, target = self.pending, self.snapshot, self._next
         if trouble is None or snapshot is None or target is None:
             raise RuntimeError("demote() needs a fired trigger, a snapshot and a next precision")
@@ -467,7 +461,7 @@ class PrecisionGuard:
             f"first: {policy.resolved.reason}"
         )
         request = PrecisionRequest(policy.resolved.requested, floor=target, floor_reason=reason)
-        new = build_policy(decide(request, policy.device))
+        new = PrecisionPolicy.from_decision(decide(request, policy.device), policy.device, scaler)
         record = Demotion(
             from_=policy.name,
             to=new.name,
