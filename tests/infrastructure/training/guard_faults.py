@@ -113,7 +113,7 @@ class CudaFaultTask(FaultTask):
     replay: its data on the device, a fused, capturable AdamW and no LR scheduler, and
     the fault carried by the batch as a device tensor (1.0 on a fault step, else 0.0),
     so every batch has one signature and the captured step switches the fault on by
-    value, as ``verify_capture._Boosted`` does, where ``FaultTask``'s Python step number
+    value, as ``verify_capture._run``'s boosted loss does, where ``FaultTask``'s Python step number
     would give each batch a graph of its own. ``_faulty`` reads CUDA's autocast dtype.
     The batch's number is ``(boost, x, y)``'s position in the run, as in ``FaultTask``.
     """

@@ -44,7 +44,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +193,10 @@ def _run(
 ) -> list[dict[str, Any]]:
     device = trainer.policy.device
     boost = torch.ones((), device=device)
-    boosted = _Boosted(loss_fn, boost)  # one function for every step: the graphs bind it
+
+    def boosted(model: nn.Module, batch: Any) -> torch.Tensor:  # one function: graphs bind it
+        return loss_fn(model, batch) * boost
+
     records = []
     for number in range(1, VERIFY_STEPS + 1):
         boost.fill_(BOOST if number == overflow_step else 1.0)
@@ -210,15 +213,6 @@ def _run(
             record["optimizer state"] = _digest(_optimizer_tensors(trainer))
         records.append(record)
     return records
-
-
-@dataclass(frozen=True, eq=False)  # bind() compares: the same object, by identity
-class _Boosted:
-    loss_fn: LossFn
-    boost: torch.Tensor
-
-    def __call__(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        return self.loss_fn(model, batch) * self.boost
 
 
 def largest_loss_difference(
