@@ -147,41 +147,42 @@ class StepGraphs:
     def run(self, body: StepBody, micro_batches: Sequence[Any]) -> str:
         """Run one step of ``body`` on ``micro_batches``; return how it ran."""
         key = signature(micro_batches)  # None: a leaf that cannot be compared, never baked in
-        captured = self._graphs.get(key)
-        if captured is not None:
-            _copy_into(captured.static, micro_batches)
-            captured.graph.replay()
+        how = self._how(key)
+        if how == "replayed":
+            _copy_into(self._graphs[key].static, micro_batches)
+            self._graphs[key].graph.replay()
             self.captured_steps += 1
-            return "replayed"
-        seen = self._seen.get(key, 0)
-        if key is not None and seen < self.warmup:
-            self._seen[key] = seen + 1
-            if seen + 1 == self.warmup:  # the step the capture will record: watched
+        elif how == "warmup":
+            self._seen[key] = seen = self._seen.get(key, 0) + 1
+            if seen == self.warmup:  # the step the capture will record: watched
                 self._watched_warmup(key, body, micro_batches)
             else:
                 self._on_side_stream(body, micro_batches)
             self.warmup_steps += 1
-            return "warmup"
-        if key is None or len(self._graphs) >= self.max_graphs:
+        elif how == "eager":
             body(micro_batches)
             self.eager_steps += 1
-            return "eager"
-        self._graphs[key] = self._capture(key, body, micro_batches)
-        self._graphs[key].graph.replay()
-        self.captured_steps += 1
-        return "captured"
+        else:
+            self._graphs[key] = self._capture(key, body, micro_batches)
+            self._graphs[key].graph.replay()
+            self.captured_steps += 1
+        return how
 
     def captures_next(self, micro_batches: Sequence[Any]) -> bool:
         """True when ``run(body, micro_batches)`` would capture a new graph (the one call
         of a signature that can fail for the graph's sake: the trainer keeps the state
         from before it, to run the step eagerly from there when it does)."""
-        key = signature(micro_batches)
-        return (
-            key is not None
-            and key not in self._graphs
-            and self._seen.get(key, 0) >= self.warmup
-            and len(self._graphs) < self.max_graphs
-        )
+        return self._how(signature(micro_batches)) == "captured"
+
+    def _how(self, key: Hashable | None) -> str:
+        """How ``run`` runs the next step of the batch signature ``key``."""
+        if key in self._graphs:
+            return "replayed"
+        if key is not None and self._seen.get(key, 0) < self.warmup:
+            return "warmup"
+        if key is None or len(self._graphs) >= self.max_graphs:
+            return "eager"
+        return "captured"
 
     def reset(self) -> None:
         """Forget every graph, warm-up count and bound loss (state was replaced, not
