@@ -235,21 +235,16 @@ def _differs(want: Mapping[str, Any], have: Mapping[str, Any], rtol: float | Non
                 return f"loss {other!r} against eager {value!r} (rtol {rtol:g})"
         elif rtol is not None and name == "loss scale":
             continue  # a scale follows the skips, which are compared
-        elif not _same(value, other):
+        elif not _close(value, other, 0.0):
             return f"{name} differ: {other!r} against eager {value!r}"
     return None
 
 
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    return bool(a == b)
-
-
 def _close(a: float, b: float, rtol: float) -> bool:
+    """Equal within ``rtol`` (0.0: equal), two NaNs included."""
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) and math.isnan(b)
-    return abs(a - b) <= rtol * max(abs(a), abs(b))
+    return a == b or abs(a - b) <= rtol * max(abs(a), abs(b))
 
 
 def _digest(tensors: Sequence[torch.Tensor]) -> int:
