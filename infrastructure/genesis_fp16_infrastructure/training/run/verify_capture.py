@@ -164,14 +164,18 @@ def compare_steps(
     overflow_step: int | None = OVERFLOW_STEP,
     measured: list[float] | None = None,
 ) -> str | None:
-    """Run ``VERIFY_STEPS`` steps in each trainer from one random state; None when they agree,
-    else the first difference. ``rtol`` None: bit for bit; else the skipped steps equal
+    """Run ``VERIFY_STEPS`` steps in each trainer from one random state (the global
+    generators' and the task's own); None when they agree, else the first difference.
+    ``rtol`` None: bit for bit; else the skipped steps equal
     and each step's loss within ``rtol``. ``overflow_step`` (1-based) boosts that step's
     loss by ``BOOST`` (an fp16 overflow). ``measured`` gets the largest relative
     difference of a step's loss appended (the compiled step's tolerance, measured)."""
     rng = capture_rng_state()
+    own = [g.get_state() for g in reference.generators]  # the task's own: both start there
     seen = _run(reference, batches, loss_fn, overflow_step, exact=rtol is None)
     restore_rng_state(rng)
+    for generator, state in zip(candidate.generators, own, strict=True):
+        generator.set_state(state)
     got = _run(candidate, batches, loss_fn, overflow_step, exact=rtol is None)
     if measured is not None:  # the largest relative difference of a step's loss
         measured.append(largest_loss_difference(seen, got))

@@ -108,6 +108,23 @@ def test_an_honest_stand_in_equals_eager_through_the_captured_bookkeeping() -> N
     assert compare_steps(reference, candidate, _batches(task), task.loss) is None
 
 
+def test_both_copies_draw_the_same_numbers_from_the_tasks_own_generator() -> None:
+    """A loss that draws from the task's own generator (``cuda_generators()``, CUDA-only
+    in a real capture; a CPU one through the stand-in here) draws the same numbers in the
+    eager and the captured copy: the reference's draws do not move the candidate's."""
+    task = RegressionTask()
+    own = torch.Generator().manual_seed(7)
+
+    def noisy(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        return task.loss(model, batch) * (1 + torch.rand((), generator=own))
+
+    reference, candidate = _trainer(task), _trainer(task, graphs=StandInGraphs())
+    reference.generators = candidate.generators = (own,)
+    before = own.get_state()
+    assert compare_steps(reference, candidate, _batches(task), noisy) is None
+    assert not torch.equal(own.get_state(), before)  # the loss did draw from it
+
+
 def test_fp16_verification_includes_a_skipped_overflow_step() -> None:
     """In fp16 the boosted step overflows and is skipped in both runs, and a wrong
     replay after it is still caught (tiny model: fp16 is emulated on a CPU)."""
