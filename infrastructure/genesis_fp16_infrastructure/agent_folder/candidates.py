@@ -17,8 +17,8 @@ the pointer's history, nor a verdict the journal decided and its file does not s
 are removed, each by one rename out of ``candidates/``; the pointer's history is trimmed
 to the last ``keep_served`` models (a ``trim`` transition).
 
-The data manifest (``data_manifest.json``) kept beside a served model's checkpoint: what
-its run read, for a later run's plan to call the same files up to date without parsing
+The data manifest (``data_manifest.json``), kept beside a served model's checkpoint, says
+what its run read, for a later run's plan to call the same files up to date without parsing
 them (a plugin that keeps one: the retrain recipe's freshness writes and reads it). The
 judged run renews it when it finds nothing new after reading (:func:`renew_data_manifest`):
 the files changed (a copy, a quarantined file dropped in) but the served model knew every
