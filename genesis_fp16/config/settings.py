@@ -180,7 +180,7 @@ class Settings(BaseSettings, GuardSettings):
     # default_run_memory_limit); 0: no limit (None once resolved).
     run_memory_limit_bytes: int | None = Field(default=None, ge=0, validate_default=True)
     sample_count: int = Field(default=2000, ge=1)
-    # Bounded model history (agent_folder.prune, after every run): the last K
+    # Bounded model history (agent_folder.candidates.prune, after every run): the last K
     # served models are kept for rollback, rejected candidates for N days of inspection.
     served_history_keep: int = Field(default=5, ge=1)
     rejected_keep_days: float = Field(default=7.0, ge=0)

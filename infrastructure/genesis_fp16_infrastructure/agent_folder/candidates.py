@@ -1,39 +1,71 @@
 """An agent's candidates: one folder per training run beside the served-model pointer,
 each with its meta and the gate's verdict; how one is made, listed, read, judged by a
-verdict no transition carries (rejected, held, undecided), and turned into the pointer's
-entry. The transitions that change what is served are
-:mod:`~genesis_fp16_infrastructure.agent_folder.transitions`, their removal
-:mod:`~genesis_fp16_infrastructure.agent_folder.prune`.
+verdict no transition carries (rejected, held, undecided), turned into the pointer's
+entry, and pruned. The transitions that change what is served are
+:mod:`~genesis_fp16_infrastructure.agent_folder.transitions`.
 
 ::
 
     <checkpoint_dir>/candidates/<id>/    one training run's checkpoints
         candidate.json                   its data (digest, records) and request, when it began
         verdict.json                     the gate's verdict: promoted, rejected, inconclusive, ...
+        data_manifest.json               the data files its run read (a plugin that keeps one)
         ckpt-0000000120.pt ...
+
+Pruning (:func:`prune`): the candidates nobody may still name (neither served nor kept in
+the pointer's history, nor a verdict the journal decided and its file does not say yet)
+are removed, each by one rename out of ``candidates/``; the pointer's history is trimmed
+to the last ``keep_served`` models (a ``trim`` transition).
+
+The data manifest (``data_manifest.json``), kept beside a served model's checkpoint, says
+what its run read, for a later run's plan to call the same files up to date without parsing
+them (a plugin that keeps one: the retrain recipe's freshness writes and reads it). The
+judged run renews it when it finds nothing new after reading (:func:`renew_data_manifest`):
+the files changed (a copy, a quarantined file dropped in) but the served model knew every
+record, so the next plan answers from the manifest instead of reading them again.
 
 JSON only, no torch.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files, layout, outbox
-from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, VERDICT
+from genesis_fp16_infrastructure.agent_folder.files import last_write
+from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, DATA_MANIFEST, VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
     Outcome,
     ServedEntry,
+    ServedPointer,
     Verdict,
+    read_verdict,
+    stamped,
+    utc_now,
 )
-from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir
+from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, pointer_lock
+from genesis_fp16_infrastructure.agent_folder.transitions import (
+    disagreeing,
+    journaled,
+    update_pointer,
+)
+
+UNFINISHED_MIN_DAYS = 1.0  # an unfinished candidate untouched this long is pruned
+# Inconclusive candidates (issue 62: judged again as records arrive) kept whatever their
+# age: the newest two; an older one is pruned as a rejected one is.
+INCONCLUSIVE_KEEP = 2
+PRUNING_FOLDER = ".pruning"  # a candidate moved here (one rename) is removed, then or later
+MANIFEST_VERSION = 1
 
 
 def new_candidate(folder: Path, meta: Mapping[str, Any]) -> Path:
@@ -72,13 +104,6 @@ def _written_ns(candidate: Path) -> int:
         return 0
 
 
-def read_verdict(candidate: Path) -> Verdict:
-    """The candidate's verdict; one without an outcome (``Verdict()``) while it has none
-    (training), or when its file is unusable: set aside and reported (agent_folder.files)."""
-    found = files.load(VERDICT.at(candidate), VERDICT, Verdict.from_json)
-    return Verdict() if found is None else found
-
-
 def read_meta(candidate: Path) -> CandidateMeta:
     """The candidate's meta (its data and request); empty when absent or unusable (set
     aside and reported, as :func:`read_verdict`)."""
@@ -93,12 +118,6 @@ def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:
     decided = stamped(verdict)
     with outbox.verdict_announced(candidate, decided):  # in the outbox before it is logged
         files.write_json(VERDICT.at(candidate), VERDICT, decided)
-
-
-def stamped(verdict: Mapping[str, Any]) -> dict[str, Any]:
-    """``verdict`` as a decision made now (its time), without a journal number."""
-    kept = {k: v for k, v in verdict.items() if k != "journal_seq"}
-    return {**kept, "decided_at": utc_now(), "decided_at_s": time.time()}
 
 
 def newest_checkpoint(candidate: Path) -> Path | None:
@@ -158,6 +177,96 @@ def served_entry(
     )
 
 
-def utc_now() -> str:
-    """Now, in UTC, as every record of the owner writes it."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def prune(
+    folder: Path, keep_served: int, rejected_days: float, recover_first: bool = False
+) -> tuple[list[Path], ServedPointer | None]:
+    """Remove candidates neither served nor among the last ``keep_served`` served:
+    rejected, undecided or inconclusive ones (but the newest ``INCONCLUSIVE_KEEP``
+    inconclusive) older than ``rejected_days``, unfinished ones (no verdict) untouched
+    for ``rejected_days`` and ``UNFINISHED_MIN_DAYS`` (a run cut short by its timeout
+    every hour must find its candidate next time). Returns what was removed, and the
+    pointer as it stands after (None: nothing served), read once under the same lock:
+    the daemon counts the journal from it without a second read. ``recover_first``:
+    :func:`~.transitions.recover`'s work first, on that same read (the daemon's after
+    each run: what the run, killed or not, left to finish)."""
+
+    def trim(current: ServedPointer | None) -> ServedPointer | None:
+        if current is None or len(current.history) <= keep_served:
+            return current
+        dropped = [e.id for e in current.history[keep_served:]]
+        trimmed = replace(current, history=current.history[:keep_served])
+        return journaled(current, trimmed, "trim", dropped=dropped)
+
+    with pointer_lock(folder):  # nothing served meanwhile is removed
+        pointer = update_pointer(folder, trim, settle_first=recover_first)
+        # What a prune killed midway left in .pruning: nobody names it.
+        shutil.rmtree(Path(folder) / PRUNING_FOLDER, ignore_errors=True)
+        verdicts = {c: read_verdict(c) for c in list_candidates(folder)}  # each read once
+        inconclusive = [c.name for c, v in verdicts.items() if v.outcome == Outcome.INCONCLUSIVE]
+        kept_ids = set(inconclusive[-INCONCLUSIVE_KEEP:])
+        if pointer is not None:
+            kept_ids |= {str(e.id) for e in [pointer.served, *pointer.history]}
+            kept_ids |= set(disagreeing(folder, pointer))  # a verdict not yet rolled forward
+        cutoff = time.time() - rejected_days * 86400
+        removed = []
+        for stale in Path(folder).glob(".up-to-date-*"):  # an up-to-date run killed mid-eval
+            if stale.is_dir() and last_write(stale) < time.time() - UNFINISHED_MIN_DAYS * 86400:
+                shutil.rmtree(stale, ignore_errors=True)
+        for candidate, verdict in verdicts.items():
+            if candidate.name in kept_ids or not _prunable(candidate, verdict, pointer, cutoff):
+                continue
+            _remove(folder, candidate)
+            removed.append(candidate)
+        return removed, pointer
+
+
+def _prunable(
+    candidate: Path, verdict: Verdict, pointer: ServedPointer | None, cutoff: float
+) -> bool:
+    """Whether nobody may still name ``candidate`` (neither served nor kept in history:
+    the caller's check), whose verdict is ``verdict``: promoted and replaced, decided long
+    ago, or unfinished and untouched. With no pointer at all a promoted one stays: a
+    repair serves it again."""
+    if verdict.outcome is None:  # unfinished and recent: the next run of its data resumes it
+        return last_write(candidate) <= min(cutoff, time.time() - UNFINISHED_MIN_DAYS * 86400)
+    if verdict.outcome == Outcome.PROMOTED:
+        return pointer is not None
+    return (verdict.decided_at_s or 0.0) <= cutoff  # a recent one kept for inspection
+
+
+def _remove(folder: Path, candidate: Path) -> None:
+    """Remove a candidate in one step that counts: its rename out of ``candidates/`` (a
+    kill during the removal of its files then leaves no half candidate to list)."""
+    trash = Path(folder) / PRUNING_FOLDER
+    trash.mkdir(exist_ok=True)
+    moved = trash / candidate.name
+    shutil.rmtree(moved, ignore_errors=True)  # the same name pruned before, killed midway
+    os.replace(candidate, moved)
+    shutil.rmtree(moved)
+
+
+def read_data_manifest(folder: Path) -> dict[str, Any] | None:
+    """The folder's record; None when absent, of another version, or unusable (set aside
+    as ``data_manifest.json.unusable-*`` and reported: the run reads the pool)."""
+    record = files.load(DATA_MANIFEST.at(folder), DATA_MANIFEST, files.json_object)
+    return record if record is not None and record.get("version") == MANIFEST_VERSION else None
+
+
+def write_data_manifest(folder: Path, record: Mapping[str, Any]) -> None:
+    text = json.dumps(record, sort_keys=True)
+    files.write_bytes(DATA_MANIFEST.at(folder), DATA_MANIFEST, text.encode("utf-8"))
+
+
+def renew_data_manifest(checkpoint: Path, manifest: Mapping[str, Any]) -> bool:
+    """The record beside ``checkpoint`` now vouches for ``manifest`` (the files as this
+    run's plan scanned them), when it is that checkpoint's record; False when there is
+    none to renew."""
+    folder = Path(checkpoint).parent
+    record = read_data_manifest(folder)
+    recorded = record.get("checkpoint") if record is not None else None
+    if record is None or not isinstance(recorded, Mapping):
+        return False
+    if Path(str(recorded.get("path"))).resolve() != Path(checkpoint).resolve():
+        return False
+    write_data_manifest(folder, {**record, "manifest": dict(manifest)})
+    return True

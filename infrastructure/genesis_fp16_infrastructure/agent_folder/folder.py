@@ -42,7 +42,6 @@ from genesis_fp16_infrastructure.agent_folder import (
     files,
     lock,
     pointer,
-    prune,
     records,
     repair,
     transitions,
@@ -521,8 +520,8 @@ class CheckpointsFolder:
     def prune(
         self, keep_served: int, rejected_days: float, recover_first: bool = False
     ) -> tuple[list[Path], ServedPointer | None]:
-        """Bound the history, and the pointer as it stands after (:func:`.prune.prune`)."""
-        return prune.prune(self.path, keep_served, rejected_days, recover_first)
+        """Bound the history, and the pointer as it stands after (:func:`.candidates.prune`)."""
+        return candidates.prune(self.path, keep_served, rejected_days, recover_first)
 
 
 def _write(path: Path, file: L.StateFile, data: Any, lost: str) -> None:

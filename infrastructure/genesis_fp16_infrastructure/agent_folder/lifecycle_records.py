@@ -1,8 +1,9 @@
 """The agent folder's records, typed: the served-model lifecycle's and the runs'.
 
-The served-model lifecycle's: a candidate's meta (``candidate.json``)
-and verdict (``verdict.json``), and the pointer (``served.json``, :class:`ServedPointer`):
-its entries (the served model and those before it), its pin and its journal entries.
+The served-model lifecycle's: a candidate's meta (``candidate.json``) and verdict
+(``verdict.json``, read by :func:`read_verdict`), and the pointer (``served.json``,
+:class:`ServedPointer`): its entries (the served model and those before it), its pin and
+its journal entries.
 Readers take fields, never string keys, and a verdict's outcome is an :class:`Outcome`.
 
 Each record is a msgspec ``Struct`` declaring the keys the code reads. Nothing a file
@@ -81,7 +82,7 @@ from typing import Any, Self
 import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.layout import RUN_HISTORY
+from genesis_fp16_infrastructure.agent_folder.layout import RUN_HISTORY, VERDICT
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     RequestedName,
@@ -295,6 +296,24 @@ class ServedPointer:
             sequence,
             entries,
         )
+
+
+def read_verdict(candidate: Path) -> Verdict:
+    """The candidate's verdict; one without an outcome (``Verdict()``) while it has none
+    (training), or when its file is unusable: set aside and reported (agent_folder.files)."""
+    found = files.load(VERDICT.at(candidate), VERDICT, Verdict.from_json)
+    return Verdict() if found is None else found
+
+
+def stamped(verdict: Mapping[str, Any]) -> dict[str, Any]:
+    """``verdict`` as a decision made now (its time), without a journal number."""
+    kept = {k: v for k, v in verdict.items() if k != "journal_seq"}
+    return {**kept, "decided_at": utc_now(), "decided_at_s": time.time()}
+
+
+def utc_now() -> str:
+    """Now, in UTC, as every record of the owner writes it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 # -- the runs: the last run and the recent ones (run_history.jsonl) ----------

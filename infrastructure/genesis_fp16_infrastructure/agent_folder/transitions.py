@@ -3,9 +3,8 @@ carries each, all under the pointer's one lock. No agent is named here: the daem
 operator's ``model`` command and any plugin's judged runs call these functions, and
 nothing else writes the pointer. The owner is split by concern, one module each: the
 pointer and its lock (:mod:`~genesis_fp16_infrastructure.agent_folder.pointer`), these
-transitions and their recovery, the candidates
-(:mod:`~genesis_fp16_infrastructure.agent_folder.candidates`) and their pruning
-(:mod:`~genesis_fp16_infrastructure.agent_folder.prune`), and the repairs of an unusable
+transitions and their recovery, the candidates and their pruning
+(:mod:`~genesis_fp16_infrastructure.agent_folder.candidates`), and the repairs of an unusable
 pointer (:mod:`~genesis_fp16_infrastructure.agent_folder.repair`); the records of
 candidates and of the journal are
 :mod:`~genesis_fp16_infrastructure.agent_folder.lifecycle_records`.
@@ -56,11 +55,6 @@ from typing import Any
 import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files, outbox
-from genesis_fp16_infrastructure.agent_folder.candidates import (
-    read_verdict,
-    stamped,
-    utc_now,
-)
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     JournalEntry,
@@ -68,6 +62,9 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     Pin,
     ServedEntry,
     Verdict,
+    read_verdict,
+    stamped,
+    utc_now,
 )
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,

@@ -62,7 +62,6 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from genesis_fp16_infrastructure.agent_folder import data_manifest
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     candidate_entry,
     list_candidates,
@@ -70,6 +69,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     newest_checkpoint,
     read_meta,
     read_verdict,
+    renew_data_manifest,
     write_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome, finite
@@ -319,7 +319,7 @@ def up_to_date(
     # answered without a read (a copy, a quarantined file, a touched file).
     check = request.snapshot.data if request.snapshot is not None else None
     scan = check.scan if check is not None and rejudged is None else None
-    if scan is not None and data_manifest.renew(served.checkpoint, scan.to_json(prefixes=False)):
+    if scan is not None and renew_data_manifest(served.checkpoint, scan.to_json(prefixes=False)):
         logger.info("%s: nothing new in the files read: their manifest renewed", request.agent)
     return TrainResult(
         agent=request.agent,

@@ -14,8 +14,8 @@ import pytest
 import torch
 from cli_fork import run_cli
 
+from genesis_fp16_infrastructure.agent_folder.candidates import INCONCLUSIVE_KEEP
 from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
-from genesis_fp16_infrastructure.agent_folder.prune import INCONCLUSIVE_KEEP
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -20,11 +20,11 @@ from se_darwin_daemon import se_darwin_env as _env
 from se_darwin_daemon import write_pool as _write
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
+    INCONCLUSIVE_KEEP,
     list_candidates,
     read_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
-from genesis_fp16_infrastructure.agent_folder.prune import INCONCLUSIVE_KEEP
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.world_model.metrics import auc_with_interval

@@ -56,7 +56,7 @@ def _count_steps(kill_after: int) -> list[int]:
 def _scenarios(ck: Path, roles: dict[str, str], name: str) -> dict[str, Callable[[], Any]]:
     """Each transition as its caller runs it (imports done before the steps are counted;
     the CLI's and the watch's, which are slow, only for the scenario ``name`` that runs)."""
-    from genesis_fp16_infrastructure.agent_folder import candidates, prune, repair, transitions
+    from genesis_fp16_infrastructure.agent_folder import candidates, repair, transitions
     from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Verdict
 
     def main(argv: list[str]) -> int:
@@ -90,7 +90,7 @@ def _scenarios(ck: Path, roles: dict[str, str], name: str) -> dict[str, Callable
         "operator_unpin": lambda: main(["model", "unpin", AGENT]),
         "repair": lambda: [str(x) for x in repair.set_aside_unusable(ck)],
         "operator_repair": lambda: main(["model", "rollback", AGENT]),
-        "prune": lambda: [p.name for p in prune.prune(ck, 1, 7.0)[0]],
+        "prune": lambda: [p.name for p in candidates.prune(ck, 1, 7.0)[0]],
     }
 
 

@@ -18,7 +18,7 @@ from genesis_fp16.jobs.guard_state import load_memory
 from genesis_fp16.jobs.probe_gate import ProbeRecord
 from genesis_fp16.launch.handoff import read_run_file, write_run_file
 from genesis_fp16.service.state_lock import acquire_state_folder
-from genesis_fp16_infrastructure.agent_folder import data_manifest, files
+from genesis_fp16_infrastructure.agent_folder import candidates, files
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
@@ -114,7 +114,7 @@ CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "served_pointer": lambda f, p: set_aside_unusable(f.paths.checkpoint_dir),
     "pointer_lock": lambda f, p: _hold(lambda: pointer_lock(f.paths.checkpoint_dir))(f, p),
     "writer_lock": _claim,
-    "data_manifest": lambda f, p: data_manifest.load(p.parent),
+    "data_manifest": lambda f, p: candidates.read_data_manifest(p.parent),
     "quarantine": _quarantine,
     "candidate_meta": lambda f, p: list_candidates(f.paths.checkpoint_dir),
     "verdict": lambda f, p: read_verdict(p.parent),

@@ -15,7 +15,6 @@ from genesis_fp16_infrastructure.agent_folder import (
     candidates,
     files,
     lifecycle_records,
-    prune,
     transitions,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER, VERDICT
@@ -79,11 +78,11 @@ def test_prune_keeps_the_served_the_last_k_and_recent_rejections(tmp_path: Path)
         _serve(tmp_path, promoted[-1])
     rejected = [_candidate(tmp_path, f"r{i}", "rejected") for i in range(2)]
     training = _candidate(tmp_path, "t", None)
-    removed, _ = prune.prune(tmp_path, keep_served=2, rejected_days=1)
+    removed, _ = candidates.prune(tmp_path, keep_served=2, rejected_days=1)
     assert sorted(removed) == promoted[:3]
     assert all(p.exists() for p in rejected)  # decided just now: within their day
     time.sleep(0.01)
-    prune.prune(tmp_path, keep_served=2, rejected_days=0)
+    candidates.prune(tmp_path, keep_served=2, rejected_days=0)
     left = {p.name for p in candidates.list_candidates(tmp_path)}
     assert left == {promoted[5].name, promoted[4].name, promoted[3].name, training.name}
     assert len(read_pointer(tmp_path).history) == 2  # type: ignore[union-attr]
@@ -99,7 +98,7 @@ def test_prune_removes_an_unfinished_candidate_nobody_resumed(tmp_path: Path) ->
     old = time.time() - 2 * 86400
     for path in [stale, *stale.rglob("*")]:
         os.utime(path, (old, old))
-    assert prune.prune(tmp_path, keep_served=2, rejected_days=0)[0] == [stale]
+    assert candidates.prune(tmp_path, keep_served=2, rejected_days=0)[0] == [stale]
     assert recent.exists() and not stale.exists()
 
 
@@ -133,7 +132,7 @@ def test_concurrent_writers_of_the_pointer_lose_no_update(tmp_path: Path) -> Non
     ]
     for worker in [*procs, *threads]:
         worker.start()
-    prune.prune(tmp_path, keep_served=1, rejected_days=0)
+    candidates.prune(tmp_path, keep_served=1, rejected_days=0)
     for thread in threads:
         thread.join()
     for proc in procs:
@@ -154,7 +153,7 @@ def test_the_pin_survives_a_promotion_and_a_prune(tmp_path: Path) -> None:
     entry = candidates.candidate_entry(tmp_path, first, checkpoint)
     transitions.serve(tmp_path, entry, "manual", pin=Pin(by="operator", extra={"id": first.name}))
     _serve(tmp_path, _candidate(tmp_path, "bbbb", "promoted"))
-    prune.prune(tmp_path, keep_served=1, rejected_days=0)
+    candidates.prune(tmp_path, keep_served=1, rejected_days=0)
     pointer = read_pointer(tmp_path)
     assert pointer is not None and pointer.pinned is not None
     assert pointer.pinned.to_json() == {"by": "operator", "id": first.name}
@@ -180,7 +179,7 @@ def test_a_verdict_the_journal_decided_is_rolled_forward_before_prune_judges(
         "rollback",
     ]
     assert list(transitions.disagreeing(tmp_path, pointer)) == [second.name]
-    assert prune.prune(tmp_path, 0, 1.0)[0] == []
+    assert candidates.prune(tmp_path, 0, 1.0)[0] == []
     transitions.recover(tmp_path)
     assert candidates.read_verdict(second).outcome == "rolled_back"
     assert transitions.disagreeing(tmp_path, pointer) == {}
@@ -235,7 +234,7 @@ def test_prune_keeps_the_newest_inconclusive_candidates_however_old(tmp_path: Pa
         verdict = candidates.read_verdict(path)
         assert verdict.outcome is not None
         VERDICT.at(path).write_text(json.dumps({**verdict.to_json(), "decided_at_s": old}))
-    assert prune.INCONCLUSIVE_KEEP == 2
-    removed, _ = prune.prune(tmp_path, keep_served=2, rejected_days=1)
+    assert candidates.INCONCLUSIVE_KEEP == 2
+    removed, _ = candidates.prune(tmp_path, keep_served=2, rejected_days=1)
     assert sorted(removed) == sorted([found[0], rejected])
     assert found[1].exists() and found[2].exists()

@@ -34,7 +34,6 @@ from genesis_fp16_infrastructure.agent_folder import (
     candidates,
     lifecycle_records,
     outbox,
-    prune,
     repair,
     transitions,
 )
@@ -133,7 +132,7 @@ def _next_owner_call(ck: Path, metrics: tuple[LiveMetrics, PromotionMetrics]) ->
     rollbacks and promotions. Returns what it counted of each."""
     with contextlib.suppress(ServedPointerError):  # it prunes nothing (the daemon logs it)
         transitions.recover(ck)
-        prune.prune(ck, 5, 60.0)
+        candidates.prune(ck, 5, 60.0)
     live, promotion = metrics
     new = live.cursor.new(AGENT, _journal(ck) or [])
     return [live.count_rollbacks(AGENT, new), promotion.count_promotions(AGENT, new)]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder import candidates, prune, transitions
+from genesis_fp16_infrastructure.agent_folder import candidates, transitions
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome, Verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer, served_checkpoint
 from genesis_fp16_infrastructure.errors import ServedPointerError
@@ -136,7 +136,7 @@ def test_an_old_pointer_reads_the_same_and_a_transition_keeps_every_key(tmp_path
     assert _without_nulls(after["journal"][:-1]) == _without_nulls(POINTER["journal"])
     assert (after["sequence"], after["journal"][-1]["kind"]) == (5, "unpin")
     # Pruning keeps what the pointer names and the kept inconclusive one; no verdict moved.
-    assert prune.prune(folder, keep_served=2, rejected_days=3650.0)[0] == []
+    assert candidates.prune(folder, keep_served=2, rejected_days=3650.0)[0] == []
     for ident, (_, verdict) in CANDIDATES.items():
         path = folder / "candidates" / ident / "verdict.json"
         assert (json.loads(path.read_text()) if path.exists() else None) == verdict

@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder.candidates import served_entry, write_verdict
+from genesis_fp16_infrastructure.agent_folder.candidates import prune, served_entry, write_verdict
 from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     aside_path,
     read_pointer,
     served_checkpoint,
 )
-from genesis_fp16_infrastructure.agent_folder.prune import prune
 from genesis_fp16_infrastructure.agent_folder.repair import (
     roll_back_by_hand,
     serve_by_hand,

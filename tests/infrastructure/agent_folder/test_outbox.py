@@ -12,7 +12,6 @@ from genesis_fp16_infrastructure.agent_folder import (
     candidates,
     outbox,
     pointer,
-    prune,
     repair,
     transitions,
 )
@@ -58,7 +57,7 @@ def test_every_transition_is_in_the_outbox_in_order_once(tmp_path: Path) -> None
         folder, candidates.served_entry(folder, second) or {}, transitions.operator_pin("t")
     )
     transitions.unpin(folder)
-    prune.prune(folder, keep_served=1, rejected_days=7)  # a trim: no event
+    candidates.prune(folder, keep_served=1, rejected_days=7)  # a trim: no event
     kinds = ["promote", "reject", "promote", "hold", "rollback", "promote", "unpin"]
     assert _kinds(agent_folder) == kinds
     events = outbox.read_events(agent_folder)
@@ -84,13 +83,13 @@ def test_a_transition_killed_before_its_event_is_announced_by_the_next_owner_cal
     lost = outbox.read_events(agent_folder)[-1]
     lost.path.unlink()  # as if killed between the pointer's write and the event's
     assert _kinds(agent_folder) == ["promote"]
-    prune.prune(folder, keep_served=5, rejected_days=7)  # prunes: recovers nothing
+    candidates.prune(folder, keep_served=5, rejected_days=7)  # prunes: recovers nothing
     assert _kinds(agent_folder) == ["promote"]
     transitions.recover(folder)  # the daemon's after each run
     events = outbox.read_events(agent_folder)
     assert [e.id for e in events][-1] == lost.id and len(events) == 2
     transitions.recover(folder)
-    prune.prune(folder, keep_served=5, rejected_days=7)
+    candidates.prune(folder, keep_served=5, rejected_days=7)
     transitions.unpin(folder)  # not pinned: no transition
     with pytest.raises(ServedPointerError):
         transitions.rollback(tmp_path / "agents" / "other" / "checkpoints")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder import candidates, files, outbox, prune, transitions
+from genesis_fp16_infrastructure.agent_folder import candidates, files, outbox, transitions
 from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
 
 AGENT = "se_darwin"
@@ -41,7 +41,7 @@ def _catch_ups(folder: Path) -> None:
     """The owner calls that catch up: the daemon's recovery and prune after a run, and
     the recovery the delivery thread's start runs."""
     transitions.recover(folder)
-    prune.prune(folder, keep_served=5, rejected_days=7)
+    candidates.prune(folder, keep_served=5, rejected_days=7)
     transitions.recover(folder)
 
 

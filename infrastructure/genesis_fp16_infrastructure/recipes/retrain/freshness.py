@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.agent_folder import data_manifest
+from genesis_fp16_infrastructure.agent_folder import candidates
 from genesis_fp16_infrastructure.agent_folder.layout import RECORD_CACHE_FOLDER
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
@@ -71,14 +71,14 @@ def save_record(
     checkpoint = Path(trained)
     stat = os.stat(checkpoint)
     record = {
-        "version": data_manifest.RECORD_VERSION,
+        "version": candidates.MANIFEST_VERSION,
         "request": request_key(request),
         "checkpoint": {"path": str(checkpoint), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
         "manifest": manifest.to_json(prefixes=False),
         # The live watch's report is this run's: an up-to-date run never reports it again.
         "result": {**result.to_json(), "live": None},
     }
-    data_manifest.write(Path(request.checkpoint_dir), record)
+    candidates.write_data_manifest(Path(request.checkpoint_dir), record)
 
 
 def check_data(request: TrainRequest) -> DataCheck:
@@ -94,7 +94,7 @@ def check_data(request: TrainRequest) -> DataCheck:
         return DataCheck(None)
     pointer, served = _served(request)
     folder = None if served is None else served.parent
-    record = None if folder is None else data_manifest.load(folder)
+    record = None if folder is None else candidates.read_data_manifest(folder)
     before = Manifest.from_json(record.get("manifest")) if record else None
     try:
         manifest, report = scan_files(Path(request.data_path), before)
@@ -121,7 +121,9 @@ def check_data(request: TrainRequest) -> DataCheck:
             )
             return DataCheck(manifest)
     if (report.hashed or judged) and folder is not None:  # trust these files next time
-        data_manifest.write(folder, {**record, "manifest": manifest.to_json(prefixes=False)})
+        candidates.write_data_manifest(
+            folder, {**record, "manifest": manifest.to_json(prefixes=False)}
+        )
     seconds = time.perf_counter() - start
     why = judged or _unchanged(len(manifest.files), report.hashed)
     logger.info("%s: up to date by the data manifest, %s: no step to take", request.agent, why)
@@ -150,7 +152,7 @@ def _read_by_the_last_judged(
         return None
     folder = Path(request.checkpoint_dir)
     last = stores.last_judged(folder, str(pointer.served.id), pointer.pinned is not None)
-    record = None if last is None else data_manifest.load(last)
+    record = None if last is None else candidates.read_data_manifest(last)
     if (
         last is None
         or record is None

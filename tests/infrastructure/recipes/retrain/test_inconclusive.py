@@ -15,10 +15,10 @@ from genesis_fp16.commands.model import list_models
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     list_candidates,
+    prune,
     read_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
-from genesis_fp16_infrastructure.agent_folder.prune import prune
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 
