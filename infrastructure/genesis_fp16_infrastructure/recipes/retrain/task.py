@@ -243,23 +243,16 @@ class WorldModelTask(WorldModelStep):
         # record once).
         distinct = sorted_unique(columns.id_hash[columns.labelled[known]])
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
-        held = split.held_out
-        if self.cross_validated:
-            logger.info(
-                "%s task: %d examples in %d folds (cross-validated), %d features, model %s",
-                self.agent,
-                len(train),
-                self.config.members,
-                self.encoder.n_features,
-                self.config,
-            )
-            return
+        validation, held = len(split.validation), len(split.held_out)
+        parts = (
+            f"{len(train)} examples in {self.config.members} folds (cross-validated)"
+            if self.cross_validated
+            else f"{len(train)} train, {validation} validation, {held} held-out examples"
+        )
         logger.info(
-            "%s task: %d train, %d validation, %d held-out examples, %d features, model %s",
+            "%s task: %s, %d features, model %s",
             self.agent,
-            len(train),
-            len(split.validation),
-            len(held),
+            parts,
             self.encoder.n_features,
             self.config,
         )
