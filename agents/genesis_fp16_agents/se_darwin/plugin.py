@@ -18,9 +18,8 @@ from genesis_fp16.plugin_api import (
     ProbeSetup,
 )
 from genesis_fp16_infrastructure.data.synthetic import write_pool
-from genesis_fp16_infrastructure.recipes.retrain import freshness, probe, run, scoring
+from genesis_fp16_infrastructure.recipes.retrain import freshness, run, scoring, task
 from genesis_fp16_infrastructure.recipes.retrain.options import agent_options
-from genesis_fp16_infrastructure.recipes.retrain.task import Batch, WorldModelStep
 
 
 class SEDarwinPlugin:
@@ -31,7 +30,7 @@ class SEDarwinPlugin:
     options = agent_options()
     description = "SE-Darwin world model: success, score and outcome of a code-evolution attempt"
     # The types a fault bundle's batches may be rebuilt as (``genesis-fp16 replay``).
-    batch_types = (Batch,)
+    batch_types = (task.Batch,)
     # Its data is a folder of pools: with no data path configured the daemon trains it on
     # <state>/agents/se_darwin/data/, the generated sample and every pool dropped beside it
     # (genesis_fp16.jobs.run_request.default_data_path; docs/se-darwin.md, "Where to put data").
@@ -60,9 +59,9 @@ class SEDarwinPlugin:
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
         """The world model, its loss and a few real batches, for the precision probe."""
-        return probe.probe_setup(data_path, seed, agent=self.name)
+        return task.probe_setup(data_path, seed, agent=self.name)
 
-    def replay_task(self, context: Mapping[str, Any]) -> WorldModelStep:
+    def replay_task(self, context: Mapping[str, Any]) -> task.WorldModelStep:
         """A fault bundle's step rebuilt for ``genesis-fp16 replay``: the model the run
         trained (its configuration, cross-validated members included, from the bundle's
         ``rebuild``), its optimizer and loss; the data is not read."""
@@ -72,4 +71,4 @@ class SEDarwinPlugin:
                 "the bundle holds no model record (rebuild.model): it was written before "
                 "bundles kept one, or by another agent; re-run the training to write a new one"
             )
-        return WorldModelStep.from_spec(spec)
+        return task.WorldModelStep.from_spec(spec)

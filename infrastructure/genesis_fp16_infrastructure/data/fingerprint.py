@@ -80,16 +80,6 @@ class DataChange:
     def unchanged(self) -> bool:
         return self.previous is not None and not (self.added or self.removed or self.relabelled)
 
-    def describe(self) -> str:
-        """One phrase for the log: ``2000 records (was 500: 1500 new, 0 removed, 0 relabelled
-        or edited)``."""
-        if self.previous is None:
-            return f"{self.records} records (the checkpoint kept no record of its data)"
-        return (
-            f"{self.records} records (was {self.previous}: {self.added} new, "
-            f"{self.removed} removed, {self.relabelled} relabelled or edited)"
-        )
-
 
 def fingerprint_of(columns: PoolColumns) -> DataFingerprint:
     """The fingerprint of a read's labelled records, from its columns

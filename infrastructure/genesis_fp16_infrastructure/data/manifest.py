@@ -97,7 +97,6 @@ class ScanReport:
     hashed: int = 0
     hashed_bytes: int = 0
     reused: int = 0
-    vanished: int = 0  # listed, then gone before their stat: not in the manifest
 
 
 @dataclass(frozen=True)
@@ -160,7 +159,7 @@ def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, 
     trusted_before = previous.scanned_ns - RACY_NS if previous is not None else 0
     scanned_ns = time.time_ns()
     files: list[FileState] = []
-    hashed = hashed_bytes = reused = vanished = 0
+    hashed = hashed_bytes = reused = 0
     for file in list_data_files(Path(path)):
         name = str(file)
         try:
@@ -175,7 +174,6 @@ def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, 
                 prefix_size = old.size  # appended to: its old bytes' digest in the same pass
             digest, size, prefix = _digest_and_prefix(file, prefix_size)
         except FileNotFoundError:  # rotated away since the listing: the data without it
-            vanished += 1
             continue
         except OSError as exc:  # as the readers say it: the user has to fix it
             raise DataError(f"cannot read data file {name!r}: {exc.strerror or exc}") from exc
@@ -188,7 +186,7 @@ def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, 
                 name, stat.st_size, stat.st_mtime_ns, digest, prefix, stat.st_ctime_ns, stat.st_ino
             )
         )
-    report = ScanReport(hashed, hashed_bytes, reused, vanished)
+    report = ScanReport(hashed, hashed_bytes, reused)
     return Manifest(tuple(files), scanned_ns), report
 
 

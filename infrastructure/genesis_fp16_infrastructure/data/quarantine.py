@@ -150,13 +150,10 @@ class Recorder:
     def __init__(self, sink: QuarantineSink) -> None:
         self.sink = sink
         self.rejected: list[Rejected] = []
-        self.vanished = False
 
     def add(self, source: Source, reason: str, raw: Any) -> None:
         # The entry as the sink wrote it, UTF-8 all through: the record cache keeps it.
         self.rejected.append(self.sink.add(source, reason, raw))
-        if source.where == "file" and reason.startswith("vanished"):
-            self.vanished = True  # nothing to remember: the file is gone
 
 
 def safe_text(text: str) -> str:

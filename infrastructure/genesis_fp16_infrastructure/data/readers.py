@@ -289,7 +289,7 @@ def _file_records(
                 writer = BlockWriter(keep_text)
     blocks.append(writer.block(recorder.rejected))
     block = RecordBlock.concat(blocks)
-    if cache is not None and not recorder.vanished:
+    if cache is not None:  # a file gone since the listing is not stored: its stat fails
         cache.store(file, block, slim)
     return block
 

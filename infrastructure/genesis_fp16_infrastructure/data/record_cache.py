@@ -149,11 +149,8 @@ class RecordCache:
             # A UnicodeEncodeError is a ValueError. The read quarantines text that does not
             # encode (readers._unencodable); this is the net under it: the run has its
             # records, and the next run parses the file again.
-            self.write_failures += 1
-            logger.warning(
-                "record cache: cannot encode the records of %s (%s): parsed again next run",
-                file,
-                ascii(str(exc)),
+            self._failed(
+                "cannot encode the records of %s (%s): parsed again next run", file, ascii(str(exc))
             )
             return
         marker = msgspec.json.encode({"digest": state.digest, "size": state.size})
@@ -164,13 +161,8 @@ class RecordCache:
         except OSError as exc:
             # The run has the records; only the next run's shortcut is lost. Counted and
             # reported (train --json extra.record_cache), and the file is parsed next time.
-            self.write_failures += 1
-            logger.warning(
-                "record cache: cannot write %s (%s): %s will be parsed again next run",
-                target,
-                exc.strerror or exc,
-                file,
-            )
+            message = "cannot write %s (%s): %s will be parsed again next run"
+            self._failed(message, target, exc.strerror or exc, file)
 
     def load_pool(self, files: list[Path]) -> StoredPool | None:
         """The joined pool of ``files`` (in read order) as a slim read made it, while
@@ -213,12 +205,8 @@ class RecordCache:
         try:
             write_pool_file(path, stored, CACHE_VERSION)
         except (OSError, ValueError, TypeError, msgspec.EncodeError) as exc:
-            self.write_failures += 1
-            logger.warning(
-                "record cache: cannot write %s (%s): the pool is joined again next run",
-                path,
-                ascii(str(exc)),
-            )
+            message = "cannot write %s (%s): the pool is joined again next run"
+            self._failed(message, path, ascii(str(exc)))
 
     def prune(self) -> int:
         """Delete the entries of bytes no file of the manifest holds, but for the stored
@@ -241,6 +229,12 @@ class RecordCache:
                 entry.unlink(missing_ok=True)
                 removed += 1
         return removed
+
+    def _failed(self, message: str, *args: object) -> None:
+        """Count a write that failed, and say so: the run has its records; only the next
+        run's shortcut is lost."""
+        self.write_failures += 1
+        logger.warning("record cache: " + message, *args)
 
     def _vouched(self, file: Path) -> FileState | None:
         """The manifest's state of ``file`` while the file is still the one it hashed

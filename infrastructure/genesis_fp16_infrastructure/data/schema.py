@@ -238,10 +238,6 @@ class Label:
     score: float | None  # None when only the status word is known: no regression target
     outcome: str  # one of OUTCOMES
 
-    @property
-    def outcome_index(self) -> int:
-        return OUTCOMES.index(self.outcome)
-
 
 @dataclass(frozen=True, slots=True)
 class Example:

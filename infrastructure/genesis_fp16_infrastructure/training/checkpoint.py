@@ -48,7 +48,7 @@ STALE_TEMP_SECONDS = 60.0
 WRITER_LOCK = WRITER_LOCK_FILE.name  # the flock of the one process that writes the folder
 
 # Called with a loaded state before it is used; raises to pass over the file.
-Accept = Callable[[dict[str, Any], Path], None]
+Accept = Callable[[dict[str, Any], Path], object]
 
 
 # This process's claims, by lock file (resolved): (descriptor, claims). An flock

@@ -196,26 +196,18 @@ class FeatureEncoder:
             tools, patterns, tuple(mean.tolist()), tuple(std.tolist()), base_rate, agent_rates
         )
 
-    def encode(
-        self,
-        attempts: Sequence[AttemptInput],
-        pool: PoolLike,
-        numeric: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def encode(self, attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.Tensor:
         """A ``(len(attempts), n_features)`` float32 matrix, built column-wise.
 
         The same numbers as a row at a time in Python floats, bit for bit: the numeric
         columns are centred and scaled in float64 (IEEE subtraction and division round
         the same in a vector as in a Python float) and rounded to float32 once, at the
         end; the agent column is worked out once per agent, not once per record.
-        ``numeric``: :func:`numeric_columns` of the same attempts and pool, if known.
 
         Built ``ENCODE_ROWS`` rows at a time into the float32 result: the float64 parts
         of a million rows at once held 0.7 GB on top of it (each row's numbers are its
         own, so the bits are the same either way)."""
-        if numeric is None:
-            numeric = numeric_columns(attempts, pool)
-        return self.encode_parts(Categorical.of(attempts), numeric)
+        return self.encode_parts(Categorical.of(attempts), numeric_columns(attempts, pool))
 
     def encode_parts(
         self, parts: Categorical, numeric: torch.Tensor, rows: torch.Tensor | None = None

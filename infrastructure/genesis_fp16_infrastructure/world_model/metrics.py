@@ -16,9 +16,7 @@ def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     return auc_with_interval(scores, labels)[0]
 
 
-def auc_with_interval(
-    scores: torch.Tensor, labels: torch.Tensor, z: float = 1.96
-) -> tuple[float, float, float]:
+def auc_with_interval(scores: torch.Tensor, labels: torch.Tensor) -> tuple[float, float, float]:
     """The AUC and its 95% interval (Hanley and McNeil's standard error, clipped to [0, 1]).
 
     It says how much of an AUC is the held-out split's luck: with ~500 records and an AUC
@@ -40,7 +38,7 @@ def auc_with_interval(
     var = (value * (1 - value) + (n_pos - 1) * (q1 - value**2) + (n_neg - 1) * (q2 - value**2)) / (
         n_pos * n_neg
     )
-    half = z * math.sqrt(max(var, 0.0))
+    half = 1.96 * math.sqrt(max(var, 0.0))  # 95%: the normal quantile
     return value, max(0.0, value - half), min(1.0, value + half)
 
 

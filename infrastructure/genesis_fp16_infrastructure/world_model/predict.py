@@ -65,31 +65,22 @@ def world_model_state(encoder: FeatureEncoder, config: ModelConfig, **info: Any)
 
 
 def read_world_model_state(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
-    """The world-model part of a loaded checkpoint; ValueError when it holds something else
-    or lacks a part that encoding or building the model needs (the encoder, the shape)."""
+    """The world-model part of a loaded checkpoint; a :class:`CheckpointError` (a
+    ValueError) when it holds something else or lacks a part that encoding or building
+    the model needs (the encoder, the shape): ``CheckpointManager.load_latest`` then
+    skips it with a warning naming it and tries the older one."""
     extra = checkpoint.get(keys.EXTRA) or {}
     if extra.get("kind") != STATE_KIND or extra.get("version") != STATE_VERSION:
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint holds {extra.get('kind')!r} version {extra.get('version')!r}, "
             f"not a {STATE_KIND!r} version {STATE_VERSION}"
         )
     missing = [part for part in STATE_PARTS if not isinstance(extra.get(part), Mapping)]
     if missing:
-        raise ValueError(f"the checkpoint's world-model state has no {' and no '.join(missing)}")
+        raise CheckpointError(
+            f"the checkpoint's world-model state has no {' and no '.join(missing)}"
+        )
     return dict(extra)
-
-
-def accept_world_model(checkpoint: Mapping[str, Any], path: Path) -> None:
-    """``CheckpointManager.load_latest``'s ``accept`` for a world model: a checkpoint that
-    is not one, or lacks a part, is skipped with a warning naming it and the older one
-    tried (none left: None, start fresh), instead of failing the run.
-
-    >>> found = CheckpointManager(folder).load_latest(accept_world_model)  # doctest: +SKIP
-    """
-    try:
-        read_world_model_state(checkpoint)
-    except ValueError as error:
-        raise CheckpointError(str(error)) from error
 
 
 @dataclass(frozen=True)
@@ -130,7 +121,7 @@ class WorldModelPredictor:
                 f"no model served from {str(path)!r} yet: its first candidate is training"
             )
         if path.is_dir():
-            found = CheckpointManager(path).load_latest(accept_world_model)
+            found = CheckpointManager(path).load_latest(lambda s, _: read_world_model_state(s))
             if found is None:
                 raise FileNotFoundError(f"no valid world-model checkpoint in {str(path)!r}")
             state, path = found

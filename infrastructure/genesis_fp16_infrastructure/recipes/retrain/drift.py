@@ -24,7 +24,6 @@ a fixed one flags small batches for their noise alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -93,37 +92,34 @@ def _new_records(columns: PoolColumns, served: DataFingerprint) -> torch.Tensor:
     return torch.from_numpy(~stores.known(columns.key, np.sort(served.labelled.numpy())))
 
 
-def _categorical(columns: PoolColumns, picked: torch.Tensor) -> dict[str, Sequence[Sequence[str]]]:
-    """Each categorical feature's values of the examples ``picked`` (their indices), in
-    the report's order, read from the columns (a record's tool list holds several)."""
+def _categorical(columns: PoolColumns, picked: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each categorical feature's counts of the examples ``picked`` (their indices), in
+    the report's order: a matrix (example x category, the pool's categories), from the
+    columns' codes (a record's tool list counts each of its tools)."""
     rows = columns.labelled[picked.numpy()]
-    one = {
-        "agent": columns.agent,
-        "operator": columns.operator,
-        "reasoning_pattern": columns.pattern,
-    }
-    values = {k: [(v,) for v in c.take(rows)] for k, c in one.items()}
-    return values | {"tool": columns.tools.take(rows)}
+    one = (("agent", columns.agent), ("operator", columns.operator))
+    out = {}
+    for name, coded in (*one, ("reasoning_pattern", columns.pattern), ("tool", columns.tools)):
+        lists = coded.values if name == "tool" else [(v,) for v in coded.values]
+        vocab = {v: i for i, v in enumerate(dict.fromkeys(v for vs in lists for v in vs))}
+        table = torch.zeros((len(lists), len(vocab)), dtype=torch.float64)
+        for code, values in enumerate(lists):
+            for v in values:
+                table[code, vocab[v]] += 1
+        out[name] = table[torch.from_numpy(coded.codes[rows])]
+    return out
 
 
 class _Reference:
     """The served model's records, binned once: each numeric feature's bin bounds and
-    shares; each categorical feature as a count matrix (record x category), so that a
+    shares; each categorical feature's count matrix (record x category), so that a
     sample's shares are a sum of rows. Every distance is taken against it."""
 
-    def __init__(self, values: dict[str, Sequence[Sequence[str]]], cols: torch.Tensor) -> None:
+    def __init__(self, counts: dict[str, torch.Tensor], cols: torch.Tensor) -> None:
         self.bounds = [_bounds(cols[:, i]) for i in range(cols.shape[1])]
         self.numeric = [_shares(cols[:, i], b) for i, b in enumerate(self.bounds)]
-        self.counts: dict[str, torch.Tensor] = {}  # (records, categories)
-        self.vocab: dict[str, dict[str, int]] = {}
-        for name, records in values.items():
-            vocab = {v: i for i, v in enumerate(sorted({v for vs in records for v in vs}))}
-            rows = [row for row, vs in enumerate(records) for _ in vs]
-            columns = [vocab[v] for vs in records for v in vs]
-            counts = torch.zeros((len(records), len(vocab) + 1), dtype=torch.float64)
-            ones = torch.ones(len(rows), dtype=torch.float64)
-            counts.index_put_((torch.tensor(rows), torch.tensor(columns)), ones, accumulate=True)
-            self.counts[name], self.vocab[name] = counts, vocab
+        self.counts = counts  # (records, categories)
+        self.seen = {name: c.sum(0) > 0 for name, c in counts.items()}  # the reference's
 
     def numeric_distances(self, cols: torch.Tensor) -> dict[str, float]:
         return {
@@ -132,25 +128,21 @@ class _Reference:
         }
 
     def categorical_distance(self, name: str, counts: torch.Tensor) -> float:
-        """L-infinity between the reference's shares and ``counts`` (its last column: values
-        the reference never had)."""
-        p, total = self.counts[name].sum(0), counts.sum()
+        """L-infinity between the reference's shares and ``counts``'s, the categories the
+        reference never had counted as one."""
+        seen = self.seen[name]
+        p = torch.cat([self.counts[name].sum(0)[seen], torch.zeros(1, dtype=torch.float64)])
+        counts = torch.cat([counts[seen], counts[~seen].sum(0, keepdim=True)])
+        total = counts.sum()
         if not p.sum() or not total:
             return 0.0 if not p.sum() and not total else 1.0
         return float((p / p.sum() - counts / total).abs().max())
 
-    def distances(
-        self, values: dict[str, Sequence[Sequence[str]]], cols: torch.Tensor
-    ) -> dict[str, float]:
+    def distances(self, counts: dict[str, torch.Tensor], cols: torch.Tensor) -> dict[str, float]:
         """The distances of other records (the new ones) from the reference."""
         out = self.numeric_distances(cols)
-        for name, records in values.items():
-            vocab, other = self.vocab[name], len(self.vocab[name])
-            found = torch.tensor(
-                [vocab.get(v, other) for vs in records for v in vs], dtype=torch.long
-            )
-            counts = torch.bincount(found, minlength=other + 1).double()
-            out[name] = self.categorical_distance(name, counts)
+        for name, of_new in counts.items():
+            out[name] = self.categorical_distance(name, of_new.sum(0))
         return out
 
 

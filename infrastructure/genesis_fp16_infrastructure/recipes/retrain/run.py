@@ -11,7 +11,7 @@ neither model trained on. This module is that ``train``: it trains on the record
 judged split does not hold out (``split.py``; the checkpoint names them,
 ``trained_ids``), afresh on the current records unless the run is forced
 (``train --resume --steps N`` continues the served model's copy). :func:`probe_setup`
-(``probe.py``) gives the precision probe the same world model, loss and batches."""
+(``task.py``) gives the precision probe the same world model, loss and batches."""
 
 from __future__ import annotations
 

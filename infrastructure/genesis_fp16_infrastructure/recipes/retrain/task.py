@@ -22,15 +22,19 @@ The data is read once and evaluated one of two ways, chosen by the pool's size:
 The features are encoded with an encoder fitted on the training part (every record when
 cross-validated), or the one saved in the checkpoint being resumed, and kept as tensors
 on the training device, as one :class:`Batch` of tensors per part of the pool.
+:func:`probe_setup` gives the precision probe the same world model, loss and a few real
+batches.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -40,10 +44,11 @@ from torch.nn.functional import binary_cross_entropy_with_logits
 from torch.optim import Optimizer
 
 from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.plugin_api import ProbeSetup, TrainRequestError
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
-from genesis_fp16_infrastructure.data.readers import ReadResult
+from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
+from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.judging.split import sorted_unique
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.split import (
@@ -60,6 +65,8 @@ from genesis_fp16_infrastructure.world_model.features import (
 )
 from genesis_fp16_infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
 from genesis_fp16_infrastructure.world_model.model import (
+    HEAD_MODULES,
+    TRUNK_MODULES,
     Labels,
     ModelConfig,
     WorldModelOutput,
@@ -79,6 +86,8 @@ DEFAULT_BATCH, MIN_BATCH = 256, 16
 # 0.841 on success; benchmarks/world_model_quality.py at c9d5b15, on held-out splits).
 STOP_METRIC = "success_bce"
 SMALL_POOL, SMALL_POOL_HIDDEN = 2000, 32  # training records under which the default is narrower
+_PROBE_BATCHES = 9
+_PROBE_SAMPLE_COUNT = 3000
 
 
 class Batch(NamedTuple):
@@ -234,23 +243,16 @@ class WorldModelTask(WorldModelStep):
         # record once).
         distinct = sorted_unique(columns.id_hash[columns.labelled[known]])
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
-        held = split.held_out
-        if self.cross_validated:
-            logger.info(
-                "%s task: %d examples in %d folds (cross-validated), %d features, model %s",
-                self.agent,
-                len(train),
-                self.config.members,
-                self.encoder.n_features,
-                self.config,
-            )
-            return
+        validation, held = len(split.validation), len(split.held_out)
+        parts = (
+            f"{len(train)} examples in {self.config.members} folds (cross-validated)"
+            if self.cross_validated
+            else f"{len(train)} train, {validation} validation, {held} held-out examples"
+        )
         logger.info(
-            "%s task: %d train, %d validation, %d held-out examples, %d features, model %s",
+            "%s task: %s, %d features, model %s",
             self.agent,
-            len(train),
-            len(split.validation),
-            len(held),
+            parts,
             self.encoder.n_features,
             self.config,
         )
@@ -416,3 +418,31 @@ def _metrics(out: WorldModelOutput, data: Batch) -> dict[str, float]:
         "outcome_accuracy": accuracy(out.outcome_logits.float(), data.outcome),
         "examples": float(len(data)),
     }
+
+
+def probe_setup(data_path: Path | None, seed: int, agent: str) -> ProbeSetup:
+    """The world model, its loss and a few real batches, for the precision probe.
+
+    It probes one network (never a cross-validated ensemble: its members are the
+    same network, and its FP32 islands are named by the single model's modules)."""
+    options = TaskOptions(cross_validation=False)
+    if data_path is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_pool(Path(tmp), _PROBE_SAMPLE_COUNT, seed, agent=agent)
+            data = read_trajectories(path)
+    else:
+        data = read_trajectories(Path(data_path))
+    task = WorldModelTask(data, options, seed, agent=agent)
+    batches = [b for b, _ in task.train_batches(0, seed)][:_PROBE_BATCHES]
+
+    def build_model() -> torch.nn.Module:
+        torch.manual_seed(seed)
+        return task.build_model()  # one WorldModel: cross_validation=False
+
+    return ProbeSetup(
+        build_model=build_model,
+        loss=task.loss,
+        batches=batches,
+        components={"heads": list(HEAD_MODULES), "trunk": list(TRUNK_MODULES)},
+        learning_rate=options.learning_rate,
+    )

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
+from genesis_fp16_infrastructure.data.schema import OUTCOMES
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask, batch_of
@@ -73,7 +74,7 @@ def test_the_task_from_columns_is_the_task_from_objects(
                 torch.tensor([float(y.success) for y in labels], dtype=torch.float32),
                 torch.tensor(scores, dtype=torch.float32),
                 torch.tensor([y.score is not None for y in labels], dtype=torch.bool),
-                torch.tensor([y.outcome_index for y in labels], dtype=torch.int64),
+                torch.tensor([OUTCOMES.index(y.outcome) for y in labels], dtype=torch.int64),
             ),
             part_folds,
         )
