@@ -24,7 +24,7 @@ This module is the runtime that watches a run and needs torch. What a run is gua
 with, :class:`GuardConfig` and the ladder, is in
 :mod:`genesis_fp16_infrastructure.training.precision.precision_names`, with the per-agent
 precision memory a daemon keeps (:class:`PrecisionMemory`). Both are importable without
-torch and re-exported here.
+torch; only :class:`GuardConfig` is re-exported here.
 
 Where the guard keeps its last good state, and what keeping it costs: the guard copies
 the trainer's state (weights, optimizer moments, scaler, RNG) and the
