@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +42,9 @@ log = structlog.get_logger("genesis_fp16.probe_gate")
 SCHEMA_VERSION = 1
 
 
-@dataclass(frozen=True)
-class ProbeRecord:
-    """What the probe found for one agent, as kept in its state folder."""
+class ProbeRecord(msgspec.Struct, frozen=True, tag_field="schema_version", tag=SCHEMA_VERSION):
+    """What the probe found for one agent, as kept in its state folder: its JSON is
+    ``msgspec.to_builtins(record)``, ``schema_version`` first."""
 
     at: float
     device: str
@@ -57,14 +56,11 @@ class ProbeRecord:
     reasons: Mapping[str, list[str]]
     error: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
-
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> ProbeRecord:
         """The record as kept; ``ValueError`` (msgspec's ``ValidationError``, naming the
         field) for one of another version or with a field of the wrong type."""
-        if raw.get("schema_version") != SCHEMA_VERSION:
+        if raw.get("schema_version") != SCHEMA_VERSION:  # the tag's check lets a missing one by
             found = raw.get("schema_version")
             raise ValueError(f"schema_version {found!r} is not {SCHEMA_VERSION}")
         return msgspec.convert(raw, cls)  # the fields' types checked, as status.report reads
@@ -113,7 +109,7 @@ def gate_before_run(
             return None
         record = _probe(settings, agent, plugin, data_path, device, used)
         try:
-            folder.save_probe_record(record.to_json())
+            folder.save_probe_record(msgspec.to_builtins(record))
         except OSError as exc:
             path = folder.probe_record_path
             log.error("cannot write the probe record", path=str(path), error=str(exc))
