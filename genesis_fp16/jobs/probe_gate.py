@@ -103,8 +103,8 @@ def gate_before_run(
     if stuck:  # not set aside: a probe whose record could never be written would run
         log.error("unusable probe record cannot be set aside: delete it", error=stuck[0].why)
         return None
+    used = _used_precision(precision, device)  # asked once: the probe's and the warning's
     if record is None:
-        used = _used_precision(precision, device)
         if used not in LOW_PRECISIONS:
             return None
         record = _probe(settings, agent, plugin, data_path, device, used)
@@ -116,7 +116,7 @@ def gate_before_run(
     if record.error is None:  # a failed probe exports nothing
         metrics.export(agent, record.verdict, record.recommended, record.at)
     if not precision.measures:  # a measured auto leaves the red precisions out instead
-        _warn_if_red(agent, record, _used_precision(precision, device))
+        _warn_if_red(agent, record, used)
     return record
 
 
