@@ -97,10 +97,8 @@ def own_state_folder(args: argparse.Namespace, settings: Settings) -> int | None
             f"--checkpoint-dir {args.checkpoint_dir} is inside the state folder {folder}, "
             f"owned by {holder.describe()}: it writes there; train into another folder"
         )
-    state_dir = settings.state_dir
-    try:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        return acquire_state_folder(state_dir, f"train {args.agent}")
+    try:  # the lock makes the folder (AgentFolder.take_owner)
+        return acquire_state_folder(settings.state_dir, f"train {args.agent}")
     except StateFolderBusy as exc:
         if exc.holder.command == "serve":
             how = f"{_what_the_daemon_trains(args.agent, exc.holder.agents)}; to train by hand, "

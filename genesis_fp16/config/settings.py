@@ -394,14 +394,11 @@ def settings_sources(env_file: Path | str | None = None) -> SettingsSources:
     unparsable = bool(errors)
     known, agent_fields = setting_variables(), AgentSettings.model_fields
     environ = {name.upper(): value for name, value in os.environ.items() if ours(name)}
-    for name, entry in file.items():
+    named = [(name, f"{path}, line {entry.line}") for name, entry in file.items()]
+    for name, where in named + [(name, "in the environment") for name in sorted(environ)]:
         problem = check_name(name, known, agent_fields)
         if problem is not None:
-            errors.append(f"{problem} ({path}, line {entry.line})")
-    for name in sorted(environ):
-        problem = check_name(name, known, agent_fields)
-        if problem is not None:
-            errors.append(f"{problem} (in the environment)")
+            errors.append(f"{problem} ({where})")
     return SettingsSources(
         path.resolve(), is_file, file, environ, tuple(errors), unparsable, tuple(repeated)
     )

@@ -94,6 +94,9 @@ def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -
     untouched."""
     metrics = ctx.metrics.promotion
     why = None
+    if snapshot.pointer_error is None:  # the transitions before this daemon's first run:
+        pointer = snapshot.pointer  # not counted (none served: counted from the first)
+        ctx.metrics.live.cursor.baseline(agent, [] if pointer is None else pointer.journal)
     if snapshot.pointer is not None:  # usable, as the plan read it
         metrics.pinned.labels(agent=agent).set(float(snapshot.pointer.pinned is not None))
     elif snapshot.pointer_error is not None:  # unreadable, dangling, or set aside before
@@ -105,6 +108,7 @@ def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -
         if moved is not None:
             # counted by the agent folder's owner, which set it aside
             log.error("unusable served-model pointer set aside", path=str(moved), error=why)
+        log.warning("cannot follow the served-model pointer", error=snapshot.pointer_error)
     if why is None:  # none, usable, or repaired meanwhile (the next run looks again)
         ctx.unusable_pointer.pop(agent, None)
         metrics.pointer_unusable.labels(agent=agent).set(0)

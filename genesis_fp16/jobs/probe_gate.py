@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +42,9 @@ log = structlog.get_logger("genesis_fp16.probe_gate")
 SCHEMA_VERSION = 1
 
 
-@dataclass(frozen=True)
-class ProbeRecord:
-    """What the probe found for one agent, as kept in its state folder."""
+class ProbeRecord(msgspec.Struct, frozen=True, tag_field="schema_version", tag=SCHEMA_VERSION):
+    """What the probe found for one agent, as kept in its state folder: its JSON is
+    ``msgspec.to_builtins(record)``, ``schema_version`` first."""
 
     at: float
     device: str
@@ -57,14 +56,11 @@ class ProbeRecord:
     reasons: Mapping[str, list[str]]
     error: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
-
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> ProbeRecord:
         """The record as kept; ``ValueError`` (msgspec's ``ValidationError``, naming the
         field) for one of another version or with a field of the wrong type."""
-        if raw.get("schema_version") != SCHEMA_VERSION:
+        if raw.get("schema_version") != SCHEMA_VERSION:  # the tag's check lets a missing one by
             found = raw.get("schema_version")
             raise ValueError(f"schema_version {found!r} is not {SCHEMA_VERSION}")
         return msgspec.convert(raw, cls)  # the fields' types checked, as status.report reads
@@ -107,20 +103,20 @@ def gate_before_run(
     if stuck:  # not set aside: a probe whose record could never be written would run
         log.error("unusable probe record cannot be set aside: delete it", error=stuck[0].why)
         return None
+    used = _used_precision(precision, device)  # asked once: the probe's and the warning's
     if record is None:
-        used = _used_precision(precision, device)
         if used not in LOW_PRECISIONS:
             return None
         record = _probe(settings, agent, plugin, data_path, device, used)
         try:
-            folder.save_probe_record(record.to_json())
+            folder.save_probe_record(msgspec.to_builtins(record))
         except OSError as exc:
             path = folder.probe_record_path
             log.error("cannot write the probe record", path=str(path), error=str(exc))
     if record.error is None:  # a failed probe exports nothing
         metrics.export(agent, record.verdict, record.recommended, record.at)
     if not precision.measures:  # a measured auto leaves the red precisions out instead
-        _warn_if_red(agent, record, _used_precision(precision, device))
+        _warn_if_red(agent, record, used)
     return record
 
 

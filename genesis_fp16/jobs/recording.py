@@ -49,13 +49,8 @@ def record_start(run: Run) -> None:
     snapshot = run.request.snapshot if run.request is not None else None  # no second read
     state = snapshot.state if snapshot is not None else None
     resume = state.resume if state is not None else None
-    if snapshot is None or resume is None:
+    if resume is None:
         raise RuntimeError("record_start() needs the run planned with its resume point")
-    if snapshot.pointer_error is not None:
-        log.warning("cannot follow the served-model pointer", error=snapshot.pointer_error)
-    else:  # the transitions before this daemon's first run:
-        pointer = snapshot.pointer  # not counted (none served: counted from the first)
-        run.ctx.metrics.live.cursor.baseline(run.agent, [] if pointer is None else pointer.journal)
     run.ctx.metrics.start_run(run.agent, resumed_totals(resume.summary))
 
 

@@ -7,6 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
+import msgspec
 import pytest
 from daemon_harness import FIXTURE_PLUGINS, DaemonFactory
 from prometheus_client import CollectorRegistry
@@ -130,7 +131,7 @@ def test_red_verdict_for_the_running_precision_is_a_warning(tmp_path: Path) -> N
     """A stored red fp16_autocast verdict logs a warning before an fp16 run, not a bf16 one."""
     settings = _settings(tmp_path)
     red = _red_fp16()
-    AgentFolder(settings.state_dir, "probe_toy").save_probe_record(red.to_json())
+    AgentFolder(settings.state_dir, "probe_toy").save_probe_record(msgspec.to_builtins(red))
     registry = CollectorRegistry()
     probe = DaemonMetrics(registry, "t").probe
     with capture_logs() as logs:
@@ -174,7 +175,7 @@ def test_a_red_verdict_keeps_the_precision_out_of_a_measured_auto(tmp_path: Path
     assert red_precisions(None) == {}
     failed = ProbeRecord(1.0, "cpu", 2, 0, "fp16", "", {}, {}, error="RuntimeError()")
     assert red_precisions(failed) == {}
-    AgentFolder(settings.state_dir, "probe_toy").save_probe_record(red.to_json())
+    AgentFolder(settings.state_dir, "probe_toy").save_probe_record(msgspec.to_builtins(red))
     probe = DaemonMetrics(CollectorRegistry(), "t").probe
     with capture_logs() as logs:
         record = gate_before_run(settings, probe, "probe_toy", probe_toy, None, "cuda", MEASURED)
