@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.api import PrecisionName
 
 PRECISIONS = ("fp16", "bf16", "fp32")
-DEFAULT_TOLERANCE = 0.1  # replay_compare.DEFAULT_TOLERANCE, without importing torch here
+DEFAULT_TOLERANCE = 0.1  # flight.replay.DEFAULT_TOLERANCE, without importing torch here
 
 
 def register(subparsers: Any) -> None:

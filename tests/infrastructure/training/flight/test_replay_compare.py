@@ -20,7 +20,7 @@ from genesis_fp16_infrastructure.training.flight.bundle import (
     plain_batch,
     rebuilt_batch,
 )
-from genesis_fp16_infrastructure.training.flight.replay_compare import Trace, advise, compare
+from genesis_fp16_infrastructure.training.flight.replay import Trace, advise, compare
 
 
 def _traced(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None) -> Trace:
