@@ -84,7 +84,7 @@ class FlightRecorder:
         dirty, guard.dirty = guard.dirty, None
         if self.bundles or dirty is None or guard.snapshot is None:
             return
-        if _calibration_only(trainer, guard, dirty):
+        if dirty["nonfinite"] == 0 and _calibrating(trainer, guard):  # no re-run
             logger.info("flight recorder: fp16 scale calibration skips at the start, not a fault")
             return
         self._record(guard, trainer, demotion=False)
@@ -115,7 +115,7 @@ class FlightRecorder:
         snapshot = guard.restore()
         scratch = scratch_trainer(self.task, trainer)
         scratch.load_state_dict(snapshot.trainer)
-        calibrating = trainer.policy.name == "fp16" and snapshot.step == guard.start_step
+        calibrating = _calibrating(trainer, guard)
         first: _Fault | None = None
         groups = _groups_from(self.task, scratch, snapshot.epoch, snapshot.batch, self.seed)
         for group in groups:
@@ -237,12 +237,11 @@ def _groups_from(
         epoch, batch = epoch + 1, 0
 
 
-def _calibration_only(trainer: Trainer, guard: PrecisionGuard, dirty: Mapping[str, float]) -> bool:
-    """True when every skip so far may be fp16's start-up calibration (module docstring):
-    fp16, no non-finite loss, and no spotless interval since the start. No re-run."""
-    if trainer.policy.name != "fp16" or dirty["nonfinite"] > 0:
-        return False
-    return guard.snapshot is not None and guard.snapshot.step == guard.start_step
+def _calibrating(trainer: Trainer, guard: PrecisionGuard) -> bool:
+    """True while an overflow may be fp16's start-up calibration (module docstring): fp16,
+    and no spotless interval since the start (the guard's snapshot is still its first)."""
+    first = guard.snapshot is not None and guard.snapshot.step == guard.start_step
+    return trainer.policy.name == "fp16" and first
 
 
 def _optional(task: TrainingTask, method: str, use: Callable[[Callable[..., Any]], Any]) -> Any:
