@@ -334,10 +334,7 @@ def planned_precision(
     'bf16'
     """
     if request.requested != "auto":
-        floor = request.floor
-        if floor is not None and runs_at_floor(request.requested, request.requested, floor):
-            return floor
-        return request.requested
+        return request.without_steps(request.requested)  # the floor's rule, by name
     if timings is None:
         kept = None
         if request.measures and request.cache is not None:
