@@ -63,7 +63,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import torch
 from torch import nn
@@ -91,6 +91,7 @@ ROOT = "(model)"  # the model's own module
 # "Everything grows": more than this share of the modules (without children) is beyond
 # the low precision's range in fp32 as well.
 GROWN_SHARE = 0.5
+_Hooks = TypeVar("_Hooks", bound="Trace")
 _CONFIG_FIELDS = ("max_grad_norm", "grad_accum_steps", "overflow_window", "log_interval")
 # Which hook to trust when several see the same first non-finite gradient.
 _PREFERENCE = {"grad_input": 0, "param_grad": 1, "grad_output": 2}
@@ -144,9 +145,7 @@ def replay(
     same_setup = used == bundle["precision"] and same_device
 
     probed = fresh(used)
-    probe = NumericsProbe(probed.model, scale=probed.scaler.get_scale())
-    with probe:
-        run_recorded_step(probed, probe.wrap_loss(target.loss), batches, samples)
+    probe, _ = traced_step(probed, target.loss, batches, samples, NumericsProbe)
     probe.after_step(probed.model)
 
     precisions = {}
@@ -190,8 +189,8 @@ def _against_fp32(
     tolerance: float,
 ) -> dict[str, Any]:
     """The step in ``used`` and in fp32 side by side: the first departure and the advice."""
-    low, _ = traced_step(fresh(used), loss, batches, samples)
-    fp32, outcome = traced_step(fresh("fp32"), loss, batches, samples)
+    low, _ = traced_step(fresh(used), loss, batches, samples, Trace)
+    fp32, outcome = traced_step(fresh("fp32"), loss, batches, samples, Trace)
     report = compare(low, fp32, tolerance)
     finite = all(outcome["loss_finite"]) and not outcome["skipped"]
     report["fp32_step"] = _summary(outcome)
@@ -315,10 +314,12 @@ class _Entry:
     value: torch.Tensor  # a float32 copy, on the CPU
 
 
-class StepHooks:
-    """The hooks of the module docstring (and, with ``inputs``, on each module's tensor
-    inputs: the gradient its backward produced), handing each tensor to :meth:`seen` in the
-    order it is made: :class:`Trace` keeps copies, the replay's ``NumericsProbe`` magnitudes."""
+class Trace:
+    """The tensors of one step, in the order they were made; see the module docstring.
+
+    The hooks of the module docstring (and, with ``inputs``, on each module's tensor
+    inputs: the gradient its backward produced) hand each tensor to :meth:`seen` in the
+    order it is made: a trace keeps copies, the replay's ``NumericsProbe`` magnitudes."""
 
     inputs = False  # also hook each module's tensor inputs
 
@@ -326,6 +327,9 @@ class StepHooks:
         self.model = model
         self.scale = scale if scale > 0 else 1.0  # the loss scale in the gradients
         self._handles: list[Any] = []
+        self.entries: list[_Entry] = []
+        # Modules without children: a container's output repeats its last child's.
+        self.leaves = {n or ROOT for n, m in model.named_modules() if not any(m.children())}
 
     def __enter__(self) -> Self:
         for name, module in self.model.named_modules():
@@ -359,7 +363,8 @@ class StepHooks:
     def seen(self, phase: str, module: str, kind: str, tensor: str, value: torch.Tensor) -> None:
         """One tensor of ``module`` (``kind``: output, grad_output, grad_input, param_grad,
         loss), named ``tensor`` (output, output1, output.grad, input0.grad, weight.grad)."""
-        raise NotImplementedError
+        scale = self.scale if phase == "backward" else 1.0
+        self.entries.append(_Entry(phase, module, tensor, _copy(value, scale)))
 
     def _pre_hook(self, label: str) -> Callable[..., None]:
         def hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
@@ -387,25 +392,16 @@ class StepHooks:
         return hook
 
 
-class Trace(StepHooks):
-    """The tensors of one step, in the order they were made; see the module docstring."""
-
-    def __init__(self, model: nn.Module, scale: float = 1.0) -> None:
-        super().__init__(model, scale)
-        self.entries: list[_Entry] = []
-        # Modules without children: a container's output repeats its last child's.
-        self.leaves = {n or ROOT for n, m in model.named_modules() if not any(m.children())}
-
-    def seen(self, phase: str, module: str, kind: str, tensor: str, value: torch.Tensor) -> None:
-        scale = self.scale if phase == "backward" else 1.0
-        self.entries.append(_Entry(phase, module, tensor, _copy(value, scale)))
-
-
 def traced_step(
-    trainer: Any, loss: Callable[..., torch.Tensor], batches: list[Any], samples: int
-) -> tuple[Trace, dict[str, Any]]:
-    """One recorded step of ``trainer`` with every module traced; the trace and outcome."""
-    trace = Trace(trainer.model, trainer.scaler.get_scale())  # 1.0 where no loss is scaled
+    trainer: Any,
+    loss: Callable[..., torch.Tensor],
+    batches: list[Any],
+    samples: int,
+    hooks: Callable[[nn.Module, float], _Hooks],
+) -> tuple[_Hooks, dict[str, Any]]:
+    """One recorded step of ``trainer`` under ``hooks`` (a :class:`Trace`, or the replay's
+    ``NumericsProbe``) on its model; the hooks and the step's outcome."""
+    trace = hooks(trainer.model, trainer.scaler.get_scale())  # 1.0 where no loss is scaled
     with trace:
         outcome = run_recorded_step(trainer, trace.wrap_loss(loss), batches, samples)
     return trace, outcome
@@ -528,7 +524,7 @@ def _copy(value: torch.Tensor, scale: float) -> torch.Tensor:
     return (value.detach().float() / scale).cpu()
 
 
-class NumericsProbe(StepHooks):
+class NumericsProbe(Trace):
     """Hooks that watch one step's numbers, module by module, in the order they are made.
 
     Used by ``replay`` only, never on a run's step: every hook reads its tensor on the host.
