@@ -3,10 +3,9 @@ boundary, importable without torch (the `bench` parser is built from it)."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from genesis_fp16_infrastructure.api import RequestedName
 
@@ -92,12 +91,3 @@ class BenchConfig:
     @property
     def total_steps(self) -> int:
         return self.warmup_steps + self.timed_steps
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> BenchConfig:
-        data: dict[str, Any] = json.loads(text)
-        data["eval_at"] = tuple(data.get("eval_at", ()))
-        return cls(**data)

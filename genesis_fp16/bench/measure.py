@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import torch
 from torch import nn
 
@@ -369,7 +370,7 @@ ROW_MARKER = "BENCH_ROW "  # libraries print banners on stdout; the row is the m
 
 
 def main() -> int:
-    config = BenchConfig.from_json(sys.stdin.read())
+    config = msgspec.json.decode(sys.stdin.buffer.read(), type=BenchConfig)
     row = run_config(config, isolated=True)
     print(ROW_MARKER + json.dumps(row), flush=True)
     return 0

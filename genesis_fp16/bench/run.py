@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 
+import msgspec
 import torch
 
 from genesis_fp16.bench.config import (
@@ -206,7 +207,7 @@ def plan(options: BenchOptions, data_path: Path | None = None) -> list[BenchConf
 def _run_isolated(config: BenchConfig) -> Row:
     proc = subprocess.run(
         [sys.executable, "-m", "genesis_fp16.bench.measure"],
-        input=config.to_json(),
+        input=msgspec.json.encode(config).decode(),
         capture_output=True,
         text=True,
         check=False,

@@ -24,9 +24,8 @@ _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class Runner(Protocol):
-    """One training loop under test."""
+    """One training loop under test, named by its key in `RUNNER_CLASSES`."""
 
-    name: str
     library: str  # the module it imports, loaded before memory accounting starts
     note: str  # what the runner's library said it would do, for the row's note
     execution: str  # "eager", "cuda_graph" or "cuda_graph_compiled": how its steps really ran
@@ -63,7 +62,6 @@ class OursRunner:
     steps; its choice, reason and cost go in the row's note.
     """
 
-    name = "ours"
     library = "genesis_fp16_infrastructure.training"
     cuda_graph = "off"
     compile = "off"
@@ -123,7 +121,6 @@ class _FoundInfTally:
 class OursGraphRunner(OursRunner):
     """Our `Trainer` with `cuda_graph="on"`: the whole step replayed from a CUDA graph."""
 
-    name = "ours-graph"
     cuda_graph = "on"
 
 
@@ -132,7 +129,6 @@ class OursGraphCompileRunner(OursGraphRunner):
     max-autotune-no-cudagraphs) inside the captured step. It compiles in its first warm-up
     step, outside the timed ones."""
 
-    name = "ours-graph-compile"
     library = "torch._dynamo"
     compile = "on"
 
@@ -140,7 +136,6 @@ class OursGraphCompileRunner(OursGraphRunner):
 class HandWrittenRunner:
     """The floor of eager steps: the plain `torch.amp` loop a careful user writes by hand."""
 
-    name = "hand"
     library = "torch.amp"
     note = "torch.autocast + torch.amp.GradScaler"
     execution = "eager"
@@ -154,10 +149,14 @@ class HandWrittenRunner:
         self.max_norm = config.max_grad_norm
         self.tally = _FoundInfTally(device)
 
+    def _loss(self, batch: Batch, cache_enabled: bool | None = None) -> torch.Tensor:
+        """The forward under autocast (none for fp32 and TF32), the loss in fp32."""
+        on = self.dtype is not None
+        with torch.autocast(self.device.type, self.dtype, on, cache_enabled=cache_enabled):
+            return self.loss_fn(self.model, batch).float()
+
     def step(self, batch: Batch) -> None:
-        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype is not None):
-            loss = self.loss_fn(self.model, batch)
-        self.scaler.scale(loss.float()).backward()
+        self.scaler.scale(self._loss(batch)).backward()
         self.scaler.unscale_(self.optimizer)
         nn.utils.clip_grad_norm_(self.model.parameters(), self.max_norm)
         self.scaler.step(self.optimizer)
@@ -173,7 +172,6 @@ class HandWrittenRunner:
 class CompiledRunner(HandWrittenRunner):
     """The hand loop with `torch.compile(model)`: what a user tries first for speed."""
 
-    name = "compile"
     library = "torch._dynamo"
     mode = "default"
 
@@ -188,48 +186,35 @@ class CompiledRunner(HandWrittenRunner):
 
 
 class CompiledReduceOverheadRunner(CompiledRunner):
-    name = "compile-ro"
     mode = "reduce-overhead"
 
 
-class HandGraphRunner:
+class HandGraphRunner(HandWrittenRunner):
     """The anchor: the same step written by hand and replayed from one CUDA graph.
 
     Forward under autocast (cast cache off), fp32 loss, scaled backward, unscale with the
     overflow check, clipping, fused capturable AdamW that skips on overflow, and the scale
     update, all captured once after 3 eager warm-up steps on a side stream; each step then
-    copies its batch into the static inputs and replays. No host sync per step.
+    copies its batch into the static inputs and replays. No host sync per step. The hand
+    loop's GradScaler only says whether fp16 scales: the graph keeps its own scale.
     """
 
-    name = "hand-graph"
-    library = "torch.amp"
     note = "whole step captured by hand: torch.cuda.graph + capturable fused AdamW"
     execution = "cuda_graph"
     WARMUP = 3
 
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
-        set_tf32(config.precision == "tf32")
-        self.model, self.loss_fn, self.device = workload.model, workload.loss_fn, device
-        self.dtype = _AUTOCAST_DTYPES.get(config.precision)
-        self.optimizer = _optimizer(self.model, config)
+        super().prepare(workload, config, device)
         self.params = list(self.model.parameters())
-        self.max_norm = config.max_grad_norm
-        fp16 = config.precision == "fp16"
-        self.scale = torch.full((), 65536.0 if fp16 else 1.0, device=device)
+        self.scale = torch.full((), 65536.0 if self.scaler.is_enabled() else 1.0, device=device)
         self.growth_tracker = torch.zeros((), dtype=torch.int32, device=device)
         self.found_inf = torch.zeros((), device=device)
-        self.skipped = torch.zeros((), device=device)
-        self.fp16 = fp16
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: Batch | None = None
         self.calls = 0
 
     def _step(self, batch: Batch) -> None:
-        with torch.autocast(
-            self.device.type, dtype=self.dtype, enabled=self.dtype is not None, cache_enabled=False
-        ):
-            loss = self.loss_fn(self.model, batch)
-        (loss.float() * self.scale).backward()
+        (self._loss(batch, cache_enabled=False) * self.scale).backward()
         grads = [p.grad for p in self.params if p.grad is not None]
         self.found_inf.zero_()
         torch._amp_foreach_non_finite_check_and_unscale_(
@@ -240,8 +225,8 @@ class HandGraphRunner:
         self.optimizer.found_inf = self.found_inf  # type: ignore[attr-defined]
         self.optimizer.step()
         del self.optimizer.grad_scale, self.optimizer.found_inf  # type: ignore[attr-defined]
-        self.skipped += self.found_inf
-        if self.fp16:
+        self.tally.total += self.found_inf
+        if self.scaler.is_enabled():
             torch._amp_update_scale_(
                 self.scale, self.growth_tracker, self.found_inf, 2.0, 0.5, 2000
             )
@@ -265,14 +250,10 @@ class HandGraphRunner:
             target.copy_(source, non_blocking=True)
         self.graph.replay()
 
-    def skipped_steps(self) -> int:
-        return int(self.skipped.item())
-
 
 class AccelerateRunner:
     """Hugging Face Accelerate with `mixed_precision=...`."""
 
-    name = "accelerate"
     library = "accelerate"
     execution = "eager"
     MODES: ClassVar[dict[str, str]] = {"fp32": "no", "tf32": "no", "bf16": "bf16", "fp16": "fp16"}
@@ -313,7 +294,6 @@ class AccelerateRunner:
 class FabricRunner:
     """Lightning Fabric with `precision=...`."""
 
-    name = "fabric"
     library = "lightning_fabric"
     execution = "eager"
     MODES: ClassVar[dict[str, str]] = {
