@@ -35,7 +35,7 @@ from genesis_fp16.metrics.metric_names import (
     SKIP_REASONS,
     Families,
 )
-from genesis_fp16.metrics.placement import Placement
+from genesis_fp16.metrics.placement import device_labels
 from genesis_fp16.metrics.served_metrics import LiveMetrics, PromotionMetrics
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
@@ -71,7 +71,7 @@ class DaemonMetrics:
         self,
         registry: CollectorRegistry,
         version: str,
-        placement: Placement | None = None,
+        placement: list[dict[str, str]] | None = None,  # device_info's label sets
     ) -> None:
         self.registry = registry
         # No *_created series: each counter and histogram would export a second series, a
@@ -254,7 +254,7 @@ class DaemonMetrics:
         self.build_info.labels(version=version).set(1)
         # The daemon's process environment (downward API, NVIDIA_VISIBLE_DEVICES) when the
         # caller has no placement of its own; read once, here.
-        for labels in (placement or Placement.from_environ(os.environ)).label_sets():
+        for labels in placement or device_labels(os.environ):
             self.device_info.labels(**labels).set(1)
         self.config_last_reload_successful.set(1)
         for outcome in RELOAD_OUTCOMES:

@@ -20,60 +20,30 @@ from __future__ import annotations
 import socket
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 DOWNWARD_API = {"pod": "POD_NAME", "namespace": "POD_NAMESPACE", "hostname": "NODE_NAME"}
 _UUID_PREFIXES = ("GPU-", "MIG-")
 
 
-@dataclass(frozen=True)
-class Gpu:
-    """One GPU this process sees: its index here, its UUID as DCGM spells it, its model."""
+def device_labels(environ: Mapping[str, str]) -> list[dict[str, str]]:
+    """The pod, namespace and host of this process with each GPU it sees (its index here,
+    its UUID as DCGM spells it, its model): one label set per GPU, or one with empty GPU
+    labels on a CPU host. Reads the downward API variables and the visible GPUs (never
+    starts CUDA itself).
 
-    gpu: str
-    uuid: str  # "GPU-...", as DCGM's UUID label spells it
-    model_name: str = ""
-
-
-@dataclass(frozen=True)
-class Placement:
-    """The pod, namespace and host of this process, and its GPUs (none on a CPU host).
-
-    >>> Placement.from_environ({"POD_NAME": "genesis-fp16-0", "POD_NAMESPACE": "ml",
-    ...     "NODE_NAME": "gpu-node-7", "NVIDIA_VISIBLE_DEVICES": "GPU-3f2a"}).label_sets()
+    >>> device_labels({"POD_NAME": "genesis-fp16-0", "POD_NAMESPACE": "ml",
+    ...     "NODE_NAME": "gpu-node-7", "NVIDIA_VISIBLE_DEVICES": "GPU-3f2a"})
     [{'pod': 'genesis-fp16-0', 'namespace': 'ml', 'hostname': 'gpu-node-7', 'gpu': '0', \
 'uuid': 'GPU-3f2a', 'model_name': ''}]
     """
-
-    pod: str
-    namespace: str
-    hostname: str
-    gpus: tuple[Gpu, ...] = ()
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> Placement:
-        """Read the downward API variables and the visible GPUs (never starts CUDA itself)."""
-        where = {label: environ.get(name, "") for label, name in DOWNWARD_API.items()}
-        if not where["hostname"]:
-            where["hostname"] = socket.gethostname()
-        return cls(**where, gpus=_visible_gpus(environ))
-
-    def label_sets(self) -> list[dict[str, str]]:
-        """One label set per GPU, or one with empty GPU labels on a CPU host."""
-        gpus = self.gpus or (Gpu("", "", ""),)
-        base = {"pod": self.pod, "namespace": self.namespace, "hostname": self.hostname}
-        return [{**base, "gpu": g.gpu, "uuid": g.uuid, "model_name": g.model_name} for g in gpus]
-
-
-def _visible_gpus(environ: Mapping[str, str]) -> tuple[Gpu, ...]:
+    where = {label: environ.get(name, "") for label, name in DOWNWARD_API.items()}
+    where["hostname"] = where["hostname"] or socket.gethostname()
     models = _torch_models()
     listed = [d.strip() for d in environ.get("NVIDIA_VISIBLE_DEVICES", "").split(",")]
-    if listed and all(d.startswith(_UUID_PREFIXES) for d in listed):
-        return tuple(
-            Gpu(str(i), uuid, models[i][1] if i < len(models) else "")
-            for i, uuid in enumerate(listed)
-        )
-    return tuple(Gpu(str(i), uuid, name) for i, (uuid, name) in enumerate(models))
+    if not all(d.startswith(_UUID_PREFIXES) for d in listed):  # "all", indexes: torch's
+        listed = [uuid for uuid, _ in models]
+    gpus = [(str(i), u, models[i][1] if i < len(models) else "") for i, u in enumerate(listed)]
+    return [{**where, "gpu": g, "uuid": u, "model_name": m} for g, u, m in gpus or [("", "", "")]]
 
 
 def _torch_models() -> list[tuple[str, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.metrics.placement import Gpu, Placement
+from genesis_fp16.metrics.placement import device_labels
 
 DOWNWARD = {"POD_NAME": "genesis-fp16-0", "POD_NAMESPACE": "ml", "NODE_NAME": "gpu-node-7"}
 
@@ -13,7 +13,7 @@ DOWNWARD = {"POD_NAME": "genesis-fp16-0", "POD_NAMESPACE": "ml", "NODE_NAME": "g
 def test_downward_api_and_device_plugin_uuids_become_dcgm_labels() -> None:
     """POD_NAME/POD_NAMESPACE/NODE_NAME and NVIDIA_VISIBLE_DEVICES UUIDs, one set per GPU."""
     environ = {**DOWNWARD, "NVIDIA_VISIBLE_DEVICES": "GPU-aaa,GPU-bbb"}
-    sets = Placement.from_environ(environ).label_sets()
+    sets = device_labels(environ)
     assert [(s["gpu"], s["uuid"]) for s in sets] == [("0", "GPU-aaa"), ("1", "GPU-bbb")]
     assert {(s["pod"], s["namespace"], s["hostname"]) for s in sets} == {
         ("genesis-fp16-0", "ml", "gpu-node-7")
@@ -23,11 +23,11 @@ def test_downward_api_and_device_plugin_uuids_become_dcgm_labels() -> None:
 def test_a_cpu_host_exports_one_series_with_empty_gpu_labels() -> None:
     """Without GPUs (or with 'all' instead of UUIDs and no CUDA torch) the GPU labels are empty."""
     for environ in (DOWNWARD, {**DOWNWARD, "NVIDIA_VISIBLE_DEVICES": "all"}):
-        placement = Placement.from_environ(environ)
-        if placement.gpus:  # a CUDA host: torch listed the real devices
-            assert all(g.uuid.startswith("GPU-") for g in placement.gpus)
+        sets = device_labels(environ)
+        if sets[0]["uuid"]:  # a CUDA host: torch listed the real devices
+            assert all(s["uuid"].startswith("GPU-") for s in sets)
             continue
-        assert placement.label_sets() == [
+        assert sets == [
             {
                 **dict(zip(("pod", "namespace", "hostname"), DOWNWARD.values(), strict=True)),
                 "gpu": "",
@@ -39,7 +39,8 @@ def test_a_cpu_host_exports_one_series_with_empty_gpu_labels() -> None:
 
 def test_device_info_is_exported_with_the_join_labels() -> None:
     """The daemon's registry carries genesis_fp16_device_info{pod,namespace,uuid,...} 1."""
-    placement = Placement("genesis-fp16-0", "ml", "gpu-node-7", (Gpu("0", "GPU-aaa", "H100"),))
+    where = {"pod": "genesis-fp16-0", "namespace": "ml", "hostname": "gpu-node-7"}
+    placement = [{**where, "gpu": "0", "uuid": "GPU-aaa", "model_name": "H100"}]
     metrics = DaemonMetrics(CollectorRegistry(), version="test", placement=placement)
     text = generate_latest(metrics.registry).decode()
     assert (
