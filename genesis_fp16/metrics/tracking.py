@@ -18,7 +18,7 @@ last step, with a text ``run`` naming the request and the outcome.
 A tracker never fails a run: a write that fails (a full disk) is logged once, counted in
 :attr:`RunTracker.failures`, and the tracker stops writing for the rest of that run.
 
->>> tracker = RunTracker.open(Path("runs"), "se_darwin", "3f2a9c1d0b7e")  # doctest: +SKIP
+>>> tracker = RunTracker(Path("runs"), "se_darwin", "3f2a9c1d0b7e")       # doctest: +SKIP
 >>> tracker.log_summary(summary)                                          # doctest: +SKIP
 >>> tracker.close()                                                       # doctest: +SKIP
 0
@@ -48,36 +48,30 @@ FLUSH_SECONDS = 30
 class RunTracker:
     """One run's TensorBoard event files; every method swallows and counts write errors.
 
-    Open it with :meth:`open` before the run, feed it each ``TrainingSummary``
+    Make it before the run, feed it each ``TrainingSummary``
     (:meth:`log_summary`) and the ``TrainResult`` (:meth:`log_result`), then
     :meth:`close` it: that returns the number of failed writes. ::
 
-        tracker = RunTracker.open(Path("/var/lib/genesis-fp16/runs"), "se_darwin", run_id)
+        tracker = RunTracker(Path("/var/lib/genesis-fp16/runs"), "se_darwin", run_id)
         tracker.log_start({"precision requested": "auto", "device": "cuda"})
         request = replace(request, on_log=tracker.log_summary)
         tracker.log_result(run_plugin(plugin, request))  # judging.run
         tracker.close()
     """
 
-    def __init__(self, path: Path, writer: Any) -> None:
-        self.path = path
-        self.failures = 0
-        self._writer = writer  # None once a write failed: the run goes on without curves
-        self._last_step: int | None = None
-
-    @classmethod
-    def open(cls, root: Path, agent: str, run_id: str) -> RunTracker:
+    def __init__(self, root: Path, agent: str, run_id: str) -> None:
         """A tracker writing under ``root/agent/run_id``; one that cannot create its folder
-        or file is returned closed, with the failure logged and counted."""
-        path = Path(root) / agent / run_id
-        tracker = cls(path, None)
+        or file is made closed, with the failure logged and counted."""
+        self.path = Path(root) / agent / run_id
+        self.failures = 0
+        self._writer: Any = None  # None once a write failed: the run goes on without curves
+        self._last_step: int | None = None
         try:
             from torch.utils.tensorboard import SummaryWriter
 
-            tracker._writer = SummaryWriter(str(path), flush_secs=FLUSH_SECONDS)
+            self._writer = SummaryWriter(str(self.path), flush_secs=FLUSH_SECONDS)
         except Exception as exc:  # an unwritable folder, a full disk
-            tracker._failed(exc)
-        return tracker
+            self._failed(exc)
 
     def log_start(self, fields: Mapping[str, object]) -> None:
         """What the run was asked to do, as the text ``run`` (TensorBoard's Text tab)."""
@@ -180,7 +174,7 @@ def open_tracker(
     it was asked to do; None when tracking is off."""
     if root is None:
         return None
-    tracker = RunTracker.open(root, agent, run_id)
+    tracker = RunTracker(root, agent, run_id)
     tracker.log_start(
         {
             "agent": agent,

@@ -93,7 +93,7 @@ from genesis_fp16_infrastructure.training import TrainingSummary
 
 configure_logging("json", "INFO")
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
-tracker = RunTracker.open(Path({str(tmp_path)!r}), "agent", "run")
+tracker = RunTracker(Path({str(tmp_path)!r}), "agent", "run")
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
 for step in range(1, 200):
     tracker.log_summary(TrainingSummary(
