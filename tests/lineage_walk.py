@@ -66,13 +66,14 @@ def lineage(
     grand.discard(attempt_id)
     siblings: list[float] = []
     seen = {attempt_id}
-    for parent in parents if created is not None else ():
+    for parent in parents:
         for child in children.get(parent, ()):
             entry = entries[child]
-            if child not in seen and entry.score is not None and entry.created is not None:
-                seen.add(child)
-                if entry.created < created:  # type: ignore[operator]
-                    siblings.append(entry.score)
+            if created is None or child in seen or entry.score is None or entry.created is None:
+                continue
+            seen.add(child)
+            if entry.created < created:
+                siblings.append(entry.score)
     depth = 1 + max((depths[p] for p in parents if p in entries), default=0) if parents else 0
     return Lineage(depth, sorted(scores[g] for g in grand if g in scores), operators, siblings)
 
