@@ -3,7 +3,8 @@
     python benchmarks/lineage_columns_ab.py POOL [--repeats 3]
 
 ``POOL``: a pool file or folder (``genesis-fp16 data generate``). Each repetition times
-``features._lineage_row`` over every labelled record, then ``lineage_columns`` over the
+the walk (``tests/lineage_walk.py``, the product's own path until the arrays took every
+case, kept as the tests' yardstick) over every labelled record, then ``lineage_columns`` over the
 same records, each on a fresh ``Pool`` (no depth or index left from the other), the
 arrays' index built inside the timing. Prints the medians and the spread, and whether the
 two gave the same bits.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from array import array
 from pathlib import Path
@@ -21,8 +23,10 @@ import numpy as np
 
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.world_model import features
 from genesis_fp16_infrastructure.world_model.lineage_columns import lineage_columns
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from lineage_walk import lineage_row
 
 
 def main() -> None:
@@ -39,18 +43,14 @@ def main() -> None:
         start = time.perf_counter()
         rows = array("d")
         for a in attempts:
-            rows.extend(features._lineage_row(a.trajectory_id, a.parent_ids, a.created, pool))
+            rows.extend(lineage_row(a, pool))
         walk.append(time.perf_counter() - start)
         pool = Pool(data.pool.entries)
         start = time.perf_counter()
         columns = lineage_columns(attempts, pool)
         arrays.append(time.perf_counter() - start)
         expected = np.frombuffer(rows, dtype=np.float64).reshape(len(attempts), -1)
-        same = (
-            same
-            and columns is not None
-            and np.array_equal(columns.view(np.int64), expected.view(np.int64))
-        )
+        same = same and np.array_equal(columns.view(np.int64), expected.view(np.int64))
     print(
         f"{len(attempts):,} records: walk {statistics.median(walk):.2f} s "
         f"({min(walk):.2f}-{max(walk):.2f}), arrays {statistics.median(arrays):.2f} s "

@@ -32,7 +32,6 @@ a pool repeats a few hundred of each, so the encoder works a distinct value at a
 from __future__ import annotations
 
 import math
-from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,10 +43,9 @@ import torch
 from genesis_fp16_infrastructure.data.file_records import OWN_FEATURES, own_numbers, pack
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
-from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
+from genesis_fp16_infrastructure.data.schema import OPERATORS, AttemptInput
 from genesis_fp16_infrastructure.world_model.lineage_columns import (
     columns_index,
-    has_index,
     lineage_columns,
     lineage_rows,
 )
@@ -56,7 +54,6 @@ ENCODER_VERSION = 2
 AGENT_PRIOR = 20.0  # pseudo-records at the overall rate in an agent's base rate
 ENCODE_ROWS = 65_536  # rows encoded at a time (FeatureEncoder.encode)
 LINEAGE_ROWS = 131_072  # records whose lineage numbers are worked out at a time (numeric_rows)
-WALK_RATIO = 64  # fewer attempts than a pool's records / this: lineage by the walk
 PoolLike = Pool | Mapping[str, float]  # a pool, or only its scores (no lineage beyond parents)
 NUMERIC_FEATURES: tuple[str, ...] = (
     "log_generation",
@@ -93,7 +90,6 @@ LINEAGE_FEATURES = tuple(name for name in NUMERIC_FEATURES if name not in OWN_FE
 _OWN_COLUMNS = [NUMERIC_FEATURES.index(name) for name in OWN_FEATURES]
 _LINEAGE_COLUMNS = [NUMERIC_FEATURES.index(name) for name in LINEAGE_FEATURES]
 assert sorted(_OWN_COLUMNS + _LINEAGE_COLUMNS) == list(range(len(NUMERIC_FEATURES)))
-_UNKNOWN_PARENT_SCORE = 0.5  # a parent without a recorded score: the middle, flagged
 
 
 class Categorical(NamedTuple):
@@ -293,7 +289,7 @@ def numeric_columns(attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.T
     An attempt's own numbers come from the reader when it worked them out
     (``AttemptInput.own``, kept by the record cache), else are worked out here; its
     lineage numbers are the pool's, worked out for all attempts at once in arrays
-    (``world_model.lineage_columns``), or record by record where those cannot."""
+    (``world_model.lineage_columns``)."""
     pool = pool if isinstance(pool, Pool) else Pool.from_scores(pool)
     n = len(attempts)
     out = torch.empty((n, len(NUMERIC_FEATURES)), dtype=torch.float64)
@@ -302,38 +298,21 @@ def numeric_columns(attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.T
     packed = b"".join(a.own or pack(own_numbers(a)) for a in attempts)
     own = torch.frombuffer(bytearray(packed), dtype=torch.float64).view(n, len(OWN_FEATURES))
     out[:, _OWN_COLUMNS] = own
-    # A few candidates in a large pool (the prediction API): the walk visits their
-    # lineages alone, where the arrays would index the whole pool first.
-    few = n * WALK_RATIO < len(pool.entries) and not has_index(pool)
-    columns = None if few else lineage_columns(attempts, pool)
-    if columns is not None:
-        out[:, _LINEAGE_COLUMNS] = torch.from_numpy(columns)
-        return out
-    # A pool the arrays cannot take (lineage_columns says which), a record at a time, into
-    # one flat buffer, not a list of row lists: a million rows of Python floats held at
-    # once left their memory with the allocator after they were freed.
-    lineage = array("d")
-    for a in attempts:
-        lineage.extend(_lineage_row(a.trajectory_id, a.parent_ids, a.created, pool))
-    out[:, _LINEAGE_COLUMNS] = torch.frombuffer(lineage, dtype=torch.float64).view(n, -1)
+    out[:, _LINEAGE_COLUMNS] = torch.from_numpy(lineage_columns(attempts, pool))
     return out
 
 
 def numeric_rows(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor:
     """:func:`numeric_columns` of the pool's own records ``rows``, from a read's columns
     (``data.pool_columns``): the same numbers, bit for bit, without an object per
-    record; where the arrays cannot give them (``lineage_columns`` says when), from the
-    rows' objects and the whole pool's (seconds on a million records: the fallback, not
-    the rule)."""
+    record."""
     index = columns_index(columns)
     out = np.empty((len(rows), len(NUMERIC_FEATURES)), dtype=np.float64)
     # LINEAGE_ROWS at a time: each record's numbers are its own, and a million records'
     # temporary index arrays at once held ~400 MB more at the run's peak.
     for start in range(0, len(rows), LINEAGE_ROWS):
         part = rows[start : start + LINEAGE_ROWS]
-        lineage = None if index is None else lineage_rows(index, part)
-        if lineage is None:
-            return numeric_columns(columns.attempts(rows), columns.pool())
+        lineage = lineage_rows(index, part)
         block = out[start : start + len(part)]
         own = columns.own[part]
         # A column at a time: numpy's fancy column assignment took twice as long.
@@ -383,29 +362,3 @@ def _agent_rates(
         if total
     )
     return base, rates
-
-
-def _lineage_row(
-    attempt_id: str, parents: tuple[str, ...], created: float | None, pool: Pool
-) -> list[float]:
-    """The LINEAGE_FEATURES of one attempt in ``pool``, in that order: each mean a sum
-    in the lineage's own order over its count (tests/infrastructure/world_model/
-    test_columnar_features.py holds them to the bits of the first formulas)."""
-    scores = pool.scores
-    known = [scores[p] for p in parents if p in scores]
-    depth, grand_scores, operators, siblings = pool.lineage(attempt_id, parents, created)
-    count = len(operators)
-    half = _UNKNOWN_PARENT_SCORE
-    return [
-        sum(known) / len(known) if known else half,
-        max(known) if known else half,
-        min(known) if known else half,
-        1.0 if known else 0.0,
-        math.log1p(depth),
-        sum(grand_scores) / len(grand_scores) if grand_scores else half,
-        1.0 if grand_scores else 0.0,
-        math.log1p(len(siblings)),
-        sum(siblings) / len(siblings) if siblings else half,
-        sum(s >= SUCCESS_THRESHOLD for s in siblings) / len(siblings) if siblings else 0.0,
-        *((operators.count(op) / count if count else 0.0) for op in OPERATORS),
-    ]

@@ -1,9 +1,9 @@
 """The lineage features of a whole pool at once, in numpy columns (issue 36).
 
-:func:`~genesis_fp16_infrastructure.world_model.features.numeric_columns` worked out an
-attempt's ``LINEAGE_FEATURES`` one record at a time (``Pool.lineage`` and
-``features._lineage_row``): 18 µs a record, 18 s of every run on a million-record pool.
-:func:`lineage_columns` gives the same numbers, bit for bit, from index arrays:
+:func:`~genesis_fp16_infrastructure.world_model.features.numeric_columns` once worked out
+an attempt's ``LINEAGE_FEATURES`` one record at a time (a walk over the pool's objects):
+18 µs a record, 18 s of every run on a million-record pool. :func:`lineage_columns` gives
+the same numbers, bit for bit, from index arrays:
 
 * every id (the pool's records, then the ids their parents name outside it) gets an
   integer; the pool's scores, operators, creation times, parent lists and child lists
@@ -13,12 +13,15 @@ attempt's ``LINEAGE_FEATURES`` one record at a time (``Pool.lineage`` and
   attempts (:func:`_ordered_means`), so that it rounds as Python's ``sum`` did; a
   ``log1p`` of a count is looked up from ``math.log1p``;
 * depths are worked out a generation at a time, each record once all its parents are
-  (Kahn's order).
+  (Kahn's order); where parent links loop, a record on the loop or below it counts its
+  parents there as roots (the walk's depths there depended on which record it was asked
+  first, so had no one answer);
+* attempts whose sibling candidates would be too many to hold at once are taken a part
+  at a time (``MAX_SIBLING_PAIRS``), each attempt's numbers its own either way.
 
-Where the arrays cannot give the record-at-a-time answer exactly, it returns None and the
-caller goes record by record: a pool whose parent links loop (the walk's depths there
-depend on where it starts), or whose sibling lists would be too large to hold at once
-(``MAX_SIBLING_PAIRS``).
+A few candidates against a large pool (the prediction API) index the whole pool once
+(1.8 s of process time on a million records; the walk's first call, which built every
+record's child list, took 1.7 s); later calls on the same pool reuse the index.
 """
 
 from __future__ import annotations
@@ -35,13 +38,13 @@ from genesis_fp16_infrastructure.data.lineage import MAX_DEPTH, Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, numbered_parents, ranges
 from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
 
-# Sibling candidates (an attempt, a parent's child) held at once, per attempt of the call
-# and at least this many: a generated pool has ~2.5 per attempt; a parent with thousands
-# of children would make millions, which the record-at-a-time walk handles as it goes.
-SIBLING_PAIRS_PER_ATTEMPT, MAX_SIBLING_PAIRS = 16, 4_000_000
-_UNKNOWN = 0.5  # features._UNKNOWN_PARENT_SCORE: a mean with nothing to average
+# Sibling candidates (an attempt, a parent's child) held at once: a generated pool has
+# ~2.5 per attempt; a parent with thousands of children would make millions, taken a
+# part of the attempts at a time (one attempt at least, however many it has).
+MAX_SIBLING_PAIRS = 4_000_000
+_UNKNOWN = 0.5  # a mean with nothing to average (no known parent score: the middle, flagged)
 _OPERATOR_CODE = {op: i for i, op in enumerate(OPERATORS)}
-_indexes: weakref.WeakKeyDictionary[Pool, PoolIndex | None] = weakref.WeakKeyDictionary()
+_indexes: weakref.WeakKeyDictionary[Pool, PoolIndex] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -63,22 +66,14 @@ class PoolIndex:
     depth: np.ndarray  # int64 per record: 0 without parents in the pool, else 1 + deepest
 
 
-def pool_index(pool: Pool) -> PoolIndex | None:
-    """The pool's arrays, built once per pool; None when its depths need the walk (its
-    parent links loop)."""
-    if pool in _indexes:
-        return _indexes[pool]
-    index = _build_index(pool)
-    _indexes[pool] = index
-    return index
+def pool_index(pool: Pool) -> PoolIndex:
+    """The pool's arrays, built once per pool (kept while the pool lives)."""
+    if pool not in _indexes:
+        _indexes[pool] = _build_index(pool)
+    return _indexes[pool]
 
 
-def has_index(pool: Pool) -> bool:
-    """Whether :func:`pool_index` has this pool's arrays (or its answer) already."""
-    return pool in _indexes
-
-
-def _build_index(pool: Pool) -> PoolIndex | None:
+def _build_index(pool: Pool) -> PoolIndex:
     entries = list(pool.entries.values())
     n = len(entries)
     ids = dict(zip(pool.entries, range(n), strict=True))
@@ -97,7 +92,7 @@ def _build_index(pool: Pool) -> PoolIndex | None:
     return _index(ids, len(ids), score, scored, created, operator, counts, linked["parent"])
 
 
-def columns_index(columns: PoolColumns) -> PoolIndex | None:
+def columns_index(columns: PoolColumns) -> PoolIndex:
     """The index of a read's columns (``data.pool_columns``): the same arrays as
     :func:`pool_index` of its pool, without the pool's objects; its rows are the
     columns' rows (``ids`` is left empty)."""
@@ -128,7 +123,7 @@ def _index(
     operator: np.ndarray,
     counts: np.ndarray,
     parents: np.ndarray,
-) -> PoolIndex | None:
+) -> PoolIndex:
     """The index of ``len(score)`` records whose parents (numbered: records first, then
     the ``size - records`` ids outside) are ``parents``, ``counts`` per record."""
     n = len(score)
@@ -138,20 +133,18 @@ def _index(
     order = np.argsort(parents, kind="stable")  # each parent's children in pool order
     child_start = np.zeros(size + 1, np.int64)
     np.cumsum(np.bincount(parents, minlength=size), out=child_start[1:])
-    depth = _depths(n, child, parents)
-    if depth is None:
-        return None
     return PoolIndex(
         ids, n, size, score, scored, created, operator, parent_start, parents, child_start,
-        child[order], depth,
+        child[order], _depths(n, child, parents),
     )  # fmt: skip
 
 
-def _depths(n: int, child: np.ndarray, parent: np.ndarray) -> np.ndarray | None:
+def _depths(n: int, child: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """Each record's depth: the longest chain of parents inside the pool, capped at
     ``MAX_DEPTH``. Records are taken a generation at a time, each once all its parents
-    are (Kahn's order), so the work is one visit per parent link; None when some are
-    never reached: their parent links loop."""
+    are (Kahn's order), so the work is one visit per parent link. Those never reached
+    (on a loop of parent links, or below one) count their parents that are never reached
+    either as roots: 1 + the deepest of their other parents, at least 1."""
     inside = parent < n
     child, parent = child[inside], parent[inside]
     depth = np.zeros(n, np.int64)
@@ -161,7 +154,6 @@ def _depths(n: int, child: np.ndarray, parent: np.ndarray) -> np.ndarray | None:
     kid_start = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(parent, minlength=n), out=kid_start[1:])
     ready = np.flatnonzero(waiting == 0)
-    taken = len(ready)
     while len(ready):
         counts = kid_start[ready + 1] - kid_start[ready]
         reached = kids[ranges(kid_start[ready], counts)]
@@ -172,19 +164,14 @@ def _depths(n: int, child: np.ndarray, parent: np.ndarray) -> np.ndarray | None:
         reached = reached[heads]
         waiting[reached] -= links
         ready = reached[waiting[reached] == 0]
-        taken += len(ready)
-    if taken < n:
-        return None
+    depth[waiting > 0] = np.maximum(depth[waiting > 0], 1)
     return np.minimum(depth, MAX_DEPTH)
 
 
-def lineage_columns(attempts: Sequence[AttemptInput], pool: Pool) -> np.ndarray | None:
+def lineage_columns(attempts: Sequence[AttemptInput], pool: Pool) -> np.ndarray:
     """The ``LINEAGE_FEATURES`` of ``attempts`` in ``pool``: a ``(len(attempts), 25)``
-    float64 matrix equal to ``features._lineage_row`` of each, or None where the arrays
-    cannot give it (the module's docstring says when)."""
+    float64 matrix."""
     index = pool_index(pool)
-    if index is None:
-        return None
     m = len(attempts)
     ids = index.ids
     me = _numbered(ids, [a.trajectory_id for a in attempts])
@@ -192,11 +179,10 @@ def lineage_columns(attempts: Sequence[AttemptInput], pool: Pool) -> np.ndarray 
     slot_parent = _numbered(ids, list(chain.from_iterable(parent_lists)))
     slot_counts = np.fromiter(map(len, parent_lists), np.int64, m)
     created = np.array([a.created for a in attempts], dtype=np.float64).reshape(m)
-    columns = _columns(index, me, slot_parent, slot_counts, created)
-    return None if columns is None else np.stack(columns, axis=1)
+    return np.stack(_columns(index, me, slot_parent, slot_counts, created), axis=1)
 
 
-def lineage_rows(index: PoolIndex, rows: np.ndarray) -> list[np.ndarray] | None:
+def lineage_rows(index: PoolIndex, rows: np.ndarray) -> list[np.ndarray]:
     """:func:`lineage_columns` of the index's own records ``rows`` (a read's examples,
     by row of its columns), as one array per feature: the same numbers, with no id
     looked up."""
@@ -208,15 +194,12 @@ def lineage_rows(index: PoolIndex, rows: np.ndarray) -> list[np.ndarray] | None:
 def _columns(
     index: PoolIndex, me: np.ndarray, slot_parent: np.ndarray, slot_counts: np.ndarray,
     created: np.ndarray,
-) -> list[np.ndarray] | None:  # fmt: skip
+) -> list[np.ndarray]:  # fmt: skip
     """The attempts' LINEAGE_FEATURES, a column each: each attempt is ``me`` (its id's
     number, -1 outside the pool), with ``slot_counts`` parents, back to back in
     ``slot_parent``."""
     m = len(me)
     slot_owner = np.repeat(np.arange(m, dtype=np.int64), slot_counts)
-    siblings = _siblings(index, me, slot_owner, slot_parent, created)
-    if siblings is None:
-        return None
     inside = (slot_parent >= 0) & (slot_parent < index.records)  # the parents in the pool
     owner, parent = slot_owner[inside], slot_parent[inside]
     other = parent != me[owner]  # but the attempt itself: the grandparents' and operators'
@@ -225,7 +208,7 @@ def _columns(
         *_parent_scores(index, owner, parent, m),
         _log1p(_depth(index, owner, parent, slot_counts, m)),
         *_grandparents(index, me, *others, m),
-        *siblings,
+        *_siblings(index, me, slot_owner, slot_parent, created),
         *_operator_shares(index, *others, m),
     ]
 
@@ -278,20 +261,42 @@ def _grandparents(
 
 def _siblings(
     index: PoolIndex, me: np.ndarray, owner: np.ndarray, parent: np.ndarray, created: np.ndarray
-) -> list[np.ndarray] | None:
+) -> list[np.ndarray]:
     """log1p of the number of siblings (the parents' other children with a score and a
     creation time, earlier than the attempt, each once), their mean score (in the order
-    met, 0.5 when none) and their share of successes; None when too many to hold."""
+    met, 0.5 when none) and their share of successes; ``owner`` sorted. Worked out for a
+    part of the attempts at a time, their sibling candidates up to ``MAX_SIBLING_PAIRS``."""
     m = len(me)
     timed = ~np.isnan(created[owner]) & (parent >= 0)
     owner, parent = owner[timed], parent[timed]
     counts = index.child_start[parent + 1] - index.child_start[parent]
-    total = int(counts.sum())
-    if total > max(MAX_SIBLING_PAIRS, SIBLING_PAIRS_PER_ATTEMPT * m):
-        return None
+    pairs = np.bincount(owner, weights=counts, minlength=m).cumsum()  # up to each attempt
+    out = [np.zeros(m), np.full(m, _UNKNOWN), np.zeros(m)]
+    start = 0
+    while start < m:
+        before = pairs[start - 1] if start else 0.0
+        end = max(start + 1, int(np.searchsorted(pairs, before + MAX_SIBLING_PAIRS, "right")))
+        lo, hi = np.searchsorted(owner, [start, end])
+        part = _some_siblings(
+            index, me[start:end], owner[lo:hi] - start, parent[lo:hi], counts[lo:hi],
+            created[start:end],
+        )  # fmt: skip
+        for column, values in zip(out, part, strict=True):
+            column[start:end] = values
+        start = end
+    return out
+
+
+def _some_siblings(
+    index: PoolIndex, me: np.ndarray, owner: np.ndarray, parent: np.ndarray, counts: np.ndarray,
+    created: np.ndarray,
+) -> list[np.ndarray]:  # fmt: skip
+    """:func:`_siblings` of the attempts ``me``, whose parents ``parent`` have ``counts``
+    children."""
+    m, total = len(me), int(counts.sum())
     sib_owner = np.repeat(owner, counts)
     sib = index.children[ranges(index.child_start[parent], counts)]
-    met = np.arange(total, dtype=np.int64)  # the record-at-a-time walk's order
+    met = np.arange(total, dtype=np.int64)  # each attempt's parents, their children in pool order
     keep = (sib != me[sib_owner]) & index.scored[sib] & ~np.isnan(index.created[sib])
     sib_owner, sib, met = sib_owner[keep], sib[keep], met[keep]
     # Each sibling once, where first met: sorted by (attempt, sibling, order met).

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.data.schema import created_seconds
+from genesis_fp16_infrastructure.data.schema import AttemptInput, created_seconds
+from genesis_fp16_infrastructure.world_model.features import LINEAGE_FEATURES
+from genesis_fp16_infrastructure.world_model.lineage_columns import lineage_columns
 
 
 def _pool() -> Pool:
@@ -25,27 +28,35 @@ def _pool() -> Pool:
     )
 
 
+def _lineage(pool: Pool, me: str, parents: tuple[str, ...], created: float | None) -> dict:
+    """The attempt's lineage features by name (worked out by world_model.lineage_columns)."""
+    attempt = AttemptInput(trajectory_id=me, parent_ids=parents, created=created)
+    return dict(zip(LINEAGE_FEATURES, lineage_columns([attempt], pool)[0].tolist(), strict=True))
+
+
 def test_lineage_sees_depth_grandparents_operators_and_only_earlier_siblings() -> None:
     """Siblings count only when scored and created before the attempt; its own id never
     counts; the depth follows the deepest parent; grandparents' scores are looked up."""
     pool = _pool()
-    lineage = pool.lineage("me", ("mid",), created=5.0)
-    assert lineage.depth == 2
-    assert lineage.grandparent_scores == [0.2]
-    assert lineage.parent_operators == ["refinement"]
-    assert lineage.sibling_scores == [0.9]  # not late (after), pending, undated
-    assert pool.lineage("early", ("mid",), created=2.0).sibling_scores == []  # itself
-    assert pool.lineage("me", ("mid",), created=None).sibling_scores == []  # when? unknown
-    assert pool.lineage("me", (), created=5.0).depth == 0
-    assert pool.lineage("me", ("loop",), created=5.0).depth >= 1  # a cycle ends
+    lineage = _lineage(pool, "me", ("mid",), created=5.0)
+    assert lineage["log_depth"] == math.log1p(2)
+    assert lineage["grandparent_score_mean"] == 0.2 and lineage["grandparent_score_known"] == 1
+    assert lineage["parents_refinement"] == 1.0
+    # not late (after), pending, undated
+    assert lineage["log_siblings"] == math.log1p(1) and lineage["sibling_score_mean"] == 0.9
+    assert _lineage(pool, "early", ("mid",), created=2.0)["log_siblings"] == 0  # itself
+    assert _lineage(pool, "me", ("mid",), created=None)["log_siblings"] == 0  # when? unknown
+    assert _lineage(pool, "me", (), created=5.0)["log_depth"] == 0
+    assert _lineage(pool, "me", ("loop",), created=5.0)["log_depth"] >= math.log1p(1)  # ends
 
 
 def test_scores_only_pool_knows_parents_and_nothing_beyond() -> None:
     """A plain score mapping gives parents' scores, no grandparents or siblings."""
     pool = Pool.from_scores({"a": 0.3})
-    lineage = pool.lineage("me", ("a",), created=1.0)
+    lineage = _lineage(pool, "me", ("a",), created=1.0)
     assert pool.scores == {"a": 0.3}
-    assert lineage.depth == 1 and lineage.grandparent_scores == [] == lineage.sibling_scores
+    assert lineage["parent_score_mean"] == 0.3 and lineage["log_depth"] == math.log1p(1)
+    assert lineage["grandparent_score_known"] == 0 == lineage["log_siblings"]
 
 
 def test_reader_builds_the_pool_from_every_valid_record(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from lineage_walk import lineage as walk
 
 from genesis_fp16_infrastructure.data.file_records import OWN_FEATURES, own_numbers
 from genesis_fp16_infrastructure.data.lineage import Pool
@@ -27,10 +28,11 @@ def _mean(values: tuple[float, ...] | list[float], default: float = 0.5) -> floa
 
 def _numeric(attempt: AttemptInput, pool: Pool) -> list[float]:
     """One attempt's numeric row by the first formulas, kept here as the yardstick: its own
-    numbers, and the means and shares of its Lineage, each summed in the Lineage's order."""
+    numbers, and the means and shares of its lineage (tests/lineage_walk.py), each summed
+    in the lineage's order."""
     scores = pool.scores
     known = [scores[p] for p in attempt.parent_ids if p in scores]
-    lineage = pool.lineage(attempt.trajectory_id, attempt.parent_ids, attempt.created)
+    lineage = walk(pool, attempt.trajectory_id, attempt.parent_ids, attempt.created)
     siblings, operators = lineage.sibling_scores, lineage.parent_operators
     row = dict(zip(OWN_FEATURES, own_numbers(attempt), strict=True))
     lineage_row = [

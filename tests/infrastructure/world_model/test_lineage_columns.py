@@ -1,7 +1,9 @@
-"""Lineage features in arrays equal the record-at-a-time walk's, bit for bit."""
+"""Lineage features in arrays equal the record-at-a-time walk's (tests/lineage_walk.py), bit
+for bit."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lineage_walk import lineage_row
 
 from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
 from genesis_fp16_infrastructure.data.readers import read_trajectories
@@ -18,7 +21,6 @@ from genesis_fp16_infrastructure.world_model import lineage_columns as columns_m
 from genesis_fp16_infrastructure.world_model.features import (
     LINEAGE_FEATURES,
     NUMERIC_FEATURES,
-    _lineage_row,  # the record-at-a-time walk: the yardstick here
     numeric_columns,
 )
 from genesis_fp16_infrastructure.world_model.lineage_columns import lineage_columns, pool_index
@@ -28,7 +30,7 @@ _LINEAGE_AT = [NUMERIC_FEATURES.index(name) for name in LINEAGE_FEATURES]
 
 def _rows(attempts: list[AttemptInput], pool: Pool) -> np.ndarray:
     return np.array(
-        [_lineage_row(a.trajectory_id, a.parent_ids, a.created, pool) for a in attempts],
+        [lineage_row(a, pool) for a in attempts],
         dtype=np.float64,
     ).reshape(len(attempts), -1)
 
@@ -41,8 +43,8 @@ def _same_bits(got: np.ndarray, expected: np.ndarray) -> bool:
 
 @st.composite
 def _pools(draw: st.DrawFn) -> tuple[dict[str, PoolEntry], list[AttemptInput]]:
-    """Pools whose parent links never loop (a record names only earlier ids, or ids
-    outside the pool), with repeated parents, a parent and its own ancestor named
+    """Pools whose parent links may loop (a record names earlier ids, itself, the next
+    one, or ids outside the pool), with repeated parents, a parent and its own ancestor named
     together, unknown scores and times, equal times, operators outside OPERATORS; and
     attempts from the pool and outside it."""
     n = draw(st.integers(1, 40))
@@ -52,7 +54,7 @@ def _pools(draw: st.DrawFn) -> tuple[dict[str, PoolEntry], list[AttemptInput]]:
     operators = st.sampled_from([*OPERATORS, "", "mystery"])
     entries = {}
     for i, key in enumerate(ids):
-        earlier = st.sampled_from([*ids[:i], "ghost", "ghost2"])
+        earlier = st.sampled_from([*ids[: i + 2], "ghost", "ghost2"])
         parents = (
             draw(st.lists(earlier, max_size=4))
             if i
@@ -77,19 +79,18 @@ def _pools(draw: st.DrawFn) -> tuple[dict[str, PoolEntry], list[AttemptInput]]:
 
 @settings(max_examples=300, deadline=None)
 @given(_pools())
-def test_arrays_equal_the_walk_on_pools_without_loops(
+def test_arrays_equal_the_walk(
     drawn: tuple[dict[str, PoolEntry], list[AttemptInput]],
 ) -> None:
-    """Every attempt, in any order, gets the walk's bits; the arrays were used (no loop)."""
+    """Every attempt, in any order, gets the walk's bits, loops of parents included."""
     entries, attempts = drawn
     got = lineage_columns(attempts, Pool(entries))
-    assert got is not None
     assert _same_bits(got, _rows(attempts, Pool(entries)))
 
 
-def test_a_loop_of_parents_goes_record_by_record() -> None:
-    """A record that is its own grandparent: the arrays step aside (None) and
-    numeric_columns gives the walk's numbers."""
+def test_a_loop_of_parents_counts_its_records_as_roots() -> None:
+    """A record that is its own grandparent: a and b, on the loop, and c, below it, are 1
+    deep (their parents on or below the loop count as roots), whichever is asked first."""
     entries = {
         "a": PoolEntry(0.1, ("b",), "revision", 1.0),
         "b": PoolEntry(0.2, ("a",), "revision", 2.0),
@@ -100,13 +101,16 @@ def test_a_loop_of_parents_goes_record_by_record() -> None:
         AttemptInput(trajectory_id=k, parent_ids=e.parents, created=e.created)
         for k, e in entries.items()
     ]
-    assert pool_index(pool) is None and lineage_columns(attempts, pool) is None
+    assert pool_index(pool).depth.tolist() == [1, 1, 1]
     lineage = numeric_columns(attempts, pool)[:, _LINEAGE_AT].numpy()
     assert _same_bits(lineage, _rows(attempts, Pool(entries)))
+    backwards = lineage_columns(attempts[::-1], Pool(entries))
+    assert _same_bits(backwards, lineage[::-1].copy())
 
 
-def test_too_many_siblings_go_record_by_record(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Over the sibling bound the arrays step aside, and the numbers are the same."""
+def test_too_many_siblings_go_a_part_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the sibling bound the attempts are taken a part at a time (one alone when it
+    alone is over), and the numbers are the same."""
     entries = {"p": PoolEntry(0.5, (), "baseline", 0.0)}
     entries |= {f"c{i}": PoolEntry(i / 10, ("p",), "revision", float(i)) for i in range(10)}
     pool = Pool(entries)
@@ -115,12 +119,12 @@ def test_too_many_siblings_go_record_by_record(monkeypatch: pytest.MonkeyPatch) 
         for k, e in entries.items()
     ]
     expected = numeric_columns(attempts, pool)
-    monkeypatch.setattr(columns_module, "MAX_SIBLING_PAIRS", 5)
-    monkeypatch.setattr(columns_module, "SIBLING_PAIRS_PER_ATTEMPT", 0)
-    assert lineage_columns(attempts, pool) is None
-    assert torch.equal(
-        numeric_columns(attempts, pool).view(torch.int64), expected.view(torch.int64)
-    )
+    for bound in (25, 5, 1):
+        monkeypatch.setattr(columns_module, "MAX_SIBLING_PAIRS", bound)
+        assert torch.equal(
+            numeric_columns(attempts, pool).view(torch.int64), expected.view(torch.int64)
+        )
+    assert _same_bits(expected[:, _LINEAGE_AT].numpy(), _rows(attempts, pool))
 
 
 def test_a_generated_pool_takes_the_arrays_and_gets_the_walks_bits(tmp_path: Path) -> None:
@@ -129,7 +133,6 @@ def test_a_generated_pool_takes_the_arrays_and_gets_the_walks_bits(tmp_path: Pat
     data = read_trajectories(write_pool(tmp_path, 3000, seed=11))
     attempts = [e.attempt for e in data.examples]
     got = lineage_columns(attempts, data.pool)
-    assert got is not None
     assert _same_bits(got, _rows(attempts, data.pool))
     backwards = attempts[::-1]
     fresh = read_trajectories(tmp_path).pool  # its depths not yet walked
@@ -147,19 +150,17 @@ def test_depth_is_the_longest_chain_whatever_is_asked_first() -> None:
         "b": PoolEntry(0.5, ("m",), "revision", 3.0),
         "d": PoolEntry(0.5, ("a", "b"), "recombination", 4.0),
     }
-    assert Pool(entries).lineage("x", ("d",), None).depth == 5
-    index = pool_index(Pool(entries))
-    assert index is not None and index.depth.tolist() == [0, 1, 2, 3, 4]
+    x = AttemptInput(trajectory_id="x", parent_ids=("d",), created=None)
+    depth = lineage_columns([x], Pool(entries))[0, LINEAGE_FEATURES.index("log_depth")]
+    assert depth == math.log1p(5)
+    assert pool_index(Pool(entries)).depth.tolist() == [0, 1, 2, 3, 4]
 
 
-def test_a_few_candidates_in_a_large_pool_take_the_walk(tmp_path: Path) -> None:
-    """Scoring 3 candidates against a 2,000-record pool does not index the whole pool
-    (the walk visits their lineages alone); the whole pool's records do, and the three
-    get the same bits either way."""
+def test_a_few_candidates_get_the_bits_of_the_whole_pools_records(tmp_path: Path) -> None:
+    """Scoring 3 candidates against a 2,000-record pool, then the whole pool's records
+    (the index kept between): the three get the same bits either way."""
     data = read_trajectories(write_pool(tmp_path, 2000, seed=5))
     attempts = [e.attempt for e in data.examples]
     few = numeric_columns(attempts[:3], data.pool)
-    assert not columns_module.has_index(data.pool)
     every = numeric_columns(attempts, data.pool)
-    assert columns_module.has_index(data.pool)
     assert torch.equal(few.view(torch.int64), every[:3].view(torch.int64))

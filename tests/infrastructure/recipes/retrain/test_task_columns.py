@@ -21,7 +21,6 @@ from genesis_fp16_infrastructure.world_model.features import (
     numeric_columns,
     numeric_rows,
 )
-from genesis_fp16_infrastructure.world_model.lineage_columns import columns_index, lineage_rows
 from genesis_fp16_infrastructure.world_model.model import Labels
 
 
@@ -89,21 +88,19 @@ def test_numbers_from_columns_equal_the_record_at_a_time_numbers(tmp_path: Path)
     _same_bits(from_columns, by_objects)
 
 
-def test_a_pool_whose_parents_loop_is_encoded_from_its_objects(tmp_path: Path) -> None:
-    """The arrays cannot give a looping lineage's depths: the task goes by the objects,
-    and gets the numbers the record-at-a-time walk gives."""
+def test_a_pool_whose_parents_loop_gets_the_same_numbers_from_columns(tmp_path: Path) -> None:
+    """A looping lineage: the task's numbers from the columns equal the record-at-a-time
+    numbers from its objects, one candidate at a time against a fresh pool included."""
     pool = generate_pool(400, seed=5)
     records = list(pool["trajectories"].values())  # type: ignore[union-attr]
     a, b = records[10], records[11]
     a["parent_trajectories"] = [b["trajectory_id"]]
     b["parent_trajectories"] = [a["trajectory_id"]]
     data = _read(tmp_path, pool)
-    index = columns_index(data.columns)
-    assert index is None or lineage_rows(index, data.columns.labelled) is None
     task = WorldModelTask(data, TaskOptions.from_mapping({"cross_validation": False}), seed=1)
     numeric = task.take_numeric_rows()
     assert numeric is not None
-    # Built without the index (the walk alone), as a few candidates are.
+    # One candidate at a time against a fresh pool, as the prediction API asks.
     fresh = _read(tmp_path, pool)
     walked = np.stack([numeric_columns([e.attempt], fresh.pool).numpy()[0] for e in fresh.examples])
     assert np.array_equal(numeric.numpy(), walked)
