@@ -24,7 +24,7 @@ iteration's start and continues in the next precision's preset, reported in
 loop has no DDP and no data sharding, so every rank would train an identical copy), and
 a preset the decided precision cannot run (the library's ``PresetError``).
 
-Judged models (``score_records``, :mod:`genesis_fp16_agents.rlhf_ppo.judging`): a
+Judged models (:meth:`RlhfPpoPlugin.score_records`): a
 candidate and the served policy are judged on the task file's evaluation episodes,
 paired per episode with common random numbers, each episode's loss ``1 - reward``; the
 live watch watches the episodes of the current task file (a changed task file brings
@@ -49,10 +49,10 @@ from genesis_fp16.plugin_api import (
     TrainRequest,
     TrainRequestError,
     TrainResult,
+    model_weights,
     parse_options,
 )
-from genesis_fp16_agents.rlhf_ppo.judging import score_episodes
-from genesis_fp16_agents.rlhf_ppo.model import TaskConfig, random_prompts
+from genesis_fp16_agents.rlhf_ppo.model import Policy, RewardModel, TaskConfig, random_prompts
 from genesis_fp16_agents.rlhf_ppo.probe import build_probe_setup
 from genesis_fp16_agents.rlhf_ppo.task import PPOConfig, PPOTask, replayed
 from genesis_fp16_agents.rlhf_ppo.task_file import read_task
@@ -65,12 +65,14 @@ from genesis_fp16_infrastructure.rl.precision_presets import (
     preset_request,
     resolve_preset,
 )
+from genesis_fp16_infrastructure.rl.rollout import sample
 from genesis_fp16_infrastructure.training import StepTuning, fit
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 from genesis_fp16_infrastructure.training.run.task import FitResult
 
 DEFAULT_ITERATIONS = 60
+JUDGED_EPISODES = 5_000
 _PPO_HELP = {
     "batch_size": "rollouts per PPO iteration (a multiple of group_size and minibatches)",
     "group_size": "completions per prompt (the reward-resolution groups)",
@@ -149,8 +151,51 @@ class RlhfPpoPlugin:
         return build_probe_setup(PPOConfig(task=task), seed)
 
     def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
-        """The policy's ``1 - reward`` on each evaluation episode of the task file."""
-        return score_episodes(checkpoint, request)
+        """``checkpoint``'s policy on the task file's evaluation episodes (the first
+        :data:`JUDGED_EPISODES`): ``1 - reward`` per episode, by id ``<digest>:<prompt index>``.
+
+        An episode is one eval prompt of the task file, completed by sampling the policy
+        (in fp32) with a generator seeded from the task file's digest: a candidate and the
+        served policy draw the *same* random numbers on each episode (common random
+        numbers), so their per-episode difference is the policies' and not the sampler's
+        luck. An episode's loss is ``1 - reward`` (the exact fp32 reward model's; with the
+        default task's ``reward_scale`` 1 and ``reward_offset`` 0 the reward is in [0, 1],
+        so the loss is too: ``loss_span`` 1, and a task that scales rewards otherwise has
+        its losses clipped to [0, 1]).
+
+        A policy is judged on the task file's first :data:`JUDGED_EPISODES` eval prompts
+        (all of them in a smaller file). Each episode costs a rollout of every policy
+        scored, three a run, so judging 100,000 took 54% of a default run's CPU (train
+        evaluates on all of them itself); at 5,000 episodes the gate's tests have the
+        power of its 1,000-5,000 rows (docs/judging.md), and issue 68's cases were all
+        decided at 2,000.
+
+        An episode's id is the task file's digest and the prompt's index: what the live
+        watch watches is the episodes of the current task file. A task file that changes
+        (new prompts, a new reward) brings new ids, its "later labels", on which the
+        served policy is judged against its predecessor. rlhf_ppo's training does not
+        learn these episodes (it draws fresh prompts each iteration), so every run trains
+        (``records_are_training_data = False``): there is no "up to date" for it.
+        """
+        if request.data_path is None:
+            raise TrainRequestError("rlhf_ppo: judged models need a task file (data path)")
+        task_config, prompts, _, digest = read_task(request.data_path, None)
+        assert prompts is not None  # read_task refuses a file without a usable prompt
+        device = request.device
+        prompts = prompts[:JUDGED_EPISODES].to(device)
+        # The policy alone, in fp32 (a run's whole task, critic and frozen copies, is not
+        # needed to sample it), and the exact reward model.
+        policy = Policy(task_config).to(device).eval()
+        weights = model_weights(checkpoint)
+        policy.load_state_dict({k[7:]: v for k, v in weights.items() if k.startswith("policy.")})
+        # Common random numbers: every model of this run draws the same numbers on these
+        # episodes (on the run's device: candidate and served are scored on the same one).
+        generator = torch.Generator(device=device).manual_seed(int(digest[:15], 16))
+        with torch.no_grad():
+            seqs, _ = sample(policy, prompts, task_config.gen_len, generator)
+            rewards = RewardModel(task_config).to(device)(seqs).double()
+        ids = [f"{digest[:16]}:{index}" for index in range(len(prompts))]
+        return RecordLosses.of(ids, (1.0 - rewards).tolist())
 
     def replay_task(self, context: Mapping[str, Any]) -> PPOTask:
         """A fault bundle's update step rebuilt for ``genesis-fp16 replay``, from the
