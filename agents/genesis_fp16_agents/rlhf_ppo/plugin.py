@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from genesis_fp16.plugin_api import (
     API_VERSION,
@@ -53,11 +54,11 @@ from genesis_fp16.plugin_api import (
     parse_options,
 )
 from genesis_fp16_agents.rlhf_ppo.model import Policy, RewardModel, TaskConfig, random_prompts
-from genesis_fp16_agents.rlhf_ppo.probe import build_probe_setup
-from genesis_fp16_agents.rlhf_ppo.task import PPOConfig, PPOTask, replayed
+from genesis_fp16_agents.rlhf_ppo.task import ActorCritic, PPOConfig, PPOTask, replayed
 from genesis_fp16_agents.rlhf_ppo.task_file import read_task
 from genesis_fp16_infrastructure.agent_folder.files import write_json_atomic
 from genesis_fp16_infrastructure.rl.ppo_guard import ppo_guard
+from genesis_fp16_infrastructure.rl.ppo_math import clipped_policy_loss, gae, value_loss, whiten
 from genesis_fp16_infrastructure.rl.precision_presets import (
     DEFAULT_PRESET,
     PRESETS,
@@ -65,7 +66,7 @@ from genesis_fp16_infrastructure.rl.precision_presets import (
     preset_request,
     resolve_preset,
 )
-from genesis_fp16_infrastructure.rl.rollout import sample
+from genesis_fp16_infrastructure.rl.rollout import gen_logp, sample
 from genesis_fp16_infrastructure.training import StepTuning, fit
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
@@ -73,6 +74,7 @@ from genesis_fp16_infrastructure.training.run.task import FitResult
 
 DEFAULT_ITERATIONS = 60
 JUDGED_EPISODES = 5_000
+PROBE_BATCHES = 5
 _PPO_HELP = {
     "batch_size": "rollouts per PPO iteration (a multiple of group_size and minibatches)",
     "group_size": "completions per prompt (the reward-resolution groups)",
@@ -146,9 +148,29 @@ class RlhfPpoPlugin:
         return path
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
-        """A frozen PPO batch from fp32 rollouts; components policy / value / reward."""
-        task = read_task(data_path, None)[0]
-        return build_probe_setup(PPOConfig(task=task), seed)
+        """What the precision probe runs for this agent: one PPO loss over frozen fp32
+        rollouts of the initial policy (batches[0] is the frozen probe batch).
+
+        The probe's model (:class:`ProbeModel`) holds the three components it may keep in
+        fp32 (``policy``, ``value`` and ``reward``); the loss (:func:`probe_loss`) re-runs
+        the reward model and the critic inside the forward, so each component's precision
+        reaches the loss.
+        """
+        cfg = PPOConfig(task=read_task(data_path, None)[0])
+        task = PPOTask(cfg, seed)  # before any iteration its rollouts are fp32
+        batches: list[Any] = []
+        for epoch in range(PROBE_BATCHES):
+            gen, sample_gen = task.generators(epoch, seed)
+            prompts = task.prompts(gen)
+            seqs, old_logp = sample(task.frozen.rollout, prompts, cfg.task.gen_len, sample_gen)
+            batches.append({"seqs": seqs, "old_logp": old_logp})
+        return ProbeSetup(
+            build_model=lambda: ProbeModel(task),
+            loss=probe_loss,
+            batches=batches,
+            components={"policy": ["policy"], "value": ["critic"], "reward": ["reward"]},
+            learning_rate=cfg.lr,
+        )
 
     def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
         """``checkpoint``'s policy on the task file's evaluation episodes (the first
@@ -283,6 +305,31 @@ def _report(
     # The per-component dtypes and the diagnostics are typed fields for the daemon too.
     typed = {"components": last.as_dict(), "diagnostics": diagnostics}
     return TrainResult.from_fit(request, fitted, quarantined=quarantined, extra=extra, **typed)
+
+
+class ProbeModel(ActorCritic):
+    """The task's policy and critic, and the reward model (it has no trainable weights)."""
+
+    def __init__(self, task: PPOTask) -> None:
+        model = task.build_model()
+        super().__init__(model.policy, model.critic)
+        self.cfg, self.reward = task.cfg, RewardModel(task.cfg.task)
+
+
+def probe_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The PPO loss (clipped policy + value) on a frozen batch, rewards recomputed in-forward."""
+    if not isinstance(model, ProbeModel):
+        raise TypeError(f"probe_loss needs a ProbeModel, got {type(model).__name__}")
+    cfg = model.cfg
+    p = cfg.task.prompt_len
+    seqs = batch["seqs"]
+    logp = gen_logp(model.policy, seqs, p)
+    values = model.critic(seqs)[:, p - 1 : -1]
+    rewards = torch.zeros_like(batch["old_logp"])
+    rewards[:, -1] += model.reward(seqs).float()
+    adv, returns = gae(rewards, values, cfg.gamma, cfg.lam)
+    p_loss, _ = clipped_policy_loss(logp, batch["old_logp"], whiten(adv), cfg.clip_eps)
+    return p_loss + cfg.vf_coef * value_loss(values, returns)
 
 
 plugin = RlhfPpoPlugin()
