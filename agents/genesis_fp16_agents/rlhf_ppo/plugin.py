@@ -53,8 +53,16 @@ from genesis_fp16.plugin_api import (
     model_weights,
     parse_options,
 )
-from genesis_fp16_agents.rlhf_ppo.model import Policy, RewardModel, TaskConfig, random_prompts
-from genesis_fp16_agents.rlhf_ppo.task import ActorCritic, PPOConfig, PPOTask, replayed
+from genesis_fp16_agents.rlhf_ppo.task import (
+    ActorCritic,
+    Policy,
+    PPOConfig,
+    PPOTask,
+    RewardModel,
+    TaskConfig,
+    random_prompts,
+    replayed,
+)
 from genesis_fp16_agents.rlhf_ppo.task_file import read_task
 from genesis_fp16_infrastructure.agent_folder.files import write_json_atomic
 from genesis_fp16_infrastructure.rl.ppo_guard import ppo_guard

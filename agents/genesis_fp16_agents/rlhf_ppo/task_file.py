@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from genesis_fp16.plugin_api import TrainRequestError
-from genesis_fp16_agents.rlhf_ppo.model import TaskConfig
+from genesis_fp16_agents.rlhf_ppo.task import TaskConfig
 
 logger = logging.getLogger(__name__)
 
