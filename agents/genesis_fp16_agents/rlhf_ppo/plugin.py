@@ -24,11 +24,11 @@ iteration's start and continues in the next precision's preset, reported in
 loop has no DDP and no data sharding, so every rank would train an identical copy), and
 a preset the decided precision cannot run (the library's ``PresetError``).
 
-Judged models (:meth:`RlhfPpoPlugin.score_records`): a
-candidate and the served policy are judged on the task file's evaluation episodes,
-paired per episode with common random numbers, each episode's loss ``1 - reward``; the
-live watch watches the episodes of the current task file (a changed task file brings
-new ones). Every run trains a candidate that continues the served policy.
+Judged models (:meth:`RlhfPpoPlugin.score_records`): a candidate and the served policy
+are judged on the task file's evaluation episodes, paired per episode with common random
+numbers, each episode's loss ``1 - reward``; the live watch watches the episodes of the
+current task file (a changed task file brings new ones). Every run trains a candidate
+that continues the served policy.
 """
 
 from __future__ import annotations
