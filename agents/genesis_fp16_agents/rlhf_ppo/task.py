@@ -16,6 +16,13 @@ Randomness is fixed by ``(seed, epoch)``: the prompts and minibatch orders are d
 the host, the samples on the run's device, so ``train_batches`` yields the same batches
 for the same weights and a resumed or rolled-back run replays its iterations exactly.
 
+The task's networks: the policy and critic (the library's tiny causal transformer, sized
+by the task) and the reward model of the task's rule. The task: a prompt of random
+digits, then ``gen_len`` generated digits; each generated digit should be its
+predecessor plus one (mod 10). The reward model scores that rule with partial credit for
+near misses, as a fixed (not learned) bilinear network, so that running it in bf16
+really rounds the reward like a low-precision reward model would.
+
     >>> from genesis_fp16_infrastructure.training import FitOptions, fit
     >>> task = PPOTask(PPOConfig(batch_size=8, group_size=4), seed=0)
     >>> result = fit(task, FitOptions(precision="fp32", epochs=1))
@@ -31,17 +38,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.optim import Optimizer
 
 from genesis_fp16.plugin_api import TrainRequestError
-from genesis_fp16_agents.rlhf_ppo.model import (
-    Critic,
-    Policy,
-    RewardModel,
-    TaskConfig,
-    random_prompts,
-)
 from genesis_fp16_infrastructure.rl.ppo_math import clipped_policy_loss, value_loss
 from genesis_fp16_infrastructure.rl.precision_presets import (
     PRESETS,
@@ -77,6 +78,89 @@ HISTORY_KEYS = (
 # The sampling stream's seed is the host stream's plus this, so that it never replays the
 # host stream's numbers on a CPU run, where both generators are CPU generators.
 SAMPLE_SEED_OFFSET = 1_000_003
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+    """Sizes of the synthetic task and of the networks (all small enough for a CPU)."""
+
+    vocab: int = 10
+    prompt_len: int = 4
+    gen_len: int = 8
+    d_model: int = 32
+    n_heads: int = 2
+    n_layers: int = 1
+    reward_sigma: float = 1.0  # partial-credit width, in digits
+    reward_scale: float = 1.0
+    reward_offset: float = 0.0
+
+    @property
+    def seq_len(self) -> int:
+        return self.prompt_len + self.gen_len
+
+
+def _sizes(cfg: TaskConfig) -> tuple[int, int, int, int, int]:
+    return cfg.vocab, cfg.seq_len, cfg.d_model, cfg.n_heads, cfg.n_layers
+
+
+class Policy(TinyTransformer):
+    """Next-token logits [B, T, vocab]."""
+
+    def __init__(self, cfg: TaskConfig) -> None:
+        super().__init__(*_sizes(cfg), out_dim=cfg.vocab)
+
+
+class Critic(TinyTransformer):
+    """A value per position [B, T]: the expected return after emitting that position's token."""
+
+    def __init__(self, cfg: TaskConfig) -> None:
+        super().__init__(*_sizes(cfg), out_dim=1)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return super().forward(tokens).squeeze(-1)
+
+
+class RewardModel(nn.Module):
+    """Scores a full sequence [B, prompt_len + gen_len] -> [B], in its parameters' dtype.
+
+    ``credit`` holds, for each previous digit i, the credit exp(-d^2 / 2 sigma^2) of each
+    next digit j, where d is the circular distance of j from i + 1. The score is the mean
+    credit over generated positions, mapped to ``offset + scale * score``.
+
+        >>> rm = RewardModel(TaskConfig())
+        >>> round(float(rm(torch.tensor([[3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4]]))[0]), 3)
+        1.0
+    """
+
+    def __init__(self, cfg: TaskConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        v = cfg.vocab
+        i = torch.arange(v).unsqueeze(1)
+        j = torch.arange(v).unsqueeze(0)
+        raw = (j - (i + 1)) % v
+        dist = torch.minimum(raw, v - raw).double()
+        credit = torch.exp(-(dist**2) / (2 * cfg.reward_sigma**2))
+        self.credit = nn.Linear(v, v, bias=False)
+        self.affine = nn.Linear(1, 1)
+        with torch.no_grad():
+            self.credit.weight.copy_(credit.T.float())  # Linear computes x @ W.T
+            self.affine.weight.fill_(cfg.reward_scale)
+            self.affine.bias.fill_(cfg.reward_offset)
+        self.requires_grad_(False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        dtype = self.credit.weight.dtype
+        onehot = F.one_hot(tokens, self.cfg.vocab).to(dtype)
+        p = self.cfg.prompt_len
+        expected = self.credit(onehot[:, p - 1 : -1])  # credit row of each previous digit
+        score = (expected * onehot[:, p:]).sum(-1).mean(-1, keepdim=True)
+        return self.affine(score).squeeze(-1)
+
+
+def random_prompts(batch: int, cfg: TaskConfig, gen: torch.Generator) -> torch.Tensor:
+    """Uniform random digit prompts [batch, prompt_len]."""
+    return torch.randint(0, cfg.vocab, (batch, cfg.prompt_len), generator=gen)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pytest
 
 from genesis_fp16.plugin_api import TrainRequestError
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_agents.rlhf_ppo.task_file import read_task
+from genesis_fp16_agents.rlhf_ppo.plugin import read_task
 
 
 def _train(cwd: Path, data: Path, *extra: str) -> subprocess.CompletedProcess[str]:

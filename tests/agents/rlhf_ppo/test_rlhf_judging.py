@@ -4,13 +4,14 @@ ids that follow the task file, and losses in [0, 1]."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequestError
-from genesis_fp16_agents.rlhf_ppo import judging, plugin
+from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.contract.judging import judging_of
 
 
@@ -79,7 +80,7 @@ def test_a_policy_is_judged_on_the_first_judged_episodes_of_the_task_file(
     """A task file with more eval prompts than JUDGED_EPISODES is judged on its first
     ones: their ids are the prompts' indices, and the same every time."""
     checkpoint, request = trained
-    monkeypatch.setattr(judging, "JUDGED_EPISODES", 10)
+    monkeypatch.setattr(sys.modules[type(plugin).__module__], "JUDGED_EPISODES", 10)
     capped = plugin.score_records(checkpoint, request)
     digest = capped.ids[0].split(":")[0]
     assert list(capped.ids) == [f"{digest}:{index}" for index in range(10)]
