@@ -174,11 +174,8 @@ def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 8
     except ServedPointerError as exc:
         pointer, unusable = None, str(exc)
     rows = _rows(models, pointer)
-    watched = None  # the served model's watch: watched or not (why), its segments' figures
-    if pointer is not None:
-        served, now = pointer.served, time.time()
-        predecessor = bool(pointer.history)
-        watched = watch_state(served.served_at, served.live, predecessor, now, idle_seconds)
+    # The served model's watch: watched or not (why), its segments' figures
+    watched = None if pointer is None else watch_state(pointer, idle_seconds, time.time())
     pin = pointer.pinned.to_json() if pointer and pointer.pinned else None
     held = held_by_pin(models, pointer)
     if as_json:

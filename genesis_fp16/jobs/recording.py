@@ -299,10 +299,7 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
         ctx.metrics.live.count_rollbacks(agent, new)
         ctx.metrics.promotion.count_promotions(agent, new)
     if pointer is not None:  # watched, or not: the gauge then follows the clock
-        served, predecessor = pointer.served, bool(pointer.history)
-        ctx.metrics.live.observe_pointer(
-            agent, served.served_at, served.live, predecessor, settings.live_watch_idle_seconds
-        )
+        ctx.metrics.live.observe_pointer(agent, pointer, settings.live_watch_idle_seconds)
     ctx.metrics.promotion.pruned.labels(agent=agent).set(len(removed))
     ctx.metrics.promotion.state_bytes.labels(agent=agent).set(models.disk_bytes())
 

@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -69,7 +69,7 @@ from prometheus_client import CollectorRegistry
 from genesis_fp16.metrics.metric_names import PREFIX, Families
 from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16.plugin_api import TrainResult
-from genesis_fp16_infrastructure.api import JournalEntry, LiveReport, Outcome
+from genesis_fp16_infrastructure.api import JournalEntry, LiveReport, Outcome, ServedPointer
 
 LIVE_REGRESSION = "live_regression"  # the watch's rollback reason (judging.watch)
 PROMOTING = ("gate", "first")  # the journal kinds of the gate's promotions (transitions.serve)
@@ -168,20 +168,13 @@ class LiveMetrics:
             "served if later.",
         )
 
-    def observe_pointer(
-        self,
-        agent: str,
-        served_at: str | None,
-        live: Mapping[str, Any] | None,
-        predecessor: bool,
-        idle_seconds: float,
-    ) -> None:
+    def observe_pointer(self, agent: str, pointer: ServedPointer, idle_seconds: float) -> None:
         """The served model's watch state, from the pointer as a run left it (when it was
-        served, its live figures): the not-watching gauge then follows the clock at each
-        scrape, between runs too."""
+        served, its live figures, its predecessor): the not-watching gauge then follows the
+        clock at each scrape, between runs too."""
 
         def state() -> dict[str, Any]:  # the watch now: at each scrape, this pointer's
-            return watch_state(served_at, live, predecessor, time.time(), idle_seconds)
+            return watch_state(pointer, idle_seconds, time.time())
 
         since = state()["since"]
         self.last_record.labels(agent=agent).set(math.nan if since is None else since)

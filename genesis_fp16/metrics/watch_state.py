@@ -11,30 +11,30 @@ import calendar
 import time
 from typing import Any
 
-from genesis_fp16_infrastructure.api import LiveReport
+from genesis_fp16_infrastructure.api import LiveReport, ServedPointer
 
 
-def watch_state(
-    served_at: Any, live: Any, predecessor: bool, now: float, idle_seconds: float
-) -> dict[str, Any]:
-    """Whether the served model (the pointer's ``served`` entry: when it was served and
+def watch_state(pointer: ServedPointer, idle_seconds: float, now: float) -> dict[str, Any]:
+    """Whether the pointer's served model (its ``served`` entry: when it was served and
     its live figures, as read, checked here) is watched: ``watching``
     while labelled records reached its watch within ``idle_seconds`` (the setting
     GENESIS_FP16_LIVE_WATCH_IDLE_SECONDS, one day by default), else ``not_watching`` with
-    why: silence is never a passing watch. ``predecessor``: the pointer names one
-    (without it there is nothing to watch against). ``since``: the last time the watch
+    why: silence is never a passing watch, and without a predecessor (the pointer's
+    history) there is nothing to watch against. ``since``: the last time the watch
     scored new records, or the model was served if later (Unix seconds; None: unknown);
     ``scored_at``: when the watch last scored records (None: none scored yet);
     ``segments`` and ``self_test``: the primary column's segments and the A/A self-test.
 
-    >>> watch_state("2026-01-01T00:00:00Z", None, True, 1767229200.0, 3600)["state"]
+    >>> served = {"checkpoint": "m.pt", "served_at": "2026-01-01T00:00:00Z"}
+    >>> pointer = ServedPointer.from_json({"version": 1, "served": served, "history": [{}]})
+    >>> watch_state(pointer, 3600, 1767229200.0)["state"]
     'watching'
-    >>> watch_state("2026-01-01T00:00:00Z", None, True, 1767240000.0, 3600)["reason"]
+    >>> watch_state(pointer, 3600, 1767240000.0)["reason"]
     'no new labelled record for 4.0 h (the limit: 1 h)'
     """
-    live = LiveReport.figures_of(live)  # either shape, the primary column's figures
+    live = LiveReport.figures_of(pointer.served.live)  # either shape, the primary column's figures
     scored = stamp_seconds(live.get("updated_at")) if live else None
-    known = [t for t in (stamp_seconds(served_at), scored) if t is not None]
+    known = [t for t in (stamp_seconds(pointer.served.served_at), scored) if t is not None]
     since = max(known) if known else None
     segments, test = live.get("segments"), live.get("self_test")
     state: dict[str, Any] = {
@@ -42,7 +42,7 @@ def watch_state(
         "segments": segments if isinstance(segments, list) else None,
         "self_test": test if isinstance(test, dict) else None,
     }  # fmt: skip
-    if not predecessor:
+    if not pointer.history:
         return {**state, "state": "not_watching", "reason": "no predecessor to watch against"}
     if since is None:
         return {**state, "state": "not_watching", "reason": "when it was served is not known"}

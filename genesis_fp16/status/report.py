@@ -240,9 +240,7 @@ def _served_entry(
         live=_figures(LiveReport.figures_of(served.live) or None),
         pinned=None if pointer.pinned is None else _describe_pin(pointer, held),
         held=tuple(held),
-        watch=watch_state(
-            served.served_at, served.live, bool(pointer.history), time.time(), idle_seconds
-        ),
+        watch=watch_state(pointer, idle_seconds, time.time()),
         judging=_kept_inconclusive(models),
         evidence=_on_training_data(models, served.id),
     )

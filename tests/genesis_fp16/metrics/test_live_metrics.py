@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from genesis_fp16.metrics import served_metrics
 from genesis_fp16.metrics.served_metrics import LiveMetrics
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
-from genesis_fp16_infrastructure.api import LiveReport
+from genesis_fp16_infrastructure.api import LiveReport, ServedPointer
 from genesis_fp16_infrastructure.contract.reports import LiveFigures, SelfTest, WatchSegment
 
 ROLLED_BACK = LiveReport(
@@ -149,15 +149,21 @@ def test_not_watching_follows_the_clock_between_runs(monkeypatch: pytest.MonkeyP
     start = 1767225600.0  # that stamp
     clock = [start + 30]
     monkeypatch.setattr(served_metrics.time, "time", lambda: clock[0])
-    metrics.observe_pointer("se_darwin", served, None, True, 60.0)
+
+    def pointer(live: dict[str, Any] | None, predecessor: bool) -> ServedPointer:
+        entry = {"checkpoint": "m.pt", "served_at": served, "live": live}
+        history = [{"checkpoint": "m0.pt"}] if predecessor else []
+        return ServedPointer.from_json({"version": 1, "served": entry, "history": history})
+
+    metrics.observe_pointer("se_darwin", pointer(None, True), 60.0)
     name = "genesis_fp16_live_watch_not_watching"
     assert _value(registry, name) == 0.0
     assert _value(registry, "genesis_fp16_live_watch_last_record_timestamp_seconds") == start
     clock[0] = start + 61
     assert _value(registry, name) == 1.0
     later = {"updated_at": "2026-01-01T00:01:00Z"}  # records arrived
-    metrics.observe_pointer("se_darwin", served, later, True, 60.0)
+    metrics.observe_pointer("se_darwin", pointer(later, True), 60.0)
     assert _value(registry, name) == 0.0
-    metrics.observe_pointer("se_darwin", served, None, False, 60.0)
+    metrics.observe_pointer("se_darwin", pointer(None, False), 60.0)
     clock[0] = start
     assert _value(registry, name) == 1.0
