@@ -12,6 +12,7 @@ import argparse
 import importlib.util
 import json
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
     settings = command_settings("probe")
     plugin, _ = command_plugin(args.agent, settings)
     apply_defaults(args, settings)
+    if args.device.startswith("cuda"):
+        # cuBLAS is deterministic only with this set before CUDA starts.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     try:
         setup = plugin.probe_setup(args.data, args.seed)
         report = run_probe(

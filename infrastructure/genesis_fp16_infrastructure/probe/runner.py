@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -281,9 +280,6 @@ def _deterministic(device: torch.device) -> Iterator[None]:
     tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.use_deterministic_algorithms(True)
     if device.type == "cuda":  # the FP32 reference must be real FP32, not TF32
-        # cuBLAS is deterministic only with this set (torch refuses its calls without it);
-        # the probe command and the daemon's probe gate alike, unless the user set it.
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     try:

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
-import os
 
 import pytest
 import torch
 from probe_toys import overflowing_model, setup_for, small_init_model
 
 from genesis_fp16_infrastructure.errors import ProbeError
-from genesis_fp16_infrastructure.probe import run_probe, runner
+from genesis_fp16_infrastructure.probe import run_probe
 
 
 def test_activation_past_fp16_max_makes_fp16_red_and_names_the_module() -> None:
@@ -121,26 +119,3 @@ def test_table_lists_every_variant_marks_red_and_explains_the_recommendation() -
     assert "!" in rows["fp16_autocast"]
     assert f"recommended: {report.recommended}" in table
     assert "module 'amplifier'" in table
-
-
-def test_a_cuda_probe_sets_cublas_deterministic_workspace_unless_set(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """On CUDA the probe itself sets ``CUBLAS_WORKSPACE_CONFIG`` (torch refuses a cuBLAS
-    call under deterministic algorithms without it), for the daemon's probe gate as for
-    ``genesis-fp16 probe``; a value the user set is kept. The CUDA path's control flow on
-    a CPU: the CUDA generators' fork is stood in for."""
-    monkeypatch.setattr(torch.random, "fork_rng", lambda devices: contextlib.nullcontext())
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    tf32 = torch.backends.cuda.matmul.allow_tf32
-    try:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        with runner._deterministic(torch.device("cuda")):
-            assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
-            assert not torch.backends.cuda.matmul.allow_tf32
-        assert torch.backends.cuda.matmul.allow_tf32  # restored
-        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
-        with runner._deterministic(torch.device("cuda")):
-            assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
