@@ -19,6 +19,7 @@ The gauges are ``genesis_fp16.metrics.daemon_metrics.ProbeMetrics``.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -145,6 +146,8 @@ def _probe(
     from genesis_fp16_infrastructure.api import run_probe
 
     steps, seed = settings.probe_steps, settings.seed
+    if device.startswith("cuda"):  # cuBLAS is deterministic only with this set, as `probe` does
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     log.info("precision probe started", agent=agent, precision=used, steps=steps, device=device)
     started = time.monotonic()
     try:

@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 from genesis_fp16.config.settings import AgentSettings, Settings
 from genesis_fp16.jobs.job_state import DeviceSlots, JobContext, Run
 from genesis_fp16.jobs.planning import plan_run
-from genesis_fp16.jobs.probe_gate import ProbeRecord, gate_before_run, red_precisions
+from genesis_fp16.jobs.probe_gate import ProbeRecord, _probe, gate_before_run, red_precisions
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
@@ -111,6 +111,26 @@ def test_failed_probe_is_remembered_and_does_not_raise(tmp_path: Path) -> None:
     assert record is not None and "NotImplementedError" in str(record.error)
     assert _stored(settings.state_dir, "fixture_good") == record
     assert _value(registry, "genesis_fp16_probe_timestamp_seconds", agent="fixture_good") is None
+
+
+def test_a_cuda_probe_sets_deterministic_cublas_unless_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On CUDA the gate sets ``CUBLAS_WORKSPACE_CONFIG`` before probing, as ``genesis-fp16
+    probe`` does: torch refuses a cuBLAS call under the probe's deterministic algorithms
+    without it, and the probe would fail. A value already set is kept. On a CPU: the
+    fixture's probe_setup raises before anything touches the device."""
+    settings = _settings(tmp_path)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    record = _probe(settings, "fixture_good", fixture_good, None, "cuda:0", "fp16")
+    assert "NotImplementedError" in str(record.error)
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    _probe(settings, "fixture_good", fixture_good, None, "cuda:0", "fp16")
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    _probe(settings, "fixture_good", fixture_good, None, "cpu", "fp16")
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ  # a CPU probe leaves it alone
 
 
 def _red_fp16(bf16: str = "green") -> ProbeRecord:
