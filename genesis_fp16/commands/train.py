@@ -36,7 +36,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from genesis_fp16.cli import UsageError
+from genesis_fp16.cli import UsageError, strict_json
 from genesis_fp16.commands.train_checks import (
     check_arguments,
     integer_from,
@@ -459,8 +459,7 @@ def _request(
 
 def print_diagnostics(values: Mapping[str, float]) -> None:
     """One ``{"diagnostics": ...}`` line for the launcher (a non-finite value as null)."""
-    finite = {k: v if math.isfinite(v) else None for k, v in values.items()}
-    print(json.dumps({"diagnostics": finite}, allow_nan=False), flush=True)
+    print(json.dumps({"diagnostics": strict_json(values)}, allow_nan=False), flush=True)
 
 
 def relay_to_daemon() -> Callable[[Mapping[str, float]], None]:
