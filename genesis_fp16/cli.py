@@ -156,8 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(module if module in COMMAND_MODULES else None)
     Parser.json_errors = "--json" in words
     args = parser.parse_args(words)
-    if not getattr(args, "func", None):
-        parser.print_help()
+    if not getattr(args, "func", None):  # no command, or `data` without its action
+        _given_command(parser, args).print_help()
         return 2
     if not getattr(args, "takes_sigterm", False):
         release_sigterm()  # a SIGTERM held during start-up ends this command now

@@ -10,6 +10,7 @@ passes, 1 when one fails, 2 for bad input.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import Any
 
@@ -52,18 +53,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     report = check_agent(plugin, options)
     if args.json:
-        rules = [{"rule": r.rule, "ok": r.ok, "detail": r.detail} for r in report.results]
-        capabilities = list(report.capabilities)
-        print(
-            json.dumps(
-                {
-                    "agent": report.agent,
-                    "ok": report.ok,
-                    "rules": rules,
-                    "capabilities": capabilities,
-                }
-            )
-        )
+        rules = [dataclasses.asdict(r) for r in report.results]  # its rule, ok and detail
+        shown = {"agent": report.agent, "ok": report.ok, "rules": rules}
+        print(json.dumps({**shown, "capabilities": list(report.capabilities)}))
     else:
         print(report.summary())
         for line in report.capability_lines():

@@ -45,13 +45,7 @@ def register(subparsers: Any) -> None:
     )
     generate.add_argument("--seed", type=int, help="seed (default: GENESIS_FP16_SEED, 0)")
     generate.add_argument("--json", action="store_true", help="print one JSON object")
-    generate.set_defaults(func=run_generate)
-    parser.set_defaults(func=lambda args: _usage(parser))
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
+    generate.set_defaults(func=run_generate)  # `data` alone: its help (cli.main), exit 2
 
 
 def run_generate(args: argparse.Namespace) -> int:

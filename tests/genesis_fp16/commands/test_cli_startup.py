@@ -80,7 +80,7 @@ LOADED = PROBE.replace(
 
 
 # The train command's own modules: the command and what it refuses and shows.
-TRAIN_MODULES = ["train", "train_checks", "train_output"]
+TRAIN_MODULES = ["train", "train_checks"]
 # Other commands' own helper modules, which --help loads with their command.
 # Each command's settings, and the folder of the agent it names.
 HELPER_MODULES = ["reading"]

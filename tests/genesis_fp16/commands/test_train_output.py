@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fake_results import train_result
 
-from genesis_fp16.commands.train_output import verdict
+from genesis_fp16.commands.train import verdict
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import GateReport
 from genesis_fp16_infrastructure.judging.gate import Paired, decide

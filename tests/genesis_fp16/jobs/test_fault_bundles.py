@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infrastructure" / "training"))
 from guard_faults import STEPS, FaultTask
 
-from genesis_fp16.commands.train_output import describe
+from genesis_fp16.commands.train import describe
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import record_run
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
