@@ -35,9 +35,12 @@ import hashlib
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import msgspec
+from msgspec.structs import astuple
 
 from genesis_fp16_infrastructure.data.sources import DATA_SUFFIXES, list_data_files
 from genesis_fp16_infrastructure.errors import DataError
@@ -50,34 +53,40 @@ RACY_NS = 2_000_000_000
 _CHUNK = 2**20  # bytes hashed at a time: a file is streamed, never held whole
 
 
-@dataclass(frozen=True)
-class Prefix:
+class Prefix(msgspec.Struct, frozen=True, array_like=True):
     """What a scan saw of a grown file's first ``size`` bytes (its size at the previous
     scan): their digest (the manifest's digest of a file that size), their newlines and
-    their last byte. The record cache continues an appended ``.jsonl`` from it instead of
-    reading those bytes a second time."""
+    their last byte, as hex (``"0a"``: a line's end). The record cache continues an
+    appended ``.jsonl`` from it instead of reading those bytes a second time."""
 
     size: int
     digest: str
     lines: int
-    last: bytes
+    last: str
 
 
-@dataclass(frozen=True)
-class FileState:
-    """One data file as scanned: its path (as listed), size, mtime and content digest;
-    ``prefix``, for a ``.jsonl`` file that grew since the previous scan, what its old
-    bytes were (worked out in the same pass, never saved)."""
+class FileState(msgspec.Struct, frozen=True, array_like=True):
+    """One data file as scanned: its path (as listed), size, mtime and content digest,
+    in its JSON's order (a list, as :meth:`Manifest.to_json` writes it); ``prefix``, for
+    a ``.jsonl`` file that grew since the previous scan, what its old bytes were (worked
+    out in the same pass, handed to a run, never saved)."""
 
     path: str
     size: int
     mtime_ns: int
     digest: str  # blake2b-128 of the file's bytes, hex
-    prefix: Prefix | None = field(default=None, compare=False, repr=False)
     # st_ctime_ns and st_ino as scanned; 0: not known (a manifest saved before they
-    # were kept), and then the file is hashed again rather than trusted
+    # were kept, four fields a file), and then the file is hashed again rather than trusted
     ctime_ns: int = 0
     inode: int = 0
+    prefix: Prefix | None = None
+
+    # Equal, and hashed, by the file's six saved fields: a prefix is one scan's by-product.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FileState) and astuple(self)[:6] == astuple(other)[:6]
+
+    def __hash__(self) -> int:
+        return hash(astuple(self)[:6])
 
     def same_stat(self, stat: os.stat_result) -> bool:
         """``stat`` is of the file this state was taken of: size, mtime, ctime and inode
@@ -117,12 +126,9 @@ class Manifest:
         """The manifest with each grown file's :class:`Prefix`, for a scan handed to a run's
         process (the record cache continues an appended file from it); ``prefixes=False``:
         as saved (a prefix is never saved)."""
-        files = [
-            [f.path, f.size, f.mtime_ns, f.digest, f.ctime_ns, f.inode]
-            + ([[p.size, p.digest, p.lines, p.last.hex()]] if prefixes and (p := f.prefix) else [])
-            for f in self.files
-        ]
-        return {"version": MANIFEST_VERSION, "scanned_ns": self.scanned_ns, "files": files}
+        files = [list(astuple(f))[: 7 if prefixes and f.prefix else 6] for f in self.files]
+        scanned = {"version": MANIFEST_VERSION, "scanned_ns": self.scanned_ns, "files": files}
+        return msgspec.to_builtins(scanned)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Manifest | None:
@@ -131,24 +137,10 @@ class Manifest:
         if not isinstance(data, Mapping) or data.get("version") != MANIFEST_VERSION:
             return None
         try:
-            files = tuple(_file_from_json(*entry) for entry in data["files"])
+            files = msgspec.convert(data["files"], tuple[FileState, ...])
             return cls(files, int(data["scanned_ns"]))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError):  # msgspec's refusal is a ValueError
             return None
-
-
-def _file_from_json(
-    path: Any, size: Any, mtime_ns: Any, digest: Any, ctime_ns: Any = 0, inode: Any = 0,
-    prefix: Any = None,
-) -> FileState:  # fmt: skip
-    """One saved file: four fields before the ctime and inode were kept (0: not known);
-    a scan's seventh, its prefix."""
-    if prefix is not None:
-        size_, digest_, lines, last = prefix
-        prefix = Prefix(int(size_), str(digest_), int(lines), bytes.fromhex(last))
-    return FileState(
-        str(path), int(size), int(mtime_ns), str(digest), prefix, int(ctime_ns), int(inode)
-    )
 
 
 def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, ScanReport]:
@@ -183,7 +175,7 @@ def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, 
         # so the next scan hashes the file again instead of trusting this digest.
         files.append(
             FileState(
-                name, stat.st_size, stat.st_mtime_ns, digest, prefix, stat.st_ctime_ns, stat.st_ino
+                name, stat.st_size, stat.st_mtime_ns, digest, stat.st_ctime_ns, stat.st_ino, prefix
             )
         )
     report = ScanReport(hashed, hashed_bytes, reused)
@@ -222,7 +214,7 @@ def _read_prefix(handle: BinaryIO, size: int) -> tuple[Prefix | None, Any, int]:
         hashed, lines, last = hashed + len(chunk), lines + chunk.count(b"\n"), chunk[-1:]
     if hashed != size:
         return None, hasher, hashed
-    return Prefix(size, hasher.copy().hexdigest(), lines, last), hasher, hashed
+    return Prefix(size, hasher.copy().hexdigest(), lines, last.hex()), hasher, hashed
 
 
 def _contents(manifest: Manifest) -> list[tuple[str, str]]:

@@ -130,7 +130,7 @@ class RecordCache:
             seen = state.prefix  # the scan's, when it hashed this file's growth in one pass
             if seen is None or seen.size != head.size:
                 seen = prefix_of(file, head.size)
-            if seen.digest != head.digest or seen.last != b"\n":
+            if seen.digest != head.digest or seen.last != "0a":
                 return None
             block = _read_entry(self._path(head.digest, slim))
         except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):

@@ -71,9 +71,9 @@ def _snapshot() -> AgentSnapshot:
         [ServedEntry(id="c1", checkpoint="candidates/c1/ckpt-0000000008.pt")],
         Pin(by="operator"),
     )
-    prefix = Prefix(100, "cd" * 16, 4, b"\n")
-    grown = FileState("pool/a.jsonl", 120, 7, "ab" * 16, prefix, ctime_ns=11, inode=12)
-    scan = Manifest((grown, FileState("pool/b.json", 9, 8, "ef" * 16, None, 13, 14)), 123)
+    prefix = Prefix(100, "cd" * 16, 4, "0a")
+    grown = FileState("pool/a.jsonl", 120, 7, "ab" * 16, ctime_ns=11, inode=12, prefix=prefix)
+    scan = Manifest((grown, FileState("pool/b.json", 9, 8, "ef" * 16, 13, 14)), 123)
     return AgentSnapshot(None, pointer, None, DataCheck(scan, {"outcome": "up_to_date"}))
 
 
