@@ -12,7 +12,6 @@ import argparse
 import importlib.util
 import json
 import math
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from genesis_fp16.commands.reading import command_plugin, command_settings
 from genesis_fp16.commands.train_checks import check_data_and_device, integer_from
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.settings import Settings, resolve_device
+from genesis_fp16.launch.devices import deterministic_cublas
 from genesis_fp16_infrastructure.api import write_json_atomic
 
 if TYPE_CHECKING:
@@ -72,9 +72,7 @@ def run(args: argparse.Namespace) -> int:
     settings = command_settings("probe")
     plugin, _ = command_plugin(args.agent, settings)
     apply_defaults(args, settings)
-    if args.device.startswith("cuda"):
-        # cuBLAS is deterministic only with this set before CUDA starts.
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    deterministic_cublas(args.device)  # before CUDA starts
     try:
         setup = plugin.probe_setup(args.data, args.seed)
         report = run_probe(

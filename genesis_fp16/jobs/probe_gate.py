@@ -19,7 +19,6 @@ The gauges are ``genesis_fp16.metrics.daemon_metrics.ProbeMetrics``.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,6 +28,7 @@ import msgspec
 import structlog
 
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.launch.devices import deterministic_cublas
 from genesis_fp16.metrics.daemon_metrics import ProbeMetrics
 from genesis_fp16.plugin_api import AgentPlugin, PrecisionRequest
 from genesis_fp16_infrastructure.api import (
@@ -146,8 +146,7 @@ def _probe(
     from genesis_fp16_infrastructure.api import run_probe
 
     steps, seed = settings.probe_steps, settings.seed
-    if device.startswith("cuda"):  # cuBLAS is deterministic only with this set, as `probe` does
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    deterministic_cublas(device)
     log.info("precision probe started", agent=agent, precision=used, steps=steps, device=device)
     started = time.monotonic()
     try:

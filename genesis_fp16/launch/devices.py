@@ -4,7 +4,8 @@ Settings validation only checks a device's spelling (``check_device_name``): it 
 tests build settings naming ``cuda`` on any host. Whether the device exists is asked here,
 once, where it matters: ``config check``, ``serve`` and ``train`` at their start, and every
 reload of the ``.env`` file; whether a torchrun job's ranks get a GPU each, before its
-launch (:func:`check_layout`). A device that vanishes later (a GPU that falls off the bus, a
+launch (:func:`check_layout`); what cuBLAS needs before the precision probe runs on
+CUDA (:func:`deterministic_cublas`). A device that vanishes later (a GPU that falls off the bus, a
 driver reset) shows as a failed run whose error :func:`device_lost` recognizes.
 
 >>> device_problem("cpu") is None
@@ -15,6 +16,7 @@ True
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -116,6 +118,15 @@ def cuda_device_count() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def deterministic_cublas(device: str) -> None:
+    """Before the precision probe runs on ``device``, for ``genesis-fp16 probe`` and the
+    daemon's probe gate alike: on CUDA, ``CUBLAS_WORKSPACE_CONFIG`` as cuBLAS needs it to
+    be deterministic (the probe runs under deterministic algorithms, where torch refuses a
+    cuBLAS call without it); a value already set is kept."""
+    if device.startswith("cuda"):
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
 def check_layout(
