@@ -511,8 +511,8 @@ class RunReportMetrics:
         )
         self.run_phase_seconds = gauge(
             "run_phase_seconds",
-            "Seconds the last finished run spent per phase (check, read, encode, train, eval, "
-            "final_fit), for agents that report them (TrainResult.phases: se_darwin's).",
+            "Seconds the last finished run spent per phase (TrainResult.phases): se_darwin's "
+            "check, read, encode, train, eval, drift, final_fit; every judged run's live and gate.",
             ("agent", "phase"),
         )
         self.device_memory_peak = gauge(

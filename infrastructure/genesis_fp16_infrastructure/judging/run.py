@@ -311,7 +311,8 @@ def up_to_date(
     entry = served.pointer.served.precision if served.pointer is not None else None
     precision = summary.get("precision") or entry
     used = cast(PrecisionName, precision if precision in PRECISIONS else "fp32")
-    records = len(served.records.ids)
+    records, seconds = len(served.records.ids), round(seconds, 6)
+    gate = rejudged.seconds if rejudged is not None else 0.0
     why = f"nothing new: all {records} current records were learned or judged already"
     data = None if rejudged is not None else data_unchanged(served.records, served.known)
     # Nothing new after reading the files: the served model's data manifest (when its
@@ -336,7 +337,7 @@ def up_to_date(
         final_train_loss=math.nan,
         eval={"loss": served.losses.mean()},
         samples_per_second=0.0,
-        wall_seconds=round(seconds, 6),
+        wall_seconds=seconds,
         checkpoint=served.checkpoint,
         quarantined=served.losses.quarantined,
         data=data,
@@ -345,6 +346,9 @@ def up_to_date(
         rejected=rejudged is not None and rejudged.outcome == Outcome.REJECTED,
         gate=rejudged,
         live=live,
+        # Where its time went, as in a trained run (the run_phase_seconds gauge and the
+        # run's history record then show this run's, not the last trained run's).
+        phases={"live": round(seconds - gate, 6), "gate": gate} if rejudged else {"live": seconds},
     )
 
 

@@ -159,6 +159,9 @@ def test_the_first_model_is_served_and_unchanged_data_is_up_to_date(tmp_path: Pa
     again = run_plugin(plugin, request)
     assert again.up_to_date and again.outcome == "up_to_date" and plugin.resumed == [None]
     assert math.isclose(again.eval["loss"], result.gate.candidate.losses["loss"], abs_tol=1e-6)  # type: ignore[union-attr]
+    # Its time is the served model scored and watched: this run's phases, not none (the
+    # daemon's run_phase_seconds would then go on showing the first run's).
+    assert again.phases == {"live": again.wall_seconds} and again.wall_seconds > 0
 
 
 def test_an_up_to_date_run_reports_the_precision_and_reason_asked_now(tmp_path: Path) -> None:
@@ -362,6 +365,9 @@ def test_an_inconclusive_candidate_is_judged_again_without_training(tmp_path: Pa
     third = run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 4050)))
     assert third.gate is not None and third.gate.candidate_id == kept, third.gate
     assert third.gate.outcome == "promoted" and third.steps == 0 and not third.up_to_date
+    assert third.phases is not None and set(third.phases) == {"live", "gate"}
+    assert third.phases["gate"] == third.gate.seconds > 0
+    assert math.isclose(sum(third.phases.values()), third.wall_seconds, abs_tol=1e-4)
     assert len(plugin.resumed) == trained  # the plugin's train was not called
     assert list_candidates(tmp_path / "checkpoints") == candidates
     pointer = read_pointer(tmp_path / "checkpoints")
