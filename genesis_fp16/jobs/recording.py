@@ -195,6 +195,7 @@ def _finish(run: Run, result: TrainResult, show_precision: bool) -> None:
         data=None if result.data is None else result.data.to_json(),
         quarantined=result.quarantined,  # malformed records skipped, each file named above
         phases=dict(result.phases) if result.phases is not None else None,
+        wall_seconds=result.wall_seconds,  # the run's own; duration_seconds: the job's
         gate=None if result.gate is None else result.gate.to_json(),
         drift=None if result.drift is None else result.drift.to_json(),
         checkpoint=str(result.checkpoint) if result.checkpoint else None,

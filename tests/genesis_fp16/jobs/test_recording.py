@@ -95,6 +95,9 @@ def test_the_typed_fields_are_exported_and_logged_and_extra_is_not_read(
     (finished,) = [e for e in logs if e["event"] == "training run finished"]
     assert finished["data"] == REPORTED["data"].to_json()
     assert finished["phases"] == REPORTED["phases"]
+    # the run's own seconds beside the job's (its child and its recording included)
+    assert finished["wall_seconds"] == train_result(agent=AGENT).wall_seconds
+    assert isinstance(finished["duration_seconds"], float)
     assert finished["components"] == REPORTED["components"]
     assert finished["gate"] == REPORTED["gate"].to_json()
     assert finished["drift"] == REPORTED["drift"].to_json()
