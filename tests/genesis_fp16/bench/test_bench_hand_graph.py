@@ -132,7 +132,9 @@ class FakeCuda:
         return self.graphs[-1]
 
     @contextlib.contextmanager
-    def graph(self, graph: FakeGraph, pool: Any = None, stream: Any = None) -> Iterator[None]:
+    def graph(
+        self, graph: FakeGraph, pool: Any = None, stream: Any = None, capture_error_mode: str = ""
+    ) -> Iterator[None]:
         # torch.cuda.graph captures on a stream of its own
         before, self.current = self.current, FakeStream("capture", self.log)
         self.log.append("capture")
@@ -162,6 +164,28 @@ class FakeCuda:
         monkeypatch.setattr(HandGraphRunner, "_step", logged_step)
 
 
+def test_the_fake_graph_applies_its_capture_only_when_replayed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fake's own semantics: a capture changes nothing, each replay runs it again on
+    the tensors it captured (their current values), and a host read in it is refused."""
+    fake = FakeCuda()
+    fake.install(monkeypatch)
+    x, total = torch.ones(2), torch.zeros(2)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        total.add_(x * 2)
+    assert total.tolist() == [0.0, 0.0]
+    graph.replay()
+    x.copy_(torch.tensor([3.0, 4.0]))
+    graph.replay()
+    assert total.tolist() == [8.0, 10.0]
+    refused = pytest.raises(RuntimeError, match="not permitted when stream is capturing")
+    with refused, torch.cuda.graph(torch.cuda.CUDAGraph()):
+        total.sum().item()
+    assert fake.log == ["capture", "replay", "replay", "capture"]
+
+
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 STEPS = 8  # 3 eager warm-up steps, the capture (step 4), and 4 more replays
 OVERFLOW_STEP = 6  # fp16: a batch whose forward overflows, at a replayed step
@@ -179,11 +203,11 @@ def _pair(
     # device="cuda" in the config: the optimizer the runners get on CUDA (fused,
     # capturable AdamW, runners._optimizer), on the CPU device prepare() is given.
     config = replace(_tiny(precision, "hand-graph"), device="cuda", batch_size=8)
-    runners = HandWrittenRunner(), HandGraphRunner()
-    for runner in runners:
+    hand, graphed = HandWrittenRunner(), HandGraphRunner()
+    for runner in (hand, graphed):
         workload = bench_workload.build_workload("default", data, 0, True, torch.device("cpu"))
         runner.prepare(workload, config, torch.device("cpu"))
-    return *runners, list(data.train_batches[:STEPS])
+    return hand, graphed, list(data.train_batches[:STEPS])
 
 
 def _weights(runner: HandWrittenRunner) -> list[torch.Tensor]:
