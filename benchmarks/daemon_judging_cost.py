@@ -194,12 +194,17 @@ def _row(agent: str, records: int, repeats: int, root: Path) -> str:
         judging.append(spent)
         runs.append(run)
         jobs.append(job)
+    names = sorted({name for r in measured for name in r.get("phases") or {}})
+    each = ", ".join(
+        f"{name} {statistics.median((r.get('phases') or {}).get(name, 0.0) for r in measured):.3f}"
+        for name in names
+    )
     outcomes = sorted({(r.get("gate") or {}).get("outcome", r.get("outcome")) for r in measured})
     before = [(r.get("gate") or {}).get("outcome") for r in (first, second)]
     return (
         f"| {agent} | {records:,} | {', '.join(map(str, before))} | {', '.join(outcomes)} | "
         f"{_med(runs, 's')} | {_med(jobs, 's')} | {_med(judging, 's', 3)} | "
-        f"**{_med(shares, '%', 1)}** | {_med(of_job, '%', 1)} |"
+        f"**{_med(shares, '%', 1)}** | {_med(of_job, '%', 1)} | {each} |"
     )
 
 
@@ -225,8 +230,8 @@ def main(argv: list[str] | None = None) -> None:
         "start.",
         "",
         "| agent | records | first, second run | measured runs | run | job | judging | "
-        "judging's share of the run | of the job |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "judging's share of the run | of the job | the run's phases, median seconds |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     print("\n".join(lines), flush=True)
     with tempfile.TemporaryDirectory(prefix="judging-cost-") as name:
