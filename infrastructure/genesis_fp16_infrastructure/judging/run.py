@@ -222,7 +222,9 @@ def _judged_run(
     served = Served(judged, request)
     live = None if served.pointer is None else watch(request, served)
     if live is not None and live.rolled_back:
+        read = served.read_seconds
         served = Served(judged, request, again=True)  # the predecessor, served again
+        served.read_seconds += read  # the run's reads of its data, both listings
     digest = _data_digest(request.data_path)  # the data's files: a kept verdict's, the meta's
     if served.losses is not None and not request.forced:  # a first or forced run trains
         rejudged = _rejudge_kept(request, served, digest)  # issue 62: before training
@@ -239,18 +241,29 @@ def _judged_run(
         tell(("train", str(candidate)))
     result = plugin.train(replace(request, checkpoint_dir=candidate))
     gate = _judge(request, served, candidate, result)
-    # The run's phases and wall time count the judging too: "live" (the served model
-    # scored and watched, before training) and "gate" (the candidate scored and judged).
-    phases = {**(result.phases or {}), "live": round(before, 6), "gate": gate.seconds}
-    wall = round(result.wall_seconds + before + gate.seconds, 6)
     return replace(
         result,
         gate=gate,
         rejected=gate.outcome == Outcome.REJECTED,
         live=live,
-        phases=phases,
-        wall_seconds=wall,
+        phases=_phases(result.phases, served.read_seconds, before + gate.seconds, gate.seconds),
+        wall_seconds=round(result.wall_seconds + before + gate.seconds, 6),
     )
+
+
+def _phases(
+    phases: Mapping[str, float] | None, read: float, outside: float, gate: float | None
+) -> dict[str, float]:
+    """A judged run's phases count the judging too (``outside``: its seconds outside the
+    plugin's train): "live" (the served model scored and watched) and "gate" (the
+    candidate scored and judged; None: not judged). The plugin's listing (``read``
+    seconds) is the run's first read of its data, which training reads again from the
+    plugin's cache: it counts as "read", beside training's own read."""
+    out = dict(phases or {})
+    if read:
+        out["read"] = round(out.get("read", 0.0) + read, 6)
+    out["live"] = round(outside - read - (gate or 0.0), 6)
+    return out if gate is None else {**out, "gate": gate}
 
 
 def _nothing_new(served: Served, request: TrainRequest) -> bool:
@@ -312,7 +325,6 @@ def up_to_date(
     precision = summary.get("precision") or entry
     used = cast(PrecisionName, precision if precision in PRECISIONS else "fp32")
     records, seconds = len(served.records.ids), round(seconds, 6)
-    gate = rejudged.seconds if rejudged is not None else 0.0
     why = f"nothing new: all {records} current records were learned or judged already"
     data = None if rejudged is not None else data_unchanged(served.records, served.known)
     # Nothing new after reading the files: the served model's data manifest (when its
@@ -348,7 +360,7 @@ def up_to_date(
         live=live,
         # Where its time went, as in a trained run (the run_phase_seconds gauge and the
         # run's history record then show this run's, not the last trained run's).
-        phases={"live": round(seconds - gate, 6), "gate": gate} if rejudged else {"live": seconds},
+        phases=_phases(None, served.read_seconds, seconds, rejudged.seconds if rejudged else None),
     )
 
 

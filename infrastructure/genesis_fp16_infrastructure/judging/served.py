@@ -33,6 +33,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from functools import cached_property
@@ -96,6 +97,9 @@ class Served:
         # The sorted id hashes of the records its checkpoint says it trained on (None:
         # it names none).
         self.named: np.ndarray | None = None
+        # Seconds of the plugin's listing: the run's first read of its data, which its
+        # training reads again from the plugin's cache (the run's "read" phase, not "live").
+        self.read_seconds = 0.0
         if self.checkpoint is not None:
             # The run's first read of the data: the plugin keeps what it quarantines (a run
             # that takes no step reads nothing else; its count is the run's).
@@ -116,7 +120,10 @@ class Served:
         all); any other scores every one."""
         assert self.checkpoint is not None
         try:  # a listing that cannot be made refuses the run in one line, as a scoring would
-            listed = plugin.record_ids(reading) if isinstance(plugin, ListsRecords) else None
+            listed, started = None, time.monotonic()
+            if isinstance(plugin, ListsRecords):
+                listed = plugin.record_ids(reading)
+                self.read_seconds = time.monotonic() - started
             if listed is not None and not isinstance(listed, RecordIds):
                 raise RecordLossesError(
                     f"record_ids returned a {type(listed).__name__}, not RecordIds or None"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -614,6 +615,41 @@ def test_a_plugin_that_lists_its_records_has_its_served_model_scored_where_neede
         assert ours.gate.comparisons == theirs.gate.comparisons
     assert judged[2].live is not None and alike[2].live is not None
     assert judged[2].live.metrics == alike[2].live.metrics
+
+
+@dataclass
+class SlowListing(Listing):
+    """Listing whose listing takes ``seconds`` on the clock ``clock`` adds to."""
+
+    clock: list[float] = field(default_factory=lambda: [0.0])
+    seconds: float = 5.0
+
+    def record_ids(self, request: TrainRequest) -> RecordIds:
+        self.clock[0] += self.seconds
+        return super().record_ids(request)
+
+
+def test_a_listing_is_the_runs_read_of_its_data_not_judging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing plugin's ``record_ids`` is the run's first read of its data (training
+    then reads it from the plugin's cache): its seconds count as the run's "read" phase,
+    not as "live", judging's. So in a trained run and in one with nothing new; a plugin
+    that lists nothing has no "read" of the run's."""
+    plugin, real = SlowListing(), time.monotonic
+    monkeypatch.setattr(time, "monotonic", lambda: real() + plugin.clock[0])
+    *_, third = _three_runs(tmp_path / "runs", plugin)
+    again = run_plugin(plugin, _request(tmp_path / "runs", tmp_path / "runs" / "d2.json"))
+    assert again.up_to_date
+    for result in (third, again):
+        phases = result.phases
+        assert phases is not None and 5.0 <= phases["read"] < 6.0  # the listing, nearly all
+        assert 0 <= phases["live"] < 5.0
+        assert math.isclose(sum(phases.values()), result.wall_seconds, abs_tol=1e-4)
+    assert set(third.phases or {}) == {"read", "live", "gate"}
+    assert set(again.phases or {}) == {"read", "live"}
+    *_, plain = _three_runs(tmp_path / "plain", HeldOut())
+    assert plain.phases is not None and set(plain.phases) == {"live", "gate"}
 
 
 @dataclass
