@@ -526,7 +526,7 @@ class TrainResult(Record):
             final_train_loss=summary.train_loss,
             eval=dict(result.eval),
             samples_per_second=summary.samples_per_second,
-            wall_seconds=summary.wall_seconds,
+            wall_seconds=result.seconds,  # the run's, not the steps' clock
             checkpoint=result.checkpoint,
             quarantined=quarantined,
             stopped_early=result.stopped_early,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,33 @@ def test_from_fit_reports_what_ran(tmp_path: Path) -> None:
     assert report.eval == result.eval and report.checkpoint == result.checkpoint
     assert report.quarantined == 2 and report.extra == {"note": "x"}
     assert report.final_train_loss == result.summary.train_loss
+
+
+class _SlowEval(_Line):
+    """_Line whose evaluation takes five seconds on a clock the test moves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = [0.0]
+
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        self.clock[0] += 5.0
+        return super().evaluate(model)
+
+
+def test_from_fit_reports_the_runs_wall_time_not_the_steps_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wall_seconds`` is the fit call's whole time, its final evaluation included
+    (rlhf_ppo's greedy completion of every eval prompt was left out: a third of its run at
+    25,000 prompts); ``summary.wall_seconds`` stays the steps' clock."""
+    task, real = _SlowEval(), time.perf_counter
+    monkeypatch.setattr(time, "perf_counter", lambda: real() + task.clock[0])
+    request = _request(tmp_path)
+    result = fit(task, request.fit_options())
+    report = TrainResult.from_fit(request, result, quarantined=0)
+    assert result.summary.wall_seconds < 5.0 <= report.wall_seconds == result.seconds
+    assert report.wall_seconds >= 5.0 + result.summary.wall_seconds
 
 
 def test_agent_option_parses_text_and_refuses_wrong_types() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import fields, replace
 from pathlib import Path
@@ -62,6 +63,7 @@ logger = logging.getLogger(__name__)
 
 def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     """Train ``task`` as ``options`` say and return what happened; see the module docstring."""
+    started = time.perf_counter()  # FitResult.seconds: the whole call
     continued, options = continued_job(options)
     config = _trainer_config(options)
     calibration: Calibration | None = None
@@ -85,7 +87,8 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         config = replace(config, measured_execution=measured_execution(calibration))
     trainer = _build_trainer(task, policy, config, options)
     if options.checkpoint_dir is None:
-        return _fit(task, options, trainer, None, calibration)
+        result = _fit(task, options, trainer, None, calibration)
+        return replace(result, seconds=time.perf_counter() - started)
     manager = distributed.checkpoint_manager(options.checkpoint_dir, options.keep)
     # One writer per checkpoint folder (rank 0 under torchrun): a second is refused here,
     # in one line naming the first. Held until the run ends, kill -9 included.
@@ -100,7 +103,7 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
                 ", ".join(p.name for p in removed),
             )
         result = _fit(task, options, trainer, manager, calibration)
-        return replace(result, temps_removed=len(removed))
+        return replace(result, temps_removed=len(removed), seconds=time.perf_counter() - started)
     finally:
         manager.release()
 

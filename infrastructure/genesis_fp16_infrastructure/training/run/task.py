@@ -354,3 +354,6 @@ class FitResult:
     fault_bundles: tuple[FaultBundle, ...] = ()
     # The range statistics of the run's sampled steps (None: off, or no step sampled).
     ranges: RangeSummary | None = None
+    # The call's wall seconds: calibration, resume, steps, checkpoints and the final
+    # evaluation (``summary.wall_seconds`` is the steps' clock, from the first step).
+    seconds: float = 0.0
