@@ -218,7 +218,7 @@ def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
     report.set_eval(agent, result)
     report.set_data(agent, result, time.time())
     report.count_quarantined(agent, result)
-    if result.phases is not None:  # where the run's time went (se_darwin)
+    if result.phases is not None:  # where the run's time went (se_darwin, judged runs)
         report.set_phases(agent, result.phases)
     if result.device_memory_peak_bytes is not None:
         report.set_device_memory_peak(agent, result.device_memory_peak_bytes)

@@ -120,10 +120,9 @@ class Served:
         all); any other scores every one."""
         assert self.checkpoint is not None
         try:  # a listing that cannot be made refuses the run in one line, as a scoring would
-            listed, started = None, time.monotonic()
-            if isinstance(plugin, ListsRecords):
-                listed = plugin.record_ids(reading)
-                self.read_seconds = time.monotonic() - started
+            started = time.monotonic()
+            listed = plugin.record_ids(reading) if isinstance(plugin, ListsRecords) else None
+            self.read_seconds = time.monotonic() - started if listed is not None else 0.0
             if listed is not None and not isinstance(listed, RecordIds):
                 raise RecordLossesError(
                     f"record_ids returned a {type(listed).__name__}, not RecordIds or None"

@@ -84,8 +84,15 @@ def resume_run(
         """Load ``state`` into the run, or put the run back as it was and refuse the file."""
         if not pristine:
             pristine.update(copy.deepcopy(trainer.state_dict()))
+        # The optimizers' settings are the task's as built now (an option's learning rate),
+        # not the file's, unless a scheduler drives them: the file brings their state.
+        built = [dict(g) for o in trainer.optimizers for g in o.param_groups]
         try:
             trainer.load_state_dict(state)
+            if not trainer.schedulers:
+                loaded = [g for o in trainer.optimizers for g in o.param_groups]
+                for group, settings in zip(loaded, built, strict=True):
+                    group.update({k: v for k, v in settings.items() if k != "params"})
             loader = getattr(task, "load_extra_state", None)
             if callable(loader):
                 loader(state.get(keys.EXTRA, {}))

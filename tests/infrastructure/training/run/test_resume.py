@@ -134,6 +134,39 @@ def test_stop_and_resume_is_bitwise_identical(
         assert straight.summary.skipped_steps > 0
 
 
+class _RateTask(DropoutTask):
+    """DropoutTask whose optimizer trains at ``lr`` (an agent's option), kept to look at."""
+
+    def __init__(self, lr: float, scheduler: bool) -> None:
+        super().__init__(fused=False, scheduler=scheduler)
+        self.lr, self.optimizers = lr, list[Optimizer]()
+
+    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
+        self.optimizers = [torch.optim.AdamW(model.parameters(), lr=self.lr)]
+        return self.optimizers
+
+
+@pytest.mark.parametrize("scheduler", [False, True])
+def test_a_resumed_run_trains_at_the_learning_rate_its_task_asks_now(
+    tmp_path: Path, scheduler: bool
+) -> None:
+    """The checkpoint brings the optimizer's state, not its settings: a run resumed with a
+    new learning rate trains at it (rlhf_ppo's ``lr`` option was ignored by every run that
+    continued its served policy). A scheduler's rate continues from the checkpoint, as a
+    run of all the steps in one go would have it."""
+    fit(_RateTask(1e-2, scheduler), _options("fp32", 4, tmp_path / "a"))
+    task = _RateTask(1e-3, scheduler)
+    resumed = fit(task, _options("fp32", 4, tmp_path / "a"))
+    assert resumed.resumed_from is not None and resumed.steps_run == 4
+    (group,) = task.optimizers[0].param_groups
+    if not scheduler:
+        assert group["lr"] == 1e-3
+        return
+    straight = _RateTask(1e-2, scheduler)
+    fit(straight, _options("fp32", 8, tmp_path / "b"))
+    assert group["lr"] == straight.optimizers[0].param_groups[0]["lr"] < 1e-2
+
+
 def test_resume_falls_back_past_a_torn_newest_checkpoint_and_stays_exact(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
