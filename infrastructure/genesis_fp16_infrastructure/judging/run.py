@@ -254,11 +254,11 @@ def _judged_run(
 def _phases(
     phases: Mapping[str, float] | None, read: float, outside: float, gate: float | None
 ) -> dict[str, float]:
-    """A judged run's phases count the judging too (``outside``: its seconds outside the
-    plugin's train): "live" (the served model scored and watched) and "gate" (the
-    candidate scored and judged; None: not judged). The plugin's listing (``read``
-    seconds) is the run's first read of its data, which training reads again from the
-    plugin's cache: it counts as "read", beside training's own read."""
+    """A judged run's phases, one that took no step too (the gauge then shows its own):
+    the judging's (``outside``: its seconds outside the plugin's train) as "live" (the
+    served model scored and watched) and "gate" (the candidate scored and judged; None:
+    none). The plugin's listing (``read`` seconds), the run's first read of its data,
+    which training reads again from the plugin's cache, counts as "read", beside its own."""
     out = dict(phases or {})
     if read:
         out["read"] = round(out.get("read", 0.0) + read, 6)
@@ -358,8 +358,6 @@ def up_to_date(
         rejected=rejudged is not None and rejudged.outcome == Outcome.REJECTED,
         gate=rejudged,
         live=live,
-        # Where its time went, as in a trained run (the run_phase_seconds gauge and the
-        # run's history record then show this run's, not the last trained run's).
         phases=_phases(None, served.read_seconds, seconds, rejudged.seconds if rejudged else None),
     )
 

@@ -97,8 +97,7 @@ class Served:
         # The sorted id hashes of the records its checkpoint says it trained on (None:
         # it names none).
         self.named: np.ndarray | None = None
-        # Seconds of the plugin's listing: the run's first read of its data, which its
-        # training reads again from the plugin's cache (the run's "read" phase, not "live").
+        # Seconds of the plugin's listing, the run's first read of its data (run._phases).
         self.read_seconds = 0.0
         if self.checkpoint is not None:
             # The run's first read of the data: the plugin keeps what it quarantines (a run
