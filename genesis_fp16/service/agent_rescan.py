@@ -188,8 +188,8 @@ class AgentRescan:
         with lock if lock is not None else contextlib.nullcontext():
             if self._closed:  # shutting down: the scheduler is being stopped
                 return False
-            self.plugins = found
             changes = scheduler.sync(settings, found, first=settings.run_at_start)
+            self.plugins = found  # /readyz names them once scheduled and in the lock file
         for agent in removed:
             log.info("agent removed: plugin uninstalled; a run in progress finishes", agent=agent)
         log.info("agents changed", added=added, removed=removed, schedule_changes=changes)
