@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from judged_cases import header
+from run_now_latency import _ready, _wait
 
 PORT = 19533
 ENV = {
@@ -100,24 +101,6 @@ def _finished(log: Path, agent: str) -> list[dict[str, Any]]:
     return found
 
 
-def _wait(check: Any, what: str, timeout: float = 600.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise SystemExit(f"timed out waiting for {what}")
-
-
-def _ready() -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/readyz", timeout=2) as answer:
-            return int(answer.status) == 200
-    except OSError:
-        return False
-
-
 def _gauge(agent: str) -> dict[str, float]:
     """The exported ``genesis_fp16_run_phase_seconds`` of ``agent``, by phase."""
     with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=5) as answer:
@@ -143,10 +126,10 @@ def _runs(agent: str, folder: Path, env: dict[str, str], count: int) -> list[dic
             stderr=subprocess.STDOUT,
         )
     try:
-        _wait(_ready, "the daemon to be ready", 120)
+        _wait(lambda: _ready(f"http://127.0.0.1:{PORT}/readyz"), "the daemon to be ready", 120)
         for done in range(count):
             _cli(env, "run", agent)
-            _wait(lambda n=done: len(_finished(log, agent)) > n, f"{agent}'s run to finish")
+            _wait(lambda n=done: len(_finished(log, agent)) > n, f"{agent}'s run", 600)
         finished = _finished(log, agent)
         if finished[-1].get("phases"):
             assert _gauge(agent) == finished[-1]["phases"], "the gauge is not the run's phases"
