@@ -60,6 +60,12 @@ def kubernetes_validate() -> str:
 
 
 @pytest.fixture(scope="session")
+def jq() -> str:
+    """jq, which the ConfigMap's documented rollback command pipes through."""
+    return require_tool("jq")
+
+
+@pytest.fixture(scope="session")
 def chromium() -> str:
     """Debian's Chromium, for the status page's headless-browser test."""
     return require_tool("chromium")

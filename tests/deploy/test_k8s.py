@@ -271,6 +271,73 @@ def test_the_precision_check_catches_a_forced_precision(
     assert any("se_darwin" in problem for problem in _forced(settings))
 
 
+def _rollback_example() -> str:
+    """The ConfigMap's "roll back to fp32" command, as its comment shows it to be pasted."""
+    lines = (K8S / "configmap.yaml").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "Roll back to fp32" in line)
+    command = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("#   "):
+            if command:
+                break
+            continue
+        command.append(line.removeprefix("#   "))
+    return "\n".join(command) + "\n"
+
+
+# A stand-in kubectl: `get ... -o json` prints the ConfigMap as the API server would (from
+# the file's YAML, in $CONFIGMAP), and `replace -f -` stores what it is sent there.
+_KUBECTL = """#!/usr/bin/env python3
+import json, os, sys
+from pathlib import Path
+stored = Path(os.environ["CONFIGMAP"])
+if sys.argv[1:3] == ["get", "configmap"] and sys.argv[-2:] == ["-o", "json"]:
+    print(stored.read_text())
+elif sys.argv[1:] == ["replace", "-f", "-"]:
+    stored.write_text(json.dumps(json.load(sys.stdin)))
+else:
+    sys.exit(f"kubectl stand-in: unexpected {sys.argv[1:]}")
+"""
+
+
+def test_the_configmaps_rollback_example_works_pasted_as_written(
+    jq: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The comment's command, run by bash as written against a stand-in kubectl and the real
+    jq, turns fp16 off for every agent, keeps every other line, and can be run twice."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "kubectl").write_text(_KUBECTL)
+    (bin_dir / "kubectl").chmod(0o755)
+    stored = tmp_path / "configmap.json"
+    original = _config()
+    stored.write_text(json.dumps(original))
+    env = {**os.environ, "CONFIGMAP": str(stored)}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{Path(jq).parent}{os.pathsep}{env['PATH']}"
+    for _ in range(2):
+        result = subprocess.run(
+            ["bash", "-c", _rollback_example()], env=env, capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+    replaced = json.loads(stored.read_text())
+    assert {k: v for k, v in replaced.items() if k != "data"} == {
+        k: v for k, v in original.items() if k != "data"
+    }
+    (name,) = original["data"]
+    before, after = original["data"][name].splitlines(), replaced["data"][name].splitlines()
+    assert after == [*before, "ENABLE_FP16_TRAINING=false"]
+    # Read by the daemon's own loader, the pod now trains every agent in fp32.
+    config = Path(tmp_path / "env")
+    config.mkdir()
+    for variable in list(os.environ):
+        if variable.startswith(("GENESIS_FP16_", "ENABLE_FP16_")):
+            monkeypatch.delenv(variable)
+    (config / name).write_text(replaced["data"][name])
+    settings = load_settings(env_file=config / name)
+    assert settings.enable_fp16_training is False
+    assert {requested_precision(settings, a, None).requested for a in AGENTS} == {"fp32"}
+
+
 def test_service_monitor_scrapes_the_named_metrics_port_of_the_service() -> None:
     """Structural check of the ServiceMonitor: its selector and port match the Service."""
     documents = _documents()
