@@ -232,6 +232,12 @@ class DaemonMetrics:
         self.config_last_reload_successful = gauge(
             "config_last_reload_successful", "1 if the last configuration reload worked.", ()
         )
+        self.fp32_rollback = gauge(
+            "fp32_rollback",
+            "1 while ENABLE_FP16_TRAINING=false is in force: every agent trains in fp32 by "
+            "the rollback switch (not by auto's choice); 0 otherwise. Follows each reload.",
+            (),
+        )
         self.build_info = gauge(
             "build_info", "Always 1; the label carries the version.", ("version",)
         )

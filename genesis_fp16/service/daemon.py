@@ -123,6 +123,7 @@ class Daemon:
                 agent=event.agent, file=event.label
             ).inc()
         )
+        self.metrics.fp32_rollback.set(settings.enable_fp16_training is False)
         self.notifier = notifier if notifier is not None else Notifier.from_environment()
         self.stopping = threading.Event()
         self.context = JobContext(
@@ -496,6 +497,7 @@ class Daemon:
             changes = self.scheduler.sync(new, self.plugins)
             self.metrics.config_reloads.labels(outcome="success").inc()
             self.metrics.config_last_reload_successful.set(1)
+            self.metrics.fp32_rollback.set(new.enable_fp16_training is False)
             log.info("config reloaded", schedule_changes=changes)
             _warn_shadowed(sources)
             self._show_precisions(

@@ -224,6 +224,7 @@ def test_range_queries_use_rate_interval_and_the_agent_filter() -> None:
         "genesis_fp16_scheduler_heartbeat_timestamp_seconds",
         "genesis_fp16_config_last_reload_successful",
         "genesis_fp16_config_reloads_total",
+        "genesis_fp16_fp32_rollback",
         "genesis_fp16_build_info",
         "genesis_fp16_plugin_load_failures_total",
         "genesis_fp16_plugin_load_stuck",

@@ -234,3 +234,27 @@ def test_a_file_of_a_thousand_bad_lines_is_cut_everywhere(
     assert status.returncode == 0 and "is refused (GENESIS_FP16_BAD0" in status.stderr
     assert len(status.stderr) < LOG_VALUE_BOUND + len(str(tmp_path)) + 100, status.stderr[:2_000]
     assert "more characters)" in status.stderr
+
+
+def test_the_fp32_rollback_switch_is_exported_and_follows_each_reload(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """genesis_fp16_fp32_rollback is 0 without the switch, 1 once ENABLE_FP16_TRAINING=false
+    is reloaded, stays 1 through a refused reload, and is 0 again when the line goes."""
+    (tmp_path / ".env").write_text("GENESIS_FP16_SEED=3\n")
+    daemon = daemon_factory(
+        {
+            "GENESIS_FP16_PLUGIN_ALLOWLIST": "se_darwin",
+            "GENESIS_FP16_RUN_AT_START": "false",
+            "GENESIS_FP16_WATCH_ENV_FILE": "false",
+        },
+        fixtures=False,
+    )
+    assert daemon.sample("genesis_fp16_fp32_rollback") == 0
+    _reload(daemon, ROLLBACK, "success", 1)
+    assert daemon.sample("genesis_fp16_fp32_rollback") == 1
+    assert daemon.sample("genesis_fp16_precision", **FP32) == 1
+    _reload(daemon, f"{ROLLBACK}{TYPO}\n", "failure", 1)
+    assert daemon.sample("genesis_fp16_fp32_rollback") == 1  # the running settings' switch
+    _reload(daemon, "GENESIS_FP16_SEED=3\n", "success", 2)
+    assert daemon.sample("genesis_fp16_fp32_rollback") == 0
