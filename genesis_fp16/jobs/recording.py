@@ -204,6 +204,7 @@ def _finish(run: Run, result: TrainResult, show_precision: bool) -> None:
     # The run's record for `genesis-fp16 status`, and its entry in the page's history.
     folder, now = AgentFolder(ctx.settings.state_dir, agent), time.time()
     folder.save_run(result.history_entry(duration, "daemon"))
+    ctx.metrics.verdicts.export_folder(agent, folder)  # the window with this run's verdict
     if outcome in HEALTHY_OUTCOMES:  # a restart's last-success gauge starts from it
         folder.save_last_success(now)  # logs a failure, never raises
     # Counted last: whoever sees the count (a dashboard, a test) finds the run's other

@@ -36,6 +36,7 @@ from genesis_fp16.metrics.metric_names import (
     Families,
 )
 from genesis_fp16.metrics.placement import device_labels
+from genesis_fp16.metrics.recent_verdicts import RecentVerdictMetrics
 from genesis_fp16.metrics.served_metrics import LiveMetrics, PromotionMetrics
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
@@ -257,6 +258,7 @@ class DaemonMetrics:
         self.live = LiveMetrics(registry)  # the served model watched on new records
         self.ranges = RangeMetrics(registry)  # per-layer range statistics, top k per agent
         self.events = EventMetrics(registry)  # the event outbox's deliveries
+        self.verdicts = RecentVerdictMetrics(registry)  # is each agent still learning
         self.build_info.labels(version=version).set(1)
         # The daemon's process environment (downward API, NVIDIA_VISIBLE_DEVICES) when the
         # caller has no placement of its own; read once, here.

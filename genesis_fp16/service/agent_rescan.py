@@ -284,6 +284,7 @@ class AgentRescan:
                 self._failed(name, "bad_options", str(exc), None)
                 return None
         self.metrics.add_agent(name, _stored_success(settings, name))
+        self.metrics.verdicts.export_folder(name, AgentFolder(settings.state_dir, name))
         log.info("plugin loaded", plugin=name, value=record.value)
         return LoadedPlugin(plugin, declared)
 

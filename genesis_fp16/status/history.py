@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16.metrics.recent_verdicts import HISTORY_LINES, RecentVerdicts
 from genesis_fp16.metrics.watch_state import stamp_seconds
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
@@ -37,7 +38,7 @@ from genesis_fp16_infrastructure.api import (
     text,
 )
 
-CHART_RUNS = 30  # the runs the charts draw (the history keeps more)
+CHART_RUNS = HISTORY_LINES  # the runs the charts draw (the history keeps more)
 TABLE_RUNS = 10  # the runs the page lists
 QUARANTINE_SCAN = 200
 # The journal's kinds of a transition that served a new model (serve's ``how``; an older
@@ -75,6 +76,8 @@ class AgentHistory:
     live_at: float | None = None
     quarantine_file: str | None = None
     unreadable: int = 0
+    # The gate's verdicts on the last judged runs, oldest first (metrics/recent_verdicts.py)
+    verdicts: tuple[str, ...] = ()
 
 
 # The last history built per agent folder, by what it was built from (the history file's
@@ -146,6 +149,7 @@ def _build_history(
         live_at=None if live is None else stamp_seconds(live.get("updated_at")),
         quarantine_file=_newest_quarantine(folder),
         unreadable=unreadable,
+        verdicts=RecentVerdicts.of_history(runs).verdicts,
     )
     return history, problems
 

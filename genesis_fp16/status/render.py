@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from genesis_fp16.metrics.recent_verdicts import RecentVerdicts
 from genesis_fp16.status.charts import quality_chart, scale_chart, watch_chart
 from genesis_fp16.status.history import CACHE_AGENTS, TABLE_RUNS, AgentHistory, last_drift
 from genesis_fp16.status.report import (
@@ -166,6 +167,8 @@ def _agent_section(agent: AgentStatus, now: float) -> Section:
             rows.append(("precision", run.precision_reason))
     if agent.last_success_at is not None:
         rows.append(("last success", _when(agent.last_success_at, now)))
+    if recent := RecentVerdicts(agent.history.verdicts).line():
+        rows.append(("verdicts", recent))
     nxt = agent.next_run
     rows.append(("next run", nxt.note if nxt.at is None else f"{_when(nxt.at, now)}, {nxt.note}"))
     rows += past_rows(agent.history, now)

@@ -80,6 +80,11 @@ def test_a_rejected_candidate_keeps_the_served_model_serving(
     assert _scores(folder, golden) == before  # the prediction API serves the old model
     verdict = read_verdict(folder / "candidates" / gate["candidate_id"]).to_json()
     assert verdict["outcome"] == "rejected"
+    # The window of verdicts after each run: the first model's and this rejection.
+    recent = "genesis_fp16_recent_verdicts"
+    assert daemon.sample(recent, agent=AGENT, verdict="rejected") == 1
+    assert daemon.sample(recent, agent=AGENT, verdict="promoted") == 1
+    assert "last 2 judged runs: 1 promoted, 1 rejected" in daemon.get("/")[1]
     quality = "genesis_fp16_candidate_model_quality"
     assert (
         daemon.sample(quality, agent=AGENT, score="log_loss")
