@@ -63,8 +63,8 @@ genesis = ["genesis_fp16"]
 TEST = '''\
 """__AGENT__ meets the plugin contract: every rule of genesis_fp16.testing.check_agent.
 
-Runs with the standard library alone (python -m unittest discover -s tests), in the
-venv genesis-fp16 runs in; pytest runs it too.
+Runs with the standard library alone, from the package's folder: python -m unittest
+(in the venv genesis-fp16 runs in); pytest runs it too.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ A genesis-fp16 agent plugin. Install it beside genesis-fp16 and the daemon finds
 pip install -e ./__DIST__                  # editable: your edits apply at the next run
 genesis-fp16 agents                        # __AGENT__: loaded
 genesis-fp16 check-agent __AGENT__         # the plugin contract, one line a rule
-python -m unittest discover -s __DIST__/tests  # the same rules, as a test
+(cd __DIST__ && python -m unittest)         # the same rules, as a test
 genesis-fp16 train __AGENT__               # its sample data, the default budget
 ```
 
@@ -146,6 +146,9 @@ def package_files(name: str) -> dict[str, str]:
     return {
         "pyproject.toml": fill(PYPROJECT),
         f"{name}/__init__.py": agent_source(name),
+        # A package, so that a plain `python -m unittest` in the folder finds the test
+        # (its discovery enters packages only; without it: "Ran 0 tests", OK).
+        "tests/__init__.py": "",
         f"tests/test_{name}.py": fill(TEST),
         "README.md": fill(README),
     }
