@@ -324,6 +324,10 @@ def up_to_date(
     entry = served.pointer.served.precision if served.pointer is not None else None
     precision = summary.get("precision") or entry
     used = cast(PrecisionName, precision if precision in PRECISIONS else "fp32")
+    asked = request.precision.without_steps(used)
+    # The scale this run ran with: none outside fp16 (an fp32 checkpoint's summary keeps
+    # the disabled scaler's 65536, which the page charted as this run's scale).
+    scale = float(summary.get("loss_scale") or 1.0) if asked == "fp16" else 1.0
     records, seconds = len(served.records.ids), round(seconds, 6)
     why = f"nothing new: all {records} current records were learned or judged already"
     data = None if rejudged is not None else data_unchanged(served.records, served.known)
@@ -337,7 +341,7 @@ def up_to_date(
     return TrainResult(
         agent=request.agent,
         precision_requested=request.precision.requested,
-        precision_used=request.precision.without_steps(used),  # what is asked now
+        precision_used=asked,  # what is asked now
         precision_reason=f"{request.precision_reason}; "
         + ("a kept candidate judged again" if rejudged else "up to date, no step taken")
         + f" (the served model was trained in {used})",
@@ -345,7 +349,7 @@ def up_to_date(
         steps=0,
         skipped_steps=0,
         overflow_rate=0.0,
-        loss_scale=float(summary.get("loss_scale") or 1.0),
+        loss_scale=scale,
         final_train_loss=math.nan,
         eval={"loss": served.losses.mean()},
         samples_per_second=0.0,

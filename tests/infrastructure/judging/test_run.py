@@ -36,6 +36,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ExecutionError
+from genesis_fp16_infrastructure.judging import run as judged_run
 from genesis_fp16_infrastructure.judging import split, stores
 from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.judging.served import trained_ids
@@ -179,6 +180,25 @@ def test_an_up_to_date_run_reports_the_precision_and_reason_asked_now(tmp_path: 
         again.precision_reason
         == "asked now; up to date, no step taken (the served model was trained in fp32)"
     )
+
+
+@pytest.mark.parametrize(
+    ("asked", "stored", "expected"), [("fp32", 65536.0, 1.0), ("fp16", 1024.0, 1024.0)]
+)
+def test_an_up_to_date_run_stores_the_scale_it_ran_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, asked: str, stored: float, expected: float
+) -> None:
+    """No step taken: outside fp16 the run's scale is 1, not the served checkpoint's
+    disabled-scaler 65536 (which the page charted for an fp32-only agent); in fp16 it is
+    the checkpoint's."""
+    plugin = OneNumber()
+    request = _on(tmp_path, 0.5, range(40))
+    run_plugin(plugin, request)
+    summary = {"loss_scale": stored, "precision": asked}
+    monkeypatch.setattr(judged_run, "read_summary", lambda checkpoint: summary)
+    again = run_plugin(plugin, replace(request, precision=PrecisionRequest(asked)))
+    assert again.up_to_date and again.loss_scale == expected
+    assert again.history_entry(1.0, "daemon").loss_scale == expected
 
 
 def test_a_better_candidate_continues_the_served_model_and_is_promoted(tmp_path: Path) -> None:
