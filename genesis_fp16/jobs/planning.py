@@ -90,8 +90,7 @@ def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -
     ``genesis_fp16_served_pointer_unusable`` is 1 (alert GenesisFp16ServedPointerUnusable),
     and its runs are refused in one line naming the repair (``genesis-fp16 model promote
     AGENT ID`` or ``model rollback AGENT``). ``genesis_fp16_served_model_pinned`` says
-    whether an operator pinned the served model. Agents without a pointer (rlhf_ppo) are
-    untouched."""
+    whether an operator pinned the served model (0 while nothing is served yet)."""
     metrics = ctx.metrics.promotion
     why = None
     if snapshot.pointer_error is None:  # the transitions before this daemon's first run:
@@ -99,6 +98,8 @@ def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -
         ctx.metrics.live.cursor.baseline(agent, [] if pointer is None else pointer.journal)
     if snapshot.pointer is not None:  # usable, as the plan read it
         metrics.pinned.labels(agent=agent).set(float(snapshot.pointer.pinned is not None))
+    elif snapshot.pointer_error is None:  # nothing served yet: nothing pinned
+        metrics.pinned.labels(agent=agent).set(0)
     elif snapshot.pointer_error is not None:  # unreadable, dangling, or set aside before
         home = AgentFolder(ctx.settings.state_dir, agent)
         try:  # under the pointer's lock, read again: a repair since is not set aside

@@ -382,6 +382,12 @@ class PromotionMetrics:
     def export_drift(self, agent: str, result: TrainResult) -> None:
         drift = result.drift
         if drift is None:
+            gate = result.gate
+            if gate is not None and gate.served_id is None and not result.up_to_date:
+                # A first model: no earlier records to shift or drift from, so nothing is
+                # flagged (a known 0, not a missing series); the shift itself stays unset.
+                self.label_shift_flagged.labels(agent=agent).set(0)
+                self.drift_flagged.labels(agent=agent).set(0)
             return
         for feature, distance in drift.features.items():
             self.drift.labels(agent=agent, feature=feature).set(distance)

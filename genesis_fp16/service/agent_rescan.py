@@ -284,6 +284,9 @@ class AgentRescan:
                 self._failed(name, "bad_options", str(exc), None)
                 return None
         self.metrics.add_agent(name, _stored_success(settings, name))
+        # Loaded: not stuck, and its failures' series exists (at 0 until one happens).
+        self.metrics.plugin_load_stuck.labels(plugin=name).set(0)
+        self.metrics.plugin_load_failures.labels(plugin=name)
         self.metrics.verdicts.export_folder(name, AgentFolder(settings.state_dir, name))
         log.info("plugin loaded", plugin=name, value=record.value)
         return LoadedPlugin(plugin, declared)
