@@ -108,6 +108,7 @@ from genesis_fp16_infrastructure.judging.gate import (
 from genesis_fp16_infrastructure.judging.served import (
     CheckpointChangedError,
     Served,
+    TrainedIdsError,
     copy_checkpoint,
     held_out_unknown,
     losses_of,
@@ -482,7 +483,10 @@ def _rejudge_kept(request: TrainRequest, served: Served, digest: str) -> GateRep
             return None
         logger.info("%s: judging kept candidate %s again", request.agent, candidate.name)
         started = time.monotonic()
-        held_out = _held_out_check(request, served, checkpoint)[0]
+        held_out, refusal = _held_out_check(request, served, checkpoint)
+        if refusal is not None:  # kept before its list was read as refused: not judged again
+            logger.warning("%s; not judged again", refusal)
+            return None
         losses = losses_of(served.plugin, checkpoint, request, _judged_ids(held_out, served))
         reported = _reported(verdict.candidate)  # its run's, as its first verdict kept it
         scored = (candidate, checkpoint, held_out, losses)
@@ -603,12 +607,16 @@ def _held_out_check(
     checkpoint: Path,
 ) -> tuple[bool, str | None]:
     """Whether the candidate is judged on held-out records (its checkpoint names the
-    records it trained on), and why it cannot be judged at all (one line: it names a
-    held-out record, or names none where the served model's did); None: it can."""
+    records it trained on), and why it cannot be judged at all (one line: its list is
+    malformed, names a held-out record, or names none where the served model's did);
+    None: it can."""
     if not records_are_training_data(served.plugin):
         return False, None  # evaluation episodes: it trained on none of them
-    trained = trained_ids(checkpoint)
     where = f"{request.agent}: candidate {checkpoint.parent.name}"
+    try:
+        trained = trained_ids(checkpoint)
+    except TrainedIdsError as exc:  # not "names none": that would judge it on training data
+        return False, f"{where}: {exc}"
     if trained is None:
         if served.checkpoint is None or served.named is None:
             return False, None  # judged on training data, and labelled so
