@@ -640,6 +640,19 @@ def test_a_served_model_whose_list_is_malformed_is_warned_of_and_names_none(
     assert result.gate is not None and result.gate.evidence == "held_out"
 
 
+def test_an_empty_held_out_set_is_said_as_such_not_as_nothing_served(tmp_path: Path) -> None:
+    """Issue 92: with a model served and no held-out record in the data, the verdict says
+    there are no records to judge on, not "nothing served to compare with"."""
+    kept = [i for i in range(400) if not HELD_OUT.of_ids([f"r{i}"])[0]][:300]
+    data = tmp_path / "d.json"
+    data.write_text(json.dumps([{"id": f"r{i}", "y": 0.3 + 0.01 * (i % 3)} for i in kept]))
+    run_plugin(HeldOut(), _request(tmp_path, data))
+    forced = run_plugin(HeldOut(), _request(tmp_path, data, forced=True))
+    assert forced.gate is not None and forced.gate.served_id is not None
+    assert forced.gate.reason == "held_out: no records to judge on, too few to decide"
+    assert all("nothing served" not in c.reason for c in forced.gate.comparisons)
+
+
 def _three_runs(tmp_path: Path, plugin: HeldOut) -> list[TrainResult]:
     """A first model on 300 records, a second after 300 more with other labels, then a
     third run after 300 more: the second's gate and the third's watch."""
