@@ -115,7 +115,7 @@ from genesis_fp16_infrastructure.judging.served import (
     sweep_copies,
     trained_ids,
 )
-from genesis_fp16_infrastructure.judging.split import HELD_OUT, sorted_unique
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, drawn_with, sorted_unique
 from genesis_fp16_infrastructure.judging.watch import watch
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
@@ -127,7 +127,10 @@ logger = logging.getLogger(__name__)
 
 
 def run_plugin(
-    plugin: AgentPlugin, request: TrainRequest, capabilities: Capabilities | None = None
+    plugin: AgentPlugin,
+    request: TrainRequest,
+    capabilities: Capabilities | None = None,
+    split_salt: str | None = None,
 ) -> TrainResult:
     """Train ``plugin`` as ``request`` asks: a judged run when it declares judged models
     (as the loader's ``capabilities`` of it say, else read here), its own ``train``
@@ -135,13 +138,16 @@ def run_plugin(
     nothing changed since the served model's run, its up-to-date result, and nothing
     read (the daemon answers it before starting a child; ``train`` and others here).
     A ``cuda_graph`` or ``compile`` of the request that the run cannot honour
-    (``ExecutionError``) is the request's refusal, a ``TrainRequestError`` with its line."""
+    (``ExecutionError``) is the request's refusal, a ``TrainRequestError`` with its line.
+    ``split_salt``: the run under another draw of the held-out split (check-agent's
+    ``trains_only_on_rows_kept``; :func:`~.split.drawn_with`), never a daemon's."""
     check = request.snapshot.data if request.snapshot is not None else None
     if check is not None and check.up_to_date is not None:
         return TrainResult.from_json(check.up_to_date)
     judged = judging_of(plugin) if capabilities is None else capabilities.judged
     try:
-        return plugin.train(request) if judged is None else run_judged(plugin, judged, request)
+        with contextlib.nullcontext() if split_salt is None else drawn_with(split_salt):
+            return plugin.train(request) if judged is None else run_judged(plugin, judged, request)
     except ExecutionError as exc:
         raise TrainRequestError(str(exc)) from exc
 
