@@ -16,6 +16,7 @@ from, and which ``.env`` values the process environment shadows.
 from __future__ import annotations
 
 import difflib
+import functools
 import io
 import os
 import re
@@ -201,6 +202,7 @@ def _unknown(name: str, candidates: Iterable[str]) -> str:
 _SECRET_PARAMETER = re.compile(r"token|key|secret|sig|pass|pwd|auth|credential", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=256)  # the deliverer asks it of each event's receivers, each pass
 def shown_url(url: str) -> str:
     """``url`` for a log line, an event file or ``config check``: a password in it, and
     the value of each query parameter whose name says it is a secret, replaced.
