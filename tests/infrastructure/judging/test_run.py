@@ -376,6 +376,32 @@ def test_an_inconclusive_candidate_is_judged_again_without_training(tmp_path: Pa
     assert pointer is not None and pointer.served.id == kept
 
 
+def test_a_kept_candidate_whose_list_is_malformed_is_not_judged_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 92: a candidate kept inconclusive before its list was refused (its newest
+    checkpoint names its records as an int32 tensor) is not judged again when records
+    arrive, "on training data": the run says so in one warning and trains a new one."""
+    plugin = OneNumber()
+    run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 40)))
+    served = read_pointer(tmp_path / "checkpoints")
+    assert served is not None
+    value = json.loads((tmp_path / "checkpoints" / served.served.checkpoint).read_text())
+    plugin.fixed = value["value"] + 0.08
+    second = run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 50)))
+    assert second.gate is not None and second.gate.outcome == "inconclusive"
+    kept = second.gate.candidate_id
+    more = {keys.EXTRA: {TRAINED_IDS: torch.arange(3, dtype=torch.int32)}}
+    CheckpointManager(tmp_path / "checkpoints" / "candidates" / kept).save(
+        checkpoint_state(2, more=more)
+    )
+    with caplog.at_level("WARNING"):
+        third = run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 4050)))
+    assert third.gate is not None and third.gate.candidate_id != kept and third.steps == 1
+    (warned,) = [r.getMessage() for r in caplog.records if "not judged again" in r.getMessage()]
+    assert f"candidate {kept}: malformed trained_ids (a torch.int32 tensor" in warned
+
+
 def test_the_known_records_are_a_veto_that_holds_no_clean_candidate_back() -> None:
     """Issue 68's gate with power, through the gate's own questions (``_comparisons``):
     400 records the served model knew, on which a candidate trained afresh is neither
