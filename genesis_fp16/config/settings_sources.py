@@ -10,7 +10,9 @@ line of the file it cannot parse, into an error naming the line and the nearest 
     'ENABLE_FP16_TRAINIG is not a setting; did you mean ENABLE_FP16_TRAINING?'
 
 It also says which of the three sources (default, .env, environment) each value came
-from, and which ``.env`` values the process environment shadows.
+from, and which ``.env`` values the process environment shadows; and how a value that
+may hold a secret is shown: a receiver URL with its password and query secrets
+replaced (:func:`shown_url`, which every place that shows a receiver URL uses).
 """
 
 from __future__ import annotations
