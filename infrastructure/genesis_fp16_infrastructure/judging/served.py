@@ -1,6 +1,7 @@
 """The served model as a judged run sees it (:class:`Served`): its pointer and checkpoint,
 its losses on the records the run needs, every current record, the ids it knew and those
-it trained on; :func:`trained_ids`, the records a checkpoint names; and what a plugin's
+it trained on; :func:`trained_ids`, the records a checkpoint names, and
+:func:`held_out_check`, whether a candidate's list lets it be judged; and what a plugin's
 ``score_records`` is handed (:func:`losses_of`): a private copy of the checkpoint, checked
 after scoring (issue 69).
 
@@ -59,6 +60,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     RecordIds,
     RecordLosses,
     RecordLossesError,
+    records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -249,6 +251,38 @@ def _described(value: object) -> str:
         kinds = sorted({type(i).__name__ for i in value})
         return f"a {type(value).__name__} of {' and '.join(kinds)}"
     return f"{type(value).__name__} {value!r:.40}"
+
+
+def held_out_check(
+    request: TrainRequest,
+    served: Served,
+    checkpoint: Path,
+) -> tuple[bool, str | None]:
+    """Whether the candidate is judged on held-out records (its checkpoint names the
+    records it trained on), and why it cannot be judged at all (one line: its list is
+    malformed, names a held-out record, or names none where the served model's did);
+    None: it can."""
+    if not records_are_training_data(served.plugin):
+        return False, None  # evaluation episodes: it trained on none of them
+    where = f"{request.agent}: candidate {checkpoint.parent.name}"
+    try:
+        trained = trained_ids(checkpoint)
+    except TrainedIdsError as exc:  # not "names none": that would judge it on training data
+        return False, f"{where}: {exc}"
+    if trained is None:
+        if served.checkpoint is None or served.named is None:
+            return False, None  # judged on training data, and labelled so
+        return False, (
+            f"{where} names no records it trained on, where the served model did: the "
+            "task's extra_state() must include trained_ids, the ids of the records it trains on"
+        )
+    held = int(HELD_OUT.of_hashes(trained).sum())
+    if held:
+        return True, (
+            f"{where} trained on {held} held-out record(s) of {len(trained)}: train only "
+            "on the rows request.training_rows(ids) keeps, which the gate does not judge on"
+        )
+    return True, None
 
 
 SCORING_PREFIX = ".scoring-"  # <checkpoint_dir>/.scoring-*/: the copy, while it is scored
