@@ -172,6 +172,16 @@ def test_the_minimal_plugin_of_se_darwin_md_trains(tmp_path: Path) -> None:
     assert trained.returncode == 0, trained.stderr[-3000:]
 
 
+def test_the_minimal_plugin_of_se_darwin_md_imports_only_the_plugin_door() -> None:
+    """Issue 92: docs/se-darwin.md's third-party plugin imports genesis-fp16 only from
+    genesis_fp16.plugin_api, as docs/plugins.md says a plugin does (it took fit from
+    genesis_fp16_infrastructure.training)."""
+    section = DOCS["docs/se-darwin.md"][DOCS["docs/se-darwin.md"].index("## Plugin interface") :]
+    source = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    modules = re.findall(r"^(?:from|import) (genesis_fp16\S*)", source, flags=re.M)
+    assert modules and set(modules) == {"genesis_fp16.plugin_api"}, modules
+
+
 # Where files the docs cite live; a path under another first folder is a run's (state/...).
 TRACKED = (
     "benchmarks/",

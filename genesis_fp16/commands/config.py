@@ -30,7 +30,7 @@ from genesis_fp16.config.settings import (
     load_settings_with_sources,
 )
 from genesis_fp16.config.settings_reading import load_settings_for_reading
-from genesis_fp16.config.settings_sources import SettingsSources
+from genesis_fp16.config.settings_sources import SettingsSources, shown_url
 from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.launch.devices import check_devices
 
@@ -96,8 +96,17 @@ def _refused(args: argparse.Namespace, exc: SettingsError) -> int:
     return 2
 
 
+def _resolved(settings: Settings) -> dict[str, Any]:
+    """The settings as shown: secrets (SecretStr) as **********, a receiver URL's password
+    and query secrets replaced (shown_url)."""
+    resolved = settings.model_dump(mode="json")
+    if resolved.get("events_urls"):
+        resolved["events_urls"] = [shown_url(url) for url in resolved["events_urls"]]
+    return resolved
+
+
 def _json_answer(settings: Settings, sources: SettingsSources) -> dict[str, Any]:
-    resolved = settings.model_dump(mode="json")  # secrets (SecretStr): **********
+    resolved = _resolved(settings)
     values = resolved_values(settings, sources, resolved)
     return {
         "env_file": str(sources.env_file),
@@ -109,7 +118,7 @@ def _json_answer(settings: Settings, sources: SettingsSources) -> dict[str, Any]
 
 
 def _print_values(settings: Settings, sources: SettingsSources) -> None:
-    resolved = settings.model_dump(mode="json")  # secrets (SecretStr): **********
+    resolved = _resolved(settings)
     for name, (value, source) in resolved_values(settings, sources, resolved).items():
         print(f"{name}={value}  # {source}" if value else f"{name}=  # {source} (not set)")
     for line in sources.describe_shadowed():

@@ -30,6 +30,7 @@ from genesis_fp16.events.delivery import (
     agent_folders,
     redeliver_marked,
 )
+from genesis_fp16.events.posting import shown_url
 from genesis_fp16_infrastructure.api import Event, outbox
 
 EVENT_ID = re.compile(r"^[0-9a-f]{16}$")
@@ -110,8 +111,8 @@ def _redeliver(settings: Settings, event_id: str, as_json: bool) -> int:
     )
     answer = {
         "id": event_id,
-        "delivered": taken,
-        "receivers": list(config.urls),
+        "delivered": [shown_url(url) for url in taken],  # as the event's file names them
+        "receivers": [shown_url(url) for url in config.urls],
         "message": message,
     }
     print(json.dumps(answer, indent=2) if as_json else message)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
+from collections.abc import Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
@@ -60,6 +61,7 @@ from genesis_fp16.config.settings_sources import (
     env_file_problem,
     ours,
     read_env_file,
+    shown_url,
 )
 from genesis_fp16_infrastructure.api import (
     CHOICES,
@@ -240,6 +242,8 @@ class Settings(BaseSettings, GuardSettings):
         check = check_agent_name if info.field_name == "plugin_allowlist" else check_webhook_url
         for item in value or ():
             check(item)
+        if info.field_name == "events_urls":
+            _distinct_as_shown(value or ())
         return value
 
     @field_validator("events_secret")
@@ -322,6 +326,7 @@ def check_webhook_url(url: str) -> str:
         shown = urllib.parse.urlunsplit(
             parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2])
         )
+    shown = shown_url(shown)  # a token in its query too
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{shown!r} is not an http:// or https:// URL with a host")
     if credentials:
@@ -330,6 +335,18 @@ def check_webhook_url(url: str) -> str:
             "logged: receivers check each event's signature under GENESIS_FP16_EVENTS_SECRET"
         )
     return url
+
+
+def _distinct_as_shown(urls: Iterable[str]) -> None:
+    """Receivers an event's file tells apart: two that differ only in a secret (their
+    ``shown_url``, which the file names them by, the same) raise ValueError."""
+    seen: dict[str, str] = {}
+    for url in urls:
+        if seen.setdefault(shown_url(url), url) != url:
+            raise ValueError(
+                f"two receivers differ only in a secret ({shown_url(url)!r} twice): an "
+                "event's file names each receiver with its secrets replaced; give each its own path"
+            )
 
 
 def default_run_memory_limit(allowlist: list[str] | None = None, memory: int | None = None) -> int:

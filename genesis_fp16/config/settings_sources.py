@@ -10,15 +10,20 @@ line of the file it cannot parse, into an error naming the line and the nearest 
     'ENABLE_FP16_TRAINIG is not a setting; did you mean ENABLE_FP16_TRAINING?'
 
 It also says which of the three sources (default, .env, environment) each value came
-from, and which ``.env`` values the process environment shadows.
+from, and which ``.env`` values the process environment shadows; and how a value that
+may hold a secret is shown: a receiver URL with its password and query secrets
+replaced (:func:`shown_url`, which every place that shows a receiver URL uses).
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import io
 import os
+import re
 import stat
+import urllib.parse
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,8 +114,8 @@ class SettingsSources:
             if self.environ.get(name, self.file[name].value) == self.file[name].value:
                 continue  # not in the environment, or the same value there
             secret = "PASSWORD" in name
-            file_value = "**********" if secret else bounded(self.file[name].value)
-            env_value = "**********" if secret else bounded(self.environ[name])
+            file_value = "**********" if secret else _shown(name, self.file[name].value)
+            env_value = "**********" if secret else _shown(name, self.environ[name])
             lines.append(
                 f"{name}={file_value} in {self.env_file} (line {self.file[name].line}) is "
                 f"shadowed by {name}={env_value} in the process environment, which wins"
@@ -192,3 +197,41 @@ def _unknown(name: str, candidates: Iterable[str]) -> str:
     near = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     hint = f"did you mean {near[0]}?" if near else "see .env.example for every setting"
     return f"{name} is not a setting; {hint}"
+
+
+# A query parameter whose name says it holds a secret (?token=, ?api_key=, ?sig=): its
+# value is shown as a URL's password is.
+_SECRET_PARAMETER = re.compile(r"token|key|secret|sig|pass|pwd|auth|credential", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=256)  # the deliverer asks it of each event's receivers, each pass
+def shown_url(url: str) -> str:
+    """``url`` for a log line, an event file or ``config check``: a password in it, and
+    the value of each query parameter whose name says it is a secret, replaced.
+
+    >>> shown_url("http://user:hunter2@hooks.example/x")
+    'http://user:***@hooks.example/x'
+    >>> shown_url("https://hooks.example/x?token=abc123&team=ml&api_key=k")
+    'https://hooks.example/x?token=***&team=ml&api_key=***'
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is not None:
+        host = parts.netloc.rpartition("@")[2]
+        parts = parts._replace(netloc=f"{parts.username}:***@{host}")
+    if parts.query:  # each name=value pair as written: nothing else re-encoded
+        pairs = [_shown_pair(pair) for pair in re.split(r"([&;])", parts.query)]
+        parts = parts._replace(query="".join(pairs))
+    return urllib.parse.urlunsplit(parts)
+
+
+def _shown_pair(pair: str) -> str:
+    name, equals, value = pair.partition("=")
+    secret = equals and value and _SECRET_PARAMETER.search(urllib.parse.unquote_plus(name))
+    return f"{name}=***" if secret else pair
+
+
+def _shown(name: str, value: str) -> str:
+    """A shadowed variable's value as shown: a receiver URL's secrets replaced."""
+    if name.endswith("EVENTS_URLS"):
+        value = ",".join(shown_url(url.strip()) for url in value.split(","))
+    return bounded(value)

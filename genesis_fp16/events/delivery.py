@@ -27,7 +27,11 @@ event again on restart, with the same idempotency key (its id). An outcome the d
 refuses (full, read-only) is kept in memory and written before the pair posts anything
 else, so the event is not posted again meanwhile. Nothing here runs on a training run's
 path, and every value logged is cut to ``LOG_BOUND`` characters, a URL's password
-replaced.
+replaced. An event's file names each receiver as :func:`~.posting.shown_url` shows it
+(its password and query secrets replaced, as in a log line): a receiver is matched to
+its file entry by that form (settings refuse two receivers that differ only in a
+secret), and a file written with a whole URL is renamed so when the event is next
+addressed.
 """
 
 from __future__ import annotations
@@ -235,7 +239,7 @@ class Deliverer:
         for event in events:
             if event.targets is None:
                 return 0.0
-            target = event.targets.get(url)
+            target = event.targets.get(shown_url(url))
             if target is None or target.get("status") != "pending":
                 continue
             wait = self._wait(folder, event, url, target, config)
@@ -285,14 +289,15 @@ class Deliverer:
             delay = 0.0
         else:
             before = self._due.get(key, (0.0, 0))[1]
-            tried = max(before, int((event.targets or {}).get(url, {}).get("attempts", 0))) + 1
+            known = (event.targets or {}).get(shown_url(url), {})
+            tried = max(before, int(known.get("attempts", 0))) + 1
             delay = backoff(tried, config.backoff_max, self.rand)
             self._due[key] = (self.monotonic() + delay, tried)
             log.warning(
                 "event not delivered",
                 agent=shown(folder.name),
                 id=event.id,
-                url=shown(shown_url(url)),  # a password in the URL never reaches a log line
+                url=shown(shown_url(url)),  # nor a password or token in the URL
                 error=shown(error),
             )
         self.on_attempt(folder.name, delivered)
@@ -346,10 +351,15 @@ class Deliverer:
 
 
 def _needs_address(event: Event, urls: tuple[str, ...]) -> bool:
-    """Not handled yet, or still waiting for a receiver configured no longer."""
+    """Not handled yet, still waiting for a receiver configured no longer, or naming one
+    by its whole URL (written before the file named them as shown)."""
     if event.targets is None:
         return True
-    return any(u not in urls and t.get("status") == "pending" for u, t in event.targets.items())
+    named = {shown_url(u) for u in urls}
+    return any(
+        u != shown_url(u) or (u not in named and t.get("status") == "pending")
+        for u, t in event.targets.items()
+    )
 
 
 def _addressed(event: Event, urls: tuple[str, ...]) -> Event | None:
@@ -358,13 +368,15 @@ def _addressed(event: Event, urls: tuple[str, ...]) -> Event | None:
     nothing to change (another worker did it)."""
     if not _needs_address(event, urls):
         return None
-    targets = dict(event.targets) if event.targets is not None else {}
+    named = {shown_url(u) for u in urls}
+    targets = {shown_url(u): t for u, t in (event.targets or {}).items()}  # none whole
     for url, target in list(targets.items()):
-        if url not in urls and target.get("status") == "pending":
+        if url not in named and target.get("status") == "pending":
             targets[url] = {**target, "status": "dropped"}  # no longer configured
     if event.targets is None:
-        targets = {u: {"status": "pending", "attempts": 0, "next_at_s": 0.0} for u in urls}
-    return replace(event, targets=targets)
+        targets = {u: {"status": "pending", "attempts": 0, "next_at_s": 0.0} for u in named}
+    attempts = [{**a, "url": shown_url(str(a.get("url", "")))} for a in event.attempts]
+    return replace(event, targets=targets, attempts=attempts)
 
 
 def _logged(
@@ -375,15 +387,15 @@ def _logged(
 
     def change(event: Event) -> Event:
         targets = dict(event.targets or {})
-        target = dict(targets.get(url, {"status": "pending", "attempts": 0}))
+        target = dict(targets.get(shown_url(url), {"status": "pending", "attempts": 0}))
         target["attempts"] = int(target.get("attempts", 0)) + 1
         if error is None:
             target.update(status="delivered", delivered_at_s=at)
         else:
             target["next_at_s"] = next_at
-        targets[url] = target
+        targets[shown_url(url)] = target
         line = {
-            "url": url,
+            "url": shown_url(url),
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)),
             "at_s": at,
             "status": "delivered" if error is None else "failed",
@@ -398,7 +410,7 @@ def _logged(
 def redeliver_marked(event: Event, urls: tuple[str, ...]) -> Event:
     """``events redeliver``: the event owed again to every receiver configured now."""
     targets = dict(event.targets or {})
-    for url in urls:
+    for url in map(shown_url, urls):
         targets[url] = {**targets.get(url, {"attempts": 0}), "status": "pending", "next_at_s": 0.0}
     return replace(event, targets=targets)
 

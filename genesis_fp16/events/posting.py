@@ -15,8 +15,8 @@ GitHub's ``X-Hub-Signature-256`` does::
 
 The post has a deadline for the whole of it: connect, send and the answer's read, where
 a socket timeout bounds each read only (a receiver answering a byte a second never trips
-one). Redirects are answers, never followed; a password in a URL is never shown
-(:func:`shown_url`).
+one). Redirects are answers, never followed; a password in a URL, or a token in its query, is
+never shown (:func:`shown_url`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from genesis_fp16.config.settings_sources import shown_url as shown_url
 
 Post = Callable[[str, bytes, Mapping[str, str], float], int]
 
@@ -124,19 +126,6 @@ class _DeadlineHTTPS(urllib.request.HTTPSHandler):
 
 
 _OPENER = urllib.request.build_opener(_NoRedirects, _DeadlineHTTP, _DeadlineHTTPS)
-
-
-def shown_url(url: str) -> str:
-    """``url`` for a log line: a password in it is replaced.
-
-    >>> shown_url("http://user:hunter2@hooks.example/x")
-    'http://user:***@hooks.example/x'
-    """
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
 def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> int:

@@ -111,10 +111,16 @@ class _Bench:
         values.update(fields)
         return TrainRequest(**values)
 
-    def train(self, request: TrainRequest, own: bool = False) -> TrainResult:
+    def train(
+        self, request: TrainRequest, own: bool = False, split_salt: str | None = None
+    ) -> TrainResult:
         """A run as the daemon makes it (a judged plugin's through its judged run), or
-        ``own``: the plugin's own ``train`` alone (a rule about train itself)."""
-        result = self.plugin.train(request) if own else run_plugin(self.plugin, request)
+        ``own``: the plugin's own ``train`` alone (a rule about train itself);
+        ``split_salt``: under another draw of the held-out split (``run_plugin``'s)."""
+        if own:
+            result = self.plugin.train(request)
+        else:
+            result = run_plugin(self.plugin, request, split_salt=split_salt)
         try:  # the type of each field, as train and the daemon check it
             return check_result(result, self.plugin.name)
         except TrainRequestError as exc:  # its refusal, a TrainResultError: the rule's line
@@ -297,6 +303,39 @@ def _held_out(bench: _Bench) -> str:
     )
 
 
+# Another draw of the held-out split (its salt), for trains_only_on_rows_kept.
+OTHER_SPLIT = "check-agent: another draw of the held-out split"
+
+
+def _kept_rows_only(bench: _Bench) -> str:
+    """Whether the plugin trains on the rows the request keeps, not only names them: the
+    judged run can check the names (trains_on_no_held_out_record), never the training,
+    so a plugin that trained on every row and named the others was judged on records it
+    had learned. It trains twice, afresh, on the same data and seed: under the judged
+    run's split and under another draw of it (other rows withheld). A plugin that trains
+    on the kept rows alone trains two models; one that trains on the withheld rows too
+    trains the same one twice. Resting on training being deterministic (the resume rule's
+    check), it catches a model that ignores the split, not every use of a withheld row
+    (docs/judging.md, "What the split rests on")."""
+    declared = capabilities_of(bench.plugin)
+    if declared.judged is None:
+        return "not judged (no score_records): no held-out split applies"
+    if not declared.records_are_training_data:
+        return "its records are evaluation episodes: it trains on none of them"
+    first = bench.train(bench.request(folder="split_drawn"))
+    again = bench.train(bench.request(folder="split_redrawn"), split_salt=OTHER_SPLIT)
+    if first.checkpoint is None or again.checkpoint is None:
+        raise RuleFailed("a run reported no checkpoint")
+    a, b = _model_tensors(Path(first.checkpoint)), _model_tensors(Path(again.checkpoint))
+    if a and a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a):
+        raise RuleFailed(
+            "trained the same model, bit for bit, whichever rows the request withheld: it "
+            "trains on the rows withheld for judging, whatever its trained_ids name (train "
+            "on request.training_rows(ids) alone, docs/judging.md)"
+        )
+    return "another draw of the held-out split trains another model: it trains on the rows kept"
+
+
 def _rebuilds(bench: _Bench) -> str:
     declared = capabilities_of(bench.plugin)
     if declared.replay_task is None:
@@ -322,6 +361,7 @@ RULES: dict[str, Callable[[_Bench], str]] = {
     "probe_setup_works": _probe,
     "checkpoint_loads_weights_only": _weights_only,
     "trains_on_no_held_out_record": _held_out,
+    "trains_only_on_rows_kept": _kept_rows_only,
     "rebuilds_fault_steps": _rebuilds,
 }
 

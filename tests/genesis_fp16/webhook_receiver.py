@@ -24,6 +24,7 @@ class Received:
     headers: dict[str, str]
     body: bytes
     at: float = field(default_factory=time.monotonic)  # when it was taken
+    path: str = ""  # the request's path and query, as posted
 
     @property
     def event(self) -> dict[str, Any]:
@@ -101,7 +102,9 @@ class Receiver:
                     status = receiver.answer(json.loads(body))
                     if 200 <= status < 300:  # recorded when taken, as a receiver commits
                         with receiver._lock:
-                            receiver.received.append(Received(dict(self.headers), body))
+                            receiver.received.append(
+                                Received(dict(self.headers), body, path=self.path)
+                            )
                     self.send_response(status)
                     self.send_header("Content-Length", "0")
                     self.end_headers()

@@ -192,6 +192,8 @@ class Paired(Record):
         )
 
     def reason(self) -> str:
+        if not self.records:  # an empty set (no held-out record left), not "nothing served"
+            return f"{self.label}: no records to judge on, too few to decide"
         if math.isnan(self.reference):  # the first model: nothing served to compare with
             return (
                 f"{self.label}: {self.metric} {self.candidate:.6g} on {self.records} records, "

@@ -109,12 +109,12 @@ from genesis_fp16_infrastructure.judging.served import (
     CheckpointChangedError,
     Served,
     copy_checkpoint,
+    held_out_check,
     held_out_unknown,
     losses_of,
     sweep_copies,
-    trained_ids,
 )
-from genesis_fp16_infrastructure.judging.split import HELD_OUT, sorted_unique
+from genesis_fp16_infrastructure.judging.split import drawn_with, sorted_unique
 from genesis_fp16_infrastructure.judging.watch import watch
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
@@ -126,7 +126,10 @@ logger = logging.getLogger(__name__)
 
 
 def run_plugin(
-    plugin: AgentPlugin, request: TrainRequest, capabilities: Capabilities | None = None
+    plugin: AgentPlugin,
+    request: TrainRequest,
+    capabilities: Capabilities | None = None,
+    split_salt: str | None = None,
 ) -> TrainResult:
     """Train ``plugin`` as ``request`` asks: a judged run when it declares judged models
     (as the loader's ``capabilities`` of it say, else read here), its own ``train``
@@ -134,13 +137,16 @@ def run_plugin(
     nothing changed since the served model's run, its up-to-date result, and nothing
     read (the daemon answers it before starting a child; ``train`` and others here).
     A ``cuda_graph`` or ``compile`` of the request that the run cannot honour
-    (``ExecutionError``) is the request's refusal, a ``TrainRequestError`` with its line."""
+    (``ExecutionError``) is the request's refusal, a ``TrainRequestError`` with its line.
+    ``split_salt``: the run under another draw of the held-out split (check-agent's
+    ``trains_only_on_rows_kept``; :func:`~.split.drawn_with`), never a daemon's."""
     check = request.snapshot.data if request.snapshot is not None else None
     if check is not None and check.up_to_date is not None:
         return TrainResult.from_json(check.up_to_date)
     judged = judging_of(plugin) if capabilities is None else capabilities.judged
     try:
-        return plugin.train(request) if judged is None else run_judged(plugin, judged, request)
+        with contextlib.nullcontext() if split_salt is None else drawn_with(split_salt):
+            return plugin.train(request) if judged is None else run_judged(plugin, judged, request)
     except ExecutionError as exc:
         raise TrainRequestError(str(exc)) from exc
 
@@ -418,7 +424,7 @@ def _judge(
             why = "stopped before its end (a half-trained model is never served)"
         return _verdict(candidate, Outcome.UNDECIDED, f"not judged: {why}", started, used, [])
     with reusing_loads():  # the checkpoint unpickled once: the records it names, scored
-        held_out, refusal = _held_out_check(request, served, checkpoint)
+        held_out, refusal = held_out_check(request, served, checkpoint)
         if refusal is not None:
             _verdict(candidate, Outcome.UNDECIDED, refusal, started, used, [])
             raise TrainRequestError(refusal)
@@ -486,7 +492,10 @@ def _rejudge_kept(request: TrainRequest, served: Served, digest: str) -> GateRep
             return None
         logger.info("%s: judging kept candidate %s again", request.agent, candidate.name)
         started = time.monotonic()
-        held_out = _held_out_check(request, served, checkpoint)[0]
+        held_out, refusal = held_out_check(request, served, checkpoint)
+        if refusal is not None:  # kept before its list was read as refused: not judged again
+            logger.warning("%s; not judged again", refusal)
+            return None
         losses = losses_of(served.plugin, checkpoint, request, _judged_ids(held_out, served))
         reported = _reported(verdict.candidate)  # its run's, as its first verdict kept it
         scored = (candidate, checkpoint, held_out, losses)
@@ -574,7 +583,7 @@ def _judged_records(
 ) -> tuple[str, RecordLosses, RecordLosses]:
     """The set the gate compares on, and the candidate's and the served model's losses
     there: ``held_out``, the held-out records the served model did not train on (the
-    candidate trained on none: :func:`_held_out_check` saw to it); else ``current``,
+    candidate trained on none: :func:`~.served.held_out_check` saw to it); else ``current``,
     every record both scored."""
     assert served.losses is not None
     if not held_out:
@@ -599,34 +608,6 @@ def _evidence(
     if served.trained is None:
         return "held_out", " (the served model names no records it trained on: it may know these)"
     return "held_out", ""
-
-
-def _held_out_check(
-    request: TrainRequest,
-    served: Served,
-    checkpoint: Path,
-) -> tuple[bool, str | None]:
-    """Whether the candidate is judged on held-out records (its checkpoint names the
-    records it trained on), and why it cannot be judged at all (one line: it names a
-    held-out record, or names none where the served model's did); None: it can."""
-    if not records_are_training_data(served.plugin):
-        return False, None  # evaluation episodes: it trained on none of them
-    trained = trained_ids(checkpoint)
-    where = f"{request.agent}: candidate {checkpoint.parent.name}"
-    if trained is None:
-        if served.checkpoint is None or served.named is None:
-            return False, None  # judged on training data, and labelled so
-        return False, (
-            f"{where} names no records it trained on, where the served model did: the "
-            "task's extra_state() must include trained_ids, the ids of the records it trains on"
-        )
-    held = int(HELD_OUT.of_hashes(trained).sum())
-    if held:
-        return True, (
-            f"{where} trained on {held} held-out record(s) of {len(trained)}: train only "
-            "on the rows request.training_rows(ids) keeps, which the gate does not judge on"
-        )
-    return True, None
 
 
 def _known_segments(served: Served) -> set[str] | None:

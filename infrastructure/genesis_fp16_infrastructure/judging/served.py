@@ -1,6 +1,7 @@
 """The served model as a judged run sees it (:class:`Served`): its pointer and checkpoint,
 its losses on the records the run needs, every current record, the ids it knew and those
-it trained on; :func:`trained_ids`, the records a checkpoint names; and what a plugin's
+it trained on; :func:`trained_ids`, the records a checkpoint names, and
+:func:`held_out_check`, whether a candidate's list lets it be judged; and what a plugin's
 ``score_records`` is handed (:func:`losses_of`): a private copy of the checkpoint, checked
 after scoring (issue 69).
 
@@ -59,6 +60,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     RecordIds,
     RecordLosses,
     RecordLossesError,
+    records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -106,8 +108,22 @@ class Served:
             reading = replace(request, quarantine_path=kept)
             self.known = stores.read_known_ids(self.checkpoint.parent)
             with reusing_loads():  # the checkpoint unpickled once for both
-                self.named = trained_ids(self.checkpoint)
+                self.named = self._named(request)
                 self.losses, self.records = self._scored(plugin, request, reading)
+
+    def _named(self, request: TrainRequest) -> np.ndarray | None:
+        """The records its checkpoint names (:func:`trained_ids`). A list it cannot read
+        (served before the judged run refused one) is said in one warning and taken as
+        naming none: the records it knew stand for it, else every record."""
+        assert self.checkpoint is not None
+        try:
+            return trained_ids(self.checkpoint)
+        except TrainedIdsError as exc:
+            logger.warning(
+                "%s: served model %s: %s; taken as naming none (every record it knew may "
+                "have been trained on)", request.agent, self.id, exc,
+            )  # fmt: skip
+            return None
 
     def _scored(
         self, plugin: JudgedPlugin, request: TrainRequest, reading: TrainRequest
@@ -191,23 +207,82 @@ def held_out_unknown(served: Served, losses: RecordLosses) -> np.ndarray:
     return keep
 
 
+class TrainedIdsError(ValueError):
+    """A checkpoint's ``trained_ids`` that is there but names no records in a form the
+    judged run reads (:func:`trained_ids`): one line saying what it is instead."""
+
+
 def trained_ids(checkpoint: Path) -> np.ndarray | None:
     """The sorted id hashes of the records ``checkpoint``'s model trained on, as its task
-    said (``extra_state()["trained_ids"]``: a list of the ids, or their 64-bit hashes as
-    one int64 tensor, contract.judging); None when it says nothing, or cannot be read
-    (the plugin's own scoring reports that)."""
+    said (``extra_state()["trained_ids"]``: a list of the ids, each a str as the pool's
+    ids are, or their 64-bit hashes as one 1-D int64 tensor, contract.judging); None when
+    it says nothing (no such key, or None), or cannot be read (the plugin's own scoring
+    reports that). Anything else there (a list of ints, an int32 or float32 tensor) raises
+    :class:`TrainedIdsError`: a list the run cannot read is not a list of nothing, and a
+    candidate that names nothing is judged on its training data.
+
+    >>> _described([1, 2]), _described(torch.zeros(3, dtype=torch.int32))
+    ('a list of int', 'a torch.int32 tensor of shape (3,)')
+    """
     try:
         extra = load_checkpoint(checkpoint).get(checkpoint_keys.EXTRA)
     except (OSError, ValueError):
         return None
     value = extra.get(TRAINED_IDS) if isinstance(extra, dict) else None
-    if isinstance(value, torch.Tensor):
-        if value.dim() != 1 or value.dtype != torch.int64:
-            return None
-        return sorted_unique(value.cpu().numpy().view(np.uint64))
-    if not isinstance(value, list | tuple) or not all(isinstance(i, str) for i in value):
+    if value is None:
         return None
-    return sorted_unique(id_hashes(value))
+    if isinstance(value, torch.Tensor) and value.dim() == 1 and value.dtype == torch.int64:
+        return sorted_unique(value.cpu().numpy().view(np.uint64))
+    if isinstance(value, list | tuple) and all(isinstance(i, str) for i in value):
+        return sorted_unique(id_hashes(value))
+    raise TrainedIdsError(
+        f"malformed trained_ids ({_described(value)}): the task's extra_state() names the "
+        "records it trained on as a list of their ids (str) or one 1-D int64 tensor of "
+        "their hashes, request.trained_ids(ids)"
+    )
+
+
+def _described(value: object) -> str:
+    """What a malformed ``trained_ids`` is, in a few words."""
+    if isinstance(value, torch.Tensor | np.ndarray):
+        kind = "numpy array" if isinstance(value, np.ndarray) else "tensor"
+        return f"a {value.dtype} {kind} of shape {tuple(value.shape)}"
+    if isinstance(value, list | tuple):
+        kinds = sorted({type(i).__name__ for i in value})
+        return f"a {type(value).__name__} of {' and '.join(kinds)}"
+    return f"{type(value).__name__} {value!r:.40}"
+
+
+def held_out_check(
+    request: TrainRequest,
+    served: Served,
+    checkpoint: Path,
+) -> tuple[bool, str | None]:
+    """Whether the candidate is judged on held-out records (its checkpoint names the
+    records it trained on), and why it cannot be judged at all (one line: its list is
+    malformed, names a held-out record, or names none where the served model's did);
+    None: it can."""
+    if not records_are_training_data(served.plugin):
+        return False, None  # evaluation episodes: it trained on none of them
+    where = f"{request.agent}: candidate {checkpoint.parent.name}"
+    try:
+        trained = trained_ids(checkpoint)
+    except TrainedIdsError as exc:  # not "names none": that would judge it on training data
+        return False, f"{where}: {exc}"
+    if trained is None:
+        if served.checkpoint is None or served.named is None:
+            return False, None  # judged on training data, and labelled so
+        return False, (
+            f"{where} names no records it trained on, where the served model did: the "
+            "task's extra_state() must include trained_ids, the ids of the records it trains on"
+        )
+    held = int(HELD_OUT.of_hashes(trained).sum())
+    if held:
+        return True, (
+            f"{where} trained on {held} held-out record(s) of {len(trained)}: train only "
+            "on the rows request.training_rows(ids) keeps, which the gate does not judge on"
+        )
+    return True, None
 
 
 SCORING_PREFIX = ".scoring-"  # <checkpoint_dir>/.scoring-*/: the copy, while it is scored

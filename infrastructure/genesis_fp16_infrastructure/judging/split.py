@@ -21,8 +21,9 @@ with probability 1/2), read as a number in [0, 1); the record is held out below
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,6 +96,21 @@ class HeldOutSplit:
 
 
 HELD_OUT = HeldOutSplit()  # the judged run's split (contract.judging, judging_version 2)
+
+
+@contextlib.contextmanager
+def drawn_with(salt: str) -> Iterator[HeldOutSplit]:
+    """:data:`HELD_OUT` drawn with ``salt`` for the block, in this process: every record's
+    side drawn again, for the judged run and for a recipe that reads :data:`HELD_OUT`
+    itself alike. check-agent's alone (``run_plugin(..., split_salt=)``): a plugin trained
+    under two draws must train two models, or it trains on the rows withheld; a daemon's
+    runs never change the split (a served model's held-out records would move)."""
+    kept = HELD_OUT.salt
+    object.__setattr__(HELD_OUT, "salt", salt)  # the one split every module imported
+    try:
+        yield HELD_OUT
+    finally:
+        object.__setattr__(HELD_OUT, "salt", kept)
 
 
 @dataclass(frozen=True, eq=False)

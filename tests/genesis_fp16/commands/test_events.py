@@ -110,3 +110,43 @@ def test_redeliver_says_who_took_it_and_refuses_bad_ids(tmp_path: Path, receiver
         refused = _cli(tmp_path, "events", "redeliver", bad, **env)
         assert refused.returncode == 2 and refused.stdout == ""
         assert refused.stderr.count("\n") == 1 and said in refused.stderr
+
+
+def test_a_token_in_a_receiver_url_is_shown_replaced_everywhere(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """Issue 92: a receiver URL with ?token=... is delivered to with its token, and
+    `config check` (text, --json, a shadowed .env line), `events redeliver --json`,
+    `events list --json` and the event's file show it replaced, as a password is."""
+    token = "tok-a8d3c0ffee"
+    url = f"{receiver.url}?token={token}"
+    event_id = outbox.record(tmp_path / "state" / "agents" / "se_darwin", "reject", {"n": 1})
+    (tmp_path / ".env").write_text(f"GENESIS_FP16_EVENTS_URLS={receiver.url}?token=other-tok\n")
+    env = {"GENESIS_FP16_EVENTS_URLS": url, "GENESIS_FP16_EVENTS_SECRET": SECRET}
+    done = _cli(tmp_path, "events", "redeliver", event_id, "--json", **env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["receivers"] == [f"{receiver.url}?token=***"]
+    assert [r.path for r in receiver.received] == [f"/hook?token={token}"]
+    shown = [
+        done.stdout,
+        _cli(tmp_path, "events", "list", "--json", **env).stdout,
+        _cli(tmp_path, "config", "check", **env).stdout,
+        _cli(tmp_path, "config", "check", "--json", **env).stdout,
+    ]
+    assert f'GENESIS_FP16_EVENTS_URLS=["{receiver.url}?token=***"]' in shown[2]
+    assert "token=***" in shown[1] and "shadowed" in shown[2]
+    files = [f.read_text() for f in (tmp_path / "state").rglob("*") if f.is_file()]
+    for text in [*shown, *files]:
+        assert token not in text and "other-tok" not in text
+
+
+def test_two_receivers_that_differ_only_in_a_token_are_refused(tmp_path: Path) -> None:
+    """An event's file names receivers with their tokens replaced, so two URLs that differ
+    only there are refused at start-up in one line that shows neither token."""
+    urls = "http://127.0.0.1:1/x?token=first-tok,http://127.0.0.1:1/x?token=second-tok"
+    env = {"GENESIS_FP16_EVENTS_URLS": urls, "GENESIS_FP16_EVENTS_SECRET": SECRET}
+    refused = _cli(tmp_path, "config", "check", **env)
+    assert refused.returncode == 2
+    (line,) = refused.stderr.strip().splitlines()
+    assert "differ only in a secret" in line and "GENESIS_FP16_EVENTS_URLS" in line
+    assert "-tok" not in refused.stderr + refused.stdout

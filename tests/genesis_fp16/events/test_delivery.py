@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -190,6 +191,68 @@ def test_a_password_in_a_receiver_url_never_reaches_a_log_line(
         _deliverer(tmp_path, url, Clock()).step()
     (failed,) = [entry for entry in logs if entry["event"] == "event not delivered"]
     assert "s3cret-pass" not in repr(logs) and failed["url"].startswith("http://hooks:***@")
+
+
+TOKEN = "tok-5f0c1d2e9a"  # a receiver's token in its URL's query
+
+
+def test_a_token_in_a_receiver_urls_query_never_reaches_a_log_line(tmp_path: Path) -> None:
+    """Issue 92: a failed delivery to a URL with ?token=... logs it, and the event's file
+    names it, with the token replaced as a password is."""
+    port = socket.create_server(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{port.getsockname()[1]}/x?team=ml&token={TOKEN}"
+    port.close()  # refused: a failed attempt, logged
+    folder = tmp_path / "agents" / "a"
+    _record(tmp_path, "a", 1)
+    with structlog.testing.capture_logs() as logs:
+        _deliverer(tmp_path, url, Clock()).step()
+    (failed,) = [entry for entry in logs if entry["event"] == "event not delivered"]
+    assert TOKEN not in repr(logs) and failed["url"].endswith("/x?team=ml&token=***")
+    files = list((folder / "outbox").rglob("*"))
+    assert files and not any(TOKEN in f.read_text() for f in files if f.is_file())
+
+
+def test_a_receiver_named_by_its_shown_url_gets_each_event_once(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """The event's file names the receiver with its token replaced, and the token still
+    goes with the post: each event arrives once, with it; a file written before (the
+    whole URL as its key) is renamed so, its event delivered once."""
+    url = f"{receiver.url}?access_token={TOKEN}"
+    folder = tmp_path / "agents" / "a"
+    first, old = _record(tmp_path, "a", 2)
+    outbox.update(folder, old, lambda e: replace(e, targets={url: {"status": "pending"}}))
+    deliverer = _deliverer(tmp_path, url)
+    assert deliverer.step() is None and deliverer.step() is None
+    assert [r.event["id"] for r in receiver.received] == [first, old]
+    assert all(r.path == f"/hook?access_token={TOKEN}" for r in receiver.received)
+    for event in outbox.read_events(folder):
+        assert event.status == "delivered"
+        assert list(event.targets or {}) == [f"{receiver.url}?access_token=***"]
+    assert not any(TOKEN in f.read_text() for f in (folder / "outbox").rglob("*") if f.is_file())
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://h.example/x?token=abc", "https://h.example/x?token=***"),
+        (
+            "https://h.example/x?a=1&API_KEY=k;sig=s&b=",
+            "https://h.example/x?a=1&API_KEY=***;sig=***&b=",
+        ),
+        (
+            "https://u:pw@h.example/x?client_secret=z#f",
+            "https://u:***@h.example/x?client_secret=***#f",
+        ),
+        ("https://h.example/x?team=ml&page=2", "https://h.example/x?team=ml&page=2"),
+        ("https://h.example/x?token", "https://h.example/x?token"),
+    ],
+    ids=["token", "key-and-sig", "password-and-secret", "none", "no-value"],
+)
+def test_a_secret_looking_query_parameter_is_shown_replaced(url: str, shown: str) -> None:
+    """shown_url replaces a password and the value of each query parameter whose name says
+    it is a secret (token, key, secret, sig, ...); the rest is kept as written."""
+    assert posting.shown_url(url) == shown
 
 
 def test_every_logged_value_is_cut_to_a_bound(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from genesis_fp16.scaffold import write_agent
 from genesis_fp16.testing import RULES, check_agent
 from genesis_fp16_agents.rlhf_ppo import plugin as rlhf_ppo
 from genesis_fp16_agents.se_darwin import plugin as se_darwin
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, HeldOutSplit
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,25 @@ def test_the_built_in_agents_meet_the_contract(plugin: Any, options: dict[str, A
     report = check_agent(plugin, options)
     assert report.ok, report.summary()
     assert [r.rule for r in report.results] == list(RULES)
+
+
+@pytest.mark.parametrize(
+    ("plugin", "options", "said"),
+    [
+        (se_darwin, {}, "another draw of the held-out split trains another model"),
+        (rlhf_ppo, {"batch_size": 16}, "its records are evaluation episodes"),
+    ],
+    ids=["se_darwin", "rlhf_ppo"],
+)
+def test_the_built_in_agents_train_only_on_the_rows_kept(
+    plugin: Any, options: dict[str, Any], said: str
+) -> None:
+    """Issue 92: se_darwin trains another model under another draw of the held-out split
+    (rlhf_ppo's records are evaluation episodes), and the split is the judged run's again
+    after the rule."""
+    report = check_agent(plugin, options, rules=["trains_only_on_rows_kept"])
+    assert report.ok and said in report.results[-1].detail, report.summary()
+    assert HELD_OUT.salt == HeldOutSplit().salt
 
 
 def test_the_scaffolded_agent_meets_the_contract(scaffold: Any) -> None:
@@ -86,6 +106,10 @@ def _broken(scaffold: Any, rule: str) -> Any:
             if rule == "trains_on_no_held_out_record":  # every record, held-out ones too
                 ids, x, y, _ = scaffold.read_records(Path(request.data_path), None)
                 task = scaffold.Task(x, y, ids)
+            if rule == "trains_only_on_rows_kept":  # every record, naming the kept ones
+                ids, x, y, _ = scaffold.read_records(Path(request.data_path), None)
+                kept = [ids[i] for i in request.training_rows(ids)]
+                task = scaffold.Task(x, y, request.trained_ids(kept))
             if rule == "device_audit":  # a host tensor added to the run device's output
                 plain_loss = task.loss
                 task.loss = lambda m, b: plain_loss(m, b) + torch.zeros(1)  # type: ignore[method-assign]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -39,7 +40,7 @@ from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.judging import run as judged_run
 from genesis_fp16_infrastructure.judging import split, stores
 from genesis_fp16_infrastructure.judging.run import run_plugin
-from genesis_fp16_infrastructure.judging.served import trained_ids
+from genesis_fp16_infrastructure.judging.served import TrainedIdsError, trained_ids
 from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
@@ -395,6 +396,32 @@ def test_an_inconclusive_candidate_is_judged_again_without_training(tmp_path: Pa
     assert pointer is not None and pointer.served.id == kept
 
 
+def test_a_kept_candidate_whose_list_is_malformed_is_not_judged_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 92: a candidate kept inconclusive before its list was refused (its newest
+    checkpoint names its records as an int32 tensor) is not judged again when records
+    arrive, "on training data": the run says so in one warning and trains a new one."""
+    plugin = OneNumber()
+    run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 40)))
+    served = read_pointer(tmp_path / "checkpoints")
+    assert served is not None
+    value = json.loads((tmp_path / "checkpoints" / served.served.checkpoint).read_text())
+    plugin.fixed = value["value"] + 0.08
+    second = run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 50)))
+    assert second.gate is not None and second.gate.outcome == "inconclusive"
+    kept = second.gate.candidate_id
+    more = {keys.EXTRA: {TRAINED_IDS: torch.arange(3, dtype=torch.int32)}}
+    CheckpointManager(tmp_path / "checkpoints" / "candidates" / kept).save(
+        checkpoint_state(2, more=more)
+    )
+    with caplog.at_level("WARNING"):
+        third = run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 4050)))
+    assert third.gate is not None and third.gate.candidate_id != kept and third.steps == 1
+    (warned,) = [r.getMessage() for r in caplog.records if "not judged again" in r.getMessage()]
+    assert f"candidate {kept}: malformed trained_ids (a torch.int32 tensor" in warned
+
+
 def test_the_known_records_are_a_veto_that_holds_no_clean_candidate_back() -> None:
     """Issue 68's gate with power, through the gate's own questions (``_comparisons``):
     400 records the served model knew, on which a candidate trained afresh is neither
@@ -525,15 +552,37 @@ def _named(tmp_path: Path, name: str, value: Any) -> Path:
 
 def test_a_checkpoint_names_its_records_as_ids_or_as_their_hashes_alike(tmp_path: Path) -> None:
     """trained_ids reads a list of ids and the int64 tensor of their hashes
-    (TrainRequest.trained_ids, se_darwin's form) as the same records; a tensor of another dtype
-    or shape names nothing."""
+    (TrainRequest.trained_ids, se_darwin's form) as the same records; no list, or None,
+    names nothing."""
     ids = [f"r{i}" for i in range(50)]
     as_list = trained_ids(_named(tmp_path, "list", ids))
     as_hashes = trained_ids(_named(tmp_path, "hashes", TrainRequest.trained_ids(reversed(ids))))
     assert as_list is not None and as_hashes is not None and len(as_list) == 50
     assert as_list.tolist() == as_hashes.tolist()
-    assert trained_ids(_named(tmp_path, "f32", torch.zeros(3))) is None
-    assert trained_ids(_named(tmp_path, "2d", torch.zeros((2, 2), dtype=torch.int64))) is None
+    assert trained_ids(_named(tmp_path, "none", None)) is None
+    plain = checkpoint_state(more={keys.EXTRA: {}})
+    assert trained_ids(CheckpointManager(tmp_path / "absent").save(plain)) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ([1, 2, 3], "a list of int"),
+        (["r1", 2], "a list of int and str"),
+        (torch.arange(3, dtype=torch.int32), "a torch.int32 tensor of shape (3,)"),
+        (torch.zeros(3), "a torch.float32 tensor of shape (3,)"),
+        (torch.zeros((2, 2), dtype=torch.int64), "a torch.int64 tensor of shape (2, 2)"),
+        (7, "int 7"),
+    ],
+    ids=["ints", "mixed", "int32", "float32", "2d", "int"],
+)
+def test_a_malformed_list_of_trained_records_is_refused_as_malformed(
+    tmp_path: Path, value: Any, said: str
+) -> None:
+    """Issue 92: a trained_ids that is neither a list of str ids nor one 1-D int64 tensor
+    of their hashes is refused in one line saying what it is, not read as naming nothing."""
+    with pytest.raises(TrainedIdsError, match=r"^malformed trained_ids \(" + re.escape(said)):
+        trained_ids(_named(tmp_path, "bad", value))
 
 
 @dataclass
@@ -566,6 +615,88 @@ class HeldOut(OneNumber):
         self.asked.append(None if only is None else [ids[i] for i in only.rows(ids)])
         errors = [(value - records[i]["y"]) ** 2 for i in rows]
         return RecordLosses.of([ids[i] for i in rows], errors)
+
+
+_MALFORMED: dict[str, Callable[[list[int]], Any]] = {
+    "ints": lambda rows: rows,  # the rows' numbers, not their ids
+    "int32": lambda rows: torch.tensor(rows, dtype=torch.int32),
+    "float32": lambda rows: torch.tensor(rows, dtype=torch.float32),
+}
+
+
+@dataclass
+class Malformed(HeldOut):
+    """Issue 92's attack: trains on every record, held-out ones too, and names the rows
+    ``training_rows`` keeps in a form the run cannot read (``form``, of _MALFORMED)."""
+
+    form: str = "ints"
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        records = _records(request)
+        rows = request.training_rows([r["id"] for r in records])
+        value = sum(r["y"] for r in records) / len(records)
+        folder = Path(request.checkpoint_dir)
+        more = {keys.EXTRA: {TRAINED_IDS: _MALFORMED[self.form](rows)}}
+        CheckpointManager(folder).save(checkpoint_state(1, torch.tensor([value]), more=more))
+        return _result(request)
+
+
+def _served_unnamed(tmp_path: Path, form: str) -> TrainRequest:
+    """A request on 300 records whose agent serves a model (adopted: written before the
+    judged run read its list) that names its records in ``form``."""
+    request = _on(tmp_path, 0.3, range(300))
+    more = {keys.EXTRA: {TRAINED_IDS: _MALFORMED[form](list(range(10)))}}
+    state = checkpoint_state(1, torch.tensor([0.9]), more=more)
+    CheckpointManager(Path(request.checkpoint_dir)).save(state)
+    return request
+
+
+@pytest.mark.parametrize("form", list(_MALFORMED))
+@pytest.mark.parametrize("served", [False, True], ids=["first", "against_served"])
+def test_a_candidate_whose_list_of_records_is_malformed_is_refused(
+    tmp_path: Path, form: str, served: bool
+) -> None:
+    """Issue 92: a candidate that trained on held-out records and names the others as
+    ints or an int32/float32 tensor is refused in one line that says its list is
+    malformed, verdict undecided: a first model, or against a served model whose list is
+    malformed too (it was promoted "on training data")."""
+    request = _served_unnamed(tmp_path, form) if served else _on(tmp_path, 0.3, range(300))
+    before = read_pointer(request.checkpoint_dir)
+    with pytest.raises(TrainRequestError, match="malformed trained_ids") as refused:
+        run_plugin(Malformed(form=form), request)
+    assert "\n" not in str(refused.value)
+    (candidate,) = list_candidates(request.checkpoint_dir)
+    assert read_verdict(candidate).outcome == "undecided"
+    after = read_pointer(request.checkpoint_dir)
+    assert (after is None) == (not served)
+    assert before is None or (after is not None and after.served.id == before.served.id)
+
+
+def test_a_served_model_whose_list_is_malformed_is_warned_of_and_names_none(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A served model whose checkpoint's list cannot be read (served before the run
+    refused one) is said in one warning and taken as naming none: a candidate that names
+    its records is still judged on held-out records."""
+    request = _served_unnamed(tmp_path, "int32")
+    with caplog.at_level("WARNING"):
+        result = run_plugin(HeldOut(), request)
+    warned = [r.getMessage() for r in caplog.records if "malformed trained_ids" in r.getMessage()]
+    assert len(warned) == 1 and "a torch.int32 tensor of shape (10,)" in warned[0]
+    assert result.gate is not None and result.gate.evidence == "held_out"
+
+
+def test_an_empty_held_out_set_is_said_as_such_not_as_nothing_served(tmp_path: Path) -> None:
+    """Issue 92: with a model served and no held-out record in the data, the verdict says
+    there are no records to judge on, not "nothing served to compare with"."""
+    kept = [i for i in range(400) if not HELD_OUT.of_ids([f"r{i}"])[0]][:300]
+    data = tmp_path / "d.json"
+    data.write_text(json.dumps([{"id": f"r{i}", "y": 0.3 + 0.01 * (i % 3)} for i in kept]))
+    run_plugin(HeldOut(), _request(tmp_path, data))
+    forced = run_plugin(HeldOut(), _request(tmp_path, data, forced=True))
+    assert forced.gate is not None and forced.gate.served_id is not None
+    assert forced.gate.reason == "held_out: no records to judge on, too few to decide"
+    assert all("nothing served" not in c.reason for c in forced.gate.comparisons)
 
 
 def _three_runs(tmp_path: Path, plugin: HeldOut) -> list[TrainResult]:
