@@ -232,7 +232,11 @@ class RecordCache:
         found = ("*.msgpack", "*.json", "pool-*.gfpool")
         for entry in [path for pattern in found for path in self.folder.glob(pattern)]:
             if entry.name not in keep:
-                entry.unlink(missing_ok=True)
+                try:
+                    entry.unlink(missing_ok=True)
+                except OSError as exc:  # a folder at an entry's name: the run goes on
+                    logger.warning("record cache: cannot remove %s (%s)", entry, exc)
+                    continue
                 removed += 1
         return removed
 

@@ -632,7 +632,12 @@ def test_a_fifo_or_folder_at_the_pool_entry_is_a_counted_miss_and_never_blocks(
     assert not thread.is_alive(), "blocked on the FIFO at the pool entry's path"
     assert not failed, repr(failed[0])
     assert "pool entry" in caplog.text and "unreadable" in caplog.text
-    if kind == "folder":  # a folder is not replaced by a file: the write is counted
+    if kind == "folder":  # not replaced by a file (the write is counted), nor pruned
+        (folder / "a.json").write_text("[]")  # another pool: the folder is an old entry
+        _age(folder)
+        manifest, _ = scan_files(folder)
+        RecordCache(tmp_path / "cache", manifest).prune()  # logged, no OSError
+        assert entry.is_dir() and "cannot remove" in caplog.text
         return
     assert entry.is_file() and not entry.is_symlink()  # rewritten as an entry
     healed, cache, _ = _slim(folder, tmp_path, "healed")
