@@ -7,12 +7,15 @@ import os
 import threading
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
 import pytest
 import torch
 
+from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data import record_cache
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
 from genesis_fp16_infrastructure.data.manifest import scan_files
@@ -21,6 +24,7 @@ from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectori
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.schema import record_id_hash
 from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_replay_buffer
+from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.judging.split import id_hashes
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
@@ -669,3 +673,60 @@ def test_a_huge_pool_entry_is_refused_before_any_of_it_is_read(
     assert entry.stat().st_size < 2**20  # rewritten
     _, cache, _ = _slim(folder, tmp_path, "healed")
     assert cache.pool_hit
+
+
+@pytest.mark.parametrize("damage", ["scores", "codes", "fifo"])
+def test_a_training_run_counts_a_damaged_pool_entry_and_writes_it_again(
+    tmp_path: Path, damage: str
+) -> None:
+    """Through the product's path (a judged se_darwin run, forced on unchanged data,
+    as ``train --resume --steps N`` runs it): flipped scores, a code naming no agent, or
+    a FIFO at the entry are a miss in ``extra.record_cache`` (never served, never an
+    IndexError, never a hang), and the next run is served from the rewritten entry."""
+    data = tmp_path / "pool"
+    data.mkdir()
+    (data / "pool.json").write_text(json.dumps(generate_pool(300, seed=2)))
+    (data / "more.json").write_text(json.dumps(generate_pool(100, seed=9, agent="qa")))
+    _age(data)
+    ckpt = tmp_path / "ck"
+
+    def run(**fields: Any) -> dict[str, int]:
+        request = TrainRequest(
+            agent="se_darwin",
+            precision="fp32",
+            precision_reason="test",
+            state_dir=tmp_path,
+            checkpoint_dir=ckpt,
+            data_path=data,
+            seed=3,
+            **{"steps": 5, "resume": True, "forced": True, **fields},
+        )
+        counts: dict[str, int] = run_plugin(plugin, request).extra["record_cache"]
+        return counts
+
+    run(resume=False, forced=False)  # each file parsed, its own entry stored
+    assert run()["pool_cached"] == 0  # every file from its entry: the pool's written
+    served = run()
+    assert served["pool_cached"] == 1
+    (entry,) = (tmp_path / "record_cache").rglob("pool-*.gfpool")
+    columns = read_trajectories(data, keep_text=False).columns
+    raw = bytearray(entry.read_bytes())
+    if damage == "scores":
+        at = _column_at(bytes(raw), columns.score)
+        for k in range(len(columns)):
+            raw[at + 8 * k] ^= 1
+        entry.write_bytes(bytes(raw))
+    elif damage == "codes":
+        at = _column_at(bytes(raw), columns.agent.codes)
+        raw[at : at + 8] = np.int64(len(columns.agent.values)).tobytes()
+        entry.write_bytes(bytes(raw))
+    else:
+        entry.unlink()
+        os.mkfifo(entry)
+    found: list[Any] = []
+    thread = threading.Thread(target=lambda: found.append(run()), daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the run blocked on the pool entry"
+    assert found and found[0] == {**served, "pool_cached": 0, "entries_unreadable": 1}
+    assert run() == served
