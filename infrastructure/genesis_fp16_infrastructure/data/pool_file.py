@@ -8,10 +8,10 @@ under the new key, a FIFO, a huge file each read as a hit once):
     MAGIC | header length, file size, header CRC-32 | header (msgpack) | columns
 
 * **The size first.** The file is opened without following a link and without
-  blocking (a FIFO at its name is refused, never waited on), must be a regular file,
-  and its size is checked against ``limit`` (:func:`size_bound`: what the files' own
-  entries can make) and against the size its first bytes state, before anything else of
-  it is read.
+  blocking (a FIFO at its name is refused, never waited on) and must be a regular file
+  no larger than ``limit`` (:func:`size_bound`: what the files' own entries can make),
+  before a byte of it is read; then of the size its first bytes state, before its
+  header is read.
 * **The header by its CRC-32.** It holds the ids, the coded values, the quarantined
   entries, and each file of the pool by path *and content digest*: the cache asks for
   the digests its manifest has now, so an entry of other bytes (an older pool's, copied
@@ -63,8 +63,8 @@ _ALIGN = 64
 _ARRAYS = tuple(f.name for f in fields(PoolColumns) if f.type == "np.ndarray")
 _CODED = tuple(f.name for f in fields(PoolColumns) if f.type == "Coded")
 _DTYPES = {
-    **dict.fromkeys(("id_hash", "generation", "parent_start", "parent", "labelled"), "<i8"),
-    **dict.fromkeys(("outcome", "key"), "<i8"),
+    **dict.fromkeys(("id_hash", "generation", "parent_start", "parent"), "<i8"),
+    **dict.fromkeys(("labelled", "outcome", "key"), "<i8"),
     **dict.fromkeys(("score", "created", "own", "label_score"), "<f8"),
     **dict.fromkeys(("scored", "timed", "success", "label_scored"), "|b1"),
     "judged": "<u8",
