@@ -23,6 +23,20 @@ outside (wall seconds, user+system CPU seconds and peak RSS of the process, by `
   parsed; the model is trained afresh on the whole pool);
 * **full** (``--full`` sizes only): a fresh default run (early stopping, no cap).
 
+With ``--pool-read`` it measures instead, in this process, what a warm read costs when
+the whole pool comes from its entry (``pool-<key>.gfpool``, ``data/pool_file.py``), and
+what of that the entry's checks cost (issue 92): for each size, one ``json`` pool read
+twice through the record cache (the second, every file from its own entry, writes the
+pool entry), then ``--repeat`` times each of (the median):
+
+* **warm read**: ``read_trajectories(keep_text=False)`` served from the pool entry;
+* **entry read**: ``read_pool_file`` alone (open, size, header, columns mapped, every
+  column's CRC-32, every code and row's range);
+* **checksums**: the CRC-32 of every column of a mapped entry (its pages already read
+  in: the CRC's own cost), and of the ``score`` column alone.
+
+    python benchmarks/pool_scale.py --pool-read --sizes 100000 [--repeat 5]
+
 Writes a Markdown table to stdout. The machine is named by the caller in the results file.
 """
 
@@ -36,12 +50,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_infrastructure.data.manifest import RACY_NS
+from genesis_fp16_infrastructure.data import pool_file
+from genesis_fp16_infrastructure.data.manifest import RACY_NS, scan_files
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.record_cache import POOL_VERSION, RecordCache
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 CLI = str(Path(sys.executable).with_name("genesis-fp16"))
@@ -191,6 +209,64 @@ def _row(row: dict[str, Any]) -> str:
     )
 
 
+def measure_pool_read(count: int, root: Path, repeat: int) -> dict[str, Any]:
+    """A warm read served from the pool entry, and its checks' share: median seconds."""
+    data, cache = root / f"read-{count}" / "pool", root / f"read-{count}" / "cache"
+    write_in_child(data, count, "json")
+    time.sleep(RACY_NS / 1e9 + 0.5)  # older than the manifest's racy window: cached
+    manifest, _ = scan_files(data)
+
+    def read() -> RecordCache:
+        records = RecordCache(cache, manifest)
+        read_trajectories(data, cache=records, keep_text=False)
+        return records
+
+    for _ in range(2):  # parsed; then every file from its own entry: the pool's written
+        read()
+    if not read().pool_hit:
+        raise RuntimeError(f"the pool of {count} records was not served from its entry")
+    (entry,) = cache.glob("pool-*.gfpool")
+    limit = entry.stat().st_size  # the entry is the one this build wrote
+
+    def mapped() -> dict[str, Any]:
+        return pool_file.arrays_of(pool_file.read_pool_file(entry, POOL_VERSION, limit).columns)
+
+    def timed(work: Callable[[Any], object], prepare: Callable[[], Any] = lambda: None) -> float:
+        """The median seconds of ``work`` on what ``prepare`` gives, prepared unclocked."""
+        seconds = []
+        for _ in range(repeat):
+            given = prepare()
+            start = time.perf_counter()
+            work(given)
+            seconds.append(time.perf_counter() - start)
+        return sorted(seconds)[len(seconds) // 2]
+
+    # The checksums on a mapping of their own, made (and so read in) before the clock
+    # starts: the CRC-32's own cost. Reading the pages in is the entry read's, which a
+    # run would pay anyway when it first reads its columns.
+    return {
+        "pool": count,
+        "entry_mb": limit / 2**20,
+        "warm_read": timed(lambda _: read()),
+        "entry_read": timed(lambda _: pool_file.read_pool_file(entry, POOL_VERSION, limit)),
+        "checksums": timed(pool_file.checksums, mapped),
+        "score": timed(lambda a: pool_file.checksums({"score": a["score"]}), mapped),
+    }
+
+
+def main_pool_read(sizes: list[int], repeat: int) -> None:
+    print("| pool | entry MB | warm read s | entry read s | all CRC-32 s | score CRC-32 s |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    with tempfile.TemporaryDirectory() as tmp:
+        for count in sizes:
+            row = measure_pool_read(count, Path(tmp), repeat)
+            print(
+                f"| {row['pool']:,} | {row['entry_mb']:.1f} | {row['warm_read']:.4f} | "
+                f"{row['entry_read']:.4f} | {row['checksums']:.4f} | {row['score']:.5f} |",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
@@ -199,7 +275,14 @@ def main() -> None:
     parser.add_argument(
         "--keep-pools", type=Path, help="keep generated pools here and reuse them on later calls"
     )
+    parser.add_argument(
+        "--pool-read", action="store_true", help="time a warm read from the pool entry instead"
+    )
+    parser.add_argument("--repeat", type=int, default=5, help="--pool-read: runs of each")
     args = parser.parse_args()
+    if args.pool_read:
+        main_pool_read([int(s) for s in args.sizes.split(",")], args.repeat)
+        return
     full = {int(s) for s in args.full.split(",") if s}
     print(
         "| pool | layout | run | outcome | wall s | CPU s | RSS MB | steps | AUC | phases s "

@@ -398,6 +398,8 @@ def decode_record(
     """The record in ``raw`` (one JSON object's bytes), or None when the fast path cannot
     vouch for it and the slow path must decide. ``key``: the id a pool maps it under,
     used when the record names none."""
+    if not _utf8(raw):
+        return None  # the slow path quarantines it: "binary line, not UTF-8 text (...)"
     try:
         record = _DECODER.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
@@ -418,3 +420,18 @@ def decode_record(
         if getattr(record, name) is msgspec.UNSET:
             setattr(record, name, model.model_fields[name].get_default(call_default_factory=True))
     return _labelled(record, replay, thresholds)
+
+
+def _utf8(raw: bytes | msgspec.Raw) -> bool:
+    """Whether ``raw`` is UTF-8 throughout. msgspec checks the text it decodes, but skips
+    a field the struct does not name unread: a key or value of bytes that are not UTF-8
+    there would keep the record (issue 92). ASCII (nearly every record) is a scan with no
+    copy; anything else is decoded once."""
+    data = raw if isinstance(raw, bytes) else bytes(raw)
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -27,15 +27,14 @@ changed, added or removed is another key, and the read joins the per-file entrie
     data = read_trajectories(path, quarantine, cache=cache, keep_text=False)
     cache.prune()
 
-That pool file: a header of msgpack (the ids, the coded values, the quarantined entries to
-write again, each column's dtype, shape and offset) and then each numeric column's bytes,
-64-byte aligned (:func:`write_pool_file`, atomic: the old file or the new, never half of
-one). :func:`read_pool_file` decodes the header and maps the columns (``np.memmap``,
-copy-on-write: a run that writes into a column changes its own pages, never the file). A
-file that is shorter or longer than its header says, of another version, or whose header
-does not decode is a ``ValueError`` (the read joins the pool again). At 100,000 records
-the join (the parents matched by id, every match checked by string) was most of a warm
-read.
+That pool file (``data.pool_file``) is checked before anything of it is used: a regular
+file, no larger than its files' own entries can make it (checked before a byte is read),
+its header and each column by a CRC-32, every code and row in range, and its files named
+by content digest, so an entry of other bytes (an older pool's copied under this key) is
+refused. Any failure is a logged miss, counted in ``unreadable`` (``train --json``'s
+``extra.record_cache.entries_unreadable``), and the read joins the files' own entries and
+writes the pool's entry again. At 100,000 records the join (the parents matched by id,
+every match checked by string) was most of a warm read.
 """
 
 from __future__ import annotations
@@ -43,13 +42,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import struct
-from dataclasses import dataclass, fields
+import stat
 from pathlib import Path
-from typing import IO, Any
 
 import msgspec
-import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.files import write_atomic
@@ -57,10 +53,16 @@ from genesis_fp16_infrastructure.data.file_records import (
     NUMBERS_VERSION,
     Head,
     RecordBlock,
-    Rejected,
 )
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
-from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.data.pool_file import (
+    FORMAT,
+    StoredPool,
+    read_pool_file,
+    size_bound,
+    write_pool_file,
+)
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 
 logger = logging.getLogger(__name__)
@@ -74,12 +76,7 @@ logger = logging.getLogger(__name__)
 CACHE_VERSION = f"9.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
 HEAD_BYTES = 4096  # a head marker: a digest and a size
 ENTRY_BYTES = 1 << 40  # an entry is as large as its data file's records: no bound but sanity
-MAGIC = b"GFP16POOL\n"
-_ALIGN = 64
-_LENGTH = struct.Struct("<Q")  # the header's length, after MAGIC
-# The pool file's columns: PoolColumns' arrays and coded columns, in its field order.
-_ARRAYS = tuple(f.name for f in fields(PoolColumns) if f.type == "np.ndarray")
-_CODED = tuple(f.name for f in fields(PoolColumns) if f.type == "Coded")
+POOL_VERSION = f"{CACHE_VERSION}.pool{FORMAT}"  # the pool entry's: its key and its header
 
 
 class RecordCache:
@@ -166,17 +163,25 @@ class RecordCache:
 
     def load_pool(self, files: list[Path]) -> StoredPool | None:
         """The joined pool of ``files`` (in read order) as a slim read made it, while
-        every one of them is unchanged; None otherwise (a damaged entry logged, counted)."""
-        if not files or any(self._vouched(file) is None for file in files):
+        every one of them is unchanged and its own entry is stored; None otherwise (a
+        damaged, stale or unusable entry logged and counted: ``pool_file`` checks it)."""
+        states = [self._vouched(file) for file in files]
+        if not files or any(state is None for state in states):
             return None
+        named = _named(files, states)
+        # The entry is joined from the files' own entries: their sizes bound its size.
+        sizes = [_regular_size(self._path(digest, slim=True)) for _, digest in named]
+        if any(size is None for size in sizes):
+            return None  # a file's own entry gone: the read parses it, and stores both again
         path = self._pool_path(files)
         try:
-            stored = read_pool_file(path, CACHE_VERSION)
-            if stored.files != [str(file) for file in files]:
-                raise ValueError("its files are another pool's")
+            limit = size_bound(sum(size or 0 for size in sizes), [name for name, _ in named])
+            stored = read_pool_file(path, POOL_VERSION, limit)
+            if stored.files != named:
+                raise ValueError("its files are another pool's, or other bytes of them")
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, OverflowError) as exc:
             logger.warning("record cache: pool entry %s unreadable (%s): joined again", path, exc)
             self.unreadable += 1
             return None
@@ -200,10 +205,11 @@ class RecordCache:
         if any(s is None or s.mtime_ns >= self.scanned_ns - RACY_NS for s in states):
             return
         rejected = [(i, entry) for i, block in enumerate(blocks) for entry in block.rejected]
-        stored = StoredPool(columns, duplicates, list(map(str, files)), rejected)
+        named = _named(files, states)
+        stored = StoredPool(columns, duplicates, named, rejected)
         path = self._pool_path(files)
         try:
-            write_pool_file(path, stored, CACHE_VERSION)
+            write_pool_file(path, stored, POOL_VERSION)
         except (OSError, ValueError, TypeError, msgspec.EncodeError) as exc:
             message = "cannot write %s (%s): the pool is joined again next run"
             self._failed(message, path, ascii(str(exc)))
@@ -226,7 +232,11 @@ class RecordCache:
         found = ("*.msgpack", "*.json", "pool-*.gfpool")
         for entry in [path for pattern in found for path in self.folder.glob(pattern)]:
             if entry.name not in keep:
-                entry.unlink(missing_ok=True)
+                try:
+                    entry.unlink(missing_ok=True)
+                except OSError as exc:  # a folder at an entry's name: the run goes on
+                    logger.warning("record cache: cannot remove %s (%s)", entry, exc)
+                    continue
                 removed += 1
         return removed
 
@@ -263,7 +273,7 @@ class RecordCache:
 
     def _pool_path(self, files: list[Path]) -> Path:
         """The joined pool's entry: the files' paths and digests, in read order."""
-        key = hashlib.blake2b(CACHE_VERSION.encode(), digest_size=16)
+        key = hashlib.blake2b(POOL_VERSION.encode(), digest_size=16)
         for file in files:
             state = self.files.get(str(file))
             key.update(
@@ -283,6 +293,20 @@ class _HeadMarker(msgspec.Struct):
     size: int
 
 
+def _named(files: list[Path], states: list[FileState | None]) -> list[tuple[str, str]]:
+    """Each file as a pool entry names it: its path and its bytes' digest (all vouched)."""
+    return [(str(f), s.digest) for f, s in zip(files, states, strict=True) if s is not None]
+
+
+def _regular_size(path: Path) -> int | None:
+    """The size of the regular file at ``path``; None for none, or anything else there."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
 def _read_entry(path: Path) -> RecordBlock:
     """A stored block, checked: another version or a damaged entry is a ValueError (the
     file is read again)."""
@@ -294,134 +318,3 @@ def _read_entry(path: Path) -> RecordBlock:
         raise ValueError(f"cache version {block.version!r}, this build's {CACHE_VERSION}")
     block.check()
     return block
-
-
-@dataclass(frozen=True)
-class StoredPool:
-    """A read's pool (``text`` None: a slim read), its duplicates left out, and each
-    file's quarantined entries in read order (the file's index into ``files``)."""
-
-    columns: PoolColumns
-    duplicates: int
-    files: list[str]
-    rejected: list[tuple[int, Rejected]]
-
-
-class _Header(msgspec.Struct):
-    version: str
-    size: int  # the whole file's bytes
-    arrays: dict[str, tuple[str, list[int], int]]  # name: dtype, shape, offset
-    ids: list[str]
-    outside: list[str]
-    values: dict[str, list[Any]]  # each coded column's distinct values
-    files: list[str]
-    rejected: list[tuple[int, str, str, str]]
-    duplicates: int
-
-
-def write_pool_file(path: Path, stored: StoredPool, version: str) -> None:
-    """Write ``stored`` to ``path`` atomically; an OSError or a msgspec.EncodeError (text
-    msgpack cannot hold) leaves ``path`` as it was."""
-    columns = stored.columns
-    if columns.text is not None:
-        raise ValueError("only a slim read's pool is stored (its text is not kept)")
-    arrays = {name: getattr(columns, name) for name in _ARRAYS}
-    arrays |= {f"{name}.codes": getattr(columns, name).codes for name in _CODED}
-    arrays = {name: np.ascontiguousarray(array) for name, array in arrays.items()}
-    values = {name: getattr(columns, name).values for name in _CODED}
-    rejected = [(i, r.where, r.reason, r.text) for i, r in stored.rejected]
-
-    def header(size: int, offsets: dict[str, int]) -> bytes:
-        layout = {
-            name: (a.dtype.str, list(a.shape), offsets.get(name, 0)) for name, a in arrays.items()
-        }
-        fields = (columns.ids, columns.outside, values, stored.files, rejected, stored.duplicates)
-        return msgspec.msgpack.encode(_Header(version, size, layout, *fields))
-
-    # Offsets depend on the header's length, which depends on the offsets' digits: lay
-    # out with room to spare (each offset encodes in at most 9 bytes whatever its value).
-    room = len(header(0, dict.fromkeys(arrays, 2**62))) + 16
-    offsets, at = {}, _aligned(len(MAGIC) + _LENGTH.size + room)
-    for name, array in arrays.items():
-        offsets[name] = at
-        at = _aligned(at + array.nbytes)
-    head = header(at, offsets)
-    if len(head) > room:
-        raise ValueError("pool header outgrew its room")  # cannot happen: 2**62 is the widest
-
-    def write(handle: IO[bytes]) -> None:
-        handle.write(MAGIC + _LENGTH.pack(len(head)) + head)
-        for name, array in arrays.items():
-            handle.seek(offsets[name])
-            handle.write(memoryview(array).cast("B"))  # the column's own bytes, no copy
-        handle.truncate(at)
-
-    write_atomic(path, write)
-
-
-def read_pool_file(path: Path, version: str) -> StoredPool:
-    """The pool :func:`write_pool_file` wrote at ``path``, its columns mapped; FileNotFoundError
-    without one, ValueError for a damaged or other-version file."""
-    with open(path, "rb") as handle:
-        start = handle.read(len(MAGIC) + _LENGTH.size)
-        if len(start) != len(MAGIC) + _LENGTH.size or not start.startswith(MAGIC):
-            raise ValueError("not a pool file (no magic)")
-        (length,) = _LENGTH.unpack(start[len(MAGIC) :])
-        size = os.fstat(handle.fileno()).st_size
-        if length > size:
-            raise ValueError(f"pool header of {length} bytes in a file of {size}")
-        raw = handle.read(length)
-    try:
-        head = msgspec.msgpack.decode(raw, type=_Header)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ValueError(f"pool header unreadable: {exc}") from None
-    if head.version != version:
-        raise ValueError(f"pool file version {head.version!r}, this build's {version}")
-    if head.size != size:
-        raise ValueError(f"pool file of {size} bytes, its header says {head.size}")
-    arrays: dict[str, Any] = {n: _mapped(path, *at, size) for n, at in head.arrays.items()}
-    coded: dict[str, Any] = {
-        name: Coded(arrays.pop(f"{name}.codes"), _values(name, head.values[name]))
-        for name in _CODED
-    }
-    if set(arrays) != set(_ARRAYS):  # each column by its name: none missing, none more
-        raise ValueError(f"pool file columns {sorted(arrays)}, not this build's")
-    columns = PoolColumns(ids=head.ids, outside=head.outside, text=None, **coded, **arrays)
-    _check(columns)
-    rejected = [(i, Rejected(where, reason, text)) for i, where, reason, text in head.rejected]
-    return StoredPool(columns, head.duplicates, head.files, rejected)
-
-
-def _mapped(path: Path, dtype: str, shape: list[int], offset: int, size: int) -> np.ndarray:
-    """One column of the file, mapped copy-on-write (an empty one is a plain array)."""
-    kind = np.dtype(dtype)
-    nbytes = kind.itemsize * int(np.prod(shape))
-    if offset < 0 or offset + nbytes > size:
-        raise ValueError(f"pool column at {offset} of {nbytes} bytes past the file's {size}")
-    if nbytes == 0:
-        return np.zeros(shape, kind)
-    # A plain ndarray over the mapping: the memmap subclass would ride along into every
-    # slice and result downstream.
-    return np.asarray(np.memmap(path, kind, "c", offset, tuple(shape)))
-
-
-def _values(name: str, values: list[Any]) -> list[Any]:
-    """A coded column's values as a read makes them (a tool list is a tuple)."""
-    return [tuple(v) for v in values] if name == "tools" else values
-
-
-def _check(columns: PoolColumns) -> None:
-    """Every column as long as the pool: a header and columns that disagree are damage."""
-    n, labelled = len(columns.ids), len(columns.labelled)
-    rows = ("id_hash", "score", "scored", "created", "timed", "generation", "own")
-    per_label = ("success", "label_score", "label_scored", "outcome", "key", "judged")
-    lengths = [len(getattr(columns, name)) for name in rows]
-    lengths += [len(getattr(columns, name).codes) for name in _CODED]
-    if set(lengths) - {n} or {len(getattr(columns, k)) for k in per_label} - {labelled}:
-        raise ValueError("pool columns of other lengths than its ids")
-    if len(columns.parent_start) != n + 1:
-        raise ValueError("pool parents' starts of another length than its ids")
-
-
-def _aligned(at: int) -> int:
-    return -(-at // _ALIGN) * _ALIGN

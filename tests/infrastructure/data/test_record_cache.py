@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
 import pytest
 import torch
 
+from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data import record_cache
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
 from genesis_fp16_infrastructure.data.manifest import scan_files
@@ -19,6 +24,7 @@ from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectori
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.schema import record_id_hash
 from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_replay_buffer
+from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.judging.split import id_hashes
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
@@ -505,3 +511,222 @@ def test_a_pool_without_parents_or_quarantine_round_trips(tmp_path: Path) -> Non
     warm, cache, _ = _slim(folder, tmp_path, "warm")
     assert cache.pool_hit and len(warm.columns.parent) == 0 and warm.quarantined == 0
     _same_columns(fresh, warm)
+
+
+# The pool entry attacked (issue 92): each damage below read as a hit before its entry
+# was checked; each is now a logged, counted miss whose read gives a fresh parse's pool,
+# and the read rewrites the entry, so the next read is a hit again.
+
+
+def _served_pool(tmp_path: Path) -> tuple[Path, Path, ReadResult]:
+    """A pool whose entry is written (the second read), its entry and a fresh parse."""
+    folder = _pool(tmp_path)
+    fresh, _, _ = _slim(folder, tmp_path / "fresh", "q")
+    _slim(folder, tmp_path, "cold")
+    _slim(folder, tmp_path, "second")
+    (entry,) = (tmp_path / "cache").glob("pool-*.gfpool")
+    return folder, entry, fresh
+
+
+def _miss_then_hit(
+    folder: Path, tmp_path: Path, fresh: ReadResult, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The damaged entry is a logged, counted miss giving a fresh parse's pool (examples
+    built, as a run builds them), and it is rewritten: the next read is a hit."""
+    with caplog.at_level("WARNING", logger=record_cache.__name__):
+        again, cache, _ = _slim(folder, tmp_path, "again")
+    assert not cache.pool_hit and cache.unreadable == 1 and cache.hits == 2
+    assert "pool entry" in caplog.text and "unreadable" in caplog.text
+    _same_columns(fresh, again)
+    assert [e.trajectory_id for e in again.examples] == [e.trajectory_id for e in fresh.examples]
+    healed, cache, _ = _slim(folder, tmp_path, "healed")
+    assert cache.pool_hit and cache.unreadable == 0
+    _same_columns(fresh, healed)
+
+
+def _column_at(raw: bytes, column: np.ndarray) -> int:
+    """Where a column's bytes lie in an entry, found by its values (the one place)."""
+    pattern = np.ascontiguousarray(column).tobytes()
+    assert raw.count(pattern) == 1
+    return raw.index(pattern)
+
+
+def test_a_flipped_byte_in_every_score_of_a_pool_entry_is_a_counted_miss(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One bit of each record's score flipped in the entry (a bad disk, a torn copy):
+    every score would differ from a parse's, so it is never served."""
+    folder, entry, fresh = _served_pool(tmp_path)
+    raw = bytearray(entry.read_bytes())
+    at = _column_at(bytes(raw), fresh.columns.score)
+    for k in range(len(fresh.columns)):
+        raw[at + 8 * k] ^= 1  # the lowest mantissa byte: a slightly other score
+    entry.write_bytes(bytes(raw))
+    _miss_then_hit(folder, tmp_path, fresh, caplog)
+
+
+@pytest.mark.parametrize("column", ["agent", "labelled"])
+def test_out_of_range_codes_or_rows_in_a_pool_entry_are_a_counted_miss(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, column: str
+) -> None:
+    """An agent code naming no agent, or a labelled row past the pool, in the entry's
+    bytes: served, every read's examples raised IndexError; now a miss."""
+    folder, entry, fresh = _served_pool(tmp_path)
+    raw = bytearray(entry.read_bytes())
+    if column == "agent":
+        codes = fresh.columns.agent.codes
+        at, bad = _column_at(bytes(raw), codes), len(fresh.columns.agent.values) + 5
+    else:
+        codes = fresh.columns.labelled
+        at, bad = _column_at(bytes(raw), codes), len(fresh.columns) + 7
+    raw[at : at + 8] = np.int64(bad).tobytes()
+    entry.write_bytes(bytes(raw))
+    _miss_then_hit(folder, tmp_path, fresh, caplog)
+
+
+def test_an_older_entry_of_the_same_pool_under_the_new_key_is_not_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The entry of the pool before a.json was rewritten, copied under the new pool's
+    key (same paths, other bytes): its records are a.json's old ones, so it is a miss."""
+    folder, entry, _ = _served_pool(tmp_path)
+    old = entry.read_bytes()
+    pool = json.loads((folder / "a.json").read_text())
+    for record in pool["trajectories"].values():
+        record["success_score"] = 0.5
+    (folder / "a.json").write_text(json.dumps(pool))
+    _age(folder)
+    fresh, _, _ = _slim(folder, tmp_path / "fresh-new", "q")
+    _slim(folder, tmp_path, "changed")  # a.json parsed: no pool entry written
+    _slim(folder, tmp_path, "changed-second")  # every file's own entry: the new pool's
+    (new,) = [p for p in (tmp_path / "cache").glob("pool-*.gfpool") if p != entry]
+    new.write_bytes(old)
+    _miss_then_hit(folder, tmp_path, fresh, caplog)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to a fifo", "folder"])
+def test_a_fifo_or_folder_at_the_pool_entry_is_a_counted_miss_and_never_blocks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    """A FIFO (or a link to one) where the entry was would block a plain open() until
+    someone writes to it; it is refused unopened for reading, as is a folder."""
+    folder, entry, fresh = _served_pool(tmp_path)
+    entry.unlink()
+    if kind == "fifo":
+        os.mkfifo(entry)
+    elif kind == "folder":
+        entry.mkdir()
+    else:
+        os.mkfifo(tmp_path / "elsewhere")
+        entry.symlink_to(tmp_path / "elsewhere")
+    failed: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            with caplog.at_level("WARNING", logger=record_cache.__name__):
+                again, cache, _ = _slim(folder, tmp_path, "again")
+            assert not cache.pool_hit and cache.unreadable == 1 and cache.hits == 2
+            _same_columns(fresh, again)
+        except BaseException as error:
+            failed.append(error)
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "blocked on the FIFO at the pool entry's path"
+    assert not failed, repr(failed[0])
+    assert "pool entry" in caplog.text and "unreadable" in caplog.text
+    if kind == "folder":  # not replaced by a file (the write is counted), nor pruned
+        (folder / "a.json").write_text("[]")  # another pool: the folder is an old entry
+        _age(folder)
+        manifest, _ = scan_files(folder)
+        RecordCache(tmp_path / "cache", manifest).prune()  # logged, no OSError
+        assert entry.is_dir() and "cannot remove" in caplog.text
+        return
+    assert entry.is_file() and not entry.is_symlink()  # rewritten as an entry
+    healed, cache, _ = _slim(folder, tmp_path, "healed")
+    assert cache.pool_hit
+    _same_columns(fresh, healed)
+
+
+def test_a_huge_pool_entry_is_refused_before_any_of_it_is_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sparse 256 MiB entry whose header claims nearly all of it: refused by its size
+    before a byte is read (the header was read whole first: +1.5 GiB for a 1.5 GiB one)."""
+    folder, entry, fresh = _served_pool(tmp_path)
+    size = 256 * 2**20
+    with entry.open("wb") as handle:
+        handle.write(b"GFP16POOL\n" + (size - 64).to_bytes(8, "little"))
+        handle.truncate(size)  # sparse: no disk used
+    tracemalloc.start()
+    try:
+        with caplog.at_level("WARNING", logger=record_cache.__name__):
+            again, cache, _ = _slim(folder, tmp_path, "again")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 2**20, f"{peak / 2**20:.0f} MiB allocated reading the entry"
+    assert not cache.pool_hit and cache.unreadable == 1 and cache.hits == 2
+    assert "pool entry" in caplog.text and "unreadable" in caplog.text
+    _same_columns(fresh, again)
+    assert entry.stat().st_size < 2**20  # rewritten
+    _, cache, _ = _slim(folder, tmp_path, "healed")
+    assert cache.pool_hit
+
+
+@pytest.mark.parametrize("damage", ["scores", "codes", "fifo"])
+def test_a_training_run_counts_a_damaged_pool_entry_and_writes_it_again(
+    tmp_path: Path, damage: str
+) -> None:
+    """Through the product's path (a judged se_darwin run, forced on unchanged data,
+    as ``train --resume --steps N`` runs it): flipped scores, a code naming no agent, or
+    a FIFO at the entry are a miss in ``extra.record_cache`` (never served, never an
+    IndexError, never a hang), and the next run is served from the rewritten entry."""
+    data = tmp_path / "pool"
+    data.mkdir()
+    (data / "pool.json").write_text(json.dumps(generate_pool(300, seed=2)))
+    (data / "more.json").write_text(json.dumps(generate_pool(100, seed=9, agent="qa")))
+    _age(data)
+    ckpt = tmp_path / "ck"
+
+    def run(**fields: Any) -> dict[str, int]:
+        request = TrainRequest(
+            agent="se_darwin",
+            precision="fp32",
+            precision_reason="test",
+            state_dir=tmp_path,
+            checkpoint_dir=ckpt,
+            data_path=data,
+            seed=3,
+            **{"steps": 5, "resume": True, "forced": True, **fields},
+        )
+        counts: dict[str, int] = run_plugin(plugin, request).extra["record_cache"]
+        return counts
+
+    run(resume=False, forced=False)  # each file parsed, its own entry stored
+    assert run()["pool_cached"] == 0  # every file from its entry: the pool's written
+    served = run()
+    assert served["pool_cached"] == 1
+    (entry,) = (tmp_path / "record_cache").rglob("pool-*.gfpool")
+    columns = read_trajectories(data, keep_text=False).columns
+    raw = bytearray(entry.read_bytes())
+    if damage == "scores":
+        at = _column_at(bytes(raw), columns.score)
+        for k in range(len(columns)):
+            raw[at + 8 * k] ^= 1
+        entry.write_bytes(bytes(raw))
+    elif damage == "codes":
+        at = _column_at(bytes(raw), columns.agent.codes)
+        raw[at : at + 8] = np.int64(len(columns.agent.values)).tobytes()
+        entry.write_bytes(bytes(raw))
+    else:
+        entry.unlink()
+        os.mkfifo(entry)
+    found: list[Any] = []
+    thread = threading.Thread(target=lambda: found.append(run()), daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the run blocked on the pool entry"
+    assert found and found[0] == {**served, "pool_cached": 0, "entries_unreadable": 1}
+    assert run() == served

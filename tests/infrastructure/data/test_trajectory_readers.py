@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from genesis_fp16_infrastructure.data import sources
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, new_quarantine_file
 from genesis_fp16_infrastructure.data.readers import (
     DataTooLarge,
@@ -288,6 +289,34 @@ def test_a_jsonl_line_that_is_not_utf8_is_quarantined_alone(tmp_path: Path) -> N
     assert sorted(e.trajectory_id for e in result.examples) == ["r0", "r1", "r2", "r3"]
     (entry,) = [json.loads(line) for line in quarantine.read_text().splitlines()]
     assert entry["where"] == "line 3" and "not UTF-8 text (byte 0xff at" in entry["reason"]
+
+
+@pytest.mark.parametrize("shape", ["jsonl", "streamed pool"])
+def test_a_record_whose_key_name_is_not_utf8_is_quarantined_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    """Bytes that are not UTF-8 in a key the schema does not name (or in its value):
+    msgspec skips such a field unread, so the record was kept and trained on; it is
+    quarantined alone, as a line that is not UTF-8 is, and every other record kept."""
+    records = [json.dumps(_record(f"r{i}")).encode() for i in range(4)]
+    records[1] = records[1][:-1] + b', "note\xff\xfe": 1}'
+    records[2] = records[2][:-1] + b', "extra": "\xc3("}'
+    if shape == "jsonl":
+        path = tmp_path / "pool.jsonl"
+        path.write_bytes(b"\n".join(records) + b"\n")
+        places = ["line 2", "line 3"]
+    else:  # a pool large enough to be split a window at a time (sources.STREAM_ABOVE)
+        monkeypatch.setattr(sources, "STREAM_ABOVE", 0)
+        entries = b", ".join(b'"r%d": ' % i + raw for i, raw in enumerate(records))
+        path = tmp_path / "pool.json"
+        path.write_bytes(b'{"trajectories": {' + entries + b"}}")
+        places = ["trajectories['r1']", "trajectories['r2']"]
+    quarantine = tmp_path / "q.jsonl"
+    result = read_trajectories(path, quarantine=quarantine)
+    assert sorted(e.trajectory_id for e in result.examples) == ["r0", "r3"]
+    entries = [json.loads(line) for line in quarantine.read_text().splitlines()]
+    assert [e["where"] for e in entries] == places and result.quarantined == 2
+    assert all("not UTF-8 text (byte 0x" in e["reason"] for e in entries)
 
 
 def test_data_over_the_size_limit_is_refused_before_a_record_is_read(tmp_path: Path) -> None:
