@@ -115,7 +115,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import utc_now
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock, read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import commit, rollback
-from genesis_fp16_infrastructure.contract.judging import judging_margin
+from genesis_fp16_infrastructure.contract.judging import RecordLosses, judging_margin
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -155,7 +155,7 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     for seen in (known[0], known[1], np.sort(kept["ids"])):  # asked of those still new
         still = np.flatnonzero(new)
         new[still] = ~stores.known(ids[still], seen)
-    fresh = np.flatnonzero(new).tolist()
+    fresh = _within_bound(name, store, kept, served_now, np.flatnonzero(new).tolist())
     if not fresh:
         return None
     only = [served_now.ids[i] for i in fresh]
@@ -185,6 +185,26 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     figures = figures_of(kept, float(plugin.loss_span), plugin, served_now.metrics())
     figures.update(against=previous.id, new_records=len(picked))
     return LiveReport.from_json(decide(folder, name, str(pointer.served.id), figures))
+
+
+def _within_bound(
+    name: str, store: Path, kept: Mapping[str, np.ndarray], losses: RecordLosses, fresh: list[int]
+) -> list[int]:
+    """The first of the ``fresh`` rows that the store takes within its reader's bound
+    (:func:`~.stores.room`), before the predecessor is asked to score them; the rest
+    are not watched, said in one line."""
+    named = losses.segments
+    chars = max((len(named[i][: stores.SEGMENT_CHARS]) for i in fresh), default=1) if named else 1
+    columns = [f"{side}/{m}" for m in losses.metrics() for side in ("served", "previous")]
+    fits = stores.room(kept, columns, chars, len(fresh))
+    if fits < len(fresh):
+        bound = stores.decoded_bound(JUDGED_WATCH)
+        logger.warning(
+            "%s: live watch store %s full: %d new record(s) not watched (the store holds at "
+            "most %d bytes decoded, the bound its reader enforces); its figures stand",
+            name, store, len(fresh) - fits, bound,
+        )  # fmt: skip
+    return fresh[:fits]
 
 
 def figures_of(
