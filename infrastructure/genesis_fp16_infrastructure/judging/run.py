@@ -115,7 +115,7 @@ from genesis_fp16_infrastructure.judging.served import (
     trained_ids,
 )
 from genesis_fp16_infrastructure.judging.split import HELD_OUT, sorted_unique
-from genesis_fp16_infrastructure.judging.watch import watch
+from genesis_fp16_infrastructure.judging.watch import rolled_back_to, watch
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.checkpoint_load import reusing_loads
@@ -524,6 +524,7 @@ def _comparisons(
     known = _known_segments(served)
     name, losses, reference = _judged_records(held_out, served, losses)
     on_known = _on_known(losses, served)  # the same records for every column
+    newest = _after_rollback(request, served, losses)
     golden = None
     if request.golden_data_path is not None:
         ask = replace(request, data_path=request.golden_data_path)
@@ -535,9 +536,36 @@ def _comparisons(
         if on_known is not None:  # a veto only (_on_known)
             veto = compare("known", on_known, reference, span, margin, metric)
             found.append(replace(veto, required=False))
+        if newest is not None:  # required: the evidence that rolled a model back
+            found.append(compare(NEWEST, newest, reference, span, margin, metric))
         if golden is not None:
             found.append(compare("golden", *golden, span, margin, metric))
     return found
+
+
+NEWEST = "newest"  # the judged records newer than a model the live watch rolled back
+
+
+def _after_rollback(
+    request: TrainRequest, served: Served, losses: RecordLosses
+) -> RecordLosses | None:
+    """Issue 92: the set ``newest``, the candidate's judged records that the newest model
+    the live watch rolled back to the served one did not know (:func:`~.watch.rolled_back_to`):
+    the records after it, those that showed it worse. A candidate trained on the records
+    that made the served model worse is likely worse there again, and its gain on the
+    rest (the poison's own held-out records reward it) must not excuse it: it must be
+    shown no worse on these too, a required question, so a set under ``MIN_RECORDS``
+    (no held-out record newer yet) leaves it ``undecided`` until more arrive. None: the
+    watch rolled nothing back to the served model, or kept no known records of it."""
+    anchor = rolled_back_to(Path(request.checkpoint_dir), served.id)
+    if anchor is None:
+        return None
+    newer = ~stores.known(losses.id_hashes, anchor[1])
+    logger.info(
+        "%s: judged on %d record(s) newer than %s too (rolled back: live regression)",
+        request.agent, int(newer.sum()), anchor[0],
+    )  # fmt: skip
+    return losses.take(newer)
 
 
 def _on_known(losses: RecordLosses, served: Served) -> RecordLosses | None:

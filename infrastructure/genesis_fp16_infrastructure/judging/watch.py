@@ -111,8 +111,13 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from genesis_fp16_infrastructure.agent_folder.candidates import utc_now
+from genesis_fp16_infrastructure.agent_folder.candidates import (
+    list_candidates,
+    read_verdict,
+    utc_now,
+)
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock, read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import commit, rollback
 from genesis_fp16_infrastructure.contract.judging import RecordLosses, judging_margin
@@ -205,6 +210,26 @@ def _within_bound(
             name, store, len(fresh) - fits, bound,
         )  # fmt: skip
     return fresh[:fits]
+
+
+def rolled_back_to(folder: Path, served_id: str | None) -> tuple[str, np.ndarray] | None:
+    """The newest candidate this watch rolled back to ``served_id`` (its verdict
+    ``rolled_back``, reason ``live_regression``, watched against ``served_id``) and the
+    records it knew (sorted id hashes): the records newer than it are the ones that
+    showed it worse, and the gate asks later candidates there too (judging.run). None:
+    no such candidate, or its known records are not kept (logged)."""
+    for candidate in reversed(list_candidates(folder)):
+        verdict = read_verdict(candidate)
+        if verdict.outcome != Outcome.ROLLED_BACK or verdict.reason != LIVE_REGRESSION:
+            continue
+        if (verdict.live or {}).get("against") != served_id:
+            continue
+        known = stores.read_known_ids(candidate)
+        if known is None:
+            logger.warning("rolled-back candidate %s keeps no known records", candidate.name)
+            return None
+        return candidate.name, known
+    return None
 
 
 def figures_of(
