@@ -21,7 +21,8 @@ A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
    into which the plugin trains; with ``resume``, the served checkpoint is copied in first,
    so that the plugin's resume continues the served model;
 5. the gate (:mod:`.gate`): the candidate and the served model on the same records, paired
-   (a run stopped before its end is not judged: ``undecided``);
+   (a run stopped before its end is not judged: ``undecided``); after the watch rolled a
+   model back to the served one, on the records newer than that model too (``newest``);
    the first model is served as it is; a promotion waits for the operator's pin (``held``);
    the verdict file holds the figures, ``judged_ids.npz`` the records the model knew.
 
@@ -448,7 +449,8 @@ def _decide(
     if served.losses is None:
         outcome, reason, comparisons = Outcome.PROMOTED, "the first model", _first(losses)
     else:
-        asked = _comparisons(request, served, losses, checkpoint, held_out)
+        rolled_back = rolled_back_to(Path(request.checkpoint_dir), served.id)
+        asked = _comparisons(request, served, losses, checkpoint, held_out, rolled_back)
         outcome, reason, comparisons = decide(asked)
         reason += note
     report = _verdict(
@@ -515,16 +517,18 @@ def _comparisons(
     losses: RecordLosses,
     checkpoint: Path,
     held_out: bool,
+    rolled_back: np.ndarray | None = None,
 ) -> list[Paired]:
     """Every question the gate asks, of every loss column both models have (the primary
     first: its pooled comparison is the verdict's figure), each with its column's margin;
-    :func:`~.gate.decide` settles them together (Holm over all of them)."""
+    :func:`~.gate.decide` settles them together (Holm over all of them); the records
+    newer than ``rolled_back`` also as ``newest`` (:func:`~.watch.rolled_back_to`)."""
     judged, span = served.plugin, float(served.plugin.loss_span)
     assert served.losses is not None and served.checkpoint is not None
     known = _known_segments(served)
     name, losses, reference = _judged_records(held_out, served, losses)
     on_known = _on_known(losses, served)  # the same records for every column
-    newest = _after_rollback(request, served, losses)
+    newer = None if rolled_back is None else ~stores.known(losses.id_hashes, rolled_back)
     golden = None
     if request.golden_data_path is not None:
         ask = replace(request, data_path=request.golden_data_path)
@@ -536,36 +540,11 @@ def _comparisons(
         if on_known is not None:  # a veto only (_on_known)
             veto = compare("known", on_known, reference, span, margin, metric)
             found.append(replace(veto, required=False))
-        if newest is not None:  # required: the evidence that rolled a model back
-            found.append(compare(NEWEST, newest, reference, span, margin, metric))
+        if newer is not None:  # required: the evidence that rolled a model back (watch.py)
+            found.append(compare("newest", losses.take(newer), reference, span, margin, metric))
         if golden is not None:
             found.append(compare("golden", *golden, span, margin, metric))
     return found
-
-
-NEWEST = "newest"  # the judged records newer than a model the live watch rolled back
-
-
-def _after_rollback(
-    request: TrainRequest, served: Served, losses: RecordLosses
-) -> RecordLosses | None:
-    """Issue 92: the set ``newest``, the candidate's judged records that the newest model
-    the live watch rolled back to the served one did not know (:func:`~.watch.rolled_back_to`):
-    the records after it, those that showed it worse. A candidate trained on the records
-    that made the served model worse is likely worse there again, and its gain on the
-    rest (the poison's own held-out records reward it) must not excuse it: it must be
-    shown no worse on these too, a required question, so a set under ``MIN_RECORDS``
-    (no held-out record newer yet) leaves it ``undecided`` until more arrive. None: the
-    watch rolled nothing back to the served model, or kept no known records of it."""
-    anchor = rolled_back_to(Path(request.checkpoint_dir), served.id)
-    if anchor is None:
-        return None
-    newer = ~stores.known(losses.id_hashes, anchor[1])
-    logger.info(
-        "%s: judged on %d record(s) newer than %s too (rolled back: live regression)",
-        request.agent, int(newer.sum()), anchor[0],
-    )  # fmt: skip
-    return losses.take(newer)
 
 
 def _on_known(losses: RecordLosses, served: Served) -> RecordLosses | None:

@@ -212,12 +212,15 @@ def _within_bound(
     return fresh[:fits]
 
 
-def rolled_back_to(folder: Path, served_id: str | None) -> tuple[str, np.ndarray] | None:
-    """The newest candidate this watch rolled back to ``served_id`` (its verdict
-    ``rolled_back``, reason ``live_regression``, watched against ``served_id``) and the
-    records it knew (sorted id hashes): the records newer than it are the ones that
-    showed it worse, and the gate asks later candidates there too (judging.run). None:
-    no such candidate, or its known records are not kept (logged)."""
+def rolled_back_to(folder: Path, served_id: str | None) -> np.ndarray | None:
+    """Issue 92: the records the newest model this watch rolled back to ``served_id`` knew
+    (its verdict ``rolled_back``, reason ``live_regression``, watched against
+    ``served_id``), as sorted id hashes. The records newer than it, those that showed it
+    worse, are the gate's set ``newest`` (judging.run): a candidate trained on the
+    records that made it worse is likely worse there again, and its gain elsewhere (the
+    poison's own held-out records reward it) must not excuse it, so it must be shown no
+    worse there too, a required question (fewer than two such records: ``undecided``
+    until more arrive). None: no such model, or its known records are not kept (logged)."""
     for candidate in reversed(list_candidates(folder)):
         verdict = read_verdict(candidate)
         if verdict.outcome != Outcome.ROLLED_BACK or verdict.reason != LIVE_REGRESSION:
@@ -228,7 +231,8 @@ def rolled_back_to(folder: Path, served_id: str | None) -> tuple[str, np.ndarray
         if known is None:
             logger.warning("rolled-back candidate %s keeps no known records", candidate.name)
             return None
-        return candidate.name, known
+        logger.info("judged on the records newer than %s too (rolled back)", candidate.name)
+        return known
     return None
 
 

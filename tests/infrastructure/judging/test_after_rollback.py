@@ -14,7 +14,9 @@ from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.judging.run import NEWEST, run_plugin
+from genesis_fp16_infrastructure.judging.run import run_plugin
+
+NEWEST = "newest"  # the gate's set after a rollback
 
 
 class Grouped(OneNumber):
