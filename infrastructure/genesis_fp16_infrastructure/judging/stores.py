@@ -9,9 +9,13 @@ folder's bounded reader and atomic writer (agent_folder.files):
   hashes, segments, and per loss column ``served/<metric>`` and ``previous/<metric>``,
   NaN where a record was not scored on that column), so each record counts once.
 
-An id is hashed to 64 bits by :func:`~.split.id_hashes`, the held-out split's hash too. A
-file that cannot be read is set aside and reported (agent_folder.files); the reader then
-goes on as if there were none.
+An id is hashed to 64 bits by :func:`~.split.id_hashes`, the held-out split's hash too.
+Each is read like any other cache (issue 92): a regular file within its layout bound (a
+FIFO never waited on), then every member's .npy header (name, dtype, 1-D, one length,
+and the decoded size of all together) checked before any array is decoded. A file that
+fails is set aside and reported (agent_folder.files); the reader then goes on as if
+there were none (the watch starts again). The writer holds the same decoded bound
+(:func:`room`, :func:`decoded_bound`).
 
 >>> ids = np.array([7, 3], dtype=np.uint64)
 >>> bool(known(ids, np.sort(ids)).all())

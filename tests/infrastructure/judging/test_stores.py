@@ -7,6 +7,7 @@ import io
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -62,6 +63,10 @@ def _npy_in_place(path: Path) -> None:
         np.save(handle, np.arange(10, dtype=np.uint64))
 
 
+def _save(path: Path, **arrays: Any) -> None:
+    np.savez(path, **arrays)
+
+
 WATCH = {
     "ids": np.arange(4, dtype=np.uint64),
     "served/loss": np.ones(4),
@@ -69,17 +74,17 @@ WATCH = {
 }
 DAMAGES: dict[str, Callable[[Path], None]] = {
     "npy_in_place": _npy_in_place,
-    "zero_d": lambda p: np.savez(p, ids=np.uint64(3), **{"served/loss": np.float64(1.0)}),
-    "string_ids": lambda p: np.savez(p, **{**WATCH, "ids": np.array(["a", "b", "c", "d"])}),
-    "object_column": lambda p: np.savez(
+    "zero_d": lambda p: _save(p, ids=np.uint64(3), **{"served/loss": np.float64(1.0)}),
+    "string_ids": lambda p: _save(p, **{**WATCH, "ids": np.array(["a", "b", "c", "d"])}),
+    "object_column": lambda p: _save(
         p, **{**WATCH, "served/loss": np.array([1, None, "x", 2.0], dtype=object)}
     ),
-    "string_column": lambda p: np.savez(p, **{**WATCH, "previous/loss": np.array(["1"] * 4)}),
+    "string_column": lambda p: _save(p, **{**WATCH, "previous/loss": np.array(["1"] * 4)}),
     "huge_header": lambda p: _header_only(p, "ids", "<u8", (10**12,)),
-    "unequal": lambda p: np.savez(p, **{**WATCH, "served/loss": np.ones(7)}),
-    "two_d": lambda p: np.savez(p, **{**WATCH, "served/loss": np.ones((4, 1))}),
-    "long_segments": lambda p: np.savez(p, **WATCH, segments=np.array(["x" * 65] * 4)),
-    "unknown_member": lambda p: np.savez(p, **WATCH, extra=np.ones(4)),
+    "unequal": lambda p: _save(p, **{**WATCH, "served/loss": np.ones(7)}),
+    "two_d": lambda p: _save(p, **{**WATCH, "served/loss": np.ones((4, 1))}),
+    "long_segments": lambda p: _save(p, **WATCH, segments=np.array(["x" * 65] * 4)),
+    "unknown_member": lambda p: _save(p, **WATCH, extra=np.ones(4)),
 }
 
 
