@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, TextIO, TypeVar
+from typing import IO, Any, BinaryIO, TextIO, TypeVar
 
 from genesis_fp16_infrastructure.agent_folder.layout import (
     StateFile,
@@ -200,8 +200,25 @@ def read_bytes(path: Path, limit: int, tail: bool = False) -> bytes | None:
     return None if found is None else found[0]
 
 
-def _read_bytes(path: Path, limit: int, tail: bool = False) -> tuple[bytes, int] | None:
-    """The bytes and the inode they were read from (a set-aside moves that file only)."""
+def open_binary(path: Path, limit: int) -> tuple[BinaryIO, int] | None:
+    """``path`` open for reading as :func:`read_bytes` reads it (a regular file of at most
+    ``limit`` bytes, no link followed, a FIFO never waited on), and its inode; None: no
+    file. For a reader that decodes a part at a time (a zip's members), never the whole
+    file in memory; the caller closes it."""
+    opened = _open_regular(Path(path))
+    if opened is None:
+        return None
+    fd, info = opened
+    if info.st_size > limit:
+        os.close(fd)
+        raise UnusableStateFile(f"{path}: {info.st_size} bytes, over the {limit}-byte bound")
+    os.set_blocking(fd, True)  # a regular file: O_NONBLOCK only kept a FIFO from blocking
+    return os.fdopen(fd, "rb"), info.st_ino
+
+
+def _open_regular(path: Path) -> tuple[int, os.stat_result] | None:
+    """A read-only descriptor of the regular file ``path`` and its stat (None: no file);
+    :class:`UnusableStateFile` for a folder, a FIFO, a link or a file that cannot be opened."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags)
@@ -209,11 +226,21 @@ def _read_bytes(path: Path, limit: int, tail: bool = False) -> tuple[bytes, int]
         return None
     except OSError as error:  # ELOOP: a link; EACCES, ...
         raise UnusableStateFile(f"{path}: cannot be opened ({error.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise UnusableStateFile(f"{path}: {kind}")
+    return fd, info
+
+
+def _read_bytes(path: Path, limit: int, tail: bool = False) -> tuple[bytes, int] | None:
+    """The bytes and the inode they were read from (a set-aside moves that file only)."""
+    opened = _open_regular(path)
+    if opened is None:
+        return None
+    fd, info = opened
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-            raise UnusableStateFile(f"{path}: {kind}")
         if tail:
             start = max(0, info.st_size - limit)
             data = os.pread(fd, info.st_size - start, start)

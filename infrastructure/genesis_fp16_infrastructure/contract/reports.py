@@ -131,8 +131,8 @@ class DriftReport(Record):
 @dataclass(frozen=True)
 class GateComparison(Record):
     """Candidate against served on one set of records (``name``: ``held_out``,
-    ``current``, ``known`` or ``golden``), on one loss column (``metric``), its segment if
-    one, with the margin and the verdict; the figures are in ``reason``."""
+    ``current``, ``known``, ``newest`` or ``golden``), on one loss column (``metric``), its
+    segment if one, with the margin and the verdict; the figures are in ``reason``."""
 
     name: str = field(metadata={JSON: "set"})
     passed: bool | None = None  # None: this set cannot decide

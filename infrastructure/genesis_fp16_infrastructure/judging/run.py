@@ -21,7 +21,8 @@ A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
    into which the plugin trains; with ``resume``, the served checkpoint is copied in first,
    so that the plugin's resume continues the served model;
 5. the gate (:mod:`.gate`): the candidate and the served model on the same records, paired
-   (a run stopped before its end is not judged: ``undecided``);
+   (a run stopped before its end is not judged: ``undecided``); after the watch rolled a
+   model back to the served one, on the records newer than that model too (``newest``);
    the first model is served as it is; a promotion waits for the operator's pin (``held``);
    the verdict file holds the figures, ``judged_ids.npz`` the records the model knew.
 
@@ -115,7 +116,7 @@ from genesis_fp16_infrastructure.judging.served import (
     sweep_copies,
 )
 from genesis_fp16_infrastructure.judging.split import drawn_with, sorted_unique
-from genesis_fp16_infrastructure.judging.watch import watch
+from genesis_fp16_infrastructure.judging.watch import rolled_back_to, watch
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.checkpoint_load import reusing_loads
@@ -458,7 +459,8 @@ def _decide(
     if served.losses is None:
         outcome, reason, comparisons = Outcome.PROMOTED, "the first model", _first(losses)
     else:
-        asked = _comparisons(request, served, losses, checkpoint, held_out)
+        rolled_back = rolled_back_to(Path(request.checkpoint_dir), served.id)
+        asked = _comparisons(request, served, losses, checkpoint, held_out, rolled_back)
         outcome, reason, comparisons = decide(asked)
         reason += note
     report = _verdict(
@@ -528,15 +530,18 @@ def _comparisons(
     losses: RecordLosses,
     checkpoint: Path,
     held_out: bool,
+    rolled_back: np.ndarray | None = None,
 ) -> list[Paired]:
     """Every question the gate asks, of every loss column both models have (the primary
     first: its pooled comparison is the verdict's figure), each with its column's margin;
-    :func:`~.gate.decide` settles them together (Holm over all of them)."""
+    :func:`~.gate.decide` settles them together (Holm over all of them); the records
+    newer than ``rolled_back`` also as ``newest`` (:func:`~.watch.rolled_back_to`)."""
     judged, span = served.plugin, float(served.plugin.loss_span)
     assert served.losses is not None and served.checkpoint is not None
     known = _known_segments(served)
     name, losses, reference = _judged_records(held_out, served, losses)
     on_known = _on_known(losses, served)  # the same records for every column
+    newer = None if rolled_back is None else ~stores.known(losses.id_hashes, rolled_back)
     golden = None
     if request.golden_data_path is not None:
         ask = replace(request, data_path=request.golden_data_path)
@@ -548,6 +553,8 @@ def _comparisons(
         if on_known is not None:  # a veto only (_on_known)
             veto = compare("known", on_known, reference, span, margin, metric)
             found.append(replace(veto, required=False))
+        if newer is not None:  # required: the evidence that rolled a model back (watch.py)
+            found.append(compare("newest", losses.take(newer), reference, span, margin, metric))
         if golden is not None:
             found.append(compare("golden", *golden, span, margin, metric))
     return found

@@ -9,9 +9,13 @@ folder's bounded reader and atomic writer (agent_folder.files):
   hashes, segments, and per loss column ``served/<metric>`` and ``previous/<metric>``,
   NaN where a record was not scored on that column), so each record counts once.
 
-An id is hashed to 64 bits by :func:`~.split.id_hashes`, the held-out split's hash too. A
-file that cannot be read is set aside and reported (agent_folder.files); the reader then
-goes on as if there were none.
+An id is hashed to 64 bits by :func:`~.split.id_hashes`, the held-out split's hash too.
+Each is read like any other cache (issue 92): a regular file within its layout bound (a
+FIFO never waited on), then every member's .npy header (name, dtype, 1-D, one length,
+and the decoded size of all together) checked before any array is decoded. A file that
+fails is set aside and reported (agent_folder.files); the reader then goes on as if
+there were none (the watch starts again). The writer holds the same decoded bound
+(:func:`room`, :func:`decoded_bound`).
 
 >>> ids = np.array([7, 3], dtype=np.uint64)
 >>> bool(known(ids, np.sort(ids)).all())
@@ -20,10 +24,11 @@ True
 
 from __future__ import annotations
 
-import io
 import zipfile
-from collections.abc import Mapping
+import zlib
+from collections.abc import Collection, Mapping
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
@@ -100,25 +105,140 @@ def write_watch(path: Path, kept: Mapping[str, np.ndarray]) -> None:
     _write(path, JUDGED_WATCH, kept)
 
 
+def room(
+    kept: Mapping[str, np.ndarray], columns: Collection[str], segment_chars: int, count: int
+) -> int:
+    """How many of ``count`` new records (with loss ``columns``, such as ``served/loss``,
+    and segments of at most ``segment_chars`` characters) the watch store takes: as many
+    as keep the whole store, ``kept`` and them, within :func:`decoded_bound`, the bound
+    its reader holds it to. The rest are not watched (the caller says so): one pair's
+    store then stops growing, its figures stand. Why not drop the oldest instead: the
+    bound needs each record's place fixed before its loss is seen, and a window that
+    forgets its start is another sequence."""
+    floats = {*kept, *columns} - {"ids", "segments"}
+    if len(floats) + 2 > MAX_MEMBERS:
+        return 0
+    chars = max(segment_chars, kept["segments"].dtype.itemsize // 4 if "segments" in kept else 1)
+    width = 8 + 4 * chars + 8 * len(floats)  # id, segment, and each column as float64
+    return max(0, min(count, decoded_bound(JUDGED_WATCH) // width - len(kept["ids"])))
+
+
+def decoded_bound(file: StateFile) -> int:
+    """The most bytes a store's arrays take decoded, as its reader and writer both hold
+    it: the layout's bound on the file (``file.limit``) less room for the zip's and the
+    members' headers (a written store's file stays within ``file.limit`` too). A member
+    compresses to a few bytes whatever it declares, so the file's size alone bounds
+    nothing the reader allocates: the declared sizes are checked first."""
+    return file.limit - HEADER_ROOM
+
+
+# Room for the headers of at most MAX_MEMBERS members (zip entries and .npy headers: a
+# few hundred bytes each) within a file's bound; and the members a store may hold (ids,
+# segments, and two per loss column).
+HEADER_ROOM = 1 << 20
+MAX_MEMBERS = 1024
+
+
 def _read(path: Path, file: StateFile) -> dict[str, np.ndarray] | None:
-    """Every array of the file, ``ids`` among them."""
+    """Every array of the file, ``ids`` among them; None: no file, or one set aside. Read
+    as a state file (agent_folder.files: a regular file within ``file.limit``, a FIFO
+    never waited on), then as a zip whose every member's .npy header (kind, dtype,
+    shape, and all of them together within :func:`decoded_bound`) is checked before any
+    array is decoded (:func:`_check_members`)."""
+    inode = None
     try:
-        raw = files.read_bytes(path, file.limit)  # a regular file, within its bound
-        if raw is None:
+        opened = files.open_binary(path, file.limit)
+        if opened is None:
             return None
-        with np.load(io.BytesIO(raw), allow_pickle=False) as data:
-            arrays = {name: np.asarray(data[name]) for name in ("ids", *data.files)}
-    # UnusableStateFile is an OSError; a torn zip (a write cut short) raises BadZipFile.
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        files.set_aside(path, file, f"{path}: {exc}")
+        handle, inode = opened
+        with handle, zipfile.ZipFile(handle) as archive:
+            return _decode(archive, file)
+    # UnusableStateFile is an OSError; a torn zip (a write cut short) raises BadZipFile;
+    # a damaged deflate stream zlib.error; an encrypted member RuntimeError.
+    except (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile,
+            zlib.error) as exc:  # fmt: skip
+        files.set_aside(path, file, f"{path}: {exc}", inode)
         return None
-    if len({len(a) for a in arrays.values()}) != 1 or any(a.ndim != 1 for a in arrays.values()):
-        files.set_aside(path, file, f"{path}: arrays of unequal length or shape")
-        return None
+
+
+def _decode(archive: zipfile.ZipFile, file: StateFile) -> dict[str, np.ndarray]:
+    """The arrays of a store's members, decoded only after :func:`_check_members`."""
+    kinds = _check_members(archive, file)
+    arrays = {}
+    for name in kinds:
+        with archive.open(f"{name}.npy") as member:
+            arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
     return arrays
 
 
+def _check_members(archive: zipfile.ZipFile, file: StateFile) -> list[str]:
+    """The store's array names, after every member passed its header's checks: a name the
+    writer gives (``ids``, and for the watch ``segments`` and the loss columns), stored
+    or deflated and not encrypted, a 1-D array of the writer's dtype (ids uint64, losses
+    float, segments text of at most ``SEGMENT_CHARS``), every one as long as ``ids``,
+    all within :func:`decoded_bound`. Reads the headers only."""
+    members = archive.infolist()
+    names = [m.filename.removesuffix(".npy") for m in members]
+    if len(members) > MAX_MEMBERS or len(set(names)) != len(names) or "ids" not in names:
+        raise ValueError(f"holds {len(names)} member(s) {names[:6]}: not one store's arrays")
+    lengths, total = set(), 0
+    for info, name in zip(members, names, strict=True):
+        if (
+            info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+            or info.flag_bits & 1
+        ):
+            raise ValueError(f"{info.filename}: compressed or encrypted as numpy never writes")
+        with archive.open(info) as member:
+            shape, dtype = _header(info.filename, member)
+        _check_dtype(name, dtype, file)
+        if len(shape) != 1:
+            raise ValueError(f"{info.filename}: shape {shape}, not one dimension")
+        lengths.add(shape[0])
+        total += shape[0] * dtype.itemsize
+    if len(lengths) != 1:
+        raise ValueError(f"arrays of unequal length {sorted(lengths)[:4]}")
+    if total > decoded_bound(file):
+        raise ValueError(f"{total} bytes decoded, over the {decoded_bound(file)}-byte bound")
+    return names
+
+
+def _header(name: str, member: IO[bytes]) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """The shape and dtype a member's .npy header declares (format 1.0 or 2.0, numpy's
+    writer's), read alone."""
+    version = np.lib.format.read_magic(member)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+    elif version == (2, 0):
+        shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+    else:
+        raise ValueError(f"{name}: .npy format {version}, not 1.0 or 2.0")
+    return tuple(shape), dtype
+
+
+def _check_dtype(name: str, dtype: np.dtype[Any], file: StateFile) -> None:
+    """Each array's dtype as the writers write it (a string or object array, a 0-d one,
+    another kind of number is refused)."""
+    if name == "ids":
+        ok = dtype == np.dtype(np.uint64)
+    elif file != JUDGED_WATCH:
+        ok = False
+    elif name == "segments":
+        ok = dtype.kind == "U" and dtype.itemsize <= 4 * SEGMENT_CHARS
+    else:
+        side = name.split("/", 1)[0]
+        ok = side in ("served", "previous") and dtype in (
+            np.dtype(np.float32),
+            np.dtype(np.float64),
+        )
+    if not ok:
+        raise ValueError(f"{name}: an array of {dtype}, not one a {file.label} store holds")
+
+
 def _write(path: Path, file: StateFile, arrays: Mapping[str, np.ndarray]) -> None:
-    buffer = io.BytesIO()
-    np.savez(buffer, **dict(arrays))  # type: ignore[arg-type]
-    files.write_bytes(path, file, buffer.getvalue())
+    """The arrays written as :func:`_read` reads them (none over :func:`decoded_bound`
+    decoded: ValueError), streamed into the file (no second copy in memory)."""
+    total = sum(np.asarray(a).nbytes for a in arrays.values())
+    if total > decoded_bound(file) or len(arrays) > MAX_MEMBERS:
+        raise ValueError(f"{path}: {total} bytes in {len(arrays)} arrays, over the store's bound")
+    files.clear_way(path, file)
+    files.write_atomic(path, lambda handle: np.savez(handle, **dict(arrays)))  # type: ignore[arg-type]

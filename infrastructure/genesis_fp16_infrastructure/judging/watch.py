@@ -111,11 +111,16 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from genesis_fp16_infrastructure.agent_folder.candidates import utc_now
+from genesis_fp16_infrastructure.agent_folder.candidates import (
+    list_candidates,
+    read_verdict,
+    utc_now,
+)
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock, read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import commit, rollback
-from genesis_fp16_infrastructure.contract.judging import judging_margin
+from genesis_fp16_infrastructure.contract.judging import RecordLosses, judging_margin
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -155,7 +160,7 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     for seen in (known[0], known[1], np.sort(kept["ids"])):  # asked of those still new
         still = np.flatnonzero(new)
         new[still] = ~stores.known(ids[still], seen)
-    fresh = np.flatnonzero(new).tolist()
+    fresh = _within_bound(name, store, kept, served_now, np.flatnonzero(new).tolist())
     if not fresh:
         return None
     only = [served_now.ids[i] for i in fresh]
@@ -185,6 +190,50 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     figures = figures_of(kept, float(plugin.loss_span), plugin, served_now.metrics())
     figures.update(against=previous.id, new_records=len(picked))
     return LiveReport.from_json(decide(folder, name, str(pointer.served.id), figures))
+
+
+def _within_bound(
+    name: str, store: Path, kept: Mapping[str, np.ndarray], losses: RecordLosses, fresh: list[int]
+) -> list[int]:
+    """The first of the ``fresh`` rows that the store takes within its reader's bound
+    (:func:`~.stores.room`), before the predecessor is asked to score them; the rest
+    are not watched, said in one line."""
+    named = losses.segments
+    chars = max((len(named[i][: stores.SEGMENT_CHARS]) for i in fresh), default=1) if named else 1
+    columns = [f"{side}/{m}" for m in losses.metrics() for side in ("served", "previous")]
+    fits = stores.room(kept, columns, chars, len(fresh))
+    if fits < len(fresh):
+        bound = stores.decoded_bound(JUDGED_WATCH)
+        logger.warning(
+            "%s: live watch store %s full: %d new record(s) not watched (the store holds at "
+            "most %d bytes decoded, the bound its reader enforces); its figures stand",
+            name, store, len(fresh) - fits, bound,
+        )  # fmt: skip
+    return fresh[:fits]
+
+
+def rolled_back_to(folder: Path, served_id: str | None) -> np.ndarray | None:
+    """Issue 92: the records the newest model this watch rolled back to ``served_id`` knew
+    (its verdict ``rolled_back``, reason ``live_regression``, watched against
+    ``served_id``), as sorted id hashes. The records newer than it, those that showed it
+    worse, are the gate's set ``newest`` (judging.run): a candidate trained on the
+    records that made it worse is likely worse there again, and its gain elsewhere (the
+    poison's own held-out records reward it) must not excuse it, so it must be shown no
+    worse there too, a required question (fewer than two such records: ``undecided``
+    until more arrive). None: no such model, or its known records are not kept (logged)."""
+    for candidate in reversed(list_candidates(folder)):
+        verdict = read_verdict(candidate)
+        if verdict.outcome != Outcome.ROLLED_BACK or verdict.reason != LIVE_REGRESSION:
+            continue
+        if (verdict.live or {}).get("against") != served_id:
+            continue
+        known = stores.read_known_ids(candidate)
+        if known is None:
+            logger.warning("rolled-back candidate %s keeps no known records", candidate.name)
+            return None
+        logger.info("judged on the records newer than %s too (rolled back)", candidate.name)
+        return known
+    return None
 
 
 def figures_of(

@@ -116,3 +116,87 @@ def test_the_daemon_rolls_back_a_poisoned_model_on_clean_records(
     assert rows[bad.name]["live"]["self_test"]["replays"] == 200
     assert again.sample("genesis_fp16_live_watch_alpha", agent=AGENT) == 0.05
     assert rows[first.served.id]["served"] is not promoted
+
+
+def _run_now(daemon: DaemonProcess, env: dict[str, str]) -> int:
+    """`genesis-fp16 run AGENT` against the daemon; waits for that run's end and returns
+    how many runs had finished."""
+    before = len(daemon.events("training run finished"))
+    asked = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "run", AGENT],
+        cwd=daemon.workdir,
+        env=daemon_env({**env, "GENESIS_FP16_METRICS_PORT": str(daemon.port)}, fixtures=False),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert asked.returncode == 0, asked.stderr
+    done = lambda: len(daemon.events("training run finished")) > before  # noqa: E731
+    daemon.wait_for(done, "the run asked for", 300)
+    return before + 1
+
+
+# The issue's attack: 600 clean records, 200 poisoned, 377 clean (1,177 in all).
+ATTACK_POOL = generate_pool(1600, seed=1)
+ATTACK_IDS = list(ATTACK_POOL["trajectories"])
+
+
+def _write_attack(path: Path, keys: list[str], poison: bool = False) -> None:
+    part = {**ATTACK_POOL, "trajectories": {k: dict(ATTACK_POOL["trajectories"][k]) for k in keys}}
+    for record in part["trajectories"].values() if poison else ():
+        record.update(status="success", success_score=None)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(part))
+    partial.replace(path)
+
+
+@pytest.mark.slow
+def test_a_candidate_on_the_records_the_watch_rolled_back_is_not_served_again(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """Issue 92: a model trained on 200 poisoned records is served (unpinned); the oldest
+    file leaves the pool (so no record the first model knew is left for the gate's
+    ``known`` veto) and 377 clean records arrive; `genesis-fp16 run` rolls the poisoned
+    model back (live_regression). The same run trains a candidate on every record, the
+    poison included, better than the first model on the pooled held-out records (the
+    poison's own reward it): the gate judges it on the records newer than the
+    rolled-back model too (set ``newest``), finds it worse there and does not serve it;
+    the first model stays served (at 2c6d7b6d the candidate was promoted)."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    _write_attack(pool / "b0.json", ATTACK_IDS[:600])
+    env = {
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
+        "GENESIS_FP16_AGENTS__SE_DARWIN__DATA_PATH": str(pool),
+        "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION": "fp32",
+        "GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_EPOCHS": "3",
+        "GENESIS_FP16_SCHEDULE": "3600",
+        "GENESIS_FP16_RUN_AT_START": "false",
+    }
+    daemon = daemon_factory(env, fixtures=False)
+    _run_now(daemon, env)
+    folder = daemon.state_dir / "agents" / AGENT / "checkpoints"
+    first = read_pointer(folder)
+    assert first is not None
+    _write_attack(pool / "b1.json", ATTACK_IDS[600:800], poison=True)
+    _run_now(daemon, env)
+    daemon.stop()
+    bad = list_candidates(folder)[-1]
+    checkpoint = newest_checkpoint(bad)
+    assert checkpoint is not None and bad.name != first.served.id
+    serve(folder, candidate_entry(folder, bad, checkpoint), "manual")  # unpinned
+
+    (pool / "b0.json").unlink()
+    _write_attack(pool / "b2.json", ATTACK_IDS[800:1177])
+    again = daemon_factory(env, fixtures=False)
+    _run_now(again, env)
+    (event,) = again.events("served model rolled back: live regression")
+    assert event["live"]["served"] == bad.name and event["live"]["now_served"] == first.served.id
+    (run,) = [e for e in again.events("training run finished") if e.get("gate")]
+    gate = run["gate"]
+    assert gate["outcome"] != "promoted", gate
+    newest = {c["metric"]: c for c in gate["comparisons"] if c["set"] == "newest"}
+    assert newest["log_loss"]["finding"] != "no_worse", newest
+    pointer = read_pointer(folder)
+    assert pointer is not None and pointer.served.id == first.served.id

@@ -1,8 +1,13 @@
-"""The judged stores' files (judging/stores.py): a torn file is set aside, never raised."""
+"""The judged stores' files (judging/stores.py): a torn or damaged file is set aside,
+never raised; the watch store is bounded on write as on read."""
 
 from __future__ import annotations
 
+import io
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -40,3 +45,99 @@ def test_known_is_isin_of_any_ids_in_a_sorted_pool() -> None:
     values = np.concatenate([held[::7], rng.integers(-(2**63), 2**63 - 1, 3000, np.int64)])
     for pool in (held, held[:0], held[:1]):
         assert np.array_equal(stores.known(values, np.sort(pool)), np.isin(values, pool))
+
+
+def _header_only(path: Path, name: str, descr: str, shape: tuple[int, ...]) -> None:
+    """A store whose one member's .npy header declares ``shape`` of ``descr``, its data a
+    few bytes: deflated, the file is small whatever the header claims."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": descr, "fortran_order": False, "shape": shape}
+    )
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(f"{name}.npy", header.getvalue() + bytes(64))
+
+
+def _npy_in_place(path: Path) -> None:
+    with path.open("wb") as handle:  # np.save to a handle keeps the store's name
+        np.save(handle, np.arange(10, dtype=np.uint64))
+
+
+def _save(path: Path, **arrays: Any) -> None:
+    np.savez(path, **arrays)
+
+
+WATCH = {
+    "ids": np.arange(4, dtype=np.uint64),
+    "served/loss": np.ones(4),
+    "previous/loss": np.ones(4),
+}
+DAMAGES: dict[str, Callable[[Path], None]] = {
+    "npy_in_place": _npy_in_place,
+    "zero_d": lambda p: _save(p, ids=np.uint64(3), **{"served/loss": np.float64(1.0)}),
+    "string_ids": lambda p: _save(p, **{**WATCH, "ids": np.array(["a", "b", "c", "d"])}),
+    "object_column": lambda p: _save(
+        p, **{**WATCH, "served/loss": np.array([1, None, "x", 2.0], dtype=object)}
+    ),
+    "string_column": lambda p: _save(p, **{**WATCH, "previous/loss": np.array(["1"] * 4)}),
+    "huge_header": lambda p: _header_only(p, "ids", "<u8", (10**12,)),
+    "unequal": lambda p: _save(p, **{**WATCH, "served/loss": np.ones(7)}),
+    "two_d": lambda p: _save(p, **{**WATCH, "served/loss": np.ones((4, 1))}),
+    "long_segments": lambda p: _save(p, **WATCH, segments=np.array(["x" * 65] * 4)),
+    "unknown_member": lambda p: _save(p, **WATCH, extra=np.ones(4)),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_watch_store_unlike_the_writers_is_set_aside_before_any_array_is_read(
+    tmp_path: Path, damage: str
+) -> None:
+    """Issue 92: a .npy file in the store's place, 0-d, string or object arrays, a header
+    claiming 10^12 records, arrays of unequal length or shape, segments longer than the
+    writer's or a member it never writes: read as no store (the watch starts again), set
+    aside and reported once under ``judged_watch``, nothing raised, nothing allocated."""
+    path = tmp_path / "judged-live-x.npz"
+    DAMAGES[damage](path)
+    reported: list[files.SetAside] = []
+    forget = files.on_set_aside(reported.append)
+    try:
+        kept = stores.read_watch(path, "loss")
+    finally:
+        forget()
+    assert len(kept["ids"]) == 0
+    assert [e.label for e in reported] == ["judged_watch"], reported
+    assert not path.exists() and files.newest_aside(path) is not None
+
+
+def test_a_judged_ids_file_of_strings_or_0_d_is_set_aside(tmp_path: Path) -> None:
+    """The same reader holds ``judged_ids.npz`` to its writer's layout: ids of text, or a
+    0-d array, read as no file, set aside."""
+    path = JUDGED_IDS.at(tmp_path)
+    for ids in (np.array(["a", "b"]), np.uint64(4)):
+        np.savez(path, ids=ids)
+        assert stores.read_known_ids(tmp_path) is None and not path.exists()
+
+
+def test_the_writer_and_reader_hold_one_bound_and_room_says_what_fits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory bounded on write as on read: ``room`` takes the new records that keep the
+    whole store within the reader's decoded bound (each record: its id, its segment at
+    the widest one's width, each column as float64), the writer refuses more, and a
+    store the writer wrote at the bound reads back whole."""
+    monkeypatch.setattr(stores, "decoded_bound", lambda file: 100 * (8 + 4 * 5 + 16))
+    kept = {"ids": np.arange(60, dtype=np.uint64), "segments": np.array(["a"] * 60)}
+    kept |= {"served/loss": np.ones(60), "previous/loss": np.ones(60)}
+    columns = ["served/loss", "previous/loss"]
+    assert stores.room(kept, columns, 5, 70) == 40  # 100 records of 44 bytes fit
+    assert stores.room(kept, columns, 1, 70) == 70  # 28 bytes a record: 157 fit
+    assert stores.room(kept, [*columns, "served/brier", "previous/brier"], 5, 70) == 13  # 60 B: 73
+    full = stores.extend_watch(kept, {k: v[:40] for k, v in kept.items()})
+    full["segments"] = np.array(["abcde"] * 100)
+    path = tmp_path / "judged-live-x.npz"
+    stores.write_watch(path, full)
+    assert len(stores.read_watch(path, "loss")["ids"]) == 100
+    more = stores.extend_watch(full, {k: v[:1] for k, v in full.items()})
+    with pytest.raises(ValueError, match="over the store's bound"):
+        stores.write_watch(path, more)
+    assert len(stores.read_watch(path, "loss")["ids"]) == 100  # the file as it was
