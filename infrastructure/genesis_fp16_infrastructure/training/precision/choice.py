@@ -24,17 +24,39 @@ the rules the run itself follows (``training.run.calibration`` times the rows,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeVar
 
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
     PrecisionName,
 )
 
-if TYPE_CHECKING:  # reports holds the records and imports this module for their rules
-    from genesis_fp16_infrastructure.training.reports import Measured
+
+class Measured(Protocol):
+    """A timed row as the rules read it: ``training.reports.Measured``, which imports this
+    module for its rules (so it is named here by its shape, not imported)."""
+
+    @property
+    def precision(self) -> PrecisionName: ...
+    @property
+    def execution(self) -> str: ...
+    @property
+    def median_ms(self) -> float: ...
+    @property
+    def p10_ms(self) -> float: ...
+    @property
+    def p90_ms(self) -> float: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def samples(self) -> int: ...
+    @property
+    def spread(self) -> float: ...
+    def describe(self) -> str: ...
+
+
+Row = TypeVar("Row", bound=Measured)
 
 MARGIN = 0.05
 """A measured ``auto`` prefers a more robust precision whose step is this close to the fastest."""
@@ -91,15 +113,17 @@ def choose(rows: Iterable[Measured], margin: float = MARGIN) -> tuple[PrecisionN
     return chosen.precision, chosen.execution, why
 
 
-def _pick(rows: Sequence[Measured], margin: float) -> Measured:
-    """The row :func:`choose` picks (its figures say why)."""
-    fastest = min(rows, key=lambda r: r.median_ms)
-    near = {r.precision for r in rows if r.median_ms <= fastest.median_ms * (1 + margin)}
+def _pick(
+    rows: Sequence[Row], margin: float, ms: Callable[[Row], float] = lambda r: r.median_ms
+) -> Row:
+    """The row :func:`choose` picks, each row taken at ``ms`` (its median)."""
+    fastest = min(map(ms, rows))
+    near = {r.precision for r in rows if ms(r) <= fastest * (1 + margin)}
     precision = next(name for name in PRECISIONS if name in near)
-    return min((r for r in rows if r.precision == precision), key=lambda r: r.median_ms)
+    return min((r for r in rows if r.precision == precision), key=ms)
 
 
-def among(rows: Iterable[Measured], candidates: Iterable[str]) -> tuple[Measured, ...]:
+def among(rows: Iterable[Row], candidates: Iterable[str]) -> tuple[Row, ...]:
     """The rows of ``candidates`` only: what a request that times those may read.
 
     >>> from genesis_fp16_infrastructure.training.reports import Measured
@@ -120,13 +144,12 @@ def decision_holds(rows: Sequence[Measured], margin: float = MARGIN) -> bool:
         return False
     chosen = _pick(rows, margin)
 
-    def worst(row: Measured) -> Measured:
+    def worst(row: Measured) -> float:
         if row.p10_ms <= 0:  # spread not known (a row made by hand): its median
-            return row
-        return replace(row, median_ms=row.p90_ms if row is chosen else row.p10_ms)
+            return row.median_ms
+        return row.p90_ms if row is chosen else row.p10_ms
 
-    again = _pick([worst(r) for r in rows], margin)
-    return (again.precision, again.execution) == (chosen.precision, chosen.execution)
+    return _pick(rows, margin, worst) is chosen
 
 
 def under_load(rows: Iterable[Measured]) -> str | None:
@@ -155,6 +178,7 @@ def reuse_refused(rows: Sequence[Measured], margin: float = MARGIN) -> str | Non
     >>> bf16 = Measured("bf16", "eager", 2.49, 2.1, 3.0, 20, p10_ms=2.22, p90_ms=2.75)
     >>> reuse_refused([fp32, bf16])[:44]  # fp32's p90 3.4 against bf16's p10 2.22
     'taken under load (fp32 eager p90/p10 1.71 > '
+    >>> from dataclasses import replace
     >>> print(reuse_refused([replace(fp32, p10_ms=1.29, p90_ms=2.21), bf16]))  # 1.71, clear
     None
 
