@@ -103,7 +103,7 @@ def _show(args: argparse.Namespace, agent: str, folder: AgentFolder) -> int:
     else:
         print(describe(memory) or f"{agent}: no precision demotion remembered")
         table = None if calibration is None else calibration.table()
-        said = other.describe() if other is not None else None
+        said = f"auto: {other.describe()}" if other is not None else None
         print(_describe_calibration(problem or table or said, host))
         print(next_run)
         print(_describe_verdicts(verdicts, host))

@@ -88,8 +88,8 @@ class OtherRelease:
         """What the next ``auto`` run does about it, and why."""
         if self.newer:
             return (
-                "next auto run: measures for itself and keeps its measurement only for "
-                "that run: it does not write over a newer release's record (`precision "
+                "next auto run: measures for itself, as every auto run does while this file "
+                "is here, and does not write over a newer release's record (`precision "
                 "reset` forgets it; then this release keeps its own)"
             )
         return "next auto run: measures again and replaces it (an earlier release's record)"

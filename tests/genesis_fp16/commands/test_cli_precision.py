@@ -409,7 +409,8 @@ def test_a_record_of_a_newer_release_is_shown_as_such_and_kept_by_train(
     assert main(["precision", "show", "rlhf_ppo"]) == 0
     text = capsys.readouterr().out
     whose = f"is of version {CACHE_VERSION + 1}, a newer release's (this release reads"
-    assert whose in text and "no measurement of 'auto' cached" not in text
+    assert f"auto: the kept measurement at {path} {whose}" in text, text
+    assert "no measurement of 'auto' cached" not in text
     ran = _train(here)
     assert (
         f"{whose} version {CACHE_VERSION}): measured again, not written over it"
