@@ -143,7 +143,10 @@ def _server_address() -> str:
             return found[1]
         folder = tempfile.mkdtemp(prefix="cli-fork-")
         address = os.path.join(folder, "socket")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+        # This checkout's source roots first: in a git worktree the venv's editable install
+        # points at another checkout, whose library the server would otherwise preimport.
+        roots = [ROOT, ROOT / "agents", ROOT / "infrastructure", ROOT / "tests"]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, roots))}
         server = subprocess.Popen(
             [sys.executable, "-c", f"import cli_fork; cli_fork.serve({address!r})"],
             env=env,

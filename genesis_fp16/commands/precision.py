@@ -2,9 +2,10 @@
 
 ``show`` prints the precision guard's remembered demotion, when ``auto`` was measured
 the timing table and the choice (with what it cost, and why it replaced the one kept
-before: the key fields that changed, each with both values), the captured step's
-verdicts against eager, and the loss scale carried to the next fp16 run, and the flight
-recorder's fault bundles.
+before: the key fields that changed, each with both values), or that the kept file is
+another release's, then what the next ``auto`` run will do with it and why, the captured
+step's verdicts against eager, and the loss scale carried to the next fp16 run, and the
+flight recorder's fault bundles.
 ``reset`` forgets them all but the bundles (evidence, bounded by their own folder), so
 the agent's next run (in a running daemon too: both are read at the start of every
 run) asks for its configured precision and, for ``auto``, measures again.
@@ -64,6 +65,8 @@ def _show(args: argparse.Namespace, agent: str, folder: AgentFolder) -> int:
     # them; a problem: why the file was unusable (set aside; the next run does it again).
     calibration, problem = _read_kept(folder.calibration, "the next auto run measures again")
     shown_calibration = {"error": problem} if problem else calibration and calibration.to_json()
+    # Another release's file is read by neither: said as such, and kept.
+    other = folder.calibration_of_another_release() if calibration is None else None
     try:
         memory = folder.precision_memory()
     except ValueError as exc:
@@ -74,11 +77,24 @@ def _show(args: argparse.Namespace, agent: str, folder: AgentFolder) -> int:
     # What this host can measure, asked only when nothing is cached (it imports torch).
     host = _host() if (calibration is None and problem is None) or not verdicts else None
     bundles = folder.fault_bundles()
+    if calibration is not None:
+        next_run = calibration.next_run()
+    elif other is not None:
+        next_run = other.next_run()
+    else:
+        next_run = _next_run_without_record(problem, host)
+    if memory is not None:
+        next_run += (
+            f"; the remembered demotion then raises a pick less robust than "
+            f"{memory.demoted_to} to {memory.demoted_to}"
+        )
     if args.json:
         shown = {
             "host": host,
             "demotion": memory.to_json() if memory else None,
             "calibration": shown_calibration,
+            "calibration_of_another_release": other and other.to_json(),
+            "next_auto_run": next_run,
             "captured_step_verdicts": verdicts,
             "carried_loss_scale": None if carried is None else carried.__dict__,
             "fault_bundles": bundles,
@@ -87,7 +103,9 @@ def _show(args: argparse.Namespace, agent: str, folder: AgentFolder) -> int:
     else:
         print(describe(memory) or f"{agent}: no precision demotion remembered")
         table = None if calibration is None else calibration.table()
-        print(_describe_calibration(problem or table, host))
+        said = f"auto: {other.describe()}" if other is not None else None
+        print(_describe_calibration(problem or table or said, host))
+        print(next_run)
         print(_describe_verdicts(verdicts, host))
         if carried is None:
             print("loss scale: none carried (the next fp16 run starts at its initial scale)")
@@ -175,6 +193,15 @@ def _describe_calibration(shown: str | None, host: dict[str, bool] | None) -> st
             "only fp32 natively): auto runs fp32"
         )
     return _NOT_MEASURED
+
+
+def _next_run_without_record(problem: str | None, host: dict[str, bool] | None) -> str:
+    """What the next ``auto`` run does with no measurement kept, and why."""
+    if problem is not None:
+        return "next auto run: measures again (the kept file was unusable, set aside)"
+    if host is not None and not any(host.values()):
+        return "next auto run: times nothing and runs fp32 (the only native precision here)"
+    return "next auto run: measures (no measurement kept)"
 
 
 def _read_kept(read: Callable[[Callable[[SetAside], None]], T], then: str) -> tuple[T, str | None]:

@@ -285,6 +285,11 @@ class AgentFolder:
         (set aside, reported, and told to ``unusable``)."""
         return records.read_calibration(self.calibration_path, unusable)
 
+    def calibration_of_another_release(self) -> records.OtherRelease | None:
+        """The calibration file when another release wrote it (kept; its rows are not
+        read here: :class:`~.records.OtherRelease`); None: none, or this release's."""
+        return records.other_release(self.calibration_path)
+
     def capture_verdicts(self, unusable: files.Listener | None = None) -> dict[str, CaptureVerdict]:
         """The captured step's kept verdicts by key id; {} without a usable file."""
         return records.read_capture_verdicts(self.verification_path, unusable)

@@ -4,6 +4,7 @@ also reports) and the captured step's verdicts. Read here, without torch, so the
 ``precision`` command reads them as the run does, never by string keys::
 
     calibration = read_calibration(path)   # None: none, another version, or set aside
+    other = other_release(path)            # another version's, said and kept
     verdicts = read_capture_verdicts(path)  # {key id: CaptureVerdict}
 """
 
@@ -44,15 +45,71 @@ class CaptureVerdict(Record):
 def read_calibration(path: Path, unusable: files.Listener | None = None) -> Calibration | None:
     """The calibration kept at ``path`` (the typed record of
     :mod:`~genesis_fp16_infrastructure.training.reports`), whatever its key; None: none,
-    one of an earlier version (measured again), or an unusable one (set aside, reported)."""
+    one of another version (:func:`other_release` says which), or an unusable one (set
+    aside, reported)."""
 
     def decode(data: Any) -> Calibration | None:
         version = data.get("version")
         if isinstance(version, int) and version != CACHE_VERSION:
-            return None  # written by another release: measured again, then replaced
+            return None  # written by another release: other_release says which
         return Calibration.from_json(data)
 
     return files.load(Path(path), CALIBRATION, decode, unusable)
+
+
+@dataclass(frozen=True)
+class OtherRelease:
+    """A calibration file of another version than this release's (``version``): this
+    release cannot read its rows and never trusts them. An earlier release's record is
+    obsolete here: the next ``auto`` run measures again and replaces it, saying so. A
+    newer release's is kept as it is (after a downgrade, the upgrade back reuses it):
+    each ``auto`` run measures for itself and writes nothing over it.
+
+    >>> OtherRelease(Path("calibration.json"), CACHE_VERSION + 1).newer
+    True
+    """
+
+    path: Path
+    version: int
+
+    @property
+    def newer(self) -> bool:
+        return self.version > CACHE_VERSION
+
+    def describe(self) -> str:
+        """The record, said as what it is (``precision show``, a run's reason)."""
+        whose = "a newer release's" if self.newer else "an earlier release's"
+        return (
+            f"the kept measurement at {self.path} is of version {self.version}, {whose} "
+            f"(this release reads version {CACHE_VERSION})"
+        )
+
+    def next_run(self) -> str:
+        """What the next ``auto`` run does about it, and why."""
+        if self.newer:
+            return (
+                "next auto run: measures for itself, as every auto run does while this file "
+                "is here, and does not write over a newer release's record (`precision "
+                "reset` forgets it; then this release keeps its own)"
+            )
+        return "next auto run: measures again and replaces it (an earlier release's record)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": str(self.path), "version": self.version, "newer": self.newer}
+
+
+def other_release(path: Path) -> OtherRelease | None:
+    """The calibration file at ``path`` when another release wrote it (its ``version`` is
+    not this release's); None: none, this release's, or unusable (set aside by
+    :func:`read_calibration`, which a reader calls first)."""
+
+    def decode(data: Any) -> OtherRelease | None:
+        version = data.get("version") if isinstance(data, dict) else None
+        if isinstance(version, int) and version != CACHE_VERSION:
+            return OtherRelease(Path(path), version)
+        return None
+
+    return files.load(Path(path), CALIBRATION, decode)
 
 
 def read_capture_verdicts(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -27,6 +27,21 @@ from genesis_fp16_infrastructure.record_codec import (
     JSON,
     Record,
     encode_record,
+)
+from genesis_fp16_infrastructure.training.precision.choice import (
+    LOAD_BOUND as LOAD_BOUND,
+)
+from genesis_fp16_infrastructure.training.precision.choice import (
+    LOAD_SAMPLES as LOAD_SAMPLES,
+)
+from genesis_fp16_infrastructure.training.precision.choice import (
+    REVALIDATE,
+    among,
+    choose,
+    reuse_refused,
+)
+from genesis_fp16_infrastructure.training.precision.choice import (
+    under_load as under_load,
 )
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
@@ -82,21 +97,6 @@ class FaultBundle(Record):
 # windows (replays only), the cost's breakdown, and why it replaced the one kept before
 CACHE_VERSION = 4
 
-LOAD_BOUND = 1.5
-"""A row whose p90 step is more than this times its p10 step was timed under load.
-
-The same step on the same batches repeats closely on a quiet host (figures in
-``docs/daemon.md``, "auto"), while ``auto`` picks between medians that differ by
-``MARGIN`` (5%). A spread of 1.5 is ten times that: other work took the CPU or GPU
-during the timed steps, and which precision won may say more about the neighbours than
-about the precisions. Such a measurement is used for its run but never reused: the next
-run measures again. Only the timed samples count (steady-state steps or replays, never a
-warm-up or a capture), and only a row with at least :data:`LOAD_SAMPLES` of them."""
-
-LOAD_SAMPLES = 4
-"""The fewest samples whose p10 and p90 say anything about load: a row with fewer is
-never called loaded (its spread is still reported)."""
-
 
 @dataclass(frozen=True)
 class Measured(Record):
@@ -128,21 +128,6 @@ class Measured(Record):
         """``fp32 eager 1.9 ms (1.8-2.3)``: the median, then p10-p90."""
         spread = "" if math.isnan(self.spread) else f" ({_ms(self.p10_ms)}-{_ms(self.p90_ms)})"
         return f"{self.precision} {self.execution} {_ms(self.median_ms)} ms{spread}"
-
-
-def under_load(rows: Iterable[Measured]) -> str | None:
-    """Why a calibration's ``rows`` were timed under load (:data:`LOAD_BOUND`), naming
-    each row past it; None when every row is steady (or its spread unknown).
-
-    >>> row = Measured("bf16", "eager", 35.2, 33.0, 60.0, 10, p10_ms=33.0, p90_ms=55.0)
-    >>> under_load([row])
-    'taken under load (bf16 eager p90/p10 1.67 > 1.5)'
-    """
-    loaded = [r for r in rows if (r.samples or r.steps) >= LOAD_SAMPLES and r.spread > LOAD_BOUND]
-    if not loaded:
-        return None
-    named = ", ".join(f"{r.precision} {r.execution} p90/p10 {r.spread:.2f}" for r in loaded)
-    return f"taken under load ({named} > {LOAD_BOUND:g})"
 
 
 def _ms(value: float) -> str:
@@ -193,14 +178,20 @@ class Calibration(Record):
 
     def table(self) -> str:
         """The measurement as ``genesis-fp16 precision show`` prints it: the reason, each
-        row's median and spread against fp32 (the chosen one marked), the rows not timed
-        and why, its cost, why it was measured and its key."""
+        row's median and spread against fp32 (the chosen one marked, a row outside its
+        candidates marked ignored), the rows not timed and why, its cost, why it was
+        measured and its key."""
         fp32 = next((r.median_ms for r in self.rows if r.precision == "fp32"), None)
         header = "precision  execution   median ms   p10-p90 ms          vs fp32"
         lines = [f"auto: {self.reason}", header]
+        candidates = self.candidates()
+        choice = self._rows_choice(candidates)
         for r in self.rows:
-            picked = r.precision == self.chosen and r.execution == self.execution
+            # Marked where its candidates' rows choose it and the record says the same.
+            picked = r is choice and (r.precision, r.execution) == (self.chosen, self.execution)
             mark = "  <- chosen" if picked else ""
+            if r.precision not in candidates:
+                mark = f"  (not among its candidates, {','.join(candidates)}: ignored)"
             ratio = fp32 / r.median_ms if fp32 is not None and r.median_ms else float("nan")
             spread = f"{r.p10_ms:.3f}-{r.p90_ms:.3f}" if r.p10_ms > 0 else "-"
             lines.append(
@@ -217,6 +208,49 @@ class Calibration(Record):
             lines.append(f"measured because: {self.remeasured}")
         lines.append("keyed by: " + ", ".join(f"{k}={v}" for k, v in sorted(self.key.items())))
         return "\n".join(lines)
+
+    def candidates(self) -> tuple[str, ...]:
+        """The precisions it timed for (its key's ``candidates``): a run reads only their rows."""
+        return tuple(n for n in str(self.key.get("candidates", "")).split(",") if n)
+
+    def reusable_winner(self, candidates: Sequence[str]) -> Measured | str:
+        """The row a run that times ``candidates`` would train in, which it times again
+        before it reuses this measurement; a str: why it may not (it is measured again).
+        Only the rows of ``candidates`` are read; they must choose what the record says it
+        chose (an edited row does not decide), and load must not have made the choice."""
+        rows = among(self.rows, candidates)
+        choice = self._rows_choice(candidates)
+        if choice is None:
+            return "the kept measurement has no fp32 row among its candidates"
+        if (choice.precision, choice.execution) != (self.chosen, self.execution):
+            return (
+                f"the kept rows choose {choice.precision} {choice.execution}, the record says "
+                f"{self.chosen} {self.execution}"
+            )
+        refused = reuse_refused(rows)
+        if refused is not None:
+            return f"the kept measurement was {refused}"
+        return choice
+
+    def _rows_choice(self, candidates: Sequence[str]) -> Measured | None:
+        """The row ``choose`` picks among the rows of ``candidates``; None without fp32's."""
+        rows = among(self.rows, candidates)
+        if not any(r.precision == "fp32" for r in rows):
+            return None
+        precision, execution, _ = choose(rows)
+        return next(r for r in rows if (r.precision, r.execution) == (precision, execution))
+
+    def next_run(self) -> str:
+        """What the next ``auto`` run does with this measurement, and why (``precision show``)."""
+        winner = self.reusable_winner(self.candidates())
+        if isinstance(winner, str):
+            return f"next auto run: measures again ({winner})"
+        return (
+            f"next auto run: times {winner.precision} {winner.execution} again, the row its "
+            f"candidates' rows choose; within {REVALIDATE:.0%} of the kept "
+            f"{winner.median_ms:.3f} ms it reuses this measurement and trains in "
+            f"{winner.precision}, else (or if a field of its key changed) it measures again"
+        )
 
     def cache_json(self) -> dict[str, Any]:
         """The cache file's: ``cached`` and ``revalidated`` are about a run that reused

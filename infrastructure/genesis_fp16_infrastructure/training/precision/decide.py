@@ -6,9 +6,11 @@ Every precision choice of the project is made here, from one :class:`PrecisionRe
   GPU without it); on a CPU without native 16-bit arithmetic it runs with a warning;
 - ``auto`` by the device rule (fp16 on CUDA, bf16 on a CPU with native bf16, else fp32),
   less the precisions the request excludes (a red probe verdict);
-- ``auto`` by measurement (``mode="measure"``): given the timed rows of a calibration,
-  the most robust precision within :data:`MARGIN` of the fastest row, in its faster
-  execution (eager or captured), which the answer carries as ``execution``; under
+- ``auto`` by measurement (``mode="measure"``): given the timed rows of a calibration
+  (only those of the precisions the request would time, :func:`auto_candidates`: a row
+  of any other is never read), the most robust precision within :data:`MARGIN` of the
+  fastest row, in its faster execution (eager or captured), which the answer carries as
+  ``execution`` (``choice.choose``); under
   torchrun, or with nothing timed, the rule, with the same exclusions;
 - the floor: the precision guard's next rung after a demotion (:func:`next_precision`,
   along its ladder), or its memory of one across runs, raises a less robust pick to the
@@ -34,7 +36,7 @@ here, and every caller sees the patch: they call it through this module)::
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -42,6 +44,11 @@ import torch
 
 from genesis_fp16_infrastructure.agent_folder.records import read_calibration
 from genesis_fp16_infrastructure.errors import PrecisionError
+
+# The choice from timed rows is torch-free (precision show follows it); decided here.
+from genesis_fp16_infrastructure.training.precision.choice import MARGIN as MARGIN
+from genesis_fp16_infrastructure.training.precision.choice import among
+from genesis_fp16_infrastructure.training.precision.choice import choose as choose
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
     GuardConfig,
@@ -52,7 +59,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionRequest as PrecisionRequest,
 )
-from genesis_fp16_infrastructure.training.reports import Measured, under_load
+from genesis_fp16_infrastructure.training.reports import Measured
 
 DEVICE_TYPES: tuple[str, ...] = ("cpu", "cuda")
 
@@ -144,10 +151,6 @@ def same_device(a: torch.device, b: torch.device) -> bool:
     return a.index is None or b.index is None or a.index == b.index
 
 
-MARGIN = 0.05
-"""A measured ``auto`` prefers a more robust precision whose step is this close to the fastest."""
-
-
 @dataclass(frozen=True)
 class ResolvedPrecision:
     """The answer to a precision request: ``used`` is what runs, ``reason`` says why.
@@ -187,7 +190,7 @@ def decide(
             raise ValueError(f"timings are for precision 'auto', not {request.requested!r}")
         pick = _explicit(request.requested, caps, request.basis)
     elif timings:
-        pick = _measured(request, timings, caps.device_type)
+        pick = _measured(request, timings, caps)
     elif request.measures and ranks > 1:
         why = "not measured under torchrun (ranks could choose differently)"
         pick = _by_rule(replace(request, note=_joined(why, request.note)), caps)
@@ -285,39 +288,6 @@ def auto_candidates(
     return candidates, skipped
 
 
-def choose(rows: Iterable[Measured], margin: float = MARGIN) -> tuple[PrecisionName, str, str]:
-    """The most robust precision within ``margin`` of the fastest row, in its faster
-    execution: (precision, execution, why). Rows are (precision, execution) timings."""
-    rows = list(rows)
-    fastest = min(rows, key=lambda r: r.median_ms)
-    near = {r.precision for r in rows if r.median_ms <= fastest.median_ms * (1 + margin)}
-    precision = next(name for name in PRECISIONS if name in near)
-    chosen = min((r for r in rows if r.precision == precision), key=lambda r: r.median_ms)
-    fp32 = [r for r in rows if r.precision == "fp32"]  # the reference: eager, else its only row
-    base = next((r for r in fp32 if r.execution == "eager"), fp32[0] if fp32 else None)
-    if base is None:
-        raise ValueError("precision calibration: fp32 was not timed")
-    why = (
-        f"auto -> {chosen.precision}, {chosen.execution}: measured "
-        f"{base.median_ms / chosen.median_ms:.2f}x fp32 {base.execution} "
-        f"(median {chosen.median_ms:.3f} ms against {base.median_ms:.3f} ms)"
-    )
-    other = [r for r in rows if r.precision == precision and r is not chosen]
-    if other:
-        why += f"; {precision} {other[0].execution} {other[0].median_ms:.3f} ms"
-    if fastest.precision != chosen.precision:
-        why += (
-            f"; {fastest.precision} was {chosen.median_ms / fastest.median_ms:.2f}x faster, "
-            f"within the {margin:.0%} margin that prefers the more robust precision"
-        )
-    # Every row, the precisions not chosen included: what the choice was made against.
-    why += "; timed, median (p10-p90): " + ", ".join(r.describe() for r in rows)
-    loaded = under_load(rows)
-    if loaded is not None:
-        why += f"; {loaded}: not reused, measured again at the next run"
-    return chosen.precision, chosen.execution, why
-
-
 def planned_precision(
     request: PrecisionRequest,
     device: torch.device | str,
@@ -346,13 +316,15 @@ def planned_precision(
 
 
 def _measured(
-    request: PrecisionRequest, timings: Sequence[Measured], device_type: str
+    request: PrecisionRequest, timings: Sequence[Measured], caps: DeviceCapabilities
 ) -> ResolvedPrecision:
-    # fp32 is never excluded; a kept measurement may hold a row the probe has since marked red.
-    rows = [r for r in timings if r.precision == "fp32" or r.precision not in request.excluded]
+    # Only the rows of what this request would time: never a row of a precision the device
+    # lacks (a kept file's planted fp16 row on a CPU without it), nor one the probe has
+    # since excluded (fp32 never is).
+    rows = among(timings, auto_candidates(caps, request.excluded)[0])
     used, execution, why = choose(rows)
     reason = _joined(why, request.note)
-    return ResolvedPrecision("auto", used, device_type, reason, execution=execution)
+    return ResolvedPrecision("auto", used, caps.device_type, reason, execution=execution)
 
 
 def _by_rule(request: PrecisionRequest, caps: DeviceCapabilities) -> ResolvedPrecision:

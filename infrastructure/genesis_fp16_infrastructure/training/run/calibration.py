@@ -56,10 +56,16 @@ measured on holds, and check a reused winner before trusting it.
   power of two (a pool grown by a few records keeps its key), the candidates and the
   TF32 flags. A daemon reuses it across runs and restarts until one of them changes; the
   measurement that replaces it names the fields that changed (``remeasured``, kept
-  with it and shown by ``genesis-fp16 precision show``). A reused winner is timed
-  again at the run's start: a live median more than ``REVALIDATE`` (10%) off the kept
-  one is measured again. A measurement whose timed steps were unsteady (a row's p90/p10
-  past ``LOAD_BOUND``, 1.5: "under load", nothing else) is used by its run, never reused.
+  with it and shown by ``genesis-fp16 precision show``). Only the rows of this request's
+  candidates are read, and they must choose what the record says it chose
+  (``Calibration.reusable_winner``): the row the run would train in is the one timed
+  again at its start, and a live median more than ``REVALIDATE`` (10%) off the kept one
+  is measured again. A measurement taken under load (a row's p90/p10 past
+  ``LOAD_BOUND``, 1.5) whose choice the noise could have flipped (it does not hold
+  across the rows' p10-p90: ``choice.reuse_refused``) is used by its run, never reused;
+  a clear one is kept whatever its spread. A file of another release's version is never
+  read: an earlier one's is measured again and replaced, a newer one's is kept as it is
+  (the run measures for itself and writes nothing over it), each said in the reason.
 - **Reason**: every timed row with its median and p10-p90 (``Measured.describe``), then
   the choice; ``decide.choose`` writes it.
 - **Training untouched**: every candidate trains a deep copy of one freshly built model
@@ -98,6 +104,7 @@ from genesis_fp16_infrastructure.training import distributed
 
 # The module too: its detect_capabilities is looked up on each call (a test's one patch).
 from genesis_fp16_infrastructure.training.precision import decide as decide_module
+from genesis_fp16_infrastructure.training.precision.choice import REVALIDATE, among
 from genesis_fp16_infrastructure.training.precision.decide import (
     MARGIN,
     DeviceCapabilities,
@@ -116,7 +123,6 @@ from genesis_fp16_infrastructure.training.reports import (
     LOAD_SAMPLES,
     Calibration,
     Measured,
-    under_load,
 )
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.run.task import (
@@ -138,7 +144,6 @@ MIN_TIMED = LOAD_SAMPLES  # fewer samples say nothing about load
 MAX_TIMED = 20
 EVENT_BLOCKS = 4  # on CUDA: the timed steps in this many blocks, one event pair each
 CAPTURED_ROWS = 2  # on CUDA: the fastest eager precisions timed captured too
-REVALIDATE = 0.10  # a reused winner's live median must be this close to the kept one
 BATCHES_READ = 2 * (WARMUP + MAX_TIMED)  # of the first epoch, for the first signature
 
 PAST_DEADLINE = "wall-clock bound reached"
@@ -218,7 +223,7 @@ def calibrate(
             bench.template = template
             bench.batches = _first_signature(task, seed, dev)
             key = _key(caps, dev, template, bench.batches[0], candidates, trainer_config, scaler)
-            found, remeasured = _read_cache(cache, key)
+            found, remeasured = _read_cache(cache, key, candidates)
         if found is not None:
             checked = _revalidated(bench, found, captured_too)
             if isinstance(checked, Calibration):
@@ -242,7 +247,7 @@ def calibrate(
         remeasured=remeasured or "",
     )
     result = _finished(result, bench, entered, started)
-    if cache is not None:  # with its cost: the file says what it took to measure
+    if cache is not None and _ours_to_write(cache):  # with its cost: what it took to measure
         files.write_json(cache, CALIBRATION, result.cache_json())
     logger.info(
         "precision calibration in %.2f s (%s; process init %.2f s before it): %s",
@@ -348,15 +353,20 @@ def _captured_too(device: torch.device, config: TrainerConfig) -> bool:
     return device.type == "cuda" and config.cuda_graph == "auto"
 
 
-def _revalidated(bench: _Bench, found: Calibration, captured_too: bool) -> Calibration | str:
-    """The kept ``found``, its winner timed again: within ``REVALIDATE`` of the kept
-    median it is reused (``revalidated`` says so); else why it is measured again."""
-    winner = next(
-        (r for r in found.rows if (r.precision, r.execution) == (found.chosen, found.execution)),
-        None,
-    )
-    if winner is None:
-        return "the kept measurement has no row for its own choice: measured again"
+@dataclass(frozen=True)
+class _Kept:
+    """A kept measurement that may be reused: its candidates' rows only, and ``winner``,
+    the row they choose (what the run would train in), to be timed again first."""
+
+    found: Calibration
+    winner: Measured
+
+
+def _revalidated(bench: _Bench, kept: _Kept, captured_too: bool) -> Calibration | str:
+    """The kept measurement, the row the run would train in timed again: within
+    ``REVALIDATE`` of the kept median it is reused (``revalidated`` says so); else why it
+    is measured again."""
+    found, winner = kept.found, kept.winner
     eager_mode = "off" if captured_too else bench.config.cuda_graph
     mode = "on" if winner.execution.startswith("cuda_graph") else eager_mode
     live = _time_row(bench, winner.precision, mode)
@@ -611,20 +621,40 @@ def key_changes(kept: Mapping[str, str], key: Mapping[str, str]) -> str:
     return ", ".join(f"{k} ({kept.get(k, 'none')} -> {key.get(k, 'none')})" for k in changed)
 
 
-def _read_cache(path: Path | None, key: Mapping[str, str]) -> tuple[Calibration | None, str | None]:
-    """The kept measurement for ``key``, if it may be reused; else None, with why a kept
-    one was not (a field of its key changed, or it was taken under load), for the new
-    one's reason and record."""
+def _read_cache(
+    path: Path | None, key: Mapping[str, str], candidates: list[PrecisionName]
+) -> tuple[_Kept | None, str | None]:
+    """The kept measurement for ``key``, if it may be reused, read for ``candidates``
+    only; else None, with why a kept one was not (another release's file, a field of its
+    key changed, rows that do not choose what it says, taken under load with a choice
+    the noise could flip), for the new one's reason and record."""
     found = None if path is None else records.read_calibration(path)
     if found is None:
-        return None, None
+        other = None if path is None else records.other_release(path)
+        if other is None:
+            return None, None
+        then = "not written over it" if other.newer else "replacing it"
+        why = f"{other.describe()}: measured again, {then}"
+        logger.info("precision calibration not reused: %s", why)
+        return None, why
     if dict(found.key) != dict(key):
         changed = key_changes(found.key, key)
         logger.info("precision calibration cache is stale: %s changed", changed)
         return None, f"the kept measurement's key changed: {changed}: measured again"
-    loaded = under_load(found.rows)
-    if loaded is not None:  # its run used it; no later run trusts it
-        why = f"the kept measurement was {loaded}: measured again"
+    winner = found.reusable_winner(candidates)
+    if isinstance(winner, str):  # its run used it; no later run trusts it
+        why = f"{winner}: measured again"
         logger.info("precision calibration at %s not reused: %s", path, why)
         return None, why
-    return found, None
+    return _Kept(replace(found, rows=among(found.rows, candidates)), winner), None
+
+
+def _ours_to_write(path: Path) -> bool:
+    """Whether this release may write its measurement at ``path``: not over a newer
+    release's (after a downgrade, the upgrade back reuses it); asked just before the
+    write, so a newer release that wrote meanwhile is kept too."""
+    other = records.other_release(path)
+    if other is not None and other.newer:
+        logger.info("precision calibration not kept: %s, left as it is", other.describe())
+        return False
+    return True

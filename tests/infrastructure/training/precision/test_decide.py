@@ -25,6 +25,7 @@ from genesis_fp16_infrastructure.training.reports import Measured
 REPO = Path(__file__).resolve().parents[4]
 BF16_CPU = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
 PLAIN_CPU = DeviceCapabilities("cpu", False, False, "test: no native 16-bit")
+NATIVE_CPU = DeviceCapabilities("cpu", True, True, "test: bf16 and fp16 taken as native")
 
 
 @pytest.fixture
@@ -129,15 +130,29 @@ def test_a_measured_auto_decided_with_nothing_timed_says_so(bf16_cpu: None) -> N
     assert "measuring was asked" not in decide(PrecisionRequest("auto"), "cpu").reason
 
 
-def test_a_measured_pick_is_floored_and_an_excluded_row_is_not_picked(bf16_cpu: None) -> None:
+def test_a_measured_pick_is_floored_and_an_excluded_row_is_not_picked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Timings decide first, then the floor raises the pick; a kept row of a precision the
     request now excludes is left out of the choice."""
+    monkeypatch.setattr(decide_module, "detect_capabilities", lambda device: NATIVE_CPU)
     rows = [_row("fp32", "eager", 10.0), _row("bf16", "eager", 5.0), _row("fp16", "eager", 2.0)]
     measured = PrecisionRequest("auto", mode="measure")
     assert decide(measured, "cpu", rows).used == "fp16"
     floored = decide(replace(measured, floor="bf16", floor_reason="remembered"), "cpu", rows)
     assert (floored.requested, floored.used, floored.reason) == ("auto", "bf16", "remembered")
     assert decide(replace(measured, excluded={"fp16": "probe red"}), "cpu", rows).used == "bf16"
+
+
+def test_a_row_of_a_precision_the_device_lacks_is_never_read(bf16_cpu: None) -> None:
+    """Issue 92's planted row: an fp16 row 100x faster, on a CPU without native fp16, is
+    not among what auto times there, so it decides nothing (the run and the daemon's
+    planned precision alike)."""
+    rows = [_row("fp32", "eager", 2.0), _row("bf16", "eager", 2.5), _row("fp16", "eager", 0.02)]
+    measured = PrecisionRequest("auto", mode="measure")
+    decision = decide(measured, "cpu", rows)
+    assert decision.used == "fp32" and "fp16" not in decision.reason
+    assert planned_precision(measured, "cpu", rows) == "fp32"
 
 
 def test_the_planned_precision_is_decides_answer_before_the_run(
@@ -292,7 +307,8 @@ def test_a_measured_reason_names_every_row_and_says_when_it_was_taken_under_load
     bf16_cpu: None,
 ) -> None:
     """The issue's case (fp32 1.9 ms, bf16 35.2 ms under load): both rows with their
-    median and p10-p90, and that this measurement is not reused; a steady one says neither."""
+    median and p10-p90, and that it was taken under load; its choice holds across the
+    intervals, so it is kept. Overlapping intervals: not reused. A steady one says neither."""
     steady = Measured("fp32", "eager", 1.9, 1.7, 2.4, 20, p10_ms=1.8, p90_ms=2.3)
     loaded = Measured("bf16", "eager", 35.2, 30.0, 50.0, 20, p10_ms=24.0, p90_ms=41.0)
     decision = decide(PrecisionRequest("auto", mode="measure", note=None), "cpu", [steady, loaded])
@@ -300,7 +316,13 @@ def test_a_measured_reason_names_every_row_and_says_when_it_was_taken_under_load
     timed = "timed, median (p10-p90): fp32 eager 1.9 ms (1.8-2.3), bf16 eager 35.2 ms (24-41)"
     assert timed in decision.reason
     assert decision.reason.endswith(
-        "; taken under load (bf16 eager p90/p10 1.71 > 1.5): not reused, measured again at "
+        "; taken under load (bf16 eager p90/p10 1.71 > 1.5), but the choice holds across "
+        "every row's p10-p90: kept"
+    )
+    close = replace(loaded, median_ms=2.0, min_ms=1.0, max_ms=3.0, p10_ms=1.2, p90_ms=2.9)
+    unsure = decide(PrecisionRequest("auto", mode="measure"), "cpu", [steady, close])
+    assert unsure.reason.endswith(
+        "; taken under load (bf16 eager p90/p10 2.42 > 1.5): not reused, measured again at "
         "the next run"
     )
     calm = decide(PrecisionRequest("auto"), "cpu", [steady, replace(loaded, p10_ms=33.0)])

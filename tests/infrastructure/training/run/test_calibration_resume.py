@@ -15,9 +15,10 @@ from test_fit import RegressionTask
 
 from genesis_fp16_infrastructure.training import FitOptions, fit
 from genesis_fp16_infrastructure.training.precision import decide
+from genesis_fp16_infrastructure.training.precision.choice import reuse_refused
 from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
-from genesis_fp16_infrastructure.training.reports import Measured, under_load
+from genesis_fp16_infrastructure.training.reports import Measured
 from genesis_fp16_infrastructure.training.run import calibration as cal
 
 NATIVE_BF16 = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
@@ -26,9 +27,10 @@ STEPS = 8
 
 @pytest.fixture
 def flipping_load(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """bf16 taken as native, and every measurement read as under load (p90 = 2 x p10),
-    the first choosing bf16 and every later one fp32: a job that measured again at a
-    resume would switch. Yields the precisions each measurement chose."""
+    """bf16 taken as native, and every measurement read as under load (p90/p10 over 2,
+    the rows' p10-p90 overlapping: a choice the noise could flip, so never reused), the
+    first choosing bf16 and every later one fp32: a job that measured again at a resume
+    would switch. Yields the precisions each measurement chose."""
     monkeypatch.setattr(decide, "detect_capabilities", lambda device: NATIVE_BF16)
     chosen: list[str] = []
 
@@ -36,10 +38,10 @@ def flipping_load(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         fast, slow = ("bf16", "fp32") if not chosen else ("fp32", "bf16")
         chosen.append(fast)
         made = [
-            Measured(fast, "eager", 1.0, 1.0, 2.0, 8, 1.0, 2.0, samples=8),
-            Measured(slow, "eager", 3.0, 3.0, 6.0, 8, 3.0, 6.0, samples=8),
+            Measured(fast, "eager", 1.0, 1.0, 3.5, 8, 1.0, 3.2, samples=8),
+            Measured(slow, "eager", 3.0, 2.0, 6.0, 8, 2.0, 6.0, samples=8),
         ]
-        assert under_load(made) is not None
+        assert reuse_refused(made) is not None
         return sorted(made, key=lambda r: r.precision != "fp32")
 
     monkeypatch.setattr(cal, "_time_rows", rows)
