@@ -153,8 +153,8 @@ def _unpin(home: AgentFolder, agent: str) -> dict[str, Any]:
 
 # The table's header (the docs' samples show it: tests/test_doc_claims.py compares them).
 HEADER = (
-    f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'SCORES':<36}  {'GATE':<26}  "
-    f"{'TRAINED':<20}  LIVE"
+    f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'SCORES':<36}  {'ON':<14}  "
+    f"{'GATE':<26}  {'TRAINED':<20}  LIVE"
 )
 
 
@@ -206,7 +206,7 @@ def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 8
     for row in rows:
         print(
             f"{row['id']:<28} {row['state']:<12} {row['records'] or '-':>7} "
-            f"{row['precision'] or '-':<5} {_scores(row):<36}  {_gate(row):<26}  "
+            f"{row['precision'] or '-':<5} {_scores(row):<36}  {_on(row):<14}  {_gate(row):<26}  "
             f"{row['trained_at'] or '-':<20}  {_live(row['live'])}"
         )
     for line in _watch_lines(agent, watched):
@@ -284,6 +284,10 @@ def _rows(models: CheckpointsFolder, pointer: ServedPointer | None) -> list[dict
                 "precision": verdict.precision,
                 # each gated loss column's mean (the primary first); reported beside: AUC
                 "losses": {k: v for k, v in scores.figures().items() if k in scores.losses},
+                # The records those scores are on: two models' scores compare only on the
+                # same set (a first model's on current, a promoted one's on held_out).
+                "scores_set": None if scores.name == "-" else scores.name,
+                "scores_records": scores.records,
                 "reported": dict(scores.reported),
                 "trained_at": meta.created_at,
                 "reason": verdict.reason,
@@ -383,6 +387,14 @@ def _last_eval(agent_root: Path) -> dict[str, Any] | None:
         return None
     # The record's read checked them: a map of numbers, each a float.
     return None if record is None else record.eval or None
+
+
+def _on(row: dict[str, Any]) -> str:
+    """The ON cell: the set the scores are on and its records (``held_out 495``)."""
+    if row["scores_set"] is None:
+        return "-"
+    records = "" if row["scores_records"] is None else f" {row['scores_records']}"
+    return f"{row['scores_set']}{records}"
 
 
 def _scores(row: dict[str, Any]) -> str:

@@ -43,8 +43,9 @@ def quality_chart(history: AgentHistory) -> Chart:
     on = f" on set {history.metric_set}" if history.metric_set else ""
     line: list[Point] = []
     marks: list[Mark] = []
+    scored_on: str | None = None  # the set of records the line's last score is on
     for entry in history.runs:
-        _gate_points(entry, line, marks)
+        scored_on = _gate_points(entry, line, marks, scored_on)
     # A promotion the journal holds from before the first run kept: the runs miss it.
     first_run = min(
         (e.run.finished_at - e.run.duration_seconds for e in history.runs), default=math.inf
@@ -70,24 +71,36 @@ def quality_chart(history: AgentHistory) -> Chart:
     )
 
 
-def _gate_points(entry: RunEntry, line: list[Point], marks: list[Mark]) -> None:
-    """A run's gate verdict: the served score after it, and its mark."""
+def _gate_points(
+    entry: RunEntry, line: list[Point], marks: list[Mark], scored_on: str | None
+) -> str | None:
+    """A run's gate verdict: the served score after it, and its mark; the set its scores
+    are on. Scores on other records than the line's last are never joined to it: the
+    line breaks, and goes on from the served model's score on the gate's records, so a
+    promotion is drawn against its predecessor on the same records (a first model's
+    score on every current record is no yardstick for one on the held-out fifth)."""
     gate, at = entry.gate, entry.run.finished_at
     if gate is None:
-        return
+        return scored_on
     # the primary column's scores; a rejection's reason names the column it was worse on
     candidate, served = (side.get(gate.primary or "") for side in (gate.candidate, gate.served))
     score = f"{gate.primary} {_g(candidate)}"
     against = "" if gate.served_id is None else f" vs {gate.served_id} ({_g(served)})"
-    label = f"{gate.candidate_id or 'candidate'} {score}{against}; {entry.run.reason}"
+    on = f" on set {gate.set}" if gate.set else ""
+    label = f"{gate.candidate_id or 'candidate'} {score}{against}{on}; {entry.run.reason}"
+    if line and gate.set != scored_on:
+        line.append((at, None))  # the break
+        if gate.served_id is not None:
+            line.append((at, served))  # the served model on the gate's records
     if gate.outcome == Outcome.PROMOTED:
         line.append((at, candidate))
         marks.append(Mark(at, candidate, Outcome.PROMOTED, label))
-        return
+        return gate.set
     line.append((at, served))
     marked = (Outcome.REJECTED, Outcome.HELD, Outcome.ROLLED_BACK)
     kind = gate.outcome if gate.outcome in marked else Outcome.HELD
     marks.append(Mark(at, candidate, kind, label))
+    return gate.set
 
 
 def _transition_points(

@@ -156,9 +156,28 @@ def test_the_quality_chart_marks_each_event_at_its_score() -> None:
     root = _tree(draw_chart(chart))
     marks = _marks(root)
     assert "rolled back to c1 from c2: operator" in marks["rolled_back"][0][0]
-    assert marks["rejected"][0][0] == "c3 auc 0.6 vs c2 (0.8); why"  # why: the run's reason
+    assert marks["rejected"][0][0] == "c3 auc 0.6 vs c2 (0.8) on set current; why"  # the reason
     # Higher AUC is higher on the chart: the rejected candidate is drawn below the rest.
     assert _centre_y(marks["rejected"][0][1]) > max(_centre_y(s) for _, s in marks["promoted"])
+
+
+def test_a_promotion_on_other_records_is_drawn_against_its_predecessor_on_them() -> None:
+    """A first model scored on every current record (log_loss 0.175), then a candidate
+    promoted on the held-out records (0.2179 against the served model's 0.2184 there):
+    the line breaks instead of rising from 0.175, and goes on from the predecessor's
+    score on the same records; the mark names the set."""
+    first = GateMark("promoted", "current", "log_loss", {"log_loss": 0.175}, {}, "c1")
+    second = GateMark(
+        "promoted", "held_out", "log_loss", {"log_loss": 0.2179}, {"log_loss": 0.2184}, "c2", "c1"
+    )
+    history = AgentHistory(
+        runs=(_run(100.0, gate=first), _run(200.0, gate=second)), metric="log_loss"
+    )
+    chart = quality_chart(history)
+    assert chart.line == ((100.0, 0.175), (200.0, None), (200.0, 0.2184), (200.0, 0.2179))
+    assert chart.marks[-1].label.startswith("c2 log_loss 0.2179 vs c1 (0.2184) on set held_out")
+    root = _tree(draw_chart(chart))
+    assert len(list(root.iter(f"{NS}polyline"))) == 2  # never joined across the sets
 
 
 def test_the_scale_chart_marks_a_demotion_above_its_run() -> None:
