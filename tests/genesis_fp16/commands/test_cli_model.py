@@ -73,6 +73,10 @@ def test_a_hand_promoted_model_reads_as_pinned_with_the_gates_own_verdict(
     }
     assert rows["b"]["state"] == "SERVED,pinned" and rows["b"]["gate_verdict"] == "promoted"
     assert rows["a"]["reported"] == {"auc": 0.91}  # the first model's figure, from its run
+    # Which records those scores are on: the set (and its records, unknown in this verdict)
+    assert rows["a"]["scores_set"] == "its run's evaluation"
+    assert rows["a"]["scores_records"] is None
+    assert "  its run's evaluation  " in listed.stdout  # the ON column
     unpinned = json.loads(_cli(tmp_path, "model", "unpin", AGENT, "--json").stdout)
     assert unpinned == {**unpinned, "served": "b", "pinned": False}
     pointer = read_pointer(folder)
