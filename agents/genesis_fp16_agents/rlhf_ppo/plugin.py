@@ -272,7 +272,14 @@ class RlhfPpoPlugin:
         # DECLARED_OPTIONS.
         cfg = PPOConfig(task=task_config, **options)
         task = PPOTask(
-            cfg, request.seed, request.device, preset, rollout, eval_prompts, request.on_diagnostics
+            cfg,
+            request.seed,
+            request.device,
+            preset,
+            rollout,
+            eval_prompts,
+            request.on_diagnostics,
+            run=Path(request.checkpoint_dir).name,  # the candidate's id
         )
         no_budget = request.steps is None and request.epochs is None
         fitted = fit(

@@ -234,8 +234,12 @@ class PPOTask:
         rollout: str | None = None,
         eval_prompts: torch.Tensor | None = None,
         on_diagnostics: Callable[[Mapping[str, float]], object] | None = None,
+        run: str = "",
     ) -> None:
         self.cfg, self.seed, self.device = cfg, seed, device
+        # This run's name (its candidate's id): a checkpoint of another run is a policy
+        # this one continues, whose KL reference it takes (load_extra_state).
+        self.run = run
         self.requested, self.rollout_override = preset, rollout
         self.eval_prompts, self.on_diagnostics = eval_prompts, on_diagnostics
         self.steps_per_epoch = cfg.steps_per_iteration  # fit() sizes a measured auto by it
@@ -261,7 +265,9 @@ class PPOTask:
         policy, critic = Policy(self.cfg.task), Critic(self.cfg.task)
         init_weights(policy, self.seed)
         init_weights(critic, self.seed + 10_000)
-        return ActorCritic(policy, critic)
+        # The last one built is fit()'s, the trainer's: a resume reads its loaded policy.
+        self.built = ActorCritic(policy, critic)
+        return self.built
 
     def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
         # On CUDA the optimizer keeps its step counters on the device and skips an
@@ -378,12 +384,27 @@ class PPOTask:
         """Checkpointed and snapshotted beside the trainer's state (tensors alias the
         live reference: the guard copies them)."""
         reference = self.frozen.reference_fp32.state_dict()
-        return {"reference": reference, "iterations": self.iterations, "preset": self.preset.name}
+        return {
+            "reference": reference,
+            "reference_of": self.run,
+            "iterations": self.iterations,
+            "preset": self.preset.name,
+        }
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        """On resume and on a rollback: the reference, and the iterations that stand."""
-        self.frozen.reference_fp32.load_state_dict(state["reference"])
-        self.frozen.reference.load_state_dict(state["reference"])  # copy_ rounds to its dtype
+        """On resume and on a rollback: the reference, and the iterations that stand.
+
+        A checkpoint of another run (the served policy, copied into this run's folder to
+        be continued) gives its policy as this run's KL reference: the penalty keeps the
+        continued policy near the one it improves on, not near the first run's initial
+        policy, which pulled every continued run back (issue 93). This run's own
+        checkpoints (a killed run resumed, a guard's rollback) keep the reference they
+        saved, so a resumed run ends bitwise where an unbroken one does."""
+        reference = state["reference"]
+        if state.get("reference_of") != self.run:
+            reference = self.built.policy.state_dict()  # loaded by the trainer just before
+        self.frozen.reference_fp32.load_state_dict(reference)
+        self.frozen.reference.load_state_dict(reference)  # copy_ rounds to its dtype
         self.iterations = int(state.get("iterations", 0))
         if self.history and self.history[-1][0] >= self.iterations:  # rolled back
             self.history = [h for h in self.history if h[0] < self.iterations]

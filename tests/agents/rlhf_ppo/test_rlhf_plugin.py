@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -262,3 +263,35 @@ def test_a_checkpoint_cadence_writes_one_at_each_iteration_end_it_falls_in(tmp_p
         (8, 2, 0), (12, 3, 0), (16, 4, 0),
     ]  # fmt: skip
     assert result.checkpoint == files[-1]
+
+
+def _policy(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The policy's weights in a checkpoint's model state, by the policy's own names."""
+    return {
+        k.removeprefix("policy."): v for k, v in state["model"].items() if k.startswith("policy.")
+    }
+
+
+@pytest.mark.slow
+def test_a_continued_policy_is_its_own_kl_reference(tmp_path: Path) -> None:
+    """A run continuing another run's checkpoint (the served policy, copied into a new
+    candidate's folder) takes that policy as its KL reference, not the first run's initial
+    policy; the reference then travels in its own checkpoints, so a resume keeps it."""
+    opts = {"batch_size": 16}
+    served_dir, candidate_dir = tmp_path / "cand-a", tmp_path / "cand-b"
+    first = _train(tmp_path, "fp32", steps=8, options=opts, checkpoint_dir=served_dir)
+    served = torch.load(first.checkpoint, weights_only=True)  # type: ignore[arg-type]
+    initial = served["extra"]["reference"]
+    assert served["extra"]["reference_of"] == "cand-a"
+    assert any(not torch.equal(initial[k], v) for k, v in _policy(served).items())
+    candidate_dir.mkdir()
+    shutil.copy(first.checkpoint, candidate_dir)  # type: ignore[arg-type]
+    continued = _train(tmp_path, "fp32", steps=8, options=opts, checkpoint_dir=candidate_dir)
+    state = torch.load(continued.checkpoint, weights_only=True)  # type: ignore[arg-type]
+    assert state["step"] == 16 and state["extra"]["reference_of"] == "cand-b"
+    reference = state["extra"]["reference"]
+    assert all(torch.equal(reference[k], v) for k, v in _policy(served).items())
+    # Resumed from its own checkpoint, the same folder keeps the reference it saved.
+    again = _train(tmp_path, "fp32", steps=8, options=opts, checkpoint_dir=candidate_dir)
+    kept = torch.load(again.checkpoint, weights_only=True)["extra"]["reference"]  # type: ignore[arg-type]
+    assert all(torch.equal(kept[k], v) for k, v in reference.items())
