@@ -26,11 +26,14 @@ Rules it keeps:
   (genesis_fp16/launch/cuda_fork_probe.py) and refuses with the probe's reason when it
   fails or hangs. Each run's child creates its own context as an exec'd one does.
 - **Plugins are not pre-imported**: each run imports its agent afresh, so an edited
-  plugin is picked up at the next run, as before.
+  plugin is picked up at the next run. What the interpreter read at its start (its
+  ``.pth`` files: an editable install's path or finder) is the worker's for its life, so
+  the daemon replaces the worker once anything on its path is installed or upgraded
+  (genesis_fp16/launch/run_worker.py says when else).
 - **A run costs only its own child**: a crash, a hang or a kill ends that child; the
-  worker only forks and reaps. If the worker itself dies, the daemon notices at the next
-  run (or when a fork request fails), logs why, and starts another; if it cannot, the
-  run is started by exec, with the reason logged.
+  worker only forks and reaps. If the worker itself dies or stops, the daemon notices at
+  the next run (or when a fork request fails), logs why, and starts another; if it
+  cannot, the run is started by exec, with the reason logged.
 
 Protocol (``SOCK_SEQPACKET``, one small JSON object per message): the worker first sends
 ``{"ready": ...}`` (or ``{"error": ...}``), with its ``sys.path`` and the digest of what was

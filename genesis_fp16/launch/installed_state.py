@@ -9,8 +9,8 @@ for each folder on ``sys.path``, the names in it (a module, a package or a ``.pt
 added or removed) and the modification time of each ``.pth`` file and each distribution's
 metadata folder (``*.dist-info``, ``*.egg-info``: pip rewrites them at an upgrade).
 
-One listing of each folder on the path and a ``stat`` per distribution: a few milliseconds
-for a venv of a few hundred packages.
+One listing of each folder on the path and a ``stat`` per file of each distribution's
+metadata: about 30 ms for a venv of 200 packages on a loaded 2-core host, once per run.
 
 >>> import sys
 >>> installed_digest(sys.path) == installed_digest(sys.path)
