@@ -6,6 +6,7 @@ import state from before the install: every run of a new plugin failed with
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -33,6 +34,8 @@ def _shell(line: str, python: str, cwd: Path) -> str:
     line = line.replace(".venv/bin/pip", f"{python} -m pip")
     (cwd / "none.env").write_text("")
     env = {"GENESIS_FP16_ENV_FILE": str(cwd / "none.env"), "PATH": "/usr/bin:/bin"}
+    if "PYTHONPATH" in os.environ:  # the code under test, as the daemon's (daemon_env)
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     done = subprocess.run(
         ["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
