@@ -294,6 +294,8 @@ def test_a_stopped_worker_is_replaced_at_the_next_run_without_waiting_for_it(
         _pipes_closed(first)
         stopped = worker.ready["pid"]
         os.kill(stopped, signal.SIGSTOP)
+        while not run_worker.is_stopped(stopped):  # a signal is delivered, not yet acted on
+            time.sleep(0.01)
         with caplog.at_level(logging.INFO, logger="genesis_fp16.launcher"):
             child = worker.start(["train", "--help"], _env(), cwd=str(tmp_path))
             assert child.wait(timeout=120) == 0
