@@ -26,17 +26,26 @@ Rules it keeps:
   (genesis_fp16/launch/cuda_fork_probe.py) and refuses with the probe's reason when it
   fails or hangs. Each run's child creates its own context as an exec'd one does.
 - **Plugins are not pre-imported**: each run imports its agent afresh, so an edited
-  plugin is picked up at the next run, as before.
+  plugin is picked up at the next run. What the interpreter read at its start (its
+  ``.pth`` files: an editable install's path or finder) is the worker's for its life, so
+  the daemon replaces the worker once anything on its path is installed or upgraded
+  (genesis_fp16/launch/run_worker.py says when else).
 - **A run costs only its own child**: a crash, a hang or a kill ends that child; the
-  worker only forks and reaps. If the worker itself dies, the daemon notices at the next
-  run (or when a fork request fails), logs why, and starts another; if it cannot, the
-  run is started by exec, with the reason logged.
+  worker only forks and reaps. If the worker itself dies or stops, the daemon notices at
+  the next run (or when a fork request fails), logs why, and starts another; if it
+  cannot, the run is started by exec, with the reason logged.
 
-Protocol (``SOCK_SEQPACKET``, one JSON object per message): the worker first sends
-``{"ready": ...}`` (or ``{"error": ...}``); each request ``{"args", "env", "cwd"}`` with four
-descriptors (stdin, stdout, stderr, the run's status socket) is answered by
+Protocol (``SOCK_SEQPACKET``, one small JSON object per message): the worker first sends
+``{"ready": ...}`` (or ``{"error": ...}``), with its ``sys.path`` and the digest of what was
+installed there when it started (genesis_fp16/launch/installed_state.py: the daemon
+replaces a worker whose path changed since). Each request is ``{"run": 1}`` with five
+descriptors: stdin, stdout, stderr, the run's status socket, and a memfd holding
+``{"args", "env", "cwd"}`` as JSON (a run's environment may be far larger than a datagram:
+the socket's buffer, about 208 KiB, is a datagram's limit). It is answered by
 ``{"pid": N}`` with the child's pidfd; when the child ends, the worker sends
 ``{"exit": code}`` (``subprocess``'s convention: negative for a signal) on its status socket.
+The daemon does not rely on that last message alone: it watches the child's pidfd itself
+(genesis_fp16/launch/run_worker.py), so a worker that stops answering cannot hide a run's end.
 """
 
 from __future__ import annotations
@@ -56,7 +65,8 @@ import traceback
 from typing import Any, NoReturn
 
 from genesis_fp16.launch.cuda_fork_probe import cuda_driver_loaded, probe_forked_cuda
-from genesis_fp16.launch.run_worker import MAX_MESSAGE
+from genesis_fp16.launch.installed_state import installed_digest
+from genesis_fp16.launch.run_worker import MAX_MESSAGE, REQUEST_FDS
 
 # What the worker imports before it serves: what every run's child imports before it trains.
 PRELOAD = (
@@ -147,17 +157,18 @@ def serve(control: socket.socket) -> dict[str, Any] | None:
         if not readable:
             continue
         try:
-            data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 4)
+            data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, REQUEST_FDS)
         except OSError:
             data, fds = b"", []
         if not data:  # the daemon is gone: its runs watch their own stdin
             return None
-        if len(fds) != 4:
+        try:
+            request = _read_request(fds)
+        except (OSError, ValueError) as exc:
             for fd in fds:
                 os.close(fd)
-            _send(control, {"error": f"a request with {len(fds)} descriptors, not 4"})
+            _send(control, {"error": f"an unreadable request: {exc}"})
             continue
-        request = json.loads(data)
         status = socket.socket(fileno=fds[3])
         sys.stdout.flush()
         sys.stderr.flush()
@@ -177,6 +188,18 @@ def serve(control: socket.socket) -> dict[str, Any] | None:
             _send(control, {"pid": pid}, [pidfd])
         finally:
             os.close(pidfd)
+
+
+def _read_request(fds: list[int]) -> dict[str, Any]:
+    """The request in the memfd that came as the fifth descriptor (closed here)."""
+    if len(fds) != REQUEST_FDS:
+        raise ValueError(f"{len(fds)} descriptors, not {REQUEST_FDS}")
+    with os.fdopen(fds.pop(), "rb") as payload:
+        payload.seek(0)
+        request = json.loads(payload.read())
+    if not isinstance(request, dict) or not {"args", "env", "cwd"} <= set(request):
+        raise ValueError("not an object with args, env and cwd")
+    return request
 
 
 def _reap(running: dict[int, socket.socket]) -> None:
@@ -263,8 +286,12 @@ def _exit_status(code: object) -> int:
 def main(argv: list[str]) -> int:
     """``python -P -m genesis_fp16.commands.zygote FD``: preload, say so on FD, serve."""
     control = socket.socket(fileno=int(argv[0]))
+    # Before the imports: an install made while they run is seen as a change.
+    installed = {"sys_path": list(sys.path), "installed": installed_digest(sys.path)}
     try:
         ready = _preload()
+        if "ready" in ready:
+            ready["ready"].update(installed)
     except Exception as exc:  # an import that fails: the daemon starts runs by exec
         ready = {"error": f"preloading failed: {type(exc).__name__}: {exc}"}
     _send(control, ready)

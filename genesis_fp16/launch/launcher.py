@@ -135,9 +135,27 @@ def train_in_child(
         environ = child_env(env if env is not None else os.environ)
         what = "the torchrun job" if nproc > 1 else "the run's process"
         child = _start(command, environ, worker if nproc == 1 else None, nproc)
-        return _launch(request, child, timeout, kill_after, memory_limit, what, processes)
+        try:
+            return _launch(request, child, timeout, kill_after, memory_limit, what, processes)
+        except LaunchError as exc:
+            if worker is not None and isinstance(child, ForkedChild):
+                _renew_after(worker, exc)
+            raise
     finally:
         handed.unlink(missing_ok=True)
+
+
+# The failures after which the worker that forked the run is replaced before the next one.
+_KILLED_REASONS = {"hung": "for time", "memory": "for memory"}
+
+
+def _renew_after(worker: RunWorker, failed: LaunchError) -> None:
+    """Replace ``worker`` before the next run when ``failed`` says its run was killed for time
+    or memory, or hit a CUDA error: nothing of such a run is trusted, its worker included."""
+    if failed.reason in _KILLED_REASONS:
+        worker.renew(f"its last run was killed {_KILLED_REASONS[failed.reason]}")
+    elif failed.reason == "device_unavailable" or "CUDA" in str(failed):
+        worker.renew("its last run failed with a device error")
 
 
 def _launch(

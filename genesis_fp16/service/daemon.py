@@ -286,7 +286,7 @@ class Daemon:
         self.delivery = start_delivery(lambda: self.settings, self.metrics.events)
         self.scheduler = AgentScheduler(settings, self._job, self.beat, self._skipped, self._owner)
         self.scheduler.start(settings, self.plugins)
-        self.agents.start(self.scheduler, self.context.gauge_lock, self._show_precisions)
+        self.agents.start(self.scheduler, self.context.gauge_lock, self._agents_changed)
         self._ready = True
         self.notifier.notify("READY=1")
         log.info(
@@ -424,12 +424,21 @@ class Daemon:
             if self._reload_requested and not self.stopping.is_set():
                 self._reload_requested = False
                 self.reload()
+                # The next run forks from a worker started after this reload: one that
+                # sees what is installed now and the settings now in force.
+                WORKER.renew("the daemon reloaded (SIGHUP or an edited .env file)")
                 self.agents.request(self.settings, retry_failed=True)  # the new settings' options
             elif time.monotonic() - last_scan >= self.settings.heartbeat_seconds:
                 last_scan = time.monotonic()
                 self.agents.request(self.settings)
                 prune_answers(self.settings.state_dir, time.time())
             self._answer_run_requests()  # one listing of a folder that is mostly empty
+
+    def _agents_changed(self) -> None:
+        """A rescan changed the plugin set: the next run forks from a new run worker, which
+        imports what is installed now."""
+        WORKER.renew("the plugin set changed")
+        self._show_precisions()
 
     def _declared(self) -> dict[str, Capabilities]:
         """Each loaded agent's declared options as the scan thread read them: an option

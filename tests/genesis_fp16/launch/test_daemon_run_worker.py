@@ -121,3 +121,104 @@ def test_a_killed_worker_is_replaced_and_the_next_run_runs(tmp_path: Path) -> No
         assert daemon.get("/metrics")[0] == 200
     finally:
         daemon.stop()
+
+
+def _forked_run_under_way(daemon: DaemonProcess) -> int:
+    """Wait for a forked run's first progress line; the pid of the worker that forked it."""
+    before = len(_pids(daemon, FORKED))
+    daemon.wait_for(lambda: len(_pids(daemon, FORKED)) > before, "a forked run", timeout=120)
+    daemon.wait_for(
+        lambda: [r for r in daemon.logs()[-50:] if r.get("progress")],
+        "its first step",
+        timeout=120,
+    )
+    return _pids(daemon, READY)[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(child_wait(300))
+def test_a_run_whose_worker_is_stopped_is_recorded_and_the_next_run_gets_a_new_worker(
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP of the worker while its run trains: the child ends, and the run is recorded
+    within its timeout (the daemon reads the child's end from its pidfd and its exit code
+    from the kernel, not from the stopped worker); the next run replaces the stopped worker
+    (saying so) and succeeds, and SIGTERM then stops the daemon cleanly and at once.
+    Before, the run never ended and SIGTERM took 35 s and exited 1."""
+    daemon = _daemon(
+        tmp_path,
+        GENESIS_FP16_STEPS_PER_RUN="20",
+        FIXTURE_STEP_SECONDS="0.25",
+        GENESIS_FP16_LOG_INTERVAL="1",
+        GENESIS_FP16_RUN_TIMEOUT_SECONDS="60",
+    )
+    try:
+        successes = _runs(daemon, "success")
+        worker = _forked_run_under_way(daemon)
+        os.kill(worker, signal.SIGSTOP)
+        daemon.wait_for(
+            lambda: _runs(daemon, "success") > successes, "the run recorded", timeout=60
+        )
+        recorded = _runs(daemon, "success")
+        daemon.wait_for(lambda: _runs(daemon, "success") > recorded, "the next run", 120)
+        stopped = f"replacing the run worker (pid {worker}) before this run: it is stopped"
+        assert any(stopped in str(r.get("event")) for r in daemon.logs())
+        assert _pids(daemon, READY)[-1] != worker
+        assert not daemon.events("starting the run's process by exec, not from the run worker")
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait_exit(timeout=30) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGCONT)
+        daemon.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(child_wait(300))
+def test_a_worker_killed_mid_run_leaves_its_run_recorded_and_the_next_run_succeeds(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of the worker while its run trains: the run's child, a process of its own,
+    trains on and the run is recorded within its timeout (with its result; its exit code,
+    reaped by init, is logged as unknown); the next run is forked by a new worker and
+    succeeds."""
+    daemon = _daemon(
+        tmp_path,
+        GENESIS_FP16_STEPS_PER_RUN="20",
+        FIXTURE_STEP_SECONDS="0.25",
+        GENESIS_FP16_LOG_INTERVAL="1",
+        GENESIS_FP16_RUN_TIMEOUT_SECONDS="60",
+    )
+    try:
+        successes = _runs(daemon, "success")
+        worker = _forked_run_under_way(daemon)
+        os.kill(worker, signal.SIGKILL)
+        daemon.wait_for(
+            lambda: _runs(daemon, "success") > successes, "the run recorded", timeout=60
+        )
+        recorded = _runs(daemon, "success")
+        daemon.wait_for(lambda: _runs(daemon, "success") > recorded, "the next run", 120)
+        assert _pids(daemon, READY)[-1] != worker
+        assert daemon.events(f"the run worker (pid {worker}) ended with code -9: starting another")
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(child_wait(300))
+def test_sighup_replaces_the_worker_before_the_next_run(tmp_path: Path) -> None:
+    """SIGHUP (the settings and the plugins read again) after a run: the next run is
+    forked by a new worker, started after the reload, and the log says why."""
+    daemon = _daemon(tmp_path, GENESIS_FP16_SCHEDULE="2")
+    try:
+        daemon.wait_for(lambda: _runs(daemon, "success") >= 1, "a first run", timeout=120)
+        (worker,) = _pids(daemon, READY)
+        daemon.signal(signal.SIGHUP)
+        daemon.wait_for(lambda: daemon.events("config reloaded"), "the reload", timeout=60)
+        successes = _runs(daemon, "success")
+        daemon.wait_for(lambda: _runs(daemon, "success") > successes, "a later run", 120)
+        why = f"replacing the run worker (pid {worker}) before this run: the daemon reloaded"
+        assert any(why in str(r.get("event")) for r in daemon.logs())
+        assert _pids(daemon, READY)[-1] != worker
+    finally:
+        daemon.stop()

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from genesis_fp16.launch import cuda_fork_probe, launcher
+from genesis_fp16.launch import cuda_fork_probe, launcher, run_worker
 from genesis_fp16.launch.handoff import child_env
-from genesis_fp16.launch.run_worker import RunWorker, WorkerUnavailable
+from genesis_fp16.launch.run_worker import ForkedChild, RunWorker, WorkerUnavailable
 
 
 @pytest.fixture(scope="module")
@@ -187,9 +191,6 @@ def test_a_fork_request_that_fails_on_a_killed_worker_says_how_it_ended(
     """A worker killed after the run start's check saw it alive: the failed fork request
     waits for its end, and the retry's check logs it (its pid and code -9), so the log
     says it was killed, not only that a request failed."""
-    import signal
-    import subprocess
-
     worker = RunWorker(python="/bin/false")  # the one started next fails at once
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     worker._process, worker._env = process, {}  # the worker, as the daemon holds it
@@ -206,23 +207,268 @@ def test_a_fork_request_that_fails_on_a_killed_worker_says_how_it_ended(
         process.wait()
 
 
+def _watched(process: subprocess.Popen[bytes]) -> tuple[ForkedChild, socket.socket]:
+    """``process`` as a forked run's child, and the worker's end of its status socket."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pipes: list[Any] = [None, None, None]
+    return ForkedChild(process.pid, os.pidfd_open(process.pid), ours, pipes), theirs
+
+
 def test_a_child_whose_worker_died_first_is_watched_through_its_pidfd() -> None:
     """The worker's status socket closes (the worker died) while the child runs: poll()
-    goes on saying it runs, and once it ends says so, its exit code marked unknown."""
-    import signal
-    import socket
-    import subprocess
-
-    from genesis_fp16.launch.run_worker import ForkedChild
-
+    goes on saying it runs, and once it ends (reaped by another, as init reaps an orphan)
+    says so, its exit code marked unknown."""
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    child = ForkedChild(process.pid, os.pidfd_open(process.pid), ours, [None, None, None])  # type: ignore[list-item]
+    child, worker_end = _watched(process)
     try:
-        theirs.close()  # the worker is gone
+        worker_end.close()  # the worker is gone
         assert child.poll() is None and child.poll() is None
-        os.kill(process.pid, signal.SIGKILL)
+        process.kill()
+        process.wait()  # reaped, as init reaps the orphan: no exit code to read
         assert child.wait(timeout=30) == 0 and child.exit_known is False
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_child_whose_worker_is_stopped_ends_with_its_own_exit_code() -> None:
+    """The worker is stopped (its status socket open, nothing written, the child not
+    reaped): the child's end is read from its pidfd and its exit code from the kernel's
+    record of the zombie, at once. Before, poll() waited for the worker's report for ever."""
+    process = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    child, worker_end = _watched(process)  # this test, the parent, plays the stopped worker
+    try:
+        assert child.wait(timeout=30) == 3 and child.exit_known is True
+        killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        other, other_end = _watched(killed)
+        killed.kill()
+        assert other.wait(timeout=30) == -signal.SIGKILL
+        other_end.close()
+    finally:
+        worker_end.close()
+        process.wait()
+        killed.wait()
+
+
+def _pipes_closed(child: ForkedChild) -> None:
+    for pipe in (child.stdin, child.stdout, child.stderr):
+        pipe.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_run_environment_larger_than_a_datagram_reaches_the_child(tmp_path: Path) -> None:
+    """A request whose environment is 1 MiB, in eight variables of 128 KiB less a byte, as
+    large as exec allows each (a datagram stops at about 208 KiB: 'message too long', which
+    replaced a healthy worker at every run and sent the run to exec before): the child gets
+    it whole (its COLUMNS=50 wraps the usage text, 80 wide otherwise), twice from the same
+    worker."""
+    worker = RunWorker()
+    large = {f"LARGE_{i}": "x" * ((1 << 17) - len(f"LARGE_{i}=") - 1) for i in range(8)}
+    big = _env(**large, COLUMNS="50")
+    pids = []
+    try:
+        for _ in range(2):
+            child = worker.start(["train", "--help"], big, cwd=str(tmp_path))
+            out = child.stdout.read()
+            assert child.wait(timeout=120) == 0
+            _pipes_closed(child)
+            # 80 columns hold the next option on the first line too
+            assert out.splitlines()[0] == "usage: genesis-fp16 train [-h]"
+            pids.append(worker.ready["pid"])
+        assert pids[0] == pids[1]
+    finally:
+        worker.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_stopped_worker_is_replaced_at_the_next_run_without_waiting_for_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker SIGSTOPped between runs: the next run's start sees it stopped, replaces it
+    (saying why) and the new one forks the run; it never waits for an answer that cannot
+    come (30 s and a failed request before)."""
+    worker = RunWorker()
+    try:
+        first = worker.start(["train", "--help"], _env(), cwd=str(tmp_path))
+        assert first.wait(timeout=120) == 0
+        _pipes_closed(first)
+        stopped = worker.ready["pid"]
+        os.kill(stopped, signal.SIGSTOP)
+        while not run_worker.is_stopped(stopped):  # a signal is delivered, not yet acted on
+            time.sleep(0.01)
+        with caplog.at_level(logging.INFO, logger="genesis_fp16.launcher"):
+            child = worker.start(["train", "--help"], _env(), cwd=str(tmp_path))
+            assert child.wait(timeout=120) == 0
+        _pipes_closed(child)
+        assert f"replacing the run worker (pid {stopped}) before this run: it is stopped" in (
+            caplog.text
+        )
+        assert "failed a fork request" not in caplog.text
+        assert worker.ready["pid"] != stopped and not _alive(stopped)
+    finally:
+        worker.close()
+
+
+def test_a_fork_request_to_a_worker_stopped_meanwhile_fails_at_once() -> None:
+    """A worker stopped after the run start looked at it: the wait for its answer sees it
+    stopped within a fraction of a second and fails the request (the worker is replaced),
+    rather than waiting out FORK_SECONDS."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    worker = RunWorker()
+    worker._process, worker._control = process, ours
+    try:
+        os.kill(process.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(OSError, match="stopped"):
+            worker._await_answer()
+        assert time.monotonic() - started < run_worker.FORK_SECONDS / 2
+    finally:
+        process.kill()
+        process.wait()
+        ours.close()
+        theirs.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_is_replaced_when_what_is_installed_on_its_path_changes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A folder on the worker's path gains a distribution (a module and its dist-info, as
+    pip leaves them) after the worker started: the next run is forked by a new worker, and
+    the log says why; with nothing installed since, the same worker forks it."""
+    folder = tmp_path / "site"
+    folder.mkdir()
+    worker = RunWorker()
+    env = _env(PYTHONPATH=f"{folder}:{os.environ.get('PYTHONPATH', '')}")
+    try:
+        for _ in range(2):
+            child = worker.start(["train", "--help"], env, cwd=str(tmp_path))
+            assert child.wait(timeout=120) == 0
+            _pipes_closed(child)
+        first = worker.ready["pid"]
+        (folder / "late_agent.py").write_text("plugin = None\n")
+        (folder / "late_agent-0.1.dist-info").mkdir()
+        with caplog.at_level(logging.INFO, logger="genesis_fp16.launcher"):
+            child = worker.start(["train", "--help"], env, cwd=str(tmp_path))
+            assert child.wait(timeout=120) == 0
+        _pipes_closed(child)
+        assert worker.ready["pid"] != first
+        assert "what is installed on its path changed since it started" in caplog.text
+    finally:
+        worker.close()
+
+
+@pytest.mark.timeout(300)
+def test_renew_replaces_the_worker_before_the_next_run_and_retries_a_broken_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``renew(reason)`` (a reload, a changed plugin set, a poisoned run): the next run's
+    worker is a new one and the log names the reason; a worker that could not start is
+    tried again after a renew rather than never."""
+    worker = RunWorker()
+    try:
+        child = worker.start(["train", "--help"], _env(), cwd=str(tmp_path))
+        assert child.wait(timeout=120) == 0
+        _pipes_closed(child)
+        first = worker.ready["pid"]
+        worker.renew("the plugin set changed")
+        with caplog.at_level(logging.INFO, logger="genesis_fp16.launcher"):
+            child = worker.start(["train", "--help"], _env(), cwd=str(tmp_path))
+            assert child.wait(timeout=120) == 0
+        _pipes_closed(child)
+        assert worker.ready["pid"] != first
+        assert f"replacing the run worker (pid {first}) before this run: the plugin set" in (
+            caplog.text
+        )
+    finally:
+        worker.close()
+    broken = RunWorker(python="/bin/false")
+    with pytest.raises(WorkerUnavailable, match="could not start"):
+        broken.start(["train"], {})
+    broken._python = sys.executable  # fixed (say, reinstalled) since
+    broken.renew("the daemon reloaded")
+    try:
+        child = broken.start(["train", "--help"], _env(), cwd=str(tmp_path))
+        assert child.wait(timeout=120) == 0
+        _pipes_closed(child)
+    finally:
+        broken.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_run_killed_for_memory_replaces_its_worker_before_the_next_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A forked run killed over its memory limit fails with reason memory, and the next
+    run's child comes from a new worker, the log saying why: nothing of a killed run is
+    trusted, its worker included."""
+    import json
+
+    from genesis_fp16.plugin_api import TrainRequest
+    from genesis_fp16_infrastructure.data.synthetic import generate_pool
+
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps(generate_pool(100, seed=0)))
+    request = TrainRequest(
+        agent="se_darwin",
+        precision="fp32",
+        precision_reason="test",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path / "ck",
+        data_path=pool,
+        steps=5,
+    )
+    worker = RunWorker()
+    try:
+        with pytest.raises(launcher.LaunchError) as failed:
+            launcher.train_in_child(request, timeout=120, memory_limit=1, worker=worker)
+        assert failed.value.reason == "memory"
+        killed_in = worker.ready["pid"]
+        with caplog.at_level(logging.INFO, logger="genesis_fp16.launcher"):
+            child = worker.start(["train", "--help"], _env(), cwd=str(tmp_path))
+            assert child.wait(timeout=120) == 0
+        _pipes_closed(child)
+        assert worker.ready["pid"] != killed_in
+        replaced = f"replacing the run worker (pid {killed_in}) before this run: its last run"
+        assert f"{replaced} was killed for memory" in caplog.text
+    finally:
+        worker.close()
+
+
+class _Renewals:
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def renew(self, reason: str) -> None:
+        self.reasons.append(reason)
+
+
+@pytest.mark.parametrize(
+    ("message", "reason", "renewed"),
+    [
+        ("killed: still running 30s after SIGTERM", "hung", "its last run was killed for time"),
+        ("killed: 900 MiB resident", "memory", "its last run was killed for memory"),
+        ("RuntimeError: CUDA error: an illegal memory access", "error", "a device error"),
+        ("AcceleratorError: device lost", "device_unavailable", "a device error"),
+        ("ValueError: bad record", "error", None),
+        ("the run's process exited with code 1", "exit", None),
+    ],
+)
+def test_which_failures_replace_the_worker(message: str, reason: str, renewed: str | None) -> None:
+    """A run killed for time or memory, or failed with a CUDA or device error, replaces its
+    worker; a plugin's own error or exit does not (its worker is as good as before)."""
+    worker = _Renewals()
+    launcher._renew_after(worker, launcher.LaunchError(message, reason))  # type: ignore[arg-type]
+    if renewed is None:
+        assert worker.reasons == []
+    else:
+        assert len(worker.reasons) == 1 and renewed in worker.reasons[0]
