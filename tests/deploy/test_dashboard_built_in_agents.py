@@ -7,8 +7,6 @@ query that has a value on a healthy daemon returns data, and no alert fires (iss
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -18,7 +16,13 @@ import pytest
 import torch
 import yaml
 from promql_names import selectors
-from test_grafana import RATE_INTERVAL, _has_finite_value, _prometheus_query, _queries
+from test_grafana import (
+    RATE_INTERVAL,
+    _has_finite_value,
+    _prometheus_query,
+    _queries,
+    running_prometheus,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "genesis_fp16"))
@@ -87,27 +91,10 @@ def scraped_built_ins(
     etc.mkdir()
     (etc / "prometheus.yml").write_text(yaml.safe_dump(config))
     (etc / "rules.yml").write_text((PROMETHEUS / "rules.yml").read_text())
-    log = (tmp_path / "prometheus.log").open("wb")
-    server = subprocess.Popen(
-        [
-            prometheus_server,
-            f"--config.file={etc / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{free_port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
     try:
-        yield daemon, free_port
+        with running_prometheus(prometheus_server, etc / "prometheus.yml", tmp_path, free_port):
+            yield daemon, free_port
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
         daemon.stop()
 
 
@@ -153,4 +140,3 @@ def test_after_the_built_in_agents_first_models_every_defined_query_has_data_and
     assert not missing, "queries without data on a healthy daemon:\n" + "\n".join(missing)
     alerts = _prometheus_query(port, "ALERTS")
     assert alerts == [], [series["metric"] for series in alerts]
-    assert os.environ.get("GENESIS_FP16_STATE_DIR") is None  # the harness's own state folder

@@ -7,6 +7,7 @@ checked structurally; the queries themselves are checked by a real Prometheus.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -295,6 +296,32 @@ def _install_plugin(folder: Path, name: str, source: str) -> None:
     info.rename(folder / info.name)
 
 
+@contextlib.contextmanager
+def running_prometheus(binary: str, config: Path, tmp_path: Path, port: int) -> Iterator[None]:
+    """A real Prometheus on ``config``, listening on loopback ``port``, its storage and log
+    in ``tmp_path``; stopped (killed after 20 s) on leaving."""
+    with (tmp_path / "prometheus.log").open("wb") as log:
+        server = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
 @pytest.fixture
 def scraped_daemon(
     prometheus_server: str, tmp_path: Path, free_port: int
@@ -362,28 +389,11 @@ def scraped_daemon(
             }
         )
     )
-    log = (tmp_path / "prometheus.log").open("wb")
-    server = subprocess.Popen(
-        [
-            prometheus_server,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{free_port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
     try:
-        _install_plugin(hot, HANG, HANG_SOURCE)  # found by the daemon's next rescan
-        yield daemon, free_port
+        with running_prometheus(prometheus_server, config, tmp_path, free_port):
+            _install_plugin(hot, HANG, HANG_SOURCE)  # found by the daemon's next rescan
+            yield daemon, free_port
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
         daemon.stop()
         receiver.close()
 
