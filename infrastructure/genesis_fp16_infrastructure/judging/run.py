@@ -17,15 +17,11 @@ A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
    its training data, the run is not forced and asks the options the served model was
    trained with), there is nothing to learn:
    ``up_to_date``, no candidate;
-4. a candidate folder into which the plugin trains: the one a run cut short on the same
-   request left (:mod:`.unfinished`, asked before step 3: a stopped run is finished
-   whatever is new), which the plugin's resume continues; else a new one
-   (:func:`~genesis_fp16_infrastructure.agent_folder.candidates.new_candidate`): with
-   ``resume``, the served checkpoint is copied in first, so that the plugin's resume
-   continues the served model;
+4. a candidate folder: one a run cut short on the same request left (:mod:`.unfinished`,
+   asked before step 3), else a new one (``new_candidate``) into which, with ``resume``,
+   the served checkpoint is copied first; the plugin's resume continues what it holds;
 5. the gate (:mod:`.gate`): the candidate and the served model on the same records, paired
-   (a run stopped before its end is not judged and writes no verdict: the next run
-   continues it);
+   (a run stopped before its end writes no verdict: the next run continues it);
    the first model is served as it is; a promotion waits for the operator's pin (``held``);
    the verdict file holds the figures, ``judged_ids.npz`` the records the model knew.
 
@@ -233,7 +229,7 @@ def _judged_run(
     digest = _data_digest(request.data_path)  # the data's files: a kept verdict's, the meta's
     meta = _meta(request, served, digest)
     # A candidate cut short on this same request is finished first, whatever is new.
-    candidate = take_unfinished(Path(request.checkpoint_dir), meta, partial(_close, served))
+    candidate = take_unfinished(Path(request.checkpoint_dir), meta)
     if candidate is None and served.losses is not None and not request.forced:
         rejudged = _rejudge_kept(request, served, digest)  # issue 62: before training
         if rejudged is not None or _nothing_new(served, request):
@@ -418,9 +414,7 @@ def _judge(
     used = result.precision_used  # every verdict below names the run's precision
     checkpoint = newest_checkpoint(candidate)
     if result.stopped_early and result.failure is None and checkpoint is not None:
-        # No verdict written: the agent's next run continues it (judging.unfinished).
-        why = "not judged yet: stopped before its end (a half-trained model is never served); "
-        why += "the next run continues it"
+        why = "not judged yet: stopped before its end; the next run continues it (no verdict)"
         return GateReport(Outcome.UNDECIDED, why, precision=used, candidate_id=candidate.name)
     if result.failure is not None or checkpoint is None:
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
@@ -681,11 +675,6 @@ def _verdict(
         evidence=evidence,
     )
     return _written(candidate, report, comparisons)
-
-
-def _close(served: Served, candidate: Path, reason: str) -> None:
-    """A candidate cut short that no run continues, closed: ``undecided``, with ``reason``."""
-    _verdict(candidate, Outcome.UNDECIDED, reason, time.monotonic(), None, [], served.id)
 
 
 def _written(candidate: Path, report: GateReport, comparisons: list[Paired]) -> GateReport:

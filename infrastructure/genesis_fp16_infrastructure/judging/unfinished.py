@@ -25,7 +25,7 @@ JSON only, no torch.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,10 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     list_candidates,
     read_meta,
     read_verdict,
+    write_verdict,
 )
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
+from genesis_fp16_infrastructure.contract.reports import GateReport
 
 logger = logging.getLogger(__name__)
 
@@ -43,13 +46,11 @@ def unfinished_candidates(folder: Path) -> list[Path]:
     return [c for c in list_candidates(folder) if read_verdict(c).outcome is None]
 
 
-def take_unfinished(
-    folder: Path, meta: Mapping[str, Any], close: Callable[[Path, str], object]
-) -> Path | None:
+def take_unfinished(folder: Path, meta: Mapping[str, Any]) -> Path | None:
     """The unfinished candidate (no verdict) of ``folder`` that this run continues: the
     newest whose meta asked what ``meta`` (this run's, as a new candidate would record
-    it) asks; None when there is none. Each other unfinished candidate is handed to
-    ``close`` with the reason it is not continued."""
+    it) asks; None when there is none. Each other unfinished candidate is closed: its
+    verdict ``undecided``, with the reason it is not continued."""
     taken: Path | None = None
     for candidate in reversed(unfinished_candidates(folder)):  # newest first
         why = _not_continued(candidate, meta) if taken is None else None
@@ -61,8 +62,14 @@ def take_unfinished(
             assert taken is not None
             why = f"a newer candidate cut short on the same request ({taken.name}) is continued"
         logger.info("closing candidate %s, cut short earlier: %s", candidate.name, why)
-        close(candidate, f"not continued: {why}")
+        _close(candidate, f"not continued: {why}", meta.get("continues"))
     return taken
+
+
+def _close(candidate: Path, reason: str, served_id: str | None) -> None:
+    """``candidate`` closed: its verdict ``undecided`` with ``reason`` (no figures)."""
+    report = GateReport(Outcome.UNDECIDED, reason, served_id=served_id, candidate_id=candidate.name)
+    write_verdict(candidate, report.to_json() | {"judged": []})
 
 
 def _not_continued(candidate: Path, meta: Mapping[str, Any]) -> str | None:

@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder.candidates import new_candidate, write_verdict
+from genesis_fp16_infrastructure.agent_folder.candidates import (
+    list_candidates,
+    new_candidate,
+    read_verdict,
+    write_verdict,
+)
 from genesis_fp16_infrastructure.judging.unfinished import take_unfinished
 
 META: dict[str, Any] = {
@@ -22,8 +27,15 @@ META: dict[str, Any] = {
 
 
 def _take(folder: Path, meta: dict[str, Any]) -> tuple[Path | None, dict[str, str]]:
-    closed: dict[str, str] = {}
-    taken = take_unfinished(folder, meta, lambda c, why: closed.__setitem__(c.name, why))
+    """The candidate taken, and the reason of each one this call closed (undecided)."""
+    before = {c.name for c in list_candidates(folder) if read_verdict(c).outcome is not None}
+    taken = take_unfinished(folder, meta)
+    closed = {}
+    for candidate in list_candidates(folder):
+        verdict = read_verdict(candidate)
+        if candidate.name not in before and verdict.outcome is not None:
+            assert verdict.outcome == "undecided"
+            closed[candidate.name] = str(verdict.reason)
     return taken, closed
 
 
