@@ -132,21 +132,23 @@ def _candidates(checkpoints: Path) -> list[Path]:
     return sorted(p for p in (checkpoints / "candidates").glob("*") if p.is_dir())
 
 
-def _life_killed_at(command: list[str], env: dict[str, str], step: int) -> int:
+def _life_killed_at(command: list[str], env: dict[str, str], step: int, own: bool = False) -> int:
     """Run ``command`` and SIGKILL it once it reports ``step`` (its progress lines, one
-    per step); the last step it reported. Fails if it ends on its own first."""
+    per step; ``own``: the life's own ``step``-th, wherever it started); the last step it
+    reported. Fails if it ends on its own first."""
     child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
-    reached = -1
+    reached, first = -1, None
     for line in child.stdout:
         if line.startswith('{"progress"'):
             reached = int(json.loads(line)["progress"]["step"])
-            if reached >= step:
+            first = reached if first is None else first
+            if reached >= step + (first - 1 if own else 0):
                 break
     child.send_signal(signal.SIGKILL)
     child.wait()
     child.stdout.close()
-    assert reached >= step, f"the run ended at step {reached} before it could be killed"
+    assert first is not None and reached >= step, f"the run ended at step {reached} first"
     return reached
 
 
@@ -202,14 +204,18 @@ def test_killed_job_resumed_with_the_rest_continues_its_own_candidate(
 def test_kills_at_random_moments_leave_no_candidate_unfinished_nor_past_the_bound(
     tmp_path: Path, data: Path
 ) -> None:
-    """Issue 93: 8 SIGKILLs at random moments of ``train --resume``, each followed by a
+    """Issue 93: 8 SIGKILLs at random moments of ``train --resume --steps 60``, each followed by a
     ``train --resume --steps 2``: each resume continues the killed run's candidate (or
     closes it with its reason), so after the last one no candidate is left without a
     verdict and the folders stay within the history bound, the served model plus
     GENESIS_FP16_SERVED_HISTORY_KEEP (at 2c6d7b6d: one candidate more per kill, never
     judged nor pruned)."""
     rng, kills = random.Random(8), 8
-    env = {**_env(tmp_path), "GENESIS_FP16_REJECTED_KEEP_DAYS": "0"}  # none kept to inspect
+    env = {
+        **_env(tmp_path),
+        "GENESIS_FP16_REJECTED_KEEP_DAYS": "0",
+        "GENESIS_FP16_LOG_INTERVAL": "1",
+    }
     folder = tmp_path / "ck"
 
     def train(*budget: str) -> subprocess.CompletedProcess[str]:
@@ -218,17 +224,19 @@ def test_kills_at_random_moments_leave_no_candidate_unfinished_nor_past_the_boun
         )
 
     assert train().returncode == 0  # the first model, served
-    for _ in range(kills):
-        child = subprocess.Popen(
-            _train_command(data, folder, ()),
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(timeout=rng.uniform(2.0, 12.0))  # start-up, training or judging
-        child.send_signal(signal.SIGKILL)
-        child.wait()
+    # A forced budget: on unchanged data a plain --resume is up to date and trains nothing.
+    command = [*_train_command(data, folder, ("--steps", "60")), "--json-progress"]
+    for kill in range(kills):
+        if kill % 2:  # at a random time: in start-up, training or judging
+            child = subprocess.Popen(
+                command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=rng.uniform(2.0, 12.0))
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        else:  # at a random step of its training
+            _life_killed_at(command, env, rng.randint(1, 40), own=True)
         resumed = train("--steps", "2")
         assert resumed.returncode == 0, resumed.stderr
     candidates = _candidates(folder)

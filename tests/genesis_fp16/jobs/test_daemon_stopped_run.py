@@ -13,28 +13,34 @@ from typing import Any
 import pytest
 from daemon_harness import DaemonFactory, DaemonProcess, child_wait, daemon_env
 
-STEPS = 1500  # GENESIS_FP16_STEPS_PER_RUN: long enough to be stopped mid-run under load
-SETTINGS = {
-    "GENESIS_FP16_PLUGIN_ALLOWLIST": "se_darwin",
-    "ENABLE_FP16_TRAINING": "false",
-    "GENESIS_FP16_STEPS_PER_RUN": str(STEPS),
-    "GENESIS_FP16_CHECKPOINT_STEPS": "10",
-    "GENESIS_FP16_SAMPLE_COUNT": "300",
-    "GENESIS_FP16_SCHEDULE": "3600",
-    "GENESIS_FP16_RUN_AT_START": "false",
-}
+# Per agent: a budget long enough to be stopped mid-run under load (GENESIS_FP16_STEPS_PER_RUN),
+# and the step after which SIGTERM comes.
+BUDGETS = {"se_darwin": (1500, 30), "rlhf_ppo": (200, 8)}
+
+
+def _settings(agent: str) -> dict[str, str]:
+    return {
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": agent,
+        "ENABLE_FP16_TRAINING": "false",
+        "GENESIS_FP16_STEPS_PER_RUN": str(BUDGETS[agent][0]),
+        "GENESIS_FP16_CHECKPOINT_STEPS": "10",
+        "GENESIS_FP16_LOG_INTERVAL": "1",
+        "GENESIS_FP16_SAMPLE_COUNT": "300",
+        "GENESIS_FP16_SCHEDULE": "3600",
+        "GENESIS_FP16_RUN_AT_START": "false",
+    }
 
 
 FINISHED = "training run finished"
 RUN_DEADLINE = 300.0  # a run's child on a loaded 2-core machine: a deadline
 
 
-def run_command(workdir: Path) -> None:
-    """`genesis-fp16 run se_darwin` in the daemon's folder, with its settings."""
+def run_command(workdir: Path, agent: str) -> None:
+    """`genesis-fp16 run AGENT` in the daemon's folder, with its settings."""
     done = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "run", "se_darwin"],
+        [sys.executable, "-m", "genesis_fp16", "run", agent],
         cwd=workdir,
-        env=daemon_env(SETTINGS),
+        env=daemon_env(_settings(agent)),
         capture_output=True,
         text=True,
         timeout=120,
@@ -42,12 +48,18 @@ def run_command(workdir: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def runs(daemon: DaemonProcess) -> list[dict[str, Any]]:
-    return [r for r in daemon.events(FINISHED) if r.get("agent") == "se_darwin"]
+def runs(daemon: DaemonProcess, agent: str) -> list[dict[str, Any]]:
+    return [r for r in daemon.events(FINISHED) if r.get("agent") == agent]
 
 
-def _candidates(state: Path) -> list[Path]:
-    root = state / "agents" / "se_darwin" / "checkpoints" / "candidates"
+def _reached(daemon: DaemonProcess, agent: str) -> int:
+    """The last step the daemon's progress lines reported of the agent's run."""
+    found = [r for r in daemon.logs() if r.get("progress") and r.get("agent") == agent]
+    return int(found[-1]["step"]) if found else 0
+
+
+def _candidates(state: Path, agent: str) -> list[Path]:
+    root = state / "agents" / agent / "checkpoints" / "candidates"
     return sorted(p for p in root.glob("*") if p.is_dir())
 
 
@@ -57,36 +69,36 @@ def _steps(candidate: Path) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("agent", sorted(BUDGETS))
 def test_a_run_stopped_by_sigterm_is_continued_to_its_budget_and_judged_once(
-    daemon_factory: DaemonFactory, tmp_path: Path
+    daemon_factory: DaemonFactory, tmp_path: Path, agent: str
 ) -> None:
-    """SIGTERM to the daemon once its se_darwin run has checkpointed step 30: the run
-    stops with a checkpoint and no verdict; the next daemon's run continues that
-    candidate (no new one) from its newest checkpoint, ends at STEPS and promotes it
-    (the first model), judged once. At 2c6d7b6d the stopped candidate stayed
-    ``undecided`` and the next run trained a new one from the start."""
-    first = daemon_factory(SETTINGS)
-    run_command(tmp_path)
-    state = first.state_dir
+    """SIGTERM to the daemon once its run has reported a few steps: the run stops with a
+    checkpoint and no verdict; the next daemon's run continues that candidate (no new
+    one) from its newest checkpoint, ends at its budget (not a budget past the checkpoint)
+    and promotes it (the first model), judged once. At 2c6d7b6d the stopped candidate
+    stayed ``undecided`` and the next run trained a new one from the start."""
+    steps, stop_after = BUDGETS[agent]
+    first = daemon_factory(_settings(agent))
+    run_command(tmp_path, agent)
     first.wait_for(
-        lambda: any(max(_steps(c), default=0) >= 30 for c in _candidates(state)),
-        "a checkpoint at step 30",
-        child_wait(RUN_DEADLINE),
+        lambda: _reached(first, agent) >= stop_after, "a few steps", child_wait(RUN_DEADLINE)
     )
     first.signal(signal.SIGTERM)
     assert first.wait_exit(child_wait(120)) == 0
-    (stopped,) = runs(first)
+    (stopped,) = runs(first, agent)
     assert stopped["outcome"] == "stopped", stopped
-    (candidate,) = _candidates(state)
+    state = first.state_dir
+    (candidate,) = _candidates(state, agent)
     assert not (candidate / "verdict.json").exists()
     cut = max(_steps(candidate))
-    assert 30 <= cut < STEPS
+    assert stop_after <= cut < steps
 
-    second = daemon_factory(SETTINGS)
-    run_command(tmp_path)
-    (done,) = second.wait_for(lambda: runs(second), "the next run", child_wait(RUN_DEADLINE))
+    second = daemon_factory(_settings(agent))
+    run_command(tmp_path, agent)
+    (done,) = second.wait_for(lambda: runs(second, agent), "the next run", child_wait(RUN_DEADLINE))
     assert done["outcome"] == "success", done
-    assert _candidates(state) == [candidate]  # continued, no new candidate
-    assert max(_steps(candidate)) == STEPS  # to its own budget, not STEPS past its checkpoint
+    assert _candidates(state, agent) == [candidate]  # continued, no new candidate
+    assert max(_steps(candidate)) == steps  # to its own budget, not past its checkpoint
     verdict = json.loads((candidate / "verdict.json").read_text())
     assert verdict["outcome"] == "promoted"
