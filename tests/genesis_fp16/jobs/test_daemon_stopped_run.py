@@ -4,6 +4,7 @@ its own checkpoint to its own budget, and its candidate is judged once (issue 93
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -12,14 +13,19 @@ from typing import Any
 
 import pytest
 from daemon_harness import DaemonFactory, DaemonProcess, child_wait, daemon_env
+from judged_daemon import AGENT, install_scaffold, judged_env, write_records
 
 # Per agent: a budget long enough to be stopped mid-run under load (GENESIS_FP16_STEPS_PER_RUN),
 # and the step after which SIGTERM comes.
-BUDGETS = {"se_darwin": (1500, 30), "rlhf_ppo": (200, 8)}
+# The scaffold's agent (`new-agent`, judged_daemon.AGENT) steps fast: a long budget.
+BUDGETS = {"se_darwin": (1500, 30), "rlhf_ppo": (200, 8), AGENT: (20000, 50)}
 
 
-def _settings(agent: str) -> dict[str, str]:
-    return {
+_INSTALLED: dict[Path, Path] = {}  # a test's folder: its scaffold package's path entry
+
+
+def _settings(agent: str, workdir: Path) -> dict[str, str]:
+    settings = {
         "GENESIS_FP16_PLUGIN_ALLOWLIST": agent,
         "ENABLE_FP16_TRAINING": "false",
         "GENESIS_FP16_STEPS_PER_RUN": str(BUDGETS[agent][0]),
@@ -29,6 +35,18 @@ def _settings(agent: str) -> dict[str, str]:
         "GENESIS_FP16_SCHEDULE": "3600",
         "GENESIS_FP16_RUN_AT_START": "false",
     }
+    if agent != AGENT:
+        return settings
+    data = workdir / "records.jsonl"
+    if workdir not in _INSTALLED:
+        _INSTALLED[workdir] = install_scaffold(workdir / "plugin")
+        write_records(data, 200, seed=0)
+    scaffold = judged_env(_INSTALLED[workdir], data)
+    scaffold["PYTHONPATH"] = os.pathsep.join(
+        [scaffold["PYTHONPATH"], *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    del scaffold["GENESIS_FP16_AGENTS__MY_JUDGED__STEPS"], scaffold["GENESIS_FP16_SCHEDULE"]
+    return {**settings, "GENESIS_FP16_CHECKPOINT_STEPS": "100", **scaffold}
 
 
 FINISHED = "training run finished"
@@ -40,7 +58,7 @@ def run_command(workdir: Path, agent: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "genesis_fp16", "run", agent],
         cwd=workdir,
-        env=daemon_env(_settings(agent)),
+        env=daemon_env(_settings(agent, workdir)),
         capture_output=True,
         text=True,
         timeout=120,
@@ -79,7 +97,7 @@ def test_a_run_stopped_by_sigterm_is_continued_to_its_budget_and_judged_once(
     and promotes it (the first model), judged once. At 2c6d7b6d the stopped candidate
     stayed ``undecided`` and the next run trained a new one from the start."""
     steps, stop_after = BUDGETS[agent]
-    first = daemon_factory(_settings(agent))
+    first = daemon_factory(_settings(agent, tmp_path))
     run_command(tmp_path, agent)
     first.wait_for(
         lambda: _reached(first, agent) >= stop_after, "a few steps", child_wait(RUN_DEADLINE)
@@ -94,7 +112,7 @@ def test_a_run_stopped_by_sigterm_is_continued_to_its_budget_and_judged_once(
     cut = max(_steps(candidate))
     assert stop_after <= cut < steps
 
-    second = daemon_factory(_settings(agent))
+    second = daemon_factory(_settings(agent, tmp_path))
     run_command(tmp_path, agent)
     (done,) = second.wait_for(lambda: runs(second, agent), "the next run", child_wait(RUN_DEADLINE))
     assert done["outcome"] == "success", done
