@@ -118,5 +118,8 @@ def test_a_run_stopped_by_sigterm_is_continued_to_its_budget_and_judged_once(
     assert done["outcome"] == "success", done
     assert _candidates(state, agent) == [candidate]  # continued, no new candidate
     assert max(_steps(candidate)) == steps  # to its own budget, not past its checkpoint
+    # From its own checkpoint: the first step it reports is the one after it (not step 1).
+    steps_seen = [r["step"] for r in second.logs() if r.get("progress") and r["agent"] == agent]
+    assert steps_seen[0] == cut + 1, steps_seen[:3]
     verdict = json.loads((candidate / "verdict.json").read_text())
     assert verdict["outcome"] == "promoted"
