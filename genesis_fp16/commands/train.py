@@ -125,8 +125,8 @@ def register(subparsers: Any) -> None:
         "--checkpoint-steps",
         type=integer_from(1),
         metavar="N",
-        help="checkpoint every N steps (default GENESIS_FP16_CHECKPOINT_STEPS, else a tenth "
-        "of the run or each validation)",
+        help="checkpoint every N steps (default GENESIS_FP16_CHECKPOINT_STEPS, else by "
+        "--checkpoint-seconds alone; under torchrun a tenth of the run or each validation)",
     )
     parser.add_argument(
         "--checkpoint-seconds",

@@ -161,8 +161,9 @@ class Settings(BaseSettings, GuardSettings):
     # rate chosen so that they cost <= 1% of a run's step time, with a first sample early
     # in every run; exported as genesis_fp16_range_* (docs/precision-forensics.md).
     range_stats: bool = True
-    # Periodic checkpoints: every N optimizer steps (None: a tenth of the run's steps, or
-    # each validation of an early-stopped run) or after S seconds, whichever comes first.
+    # Periodic checkpoints: every N optimizer steps or after S seconds, whichever comes
+    # first, and at the run's end (None: by S seconds alone; under torchrun, whose ranks'
+    # clocks disagree, a tenth of the run's steps or each validation of early stopping).
     checkpoint_steps: int | None = Field(default=None, ge=1)
     checkpoint_seconds: float = Field(default=60.0, gt=0)
     # Every run's wall-clock limit (an agent's RUN_TIMEOUT_SECONDS overrides it): past it

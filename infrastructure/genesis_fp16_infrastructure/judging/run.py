@@ -17,12 +17,13 @@ A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
    its training data, the run is not forced and asks the options the served model was
    trained with), there is nothing to learn:
    ``up_to_date``, no candidate;
-4. a candidate folder (:func:`~genesis_fp16_infrastructure.agent_folder.candidates.new_candidate`)
-   into which the plugin trains; with ``resume``, the served checkpoint is copied in first,
-   so that the plugin's resume continues the served model;
+4. a candidate folder: one a run cut short on the same request left (:mod:`.unfinished`,
+   asked before step 3), else a new one (``new_candidate``) into which, with ``resume``,
+   the served checkpoint is copied first; the plugin's resume continues what it holds;
 5. the gate (:mod:`.gate`): the candidate and the served model on the same records, paired
-   (a run stopped before its end is not judged: ``undecided``); after the watch rolled a
-   model back to the served one, on the records newer than that model too (``newest``);
+   (a run stopped before its end writes no verdict: the next run continues it); after the
+   watch rolled a model back to the served one, on the records newer than that model too
+   (``newest``);
    the first model is served as it is; a promotion waits for the operator's pin (``held``);
    the verdict file holds the figures, ``judged_ids.npz`` the records the model knew.
 
@@ -116,6 +117,7 @@ from genesis_fp16_infrastructure.judging.served import (
     sweep_copies,
 )
 from genesis_fp16_infrastructure.judging.split import drawn_with, sorted_unique
+from genesis_fp16_infrastructure.judging.unfinished import take_unfinished
 from genesis_fp16_infrastructure.judging.watch import rolled_back_to, watch
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
@@ -233,16 +235,20 @@ def _judged_run(
         served = Served(judged, request, again=True)  # the predecessor, served again
         served.read_seconds += read  # the run's reads of its data, both listings
     digest = _data_digest(request.data_path)  # the data's files: a kept verdict's, the meta's
-    if served.losses is not None and not request.forced:  # a first or forced run trains
+    meta = _meta(request, served, digest)
+    # A candidate cut short on this same request is finished first, whatever is new.
+    candidate = take_unfinished(Path(request.checkpoint_dir), meta)
+    if candidate is None and served.losses is not None and not request.forced:
         rejudged = _rejudge_kept(request, served, digest)  # issue 62: before training
         if rejudged is not None or _nothing_new(served, request):
             done = up_to_date(request, served, time.monotonic() - started, live, rejudged)
             if tell is not None:
                 tell(("done", done.to_json()))
             return done
-    candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served, digest))
-    if served.checkpoint is not None and request.resume:  # the resume continues the served
-        copy_checkpoint(served.checkpoint, candidate)
+    if candidate is None:
+        candidate = new_candidate(Path(request.checkpoint_dir), meta)
+        if served.checkpoint is not None and request.resume:  # the resume continues the served
+            copy_checkpoint(served.checkpoint, candidate)
     before = time.monotonic() - started  # the served model scored and watched
     if tell is not None:
         tell(("train", str(candidate)))
@@ -419,10 +425,11 @@ def _judge(
     started = time.monotonic()
     used = result.precision_used  # every verdict below names the run's precision
     checkpoint = newest_checkpoint(candidate)
-    if result.failure is not None or checkpoint is None or result.stopped_early:
+    if result.stopped_early and result.failure is None and checkpoint is not None:
+        why = "not judged yet: stopped before its end; the next run continues it (no verdict)"
+        return GateReport(Outcome.UNDECIDED, why, precision=used, candidate_id=candidate.name)
+    if result.failure is not None or checkpoint is None:
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
-        if result.stopped_early and result.failure is None and checkpoint is not None:
-            why = "stopped before its end (a half-trained model is never served)"
         return _verdict(candidate, Outcome.UNDECIDED, f"not judged: {why}", started, used, [])
     with reusing_loads():  # the checkpoint unpickled once: the records it names, scored
         held_out, refusal = held_out_check(request, served, checkpoint)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -31,7 +33,8 @@ def _env(workdir: Path) -> dict[str, str]:
     env.update(
         GENESIS_FP16_STATE_DIR=str(workdir / "state"),
         GENESIS_FP16_LOG_LEVEL="WARNING",
-        PYTHONPATH=str(ROOT),
+        # The checkout's packages first, then the caller's path (a worktree's own library).
+        PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
     )
     return env
 
@@ -123,3 +126,120 @@ def test_kill_9_loop_keeps_progress_and_ends_bitwise_equal(
     for name in last_ref:
         assert torch.equal(last[name], last_ref[name]), name
         assert torch.equal(served[name], served_ref[name]), name
+
+
+def _candidates(checkpoints: Path) -> list[Path]:
+    return sorted(p for p in (checkpoints / "candidates").glob("*") if p.is_dir())
+
+
+def _life_killed_at(command: list[str], env: dict[str, str], step: int, own: bool = False) -> int:
+    """Run ``command`` and SIGKILL it once it reports ``step`` (its progress lines, one
+    per step; ``own``: the life's own ``step``-th, wherever it started); the last step it
+    reported. Fails if it ends on its own first."""
+    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    reached, first = -1, None
+    for line in child.stdout:
+        if line.startswith('{"progress"'):
+            reached = int(json.loads(line)["progress"]["step"])
+            first = reached if first is None else first
+            if reached >= step + (first - 1 if own else 0):
+                break
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    assert first is not None and reached >= step, f"the run ended at step {reached} first"
+    return reached
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_killed_job_resumed_with_the_rest_continues_its_own_candidate(
+    tmp_path: Path, data: Path
+) -> None:
+    """Issue 93: a job of TARGET steps, SIGKILLed at random steps and resumed each time
+    with ``--steps <rest>`` (the rest counted from its newest checkpoint), continues the
+    killed run's own candidate: one candidate folder, no kill loses more than one
+    checkpoint interval, and it ends at TARGET, bitwise equal to an unbroken run (at
+    2c6d7b6d each resume trained a new candidate from scratch and ended short)."""
+    target, rng = 60, random.Random(93)
+    env = {**_env(tmp_path), "GENESIS_FP16_LOG_INTERVAL": "1"}
+    whole = subprocess.run(
+        _train_command(data, tmp_path / "whole", ("--steps", str(target))),
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert whole.returncode == 0, whole.stderr
+    reference = json.loads(whole.stdout.strip().splitlines()[-1])
+
+    broken = tmp_path / "broken"
+    for _ in range(3):
+        start = max(_newest_step(broken), 0)
+        rest = ("--steps", str(target - start))
+        command = [*_train_command(data, broken, rest), "--json-progress"]
+        reached = _life_killed_at(command, env, rng.randint(start + 1, target - 1))
+        assert reached - _newest_step(broken) <= EVERY  # at most one interval lost
+        assert len(_candidates(broken)) == 1, "a resume started a new candidate"
+    start = _newest_step(broken)
+    final = subprocess.run(
+        _train_command(data, broken, ("--steps", str(target - start))),
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert final.returncode == 0, final.stderr
+    result = json.loads(final.stdout.strip().splitlines()[-1])
+    assert len(_candidates(broken)) == 1
+    assert Path(result["checkpoint"]).name == f"ckpt-{target:010d}.pt"
+    last, served = _weights(Path(result["checkpoint"]))
+    last_ref, served_ref = _weights(Path(reference["checkpoint"]))
+    for name in last_ref:
+        assert torch.equal(last[name], last_ref[name]), name
+        assert torch.equal(served[name], served_ref[name]), name
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_kills_at_random_moments_leave_no_candidate_unfinished_nor_past_the_bound(
+    tmp_path: Path, data: Path
+) -> None:
+    """Issue 93: 8 SIGKILLs at random moments of ``train --resume --steps 60``, each followed by a
+    ``train --resume --steps 2``: each resume continues the killed run's candidate (or
+    closes it with its reason), so after the last one no candidate is left without a
+    verdict and the folders stay within the history bound, the served model plus
+    GENESIS_FP16_SERVED_HISTORY_KEEP (at 2c6d7b6d: one candidate more per kill, never
+    judged nor pruned)."""
+    rng, kills = random.Random(8), 8
+    env = {
+        **_env(tmp_path),
+        "GENESIS_FP16_REJECTED_KEEP_DAYS": "0",
+        "GENESIS_FP16_LOG_INTERVAL": "1",
+    }
+    folder = tmp_path / "ck"
+
+    def train(*budget: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            _train_command(data, folder, budget), env=env, capture_output=True, text=True
+        )
+
+    assert train().returncode == 0  # the first model, served
+    # A forced budget: on unchanged data a plain --resume is up to date and trains nothing.
+    command = [*_train_command(data, folder, ("--steps", "60")), "--json-progress"]
+    for kill in range(kills):
+        if kill % 2:  # at a random time: in start-up, training or judging
+            child = subprocess.Popen(
+                command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=rng.uniform(2.0, 12.0))
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        else:  # at a random step of its training
+            _life_killed_at(command, env, rng.randint(1, 40), own=True)
+        resumed = train("--steps", "2")
+        assert resumed.returncode == 0, resumed.stderr
+    candidates = _candidates(folder)
+    unfinished = [c.name for c in candidates if not (c / "verdict.json").is_file()]
+    assert unfinished == []
+    assert len(candidates) <= 1 + 5, [c.name for c in candidates]

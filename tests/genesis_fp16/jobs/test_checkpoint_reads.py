@@ -106,16 +106,17 @@ def test_a_resumed_run_reads_its_checkpoint_once(
     assert first == 8 and _optimizer_steps(ctx) == 16
 
 
-def test_after_a_cut_short_forced_run_the_unchanged_pool_is_up_to_date_without_a_read(
+def test_a_cut_short_forced_run_is_continued_then_the_unchanged_pool_is_up_to_date_without_a_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A forced job stopped mid-run leaves its candidate unjudged and the served model
-    served; the next job (the daemon's own, on the same data) is up to date by the data
-    manifest: no checkpoint read, no step, the first model still served."""
+    """A forced job stopped mid-run leaves its candidate without a verdict and the served
+    model served; the next job (the daemon's own, on the same data) continues that
+    candidate to its own target and judges it (issue 93: the manifest said up to date and
+    the stopped candidate stayed undecided); the job after is up to date by the data
+    manifest: no checkpoint read, no step."""
     ctx, loaded = _job(tmp_path, monkeypatch)
     run_agent_job(ctx, AGENT, *loaded)  # the served model, 8 steps
     folder = AgentFolder(tmp_path / "state", AGENT).checkpoint_dir
-    served = served_checkpoint(folder)
     step = trainer.Trainer.step
 
     def stop_at_step_10(this: Any, *args: Any, **kwargs: Any) -> Any:
@@ -130,8 +131,15 @@ def test_after_a_cut_short_forced_run_the_unchanged_pool_is_up_to_date_without_a
         run_agent_job(ctx, AGENT, *loaded)
     (stopped,) = [e for e in logs if e["event"] == "training run finished"]
     assert stopped["outcome"] == "stopped" and "not judged" in stopped["gate"]["reason"]
+    cut = Path(stopped["checkpoint"]).parent
     monkeypatch.setattr(trainer.Trainer, "step", step)
     ctx.stopping.clear()
+    with capture_logs() as logs:
+        run_agent_job(ctx, AGENT, *loaded)
+    (continued,) = [e for e in logs if e["event"] == "training run finished"]
+    assert Path(continued["checkpoint"]) == cut / "ckpt-0000000016.pt"  # its own target
+    assert continued["gate"]["outcome"] in ("promoted", "rejected", "inconclusive")
+    served = served_checkpoint(folder)
     reads = _Reads(monkeypatch)
     with caplog.at_level("INFO", logger="genesis_fp16_infrastructure"), capture_logs() as logs:
         run_agent_job(ctx, AGENT, *loaded)

@@ -43,6 +43,7 @@ from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.errors import DataError, ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging.unfinished import unfinished_candidates
 from genesis_fp16_infrastructure.record_codec import ReportError
 
 logger = logging.getLogger(__name__)
@@ -211,7 +212,8 @@ def _may_be_up_to_date(
     request: TrainRequest, record: Mapping[str, Any], served: Path | None
 ) -> bool:
     """The record answers for this run: it resumes, is not a forced budget, asks what the
-    recorded run asked, and the served checkpoint (the pointer's) is the recorded one."""
+    recorded run asked, the served checkpoint (the pointer's) is the recorded one, and no
+    candidate was cut short (the judged run continues it, or closes it)."""
     if not request.resume:
         return False
     if request.forced and (request.steps is not None or request.epochs is not None):
@@ -221,6 +223,9 @@ def _may_be_up_to_date(
         return False
     if not _served_checkpoint_unchanged(record.get("checkpoint"), served):
         logger.info("data manifest: the served checkpoint changed since; the run reads the pool")
+        return False
+    if unfinished_candidates(Path(request.checkpoint_dir)):  # judging.unfinished's to decide
+        logger.info("data manifest: a candidate cut short waits to be continued; the run reads")
         return False
     return True
 

@@ -231,7 +231,9 @@ def _served_copy(
     judged run put in the candidate's folder (``request.resume``); and, for a forced
     run only, the same as the state to resume and its read. A run that is not forced
     trains afresh (its encoder fitted on the current records): the copy is removed, so
-    that it is never offered as the candidate."""
+    that it is never offered as the candidate. A newest checkpoint of a run cut short
+    (its run record not complete: the candidate's own, which the judged run continues,
+    judging.unfinished) is never a copy: it is resumed, forced or not."""
     newest = newest_checkpoint(candidate)
     if newest is None or (rank_and_world()[0] != 0 and not request.forced):
         return None, None, None  # torchrun: rank 0 alone removes the copy (and reports drift)
@@ -240,7 +242,8 @@ def _served_copy(
         state = read_world_model_state(loaded.state)
     except (CheckpointError, ValueError, OSError) as exc:
         raise TrainRequestError(f"checkpoint {str(newest)!r} unusable: {exc}") from None
-    if request.forced:
+    run = loaded.state.get(keys.RUN)
+    if request.forced or (isinstance(run, Mapping) and run.get("complete") is False):
         return state, state, loaded
     CheckpointManager(candidate).remove(newest)  # a copy: the served model's own files stay
     return state, None, None

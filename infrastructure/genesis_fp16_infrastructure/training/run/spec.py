@@ -48,9 +48,11 @@ class RunSpec(StepSpec):
     - ``steps`` / ``epochs``: the budget of this run (optimizer steps, skipped ones
       included; epoch ends), whichever ends first.
     - ``resume``: continue from the newest valid checkpoint.
-    - ``checkpoint_steps``: a periodic checkpoint every this many steps (None: a tenth of
-      ``steps`` when given, else each validation of early stopping);
-      ``checkpoint_seconds``: at least this often (None: no time bound); whichever first.
+    - ``checkpoint_steps``: a periodic checkpoint every this many steps (None: by the
+      clock alone when ``checkpoint_seconds`` applies; else a tenth of ``steps`` when
+      given, else each validation of early stopping); ``checkpoint_seconds``: at least
+      this often (None: no time bound; torchrun: never, ranks' clocks disagree);
+      whichever first, and always at the run's end.
     - ``guard``: the precision guard's configuration; None turns it off.
     - ``fsdp``: under torchrun, shard with FSDP2 instead of DDP.
     - ``initial_loss_scale``: an fp16 run that does not resume a checkpoint starts its

@@ -100,18 +100,32 @@ def test_a_relabelled_pool_retrains_and_a_shrunk_one_is_up_to_date(
     assert data.relabelled > 0
 
 
-def test_an_interrupted_run_is_not_served_nor_up_to_date(pool: Path, tmp_path: Path) -> None:
-    """A run stopped before its end (daemon shutdown) is not judged (undecided: its
-    half-trained model is never served), and the next run trains instead of being taken
-    as up to date on the same records."""
+def test_an_interrupted_run_is_continued_to_its_end_and_judged_once(
+    pool: Path, tmp_path: Path
+) -> None:
+    """A run stopped before its end (daemon shutdown) is not judged (undecided, no verdict
+    written: its half-trained model is never served); the next run continues its candidate
+    from its own checkpoint to its own end, which is an unbroken run's, bit for bit, and
+    judges it once (issue 93: it trained a new candidate from the start)."""
     calls = iter(range(1000))
     stopped = train(pool, tmp_path / "ck", steps=None, should_stop=lambda: next(calls) >= 12)
     assert stopped.outcome == "stopped" and stopped.steps == 12
     assert stopped.gate is not None and stopped.gate.outcome == "undecided"
     assert served_checkpoint(tmp_path / "ck") is None
+    assert stopped.checkpoint is not None
+    candidate = Path(stopped.checkpoint).parent
+    assert not (candidate / "verdict.json").exists()
     again = train(pool, tmp_path / "ck", steps=None, resume=True)
     assert again.outcome == "success" and again.steps > 0
+    assert again.checkpoint is not None and Path(again.checkpoint).parent == candidate
+    assert [p.name for p in (tmp_path / "ck" / "candidates").iterdir()] == [candidate.name]
+    assert again.gate is not None and again.gate.outcome == "promoted"
     assert served_checkpoint(tmp_path / "ck") == again.checkpoint
+    whole = train(pool, tmp_path / "whole", steps=None)
+    assert whole.checkpoint is not None
+    assert Path(again.checkpoint).name == Path(whole.checkpoint).name
+    ours, theirs = load_checkpoint(again.checkpoint), load_checkpoint(whole.checkpoint)
+    assert all(torch.equal(ours["model"][k], t) for k, t in theirs["model"].items())
 
 
 def test_a_newer_checkpoint_beside_the_served_one_is_never_served(

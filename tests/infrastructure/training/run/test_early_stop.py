@@ -3,7 +3,9 @@ record survives a resume bit for bit, and new data starts a new record."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -152,3 +154,32 @@ def test_each_validation_is_logged_at_debug_not_info(caplog: pytest.LogCaptureFi
     with caplog.at_level("DEBUG", logger=logger):
         fit(DriftingTask(width=32, lr=5e-2), _options(None, epochs=3, early_stop=patient))
     assert "/None" not in caplog.text and " without improvement)" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("kw", "saves"),
+    [({"checkpoint_seconds": 60.0}, 1), ({"checkpoint_seconds": None}, None)],
+    ids=["clock", "no-clock"],
+)
+def test_a_run_with_a_clock_saves_on_it_and_at_its_end_not_at_each_validation(
+    tmp_path: Path, kw: dict[str, float | None], saves: int | None
+) -> None:
+    """Issue 90 item 5: with checkpoint_seconds (the daemon's and train's 60 s) and no
+    checkpoint_steps, a run shorter than its clock saves once, at its end, not at each
+    of its validations; without a clock it still saves at each validation."""
+    manager_saves: list[int] = []
+    original = CheckpointManager.save
+
+    def counted(self: CheckpointManager, state: Mapping[str, Any]) -> Path:
+        manager_saves.append(int(state[keys.STEP]))
+        return original(self, state)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(CheckpointManager, "save", counted)
+        result = fit(DriftingTask(width=32, lr=5e-2), _options(tmp_path, **kw))
+    validations = len(result.early_stop.history) if result.early_stop else 0
+    assert validations > 3
+    if saves is not None:
+        assert manager_saves == [result.summary.step]
+    else:
+        assert len(manager_saves) >= validations

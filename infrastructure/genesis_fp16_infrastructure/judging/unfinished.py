@@ -1,0 +1,89 @@
+"""A candidate whose run was cut short (killed, or stopped by a signal, a precision switch
+or a reload) is continued by the agent's next judged run, or closed with its reason.
+
+A run cut short leaves its candidate without a verdict: killed, it had no time to write
+one; stopped, it is not judged (a half-trained model is never served) and writes none.
+The next judged run of the agent (:func:`take_unfinished`, before it asks whether
+anything is new) continues the newest such candidate in its own folder when that
+candidate asked what this run asks: the same served model continued (or none), the same
+data files (their digest), seed and plugin options. The plugin's resume then reads the
+candidate's own newest checkpoint, and the training loop continues an interrupted run
+toward its own target when the budget asked is the same (``training.run.loop``), so a
+job killed again and again ends bitwise where an unbroken one ends. The candidate is
+then judged once, as any other.
+
+Every other unfinished candidate is closed: its verdict ``undecided`` with the reason it
+cannot be continued (its data changed or is gone, another model is served now, other
+options), so none stays without a verdict and the history's pruning counts it as it
+counts a rejected one. Before this (2c6d7b6d), every run made a new candidate: a resumed
+kill loop trained afresh from the served model 25 times in 32 and ended short of its
+target, and the killed candidates piled up, never judged nor pruned.
+
+JSON only, no torch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_infrastructure.agent_folder.candidates import (
+    list_candidates,
+    read_meta,
+    read_verdict,
+    write_verdict,
+)
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
+from genesis_fp16_infrastructure.contract.reports import GateReport
+
+logger = logging.getLogger(__name__)
+
+
+def unfinished_candidates(folder: Path) -> list[Path]:
+    """The candidates of ``folder`` that have no verdict (cut short), oldest first."""
+    return [c for c in list_candidates(folder) if read_verdict(c).outcome is None]
+
+
+def take_unfinished(folder: Path, meta: Mapping[str, Any]) -> Path | None:
+    """The unfinished candidate (no verdict) of ``folder`` that this run continues: the
+    newest whose meta asked what ``meta`` (this run's, as a new candidate would record
+    it) asks; None when there is none. Each other unfinished candidate is closed: its
+    verdict ``undecided``, with the reason it is not continued."""
+    taken: Path | None = None
+    for candidate in reversed(unfinished_candidates(folder)):  # newest first
+        why = _not_continued(candidate, meta) if taken is None else None
+        if taken is None and why is None:
+            taken = candidate
+            logger.info("continuing candidate %s, cut short earlier", candidate.name)
+            continue
+        if why is None:
+            assert taken is not None
+            why = f"a newer candidate cut short on the same request ({taken.name}) is continued"
+        logger.info("closing candidate %s, cut short earlier: %s", candidate.name, why)
+        _close(candidate, f"not continued: {why}", meta.get("continues"))
+    return taken
+
+
+def _close(candidate: Path, reason: str, served_id: str | None) -> None:
+    """``candidate`` closed: its verdict ``undecided`` with ``reason`` (no figures)."""
+    report = GateReport(Outcome.UNDECIDED, reason, served_id=served_id, candidate_id=candidate.name)
+    write_verdict(candidate, report.to_json() | {"judged": []})
+
+
+def _not_continued(candidate: Path, meta: Mapping[str, Any]) -> str | None:
+    """Why the run ``meta`` asks for cannot continue ``candidate``; None when it can."""
+    recorded = read_meta(candidate)
+    extra = recorded.extra
+    if recorded.id is None:  # an unusable meta (set aside as it was read)
+        return "its candidate.json cannot be read"
+    if recorded.continues != meta.get("continues"):
+        now = meta.get("continues") or "none"
+        return f"it continued model {recorded.continues or 'none'}; this run continues {now}"
+    if recorded.fingerprint != meta.get("fingerprint"):
+        return "its data files changed or are gone since (a new candidate trains on them now)"
+    for key in ("data_path", "seed", "options"):
+        if extra.get(key) != meta.get(key):
+            return f"it was asked another {key.replace('_', ' ')} ({extra.get(key)!r})"
+    return None

@@ -1,0 +1,81 @@
+"""A candidate cut short is continued by a run that asks the same, or closed with why."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from genesis_fp16_infrastructure.agent_folder.candidates import (
+    list_candidates,
+    new_candidate,
+    read_verdict,
+    write_verdict,
+)
+from genesis_fp16_infrastructure.judging.unfinished import take_unfinished
+
+META: dict[str, Any] = {
+    "fingerprint": "abc123",
+    "records": 10,
+    "continues": "served-1",
+    "data_path": "/data",
+    "seed": 0,
+    "options": {},
+}
+
+
+def _take(folder: Path, meta: dict[str, Any]) -> tuple[Path | None, dict[str, str]]:
+    """The candidate taken, and the reason of each one this call closed (undecided)."""
+    before = {c.name for c in list_candidates(folder) if read_verdict(c).outcome is not None}
+    taken = take_unfinished(folder, meta)
+    closed = {}
+    for candidate in list_candidates(folder):
+        verdict = read_verdict(candidate)
+        if candidate.name not in before and verdict.outcome is not None:
+            assert verdict.outcome == "undecided"
+            closed[candidate.name] = str(verdict.reason)
+    return taken, closed
+
+
+def test_the_newest_unfinished_candidate_of_the_same_request_is_continued(tmp_path: Path) -> None:
+    """Of two candidates cut short on the same request, the newer is continued and the
+    older closed, naming the one continued; a judged candidate is left alone."""
+    judged = new_candidate(tmp_path, META)
+    write_verdict(judged, {"outcome": "rejected", "reason": "worse"})
+    older = new_candidate(tmp_path, META)
+    time.sleep(0.01)
+    newer = new_candidate(tmp_path, META)
+    taken, closed = _take(tmp_path, META)
+    assert taken == newer
+    assert list(closed) == [older.name] and newer.name in closed[older.name]
+    assert closed[older.name].startswith("not continued: ")
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"fingerprint": "other"}, "data files changed or are gone"),
+        ({"continues": "served-2"}, "it continued model served-1; this run continues served-2"),
+        ({"seed": 1}, "another seed"),
+        ({"options": {"lr": "0.1"}}, "another options"),
+        ({"data_path": "/elsewhere"}, "another data path"),
+    ],
+)
+def test_a_candidate_asked_otherwise_is_closed_with_its_reason(
+    tmp_path: Path, change: dict[str, Any], said: str
+) -> None:
+    """Other data, another served model, seed, options or data path: not continued; the
+    run trains a new candidate and the old one is closed with the reason."""
+    cut = new_candidate(tmp_path, META)
+    taken, closed = _take(tmp_path, {**META, **change})
+    assert taken is None
+    assert said in closed[cut.name]
+
+
+def test_nothing_unfinished_takes_nothing(tmp_path: Path) -> None:
+    """No candidates folder, or only judged ones: a new candidate, nothing closed."""
+    assert _take(tmp_path, META) == (None, {})
+    write_verdict(new_candidate(tmp_path, META), {"outcome": "promoted", "reason": "first"})
+    assert _take(tmp_path, META) == (None, {})
