@@ -58,7 +58,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import numpy as np
 
@@ -228,8 +228,10 @@ def _judged_run(
     digest = _data_digest(request.data_path)  # the data's files: a kept verdict's, the meta's
     if served.losses is not None and not request.forced:  # a first or forced run trains
         rejudged = _rejudge_kept(request, served, digest)  # issue 62: before training
-        if rejudged is not None or _nothing_new(served, request):
-            done = up_to_date(request, served, time.monotonic() - started, live, rejudged)
+        learned = None if rejudged is not None else _nothing_new(served, request)
+        if rejudged is not None or learned is not None:
+            seconds = time.monotonic() - started
+            done = up_to_date(request, served, seconds, live, rejudged, learned)
             if tell is not None:
                 tell(("done", done.to_json()))
             return done
@@ -266,22 +268,45 @@ def _phases(
     return out if gate is None else {**out, "gate": gate}
 
 
-def _nothing_new(served: Served, request: TrainRequest) -> bool:
-    """The served model knew every current record, or the last candidate judged against
-    it trained on them already (rejected, or held by the pin: the same records would
-    train the same candidate again; under a pin, promoted too: a pin is never undone by
-    training the same data again). Asked of a scored served model's unforced run."""
+class Learned(NamedTuple):
+    """What a run that takes no step is up to date against (the served model, or the last
+    candidate judged against it): the ids it knew, and those it trained on (None: it
+    names none)."""
+
+    known: np.ndarray
+    named: np.ndarray | None
+
+
+def _nothing_new(served: Served, request: TrainRequest) -> Learned | None:
+    """What the run is up to date against, or None (it trains): the served model knew
+    every current record, or the last candidate judged against it trained on them already
+    (rejected, or held by the pin: the same records would train the same candidate again;
+    under a pin, promoted too: a pin is never undone by training the same data again);
+    and neither trained on a record the pool no longer holds (a removed file: the model
+    would keep what it learned from it, so a candidate trains without it, issue 93).
+    Asked of a scored served model's unforced run."""
     if served.known is None:
-        return False
+        return None
     if not records_are_training_data(served.plugin) or _other_options(served, request):
-        return False
-    if served.knew.all():
-        return True
+        return None
     ids = served.records.id_hashes
+    if served.knew.all() and not _gone(served.named, ids):
+        return Learned(served.known, served.named)
     pinned = served.pointer is not None and served.pointer.pinned is not None
     last = stores.last_judged(Path(request.checkpoint_dir), served.id, pinned)
     known = None if last is None else stores.read_known_ids(last)
-    return known is not None and bool(stores.known(ids, known).all())
+    if last is None or known is None or not stores.known(ids, known).all():
+        return None
+    checkpoint = newest_checkpoint(last)
+    named = None if checkpoint is None else trained_ids(checkpoint)
+    return None if _gone(named, ids) else Learned(known, named)
+
+
+def _gone(named: np.ndarray | None, ids: np.ndarray) -> bool:
+    """Whether a model trained on records (``named``, sorted hashes) that are not among
+    the current ``ids``: a file removed, or a record relabelled or edited (its old hash
+    gone). A model that names none: not known, False."""
+    return named is not None and not stores.known(named, sorted_unique(ids)).all()
 
 
 # A judged run that takes no step (the served model knew every current record, or a kept
@@ -289,15 +314,21 @@ def _nothing_new(served: Served, request: TrainRequest) -> bool:
 # renewed data manifest.
 
 
-def data_unchanged(losses: RecordLosses | RecordIds, known: np.ndarray | None) -> DataReport:
-    """An up-to-date run's data report, from the records it scored: none new; those the
-    served model knew and the pool no longer holds, removed. The fingerprint is the
-    digest of the current records' ids."""
+def data_unchanged(
+    losses: RecordLosses | RecordIds, known: np.ndarray | None, named: np.ndarray | None = None
+) -> DataReport:
+    """An up-to-date run's data report, from the records it scored: none new; removed,
+    those the model it is up to date against trained on (``named``) and the pool no
+    longer holds, else (it names none) those it knew. The fingerprint is the digest of
+    the current records' ids."""
     ids = sorted_unique(losses.id_hashes)
     digest = hashlib.sha256(ids.tobytes()).hexdigest()[:32]
-    # The known ids the pool no longer holds: those known less those found among the
+    # The ids the pool no longer holds: those named (or known) less those found among the
     # current ones (asked in that direction: the current ids are the plugin's hashes).
-    removed = None if known is None else len(known) - int(stores.known(ids, known).sum())
+    gone_from = known if named is None else named
+    removed = (
+        None if gone_from is None else len(gone_from) - int(stores.known(ids, gone_from).sum())
+    )
     return DataReport(
         records=len(ids),
         fingerprint=digest,
@@ -316,9 +347,11 @@ def up_to_date(
     seconds: float,
     live: LiveReport | None,
     rejudged: GateReport | None = None,
+    learned: Learned | None = None,
 ) -> TrainResult:
-    """No step taken: the served model knew every current record (its manifest renewed),
-    or (``rejudged``) a kept inconclusive candidate was judged again and decided (issue 62)."""
+    """No step taken: the served model, or the last candidate judged against it
+    (``learned``), knew every current record (its manifest renewed), or (``rejudged``) a
+    kept inconclusive candidate was judged again and decided (issue 62)."""
     assert served.checkpoint is not None and served.losses is not None  # served, scored
     summary = read_summary(served.checkpoint) or {}
     entry = served.pointer.served.precision if served.pointer is not None else None
@@ -326,7 +359,7 @@ def up_to_date(
     used = cast(PrecisionName, precision if precision in PRECISIONS else "fp32")
     records, seconds = len(served.records.ids), round(seconds, 6)
     why = f"nothing new: all {records} current records were learned or judged already"
-    data = None if rejudged is not None else data_unchanged(served.records, served.known)
+    data = None if learned is None else data_unchanged(served.records, *learned)
     # Nothing new after reading the files: the served model's data manifest (when its
     # plugin keeps one) vouches for the files as the plan scanned them, so the next run is
     # answered without a read (a copy, a quarantined file, a touched file).
