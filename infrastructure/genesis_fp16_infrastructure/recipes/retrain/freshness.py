@@ -309,6 +309,10 @@ def _up_to_date_result(
         up_to_date_against=why,  # the run's outcome says why (last_run, `status`)
         extra=extra,
         data=data,
+        # The trained run's drift is its own, of the records new to it: a run that found
+        # nothing new measured none (a judged run's up_to_date reports none either), and
+        # the page and the drift gauges must not count it again.
+        drift=None,
         phases={"check": round(seconds, 6)},
         precision_calibration=None,
     )
