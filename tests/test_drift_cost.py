@@ -21,7 +21,7 @@ def test_it_reports_drift_and_one_forward_pass_on_the_same_records(
     args = ["--records", "600", "--new", "0.2", "--repeats", "2", "--steps", "2"]
     assert script.main([*args, "--out", str(tmp_path)]) == 0
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert row["records"] == 600 and row["new_records"] == 120
+    assert row["records"] == 600 and 100 < row["new_records"] <= 120  # the labelled ones
     assert row["drift_seconds"] > 0 and row["forward_seconds"] > 0
     assert len(row["drift_times"]) == len(row["forward_times"]) == 2
     assert row["drift_over_forward"] == pytest.approx(
