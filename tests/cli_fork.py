@@ -143,10 +143,10 @@ def _server_address() -> str:
             return found[1]
         folder = tempfile.mkdtemp(prefix="cli-fork-")
         address = os.path.join(folder, "socket")
-        # This tree's packages before any installed copy: an editable install may be
-        # another checkout's (a git worktree's tests would import the main tree's code).
-        tree = [ROOT, ROOT / "agents", ROOT / "infrastructure", ROOT / "tests"]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, tree))}
+        # This checkout's source roots first: in a git worktree the venv's editable install
+        # points at another checkout, whose library the server would otherwise preimport.
+        roots = [ROOT, ROOT / "agents", ROOT / "infrastructure", ROOT / "tests"]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, roots))}
         server = subprocess.Popen(
             [sys.executable, "-c", f"import cli_fork; cli_fork.serve({address!r})"],
             env=env,
