@@ -20,7 +20,7 @@ quarantined alone.
 >>> _ = (pool.parent / "more.jsonl").write_text('{"not": "a record"}\\n')
 >>> result = read_trajectories(Path("data/trajectory_pools"), quarantine=Path("q.jsonl"))
 >>> len(result.examples), result.quarantined
-(198, 1)
+(194, 1)
 
 The fast path of a read (:func:`decode_record`): a record's JSON bytes straight to a
 typed struct, no dict. ``json.loads`` then one pydantic model per record cost 65 µs a

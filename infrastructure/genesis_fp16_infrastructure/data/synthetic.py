@@ -71,6 +71,17 @@ ADDED_SHARE_EFFECT = 1.2  # per unit of (share of added lines - 0.5)
 PROMISE_STD, PROMISE_INHERITED = 0.5, 0.8  # the lineage's hidden promise
 BASELINE_PARENT_EFFECT = -0.4  # per share of parents that were fresh baselines
 AGENT_EFFECT = {"se_darwin": 0.0, "builder": 0.5, "qa": -0.6, "support": -0.2, "analyst": 0.3}
+# Every pool spans the same generations, its parents drawn from the same share of the
+# attempts before them, whatever its size: pools of any size and seed (the daemon's
+# sample, a pool made with `data generate --count 600`, a later batch) come from one
+# distribution over the time-like features (generation, lineage depth, siblings,
+# grandparents) and pass the drift check against each other (issue 92). Before, a pool
+# had count // 150 generations (4 at 600 records, 13 at 2,000, 60 from 9,000) and a
+# window of the last 600 attempts, so a 600-record pool dropped beside the 2,000-record
+# sample was flagged on 14 features (log_generation 0.696). 13 generations and 30% are
+# what the 2,000-record sample had: its pools are as they were, byte for byte.
+GENERATIONS = 13
+PARENT_WINDOW = 0.3
 # Kinds of change, as the share of added lines in the diff (before noise).
 _CHANGE_KINDS = {"feature": 0.85, "fix": 0.6, "refactor": 0.5, "removal": 0.15}
 _BASE_TIME = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
@@ -151,15 +162,16 @@ def _hidden_logit(plan: _Plan, agent: str, rng: random.Random) -> float:
 
 
 def _attempt(rng: random.Random, index: int, count: int, history: list[_Past]) -> _Plan:
-    generations = max(1, min(60, count // 150))
-    generation = index * generations // count
+    generation = index * GENERATIONS // count
     operator = "baseline"
     parents: list[_Past] = []
     if generation > 0 and history:
         operator = rng.choices(list(_OPERATOR_WEIGHTS), list(_OPERATOR_WEIGHTS.values()))[0]
-        window = history[-min(len(history), 600) :]
+        window = min(len(history), max(1, int(count * PARENT_WINDOW)))
         wanted = {"baseline": 0, "revision": 1, "refinement": 1, "recombination": 2}[operator]
-        parents = rng.sample(window, min(wanted, len(window)))
+        # indices into the window, not a copy of it: the same picks as sampling the list
+        picked = rng.sample(range(len(history) - window, len(history)), min(wanted, window))
+        parents = [history[i] for i in picked]
     lines = int(_clip(rng.lognormvariate(math.log(20.0), 0.8), 1, 400))
     count_files = 1 + min(lines // 30, 6) + rng.randint(0, 2)
     files = rng.sample(_FILES, min(count_files, len(_FILES)))

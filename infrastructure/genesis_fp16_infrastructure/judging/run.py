@@ -60,7 +60,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import numpy as np
 
@@ -69,16 +69,13 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     list_candidates,
     new_candidate,
     newest_checkpoint,
-    read_meta,
     read_verdict,
-    renew_data_manifest,
     write_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome, finite
 from genesis_fp16_infrastructure.agent_folder.transitions import recover, serve
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
-    RecordIds,
     RecordLosses,
     judging_margin,
     judging_of,
@@ -90,10 +87,8 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequestError,
 )
 from genesis_fp16_infrastructure.contract.reports import (
-    DataReport,
     GateComparison,
     GateReport,
-    LiveReport,
     TrainResult,
 )
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -116,14 +111,14 @@ from genesis_fp16_infrastructure.judging.served import (
     losses_of,
     sweep_copies,
 )
-from genesis_fp16_infrastructure.judging.split import drawn_with, sorted_unique
+from genesis_fp16_infrastructure.judging.split import drawn_with
 from genesis_fp16_infrastructure.judging.unfinished import take_unfinished
+from genesis_fp16_infrastructure.judging.up_to_date import judged_phases, nothing_new, up_to_date
 from genesis_fp16_infrastructure.judging.watch import rolled_back_to, watch
 from genesis_fp16_infrastructure.training import CheckpointManager
-from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.checkpoint_load import reusing_loads
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
-from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS, PrecisionName
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 logger = logging.getLogger(__name__)
 
@@ -240,8 +235,10 @@ def _judged_run(
     candidate = take_unfinished(Path(request.checkpoint_dir), meta)
     if candidate is None and served.losses is not None and not request.forced:
         rejudged = _rejudge_kept(request, served, digest)  # issue 62: before training
-        if rejudged is not None or _nothing_new(served, request):
-            done = up_to_date(request, served, time.monotonic() - started, live, rejudged)
+        learned = None if rejudged is not None else nothing_new(served, request)
+        if rejudged is not None or learned is not None:
+            seconds = time.monotonic() - started
+            done = up_to_date(request, served, seconds, live, rejudged, learned)
             if tell is not None:
                 tell(("done", done.to_json()))
             return done
@@ -259,133 +256,11 @@ def _judged_run(
         gate=gate,
         rejected=gate.outcome == Outcome.REJECTED,
         live=live,
-        phases=_phases(result.phases, served.read_seconds, before + gate.seconds, gate.seconds),
+        phases=judged_phases(
+            result.phases, served.read_seconds, before + gate.seconds, gate.seconds
+        ),
         wall_seconds=round(result.wall_seconds + before + gate.seconds, 6),
     )
-
-
-def _phases(
-    phases: Mapping[str, float] | None, read: float, outside: float, gate: float | None
-) -> dict[str, float]:
-    """A judged run's phases, one that took no step too (the gauge then shows its own):
-    the judging's (``outside``: its seconds outside the plugin's train) as "live" (the
-    served model scored and watched) and "gate" (the candidate scored and judged; None:
-    none). The plugin's listing (``read`` seconds), the run's first read of its data,
-    which training reads again from the plugin's cache, counts as "read", beside its own."""
-    out = dict(phases or {})
-    if read:
-        out["read"] = round(out.get("read", 0.0) + read, 6)
-    out["live"] = round(outside - read - (gate or 0.0), 6)
-    return out if gate is None else {**out, "gate": gate}
-
-
-def _nothing_new(served: Served, request: TrainRequest) -> bool:
-    """The served model knew every current record, or the last candidate judged against
-    it trained on them already (rejected, or held by the pin: the same records would
-    train the same candidate again; under a pin, promoted too: a pin is never undone by
-    training the same data again). Asked of a scored served model's unforced run."""
-    if served.known is None:
-        return False
-    if not records_are_training_data(served.plugin) or _other_options(served, request):
-        return False
-    if served.knew.all():
-        return True
-    ids = served.records.id_hashes
-    pinned = served.pointer is not None and served.pointer.pinned is not None
-    last = stores.last_judged(Path(request.checkpoint_dir), served.id, pinned)
-    known = None if last is None else stores.read_known_ids(last)
-    return known is not None and bool(stores.known(ids, known).all())
-
-
-# A judged run that takes no step (the served model knew every current record, or a kept
-# inconclusive candidate was judged again): its result, its data report and the
-# renewed data manifest.
-
-
-def data_unchanged(losses: RecordLosses | RecordIds, known: np.ndarray | None) -> DataReport:
-    """An up-to-date run's data report, from the records it scored: none new; those the
-    served model knew and the pool no longer holds, removed. The fingerprint is the
-    digest of the current records' ids."""
-    ids = sorted_unique(losses.id_hashes)
-    digest = hashlib.sha256(ids.tobytes()).hexdigest()[:32]
-    # The known ids the pool no longer holds: those known less those found among the
-    # current ones (asked in that direction: the current ids are the plugin's hashes).
-    removed = None if known is None else len(known) - int(stores.known(ids, known).sum())
-    return DataReport(
-        records=len(ids),
-        fingerprint=digest,
-        change="unchanged",
-        previous_records=None if known is None else len(known),
-        new=0,
-        removed=removed,
-        relabelled=0,
-        checked_by="records",
-    )
-
-
-def up_to_date(
-    request: TrainRequest,
-    served: Served,
-    seconds: float,
-    live: LiveReport | None,
-    rejudged: GateReport | None = None,
-) -> TrainResult:
-    """No step taken: the served model knew every current record (its manifest renewed),
-    or (``rejudged``) a kept inconclusive candidate was judged again and decided (issue 62)."""
-    assert served.checkpoint is not None and served.losses is not None  # served, scored
-    summary = read_summary(served.checkpoint) or {}
-    entry = served.pointer.served.precision if served.pointer is not None else None
-    precision = summary.get("precision") or entry
-    used = cast(PrecisionName, precision if precision in PRECISIONS else "fp32")
-    asked = request.precision.without_steps(used)
-    # The scale this run ran with: none outside fp16 (an fp32 checkpoint's summary keeps
-    # the disabled scaler's 65536, which the page charted as this run's scale).
-    scale = float(summary.get("loss_scale") or 1.0) if asked == "fp16" else 1.0
-    records, seconds = len(served.records.ids), round(seconds, 6)
-    why = f"nothing new: all {records} current records were learned or judged already"
-    data = None if rejudged is not None else data_unchanged(served.records, served.known)
-    # Nothing new after reading the files: the served model's data manifest (when its
-    # plugin keeps one) vouches for the files as the plan scanned them, so the next run is
-    # answered without a read (a copy, a quarantined file, a touched file).
-    check = request.snapshot.data if request.snapshot is not None else None
-    scan = check.scan if check is not None and rejudged is None else None
-    if scan is not None and renew_data_manifest(served.checkpoint, scan.to_json(prefixes=False)):
-        logger.info("%s: nothing new in the files read: their manifest renewed", request.agent)
-    return TrainResult(
-        agent=request.agent,
-        precision_requested=request.precision.requested,
-        precision_used=asked,  # what is asked now
-        precision_reason=f"{request.precision_reason}; "
-        + ("a kept candidate judged again" if rejudged else "up to date, no step taken")
-        + f" (the served model was trained in {used})",
-        device=request.device,
-        steps=0,
-        skipped_steps=0,
-        overflow_rate=0.0,
-        loss_scale=scale,
-        final_train_loss=math.nan,
-        eval={"loss": served.losses.mean()},
-        samples_per_second=0.0,
-        wall_seconds=seconds,
-        checkpoint=served.checkpoint,
-        quarantined=served.losses.quarantined,
-        data=data,
-        up_to_date=rejudged is None,
-        up_to_date_against=None if rejudged else why,
-        rejected=rejudged is not None and rejudged.outcome == Outcome.REJECTED,
-        gate=rejudged,
-        live=live,
-        phases=_phases(None, served.read_seconds, seconds, rejudged.seconds if rejudged else None),
-    )
-
-
-def _other_options(served: Served, request: TrainRequest) -> bool:
-    """The served model was trained with other plugin options than this run asks for (as
-    its candidate's meta says; a meta that does not say: the same): the run trains."""
-    assert served.checkpoint is not None
-    extra = read_meta(served.checkpoint.parent).extra
-    recorded = extra.get("options", (extra.get("request") or {}).get("options"))
-    return recorded is not None and recorded != request.recorded_options()
 
 
 def _meta(request: TrainRequest, served: Served, digest: str) -> dict[str, Any]:

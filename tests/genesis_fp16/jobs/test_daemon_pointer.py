@@ -50,7 +50,9 @@ def test_a_pinned_model_survives_unchanged_data_and_holds_a_better_candidate(
     _write(pool / "se_darwin.json", generate_pool(300, seed=4))
     daemon = daemon_factory(_env(pool), fixtures=False)
     daemon.wait_for(lambda: _runs(daemon, "success") >= 1, "the first model", 180)
-    _write(pool / "qa.json", generate_pool(300, seed=5, agent="qa"))
+    # 600 new records: enough for the gate to show the second model no worse (with 300,
+    # since the generator's pools span 13 generations, it is held inconclusive)
+    _write(pool / "qa.json", generate_pool(600, seed=5, agent="qa"))
     daemon.wait_for(lambda: _runs(daemon, "success") >= 2, "a promoted second model", 240)
     folder = _folder(daemon)
     pointer = read_pointer(folder)

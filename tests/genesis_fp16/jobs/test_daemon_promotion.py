@@ -109,7 +109,9 @@ def test_model_rollback_and_promote_hold_across_a_restart(
     env = _env(pool)
     daemon = daemon_factory(env, fixtures=False)
     daemon.wait_for(lambda: _runs(daemon, "success") >= 1, "the first model", 180)
-    _write(pool / "qa.json", generate_pool(300, seed=5, agent="qa"))
+    # 600 new records: enough for the gate to show the second model no worse (with 300,
+    # since the generator's pools span 13 generations, it is held inconclusive)
+    _write(pool / "qa.json", generate_pool(600, seed=5, agent="qa"))
     daemon.wait_for(lambda: _runs(daemon, "success") >= 2, "a promoted second model", 240)
     daemon.stop()
     folder = daemon.state_dir / "agents" / AGENT / "checkpoints"

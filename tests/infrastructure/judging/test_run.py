@@ -37,8 +37,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ExecutionError
-from genesis_fp16_infrastructure.judging import run as judged_run
-from genesis_fp16_infrastructure.judging import split, stores
+from genesis_fp16_infrastructure.judging import split, stores, up_to_date
 from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.judging.served import TrainedIdsError, trained_ids
 from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes
@@ -196,7 +195,7 @@ def test_an_up_to_date_run_stores_the_scale_it_ran_with(
     request = _on(tmp_path, 0.5, range(40))
     run_plugin(plugin, request)
     summary = {"loss_scale": stored, "precision": asked}
-    monkeypatch.setattr(judged_run, "read_summary", lambda checkpoint: summary)
+    monkeypatch.setattr(up_to_date, "read_summary", lambda checkpoint: summary)
     again = run_plugin(plugin, replace(request, precision=PrecisionRequest(asked)))
     assert again.up_to_date and again.loss_scale == expected
     assert again.history_entry(1.0, "daemon").loss_scale == expected

@@ -87,6 +87,23 @@ def test_shuffled_and_blanked_outcomes_give_identical_tensors() -> None:
     assert torch.equal(_encode(encoder, blanked, scores), reference)
 
 
+def _unrelated(records: dict[str, Any], candidates: list[str]) -> list[str]:
+    """Those of ``candidates`` (in order) that are no parent, grandparent or sibling of
+    another one kept."""
+
+    def near(key: str) -> set[str]:
+        parents = set(records[key]["parent_trajectories"])
+        grand = {g for p in parents & records.keys() for g in records[p]["parent_trajectories"]}
+        siblings = {k for k, r in records.items() if parents & set(r["parent_trajectories"])}
+        return parents | grand | siblings
+
+    kept: list[str] = []
+    for key in candidates:
+        if all(key not in near(other) and other not in near(key) for other in kept):
+            kept.append(key)
+    return kept
+
+
 def test_own_score_never_reaches_own_row_through_the_reader(tmp_path: Path) -> None:
     """Through the full read path (the pool's lineage included), changing one record's
     outcome leaves that record's row as is."""
@@ -103,7 +120,9 @@ def test_own_score_never_reaches_own_row_through_the_reader(tmp_path: Path) -> N
             strict=True,
         )
     }
-    targets = [e.trajectory_id for e in before.examples[::37]]
+    # Flipped together, so none in another's lineage: its flip would rightly move that row.
+    targets = _unrelated(pool["trajectories"], [e.trajectory_id for e in before.examples[::37]])
+    assert len(targets) >= 5
     for trajectory_id in targets:
         record = pool["trajectories"][trajectory_id]
         record["parent_trajectories"] = [*record["parent_trajectories"], trajectory_id]  # self-loop

@@ -128,7 +128,7 @@ def test_too_many_siblings_go_a_part_at_a_time(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_generated_pool_takes_the_arrays_and_gets_the_walks_bits(tmp_path: Path) -> None:
-    """A generated pool (crossovers of two parents, siblings, 20 generations): arrays, and
+    """A generated pool (crossovers of two parents, siblings, 13 generations): arrays, and
     the same bits as the walk, whichever records the walk is asked first."""
     data = read_trajectories(write_pool(tmp_path, 3000, seed=11))
     attempts = [e.attempt for e in data.examples]

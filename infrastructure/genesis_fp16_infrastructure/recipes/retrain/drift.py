@@ -13,9 +13,14 @@ it trained on that the pool still holds:
 Thresholds come from the noise of this run's own sizes, measured: ``NOISE_DRAWS`` samples
 of as many reference records as there are new ones, each scored against the reference
 the same way; a feature is flagged when its distance passes max(``MIN_DISTANCE``, 2 ×
-the largest draw). The label shift is flagged past max(0.05, 3 standard errors of the
-difference of two rates). Vertex AI and Evidently use fixed thresholds (0.1 by default);
-a fixed one flags small batches for their noise alone.
+the largest draw). The draws are taken and binned together: the reference's records are
+binned once, and every draw's shares are one bincount of its records' bins (per feature,
+all draws at once), so that the noise costs in proportion to the new records (as many
+per draw), with no Python pass per draw; the same draws, distances and flags as one pass
+each (``tests/infrastructure/recipes/retrain/test_drift_pinned.py``). The label shift is
+flagged past max(0.05, 3 standard errors of the difference of two rates). Vertex AI and
+Evidently use fixed thresholds (0.1 by default); a fixed one flags small batches for their
+noise alone.
 
 >>> report = drift_report(data.columns, served_fingerprint)  # doctest: +SKIP
 >>> report.flagged, report.label_shift  # doctest: +SKIP
@@ -24,6 +29,7 @@ a fixed one flags small batches for their noise alone.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -69,8 +75,8 @@ def drift_report(
     ref_cols, new_cols = numeric[ref_rows], numeric[new_rows]
     binned = _Reference(reference, ref_cols)
     distances = binned.distances(new, new_cols)
-    noise = _noise(binned, ref_cols, len(new_rows), seed)
-    thresholds = {k: max(MIN_DISTANCE, 2 * noise.get(k, 0.0)) for k in distances}
+    noise = _noise(binned, len(new_rows), seed)
+    thresholds = {k: max(MIN_DISTANCE, 2 * noise[k]) for k in distances}
     flagged = sorted(k for k, d in distances.items() if d > thresholds[k])
     return DriftReport(
         new_records=int(is_new.sum()),
@@ -92,10 +98,27 @@ def _new_records(columns: PoolColumns, served: DataFingerprint) -> torch.Tensor:
     return torch.from_numpy(~stores.known(columns.key, np.sort(served.labelled.numpy())))
 
 
-def _categorical(columns: PoolColumns, picked: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Each categorical feature's counts of the examples ``picked`` (their indices), in
-    the report's order: a matrix (example x category, the pool's categories), from the
-    columns' codes (a record's tool list counts each of its tools)."""
+class _Categorical(NamedTuple):
+    """One categorical feature of the sampled records: each record's code (``codes``) and
+    each code's count of every category (``table``, code x category: a record's tool list
+    counts each of its tools), so that a set of records' counts is the bincount of their
+    codes times the table: exact, in float64 integers."""
+
+    codes: torch.Tensor  # int64 per record
+    table: torch.Tensor  # float64, code x category
+
+    def counts(self, picked: torch.Tensor) -> torch.Tensor:
+        """The category counts of each row of ``picked`` (draw x record: rows into
+        ``codes``): draw x category."""
+        draws, width = picked.shape[0], self.table.shape[0]
+        offsets = torch.arange(draws)[:, None] * width
+        per_code = torch.bincount((self.codes[picked] + offsets).flatten(), minlength=draws * width)
+        return per_code.view(draws, width).double() @ self.table
+
+
+def _categorical(columns: PoolColumns, picked: torch.Tensor) -> dict[str, _Categorical]:
+    """Each categorical feature of the examples ``picked`` (their indices), in the
+    report's order, from the columns' codes (the pool's categories)."""
     rows = columns.labelled[picked.numpy()]
     one = (("agent", columns.agent), ("operator", columns.operator))
     out = {}
@@ -106,59 +129,84 @@ def _categorical(columns: PoolColumns, picked: torch.Tensor) -> dict[str, torch.
         for code, values in enumerate(lists):
             for v in values:
                 table[code, vocab[v]] += 1
-        out[name] = table[torch.from_numpy(coded.codes[rows])]
+        out[name] = _Categorical(torch.from_numpy(coded.codes[rows]), table)
     return out
 
 
 class _Reference:
-    """The served model's records, binned once: each numeric feature's bin bounds and
-    shares; each categorical feature's count matrix (record x category), so that a
-    sample's shares are a sum of rows. Every distance is taken against it."""
+    """The served model's records, binned once: each numeric feature's bin bounds, each
+    record's bin and the bins' shares; each categorical feature's codes and counts.
+    Every distance is taken against it, of one set of records or of a batch of draws of
+    its own records (:meth:`draw_distances`: one pass over the draws, not one each)."""
 
-    def __init__(self, counts: dict[str, torch.Tensor], cols: torch.Tensor) -> None:
+    def __init__(self, categorical: dict[str, _Categorical], cols: torch.Tensor) -> None:
         self.bounds = [_bounds(cols[:, i]) for i in range(cols.shape[1])]
-        self.numeric = [_shares(cols[:, i], b) for i, b in enumerate(self.bounds)]
-        self.counts = counts  # (records, categories)
-        self.seen = {name: c.sum(0) > 0 for name, c in counts.items()}  # the reference's
+        self.bins = _bin(cols, self.bounds)  # record x feature
+        self.width = max(len(b) for b in self.bounds) + 1 if self.bounds else 1
+        everyone = torch.arange(cols.shape[0])[None]
+        self.numeric = self._shares(self.bins, everyone)[:, 0]  # feature x bin
+        self.categorical = categorical
+        self.counts = {k: c.counts(everyone)[0] for k, c in categorical.items()}
+        self.seen = {k: c > 0 for k, c in self.counts.items()}  # the reference's categories
 
-    def numeric_distances(self, cols: torch.Tensor) -> dict[str, float]:
-        return {
-            name: _js(self.numeric[i], _shares(cols[:, i], self.bounds[i]))
-            for i, name in enumerate(NUMERIC_FEATURES)
-        }
+    def _shares(self, bins: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
+        """Each feature's bin shares of each draw (``picked``: draw x record, rows of
+        ``bins``): feature x draw x bin, each feature's bins padded to one width with
+        empty ones (an empty bin adds nothing to a distance)."""
+        draws, width = picked.shape[0], self.width
+        offsets = torch.arange(draws)[:, None] * width
+        out = torch.empty((bins.shape[1], draws, width), dtype=torch.float64)
+        for i in range(bins.shape[1]):  # a feature at a time: draw x record keys, not x29
+            keys = (bins[:, i][picked] + offsets).flatten()
+            out[i] = torch.bincount(keys, minlength=draws * width).view(draws, width).double()
+        return out / out.sum(-1, keepdim=True)
 
-    def categorical_distance(self, name: str, counts: torch.Tensor) -> float:
-        """L-infinity between the reference's shares and ``counts``'s, the categories the
-        reference never had counted as one."""
+    def numeric_distances(self, shares: torch.Tensor) -> torch.Tensor:
+        """Jensen-Shannon distance of each feature's shares (feature x draw x bin) from
+        the reference's: feature x draw."""
+        return _js(self.numeric[:, None], shares)
+
+    def categorical_distance(self, name: str, counts: torch.Tensor) -> torch.Tensor:
+        """L-infinity between the reference's shares and each row's of ``counts`` (draw x
+        category), the categories the reference never had counted as one: per draw."""
         seen = self.seen[name]
-        p = torch.cat([self.counts[name].sum(0)[seen], torch.zeros(1, dtype=torch.float64)])
-        counts = torch.cat([counts[seen], counts[~seen].sum(0, keepdim=True)])
-        total = counts.sum()
-        if not p.sum() or not total:
-            return 0.0 if not p.sum() and not total else 1.0
-        return float((p / p.sum() - counts / total).abs().max())
+        p = torch.cat([self.counts[name][seen], torch.zeros(1, dtype=torch.float64)])
+        counts = torch.cat([counts[:, seen], counts[:, ~seen].sum(1, keepdim=True)], 1)
+        total, p_total = counts.sum(1, keepdim=True), p.sum()
+        if not p_total:
+            return (total[:, 0] > 0).double()  # 0 where both are empty, else 1
+        far = (p / p_total - counts / total).abs().max(1).values
+        return torch.where(total[:, 0] > 0, far, torch.ones_like(far))
 
-    def distances(self, counts: dict[str, torch.Tensor], cols: torch.Tensor) -> dict[str, float]:
+    def distances(
+        self, categorical: dict[str, _Categorical], cols: torch.Tensor
+    ) -> dict[str, float]:
         """The distances of other records (the new ones) from the reference."""
-        out = self.numeric_distances(cols)
-        for name, of_new in counts.items():
-            out[name] = self.categorical_distance(name, of_new.sum(0))
+        everyone = torch.arange(cols.shape[0])[None]
+        numeric = self.numeric_distances(self._shares(_bin(cols, self.bounds), everyone))
+        out = {name: float(numeric[i, 0]) for i, name in enumerate(NUMERIC_FEATURES)}
+        for name, coded in categorical.items():
+            out[name] = float(self.categorical_distance(name, coded.counts(everyone))[0])
+        return out
+
+    def draw_distances(self, picked: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The distance of each draw of its own records (``picked``: draw x record, rows
+        of the reference) from the whole of it, per feature: one tensor of draws each."""
+        numeric = self.numeric_distances(self._shares(self.bins, picked))
+        out = {name: numeric[i] for i, name in enumerate(NUMERIC_FEATURES)}
+        for name, coded in self.categorical.items():
+            out[name] = self.categorical_distance(name, coded.counts(picked))
         return out
 
 
-def _noise(reference: _Reference, ref_cols: torch.Tensor, size: int, seed: int) -> dict[str, float]:
-    """The largest distance of ``NOISE_DRAWS`` reference samples of ``size`` records."""
+def _noise(reference: _Reference, size: int, seed: int) -> dict[str, float]:
+    """The largest distance of ``NOISE_DRAWS`` reference samples of ``size`` records,
+    drawn with replacement all at once (the same draws as one ``randint`` per sample:
+    the generator's stream is consumed in the same order) and binned in one pass."""
     generator = torch.Generator().manual_seed(seed)
-    worst: dict[str, float] = {}
-    n = ref_cols.shape[0]
-    for _ in range(NOISE_DRAWS):
-        picked = torch.randint(n, (size,), generator=generator)
-        draw = reference.numeric_distances(ref_cols[picked])
-        for name, counts in reference.counts.items():
-            draw[name] = reference.categorical_distance(name, counts[picked].sum(0))
-        for name, value in draw.items():
-            worst[name] = max(worst.get(name, 0.0), value)
-    return worst
+    n = reference.bins.shape[0]
+    picked = torch.randint(n, (NOISE_DRAWS, size), generator=generator)
+    return {k: float(d.max()) for k, d in reference.draw_distances(picked).items()}
 
 
 def _bounds(reference: torch.Tensor, bins: int = 10) -> torch.Tensor:
@@ -173,16 +221,22 @@ def _bounds(reference: torch.Tensor, bins: int = 10) -> torch.Tensor:
     return torch.cat([below, edges])  # x <= below | (below, e0] | ... | (e_last, inf)
 
 
-def _shares(values: torch.Tensor, bounds: torch.Tensor) -> torch.Tensor:
-    bins = torch.bucketize(values.double().contiguous(), bounds)
-    counts = torch.bincount(bins, minlength=bounds.numel() + 1).double()
-    return counts / counts.sum()
+def _bin(cols: torch.Tensor, bounds: list[torch.Tensor]) -> torch.Tensor:
+    """Each record's bin of each feature (record x feature)."""
+    binned = [torch.bucketize(cols[:, i].double().contiguous(), b) for i, b in enumerate(bounds)]
+    return torch.stack(binned, 1) if binned else torch.zeros((cols.shape[0], 0), dtype=torch.long)
 
 
-def _js(p: torch.Tensor, q: torch.Tensor) -> float:
+def _js(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Jensen-Shannon distance (base 2) along the last dimension."""
     m = (p + q) / 2
     divergence = 0.5 * (_kl(p, m) + _kl(q, m))
-    return math.sqrt(max(divergence, 0.0))
+    return divergence.clamp(min=0.0).sqrt()
+
+
+def _kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """KL divergence (base 2) along the last dimension; an empty bin of ``p`` adds 0."""
+    return torch.where(p > 0, p * (p / q).log2(), 0.0).sum(-1)
 
 
 def _sample(rows: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -203,8 +257,3 @@ def _label_shift(columns: PoolColumns, is_new: torch.Tensor) -> tuple[float, flo
     pooled = (p_ref * n_ref + p_new * n_new) / (n_ref + n_new)
     se = math.sqrt(pooled * (1 - pooled) * (1 / n_ref + 1 / n_new))
     return p_new - p_ref, max(MIN_LABEL_SHIFT, 3 * se)
-
-
-def _kl(p: torch.Tensor, q: torch.Tensor) -> float:
-    mask = p > 0
-    return float((p[mask] * (p[mask] / q[mask]).log2()).sum())

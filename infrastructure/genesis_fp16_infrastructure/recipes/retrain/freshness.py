@@ -39,7 +39,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
 )
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import DataCheck, TrainRequest
-from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
+from genesis_fp16_infrastructure.data.manifest import RACY_NS, Manifest, ScanReport, scan_files
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.errors import DataError, ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
@@ -126,7 +126,7 @@ def check_data(request: TrainRequest) -> DataCheck:
             folder, {**record, "manifest": manifest.to_json(prefixes=False)}
         )
     seconds = time.perf_counter() - start
-    why = judged or _unchanged(len(manifest.files), report.hashed)
+    why = judged or _unchanged(len(manifest.files), report.hashed, _racy(before, manifest, report))
     logger.info("%s: up to date by the data manifest, %s: no step to take", request.agent, why)
     try:
         verdict = _up_to_date_result(request, stored, seconds, report.hashed, why)
@@ -173,14 +173,35 @@ def _read_by_the_last_judged(
     )
 
 
-def _unchanged(files: int, hashed: int) -> str:
-    """Why a manifest says up to date, for the run's outcome (``last_run``, ``status``)."""
-    if hashed:
-        return (
-            f"nothing new: the {files} data file(s) hold the bytes the served model's run "
-            f"read ({hashed} hashed again: touched or rewritten)"
+def _racy(before: Manifest | None, after: Manifest, report: ScanReport) -> int:
+    """The files hashed again that nobody touched: their size, mtime, ctime, inode and
+    bytes are what the last scan saw, and they were hashed only because they were
+    written within ``RACY_NS`` of it (an mtime that close cannot vouch for the bytes)."""
+    old = {f.path: f for f in before.files} if before is not None else {}
+    unmoved = sum(old.get(f.path) == f for f in after.files)  # FileState's six fields
+    return unmoved - report.reused
+
+
+def _unchanged(files: int, hashed: int, racy: int = 0) -> str:
+    """Why a manifest says up to date, for the run's outcome (``last_run``, ``status``):
+    of the files ``hashed`` again, which were touched or rewritten and which (``racy``)
+    only written moments before the last scan.
+
+    >>> _unchanged(2, 2, racy=1).split(" (")[1]
+    '2 hashed again: 1 touched or rewritten; 1 untouched, written within 2 s before the last scan, too soon to trust its mtime)'
+    """  # noqa: E501
+    if not hashed:
+        return f"nothing new: the {files} data file(s) are unchanged"
+    why = [f"{hashed - racy} touched or rewritten"] if hashed > racy else []
+    if racy:
+        why.append(
+            f"{racy} untouched, written within {RACY_NS // 10**9} s before the last scan, "
+            "too soon to trust its mtime"
         )
-    return f"nothing new: the {files} data file(s) are unchanged"
+    return (
+        f"nothing new: the {files} data file(s) hold the bytes the served model's run "
+        f"read ({hashed} hashed again: {'; '.join(why)})"
+    )
 
 
 def files_changed(before: Manifest | None, after: Manifest, named: int = 3) -> str:
@@ -293,6 +314,10 @@ def _up_to_date_result(
         up_to_date_against=why,  # the run's outcome says why (last_run, `status`)
         extra=extra,
         data=data,
+        # The trained run's drift is its own, of the records new to it: a run that found
+        # nothing new measured none (a judged run's up_to_date reports none either), and
+        # the page and the drift gauges must not count it again.
+        drift=None,
         phases={"check": round(seconds, 6)},
         precision_calibration=None,
     )

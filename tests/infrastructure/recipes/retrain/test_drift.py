@@ -22,7 +22,7 @@ def numeric_distance(reference: torch.Tensor, new: torch.Tensor) -> float:
     """The drift report's distance of ``new`` from ``reference`` on its first feature."""
     width = len(NUMERIC_FEATURES)
     ref = _Reference({}, reference[:, None].expand(-1, width))
-    return ref.numeric_distances(new[:, None].expand(-1, width))[NUMERIC_FEATURES[0]]
+    return ref.distances({}, new[:, None].expand(-1, width))[NUMERIC_FEATURES[0]]
 
 
 def test_the_numeric_distance_sees_flags_and_values_outside_the_reference() -> None:

@@ -75,13 +75,12 @@ def test_a_grown_pool_is_learned_afresh_by_an_encoder_that_knows_every_agent(
 
 
 @pytest.mark.parametrize("edit", ["shrink", "relabel"])
-def test_a_relabelled_pool_retrains_and_a_shrunk_one_is_up_to_date(
-    pool: Path, tmp_path: Path, edit: str
-) -> None:
+def test_a_relabelled_or_shrunk_pool_retrains(pool: Path, tmp_path: Path, edit: str) -> None:
     """Labels changed are new records (their judged ids hash the label): the next run
-    trains again. Records removed leave only records the served model knew: up to date
-    (the judged run's rule for every plugin)."""
-    train(pool, tmp_path / "ck", steps=None)
+    trains again. Records removed are records the served model trained on and the pool
+    no longer holds: the next run trains a candidate without them too (issue 93; the
+    judged run's rule for every plugin that names its records), the removal a change."""
+    first = train(pool, tmp_path / "ck", steps=None)
     records = generate_pool(300, seed=4)
     trajectories = records["trajectories"]
     ids = list(trajectories)[:20]
@@ -92,11 +91,12 @@ def test_a_relabelled_pool_retrains_and_a_shrunk_one_is_up_to_date(
             trajectories[key]["success_score"] = round(1.0 - trajectories[key]["success_score"], 3)
     _write(pool, "se_darwin", records)
     again = train(pool, tmp_path / "ck", steps=None, resume=True)
-    if edit == "shrink":
-        assert again.outcome == "up_to_date" and again.steps == 0
-        return
     data = again.data
     assert again.steps > 0 and data is not None and data.change == "changed"
+    if edit == "shrink":
+        assert data.new == 0 and data.removed is not None
+        assert data.removed == first.extra["examples"] - data.records > 0
+        return
     assert data.relabelled > 0
 
 
