@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
+from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import record_id_hash
@@ -39,7 +39,6 @@ from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.world_model.features import Categorical, numeric_rows
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
