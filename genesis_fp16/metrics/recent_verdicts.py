@@ -4,7 +4,9 @@ A run that trains a candidate ends with the gate's verdict on it, kept in the ru
 history's ``gate`` mark: ``promoted``, ``inconclusive``, ``held``, ``rejected`` or
 ``undecided``. An agent whose last :data:`RECENT_RUNS` verdicts were all ``rejected``
 spends each run on a model its own gate throws away; the page and ``status`` say so in
-one row, ``genesis_fp16_recent_verdicts`` exports the same counts, and the alert
+one row, ``genesis_fp16_recent_verdicts`` exports the same counts (served_metrics.py's
+:class:`~genesis_fp16.metrics.served_metrics.RecentVerdictMetrics`; this module imports
+no Prometheus: ``model`` and ``status`` read it), and the alert
 GenesisFp16AgentNotLearning fires on them (docs/operations.md says what to look at).
 Runs that judged nothing (up to date, failed, stopped) are not counted: they neither
 learned nor were refused.
@@ -21,10 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry
-
-from genesis_fp16.metrics.metric_names import Families
-from genesis_fp16_infrastructure.api import AgentFolder, Outcome, RunEntry, files
+from genesis_fp16_infrastructure.api import Outcome, RunEntry
 
 RECENT_RUNS = 5  # the window the row, the gauge and the alert read
 # The history lines both read (the page's CHART_RUNS): the row and the gauge agree.
@@ -78,31 +77,3 @@ class RecentVerdicts:
         if self.all_rejected:
             line += " (not learning: every candidate refused by the gate)"
         return line
-
-
-class RecentVerdictMetrics:
-    """``genesis_fp16_recent_verdicts{agent,verdict}``: how many of the agent's last
-    judged runs ended in each verdict, every verdict exported (0 included) from the
-    agent's loading on, so the alert's series exist before its first run."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.recent = Families(registry).gauge(
-            "recent_verdicts",
-            f"Of the agent's last {RECENT_RUNS} runs that judged a candidate, how many "
-            "ended in each gate verdict (promoted, inconclusive, held, rejected, "
-            f"undecided); {RECENT_RUNS} rejected: the agent has stopped learning.",
-            ("agent", "verdict"),
-        )
-
-    def export(self, agent: str, recent: RecentVerdicts) -> None:
-        for verdict, count in recent.counts().items():
-            self.recent.labels(agent=agent, verdict=verdict).set(count)
-
-    def export_folder(self, agent: str, folder: AgentFolder) -> None:
-        """From the agent's run history; a history that cannot be read exports an empty
-        window (the page names the problem; the daemon goes on)."""
-        try:
-            entries = folder.history(HISTORY_LINES).entries
-        except files.UnusableStateFile:
-            entries = ()
-        self.export(agent, RecentVerdicts.of_history(entries))

@@ -67,9 +67,17 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics.metric_names import PREFIX, Families
+from genesis_fp16.metrics.recent_verdicts import HISTORY_LINES, RECENT_RUNS, RecentVerdicts
 from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16.plugin_api import TrainResult
-from genesis_fp16_infrastructure.api import JournalEntry, LiveReport, Outcome, ServedPointer
+from genesis_fp16_infrastructure.api import (
+    AgentFolder,
+    JournalEntry,
+    LiveReport,
+    Outcome,
+    ServedPointer,
+    files,
+)
 
 LIVE_REGRESSION = "live_regression"  # the watch's rollback reason (judging.watch)
 PROMOTING = ("gate", "first")  # the journal kinds of the gate's promotions (transitions.serve)
@@ -396,3 +404,31 @@ class PromotionMetrics:
             flagged = float(drift.label_shift_flagged)
             self.label_shift_flagged.labels(agent=agent).set(flagged)
         self.drift_flagged.labels(agent=agent).set(len(drift.flagged))
+
+
+class RecentVerdictMetrics:
+    """``genesis_fp16_recent_verdicts{agent,verdict}``: how many of the agent's last
+    judged runs ended in each verdict, every verdict exported (0 included) from the
+    agent's loading on, so the alert's series exist before its first run."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.recent = Families(registry).gauge(
+            "recent_verdicts",
+            f"Of the agent's last {RECENT_RUNS} runs that judged a candidate, how many "
+            "ended in each gate verdict (promoted, inconclusive, held, rejected, "
+            f"undecided); {RECENT_RUNS} rejected: the agent has stopped learning.",
+            ("agent", "verdict"),
+        )
+
+    def export(self, agent: str, recent: RecentVerdicts) -> None:
+        for verdict, count in recent.counts().items():
+            self.recent.labels(agent=agent, verdict=verdict).set(count)
+
+    def export_folder(self, agent: str, folder: AgentFolder) -> None:
+        """From the agent's run history; a history that cannot be read exports an empty
+        window (the page names the problem; the daemon goes on)."""
+        try:
+            entries = folder.history(HISTORY_LINES).entries
+        except files.UnusableStateFile:
+            entries = ()
+        self.export(agent, RecentVerdicts.of_history(entries))

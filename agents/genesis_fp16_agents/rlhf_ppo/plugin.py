@@ -279,7 +279,8 @@ class RlhfPpoPlugin:
             rollout,
             eval_prompts,
             request.on_diagnostics,
-            run=Path(request.checkpoint_dir).name,  # the candidate's id
+            # the candidate's id; a forced run's steps go on top of what it resumes
+            run=None if request.forced else Path(request.checkpoint_dir).name,
         )
         no_budget = request.steps is None and request.epochs is None
         fitted = fit(

@@ -234,11 +234,12 @@ class PPOTask:
         rollout: str | None = None,
         eval_prompts: torch.Tensor | None = None,
         on_diagnostics: Callable[[Mapping[str, float]], object] | None = None,
-        run: str = "",
+        run: str | None = None,
     ) -> None:
         self.cfg, self.seed, self.device = cfg, seed, device
         # This run's name (its candidate's id): a checkpoint of another run is a policy
-        # this one continues, whose KL reference it takes (load_extra_state).
+        # this one continues, whose KL reference it takes (load_extra_state). None: the
+        # run goes on from any checkpoint as its own (a forced run's steps on top).
         self.run = run
         self.requested, self.rollout_override = preset, rollout
         self.eval_prompts, self.on_diagnostics = eval_prompts, on_diagnostics
@@ -399,9 +400,13 @@ class PPOTask:
         continued policy near the one it improves on, not near the first run's initial
         policy, which pulled every continued run back (issue 93). This run's own
         checkpoints (a killed run resumed, a guard's rollback) keep the reference they
-        saved, so a resumed run ends bitwise where an unbroken one does."""
+        saved, so a resumed run ends bitwise where an unbroken one does. A forced run (``train
+        --resume --steps N``: N steps on top) goes on with the checkpoint's reference, so
+        N + N steps end where 2N straight do (check-agent's ``resumes_bit_for_bit``)."""
         reference = state["reference"]
-        if state.get("reference_of") != self.run:
+        if self.run is None:  # steps on top of the checkpoint: its reference, its lineage
+            self.run = state.get("reference_of")
+        elif state.get("reference_of") != self.run:
             reference = self.built.policy.state_dict()  # loaded by the trainer just before
         self.frozen.reference_fp32.load_state_dict(reference)
         self.frozen.reference.load_state_dict(reference)  # copy_ rounds to its dtype
