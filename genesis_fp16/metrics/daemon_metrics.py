@@ -36,11 +36,7 @@ from genesis_fp16.metrics.metric_names import (
     Families,
 )
 from genesis_fp16.metrics.placement import device_labels
-from genesis_fp16.metrics.served_metrics import (
-    LiveMetrics,
-    PromotionMetrics,
-    RecentVerdictMetrics,
-)
+from genesis_fp16.metrics.served_metrics import LiveMetrics, PromotionMetrics, RecentVerdictMetrics
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
     EXECUTION_MODES,
