@@ -215,10 +215,13 @@ def test_sighup_replaces_the_worker_before_the_next_run(tmp_path: Path) -> None:
         (worker,) = _pids(daemon, READY)
         daemon.signal(signal.SIGHUP)
         daemon.wait_for(lambda: daemon.events("config reloaded"), "the reload", timeout=60)
+        why = f"replacing the run worker (pid {worker}) before this run: the daemon reloaded"
+        # A run forked before the reload may still end first (SCHEDULE=2): wait for the
+        # replacement itself, then for a run after it.
+        replaced = lambda: any(why in str(r.get("event")) for r in daemon.logs())  # noqa: E731
+        daemon.wait_for(replaced, "the worker replaced", 120)
         successes = _runs(daemon, "success")
         daemon.wait_for(lambda: _runs(daemon, "success") > successes, "a later run", 120)
-        why = f"replacing the run worker (pid {worker}) before this run: the daemon reloaded"
-        assert any(why in str(r.get("event")) for r in daemon.logs())
         assert _pids(daemon, READY)[-1] != worker
     finally:
         daemon.stop()
