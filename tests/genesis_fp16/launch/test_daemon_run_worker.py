@@ -135,6 +135,25 @@ def _forked_run_under_way(daemon: DaemonProcess) -> int:
     return _pids(daemon, READY)[-1]
 
 
+def _slow_daemon(tmp_path: Path) -> DaemonProcess:
+    """A daemon whose runs take seconds (20 steps of 0.25 s), for a signal mid-run."""
+    return _daemon(
+        tmp_path,
+        GENESIS_FP16_STEPS_PER_RUN="20",
+        FIXTURE_STEP_SECONDS="0.25",
+        GENESIS_FP16_LOG_INTERVAL="1",
+        GENESIS_FP16_RUN_TIMEOUT_SECONDS="60",
+    )
+
+
+def _recorded_then_next(daemon: DaemonProcess, successes: int) -> None:
+    """Wait for the run under way (``successes`` before it) to be recorded, then for the
+    next run."""
+    daemon.wait_for(lambda: _runs(daemon, "success") > successes, "the run recorded", timeout=60)
+    recorded = _runs(daemon, "success")
+    daemon.wait_for(lambda: _runs(daemon, "success") > recorded, "the next run", 120)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(child_wait(300))
 def test_a_run_whose_worker_is_stopped_is_recorded_and_the_next_run_gets_a_new_worker(
@@ -145,22 +164,12 @@ def test_a_run_whose_worker_is_stopped_is_recorded_and_the_next_run_gets_a_new_w
     from the kernel, not from the stopped worker); the next run replaces the stopped worker
     (saying so) and succeeds, and SIGTERM then stops the daemon cleanly and at once.
     Before, the run never ended and SIGTERM took 35 s and exited 1."""
-    daemon = _daemon(
-        tmp_path,
-        GENESIS_FP16_STEPS_PER_RUN="20",
-        FIXTURE_STEP_SECONDS="0.25",
-        GENESIS_FP16_LOG_INTERVAL="1",
-        GENESIS_FP16_RUN_TIMEOUT_SECONDS="60",
-    )
+    daemon = _slow_daemon(tmp_path)
     try:
         successes = _runs(daemon, "success")
         worker = _forked_run_under_way(daemon)
         os.kill(worker, signal.SIGSTOP)
-        daemon.wait_for(
-            lambda: _runs(daemon, "success") > successes, "the run recorded", timeout=60
-        )
-        recorded = _runs(daemon, "success")
-        daemon.wait_for(lambda: _runs(daemon, "success") > recorded, "the next run", 120)
+        _recorded_then_next(daemon, successes)
         stopped = f"replacing the run worker (pid {worker}) before this run: it is stopped"
         assert any(stopped in str(r.get("event")) for r in daemon.logs())
         assert _pids(daemon, READY)[-1] != worker
@@ -182,22 +191,12 @@ def test_a_worker_killed_mid_run_leaves_its_run_recorded_and_the_next_run_succee
     trains on and the run is recorded within its timeout (with its result; its exit code,
     reaped by init, is logged as unknown); the next run is forked by a new worker and
     succeeds."""
-    daemon = _daemon(
-        tmp_path,
-        GENESIS_FP16_STEPS_PER_RUN="20",
-        FIXTURE_STEP_SECONDS="0.25",
-        GENESIS_FP16_LOG_INTERVAL="1",
-        GENESIS_FP16_RUN_TIMEOUT_SECONDS="60",
-    )
+    daemon = _slow_daemon(tmp_path)
     try:
         successes = _runs(daemon, "success")
         worker = _forked_run_under_way(daemon)
         os.kill(worker, signal.SIGKILL)
-        daemon.wait_for(
-            lambda: _runs(daemon, "success") > successes, "the run recorded", timeout=60
-        )
-        recorded = _runs(daemon, "success")
-        daemon.wait_for(lambda: _runs(daemon, "success") > recorded, "the next run", 120)
+        _recorded_then_next(daemon, successes)
         assert _pids(daemon, READY)[-1] != worker
         assert daemon.events(f"the run worker (pid {worker}) ended with code -9: starting another")
     finally:
