@@ -11,13 +11,16 @@ generator is healed for the tests after it (cuda_generator.py).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 from cuda_generator import left_stuck
 from cuda_serial import cuda_lock_path, exclusive, uses_cuda
 
@@ -100,3 +103,19 @@ def _cuda_generator_left_usable(request: pytest.FixtureRequest) -> Iterator[None
     problem = left_stuck(torch, request.node.nodeid)
     if problem is not None:
         pytest.fail(problem)
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """A test that configures logging in-process (a command's main, configure_logging)
+    leaves no handler on its closed capture stream and no pipeline for the tests after it."""
+    config = structlog.get_config()
+    processors = list(config["processors"])
+    root = logging.getLogger()
+    handlers, level, hook = list(root.handlers), root.level, threading.excepthook
+    yield
+    config["processors"][:] = processors  # in place: cached loggers hold this list
+    structlog.configure(**config)
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    threading.excepthook = hook

@@ -82,13 +82,17 @@ def configure_logging(log_format: str = "auto", level: str = "INFO") -> str:
         if chosen == "json"
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
+    # In place: a logger already used (and cached) before a second call, by an in-process
+    # caller, follows the new pipeline rather than the list it cached.
+    processors = structlog.get_config()["processors"]
+    processors[:] = [
+        structlog.stdlib.filter_by_level,
+        *shared,
+        structlog.processors.StackInfoRenderer(),
+        structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+    ]
     structlog.configure(
-        processors=[
-            structlog.stdlib.filter_by_level,
-            *shared,
-            structlog.processors.StackInfoRenderer(),
-            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
-        ],
+        processors=processors,
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,

@@ -27,8 +27,7 @@ pytestmark = pytest.mark.usefixtures("clean_env")
 AGENT = "rlhf_ppo"
 HOOK = textwrap.dedent(
     """
-    from genesis_fp16_infrastructure.training import reports
-    from genesis_fp16_infrastructure.training.precision import decide
+    from genesis_fp16_infrastructure.training.precision import choice, decide
     from genesis_fp16_infrastructure.training.run import calibration
 
     _native = decide.DeviceCapabilities("cpu", True, False, "test hook: bf16 as native")
@@ -41,7 +40,7 @@ HOOK = textwrap.dedent(
     decide.detect_capabilities = _detect_bf16
     decide.cpu_capabilities = lambda: _native
     calibration.REVALIDATE = 100.0
-    reports.LOAD_BOUND = 1e9
+    choice.LOAD_BOUND = 1e9  # read where it is defined (reports only re-exports it)
     """
 )
 
