@@ -100,12 +100,17 @@ def _modules(root: Path, packages: dict[str, str]) -> dict[str, Path]:
     return modules
 
 
-def _module_edges(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The modules ``name`` imports when it loads, ``if TYPE_CHECKING:`` blocks included.
+def _module_edges(
+    name: str, path: Path, modules: dict[str, Path], deferred: bool = False
+) -> set[str]:
+    """The modules ``name`` imports when it loads, ``if TYPE_CHECKING:`` blocks included,
+    and with ``deferred`` those it imports inside a function or class too.
 
-    Imports inside functions are left out: they run later, and a cycle through one is
-    how a deliberate late import breaks a cycle. ``from pkg import mod`` is an edge to
-    the submodule, not to the package.
+    Without ``deferred``, imports inside functions are left out: they run later, and a
+    cycle through one is how a late import breaks a cycle at load time (the daemon's
+    commands import their library late, to start fast). With it, such a cycle counts: the
+    two modules still need each other. ``from pkg import mod`` is an edge to the
+    submodule, not to the package.
     """
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
@@ -125,14 +130,21 @@ def _module_edges(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
             elif isinstance(node, ast.If | ast.Try):
                 visit(node.body)
 
-    visit(ast.parse(path.read_text(), filename=str(path)).body)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    # Deferred: every import statement, at any depth (a function, a class, an except).
+    visit(
+        [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+        if deferred
+        else tree.body
+    )
     return {edge for edge in found if edge in modules and edge != name}
 
 
-def _import_cycles(root: Path, packages: dict[str, str]) -> list[list[str]]:
-    """The groups of modules that import each other, directly or around a loop."""
+def _import_cycles(root: Path, packages: dict[str, str], deferred: bool = False) -> list[list[str]]:
+    """The groups of modules that import each other, directly or around a loop (with
+    ``deferred``, through imports inside functions too)."""
     modules = _modules(root, packages)
-    graph = {name: _module_edges(name, path, modules) for name, path in modules.items()}
+    graph = {name: _module_edges(name, path, modules, deferred) for name, path in modules.items()}
     reach = {name: _reach(graph, name) for name in graph}  # a small graph: cheap enough
     cycles: list[list[str]] = []
     for name in graph:
@@ -159,6 +171,27 @@ def test_no_import_cycles() -> None:
     assert _import_cycles(ROOT, PACKAGES) == []
 
 
+# The one cycle through a deferred import (issue 94, item 3, not yet done): a
+# FaultBundle replays itself (bundle -> replay, inside FaultBundle.replay), and the replay
+# reads the bundle's batches and re-runs the recorder's step (replay -> bundle, replay ->
+# recorder -> bundle). It leaves when the daemon's replay command calls the replay itself;
+# no other may join it.
+STILL_CYCLING = [
+    [
+        "genesis_fp16_infrastructure.training.flight.bundle",
+        "genesis_fp16_infrastructure.training.flight.recorder",
+        "genesis_fp16_infrastructure.training.flight.replay",
+    ]
+]
+
+
+def test_no_library_import_cycles_deferred_included() -> None:
+    """No module (of the library, the agents or the daemon) imports a module that imports
+    it back, counting imports inside functions and ``TYPE_CHECKING`` blocks, but the
+    library's one listed in STILL_CYCLING."""
+    assert _import_cycles(ROOT, PACKAGES, deferred=True) == STILL_CYCLING
+
+
 def test_cycle_check_catches_a_cycle_hidden_behind_type_checking(tmp_path: Path) -> None:
     """Two modules importing each other, one only for the checker, are a cycle to the check."""
     pkg = tmp_path / "pkg"
@@ -170,6 +203,20 @@ def test_cycle_check_catches_a_cycle_hidden_behind_type_checking(tmp_path: Path)
     )
     (pkg / "late.py").write_text("def f():\n    from pkg import fit\n")
     assert _import_cycles(tmp_path, {"pkg": "pkg"}) == [["pkg.calibration", "pkg.fit"]]
+
+
+def test_deferred_cycle_check_catches_a_cycle_through_a_function(tmp_path: Path) -> None:
+    """A module importing another inside a method, which imports it back at load time, is
+    a cycle once deferred imports count, and not before."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "bundle.py").write_text(
+        "class Bundle:\n    def replay(self):\n        from pkg.replay import replay\n"
+    )
+    (pkg / "replay.py").write_text("from pkg.bundle import Bundle\n")
+    assert _import_cycles(tmp_path, {"pkg": "pkg"}) == []
+    assert _import_cycles(tmp_path, {"pkg": "pkg"}, deferred=True) == [["pkg.bundle", "pkg.replay"]]
 
 
 # The daemon's floors, bottom up: a package imports from its own floor and those below.
@@ -254,10 +301,13 @@ def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
     assert offenders == ["config/settings.py: config -> jobs"]
 
 
-# The library's layers, bottom up: the root's utilities, the components, the contract
-# (what a plugin and the daemon exchange; judging/, the judged run every plugin that scores
-# its records gets), the recipes, and on top the daemon's door (api: it gives the daemon
-# names of every layer, and no module of the library imports it). A component names no agent.
+# The library's layers, bottom up: the root's utilities, the agent folder's owner (the one
+# reader, atomic writer and lock that every other component's files go through), the
+# other components, the contract
+# (what a plugin and the daemon exchange), judging/ (the judged run every plugin that
+# scores its records gets: it runs a plugin through the contract, so the contract imports
+# none of it), the recipes, and on top the daemon's door (api: it gives the daemon names of
+# every layer, and no module of the library imports it). A component names no agent.
 LIBRARY_LAYERS = (
     {
         "errors",
@@ -265,10 +315,23 @@ LIBRARY_LAYERS = (
         "machine_memory",
         "record_codec",
     },
-    {"training", "data", "world_model", "rl", "probe", "agent_folder"},
-    {"contract", "judging"},
+    {"agent_folder"},
+    {"training", "data", "world_model", "rl", "probe"},
+    {"contract"},
+    {"judging"},
     {"recipes"},
     {"api"},
+)
+# The imports that still point up (issue 94, item 3, not yet done): the agent folder's typed
+# face (AgentFolder) reads and writes the records of the components above it (the guard's
+# memory, the carried scale, the calibration, a checkpoint's summary, the fault bundles, a
+# quarantine file), and the run records name the precisions. Each one fixed leaves this
+# list; none may join it.
+STILL_UP = (
+    "agent_folder/folder.py: agent_folder -> data",
+    "agent_folder/folder.py: agent_folder -> training",
+    "agent_folder/lifecycle_records.py: agent_folder -> training",
+    "agent_folder/records.py: agent_folder -> training",
 )
 LIBRARY = ROOT / "infrastructure" / "genesis_fp16_infrastructure"
 AGENT_NAMES = re.compile(r"se_darwin|SE-Darwin|rlhf_ppo|RLHF-PPO", re.IGNORECASE)
@@ -281,8 +344,11 @@ def test_library_layers_name_every_part() -> None:
 
 
 def test_library_layers_import_only_their_layer_and_below() -> None:
-    """No component imports the contract or a recipe; the contract imports no recipe."""
-    assert _floor_offenders(LIBRARY, "genesis_fp16_infrastructure", LIBRARY_LAYERS) == []
+    """No component imports the contract or a recipe; the contract imports no judged run
+    and no recipe; no other import points up, deferred (in a function) and
+    ``TYPE_CHECKING`` ones included, but the agent folder's listed in STILL_UP."""
+    offenders = _floor_offenders(LIBRARY, "genesis_fp16_infrastructure", LIBRARY_LAYERS)
+    assert offenders == sorted(STILL_UP)
 
 
 def test_components_name_no_agent() -> None:
@@ -290,7 +356,7 @@ def test_components_name_no_agent() -> None:
     (synthetic data names the agents its made-up records come from: data/synthetic.py)."""
     offenders = [
         f"{path.relative_to(LIBRARY)}:{number}"
-        for part in sorted(LIBRARY_LAYERS[1])
+        for part in sorted(LIBRARY_LAYERS[1] | LIBRARY_LAYERS[2])
         for path in sorted((LIBRARY / part).rglob("*.py"))
         if path.name != "synthetic.py"
         for number, line in enumerate(path.read_text().splitlines(), 1)
@@ -300,8 +366,8 @@ def test_components_name_no_agent() -> None:
 
 
 def test_library_layer_check_catches_a_component_importing_a_recipe(tmp_path: Path) -> None:
-    """A component that imports a recipe or the contract is an offender, so the check
-    above can fail."""
+    """A component that imports a recipe or the contract, or the contract importing the
+    judged run in a function, is an offender, so the check above can fail."""
     (tmp_path / "world_model").mkdir()
     (tmp_path / "world_model" / "predict.py").write_text(
         "from genesis_fp16_infrastructure.recipes.retrain import served\n"
@@ -310,7 +376,12 @@ def test_library_layer_check_catches_a_component_importing_a_recipe(tmp_path: Pa
     (tmp_path / "training" / "fit.py").write_text(
         "from genesis_fp16_infrastructure.contract.train_request import TrainRequest\n"
     )
+    (tmp_path / "contract").mkdir()
+    (tmp_path / "contract" / "judging.py").write_text(
+        "def hashes():\n    from genesis_fp16_infrastructure.judging.split import id_hashes\n"
+    )
     assert _floor_offenders(tmp_path, "genesis_fp16_infrastructure", LIBRARY_LAYERS) == [
+        "contract/judging.py: contract -> judging",
         "training/fit.py: training -> contract",
         "world_model/predict.py: world_model -> recipes",
     ]

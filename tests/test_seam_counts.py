@@ -247,7 +247,7 @@ def test_an_instance_counts_where_it_is_made_not_its_class(tmp_path: Path) -> No
     path = tmp_path / "seam_counts_fixture.py"
     path.write_text(
         f"from {lib}.agent_folder.layout import StateFile\n"
-        f"from {lib}.judging.split import HELD_OUT\n"
+        f"from {lib}.contract.split import HELD_OUT\n"
         'MINE = StateFile("x.json", "x", "agent", "json", 1)\n'
     )
     spec = importlib.util.spec_from_file_location(name, path)
@@ -257,7 +257,7 @@ def test_an_instance_counts_where_it_is_made_not_its_class(tmp_path: Path) -> No
     try:
         spec.loader.exec_module(module)
         assert sc.defining_module(name, "MINE") == name
-        assert sc.defining_module(name, "HELD_OUT") == f"{lib}.judging.split"
+        assert sc.defining_module(name, "HELD_OUT") == f"{lib}.contract.split"
         assert sc.defining_module(name, "StateFile") == f"{lib}.agent_folder.layout"
     finally:
         del sys.modules[name]

@@ -4,9 +4,11 @@
 version), ``train_request`` (what a run is asked to do, and the agent's state folder as
 a job's plan read it, once, which the request carries, and its one read),
 ``reports`` (what a run reports: its result and the typed records it carries,
-one codec: ``record_codec``), ``judging`` (the optional judged-model capability). The
-one call that trains any plugin, ``run_plugin``, lives beside the contract in
-``judging/``. It imports the components below it and names no agent.
+one codec: ``record_codec``), ``judging`` (the optional judged-model capability),
+``split`` (the held-out split by id hash, which a request's ``ScoreOnly`` and a judged
+plugin's losses name). The one call that trains any plugin, ``run_plugin``, lives above
+the contract in ``judging/``, which imports it. It imports the components below it and
+names no agent.
 
 This package exports nothing: the library imports each name from the module that defines
 it, the daemon through ``genesis_fp16_infrastructure.api`` and a plugin through

@@ -17,7 +17,7 @@ when records that arrive later show it worse than the one before it, and the ope
 
 **Judged on records neither model trained on.** The judged run holds out a fifth of the
 records, chosen by a stable hash of each record's id
-(:data:`~genesis_fp16_infrastructure.judging.split.HELD_OUT`: a record keeps its side as
+(:data:`~genesis_fp16_infrastructure.contract.split.HELD_OUT`: a record keeps its side as
 the pool grows), and the gate compares the candidate with the served model on those
 alone. The plugin keeps its side of that bargain in two lines: its ``train`` trains on
 the rows ``request.training_rows(ids)`` keeps, and its task's
@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 
-from genesis_fp16_infrastructure.judging.split import id_hashes
+from genesis_fp16_infrastructure.contract.split import id_hashes
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -147,7 +147,7 @@ class RecordLosses:
 
     @cached_property
     def id_hashes(self) -> np.ndarray:
-        """The ids' 64-bit hashes (judging.split.id_hashes), in order; hashed once, though
+        """The ids' 64-bit hashes (contract.split.id_hashes), in order; hashed once, though
         a judged run asks for them several times (about 0.1 s at 100,000 records)."""
         hashes = id_hashes(self.ids)
         hashes.flags.writeable = False

@@ -55,9 +55,9 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
     checkpoint_of,
     read_pointer,
 )
+from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
 from genesis_fp16_infrastructure.data.manifest import Manifest
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
-from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
 from genesis_fp16_infrastructure.record_codec import LOCAL, Record
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig, bundle_folder
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
@@ -126,7 +126,7 @@ class TrainRequest(RunSpec, RunCallbacks, Record):
     # Per-layer range statistics of sampled steps, at a rate chosen to cost <= 1% of the
     # run's step time (training.flight.range_stats; GENESIS_FP16_RANGE_STATS). False: off.
     range_stats: bool = True
-    # The records a judged run asks ``score_records`` to score (judging.split.ScoreOnly:
+    # The records a judged run asks ``score_records`` to score (contract.split.ScoreOnly:
     # their ids); None: every record. Only the judged run sets it, on the request
     # it hands ``score_records``; never part of the JSON (``to_json`` writes null).
     score_only: ScoreOnly | None = None
@@ -191,7 +191,7 @@ class TrainRequest(RunSpec, RunCallbacks, Record):
     def trained_ids(ids: Iterable[str]) -> Any:
         """What a judged plugin's task keeps as ``extra_state()["trained_ids"]`` for the
         records ``ids`` it trains on: the distinct ids' 64-bit hashes
-        (judging.split.id_hashes), sorted, one int64 tensor. The ids themselves are
+        (contract.split.id_hashes), sorted, one int64 tensor. The ids themselves are
         accepted too, but every read of the checkpoint unpickles them: a list of 90,000
         took 0.39 s a load, and a judged run loads a checkpoint 5 times."""
         import torch

@@ -321,7 +321,7 @@ def judged_id(trajectory_id: str, key: int) -> str:
 
 
 def id_digest(id_: str) -> bytes:
-    """An id's 64-bit blake2b digest: the judged run's id hash (judging.split.id_hashes)."""
+    """An id's 64-bit blake2b digest: the judged run's id hash (contract.split.id_hashes)."""
     return hashlib.blake2b(id_.encode("utf-8"), digest_size=8).digest()
 
 

@@ -91,6 +91,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     GateReport,
     TrainResult,
 )
+from genesis_fp16_infrastructure.contract.split import drawn_with
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ExecutionError, ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
@@ -111,7 +112,6 @@ from genesis_fp16_infrastructure.judging.served import (
     losses_of,
     sweep_copies,
 )
-from genesis_fp16_infrastructure.judging.split import drawn_with
 from genesis_fp16_infrastructure.judging.unfinished import take_unfinished
 from genesis_fp16_infrastructure.judging.up_to_date import judged_phases, nothing_new, up_to_date
 from genesis_fp16_infrastructure.judging.watch import rolled_back_to, watch

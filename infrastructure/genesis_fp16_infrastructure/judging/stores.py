@@ -40,8 +40,8 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
 )
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_IDS, JUDGED_WATCH, StateFile
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
+from genesis_fp16_infrastructure.contract.split import sorted_unique
 from genesis_fp16_infrastructure.data.schema import find_ids
-from genesis_fp16_infrastructure.judging.split import sorted_unique
 
 # A watch record's segment (the plugin's RecordLosses.segments: se_darwin's Genesis agent),
 # cut to this many characters; "" where the plugin declares none, or a store written

@@ -18,9 +18,9 @@ from genesis_fp16.jobs.run_request import parse_option_flags, resolve_options
 from genesis_fp16.plugin_api import TrainRequestError, declared_options
 from genesis_fp16_agents.rlhf_ppo import plugin as rlhf_ppo
 from genesis_fp16_agents.se_darwin import plugin as se_darwin
+from genesis_fp16_infrastructure.contract.split import HELD_OUT
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import write_pool
-from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 

@@ -17,7 +17,7 @@ from genesis_fp16.scaffold import write_agent
 from genesis_fp16.testing import RULES, check_agent
 from genesis_fp16_agents.rlhf_ppo import plugin as rlhf_ppo
 from genesis_fp16_agents.se_darwin import plugin as se_darwin
-from genesis_fp16_infrastructure.judging.split import HELD_OUT, HeldOutSplit
+from genesis_fp16_infrastructure.contract.split import HELD_OUT, HeldOutSplit
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     judging_of,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
-from genesis_fp16_infrastructure.judging.split import id_hashes
+from genesis_fp16_infrastructure.contract.split import id_hashes
 
 
 @pytest.mark.parametrize(
@@ -172,8 +172,8 @@ def test_the_request_keeps_the_rows_the_split_does_not_hold_out(tmp_path: Path) 
     in order: about four in five, the same for the same ids however the pool grows."""
     import numpy as np
 
+    from genesis_fp16_infrastructure.contract.split import HELD_OUT
     from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-    from genesis_fp16_infrastructure.judging.split import HELD_OUT
     from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 
     request = TrainRequest(

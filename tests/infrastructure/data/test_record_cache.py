@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_infrastructure.contract.split import id_hashes
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data import record_cache
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
@@ -25,7 +26,6 @@ from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.schema import record_id_hash
 from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_replay_buffer
 from genesis_fp16_infrastructure.judging.run import run_plugin
-from genesis_fp16_infrastructure.judging.split import id_hashes
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
 

@@ -28,6 +28,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
 from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin, rollback, serve
+from genesis_fp16_infrastructure.contract import split
 from genesis_fp16_infrastructure.contract.judging import (
     TRAINED_IDS,
     RecordIds,
@@ -35,12 +36,12 @@ from genesis_fp16_infrastructure.contract.judging import (
 )
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.reports import TrainResult
+from genesis_fp16_infrastructure.contract.split import HELD_OUT, id_hashes
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ExecutionError
-from genesis_fp16_infrastructure.judging import split, stores, up_to_date
+from genesis_fp16_infrastructure.judging import stores, up_to_date
 from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.judging.served import TrainedIdsError, trained_ids
-from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from genesis_fp16_infrastructure.contract import split
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
-from genesis_fp16_infrastructure.judging import split
 from genesis_fp16_infrastructure.judging.up_to_date import data_unchanged
 
 

@@ -3,7 +3,7 @@
 Every part is chosen by a stable hash of (seed, trajectory id), never by file order, so a
 record stays where it was as the pool grows (``recipes.retrain.task`` has
 how each part is used). The held-out part is first of all the judged run's
-(:data:`~genesis_fp16_infrastructure.judging.split.HELD_OUT`, by the record's id: the
+(:data:`~genesis_fp16_infrastructure.contract.split.HELD_OUT`, by the record's id: the
 records the gate judges on, which no model trains on; :func:`judged_held_out`), and
 ``eval_fraction``, when given, holds out that share more.
 
@@ -21,10 +21,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.split import HELD_OUT, splitmix64
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.schema import judged_id
-from genesis_fp16_infrastructure.judging.split import HELD_OUT, splitmix64
 from genesis_fp16_infrastructure.recipes.retrain.options import (
     EVAL_BOUNDS,
     EVAL_TARGET,

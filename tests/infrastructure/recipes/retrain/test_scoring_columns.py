@@ -17,6 +17,7 @@ from se_darwin_runs import train
 
 import genesis_fp16_infrastructure.recipes.retrain.drift as drift
 from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
+from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly
 from genesis_fp16_infrastructure.contract.train_request import (
     AgentSnapshot,
     DataCheck,
@@ -27,7 +28,6 @@ from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import record_id_hash
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly
 from genesis_fp16_infrastructure.recipes.retrain import scoring
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from genesis_fp16_infrastructure.judging.split import (
+from genesis_fp16_infrastructure.contract.split import (
     HELD_OUT,
     HeldOutSplit,
     id_hashes,
