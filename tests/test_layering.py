@@ -233,11 +233,20 @@ DAEMON_FLOORS = (
 )
 # The training library's: precision and the typed records a run reports (a demotion, a
 # calibration: each uses the other's names), then the modules shared by a step and a run
-# (checkpoint format, RNG state, the process group), then one step, then a whole run and
-# its flight recorder (which re-runs a run's steps; fit() calls it).
+# (checkpoint format, RNG state, the process group, the fields every step shares), then
+# one step, then a whole run and its flight recorder (which re-runs a run's steps; fit()
+# calls it).
 TRAINING_FLOORS = (
     {"precision", "reports"},
-    {"checkpoint_keys", "checkpoint_files", "checkpoint_load", "checkpoint", "rng", "distributed"},
+    {
+        "checkpoint_keys",
+        "checkpoint_files",
+        "checkpoint_load",
+        "checkpoint",
+        "rng",
+        "distributed",
+        "step_spec",
+    },
     {"step"},
     {"run", "flight"},
 )
@@ -310,6 +319,7 @@ def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
 # every layer, and no module of the library imports it). A component names no agent.
 LIBRARY_LAYERS = (
     {
+        "config_bounds",
         "errors",
         "lazy_exports",
         "machine_memory",

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from genesis_fp16_infrastructure.agent_folder.files import write_atomic
 from genesis_fp16_infrastructure.agent_folder.layout import BUNDLES_FOLDER, agent_root
-from genesis_fp16_infrastructure.training.precision.precision_names import Bounded, bounded
+from genesis_fp16_infrastructure.config_bounds import Bounded, bounded
 
 SUFFIX = ".fault.pt"
 _STAMP = "%Y%m%dT%H%M%S"

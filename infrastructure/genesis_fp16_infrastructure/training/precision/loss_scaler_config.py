@@ -35,14 +35,13 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from genesis_fp16_infrastructure.config_bounds import Bounded, bounded
 from genesis_fp16_infrastructure.record_codec import Record
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     INITIAL_LOSS_SCALE,
     LOSS_SCALED,
-    Bounded,
     PrecisionName,
     RequestedName,
-    bounded,
 )
 
 

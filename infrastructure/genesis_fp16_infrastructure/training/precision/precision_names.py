@@ -29,7 +29,8 @@ backward with ``torch.compile(mode=COMPILE_MODE)`` (Inductor kernels, CUDA graph
 us) and captures the whole step around them, reported as ``cuda_graph_compiled``; it
 needs a step that can be captured and is an error before the first step where it cannot.
 ``off`` (the default until it is measured on a GPU) compiles nothing. With the log
-interval, the two are the fields every step shares (:class:`StepSpec`).
+interval, the two are the fields every step shares
+(:class:`~genesis_fp16_infrastructure.training.step_spec.StepSpec`).
 
 The precision request, here beside the names it is made of: what one run asks of its
 precision, torch-free and JSON-ready.
@@ -63,8 +64,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, Literal, get_args
 
+from genesis_fp16_infrastructure.config_bounds import Bounded, bounded
 from genesis_fp16_infrastructure.errors import PrecisionError
 from genesis_fp16_infrastructure.record_codec import Record
 
@@ -141,28 +143,6 @@ EXECUTION_MODES: tuple[str, ...] = ("eager", "cuda_graph", "cuda_graph_compiled"
 # the daemon's genesis_fp16_execution_fallbacks_total{reason}): its first captured steps
 # differed from eager ones from the same state (run/verify_capture.py), or a capture raised.
 FALLBACK_REASONS: tuple[str, ...] = ("verification_mismatch", "capture_failed")
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepSpec:
-    """How each step reports and executes, declared once, however the run is asked for:
-    the trainer's own ``TrainerConfig`` and the run's ``RunSpec`` (so the plugin API's
-    ``TrainRequest`` and the library's ``FitOptions``) inherit these fields, and ``fit()``
-    hands them to its trainer without renaming one.
-
-    - ``log_interval``: every this many steps the trainer reads its statistics (a host
-      sync) and calls ``on_log`` with a ``TrainingSummary``.
-    - ``cuda_graph``: ``auto``, ``on`` or ``off``: replay the whole step from a captured
-      CUDA graph where the run allows it
-      (:mod:`genesis_fp16_infrastructure.training.step.execution` says when).
-    - ``compile``: ``off`` or ``on``: the model compiled inside the captured step
-      (execution ``cuda_graph_compiled``); an error before the first step where the step
-      cannot be captured.
-    """
-
-    log_interval: int = 50
-    cuda_graph: str = "auto"
-    compile: str = "off"
 
 
 AUTO_PRECISION_MODES: tuple[str, ...] = ("measure", "rule")
@@ -267,58 +247,6 @@ def as_request(value: PrecisionRequest | str) -> PrecisionRequest:
 
 # The fixed set of reasons a demotion can have (a bounded metric label).
 REASONS: tuple[str, ...] = ("scaler_unstable", "nonfinite_loss", "overflow_rate", "divergence")
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """The range a numeric config field must lie in (None: no bound on that side); the
-    daemon's settings read a guard field's too, so a range is declared once, on the field."""
-
-    ge: float | None = None
-    gt: float | None = None
-    lt: float | None = None
-
-    def hold(self, value: float) -> bool:
-        return (
-            (self.ge is None or value >= self.ge)
-            and (self.gt is None or value > self.gt)
-            and (self.lt is None or value < self.lt)
-        )
-
-    def describe(self) -> str:
-        """``>= 1``, ``> 0 and < 1``: the range as the error messages say it."""
-        parts = [(">=", self.ge), (">", self.gt), ("<", self.lt)]
-        return " and ".join(f"{sign} {bound:g}" for sign, bound in parts if bound is not None)
-
-
-def bounded(
-    default: Any, *, ge: float | None = None, gt: float | None = None, lt: float | None = None
-) -> Any:
-    """A dataclass field with its :class:`Bounds` in the field's metadata."""
-    return field(default=default, metadata={"bounds": Bounds(ge, gt, lt)})
-
-
-class Bounded:
-    """A frozen dataclass whose numeric fields declare their ranges (:func:`bounded`): a
-    value outside one (None is not checked) is refused in one line naming the config
-    (``SETTING``), the field, the value and the range."""
-
-    SETTING: ClassVar[str]
-
-    @classmethod
-    def bounds(cls) -> dict[str, Bounds]:
-        """The :class:`Bounds` of each of the config's fields that has one, by field name
-        (a subclass's added fields too): the daemon's settings take their ranges here."""
-        found = {item.name: item.metadata.get("bounds") for item in fields(cls)}  # type: ignore[arg-type]
-        return {name: limits for name, limits in found.items() if isinstance(limits, Bounds)}
-
-    def __post_init__(self) -> None:
-        for name, limits in self.bounds().items():
-            value = getattr(self, name)
-            if value is not None and not limits.hold(value):
-                raise ValueError(
-                    f"invalid {self.SETTING} setting: {name}={value!r} must be {limits.describe()}"
-                )
 
 
 @dataclass(frozen=True)

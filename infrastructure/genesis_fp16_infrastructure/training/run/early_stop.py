@@ -37,8 +37,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from genesis_fp16_infrastructure.config_bounds import Bounded, bounded
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.precision.precision_names import Bounded, bounded
 from genesis_fp16_infrastructure.training.reports import EarlyStopReport
 
 logger = logging.getLogger(__name__)

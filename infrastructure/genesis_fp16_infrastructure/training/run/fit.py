@@ -30,7 +30,6 @@ from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.decide import decide_continued
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import clamp_scale
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import StepSpec
 from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import measured_execution, policy_for_run
@@ -57,6 +56,7 @@ from genesis_fp16_infrastructure.training.run.task import (
 )
 from genesis_fp16_infrastructure.training.run.verify_capture import verify_run
 from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
+from genesis_fp16_infrastructure.training.step_spec import StepSpec
 
 logger = logging.getLogger(__name__)
 

@@ -19,17 +19,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from genesis_fp16_infrastructure.config_bounds import bounded
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     GuardConfig,
     PrecisionRequest,
-    StepSpec,
     as_request,
-    bounded,
 )
 
 # At run time, not only for the type checker: the codec resolves every field's annotation
 # to its real type (typing.get_type_hints), and on_log's names this one.
 from genesis_fp16_infrastructure.training.reports import TrainingSummary
+from genesis_fp16_infrastructure.training.step_spec import StepSpec
 
 
 def _never_stop() -> bool:
@@ -60,7 +60,7 @@ class RunSpec(StepSpec):
       ``ScalerConfig.init_scale``: the daemon carries an agent's last scale between
       its runs (``precision/loss_scaler_config.py``). None: the scaler's own.
     - ``log_interval``, ``cuda_graph``, ``compile``: how each step reports and executes,
-      :class:`~genesis_fp16_infrastructure.training.precision.precision_names.StepSpec`'s (shared
+      :class:`~genesis_fp16_infrastructure.training.step_spec.StepSpec`'s (shared
       with the trainer's ``TrainerConfig``).
     """
 

@@ -30,13 +30,13 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from genesis_fp16_infrastructure.config_bounds import Bounded
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig
 from genesis_fp16_infrastructure.training.flight.range_stats import RangeReport, RangeStatsConfig
 from genesis_fp16_infrastructure.training.precision.decide import ResolvedPrecision, same_device
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import Bounded
 from genesis_fp16_infrastructure.training.reports import (
     Calibration,
     Demotion,

@@ -53,6 +53,7 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from genesis_fp16_infrastructure.config_bounds import Bounded, bounded
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler
@@ -61,9 +62,6 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     COMPILE_MODE,
     COMPILE_REQUESTS,
     CUDA_GRAPH_REQUESTS,
-    Bounded,
-    StepSpec,
-    bounded,
 )
 from genesis_fp16_infrastructure.training.reports import TrainingSummary
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
@@ -73,6 +71,7 @@ from genesis_fp16_infrastructure.training.step.execution import (
     fell_back,
     resolve_execution,
 )
+from genesis_fp16_infrastructure.training.step_spec import StepSpec
 
 logger = logging.getLogger(__name__)
 B = TypeVar("B")
@@ -105,7 +104,7 @@ class StepTuning(Bounded):
 @dataclass(frozen=True, kw_only=True)
 class TrainerConfig(StepSpec, StepTuning):
     """How each step runs and how often it reports: the step fields
-    (:class:`~genesis_fp16_infrastructure.training.precision.precision_names.StepSpec`'s
+    (:class:`~genesis_fp16_infrastructure.training.step_spec.StepSpec`'s
     ``log_interval``, ``cuda_graph``, ``compile``, shared with the run's ``RunSpec``) and
     the trainer's own (:class:`StepTuning`'s).
 
