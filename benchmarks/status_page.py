@@ -4,7 +4,7 @@ at most 100 ms on a 2-core CPU).
     python benchmarks/status_page.py [--agents 50] [--repeats 40] [--out FILE] > results.md
 
 Builds a state folder with the product's own writers: per agent, ``AgentFolder.save_run``'s
-two writes for as many runs as the history keeps (``lifecycle_records.KEEP``; each with a
+two writes for as many runs as the history keeps (``run_history.KEEP``; each with a
 gate verdict, the live watch's figures, every tenth a demotion, every seventh a drift
 warning), a served pointer whose journal is full (``transitions.serve`` with the gate's
 verdict for each promotion, ``transitions.rollback`` every fifth) and a quarantine folder
@@ -36,7 +36,8 @@ from genesis_fp16.status import history, render
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, gather_status
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import KEEP, ServedEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
+from genesis_fp16_infrastructure.agent_folder.run_history import KEEP
 from genesis_fp16_infrastructure.agent_folder.transitions import JOURNAL_KEEP, rollback, serve
 from genesis_fp16_infrastructure.api import GateReport, LiveReport, ScoresOn
 from genesis_fp16_infrastructure.contract.reports import DriftReport, LiveFigures

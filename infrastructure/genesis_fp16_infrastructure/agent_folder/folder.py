@@ -49,18 +49,20 @@ from genesis_fp16_infrastructure.agent_folder import (
 from genesis_fp16_infrastructure.agent_folder import layout as L
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
-    KEEP,
     CandidateMeta,
     LastRun,
     RunEntry,
-    RunHistory,
     ServedEntry,
     ServedPointer,
     Verdict,
+)
+from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
+from genesis_fp16_infrastructure.agent_folder.run_history import (
+    KEEP,
+    RunHistory,
     append_run,
     load_history,
 )
-from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles

@@ -94,7 +94,7 @@ PRECISION_STATE_LOCK = StateFile(
 CARRIED_SCALE = StateFile("loss_scale.json", "carried_scale", "agent", "json", 4 * KIB)
 LAST_SUCCESS = StateFile("last_success.json", "last_success", "agent", "json", 4 * KIB)
 LAST_RUN = StateFile("last_run.json", "last_run", "agent", "json", 16 * KIB)
-# Its bound is what a read takes from its end (agent_folder.lifecycle_records: COMPACT_BYTES,
+# Its bound is what a read takes from its end (agent_folder.run_history: COMPACT_BYTES,
 # then a line of LINE_BYTES: 2 * 50 * 4 KiB + 4 KiB).
 RUN_HISTORY = StateFile("run_history.jsonl", "run_history", "agent", "log", 404 * KIB)
 CALIBRATION = StateFile(

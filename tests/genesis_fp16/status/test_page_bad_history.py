@@ -11,7 +11,7 @@ from status_pages import HOSTILE_AGENT, seed_hostile_agent
 
 from genesis_fp16.status.when import clock
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import decode_entry
+from genesis_fp16_infrastructure.agent_folder.run_history import decode_entry
 
 
 def _spoil(state_dir: Path) -> AgentFolder:

@@ -35,12 +35,9 @@ from genesis_fp16.status.report import (
     gather_status,
 )
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
-    REASON_CHARS,
-    RunEntry,
-    append_run,
-)
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import REASON_CHARS, RunEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
+from genesis_fp16_infrastructure.agent_folder.run_history import append_run
 from genesis_fp16_infrastructure.errors import ServedPointerError
 
 ROOT = Path(__file__).resolve().parents[3]

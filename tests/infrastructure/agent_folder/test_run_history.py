@@ -14,9 +14,6 @@ from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import RUN_HISTORY
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
-    COMPACT_BYTES,
-    KEEP,
-    LINE_BYTES,
     MARK_COLUMNS,
     NAME_CHARS,
     PRECISION_REASON_CHARS,
@@ -26,6 +23,11 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     LiveColumn,
     LiveMark,
     RunEntry,
+)
+from genesis_fp16_infrastructure.agent_folder.run_history import (
+    COMPACT_BYTES,
+    KEEP,
+    LINE_BYTES,
     append_run,
     decode_entry,
     encode_entry,
