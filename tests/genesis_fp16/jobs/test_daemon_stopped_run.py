@@ -123,3 +123,53 @@ def test_a_run_stopped_by_sigterm_is_continued_to_its_budget_and_judged_once(
     assert steps_seen[0] == cut + 1, steps_seen[:3]
     verdict = json.loads((candidate / "verdict.json").read_text())
     assert verdict["outcome"] == "promoted"
+
+
+def _rollback(env_file: Path, value: str) -> None:
+    """The rollback switch in the daemon's .env, with an mtime of its own (the watcher
+    compares mtimes)."""
+    env_file.write_text(f"ENABLE_FP16_TRAINING={value}\n")
+    stamp = env_file.stat().st_mtime_ns + 2 * 10**9
+    os.utime(env_file, ns=(stamp, stamp))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_run_stopped_by_the_fp32_rollback_is_continued_in_fp32_and_judged_once(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """se_darwin trains in fp16 (ENABLE_FP16_TRAINING=true in .env); the switch turned to
+    false mid-run stops it with a checkpoint, and the rerun the reload starts continues the
+    same candidate from that checkpoint, in fp32, to its own budget, and promotes it once."""
+    agent = "se_darwin"
+    steps, stop_after = BUDGETS[agent]
+    settings = _settings(agent, tmp_path)
+    del settings["ENABLE_FP16_TRAINING"]  # the .env's, edited below
+    env_file = tmp_path / ".env"
+    _rollback(env_file, "true")
+    daemon = daemon_factory(settings)
+    run_command(tmp_path, agent)
+    daemon.wait_for(
+        lambda: _reached(daemon, agent) >= stop_after, "a few steps", child_wait(RUN_DEADLINE)
+    )
+    _rollback(env_file, "false")
+    stopped, done = daemon.wait_for(
+        lambda: runs(daemon, agent)[1:] and runs(daemon, agent),
+        "the stopped run and its rerun",
+        child_wait(2 * RUN_DEADLINE),
+    )
+    assert stopped["outcome"] == "stopped" and stopped["precision_used"] == "fp16", stopped
+    assert done["outcome"] == "success" and done["precision_used"] == "fp32", done
+    (candidate,) = _candidates(daemon.state_dir, agent)  # continued, no new candidate
+    assert Path(stopped["checkpoint"]).parent.name == candidate.name
+    cut = int(Path(stopped["checkpoint"]).name[5:15])
+    assert stop_after <= cut < steps and max(_steps(candidate)) == steps
+    # From the stopped run's checkpoint: the rerun's first step is the one after it.
+    rerun = [
+        r["step"] for r in daemon.logs() if r.get("progress") and r.get("run_id") == done["run_id"]
+    ]
+    assert rerun[0] == cut + 1, rerun[:3]
+    started = [r for r in daemon.events("training run started") if r.get("agent") == agent]
+    assert [r["precision"] for r in started] == ["fp16", "fp32"], started
+    verdict = json.loads((candidate / "verdict.json").read_text())
+    assert verdict["outcome"] == "promoted"
