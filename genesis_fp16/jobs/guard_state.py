@@ -36,19 +36,23 @@ log = structlog.get_logger("genesis_fp16.guard")
 
 
 def load_memory(
-    settings: Settings, agent: str, state: AgentState | None = None
+    settings: Settings,
+    agent: str,
+    state: AgentState | None = None,
+    folder: AgentFolder | None = None,
 ) -> PrecisionMemory | None:
     """The agent's remembered demotion; ``state``: the agent's folder as a run's plan read
-    it (None: the memory is read now).
+    it (None: the memory is read now); ``folder``: the agent's, as the run holds it (None:
+    made here, when the memory is read or set aside).
 
     An unusable file (torn, not JSON, a folder, a FIFO, a link, over its size bound) is
     set aside as ``precision_state.json.unusable-*``, counted, logged in one line, and
     replaced by a memory whose floor is the most robust precision: a demotion it may
     have held is never forgotten into the precision that failed. `genesis-fp16
     precision reset AGENT` (the operator) clears it."""
-    folder = AgentFolder(settings.state_dir, agent)
     if state is not None and state.memory_error is None:  # as the plan read it
         return state.memory
+    folder = AgentFolder(settings.state_dir, agent) if folder is None else folder
     error = None if state is None else state.memory_error
     if error is None:
         try:
@@ -84,10 +88,17 @@ def announce_run(folder: Path, agent: str, result: TrainResult) -> None:
             )
 
 
-def record_run(settings: Settings, metrics: DaemonMetrics, agent: str, result: TrainResult) -> None:
+def record_run(
+    settings: Settings,
+    metrics: DaemonMetrics,
+    agent: str,
+    result: TrainResult,
+    folder: AgentFolder | None = None,
+) -> None:
     """Announce (the agent's outbox), count, log and remember the run's demotions and
-    fault bundles; count a clean run; maybe promote."""
-    folder = AgentFolder(settings.state_dir, agent)
+    fault bundles; count a clean run; maybe promote. ``folder``: the agent's, as the run
+    holds it (None: made here)."""
+    folder = AgentFolder(settings.state_dir, agent) if folder is None else folder
     announce_run(folder.root, agent, result)
     for d in result.demotions:
         metrics.precision_demotions.labels(
@@ -122,7 +133,7 @@ def _record_memory(
     settings: Settings, agent: str, folder: AgentFolder, result: TrainResult
 ) -> None:
     demotions = tuple(result.demotions)
-    previous = load_memory(settings, agent)
+    previous = load_memory(settings, agent, folder=folder)
     # Without demotions, only a finished run in the remembered precision counts as clean.
     floor = previous.demoted_to if previous is not None else None
     if not demotions and (result.stopped_early or result.precision_used != floor):

@@ -5,7 +5,8 @@ A job (genesis_fp16/jobs/agent_job.py) walks one run forward through three modul
 taking the ``Run``: planning.py builds its request once and keeps it on the run
 (``Run.request``, with the agent's state it was planned from), supervising.py trains it
 where the settings say, recording.py turns its result (or its failure) into metrics and
-one log line. The ``Run`` is the only state they pass along.
+one log line. The ``Run`` is the only state they pass along, the agent's folder with it
+(``Run.folder``, made once with the run: no step of the job builds its own).
 
 Which GPUs a run occupies (:func:`slot_keys`), and a counting slot per device that every
 agent's jobs share (:class:`DeviceSlots`, the context's ``slots``). Two agents' runs on
@@ -40,6 +41,7 @@ from genesis_fp16.launch.launcher import RunProcesses
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.tracking import RunTracker
 from genesis_fp16.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.api import AgentFolder
 
 # Device kinds with numbered devices; "cpu" and "mps" are one device each.
 _INDEXED = ("cuda", "xpu")
@@ -125,10 +127,11 @@ class JobContext:
 
 @dataclass
 class Run:
-    """One run of a job: its id, clock and deadline, whether a reload stopped it, its request
-    (with the agent's state it was built from, set by planning) and its curves
-    (opened while planning, closed on every outcome). Planning, supervising and recording
-    each read it; ``should_stop`` is the callback the run asks at every step."""
+    """One run of a job: its id, clock and deadline, the agent's folder (``folder``, in the
+    run's ``settings``' state folder), whether a reload stopped it, its request (with the
+    agent's state it was built from, set by planning) and its curves (opened while
+    planning, closed on every outcome). Planning, supervising and recording each read it;
+    ``should_stop`` is the callback the run asks at every step."""
 
     ctx: JobContext
     agent: str
@@ -140,8 +143,11 @@ class Run:
     changed: threading.Event = field(default_factory=threading.Event)
     request: TrainRequest | None = None
     tracker: RunTracker | None = None
+    folder: AgentFolder = field(init=False)
 
     def __post_init__(self) -> None:
+        # The run's one: its plan, its guard memory, scale, history and record all take it.
+        self.folder = AgentFolder(self.settings.state_dir, self.agent)
         # Past it an in-process run checkpoints at its next step and ends ("stopped"); a
         # torchrun job gets SIGTERM from its launcher at the same limit.
         if self.config.own.nproc == 1:

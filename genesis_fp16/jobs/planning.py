@@ -19,13 +19,13 @@ from dataclasses import replace
 import structlog
 
 from genesis_fp16.jobs import probe_gate
-from genesis_fp16.jobs.job_state import JobContext, Run
+from genesis_fp16.jobs.job_state import Run
 from genesis_fp16.jobs.recording import record_progress
 from genesis_fp16.jobs.run_request import plan_request, warn_ignored
 from genesis_fp16.launch.progress_text import Progress
 from genesis_fp16.metrics.tracking import open_tracker
 from genesis_fp16.plugin_api import AgentPlugin, TrainRequest
-from genesis_fp16_infrastructure.api import AgentFolder, AgentSnapshot, Capabilities
+from genesis_fp16_infrastructure.api import AgentSnapshot, Capabilities
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
@@ -40,12 +40,21 @@ def plan_run(
     the run's curves opened when a tracking folder is set; the served-model pointer
     checked as the plan read it (:func:`check_served_pointer`)."""
     ctx, agent, settings = run.ctx, run.agent, run.settings
-    request = plan_request(settings, agent, plugin, capabilities, device, config=run.config)
+    request = plan_request(
+        settings, agent, plugin, capabilities, device, config=run.config, folder=run.folder
+    )
     excluded: dict[str, str] = {}
     # Once per agent, when configured: the probe before its first bf16/fp16 run.
     if run.config.own.probe_before_low_precision:
         probe = probe_gate.gate_before_run(
-            settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
+            settings,
+            ctx.metrics.probe,
+            agent,
+            plugin,
+            request.data_path,
+            device,
+            request.precision,
+            folder=run.folder,
         )
         # A red verdict removes a candidate from a measured 'auto' (decide() applies it,
         # under torchrun too); elsewhere it is a warning and an alert, never a change.
@@ -74,14 +83,14 @@ def plan_run(
     )
     # As the plan read it: an unusable one set aside (the run refuses it), degraded.
     assert request.snapshot is not None  # plan_request always takes one
-    check_served_pointer(ctx, agent, request.snapshot)
+    check_served_pointer(run, request.snapshot)
     return request
 
 
-def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -> None:
+def check_served_pointer(run: Run, snapshot: AgentSnapshot) -> None:
     """Before each run: set an unusable served-model pointer aside (counted once), and
     export the pointer's state, as the run's plan read it (``snapshot``: the pointer is
-    read again only to set it aside).
+    read again, in the run's folder, only to set it aside).
 
     An unreadable, wrong-version or dangling ``served.json`` is set aside as
     ``served.json.unusable-<UTC time>`` (agent_folder.repair), logged in one line and
@@ -91,6 +100,7 @@ def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -
     and its runs are refused in one line naming the repair (``genesis-fp16 model promote
     AGENT ID`` or ``model rollback AGENT``). ``genesis_fp16_served_model_pinned`` says
     whether an operator pinned the served model (0 while nothing is served yet)."""
+    ctx, agent, home = run.ctx, run.agent, run.folder
     metrics = ctx.metrics.promotion
     why = None
     if snapshot.pointer_error is None:  # the transitions before this daemon's first run:
@@ -101,7 +111,6 @@ def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -
     elif snapshot.pointer_error is None:  # nothing served yet: nothing pinned
         metrics.pinned.labels(agent=agent).set(0)
     elif snapshot.pointer_error is not None:  # unreadable, dangling, or set aside before
-        home = AgentFolder(ctx.settings.state_dir, agent)
         try:  # under the pointer's lock, read again: a repair since is not set aside
             why, moved = home.set_aside_unusable_pointer()
         except OSError as exc:  # not ours to rename: reported all the same, never followed

@@ -86,17 +86,19 @@ def gate_before_run(
     data_path: Path | None,
     device: str,
     precision: PrecisionRequest,
+    folder: AgentFolder | None = None,
 ) -> ProbeRecord | None:
     """Probe once before the agent's first bf16/fp16 run; export what is known. Never raises.
     The planner calls it only when the agent's ``probe_before_low_precision`` is on.
 
     ``precision`` is the run's planned request (``run_request.precision_request``): the
-    gate asks ``decide`` what it runs, as the run will.
+    gate asks ``decide`` what it runs, as the run will. ``folder``: the agent's, as the
+    run holds it (None: made here).
 
     Returns the agent's probe record (new or remembered), or None when the run is fp32
     and nothing was probed yet, or the state file cannot be read.
     """
-    folder = AgentFolder(settings.state_dir, agent)
+    folder = AgentFolder(settings.state_dir, agent) if folder is None else folder
     stuck: list[files.SetAside] = []
     record = folder.probe_record(
         ProbeRecord.from_json, lambda event: stuck.append(event) if event.aside is None else None

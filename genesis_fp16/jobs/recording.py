@@ -93,7 +93,8 @@ def record_result(run: Run, result: TrainResult, device: str, rerun: bool) -> No
     if switched:
         # The gauge at what decide answers the next run's request (the guard's memory
         # included); a measured auto with no kept measurement waits for that run.
-        expected = expected_precision(precision_request(ctx.settings, agent)[0], device)
+        planned, _ = precision_request(ctx.settings, agent, folder=run.folder)
+        expected = expected_precision(planned, device)
         if expected is not None:
             ctx.metrics.set_precision(agent, expected)
     if run.tracker is not None:
@@ -136,21 +137,20 @@ def record_failure(run: Run, device: str, exc: BaseException) -> None:
         said, bug = f"the plugin called sys.exit({exc.code!r})", False
     emit = log.exception if bug else log.error
     emit("training run failed", error=said, duration_seconds=round(duration, 3))
-    _bound_history(ctx, agent)  # a gate that could not decide left a candidate too
+    _bound_history(ctx, run.folder)  # a gate that could not decide left a candidate too
     _end_without_result(run, "failed", f"{reason}: {why}", duration)
 
 
 def _end_without_result(run: Run, outcome: str, why: str, duration: float) -> None:
     """A run stopped or failed before a result: its record, its count, its curves closed
     (the curves up to a failure stay readable)."""
-    folder = AgentFolder(run.ctx.settings.state_dir, run.agent)
-    folder.save_run(RunEntry.of_error(outcome, why, duration, "daemon"))
+    run.folder.save_run(RunEntry.of_error(outcome, why, duration, "daemon"))
     run.ctx.metrics.finish_run(run.agent, outcome, duration, None, time.time())
     _close_tracker(run.ctx, run.agent, run.tracker)
 
 
 def _finish(run: Run, result: TrainResult, show_precision: bool) -> None:
-    ctx, agent, duration = run.ctx, run.agent, run.duration()
+    ctx, agent, folder, duration = run.ctx, run.agent, run.folder, run.duration()
     outcome = result.outcome  # success, failed (learned nothing), stopped, or up_to_date
     ctx.degraded.pop(agent, None)  # a run that wrote its checkpoint: the disk is fine again
     if result.failure is not None:  # steps were run, none (or too few) taken: alerted
@@ -159,8 +159,8 @@ def _finish(run: Run, result: TrainResult, show_precision: bool) -> None:
         ctx.unlearned[agent] = why
     elif outcome == "success":
         ctx.unlearned.pop(agent, None)
-    guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
-    record_scale(ctx.settings, agent, result)
+    guard_state.record_run(ctx.settings, ctx.metrics, agent, result, folder)
+    record_scale(ctx.settings, agent, result, folder)
     if show_precision:
         ctx.metrics.set_precision(agent, result.precision_used)
     ctx.metrics.set_execution(agent, result.execution)
@@ -169,7 +169,7 @@ def _finish(run: Run, result: TrainResult, show_precision: bool) -> None:
     if result.steps and result.final_train_loss is not None:
         # The run's own final loss (under torchrun, rank 0's last log was its interval's).
         ctx.metrics.train_loss.labels(agent=agent).set(float(result.final_train_loss))
-    _bound_history(ctx, agent)  # before the run is counted: a count means a pruned folder
+    _bound_history(ctx, folder)  # before the run is counted: a count means a pruned folder
     _export_report(ctx, agent, result)
     log.info(
         "training run finished",
@@ -202,7 +202,7 @@ def _finish(run: Run, result: TrainResult, show_precision: bool) -> None:
         duration_seconds=round(duration, 3),
     )
     # The run's record for `genesis-fp16 status`, and its entry in the page's history.
-    folder, now = AgentFolder(ctx.settings.state_dir, agent), time.time()
+    now = time.time()
     folder.save_run(result.history_entry(duration, "daemon"))
     ctx.metrics.verdicts.export_folder(agent, folder)  # the window with this run's verdict
     if outcome in HEALTHY_OUTCOMES:  # a restart's last-success gauge starts from it
@@ -244,7 +244,9 @@ def _export_live(ctx: JobContext, agent: str, result: TrainResult) -> None:
         log.warning("live regression not rolled back", agent=agent, live=live.to_json())
 
 
-def record_scale(settings: Settings, agent: str, result: TrainResult) -> None:
+def record_scale(
+    settings: Settings, agent: str, result: TrainResult, folder: AgentFolder | None = None
+) -> None:
     """Carry the run's last loss scale to the agent's next run, or forget it (a demotion, a
     precision other than fp16); a run that took no step (up to date) leaves it as it is.
 
@@ -253,10 +255,11 @@ def record_scale(settings: Settings, agent: str, result: TrainResult) -> None:
     scale (``AgentState.initial_scale``, from ``loss_scale.json``:
     :mod:`genesis_fp16_infrastructure.training.precision.loss_scaler_config`) in
     ``TrainRequest.initial_loss_scale`` when the request asks for the precision the carried
-    run asked for. ``precision show`` prints it and ``precision reset`` forgets it."""
+    run asked for. ``precision show`` prints it and ``precision reset`` forgets it.
+    ``folder``: the agent's, as the run holds it (None: made here)."""
     if result.steps == 0:
         return
-    folder = AgentFolder(settings.state_dir, agent)
+    folder = AgentFolder(settings.state_dir, agent) if folder is None else folder
     carried = result.carried_scale()
     try:
         folder.save_carried_scale(carried)
@@ -288,11 +291,10 @@ def bound_history(
     return removed, pointer
 
 
-def _bound_history(ctx: JobContext, agent: str) -> None:
-    """Bound the agent's model history (:func:`bound_history`) and export the bytes its
-    folder holds, with what the pointer's journal holds."""
-    settings = ctx.settings
-    models = AgentFolder(settings.state_dir, agent).checkpoints
+def _bound_history(ctx: JobContext, folder: AgentFolder) -> None:
+    """Bound the model history of the agent of ``folder`` (:func:`bound_history`) and
+    export the bytes its folder holds, with what the pointer's journal holds."""
+    settings, agent, models = ctx.settings, folder.agent, folder.checkpoints
     removed, pointer = bound_history(settings, models)  # pointer None: none served, or unread
     # Each rollback the pointer's journal holds, counted once: a run killed after its
     # rollback reached the pointer reports nothing, and its rollback still happened.

@@ -99,6 +99,7 @@ def precision_request(
     flag: RequestedName | None = None,
     state: AgentState | None = None,
     config: AgentConfig | None = None,
+    folder: AgentFolder | None = None,
 ) -> tuple[PrecisionRequest, str]:
     """The :class:`PrecisionRequest` of ``agent``'s next run and who asked for it, as
     :func:`plan_request` puts it in the run's request (the gauge asks the same).
@@ -109,14 +110,16 @@ def precision_request(
     applies in the run (a ``--precision`` flag is what the operator asked for in so many
     words: no floor; ``ENABLE_FP16_TRAINING=false`` asks for fp32, which no floor lowers).
     ``state``: the agent's folder as a run's plan read it (None: the memory is read now);
-    ``config``: the run's agent settings (None: read from ``settings``).
+    ``config``: the run's agent settings (None: read from ``settings``); ``folder``: the
+    agent's, as the run holds it (None: made here).
     Nothing here picks a precision::
 
         >>> precision_request(settings, "se_darwin")[0].requested  # doctest: +SKIP
         'auto'
     """
     requested, reason, floored = requested_precision(settings, agent, flag, config)
-    memory = guard_state.load_memory(settings, agent, state) if floored else None
+    folder = AgentFolder(settings.state_dir, agent) if folder is None else folder
+    memory = guard_state.load_memory(settings, agent, state, folder) if floored else None
     why = ""  # the remembered demotion, as decide() says it
     if memory is not None:
         why = (
@@ -129,7 +132,7 @@ def precision_request(
         mode=settings.auto_precision,
         floor=None if memory is None else memory.demoted_to,
         floor_reason=why,
-        cache=AgentFolder(settings.state_dir, agent).calibration_path,
+        cache=folder.calibration_path,
     )
     return request, reason
 
@@ -201,24 +204,26 @@ def plan_request(
     device: str,
     overrides: RequestOverrides | None = None,
     config: AgentConfig | None = None,
+    folder: AgentFolder | None = None,
 ) -> TrainRequest:
     """The request of one run, built once per job and kept on the daemon's run
     (``genesis_fp16.jobs.job_state.Run.request``): its inputs read once (what the plugin declares,
     ``capabilities``: the loader's record of it, config/plugins.py's ``LoadedPlugin``; the
     agent's state folder, with the pointer and resume point of the folder the run
     trains in; the plugin's data check, :func:`with_data_check`), its fields worked out from
-    the settings (``config``: the agent's, as the run keeps them; None: read here). Every
+    the settings (``config``: the agent's, as the run keeps them; None: read here; ``folder``:
+    the agent's, as the run holds it, ``Run.folder``; None: made here). Every
     library type of the run is built here, from the snapshot, which travels in the request
     (``snapshot.state.resume``: the checkpoint its counters start from)."""
     o = overrides or RequestOverrides()
     config = config or settings.agent(agent)
-    folder = AgentFolder(settings.state_dir, agent)
+    folder = AgentFolder(settings.state_dir, agent) if folder is None else folder
     checkpoint_dir = o.checkpoint_dir or folder.checkpoint_dir
     snapshot = read_snapshot(folder, checkpoint_dir)
     state = snapshot.state
     assert state is not None  # read_snapshot reads it
     options = resolve_options(agent, capabilities.options, config.own.options, o.options)
-    precision, reason = precision_request(settings, agent, o.precision, state, config)
+    precision, reason = precision_request(settings, agent, o.precision, state, config, folder)
     quarantine = folder.new_quarantine_file(o.checkpoint_dir)  # beside a run's own checkpoints
     data = o.data_path or config.own.data_path
     if data is None:

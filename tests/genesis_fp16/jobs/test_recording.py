@@ -174,7 +174,7 @@ def test_the_post_run_step_recovers_what_a_killed_transition_left(
     assert lost.kind == "rollback"
     lost.path.unlink()  # the state a kill between the pointer and its copies left:
     candidates.write_verdict(served[1], {"outcome": "promoted"})  # the verdict not rolled
-    _bound_history(ctx, AGENT)
+    _bound_history(ctx, home)
     verdict = candidates.read_verdict(served[1])
     assert verdict.outcome == "rolled_back" and verdict.journal_seq == 3
     assert [e.id for e in outbox.read_events(home.root)][-1] == lost.id
