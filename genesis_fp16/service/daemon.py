@@ -499,6 +499,8 @@ class Daemon:
         ignored = [name for name in RESTART_ONLY if getattr(old, name) != getattr(new, name)]
         if ignored:
             log.warning("changed settings take effect after a restart", settings=ignored)
+            # In force until then: the state folder the daemon locked, the port it bound.
+            new = new.model_copy(update={name: getattr(old, name) for name in ignored})
         # A running job's progress waits while the settings and the gauge change together
         # (JobContext.gauge_lock).
         with self.context.gauge_lock:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -106,3 +107,19 @@ def test_settings_for_an_agent_that_is_not_installed_fail_the_reload(daemon: Dae
         "genesis_fp16_config_reloads_total", {"outcome": "failure"}
     )
     assert failures == 1
+
+
+def test_a_reload_keeps_the_restart_only_settings_in_force(
+    daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new GENESIS_FP16_STATE_DIR in .env: the reload succeeds, the rollback switch it
+    also carries takes effect, and the runs keep the state folder the daemon locked (a run
+    planned after it wrote into a folder no daemon held)."""
+    elsewhere = tmp_path / "elsewhere"
+    daemon.env_file.write_text(f"ENABLE_FP16_TRAINING=true\nGENESIS_FP16_STATE_DIR={elsewhere}\n")
+    synced: list[Path] = []  # the scheduler, not started here: what it was handed
+    scheduler = SimpleNamespace(sync=lambda new, plugins: synced.append(new.state_dir))
+    monkeypatch.setattr(daemon, "scheduler", scheduler, raising=False)
+    assert daemon.reload() is True
+    assert daemon.context.settings.state_dir == tmp_path and synced == [tmp_path]
+    assert daemon.context.settings.enable_fp16_training is True
