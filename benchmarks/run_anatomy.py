@@ -42,6 +42,7 @@ import shutil
 import socket
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,20 @@ def _row(finished: dict[str, Any], first: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _first_then_new(
+    agent: str, made: Path, folder: Path, env: dict[str, str]
+) -> tuple[dict[str, Any], dict[str, Any], list[float]]:
+    """The first run on ``made``'s old records, then the measured run after its new
+    ones: their finished lines, and the load average before the measured run."""
+    shutil.copytree(made / "old" / "data", folder / "data")
+    (first,) = _runs(agent, folder, env, 1)
+    for file in (made / "new" / "data").iterdir():
+        shutil.copy2(file, folder / "data" / file.name)  # its date (a minute back) kept
+    load = _load()
+    (finished,) = _runs(agent, folder, env, 1)
+    return first, finished, load
+
+
 def measure(
     agent: str,
     trees: list[Path],
@@ -122,10 +137,9 @@ def measure(
     counts: dict[int, list[int]],
     steps: int,
     root: Path,
-) -> list[dict[str, Any]]:
+) -> Iterator[dict[str, Any]]:
     """Every row: for each pool and new count, the data written once, then for each
     tree and device a first run and the measured run, each by a daemon of its own."""
-    rows = []
     commits = {tree: _commit(tree) for tree in trees}
     for pool, news in counts.items():
         for new in news:
@@ -136,29 +150,20 @@ def measure(
             for number, tree in enumerate(trees):
                 for device in devices:
                     folder = root / f"{number}-{device}-{pool}-{new}"
-                    shutil.copytree(made / "old" / "data", folder / "data")
                     env = _tree_env(agent, folder, tree, device, steps)
-                    (first,) = _runs(agent, folder, env, 1)
-                    for file in (made / "new" / "data").iterdir():
-                        shutil.copy2(file, folder / "data" / file.name)  # its date kept
-                    load = _load()
-                    (finished,) = _runs(agent, folder, env, 1)
-                    rows.append(
-                        {
-                            "tree": str(tree),
-                            "commit": commits[tree],
-                            "agent": agent,
-                            "device": device,
-                            "pool": pool,
-                            "new": new,
-                            "loadavg_before": load,
-                            **_row(finished, first),
-                        }
-                    )
-                    print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                    first, finished, load = _first_then_new(agent, made, folder, env)
+                    yield {
+                        "tree": str(tree),
+                        "commit": commits[tree],
+                        "agent": agent,
+                        "device": device,
+                        "pool": pool,
+                        "new": new,
+                        "loadavg_before": load,
+                        **_row(finished, first),
+                    }
                     shutil.rmtree(folder)
             shutil.rmtree(made)
-    return rows
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -241,16 +246,12 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    """Every row measured; the results written to ``--out`` after each (``complete``
+    false until the last: a long run stopped early keeps what it measured)."""
     pools = [int(p) for p in args.pools.split(",")] + ([1_000_000] if args.million else [])
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     trees = [Path(t).resolve() for t in args.trees.split(",")]
-    before = _load()
-    with tempfile.TemporaryDirectory(prefix="run-anatomy-") as name:
-        rows = measure(
-            args.agent, trees, devices, new_counts(pools, args.new.split(",")), args.steps,
-            Path(name),
-        )  # fmt: skip
-    return {
+    result: dict[str, Any] = {
         "command": command,
         "commits": {str(tree): _commit(tree) for tree in trees},
         "host": {
@@ -262,11 +263,26 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
         "torch": torch.__version__,
         "steps": args.steps,
         "note": args.note,
-        "loadavg_before": before,
-        "loadavg_after": _load(),
-        "rows": rows,
-        "ratios": ratios(rows),
+        "loadavg_before": _load(),
+        "complete": False,
+        "rows": [],
     }
+    counts = new_counts(pools, args.new.split(","))
+    with tempfile.TemporaryDirectory(prefix="run-anatomy-") as name:
+        for row in measure(args.agent, trees, devices, counts, args.steps, Path(name)):
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            result["rows"].append(row)
+            _write(result, args.out)
+    result["complete"] = True
+    _write(result, args.out)
+    return result
+
+
+def _write(result: dict[str, Any], out: Path | None) -> None:
+    result.update(loadavg_after=_load(), ratios=ratios(result["rows"]))
+    if out is not None:
+        Path(f"{out}.json").write_text(json.dumps(result, indent=1) + "\n")
+        Path(f"{out}.md").write_text(markdown(result))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -282,11 +298,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     given = sys.argv[1:] if argv is None else argv
     result = run(args, " ".join(["python benchmarks/run_anatomy.py", *given]))
-    text = markdown(result)
-    print(text)
-    if args.out is not None:
-        Path(f"{args.out}.json").write_text(json.dumps(result, indent=1) + "\n")
-        Path(f"{args.out}.md").write_text(text)
+    print(markdown(result))
     return result
 
 
