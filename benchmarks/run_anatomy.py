@@ -38,6 +38,7 @@ import itertools
 import json
 import os
 import platform
+import shlex
 import shutil
 import socket
 import sys
@@ -297,7 +298,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = parser.parse_args(argv)
     given = sys.argv[1:] if argv is None else argv
-    result = run(args, " ".join(["python benchmarks/run_anatomy.py", *given]))
+    result = run(args, shlex.join(["python", "benchmarks/run_anatomy.py", *given]))
     print(markdown(result))
     return result
 
