@@ -106,6 +106,8 @@ def _row(finished: dict[str, Any], first: dict[str, Any]) -> dict[str, Any]:
         "phases": phases,
         "wall_seconds": wall,
         "duration_seconds": finished["duration_seconds"],
+        # Of the job: each measured daemon is fresh, so its first run starts the run worker.
+        "worker_start": finished.get("worker_start"),
         # Absent train (an up-to-date run): everything was not train.
         "but_train": wall - phases.get("train", 0.0),
         "unattributed": wall - sum(phases.values()),
@@ -213,8 +215,9 @@ def markdown(result: dict[str, Any]) -> str:
         *([result["note"], ""] if result["note"] else []),
         "Seconds, each from the measured run's own `training run finished` line; `—`: the "
         "phase is not in that commit's line. run: its `wall_seconds`; job: its "
-        "`duration_seconds` (the child forked, the run, its result recorded); but train: "
-        "run less train; unattributed: run less every phase.",
+        "`duration_seconds` (the run worker started, as each measured daemon is fresh, "
+        "the child forked, the run, its result recorded); but train: run less train; "
+        "unattributed: run less every phase.",
         "",
         "| commit | device | pool | new | outcome | "
         + " | ".join(names)

@@ -109,5 +109,6 @@ def test_a_tiny_pool_runs_end_to_end_through_a_real_daemon(
         assert row["phases"] == line["phases"] and row["wall_seconds"] == line["wall_seconds"]
         assert {"read", "encode", "train", "eval", "drift", "live", "gate"} <= set(row["phases"])
         assert row["but_train"] == pytest.approx(line["wall_seconds"] - line["phases"]["train"])
+        assert row["worker_start"] >= 0  # the fresh daemon's run worker, in the job
         assert all(f" {name} |" in text for name in line["phases"])
     assert result["loadavg_before"] and result["loadavg_after"] and result["torch"]
