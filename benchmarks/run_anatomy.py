@@ -300,6 +300,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--note", default="", help="a line for the results (the host's load)")
     parser.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = parser.parse_args(argv)
+    for tree in args.trees.split(","):
+        if not (Path(tree) / "genesis_fp16" / "__main__.py").is_file():
+            parser.error(f"--trees: {tree!r} is no checkout of this project (no genesis_fp16)")
+    for new in args.new.split(","):
+        number = new.removesuffix("%")
+        if not (number.replace(".", "", 1).isdigit() and float(number) > 0):
+            parser.error(f"--new: {new!r} is neither a share of the pool (1%) nor a count")
     given = sys.argv[1:] if argv is None else argv
     result = run(args, shlex.join(["python", "benchmarks/run_anatomy.py", *given]))
     print(markdown(result))

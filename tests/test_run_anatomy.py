@@ -81,6 +81,20 @@ def test_another_tree_runs_its_own_packages(tmp_path: Path) -> None:
     assert env["GENESIS_FP16_DEVICE"] == "cpu"
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [(["--new", "1%,x"], "--new: 'x' is neither"), (["--trees", "/nowhere"], "'/nowhere' is no")],
+)
+def test_bad_flags_stop_in_one_line(
+    flags: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --new that is no share or count, a --trees that is no checkout: one line, before
+    any daemon starts."""
+    with pytest.raises(SystemExit) as stopped:
+        _script().main(flags)
+    assert stopped.value.code == 2 and said in capsys.readouterr().err.splitlines()[-1]
+
+
 @pytest.mark.slow
 def test_a_tiny_pool_runs_end_to_end_through_a_real_daemon(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
