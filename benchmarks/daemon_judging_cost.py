@@ -31,6 +31,7 @@ seconds; the daemon and its runs at one torch thread (``OMP_NUM_THREADS=1``)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -101,9 +102,20 @@ def _finished(log: Path, agent: str) -> list[dict[str, Any]]:
     return found
 
 
-def _gauge(agent: str) -> dict[str, float]:
+def _ended(log: Path, agent: str, before: int) -> bool:
+    """Whether more than ``before`` runs of ``agent`` finished; a failed run raises, its
+    error said (rather than a wait for a line that will not come)."""
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        if '"training run failed"' in line:  # the whole line: a half-written one waits
+            with contextlib.suppress(ValueError):
+                error = json.loads(line).get("error")
+                raise SystemExit(f"{agent}'s run failed: {error} ({log})")
+    return len(_finished(log, agent)) > before
+
+
+def _gauge(agent: str, port: str) -> dict[str, float]:
     """The exported ``genesis_fp16_run_phase_seconds`` of ``agent``, by phase."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=5) as answer:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
         text = answer.read().decode()
     prefix = f'genesis_fp16_run_phase_seconds{{agent="{agent}",phase="'
     return {
@@ -115,8 +127,9 @@ def _gauge(agent: str) -> dict[str, float]:
 
 def _runs(agent: str, folder: Path, env: dict[str, str], count: int) -> list[dict[str, Any]]:
     """A daemon on ``folder/state``, asked for ``count`` runs of ``agent`` one after the
-    other (the data as it stands); their finished records. The daemon is then stopped."""
-    log = folder / "daemon.log"
+    other (the data as it stands); their finished records. The daemon is then stopped.
+    Its metrics port is ``env``'s (``GENESIS_FP16_METRICS_PORT``)."""
+    log, port = folder / "daemon.log", env["GENESIS_FP16_METRICS_PORT"]
     log.unlink(missing_ok=True)
     with log.open("wb") as out:
         daemon = subprocess.Popen(
@@ -126,22 +139,24 @@ def _runs(agent: str, folder: Path, env: dict[str, str], count: int) -> list[dic
             stderr=subprocess.STDOUT,
         )
     try:
-        _wait(lambda: _ready(f"http://127.0.0.1:{PORT}/readyz"), "the daemon to be ready", 120)
+        _wait(lambda: _ready(f"http://127.0.0.1:{port}/readyz"), "the daemon to be ready", 120)
         for done in range(count):
             _cli(env, "run", agent)
-            _wait(lambda n=done: len(_finished(log, agent)) > n, f"{agent}'s run", 600)
+            _wait(lambda n=done: _ended(log, agent, n), f"{agent}'s run", 600)
         finished = _finished(log, agent)
         if finished[-1].get("phases"):
-            assert _gauge(agent) == finished[-1]["phases"], "the gauge is not the run's phases"
+            assert _gauge(agent, port) == finished[-1]["phases"], (
+                "the gauge is not the run's phases"
+            )
         return finished
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
 
 
-def _row(agent: str, records: int, repeats: int, root: Path) -> str:
-    folder = root / f"{agent}-{records}"
-    folder.mkdir()
+def _env(agent: str, folder: Path) -> dict[str, str]:
+    """This process's environment without its daemon settings, then ``ENV``: a daemon of
+    ``agent`` alone, its state in ``folder/state``, its data in ``folder/data``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GENESIS_FP16_", "ENABLE_"))}
     env.update(ENV)
     upper = agent.upper()
@@ -154,6 +169,13 @@ def _row(agent: str, records: int, repeats: int, root: Path) -> str:
             ),
         }
     )
+    return env
+
+
+def _row(agent: str, records: int, repeats: int, root: Path) -> str:
+    folder = root / f"{agent}-{records}"
+    folder.mkdir()
+    env = _env(agent, folder)
     sizes = (records // 2, records // 4, records - records // 2 - records // 4)
     _batch(agent, folder, env, sizes[0], SEEDS[0])
     (first,) = _runs(agent, folder, env, 1)

@@ -314,11 +314,11 @@ def run(
     return Run(result, wall, spent[0], plan, cpu, spent[1])
 
 
-def _commit() -> str:
+def _commit(folder: Path = Path(__file__).parent) -> str:
     """The commit the benchmark's code is at (read when it starts: a later commit in
     the same folder must not name a run it did not make), and whether tracked files
-    differed from it."""
-    git = ["git", "-C", str(Path(__file__).parent)]
+    differed from it; ``folder``: another tree's."""
+    git = ["git", "-C", str(folder)]
     head = subprocess.run(
         [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()

@@ -1,0 +1,317 @@
+"""A daemon run's anatomy: each phase's seconds as the pool grows and as what is new grows.
+
+Issue 90 item 7. For each tree, device, pool size P and count of new records n, it
+starts a real ``genesis-fp16 serve`` (``daemon_judging_cost.py``'s daemon: fp32, the
+agent alone, every run asked for by ``genesis-fp16 run``), with data written by
+``genesis-fp16 data generate``: a first model on P - n records (seed 99), then the
+measured run after n more (seed 3099), each at the same fixed ``--steps``. Every figure
+comes from the daemon's own ``training run finished`` line: its ``phases`` (read, drift,
+encode, train, eval, live, gate, whatever the tree's daemon reports), its ``wall_seconds``
+(the run) and ``duration_seconds`` (the job). Nothing is timed from outside.
+
+- **new**: ``--new`` (``1%``: of the pool; ``1000``: a count), and at each pool the
+  1% of every larger pool in ``--pools``, so that the issue's ratios compare the same
+  new records: 100,000 over 10,000 at 1,000 new; 1,000,000 over 100,000 at 10,000 new.
+- **everything but train**: the run's ``wall_seconds`` less its ``train`` phase (what
+  the phases do not name counts too: ``unattributed``, the wall less every phase).
+- **devices**: the CPU, and CUDA when torch sees one (``GENESIS_FP16_DEVICE``).
+- **trees**: ``--trees`` runs another checkout's daemon (its ``genesis_fp16``,
+  ``agents`` and ``infrastructure`` first on ``PYTHONPATH``) on the same data, written
+  once by this tree's ``data generate``. A phase one tree's line lacks is shown as
+  missing, not as zero.
+- ``--million`` adds the 1,000,000 pool (minutes of data generation and reads).
+
+Writes ``--out`` ``.json`` (every row's finished line's figures, the commit of each tree,
+the host, torch, the load average before and after) and ``.md``::
+
+    python benchmarks/run_anatomy.py --pools 10000,100000 --new 1%,25% --steps 200 \
+        --trees .,../base --out benchmarks/results/run_anatomy_90_<host>
+
+se_darwin only: its pool grows by files, as the issue's pools do; rlhf_ppo's data is one
+task file replaced by the next (``daemon_judging_cost.py``), which has no "new records".
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import shlex
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from daemon_judging_cost import SEEDS, _batch, _env, _runs
+from judged_cases import _commit
+
+from genesis_fp16.bench.measure import device_name
+
+TREE = Path(__file__).resolve().parents[1]
+BOUND = 1.5  # the issue's ceiling on each ratio of everything but train
+
+
+def _load() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def _free_port() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
+def new_counts(pools: list[int], new: list[str]) -> dict[int, list[int]]:
+    """The counts of new records measured at each pool: ``new`` (``N%`` of the pool, or a
+    count), and 1% of each larger pool (the ratios' same new records).
+
+    >>> new_counts([10000, 100000], ["1%", "25%"])
+    {10000: [100, 1000, 2500], 100000: [1000, 25000]}
+    """
+    counts: dict[int, list[int]] = {}
+    for pool in pools:
+        each = {round(pool * float(n[:-1]) / 100) if n.endswith("%") else int(n) for n in new}
+        each |= {larger // 100 for larger in pools if larger > pool}
+        counts[pool] = sorted(n for n in each if 0 < n < pool)
+    return counts
+
+
+def _tree_env(agent: str, folder: Path, tree: Path, device: str, steps: int) -> dict[str, str]:
+    env = _env(agent, folder)
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join(str(tree / p) for p in ("", "agents", "infrastructure")),
+            "GENESIS_FP16_DEVICE": device,
+            f"GENESIS_FP16_AGENTS__{agent.upper()}__STEPS": str(steps),
+            "GENESIS_FP16_METRICS_PORT": _free_port(),
+            # The tree's own packages, not this working directory's (``python -m`` puts
+            # the working directory first on sys.path).
+            "PYTHONSAFEPATH": "1",
+        }
+    )
+    return env
+
+
+def _row(finished: dict[str, Any], first: dict[str, Any]) -> dict[str, Any]:
+    """One measured run's figures, every one from its finished line."""
+    phases = finished.get("phases") or {}
+    wall = finished["wall_seconds"]
+    return {
+        "phases": phases,
+        "wall_seconds": wall,
+        "duration_seconds": finished["duration_seconds"],
+        # Of the job: each measured daemon is fresh, so its first run starts the run worker.
+        "worker_start": finished.get("worker_start"),
+        # Absent train (an up-to-date run): everything was not train.
+        "but_train": wall - phases.get("train", 0.0),
+        "unattributed": wall - sum(phases.values()),
+        "outcome": finished.get("outcome"),
+        "gate": (finished.get("gate") or {}).get("outcome"),
+        "steps": finished.get("steps"),
+        "data": finished.get("data"),
+        "first": {k: first.get(k) for k in ("phases", "wall_seconds", "outcome", "steps")},
+    }
+
+
+def _first_then_new(
+    agent: str, made: Path, folder: Path, env: dict[str, str]
+) -> tuple[dict[str, Any], dict[str, Any], list[float]]:
+    """The first run on ``made``'s old records, then the measured run after its new
+    ones: their finished lines, and the load average before the measured run."""
+    shutil.copytree(made / "old" / "data", folder / "data")
+    (first,) = _runs(agent, folder, env, 1)
+    for file in (made / "new" / "data").iterdir():
+        shutil.copy2(file, folder / "data" / file.name)  # its date (a minute back) kept
+    load = _load()
+    (finished,) = _runs(agent, folder, env, 1)
+    return first, finished, load
+
+
+def measure(
+    agent: str,
+    trees: list[Path],
+    devices: list[str],
+    counts: dict[int, list[int]],
+    steps: int,
+    root: Path,
+) -> Iterator[dict[str, Any]]:
+    """Every row: for each pool and new count, the data written once, then for each
+    tree and device a first run and the measured run, each by a daemon of its own."""
+    commits = {tree: _commit(tree) for tree in trees}
+    for pool, news in counts.items():
+        for new in news:
+            made = root / f"data-{pool}-{new}"
+            env = _tree_env(agent, made, TREE, "cpu", steps)
+            _batch(agent, made / "old", env, pool - new, SEEDS[0])
+            _batch(agent, made / "new", env, new, SEEDS[2])
+            for number, tree in enumerate(trees):
+                for device in devices:
+                    folder = root / f"{number}-{device}-{pool}-{new}"
+                    env = _tree_env(agent, folder, tree, device, steps)
+                    first, finished, load = _first_then_new(agent, made, folder, env)
+                    yield {
+                        "tree": str(tree),
+                        "commit": commits[tree],
+                        "agent": agent,
+                        "device": device,
+                        "pool": pool,
+                        "new": new,
+                        "loadavg_before": load,
+                        **_row(finished, first),
+                    }
+                    shutil.rmtree(folder)
+            shutil.rmtree(made)
+
+
+def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Everything but train at each pool over that at the next smaller pool, the same
+    new records (1% of the larger pool): per commit, agent and device."""
+    by = {(r["commit"], r["agent"], r["device"], r["pool"], r["new"]): r for r in rows}
+    found = []
+    for run in dict.fromkeys((r["commit"], r["agent"], r["device"]) for r in rows):
+        pools = sorted({r["pool"] for r in rows if (r["commit"], r["agent"], r["device"]) == run})
+        for small, big in itertools.pairwise(pools):
+            low, high = by.get((*run, small, big // 100)), by.get((*run, big, big // 100))
+            if low is None or high is None:
+                continue
+            ratio = high["but_train"] / low["but_train"]
+            found.append(
+                {
+                    "commit": run[0],
+                    "agent": run[1],
+                    "device": run[2],
+                    "pools": [small, big],
+                    "new": big // 100,
+                    "but_train": [low["but_train"], high["but_train"]],
+                    "ratio": ratio,
+                    "within_1_5": ratio <= BOUND,
+                }
+            )
+    return found
+
+
+def phase_names(rows: list[dict[str, Any]]) -> list[str]:
+    """Every phase any row's finished line named, in the order the lines name them."""
+    return list(dict.fromkeys(name for row in rows for name in row["phases"]))
+
+
+def markdown(result: dict[str, Any]) -> str:
+    rows, names = result["rows"], phase_names(result["rows"])
+    host = result["host"]
+    lines = [
+        "# A daemon run's anatomy (issue 90)",
+        "",
+        f"`{result['command']}`; host {host['cpu']} ({host['cores']} cores), "
+        f"{host['platform']}, torch {result['torch']}, {result['steps']} steps a run, "
+        f"fp32, one torch thread. Load average {' '.join(map(str, result['loadavg_before']))} "
+        f"before, {' '.join(map(str, result['loadavg_after']))} after.",
+        "",
+        *([result["note"], ""] if result["note"] else []),
+        "Seconds, each from the measured run's own `training run finished` line; `—`: the "
+        "phase is not in that commit's line. run: its `wall_seconds`; job: its "
+        "`duration_seconds` (the run worker started, as each measured daemon is fresh, "
+        "the child forked, the run, its result recorded); but train: run less train; "
+        "unattributed: run less every phase.",
+        "",
+        "| commit | device | pool | new | outcome | "
+        + " | ".join(names)
+        + " | run | job | unattributed | **but train** | load before |",
+        "| --- " * (9 + len(names)) + "| --- |",
+    ]
+    for r in rows:
+        shown = [f"{r['phases'][n]:.3f}" if n in r["phases"] else "—" for n in names]
+        lines.append(
+            f"| {r['commit']} | {r['device']} | {r['pool']:,} | {r['new']:,} | "
+            f"{r['outcome']}, {r['gate']} | " + " | ".join(shown) + f" | {r['wall_seconds']:.3f} | "
+            f"{r['duration_seconds']:.3f} | {r['unattributed']:.3f} | **{r['but_train']:.3f}** | "
+            f"{r['loadavg_before'][0]:.2f} |"
+        )
+    lines += [
+        "",
+        f"Everything but train at the larger pool over the smaller, the same new records "
+        f"(issue 90's Done-when: ≤ {BOUND}):",
+        "",
+        "| commit | device | pools | new | but train, seconds | ratio |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for q in result["ratios"]:
+        lines.append(
+            f"| {q['commit']} | {q['device']} | {q['pools'][1]:,} / {q['pools'][0]:,} | "
+            f"{q['new']:,} | {q['but_train'][1]:.3f} / {q['but_train'][0]:.3f} | "
+            f"**{q['ratio']:.2f}** ({'within' if q['within_1_5'] else 'over'}) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    """Every row measured; the results written to ``--out`` after each (``complete``
+    false until the last: a long run stopped early keeps what it measured)."""
+    pools = [int(p) for p in args.pools.split(",")] + ([1_000_000] if args.million else [])
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    trees = [Path(t).resolve() for t in args.trees.split(",")]
+    result: dict[str, Any] = {
+        "command": command,
+        "commits": {str(tree): _commit(tree) for tree in trees},
+        "host": {
+            "cpu": device_name(torch.device("cpu")).rsplit(",", 1)[0],
+            "cores": os.cpu_count(),
+            "platform": platform.platform(),
+            "gpu": torch.cuda.get_device_name() if "cuda" in devices else None,
+        },
+        "torch": torch.__version__,
+        "steps": args.steps,
+        "note": args.note,
+        "loadavg_before": _load(),
+        "complete": False,
+        "rows": [],
+    }
+    counts = new_counts(pools, args.new.split(","))
+    with tempfile.TemporaryDirectory(prefix="run-anatomy-") as name:
+        for row in measure(args.agent, trees, devices, counts, args.steps, Path(name)):
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            result["rows"].append(row)
+            _write(result, args.out)
+    result["complete"] = True
+    _write(result, args.out)
+    return result
+
+
+def _write(result: dict[str, Any], out: Path | None) -> None:
+    result.update(loadavg_after=_load(), ratios=ratios(result["rows"]))
+    if out is not None:
+        Path(f"{out}.json").write_text(json.dumps(result, indent=1) + "\n")
+        Path(f"{out}.md").write_text(markdown(result))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agent", default="se_darwin", choices=["se_darwin"])
+    parser.add_argument("--pools", default="10000,100000", help="pool sizes, comma-separated")
+    parser.add_argument("--million", action="store_true", help="add the 1,000,000 pool")
+    parser.add_argument("--new", default="1%,25%", help="new records: N%% of the pool or counts")
+    parser.add_argument("--steps", type=int, default=200, help="each run's fixed steps")
+    parser.add_argument("--trees", default=str(TREE), help="checkouts to run, comma-separated")
+    parser.add_argument("--note", default="", help="a line for the results (the host's load)")
+    parser.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
+    args = parser.parse_args(argv)
+    for tree in args.trees.split(","):
+        if not (Path(tree) / "genesis_fp16" / "__main__.py").is_file():
+            parser.error(f"--trees: {tree!r} is no checkout of this project (no genesis_fp16)")
+    for new in args.new.split(","):
+        number = new.removesuffix("%")
+        if not (number.replace(".", "", 1).isdigit() and float(number) > 0):
+            parser.error(f"--new: {new!r} is neither a share of the pool (1%) nor a count")
+    given = sys.argv[1:] if argv is None else argv
+    result = run(args, shlex.join(["python", "benchmarks/run_anatomy.py", *given]))
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""benchmarks/run_anatomy.py: a real daemon's runs, every phase from its finished line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+from script_module import load_script
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "run_anatomy.py"
+
+
+def _script() -> ModuleType:
+    return load_script(SCRIPT)
+
+
+def _row(commit: str, pool: int, new: int, wall: float, train: float) -> dict[str, Any]:
+    phases = {"read": wall - train, "train": train}
+    row = {"commit": commit, "agent": "se_darwin", "device": "cpu", "pool": pool, "new": new}
+    return row | {"phases": phases, "but_train": wall - train}
+
+
+def test_new_counts_add_the_larger_pools_one_percent() -> None:
+    """1% and 25% of each pool, and at 10,000 the 1,000 new of 100,000's 1%: the ratio's
+    same new records; a count as large as the pool is no row."""
+    anatomy = _script()
+    assert anatomy.new_counts([10000, 100000, 1000000], ["1%", "25%"]) == {
+        10000: [100, 1000, 2500],
+        100000: [1000, 10000, 25000],
+        1000000: [10000, 250000],
+    }
+    assert anatomy.new_counts([200], ["5", "200"]) == {200: [5]}
+
+
+def test_ratios_compare_the_same_new_records_per_commit() -> None:
+    """100,000 over 10,000 at 1,000 new, per commit; 25% rows take no part; over 1.5 said."""
+    rows = [
+        _row("a", 10000, 1000, 3.0, 1.0),
+        _row("a", 10000, 2500, 9.0, 1.0),
+        _row("a", 100000, 1000, 5.0, 1.0),
+        _row("b", 10000, 1000, 2.0, 1.0),
+        _row("b", 100000, 1000, 3.0, 1.0),
+    ]
+    found = {r["commit"]: r for r in _script().ratios(rows)}
+    assert found["a"]["ratio"] == pytest.approx(2.0) and not found["a"]["within_1_5"]
+    assert found["b"]["ratio"] == pytest.approx(2.0) and found["a"]["pools"] == [10000, 100000]
+    assert found["b"]["but_train"] == [1.0, 2.0]
+
+
+def test_a_phase_one_commit_lacks_is_shown_missing_not_zero() -> None:
+    """A phase only one row's line names: its column holds — in the other row."""
+    anatomy = _script()
+    rows = [_row("a", 10, 1, 3.0, 1.0), _row("b", 10, 1, 3.0, 1.0)]
+    rows[0]["phases"]["drift"] = 0.25
+    for row in rows:
+        row.update(wall_seconds=3.0, duration_seconds=4.0, unattributed=0.0)
+        row.update(outcome="success", gate="promoted", loadavg_before=[1.0, 1.0, 1.0])
+    result = {"command": "x", "host": {"cpu": "c", "cores": 2, "platform": "p"}, "torch": "t"}
+    result |= {"steps": 3, "note": "", "loadavg_before": [1.0], "loadavg_after": [1.0]}
+    text = anatomy.markdown({**result, "rows": rows, "ratios": []})
+    header, a, b = [
+        line for line in text.splitlines() if line.startswith("| ") and "---" not in line
+    ][:3]
+    column = header.split(" | ").index("drift")
+    assert a.split(" | ")[column] == "0.250" and b.split(" | ")[column] == "—"
+
+
+def test_another_tree_runs_its_own_packages(tmp_path: Path) -> None:
+    """--trees: the daemon's PYTHONPATH is that tree's, and not the working directory."""
+    env = _script()._tree_env("se_darwin", tmp_path, Path("/elsewhere"), "cpu", 7)
+    assert env["PYTHONPATH"].split(":") == [
+        "/elsewhere",
+        "/elsewhere/agents",
+        "/elsewhere/infrastructure",
+    ]
+    assert env["PYTHONSAFEPATH"] == "1" and env["GENESIS_FP16_AGENTS__SE_DARWIN__STEPS"] == "7"
+    assert env["GENESIS_FP16_DEVICE"] == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [(["--new", "1%,x"], "--new: 'x' is neither"), (["--trees", "/nowhere"], "'/nowhere' is no")],
+)
+def test_bad_flags_stop_in_one_line(
+    flags: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --new that is no share or count, a --trees that is no checkout: one line, before
+    any daemon starts."""
+    with pytest.raises(SystemExit) as stopped:
+        _script().main(flags)
+    assert stopped.value.code == 2 and said in capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_a_tiny_pool_runs_end_to_end_through_a_real_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """200 records, 5 new, 3 steps: one row per device, each carrying every phase of the
+    measured run's own finished line, its run and job seconds, and everything but train."""
+    anatomy = _script()
+    lines: list[dict[str, Any]] = []
+    real_runs = anatomy._runs
+
+    def runs(*args: Any) -> list[dict[str, Any]]:
+        finished = real_runs(*args)
+        lines.append(finished[-1])
+        return finished
+
+    monkeypatch.setattr(anatomy, "_runs", runs)
+    out = tmp_path / "anatomy"
+    result = anatomy.main(["--pools", "200", "--new", "5", "--steps", "3", "--out", str(out)])
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    assert [row["device"] for row in result["rows"]] == devices
+    assert result["complete"] and json.loads(Path(f"{out}.json").read_text()) == result
+    text = Path(f"{out}.md").read_text()
+    for row, line in zip(result["rows"], lines[1::2], strict=True):  # (first, measured) each
+        assert (row["pool"], row["new"], row["steps"]) == (200, 5, 3)
+        assert row["data"]["new"] == 5  # the measured run read the new file
+        assert row["phases"] == line["phases"] and row["wall_seconds"] == line["wall_seconds"]
+        assert {"read", "encode", "train", "eval", "drift", "live", "gate"} <= set(row["phases"])
+        assert row["but_train"] == pytest.approx(line["wall_seconds"] - line["phases"]["train"])
+        assert row["worker_start"] >= 0  # the fresh daemon's run worker, in the job
+        assert all(f" {name} |" in text for name in line["phases"])
+    assert result["loadavg_before"] and result["loadavg_after"] and result["torch"]
