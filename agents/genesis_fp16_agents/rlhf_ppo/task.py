@@ -326,10 +326,14 @@ class PPOTask:
         # each minibatch, and that waits for the step before it (a host sync a step).
         draws = [torch.randperm(cfg.batch_size, generator=gen) for _ in range(cfg.ppo_epochs)]
         orders = index_to(torch.stack(draws), r.seqs.device)
+        fields = (r.seqs, r.rollout_logp, r.adv, r.returns)
         for order in orders:
+            # Each PPO epoch's rows gathered once, in its order (four index kernels an
+            # epoch, not a minibatch); a minibatch is a slice of them: the same rows.
+            seqs, logp, adv, returns = (field[order] for field in fields)
             for i in range(cfg.minibatches):
-                idx = order[i * size : (i + 1) * size]
-                yield (r.seqs[idx], r.rollout_logp[idx], r.adv[idx], r.returns[idx]), size
+                rows = slice(i * size, (i + 1) * size)
+                yield (seqs[rows], logp[rows], adv[rows], returns[rows]), size
 
     @torch.no_grad()
     def policy_logp(self, seqs: torch.Tensor) -> torch.Tensor:

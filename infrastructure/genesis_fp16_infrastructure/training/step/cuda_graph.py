@@ -101,6 +101,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 StepBody = Callable[[Sequence[Any]], object]  # its return value is ignored
+_UNSIGNED: Hashable = object()  # run() was given no signature: it takes one
 
 
 class CaptureFailed(RuntimeError):
@@ -144,9 +145,14 @@ class StepGraphs:
                     "capture, and replayed. Draw them on the device"
                 )
 
-    def run(self, body: StepBody, micro_batches: Sequence[Any]) -> str:
-        """Run one step of ``body`` on ``micro_batches``; return how it ran."""
-        key = signature(micro_batches)  # None: a leaf that cannot be compared, never baked in
+    def run(
+        self, body: StepBody, micro_batches: Sequence[Any], key: Hashable | None = _UNSIGNED
+    ) -> str:
+        """Run one step of ``body`` on ``micro_batches``; return how it ran. ``key``: their
+        ``signature()``, when the caller has taken it already (a walk of the batch a step,
+        not two)."""
+        if key is _UNSIGNED:
+            key = signature(micro_batches)  # None: a leaf that cannot be compared
         how = self._how(key)
         if how == "replayed":
             _copy_into(self._graphs[key].static, micro_batches)
@@ -172,7 +178,11 @@ class StepGraphs:
         """True when ``run(body, micro_batches)`` would capture a new graph (the one call
         of a signature that can fail for the graph's sake: the trainer keeps the state
         from before it, to run the step eagerly from there when it does)."""
-        return self._how(signature(micro_batches)) == "captured"
+        return self.captures(signature(micro_batches))
+
+    def captures(self, key: Hashable | None) -> bool:
+        """``captures_next`` for batches of the signature ``key``, already taken."""
+        return self._how(key) == "captured"
 
     def _how(self, key: Hashable | None) -> str:
         """How ``run`` runs the next step of the batch signature ``key``."""

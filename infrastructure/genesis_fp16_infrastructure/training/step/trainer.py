@@ -65,7 +65,11 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 )
 from genesis_fp16_infrastructure.training.reports import TrainingSummary
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
-from genesis_fp16_infrastructure.training.step.cuda_graph import CaptureFailed, StepGraphs
+from genesis_fp16_infrastructure.training.step.cuda_graph import (
+    CaptureFailed,
+    StepGraphs,
+    signature,
+)
 from genesis_fp16_infrastructure.training.step.execution import (
     MeasuredExecution,
     fell_back,
@@ -406,12 +410,18 @@ class Trainer:
         ``loss_fn`` for its life: a replay runs the loss that was captured, so a different
         one raises ``ValueError`` (``graphs.reset()`` lifts it, at the cost of a new
         warm-up and capture). Eager steps call whatever they are given.
+
+        The step puts the model in training mode when the model's own flag says it is
+        not (``model.eval()`` for an evaluation: one walk of its modules per change of
+        mode, not per step). A submodule switched to eval on its own between steps is
+        left so.
         """
         if not micro_batches:
             raise ValueError("step() needs at least one micro-batch; got an empty sequence")
         if self.stats.started is None:
             self.stats.started = time.perf_counter()
-        self.model.train()
+        if not self.model.training:  # after an evaluation; not a module walk every step
+            self.model.train()
         eager, self.eager_next = self.eager_next, False
         if self.graphs is None or eager:
             taken = self._device_step(micro_batches, loss_fn)
@@ -440,10 +450,11 @@ class Trainer:
         A replay that raises is not caught: its step may have written part of the state.
         """
         graphs.bind(loss_fn)
-        before = self._before_capture() if graphs.captures_next(micro_batches) else None
+        key = signature(micro_batches)  # once a step: a walk of every tensor of the batch
+        before = self._before_capture() if graphs.captures(key) else None
         failed = None
         try:
-            graphs.run(lambda batches: self._device_step(batches, loss_fn), micro_batches)
+            graphs.run(lambda batches: self._device_step(batches, loss_fn), micro_batches, key)
         except CaptureFailed as exc:
             if before is None:
                 raise

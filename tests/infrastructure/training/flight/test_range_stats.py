@@ -194,10 +194,10 @@ class _FakeGraphs:
     def bind(self, loss_fn: object) -> None:
         pass
 
-    def captures_next(self, micro_batches: object) -> bool:
+    def captures(self, key: object) -> bool:
         return self.warmup_steps == 3 and self.captured_steps == 0
 
-    def run(self, body: Callable[[object], object], micro_batches: object) -> str:
+    def run(self, body: Callable[[object], object], micro_batches: object, key: object) -> str:
         if self.warmup_steps < 3:
             how = "warmup"
             self.warmup_steps += 1

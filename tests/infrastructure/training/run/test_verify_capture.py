@@ -51,10 +51,12 @@ class StandInGraphs:
     def bind(self, loss_fn: Callable[..., Any]) -> None:
         pass
 
-    def captures_next(self, micro_batches: Sequence[Any]) -> bool:
+    def captures(self, key: object) -> bool:
         return self.calls == self.warmup
 
-    def run(self, body: Callable[[Sequence[Any]], object], micro_batches: Sequence[Any]) -> str:
+    def run(
+        self, body: Callable[[Sequence[Any]], object], micro_batches: Sequence[Any], key: object
+    ) -> str:
         self.calls += 1
         if self.calls == self.raise_at:
             raise CaptureFailed("stand-in: operation not permitted when stream is capturing")

@@ -20,6 +20,8 @@ from genesis_fp16_infrastructure.training import (
     TrainerConfig,
     TrainingSummary,
 )
+from genesis_fp16_infrastructure.training.step import cuda_graph
+from genesis_fp16_infrastructure.training.step import trainer as trainer_module
 from genesis_fp16_infrastructure.training.step.cuda_graph import StepGraphs
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -140,7 +142,9 @@ class _StandInGraphs(StepGraphs):
     """StepGraphs whose run is eager (bind and reset are its own): the trainer takes its
     captured-step code paths on the CPU."""
 
-    def run(self, body: Callable[[Sequence[Any]], object], micro_batches: Sequence[Any]) -> str:
+    def run(
+        self, body: Callable[[Sequence[Any]], object], micro_batches: Sequence[Any], key: Any = None
+    ) -> str:
         body(micro_batches)
         return "eager"
 
@@ -189,6 +193,63 @@ def test_the_captured_path_refuses_another_loss_fn_and_the_eager_path_takes_any(
     graphs.reset()
     trainer.step([_batch()], half, 32)
     assert trainer.step_count == 5 and math.isfinite(trainer.summary().train_loss)
+
+
+def test_a_graphed_step_takes_the_batch_signature_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the captured path a step walks its batch for a signature once (whether it captures,
+    then how it runs), through the real StepGraphs run eagerly on the CPU (no graph slot);
+    run() without a key still takes one itself."""
+    walks, real, depth = [], cuda_graph.signature, [0]
+
+    def counted(value: Any) -> Any:  # signature() recurses through the module's name
+        walks.extend([value] if depth[0] == 0 else [])
+        depth[0] += 1
+        try:
+            return real(value)
+        finally:
+            depth[0] -= 1
+
+    monkeypatch.setattr(trainer_module, "signature", counted, raising=False)
+    monkeypatch.setattr(cuda_graph, "signature", counted)
+    model = _mlp()
+    policy = PrecisionPolicy.create("fp32", "cpu", ScalerConfig())
+    trainer = Trainer(model, [torch.optim.SGD(model.parameters(), lr=0.1)], policy)
+    graphs = trainer.graphs = StepGraphs(torch.device("cpu"), warmup=0, max_graphs=0)
+    for i in range(4):
+        trainer.step([_batch(i)], _mse, 32)
+    assert len(walks) == 4 and graphs.eager_steps == 4
+    assert graphs.run(lambda batches: None, [_batch()]) == "eager" and len(walks) == 5
+
+
+def test_a_step_switches_the_model_to_training_only_when_it_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Steps leave a model in training mode alone (no walk of its modules each step); after
+    model.eval() the next step puts every module back in training mode, on the eager and
+    the captured path alike."""
+    original, calls = nn.Module.train, []
+
+    def counted(module: nn.Module, mode: bool = True) -> nn.Module:
+        calls.append((module, mode))
+        return original(module, mode)
+
+    for captured in (False, True):
+        model = _mlp()
+        policy = PrecisionPolicy.create("fp32", "cpu", ScalerConfig())
+        trainer = Trainer(model, [torch.optim.SGD(model.parameters(), lr=0.1)], policy)
+        if captured:
+            trainer.graphs = _StandInGraphs(torch.device("cpu"))
+        calls.clear()
+        with monkeypatch.context() as patch:
+            patch.setattr(nn.Module, "train", counted)
+            for i in range(3):
+                trainer.step([_batch(i)], _mse, 32)
+            assert calls == []
+            model.eval()
+            trainer.step([_batch()], _mse, 32)
+            trainer.step([_batch()], _mse, 32)
+        assert [mode for m, mode in calls if m is model] == [False, True]
+        assert all(m.training for m in model.modules())
 
 
 def _unscaled_grad(model: nn.Module, batch: Batch) -> list[torch.Tensor]:
