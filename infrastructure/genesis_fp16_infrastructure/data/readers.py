@@ -52,6 +52,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import msgspec
 from pydantic import BaseModel, ValidationError
 
+from genesis_fp16_infrastructure.data.batch_block import Batch, batch_block
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect
@@ -61,6 +62,7 @@ from genesis_fp16_infrastructure.data.schema import (
     Example,
     ReplayRecord,
     Trajectory,
+    created_seconds,
     derive_label,
     replay_input,
     trajectory_input,
@@ -276,17 +278,26 @@ def _file_records(
         start, first_line = stored.offset, stored.lines + 1
         blocks.append(stored.block)
     recorder = Recorder(sink)
-    writer = BlockWriter(keep_text)
-    for source, raw, thresholds, key in raw_records(file, recorder, start, first_line):
-        fast = isinstance(raw, bytes | msgspec.Raw)  # else an object the slow split parsed
-        record = decode_record(raw, thresholds, key) if fast else None
-        if record is None:  # the fast path cannot vouch for it: the slow one decides
+    batch, writer = _Batch(keep_text), BlockWriter(keep_text)
+    for source, raw, thresholds, key in raw_records(file, recorder, start, first_line, _Record):
+        fast = _vouched(raw, key)
+        if fast is None:  # the fast path cannot vouch for it: the slow one decides
             record = _read_slow(source, raw, thresholds, key, recorder)
-        if record is not None:
-            writer.add(record)
-            if len(writer.ids) == BLOCK_RECORDS:  # a large file's records live as columns
+            if record is not None:
+                blocks.extend(batch.flush())  # the blocks keep the file's order
+                writer.add(record)
+        else:
+            if writer.ids:
                 blocks.append(writer.block([]))
                 writer = BlockWriter(keep_text)
+            if batch.thresholds not in (None, thresholds):
+                blocks.extend(batch.flush())
+            batch.add(fast, thresholds)
+        if len(batch) + len(writer.ids) == BLOCK_RECORDS:  # a large file's records as columns
+            blocks.extend(batch.flush())
+            blocks.append(writer.block([]))
+            writer = BlockWriter(keep_text)
+    blocks.extend(batch.flush())
     blocks.append(writer.block(recorder.rejected))
     block = RecordBlock.concat(blocks)
     if cache is not None:  # a file gone since the listing is not stored: its stat fails
@@ -398,19 +409,34 @@ def decode_record(
     """The record in ``raw`` (one JSON object's bytes), or None when the fast path cannot
     vouch for it and the slow path must decide. ``key``: the id a pool maps it under,
     used when the record names none."""
-    if not _utf8(raw):
+    fast = _vouched(raw, key)
+    return None if fast is None else _labelled(*fast, thresholds)
+
+
+def _vouched(raw: Any, key: str | None) -> tuple[Any, bool] | None:
+    """``raw`` as the fast path reads it, (its struct, whether it is a replay record),
+    or None when the fast path cannot vouch for it. ``raw``: a record's JSON bytes, a
+    struct ``sources`` decoded with its document (vouched there), or an object the
+    slow split parsed (never vouched for)."""
+    if isinstance(raw, _Record):
+        return _settled(raw, key)
+    if not isinstance(raw, bytes | msgspec.Raw) or not _utf8(raw):
         return None  # the slow path quarantines it: "binary line, not UTF-8 text (...)"
     try:
         record = _DECODER.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
         # ValueError: msgspec's UnicodeDecodeError for bytes that are not UTF-8
         return None
-    trajectory_id = record.trajectory_id
-    if trajectory_id is msgspec.UNSET:
+    return _settled(record, key)
+
+
+def _settled(record: Any, key: str | None) -> tuple[Any, bool] | None:
+    """The decoded ``record`` with its id (``key`` when it names none) and its shape's
+    defaults set, and whether it is a replay record; None without an id."""
+    if record.trajectory_id is msgspec.UNSET:
         if not key:
             return None  # no id at all, or an empty key: the slow path's reason
-        trajectory_id = key
-    record.trajectory_id = trajectory_id
+        record.trajectory_id = key
     # The shape as _validate decides it; a field of that shape left UNSET takes its default.
     replay = record.operator_applied is msgspec.UNSET and any(
         getattr(record, name) is not msgspec.UNSET for name in _REPLAY_KEYS
@@ -419,7 +445,81 @@ def decode_record(
     for name in _REPLAY_KEYS if replay else ("operator_applied",):
         if getattr(record, name) is msgspec.UNSET:
             setattr(record, name, model.model_fields[name].get_default(call_default_factory=True))
-    return _labelled(record, replay, thresholds)
+    return record, replay
+
+
+class _Batch:
+    """Records the fast path vouched for, kept as their structs until :meth:`flush`
+    writes them all into one block, a column at a time (``data.batch_block``)."""
+
+    def __init__(self, keep_text: bool) -> None:
+        self.keep_text = keep_text
+        self.records: list[Any] = []
+        self.replays = 0
+        self.thresholds: tuple[float, float] | None = None  # the records' labels' (one file's)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def add(self, fast: tuple[Any, bool], thresholds: tuple[float, float]) -> None:
+        record, replay = fast
+        self.records.append(record)
+        self.replays += replay
+        self.thresholds = thresholds
+
+    def flush(self) -> list[RecordBlock]:
+        """The records added since the last flush as one block ([] when none)."""
+        if not self.records:
+            return []
+        assert self.thresholds is not None
+        batch = _columns(self.records, self.replays)
+        self.records, self.replays = [], 0
+        return [batch_block(batch, self.thresholds, self.keep_text)]
+
+
+def _columns(records: list[Any], replays: int) -> Batch:
+    """The structs' fields as a :class:`Batch`: a trajectory's a column at a time, as
+    ``schema.trajectory_input`` reads them; with replay records among them, each
+    record's ``AttemptInput`` first (``schema.replay_input``), then its fields."""
+    if replays:
+        return _attempt_columns(records)
+    ids = [r.trajectory_id for r in records]
+    return Batch(
+        trajectory_id=ids,
+        agent=[r.agent_name for r in records],
+        created=[created_seconds(r.created_at) for r in records],
+        operator=[r.operator_applied for r in records],
+        generation=[r.generation for r in records],
+        # A record naming itself as parent would read its own score: dropped.
+        parent_ids=[
+            tuple(p for p in r.parent_trajectories if p != r.trajectory_id) for r in records
+        ],
+        code_changes=[r.code_changes for r in records],
+        modified_files=[tuple(r.modified_files) for r in records],
+        proposed_strategy=[r.proposed_strategy for r in records],
+        problem_diagnosis=[r.problem_diagnosis for r in records],
+        tools_used=[tuple(r.tools_used) for r in records],
+        reasoning_pattern=[r.reasoning_pattern for r in records],
+        word=[r.status for r in records],
+        score=[r.success_score for r in records],
+    )
+
+
+def _attempt_columns(records: list[Any]) -> Batch:
+    """A batch holding replay records, through each record's ``AttemptInput``."""
+    fields: list[list[Any]] = [[] for _ in Batch._fields]
+    for record in records:
+        replay = record.operator_applied is msgspec.UNSET
+        if replay:  # _settled set every replay key, and left operator_applied UNSET
+            attempt = replay_input(record, [step.tool_name for step in record.steps])
+            word, score = record.final_outcome, record.reward
+        else:
+            attempt = trajectory_input(record)
+            word, score = record.status, record.success_score
+        values = [getattr(attempt, name) for name in Batch._fields[:-2]]
+        for column, value in zip(fields, [*values, word, score], strict=True):
+            column.append(value)
+    return Batch(*fields)
 
 
 def _utf8(raw: bytes | msgspec.Raw) -> bool:
