@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from genesis_fp16_infrastructure.data.file_records import (
+    _OTHER_BREAKS,
     NO_TEXT,
     OWN_FEATURES,
     TEXT_FIELDS,
@@ -180,7 +181,7 @@ def _own_columns(batch: Batch) -> np.ndarray:
     """``file_records.own_numbers`` of every record, as an (n, 15) little-endian float64
     array, a feature at a time (the same ``math`` calls, so the same bits)."""
     diffs, files = batch.code_changes, batch.modified_files
-    shapes = [change_shape(diff) for diff in diffs]
+    shares, hunks = _change_shapes(diffs)
     kinds = [{_kind(name) for name in names} for names in files]
     tools = {t: float(len(set(t))) for t in dict.fromkeys(batch.tools_used)}  # coded: few
     columns = (
@@ -192,8 +193,8 @@ def _own_columns(batch: Batch) -> np.ndarray:
         [_log1p(len(s.split())) for s in batch.proposed_strategy],
         [_log1p(len(s.split())) for s in batch.problem_diagnosis],
         [tools[t] for t in batch.tools_used],
-        [shape[0] for shape in shapes],
-        [_log1p(shape[1]) for shape in shapes],
+        shares,
+        [_log1p(h) for h in hunks],
         [_log1p(len(set(f))) for f in files],
         *([float(kind in found) for found in kinds] for kind in _KINDS),
     )
@@ -202,3 +203,31 @@ def _own_columns(batch: Batch) -> np.ndarray:
     for at, column in enumerate(columns):
         own[:, at] = column
     return own
+
+
+def _change_shapes(diffs: list[str]) -> tuple[list[float], list[float]]:
+    """``file_records.change_shape`` of every diff: the share of added lines, and the
+    hunks. When every diff is ASCII with ``\\n`` its only line break (nearly always),
+    their line starts are found at once in ``"\\n" + "\\n".join(diffs)`` with numpy:
+    each diff's text there starts with its own ``\\n``, so no pattern of one runs into
+    the next; else a diff at a time."""
+    joined = "\n" + "\n".join(diffs)
+    if not joined.isascii() or any(mark in joined for mark in _OTHER_BREAKS):
+        shapes = [change_shape(diff) for diff in diffs]
+        return [s[0] for s in shapes], [s[1] for s in shapes]
+    text = np.frombuffer(joined.encode("ascii") + b"\0\0\0", np.uint8)
+    starts = np.flatnonzero(text == 10)  # every line start of every diff, \n first
+    after = [text[starts + step] for step in (1, 2, 3)]
+    plus, minus, at = (after[0] == ord(c) for c in "+-@")
+    added = plus & ~((after[1] == ord("+")) & (after[2] == ord("+")))
+    removed = minus & ~((after[1] == ord("-")) & (after[2] == ord("-")))
+    hunk = at & (after[1] == ord("@"))
+    # the diff of each line start: diff i's text begins at its own \n
+    first = np.cumsum([0] + [len(diff) + 1 for diff in diffs[:-1]])
+    owner = np.searchsorted(first, starts, side="right") - 1
+    count = len(diffs)
+    plus_n, minus_n, hunk_n = (
+        np.bincount(owner[flags], minlength=count).tolist() for flags in (added, removed, hunk)
+    )
+    shares = [a / (a + r) if a + r else 0.5 for a, r in zip(plus_n, minus_n, strict=True)]
+    return shares, [float(h) for h in hunk_n]

@@ -35,6 +35,12 @@ ever accepts records the slow one accepts with the same values
 
 A record's shape is decided as the slow path does: a replay-buffer record has no
 ``operator_applied`` and at least one of the replay keys; anything else is a trajectory.
+
+The records the fast path vouched for are written into the file's block a batch at a
+time (:class:`_Batch`, ``data.batch_block``), and a ``.json`` document whose records all
+decode is decoded into their structs in one call (``sources._split``): the same block a
+record at a time made, byte for byte (issue 90; ``benchmarks/read_floor.py`` times the
+read against msgspec alone on the same bytes).
 """
 
 from __future__ import annotations

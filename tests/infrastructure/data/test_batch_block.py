@@ -11,8 +11,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import genesis_fp16_infrastructure.data.batch_block as batch_block
 import genesis_fp16_infrastructure.data.readers as readers
-from genesis_fp16_infrastructure.data.file_records import BlockWriter, RecordBlock
+from genesis_fp16_infrastructure.data.file_records import BlockWriter, RecordBlock, change_shape
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder
 from genesis_fp16_infrastructure.data.sources import raw_records
 from genesis_fp16_infrastructure.data.synthetic import generate_pool, generate_replay_records
@@ -149,3 +150,16 @@ def test_a_pool_with_bad_records_keeps_its_order_and_quarantines_each_where_it_l
         ("trajectories['b']", "generation: Input should be greater than or equal to 0"),
         ("trajectories['e']", "record is a JSON str, not an object"),
     ]
+
+
+_PIECES = ["\n", "+", "-", "@", " ", "a", "+++", "---", "@@", "\n@@", "\n+++", "\r", "é"]
+_DIFF = st.lists(st.sampled_from(_PIECES), max_size=12).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_DIFF, min_size=1, max_size=6))
+def test_a_batch_of_diffs_has_the_change_shapes_of_each_diff(diffs: list[str]) -> None:
+    """The shapes found at once in the joined diffs are ``change_shape``'s, diff by diff
+    (added share and hunks; a line start never runs into the next diff)."""
+    shares, hunks = batch_block._change_shapes(diffs)
+    assert list(zip(shares, hunks, strict=True)) == [change_shape(diff) for diff in diffs]
