@@ -42,7 +42,6 @@ from genesis_fp16_infrastructure.data.schema import (
     derive_label,
     id_digest,
     judged_id,
-    record_id_hash,
     record_id_hashes,
 )
 
@@ -134,47 +133,47 @@ def _label_columns(
 ) -> tuple[list[int], list[int], list[float | None], list[int], list[bytes]]:
     """success, outcome, label score, ``schema.labelled_hash`` and judged digest of each
     record (-1, -1, None, 0 and 8 zero bytes without a label)."""
-    success: list[int] = []
-    outcome: list[int] = []
-    label_score: list[float | None] = []
-    keys: list[int] = []
-    judged: list[bytes] = []
-    unlabelled = bytes(8)
-    for row, label in enumerate(labels):
-        if label is None:
-            success.append(-1)
-            outcome.append(-1)
-            label_score.append(None)
-            keys.append(0)
-            judged.append(unlabelled)
-            continue
-        trajectory_id = batch.trajectory_id[row]
-        key = record_id_hash(
-            f"{trajectory_id}\x00{label.success}\x00{label.score!r}\x00{label.outcome}"
-            f"\x00{_attempt_repr(batch, row)}"
-        )
-        success.append(int(label.success))
-        outcome.append(_OUTCOME[label.outcome])
-        label_score.append(label.score)
-        keys.append(key)
-        judged.append(id_digest(judged_id(trajectory_id, key)))
+    n = len(labels)
+    success, outcome, keys = [-1] * n, [-1] * n, [0] * n
+    label_score: list[float | None] = [None] * n
+    judged = [bytes(8)] * n
+    rows = [row for row, label in enumerate(labels) if label is not None]
+    hashed = record_id_hashes(_hash_texts(batch, labels)).tolist()
+    for row, key in zip(rows, hashed, strict=True):
+        label, trajectory_id = labels[row], batch.trajectory_id[row]
+        success[row], outcome[row] = int(label.success), _OUTCOME[label.outcome]
+        label_score[row], keys[row] = label.score, key
+        judged[row] = id_digest(judged_id(trajectory_id, key))
     return success, outcome, label_score, keys, judged
 
 
-def _attempt_repr(batch: Batch, row: int) -> str:
-    """``repr(AttemptInput(...))`` of the record at ``row``, the text ``labelled_hash``
-    hashes, without making the object (``test_batch_block.py`` holds the two equal)."""
-    return (
-        f"AttemptInput(trajectory_id={batch.trajectory_id[row]!r}, agent={batch.agent[row]!r}, "
-        f"created={batch.created[row]!r}, operator={batch.operator[row]!r}, "
-        f"generation={batch.generation[row]!r}, parent_ids={batch.parent_ids[row]!r}, "
-        f"code_changes={batch.code_changes[row]!r}, "
-        f"modified_files={batch.modified_files[row]!r}, "
-        f"proposed_strategy={batch.proposed_strategy[row]!r}, "
-        f"problem_diagnosis={batch.problem_diagnosis[row]!r}, "
-        f"tools_used={batch.tools_used[row]!r}, "
-        f"reasoning_pattern={batch.reasoning_pattern[row]!r})"
-    )
+def _hash_texts(batch: Batch, labels: Sequence[Any]) -> list[str]:
+    """The text ``schema.labelled_hash`` hashes, of each labelled record: its id, its
+    label and ``repr(AttemptInput(...))``, written from the columns without making the
+    object (``test_batch_block.py`` holds the hashes to the per-record ones)."""
+    return [
+        f"{tid}\x00{label.success}\x00{label.score!r}\x00{label.outcome}\x00"
+        f"AttemptInput(trajectory_id={tid!r}, agent={agent!r}, created={created!r}, "
+        f"operator={operator!r}, generation={generation!r}, parent_ids={parents!r}, "
+        f"code_changes={change!r}, modified_files={files!r}, proposed_strategy={strategy!r}, "
+        f"problem_diagnosis={diagnosis!r}, tools_used={tools!r}, reasoning_pattern={pattern!r})"
+        for (
+            tid,
+            agent,
+            created,
+            operator,
+            generation,
+            parents,
+            change,
+            files,
+            strategy,
+            diagnosis,
+            tools,
+            pattern,
+            label,
+        ) in zip(*batch[:12], labels, strict=True)
+        if label is not None
+    ]
 
 
 def _own_columns(batch: Batch) -> np.ndarray:
