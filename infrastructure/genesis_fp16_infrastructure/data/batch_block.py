@@ -5,9 +5,9 @@ time: an ``AttemptInput`` and a ``Label`` object each, its own numbers a tuple, 
 text the dataclass's repr. For a batch of records msgspec decoded (``data.readers``'
 fast structs, every one valid), :func:`batch_block` writes the same block from the
 structs' fields, one column at a time: no object per record beyond the decoded struct,
-each number column one comprehension. At 25,000 generated se_darwin records the
-per-record writer cost about three times the decode itself (issue 90,
-``benchmarks/read_floor.py``); the block it makes is the same, byte for byte
+each number column one comprehension, the fingerprint texts hashed together. Written a
+record at a time, 25,000 generated records cost several times msgspec's decode of their
+bytes (issue 90, ``benchmarks/read_floor.py``). The block is the same, byte for byte
 (``tests/infrastructure/data/test_batch_block.py`` holds the two to it).
 
 >>> batch = Batch(["t1"], [""], [None], ["baseline"], [0], [()], ["+a"], [()], [""], [""],
