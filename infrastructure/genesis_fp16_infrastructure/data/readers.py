@@ -91,9 +91,9 @@ _REPLAY_KEYS = frozenset({"final_outcome", "agent_id", "steps", "reward", "task_
 # A file's parsed records become a column block every this many, so that a large file's
 # records are never all objects at once (a million of them held ~0.5 GB more at the peak).
 BLOCK_RECORDS = 131_072
-# The fast path's records wait as their decoded structs, text and all (~2 KB a generated
-# record), until their batch is written into columns: every this many, so that a large
-# file's wait holds ~16 MB, not a block's 131,072 structs (~250 MB more at the peak).
+# The fast path's records wait as their decoded structs, text and all (3.0 KB a generated
+# record, tracemalloc), until their batch is written into columns: every this many, so
+# that a large file's wait holds ~24 MB, not a block's 131,072 structs (~390 MB).
 BATCH_RECORDS = 8_192
 
 
