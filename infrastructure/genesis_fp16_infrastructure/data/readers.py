@@ -36,9 +36,10 @@ ever accepts records the slow one accepts with the same values
 A record's shape is decided as the slow path does: a replay-buffer record has no
 ``operator_applied`` and at least one of the replay keys; anything else is a trajectory.
 
-The records the fast path vouched for are written into the file's block a batch at a
-time (:class:`_Batch`, ``data.batch_block``), and a ``.json`` document whose records all
-decode is decoded into their structs in one call (``sources._split``): the same block a
+A file's records are read ``BATCH_RECORDS`` at a time (:func:`_read_chunk`): those
+msgspec split from a ``.json`` document are decoded by one call when every one of them
+decodes and has an id, and the records the fast path vouched for are written into the
+file's block a batch at a time (:class:`_Batch`, ``data.batch_block``): the same block a
 record at a time made, byte for byte (issue 90; ``benchmarks/read_floor.py`` times the
 read against msgspec alone on the same bytes).
 """
@@ -74,6 +75,7 @@ from genesis_fp16_infrastructure.data.schema import (
     trajectory_input,
 )
 from genesis_fp16_infrastructure.data.sources import (
+    Raw,
     Sink,
     Source,
     list_data_files,
@@ -91,9 +93,9 @@ _REPLAY_KEYS = frozenset({"final_outcome", "agent_id", "steps", "reward", "task_
 # A file's parsed records become a column block every this many, so that a large file's
 # records are never all objects at once (a million of them held ~0.5 GB more at the peak).
 BLOCK_RECORDS = 131_072
-# The fast path's records wait as their decoded structs, text and all (3.0 KB a generated
-# record, tracemalloc), until their batch is written into columns: every this many, so
-# that a large file's wait holds ~24 MB, not a block's 131,072 structs (~390 MB).
+# A file's records are read this many at a time (_read_chunk), and the fast path's wait
+# as their decoded structs, text and all (3.0 KB a generated record, tracemalloc), until
+# their batch is written into columns: ~24 MB, not a block's 131,072 structs (~390 MB).
 BATCH_RECORDS = 8_192
 
 
@@ -288,33 +290,94 @@ def _file_records(
         start, first_line = stored.offset, stored.lines + 1
         blocks.append(stored.block)
     recorder = Recorder(sink)
-    batch, writer = _Batch(keep_text), BlockWriter(keep_text)
-    for source, raw, thresholds, key in raw_records(file, recorder, start, first_line, _Record):
-        fast = _vouched(raw, key)
-        if fast is None:  # the fast path cannot vouch for it: the slow one decides
-            record = _read_slow(source, raw, thresholds, key, recorder)
-            if record is not None:
-                blocks.extend(batch.flush())  # the blocks keep the file's order
-                writer.add(record)
-        else:
-            if writer.ids:
-                blocks.append(writer.block([]))
-                writer = BlockWriter(keep_text)
-            if batch.thresholds not in (None, thresholds):
-                blocks.extend(batch.flush())
-            batch.add(fast, thresholds)
-        # At most one of the two holds records: each is written out before the other's turn.
-        if len(batch) == BATCH_RECORDS:
-            blocks.extend(batch.flush())
-        if len(writer.ids) == BLOCK_RECORDS:  # a large file's records live as columns
-            blocks.append(writer.block([]))
-            writer = BlockWriter(keep_text)
-    blocks.extend(batch.flush())
-    blocks.append(writer.block(recorder.rejected))
+    written = _FileBlocks(keep_text, blocks)
+    chunk: list[Raw] = []
+    for item in raw_records(file, recorder, start, first_line):
+        chunk.append(item)
+        if len(chunk) == BATCH_RECORDS:
+            _read_chunk(chunk, written, recorder)
+            chunk = []
+    _read_chunk(chunk, written, recorder)
+    written.flush()
+    blocks.append(BlockWriter(keep_text).block(recorder.rejected))
     block = RecordBlock.concat(blocks)
     if cache is not None:  # a file gone since the listing is not stored: its stat fails
         cache.store(file, block, slim)
     return block
+
+
+def _read_chunk(items: list[Raw], written: _FileBlocks, sink: Sink) -> None:
+    """Records of a file, in its order, into ``written``: decoded together when the fast
+    path vouches for every one (:func:`_decoded_together`), else one at a time, each the
+    fast path refuses decided by the slow one."""
+    together = _decoded_together(items)
+    if together is not None:
+        for vouched, (_, _, thresholds, _) in zip(together, items, strict=True):
+            written.fast(vouched, thresholds)
+        return
+    for source, raw, thresholds, key in items:
+        fast = _vouched(raw, key)
+        if fast is not None:
+            written.fast(fast, thresholds)
+            continue
+        record = _read_slow(source, raw, thresholds, key, sink)
+        if record is not None:
+            written.slow(record)
+
+
+def _decoded_together(items: list[Raw]) -> list[tuple[Any, bool]] | None:
+    """``items``' records decoded by one msgspec call (as :func:`_vouched` reads each), or
+    None unless every one decodes and has an id. Only values msgspec split from a
+    document (``msgspec.Raw``, each one whole JSON value) are joined into a list: lines
+    of a ``.jsonl`` are not, as two lines that are not JSON alone could join into
+    records. One call over a batch costs about what msgspec's whole-document decode
+    does; a call a record took about 1.5 times that (issue 90)."""
+    raws = [raw for _, raw, _, _ in items]
+    if not raws or not all(isinstance(raw, msgspec.Raw) for raw in raws):
+        return None
+    joined = b"[" + b",".join(raws) + b"]"
+    if not _utf8(joined):
+        return None
+    try:
+        records = _BATCH_DECODER.decode(joined)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
+        return None
+    if len(records) != len(raws):
+        return None  # not one value each: each is read alone
+    settled = [_settled(record, item[3]) for record, item in zip(records, items, strict=True)]
+    vouched = [fast for fast in settled if fast is not None]
+    return vouched if len(vouched) == len(settled) else None
+
+
+class _FileBlocks:
+    """A file's records written into blocks in file order: the fast path's a batch at a
+    time (:class:`_Batch`), the slow path's a record at a time (``BlockWriter``), each
+    written out before the other's turn, so that at most one of the two holds records."""
+
+    def __init__(self, keep_text: bool, blocks: list[RecordBlock]) -> None:
+        self.keep_text, self.blocks = keep_text, blocks
+        self.batch, self.writer = _Batch(keep_text), BlockWriter(keep_text)
+
+    def fast(self, fast: tuple[Any, bool], thresholds: tuple[float, float]) -> None:
+        if self.writer.ids or self.batch.thresholds not in (None, thresholds):
+            self.flush()
+        self.batch.add(fast, thresholds)
+        if len(self.batch) == BATCH_RECORDS:
+            self.blocks.extend(self.batch.flush())
+
+    def slow(self, record: FileRecord) -> None:
+        if len(self.batch):
+            self.flush()
+        self.writer.add(record)
+        if len(self.writer.ids) == BLOCK_RECORDS:  # a large file's records live as columns
+            self.flush()
+
+    def flush(self) -> None:
+        """Write out what either holds."""
+        self.blocks.extend(self.batch.flush())
+        if self.writer.ids:
+            self.blocks.append(self.writer.block([]))
+            self.writer = BlockWriter(self.keep_text)
 
 
 def _read_slow(
@@ -413,6 +476,7 @@ _Record = _fast_struct(
     "_Record", Trajectory, ReplayRecord, unset=_REPLAY_KEYS | {"trajectory_id", "operator_applied"}
 )
 _DECODER = msgspec.json.Decoder(_Record)
+_BATCH_DECODER = msgspec.json.Decoder(list[_Record])  # type: ignore[valid-type]
 
 
 def decode_record(

@@ -94,18 +94,11 @@ def list_data_files(path: Path) -> list[Path]:
     return files
 
 
-def raw_records(
-    file: Path, sink: Sink, start: int = 0, first_line: int = 1, typed: type | None = None
-) -> Iterator[Raw]:
+def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> Iterator[Raw]:
     """Every record of ``file``: ``(source, record, thresholds, key)``, where a record is
     its JSON bytes or, from the slow path, the parsed object, and ``key`` is the id a
     pool maps it under (None outside a pool). A plain ``.jsonl`` file is read from byte
-    ``start``, whose line is number ``first_line`` (an appended file's new lines).
-
-    ``typed``: a msgspec struct type with a ``trajectory_id`` field (UNSET when absent).
-    A ``.json`` document whose every record decodes into it, each with an id or a
-    pool's key for one, yields those structs, decoded in one call with the document
-    (:func:`_split`); any other document yields its records' bytes, as without it."""
+    ``start``, whose line is number ``first_line`` (an appended file's new lines)."""
     try:
         if file.name.endswith(".jsonl"):
             yield from _jsonl_lines(file, start, first_line)
@@ -137,7 +130,7 @@ def raw_records(
             if line.strip():
                 yield Source(file, f"line {number}"), line, DEFAULTS, None
         return
-    yield from _document(file, data, sink, typed)
+    yield from _document(file, data, sink)
 
 
 def _size(file: Path) -> int:
@@ -192,12 +185,12 @@ def not_utf8_reason(exc: UnicodeDecodeError, offset: int = 0) -> str:
     return f"byte 0x{byte:02x} at offset {where:,}" if byte is not None else f"ends at {where:,}"
 
 
-def _document(file: Path, data: bytes, sink: Sink, typed: type | None) -> Iterator[Raw]:
+def _document(file: Path, data: bytes, sink: Sink) -> Iterator[Raw]:
     """A ``.json`` document's records: a list's items, a pool's records, or the document
     as one record. Split by msgspec, they stay undecoded; a document it cannot split is
     parsed whole by the standard library, whose errors make the quarantine reason."""
     try:
-        document: Any = _split(data, typed)
+        document: Any = _split(data)
     except _UNSPLIT:
         text = data.decode("utf-8")
         try:
@@ -222,43 +215,19 @@ def _document(file: Path, data: bytes, sink: Sink, typed: type | None) -> Iterat
         yield Source(file, "file"), document, DEFAULTS, None
 
 
-def _split(data: bytes, typed: type | None = None) -> list[Any] | TrajectoryPool | bytes:
+def _split(data: bytes) -> list[msgspec.Raw] | TrajectoryPool | bytes:
     """``data`` split by msgspec: a list of undecoded items, a pool whose header pydantic
     accepts (its records undecoded), or the document whole (neither); raises one of
-    ``_UNSPLIT`` where it cannot, and the slow path says why. With ``typed``, the list's
-    items or the pool's records are decoded into it in the same call when every one of
-    them decodes and has an id (:func:`raw_records`): one pass over the bytes, where
-    splitting first and decoding each after took about 1.5 times as long (issue 90)."""
+    ``_UNSPLIT`` where it cannot, and the slow path says why."""
     top = msgspec.json.decode(data, type=list[msgspec.Raw] | dict[str, msgspec.Raw])
     if isinstance(top, list):
-        items = _typed(data, list[typed]) if typed is not None and top else None  # type: ignore[valid-type]
-        return top if items is None or any(_no_id(item, "") for item in items) else items
+        return top
     if "trajectories" not in top:
         return data
-    trajectories = top.pop("trajectories")
-    records: dict[str, Any] | None = None
-    if typed is not None:
-        records = _typed(trajectories, dict[str, typed])  # type: ignore[valid-type]
-        if records is not None and any(_no_id(r, key) for key, r in records.items()):
-            records = None
-    if records is None:
-        records = msgspec.json.decode(trajectories, type=dict[str, msgspec.Raw])
+    records = msgspec.json.decode(top.pop("trajectories"), type=dict[str, msgspec.Raw])
     header = {name: json.loads(bytes(raw)) for name, raw in top.items()}
     # The header validated, the records set after: pydantic never walks them.
     return TrajectoryPool.model_validate(header).model_copy(update={"trajectories": records})
-
-
-def _typed(data: bytes | msgspec.Raw, kind: Any) -> Any:
-    """``data`` decoded as ``kind``, or None where any part of it does not decode."""
-    try:
-        return msgspec.json.decode(data, type=kind)
-    except _UNSPLIT:
-        return None
-
-
-def _no_id(record: Any, key: str) -> bool:
-    """Whether a typed record names no id and no (non-empty) pool key stands for one."""
-    return record.trajectory_id is msgspec.UNSET and not key
 
 
 def _jsonl_lines(file: Path, start: int, first_line: int) -> Iterator[Raw]:

@@ -163,3 +163,32 @@ def test_a_batch_of_diffs_has_the_change_shapes_of_each_diff(diffs: list[str]) -
     (added share and hunks; a line start never runs into the next diff)."""
     shares, hunks = batch_block._change_shapes(diffs)
     assert list(zip(shares, hunks, strict=True)) == [change_shape(diff) for diff in diffs]
+
+
+def test_lines_that_are_not_json_alone_are_never_read_together(tmp_path: Path) -> None:
+    """Two .jsonl lines that would join into two valid records in a list ("[" + lines
+    joined by "," + "]", as many values as lines) are each quarantined, as a line at a
+    time reads them."""
+    good = json.dumps({"trajectory_id": "g", "status": "success", "success_score": 0.9})
+    file = tmp_path / "pool.jsonl"
+    halves = '{"trajectory_id": "a", "tools_used": ["x"\n"y"]}, {"trajectory_id": "b"}'
+    file.write_text(f"{good}\n{halves}\n{good}\n")
+    sink = QuarantineSink(tmp_path / "q.jsonl")
+    block = readers._file_records(file, sink, None, keep_text=True)
+    sink.close()
+    assert block.trajectory_id == ["g", "g"] and sink.count == 2
+
+
+def test_a_record_without_an_id_under_an_empty_key_is_read_alone(tmp_path: Path) -> None:
+    """A pool's batch holding a record with no id under the key "" is read a record at a
+    time: the others kept in order, that one quarantined with pydantic's reason."""
+    records = list(generate_pool(3, seed=2)["trajectories"].values())
+    pool = {"x": records[0], "": {"status": "success"}, "y": records[1]}
+    file = tmp_path / "pool.json"
+    file.write_text(json.dumps({"trajectories": pool}))
+    sink = QuarantineSink(tmp_path / "q.jsonl")
+    block = readers._file_records(file, sink, None, keep_text=True)
+    sink.close()
+    assert block.trajectory_id == [records[0]["trajectory_id"], records[1]["trajectory_id"]]
+    (entry,) = [json.loads(line) for line in (tmp_path / "q.jsonl").read_text().splitlines()]
+    assert entry["where"] == "trajectories['']" and entry["reason"].startswith("trajectory_id:")

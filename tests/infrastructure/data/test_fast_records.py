@@ -129,7 +129,7 @@ def _summary(result: ReadResult, quarantine: Path) -> Any:
     )
 
 
-def _unsplit(data: bytes, typed: Any = None) -> None:
+def _unsplit(data: bytes) -> None:
     raise ValueError("the slow path only")
 
 
