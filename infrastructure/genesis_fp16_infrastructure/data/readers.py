@@ -35,6 +35,13 @@ ever accepts records the slow one accepts with the same values
 
 A record's shape is decided as the slow path does: a replay-buffer record has no
 ``operator_applied`` and at least one of the replay keys; anything else is a trajectory.
+
+A file's records are read ``BATCH_RECORDS`` at a time (:func:`_read_chunk`): those
+msgspec split from a ``.json`` document are decoded by one call when every one of them
+decodes and has an id, and the records the fast path vouched for are written into the
+file's block a batch at a time (:class:`_Batch`, ``data.batch_block``): the same block a
+record at a time made, byte for byte (issue 90; ``benchmarks/read_floor.py`` times the
+read against msgspec alone on the same bytes).
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import msgspec
 from pydantic import BaseModel, ValidationError
 
+from genesis_fp16_infrastructure.data.batch_block import Batch, batch_block
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect
@@ -61,11 +69,13 @@ from genesis_fp16_infrastructure.data.schema import (
     Example,
     ReplayRecord,
     Trajectory,
+    created_seconds,
     derive_label,
     replay_input,
     trajectory_input,
 )
 from genesis_fp16_infrastructure.data.sources import (
+    Raw,
     Sink,
     Source,
     list_data_files,
@@ -83,6 +93,10 @@ _REPLAY_KEYS = frozenset({"final_outcome", "agent_id", "steps", "reward", "task_
 # A file's parsed records become a column block every this many, so that a large file's
 # records are never all objects at once (a million of them held ~0.5 GB more at the peak).
 BLOCK_RECORDS = 131_072
+# A file's records are read this many at a time (_read_chunk), and the fast path's wait
+# as their decoded structs, text and all (3.0 KB a generated record, tracemalloc), until
+# their batch is written into columns: ~24 MB, not a block's 131,072 structs (~390 MB).
+BATCH_RECORDS = 8_192
 
 
 class DataTooLarge(DataError):
@@ -276,22 +290,94 @@ def _file_records(
         start, first_line = stored.offset, stored.lines + 1
         blocks.append(stored.block)
     recorder = Recorder(sink)
-    writer = BlockWriter(keep_text)
-    for source, raw, thresholds, key in raw_records(file, recorder, start, first_line):
-        fast = isinstance(raw, bytes | msgspec.Raw)  # else an object the slow split parsed
-        record = decode_record(raw, thresholds, key) if fast else None
-        if record is None:  # the fast path cannot vouch for it: the slow one decides
-            record = _read_slow(source, raw, thresholds, key, recorder)
-        if record is not None:
-            writer.add(record)
-            if len(writer.ids) == BLOCK_RECORDS:  # a large file's records live as columns
-                blocks.append(writer.block([]))
-                writer = BlockWriter(keep_text)
-    blocks.append(writer.block(recorder.rejected))
+    written = _FileBlocks(keep_text, blocks)
+    chunk: list[Raw] = []
+    for item in raw_records(file, recorder, start, first_line):
+        chunk.append(item)
+        if len(chunk) == BATCH_RECORDS:
+            _read_chunk(chunk, written, recorder)
+            chunk = []
+    _read_chunk(chunk, written, recorder)
+    written.flush()
+    blocks.append(BlockWriter(keep_text).block(recorder.rejected))
     block = RecordBlock.concat(blocks)
     if cache is not None:  # a file gone since the listing is not stored: its stat fails
         cache.store(file, block, slim)
     return block
+
+
+def _read_chunk(items: list[Raw], written: _FileBlocks, sink: Sink) -> None:
+    """Records of a file, in its order, into ``written``: decoded together when the fast
+    path vouches for every one (:func:`_decoded_together`), else one at a time, each the
+    fast path refuses decided by the slow one."""
+    together = _decoded_together(items)
+    if together is not None:
+        for vouched, (_, _, thresholds, _) in zip(together, items, strict=True):
+            written.fast(vouched, thresholds)
+        return
+    for source, raw, thresholds, key in items:
+        fast = _vouched(raw, key)
+        if fast is not None:
+            written.fast(fast, thresholds)
+            continue
+        record = _read_slow(source, raw, thresholds, key, sink)
+        if record is not None:
+            written.slow(record)
+
+
+def _decoded_together(items: list[Raw]) -> list[tuple[Any, bool]] | None:
+    """``items``' records decoded by one msgspec call (as :func:`_vouched` reads each), or
+    None unless every one decodes and has an id. Only values msgspec split from a
+    document (``msgspec.Raw``, each one whole JSON value) are joined into a list: lines
+    of a ``.jsonl`` are not, as two lines that are not JSON alone could join into
+    records. One call over a batch costs about what msgspec's whole-document decode
+    does; a call a record took about 1.5 times that (issue 90)."""
+    raws = [raw for _, raw, _, _ in items]
+    if not raws or not all(isinstance(raw, msgspec.Raw) for raw in raws):
+        return None
+    joined = b"[" + b",".join(raws) + b"]"
+    if not _utf8(joined):
+        return None
+    try:
+        records = _BATCH_DECODER.decode(joined)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
+        return None
+    if len(records) != len(raws):
+        return None  # not one value each: each is read alone
+    settled = [_settled(record, item[3]) for record, item in zip(records, items, strict=True)]
+    vouched = [fast for fast in settled if fast is not None]
+    return vouched if len(vouched) == len(settled) else None
+
+
+class _FileBlocks:
+    """A file's records written into blocks in file order: the fast path's a batch at a
+    time (:class:`_Batch`), the slow path's a record at a time (``BlockWriter``), each
+    written out before the other's turn, so that at most one of the two holds records."""
+
+    def __init__(self, keep_text: bool, blocks: list[RecordBlock]) -> None:
+        self.keep_text, self.blocks = keep_text, blocks
+        self.batch, self.writer = _Batch(keep_text), BlockWriter(keep_text)
+
+    def fast(self, fast: tuple[Any, bool], thresholds: tuple[float, float]) -> None:
+        if self.writer.ids or self.batch.thresholds not in (None, thresholds):
+            self.flush()
+        self.batch.add(fast, thresholds)
+        if len(self.batch) == BATCH_RECORDS:
+            self.blocks.extend(self.batch.flush())
+
+    def slow(self, record: FileRecord) -> None:
+        if len(self.batch):
+            self.flush()
+        self.writer.add(record)
+        if len(self.writer.ids) == BLOCK_RECORDS:  # a large file's records live as columns
+            self.flush()
+
+    def flush(self) -> None:
+        """Write out what either holds."""
+        self.blocks.extend(self.batch.flush())
+        if self.writer.ids:
+            self.blocks.append(self.writer.block([]))
+            self.writer = BlockWriter(self.keep_text)
 
 
 def _read_slow(
@@ -390,6 +476,7 @@ _Record = _fast_struct(
     "_Record", Trajectory, ReplayRecord, unset=_REPLAY_KEYS | {"trajectory_id", "operator_applied"}
 )
 _DECODER = msgspec.json.Decoder(_Record)
+_BATCH_DECODER = msgspec.json.Decoder(list[_Record])  # type: ignore[valid-type]
 
 
 def decode_record(
@@ -398,19 +485,34 @@ def decode_record(
     """The record in ``raw`` (one JSON object's bytes), or None when the fast path cannot
     vouch for it and the slow path must decide. ``key``: the id a pool maps it under,
     used when the record names none."""
-    if not _utf8(raw):
+    fast = _vouched(raw, key)
+    return None if fast is None else _labelled(*fast, thresholds)
+
+
+def _vouched(raw: Any, key: str | None) -> tuple[Any, bool] | None:
+    """``raw`` as the fast path reads it, (its struct, whether it is a replay record),
+    or None when the fast path cannot vouch for it. ``raw``: a record's JSON bytes, a
+    struct ``sources`` decoded with its document (vouched there), or an object the
+    slow split parsed (never vouched for)."""
+    if isinstance(raw, _Record):
+        return _settled(raw, key)
+    if not isinstance(raw, bytes | msgspec.Raw) or not _utf8(raw):
         return None  # the slow path quarantines it: "binary line, not UTF-8 text (...)"
     try:
         record = _DECODER.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
         # ValueError: msgspec's UnicodeDecodeError for bytes that are not UTF-8
         return None
-    trajectory_id = record.trajectory_id
-    if trajectory_id is msgspec.UNSET:
+    return _settled(record, key)
+
+
+def _settled(record: Any, key: str | None) -> tuple[Any, bool] | None:
+    """The decoded ``record`` with its id (``key`` when it names none) and its shape's
+    defaults set, and whether it is a replay record; None without an id."""
+    if record.trajectory_id is msgspec.UNSET:
         if not key:
             return None  # no id at all, or an empty key: the slow path's reason
-        trajectory_id = key
-    record.trajectory_id = trajectory_id
+        record.trajectory_id = key
     # The shape as _validate decides it; a field of that shape left UNSET takes its default.
     replay = record.operator_applied is msgspec.UNSET and any(
         getattr(record, name) is not msgspec.UNSET for name in _REPLAY_KEYS
@@ -419,7 +521,81 @@ def decode_record(
     for name in _REPLAY_KEYS if replay else ("operator_applied",):
         if getattr(record, name) is msgspec.UNSET:
             setattr(record, name, model.model_fields[name].get_default(call_default_factory=True))
-    return _labelled(record, replay, thresholds)
+    return record, replay
+
+
+class _Batch:
+    """Records the fast path vouched for, kept as their structs until :meth:`flush`
+    writes them all into one block, a column at a time (``data.batch_block``)."""
+
+    def __init__(self, keep_text: bool) -> None:
+        self.keep_text = keep_text
+        self.records: list[Any] = []
+        self.replays = 0
+        self.thresholds: tuple[float, float] | None = None  # the records' labels' (one file's)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def add(self, fast: tuple[Any, bool], thresholds: tuple[float, float]) -> None:
+        record, replay = fast
+        self.records.append(record)
+        self.replays += replay
+        self.thresholds = thresholds
+
+    def flush(self) -> list[RecordBlock]:
+        """The records added since the last flush as one block ([] when none)."""
+        if not self.records:
+            return []
+        assert self.thresholds is not None
+        batch = _columns(self.records, self.replays)
+        self.records, self.replays = [], 0
+        return [batch_block(batch, self.thresholds, self.keep_text)]
+
+
+def _columns(records: list[Any], replays: int) -> Batch:
+    """The structs' fields as a :class:`Batch`: a trajectory's a column at a time, as
+    ``schema.trajectory_input`` reads them; with replay records among them, each
+    record's ``AttemptInput`` first (``schema.replay_input``), then its fields."""
+    if replays:
+        return _attempt_columns(records)
+    ids = [r.trajectory_id for r in records]
+    return Batch(
+        trajectory_id=ids,
+        agent=[r.agent_name for r in records],
+        created=[created_seconds(r.created_at) for r in records],
+        operator=[r.operator_applied for r in records],
+        generation=[r.generation for r in records],
+        # A record naming itself as parent would read its own score: dropped.
+        parent_ids=[
+            tuple(p for p in r.parent_trajectories if p != r.trajectory_id) for r in records
+        ],
+        code_changes=[r.code_changes for r in records],
+        modified_files=[tuple(r.modified_files) for r in records],
+        proposed_strategy=[r.proposed_strategy for r in records],
+        problem_diagnosis=[r.problem_diagnosis for r in records],
+        tools_used=[tuple(r.tools_used) for r in records],
+        reasoning_pattern=[r.reasoning_pattern for r in records],
+        word=[r.status for r in records],
+        score=[r.success_score for r in records],
+    )
+
+
+def _attempt_columns(records: list[Any]) -> Batch:
+    """A batch holding replay records, through each record's ``AttemptInput``."""
+    fields: list[list[Any]] = [[] for _ in Batch._fields]
+    for record in records:
+        replay = record.operator_applied is msgspec.UNSET
+        if replay:  # _settled set every replay key, and left operator_applied UNSET
+            attempt = replay_input(record, [step.tool_name for step in record.steps])
+            word, score = record.final_outcome, record.reward
+        else:
+            attempt = trajectory_input(record)
+            word, score = record.status, record.success_score
+        values = [getattr(attempt, name) for name in Batch._fields[:-2]]
+        for column, value in zip(fields, [*values, word, score], strict=True):
+            column.append(value)
+    return Batch(*fields)
 
 
 def _utf8(raw: bytes | msgspec.Raw) -> bool:

@@ -169,8 +169,9 @@ def test_joined_blocks_are_the_block_of_both_files_records() -> None:
 def test_a_file_parsed_a_chunk_at_a_time_reads_as_one_parsed_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_text: bool
 ) -> None:
-    """A large file's records become a block every BLOCK_RECORDS: the read's columns, its
-    quarantine and its counts are those of a read that parsed the file in one block."""
+    """A large file's records become a block every BLOCK_RECORDS (BATCH_RECORDS on the
+    fast path): the read's columns, its quarantine and its counts are those of a read
+    that parsed the file in one block."""
     lines = [json.dumps(r) for r in generate_pool(40, seed=5)["trajectories"].values()]
     lines.insert(17, '{"trajectory_id": "broken", "status": ')  # quarantined, mid-chunk
     path = tmp_path / "pool.jsonl"
@@ -178,6 +179,7 @@ def test_a_file_parsed_a_chunk_at_a_time_reads_as_one_parsed_whole(
 
     def read(block_records: int) -> tuple[Any, list[str]]:
         monkeypatch.setattr(readers, "BLOCK_RECORDS", block_records)
+        monkeypatch.setattr(readers, "BATCH_RECORDS", block_records)  # the fast path's
         quarantine = tmp_path / f"quarantine-{block_records}.jsonl"
         data = read_trajectories(path, quarantine=quarantine, keep_text=keep_text)
         return data, quarantine.read_text().splitlines()
