@@ -3,10 +3,8 @@ the same rows in the same order as a gather per minibatch, and no gather per min
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from gather_counter import GatherCounter
 
 from genesis_fp16_agents.rlhf_ppo.task import PPOConfig, PPOTask
 
@@ -37,22 +35,9 @@ def test_each_minibatch_holds_the_rows_of_its_slice_of_the_drawn_order() -> None
         assert all(torch.equal(a, b) for a, b in zip(batch, expected, strict=True))
 
 
-class _IndexCounter(TorchDispatchMode):
-    """Counts the gathers (advanced-index kernels) that run under it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gathers = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if func is torch.ops.aten.index.Tensor:
-            self.gathers += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _gathers(minibatches: int) -> int:
     task = PPOTask(PPOConfig(batch_size=16, minibatches=minibatches, ppo_epochs=2), SEED)
-    with _IndexCounter() as counter:
+    with GatherCounter() as counter:
         assert len(list(task.train_batches(0, SEED))) == 2 * minibatches
     return counter.gathers
 

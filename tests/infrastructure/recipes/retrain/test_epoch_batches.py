@@ -5,12 +5,11 @@ the same order, and a fit() switches the model's mode once per evaluation, not p
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
 import torch
+from gather_counter import GatherCounter
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import write_pool
@@ -57,22 +56,9 @@ def test_each_batch_holds_the_rows_a_gather_per_batch_took_in_the_same_order(
     assert all(_same_bits(b, e) for (b, _), e in zip(resumed, want[3:], strict=True))
 
 
-class _IndexCounter(TorchDispatchMode):
-    """Counts the gathers (advanced-index kernels) that run under it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gathers = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if func is torch.ops.aten.index.Tensor:
-            self.gathers += 1
-        return func(*args, **(kwargs or {}))
-
-
 def test_an_epoch_gathers_its_rows_once_not_once_a_batch(task: WorldModelTask) -> None:
     """One gather per field of the batch an epoch (six), whatever its number of batches."""
-    with _IndexCounter() as counter:
+    with GatherCounter() as counter:
         batches = list(task.train_batches(0, SEED))
     assert len(batches) > 2
     assert counter.gathers == len(Batch._fields)
