@@ -15,31 +15,32 @@ True
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, disable_created_metrics
 
+from genesis_fp16.metrics.config_metrics import ConfigMetrics
 from genesis_fp16.metrics.diagnostics_export import RlDiagnosticsMetrics
+from genesis_fp16.metrics.guard_metrics import GuardMetrics
 from genesis_fp16.metrics.metric_names import (
     EVAL_QUALITY,
     FAILURE_REASONS,
-    HEALTHY_OUTCOMES,
     PRECISION_LABELS,
-    PREFIX,
-    RELOAD_OUTCOMES,
-    RUN_DURATION_BUCKETS,
     RUN_OUTCOMES,
     SKIP_REASONS,
     Families,
 )
-from genesis_fp16.metrics.placement import device_labels
+from genesis_fp16.metrics.plugin_metrics import PluginMetrics
+from genesis_fp16.metrics.precision_metrics import PrecisionMetrics
+from genesis_fp16.metrics.process_metrics import ProcessMetrics
+from genesis_fp16.metrics.run_metrics import RunMetrics
 from genesis_fp16.metrics.served_metrics import LiveMetrics, PromotionMetrics, RecentVerdictMetrics
+from genesis_fp16.metrics.step_metrics import CUMULATIVE, StepMetrics
+from genesis_fp16.metrics.storage_metrics import StorageMetrics
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
-    EXECUTION_MODES,
     FALLBACK_REASONS,
     LOW_PRECISIONS,
     AgentFolder,
@@ -48,17 +49,23 @@ from genesis_fp16_infrastructure.api import (
 
 # A probe verdict's colour as a gauge holds it; a variant with no verdict ("n/a") sets none.
 COLOUR_VALUES = {"green": 0, "amber": 1, "red": 2}
-# The summary's cumulative counts and the counters they advance.
-_CUMULATIVE = {
-    "optimizer_steps": "optimizer_steps",
-    "skipped_steps": "skipped_steps",
-    "nonfinite_losses": "nonfinite_loss",
-    "samples": "samples",
-}
 
 
-class DaemonMetrics:
-    """All series of the daemon, registered on ``registry``.
+class DaemonMetrics(
+    StepMetrics,
+    PrecisionMetrics,
+    GuardMetrics,
+    RunMetrics,
+    StorageMetrics,
+    ProcessMetrics,
+    PluginMetrics,
+    ConfigMetrics,
+):
+    """All series of the daemon, registered on ``registry``: each family's series declared
+    in its own class (a base of this one, so ``metrics.optimizer_steps`` is the step
+    family's counter), and what a finished run reports beyond them in objects of their own
+    (``report``, ``rl``, ``probe``, ``promotion``, ``live``, ``ranges``, ``events``,
+    ``verdicts``).
 
     Counters that the training core reports as running totals (skipped steps, samples)
     advance by the increase between two summaries of the same agent; see
@@ -79,175 +86,14 @@ class DaemonMetrics:
         # keeps this switch process-wide; the daemon's registry is the one it serves.
         disable_created_metrics()
         families = Families(registry)
-        gauge, counter = families.gauge, families.counter
-
-        self.loss_scale = gauge(
-            "loss_scale",
-            "Dynamic loss scale (1 outside fp16): the running run's; between runs and from "
-            "start-up, the one the next run starts with (fp16: its newest checkpoint's, else "
-            "the initial 65536); NaN while an auto agent's precision is undecided (no "
-            "checkpoint yet).",
-        )
-        self.optimizer_steps = counter(
-            "optimizer_steps", "Optimizer steps taken (skipped ones excluded)."
-        )
-        self.thread_exceptions = counter(
-            "thread_exceptions",
-            "Exceptions that ended a thread of the daemon (its own or a library's), each "
-            "logged in one structured line (threading.excepthook).",
-            (),
-        )
-        self.skipped_steps = counter(
-            "skipped_steps",
-            "Optimizer steps skipped for a non-finite gradient (fp16: an overflow).",
-        )
-        self.overflow_rate = gauge(
-            "overflow_rate", "Share of the recent window of steps that overflowed."
-        )
-        self.nonfinite_loss = counter("nonfinite_loss", "Losses that were NaN or infinite.")
-        self.grad_norm = gauge("grad_norm", "Gradient norm (unscaled) at the last log.")
-        self.samples = counter("samples", "Training samples consumed.")
-        self.train_loss = gauge("train_loss", "Training loss at the last log.")
-        self.step_seconds = gauge(
-            "step_seconds",
-            "Wall seconds per step between the last two logs of a run (the step time to "
-            "set beside DCGM's GPU utilisation).",
-        )
-        self.eval_loss = gauge("eval_loss", "Held-out loss after the last finished run.")
-        self.precision = gauge(
-            "precision",
-            "1 for the precision the agent trains in, 0 for the others: the running run's; "
-            "between runs and from start-up, the one the next run asks for (auto: the one "
-            "its newest checkpoint was trained in); all 0 while an auto agent has none.",
-            ("agent", "precision"),
-        )
-        self.execution = gauge(
-            "execution",
-            "1 for how the agent's last run executed its steps (eager, cuda_graph or "
-            "cuda_graph_compiled), 0 else.",
-            ("agent", "mode"),
-        )
-        self.execution_fallbacks = counter(
-            "execution_fallbacks",
-            "Runs that resolved a captured step (cuda_graph, cuda_graph_compiled) but ran "
-            "eagerly, by reason: verification_mismatch (its first captured steps differed "
-            "from eager steps from the same state, or its cached verdict says so), "
-            "capture_failed (a capture raised; the run went on eagerly from the step "
-            "before it).",
-            ("agent", "reason"),
-        )
-        self.precision_demotions = counter(
-            "precision_demotions",
-            "Precision demotions by the precision guard.",
-            ("agent", "from", "to", "reason"),
-        )
-        self.fault_bundles = counter(
-            "fault_bundles",
-            "Fault bundles the flight recorder wrote, by reason: first_nonfinite (the run's "
-            "first step whose loss or gradients were not finite, start-up loss-scale "
-            "calibration excepted) or demotion (the step that brought a demotion).",
-            ("agent", "reason"),
-        )
-        self.training_runs = counter(
-            "training_runs", "Finished training runs by outcome.", ("agent", "outcome")
-        )
-        # Registered after optimizer_steps and skipped_steps, so a scrape reads it after
-        # them: the run is counted before its first steps (observe_summary), so a scrape
-        # that sees a run's steps sees its start too. The alert that compares runs with
-        # steps (GenesisFp16TrainingStalled) reads this, not the finished runs, which are
-        # counted only after eval and the gate, minutes after the last step.
-        self.runs_started = counter(
-            "training_runs_started",
-            "Training runs that reported steps, counted with their first report (taken or "
-            "skipped steps): a run that ends before its first step (up to date, refused) "
-            "is not counted.",
-        )
-        self.run_failures = counter(
-            "run_failures",
-            "Failed runs by reason: refused (a bad request), error (a bug or bad data), "
-            "storage (disk full or read-only), exit (sys.exit, os._exit or a crash ended "
-            "it without a result), hung (no step boundary within the run timeout and its "
-            "grace: killed, or abandoned in thread isolation), memory (its process grew "
-            "past GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES), device_unavailable (its GPU is "
-            "missing or was lost: no CUDA device, a driver or bus error).",
-            ("agent", "reason"),
-        )
-        self.jobs_skipped = counter(
-            "jobs_skipped",
-            "Scheduled jobs that did not start: still_running (the previous run had not "
-            "ended), hung (the agent's abandoned run still holds its thread).",
-            ("agent", "reason"),
-        )
-        self.runs_overdue = gauge(
-            "runs_overdue",
-            "1 while the agent's run is past its timeout (RUN_TIMEOUT_SECONDS) or abandoned.",
-        )
-        self.run_duration = Histogram(
-            f"{PREFIX}_training_run_duration_seconds",
-            "Wall time of one training run.",
-            ("agent",),
-            buckets=RUN_DURATION_BUCKETS,
-            registry=registry,
-        )
-        self.last_success = gauge(
-            "last_success_timestamp_seconds",
-            "Unix time of the last successful or up-to-date run (the model is current), "
-            "kept in the state folder across restarts; 0: the agent never succeeded there.",
-        )
-        self.state_files_skipped = counter(
-            "state_files_skipped",
-            "State-folder files read at start-up that were unusable (corrupt, another "
-            "format, not a regular file) and skipped: last_success (the agent starts at 0).",
-            ("agent", "file"),
-        )
-        self.tracking_write_failures = counter(
-            "tracking_write_failures",
-            "Writes of a run's TensorBoard curves (GENESIS_FP16_TRACKING_DIR) that failed or "
-            "were dropped after a failure; the run itself goes on. Present once a tracked "
-            "run ends.",
-        )
-        self.heartbeat = gauge(
-            "scheduler_heartbeat_timestamp_seconds",
-            "Unix time of the scheduler's last heartbeat job.",
-            (),
-        )
-        self.plugin_load_failures = counter(
-            "plugin_load_failures", "Plugins that failed to load or had a wrong API.", ("plugin",)
-        )
-        self.plugin_load_stuck = gauge(
-            "plugin_load_stuck",
-            "1 while the plugin's import has not returned after its deadline (the daemon "
-            "goes on without it); 0 once it returned.",
-            ("plugin",),
-        )
-        self.plugin_names_refused = counter(
-            "plugin_names_refused",
-            "Entry points whose name is not an agent name ([a-z][a-z0-9_]{0,63}: a path, a "
-            "separator, a newline): refused and never imported; each name counted once.",
-            (),
-        )
-        self.config_reloads = counter(
-            "config_reloads", "Configuration reloads by outcome.", ("outcome",)
-        )
-        self.config_last_reload_successful = gauge(
-            "config_last_reload_successful", "1 if the last configuration reload worked.", ()
-        )
-        self.fp32_rollback = gauge(
-            "fp32_rollback",
-            "1 while ENABLE_FP16_TRAINING=false is in force: every agent trains in fp32 by "
-            "the rollback switch (not by auto's choice); 0 otherwise. Follows each reload.",
-            (),
-        )
-        self.build_info = gauge(
-            "build_info", "Always 1; the label carries the version.", ("version",)
-        )
-        # What DCGM's GPU series carry, so they join ours (genesis_fp16/metrics/placement.py).
-        self.device_info = gauge(
-            "device_info",
-            "Always 1; where the daemon runs: pod, namespace, host, and each GPU's index, "
-            "UUID and model, the values DCGM's series carry (empty on a CPU host).",
-            ("pod", "namespace", "hostname", "gpu", "uuid", "model_name"),
-        )
+        StepMetrics.__init__(self, families)
+        PrecisionMetrics.__init__(self, families)
+        GuardMetrics.__init__(self, families)
+        RunMetrics.__init__(self, families)  # after the steps: see RunMetrics
+        StorageMetrics.__init__(self, families)
+        ProcessMetrics.__init__(self, families, version, placement)
+        PluginMetrics.__init__(self, families)
+        ConfigMetrics.__init__(self, families)
         # What a finished run reports beyond its counters (RunReportMetrics, below), RL
         # diagnostics (genesis_fp16_rl_*), the probe's verdict.
         self.report = RunReportMetrics(registry)
@@ -258,14 +104,6 @@ class DaemonMetrics:
         self.ranges = RangeMetrics(registry)  # per-layer range statistics, top k per agent
         self.events = EventMetrics(registry)  # the event outbox's deliveries
         self.verdicts = RecentVerdictMetrics(registry)  # is each agent still learning
-        self.build_info.labels(version=version).set(1)
-        # The daemon's process environment (downward API, NVIDIA_VISIBLE_DEVICES) when the
-        # caller has no placement of its own; read once, here.
-        for labels in placement or device_labels(os.environ):
-            self.device_info.labels(**labels).set(1)
-        self.config_last_reload_successful.set(1)
-        for outcome in RELOAD_OUTCOMES:
-            self.config_reloads.labels(outcome=outcome)
         self._last: dict[str, dict[str, float]] = {}
         self._previous_log: dict[str, tuple[int, float]] = {}  # (step, wall) per agent
         self._first: set[str] = set()  # agents whose run has not reported yet
@@ -274,7 +112,7 @@ class DaemonMetrics:
     def add_agent(self, agent: str, last_success: float = 0.0) -> None:
         """Create the agent's series at zero so that rates work from the first run;
         ``last_success`` is the time read back from the state folder (0: never)."""
-        for counter in (*(getattr(self, name) for name in _CUMULATIVE.values()), self.runs_started):
+        for counter in (*(getattr(self, name) for name in CUMULATIVE.values()), self.runs_started):
             counter.labels(agent=agent)
         for outcome in RUN_OUTCOMES:
             self.training_runs.labels(agent=agent, outcome=outcome)
@@ -316,13 +154,13 @@ class DaemonMetrics:
             last = self._last.setdefault(agent, {})
             if agent in self._first:
                 self._first.discard(agent)
-                self.runs_started.labels(agent=agent).inc()  # before its steps: see __init__
+                self.runs_started.labels(agent=agent).inc()  # before its steps: see RunMetrics
                 steps = summary.optimizer_steps + summary.skipped_steps  # skipped included
                 if steps < last.get("optimizer_steps", 0.0) + last.get("skipped_steps", 0.0):
                     # Below the checkpoint's totals at its first report: the agent did not
                     # resume it (changed data trains afresh), so its totals start at zero.
                     last.clear()
-            for field, name in _CUMULATIVE.items():
+            for field, name in CUMULATIVE.items():
                 value = float(getattr(summary, field))
                 increase = value - last.get(field, 0.0)
                 if increase > 0:
@@ -345,34 +183,6 @@ class DaemonMetrics:
         self._previous_log[agent] = (int(step), float(wall))
         if previous is not None and step > previous[0] and wall >= previous[1]:
             self.step_seconds.labels(agent=agent).set((wall - previous[1]) / (step - previous[0]))
-
-    def set_precision(self, agent: str, precision: PrecisionName | None) -> None:
-        """Mark ``precision`` as the agent's active precision (1) and the others 0; None
-        (an ``auto`` not decided yet) sets every precision 0.
-
-        The others are zeroed first, so a scrape in between never sees two active precisions.
-        """
-        for name in PRECISION_LABELS:
-            if name != precision:
-                self.precision.labels(agent=agent, precision=name).set(0)
-        if precision in PRECISION_LABELS:
-            self.precision.labels(agent=agent, precision=precision).set(1)
-
-    def set_execution(self, agent: str, mode: str) -> None:
-        """Mark ``mode`` (one of ``EXECUTION_MODES``) as how the agent's last run stepped;
-        the others 0."""
-        for name in EXECUTION_MODES:
-            self.execution.labels(agent=agent, mode=name).set(1 if name == mode else 0)
-
-    def finish_run(
-        self, agent: str, outcome: str, duration: float, eval_loss: float | None, now: float
-    ) -> None:
-        self.training_runs.labels(agent=agent, outcome=outcome).inc()
-        self.run_duration.labels(agent=agent).observe(duration)
-        if eval_loss is not None:
-            self.eval_loss.labels(agent=agent).set(eval_loss)
-        if outcome in HEALTHY_OUTCOMES:
-            self.last_success.labels(agent=agent).set(now)
 
 
 class ProbeMetrics:

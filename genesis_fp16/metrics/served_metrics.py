@@ -66,8 +66,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from genesis_fp16.metrics.drift_metrics import DriftMetrics
 from genesis_fp16.metrics.metric_names import PREFIX, Families
 from genesis_fp16.metrics.recent_verdicts import HISTORY_LINES, RECENT_RUNS, RecentVerdicts
+from genesis_fp16.metrics.served_folder_metrics import ServedFolderMetrics
 from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
@@ -266,8 +268,10 @@ class JournalCursor:
         return new
 
 
-class PromotionMetrics:
-    """The ``genesis_fp16_{served,candidate}_model_*`` and drift gauges."""
+class PromotionMetrics(ServedFolderMetrics, DriftMetrics):
+    """The promotion gate's ``genesis_fp16_{served,candidate}_model_*``, verdict and
+    promotion series, declared here; the served folder's and the drift gauges, declared
+    in their own classes (the bases)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         f = Families(registry)
@@ -296,25 +300,7 @@ class PromotionMetrics:
             "1 when the agent's last judged candidate was rejected (the served model "
             "stays), 0 when it was promoted or is inconclusive (kept, judged again).",
         )
-        self.pinned = gauge(
-            "served_model_pinned",
-            "1 while an operator's `model promote`/`model rollback` pins the served model "
-            "(the gate then holds better candidates instead of serving them), else 0; as "
-            "of the agent's last scheduled run.",
-        )
-        self.pointer_unusable = gauge(
-            "served_pointer_unusable",
-            "1 while the agent's served-model pointer is unusable (unreadable, another "
-            "version, or naming a missing checkpoint: set aside, nothing served until "
-            "`model promote`/`model rollback` repairs it), else 0.",
-        )
-        self.state_bytes = gauge(
-            "agent_state_bytes",
-            "Bytes of the agent's checkpoint folder (served, kept and rejected models).",
-        )
-        self.pruned = gauge(
-            "models_pruned", "Candidate folders removed by the bounded history at the last run."
-        )
+        ServedFolderMetrics.__init__(self, f)  # each base where its series always were
         self.promotions = f.counter(
             "promotions",
             "Candidates the promotion gate served (the first model included), counted "
@@ -334,28 +320,7 @@ class PromotionMetrics:
             "shown no worse at the observed difference (NaN: more records alone would not "
             "show it); 0 once a verdict is reached.",
         )
-        self.drift = gauge(
-            "feature_drift",
-            "Per-feature distance of the new records from the served model's training "
-            "records at the last changed-data run (Jensen-Shannon numeric, L-inf categorical).",
-            ("agent", "feature"),
-        )
-        self.label_shift = gauge(
-            "label_shift",
-            "Success base rate of the new records minus that of the served model's "
-            "training records, at the last changed-data run.",
-        )
-
-        self.label_shift_flagged = gauge(
-            "label_shift_flagged",
-            "1 when the last changed-data run's label shift passed its threshold "
-            "(max(0.05, 3 s.e.)), 0 when it stayed within.",
-        )
-        self.drift_flagged = gauge(
-            "feature_drift_flagged",
-            "Features whose drift passed the threshold measured from the run's own noise "
-            "at the last changed-data run.",
-        )
+        DriftMetrics.__init__(self, f)
 
     def export_gate(self, agent: str, result: TrainResult) -> None:
         """The run's verdict and scores, if it judged; a promotion serves the candidate's."""
@@ -386,24 +351,6 @@ class PromotionMetrics:
         counted = sum(1 for e in new if e.kind in PROMOTING)
         self.promotions.labels(agent=agent).inc(counted)  # exists at 0 once observed
         return counted
-
-    def export_drift(self, agent: str, result: TrainResult) -> None:
-        drift = result.drift
-        if drift is None:
-            gate = result.gate
-            if gate is not None and gate.served_id is None and not result.up_to_date:
-                # A first model: no earlier records to shift or drift from, so nothing is
-                # flagged (a known 0, not a missing series); the shift itself stays unset.
-                self.label_shift_flagged.labels(agent=agent).set(0)
-                self.drift_flagged.labels(agent=agent).set(0)
-            return
-        for feature, distance in drift.features.items():
-            self.drift.labels(agent=agent, feature=feature).set(distance)
-        if math.isfinite(drift.label_shift):
-            self.label_shift.labels(agent=agent).set(drift.label_shift)
-            flagged = float(drift.label_shift_flagged)
-            self.label_shift_flagged.labels(agent=agent).set(flagged)
-        self.drift_flagged.labels(agent=agent).set(len(drift.flagged))
 
 
 class RecentVerdictMetrics:
