@@ -34,7 +34,9 @@ def install_scaffold(root: Path) -> Path:
     return package
 
 
-def write_records(path: Path, count: int, seed: int, shift: float = 0.0, shuffle: bool = False):
+def write_records(
+    path: Path, count: int, seed: int, shift: float = 0.0, shuffle: bool = False
+) -> None:
     """``count`` records of y = 2 sum(x) + ``shift`` (+ noise), atomically; ``shuffle``:
     the labels of other records (they say nothing of x)."""
     rng = random.Random(seed)
@@ -142,6 +144,11 @@ def growth_env(package: Path, data: Path, steps: int = STEPS) -> dict[str, str]:
     }
 
 
+def _finished_after(daemon: DaemonProcess, seen: int) -> Callable[[], list[dict[str, Any]]]:
+    """A check of the agent's finished runs after its ``seen`` first ones."""
+    return lambda: finished(daemon)[seen:]
+
+
 def clean_growths(
     start: Callable[[dict[str, str]], DaemonProcess],
     folder: Path,
@@ -166,9 +173,7 @@ def clean_growths(
         if growth:
             append_records(data, records, seed=seed * 1000 + growth)
         run_now(daemon, env)
-        done = daemon.wait_for(
-            lambda seen=growth: finished(daemon)[seen:], f"run {growth}", run_deadline
-        )[0]
+        done = daemon.wait_for(_finished_after(daemon, growth), f"run {growth}", run_deadline)[0]
         assert done.get("gate"), done  # every run judged its candidate
         gates.append(done["gate"])
     return gates
