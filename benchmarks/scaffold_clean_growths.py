@@ -53,6 +53,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     args = parser.parse_args()
     began = time.monotonic()
+    commit = subprocess.run(  # the tree it runs from: read before the first run
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     counts: collections.Counter[str] = collections.Counter()
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
@@ -60,9 +63,6 @@ def main() -> None:
             outcome, reason = str(gate["outcome"]), str(gate["reason"])
             counts[outcome] += run > 0  # the growths' verdicts (the first is "first")
             rows.append(f"| {seed} | {run or 'first'} | {outcome} | {reason[:220]} |")
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
     loadavg = Path("/proc/loadavg").read_text().split()[:3]
     print(
         f"# A scaffold plugin over clean growths, real daemon ({platform.processor() or 'cpu'})\n"
