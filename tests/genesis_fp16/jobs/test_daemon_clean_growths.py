@@ -22,8 +22,8 @@ def test_a_scaffold_plugin_continued_over_five_clean_growths_is_never_rejected(
     """The first model on 300 clean records is served; then five times 300 new clean
     records (the same distribution, a new seed each) are appended and `genesis-fp16 run`
     continues the served model: each run's gate, judged on held-out records, says
-    promoted or inconclusive, never rejected. Measured at 88915a42 over 8 seeds
-    (benchmarks/scaffold_clean_growths.py): promoted every time."""
+    promoted or inconclusive, never rejected. Over 8 seeds each growth was promoted
+    (benchmarks/results/scaffold_clean_growths_cpu-intel-xeon-2-cores.md)."""
 
     def start(env: dict[str, str]) -> DaemonProcess:
         return daemon_factory(env, fixtures=False)
