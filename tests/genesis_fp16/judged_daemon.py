@@ -5,8 +5,11 @@ data written as a scheduled run may read it, its settings, runs and `model` comm
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +34,9 @@ def install_scaffold(root: Path) -> Path:
     return package
 
 
-def write_records(path: Path, count: int, seed: int, shift: float = 0.0, shuffle: bool = False):
+def write_records(
+    path: Path, count: int, seed: int, shift: float = 0.0, shuffle: bool = False
+) -> None:
     """``count`` records of y = 2 sum(x) + ``shift`` (+ noise), atomically; ``shuffle``:
     the labels of other records (they say nothing of x)."""
     rng = random.Random(seed)
@@ -99,3 +104,76 @@ def model_command(
         env=daemon_env({"PYTHONPATH": str(package)}, fixtures=False),
         timeout=120,
     )
+
+
+def append_records(path: Path, count: int, seed: int) -> None:
+    """``count`` new clean records (``write_records``' distribution, ``seed``) appended
+    to ``path``'s lines, atomically: the pool grows, its old lines stay as they were."""
+    fresh = path.with_name(f"{path.stem}.fresh")
+    write_records(fresh, count, seed)
+    partial = path.with_suffix(".partial")
+    partial.write_text(path.read_text() + fresh.read_text())
+    fresh.unlink()
+    partial.replace(path)
+
+
+def run_now(daemon: DaemonProcess, env: dict[str, str]) -> None:
+    """`genesis-fp16 run AGENT` in the daemon's folder, with its settings: the daemon
+    starts a run now."""
+    done = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "run", AGENT],
+        cwd=daemon.workdir,
+        env=daemon_env(env, fixtures=False),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def growth_env(package: Path, data: Path, steps: int = STEPS) -> dict[str, str]:
+    """``judged_env`` with no schedule to speak of (each run is one `genesis-fp16 run`),
+    ``steps`` a run, the caller's PYTHONPATH after the plugin's (its genesis_fp16)."""
+    path = [str(package), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {
+        **judged_env(package, data),
+        "PYTHONPATH": os.pathsep.join(path),
+        "GENESIS_FP16_AGENTS__MY_JUDGED__STEPS": str(steps),
+        "GENESIS_FP16_SCHEDULE": "3600",
+        "GENESIS_FP16_RUN_AT_START": "false",
+    }
+
+
+def _finished_after(daemon: DaemonProcess, seen: int) -> Callable[[], list[dict[str, Any]]]:
+    """A check of the agent's finished runs after its ``seen`` first ones."""
+    return lambda: finished(daemon)[seen:]
+
+
+def clean_growths(
+    start: Callable[[dict[str, str]], DaemonProcess],
+    folder: Path,
+    records: int,
+    growths: int,
+    seed: int,
+    steps: int = STEPS,
+    run_deadline: float = 300.0,
+) -> list[dict[str, Any]]:
+    """A first model on ``records`` clean records, then ``growths`` growths of as many
+    clean records (new lines appended, the same distribution, new seeds), each followed
+    by `genesis-fp16 run`: the gate of each of those runs, as the daemon's ``training run
+    finished`` line logged it (first the first model's). ``start`` starts the daemon in
+    ``folder`` with the environment it is given."""
+    package = install_scaffold(folder / "plugin")
+    data = folder / "records.jsonl"
+    write_records(data, records, seed=seed * 1000)
+    env = growth_env(package, data, steps)
+    daemon = start(env)
+    gates: list[dict[str, Any]] = []
+    for growth in range(growths + 1):
+        if growth:
+            append_records(data, records, seed=seed * 1000 + growth)
+        run_now(daemon, env)
+        done = daemon.wait_for(_finished_after(daemon, growth), f"run {growth}", run_deadline)[0]
+        assert done.get("gate"), done  # every run judged its candidate
+        gates.append(done["gate"])
+    return gates
