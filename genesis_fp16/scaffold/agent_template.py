@@ -121,7 +121,7 @@ class Task:
     checkpoint then says which records it learned from)."""
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor, trained: Any = None) -> None:
-        validation = max(1, len(x) // 10)  # fit() keeps the weights that do best here
+        validation = max(1, len(x) // 10)  # fit() reports its eval loss on these
         self.x, self.y = x[validation:], y[validation:]
         self.eval_x, self.eval_y = x[:validation], y[:validation]
         self.trained = trained
