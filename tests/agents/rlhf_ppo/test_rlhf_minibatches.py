@@ -4,7 +4,7 @@ the same rows in the same order as a gather per minibatch, and no gather per min
 from __future__ import annotations
 
 import torch
-from gather_counter import GatherCounter
+from op_counter import OpCounter
 
 from genesis_fp16_agents.rlhf_ppo.task import PPOConfig, PPOTask
 
@@ -37,9 +37,9 @@ def test_each_minibatch_holds_the_rows_of_its_slice_of_the_drawn_order() -> None
 
 def _gathers(minibatches: int) -> int:
     task = PPOTask(PPOConfig(batch_size=16, minibatches=minibatches, ppo_epochs=2), SEED)
-    with GatherCounter() as counter:
+    with OpCounter(torch.ops.aten.index.Tensor) as counter:
         assert len(list(task.train_batches(0, SEED))) == 2 * minibatches
-    return counter.gathers
+    return counter.count
 
 
 def test_an_iteration_gathers_as_often_whatever_its_number_of_minibatches() -> None:

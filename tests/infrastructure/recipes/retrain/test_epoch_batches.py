@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from gather_counter import GatherCounter
+from op_counter import OpCounter
 from torch import nn
 
 from genesis_fp16_infrastructure.data.readers import read_trajectories
@@ -58,10 +58,10 @@ def test_each_batch_holds_the_rows_a_gather_per_batch_took_in_the_same_order(
 
 def test_an_epoch_gathers_its_rows_once_not_once_a_batch(task: WorldModelTask) -> None:
     """One gather per field of the batch an epoch (six), whatever its number of batches."""
-    with GatherCounter() as counter:
+    with OpCounter(torch.ops.aten.index.Tensor) as counter:
         batches = list(task.train_batches(0, SEED))
     assert len(batches) > 2
-    assert counter.gathers == len(Batch._fields)
+    assert counter.count == len(Batch._fields)
 
 
 def test_a_fit_switches_the_models_mode_once_per_evaluation_not_per_step(

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import torch
 from guard_faults import STEPS, FaultTask
+from op_counter import OpCounter
 from torch import nn
 from torch.nn import functional as F
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -215,16 +215,6 @@ def _hooked(model: nn.Module) -> bool:
     )
 
 
-class _Ops(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _faked_run(
     steps: int, config: RangeStatsConfig | None
 ) -> tuple[_FakeGraphs, list[RangeReport], list[int]]:
@@ -243,7 +233,7 @@ def _faked_run(
     x, y = torch.randn(16, 4), torch.randn(16, 1)
     ops = []
     for _ in range(steps):
-        with _Ops() as counter:
+        with OpCounter() as counter:
             trainer.step([(x, y)], _mse, 16)
             if stats is not None:
                 stats.after_step(trainer)

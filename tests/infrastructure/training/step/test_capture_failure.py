@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 import torch
+from op_counter import OpCounter
 from torch import nn
 from torch.nn import functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from genesis_fp16_infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig
 from genesis_fp16_infrastructure.training.step import cuda_graph
@@ -331,23 +331,11 @@ def test_the_trainer_falls_back_outside_the_except_block_and_ends_as_eager(
         assert torch.equal(graphed.model.state_dict()[name], tensor), name
 
 
-class HostReads(TorchDispatchMode):
-    """Counts reads of a tensor's value on the host (``.item()``, ``.tolist()``, a
-    ``bool()``): the ops that wait for the device on CUDA."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if func is torch.ops.aten._local_scalar_dense.default:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 @contextlib.contextmanager
-def host_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[HostReads]:
-    mode = HostReads()
+def host_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpCounter]:
+    """Counts reads of a tensor's value on the host (``.item()``, ``.tolist()``, a
+    ``bool()``, ``.cpu()``): the ops that wait for the device on CUDA."""
+    mode = OpCounter(torch.ops.aten._local_scalar_dense.default)
     real_tolist, real_cpu = torch.Tensor.tolist, torch.Tensor.cpu
 
     def tolist(self: torch.Tensor) -> Any:

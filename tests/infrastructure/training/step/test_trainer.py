@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 import torch
+from op_counter import OpCounter
 from torch import nn
 from torch.nn import functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from genesis_fp16_infrastructure.training import (
     PrecisionPolicy,
@@ -453,25 +453,13 @@ def test_steady_state_step_reads_no_tensor_values_with_a_fused_optimizer(
     assert len(_steady_state_reads(monkeypatch, fused=False)) >= 6
 
 
-class _OpCounter(TorchDispatchMode):
-    """Counts the aten ops that run under it (forward, backward and optimizer alike)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _ops_per_step(step: Callable[[Batch], None]) -> int:
     batch = _batch()
     step(batch)
     step(batch)  # warm-up: optimizer state is created lazily
-    with _OpCounter() as counter:
+    with OpCounter() as counter:
         step(batch)
-    return counter.ops
+    return counter.count
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
