@@ -262,9 +262,11 @@ def _run_owned(
         else:
             shown = bar.update if bar else None
         # The run's callbacks, once (a daemon's child relays what its launcher reads).
-        diagnostics = relay_to_daemon() if args.json_progress and main else None
+        relayed = args.json_progress and main
+        diagnostics = relay_to_daemon() if relayed else None
         on_log = fan_out(shown, tracker.log_summary if tracker else None)
-        request = request.with_callbacks(on_log, stop.is_set, diagnostics)
+        decided = print_precision if relayed else None
+        request = request.with_callbacks(on_log, stop.is_set, diagnostics, decided)
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
             code = _train(args, loaded.plugin, request, main, bar, tracker)
         models = CheckpointsFolder(Path(request.checkpoint_dir))
@@ -473,6 +475,11 @@ def relay_to_daemon() -> Callable[[Mapping[str, float]], None]:
 def print_progress(summary: TrainingSummary) -> None:
     """One ``{"progress": summary}`` line for the launcher."""
     print(json.dumps({"progress": summary.to_json()}, allow_nan=False), flush=True)
+
+
+def print_precision(precision: str) -> None:
+    """One ``{"precision": name}`` line for the launcher: the run's precision, decided."""
+    print(json.dumps({"precision": precision}), flush=True)
 
 
 class ProgressBar:

@@ -6,7 +6,8 @@ The request is built once, in one place (genesis_fp16/jobs/run_request.py:
 snapshot, and asks the plugin's data check once); planning
 adds what only the daemon's job has: the probe's verdict (once per agent, when
 configured), the run's curves, and the callbacks that report progress
-(genesis_fp16/jobs/recording.py) and ask the run to stop
+(genesis_fp16/jobs/recording.py), show the precision the run decided
+(:func:`show_decided`) and ask the run to stop
 (:meth:`~genesis_fp16.jobs.job_state.Run.should_stop`). The request is kept on the run
 (``Run.request``): recording asks its snapshot where the run's counters start.
 """
@@ -25,7 +26,7 @@ from genesis_fp16.jobs.run_request import plan_request, warn_ignored
 from genesis_fp16.launch.progress_text import Progress
 from genesis_fp16.metrics.tracking import open_tracker
 from genesis_fp16.plugin_api import AgentPlugin, TrainRequest
-from genesis_fp16_infrastructure.api import AgentSnapshot, Capabilities
+from genesis_fp16_infrastructure.api import AgentSnapshot, Capabilities, PrecisionName
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
@@ -65,6 +66,7 @@ def plan_run(
         on_log=functools.partial(record_progress, run, progress),
         should_stop=run.should_stop,
         on_diagnostics=functools.partial(ctx.metrics.rl.export, agent),
+        on_precision=functools.partial(show_decided, run),
     )
     request = replace(request, precision=replace(request.precision, excluded=excluded))
     run.request = request
@@ -85,6 +87,16 @@ def plan_run(
     assert request.snapshot is not None  # plan_request always takes one
     check_served_pointer(run, request.snapshot)
     return request
+
+
+def show_decided(run: Run, precision: PrecisionName) -> None:
+    """The run's precision, decided (its ``on_precision``, before its first step; a
+    measured ``auto`` after its calibration), on ``genesis_fp16_precision`` at once: the
+    gauge says the running run's from then on, not only from its first progress report,
+    a log interval later. A run a reload is stopping leaves the gauge at the next run's."""
+    with run.ctx.gauge_lock:
+        if not run.reloaded():
+            run.ctx.metrics.set_precision(run.agent, precision)
 
 
 def check_served_pointer(run: Run, snapshot: AgentSnapshot) -> None:

@@ -165,7 +165,7 @@ def next_loss_scale(folder: AgentFolder, precision: PrecisionName | None) -> flo
       and the precision guard's memory, :func:`precision_request`;
       :func:`expected_precision`): a measured ``auto`` answers from the measurement it
       kept; with none it is undecided (``None``: every precision series 0) until the run
-      measures and reports.
+      measures (its decision is on the gauge before its first step: ``on_precision``).
     - **loss scale**: 1 outside fp16 (the scaler is disabled there, and every run reports
       1). In fp16, the scale the run resumes with (the library's ``resume_loss_scale``):
       the newest checkpoint's scaler state (an fp32 or bf16 checkpoint holds one too), or

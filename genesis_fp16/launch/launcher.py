@@ -52,7 +52,13 @@ from genesis_fp16.launch.handoff import SAFE_PYTHON, child_env, write_run_file
 from genesis_fp16.launch.kubeflow import torchrun
 from genesis_fp16.launch.run_worker import ForkedChild, RunWorker, WorkerUnavailable
 from genesis_fp16.plugin_api import TrainRequest, TrainResult
-from genesis_fp16_infrastructure.api import RUN_REQUEST, TrainingSummary, files
+from genesis_fp16_infrastructure.api import (
+    PRECISIONS,
+    RUN_REQUEST,
+    PrecisionName,
+    TrainingSummary,
+    files,
+)
 
 log = logging.getLogger("genesis_fp16.launcher")
 relay_log = structlog.get_logger("genesis_fp16.torchrun")
@@ -174,6 +180,7 @@ def _launch(
     reader = threading.Thread(
         target=contextvars.copy_context().run,
         args=(_read_stdout, child.stdout, ended, request.on_log, request.on_diagnostics),
+        kwargs={"on_precision": request.on_precision},
         daemon=True,
     )
     # Drained until EOF whatever happens here, or a chatty rank blocks on a full pipe;
@@ -365,6 +372,7 @@ def _read_stdout(
     output: _Ended,
     on_log: Callable[[TrainingSummary], None] | None,
     on_diagnostics: Callable[[Mapping[str, float]], object] | None = None,
+    on_precision: Callable[[PrecisionName], object] | None = None,
 ) -> None:
     for line in stream:
         try:
@@ -376,6 +384,9 @@ def _read_stdout(
         if "progress" in data:
             if on_log is not None:
                 on_log(TrainingSummary.from_json(data["progress"]))
+        elif set(data) == {"precision"}:  # decided, before the first step
+            if on_precision is not None and data["precision"] in PRECISIONS:
+                on_precision(data["precision"])
         elif set(data) == {"diagnostics"}:  # a live line; a result has a diagnostics field too
             if on_diagnostics is not None and isinstance(data["diagnostics"], dict):
                 values = data["diagnostics"].items()

@@ -214,13 +214,20 @@ class TrainRequest(RunSpec, RunCallbacks, Record):
         on_log: Callable[[TrainingSummary], None] | None,
         should_stop: Callable[[], bool],
         on_diagnostics: Callable[[Mapping[str, float]], object] | None = None,
+        on_precision: Callable[[PrecisionName], object] | None = None,
     ) -> TrainRequest:
-        """This request with the run's callbacks, all set together (``on_diagnostics`` left
-        out: none) by whoever starts the run::
+        """This request with the run's callbacks, all set together (``on_diagnostics`` and
+        ``on_precision`` left out: none) by whoever starts the run::
 
             request.with_callbacks(on_log=show, should_stop=stop.is_set)
         """
-        return replace(self, on_log=on_log, should_stop=should_stop, on_diagnostics=on_diagnostics)
+        return replace(
+            self,
+            on_log=on_log,
+            should_stop=should_stop,
+            on_diagnostics=on_diagnostics,
+            on_precision=on_precision,
+        )
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,8 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
             expected_steps=_expected_steps(task, options),
         )
     seed_everything(options.seed)  # after the calibration: it leaves no trace in the run
+    if options.on_precision is not None:  # decided: said now, not at the first report
+        options.on_precision(policy.name)
     if options.initial_loss_scale is not None:  # a resumed checkpoint's scale replaces it
         start_scale_at(policy, options.initial_loss_scale)
     options = replace(options, should_stop=distributed.agreed_stop(options.should_stop))

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from genesis_fp16_infrastructure.config_bounds import bounded
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     GuardConfig,
+    PrecisionName,
     PrecisionRequest,
     as_request,
 )
@@ -92,9 +93,13 @@ class RunCallbacks:
     end; ``should_stop`` is polled before every step, and when it returns True the run
     checkpoints, evaluates and ends early; ``on_diagnostics`` receives an RL agent's
     diagnostics (``{name: float}``) after each iteration, which the daemon exports live
-    as ``genesis_fp16_rl_*`` gauges (genesis_fp16/metrics/diagnostics_export.py).
+    as ``genesis_fp16_rl_*`` gauges (genesis_fp16/metrics/diagnostics_export.py);
+    ``on_precision`` receives the precision the run trains in as soon as ``fit()`` has
+    decided it, before the first step (a measured ``auto`` after its calibration), so the
+    daemon's precision gauge shows it from then on, not from the first report.
     """
 
     on_log: Callable[[TrainingSummary], None] | None = None
     should_stop: Callable[[], bool] = _never_stop
     on_diagnostics: Callable[[Mapping[str, float]], object] | None = None
+    on_precision: Callable[[PrecisionName], object] | None = None

@@ -214,3 +214,17 @@ def test_a_tasks_cuda_generators_reach_the_trainer_and_a_task_without_gets_none(
         hook = [lambda trainer: seen.append(trainer.generators)]
         fit(task, FitOptions(precision="bf16", steps=1, resume=False, step_hooks=hook))
     assert seen == [(noise,), ()]
+
+
+def test_fit_says_the_precision_it_decided_before_its_first_step() -> None:
+    """on_precision is called once, with the precision the run trains in, before the first
+    step's loss (the daemon's gauge shows it from then on, issue 92)."""
+    task = RegressionTask()
+    said: list[tuple[str, int]] = []
+    options = FitOptions(
+        precision="bf16",
+        steps=3,
+        on_precision=lambda name: said.append((name, len(task.seen))),
+    )
+    result = fit(task, options)
+    assert said == [("bf16", 0)] and result.precision.used == "bf16"
