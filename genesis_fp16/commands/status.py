@@ -20,6 +20,12 @@ if TYPE_CHECKING:  # imported where used: `genesis-fp16 train` loads none of thi
 
 MAX_REPORT_BYTES = 8 * 1024 * 1024
 NO_DAEMON = "none: no daemon runs on this state folder (`genesis-fp16 serve` schedules runs)"
+# The rollback switch as a report read without the daemon says it: these settings' (a
+# daemon that did not answer reads them at its next reload; `train` reads them now).
+FOLDER_ROLLBACK = (
+    "on in these settings: ENABLE_FP16_TRAINING=false, the next run started with them "
+    "trains in fp32"
+)
 ASK_TIMEOUT = 10.0  # seconds: the daemon answers in milliseconds unless it is stuck
 
 
@@ -100,6 +106,8 @@ def _folder_report(settings: Settings, daemon: DaemonStatus, note: str) -> Statu
     from genesis_fp16.status.report import NextRun
     from genesis_fp16.status.serving import settings_status
 
+    if settings.enable_fp16_training is False:  # said as the daemon's page says it
+        daemon = replace(daemon, rollback=FOLDER_ROLLBACK)
     owner = daemon.owner or ""
     training = owner.split(" ", 1)[1] if owner.startswith("train ") else None  # its agent
 

@@ -141,9 +141,9 @@ def _daemon_rows(daemon: DaemonStatus, state_dir: str) -> tuple[Row, ...]:
         if daemon.reload_refused_at is not None:
             when = _clock(daemon.reload_refused_at)
             rows.append(("reload", f"refused since {when}: {daemon.reload_error}"))
-        if daemon.rollback is not None:
-            rows.append(("rollback", daemon.rollback))
         rows.append(("run now", RUN_NOW_HINT))
+    if daemon.rollback is not None:  # the daemon's, or without one the settings' own
+        rows.append(("rollback", daemon.rollback))
     if daemon.ready is not None:
         rows.append(("ready", daemon.ready))
     return tuple(rows)

@@ -159,6 +159,20 @@ def test_status_says_when_the_daemon_does_not_answer(tmp_path: Path) -> None:
     assert all(a["next_run"]["note"] == daemon["health"] for a in report["agents"])
 
 
+def test_status_without_the_daemon_says_the_rollback_switch_its_settings_turn_on(
+    tmp_path: Path,
+) -> None:
+    """ENABLE_FP16_TRAINING=false in the settings `status` reads, no daemon answering: the
+    report says the switch is on, as the daemon's page does, in the JSON and the text
+    (it said nothing, while the next run would train in fp32; issue 92)."""
+    (tmp_path / "state").mkdir()
+    env = {"ENABLE_FP16_TRAINING": "false"}
+    report = json.loads(_cli(tmp_path, "status", "--json", env=env))
+    assert report["daemon"]["rollback"].startswith("on in these settings: ENABLE_FP16_TRAINING")
+    assert "ENABLE_FP16_TRAINING=false" in _cli(tmp_path, "status", env=env)
+    assert json.loads(_cli(tmp_path, "status", "--json"))["daemon"]["rollback"] is None
+
+
 def test_unreadable_state_files_are_named_not_read(tmp_path: Path) -> None:
     """A FIFO as the last-run record and a torn served pointer are problems on the
     report, read without blocking (a FIFO would hang a plain read)."""
