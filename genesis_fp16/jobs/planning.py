@@ -93,10 +93,14 @@ def show_decided(run: Run, precision: PrecisionName) -> None:
     """The run's precision, decided (its ``on_precision``, before its first step; a
     measured ``auto`` after its calibration), on ``genesis_fp16_precision`` at once: the
     gauge says the running run's from then on, not only from its first progress report,
-    a log interval later. A run a reload is stopping leaves the gauge at the next run's."""
+    a log interval later. Outside fp16 the loss scale is 1 (no scaler), said with it; an
+    fp16 run's scale waits for its first report (its checkpoint is read after this). A
+    run a reload is stopping leaves both at the next run's."""
     with run.ctx.gauge_lock:
         if not run.reloaded():
             run.ctx.metrics.set_precision(run.agent, precision)
+            if precision != "fp16":
+                run.ctx.metrics.loss_scale.labels(agent=run.agent).set(1.0)
 
 
 def check_served_pointer(run: Run, snapshot: AgentSnapshot) -> None:

@@ -28,6 +28,8 @@ def _scrape(daemon: DaemonProcess) -> dict[tuple[str, str], float]:
                 continue
             if sample.name == "genesis_fp16_precision":
                 found[("precision", sample.labels["precision"])] = sample.value
+            elif sample.name == "genesis_fp16_loss_scale":
+                found[("loss_scale", "")] = sample.value
             elif sample.name == "genesis_fp16_optimizer_steps_total":
                 found[("steps", "")] = sample.value
     return found
@@ -42,8 +44,9 @@ def _decided(daemon: DaemonProcess) -> dict[tuple[str, str], float] | None:
 def test_a_measured_auto_run_shows_its_precision_before_its_first_report(
     daemon_factory: DaemonFactory, tmp_path: Path
 ) -> None:
-    """A first auto run (no measurement kept: every precision 0 at start-up) puts the
-    precision it measured on genesis_fp16_precision while it trains, before any report."""
+    """A first auto run (no measurement kept: every precision 0 and the scale NaN at
+    start-up) puts the precision it measured on genesis_fp16_precision while it trains,
+    before any report, and outside fp16 the loss scale 1 with it."""
     package = install_scaffold(tmp_path / "plugin")
     data = tmp_path / "records.jsonl"
     write_records(data, 200, seed=0)
@@ -71,6 +74,8 @@ def test_a_measured_auto_run_shows_its_precision_before_its_first_report(
     # No report came: the run's steps are not counted yet, and it has not finished.
     assert scrape.get(("steps", ""), 0.0) == 0.0
     assert not daemon.events("training run finished")
+    if shown != ["fp16"]:  # no scaler: 1 with the decision (start-up said NaN: undecided)
+        assert scrape[("loss_scale", "")] == 1.0
     # The precision it measured is the one it trains in: its one report, at the end, agrees.
     daemon.stop()
     ended = [e for e in daemon.events("training run finished") if e.get("agent") == AGENT]
