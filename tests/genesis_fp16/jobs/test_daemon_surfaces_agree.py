@@ -119,6 +119,9 @@ def _check_agreement(
     gauge = {p: metrics[("genesis_fp16_precision", (("precision", p),))] for p in PRECISION_LABELS}
     assert gauge == {p: float(p == last["precision"]) for p in PRECISION_LABELS}
     assert metrics[("genesis_fp16_loss_scale", ())] == newest["loss_scale"]
+    # The page's loss-scale chart draws each run's stored scale: 1 for every run without
+    # a scaler, as /metrics said while it ran (an up_to_date fp32 run once stored 65536).
+    assert {r["loss_scale"] for r in runs if r["run"]["precision"] != "fp16"} == {1.0}
     assert metrics[("genesis_fp16_last_success_timestamp_seconds", ())] == pytest.approx(
         agent["last_success_at"], abs=1e-3
     )
