@@ -81,6 +81,8 @@ def test_sigterm_to_torchrun_stops_every_rank_with_a_checkpoint(tmp_path: Path) 
         command, cwd=REPO, env=_env(tmp_path), stdout=subprocess.PIPE, text=True
     )
     assert child.stdout is not None
+    decided = json.loads(child.stdout.readline())  # rank 0's precision, before any step
+    assert decided == {"precision": "fp32"}
     first = json.loads(child.stdout.readline())  # rank 0's first progress line
     assert first["progress"]["step"] >= 2
     child.send_signal(signal.SIGTERM)
