@@ -108,7 +108,9 @@ class _Baseline:
     cwd: str
     handlers: dict[int, Any]
     modules: set[str]
-    excepthook: Any = field(default=threading.excepthook)
+    streams: tuple[Any, Any]
+    root: tuple[list[logging.Handler], int]
+    excepthook: Any
 
     @classmethod
     def take(cls) -> _Baseline:
@@ -117,7 +119,16 @@ class _Baseline:
             with contextlib.suppress(OSError, ValueError, TypeError):
                 handlers[signum] = signal.getsignal(signum)
         handlers = {k: v for k, v in handlers.items() if v is not None}
-        return cls(dict(os.environ), os.getcwd(), handlers, set(sys.modules))
+        root = logging.getLogger()
+        return cls(
+            dict(os.environ),
+            os.getcwd(),
+            handlers,
+            set(sys.modules),
+            (sys.stdout, sys.stderr),
+            (list(root.handlers), root.level),
+            threading.excepthook,
+        )
 
     def restore(self) -> None:
         for signum, handler in self.handlers.items():
@@ -128,16 +139,15 @@ class _Baseline:
         with contextlib.suppress(OSError):
             os.chdir(self.cwd)
         sys.argv = [_MAIN]
-        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        sys.stdout, sys.stderr = self.streams  # on descriptors 1 and 2: the next run's pipes
         root = logging.getLogger()
-        for handler in list(root.handlers):  # the run's, on its stderr: the next configures its own
-            root.removeHandler(handler)
+        root.handlers[:] = self.root[0]  # the run's (on its stderr) go: the next sets its own
+        root.setLevel(self.root[1])
         logging.captureWarnings(False)
         threading.excepthook = self.excepthook
         structlog = sys.modules.get("structlog.contextvars")
         if structlog is not None:
             structlog.clear_contextvars()
-        atexit._clear()  # the run's atexit functions ran at its end
 
 
 @dataclass
@@ -178,6 +188,9 @@ class Resident:
 def serve_runs(channel: socket.socket, device: str, max_mib: float) -> NoReturn:
     """The resident process's loop: take a run, run it, report, serve on or end. Ends the
     process (``os._exit``) when the worker's end of ``channel`` closes or a run says so."""
+    # What the worker's imports registered would run at the end of every run here: this
+    # process never exits through them (os._exit), so it starts with none.
+    atexit._clear()
     resident = Resident(device, max_mib, _Baseline.take())
     while True:
         # Idle, a SIGTERM ends this process (the next run gets a fresh one); from a run's
@@ -251,7 +264,8 @@ def _run(resident: Resident, request: dict[str, Any], note: str | None) -> tuple
     _say_start(resident, note)
     code = run_command(request["args"])
     join_threads()
-    atexit._run_exitfuncs()
+    atexit._run_exitfuncs()  # the run's own (serve_runs cleared the rest), as at an exit
+    atexit._clear()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the handlers go back first
     resident.note_sources()
     return code, _why_end(resident, code, sigterm_received())
