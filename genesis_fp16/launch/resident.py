@@ -336,8 +336,10 @@ def _say_start(resident: Resident, note: str | None) -> None:
     kept = kept_in_memory()
     _log(
         f"resident run process {pid} ({resident.device}) reused: run {resident.runs} in it, "
-        f"with what earlier runs left in memory: {', '.join(kept)}",
+        f"with what earlier runs left in memory: {', '.join(kept)}; "
+        f"{len(resident.sources)} source files of modules they imported checked unchanged",
         resident_pid=pid,
+        sources_checked=len(resident.sources),
         reused=True,
         run_in_process=resident.runs,
         kept=kept,
