@@ -213,7 +213,10 @@ def serve_runs(channel: socket.socket, device: str, max_mib: float) -> NoReturn:
         status = socket.socket(fileno=fds[3])
         code, ending = _serve_one(resident, fds, json.loads(data).get("note"))
         # The worker hears first, the daemon then: its next run finds this process's state known.
-        channel.send(json.dumps({"idle": 1} if ending is None else {"ending": ending}).encode())
+        try:
+            channel.send(json.dumps({"idle": 1} if ending is None else {"ending": ending}).encode())
+        except OSError:  # the worker is gone (replaced, killed): the run's end is still said
+            ending = ending or "its run worker is gone"
         with contextlib.suppress(OSError):  # the daemon gave up on this run
             status.send(json.dumps({"exit": code}).encode())
         status.close()
