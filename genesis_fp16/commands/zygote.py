@@ -35,6 +35,15 @@ Rules it keeps:
   the next run (or when a fork request fails), logs why, and starts another; if it
   cannot, the run is started by exec, with the reason logged.
 
+- **Or a resident run process per device** (``GENESIS_FP16_RUN_RESIDENT=true``: the
+  request says ``{"run": 1, "resident": {"device", "max_mib"}}``): the worker forks one
+  process per device at its first run and hands it that device's later runs, with the same
+  five descriptors; it answers the daemon with that process's pid and pidfd
+  (``{"pid": N, "resident": K}``, its Kth run). That process reports each run's exit code
+  itself, and ends after a run it does not trust (genesis_fp16/launch/resident.py says
+  when); one that dies mid-run is reaped here, and its run's end reported as a child's
+  is. A device whose process is busy gets a child forked for the run, as above.
+
 Protocol (``SOCK_SEQPACKET``, one small JSON object per message): the worker first sends
 ``{"ready": ...}`` (or ``{"error": ...}``), with its ``sys.path`` and the digest of what was
 installed there when it started (genesis_fp16/launch/installed_state.py: the daemon
@@ -158,6 +167,7 @@ class _Resident:
     its channel, and the status socket of the run it is serving (None: idle)."""
 
     pid: int
+    device: str
     channel: socket.socket
     status: socket.socket | None = None
 
@@ -165,8 +175,8 @@ class _Resident:
 # Resident run processes no longer served, not yet reaped: pid -> the status socket of the
 # run they were serving (None: idle), on which the reaping reports their end.
 _GOING: dict[int, socket.socket | None] = {}
-# Why a resident run process ended after its run, by pid: said to the next one's first run.
-_ENDED: dict[int, str] = {}
+# Why a device's resident run process ended after its run: said to the next one's first run.
+_ENDED: dict[str, str] = {}
 # How long a resident run process may take to take a run (it checks its modules' files).
 _OFFER_SECONDS = 5.0
 
@@ -247,7 +257,7 @@ def _heard(resident: _Resident, residents: dict[str, _Resident]) -> None:
         resident.status.close()  # it reports the run's end itself
         resident.status = None
     if "ending" in said:
-        _ENDED[resident.pid] = f"{resident.pid}, the one before, ended: {said['ending']}"
+        _ENDED[resident.device] = f"{resident.pid}, the one before, ended: {said['ending']}"
     if not data or "ending" in said:
         _forget(resident, residents)
 
@@ -282,8 +292,7 @@ def _hand_to_resident(
     note = None
     for _ in range(2):
         if resident is None:
-            ended = [_ENDED.pop(pid) for pid in list(_ENDED)]
-            note = note or (ended[-1] if ended else None)
+            note = note or _ENDED.pop(device, None)
             resident = _fork_resident(device, options, fds, control, running, residents)
         answer = _offer(resident, fds, note)
         if "taken" in answer:
@@ -344,7 +353,7 @@ def _fork_resident(
         serve_runs(theirs, device, float(options.get("max_mib") or MAX_MIB))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     theirs.close()
-    residents[device] = _Resident(pid, ours)
+    residents[device] = _Resident(pid, device, ours)
     return residents[device]
 
 
