@@ -1,6 +1,6 @@
 """Wall time of successive se_darwin runs through the launcher and the run worker: a child
 forked per run against the device's resident run process (issue 91,
-genesis_fp16/launch/resident.py). Each mode gets a fresh worker and RUNS runs of STEPS fixed
+genesis_fp16/commands/resident.py). Each mode gets a fresh worker and RUNS runs of STEPS fixed
 steps on the same 100-record pool; the first run pays the worker's start (its imports).
 
     python benchmarks/resident_runs.py --steps 20 --runs 3 --rounds 2
@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from genesis_fp16.commands.resident import MAX_MIB
 from genesis_fp16.launch import launcher
-from genesis_fp16.launch.resident import MAX_MIB
 from genesis_fp16.launch.run_worker import RunWorker
 from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.data.synthetic import generate_pool

@@ -40,7 +40,7 @@ Rules it keeps:
   process per device at its first run and hands it that device's later runs, with the same
   five descriptors; it answers the daemon with that process's pid and pidfd
   (``{"pid": N, "resident": K}``, its Kth run). That process reports each run's exit code
-  itself, and ends after a run it does not trust (genesis_fp16/launch/resident.py says
+  itself, and ends after a run it does not trust (genesis_fp16/commands/resident.py says
   when); one that dies mid-run is reaped here, and its run's end reported as a child's
   is. A device whose process is busy gets a child forked for the run, as above.
 
@@ -72,15 +72,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from genesis_fp16.launch.cuda_fork_probe import cuda_driver_loaded, probe_forked_cuda
-from genesis_fp16.launch.installed_state import installed_digest
-from genesis_fp16.launch.resident import (
+from genesis_fp16.commands.resident import (
     MAX_MIB,
     join_threads,
     read_request,
     run_command,
     serve_runs,
 )
+from genesis_fp16.launch.cuda_fork_probe import cuda_driver_loaded, probe_forked_cuda
+from genesis_fp16.launch.installed_state import installed_digest
 from genesis_fp16.launch.run_worker import MAX_MESSAGE, REQUEST_FDS
 
 # What the worker imports before it serves: what every run's child imports before it trains.
@@ -163,7 +163,7 @@ def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = 
 
 @dataclass
 class _Resident:
-    """A resident run process of this worker (genesis_fp16/launch/resident.py): its pid,
+    """A resident run process of this worker (genesis_fp16/commands/resident.py): its pid,
     its channel, and the status socket of the run it is serving (None: idle)."""
 
     pid: int

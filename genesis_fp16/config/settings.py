@@ -178,7 +178,7 @@ class Settings(BaseSettings, GuardSettings):
     # (genesis_fp16/commands/zygote.py), not started by exec; false: exec, as torchrun's ranks.
     run_worker: bool = True
     # With the run worker: each device's runs served one after another by one resident run
-    # process the worker forks once (genesis_fp16/launch/resident.py), so what a run leaves
+    # process the worker forks once (genesis_fp16/commands/resident.py), so what a run leaves
     # in memory (imported modules, the CUDA context, module-level caches) serves the next.
     # Off by default until its costs and CUDA behaviour are measured on a GPU (docs/daemon.md).
     run_resident: bool = False

@@ -113,7 +113,7 @@ _WATCHES: list[tuple[threading.Thread, int]] = []
 
 def stop_watching() -> None:
     """End every watch :func:`watch_daemon` started, without acting, and wait for them:
-    the run they watched ended, and its process goes on (genesis_fp16/launch/resident.py)."""
+    the run they watched ended, and its process goes on (genesis_fp16/commands/resident.py)."""
     while _WATCHES:
         thread, wake_w = _WATCHES.pop()
         os.close(wake_w)  # EOF on the wake pipe: the watch returns

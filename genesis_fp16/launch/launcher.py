@@ -128,7 +128,7 @@ def train_in_child(
     imported torch; torchrun's ranks are always started by exec. The child (or torchrun)
     is counted in ``processes`` (the daemon's, for its shutdown) while it lives. With
     ``resident_max_mib``, the worker's resident run process for the request's device serves
-    the run (genesis_fp16/launch/resident.py), ending past that many MiB of its memory.
+    the run (genesis_fp16/commands/resident.py), ending past that many MiB of its memory.
     """
     check_layout(request, nproc)
     handed = request_file(request)

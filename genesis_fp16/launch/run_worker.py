@@ -88,7 +88,7 @@ class ForkedChild:
         resident_run: int | None = None,
     ) -> None:
         self.pid = pid
-        # Served by the device's resident run process (genesis_fp16/launch/resident.py):
+        # Served by the device's resident run process (genesis_fp16/commands/resident.py):
         # its Nth run; its end is the status message, its process's death a failed run.
         self.resident_run = resident_run
         self.stdin, self.stdout, self.stderr = pipes
@@ -215,7 +215,7 @@ class RunWorker:
     ) -> ForkedChild:
         """A child running ``python -m genesis_fp16 ARGS`` in ``env`` (forked by the worker).
         With ``resident`` (``{"device": ..., "max_mib": ...}``), the run is served by the
-        worker's resident run process for that device (genesis_fp16/launch/resident.py).
+        worker's resident run process for that device (genesis_fp16/commands/resident.py).
         Raises :class:`WorkerUnavailable` when there is no worker to fork it."""
         with self._lock:
             renewal = self._take_renewal()

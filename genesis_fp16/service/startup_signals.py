@@ -22,7 +22,7 @@ from types import FrameType
 _held = threading.Event()
 _holding = False
 # Whether a SIGTERM reached this process since hold_sigterm(), held or taken by a command:
-# a resident run process (genesis_fp16/launch/resident.py) ends after a run stopped by one.
+# a resident run process (genesis_fp16/commands/resident.py) ends after a run stopped by one.
 _received = threading.Event()
 
 

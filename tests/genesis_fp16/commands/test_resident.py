@@ -1,4 +1,4 @@
-"""The resident run process (genesis_fp16/launch/resident.py): one per device, forked once by
+"""The resident run process (genesis_fp16/commands/resident.py): one per device, forked once by
 the run worker, serves its runs one after another; a failed, stopped, killed or over-memory
 run ends it, a module edited since it was imported makes it stale, and each run says
 whether it reused it. CPU only: what it keeps on a GPU (the CUDA context) is unverified here."""
@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import structlog.testing
 
-from genesis_fp16.launch import handoff, launcher, resident
+from genesis_fp16.commands import resident
+from genesis_fp16.launch import handoff, launcher
 from genesis_fp16.launch.handoff import child_env
 from genesis_fp16.launch.run_worker import ForkedChild, RunWorker
 
