@@ -212,3 +212,26 @@ def test_stop_watching_ends_the_daemon_watch_without_acting() -> None:
     assert not thread.is_alive() and thread not in threading.enumerate()
     os.close(write)  # EOF now would have SIGTERMed this process
     os.close(read)
+
+
+def test_a_cuda_error_left_by_a_run_ends_the_resident_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CPU stand-in for a poisoned CUDA context (unverified on a GPU here): when
+    ``torch.cuda.synchronize()`` raises after a run, the process says it must end and why;
+    a healthy context, a failed run and a stopped run say their own reasons."""
+    import types
+
+    cuda = types.SimpleNamespace(is_initialized=lambda: True, synchronize=lambda: None)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    state = resident.Resident("cuda:0", 10**9, resident._Baseline.take())
+    assert resident._why_end(state, 0, False) is None
+    assert resident._why_end(state, 1, False) == "its run exited with code 1"
+    assert resident._why_end(state, 0, True) == "its run was stopped by SIGTERM"
+
+    def poisoned() -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    cuda.synchronize = poisoned
+    why = resident._why_end(state, 0, False)
+    assert why == "a CUDA error: RuntimeError: CUDA error: an illegal memory access was encountered"
