@@ -63,7 +63,7 @@ from genesis_fp16.launch.progress_text import Progress, fan_out
 from genesis_fp16.metrics.tracking import RunTracker, open_tracker
 from genesis_fp16.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16.service.logsetup import configure_logging
-from genesis_fp16.service.startup_signals import take_over_sigterm
+from genesis_fp16.service.startup_signals import note_sigterm, take_over_sigterm
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     CheckpointsFolder,
@@ -316,7 +316,11 @@ def _stop_on_signals() -> threading.Event:
         # write to stderr would make print raise (a reentrant call on a buffered stream).
         os.write(sys.stderr.fileno(), _INTERRUPTED)
 
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        note_sigterm()  # a resident run process ends after this run
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, on_interrupt)
     if take_over_sigterm():  # stopped while it started: stop at the first step boundary
         stop.set()

@@ -35,6 +35,15 @@ Rules it keeps:
   the next run (or when a fork request fails), logs why, and starts another; if it
   cannot, the run is started by exec, with the reason logged.
 
+- **Or a resident run process per device** (``GENESIS_FP16_RUN_RESIDENT=true``: the
+  request says ``{"run": 1, "resident": {"device", "max_mib"}}``): the worker forks one
+  process per device at its first run and hands it that device's later runs, with the same
+  five descriptors; it answers the daemon with that process's pid and pidfd
+  (``{"pid": N, "resident": K}``, its Kth run). That process reports each run's exit code
+  itself, and ends after a run it does not trust (genesis_fp16/commands/resident.py says
+  when); one that dies mid-run is reaped here, and its run's end reported as a child's
+  is. A device whose process is busy gets a child forked for the run, as above.
+
 Protocol (``SOCK_SEQPACKET``, one small JSON object per message): the worker first sends
 ``{"ready": ...}`` (or ``{"error": ...}``), with its ``sys.path`` and the digest of what was
 installed there when it started (genesis_fp16/launch/installed_state.py: the daemon
@@ -59,11 +68,17 @@ import select
 import signal
 import socket
 import sys
-import threading
 import time
-import traceback
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from genesis_fp16.commands.resident import (
+    MAX_MIB,
+    join_threads,
+    read_request,
+    run_command,
+    serve_runs,
+)
 from genesis_fp16.launch.cuda_fork_probe import cuda_driver_loaded, probe_forked_cuda
 from genesis_fp16.launch.installed_state import installed_digest
 from genesis_fp16.launch.run_worker import MAX_MESSAGE, REQUEST_FDS
@@ -146,15 +161,41 @@ def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = 
         sock.send(data)
 
 
+@dataclass
+class _Resident:
+    """A resident run process of this worker (genesis_fp16/commands/resident.py): its pid,
+    its channel, and the status socket of the run it is serving (None: idle)."""
+
+    pid: int
+    device: str
+    channel: socket.socket
+    status: socket.socket | None = None
+
+
+# Resident run processes no longer served, not yet reaped: pid -> the status socket of the
+# run they were serving (None: idle), on which the reaping reports their end.
+_GOING: dict[int, socket.socket | None] = {}
+# Why a device's resident run process ended after its run: said to the next one's first run.
+_ENDED: dict[str, str] = {}
+# How long a resident run process may take to take a run (it checks its modules' files).
+_OFFER_SECONDS = 5.0
+
+
 def serve(control: socket.socket) -> dict[str, Any] | None:
-    """The worker's loop: fork a child per request, report each child's end. Returns
-    the request in a forked child (which then runs it); None in the worker when the
-    daemon's end of ``control`` closes."""
+    """The worker's loop: fork a child per request (or hand it to the device's resident run
+    process), report each child's end. Returns the request in a forked child (which then
+    runs it); None in the worker when the daemon's end of ``control`` closes."""
     running: dict[int, socket.socket] = {}  # child pid -> its run's status socket
+    residents: dict[str, _Resident] = {}  # device -> its resident run process
     while True:
-        readable, _, _ = select.select([control], [], [], _REAP_SECONDS)
-        _reap(running)
-        if not readable:
+        channels = {r.channel.fileno(): r for r in residents.values()}
+        watched: list[Any] = [control, *channels]
+        readable, _, _ = select.select(watched, [], [], _REAP_SECONDS)
+        for fd in readable:
+            if fd in channels:
+                _heard(channels[fd], residents)
+        _reap(running, residents)
+        if control not in readable:
             continue
         try:
             data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, REQUEST_FDS)
@@ -162,8 +203,15 @@ def serve(control: socket.socket) -> dict[str, Any] | None:
             data, fds = b"", []
         if not data:  # the daemon is gone: its runs watch their own stdin
             return None
+        options = json.loads(data).get("resident")
+        if (
+            options is not None
+            and len(fds) == REQUEST_FDS
+            and _hand_to_resident(options, fds, control, running, residents)
+        ):
+            continue  # else its device's process is busy: this run gets a child of its own
         try:
-            request = _read_request(fds)
+            request = read_request(fds)
         except (OSError, ValueError) as exc:
             for fd in fds:
                 os.close(fd)
@@ -177,7 +225,7 @@ def serve(control: socket.socket) -> dict[str, Any] | None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         pid = os.fork()
         if pid == 0:
-            _become_child(request, fds, control, [status, *running.values()])
+            _become_child(request, fds, control, [status, *running.values(), *_held(residents)])
             return dict(request)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         for fd in fds[:3]:
@@ -190,27 +238,137 @@ def serve(control: socket.socket) -> dict[str, Any] | None:
             os.close(pidfd)
 
 
-def _read_request(fds: list[int]) -> dict[str, Any]:
-    """The request in the memfd that came as the fifth descriptor (closed here)."""
-    if len(fds) != REQUEST_FDS:
-        raise ValueError(f"{len(fds)} descriptors, not {REQUEST_FDS}")
-    with os.fdopen(fds.pop(), "rb") as payload:
-        payload.seek(0)
-        request = json.loads(payload.read())
-    if not isinstance(request, dict) or not {"args", "env", "cwd"} <= set(request):
-        raise ValueError("not an object with args, env and cwd")
-    return request
+def _held(residents: dict[str, _Resident]) -> list[socket.socket]:
+    """The sockets this worker holds for its resident run processes (a child closes them)."""
+    held = [r.channel for r in residents.values()]
+    held += [r.status for r in residents.values() if r.status is not None]
+    return held + [sock for sock in _GOING.values() if sock is not None]
 
 
-def _reap(running: dict[int, socket.socket]) -> None:
-    while running:
+def _heard(resident: _Resident, residents: dict[str, _Resident]) -> None:
+    """A message from a resident run process: its run ended and it is idle, or it is going
+    (EOF: the reaping reports its run's end)."""
+    try:
+        data = resident.channel.recv(MAX_MESSAGE)
+    except OSError:
+        data = b""
+    said = json.loads(data) if data else {}
+    if resident.status is not None and ("idle" in said or "ending" in said):
+        resident.status.close()  # it reports the run's end itself
+        resident.status = None
+    if "ending" in said:
+        _ENDED[resident.device] = f"{resident.pid}, the one before, ended: {said['ending']}"
+    if not data or "ending" in said:
+        _forget(resident, residents)
+
+
+def _forget(resident: _Resident, residents: dict[str, _Resident]) -> None:
+    """Stop handing runs to ``resident`` (ending or ended); the status socket of a run it
+    serves goes to the reaping, which reports that run's end."""
+    for device, known in list(residents.items()):
+        if known is resident:
+            del residents[device]
+    resident.channel.close()
+    _GOING[resident.pid] = resident.status
+
+
+def _hand_to_resident(
+    options: dict[str, Any],
+    fds: list[int],
+    control: socket.socket,
+    running: dict[int, socket.socket],
+    residents: dict[str, _Resident],
+) -> bool:
+    """Hand a run to its device's resident run process (forked now if there is none, or
+    none it can trust), and answer the daemon with its pid; False when that process is
+    busy with another run (the caller forks a child for this one)."""
+    device = str(options.get("device", "cpu"))
+    resident = residents.get(device)
+    if resident is not None and select.select([resident.channel], [], [], 0)[0]:
+        _heard(resident, residents)  # said before its run's end reached the daemon
+        resident = residents.get(device)
+    if resident is not None and resident.status is not None:
+        return False
+    note = None
+    for _ in range(2):
+        if resident is None:
+            note = note or _ENDED.pop(device, None)
+            resident = _fork_resident(device, options, fds, control, running, residents)
+        answer = _offer(resident, fds, note)
+        if "taken" in answer:
+            resident.status = socket.socket(fileno=os.dup(fds[3]))
+            for fd in fds:
+                os.close(fd)
+            pidfd = os.pidfd_open(resident.pid)  # not reaped: it names this process
+            try:
+                _send(control, {"pid": resident.pid, "resident": answer["taken"]}, [pidfd])
+            finally:
+                os.close(pidfd)
+            return True
+        note = f"{resident.pid}, the one before, was replaced: {answer.get('stale')}"
+        print(f"genesis-fp16 run worker: resident run process {note}", file=sys.stderr)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(resident.pid, signal.SIGKILL)
+        _forget(resident, residents)
+        resident = None
+    for fd in fds:
+        os.close(fd)
+    _send(control, {"error": f"no resident run process took the run: {note}"})
+    return True
+
+
+def _offer(resident: _Resident, fds: list[int], note: str | None) -> dict[str, Any]:
+    """Send the run to ``resident``; its answer (a ``stale`` one when it gave none in time)."""
+    try:
+        socket.send_fds(resident.channel, [json.dumps({"run": 1, "note": note}).encode()], fds)
+        if not select.select([resident.channel], [], [], _OFFER_SECONDS)[0]:
+            return {"stale": f"no answer within {_OFFER_SECONDS:g} s"}
+        data = resident.channel.recv(MAX_MESSAGE)
+    except OSError as exc:
+        return {"stale": f"its channel failed: {exc}"}
+    return json.loads(data) if data else {"stale": "it ended"}
+
+
+def _fork_resident(
+    device: str,
+    options: dict[str, Any],
+    fds: list[int],
+    control: socket.socket,
+    running: dict[int, socket.socket],
+    residents: dict[str, _Resident],
+) -> _Resident:
+    """Fork ``device``'s resident run process (which never returns here)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()  # as Popen(start_new_session=True): a Ctrl-C at the daemon goes through it
+        for fd in fds:  # the worker sends them again, over the channel
+            os.close(fd)
+        for sock in [ours, control, *running.values(), *_held(residents)]:
+            sock.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        serve_runs(theirs, device, float(options.get("max_mib") or MAX_MIB))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    theirs.close()
+    residents[device] = _Resident(pid, device, ours)
+    return residents[device]
+
+
+def _reap(running: dict[int, socket.socket], residents: dict[str, _Resident]) -> None:
+    while running or residents or _GOING:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        sock = running.pop(pid, None)
+        for resident in list(residents.values()):  # ended before a word (killed)
+            if resident.pid == pid:
+                _forget(resident, residents)
+        sock = running.pop(pid) if pid in running else _GOING.pop(pid, None)
         if sock is not None:
             with contextlib.suppress(OSError):  # the daemon gave up on this run
                 _send(sock, {"exit": os.waitstatus_to_exitcode(status)})
@@ -253,34 +411,14 @@ def run_child(request: dict[str, Any]) -> NoReturn:
     interpreter's exit does; then ``os._exit``, without tearing down every module. That
     teardown would write to every object the worker imported (seconds of copy-on-write
     page copies under load) for nothing: the process is about to end."""
-    from genesis_fp16.cli import main as cli_main
-
+    code = run_command(list(request["args"]))
     try:
-        code = _exit_status(cli_main(list(request["args"])))
-    except SystemExit as exc:
-        code = _exit_status(exc.code)
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    try:
-        for thread in threading.enumerate():
-            if thread is not threading.current_thread() and not thread.daemon:
-                thread.join()
+        join_threads()
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
         os._exit(code)
-
-
-def _exit_status(code: object) -> int:
-    """``SystemExit(code)``'s exit status, as the interpreter computes it."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
 
 
 def main(argv: list[str]) -> int:

@@ -177,6 +177,13 @@ class Settings(BaseSettings, GuardSettings):
     # process isolation: each run's child forked by a worker that has imported torch once
     # (genesis_fp16/commands/zygote.py), not started by exec; false: exec, as torchrun's ranks.
     run_worker: bool = True
+    # With the run worker: each device's runs served one after another by one resident run
+    # process the worker forks once (genesis_fp16/commands/resident.py), so what a run leaves
+    # in memory (imported modules, the CUDA context, module-level caches) serves the next.
+    # Off by default until its costs and CUDA behaviour are measured on a GPU (docs/daemon.md).
+    run_resident: bool = False
+    # A resident run process over this resident memory (MiB) after a run ends after it.
+    run_resident_max_mib: int = Field(default=8192, ge=1)
     # A run's process (and its children) killed past this resident memory, in bytes
     # (process isolation and torchrun jobs). Unset: the machine's memory, or its cgroup
     # limit, shared by the runs that may train at once (one per agent plugin; see

@@ -55,6 +55,7 @@ def execute_run(
             worker=WORKER if settings.run_worker else None,  # torch imported once: zygote.py
             processes=run.ctx.processes,
             nproc=config.own.nproc,
+            resident_max_mib=settings.run_resident_max_mib if settings.run_resident else None,
         )
         # The launcher stops, then kills, the child itself; the watch marks it overdue (a
         # torchrun job has no deadline of the run's: Run.deadline, so it is never marked).

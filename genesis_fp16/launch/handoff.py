@@ -26,6 +26,7 @@ or torchrun's ranks) gets three things from the daemon and nothing from anywhere
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 import time
@@ -92,23 +93,48 @@ def child_env(environ: Mapping[str, str]) -> dict[str, str]:
 def watch_daemon(fd: int = 0, grace: float = ORPHAN_GRACE_SECONDS) -> threading.Thread:
     """Watch ``fd`` (the daemon's pipe) in a thread: at EOF, SIGTERM this process, which
     stops the run at its next step with a checkpoint; ``grace`` seconds later, if it has
-    not ended, end it at once (exit code :data:`ORPHAN_EXIT_CODE`).
+    not ended, end it at once (exit code :data:`ORPHAN_EXIT_CODE`). :func:`stop_watching`
+    ends the watch without acting (a resident run process, whose run ended, serves on).
 
     >>> watch_daemon()  # in the child, before it trains  # doctest: +SKIP
     """
+    wake_r, wake_w = os.pipe()
     thread = threading.Thread(
-        target=_wait_for_eof, args=(fd, grace), name="daemon-watch", daemon=True
+        target=_wait_for_eof, args=(fd, grace, wake_r), name="daemon-watch", daemon=True
     )
+    _WATCHES.append((thread, wake_w))
     thread.start()
     return thread
 
 
-def _wait_for_eof(fd: int, grace: float) -> None:
+# The watches now running, each with the write end of the pipe that ends it quietly.
+_WATCHES: list[tuple[threading.Thread, int]] = []
+
+
+def stop_watching() -> None:
+    """End every watch :func:`watch_daemon` started, without acting, and wait for them:
+    the run they watched ended, and its process goes on (genesis_fp16/commands/resident.py)."""
+    while _WATCHES:
+        thread, wake_w = _WATCHES.pop()
+        os.close(wake_w)  # EOF on the wake pipe: the watch returns
+        thread.join()
+
+
+def _wait_for_eof(fd: int, grace: float, wake: int) -> None:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    poller.register(wake, select.POLLIN)
     try:
-        while os.read(fd, 4096):  # the daemon never writes: anything read is ignored
-            pass
+        while True:
+            ready = dict(poller.poll())
+            if wake in ready:  # stop_watching(): the run ended, the process serves on
+                return
+            if not os.read(fd, 4096):  # the daemon never writes: anything read is ignored
+                break
     except OSError:  # a closed or broken descriptor says the same thing as EOF
         pass
+    finally:
+        os.close(wake)
     # Nobody reads our stdout or stderr any more: a print to them would raise
     # BrokenPipeError and end the run before its checkpoint. /dev/null takes both.
     devnull = os.open(os.devnull, os.O_WRONLY)

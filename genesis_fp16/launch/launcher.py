@@ -119,6 +119,7 @@ def train_in_child(
     worker: RunWorker | None = None,
     processes: RunProcesses | None = None,
     nproc: int = 1,
+    resident_max_mib: float | None = None,
 ) -> TrainResult:
     """Run ``request`` in one child process, or under torchrun with ``nproc`` > 1
     processes, and return its (rank 0's) result.
@@ -131,7 +132,9 @@ def train_in_child(
     (an interpreter, torch and the plugin imported again: a few seconds), unless
     ``worker`` (genesis_fp16/commands/zygote.py) forks it from a process that has
     imported torch; torchrun's ranks are always started by exec. The child (or torchrun)
-    is counted in ``processes`` (the daemon's, for its shutdown) while it lives.
+    is counted in ``processes`` (the daemon's, for its shutdown) while it lives. With
+    ``resident_max_mib``, the worker's resident run process for the request's device serves
+    the run (genesis_fp16/commands/resident.py), ending past that many MiB of its memory.
     """
     check_layout(request, nproc)
     handed = request_file(request)
@@ -140,7 +143,10 @@ def train_in_child(
         command = child_command(request, nproc)
         environ = child_env(env if env is not None else os.environ)
         what = "the torchrun job" if nproc > 1 else "the run's process"
-        child = _start(command, environ, worker if nproc == 1 else None, nproc)
+        resident = None
+        if resident_max_mib is not None:
+            resident = {"device": str(request.device), "max_mib": resident_max_mib}
+        child = _start(command, environ, worker if nproc == 1 else None, nproc, resident)
         try:
             return _launch(request, child, timeout, kill_after, memory_limit, what, processes)
         except LaunchError as exc:
@@ -221,16 +227,28 @@ def _launch(
 
 
 def _start(
-    command: list[str], environ: dict[str, str], worker: RunWorker | None, nproc: int
+    command: list[str],
+    environ: dict[str, str],
+    worker: RunWorker | None,
+    nproc: int,
+    resident: dict[str, Any] | None = None,
 ) -> subprocess.Popen[str] | ForkedChild:
     """The run's process, forked by ``worker`` (``command`` minus ``python -P -m``) where
     there is one and it can (the reason logged where it cannot), else started by exec."""
     if worker is not None:
         try:
-            forked = worker.start(command[len(SAFE_PYTHON) + 3 :], environ)
+            forked = worker.start(command[len(SAFE_PYTHON) + 3 :], environ, resident=resident)
         except WorkerUnavailable as exc:
             log.warning("starting the run's process by exec, not from the run worker: %s", exc)
         else:
+            if forked.resident_run is not None:
+                log.info(
+                    "the run worker's resident run process %d serves the run (its run %d): %s",
+                    forked.pid,
+                    forked.resident_run,
+                    command[4:],
+                )
+                return forked
             log.info("the run worker forked the run's process %d: %s", forked.pid, command[4:])
             return forked
     started = f"torchrun with {nproc} process(es)" if nproc > 1 else "the run's process"

@@ -79,8 +79,18 @@ class ForkedChild:
     the child did, and init reaped it): the child ran on, and its exit code is lost.
     """
 
-    def __init__(self, pid: int, pidfd: int, status: socket.socket, pipes: list[IO[str]]) -> None:
+    def __init__(
+        self,
+        pid: int,
+        pidfd: int,
+        status: socket.socket,
+        pipes: list[IO[str]],
+        resident_run: int | None = None,
+    ) -> None:
         self.pid = pid
+        # Served by the device's resident run process (genesis_fp16/commands/resident.py):
+        # its Nth run; its end is the status message, its process's death a failed run.
+        self.resident_run = resident_run
         self.stdin, self.stdout, self.stderr = pipes
         self.returncode: int | None = None
         self.exit_known = True
@@ -141,7 +151,8 @@ class ForkedChild:
         return self.returncode
 
     def send_signal(self, signum: int) -> None:
-        if self.returncode is None:
+        # poll() first: a resident run process whose run has ended serves the next one.
+        if self.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(self._pidfd, signum)
 
@@ -195,8 +206,16 @@ class RunWorker:
         self._renewal_lock = threading.Lock()  # renew() never waits for a worker's start
         self.ready: dict[str, Any] = {}
 
-    def start(self, args: list[str], env: Mapping[str, str], cwd: str | None = None) -> ForkedChild:
+    def start(
+        self,
+        args: list[str],
+        env: Mapping[str, str],
+        cwd: str | None = None,
+        resident: Mapping[str, Any] | None = None,
+    ) -> ForkedChild:
         """A child running ``python -m genesis_fp16 ARGS`` in ``env`` (forked by the worker).
+        With ``resident`` (``{"device": ..., "max_mib": ...}``), the run is served by the
+        worker's resident run process for that device (genesis_fp16/commands/resident.py).
         Raises :class:`WorkerUnavailable` when there is no worker to fork it."""
         with self._lock:
             renewal = self._take_renewal()
@@ -207,12 +226,12 @@ class RunWorker:
                 raise WorkerUnavailable(self._broken)
             self._ensure(dict(env), renewal)
             try:
-                return self._fork(args, dict(env), cwd or os.getcwd())
+                return self._fork(args, dict(env), cwd or os.getcwd(), resident)
             except OSError as exc:  # it died or stopped since: once more, with a new one
                 self._drop(exc)
             self._ensure(dict(env))  # says how an ended worker ended
             try:
-                return self._fork(args, dict(env), cwd or os.getcwd())
+                return self._fork(args, dict(env), cwd or os.getcwd(), resident)
             except OSError as again:
                 raise WorkerUnavailable(f"a new worker failed too: {again}") from None
 
@@ -316,7 +335,13 @@ class RunWorker:
             self.ready.get("cuda_probe", "?"),
         )
 
-    def _fork(self, args: list[str], env: dict[str, str], cwd: str) -> ForkedChild:
+    def _fork(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        cwd: str,
+        resident: Mapping[str, Any] | None = None,
+    ) -> ForkedChild:
         assert self._control is not None
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -326,7 +351,8 @@ class RunWorker:
         payload = _request_file({"args": args, "env": env, "cwd": cwd})
         try:
             descriptors = [in_r, out_w, err_w, theirs_fd, payload]
-            socket.send_fds(self._control, [b'{"run": 1}'], descriptors)
+            asked = {"run": 1, **({"resident": dict(resident)} if resident else {})}
+            socket.send_fds(self._control, [json.dumps(asked).encode()], descriptors)
             self._await_answer()
             data, fds, _, _ = socket.recv_fds(
                 self._control, MAX_MESSAGE, 1, socket.MSG_CMSG_CLOEXEC
@@ -350,7 +376,7 @@ class RunWorker:
             open(out_r, errors="replace"),  # noqa: SIM115
             open(err_r, errors="replace"),  # noqa: SIM115
         ]
-        return ForkedChild(int(message["pid"]), fds[0], status, pipes)
+        return ForkedChild(int(message["pid"]), fds[0], status, pipes, message.get("resident"))
 
     def _await_answer(self) -> None:
         """Wait for the worker's answer to a fork request; OSError when it ends, is stopped

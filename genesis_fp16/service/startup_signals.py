@@ -21,15 +21,31 @@ from types import FrameType
 
 _held = threading.Event()
 _holding = False
+# Whether a SIGTERM reached this process since hold_sigterm(), held or taken by a command:
+# a resident run process (genesis_fp16/commands/resident.py) ends after a run stopped by one.
+_received = threading.Event()
 
 
 def _hold(signum: int, frame: FrameType | None) -> None:
     _held.set()
+    _received.set()
+
+
+def note_sigterm() -> None:
+    """For a command's own SIGTERM handler: say that one came (:func:`sigterm_received`)."""
+    _received.set()
+
+
+def sigterm_received() -> bool:
+    """Whether a SIGTERM came since :func:`hold_sigterm`, held or taken over."""
+    return _received.is_set()
 
 
 def hold_sigterm() -> None:
     """Remember a SIGTERM from now on instead of dying of it (main thread only)."""
     global _holding
+    _held.clear()  # a resident run process holds it afresh for each run
+    _received.clear()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _hold)
         _holding = True

@@ -224,3 +224,73 @@ def test_sighup_replaces_the_worker_before_the_next_run(tmp_path: Path) -> None:
         assert _pids(daemon, READY)[-1] != worker
     finally:
         daemon.stop()
+
+
+SERVED = re.compile(r"the run worker's resident run process (\d+) serves the run")
+
+
+def _resident_said(daemon: DaemonProcess, text: str) -> list[dict[str, object]]:
+    """The records a resident run process wrote on a run's stderr containing ``text``."""
+    return [
+        r
+        for r in daemon.logs()
+        if r.get("child_logger") == "genesis_fp16.resident" and text in str(r.get("event"))
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(child_wait(300))
+def test_runs_of_an_agent_are_served_by_one_resident_process_which_says_it_reused_it(
+    tmp_path: Path,
+) -> None:
+    """GENESIS_FP16_RUN_RESIDENT=true: two scheduled runs succeed in the same process (the
+    same pid in the launcher's record), the worker's child; the second run's log says it
+    reused that process."""
+    daemon = _daemon(tmp_path, GENESIS_FP16_RUN_RESIDENT="true")
+    try:
+        daemon.wait_for(lambda: _runs(daemon, "success") >= 2, "two runs", timeout=120)
+        served = _pids(daemon, SERVED)
+        assert len(served) >= 2 and served[0] == served[1]
+        assert served[0] not in child_pids(daemon.process.pid)  # the worker's child
+        reused = _resident_said(daemon, f"resident run process {served[0]} (cpu) reused: run 2")
+        assert reused and reused[0]["resident_pid"] == served[0]
+        assert not _pids(daemon, FORKED)  # no run had a child of its own
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(child_wait(300))
+def test_a_resident_process_killed_or_timed_out_fails_or_stops_its_run_and_the_next_is_fresh(
+    tmp_path: Path,
+) -> None:
+    """A run past its timeout is stopped by SIGTERM, and its resident process says it ends;
+    a resident process SIGKILLed mid-run fails its run ('exit'); each time the next run is
+    served by a fresh process and succeeds."""
+    daemon = _daemon(
+        tmp_path,
+        GENESIS_FP16_RUN_RESIDENT="true",
+        GENESIS_FP16_STEPS_PER_RUN="40",
+        FIXTURE_STEP_SECONDS="0.25",
+        GENESIS_FP16_LOG_INTERVAL="1",
+        GENESIS_FP16_RUN_TIMEOUT_SECONDS="4",
+    )
+    try:
+        stopped = "ends after this run: its run was stopped by SIGTERM"
+        daemon.wait_for(lambda: _resident_said(daemon, stopped), "a run timed out", timeout=180)
+        first = int(str(_resident_said(daemon, stopped)[0]["resident_pid"]))
+        fresh = f"{first}, the one before, ended: its run was stopped by SIGTERM"
+        daemon.wait_for(lambda: _resident_said(daemon, fresh), "a fresh process", timeout=120)
+        served = _pids(daemon, SERVED)
+        os.kill(served[-1], signal.SIGKILL)
+        daemon.wait_for(
+            lambda: daemon.sample(
+                "genesis_fp16_run_failures_total", agent="fixture_good", reason="exit"
+            ),
+            "the killed run counted",
+            timeout=60,
+        )
+        daemon.wait_for(lambda: _pids(daemon, SERVED)[-1] != served[-1], "a later run", 120)
+        assert daemon.get("/metrics")[0] == 200
+    finally:
+        daemon.stop()

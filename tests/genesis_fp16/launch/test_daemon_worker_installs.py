@@ -43,7 +43,7 @@ def _shell(line: str, python: str, cwd: Path) -> str:
     return done.stdout
 
 
-def _daemon(tmp_path: Path, python: str, allow: str) -> DaemonProcess:
+def _daemon(tmp_path: Path, python: str, allow: str, **extra: str) -> DaemonProcess:
     workdir = tmp_path / "daemon"
     workdir.mkdir()
     env = {
@@ -53,6 +53,7 @@ def _daemon(tmp_path: Path, python: str, allow: str) -> DaemonProcess:
         "GENESIS_FP16_STEPS_PER_RUN": "2",
         "GENESIS_FP16_SAMPLE_COUNT": "16",
         "FIXTURE_STEP_SECONDS": "0.01",
+        **extra,
     }
     return start_daemon(workdir, env, command=(python, "-m", "genesis_fp16", "serve"))
 
@@ -122,3 +123,33 @@ def test_an_upgraded_plugin_runs_its_new_code_at_the_next_run(tmp_path: Path) ->
 def _said(daemon: DaemonProcess, text: str) -> bool:
     """Whether a run's child wrote ``text`` on its stderr (relayed into the daemon's log)."""
     return any(text in str(r.get("line", "")) for r in daemon.logs())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(child_wait(900))
+def test_a_plugin_edited_in_place_runs_its_new_code_in_a_fresh_resident_process(
+    tmp_path: Path,
+) -> None:
+    """GENESIS_FP16_RUN_RESIDENT=true, my_agent installed with pip install -e and trained;
+    then its source is edited in place (no install: the worker is not replaced): the
+    resident run process that imported it is stale, and the next run, in a fresh one that
+    names the edited file, runs the new code; no run fails."""
+    python = str(make_reader_venv(tmp_path / "venv"))
+    _shell(f"{python} -m genesis_fp16 new-agent {AGENT}", python, tmp_path)
+    _shell(f"{python} -m pip install -e ./my-agent", python, tmp_path)
+    daemon = _daemon(tmp_path, python, AGENT, GENESIS_FP16_RUN_RESIDENT="true")
+    try:
+        reused = lambda: any("reused: run 2" in str(r.get("event")) for r in daemon.logs())  # noqa: E731
+        daemon.wait_for(reused, f"{AGENT}'s second run in its resident process", timeout=240)
+        assert not _said(daemon, MARKER)
+        source = tmp_path / "my-agent" / AGENT / "__init__.py"
+        source.write_text(
+            f"{source.read_text()}\nimport sys\n\nprint({MARKER!r}, file=sys.stderr)\n"
+        )
+        daemon.wait_for(lambda: _said(daemon, MARKER), "a run of the new code", timeout=300)
+        stale = f"{source} changed since it was imported (an edited plugin)"
+        assert any(stale in str(r.get("event")) for r in daemon.logs()), daemon.tail()
+        assert _runs(daemon, AGENT, "failure") == 0, daemon.tail()
+        assert len(_workers(daemon)) == 1  # the same worker: its resident process replaced
+    finally:
+        daemon.stop()

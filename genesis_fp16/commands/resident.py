@@ -1,0 +1,360 @@
+"""The resident run process: one per device, forked once by the run worker
+(genesis_fp16/commands/zygote.py), serving that device's runs one after another.
+
+A child forked per run starts from nothing on its device and throws it all away: the CUDA
+context, the modules its agent imports, what module-level caches hold. Under
+``GENESIS_FP16_RUN_RESIDENT=true`` the worker forks one process per device instead, and hands
+it each run of that device; what a run leaves in memory is there for the next one. Each run
+still comes with its own descriptors (stdin, stdout, stderr, its status socket, its request
+in a memfd: zygote.py's protocol), which this process takes as 0, 1 and 2 for the run;
+it applies the run's environment, directory and arguments, runs the command as
+``python -m genesis_fp16`` would, and reports the exit code on the run's status socket.
+
+Nothing is trusted blindly. After each run this process says whether it serves on, and it
+ends, after its report, when the run:
+
+- exited non-zero (it raised, or the command failed: what it left is not trusted);
+- was stopped by SIGTERM (a stop request, the run's timeout, the daemon's shutdown);
+- left a CUDA error (a ``torch.cuda.synchronize()`` that raises);
+- left this process over its resident memory bound (:data:`MAX_MIB`, the setting
+  ``GENESIS_FP16_RUN_RESIDENT_MAX_MIB``).
+
+Killed (for time, for memory, by hand), it ends with its run: the worker reports its
+exit status on the run's status socket. Before it takes a run it checks the source files
+of every module it imported since it was forked (the agents' code, not the interpreter's
+or its site-packages, which an install changes and the daemon watches: installed_state.py):
+one edited since refuses the run, and the worker forks a fresh process for it, so an edited
+plugin runs as its new code. Between runs the process-wide state a run may change is put
+back: environment, directory, ``sys.argv``, signal handlers, logging's handlers and
+structlog's context, ``sys.stdout``/``sys.stderr``, ``atexit`` functions, the daemon watch.
+
+Protocol on its channel to the worker (``SOCK_SEQPACKET``, JSON): the worker sends
+``{"run": 1, "note": ...}`` with the run's five descriptors; it answers ``{"taken": N}`` (its
+Nth run) or ``{"stale": why}`` (then exits, leaving the descriptors to the worker), and after
+the run ``{"idle": 1}``, unless it exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from genesis_fp16.launch.run_worker import MAX_MESSAGE, REQUEST_FDS
+
+# The default bound on a resident run process's memory, in MiB, past which it ends after
+# its run: the CPU host's process after a se_darwin run holds about 0.6 GiB, a CUDA one a
+# few GiB of libraries and context; 8 GiB leaves that room and stops a run that leaks.
+MAX_MIB = 8192
+_MAIN = os.path.join(os.path.dirname(os.path.dirname(__file__)), "__main__.py")
+
+
+def read_request(fds: list[int]) -> dict[str, Any]:
+    """The request in the memfd that came as the fifth descriptor (closed here)."""
+    if len(fds) != REQUEST_FDS:
+        raise ValueError(f"{len(fds)} descriptors, not {REQUEST_FDS}")
+    with os.fdopen(fds.pop(), "rb") as payload:
+        payload.seek(0)
+        request = json.loads(payload.read())
+    if not isinstance(request, dict) or not {"args", "env", "cwd"} <= set(request):
+        raise ValueError("not an object with args, env and cwd")
+    return request
+
+
+def exit_status(code: object) -> int:
+    """``SystemExit(code)``'s exit status, as the interpreter computes it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run_command(args: list[str]) -> int:
+    """``python -m genesis_fp16 ARGS`` after its imports: its exit status."""
+    from genesis_fp16.cli import main as cli_main
+
+    try:
+        return exit_status(cli_main(list(args)))
+    except SystemExit as exc:
+        return exit_status(exc.code)
+    except BaseException:
+        traceback.print_exc()
+        return 1
+
+
+def join_threads() -> None:
+    """Wait for the non-daemon threads, as an interpreter's exit does."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+
+
+@dataclass
+class _Baseline:
+    """What this process was before its first run, put back after each."""
+
+    env: dict[str, str]
+    cwd: str
+    handlers: dict[int, Any]
+    modules: set[str]
+    streams: tuple[Any, Any]
+    root: tuple[list[logging.Handler], int]
+    excepthook: Any
+
+    @classmethod
+    def take(cls) -> _Baseline:
+        handlers: dict[int, Any] = {}
+        for signum in signal.valid_signals():
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                handlers[signum] = signal.getsignal(signum)
+        handlers = {k: v for k, v in handlers.items() if v is not None}
+        root = logging.getLogger()
+        return cls(
+            dict(os.environ),
+            os.getcwd(),
+            handlers,
+            set(sys.modules),
+            (sys.stdout, sys.stderr),
+            (list(root.handlers), root.level),
+            threading.excepthook,
+        )
+
+    def restore(self) -> None:
+        for signum, handler in self.handlers.items():
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                signal.signal(signum, handler)
+        os.environ.clear()
+        os.environ.update(self.env)
+        with contextlib.suppress(OSError):
+            os.chdir(self.cwd)
+        sys.argv = [_MAIN]
+        sys.stdout, sys.stderr = self.streams  # on descriptors 1 and 2: the next run's pipes
+        root = logging.getLogger()
+        root.handlers[:] = self.root[0]  # the run's (on its stderr) go: the next sets its own
+        root.setLevel(self.root[1])
+        logging.captureWarnings(False)
+        threading.excepthook = self.excepthook
+        structlog = sys.modules.get("structlog.contextvars")
+        if structlog is not None:
+            structlog.clear_contextvars()
+
+
+@dataclass
+class Resident:
+    """This process's state across runs: what it reports and checks."""
+
+    device: str
+    max_mib: float
+    baseline: _Baseline
+    runs: int = 0
+    sources: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def stale(self) -> str | None:
+        """Why this process must not take the next run: a module it imported changed."""
+        for path, seen in self.sources.items():
+            try:
+                stat = os.stat(path)
+                now = (stat.st_mtime_ns, stat.st_size)
+            except OSError:
+                now = (-1, -1)
+            if now != seen:
+                return f"{path} changed since it was imported (an edited plugin)"
+        return None
+
+    def note_sources(self) -> None:
+        """The source files of the modules imported since this process was forked,
+        outside the interpreter's own directories (whose installs the daemon watches)."""
+        prefixes = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+        for name, module in list(sys.modules.items()):
+            path = getattr(module, "__file__", None)
+            if name in self.baseline.modules or not path or path.startswith(prefixes):
+                continue
+            with contextlib.suppress(OSError):
+                stat = os.stat(path)
+                self.sources.setdefault(path, (stat.st_mtime_ns, stat.st_size))
+
+
+def serve_runs(channel: socket.socket, device: str, max_mib: float) -> NoReturn:
+    """The resident process's loop: take a run, run it, report, serve on or end. Ends the
+    process (``os._exit``) when the worker's end of ``channel`` closes or a run says so."""
+    # What the worker's imports registered would run at the end of every run here: this
+    # process never exits through them (os._exit), so it starts with none.
+    atexit._clear()
+    resident = Resident(device, max_mib, _Baseline.take())
+    while True:
+        # Idle, a SIGTERM ends this process (the next run gets a fresh one); from a run's
+        # arrival to its command's handler, it is held (genesis_fp16.service.startup_signals).
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        try:
+            data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, REQUEST_FDS)
+        except OSError:
+            data, fds = b"", []
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        if not data:  # the worker is gone (replaced, the daemon ended): so is this process
+            os._exit(0)
+        if (why := resident.stale()) is not None:
+            for fd in fds:
+                os.close(fd)
+            channel.send(json.dumps({"stale": why}).encode())
+            os._exit(0)
+        resident.runs += 1
+        channel.send(json.dumps({"taken": resident.runs}).encode())
+        status = socket.socket(fileno=fds[3])
+        code, ending = _serve_one(resident, fds, json.loads(data).get("note"))
+        # The worker hears first, the daemon then: its next run finds this process's state known.
+        try:
+            channel.send(json.dumps({"idle": 1} if ending is None else {"ending": ending}).encode())
+        except OSError:  # the worker is gone (replaced, killed): the run's end is still said
+            ending = ending or "its run worker is gone"
+        with contextlib.suppress(OSError):  # the daemon gave up on this run
+            status.send(json.dumps({"exit": code}).encode())
+        status.close()
+        if ending is not None:
+            os._exit(0)
+
+
+def _serve_one(resident: Resident, fds: list[int], note: str | None) -> tuple[int, str | None]:
+    """One run in this process (its descriptors ``fds``, the status socket's left to the
+    caller): its exit code, and why this process must end after it (None: it serves on)."""
+    try:
+        request = read_request(fds)
+    except (OSError, ValueError) as exc:
+        for fd in fds[:3]:
+            os.close(fd)
+        return 1, f"an unreadable request: {exc}"
+    for target, fd in zip((0, 1, 2), fds[:3], strict=True):
+        os.dup2(fd, target)
+        os.close(fd)
+    code, ending = _run(resident, request, note)
+    _say(resident, ending, code)
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    from genesis_fp16.launch.handoff import stop_watching
+
+    stop_watching()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):  # the run's pipes end here: its relay reads EOF
+        os.dup2(devnull, target)
+    os.close(devnull)
+    resident.baseline.restore()
+    return code, ending
+
+
+def _run(resident: Resident, request: dict[str, Any], note: str | None) -> tuple[int, str | None]:
+    from genesis_fp16.service.startup_signals import hold_sigterm, sigterm_received
+
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = [_MAIN, *request["args"]]
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:  # each run its own draws, as a forked child's
+        numpy_random.seed()
+    hold_sigterm()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    _say_start(resident, note)
+    code = run_command(request["args"])
+    join_threads()
+    atexit._run_exitfuncs()  # the run's own (serve_runs cleared the rest), as at an exit
+    atexit._clear()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the handlers go back first
+    resident.note_sources()
+    return code, _why_end(resident, code, sigterm_received())
+
+
+def _why_end(resident: Resident, code: int, stopped: bool) -> str | None:
+    """Why this process must not serve another run after one that ended with ``code``."""
+    if code != 0:
+        return f"its run exited with code {code}"
+    if stopped:
+        return "its run was stopped by SIGTERM"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        try:
+            torch.cuda.synchronize()
+        except Exception as exc:  # a sticky CUDA error poisons the context for good
+            return f"a CUDA error: {type(exc).__name__}: {str(exc)[:200]}"
+    mib = resident_mib()
+    if mib is not None and mib > resident.max_mib:
+        return (
+            f"its resident memory, {mib:.0f} MiB, is over its bound of {resident.max_mib:g} MiB "
+            "(GENESIS_FP16_RUN_RESIDENT_MAX_MIB)"
+        )
+    return None
+
+
+def resident_mib() -> float | None:
+    """This process's resident memory in MiB (Linux's /proc), None where unknown."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def kept_in_memory() -> list[str]:
+    """What earlier runs left in this process that a run may use again."""
+    kept = [f"{len(sys.modules)} modules imported"]
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        kept.append("the CUDA context")
+    scoring = sys.modules.get("genesis_fp16_infrastructure.recipes.retrain.scoring")
+    if scoring is not None and getattr(scoring, "_RUN_POOL", None):
+        kept.append("the last run's scoring pool")
+    return kept
+
+
+def _log(event: str, level: str = "info", **fields: Any) -> None:
+    """One JSON record on the run's stderr (relayed into the daemon's log with the run's
+    agent and run id)."""
+    record = {"event": event, "level": level, "logger": "genesis_fp16.resident", **fields}
+    with contextlib.suppress(OSError):  # nobody reads the run's stderr any more
+        sys.stderr.write(json.dumps(record) + "\n")
+        sys.stderr.flush()
+
+
+def _say_start(resident: Resident, note: str | None) -> None:
+    pid = os.getpid()
+    if resident.runs == 1:
+        event = f"resident run process {pid} ({resident.device}): a fresh process for this run"
+        _log(
+            event + (f" ({note})" if note else ""), resident_pid=pid, reused=False, run_in_process=1
+        )
+        return
+    kept = kept_in_memory()
+    _log(
+        f"resident run process {pid} ({resident.device}) reused: run {resident.runs} in it, "
+        f"with what earlier runs left in memory: {', '.join(kept)}; "
+        f"{len(resident.sources)} source files of modules they imported checked unchanged",
+        resident_pid=pid,
+        sources_checked=len(resident.sources),
+        reused=True,
+        run_in_process=resident.runs,
+        kept=kept,
+    )
+
+
+def _say(resident: Resident, ending: str | None, code: int) -> None:
+    pid = os.getpid()
+    if ending is None:
+        return
+    _log(
+        f"resident run process {pid} ends after this run: {ending}; the next run gets a fresh one",
+        level="warning" if code == 0 else "error",
+        resident_pid=pid,
+    )
