@@ -114,6 +114,11 @@ class KeptNumeric:
         slots = parent_hashes(columns)
         keys = content_keys(columns, slots)
         kept = self._read(len(columns), len(columns.parent))
+        if kept is not None and whole and _unchanged(columns, keys, kept):
+            # The kept pool itself (a scoring, then the run's encode, of the same pool):
+            # its rows as they lie in the file, mapped copy-on-write, no copy made.
+            self.reused += len(asked)
+            return torch.from_numpy(kept.numeric)
         fresh = _fresh(columns, slots, keys, kept) if kept is not None else None
         out = np.empty((len(asked), _WIDTH), dtype=np.float64)
         found = np.zeros(len(asked), np.bool_)
@@ -234,6 +239,11 @@ def _fmix(h: np.ndarray) -> np.ndarray:
     h = h ^ (h >> np.uint64(27))
     h = h * np.uint64(0x94D049BB133111EB)
     return h ^ (h >> np.uint64(31))
+
+
+def _unchanged(columns: PoolColumns, keys: np.ndarray, kept: Kept) -> bool:
+    """Whether the pool is the kept one: the same records, in the same order."""
+    return np.array_equal(keys, kept.key) and np.array_equal(columns.labelled, kept.labelled)
 
 
 def _fresh(
