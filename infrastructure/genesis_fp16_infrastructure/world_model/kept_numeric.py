@@ -9,7 +9,9 @@ parents' other children) and, through the depth, every ancestor. At 100,000 reco
 was over half of a run's ``encode``, and the judged run's scorings built it again.
 
 :class:`KeptNumeric` keeps the rows of a pool's labelled records in one file of its own
-beside the record cache, named by the data path, and gives the next pool's rows from it:
+beside the record cache, named by the data path (the files of other paths are deleted by
+:meth:`KeptNumeric.forget_others`, as a training run starts), and gives the next pool's
+rows from it:
 
 * **Keyed by content.** Every record of the pool has a key: a hash of its id, score,
   time, operator, parents (their ids, in order) and, when labelled, its
@@ -104,6 +106,20 @@ class KeptNumeric:
         self.computed = 0  # records worked out (new, changed, or beside a change)
         self.unreadable = 0  # files refused (damaged, too large, another version)
         self.write_failures = 0
+
+    def forget_others(self) -> int:
+        """Delete the kept files of other data paths in this folder (an agent reads one:
+        a moved data folder's file is never read again); their count."""
+        removed = 0
+        for other in self.path.parent.glob("numeric-*.gfnum"):
+            if other.name != self.path.name:
+                try:
+                    other.unlink(missing_ok=True)
+                except OSError as exc:  # a folder at its name: the run goes on
+                    logger.warning("kept numeric rows: cannot remove %s (%s)", other, exc)
+                    continue
+                removed += 1
+        return removed
 
     def rows(self, columns: PoolColumns, rows: np.ndarray | None = None) -> torch.Tensor:
         """``numeric_rows(columns, rows)`` (``rows``: the labelled records, by default),

@@ -216,3 +216,15 @@ def test_a_file_over_its_bound_is_refused_before_it_is_read(tmp_path: Path) -> N
     again = KeptNumeric(tmp_path / "cache", "data")
     again.rows(columns)
     assert again.unreadable == 1 and again.computed == len(columns.labelled)
+
+
+def test_the_files_of_other_data_paths_are_forgotten(tmp_path: Path) -> None:
+    """One kept file per data path; forget_others deletes the others (a moved data
+    folder's), not its own."""
+    columns = _columns(tmp_path / "data", {"a.json": RECORDS[:50]})
+    old, new = KeptNumeric(tmp_path / "cache", "old"), KeptNumeric(tmp_path / "cache", "new")
+    old.rows(columns)
+    new.rows(columns)
+    assert old.path != new.path and old.path.exists()
+    assert new.forget_others() == 1
+    assert not old.path.exists() and new.path.exists()

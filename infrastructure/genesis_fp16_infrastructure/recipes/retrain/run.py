@@ -91,7 +91,7 @@ def train(request: TrainRequest) -> TrainResult:
     # With final_fit=whole the split run keeps its checkpoints in a subfolder, and the
     # candidate's folder itself holds the refit's: the one that would be served.
     folder = candidate / SPLIT_FOLDER if whole else candidate
-    kept = kept_numeric(request, cache)
+    kept = _kept_numeric_pruned(request, cache)
     with clock.phase("encode"), paused_gc():
         task = WorldModelTask(
             data, options, request.seed, request.device, saved, seen=seen, agent=request.agent,
@@ -450,3 +450,12 @@ def kept_numeric(request: TrainRequest, cache: RecordCache | None) -> KeptNumeri
     if cache is None or request.data_path is None:
         return None
     return KeptNumeric(cache.folder, Path(request.data_path).resolve())
+
+
+def _kept_numeric_pruned(request: TrainRequest, cache: RecordCache | None) -> KeptNumeric | None:
+    """:func:`kept_numeric`, the files kept for other data paths deleted (a training run's:
+    one file per agent, bounded)."""
+    kept = kept_numeric(request, cache)
+    if kept is not None:
+        kept.forget_others()
+    return kept
