@@ -40,6 +40,7 @@ import os
 import stat
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import IO, Any
@@ -135,28 +136,48 @@ def write_pool_file(path: Path, stored: StoredPool, version: str) -> None:
     columns = stored.columns
     if columns.text is not None:
         raise ValueError("only a slim read's pool is stored (its text is not kept)")
-    arrays = arrays_of(columns)
-    crcs = checksums(arrays)
     values = {name: getattr(columns, name).values for name in _CODED}
     rejected = [(i, r.where, r.reason, r.text) for i, r in stored.rejected]
+    fields = (columns.ids, columns.outside, values, stored.files, rejected, stored.duplicates)
 
-    def header(offsets: dict[str, int]) -> bytes:
-        layout = {
-            name: (a.dtype.str, list(a.shape), offsets.get(name, 0), crcs[name])
-            for name, a in arrays.items()
-        }
-        files = stored.files
-        fields = (columns.ids, columns.outside, values, files, rejected, stored.duplicates)
+    def header(layout: Layout) -> bytes:
         return msgspec.msgpack.encode(_Header(version, layout, *fields))
+
+    write_columns(path, arrays_of(columns), header)
+
+
+# Each column's place in a columns file: its dtype, shape, offset and CRC-32, by name.
+Layout = dict[str, tuple[str, list[int], int, int]]
+
+
+def write_columns(
+    path: Path,
+    arrays: dict[str, np.ndarray],
+    header: Callable[[Layout], bytes],
+    sync: bool = True,
+) -> None:
+    """Write C-contiguous ``arrays`` to ``path`` atomically, as this module's file: MAGIC,
+    the prefix, ``header(layout)`` (which must hold the layout, for :func:`mapped_column`)
+    and each column aligned, by its CRC-32. The pool entry's writer, and any other kept
+    columns' (``world_model.kept_numeric``); ``sync=False``: no fsync (write_atomic)."""
+    crcs = checksums(arrays)
+
+    def head_of(offsets: dict[str, int]) -> bytes:
+        return header(
+            {
+                name: (a.dtype.str, list(a.shape), offsets.get(name, 0), crcs[name])
+                for name, a in arrays.items()
+            }
+        )
 
     # Offsets depend on the header's length, which depends on the offsets' digits: lay
     # out with room to spare (each offset encodes in at most 9 bytes whatever its value).
-    room = len(header(dict.fromkeys(arrays, 2**62))) + 16
+    room = len(head_of(dict.fromkeys(arrays, 2**62))) + 16
     offsets, at = {}, _aligned(_START + room)
     for name, array in arrays.items():
         offsets[name] = at
         at = _aligned(at + array.nbytes)
-    head = header(offsets)
+    head = head_of(offsets)
     if len(head) > room:
         raise ValueError("pool header outgrew its room")  # cannot happen: 2**62 is the widest
 
@@ -167,13 +188,39 @@ def write_pool_file(path: Path, stored: StoredPool, version: str) -> None:
             handle.write(_bytes(array))  # the column's own bytes, no copy
         handle.truncate(at)
 
-    write_atomic(path, write)
+    write_atomic(path, write, sync)
 
 
 def read_pool_file(path: Path, version: str, limit: int) -> StoredPool:
     """The pool :func:`write_pool_file` wrote at ``path``, checked (the module docstring)
     and its columns mapped; FileNotFoundError without one, ValueError for anything else
     than a regular file of at most ``limit`` bytes that this build wrote for ``version``."""
+    raw, mapping = open_columns(path, limit)
+    try:
+        head = msgspec.msgpack.decode(raw, type=_Header)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(f"pool header unreadable: {exc}") from None
+    if head.version != version:
+        raise ValueError(f"pool file version {head.version!r}, this build's {version}")
+    if set(head.arrays) != set(_DTYPES):  # each column by its name: none missing, none more
+        raise ValueError(f"pool file columns {sorted(head.arrays)}, not this build's")
+    arrays: dict[str, Any] = {
+        name: mapped_column(mapping, name, _DTYPES[name], *at) for name, at in head.arrays.items()
+    }
+    coded: dict[str, Any] = {
+        name: Coded(arrays.pop(f"{name}.codes"), _values(name, head.values[name]))
+        for name in _CODED
+    }
+    columns = PoolColumns(ids=head.ids, outside=head.outside, text=None, **coded, **arrays)
+    _check(columns)
+    rejected = [(i, Rejected(where, reason, text)) for i, where, reason, text in head.rejected]
+    return StoredPool(columns, head.duplicates, head.files, rejected)
+
+
+def open_columns(path: Path, limit: int) -> tuple[bytes, mmap.mmap]:
+    """The header's bytes (its CRC-32 checked) and the mapped file (copy-on-write) of the
+    columns file :func:`write_columns` wrote at ``path``; FileNotFoundError without one,
+    ValueError for anything but a regular file of at most ``limit`` bytes, whole."""
     # O_NOFOLLOW: a link is refused (ELOOP); O_NONBLOCK: a FIFO opens at once, refused below.
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
@@ -192,33 +239,17 @@ def read_pool_file(path: Path, version: str, limit: int) -> StoredPool:
         raw = os.pread(fd, length, _START)
         if len(raw) != length or zlib.crc32(raw) != crc:
             raise ValueError("pool header damaged (its CRC-32 differs)")
-        mapping = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)  # copy-on-write
+        return raw, mmap.mmap(fd, size, access=mmap.ACCESS_COPY)  # copy-on-write
     finally:
         os.close(fd)
-    try:
-        head = msgspec.msgpack.decode(raw, type=_Header)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ValueError(f"pool header unreadable: {exc}") from None
-    if head.version != version:
-        raise ValueError(f"pool file version {head.version!r}, this build's {version}")
-    if set(head.arrays) != set(_DTYPES):  # each column by its name: none missing, none more
-        raise ValueError(f"pool file columns {sorted(head.arrays)}, not this build's")
-    arrays: dict[str, Any] = {name: _column(mapping, name, *at) for name, at in head.arrays.items()}
-    coded: dict[str, Any] = {
-        name: Coded(arrays.pop(f"{name}.codes"), _values(name, head.values[name]))
-        for name in _CODED
-    }
-    columns = PoolColumns(ids=head.ids, outside=head.outside, text=None, **coded, **arrays)
-    _check(columns)
-    rejected = [(i, Rejected(where, reason, text)) for i, where, reason, text in head.rejected]
-    return StoredPool(columns, head.duplicates, head.files, rejected)
 
 
-def _column(
-    mapping: mmap.mmap, name: str, dtype: str, shape: list[int], offset: int, crc: int
-) -> np.ndarray:
-    """One column of the mapped file, its dtype, place and CRC-32 checked."""
-    if dtype != _DTYPES[name] or any(d < 0 for d in shape):
+def mapped_column(
+    mapping: mmap.mmap, name: str, expected: str, dtype: str, shape: list[int], offset: int,
+    crc: int,
+) -> np.ndarray:  # fmt: skip
+    """One column of the mapped file, its dtype (``expected``), place and CRC-32 checked."""
+    if dtype != expected or any(d < 0 for d in shape):
         raise ValueError(f"pool column {name} of dtype {dtype} and shape {shape}")
     kind = np.dtype(dtype)
     count = math.prod(shape)

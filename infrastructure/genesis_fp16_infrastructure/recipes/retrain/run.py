@@ -51,6 +51,7 @@ from genesis_fp16_infrastructure.training import CheckpointManager, FitResult, f
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_checkpoint
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
+from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
 
 logger = logging.getLogger(__name__)
@@ -90,10 +91,12 @@ def train(request: TrainRequest) -> TrainResult:
     # With final_fit=whole the split run keeps its checkpoints in a subfolder, and the
     # candidate's folder itself holds the refit's: the one that would be served.
     folder = candidate / SPLIT_FOLDER if whole else candidate
+    kept = _kept_numeric_pruned(request, cache)
     with clock.phase("encode"), paused_gc():
         task = WorldModelTask(
-            data, options, request.seed, request.device, saved, seen=seen, agent=request.agent
-        )
+            data, options, request.seed, request.device, saved, seen=seen, agent=request.agent,
+            kept=kept,
+        )  # fmt: skip
     if own_budget:
         epochs = options.max_epochs
     # Early stopping when the options ask for it (not with FSDP): it ends a run given no
@@ -121,7 +124,7 @@ def train(request: TrainRequest) -> TrainResult:
         extra["final_fit"] = refit_record(refit, records, result.checkpoint)
     peak = _device_peak(request.device)
     if cache is not None:
-        extra["record_cache"] = cache_record(cache)
+        extra["record_cache"] = cache_record(cache, kept)
     checkpoint = result.checkpoint if refit is None else refit.checkpoint
     change = None if served is None else compare(served.get("data"), seen)
     drift = None
@@ -420,9 +423,18 @@ def run_extra(
     }
 
 
-def cache_record(cache: RecordCache) -> dict[str, int]:
-    """``extra.record_cache``: the per-file record cache's counts for this read."""
-    return {
+def cache_record(cache: RecordCache, kept: KeptNumeric | None = None) -> dict[str, int]:
+    """``extra.record_cache``: the per-file record cache's counts for this read, and what
+    the run's encode took from the kept numeric rows (``world_model.kept_numeric``)."""
+    numeric = {}
+    if kept is not None:
+        numeric = {
+            "numeric_reused": kept.reused,  # records whose numeric rows were kept
+            "numeric_computed": kept.computed,  # new, changed, or beside a change
+            "numeric_unreadable": kept.unreadable,  # a damaged file: every row worked out
+            "numeric_write_failures": kept.write_failures,
+        }
+    return numeric | {
         "files_cached": cache.hits,
         "files_read": cache.misses,
         "files_continued": cache.continued,  # appended .jsonl: new lines only
@@ -430,3 +442,20 @@ def cache_record(cache: RecordCache) -> dict[str, int]:
         "entries_unreadable": cache.unreadable,  # damaged entries: their files parsed again
         "pool_cached": int(cache.pool_hit),  # the joined pool whole: no file decoded
     }
+
+
+def kept_numeric(request: TrainRequest, cache: RecordCache | None) -> KeptNumeric | None:
+    """The numeric rows kept for the request's pool, beside its record cache; None without
+    one (under torchrun each rank reads and encodes the pool itself)."""
+    if cache is None or request.data_path is None:
+        return None
+    return KeptNumeric(cache.folder, Path(request.data_path).resolve())
+
+
+def _kept_numeric_pruned(request: TrainRequest, cache: RecordCache | None) -> KeptNumeric | None:
+    """:func:`kept_numeric`, the files kept for other data paths deleted (a training run's:
+    one file per agent, bounded)."""
+    kept = kept_numeric(request, cache)
+    if kept is not None:
+        kept.forget_others()
+    return kept

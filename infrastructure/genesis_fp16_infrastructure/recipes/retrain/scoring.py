@@ -32,10 +32,11 @@ from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.recipes.retrain.freshness import record_cache
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
-from genesis_fp16_infrastructure.recipes.retrain.run import read_pool
+from genesis_fp16_infrastructure.recipes.retrain.run import kept_numeric, read_pool
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 from genesis_fp16_infrastructure.world_model.features import Categorical, numeric_rows
+from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 CLIP = 0.01  # P(success) clipped to [CLIP, 1 - CLIP]: a record's loss is at most LOSS_SPAN
@@ -72,7 +73,23 @@ class _RunPool:
     key: tuple[str, TaskOptions, str]
     data: ReadResult
     ids: list[str]
+    kept: KeptNumeric | None = None
     numeric: torch.Tensor | None = None
+
+    def numeric_of(self, asked: np.ndarray) -> torch.Tensor:
+        """The numeric rows of the labelled records ``asked``: every labelled record's
+        built once a run, from the kept rows when there are (only what is new or changed
+        is worked out: world_model.kept_numeric), else when all are asked for; else the
+        rows asked for alone."""
+        columns = self.data.columns
+        if self.numeric is None and (self.kept is not None or len(asked) == len(self.ids)):
+            whole = columns.labelled
+            self.numeric = (
+                numeric_rows(columns, whole) if self.kept is None else self.kept.rows(columns)
+            )
+        if self.numeric is None:
+            return numeric_rows(columns, columns.labelled[asked])
+        return self.numeric[asked]
 
     @functools.cached_property
     def segments(self) -> list[str]:
@@ -96,7 +113,7 @@ def _run_pool(request: TrainRequest, options: TaskOptions) -> _RunPool:
     # quarantined records kept where the judged run asks (its first read)
     data = read_pool(request, options, request.quarantine_path, cache)
     plan = None if checked is None else weakref.ref(checked)
-    pool = _RunPool(plan, key, data, judged_ids(data.columns))
+    pool = _RunPool(plan, key, data, judged_ids(data.columns), kept_numeric(request, cache))
     if checked is not None:  # forgotten with the plan: a daemon thread keeps no old pool
         _RUN_POOL[:] = [pool]
         weakref.finalize(checked, _forget)
@@ -121,12 +138,10 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     # (or taken from those the run's first scoring built for every record).
     asked = np.asarray(request.scoring_rows(ids), dtype=np.int64)
     rows = columns.labelled[asked]
-    if pool.numeric is None and len(asked) == len(ids):
-        pool.numeric = numeric_rows(columns, columns.labelled)
     try:
         # P(success) by the checkpoint's served weights (an ensemble's: its members' mean)
         predictor = WorldModelPredictor.of_state(load_checkpoint(Path(checkpoint)))
-        numeric = numeric_rows(columns, rows) if pool.numeric is None else pool.numeric[asked]
+        numeric = pool.numeric_of(asked)
         x = predictor.encoder.encode_parts(Categorical.of_rows(columns, rows), numeric)
         with torch.no_grad():
             p = torch.sigmoid(predictor.model(x).success_logit.float())

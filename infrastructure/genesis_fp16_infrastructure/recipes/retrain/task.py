@@ -63,6 +63,7 @@ from genesis_fp16_infrastructure.world_model.features import (
     FeatureEncoder,
     numeric_rows,
 )
+from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
 from genesis_fp16_infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
 from genesis_fp16_infrastructure.world_model.model import (
     HEAD_MODULES,
@@ -190,6 +191,7 @@ class WorldModelTask(WorldModelStep):
         split: Split | None = None,
         seen: DataFingerprint | None = None,
         agent: str = "se_darwin",
+        kept: KeptNumeric | None = None,
     ) -> None:
         self.agent = agent  # whose model: kept in the checkpoint, named in the log
         self.options = options
@@ -203,8 +205,11 @@ class WorldModelTask(WorldModelStep):
         columns = data.columns
         # The unscaled numeric features of every example, computed once from the read's
         # columns (issue 36: no object per record): each part takes its rows, and the drift
-        # report and the promotion gate take them after the run (take_numeric_rows).
-        numeric = numeric_rows(columns, columns.labelled)
+        # report and the promotion gate take them after the run (take_numeric_rows). With
+        # ``kept``, only the records new or changed since the kept pool's are worked out
+        # (issue 90: world_model.kept_numeric), the same numbers bit for bit.
+        self.kept = kept
+        numeric = numeric_rows(columns, columns.labelled) if kept is None else kept.rows(columns)
         self._numeric_rows: torch.Tensor | None = numeric
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             try:
@@ -290,8 +295,9 @@ class WorldModelTask(WorldModelStep):
         )
         split = Split(rows, rows, rows, 0.0, 0.0, hash=self.split.hash)
         return WorldModelTask(
-            data, pinned, self.seed, device, split=split, seen=self.seen, agent=self.agent
-        )
+            data, pinned, self.seed, device, split=split, seen=self.seen, agent=self.agent,
+            kept=self.kept,
+        )  # fmt: skip
 
     @property
     def steps_per_epoch(self) -> int:

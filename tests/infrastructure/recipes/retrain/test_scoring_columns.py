@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from genesis_fp16_infrastructure.contract.train_request import (
     TrainRequest,
 )
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
+from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import record_id_hash
@@ -32,6 +34,7 @@ from genesis_fp16_infrastructure.recipes.retrain import scoring
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
+from genesis_fp16_infrastructure.world_model import features
 from genesis_fp16_infrastructure.world_model.features import (
     Categorical,
     FeatureEncoder,
@@ -195,6 +198,38 @@ def test_one_runs_scorings_share_its_pool_and_another_run_reads_it_again(
     del other
     gc.collect()
     assert not scoring._RUN_POOL
+
+
+def test_scorings_take_the_kept_numeric_rows(
+    pools: tuple[Path, Path],
+    models: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """With the plan's scan (so a record cache), a run's scorings take every record's
+    numeric rows from those kept beside it (world_model.kept_numeric): the next run's
+    scorings work none out, and score as a scoring without kept rows does."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    shutil.copy2(pools[1], folder / "grown.json")
+    request = _request(folder)
+
+    def planned() -> TrainRequest:  # a run's plan: the files as it scanned them
+        return replace(request, snapshot=AgentSnapshot(None, data=DataCheck(scan_files(folder)[0])))
+
+    first = scoring.score_records(models["folds"], planned())
+    calls: list[int] = []
+    real = features.numeric_rows
+
+    def counted(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor:
+        calls.append(len(rows))
+        return real(columns, rows)
+
+    monkeypatch.setattr(features, "numeric_rows", counted)
+    again = scoring.score_records(models["folds"], planned())
+    assert calls == [] and again == first
+    monkeypatch.setattr(features, "numeric_rows", real)
+    assert scoring.score_records(models["folds"], request) == first  # no plan: worked out
 
 
 @pytest.mark.parametrize("case", json.loads(PINNED.read_text()), ids=lambda c: f"seed{c['seed']}")
