@@ -49,6 +49,11 @@ class TaskOptions:
     # eval_fraction or final_fit="whole" asks for a held-out split.
     cross_validation: bool | None = None
     folds: int = 5
+    # Networks a held-out run trains together and serves the mean of (a cross-validated
+    # run has one per fold, ``folds``): one fresh network's log-loss on a Genesis agent's
+    # few hundred judged records moves by about the gate's margin from one fit to the next,
+    # and a mean of five moves by a third of it (docs/se-darwin.md, "Clean growth").
+    members: int = 5
     # The most bytes of pool files a run reads (checked before reading: parsed records
     # cost several times their bytes, all held at once). None: the run's memory limit
     # (TrainRequest.memory_limit_bytes; without one, this machine's memory or its cgroup
@@ -82,7 +87,7 @@ class TaskOptions:
             raise TrainRequestError(
                 f"max_pool_bytes={out.max_pool_bytes!r}: must be at least 0 (0: no limit)"
             )
-        for name in ("batch_size", "patience", "validate_every", "max_epochs"):
+        for name in ("batch_size", "patience", "validate_every", "max_epochs", "members"):
             if getattr(out, name) is not None and getattr(out, name) < 1:
                 raise TrainRequestError(f"{name}={getattr(out, name)!r}: must be at least 1")
         return out
@@ -114,6 +119,7 @@ _OPTION_HELP = {
     "cross_validation": "ensemble of one member per fold, out-of-fold eval "
     "(default: on under 3,334 records)",
     "folds": "folds (and ensemble members) of a cross-validated run",
+    "members": "networks a held-out run averages (cross-validated: one per fold)",
 }
 
 

@@ -189,27 +189,32 @@ def choose_split(
     if saved is not None:
         version = int((saved.get("split") or {}).get("hash", 1))
         members = int(saved["model"].get("members", 1))
+        # Its folds (0: held-out); a checkpoint from before held-out ensembles may not say,
+        # and then more than one network means one per fold.
+        saved_folds = int((saved.get("split") or {}).get("folds", members if members > 1 else 0))
+        folded = saved_folds > 0
         asked = options.cross_validation
-        if asked is not None and asked != (members > 1):
+        if asked is not None and asked != folded:
+            kinds = ("held-out", "cross-validated")
             raise TrainRequestError(
-                f"cannot resume this checkpoint: it holds {members} network(s), and "
-                f"cross_validation={str(asked).lower()} asks for {folds if asked else 1}; "
+                f"cannot resume this checkpoint: it is {kinds[folded]} ({members} network(s)), "
+                f"and cross_validation={str(asked).lower()} asks for {kinds[asked]}; "
                 "start a fresh checkpoint folder"
             )
-        if members > 1 and folds != members:
+        if folded and folds != saved_folds:
             raise TrainRequestError(
                 f"cannot resume this checkpoint: it holds {members} networks, one per fold, "
                 f"and this run asks for folds={folds}; start a fresh checkpoint folder"
             )
-        if cross != (members > 1):
+        if cross != folded:
             kinds = ("held-out", "cross-validated")
             logger.info(
                 "resuming a %s checkpoint: the run stays %s (this pool alone would be %s)",
-                kinds[members > 1],
-                kinds[members > 1],
+                kinds[folded],
+                kinds[folded],
                 kinds[cross],
             )
-        cross = members > 1
+        cross = folded
     return (
         fold_split(data, seed, folds, version)
         if cross

@@ -10,6 +10,11 @@ The data is read once and evaluated one of two ways, chosen by the pool's size:
   (``split_fractions``): the held-out part aims at 1,000 records, at least 10% and at
   most 30% of the pool, so that its AUC is not mostly the split's luck (its 95% interval
   is reported next to it); validation takes the same share of what is left, at most 20%.
+  The model is an ensemble of ``members`` (5) networks trained together, each on the
+  whole training part, and served as their mean: one fresh network's log-loss on a
+  Genesis agent's few hundred judged records moves by about the gate's margin from fit to
+  fit, so a candidate on clean growth was held back as worse on an agent the served
+  model knew (issue 93; docs/se-darwin.md, "Clean growth").
 * **Cross-validated** (smaller pools, where 30% of the pool is under 1,000 records):
   the records are dealt into ``folds`` (5) folds by the same kind of hash, and the model
   is an ensemble of as many networks trained together, member k on every fold but k.
@@ -97,7 +102,7 @@ class Batch(NamedTuple):
     score: torch.Tensor
     score_known: torch.Tensor
     outcome: torch.Tensor
-    fold: torch.Tensor  # each record's fold when cross-validated, else 0
+    fold: torch.Tensor  # each record's fold when cross-validated, else NO_FOLD
 
     def take(self, index: torch.Tensor) -> Batch:
         return Batch(*(t[index] for t in self))
@@ -110,10 +115,14 @@ class Batch(NamedTuple):
         return int(self.x.shape[0])
 
 
+NO_FOLD = -1  # a record of no fold: every member of an ensemble trains on it
+
+
 def batch_of(x: torch.Tensor, labels: Labels, folds: Sequence[int] | None = None) -> Batch:
-    """Encoded features ``x``, the same records' labels and folds, as one batch."""
+    """Encoded features ``x``, the same records' labels and folds (none: ``NO_FOLD``), as
+    one batch."""
     n = len(labels.success)
-    fold = torch.tensor(folds if folds is not None else [0] * n, dtype=torch.long).reshape(n)
+    fold = torch.tensor(folds if folds is not None else [NO_FOLD] * n, dtype=torch.long).reshape(n)
     return Batch(x, *labels, fold)
 
 
@@ -223,9 +232,12 @@ class WorldModelTask(WorldModelStep):
                 numeric[torch.from_numpy(train)],  # the part's copy, freed after the fit
                 columns.success[train].tolist(),
             )
-            # A member trains on all folds but one: its width follows that many records.
-            members = max(1, split.fold_count)
-            member_records = len(train) * (members - 1) // members or len(train)
+            # A member trains on all folds but one: its width follows that many records. A
+            # held-out run's members each train on the whole training part.
+            members = split.fold_count or options.members
+            member_records = (
+                len(train) * (members - 1) // members if split.fold_count else len(train)
+            )
             config = _model_config(options, self.encoder.n_features, member_records, members)
         super().__init__(config, options.learning_rate, options.weight_decay)
         encoded: dict[int, Batch] = {}  # by array: the whole-pool task's parts are one
@@ -274,7 +286,8 @@ class WorldModelTask(WorldModelStep):
 
     @property
     def cross_validated(self) -> bool:
-        return self.config.members > 1
+        """Members by fold, each scored out of fold; a held-out ensemble is not."""
+        return self.config.members > 1 and self.split.fold_count > 0
 
     def on_whole_pool(self, data: ReadResult, device: str = "cpu") -> WorldModelTask:
         """A task training on every labelled record of ``data`` the judged run does not
@@ -439,7 +452,7 @@ def probe_setup(data_path: Path | None, seed: int, agent: str) -> ProbeSetup:
 
     It probes one network (never a cross-validated ensemble: its members are the
     same network, and its FP32 islands are named by the single model's modules)."""
-    options = TaskOptions(cross_validation=False)
+    options = TaskOptions(cross_validation=False, members=1)
     if data_path is None:
         with tempfile.TemporaryDirectory() as tmp:
             path = write_pool(Path(tmp), _PROBE_SAMPLE_COUNT, seed, agent=agent)

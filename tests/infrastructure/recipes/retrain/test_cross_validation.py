@@ -159,11 +159,17 @@ def test_a_small_pool_trains_and_serves_a_cross_validated_ensemble(
 
 
 def test_cross_validation_false_keeps_the_held_out_split(data: Path, tmp_path: Path) -> None:
+    """cross_validation=false: the held-out split, its model an ensemble of ``members``
+    networks (5) that each trained on the whole training part; members=1, one network."""
     result = _train(data, tmp_path / "ckpt", options={"cross_validation": False})
     split = result.extra["split"]
     assert split["mode"] == "held_out"
     assert split["train"] + split["validation"] + split["held_out"] == result.extra["examples"]
-    assert isinstance(WorldModelPredictor.load(tmp_path / "ckpt").model, WorldModel)
+    served = WorldModelPredictor.load(tmp_path / "ckpt")
+    assert isinstance(served.model, WorldModelEnsemble) and served.model.config.members == 5
+    one = {"cross_validation": False, "members": 1}
+    _train(data, tmp_path / "one", options=one)
+    assert isinstance(WorldModelPredictor.load(tmp_path / "one").model, WorldModel)
 
 
 def test_other_networks_train_a_candidate_of_their_own(data: Path, tmp_path: Path) -> None:
@@ -189,6 +195,15 @@ def test_a_resumed_run_keeps_its_checkpoints_evaluation(
     assert _train(data, tmp_path / "fresh", steps=8).extra["split"]["mode"] == "held_out"
     resumed = _train(data, tmp_path / "ckpt", steps=8, resume=True, forced=True)
     assert resumed.extra["split"]["mode"] == "cross_validation"
+    assert resumed.extra["total_steps"] == 16
+
+
+def test_a_held_out_ensemble_resumes_held_out(data: Path, tmp_path: Path) -> None:
+    """A held-out run's five networks are no folds: resumed on a pool its size would
+    cross-validate, it goes on held-out (its checkpoint's split says folds 0)."""
+    _train(data, tmp_path / "ckpt", steps=8, options={"cross_validation": False})
+    resumed = _train(data, tmp_path / "ckpt", steps=8, resume=True, forced=True)
+    assert resumed.extra["split"]["mode"] == "held_out"
     assert resumed.extra["total_steps"] == 16
 
 
