@@ -17,19 +17,20 @@ the largest draw).
 
 What it costs grows with the new records, not with the pool. The reference (sampled past
 ``DRIFT_SAMPLE``) is measured once: each numeric feature's values sorted in one numpy
-sort, which gives its deciles and its bins' shares (a binary search per bin bound); each
-categorical feature's code x category table is built once for both sides, in C. Only the
-records compared (the new ones) and drawn (``NOISE_DRAWS`` x as many) are ever binned,
-and the draws are binned together: every draw's shares are one bincount of its records'
-bins per feature, all draws at once, with no Python pass per draw or per record. The
-pool itself is only counted (which records are new, the success rates), in numpy. The
-same draws, distances and flags, bit for bit, as one pass per draw over a binned
-reference (``tests/infrastructure/recipes/retrain/test_drift_pinned.py`` and
+sort, which gives its deciles (``torch.quantile``'s, bit for bit), and its records
+binned once; each categorical feature's code x category table is built once for both
+sides, in C. The new records are binned, and the draws together: every draw's shares
+are one bincount of its records' bins (gathered from the reference's) per feature, all
+draws at once, with no Python pass per draw or per record. The pool itself is only
+counted (which records are new, the success rates), in numpy. The same draws,
+distances and flags, bit for bit, as one pass per draw
+(``tests/infrastructure/recipes/retrain/test_drift_pinned.py`` and
 ``test_drift_cost_of_new.py``). A NaN among the numbers is refused (a ValueError naming
-the feature). The label shift is
-flagged past max(0.05, 3 standard errors of the difference of two rates). Vertex AI and
-Evidently use fixed thresholds (0.1 by default); a fixed one flags small batches for their
-noise alone.
+the feature).
+
+The label shift is flagged past max(0.05, 3 standard errors of the difference of two
+rates). Vertex AI and Evidently use fixed thresholds (0.1 by default); a fixed one flags
+small batches for their noise alone.
 
 >>> report = drift_report(data.columns, served_fingerprint)  # doctest: +SKIP
 >>> report.flagged, report.label_shift  # doctest: +SKIP
@@ -188,33 +189,41 @@ def _categorical(
 
 class _Reference:
     """The served model's records, measured once: each numeric feature's values sorted
-    (one sort gives its deciles, its bin bounds, and its bins' shares, counted by a
-    binary search of each bound), each categorical feature's codes and counts. Every
-    distance is taken against it, of one set of records or of a batch of draws of its
-    own records (:meth:`draw_distances`: one pass over the draws, not one each); only
-    the records compared or drawn are ever binned, so that beyond the sort the work
-    grows with them, not with the reference."""
+    in one numpy sort (its deciles, its bin bounds), each record's bin and the bins'
+    shares; each categorical feature's codes and counts. Every distance is taken against
+    it, of one set of records or of a batch of draws of its own records
+    (:meth:`draw_distances`: one pass over the draws, not one each, their bins gathered
+    from the reference's, not worked out again)."""
 
     def __init__(self, categorical: dict[str, _Categorical], cols: torch.Tensor) -> None:
-        self.values = cols.T.double().contiguous()  # feature x record: a feature's in a row
-        ordered = torch.from_numpy(np.sort(self.values.numpy(), axis=1))
+        values = cols.T.double().contiguous()  # feature x record: a feature's in a row
+        ordered = torch.from_numpy(np.sort(values.numpy(), axis=1))
         self.bounds = [_bounds(row) for row in ordered]
         self.width = max(len(b) for b in self.bounds) + 1 if self.bounds else 1
-        self.numeric = _sorted_shares(ordered, self.bounds, self.width)  # feature x bin
-        self.categorical = categorical
+        self.bins = self._bin(values)  # feature x record
         everyone = torch.arange(cols.shape[0])[None]
+        self.numeric = self._shares(self.bins, everyone)[:, 0]  # feature x bin
+        self.categorical = categorical
         self.counts = {k: c.counts(everyone)[0] for k, c in categorical.items()}
         self.seen = {k: c > 0 for k, c in self.counts.items()}  # the reference's categories
 
-    def _shares(self, values: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
+    def _bin(self, values: torch.Tensor) -> torch.Tensor:
+        """Each record's bin of each feature (``values`` and the result: feature x
+        record)."""
+        out = torch.empty(values.shape, dtype=torch.long)
+        for i, bounds in enumerate(self.bounds):
+            out[i] = torch.bucketize(values[i], bounds)
+        return out
+
+    def _shares(self, bins: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
         """Each feature's bin shares of each draw (``picked``: draw x record, columns of
-        ``values``, feature x record): feature x draw x bin, each feature's bins padded
-        to one width with empty ones (an empty bin adds nothing to a distance)."""
+        ``bins``, feature x record): feature x draw x bin, each feature's bins padded to
+        one width with empty ones (an empty bin adds nothing to a distance)."""
         draws, width = picked.shape[0], self.width
         offsets = torch.arange(draws)[:, None] * width
-        out = torch.empty((values.shape[0], draws, width), dtype=torch.float64)
-        for i, bounds in enumerate(self.bounds):  # a feature at a time: draw x record keys
-            keys = (torch.bucketize(values[i][picked], bounds) + offsets).flatten()
+        out = torch.empty((bins.shape[0], draws, width), dtype=torch.float64)
+        for i in range(bins.shape[0]):  # a feature at a time: draw x record keys, not x29
+            keys = (bins[i][picked] + offsets).flatten()
             out[i] = torch.bincount(keys, minlength=draws * width).view(draws, width).double()
         return out / out.sum(-1, keepdim=True)
 
@@ -240,8 +249,8 @@ class _Reference:
     ) -> dict[str, float]:
         """The distances of other records (the new ones) from the reference."""
         everyone = torch.arange(cols.shape[0])[None]
-        values = cols.T.double().contiguous()
-        numeric = self.numeric_distances(self._shares(values, everyone))
+        bins = self._bin(cols.T.double().contiguous())
+        numeric = self.numeric_distances(self._shares(bins, everyone))
         out = {name: float(numeric[i, 0]) for i, name in enumerate(NUMERIC_FEATURES)}
         for name, coded in categorical.items():
             out[name] = float(self.categorical_distance(name, coded.counts(everyone))[0])
@@ -250,7 +259,7 @@ class _Reference:
     def draw_distances(self, picked: torch.Tensor) -> dict[str, torch.Tensor]:
         """The distance of each draw of its own records (``picked``: draw x record, rows
         of the reference) from the whole of it, per feature: one tensor of draws each."""
-        numeric = self.numeric_distances(self._shares(self.values, picked))
+        numeric = self.numeric_distances(self._shares(self.bins, picked))
         out = {name: numeric[i] for i, name in enumerate(NUMERIC_FEATURES)}
         for name, coded in self.categorical.items():
             out[name] = self.categorical_distance(name, coded.counts(picked))
@@ -262,7 +271,7 @@ def _noise(reference: _Reference, size: int, seed: int) -> dict[str, float]:
     drawn with replacement all at once (the same draws as one ``randint`` per sample:
     the generator's stream is consumed in the same order) and binned in one pass."""
     generator = torch.Generator().manual_seed(seed)
-    n = reference.values.shape[1]
+    n = reference.bins.shape[1]
     picked = torch.randint(n, (NOISE_DRAWS, size), generator=generator)
     return {k: float(d.max()) for k, d in reference.draw_distances(picked).items()}
 
@@ -284,20 +293,6 @@ def _quantiles(ordered: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     ranks = q * (len(ordered) - 1)
     below = ranks.long()
     return ordered[below].lerp(ordered[ranks.ceil().long()], ranks - below)
-
-
-def _sorted_shares(ordered: torch.Tensor, bounds: list[torch.Tensor], width: int) -> torch.Tensor:
-    """Each feature's bin shares (feature x bin, padded to ``width``) of its sorted values
-    (feature x record): bin j holds bounds[j - 1] < x <= bounds[j], as ``bucketize``
-    places a value, so its count is how many are <= bounds[j] less how many are <=
-    bounds[j - 1]: a binary search per bound, not a pass over the records."""
-    records = ordered.shape[1]
-    out = torch.zeros((len(bounds), width), dtype=torch.float64)
-    for i, b in enumerate(bounds):
-        at_most = torch.searchsorted(ordered[i], b, right=True)
-        edges = torch.cat([torch.zeros(1, dtype=torch.long), at_most, torch.tensor([records])])
-        out[i, : len(b) + 1] = edges.diff().double()
-    return out / out.sum(-1, keepdim=True)
 
 
 def _js(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
