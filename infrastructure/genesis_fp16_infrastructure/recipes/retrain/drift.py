@@ -17,11 +17,13 @@ the largest draw).
 
 What it costs grows with the new records, not with the pool. The reference (sampled past
 ``DRIFT_SAMPLE``) is measured once: each numeric feature's values sorted in one numpy
-sort, which gives its deciles (``torch.quantile``'s, bit for bit), and its records
-binned once; each categorical feature's code x category table is built once for both
-sides, in C. The new records are binned, and the draws together: every draw's shares
-are one bincount of its records' bins (gathered from the reference's) per feature, all
-draws at once, with no Python pass per draw or per record. The pool itself is only
+sort, which gives its deciles (``torch.quantile``'s, bit for bit) and its bins' shares
+(a binary search per bin bound); each categorical feature's code x category table is
+built once for both sides, in C. The new records are binned, and the draws together:
+the records drawn (or, when the draws hold more records than the reference, every
+reference record once), so that what is binned is what is new, times ``NOISE_DRAWS``, at
+most; every draw's shares are one bincount of its records' bins per feature, all draws
+at once, with no Python pass per draw or per record. The pool itself is only
 counted (which records are new, the success rates), in numpy. The same draws,
 distances and flags, bit for bit, as one pass per draw
 (``tests/infrastructure/recipes/retrain/test_drift_pinned.py`` and
@@ -189,21 +191,20 @@ def _categorical(
 
 class _Reference:
     """The served model's records, measured once: each numeric feature's values sorted
-    in one numpy sort (its deciles, its bin bounds), each record's bin and the bins'
-    shares; each categorical feature's codes and counts. Every distance is taken against
-    it, of one set of records or of a batch of draws of its own records
-    (:meth:`draw_distances`: one pass over the draws, not one each, their bins gathered
-    from the reference's, not worked out again)."""
+    in one numpy sort (its deciles, its bin bounds, and its bins' shares, counted by a
+    binary search of each bound); each categorical feature's codes and counts. Every
+    distance is taken against it, of one set of records or of a batch of draws of its
+    own records (:meth:`draw_distances`: one pass over the draws, not one each, binning
+    the fewer of the records drawn and the records held)."""
 
     def __init__(self, categorical: dict[str, _Categorical], cols: torch.Tensor) -> None:
-        values = cols.T.double().contiguous()  # feature x record: a feature's in a row
-        ordered = torch.from_numpy(np.sort(values.numpy(), axis=1))
+        self.values = cols.T.double().contiguous()  # feature x record: a feature's in a row
+        ordered = torch.from_numpy(np.sort(self.values.numpy(), axis=1))
         self.bounds = [_bounds(row) for row in ordered]
         self.width = max(len(b) for b in self.bounds) + 1 if self.bounds else 1
-        self.bins = self._bin(values)  # feature x record
-        everyone = torch.arange(cols.shape[0])[None]
-        self.numeric = self._shares(self.bins, everyone)[:, 0]  # feature x bin
+        self.numeric = _sorted_shares(ordered, self.bounds, self.width)  # feature x bin
         self.categorical = categorical
+        everyone = torch.arange(cols.shape[0])[None]
         self.counts = {k: c.counts(everyone)[0] for k, c in categorical.items()}
         self.seen = {k: c > 0 for k, c in self.counts.items()}  # the reference's categories
 
@@ -259,7 +260,12 @@ class _Reference:
     def draw_distances(self, picked: torch.Tensor) -> dict[str, torch.Tensor]:
         """The distance of each draw of its own records (``picked``: draw x record, rows
         of the reference) from the whole of it, per feature: one tensor of draws each."""
-        numeric = self.numeric_distances(self._shares(self.bins, picked))
+        if picked.numel() < self.values.shape[1]:  # fewer drawn than held: bin the drawn
+            drawn = torch.arange(picked.numel()).view(picked.shape)
+            bins, at = self._bin(self.values[:, picked.flatten()]), drawn
+        else:  # bin every reference record once, the draws' bins gathered from theirs
+            bins, at = self._bin(self.values), picked
+        numeric = self.numeric_distances(self._shares(bins, at))
         out = {name: numeric[i] for i, name in enumerate(NUMERIC_FEATURES)}
         for name, coded in self.categorical.items():
             out[name] = self.categorical_distance(name, coded.counts(picked))
@@ -271,7 +277,7 @@ def _noise(reference: _Reference, size: int, seed: int) -> dict[str, float]:
     drawn with replacement all at once (the same draws as one ``randint`` per sample:
     the generator's stream is consumed in the same order) and binned in one pass."""
     generator = torch.Generator().manual_seed(seed)
-    n = reference.bins.shape[1]
+    n = reference.values.shape[1]
     picked = torch.randint(n, (NOISE_DRAWS, size), generator=generator)
     return {k: float(d.max()) for k, d in reference.draw_distances(picked).items()}
 
@@ -293,6 +299,20 @@ def _quantiles(ordered: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     ranks = q * (len(ordered) - 1)
     below = ranks.long()
     return ordered[below].lerp(ordered[ranks.ceil().long()], ranks - below)
+
+
+def _sorted_shares(ordered: torch.Tensor, bounds: list[torch.Tensor], width: int) -> torch.Tensor:
+    """Each feature's bin shares (feature x bin, padded to ``width``) of its sorted values
+    (feature x record): bin j holds bounds[j - 1] < x <= bounds[j], where ``bucketize``
+    puts a value, so its count is how many are <= bounds[j] less how many are <=
+    bounds[j - 1]: a binary search per bound, not a pass over the records."""
+    records = ordered.shape[1]
+    out = torch.zeros((len(bounds), width), dtype=torch.float64)
+    for i, b in enumerate(bounds):
+        at_most = torch.searchsorted(ordered[i], b, right=True)
+        edges = torch.cat([torch.zeros(1, dtype=torch.long), at_most, torch.tensor([records])])
+        out[i, : len(b) + 1] = edges.diff().double()
+    return out / out.sum(-1, keepdim=True)
 
 
 def _js(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
