@@ -13,14 +13,26 @@ it trained on that the pool still holds:
 Thresholds come from the noise of this run's own sizes, measured: ``NOISE_DRAWS`` samples
 of as many reference records as there are new ones, each scored against the reference
 the same way; a feature is flagged when its distance passes max(``MIN_DISTANCE``, 2 ×
-the largest draw). The draws are taken and binned together: the reference's records are
-binned once, and every draw's shares are one bincount of its records' bins (per feature,
-all draws at once), so that the noise costs in proportion to the new records (as many
-per draw), with no Python pass per draw; the same draws, distances and flags as one pass
-each (``tests/infrastructure/recipes/retrain/test_drift_pinned.py``). The label shift is
-flagged past max(0.05, 3 standard errors of the difference of two rates). Vertex AI and
-Evidently use fixed thresholds (0.1 by default); a fixed one flags small batches for their
-noise alone.
+the largest draw).
+
+What it costs grows with the new records, not with the pool. The reference (sampled past
+``DRIFT_SAMPLE``) is measured once: each numeric feature's values sorted in one numpy
+sort, which gives its deciles (``torch.quantile``'s, bit for bit) and its bins' shares
+(a binary search per bin bound); each categorical feature's code x category table is
+built once for both sides, in C. The new records are binned, and the draws together:
+the records drawn (or, when the draws hold more records than the reference, every
+reference record once), so that what is binned is what is new, times ``NOISE_DRAWS``, at
+most; every draw's shares are one bincount of its records' bins per feature, all draws
+at once, with no Python pass per draw or per record. The pool itself is only
+counted (which records are new, the success rates), in numpy. The same draws,
+distances and flags, bit for bit, as one pass per draw
+(``tests/infrastructure/recipes/retrain/test_drift_pinned.py`` and
+``test_drift_cost_of_new.py``). A NaN among the numbers is refused (a ValueError naming
+the feature).
+
+The label shift is flagged past max(0.05, 3 standard errors of the difference of two
+rates). Vertex AI and Evidently use fixed thresholds (0.1 by default); a fixed one flags
+small batches for their noise alone.
 
 >>> report = drift_report(data.columns, served_fingerprint)  # doctest: +SKIP
 >>> report.flagged, report.label_shift  # doctest: +SKIP
@@ -29,6 +41,7 @@ noise alone.
 from __future__ import annotations
 
 import math
+from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
@@ -59,7 +72,9 @@ def drift_report(
     """The run's ``drift`` report on a read's records
     (``ReadResult.columns``; its examples are never built), or None without a served
     model's fingerprint or with under ``MIN_NEW`` new records. ``numeric``:
-    ``numeric_columns`` of the read's examples, when the caller has them."""
+    ``numeric_columns`` of the read's examples, when the caller has them (else they
+    are built for the records measured alone). A NaN among them is a ValueError that
+    names the feature."""
     if served is None:
         return None
     is_new = _new_records(columns, served)
@@ -69,13 +84,12 @@ def drift_report(
     shift, shift_threshold = _label_shift(columns, is_new)
     generator = torch.Generator().manual_seed(seed)
     new_rows, ref_rows = _sample(new_rows, generator), _sample(ref_rows, generator)
-    new, reference = _categorical(columns, new_rows), _categorical(columns, ref_rows)
-    if numeric is None:
-        numeric = numeric_rows(columns, columns.labelled)
-    ref_cols, new_cols = numeric[ref_rows], numeric[new_rows]
-    binned = _Reference(reference, ref_cols)
-    distances = binned.distances(new, new_cols)
-    noise = _noise(binned, len(new_rows), seed)
+    tables = _tables(columns)  # built once, for both sides
+    ref_cols = _numbers(columns, numeric, ref_rows)
+    reference = _Reference(_categorical(tables, columns, ref_rows), ref_cols)
+    new_cols = _numbers(columns, numeric, new_rows)
+    distances = reference.distances(_categorical(tables, columns, new_rows), new_cols)
+    noise = _noise(reference, len(new_rows), seed)
     thresholds = {k: max(MIN_DISTANCE, 2 * noise[k]) for k in distances}
     flagged = sorted(k for k, d in distances.items() if d > thresholds[k])
     return DriftReport(
@@ -98,66 +112,119 @@ def _new_records(columns: PoolColumns, served: DataFingerprint) -> torch.Tensor:
     return torch.from_numpy(~stores.known(columns.key, np.sort(served.labelled.numpy())))
 
 
+def _numbers(
+    columns: PoolColumns, numeric: torch.Tensor | None, rows: torch.Tensor
+) -> torch.Tensor:
+    """The unscaled numeric features of the labelled records ``rows``: of ``numeric``
+    when the caller has them, else built for these rows alone (each record's numbers
+    are its own). A NaN is refused: the features never hold one, and it would make its
+    feature's deciles NaN and its distance a silent 0."""
+    if numeric is None:
+        cols = numeric_rows(columns, columns.labelled[rows.numpy()])
+    else:
+        cols = numeric[rows]
+    nans = cols.isnan().sum(0)
+    if bool(nans.any()):
+        name, count = next((n, int(k)) for n, k in zip(NUMERIC_FEATURES, nans, strict=True) if k)
+        raise ValueError(
+            f"drift: numeric feature {name!r} has {count} NaN value(s) among "
+            f"{cols.shape[0]} records (the features are never NaN: the numbers are wrong)"
+        )
+    return cols
+
+
 class _Categorical(NamedTuple):
-    """One categorical feature of the sampled records: each record's code (``codes``) and
-    each code's count of every category (``table``, code x category: a record's tool list
-    counts each of its tools), so that a set of records' counts is the bincount of their
-    codes times the table: exact, in float64 integers."""
+    """One categorical feature of some labelled records: each record's code (``codes``,
+    of ``width`` codes) and each code's count of every category (``table``, code x
+    category: a record's tool list counts each of its tools; None where each code is a
+    category of its own), so that a set of records' counts is the bincount of their
+    codes, times the table: exact, in float64 integers."""
 
     codes: torch.Tensor  # int64 per record
-    table: torch.Tensor  # float64, code x category
+    width: int
+    table: torch.Tensor | None  # float64, code x category; None: the identity
 
     def counts(self, picked: torch.Tensor) -> torch.Tensor:
         """The category counts of each row of ``picked`` (draw x record: rows into
         ``codes``): draw x category."""
-        draws, width = picked.shape[0], self.table.shape[0]
+        draws, width = picked.shape[0], self.width
         offsets = torch.arange(draws)[:, None] * width
         per_code = torch.bincount((self.codes[picked] + offsets).flatten(), minlength=draws * width)
-        return per_code.view(draws, width).double() @ self.table
+        per_code = per_code.view(draws, width).double()
+        return per_code if self.table is None else per_code @ self.table
 
 
-def _categorical(columns: PoolColumns, picked: torch.Tensor) -> dict[str, _Categorical]:
-    """Each categorical feature of the examples ``picked`` (their indices), in the
-    report's order, from the columns' codes (the pool's categories)."""
-    rows = columns.labelled[picked.numpy()]
-    one = (("agent", columns.agent), ("operator", columns.operator))
-    out = {}
-    for name, coded in (*one, ("reasoning_pattern", columns.pattern), ("tool", columns.tools)):
-        lists = coded.values if name == "tool" else [(v,) for v in coded.values]
-        vocab = {v: i for i, v in enumerate(dict.fromkeys(v for vs in lists for v in vs))}
-        table = torch.zeros((len(lists), len(vocab)), dtype=torch.float64)
-        for code, values in enumerate(lists):
-            for v in values:
-                table[code, vocab[v]] += 1
-        out[name] = _Categorical(torch.from_numpy(coded.codes[rows]), table)
+def _tables(columns: PoolColumns) -> dict[str, _Categorical]:
+    """Each categorical feature of the pool, in the report's order, its codes the pool's
+    rows' (taken at the records measured by :func:`_categorical`), its table built once
+    for both sides. A column's values are distinct (``Coded``), so the agent, operator
+    and pattern codes are their own categories; the tool lists' table is one bincount of
+    (list, tool) pairs, the lists flattened in C (``chain``, ``map``): work per distinct
+    list, none per record, and no Python loop."""
+    out = {
+        name: _Categorical(torch.from_numpy(coded.codes), len(coded.values), None)
+        for name, coded in (
+            ("agent", columns.agent),
+            ("operator", columns.operator),
+            ("reasoning_pattern", columns.pattern),
+        )
+    }
+    lists = columns.tools.values
+    flat = list(chain.from_iterable(lists))
+    vocab = {v: i for i, v in enumerate(dict.fromkeys(flat))}
+    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    code = np.repeat(np.arange(len(lists), dtype=np.int64), lengths)
+    tool = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int64, count=len(flat))
+    pairs = np.bincount(code * len(vocab) + tool, minlength=len(lists) * len(vocab))
+    table = torch.from_numpy(pairs.reshape(len(lists), len(vocab)).astype(np.float64))
+    out["tool"] = _Categorical(torch.from_numpy(columns.tools.codes), len(lists), table)
     return out
 
 
+def _categorical(
+    tables: dict[str, _Categorical], columns: PoolColumns, picked: torch.Tensor
+) -> dict[str, _Categorical]:
+    """Each categorical feature of the labelled records ``picked`` (their indices)."""
+    rows = torch.from_numpy(columns.labelled[picked.numpy()])
+    return {name: t._replace(codes=t.codes[rows]) for name, t in tables.items()}
+
+
 class _Reference:
-    """The served model's records, binned once: each numeric feature's bin bounds, each
-    record's bin and the bins' shares; each categorical feature's codes and counts.
-    Every distance is taken against it, of one set of records or of a batch of draws of
-    its own records (:meth:`draw_distances`: one pass over the draws, not one each)."""
+    """The served model's records, measured once: each numeric feature's values sorted
+    in one numpy sort (its deciles, its bin bounds, and its bins' shares, counted by a
+    binary search of each bound); each categorical feature's codes and counts. Every
+    distance is taken against it, of one set of records or of a batch of draws of its
+    own records (:meth:`draw_distances`: one pass over the draws, not one each, binning
+    the fewer of the records drawn and the records held)."""
 
     def __init__(self, categorical: dict[str, _Categorical], cols: torch.Tensor) -> None:
-        self.bounds = [_bounds(cols[:, i]) for i in range(cols.shape[1])]
-        self.bins = _bin(cols, self.bounds)  # record x feature
+        self.values = cols.T.double().contiguous()  # feature x record: a feature's in a row
+        ordered = torch.from_numpy(np.sort(self.values.numpy(), axis=1))
+        self.bounds = [_bounds(row) for row in ordered]
         self.width = max(len(b) for b in self.bounds) + 1 if self.bounds else 1
-        everyone = torch.arange(cols.shape[0])[None]
-        self.numeric = self._shares(self.bins, everyone)[:, 0]  # feature x bin
+        self.numeric = _sorted_shares(ordered, self.bounds, self.width)  # feature x bin
         self.categorical = categorical
+        everyone = torch.arange(cols.shape[0])[None]
         self.counts = {k: c.counts(everyone)[0] for k, c in categorical.items()}
         self.seen = {k: c > 0 for k, c in self.counts.items()}  # the reference's categories
 
+    def _bin(self, values: torch.Tensor) -> torch.Tensor:
+        """Each record's bin of each feature (``values`` and the result: feature x
+        record)."""
+        out = torch.empty(values.shape, dtype=torch.long)
+        for i, bounds in enumerate(self.bounds):
+            out[i] = torch.bucketize(values[i], bounds)
+        return out
+
     def _shares(self, bins: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
-        """Each feature's bin shares of each draw (``picked``: draw x record, rows of
-        ``bins``): feature x draw x bin, each feature's bins padded to one width with
-        empty ones (an empty bin adds nothing to a distance)."""
+        """Each feature's bin shares of each draw (``picked``: draw x record, columns of
+        ``bins``, feature x record): feature x draw x bin, each feature's bins padded to
+        one width with empty ones (an empty bin adds nothing to a distance)."""
         draws, width = picked.shape[0], self.width
         offsets = torch.arange(draws)[:, None] * width
-        out = torch.empty((bins.shape[1], draws, width), dtype=torch.float64)
-        for i in range(bins.shape[1]):  # a feature at a time: draw x record keys, not x29
-            keys = (bins[:, i][picked] + offsets).flatten()
+        out = torch.empty((bins.shape[0], draws, width), dtype=torch.float64)
+        for i in range(bins.shape[0]):  # a feature at a time: draw x record keys, not x29
+            keys = (bins[i][picked] + offsets).flatten()
             out[i] = torch.bincount(keys, minlength=draws * width).view(draws, width).double()
         return out / out.sum(-1, keepdim=True)
 
@@ -183,7 +250,8 @@ class _Reference:
     ) -> dict[str, float]:
         """The distances of other records (the new ones) from the reference."""
         everyone = torch.arange(cols.shape[0])[None]
-        numeric = self.numeric_distances(self._shares(_bin(cols, self.bounds), everyone))
+        bins = self._bin(cols.T.double().contiguous())
+        numeric = self.numeric_distances(self._shares(bins, everyone))
         out = {name: float(numeric[i, 0]) for i, name in enumerate(NUMERIC_FEATURES)}
         for name, coded in categorical.items():
             out[name] = float(self.categorical_distance(name, coded.counts(everyone))[0])
@@ -192,7 +260,12 @@ class _Reference:
     def draw_distances(self, picked: torch.Tensor) -> dict[str, torch.Tensor]:
         """The distance of each draw of its own records (``picked``: draw x record, rows
         of the reference) from the whole of it, per feature: one tensor of draws each."""
-        numeric = self.numeric_distances(self._shares(self.bins, picked))
+        if picked.numel() < self.values.shape[1]:  # fewer drawn than held: bin the drawn
+            drawn = torch.arange(picked.numel()).view(picked.shape)
+            bins, at = self._bin(self.values[:, picked.flatten()]), drawn
+        else:  # bin every reference record once, the draws' bins gathered from theirs
+            bins, at = self._bin(self.values), picked
+        numeric = self.numeric_distances(self._shares(bins, at))
         out = {name: numeric[i] for i, name in enumerate(NUMERIC_FEATURES)}
         for name, coded in self.categorical.items():
             out[name] = self.categorical_distance(name, coded.counts(picked))
@@ -204,27 +277,42 @@ def _noise(reference: _Reference, size: int, seed: int) -> dict[str, float]:
     drawn with replacement all at once (the same draws as one ``randint`` per sample:
     the generator's stream is consumed in the same order) and binned in one pass."""
     generator = torch.Generator().manual_seed(seed)
-    n = reference.bins.shape[0]
+    n = reference.values.shape[1]
     picked = torch.randint(n, (NOISE_DRAWS, size), generator=generator)
     return {k: float(d.max()) for k, d in reference.draw_distances(picked).items()}
 
 
-def _bounds(reference: torch.Tensor, bins: int = 10) -> torch.Tensor:
-    """The bins' edges: the reference's distinct deciles, with a bin of their own below
-    its smallest value and above its largest: a feature of a few values (a flag, a small
-    count) is compared value by value, and new values outside the reference's range are
-    never hidden among its extremes."""
-    ref = reference.double().contiguous()
+def _bounds(ordered: torch.Tensor, bins: int = 10) -> torch.Tensor:
+    """The bins' edges, of a feature's reference values sorted: their distinct deciles,
+    with a bin of their own below the smallest value and above the largest: a feature of
+    a few values (a flag, a small count) is compared value by value, and new values
+    outside the reference's range are never hidden among its extremes."""
     quantiles = torch.linspace(0, 1, bins + 1, dtype=torch.float64)
-    edges = torch.unique(torch.quantile(ref, quantiles))
+    edges = torch.unique(_quantiles(ordered, quantiles))
     below = torch.nextafter(edges[:1], torch.tensor([-math.inf], dtype=torch.float64))
     return torch.cat([below, edges])  # x <= below | (below, e0] | ... | (e_last, inf)
 
 
-def _bin(cols: torch.Tensor, bounds: list[torch.Tensor]) -> torch.Tensor:
-    """Each record's bin of each feature (record x feature)."""
-    binned = [torch.bucketize(cols[:, i].double().contiguous(), b) for i, b in enumerate(bounds)]
-    return torch.stack(binned, 1) if binned else torch.zeros((cols.shape[0], 0), dtype=torch.long)
+def _quantiles(ordered: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``torch.quantile(values, q)`` (linear), bit for bit, of ``values`` already sorted:
+    its ranks, the values at their floor and ceiling, and its ``lerp`` between them."""
+    ranks = q * (len(ordered) - 1)
+    below = ranks.long()
+    return ordered[below].lerp(ordered[ranks.ceil().long()], ranks - below)
+
+
+def _sorted_shares(ordered: torch.Tensor, bounds: list[torch.Tensor], width: int) -> torch.Tensor:
+    """Each feature's bin shares (feature x bin, padded to ``width``) of its sorted values
+    (feature x record): bin j holds bounds[j - 1] < x <= bounds[j], where ``bucketize``
+    puts a value, so its count is how many are <= bounds[j] less how many are <=
+    bounds[j - 1]: a binary search per bound, not a pass over the records."""
+    records = ordered.shape[1]
+    out = torch.zeros((len(bounds), width), dtype=torch.float64)
+    for i, b in enumerate(bounds):
+        at_most = torch.searchsorted(ordered[i], b, right=True)
+        edges = torch.cat([torch.zeros(1, dtype=torch.long), at_most, torch.tensor([records])])
+        out[i, : len(b) + 1] = edges.diff().double()
+    return out / out.sum(-1, keepdim=True)
 
 
 def _js(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
