@@ -137,6 +137,7 @@ class Run:
     agent: str
     settings: Settings
     config: AgentConfig  # the agent's settings, from ``settings``: read once, by the job
+    device: str  # where it trains (``config.device`` resolved, by the job)
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     started: float = field(default_factory=time.monotonic)
     deadline: float = float("inf")

@@ -14,13 +14,14 @@ import pytest
 from daemon_harness import clear_daemon_env
 from fake_results import train_result
 from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.launcher import RunStopped
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult
-from genesis_fp16_infrastructure.api import Calibration, Capabilities, GateReport
+from genesis_fp16_infrastructure.api import AgentFolder, Calibration, Capabilities, GateReport
 from genesis_fp16_infrastructure.contract.reports import DataReport, DriftReport, LiveReport
 from genesis_fp16_infrastructure.training.reports import Demotion, EarlyStopReport, Measured
 
@@ -149,3 +150,85 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         written = dict(_write_expected(Path(tmp)))
     EXPECTED.write_text(json.dumps(written, indent=1, sort_keys=True) + "\n")
+
+
+# The documented order (jobs/run_ended.py's docstring), each subscriber by its concern.
+ORDER = [
+    "health",
+    "folder_records",
+    "guard_memory",
+    "carried_scale",
+    "history_bound",
+    "precision",
+    "steps",
+    "report",
+    "rl_diagnostics",
+    "gate",
+    "ranges",
+    "live_watch",
+    "recent_verdicts",
+    "tracker",
+    "log_line",
+    "count",
+]
+
+
+@pytest.mark.parametrize("case", ["promoted", "failed"])
+def test_the_subscribers_run_in_the_documented_order(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each subscriber once, in the documented order; when the run's count moves, its
+    record and its log line are already there."""
+    from genesis_fp16.jobs import run_ended
+
+    called: list[str] = []
+    seen_at_count: dict[str, Any] = {}
+
+    def traced(subscriber: run_ended.Subscriber) -> run_ended.Subscriber:
+        def call(event: run_ended.RunEnded) -> None:
+            called.append(subscriber.__name__.lstrip("_"))
+            if subscriber.__name__ == "_count":
+                seen_at_count["record"] = event.run.folder.last_run()
+                seen_at_count["lines"] = [e["event"] for e in logs]
+            subscriber(event)
+
+        call.__name__ = subscriber.__name__
+        return call
+
+    monkeypatch.setattr(run_ended, "SUBSCRIBERS", tuple(map(traced, run_ended.SUBSCRIBERS)))
+    ctx = _context(tmp_path)
+    with capture_logs() as logs:
+        run_agent_job(ctx, AGENT, _Ends(case), Capabilities())  # type: ignore[arg-type]
+    assert called == ORDER
+    assert seen_at_count["record"] is not None
+    line = "training run failed" if case == "failed" else "training run finished"
+    assert line in seen_at_count["lines"]
+
+
+def test_a_subscriber_that_raises_stops_neither_the_others_nor_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The carried scale's subscriber raising (a bug): one error line naming it with its
+    traceback, counted as run_failures{reason="error"}; the subscribers after it still
+    run, and the run keeps its record, its finished line and its count by outcome."""
+    from genesis_fp16.jobs import run_ended
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("cannot carry the scale")
+
+    monkeypatch.setattr(run_ended, "record_scale", broken)
+    ctx = _context(tmp_path)
+    with capture_logs() as logs:
+        run_agent_job(ctx, AGENT, _Ends("promoted"), Capabilities())  # type: ignore[arg-type]
+    (failed,) = [e for e in logs if e["event"] == "the end of a run not fully recorded"]
+    assert failed["subscriber"] == "carried_scale" and "exc_info" in failed
+    assert failed["error"] == "RuntimeError: cannot carry the scale"
+    sample = ctx.metrics.registry.get_sample_value
+    agent = {"agent": AGENT}
+    assert sample("genesis_fp16_run_failures_total", {**agent, "reason": "error"}) == 1
+    assert sample("genesis_fp16_training_runs_total", {**agent, "outcome": "success"}) == 1
+    assert sample("genesis_fp16_training_runs_total", {**agent, "outcome": "failed"}) == 0
+    assert sample("genesis_fp16_gate_verdicts_total", {**agent, "outcome": "promoted"}) == 1
+    assert [e["event"] for e in logs].count("training run finished") == 1
+    record = AgentFolder(tmp_path, AGENT).last_run()
+    assert record is not None and record.outcome == "success"
