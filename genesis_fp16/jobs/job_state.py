@@ -4,9 +4,10 @@ it carries from its plan to its record (:class:`Run`).
 A job (genesis_fp16/jobs/agent_job.py) walks one run forward through three modules, each
 taking the ``Run``: planning.py builds its request once and keeps it on the run
 (``Run.request``, with the agent's state it was planned from), supervising.py trains it
-where the settings say, recording.py turns its result (or its failure) into metrics and
-one log line. The ``Run`` is the only state they pass along, the agent's folder with it
-(``Run.folder``, made once with the run: no step of the job builds its own).
+where the settings say, and its end is one event, ``RunEnded`` (run_ended.py), whose
+subscribers turn its result (or its failure) into records, metrics and one log line. The
+``Run`` is the only state they pass along, the agent's folder with it (``Run.folder``,
+made once with the run: no step of the job builds its own).
 
 Which GPUs a run occupies (:func:`slot_keys`), and a counting slot per device that every
 agent's jobs share (:class:`DeviceSlots`, the context's ``slots``). Two agents' runs on
@@ -130,7 +131,7 @@ class Run:
     """One run of a job: its id, clock and deadline, the agent's folder (``folder``, in the
     run's ``settings``' state folder), whether a reload stopped it, its request (with the
     agent's state it was built from, set by planning) and its curves (opened while
-    planning, closed on every outcome). Planning, supervising and recording each read it;
+    planning, closed on every outcome). Planning, supervising and the run's end each read it;
     ``should_stop`` is the callback the run asks at every step."""
 
     ctx: JobContext

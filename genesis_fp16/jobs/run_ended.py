@@ -67,10 +67,10 @@ class RunEnded:
     def of(cls, run: Run, result: TrainResult | RunError) -> RunEnded:
         """The end of ``run`` now, whether its job reruns it (a failed run never does)."""
         if isinstance(result, RunError):
-            rerun = result.outcome == "stopped" and run.rerun()
+            stopped = result.outcome == "stopped"
         else:
-            rerun = result.stopped_early and run.rerun()
-        return cls(run, result, run.duration(), rerun)
+            stopped = result.stopped_early
+        return cls(run, result, run.duration(), stopped and run.rerun())
 
     @property
     def outcome(self) -> str:

@@ -70,7 +70,7 @@ class DaemonMetrics(
     Counters that the training core reports as running totals (skipped steps, samples)
     advance by the increase between two summaries of the same agent; see
     :meth:`observe_summary`. The job that records a healthy run also keeps its time in
-    the state folder (jobs/recording.py), and the daemon passes the stored time back to
+    the state folder (jobs/run_ended.py), and the daemon passes the stored time back to
     :meth:`add_agent` at start-up.
     """
 
