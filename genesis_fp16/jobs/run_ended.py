@@ -80,10 +80,10 @@ class RunEnded:
 Subscriber = Callable[[RunEnded], None]
 
 
-def publish(event: RunEnded, subscribers: tuple[Subscriber, ...] | None = None) -> None:
+def publish(event: RunEnded) -> None:
     """Deliver ``event`` to each subscriber in order (:data:`SUBSCRIBERS`); one that
     raises is logged and counted, and the next one runs."""
-    for subscriber in SUBSCRIBERS if subscribers is None else subscribers:
+    for subscriber in SUBSCRIBERS:
         try:
             subscriber(event)
         except Exception as exc:
