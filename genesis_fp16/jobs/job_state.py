@@ -37,7 +37,12 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from genesis_fp16.config.settings import AgentConfig, Settings, precision_switched
+from genesis_fp16.config.settings import (
+    AgentConfig,
+    Settings,
+    precision_switched,
+    resolve_device,
+)
 from genesis_fp16.launch.launcher import RunProcesses
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.tracking import RunTracker
@@ -138,7 +143,7 @@ class Run:
     agent: str
     settings: Settings
     config: AgentConfig  # the agent's settings, from ``settings``: read once, by the job
-    device: str  # where it trains (``config.device`` resolved, by the job)
+    device: str = ""  # where it trains: ``config.device`` as the job resolved it ("": here)
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     started: float = field(default_factory=time.monotonic)
     deadline: float = float("inf")
@@ -150,6 +155,7 @@ class Run:
     def __post_init__(self) -> None:
         # The run's one: its plan, its guard memory, scale, history and record all take it.
         self.folder = AgentFolder(self.settings.state_dir, self.agent)
+        self.device = self.device or resolve_device(self.config.device)
         # Past it an in-process run checkpoints at its next step and ends ("stopped"); a
         # torchrun job gets SIGTERM from its launcher at the same limit.
         if self.config.own.nproc == 1:
