@@ -1,6 +1,6 @@
 """One scheduled training job of one agent: the scheduler's tick, then each run walked
-forward, plan -> execute -> record (planning.py, supervising.py, recording.py; the run's
-state in job_state.py).
+forward, plan -> execute -> its end, once (planning.py, supervising.py, run_ended.py; the
+run's state in job_state.py).
 
 A job takes a slot on each GPU its run occupies (genesis_fp16/jobs/job_state.py: runs on
 one GPU never exceed the configured concurrency), resumes from the agent's newest
@@ -25,10 +25,12 @@ from genesis_fp16.jobs.job_state import DeviceSlots as DeviceSlots  # the daemon
 from genesis_fp16.jobs.job_state import JobContext as JobContext  # the daemon's import
 from genesis_fp16.jobs.job_state import Run, slot_keys
 from genesis_fp16.jobs.planning import plan_run
-from genesis_fp16.jobs.recording import record_failure, record_result, record_start, record_stopped
+from genesis_fp16.jobs.recording import record_start
+from genesis_fp16.jobs.run_ended import RunEnded, publish
+from genesis_fp16.jobs.run_failure import RunError
 from genesis_fp16.jobs.supervising import execute_run
 from genesis_fp16.launch.launcher import RunStopped
-from genesis_fp16.plugin_api import AgentPlugin
+from genesis_fp16.plugin_api import AgentPlugin, TrainResult
 from genesis_fp16_infrastructure.api import Capabilities
 
 log = structlog.get_logger("genesis_fp16.jobs")
@@ -75,7 +77,7 @@ def run_agent_job(
         return
     try:
         # Each rerun follows a reload that changed the precision, so edits bound the loop.
-        while _run_once(Run(ctx, agent, settings, config), plugin, device, capabilities):
+        while _run_once(Run(ctx, agent, settings, config, device), plugin, capabilities):
             settings = ctx.settings  # the rerun's: read once, for it and for this check
             config = settings.agent(agent)
             if ctx.stopping.is_set() or not config.own.enabled:
@@ -88,23 +90,27 @@ def run_agent_job(
             ctx.running_changed.notify_all()
 
 
-def _run_once(run: Run, plugin: AgentPlugin, device: str, capabilities: Capabilities) -> bool:
-    """One run, top-down: plan it, execute it, record it. True when a reload that changed
-    its precision stopped it (the job reruns it at once)."""
+def _run_once(run: Run, plugin: AgentPlugin, capabilities: Capabilities) -> bool:
+    """One run, top-down: plan it, execute it, then its end, once (``RunEnded``, to each
+    subscriber: genesis_fp16/jobs/run_ended.py). True when a reload that changed its
+    precision stopped it (the job reruns it at once)."""
     structlog.contextvars.bind_contextvars(agent=run.agent, run_id=run.id)
     try:
-        # Inside the try: an unreadable state file while planning is a counted failed run.
-        request = plan_run(run, plugin, capabilities, device)
-        record_start(run)
-        result = execute_run(run, plugin, request, capabilities)
-    except RunStopped as exc:  # stopped during its child's start-up: no step, no failure
-        record_stopped(run, exc)
-        return run.rerun()
-    except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is a failed run too
-        record_failure(run, device, exc)
-        return False
+        ended = RunEnded.of(run, _train(run, plugin, capabilities))
+        publish(ended)
     finally:
         structlog.contextvars.unbind_contextvars("agent", "run_id")
-    rerun = result.stopped_early and run.rerun()
-    record_result(run, result, device, rerun)
-    return rerun
+    return ended.rerun
+
+
+def _train(run: Run, plugin: AgentPlugin, capabilities: Capabilities) -> TrainResult | RunError:
+    """The run's result, or why it has none."""
+    try:
+        # Inside the try: an unreadable state file while planning is a counted failed run.
+        request = plan_run(run, plugin, capabilities, run.device)
+        record_start(run)
+        return execute_run(run, plugin, request, capabilities)
+    except RunStopped as exc:  # stopped during its child's start-up: no step, no failure
+        return RunError.stopped(exc)
+    except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is a failed run too
+        return RunError.failed(exc, run.device)

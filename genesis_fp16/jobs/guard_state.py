@@ -30,7 +30,7 @@ from genesis_fp16_infrastructure.api import (
 if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run) never
     # needs prometheus_client, which the import would cost every process (benchmarks/
     # results/child_start_cpu-amd-epyc-2-cores.md)
-    from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+    from genesis_fp16.metrics.guard_metrics import GuardMetrics
 
 log = structlog.get_logger("genesis_fp16.guard")
 
@@ -90,20 +90,19 @@ def announce_run(folder: Path, agent: str, result: TrainResult) -> None:
 
 def record_run(
     settings: Settings,
-    metrics: DaemonMetrics,
+    metrics: GuardMetrics,
     agent: str,
     result: TrainResult,
     folder: AgentFolder | None = None,
 ) -> None:
-    """Announce (the agent's outbox), count, log and remember the run's demotions and
-    fault bundles; count a clean run; maybe promote. ``folder``: the agent's, as the run
-    holds it (None: made here)."""
+    """Announce (the agent's outbox), count (the guard's family of ``metrics``), log and
+    remember the run's demotions and fault bundles; count a clean run; maybe promote: the
+    guard's memory at the end of a run (genesis_fp16/jobs/run_ended.py). ``folder``: the
+    agent's, as the run holds it (None: made here)."""
     folder = AgentFolder(settings.state_dir, agent) if folder is None else folder
     announce_run(folder.root, agent, result)
+    metrics.count_guarded(agent, result)  # announced first: an event is never counted unsent
     for d in result.demotions:
-        metrics.precision_demotions.labels(
-            agent=agent, **{"from": d.from_, "to": d.to}, reason=d.reason
-        ).inc()
         log.warning(
             "precision demoted",
             agent=agent,
@@ -115,7 +114,6 @@ def record_run(
             detail=d.detail,
         )
     for bundle in result.fault_bundles:
-        metrics.fault_bundles.labels(agent=agent, reason=bundle.reason).inc()
         log.warning(
             "fault bundle written",
             agent=agent,

@@ -4,9 +4,10 @@ it carries from its plan to its record (:class:`Run`).
 A job (genesis_fp16/jobs/agent_job.py) walks one run forward through three modules, each
 taking the ``Run``: planning.py builds its request once and keeps it on the run
 (``Run.request``, with the agent's state it was planned from), supervising.py trains it
-where the settings say, recording.py turns its result (or its failure) into metrics and
-one log line. The ``Run`` is the only state they pass along, the agent's folder with it
-(``Run.folder``, made once with the run: no step of the job builds its own).
+where the settings say, and its end is one event, ``RunEnded`` (run_ended.py), whose
+subscribers turn its result (or its failure) into records, metrics and one log line. The
+``Run`` is the only state they pass along, the agent's folder with it (``Run.folder``,
+made once with the run: no step of the job builds its own).
 
 Which GPUs a run occupies (:func:`slot_keys`), and a counting slot per device that every
 agent's jobs share (:class:`DeviceSlots`, the context's ``slots``). Two agents' runs on
@@ -36,7 +37,12 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from genesis_fp16.config.settings import AgentConfig, Settings, precision_switched
+from genesis_fp16.config.settings import (
+    AgentConfig,
+    Settings,
+    precision_switched,
+    resolve_device,
+)
 from genesis_fp16.launch.launcher import RunProcesses
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.tracking import RunTracker
@@ -130,13 +136,14 @@ class Run:
     """One run of a job: its id, clock and deadline, the agent's folder (``folder``, in the
     run's ``settings``' state folder), whether a reload stopped it, its request (with the
     agent's state it was built from, set by planning) and its curves (opened while
-    planning, closed on every outcome). Planning, supervising and recording each read it;
+    planning, closed on every outcome). Planning, supervising and the run's end each read it;
     ``should_stop`` is the callback the run asks at every step."""
 
     ctx: JobContext
     agent: str
     settings: Settings
     config: AgentConfig  # the agent's settings, from ``settings``: read once, by the job
+    device: str = ""  # where it trains: ``config.device`` as the job resolved it ("": here)
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     started: float = field(default_factory=time.monotonic)
     deadline: float = float("inf")
@@ -148,6 +155,7 @@ class Run:
     def __post_init__(self) -> None:
         # The run's one: its plan, its guard memory, scale, history and record all take it.
         self.folder = AgentFolder(self.settings.state_dir, self.agent)
+        self.device = self.device or resolve_device(self.config.device)
         # Past it an in-process run checkpoints at its next step and ends ("stopped"); a
         # torchrun job gets SIGTERM from its launcher at the same limit.
         if self.config.own.nproc == 1:

@@ -70,7 +70,7 @@ class DaemonMetrics(
     Counters that the training core reports as running totals (skipped steps, samples)
     advance by the increase between two summaries of the same agent; see
     :meth:`observe_summary`. The job that records a healthy run also keeps its time in
-    the state folder (jobs/recording.py), and the daemon passes the stored time back to
+    the state folder (jobs/run_ended.py), and the daemon passes the stored time back to
     :meth:`add_agent` at start-up.
     """
 
@@ -275,9 +275,9 @@ class RunReportMetrics:
     quarantined and its device memory; the per-run report series of :class:`DaemonMetrics`
     (its ``report``), registered on ``registry``.
 
-    Each ``set_*`` reads one typed field of the run's ``TrainResult``
-    (genesis_fp16/jobs/recording.py passes the result, or the field), so an agent that reports
-    none of them leaves these series absent rather than at zero.
+    Each ``set_*`` reads one typed field of the run's ``TrainResult`` (:meth:`run_ended`
+    sets them all, at the end of each run: genesis_fp16/jobs/run_ended.py), so an agent that
+    reports none of them leaves these series absent rather than at zero.
 
     >>> from prometheus_client import CollectorRegistry, generate_latest
     >>> report = RunReportMetrics(CollectorRegistry())
@@ -340,6 +340,17 @@ class RunReportMetrics:
         """Create the agent's counters at zero, so that their rates work from the first run."""
         self.new_records.labels(agent=agent)
         self.records_quarantined.labels(agent=agent)
+
+    def run_ended(self, agent: str, result: TrainResult, now: float) -> None:
+        """Each typed field of a finished run's result it reports (``now``: when it ended)."""
+        self.set_auto_measurement(agent, result)
+        self.set_eval(agent, result)
+        self.set_data(agent, result, now)
+        self.count_quarantined(agent, result)
+        if result.phases is not None:  # where the run's time went (se_darwin, judged runs)
+            self.set_phases(agent, result.phases)
+        if result.device_memory_peak_bytes is not None:
+            self.set_device_memory_peak(agent, result.device_memory_peak_bytes)
 
     def count_quarantined(self, agent: str, result: TrainResult) -> None:
         """Count the records the run's read set aside (``TrainResult.quarantined``).

@@ -9,6 +9,7 @@ the fault bundles the flight recorder wrote.
 from __future__ import annotations
 
 from genesis_fp16.metrics.metric_names import Families
+from genesis_fp16.plugin_api import TrainResult
 
 
 class GuardMetrics:
@@ -27,3 +28,12 @@ class GuardMetrics:
             "calibration excepted) or demotion (the step that brought a demotion).",
             ("agent", "reason"),
         )
+
+    def count_guarded(self, agent: str, result: TrainResult) -> None:
+        """Count the run's demotions and the fault bundles it wrote (announced first, in
+        the agent's outbox: genesis_fp16/jobs/guard_state.py:record_run)."""
+        for d in result.demotions:
+            labels = {"agent": agent, "from": d.from_, "to": d.to, "reason": d.reason}
+            self.precision_demotions.labels(**labels).inc()
+        for bundle in result.fault_bundles:
+            self.fault_bundles.labels(agent=agent, reason=bundle.reason).inc()

@@ -11,6 +11,7 @@ or captured, and why a captured step fell back to eager).
 from __future__ import annotations
 
 from genesis_fp16.metrics.metric_names import PRECISION_LABELS, Families
+from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import EXECUTION_MODES, PrecisionName
 
 
@@ -66,3 +67,14 @@ class PrecisionMetrics:
         the others 0."""
         for name in EXECUTION_MODES:
             self.execution.labels(agent=agent, mode=name).set(1 if name == mode else 0)
+
+    def export_execution(
+        self, agent: str, result: TrainResult, precision: PrecisionName | None
+    ) -> None:
+        """A finished run: how its steps executed (a fallback to eager counted by reason),
+        and ``precision`` on the gauge when the job says which (None: leave the gauge)."""
+        if precision is not None:
+            self.set_precision(agent, precision)
+        self.set_execution(agent, result.execution)
+        if result.execution_fallback is not None:
+            self.execution_fallbacks.labels(agent=agent, reason=result.execution_fallback).inc()

@@ -76,6 +76,21 @@ class RunMetrics:
             "kept in the state folder across restarts; 0: the agent never succeeded there.",
         )
 
+    def count_run(
+        self,
+        agent: str,
+        outcome: str,
+        duration: float,
+        failure: str | None,
+        eval_loss: float | None,
+        now: float,
+    ) -> None:
+        """Count a run that ended: its failure by reason (None: none), then the run by
+        outcome, last (whoever sees the count finds the run's other series)."""
+        if failure is not None:
+            self.run_failures.labels(agent=agent, reason=failure).inc()
+        self.finish_run(agent, outcome, duration, eval_loss, now)
+
     def finish_run(
         self, agent: str, outcome: str, duration: float, eval_loss: float | None, now: float
     ) -> None:

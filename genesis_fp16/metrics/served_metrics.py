@@ -322,6 +322,11 @@ class PromotionMetrics(ServedFolderMetrics, DriftMetrics):
         )
         DriftMetrics.__init__(self, f)
 
+    def run_ended(self, agent: str, result: TrainResult) -> None:
+        """A finished run's gate verdict and its data's drift."""
+        self.export_gate(agent, result)
+        self.export_drift(agent, result)
+
     def export_gate(self, agent: str, result: TrainResult) -> None:
         """The run's verdict and scores, if it judged; a promotion serves the candidate's."""
         gate = result.gate

@@ -12,6 +12,7 @@ gradient norm, loss and step time.
 from __future__ import annotations
 
 from genesis_fp16.metrics.metric_names import Families
+from genesis_fp16.plugin_api import TrainResult
 
 # The summary's cumulative counts and the counters they advance.
 CUMULATIVE = {
@@ -46,3 +47,9 @@ class StepMetrics:
             "Wall seconds per step between the last two logs of a run (the step time to "
             "set beside DCGM's GPU utilisation).",
         )
+
+    def export_final_loss(self, agent: str, result: TrainResult) -> None:
+        """The run's own final loss on ``train_loss`` (under torchrun, rank 0's last log
+        was its interval's); a run that took no step leaves the last one's."""
+        if result.steps and result.final_train_loss is not None:
+            self.train_loss.labels(agent=agent).set(float(result.final_train_loss))

@@ -308,7 +308,7 @@ def test_a_run_whose_every_gradient_is_nan_fails_and_degrades_healthz(
     )
     failures = ("genesis_fp16_run_failures_total",)
     runs = ("genesis_fp16_training_runs_total",)
-    # The failure's reason is counted before the run is (recording._finish, then
+    # The failure's reason is counted before the run is (run_ended._count: count_run,
     # finish_run): wait for both, or a loaded machine reads between them.
     daemon.wait_for(
         lambda: (

@@ -237,25 +237,8 @@ def test_a_fallback_is_counted_and_logged_and_an_fp16_scale_carried(
     assert carried is not None and carried.scale == 4096.0
 
 
-def test_a_run_whose_recording_fails_is_a_counted_failed_run_with_its_error_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A run that trained but whose recording raised (here carrying its fp16 scale) does
-    not escape the job as a bare traceback: one failed run, its error line, its record."""
-    from genesis_fp16.jobs import recording
-
-    def broken(*args: object) -> None:
-        raise RuntimeError("cannot carry the scale")
-
-    ctx = _context(tmp_path, monkeypatch)
-    monkeypatch.setattr(recording, "record_scale", broken)
-    with capture_logs() as logs:
-        run_agent_job(ctx, AGENT, _FellBack(), Capabilities())  # type: ignore[arg-type]
-    (failed,) = [e for e in logs if e["event"] == "training run failed"]
-    assert failed["error"] == "RuntimeError: cannot carry the scale"
-    assert _failed_runs(ctx) == 1
-    record = AgentFolder(tmp_path, AGENT).last_run()
-    assert record is not None and record.reason == "error: RuntimeError: cannot carry the scale"
+# A run whose end's recording raises (one subscriber of its RunEnded) is no bare traceback
+# and loses no record: tests/genesis_fp16/jobs/test_run_ended.py (the subscriber isolated).
 
 
 class _EndsAsTheReloadLands:

@@ -151,10 +151,10 @@ def test_a_childs_result_line_is_the_result_and_a_diagnostics_line_is_live() -> 
 def test_the_post_run_step_recovers_what_a_killed_transition_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After each run (recording._bound_history) the daemon finishes, before it prunes,
+    """After each run (recording.bound_agent_history) the daemon finishes, before it prunes,
     what a rollback killed after its pointer's commit left: the candidate's verdict the
     journal decided and the rollback's event in the agent's outbox."""
-    from genesis_fp16.jobs.recording import _bound_history
+    from genesis_fp16.jobs.recording import bound_agent_history
     from genesis_fp16_infrastructure.agent_folder import candidates, outbox, transitions
 
     ctx = _context(tmp_path, monkeypatch)
@@ -174,7 +174,7 @@ def test_the_post_run_step_recovers_what_a_killed_transition_left(
     assert lost.kind == "rollback"
     lost.path.unlink()  # the state a kill between the pointer and its copies left:
     candidates.write_verdict(served[1], {"outcome": "promoted"})  # the verdict not rolled
-    _bound_history(ctx, home)
+    bound_agent_history(ctx.settings, ctx.metrics, home)
     verdict = candidates.read_verdict(served[1])
     assert verdict.outcome == "rolled_back" and verdict.journal_seq == 3
     assert [e.id for e in outbox.read_events(home.root)][-1] == lost.id
