@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from drift_edits import edit_record
 
 import genesis_fp16_infrastructure.recipes.retrain.drift as drift
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint
@@ -43,24 +44,13 @@ CASES: list[tuple[int, int, int, str, int]] = [
 ]
 
 
-def _edit(name: str, record: dict[str, Any], n: int) -> None:
-    if name == "generation_x10":
-        record["generation"] = 10 * record["generation"]
-    elif name == "agent_qa":
-        record["agent_name"] = "qa"
-    elif name == "rename_grep":
-        record["tools_used"] = ["ripgrep" if t == "grep" else t for t in record["tools_used"]]
-    elif name == "success_up" and "success_score" in record:
-        record["success_score"] = 0.9 if n % 5 < 3 else 0.1
-
-
 def _pool(seed: int, records: int, new: int, edit: str) -> tuple[PoolColumns, DataFingerprint]:
     """A generated pool read as a run reads it, its last ``new`` records (in a seeded
     order) edited, and the fingerprint of a served model trained on the rest."""
     pool = generate_pool(records, seed=seed)
     ids = sorted(pool["trajectories"], key=lambda k: record_id_hash(f"{seed}:{k}"))
     for n, key in enumerate(ids[records - new :]):
-        _edit(edit, pool["trajectories"][key], n)
+        edit_record(edit, pool["trajectories"][key], n)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "grown.json"
         path.write_text(json.dumps(pool))

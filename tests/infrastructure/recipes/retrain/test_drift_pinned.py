@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from drift_edits import edit_record
 
 import genesis_fp16_infrastructure.recipes.retrain.drift as drift
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
@@ -39,17 +40,6 @@ CASES: list[tuple[int, float, str, int]] = [
 ]
 
 
-def _edit(name: str, record: dict[str, Any], n: int) -> None:
-    if name == "generation_x10":
-        record["generation"] = 10 * record["generation"]
-    elif name == "agent_qa":
-        record["agent_name"] = "qa"
-    elif name == "rename_grep":
-        record["tools_used"] = ["ripgrep" if t == "grep" else t for t in record["tools_used"]]
-    elif name == "success_up" and "success_score" in record:
-        record["success_score"] = 0.9 if n % 5 < 3 else 0.1
-
-
 def _report(seed: int, share: float, edit: str, sample: int) -> dict[str, Any] | None:
     """The drift report of a pool whose first ``1 - share`` (in a seeded order) the
     served model read, the rest new and edited."""
@@ -59,7 +49,7 @@ def _report(seed: int, share: float, edit: str, sample: int) -> dict[str, Any] |
     served = {**pool, "trajectories": {k: pool["trajectories"][k] for k in ids[:cut]}}
     served = json.loads(json.dumps(served))  # a copy: the edits are the grown pool's alone
     for n, key in enumerate(ids[cut:]):
-        _edit(edit, pool["trajectories"][key], n)
+        edit_record(edit, pool["trajectories"][key], n)
     with tempfile.TemporaryDirectory() as tmp:
         a, b = Path(tmp) / "served.json", Path(tmp) / "grown.json"
         a.write_text(json.dumps(served))
