@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -125,10 +126,17 @@ def _gauge(agent: str, port: str) -> dict[str, float]:
     }
 
 
-def _runs(agent: str, folder: Path, env: dict[str, str], count: int) -> list[dict[str, Any]]:
+def _runs(
+    agent: str,
+    folder: Path,
+    env: dict[str, str],
+    count: int,
+    before: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
     """A daemon on ``folder/state``, asked for ``count`` runs of ``agent`` one after the
-    other (the data as it stands); their finished records. The daemon is then stopped.
-    Its metrics port is ``env``'s (``GENESIS_FP16_METRICS_PORT``)."""
+    other (the data as it stands, or as ``before(n)`` leaves it before the n-th); their
+    finished records. The daemon is then stopped. Its metrics port is ``env``'s
+    (``GENESIS_FP16_METRICS_PORT``)."""
     log, port = folder / "daemon.log", env["GENESIS_FP16_METRICS_PORT"]
     log.unlink(missing_ok=True)
     with log.open("wb") as out:
@@ -141,6 +149,8 @@ def _runs(agent: str, folder: Path, env: dict[str, str], count: int) -> list[dic
     try:
         _wait(lambda: _ready(f"http://127.0.0.1:{port}/readyz"), "the daemon to be ready", 120)
         for done in range(count):
+            if before is not None:
+                before(done)
             _cli(env, "run", agent)
             _wait(lambda n=done: _ended(log, agent, n), f"{agent}'s run", 600)
         finished = _finished(log, agent)

@@ -11,6 +11,15 @@ the task file's evaluation episodes)::
 
     python benchmarks/rlhf_continued_runs.py --seeds 0,1 --count 2000 --runs 6 \
         --out benchmarks/results/rlhf_continued_runs.md
+
+``--daemon`` takes the product path instead: one real ``genesis-fp16 serve`` per seed,
+rlhf_ppo alone (fp32, scheduled daily and not at start, as ``daemon_judging_cost.py``
+starts it), and before each run a new task file replaces the one the daemon reads
+(``GENESIS_FP16_AGENTS__RLHF_PPO__DATA_PATH``), then ``genesis-fp16 run rlhf_ppo``; each
+row is read from the daemon's own ``training run finished`` line, with the gate's paired
+interval on the loss difference (candidate - served) where the gate reports one::
+
+    python benchmarks/rlhf_continued_runs.py --daemon --seeds 0,1 --count 2000 --runs 6
 """
 
 from __future__ import annotations
@@ -18,10 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from daemon_judging_cost import _batch, _env, _finished, _runs
 
 
 def _cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -81,6 +94,74 @@ def continued_runs(seed: int, count: int, runs: int) -> list[dict[str, object]]:
     return rows
 
 
+def daemon_runs(
+    seed: int, count: int, runs: int, steps: int | None = None, port: int = 19534
+) -> list[dict[str, Any]]:
+    """The rows of one seed from one daemon's runs: a new task file (``count`` prompts,
+    seed ``seed * 1000 + run``) before each; ``steps`` overrides the default budget."""
+    with tempfile.TemporaryDirectory(prefix="rlhf-daemon-") as tmp:
+        folder = Path(tmp)
+        env = _env("rlhf_ppo", folder)
+        env["GENESIS_FP16_METRICS_PORT"] = str(port)
+        if steps is not None:
+            env["GENESIS_FP16_AGENTS__RLHF_PPO__STEPS"] = str(steps)
+
+        def new_task(run: int) -> None:
+            if run > 0:  # the run before, as it finished: kept in stdout if this one overruns
+                done = _finished(folder / "daemon.log", "rlhf_ppo")[run - 1]
+                print(json.dumps(daemon_row(seed, run - 1, done)), flush=True)
+            _batch("rlhf_ppo", folder, env, count, seed * 1000 + run)
+
+        finished = _runs("rlhf_ppo", folder, env, runs, before=new_task)
+    return [daemon_row(seed, run, record) for run, record in enumerate(finished)]
+
+
+def daemon_row(seed: int, run: int, record: dict[str, Any]) -> dict[str, Any]:
+    """One run's row from its ``training run finished`` record."""
+    gate = record.get("gate") or {}
+    losses = [
+        (gate.get(side) or {}).get("losses", {}).get("loss") for side in ("candidate", "served")
+    ]
+    kept = losses[0] if gate.get("outcome") == "promoted" else losses[1]
+    return {
+        "seed": seed,
+        "run": run,
+        "verdict": gate.get("outcome"),
+        "steps": record.get("steps"),
+        "candidate_loss": losses[0],
+        "served_loss": losses[1],
+        "difference": _interval(gate.get("reason") or ""),
+        "served_reward": None if kept is None else 1 - kept,
+        "wall_seconds": record.get("wall_seconds"),
+        "reason": gate.get("reason"),
+    }
+
+
+def _interval(reason: str) -> str | None:
+    """The gate's paired interval on candidate - served loss, as its reason says it
+    (``worse by LOW to HIGH (95%)``); None where it gives none (the first model)."""
+    found = re.search(r"worse by (\S+) to (\S+) \((\d+)%\)", reason)
+    return None if found is None else f"{found[1]} to {found[2]} ({found[3]}%)"
+
+
+def _daemon_table(rows: list[dict[str, Any]], count: int) -> str:
+    lines = [
+        f"rlhf_ppo continued runs in a daemon, {count} prompts per task file, fp32",
+        "",
+        "| seed | run | verdict | steps | candidate loss | served loss | "
+        "candidate - served loss, gate's interval | served policy's reward after | run s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        reward = "—" if r["served_reward"] is None else f"{r['served_reward']:.6f}"
+        lines.append(
+            f"| {r['seed']} | {r['run']} | {r['verdict']} | {r['steps']} | "
+            f"{r['candidate_loss']} | {r['served_loss'] or '—'} | {r['difference'] or '—'} | "
+            f"{reward} | {r['wall_seconds']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _table(rows: list[dict[str, object]], count: int) -> str:
     lines = [
         f"rlhf_ppo continued runs, {count} prompts per task file, default budget, fp32",
@@ -96,15 +177,23 @@ def _table(rows: list[dict[str, object]], count: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=6, help="the first model and its continuations")
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
-    rows = [r for s in args.seeds.split(",") for r in continued_runs(int(s), args.count, args.runs)]
-    table = _table(rows, args.count)
+    parser.add_argument("--daemon", action="store_true", help="a real daemon's runs")
+    parser.add_argument("--steps", type=int, help="--daemon: steps per run (default budget)")
+    parser.add_argument("--port", type=int, default=19534, help="--daemon: its metrics port")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if args.daemon:
+        found = [daemon_runs(s, args.count, args.runs, args.steps, args.port) for s in seeds]
+        table = _daemon_table([r for rows in found for r in rows], args.count)
+    else:
+        rows = [r for s in seeds for r in continued_runs(s, args.count, args.runs)]
+        table = _table(rows, args.count)
     print(table)
     if args.out is not None:
         args.out.write_text(table)
