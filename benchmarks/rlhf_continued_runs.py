@@ -97,12 +97,14 @@ def continued_runs(seed: int, count: int, runs: int) -> list[dict[str, object]]:
 def daemon_runs(
     seed: int, count: int, runs: int, steps: int | None = None, port: int = 19534
 ) -> list[dict[str, Any]]:
-    """The rows of one seed from one daemon's runs: a new task file (``count`` prompts,
-    seed ``seed * 1000 + run``) before each; ``steps`` overrides the default budget."""
+    """The rows of one seed from one daemon's runs (its ``GENESIS_FP16_SEED``): a new task
+    file (``count`` prompts, seed ``seed * 1000 + run``) before each; ``steps`` overrides
+    the default budget."""
     with tempfile.TemporaryDirectory(prefix="rlhf-daemon-") as tmp:
         folder = Path(tmp)
         env = _env("rlhf_ppo", folder)
         env["GENESIS_FP16_METRICS_PORT"] = str(port)
+        env["GENESIS_FP16_SEED"] = str(seed)  # the runs' seed, as train --seed S sets it
         if steps is not None:
             env["GENESIS_FP16_AGENTS__RLHF_PPO__STEPS"] = str(steps)
 
