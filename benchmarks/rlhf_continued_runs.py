@@ -20,14 +20,20 @@ row is read from the daemon's own ``training run finished`` line, with the gate'
 interval on the loss difference (candidate - served) where the gate reports one::
 
     python benchmarks/rlhf_continued_runs.py --daemon --seeds 0,1 --count 2000 --runs 6
+
+``--summarize TABLE...`` reads tables ``--daemon`` wrote and prints issue 93's figures
+per seed: the continued runs' verdicts, the served policy's reward after run 1 and after
+the last, and the change between with its 95% interval (see ``reward_change``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,6 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from daemon_judging_cost import _batch, _env, _finished, _runs
+
+from genesis_fp16_infrastructure.judging.gate import Z_95
+
+Z_TWO_SIDED_95 = statistics.NormalDist().inv_cdf(0.975)
 
 
 def _cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -146,6 +156,58 @@ def _interval(reason: str) -> str | None:
     return None if found is None else f"{found[1]} to {found[2]} ({found[3]}%)"
 
 
+def reward_change(rows: list[dict[str, Any]]) -> tuple[float, float, float]:
+    """The change of the served policy's expected reward from after run 1 to after the
+    last run, with its 95% interval: each promoted run k > 1 replaced the served model,
+    and its gate measured the paired loss difference on its own new episodes (mean
+    +- 1.645 s.e.: one-sided 95% at each end); the runs' episodes are independent draws of
+    the same task, so the differences add, their variances too. Not promoted: the served
+    model stayed, no change."""
+    mean = variance = 0.0
+    for row in rows:
+        found = re.fullmatch(r"(\S+) to (\S+) \(95%\)", row["difference"] or "")
+        if row["run"] < 2 or row["verdict"] != "promoted" or found is None:
+            continue
+        low, high = float(found[1]), float(found[2])
+        mean -= (low + high) / 2  # a loss difference: the reward's is its negative
+        variance += ((high - low) / (2 * Z_95)) ** 2
+    half = Z_TWO_SIDED_95 * math.sqrt(variance)
+    return mean, mean - half, mean + half
+
+
+def read_table(text: str) -> list[dict[str, Any]]:
+    """The rows of a table ``--daemon`` wrote (the fields ``summary`` reads)."""
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("| ").split(" | ")]
+        if len(cells) != 9 or not cells[0].isdigit():
+            continue
+        rows.append(
+            {
+                "seed": int(cells[0]),
+                "run": int(cells[1]),
+                "verdict": cells[2],
+                "difference": None if cells[6] == "—" else cells[6],
+                "served_reward": float(cells[7]),
+            }
+        )
+    return rows
+
+
+def summary(rows: list[dict[str, Any]], count: int) -> str:
+    """Issue 93's Done-when figures for one seed's runs (run 0 the first model)."""
+    continued = [r for r in rows if r["run"] > 0]
+    verdicts = [r["verdict"] for r in continued]
+    first, last = continued[0], continued[-1]
+    change, low, high = reward_change(rows)
+    return (
+        f"| {count:,} | {rows[0]['seed']} | {verdicts.count('promoted')} | "
+        f"{verdicts.count('inconclusive')} | {verdicts.count('rejected')} | "
+        f"{first['served_reward']:.6f} | {last['served_reward']:.6f} | "
+        f"{change:+.6f} ({low:+.6f} to {high:+.6f}) |"
+    )
+
+
 def _daemon_table(rows: list[dict[str, Any]], count: int) -> str:
     lines = [
         f"rlhf_ppo continued runs in a daemon, {count} prompts per task file, fp32",
@@ -188,7 +250,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--daemon", action="store_true", help="a real daemon's runs")
     parser.add_argument("--steps", type=int, help="--daemon: steps per run (default budget)")
     parser.add_argument("--port", type=int, default=19534, help="--daemon: its metrics port")
+    parser.add_argument("--summarize", type=Path, nargs="+", help="tables --daemon wrote")
     args = parser.parse_args(argv)
+    if args.summarize:
+        print(
+            "| prompts | seed | promoted | inconclusive | rejected | reward after run 1 | "
+            "after the last | change after run 1, 95% |\n" + "| --- " * 8 + "|"
+        )
+        for path in args.summarize:
+            text = path.read_text()
+            count = int(re.search(r"(\d+) prompts", text)[1])  # type: ignore[index]
+            print(summary(read_table(text), count))
+        return
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.daemon:
         found = [daemon_runs(s, args.count, args.runs, args.steps, args.port) for s in seeds]

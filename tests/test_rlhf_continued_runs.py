@@ -55,3 +55,41 @@ def test_a_daemon_serves_a_first_model_then_continues_it(tmp_path: Path) -> None
     assert first[2] == "promoted" and first[5] == "—" and first[6] == "—"
     assert second[3] == "8" and second[5] != "—" and "(95%)" in second[6]
     assert second[2] in {"promoted", "inconclusive", "rejected"}
+
+
+def _run(run: int, verdict: str, low: float, high: float) -> dict[str, Any]:
+    return {"run": run, "verdict": verdict, "difference": f"{low:+g} to {high:+g} (95%)"}
+
+
+def test_the_reward_change_adds_the_promoted_runs_after_the_first() -> None:
+    """Runs 2 on, promoted: their paired loss differences' means add (the reward's with
+    the other sign) and their variances add, the gate's bounds being mean +- 1.645 s.e.;
+    run 1 and the runs that kept the served model add nothing."""
+    script = _script()
+    se = 0.01 / script.Z_95  # a bound 0.01 either side of the mean
+    rows = [
+        {"run": 0, "verdict": "promoted", "difference": None},
+        _run(1, "promoted", -0.5, -0.4),
+        _run(2, "promoted", -0.03, -0.01),
+        _run(3, "inconclusive", -0.2, 0.2),
+        _run(4, "promoted", 0.0, 0.02),
+    ]
+    change, low, high = script.reward_change(rows)
+    assert change == pytest.approx(0.02 - 0.01)
+    half = 1.959964 * (2 * se**2) ** 0.5
+    assert (low, high) == (pytest.approx(change - half), pytest.approx(change + half))
+
+
+def test_a_summary_reads_back_the_table_the_daemon_mode_writes() -> None:
+    """The written table read back: counts of each verdict over runs 1 on, the served
+    reward after run 1 and after the last."""
+    script = _script()
+    record = _record("promoted", 0.5, None, "the first model")
+    rows = [script.daemon_row(3, 0, record)]
+    reason = "worse by -0.03 to -0.01 (95%)"
+    rows.append(script.daemon_row(3, 1, _record("promoted", 0.3, 0.5, reason)))
+    rows.append(
+        script.daemon_row(3, 2, _record("rejected", 0.4, 0.3, "worse by +0.08 to +0.12 (95%)"))
+    )
+    line = script.summary(script.read_table(script._daemon_table(rows, 2000)), 2000)
+    assert line.startswith("| 2,000 | 3 | 1 | 0 | 1 | 0.700000 | 0.700000 | +0.000000")
