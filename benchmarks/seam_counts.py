@@ -14,6 +14,14 @@ prints them as figures 10 to 13 beside the older ones. Product files are
     ``train_result`` is one name, two modules). A name that is itself a module
     (``from pkg import mod``) counts under ``pkg``.
 
+10c. *The daemon's names in use, counted through module objects too* (issue 94): figure
+    10's names, and each attribute the daemon reads through a library module it imports
+    as a name (``from genesis_fp16_infrastructure.api import files`` then ``files.read_json``
+    counts ``read_json``), so a module handed out whole hides none of the names it lets
+    through. A name is a module when the tree holds a file for it, followed through the
+    imports of the module it is imported from (``api`` re-exports ``agent_folder.files``).
+    A name is counted once, however it is reached.
+
 11. *Daemon modules importing a recipe*: daemon files with an import of a module under
     ``genesis_fp16_infrastructure.recipes``.
 
@@ -68,6 +76,8 @@ class SeamFigures:
     """Figures 10 to 13 of one tree; each list says where its figure comes from."""
 
     imports: set[tuple[str, str]] = field(default_factory=set)  # (module, name)
+    # (module object as imported, attribute read through it) in daemon files (figure 10c)
+    through_modules: set[tuple[str, str]] = field(default_factory=set)
     recipe_importers: list[Place] = field(default_factory=list)
     extra_reads: list[Place] = field(default_factory=list)
     complexity: list[tuple[int, Place]] = field(default_factory=list)
@@ -79,6 +89,11 @@ class SeamFigures:
     @property
     def names(self) -> list[str]:
         return sorted({name for _, name in self.imports})
+
+    @property
+    def names_in_use(self) -> list[str]:
+        """Figure 10c: figure 10's names and those read through a module object."""
+        return sorted(set(self.names) | {name for _, name in self.through_modules})
 
     def worst(self, many: int = 1) -> list[tuple[int, Place]]:
         """The ``many`` most complex functions, the worst first."""
@@ -95,6 +110,58 @@ def library_imports(module: ast.Module) -> Iterator[tuple[str, str]]:
             for alias in node.names:
                 if _is_library(alias.name):
                     yield alias.name, alias.name
+
+
+def library_modules(files: Iterable[SourceFile]) -> dict[str, ast.Module]:
+    """The library's modules of a tree by dotted name (a package by its ``__init__``)."""
+    found = {}
+    for source in files:
+        parts = source.rel.removesuffix(".py").split("/")[1:]  # under infrastructure/
+        if parts and parts[0] == LIBRARY:
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = source.module
+    return found
+
+
+def is_module(library: dict[str, ast.Module], module: str, name: str, depth: int = 8) -> bool:
+    """Whether ``from module import name`` gives a module: a file of the tree, or a name
+    ``module`` itself imports as one (at any depth: ``api``'s are under TYPE_CHECKING)."""
+    if f"{module}.{name}" in library:
+        return True
+    if module not in library or depth == 0:
+        return False
+    for node in ast.walk(library[module]):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    return is_module(library, node.module, alias.name, depth - 1)
+        elif isinstance(node, ast.Import) and any(
+            alias.asname == name and alias.name in library for alias in node.names
+        ):
+            return True
+    return False
+
+
+def reads_through_modules(
+    module: ast.Module, library: dict[str, ast.Module]
+) -> Iterator[tuple[str, str]]:
+    """(module object, attribute) for each attribute a file reads through a library module
+    it imported as a name (figure 10c): ``from M import mod as m`` then ``m.x``."""
+    bound = {}
+    for node in ast.walk(module):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and _is_library(node.module):
+            for alias in node.names:
+                if is_module(library, str(node.module), alias.name):
+                    bound[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if _is_library(alias.name) and alias.asname:
+                    bound[alias.asname] = alias.name
+    for node in ast.walk(module):
+        value = node.value if isinstance(node, ast.Attribute) else None
+        if isinstance(value, ast.Name) and value.id in bound:
+            assert isinstance(node, ast.Attribute)
+            yield bound[value.id], node.attr
 
 
 def _is_library(name: str | None) -> bool:
@@ -171,6 +238,8 @@ def functions(node: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.AST]]:
 def seam_figures(files: Iterable[SourceFile]) -> SeamFigures:
     """Figures 10 to 13 of the product files ``files``."""
     figures = SeamFigures()
+    files = list(files)
+    library = library_modules(files)
     for source in files:
         for name, node in functions(source.module):
             figures.complexity.append((complexity(node), Place(source.rel, name, "")))
@@ -178,6 +247,7 @@ def seam_figures(files: Iterable[SourceFile]) -> SeamFigures:
             continue
         found = set(library_imports(source.module))
         figures.imports |= found
+        figures.through_modules |= set(reads_through_modules(source.module, library))
         recipes = sorted({m for m, _ in found if m == RECIPES or m.startswith(RECIPES + ".")})
         if recipes:
             figures.recipe_importers.append(Place(source.rel, "<module>", ", ".join(recipes)))
@@ -256,6 +326,9 @@ def main(argv: list[str]) -> None:
     figures = seam_of(root)
     defined = defining_modules_of(root)
     print(f"10. library modules / distinct names: {len(figures.modules)} / {len(figures.names)}")
+    through = sorted(f"{m}.{n}" for m, n in figures.through_modules)
+    print(f"10c. names in use, through module objects too: {len(figures.names_in_use)}")
+    print(f"  read through a module object: {len(through)}: {', '.join(through)}")
     print(f"10b. defining modules: {len(set(defined.values()))}")
     for module in sorted(set(defined.values())):
         names = sorted(k.split(":")[1] for k, v in defined.items() if v == module)

@@ -37,8 +37,7 @@ from torch import nn
 from genesis_fp16.bench.config import BenchConfig
 from genesis_fp16.bench.report import Row, device_slug
 from genesis_fp16.bench.runners import RUNNER_CLASSES, Runner, set_tf32
-from genesis_fp16_infrastructure.api import peak_rss_mib
-from genesis_fp16_infrastructure.api import workload as bench_workload
+from genesis_fp16_infrastructure.api import Workload, peak_rss_mib
 
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
@@ -211,7 +210,7 @@ def _sync_debug_paused(device: torch.device) -> Iterator[None]:
 
 def _train(
     runner: Runner,
-    workload: bench_workload.Workload,
+    workload: Workload,
     config: BenchConfig,
     device: torch.device,
     probe: DtypeProbe,
@@ -243,7 +242,7 @@ KERNEL_STEPS = 3  # profiled steps after the timed ones, for kernels_per_step
 
 
 def _kernels_per_step(
-    runner: Runner, workload: bench_workload.Workload, config: BenchConfig, device: torch.device
+    runner: Runner, workload: Workload, config: BenchConfig, device: torch.device
 ) -> float | None:
     """CUDA kernels launched per step, counted by torch.profiler (None off CUDA).
 
@@ -317,11 +316,11 @@ def _measure(config: BenchConfig, device: torch.device, isolated: bool) -> Row:
     cuda_baseline = _fresh_device_state(device) if device.type == "cuda" else 0.0
     with tempfile.TemporaryDirectory() as folder:
         data_path = Path(
-            config.data_path or bench_workload.write_data(Path(folder), config.tiny, config.seed)
+            config.data_path or Workload.write_data(Path(folder), config.tiny, config.seed)
         )
-        data = bench_workload.load_data(data_path, config.batch_size, device)
+        data = Workload.load_data(data_path, config.batch_size, device)
     rss_baseline = cuda_baseline if device.type == "cuda" else _fresh_device_state(device)
-    workload = bench_workload.build_workload(config.size, data, config.seed, config.tiny, device)
+    workload = Workload.build(config.size, data, config.seed, config.tiny, device)
     runner = runner_class()
     probe = DtypeProbe(workload.model)
     try:

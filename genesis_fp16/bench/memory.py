@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.api import workload as bench_workload
+from genesis_fp16_infrastructure.api import Workload
 
 MIB = 2**20
 TABLE_RUNNERS = {"ours": "eager", "ours-graph": "captured"}
@@ -81,11 +81,11 @@ def saved_activation_elements(
 def large_model_figures(seed: int = 0, batch: int = 64) -> tuple[int, int]:
     """(P, A) of the bench's ``large`` world model, on the CPU."""
     with tempfile.TemporaryDirectory() as folder:
-        data_path = bench_workload.write_data(Path(folder), False, seed)
-        data = bench_workload.load_data(data_path, batch, torch.device("cpu"))
-    workload = bench_workload.build_workload("large", data, seed, False, torch.device("cpu"))
+        data_path = Workload.write_data(Path(folder), False, seed)
+        data = Workload.load_data(data_path, batch, torch.device("cpu"))
+    workload = Workload.build("large", data, seed, False, torch.device("cpu"))
     activations = saved_activation_elements(
-        workload.model, bench_workload.world_model_loss, workload.batch(0), batch
+        workload.model, workload.loss_fn, workload.batch(0), batch
     )
     return workload.parameters, activations
 

@@ -51,7 +51,7 @@ from genesis_fp16.bench.report import (
 )
 from genesis_fp16.config.extras import BENCH_EXTRA
 from genesis_fp16.config.settings import resolve_device
-from genesis_fp16_infrastructure.api import workload as bench_workload
+from genesis_fp16_infrastructure.api import Workload
 
 
 @dataclass(frozen=True)
@@ -312,7 +312,7 @@ def run_benchmark(
     out_dir = options.out_dir if options.out_dir is not None else fresh_out_dir()
     progress(f"results will go to {out_dir}")
     with tempfile.TemporaryDirectory(prefix="genesis-bench-") as folder:
-        data_path = bench_workload.write_data(Path(folder), options.tiny, options.seed)
+        data_path = Workload.write_data(Path(folder), options.tiny, options.seed)
         rows = _run_all(plan(options, data_path), options.in_process, progress)
     derive(rows)
     name = next((r["device_name"] for r in rows if r.get("device_name")), options.device)

@@ -14,11 +14,7 @@ from torch import nn
 
 from genesis_fp16.bench.config import BenchConfig
 from genesis_fp16.plugin_api import PrecisionRequest
-from genesis_fp16_infrastructure.api import PrecisionName
-from genesis_fp16_infrastructure.api import workload as bench_workload
-
-Batch = bench_workload.Batch
-Workload = bench_workload.Workload
+from genesis_fp16_infrastructure.api import Batch, PrecisionName, Workload
 
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -74,8 +70,7 @@ class OursRunner:
         self._n = config.batch_size
         calibrated = ""
         # `auto` as the daemon decides it
-        self.trainer, policy, calibration = bench_workload.agents_trainer(
-            workload,
+        self.trainer, policy, calibration = workload.agents_trainer(
             lambda model: [_optimizer(model, config)],
             requested,
             device,

@@ -31,7 +31,7 @@ from genesis_fp16.events.delivery import (
     redeliver_marked,
 )
 from genesis_fp16.events.posting import shown_url
-from genesis_fp16_infrastructure.api import Event, outbox
+from genesis_fp16_infrastructure.api import AgentFolder, Event
 
 EVENT_ID = re.compile(r"^[0-9a-f]{16}$")
 COLUMNS = ("ID", "AGENT", "KIND", "TIME", "STATUS", "ATTEMPTS", "LAST")
@@ -61,7 +61,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _list(settings: Settings, as_json: bool) -> int:
-    events = [e for folder in agent_folders(settings.state_dir) for e in outbox.read_events(folder)]
+    events = [
+        e
+        for folder in agent_folders(settings.state_dir)
+        for e in AgentFolder.at(folder).outbox.read_events()
+    ]
     events.sort(key=lambda e: (e.order, e.agent))
     if as_json:
         print(json.dumps([{**e.to_json(), "status": e.status} for e in events], indent=2))
@@ -94,12 +98,17 @@ def _redeliver(settings: Settings, event_id: str, as_json: bool) -> int:
     if not EVENT_ID.match(event_id):
         raise UsageError(f"{event_id!r} is not an event id (16 hex digits: `events list`)")
     config = DeliveryConfig.from_settings(settings)
-    folder = next((f for f in agent_folders(settings.state_dir) if outbox.find(f, event_id)), None)
+    folder = next(
+        (f for f in agent_folders(settings.state_dir) if AgentFolder.at(f).outbox.find(event_id)),
+        None,
+    )
     if folder is None:
         raise UsageError(f"no event {event_id!r} in {settings.state_dir}: `events list` shows them")
     if not config.urls:
         raise UsageError("no receiver configured: set GENESIS_FP16_EVENTS_URLS")
-    event = outbox.update(folder, event_id, lambda e: redeliver_marked(e, config.urls))
+    event = AgentFolder.at(folder).outbox.update(
+        event_id, lambda e: redeliver_marked(e, config.urls)
+    )
     if event is None:
         raise UsageError(f"event {event_id!r} was pruned meanwhile")
     deliverer = Deliverer(lambda: config)

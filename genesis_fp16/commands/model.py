@@ -42,7 +42,7 @@ from genesis_fp16_infrastructure.api import (
     ScoresOn,
     ServedPointer,
     ServedPointerError,
-    files,
+    UnusableStateFile,
 )
 
 
@@ -383,7 +383,7 @@ def _last_eval(agent_root: Path) -> dict[str, Any] | None:
     """The eval figures the agent's last run reported (``last_run.json``), if it kept any."""
     try:
         record = AgentFolder.at(agent_root).last_run()
-    except files.UnusableStateFile:  # not a record: no figures
+    except UnusableStateFile:  # not a record: no figures
         return None
     # The record's read checked them: a map of numbers, each a float.
     return None if record is None else record.eval or None

@@ -71,7 +71,6 @@ from genesis_fp16_infrastructure.api import (
     Outcome,
     RunEntry,
     TrainingSummary,
-    files,
     on_set_aside,
 )
 
@@ -472,7 +471,7 @@ def relay_to_daemon() -> Callable[[Mapping[str, float]], None]:
     """In a daemon's child: print each state file set aside in this process, one
     ``{"set_aside": ...}`` line (the launcher counts it in the daemon), and return the
     printer of the run's live diagnostics."""
-    on_set_aside(lambda event: print(json.dumps(files.relayed(event)), flush=True))
+    on_set_aside(lambda event: print(json.dumps(event.relayed()), flush=True))
     return print_diagnostics
 
 

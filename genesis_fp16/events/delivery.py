@@ -55,7 +55,6 @@ from genesis_fp16_infrastructure.api import (
     AgentFolder,
     Event,
     ServedPointerError,
-    outbox,
 )
 
 if TYPE_CHECKING:  # the `events` command never needs prometheus_client (its start-up cost)
@@ -120,6 +119,7 @@ def shown(value: object, bound: int = LOG_BOUND) -> str:
 
 
 Pair = tuple[Path, str | None]  # an agent folder and a receiver (None: none configured)
+Change = Callable[[Event], Event | None]  # an outcome to write in an event's file
 
 
 @dataclass
@@ -142,7 +142,7 @@ class Deliverer:
     # (agent folder, event id, url) -> (monotonic time the next attempt is due, attempts)
     _due: dict[tuple[Path, str, str], tuple[float, int]] = field(default_factory=dict)
     # outcomes posted but not yet written (the disk refused them), per pair, oldest first
-    _unwritten: dict[Pair, list[tuple[str, outbox.Change]]] = field(default_factory=dict)
+    _unwritten: dict[Pair, list[tuple[str, Change]]] = field(default_factory=dict)
     _errors: dict[Pair, int] = field(default_factory=dict)  # failed turns in a row
     _listed: dict[Path, int] = field(default_factory=dict)  # event files after the last prune
     _pruning: dict[Path, threading.Lock] = field(default_factory=dict)  # one prune per agent
@@ -179,7 +179,7 @@ class Deliverer:
 
     def _turn(self, folder: Path, url: str | None, config: DeliveryConfig) -> float | None:
         self._flush((folder, url))
-        names = outbox.event_names(folder)
+        names = AgentFolder.at(folder).outbox.event_names()
         if len(names) > config.keep and self._listed.get(folder) != len(names):
             names = self._prune(folder, config)
         events = self._events(folder, names)
@@ -196,15 +196,15 @@ class Deliverer:
         """Bound the agent's outbox (outbox.prune reads all its events, under its lock:
         only this agent's workers wait for it, one of them pruning); the names left."""
         with self._pruning.setdefault(folder, threading.Lock()):
-            names = outbox.event_names(folder)
+            names = AgentFolder.at(folder).outbox.event_names()
             if self._listed.get(folder) == len(names):
                 return names  # another receiver's worker pruned meanwhile
-            pruned = outbox.prune(folder, config.keep, config.keep * LIMIT_PER_KEPT)
+            pruned = AgentFolder.at(folder).outbox.prune(config.keep, config.keep * LIMIT_PER_KEPT)
             if pruned.dropped:
                 log.error(
                     "undelivered events dropped", agent=shown(folder.name), count=pruned.dropped
                 )
-            names = outbox.event_names(folder)
+            names = AgentFolder.at(folder).outbox.event_names()
             self._listed[folder] = len(names)
             return names
 
@@ -218,7 +218,7 @@ class Deliverer:
             if writes == ADDRESS_BATCH:
                 return n
             writes += 1
-            new = outbox.update(folder, event.id, lambda e: _addressed(e, urls))
+            new = AgentFolder.at(folder).outbox.update(event.id, lambda e: _addressed(e, urls))
             if new is not None:
                 events[n] = new
                 self._cache.pop(event.path, None)
@@ -226,7 +226,7 @@ class Deliverer:
 
     def _report(self, folder: Path, events: list[Event]) -> None:
         waiting = sum(1 for e in events if e.undelivered)
-        dropped = int((outbox.read_state(folder) or {}).get("dropped", 0))
+        dropped = int((AgentFolder.at(folder).outbox.read_state() or {}).get("dropped", 0))
         self.on_pass(folder.name, waiting, dropped)
 
     def _deliver_to(
@@ -303,7 +303,7 @@ class Deliverer:
         self.on_attempt(folder.name, delivered)
         change = _logged(url, started, code, error, started + delay)
         try:
-            outbox.update(folder, event.id, change)
+            AgentFolder.at(folder).outbox.update(event.id, change)
         except OSError:
             if delivered:  # not posted again before the file says so
                 self._unwritten.setdefault((folder, url), []).append((event.id, change))
@@ -315,7 +315,7 @@ class Deliverer:
         waiting = self._unwritten.get(pair)
         while waiting:
             event_id, change = waiting[0]
-            outbox.update(pair[0], event_id, change)
+            AgentFolder.at(pair[0]).outbox.update(event_id, change)
             waiting.pop(0)
         self._unwritten.pop(pair, None)
 
@@ -323,7 +323,8 @@ class Deliverer:
         """The agent's events, oldest first, re-reading only files changed since they were
         read; None while files are left to read (READ_BATCH a turn: a flood of them is
         read a slice at a time, and its order is known once all are)."""
-        root = outbox.outbox_of(folder)
+        box = AgentFolder.at(folder).outbox
+        root = box.root
         reads, left = 0, False
         found = []
         for name in names:
@@ -341,7 +342,7 @@ class Deliverer:
                 left = True
                 continue
             reads += 1
-            event = outbox.read_event(path)
+            event = box.read_event(path)
             if event is not None:
                 self._cache[path] = (info.st_mtime_ns, info.st_size, event)
                 found.append(event)
@@ -422,7 +423,7 @@ def _one_line(exc: BaseException) -> str:
 
 def agent_folders(state_dir: Path) -> list[Path]:
     """Every agent folder of the state folder that has an outbox, by name."""
-    return [f.root for f in AgentFolder.each(state_dir) if outbox.outbox_of(f.root).is_dir()]
+    return [f.root for f in AgentFolder.each(state_dir) if f.outbox.root.is_dir()]
 
 
 def pairs(config: DeliveryConfig) -> list[Pair]:

@@ -24,7 +24,6 @@ from genesis_fp16_infrastructure.api import (
     AgentFolder,
     AgentState,
     PrecisionMemory,
-    outbox,
 )
 
 if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run) never
@@ -79,9 +78,10 @@ def announce_run(folder: Path, agent: str, result: TrainResult) -> None:
     loses the announcement, logged, never the run's record."""
     found = [("demotion", d.to_json()) for d in result.demotions]
     found += [("fault_bundle", b.to_json()) for b in result.fault_bundles]
+    outbox = AgentFolder.at(folder).outbox
     for kind, data in found:
         try:
-            outbox.record(folder, kind, data)
+            outbox.record(kind, data)
         except OSError as exc:
             structlog.get_logger("genesis_fp16.events").error(
                 "cannot write the event to the outbox", agent=agent, kind=kind, error=str(exc)

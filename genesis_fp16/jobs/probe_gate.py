@@ -35,7 +35,7 @@ from genesis_fp16_infrastructure.api import (
     LOW_PRECISIONS,
     AgentFolder,
     PrecisionName,
-    files,
+    SetAside,
 )
 
 log = structlog.get_logger("genesis_fp16.probe_gate")
@@ -99,7 +99,7 @@ def gate_before_run(
     and nothing was probed yet, or the state file cannot be read.
     """
     folder = AgentFolder(settings.state_dir, agent) if folder is None else folder
-    stuck: list[files.SetAside] = []
+    stuck: list[SetAside] = []
     record = folder.probe_record(
         ProbeRecord.from_json, lambda event: stuck.append(event) if event.aside is None else None
     )

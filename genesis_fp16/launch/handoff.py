@@ -35,7 +35,7 @@ from pathlib import Path
 
 from genesis_fp16.config.settings_sources import ours
 from genesis_fp16.plugin_api import TrainRequest
-from genesis_fp16_infrastructure.api import RUN_REQUEST, files
+from genesis_fp16_infrastructure.api import RUN_FILE
 
 # Before the interpreter's first import: no working directory (or script folder) on sys.path.
 SAFE_PYTHON = ("-P",)
@@ -53,7 +53,7 @@ def write_run_file(path: Path, request: TrainRequest, log_level: str) -> None:
     the launcher must start it with ``stdin=subprocess.PIPE`` and keep that pipe open.
     """
     run = {"request": request.to_json(), "log_level": log_level}
-    files.write_json(path, RUN_REQUEST, run)  # a folder or FIFO in the way: set aside
+    RUN_FILE.write(path, run)  # a folder or FIFO in the way: set aside
 
 
 def read_run_file(path: Path) -> tuple[TrainRequest, str]:
@@ -63,7 +63,7 @@ def read_run_file(path: Path) -> tuple[TrainRequest, str]:
     bound), ``TypeError`` or ``KeyError`` for a file that is not one (the caller names it
     in one line).
     """
-    run = files.read_json(path, RUN_REQUEST)
+    run = RUN_FILE.read(path)
     if run is None:
         raise FileNotFoundError(2, "no run file", str(path))
     level = run["log_level"]

@@ -54,10 +54,10 @@ from genesis_fp16.launch.run_worker import ForkedChild, RunWorker, WorkerUnavail
 from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.api import (
     PRECISIONS,
-    RUN_REQUEST,
+    RUN_FILE,
     PrecisionName,
+    SetAside,
     TrainingSummary,
-    files,
 )
 
 log = logging.getLogger("genesis_fp16.launcher")
@@ -93,7 +93,7 @@ class LaunchError(RuntimeError):
 def request_file(request: TrainRequest) -> Path:
     """Where the launcher writes ``request`` for its child (one process or torchrun's ranks):
     beside the checkpoint folder."""
-    return RUN_REQUEST.at(Path(request.checkpoint_dir).parent)
+    return RUN_FILE.at(Path(request.checkpoint_dir).parent)
 
 
 def child_command(request: TrainRequest, nproc: int = 1, python: str = sys.executable) -> list[str]:
@@ -410,7 +410,7 @@ def _read_stdout(
                 values = data["diagnostics"].items()
                 on_diagnostics({k: math.nan if v is None else float(v) for k, v in values})
         elif set(data) == {"set_aside"}:  # a state file the child set aside: counted here
-            files.report_relayed(data["set_aside"])
+            SetAside.report_relayed(data["set_aside"])
         elif "error" in data and "kind" in data:
             output.error = data
         elif "agent" in data:

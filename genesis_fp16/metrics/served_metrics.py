@@ -78,7 +78,7 @@ from genesis_fp16_infrastructure.api import (
     LiveReport,
     Outcome,
     ServedPointer,
-    files,
+    UnusableStateFile,
 )
 
 LIVE_REGRESSION = "live_regression"  # the watch's rollback reason (judging.watch)
@@ -381,6 +381,6 @@ class RecentVerdictMetrics:
         window (the page names the problem; the daemon goes on)."""
         try:
             entries = folder.history(HISTORY_LINES).entries
-        except files.UnusableStateFile:
+        except UnusableStateFile:
             entries = ()
         self.export(agent, RecentVerdicts.of_history(entries))

@@ -34,7 +34,7 @@ from genesis_fp16_infrastructure.api import (
     RunEntry,
     ScoresOn,
     ServedPointer,
-    files,
+    UnusableStateFile,
     text,
 )
 
@@ -132,7 +132,7 @@ def _build_history(
     try:
         found = folder.history(CHART_RUNS)
         runs, unreadable = found.entries, found.unreadable
-    except files.UnusableStateFile as exc:
+    except UnusableStateFile as exc:
         runs, unreadable = (), 0
         problems.append(f"run history unreadable: {exc}")
     if unreadable:

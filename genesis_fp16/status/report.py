@@ -35,7 +35,7 @@ from genesis_fp16_infrastructure.api import (
     Outcome,
     PrecisionName,
     ServedPointer,
-    files,
+    UnusableStateFile,
     precision_name,
 )
 
@@ -181,11 +181,11 @@ def gather_agent(
     problems: list[str] = []
     try:
         last_run = folder.last_run()
-    except files.UnusableStateFile as exc:  # not a record: said, the page goes on
+    except UnusableStateFile as exc:  # not a record: said, the page goes on
         last_run, problems = None, [*problems, str(exc)]
     try:
         last_success = folder.last_success()
-    except files.UnusableStateFile as exc:
+    except UnusableStateFile as exc:
         last_success, problems = None, [*problems, str(exc)]
     served, pointer = read_served(folder, idle_seconds)
     history, more = gather_history(folder, pointer)
@@ -218,7 +218,7 @@ def read_served(
         if data is None:
             return _newest_checkpoint(folder), None
         pointer = ServedPointer.from_json(data)
-    except files.UnusableStateFile as exc:
+    except UnusableStateFile as exc:
         return ServedModel(error=_cut(f"served-model pointer unreadable: {exc}")), None
     except ValueError as exc:  # as ServedPointerError says it (agent_folder.pointer)
         error = f"served-model pointer unusable: {exc}; {models.repair_hint()}"

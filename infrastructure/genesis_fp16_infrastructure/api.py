@@ -3,11 +3,14 @@
 
 ``from genesis_fp16_infrastructure.api import AgentFolder, check_result``: the plugin
 contract, the precision vocabulary and decision, the agent's folder, ``run_plugin``, the
-probe, the flight recorder's replay and what ``bench`` builds. The library's own modules
-never import this one: each imports a name from the module that defines it. A plugin
-imports the contract through the daemon's ``genesis_fp16.plugin_api``, which takes its
-names from here (``tests/test_import_paths.py``; ``benchmarks/seam_counts.py`` counts the
-daemon's imports of the library).
+probe, the flight recorder's replay and what ``bench`` builds. It hands out names and
+objects, never a module: the agent's outbox is ``AgentFolder.outbox``, bench's workload
+``Workload`` (``benchmarks/seam_counts.py`` counts a name read through a module object
+too). The library's own modules never import this one: each imports a name from the
+module that defines it. A plugin imports the contract through the daemon's
+``genesis_fp16.plugin_api``, which takes its names from here
+(``tests/test_import_paths.py``; ``benchmarks/seam_counts.py`` counts the daemon's imports
+of the library).
 
 The imports under ``TYPE_CHECKING`` below are the one list of what this module exports:
 a type checker reads them, and ``__getattr__`` reads the same block from this file to
@@ -24,15 +27,15 @@ from typing import TYPE_CHECKING
 from genesis_fp16_infrastructure.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.agent_folder import files, outbox
     from genesis_fp16_infrastructure.agent_folder.files import (
+        RUN_FILE,
         SetAside,
+        UnusableStateFile,
         on_set_aside,
         write_json_atomic,
     )
     from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, CheckpointsFolder
     from genesis_fp16_infrastructure.agent_folder.layout import (
-        RUN_REQUEST,
         check_agent_name,
         is_agent_name,
         shown_name,
@@ -126,7 +129,7 @@ if TYPE_CHECKING:
         TrainingTask,
         to_device,
     )
-    from genesis_fp16_infrastructure.world_model import workload
+    from genesis_fp16_infrastructure.world_model.workload import Batch, Workload
 
 
 __getattr__, __dir__ = lazy_exports(__name__, __file__)

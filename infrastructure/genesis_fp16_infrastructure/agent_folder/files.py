@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, TextIO, TypeVar
 
 from genesis_fp16_infrastructure.agent_folder.layout import (
+    RUN_REQUEST,
     StateFile,
     agent_of,
     aside_name,
@@ -70,6 +71,19 @@ class SetAside:
     label: str
     agent: str = ""
 
+    def relayed(self) -> dict[str, dict[str, str]]:
+        """The line a run's child prints for its parent about a file it set aside: its
+        agent and label, which the parent's listeners hear (:meth:`report_relayed`)."""
+        return {"set_aside": {"agent": self.agent, "file": self.label}}
+
+    @staticmethod
+    def report_relayed(line: object) -> None:
+        """Tell every listener of a file a run's child set aside, from the ``set_aside`` of
+        its :meth:`relayed` line (the child logged it and moved it; nothing is moved here)."""
+        if isinstance(line, dict) and {"agent", "file"} <= set(line):
+            why = "set aside by a run's child"
+            _report(SetAside(Path(), None, why, str(line["file"]), str(line["agent"])))
+
 
 Listener = Callable[[SetAside], None]
 _listeners: list[Listener] = []
@@ -77,7 +91,7 @@ _listeners: list[Listener] = []
 
 def on_set_aside(listener: Listener) -> Callable[[], None]:
     """Call ``listener`` for every file set aside in this process, or relayed to it by a
-    run's child (:func:`report_relayed`; the daemon counts each in
+    run's child (:meth:`SetAside.report_relayed`; the daemon counts each in
     ``genesis_fp16_state_files_skipped_total{agent, file}``), once, however often it is
     added; returns its removal."""
     if listener not in _listeners:
@@ -88,20 +102,6 @@ def on_set_aside(listener: Listener) -> Callable[[], None]:
 def _report(event: SetAside) -> None:
     for listener in list(_listeners):
         listener(event)
-
-
-def relayed(event: SetAside) -> dict[str, dict[str, str]]:
-    """The line a run's child prints for its parent about a file it set aside: its agent
-    and label, which the parent's listeners hear (:func:`report_relayed`)."""
-    return {"set_aside": {"agent": event.agent, "file": event.label}}
-
-
-def report_relayed(line: object) -> None:
-    """Tell every listener of a file a run's child set aside, from the ``set_aside`` of
-    its :func:`relayed` line (the child logged it and moved it; nothing is moved here)."""
-    if isinstance(line, dict) and {"agent", "file"} <= set(line):
-        why = "set aside by a run's child"
-        _report(SetAside(Path(), None, why, str(line["file"]), str(line["agent"])))
 
 
 def free_aside_path(path: Path, now: datetime | None = None) -> Path:
@@ -441,6 +441,35 @@ def write_json(path: Path, file: StateFile, data: Any) -> None:
     """Write ``data`` as JSON atomically, setting aside a folder, FIFO or link in the way."""
     clear_way(path, file)
     write_json_atomic(Path(path), data)
+
+
+@dataclass(frozen=True)
+class JsonStateFile:
+    """A JSON state file of the layout with its one read and one write: :func:`read_json`
+    (within its bound; an unusable file set aside) and :func:`write_json` (atomic; a
+    folder, FIFO or link in the way set aside).
+
+    >>> import tempfile
+    >>> path = RUN_FILE.at(Path(tempfile.mkdtemp()))
+    >>> RUN_FILE.write(path, {"log_level": "INFO"}); RUN_FILE.read(path)
+    {'log_level': 'INFO'}
+    """
+
+    file: StateFile
+
+    def at(self, folder: Path) -> Path:
+        """The file in ``folder`` (its home: for :data:`RUN_FILE`, the agent's folder)."""
+        return self.file.at(folder)
+
+    def read(self, path: Path) -> Any | None:
+        return read_json(path, self.file)
+
+    def write(self, path: Path, data: Any) -> None:
+        write_json(path, self.file, data)
+
+
+# What the daemon's launcher writes for a run's child, beside the checkpoint folder.
+RUN_FILE = JsonStateFile(RUN_REQUEST)
 
 
 def write_bytes(path: Path, file: StateFile, data: bytes) -> None:

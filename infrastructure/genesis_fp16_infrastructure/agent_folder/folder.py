@@ -56,6 +56,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     ServedPointer,
     Verdict,
 )
+from genesis_fp16_infrastructure.agent_folder.outbox import Outbox
 from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.agent_folder.run_history import (
     KEEP,
@@ -188,6 +189,11 @@ class AgentFolder:
     def checkpoints(self) -> CheckpointsFolder:
         """The served models of :attr:`checkpoint_dir` (:class:`CheckpointsFolder`)."""
         return CheckpointsFolder(self.checkpoint_dir)
+
+    @property
+    def outbox(self) -> Outbox:
+        """The agent's event outbox (``agent_folder.outbox.Outbox``)."""
+        return Outbox(self.root)
 
     @property
     def quarantine_dir(self) -> Path:

@@ -495,3 +495,48 @@ def prune(agent_folder: Path, keep: int, limit: int) -> Pruned:
         for event in [*remove, *drop]:
             event.path.unlink(missing_ok=True)
         return Pruned(len(remove), len(drop))
+
+
+@dataclass(frozen=True)
+class Outbox:
+    """One agent's outbox, as the daemon's delivery and the ``events`` command use it
+    (``AgentFolder.outbox``): the module's functions on the agent folder ``agent_folder``.
+
+    >>> import tempfile
+    >>> box = Outbox(Path(tempfile.mkdtemp()) / "agents" / "my_agent")
+    >>> event_id = box.record("demotion", {"from": "fp16", "to": "bf16"})
+    >>> [(e.id == event_id, e.kind) for e in box.read_events()], box.find("0" * 16)
+    ([(True, 'demotion')], None)
+    """
+
+    agent_folder: Path
+
+    @property
+    def root(self) -> Path:
+        """The outbox's folder (``<agent folder>/outbox``): there may be none yet."""
+        return outbox_of(self.agent_folder)
+
+    def record(self, kind: str, data: Mapping[str, Any]) -> str:
+        return record(self.agent_folder, kind, data)
+
+    def event_names(self) -> list[str]:
+        return event_names(self.agent_folder)
+
+    def read_events(self) -> list[Event]:
+        return read_events(self.agent_folder)
+
+    def read_event(self, path: Path) -> Event | None:
+        """The event in the file ``path`` of this outbox (one of :attr:`root`'s)."""
+        return read_event(path)
+
+    def read_state(self) -> dict[str, Any] | None:
+        return read_state(self.agent_folder)
+
+    def find(self, event_id: str) -> Path | None:
+        return find(self.agent_folder, event_id)
+
+    def update(self, event_id: str, change: Change) -> Event | None:
+        return update(self.agent_folder, event_id, change)
+
+    def prune(self, keep: int, limit: int) -> Pruned:
+        return prune(self.agent_folder, keep, limit)

@@ -1,6 +1,7 @@
 """The model, data and loss every runner of ``genesis-fp16 bench`` trains: identical
 across runners for one seed (the daemon's bench reaches it through the library's door,
-as one module: ``from genesis_fp16_infrastructure.api import workload``).
+as one object: ``from genesis_fp16_infrastructure.api import Workload``, whose
+``write_data``, ``load_data``, ``build`` and ``agents_trainer`` are this module's functions).
 
 The world model at a named preset, trained on the synthetic trajectory pool
 that `genesis-fp16 data generate` writes, read back through the real reader and feature
@@ -93,6 +94,34 @@ class Workload(Data):
 
     model: nn.Module
     loss_fn: LossFn = world_model_loss
+
+    @staticmethod
+    def write_data(folder: Path, tiny: bool, seed: int) -> Path:
+        """The pool every configuration reads, written once in ``folder`` (:func:`write_data`)."""
+        return write_data(folder, tiny, seed)
+
+    @staticmethod
+    def load_data(data_path: Path, batch_size: int, device: torch.device) -> Data:
+        """The pool at ``data_path`` as fixed batches on ``device`` (:func:`load_data`)."""
+        return load_data(data_path, batch_size, device)
+
+    @classmethod
+    def build(cls, size: str, data: Data, seed: int, tiny: bool, device: torch.device) -> Workload:
+        """A fresh, seeded model at preset ``size`` with ``data`` (:func:`build_workload`)."""
+        return build_workload(size, data, seed, tiny, device)
+
+    def agents_trainer(
+        self,
+        optimizers: Optimizers,
+        requested: RequestedName,
+        device: torch.device,
+        seed: int,
+        batch_size: int,
+        **trainer: Any,
+    ) -> tuple[Trainer, PrecisionPolicy, Calibration | None]:
+        """This project's ``Trainer`` on this workload, built as the agents build it
+        (:func:`agents_trainer`)."""
+        return agents_trainer(self, optimizers, requested, device, seed, batch_size, **trainer)
 
     @property
     def parameters(self) -> int:

@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from genesis_fp16.bench.runners import HandGraphRunner, HandWrittenRunner
-from genesis_fp16_infrastructure.api import workload as bench_workload
+from genesis_fp16_infrastructure.world_model import workload as bench_workload
 
 # Ops that read a tensor on the host: a sync, which CUDA refuses while a stream captures.
 _HOST_READS = {
