@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.candidates import newest_checkpoint
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
@@ -45,7 +46,6 @@ from genesis_fp16_infrastructure.recipes.retrain.split import judged_held_out
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import FitOptions, fit
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.world_model.features import Categorical, numeric_rows
 from genesis_fp16_infrastructure.world_model.predict import (
     WorldModelPredictor,

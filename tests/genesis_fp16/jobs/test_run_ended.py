@@ -21,8 +21,14 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.launcher import RunStopped
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult
-from genesis_fp16_infrastructure.api import AgentFolder, Calibration, Capabilities, GateReport
-from genesis_fp16_infrastructure.contract.reports import DataReport, DriftReport, LiveReport
+from genesis_fp16_infrastructure.api import (
+    AgentFolder,
+    Calibration,
+    Capabilities,
+    GateReport,
+    LiveReport,
+)
+from genesis_fp16_infrastructure.contract.reports import DataReport, DriftReport
 from genesis_fp16_infrastructure.training.reports import Demotion, EarlyStopReport, Measured
 
 AGENT = "ended"
