@@ -203,6 +203,58 @@ def test_what_a_run_changes_is_put_back(tmp_path: Path, monkeypatch: pytest.Monk
         signal.signal(signal.SIGUSR1, before)
 
 
+FIXTURE_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "plugins"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_second_run_in_the_process_sees_its_own_state_not_what_the_first_left(
+    tmp_path: Path,
+) -> None:
+    """Two fixture_good runs in one resident process; the first leaves an environment
+    variable, another directory, a longer argv, a SIGUSR1 handler and a root log handler
+    behind (FIXTURE_PROBE_FILE). The second sees its own directory and argv, and none of
+    what the first left: the same state the first found."""
+    probes = tmp_path / "probes.jsonl"
+    env = child_env(dict(os.environ))
+    env["PYTHONPATH"] = os.pathsep.join([str(FIXTURE_PLUGINS), env.get("PYTHONPATH", "")])
+    env |= {
+        "GENESIS_FP16_STATE_DIR": str(tmp_path / "state"),
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": "fixture_good",
+        "GENESIS_FP16_SAMPLE_COUNT": "16",
+        "FIXTURE_STEP_SECONDS": "0",
+        "FIXTURE_PROBE_FILE": str(probes),
+    }
+    worker = RunWorker()
+    try:
+        pids = []
+        for n, steps in ((1, "1"), (2, "2")):
+            cwd = tmp_path / f"run{n}"
+            cwd.mkdir()
+            args = ["train", "fixture_good", "--steps", steps]
+            child = worker.start(args, env, cwd=str(cwd), resident=CPU)
+            assert child.stdout is not None and child.stderr is not None
+            assert child.stdin is not None
+            out = threading.Thread(target=child.stdout.read)  # neither pipe may fill
+            out.start()
+            err = child.stderr.read()
+            out.join()
+            assert child.wait(timeout=300) == 0, err[-2000:]
+            assert child.resident_run == n
+            for pipe in (child.stdin, child.stdout, child.stderr):
+                pipe.close()
+            pids.append(child.pid)
+    finally:
+        worker.close()
+    first, second = (json.loads(line) for line in probes.read_text().splitlines())
+    assert pids[0] == pids[1] == first["pid"] == second["pid"]
+    assert first["cwd"] == str(tmp_path / "run1") and second["cwd"] == str(tmp_path / "run2")
+    assert first["argv"][-1] == "1" and second["argv"] == ["train", "fixture_good", "--steps", "2"]
+    assert first["left_env"] is None and second["left_env"] is None
+    assert second["sigusr1"] == first["sigusr1"] != "left_behind"
+    assert second["root_handlers"] == first["root_handlers"]
+
+
 def test_stop_watching_ends_the_daemon_watch_without_acting() -> None:
     """A run's daemon watch ended by stop_watching returns quietly: the process (a
     resident one, serving on) is neither signalled nor ended when its pipe closes."""
