@@ -181,26 +181,47 @@ def test_an_edited_module_makes_the_resident_process_stale(
 
 
 def test_what_a_run_changes_is_put_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Environment, directory, argv, a signal handler, the root logger's handlers and
-    sys.stderr that a run left are put back once the baseline is restored."""
+    """Environment, directory, argv, sys.path, a signal handler, the root logger's
+    handlers, sys.stderr, a warning filter and torch's process-wide settings (threads,
+    default dtype, deterministic algorithms, matmul precision) that a run left are put
+    back once the baseline is restored."""
+    import warnings
+
+    import torch
+
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
     baseline = resident._Baseline.take()
     handler = logging.StreamHandler()
     before = signal.getsignal(signal.SIGUSR1)
+    torch_before = resident._torch_state()
+    filters = list(warnings.filters)
     try:
         os.environ["RESIDENT_PROBE"] = "1"
         os.chdir("/")
         sys.argv = ["x", "train", "y"]
+        sys.path.insert(0, str(tmp_path))
         signal.signal(signal.SIGUSR1, lambda signum, frame: None)
         logging.getLogger().addHandler(handler)
         sys.stderr = sys.stdout
+        warnings.filterwarnings("ignore", message="resident probe")
+        torch.set_num_threads(torch.get_num_threads() + 1)
+        torch.set_default_dtype(torch.float64)
+        torch.use_deterministic_algorithms(True)
+        torch.set_float32_matmul_precision("medium")
         baseline.restore()
         assert "RESIDENT_PROBE" not in os.environ and os.getcwd() == str(tmp_path)
         assert sys.argv[1:] == [] and signal.getsignal(signal.SIGUSR1) == before
         assert handler not in logging.getLogger().handlers and sys.stderr is baseline.streams[1]
+        assert str(tmp_path) not in sys.path and warnings.filters == filters
+        assert (
+            resident._torch_state() == torch_before and torch.get_default_dtype() == torch.float32
+        )
     finally:
         os.environ.pop("RESIDENT_PROBE", None)
         signal.signal(signal.SIGUSR1, before)
+        warnings.filters[:] = filters
+        resident._set_torch_state(torch_before)
 
 
 FIXTURE_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "plugins"
@@ -274,9 +295,9 @@ def test_a_cuda_error_left_by_a_run_ends_the_resident_process(
     a healthy context, a failed run and a stopped run say their own reasons."""
     import types
 
+    state = resident.Resident("cuda:0", 10**9, resident._Baseline.take())
     cuda = types.SimpleNamespace(is_initialized=lambda: True, synchronize=lambda: None)
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
-    state = resident.Resident("cuda:0", 10**9, resident._Baseline.take())
     assert resident._why_end(state, 0, False) is None
     assert resident._why_end(state, 1, False) == "its run exited with code 1"
     assert resident._why_end(state, 0, True) == "its run was stopped by SIGTERM"
