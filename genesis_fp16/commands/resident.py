@@ -3,10 +3,11 @@
 
 A child forked per run starts from nothing on its device and throws it all away: the CUDA
 context, the modules its agent imports, what module-level caches hold. Under
-``GENESIS_FP16_RUN_RESIDENT=true`` the worker forks one process per device instead, and hands
-it each run of that device; what a run leaves in memory is there for the next one. Each run
-still comes with its own descriptors (stdin, stdout, stderr, its status socket, its request
-in a memfd: zygote.py's protocol), which this process takes as 0, 1 and 2 for the run;
+``GENESIS_FP16_RUN_RESIDENT=true`` (the default) the worker forks one process per device
+instead, and hands it each run of that device; what a run leaves in memory is there for
+the next one. Each run still comes with its own descriptors (stdin, stdout, stderr, its
+status socket, its request in a memfd: zygote.py's protocol), which this process takes
+as 0, 1 and 2 for the run;
 it applies the run's environment, directory and arguments, runs the command as
 ``python -m genesis_fp16`` would, and reports the exit code on the run's status socket.
 
@@ -25,8 +26,10 @@ of every module it imported since it was forked (the agents' code, not the inter
 or its site-packages, which an install changes and the daemon watches: installed_state.py):
 one edited since refuses the run, and the worker forks a fresh process for it, so an edited
 plugin runs as its new code. Between runs the process-wide state a run may change is put
-back: environment, directory, ``sys.argv``, signal handlers, logging's handlers and
-structlog's context, ``sys.stdout``/``sys.stderr``, ``atexit`` functions, the daemon watch.
+back: environment, directory, ``sys.argv``, ``sys.path``, signal handlers, logging's
+handlers and structlog's context, ``sys.stdout``/``sys.stderr``, warning filters,
+``atexit`` functions, the daemon watch, and torch's process-wide settings (threads,
+default dtype, deterministic algorithms, float32 matmul precision, TF32, cuDNN benchmark).
 
 Protocol on its channel to the worker (``SOCK_SEQPACKET``, JSON): the worker sends
 ``{"run": 1, "note": ...}`` with the run's five descriptors; it answers ``{"taken": N}`` (its
@@ -46,6 +49,7 @@ import socket
 import sys
 import threading
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -111,6 +115,9 @@ class _Baseline:
     streams: tuple[Any, Any]
     root: tuple[list[logging.Handler], int]
     excepthook: Any
+    path: list[str] = field(default_factory=list)
+    warning_filters: list[Any] = field(default_factory=list)
+    torch_state: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def take(cls) -> _Baseline:
@@ -128,6 +135,9 @@ class _Baseline:
             (sys.stdout, sys.stderr),
             (list(root.handlers), root.level),
             threading.excepthook,
+            list(sys.path),
+            list(warnings.filters),
+            _torch_state(),
         )
 
     def restore(self) -> None:
@@ -148,6 +158,48 @@ class _Baseline:
         structlog = sys.modules.get("structlog.contextvars")
         if structlog is not None:
             structlog.clear_contextvars()
+        sys.path[:] = self.path
+        warnings.filters[:] = self.warning_filters  # type: ignore[index]  # a list at run time
+        # What filterwarnings calls (so modules' "once" registries are read again); private,
+        # so absent from some Python versions: then a registry may keep a stale "seen".
+        mutated = getattr(warnings, "_filters_mutated", None)
+        if mutated is not None:
+            mutated()
+        _set_torch_state(self.torch_state)
+
+
+def _torch_state() -> dict[str, Any]:
+    """torch's process-wide settings now (empty where torch is not imported). This process
+    serves every agent of its device: one agent's float64 default or thread count must not
+    reach the next agent's run."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    return {
+        "num_threads": torch.get_num_threads(),
+        "default_dtype": torch.get_default_dtype(),
+        "deterministic": (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        ),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "tf32": (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32),
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+    }
+
+
+def _set_torch_state(state: dict[str, Any]) -> None:
+    """Put back what :func:`_torch_state` read (where it changed: a set costs a call)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not state or _torch_state() == state:
+        return
+    torch.set_num_threads(state["num_threads"])
+    torch.set_default_dtype(state["default_dtype"])
+    deterministic, warn_only = state["deterministic"]
+    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+    torch.set_float32_matmul_precision(state["float32_matmul_precision"])
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = state["tf32"]
+    torch.backends.cudnn.benchmark = state["cudnn_benchmark"]
 
 
 @dataclass

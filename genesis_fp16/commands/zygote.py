@@ -25,8 +25,9 @@ Rules it keeps:
   False, then forks one probe child that uses CUDA where there is a device
   (genesis_fp16/launch/cuda_fork_probe.py) and refuses with the probe's reason when it
   fails or hangs. Each run's child creates its own context as an exec'd one does.
-- **Plugins are not pre-imported**: each run imports its agent afresh, so an edited
-  plugin is picked up at the next run. What the interpreter read at its start (its
+- **Plugins are not pre-imported**: each forked child imports its agent afresh (a
+  resident run process keeps it, and is replaced when an imported source file changed),
+  so an edited plugin is picked up at the next run. What the interpreter read at its start (its
   ``.pth`` files: an editable install's path or finder) is the worker's for its life, so
   the daemon replaces the worker once anything on its path is installed or upgraded
   (genesis_fp16/launch/run_worker.py says when else).
@@ -35,8 +36,8 @@ Rules it keeps:
   the next run (or when a fork request fails), logs why, and starts another; if it
   cannot, the run is started by exec, with the reason logged.
 
-- **Or a resident run process per device** (``GENESIS_FP16_RUN_RESIDENT=true``: the
-  request says ``{"run": 1, "resident": {"device", "max_mib"}}``): the worker forks one
+- **Or a resident run process per device** (``GENESIS_FP16_RUN_RESIDENT=true``, the
+  default: the request says ``{"run": 1, "resident": {"device", "max_mib"}}``): the worker forks one
   process per device at its first run and hands it that device's later runs, with the same
   five descriptors; it answers the daemon with that process's pid and pidfd
   (``{"pid": N, "resident": K}``, its Kth run). That process reports each run's exit code

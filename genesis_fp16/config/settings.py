@@ -179,9 +179,10 @@ class Settings(BaseSettings, GuardSettings):
     run_worker: bool = True
     # With the run worker: each device's runs served one after another by one resident run
     # process the worker forks once (genesis_fp16/commands/resident.py), so what a run leaves
-    # in memory (imported modules, the CUDA context, module-level caches) serves the next.
-    # Off by default until its costs and CUDA behaviour are measured on a GPU (docs/daemon.md).
-    run_resident: bool = False
+    # in memory (imported modules, the CUDA context, module-level caches) serves the next;
+    # a run it does not trust (failed, stopped, killed) gets the next run a fresh one.
+    # false: a child forked per run (docs/daemon.md).
+    run_resident: bool = True
     # A resident run process over this resident memory (MiB) after a run ends after it.
     run_resident_max_mib: int = Field(default=8192, ge=1)
     # A run's process (and its children) killed past this resident memory, in bytes

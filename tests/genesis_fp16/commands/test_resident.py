@@ -181,26 +181,99 @@ def test_an_edited_module_makes_the_resident_process_stale(
 
 
 def test_what_a_run_changes_is_put_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Environment, directory, argv, a signal handler, the root logger's handlers and
-    sys.stderr that a run left are put back once the baseline is restored."""
+    """Environment, directory, argv, sys.path, a signal handler, the root logger's
+    handlers, sys.stderr, a warning filter and torch's process-wide settings (threads,
+    default dtype, deterministic algorithms, matmul precision) that a run left are put
+    back once the baseline is restored."""
+    import warnings
+
+    import torch
+
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
     baseline = resident._Baseline.take()
     handler = logging.StreamHandler()
     before = signal.getsignal(signal.SIGUSR1)
+    torch_before = resident._torch_state()
+    filters = list(warnings.filters)
     try:
         os.environ["RESIDENT_PROBE"] = "1"
         os.chdir("/")
         sys.argv = ["x", "train", "y"]
+        sys.path.insert(0, str(tmp_path))
         signal.signal(signal.SIGUSR1, lambda signum, frame: None)
         logging.getLogger().addHandler(handler)
         sys.stderr = sys.stdout
+        warnings.filterwarnings("ignore", message="resident probe")
+        torch.set_num_threads(torch.get_num_threads() + 1)
+        torch.set_default_dtype(torch.float64)
+        torch.use_deterministic_algorithms(True)
+        torch.set_float32_matmul_precision("medium")
         baseline.restore()
         assert "RESIDENT_PROBE" not in os.environ and os.getcwd() == str(tmp_path)
         assert sys.argv[1:] == [] and signal.getsignal(signal.SIGUSR1) == before
         assert handler not in logging.getLogger().handlers and sys.stderr is baseline.streams[1]
+        assert str(tmp_path) not in sys.path and warnings.filters == filters
+        assert (
+            resident._torch_state() == torch_before and torch.get_default_dtype() == torch.float32
+        )
     finally:
         os.environ.pop("RESIDENT_PROBE", None)
         signal.signal(signal.SIGUSR1, before)
+        warnings.filters[:] = filters
+        resident._set_torch_state(torch_before)
+
+
+FIXTURE_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "plugins"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_second_run_in_the_process_sees_its_own_state_not_what_the_first_left(
+    tmp_path: Path,
+) -> None:
+    """Two fixture_good runs in one resident process; the first leaves an environment
+    variable, another directory, a longer argv, a SIGUSR1 handler and a root log handler
+    behind (FIXTURE_PROBE_FILE). The second sees its own directory and argv, and none of
+    what the first left: the same state the first found."""
+    probes = tmp_path / "probes.jsonl"
+    env = child_env(dict(os.environ))
+    env["PYTHONPATH"] = os.pathsep.join([str(FIXTURE_PLUGINS), env.get("PYTHONPATH", "")])
+    env |= {
+        "GENESIS_FP16_STATE_DIR": str(tmp_path / "state"),
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": "fixture_good",
+        "GENESIS_FP16_SAMPLE_COUNT": "16",
+        "FIXTURE_STEP_SECONDS": "0",
+        "FIXTURE_PROBE_FILE": str(probes),
+    }
+    worker = RunWorker()
+    try:
+        pids = []
+        for n, steps in ((1, "1"), (2, "2")):
+            cwd = tmp_path / f"run{n}"
+            cwd.mkdir()
+            args = ["train", "fixture_good", "--steps", steps]
+            child = worker.start(args, env, cwd=str(cwd), resident=CPU)
+            assert child.stdout is not None and child.stderr is not None
+            assert child.stdin is not None
+            out = threading.Thread(target=child.stdout.read)  # neither pipe may fill
+            out.start()
+            err = child.stderr.read()
+            out.join()
+            assert child.wait(timeout=300) == 0, err[-2000:]
+            assert child.resident_run == n
+            for pipe in (child.stdin, child.stdout, child.stderr):
+                pipe.close()
+            pids.append(child.pid)
+    finally:
+        worker.close()
+    first, second = (json.loads(line) for line in probes.read_text().splitlines())
+    assert pids[0] == pids[1] == first["pid"] == second["pid"]
+    assert first["cwd"] == str(tmp_path / "run1") and second["cwd"] == str(tmp_path / "run2")
+    assert first["argv"][-1] == "1" and second["argv"] == ["train", "fixture_good", "--steps", "2"]
+    assert first["left_env"] is None and second["left_env"] is None
+    assert second["sigusr1"] == first["sigusr1"] != "left_behind"
+    assert second["root_handlers"] == first["root_handlers"]
 
 
 def test_stop_watching_ends_the_daemon_watch_without_acting() -> None:
@@ -222,9 +295,9 @@ def test_a_cuda_error_left_by_a_run_ends_the_resident_process(
     a healthy context, a failed run and a stopped run say their own reasons."""
     import types
 
+    state = resident.Resident("cuda:0", 10**9, resident._Baseline.take())
     cuda = types.SimpleNamespace(is_initialized=lambda: True, synchronize=lambda: None)
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
-    state = resident.Resident("cuda:0", 10**9, resident._Baseline.take())
     assert resident._why_end(state, 0, False) is None
     assert resident._why_end(state, 1, False) == "its run exited with code 1"
     assert resident._why_end(state, 0, True) == "its run was stopped by SIGTERM"

@@ -51,8 +51,13 @@ def _served_id(daemon: DaemonProcess) -> str:
 def _launches(daemon: DaemonProcess, mark: int = 0) -> int:
     """Run processes the daemon started after its ``mark``-th log line."""
     later = daemon.logs()[mark:]
-    # Started by exec or forked by the run worker (the default): either is a launch.
-    starts = ("launching the run's", "the run worker forked the run's")
+    # Started by exec, forked by the run worker, or served by its resident run process (the
+    # default): each is a launch.
+    starts = (
+        "launching the run's",
+        "the run worker forked the run's",
+        "the run worker's resident run process",
+    )
     return sum(str(e.get("event", "")).startswith(starts) for e in later)
 
 

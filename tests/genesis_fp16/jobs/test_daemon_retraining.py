@@ -130,8 +130,13 @@ def test_up_to_date_runs_start_no_child(daemon_factory: DaemonFactory, tmp_path:
     )
     first = _finished(daemon, 1)
     daemon.wait_for(lambda: _runs(daemon, "up_to_date") >= 2, "two up-to-date runs", 120)
-    # Started by exec or forked by the run worker (the default): either is a launch.
-    starts = ("launching the run's", "the run worker forked the run's")
+    # Started by exec, forked by the run worker, or served by its resident run process (the
+    # default): each is a launch.
+    starts = (
+        "launching the run's",
+        "the run worker forked the run's",
+        "the run worker's resident run process",
+    )
     launches = [e for e in daemon.logs() if str(e.get("event", "")).startswith(starts)]
     assert len(launches) == 1, launches  # the first run's child only
     up = [e for e in daemon.events("training run finished") if e["outcome"] == "up_to_date"]

@@ -1,5 +1,8 @@
-"""Runs forked by the run worker (genesis_fp16/commands/zygote.py) keep process isolation: a
-killed run costs only itself, a killed worker is replaced (real daemon subprocesses)."""
+"""Runs served by the run worker (genesis_fp16/commands/zygote.py) keep process isolation: a
+killed run costs only itself, a killed or stopped worker is replaced (real daemon
+subprocesses). By default (GENESIS_FP16_RUN_RESIDENT=true) a device's runs are served by
+one resident run process, reused after a clean run and fresh after a failed, stopped or
+killed one; with it false, each run is a child forked of its own."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from daemon_harness import DaemonProcess, child_pids, child_wait, start_daemon
 RUNS = "genesis_fp16_training_runs_total"
 FORKED = re.compile(r"the run worker forked the run's process (\d+)")
 READY = re.compile(r"run worker ready \(pid (\d+)\)")
+SERVED = re.compile(r"the run worker's resident run process (\d+) serves the run")
 
 
 def _daemon(tmp_path: Path, **env: str) -> DaemonProcess:
@@ -40,8 +44,18 @@ def _pids(daemon: DaemonProcess, pattern: re.Pattern[str]) -> list[int]:
     return [int(m.group(1)) for m in found if m is not None]
 
 
+def _run_pids(daemon: DaemonProcess) -> list[int]:
+    """The pids of the processes the runs trained in, in order: a forked child's or the
+    resident run process's (one pid for the runs it served)."""
+    found = (
+        FORKED.match(event) or SERVED.match(event)
+        for event in (str(r.get("event", "")) for r in daemon.logs())
+    )
+    return [int(m.group(1)) for m in found if m is not None]
+
+
 def _new(daemon: DaemonProcess, seen: set[int]) -> set[int]:
-    return set(_pids(daemon, FORKED)) - seen
+    return set(_run_pids(daemon)) - seen
 
 
 def _runs(daemon: DaemonProcess, outcome: str) -> float:
@@ -51,9 +65,10 @@ def _runs(daemon: DaemonProcess, outcome: str) -> float:
 @pytest.mark.slow
 @pytest.mark.timeout(child_wait(240))
 def test_scheduled_runs_are_forked_by_one_worker_and_succeed(tmp_path: Path) -> None:
-    """Two scheduled runs succeed, each a child forked by the same worker, which is the
-    daemon's child (its only one between runs) and has not initialised CUDA."""
-    daemon = _daemon(tmp_path)
+    """GENESIS_FP16_RUN_RESIDENT=false: two scheduled runs succeed, each a child forked by
+    the same worker, which is the daemon's child (its only one between runs) and has not
+    initialised CUDA."""
+    daemon = _daemon(tmp_path, GENESIS_FP16_RUN_RESIDENT="false")
     try:
         daemon.wait_for(lambda: _runs(daemon, "success") >= 2, "two runs", timeout=120)
         workers = _pids(daemon, READY)
@@ -73,8 +88,9 @@ def test_scheduled_runs_are_forked_by_one_worker_and_succeed(tmp_path: Path) -> 
 def test_a_killed_run_costs_only_itself_and_the_next_run_is_forked_again(
     tmp_path: Path,
 ) -> None:
-    """SIGKILL of a forked run's process mid-run: that run fails ('exit'), the daemon
-    serves, and the next runs are forked by the same worker and succeed."""
+    """SIGKILL of a run's process (the resident one, by default) mid-run: that run fails
+    ('exit'), the daemon serves, and the next runs are served by the same worker, in a
+    fresh process, and succeed."""
     daemon = _daemon(tmp_path, GENESIS_FP16_STEPS_PER_RUN="40", FIXTURE_STEP_SECONDS="0.25")
     try:
         killed: int | None = None
@@ -95,8 +111,8 @@ def test_a_killed_run_costs_only_itself_and_the_next_run_is_forked_again(
         )
         successes = _runs(daemon, "success")
         daemon.wait_for(lambda: _runs(daemon, "success") > successes, "a later run", 120)
-        assert len(_pids(daemon, READY)) == 1  # the same worker forked them all
-        assert _pids(daemon, FORKED)[-1] != killed
+        assert len(_pids(daemon, READY)) == 1  # the same worker served them all
+        assert _run_pids(daemon)[-1] != killed
         assert daemon.get("/metrics")[0] == 200
     finally:
         daemon.stop()
@@ -124,9 +140,9 @@ def test_a_killed_worker_is_replaced_and_the_next_run_runs(tmp_path: Path) -> No
 
 
 def _forked_run_under_way(daemon: DaemonProcess) -> int:
-    """Wait for a forked run's first progress line; the pid of the worker that forked it."""
-    before = len(_pids(daemon, FORKED))
-    daemon.wait_for(lambda: len(_pids(daemon, FORKED)) > before, "a forked run", timeout=120)
+    """Wait for a run's first progress line; the pid of the worker that served it."""
+    before = len(_run_pids(daemon))
+    daemon.wait_for(lambda: len(_run_pids(daemon)) > before, "a run served", timeout=120)
     daemon.wait_for(
         lambda: [r for r in daemon.logs()[-50:] if r.get("progress")],
         "its first step",
@@ -226,9 +242,6 @@ def test_sighup_replaces_the_worker_before_the_next_run(tmp_path: Path) -> None:
         daemon.stop()
 
 
-SERVED = re.compile(r"the run worker's resident run process (\d+) serves the run")
-
-
 def _resident_said(daemon: DaemonProcess, text: str) -> list[dict[str, object]]:
     """The records a resident run process wrote on a run's stderr containing ``text``."""
     return [
@@ -243,10 +256,10 @@ def _resident_said(daemon: DaemonProcess, text: str) -> list[dict[str, object]]:
 def test_runs_of_an_agent_are_served_by_one_resident_process_which_says_it_reused_it(
     tmp_path: Path,
 ) -> None:
-    """GENESIS_FP16_RUN_RESIDENT=true: two scheduled runs succeed in the same process (the
-    same pid in the launcher's record), the worker's child; the second run's log says it
-    reused that process."""
-    daemon = _daemon(tmp_path, GENESIS_FP16_RUN_RESIDENT="true")
+    """By default (GENESIS_FP16_RUN_RESIDENT unset): two scheduled runs succeed in the same
+    process (the same pid in the launcher's record), the worker's child; the second run's
+    log says it reused that process. Before the default was on, each run was forked."""
+    daemon = _daemon(tmp_path)
     try:
         daemon.wait_for(lambda: _runs(daemon, "success") >= 2, "two runs", timeout=120)
         served = _pids(daemon, SERVED)

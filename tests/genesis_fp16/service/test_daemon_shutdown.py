@@ -21,7 +21,11 @@ from test_daemon_run_now import RUN_DEADLINE, STARTED, run_command, runs
 
 from genesis_fp16.service.state_lock import LOCK_NAME
 
-FORKED = re.compile(r"the run worker forked the run's process (\d+)")
+# A run's process: forked for it, or the device's resident run process (the default).
+FORKED = re.compile(
+    r"(?:the run worker forked the run's process|"
+    r"the run worker's resident run process) (\d+)"
+)
 READY = re.compile(r"run worker ready \(pid (\d+)\)")
 
 
@@ -74,10 +78,10 @@ def _alive_when_the_lock_frees(daemon: DaemonProcess, pids: set[int]) -> set[int
 def _queue_behind_a_run(
     daemon: DaemonProcess, tmp_path: Path, settings: dict[str, str]
 ) -> set[int]:
-    """fixture_good's run in its forked child, se_darwin's job waiting for the slot; the
-    daemon's processes then."""
+    """fixture_good's run in its process (the resident run process, by default), se_darwin's
+    job waiting for the slot; the daemon's processes then."""
     assert run_command(tmp_path, "fixture_good", settings).returncode == 0
-    daemon.wait_for(lambda: _pids(daemon, FORKED), "fixture_good's forked child", RUN_DEADLINE)
+    daemon.wait_for(lambda: _pids(daemon, FORKED), "fixture_good's run process", RUN_DEADLINE)
     daemon.wait_for(lambda: runs(daemon, STARTED, "fixture_good"), "its run", RUN_DEADLINE)
     queued = run_command(tmp_path, "se_darwin", settings)
     assert queued.returncode == 0, queued.stderr
@@ -115,7 +119,7 @@ def test_a_clean_stop_ends_every_child_before_the_lock_and_starts_no_queued_run(
     assert _alive_when_the_lock_frees(daemon, processes) == set()
     assert daemon.wait_exit(child_wait(60)) == 0
     assert not runs(daemon, STARTED, "se_darwin")
-    assert len(_pids(daemon, FORKED)) == 1  # fixture_good's only: se_darwin forked none
+    assert len(_pids(daemon, FORKED)) == 1  # fixture_good's only: se_darwin had none
     assert _last_line(daemon) == "stopped cleanly"
 
 
