@@ -69,6 +69,7 @@ from genesis_fp16_infrastructure.api import (
     CheckpointsFolder,
     DataError,
     Outcome,
+    PrecisionName,
     RunEntry,
     TrainingSummary,
     on_set_aside,
@@ -480,7 +481,7 @@ def print_progress(summary: TrainingSummary) -> None:
     print(json.dumps({"progress": summary.to_json()}, allow_nan=False), flush=True)
 
 
-def print_precision(precision: str) -> None:
+def print_precision(precision: PrecisionName) -> None:
     """One ``{"precision": name}`` line for the launcher: the run's precision, decided."""
     print(json.dumps({"precision": precision}), flush=True)
 
