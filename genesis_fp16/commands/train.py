@@ -375,7 +375,7 @@ def _train(
                 tracker.log_result(result)
             tracker.close()
     if recorded:  # the daemon announces its own runs' (jobs.guard_state.record_run)
-        announce_run(Path(request.checkpoint_dir).parent, args.agent, result)
+        announce_run(AgentFolder.at(Path(request.checkpoint_dir).parent), args.agent, result)
         _record(request.checkpoint_dir, result, "", started)
     out = result.to_json()
     tracking = None

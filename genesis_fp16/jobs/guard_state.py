@@ -13,7 +13,6 @@ asks for fp32, which no memory lowers. ``genesis-fp16 precision reset AGENT`` de
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
@@ -70,15 +69,15 @@ def load_memory(
     return memory
 
 
-def announce_run(folder: Path, agent: str, result: TrainResult) -> None:
+def announce_run(folder: AgentFolder, agent: str, result: TrainResult) -> None:
     """Write ``result``'s demotions and fault bundles to the outbox of the agent's folder
-    ``folder``, before they are counted or logged, by whoever ran it (:func:`record_run`,
-    or an operator's foreground ``train`` in the state folder); the daemon's delivery
-    thread posts them, at its next pass for a run made while it was down. A full disk
-    loses the announcement, logged, never the run's record."""
+    ``folder`` (the one the run holds), before they are counted or logged, by whoever ran
+    it (:func:`record_run`, or an operator's foreground ``train`` in the state folder); the
+    daemon's delivery thread posts them, at its next pass for a run made while it was
+    down. A full disk loses the announcement, logged, never the run's record."""
     found = [("demotion", d.to_json()) for d in result.demotions]
     found += [("fault_bundle", b.to_json()) for b in result.fault_bundles]
-    outbox = AgentFolder.at(folder).outbox
+    outbox = folder.outbox
     for kind, data in found:
         try:
             outbox.record(kind, data)
@@ -100,7 +99,7 @@ def record_run(
     guard's memory at the end of a run (genesis_fp16/jobs/run_ended.py). ``folder``: the
     agent's, as the run holds it (None: made here)."""
     folder = AgentFolder(settings.state_dir, agent) if folder is None else folder
-    announce_run(folder.root, agent, result)
+    announce_run(folder, agent, result)
     metrics.count_guarded(agent, result)  # announced first: an event is never counted unsent
     for d in result.demotions:
         log.warning(
