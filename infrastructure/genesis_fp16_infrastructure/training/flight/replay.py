@@ -70,8 +70,11 @@ from torch import nn
 from torch.optim import Optimizer
 
 from genesis_fp16_infrastructure.errors import BundleError
-from genesis_fp16_infrastructure.training.flight.bundle import allowed_types, rebuilt_batch
-from genesis_fp16_infrastructure.training.flight.recorder import run_recorded_step
+from genesis_fp16_infrastructure.training.flight.recorded_step import (
+    allowed_types,
+    rebuilt_batch,
+    run_recorded_step,
+)
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,

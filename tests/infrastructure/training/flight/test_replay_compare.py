@@ -13,10 +13,9 @@ import torch
 from torch import nn
 
 from genesis_fp16_infrastructure.errors import BundleError
-from genesis_fp16_infrastructure.training.flight.bundle import (
-    FaultBundle,
+from genesis_fp16_infrastructure.training.flight.bundle import FaultBundle, data_signature
+from genesis_fp16_infrastructure.training.flight.recorded_step import (
     allowed_types,
-    data_signature,
     plain_batch,
     rebuilt_batch,
 )
