@@ -332,7 +332,6 @@ STILL_UP = (
     "agent_folder/folder.py: agent_folder -> data",
     "agent_folder/folder.py: agent_folder -> training",
     "agent_folder/lifecycle_records.py: agent_folder -> training",
-    "agent_folder/records.py: agent_folder -> training",
 )
 LIBRARY = ROOT / "infrastructure" / "genesis_fp16_infrastructure"
 AGENT_NAMES = re.compile(r"se_darwin|SE-Darwin|rlhf_ppo|RLHF-PPO", re.IGNORECASE)

@@ -42,7 +42,6 @@ from genesis_fp16_infrastructure.agent_folder import (
     files,
     lock,
     pointer,
-    records,
     repair,
     transitions,
 )
@@ -57,7 +56,6 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     Verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.outbox import Outbox
-from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.agent_folder.run_history import (
     KEEP,
     RunHistory,
@@ -67,6 +65,8 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
 from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles
+from genesis_fp16_infrastructure.training.precision import kept_measurements
+from genesis_fp16_infrastructure.training.precision.kept_measurements import CaptureVerdict
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     ROBUSTNESS,
@@ -291,16 +291,16 @@ class AgentFolder:
     def calibration(self, unusable: files.Listener | None = None) -> Calibration | None:
         """A measured ``auto``'s kept timings; None: none, another version, or unusable
         (set aside, reported, and told to ``unusable``)."""
-        return records.read_calibration(self.calibration_path, unusable)
+        return kept_measurements.read_calibration(self.calibration_path, unusable)
 
-    def calibration_of_another_release(self) -> records.OtherRelease | None:
+    def calibration_of_another_release(self) -> kept_measurements.OtherRelease | None:
         """The calibration file when another release wrote it (kept; its rows are not
-        read here: :class:`~.records.OtherRelease`); None: none, or this release's."""
-        return records.other_release(self.calibration_path)
+        read here: ``kept_measurements.OtherRelease``); None: none, or this release's."""
+        return kept_measurements.other_release(self.calibration_path)
 
     def capture_verdicts(self, unusable: files.Listener | None = None) -> dict[str, CaptureVerdict]:
         """The captured step's kept verdicts by key id; {} without a usable file."""
-        return records.read_capture_verdicts(self.verification_path, unusable)
+        return kept_measurements.read_capture_verdicts(self.verification_path, unusable)
 
     def probe_record(
         self, parse: Callable[[Any], T], unusable: files.Listener | None = None

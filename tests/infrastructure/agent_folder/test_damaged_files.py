@@ -24,7 +24,6 @@ from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import RunEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
-from genesis_fp16_infrastructure.agent_folder.records import read_calibration, read_capture_verdicts
 from genesis_fp16_infrastructure.agent_folder.repair import set_aside_unusable
 from genesis_fp16_infrastructure.agent_folder.run_history import append_run
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -32,6 +31,10 @@ from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.sources import Source
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.training.precision.kept_measurements import (
+    read_calibration,
+    read_capture_verdicts,
+)
 
 AGENT = "a"
 
