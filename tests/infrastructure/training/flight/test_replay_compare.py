@@ -19,7 +19,7 @@ from genesis_fp16_infrastructure.training.flight.recorded_step import (
     plain_batch,
     rebuilt_batch,
 )
-from genesis_fp16_infrastructure.training.flight.replay import Trace, advise, compare
+from genesis_fp16_infrastructure.training.flight.step_trace import Trace, advise, compare
 
 
 def _traced(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None) -> Trace:
