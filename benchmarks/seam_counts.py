@@ -264,7 +264,7 @@ def defining_module(module: str, name: str) -> str:
     """The library module that defines ``name`` as imported from ``module`` (figure 10b).
 
     >>> defining_module("genesis_fp16_infrastructure.api", "AgentFolder")
-    'genesis_fp16_infrastructure.agent_folder.folder'
+    'genesis_fp16_infrastructure.folder'
     >>> defining_module("genesis_fp16_infrastructure.api", "DEFAULT_STEPS")  # a constant
     'genesis_fp16_infrastructure.contract.train_request'
     """

@@ -35,12 +35,12 @@ from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16.status import history, render
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, gather_status
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP
 from genesis_fp16_infrastructure.agent_folder.transitions import JOURNAL_KEEP, rollback, serve
 from genesis_fp16_infrastructure.api import GateReport, LiveReport, ScoresOn
 from genesis_fp16_infrastructure.contract.reports import DriftReport, LiveFigures
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 BOUND_MS = 100.0

@@ -277,11 +277,11 @@ def test_each_name_resolves_to_the_module_that_defines_it() -> None:
     sc = _script()
     api, lib = "genesis_fp16_infrastructure.api", "genesis_fp16_infrastructure"
     plugin_api = f"{lib}.contract.plugin_api"
-    assert sc.defining_module(api, "AgentFolder") == f"{lib}.agent_folder.folder"
+    assert sc.defining_module(api, "AgentFolder") == f"{lib}.folder"
     # plugin_api imports TrainRequest from train_request, which defines it
     assert sc.defining_module(plugin_api, "TrainRequest") == f"{lib}.contract.train_request"
     # the door hands out no module (figure 10c): folder.py imports agent_folder's files
-    folder = f"{lib}.agent_folder.folder"
+    folder = f"{lib}.folder"
     assert sc.defining_module(folder, "files") == f"{lib}.agent_folder.files"
     assert sc.defining_module(api, "DEFAULT_STEPS") == f"{lib}.contract.train_request"
     names = f"{lib}.training.precision.precision_names"

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
         on_set_aside,
         write_json_atomic,
     )
-    from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, CheckpointsFolder
     from genesis_fp16_infrastructure.agent_folder.layout import (
         check_agent_name,
         is_agent_name,
@@ -95,6 +94,7 @@ if TYPE_CHECKING:
         ProbeError,
         ServedPointerError,
     )
+    from genesis_fp16_infrastructure.folder import AgentFolder, CheckpointsFolder
     from genesis_fp16_infrastructure.judging.run import run_plugin
     from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes, peak_rss_mib
     from genesis_fp16_infrastructure.probe.runner import ProbeReport, run_probe

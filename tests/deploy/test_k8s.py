@@ -24,7 +24,7 @@ import yaml
 from script_module import load_script
 
 from genesis_fp16.config.settings import Settings, load_settings, requested_precision
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.folder import AgentFolder
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.folder import AgentFolder
 
 # The dev extra has it; a bare GPU image does not, and a failed import stops pytest.
 pytest.importorskip("kubeflow_trainer_api")

@@ -49,7 +49,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     checkpoint_of,
@@ -58,6 +57,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
 from genesis_fp16_infrastructure.data.manifest import Manifest
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.record_codec import LOCAL, Record
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig, bundle_folder
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale

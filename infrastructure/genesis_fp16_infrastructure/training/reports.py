@@ -6,7 +6,7 @@ training makes them, below the contract, so they live here.
 - :class:`EarlyStopReport`: early stopping's record (``early_stop``);
 - :class:`Demotion`: one of the precision guard's demotions (``demotions``);
 - :class:`Calibration`: what a measured ``auto`` timed (``precision_calibration``), of
-  :class:`Measured` rows; also the calibration cache's file (``agent_folder.records``);
+  :class:`Measured` rows; also the calibration cache's file (``precision.kept_measurements``);
 - :class:`RangeSummary`: the per-layer range statistics of a run's sampled steps
   (``ranges``), of :class:`ModuleRange` rows;
 - :class:`TrainingSummary`: what the trainer has done so far, reported at each log

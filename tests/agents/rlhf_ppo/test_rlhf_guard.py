@@ -12,7 +12,7 @@ import torch
 from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_agents.rlhf_ppo.task import PPOConfig, PPOTask
-from genesis_fp16_infrastructure.agent_folder.folder import remember_demotions
+from genesis_fp16_infrastructure.folder import remember_demotions
 from genesis_fp16_infrastructure.rl.ppo_guard import ppo_guard
 from genesis_fp16_infrastructure.rl.ppo_math import token_logprobs
 from genesis_fp16_infrastructure.training import (

@@ -17,7 +17,7 @@ from daemon_harness import daemon_env
 from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure import api
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training import TrainerConfig
 from genesis_fp16_infrastructure.training.precision import choice, decide
 from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities

@@ -30,8 +30,8 @@ from genesis_fp16.commands.reading import (
     commands_that,
 )
 from genesis_fp16_infrastructure.agent_folder import outbox
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
 
 TYPO = "ENABLE_FP16_TRAINIG"  # the rollback switch, misspelt: what the file is refused for

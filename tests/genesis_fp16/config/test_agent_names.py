@@ -13,9 +13,9 @@ from daemon_harness import daemon_env
 from genesis_fp16.config.plugins import PluginError, discover_plugins, load_plugin
 from genesis_fp16.config.plugins import scan_entry_points as scan
 from genesis_fp16.config.settings import SettingsError, load_settings
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import AGENT_NAME_PATTERN
 from genesis_fp16_infrastructure.api import check_agent_name
+from genesis_fp16_infrastructure.folder import AgentFolder
 
 # What must never be an agent's name: each is a path out of, or a mess in, the state folder.
 HOSTILE = ["../x", "a/b", "", "x" * 300, "a\0b", "a\nb", "..", "A", "se-darwin", "x" * 65]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.folder import AgentFolder
 
 
 class _Writer:

@@ -19,8 +19,8 @@ from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.pointer import served_checkpoint
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training.step import trainer
 
 AGENT = "se_darwin"

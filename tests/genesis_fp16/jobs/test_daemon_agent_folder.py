@@ -9,8 +9,8 @@ from daemon_harness import DaemonFactory
 from se_darwin_daemon import AGENT, runs, se_darwin_env, write_pool
 
 from genesis_fp16_infrastructure.agent_folder.files import asides, newest_aside
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.folder import AgentFolder
 
 SKIPPED = "genesis_fp16_state_files_skipped_total"
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from daemon_harness import DaemonFactory, DaemonProcess
 
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training.precision import decide
 
 pytestmark = pytest.mark.usefixtures("clean_env")

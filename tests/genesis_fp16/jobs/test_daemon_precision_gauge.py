@@ -18,8 +18,8 @@ from genesis_fp16.config.settings import SettingsError, load_settings
 from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16.service.daemon import Daemon
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.api import Capabilities, capabilities_of
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
 
 AGENT = "agent_a"

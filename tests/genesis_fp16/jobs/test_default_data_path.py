@@ -7,8 +7,8 @@ from pathlib import Path
 from genesis_fp16.jobs.run_request import default_data_path
 from genesis_fp16_agents.rlhf_ppo.plugin import RlhfPpoPlugin
 from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.api import capabilities_of
+from genesis_fp16_infrastructure.folder import AgentFolder
 
 
 class _Pools:

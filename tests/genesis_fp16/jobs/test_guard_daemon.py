@@ -19,7 +19,7 @@ from genesis_fp16.jobs.run_request import expected_precision, precision_request
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
-from genesis_fp16_infrastructure.agent_folder.folder import (
+from genesis_fp16_infrastructure.folder import (
     AgentFolder,
     remember_demotions,
 )

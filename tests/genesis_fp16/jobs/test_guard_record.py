@@ -20,7 +20,7 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import record_run
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import TrainRequest, TrainResult
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.folder import AgentFolder
 
 AGENT = "fault_agent"
 

@@ -17,8 +17,8 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.api import Capabilities
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training.precision.decide import decide
 
 AGENT = "refusing"

@@ -14,10 +14,10 @@ from checkpoint_state import checkpoint_state
 
 from genesis_fp16.jobs.run_request import expected_precision, next_loss_scale
 from genesis_fp16.plugin_api import PrecisionRequest
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry, ServedPointer
 from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
 from genesis_fp16_infrastructure.api import Calibration
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.decide import decide
 from genesis_fp16_infrastructure.training.precision.precision_names import INITIAL_LOSS_SCALE

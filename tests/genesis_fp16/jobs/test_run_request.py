@@ -19,12 +19,12 @@ from genesis_fp16.jobs.run_request import (
 )
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_infrastructure.agent_folder.folder import (
+from genesis_fp16_infrastructure.api import capabilities_of, run_plugin
+from genesis_fp16_infrastructure.contract.plugin_api import ignored_request_fields
+from genesis_fp16_infrastructure.folder import (
     AgentFolder,
     remember_demotions,
 )
-from genesis_fp16_infrastructure.api import capabilities_of, run_plugin
-from genesis_fp16_infrastructure.contract.plugin_api import ignored_request_fields
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 AGENT = "rlhf_ppo"

@@ -19,8 +19,8 @@ from genesis_fp16.jobs.recording import record_scale
 from genesis_fp16.jobs.run_request import plan_request
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.api import capabilities_of, read_snapshot
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.run.verify_capture import CaptureVerdict, write_verdict
 

@@ -32,8 +32,8 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.jobs.run_request import plan_request
 from genesis_fp16.launch.launcher import train_in_child
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.data import manifest
+from genesis_fp16_infrastructure.folder import AgentFolder
 
 AGENT = "se_darwin"
 STATE_FILES = ("served.json", "data_manifest.json")

@@ -19,8 +19,8 @@ from daemon_harness import DaemonFactory, DaemonProcess, launch
 from prometheus_client.parser import text_string_to_metric_families
 
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.api import Calibration
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     PrecisionPolicy,

@@ -21,10 +21,10 @@ from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequest
 from genesis_fp16.scaffold import agent_source
 from genesis_fp16.status.report import read_served
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.api import Outcome, run_plugin
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, id_hashes
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.judging.served import trained_ids
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 

@@ -17,8 +17,8 @@ from genesis_fp16.plugin_api import PrecisionRequest, RecordLosses, TrainRequest
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, gather_status
 from genesis_fp16_infrastructure.agent_folder.candidates import candidate_entry, newest_checkpoint
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.transitions import serve
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.judging.run import run_plugin
 
 AGENT = "two_losses"

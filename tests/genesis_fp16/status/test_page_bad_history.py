@@ -10,8 +10,8 @@ from daemon_harness import start_daemon
 from status_pages import HOSTILE_AGENT, seed_hostile_agent
 
 from genesis_fp16.status.when import clock
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.run_history import decode_entry
+from genesis_fp16_infrastructure.folder import AgentFolder
 
 
 def _spoil(state_dir: Path) -> AgentFolder:

@@ -34,11 +34,11 @@ from genesis_fp16.status.report import (
     StatusReport,
     gather_status,
 )
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import REASON_CHARS, RunEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.agent_folder.run_history import append_run
 from genesis_fp16_infrastructure.errors import ServedPointerError
+from genesis_fp16_infrastructure.folder import AgentFolder
 
 ROOT = Path(__file__).resolve().parents[3]
 IDLE = DaemonStatus(False, None, None, None, None, None, "not running")

@@ -70,7 +70,7 @@ def test_names_are_unique_and_found_back() -> None:
 def test_each_agent_folder_is_listed_by_name_and_nothing_else(tmp_path: Path) -> None:
     """AgentFolder.each: the agents' folders under <state>/agents by name; a file, or a
     folder whose name is no agent name, is not one; no agents folder: none."""
-    from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+    from genesis_fp16_infrastructure.folder import AgentFolder
 
     assert AgentFolder.each(tmp_path) == []
     agents = tmp_path / "agents"
@@ -87,7 +87,7 @@ def test_an_agents_checkpoints_folder_is_one_face_of_its_served_models(tmp_path:
     models once a candidate, a pointer or one set aside is there, and its repair hint
     names the agent."""
     from genesis_fp16_infrastructure.agent_folder.candidates import new_candidate
-    from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+    from genesis_fp16_infrastructure.folder import AgentFolder
 
     models = AgentFolder(tmp_path, "alpha").checkpoints
     assert models.path == AgentFolder(tmp_path, "alpha").checkpoint_dir

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import RUN_HISTORY
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     MARK_COLUMNS,
@@ -32,6 +31,7 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
     decode_entry,
     encode_entry,
 )
+from genesis_fp16_infrastructure.folder import AgentFolder
 
 
 def _folder(tmp_path: Path) -> AgentFolder:

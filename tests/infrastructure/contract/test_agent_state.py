@@ -11,13 +11,13 @@ from typing import Any
 
 from checkpoint_state import checkpoint_state
 
-from genesis_fp16_infrastructure.agent_folder.folder import (
-    AgentFolder,
-    remember_demotions,
-)
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry, ServedPointer
 from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
 from genesis_fp16_infrastructure.contract.train_request import AgentSnapshot, read_snapshot
+from genesis_fp16_infrastructure.folder import (
+    AgentFolder,
+    remember_demotions,
+)
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import carry_after_run
 from genesis_fp16_infrastructure.training.reports import Demotion
@@ -102,7 +102,7 @@ def test_reading_without_a_resume_point_does_not_import_torch(tmp_path: Path) ->
     """The `agents` and `precision` commands read state without paying for torch."""
     code = (
         "import sys; from pathlib import Path;"
-        "from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder;"
+        "from genesis_fp16_infrastructure.folder import AgentFolder;"
         "from genesis_fp16_infrastructure.contract.train_request import read_snapshot;"
         f"read_snapshot(AgentFolder(Path({str(tmp_path)!r}), 'agent')).state;"
         "print('torch' in sys.modules)"

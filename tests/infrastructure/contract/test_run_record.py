@@ -7,13 +7,13 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.contract.reports import (
     DriftReport,
     GateReport,
     ScoresOn,
     TrainResult,
 )
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 UP_TO_DATE = TrainResult(

@@ -20,14 +20,13 @@ alone over the byte bound: it is the one an operator asked for).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import os
 import re
 import stat
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,71 +146,6 @@ def _load_reason(error: Exception) -> str:
         return "a damaged or truncated zip archive"
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
     return f"{type(error).__name__}: {first[:160]}"
-
-
-# ---------------------------------------------------------------------- batches as plain data
-
-_TYPE = "__bundle_type__"
-
-
-def plain_batch(value: Any) -> Any:
-    """``value`` as data ``weights_only`` loads: tensors to the CPU, named tuples and
-    dataclasses as tagged dicts (rebuilt by :func:`rebuilt_batch`)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().clone()
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        fields = {f: plain_batch(getattr(value, f)) for f in value._fields}
-        return {_TYPE: type_name(type(value)), "fields": fields}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: plain_batch(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        return {_TYPE: type_name(type(value)), "fields": fields}
-    if isinstance(value, Mapping):
-        return {k: plain_batch(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(plain_batch(v) for v in value)
-    return value
-
-
-def rebuilt_batch(value: Any, types: Mapping[str, type] | None = None) -> Any:
-    """The inverse of :func:`plain_batch`. A tagged type is looked up in ``types`` (names
-    to classes, :func:`allowed_types`); a name not there is refused in one line and
-    nothing is imported: a bundle is data, and a name in it chooses no code."""
-    if isinstance(value, Mapping) and _TYPE in value:
-        name = str(value[_TYPE])
-        cls = (types or {}).get(name)
-        if cls is None:
-            known = ", ".join(sorted(types or {})) or "none"
-            raise BundleError(
-                f"the bundle's batch type {name[:120]!r} is not one this agent declares "
-                f"(declared: {known}); nothing was imported"
-            )
-        fields = {k: rebuilt_batch(v, types) for k, v in dict(value.get("fields", {})).items()}
-        try:
-            return cls(**fields)
-        except TypeError as error:
-            raise BundleError(f"the bundle's batch of {name!r} does not fit it: {error}") from None
-    if isinstance(value, Mapping):
-        return {k: rebuilt_batch(v, types) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(rebuilt_batch(v, types) for v in value)
-    return value
-
-
-def allowed_types(classes: Iterable[type]) -> dict[str, type]:
-    """The batch types a replay may build, by the name :func:`plain_batch` tags them with;
-    only named tuples and dataclasses (built from their fields, nothing else runs)."""
-    out = {}
-    for cls in classes:
-        is_named = isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")
-        if not (is_named or dataclasses.is_dataclass(cls)):
-            raise ValueError(f"batch type {cls!r}: only named tuples and dataclasses are rebuilt")
-        out[type_name(cls)] = cls
-    return out
-
-
-def type_name(cls: type) -> str:
-    """The name a bundle gives a class (a batch's, an optimizer's): ``module:qualname``."""
-    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 # A data file or folder over this many bytes is not hashed on the fault path: its size

@@ -38,13 +38,13 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.training.flight.bundle import (
-    data_signature,
+from genesis_fp16_infrastructure.training.flight.bundle import data_signature, save_bundle
+from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig
+from genesis_fp16_infrastructure.training.flight.recorded_step import (
     plain_batch,
-    save_bundle,
+    run_recorded_step,
     type_name,
 )
-from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.reports import FaultBundle
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
@@ -54,7 +54,6 @@ from genesis_fp16_infrastructure.training.run.task import (
     IterationHooks,
     TrainingTask,
     task_trainer,
-    to_device,
 )
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
@@ -177,29 +176,6 @@ class FlightRecorder:
         )
         self.bundles.append(record)
         logger.warning("flight recorder: %s at step %d saved to %s", reason, fault.step, path)
-
-
-def run_recorded_step(
-    trainer: Trainer, loss: Callable[..., torch.Tensor], micro: list[Any], samples: int
-) -> dict[str, Any]:
-    """One eager step of ``trainer`` with a host read after it: each micro-batch's loss
-    bits (float32 as int32), whether each was finite, and whether the step was skipped."""
-    losses: list[torch.Tensor] = []
-
-    def recording(model: torch.nn.Module, batch: Any) -> torch.Tensor:
-        value = loss(model, batch)
-        losses.append(value.detach().float().reshape(()).clone())
-        return value
-
-    skipped_before = float(trainer.stats.skipped_steps_tensor().item())
-    trainer.step(to_device(micro, trainer.policy.device), recording, samples)
-    skipped = float(trainer.stats.skipped_steps_tensor().item()) > skipped_before
-    return {
-        "loss_bits": [int(v.cpu().view(torch.int32).item()) for v in losses],
-        "loss": [float(v.item()) for v in losses],
-        "loss_finite": [bool(torch.isfinite(v).item()) for v in losses],
-        "skipped": skipped,
-    }
 
 
 def scratch_trainer(task: TrainingTask, trainer: Trainer) -> Trainer:

@@ -42,13 +42,13 @@ from pathlib import Path
 
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.records import read_calibration
 from genesis_fp16_infrastructure.errors import PrecisionError
 
 # The choice from timed rows is torch-free (precision show follows it); decided here.
 from genesis_fp16_infrastructure.training.precision.choice import MARGIN as MARGIN
 from genesis_fp16_infrastructure.training.precision.choice import among
 from genesis_fp16_infrastructure.training.precision.choice import choose as choose
+from genesis_fp16_infrastructure.training.precision.kept_measurements import read_calibration
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
     GuardConfig,

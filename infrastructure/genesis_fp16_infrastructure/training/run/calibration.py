@@ -96,7 +96,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.agent_folder import files, records
+from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION
 from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.machine_memory import PhaseClock
@@ -104,6 +104,7 @@ from genesis_fp16_infrastructure.training import distributed
 
 # The module too: its detect_capabilities is looked up on each call (a test's one patch).
 from genesis_fp16_infrastructure.training.precision import decide as decide_module
+from genesis_fp16_infrastructure.training.precision import kept_measurements
 from genesis_fp16_infrastructure.training.precision.choice import REVALIDATE, among
 from genesis_fp16_infrastructure.training.precision.decide import (
     MARGIN,
@@ -628,9 +629,9 @@ def _read_cache(
     only; else None, with why a kept one was not (another release's file, a field of its
     key changed, rows that do not choose what it says, taken under load with a choice
     the noise could flip), for the new one's reason and record."""
-    found = None if path is None else records.read_calibration(path)
+    found = None if path is None else kept_measurements.read_calibration(path)
     if found is None:
-        other = None if path is None else records.other_release(path)
+        other = None if path is None else kept_measurements.other_release(path)
         if other is None:
             return None, None
         then = "not written over it" if other.newer else "replacing it"
@@ -653,7 +654,7 @@ def _ours_to_write(path: Path) -> bool:
     """Whether this release may write its measurement at ``path``: not over a newer
     release's (after a downgrade, the upgrade back reuses it); asked just before the
     write, so a newer release that wrote meanwhile is kept too."""
-    other = records.other_release(path)
+    other = kept_measurements.other_release(path)
     if other is not None and other.newer:
         logger.info("precision calibration not kept: %s, left as it is", other.describe())
         return False

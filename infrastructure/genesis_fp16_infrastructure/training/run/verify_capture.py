@@ -51,9 +51,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.agent_folder import records
 from genesis_fp16_infrastructure.agent_folder.layout import CAPTURE_VERDICTS
-from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
+from genesis_fp16_infrastructure.training.precision import kept_measurements
+from genesis_fp16_infrastructure.training.precision.kept_measurements import CaptureVerdict
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
@@ -342,14 +342,14 @@ def read_verdict(cache: Path | None, key: Mapping[str, str]) -> CaptureVerdict |
     and reported)."""
     if cache is None:
         return None
-    found = records.read_capture_verdicts(cache).get(_key_id(key))
+    found = kept_measurements.read_capture_verdicts(cache).get(_key_id(key))
     return found if found is not None and dict(found.key) == dict(key) else None
 
 
 def write_verdict(cache: Path, verdict: CaptureVerdict) -> None:
     """Add ``verdict`` to the cache file (atomically), keeping the other keys'."""
-    verdicts = {**records.read_capture_verdicts(cache), _key_id(verdict.key): verdict}
-    records.write_capture_verdicts(cache, verdicts)
+    verdicts = {**kept_measurements.read_capture_verdicts(cache), _key_id(verdict.key): verdict}
+    kept_measurements.write_capture_verdicts(cache, verdicts)
 
 
 def verification_cache(calibration_cache: Path | None) -> Path | None:

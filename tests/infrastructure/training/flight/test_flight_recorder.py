@@ -19,17 +19,13 @@ from genesis_fp16_infrastructure.training import (
     fit,
 )
 from genesis_fp16_infrastructure.training.flight import bundle_files
-from genesis_fp16_infrastructure.training.flight.bundle import (
-    load_bundle,
-    plain_batch,
-    rebuilt_batch,
-    save_bundle,
-)
+from genesis_fp16_infrastructure.training.flight.bundle import load_bundle, save_bundle
 from genesis_fp16_infrastructure.training.flight.bundle_files import (
     BundleLimits,
     FlightConfig,
     list_bundles,
 )
+from genesis_fp16_infrastructure.training.flight.recorded_step import plain_batch, rebuilt_batch
 from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay, reproduces
 
 # No overflow-rate trigger: a lone overflow (or the start-up calibration) does not demote.

@@ -13,14 +13,13 @@ import torch
 from torch import nn
 
 from genesis_fp16_infrastructure.errors import BundleError
-from genesis_fp16_infrastructure.training.flight.bundle import (
-    FaultBundle,
+from genesis_fp16_infrastructure.training.flight.bundle import FaultBundle, data_signature
+from genesis_fp16_infrastructure.training.flight.recorded_step import (
     allowed_types,
-    data_signature,
     plain_batch,
     rebuilt_batch,
 )
-from genesis_fp16_infrastructure.training.flight.replay import Trace, advise, compare
+from genesis_fp16_infrastructure.training.flight.step_trace import Trace, advise, compare
 
 
 def _traced(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None) -> Trace:

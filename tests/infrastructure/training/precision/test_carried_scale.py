@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "run"))  # the tasks of run/'s tests
 from test_fit import RegressionTask
 
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training import FitOptions, ScalerConfig, TrainingSummary, fit
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
     CarriedScale,

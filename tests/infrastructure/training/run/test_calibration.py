@@ -13,10 +13,10 @@ import pytest
 import torch
 from test_fit import RegressionTask
 
-from genesis_fp16_infrastructure.agent_folder import records
 from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.training import FitOptions, TrainerConfig, fit
 from genesis_fp16_infrastructure.training.precision import decide
+from genesis_fp16_infrastructure.training.precision import kept_measurements as records
 from genesis_fp16_infrastructure.training.precision.decide import (
     DeviceCapabilities,
     auto_candidates,

@@ -21,9 +21,9 @@ from guard_faults import (
     guarded_run,
 )
 
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, remember_demotions
 from genesis_fp16_infrastructure.contract.reports import TrainResult, min_useful_steps
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.folder import AgentFolder, remember_demotions
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     FitOptions,

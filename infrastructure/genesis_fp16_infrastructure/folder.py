@@ -5,8 +5,8 @@ Every folder and state file of the agent is a property here, named by the layout
 keeps between runs has a typed accessor, read and written with the folder's one reader
 and atomic writer: the last run (``last_run.json``: what ``genesis-fp16 status`` shows),
 the last success (``last_success.json``: the daemon's gauge survives a restart), the
-run history (:mod:`.lifecycle_records`), the precision's records, and the generated sample
-data's marker::
+run history (``agent_folder.lifecycle_records``), the precision's records, and the
+generated sample data's marker::
 
     folder = AgentFolder(Path("state"), "my_agent")   # ValueError: not an agent name
     folder.checkpoint_dir        # state/agents/my_agent/checkpoints
@@ -21,6 +21,13 @@ pointer, its set-aside copy, the candidates and their verdicts), an agent's
 
 It reads no setting and logs nothing of its own: where the state folder is, and what a
 run's result says, are the caller's.
+
+It sits above the components whose records it reads and writes (the guard's memory, the
+carried scale, the calibration, a checkpoint's summary, the fault bundles, a quarantine
+file: ``training``, ``data``), and below the contract, whose plan reads the folder
+through it. The agent folder's owner (``agent_folder``: the layout, the one reader and
+atomic writer, the locks, the served-model lifecycle) sits below them all and imports
+none of them.
 """
 
 from __future__ import annotations
@@ -42,7 +49,6 @@ from genesis_fp16_infrastructure.agent_folder import (
     files,
     lock,
     pointer,
-    records,
     repair,
     transitions,
 )
@@ -57,7 +63,6 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     Verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.outbox import Outbox
-from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.agent_folder.run_history import (
     KEEP,
     RunHistory,
@@ -67,6 +72,8 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
 from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles
+from genesis_fp16_infrastructure.training.precision import kept_measurements
+from genesis_fp16_infrastructure.training.precision.kept_measurements import CaptureVerdict
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     ROBUSTNESS,
@@ -291,16 +298,16 @@ class AgentFolder:
     def calibration(self, unusable: files.Listener | None = None) -> Calibration | None:
         """A measured ``auto``'s kept timings; None: none, another version, or unusable
         (set aside, reported, and told to ``unusable``)."""
-        return records.read_calibration(self.calibration_path, unusable)
+        return kept_measurements.read_calibration(self.calibration_path, unusable)
 
-    def calibration_of_another_release(self) -> records.OtherRelease | None:
+    def calibration_of_another_release(self) -> kept_measurements.OtherRelease | None:
         """The calibration file when another release wrote it (kept; its rows are not
-        read here: :class:`~.records.OtherRelease`); None: none, or this release's."""
-        return records.other_release(self.calibration_path)
+        read here: ``kept_measurements.OtherRelease``); None: none, or this release's."""
+        return kept_measurements.other_release(self.calibration_path)
 
     def capture_verdicts(self, unusable: files.Listener | None = None) -> dict[str, CaptureVerdict]:
         """The captured step's kept verdicts by key id; {} without a usable file."""
-        return records.read_capture_verdicts(self.verification_path, unusable)
+        return kept_measurements.read_capture_verdicts(self.verification_path, unusable)
 
     def probe_record(
         self, parse: Callable[[Any], T], unusable: files.Listener | None = None
@@ -401,28 +408,28 @@ class AgentFolder:
     # -- the served model's transitions, as the operator and the daemon make them ----------
     def recover(self) -> ServedPointer | None:
         """Settle what a writer killed midway left in the checkpoints folder, and return
-        the pointer (:func:`.transitions.recover`: the daemon's start-up, the operator's
+        the pointer (``agent_folder.transitions.recover``: the daemon's start-up, the operator's
         commands)."""
         return transitions.recover(self.checkpoint_dir)
 
     def promote(self, entry: ServedEntry, by: str) -> bool:
         """Serve ``entry`` (a kept candidate's pointer entry) by hand and pin it, pinned by
         the command ``by``; whether an unusable pointer was replaced
-        (:func:`.repair.serve_by_hand`)."""
+        (``agent_folder.repair.serve_by_hand``)."""
         return repair.serve_by_hand(self.checkpoint_dir, entry, transitions.operator_pin(by))
 
     def roll_back(self, by: str) -> tuple[ServedEntry, bool]:
         """Serve the model served before this one, pinned by the command ``by``: its entry,
-        and whether an unusable pointer was replaced (:func:`.repair.roll_back_by_hand`)."""
+        and whether an unusable pointer was replaced (``agent_folder.repair.roll_back_by_hand``)."""
         return repair.roll_back_by_hand(self.checkpoint_dir, transitions.operator_pin(by))
 
     def unpin(self) -> ServedPointer | None:
-        """Lift the operator's pin (:func:`.transitions.unpin`); None: nothing served."""
+        """Lift the operator's pin (``agent_folder.transitions.unpin``); None: nothing served."""
         return transitions.unpin(self.checkpoint_dir)
 
     def set_aside_unusable_pointer(self) -> tuple[str | None, Path | None]:
         """Set an unusable pointer aside under its lock: why it is unusable, and where it
-        went (:func:`.repair.set_aside_unusable`)."""
+        went (``agent_folder.repair.set_aside_unusable``)."""
         return repair.set_aside_unusable(self.checkpoint_dir)
 
     # -- the generated sample data --------------------------------------------------------
@@ -527,13 +534,14 @@ class CheckpointsFolder:
         return pointer.served_checkpoint(self.path)
 
     def repairable_pointer(self) -> ServedPointer | None:
-        """The pointer a repair starts from (:func:`.repair.repairable_pointer`)."""
+        """The pointer a repair starts from (``agent_folder.repair.repairable_pointer``)."""
         return repair.repairable_pointer(self.path)
 
     def prune(
         self, keep_served: int, rejected_days: float, recover_first: bool = False
     ) -> tuple[list[Path], ServedPointer | None]:
-        """Bound the history, and the pointer as it stands after (:func:`.candidates.prune`)."""
+        """Bound the history, and the pointer as it stands after
+        (``agent_folder.candidates.prune``)."""
         return candidates.prune(self.path, keep_served, rejected_days, recover_first)
 
 

@@ -1,7 +1,9 @@
-"""The records of the agent's folder that more than one reader parses: a measured
-``auto``'s calibration (its type and codec are training's ``Calibration``, which a run
-also reports) and the captured step's verdicts. Read here, without torch, so the
-``precision`` command reads them as the run does, never by string keys::
+"""What a measured ``auto`` keeps in the agent's folder, read by more than one reader:
+its calibration (its type and codec are training's ``Calibration``, which a run also
+reports) and the captured step's verdicts. Training's records, so training's module;
+each file goes through the agent folder's one reader and atomic writer
+(``agent_folder.files``). Read here, without torch, so the ``precision`` command reads
+them as the run does, never by string keys::
 
     calibration = read_calibration(path)   # None: none, another version, or set aside
     other = other_release(path)            # another version's, said and kept
