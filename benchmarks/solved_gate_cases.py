@@ -16,6 +16,9 @@ same, fp32 and seeded; only the margin differs):
 
 * **clean continued**: a new clean task file, the default budget, continuing the served
   policy (what the daemon's next run does);
+* **lr x10, continued** and **lr x33, continued**: the served policy continued 8 steps
+  at learning rate 0.03 and 0.1 (the default: 0.003) on a new clean task file, damage
+  of a smaller size;
 * **damaged, continued**: the served policy continued 8 steps at learning rate 1.0 on a
   new clean task file;
 * **damaged, fresh**: a fresh policy trained 8 steps at learning rate 1.0 on a new clean
@@ -41,6 +44,8 @@ SEED = 0  # the training seed: seed 0 solved the task in rlhf_continued_runs.py 
 
 CASES: dict[str, dict[str, Any]] = {
     "clean continued": {},
+    "lr x10, continued": {"steps": 8, "options": {"lr": 0.03, "critic_lr": 0.03}},
+    "lr x33, continued": {"steps": 8, "options": {"lr": 0.1, "critic_lr": 0.1}},
     "damaged, continued": {"steps": 8, "options": {"lr": 1.0, "critic_lr": 1.0}},
     "damaged, fresh": {"steps": 8, "options": {"lr": 1.0, "critic_lr": 1.0}, "resume": False},
 }
