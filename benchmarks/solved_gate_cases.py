@@ -79,7 +79,7 @@ def sequence(agent: Any, root: Path, seed: int, records: int) -> list[str]:
     served = " -> ".join(f"{loss:.6f}" for loss in losses)
     if losses[-1] >= SOLVED:
         return [f"| {seed} | {served} | not solved: no case run | | |"]
-    rows = []
+    rows: list[str] = []
     fresh = [*batches, agent.clean(records, seed * 1000 + 200)]
     for case, kw in CASES.items():
         verdicts = []

@@ -166,6 +166,20 @@ def _mean_logit(plan: _Plan, agent: str) -> float:
 _SUCCESS_LOGIT = math.log((SUCCESS_THRESHOLD - 5e-5) / (1 - SUCCESS_THRESHOLD + 5e-5))
 
 
+@dataclass(frozen=True)
+class Truth:
+    """What the generator knew of one attempt before it ran: its hidden logit before the
+    noise (``logit``), of which ``promise`` is its lineage's hidden promise."""
+
+    logit: float
+    promise: float
+
+    @property
+    def probability(self) -> float:
+        """Its chance of being labelled a success (:func:`success_probability`)."""
+        return success_probability(self.logit)
+
+
 def success_probability(mean_logit: float) -> float:
     """The chance that an attempt whose hidden logit before its noise is ``mean_logit``
     is labelled a success (its score, the sigmoid of the logit with N(0, NOISE_STD) noise
@@ -217,7 +231,7 @@ def _record(
     count: int,
     agent: str,
     history: list[_Past],
-    truth: dict[str, float] | None = None,
+    truth: dict[str, Truth] | None = None,
 ) -> dict[str, Any]:
     plan = _attempt(rng, index, count, history)
     mean = _mean_logit(plan, agent)
@@ -226,7 +240,7 @@ def _record(
     files = len(plan.files)
     trajectory_id = f"{agent}_gen{generation}_{rng.getrandbits(40):010x}"
     if truth is not None:
-        truth[trajectory_id] = success_probability(mean)
+        truth[trajectory_id] = Truth(mean, plan.promise)
     score = round(1.0 / (1.0 + math.exp(-logit)), 4)  # the logit's sigmoid
     outcome = outcome_for_score(score)
     status = {"success": "success", "partial": "partial_success", "failure": "failure"}[outcome]
@@ -295,10 +309,10 @@ def generate_pool(count: int, seed: int, agent: str = "se_darwin") -> dict[str, 
 
 def generate_pool_with_truth(
     count: int, seed: int, agent: str = "se_darwin"
-) -> tuple[dict[str, Any], dict[str, float]]:
-    """:func:`generate_pool`'s pool, and each record's :func:`success_probability` by its
-    trajectory id: the truth a benchmark compares a model with. The pool's records never
-    hold it (a model could learn it from them).
+) -> tuple[dict[str, Any], dict[str, Truth]]:
+    """:func:`generate_pool`'s pool, and each record's :class:`Truth` by its trajectory
+    id: what a benchmark compares a model with (``Truth.probability``). The pool's
+    records never hold it (a model could learn it from them).
 
     >>> pool, truth = generate_pool_with_truth(100, seed=0)
     >>> pool == generate_pool(100, seed=0), sorted(truth) == sorted(pool["trajectories"])
@@ -309,7 +323,7 @@ def generate_pool_with_truth(
     rng = random.Random(seed)
     history: list[_Past] = []
     trajectories: dict[str, Any] = {}
-    truth: dict[str, float] = {}
+    truth: dict[str, Truth] = {}
     for index in range(count):
         record = _record(rng, index, count, agent, history, truth)
         trajectories[record["trajectory_id"]] = record
