@@ -2,6 +2,7 @@
 clean continued run and still reject damaged candidates (issue 93)?
 
     python benchmarks/solved_gate_cases.py [--sequences 3] [--records 2000] [--out FILE]
+        [--cases NAME,...]
 
 The gate's margin is 5% of the served loss; rlhf_ppo declares a floor of 0.001 under it
 (docs/judging.md, "The margins"). Issue 68's cases (``promotion_gate.py``) judge against
@@ -16,9 +17,9 @@ same, fp32 and seeded; only the margin differs):
 
 * **clean continued**: a new clean task file, the default budget, continuing the served
   policy (what the daemon's next run does);
-* **lr x10, continued** and **lr x33, continued**: the served policy continued 8 steps
-  at learning rate 0.03 and 0.1 (the default: 0.003) on a new clean task file, damage
-  of a smaller size;
+* **lr x3, continued**, **lr x10, continued** and **lr x33, continued**: the served
+  policy continued 8 steps at learning rate 0.01, 0.03 and 0.1 (the default: 0.003) on a
+  new clean task file, damage of smaller sizes;
 * **damaged, continued**: the served policy continued 8 steps at learning rate 1.0 on a
   new clean task file;
 * **damaged, fresh**: a fresh policy trained 8 steps at learning rate 1.0 on a new clean
@@ -44,6 +45,7 @@ SEED = 0  # the training seed: seed 0 solved the task in rlhf_continued_runs.py 
 
 CASES: dict[str, dict[str, Any]] = {
     "clean continued": {},
+    "lr x3, continued": {"steps": 8, "options": {"lr": 0.01, "critic_lr": 0.01}},
     "lr x10, continued": {"steps": 8, "options": {"lr": 0.03, "critic_lr": 0.03}},
     "lr x33, continued": {"steps": 8, "options": {"lr": 0.1, "critic_lr": 0.1}},
     "damaged, continued": {"steps": 8, "options": {"lr": 1.0, "critic_lr": 1.0}},
@@ -66,7 +68,9 @@ def _figures(done: Run) -> str:
     return f"**{gate.outcome}**: {figures}"
 
 
-def sequence(agent: Any, root: Path, seed: int, records: int) -> list[str]:
+def sequence(
+    agent: Any, root: Path, seed: int, records: int, cases: dict[str, dict[str, Any]]
+) -> list[str]:
     """One sequence's rows: the served policy brought to a solved task, then each case
     with the floor and without."""
     folder = root / f"solved-{seed}"
@@ -81,7 +85,7 @@ def sequence(agent: Any, root: Path, seed: int, records: int) -> list[str]:
         return [f"| {seed} | {served} | not solved: no case run | | |"]
     rows: list[str] = []
     fresh = [*batches, agent.clean(records, seed * 1000 + 200)]
-    for case, kw in CASES.items():
+    for case, kw in cases.items():
         verdicts = []
         for floor in (agent.plugin.judging_margin_floor, None):
             copy = root / f"solved-{seed}-{len(rows)}-{floor}"
@@ -100,7 +104,10 @@ def sequence(agent: Any, root: Path, seed: int, records: int) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     parser = parse(__doc__, argv)
     parser.set_defaults(sequences=3)
+    parser.add_argument("--cases", help="only these cases (their names, comma-separated)")
     args = parser.parse_args(argv)
+    names = args.cases.split(",") if args.cases else list(CASES)
+    cases = {name: CASES[name] for name in names}
     logging.disable(logging.WARNING)
     lines = [
         "| sequence | served loss after runs 0-2 | case | with the floor (0.001) | "
@@ -111,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         agent = agents(Path(tmp))["rlhf_ppo"]
         for seed in range(args.sequences):
-            lines += sequence(agent, Path(tmp), seed, args.records)
+            lines += sequence(agent, Path(tmp), seed, args.records, cases)
             report(args, title, argv or sys.argv[1:], lines)
     print(report(args, title, argv or sys.argv[1:], lines))
 
