@@ -2,7 +2,7 @@
 clean continued run and still reject damaged candidates (issue 93)?
 
     python benchmarks/solved_gate_cases.py [--sequences 3] [--records 2000] [--out FILE]
-        [--cases NAME,...]
+        [--cases "NAME;..."]
 
 The gate's margin is 5% of the served loss; rlhf_ppo declares a floor of 0.001 under it
 (docs/judging.md, "The margins"). Issue 68's cases (``promotion_gate.py``) judge against
@@ -104,9 +104,9 @@ def sequence(
 def main(argv: list[str] | None = None) -> None:
     parser = parse(__doc__, argv)
     parser.set_defaults(sequences=3)
-    parser.add_argument("--cases", help="only these cases (their names, comma-separated)")
+    parser.add_argument("--cases", help="only these cases (their names, separated by ;)")
     args = parser.parse_args(argv)
-    names = args.cases.split(",") if args.cases else list(CASES)
+    names = args.cases.split(";") if args.cases else list(CASES)
     cases = {name: CASES[name] for name in names}
     logging.disable(logging.WARNING)
     lines = [
