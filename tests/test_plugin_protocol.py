@@ -33,6 +33,7 @@ PROTOCOLS: tuple[type, ...] = (
     AgentPlugin,
     JudgedPlugin,
     judging.DeclaresMargin,
+    judging.DeclaresMarginFloor,
     judging.DeclaresRecords,
     judging.ListsRecords,
     plugin_api.TakesOptions,

@@ -337,6 +337,16 @@ class DeclaresMargin(Protocol):
 
 
 @runtime_checkable
+class DeclaresMarginFloor(Protocol):
+    """A judged plugin's least margin: where it declares no ``judging_margin``, the margin
+    is a share of the reference's mean loss but never below this (:func:`judging_margin`),
+    so that a reference near zero loss does not ask a candidate to show itself equal to
+    it beyond what the records can measure (docs/judging.md, "The margins")."""
+
+    judging_margin_floor: float | Mapping[str, float] | None
+
+
+@runtime_checkable
 class DeclaresRecords(Protocol):
     """``records_are_training_data = False``: the scored records are evaluation episodes,
     none of them trained on (:func:`records_are_training_data`)."""
@@ -364,6 +374,13 @@ def judging_of(plugin: object) -> JudgedPlugin | None:
     margins = margin.values() if isinstance(margin, Mapping) else [margin]
     if margin is not None and not all(_is_number(m) for m in margins):
         raise TypeError(f"{name}: judging_margin {margin!r:.80} is not a number, or a map of them")
+    floor = getattr(plugin, "judging_margin_floor", None)
+    floors = floor.values() if isinstance(floor, Mapping) else [floor]
+    if floor is not None and not all(_is_number(f) and 0 <= f < math.inf for f in floors):
+        raise TypeError(
+            f"{name}: judging_margin_floor {floor!r:.80} is not a finite number of 0 or "
+            "more, or a map of them"
+        )
     if not callable(plugin.score_records) or not isinstance(plugin, JudgedPlugin):
         raise TypeError(f"{name}: score_records is not a method")
     return plugin
@@ -373,19 +390,27 @@ def judging_margin(plugin: object, reference_mean: float, metric: str) -> float:
     """The difference of loss column ``metric`` tolerated against a reference model whose
     mean there (clipped) is ``reference_mean``: the plugin's ``judging_margin`` (a number
     for every column, or a map by column), else :data:`DEFAULT_RELATIVE_MARGIN` of that
-    mean.
+    mean, or the plugin's ``judging_margin_floor`` for that column where that is more
+    (none declared: no floor).
 
     >>> class Agent:
     ...     judging_margin = {"log_loss": 0.01}
+    ...     judging_margin_floor = 0.001
     >>> judging_margin(Agent(), 0.4, "log_loss"), judging_margin(Agent(), 0.4, "brier")
     (0.01, 0.02)
+    >>> judging_margin(Agent(), 0.0002, "brier")  # 5% would be 1e-05
+    0.001
     """
     declared = plugin.judging_margin if isinstance(plugin, DeclaresMargin) else None
     if isinstance(declared, Mapping):
         declared = declared.get(metric)
     if declared is not None:
         return float(declared)
-    return round(DEFAULT_RELATIVE_MARGIN * max(reference_mean, 0.0), 12)
+    floor = plugin.judging_margin_floor if isinstance(plugin, DeclaresMarginFloor) else None
+    if isinstance(floor, Mapping):
+        floor = floor.get(metric)
+    relative = DEFAULT_RELATIVE_MARGIN * max(reference_mean, 0.0)
+    return round(max(relative, float(floor or 0.0)), 12)
 
 
 def _is_number(value: object) -> TypeGuard[float]:  # a bool is not one

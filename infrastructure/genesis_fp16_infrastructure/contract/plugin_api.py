@@ -37,8 +37,8 @@ line), and ``genesis-fp16 check-agent`` prints one ``HAS`` line for each it has:
 - :class:`ReplaysSteps` (``replay_task(context)``, and :class:`NamesBatchTypes`,
   ``batch_types``): ``genesis-fp16 replay`` rebuilds a fault bundle's step with it.
 - :class:`~genesis_fp16_infrastructure.contract.judging.JudgedPlugin` (``score_records``,
-  ``judging_version``, ``loss_span``; optionally ``judging_margin`` and
-  ``records_are_training_data``): judged models
+  ``judging_version``, ``loss_span``; optionally ``judging_margin``,
+  ``judging_margin_floor`` and ``records_are_training_data``): judged models
   (:mod:`~genesis_fp16_infrastructure.contract.judging`): the library then runs the
   served-model lifecycle for it (candidates, the gate, the live watch, rollback, the
   operator's pin).

@@ -144,7 +144,9 @@ class _Plan:
     promise: float
 
 
-def _hidden_logit(plan: _Plan, agent: str, rng: random.Random) -> float:
+def _mean_logit(plan: _Plan, agent: str) -> float:
+    """The hidden logit before its noise: what the attempt's plan, its lineage's promise
+    and its agent make of its chances."""
     logit = OPERATOR_EFFECT[plan.operator] + 0.02 * min(plan.generation, 40) - 0.3
     known = [p.score for p in plan.parents if p.score is not None]
     if known:
@@ -157,8 +159,37 @@ def _hidden_logit(plan: _Plan, agent: str, rng: random.Random) -> float:
     logit += sum(FILE_KIND_EFFECT[k] for k in kinds)
     logit += ADDED_SHARE_EFFECT * (plan.added_share - 0.5)
     logit += sum(TOOL_EFFECT[t] for t in plan.tools) + PATTERN_EFFECT[plan.pattern]
-    logit += plan.promise + AGENT_EFFECT.get(agent, 0.0)
-    return logit + rng.gauss(0.0, NOISE_STD)
+    return logit + (plan.promise + AGENT_EFFECT.get(agent, 0.0))  # summed as before
+
+
+# A score rounds to 4 decimals (``_record``): it is a success from this sigmoid up.
+_SUCCESS_LOGIT = math.log((SUCCESS_THRESHOLD - 5e-5) / (1 - SUCCESS_THRESHOLD + 5e-5))
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What the generator knew of one attempt before it ran: its hidden logit before the
+    noise (``logit``), of which ``promise`` is its lineage's hidden promise."""
+
+    logit: float
+    promise: float
+
+    @property
+    def probability(self) -> float:
+        """Its chance of being labelled a success (:func:`success_probability`)."""
+        return success_probability(self.logit)
+
+
+def success_probability(mean_logit: float) -> float:
+    """The chance that an attempt whose hidden logit before its noise is ``mean_logit``
+    is labelled a success (its score, the sigmoid of the logit with N(0, NOISE_STD) noise
+    rounded to 4 decimals, at least SUCCESS_THRESHOLD): what knowing the generator's
+    hidden state, the lineage's promise included, tells before the attempt runs.
+
+    >>> round(success_probability(_SUCCESS_LOGIT), 6)
+    0.5
+    """
+    return 0.5 * math.erfc((_SUCCESS_LOGIT - mean_logit) / (NOISE_STD * math.sqrt(2.0)))
 
 
 def _attempt(rng: random.Random, index: int, count: int, history: list[_Past]) -> _Plan:
@@ -195,13 +226,21 @@ def _code_changes(rng: random.Random, lines: int, added_share: float) -> str:
 
 
 def _record(
-    rng: random.Random, index: int, count: int, agent: str, history: list[_Past]
+    rng: random.Random,
+    index: int,
+    count: int,
+    agent: str,
+    history: list[_Past],
+    truth: dict[str, Truth] | None = None,
 ) -> dict[str, Any]:
     plan = _attempt(rng, index, count, history)
-    logit = _hidden_logit(plan, agent, rng)  # its noise drawn next, as before the id's bits
+    mean = _mean_logit(plan, agent)
+    logit = mean + rng.gauss(0.0, NOISE_STD)  # its noise drawn next, as before the id's bits
     generation, operator, parents, lines = plan.generation, plan.operator, plan.parents, plan.lines
     files = len(plan.files)
     trajectory_id = f"{agent}_gen{generation}_{rng.getrandbits(40):010x}"
+    if truth is not None:
+        truth[trajectory_id] = Truth(mean, plan.promise)
     score = round(1.0 / (1.0 + math.exp(-logit)), 4)  # the logit's sigmoid
     outcome = outcome_for_score(score)
     status = {"success": "success", "partial": "partial_success", "failure": "failure"}[outcome]
@@ -265,16 +304,31 @@ def _post_hoc(rng: random.Random, score: float, outcome: str, lines: int) -> dic
 
 def generate_pool(count: int, seed: int, agent: str = "se_darwin") -> dict[str, Any]:
     """A trajectory pool object with ``count`` records, the same for the same seed."""
+    return generate_pool_with_truth(count, seed, agent)[0]
+
+
+def generate_pool_with_truth(
+    count: int, seed: int, agent: str = "se_darwin"
+) -> tuple[dict[str, Any], dict[str, Truth]]:
+    """:func:`generate_pool`'s pool, and each record's :class:`Truth` by its trajectory
+    id: what a benchmark compares a model with (``Truth.probability``). The pool's
+    records never hold it (a model could learn it from them).
+
+    >>> pool, truth = generate_pool_with_truth(100, seed=0)
+    >>> pool == generate_pool(100, seed=0), sorted(truth) == sorted(pool["trajectories"])
+    (True, True)
+    """
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
     rng = random.Random(seed)
     history: list[_Past] = []
     trajectories: dict[str, Any] = {}
+    truth: dict[str, Truth] = {}
     for index in range(count):
-        record = _record(rng, index, count, agent, history)
+        record = _record(rng, index, count, agent, history, truth)
         trajectories[record["trajectory_id"]] = record
     pruned = sum(1 for r in trajectories.values() if r["status"] == "pruned")
-    return {
+    pool = {
         "agent_name": agent,
         "max_trajectories": count,
         "success_threshold": SUCCESS_THRESHOLD,
@@ -284,6 +338,7 @@ def generate_pool(count: int, seed: int, agent: str = "se_darwin") -> dict[str, 
         "saved_at": (_BASE_TIME + timedelta(seconds=37 * count)).isoformat(),
         "trajectories": trajectories,
     }
+    return pool, truth
 
 
 def write_pool(out: Path, count: int, seed: int, agent: str = "se_darwin") -> Path:

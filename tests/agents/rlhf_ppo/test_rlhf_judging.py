@@ -7,12 +7,14 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequestError
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_infrastructure.contract.judging import judging_of
+from genesis_fp16_infrastructure.contract.judging import RecordLosses, judging_margin, judging_of
+from genesis_fp16_infrastructure.judging.gate import compare, decide
 
 
 def _request(tmp_path: Path, data: Path | None) -> TrainRequest:
@@ -142,3 +144,24 @@ def test_the_sampler_draws_what_the_whole_sequence_sampler_draws() -> None:
             theirs, their_logp = _whole_sequence(policy, prompts, generator)
             assert torch.equal(ours, theirs)
             torch.testing.assert_close(our_logp, their_logp, rtol=0, atol=1e-5)
+
+
+def _solved_episodes(mistakes: float, seed: int) -> RecordLosses:
+    """2,000 episodes of a policy that all but solves the task: most episodes lose
+    nothing, a share ``mistakes`` lose 0.125 (one digit of eight wrong)."""
+    rng = np.random.default_rng(seed)
+    losses = np.where(rng.random(2000) < mistakes, 0.125, 0.0)
+    return RecordLosses.of([f"task:{i}" for i in range(2000)], losses)
+
+
+def test_a_candidate_as_good_as_a_solved_policy_is_promoted_and_a_worse_one_rejected() -> None:
+    """Served near zero loss (seed 0 of issue 93's daemon runs: about 2e-4), a candidate
+    drawn alike is promoted, not held inconclusive on a margin (5% of 2e-4) below the
+    records' noise; one that lost 0.01 of reward is still rejected."""
+    served = _solved_episodes(0.0016, seed=0)  # mean loss 2e-4
+    margin = lambda served_mean: judging_margin(plugin, served_mean, "loss")  # noqa: E731
+    alike = compare("current", _solved_episodes(0.0016, seed=1), served, 1.0, margin)
+    assert alike.upper > 0.05 * served.mean(), "the relative margin alone cannot show it"
+    assert decide([alike])[0] == "promoted", alike.reason()
+    worse = compare("current", _solved_episodes(0.08, seed=2), served, 1.0, margin)
+    assert decide([worse])[0] == "rejected", worse.reason()

@@ -147,6 +147,8 @@ def test_judging_of_tells_judged_plain_and_half_declared_plugins_apart() -> None
         ("loss_span", math.inf, "loss_span inf is not a positive finite number"),
         ("judging_margin", "big", "judging_margin 'big' is not a number"),
         ("judging_margin", {"brier": "big"}, "judging_margin {'brier': 'big'} is not a number"),
+        ("judging_margin_floor", -0.001, "judging_margin_floor -0.001 is not a finite number"),
+        ("judging_margin_floor", {"loss": math.inf}, "judging_margin_floor {'loss': inf} is not"),
     ):
         bad = _Judged()
         setattr(bad, attribute, value)
@@ -165,6 +167,21 @@ def test_the_margin_is_declared_or_relative_to_the_reference() -> None:
     by_column.judging_margin = {"log_loss": 0.01}  # type: ignore[attr-defined]
     assert judging_margin(by_column, 0.4, "log_loss") == 0.01
     assert judging_margin(by_column, 0.4, "brier") == pytest.approx(0.02)
+
+
+def test_a_declared_floor_is_the_least_relative_margin() -> None:
+    """judging_margin_floor lifts the relative margin near zero loss and nowhere else; a
+    map applies by column; a declared judging_margin is taken as it is."""
+    floored = _Judged()
+    floored.judging_margin_floor = 0.001  # type: ignore[attr-defined]
+    assert judging_margin(floored, 0.0002, "loss") == 0.001
+    assert judging_margin(floored, 0.4, "loss") == pytest.approx(0.02)
+    by_column = _Judged()
+    by_column.judging_margin_floor = {"brier": 0.001}  # type: ignore[attr-defined]
+    assert judging_margin(by_column, 0.0002, "brier") == 0.001
+    assert judging_margin(by_column, 0.0002, "loss") == pytest.approx(1e-5)
+    by_column.judging_margin = 0.0001  # type: ignore[attr-defined]
+    assert judging_margin(by_column, 0.0002, "brier") == 0.0001
 
 
 def test_the_request_keeps_the_rows_the_split_does_not_hold_out(tmp_path: Path) -> None:

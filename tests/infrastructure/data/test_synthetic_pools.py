@@ -8,7 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.data.schema import Trajectory, TrajectoryPool
-from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_pool
+from genesis_fp16_infrastructure.data.synthetic import (
+    generate_pool,
+    generate_pool_with_truth,
+    write_pool,
+)
 
 
 def test_same_seed_same_bytes_other_seed_other_data(tmp_path: Path) -> None:
@@ -111,3 +115,22 @@ def test_files_change_kind_lineage_and_agent_carry_signal() -> None:
     qa = [r for r in generate_pool(2000, seed=3, agent="qa")["trajectories"].values()]
     assert {r["agent_name"] for r in qa} == {"qa"}
     assert mean([r for r in qa if r.get("success_score") is not None]) < mean(scored) - 0.03
+
+
+def test_the_truth_is_each_records_chance_and_stays_out_of_the_records() -> None:
+    """generate_pool_with_truth's probabilities are calibrated (the labelled records'
+    success rate, overall and in each fifth by the truth, is their mean truth) and no
+    record holds them."""
+    pool, truth = generate_pool_with_truth(4000, seed=3)
+    assert pool == generate_pool(4000, seed=3)
+    records = pool["trajectories"].items()
+    scored = [(truth[i].probability, r["success_score"] >= 0.7) for i, r in records
+              if r.get("success_score") is not None]  # fmt: skip
+    scored.sort()
+    fifth = len(scored) // 5
+    for part in (scored, *(scored[k * fifth : (k + 1) * fifth] for k in range(5))):
+        expected = statistics.mean(p for p, _ in part)
+        spread = 3 * (expected * (1 - expected) / len(part)) ** 0.5 + 0.005
+        assert abs(statistics.mean(s for _, s in part) - expected) < spread
+    text = json.dumps(pool)
+    assert not any(repr(truth[i].probability) in text for i in list(truth)[:50])
