@@ -37,7 +37,7 @@ from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 from genesis_fp16_infrastructure.world_model.features import Categorical, numeric_rows
 from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
-from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
+from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor, forward_chunked
 
 CLIP = 0.01  # P(success) clipped to [CLIP, 1 - CLIP]: a record's loss is at most LOSS_SPAN
 LOSS_SPAN = math.log((1 - CLIP) / CLIP)
@@ -144,7 +144,7 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
         numeric = pool.numeric_of(asked)
         x = predictor.encoder.encode_parts(Categorical.of_rows(columns, rows), numeric)
         with torch.no_grad():
-            p = torch.sigmoid(predictor.model(x).success_logit.float())
+            p = torch.sigmoid(forward_chunked(predictor.model, x).success_logit.float())
     except (KeyError, RuntimeError) as exc:  # not a world model this build can load
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
     losses = record_losses(p, columns.success[asked])

@@ -80,7 +80,7 @@ from genesis_fp16_infrastructure.world_model.model import (
     stack_loop_optimizer_state,
     world_model_losses,
 )
-from genesis_fp16_infrastructure.world_model.predict import world_model_state
+from genesis_fp16_infrastructure.world_model.predict import forward_chunked, world_model_state
 
 logger = logging.getLogger(__name__)
 
@@ -364,8 +364,8 @@ class WorldModelTask(WorldModelStep):
         """The model's output; cross-validated, each record's from the member that did not
         train on it."""
         if not self.cross_validated:
-            return model(data.x)
-        out: WorldModelOutput = model(data.x, per_member=True)
+            return forward_chunked(model, data.x)
+        out = forward_chunked(model, data.x, per_member=True)
         record = (data.fold, torch.arange(len(data), device=data.fold.device))
         return WorldModelOutput(*(member_by_record[record] for member_by_record in out))
 
