@@ -12,8 +12,9 @@ records, one forward of 5 members over 20,000 rows.
 Kept only where the two computations are the same one: a held-out split's ensemble (not
 cross-validated: its evaluation is out of fold), the run's own checkpoint (no final_fit
 refit: that is another model), fp32 on the CPU, eager steps, one process. The scoring
-takes them only for the file of those bytes (its SHA-256: the judged run scores a copy),
-for a scoring of the same plan (``request.snapshot``: the same daemon run), and only when
+takes them only for the file of those bytes (its SHA-256: the judged run scores a copy)
+whose served weights are the ones evaluated (:func:`weights_digest`), for a scoring of
+the same plan (``request.snapshot``: the same daemon run), and only when
 every record it asks for was evaluated; anything else is scored as before. The logits are
 those of one chunked forward over the held-out part (``predict.forward_chunked``): a
 scoring of a part of it may have differed from them in a last bit, as any part scored
@@ -40,7 +41,7 @@ from genesis_fp16_infrastructure.training.distributed import rank_and_world
 @dataclass(frozen=True)
 class _Evaluated:
     """A candidate's P(success) logits on its held-out records, as its run's evaluation
-    computed them (``WorldModelTask.held_out_logit``): the gate asks the same checkpoint
+    computed them (``WorldModelTask.held_out_evaluation``): the gate asks the same checkpoint
     for the same records right after, and takes them from here (:func:`keep_evaluated`).
     Kept while the run's plan lives, for the checkpoint of those bytes alone."""
 

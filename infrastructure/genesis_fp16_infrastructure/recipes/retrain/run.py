@@ -123,7 +123,7 @@ def train(request: TrainRequest) -> TrainResult:
         with clock.phase("final_fit"):
             refit, records = train_refit(request, task, data, result)
         extra["final_fit"] = refit_record(refit, records, result.checkpoint)
-    evaluation = task.held_out_logit  # the gate's scoring of the checkpoint takes it
+    evaluation = task.held_out_evaluation  # the gate's scoring of the checkpoint takes it
     if refit is None and evaluation is not None and scored_alike(request, result):
         assert result.checkpoint is not None  # evaluated.py
         held_out = data.columns.judged[task.split.held_out]

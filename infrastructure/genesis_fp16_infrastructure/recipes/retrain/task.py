@@ -209,7 +209,7 @@ class WorldModelTask(WorldModelStep):
         self.eval_seconds = 0.0  # spent in evaluate() and validate(): the run's eval phase
         # The last evaluate()'s held-out logits and the digest of the weights that
         # computed them (_measure): the gate's scoring takes them (evaluated.py)
-        self.held_out_logit: tuple[torch.Tensor, str] | None = None
+        self.held_out_evaluation: tuple[torch.Tensor, str] | None = None
         # Every labelled record read (held-out ones too), kept in each checkpoint: the next
         # scheduled run compares its pool with it (genesis_fp16_infrastructure.data.fingerprint).
         self.seen = seen if seen is not None else fingerprint_of(data.columns)
@@ -358,14 +358,15 @@ class WorldModelTask(WorldModelStep):
 
     def _measure(self, model: nn.Module, data: Batch) -> dict[str, float]:
         """The metrics on ``data``, the time they take counted in ``eval_seconds``; on the
-        held-out part of a held-out split, its success logits kept (``held_out_logit``:
+        held-out part of a held-out split, its success logits and the digest of the weights
+        that computed them kept (``held_out_evaluation``:
         the last evaluation's, the run's served weights' once fit() ends)."""
         start = time.perf_counter()
         try:
             out = self._predict(model, data)
             if data is self.eval_data and not self.cross_validated:
                 logit = out.success_logit.detach().float().cpu()
-                self.held_out_logit = logit, weights_digest(model)
+                self.held_out_evaluation = logit, weights_digest(model)
             return _metrics(out, data)
         finally:
             self.eval_seconds += time.perf_counter() - start
