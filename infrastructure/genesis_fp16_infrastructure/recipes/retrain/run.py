@@ -40,6 +40,7 @@ from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.errors import CheckpointError
 from genesis_fp16_infrastructure.machine_memory import PhaseClock, machine_memory_bytes, paused_gc
 from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
+from genesis_fp16_infrastructure.recipes.retrain.evaluated import keep_evaluated, scored_alike
 from genesis_fp16_infrastructure.recipes.retrain.freshness import (
     check_data,
     record_cache,
@@ -122,6 +123,11 @@ def train(request: TrainRequest) -> TrainResult:
         with clock.phase("final_fit"):
             refit, records = train_refit(request, task, data, result)
         extra["final_fit"] = refit_record(refit, records, result.checkpoint)
+    evaluation = task.held_out_evaluation  # the gate's scoring of the checkpoint takes it
+    if refit is None and evaluation is not None and scored_alike(request, result):
+        assert result.checkpoint is not None  # evaluated.py
+        held_out = data.columns.judged[task.split.held_out]
+        keep_evaluated(request, result.checkpoint, held_out, evaluation)
     peak = _device_peak(request.device)
     if cache is not None:
         extra["record_cache"] = cache_record(cache, kept)

@@ -30,6 +30,7 @@ from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.readers import ReadResult
+from genesis_fp16_infrastructure.recipes.retrain.evaluated import evaluated_logit
 from genesis_fp16_infrastructure.recipes.retrain.freshness import record_cache
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.run import kept_numeric, read_pool
@@ -37,7 +38,7 @@ from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 from genesis_fp16_infrastructure.world_model.features import Categorical, numeric_rows
 from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
-from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
+from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor, forward_chunked
 
 CLIP = 0.01  # P(success) clipped to [CLIP, 1 - CLIP]: a record's loss is at most LOSS_SPAN
 LOSS_SPAN = math.log((1 - CLIP) / CLIP)
@@ -141,10 +142,16 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     try:
         # P(success) by the checkpoint's served weights (an ensemble's: its members' mean)
         predictor = WorldModelPredictor.of_state(load_checkpoint(Path(checkpoint)))
-        numeric = pool.numeric_of(asked)
-        x = predictor.encoder.encode_parts(Categorical.of_rows(columns, rows), numeric)
-        with torch.no_grad():
-            p = torch.sigmoid(predictor.model(x).success_logit.float())
+        # The candidate's own run evaluated these records with these weights: its logits,
+        # no second encode or forward (the checkpoint read above all the same: its
+        # refusal is the scoring's)
+        logit = evaluated_logit(request, Path(checkpoint), predictor.model, columns.judged[asked])
+        if logit is None:
+            numeric = pool.numeric_of(asked)
+            x = predictor.encoder.encode_parts(Categorical.of_rows(columns, rows), numeric)
+            with torch.no_grad():
+                logit = forward_chunked(predictor.model, x).success_logit.float()
+        p = torch.sigmoid(logit)
     except (KeyError, RuntimeError) as exc:  # not a world model this build can load
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
     losses = record_losses(p, columns.success[asked])

@@ -55,6 +55,7 @@ from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, finger
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.recipes.retrain.evaluated import weights_digest
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.split import (
     Split,
@@ -80,7 +81,7 @@ from genesis_fp16_infrastructure.world_model.model import (
     stack_loop_optimizer_state,
     world_model_losses,
 )
-from genesis_fp16_infrastructure.world_model.predict import world_model_state
+from genesis_fp16_infrastructure.world_model.predict import forward_chunked, world_model_state
 
 logger = logging.getLogger(__name__)
 
@@ -206,6 +207,9 @@ class WorldModelTask(WorldModelStep):
         self.options = options
         self.seed = seed
         self.eval_seconds = 0.0  # spent in evaluate() and validate(): the run's eval phase
+        # The last evaluate()'s held-out logits and the digest of the weights that
+        # computed them (_measure): the gate's scoring takes them (evaluated.py)
+        self.held_out_evaluation: tuple[torch.Tensor, str] | None = None
         # Every labelled record read (held-out ones too), kept in each checkpoint: the next
         # scheduled run compares its pool with it (genesis_fp16_infrastructure.data.fingerprint).
         self.seen = seen if seen is not None else fingerprint_of(data.columns)
@@ -353,10 +357,17 @@ class WorldModelTask(WorldModelStep):
         return self._measure(model, self.validation_data)
 
     def _measure(self, model: nn.Module, data: Batch) -> dict[str, float]:
-        """The metrics on ``data``, the time they take counted in ``eval_seconds``."""
+        """The metrics on ``data``, the time they take counted in ``eval_seconds``; on the
+        held-out part of a held-out split, its success logits and the digest of the weights
+        that computed them kept (``held_out_evaluation``:
+        the last evaluation's, the run's served weights' once fit() ends)."""
         start = time.perf_counter()
         try:
-            return _metrics(self._predict(model, data), data)
+            out = self._predict(model, data)
+            if data is self.eval_data and not self.cross_validated:
+                logit = out.success_logit.detach().float().cpu()
+                self.held_out_evaluation = logit, weights_digest(model)
+            return _metrics(out, data)
         finally:
             self.eval_seconds += time.perf_counter() - start
 
@@ -364,8 +375,8 @@ class WorldModelTask(WorldModelStep):
         """The model's output; cross-validated, each record's from the member that did not
         train on it."""
         if not self.cross_validated:
-            return model(data.x)
-        out: WorldModelOutput = model(data.x, per_member=True)
+            return forward_chunked(model, data.x)
+        out = forward_chunked(model, data.x, per_member=True)
         record = (data.fold, torch.arange(len(data), device=data.fold.device))
         return WorldModelOutput(*(member_by_record[record] for member_by_record in out))
 

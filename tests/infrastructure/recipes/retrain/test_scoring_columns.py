@@ -34,14 +34,18 @@ from genesis_fp16_infrastructure.recipes.retrain import scoring
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
-from genesis_fp16_infrastructure.world_model import features
+from genesis_fp16_infrastructure.world_model import features, predict
 from genesis_fp16_infrastructure.world_model.features import (
     Categorical,
     FeatureEncoder,
     numeric_columns,
     numeric_rows,
 )
-from genesis_fp16_infrastructure.world_model.model import ModelConfig, build_world_model
+from genesis_fp16_infrastructure.world_model.model import (
+    ModelConfig,
+    WorldModelEnsemble,
+    build_world_model,
+)
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
 
 RECORDS = 3000
@@ -247,3 +251,32 @@ def test_the_drift_report_from_columns_is_the_object_reports(
     numeric = numeric_rows(grown.columns, grown.columns.labelled)
     again = drift.drift_report(grown.columns, seen, case["seed"], numeric)
     assert again is not None and again.to_json() == case["report"]
+
+
+def test_a_scoring_runs_its_forward_in_bounded_chunks_and_gives_the_same_losses(
+    pools: tuple[Path, Path], models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 90: the judged run's scoring (the served model's, the candidate's) runs no
+    forward over more rows than ``CHUNK_ACTIVATIONS`` allows, and gives the losses of
+    one forward over every record (within a float32 rounding)."""
+    whole = scoring.score_records(models["held_out"], _request(pools[1]))
+    seen: list[int] = []
+    real = WorldModelEnsemble.forward
+
+    def counted(self: WorldModelEnsemble, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        seen.append(len(x))
+        return real(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(WorldModelEnsemble, "forward", counted)
+    config = ModelConfig.from_dict(
+        read_world_model_state(load_checkpoint(models["held_out"]))["model"]
+    )
+    assert config.members > 1 and len(whole.ids) > 100
+    monkeypatch.setattr(predict, "CHUNK_ACTIVATIONS", 100 * config.hidden * config.members)
+    chunked = scoring.score_records(models["held_out"], _request(pools[1]))
+    assert max(seen) <= 100 and sum(seen) == len(whole.ids)
+    assert chunked.ids == whole.ids and chunked.segments == whole.segments
+    for metric in ("log_loss", "brier"):
+        np.testing.assert_allclose(
+            chunked.column(metric), whole.column(metric), rtol=1e-5, atol=1e-7
+        )
