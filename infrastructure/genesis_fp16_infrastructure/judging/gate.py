@@ -8,7 +8,8 @@ the records are enough to show it. Each candidate is judged once, so this is a
 fixed-sample bound (mean + 1.645 s.e., normal: the records are many, their differences
 bounded); the live watch, which looks again at every run, needs the anytime-valid one
 (:mod:`.watch`). The margin is the plugin's ``judging_margin``, else 5% of the
-served model's mean loss on those records (contract.judging.judging_margin).
+served model's mean loss on those records, never under the plugin's
+``judging_margin_floor`` if it declares one (contract.judging.judging_margin).
 
 A plugin that returns several loss columns (contract.judging: se_darwin's ``log_loss`` and
 ``brier``) has each column asked every question, with its own margin: the candidate is

@@ -12,7 +12,8 @@ losses clipped to ``[0, loss_span]`` (the plugin's declared span: the bound need
 bounded differences), the paired differences (served - predecessor) get the
 anytime-valid empirical-Bernstein bounds below (**The bound**) at ``ALPHA / k`` for
 ``k`` columns; when a column's lower bound passes its margin (the plugin's
-``judging_margin``, else 5% of the predecessor's mean loss there), the served model is
+``judging_margin``, else 5% of the predecessor's mean loss there, never under a declared
+``judging_margin_floor``), the served model is
 worse than the one before it beyond the margin. Why ``ALPHA / k`` (Bonferroni): each
 column's bounds hold over the whole watch except with probability ``ALPHA / k``, so all
 hold together except with at most ``ALPHA``, whatever the columns' dependence; Holm's
