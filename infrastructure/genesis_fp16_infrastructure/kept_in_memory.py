@@ -19,8 +19,9 @@ entries are evicted first, each eviction logged (this module's logger)::
     block = kept.get(("file", path), identity)  # None: never kept, or not that file now
     kept.put(("file", path), identity, block, estimate_bytes(block), f"records of {path}")
 
-Each run's reuse is counted (:class:`Reused`) and said once, in the run's log:
-``reused from memory: pool of 99,000 records (1 file, 1,000 records re-read), ...``.
+Each read that took anything from it says so in the run's log (the record cache, the
+calibration's reader): ``reused from memory: pool of 100,000 records, 99,000 of them
+from 1 file(s) unchanged (1 file(s), 1,000 records re-read)``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import os
 import sys
 from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,31 +53,6 @@ def identity_of(path: Path | str) -> Identity | None:
 
 
 @dataclass
-class Reused:
-    """What this process's runs took from memory since :meth:`KeptInMemory.take_reused`."""
-
-    files: int = 0  # data files whose records came from memory
-    records: int = 0  # their records
-    files_read: int = 0  # data files read (the record cache, or parsed): not in memory
-    records_read: int = 0
-    pools: list[int] = field(default_factory=list)  # records of each joined pool reused whole
-    calibrations: list[str] = field(default_factory=list)  # calibration files reused
-
-    def describe(self) -> str | None:
-        """One line of what was reused, None when nothing was."""
-        said = []
-        if self.files:
-            said.append(
-                f"pool of {self.records:,} records from {self.files} file(s) "
-                f"({self.files_read} file(s), {self.records_read:,} records re-read)"
-            )
-        for records in self.pools:
-            said.append(f"the joined pool of {records:,} records whole")
-        said += [f"calibration {path}" for path in self.calibrations]
-        return None if not said else "reused from memory: " + "; ".join(said)
-
-
-@dataclass
 class _Entry:
     identity: Hashable
     value: Any
@@ -92,7 +68,6 @@ class KeptInMemory:
         self.budget = budget
         self.used = 0
         self.evictions = 0
-        self.reused = Reused()
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
 
     def __len__(self) -> int:
@@ -130,11 +105,6 @@ class KeptInMemory:
         """A new budget (a run's), evicting down to it."""
         self.budget = budget
         self._evict(budget)
-
-    def take_reused(self) -> Reused:
-        """What was reused since the last call (then counted afresh)."""
-        reused, self.reused = self.reused, Reused()
-        return reused
 
     def _evict(self, budget: int) -> None:
         while self.used > budget and self._entries:
@@ -174,14 +144,6 @@ def process_memory(budget: int) -> KeptInMemory | None:
 def current() -> KeptInMemory | None:
     """This process's store, if a run made one (:func:`process_memory`)."""
     return _PROCESS[0] if _PROCESS else None
-
-
-def say_reused() -> None:
-    """Log what this process's store gave the run since it last said (nothing: no line)."""
-    kept = current()
-    line = None if kept is None else kept.take_reused().describe()
-    if line is not None:
-        logger.info("%s", line)
 
 
 def estimate_bytes(value: Any, depth: int = 0) -> int:

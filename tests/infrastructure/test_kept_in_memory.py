@@ -11,11 +11,15 @@ from pathlib import Path
 import pytest
 
 from genesis_fp16_infrastructure import kept_in_memory
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION
+from genesis_fp16_infrastructure.agent_folder.records import read_calibration
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_replay_buffer
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
+from genesis_fp16_infrastructure.training.reports import Calibration, Measured
 
 
 def _age(folder: Path) -> None:
@@ -99,15 +103,14 @@ def test_a_later_read_in_the_process_reuses_only_unchanged_files_and_equals_a_fr
     first, _, manifest = _read(folder, tmp_path / "cache", memory)
     assert _pool_of(first) == _pool_of(read_trajectories(folder, keep_text=False))
     _, records, manifest = _read(folder, tmp_path / "cache", memory, manifest)
-    assert records.pool_hit and memory.take_reused().pools == [len(first.columns)]
+    assert records.pool_hit and records.from_memory == 4
     _change(folder)
     second, records, _ = _read(folder, tmp_path / "cache", memory, manifest)
     fresh = read_trajectories(folder, keep_text=False)
     assert _pool_of(second) == _pool_of(fresh)
     assert _pool_of(second) != _pool_of(first)
-    assert records.from_memory == 0  # a, b, c changed, d gone: nothing of theirs reused
-    reused = memory.take_reused()
-    assert (reused.files, reused.files_read) == (0, 3)
+    # a, b and c changed, d gone: nothing of theirs reused, each of the three read
+    assert (records.from_memory, records.files_read) == (0, 3)
 
     class Trusting(KeptInMemory):
         def get(self, key: object, identity: object) -> object:
@@ -123,20 +126,25 @@ def test_a_later_read_in_the_process_reuses_only_unchanged_files_and_equals_a_fr
     assert _pool_of(served) != _pool_of(read_trajectories(folder2, keep_text=False))
 
 
-def test_an_unchanged_file_beside_a_new_one_comes_from_memory(tmp_path: Path) -> None:
+def test_an_unchanged_file_beside_a_new_one_comes_from_memory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A new file in the pool: the others' records come from memory, only it is read, and
-    the pool is a fresh read's; the run's line says so."""
+    the pool is a fresh read's; the read's line says so."""
     folder = _pool(tmp_path)
     memory = KeptInMemory(64 * 2**20)
     _, _, manifest = _read(folder, tmp_path / "cache", memory)
-    memory.take_reused()
     (folder / "e.json").write_text(json.dumps(generate_pool(30, seed=5)))
+    caplog.set_level(logging.INFO)
     data, records, _ = _read(folder, tmp_path / "cache", memory, manifest)
     assert _pool_of(data) == _pool_of(read_trajectories(folder, keep_text=False))
     assert records.from_memory == 4
-    line = memory.take_reused().describe()
-    assert line is not None and line.startswith("reused from memory: pool of ")
-    assert "(1 file(s), 30 records re-read)" in line
+    said = [r.getMessage() for r in caplog.records if "from memory" in r.getMessage()]
+    assert said == [
+        f"reused from memory: pool of {len(data.columns):,} records, "
+        f"{len(data.columns) - 30 + data.duplicates:,} of them from 4 file(s) unchanged "
+        "(1 file(s), 30 records re-read)"
+    ]
 
 
 def test_a_run_writing_into_its_pool_leaves_the_kept_one_alone(tmp_path: Path) -> None:
@@ -175,3 +183,24 @@ def test_the_budget_evicts_the_least_recently_used_first_and_logs_each(
 def test_a_budget_of_zero_keeps_nothing() -> None:
     """A run that keeps nothing (a forked child's, `train`'s) gets no store."""
     assert kept_in_memory.process_memory(0) is None
+
+
+def test_a_calibration_record_is_reused_while_its_file_is_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With this process's store, a calibration read again while its file is unchanged is
+    the kept record (its log says so); a rewritten file is read again; without a store,
+    each read is the file's."""
+    monkeypatch.setattr(kept_in_memory, "_PROCESS", [])
+    path = tmp_path / "precision_calibration.json"
+    rows = (Measured("fp32", "eager", 1.0, 0.9, 1.2, 5),)
+    files.write_json(path, CALIBRATION, Calibration("fp32", "r", rows, {}, {}, 0.1).cache_json())
+    assert read_calibration(path) is not read_calibration(path)  # no store: read each time
+    assert kept_in_memory.process_memory(2**20) is not None
+    caplog.set_level(logging.INFO)
+    first = read_calibration(path)
+    assert read_calibration(path) is first
+    assert f"reused from memory: calibration {path} (its file unchanged)" in caplog.text
+    files.write_json(path, CALIBRATION, Calibration("bf16", "r", rows, {}, {}, 0.1).cache_json())
+    changed = read_calibration(path)
+    assert changed is not None and changed.chosen == "bf16"

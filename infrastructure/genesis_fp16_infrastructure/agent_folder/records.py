@@ -10,6 +10,7 @@ also reports) and the captured step's verdicts. Read here, without torch, so the
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -21,6 +22,8 @@ from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION, CAPTURE
 from genesis_fp16_infrastructure.kept_in_memory import current, estimate_bytes, identity_of
 from genesis_fp16_infrastructure.record_codec import LOCAL, Record
 from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Calibration
+
+logger = logging.getLogger(__name__)
 
 CAPTURE_VERSION = 1
 
@@ -61,7 +64,7 @@ def read_calibration(path: Path, unusable: files.Listener | None = None) -> Cali
     if kept is not None and identity is not None:
         found = kept.get(key, identity)
         if found is not None:
-            kept.reused.calibrations.append(str(path))
+            logger.info("reused from memory: calibration %s (its file unchanged)", path)
             return cast(Calibration, found)
     calibration = files.load(Path(path), CALIBRATION, decode, unusable)
     if kept is not None and calibration is not None and identity == identity_of(path):

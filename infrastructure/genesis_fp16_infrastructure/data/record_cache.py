@@ -106,6 +106,9 @@ class RecordCache:
         self.folder = Path(folder)
         self.memory = memory
         self.from_memory = 0  # files whose records came from this process's memory
+        self.memory_records = 0  # their records
+        self.files_read = 0  # files read from their entry or parsed, and their records
+        self.records_read = 0
         self.scanned_ns = manifest.scanned_ns
         self.files = {f.path: f for f in manifest.files}
         self.hits = 0
@@ -257,10 +260,9 @@ class RecordCache:
         self.hits += len(files)
         self.from_memory += len(files)
         self.pool_hit = True
-        self.memory.reused.pools.append(len(kept.columns))
         logger.info(
-            "record cache: the joined pool of %d records from memory (its %d file(s) unchanged)",
-            len(kept.columns),
+            "reused from memory: the joined pool of %s records whole (its %d file(s) unchanged)",
+            f"{len(kept.columns):,}",
             len(files),
         )
         return StoredPool(copied(kept.columns), kept.duplicates, kept.files, kept.rejected)
@@ -273,8 +275,7 @@ class RecordCache:
         if block is None:
             return None
         self.from_memory += 1
-        self.memory.reused.files += 1
-        self.memory.reused.records += len(block.trajectory_id)
+        self.memory_records += len(block.trajectory_id)
         return block
 
     def _keep(self, file: Path, state: FileState, block: RecordBlock, slim: bool) -> None:
@@ -288,9 +289,23 @@ class RecordCache:
         self.memory.put(self._file_key(file, slim), identity, block, estimate_bytes(block), what)
 
     def _count_read(self, block: RecordBlock) -> None:
-        if self.memory is not None:
-            self.memory.reused.files_read += 1
-            self.memory.reused.records_read += len(block.trajectory_id)
+        self.files_read += 1
+        self.records_read += len(block.trajectory_id)
+
+    def say_kept(self, pool: int) -> None:
+        """Log what this read of a ``pool`` of records took from memory, file by file (a
+        pool taken whole said so already); nothing when nothing."""
+        if self.memory is None or self.pool_hit or not self.from_memory:
+            return
+        logger.info(
+            "reused from memory: pool of %s records, %s of them from %d file(s) unchanged "
+            "(%d file(s), %s records re-read)",
+            f"{pool:,}",
+            f"{self.memory_records:,}",
+            self.from_memory,
+            self.files_read,
+            f"{self.records_read:,}",
+        )
 
     def _identity(self, file: Path, state: FileState) -> tuple[Identity, str] | None:
         """What a kept block of ``file`` is checked against: its identity now and the

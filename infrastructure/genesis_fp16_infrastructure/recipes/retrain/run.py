@@ -38,7 +38,6 @@ from genesis_fp16_infrastructure.data.fingerprint import (
 from genesis_fp16_infrastructure.data.readers import DataTooLarge, ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.errors import CheckpointError
-from genesis_fp16_infrastructure.kept_in_memory import process_memory, say_reused
 from genesis_fp16_infrastructure.machine_memory import PhaseClock, machine_memory_bytes, paused_gc
 from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
 from genesis_fp16_infrastructure.recipes.retrain.freshness import (
@@ -75,9 +74,6 @@ def train(request: TrainRequest) -> TrainResult:
     if whole and rank_and_world()[1] > 1:
         raise TrainRequestError("final_fit='whole': one process only, not under torchrun")
     clock = PhaseClock()  # issue 36: where the run's time goes (the result's phases)
-    memory = process_memory(request.keep_in_memory_bytes)  # a resident process's store
-    if memory is not None:
-        memory.take_reused()  # counted afresh: this run's reuse is said at its end
     manifest = _scan(request)
     candidate = Path(request.checkpoint_dir)
     candidate.mkdir(parents=True, exist_ok=True)  # a caller's own folder may not exist yet
@@ -148,7 +144,6 @@ def train(request: TrainRequest) -> TrainResult:
         wall_seconds=clock.elapsed(),
     )
     save_record(request, manifest, out, checkpoint)  # issue 36: read while it is served
-    say_reused()  # what this run took from its process's memory: pool, calibration
     return out
 
 
