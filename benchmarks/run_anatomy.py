@@ -87,8 +87,13 @@ def new_counts(pools: list[int], new: list[str]) -> dict[int, list[int]]:
     return counts
 
 
+KEEP_MIB: list[str] = []  # --keep-mib: GENESIS_FP16_RUN_RESIDENT_KEEP_MIB, when given
+
+
 def _tree_env(agent: str, folder: Path, tree: Path, device: str, steps: int) -> dict[str, str]:
     env = _env(agent, folder)
+    if KEEP_MIB:
+        env["GENESIS_FP16_RUN_RESIDENT_KEEP_MIB"] = KEEP_MIB[0]
     env.update(
         {
             "PYTHONPATH": os.pathsep.join(str(tree / p) for p in ("", "agents", "infrastructure")),
@@ -329,6 +334,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="fresh (a daemon per measured run), later (the measured run the second in one "
         "resident run process), or both, comma-separated",
     )
+    parser.add_argument(
+        "--keep-mib",
+        help="GENESIS_FP16_RUN_RESIDENT_KEEP_MIB of every daemon (0: its resident run "
+        "process keeps nothing of a run's read; unset: the default)",
+    )
     parser.add_argument("--note", default="", help="a line for the results (the host's load)")
     parser.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = parser.parse_args(argv)
@@ -341,6 +351,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             parser.error(f"--new: {new!r} is neither a share of the pool (1%) nor a count")
     if not set(args.modes.split(",")) <= {"fresh", "later"}:
         parser.error(f"--modes: {args.modes!r}: fresh, later, or both")
+    KEEP_MIB[:] = [] if args.keep_mib is None else [str(int(args.keep_mib))]
     given = sys.argv[1:] if argv is None else argv
     result = run(args, shlex.join(["python", "benchmarks/run_anatomy.py", *given]))
     print(markdown(result))

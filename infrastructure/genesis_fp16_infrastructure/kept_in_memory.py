@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, fields, is_dataclass
@@ -69,6 +70,7 @@ class KeptInMemory:
         self.used = 0
         self.evictions = 0
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._lock = threading.Lock()  # a run's threads (its scorings) may ask at once
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -76,35 +78,38 @@ class KeptInMemory:
     def get(self, key: Hashable, identity: Hashable) -> Any | None:
         """The value kept under ``key`` while it was made from ``identity``; None
         otherwise (a kept value of another identity is dropped: it is stale)."""
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        if entry.identity != identity:
-            self._drop(key)
-            return None
-        self._entries.move_to_end(key)
-        return entry.value
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if entry.identity != identity:
+                self._drop(key)
+                return None
+            self._entries.move_to_end(key)
+            return entry.value
 
     def put(self, key: Hashable, identity: Hashable, value: Any, size: int, what: str) -> None:
         """Keep ``value`` (``size`` bytes, said as ``what`` when evicted) under ``key``;
         one larger than the whole budget is not kept (logged)."""
-        self._drop(key)
-        if size > self.budget:
-            logger.info(
-                "kept in memory: %s (%s) not kept: over the budget of %s",
-                what,
-                _mib(size),
-                _mib(self.budget),
-            )
-            return
-        self._entries[key] = _Entry(identity, value, size, what)
-        self.used += size
-        self._evict(self.budget)
+        with self._lock:
+            self._drop(key)
+            if size > self.budget:
+                logger.info(
+                    "kept in memory: %s (%s) not kept: over the budget of %s",
+                    what,
+                    _mib(size),
+                    _mib(self.budget),
+                )
+                return
+            self._entries[key] = _Entry(identity, value, size, what)
+            self.used += size
+            self._evict(self.budget)
 
     def resize(self, budget: int) -> None:
         """A new budget (a run's), evicting down to it."""
-        self.budget = budget
-        self._evict(budget)
+        with self._lock:
+            self.budget = budget
+            self._evict(budget)
 
     def _evict(self, budget: int) -> None:
         while self.used > budget and self._entries:
