@@ -151,10 +151,14 @@ def current() -> KeptInMemory | None:
     return _PROCESS[0] if _PROCESS else None
 
 
+SAMPLE = 64  # the items of a long list :func:`estimate_bytes` looks at
+
+
 def estimate_bytes(value: Any, depth: int = 0) -> int:
     """About how many bytes ``value`` holds: arrays and bytes by their length, strings by
-    ``sys.getsizeof``, containers, structs and dataclasses by what they hold. An estimate
-    for the budget, not an accounting (shared objects are counted each time)."""
+    ``sys.getsizeof``, containers, structs and dataclasses by what they hold (a long list
+    by a sample of its items). An estimate for the budget, not an accounting (shared
+    objects are counted each time)."""
     nbytes = getattr(value, "nbytes", None)  # a numpy array (numpy not imported for it)
     if isinstance(nbytes, int):
         return nbytes
@@ -163,9 +167,14 @@ def estimate_bytes(value: Any, depth: int = 0) -> int:
     if depth > 4 or value is None or isinstance(value, int | float | bool):
         return 16
     if isinstance(value, list | tuple):
-        if value and all(isinstance(v, str) for v in value[:8]):
-            return 8 * len(value) + sum(map(sys.getsizeof, value))
-        return 8 * len(value) + sum(estimate_bytes(v, depth + 1) for v in value)
+        # A long list by SAMPLE of its items, evenly spread: summing each of 100,000
+        # records' tuples took 1.9 s, more than the read it would save.
+        step = max(1, len(value) // SAMPLE)
+        sampled = value[::step]
+        items = (
+            sum(estimate_bytes(v, depth + 1) for v in sampled) * len(value) / max(1, len(sampled))
+        )
+        return 8 * len(value) + int(items)
     if isinstance(value, dict):
         return sum(estimate_bytes(v, depth + 1) + 64 for v in value.values())
     if isinstance(value, msgspec.Struct):
