@@ -114,7 +114,7 @@ def test_a_later_read_in_the_process_reuses_only_unchanged_files_and_equals_a_fr
 
     class Trusting(KeptInMemory):
         def get(self, key: object, identity: object) -> object:
-            entry = self._entries.get(key)  # type: ignore[call-overload]
+            entry = self._entries.get(key)
             return None if entry is None else entry.value
 
     (tmp_path / "two").mkdir()
