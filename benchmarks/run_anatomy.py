@@ -20,6 +20,11 @@ encode, train, eval, live, gate, whatever the tree's daemon reports), its ``wall
   once by this tree's ``data generate``. A phase one tree's line lacks is shown as
   missing, not as zero.
 - ``--million`` adds the 1,000,000 pool (minutes of data generation and reads).
+- **modes**: ``--modes fresh`` (the default) runs each measured run in a daemon of its
+  own, its first run after a start; ``later`` runs the first and the measured run in one
+  daemon, the measured run the second its resident run process serves (what that
+  process kept of the first run's read, ``GENESIS_FP16_RUN_RESIDENT_KEEP_MIB``, is
+  there): the product's case for every run after a daemon's first.
 
 Writes ``--out`` ``.json`` (every row's finished line's figures, the commit of each tree,
 the host, torch, the load average before and after) and ``.md``::
@@ -82,8 +87,13 @@ def new_counts(pools: list[int], new: list[str]) -> dict[int, list[int]]:
     return counts
 
 
+KEEP_MIB: list[str] = []  # --keep-mib: GENESIS_FP16_RUN_RESIDENT_KEEP_MIB, when given
+
+
 def _tree_env(agent: str, folder: Path, tree: Path, device: str, steps: int) -> dict[str, str]:
     env = _env(agent, folder)
+    if KEEP_MIB:
+        env["GENESIS_FP16_RUN_RESIDENT_KEEP_MIB"] = KEEP_MIB[0]
     env.update(
         {
             "PYTHONPATH": os.pathsep.join(str(tree / p) for p in ("", "agents", "infrastructure")),
@@ -120,15 +130,26 @@ def _row(finished: dict[str, Any], first: dict[str, Any]) -> dict[str, Any]:
 
 
 def _first_then_new(
-    agent: str, made: Path, folder: Path, env: dict[str, str]
+    agent: str, made: Path, folder: Path, env: dict[str, str], later: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any], list[float]]:
     """The first run on ``made``'s old records, then the measured run after its new
-    ones: their finished lines, and the load average before the measured run."""
+    ones: their finished lines, and the load average before the measured run. Each by a
+    daemon of its own; ``later``: both by one daemon, the measured run the second its
+    resident run process serves (what it kept of the first run's read is there)."""
     shutil.copytree(made / "old" / "data", folder / "data")
+    load: list[float] = []
+
+    def add_new(done: int) -> None:
+        if done:
+            for file in (made / "new" / "data").iterdir():
+                shutil.copy2(file, folder / "data" / file.name)  # its date (a minute back) kept
+            load.extend(_load())
+
+    if later:
+        first, finished = _runs(agent, folder, env, 2, add_new)
+        return first, finished, load
     (first,) = _runs(agent, folder, env, 1)
-    for file in (made / "new" / "data").iterdir():
-        shutil.copy2(file, folder / "data" / file.name)  # its date (a minute back) kept
-    load = _load()
+    add_new(1)
     (finished,) = _runs(agent, folder, env, 1)
     return first, finished, load
 
@@ -140,9 +161,11 @@ def measure(
     counts: dict[int, list[int]],
     steps: int,
     root: Path,
+    modes: list[str],
 ) -> Iterator[dict[str, Any]]:
     """Every row: for each pool and new count, the data written once, then for each
-    tree and device a first run and the measured run, each by a daemon of its own."""
+    tree, device and mode a first run and the measured run (``fresh``: each by a daemon
+    of its own; ``later``: both by one, in one resident run process)."""
     commits = {tree: _commit(tree) for tree in trees}
     for pool, news in counts.items():
         for new in news:
@@ -150,32 +173,36 @@ def measure(
             env = _tree_env(agent, made, TREE, "cpu", steps)
             _batch(agent, made / "old", env, pool - new, SEEDS[0])
             _batch(agent, made / "new", env, new, SEEDS[2])
-            for number, tree in enumerate(trees):
-                for device in devices:
-                    folder = root / f"{number}-{device}-{pool}-{new}"
-                    env = _tree_env(agent, folder, tree, device, steps)
-                    first, finished, load = _first_then_new(agent, made, folder, env)
-                    yield {
-                        "tree": str(tree),
-                        "commit": commits[tree],
-                        "agent": agent,
-                        "device": device,
-                        "pool": pool,
-                        "new": new,
-                        "loadavg_before": load,
-                        **_row(finished, first),
-                    }
-                    shutil.rmtree(folder)
+            for (number, tree), device, mode in itertools.product(enumerate(trees), devices, modes):
+                folder = root / f"{number}-{device}-{mode}-{pool}-{new}"
+                env = _tree_env(agent, folder, tree, device, steps)
+                first, finished, load = _first_then_new(agent, made, folder, env, mode == "later")
+                yield {
+                    "tree": str(tree),
+                    "commit": commits[tree],
+                    "agent": agent,
+                    "device": device,
+                    "mode": mode,
+                    "pool": pool,
+                    "new": new,
+                    "loadavg_before": load,
+                    **_row(finished, first),
+                }
+                shutil.rmtree(folder)
             shutil.rmtree(made)
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Everything but train at each pool over that at the next smaller pool, the same
     new records (1% of the larger pool): per commit, agent and device."""
-    by = {(r["commit"], r["agent"], r["device"], r["pool"], r["new"]): r for r in rows}
+
+    def which(r: dict[str, Any]) -> tuple[str, str, str, str]:
+        return (r["commit"], r["agent"], r["device"], r.get("mode", "fresh"))
+
+    by = {(*which(r), r["pool"], r["new"]): r for r in rows}
     found = []
-    for run in dict.fromkeys((r["commit"], r["agent"], r["device"]) for r in rows):
-        pools = sorted({r["pool"] for r in rows if (r["commit"], r["agent"], r["device"]) == run})
+    for run in dict.fromkeys(map(which, rows)):
+        pools = sorted({r["pool"] for r in rows if which(r) == run})
         for small, big in itertools.pairwise(pools):
             low, high = by.get((*run, small, big // 100)), by.get((*run, big, big // 100))
             if low is None or high is None:
@@ -186,6 +213,7 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "commit": run[0],
                     "agent": run[1],
                     "device": run[2],
+                    "mode": run[3],
                     "pools": [small, big],
                     "new": big // 100,
                     "but_train": [low["but_train"], high["but_train"]],
@@ -219,15 +247,16 @@ def markdown(result: dict[str, Any]) -> str:
         "the child forked, the run, its result recorded); but train: run less train; "
         "unattributed: run less every phase.",
         "",
-        "| commit | device | pool | new | outcome | "
+        "| commit | device | mode | pool | new | outcome | "
         + " | ".join(names)
         + " | run | job | unattributed | **but train** | load before |",
-        "| --- " * (9 + len(names)) + "| --- |",
+        "| --- " * (10 + len(names)) + "| --- |",
     ]
     for r in rows:
         shown = [f"{r['phases'][n]:.3f}" if n in r["phases"] else "—" for n in names]
         lines.append(
-            f"| {r['commit']} | {r['device']} | {r['pool']:,} | {r['new']:,} | "
+            f"| {r['commit']} | {r['device']} | {r.get('mode', 'fresh')} | {r['pool']:,} | "
+            f"{r['new']:,} | "
             f"{r['outcome']}, {r['gate']} | " + " | ".join(shown) + f" | {r['wall_seconds']:.3f} | "
             f"{r['duration_seconds']:.3f} | {r['unattributed']:.3f} | **{r['but_train']:.3f}** | "
             f"{r['loadavg_before'][0]:.2f} |"
@@ -237,12 +266,13 @@ def markdown(result: dict[str, Any]) -> str:
         f"Everything but train at the larger pool over the smaller, the same new records "
         f"(issue 90's Done-when: ≤ {BOUND}):",
         "",
-        "| commit | device | pools | new | but train, seconds | ratio |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| commit | device | mode | pools | new | but train, seconds | ratio |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for q in result["ratios"]:
         lines.append(
-            f"| {q['commit']} | {q['device']} | {q['pools'][1]:,} / {q['pools'][0]:,} | "
+            f"| {q['commit']} | {q['device']} | {q.get('mode', 'fresh')} | "
+            f"{q['pools'][1]:,} / {q['pools'][0]:,} | "
             f"{q['new']:,} | {q['but_train'][1]:.3f} / {q['but_train'][0]:.3f} | "
             f"**{q['ratio']:.2f}** ({'within' if q['within_1_5'] else 'over'}) |"
         )
@@ -273,7 +303,8 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
     }
     counts = new_counts(pools, args.new.split(","))
     with tempfile.TemporaryDirectory(prefix="run-anatomy-") as name:
-        for row in measure(args.agent, trees, devices, counts, args.steps, Path(name)):
+        modes = args.modes.split(",")
+        for row in measure(args.agent, trees, devices, counts, args.steps, Path(name), modes):
             print(json.dumps(row), file=sys.stderr, flush=True)
             result["rows"].append(row)
             _write(result, args.out)
@@ -297,6 +328,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--new", default="1%,25%", help="new records: N%% of the pool or counts")
     parser.add_argument("--steps", type=int, default=200, help="each run's fixed steps")
     parser.add_argument("--trees", default=str(TREE), help="checkouts to run, comma-separated")
+    parser.add_argument(
+        "--modes",
+        default="fresh",
+        help="fresh (a daemon per measured run), later (the measured run the second in one "
+        "resident run process), or both, comma-separated",
+    )
+    parser.add_argument(
+        "--keep-mib",
+        help="GENESIS_FP16_RUN_RESIDENT_KEEP_MIB of every daemon (0: its resident run "
+        "process keeps nothing of a run's read; unset: the default)",
+    )
     parser.add_argument("--note", default="", help="a line for the results (the host's load)")
     parser.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = parser.parse_args(argv)
@@ -307,6 +349,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         number = new.removesuffix("%")
         if not (number.replace(".", "", 1).isdigit() and float(number) > 0):
             parser.error(f"--new: {new!r} is neither a share of the pool (1%) nor a count")
+    if not set(args.modes.split(",")) <= {"fresh", "later"}:
+        parser.error(f"--modes: {args.modes!r}: fresh, later, or both")
+    KEEP_MIB[:] = [] if args.keep_mib is None else [str(int(args.keep_mib))]
     given = sys.argv[1:] if argv is None else argv
     result = run(args, shlex.join(["python", "benchmarks/run_anatomy.py", *given]))
     print(markdown(result))

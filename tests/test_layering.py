@@ -313,6 +313,7 @@ LIBRARY_LAYERS = (
     {
         "config_bounds",
         "errors",
+        "kept_in_memory",
         "lazy_exports",
         "machine_memory",
         "record_codec",

@@ -83,7 +83,11 @@ def test_another_tree_runs_its_own_packages(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("flags", "said"),
-    [(["--new", "1%,x"], "--new: 'x' is neither"), (["--trees", "/nowhere"], "'/nowhere' is no")],
+    [
+        (["--new", "1%,x"], "--new: 'x' is neither"),
+        (["--trees", "/nowhere"], "'/nowhere' is no"),
+        (["--modes", "fresh,warm"], "--modes: 'fresh,warm': fresh, later, or both"),
+    ],
 )
 def test_bad_flags_stop_in_one_line(
     flags: list[str], said: str, capsys: pytest.CaptureFixture[str]
@@ -126,3 +130,17 @@ def test_a_tiny_pool_runs_end_to_end_through_a_real_daemon(
         assert row["worker_start"] >= 0  # the fresh daemon's run worker, in the job
         assert all(f" {name} |" in text for name in line["phases"])
     assert result["loadavg_before"] and result["loadavg_after"] and result["torch"]
+
+
+@pytest.mark.slow
+def test_later_measures_the_second_run_of_one_resident_process(tmp_path: Path) -> None:
+    """--modes later: the first and the measured run by one daemon, so the measured run
+    started no run worker (its resident run process served the first run too), and read
+    the new file."""
+    out = tmp_path / "anatomy"
+    flags = ["--pools", "200", "--new", "5", "--steps", "3", "--modes", "later", "--out", str(out)]
+    result = _script().main(flags)
+    assert [row["mode"] for row in result["rows"]][:1] == ["later"]
+    row = result["rows"][0]
+    assert row["data"]["new"] == 5 and row["worker_start"] == 0.0  # a fresh daemon's is > 0
+    assert row["first"]["steps"] == 3 and "| later |" in Path(f"{out}.md").read_text()

@@ -185,6 +185,10 @@ class Settings(BaseSettings, GuardSettings):
     run_resident: bool = True
     # A resident run process over this resident memory (MiB) after a run ends after it.
     run_resident_max_mib: int = Field(default=8192, ge=1)
+    # What a resident run process keeps in memory from its runs for the next ones (each data
+    # file's records, the joined pool, calibration records: kept_in_memory), in MiB per
+    # device; least recently used evicted first, each eviction logged. 0: nothing kept.
+    run_resident_keep_mib: int = Field(default=1024, ge=0)
     # A run's process (and its children) killed past this resident memory, in bytes
     # (process isolation and torchrun jobs). Unset: the machine's memory, or its cgroup
     # limit, shared by the runs that may train at once (one per agent plugin; see

@@ -11,6 +11,7 @@ and past the grace the thread is abandoned. Before any of them, the plan's data 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import threading
 import time
@@ -45,6 +46,11 @@ def execute_run(
         # Nothing changed: no child, no ranks, no thread.
         return TrainResult.from_json(check.up_to_date)
     if config.own.nproc > 1 or config.isolation == "process":
+        if settings.run_worker and settings.run_resident and config.own.nproc == 1:
+            # Served by the device's resident run process: what the run reads is kept there
+            # for the next (RUN_RESIDENT_KEEP_MIB; a child per run keeps nothing: 0).
+            keep = settings.run_resident_keep_mib * 2**20
+            request = dataclasses.replace(request, keep_in_memory_bytes=keep)
         child = functools.partial(
             train_in_child,  # N ranks under torchrun, or one process: launch/launcher.py
             request,

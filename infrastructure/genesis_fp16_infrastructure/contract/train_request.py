@@ -111,6 +111,10 @@ class TrainRequest(RunSpec, RunCallbacks, Record):
     # The resident memory the run may use (the daemon's RUN_MEMORY_LIMIT_BYTES; None: no
     # limit set), for what a plugin sizes by it: se_darwin's largest pool.
     memory_limit_bytes: int | None = None
+    # What the run may keep in its process's memory for the next run there (the daemon's
+    # RUN_RESIDENT_KEEP_MIB, in bytes, when a resident run process serves it; 0: nothing
+    # kept, as in a child forked per run or `train`): kept_in_memory.
+    keep_in_memory_bytes: int = 0
     # A fixed pool the operator trusts: a candidate must be no worse than the served
     # model on it too (the promotion gate; GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA).
     golden_data_path: Path | None = None

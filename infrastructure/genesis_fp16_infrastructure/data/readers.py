@@ -269,6 +269,10 @@ def _pool(
     columns, duplicates = collect(blocks, keep_text)
     if cache is not None and slim:
         cache.store_pool(files, columns, duplicates, blocks)
+        rejected = [(i, entry) for i, block in enumerate(blocks) for entry in block.rejected]
+        cache.keep_pool(files, columns, duplicates, rejected)  # a resident process's memory
+    if cache is not None:
+        cache.say_kept(len(columns))
     return columns, duplicates
 
 

@@ -35,17 +35,28 @@ refused. Any failure is a logged miss, counted in ``unreadable`` (``train --json
 ``extra.record_cache.entries_unreadable``), and the read joins the files' own entries and
 writes the pool's entry again. At 100,000 records the join (the parents matched by id,
 every match checked by string) was most of a warm read.
+
+With ``memory`` (``genesis_fp16_infrastructure.kept_in_memory``: a resident run process's
+store), what a read took or made is kept in this process too: each file's block, keyed by
+its path and checked against the file's identity (device, inode, size, mtime, ctime) and
+the manifest's digest before use, and the joined pool, checked file by file the same way.
+The next read in the process takes them from there (no entry decoded, no join when no
+file changed) and reads only the files whose identity changed. A file written within
+``RACY_NS`` of the scan is never kept, as it is never stored.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import msgspec
+import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.files import write_atomic
@@ -55,7 +66,7 @@ from genesis_fp16_infrastructure.data.file_records import (
     RecordBlock,
 )
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
 from genesis_fp16_infrastructure.data.pool_file import (
     FORMAT,
     StoredPool,
@@ -64,6 +75,12 @@ from genesis_fp16_infrastructure.data.pool_file import (
     write_pool_file,
 )
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
+from genesis_fp16_infrastructure.kept_in_memory import (
+    Identity,
+    KeptInMemory,
+    estimate_bytes,
+    identity_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +100,15 @@ class RecordCache:
     """Per-file records by content digest, under ``folder``; ``manifest`` vouches for
     which digest each file's current bytes have."""
 
-    def __init__(self, folder: Path, manifest: Manifest) -> None:
+    def __init__(
+        self, folder: Path, manifest: Manifest, memory: KeptInMemory | None = None
+    ) -> None:
         self.folder = Path(folder)
+        self.memory = memory
+        self.from_memory = 0  # files whose records came from this process's memory
+        self.memory_records = 0  # their records
+        self.files_read = 0  # files read from their entry or parsed, and their records
+        self.records_read = 0
         self.scanned_ns = manifest.scanned_ns
         self.files = {f.path: f for f in manifest.files}
         self.hits = 0
@@ -101,6 +125,10 @@ class RecordCache:
         begin; None otherwise (a miss)."""
         state = self._vouched(file)
         if state is not None:
+            kept = self._recalled(file, state, slim)
+            if kept is not None:
+                self.hits += 1
+                return Head(kept, None, 0)
             try:
                 block = _read_entry(self._path(state.digest, slim))
             except FileNotFoundError:
@@ -110,6 +138,8 @@ class RecordCache:
                 self.unreadable += 1
             else:
                 self.hits += 1
+                self._count_read(block)
+                self._keep(file, state, block, slim)
                 return Head(block, None, 0)
         self.misses += 1
         if state is None or not file.name.endswith(".jsonl"):
@@ -136,9 +166,11 @@ class RecordCache:
         return Head(block, head.size, seen.lines)
 
     def store(self, file: Path, block: RecordBlock, slim: bool) -> None:
+        self._count_read(block)
         state = self._vouched(file)
         if state is None or state.mtime_ns >= self.scanned_ns - RACY_NS:
             return
+        self._keep(file, state, block, slim)
         target = self._path(state.digest, slim)
         try:
             blob = msgspec.msgpack.encode(msgspec.structs.replace(block, version=CACHE_VERSION))
@@ -169,6 +201,9 @@ class RecordCache:
         if not files or any(state is None for state in states):
             return None
         named = _named(files, states)
+        kept = self._recalled_pool(files, named)
+        if kept is not None:
+            return kept
         # The entry is joined from the files' own entries: their sizes bound its size.
         sizes = [_regular_size(self._path(digest, slim=True)) for _, digest in named]
         if any(size is None for size in sizes):
@@ -187,7 +222,104 @@ class RecordCache:
             return None
         self.hits += len(files)
         self.pool_hit = True
+        self.keep_pool(files, stored.columns, stored.duplicates, stored.rejected)
         return stored
+
+    def keep_pool(
+        self,
+        files: list[Path],
+        columns: PoolColumns,
+        duplicates: int,
+        rejected: list[tuple[int, Any]],
+    ) -> None:
+        """Keep a slim read's joined pool in this process's memory (a copy: the run may
+        write into its own), when every file is vouched for and none is racy."""
+        if self.memory is None or not files:
+            return
+        states = [self._vouched(file) for file in files]
+        if any(s is None or s.mtime_ns >= self.scanned_ns - RACY_NS for s in states):
+            return
+        named = _named(files, states)
+        identities = tuple(identity_of(file) for file in files)
+        if any(identity is None for identity in identities):
+            return
+        stored = StoredPool(copied(columns), duplicates, named, list(rejected))
+        size = estimate_bytes(stored.columns)
+        what = f"the joined pool of {len(columns):,} records of {len(files)} file(s)"
+        self.memory.put(self._pool_key(named), identities, stored, size, what)
+
+    def _recalled_pool(self, files: list[Path], named: list[tuple[str, str]]) -> StoredPool | None:
+        """The joined pool of ``files`` kept in memory, while each file is still the one
+        it was joined from (identity and digest: ``named``); a copy of it."""
+        if self.memory is None:
+            return None
+        identities = tuple(identity_of(file) for file in files)
+        kept = self.memory.get(self._pool_key(named), identities)
+        if kept is None or any(identity is None for identity in identities):
+            return None
+        self.hits += len(files)
+        self.from_memory += len(files)
+        self.pool_hit = True
+        logger.info(
+            "reused from memory: the joined pool of %s records whole (its %d file(s) unchanged)",
+            f"{len(kept.columns):,}",
+            len(files),
+        )
+        return StoredPool(copied(kept.columns), kept.duplicates, kept.files, kept.rejected)
+
+    def _recalled(self, file: Path, state: FileState, slim: bool) -> RecordBlock | None:
+        """``file``'s block kept in memory, while the file is the one it was read from."""
+        if self.memory is None:
+            return None
+        block = self.memory.get(self._file_key(file, slim), self._identity(file, state))
+        if block is None:
+            return None
+        self.from_memory += 1
+        self.memory_records += len(block.trajectory_id)
+        return block
+
+    def _keep(self, file: Path, state: FileState, block: RecordBlock, slim: bool) -> None:
+        """Keep ``file``'s block in memory (its bytes immutable: no copy), unless racy."""
+        if self.memory is None or state.mtime_ns >= self.scanned_ns - RACY_NS:
+            return
+        identity = self._identity(file, state)
+        if identity is None:
+            return
+        what = f"the records of {file} ({len(block.trajectory_id):,})"
+        self.memory.put(self._file_key(file, slim), identity, block, estimate_bytes(block), what)
+
+    def _count_read(self, block: RecordBlock) -> None:
+        self.files_read += 1
+        self.records_read += len(block.trajectory_id)
+
+    def say_kept(self, pool: int) -> None:
+        """Log what this read of a ``pool`` of records took from memory, file by file (a
+        pool taken whole said so already); nothing when nothing."""
+        if self.memory is None or self.pool_hit or not self.from_memory:
+            return
+        logger.info(
+            "reused from memory: pool of %s records, %s of them from %d file(s) unchanged "
+            "(%d file(s), %s records re-read)",
+            f"{pool:,}",
+            f"{self.memory_records:,}",
+            self.from_memory,
+            self.files_read,
+            f"{self.records_read:,}",
+        )
+
+    def _identity(self, file: Path, state: FileState) -> tuple[Identity, str] | None:
+        """What a kept block of ``file`` is checked against: its identity now and the
+        manifest's digest of its bytes (None: it cannot be stat'ed)."""
+        identity = identity_of(file)
+        return None if identity is None else (identity, state.digest)
+
+    def _file_key(self, file: Path, slim: bool) -> tuple[Any, ...]:
+        """A kept block's key: this cache's (an agent's), the file, slim, the version."""
+        return ("records", str(self.folder), str(file), slim, CACHE_VERSION)
+
+    def _pool_key(self, named: list[tuple[str, str]]) -> tuple[Any, ...]:
+        """A kept pool's key: this cache's, its files and digests in read order."""
+        return ("pool", str(self.folder), tuple(named), POOL_VERSION)
 
     def store_pool(
         self, files: list[Path], columns: PoolColumns, duplicates: int, blocks: list[RecordBlock]
@@ -296,6 +428,26 @@ class _HeadMarker(msgspec.Struct):
 def _named(files: list[Path], states: list[FileState | None]) -> list[tuple[str, str]]:
     """Each file as a pool entry names it: its path and its bytes' digest (all vouched)."""
     return [(str(f), s.digest) for f, s in zip(files, states, strict=True) if s is not None]
+
+
+def copied(columns: PoolColumns) -> PoolColumns:
+    """``columns`` with every array and list its own copy: what one run writes into its
+    pool never reaches another's. Strings and tuples are shared (immutable)."""
+    return dataclasses.replace(
+        columns, **{f.name: _copy(getattr(columns, f.name)) for f in dataclasses.fields(columns)}
+    )
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, Coded):
+        return Coded(value.codes.copy(), list(value.values))
+    if isinstance(value, tuple):
+        return tuple(_copy(v) for v in value)
+    return value
 
 
 def _regular_size(path: Path) -> int | None:

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import re
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from daemon_harness import DaemonProcess, child_pids, child_wait, start_daemon
+from daemon_harness import DaemonProcess, child_pids, child_wait, daemon_env, start_daemon
+
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 RUNS = "genesis_fp16_training_runs_total"
 FORKED = re.compile(r"the run worker forked the run's process (\d+)")
@@ -307,3 +313,94 @@ def test_a_resident_process_killed_or_timed_out_fails_or_stops_its_run_and_the_n
         assert daemon.get("/metrics")[0] == 200
     finally:
         daemon.stop()
+
+
+def _se_darwin_daemon(workdir: Path, data: Path, **env: str) -> DaemonProcess:
+    """A daemon of se_darwin alone on ``data``, fp32, a few fixed steps, runs asked for."""
+    workdir.mkdir()
+    return start_daemon(
+        workdir,
+        {
+            "GENESIS_FP16_PLUGIN_ALLOWLIST": "se_darwin",
+            "GENESIS_FP16_AGENTS__SE_DARWIN__DATA_PATH": str(data),
+            "GENESIS_FP16_STEPS_PER_RUN": "20",
+            "GENESIS_FP16_SCHEDULE": "3600",
+            "GENESIS_FP16_RUN_AT_START": "false",
+            "GENESIS_FP16_RUN_ISOLATION": "process",
+            # fp32: a measured auto's first choice follows the host's load, not the data
+            "ENABLE_FP16_TRAINING": "false",
+            **env,
+        },
+        fixtures=False,
+    )
+
+
+def _asked_run(daemon: DaemonProcess, count: int) -> dict[str, object]:
+    """`genesis-fp16 run se_darwin`, then its (the ``count``-th) finished record."""
+    asked = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "run", "se_darwin"],
+        cwd=daemon.workdir,
+        env=daemon_env({"GENESIS_FP16_PLUGIN_ALLOWLIST": "se_darwin"}, fixtures=False),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert asked.returncode == 0, asked.stderr
+    finished = functools.partial(daemon.events, "training run finished")
+    daemon.wait_for(lambda: len(finished()) >= count, f"run {count}", timeout=240)
+    return finished()[count - 1]
+
+
+def _pool_files(data: Path, seeds: tuple[int, ...]) -> None:
+    """se_darwin pool files, one a seed, written a minute ago (as a pool that arrived)."""
+    data.mkdir(exist_ok=True)
+    for seed in seeds:
+        path = data / f"pool-{seed}.json"
+        path.write_text(json.dumps(generate_pool(300, seed=seed)))
+        past = time.time_ns() - 60 * 10**9
+        os.utime(path, ns=(past, past))
+
+
+# What differs between two runs of the same training: its clock and its folders' names.
+_NOT_TRAINED = ("seconds", "served_id", "candidate_id", "judged_on")
+
+
+def _trained(record: dict[str, object]) -> tuple[object, ...]:
+    """What a run trained to: its outcome, steps, data, eval and verdict (no timings, no
+    names of its folders)."""
+    gate = dict(record.get("gate") or {})  # type: ignore[call-overload]
+    verdict = {k: v for k, v in gate.items() if k not in _NOT_TRAINED}
+    return (*(record.get(k) for k in ("outcome", "steps", "data", "eval", "precision")), verdict)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(child_wait(900))
+def test_a_later_se_darwin_run_reuses_what_its_resident_process_read_and_trains_the_same(
+    tmp_path: Path,
+) -> None:
+    """Two `run se_darwin` in one resident process, a pool file added between them: the
+    second run's log says what it reused from memory (the first file's records, only the
+    new one re-read) and it trains to what the same second run
+    trains to in a child forked per run (GENESIS_FP16_RUN_RESIDENT=false), where nothing
+    is kept and nothing is said."""
+    results = {}
+    for name, env in (("kept", {}), ("forked", {"GENESIS_FP16_RUN_RESIDENT": "false"})):
+        data = tmp_path / f"data-{name}"
+        _pool_files(data, (1,))
+        daemon = _se_darwin_daemon(tmp_path / name, data, **env)
+        try:
+            _asked_run(daemon, 1)
+            _pool_files(data, (2,))
+            results[name] = _trained(_asked_run(daemon, 2))
+            said = [str(r.get("event")) for r in daemon.logs()]
+        finally:
+            daemon.stop()
+        reused = [line for line in said if line.startswith("reused from memory: ")]
+        if name == "kept":
+            # The second run's first read takes the first file from memory and reads the
+            # new one; later reads of a run take its joined pool whole.
+            pool = "reused from memory: pool of 600 records, 300 of them from 1 file(s) unchanged"
+            assert pool + " (1 file(s), 300 records re-read)" in reused, reused
+        else:
+            assert not reused
+    assert results["kept"] == results["forked"]

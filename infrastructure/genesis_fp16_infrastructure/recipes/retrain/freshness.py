@@ -44,6 +44,7 @@ from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.errors import DataError, ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.unfinished import unfinished_candidates
+from genesis_fp16_infrastructure.kept_in_memory import process_memory
 from genesis_fp16_infrastructure.record_codec import ReportError
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,9 @@ def record_cache(request: TrainRequest, manifest: Manifest | None) -> RecordCach
     without a manifest (under torchrun: each rank reads the pool itself)."""
     if manifest is None:
         return None
-    cache = RecordCache(Path(request.state_dir) / RECORD_CACHE_FOLDER / request.agent, manifest)
+    folder = Path(request.state_dir) / RECORD_CACHE_FOLDER / request.agent
+    # A resident run process's memory keeps what this read takes (kept_in_memory)
+    cache = RecordCache(folder, manifest, process_memory(request.keep_in_memory_bytes))
     cache.prune()  # entries of bytes no current file holds: a rewritten or removed file
     return cache
 

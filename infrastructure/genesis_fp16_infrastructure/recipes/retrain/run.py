@@ -447,6 +447,8 @@ def cache_record(cache: RecordCache, kept: KeptNumeric | None = None) -> dict[st
         "write_failures": cache.write_failures,
         "entries_unreadable": cache.unreadable,  # damaged entries: their files parsed again
         "pool_cached": int(cache.pool_hit),  # the joined pool whole: no file decoded
+        # of files_cached, those a resident run process kept in memory (kept_in_memory)
+        "files_from_memory": cache.from_memory,
     }
 
 

@@ -12,16 +12,20 @@ them as the run does, never by string keys::
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION, CAPTURE_VERDICTS
+from genesis_fp16_infrastructure.kept_in_memory import current, estimate_bytes, identity_of
 from genesis_fp16_infrastructure.record_codec import LOCAL, Record
 from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Calibration
+
+logger = logging.getLogger(__name__)
 
 CAPTURE_VERSION = 1
 
@@ -56,7 +60,19 @@ def read_calibration(path: Path, unusable: files.Listener | None = None) -> Cali
             return None  # written by another release: other_release says which
         return Calibration.from_json(data)
 
-    return files.load(Path(path), CALIBRATION, decode, unusable)
+    kept = current()  # a resident run process's memory: the record while its file is the same
+    identity = None if kept is None else identity_of(path)
+    key = ("calibration", str(path))
+    if kept is not None and identity is not None:
+        found = kept.get(key, identity)
+        if found is not None:
+            logger.info("reused from memory: calibration %s (its file unchanged)", path)
+            return cast(Calibration, found)
+    calibration = files.load(Path(path), CALIBRATION, decode, unusable)
+    if kept is not None and calibration is not None and identity == identity_of(path):
+        # unchanged while it was read: these are its bytes' record
+        kept.put(key, identity, calibration, estimate_bytes(calibration), f"calibration {path}")
+    return calibration
 
 
 @dataclass(frozen=True)

@@ -218,6 +218,7 @@ def test_a_record_edited_in_place_is_seen_and_learned(
         "write_failures": 0,
         "entries_unreadable": 0,
         "pool_cached": 0,
+        "files_from_memory": 0,  # train in its own process: nothing kept
         "numeric_reused": counts["numeric_reused"],
         "numeric_computed": counts["numeric_computed"],
         "numeric_unreadable": 0,

@@ -1,0 +1,188 @@
+"""What one process keeps in memory from run to run: a bounded store, checked before use.
+
+The daemon serves each device's runs one after another in one resident process
+(``genesis_fp16/commands/resident.py``). What a run read there (each data file's records,
+the joined pool, the agent's calibration record) is the next run's too, as long as the
+files it came from are the same files: this store keeps it, keyed by what it is, with the
+identity of the files it was made of (device, inode, size, mtime, ctime and, for a data
+file, the manifest's content digest). A lookup whose identity differs in any field is a
+miss, and the entry goes: the caller reads the file as if nothing were kept. Nothing in
+it is trusted past that check.
+
+The store is this process's alone, and off until a run asks for it with a budget
+(``TrainRequest.keep_in_memory_bytes``, the daemon's
+``GENESIS_FP16_RUN_RESIDENT_KEEP_MIB`` when a resident process serves the run; 0, a
+forked child's or ``train``'s, keeps nothing). Past its budget the least recently used
+entries are evicted first, each eviction logged (this module's logger)::
+
+    kept = process_memory(256 * 2**20)      # None: a budget of 0, nothing is kept
+    block = kept.get(("file", path), identity)  # None: never kept, or not that file now
+    kept.put(("file", path), identity, block, estimate_bytes(block), f"records of {path}")
+
+Each read that took anything from it says so in the run's log (the record cache, the
+calibration's reader): ``reused from memory: pool of 100,000 records, 99,000 of them
+from 1 file(s) unchanged (1 file(s), 1,000 records re-read)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+logger = logging.getLogger(__name__)
+
+# A file as this store last saw it: (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns).
+Identity = tuple[int, int, int, int, int]
+
+
+def identity_of(path: Path | str) -> Identity | None:
+    """``path``'s identity now; None when it cannot be stat'ed (gone: nothing kept holds)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+@dataclass
+class _Entry:
+    identity: Hashable
+    value: Any
+    size: int
+    what: str
+
+
+class KeptInMemory:
+    """Values kept under keys, each with the identity it was made from, within ``budget``
+    bytes (an estimate: :func:`estimate_bytes`), least recently used evicted first."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.used = 0
+        self.evictions = 0
+        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._lock = threading.Lock()  # a run's threads (its scorings) may ask at once
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable, identity: Hashable) -> Any | None:
+        """The value kept under ``key`` while it was made from ``identity``; None
+        otherwise (a kept value of another identity is dropped: it is stale)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if entry.identity != identity:
+                self._drop(key)
+                return None
+            self._entries.move_to_end(key)
+            return entry.value
+
+    def put(self, key: Hashable, identity: Hashable, value: Any, size: int, what: str) -> None:
+        """Keep ``value`` (``size`` bytes, said as ``what`` when evicted) under ``key``;
+        one larger than the whole budget is not kept (logged)."""
+        with self._lock:
+            self._drop(key)
+            if size > self.budget:
+                logger.info(
+                    "kept in memory: %s (%s) not kept: over the budget of %s",
+                    what,
+                    _mib(size),
+                    _mib(self.budget),
+                )
+                return
+            self._entries[key] = _Entry(identity, value, size, what)
+            self.used += size
+            self._evict(self.budget)
+
+    def resize(self, budget: int) -> None:
+        """A new budget (a run's), evicting down to it."""
+        with self._lock:
+            self.budget = budget
+            self._evict(budget)
+
+    def _evict(self, budget: int) -> None:
+        while self.used > budget and self._entries:
+            key, entry = next(iter(self._entries.items()))
+            self._drop(key)
+            self.evictions += 1
+            logger.info(
+                "kept in memory: evicted %s (%s, least recently used; %s of %s kept)",
+                entry.what,
+                _mib(entry.size),
+                _mib(self.used),
+                _mib(budget),
+            )
+
+    def _drop(self, key: Hashable) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.used -= entry.size
+
+
+_PROCESS: list[KeptInMemory] = []  # at most one: this process's
+
+
+def process_memory(budget: int) -> KeptInMemory | None:
+    """This process's store, made on first use, at ``budget`` bytes; None for a budget of
+    0: a run that keeps nothing (a request made elsewhere in this process, ``score_records``'
+    own, lets go of nothing)."""
+    if budget <= 0:
+        return None
+    if not _PROCESS:
+        _PROCESS.append(KeptInMemory(budget))
+    elif _PROCESS[0].budget != budget:
+        _PROCESS[0].resize(budget)
+    return _PROCESS[0]
+
+
+def current() -> KeptInMemory | None:
+    """This process's store, if a run made one (:func:`process_memory`)."""
+    return _PROCESS[0] if _PROCESS else None
+
+
+SAMPLE = 64  # the items of a long list :func:`estimate_bytes` looks at
+
+
+def estimate_bytes(value: Any, depth: int = 0) -> int:
+    """About how many bytes ``value`` holds: arrays and bytes by their length, strings by
+    ``sys.getsizeof``, containers, structs and dataclasses by what they hold (a long list
+    by a sample of its items). An estimate for the budget, not an accounting (shared
+    objects are counted each time)."""
+    nbytes = getattr(value, "nbytes", None)  # a numpy array (numpy not imported for it)
+    if isinstance(nbytes, int):
+        return nbytes
+    if isinstance(value, bytes | bytearray | str):
+        return sys.getsizeof(value)
+    if depth > 4 or value is None or isinstance(value, int | float | bool):
+        return 16
+    if isinstance(value, list | tuple):
+        # A long list by SAMPLE of its items, evenly spread: summing each of 100,000
+        # records' tuples took 1.9 s, more than the read it would save.
+        step = max(1, len(value) // SAMPLE)
+        sampled = value[::step]
+        items = (
+            sum(estimate_bytes(v, depth + 1) for v in sampled) * len(value) / max(1, len(sampled))
+        )
+        return 8 * len(value) + int(items)
+    if isinstance(value, dict):
+        return sum(estimate_bytes(v, depth + 1) + 64 for v in value.values())
+    if isinstance(value, msgspec.Struct):
+        return sum(estimate_bytes(getattr(value, f), depth + 1) for f in value.__struct_fields__)
+    if is_dataclass(value) and not isinstance(value, type):
+        return sum(estimate_bytes(getattr(value, f.name), depth + 1) for f in fields(value))
+    return sys.getsizeof(value)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"

@@ -1,0 +1,206 @@
+"""What a resident run process keeps in memory from run to run (kept_in_memory): reused only
+while its files are the same files, bounded, least recently used evicted and logged."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from genesis_fp16_infrastructure import kept_in_memory
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION
+from genesis_fp16_infrastructure.agent_folder.records import read_calibration
+from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
+from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
+from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_replay_buffer
+from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
+from genesis_fp16_infrastructure.training.reports import Calibration, Measured
+
+
+def _age(folder: Path) -> None:
+    """Files written a minute ago: older than RACY_NS, so kept (as the record cache stores)."""
+    for file in folder.iterdir():
+        past = file.stat().st_mtime_ns - 60 * 10**9
+        os.utime(file, ns=(past, past))
+
+
+def _pool(tmp_path: Path) -> Path:
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    for name, seed in (("a.json", 1), ("c.json", 3), ("d.json", 4)):
+        (folder / name).write_text(json.dumps(generate_pool(120, seed=seed)))
+    write_replay_buffer(folder / "b.jsonl", 80, seed=2, agent="qa")
+    _age(folder)
+    return folder
+
+
+def _read(
+    folder: Path, cache: Path, memory: KeptInMemory | None, previous: Manifest | None = None
+) -> tuple[ReadResult, RecordCache, Manifest]:
+    manifest, _ = scan_files(folder, previous)
+    records = RecordCache(cache, manifest, memory)
+    return read_trajectories(folder, cache=records, keep_text=False), records, manifest
+
+
+def _pool_of(data: ReadResult) -> tuple[object, ...]:
+    """Everything a run reads of a pool, comparable."""
+    c = data.columns
+    return (
+        list(c.ids),
+        c.score.tobytes(),
+        c.own.tobytes(),
+        c.labelled.tolist(),
+        c.success.tolist(),
+        c.label_score.tobytes(),
+        c.key.tolist(),
+        c.parent.tolist(),
+        list(c.outside),
+        data.duplicates,
+        data.quarantined,
+        [e.attempt for e in data.examples],
+        data.pool.entries,
+    )
+
+
+def _change(folder: Path) -> None:
+    """Between two runs: a same-size edit with the mtime set back, a relabel, an append,
+    a deletion."""
+    a = folder / "a.json"
+    text = a.read_text()
+    pool = json.loads(text)
+    first = next(iter(pool["trajectories"]))
+    edited = text.replace(first, first[:-1] + ("X" if first[-1] != "X" else "Y"), 1)
+    assert len(edited) == len(text)
+    stat = a.stat()
+    a.write_text(edited)
+    os.utime(a, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same size and mtime
+    c = folder / "c.json"
+    pool = json.loads(c.read_text())
+    for record in pool["trajectories"].values():  # relabelled: every success a failure
+        if record.get("status") == "success":
+            record["status"], record["success_score"] = "failed", 0.0
+    c.write_text(json.dumps(pool))
+    extra = write_replay_buffer(folder.parent / "more.jsonl", 5, seed=7, agent="qa")
+    with (folder / "b.jsonl").open("a") as handle:
+        handle.write(extra.read_text())
+    (folder / "d.json").unlink()
+
+
+def test_a_later_read_in_the_process_reuses_only_unchanged_files_and_equals_a_fresh_read(
+    tmp_path: Path,
+) -> None:
+    """Files edited (same size and mtime), relabelled, appended to and deleted between two
+    reads in one process: the second read's pool is a fresh read's, record for record; it
+    took from memory only what is unchanged. A store that skipped its check (the same
+    keys, identity ignored) would serve the old records here."""
+    folder = _pool(tmp_path)
+    memory = KeptInMemory(64 * 2**20)
+    first, _, manifest = _read(folder, tmp_path / "cache", memory)
+    assert _pool_of(first) == _pool_of(read_trajectories(folder, keep_text=False))
+    _, records, manifest = _read(folder, tmp_path / "cache", memory, manifest)
+    assert records.pool_hit and records.from_memory == 4
+    _change(folder)
+    second, records, _ = _read(folder, tmp_path / "cache", memory, manifest)
+    fresh = read_trajectories(folder, keep_text=False)
+    assert _pool_of(second) == _pool_of(fresh)
+    assert _pool_of(second) != _pool_of(first)
+    # a, b and c changed, d gone: nothing of theirs reused, each of the three read
+    assert (records.from_memory, records.files_read) == (0, 3)
+
+    class Trusting(KeptInMemory):
+        def get(self, key: object, identity: object) -> object:
+            entry = self._entries.get(key)
+            return None if entry is None else entry.value
+
+    (tmp_path / "two").mkdir()
+    folder2 = _pool(tmp_path / "two")
+    trusting = Trusting(64 * 2**20)
+    _, _, manifest2 = _read(folder2, tmp_path / "cache2", trusting)
+    _change(folder2)
+    served, _, _ = _read(folder2, tmp_path / "cache2", trusting, manifest2)
+    assert _pool_of(served) != _pool_of(read_trajectories(folder2, keep_text=False))
+
+
+def test_an_unchanged_file_beside_a_new_one_comes_from_memory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new file in the pool: the others' records come from memory, only it is read, and
+    the pool is a fresh read's; the read's line says so."""
+    folder = _pool(tmp_path)
+    memory = KeptInMemory(64 * 2**20)
+    _, _, manifest = _read(folder, tmp_path / "cache", memory)
+    (folder / "e.json").write_text(json.dumps(generate_pool(30, seed=5)))
+    caplog.set_level(logging.INFO)
+    data, records, _ = _read(folder, tmp_path / "cache", memory, manifest)
+    assert _pool_of(data) == _pool_of(read_trajectories(folder, keep_text=False))
+    assert records.from_memory == 4
+    said = [r.getMessage() for r in caplog.records if "from memory" in r.getMessage()]
+    assert said == [
+        f"reused from memory: pool of {len(data.columns):,} records, "
+        f"{len(data.columns) - 30 + data.duplicates:,} of them from 4 file(s) unchanged "
+        "(1 file(s), 30 records re-read)"
+    ]
+
+
+def test_a_run_writing_into_its_pool_leaves_the_kept_one_alone(tmp_path: Path) -> None:
+    """The pool handed out is a copy: what one run writes into it never reaches the next."""
+    folder = _pool(tmp_path)
+    memory = KeptInMemory(64 * 2**20)
+    first, _, manifest = _read(folder, tmp_path / "cache", memory)
+    expected = _pool_of(first)
+    first.columns.score[:] = -1.0
+    first.columns.ids[0] = "changed"
+    again, records, _ = _read(folder, tmp_path / "cache", memory, manifest)
+    assert records.pool_hit and _pool_of(again) == expected
+
+
+def test_the_budget_evicts_the_least_recently_used_first_and_logs_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Past its budget the store evicts what was used least recently, one log line each;
+    a value larger than the whole budget is not kept."""
+    kept = KeptInMemory(250)
+    caplog.set_level(logging.INFO, logger=kept_in_memory.__name__)
+    kept.put("a", 1, "A", 100, "entry a")
+    kept.put("b", 1, "B", 100, "entry b")
+    assert kept.get("a", 1) == "A"  # a is now the more recent
+    kept.put("c", 1, "C", 100, "entry c")
+    assert kept.get("b", 1) is None and kept.get("a", 1) == "A" and kept.get("c", 1) == "C"
+    assert kept.evictions == 1 and kept.used == 200
+    evicted = [r.getMessage() for r in caplog.records if "evicted" in r.getMessage()]
+    assert evicted == ["kept in memory: evicted entry b (0.0 MiB, least recently used; "
+                       "0.0 MiB of 0.0 MiB kept)"]  # fmt: skip
+    kept.put("d", 1, "D", 1000, "entry d")
+    assert kept.get("d", 1) is None and "not kept: over the budget" in caplog.text
+    assert kept.get("a", 2) is None and kept.get("a", 1) is None  # another identity: dropped
+
+
+def test_a_budget_of_zero_keeps_nothing() -> None:
+    """A run that keeps nothing (a forked child's, `train`'s) gets no store."""
+    assert kept_in_memory.process_memory(0) is None
+
+
+def test_a_calibration_record_is_reused_while_its_file_is_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With this process's store, a calibration read again while its file is unchanged is
+    the kept record (its log says so); a rewritten file is read again; without a store,
+    each read is the file's."""
+    monkeypatch.setattr(kept_in_memory, "_PROCESS", [])
+    path = tmp_path / "precision_calibration.json"
+    rows = (Measured("fp32", "eager", 1.0, 0.9, 1.2, 5),)
+    files.write_json(path, CALIBRATION, Calibration("fp32", "r", rows, {}, {}, 0.1).cache_json())
+    assert read_calibration(path) is not read_calibration(path)  # no store: read each time
+    assert kept_in_memory.process_memory(2**20) is not None
+    caplog.set_level(logging.INFO)
+    first = read_calibration(path)
+    assert read_calibration(path) is first
+    assert f"reused from memory: calibration {path} (its file unchanged)" in caplog.text
+    files.write_json(path, CALIBRATION, Calibration("bf16", "r", rows, {}, {}, 0.1).cache_json())
+    changed = read_calibration(path)
+    assert changed is not None and changed.chosen == "bf16"
