@@ -13,12 +13,12 @@ import pytest
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION
-from genesis_fp16_infrastructure.agent_folder.records import read_calibration
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_replay_buffer
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
+from genesis_fp16_infrastructure.training.precision.kept_measurements import read_calibration
 from genesis_fp16_infrastructure.training.reports import Calibration, Measured
 
 

@@ -11,9 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequestError
+from genesis_fp16.plugin_api import (
+    PrecisionRequest,
+    RecordLosses,
+    TrainRequest,
+    TrainRequestError,
+)
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_infrastructure.contract.judging import RecordLosses, judging_margin, judging_of
+from genesis_fp16_infrastructure.contract.judging import judging_margin, judging_of
 from genesis_fp16_infrastructure.judging.gate import compare, decide
 
 

@@ -250,7 +250,7 @@ def calibrate(
     result = _finished(result, bench, entered, started)
     if cache is not None and _ours_to_write(cache):  # with its cost: what it took to measure
         files.write_json(cache, CALIBRATION, result.cache_json())
-        records.read_calibration(cache)  # read back: a resident process keeps what it holds
+        kept_measurements.read_calibration(cache)  # read back: a resident process keeps it
     logger.info(
         "precision calibration in %.2f s (%s; process init %.2f s before it): %s",
         result.seconds,
