@@ -4,7 +4,16 @@ Each life runs ``train AGENT --resume`` (with ``--steps TARGET`` when a target i
 ``--form same`` repeats ``--steps TARGET``, ``--form rest`` asks ``--steps <rest>``, the
 target minus the newest checkpoint on disk, as issue 93's job did) at the checkpoint
 cadence asked (``--checkpoint-steps``, else the default), reports every step on stdout
-(``--json-progress``, log interval 1), and is killed (SIGKILL) after a random delay.
+(``--json-progress``, log interval 1), and is killed (SIGKILL) at a random moment:
+
+- in one life of ``--time-share`` (default 1 in 4): a random time after its start, up to
+  ``--max-delay`` s (start-up, reading, training, saving or judging, as it falls);
+- in the others: once it reports a random step of its own, up to twice the job's steps
+  over the kills (``--span``); one that reaches the job's last step first is killed a
+  random time up to ``--end-delay`` s after it: in its end-of-run save, evaluation or gate.
+
+Moments are drawn by the run's progress, not the clock alone: on a loaded host a life's
+start-up alone can outlast a clock's delay, and every kill would land before step 1.
 For each kill it records:
 
 - lost steps: the last step the life reported minus the newest checkpoint on disk after
@@ -19,6 +28,8 @@ in a fresh folder is compared with it: final step, checkpoint name, the last and
 served weights bit for bit::
 
     python benchmarks/kill_loop.py --kills 30 --steps 6000 --checkpoint-steps 300 --form rest
+
+Without ``--steps`` (the agent's own budget) every kill is a timed one.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -55,7 +67,7 @@ class Kill:
     reached: int  # the last step it reported (-1: none)
     newest_after: int
     candidates: int  # candidate folders after the kill
-    delay: float
+    moment: str  # when it was killed: "t+S s", "own step N" or "last step+S s"
 
     @property
     def lost(self) -> int:
@@ -111,15 +123,46 @@ def _files(folder: Path) -> list[Path]:
     return CheckpointManager(folder).checkpoints() if folder.is_dir() else []
 
 
+@dataclass(frozen=True)
+class Moment:
+    """When a life is killed: ``seconds`` after its start, or once it reports its own
+    ``own_step``-th step (or the job's ``last`` step, then ``end_delay`` s later)."""
+
+    seconds: float | None
+    own_step: int | None
+    last: int | None
+    end_delay: float
+
+    def due(self, started: float, steps: list[int], at_last: list[float]) -> str | None:
+        """Why the life is due now; None: not yet. ``at_last``: when it reported the last step."""
+        now = time.monotonic()
+        if self.seconds is not None:
+            return f"t+{self.seconds:.1f} s" if now - started >= self.seconds else None
+        if self.own_step is not None and len(steps) >= self.own_step:
+            return f"own step {self.own_step}"
+        if at_last and now - at_last[0] >= self.end_delay:
+            return f"last step+{self.end_delay:.2f} s"
+        return None
+
+
+def _moment(args: argparse.Namespace, rng: random.Random) -> Moment:
+    if args.steps is None or rng.random() < args.time_share:
+        return Moment(rng.uniform(0.0, args.max_delay), None, None, 0.0)
+    span = args.span or max(1, 2 * args.steps // max(args.kills, 1))
+    return Moment(None, rng.randint(1, span), args.steps, rng.uniform(0.0, args.end_delay))
+
+
 def _life(
-    command: list[str], env: dict[str, str], delay: float
-) -> tuple[int | None, int, dict[str, Any] | None]:
+    command: list[str], env: dict[str, str], moment: Moment
+) -> tuple[int | None, int, dict[str, Any] | None, str]:
     """(first step reported, last step reported, its result when it finished before the
-    kill)."""
+    kill, when it was killed)."""
     child = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
+    started = time.monotonic()
     steps: list[int] = []
+    at_last: list[float] = []
     last = [""]
 
     def read() -> None:
@@ -127,23 +170,26 @@ def _life(
         for line in child.stdout:
             if line.startswith('{"progress"'):
                 steps.append(int(json.loads(line)["progress"]["step"]))
+                if moment.last is not None and steps[-1] >= moment.last and not at_last:
+                    at_last.append(time.monotonic())
             elif line.strip():
                 last[0] = line
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    result: dict[str, Any] | None = None
-    try:
-        child.wait(timeout=delay)
+    why = None
+    while child.poll() is None and why is None:
+        time.sleep(0.01)
+        why = moment.due(started, steps, at_last)
+    if why is None:  # it ended on its own
         reader.join(5)
         if child.returncode != 0:
             sys.exit(f"train exited {child.returncode} before its kill")
-        result = json.loads(last[0])
-    except subprocess.TimeoutExpired:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        reader.join(5)
-    return (steps[0] if steps else None), (steps[-1] if steps else -1), result
+        return (steps[0] if steps else None), steps[-1] if steps else -1, json.loads(last[0]), ""
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    reader.join(5)
+    return (steps[0] if steps else None), (steps[-1] if steps else -1), None, why
 
 
 def _finish(command: list[str], env: dict[str, str]) -> dict[str, Any]:
@@ -172,8 +218,10 @@ def main() -> None:
     )
     parser.add_argument("--count", type=int, default=5000, help="records of generated data")
     parser.add_argument("--checkpoint-steps", type=int, default=None)
-    parser.add_argument("--min-delay", type=float, default=4.0)
-    parser.add_argument("--max-delay", type=float, default=12.0)
+    parser.add_argument("--max-delay", type=float, default=20.0, help="a timed kill's bound")
+    parser.add_argument("--time-share", type=float, default=0.25, help="share of timed kills")
+    parser.add_argument("--span", type=int, default=None, help="a step kill's bound")
+    parser.add_argument("--end-delay", type=float, default=3.0, help="after the last step")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write the kills and summary")
     parser.add_argument(
@@ -198,12 +246,14 @@ def main() -> None:
         kills: list[Kill] = []
         final: dict[str, Any] | None = None
         while len(kills) < args.kills:
-            before, delay = _newest(broken), rng.uniform(args.min_delay, args.max_delay)
-            first, reached, final = _life(_command(args, data, broken), env, delay)
+            before = _newest(broken)
+            first, reached, final, why = _life(
+                _command(args, data, broken), env, _moment(args, rng)
+            )
             if final is not None:
                 print(f"the run finished after {len(kills)} kills", flush=True)
                 break
-            kill = Kill(before, first, reached, _newest(broken), len(_candidates(broken)), delay)
+            kill = Kill(before, first, reached, _newest(broken), len(_candidates(broken)), why)
             kills.append(kill)
             print(json.dumps({"kill": len(kills), **asdict(kill), "lost": kill.lost}), flush=True)
         if final is None:
