@@ -101,7 +101,9 @@ def _command(args: argparse.Namespace, data: Path, checkpoints: Path) -> list[st
     command += ["--checkpoint-dir", str(checkpoints), "--resume", "--json", "--json-progress"]
     if args.steps is not None:
         rest = args.steps - max(_newest(checkpoints), 0) if args.form == "rest" else args.steps
-        command += ["--steps", str(rest)]
+        # No rest left (killed after its last save, before its verdict): --steps 0 is
+        # refused, so a user asks the plain resume, which finishes a cut-short run.
+        command += ["--steps", str(rest)] if rest > 0 else []
     if args.checkpoint_steps is not None:
         command += ["--checkpoint-steps", str(args.checkpoint_steps)]
     for option in args.option:
