@@ -23,6 +23,10 @@ For each kill it records:
   the newest checkpoint before it (a life killed before its first step proves nothing);
 - the candidate folders on disk.
 
+A life killed after its candidate's verdict was written (in its last second, after its
+gate) had ended the job: the loop stops there and takes that candidate's checkpoint as
+the end (another forced ``--steps N`` would train N more, on top of the served model).
+
 After the kills, one more life runs to its end, and an unbroken run of the same request
 in a fresh folder is compared with it: final step, checkpoint name, the last and the
 served weights bit for bit::
@@ -194,6 +198,18 @@ def _life(
     return (steps[0] if steps else None), (steps[-1] if steps else -1), None, why
 
 
+def _judged(checkpoints: Path) -> dict[str, Any] | None:
+    """The job's end when its candidate (the newest) has its verdict, as a result would
+    say it (its newest checkpoint, the gate's outcome); None while it has none. Another
+    forced ``--steps N`` would then train N more, on top of the served model."""
+    candidates = _candidates(checkpoints)
+    if not candidates or not (candidates[-1] / "verdict.json").is_file():
+        return None
+    verdict = json.loads((candidates[-1] / "verdict.json").read_text())
+    newest = _files(candidates[-1])[-1]
+    return {"checkpoint": str(newest), "gate": {"outcome": verdict.get("outcome")}}
+
+
 def _finish(command: list[str], env: dict[str, str]) -> dict[str, Any]:
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -258,6 +274,10 @@ def main() -> None:
             kill = Kill(before, first, reached, _newest(broken), len(_candidates(broken)), why)
             kills.append(kill)
             print(json.dumps({"kill": len(kills), **asdict(kill), "lost": kill.lost}), flush=True)
+            final = _judged(broken)
+            if final is not None:  # killed after its verdict: the job had ended
+                print(f"the job had ended when kill {len(kills)} came (its verdict written)")
+                break
         if final is None:
             final = _finish(_command(args, data, broken), env)
         whole = _finish(_command(args, data, work / "whole"), env)
