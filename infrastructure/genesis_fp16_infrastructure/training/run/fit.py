@@ -176,6 +176,7 @@ def _fit(
     # end-of-run save) is saved again, complete: its record no longer says under way.
     saved = position.saved_run
     closes = options.finishes and isinstance(saved, Mapping) and saved.get("complete") is False
+    closes = closes and not stopped  # stopped before a step: nothing to say more
     checkpoint = resumed_from if steps_run == 0 and not closes else None
     position.run["complete"] = not stopped  # reached its target, or early stopping ended it
     # A failed run writes no end-of-run checkpoint: its state is the last one that learned.
