@@ -46,6 +46,7 @@ from genesis_fp16_infrastructure.training.run.loop import (
     run_iterations,
     run_steps,
     run_targets,
+    unsaved_end,
 )
 from genesis_fp16_infrastructure.training.run.task import (
     FitOptions,
@@ -172,12 +173,7 @@ def _fit(
     model, policy = trainer.model, trainer.policy
     steps_run = trainer.step_count - first_step
 
-    # A run finished with no step (it had ended at its own target, killed before its
-    # end-of-run save) is saved again, complete: its record no longer says under way.
-    saved = position.saved_run
-    closes = options.finishes and isinstance(saved, Mapping) and saved.get("complete") is False
-    closes = closes and not stopped  # stopped before a step: nothing to say more
-    checkpoint = resumed_from if steps_run == 0 and not closes else None
+    checkpoint = unsaved_end(resumed_from, steps_run, options, position, stopped)
     position.run["complete"] = not stopped  # reached its target, or early stopping ended it
     # A failed run writes no end-of-run checkpoint: its state is the last one that learned.
     if manager is not None and checkpoint is None and failure is None:

@@ -249,6 +249,20 @@ def ended_here(run: object, folder: str | None, step: int, epoch: int) -> bool:
     return run.get("complete") is True or own.reached(step, epoch)
 
 
+def unsaved_end(
+    resumed: Path | None, steps_run: int, options: FitOptions, position: Position, stopped: bool
+) -> Path | None:
+    """The run's end when it trained no step: the checkpoint it resumed (``resumed``), as
+    it is; None when the run must save its end (it trained, or it finished one that had
+    ended at its own target, killed before its end-of-run save: saved again, complete,
+    its record no longer says under way)."""
+    if steps_run > 0:
+        return None
+    saved = position.saved_run
+    closes = options.finishes and isinstance(saved, Mapping) and saved.get("complete") is False
+    return None if closes and not stopped else resumed
+
+
 def interrupted(run: object, options: FitOptions) -> TypeGuard[Mapping[str, Any]]:
     """Whether ``run``, a checkpoint's run record, is one of an interrupted run (killed, or
     stopped by a signal) asked for the same budget as ``options``: the same job."""
