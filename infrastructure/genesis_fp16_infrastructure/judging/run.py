@@ -196,8 +196,9 @@ def _ranked(
                 _broadcast(("refused", f"{type(exc).__name__}: {exc}"))
             raise
     kind, value = _broadcast(None)
-    if kind == "train":
-        return plugin.train(replace(request, checkpoint_dir=Path(value)))
+    if kind == "train":  # every rank to the same target: rank 0's folder and finishes
+        folder, finishes = value
+        return plugin.train(replace(request, checkpoint_dir=Path(folder), finishes=finishes))
     if kind == "done":
         return TrainResult.from_json(value)
     raise TrainRequestError(f"{request.agent}: rank 0 refused the run: {value}")
@@ -242,14 +243,17 @@ def _judged_run(
             if tell is not None:
                 tell(("done", done.to_json()))
             return done
+    # A continued candidate that had ended (killed after its last save, before its
+    # verdict) is judged as it is: its run trains no step more (RunSpec.finishes).
+    finishes = candidate is not None or None
     if candidate is None:
         candidate = new_candidate(Path(request.checkpoint_dir), meta)
         if served.checkpoint is not None and request.resume:  # the resume continues the served
             copy_checkpoint(served.checkpoint, candidate)
     before = time.monotonic() - started  # the served model scored and watched
     if tell is not None:
-        tell(("train", str(candidate)))
-    result = plugin.train(replace(request, checkpoint_dir=candidate))
+        tell(("train", (str(candidate), finishes)))
+    result = plugin.train(replace(request, checkpoint_dir=candidate, finishes=finishes))
     gate = _judge(request, served, candidate, result)
     return replace(
         result,

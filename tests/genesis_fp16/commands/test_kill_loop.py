@@ -243,3 +243,56 @@ def test_kills_at_random_moments_leave_no_candidate_unfinished_nor_past_the_boun
     unfinished = [c.name for c in candidates if not (c / "verdict.json").is_file()]
     assert unfinished == []
     assert len(candidates) <= 1 + 5, [c.name for c in candidates]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("form", ["same-budget", "plain"])
+def test_a_job_killed_after_its_last_save_is_judged_as_it_is(
+    tmp_path: Path, data: Path, form: str
+) -> None:
+    """Issue 93: SIGKILLed after its end-of-run save, before its verdict (in its evaluation
+    or its gate), a job has ended; its next life, with the same budget (``--resume --steps
+    N``) or a plain ``train`` (not forced, as the daemon's), trains no step and judges it:
+    one candidate, ending at step N, bitwise equal to an unbroken run (before: the same
+    budget trained N steps more, and the plain one removed the finished checkpoint as a
+    served model's copy and trained a new model from scratch)."""
+    target = 20  # not a multiple of EVERY: the end-of-run save is the one at the target
+    env = _env(tmp_path)
+    budget = ("--steps", str(target))
+    whole = subprocess.run(
+        _train_command(data, tmp_path / "whole", budget), env=env, capture_output=True, text=True
+    )
+    assert whole.returncode == 0, whole.stderr
+    reference = json.loads(whole.stdout.strip().splitlines()[-1])
+
+    broken = tmp_path / "broken"
+    child = subprocess.Popen(
+        _train_command(data, broken, budget),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 240
+    while _newest_step(broken) < target and time.monotonic() < deadline:
+        assert child.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.01)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    (candidate,) = _candidates(broken)
+    assert not (candidate / "verdict.json").exists(), "killed too late: it has its verdict"
+
+    command = _train_command(data, broken, budget if form == "same-budget" else ())
+    if form == "plain":
+        command.remove("--resume")
+    final = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert final.returncode == 0, final.stderr
+    result = json.loads(final.stdout.strip().splitlines()[-1])
+    assert result["steps"] == 0
+    assert _candidates(broken) == [candidate] and (candidate / "verdict.json").is_file()
+    assert Path(result["checkpoint"]).name == f"ckpt-{target:010d}.pt"
+    last, served = _weights(Path(result["checkpoint"]))
+    last_ref, served_ref = _weights(Path(reference["checkpoint"]))
+    for name in last_ref:
+        assert torch.equal(last[name], last_ref[name]), name
+        assert torch.equal(served[name], served_ref[name]), name

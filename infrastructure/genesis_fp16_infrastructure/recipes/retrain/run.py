@@ -242,7 +242,9 @@ def _served_copy(
     trains afresh (its encoder fitted on the current records): the copy is removed, so
     that it is never offered as the candidate. A newest checkpoint of a run cut short
     (its run record not complete: the candidate's own, which the judged run continues,
-    judging.unfinished) is never a copy: it is resumed, forced or not."""
+    judging.unfinished) is never a copy: it is resumed, forced or not; nor is one its run
+    wrote at its end in this folder (``request.finishes``: killed before its verdict),
+    which the run then judges as it is."""
     newest = newest_checkpoint(candidate)
     if newest is None or (rank_and_world()[0] != 0 and not request.forced):
         return None, None, None  # torchrun: rank 0 alone removes the copy (and reports drift)
@@ -252,7 +254,8 @@ def _served_copy(
     except (CheckpointError, ValueError, OSError) as exc:
         raise TrainRequestError(f"checkpoint {str(newest)!r} unusable: {exc}") from None
     run = loaded.state.get(keys.RUN)
-    if request.forced or (isinstance(run, Mapping) and run.get("complete") is False):
+    own = request.finishes and isinstance(run, Mapping) and run.get("folder") == candidate.name
+    if request.forced or own or (isinstance(run, Mapping) and run.get("complete") is False):
         return state, state, loaded
     CheckpointManager(candidate).remove(newest)  # a copy: the served model's own files stay
     return state, None, None

@@ -46,6 +46,7 @@ from genesis_fp16_infrastructure.training.run.loop import (
     run_iterations,
     run_steps,
     run_targets,
+    unsaved_end,
 )
 from genesis_fp16_infrastructure.training.run.task import (
     FitOptions,
@@ -172,7 +173,7 @@ def _fit(
     model, policy = trainer.model, trainer.policy
     steps_run = trainer.step_count - first_step
 
-    checkpoint = resumed_from if steps_run == 0 else None
+    checkpoint = unsaved_end(resumed_from, steps_run, options, position, stopped)
     position.run["complete"] = not stopped  # reached its target, or early stopping ended it
     # A failed run writes no end-of-run checkpoint: its state is the last one that learned.
     if manager is not None and checkpoint is None and failure is None:

@@ -199,13 +199,21 @@ class Targets:
 def run_targets(options: FitOptions, first_step: int, position: Position) -> Targets:
     """Where this run stops: its budget counted from here, or, when the checkpoint it
     resumes was written by an interrupted run asked for the same budget (killed, or
-    stopped by a signal), that run's own target, so a kill costs nothing but time."""
+    stopped by a signal), that run's own target, so a kill costs nothing but time; or
+    here, when this run finishes one that had ended (``options.finishes``)."""
     targets = Targets(
         first_step + options.steps if options.steps is not None else None,
         position.epoch + options.epochs if options.epochs is not None else None,
     )
+    folder = None if options.checkpoint_dir is None else Path(options.checkpoint_dir).name
     saved = position.saved_run  # None: nothing resumed
-    if saved is not None and interrupted(saved, options):
+    if options.finishes and ended_here(saved, folder, first_step, position.epoch):
+        # Killed after its end-of-run save (or its last periodic one, at its target) and
+        # before its verdict: its budget is spent, so it is judged as it is. Trained
+        # again, the job would end a whole budget past where an unbroken one ends.
+        targets = Targets(first_step, None)
+        logger.info("the run continued had ended at step %d: it trains no step more", first_step)
+    elif saved is not None and interrupted(saved, options):
         own = Targets(saved.get("target_step"), saved.get("target_epoch"))
         # Reached where it was saved: killed after its last periodic save, before its
         # end-of-run one. It ended in all but its record, so this run trains its own budget
@@ -223,8 +231,36 @@ def run_targets(options: FitOptions, first_step: int, position: Position) -> Tar
         "target_step": targets.step,
         "target_epoch": targets.epoch,
         "complete": False,
+        # The folder it trains in, by name (a candidate's id): a checkpoint copied into
+        # another folder (the served model, which a new candidate continues) is not its own.
+        "folder": folder,
     }
     return targets
+
+
+def ended_here(run: object, folder: str | None, step: int, epoch: int) -> bool:
+    """Whether ``run``, the run record of a checkpoint resumed at ``step`` and ``epoch``,
+    is one of a run that trained in ``folder`` (not a copy from elsewhere) and had ended:
+    complete, or at its own target (killed between its last periodic save and its
+    end-of-run one)."""
+    if not isinstance(run, Mapping) or folder is None or run.get("folder") != folder:
+        return False
+    own = Targets(run.get("target_step"), run.get("target_epoch"))
+    return run.get("complete") is True or own.reached(step, epoch)
+
+
+def unsaved_end(
+    resumed: Path | None, steps_run: int, options: FitOptions, position: Position, stopped: bool
+) -> Path | None:
+    """The run's end when it trained no step: the checkpoint it resumed (``resumed``), as
+    it is; None when the run must save its end (it trained, or it finished one that had
+    ended at its own target, killed before its end-of-run save: saved again, complete,
+    its record no longer says under way)."""
+    if steps_run > 0:
+        return None
+    saved = position.saved_run
+    closes = options.finishes and isinstance(saved, Mapping) and saved.get("complete") is False
+    return None if closes and not stopped else resumed
 
 
 def interrupted(run: object, options: FitOptions) -> TypeGuard[Mapping[str, Any]]:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from genesis_fp16_infrastructure.config_bounds import bounded
+from genesis_fp16_infrastructure.record_codec import OMIT_NONE
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     GuardConfig,
     PrecisionName,
@@ -49,6 +50,11 @@ class RunSpec(StepSpec):
     - ``steps`` / ``epochs``: the budget of this run (optimizer steps, skipped ones
       included; epoch ends), whichever ends first.
     - ``resume``: continue from the newest valid checkpoint.
+    - ``finishes``: this run finishes a run cut short in the same checkpoint folder (the
+      judged run sets it on the candidate it continues: judging.unfinished). A newest
+      checkpoint that run wrote there at its end, or at its own target, killed before its
+      verdict, trains no further step, whatever the budget: it is judged as it is. False
+      or None: with ``resume``, ``steps`` go on top of a finished run's checkpoint.
     - ``checkpoint_steps``: a periodic checkpoint every this many steps (None: by the
       clock alone when ``checkpoint_seconds`` applies; else a tenth of ``steps`` when
       given, else each validation of early stopping); ``checkpoint_seconds``: at least
@@ -72,6 +78,9 @@ class RunSpec(StepSpec):
     epochs: int | None = bounded(None, ge=0)
     seed: int = 0
     resume: bool = True
+    # Set only in the process that trains, by its judged run: left out of a request's JSON
+    # while None (not set: False), so a run file reads and writes as older daemons wrote it.
+    finishes: bool | None = field(default=None, metadata={OMIT_NONE: True})
     checkpoint_steps: int | None = bounded(None, ge=1)
     checkpoint_seconds: float | None = bounded(60.0, gt=0.0)  # None: no time bound
     guard: GuardConfig | None = None

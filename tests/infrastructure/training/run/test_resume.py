@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16_infrastructure.training import (
+    CheckpointManager,
     FitOptions,
     FitResult,
     ScalerConfig,
@@ -23,6 +25,7 @@ from genesis_fp16_infrastructure.training import (
     fit,
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 
 Batch = tuple[int, int, torch.Tensor, torch.Tensor]
 
@@ -182,3 +185,38 @@ def test_resume_falls_back_past_a_torn_newest_checkpoint_and_stays_exact(
     assert resumed.resumed_from == tmp_path / "b" / "ckpt-0000000003.pt"
     assert any(interrupted.checkpoint.name in r.getMessage() for r in caplog.records)
     _assert_identical(straight, resumed)
+
+
+def _ended_at_its_target_unsaved(checkpoint: Path) -> None:
+    """``checkpoint`` as a kill between its run's last periodic save (at the target) and
+    its end-of-run save leaves it: its run record still under way."""
+    state = load_checkpoint(checkpoint)
+    state[keys.RUN] = {**state[keys.RUN], "complete": False}
+    CheckpointManager(checkpoint.parent).save(state)
+
+
+@pytest.mark.parametrize("saved", ["complete", "at its target"])
+def test_a_run_that_finishes_one_that_had_ended_trains_no_step(tmp_path: Path, saved: str) -> None:
+    """Issue 93: a job killed after its last save and before its verdict has ended; the
+    run that finishes it (``finishes``: the judged run's unfinished candidate) trains no
+    step, whatever its budget, and ends where an unbroken job does, its record complete
+    (before: it trained a whole budget more, and a killed 6,000-step job ended past it).
+    Without ``finishes`` the steps go on top, as a forced run's; and a checkpoint copied
+    from another folder (the served model in a new candidate) is not one that ended there."""
+    straight = fit(DropoutTask(False, True), _options("fp32", 6, tmp_path / "a"))
+    job = fit(DropoutTask(False, True), _options("fp32", 6, tmp_path / "b", checkpoint_steps=3))
+    assert job.checkpoint is not None
+    if saved == "at its target":
+        _ended_at_its_target_unsaved(job.checkpoint)
+    copy = tmp_path / "c"
+    shutil.copytree(tmp_path / "b", copy)
+
+    finished = fit(DropoutTask(False, True), _options("fp32", 4, tmp_path / "b", finishes=True))
+    assert finished.steps_run == 0 and finished.checkpoint == job.checkpoint
+    assert load_checkpoint(job.checkpoint)[keys.RUN]["complete"] is True
+    _assert_identical(straight, finished)
+
+    on_top = fit(DropoutTask(False, True), _options("fp32", 4, copy, finishes=True))
+    assert on_top.steps_run == 4 and on_top.summary.step == 10
+    more = fit(DropoutTask(False, True), _options("fp32", 6, tmp_path / "b"))
+    assert more.steps_run == 6 and more.summary.step == 12

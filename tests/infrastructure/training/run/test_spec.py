@@ -43,6 +43,7 @@ NON_DEFAULT = {
     "epochs": 3,
     "seed": 11,
     "resume": False,
+    "finishes": True,
     "checkpoint_steps": 9,
     "checkpoint_seconds": 2.5,
     "log_interval": 4,
