@@ -295,7 +295,8 @@ def _fresh(
     order = np.argsort(keys)  # both sides by key: the searches run in order (cache-friendly)
     kept_sorted = kept.key[kept.order]
     at, same = _search(kept_sorted, kept.order, keys, order)
-    old_same = _search(keys[order], order, kept.key, kept.order)[1]
+    old_same = np.zeros(len(kept.key), np.bool_)  # keys are distinct: a match is one record
+    old_same[at[same]] = True
     if (np.diff(at[same]) <= 0).any():  # unchanged records in another order
         return None
     counts = np.diff(columns.parent_start)
