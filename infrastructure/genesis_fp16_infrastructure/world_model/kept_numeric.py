@@ -150,7 +150,8 @@ class KeptNumeric:
             # its rows as they lie in the file, mapped copy-on-write, no copy made.
             self.reused += len(asked)
             return torch.from_numpy(kept.numeric)
-        fresh = _fresh(columns, slots, keys, kept) if kept is not None else None
+        order = np.argsort(keys)  # the file's order column, and _fresh's searches
+        fresh = _fresh(columns, slots, keys, order, kept) if kept is not None else None
         out = np.empty((len(asked), _WIDTH), dtype=np.float64)
         found = np.zeros(len(asked), np.bool_)
         if kept is not None and fresh is not None:
@@ -160,8 +161,8 @@ class KeptNumeric:
             place[kept.labelled] = np.arange(len(kept.labelled))
             row = place[at[asked]]
             found = usable[asked] & (row >= 0)
-            hit = np.flatnonzero(found)
-            out[hit] = np.take(kept.numeric, row[hit], axis=0)
+            if found.any():  # one gather of the pool's rows (the rest overwritten below)
+                out = np.take(kept.numeric, np.where(found, row, 0), axis=0)
         need = np.flatnonzero(~found)
         depth = None
         if len(need):
@@ -171,7 +172,7 @@ class KeptNumeric:
         self.reused += len(asked) - len(need)
         self.computed += len(need)
         if whole and (len(need) or kept is None):
-            self._write(columns, slots, keys, out, depth)
+            self._write(columns, slots, keys, order, out, depth)
         return torch.from_numpy(out)
 
     def _read(self, records: int, parents: int) -> Kept | None:
@@ -202,12 +203,13 @@ class KeptNumeric:
         columns: PoolColumns,
         slots: np.ndarray,
         keys: np.ndarray,
+        order: np.ndarray,
         numeric: np.ndarray,
         depth: np.ndarray | None,
     ) -> None:
         arrays = {
             "key": keys,
-            "order": np.argsort(keys),
+            "order": order,
             "id_hash": columns.id_hash,
             "parent_start": columns.parent_start,
             "parent_hash": slots,
@@ -287,12 +289,12 @@ def _unchanged(columns: PoolColumns, keys: np.ndarray, kept: Kept) -> bool:
 
 
 def _fresh(
-    columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, kept: Kept
+    columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, order: np.ndarray, kept: Kept
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Per pool record, its kept record's index (where ``keys`` match) and whether that
     record's row still holds (module docstring); None when none does (the unchanged
     records in another order)."""
-    order = np.argsort(keys)  # both sides by key: the searches run in order (cache-friendly)
+    # Both sides by key (``order``: keys'): the searches run in order (cache-friendly).
     kept_sorted = kept.key[kept.order]
     at, same = _search(kept_sorted, kept.order, keys, order)
     old_same = np.zeros(len(kept.key), np.bool_)  # keys are distinct: a match is one record
