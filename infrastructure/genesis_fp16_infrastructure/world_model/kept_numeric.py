@@ -303,7 +303,7 @@ def _fresh(
         return None
     counts = np.diff(columns.parent_start)
     owner = np.repeat(np.arange(len(keys)), counts)
-    by_parent = np.argsort(slots, kind="stable")
+    by_parent = np.argsort(slots)  # children as sets: a stable sort took ~10x longer
     named = slots[by_parent]  # each parent named, sorted: its children by a search
 
     def children(ids: np.ndarray) -> np.ndarray:
