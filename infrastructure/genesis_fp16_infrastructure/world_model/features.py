@@ -45,6 +45,7 @@ from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
 from genesis_fp16_infrastructure.data.schema import OPERATORS, AttemptInput
 from genesis_fp16_infrastructure.world_model.lineage_columns import (
+    PoolIndex,
     columns_index,
     lineage_columns,
     lineage_rows,
@@ -302,11 +303,14 @@ def numeric_columns(attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.T
     return out
 
 
-def numeric_rows(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor:
+def numeric_rows(
+    columns: PoolColumns, rows: np.ndarray, index: PoolIndex | None = None
+) -> torch.Tensor:
     """:func:`numeric_columns` of the pool's own records ``rows``, from a read's columns
     (``data.pool_columns``): the same numbers, bit for bit, without an object per
-    record."""
-    index = columns_index(columns)
+    record. ``index``: the columns' (``columns_index``, or a ``rows_index`` of ``rows``),
+    built here when not given."""
+    index = columns_index(columns) if index is None else index
     out = np.empty((len(rows), len(NUMERIC_FEATURES)), dtype=np.float64)
     # LINEAGE_ROWS at a time: each record's numbers are its own, and a million records'
     # temporary index arrays at once held ~400 MB more at the run's peak.

@@ -25,6 +25,13 @@ rows from it:
   siblings). Everything else reads what it read before. A pool whose unchanged records
   come in another order (files read in another order: a sibling mean adds in that
   order) is worked out whole.
+* **Worked out from what they need.** The records worked out read the pool's columns,
+  but not a whole pool's lineage index: the file keeps every record's depth too, so
+  :func:`~.lineage_columns.rows_index` takes the depths of the records whose rows hold
+  (their ancestors unchanged), works out the rest from their parents, and lists the
+  children of the worked-out records' parents alone. A pool whose parent links loop
+  keeps no depths (the loop rule's depths are the whole pool's): the next run builds
+  the whole index, as it does when new records make a loop.
 * **Checked where it is used.** The file is ``data.pool_file``'s columns file: opened
   without following a link or blocking on a FIFO, no larger than the current pool can
   make it (:func:`_size_bound`), its header and each column by a CRC-32 on every read,
@@ -47,6 +54,7 @@ import msgspec
 import numpy as np
 import torch
 
+from genesis_fp16_infrastructure.data.lineage import MAX_DEPTH
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.pool_file import (
     Layout,
@@ -58,12 +66,17 @@ from genesis_fp16_infrastructure.data.record_cache import CACHE_VERSION
 from genesis_fp16_infrastructure.data.schema import id_digest, record_id_hashes
 from genesis_fp16_infrastructure.world_model import features
 from genesis_fp16_infrastructure.world_model.features import ENCODER_VERSION, NUMERIC_FEATURES
-from genesis_fp16_infrastructure.world_model.lineage_columns import ranges
+from genesis_fp16_infrastructure.world_model.lineage_columns import (
+    PoolIndex,
+    columns_index,
+    ranges,
+    rows_index,
+)
 
 logger = logging.getLogger(__name__)
 
 # Bump when a numeric feature, or what it reads of the records around one, changes.
-NUMERIC_VERSION = f"1.e{ENCODER_VERSION}.{CACHE_VERSION}"
+NUMERIC_VERSION = f"2.e{ENCODER_VERSION}.{CACHE_VERSION}"
 _WIDTH = len(NUMERIC_FEATURES)
 _DTYPES = {
     "key": "<u8",  # per pool record: its content key
@@ -73,6 +86,7 @@ _DTYPES = {
     "parent_hash": "<i8",  # per parent named: its id's hash
     "labelled": "<i8",  # the labelled rows, in pool order
     "numeric": "<f8",  # (labelled, NUMERIC_FEATURES)
+    "depth": "<i8",  # per pool record (lineage_columns' depth); none when the lineage loops
 }
 _FIXED = 64 * 2**10
 _MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -93,6 +107,7 @@ class Kept(NamedTuple):
     parent_hash: np.ndarray
     labelled: np.ndarray
     numeric: np.ndarray
+    depth: np.ndarray
 
 
 class KeptNumeric:
@@ -135,7 +150,8 @@ class KeptNumeric:
             # its rows as they lie in the file, mapped copy-on-write, no copy made.
             self.reused += len(asked)
             return torch.from_numpy(kept.numeric)
-        fresh = _fresh(columns, slots, keys, kept) if kept is not None else None
+        order = np.argsort(keys)  # the file's order column, and _fresh's searches
+        fresh = _fresh(columns, slots, keys, order, kept) if kept is not None else None
         out = np.empty((len(asked), _WIDTH), dtype=np.float64)
         found = np.zeros(len(asked), np.bool_)
         if kept is not None and fresh is not None:
@@ -145,15 +161,18 @@ class KeptNumeric:
             place[kept.labelled] = np.arange(len(kept.labelled))
             row = place[at[asked]]
             found = usable[asked] & (row >= 0)
-            hit = np.flatnonzero(found)
-            out[hit] = np.take(kept.numeric, row[hit], axis=0)
+            if found.any():  # one gather of the pool's rows (the rest overwritten below)
+                out = np.take(kept.numeric, np.where(found, row, 0), axis=0)
         need = np.flatnonzero(~found)
+        depth = None
         if len(need):
-            out[need] = features.numeric_rows(columns, asked[need]).numpy()
+            index = _index(columns, asked[need], kept, fresh)
+            out[need] = features.numeric_rows(columns, asked[need], index).numpy()
+            depth = None if index.looped else index.depth
         self.reused += len(asked) - len(need)
         self.computed += len(need)
         if whole and (len(need) or kept is None):
-            self._write(columns, slots, keys, out)
+            self._write(columns, slots, keys, order, out, depth)
         return torch.from_numpy(out)
 
     def _read(self, records: int, parents: int) -> Kept | None:
@@ -180,16 +199,23 @@ class KeptNumeric:
         return kept
 
     def _write(
-        self, columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, numeric: np.ndarray
+        self,
+        columns: PoolColumns,
+        slots: np.ndarray,
+        keys: np.ndarray,
+        order: np.ndarray,
+        numeric: np.ndarray,
+        depth: np.ndarray | None,
     ) -> None:
         arrays = {
             "key": keys,
-            "order": np.argsort(keys),
+            "order": order,
             "id_hash": columns.id_hash,
             "parent_start": columns.parent_start,
             "parent_hash": slots,
             "labelled": columns.labelled,
             "numeric": numeric,
+            "depth": np.zeros(0, np.int64) if depth is None else depth,
         }
         arrays = {k: np.ascontiguousarray(a, _DTYPES[k]) for k, a in arrays.items()}
 
@@ -263,20 +289,21 @@ def _unchanged(columns: PoolColumns, keys: np.ndarray, kept: Kept) -> bool:
 
 
 def _fresh(
-    columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, kept: Kept
+    columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, order: np.ndarray, kept: Kept
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Per pool record, its kept record's index (where ``keys`` match) and whether that
     record's row still holds (module docstring); None when none does (the unchanged
     records in another order)."""
-    order = np.argsort(keys)  # both sides by key: the searches run in order (cache-friendly)
+    # Both sides by key (``order``: keys'): the searches run in order (cache-friendly).
     kept_sorted = kept.key[kept.order]
     at, same = _search(kept_sorted, kept.order, keys, order)
-    old_same = _search(keys[order], order, kept.key, kept.order)[1]
+    old_same = np.zeros(len(kept.key), np.bool_)  # keys are distinct: a match is one record
+    old_same[at[same]] = True
     if (np.diff(at[same]) <= 0).any():  # unchanged records in another order
         return None
     counts = np.diff(columns.parent_start)
     owner = np.repeat(np.arange(len(keys)), counts)
-    by_parent = np.argsort(slots, kind="stable")
+    by_parent = np.argsort(slots)  # children as sets: a stable sort took ~10x longer
     named = slots[by_parent]  # each parent named, sorted: its children by a search
 
     def children(ids: np.ndarray) -> np.ndarray:
@@ -299,6 +326,26 @@ def _fresh(
     return at, ~reached
 
 
+def _index(
+    columns: PoolColumns,
+    rows: np.ndarray,
+    kept: Kept | None,
+    fresh: tuple[np.ndarray, np.ndarray] | None,
+) -> PoolIndex:
+    """The lineage index to work out ``rows`` with: built for those rows alone, the depths
+    of the records whose rows still hold taken from the file (their ancestors are
+    unchanged: a changed record's descendants are worked out again), when the file has
+    them; else the whole pool's."""
+    if kept is not None and fresh is not None and len(kept.depth) == len(kept.key):
+        at, usable = fresh
+        depth = np.full(len(columns), -1, np.int64)
+        depth[usable] = kept.depth[at[usable]]
+        index = rows_index(columns, rows, depth)
+        if index is not None:
+            return index
+    return columns_index(columns)
+
+
 def _search(
     ranked: np.ndarray, rank_order: np.ndarray, values: np.ndarray, value_order: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -319,7 +366,7 @@ def _size_bound(records: int, parents: int) -> int:
     """The most bytes a kept file for a pool of about ``records`` records naming
     ``parents`` parents can hold: twice that pool's columns (a pool may shrink by half
     between runs and still be read), and the header."""
-    per_record = 3 * 8 + 8 + _WIDTH * 8  # key, id hash, parents' start; labelled row; rows
+    per_record = 4 * 8 + 8 + _WIDTH * 8  # key, id hash, parents' start, depth; labelled; rows
     return 2 * (records * per_record + parents * 8) + _FIXED
 
 
@@ -328,6 +375,10 @@ def _check(kept: Kept) -> None:
     n = len(kept.key)
     if len(kept.id_hash) != n or len(kept.parent_start) != n + 1:
         raise ValueError("kept columns of other lengths than the pool's")
+    if len(kept.depth) not in (0, n):
+        raise ValueError("kept depths of another length than the pool's")
+    if len(kept.depth) and (kept.depth.min() < 0 or kept.depth.max() > MAX_DEPTH):
+        raise ValueError("kept depths out of range")
     if kept.numeric.shape != (len(kept.labelled), _WIDTH):
         raise ValueError("kept numeric rows of another shape than the labelled records'")
     start = kept.parent_start

@@ -19,6 +19,10 @@ the same numbers, bit for bit, from index arrays:
 * attempts whose sibling candidates would be too many to hold at once are taken a part
   at a time (``MAX_SIBLING_PAIRS``), each attempt's numbers its own either way.
 
+A few of a read's own records (the new ones of a pool whose other records' numbers are
+kept: ``world_model.kept_numeric``) need no index of the whole pool: :func:`rows_index`
+lists their parents' children alone and works out only the depths it is not given.
+
 A few candidates against a large pool (the prediction API) index the whole pool once
 (1.8 s of process time on a million records; the walk's first call, which built every
 record's child list, took 1.7 s); later calls on the same pool reuse the index.
@@ -64,6 +68,7 @@ class PoolIndex:
     child_start: np.ndarray  # int64, size + 1: id i's children (pool order, once per
     children: np.ndarray  # naming) are children[child_start[i]:child_start[i + 1]]
     depth: np.ndarray  # int64 per record: 0 without parents in the pool, else 1 + deepest
+    looped: bool = False  # some record's depth came from the loop rule (:func:`_depths`)
 
 
 def pool_index(pool: Pool) -> PoolIndex:
@@ -96,19 +101,13 @@ def columns_index(columns: PoolColumns) -> PoolIndex:
     """The index of a read's columns (``data.pool_columns``): the same arrays as
     :func:`pool_index` of its pool, without the pool's objects; its rows are the
     columns' rows (``ids`` is left empty)."""
-    n = len(columns)
-    other = len(OPERATORS)
-    table = np.array(
-        [_OPERATOR_CODE.get(op, other) for op in columns.operator.values], dtype=np.int64
-    )
-    operator = table[columns.operator.codes] if n else np.zeros(0, np.int64)
     return _index(
         {},
-        n + len(columns.outside),
+        len(columns) + len(columns.outside),
         columns.score,
         columns.scored,
         columns.created,
-        operator,
+        _operator_codes(columns),
         np.diff(columns.parent_start),
         columns.parent,
     )
@@ -133,21 +132,89 @@ def _index(
     order = np.argsort(parents, kind="stable")  # each parent's children in pool order
     child_start = np.zeros(size + 1, np.int64)
     np.cumsum(np.bincount(parents, minlength=size), out=child_start[1:])
+    depth, looped = _depths(n, child, parents)
     return PoolIndex(
         ids, n, size, score, scored, created, operator, parent_start, parents, child_start,
-        child[order], _depths(n, child, parents),
+        child[order], depth, looped,
     )  # fmt: skip
 
 
-def _depths(n: int, child: np.ndarray, parent: np.ndarray) -> np.ndarray:
+def rows_index(columns: PoolColumns, rows: np.ndarray, depth: np.ndarray) -> PoolIndex | None:
+    """An index of a read's columns good for :func:`lineage_rows` of ``rows`` alone, built
+    in proportion to them rather than to the pool: the child lists of their parents only,
+    and the depths ``depth`` gives (int64 per record, -1 where unknown) with the unknown
+    ones worked out from their parents'. None when an unknown depth would come from the
+    loop rule (:func:`_depths`): the whole pool's index is then needed (:func:`columns_index`).
+    The known depths must be those :func:`columns_index` gives, from an index that did
+    not loop."""
+    n = len(columns)
+    full = _known_depths(columns.parent_start, columns.parent, depth)
+    if full is None:
+        return None
+    size = n + len(columns.outside)
+    start, parents = columns.parent_start, columns.parent
+    wanted = np.zeros(size, np.bool_)
+    wanted[parents[ranges(start[rows], start[rows + 1] - start[rows])]] = True
+    slot = np.flatnonzero(wanted[parents])  # each naming of a wanted parent, pool order
+    owner = np.searchsorted(start, slot, "right") - 1
+    named = parents[slot]
+    order = np.argsort(named, kind="stable")  # each parent's children in pool order
+    child_start = np.zeros(size + 1, np.int64)
+    np.cumsum(np.bincount(named, minlength=size), out=child_start[1:])
+    return PoolIndex(
+        {}, n, size, columns.score, columns.scored, columns.created, _operator_codes(columns),
+        start, parents, child_start, owner[order], full,
+    )  # fmt: skip
+
+
+def _operator_codes(columns: PoolColumns) -> np.ndarray:
+    """Each record's operator as its place in ``OPERATORS`` (``len(OPERATORS)``: another)."""
+    other = len(OPERATORS)
+    table = np.array(
+        [_OPERATOR_CODE.get(op, other) for op in columns.operator.values], dtype=np.int64
+    )
+    return table[columns.operator.codes] if len(columns) else np.zeros(0, np.int64)
+
+
+def _known_depths(start: np.ndarray, parents: np.ndarray, depth: np.ndarray) -> np.ndarray | None:
+    """``depth`` (-1 where unknown) with the unknown depths worked out from their parents'
+    (Kahn's order over the unknown records' parent links alone); None when some of them
+    are on a loop of parent links, or below one."""
+    n = len(depth)
+    unknown = np.flatnonzero(depth < 0)
+    counts = start[unknown + 1] - start[unknown]
+    child = np.repeat(unknown, counts)
+    parent = parents[ranges(start[unknown], counts)]
+    inside = parent < n
+    child, parent = child[inside], parent[inside]
+    out = depth.copy()
+    out[unknown] = 0
+    known = depth[parent] >= 0  # a capped parent's depth + 1, capped: as the uncapped one's
+    np.maximum.at(out, child[known], depth[parent[known]] + 1)
+    if _kahn(n, child[~known], parent[~known], out).any():
+        return None
+    return np.minimum(out, MAX_DEPTH)
+
+
+def _depths(n: int, child: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, bool]:
     """Each record's depth: the longest chain of parents inside the pool, capped at
-    ``MAX_DEPTH``. Records are taken a generation at a time, each once all its parents
-    are (Kahn's order), so the work is one visit per parent link. Those never reached
-    (on a loop of parent links, or below one) count their parents that are never reached
-    either as roots: 1 + the deepest of their other parents, at least 1."""
+    ``MAX_DEPTH``, and whether some record was never reached. Records are taken a
+    generation at a time, each once all its parents are (Kahn's order), so the work is
+    one visit per parent link. Those never reached (on a loop of parent links, or below
+    one) count their parents that are never reached either as roots: 1 + the deepest of
+    their other parents, at least 1."""
     inside = parent < n
     child, parent = child[inside], parent[inside]
     depth = np.zeros(n, np.int64)
+    waiting = _kahn(n, child, parent, depth)
+    depth[waiting > 0] = np.maximum(depth[waiting > 0], 1)
+    return np.minimum(depth, MAX_DEPTH), bool((waiting > 0).any())
+
+
+def _kahn(n: int, child: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """``depth`` raised in place along the links ``parent`` -> ``child`` (records of the
+    pool), each child once all its parents among the links are; each record's links never
+    taken (above 0: on a loop of them, or below one)."""
     waiting = np.bincount(child, minlength=n)  # parent links not yet taken, per record
     order = np.argsort(parent, kind="stable")
     kids = child[order]
@@ -164,8 +231,7 @@ def _depths(n: int, child: np.ndarray, parent: np.ndarray) -> np.ndarray:
         reached = reached[heads]
         waiting[reached] -= links
         ready = reached[waiting[reached] == 0]
-    depth[waiting > 0] = np.maximum(depth[waiting > 0], 1)
-    return np.minimum(depth, MAX_DEPTH)
+    return waiting
 
 
 def lineage_columns(attempts: Sequence[AttemptInput], pool: Pool) -> np.ndarray:

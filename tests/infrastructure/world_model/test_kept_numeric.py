@@ -22,6 +22,7 @@ from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.world_model import features
 from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
+from genesis_fp16_infrastructure.world_model.lineage_columns import PoolIndex
 
 BASE = generate_pool(300, seed=7)
 RECORDS: list[dict[str, Any]] = list(BASE["trajectories"].values())
@@ -47,9 +48,11 @@ def _worked_out(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
     calls: list[np.ndarray] = []
     real = features.numeric_rows
 
-    def counted(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor:
+    def counted(
+        columns: PoolColumns, rows: np.ndarray, index: PoolIndex | None = None
+    ) -> torch.Tensor:
         calls.append(np.array(rows))
-        return real(columns, rows)
+        return real(columns, rows, index)
 
     monkeypatch.setattr(features, "numeric_rows", counted)
     return calls
@@ -73,6 +76,7 @@ def _ids(columns: PoolColumns, rows: np.ndarray) -> set[str]:
     relabelled=st.sets(st.integers(0, len(RECORDS) - 1), max_size=6),
     reparented=st.lists(st.tuples(st.integers(0, 299), st.integers(0, 299)), max_size=4),
     new_first=st.booleans(),
+    earlier=st.sets(st.integers(0, len(RECORDS) - 1), max_size=6),
 )
 def test_kept_rows_are_the_worked_out_rows(
     held: set[int],
@@ -80,12 +84,14 @@ def test_kept_rows_are_the_worked_out_rows(
     relabelled: set[int],
     reparented: list[tuple[int, int]],
     new_first: bool,
+    earlier: set[int],
 ) -> None:
     """Whatever changed between two pools (records added, removed, relabelled, given
     other parents; the new file read before or after the old), the kept path's rows are
-    the very bits of working every record out."""
+    the very bits of working every record out; the first pool's file kept from an
+    earlier pool without the records ``earlier`` (its depths merged, not all worked out)."""
     records = copy.deepcopy(RECORDS)
-    old = [r for i, r in enumerate(records) if i not in held]
+    old = copy.deepcopy([r for i, r in enumerate(records) if i not in held])  # as before
     for i in relabelled:
         _relabel(records[i])
     for child, parent in reparented:
@@ -93,6 +99,10 @@ def test_kept_rows_are_the_worked_out_rows(
     kept_now = [r for i, r in enumerate(records) if i not in held and i not in removed]
     added = [records[i] for i in sorted(held - removed)]
     with tempfile.TemporaryDirectory() as tmp:
+        first = [r for i, r in enumerate(RECORDS) if i not in held | earlier]
+        KeptNumeric(Path(tmp) / "cache", "data").rows(
+            _columns(Path(tmp) / "data", {"b.json": first})
+        )
         kept = KeptNumeric(Path(tmp) / "cache", "data")
         before = _columns(Path(tmp) / "data", {"b.json": old})
         assert np.array_equal(
@@ -131,6 +141,71 @@ def test_only_new_records_and_their_siblings_are_worked_out(
     third = KeptNumeric(tmp_path / "cache", "data")
     third.rows(columns)
     assert calls == [] and third.computed == 0 and third.reused == len(columns.labelled)
+
+
+def test_new_records_build_a_lineage_index_of_their_own_not_the_pools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leaves added to a kept pool: their lineage numbers come from an index holding the
+    child lists of their parents alone and the kept depths, not from the whole pool's
+    index (a sort of every parent link and every depth worked out again)."""
+    named = {p for r in RECORDS for p in r["parent_trajectories"]}
+    leaves = [i for i, r in enumerate(RECORDS) if r["trajectory_id"] not in named][-10:]
+    old = [r for i, r in enumerate(RECORDS) if i not in leaves]
+    KeptNumeric(tmp_path / "cache", "data").rows(_columns(tmp_path / "data", {"a.json": old}))
+    columns = _columns(tmp_path / "data", {"a.json": old, "b.json": [RECORDS[i] for i in leaves]})
+    whole: list[int] = []
+    seen: list[tuple[PoolIndex, np.ndarray]] = []
+    real_whole, real_rows = features.columns_index, features.lineage_rows
+
+    def counted_whole(c: PoolColumns) -> PoolIndex:
+        whole.append(len(c))
+        return real_whole(c)
+
+    def counted_rows(index: PoolIndex, rows: np.ndarray) -> list[np.ndarray]:
+        seen.append((index, np.array(rows)))
+        return real_rows(index, rows)
+
+    monkeypatch.setattr(features, "columns_index", counted_whole)
+    monkeypatch.setattr(features, "lineage_rows", counted_rows)
+    got = KeptNumeric(tmp_path / "cache", "data").rows(columns)
+    monkeypatch.setattr(features, "columns_index", real_whole)
+    monkeypatch.setattr(features, "lineage_rows", real_rows)
+    assert whole == [] and len(seen) == 1
+    index, rows = seen[0]
+    parents = {p for named in columns.parent_ids(rows) for p in named}
+    namings = sum(p in parents for named in columns.parent_ids(np.arange(300)) for p in named)
+    assert len(index.children) == namings < len(columns.parent) // 4
+    assert np.array_equal(_bits(got), _bits(features.numeric_rows(columns, columns.labelled)))
+
+
+@pytest.mark.parametrize("where", ["kept", "new", "below"])
+def test_parent_loops_give_the_worked_out_rows(tmp_path: Path, where: str) -> None:
+    """Parent links that loop (in the kept pool, among the new records, or above new
+    records): the depths there follow the loop rule, so the whole pool's index is built,
+    and the rows are the very bits of working every record out, on the next read too."""
+    records = copy.deepcopy(RECORDS)
+    a, b, c, d = (records[i] for i in (20, 40, 60, 80))
+    if where == "new":  # c and d new, each the other's parent
+        c["parent_trajectories"], d["parent_trajectories"] = (
+            [d["trajectory_id"]],
+            [c["trajectory_id"]],
+        )
+    else:  # a and b kept, each the other's parent; "below": c and d new under them
+        a["parent_trajectories"], b["parent_trajectories"] = (
+            [b["trajectory_id"]],
+            [a["trajectory_id"]],
+        )
+        d["parent_trajectories"], c["parent_trajectories"] = (
+            [b["trajectory_id"]],
+            [d["trajectory_id"]],
+        )
+    new = {60, 80} if where != "kept" else set()
+    for held in (new | {10, 11}, {10, 11}, set()):  # kept; the new records; two more
+        pool = [r for i, r in enumerate(records) if i not in held]
+        columns = _columns(tmp_path / "data", {"a.json": pool})
+        got = KeptNumeric(tmp_path / "cache", "data").rows(columns)
+        assert np.array_equal(_bits(got), _bits(features.numeric_rows(columns, columns.labelled)))
 
 
 @pytest.mark.parametrize("change", ["relabelled", "edited"])

@@ -22,6 +22,7 @@ from genesis_fp16_infrastructure.training.run.fit import fit
 from genesis_fp16_infrastructure.training.run.task import FitOptions
 from genesis_fp16_infrastructure.world_model import features
 from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
+from genesis_fp16_infrastructure.world_model.lineage_columns import PoolIndex
 
 SEED = 5
 
@@ -58,9 +59,11 @@ def test_a_task_from_kept_rows_trains_the_same_model(
     asked: list[int] = []
     real = features.numeric_rows
 
-    def counted(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor:
+    def counted(
+        columns: PoolColumns, rows: np.ndarray, index: PoolIndex | None = None
+    ) -> torch.Tensor:
         asked.append(len(rows))
-        return real(columns, rows)
+        return real(columns, rows, index)
 
     monkeypatch.setattr(features, "numeric_rows", counted)
     kept = KeptNumeric(tmp_path / "cache", data_folder)
