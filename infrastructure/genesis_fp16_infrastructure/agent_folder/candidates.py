@@ -45,6 +45,7 @@ from genesis_fp16_infrastructure.agent_folder.files import last_write
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, DATA_MANIFEST, VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
+    Json,
     Outcome,
     ServedEntry,
     ServedPointer,
@@ -111,11 +112,13 @@ def read_meta(candidate: Path) -> CandidateMeta:
     return CandidateMeta() if found is None else found
 
 
-def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:
+def write_verdict(candidate: Path, verdict: Mapping[str, Json]) -> None:
     """A verdict no transition of the pointer carries (rejected, held, undecided), then a
     rejection's or hold's event (staged before it: ``outbox.verdict_announced``).
-    A promotion's and a rollback's go through the pointer (serve, rollback)."""
-    decided = stamped(verdict)
+    A promotion's and a rollback's go through the pointer (serve, rollback). ``verdict``:
+    the gate's report's JSON and what its writer adds (read as a :class:`Verdict`:
+    ``ValueError`` in one line when it is not one)."""
+    decided = stamped(Verdict.from_json(verdict)).to_json()
     with outbox.verdict_announced(candidate, decided):  # in the outbox before it is logged
         files.write_json(VERDICT.at(candidate), VERDICT, decided)
 
@@ -139,7 +142,7 @@ def candidate_entry(
         fingerprint=meta.fingerprint,
         records=meta.records,
         precision=judged.precision,
-        scores=judged.candidate or {},
+        scores=judged.candidate,
         trained_at=meta.created_at,
     )
 

@@ -381,7 +381,8 @@ def _rejudge_kept(request: TrainRequest, served: Served, digest: str) -> GateRep
             logger.warning("%s; not judged again", refusal)
             return None
         losses = losses_of(served.plugin, checkpoint, request, _judged_ids(held_out, served))
-        reported = _reported(verdict.candidate)  # its run's, as its first verdict kept it
+        kept = verdict.candidate  # its run's, as its first verdict kept it
+        reported = _reported(None if kept is None else kept.reported)
         scored = (candidate, checkpoint, held_out, losses)
         decided = _decide(request, served, scored, started, verdict.precision, digest, reported)
         return None if decided.outcome == Outcome.INCONCLUSIVE else decided
@@ -551,11 +552,9 @@ def _written(candidate: Path, report: GateReport, comparisons: list[Paired]) -> 
     return report
 
 
-def _reported(figures: Any) -> dict[str, float]:
-    """What a run's evaluation (or a kept verdict's scores) reports beside the losses: its
-    ``auc`` (se_darwin's), when a finite number."""
-    if isinstance(figures, Mapping) and "losses" in figures:  # a verdict's ScoresOn
-        figures = figures.get("reported")
+def _reported(figures: Mapping[str, float] | None) -> dict[str, float]:
+    """What a run's evaluation (or a kept verdict's ``reported`` scores) reports beside the
+    losses: its ``auc`` (se_darwin's), when a finite number."""
     value = finite(figures.get("auc")) if isinstance(figures, Mapping) else None
     return {} if value is None else {"auc": round(value, 6)}
 

@@ -202,5 +202,6 @@ def _other_options(served: Served, request: TrainRequest) -> bool:
     its candidate's meta says; a meta that does not say: the same): the run trains."""
     assert served.checkpoint is not None
     extra = read_meta(served.checkpoint.parent).extra
-    recorded = extra.get("options", (extra.get("request") or {}).get("options"))
+    asked = extra.get("request")
+    recorded = extra.get("options", asked.get("options") if isinstance(asked, Mapping) else None)
     return recorded is not None and recorded != request.recorded_options()

@@ -112,7 +112,10 @@ def test_an_old_folders_verdicts_and_metas_read_typed_and_whole(tmp_path: Path) 
         assert candidates.read_meta(candidate).continues == "c1"
     rolled = candidates.read_verdict(folder / "candidates" / "c2")
     assert (rolled.outcome, rolled.gate_outcome) == (Outcome.ROLLED_BACK, Outcome.PROMOTED)
-    assert rolled.live == ROLLED_BACK["live"] and rolled.extra["detail"] == "worse by 0.03"
+    # Figures too old for the watch's report: no figures, their JSON kept as read.
+    assert rolled.live is None and rolled.as_read["live"] == ROLLED_BACK["live"]
+    assert rolled.detail == "worse by 0.03"
+    assert rolled.candidate is not None and rolled.candidate.losses == {"loss": 0.4213}
     kept = candidates.read_verdict(folder / "candidates" / "c4")
     assert (kept.outcome, kept.records_needed) == (Outcome.INCONCLUSIVE, 1088)
     assert candidates.read_verdict(folder / "candidates" / "c5") == Verdict()
