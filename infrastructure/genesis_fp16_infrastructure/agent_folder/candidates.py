@@ -69,18 +69,21 @@ PRUNING_FOLDER = ".pruning"  # a candidate moved here (one rename) is removed, t
 MANIFEST_VERSION = 1
 
 
-def new_candidate(folder: Path, meta: Mapping[str, Any]) -> Path:
-    """A fresh candidate folder named by the UTC time and the data digest, with its meta."""
+def new_candidate(folder: Path, meta: CandidateMeta | Mapping[str, Json]) -> Path:
+    """A fresh candidate folder named by the UTC time and the data digest, with its meta
+    (the record, or its JSON: ``ValueError`` in one line when it is not one)."""
+    if not isinstance(meta, CandidateMeta):
+        meta = CandidateMeta.from_json(meta)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    digest = str(meta.get("fingerprint", ""))[:8] or "nodata"
+    digest = (meta.fingerprint or "")[:8] or "nodata"
     base = candidates_dir(folder) / f"{stamp}-{digest}"
     path, n = base, 1
     while path.exists():
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     path.mkdir(parents=True)
-    meta = {**meta, "id": path.name, "created_at": utc_now()}
-    files.write_json(CANDIDATE_META.at(path), CANDIDATE_META, meta)
+    named = msgspec.structs.replace(meta, id=path.name, created_at=utc_now())
+    files.write_json(CANDIDATE_META.at(path), CANDIDATE_META, named.to_json())
     return path
 
 

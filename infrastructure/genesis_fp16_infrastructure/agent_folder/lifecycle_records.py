@@ -392,14 +392,21 @@ class _Kept(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class CandidateMeta(_Kept):
-    """``candidate.json``: written when a candidate's training begins (its data and its
-    request are in ``extra``); ``continues``: the served model it resumed from."""
+    """``candidate.json``: written when a candidate's training begins: its id and time
+    (``agent_folder.candidates.new_candidate``), its data (``fingerprint``: the data
+    files' digest, the records the served model was scored on), ``continues``: the served
+    model it resumed from, and what its run was asked (``data_path``, ``seed`` and the
+    plugin ``options``, as ``TrainRequest.recorded_options`` records them; an older meta
+    keeps its ``request`` in ``extra``)."""
 
     id: str | None = None
     created_at: str | None = None
     fingerprint: str | None = None
     records: int | None = None
     continues: str | None = None
+    data_path: str | None = None
+    seed: int | None = None
+    options: dict[str, str | int | float | bool] | None = None
 
 
 class Verdict(_Kept):

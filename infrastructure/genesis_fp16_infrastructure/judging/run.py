@@ -72,7 +72,12 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     read_verdict,
     write_verdict,
 )
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome, finite
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    CandidateMeta,
+    Finding,
+    Outcome,
+    finite,
+)
 from genesis_fp16_infrastructure.agent_folder.transitions import recover, serve
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
@@ -263,17 +268,16 @@ def _judged_run(
     )
 
 
-def _meta(request: TrainRequest, served: Served, digest: str) -> dict[str, Any]:
+def _meta(request: TrainRequest, served: Served, digest: str) -> CandidateMeta:
     """The candidate's record of what it was trained from (``digest``: the data's)."""
-    records = None if served.losses is None else len(served.records.ids)
-    return {
-        "fingerprint": digest,
-        "records": records,
-        "continues": served.id if request.resume else None,
-        "data_path": None if request.data_path is None else str(request.data_path),
-        "seed": request.seed,
-        "options": request.recorded_options(),
-    }
+    return CandidateMeta(
+        fingerprint=digest,
+        records=None if served.losses is None else len(served.records.ids),
+        continues=served.id if request.resume else None,
+        data_path=None if request.data_path is None else str(request.data_path),
+        seed=request.seed,
+        options=request.recorded_options(),
+    )
 
 
 def _data_digest(path: Path | None) -> str:
