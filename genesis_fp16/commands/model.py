@@ -25,7 +25,7 @@ import argparse
 import contextlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -257,7 +257,7 @@ def _rows(models: CheckpointsFolder, pointer: ServedPointer | None) -> list[dict
     how = pointer.served.how if pointer else None
     earlier = [h.id for h in pointer.history] if pointer else []
     entries = [pointer.served, *pointer.history] if pointer else []
-    live = {e.id: _live_json(e.live, e.as_read) for e in entries}
+    live = {e.id: _live_json(e.live, e.kept("live")) for e in entries}
     rows = []
     for candidate in reversed(models.candidates()):
         meta, verdict = models.meta(candidate), models.verdict(candidate)
@@ -300,7 +300,7 @@ def _rows(models: CheckpointsFolder, pointer: ServedPointer | None) -> list[dict
                 "evidence": verdict.evidence,
                 "deciding": _deciding(verdict.comparisons),
                 # The live watch's figures: the pointer's, or a rolled-back one's verdict's
-                "live": live.get(candidate.name) or _live_json(verdict.live, verdict.as_read),
+                "live": live.get(candidate.name) or _live_json(verdict.live, verdict.kept("live")),
             }
         )
     return rows
@@ -318,10 +318,10 @@ def _deciding(comparisons: Sequence[Any]) -> list[str]:
     return found["worse"] or found["inconclusive"]
 
 
-def _live_json(report: LiveReport | None, as_read: Mapping[str, Any]) -> Any:
-    """A pointer entry's or a verdict's live figures as its file keeps them (a hand's
-    edit the report cannot read: as read); None: none."""
-    return report.figures_json() if report is not None else as_read.get("live")
+def _live_json(report: LiveReport | None, kept: Any) -> Any:
+    """A pointer entry's or a verdict's live figures as its file keeps them (``kept``: a
+    hand's edit the report cannot read, as read); None: none."""
+    return report.figures_json() if report is not None else kept
 
 
 def _gate(row: dict[str, Any]) -> str:

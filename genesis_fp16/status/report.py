@@ -236,7 +236,7 @@ def _served_entry(
         how=_text(served.how),
         served_at=_text(served.served_at),
         quality=_quality(pointer),
-        live=_figures(live_figures(served.live) or served.as_read.get("live")),
+        live=_figures(live_figures(served.live) or served.kept("live")),
         pinned=None if pointer.pinned is None else _describe_pin(pointer, held),
         held=tuple(held),
         watch=watch_state(pointer, idle_seconds, time.time()),
@@ -357,7 +357,7 @@ def _quality(pointer: ServedPointer) -> dict[str, Any] | None:
     served = pointer.served
     read = served.scores
     if read is None:  # none, or a hand's edit (kept as read)
-        return _figures(served.as_read.get("scores"))
+        return _figures(served.kept("scores"))
     return _figures({**read.figures(), "records": read.records, "set": read.name})
 
 

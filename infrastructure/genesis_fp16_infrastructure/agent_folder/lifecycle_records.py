@@ -11,11 +11,11 @@ verdict and a served entry keep are the contract's records, defined here a layer
 (``contract.reports`` names them): the gate's scores (:class:`ScoresOn`) and comparisons
 (:class:`GateComparison`), the live watch's figures (:class:`LiveReport`), never a dict
 twin. Nothing a file holds is lost: every other key (a meta's request, keys a newer
-release adds) is kept in ``extra``, and figures the records would write otherwise (an
-older form, a hand's edit they cannot read: then the field is None) are kept in
-``as_read``, each written back as it was, so a folder written before these types reads
-and writes the same JSON (a key written ``null`` may come back absent: the readers treat
-both alike)::
+release adds) is kept in ``extra``, and the figures' JSON as read in ``as_read``, written
+back as it was while the field holds what was read from it (an older form, a hand's edit
+the record cannot read: then the field is None), so a folder written before these types
+reads and writes the same JSON (a key written ``null`` may come back absent: the readers
+treat both alike)::
 
     >>> v = Verdict.from_json({"outcome": "held", "reason": "pinned", "served": {"loss": 1},
     ...                        "seconds": 0.5})
@@ -77,7 +77,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 )
 
 EXTRA = "extra"
-AS_READ = "as_read"
+_KEPT_FIELDS = frozenset({EXTRA, "as_read", "read_values"})
 POINTER_VERSION = 1
 
 
@@ -328,13 +328,15 @@ class _Kept(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     A declared field that holds the contract's records (``_HELD``: a verdict's scores, a
     served entry's live figures) is read by their own ``from_json`` and written by their
-    ``to_json``. Where that would write other JSON than the file held (a form older than
-    the record's, a key a newer release added, or a hand's edit the record cannot read:
-    then the field is empty), the JSON read is kept in ``as_read`` and written back as it
-    was, while the field holds what was read from it."""
+    ``to_json``. Its JSON as read is kept too (``as_read``), with what was read from it
+    (``read_values``), and written back as it was while the field still holds that (the
+    same object): so a form older than the record's, or a key a newer release added,
+    comes back as the file held it, and so does a hand's edit the record cannot read
+    (the field is then empty). A field given a new value is written by its record."""
 
     extra: dict[str, Json] = {}
-    as_read: dict[str, Json] = {}  # a held field's JSON, where its record writes another
+    as_read: dict[str, Json] = {}  # each held field's JSON, as read
+    read_values: dict[str, object] = {}  # what was read from it (None: unreadable)
     _HELD: ClassVar[Mapping[str, _Held]] = {}
 
     @classmethod
@@ -342,53 +344,49 @@ class _Kept(msgspec.Struct, kw_only=True, omit_defaults=True):
         """The record ``data`` holds; ``ValueError`` (one line) when it does not fit."""
         if not isinstance(data, Mapping):
             raise ValueError(f"{cls.__name__}: a JSON {type(data).__name__}, not an object")
-        declared = set(cls.__struct_fields__) - {EXTRA, AS_READ}
+        declared = set(cls.__struct_fields__) - _KEPT_FIELDS
         known = {k: v for k, v in data.items() if k in declared and k not in cls._HELD}
         extra = {k: v for k, v in data.items() if k not in declared}
-        held, as_read = {}, {}
+        held: dict[str, object] = {}
+        as_read: dict[str, Json] = {}
         for name, how in cls._HELD.items():
             value = data.get(name)
             if value is None:
                 continue
             if not isinstance(value, how.kind):
                 raise ValueError(f"{cls.__name__}.{name}: a JSON {type(value).__name__}")
+            as_read[name] = value
             try:
                 held[name] = how.read(value)
             except ValueError as exc:
                 if not how.tolerant:
                     raise ValueError(f"{cls.__name__}.{name}: {exc}") from None
-                as_read[name] = value
-                continue
-            if how.write(held[name]) != value or not value:  # an empty one: kept, not dropped
-                as_read[name] = value
         try:
             found = msgspec.convert({**known, EXTRA: extra}, cls)
         except msgspec.ValidationError as exc:
             raise ValueError(f"{cls.__name__}: {exc}") from None
-        return msgspec.structs.replace(found, **held, as_read=as_read)
+        read = {name: held.get(name) for name in as_read}
+        return msgspec.structs.replace(found, **held, as_read=as_read, read_values=read)
 
     def to_json(self) -> dict[str, Json]:
         """The JSON object: ``extra``'s keys, then the declared fields that are set."""
-        blank = msgspec.structs.replace(self, extra={}, as_read={})
+        cleared = {name: None for name in self._HELD}  # written below, each by its record
+        blank = msgspec.structs.replace(self, extra={}, as_read={}, read_values={}, **cleared)
         out: dict[str, Json] = msgspec.to_builtins(blank)
         for name, how in self._HELD.items():
             out.pop(name, None)
             value = getattr(self, name)
-            if name in self.as_read and self._still_read(name, value):
-                out[name] = self.as_read[name]
+            if name in self.as_read and value is self.read_values.get(name):
+                out[name] = self.as_read[name]  # as read: nothing changed it
             elif value is not None and value != () and value != {}:
                 out[name] = how.write(value)
         return {**self.extra, **out}
 
-    def _still_read(self, name: str, value: object) -> bool:
-        """Whether the field ``name`` holds what was read from its JSON kept as read (an
-        unreadable one: still nothing)."""
-        how = self._HELD[name]
-        try:
-            read = how.read(self.as_read[name])
-        except ValueError:
-            return value is None
-        return value is not None and how.write(read) == how.write(value)
+    def kept(self, name: str) -> Json:
+        """The JSON of the held field ``name`` as read, where its record could not read
+        it (a hand's edit: the field is empty); None otherwise."""
+        unreadable = name in self.as_read and self.read_values.get(name) is None
+        return self.as_read[name] if unreadable else None
 
 
 class CandidateMeta(_Kept):
@@ -475,7 +473,9 @@ class ServedEntry(_Kept):
         entry = super().from_json(data)
         if entry.live is None or entry.id is None:
             return entry
-        return msgspec.structs.replace(entry, live=replace(entry.live, served=entry.id))
+        live = replace(entry.live, served=entry.id)  # still what was read: kept as read
+        read = {**entry.read_values, "live": live}
+        return msgspec.structs.replace(entry, live=live, read_values=read)
 
 
 class Pin(_Kept):

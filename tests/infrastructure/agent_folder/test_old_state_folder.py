@@ -35,6 +35,11 @@ def _copy(tmp_path: Path) -> Path:
     return tmp_path / "state" / "agents" / "se_darwin" / "checkpoints"
 
 
+def on_disk_live(folder: Path) -> Any:
+    """The served entry's live figures as 2c6d7b6d wrote them."""
+    return json.loads((folder / "served.json").read_text())["served"]["live"]
+
+
 def _without_nulls(data: Any) -> Any:
     """A JSON value with its objects' null keys left out: what a reader tells apart."""
     if isinstance(data, dict):
@@ -70,7 +75,7 @@ def test_the_served_model_its_pin_and_history_are_kept_typed(tmp_path: Path) -> 
     live = pointer.served.live
     assert isinstance(live, LiveReport) and (live.served, live.against) == (SECOND, FIRST)
     assert live.primary == "log_loss" and set(live.metrics) == {"log_loss", "brier"}
-    assert not live.regression and pointer.served.as_read == {}
+    assert not live.regression and live.figures_json() == on_disk_live(folder)
     assert live.watched.segments is not None and [s.name for s in live.watched.segments] == [
         "coder",
         "qa",
@@ -99,7 +104,8 @@ def test_each_verdict_reads_typed_and_writes_back_as_written(tmp_path: Path) -> 
         FOURTH: Outcome.REJECTED,
     }
     rolled = candidates.read_verdict(folder / "candidates" / THIRD)
-    assert rolled.as_read == {}  # its every figure as its record writes it
+    on_disk = json.loads((folder / "candidates" / THIRD / "verdict.json").read_text())
+    assert rolled.live is not None and rolled.live.figures_json() == on_disk["live"]
     assert rolled.gate_outcome == Outcome.PROMOTED and rolled.live is not None
     assert rolled.live.against == SECOND and rolled.live.regressed == ("log_loss",)
     assert rolled.detail is not None and rolled.detail.startswith("live regression: log_loss")
