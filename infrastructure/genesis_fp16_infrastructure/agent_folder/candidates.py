@@ -42,10 +42,10 @@ import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files, layout, outbox
 from genesis_fp16_infrastructure.agent_folder.files import last_write
+from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, DATA_MANIFEST, VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
-    Json,
     Outcome,
     ServedEntry,
     ServedPointer,

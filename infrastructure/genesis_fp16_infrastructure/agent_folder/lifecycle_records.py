@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -69,6 +69,7 @@ from typing import Any, ClassVar, Self
 import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.kept_record import Held, Json, KeptRecord
 from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
 from genesis_fp16_infrastructure.record_codec import JSON, OMIT_NONE, ROUND, Record
 from genesis_fp16_infrastructure.training.precision.precision_names import (
@@ -76,8 +77,6 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     RequestedName,
 )
 
-EXTRA = "extra"
-_KEPT_FIELDS = frozenset({EXTRA, "as_read", "read_values"})
 POINTER_VERSION = 1
 
 
@@ -106,8 +105,6 @@ class Finding(StrEnum):
     WORSE = "worse"
     INCONCLUSIVE = "inconclusive"  # neither yet: a verdict is then ``inconclusive``
 
-
-Json = object  # a JSON value the record does not declare: kept as read, never read here
 
 _R6 = {ROUND: 6}
 _OPTIONAL = {OMIT_NONE: True}
@@ -301,95 +298,15 @@ def _read_live(data: Mapping[str, Json], served: str) -> LiveReport:
     return LiveReport.from_json({**kept, "served": served})
 
 
-@dataclass(frozen=True)
-class _Held:
-    """A declared field that holds one of the contract's records (or a map or tuple of
-    them): how its JSON is read and written, and the JSON kind it is (``dict`` or
-    ``list``). A value of that kind its record cannot read is kept as read (``tolerant``);
-    a value of another kind is refused, as any wrong type is."""
-
-    read: Callable[[Any], Any]
-    write: Callable[[Any], Json]
-    kind: type[dict[str, Json]] | type[list[Json]] = dict
-    tolerant: bool = True
+def _scores() -> Held:
+    return Held(ScoresOn.from_json, ScoresOn.to_json)
 
 
-def _scores() -> _Held:
-    return _Held(ScoresOn.from_json, ScoresOn.to_json)
+def _live() -> Held:
+    return Held(lambda data: _read_live(data, ""), LiveReport.figures_json)
 
 
-def _live() -> _Held:
-    return _Held(lambda data: _read_live(data, ""), LiveReport.figures_json)
-
-
-class _Kept(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """A record of a JSON object: its declared fields, and ``extra``, the keys it does
-    not declare, kept as read.
-
-    A declared field that holds the contract's records (``_HELD``: a verdict's scores, a
-    served entry's live figures) is read by their own ``from_json`` and written by their
-    ``to_json``. Its JSON as read is kept too (``as_read``), with what was read from it
-    (``read_values``), and written back as it was while the field still holds that (the
-    same object): so a form older than the record's, or a key a newer release added,
-    comes back as the file held it, and so does a hand's edit the record cannot read
-    (the field is then empty). A field given a new value is written by its record."""
-
-    extra: dict[str, Json] = {}
-    as_read: dict[str, Json] = {}  # each held field's JSON, as read
-    read_values: dict[str, object] = {}  # what was read from it (None: unreadable)
-    _HELD: ClassVar[Mapping[str, _Held]] = {}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Json]) -> Self:
-        """The record ``data`` holds; ``ValueError`` (one line) when it does not fit."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"{cls.__name__}: a JSON {type(data).__name__}, not an object")
-        declared = set(cls.__struct_fields__) - _KEPT_FIELDS
-        known = {k: v for k, v in data.items() if k in declared and k not in cls._HELD}
-        extra = {k: v for k, v in data.items() if k not in declared}
-        held: dict[str, object] = {}
-        as_read: dict[str, Json] = {}
-        for name, how in cls._HELD.items():
-            value = data.get(name)
-            if value is None:
-                continue
-            if not isinstance(value, how.kind):
-                raise ValueError(f"{cls.__name__}.{name}: a JSON {type(value).__name__}")
-            as_read[name] = value
-            try:
-                held[name] = how.read(value)
-            except ValueError as exc:
-                if not how.tolerant:
-                    raise ValueError(f"{cls.__name__}.{name}: {exc}") from None
-        try:
-            found = msgspec.convert({**known, EXTRA: extra}, cls)
-        except msgspec.ValidationError as exc:
-            raise ValueError(f"{cls.__name__}: {exc}") from None
-        read = {name: held.get(name) for name in as_read}
-        return msgspec.structs.replace(found, **held, as_read=as_read, read_values=read)
-
-    def to_json(self) -> dict[str, Json]:
-        """The JSON object: ``extra``'s keys, then the declared fields that are set."""
-        cleared = {name: None for name in self._HELD}  # written below, each by its record
-        blank = msgspec.structs.replace(self, extra={}, as_read={}, read_values={}, **cleared)
-        out: dict[str, Json] = msgspec.to_builtins(blank)
-        for name, how in self._HELD.items():
-            out.pop(name, None)
-            value = getattr(self, name)
-            if name in self.as_read and value is self.read_values.get(name):
-                out[name] = self.as_read[name]  # as read: nothing changed it
-            elif value is not None and value != () and value != {}:
-                out[name] = how.write(value)
-        return {**self.extra, **out}
-
-    def kept(self, name: str) -> Json:
-        """The JSON of the held field ``name`` as read, where its record could not read
-        it (a hand's edit: the field is empty); None otherwise."""
-        unreadable = name in self.as_read and self.read_values.get(name) is None
-        return self.as_read[name] if unreadable else None
-
-
-class CandidateMeta(_Kept):
+class CandidateMeta(KeptRecord):
     """``candidate.json``: written when a candidate's training begins: its id and time
     (``agent_folder.candidates.new_candidate``), its data (``fingerprint``: the data
     files' digest, the records the served model was scored on), ``continues``: the served
@@ -407,7 +324,7 @@ class CandidateMeta(_Kept):
     options: dict[str, str | int | float | bool] | None = None
 
 
-class Verdict(_Kept):
+class Verdict(KeptRecord):
     """``verdict.json`` (and a journal entry's ``verdicts``): the gate's record of a
     candidate (``GateReport``'s JSON: its scores on the set that decided, ``candidate``
     and ``served``, and its sets' ``comparisons``, as the contract's records), stamped
@@ -434,11 +351,11 @@ class Verdict(_Kept):
     detail: str | None = None  # a live rollback's figures in one line
     comparisons: tuple[GateComparison, ...] = ()
 
-    _HELD: ClassVar[Mapping[str, _Held]] = {
+    _HELD: ClassVar[Mapping[str, Held]] = {
         "candidate": _scores(),
         "served": _scores(),
         "live": _live(),
-        "comparisons": _Held(
+        "comparisons": Held(
             lambda data: tuple(GateComparison.from_json(c) for c in data),
             lambda comparisons: [c.to_json() for c in comparisons],
             list,
@@ -446,7 +363,7 @@ class Verdict(_Kept):
     }
 
 
-class ServedEntry(_Kept):
+class ServedEntry(KeptRecord):
     """A model in ``served.json``, served now or before: the candidate's id and
     checkpoint (relative to the checkpoints folder), the data, precision and gate scores
     it was judged with (agent_folder.candidates.candidate_entry), ``how`` it came to be
@@ -465,11 +382,11 @@ class ServedEntry(_Kept):
     judged: str | None = None
     live: LiveReport | None = None
 
-    _HELD: ClassVar[Mapping[str, _Held]] = {"scores": _scores(), "live": _live()}
+    _HELD: ClassVar[Mapping[str, Held]] = {"scores": _scores(), "live": _live()}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Json]) -> Self:
-        """As :meth:`_Kept.from_json`; its live figures are of this model (``served``)."""
+        """As :meth:`KeptRecord.from_json`; its live figures are of this model (``served``)."""
         entry = super().from_json(data)
         if entry.live is None or entry.id is None:
             return entry
@@ -478,7 +395,7 @@ class ServedEntry(_Kept):
         return msgspec.structs.replace(entry, live=live, read_values=read)
 
 
-class Pin(_Kept):
+class Pin(KeptRecord):
     """The operator's pin: the command that set it and when; while it holds, neither
     the gate nor the live watch replaces the served model."""
 
@@ -486,7 +403,7 @@ class Pin(_Kept):
     at: str | None = None
 
 
-class JournalEntry(_Kept):
+class JournalEntry(KeptRecord):
     """One transition of the pointer (transitions.journaled): its number, its kind (serve's
     ``how``, ``rollback``, ``unpin``, ``trim``, ``repair``), when, the model served and
     the pin after it, the verdicts it decided (candidate id -> verdict, each with this
@@ -500,15 +417,15 @@ class JournalEntry(_Kept):
     at_s: float | None = None
     served: str | None = None
     pinned: Pin | None = None
-    verdicts: dict[str, Verdict] = {}
+    verdicts: dict[str, Verdict] = msgspec.field(default_factory=dict)
     dropped: str | list[str | None] | None = None  # a rollback's model (id), a trim's
     reason: str | None = None
 
     # A verdict that does not read leaves the entry out (ServedPointer.from_json), as
     # an entry that does not read.
-    _HELD: ClassVar[Mapping[str, _Held]] = {
-        "pinned": _Held(Pin.from_json, Pin.to_json, tolerant=False),
-        "verdicts": _Held(
+    _HELD: ClassVar[Mapping[str, Held]] = {
+        "pinned": Held(Pin.from_json, Pin.to_json, tolerant=False),
+        "verdicts": Held(
             lambda data: {str(k): Verdict.from_json(v) for k, v in data.items()},
             lambda verdicts: {k: v.to_json() for k, v in verdicts.items()},
             tolerant=False,

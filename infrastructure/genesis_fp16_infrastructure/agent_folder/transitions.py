@@ -54,10 +54,10 @@ from pathlib import Path
 import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files, outbox
+from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     JournalEntry,
-    Json,
     Outcome,
     Pin,
     ServedEntry,

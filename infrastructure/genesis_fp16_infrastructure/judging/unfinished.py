@@ -34,7 +34,8 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     read_verdict,
     write_verdict,
 )
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import CandidateMeta, Json, Outcome
+from genesis_fp16_infrastructure.agent_folder.kept_record import Json
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import CandidateMeta, Outcome
 from genesis_fp16_infrastructure.contract.reports import GateReport
 
 logger = logging.getLogger(__name__)
