@@ -112,7 +112,7 @@ def _seed_agent(state: Path, agent: str) -> None:
             id=f"c{index}",
             checkpoint=f"candidates/c{index}/ckpt-0000000240.pt",
             precision="bf16",
-            scores=_scores(0.8, 0.45).to_json(),
+            scores=_scores(0.8, 0.45),
         )
         verdict = {"outcome": "promoted", "reason": "no worse than the served model " * 8}
         serve(folder, entry, "gate", keep=5, verdict=verdict)

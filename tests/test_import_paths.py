@@ -168,7 +168,7 @@ def test_the_contract_types_and_their_doors_are_found() -> None:
     assert "OptionValue" in types  # an alias
     assert door["TrainRequest"] == PLUGIN_DOOR
     assert door["GateReport"] == DAEMON_DOOR
-    assert door["WatchSegment"] == types["WatchSegment"]
+    assert door["DataReport"] == types["DataReport"]
 
 
 def test_a_second_path_is_an_offender(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,12 @@ from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.reading import agent_folder, command_settings
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.metrics.watch_state import watch_state
-from genesis_fp16.status.history import pointer_scores
 from genesis_fp16.status.report import held_by_pin, held_words
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     CheckpointsFolder,
     LiveMark,
+    LiveReport,
     Outcome,
     ScoresOn,
     ServedPointer,
@@ -255,11 +256,12 @@ def _rows(models: CheckpointsFolder, pointer: ServedPointer | None) -> list[dict
     served_id = pointer.served.id if pointer else None
     how = pointer.served.how if pointer else None
     earlier = [h.id for h in pointer.history] if pointer else []
-    live = {e.id: e.live for e in [pointer.served, *pointer.history]} if pointer else {}
+    entries = [pointer.served, *pointer.history] if pointer else []
+    live = {e.id: _live_json(e.live, e.kept("live")) for e in entries}
     rows = []
     for candidate in reversed(models.candidates()):
         meta, verdict = models.meta(candidate), models.verdict(candidate)
-        scores = pointer_scores(verdict.candidate) or ScoresOn("-")  # none, or unreadable
+        scores = verdict.candidate or ScoresOn("-")  # none, or unreadable
         outcome = verdict.outcome or "training"
         served = candidate.name == served_id
         previous = earlier.index(candidate.name) + 1 if candidate.name in earlier else None
@@ -298,21 +300,28 @@ def _rows(models: CheckpointsFolder, pointer: ServedPointer | None) -> list[dict
                 "evidence": verdict.evidence,
                 "deciding": _deciding(verdict.comparisons),
                 # The live watch's figures: the pointer's, or a rolled-back one's verdict's
-                "live": live.get(candidate.name) or verdict.live,
+                "live": live.get(candidate.name) or _live_json(verdict.live, verdict.kept("live")),
             }
         )
     return rows
 
 
-def _deciding(comparisons: list[Any]) -> list[str]:
+def _deciding(comparisons: Sequence[Any]) -> list[str]:
     """The sets (``set:segment`` for a segment) whose finding decided a verdict that is
-    not a promotion: those shown worse, else those left inconclusive."""
+    not a promotion: those shown worse, else those left inconclusive. ``comparisons``:
+    the verdict's, each a GateComparison."""
     found: dict[str, list[str]] = {"worse": [], "inconclusive": []}
     for c in comparisons:
-        if isinstance(c, dict) and c.get("finding") in found:
-            name = f"{c.get('set')}:{c['segment']}" if c.get("segment") else str(c.get("set"))
-            found[str(c["finding"])].append(name)
+        if c.finding in found:
+            name = f"{c.name}:{c.segment}" if c.segment else c.name
+            found[c.finding].append(name)
     return found["worse"] or found["inconclusive"]
+
+
+def _live_json(report: LiveReport | None, kept: Any) -> Any:
+    """A pointer entry's or a verdict's live figures as its file keeps them (``kept``: a
+    hand's edit the report cannot read, as read); None: none."""
+    return report.figures_json() if report is not None else kept
 
 
 def _gate(row: dict[str, Any]) -> str:

@@ -32,15 +32,16 @@ def watch_state(pointer: ServedPointer, idle_seconds: float, now: float) -> dict
     >>> watch_state(pointer, 3600, 1767240000.0)["reason"]
     'no new labelled record for 4.0 h (the limit: 1 h)'
     """
-    live = LiveReport.figures_of(pointer.served.live)  # either shape, the primary column's figures
-    scored = stamp_seconds(live.get("updated_at")) if live else None
+    live = pointer.served.live  # its figures as read: either shape, a map by column
+    scored = None if live is None else stamp_seconds(live.updated_at)
     known = [t for t in (stamp_seconds(pointer.served.served_at), scored) if t is not None]
     since = max(known) if known else None
-    segments, test = live.get("segments"), live.get("self_test")
+    segments = None if live is None else live.watched.segments
+    test = None if live is None else live.self_test
     state: dict[str, Any] = {
         "state": "watching", "since": since, "scored_at": scored, "limit": idle_seconds,
-        "segments": segments if isinstance(segments, list) else None,
-        "self_test": test if isinstance(test, dict) else None,
+        "segments": None if segments is None else [s.to_json() for s in segments],
+        "self_test": None if test is None else test.to_json(),
     }  # fmt: skip
     if not pointer.history:
         return {**state, "state": "not_watching", "reason": "no predecessor to watch against"}
@@ -51,6 +52,16 @@ def watch_state(pointer: ServedPointer, idle_seconds: float, now: float) -> dict
         hours = f"{idle / 3600:.1f} h (the limit: {idle_seconds / 3600:g} h)"
         return {**state, "state": "not_watching", "reason": f"no new labelled record for {hours}"}
     return {**state, "reason": None}
+
+
+def live_figures(report: LiveReport | None) -> dict[str, Any]:
+    """A served entry's live figures in one level, for a one-line view: ``metric`` (the
+    primary column's name), that column's figures, then the report's; empty: none."""
+    if report is None:
+        return {}
+    figures = report.figures_json()
+    figures.pop("metrics", None)
+    return {"metric": report.primary, **report.watched.to_json(), **figures}
 
 
 def stamp_seconds(stamp: Any) -> float | None:

@@ -32,7 +32,6 @@ from genesis_fp16_infrastructure.api import (
     LiveMark,
     Outcome,
     RunEntry,
-    ScoresOn,
     ServedPointer,
     UnusableStateFile,
     text,
@@ -145,8 +144,8 @@ def _build_history(
         transitions=_transitions(pointer, scores),
         metric=metric,
         metric_set=metric_set,
-        live_now=None if live is None else LiveMark.of(live),
-        live_at=None if live is None else stamp_seconds(live.get("updated_at")),
+        live_now=None if live is None else LiveMark.of(live.figures_json()),
+        live_at=None if live is None else stamp_seconds(live.updated_at),
         quarantine_file=_newest_quarantine(folder),
         unreadable=unreadable,
         verdicts=RecentVerdicts.of_history(runs).verdicts,
@@ -162,7 +161,7 @@ def _metric(
     for entry in reversed(runs):
         if entry.gate is not None and entry.gate.primary is not None:
             return entry.gate.primary, entry.gate.set
-    scores = pointer_scores(None if pointer is None else pointer.served.scores)
+    scores = None if pointer is None else pointer.served.scores
     return (next(iter(scores.figures()), None), text(scores.name)) if scores else (None, None)
 
 
@@ -178,19 +177,10 @@ def _scores_by_id(
                 scores[ident] = side[metric or ""]
     entries = [] if pointer is None else [pointer.served, *pointer.history][:32]
     for item in entries:
-        found = pointer_scores(item.scores)
-        value = None if found is None else found.figures().get(metric or "")
+        value = None if item.scores is None else item.scores.figures().get(metric or "")
         if value is not None:
             scores[str(item.id)] = value
     return scores
-
-
-def pointer_scores(scores: Any) -> ScoresOn | None:
-    """A pointer entry's scores (any version's verdict); None: none, or a hand's edit."""
-    try:
-        return ScoresOn.from_json(scores) if isinstance(scores, dict) else None
-    except ValueError:
-        return None
 
 
 def _transitions(pointer: ServedPointer | None, scores: dict[str, float]) -> tuple[Transition, ...]:

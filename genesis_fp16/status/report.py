@@ -24,14 +24,13 @@ from typing import Any
 import msgspec
 
 from genesis_fp16 import __version__
-from genesis_fp16.metrics.watch_state import stamp_seconds, watch_state
-from genesis_fp16.status.history import AgentHistory, gather_history, pointer_scores
+from genesis_fp16.metrics.watch_state import live_figures, stamp_seconds, watch_state
+from genesis_fp16.status.history import AgentHistory, gather_history
 from genesis_fp16.status.when import clock
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     CheckpointsFolder,
     LastRun,
-    LiveReport,
     Outcome,
     PrecisionName,
     ServedPointer,
@@ -236,8 +235,8 @@ def _served_entry(
         precision=served.precision,
         how=_text(served.how),
         served_at=_text(served.served_at),
-        quality=_quality(served.scores),
-        live=_figures(LiveReport.figures_of(served.live) or None),
+        quality=_quality(pointer),
+        live=_figures(live_figures(served.live) or served.kept("live")),
         pinned=None if pointer.pinned is None else _describe_pin(pointer, held),
         held=tuple(held),
         watch=watch_state(pointer, idle_seconds, time.time()),
@@ -351,13 +350,14 @@ def held_words(held: list[str]) -> str:
     return f"held by the pin: {', '.join(_cut(h) for h in held[:MAX_HELD])}{more}"
 
 
-def _quality(scores: Any) -> dict[str, Any] | None:
+def _quality(pointer: ServedPointer) -> dict[str, Any] | None:
     """The served model's gate figures by name (its loss columns, the primary first, then
     the reported ones: any version's verdict), its records and set; a hand-edited entry
     as it stands."""
-    read = pointer_scores(scores)
-    if read is None:  # none (None), or a hand's edit
-        return _figures(scores)
+    served = pointer.served
+    read = served.scores
+    if read is None:  # none, or a hand's edit (kept as read)
+        return _figures(served.kept("scores"))
     return _figures({**read.figures(), "records": read.records, "set": read.name})
 
 

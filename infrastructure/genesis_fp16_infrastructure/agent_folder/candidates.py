@@ -42,6 +42,7 @@ import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files, layout, outbox
 from genesis_fp16_infrastructure.agent_folder.files import last_write
+from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, DATA_MANIFEST, VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
@@ -68,18 +69,21 @@ PRUNING_FOLDER = ".pruning"  # a candidate moved here (one rename) is removed, t
 MANIFEST_VERSION = 1
 
 
-def new_candidate(folder: Path, meta: Mapping[str, Any]) -> Path:
-    """A fresh candidate folder named by the UTC time and the data digest, with its meta."""
+def new_candidate(folder: Path, meta: CandidateMeta | Mapping[str, Json]) -> Path:
+    """A fresh candidate folder named by the UTC time and the data digest, with its meta
+    (the record, or its JSON: ``ValueError`` in one line when it is not one)."""
+    if not isinstance(meta, CandidateMeta):
+        meta = CandidateMeta.from_json(meta)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    digest = str(meta.get("fingerprint", ""))[:8] or "nodata"
+    digest = (meta.fingerprint or "")[:8] or "nodata"
     base = candidates_dir(folder) / f"{stamp}-{digest}"
     path, n = base, 1
     while path.exists():
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     path.mkdir(parents=True)
-    meta = {**meta, "id": path.name, "created_at": utc_now()}
-    files.write_json(CANDIDATE_META.at(path), CANDIDATE_META, meta)
+    named = msgspec.structs.replace(meta, id=path.name, created_at=utc_now())
+    files.write_json(CANDIDATE_META.at(path), CANDIDATE_META, named.to_json())
     return path
 
 
@@ -111,11 +115,13 @@ def read_meta(candidate: Path) -> CandidateMeta:
     return CandidateMeta() if found is None else found
 
 
-def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:
+def write_verdict(candidate: Path, verdict: Mapping[str, Json]) -> None:
     """A verdict no transition of the pointer carries (rejected, held, undecided), then a
     rejection's or hold's event (staged before it: ``outbox.verdict_announced``).
-    A promotion's and a rollback's go through the pointer (serve, rollback)."""
-    decided = stamped(verdict)
+    A promotion's and a rollback's go through the pointer (serve, rollback). ``verdict``:
+    the gate's report's JSON and what its writer adds (read as a :class:`Verdict`:
+    ``ValueError`` in one line when it is not one)."""
+    decided = stamped(Verdict.from_json(verdict)).to_json()
     with outbox.verdict_announced(candidate, decided):  # in the outbox before it is logged
         files.write_json(VERDICT.at(candidate), VERDICT, decided)
 
@@ -139,7 +145,7 @@ def candidate_entry(
         fingerprint=meta.fingerprint,
         records=meta.records,
         precision=judged.precision,
-        scores=judged.candidate or {},
+        scores=judged.candidate,
         trained_at=meta.created_at,
     )
 

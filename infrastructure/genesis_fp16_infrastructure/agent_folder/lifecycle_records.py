@@ -6,17 +6,26 @@ The served-model lifecycle's: a candidate's meta (``candidate.json``) and verdic
 its journal entries.
 Readers take fields, never string keys, and a verdict's outcome is an :class:`Outcome`.
 
-Each record is a msgspec ``Struct`` declaring the keys the code reads. Nothing a file
-holds is lost: every other key (a verdict's comparisons' figures, a meta's request, keys
-a newer release adds) is kept in ``extra`` and written back as it was, so a folder
-written before these types reads and writes the same JSON (a key written ``null`` may
-come back absent: the readers treat both alike)::
+Each record is a msgspec ``Struct`` declaring the keys the code reads. The figures a
+verdict and a served entry keep are the contract's records, defined here a layer below it
+(``contract.reports`` names them): the gate's scores (:class:`ScoresOn`) and comparisons
+(:class:`GateComparison`), the live watch's figures (:class:`LiveReport`), never a dict
+twin. Nothing a file holds is lost: every other key (a meta's request, keys a newer
+release adds) is kept in ``extra``, and the figures' JSON as read in ``as_read``, written
+back as it was while the field holds what was read from it (an older form, a hand's edit
+the record cannot read: then the field is None), so a folder written before these types
+reads and writes the same JSON (a key written ``null`` may come back absent: the readers
+treat both alike)::
 
-    >>> v = Verdict.from_json({"outcome": "held", "reason": "pinned", "served": {"loss": 1}})
-    >>> v.outcome is Outcome.HELD, v.extra
-    (True, {'served': {'loss': 1}})
-    >>> v.to_json() == {"outcome": "held", "reason": "pinned", "served": {"loss": 1}}
+    >>> v = Verdict.from_json({"outcome": "held", "reason": "pinned", "served": {"loss": 1},
+    ...                        "seconds": 0.5})
+    >>> v.outcome is Outcome.HELD, v.served, v.as_read, v.extra
+    (True, None, {'served': {'loss': 1}}, {'seconds': 0.5})
+    >>> v.to_json() == {"outcome": "held", "reason": "pinned", "served": {"loss": 1},
+    ...                 "seconds": 0.5}
     True
+    >>> Verdict.from_json({"served": {"set": "held_out", "loss": 0.4}}).served.losses
+    {'loss': 0.4}
 
 A value of the wrong type (an outcome no release wrote, a text where a number belongs)
 raises ``ValueError`` in one line naming the record: the reader sets the file aside
@@ -52,21 +61,22 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.kept_record import Held, Json, KeptRecord
 from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
+from genesis_fp16_infrastructure.record_codec import JSON, OMIT_NONE, ROUND, Record
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     RequestedName,
 )
 
-EXTRA = "extra"
 POINTER_VERSION = 1
 
 
@@ -96,53 +106,239 @@ class Finding(StrEnum):
     INCONCLUSIVE = "inconclusive"  # neither yet: a verdict is then ``inconclusive``
 
 
-class _Kept(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """A record of a JSON object: its declared fields, and ``extra``, the keys it does
-    not declare, kept as read."""
+_R6 = {ROUND: 6}
+_OPTIONAL = {OMIT_NONE: True}
 
-    extra: dict[str, Any] = {}
+
+@dataclass(frozen=True)
+class GateComparison(Record):
+    """Candidate against served on one set of records (``name``: ``held_out``,
+    ``current``, ``known``, ``newest`` or ``golden``), on one loss column (``metric``), its
+    segment if one, with the margin and the verdict; the figures are in ``reason``."""
+
+    name: str = field(metadata={JSON: "set"})
+    passed: bool | None = None  # None: this set cannot decide
+    reason: str = ""
+    # The segment (a plugin's key: the agent that made the records) a comparison is of; its
+    # answer (judging.gate: no_worse, worse or inconclusive; passed is None when
+    # inconclusive) and, when inconclusive, the records it would need.
+    segment: str | None = field(default=None, metadata=_OPTIONAL)
+    finding: str | None = field(default=None, metadata=_OPTIONAL)
+    records_needed: int | None = field(default=None, metadata=_OPTIONAL)
+    # The judged plugin's loss column compared (contract.judging.RecordLosses.losses), and
+    # the difference tolerated there.
+    metric: str | None = field(default=None, metadata=_OPTIONAL)
+    margin: float | None = field(default=None, metadata={**_R6, **_OPTIONAL})
+
+
+@dataclass(frozen=True)
+class ScoresOn(Record):
+    """A model's figures on the set that decided (``name``): each gated loss column's mean
+    (``losses``, clipped to the plugin's ``loss_span``, the primary first), the records,
+    and what is reported beside them, never gated (``reported``: a plugin's AUC, from
+    its run's own evaluation). A verdict written before loss columns reads its ``loss``
+    (else ``log_loss``) into ``losses`` and its ``auc`` into ``reported``.
+
+    >>> ScoresOn.from_json({"set": "current", "auc": 0.9, "log_loss": None, "loss": 0.2})
+    ScoresOn(name='current', losses={'loss': 0.2}, records=None, reported={'auc': 0.9}, \
+primary='loss')
+    """
+
+    name: str = field(metadata={JSON: "set"})
+    losses: Mapping[str, float] = field(default_factory=dict, metadata=_R6)
+    records: int | None = field(default=None, metadata=_OPTIONAL)
+    reported: Mapping[str, float] = field(default_factory=dict, metadata=_R6)
+    # The primary column (None: the first of ``losses``): files keep no key order.
+    primary: str | None = field(default=None, metadata=_OPTIONAL)
+
+    def __post_init__(self) -> None:
+        if self.primary is None and self.losses:
+            object.__setattr__(self, "primary", next(iter(self.losses)))
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        """The record ``data`` holds; ``ValueError`` (one line) when it does not fit."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"{cls.__name__}: a JSON {type(data).__name__}, not an object")
-        declared = set(cls.__struct_fields__) - {EXTRA}
-        known = {k: v for k, v in data.items() if k in declared}
-        extra = {k: v for k, v in data.items() if k not in declared}
-        try:
-            return msgspec.convert({**known, EXTRA: extra}, cls)
-        except msgspec.ValidationError as exc:
-            raise ValueError(f"{cls.__name__}: {exc}") from None
+    def from_json(cls, data: object, where: str = "") -> ScoresOn:
+        if isinstance(data, Mapping) and "losses" not in data:  # before loss columns
+            older = [(k, data[k]) for k in ("loss", "log_loss") if finite(data.get(k)) is not None]
+            auc = data.get("auc")
+            reported = {"auc": auc} if finite(auc) is not None else {}
+            data = {**data, "losses": dict(older[:1]), "reported": reported}
+        found: ScoresOn = super().from_json(data, where)
+        return found
 
-    def to_json(self) -> dict[str, Any]:
-        """The JSON object: the declared fields that are set, then ``extra``'s keys."""
-        out: dict[str, Any] = msgspec.to_builtins(self)
-        return {**out.pop(EXTRA, {}), **out}
+    def figures(self) -> dict[str, float]:
+        """Every finite figure by name: the loss columns (the primary first), then the
+        reported."""
+        primary = self.primary or ""
+        first = {primary: self.losses[primary]} if primary in self.losses else {}
+        figures = {**first, **self.losses, **self.reported}
+        return {k: v for k, v in figures.items() if finite(v) is not None}
 
 
-class CandidateMeta(_Kept):
-    """``candidate.json``: written when a candidate's training begins (its data and its
-    request are in ``extra``); ``continues``: the served model it resumed from."""
+@dataclass(frozen=True)
+class WatchSegment(Record):
+    """One segment's test in a live watch (judging.watch): its records, the mean
+    difference and its anytime-valid bounds at the segment's own level ``alpha``, the
+    evidence so far (an e-value: ``1 / alpha`` decides), the records still needed to
+    decide at the margin (None: never at this mean), and whether it found a regression."""
+
+    name: str
+    records: int
+    difference: float | None
+    lower: float
+    upper: float
+    alpha: float
+    evidence: float
+    records_needed: int | None
+    regression: bool
+
+
+@dataclass(frozen=True)
+class SelfTest(Record):
+    """The live watch's A/A self-test (judging.watch.self_test): of ``replays`` replays
+    of its last ``records`` records under the null at the margin, how many would have
+    rolled back, the rate and its 95% interval."""
+
+    replays: int
+    records: int
+    false_rollbacks: int
+    rate: float
+    lower: float
+    upper: float
+
+
+@dataclass(frozen=True)
+class LiveFigures(Record):
+    """One loss column's live test (judging.watch), as :class:`WatchSegment`'s figures at
+    the column's level ``alpha``, with both models' means (clipped), the column's margin
+    and its segments' tests (None: one segment)."""
+
+    records: int
+    difference: float | None
+    lower: float
+    upper: float
+    margin: float
+    alpha: float
+    regression: bool
+    served_loss: float | None = field(default=None, metadata=_OPTIONAL)
+    previous_loss: float | None = field(default=None, metadata=_OPTIONAL)
+    evidence: float | None = field(default=None, metadata=_OPTIONAL)
+    records_needed: int | None = field(default=None, metadata=_OPTIONAL)
+    segments: tuple[WatchSegment, ...] | None = field(default=None, metadata=_OPTIONAL)
+
+
+@dataclass(frozen=True)
+class LiveReport(Record):
+    """The live watch's report of one run (judging.watch): the model watched
+    (``served``) against its predecessor (``against``) on every record scored since it
+    was served (``records``, ``new_records`` of them this run), each loss column's test
+    by name (``metrics``; the ``primary``'s is :attr:`watched`), the family's level and
+    A/A self-test, and what the watch did: rolled back (to ``now_served``), or ``held``
+    (why not). A report of one column, its figures beside the rest (before the map),
+    reads as its map.
+
+    >>> old = {"served": "m2", "against": "m1", "records": 9, "new_records": 9, "alpha": 0.05,
+    ...     "difference": 0.6, "lower": 0.4, "upper": 0.8, "margin": 0.02, "regression": True}
+    >>> LiveReport.from_json(old).metrics["loss"].lower
+    0.4
+    """
+
+    served: str
+    against: str | None
+    records: int
+    new_records: int
+    alpha: float
+    regression: bool
+    rolled_back: bool = False
+    held: str | None = None
+    now_served: str | None = field(default=None, metadata=_OPTIONAL)
+    updated_at: str = ""
+    primary: str = "loss"
+    metrics: Mapping[str, LiveFigures] = field(default_factory=dict)
+    self_test: SelfTest | None = field(default=None, metadata=_OPTIONAL)
+
+    def __post_init__(self) -> None:
+        if self.primary not in self.metrics:
+            raise ValueError(f"primary {self.primary!r:.40} is not one of {list(self.metrics)}")
+
+    @property
+    def watched(self) -> LiveFigures:
+        """The primary column's figures: what a one-line view shows."""
+        return self.metrics[self.primary]
+
+    @property
+    def regressed(self) -> tuple[str, ...]:
+        """The columns whose test found a regression (a rollback names them)."""
+        return tuple(name for name, f in self.metrics.items() if f.regression)
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "") -> LiveReport:
+        if isinstance(data, Mapping) and "metrics" not in data:  # one column, before the map
+            # Its column is read from its keys: the codec ignores those no field names.
+            metric = data.get("metric") or "loss"
+            data = {**data, "primary": metric, "metrics": {metric: data}}
+        found: LiveReport = super().from_json(data, where)
+        return found
+
+    def figures_json(self) -> dict[str, Json]:
+        """The figures alone, as a served entry or a rolled-back verdict keeps them: the
+        JSON without what the watch did (``served``, ``rolled_back``, ``held``,
+        ``now_served``)."""
+        return {k: v for k, v in self.to_json().items() if k not in _OUTCOME_KEYS}
+
+
+# A live watch's figures as the lifecycle keeps them (a served entry's, a rolled-back
+# verdict's): the report without what the watch did, as they were always written.
+_OUTCOME_KEYS = ("served", "rolled_back", "held", "now_served")
+
+
+def _read_live(data: Mapping[str, Json], served: str) -> LiveReport:
+    """The figures a served entry or a verdict keeps, as the report of a watch of
+    ``served`` that did nothing (either shape: one column beside the rest, or the map)."""
+    kept = {k: v for k, v in data.items() if k not in _OUTCOME_KEYS}
+    return LiveReport.from_json({**kept, "served": served})
+
+
+def _scores() -> Held:
+    return Held(ScoresOn.from_json, ScoresOn.to_json)
+
+
+def _live() -> Held:
+    return Held(lambda data: _read_live(data, ""), LiveReport.figures_json)
+
+
+class CandidateMeta(KeptRecord):
+    """``candidate.json``: written when a candidate's training begins: its id and time
+    (``agent_folder.candidates.new_candidate``), its data (``fingerprint``: the data
+    files' digest, the records the served model was scored on), ``continues``: the served
+    model it resumed from, and what its run was asked (``data_path``, ``seed`` and the
+    plugin ``options``, as ``TrainRequest.recorded_options`` records them; an older meta
+    keeps its ``request`` in ``extra``)."""
 
     id: str | None = None
     created_at: str | None = None
     fingerprint: str | None = None
     records: int | None = None
     continues: str | None = None
+    data_path: str | None = None
+    seed: int | None = None
+    options: dict[str, str | int | float | bool] | None = None
 
 
-class Verdict(_Kept):
+class Verdict(KeptRecord):
     """``verdict.json`` (and a journal entry's ``verdicts``): the gate's record of a
-    candidate (``GateReport``'s JSON: its comparisons and scores on the sets stay in
-    ``extra``), stamped when written; ``gate_outcome``: what the gate said of a model
-    rolled back since; ``journal_seq``: the transition that decided it (roll-forward)."""
+    candidate (``GateReport``'s JSON: its scores on the set that decided, ``candidate``
+    and ``served``, and its sets' ``comparisons``, as the contract's records), stamped
+    when written; ``gate_outcome``: what the gate said of a model rolled back since;
+    ``journal_seq``: the transition that decided it (roll-forward); ``live``: a
+    rolled-back model's live figures (the watch's report, what it did left out; its
+    ``served`` is not kept: the verdict's candidate)."""
 
     outcome: Outcome | None = None
     reason: str | None = None
     precision: PrecisionName | None = None  # the precision the candidate was judged in
     checkpoint: str | None = None  # the candidate's file the gate judged
-    candidate: dict[str, Any] | None = None  # its scores on the deciding set
+    candidate: ScoresOn | None = None  # its scores on the deciding set
+    served: ScoresOn | None = None  # the served model's there
     served_id: str | None = None
     judged_on: str | None = None  # the data digest an inconclusive one was judged on
     evidence: str | None = None  # held_out or training_data (GateReport.evidence)
@@ -151,11 +347,23 @@ class Verdict(_Kept):
     decided_at: str | None = None
     decided_at_s: float | None = None
     journal_seq: int | None = None
-    live: dict[str, Any] | None = None  # a rolled-back model's live figures
-    comparisons: list[Any] = []
+    live: LiveReport | None = None
+    detail: str | None = None  # a live rollback's figures in one line
+    comparisons: tuple[GateComparison, ...] = ()
+
+    _HELD: ClassVar[Mapping[str, Held]] = {
+        "candidate": _scores(),
+        "served": _scores(),
+        "live": _live(),
+        "comparisons": Held(
+            lambda data: tuple(GateComparison.from_json(c) for c in data),
+            lambda comparisons: [c.to_json() for c in comparisons],
+            list,
+        ),
+    }
 
 
-class ServedEntry(_Kept):
+class ServedEntry(KeptRecord):
     """A model in ``served.json``, served now or before: the candidate's id and
     checkpoint (relative to the checkpoints folder), the data, precision and gate scores
     it was judged with (agent_folder.candidates.candidate_entry), ``how`` it came to be
@@ -167,15 +375,27 @@ class ServedEntry(_Kept):
     fingerprint: str | None = None
     records: int | None = None
     precision: PrecisionName | None = None
-    scores: dict[str, Any] | None = None
+    scores: ScoresOn | None = None
     trained_at: str | None = None
     how: str | None = None
     served_at: str | None = None
     judged: str | None = None
-    live: dict[str, Any] | None = None
+    live: LiveReport | None = None
+
+    _HELD: ClassVar[Mapping[str, Held]] = {"scores": _scores(), "live": _live()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Json]) -> Self:
+        """As :meth:`KeptRecord.from_json`; its live figures are of this model (``served``)."""
+        entry = super().from_json(data)
+        if entry.live is None or entry.id is None:
+            return entry
+        live = replace(entry.live, served=entry.id)  # still what was read: kept as read
+        read = {**entry.read_values, "live": live}
+        return msgspec.structs.replace(entry, live=live, read_values=read)
 
 
-class Pin(_Kept):
+class Pin(KeptRecord):
     """The operator's pin: the command that set it and when; while it holds, neither
     the gate nor the live watch replaces the served model."""
 
@@ -183,7 +403,7 @@ class Pin(_Kept):
     at: str | None = None
 
 
-class JournalEntry(_Kept):
+class JournalEntry(KeptRecord):
     """One transition of the pointer (transitions.journaled): its number, its kind (serve's
     ``how``, ``rollback``, ``unpin``, ``trim``, ``repair``), when, the model served and
     the pin after it, the verdicts it decided (candidate id -> verdict, each with this
@@ -196,26 +416,25 @@ class JournalEntry(_Kept):
     at: str | None = None
     at_s: float | None = None
     served: str | None = None
-    pinned: dict[str, Any] | None = None  # Pin's JSON, as the event carries it
-    verdicts: dict[str, Verdict] = {}
-    dropped: Any = None
+    pinned: Pin | None = None
+    verdicts: dict[str, Verdict] = msgspec.field(default_factory=dict)
+    dropped: str | list[str | None] | None = None  # a rollback's model (id), a trim's
     reason: str | None = None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        """As :meth:`_Kept.from_json`, each verdict read whole (:class:`Verdict`)."""
-        entry = super().from_json({**data, "verdicts": {}} if isinstance(data, Mapping) else data)
-        verdicts = data.get("verdicts") or {}  # null: none
-        if not isinstance(verdicts, Mapping):
-            raise ValueError(f"{cls.__name__}: verdicts is a {type(verdicts).__name__}")
-        read = {str(k): Verdict.from_json(v) for k, v in verdicts.items()}
-        return msgspec.structs.replace(entry, verdicts=read)
+    # A verdict that does not read leaves the entry out (ServedPointer.from_json), as
+    # an entry that does not read.
+    _HELD: ClassVar[Mapping[str, Held]] = {
+        "pinned": Held(Pin.from_json, Pin.to_json, tolerant=False),
+        "verdicts": Held(
+            lambda data: {str(k): Verdict.from_json(v) for k, v in data.items()},
+            lambda verdicts: {k: v.to_json() for k, v in verdicts.items()},
+            tolerant=False,
+        ),
+    }
 
-    def to_json(self) -> dict[str, Any]:
-        out = {"at": None, "at_s": None, "served": None, "pinned": None, **super().to_json()}
-        if self.verdicts:
-            out["verdicts"] = {k: v.to_json() for k, v in self.verdicts.items()}
-        return out
+    def to_json(self) -> dict[str, Json]:
+        out = super().to_json()
+        return {"at": None, "at_s": None, "served": None, "pinned": None, **out}
 
 
 @dataclass(frozen=True)
@@ -230,8 +449,8 @@ class ServedPointer:
     sequence: int = 0
     journal: list[JournalEntry] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_json(self) -> dict[str, Json]:
+        data: dict[str, Json] = {
             "version": POINTER_VERSION,
             "served": self.served.to_json(),
             "history": [entry.to_json() for entry in self.history],
@@ -283,10 +502,11 @@ def read_verdict(candidate: Path) -> Verdict:
     return Verdict() if found is None else found
 
 
-def stamped(verdict: Mapping[str, Any]) -> dict[str, Any]:
+def stamped(verdict: Verdict) -> Verdict:
     """``verdict`` as a decision made now (its time), without a journal number."""
-    kept = {k: v for k, v in verdict.items() if k != "journal_seq"}
-    return {**kept, "decided_at": utc_now(), "decided_at_s": time.time()}
+    return msgspec.structs.replace(
+        verdict, journal_seq=None, decided_at=utc_now(), decided_at_s=time.time()
+    )
 
 
 def utc_now() -> str:

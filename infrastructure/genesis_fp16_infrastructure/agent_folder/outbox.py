@@ -90,7 +90,11 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
     OUTBOX_STATE,
     VERDICT,
 )
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry, Outcome
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    JournalEntry,
+    Outcome,
+    Verdict,
+)
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 from genesis_fp16_infrastructure.record_codec import LOCAL, Record
 
@@ -365,7 +369,7 @@ def _settle(agent_folder: Path, lock: int, path: Path) -> str | None:
         return None
     said = _verdict_of(agent_folder, event.data.get("candidate_id"))
     decided = said is not None and event.id == verdict_event_id(
-        agent_folder.name, str(event.data["candidate_id"]), said
+        agent_folder.name, str(event.data["candidate_id"]), said.to_json()
     )
     pruned = event.id in (read_state(agent_folder) or {"pruned": []})["pruned"]
     moved = decided and not pruned and not os.path.lexists(_path(agent_folder, event.id))
@@ -375,13 +379,13 @@ def _settle(agent_folder: Path, lock: int, path: Path) -> str | None:
     return event.id if moved else None
 
 
-def _verdict_of(agent_folder: Path, candidate_id: Any) -> dict[str, Any] | None:
+def _verdict_of(agent_folder: Path, candidate_id: Any) -> Verdict | None:
     """What the candidate's verdict file says now (None: no such candidate or verdict)."""
     name = str(candidate_id)
     if Path(name).name != name or name in ("", ".", ".."):
         return None  # a hand-edited id naming a path elsewhere
     path = agent_folder / CHECKPOINTS_FOLDER / CANDIDATES_FOLDER / name / VERDICT.name
-    return files.load(path, VERDICT, files.json_object)
+    return files.load(path, VERDICT, Verdict.from_json)
 
 
 def read_state(agent_folder: Path) -> dict[str, Any] | None:

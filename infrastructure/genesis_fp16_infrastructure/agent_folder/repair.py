@@ -19,7 +19,7 @@ from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.candidates import promoted_candidates, utc_now
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
 from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, ServedEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, ServedEntry, Verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     aside_path,
@@ -96,7 +96,7 @@ def roll_back_by_hand(folder: Path, pin: Pin) -> tuple[ServedEntry, bool]:
     with pointer_lock(folder):
         current, usable = _current(folder)
         if usable:
-            return rollback(folder, pin=pin, verdict={"reason": "operator"}), False
+            return rollback(folder, pin=pin, verdict=Verdict(reason="operator")), False
         choices = [] if current is None else [e for e in current.history if _intact(folder, e)]
         if not choices:
             gone = current.served.id if current is not None else None

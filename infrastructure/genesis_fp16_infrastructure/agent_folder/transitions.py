@@ -50,11 +50,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files, outbox
+from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     JournalEntry,
@@ -138,8 +138,8 @@ def journaled(
     current: ServedPointer | None,
     new: ServedPointer,
     kind: str,
-    verdicts: Mapping[str, Mapping[str, Any]] | None = None,
-    dropped: Any = None,
+    verdicts: Mapping[str, Verdict] | None = None,
+    dropped: str | list[str | None] | None = None,
     reason: str | None = None,
 ) -> ServedPointer:
     """``new`` with the transition that made it from ``current`` appended to its journal
@@ -149,12 +149,11 @@ def journaled(
     ``dropped`` and why."""
     sequence = (current.sequence if current is not None else 0) + 1
     decided = {
-        k: Verdict.from_json({**v, "journal_seq": sequence}) for k, v in (verdicts or {}).items()
+        k: msgspec.structs.replace(v, journal_seq=sequence) for k, v in (verdicts or {}).items()
     }
-    pinned = None if new.pinned is None else new.pinned.to_json()
     entry = JournalEntry(
         seq=sequence, kind=kind, at=utc_now(), at_s=time.time(), served=new.served.id,
-        pinned=pinned, verdicts=decided, dropped=dropped, reason=reason,
+        pinned=new.pinned, verdicts=decided, dropped=dropped, reason=reason,
     )  # fmt: skip
     earlier = current.journal if current is not None else []
     return replace(new, sequence=sequence, journal=[*earlier, entry][-JOURNAL_KEEP:])
@@ -200,7 +199,7 @@ def serve(
     keep: int | None = None,
     pin: Pin | None = None,
     unless_pinned: bool = False,
-    verdict: Mapping[str, Any] | None = None,
+    verdict: Verdict | Mapping[str, Json] | None = None,
 ) -> bool:
     """Make ``entry`` (a candidate's, see :func:`candidate_entry`) the served model; the
     model served until now goes first in the history, which keeps ``keep`` entries.
@@ -221,7 +220,7 @@ def serve(
         served = msgspec.structs.replace(entry, how=how, served_at=utc_now())
         pinned = pin if pin is not None else (current.pinned if current else None)
         new = ServedPointer(served, history, pinned)
-        decided = None if verdict is None else {str(entry.id): stamped(verdict)}
+        decided = None if verdict is None else {str(entry.id): stamped(_verdict(verdict))}
         return journaled(current, new, how, decided)
 
     update_pointer(folder, change)
@@ -231,13 +230,13 @@ def serve(
 def rollback(
     folder: Path,
     pin: Pin | None = None,
-    verdict: Mapping[str, Any] | None = None,
+    verdict: Verdict | Mapping[str, Json] | None = None,
 ) -> ServedEntry:
     """Serve the model served before the current one again; returns its entry. ``pin``: as
     in :func:`serve`. The model rolled back from gets the verdict ``rolled_back``, with
-    ``verdict``'s keys (a reason and its figures) added: carried by the pointer, which is
-    written first (:func:`roll_forward`), so that a kill between the two never leaves
-    the dropped model ``promoted`` and unserved, for prune to remove."""
+    ``verdict``'s fields that are set (a reason and its figures) added: carried by the
+    pointer, which is written first (:func:`roll_forward`), so that a kill between the
+    two never leaves the dropped model ``promoted`` and unserved, for prune to remove."""
 
     def change(current: ServedPointer | None) -> ServedPointer:
         if current is None:
@@ -255,8 +254,9 @@ def rollback(
         pinned = pin if pin is not None else current.pinned
         new = ServedPointer(served, current.history[1:], pinned)
         dropped = current.served
-        reason = (verdict or {}).get("reason")
-        decided = _rolled_back_verdict(folder, dropped, verdict)
+        given = None if verdict is None else _verdict(verdict)
+        reason = None if given is None else given.reason
+        decided = _rolled_back_verdict(folder, dropped, given)
         return journaled(current, new, "rollback", decided, dropped=dropped.id, reason=reason)
 
     after = update_pointer(folder, change)
@@ -265,8 +265,8 @@ def rollback(
 
 
 def _rolled_back_verdict(
-    folder: Path, dropped: ServedEntry, verdict: Mapping[str, Any] | None
-) -> dict[str, dict[str, Any]]:
+    folder: Path, dropped: ServedEntry, verdict: Verdict | None
+) -> dict[str, Verdict]:
     """The dropped model's new verdict (by its candidate's id), kept like a rejected
     candidate's (inspection, pruning) so that the same data does not train it again
     (retrain.freshness); none when it is no candidate of this folder."""
@@ -275,9 +275,14 @@ def _rolled_back_verdict(
         return {}
     old = read_verdict(candidate)
     gate_outcome = old.gate_outcome or old.outcome  # what the gate said
-    new = {**old.to_json(), **(verdict or {})}
-    new.update(outcome=Outcome.ROLLED_BACK, gate_outcome=gate_outcome)
+    new = Verdict.from_json({**old.to_json(), **({} if verdict is None else verdict.to_json())})
+    new = msgspec.structs.replace(new, outcome=Outcome.ROLLED_BACK, gate_outcome=gate_outcome)
     return {candidate.name: stamped(new)}
+
+
+def _verdict(verdict: Verdict | Mapping[str, Json]) -> Verdict:
+    """A verdict given as its record, or as its JSON (``ValueError`` when it is not one)."""
+    return verdict if isinstance(verdict, Verdict) else Verdict.from_json(verdict)
 
 
 def operator_pin(command: str) -> Pin:

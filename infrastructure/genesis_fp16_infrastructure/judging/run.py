@@ -72,7 +72,12 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     read_verdict,
     write_verdict,
 )
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome, finite
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    CandidateMeta,
+    Finding,
+    Outcome,
+    finite,
+)
 from genesis_fp16_infrastructure.agent_folder.transitions import recover, serve
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
@@ -267,17 +272,16 @@ def _judged_run(
     )
 
 
-def _meta(request: TrainRequest, served: Served, digest: str) -> dict[str, Any]:
+def _meta(request: TrainRequest, served: Served, digest: str) -> CandidateMeta:
     """The candidate's record of what it was trained from (``digest``: the data's)."""
-    records = None if served.losses is None else len(served.records.ids)
-    return {
-        "fingerprint": digest,
-        "records": records,
-        "continues": served.id if request.resume else None,
-        "data_path": None if request.data_path is None else str(request.data_path),
-        "seed": request.seed,
-        "options": request.recorded_options(),
-    }
+    return CandidateMeta(
+        fingerprint=digest,
+        records=None if served.losses is None else len(served.records.ids),
+        continues=served.id if request.resume else None,
+        data_path=None if request.data_path is None else str(request.data_path),
+        seed=request.seed,
+        options=request.recorded_options(),
+    )
 
 
 def _data_digest(path: Path | None) -> str:
@@ -385,7 +389,8 @@ def _rejudge_kept(request: TrainRequest, served: Served, digest: str) -> GateRep
             logger.warning("%s; not judged again", refusal)
             return None
         losses = losses_of(served.plugin, checkpoint, request, _judged_ids(held_out, served))
-        reported = _reported(verdict.candidate)  # its run's, as its first verdict kept it
+        kept = verdict.candidate  # its run's, as its first verdict kept it
+        reported = _reported(None if kept is None else kept.reported)
         scored = (candidate, checkpoint, held_out, losses)
         decided = _decide(request, served, scored, started, verdict.precision, digest, reported)
         return None if decided.outcome == Outcome.INCONCLUSIVE else decided
@@ -555,11 +560,9 @@ def _written(candidate: Path, report: GateReport, comparisons: list[Paired]) -> 
     return report
 
 
-def _reported(figures: Any) -> dict[str, float]:
-    """What a run's evaluation (or a kept verdict's scores) reports beside the losses: its
-    ``auc`` (se_darwin's), when a finite number."""
-    if isinstance(figures, Mapping) and "losses" in figures:  # a verdict's ScoresOn
-        figures = figures.get("reported")
+def _reported(figures: Mapping[str, float] | None) -> dict[str, float]:
+    """What a run's evaluation (or a kept verdict's ``reported`` scores) reports beside the
+    losses: its ``auc`` (se_darwin's), when a finite number."""
     value = finite(figures.get("auc")) if isinstance(figures, Mapping) else None
     return {} if value is None else {"auc": round(value, 6)}
 

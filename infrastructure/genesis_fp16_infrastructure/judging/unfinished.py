@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     list_candidates,
@@ -35,7 +34,8 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     read_verdict,
     write_verdict,
 )
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
+from genesis_fp16_infrastructure.agent_folder.kept_record import Json
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import CandidateMeta, Outcome
 from genesis_fp16_infrastructure.contract.reports import GateReport
 
 logger = logging.getLogger(__name__)
@@ -46,11 +46,13 @@ def unfinished_candidates(folder: Path) -> list[Path]:
     return [c for c in list_candidates(folder) if read_verdict(c).outcome is None]
 
 
-def take_unfinished(folder: Path, meta: Mapping[str, Any]) -> Path | None:
+def take_unfinished(folder: Path, meta: CandidateMeta | Mapping[str, Json]) -> Path | None:
     """The unfinished candidate (no verdict) of ``folder`` that this run continues: the
     newest whose meta asked what ``meta`` (this run's, as a new candidate would record
     it) asks; None when there is none. Each other unfinished candidate is closed: its
     verdict ``undecided``, with the reason it is not continued."""
+    if not isinstance(meta, CandidateMeta):
+        meta = CandidateMeta.from_json(meta)
     taken: Path | None = None
     for candidate in reversed(unfinished_candidates(folder)):  # newest first
         why = _not_continued(candidate, meta) if taken is None else None
@@ -62,7 +64,7 @@ def take_unfinished(folder: Path, meta: Mapping[str, Any]) -> Path | None:
             assert taken is not None
             why = f"a newer candidate cut short on the same request ({taken.name}) is continued"
         logger.info("closing candidate %s, cut short earlier: %s", candidate.name, why)
-        _close(candidate, f"not continued: {why}", meta.get("continues"))
+        _close(candidate, f"not continued: {why}", meta.continues)
     return taken
 
 
@@ -72,18 +74,19 @@ def _close(candidate: Path, reason: str, served_id: str | None) -> None:
     write_verdict(candidate, report.to_json() | {"judged": []})
 
 
-def _not_continued(candidate: Path, meta: Mapping[str, Any]) -> str | None:
+def _not_continued(candidate: Path, meta: CandidateMeta) -> str | None:
     """Why the run ``meta`` asks for cannot continue ``candidate``; None when it can."""
     recorded = read_meta(candidate)
-    extra = recorded.extra
     if recorded.id is None:  # an unusable meta (set aside as it was read)
         return "its candidate.json cannot be read"
-    if recorded.continues != meta.get("continues"):
-        now = meta.get("continues") or "none"
+    if recorded.continues != meta.continues:
+        now = meta.continues or "none"
         return f"it continued model {recorded.continues or 'none'}; this run continues {now}"
-    if recorded.fingerprint != meta.get("fingerprint"):
+    if recorded.fingerprint != meta.fingerprint:
         return "its data files changed or are gone since (a new candidate trains on them now)"
-    for key in ("data_path", "seed", "options"):
-        if extra.get(key) != meta.get(key):
-            return f"it was asked another {key.replace('_', ' ')} ({extra.get(key)!r})"
+    asked = {"data_path": meta.data_path, "seed": meta.seed, "options": meta.options}
+    for key, value in asked.items():
+        if getattr(recorded, key) != value:
+            said = getattr(recorded, key)
+            return f"it was asked another {key.replace('_', ' ')} ({said!r})"
     return None

@@ -201,6 +201,8 @@ def _other_options(served: Served, request: TrainRequest) -> bool:
     """The served model was trained with other plugin options than this run asks for (as
     its candidate's meta says; a meta that does not say: the same): the run trains."""
     assert served.checkpoint is not None
-    extra = read_meta(served.checkpoint.parent).extra
-    recorded = extra.get("options", (extra.get("request") or {}).get("options"))
+    meta = read_meta(served.checkpoint.parent)
+    asked = meta.extra.get("request")  # an older meta's: its run's request whole
+    older = asked.get("options") if isinstance(asked, Mapping) else None
+    recorded = meta.options if meta.options is not None else older
     return recorded is not None and recorded != request.recorded_options()

@@ -118,7 +118,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     utc_now,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome, Verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock, read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import commit, rollback
 from genesis_fp16_infrastructure.contract.judging import RecordLosses, judging_margin
@@ -190,7 +190,7 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     stores.write_watch(store, kept)
     figures = figures_of(kept, float(plugin.loss_span), plugin, served_now.metrics())
     figures.update(against=previous.id, new_records=len(picked))
-    return LiveReport.from_json(decide(folder, name, str(pointer.served.id), figures))
+    return decide(folder, name, str(pointer.served.id), figures)
 
 
 def _within_bound(
@@ -226,7 +226,7 @@ def rolled_back_to(folder: Path, served_id: str | None) -> np.ndarray | None:
         verdict = read_verdict(candidate)
         if verdict.outcome != Outcome.ROLLED_BACK or verdict.reason != LIVE_REGRESSION:
             continue
-        if (verdict.live or {}).get("against") != served_id:
+        if verdict.live is None or verdict.live.against != served_id:
             continue
         known = stores.read_known_ids(candidate)
         if known is None:
@@ -281,49 +281,49 @@ def _segment_names(segments: np.ndarray | None) -> np.ndarray | None:
     return np.where(segments == "", "(unsegmented)", segments)
 
 
-def decide(folder: Path, agent: str, watched: str, figures: dict[str, Any]) -> dict[str, Any]:
-    """The watch's decision: write the figures (a LiveReport's JSON but the outcome's
-    fields) into the pointer, or roll back, under the pointer's lock and only while the
-    model watched is still the one served (an operator may have changed it meanwhile:
-    then nothing is written)."""
-    figures = {**figures, "updated_at": utc_now()}
-    report = {**figures, "served": watched, "rolled_back": False, "held": None}
+def decide(folder: Path, agent: str, watched: str, figures: Mapping[str, object]) -> LiveReport:
+    """The watch's decision on its ``figures`` of the served model ``watched`` (a
+    LiveReport's JSON but what the watch did): write them into the pointer, or roll back,
+    under the pointer's lock and only while the model watched is still the one served (an
+    operator may have changed it meanwhile: then nothing is written). Returns the report:
+    the figures, rolled back (``now_served``) or ``held`` and why."""
+    report = LiveReport.from_json({**figures, "updated_at": utc_now(), "served": watched})
     with pointer_lock(folder):
         try:
             current = read_pointer(folder)
         except ServedPointerError:
-            return {**report, "held": "the pointer changed and cannot be read"}
+            return replace(report, held="the pointer changed and cannot be read")
         if current is None or current.served.id != watched:
-            return {**report, "held": "the served model changed meanwhile"}
-        if figures["regression"] and current.pinned is not None:
-            report["held"] = "pinned by the operator"
-        elif figures["regression"]:
-            verdict = {"reason": LIVE_REGRESSION, "live": figures, "detail": _detail(figures)}
+            return replace(report, held="the served model changed meanwhile")
+        if report.regression and current.pinned is not None:
+            report = replace(report, held="pinned by the operator")
+        elif report.regression:
+            verdict = Verdict(reason=LIVE_REGRESSION, live=report, detail=_detail(report))
             try:
                 now = rollback(folder, verdict=verdict)
             except ServedPointerError as exc:  # its predecessor's checkpoint is gone
-                report["held"] = str(exc)
+                report = replace(report, held=str(exc))
             else:
-                said = (agent, watched, now.id, verdict["detail"])
+                said = (agent, watched, now.id, verdict.detail)
                 logger.warning("%s: served model %s rolled back to %s: %s", *said)
-                return {**report, "rolled_back": True, "now_served": now.id}
+                return replace(report, rolled_back=True, now_served=now.id)
         # The pointer read above, under this lock: written back with the figures, its
         # journal and sequence as they are
-        served = msgspec.structs.replace(current.served, live=figures)
+        served = msgspec.structs.replace(current.served, live=report)
         commit(folder, replace(current, served=served))
-    if figures["regression"]:
-        logger.warning("%s: live regression of %s held: %s", agent, watched, report["held"])
+    if report.regression:
+        logger.warning("%s: live regression of %s held: %s", agent, watched, report.held)
     return report
 
 
-def _detail(figures: Mapping[str, Any]) -> str:
+def _detail(report: LiveReport) -> str:
     """The rollback's reason in one line: each column that regressed, with its figures."""
     said = [
-        f"{metric} {f['served_loss']:.6g} vs its predecessor's {f['previous_loss']:.6g} on "
-        f"{f['records']} later record(s), at least {f['lower']:.6g} worse (anytime, "
-        f"{1 - f['alpha']:.1%}), margin {f['margin']:.6g}"
-        for metric, f in figures["metrics"].items()
-        if f["regression"]
+        f"{metric} {f.served_loss:.6g} vs its predecessor's {f.previous_loss:.6g} on "
+        f"{f.records} later record(s), at least {f.lower:.6g} worse (anytime, "
+        f"{1 - f.alpha:.1%}), margin {f.margin:.6g}"
+        for metric, f in report.metrics.items()
+        if f.regression
     ]
     return "live regression: " + "; ".join(said)
 

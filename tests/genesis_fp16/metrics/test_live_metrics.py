@@ -161,7 +161,11 @@ def test_not_watching_follows_the_clock_between_runs(monkeypatch: pytest.MonkeyP
     assert _value(registry, "genesis_fp16_live_watch_last_record_timestamp_seconds") == start
     clock[0] = start + 61
     assert _value(registry, name) == 1.0
-    later = {"updated_at": "2026-01-01T00:01:00Z"}  # records arrived
+    later = {  # records arrived: the watch's figures (one column beside the report's)
+        "against": None, "records": 3, "new_records": 3, "alpha": 0.05, "regression": False,
+        "difference": 0.0, "lower": -0.1, "upper": 0.1, "margin": 0.01,
+        "updated_at": "2026-01-01T00:01:00Z",
+    }  # fmt: skip
     metrics.observe_pointer("se_darwin", pointer(later, True), 60.0)
     assert _value(registry, name) == 0.0
     metrics.observe_pointer("se_darwin", pointer(None, False), 60.0)

@@ -34,7 +34,11 @@ from genesis_fp16.status.report import (
     StatusReport,
     gather_status,
 )
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import REASON_CHARS, RunEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    REASON_CHARS,
+    RunEntry,
+    ServedPointer,
+)
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.agent_folder.run_history import append_run
 from genesis_fp16_infrastructure.errors import ServedPointerError
@@ -297,7 +301,10 @@ def _pointer(state: Path, served_at: str, history: list[dict[str, object]]) -> N
     ]  # fmt: skip
     served = {"id": "m2", "checkpoint": "candidates/m2/ckpt-0000000001.pt", "how": "gate",
               "served_at": served_at,
-              "live": {"records": 720, "updated_at": served_at, "segments": segments}}  # fmt: skip
+              "live": {"records": 720, "updated_at": served_at, "segments": segments,
+                       "against": "m1", "new_records": 720, "alpha": 0.05, "regression": True,
+                       "difference": 0.2, "lower": 0.05, "upper": 0.35,
+                       "margin": 0.01}}  # fmt: skip
     folder = AgentFolder(state, "se_darwin").checkpoint_dir
     folder.mkdir(parents=True)
     pointer = {"version": 1, "served": served, "history": history, "pinned": None}
@@ -330,6 +337,14 @@ def test_the_quality_line_names_each_figure_the_primary_loss_first() -> None:
 
     new = {"losses": {"brier": 0.05, "log_loss": 0.17}, "primary": "log_loss",
            "records": 9, "reported": {"auc": 0.91}, "set": "held_out"}  # fmt: skip
-    assert list(_quality(new) or {}) == ["log_loss", "brier", "auc", "records", "set"]
+    assert list(_quality(_serving(new)) or {}) == ["log_loss", "brier", "auc", "records", "set"]
     old = {"auc": 0.91, "log_loss": None, "loss": 0.17, "records": 9, "set": "current"}
-    assert _quality(old) == {"loss": 0.17, "auc": 0.91, "records": 9, "set": "current"}
+    assert _quality(_serving(old)) == {"loss": 0.17, "auc": 0.91, "records": 9, "set": "current"}
+    edited = {"auc": 0.91, "records": 9}  # a hand's edit, no set: shown as it stands
+    assert _quality(_serving(edited)) == edited
+
+
+def _serving(scores: dict[str, object]) -> ServedPointer:
+    """A pointer whose served entry keeps ``scores``, read as the page reads it."""
+    served = {"id": "m", "checkpoint": "m.pt", "scores": scores}
+    return ServedPointer.from_json({"version": 1, "served": served, "history": []})

@@ -101,7 +101,12 @@ def main() -> None:
     run = _scenarios(ck, roles, scenario)[scenario]
     done = _count_steps(kill_after)
     report = run()
-    print(json.dumps({"steps": done[0], "report": report}, default=str))
+    print(json.dumps({"steps": done[0], "report": report}, default=_json))
+
+
+def _json(value: Any) -> Any:
+    """A transition's return as JSON: a typed record (the watch's LiveReport) as its own."""
+    return value.to_json() if hasattr(value, "to_json") else str(value)
 
 
 if __name__ == "__main__":

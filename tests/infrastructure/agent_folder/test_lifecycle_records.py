@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from genesis_fp16_infrastructure.agent_folder import candidates, transitions
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome, Verdict
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome, ServedEntry, Verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer, served_checkpoint
 from genesis_fp16_infrastructure.errors import ServedPointerError
 
@@ -112,7 +112,10 @@ def test_an_old_folders_verdicts_and_metas_read_typed_and_whole(tmp_path: Path) 
         assert candidates.read_meta(candidate).continues == "c1"
     rolled = candidates.read_verdict(folder / "candidates" / "c2")
     assert (rolled.outcome, rolled.gate_outcome) == (Outcome.ROLLED_BACK, Outcome.PROMOTED)
-    assert rolled.live == ROLLED_BACK["live"] and rolled.extra["detail"] == "worse by 0.03"
+    # Figures too old for the watch's report: no figures, their JSON kept as read.
+    assert rolled.live is None and rolled.as_read["live"] == ROLLED_BACK["live"]
+    assert rolled.detail == "worse by 0.03"
+    assert rolled.candidate is not None and rolled.candidate.losses == {"loss": 0.4213}
     kept = candidates.read_verdict(folder / "candidates" / "c4")
     assert (kept.outcome, kept.records_needed) == (Outcome.INCONCLUSIVE, 1088)
     assert candidates.read_verdict(folder / "candidates" / "c5") == Verdict()
@@ -174,3 +177,17 @@ def test_a_pointer_entry_of_the_wrong_type_makes_the_pointer_unusable_not_half_r
     with pytest.raises(ServedPointerError, match=r"served.json.*ServedEntry.*records"):
         read_pointer(folder)
     assert (folder / "served.json").read_text() == written
+
+
+def test_a_figure_its_record_cannot_read_is_kept_and_a_wrong_kind_refused() -> None:
+    """A served entry's scores and live figures a hand made unreadable by their records:
+    the entry reads (those fields empty, their JSON kept) and writes back the same JSON;
+    a value of another JSON kind (a list for the scores) is refused in one line naming
+    the record and the field, as any wrong type is."""
+    scores, live = {"auc": "high"}, {"records": "many"}
+    entry = ServedEntry.from_json({"id": "m", "checkpoint": "m.pt", "scores": scores, "live": live})
+    assert (entry.scores, entry.live) == (None, None)
+    assert (entry.kept("scores"), entry.kept("live")) == (scores, live)
+    assert entry.to_json() == {"id": "m", "checkpoint": "m.pt", "scores": scores, "live": live}
+    with pytest.raises(ValueError, match=r"^ServedEntry\.scores: a JSON list$"):
+        ServedEntry.from_json({"id": "m", "checkpoint": "m.pt", "scores": [0.1]})

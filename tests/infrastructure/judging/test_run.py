@@ -292,8 +292,8 @@ def test_the_watch_keeps_a_model_no_worse_on_later_records(tmp_path: Path) -> No
     pointer = read_pointer(tmp_path / "checkpoints")
     assert pointer is not None  # the watched model: served, or first in the history since
     watched = next(e for e in [pointer.served, *pointer.history] if e.id == live.served)
-    assert watched.live is not None and watched.live["records"] == live.records == 40
-    assert watched.live["against"] == live.against
+    assert watched.live is not None and watched.live.records == live.records == 40
+    assert watched.live.against == live.against and watched.live.served == watched.id
 
 
 def test_a_broken_pointer_or_bad_scores_refuse_the_run_in_one_line(tmp_path: Path) -> None:

@@ -33,9 +33,11 @@ def test_recording_the_figures_keeps_the_pointers_journal(tmp_path: Path) -> Non
     report = decide(tmp_path, "agent_a", "b", dict(FIGURES))
 
     after = pointer.read_pointer(tmp_path)
-    assert after is not None and report["rolled_back"] is False and report["held"] is None
-    assert after.served.live is not None and after.served.live["records"] == 40
-    assert LiveReport.figures_of(after.served.live)["lower"] == -0.1  # the primary's
+    assert isinstance(report, LiveReport) and report.served == "b"
+    assert after is not None and report.rolled_back is False and report.held is None
+    assert after.served.live is not None and after.served.live.records == 40
+    assert after.served.live.watched.lower == -0.1  # the primary's
+    assert after.served.live == report  # what the watch did is not kept: it did nothing
     assert (after.sequence, after.journal) == (before.sequence, before.journal)
 
 
@@ -126,7 +128,7 @@ def test_a_regression_in_the_second_column_alone_is_found_and_named() -> None:
     assert metrics["b"]["lower"] > 0.01 and figures["primary"] == "a"
     report = LiveReport.from_json({**figures, "served": "m2", "against": "m1", "new_records": 9})
     assert report.regressed == ("b",) and report.watched == report.metrics["a"]
-    said = _detail(figures)
+    said = _detail(report)
     assert said.startswith("live regression: b ") and " a " not in said
 
 

@@ -126,7 +126,7 @@ def test_clean_records_keep_running_figures_and_count_each_record_once(tmp_path:
     assert pointer is not None
     watched = [e for e in [pointer.served, *pointer.history] if e.id == name]
     assert watched and watched[0].live is not None
-    assert watched[0].live["records"] == again.records
+    assert watched[0].live is not None and watched[0].live.records == again.records
     store = JUDGED_WATCH.at((ck / str(watched[0].checkpoint)).parent, first.extra["candidate"])
     with np.load(store) as kept:
         assert len(np.unique(kept["ids"])) == len(kept["ids"]) == again.records
@@ -145,4 +145,4 @@ def test_a_pinned_model_is_watched_but_not_rolled_back(
     assert live.held is not None and "pinned" in live.held
     pointer = read_pointer(ck)
     assert pointer is not None and pointer.served.id == bad
-    assert pointer.served.live["regression"] is True
+    assert pointer.served.live is not None and pointer.served.live.regression is True
