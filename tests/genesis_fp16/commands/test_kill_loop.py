@@ -47,6 +47,18 @@ def _train_command(data: Path, checkpoints: Path, budget: tuple[str, ...]) -> li
     ]
 
 
+def _quiet_life(
+    data: Path, checkpoints: Path, budget: tuple[str, ...], env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """One life of the job, its output discarded: the checkpoints on disk tell its progress."""
+    return subprocess.Popen(
+        _train_command(data, checkpoints, budget),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def _newest_step(checkpoints: Path) -> int:
     """The newest step saved under the folder: se_darwin trains each candidate in a folder
     of its own (candidates/<id>/), and every life here resumes the one unjudged candidate."""
@@ -98,12 +110,7 @@ def test_kill_9_loop_keeps_progress_and_ends_bitwise_equal(
     kept: list[int] = []
     for _ in range(3):
         before = _newest_step(broken)
-        child = subprocess.Popen(
-            _train_command(data, broken, budget),
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        child = _quiet_life(data, broken, budget, env)
         deadline = time.monotonic() + 240
         # Kill once this life has written two checkpoints of its own: mid-run, not at start.
         while _newest_step(broken) < before + 2 * EVERY and time.monotonic() < deadline:
@@ -267,12 +274,7 @@ def test_a_job_killed_after_its_last_save_is_judged_as_it_is(
     reference = json.loads(whole.stdout.strip().splitlines()[-1])
 
     broken = tmp_path / "broken"
-    child = subprocess.Popen(
-        _train_command(data, broken, budget),
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    child = _quiet_life(data, broken, budget, env)
     deadline = time.monotonic() + 240
     while _newest_step(broken) < target and time.monotonic() < deadline:
         assert child.poll() is None, "the run ended before it could be killed"

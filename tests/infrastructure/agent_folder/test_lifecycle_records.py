@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from record_json import without_nulls
 
 from genesis_fp16_infrastructure.agent_folder import candidates, transitions
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome, ServedEntry, Verdict
@@ -91,15 +92,6 @@ def _folder(root: Path) -> Path:
     return folder
 
 
-def _without_nulls(data: Any) -> Any:
-    """A JSON value with its objects' null keys left out: what a reader tells apart."""
-    if isinstance(data, dict):
-        return {k: _without_nulls(v) for k, v in data.items() if v is not None}
-    if isinstance(data, list):
-        return [_without_nulls(v) for v in data]
-    return data
-
-
 def test_an_old_folders_verdicts_and_metas_read_typed_and_whole(tmp_path: Path) -> None:
     """Each candidate's verdict and meta read with their outcomes as enum members, the
     fields the lifecycle reads typed, and every other key kept: written back, the same JSON."""
@@ -107,7 +99,7 @@ def test_an_old_folders_verdicts_and_metas_read_typed_and_whole(tmp_path: Path) 
     for ident, (meta, verdict) in CANDIDATES.items():
         candidate = folder / "candidates" / ident
         read = candidates.read_verdict(candidate)
-        assert _without_nulls(read.to_json()) == _without_nulls(verdict or {})
+        assert without_nulls(read.to_json()) == without_nulls(verdict or {})
         assert candidates.read_meta(candidate).to_json() == meta
         assert candidates.read_meta(candidate).continues == "c1"
     rolled = candidates.read_verdict(folder / "candidates" / "c2")
@@ -130,13 +122,13 @@ def test_an_old_pointer_reads_the_same_and_a_transition_keeps_every_key(tmp_path
     pointer = read_pointer(folder)
     assert pointer is not None
     assert served_checkpoint(folder) == folder / POINTER["served"]["checkpoint"]
-    assert _without_nulls(pointer.to_json()) == _without_nulls(POINTER)
+    assert without_nulls(pointer.to_json()) == without_nulls(POINTER)
     assert transitions.disagreeing(folder, pointer) == {}  # c2's verdict says what seq 3 decided
     transitions.unpin(folder)
     after = json.loads((folder / "served.json").read_text())
     assert "pinned" not in after  # unpinned: the key is left out, as before
     assert (after["served"], after["history"]) == (POINTER["served"], POINTER["history"])
-    assert _without_nulls(after["journal"][:-1]) == _without_nulls(POINTER["journal"])
+    assert without_nulls(after["journal"][:-1]) == without_nulls(POINTER["journal"])
     assert (after["sequence"], after["journal"][-1]["kind"]) == (5, "unpin")
     # Pruning keeps what the pointer names and the kept inconclusive one; no verdict moved.
     assert candidates.prune(folder, keep_served=2, rejected_days=3650.0)[0] == []

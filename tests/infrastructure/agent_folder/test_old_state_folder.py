@@ -11,6 +11,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from record_json import without_nulls
+
 from genesis_fp16_infrastructure.agent_folder import candidates, transitions
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     GateComparison,
@@ -38,15 +40,6 @@ def _copy(tmp_path: Path) -> Path:
 def on_disk_live(folder: Path) -> Any:
     """The served entry's live figures as 2c6d7b6d wrote them."""
     return json.loads((folder / "served.json").read_text())["served"]["live"]
-
-
-def _without_nulls(data: Any) -> Any:
-    """A JSON value with its objects' null keys left out: what a reader tells apart."""
-    if isinstance(data, dict):
-        return {k: _without_nulls(v) for k, v in data.items() if v is not None}
-    if isinstance(data, list):
-        return [_without_nulls(v) for v in data]
-    return data
 
 
 def test_the_served_model_its_pin_and_history_are_kept_typed(tmp_path: Path) -> None:
@@ -82,7 +75,7 @@ def test_the_served_model_its_pin_and_history_are_kept_typed(tmp_path: Path) -> 
     ]
     assert live.self_test is not None and live.self_test.replays == 200
     on_disk = json.loads((folder / "served.json").read_text())
-    assert _without_nulls(pointer.to_json()) == _without_nulls(on_disk)
+    assert without_nulls(pointer.to_json()) == without_nulls(on_disk)
 
 
 def test_each_verdict_reads_typed_and_writes_back_as_written(tmp_path: Path) -> None:
@@ -95,7 +88,7 @@ def test_each_verdict_reads_typed_and_writes_back_as_written(tmp_path: Path) -> 
         verdict = candidates.read_verdict(candidate)
         outcomes[candidate.name] = verdict.outcome
         on_disk = json.loads((candidate / "verdict.json").read_text())
-        assert _without_nulls(verdict.to_json()) == _without_nulls(on_disk)
+        assert without_nulls(verdict.to_json()) == without_nulls(on_disk)
         assert verdict.candidate is not None and verdict.candidate.primary == "log_loss"
     assert outcomes == {
         FIRST: Outcome.PROMOTED,
