@@ -10,6 +10,7 @@ finds the old pool kept and the new file new. Medians of ``--repeats``. Works on
 before the incremental join too (it fingerprints the columns itself there)::
 
     python benchmarks/later_read.py --pools 10000,100000 --new 1000 --repeats 7
+    python benchmarks/later_read.py --pools 100000 --first  # a new file sorting first
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def _read(
     return scanned, time.perf_counter() - started
 
 
-def measure(pool: int, new: int, repeats: int, root: Path) -> dict[str, object]:
+def measure(pool: int, new: int, repeats: int, root: Path, name: str) -> dict[str, object]:
     folder, spare, cache = root / "pool", root / "spare", root / "cache"
     folder.mkdir()
     spare.mkdir()
@@ -70,16 +71,17 @@ def measure(pool: int, new: int, repeats: int, root: Path) -> dict[str, object]:
     manifest, _ = _read(folder, cache, memory, None)  # the first run
     later, unchanged = [], []
     for r in range(repeats):
-        (folder / "zz-new.json").unlink(missing_ok=True)
+        (folder / name).unlink(missing_ok=True)
         manifest, _ = _read(folder, cache, memory, manifest)  # the old pool kept again
         manifest, seconds = _read(folder, cache, memory, manifest)
         unchanged.append(seconds)
-        shutil.copy2(spare / f"new-{r}.json", folder / "zz-new.json")  # its date kept
+        shutil.copy2(spare / f"new-{r}.json", folder / name)  # its date kept
         manifest, seconds = _read(folder, cache, memory, manifest)
         later.append(seconds)
     return {
         "pool": pool,
         "new": new,
+        "new_file": name,
         "later_read_s": statistics.median(later),
         "later_read_all_s": [round(s, 4) for s in later],
         "unchanged_read_s": statistics.median(unchanged),
@@ -91,6 +93,12 @@ def main() -> None:
     parser.add_argument("--pools", default="10000,100000")
     parser.add_argument("--new", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument(
+        "--first",
+        action="store_true",
+        help="the new file sorts before the old ones (aa-new.json, not zz-new.json): "
+        "its records come first, and the whole pool is joined",
+    )
     args = parser.parse_args()
     tree = Path(fingerprint_of.__code__.co_filename).parents[3]  # the tree read from
     commit = subprocess.run(
@@ -98,7 +106,8 @@ def main() -> None:
     ).stdout.strip()
     for pool in [int(p) for p in args.pools.split(",")]:
         with tempfile.TemporaryDirectory() as root:
-            row = measure(pool, args.new, args.repeats, Path(root))
+            name = "aa-new.json" if args.first else "zz-new.json"
+            row = measure(pool, args.new, args.repeats, Path(root), name)
         row["commit"], row["tree"] = commit, str(tree)
         row["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
         print(json.dumps(row), flush=True)

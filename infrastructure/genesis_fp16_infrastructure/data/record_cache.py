@@ -43,6 +43,15 @@ the manifest's digest before use, and the joined pool, checked file by file the 
 The next read in the process takes them from there (no entry decoded, no join when no
 file changed) and reads only the files whose identity changed. A file written within
 ``RACY_NS`` of the scan is never kept, as it is never stored.
+
+One joined pool is kept per cache (the last), with the fingerprint of its labelled records
+(``data.fingerprint``), its identity its files' paths, digests and identities in read
+order. A read whose first files are exactly the kept pool's, each unchanged, and whose
+other files are new grows that pool by the new files' records alone
+(``data.pool_extend``, :meth:`RecordCache.grown_pool`, :meth:`RecordCache.extend_pool`)
+and its fingerprint by their labelled records: the same pool and fingerprint a join of
+every file makes. Anything else (a kept file edited, appended to, touched, deleted or
+renamed, a new file sorting before one of them) joins every file as above.
 """
 
 from __future__ import annotations
@@ -258,7 +267,7 @@ class RecordCache:
             return
         self.fingerprint = fingerprint or fingerprint_of(columns)
         stored = StoredPool(copied(columns), duplicates, named, list(rejected))
-        size = estimate_bytes(stored.columns)
+        size = estimate_bytes(stored.columns) + estimate_bytes(self.fingerprint)
         what = f"the joined pool of {len(columns):,} records of {len(files)} file(s)"
         kept = _KeptPool(stored, self.fingerprint)
         self.memory.put(self._pool_key(), (tuple(named), identities), kept, size, what)
