@@ -88,6 +88,7 @@ def new_counts(pools: list[int], new: list[str]) -> dict[int, list[int]]:
 
 
 KEEP_MIB: list[str] = []  # --keep-mib: GENESIS_FP16_RUN_RESIDENT_KEEP_MIB, when given
+NEW_PREFIX: list[str] = []  # --new-after: the new files' names prefixed to sort last
 
 
 def _tree_env(agent: str, folder: Path, tree: Path, device: str, steps: int) -> dict[str, str]:
@@ -142,7 +143,8 @@ def _first_then_new(
     def add_new(done: int) -> None:
         if done:
             for file in (made / "new" / "data").iterdir():
-                shutil.copy2(file, folder / "data" / file.name)  # its date (a minute back) kept
+                named = "".join(NEW_PREFIX) + file.name  # --new-after: after the old ones
+                shutil.copy2(file, folder / "data" / named)  # its date (a minute back) kept
             load.extend(_load())
 
     if later:
@@ -339,6 +341,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="GENESIS_FP16_RUN_RESIDENT_KEEP_MIB of every daemon (0: its resident run "
         "process keeps nothing of a run's read; unset: the default)",
     )
+    parser.add_argument(
+        "--new-after",
+        action="store_true",
+        help="name the new pool file to sort after the old one (zz-pool-3099.json; by "
+        "default pool-3099.json sorts before pool-99.json: a later read joins every file)",
+    )
     parser.add_argument("--note", default="", help="a line for the results (the host's load)")
     parser.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = parser.parse_args(argv)
@@ -352,6 +360,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not set(args.modes.split(",")) <= {"fresh", "later"}:
         parser.error(f"--modes: {args.modes!r}: fresh, later, or both")
     KEEP_MIB[:] = [] if args.keep_mib is None else [str(int(args.keep_mib))]
+    NEW_PREFIX[:] = ["zz-"] if args.new_after else []
     given = sys.argv[1:] if argv is None else argv
     result = run(args, shlex.join(["python", "benchmarks/run_anatomy.py", *given]))
     print(markdown(result))

@@ -31,7 +31,7 @@ import os
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -87,6 +87,19 @@ class KeptInMemory:
                 return None
             self._entries.move_to_end(key)
             return entry.value
+
+    def get_matching(
+        self, key: Hashable, accepts: Callable[[Hashable], bool]
+    ) -> tuple[Hashable, Any] | None:
+        """The identity and value kept under ``key`` while ``accepts`` its identity (a
+        value another read can build on: a joined pool its files' prefix); None otherwise,
+        the entry left for a :meth:`put` to replace."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or not accepts(entry.identity):
+                return None
+            self._entries.move_to_end(key)
+            return entry.identity, entry.value
 
     def put(self, key: Hashable, identity: Hashable, value: Any, size: int, what: str) -> None:
         """Keep ``value`` (``size`` bytes, said as ``what`` when evicted) under ``key``;

@@ -129,8 +129,8 @@ def test_a_later_read_in_the_process_reuses_only_unchanged_files_and_equals_a_fr
 def test_an_unchanged_file_beside_a_new_one_comes_from_memory(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A new file in the pool: the others' records come from memory, only it is read, and
-    the pool is a fresh read's; the read's line says so."""
+    """A new file in the pool: the others' records come from memory, only it is read and
+    joined onto the kept pool, and the pool is a fresh read's; the read's line says so."""
     folder = _pool(tmp_path)
     memory = KeptInMemory(64 * 2**20)
     _, _, manifest = _read(folder, tmp_path / "cache", memory)
@@ -141,9 +141,9 @@ def test_an_unchanged_file_beside_a_new_one_comes_from_memory(
     assert records.from_memory == 4
     said = [r.getMessage() for r in caplog.records if "from memory" in r.getMessage()]
     assert said == [
-        f"reused from memory: pool of {len(data.columns):,} records, "
-        f"{len(data.columns) - 30 + data.duplicates:,} of them from 4 file(s) unchanged "
-        "(1 file(s), 30 records re-read)"
+        f"reused from memory: the joined pool of {len(data.columns) - 30:,} records of 4 "
+        f"file(s) unchanged, grown by 1 file(s) (30 records joined) to {len(data.columns):,} "
+        "records"
     ]
 
 

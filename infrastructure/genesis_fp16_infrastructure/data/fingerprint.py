@@ -85,11 +85,40 @@ def fingerprint_of(columns: PoolColumns) -> DataFingerprint:
     """The fingerprint of a read's labelled records, from its columns
     (``data.pool_columns``), independent of their order: sorted by (id hash, record
     hash), as tuples of Python ints once were, with the same digest."""
-    ids = torch.from_numpy(columns.id_hash[columns.labelled])
-    labelled = torch.from_numpy(columns.key.copy())
-    order = torch.sort(labelled, stable=True).indices
-    order = order[torch.sort(ids[order], stable=True).indices]
-    ids, labelled = ids[order], labelled[order]
+    ids, labelled = _sorted(columns.id_hash[columns.labelled], columns.key)
+    return _made(ids, labelled)
+
+
+def extended_fingerprint(
+    before: DataFingerprint, columns: PoolColumns, rows: int
+) -> DataFingerprint:
+    """``fingerprint_of(columns)`` from ``before``, the fingerprint of the labelled records
+    among ``columns``' first ``rows`` (the pool ``data.pool_extend`` grew): only the
+    labelled records after them are sorted, then merged in (issue 90: a later read
+    fingerprints what is new). The digest still reads every record hash: 8 bytes each."""
+    first = int(np.searchsorted(columns.labelled, rows))
+    if len(before.ids) != first:
+        raise ValueError(f"a fingerprint of {len(before.ids)} records for {first} of {rows} rows")
+    ids, labelled = _sorted(columns.id_hash[columns.labelled[first:]], columns.key[first:])
+    old_ids = before.ids.numpy()
+    at = np.searchsorted(old_ids, ids.numpy(), side="left")
+    if (at != np.searchsorted(old_ids, ids.numpy(), side="right")).any():
+        return fingerprint_of(columns)  # an id hash on both sides: order by record hash too
+    # Each new one before the first old id hash larger than its own, in their sorted order.
+    merged_ids = np.insert(old_ids, at, ids.numpy())
+    merged = np.insert(before.labelled.numpy(), at, labelled.numpy())
+    return _made(torch.from_numpy(merged_ids), torch.from_numpy(merged))
+
+
+def _sorted(ids: np.ndarray, labelled: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """The id hashes and record hashes of some records, sorted by (id hash, record hash)."""
+    ids_t, labelled_t = torch.from_numpy(ids), torch.from_numpy(labelled.copy())
+    order = torch.sort(labelled_t, stable=True).indices
+    order = order[torch.sort(ids_t[order], stable=True).indices]
+    return ids_t[order], labelled_t[order]
+
+
+def _made(ids: torch.Tensor, labelled: torch.Tensor) -> DataFingerprint:
     # The int64 little-endian bytes of the record hashes.
     packed = labelled.numpy().astype("<i8").tobytes()
     digest = hashlib.blake2b(packed, digest_size=16).hexdigest()

@@ -282,7 +282,7 @@ def _by_hash(
     parent = np.where(found, row_of[where], -1)
     hits = np.flatnonzero(found)
     named = names if len(hits) == len(names) else map(names.__getitem__, hits.tolist())
-    if not _same(named, raw_ids, rows[parent[hits]]):
+    if not same_ids(named, raw_ids, rows[parent[hits]]):
         return None
     return rows, numbered_parents(names, parent, counts, rows)
 
@@ -298,12 +298,12 @@ def _first_by_hash(raw_ids: list[str], id_hash: np.ndarray) -> tuple[np.ndarray,
     later = np.flatnonzero(~starts)
     if len(later):
         named = map(raw_ids.__getitem__, order[later].tolist())
-        if not _same(named, raw_ids, keepers[np.cumsum(starts)[later] - 1]):
+        if not same_ids(named, raw_ids, keepers[np.cumsum(starts)[later] - 1]):
             return None
     return keepers, ordered[starts]
 
 
-def _same(left: Iterable[str], right: list[str], at: np.ndarray) -> bool:
+def same_ids(left: Iterable[str], right: list[str], at: np.ndarray) -> bool:
     """Whether the i-th of ``left`` equals ``right[at[i]]`` for every i (string
     compares: no string is hashed)."""
     return all(map(operator.eq, left, map(right.__getitem__, at.tolist())))

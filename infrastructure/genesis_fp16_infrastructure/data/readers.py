@@ -61,8 +61,10 @@ from pydantic import BaseModel, ValidationError
 
 from genesis_fp16_infrastructure.data.batch_block import Batch, batch_block
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, FileRecord, RecordBlock
+from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect
+from genesis_fp16_infrastructure.data.pool_file import StoredPool
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.schema import (
@@ -152,6 +154,16 @@ class ReadResult:
     duplicates: int = 0
     unlabelled: int = 0
     files: int = 0
+    kept_fingerprint: DataFingerprint | None = None  # the record cache's, if it made one
+
+    @cached_property
+    def fingerprint(self) -> DataFingerprint:
+        """The fingerprint of the labelled records as read (``data.fingerprint``): the one
+        the record cache kept with the pool (a later read in a resident process sorted in
+        only its new records), else worked out now from the columns."""
+        if self.kept_fingerprint is not None:
+            return self.kept_fingerprint
+        return fingerprint_of(self.columns)
 
     @cached_property
     def examples(self) -> list[Example]:
@@ -198,11 +210,11 @@ def read_trajectories(
     sink = QuarantineSink(quarantine)
     try:
         with paused_gc():  # a million records, no cycle among them (machine_memory)
-            columns, duplicates = _pool(files, sink, cache, keep_text)
+            columns, duplicates, seen = _pool(files, sink, cache, keep_text)
     finally:
         sink.close()
     unlabelled = len(columns) - len(columns.labelled)
-    result = ReadResult(columns, sink.count, duplicates, unlabelled, len(files))
+    result = ReadResult(columns, sink.count, duplicates, unlabelled, len(files), seen)
     if not result.labelled:
         raise DataError(
             f"no labelled records in {str(path)!r} ({len(columns)} valid, "
@@ -255,25 +267,53 @@ def _stripped_size(file: Path) -> int:
 
 def _pool(
     files: list[Path], sink: QuarantineSink, cache: RecordCache | None, keep_text: bool
-) -> tuple[PoolColumns, int]:
-    """The files' records joined (the first record of an id wins, in file order) and the
-    duplicates left out; a slim read of unchanged files takes the joined pool from
-    ``cache`` whole, writing its quarantined entries to ``sink`` as a parse would."""
+) -> tuple[PoolColumns, int, DataFingerprint | None]:
+    """The files' records joined (the first record of an id wins, in file order), the
+    duplicates left out, and the pool's fingerprint when the cache made one; a slim read
+    of unchanged files takes the joined pool from ``cache`` whole, writing its quarantined
+    entries to ``sink`` as a parse would, and one of unchanged files and new ones after
+    them grows the pool kept in memory by the new files' records alone."""
     slim = not keep_text
     stored = cache.load_pool(files) if cache is not None and slim else None
-    if stored is not None:
+    if stored is None and cache is not None and slim:
+        stored = _grown(files, cache)
+    if stored is not None and cache is not None:
         for index, entry in stored.rejected:
             sink.add(Source(files[index], entry.where), entry.reason, entry.text)
-        return stored.columns, stored.duplicates
+        return stored.columns, stored.duplicates, cache.fingerprint
     blocks = [_file_records(file, sink, cache, keep_text) for file in files]
     columns, duplicates = collect(blocks, keep_text)
     if cache is not None and slim:
-        cache.store_pool(files, columns, duplicates, blocks)
         rejected = [(i, entry) for i, block in enumerate(blocks) for entry in block.rejected]
+        cache.store_pool(files, columns, duplicates, rejected)
         cache.keep_pool(files, columns, duplicates, rejected)  # a resident process's memory
     if cache is not None:
         cache.say_kept(len(columns))
-    return columns, duplicates
+    return columns, duplicates, None if cache is None else cache.fingerprint
+
+
+def _grown(files: list[Path], cache: RecordCache) -> StoredPool | None:
+    """The pool kept in memory of the first files, unchanged, grown by the records of the
+    files after them (issue 90: a later run joins what is new); None when no kept pool is
+    such, or the growth finds one id hash for two ids (the read joins every file)."""
+    found = cache.grown_pool(files)
+    if found is None:
+        return None
+    count, kept = found
+    # Their quarantined entries go to the read's sink with the pool's, in file order.
+    held = _Held()
+    blocks = [_file_records(file, held, cache, keep_text=False) for file in files[count:]]
+    return cache.extend_pool(files, count, kept, blocks)
+
+
+class _Held(QuarantineSink):
+    """A sink that writes and says nothing: a file's entries are held in its block."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+
+    def _say_file(self) -> None:
+        pass
 
 
 def _file_records(

@@ -43,6 +43,15 @@ the manifest's digest before use, and the joined pool, checked file by file the 
 The next read in the process takes them from there (no entry decoded, no join when no
 file changed) and reads only the files whose identity changed. A file written within
 ``RACY_NS`` of the scan is never kept, as it is never stored.
+
+One joined pool is kept per cache (the last), with the fingerprint of its labelled records
+(``data.fingerprint``), its identity its files' paths, digests and identities in read
+order. A read whose first files are exactly the kept pool's, each unchanged, and whose
+other files are new grows that pool by the new files' records alone
+(``data.pool_extend``, :meth:`RecordCache.grown_pool`, :meth:`RecordCache.extend_pool`)
+and its fingerprint by their labelled records: the same pool and fingerprint a join of
+every file makes. Anything else (a kept file edited, appended to, touched, deleted or
+renamed, a new file sorting before one of them) joins every file as above.
 """
 
 from __future__ import annotations
@@ -52,8 +61,9 @@ import hashlib
 import logging
 import os
 import stat
+from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -65,8 +75,14 @@ from genesis_fp16_infrastructure.data.file_records import (
     Head,
     RecordBlock,
 )
+from genesis_fp16_infrastructure.data.fingerprint import (
+    DataFingerprint,
+    extended_fingerprint,
+    fingerprint_of,
+)
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
 from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
+from genesis_fp16_infrastructure.data.pool_extend import extended
 from genesis_fp16_infrastructure.data.pool_file import (
     FORMAT,
     StoredPool,
@@ -117,6 +133,9 @@ class RecordCache:
         self.write_failures = 0
         self.unreadable = 0  # entries found damaged (truncated, another version): misses too
         self.pool_hit = False  # the whole joined pool came from its entry
+        self.pool_grown = False  # the pool kept in memory, grown by new files' records
+        # The fingerprint of the pool this read took or kept (data.fingerprint), if it made one
+        self.fingerprint: DataFingerprint | None = None
 
     def load(self, file: Path, slim: bool) -> Head | None:
         """What was stored of ``file``: all its records (``Head.offset`` None) while its
@@ -231,9 +250,12 @@ class RecordCache:
         columns: PoolColumns,
         duplicates: int,
         rejected: list[tuple[int, Any]],
+        fingerprint: DataFingerprint | None = None,
     ) -> None:
         """Keep a slim read's joined pool in this process's memory (a copy: the run may
-        write into its own), when every file is vouched for and none is racy."""
+        write into its own), when every file is vouched for and none is racy, with the
+        fingerprint of its records (``fingerprint``, or worked out now: the run's, in
+        ``self.fingerprint``) so a later read that grows it fingerprints only what is new."""
         if self.memory is None or not files:
             return
         states = [self._vouched(file) for file in files]
@@ -243,29 +265,103 @@ class RecordCache:
         identities = tuple(identity_of(file) for file in files)
         if any(identity is None for identity in identities):
             return
+        self.fingerprint = fingerprint or fingerprint_of(columns)
         stored = StoredPool(copied(columns), duplicates, named, list(rejected))
-        size = estimate_bytes(stored.columns)
+        size = estimate_bytes(stored.columns) + estimate_bytes(self.fingerprint)
         what = f"the joined pool of {len(columns):,} records of {len(files)} file(s)"
-        self.memory.put(self._pool_key(named), identities, stored, size, what)
+        kept = _KeptPool(stored, self.fingerprint)
+        self.memory.put(self._pool_key(), (tuple(named), identities), kept, size, what)
 
     def _recalled_pool(self, files: list[Path], named: list[tuple[str, str]]) -> StoredPool | None:
         """The joined pool of ``files`` kept in memory, while each file is still the one
         it was joined from (identity and digest: ``named``); a copy of it."""
-        if self.memory is None:
+        found = self._kept_pool(files, named)
+        if found is None or found[0] != len(files):
             return None
-        identities = tuple(identity_of(file) for file in files)
-        kept = self.memory.get(self._pool_key(named), identities)
-        if kept is None or any(identity is None for identity in identities):
-            return None
+        kept = found[1]
         self.hits += len(files)
         self.from_memory += len(files)
         self.pool_hit = True
+        self.fingerprint = kept.fingerprint
         logger.info(
             "reused from memory: the joined pool of %s records whole (its %d file(s) unchanged)",
-            f"{len(kept.columns):,}",
+            f"{len(kept.stored.columns):,}",
             len(files),
         )
-        return StoredPool(copied(kept.columns), kept.duplicates, kept.files, kept.rejected)
+        stored = kept.stored
+        return StoredPool(copied(stored.columns), stored.duplicates, stored.files, stored.rejected)
+
+    def _kept_pool(
+        self, files: list[Path], named: list[tuple[str, str]]
+    ) -> tuple[int, _KeptPool] | None:
+        """The pool kept in memory of the first ``count`` of ``files`` (all of them, or
+        fewer: the files after them new since), while each of those is still the one it
+        was joined from (path, identity, digest), as ``(count, pool)``; None otherwise."""
+        if self.memory is None:
+            return None
+        identities = tuple(identity_of(file) for file in files)
+
+        def joined_from(kept: Hashable) -> bool:
+            paths, was = cast(tuple[tuple[Any, ...], tuple[Any, ...]], kept)
+            count = len(paths)
+            return 0 < count <= len(files) and (paths, was) == (
+                tuple(named[:count]),
+                identities[:count],
+            )
+
+        found = self.memory.get_matching(self._pool_key(), joined_from)
+        if found is None:
+            return None
+        identity, kept = found
+        return len(cast(tuple[Any, ...], identity)[0]), kept
+
+    def grown_pool(self, files: list[Path]) -> tuple[int, _KeptPool] | None:
+        """The pool kept in memory of the first ``count`` of ``files``, every one of them
+        unchanged, when the files after them are new (``count < len(files)``): the read
+        joins only those (``data.pool_extend``). None otherwise: any file of the kept pool
+        changed, removed or no longer first, or a new file sorting before one of them."""
+        states = [self._vouched(file) for file in files]
+        if any(state is None for state in states):
+            return None
+        found = self._kept_pool(files, _named(files, states))
+        if found is None or found[0] >= len(files):
+            return None
+        count = found[0]
+        self.hits += count
+        self.from_memory += count
+        self.memory_records += len(found[1].stored.columns) + found[1].stored.duplicates
+        return found
+
+    def extend_pool(
+        self, files: list[Path], count: int, kept: _KeptPool, blocks: list[RecordBlock]
+    ) -> StoredPool | None:
+        """``kept`` (the pool of ``files[:count]``) grown by ``blocks`` (the rest's, in read
+        order), kept in memory in its place with its fingerprint grown too; None when an
+        id hash is shared by two different ids (the read joins every file instead)."""
+        grown = extended(kept.stored.columns, blocks)
+        if grown is None:
+            return None
+        columns, left_out = grown
+        self.pool_grown = True
+        old = kept.stored
+        rejected = old.rejected + [
+            (count + i, entry) for i, block in enumerate(blocks) for entry in block.rejected
+        ]
+        duplicates = old.duplicates + left_out
+        self.fingerprint = extended_fingerprint(kept.fingerprint, columns, len(old.columns))
+        self.store_pool(files, columns, duplicates, rejected)
+        self.keep_pool(files, columns, duplicates, rejected, self.fingerprint)
+        logger.info(
+            "reused from memory: the joined pool of %s records of %d file(s) unchanged, "
+            "grown by %d file(s) (%s records joined) to %s records",
+            f"{len(old.columns):,}",
+            count,
+            len(blocks),
+            f"{sum(len(block.trajectory_id) for block in blocks):,}",
+            f"{len(columns):,}",
+        )
+        named = _named(files, [self._vouched(file) for file in files])
+        return StoredPool(columns, duplicates, named, rejected)
 
     def _recalled(self, file: Path, state: FileState, slim: bool) -> RecordBlock | None:
         """``file``'s block kept in memory, while the file is the one it was read from."""
@@ -317,15 +413,20 @@ class RecordCache:
         """A kept block's key: this cache's (an agent's), the file, slim, the version."""
         return ("records", str(self.folder), str(file), slim, CACHE_VERSION)
 
-    def _pool_key(self, named: list[tuple[str, str]]) -> tuple[Any, ...]:
-        """A kept pool's key: this cache's, its files and digests in read order."""
-        return ("pool", str(self.folder), tuple(named), POOL_VERSION)
+    def _pool_key(self) -> tuple[Any, ...]:
+        """The kept pool's key: this cache's (an agent's: one pool, the last joined; its
+        identity is its files' paths, digests and identities in read order)."""
+        return ("pool", str(self.folder), POOL_VERSION)
 
     def store_pool(
-        self, files: list[Path], columns: PoolColumns, duplicates: int, blocks: list[RecordBlock]
+        self,
+        files: list[Path],
+        columns: PoolColumns,
+        duplicates: int,
+        rejected: list[tuple[int, Any]],
     ) -> None:
-        """Keep a slim read's joined pool (``columns``, joined from ``blocks``, each file's
-        in read order, whose quarantined entries it keeps) when this read took every file
+        """Keep a slim read's joined pool (``columns``, and ``rejected``: each file's
+        quarantined entries, by its index in read order) when this read took every file
         from its own entry (the pool was read before, unchanged: it is likely read so again), every
         file is still as the manifest hashed it and none was written within ``RACY_NS``
         of its scan. A read that parsed anything (a daemon's run on new records) writes
@@ -336,7 +437,6 @@ class RecordCache:
         states = [self._vouched(file) for file in files]
         if any(s is None or s.mtime_ns >= self.scanned_ns - RACY_NS for s in states):
             return
-        rejected = [(i, entry) for i, block in enumerate(blocks) for entry in block.rejected]
         named = _named(files, states)
         stored = StoredPool(columns, duplicates, named, rejected)
         path = self._pool_path(files)
@@ -418,6 +518,14 @@ class RecordCache:
         """An entry: its file's bytes' digest, the cache's version, and whether its
         records keep their text (read_trajectories' keep_text)."""
         return self.folder / f"{digest}-{CACHE_VERSION}{'-slim' if slim else ''}.msgpack"
+
+
+@dataclasses.dataclass(frozen=True)
+class _KeptPool:
+    """A joined pool kept in memory, with the fingerprint of its labelled records."""
+
+    stored: StoredPool
+    fingerprint: DataFingerprint
 
 
 class _HeadMarker(msgspec.Struct):

@@ -379,8 +379,8 @@ def test_a_later_se_darwin_run_reuses_what_its_resident_process_read_and_trains_
     tmp_path: Path,
 ) -> None:
     """Two `run se_darwin` in one resident process, a pool file added between them: the
-    second run's log says what it reused from memory (the first file's records, only the
-    new one re-read) and it trains to what the same second run
+    second run's log says what it reused from memory (the first file's joined pool, only
+    the new file's records joined onto it) and it trains to what the same second run
     trains to in a child forked per run (GENESIS_FP16_RUN_RESIDENT=false), where nothing
     is kept and nothing is said."""
     results = {}
@@ -397,10 +397,10 @@ def test_a_later_se_darwin_run_reuses_what_its_resident_process_read_and_trains_
             daemon.stop()
         reused = [line for line in said if line.startswith("reused from memory: ")]
         if name == "kept":
-            # The second run's first read takes the first file from memory and reads the
-            # new one; later reads of a run take its joined pool whole.
-            pool = "reused from memory: pool of 600 records, 300 of them from 1 file(s) unchanged"
-            assert pool + " (1 file(s), 300 records re-read)" in reused, reused
+            # The second run's first read grows the first file's joined pool by the new
+            # one's records (it sorts after); later reads of a run take the pool whole.
+            pool = "reused from memory: the joined pool of 300 records of 1 file(s) unchanged"
+            assert pool + ", grown by 1 file(s) (300 records joined) to 600 records" in reused
         else:
             assert not reused
     assert results["kept"] == results["forked"]

@@ -33,7 +33,6 @@ from genesis_fp16_infrastructure.data.fingerprint import (
     DataChange,
     DataFingerprint,
     compare,
-    fingerprint_of,
 )
 from genesis_fp16_infrastructure.data.readers import DataTooLarge, ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
@@ -83,7 +82,7 @@ def train(request: TrainRequest) -> TrainResult:
     with clock.phase("read"), paused_gc():  # objects without cycles (machine_memory.paused_gc)
         cache = record_cache(request, manifest)  # issue 36: unchanged files unparsed
         data = read_pool(request, options, _quarantine_path(request), cache)
-        seen = fingerprint_of(data.columns)
+        seen = data.fingerprint  # kept with the pool: a later read sorts in what is new
     steps, epochs = request.steps, request.epochs
     # No budget given: train until validation stops improving, within max_epochs. An
     # explicit steps/epochs budget runs in full (what the operator asked for, a forced

@@ -1,0 +1,271 @@
+"""A later read in a resident process grows the kept pool by new files' records alone
+(data.pool_extend, issue 90), and what it makes is a fresh read's, array for array."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+
+from genesis_fp16_infrastructure.data import fingerprint, pool_columns
+from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
+from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
+from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
+from genesis_fp16_infrastructure.data.synthetic import generate_replay_records
+from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
+
+_TEMPLATES = generate_replay_records(6, seed=3, agent="qa")
+
+# One record: (id number, parents' numbers, agent, template), or None: a line that is not
+# JSON (quarantined). Ids t0-t11 as records, t0-t15 as parents: duplicates across files,
+# parents outside the pool, and ids outside one pool that a later file holds.
+_RECORD = st.one_of(
+    st.tuples(
+        st.integers(0, 11),
+        st.lists(st.integers(0, 15), max_size=3),
+        st.sampled_from(["qa", "se_darwin", "other"]),
+        st.integers(0, len(_TEMPLATES) - 1),
+    ),
+    st.none(),
+)
+_LINES = st.lists(_RECORD, max_size=6)
+_STEP = st.one_of(
+    st.tuples(st.just("add"), st.sampled_from(["a", "m", "z"]), _LINES),  # before, between, after
+    st.tuples(st.just("append"), st.integers(0, 9), _LINES),
+    st.tuples(st.just("edit"), st.integers(0, 9), _LINES),
+    st.tuples(st.just("touch"), st.integers(0, 9), st.just([])),  # the same bytes, a new ctime
+    st.tuples(st.just("delete"), st.integers(0, 9), st.just([])),
+    st.tuples(st.just("rename"), st.integers(0, 9), st.sampled_from(["a", "z"])),
+)
+
+
+def _line(record: tuple[int, list[int], str, int] | None) -> str:
+    if record is None:
+        return "{not json"
+    number, parents, agent, template = record
+    made: dict[str, Any] = copy.deepcopy(_TEMPLATES[template])
+    made["trajectory_id"], made["agent_id"] = f"t{number}", agent
+    made["metadata"]["parent_trajectories"] = [f"t{p}" for p in parents]
+    return json.dumps(made)
+
+
+def _write(file: Path, lines: list[Any], mode: str = "w") -> None:
+    with file.open(mode) as handle:
+        handle.write("".join(_line(r) + "\n" for r in lines))
+    _aged(file)
+
+
+def _aged(file: Path) -> None:
+    """Written a minute ago: older than RACY_NS, so the cache keeps it."""
+    past = file.stat().st_mtime_ns - 60 * 10**9
+    os.utime(file, ns=(past, past))
+
+
+class _Reads:
+    """A pool folder read again and again by one resident process, each read checked
+    against a fresh one (no cache, no memory)."""
+
+    def __init__(self, root: Path) -> None:
+        self.folder = root / "pool"
+        self.folder.mkdir()
+        self.cache = root / "cache"
+        self.memory = KeptInMemory(64 * 2**20)
+        self.manifest: Manifest | None = None
+        self.made = 0  # files made: each new one's name sorts by its number
+        self.grown = 0  # reads that grew the kept pool
+
+    def files(self) -> list[Path]:
+        return sorted(self.folder.iterdir())
+
+    def add(self, prefix: str, lines: list[Any]) -> None:
+        self.made += 1
+        _write(self.folder / f"{prefix}{self.made:03d}.jsonl", lines)
+
+    def step(self, what: str, which: int, arg: Any) -> None:
+        files = self.files()
+        if what == "add" or not files:
+            self.add(arg if what in ("add", "rename") else "z", arg if what == "add" else [])
+            return
+        file = files[which % len(files)]
+        if what in ("append", "edit"):
+            _write(file, arg, "a" if what == "append" else "w")
+        elif what == "touch":
+            os.utime(file, ns=(file.stat().st_atime_ns, file.stat().st_mtime_ns))
+        elif what == "delete":
+            file.unlink()
+        else:
+            self.made += 1
+            file.rename(self.folder / f"{arg}{self.made:03d}.jsonl")
+
+    def read(self) -> tuple[ReadResult, RecordCache]:
+        self.manifest, _ = scan_files(self.folder, self.manifest)
+        cache = RecordCache(self.cache, self.manifest, self.memory)
+        data = read_trajectories(self.folder, cache=cache, keep_text=False)
+        self.grown += int(cache.pool_grown)
+        return data, cache
+
+    def check(self) -> ReadResult | None:
+        """A read, checked against a fresh one; None when the pool has no labelled record."""
+        try:
+            fresh = read_trajectories(self.folder, keep_text=False)
+        except Exception as exc:  # no labelled record: the read in the process says so too
+            with pytest.raises(type(exc)):
+                self.read()
+            return None
+        data, _ = self.read()
+        assert _pool_of(data) == _pool_of(fresh)
+        _same_fingerprint(data.fingerprint, fingerprint_of(fresh.columns))
+        return data
+
+
+def _pool_of(data: ReadResult) -> tuple[object, ...]:
+    """Every column of a read's pool, its duplicates and quarantined count, comparable."""
+    c = data.columns
+    coded = [(x.codes.tolist(), list(x.values)) for x in (c.agent, c.operator, c.tools, c.pattern)]
+    arrays = (
+        c.id_hash, c.score, c.scored, c.created, c.timed, c.generation, c.parent_start,
+        c.parent, c.own, c.labelled, c.success, c.label_score, c.label_scored, c.outcome,
+        c.key, c.judged,
+    )  # fmt: skip
+    return (
+        list(c.ids),
+        [(a.dtype.str, a.shape, a.tobytes()) for a in arrays],
+        coded,
+        list(c.outside),
+        c.text,
+        data.duplicates,
+        data.quarantined,
+        data.files,
+    )
+
+
+def _same_fingerprint(got: DataFingerprint, fresh: DataFingerprint) -> None:
+    assert (got.records, got.digest) == (fresh.records, fresh.digest)
+    assert torch.equal(got.ids, fresh.ids) and torch.equal(got.labelled, fresh.labelled)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_LINES, min_size=1, max_size=3), st.lists(_STEP, max_size=6))
+def test_every_later_read_equals_a_fresh_one_whatever_changed(
+    first: list[list[Any]], steps: list[tuple[str, Any, Any]]
+) -> None:
+    """Files added before, between and after the others, appended to, edited, touched,
+    deleted and renamed between reads in one process: each read's pool (order, columns,
+    coded values, parents, outside ids, duplicates, quarantine) and fingerprint are a
+    fresh read's. A growth that skipped the check of an old file would serve its old
+    records here; one that numbered parents or outside ids its own way would differ."""
+    with tempfile.TemporaryDirectory() as root:
+        reads = _Reads(Path(root))
+        for lines in first:
+            reads.add("m", lines)
+        reads.check()
+        for what, which, arg in steps:
+            reads.step(what, which, arg)
+            reads.check()
+
+
+def _fixed(reads: _Reads) -> None:
+    """A pool whose later file repeats ids, names parents of every kind and holds ids
+    the earlier files named as parents outside their pool."""
+    reads.add("m", [(0, [9, 14], "qa", 0), (1, [0], "se_darwin", 1), (2, [13, 9], "qa", 2)])
+    reads.add("m", [(3, [1, 12], "qa", 3), (1, [], "other", 4), None, (4, [2], "qa", 5)])
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        [(5, [0, 9], "qa", 1), (9, [12, 15], "other", 2)],  # t9 was outside; t15 new outside
+        [(1, [3], "qa", 0), (1, [], "qa", 1), (6, [1, 6], "se_darwin", 3)],  # only duplicates
+        [(13, [14, 15, 5], "qa", 4), (14, [], "qa", 5), (5, [13], "other", 0), None],
+        # t15 first named by a left-out duplicate, then after t11 by a kept record
+        [(1, [15], "qa", 0), (6, [11], "qa", 1), (7, [15, 11], "qa", 2)],
+        [],  # a file of no record
+    ],
+)
+def test_a_new_file_after_the_others_grows_the_kept_pool(new: list[Any]) -> None:
+    """A new file sorting after the kept pool's: the read grows the kept pool (no other
+    file read) and the pool and fingerprint are a fresh read's."""
+    with tempfile.TemporaryDirectory() as root:
+        reads = _Reads(Path(root))
+        _fixed(reads)
+        reads.check()
+        reads.add("z", new)
+        reads.check()
+        assert reads.grown == 1
+        reads.add("z", [(10, [11, 0], "qa", 2)])  # grown again, from the grown pool
+        reads.check()
+        assert reads.grown == 2
+
+
+@pytest.mark.parametrize("change", ["append", "edit", "touch", "delete", "before"])
+def test_any_change_to_an_old_file_joins_the_whole_pool(change: str) -> None:
+    """An old file appended to, edited, touched (its ctime), deleted, or a new file that
+    sorts before it: no growth; the pool is joined whole, and is a fresh read's."""
+    with tempfile.TemporaryDirectory() as root:
+        reads = _Reads(Path(root))
+        _fixed(reads)
+        reads.check()
+        reads.add("z", [(7, [0], "qa", 0)])
+        if change == "before":
+            reads.add("a", [(8, [], "qa", 1)])
+        else:
+            reads.step(change, 0, [(8, [], "qa", 1)])
+        reads.check()
+        assert reads.grown == 0
+
+
+def test_a_later_read_joins_and_fingerprints_only_the_new_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Per-record work, counted: a later read with one new file joins (decodes the coded
+    columns of) and sorts for the fingerprint its records alone, not the pool's. Before
+    the growth, the join took every file's records again and the fingerprint sorted
+    every labelled record."""
+    joined: list[int] = []
+    sorted_: list[int] = []
+    codes_of = pool_columns.joined_codes
+
+    def counted_codes(parts: Any) -> Any:  # once a coded column, in collect
+        parts = list(parts)
+        joined.append(sum(len(codes) for codes, _ in parts))
+        return codes_of(parts)
+
+    class CountingTorch:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(torch, name)
+
+        @staticmethod
+        def sort(values: torch.Tensor, **kwargs: Any) -> Any:
+            sorted_.append(len(values))
+            return torch.sort(values, **kwargs)
+
+    monkeypatch.setattr(pool_columns, "joined_codes", counted_codes)
+    monkeypatch.setattr(fingerprint, "torch", CountingTorch())
+    with tempfile.TemporaryDirectory() as root:
+        reads = _Reads(Path(root))
+        reads.add("m", [(k % 12, [], "qa", k % 6) for k in range(12)])
+        reads.add("m", [(k % 12, [k % 16], "qa", k % 6) for k in range(12)])
+        first, _ = reads.read()
+        first.fingerprint  # noqa: B018 (what a run asks of its read)
+        assert sum(joined) == 4 * 24 and sum(sorted_) == 2 * len(first.columns.labelled)
+        joined.clear()
+        sorted_.clear()
+        reads.add("z", [(12 + k % 4, [k], "qa", k % 6) for k in range(3)])
+        data, _ = reads.read()
+        seen = data.fingerprint
+        assert sum(joined) == 4 * 3  # the new file's records alone, each coded column
+        assert sum(sorted_) == 2 * 3  # its labelled ones alone (each template is labelled)
+        assert len(data.columns) == len(first.columns) + 3
+    monkeypatch.undo()
+    assert seen.digest == fingerprint_of(data.columns).digest
+    assert np.array_equal(seen.ids.numpy(), fingerprint_of(data.columns).ids.numpy())
