@@ -58,7 +58,7 @@ from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, id_h
 from genesis_fp16_infrastructure.data.manifest import Manifest
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
 from genesis_fp16_infrastructure.folder import AgentFolder
-from genesis_fp16_infrastructure.record_codec import LOCAL, Record
+from genesis_fp16_infrastructure.record_codec import LOCAL, OMIT_NONE, Record
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig, bundle_folder
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_names import (
@@ -112,9 +112,10 @@ class TrainRequest(RunSpec, RunCallbacks, Record):
     # limit set), for what a plugin sizes by it: se_darwin's largest pool.
     memory_limit_bytes: int | None = None
     # What the run may keep in its process's memory for the next run there (the daemon's
-    # RUN_RESIDENT_KEEP_MIB, in bytes, when a resident run process serves it; 0: nothing
-    # kept, as in a child forked per run or `train`): kept_in_memory.
-    keep_in_memory_bytes: int = 0
+    # RUN_RESIDENT_KEEP_MIB, in bytes, when a resident run process serves it; None or 0:
+    # nothing kept, as in a child forked per run or `train`): kept_in_memory. Left out of
+    # the run file while None, so a run file an older daemon wrote reads and writes the same.
+    keep_in_memory_bytes: int | None = field(default=None, metadata={OMIT_NONE: True})
     # A fixed pool the operator trusts: a candidate must be no worse than the served
     # model on it too (the promotion gate; GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA).
     golden_data_path: Path | None = None

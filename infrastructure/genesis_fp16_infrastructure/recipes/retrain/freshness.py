@@ -58,7 +58,7 @@ def record_cache(request: TrainRequest, manifest: Manifest | None) -> RecordCach
         return None
     folder = Path(request.state_dir) / RECORD_CACHE_FOLDER / request.agent
     # A resident run process's memory keeps what this read takes (kept_in_memory)
-    cache = RecordCache(folder, manifest, process_memory(request.keep_in_memory_bytes))
+    cache = RecordCache(folder, manifest, process_memory(request.keep_in_memory_bytes or 0))
     cache.prune()  # entries of bytes no current file holds: a rewritten or removed file
     return cache
 
