@@ -59,6 +59,15 @@ def _quiet_life(
     )
 
 
+def _assert_same_weights(checkpoint: Path, reference: Path) -> None:
+    """The last and the served weights of ``checkpoint`` equal ``reference``'s, bit for bit."""
+    last, served = _weights(checkpoint)
+    last_ref, served_ref = _weights(reference)
+    for name in last_ref:
+        assert torch.equal(last[name], last_ref[name]), name
+        assert torch.equal(served[name], served_ref[name]), name
+
+
 def _newest_step(checkpoints: Path) -> int:
     """The newest step saved under the folder: se_darwin trains each candidate in a folder
     of its own (candidates/<id>/), and every life here resumes the one unjudged candidate."""
@@ -127,12 +136,8 @@ def test_kill_9_loop_keeps_progress_and_ends_bitwise_equal(
     assert final.returncode == 0, final.stderr
     result = json.loads(final.stdout.strip().splitlines()[-1])
     assert result["early_stop"]["best_step"] == reference["early_stop"]["best_step"]
-    last, served = _weights(Path(result["checkpoint"]))
-    last_ref, served_ref = _weights(Path(reference["checkpoint"]))
     assert Path(result["checkpoint"]).name == Path(reference["checkpoint"]).name
-    for name in last_ref:
-        assert torch.equal(last[name], last_ref[name]), name
-        assert torch.equal(served[name], served_ref[name]), name
+    _assert_same_weights(Path(result["checkpoint"]), Path(reference["checkpoint"]))
 
 
 def _candidates(checkpoints: Path) -> list[Path]:
@@ -199,11 +204,7 @@ def test_killed_job_resumed_with_the_rest_continues_its_own_candidate(
     result = json.loads(final.stdout.strip().splitlines()[-1])
     assert len(_candidates(broken)) == 1
     assert Path(result["checkpoint"]).name == f"ckpt-{target:010d}.pt"
-    last, served = _weights(Path(result["checkpoint"]))
-    last_ref, served_ref = _weights(Path(reference["checkpoint"]))
-    for name in last_ref:
-        assert torch.equal(last[name], last_ref[name]), name
-        assert torch.equal(served[name], served_ref[name]), name
+    _assert_same_weights(Path(result["checkpoint"]), Path(reference["checkpoint"]))
 
 
 @pytest.mark.slow
@@ -293,8 +294,4 @@ def test_a_job_killed_after_its_last_save_is_judged_as_it_is(
     assert result["steps"] == 0
     assert _candidates(broken) == [candidate] and (candidate / "verdict.json").is_file()
     assert Path(result["checkpoint"]).name == f"ckpt-{target:010d}.pt"
-    last, served = _weights(Path(result["checkpoint"]))
-    last_ref, served_ref = _weights(Path(reference["checkpoint"]))
-    for name in last_ref:
-        assert torch.equal(last[name], last_ref[name]), name
-        assert torch.equal(served[name], served_ref[name]), name
+    _assert_same_weights(Path(result["checkpoint"]), Path(reference["checkpoint"]))
