@@ -68,9 +68,9 @@ def _pad(size: int) -> int:
 
 def encode_frame(
     version: str, kind: str, records: int, labelled: int, arrays: dict[str, np.ndarray]
-) -> bytes:
-    """One frame's bytes (a multiple of 8: each frame starts aligned), ``arrays``
-    C-contiguous."""
+) -> list[bytes | memoryview]:
+    """One frame's bytes, in parts (the columns' own bytes, no copy), ``arrays``
+    C-contiguous; a multiple of 8 in all, so that each frame starts aligned."""
     layout: dict[str, tuple[str, list[int], int]] = {}
 
     def header(offsets: dict[str, int]) -> bytes:
@@ -90,22 +90,25 @@ def encode_frame(
     gap = room - len(head) + _pad(_PREFIX.size + _HEAD.size + room)
     parts: list[bytes | memoryview] = [_HEAD.pack(len(head)), head, b"\0" * gap]
     for a in arrays.values():
-        flat: Any = a.reshape(-1)  # a C-contiguous array's bytes, no copy
+        flat: Any = a.reshape(-1)
         parts += [memoryview(flat).cast("B"), b"\0" * _pad(a.nbytes)]
-    payload = b"".join(parts)
-    return _PREFIX.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
+    crc = 0
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return [_PREFIX.pack(MAGIC, at - _PREFIX.size, crc), *parts]
 
 
 def write_whole(path: Path, version: str, arrays: dict[str, np.ndarray]) -> int:
     """Write ``path`` as one whole frame, atomically (no fsync: a torn file fails its
     CRC-32); its size."""
-    frame = encode_frame(version, "whole", 0, 0, arrays)
+    parts = encode_frame(version, "whole", 0, 0, arrays)
 
     def write(handle: IO[bytes]) -> None:
-        handle.write(frame)
+        for part in parts:
+            handle.write(part)
 
     write_atomic(path, write, sync=False)
-    return len(frame)
+    return sum(len(p) for p in parts)
 
 
 def append_frame(
@@ -114,7 +117,7 @@ def append_frame(
     """Append an ``append`` frame onto the pool of ``records`` (``labelled``) the file's
     first ``at`` bytes make, anything after them (a torn frame) cut off first; the file's
     new size. No fsync: a frame a crash cuts short fails its length or CRC-32."""
-    frame = encode_frame(version, "append", records, labelled, arrays)
+    frame = b"".join(encode_frame(version, "append", records, labelled, arrays))
     fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
