@@ -157,7 +157,7 @@ class KeptNumeric:
         name = hashlib.blake2b(os.fsencode(str(data_path)), digest_size=8).hexdigest()
         self.path = Path(folder) / f"numeric-{name}.gfnum"
         self.memory = memory
-        self.reused = 0  # records whose rows came from the file
+        self.reused = 0  # records whose rows were kept (in the file, or in memory)
         self.computed = 0  # records worked out (new, changed, or beside a change)
         self.unreadable = 0  # files refused (damaged, too large, another version)
         self.write_failures = 0
@@ -446,8 +446,12 @@ def _owned(kept: Kept, end: int) -> _State:
 
 
 def _bytes(state: _State) -> int:
-    extra = 0 if state.by_parent is None else state.by_parent.nbytes
-    return sum(a.nbytes for a in state.kept) + extra
+    """What ``state`` holds, for the store's budget: its columns, the rows' store with its
+    room (the rows a view of it) and the parents' order."""
+    held = sum(a.nbytes for a in state.kept)
+    if state.buffer is not None:
+        held += state.buffer.nbytes - state.kept.numeric.nbytes
+    return held + (0 if state.by_parent is None else state.by_parent.nbytes)
 
 
 def _extends(columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, kept: Kept) -> bool:
