@@ -32,13 +32,24 @@ rows from it:
   children of the worked-out records' parents alone. A pool whose parent links loop
   keeps no depths (the loop rule's depths are the whole pool's): the next run builds
   the whole index, as it does when new records make a loop.
-* **Checked where it is used.** The file is ``data.pool_file``'s columns file: opened
-  without following a link or blocking on a FIFO, no larger than the current pool can
-  make it (:func:`_size_bound`), its header and each column by a CRC-32 on every read,
-  every row in range. A file that fails is a logged miss, counted (``unreadable``): the
-  rows are worked out and the file written again.
+* **Grown, not rewritten.** A pool that is the kept one with records added at its end
+  (a new file sorting last, a grown ``.jsonl``: the common later run) works out its new
+  records and the kept ones beside them, and appends one frame to the file
+  (:mod:`.kept_numeric_file`: a kill -9 mid-append leaves a torn frame, which the next
+  read leaves out). Anything else that changed writes the file whole, as does every
+  ``MAX_FRAMES``-th append.
+* **Kept in memory too.** In a resident run process (``memory``: ``kept_in_memory``,
+  the run's ``keep_in_memory_bytes``), the kept pool stays in memory under the file's
+  identity (device, inode, size, mtime, ctime) as this process wrote or read it; the
+  next run takes it from there, no file read, while the identity is the same, and reads
+  the file otherwise. A budget of 0 keeps nothing: every run reads the file.
+* **Checked where it is used.** The file is opened without following a link or
+  blocking on a FIFO, no larger than the current pool can make it (:func:`_size_bound`),
+  each frame by a CRC-32 on every read, every row in range. A file that fails is a
+  logged miss, counted (``unreadable``): the rows are worked out and the file written
+  again.
 
-    kept = KeptNumeric(folder, data_path)
+    kept = KeptNumeric(folder, data_path, memory)  # memory: a KeptInMemory, or None
     numeric = kept.rows(columns)  # == numeric_rows(columns, columns.labelled), bit for bit
 """
 
@@ -47,25 +58,26 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
-import msgspec
 import numpy as np
 import torch
 
 from genesis_fp16_infrastructure.data.lineage import MAX_DEPTH
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
-from genesis_fp16_infrastructure.data.pool_file import (
-    Layout,
-    mapped_column,
-    open_columns,
-    write_columns,
-)
 from genesis_fp16_infrastructure.data.record_cache import CACHE_VERSION
 from genesis_fp16_infrastructure.data.schema import id_digest, record_id_hashes
+from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory, identity_of
 from genesis_fp16_infrastructure.world_model import features
 from genesis_fp16_infrastructure.world_model.features import ENCODER_VERSION, NUMERIC_FEATURES
+from genesis_fp16_infrastructure.world_model.kept_numeric_file import (
+    Frame,
+    append_frame,
+    read_frames,
+    write_whole,
+)
 from genesis_fp16_infrastructure.world_model.lineage_columns import (
     PoolIndex,
     columns_index,
@@ -76,7 +88,8 @@ from genesis_fp16_infrastructure.world_model.lineage_columns import (
 logger = logging.getLogger(__name__)
 
 # Bump when a numeric feature, or what it reads of the records around one, changes.
-NUMERIC_VERSION = f"2.e{ENCODER_VERSION}.{CACHE_VERSION}"
+# 3: frames, a whole pool then appends (kept_numeric_file)
+NUMERIC_VERSION = f"3.e{ENCODER_VERSION}.{CACHE_VERSION}"
 _WIDTH = len(NUMERIC_FEATURES)
 _DTYPES = {
     "key": "<u8",  # per pool record: its content key
@@ -88,13 +101,21 @@ _DTYPES = {
     "numeric": "<f8",  # (labelled, NUMERIC_FEATURES)
     "depth": "<i8",  # per pool record (lineage_columns' depth); none when the lineage loops
 }
+# An append frame (KeptNumeric._grown): the new records' columns as above (their parents'
+# starts from 0, their labelled rows as pool rows), and the kept records worked out again
+# beside them: their labelled positions and rows, and the records whose depth moved.
+_APPEND = {
+    **{k: v for k, v in _DTYPES.items() if k != "order"},
+    "redone": "<i8",
+    "redone_numeric": "<f8",
+    "redepth": "<i8",
+    "redepth_value": "<i8",
+}
+MAX_FRAMES = 32  # appends before the file is written whole again (a cold read applies each)
 _FIXED = 64 * 2**10
 _MIX = np.uint64(0x9E3779B97F4A7C15)
-
-
-class _Header(msgspec.Struct):
-    version: str
-    arrays: Layout
+_MEMORY = "kept_numeric"  # this store's entries' key: (_MEMORY, the file's path)
+_LOCK = threading.Lock()
 
 
 class Kept(NamedTuple):
@@ -110,17 +131,38 @@ class Kept(NamedTuple):
     depth: np.ndarray
 
 
-class KeptNumeric:
-    """The numeric rows of the pool read from ``data_path``, kept in ``folder``; its
-    counts say what each :meth:`rows` did (``train --json``'s ``extra.record_cache``)."""
+class _State(NamedTuple):
+    """A kept pool as this process holds it: its columns, where the file's last good frame
+    ends (the next append goes there), how many frames make it, and its parents named
+    sorted by hash (``by_parent``: their order; None until an append needs them)."""
 
-    def __init__(self, folder: Path, data_path: Path | str) -> None:
+    kept: Kept
+    end: int
+    frames: int
+    by_parent: np.ndarray | None = None
+    # The rows' own store, ``kept.numeric`` its first rows, with room to grow: an append
+    # writes into it, no copy of the kept rows (None: rows read from the file).
+    buffer: np.ndarray | None = None
+
+
+class KeptNumeric:
+    """The numeric rows of the pool read from ``data_path``, kept in ``folder`` (and, with
+    ``memory``, a resident run process's store, in this process: checked against the
+    file's identity before use); its counts say what each :meth:`rows` did
+    (``train --json``'s ``extra.record_cache``)."""
+
+    def __init__(
+        self, folder: Path, data_path: Path | str, memory: KeptInMemory | None = None
+    ) -> None:
         name = hashlib.blake2b(os.fsencode(str(data_path)), digest_size=8).hexdigest()
         self.path = Path(folder) / f"numeric-{name}.gfnum"
-        self.reused = 0  # records whose rows came from the file
+        self.memory = memory
+        self.reused = 0  # records whose rows were kept (in the file, or in memory)
         self.computed = 0  # records worked out (new, changed, or beside a change)
         self.unreadable = 0  # files refused (damaged, too large, another version)
         self.write_failures = 0
+        self.appended = 0  # frames appended (a pool grown at its end), not written whole
+        self.from_memory = 0  # kept pools taken from this process's memory, no file read
 
     def forget_others(self) -> int:
         """Delete the kept files of other data paths in this folder (an agent reads one:
@@ -139,17 +181,37 @@ class KeptNumeric:
     def rows(self, columns: PoolColumns, rows: np.ndarray | None = None) -> torch.Tensor:
         """``numeric_rows(columns, rows)`` (``rows``: the labelled records, by default),
         the kept records' rows read, the rest worked out; with every labelled record
-        asked for, the file is written again when anything was worked out."""
+        asked for, the file grows by what the pool added (:meth:`_grown`), or is written
+        again whole when anything else was worked out."""
         whole = rows is None
         asked = columns.labelled if rows is None else rows
         slots = parent_hashes(columns)
         keys = content_keys(columns, slots)
-        kept = self._read(len(columns), len(columns.parent))
-        if kept is not None and whole and _unchanged(columns, keys, kept):
-            # The kept pool itself (a scoring, then the run's encode, of the same pool):
-            # its rows as they lie in the file, mapped copy-on-write, no copy made.
-            self.reused += len(asked)
-            return torch.from_numpy(kept.numeric)
+        with _LOCK:  # a run's scorings may ask at once: one append at a time
+            state = self._state(len(columns), len(columns.parent))
+            kept = None if state is None else state.kept
+            if kept is not None and whole and _unchanged(columns, keys, kept):
+                # The kept pool itself (a scoring, then the run's encode, of the same
+                # pool): a copy of its rows, so that nothing the caller does reaches them.
+                self.reused += len(asked)
+                return torch.from_numpy(np.array(kept.numeric))
+            if whole and state is not None and _extends(columns, slots, keys, state.kept):
+                grown = self._grown(columns, slots, keys, state)
+                if grown is not None:
+                    return torch.from_numpy(grown)
+            return torch.from_numpy(self._worked_out(columns, slots, keys, asked, whole, kept))
+
+    def _worked_out(
+        self,
+        columns: PoolColumns,
+        slots: np.ndarray,
+        keys: np.ndarray,
+        asked: np.ndarray,
+        whole: bool,
+        kept: Kept | None,
+    ) -> np.ndarray:
+        """``asked``'s rows, the kept ones reused where they hold (module docstring);
+        with ``whole``, the file written again when anything was worked out."""
         order = np.argsort(keys)  # the file's order column, and _fresh's searches
         fresh = _fresh(columns, slots, keys, order, kept) if kept is not None else None
         out = np.empty((len(asked), _WIDTH), dtype=np.float64)
@@ -173,30 +235,162 @@ class KeptNumeric:
         self.computed += len(need)
         if whole and (len(need) or kept is None):
             self._write(columns, slots, keys, order, out, depth)
-        return torch.from_numpy(out)
+        return out
 
-    def _read(self, records: int, parents: int) -> Kept | None:
-        """The kept columns, checked; None without a file or with a refused one."""
+    def _grown(
+        self, columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, state: _State
+    ) -> np.ndarray | None:
+        """The rows of a pool that is the kept one with records added at its end: the new
+        records worked out, and the kept ones beside them (their siblings, and every
+        descendant of a new record: a kept record may name a new one as its parent), the
+        rest copied; the file grows by one frame (:mod:`.kept_numeric_file`). None when
+        the new records' depths need the whole pool's index (a loop): worked out as any
+        other change."""
+        kept = state.kept
+        n, n_slots, n_labelled = len(kept.key), len(kept.parent_hash), len(kept.labelled)
+        by_parent = np.argsort(kept.parent_hash) if state.by_parent is None else state.by_parent
+        new_slots = slots[n_slots:]
+        by_parent, named = _merged(kept.parent_hash[by_parent], by_parent, new_slots, n_slots)
+        start = columns.parent_start
+
+        def children(ids: np.ndarray) -> np.ndarray:
+            ids = np.sort(ids)
+            low, high = np.searchsorted(named, ids), np.searchsorted(named, ids, "right")
+            slot = by_parent[ranges(low, high - low)]
+            return np.searchsorted(start, slot, "right") - 1
+
+        reached = np.zeros(len(columns), np.bool_)
+        reached[n:] = True
+        frontier = columns.id_hash[n:]
+        while len(frontier):  # a new record named as a parent: its descendants (the depth)
+            found = np.unique(children(frontier))
+            found = found[~reached[found]]
+            reached[found] = True
+            frontier = columns.id_hash[found]
+        reached[children(new_slots)] = True  # the siblings of a new record
+        labelled = columns.labelled
+        need = np.flatnonzero(reached[labelled])
+        depth = np.full(len(columns), -1, np.int64)
+        depth[:n] = np.where(reached[:n], -1, kept.depth)
+        index = rows_index(columns, labelled[need], depth)
+        if index is None:
+            return None
+        worked = features.numeric_rows(columns, labelled[need], index).numpy()
+        buffer = _room(state, len(labelled))
+        buffer[need] = worked  # what is kept in memory, if it is, changes here: _append
+        # The caller's rows: a copy of what is kept (none kept: the store itself).
+        out = buffer[: len(labelled)]
+        out = out if self.memory is None else np.array(out)
+        self.reused += len(labelled) - len(need)
+        self.computed += len(need)
+        old = need[need < n_labelled]
+        moved = np.flatnonzero(index.depth[:n] != kept.depth)
+        frame = {
+            "key": keys[n:],
+            "id_hash": columns.id_hash[n:],
+            "parent_start": start[n:] - n_slots,
+            "parent_hash": new_slots,
+            "labelled": labelled[n_labelled:],
+            "numeric": out[n_labelled:],
+            "depth": index.depth[n:],
+            "redone": old,
+            "redone_numeric": out[old],
+            "redepth": moved,
+            "redepth_value": index.depth[moved],
+        }
+        order = _merged(kept.key[kept.order], kept.order, keys[n:], n)[0]
+        rows = buffer[: len(labelled)]
+        grown = Kept(keys, order, columns.id_hash, start, slots, labelled, rows, index.depth)
+        self._append(columns, state, grown, frame, _State(grown, 0, 0, by_parent, buffer))
+        return out
+
+    def _append(
+        self,
+        columns: PoolColumns,
+        state: _State,
+        grown: Kept,
+        frame: dict[str, np.ndarray],
+        after: _State,
+    ) -> None:
+        """Append ``frame`` (the records ``grown`` adds to the kept pool) to the file, or
+        write ``grown`` whole when the file holds many frames or would outgrow its bound;
+        ``after`` is kept in memory as what the file then holds."""
+        arrays = {k: np.ascontiguousarray(a, _APPEND[k]) for k, a in frame.items()}
+        size = sum(a.nbytes for a in arrays.values()) + 4096  # and its header, at most
+        # Half the bound a read allows: the pool may shrink by half and still be read.
+        bound = _size_bound(len(columns), len(columns.parent)) // 2
+        if state.frames >= MAX_FRAMES or state.end + size > bound:
+            self._write(columns, grown.parent_hash, grown.key, grown.order, grown.numeric,
+                        grown.depth)  # fmt: skip
+            return
         try:
-            raw, mapping = open_columns(self.path, _size_bound(records, parents))
-            head = msgspec.msgpack.decode(raw, type=_Header)
-            if head.version != NUMERIC_VERSION:
-                raise ValueError(f"version {head.version!r}, this build's {NUMERIC_VERSION}")
-            if set(head.arrays) != set(_DTYPES):
-                raise ValueError(f"columns {sorted(head.arrays)}, not this build's")
-            arrays = {
-                name: mapped_column(mapping, name, _DTYPES[name], *at)
-                for name, at in head.arrays.items()
-            }
-            kept = Kept(**arrays)
+            end = append_frame(
+                self.path, NUMERIC_VERSION, arrays, state.end, len(state.kept.key),
+                len(state.kept.labelled),
+            )  # fmt: skip
+        except (OSError, ValueError) as exc:  # the run has its rows; the next works them out
+            self.write_failures += 1
+            logger.warning("cannot append to %s (%s): worked out again next run", self.path, exc)
+            self._forget()  # its rows' store holds the grown pool's now: not the file's
+            return
+        self.appended += 1
+        self._keep(after._replace(end=end, frames=state.frames + 1))
+
+    def _state(self, records: int, parents: int) -> _State | None:
+        """The kept pool: this process's, while the file is the one it wrote or read (its
+        identity unchanged), else read from the file; None without one."""
+        identity = identity_of(self.path)
+        if self.memory is not None and identity is not None:
+            state = self.memory.get((_MEMORY, str(self.path)), identity)
+            if state is not None:
+                self.from_memory += 1
+                return cast(_State, state)
+        state = self._read(records, parents)
+        if state is not None and self.memory is not None and identity is not None:
+            # Stat'ed before the read: a file changed meanwhile is another identity next time.
+            self.memory.put((_MEMORY, str(self.path)), identity, state, _bytes(state),
+                            f"numeric rows of {self.path.name}")  # fmt: skip
+        return state
+
+    def _keep(self, state: _State) -> None:
+        """Keep ``state`` in memory as what the file now holds (its identity now)."""
+        identity = identity_of(self.path)
+        if self.memory is None:
+            return
+        if identity is None:
+            self._forget()
+            return
+        self.memory.put((_MEMORY, str(self.path)), identity, state, _bytes(state),
+                        f"numeric rows of {self.path.name}")  # fmt: skip
+
+    def _forget(self) -> None:
+        """Nothing kept in memory for the file (a write failed: what it holds is unknown);
+        an entry of no identity, which no file's matches, in the store's one door."""
+        if self.memory is not None:
+            self.memory.put((_MEMORY, str(self.path)), None, None, 0, "nothing")
+
+    def _read(self, records: int, parents: int) -> _State | None:
+        """The kept pool of the file's frames, checked; None without a file or with a
+        refused one. A torn last frame (a crash mid-append) is left out: the pool before it."""
+        try:
+            frames, end, torn = read_frames(
+                self.path, NUMERIC_VERSION, _size_bound(records, parents)
+            )
+            kept = _whole(frames[0].arrays)
+            for frame in frames[1:]:
+                kept = _applied(kept, frame)
+            if len(frames) > 1:
+                kept = kept._replace(order=np.argsort(kept.key))
             _check(kept)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, TypeError, msgspec.DecodeError) as exc:
+        except (OSError, ValueError, TypeError, IndexError, KeyError) as exc:
             logger.warning("kept numeric rows %s unreadable (%s): worked out", self.path, exc)
             self.unreadable += 1
             return None
-        return kept
+        if torn:
+            logger.info("kept numeric rows %s: a torn frame after byte %d left out", self.path, end)
+        return _State(kept, end, len(frames))
 
     def _write(
         self,
@@ -218,16 +412,116 @@ class KeptNumeric:
             "depth": np.zeros(0, np.int64) if depth is None else depth,
         }
         arrays = {k: np.ascontiguousarray(a, _DTYPES[k]) for k, a in arrays.items()}
-
-        def header(layout: Layout) -> bytes:
-            return msgspec.msgpack.encode(_Header(NUMERIC_VERSION, layout))
-
         try:
             # No fsync: a file torn by a crash fails its CRC-32, and costs one full encode.
-            write_columns(self.path, arrays, header, sync=False)
+            end = write_whole(self.path, NUMERIC_VERSION, arrays)
         except (OSError, ValueError) as exc:  # the run has its rows; the next works them out
             self.write_failures += 1
             logger.warning("cannot write %s (%s): worked out again next run", self.path, exc)
+            self._forget()
+            return
+        self._keep(_owned(Kept(**arrays), end))
+
+
+def _room(state: _State, rows: int) -> np.ndarray:
+    """A store for ``rows`` rows holding the kept ones first: the state's own when it has
+    room (written in place), else a new one with room for a quarter more."""
+    if state.buffer is not None and len(state.buffer) >= rows:
+        return state.buffer
+    buffer = np.empty((rows + rows // 4, _WIDTH), dtype=np.float64)
+    buffer[: len(state.kept.numeric)] = state.kept.numeric
+    return buffer
+
+
+def _owned(kept: Kept, end: int) -> _State:
+    """``kept``, as just written (``end``: the file's size), with rows of its own: the
+    rows are the caller's too, and what it does with them must not reach what is kept.
+    One copy (~23 MB at 100,000 records), into a store with room for the next appends;
+    the other columns are made for it, or the pool's, which the record cache keeps from
+    run to run alike and nothing writes."""
+    rows = len(kept.numeric)
+    buffer = np.empty((rows + rows // 4, _WIDTH), dtype=np.float64)
+    buffer[:rows] = kept.numeric
+    return _State(kept._replace(numeric=buffer[:rows]), end, 1, None, buffer)
+
+
+def _bytes(state: _State) -> int:
+    """What ``state`` holds, for the store's budget: its columns, the rows' store with its
+    room (the rows a view of it) and the parents' order."""
+    held = sum(a.nbytes for a in state.kept)
+    if state.buffer is not None:
+        held += state.buffer.nbytes - state.kept.numeric.nbytes
+    return held + (0 if state.by_parent is None else state.by_parent.nbytes)
+
+
+def _extends(columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, kept: Kept) -> bool:
+    """Whether the pool is the kept one with records added at its end (the same records
+    first, in the same order, none of them relabelled or edited), and the kept pool has
+    its depths (its lineage did not loop)."""
+    n, n_labelled = len(kept.key), len(kept.labelled)
+    labelled = columns.labelled
+    return (
+        len(kept.depth) == n
+        and len(keys) > n
+        and np.array_equal(keys[:n], kept.key)
+        and np.array_equal(columns.parent_start[: n + 1], kept.parent_start)
+        and np.array_equal(slots[: len(kept.parent_hash)], kept.parent_hash)
+        and np.array_equal(labelled[:n_labelled], kept.labelled)
+        and (len(labelled) == n_labelled or bool(labelled[n_labelled] >= n))
+    )
+
+
+def _merged(
+    ranked: np.ndarray, rank_order: np.ndarray, values: np.ndarray, first: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``rank_order`` (the indices sorting an array, ``ranked`` that array sorted) with
+    ``values`` (at indices ``first`` on) sorted in; and the merged sorted values. A copy
+    in order, no sort of the whole."""
+    by = np.argsort(values, kind="stable")
+    place = np.searchsorted(ranked, values[by], "right")
+    return np.insert(rank_order, place, first + by), np.insert(ranked, place, values[by])
+
+
+def _whole(arrays: dict[str, np.ndarray]) -> Kept:
+    if set(arrays) != set(_DTYPES):
+        raise ValueError(f"columns {sorted(arrays)}, not this build's")
+    for name, array in arrays.items():
+        if array.dtype != np.dtype(_DTYPES[name]):
+            raise ValueError(f"kept column {name} of dtype {array.dtype}")
+    return Kept(**arrays)
+
+
+def _applied(kept: Kept, frame: Frame) -> Kept:
+    """``kept`` grown by an ``append`` frame (:meth:`KeptNumeric._grown`'s), checked."""
+    a = frame.arrays
+    if frame.kind != "append" or set(a) != set(_APPEND):
+        raise ValueError(f"a {frame.kind} frame of columns {sorted(a)} after the first")
+    if frame.records != len(kept.key) or frame.labelled != len(kept.labelled):
+        raise ValueError("an append onto another pool than the frames before it make")
+    for name, bound in (("redone", frame.labelled), ("redepth", frame.records)):
+        at = a[name]
+        if len(at) and (at.min() < 0 or at.max() >= bound):
+            raise ValueError(f"kept {name} rows out of range")
+    if len(kept.depth) != len(kept.key) or a["parent_start"][0] != 0:
+        raise ValueError("an append onto a pool without depths, or its parents out of order")
+    for name, array in a.items():
+        if array.dtype != np.dtype(_APPEND[name]):
+            raise ValueError(f"kept column {name} of dtype {array.dtype}")
+    numeric = np.concatenate((kept.numeric, a["numeric"]))
+    numeric[a["redone"]] = a["redone_numeric"]  # positions among the kept labelled rows
+    depth = np.concatenate((kept.depth, a["depth"]))
+    depth[a["redepth"]] = a["redepth_value"]
+    slots = len(kept.parent_hash)
+    return Kept(
+        np.concatenate((kept.key, a["key"])),
+        kept.order,  # sorted again once every frame is applied
+        np.concatenate((kept.id_hash, a["id_hash"])),
+        np.concatenate((kept.parent_start[:-1], a["parent_start"] + slots)),
+        np.concatenate((kept.parent_hash, a["parent_hash"])),
+        np.concatenate((kept.labelled, a["labelled"])),
+        numeric,
+        depth,
+    )
 
 
 def content_keys(columns: PoolColumns, slots: np.ndarray) -> np.ndarray:
@@ -366,7 +660,9 @@ def _size_bound(records: int, parents: int) -> int:
     """The most bytes a kept file for a pool of about ``records`` records naming
     ``parents`` parents can hold: twice that pool's columns (a pool may shrink by half
     between runs and still be read), and the header."""
-    per_record = 4 * 8 + 8 + _WIDTH * 8  # key, id hash, parents' start, depth; labelled; rows
+    # key, order, id hash, parents' start, depth; labelled; rows (the order column was
+    # left out of this count before the file grew by frames: twice the pool hid it)
+    per_record = 5 * 8 + 8 + _WIDTH * 8
     return 2 * (records * per_record + parents * 8) + _FIXED
 
 

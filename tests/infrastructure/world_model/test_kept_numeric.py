@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
 from genesis_fp16_infrastructure.world_model import features
 from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
 from genesis_fp16_infrastructure.world_model.lineage_columns import PoolIndex
@@ -77,6 +78,7 @@ def _ids(columns: PoolColumns, rows: np.ndarray) -> set[str]:
     reparented=st.lists(st.tuples(st.integers(0, 299), st.integers(0, 299)), max_size=4),
     new_first=st.booleans(),
     earlier=st.sets(st.integers(0, len(RECORDS) - 1), max_size=6),
+    in_memory=st.booleans(),
 )
 def test_kept_rows_are_the_worked_out_rows(
     held: set[int],
@@ -85,11 +87,14 @@ def test_kept_rows_are_the_worked_out_rows(
     reparented: list[tuple[int, int]],
     new_first: bool,
     earlier: set[int],
+    in_memory: bool,
 ) -> None:
     """Whatever changed between two pools (records added, removed, relabelled, given
     other parents; the new file read before or after the old), the kept path's rows are
     the very bits of working every record out; the first pool's file kept from an
-    earlier pool without the records ``earlier`` (its depths merged, not all worked out)."""
+    earlier pool without the records ``earlier`` (its depths merged, not all worked out),
+    or appended to it; the kept pool read from the file or kept in this process's memory."""
+    memory = KeptInMemory(64 * 2**20) if in_memory else None
     records = copy.deepcopy(RECORDS)
     old = copy.deepcopy([r for i, r in enumerate(records) if i not in held])  # as before
     for i in relabelled:
@@ -100,20 +105,23 @@ def test_kept_rows_are_the_worked_out_rows(
     added = [records[i] for i in sorted(held - removed)]
     with tempfile.TemporaryDirectory() as tmp:
         first = [r for i, r in enumerate(RECORDS) if i not in held | earlier]
-        KeptNumeric(Path(tmp) / "cache", "data").rows(
+        KeptNumeric(Path(tmp) / "cache", "data", memory).rows(
             _columns(Path(tmp) / "data", {"b.json": first})
         )
-        kept = KeptNumeric(Path(tmp) / "cache", "data")
+        kept = KeptNumeric(Path(tmp) / "cache", "data", memory)
         before = _columns(Path(tmp) / "data", {"b.json": old})
         assert np.array_equal(
             _bits(kept.rows(before)), _bits(features.numeric_rows(before, before.labelled))
         )
         files = {"b.json": kept_now, ("a.json" if new_first else "c.json"): added}
         after = _columns(Path(tmp) / "data", files)
-        again = KeptNumeric(Path(tmp) / "cache", "data")
+        again = KeptNumeric(Path(tmp) / "cache", "data", memory)
         got = again.rows(after)
-        assert np.array_equal(_bits(got), _bits(features.numeric_rows(after, after.labelled)))
+        want = _bits(features.numeric_rows(after, after.labelled))
+        assert np.array_equal(_bits(got), want)
         assert again.unreadable == 0 and again.reused + again.computed == len(after.labelled)
+        cold = KeptNumeric(Path(tmp) / "cache", "data")  # the file as written or appended
+        assert np.array_equal(_bits(cold.rows(after)), want) and cold.computed == 0
 
 
 def test_only_new_records_and_their_siblings_are_worked_out(

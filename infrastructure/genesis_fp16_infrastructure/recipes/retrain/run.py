@@ -441,6 +441,8 @@ def cache_record(cache: RecordCache, kept: KeptNumeric | None = None) -> dict[st
             "numeric_computed": kept.computed,  # new, changed, or beside a change
             "numeric_unreadable": kept.unreadable,  # a damaged file: every row worked out
             "numeric_write_failures": kept.write_failures,
+            "numeric_appended": kept.appended,  # frames appended: the pool grew at its end
+            "numeric_from_memory": kept.from_memory,  # kept pools this process held
         }
     return numeric | {
         "files_cached": cache.hits,
@@ -455,11 +457,12 @@ def cache_record(cache: RecordCache, kept: KeptNumeric | None = None) -> dict[st
 
 
 def kept_numeric(request: TrainRequest, cache: RecordCache | None) -> KeptNumeric | None:
-    """The numeric rows kept for the request's pool, beside its record cache; None without
-    one (under torchrun each rank reads and encodes the pool itself)."""
+    """The numeric rows kept for the request's pool, beside its record cache (and in its
+    memory: a resident run process's); None without one (under torchrun each rank reads
+    and encodes the pool itself)."""
     if cache is None or request.data_path is None:
         return None
-    return KeptNumeric(cache.folder, Path(request.data_path).resolve())
+    return KeptNumeric(cache.folder, Path(request.data_path).resolve(), cache.memory)
 
 
 def _kept_numeric_pruned(request: TrainRequest, cache: RecordCache | None) -> KeptNumeric | None:

@@ -12,12 +12,15 @@ import numpy as np
 import pytest
 import torch
 
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.recipes.retrain import run as retrain_run
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.run.fit import fit
 from genesis_fp16_infrastructure.training.run.task import FitOptions
 from genesis_fp16_infrastructure.world_model import features
@@ -87,3 +90,37 @@ def test_a_task_from_kept_rows_trains_the_same_model(
     assert len(saved) == 2 and saved[0][keys.EXTRA]["encoder"] == saved[1][keys.EXTRA]["encoder"]
     for a, b in ((saved[0][keys.MODEL], saved[1][keys.MODEL]),):
         assert a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("budget", [64 * 2**20, 0])
+def test_a_later_run_in_one_process_appends_its_new_rows(tmp_path: Path, budget: int) -> None:
+    """Two runs in one process, as a resident run process serves them: the later run, 40
+    records on (a file sorting last), works out only the new records and those beside
+    them and appends to the kept file (its inode kept, not written whole); with a memory
+    budget it takes the kept pool from memory, with a budget of 0 from the file."""
+    pool = generate_pool(600, seed=SEED)
+    records = list(pool["trajectories"].values())
+    data = tmp_path / "data"
+    _write(data, "a.json", pool, records[:-40])
+
+    def run(name: str) -> dict[str, Any]:
+        request = TrainRequest(
+            agent="se_darwin", precision=PrecisionRequest("fp32"), precision_reason="test",
+            state_dir=tmp_path / "state", checkpoint_dir=tmp_path / "state" / name,
+            data_path=data, seed=SEED, steps=4, keep_in_memory_bytes=budget,
+            options={"hidden": 8, "cross_validation": False},
+        )  # fmt: skip
+        result = retrain_run.train(request)
+        return dict(result.extra["record_cache"])
+
+    first = run("first")
+    assert first["numeric_computed"] > 500
+    kept_file = next((tmp_path / "state").rglob("numeric-*.gfnum"))
+    before = kept_file.stat()
+    _write(data, "b.json", pool, records[-40:])
+    later = run("later")
+    after = kept_file.stat()
+    assert after.st_ino == before.st_ino, "the kept file was written whole again"
+    assert before.st_size < after.st_size
+    assert 0 < later["numeric_computed"] < 3 * 40 and later["numeric_appended"] == 1
+    assert later["numeric_from_memory"] == (1 if budget else 0)
