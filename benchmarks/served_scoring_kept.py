@@ -65,7 +65,7 @@ def _request(work: Path, data: Path) -> TrainRequest:
     pointer = read_pointer(ck) if ck.exists() else None
     return TrainRequest(
         agent="se_darwin",
-        precision="fp32",
+        precision="fp32",  # type: ignore[arg-type]
         precision_reason="benchmark",
         state_dir=work / "state",
         checkpoint_dir=ck,
@@ -126,11 +126,11 @@ def main(argv: list[str] | None = None) -> None:
             for mode in ("kept", "recomputed") if k % 2 == 0 else ("recomputed", "kept"):
                 size = kept_in_memory.estimate_bytes(entry)
                 memory.put((kept_outputs.KIND, digest), digest, entry, size, "benchmark")
-                scoring._logits = real if mode == "kept" else recomputed  # type: ignore[assignment]
+                scoring._logits = real if mode == "kept" else recomputed
                 try:
                     seconds, read, losses[mode] = _scored(work, data)
                 finally:
-                    scoring._logits = real  # type: ignore[assignment]
+                    scoring._logits = real
                 times[mode].append(seconds)
                 listing.append(read)
         kept, again = losses["kept"], losses["recomputed"]

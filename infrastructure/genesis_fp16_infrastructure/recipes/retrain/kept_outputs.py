@@ -34,8 +34,10 @@ equal to one that computes them all to within that last bit, not bit for bit (wh
 ``evaluated.py`` says of the gate's); every record scored in one run is scored from one
 set of logits.
 
-    kept = kept_logits(request.keep_in_memory_bytes, digest)  # None: nothing kept
-    hit, logit = kept.find(keys) if kept is not None else (none, None)
+    keys = pool_keys.of(asked, numeric_of)  # each record's input key, once a run
+    kept = kept_logits(request.keep_in_memory_bytes, digest)  # None: nothing kept for it
+    hit, logit = kept.find(keys)  # per record: whether kept, and its logit
+    keep_logits(request.keep_in_memory_bytes, digest, kept, keys.take(~hit), computed, what)
 """
 
 from __future__ import annotations
