@@ -36,14 +36,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.agent_folder.pointer import checkpoint_of, read_pointer
-from genesis_fp16_infrastructure.contract.train_request import (
-    AgentSnapshot,
-    DataCheck,
-    TrainRequest,
-)
+from genesis_fp16_infrastructure.api import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.judging.run import run_plugin
