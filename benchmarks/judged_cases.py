@@ -60,6 +60,10 @@ from genesis_fp16_infrastructure.judging.served import copy_checkpoint
 
 Batch = Any  # one agent's records as it writes them (a pool, lines, a task file)
 ARRIVED_BEFORE_S = 60  # how long before its run a batch's file was written
+# What each run may keep in this process's memory for the next (--keep-mib: a resident
+# run process's GENESIS_FP16_RUN_RESIDENT_KEEP_MIB, the request's keep_in_memory_bytes);
+# 0, the default: nothing, as a child forked per run.
+KEEP_BYTES = [0]
 
 
 @dataclass
@@ -282,6 +286,8 @@ def run(
         settings, agent.name, agent.plugin, capabilities_of(agent.plugin), "cpu", overrides
     )
     plan = time.perf_counter() - planned
+    if KEEP_BYTES[0]:  # as supervising.py sets it for a resident run process
+        request = replace(request, keep_in_memory_bytes=KEEP_BYTES[0])
     served_now = served_checkpoint(Path(request.checkpoint_dir))
     if warm and served_now is not None:
         agent.plugin.score_records(served_now, request)
@@ -378,7 +384,22 @@ def parse(doc: str, argv: list[str] | None) -> Any:
     parser.add_argument("--sequences", type=int, default=10, help="per agent")
     parser.add_argument("--records", type=int, default=2000, help="the first served pool")
     parser.add_argument("--out", type=Path, help="rewrite the report here after each sequence")
+    parser.add_argument(
+        "--keep-mib",
+        type=int,
+        default=0,
+        action=_Keep,
+        help="keep this much in memory from run to run, as a resident run process (0: none)",
+    )
     return parser
+
+
+class _Keep(argparse.Action):
+    """``--keep-mib``: every run of this process keeps that much (KEEP_BYTES)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        KEEP_BYTES[0] = int(values) * 2**20
+        setattr(namespace, self.dest, values)
 
 
 def report(args: Any, title: str, argv: list[str], lines: list[str]) -> str:

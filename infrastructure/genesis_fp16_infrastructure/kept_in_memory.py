@@ -8,6 +8,8 @@ identity of the files it was made of (device, inode, size, mtime, ctime and, for
 file, the manifest's content digest). A lookup whose identity differs in any field is a
 miss, and the entry goes: the caller reads the file as if nothing were kept. Nothing in
 it is trusted past that check.
+A scoring's model outputs are kept beside them, keyed by the checkpoint's SHA-256 and
+each record's inputs (``recipes.retrain.kept_outputs``).
 
 The store is this process's alone, and off until a run asks for it with a budget
 (``TrainRequest.keep_in_memory_bytes``, the daemon's

@@ -85,7 +85,9 @@ def keep_evaluated(
         return
     order = np.argsort(judged, kind="stable")
     taken = logit[torch.from_numpy(order)]
-    kept = _Evaluated(weakref.ref(checked), _sha256(checkpoint), weights, judged[order], taken)
+    kept = _Evaluated(
+        weakref.ref(checked), checkpoint_digest(checkpoint), weights, judged[order], taken
+    )
     _EVALUATED[:] = [kept]
     weakref.finalize(checked, _forget_evaluated)
 
@@ -106,7 +108,7 @@ def evaluated_logit(
     if kept is None or checked is None or kept.plan() is not checked or not len(judged):
         return None
     at = np.minimum(np.searchsorted(kept.hashes, judged), len(kept.hashes) - 1)
-    if not (kept.hashes[at] == judged).all() or _sha256(checkpoint) != kept.digest:
+    if not (kept.hashes[at] == judged).all() or checkpoint_digest(checkpoint) != kept.digest:
         return None
     if weights_digest(model) != kept.weights:
         return None
@@ -123,6 +125,7 @@ def weights_digest(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
-def _sha256(path: Path) -> str:
+def checkpoint_digest(path: Path) -> str:
+    """A checkpoint file's hex SHA-256: which model a kept output is of."""
     with Path(path).open("rb") as file:
         return hashlib.file_digest(file, "sha256").hexdigest()

@@ -29,9 +29,16 @@ import torch
 from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
-from genesis_fp16_infrastructure.recipes.retrain.evaluated import evaluated_logit
+from genesis_fp16_infrastructure.recipes.retrain.evaluated import checkpoint_digest, evaluated_logit
 from genesis_fp16_infrastructure.recipes.retrain.freshness import record_cache
+from genesis_fp16_infrastructure.recipes.retrain.kept_outputs import (
+    PoolKeys,
+    keep_logits,
+    kept_logits,
+    logged_reuse,
+)
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.run import kept_numeric, read_pool
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
@@ -76,6 +83,11 @@ class _RunPool:
     ids: list[str]
     kept: KeptNumeric | None = None
     numeric: torch.Tensor | None = None
+
+    @functools.cached_property
+    def keys(self) -> PoolKeys:
+        """Each labelled record's input key (kept_outputs.py), worked out when asked."""
+        return PoolKeys(self.data.columns)
 
     def numeric_of(self, asked: np.ndarray) -> torch.Tensor:
         """The numeric rows of the labelled records ``asked``: every labelled record's
@@ -138,25 +150,68 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     # The rows asked for, among the labelled: the model's inputs are built for these alone
     # (or taken from those the run's first scoring built for every record).
     asked = np.asarray(request.scoring_rows(ids), dtype=np.int64)
-    rows = columns.labelled[asked]
     try:
         # P(success) by the checkpoint's served weights (an ensemble's: its members' mean)
         predictor = WorldModelPredictor.of_state(load_checkpoint(Path(checkpoint)))
-        # The candidate's own run evaluated these records with these weights: its logits,
-        # no second encode or forward (the checkpoint read above all the same: its
-        # refusal is the scoring's)
-        logit = evaluated_logit(request, Path(checkpoint), predictor.model, columns.judged[asked])
-        if logit is None:
-            numeric = pool.numeric_of(asked)
-            x = predictor.encoder.encode_parts(Categorical.of_rows(columns, rows), numeric)
-            with torch.no_grad():
-                logit = forward_chunked(predictor.model, x).success_logit.float()
+        logit = _logits(request, Path(checkpoint), predictor, pool, asked)
         p = torch.sigmoid(logit)
     except (KeyError, RuntimeError) as exc:  # not a world model this build can load
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
     losses = record_losses(p, columns.success[asked])
     named = [pool.segments[i] for i in asked.tolist()]
     return RecordLosses.of([ids[i] for i in asked.tolist()], losses, named, data.quarantined)
+
+
+def _logits(
+    request: TrainRequest,
+    checkpoint: Path,
+    predictor: WorldModelPredictor,
+    pool: _RunPool,
+    asked: np.ndarray,
+) -> torch.Tensor:
+    """The checkpoint's P(success) logits on the labelled records ``asked``: those its own
+    run's evaluation computed (the gate's candidate: evaluated.py), else those this
+    process kept of the same file on the same inputs (a resident process: kept_outputs.py),
+    the rest by one forward over them alone. What a resident process computes, or takes
+    from the evaluation, it keeps for the next scoring of that file."""
+    columns = pool.data.columns
+    budget = request.keep_in_memory_bytes
+    # The candidate's own run evaluated these records with these weights: its logits,
+    # no second encode or forward (the checkpoint read above all the same: its refusal
+    # is the scoring's)
+    logit = evaluated_logit(request, checkpoint, predictor.model, columns.judged[asked])
+    if not budget:  # nothing kept: a forked run's, train's
+        if logit is None:
+            logit = _forward(predictor, columns, asked, pool.numeric_of(asked))
+        return logit
+    digest = checkpoint_digest(checkpoint)
+    keys = pool.keys.of(asked, pool.numeric_of)
+    kept = kept_logits(budget, digest)
+    what = f"checkpoint {checkpoint.name} (sha256 {digest[:12]})"
+    if logit is not None:  # the evaluation's: kept for the next run that serves it
+        fresh = np.ones(len(asked), bool) if kept is None else ~kept.find(keys)[0]
+        keep_logits(budget, digest, kept, keys.take(fresh), logit.numpy()[fresh], what)
+        return logit
+    hit, taken = (np.zeros(len(asked), bool), None) if kept is None else kept.find(keys)
+    missed = np.flatnonzero(~hit)
+    out = torch.from_numpy(np.zeros(len(asked), np.float32) if taken is None else taken)
+    if len(missed):
+        numeric = pool.numeric_of(asked[missed])
+        out[torch.from_numpy(missed)] = _forward(predictor, columns, asked[missed], numeric)
+    keep_logits(budget, digest, kept, keys.take(missed), out.numpy()[missed], what)
+    logged_reuse(what, int(hit.sum()), len(asked))
+    return out
+
+
+def _forward(
+    predictor: WorldModelPredictor, columns: PoolColumns, asked: np.ndarray, numeric: torch.Tensor
+) -> torch.Tensor:
+    """The model's logits on the labelled records ``asked`` (``numeric``: their numeric
+    rows): encoded, one chunked forward."""
+    parts = Categorical.of_rows(columns, columns.labelled[asked])
+    x = predictor.encoder.encode_parts(parts, numeric)
+    with torch.no_grad():
+        return forward_chunked(predictor.model, x).success_logit.float()
 
 
 def record_ids(request: TrainRequest) -> RecordIds | None:

@@ -1,0 +1,217 @@
+"""A model's outputs on the records it scored, kept from one run to the next in a resident
+run process: a later scoring runs the model over what it has not seen alone (issue 90,
+item 4).
+
+Each judged run scores the served model on the held-out fifth and the records it did not
+know (``judging.served``). Between two runs the served model is the same file and most of
+those records are the same records, so its forward over them gives what it gave before.
+This module keeps, per checkpoint, each record's P(success) logit in the process's
+bounded store (:mod:`~genesis_fp16_infrastructure.kept_in_memory`, on only while a
+resident process serves the run: ``TrainRequest.keep_in_memory_bytes``), and
+``scoring.score_records`` takes from it what it holds:
+
+* **Keyed by the model's bytes.** An entry is the SHA-256 of the checkpoint file scored
+  (the copy the judged run hands the plugin has the original's bytes): another model
+  (a promotion, a rollback, a pin, a resumed candidate) is another entry, never this one.
+* **Keyed by the model's inputs.** A logit is kept under a 128-bit hash of what the
+  encoder reads of its record (:func:`input_keys`: the four categorical values and the
+  bits of every numeric feature, lineage numbers included), not under the record's id: a
+  record edited in place, or one whose parents or siblings changed its lineage numbers,
+  has other inputs, so it is scored again; two records of the same inputs share one.
+* **Never a loss.** What is kept is the logit, which no label enters: each scoring works
+  the losses out from the records' current labels (a relabelled record is scored
+  against its new label from the same logit).
+* **Kept where it was computed.** The gate's scoring of a candidate keeps its logits too
+  (those its run's evaluation computed, ``evaluated.py``, or its own forward): once
+  promoted, the candidate is the next run's served model, and its held-out logits are
+  there.
+
+A kept logit is the one an earlier forward of the same weights on the same inputs
+computed, in the chunks that forward ran in; a forward of other chunks (another set of
+rows) may differ from it in a last bit, as the CPU's matrix products sum a row in an
+order that depends on the batch. A scoring that takes some logits from here is therefore
+equal to one that computes them all to within that last bit, not bit for bit (what
+``evaluated.py`` says of the gate's); every record scored in one run is scored from one
+set of logits.
+
+    keys = pool_keys.of(asked, numeric_of)  # each record's input key, once a run
+    kept = kept_logits(request.keep_in_memory_bytes, digest)  # None: nothing kept for it
+    hit, logit = kept.find(keys)  # per record: whether kept, and its logit
+    keep_logits(request.keep_in_memory_bytes, digest, kept, keys.take(~hit), computed, what)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from genesis_fp16_infrastructure.contract.split import splitmix64
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.kept_in_memory import estimate_bytes, process_memory
+from genesis_fp16_infrastructure.world_model.features import Categorical
+
+logger = logging.getLogger(__name__)
+
+KIND = "model outputs"  # the store's key: (KIND, the checkpoint's SHA-256)
+# Two independent 64-bit hashes of a record's inputs (a 128-bit key): the odds that two
+# different inputs share one, among a million records, are ~1e-27.
+_SEEDS = (np.uint64(0x6A09E667F3BCC908), np.uint64(0xBB67AE8584CAA73B))
+
+
+class InputKeys(NamedTuple):
+    """Each record's 128-bit input key, as two uint64 columns (:func:`input_keys`)."""
+
+    first: np.ndarray
+    second: np.ndarray
+
+    def take(self, rows: np.ndarray) -> InputKeys:
+        return InputKeys(self.first[rows], self.second[rows])
+
+
+def input_keys(
+    parts: Categorical, numeric: torch.Tensor, values: Sequence[np.ndarray] | None = None
+) -> InputKeys:
+    """A 128-bit key of each record's encoder inputs: its categorical values (operator,
+    tools, pattern, agent: each distinct value's text hashed once; ``values``: those
+    hashes, per field, for the values ``parts`` codes into, when worked out already) and
+    the float64 bits of each of its numeric features (``numeric``, its rows in ``parts``'
+    order). A few passes of numpy over the rows: 20,000 records in a few milliseconds."""
+    bits = np.ascontiguousarray(numeric.numpy(), dtype=np.float64).view(np.uint64)
+    columns = [bits[:, k] for k in range(bits.shape[1])]
+    for k, coded in enumerate(parts):  # Categorical: one Coded column per field
+        hashed = value_hashes(coded.values) if values is None else values[k]
+        columns.append(hashed[coded.codes] if len(hashed) else np.zeros(0, np.uint64))
+    keys = []
+    for seed in _SEEDS:
+        h = np.full(len(parts), seed, dtype=np.uint64)
+        for column in columns:  # a chain: each column mixed into what came before
+            h = splitmix64(h ^ column, seed)
+        keys.append(h)
+    return InputKeys(*keys)
+
+
+def value_hashes(values: Sequence[object]) -> np.ndarray:
+    """Each distinct categorical value's text, hashed (uint64)."""
+    return np.array([_text_hash(v) for v in values], dtype=np.uint64)
+
+
+class PoolKeys:
+    """The input keys of a pool's labelled records, each worked out once, when first
+    asked for (the served model's scoring, then the gate's on the same records)."""
+
+    def __init__(self, columns: PoolColumns) -> None:
+        self.columns = columns
+        count = len(columns.labelled)
+        self.first = np.zeros(count, np.uint64)
+        self.second = np.zeros(count, np.uint64)
+        self.done = np.zeros(count, bool)
+        self._values: list[np.ndarray] | None = None
+
+    def of(self, asked: np.ndarray, numeric_of: Callable[[np.ndarray], torch.Tensor]) -> InputKeys:
+        """The keys of the labelled records ``asked``; ``numeric_of``: their numeric rows."""
+        todo = np.unique(asked[~self.done[asked]])
+        if len(todo):
+            columns = self.columns
+            if self._values is None:
+                fields = (columns.operator, columns.tools, columns.pattern, columns.agent)
+                self._values = [value_hashes(c.values) for c in fields]
+            parts = Categorical.of_rows(columns, columns.labelled[todo])
+            keys = input_keys(parts, numeric_of(todo), self._values)
+            self.first[todo], self.second[todo], self.done[todo] = keys.first, keys.second, True
+        return InputKeys(self.first[asked], self.second[asked])
+
+
+def _text_hash(value: object) -> int:
+    return int.from_bytes(hashlib.blake2b(repr(value).encode(), digest_size=8).digest(), "big")
+
+
+@dataclass(frozen=True)
+class KeptLogits:
+    """One model's success logits on the inputs it ran on, by input key (sorted by
+    ``first``, then ``second``); what the store keeps under the model's digest."""
+
+    first: np.ndarray  # uint64, sorted
+    second: np.ndarray  # uint64
+    logit: np.ndarray  # float32
+
+    @classmethod
+    def of(cls, keys: InputKeys, logit: np.ndarray) -> KeptLogits:
+        """``logit`` by ``keys``, each key once (records of the same inputs: the first)."""
+        order = np.lexsort((keys.second, keys.first))
+        first, second = keys.first[order], keys.second[order]
+        distinct = np.ones(len(order), dtype=bool)
+        distinct[1:] = (first[1:] != first[:-1]) | (second[1:] != second[:-1])
+        return cls(first[distinct], second[distinct], logit[order][distinct])
+
+    def find(self, keys: InputKeys) -> tuple[np.ndarray, np.ndarray]:
+        """Per key, whether it is kept, and its logit (0 where not)."""
+        if not len(self.first) or not len(keys.first):
+            return np.zeros(len(keys.first), bool), np.zeros(len(keys.first), np.float32)
+        lo = np.searchsorted(self.first, keys.first, side="left")
+        hi = np.searchsorted(self.first, keys.first, side="right")
+        at = np.minimum(lo, len(self.first) - 1)
+        hit = (lo < hi) & (self.second[at] == keys.second)
+        # Two kept inputs sharing a first hash (~1e-9 among a million): the second decides.
+        for row in np.flatnonzero((hi - lo > 1) & ~hit).tolist():
+            match = np.flatnonzero(self.second[lo[row] : hi[row]] == keys.second[row])
+            if len(match):
+                at[row], hit[row] = lo[row] + match[0], True
+        return hit, np.where(hit, self.logit[at], np.float32(0))
+
+    def joined(self, keys: InputKeys, logit: np.ndarray) -> KeptLogits:
+        """These and ``logit`` of ``keys`` (inputs not kept yet), as one."""
+        first = np.concatenate([self.first, keys.first])
+        both = InputKeys(first, np.concatenate([self.second, keys.second]))
+        return KeptLogits.of(both, np.concatenate([self.logit, logit]))
+
+
+def _key(digest: str) -> Hashable:
+    return (KIND, digest)
+
+
+def kept_logits(budget: int | None, digest: str) -> KeptLogits | None:
+    """The logits kept for the checkpoint of SHA-256 ``digest`` in this process's store
+    (``budget``: the request's ``keep_in_memory_bytes``; None or 0: none kept)."""
+    memory = process_memory(budget or 0)
+    if memory is None:
+        return None
+    found = memory.get(_key(digest), digest)
+    return found if isinstance(found, KeptLogits) else None
+
+
+def keep_logits(
+    budget: int | None,
+    digest: str,
+    kept: KeptLogits | None,
+    keys: InputKeys,
+    logit: np.ndarray,
+    what: str,
+) -> None:
+    """Keep ``logit`` of the inputs ``keys`` (those ``kept`` did not hold) beside ``kept``,
+    for the checkpoint of SHA-256 ``digest``; nothing with a budget of 0. An entry grows
+    with the inputs its model is asked about while it is kept (its held-out records and
+    those new since it was judged), and goes, least recently used first, past the
+    budget."""
+    memory = process_memory(budget or 0)
+    if memory is None or (kept is not None and not len(keys.first)):
+        return
+    entry = KeptLogits.of(keys, logit) if kept is None else kept.joined(keys, logit)
+    memory.put(_key(digest), digest, entry, estimate_bytes(entry), what)
+
+
+def logged_reuse(what: str, reused: int, asked: int) -> None:
+    """The run's log line for a scoring that took logits from memory."""
+    if reused:
+        logger.info(
+            "reused from memory: %s's outputs on %s of %s records (%s scored by its forward)",
+            what,
+            f"{reused:,}",
+            f"{asked:,}",
+            f"{asked - reused:,}",
+        )

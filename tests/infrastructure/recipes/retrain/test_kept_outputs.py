@@ -1,0 +1,311 @@
+"""A resident run process keeps a model's outputs from run to run (issue 90, item 4:
+recipes/retrain/kept_outputs.py): a later run runs the served model over the records it
+has not scored alone, and what it reports is what a run that scores everything again
+reports, after a relabel, an edit, another served model or a rollback; with a budget of
+0 nothing is kept."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from se_darwin_runs import train
+
+from genesis_fp16_infrastructure import kept_in_memory
+from genesis_fp16_infrastructure.agent_folder.pointer import checkpoint_of, read_pointer
+from genesis_fp16_infrastructure.agent_folder.transitions import rollback
+from genesis_fp16_infrastructure.contract.reports import TrainResult
+from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly
+from genesis_fp16_infrastructure.contract.train_request import (
+    AgentSnapshot,
+    DataCheck,
+    TrainRequest,
+)
+from genesis_fp16_infrastructure.data.manifest import scan_files
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.recipes.retrain import kept_outputs, scoring
+
+RECORDS = 3600  # a held-out split: 30% of the pool over 1,000 records (split.py)
+BUDGET = 64 * 2**20
+
+
+def _write(folder: Path, name: str, records: int, seed: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(json.dumps(generate_pool(records, seed=seed)))
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A first model served on a pool of RECORDS (nothing kept: trained without a budget)."""
+    tmp = tmp_path_factory.mktemp("kept_outputs")
+    _write(tmp / "first" / "data", "pool.json", RECORDS, seed=40)
+    result = train(tmp / "first" / "data", tmp / "first" / "ck", steps=40)
+    assert result.gate is not None and result.gate.outcome == "promoted"
+    return tmp
+
+
+@pytest.fixture(autouse=True)
+def fresh_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's process starts with nothing kept (another test's store is not its)."""
+    monkeypatch.setattr(kept_in_memory, "_PROCESS", [])
+
+
+@pytest.fixture
+def forwards(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rows of each forward the scorings run."""
+    rows: list[int] = []
+    real = scoring.forward_chunked
+
+    def counted(model: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        rows.append(len(x))
+        return real(model, x, *args, **kwargs)
+
+    monkeypatch.setattr(scoring, "forward_chunked", counted)
+    return rows
+
+
+def _plan(folder: Path) -> AgentSnapshot:
+    """A daemon run's plan: the pointer and the data's scan (record cache, kept rows)."""
+    return AgentSnapshot(
+        pointer=read_pointer(folder / "ck"), data=DataCheck(scan_files(folder / "data")[0])
+    )
+
+
+def _run(folder: Path, budget: int) -> TrainResult:
+    return train(
+        folder / "data",
+        folder / "ck",
+        snapshot=_plan(folder),
+        steps=40,
+        keep_in_memory_bytes=budget,
+    )
+
+
+def _request(folder: Path, budget: int, only: list[str] | None = None) -> TrainRequest:
+    return TrainRequest(
+        agent="se_darwin",
+        precision="fp32",  # type: ignore[arg-type]
+        precision_reason="test",
+        state_dir=folder,
+        checkpoint_dir=folder / "ck",
+        data_path=folder / "data",
+        keep_in_memory_bytes=budget,
+        snapshot=_plan(folder),
+        score_only=None if only is None else ScoreOnly(frozenset(only)),
+    )
+
+
+def _served(folder: Path) -> Path:
+    pointer = read_pointer(folder / "ck")
+    assert pointer is not None
+    return checkpoint_of(folder / "ck", pointer)
+
+
+def _edit(folder: Path, ids: list[str]) -> tuple[str, str]:
+    """Relabel one held-out record (its success flipped, its inputs as they were) and
+    edit another's inputs (its operator and tools), in place: their ids."""
+    path = folder / "data" / "pool.json"
+    pool = json.loads(path.read_text())
+    records = pool["trajectories"]
+    held = [i for i in ids if HELD_OUT.of_ids([i])[0]]
+    ours = [i.split("#")[0] for i in held if "success_score" in records.get(i.split("#")[0], {})]
+    relabelled, edited = ours[:2]
+    score = records[relabelled]["success_score"]
+    records[relabelled]["success_score"] = 0.95 if score < 0.5 else 0.05
+    records[edited]["tools_used"] = ["never_seen_tool"]
+    operators = ["baseline", "revision", "recombination", "refinement"]
+    operator = records[edited]["operator_applied"]
+    records[edited]["operator_applied"] = operators[(operators.index(operator) + 1) % 4]
+    path.write_text(json.dumps(pool))
+    return relabelled, edited
+
+
+def test_a_later_scoring_runs_the_model_over_new_and_changed_records_alone(
+    first: Path, tmp_path: Path, forwards: list[int]
+) -> None:
+    """The served model scored once; after a relabel, an edit and 300 new records, its
+    next scoring forwards the edited record and the new ones (and what their lineage
+    touches), not the rest, and every loss is what a scoring of everything gives: the
+    relabelled record's against its new label."""
+    folder = tmp_path / "f"
+    shutil.copytree(first / "first", folder)
+    served = _served(folder)
+    before = scoring.score_records(served, _request(folder, BUDGET))
+    assert forwards == [len(before.ids)]
+    relabelled, edited = _edit(folder, list(before.ids))
+    _write(folder / "data", "more.json", 300, seed=41)
+    forwards.clear()
+    after = scoring.score_records(served, _request(folder, BUDGET))
+    again = scoring.score_records(served, _request(folder, 0))  # nothing kept: all scored
+    assert forwards[1] == len(again.ids)
+    new = sum(1 for i in after.ids if i.split("#")[0] in _ids(folder / "data" / "more.json"))
+    assert 0 < new <= 300 and new + 1 <= forwards[0] <= new + 5, forwards  # edit: +lineage
+    _alike(after, again)
+    old = dict(zip(before.ids, before.column("log_loss"), strict=True))
+    now = dict(zip(after.ids, after.column("log_loss"), strict=True))
+    [was] = [old[i] for i in old if i.startswith(relabelled + "#")]
+    [is_] = [now[i] for i in now if i.startswith(relabelled + "#")]
+    assert abs(was - is_) > 0.1  # the same logit against the other label
+    assert any(i.startswith(edited + "#") for i in now)
+
+
+def _ids(path: Path) -> set[str]:
+    return set(json.loads(path.read_text())["trajectories"])
+
+
+def _alike(first: Any, second: Any) -> None:
+    """The same records, segments and losses within a last bit of the logits."""
+    assert first.ids == second.ids and first.segments == second.segments
+    for name in first.metrics():
+        a, b = np.asarray(first.column(name)), np.asarray(second.column(name))
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_another_model_is_never_answered_from_ones_kept(
+    first: Path, tmp_path: Path, forwards: list[int]
+) -> None:
+    """A checkpoint of other bytes (another model, trained on the same records) is scored
+    in full, bit for bit as with nothing kept; the served model's bytes again, copied
+    elsewhere, are answered from memory alone, bit for bit as the first time."""
+    folder = tmp_path / "f"
+    shutil.copytree(first / "first", folder)
+    served = _served(folder)
+    ours = scoring.score_records(served, _request(folder, BUDGET))
+    trained = train(folder / "data", tmp_path / "other", seed=5, steps=40)
+    assert trained.checkpoint is not None
+    other = Path(trained.checkpoint)
+    forwards.clear()
+    theirs = scoring.score_records(other, _request(folder, BUDGET))
+    alone = scoring.score_records(other, _request(folder, 0))
+    assert forwards == [len(theirs.ids)] * 2
+    assert np.array_equal(theirs.column("log_loss"), alone.column("log_loss"))
+    assert not np.array_equal(theirs.column("log_loss"), ours.column("log_loss"))
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for file in served.parent.glob(served.name + "*"):  # with its digest and summary
+        shutil.copy(file, copy / file.name)
+    forwards.clear()
+    same = scoring.score_records(copy / served.name, _request(folder, BUDGET))
+    assert forwards == [] and same.ids == ours.ids
+    assert np.array_equal(same.column("log_loss"), ours.column("log_loss"))
+
+
+def test_budget_zero_keeps_nothing(first: Path, tmp_path: Path, forwards: list[int]) -> None:
+    """With a budget, a second scoring of the same model forwards nothing; with a budget
+    of 0 (a forked run, ``train``), each scores every record and nothing is kept."""
+    folder = tmp_path / "f"
+    shutil.copytree(first / "first", folder)
+    served = _served(folder)
+    scoring.score_records(served, _request(folder, BUDGET))
+    scoring.score_records(served, _request(folder, BUDGET))
+    assert len(forwards) == 1
+    forwards.clear()
+    kept_in_memory._PROCESS[:] = []
+    first_losses = scoring.score_records(served, _request(folder, 0))
+    scoring.score_records(served, _request(folder, 0))
+    assert forwards == [len(first_losses.ids)] * 2
+    assert not kept_in_memory._PROCESS or not any(
+        isinstance(k, tuple) and k[0] == kept_outputs.KIND
+        for k in kept_in_memory._PROCESS[0]._entries
+    )
+
+
+def _figures(value: Any) -> Any:
+    """A report's JSON with every number rounded to 5 significant digits (in text too):
+    two scorings a last bit apart report these alike."""
+    if isinstance(value, dict):
+        return {k: _figures(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_figures(v) for v in value]
+    if isinstance(value, float):
+        return float(f"{value:.5g}") if math.isfinite(value) else str(value)
+    if isinstance(value, str):
+        return re.sub(r"[-+]?\d+\.\d+(e[-+]?\d+)?", lambda m: f"{float(m[0]):.5g}", value)
+    return value
+
+
+def _reports(result: TrainResult) -> tuple[Any, Any]:
+    gate = None if result.gate is None else result.gate.to_json()
+    live = None if result.live is None else result.live.to_json()
+    for report in (gate, live):
+        if isinstance(report, dict):
+            for key in (
+                "seconds",
+                "judged_at",
+                "at",
+                "candidate_id",
+                "against",
+                "served_id",
+                "judged_on",
+                "checkpoint",
+                "served",
+                "now_served",
+                "updated_at",
+            ):
+                report.pop(key, None)
+    return _figures(gate), _figures(live)
+
+
+def _sequence(first: Path, folder: Path, budget: int, forwards: list[int]) -> list[Any]:
+    """Runs in a resident process's memory (``budget``): 600 new records; a relabel, an
+    edit and 300 more; the model before served again (a rollback) and 200 more. Each
+    run's gate and live reports, and the rows its scorings forwarded."""
+    shutil.copytree(first / "first", folder)
+    seen = []
+    _write(folder / "data", "more.json", 600, seed=41)
+    forwards.clear()
+    seen.append((*_reports(_run(folder, budget)), sum(forwards)))
+    ids = list(scoring.score_records(_served(folder), _request(folder, 0)).ids)
+    _edit(folder, ids)
+    _write(folder / "data", "later.json", 300, seed=42)
+    forwards.clear()
+    seen.append((*_reports(_run(folder, budget)), sum(forwards)))
+    pointer = read_pointer(folder / "ck")
+    assert pointer is not None and pointer.history  # a model before it to serve again
+    rollback(folder / "ck")
+    _write(folder / "data", "last.json", 200, seed=43)
+    forwards.clear()
+    seen.append((*_reports(_run(folder, budget)), sum(forwards)))
+    return seen
+
+
+def test_runs_report_what_a_run_scoring_everything_reports(
+    first: Path, tmp_path: Path, forwards: list[int]
+) -> None:
+    """The same gate and live reports, run by run, as runs that keep nothing, after new
+    records, a relabel and an edit, and a rollback to the model before; the runs that
+    keep forward fewer rows."""
+    kept = _sequence(first, tmp_path / "kept", BUDGET, forwards)
+    kept_in_memory._PROCESS[:] = []
+    full = _sequence(first, tmp_path / "full", 0, forwards)
+    assert kept[1][1] is not None  # the watch reported after the edit: compared below
+    for ours, theirs in zip(kept, full, strict=True):
+        for mine, other in zip(ours[:2], theirs[:2], strict=True):  # gate, live
+            assert (mine is None) == (other is None)
+            for key in mine or {}:
+                assert (key, mine[key]) == (key, other[key])
+    # After the edit: the served model over the 300 new records (and the edited one with
+    # what its lineage touches), the watch's predecessor over the new ones; not the
+    # held-out records again. After the rollback, fewer too.
+    rows = [(ours[2], theirs[2]) for ours, theirs in zip(kept, full, strict=True)]
+    assert rows[1][0] <= 2 * 300 + 5 < rows[1][1] and rows[2][0] < rows[2][1], rows
+
+
+def test_a_key_is_found_by_both_halves() -> None:
+    """Two kept inputs that share a first hash are told apart by the second; an input
+    whose second half differs from every kept one is not found."""
+    keys = kept_outputs.InputKeys(np.array([5, 5, 9], np.uint64), np.array([2, 1, 7], np.uint64))
+    kept = kept_outputs.KeptLogits.of(keys, np.array([0.5, 0.25, 2.0], np.float32))
+    asked = kept_outputs.InputKeys(
+        np.array([5, 5, 9, 9, 4], np.uint64), np.array([1, 2, 7, 8, 2], np.uint64)
+    )
+    hit, logit = kept.find(asked)
+    assert hit.tolist() == [True, True, True, False, False]
+    assert logit[:3].tolist() == [0.25, 0.5, 2.0]
