@@ -346,13 +346,9 @@ def _train(
         LockBusy,
         PrecisionError,
         check_result,
-        process_memory,
         run_plugin,
     )
 
-    # A resident run process's memory store, for every agent's run (its calibration
-    # record, its data's records): the daemon gives the budget; 0, train's, keeps nothing.
-    process_memory(request.keep_in_memory_bytes or 0)
     result = None
     started = time.monotonic()
     # An operator's run in the state folder leaves its record for `status` (a daemon's

@@ -96,7 +96,6 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.folder import AgentFolder, CheckpointsFolder
     from genesis_fp16_infrastructure.judging.run import run_plugin
-    from genesis_fp16_infrastructure.kept_in_memory import process_memory
     from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes, peak_rss_mib
     from genesis_fp16_infrastructure.probe.runner import ProbeReport, run_probe
     from genesis_fp16_infrastructure.training.flight.bundle import load_bundle
