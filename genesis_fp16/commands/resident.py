@@ -289,6 +289,7 @@ def _serve_one(resident: Resident, fds: list[int], note: str | None) -> tuple[in
         os.dup2(fd, target)
         os.close(fd)
     code, ending = _run(resident, request, note)
+    _say_given(resident)
     _say(resident, ending, code)
     with contextlib.suppress(OSError):
         sys.stdout.flush()
@@ -316,6 +317,9 @@ def _run(resident: Resident, request: dict[str, Any], note: str | None) -> tuple
         numpy_random.seed()
     hold_sigterm()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    store = memory_store()
+    if store is not None:
+        store.take_given()  # this run's from here
     _say_start(resident, note)
     code = run_command(request["args"])
     join_threads()
@@ -359,12 +363,23 @@ def resident_mib() -> float | None:
     return None
 
 
+def memory_store() -> Any | None:
+    """This process's memory store (``kept_in_memory.current()``), None until a run made
+    one; read where a run imported it, never imported here (this process imports nothing
+    a run does not)."""
+    module = sys.modules.get("genesis_fp16_infrastructure.kept_in_memory")
+    return None if module is None else module.current()
+
+
 def kept_in_memory() -> list[str]:
     """What earlier runs left in this process that a run may use again."""
     kept = [f"{len(sys.modules)} modules imported"]
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         kept.append("the CUDA context")
+    store = memory_store()
+    if store is not None:
+        kept.append(f"its memory store ({store.describe()})")
     scoring = sys.modules.get("genesis_fp16_infrastructure.recipes.retrain.scoring")
     if scoring is not None and getattr(scoring, "_RUN_POOL", None):
         kept.append("the last run's scoring pool")
@@ -398,6 +413,27 @@ def _say_start(resident: Resident, note: str | None) -> None:
         reused=True,
         run_in_process=resident.runs,
         kept=kept,
+    )
+
+
+GIVEN_SAID = 4  # the entries a run took from the store named in its line, then a count
+
+
+def _say_given(resident: Resident) -> None:
+    """What the run took from this process's memory store (nothing said: nothing taken)."""
+    store = memory_store()
+    given = [] if store is None else store.take_given()
+    if store is None or not given:
+        return
+    pid = os.getpid()
+    more = len(given) - GIVEN_SAID
+    shown = "; ".join(given[:GIVEN_SAID]) + (f"; and {more} more" if more > 0 else "")
+    _log(
+        f"resident run process {pid} ({resident.device}) reused: run {resident.runs} took "
+        f"from its memory store: {shown} ({store.describe()})",
+        resident_pid=pid,
+        run_in_process=resident.runs,
+        given=given,
     )
 
 

@@ -23,7 +23,8 @@ entries are evicted first, each eviction logged (this module's logger)::
 
 Each read that took anything from it says so in the run's log (the record cache, the
 calibration's reader): ``reused from memory: pool of 100,000 records, 99,000 of them
-from 1 file(s) unchanged (1 file(s), 1,000 records re-read)``.
+from 1 file(s) unchanged (1 file(s), 1,000 records re-read)``; and the resident process
+says after each run what the store gave back (``take_given``).
 """
 
 from __future__ import annotations
@@ -71,15 +72,18 @@ class KeptInMemory:
         self.budget = budget
         self.used = 0
         self.evictions = 0
+        self.given: list[str] = []  # what lookups took from it since take_given
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self._lock = threading.Lock()  # a run's threads (its scorings) may ask at once
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: Hashable, identity: Hashable) -> Any | None:
+    def get(self, key: Hashable, identity: Hashable, given: bool = True) -> Any | None:
         """The value kept under ``key`` while it was made from ``identity``; None
-        otherwise (a kept value of another identity is dropped: it is stale)."""
+        otherwise (a kept value of another identity is dropped: it is stale). ``given``:
+        counted in :meth:`take_given` (False: the caller says what it took, if anything,
+        with :meth:`note_given`)."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
@@ -88,6 +92,8 @@ class KeptInMemory:
                 self._drop(key)
                 return None
             self._entries.move_to_end(key)
+            if given:
+                self.given.append(entry.what)
             return entry.value
 
     def get_matching(
@@ -101,7 +107,25 @@ class KeptInMemory:
             if entry is None or not accepts(entry.identity):
                 return None
             self._entries.move_to_end(key)
+            self.given.append(entry.what)
             return entry.identity, entry.value
+
+    def note_given(self, what: str) -> None:
+        """Say that a run took ``what`` from this store (for :meth:`take_given`)."""
+        with self._lock:
+            self.given.append(what)
+
+    def take_given(self) -> list[str]:
+        """What lookups took from this store since the last call (a run's: the resident
+        run process says it after each run), in order, once each."""
+        with self._lock:
+            given, self.given = list(dict.fromkeys(self.given)), []
+        return given
+
+    def describe(self) -> str:
+        """Its size, said: ``3 entries, 12.0 MiB of 1,024.0 MiB``."""
+        with self._lock:
+            return f"{len(self._entries)} entries, {_mib(self.used)} of {_mib(self.budget)}"
 
     def put(self, key: Hashable, identity: Hashable, value: Any, size: int, what: str) -> None:
         """Keep ``value`` (``size`` bytes, said as ``what`` when evicted) under ``key``;

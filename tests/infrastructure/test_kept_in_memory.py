@@ -180,6 +180,22 @@ def test_the_budget_evicts_the_least_recently_used_first_and_logs_each(
     assert kept.get("a", 2) is None and kept.get("a", 1) is None  # another identity: dropped
 
 
+def test_the_store_says_what_it_gave_back_once_each_and_starts_again() -> None:
+    """take_given lists what lookups took since its last call, in order, once each: a
+    hit, not a miss nor a stale entry, nor a lookup that says for itself (given=False)."""
+    kept = KeptInMemory(1000)
+    kept.put("a", 1, "A", 10, "entry a")
+    kept.put("b", 1, "B", 10, "entry b")
+    assert kept.get("a", 1) == "A" and kept.get("a", 1) == "A"
+    assert kept.get("b", 2) is None and kept.get("x", 1) is None  # stale, never kept
+    kept.put("c", 1, "C", 10, "entry c")
+    assert kept.get("c", 1, given=False) == "C"
+    kept.note_given("c, said by its reader")
+    assert kept.take_given() == ["entry a", "c, said by its reader"]
+    assert kept.take_given() == []
+    assert kept.describe() == "2 entries, 0.0 MiB of 0.0 MiB"
+
+
 def test_a_budget_of_zero_keeps_nothing() -> None:
     """A run that keeps nothing (a forked child's, `train`'s) gets no store."""
     assert kept_in_memory.process_memory(0) is None

@@ -120,6 +120,7 @@ from genesis_fp16_infrastructure.judging.served import (
 from genesis_fp16_infrastructure.judging.unfinished import take_unfinished
 from genesis_fp16_infrastructure.judging.up_to_date import judged_phases, nothing_new, up_to_date
 from genesis_fp16_infrastructure.judging.watch import rolled_back_to, watch
+from genesis_fp16_infrastructure.kept_in_memory import process_memory
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_load import reusing_loads
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
@@ -143,6 +144,9 @@ def run_plugin(
     (``ExecutionError``) is the request's refusal, a ``TrainRequestError`` with its line.
     ``split_salt``: the run under another draw of the held-out split (check-agent's
     ``trains_only_on_rows_kept``; :func:`~.split.drawn_with`), never a daemon's."""
+    # A resident run process's memory store, for every agent's run (its calibration
+    # record, its data's records): the daemon gives the budget; 0, train's, keeps nothing.
+    process_memory(request.keep_in_memory_bytes or 0)
     check = request.snapshot.data if request.snapshot is not None else None
     if check is not None and check.up_to_date is not None:
         return TrainResult.from_json(check.up_to_date)

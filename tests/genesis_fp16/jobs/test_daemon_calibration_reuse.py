@@ -1,6 +1,8 @@
 """A real daemon's measured ``auto`` is reused after a restart (issue 66 item 1): the
 first daemon's run measures and keeps the table; a second daemon, started afresh on the
-same state folder, reuses it (its winner timed again, nothing else), and says so.
+same state folder, reuses it (its winner timed again, nothing else), and says so. Within
+one daemon, a later run served by the same resident run process reuses it without timing
+its winner again (issue 91), and says so.
 
 rlhf_ppo on its generated data, in the daemon's default precision (auto, measured). This
 CPU may have no native bf16, where ``auto`` times nothing: a ``sitecustomize`` hook in
@@ -13,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import DaemonFactory, DaemonProcess
+from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
 
 from genesis_fp16_infrastructure.folder import AgentFolder
 
@@ -84,3 +88,50 @@ def test_a_kept_measurement_is_reused_after_a_daemon_restart(
     again = _first_run(second)["precision_reason"]
     assert f"cached measurement (the kept {kept['chosen']} eager" in again, again
     assert json.loads(path.read_text()) == kept  # reused, not measured and written again
+
+
+def test_a_later_run_in_the_same_resident_process_does_not_time_the_winner_again(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """One daemon, its runs served by the CPU's resident run process: the first run
+    measures; the second, asked by `run`, reuses the kept measurement untimed (this
+    process timed it, its file unchanged) and the file is not rewritten; the resident
+    process's line names the calibration among what its memory store gave back."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(HOOK)
+    env = {
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
+        "GENESIS_FP16_STEPS_PER_RUN": "4",
+        "PYTHONPATH": os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]),
+    }
+    daemon = daemon_factory(env, fixtures=False)
+    try:
+        first = _first_run(daemon)["precision_reason"]
+        assert "cached measurement" not in first, first
+        path = AgentFolder(daemon.state_dir, AGENT).calibration_path
+        kept = json.loads(path.read_text())
+        asked = subprocess.run(
+            [sys.executable, "-m", "genesis_fp16", "run", AGENT],
+            cwd=daemon.workdir,
+            env=daemon_env({**env, "GENESIS_FP16_METRICS_PORT": str(daemon.port)}, False),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert asked.returncode == 0, asked.stderr
+        finished = daemon.wait_for(
+            lambda: daemon.events("training run finished")[1:], "the second run", 240.0
+        )
+        said = [str(r.get("event")) for r in daemon.logs()]
+    finally:
+        daemon.stop()
+    again = finished[0]["precision_reason"]
+    untimed = f"cached measurement (the kept {kept['chosen']} eager "
+    assert untimed in again and "not timed again: this process timed it " in again, again
+    assert json.loads(path.read_text()) == kept  # reused, not measured and written again
+    assert any("reused: run 2 in it" in line for line in said), said
+    store = [line for line in said if "reused: run 2 took from its memory store: " in line]
+    timed = f"calibration state/agents/{AGENT}/{path.name}'s winner as timed here "
+    assert store and timed in store[0], said

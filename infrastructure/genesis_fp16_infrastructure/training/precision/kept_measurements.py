@@ -8,11 +8,17 @@ them as the run does, never by string keys::
     calibration = read_calibration(path)   # None: none, another version, or set aside
     other = other_release(path)            # another version's, said and kept
     verdicts = read_capture_verdicts(path)  # {key id: CaptureVerdict}
+
+In a resident run process (its memory store: ``kept_in_memory``) the calibration record
+is kept between runs while its file is the same, and so is the fact that this process
+timed that record's winner itself (:func:`note_timed`): a later run here that reads the
+same record back (:func:`timed_here`) need not time it again, for ``RETIME_AFTER_S``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -28,6 +34,23 @@ from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Calibrat
 logger = logging.getLogger(__name__)
 
 CAPTURE_VERSION = 1
+
+# How long a winner this process timed is trusted without timing it again. In one process
+# on one device, with the key's validators and the file unchanged, what a live re-time can
+# still catch is the host's load and state drifting (other tenants, clocks): a re-time once
+# in a while bounds that, and an hourly daemon pays it one run in six.
+RETIME_AFTER_S = 6 * 3600.0
+
+
+@dataclass(frozen=True)
+class _TimedHere:
+    """This process timed ``calibration``'s winner (a measurement, or a re-time within
+    its bound) at ``at`` (``time.monotonic``); ``pid``: which process (a fork's copy of
+    the store is not the process that timed it)."""
+
+    calibration: Calibration
+    at: float
+    pid: int
 
 
 @dataclass(frozen=True)
@@ -73,6 +96,39 @@ def read_calibration(path: Path, unusable: files.Listener | None = None) -> Cali
         # unchanged while it was read: these are its bytes' record
         kept.put(key, identity, calibration, estimate_bytes(calibration), f"calibration {path}")
     return calibration
+
+
+def note_timed(path: Path, calibration: Calibration) -> None:
+    """Say that this process has just timed the winner of ``calibration``, the record it
+    keeps for ``path`` (a measurement written there, or a kept one timed again): kept
+    with the file's identity now, where this process keeps anything (a resident run
+    process's store), else forgotten."""
+    kept = current()
+    identity = identity_of(path)
+    if kept is None or identity is None:
+        return
+    mark = _TimedHere(calibration, time.monotonic(), os.getpid())
+    kept.put(("calibration timed", str(path)), identity, mark, 64, f"calibration timed {path}")
+
+
+def timed_here(path: Path, calibration: Calibration) -> float | None:
+    """Seconds since this process timed the winner of ``calibration`` as read from
+    ``path``, where it may be trusted untimed: the very record kept in this process's
+    memory (so its file is the same file, unchanged since), timed by this process, less
+    than ``RETIME_AFTER_S`` ago. None: time it again (never timed here, another process,
+    a file rewritten since, past the bound, nothing kept)."""
+    kept = current()
+    identity = identity_of(path)
+    if kept is None or identity is None:
+        return None
+    mark = kept.get(("calibration timed", str(path)), identity, given=False)
+    if not isinstance(mark, _TimedHere) or mark.calibration is not calibration:
+        return None  # a record read from the file again is not the one timed here
+    age = time.monotonic() - mark.at
+    if mark.pid != os.getpid() or age > RETIME_AFTER_S:
+        return None
+    kept.note_given(f"calibration {path}'s winner as timed here {age:.0f} s ago (not timed again)")
+    return age
 
 
 @dataclass(frozen=True)

@@ -60,9 +60,13 @@ measured on holds, and check a reused winner before trusting it.
   candidates are read, and they must choose what the record says it chose
   (``Calibration.reusable_winner``): the row the run would train in is the one timed
   again at its start, and a live median more than ``REVALIDATE`` (10%) off the kept one
-  is measured again. A measurement taken under load (a row's p90/p10 past
-  ``LOAD_BOUND``, 1.5) whose choice the noise could have flipped (it does not hold
-  across the rows' p10-p90: ``choice.reuse_refused``) is used by its run, never reused;
+  is measured again. Not where this process timed that very record itself (a resident
+  run process, its memory store: ``kept_measurements.timed_here``) less than
+  ``RETIME_AFTER_S`` ago: its file unchanged and its key the same, the live re-time would
+  catch nothing but load, so it is reused untimed, its ``revalidated`` saying so. A
+  measurement taken under load (a row's p90/p10 past ``LOAD_BOUND``, 1.5) whose choice
+  the noise could have flipped (it does not hold across the rows' p10-p90:
+  ``choice.reuse_refused``) is used by its run, never reused;
   a clear one is kept whatever its spread. A file of another release's version is never
   read: an earlier one's is measured again and replaced, a newer one's is kept as it is
   (the run measures for itself and writes nothing over it), each said in the reason.
@@ -226,7 +230,11 @@ def calibrate(
             key = _key(caps, dev, template, bench.batches[0], candidates, trainer_config, scaler)
             found, remeasured = _read_cache(cache, key, candidates)
         if found is not None:
-            checked = _revalidated(bench, found, captured_too)
+            checked: Calibration | str | None = _reused_untimed(cache, found)
+            if checked is None:
+                checked = _revalidated(bench, found, captured_too)
+                if isinstance(checked, Calibration) and cache is not None:
+                    kept_measurements.note_timed(cache, found.record)  # timed here, now
             if isinstance(checked, Calibration):
                 return _finished(checked, bench, entered, started)
             remeasured = checked
@@ -250,7 +258,9 @@ def calibrate(
     result = _finished(result, bench, entered, started)
     if cache is not None and _ours_to_write(cache):  # with its cost: what it took to measure
         files.write_json(cache, CALIBRATION, result.cache_json())
-        kept_measurements.read_calibration(cache)  # read back: a resident process keeps it
+        written = kept_measurements.read_calibration(cache)  # a resident process keeps it
+        if written is not None:  # and knows it timed it: its next run need not
+            kept_measurements.note_timed(cache, written)
     logger.info(
         "precision calibration in %.2f s (%s; process init %.2f s before it): %s",
         result.seconds,
@@ -357,11 +367,30 @@ def _captured_too(device: torch.device, config: TrainerConfig) -> bool:
 
 @dataclass(frozen=True)
 class _Kept:
-    """A kept measurement that may be reused: its candidates' rows only, and ``winner``,
-    the row they choose (what the run would train in), to be timed again first."""
+    """A kept measurement that may be reused: its candidates' rows only, ``winner``, the
+    row they choose (what the run would train in), to be timed again first, and
+    ``record``, the record as read (the object a resident process keeps)."""
 
     found: Calibration
     winner: Measured
+    record: Calibration
+
+
+def _reused_untimed(cache: Path | None, kept: _Kept) -> Calibration | None:
+    """The kept measurement, its winner not timed again, where this process timed that
+    winner itself since its file was last written (``kept_measurements.timed_here``:
+    the same record kept in a resident process's memory, less than ``RETIME_AFTER_S``
+    ago); None: time it again."""
+    age = None if cache is None else kept_measurements.timed_here(cache, kept.record)
+    if age is None:
+        return None
+    said = (
+        f"the kept {kept.winner.describe()} not timed again: this process timed it "
+        f"{age:.0f} s ago, its file and key unchanged since (timed again past "
+        f"{kept_measurements.RETIME_AFTER_S / 3600:g} h)"
+    )
+    logger.info("precision calibration reused from memory: %s", said)
+    return replace(kept.found, revalidated=said)
 
 
 def _revalidated(bench: _Bench, kept: _Kept, captured_too: bool) -> Calibration | str:
@@ -648,7 +677,7 @@ def _read_cache(
         why = f"{winner}: measured again"
         logger.info("precision calibration at %s not reused: %s", path, why)
         return None, why
-    return _Kept(replace(found, rows=among(found.rows, candidates)), winner), None
+    return _Kept(replace(found, rows=among(found.rows, candidates)), winner, found), None
 
 
 def _ours_to_write(path: Path) -> bool:

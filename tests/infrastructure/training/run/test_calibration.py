@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import replace
@@ -459,3 +460,66 @@ def test_another_scaler_config_measures_again(fp16_native: None, tmp_path: Path)
     )
     assert first is not None and other is not None and not other.cached
     assert json.loads(other.key["scaler"])["hysteresis"] == RUN_SCALER.hysteresis
+
+
+def test_a_resident_process_reuses_a_winner_it_timed_itself_untimed(
+    bf16_native: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In one process with a memory store (a resident run process), a kept winner this
+    process timed is reused untimed; it is timed again when the file was rewritten by
+    another writer, past RETIME_AFTER_S, in another process (another pid, a fresh store),
+    and without a store (``train``); another model is measured again."""
+    from genesis_fp16_infrastructure import kept_in_memory
+
+    cache = tmp_path / "cal.json"
+    config = TrainerConfig()
+    monkeypatch.setattr(kept_in_memory, "_PROCESS", [])
+    kept_in_memory.process_memory(2**24)
+    first = cal.calibrate(
+        RegressionTask(), "cpu", 0, config, PrecisionRequest(cache=cache, budget_s=0.2)
+    )
+    assert isinstance(first, cal.Calibration)
+    timed: list[tuple[str, str]] = []
+    real_row = cal._time_row
+
+    def spy(bench: Any, name: str, mode: str) -> Any:
+        timed.append((name, mode))
+        return real_row(bench, name, mode)
+
+    monkeypatch.setattr(cal, "_time_row", spy)
+    monkeypatch.setattr(cal, "REVALIDATE", 100.0)  # reuse, not this host's noise, is tested
+    winner = [(first.chosen, "auto")]
+
+    def timed_by_one_run(task: RegressionTask | None = None) -> tuple[list[Any], Any]:
+        timed.clear()
+        request = PrecisionRequest(cache=cache)
+        found = cal.calibrate(task or RegressionTask(), "cpu", 0, config, request)
+        assert isinstance(found, cal.Calibration)
+        return list(timed), found
+
+    _keep_with_spread(cache, 1.0)  # steady, so reusable; and rewritten by another writer
+    assert timed_by_one_run()[0] == winner  # a file this process did not time: timed again
+    rows, reused = timed_by_one_run()
+    assert rows == [] and reused.cached and reused.chosen == first.chosen
+    assert reused.revalidated.startswith(f"the kept {first.chosen} eager ")
+    assert "not timed again: this process timed it " in reused.revalidated
+
+    bound = records.RETIME_AFTER_S
+    monkeypatch.setattr(records, "RETIME_AFTER_S", 0.0)  # past its bound: timed again
+    assert timed_by_one_run()[0] == winner
+    monkeypatch.setattr(records, "RETIME_AFTER_S", bound)
+    assert timed_by_one_run()[0] == []  # the re-time renewed it
+
+    cache.write_bytes(cache.read_bytes())  # the same bytes, written again by another writer
+    assert timed_by_one_run()[0] == winner
+    assert timed_by_one_run()[0] == []
+
+    monkeypatch.setattr(records.os, "getpid", lambda: -1)  # a fork's copy of the store
+    assert timed_by_one_run()[0] == winner
+    monkeypatch.setattr(records.os, "getpid", os.getpid)
+
+    wider, measured = timed_by_one_run(RegressionTask(width=32))  # a validator changed
+    assert not measured.cached and len(wider) >= 2
+
+    monkeypatch.setattr(kept_in_memory, "_PROCESS", [])  # another process, or `train`
+    assert timed_by_one_run(RegressionTask(width=32))[0] != []
