@@ -20,7 +20,8 @@ next:
    verdict first, then the pointer that serves the model;
 2. the pointer (``served.json``'s one atomic replace): the transitions' commit point,
    carrying their journal entries and the verdicts they decided;
-3. those verdicts, written to their candidates (:func:`roll_forward`);
+3. those verdicts, written to their candidates (after the settle, this transaction's
+   own, with no file read; else every one the files do not say yet: :func:`roll_forward`);
 4. the journal's events, queued in the agent's outbox (``outbox.announce_journal``);
 5. the candidates a prune staged, each removed by one rename.
 
@@ -96,7 +97,7 @@ class Transaction:
         self,
         folder: Path,
         before: ServedPointer | None,
-        settled_through: int,
+        settled_through: int | None,
         settled_events: list[str],
         unusable: ServedPointerError | None = None,
     ) -> None:
@@ -105,7 +106,9 @@ class Transaction:
         self.unusable = unusable
         self.done: Committed | None = None
         self._pointer = before
-        self._settled_through = settled_through  # journal numbers already rolled forward
+        # The journal numbers already rolled forward by the settle (None: not settled).
+        self._settled = settled_through is not None
+        self._settled_through = settled_through or 0
         self._settled_events = settled_events
         self._verdicts: dict[Path, Mapping[str, Json]] = {}
         self._removals: list[Path] | None = None  # None: no prune staged
@@ -221,7 +224,7 @@ class Transaction:
         if new is not None and new is not self.before:
             write_pointer(self.folder, new)  # the commit point
             entries = [e for e in new.journal if e.seq > self._settled_through]
-            decided = roll_forward(self.folder, replace(new, journal=entries))
+            decided = self._roll_forward(new, entries)
             events += outbox.announce_journal(self.folder, new.journal, committed_now=True)
         removed = [] if self._removals is None else self._remove_all()
         written = [c.name for c in self._verdicts] + decided
@@ -229,6 +232,24 @@ class Transaction:
             self.before, new, tuple(entries), tuple(written), tuple(events), tuple(removed)
         )
         return self.done
+
+    def _roll_forward(self, new: ServedPointer, entries: list[JournalEntry]) -> list[str]:
+        """The verdicts the committed journal decided, written to their candidates: after
+        a settle, those of this transaction's own ``entries`` alone, each newer than any
+        verdict file (no file read); unsettled, every one the files do not say yet
+        (:func:`roll_forward`)."""
+        if not self._settled:
+            return roll_forward(self.folder, new)
+        decided = {
+            ident: verdict
+            for entry in entries
+            for ident, verdict in entry.verdicts.items()
+            if _plain(ident) and CANDIDATE_META.at(candidates_dir(self.folder) / ident).is_file()
+        }
+        for ident, verdict in decided.items():
+            path = VERDICT.at(candidates_dir(self.folder) / ident)
+            files.write_json(path, VERDICT, verdict.to_json())
+        return list(decided)
 
     def _remove_all(self) -> list[Path]:
         """A prune's removals: what a prune killed midway left in ``.pruning`` (nobody
@@ -275,12 +296,12 @@ def _begin(folder: Path, settle_first: bool, unusable_ok: bool) -> Transaction:
     except ServedPointerError as exc:
         if not unusable_ok:
             raise
-        return Transaction(folder, None, 0, events, unusable=exc)
-    settled = 0
-    if settle_first and current is not None:
+        return Transaction(folder, None, None, events, unusable=exc)
+    if not settle_first:
+        return Transaction(folder, current, None, events)
+    if current is not None:
         events += settle(folder, current)
-        settled = current.sequence
-    return Transaction(folder, current, settled, events)
+    return Transaction(folder, current, 0 if current is None else current.sequence, events)
 
 
 def settle(folder: Path, current: ServedPointer) -> list[str]:
@@ -324,8 +345,7 @@ def disagreeing(folder: Path, pointer: ServedPointer) -> dict[str, Verdict]:
     decided: dict[str, Verdict] = {}
     for entry in pointer.journal:
         for ident, verdict in entry.verdicts.items():
-            plain = Path(ident).name == ident and ident not in ("", ".", "..")
-            if plain and verdict.journal_seq is not None:
+            if _plain(ident) and verdict.journal_seq is not None:
                 decided[ident] = verdict  # a hand-edited one without its number: ignored
     found: dict[str, Verdict] = {}
     for ident, verdict in decided.items():
@@ -336,6 +356,12 @@ def disagreeing(folder: Path, pointer: ServedPointer) -> dict[str, Verdict]:
         if said is None or verdict.journal_seq is None or said < verdict.journal_seq:
             found[ident] = verdict
     return found
+
+
+def _plain(ident: str) -> bool:
+    """Whether a journal's candidate id names a folder of ``candidates/`` (a hand-edited
+    one naming a path elsewhere does not)."""
+    return Path(ident).name == ident and ident not in ("", ".", "..")
 
 
 def roll_forward(folder: Path, pointer: ServedPointer) -> list[str]:
