@@ -76,6 +76,8 @@ def serve_by_hand(folder: Path, entry: ServedEntry, pin: Pin) -> bool:
     """``model promote``: serve ``entry`` and pin it, over a usable pointer or in place of
     an unusable one (set aside; a dangling one's history is kept). True: it repaired one."""
     with transaction(folder, unusable_ok=True) as tx:
+        if not _intact(folder, entry):  # pruned since the command found it, before this lock
+            raise ServedPointerError(f"no candidate {entry.id!r} with its checkpoint any more")
         current, usable = _current(tx)
         if usable:
             tx.serve(entry, "manual", pin=pin)

@@ -214,3 +214,19 @@ def test_an_unusable_pointer_is_refused_unless_a_repair_asks(tmp_path: Path) -> 
         assert tx.before is None and isinstance(tx.unusable, ServedPointerError)
     assert tx.done is not None and tx.done.after is None
     assert os.path.exists(ck / "served.json")
+
+
+def test_a_promotion_by_hand_of_a_candidate_pruned_meanwhile_is_refused(tmp_path: Path) -> None:
+    """``model promote`` found the candidate, then a prune removed it before the command
+    took the lock: refused in one line naming it, the pointer as it was (it never names
+    a checkpoint that is gone)."""
+    from genesis_fp16_infrastructure.agent_folder import repair
+
+    ck, served, _, old = _folder(tmp_path)
+    entry = candidates.candidate_entry(ck, old, old / "ckpt-0000000005.pt")
+    (old / "ckpt-0000000005.pt").unlink()  # its checkpoint gone, as a prune's removal leaves it
+    before = read_pointer(ck)
+    with pytest.raises(ServedPointerError, match=r"no candidate .* with its checkpoint"):
+        repair.serve_by_hand(ck, entry, transitions.operator_pin("model promote"))
+    assert read_pointer(ck) == before and before is not None
+    assert before.served.id == served[1].name
