@@ -1,12 +1,12 @@
 """What the event outbox adds to a run: the time of its writes on the transition path.
 
 A transition of the served model (serve, rollback, ...) copies its journal entry into the
-agent's outbox before it returns (``transitions.commit`` -> ``outbox.announce_journal``).
+agent's outbox before it returns (``Transaction.commit`` -> ``outbox.announce_journal``).
 The copies a kill left undone (the journal's, and a verdict's: ``outbox.announce_verdicts``,
-one listing of the outbox's ``staged/`` folder) are looked for by ``transitions.recover``,
-which the daemon calls at its start and after each run, not inside a transition; before
-the owner's split a transition looked for them before it started (timed where the code
-under test still does). A rejection
+one listing of the outbox's ``staged/`` folder) are looked for once per transaction, as
+it starts (``agent_folder.transaction``'s settle), and by ``transitions.recover``, which
+the daemon calls at its start and after each run (timed where the code under test does
+it inside the transition). A rejection
 or a hold stages its event before its verdict file and releases it after
 (``outbox.stage_verdict``, ``release_verdict``, the outbox's lock taken before them:
 ``take_lock``); a demotion or a fault bundle writes one

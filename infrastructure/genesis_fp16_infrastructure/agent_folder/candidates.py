@@ -31,19 +31,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from genesis_fp16_infrastructure.agent_folder import files, layout, outbox
+from genesis_fp16_infrastructure.agent_folder import files, layout
 from genesis_fp16_infrastructure.agent_folder.files import last_write
 from genesis_fp16_infrastructure.agent_folder.kept_record import Json
-from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, DATA_MANIFEST, VERDICT
+from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, DATA_MANIFEST
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
     Outcome,
@@ -51,21 +49,18 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     ServedPointer,
     Verdict,
     read_verdict,
-    stamped,
     utc_now,
 )
-from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, pointer_lock
-from genesis_fp16_infrastructure.agent_folder.transitions import (
-    disagreeing,
-    journaled,
-    update_pointer,
+from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir
+from genesis_fp16_infrastructure.agent_folder.transaction import disagreeing, transaction
+from genesis_fp16_infrastructure.agent_folder.transaction import (
+    write_verdict as write_verdict,
 )
 
 UNFINISHED_MIN_DAYS = 1.0  # an unfinished candidate untouched this long is pruned
 # Inconclusive candidates (issue 62: judged again as records arrive) kept whatever their
 # age: the newest two; an older one is pruned as a rejected one is.
 INCONCLUSIVE_KEEP = 2
-PRUNING_FOLDER = ".pruning"  # a candidate moved here (one rename) is removed, then or later
 MANIFEST_VERSION = 1
 
 
@@ -113,17 +108,6 @@ def read_meta(candidate: Path) -> CandidateMeta:
     aside and reported, as :func:`read_verdict`)."""
     found = files.load(CANDIDATE_META.at(candidate), CANDIDATE_META, CandidateMeta.from_json)
     return CandidateMeta() if found is None else found
-
-
-def write_verdict(candidate: Path, verdict: Mapping[str, Json]) -> None:
-    """A verdict no transition of the pointer carries (rejected, held, undecided), then a
-    rejection's or hold's event (staged before it: ``outbox.verdict_announced``).
-    A promotion's and a rollback's go through the pointer (serve, rollback). ``verdict``:
-    the gate's report's JSON and what its writer adds (read as a :class:`Verdict`:
-    ``ValueError`` in one line when it is not one)."""
-    decided = stamped(Verdict.from_json(verdict)).to_json()
-    with outbox.verdict_announced(candidate, decided):  # in the outbox before it is logged
-        files.write_json(VERDICT.at(candidate), VERDICT, decided)
 
 
 def newest_checkpoint(candidate: Path) -> Path | None:
@@ -191,39 +175,31 @@ def prune(
     inconclusive) older than ``rejected_days``, unfinished ones (no verdict) untouched
     for ``rejected_days`` and ``UNFINISHED_MIN_DAYS`` (a run cut short by its timeout
     every hour must find its candidate next time). Returns what was removed, and the
-    pointer as it stands after (None: nothing served), read once under the same lock:
-    the daemon counts the journal from it without a second read. ``recover_first``:
-    :func:`~.transitions.recover`'s work first, on that same read (the daemon's after
-    each run: what the run, killed or not, left to finish)."""
-
-    def trim(current: ServedPointer | None) -> ServedPointer | None:
-        if current is None or len(current.history) <= keep_served:
-            return current
-        dropped = [e.id for e in current.history[keep_served:]]
-        trimmed = replace(current, history=current.history[:keep_served])
-        return journaled(current, trimmed, "trim", dropped=dropped)
-
-    with pointer_lock(folder):  # nothing served meanwhile is removed
-        pointer = update_pointer(folder, trim, settle_first=recover_first)
-        # What a prune killed midway left in .pruning: nobody names it.
-        shutil.rmtree(Path(folder) / PRUNING_FOLDER, ignore_errors=True)
+    pointer as it stands after (None: nothing served), read once in the same
+    transaction: the daemon counts the journal from it without a second read.
+    ``recover_first``: :func:`~.transitions.recover`'s work first, on that same read (the
+    daemon's after each run: what the run, killed or not, left to finish)."""
+    with transaction(folder, settle=recover_first) as tx:  # nothing served meanwhile is removed
+        pointer = tx.trim(keep_served)
         verdicts = {c: read_verdict(c) for c in list_candidates(folder)}  # each read once
         inconclusive = [c.name for c, v in verdicts.items() if v.outcome == Outcome.INCONCLUSIVE]
         kept_ids = set(inconclusive[-INCONCLUSIVE_KEEP:])
         if pointer is not None:
             kept_ids |= {str(e.id) for e in [pointer.served, *pointer.history]}
             kept_ids |= set(disagreeing(folder, pointer))  # a verdict not yet rolled forward
-        cutoff = time.time() - rejected_days * 86400
-        removed = []
-        for stale in Path(folder).glob(".up-to-date-*"):  # an up-to-date run killed mid-eval
-            if stale.is_dir() and last_write(stale) < time.time() - UNFINISHED_MIN_DAYS * 86400:
-                shutil.rmtree(stale, ignore_errors=True)
-        for candidate, verdict in verdicts.items():
-            if candidate.name in kept_ids or not _prunable(candidate, verdict, pointer, cutoff):
-                continue
-            _remove(folder, candidate)
-            removed.append(candidate)
-        return removed, pointer
+        cutoff, now = time.time() - rejected_days * 86400, time.time()
+        stale = [  # an up-to-date run killed mid-eval
+            p
+            for p in Path(folder).glob(".up-to-date-*")
+            if p.is_dir() and last_write(p) < now - UNFINISHED_MIN_DAYS * 86400
+        ]
+        removed = [
+            candidate
+            for candidate, verdict in verdicts.items()
+            if candidate.name not in kept_ids and _prunable(candidate, verdict, pointer, cutoff)
+        ]
+        tx.prune(removed, stale)
+    return removed, pointer
 
 
 def _prunable(
@@ -238,17 +214,6 @@ def _prunable(
     if verdict.outcome == Outcome.PROMOTED:
         return pointer is not None
     return (verdict.decided_at_s or 0.0) <= cutoff  # a recent one kept for inspection
-
-
-def _remove(folder: Path, candidate: Path) -> None:
-    """Remove a candidate in one step that counts: its rename out of ``candidates/`` (a
-    kill during the removal of its files then leaves no half candidate to list)."""
-    trash = Path(folder) / PRUNING_FOLDER
-    trash.mkdir(exist_ok=True)
-    moved = trash / candidate.name
-    shutil.rmtree(moved, ignore_errors=True)  # the same name pruned before, killed midway
-    os.replace(candidate, moved)
-    shutil.rmtree(moved)
 
 
 def read_data_manifest(folder: Path) -> dict[str, Any] | None:

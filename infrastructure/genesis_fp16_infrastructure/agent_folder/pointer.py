@@ -97,7 +97,7 @@ def aside_path(folder: Path) -> Path:
 
 def write_pointer(folder: Path, pointer: ServedPointer) -> None:
     """Replace the pointer atomically (the old one or the new one, never neither). Callers
-    that read it first hold :func:`pointer_lock` around both (:func:`update_pointer`)."""
+    that read it first hold :func:`pointer_lock` around both (``transaction.transaction``)."""
     files.write_json(SERVED_POINTER.at(folder), SERVED_POINTER, pointer.to_json())
 
 

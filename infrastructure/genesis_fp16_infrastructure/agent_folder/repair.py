@@ -29,11 +29,10 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
     read_pointer,
     served_checkpoint,
 )
-from genesis_fp16_infrastructure.agent_folder.transitions import (
-    commit,
+from genesis_fp16_infrastructure.agent_folder.transaction import (
+    Transaction,
     journaled,
-    rollback,
-    serve,
+    transaction,
 )
 from genesis_fp16_infrastructure.errors import ServedPointerError
 
@@ -76,16 +75,18 @@ def repairable_pointer(folder: Path) -> ServedPointer | None:
 def serve_by_hand(folder: Path, entry: ServedEntry, pin: Pin) -> bool:
     """``model promote``: serve ``entry`` and pin it, over a usable pointer or in place of
     an unusable one (set aside; a dangling one's history is kept). True: it repaired one."""
-    with pointer_lock(folder):
-        current, usable = _current(folder)
+    with transaction(folder, unusable_ok=True) as tx:
+        if not _intact(folder, entry):  # pruned since the command found it, before this lock
+            raise ServedPointerError(f"no candidate {entry.id!r} with its checkpoint any more")
+        current, usable = _current(tx)
         if usable:
-            serve(folder, entry, "manual", pin=pin)
+            tx.serve(entry, "manual", pin=pin)
             return False
         _set_aside_if_there(folder)
         earlier = [] if current is None else [current.served, *current.history]
         history = [e for e in earlier if e.id != entry.id and _intact(folder, e)]
         served = msgspec.structs.replace(entry, how="manual", served_at=utc_now())
-        commit(folder, journaled(current, ServedPointer(served, history, pin), "repair"))
+        tx.stage(journaled(current, ServedPointer(served, history, pin), "repair"))
         return True
 
 
@@ -93,10 +94,10 @@ def roll_back_by_hand(folder: Path, pin: Pin) -> tuple[ServedEntry, bool]:
     """``model rollback``: serve the model served before, pinned; returns its entry and
     whether it repaired an unusable pointer (then: the old history's first intact model,
     else the newest candidate the gate promoted, the one most likely served before)."""
-    with pointer_lock(folder):
-        current, usable = _current(folder)
+    with transaction(folder, unusable_ok=True) as tx:
+        current, usable = _current(tx)
         if usable:
-            return rollback(folder, pin=pin, verdict=Verdict(reason="operator")), False
+            return tx.rollback(pin, Verdict(reason="operator")), False
         choices = [] if current is None else [e for e in current.history if _intact(folder, e)]
         if not choices:
             gone = current.served.id if current is not None else None
@@ -109,19 +110,21 @@ def roll_back_by_hand(folder: Path, pin: Pin) -> tuple[ServedEntry, bool]:
             )
         _set_aside_if_there(folder)
         served = msgspec.structs.replace(choices[0], how="rollback", served_at=utc_now())
-        commit(folder, journaled(current, ServedPointer(served, choices[1:], pin), "repair"))
+        tx.stage(journaled(current, ServedPointer(served, choices[1:], pin), "repair"))
         return served, True
 
 
-def _current(folder: Path) -> tuple[ServedPointer | None, bool]:
+def _current(tx: Transaction) -> tuple[ServedPointer | None, bool]:
     """The pointer as a repair sees it, and whether it is usable (None and True: none yet)."""
+    pointer = tx.before  # read once, by the transaction
     try:
-        pointer = read_pointer(folder)  # read once, not once per check
+        if tx.unusable is not None:
+            raise tx.unusable
         if pointer is not None:
-            checkpoint_of(folder, pointer)  # ServedPointerError: its checkpoint is gone
+            checkpoint_of(tx.folder, pointer)  # ServedPointerError: its checkpoint is gone
         return pointer, True
     except ServedPointerError:
-        return repairable_pointer(folder), False
+        return repairable_pointer(tx.folder), False
 
 
 def _set_aside_if_there(folder: Path) -> None:

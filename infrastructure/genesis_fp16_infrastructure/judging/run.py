@@ -5,27 +5,33 @@ rlhf_ppo) gets a judged run (:func:`run_judged`); any other plugin's ``train`` r
 is, and serves its newest checkpoint. The daemon (in a child or a thread), ``genesis-fp16
 train``, ``check-agent`` and the run tracker's example all call :func:`run_plugin`.
 
-A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
+A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``), is four
+phases over one :class:`JudgedState`; each phase that changes the served model's
+lifecycle does so in one transaction (``agent_folder.transaction``: the pointer's lock
+and the settling of what a killed writer left once, one commit):
 
-1. the served model (the pointer's, :mod:`.served`) scores the current records (those the
-   run needs, when its plugin lists them); a pointer that cannot be followed refuses the
-   run in one line (``TrainRequestError``) naming the repair; a folder written before the
-   pointer existed adopts its newest checkpoint;
-2. the live watch (:mod:`.watch`) scores the records that came after the served model and
-   its predecessor, and may roll the served model back;
-3. when the served model already knew every current record (and the plugin's records are
-   its training data, the run is not forced and asks the options the served model was
-   trained with), there is nothing to learn:
-   ``up_to_date``, no candidate;
-4. a candidate folder: one a run cut short on the same request left (:mod:`.unfinished`,
-   asked before step 3), else a new one (``new_candidate``) into which, with ``resume``,
-   the served checkpoint is copied first; the plugin's resume continues what it holds;
-5. the gate (:mod:`.gate`): the candidate and the served model on the same records, paired
+1. **served**: the served model (the pointer's, :mod:`.served`, read in the run's first
+   transaction unless the plan read it) scores the current records (those the run needs,
+   when its plugin lists them); a pointer that cannot be followed refuses the run in one
+   line (``TrainRequestError``) naming the repair; a folder written before the pointer
+   existed adopts its newest checkpoint;
+2. **watch**: the live watch (:mod:`.watch`) scores the records that came after the
+   served model and its predecessor, and writes its figures or rolls the served model
+   back (one transaction);
+3. **candidate**: one a run cut short on the same request left (:mod:`.unfinished`),
+   else, when the served model already knew every current record (and the plugin's
+   records are its training data, the run is not forced and asks the options the served
+   model was trained with), nothing to learn: ``up_to_date``, no candidate; else a new
+   one (``new_candidate``) into which, with ``resume``, the served checkpoint is copied
+   first; the plugin's resume continues what it holds;
+4. **gate** (:mod:`.gate`): the candidate and the served model on the same records, paired
    (a run stopped before its end writes no verdict: the next run continues it); after the
    watch rolled a model back to the served one, on the records newer than that model too
    (``newest``);
    the first model is served as it is; a promotion waits for the operator's pin (``held``);
-   the verdict file holds the figures, ``judged_ids.npz`` the records the model knew.
+   the verdict file holds the figures, ``judged_ids.npz`` the records the model knew. The
+   verdict and the promotion it decides are one transaction: the verdict file, then the
+   pointer.
 
 **Records neither model trained on** (issue 68; the plugin's side: contract.judging).
 The run reads the candidate's list of the records it trained on: one that names a
@@ -57,7 +63,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -70,15 +76,16 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     new_candidate,
     newest_checkpoint,
     read_verdict,
-    write_verdict,
 )
+from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
     Finding,
     Outcome,
+    Verdict,
     finite,
 )
-from genesis_fp16_infrastructure.agent_folder.transitions import recover, serve
+from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, transaction
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
     RecordLosses,
@@ -94,11 +101,12 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
 from genesis_fp16_infrastructure.contract.reports import (
     GateComparison,
     GateReport,
+    LiveReport,
     TrainResult,
 )
 from genesis_fp16_infrastructure.contract.split import drawn_with
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.errors import ExecutionError, ServedPointerError
+from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.gate import (
     MIN_RECORDS,
@@ -167,14 +175,11 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
     # writes it is refused at once, in one line naming it (CheckpointFolderBusy).
     owner = CheckpointManager(request.checkpoint_dir) if rank == 0 else None
     if owner is not None:
+        # What a writer killed midway left is settled by the run's first transaction, as
+        # it reads the pointer, before the run reads its candidates (phase 1, ``Served``);
+        # a run with the plan's snapshot reads no state file for it (the daemon recovers
+        # at its start and after each run, with the prune's one read).
         owner.claim(f"{request.agent} judged run (agent folder {request.checkpoint_dir})")
-        # What a transition or verdict writer killed midway left, finished before the run
-        # reads its candidates; an unusable pointer is refused below, in one line. A run
-        # with the plan's snapshot reads no state file (the daemon recovers at its start
-        # and after each run, with the prune's one read).
-        if request.snapshot is None:
-            with contextlib.suppress(ServedPointerError):
-                recover(Path(request.checkpoint_dir))
     try:
         if world == 1:
             return _judged_run(plugin, judged, request)
@@ -223,54 +228,107 @@ def _broadcast(told: tuple[str, Any] | None) -> tuple[str, Any]:
     return box[0]
 
 
+@dataclass
+class JudgedState:
+    """One judged run's state, as its phases fill it in: the served model (1), what the
+    live watch found (2), the candidate to train and whether it only finishes (3), or the
+    run's result when there is nothing to learn (``done``)."""
+
+    request: TrainRequest
+    started: float  # time.monotonic() at the run's start
+    served: Served
+    live: LiveReport | None = None
+    candidate: Path | None = None
+    finishes: bool | None = None
+    done: TrainResult | None = None
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.request.checkpoint_dir)
+
+
 def _judged_run(
     plugin: AgentPlugin,
     judged: JudgedPlugin,
     request: TrainRequest,
     tell: Callable[[tuple[str, Any]], Any] | None = None,
 ) -> TrainResult:
-    """The judged run itself; ``tell``: what the other ranks must know (None: alone, none
-    to tell, and the up-to-date result is not encoded for them)."""
+    """The judged run itself, in four phases over one :class:`JudgedState` (module
+    docstring); each phase that changes the lifecycle commits one transaction
+    (``agent_folder.transaction``). ``tell``: what the other ranks must know (None:
+    alone, none to tell, and the up-to-date result is not encoded for them)."""
+    state = _served(judged, request)
+    _watched(state)
+    _candidate(state)
+    if state.done is not None:
+        if tell is not None:
+            tell(("done", state.done.to_json()))
+        return state.done
+    assert state.candidate is not None
+    before = time.monotonic() - state.started  # the served model scored and watched
+    if tell is not None:
+        tell(("train", (str(state.candidate), state.finishes)))
+    trained = replace(request, checkpoint_dir=state.candidate, finishes=state.finishes)
+    return _gated(state, plugin.train(trained), before)
+
+
+def _served(judged: JudgedPlugin, request: TrainRequest) -> JudgedState:
+    """1. The served model, its pointer read in the run's first transaction (what a
+    killed writer left settled; ``Served``), scored on the current records."""
     started = time.monotonic()
     sweep_copies(Path(request.checkpoint_dir))  # a killed run's copies, before any scoring
-    served = Served(judged, request)
-    live = None if served.pointer is None else watch(request, served)
-    if live is not None and live.rolled_back:
-        read = served.read_seconds
-        served = Served(judged, request, again=True)  # the predecessor, served again
-        served.read_seconds += read  # the run's reads of its data, both listings
+    return JudgedState(request, started, Served(judged, request))
+
+
+def _watched(state: JudgedState) -> None:
+    """2. The live watch (a transaction when it writes its figures or rolls back); after
+    a rollback, the model served again, read and scored."""
+    served = state.served
+    state.live = None if served.pointer is None else watch(state.request, served)
+    if state.live is not None and state.live.rolled_back:
+        again = Served(served.plugin, state.request, again=True)  # the predecessor
+        again.read_seconds += served.read_seconds  # the run's reads of its data, both listings
+        state.served = again
+
+
+def _candidate(state: JudgedState) -> None:
+    """3. The candidate to train: one cut short on this same request (finished first,
+    whatever is new), else, when there is something to learn, a new one (with the
+    served checkpoint, for a resume); else the run's up-to-date result (``done``)."""
+    request, served = state.request, state.served
     digest = _data_digest(request.data_path)  # the data's files: a kept verdict's, the meta's
     meta = _meta(request, served, digest)
-    # A candidate cut short on this same request is finished first, whatever is new.
-    candidate = take_unfinished(Path(request.checkpoint_dir), meta)
+    candidate = take_unfinished(state.folder, meta)
     if candidate is None and served.losses is not None and not request.forced:
         rejudged = _rejudge_kept(request, served, digest)  # issue 62: before training
         learned = None if rejudged is not None else nothing_new(served, request)
         if rejudged is not None or learned is not None:
-            seconds = time.monotonic() - started
-            done = up_to_date(request, served, seconds, live, rejudged, learned)
-            if tell is not None:
-                tell(("done", done.to_json()))
-            return done
+            seconds = time.monotonic() - state.started
+            state.done = up_to_date(request, served, seconds, state.live, rejudged, learned)
+            return
     # A continued candidate that had ended (killed after its last save, before its
     # verdict) is judged as it is: its run trains no step more (RunSpec.finishes).
-    finishes = candidate is not None or None
+    state.finishes = candidate is not None or None
     if candidate is None:
-        candidate = new_candidate(Path(request.checkpoint_dir), meta)
+        candidate = new_candidate(state.folder, meta)
         if served.checkpoint is not None and request.resume:  # the resume continues the served
             copy_checkpoint(served.checkpoint, candidate)
-    before = time.monotonic() - started  # the served model scored and watched
-    if tell is not None:
-        tell(("train", (str(candidate), finishes)))
-    result = plugin.train(replace(request, checkpoint_dir=candidate, finishes=finishes))
-    gate = _judge(request, served, candidate, result)
+    state.candidate = candidate
+
+
+def _gated(state: JudgedState, result: TrainResult, before: float) -> TrainResult:
+    """4. The gate's verdict on the trained candidate (its transaction: the verdict and
+    the promotion it decides), and the run's result with it; ``before``: the seconds
+    of phases 1-3."""
+    assert state.candidate is not None
+    gate = _judge(state.request, state.served, state.candidate, result)
     return replace(
         result,
         gate=gate,
         rejected=gate.outcome == Outcome.REJECTED,
-        live=live,
+        live=state.live,
         phases=judged_phases(
-            result.phases, served.read_seconds, before + gate.seconds, gate.seconds
+            result.phases, state.served.read_seconds, before + gate.seconds, gate.seconds
         ),
         wall_seconds=round(result.wall_seconds + before + gate.seconds, 6),
     )
@@ -317,16 +375,16 @@ def _judge(
         return GateReport(Outcome.UNDECIDED, why, precision=used, candidate_id=candidate.name)
     if result.failure is not None or checkpoint is None:
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
-        return _verdict(candidate, Outcome.UNDECIDED, f"not judged: {why}", started, used, [])
+        return _undecided(candidate, f"not judged: {why}", started, used)
     with reusing_loads():  # the checkpoint unpickled once: the records it names, scored
         held_out, refusal = held_out_check(request, served, checkpoint)
         if refusal is not None:
-            _verdict(candidate, Outcome.UNDECIDED, refusal, started, used, [])
+            _undecided(candidate, refusal, started, used)
             raise TrainRequestError(refusal)
         try:
             losses = losses_of(served.plugin, checkpoint, request, _judged_ids(held_out, served))
         except CheckpointChangedError as exc:  # its own file intact: undecided, never served
-            _verdict(candidate, Outcome.UNDECIDED, str(exc), started, used, [])
+            _undecided(candidate, str(exc), started, used)
             raise
     stores.write_known_ids(candidate, _known_after(served, losses))
     digest, reported = _data_digest(request.data_path), _reported(result.eval)
@@ -357,19 +415,21 @@ def _decide(
         asked = _comparisons(request, served, losses, checkpoint, held_out, rolled_back)
         outcome, reason, comparisons = decide(asked)
         reason += note
-    report = _verdict(
-        candidate, outcome, reason, started, used, comparisons, served.id, digest, evidence,
-        reported,
-    )  # fmt: skip
-    if outcome != Outcome.PROMOTED:
-        return report
-    folder, serving = Path(request.checkpoint_dir), time.monotonic()
-    how = "first" if served.pointer is None else "gate"
-    if serve(folder, candidate_entry(folder, candidate, checkpoint), how, unless_pinned=True):
-        return report
-    seconds = round(time.monotonic() - serving, 4)
-    held = replace(report, outcome=Outcome.HELD, reason="pinned by the operator: " + reason)
-    return _written(candidate, replace(held, seconds=seconds), comparisons)
+    folder = Path(request.checkpoint_dir)
+    with transaction(folder) as tx:  # the verdict, and the promotion it decides: one commit
+        report = _verdict(
+            tx, candidate, outcome, reason, started, used, comparisons, served.id, digest,
+            evidence, reported,
+        )  # fmt: skip
+        if outcome != Outcome.PROMOTED:
+            return report
+        serving, how = time.monotonic(), "first" if served.pointer is None else "gate"
+        entry = candidate_entry(folder, candidate, checkpoint, _as_verdict(report, comparisons))
+        if tx.serve(entry, how, unless_pinned=True):
+            return report
+        seconds = round(time.monotonic() - serving, 4)
+        held = replace(report, outcome=Outcome.HELD, reason="pinned by the operator: " + reason)
+        return _written(tx, candidate, replace(held, seconds=seconds), comparisons)
 
 
 def _rejudge_kept(request: TrainRequest, served: Served, digest: str) -> GateReport | None:
@@ -520,7 +580,15 @@ def _known_segments(served: Served) -> set[str] | None:
     return set(itertools.compress(served.records.segments, served.knew.tolist()))
 
 
+def _undecided(candidate: Path, why: str, started: float, used: PrecisionName | None) -> GateReport:
+    """The verdict ``undecided`` (why: ``why``), committed in a transaction of its own:
+    nothing is served."""
+    with transaction(candidate.parent.parent) as tx:
+        return _verdict(tx, candidate, Outcome.UNDECIDED, why, started, used, [])
+
+
 def _verdict(
+    tx: Transaction,
     candidate: Path,
     outcome: Outcome,
     reason: str,
@@ -532,7 +600,8 @@ def _verdict(
     evidence: Literal["held_out", "training_data"] | None = None,
     reported: Mapping[str, float] | None = None,
 ) -> GateReport:
-    """The gate's report, written as the candidate's verdict file (with the figures);
+    """The gate's report, staged in ``tx`` as the candidate's verdict file (with the
+    figures);
     ``judged_on``: the data's digest (an inconclusive one is judged again on other data);
     ``reported``: the candidate run's own figures reported beside its losses, never
     gated (:func:`_reported`)."""
@@ -555,13 +624,26 @@ def _verdict(
         judged_on=judged_on,
         evidence=evidence,
     )
-    return _written(candidate, report, comparisons)
+    return _written(tx, candidate, report, comparisons)
 
 
-def _written(candidate: Path, report: GateReport, comparisons: list[Paired]) -> GateReport:
-    """``report`` written as the candidate's verdict file, with every comparison's figures."""
-    write_verdict(candidate, report.to_json() | {"judged": [c.to_json() for c in comparisons]})
+def _written(
+    tx: Transaction, candidate: Path, report: GateReport, comparisons: list[Paired]
+) -> GateReport:
+    """``report`` staged in ``tx`` as the candidate's verdict file, with every
+    comparison's figures (one staged before for the same candidate: replaced)."""
+    tx.verdict(candidate, _verdict_json(report, comparisons))
     return report
+
+
+def _verdict_json(report: GateReport, comparisons: list[Paired]) -> dict[str, Json]:
+    """What the verdict file of ``report`` holds: its JSON and every comparison's figures."""
+    return report.to_json() | {"judged": [c.to_json() for c in comparisons]}
+
+
+def _as_verdict(report: GateReport, comparisons: list[Paired]) -> Verdict:
+    """``report`` as the verdict record its file will hold (staged, not written yet)."""
+    return Verdict.from_json(_verdict_json(report, comparisons))
 
 
 def _reported(figures: Mapping[str, float] | None) -> dict[str, float]:

@@ -52,7 +52,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
     checkpoint_of,
     read_pointer,
 )
-from genesis_fp16_infrastructure.agent_folder.transitions import serve
+from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, transaction
 from genesis_fp16_infrastructure.contract.judging import (
     TRAINED_IDS,
     JudgedPlugin,
@@ -78,16 +78,13 @@ logger = logging.getLogger(__name__)
 class Served:
     """The served model as this run sees it: pointer, checkpoint, losses, known ids. The
     pointer is the one the job's plan read (``request.snapshot``: a run's child opens no
-    state file to find it), else read now; ``again``: read now (the watch changed it)."""
+    state file to find it), else read in the run's first transaction (:func:`_pointer`);
+    ``again``: read now (the watch's transaction changed it)."""
 
     def __init__(self, plugin: JudgedPlugin, request: TrainRequest, again: bool = False) -> None:
         folder = Path(request.checkpoint_dir)
-        snapshot = None if again else request.snapshot
         try:
-            if snapshot is not None and snapshot.pointer_error is not None:
-                raise ServedPointerError(snapshot.pointer_error)
-            pointer = read_pointer(folder) if snapshot is None else snapshot.pointer
-            self.pointer: ServedPointer | None = pointer or adopt(folder)
+            self.pointer: ServedPointer | None = _pointer(request, again)
             self.checkpoint = None if self.pointer is None else checkpoint_of(folder, self.pointer)
         except ServedPointerError as exc:
             raise TrainRequestError(str(exc).replace("AGENT", request.agent)) from None
@@ -183,18 +180,36 @@ class Served:
         return None if self.pointer is None else str(self.pointer.served.id)
 
 
-def adopt(folder: Path) -> ServedPointer | None:
+def _pointer(request: TrainRequest, again: bool) -> ServedPointer | None:
+    """The served model's pointer as the run starts: the plan's (``request.snapshot``),
+    else read in one transaction that first settles what a writer killed midway left (the
+    run reads its candidates after), adopting a folder from before the pointer (None:
+    nothing to serve yet). ``again``: read now, after the watch's transaction changed it.
+    ``ServedPointerError`` when it cannot be followed."""
+    folder, snapshot = Path(request.checkpoint_dir), request.snapshot
+    if again:
+        return read_pointer(folder)
+    if snapshot is not None:
+        if snapshot.pointer_error is not None:
+            raise ServedPointerError(snapshot.pointer_error)
+        if snapshot.pointer is not None:
+            return snapshot.pointer
+    with transaction(folder) as tx:
+        return tx.before or adopt(folder, tx)
+
+
+def adopt(folder: Path, tx: Transaction) -> ServedPointer | None:
     """A checkpoint folder written before the pointer existed: its newest valid
-    checkpoint is what was served, and becomes the pointer's (logged), so that no
-    upgrade leaves the prediction API without a model while the first candidate trains;
-    None when it holds none."""
+    checkpoint is what was served, and becomes the pointer's (staged in ``tx``; logged),
+    so that no upgrade leaves the prediction API without a model while the first
+    candidate trains; None when it holds none."""
     found = CheckpointManager(folder).load_latest() if folder.is_dir() else None
     if found is None:
         return None
     path = found[1]
-    serve(folder, ServedEntry(id=f"adopted-{path.stem}", checkpoint=path.name), "adopted")
+    tx.serve(ServedEntry(id=f"adopted-{path.stem}", checkpoint=path.name), "adopted")
     logger.warning("no served.json in %s: serving its newest checkpoint %s", folder, path)
-    return read_pointer(folder)
+    return tx.pointer
 
 
 def held_out_unknown(served: Served, losses: RecordLosses) -> np.ndarray:

@@ -119,8 +119,8 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
 )
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome, Verdict
-from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock, read_pointer
-from genesis_fp16_infrastructure.agent_folder.transitions import commit, rollback
+from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
+from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, transaction
 from genesis_fp16_infrastructure.contract.judging import RecordLosses, judging_margin
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.reports import LiveReport
@@ -288,31 +288,37 @@ def decide(folder: Path, agent: str, watched: str, figures: Mapping[str, object]
     operator may have changed it meanwhile: then nothing is written). Returns the report:
     the figures, rolled back (``now_served``) or ``held`` and why."""
     report = LiveReport.from_json({**figures, "updated_at": utc_now(), "served": watched})
-    with pointer_lock(folder):
-        try:
-            current = read_pointer(folder)
-        except ServedPointerError:
-            return replace(report, held="the pointer changed and cannot be read")
-        if current is None or current.served.id != watched:
-            return replace(report, held="the served model changed meanwhile")
-        if report.regression and current.pinned is not None:
-            report = replace(report, held="pinned by the operator")
-        elif report.regression:
-            verdict = Verdict(reason=LIVE_REGRESSION, live=report, detail=_detail(report))
-            try:
-                now = rollback(folder, verdict=verdict)
-            except ServedPointerError as exc:  # its predecessor's checkpoint is gone
-                report = replace(report, held=str(exc))
-            else:
-                said = (agent, watched, now.id, verdict.detail)
-                logger.warning("%s: served model %s rolled back to %s: %s", *said)
-                return replace(report, rolled_back=True, now_served=now.id)
-        # The pointer read above, under this lock: written back with the figures, its
-        # journal and sequence as they are
-        served = msgspec.structs.replace(current.served, live=report)
-        commit(folder, replace(current, served=served))
-    if report.regression:
+    try:
+        with transaction(folder) as tx:
+            current = tx.pointer
+            if current is None or current.served.id != watched:
+                return replace(report, held="the served model changed meanwhile")
+            report = _staged(tx, current, report)
+    except ServedPointerError:
+        return replace(report, held="the pointer changed and cannot be read")
+    if report.rolled_back:  # logged once committed
+        said = (agent, watched, report.now_served, _detail(report))
+        logger.warning("%s: served model %s rolled back to %s: %s", *said)
+    elif report.regression:
         logger.warning("%s: live regression of %s held: %s", agent, watched, report.held)
+    return report
+
+
+def _staged(tx: Transaction, current: ServedPointer, report: LiveReport) -> LiveReport:
+    """The watch's decision on the model ``current`` serves, staged in ``tx``: the
+    rollback, or the figures written into the pointer (its journal and sequence as they
+    are); the report as decided."""
+    if report.regression and current.pinned is not None:
+        report = replace(report, held="pinned by the operator")
+    elif report.regression:
+        verdict = Verdict(reason=LIVE_REGRESSION, live=report, detail=_detail(report))
+        try:
+            now = tx.rollback(verdict=verdict)
+        except ServedPointerError as exc:  # its predecessor's checkpoint is gone
+            report = replace(report, held=str(exc))
+        else:
+            return replace(report, rolled_back=True, now_served=now.id)
+    tx.record_live(msgspec.structs.replace(current.served, live=report))
     return report
 
 

@@ -849,3 +849,60 @@ def test_a_listing_that_is_not_one_refuses_the_run_in_one_line(tmp_path: Path) -
             run_plugin(plugin, request)
         assert "\n" not in str(caught.value)
         assert read_pointer(tmp_path / "checkpoints") == served
+
+
+def _committed(monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[int]]:
+    """Every transaction's commit (what it did) and the pointer lock's acquisitions, as a
+    run makes them."""
+    from genesis_fp16_infrastructure.agent_folder import pointer, transaction
+
+    commits: list[Any] = []
+    locks = [0]
+    real_commit, real_lock = transaction.Transaction.commit, pointer.take_lock
+
+    def commit(self: transaction.Transaction) -> Any:
+        commits.append(real_commit(self))
+        return commits[-1]
+
+    def take_lock(*args: Any) -> Any:
+        locks[0] += 1
+        return real_lock(*args)
+
+    monkeypatch.setattr(transaction.Transaction, "commit", commit)
+    monkeypatch.setattr(pointer, "take_lock", take_lock)
+    return commits, locks
+
+
+def test_the_first_run_is_two_transactions_served_and_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first run: the served phase's transaction finds no pointer and stages nothing;
+    the gate's commits the verdict and the first promotion together; one lock each."""
+    commits, locks = _committed(monkeypatch)
+    result = run_plugin(OneNumber(), _on(tmp_path, 0.5, range(40)))
+    assert result.gate is not None and result.gate.outcome == "promoted"
+    assert [c.before for c in commits] == [None, None] and commits[0].after is None
+    assert [e.kind for e in commits[1].entries] == ["first"]
+    assert commits[1].verdicts == (result.gate.candidate_id,) and locks == [2]
+
+
+def test_a_run_that_rolls_back_is_one_transaction_per_phase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch rolls the served model back: the served phase's transaction (nothing
+    staged), the watch's (the rollback and its verdict), the gate's (the candidate's
+    verdict and, when promoted, its promotion): three commits, one lock each."""
+    plugin = OneNumber()
+    first = _served_after(plugin, _on(tmp_path, 0.0, range(40)))
+    second = _served_after(plugin, _on(tmp_path, 0.6, range(40, 80)))
+    commits, locks = _committed(monkeypatch)
+    result = run_plugin(plugin, _on(tmp_path, 0.0, range(80, 120)))
+    assert result.live is not None and result.live.now_served == first
+    assert result.gate is not None and result.gate.candidate_id is not None
+    assert len(commits) == 3 and locks == [3]
+    served, watched, gated = commits
+    assert served.entries == () and served.after is served.before
+    assert [e.kind for e in watched.entries] == ["rollback"] and watched.verdicts == (second,)
+    promoted = ["gate"] if result.gate.outcome == "promoted" else []
+    assert [e.kind for e in gated.entries] == promoted
+    assert gated.verdicts[0] == result.gate.candidate_id

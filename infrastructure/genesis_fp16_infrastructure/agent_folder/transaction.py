@@ -1,0 +1,418 @@
+"""One transaction on an agent's served model, as a database commits once: the pointer's
+lock taken once, what a killed writer left settled once, every change staged, one commit.
+
+::
+
+    with transaction(folder) as tx:      # lock, then settle (the pointer read once)
+        tx.serve(entry, "gate", unless_pinned=True)
+        tx.verdict(candidate, report)    # staged: nothing written yet
+    tx.done                              # Committed: what the commit wrote and queued
+
+Inside the block serve, rollback, unpin, the watch's figures, a repair's pointer, a
+verdict and a prune only stage what they decide; :attr:`Transaction.pointer` is the
+pointer as staged so far, and nothing of it is on disk. A block that raises (a refused
+rollback, a kill) writes nothing: the folder stays exactly as the transaction found it,
+settled. The commit, still under the lock, in this order, each write durable before the
+next:
+
+1. the verdict files no journal carries (rejected, held, undecided: each one's event
+   staged and released around it, ``outbox.verdict_announced``), the gate's order: its
+   verdict first, then the pointer that serves the model;
+2. the pointer (``served.json``'s one atomic replace): the transitions' commit point,
+   carrying their journal entries and the verdicts they decided;
+3. those verdicts, written to their candidates (after the settle, this transaction's
+   own, with no file read; else every one the files do not say yet: :func:`roll_forward`);
+4. the journal's events, queued in the agent's outbox (``outbox.announce_journal``);
+5. the candidates a prune staged, each removed by one rename.
+
+A kill between any two leaves what the next transaction's settle finishes (the module
+docstring of :mod:`~genesis_fp16_infrastructure.agent_folder.transitions` says why each
+is safe). :attr:`Transaction.done` (a :class:`Committed`) says what was done.
+
+JSON only, no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import msgspec
+
+from genesis_fp16_infrastructure.agent_folder import files, outbox
+from genesis_fp16_infrastructure.agent_folder.kept_record import Json
+from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, VERDICT
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    JournalEntry,
+    Outcome,
+    Pin,
+    ServedEntry,
+    Verdict,
+    read_verdict,
+    stamped,
+    utc_now,
+)
+from genesis_fp16_infrastructure.agent_folder.pointer import (
+    ServedPointer,
+    candidates_dir,
+    pointer_lock,
+    read_pointer,
+    write_pointer,
+)
+from genesis_fp16_infrastructure.errors import ServedPointerError
+
+# Transitions the pointer remembers: enough for the daemon to count each one between two
+# of its runs (a run and a few operator commands), each entry ~1-5 KB (a gate verdict).
+JOURNAL_KEEP = 16
+PRUNING_FOLDER = ".pruning"  # a candidate moved here (one rename) is removed, then or later
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What one transaction did: the pointer as it found it (settled) and as it left it,
+    the journal entries it committed (oldest first: each a transition the daemon counts),
+    the candidates whose verdict file it wrote, the events it queued in the outbox (its
+    journal's, and what it settled of a killed writer's), and the candidates it pruned.
+    A transaction that staged nothing commits nothing: ``before is after``."""
+
+    before: ServedPointer | None
+    after: ServedPointer | None
+    entries: tuple[JournalEntry, ...] = ()
+    verdicts: tuple[str, ...] = ()
+    events: tuple[str, ...] = ()
+    removed: tuple[Path, ...] = ()
+
+
+class Transaction:
+    """The changes of one :func:`transaction`, staged until it commits (module docstring).
+    ``before``: the pointer as the transaction found it, settled (None: none yet, or an
+    unusable one a repair tolerates: ``unusable`` then says why)."""
+
+    def __init__(
+        self,
+        folder: Path,
+        before: ServedPointer | None,
+        settled_through: int | None,
+        settled_events: list[str],
+        unusable: ServedPointerError | None = None,
+    ) -> None:
+        self.folder = Path(folder)
+        self.before = before
+        self.unusable = unusable
+        self.done: Committed | None = None
+        self._pointer = before
+        # The journal numbers already rolled forward by the settle (None: not settled).
+        self._settled = settled_through is not None
+        self._settled_through = settled_through or 0
+        self._settled_events = settled_events
+        self._verdicts: dict[Path, Mapping[str, Json]] = {}
+        self._removals: list[Path] | None = None  # None: no prune staged
+        self._sweep: list[Path] = []
+
+    @property
+    def pointer(self) -> ServedPointer | None:
+        """The pointer as staged so far (``before`` until something is staged)."""
+        return self._pointer
+
+    def stage(self, new: ServedPointer | None) -> ServedPointer | None:
+        """Stage ``new`` as the pointer the commit writes; None, or the staged pointer
+        itself, changes nothing. A pointer built afresh (a caller's ``ServedPointer(...)``,
+        its sequence behind) keeps the journal going. Returns the pointer as staged."""
+        current = self._pointer
+        if new is None or new is current:
+            return current
+        if current is not None and new.sequence < current.sequence:
+            new = replace(new, sequence=current.sequence, journal=current.journal)
+        self._pointer = new
+        return new
+
+    def serve(
+        self,
+        entry: ServedEntry,
+        how: str,
+        keep: int | None = None,
+        pin: Pin | None = None,
+        unless_pinned: bool = False,
+        verdict: Verdict | Mapping[str, Json] | None = None,
+    ) -> bool:
+        """Stage ``entry`` served (``transitions.serve`` says what each argument does);
+        returns whether it will be (False: a pin held it, ``unless_pinned``)."""
+        current = self._pointer
+        if unless_pinned and current is not None and current.pinned is not None:
+            return False
+        earlier = [] if current is None else [current.served, *current.history]
+        history = [h for h in earlier if h.id != entry.id][:keep]  # keep None: all of them
+        served = msgspec.structs.replace(entry, how=how, served_at=utc_now())
+        pinned = pin if pin is not None else (current.pinned if current else None)
+        decided = None if verdict is None else {str(entry.id): stamped(as_verdict(verdict))}
+        self.stage(journaled(current, ServedPointer(served, history, pinned), how, decided))
+        return True
+
+    def rollback(
+        self, pin: Pin | None = None, verdict: Verdict | Mapping[str, Json] | None = None
+    ) -> ServedEntry:
+        """Stage the model served before served again (``transitions.rollback``); returns
+        its entry. :class:`ServedPointerError` when there is none to serve."""
+        current, folder = self._pointer, self.folder
+        if current is None:
+            raise ServedPointerError(f"{str(folder)!r} serves no model yet: nothing to roll back")
+        if not current.history:
+            raise ServedPointerError(
+                f"{str(folder)!r} serves {current.served.id!r} and kept no earlier model"
+            )
+        previous = current.history[0]
+        if not (folder / str(previous.checkpoint)).is_file():
+            raise ServedPointerError(
+                f"the earlier model's checkpoint {previous.checkpoint!r} is gone"
+            )
+        served = msgspec.structs.replace(previous, how="rollback", served_at=utc_now())
+        pinned = pin if pin is not None else current.pinned
+        new = ServedPointer(served, current.history[1:], pinned)
+        dropped = current.served
+        given = None if verdict is None else as_verdict(verdict)
+        reason = None if given is None else given.reason
+        decided = _rolled_back_verdict(folder, dropped, given)
+        self.stage(journaled(current, new, "rollback", decided, dropped=dropped.id, reason=reason))
+        return served
+
+    def unpin(self) -> ServedPointer | None:
+        """Stage the operator's pin dropped (nothing when none is set)."""
+        current = self._pointer
+        if current is None or current.pinned is None:
+            return current
+        return self.stage(journaled(current, replace(current, pinned=None), "unpin"))
+
+    def trim(self, keep_served: int) -> ServedPointer | None:
+        """Stage the history cut to its last ``keep_served`` models (a ``trim``)."""
+        current = self._pointer
+        if current is None or len(current.history) <= keep_served:
+            return current
+        dropped = [e.id for e in current.history[keep_served:]]
+        trimmed = replace(current, history=current.history[:keep_served])
+        return self.stage(journaled(current, trimmed, "trim", dropped=dropped))
+
+    def record_live(self, served: ServedEntry) -> None:
+        """Stage the served entry with the live watch's figures (no journal entry: the
+        figures are no transition)."""
+        assert self._pointer is not None
+        self.stage(replace(self._pointer, served=served))
+
+    def verdict(self, candidate: Path, verdict: Mapping[str, Json]) -> None:
+        """Stage a verdict no transition carries (rejected, held, undecided, the gate's
+        own), written before the pointer (:func:`write_verdict`); a later one for the
+        same candidate replaces it."""
+        self._verdicts[Path(candidate)] = verdict
+
+    def prune(self, removals: list[Path], sweep: list[Path] | None = None) -> None:
+        """Stage ``removals`` (candidate folders), removed after the pointer, with what a
+        prune killed midway left in ``.pruning`` and the folders in ``sweep`` (a killed
+        run's leftovers nobody names)."""
+        self._removals, self._sweep = list(removals), list(sweep or [])
+
+    def commit(self) -> Committed:
+        """Write what was staged, in the module docstring's order; called once, by
+        :func:`transaction`, under its lock."""
+        assert self.done is None, "a transaction commits once"
+        for candidate, verdict in self._verdicts.items():
+            write_verdict(candidate, verdict)
+        new, entries, decided, events = self._pointer, [], [], list(self._settled_events)
+        if new is not None and new is not self.before:
+            write_pointer(self.folder, new)  # the commit point
+            entries = [e for e in new.journal if e.seq > self._settled_through]
+            decided = self._roll_forward(new, entries)
+            events += outbox.announce_journal(self.folder, new.journal, committed_now=True)
+        removed = [] if self._removals is None else self._remove_all()
+        written = [c.name for c in self._verdicts] + decided
+        self.done = Committed(
+            self.before, new, tuple(entries), tuple(written), tuple(events), tuple(removed)
+        )
+        return self.done
+
+    def _roll_forward(self, new: ServedPointer, entries: list[JournalEntry]) -> list[str]:
+        """The verdicts the committed journal decided, written to their candidates: after
+        a settle, those of this transaction's own ``entries`` alone, each newer than any
+        verdict file (no file read); unsettled, every one the files do not say yet
+        (:func:`roll_forward`)."""
+        if not self._settled:
+            return roll_forward(self.folder, new)
+        decided = {
+            ident: verdict
+            for entry in entries
+            for ident, verdict in entry.verdicts.items()
+            if _plain(ident) and CANDIDATE_META.at(candidates_dir(self.folder) / ident).is_file()
+        }
+        for ident, verdict in decided.items():
+            path = VERDICT.at(candidates_dir(self.folder) / ident)
+            files.write_json(path, VERDICT, verdict.to_json())
+        return list(decided)
+
+    def _remove_all(self) -> list[Path]:
+        """A prune's removals: what a prune killed midway left in ``.pruning`` (nobody
+        names it), the swept folders, then each candidate by :func:`_remove`."""
+        shutil.rmtree(self.folder / PRUNING_FOLDER, ignore_errors=True)
+        for stale in self._sweep:
+            shutil.rmtree(stale, ignore_errors=True)
+        for candidate in self._removals or []:
+            _remove(self.folder, candidate)
+        return list(self._removals or [])
+
+
+@contextmanager
+def transaction(
+    folder: Path, settle: bool = True, unusable_ok: bool = False
+) -> Iterator[Transaction]:
+    """One transaction on ``folder``'s served model (module docstring): the pointer's
+    lock held throughout, what a killed writer left settled once (:func:`settle`;
+    ``settle=False``: the pointer only read), the block's staged changes committed when
+    it ends, nothing when it raises. A pointer that cannot be read raises
+    :class:`ServedPointerError` (the staged events settled first), unless
+    ``unusable_ok`` (a repair's): then ``before`` is None and ``unusable`` says why.
+
+    >>> import tempfile
+    >>> from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> with transaction(folder) as tx:
+    ...     tx.serve(ServedEntry(id="m1", checkpoint="m1.pt"), "manual")
+    True
+    >>> [(e.seq, e.kind, e.served) for e in tx.done.entries]
+    [(1, 'manual', 'm1')]
+    """
+    with pointer_lock(folder):
+        tx = _begin(Path(folder), settle, unusable_ok)
+        yield tx
+        tx.commit()
+
+
+def _begin(folder: Path, settle_first: bool, unusable_ok: bool) -> Transaction:
+    """The transaction as it starts: the pointer read once, settled when asked."""
+    events = outbox.announce_verdicts(folder) if settle_first else []
+    try:
+        current = read_pointer(folder)
+    except ServedPointerError as exc:
+        if not unusable_ok:
+            raise
+        return Transaction(folder, None, None, events, unusable=exc)
+    if not settle_first:
+        return Transaction(folder, current, None, events)
+    if current is not None:
+        events += settle(folder, current)
+    return Transaction(folder, current, 0 if current is None else current.sequence, events)
+
+
+def settle(folder: Path, current: ServedPointer) -> list[str]:
+    """What a transition killed midway left of ``current``'s journal: the verdicts it
+    decided and the candidates do not say yet (:func:`roll_forward`), and its events the
+    outbox lacks; the caller holds the lock. Returns the events it queued."""
+    roll_forward(folder, current)
+    return outbox.announce_journal(folder, current.journal, committed_now=False)
+
+
+def journaled(
+    current: ServedPointer | None,
+    new: ServedPointer,
+    kind: str,
+    verdicts: Mapping[str, Verdict] | None = None,
+    dropped: str | list[str | None] | None = None,
+    reason: str | None = None,
+) -> ServedPointer:
+    """``new`` with the transition that made it from ``current`` appended to its journal
+    under the next sequence number: ``kind`` (serve's ``how``, ``rollback``, ``unpin``,
+    ``trim``, ``repair``), the verdicts it decided (candidate id -> verdict, written to
+    the candidates after the pointer: :func:`roll_forward`), and what a rollback or a trim
+    ``dropped`` and why."""
+    sequence = (current.sequence if current is not None else 0) + 1
+    decided = {
+        k: msgspec.structs.replace(v, journal_seq=sequence) for k, v in (verdicts or {}).items()
+    }
+    entry = JournalEntry(
+        seq=sequence, kind=kind, at=utc_now(), at_s=time.time(), served=new.served.id,
+        pinned=new.pinned, verdicts=decided, dropped=dropped, reason=reason,
+    )  # fmt: skip
+    earlier = current.journal if current is not None else []
+    return replace(new, sequence=sequence, journal=[*earlier, entry][-JOURNAL_KEEP:])
+
+
+def disagreeing(folder: Path, pointer: ServedPointer) -> dict[str, Verdict]:
+    """The kept candidates whose verdict file says other than the journal decided (a
+    transition killed between its pointer and its verdicts), each with the verdict the
+    journal last gave it (its ``journal_seq`` set): what prune never removes and
+    :func:`roll_forward` writes."""
+    decided: dict[str, Verdict] = {}
+    for entry in pointer.journal:
+        for ident, verdict in entry.verdicts.items():
+            if _plain(ident) and verdict.journal_seq is not None:
+                decided[ident] = verdict  # a hand-edited one without its number: ignored
+    found: dict[str, Verdict] = {}
+    for ident, verdict in decided.items():
+        candidate = candidates_dir(folder) / ident
+        if not CANDIDATE_META.at(candidate).is_file():
+            continue  # pruned since, or never here
+        said = read_verdict(candidate).journal_seq
+        if said is None or verdict.journal_seq is None or said < verdict.journal_seq:
+            found[ident] = verdict
+    return found
+
+
+def _plain(ident: str) -> bool:
+    """Whether a journal's candidate id names a folder of ``candidates/`` (a hand-edited
+    one naming a path elsewhere does not)."""
+    return Path(ident).name == ident and ident not in ("", ".", "..")
+
+
+def roll_forward(folder: Path, pointer: ServedPointer) -> list[str]:
+    """Write the verdicts the pointer's journal decided and the candidates do not say yet
+    (the pointer is written first: a kill between leaves them to this call). Callers
+    hold :func:`pointer_lock`. Returns the candidates whose verdict it wrote."""
+    written = disagreeing(folder, pointer)
+    for ident, verdict in written.items():
+        path = VERDICT.at(candidates_dir(folder) / ident)
+        files.write_json(path, VERDICT, verdict.to_json())
+    return list(written)
+
+
+def write_verdict(candidate: Path, verdict: Mapping[str, Json]) -> None:
+    """A verdict no transition of the pointer carries (rejected, held, undecided), then a
+    rejection's or hold's event (staged before it: ``outbox.verdict_announced``).
+    A promotion's and a rollback's go through the pointer (serve, rollback). ``verdict``:
+    the gate's report's JSON and what its writer adds (read as a :class:`Verdict`:
+    ``ValueError`` in one line when it is not one)."""
+    decided = stamped(Verdict.from_json(verdict)).to_json()
+    with outbox.verdict_announced(candidate, decided):  # in the outbox before it is logged
+        files.write_json(VERDICT.at(candidate), VERDICT, decided)
+
+
+def as_verdict(verdict: Verdict | Mapping[str, Json]) -> Verdict:
+    """A verdict given as its record, or as its JSON (``ValueError`` when it is not one)."""
+    return verdict if isinstance(verdict, Verdict) else Verdict.from_json(verdict)
+
+
+def _rolled_back_verdict(
+    folder: Path, dropped: ServedEntry, verdict: Verdict | None
+) -> dict[str, Verdict]:
+    """The dropped model's new verdict (by its candidate's id), kept like a rejected
+    candidate's (inspection, pruning) so that the same data does not train it again
+    (retrain.freshness); none when it is no candidate of this folder."""
+    candidate = (Path(folder) / str(dropped.checkpoint)).parent
+    if not CANDIDATE_META.at(candidate).is_file():
+        return {}
+    old = read_verdict(candidate)
+    gate_outcome = old.gate_outcome or old.outcome  # what the gate said
+    new = Verdict.from_json({**old.to_json(), **({} if verdict is None else verdict.to_json())})
+    new = msgspec.structs.replace(new, outcome=Outcome.ROLLED_BACK, gate_outcome=gate_outcome)
+    return {candidate.name: stamped(new)}
+
+
+def _remove(folder: Path, candidate: Path) -> None:
+    """Remove a candidate in one step that counts: its rename out of ``candidates/`` (a
+    kill during the removal of its files then leaves no half candidate to list)."""
+    trash = Path(folder) / PRUNING_FOLDER
+    trash.mkdir(exist_ok=True)
+    moved = trash / candidate.name
+    shutil.rmtree(moved, ignore_errors=True)  # the same name pruned before, killed midway
+    os.replace(candidate, moved)
+    shutil.rmtree(moved)

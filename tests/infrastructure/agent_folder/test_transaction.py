@@ -1,0 +1,232 @@
+"""One transaction on the served model: the lock and the settle once, changes staged
+and invisible until the one commit, nothing written when it raises or is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from genesis_fp16_infrastructure.agent_folder import (
+    candidates,
+    outbox,
+    pointer,
+    transaction,
+    transitions,
+)
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Verdict
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
+from genesis_fp16_infrastructure.agent_folder.transaction import Transaction
+from genesis_fp16_infrastructure.errors import ServedPointerError
+
+AGENT = "se_darwin"
+
+
+def _candidate(ck: Path, digest: str) -> Path:
+    path = candidates.new_candidate(ck, {"fingerprint": digest, "records": 10})
+    (path / "ckpt-0000000005.pt").write_bytes(b"weights " + digest.encode())
+    return path
+
+
+def _gate_serve(ck: Path, candidate: Path) -> None:
+    checkpoint = candidate / "ckpt-0000000005.pt"
+    verdict = {"outcome": "promoted", "reason": "better", "checkpoint": checkpoint.name}
+    entry = candidates.candidate_entry(ck, candidate, checkpoint, Verdict.from_json(verdict))
+    assert transitions.serve(ck, entry, "gate", verdict=verdict)
+
+
+def _folder(tmp_path: Path) -> tuple[Path, list[Path], Path, Path]:
+    """A state folder's checkpoints: two models served in turn, a fresh candidate and an
+    older one never judged."""
+    ck = tmp_path / "state" / "agents" / AGENT / "checkpoints"
+    served = [_candidate(ck, d) for d in ("aaaa0000", "bbbb0000")]
+    for candidate in served:
+        _gate_serve(ck, candidate)
+    return ck, served, _candidate(ck, "cccc0000"), _candidate(ck, "dddd0000")
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` with its bytes (None: a folder): the state exactly (the
+    pointer's lock file aside: an empty file, made by the first transaction)."""
+    found: dict[str, bytes | None] = {}
+    for path in sorted(p for p in root.rglob("*") if p.name != "served.json.lock"):
+        name = str(path.relative_to(root))
+        found[name] = None if path.is_dir() else path.read_bytes()
+    return found
+
+
+def _stage_everything(tx: Transaction, ck: Path, fresh: Path, old: Path) -> None:
+    """A rollback, a serve with its verdict, a rejection and its prune, all staged."""
+    tx.rollback(verdict={"reason": "live_regression"})
+    checkpoint = fresh / "ckpt-0000000005.pt"
+    tx.serve(candidates.candidate_entry(ck, fresh, checkpoint), "gate")
+    tx.verdict(fresh, {"outcome": "promoted", "reason": "better"})
+    tx.verdict(old, {"outcome": "rejected", "reason": "worse"})
+    tx.prune([old])
+
+
+def test_an_exception_before_the_commit_leaves_the_state_exactly(tmp_path: Path) -> None:
+    """A block that raises after staging a rollback, a serve, two verdicts and a prune
+    writes nothing: every file of the state folder (pointer, verdicts, outbox) is as
+    before, byte for byte."""
+    ck, _served, fresh, old = _folder(tmp_path)
+    before = _tree(tmp_path / "state")
+    with pytest.raises(RuntimeError, match="midway"), transaction.transaction(ck) as tx:
+        _stage_everything(tx, ck, fresh, old)
+        raise RuntimeError("midway")
+    assert tx.done is None
+    assert _tree(tmp_path / "state") == before
+
+
+def test_a_refused_change_writes_nothing_staged_before_it(tmp_path: Path) -> None:
+    """A rollback refused (nothing earlier) after a staged serve: the serve is not
+    written either, the transaction is all or nothing."""
+    ck = tmp_path / "state" / "agents" / AGENT / "checkpoints"
+    first = _candidate(ck, "aaaa0000")
+    before = _tree(tmp_path / "state")
+    entry = candidates.candidate_entry(ck, first, first / "ckpt-0000000005.pt")
+    with (
+        pytest.raises(ServedPointerError, match="kept no earlier model"),
+        transaction.transaction(ck) as tx,
+    ):
+        tx.serve(entry, "first")
+        tx.rollback()
+    assert read_pointer(ck) is None
+    assert _tree(tmp_path / "state") == before
+
+
+KILLED_CHILD = """
+import os, signal, sys
+from pathlib import Path
+from genesis_fp16_infrastructure.agent_folder import candidates, transaction
+ck, fresh, old = (Path(a) for a in sys.argv[1:4])
+with transaction.transaction(ck) as tx:
+    tx.rollback(verdict={"reason": "live_regression"})
+    tx.serve(candidates.candidate_entry(ck, fresh, fresh / "ckpt-0000000005.pt"), "gate")
+    tx.verdict(old, {"outcome": "rejected", "reason": "worse"})
+    tx.prune([old])
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_kill_before_the_commit_leaves_the_state_exactly(tmp_path: Path) -> None:
+    """A process SIGKILLed inside the block, everything staged: the folder is as before,
+    byte for byte, and the next transaction takes the lock the kill dropped."""
+    ck, _served, fresh, old = _folder(tmp_path)
+    before = _tree(tmp_path / "state")
+    command = [sys.executable, "-c", KILLED_CHILD, str(ck), str(fresh), str(old)]
+    killed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert _tree(tmp_path / "state") == before
+    assert transitions.recover(ck) == read_pointer(ck)
+
+
+def test_staged_changes_are_invisible_until_the_commit(tmp_path: Path) -> None:
+    """Inside the block the pointer, the verdict files, the candidates and the outbox
+    read as before; after it, as staged: the pointer serves the fresh model, the
+    rolled-back one says so, the rejected one is pruned, and the events are queued."""
+    ck, served, fresh, old = _folder(tmp_path)
+    pointer_before, events_before = read_pointer(ck), outbox.read_events(ck.parent)
+    with transaction.transaction(ck) as tx:
+        _stage_everything(tx, ck, fresh, old)
+        assert tx.pointer is not None and tx.pointer.served.id == fresh.name
+        assert read_pointer(ck) == pointer_before
+        assert candidates.read_verdict(served[1]).outcome == "promoted"
+        assert candidates.read_verdict(fresh).outcome is None
+        assert old.is_dir()
+        assert outbox.read_events(ck.parent) == events_before
+    after = read_pointer(ck)
+    assert after is not None and after.served.id == fresh.name
+    assert candidates.read_verdict(served[1]).outcome == "rolled_back"
+    assert candidates.read_verdict(fresh).outcome == "promoted"
+    assert not old.exists()
+    new = outbox.read_events(ck.parent)[len(events_before) :]
+    assert [e.kind for e in new] == ["reject", "rollback", "promote"]  # verdicts first
+    done = tx.done
+    assert done is not None and done.before == pointer_before
+    assert done.after is not None and done.after.to_json() == after.to_json()
+    assert [e.kind for e in done.entries] == ["rollback", "gate"]
+    assert set(done.verdicts) == {fresh.name, old.name, served[1].name}
+    assert done.events == tuple(e.id for e in new[1:]) and done.removed == (old,)
+
+
+def test_one_lock_and_one_settle_per_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction that rolls back, serves, writes two verdicts and prunes takes the
+    pointer's lock once and settles once (one listing of the staged verdict events, one
+    roll-forward of the journal it found); the same changes as separate calls take it
+    once per call."""
+    ck, _served, fresh, old = _folder(tmp_path)
+    counts = {"lock": 0, "settle": 0, "staged": 0}
+
+    def counted(name: str, real: object) -> object:
+        def call(*args: object, **kwargs: object) -> object:
+            counts[name] += 1
+            return real(*args, **kwargs)  # type: ignore[operator]
+
+        return call
+
+    monkeypatch.setattr(pointer, "take_lock", counted("lock", pointer.take_lock))
+    monkeypatch.setattr(transaction, "settle", counted("settle", transaction.settle))
+    monkeypatch.setattr(outbox, "announce_verdicts", counted("staged", outbox.announce_verdicts))
+    with transaction.transaction(ck) as tx:
+        _stage_everything(tx, ck, fresh, old)
+    assert counts == {"lock": 1, "settle": 1, "staged": 1}
+    assert tx.done is not None and [e.kind for e in tx.done.entries] == ["rollback", "gate"]
+    transitions.rollback(ck)
+    transitions.unpin(ck)
+    assert counts == {"lock": 3, "settle": 3, "staged": 3}
+
+
+def test_settle_false_reads_only_and_commits_the_whole_journal_forward(
+    tmp_path: Path,
+) -> None:
+    """``settle=False`` (``update_pointer``'s default) leaves a verdict a kill left
+    unwritten until something is committed; the commit then writes it with its own."""
+    ck, served, fresh, _old = _folder(tmp_path)
+    candidates.write_verdict(served[1], {"outcome": "rejected"})  # the state a kill left
+    with transaction.transaction(ck, settle=False) as tx:
+        pass
+    assert tx.done is not None and tx.done.verdicts == () and tx.done.entries == ()
+    assert candidates.read_verdict(served[1]).outcome == "rejected"
+    with transaction.transaction(ck, settle=False) as tx:
+        tx.serve(candidates.candidate_entry(ck, fresh, fresh / "ckpt-0000000005.pt"), "gate")
+    assert tx.done is not None and served[1].name in tx.done.verdicts
+    assert candidates.read_verdict(served[1]).outcome == "promoted"
+
+
+def test_an_unusable_pointer_is_refused_unless_a_repair_asks(tmp_path: Path) -> None:
+    """A pointer that cannot be read refuses the transaction in one line; a repair's
+    (``unusable_ok``) gets no pointer and the reason instead."""
+    ck, *_ = _folder(tmp_path)
+    (ck / "served.json").write_text("{not json")
+    with (
+        pytest.raises(ServedPointerError, match="served-model pointer"),
+        transaction.transaction(ck),
+    ):
+        pass
+    with transaction.transaction(ck, unusable_ok=True) as tx:
+        assert tx.before is None and isinstance(tx.unusable, ServedPointerError)
+    assert tx.done is not None and tx.done.after is None
+    assert os.path.exists(ck / "served.json")
+
+
+def test_a_promotion_by_hand_of_a_candidate_pruned_meanwhile_is_refused(tmp_path: Path) -> None:
+    """``model promote`` found the candidate, then a prune removed it before the command
+    took the lock: refused in one line naming it, the pointer as it was (it never names
+    a checkpoint that is gone)."""
+    from genesis_fp16_infrastructure.agent_folder import repair
+
+    ck, served, _, old = _folder(tmp_path)
+    entry = candidates.candidate_entry(ck, old, old / "ckpt-0000000005.pt")
+    (old / "ckpt-0000000005.pt").unlink()  # its checkpoint gone, as a prune's removal leaves it
+    before = read_pointer(ck)
+    with pytest.raises(ServedPointerError, match=r"no candidate .* with its checkpoint"):
+        repair.serve_by_hand(ck, entry, transitions.operator_pin("model promote"))
+    assert read_pointer(ck) == before and before is not None
+    assert before.served.id == served[1].name
