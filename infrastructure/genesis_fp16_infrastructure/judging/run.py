@@ -72,11 +72,11 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     read_verdict,
     write_verdict,
 )
+from genesis_fp16_infrastructure.agent_folder.lifecycle_figures import finite
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
     Finding,
     Outcome,
-    finite,
 )
 from genesis_fp16_infrastructure.agent_folder.transitions import recover, serve
 from genesis_fp16_infrastructure.contract.judging import (
