@@ -296,7 +296,7 @@ def test_each_name_resolves_to_the_module_that_defines_it() -> None:
     folder = f"{lib}.folder"
     assert sc.defining_module(folder, "files") == f"{lib}.agent_folder.files"
     assert sc.defining_module(api, "DEFAULT_STEPS") == f"{lib}.contract.train_request"
-    names = f"{lib}.training.precision.precision_names"
+    names = f"{lib}.precision_names"
     assert sc.defining_module(api, "PrecisionName") == names  # Literal[...]: typing's
     assert sc.defining_module(f"{lib}.errors", f"{lib}.errors") == f"{lib}.errors"
 

@@ -14,7 +14,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from genesis_fp16_infrastructure.api import RequestedName
 
-# The vocabulary's own Literal (precision_names.RequestedName, whose values are CHOICES):
+# The vocabulary's own Literal (the library root's precision_names.RequestedName, whose
+# values are CHOICES):
 # mypy and pydantic check the per-agent precision against it, and a new precision is one
 # edit there.
 Precision = RequestedName

@@ -97,6 +97,14 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.folder import AgentFolder, CheckpointsFolder
     from genesis_fp16_infrastructure.judging.run import run_plugin
     from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes, peak_rss_mib
+    from genesis_fp16_infrastructure.precision_names import (
+        CHOICES,
+        LOW_PRECISIONS,
+        PRECISIONS,
+        PrecisionName,
+        RequestedName,
+        precision_name,
+    )
     from genesis_fp16_infrastructure.probe.runner import ProbeReport, run_probe
     from genesis_fp16_infrastructure.training.flight.bundle import load_bundle
     from genesis_fp16_infrastructure.training.precision.decide import (
@@ -105,17 +113,11 @@ if TYPE_CHECKING:
         planned_precision,
     )
     from genesis_fp16_infrastructure.training.precision.precision_names import (
-        CHOICES,
         EXECUTION_MODES,
         FALLBACK_REASONS,
-        LOW_PRECISIONS,
-        PRECISIONS,
         GuardConfig,
         PrecisionMemory,
-        PrecisionName,
         PrecisionRequest,
-        RequestedName,
-        precision_name,
     )
     from genesis_fp16_infrastructure.training.reports import (
         Calibration,

@@ -70,15 +70,13 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
     load_history,
 )
 from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
+from genesis_fp16_infrastructure.precision_names import ROBUSTNESS
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles
 from genesis_fp16_infrastructure.training.precision import kept_measurements
 from genesis_fp16_infrastructure.training.precision.kept_measurements import CaptureVerdict
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    ROBUSTNESS,
-    PrecisionMemory,
-)
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
 from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
 
 logger = logging.getLogger(__name__)

@@ -77,10 +77,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_figures import (
     ScoresOn,
     finite,
 )
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    PrecisionName,
-    RequestedName,
-)
+from genesis_fp16_infrastructure.precision_names import PrecisionName, RequestedName
 
 POINTER_VERSION = 1
 

@@ -72,14 +72,11 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     cut,
     text,
 )
+from genesis_fp16_infrastructure.precision_names import PrecisionName, RequestedName
 from genesis_fp16_infrastructure.record_codec import OMIT_NONE, ROUND, Record
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
     CarriedScale,
     carry_after_run,
-)
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    PrecisionName,
-    RequestedName,
 )
 from genesis_fp16_infrastructure.training.reports import (
     Calibration,

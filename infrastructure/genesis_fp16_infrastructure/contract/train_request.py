@@ -58,16 +58,16 @@ from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, id_h
 from genesis_fp16_infrastructure.data.manifest import Manifest
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
 from genesis_fp16_infrastructure.folder import AgentFolder
-from genesis_fp16_infrastructure.record_codec import LOCAL, OMIT_NONE, Record
-from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig, bundle_folder
-from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
-from genesis_fp16_infrastructure.training.precision.precision_names import (
+from genesis_fp16_infrastructure.precision_names import (
     INITIAL_LOSS_SCALE,
     LOSS_SCALED,
-    PrecisionMemory,
     PrecisionName,
     RequestedName,
 )
+from genesis_fp16_infrastructure.record_codec import LOCAL, OMIT_NONE, Record
+from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig, bundle_folder
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks, RunSpec
 
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ from genesis_fp16_infrastructure.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.errors import CheckpointError, PrecisionError
+    from genesis_fp16_infrastructure.precision_names import PRECISIONS, REQUESTABLE
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
     from genesis_fp16_infrastructure.training.precision.decide import (
         DeviceCapabilities,
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
         dtype_of,
     )
     from genesis_fp16_infrastructure.training.precision.precision_names import (
-        PRECISIONS,
-        REQUESTABLE,
         GuardConfig,
         PrecisionMemory,
     )

@@ -12,6 +12,7 @@ import genesis_fp16_infrastructure.training as training
 from genesis_fp16_infrastructure.lazy_exports import exports_of
 
 TORCH_FREE = (
+    "genesis_fp16_infrastructure.precision_names",
     "genesis_fp16_infrastructure.training.precision.loss_scaler_config",
     "genesis_fp16_infrastructure.training.precision.precision_names",
     "genesis_fp16_infrastructure.training.run.spec",
