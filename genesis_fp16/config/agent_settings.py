@@ -20,10 +20,10 @@ from genesis_fp16_infrastructure.api import RequestedName
 # edit there.
 Precision = RequestedName
 # The values of CUDA_GRAPH_REQUESTS in
-# genesis_fp16_infrastructure.training.precision.precision_names (a test checks).
+# genesis_fp16_infrastructure.training.precision.execution_names (a test checks).
 CudaGraph = Literal["auto", "on", "off"]
 # The values of COMPILE_REQUESTS in
-# genesis_fp16_infrastructure.training.precision.precision_names (a test checks).
+# genesis_fp16_infrastructure.training.precision.execution_names (a test checks).
 Compile = Literal["off", "on"]
 Isolation = Literal["process", "thread"]
 CUDA_GRAPH_CHOICES: tuple[str, ...] = get_args(CudaGraph)

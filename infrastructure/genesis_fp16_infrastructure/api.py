@@ -112,13 +112,13 @@ if TYPE_CHECKING:
         decide,
         planned_precision,
     )
-    from genesis_fp16_infrastructure.training.precision.precision_names import (
+    from genesis_fp16_infrastructure.training.precision.execution_names import (
         EXECUTION_MODES,
         FALLBACK_REASONS,
-        GuardConfig,
-        PrecisionMemory,
-        PrecisionRequest,
     )
+    from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
+    from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
+    from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
     from genesis_fp16_infrastructure.training.reports import (
         Calibration,
         ModuleRange,

@@ -76,7 +76,7 @@ from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundle
 from genesis_fp16_infrastructure.training.precision import kept_measurements
 from genesis_fp16_infrastructure.training.precision.kept_measurements import CaptureVerdict
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
+from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
 from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
 
 logger = logging.getLogger(__name__)

@@ -88,7 +88,7 @@ from genesis_fp16_infrastructure.contract.judging import (
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import DataCheck, TrainRequest
 from genesis_fp16_infrastructure.record_codec import Record, ReportError, plain
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 if TYPE_CHECKING:
     import torch

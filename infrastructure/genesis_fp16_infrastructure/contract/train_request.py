@@ -67,7 +67,7 @@ from genesis_fp16_infrastructure.precision_names import (
 from genesis_fp16_infrastructure.record_codec import LOCAL, OMIT_NONE, Record
 from genesis_fp16_infrastructure.training.flight.bundle_files import FlightConfig, bundle_folder
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
+from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks, RunSpec
 
 if TYPE_CHECKING:

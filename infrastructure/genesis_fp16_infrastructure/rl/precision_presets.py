@@ -41,7 +41,7 @@ import torch
 from genesis_fp16_infrastructure.precision_names import PRECISIONS, PrecisionName
 from genesis_fp16_infrastructure.training import dtype_of
 from genesis_fp16_infrastructure.training.precision.decide import ResolvedPrecision
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 DEFAULT_PRESET = "mixed_recommended"
 

@@ -54,9 +54,9 @@ from genesis_fp16_infrastructure.precision_names import (
 from genesis_fp16_infrastructure.training.precision.choice import MARGIN as MARGIN
 from genesis_fp16_infrastructure.training.precision.choice import among
 from genesis_fp16_infrastructure.training.precision.choice import choose as choose
+from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.kept_measurements import read_calibration
-from genesis_fp16_infrastructure.training.precision.precision_names import GuardConfig
-from genesis_fp16_infrastructure.training.precision.precision_names import (
+from genesis_fp16_infrastructure.training.precision.precision_request import (
     PrecisionRequest as PrecisionRequest,
 )
 from genesis_fp16_infrastructure.training.reports import Measured

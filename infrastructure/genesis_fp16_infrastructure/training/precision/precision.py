@@ -43,7 +43,7 @@ from genesis_fp16_infrastructure.training.precision.loss_scaler import (
     ScalerConfig,
     step_or_skip,
 )
-from genesis_fp16_infrastructure.training.precision.precision_names import (
+from genesis_fp16_infrastructure.training.precision.precision_request import (
     PrecisionRequest,
     as_request,
 )
