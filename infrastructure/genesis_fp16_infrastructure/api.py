@@ -41,14 +41,16 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
         JournalEntry,
-        LastRun,
-        LiveMark,
         Outcome,
-        RunEntry,
         ServedPointer,
-        text,
     )
     from genesis_fp16_infrastructure.agent_folder.outbox import Event
+    from genesis_fp16_infrastructure.agent_folder.run_records import (
+        LastRun,
+        LiveMark,
+        RunEntry,
+        text,
+    )
     from genesis_fp16_infrastructure.contract.judging import (
         JUDGING_VERSION,
         JudgedPlugin,

@@ -59,7 +59,8 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_figures import SelfTest 
 from genesis_fp16_infrastructure.agent_folder.lifecycle_figures import (
     WatchSegment as WatchSegment,
 )
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
+from genesis_fp16_infrastructure.agent_folder.run_records import (
     MARK_COLUMNS,
     NAME_CHARS,
     PRECISION_REASON_CHARS,
@@ -67,7 +68,6 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     GateMark,
     LastRun,
     LiveMark,
-    Outcome,
     RunEntry,
     cut,
     text,
