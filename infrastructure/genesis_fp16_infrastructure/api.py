@@ -51,6 +51,13 @@ if TYPE_CHECKING:
         RunEntry,
         text,
     )
+    from genesis_fp16_infrastructure.contract.agent_snapshot import (
+        AgentSnapshot,
+        AgentState,
+        DataCheck,
+        read_snapshot,
+        resume_loss_scale,
+    )
     from genesis_fp16_infrastructure.contract.judging import (
         JUDGING_VERSION,
         JudgedPlugin,
@@ -78,15 +85,7 @@ if TYPE_CHECKING:
         ScoresOn,
         TrainResult,
     )
-    from genesis_fp16_infrastructure.contract.train_request import (
-        DEFAULT_STEPS,
-        AgentSnapshot,
-        AgentState,
-        DataCheck,
-        TrainRequest,
-        read_snapshot,
-        resume_loss_scale,
-    )
+    from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
     from genesis_fp16_infrastructure.errors import (
         BundleError,
         CheckpointError,

@@ -13,7 +13,7 @@ from checkpoint_state import checkpoint_state
 
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry, ServedPointer
 from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
-from genesis_fp16_infrastructure.contract.train_request import AgentSnapshot, read_snapshot
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, read_snapshot
 from genesis_fp16_infrastructure.folder import (
     AgentFolder,
     remember_demotions,
