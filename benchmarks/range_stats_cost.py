@@ -41,9 +41,9 @@ import torch
 from torch import nn
 
 from genesis_fp16.bench.measure import machine_slug
+from genesis_fp16_infrastructure.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.flight.range_stats import RangeStats, RangeStatsConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
 from genesis_fp16_infrastructure.world_model.workload import (
     build_workload,

@@ -35,8 +35,20 @@ prints them as figures 10 to 13 beside the older ones. Product files are
     a class's or function's ``__module__``; a module is itself; a constant (anything else:
     a number, a tuple, a type alias, an instance) counts the module it is imported from
     (the module its import in that module names, or that module when it assigns it).
-    This one figure imports the library (:func:`defining_modules`, in the process that
-    asks; ``python benchmarks/seam_counts.py TREE`` runs it on TREE's library).
+    This figure imports the library (:func:`defining_modules`, in the process that
+    asks; ``python benchmarks/seam_counts.py TREE`` runs it on TREE's library). It counts
+    files, so merging two lowers it and splitting one by concept raises it: it is printed
+    for the record, and bounded no more (issue 94).
+
+10d. *Library packages that define the names the daemon imports: the concepts it reaches*
+    (issue 94): each defining module of figure 10b, taken as the package (folder) that
+    holds it (:func:`concept_of`): ``training.precision`` for ``decide`` and
+    ``precision_names`` alike, ``agent_folder`` for ``files`` and ``outbox``; a package's
+    ``__init__`` is its own package, and the library root's modules (``errors``,
+    ``folder``, ``machine_memory``: what every component shares) are one, the root. A
+    package is one area of the library, so merging files inside it cannot lower the
+    count and splitting a file by concept inside it cannot raise it; the count falls when
+    the daemon stops reaching an area, and rises when it reaches a new one.
 
 13. *Worst cyclomatic complexity*: McCabe's count of each function (1, plus one per
     ``if``/``elif``, conditional expression, ``for``/``while`` (and one more for its
@@ -299,6 +311,39 @@ def defining_modules(imports: Iterable[tuple[str, str]]) -> dict[str, str]:
     return {f"{m}:{n}": defining_module(m, n) for m, n in sorted(imports)}
 
 
+def concept_of(module: str, packages: Iterable[str]) -> str:
+    """The package (folder) that holds the library module ``module`` (figure 10d):
+    ``module`` itself when it is a package (``packages``, the tree's), else its parent;
+    the library root's modules are the root.
+
+    >>> concept_of("genesis_fp16_infrastructure.training.precision.decide", [])
+    'genesis_fp16_infrastructure.training.precision'
+    >>> concept_of("genesis_fp16_infrastructure.recipes", ["genesis_fp16_infrastructure.recipes"])
+    'genesis_fp16_infrastructure.recipes'
+    """
+    return module if module in set(packages) else module.rpartition(".")[0]
+
+
+def library_packages(root: Path) -> set[str]:
+    """The library's packages in the tree ``root``, by dotted name (each folder with an
+    ``__init__.py``)."""
+    base = root / "infrastructure"
+    return {
+        ".".join(init.parent.relative_to(base).parts)
+        for init in (base / LIBRARY).rglob("__init__.py")
+    }
+
+
+def concepts(defined: dict[str, str], packages: Iterable[str]) -> dict[str, list[str]]:
+    """Figure 10d: each package that defines a name of figure 10b (``defined``'s values:
+    ``"module:name"`` -> its defining module) -> its defining modules, sorted."""
+    packages = set(packages)
+    found: dict[str, set[str]] = {}
+    for module in defined.values():
+        found.setdefault(concept_of(module, packages), set()).add(module)
+    return {package: sorted(modules) for package, modules in sorted(found.items())}
+
+
 def defining_modules_of(root: Path) -> dict[str, str]:
     """Figure 10b of the tree ``root``: its library imported in a process of its own."""
     imports = sorted(seam_of(root).imports)
@@ -321,7 +366,7 @@ def defining_modules_of(root: Path) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> None:
-    """``python benchmarks/seam_counts.py [TREE]``: figure 10 and 10b of TREE (this one)."""
+    """``python benchmarks/seam_counts.py [TREE]``: figures 10 to 10d of TREE (this one)."""
     root = Path(argv[0]) if argv else Path(__file__).resolve().parents[1]
     figures = seam_of(root)
     defined = defining_modules_of(root)
@@ -329,10 +374,15 @@ def main(argv: list[str]) -> None:
     through = sorted(f"{m}.{n}" for m, n in figures.through_modules)
     print(f"10c. names in use, through module objects too: {len(figures.names_in_use)}")
     print(f"  read through a module object: {len(through)}: {', '.join(through)}")
-    print(f"10b. defining modules: {len(set(defined.values()))}")
+    print(f"10b. defining modules (per file, for the record): {len(set(defined.values()))}")
     for module in sorted(set(defined.values())):
         names = sorted(k.split(":")[1] for k, v in defined.items() if v == module)
         print(f"  {module}: {len(names)}: {', '.join(names)}")
+    areas = concepts(defined, library_packages(root))
+    print(f"10d. defining packages (the concepts the daemon reaches): {len(areas)}")
+    for package, modules in areas.items():
+        shown = [m.removeprefix(package + ".") for m in modules]
+        print(f"  {package}: {len(modules)}: {', '.join(shown)}")
 
 
 if __name__ == "__main__":

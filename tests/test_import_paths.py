@@ -164,7 +164,7 @@ def test_the_contract_types_and_their_doors_are_found() -> None:
     types = contract_types()
     door = doors(types)
     assert types["TrainResult"] == "genesis_fp16_infrastructure.contract.reports"
-    assert types["PrecisionRequest"].endswith("training.precision.precision_names")
+    assert types["PrecisionRequest"].endswith("training.precision.precision_request")
     assert "OptionValue" in types  # an alias
     assert door["TrainRequest"] == PLUGIN_DOOR
     assert door["GateReport"] == DAEMON_DOOR

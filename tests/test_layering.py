@@ -316,6 +316,7 @@ LIBRARY_LAYERS = (
         "kept_in_memory",
         "lazy_exports",
         "machine_memory",
+        "precision_names",
         "record_codec",
     },
     {"agent_folder"},
@@ -326,13 +327,9 @@ LIBRARY_LAYERS = (
     {"recipes"},
     {"api"},
 )
-# The imports that still point up (issue 94, item 3, not yet done): the lifecycle's and the
-# runs' records name the precisions (training.precision.precision_names). The vocabulary
-# belongs beneath the agent folder, in a module of its own; the request and the guard's
-# config beside it stay training's, and the daemon, which imports names of both, would then
-# import a 21st defining module (tests/test_seam_counts.py bounds them at 20). Each one
-# fixed leaves this list; none may join it.
-STILL_UP = ("agent_folder/lifecycle_records.py: agent_folder -> training",)
+# No import points up (issue 94, item 3): the lifecycle's and the runs' records name the
+# precisions, whose vocabulary (precision_names) sits with the root's utilities, beneath the
+# agent folder; the request and the guard's config that use it stay training's.
 LIBRARY = ROOT / "infrastructure" / "genesis_fp16_infrastructure"
 AGENT_NAMES = re.compile(r"se_darwin|SE-Darwin|rlhf_ppo|RLHF-PPO", re.IGNORECASE)
 
@@ -346,9 +343,9 @@ def test_library_layers_name_every_part() -> None:
 def test_library_layers_import_only_their_layer_and_below() -> None:
     """No component imports the contract or a recipe; the contract imports no judged run
     and no recipe; no other import points up, deferred (in a function) and
-    ``TYPE_CHECKING`` ones included, but the agent folder's listed in STILL_UP."""
+    ``TYPE_CHECKING`` ones included."""
     offenders = _floor_offenders(LIBRARY, "genesis_fp16_infrastructure", LIBRARY_LAYERS)
-    assert offenders == sorted(STILL_UP)
+    assert offenders == []
 
 
 def test_components_name_no_agent() -> None:

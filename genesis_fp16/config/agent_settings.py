@@ -14,15 +14,16 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from genesis_fp16_infrastructure.api import RequestedName
 
-# The vocabulary's own Literal (precision_names.RequestedName, whose values are CHOICES):
+# The vocabulary's own Literal (the library root's precision_names.RequestedName, whose
+# values are CHOICES):
 # mypy and pydantic check the per-agent precision against it, and a new precision is one
 # edit there.
 Precision = RequestedName
 # The values of CUDA_GRAPH_REQUESTS in
-# genesis_fp16_infrastructure.training.precision.precision_names (a test checks).
+# genesis_fp16_infrastructure.training.precision.execution_names (a test checks).
 CudaGraph = Literal["auto", "on", "off"]
 # The values of COMPILE_REQUESTS in
-# genesis_fp16_infrastructure.training.precision.precision_names (a test checks).
+# genesis_fp16_infrastructure.training.precision.execution_names (a test checks).
 Compile = Literal["off", "on"]
 Isolation = Literal["process", "thread"]
 CUDA_GRAPH_CHOICES: tuple[str, ...] = get_args(CudaGraph)

@@ -3,7 +3,7 @@ and what the page says of its precision, quarantined records and drift.
 
 Read from the state folder, bounded, each source on its own:
 
-- the run history (agent_folder/lifecycle_records.py): the last CHART_RUNS runs, with
+- the run history (agent_folder/run_records.py): the last CHART_RUNS runs, with
   the gate's scores, loss scale, skipped steps, demotions, drift and live figures;
 - the served pointer's journal (agent_folder/transitions.py): its last transitions
   (promotions, rollbacks, repairs), each with the served model's score where the

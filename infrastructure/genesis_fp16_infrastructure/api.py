@@ -41,14 +41,23 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
         JournalEntry,
-        LastRun,
-        LiveMark,
         Outcome,
-        RunEntry,
         ServedPointer,
-        text,
     )
     from genesis_fp16_infrastructure.agent_folder.outbox import Event
+    from genesis_fp16_infrastructure.agent_folder.run_records import (
+        LastRun,
+        LiveMark,
+        RunEntry,
+        text,
+    )
+    from genesis_fp16_infrastructure.contract.agent_snapshot import (
+        AgentSnapshot,
+        AgentState,
+        DataCheck,
+        read_snapshot,
+        resume_loss_scale,
+    )
     from genesis_fp16_infrastructure.contract.judging import (
         JUDGING_VERSION,
         JudgedPlugin,
@@ -76,15 +85,7 @@ if TYPE_CHECKING:
         ScoresOn,
         TrainResult,
     )
-    from genesis_fp16_infrastructure.contract.train_request import (
-        DEFAULT_STEPS,
-        AgentSnapshot,
-        AgentState,
-        DataCheck,
-        TrainRequest,
-        read_snapshot,
-        resume_loss_scale,
-    )
+    from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
     from genesis_fp16_infrastructure.errors import (
         BundleError,
         CheckpointError,
@@ -97,6 +98,14 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.folder import AgentFolder, CheckpointsFolder
     from genesis_fp16_infrastructure.judging.run import run_plugin
     from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes, peak_rss_mib
+    from genesis_fp16_infrastructure.precision_names import (
+        CHOICES,
+        LOW_PRECISIONS,
+        PRECISIONS,
+        PrecisionName,
+        RequestedName,
+        precision_name,
+    )
     from genesis_fp16_infrastructure.probe.runner import ProbeReport, run_probe
     from genesis_fp16_infrastructure.training.flight.bundle import load_bundle
     from genesis_fp16_infrastructure.training.precision.decide import (
@@ -104,19 +113,13 @@ if TYPE_CHECKING:
         decide,
         planned_precision,
     )
-    from genesis_fp16_infrastructure.training.precision.precision_names import (
-        CHOICES,
+    from genesis_fp16_infrastructure.training.precision.execution_names import (
         EXECUTION_MODES,
         FALLBACK_REASONS,
-        LOW_PRECISIONS,
-        PRECISIONS,
-        GuardConfig,
-        PrecisionMemory,
-        PrecisionName,
-        PrecisionRequest,
-        RequestedName,
-        precision_name,
     )
+    from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
+    from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
+    from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
     from genesis_fp16_infrastructure.training.reports import (
         Calibration,
         ModuleRange,

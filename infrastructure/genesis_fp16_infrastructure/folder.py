@@ -5,7 +5,7 @@ Every folder and state file of the agent is a property here, named by the layout
 keeps between runs has a typed accessor, read and written with the folder's one reader
 and atomic writer: the last run (``last_run.json``: what ``genesis-fp16 status`` shows),
 the last success (``last_success.json``: the daemon's gauge survives a restart), the
-run history (``agent_folder.lifecycle_records``), the precision's records, and the
+run history (``agent_folder.run_records``), the precision's records, and the
 generated sample data's marker::
 
     folder = AgentFolder(Path("state"), "my_agent")   # ValueError: not an agent name
@@ -56,8 +56,6 @@ from genesis_fp16_infrastructure.agent_folder import layout as L
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
-    LastRun,
-    RunEntry,
     ServedEntry,
     ServedPointer,
     Verdict,
@@ -69,16 +67,15 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
     append_run,
     load_history,
 )
+from genesis_fp16_infrastructure.agent_folder.run_records import LastRun, RunEntry
 from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
+from genesis_fp16_infrastructure.precision_names import ROBUSTNESS
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles
 from genesis_fp16_infrastructure.training.precision import kept_measurements
 from genesis_fp16_infrastructure.training.precision.kept_measurements import CaptureVerdict
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    ROBUSTNESS,
-    PrecisionMemory,
-)
+from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
 from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
 
 logger = logging.getLogger(__name__)

@@ -68,6 +68,7 @@ from genesis_fp16_agents.rlhf_ppo.task import (
     replayed,
 )
 from genesis_fp16_infrastructure.agent_folder.files import write_json_atomic
+from genesis_fp16_infrastructure.precision_names import PRECISIONS
 from genesis_fp16_infrastructure.rl.ppo_guard import ppo_guard
 from genesis_fp16_infrastructure.rl.ppo_math import clipped_policy_loss, gae, value_loss, whiten
 from genesis_fp16_infrastructure.rl.precision_presets import (
@@ -80,7 +81,6 @@ from genesis_fp16_infrastructure.rl.precision_presets import (
 from genesis_fp16_infrastructure.rl.rollout import gen_logp, sample
 from genesis_fp16_infrastructure.training import StepTuning, fit
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
-from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 from genesis_fp16_infrastructure.training.run.task import FitResult
 
 # The task file's warnings keep the logger they were always logged under.

@@ -1,5 +1,5 @@
 """The run history, ``<agent folder>/run_history.jsonl``: an agent's recent runs, a
-:class:`~genesis_fp16_infrastructure.agent_folder.lifecycle_records.RunEntry` a line,
+:class:`~genesis_fp16_infrastructure.agent_folder.run_records.RunEntry` a line,
 kept for the status page's memory.
 
 ``last_run.json`` says what the last run did; the page also answers "lately": the last
@@ -38,7 +38,7 @@ import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import RUN_HISTORY
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import LiveMark, RunEntry
+from genesis_fp16_infrastructure.agent_folder.run_records import LiveMark, RunEntry
 
 logger = logging.getLogger(__name__)
 

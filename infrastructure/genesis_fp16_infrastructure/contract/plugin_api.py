@@ -79,6 +79,7 @@ from typing import (
     runtime_checkable,
 )
 
+from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
     ListsRecords,
@@ -86,9 +87,9 @@ from genesis_fp16_infrastructure.contract.judging import (
     records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.reports import TrainResult
-from genesis_fp16_infrastructure.contract.train_request import DataCheck, TrainRequest
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.record_codec import Record, ReportError, plain
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 if TYPE_CHECKING:
     import torch

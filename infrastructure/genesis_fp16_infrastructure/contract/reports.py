@@ -18,9 +18,10 @@ key as before they were typed; ``from_json`` refuses what does not fit in one li
 
 The gate's and the watch's figures (:class:`GateComparison`, :class:`ScoresOn`,
 :class:`LiveReport` with its :class:`LiveFigures`, :class:`WatchSegment` and
-:class:`SelfTest`) are defined beside the served-model lifecycle's records, which keep
-them (a verdict, a served entry: :mod:`~genesis_fp16_infrastructure.agent_folder.lifecycle_records`,
-a layer below the contract), and are the contract's names here.
+:class:`SelfTest`) are defined beneath the served-model lifecycle's records, which keep
+them (a verdict, a served entry), in
+:mod:`~genesis_fp16_infrastructure.agent_folder.lifecycle_figures`, a layer below the
+contract, and are the contract's names here.
 
 The training component's records (early stop, demotions, fault bundles, calibration,
 range statistics) are its own, in :mod:`~genesis_fp16_infrastructure.training.reports`.
@@ -45,38 +46,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+from genesis_fp16_infrastructure.agent_folder.lifecycle_figures import (
+    GateComparison,
+    LiveReport,
+    ScoresOn,
+    finite,
+)
+from genesis_fp16_infrastructure.agent_folder.lifecycle_figures import (
+    LiveFigures as LiveFigures,  # the contract's names (module docstring)
+)
+from genesis_fp16_infrastructure.agent_folder.lifecycle_figures import SelfTest as SelfTest
+from genesis_fp16_infrastructure.agent_folder.lifecycle_figures import (
+    WatchSegment as WatchSegment,
+)
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
+from genesis_fp16_infrastructure.agent_folder.run_records import (
     MARK_COLUMNS,
     NAME_CHARS,
     PRECISION_REASON_CHARS,
     REASON_CHARS,
-    GateComparison,
     GateMark,
     LastRun,
     LiveMark,
-    LiveReport,
-    Outcome,
     RunEntry,
-    ScoresOn,
     cut,
-    finite,
     text,
 )
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
-    LiveFigures as LiveFigures,  # the contract's names (module docstring)
-)
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import SelfTest as SelfTest
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
-    WatchSegment as WatchSegment,
-)
+from genesis_fp16_infrastructure.precision_names import PrecisionName, RequestedName
 from genesis_fp16_infrastructure.record_codec import OMIT_NONE, ROUND, Record
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
     CarriedScale,
     carry_after_run,
-)
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    PrecisionName,
-    RequestedName,
 )
 from genesis_fp16_infrastructure.training.reports import (
     Calibration,

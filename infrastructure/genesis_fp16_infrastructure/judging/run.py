@@ -78,12 +78,12 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     read_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.kept_record import Json
+from genesis_fp16_infrastructure.agent_folder.lifecycle_figures import finite
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
     Finding,
     Outcome,
     Verdict,
-    finite,
 )
 from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, transaction
 from genesis_fp16_infrastructure.contract.judging import (
@@ -129,10 +129,10 @@ from genesis_fp16_infrastructure.judging.unfinished import take_unfinished
 from genesis_fp16_infrastructure.judging.up_to_date import judged_phases, nothing_new, up_to_date
 from genesis_fp16_infrastructure.judging.watch import rolled_back_to, watch
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
+from genesis_fp16_infrastructure.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_load import reusing_loads
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 logger = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ from torch import nn
 from torch.utils._pytree import tree_map_only
 
 from genesis_fp16_infrastructure.errors import ProbeError
+from genesis_fp16_infrastructure.precision_names import PrecisionName
 from genesis_fp16_infrastructure.probe import measures as ms
 from genesis_fp16_infrastructure.probe.measures import FP16_MAX, Activations, Measures
 from genesis_fp16_infrastructure.probe.variants import (
@@ -39,7 +40,6 @@ from genesis_fp16_infrastructure.probe.verdict import (
     grade_measures,
     recommend,
 )
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.run.task import to_device
 
 logger = logging.getLogger(__name__)

@@ -27,13 +27,9 @@ from torch import nn
 from torch.utils._pytree import tree_map_only
 
 from genesis_fp16_infrastructure.errors import ProbeError
+from genesis_fp16_infrastructure.precision_names import LOSS_SCALED, PRECISIONS, PrecisionName
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LOW_DTYPES
 from genesis_fp16_infrastructure.training.precision.precision import dtype_of
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    LOSS_SCALED,
-    PRECISIONS,
-    PrecisionName,
-)
 
 Family = Literal["fp32", "autocast", "island", "pure"]
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from genesis_fp16_infrastructure.precision_names import PrecisionName
 from genesis_fp16_infrastructure.probe.measures import FP16_MAX, Measures
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 Colour = Literal["green", "amber", "red", "n/a"]
 

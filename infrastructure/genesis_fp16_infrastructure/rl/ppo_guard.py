@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from genesis_fp16_infrastructure.training.precision.precision_names import GuardConfig
+from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 
 logger = logging.getLogger(__name__)
 

@@ -38,13 +38,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from genesis_fp16_infrastructure.precision_names import PRECISIONS, PrecisionName
 from genesis_fp16_infrastructure.training import dtype_of
 from genesis_fp16_infrastructure.training.precision.decide import ResolvedPrecision
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    PRECISIONS,
-    PrecisionName,
-    PrecisionRequest,
-)
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 DEFAULT_PRESET = "mixed_recommended"
 

@@ -4,7 +4,7 @@ Imports torch, pydantic and the standard library only.
 
 The names under ``TYPE_CHECKING`` below, its one list of exports, load on first use (PEP
 562, ``lazy_exports``), so that importing a torch-free submodule
-(``loss_scaler_config``, ``precision_names``) does not pay for torch through this package:
+(``loss_scaler_config``, ``guard_config``) does not pay for torch through this package:
 a CLI's ``--help`` should not take two seconds. ``from genesis_fp16_infrastructure.training
 import fit`` works as before.
 """
@@ -19,11 +19,13 @@ from genesis_fp16_infrastructure.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.errors import CheckpointError, PrecisionError
+    from genesis_fp16_infrastructure.precision_names import PRECISIONS, REQUESTABLE
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
     from genesis_fp16_infrastructure.training.precision.decide import (
         DeviceCapabilities,
         resolve_precision,
     )
+    from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
     from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler
     from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
     from genesis_fp16_infrastructure.training.precision.precision import (
@@ -31,12 +33,7 @@ if TYPE_CHECKING:
         autocast_to,
         dtype_of,
     )
-    from genesis_fp16_infrastructure.training.precision.precision_names import (
-        PRECISIONS,
-        REQUESTABLE,
-        GuardConfig,
-        PrecisionMemory,
-    )
+    from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
     from genesis_fp16_infrastructure.training.reports import TrainingSummary
     from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
     from genesis_fp16_infrastructure.training.run.fit import fit

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from genesis_fp16_infrastructure.precision_names import PrecisionName
 from genesis_fp16_infrastructure.record_codec import (
     JSON,
     Record,
@@ -43,7 +44,6 @@ from genesis_fp16_infrastructure.training.precision.choice import (
 from genesis_fp16_infrastructure.training.precision.choice import (
     under_load as under_load,
 )
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 
 @dataclass(frozen=True)

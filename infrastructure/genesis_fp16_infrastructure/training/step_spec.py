@@ -1,7 +1,7 @@
 """The fields every step shares, however the run is asked for: :class:`StepSpec` (the log
 interval, and how the step executes: ``cuda_graph`` and ``compile``, whose names are the
 execution vocabulary of
-:mod:`~genesis_fp16_infrastructure.training.precision.precision_names`). The trainer's
+:mod:`~genesis_fp16_infrastructure.training.precision.execution_names`). The trainer's
 ``TrainerConfig`` and the run's ``RunSpec`` inherit it; torch-free::
 
     >>> StepSpec(log_interval=10)

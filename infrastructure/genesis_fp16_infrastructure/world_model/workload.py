@@ -26,12 +26,10 @@ from torch import nn
 
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.precision_names import RequestedName
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    PrecisionRequest,
-    RequestedName,
-)
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Calibration
 from genesis_fp16_infrastructure.training.run.calibration import policy_for_run
 from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig

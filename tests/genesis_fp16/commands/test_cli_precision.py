@@ -138,7 +138,7 @@ def test_reset_takes_turns_with_the_daemon_recording_a_demotion(
     import threading
 
     from genesis_fp16.cli import main
-    from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
+    from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
 
     monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)

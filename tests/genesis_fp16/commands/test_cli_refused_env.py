@@ -32,7 +32,7 @@ from genesis_fp16.commands.reading import (
 from genesis_fp16_infrastructure.agent_folder import outbox
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.folder import AgentFolder
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
+from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
 
 TYPO = "ENABLE_FP16_TRAINIG"  # the rollback switch, misspelt: what the file is refused for
 # The file's good lines, which the commands that read must use: a state folder of its

@@ -12,7 +12,7 @@ import pytest
 from genesis_fp16.config.guard_settings import config_from, settings_model
 from genesis_fp16.config.settings import SettingsError, load_settings, setting_variables
 from genesis_fp16_infrastructure.config_bounds import Bounds
-from genesis_fp16_infrastructure.training.precision.precision_names import GuardConfig
+from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 
 pytestmark = pytest.mark.usefixtures("clean_env")  # conftest.py
 

@@ -16,7 +16,7 @@ from genesis_fp16.config.settings import (
     requested_precision,
 )
 from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
-from genesis_fp16_infrastructure.training.precision.precision_names import (
+from genesis_fp16_infrastructure.training.precision.execution_names import (
     COMPILE_REQUESTS,
     CUDA_GRAPH_REQUESTS,
 )

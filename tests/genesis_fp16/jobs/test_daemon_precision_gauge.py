@@ -20,7 +20,7 @@ from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16.service.daemon import Daemon
 from genesis_fp16_infrastructure.api import Capabilities, capabilities_of
 from genesis_fp16_infrastructure.folder import AgentFolder
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
+from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
 
 AGENT = "agent_a"
 

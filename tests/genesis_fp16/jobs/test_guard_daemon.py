@@ -24,7 +24,7 @@ from genesis_fp16_infrastructure.folder import (
     remember_demotions,
 )
 from genesis_fp16_infrastructure.training.precision.decide import decide, resolve_precision
-from genesis_fp16_infrastructure.training.precision.precision_names import GuardConfig
+from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"

@@ -18,9 +18,9 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEnt
 from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
 from genesis_fp16_infrastructure.api import Calibration
 from genesis_fp16_infrastructure.folder import AgentFolder
+from genesis_fp16_infrastructure.precision_names import INITIAL_LOSS_SCALE
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.decide import decide
-from genesis_fp16_infrastructure.training.precision.precision_names import INITIAL_LOSS_SCALE
 from genesis_fp16_infrastructure.training.reports import Measured
 
 

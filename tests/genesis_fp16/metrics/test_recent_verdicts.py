@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from genesis_fp16.metrics.recent_verdicts import RECENT_RUNS, RecentVerdicts
 from genesis_fp16.metrics.served_metrics import RecentVerdictMetrics
 from genesis_fp16.status.history import CHART_RUNS
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import GateMark, RunEntry
+from genesis_fp16_infrastructure.agent_folder.run_records import GateMark, RunEntry
 from genesis_fp16_infrastructure.folder import AgentFolder
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import GateMark, RunEntry
 from genesis_fp16_infrastructure.agent_folder.run_history import append_run
+from genesis_fp16_infrastructure.agent_folder.run_records import GateMark, RunEntry
 from genesis_fp16_infrastructure.folder import AgentFolder
 
 # An agent name cannot carry markup ([a-z][a-z0-9_]{0,63}: genesis_fp16/config/agent_names.py);

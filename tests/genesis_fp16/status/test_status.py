@@ -34,13 +34,10 @@ from genesis_fp16.status.report import (
     StatusReport,
     gather_status,
 )
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
-    REASON_CHARS,
-    RunEntry,
-    ServedPointer,
-)
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.agent_folder.run_history import append_run
+from genesis_fp16_infrastructure.agent_folder.run_records import REASON_CHARS, RunEntry
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.folder import AgentFolder
 

@@ -12,7 +12,7 @@ import pytest
 from genesis_fp16.status.charts import quality_chart, scale_chart, watch_chart
 from genesis_fp16.status.history import AgentHistory, Transition
 from genesis_fp16.status.svg import BOTTOM, HEIGHT, KINDS, LEFT, TOP, WIDTH, Chart, Mark, draw_chart
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+from genesis_fp16_infrastructure.agent_folder.run_records import (
     GateMark,
     LastRun,
     LiveColumn,

@@ -14,8 +14,8 @@ from status_pages import page_rows
 
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, gather_status
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import LastRun, RunEntry
 from genesis_fp16_infrastructure.agent_folder.run_history import append_run
+from genesis_fp16_infrastructure.agent_folder.run_records import LastRun, RunEntry
 
 AGENT = "se_darwin"
 IDLE = DaemonStatus(False, None, None, None, None, None, "not running")

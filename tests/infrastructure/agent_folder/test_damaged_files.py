@@ -21,10 +21,10 @@ from genesis_fp16.service.state_lock import acquire_state_folder
 from genesis_fp16_infrastructure.agent_folder import candidates, files
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
 from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import RunEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
 from genesis_fp16_infrastructure.agent_folder.repair import set_aside_unusable
 from genesis_fp16_infrastructure.agent_folder.run_history import append_run
+from genesis_fp16_infrastructure.agent_folder.run_records import RunEntry
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.sources import Source

@@ -14,12 +14,12 @@ from typing import Any
 from record_json import without_nulls
 
 from genesis_fp16_infrastructure.agent_folder import candidates, transitions
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+from genesis_fp16_infrastructure.agent_folder.lifecycle_figures import (
     GateComparison,
     LiveReport,
-    Outcome,
     ScoresOn,
 )
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer, served_checkpoint
 
 FIXTURE = Path(__file__).parent / "fixtures" / "state_2c6d7b6d"

@@ -12,7 +12,15 @@ import pytest
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import RUN_HISTORY
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+from genesis_fp16_infrastructure.agent_folder.run_history import (
+    COMPACT_BYTES,
+    KEEP,
+    LINE_BYTES,
+    append_run,
+    decode_entry,
+    encode_entry,
+)
+from genesis_fp16_infrastructure.agent_folder.run_records import (
     MARK_COLUMNS,
     NAME_CHARS,
     PRECISION_REASON_CHARS,
@@ -22,14 +30,6 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     LiveColumn,
     LiveMark,
     RunEntry,
-)
-from genesis_fp16_infrastructure.agent_folder.run_history import (
-    COMPACT_BYTES,
-    KEEP,
-    LINE_BYTES,
-    append_run,
-    decode_entry,
-    encode_entry,
 )
 from genesis_fp16_infrastructure.folder import AgentFolder
 

@@ -13,7 +13,7 @@ from checkpoint_state import checkpoint_state
 
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry, ServedPointer
 from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
-from genesis_fp16_infrastructure.contract.train_request import AgentSnapshot, read_snapshot
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, read_snapshot
 from genesis_fp16_infrastructure.folder import (
     AgentFolder,
     remember_demotions,
@@ -103,7 +103,7 @@ def test_reading_without_a_resume_point_does_not_import_torch(tmp_path: Path) ->
     code = (
         "import sys; from pathlib import Path;"
         "from genesis_fp16_infrastructure.folder import AgentFolder;"
-        "from genesis_fp16_infrastructure.contract.train_request import read_snapshot;"
+        "from genesis_fp16_infrastructure.contract.agent_snapshot import read_snapshot;"
         f"read_snapshot(AgentFolder(Path({str(tmp_path)!r}), 'agent')).state;"
         "print('torch' in sys.modules)"
     )

@@ -191,7 +191,7 @@ def test_the_request_keeps_the_rows_the_split_does_not_hold_out(tmp_path: Path) 
 
     from genesis_fp16_infrastructure.contract.split import HELD_OUT
     from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-    from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+    from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
     request = TrainRequest(
         agent="a",

@@ -18,7 +18,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.training import GuardConfig, fit
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 
 class _Line:

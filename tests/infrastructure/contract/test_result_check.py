@@ -17,7 +17,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     check_result,
 )
 from genesis_fp16_infrastructure.contract.reports import GateReport, TrainResult
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 DEMOTION = Demotion("fp16", "bf16", "overflow_rate", 40, 30, "12 of 20 steps overflowed")

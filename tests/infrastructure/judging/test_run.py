@@ -44,7 +44,7 @@ from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.judging.served import TrainedIdsError, trained_ids
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.step.execution import resolve_execution
 
 

@@ -13,7 +13,7 @@ from genesis_fp16_infrastructure.rl.precision_presets import (
 )
 from genesis_fp16_infrastructure.training.precision import decide as decide_module
 from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities, decide
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 SEED_MATRIX = {  # the seed's table: policy, ref, reward, value, kl
     "bf16_pure": ("bf16", "bf16", "bf16", "bf16", "bf16"),

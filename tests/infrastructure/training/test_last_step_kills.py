@@ -12,7 +12,7 @@ from guard_faults import FaultTask
 
 from genesis_fp16_infrastructure.training import CheckpointManager, FitOptions, fit
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 CHILD = Path(__file__).with_name("last_step_child.py")
 STEPS = 10

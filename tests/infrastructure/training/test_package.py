@@ -12,8 +12,12 @@ import genesis_fp16_infrastructure.training as training
 from genesis_fp16_infrastructure.lazy_exports import exports_of
 
 TORCH_FREE = (
+    "genesis_fp16_infrastructure.precision_names",
     "genesis_fp16_infrastructure.training.precision.loss_scaler_config",
-    "genesis_fp16_infrastructure.training.precision.precision_names",
+    "genesis_fp16_infrastructure.training.precision.execution_names",
+    "genesis_fp16_infrastructure.training.precision.guard_config",
+    "genesis_fp16_infrastructure.training.precision.precision_memory",
+    "genesis_fp16_infrastructure.training.precision.precision_request",
     "genesis_fp16_infrastructure.training.run.spec",
     "genesis_fp16_infrastructure.contract.plugin_api",
 )

@@ -37,8 +37,9 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
     checkpoint_of,
     read_pointer,
 )
+from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
 from genesis_fp16_infrastructure.contract.reports import TrainResult
-from genesis_fp16_infrastructure.contract.train_request import DataCheck, TrainRequest
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, Manifest, ScanReport, scan_files
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.errors import DataError, ServedPointerError

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from genesis_fp16_infrastructure.errors import BundleError
+from genesis_fp16_infrastructure.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.flight.bundle_files import BundleLimits, save_into
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.run.task import TrainingTask

@@ -55,7 +55,7 @@ import torch
 from torch import nn
 
 from genesis_fp16_infrastructure.config_bounds import Bounded, bounded
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+from genesis_fp16_infrastructure.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.reports import ModuleRange, RangeSummary
 
 FP16_MAX = 65504.0

@@ -45,6 +45,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from genesis_fp16_infrastructure.errors import BundleError
+from genesis_fp16_infrastructure.precision_names import PRECISIONS, PrecisionName, precision_name
 from genesis_fp16_infrastructure.training.flight.recorded_step import (
     allowed_types,
     rebuilt_batch,
@@ -58,11 +59,6 @@ from genesis_fp16_infrastructure.training.flight.step_trace import (
     traced_step,
 )
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    PRECISIONS,
-    PrecisionName,
-    precision_name,
-)
 from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
 
 _CONFIG_FIELDS = ("max_grad_norm", "grad_accum_steps", "overflow_window", "log_interval")

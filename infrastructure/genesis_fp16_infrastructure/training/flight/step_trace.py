@@ -44,8 +44,8 @@ from typing import Any, Self, TypeVar
 import torch
 from torch import nn
 
+from genesis_fp16_infrastructure.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.flight.recorded_step import run_recorded_step
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors
 
 RANGE = {

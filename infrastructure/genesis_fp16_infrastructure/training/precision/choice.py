@@ -27,10 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    PRECISIONS,
-    PrecisionName,
-)
+from genesis_fp16_infrastructure.precision_names import PRECISIONS, PrecisionName
 
 
 class Measured(Protocol):

@@ -43,20 +43,20 @@ from pathlib import Path
 import torch
 
 from genesis_fp16_infrastructure.errors import PrecisionError
+from genesis_fp16_infrastructure.precision_names import (
+    PRECISIONS,
+    PrecisionName,
+    RequestedName,
+    less_robust,
+)
 
 # The choice from timed rows is torch-free (precision show follows it); decided here.
 from genesis_fp16_infrastructure.training.precision.choice import MARGIN as MARGIN
 from genesis_fp16_infrastructure.training.precision.choice import among
 from genesis_fp16_infrastructure.training.precision.choice import choose as choose
+from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.kept_measurements import read_calibration
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    PRECISIONS,
-    GuardConfig,
-    PrecisionName,
-    RequestedName,
-    less_robust,
-)
-from genesis_fp16_infrastructure.training.precision.precision_names import (
+from genesis_fp16_infrastructure.training.precision.precision_request import (
     PrecisionRequest as PrecisionRequest,
 )
 from genesis_fp16_infrastructure.training.reports import Measured

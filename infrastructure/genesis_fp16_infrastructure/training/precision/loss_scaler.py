@@ -40,13 +40,10 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from genesis_fp16_infrastructure.precision_names import DTYPE_NAMES, LOW_PRECISIONS
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
     ScalerConfig,
     config_from_state,
-)
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    DTYPE_NAMES,
-    LOW_PRECISIONS,
 )
 
 logger = logging.getLogger(__name__)

@@ -36,13 +36,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from genesis_fp16_infrastructure.config_bounds import Bounded, bounded
-from genesis_fp16_infrastructure.record_codec import Record
-from genesis_fp16_infrastructure.training.precision.precision_names import (
+from genesis_fp16_infrastructure.precision_names import (
     INITIAL_LOSS_SCALE,
     LOSS_SCALED,
     PrecisionName,
     RequestedName,
 )
+from genesis_fp16_infrastructure.record_codec import Record
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ and overflow check, the optimizer step that skips on overflow, the scale update,
 dtypes), so the training loop never branches on a precision or asks whether loss scaling
 is on. Every precision skips a step whose gradients are not finite: where no loss is
 scaled, the overflow check runs with a scale of 1. The names themselves live in
-:mod:`genesis_fp16_infrastructure.training.precision.precision_names`.
+:mod:`genesis_fp16_infrastructure.precision_names`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16_infrastructure.errors import PrecisionError
+from genesis_fp16_infrastructure.precision_names import (
+    DTYPE_NAMES,
+    LOSS_SCALED,
+    PRECISIONS,
+    PrecisionName,
+    RequestedName,
+)
 from genesis_fp16_infrastructure.training.precision.decide import (
     ResolvedPrecision,
     as_device,
@@ -36,13 +43,8 @@ from genesis_fp16_infrastructure.training.precision.loss_scaler import (
     ScalerConfig,
     step_or_skip,
 )
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    DTYPE_NAMES,
-    LOSS_SCALED,
-    PRECISIONS,
-    PrecisionName,
+from genesis_fp16_infrastructure.training.precision.precision_request import (
     PrecisionRequest,
-    RequestedName,
     as_request,
 )
 

@@ -104,6 +104,7 @@ from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION
 from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.machine_memory import PhaseClock
+from genesis_fp16_infrastructure.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training import distributed
 
 # The module too: its detect_capabilities is looked up on each call (a test's one patch).
@@ -120,10 +121,7 @@ from genesis_fp16_infrastructure.training.precision.decide import (
 )
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    PrecisionName,
-    PrecisionRequest,
-)
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import (
     LOAD_SAMPLES,
     Calibration,

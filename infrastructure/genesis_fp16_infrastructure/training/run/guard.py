@@ -22,9 +22,9 @@ same target step.
 
 This module is the runtime that watches a run and needs torch. What a run is guarded
 with, :class:`GuardConfig` and the ladder, is in
-:mod:`genesis_fp16_infrastructure.training.precision.precision_names`, with the per-agent
-precision memory a daemon keeps (:class:`PrecisionMemory`). Both are importable without
-torch; only :class:`GuardConfig` is re-exported here.
+:mod:`genesis_fp16_infrastructure.training.precision.guard_config`, and the per-agent
+precision memory a daemon keeps (:class:`PrecisionMemory`) in ``precision_memory``. Both
+are importable without torch; only :class:`GuardConfig` is re-exported here.
 
 Where the guard keeps its last good state, and what keeping it costs: the guard copies
 the trainer's state (weights, optimizer moments, scaler, RNG) and the
@@ -73,12 +73,10 @@ from genesis_fp16_infrastructure.training import distributed
 # The module too: its detect_capabilities is looked up on each call (a test's one patch).
 from genesis_fp16_infrastructure.training.precision import decide as decide_module
 from genesis_fp16_infrastructure.training.precision.decide import decide, next_precision
+from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    GuardConfig,
-    PrecisionRequest,
-)
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors
 from genesis_fp16_infrastructure.training.step.trainer import Trainer

@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from genesis_fp16_infrastructure.config_bounds import bounded
+from genesis_fp16_infrastructure.precision_names import PrecisionName
 from genesis_fp16_infrastructure.record_codec import OMIT_NONE
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    GuardConfig,
-    PrecisionName,
+from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
+from genesis_fp16_infrastructure.training.precision.precision_request import (
     PrecisionRequest,
     as_request,
 )

@@ -52,10 +52,10 @@ import torch
 from torch import nn
 
 from genesis_fp16_infrastructure.agent_folder.layout import CAPTURE_VERDICTS
+from genesis_fp16_infrastructure.precision_names import LOSS_SCALED
 from genesis_fp16_infrastructure.training.precision import kept_measurements
 from genesis_fp16_infrastructure.training.precision.kept_measurements import CaptureVerdict
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.run.task import (
     TrainingTask,

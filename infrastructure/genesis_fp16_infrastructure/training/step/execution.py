@@ -33,7 +33,7 @@ import torch
 from torch.optim import Optimizer
 
 from genesis_fp16_infrastructure.errors import ExecutionError
-from genesis_fp16_infrastructure.training.precision.precision_names import (
+from genesis_fp16_infrastructure.training.precision.execution_names import (
     COMPILE_MODE,
     EXECUTION_MODES,
     FALLBACK_REASONS,

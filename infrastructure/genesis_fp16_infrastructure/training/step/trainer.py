@@ -56,13 +56,13 @@ from torch.optim.lr_scheduler import LRScheduler
 from genesis_fp16_infrastructure.config_bounds import Bounded, bounded
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training import distributed
-from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler
-from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import (
+from genesis_fp16_infrastructure.training.precision.execution_names import (
     COMPILE_MODE,
     COMPILE_REQUESTS,
     CUDA_GRAPH_REQUESTS,
 )
+from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler
+from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.reports import TrainingSummary
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.step.cuda_graph import (

@@ -17,12 +17,9 @@ import torch
 from se_darwin_runs import train
 
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.contract.reports import TrainResult
-from genesis_fp16_infrastructure.contract.train_request import (
-    AgentSnapshot,
-    DataCheck,
-    TrainRequest,
-)
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain import evaluated, scoring
 from genesis_fp16_infrastructure.recipes.retrain import run as retrain_run

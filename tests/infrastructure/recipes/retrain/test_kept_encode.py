@@ -20,7 +20,7 @@ from genesis_fp16_infrastructure.recipes.retrain import run as retrain_run
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.run.fit import fit
 from genesis_fp16_infrastructure.training.run.task import FitOptions
 from genesis_fp16_infrastructure.world_model import features

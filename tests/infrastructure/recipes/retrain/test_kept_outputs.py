@@ -21,13 +21,10 @@ from se_darwin_runs import train
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.agent_folder.pointer import checkpoint_of, read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import rollback
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly
-from genesis_fp16_infrastructure.contract.train_request import (
-    AgentSnapshot,
-    DataCheck,
-    TrainRequest,
-)
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain import kept_outputs, scoring

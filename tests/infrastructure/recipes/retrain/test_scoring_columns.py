@@ -17,13 +17,10 @@ import torch
 from se_darwin_runs import train
 
 import genesis_fp16_infrastructure.recipes.retrain.drift as drift
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly
-from genesis_fp16_infrastructure.contract.train_request import (
-    AgentSnapshot,
-    DataCheck,
-    TrainRequest,
-)
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
 from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns

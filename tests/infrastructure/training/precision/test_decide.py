@@ -19,7 +19,7 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     runs_at_floor,
 )
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Measured
 
 REPO = Path(__file__).resolve().parents[4]
@@ -274,13 +274,13 @@ def _auto_tests(source: str) -> list[str]:
 
 
 def test_auto_is_decided_only_by_decide() -> None:
-    """No product module but decide.py and precision_names.py branches on a precision
+    """No product module but decide.py and precision_request.py branches on a precision
     being "auto" (the daemon's floor, the gauge's checkpoint, rlhf_ppo's preset and the
     probe gate all did): `auto` means what decide() answers."""
     offenders = []
     for folder in ("infrastructure", "agents", "genesis_fp16"):
         for path in sorted((REPO / folder).rglob("*.py")):
-            if path.name in ("decide.py", "precision_names.py"):
+            if path.name in ("decide.py", "precision_request.py"):
                 continue
             rel = str(path.relative_to(REPO))
             offenders += [

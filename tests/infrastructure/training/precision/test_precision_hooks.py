@@ -12,7 +12,9 @@ from torch import nn
 from genesis_fp16.config import agent_settings, settings
 from genesis_fp16.jobs import probe_gate
 from genesis_fp16.metrics import metric_names as metrics
+from genesis_fp16_infrastructure import precision_names as names
 from genesis_fp16_infrastructure.errors import PrecisionError
+from genesis_fp16_infrastructure.precision_names import ROBUSTNESS
 from genesis_fp16_infrastructure.probe import build_variants, verdict
 from genesis_fp16_infrastructure.training import (
     GuardConfig,
@@ -21,9 +23,7 @@ from genesis_fp16_infrastructure.training import (
     autocast_to,
     dtype_of,
 )
-from genesis_fp16_infrastructure.training.precision import precision_names as names
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LOW_DTYPES
-from genesis_fp16_infrastructure.training.precision.precision_names import ROBUSTNESS
 from genesis_fp16_infrastructure.training.run import verify_capture
 from genesis_fp16_infrastructure.training.step import trainer
 

@@ -24,7 +24,7 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     choose,
 )
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Measured
 from genesis_fp16_infrastructure.training.run import calibration as cal
 from genesis_fp16_infrastructure.training.run.task import task_trainer

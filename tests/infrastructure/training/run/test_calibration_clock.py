@@ -23,7 +23,7 @@ from genesis_fp16_infrastructure.training import TrainerConfig
 from genesis_fp16_infrastructure.training.precision import decide
 from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import under_load
 from genesis_fp16_infrastructure.training.run import calibration as cal
 from genesis_fp16_infrastructure.training.run.task import batch_shapes

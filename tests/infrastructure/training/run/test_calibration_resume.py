@@ -17,7 +17,7 @@ from genesis_fp16_infrastructure.training import FitOptions, fit
 from genesis_fp16_infrastructure.training.precision import decide
 from genesis_fp16_infrastructure.training.precision.choice import reuse_refused
 from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Measured
 from genesis_fp16_infrastructure.training.run import calibration as cal
 

@@ -33,7 +33,7 @@ from genesis_fp16_infrastructure.training import (
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities, next_precision
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionMemory
+from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 

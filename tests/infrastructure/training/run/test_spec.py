@@ -15,7 +15,7 @@ import pytest
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.record_codec import decode_record, encode_record
 from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, StepTuning, TrainerConfig
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.run.fit import _trainer_config
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks, RunSpec
 from genesis_fp16_infrastructure.training.step_spec import StepSpec

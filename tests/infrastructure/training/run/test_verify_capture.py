@@ -16,7 +16,7 @@ import torch
 from test_fit import RegressionTask
 
 from genesis_fp16_infrastructure.training import FitOptions, PrecisionPolicy, Trainer, fit
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.run import verify_capture
 from genesis_fp16_infrastructure.training.run.verify_capture import (
     OVERFLOW_STEP,

@@ -21,7 +21,7 @@ from genesis_fp16_infrastructure.training import (
     fit,
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.precision.precision_names import (
+from genesis_fp16_infrastructure.training.precision.execution_names import (
     COMPILE_MODE,
     EXECUTION_MODES,
 )
