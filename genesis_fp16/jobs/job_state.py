@@ -122,7 +122,7 @@ class JobContext:
     # Agents whose last run with steps learned nothing (every step skipped), with why:
     # degraded until the agent's next run that succeeds (an up_to_date run clears nothing).
     unlearned: dict[str, str] = field(default_factory=dict)
-    # Agents whose served-model pointer is unusable (jobs/planning.py), with why.
+    # Agents whose served-model pointer is unusable (jobs/recording.py), with why.
     unusable_pointer: dict[str, str] = field(default_factory=dict)
     # Held while a reload swaps the settings and sets the precision gauge, and while a
     # run's progress decides whether to set it: a step logged between the two would put
