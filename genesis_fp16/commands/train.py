@@ -272,7 +272,7 @@ def _run_owned(
         models = CheckpointsFolder(Path(request.checkpoint_dir))
         if settings is not None and main and models.serves_checkpoints():
             # The daemon's bounds; imported here: prometheus_client comes with them.
-            from genesis_fp16.jobs.recording import bound_history
+            from genesis_fp16.jobs.model_history import bound_history
 
             bound_history(settings, models)
         # An operator's run says in its exit code how it ended; a daemon's child and a

@@ -53,41 +53,20 @@ def run_agent_job(
     device = resolve_device(config.device)
     # The GPUs the run will occupy (cuda is cuda:0; torchrun's N ranks hold N GPUs): no
     # two agents' runs share one unless GENESIS_FP16_DEVICE_CONCURRENCY allows it.
-    slots = slot_keys(device, config.own.nproc)
-    ctx.waiting[agent] = slots  # queued (the status names whose run it waits for)
-    try:
-        taken = ctx.slots.acquire(slots, ctx.stopping.is_set)
-    finally:
-        ctx.waiting.pop(agent, None)
-    if not taken:
-        return
-    if ctx.settings is not settings:  # reloaded while the job waited for its slots
-        settings = ctx.settings
-        config = settings.agent(agent)
-    # A slot freed by the run a SIGTERM stopped is taken without a look at ``stopping``:
-    # look here, under the lock the shutdown waits on ``running`` with, so a job queued
-    # at SIGTERM never starts, and one that does start is one the shutdown waits for.
-    with ctx.running_changed:
-        starts = not ctx.stopping.is_set()
-        if starts:
-            ctx.running[agent] = slots
-    if not starts:
-        ctx.slots.release(slots)
-        log.info("job not started: the daemon is shutting down", agent=agent)
-        return
-    try:
-        # Each rerun follows a reload that changed the precision, so edits bound the loop.
-        while _run_once(Run(ctx, agent, settings, config, device), plugin, capabilities):
-            settings = ctx.settings  # the rerun's: read once, for it and for this check
-            config = settings.agent(agent)
-            if ctx.stopping.is_set() or not config.own.enabled:
+    with ctx.turn(agent, slot_keys(device, config.own.nproc)) as started:
+        rerun = False
+        while started:
+            if ctx.settings is not settings:  # reloaded while the job waited for its slots,
+                settings = ctx.settings  # or the rerun's: read once, for it and this check
+                config = settings.agent(agent)
+            if rerun:
+                if ctx.stopping.is_set() or not config.own.enabled:
+                    break
+                log.info("run stopped by a configuration change: rerunning at once", agent=agent)
+            # Each rerun follows a reload that changed the precision, so edits bound the loop.
+            rerun = _run_once(Run(ctx, agent, settings, config, device), plugin, capabilities)
+            if not rerun:
                 break
-            log.info("run stopped by a configuration change: rerunning at once", agent=agent)
-    finally:
-        ctx.slots.release(slots)
-        with ctx.running_changed:
-            ctx.running.pop(agent, None)
-            ctx.running_changed.notify_all()
 
 
 def _run_once(run: Run, plugin: AgentPlugin, capabilities: Capabilities) -> bool:

@@ -31,11 +31,14 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+
+import structlog
 
 from genesis_fp16.config.settings import (
     AgentConfig,
@@ -48,6 +51,8 @@ from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.tracking import RunTracker
 from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.api import AgentFolder
+
+log = structlog.get_logger("genesis_fp16.jobs")
 
 # Device kinds with numbered devices; "cpu" and "mps" are one device each.
 _INDEXED = ("cuda", "xpu")
@@ -117,7 +122,7 @@ class JobContext:
     # Agents whose last run with steps learned nothing (every step skipped), with why:
     # degraded until the agent's next run that succeeds (an up_to_date run clears nothing).
     unlearned: dict[str, str] = field(default_factory=dict)
-    # Agents whose served-model pointer is unusable (jobs/planning.py), with why.
+    # Agents whose served-model pointer is unusable (jobs/recording.py), with why.
     unusable_pointer: dict[str, str] = field(default_factory=dict)
     # Held while a reload swaps the settings and sets the precision gauge, and while a
     # run's progress decides whether to set it: a step logged between the two would put
@@ -129,6 +134,38 @@ class JobContext:
     def problems(self) -> dict[str, str]:
         """What makes the daemon degraded, by agent (empty: healthy)."""
         return {**self.unlearned, **self.overdue, **self.unusable_pointer, **self.degraded}
+
+    @contextlib.contextmanager
+    def turn(self, agent: str, slots: tuple[str, ...]) -> Iterator[bool]:
+        """The job's turn on ``slots`` (:func:`slot_keys`): queued for them meanwhile (the
+        status names whose run it waits for), then running (a shutdown waits for it) while
+        the block trains, the slots given back after it. False, holding none, when the
+        daemon began to stop first: a job queued at SIGTERM never starts."""
+        self.waiting[agent] = slots
+        try:
+            taken = self.slots.acquire(slots, self.stopping.is_set)
+        finally:
+            self.waiting.pop(agent, None)
+        # A slot freed by the run a SIGTERM stopped is taken without a look at ``stopping``:
+        # look here, under the lock the shutdown waits on ``running`` with, so a job queued
+        # at SIGTERM never starts, and one that does start is one the shutdown waits for.
+        with self.running_changed:
+            starts = taken and not self.stopping.is_set()
+            if starts:
+                self.running[agent] = slots
+        if not starts:
+            if taken:
+                self.slots.release(slots)
+                log.info("job not started: the daemon is shutting down", agent=agent)
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self.slots.release(slots)
+            with self.running_changed:
+                self.running.pop(agent, None)
+                self.running_changed.notify_all()
 
 
 @dataclass

@@ -1,5 +1,4 @@
-"""Plan one run of a job: the request it trains on, with the job's callbacks, and the
-served-model pointer's check as the plan read it (:func:`check_served_pointer`).
+"""Plan one run of a job: the request it trains on, with the job's callbacks.
 
 The request is built once, in one place (genesis_fp16/jobs/run_request.py:
 ``plan_request``, which reads the agent's state folder once, into the request's
@@ -9,7 +8,8 @@ configured), the run's curves, and the callbacks that report progress
 (genesis_fp16/jobs/recording.py), show the precision the run decided
 (:func:`show_decided`) and ask the run to stop
 (:meth:`~genesis_fp16.jobs.job_state.Run.should_stop`). The request is kept on the run
-(``Run.request``): recording asks its snapshot where the run's counters start.
+(``Run.request``): recording asks its snapshot where the run's counters start and
+how its served-model pointer stood (genesis_fp16/jobs/recording.py: ``record_start``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from genesis_fp16.jobs.run_request import plan_request, warn_ignored
 from genesis_fp16.launch.progress_text import Progress
 from genesis_fp16.metrics.tracking import open_tracker
 from genesis_fp16.plugin_api import AgentPlugin, TrainRequest
-from genesis_fp16_infrastructure.api import AgentSnapshot, Capabilities, PrecisionName
+from genesis_fp16_infrastructure.api import Capabilities, PrecisionName
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
@@ -38,8 +38,7 @@ def plan_run(
     built once (genesis_fp16/jobs/run_request.py: the precision request with the guard's
     remembered floor, the checkpoint it resumes read with the agent's other state files),
     the probe's red precisions added to it as exclusions when a probe is configured, with
-    the run's curves opened when a tracking folder is set; the served-model pointer
-    checked as the plan read it (:func:`check_served_pointer`)."""
+    the run's curves opened when a tracking folder is set."""
     ctx, agent, settings = run.ctx, run.agent, run.settings
     request = plan_request(
         settings, agent, plugin, capabilities, device, config=run.config, folder=run.folder
@@ -83,9 +82,6 @@ def plan_run(
         device=device,
         options=dict(request.options),
     )
-    # As the plan read it: an unusable one set aside (the run refuses it), degraded.
-    assert request.snapshot is not None  # plan_request always takes one
-    check_served_pointer(run, request.snapshot)
     return request
 
 
@@ -101,44 +97,3 @@ def show_decided(run: Run, precision: PrecisionName) -> None:
             run.ctx.metrics.set_precision(run.agent, precision)
             if precision != "fp16":
                 run.ctx.metrics.loss_scale.labels(agent=run.agent).set(1.0)
-
-
-def check_served_pointer(run: Run, snapshot: AgentSnapshot) -> None:
-    """Before each run: set an unusable served-model pointer aside (counted once), and
-    export the pointer's state, as the run's plan read it (``snapshot``: the pointer is
-    read again, in the run's folder, only to set it aside).
-
-    An unreadable, wrong-version or dangling ``served.json`` is set aside as
-    ``served.json.unusable-<UTC time>`` (agent_folder.repair), logged in one line and
-    counted in ``genesis_fp16_state_files_skipped_total{file="served_pointer"}``; while no
-    usable pointer replaces it the agent is degraded on ``/healthz``,
-    ``genesis_fp16_served_pointer_unusable`` is 1 (alert GenesisFp16ServedPointerUnusable),
-    and its runs are refused in one line naming the repair (``genesis-fp16 model promote
-    AGENT ID`` or ``model rollback AGENT``). ``genesis_fp16_served_model_pinned`` says
-    whether an operator pinned the served model (0 while nothing is served yet)."""
-    ctx, agent, home = run.ctx, run.agent, run.folder
-    metrics = ctx.metrics.promotion
-    why = None
-    if snapshot.pointer_error is None:  # the transitions before this daemon's first run:
-        pointer = snapshot.pointer  # not counted (none served: counted from the first)
-        ctx.metrics.live.cursor.baseline(agent, [] if pointer is None else pointer.journal)
-    if snapshot.pointer is not None:  # usable, as the plan read it
-        metrics.pinned.labels(agent=agent).set(float(snapshot.pointer.pinned is not None))
-    elif snapshot.pointer_error is None:  # nothing served yet: nothing pinned
-        metrics.pinned.labels(agent=agent).set(0)
-    elif snapshot.pointer_error is not None:  # unreadable, dangling, or set aside before
-        try:  # under the pointer's lock, read again: a repair since is not set aside
-            why, moved = home.set_aside_unusable_pointer()
-        except OSError as exc:  # not ours to rename: reported all the same, never followed
-            why, moved = f"served-model pointer in {home.checkpoint_dir} unusable: {exc}", None
-        if moved is not None:
-            # counted by the agent folder's owner, which set it aside
-            log.error("unusable served-model pointer set aside", path=str(moved), error=why)
-        log.warning("cannot follow the served-model pointer", error=snapshot.pointer_error)
-    if why is None:  # none, usable, or repaired meanwhile (the next run looks again)
-        ctx.unusable_pointer.pop(agent, None)
-        metrics.pointer_unusable.labels(agent=agent).set(0)
-        return
-    ctx.unusable_pointer[agent] = why.replace("AGENT", agent)
-    metrics.pointer_unusable.labels(agent=agent).set(1)
-    metrics.pinned.labels(agent=agent).set(0)

@@ -1,17 +1,18 @@
-"""Record one run of a job: its progress as it trains, and at its end the pieces its
-event's subscribers call (genesis_fp16/jobs/run_ended.py): the log line, the carried loss
-scale and the bounded model history.
+"""Record one run of a job: what its plan read, before it trains; its progress as it
+trains; and at its end the pieces its event's subscribers call
+(genesis_fp16/jobs/run_ended.py): the log line and the carried loss scale (the bounded
+model history: genesis_fp16/jobs/model_history.py).
 
-The counters start from the checkpoint the run resumes (:func:`record_start`); each
-progress report advances them (:func:`record_progress`); the run's end is one event,
-``RunEnded``, whose subscribers set the rest, the run's count last, and say it in one line
+The counters start from the checkpoint the run resumes, and the served-model pointer is
+checked, as the plan read them (:func:`record_start`); each progress report advances the
+counters (:func:`record_progress`); the run's end is one event, ``RunEnded``, whose
+subscribers set the rest, the run's count last, and say it in one line
 (:func:`log_ended`: ``training run finished``, or ``training run failed``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -20,28 +21,66 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.job_state import Run
 from genesis_fp16.jobs.run_failure import RunError
 from genesis_fp16.launch.progress_text import Progress
-from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import TrainResult
-from genesis_fp16_infrastructure.api import (
-    AgentFolder,
-    CheckpointsFolder,
-    ServedPointer,
-    ServedPointerError,
-    TrainingSummary,
-)
+from genesis_fp16_infrastructure.api import AgentFolder, AgentSnapshot, TrainingSummary
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
 
 def record_start(run: Run) -> None:
-    """Where the run's counters start: the totals of the checkpoint it will resume, as its
-    plan read it (``Run.request.snapshot.state.resume``)."""
+    """What the run's plan read (``Run.request.snapshot``), recorded before it trains: the
+    served-model pointer (:func:`check_served_pointer`), and where the run's counters
+    start, the totals of the checkpoint it will resume (``snapshot.state.resume``)."""
     snapshot = run.request.snapshot if run.request is not None else None  # no second read
     state = snapshot.state if snapshot is not None else None
     resume = state.resume if state is not None else None
-    if resume is None:
+    if snapshot is None or resume is None:
         raise RuntimeError("record_start() needs the run planned with its resume point")
-    run.ctx.metrics.start_run(run.agent, resumed_totals(resume.summary))
+    # As the plan read it: an unusable one set aside (the run refuses it), degraded.
+    check_served_pointer(run, snapshot)
+    totals = resumed_totals(resume.summary)
+    run.ctx.metrics.start_run(run.agent, totals)
+
+
+def check_served_pointer(run: Run, snapshot: AgentSnapshot) -> None:
+    """Before each run: set an unusable served-model pointer aside (counted once), and
+    export the pointer's state, as the run's plan read it (``snapshot``: the pointer is
+    read again, in the run's folder, only to set it aside).
+
+    An unreadable, wrong-version or dangling ``served.json`` is set aside as
+    ``served.json.unusable-<UTC time>`` (agent_folder.repair), logged in one line and
+    counted in ``genesis_fp16_state_files_skipped_total{file="served_pointer"}``; while no
+    usable pointer replaces it the agent is degraded on ``/healthz``,
+    ``genesis_fp16_served_pointer_unusable`` is 1 (alert GenesisFp16ServedPointerUnusable),
+    and its runs are refused in one line naming the repair (``genesis-fp16 model promote
+    AGENT ID`` or ``model rollback AGENT``). ``genesis_fp16_served_model_pinned`` says
+    whether an operator pinned the served model (0 while nothing is served yet)."""
+    ctx, agent, home = run.ctx, run.agent, run.folder
+    metrics = ctx.metrics.promotion
+    why = None
+    if snapshot.pointer_error is None:  # the transitions before this daemon's first run:
+        pointer = snapshot.pointer  # not counted (none served: counted from the first)
+        ctx.metrics.live.cursor.baseline(agent, [] if pointer is None else pointer.journal)
+    if snapshot.pointer is not None:  # usable, as the plan read it
+        metrics.pinned.labels(agent=agent).set(float(snapshot.pointer.pinned is not None))
+    elif snapshot.pointer_error is None:  # nothing served yet: nothing pinned
+        metrics.pinned.labels(agent=agent).set(0)
+    elif snapshot.pointer_error is not None:  # unreadable, dangling, or set aside before
+        try:  # under the pointer's lock, read again: a repair since is not set aside
+            why, moved = home.set_aside_unusable_pointer()
+        except OSError as exc:  # not ours to rename: reported all the same, never followed
+            why, moved = f"served-model pointer in {home.checkpoint_dir} unusable: {exc}", None
+        if moved is not None:
+            # counted by the agent folder's owner, which set it aside
+            log.error("unusable served-model pointer set aside", path=str(moved), error=why)
+        log.warning("cannot follow the served-model pointer", error=snapshot.pointer_error)
+    if why is None:  # none, usable, or repaired meanwhile (the next run looks again)
+        ctx.unusable_pointer.pop(agent, None)
+        metrics.pointer_unusable.labels(agent=agent).set(0)
+        return
+    ctx.unusable_pointer[agent] = why.replace("AGENT", agent)
+    metrics.pointer_unusable.labels(agent=agent).set(1)
+    metrics.pinned.labels(agent=agent).set(0)
 
 
 def record_progress(run: Run, progress: Progress, summary: TrainingSummary) -> None:
@@ -133,47 +172,6 @@ def record_scale(
     except OSError as exc:
         path = str(folder.loss_scale_path)
         log.error("cannot write the carried loss scale", path=path, error=str(exc))
-
-
-def bound_history(
-    settings: Settings, models: CheckpointsFolder
-) -> tuple[list[Path], ServedPointer | None]:
-    """Prune ``models`` to the bounded history (the last GENESIS_FP16_SERVED_HISTORY_KEEP
-    served ones, rejected candidates for GENESIS_FP16_REJECTED_KEEP_DAYS), after the
-    recovery of what the run, killed or not, left to finish: after each run of the
-    daemon's, and of an operator's ``train`` in a state folder. The candidates removed,
-    and the pointer as it stands after. A pointer that cannot be read prunes nothing:
-    logged, never a guess."""
-    try:
-        removed, pointer = models.prune(
-            settings.served_history_keep,
-            settings.rejected_keep_days,
-            recover_first=True,  # what the run, killed or not, left: on the prune's one read
-        )
-    except (ServedPointerError, OSError) as exc:
-        log.error("model history not pruned", error=str(exc))
-        return [], None  # none pruned, no pointer read
-    for path in removed:
-        log.info("model history: removed candidate", candidate=path.name)
-    return removed, pointer
-
-
-def bound_agent_history(settings: Settings, metrics: DaemonMetrics, folder: AgentFolder) -> None:
-    """Bound the model history of the agent of ``folder`` (:func:`bound_history`) and
-    export the bytes its folder holds, with what the pointer's journal holds: after each
-    run with a result or a failure (genesis_fp16/jobs/run_ended.py)."""
-    agent, models = folder.agent, folder.checkpoints
-    removed, pointer = bound_history(settings, models)  # pointer None: none served, or unread
-    # Each rollback the pointer's journal holds, counted once: a run killed after its
-    # rollback reached the pointer reports nothing, and its rollback still happened.
-    if pointer is not None and pointer.journal:  # a served model (the series exist from 0)
-        new = metrics.live.cursor.new(agent, pointer.journal)
-        metrics.live.count_rollbacks(agent, new)
-        metrics.promotion.count_promotions(agent, new)
-    if pointer is not None:  # watched, or not: the gauge then follows the clock
-        metrics.live.observe_pointer(agent, pointer, settings.live_watch_idle_seconds)
-    metrics.promotion.pruned.labels(agent=agent).set(len(removed))
-    metrics.promotion.state_bytes.labels(agent=agent).set(models.disk_bytes())
 
 
 def _early_stop_summary(result: TrainResult) -> dict[str, Any] | None:

@@ -13,7 +13,7 @@ order:
    and logged, and the remembered floor (genesis_fp16/jobs/guard_state.py);
 4. *carried scale*: the fp16 loss scale the agent's next run starts from;
 5. *history bound*: what a killed transition left recovered, the model history pruned,
-   and what the prune read exported (genesis_fp16/jobs/recording.py:bound_agent_history);
+   and what the prune read exported (genesis_fp16/jobs/model_history.py:bound_agent_history);
 6. *each metrics family*: precision and execution, steps, the run's report, RL
    diagnostics, the gate and drift, ranges, the live watch, the recent verdicts;
 7. *the tracker*: the run's curves get its result and are closed;
@@ -40,7 +40,8 @@ import structlog
 
 from genesis_fp16.jobs import guard_state
 from genesis_fp16.jobs.job_state import Run
-from genesis_fp16.jobs.recording import bound_agent_history, log_ended, record_scale
+from genesis_fp16.jobs.model_history import bound_agent_history
+from genesis_fp16.jobs.recording import log_ended, record_scale
 from genesis_fp16.jobs.run_failure import RunError, failure_reason
 from genesis_fp16.jobs.run_request import expected_precision, precision_request
 from genesis_fp16.metrics.diagnostics_export import export_diagnostics

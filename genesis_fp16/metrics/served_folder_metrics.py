@@ -1,7 +1,7 @@
 """The agent's served model and checkpoint folder as its last run left them: pinned by
 an operator, a pointer set aside as unusable, the folder's bytes and the candidates
-pruned (genesis_fp16/jobs/planning.py and, at the end of each run, recording.py's
-bound_agent_history set them).
+pruned (genesis_fp16/jobs/recording.py's check_served_pointer before each run and, at
+its end, model_history.py's bound_agent_history set them).
 
 >>> from prometheus_client import CollectorRegistry
 >>> folder = ServedFolderMetrics(Families(CollectorRegistry()))

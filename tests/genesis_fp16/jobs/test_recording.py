@@ -151,10 +151,10 @@ def test_a_childs_result_line_is_the_result_and_a_diagnostics_line_is_live() -> 
 def test_the_post_run_step_recovers_what_a_killed_transition_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After each run (recording.bound_agent_history) the daemon finishes, before it prunes,
+    """After each run (model_history.bound_agent_history) the daemon finishes, before it prunes,
     what a rollback killed after its pointer's commit left: the candidate's verdict the
     journal decided and the rollback's event in the agent's outbox."""
-    from genesis_fp16.jobs.recording import bound_agent_history
+    from genesis_fp16.jobs.model_history import bound_agent_history
     from genesis_fp16_infrastructure.agent_folder import candidates, outbox, transitions
 
     ctx = _context(tmp_path, monkeypatch)

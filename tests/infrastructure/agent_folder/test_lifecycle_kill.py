@@ -126,7 +126,7 @@ def _journal(ck: Path) -> list[lifecycle_records.JournalEntry] | None:
 
 
 def _next_owner_call(ck: Path, metrics: tuple[LiveMetrics, PromotionMetrics]) -> list[int]:
-    """What the daemon does after a run, killed or not (recording.bound_agent_history): recover
+    """What the daemon does after a run, killed or not (model_history.bound_agent_history): recover
     what the run left to finish (transitions.recover), prune (keeping the last five
     served and 60 days of decisions: nothing here is due), then count the journal's
     rollbacks and promotions. Returns what it counted of each."""
