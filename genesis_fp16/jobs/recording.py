@@ -189,7 +189,7 @@ def _early_stop_summary(result: TrainResult) -> dict[str, Any] | None:
 
 def resumed_totals(summary: Mapping[str, Any] | None) -> dict[str, float]:
     """The run counters of the checkpoint a run will resume from (empty: none), from its
-    summary (``train_request.ResumePoint.summary``).
+    summary (``agent_snapshot.ResumePoint.summary``).
 
     The summary is the newest checkpoint's summary file (``checkpoint_files.summarize``),
     a few hundred bytes, so that the run alone reads the checkpoint itself; a checkpoint

@@ -3,7 +3,7 @@
 :func:`plan_request` (the daemon's jobs; ``genesis-fp16 train``, with the command
 line's :class:`RequestOverrides`) reads its inputs once, what the plugin declares and the
 agent's state folder (one
-:class:`~genesis_fp16_infrastructure.contract.train_request.AgentSnapshot`: the state
+:class:`~genesis_fp16_infrastructure.contract.agent_snapshot.AgentSnapshot`: the state
 files, the served-model pointer and the plugin's data check), then works out: the
 requested precision and why (:func:`precision_request`: flag, rollback switch,
 per-agent override, how ``auto`` is decided, the precision guard's remembered floor),
