@@ -135,14 +135,15 @@ def _rollback(env_file: Path, value: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("agent", ["se_darwin", AGENT])
+@pytest.mark.parametrize("agent", ["rlhf_ppo", "se_darwin", AGENT])
 def test_a_run_stopped_by_the_fp32_rollback_is_continued_in_fp32_and_judged_once(
     daemon_factory: DaemonFactory, tmp_path: Path, agent: str
 ) -> None:
-    """The agent (se_darwin, and the scaffold's) trains in fp16 (ENABLE_FP16_TRAINING=true
-    in .env); the switch turned to false mid-run stops it with a checkpoint, and the rerun
-    the reload starts continues the same candidate from that checkpoint, in fp32, to its
-    own budget, and promotes it once."""
+    """The agent (se_darwin, rlhf_ppo, the scaffold's) trains in fp16
+    (ENABLE_FP16_TRAINING=true in .env); the switch turned to false mid-run stops it with a
+    checkpoint, and the rerun the reload starts continues the same candidate from that
+    checkpoint, in fp32 (its start's note says the rollback), to its own budget, and
+    promotes it once."""
     steps, stop_after = BUDGETS[agent]
     settings = _settings(agent, tmp_path)
     del settings["ENABLE_FP16_TRAINING"]  # the .env's, edited below
