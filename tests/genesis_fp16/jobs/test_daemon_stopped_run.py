@@ -135,16 +135,20 @@ def _rollback(env_file: Path, value: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("agent", ["rlhf_ppo", "se_darwin", AGENT])
 def test_a_run_stopped_by_the_fp32_rollback_is_continued_in_fp32_and_judged_once(
-    daemon_factory: DaemonFactory, tmp_path: Path
+    daemon_factory: DaemonFactory, tmp_path: Path, agent: str
 ) -> None:
-    """se_darwin trains in fp16 (ENABLE_FP16_TRAINING=true in .env); the switch turned to
-    false mid-run stops it with a checkpoint, and the rerun the reload starts continues the
-    same candidate from that checkpoint, in fp32, to its own budget, and promotes it once."""
-    agent = "se_darwin"
+    """The agent (se_darwin, rlhf_ppo, the scaffold's) trains in fp16
+    (ENABLE_FP16_TRAINING=true in .env); the switch turned to false mid-run stops it with a
+    checkpoint, and the rerun the reload starts continues the same candidate from that
+    checkpoint, in fp32 (its start's note says the rollback), to its own budget, and
+    promotes it once."""
     steps, stop_after = BUDGETS[agent]
     settings = _settings(agent, tmp_path)
     del settings["ENABLE_FP16_TRAINING"]  # the .env's, edited below
+    # The scaffold's settings pin it to fp32 (judged_env): here the .env decides.
+    settings.pop(f"GENESIS_FP16_AGENTS__{AGENT.upper()}__PRECISION", None)
     env_file = tmp_path / ".env"
     _rollback(env_file, "true")
     daemon = daemon_factory(settings)
@@ -171,5 +175,6 @@ def test_a_run_stopped_by_the_fp32_rollback_is_continued_in_fp32_and_judged_once
     assert rerun[0] == cut + 1, rerun[:3]
     started = [r for r in daemon.events("training run started") if r.get("agent") == agent]
     assert [r["precision"] for r in started] == ["fp16", "fp32"], started
+    assert "ENABLE_FP16_TRAINING=false (rollback" in started[1]["reason"], started[1]
     verdict = json.loads((candidate / "verdict.json").read_text())
     assert verdict["outcome"] == "promoted"
