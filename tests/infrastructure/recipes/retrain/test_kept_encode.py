@@ -203,3 +203,34 @@ def test_a_changed_pool_or_another_fit_encodes_as_a_full_encode(
     for part in ("train_data", "validation_data", "eval_data"):
         for a, b in zip(getattr(cached, part), getattr(plain, part), strict=True):
             assert _same(a, b), part
+
+
+def test_a_version_2_split_reads_no_id(tmp_path: Path) -> None:
+    """A split drawn by version 2 (the records' id hashes) looks up no id's text; a
+    version 1 draw reads each id, and both draw as they did."""
+    from genesis_fp16_infrastructure.recipes.retrain import split as split_module
+
+    pool = generate_pool(700, seed=SEED)
+    _write(tmp_path / "data", "a.json", pool, list(pool["trajectories"].values()))
+    data = read_trajectories(tmp_path / "data", keep_text=False)
+    columns = data.columns
+    rows = np.arange(len(columns.labelled))
+    expected = {
+        version: split_module.Draw(
+            [columns.ids[r] for r in columns.labelled.tolist()], columns.id_hash[columns.labelled]
+        ).points(SEED, "", version)
+        for version in (1, 2)
+    }
+
+    class Counted(list[str]):
+        reads = 0
+
+        def __getitem__(self, at: Any) -> Any:
+            Counted.reads += 1
+            return super().__getitem__(at)
+
+    object.__setattr__(columns, "ids", Counted(columns.ids))
+    for version, reads in ((2, 0), (1, len(rows))):
+        Counted.reads = 0
+        got = split_module.Draw.of_rows(columns, rows).points(SEED, "", version)
+        assert np.array_equal(got, expected[version]) and Counted.reads == reads
