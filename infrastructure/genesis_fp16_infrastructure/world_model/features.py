@@ -124,6 +124,27 @@ class Categorical(NamedTuple):
         return len(self.operator.codes)
 
 
+class WordTables(NamedTuple):
+    """An encoder's columns for each distinct value of each categorical field
+    (:meth:`FeatureEncoder.tables`), float32, a row per value."""
+
+    operator: torch.Tensor
+    tools: torch.Tensor
+    pattern: torch.Tensor
+    agent: torch.Tensor
+    # The distinct values they were built from (the Coded columns' own lists): tables are
+    # used only for parts that share these very lists (FeatureEncoder.encode_parts).
+    of: tuple[list[Any], ...]
+
+    def fit(self, parts: Categorical) -> bool:
+        """Whether these are ``parts``' tables: built from its values' very lists."""
+        return all(a is b.values for a, b in zip(self.of, _fields(parts), strict=True))
+
+
+def _fields(parts: Categorical) -> tuple[Coded, Coded, Coded, Coded]:
+    return (parts.operator, parts.tools, parts.pattern, parts.agent)
+
+
 @dataclass(frozen=True)
 class FeatureEncoder:
     """Turns attempts into a float32 matrix; fitted once, then frozen and saved."""
@@ -207,16 +228,50 @@ class FeatureEncoder:
         return self.encode_parts(Categorical.of(attempts), numeric_columns(attempts, pool))
 
     def encode_parts(
-        self, parts: Categorical, numeric: torch.Tensor, rows: torch.Tensor | None = None
+        self,
+        parts: Categorical,
+        numeric: torch.Tensor,
+        rows: torch.Tensor | None = None,
+        tables: WordTables | None = None,
     ) -> torch.Tensor:
         """:meth:`encode` of the attempts' categorical ``parts`` and their
         :func:`numeric_columns`: the same matrix, bit for bit. With ``rows``, the
         attempts' numbers are those rows of ``numeric`` (taken a block at a time, not
-        copied whole)."""
+        copied whole). ``tables``: this encoder's :meth:`tables` of ``parts``' values,
+        built once for the parts of one pool (they share their values), else built here
+        (as they are for parts of other values: tables are never looked up by codes into
+        other lists)."""
         n = len(parts)
+        if tables is None or not tables.fit(parts):
+            tables = self.tables(parts)
         out = torch.empty((n, self.n_features), dtype=torch.float32)
         mean = torch.tensor(self.mean, dtype=torch.float64)
         std = torch.tensor(self.std, dtype=torch.float64)
+        width = len(NUMERIC_FEATURES)
+        coded = _fields(parts)
+        for start in range(0, n, ENCODE_ROWS):
+            end = min(n, start + ENCODE_ROWS)
+            if rows is None:  # a view of the caller's rows: scaled into a new tensor
+                block = torch.sub(numeric[start:end], mean)
+            else:  # a gathered copy, the encoder's own: scaled in place
+                block = numeric.index_select(0, rows[start:end]).sub_(mean)
+            # Centred and scaled in float64, rounded into float32 once as it is written:
+            # the same bits as a Python float's (x - mean) / std, rounded.
+            out[start:end, :width] = block.div_(std)
+            at = width
+            for table, c in zip(tables[:4], coded, strict=True):
+                # A float32 table: rounding its float64 values before the lookup or after
+                # is the same rounding of the same numbers (and half the bytes moved).
+                looked_up = table[torch.from_numpy(c.codes[start:end])]
+                out[start:end, at : at + looked_up.shape[1]] = looked_up
+                at += looked_up.shape[1]
+        return out
+
+    def tables(self, parts: Categorical) -> WordTables:
+        """Each categorical field's columns for each of its distinct values (``parts``'
+        ``values``), float32: the rows :meth:`encode_parts` looks up by code. A pool
+        repeats a few hundred to a few thousand of each, worked out once per encode of a
+        pool, not once per part of it."""
         # The agent's base rate as log-odds against the overall rate; 0 for an unknown
         # agent. Rounded: a one-agent pool's smoothed rate equals the overall one only up
         # to float rounding, and a 1e-16 input flushes to zero in fp16 while its fp32
@@ -226,25 +281,13 @@ class FeatureEncoder:
             [round(_logit(rates.get(agent, self.base_rate)) - base, 6)]
             for agent in parts.agent.values
         ]
-        # Each field's columns worked out once per distinct value (a pool repeats a few
-        # hundred: the same tools recur), then each attempt's row looked up by its code.
-        tables = [
-            (_word_columns(parts.operator.values, OPERATORS, other=False), parts.operator),
-            (_word_columns(parts.tools.values, self.tools, other=True), parts.tools),
-            (_word_columns(parts.pattern.values, self.patterns, other=True), parts.pattern),
-            (torch.tensor(agent_rates, dtype=torch.float64).reshape(-1, 1), parts.agent),
-        ]
-        for start in range(0, n, ENCODE_ROWS):
-            end = min(n, start + ENCODE_ROWS)
-            block = numeric[start:end] if rows is None else numeric[rows[start:end]]
-            looked_up = (table[torch.from_numpy(c.codes[start:end])] for table, c in tables)
-            # Each float64 part rounded into its columns of ``out`` as it is made: the same
-            # bits as joining them first (torch.cat, 40% of an encode) and rounding once.
-            at = 0
-            for part in ((block - mean) / std, *looked_up):
-                out[start:end, at : at + part.shape[1]] = part
-                at += part.shape[1]
-        return out
+        return WordTables(
+            _word_columns(parts.operator.values, OPERATORS, other=False).float(),
+            _word_columns(parts.tools.values, self.tools, other=True).float(),
+            _word_columns(parts.pattern.values, self.patterns, other=True).float(),
+            torch.tensor(agent_rates, dtype=torch.float64).reshape(-1, 1).float(),
+            tuple(c.values for c in _fields(parts)),
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Plain lists, strings and floats: safe for ``torch.load(weights_only=True)``."""

@@ -143,3 +143,52 @@ def test_encoding_in_blocks_gives_the_same_bits(
         encoder.encode(attempts, data.pool).view(torch.int32), whole.view(torch.int32)
     )
     assert encoder.encode([], data.pool).shape == (0, encoder.n_features)
+
+
+def test_parts_by_rows_with_shared_tables_give_the_row_features(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parts of a read's records taken by rows (shuffled, blocks of 7), each encoded with
+    one set of tables built from the pool's distinct values: the per-row code's bits."""
+    import numpy as np
+
+    import genesis_fp16_infrastructure.world_model.features as features
+
+    write_pool(tmp_path / "pools", 600, seed=3, agent="se_darwin")
+    write_replay_buffer(tmp_path / "pools" / "replay.jsonl", 200, seed=4, agent="other")
+    data = read_trajectories(tmp_path / "pools")
+    columns, attempts = data.columns, [e.attempt for e in data.examples]
+    successes = [e.label.success for e in data.examples]
+    encoder = FeatureEncoder.fit(attempts[:300], data.pool, successes[:300], 4, 3)
+    numeric = features.numeric_rows(columns, columns.labelled)
+    tables = encoder.tables(features.Categorical.of_rows(columns, columns.labelled[:0]))
+    monkeypatch.setattr(features, "ENCODE_ROWS", 7)
+    order = np.random.default_rng(0).permutation(len(attempts))
+    for rows in np.array_split(order, 3):
+        parts = features.Categorical.of_rows(columns, columns.labelled[rows])
+        got = encoder.encode_parts(parts, numeric, torch.from_numpy(rows), tables)
+        expected = torch.tensor(
+            [_row_reference(encoder, attempts[i], data.pool) for i in rows.tolist()],
+            dtype=torch.float32,
+        )
+        assert torch.equal(got.view(torch.int32), expected.view(torch.int32))
+
+
+def test_tables_of_other_values_are_not_used(tmp_path: Path) -> None:
+    """Tables built from another read's distinct values (codes into other lists) are
+    set aside: the parts encode as with their own tables."""
+    import genesis_fp16_infrastructure.world_model.features as features
+
+    data = read_trajectories(write_pool(tmp_path / "a", 300, seed=6))
+    other = read_trajectories(write_pool(tmp_path / "b", 300, seed=7))
+    attempts = [e.attempt for e in data.examples]
+    encoder = FeatureEncoder.fit(attempts, data.pool, [e.label.success for e in data.examples])
+    columns = data.columns
+    parts = features.Categorical.of_rows(columns, columns.labelled)
+    numeric = features.numeric_rows(columns, columns.labelled)
+    foreign = encoder.tables(features.Categorical.of_rows(other.columns, other.columns.labelled))
+    assert not foreign.fit(parts) and encoder.tables(parts).fit(parts)
+    got = encoder.encode_parts(parts, numeric, tables=foreign)
+    assert torch.equal(
+        got.view(torch.int32), encoder.encode_parts(parts, numeric).view(torch.int32)
+    )

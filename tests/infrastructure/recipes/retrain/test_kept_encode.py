@@ -124,3 +124,113 @@ def test_a_later_run_in_one_process_appends_its_new_rows(tmp_path: Path, budget:
     assert before.st_size < after.st_size
     assert 0 < later["numeric_computed"] < 3 * 40 and later["numeric_appended"] == 1
     assert later["numeric_from_memory"] == (1 if budget else 0)
+
+
+def test_each_distinct_categorical_value_is_worked_out_once_a_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's three parts share the pool's distinct operators, tool lists and patterns:
+    each field's columns per distinct value are worked out once (3 tables), not once per
+    part (9), and the parts are the ones each encoded alone, bit for bit."""
+    pool = generate_pool(3400, seed=SEED)
+    _write(tmp_path / "data", "a.json", pool, list(pool["trajectories"].values()))
+    data = read_trajectories(tmp_path / "data", keep_text=False)
+    options = TaskOptions.from_mapping({"cross_validation": False})
+    values: list[int] = []
+    real = features._word_columns
+
+    def counted(found: Any, vocabulary: Any, other: bool) -> torch.Tensor:
+        values.append(len(found))
+        return real(found, vocabulary, other)
+
+    monkeypatch.setattr(features, "_word_columns", counted)
+    task = WorldModelTask(data, options, SEED)
+    columns = data.columns
+    distinct = sum(len(c.values) for c in (columns.operator, columns.tools, columns.pattern))
+    assert len(values) == 3 and sum(values) == distinct
+    numeric = features.numeric_rows(columns, columns.labelled)
+    split = task.split
+    for part, rows in (("train_data", split.train), ("eval_data", split.held_out)):
+        alone = task.encoder.encode_parts(
+            features.Categorical.of_rows(columns, columns.labelled[rows]),
+            numeric,
+            torch.from_numpy(rows),
+        )
+        assert _same(getattr(task, part).x, alone), part
+
+
+def _changed(records: list[dict[str, Any]], change: str) -> list[dict[str, Any]]:
+    """``records`` with one record relabelled, edited or removed: the one most named as a
+    parent (its children read its score and depth)."""
+    records = [dict(r) for r in records]
+    named = [p for r in records for p in r["parent_trajectories"]]
+    target = max(set(named), key=named.count)
+    at = next(i for i, r in enumerate(records) if r["trajectory_id"] == target)
+    if change == "removal":
+        return records[:at] + records[at + 1 :]
+    if change == "relabel":
+        score = records[at].get("success_score")
+        records[at]["success_score"] = 0.9 if score is None else round(1.0 - score, 4)
+    else:
+        records[at]["code_changes"] = str(records[at].get("code_changes", "")) + "\n+one line"
+    return records
+
+
+@pytest.mark.parametrize("change", ["relabel", "edit", "removal", "another fit"])
+def test_a_changed_pool_or_another_fit_encodes_as_a_full_encode(
+    tmp_path: Path, change: str
+) -> None:
+    """After a first task kept its rows: a record relabelled, edited or removed, or the
+    same pool fitted again on another split (another seed): the task from the kept rows
+    is the task that works every record out, encoder and every tensor, bit for bit."""
+    pool = generate_pool(3400, seed=SEED)
+    records = list(pool["trajectories"].values())
+    folder = tmp_path / "data"
+    _write(folder, "a.json", pool, records)
+    options = TaskOptions.from_mapping({"cross_validation": False, "batch_size": 64})
+    first = read_trajectories(folder, keep_text=False)
+    WorldModelTask(first, options, SEED, kept=KeptNumeric(tmp_path / "cache", folder))
+    seed = SEED
+    if change == "another fit":
+        seed = SEED + 1
+    else:
+        _write(folder, "a.json", pool, _changed(records, change))
+    data = read_trajectories(folder, keep_text=False)
+    kept = KeptNumeric(tmp_path / "cache", folder)
+    cached = WorldModelTask(data, options, seed, kept=kept)
+    plain = WorldModelTask(data, options, seed)
+    assert kept.reused > 0 and cached.encoder == plain.encoder
+    for part in ("train_data", "validation_data", "eval_data"):
+        for a, b in zip(getattr(cached, part), getattr(plain, part), strict=True):
+            assert _same(a, b), part
+
+
+def test_a_version_2_split_reads_no_id(tmp_path: Path) -> None:
+    """A split drawn by version 2 (the records' id hashes) looks up no id's text; a
+    version 1 draw reads each id, and both draw as they did."""
+    from genesis_fp16_infrastructure.recipes.retrain import split as split_module
+
+    pool = generate_pool(700, seed=SEED)
+    _write(tmp_path / "data", "a.json", pool, list(pool["trajectories"].values()))
+    data = read_trajectories(tmp_path / "data", keep_text=False)
+    columns = data.columns
+    rows = np.arange(len(columns.labelled))
+    expected = {
+        version: split_module.Draw(
+            [columns.ids[r] for r in columns.labelled.tolist()], columns.id_hash[columns.labelled]
+        ).points(SEED, "", version)
+        for version in (1, 2)
+    }
+
+    class Counted(list[str]):
+        reads = 0
+
+        def __getitem__(self, at: Any) -> Any:
+            Counted.reads += 1
+            return super().__getitem__(at)
+
+    object.__setattr__(columns, "ids", Counted(columns.ids))
+    for version, reads in ((2, 0), (1, len(rows))):
+        Counted.reads = 0
+        got = split_module.Draw.of_rows(columns, rows).points(SEED, "", version)
+        assert np.array_equal(got, expected[version]) and Counted.reads == reads
