@@ -82,8 +82,9 @@ def run(size: int, seed: int, caps: list[int]) -> list[dict[str, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=100_000)
-    parser.add_argument("--seeds", type=int, default=3, help="pools: seeds 0..S-1")
-    parser.add_argument("--caps", default=f"{split_module.VALIDATION_CAP},2000")
+    parser.add_argument("--seeds", type=int, default=3, help="pools, from --first-seed")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--caps", default=f"20000,{split_module.VALIDATION_CAP}")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| seed | cap | held-out AUC | fresh AUC | best step | steps | seconds | load |")
     print("| --- " * 8 + "|")
     rows = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         rows += run(args.size, seed, caps)
         if args.out:
             args.out.write_text(json.dumps(rows, indent=1) + "\n")
