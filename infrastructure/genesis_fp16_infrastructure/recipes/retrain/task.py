@@ -9,7 +9,8 @@ The data is read once and evaluated one of two ways, chosen by the pool's size:
   stopping's yardstick) and the training part. Split sizes follow the pool
   (``split_fractions``): the held-out part aims at 1,000 records, at least 10% and at
   most 30% of the pool, so that its AUC is not mostly the split's luck (its 95% interval
-  is reported next to it); validation takes the same share of what is left, at most 20%.
+  is reported next to it); validation takes the same share of what is left, at most 20%
+  and at most ``split.VALIDATION_CAP`` (2,000) records.
   The model is an ensemble of ``members`` (5) networks trained together, each on the
   whole training part, and served as their mean: one fresh network's log-loss on a
   Genesis agent's few hundred judged records moves by about the gate's margin from fit to
