@@ -1,15 +1,17 @@
 """What a resident process's kept drift reference saves, paired in one process (issue 90
-item 3): each way timed on the same pool, alternating, with the work each did counted
-(references sorted).
+item 3) and kept judged ids save (item 4, ``split.judged_ids``): each way timed on the
+same pool, alternating, with the work each did counted (references sorted, ids named).
 
 For each ``--pools`` size P: a served model's pool of P - ``--new`` records (seed 99) and
-``--new`` more (seed 3099), read as a run reads them. Then, ``--repeats`` times each way:
+``--new`` more (seed 3099) in a file sorting after, read as a run reads them. Then, ``--repeats`` times each way:
 
 * **drift**: ``drift_report`` with nothing kept (``keep_in_memory_bytes`` 0), and with the
   reference a previous run over the same served model kept (a run after a rejected
-  candidate: a promoted one is another served model, whose reference is measured).
+  candidate: a promoted one is another served model, whose reference is measured);
+* **judged ids**: the pool's judged ids named from nothing, and with the previous run's
+  (the pool less its new file) kept: the new records named alone.
 
-The reports of both ways are compared, field for field.
+The reports and ids of both ways are compared, field for field.
 
     python benchmarks/judging_kept_ab.py --pools 10000,100000 --new 1000 --repeats 5
 """
@@ -31,7 +33,7 @@ from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import write_pool
-from genesis_fp16_infrastructure.recipes.retrain import drift
+from genesis_fp16_infrastructure.recipes.retrain import drift, split
 from genesis_fp16_infrastructure.world_model.features import numeric_rows
 
 BUDGET = 1024 * 2**20
@@ -47,14 +49,15 @@ def _case(pool: int, new: int, repeats: int) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         data.mkdir()
-        write_pool(Path(tmp) / "g1", pool - new, 99).rename(data / "pool-99.json")
+        write_pool(Path(tmp) / "g1", pool - new, 99).rename(data / "pool-1.json")
         old = read_trajectories(data, keep_text=False).columns
-        write_pool(Path(tmp) / "g2", new, 3099).rename(data / "pool-3099.json")
+        write_pool(Path(tmp) / "g2", new, 3099).rename(data / "pool-2.json")
         columns = read_trajectories(data, keep_text=False).columns
     served = fingerprint_of(old)
     numeric = numeric_rows(columns, columns.labelled)
     kept_in_memory._PROCESS.clear()
     drift.drift_report(columns, served, 0, numeric, BUDGET)  # the previous run's reference
+    split.judged_ids(old, BUDGET)  # the previous run's pool's ids
     memory = kept_in_memory.current()
     assert memory is not None
     saved = dict(memory._entries)
@@ -62,6 +65,10 @@ def _case(pool: int, new: int, repeats: int) -> list[str]:
         "drift": {
             "from nothing": lambda: drift.drift_report(columns, served, 0, numeric, 0),
             "kept": lambda: drift.drift_report(columns, served, 0, numeric, BUDGET),
+        },
+        "judged ids": {
+            "from nothing": lambda: split.judged_ids(columns, 0),
+            "kept": lambda: split.judged_ids(columns, BUDGET),
         },
     }
     lines = []
@@ -74,10 +81,16 @@ def _case(pool: int, new: int, repeats: int) -> list[str]:
                 memory._entries.clear()  # what the previous run left, as it left it
                 memory._entries.update(saved)
                 drift.KEPT.clear()
+                split.JUDGED.clear()
                 took, outs[way] = _timed(both[way])
                 seconds[way].append(took)
-                counts[way] = f"{drift.KEPT['measured'] + drift.KEPT['stale']} reference(s) sorted"
-        same = outs["from nothing"].to_json() == outs["kept"].to_json()
+                counts[way] = (
+                    f"{drift.KEPT['measured'] + drift.KEPT['stale']} reference(s) sorted"
+                    if part == "drift"
+                    else f"{split.JUDGED['named']:,} of {len(outs[way]):,} ids named"
+                )
+        a, b = outs["from nothing"], outs["kept"]
+        same = a.to_json() == b.to_json() if part == "drift" else a == b
         for way, s in seconds.items():
             lines.append(
                 f"| {pool:,} | {new:,} | {part} | {way} | {statistics.median(s):.4f} | "
@@ -101,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     after = " ".join(f"{x:.2f}" for x in os.getloadavg())
     text = "\n".join(
         [
-            "# The kept drift reference, paired in one process (issue 90)",
+            "# The kept drift reference and judged ids, paired in one process (issue 90)",
             "",
             f"`python benchmarks/judging_kept_ab.py --pools {args.pools} --new {args.new} "
             f"--repeats {args.repeats}`; {os.cpu_count()} cores, torch {torch.__version__}, "
