@@ -3,7 +3,8 @@ item 3) and kept judged ids save (item 4, ``split.judged_ids``): each way timed 
 same pool, alternating, with the work each did counted (references sorted, ids named).
 
 For each ``--pools`` size P: a served model's pool of P - ``--new`` records (seed 99) and
-``--new`` more (seed 3099) in a file sorting after, read as a run reads them. Then, ``--repeats`` times each way:
+``--new`` more (seed 3099) in a file sorting after, read as a run reads them. Then,
+``--repeats`` times each way:
 
 * **drift**: ``drift_report`` with nothing kept (``keep_in_memory_bytes`` 0), and with the
   reference a previous run over the same served model kept (a run after a rejected
