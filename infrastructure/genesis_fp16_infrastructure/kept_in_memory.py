@@ -9,7 +9,9 @@ file, the manifest's content digest). A lookup whose identity differs in any fie
 miss, and the entry goes: the caller reads the file as if nothing were kept. Nothing in
 it is trusted past that check.
 A scoring's model outputs are kept beside them, keyed by the checkpoint's SHA-256 and
-each record's inputs (``recipes.retrain.kept_outputs``).
+each record's inputs (``recipes.retrain.kept_outputs``), and the drift report's reference,
+keyed by the served model's records and checked against the reference's numbers
+(``recipes.retrain.drift``).
 
 The store is this process's alone, and off until a run asks for it with a budget
 (``TrainRequest.keep_in_memory_bytes``, the daemon's

@@ -30,6 +30,17 @@ distances and flags, bit for bit, as one pass per draw
 ``test_drift_cost_of_new.py``). A NaN among the numbers is refused (a ValueError naming
 the feature).
 
+In a resident run process (``keep_in_memory_bytes``: :mod:`~genesis_fp16_infrastructure.
+kept_in_memory`) the reference's numeric side (its values, sorted once: deciles, bin
+bounds and shares) is kept from one run to the next, keyed by the served model's record
+hashes and checked against what it was made of: the reference sample's numbers, value
+for value. The next run over the same served model, with records only added, finds them
+equal and sorts nothing; a relabel, edit or removal (which moves a record out of the
+reference or changes a record's lineage numbers), another served model (a promotion, a
+rollback) or another sample is a mismatch: the reference is measured again, counted
+(:data:`KEPT`) and logged. Taken or measured, the report is the same, bit for bit: it is
+the same values' sort.
+
 The label shift is flagged past max(0.05, 3 standard errors of the difference of two
 rates). Vertex AI and Evidently use fixed thresholds (0.1 by default); a fixed one flags
 small batches for their noise alone.
@@ -40,7 +51,10 @@ small batches for their noise alone.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import math
+from collections import Counter
 from itertools import chain
 from typing import NamedTuple
 
@@ -51,6 +65,7 @@ from genesis_fp16_infrastructure.contract.reports import DriftReport
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.kept_in_memory import estimate_bytes, process_memory
 from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, numeric_rows
 
 NOISE_DRAWS = 20
@@ -61,6 +76,11 @@ MIN_NEW = 20  # fewer new records: no report (every distance would be noise)
 # (the label shift counts them all). Binning a 990,000-record reference took 26 s of a
 # 1,000,000-record run; 50,000 records put a decile's share within about 0.003.
 DRIFT_SAMPLE = 50_000
+KIND = "drift reference"  # the store's key: (KIND, a digest of the served model's records)
+# What became of each run's reference (this process's): "measured" (nothing kept, or a
+# budget of 0), "taken" (kept and equal), "stale" (kept of other values: measured again).
+KEPT: Counter[str] = Counter()
+logger = logging.getLogger(__name__)
 
 
 def drift_report(
@@ -68,13 +88,15 @@ def drift_report(
     served: DataFingerprint | None,
     seed: int = 0,
     numeric: torch.Tensor | None = None,
+    keep_in_memory_bytes: int | None = None,
 ) -> DriftReport | None:
     """The run's ``drift`` report on a read's records
     (``ReadResult.columns``; its examples are never built), or None without a served
     model's fingerprint or with under ``MIN_NEW`` new records. ``numeric``:
     ``numeric_columns`` of the read's examples, when the caller has them (else they
     are built for the records measured alone). A NaN among them is a ValueError that
-    names the feature."""
+    names the feature. ``keep_in_memory_bytes``: the request's; past 0 the reference's
+    numeric side is kept for the next run (module docstring)."""
     if served is None:
         return None
     is_new = _new_records(columns, served)
@@ -85,8 +107,8 @@ def drift_report(
     generator = torch.Generator().manual_seed(seed)
     new_rows, ref_rows = _sample(new_rows, generator), _sample(ref_rows, generator)
     tables = _tables(columns)  # built once, for both sides
-    ref_cols = _numbers(columns, numeric, ref_rows)
-    reference = _Reference(_categorical(tables, columns, ref_rows), ref_cols)
+    measured = _measured(columns, numeric, ref_rows, served, keep_in_memory_bytes)
+    reference = _Reference(_categorical(tables, columns, ref_rows), measured)
     new_cols = _numbers(columns, numeric, new_rows)
     distances = reference.distances(_categorical(tables, columns, new_rows), new_cols)
     noise = _noise(reference, len(new_rows), seed)
@@ -119,10 +141,20 @@ def _numbers(
     when the caller has them, else built for these rows alone (each record's numbers
     are its own). A NaN is refused: the features never hold one, and it would make its
     feature's deciles NaN and its distance a silent 0."""
+    cols = _rows(columns, numeric, rows)
+    _refuse_nan(cols)
+    return cols
+
+
+def _rows(columns: PoolColumns, numeric: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:
+    """The unscaled numeric features of the labelled records ``rows``, unchecked."""
     if numeric is None:
-        cols = numeric_rows(columns, columns.labelled[rows.numpy()])
-    else:
-        cols = numeric[rows]
+        return numeric_rows(columns, columns.labelled[rows.numpy()])
+    return numeric[rows]
+
+
+def _refuse_nan(cols: torch.Tensor) -> None:
+    """A ValueError naming the first feature of ``cols`` (record x feature) with a NaN."""
     nans = cols.isnan().sum(0)
     if bool(nans.any()):
         name, count = next((n, int(k)) for n, k in zip(NUMERIC_FEATURES, nans, strict=True) if k)
@@ -130,7 +162,61 @@ def _numbers(
             f"drift: numeric feature {name!r} has {count} NaN value(s) among "
             f"{cols.shape[0]} records (the features are never NaN: the numbers are wrong)"
         )
-    return cols
+
+
+class _Measured(NamedTuple):
+    """The reference's numeric side: its values (feature x record, float64), each
+    feature's bin bounds, the bins' padded width and the reference's shares (feature x
+    bin). What a resident process keeps from run to run (:func:`_measured`)."""
+
+    values: torch.Tensor
+    bounds: list[torch.Tensor]
+    width: int
+    shares: torch.Tensor
+
+    @classmethod
+    def of(cls, values: torch.Tensor) -> _Measured:
+        """Measured from ``values`` (feature x record): one numpy sort of each row."""
+        ordered = torch.from_numpy(np.sort(values.numpy(), axis=1))
+        bounds = [_bounds(row) for row in ordered]
+        width = max(len(b) for b in bounds) + 1 if bounds else 1
+        return cls(values, bounds, width, _sorted_shares(ordered, bounds, width))
+
+
+def _measured(
+    columns: PoolColumns,
+    numeric: torch.Tensor | None,
+    rows: torch.Tensor,
+    served: DataFingerprint,
+    budget: int | None,
+) -> _Measured:
+    """The reference records ``rows``' numeric side: the one kept for this served model
+    when it was made of these very values (no sort, no NaN check: they passed both),
+    else measured now (a NaN refused) and kept for the next run."""
+    values = _rows(columns, numeric, rows).T.double().contiguous()
+    memory = process_memory(budget or 0)
+    key = (KIND, hashlib.blake2b(served.labelled.numpy().tobytes(), digest_size=16).hexdigest())
+    kept = None if memory is None else memory.get(key, key, given=False)
+    if isinstance(kept, _Measured) and torch.equal(kept.values, values):
+        KEPT["taken"] += 1
+        memory.note_given(f"drift reference of {values.shape[1]:,} records")  # type: ignore[union-attr]
+        return kept
+    if isinstance(kept, _Measured):  # these records' numbers moved: an edit, a removal
+        KEPT["stale"] += 1
+        logger.info(
+            "drift: the kept reference of %s records is not these %s records' numbers "
+            "(records changed or left the reference): measured again",
+            f"{kept.values.shape[1]:,}",
+            f"{values.shape[1]:,}",
+        )
+    else:
+        KEPT["measured"] += 1
+    _refuse_nan(values.T)
+    measured = _Measured.of(values)
+    if memory is not None:
+        what = f"drift reference of {values.shape[1]:,} records"
+        memory.put(key, key, measured, estimate_bytes(measured.values) * 2, what)
+    return measured
 
 
 class _Categorical(NamedTuple):
@@ -197,14 +283,13 @@ class _Reference:
     own records (:meth:`draw_distances`: one pass over the draws, not one each, binning
     the fewer of the records drawn and the records held)."""
 
-    def __init__(self, categorical: dict[str, _Categorical], cols: torch.Tensor) -> None:
-        self.values = cols.T.double().contiguous()  # feature x record: a feature's in a row
-        ordered = torch.from_numpy(np.sort(self.values.numpy(), axis=1))
-        self.bounds = [_bounds(row) for row in ordered]
-        self.width = max(len(b) for b in self.bounds) + 1 if self.bounds else 1
-        self.numeric = _sorted_shares(ordered, self.bounds, self.width)  # feature x bin
+    def __init__(self, categorical: dict[str, _Categorical], measured: _Measured) -> None:
+        self.values = measured.values  # feature x record: a feature's in a row
+        self.bounds = measured.bounds
+        self.width = measured.width
+        self.numeric = measured.shares  # feature x bin
         self.categorical = categorical
-        everyone = torch.arange(cols.shape[0])[None]
+        everyone = torch.arange(self.values.shape[1])[None]
         self.counts = {k: c.counts(everyone)[0] for k, c in categorical.items()}
         self.seen = {k: c > 0 for k, c in self.counts.items()}  # the reference's categories
 

@@ -274,7 +274,9 @@ def _drift(
         return None
     with clock.phase("drift"):  # drift_report builds the numbers when the task gave none
         seen = DataFingerprint.from_state(served.get("data"))
-        drift = drift_report(data.columns, seen, request.seed, numeric)
+        drift = drift_report(
+            data.columns, seen, request.seed, numeric, request.keep_in_memory_bytes
+        )
     if drift is not None and drift.any_flagged:  # one line: what moved, and by how much
         logger.warning(
             "%s: %d new record(s) drifted: %s; success rate shift %+.3f (threshold %.3f)",

@@ -126,7 +126,8 @@ def _run_pool(request: TrainRequest, options: TaskOptions) -> _RunPool:
     # quarantined records kept where the judged run asks (its first read)
     data = read_pool(request, options, request.quarantine_path, cache)
     plan = None if checked is None else weakref.ref(checked)
-    pool = _RunPool(plan, key, data, judged_ids(data.columns), kept_numeric(request, cache))
+    named = judged_ids(data.columns, request.keep_in_memory_bytes)
+    pool = _RunPool(plan, key, data, named, kept_numeric(request, cache))
     if checked is not None:  # forgotten with the plan: a daemon thread keeps no old pool
         _RUN_POOL[:] = [pool]
         weakref.finalize(checked, _forget)

@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -26,6 +28,7 @@ from genesis_fp16_infrastructure.contract.split import HELD_OUT, splitmix64
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.schema import judged_id
+from genesis_fp16_infrastructure.kept_in_memory import estimate_bytes, process_memory
 from genesis_fp16_infrastructure.recipes.retrain.options import (
     EVAL_BOUNDS,
     EVAL_TARGET,
@@ -169,10 +172,53 @@ class Split(NamedTuple):
     hash: int = SPLIT_HASH  # how records were drawn into parts or folds (SPLIT_HASH)
 
 
-def judged_ids(columns: PoolColumns) -> list[str]:
+JUDGED_KIND = "judged ids"  # the store's key: (JUDGED_KIND,), the last pool's judged ids
+# Judged ids this process took from the last pool's ("taken") and named ("named"), and
+# the kept pools that were not a prefix of the next ("stale": every id named again).
+JUDGED: Counter[str] = Counter()
+
+
+@dataclass(frozen=True)
+class _KeptJudged:
+    """A pool's labelled records' trajectory ids, record hashes and judged ids, in order."""
+
+    trajectory_ids: tuple[str, ...]
+    keys: np.ndarray  # int64
+    judged: tuple[str, ...]
+
+
+def judged_ids(columns: PoolColumns, budget: int | None = None) -> list[str]:
     """Each labelled record's id as the judged run knows it (``schema.judged_id``), in
-    the read's order (``score_records``, ``trained_ids``)."""
-    return list(map(judged_id, columns.example_ids, columns.key.tolist()))
+    the read's order (``score_records``, ``trained_ids``). ``budget``: the request's
+    ``keep_in_memory_bytes``; past 0 the ids are kept in this process, and the next pool
+    that begins with the same records (the same trajectory ids and record hashes, in
+    order: a pool grown at its end) names its new records alone; any other pool (a
+    relabel, an edit or a removal among them) names every record again, logged."""
+    ids, keys = columns.example_ids, columns.key
+    memory = process_memory(budget or 0)
+    kept = None if memory is None else memory.get((JUDGED_KIND,), JUDGED_KIND, given=False)
+    start = 0
+    if isinstance(kept, _KeptJudged):
+        start = len(kept.judged)
+        prefix = start <= len(ids) and np.array_equal(keys[:start], kept.keys)
+        if not (prefix and tuple(ids[:start]) == kept.trajectory_ids):
+            JUDGED["stale"] += 1
+            logger.info(
+                "judged ids: the %s kept are not the first of these %s records: all named again",
+                f"{start:,}",
+                f"{len(ids):,}",
+            )
+            start = 0
+    named = list(map(judged_id, ids[start:], keys[start:].tolist()))
+    JUDGED["taken"] += start
+    JUDGED["named"] += len(named)
+    out = list(kept.judged[:start]) + named if start and isinstance(kept, _KeptJudged) else named
+    if memory is not None and (len(named) or not start):
+        entry = _KeptJudged(tuple(ids), keys.copy(), tuple(out))
+        memory.put((JUDGED_KIND,), JUDGED_KIND, entry, estimate_bytes(entry), "judged ids")
+    if start:
+        memory.note_given(f"judged ids of {start:,} records")  # type: ignore[union-attr]
+    return out
 
 
 def judged_held_out(data: ReadResult) -> np.ndarray:

@@ -14,14 +14,15 @@ from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import record_id_hash
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.recipes.retrain.drift import _Reference, drift_report
+from genesis_fp16_infrastructure.recipes.retrain.drift import _Measured, _Reference, drift_report
 from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES
 
 
 def numeric_distance(reference: torch.Tensor, new: torch.Tensor) -> float:
     """The drift report's distance of ``new`` from ``reference`` on its first feature."""
     width = len(NUMERIC_FEATURES)
-    ref = _Reference({}, reference[:, None].expand(-1, width))
+    values = reference[:, None].expand(-1, width).T.double().contiguous()
+    ref = _Reference({}, _Measured.of(values))
     return ref.distances({}, new[:, None].expand(-1, width))[NUMERIC_FEATURES[0]]
 
 

@@ -1,0 +1,135 @@
+"""The drift report's reference kept in a resident process (issue 90 item 3): a later run
+over the same served model sorts nothing of the reference, and every change that moves
+the reference (a relabel, an edit, a removal, another served model) gives the report that
+computing from nothing gives."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import genesis_fp16_infrastructure.recipes.retrain.drift as drift
+from genesis_fp16_infrastructure import kept_in_memory
+from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+
+BUDGET = 64 * 2**20
+Pool = dict[str, Any]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memory() -> Iterator[None]:
+    """Each test starts with nothing kept and no counts."""
+    kept_in_memory._PROCESS.clear()
+    drift.KEPT.clear()
+    yield
+    kept_in_memory._PROCESS.clear()
+    drift.KEPT.clear()
+
+
+def _read(folder: Path, files: dict[str, Pool]) -> PoolColumns:
+    """``files`` written in ``folder`` (nothing else there) and read as a run reads them."""
+    folder.mkdir(exist_ok=True)
+    for old in folder.iterdir():
+        old.unlink()
+    for name, pool in files.items():
+        (folder / name).write_text(json.dumps(pool))
+    return read_trajectories(folder, keep_text=False).columns
+
+
+def _sorts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the reference's measuring: one ``_bounds`` per numeric feature sorted."""
+    count = [0]
+    real = drift._bounds
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(drift, "_bounds", counted)
+    return count
+
+
+def _both(columns: PoolColumns, served: DataFingerprint) -> tuple[Any, Any]:
+    """The report as a resident process makes it (what it kept), and from nothing."""
+    kept = drift.drift_report(columns, served, 3, None, BUDGET)
+    fresh = drift.drift_report(columns, served, 3, None, 0)
+    assert kept is not None and fresh is not None
+    return kept.to_json(), fresh.to_json()
+
+
+def _setting(tmp_path: Path) -> tuple[Pool, Pool, Pool, DataFingerprint]:
+    """A served model's pool (its fingerprint), and two later files of new records."""
+    old, first, second = generate_pool(1500, 99), generate_pool(150, 3099), generate_pool(150, 4099)
+    served = fingerprint_of(_read(tmp_path / "served", {"a.json": old}))
+    return old, first, second, served
+
+
+def test_a_later_run_over_the_same_served_model_sorts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records added since the last run, the served model the same: the kept reference
+    is taken (no feature sorted: 29 each without it) and the report is the one computed
+    from nothing."""
+    old, first, second, served = _setting(tmp_path)
+    data = tmp_path / "data"
+    drift.drift_report(_read(data, {"a.json": old, "b.json": first}), served, 3, None, BUDGET)
+    assert drift.KEPT == {"measured": 1}
+    columns = _read(data, {"a.json": old, "b.json": first, "c.json": second})
+    sorts = _sorts(monkeypatch)
+    kept = drift.drift_report(columns, served, 3, None, BUDGET)
+    assert sorts[0] == 0 and drift.KEPT["taken"] == 1
+    fresh = drift.drift_report(columns, served, 3, None, 0)
+    assert kept is not None and fresh is not None and kept.to_json() == fresh.to_json()
+    assert sorts[0] > 0  # the fresh report measures: the count sees a sort
+
+
+def _relabel(pool: Pool) -> None:
+    record = next(r for r in pool["trajectories"].values() if "success_score" in r)
+    record["success_score"] = 1.0 - record["success_score"]
+
+
+def _edit(pool: Pool) -> None:
+    for record in list(pool["trajectories"].values())[:40]:
+        record["generation"] = 10 * record["generation"] + 1
+
+
+def _remove(pool: Pool) -> None:
+    for key in list(pool["trajectories"])[:25]:
+        del pool["trajectories"][key]
+
+
+@pytest.mark.parametrize("change", [_relabel, _edit, _remove], ids=lambda f: f.__name__[1:])
+def test_a_changed_reference_is_measured_again_with_the_same_report(
+    tmp_path: Path, change: Callable[[Pool], None]
+) -> None:
+    """A relabel, an edit or a removal among the served model's records: the kept
+    reference is not these records' (stale, counted), measured again, and the report is
+    the one computed from nothing."""
+    old, first, _, served = _setting(tmp_path)
+    data = tmp_path / "data"
+    drift.drift_report(_read(data, {"a.json": old, "b.json": first}), served, 3, None, BUDGET)
+    change(old)
+    kept, fresh = _both(_read(data, {"a.json": old, "b.json": first}), served)
+    assert drift.KEPT["stale"] == 1 and drift.KEPT["taken"] == 0
+    assert kept == fresh
+
+
+def test_another_served_model_has_a_reference_of_its_own(tmp_path: Path) -> None:
+    """A rollback to another checkpoint (another set of records served): its reference is
+    measured, not the other's taken; back to the first, the first's is taken. Each report
+    the one computed from nothing."""
+    old, first, _, served = _setting(tmp_path)
+    fewer = {**old, "trajectories": dict(list(old["trajectories"].items())[:1200])}
+    before = fingerprint_of(_read(tmp_path / "before", {"a.json": fewer}))
+    columns = _read(tmp_path / "data", {"a.json": old, "b.json": first})
+    reports = [_both(columns, s) for s in (served, before, served)]
+    assert drift.KEPT == {"measured": 2 + 3, "taken": 1}  # the three fresh ones measure
+    assert all(kept == fresh for kept, fresh in reports)
+    assert reports[0][0] != reports[1][0]
