@@ -19,6 +19,7 @@ from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.agent_folder.pointer import served_checkpoint
 from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training.step import trainer
@@ -59,11 +60,11 @@ class _Reads:
 
 def _job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[JobContext, Any]:
     clear_daemon_env(monkeypatch)
+    train_in_process(monkeypatch)  # the daemon's reads and the run's in one count
     loaded = load_plugin(AGENT)
     data = loaded.plugin.generate_sample_data(tmp_path / "data", 600, 0)
-    settings = Settings(  # in-process: the daemon's reads and the run's in one count
+    settings = Settings(
         state_dir=tmp_path / "state",
-        run_isolation="thread",
         steps_per_run=8,
         auto_precision="rule",
         agents={AGENT: {"data_path": str(data)}},  # type: ignore[dict-item]

@@ -16,6 +16,7 @@ from genesis_fp16.jobs.agent_job import JobContext, run_agent_job
 from genesis_fp16.jobs.job_state import DeviceSlots, slot_keys
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.api import Capabilities
 
 WAIT = 30.0  # seconds a thread may take to get going on a busy machine: a bound, not a timing
@@ -116,9 +117,9 @@ def test_a_job_takes_the_slots_of_the_gpus_its_run_occupies(
     """run_agent_job asks for the GPUs, not the setting's text, and gives them back after."""
     for key in [k for k in os.environ if k.startswith("GENESIS_FP16_")]:
         monkeypatch.delenv(key)
+    train_in_process(monkeypatch)  # a test's plugin object is no entry point for a process
     settings = Settings(
         state_dir=tmp_path,
-        run_isolation="thread",
         agents={"quick": {"device": device, "nproc": nproc, "data_path": tmp_path}},  # type: ignore[dict-item]
     )
     slots = _Recording()

@@ -17,16 +17,16 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.jobs.job_state import slot_keys
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.api import Capabilities
 
 AGENT = "flapping"
 
 
 def _settings(tmp_path: Path, fp16: bool) -> Settings:
-    return Settings(  # in-process: a test's plugin object is no entry point for a child
+    return Settings(
         state_dir=tmp_path,
         agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]
-        run_isolation="thread",
         enable_fp16_training=fp16,
     )
 
@@ -59,6 +59,7 @@ def test_a_rollback_undone_before_the_stop_still_reruns_at_once(
     """Stopped by a rollback that is undone before the run ends: the job reruns it in fp16,
     and the gauge is not set back by the stopped run."""
     clear_daemon_env(monkeypatch)
+    train_in_process(monkeypatch)  # a test's plugin object is no entry point for a process
     metrics = DaemonMetrics(CollectorRegistry(), "test")
     ctx = JobContext(_settings(tmp_path, fp16=True), metrics, DeviceSlots(1), threading.Event())
     plugin = _Flapping(ctx, tmp_path)
@@ -90,6 +91,7 @@ def test_a_job_queued_at_sigterm_never_starts(
     """A job that gets its device slot just as the daemon starts shutting down trains
     nothing, is not counted running, and gives the slot back."""
     clear_daemon_env(monkeypatch)
+    train_in_process(monkeypatch)  # a test's plugin object is no entry point for a process
     stopping = threading.Event()
     slots = _FreedAtSigterm(stopping)
     ctx = JobContext(_settings(tmp_path, fp16=True), DaemonMetrics(CollectorRegistry(), "t"),

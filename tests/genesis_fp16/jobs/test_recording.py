@@ -16,6 +16,7 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult
+from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Verdict
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
@@ -63,11 +64,8 @@ class _Reporting:
 
 def _context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobContext:
     clear_daemon_env(monkeypatch)
-    settings = Settings(  # in-process: a test's plugin object is no entry point for a child
-        state_dir=tmp_path,
-        agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]
-        run_isolation="thread",
-    )
+    train_in_process(monkeypatch)  # a test's plugin object is no entry point for a process
+    settings = Settings(state_dir=tmp_path, agents={AGENT: {"data_path": tmp_path}})  # type: ignore[dict-item]
     return JobContext(
         settings, DaemonMetrics(CollectorRegistry(), "test"), DeviceSlots(1), threading.Event()
     )

@@ -21,6 +21,7 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.launcher import RunStopped
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult
+from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     Calibration,
@@ -103,7 +104,6 @@ def _context(state: Path) -> JobContext:
     settings = Settings(  # in-process: a test's plugin object is no entry point for a child
         state_dir=state,
         agents={AGENT: {"data_path": state}},  # type: ignore[dict-item]
-        run_isolation="thread",
     )
     metrics = DaemonMetrics(CollectorRegistry(), "test")
     metrics.add_agent(AGENT)
@@ -131,6 +131,7 @@ def series_after(case: str, state: Path) -> list[list[Any]]:
 @pytest.fixture(autouse=True)
 def _no_daemon_env(monkeypatch: pytest.MonkeyPatch) -> None:
     clear_daemon_env(monkeypatch)
+    train_in_process(monkeypatch)  # a test's plugin object is no entry point for a process
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -18,6 +18,7 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.launcher import LaunchError, RunStopped, train_in_child
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.api import Capabilities
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
@@ -79,10 +80,10 @@ def test_the_job_counts_a_run_stopped_in_start_up_as_stopped(
 ) -> None:
     """The job: outcome stopped in the metrics and the log, no failure counted or logged."""
     clear_daemon_env(monkeypatch)
+    train_in_process(monkeypatch)  # a test's plugin object is no entry point for a process
     settings = Settings(
         state_dir=tmp_path,
         agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]
-        run_isolation="thread",
     )
     metrics = DaemonMetrics(CollectorRegistry(), "test")
     ctx = JobContext(settings, metrics, DeviceSlots(1), threading.Event())

@@ -33,7 +33,6 @@ def _daemon(tmp_path: Path, **env: str) -> DaemonProcess:
         tmp_path,
         {
             "GENESIS_FP16_PLUGIN_ALLOWLIST": "fixture_good",
-            "GENESIS_FP16_RUN_ISOLATION": "process",
             "GENESIS_FP16_SHUTDOWN_TIMEOUT_SECONDS": "1",
             "GENESIS_FP16_SCHEDULE": "1",
             "GENESIS_FP16_STEPS_PER_RUN": "2",
@@ -326,7 +325,6 @@ def _se_darwin_daemon(workdir: Path, data: Path, **env: str) -> DaemonProcess:
             "GENESIS_FP16_STEPS_PER_RUN": "20",
             "GENESIS_FP16_SCHEDULE": "3600",
             "GENESIS_FP16_RUN_AT_START": "false",
-            "GENESIS_FP16_RUN_ISOLATION": "process",
             # fp32: a measured auto's first choice follows the host's load, not the data
             "ENABLE_FP16_TRAINING": "false",
             **env,

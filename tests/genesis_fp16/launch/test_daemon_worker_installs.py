@@ -48,7 +48,6 @@ def _daemon(tmp_path: Path, python: str, allow: str, **extra: str) -> DaemonProc
     workdir.mkdir()
     env = {
         "GENESIS_FP16_PLUGIN_ALLOWLIST": allow,
-        "GENESIS_FP16_RUN_ISOLATION": "process",
         "GENESIS_FP16_SCHEDULE": "3",
         "GENESIS_FP16_STEPS_PER_RUN": "2",
         "GENESIS_FP16_SAMPLE_COUNT": "16",

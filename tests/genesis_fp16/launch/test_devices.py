@@ -23,6 +23,7 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.devices import check_devices, device_lost, device_problem
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.api import Capabilities
 
 # More GPUs than any host has: refused on every host, with or without CUDA.
@@ -220,11 +221,11 @@ def test_a_gpu_lost_during_a_run_is_counted_as_such_and_health_says_degraded(
     from genesis_fp16.service.daemon import Daemon
 
     agent = _LosesItsGpu.name
+    train_in_process(monkeypatch)  # a test's plugin object is no entry point for a process
     ctx = _context(
         tmp_path,
         monkeypatch,
         agents={agent: {"data_path": tmp_path, "device": "cpu"}},
-        run_isolation="thread",
     )
     with capture_logs() as logs:
         run_agent_job(ctx, agent, _LosesItsGpu(), Capabilities())  # type: ignore[arg-type]
