@@ -4,7 +4,7 @@ the same runs in this process.
 Runs the daemon's own job function (``run_agent_job``) for se_darwin, alternating the
 product's one isolation model (``resident``: the device's resident run process, forked by
 the run worker; the first run pays the worker's imports and the fork) with ``in_process``
-(the tests' seam, genesis_fp16/testing/in_process.py: no process at all, which no setting
+(the tests' seam, tests/genesis_fp16/in_process.py: no process at all, which no setting
 selects: the floor), each run a few steps on generated sample data resumed from the
 previous checkpoint, and prints each one's wall seconds per run (median and range)::
 
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -30,7 +31,9 @@ from genesis_fp16.jobs import agent_job
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.run_worker import WORKER
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.testing.in_process import execute_in_process
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "genesis_fp16"))
+from in_process import execute_in_process  # the tests' seam
 
 MODES = ("in_process", "resident")
 

@@ -10,7 +10,7 @@ It runs ONE real job of the ``se_darwin`` agent in this process, through the dae
 job function (``genesis_fp16.jobs.agent_job.run_agent_job``, what ``AgentScheduler`` calls
 on each tick), built as ``tests/genesis_fp16/jobs/test_checkpoint_reads.py`` builds it: a
 fresh state folder, the run on a watched thread of this process (so the whole walk is in
-one process: since issue 91 item 4 the tests' seam ``genesis_fp16.testing.in_process``,
+one process: since issue 91 item 4 the tests' seam ``tests/genesis_fp16/in_process.py``,
 which replaces ``execute_run``; in older trees ``run_isolation="thread"``),
 ``auto_precision="rule"`` (no timing decides anything), ``steps_per_run=STEPS`` and a
 generated sample pool of ``POOL`` records (the plugin's ``generate_sample_data``, written
@@ -353,12 +353,13 @@ def _job(folder: Path, data: Path, steps: int, tree: Path) -> tuple[Callable[[],
     device_slots, job_context = (_from_tree(tree, n, *jobs) for n in ("DeviceSlots", "JobContext"))
     run_agent_job = _from_tree(tree, "run_agent_job", *jobs)
 
-    try:  # the run on a thread of this process: the seam, or an older tree's setting
-        seam = _from_tree(tree, "execute_in_process", "genesis_fp16.testing.in_process")
-    except SystemExit:
-        seam = None
-    if seam is not None:
-        importlib.import_module(jobs[0]).execute_run = seam
+    seam = tree / "tests" / "genesis_fp16" / "in_process.py"
+    if seam.is_file():  # the run on a thread of this process: the tests' seam
+        spec = importlib.util.spec_from_file_location("job_walk_in_process", seam)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        importlib.import_module(jobs[0]).execute_run = module.execute_in_process
     settings = Settings(
         state_dir=folder,
         run_isolation="thread",  # an older tree's; ignored where the setting is gone

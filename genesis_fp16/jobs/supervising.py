@@ -42,7 +42,7 @@ def execute_run(
 
     ``plugin`` and ``capabilities`` are the daemon's loaded ones: the run's process loads
     its own, so they are unused here; the signature is the in-process seam's too
-    (genesis_fp16/testing/in_process.py, for the project's own tests)."""
+    (tests/genesis_fp16/in_process.py, for the project's own tests)."""
     del plugin, capabilities  # the run's process imports its own
     settings, config = run.settings, run.config
     grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 from daemon_harness import clear_daemon_env, force_jobs
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -19,7 +20,6 @@ from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.agent_folder.pointer import served_checkpoint
 from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training.step import trainer

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.settings import Settings
@@ -16,7 +17,6 @@ from genesis_fp16.jobs.agent_job import JobContext, run_agent_job
 from genesis_fp16.jobs.job_state import DeviceSlots, slot_keys
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest
-from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.api import Capabilities
 
 WAIT = 30.0  # seconds a thread may take to get going on a busy machine: a bound, not a timing

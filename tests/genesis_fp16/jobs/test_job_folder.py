@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 from daemon_harness import clear_daemon_env
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.folder import AgentFolder
 
 AGENT = "se_darwin"

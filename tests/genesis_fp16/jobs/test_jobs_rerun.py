@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from daemon_harness import clear_daemon_env
 from fake_results import train_result
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.settings import Settings, resolve_device
@@ -17,7 +18,6 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.jobs.job_state import slot_keys
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest
-from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.api import Capabilities
 
 AGENT = "flapping"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from daemon_harness import clear_daemon_env
 from fake_results import train_result
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -16,7 +17,6 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult
-from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Verdict
 from genesis_fp16_infrastructure.api import (
     AgentFolder,

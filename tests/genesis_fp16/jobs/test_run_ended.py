@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from daemon_harness import clear_daemon_env
 from fake_results import train_result
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -21,7 +22,6 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.launcher import RunStopped
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult
-from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     Calibration,

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from daemon_harness import clear_daemon_env
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -18,7 +19,6 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.launcher import LaunchError, RunStopped, train_in_child
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest
-from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.api import Capabilities
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 

@@ -5,7 +5,7 @@ agent's next jobs are skipped while the abandoned call lives, and its end clears
 Kept from the removed RUN_ISOLATION=thread (issue 91 item 4): there a hung plugin was
 abandoned this way; now the watch does it for a run's process the launcher has not ended
 (a kill that does not take). Trained in this process through the test seam
-(genesis_fp16/testing/in_process.py), so a plugin that blocks until told is enough."""
+(tests/genesis_fp16/in_process.py), so a plugin that blocks until told is enough."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from daemon_harness import clear_daemon_env
 from fake_results import train_result
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -23,7 +24,6 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest
-from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.api import Capabilities
 
 AGENT = "hanging"

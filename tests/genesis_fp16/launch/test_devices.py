@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 from daemon_harness import daemon_env, free_port
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -23,7 +24,6 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.devices import check_devices, device_lost, device_problem
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest
-from genesis_fp16.testing.in_process import train_in_process
 from genesis_fp16_infrastructure.api import Capabilities
 
 # More GPUs than any host has: refused on every host, with or without CUDA.

@@ -1,6 +1,7 @@
-"""Internal to this project's tests: a job's run trained in the test's own process.
+"""The tests' seam: a job's run trained in the test's own process.
 
-Not part of the product. No setting, document or command selects it; the daemon always
+Not part of the product (it is not shipped: tests/ only). No setting, document or command
+selects it; the daemon always
 trains in a process of its own (genesis_fp16/jobs/supervising.py). A test whose plugin
 is an object it built (no entry point a run's process could import), or that asserts
 what a run records rather than how it is isolated, calls :func:`train_in_process` and
