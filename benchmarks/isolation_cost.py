@@ -5,8 +5,9 @@ Runs the daemon's own job function (``run_agent_job``) for se_darwin, alternatin
 product's one isolation model (``resident``: the device's resident run process, forked by
 the run worker; the first run pays the worker's imports and the fork) with ``in_process``
 (the tests' seam, tests/genesis_fp16/in_process.py: no process at all, which no setting
-selects: the floor), each run a few steps on generated sample data resumed from the
-previous checkpoint, and prints each one's wall seconds per run (median and range)::
+selects: the floor), each run a few steps on generated sample data in a state folder of
+its own (a run on a folder whose data is unchanged since its last run takes no step: the
+data check answers it), and prints each one's wall seconds per run (median and range)::
 
     python benchmarks/isolation_cost.py --runs 5 --steps 20
 """
@@ -50,11 +51,11 @@ def main() -> None:
     seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
     product = agent_job.execute_run
     with tempfile.TemporaryDirectory() as folder:
-        for _ in range(args.runs):
+        for round_ in range(args.runs):
             for mode in MODES:
                 agent_job.execute_run = execute_in_process if mode == "in_process" else product
                 settings = Settings(
-                    state_dir=Path(folder) / mode,
+                    state_dir=Path(folder) / mode / str(round_),
                     steps_per_run=args.steps,
                     sample_count=args.sample_count,
                     auto_precision="rule",
@@ -81,8 +82,8 @@ def main() -> None:
         }
         for mode, values in seconds.items()
     }
-    # The first run of each also generates sample data (and, resident, starts the worker):
-    # the median leaves it out.
+    # Every run generates its sample data; the first resident one also starts the worker
+    # (the median leaves it out).
     report["resident_minus_in_process_median_s"] = round(
         report["resident"]["median_s"] - report["in_process"]["median_s"], 2
     )
