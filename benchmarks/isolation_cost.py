@@ -1,10 +1,13 @@
-"""What running each job in a child process costs: se_darwin runs in both isolations.
+"""What the daemon's isolation costs: se_darwin runs in its resident run process against
+the same runs in this process.
 
-Runs the daemon's own job function (``run_agent_job``) for se_darwin, alternating
-``GENESIS_FP16_RUN_ISOLATION=thread`` and ``process``, each run a few steps on generated
-sample data resumed from the previous checkpoint, and prints each mode's wall seconds per
-run (median and range). The difference is the process start: an interpreter, torch, the
-plugin and the data, once per run::
+Runs the daemon's own job function (``run_agent_job``) for se_darwin, alternating the
+product's one isolation model (``resident``: the device's resident run process, forked by
+the run worker; the first run pays the worker's imports and the fork) with ``in_process``
+(the tests' seam, tests/genesis_fp16/in_process.py: no process at all, which no setting
+selects: the floor), each run a few steps on generated sample data in a state folder of
+its own (a run on a folder whose data is unchanged since its last run takes no step: the
+data check answers it), and prints each one's wall seconds per run (median and range)::
 
     python benchmarks/isolation_cost.py --runs 5 --steps 20
 """
@@ -15,6 +18,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -24,8 +28,15 @@ from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.jobs import agent_job
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16.launch.run_worker import WORKER
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "genesis_fp16"))
+from in_process import execute_in_process  # the tests' seam
+
+MODES = ("in_process", "resident")
 
 
 def main() -> None:
@@ -37,15 +48,16 @@ def main() -> None:
     for key in [k for k in os.environ if k.startswith("GENESIS_FP16_")]:
         del os.environ[key]
     loaded = load_plugin("se_darwin")
-    seconds: dict[str, list[float]] = {"thread": [], "process": []}
+    seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
+    product = agent_job.execute_run
     with tempfile.TemporaryDirectory() as folder:
-        for _ in range(args.runs):
-            for mode in ("thread", "process"):
+        for round_ in range(args.runs):
+            for mode in MODES:
+                agent_job.execute_run = execute_in_process if mode == "in_process" else product
                 settings = Settings(
-                    state_dir=Path(folder) / mode,
+                    state_dir=Path(folder) / mode / str(round_),
                     steps_per_run=args.steps,
                     sample_count=args.sample_count,
-                    run_isolation=mode,  # type: ignore[arg-type]
                     auto_precision="rule",
                 )
                 metrics = DaemonMetrics(CollectorRegistry(), "bench")
@@ -59,6 +71,8 @@ def main() -> None:
                 )
                 if ok != 1:
                     raise SystemExit(f"isolation_cost: a {mode} run did not succeed")
+    agent_job.execute_run = product
+    WORKER.close(wait=5.0)
     report = {
         mode: {
             "median_s": round(statistics.median(values), 2),
@@ -68,9 +82,10 @@ def main() -> None:
         }
         for mode, values in seconds.items()
     }
-    # The first run of each mode also generates sample data: the median leaves it out.
-    report["process_minus_thread_median_s"] = round(
-        report["process"]["median_s"] - report["thread"]["median_s"], 2
+    # Every run generates its sample data; the first resident one also starts the worker
+    # (the median leaves it out).
+    report["resident_minus_in_process_median_s"] = round(
+        report["resident"]["median_s"] - report["in_process"]["median_s"], 2
     )
     print(json.dumps(report))
 

@@ -7,17 +7,19 @@ script measures that walk on the real code, the same way each time::
     python benchmarks/job_walk.py --steps 8 --pool 600 --sequence
 
 It runs ONE real job of the ``se_darwin`` agent in this process, through the daemon's own
-job function (``genesis_fp16.jobs.agent_job.run_agent_job``, what ``AgentScheduler`` calls on
-each tick), built as ``tests/genesis_fp16/jobs/test_checkpoint_reads.py`` builds it: a fresh
-state folder, ``run_isolation="thread"`` (the run on a watched thread of this process,
-so the whole walk is in one process), ``auto_precision="rule"`` (no timing decides
-anything), ``steps_per_run=STEPS`` and a generated sample pool of ``POOL`` records (the
-plugin's ``generate_sample_data``, written before the trace starts) and, as the daemon
-passes them, the capabilities its loader read of the plugin (``capabilities_of``, before
-the trace; a tree whose job function takes none is called without). Every other setting
-is the product's default (``GENESIS_FP16_*`` variables are cleared first). With
-``steps_per_run`` of 10 or fewer the first checkpoint is the one after the first optimizer
-step (``loop.Cadence``: every tenth of the run's steps, at least 1).
+job function (``genesis_fp16.jobs.agent_job.run_agent_job``, what ``AgentScheduler`` calls
+on each tick), built as ``tests/genesis_fp16/jobs/test_checkpoint_reads.py`` builds it: a
+fresh state folder, the run on a watched thread of this process (so the whole walk is in
+one process: since issue 91 item 4 the tests' seam ``tests/genesis_fp16/in_process.py``,
+which replaces ``execute_run``; in older trees ``run_isolation="thread"``),
+``auto_precision="rule"`` (no timing decides anything), ``steps_per_run=STEPS`` and a
+generated sample pool of ``POOL`` records (the plugin's ``generate_sample_data``, written
+before the trace starts) and, as the daemon passes them, the capabilities its loader read
+of the plugin (``capabilities_of``, before the trace; a tree whose job function takes none
+is called without). Every other setting is the product's default (``GENESIS_FP16_*``
+variables are cleared first). With ``steps_per_run`` of 10 or fewer the first checkpoint
+is the one after the first optimizer step (``loop.Cadence``: every tenth of the run's
+steps, at least 1).
 
 Before the measured job, one untraced job of the same kind runs in another state folder
 (``--cold`` skips it), so that the measured walk is a running daemon's: every module it
@@ -351,9 +353,16 @@ def _job(folder: Path, data: Path, steps: int, tree: Path) -> tuple[Callable[[],
     device_slots, job_context = (_from_tree(tree, n, *jobs) for n in ("DeviceSlots", "JobContext"))
     run_agent_job = _from_tree(tree, "run_agent_job", *jobs)
 
+    seam = tree / "tests" / "genesis_fp16" / "in_process.py"
+    if seam.is_file():  # the run on a thread of this process: the tests' seam
+        spec = importlib.util.spec_from_file_location("job_walk_in_process", seam)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        importlib.import_module(jobs[0]).execute_run = module.execute_in_process
     settings = Settings(
         state_dir=folder,
-        run_isolation="thread",
+        run_isolation="thread",  # an older tree's; ignored where the setting is gone
         steps_per_run=steps,
         auto_precision="rule",
         agents={AGENT: {"data_path": str(data)}},  # type: ignore[dict-item]

@@ -42,7 +42,6 @@ def _env(agent: str) -> dict[str, str]:
     env.update(
         PYTHONPATH=os.pathsep.join(str(p) for p in FIXTURES),
         GENESIS_FP16_PLUGIN_ALLOWLIST=agent,
-        GENESIS_FP16_RUN_ISOLATION="process",
         GENESIS_FP16_SCHEDULE="3600",
         GENESIS_FP16_STEPS_PER_RUN="1000000",
         GENESIS_FP16_LOG_INTERVAL="1000000",

@@ -114,6 +114,7 @@ def _json_answer(settings: Settings, sources: SettingsSources) -> dict[str, Any]
         "settings": resolved,
         "sources": {name: source for name, (_, source) in values.items()},
         "shadowed": sources.describe_shadowed(),
+        "ignored": sources.describe_removed(),
     }
 
 
@@ -123,6 +124,8 @@ def _print_values(settings: Settings, sources: SettingsSources) -> None:
         print(f"{name}={value}  # {source}" if value else f"{name}=  # {source} (not set)")
     for line in sources.describe_shadowed():
         print(f"# shadowed: {line}")
+    for line in sources.describe_removed():
+        print(f"# ignored: {line}")
 
 
 def resolved_values(

@@ -2,11 +2,12 @@
 (genesis_fp16/commands/zygote.py), serving that device's runs one after another.
 
 A child forked per run starts from nothing on its device and throws it all away: the CUDA
-context, the modules its agent imports, what module-level caches hold. Under
-``GENESIS_FP16_RUN_RESIDENT=true`` (the default) the worker forks one process per device
-instead, and hands it each run of that device; what a run leaves in memory is there for
-the next one. Each run still comes with its own descriptors (stdin, stdout, stderr, its
-status socket, its request in a memfd: zygote.py's protocol), which this process takes
+context, the modules its agent imports, what module-level caches hold. So the worker forks
+one process per device instead (every daemon run with ``nproc`` 1: the one isolation
+model, docs/daemon.md "Where a run trains"), and hands it each run of that device; what a
+run leaves in memory is there for the next one. Each run still comes with its own
+descriptors (stdin, stdout, stderr, its status socket, its request in a memfd: zygote.py's
+protocol), which this process takes
 as 0, 1 and 2 for the run;
 it applies the run's environment, directory and arguments, runs the command as
 ``python -m genesis_fp16`` would, and reports the exit code on the run's status socket.

@@ -2,17 +2,16 @@
 
 A fresh ``python -m genesis_fp16 train`` spends seconds importing torch and
 ``torch._dynamo`` (the first ``torch.optim`` optimizer imports it) before its first step:
-benchmarks/results/run_start_cpu-amd-epyc-2-cores.md. Under ``GENESIS_FP16_RUN_WORKER=true`` (the
-default) the daemon starts this worker once, with an ordinary exec
-(``python -P -m genesis_fp16.commands.zygote FD``, the run's environment), and it imports
-:data:`PRELOAD` and then waits. For each run the daemon sends, over a Unix socket, the
-command's arguments, environment and working directory, and the run's three standard
-descriptors (the watched stdin pipe, the stdout and stderr pipes) with ``SCM_RIGHTS``; the
-worker forks, and the child, in a session of its own, takes those descriptors as 0, 1
-and 2 and runs the command as ``python -m genesis_fp16`` would, in the same interpreter
-state a fresh one reaches after its imports. The daemon supervises it as it supervises
-an exec'd child (:class:`ForkedChild`): a pidfd for signals and its end, the exit status
-reported by the worker over a socket of the run's own.
+benchmarks/results/run_start_cpu-amd-epyc-2-cores.md. So the daemon starts this worker
+once, with an ordinary exec (``python -P -m genesis_fp16.commands.zygote FD``, the run's
+environment), and it imports :data:`PRELOAD` and then waits. For each run the daemon
+sends, over a Unix socket, the command's arguments, environment and working directory, and
+the run's three standard descriptors (the watched stdin pipe, the stdout and stderr pipes)
+with ``SCM_RIGHTS``; the worker forks, and the child, in a session of its own, takes those
+descriptors as 0, 1 and 2 and runs the command as ``python -m genesis_fp16`` would, in the
+same interpreter state a fresh one reaches after its imports. The daemon supervises it as
+it supervises an exec'd child (:class:`ForkedChild`): a pidfd for signals and its end, the
+exit status reported by the worker over a socket of the run's own.
 
 Rules it keeps:
 
@@ -36,14 +35,15 @@ Rules it keeps:
   the next run (or when a fork request fails), logs why, and starts another; if it
   cannot, the run is started by exec, with the reason logged.
 
-- **Or a resident run process per device** (``GENESIS_FP16_RUN_RESIDENT=true``, the
-  default: the request says ``{"run": 1, "resident": {"device", "max_mib"}}``): the worker forks one
+- **A resident run process per device** (every daemon run with ``nproc`` 1: the request
+  says ``{"run": 1, "resident": {"device", "max_mib"}}``): the worker forks one
   process per device at its first run and hands it that device's later runs, with the same
   five descriptors; it answers the daemon with that process's pid and pidfd
   (``{"pid": N, "resident": K}``, its Kth run). That process reports each run's exit code
   itself, and ends after a run it does not trust (genesis_fp16/commands/resident.py says
   when); one that dies mid-run is reaped here, and its run's end reported as a child's
-  is. A device whose process is busy gets a child forked for the run, as above.
+  is. A device whose process is busy gets a child forked for the run, as above (a
+  request without ``resident``, as the worker's own tests send, gets one too).
 
 Protocol (``SOCK_SEQPACKET``, one small JSON object per message): the worker first sends
 ``{"ready": ...}`` (or ``{"error": ...}``), with its ``sys.path`` and the digest of what was

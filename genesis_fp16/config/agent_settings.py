@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from genesis_fp16.config.settings_sources import REMOVED_AGENT_FIELDS
 from genesis_fp16_infrastructure.api import RequestedName
 
 # The vocabulary's own Literal (the library root's precision_names.RequestedName, whose
@@ -25,7 +26,6 @@ CudaGraph = Literal["auto", "on", "off"]
 # The values of COMPILE_REQUESTS in
 # genesis_fp16_infrastructure.training.precision.execution_names (a test checks).
 Compile = Literal["off", "on"]
-Isolation = Literal["process", "thread"]
 CUDA_GRAPH_CHOICES: tuple[str, ...] = get_args(CudaGraph)
 COMPILE_CHOICES: tuple[str, ...] = get_args(Compile)
 
@@ -104,14 +104,21 @@ class AgentSettings(BaseModel):
     # Wall-clock limit of one run (default GENESIS_FP16_RUN_TIMEOUT_SECONDS, 6 h); past it
     # the run stops at its next step with a checkpoint (see Settings.run_timeout_seconds).
     run_timeout_seconds: float | None = Field(default=None, gt=0)
-    # process or thread (default GENESIS_FP16_RUN_ISOLATION): see Settings.run_isolation.
-    isolation: Isolation | None = None
     # A trusted pool the promotion gate also scores candidate and served model on
     # (GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA; genesis_fp16_infrastructure.judging.gate).
     golden_data: Path | None = None
     # The agent's own options (its plugin declares them: `genesis-fp16 agents --json`),
     # checked against that declaration at start-up and on reload (genesis_fp16/jobs/run_request.py).
     options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_removed_fields(cls, value: Any) -> Any:
+        """A removed field (``ISOLATION``) is ignored, not refused: the daemon says so in
+        one line (SettingsSources.describe_removed), and an existing ``.env`` still starts."""
+        if isinstance(value, dict):
+            return {k: v for k, v in value.items() if str(k).upper() not in REMOVED_AGENT_FIELDS}
+        return value
 
     @field_validator("options", mode="before")
     @classmethod

@@ -41,7 +41,6 @@ from genesis_fp16.config.agent_settings import (
     Compile,
     CudaGraph,
     Device,
-    Isolation,
     Schedule,
 )
 from genesis_fp16.config.agent_settings import check_device_name as check_device_name
@@ -94,8 +93,8 @@ class AgentConfig(NamedTuple):
     """One agent's settings as a run reads them (:meth:`Settings.agent`; a run keeps its
     own in ``Run.config``): its own (``own``), and the daemon's where it leaves one unset.
 
-    >>> load_settings().agent("se_darwin").isolation
-    'process'
+    >>> load_settings().agent("se_darwin").run_timeout_seconds
+    21600.0
     """
 
     own: AgentSettings
@@ -104,7 +103,6 @@ class AgentConfig(NamedTuple):
     cuda_graph: str
     compile: str
     run_timeout_seconds: float
-    isolation: Isolation
     steps: int | None  # None: epochs (``own.epochs``) or the agent's own budget
 
 
@@ -168,31 +166,24 @@ class Settings(BaseSettings, GuardSettings):
     checkpoint_seconds: float = Field(default=60.0, gt=0)
     # Every run's wall-clock limit (an agent's RUN_TIMEOUT_SECONDS overrides it): past it
     # the run stops at its next step with a checkpoint; one that reaches no step within
-    # SHUTDOWN_TIMEOUT_SECONDS more is abandoned, counted, and /healthz says degraded.
+    # SHUTDOWN_TIMEOUT_SECONDS more is killed and counted (reason hung).
     run_timeout_seconds: float = Field(default=6 * 3600.0, gt=0)
-    # process: each run (NPROC=1) trains in a child process, supervised as torchrun jobs
-    # are, so a plugin that hangs, calls os._exit or leaks cannot take the daemon down;
-    # thread: in the daemon's own process (no process start; a hung run is abandoned).
-    run_isolation: Isolation = "process"
-    # process isolation: each run's child forked by a worker that has imported torch once
-    # (genesis_fp16/commands/zygote.py), not started by exec; false: exec, as torchrun's ranks.
-    run_worker: bool = True
-    # With the run worker: each device's runs served one after another by one resident run
-    # process the worker forks once (genesis_fp16/commands/resident.py), so what a run leaves
-    # in memory (imported modules, the CUDA context, module-level caches) serves the next;
-    # a run it does not trust (failed, stopped, killed) gets the next run a fresh one.
-    # false: a child forked per run (docs/daemon.md).
-    run_resident: bool = True
+    # One isolation model (docs/daemon.md, "Where a run trains"): a run with NPROC=1 is
+    # served by its device's resident run process, which the run worker forks
+    # (genesis_fp16/commands/zygote.py, resident.py) and replaces after a run it does not
+    # trust; a torchrun job execs its ranks. No setting chooses another way: the old
+    # RUN_ISOLATION, RUN_WORKER and RUN_RESIDENT are ignored with a warning
+    # (settings_sources.REMOVED_SETTINGS says why).
     # A resident run process over this resident memory (MiB) after a run ends after it.
     run_resident_max_mib: int = Field(default=8192, ge=1)
     # What a resident run process keeps in memory from its runs for the next ones (each data
     # file's records, the joined pool, calibration records: kept_in_memory), in MiB per
     # device; least recently used evicted first, each eviction logged. 0: nothing kept.
     run_resident_keep_mib: int = Field(default=1024, ge=0)
-    # A run's process (and its children) killed past this resident memory, in bytes
-    # (process isolation and torchrun jobs). Unset: the machine's memory, or its cgroup
-    # limit, shared by the runs that may train at once (one per agent plugin; see
-    # default_run_memory_limit); 0: no limit (None once resolved).
+    # A run's process (and its children) killed past this resident memory, in bytes (a
+    # resident run process, a forked or exec'd child, a torchrun job). Unset: the machine's
+    # memory, or its cgroup limit, shared by the runs that may train at once (one per agent
+    # plugin; see default_run_memory_limit); 0: no limit (None once resolved).
     run_memory_limit_bytes: int | None = Field(default=None, ge=0, validate_default=True)
     sample_count: int = Field(default=2000, ge=1)
     # Bounded model history (agent_folder.candidates.prune, after every run): the last K
@@ -312,7 +303,6 @@ class Settings(BaseSettings, GuardSettings):
             cuda_graph=own.cuda_graph or self.cuda_graph,
             compile=own.compile or self.compile,
             run_timeout_seconds=own.run_timeout_seconds or self.run_timeout_seconds,
-            isolation=own.isolation or self.run_isolation,
             steps=None if own.epochs is not None else own.steps or self.steps_per_run,
         )
 

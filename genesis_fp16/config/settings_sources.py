@@ -35,6 +35,22 @@ AGENTS_VARIABLE = "GENESIS_FP16_AGENTS"
 OPTIONS_PART = "OPTIONS"
 
 Source = str  # "default", ".env" or "environment"
+
+# Settings that no longer exist, and why: a ``.env`` file or environment that still names
+# one starts as before, and the daemon and ``config check`` say, in one line each, that it
+# is ignored (:meth:`SettingsSources.describe_removed`). Issue 91: one isolation model.
+_ONE_MODEL = (
+    "a run with NPROC=1 is always served by its device's resident run process, forked by "
+    'the run worker; torchrun jobs exec their ranks (docs/daemon.md, "Where a run trains")'
+)
+REMOVED_SETTINGS = {
+    "GENESIS_FP16_RUN_ISOLATION": _ONE_MODEL,
+    "GENESIS_FP16_RUN_WORKER": _ONE_MODEL,
+    "GENESIS_FP16_RUN_RESIDENT": _ONE_MODEL,
+}
+# The same, per agent: GENESIS_FP16_AGENTS__<AGENT>__<FIELD>.
+REMOVED_AGENT_FIELDS = {"ISOLATION": _ONE_MODEL}
+
 # An env file is a few kilobytes; a bigger one is a mistake or an attack (a link to
 # /dev/zero never ends), refused before it is read whole.
 MAX_ENV_FILE_BYTES = 256 * 1024
@@ -106,6 +122,17 @@ class SettingsSources:
             return ".env"
         return "default"
 
+    def describe_removed(self) -> list[str]:
+        """One line per removed setting (:data:`REMOVED_SETTINGS`) the file or the
+        environment still sets: ignored, and why."""
+        lines = []
+        for name in sorted(set(self.file) | set(self.environ)):
+            why = removed_setting(name)
+            if why is not None:
+                where = "the environment" if name in self.environ else str(self.env_file)
+                lines.append(f"{name} (in {where}) is ignored: it was removed; {why}")
+        return lines
+
     def describe_shadowed(self) -> list[str]:
         """One line per variable set in ``.env`` whose value the process environment
         replaces, with both values (secrets not shown), then each name set twice."""
@@ -172,10 +199,26 @@ def read_env_file(
     return values, errors, repeated
 
 
-def check_name(name: str, known: Collection[str], agent_fields: Iterable[str]) -> str | None:
-    """None when ``name`` is a setting, else one line saying so with the nearest one."""
+def removed_setting(name: str) -> str | None:
+    """Why ``name`` is a removed setting (:data:`REMOVED_SETTINGS`), or None.
+
+    >>> removed_setting("GENESIS_FP16_AGENTS__SE_DARWIN__ISOLATION") is not None
+    True
+    """
     upper = name.upper()
-    if not ours(upper) or upper in known:
+    if upper in REMOVED_SETTINGS:
+        return REMOVED_SETTINGS[upper]
+    parts = upper.removeprefix(AGENTS_VARIABLE + "__").split("__")
+    if upper.startswith(AGENTS_VARIABLE + "__") and len(parts) == 2 and parts[0]:
+        return REMOVED_AGENT_FIELDS.get(parts[1])
+    return None
+
+
+def check_name(name: str, known: Collection[str], agent_fields: Iterable[str]) -> str | None:
+    """None when ``name`` is a setting (or a removed one, which is ignored with a warning:
+    :meth:`SettingsSources.describe_removed`), else one line saying so with the nearest one."""
+    upper = name.upper()
+    if not ours(upper) or upper in known or removed_setting(upper) is not None:
         return None
     if upper.startswith(AGENTS_VARIABLE + "__"):
         parts = upper.removeprefix(AGENTS_VARIABLE + "__").split("__")

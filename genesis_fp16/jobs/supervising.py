@@ -1,10 +1,12 @@
-"""Execute one planned run where the settings say, and watch it.
+"""Execute one planned run in a process of its own, and watch it.
 
-Three places train: N ranks under torchrun (``nproc`` > 1), a child process (the
-default, ``GENESIS_FP16_RUN_ISOLATION=process``), or a thread of the daemon's. The
-launcher (genesis_fp16/launch/launcher.py) supervises the first two itself; each call
-is watched here (:func:`supervised`), on a thread: past its timeout the agent is overdue,
-and past the grace the thread is abandoned. Before any of them, the plan's data check
+One isolation model, no setting to choose another: a run with ``nproc`` 1 is served by
+its device's resident run process, which the run worker forks (genesis_fp16/commands/
+resident.py; a fresh one after a run it does not trust); ``nproc`` > 1 runs N ranks under
+torchrun, started by exec. The launcher (genesis_fp16/launch/launcher.py) supervises
+either itself (SIGTERM at the timeout, SIGKILL past the grace or the memory limit); each
+call is also watched here (:func:`supervised`), on a thread: past its timeout the agent is
+overdue, and past the grace the watch gives up on it. Before either, the plan's data check
 (``request.snapshot.data``) may answer the run with no process start at all.
 """
 
@@ -24,7 +26,7 @@ from genesis_fp16.jobs.job_state import JobContext, Run
 from genesis_fp16.launch.launcher import train_in_child
 from genesis_fp16.launch.run_worker import WORKER
 from genesis_fp16.plugin_api import AgentPlugin, TrainRequest, TrainResult
-from genesis_fp16_infrastructure.api import Capabilities, check_result, run_plugin
+from genesis_fp16_infrastructure.api import Capabilities
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
@@ -36,41 +38,37 @@ class RunHung(RuntimeError):
 def execute_run(
     run: Run, plugin: AgentPlugin, request: TrainRequest, capabilities: Capabilities
 ) -> TrainResult:
-    """Train where the settings say: N ranks under torchrun, a child process (the
-    default), or a watched thread of the daemon's (with the loader's ``capabilities``)."""
+    """Train in the device's resident run process (``nproc`` 1) or N ranks under torchrun.
+
+    ``plugin`` and ``capabilities`` are the daemon's loaded ones: the run's process loads
+    its own, so they are unused here; the signature is the in-process seam's too
+    (tests/genesis_fp16/in_process.py, for the project's own tests)."""
+    del plugin, capabilities  # the run's process imports its own
     settings, config = run.settings, run.config
     grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
-    limit = settings.run_memory_limit_bytes
     check = request.snapshot.data if request.snapshot is not None else None
     if check is not None and check.up_to_date is not None:  # the plan's data check
-        # Nothing changed: no child, no ranks, no thread.
+        # Nothing changed: no process start, no ranks.
         return TrainResult.from_json(check.up_to_date)
-    if config.own.nproc > 1 or config.isolation == "process":
-        if settings.run_worker and settings.run_resident and config.own.nproc == 1:
-            # Served by the device's resident run process: what the run reads is kept there
-            # for the next (RUN_RESIDENT_KEEP_MIB; a child per run keeps nothing: 0).
-            keep = settings.run_resident_keep_mib * 2**20
-            request = dataclasses.replace(request, keep_in_memory_bytes=keep)
-        child = functools.partial(
-            train_in_child,  # N ranks under torchrun, or one process: launch/launcher.py
-            request,
-            config.run_timeout_seconds,
-            grace if config.own.nproc == 1 else 60.0,  # torchrun's ranks: docs/distributed.md
-            limit,
-            log_level=settings.log_level,
-            worker=WORKER if settings.run_worker else None,  # torch imported once: zygote.py
-            processes=run.ctx.processes,
-            nproc=config.own.nproc,
-            resident_max_mib=settings.run_resident_max_mib if settings.run_resident else None,
-        )
-        # The launcher stops, then kills, the child itself; the watch marks it overdue (a
-        # torchrun job has no deadline of the run's: Run.deadline, so it is never marked).
-        return supervised(run, child, grace + 60)
-
-    def call() -> TrainResult:  # a wrong field: one line naming it (a child's train does too)
-        return check_result(run_plugin(plugin, request, capabilities), run.agent)
-
-    return supervised(run, call, grace)
+    single = config.own.nproc == 1
+    if single:  # what the run reads is kept in its resident process for the next (KEEP_MIB)
+        keep = settings.run_resident_keep_mib * 2**20
+        request = dataclasses.replace(request, keep_in_memory_bytes=keep)
+    child = functools.partial(
+        train_in_child,  # N ranks under torchrun, or one process: launch/launcher.py
+        request,
+        config.run_timeout_seconds,
+        grace if single else 60.0,  # torchrun's ranks: docs/distributed.md
+        settings.run_memory_limit_bytes,
+        log_level=settings.log_level,
+        worker=WORKER,  # torch imported once: zygote.py
+        processes=run.ctx.processes,
+        nproc=config.own.nproc,
+        resident_max_mib=settings.run_resident_max_mib,
+    )
+    # The launcher stops, then kills, the process itself; the watch marks it overdue (a
+    # torchrun job has no deadline of the run's: Run.deadline, so it is never marked).
+    return supervised(run, child, grace + 60)
 
 
 def supervised(run: Run, call: Callable[[], TrainResult], grace: float) -> TrainResult:
@@ -78,9 +76,10 @@ def supervised(run: Run, call: Callable[[], TrainResult], grace: float) -> Train
     overdue (health says so); ``grace`` seconds later a run that has not returned is
     abandoned.
 
-    An abandoned thread cannot be killed (Python has no way to), so it keeps running
-    until the plugin's ``train()`` returns; the device slot is freed at once so the other
-    agents train, and this agent starts nothing new while the thread lives.
+    An abandoned thread cannot be killed (Python has no way to), so it keeps waiting
+    until ``call`` returns (the launcher kills the run's process in its own time); the
+    device slot is freed at once so the other agents train, and this agent starts nothing
+    new while the thread lives.
     """
     ctx, agent, deadline, timeout = run.ctx, run.agent, run.deadline, run.config.run_timeout_seconds
     done: Future[TrainResult] = Future()

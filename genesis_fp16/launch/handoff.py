@@ -1,7 +1,7 @@
 """What the daemon hands a run's child process, and how the child ends with the daemon.
 
-A run that trains outside the daemon's process (``GENESIS_FP16_RUN_ISOLATION=process``,
-or torchrun's ranks) gets three things from the daemon and nothing from anywhere else:
+A run, which always trains outside the daemon's process (in its device's resident run
+process, or torchrun's ranks), gets three things from the daemon and nothing from anywhere else:
 
 - **The run file** (:func:`write_run_file`, :func:`read_run_file`): the whole
   :class:`TrainRequest` and the daemon's log level. The child reads no ``.env`` and no

@@ -97,9 +97,9 @@ def request_file(request: TrainRequest) -> Path:
 
 
 def child_command(request: TrainRequest, nproc: int = 1, python: str = sys.executable) -> list[str]:
-    """The command line that runs ``request`` (from :func:`request_file`): one child
-    process (``nproc`` 1: a run isolated from the daemon, ``GENESIS_FP16_RUN_ISOLATION=process``),
-    or torchrun with ``nproc`` local processes ("cuda" becomes cuda:<LOCAL_RANK> in each rank)."""
+    """The command line that runs ``request`` (from :func:`request_file`): one child process
+    (``nproc`` 1: what the resident run process or a child runs), or torchrun with ``nproc``
+    local processes ("cuda" becomes cuda:<LOCAL_RANK> in each rank)."""
     if nproc < 1:
         raise ValueError(f"nproc={nproc!r}: must be at least 1")
     argv = ["train", request.agent, "--request", str(request_file(request)), "--json"]

@@ -48,9 +48,9 @@ class RunMetrics:
             "Failed runs by reason: refused (a bad request), error (a bug or bad data), "
             "storage (disk full or read-only), exit (sys.exit, os._exit or a crash ended "
             "it without a result), hung (no step boundary within the run timeout and its "
-            "grace: killed, or abandoned in thread isolation), memory (its process grew "
-            "past GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES), device_unavailable (its GPU is "
-            "missing or was lost: no CUDA device, a driver or bus error).",
+            "grace: killed, or abandoned when its process outlives the kill), memory (its "
+            "process grew past GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES), device_unavailable "
+            "(its GPU is missing or was lost: no CUDA device, a driver or bus error).",
             ("agent", "reason"),
         )
         self.jobs_skipped = counter(

@@ -573,6 +573,9 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 
 def _warn_shadowed(sources: SettingsSources) -> None:
-    """Say which ``.env`` values the process environment overrides: editing them does nothing."""
+    """Say which ``.env`` values the process environment overrides, and which removed
+    settings are still set: editing either does nothing."""
     for line in sources.describe_shadowed():
         log.warning("env file value shadowed by the environment", detail=line)
+    for line in sources.describe_removed():
+        log.warning("removed setting ignored", detail=line)

@@ -172,6 +172,20 @@ def test_config_check_refuses_settings_for_an_agent_that_is_not_installed(tmp_pa
     assert "no agent 'se_darvin' is installed; did you mean se_darwin?" in bad.stderr
 
 
+def test_config_check_says_a_removed_setting_is_ignored(tmp_path: Path) -> None:
+    """GENESIS_FP16_RUN_ISOLATION=thread in .env (removed by issue 91): config check exits
+    0 and says, in one line, that it is ignored; --json lists it under "ignored"."""
+    (tmp_path / ".env").write_text("GENESIS_FP16_RUN_ISOLATION=thread\nGENESIS_FP16_SEED=3\n")
+    ok = cli(tmp_path, "config", "check")
+    assert ok.returncode == 0, ok.stderr
+    (ignored,) = [line for line in ok.stdout.splitlines() if line.startswith("# ignored: ")]
+    assert ignored.startswith("# ignored: GENESIS_FP16_RUN_ISOLATION (in "), ignored
+    assert "is ignored: it was removed; a run with NPROC=1 is always served" in ignored
+    assert "GENESIS_FP16_SEED=3  # .env" in ok.stdout.splitlines()
+    as_json = json.loads(cli(tmp_path, "config", "check", "--json").stdout)
+    assert [line.split(" ")[0] for line in as_json["ignored"]] == ["GENESIS_FP16_RUN_ISOLATION"]
+
+
 def test_a_key_given_twice_in_env_is_a_warning_naming_both_lines(tmp_path: Path) -> None:
     """GENESIS_FP16_SEED on lines 1 and 3: config check says so, with both lines."""
     (tmp_path / ".env").write_text(

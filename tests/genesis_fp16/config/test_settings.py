@@ -346,6 +346,33 @@ def test_sources_and_shadowed_values(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert "ENABLE_FP16_TRAINING=false" in line and "ENABLE_FP16_TRAINING=true" in line
 
 
+def test_a_removed_isolation_setting_is_ignored_with_one_line_each(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An existing .env naming RUN_ISOLATION, RUN_WORKER, RUN_RESIDENT or an agent's
+    ISOLATION (removed: one isolation model, issue 91) still loads, its other values kept;
+    each removed name is one line saying it is ignored and why."""
+    from genesis_fp16.config.settings import load_settings_with_sources
+
+    (tmp_path / ".env").write_text(
+        "GENESIS_FP16_RUN_ISOLATION=thread\nGENESIS_FP16_RUN_WORKER=false\n"
+        "GENESIS_FP16_SEED=3\nGENESIS_FP16_AGENTS__SE_DARWIN__ISOLATION=thread\n"
+        "GENESIS_FP16_AGENTS__SE_DARWIN__STEPS=5\n"
+    )
+    monkeypatch.setenv("GENESIS_FP16_RUN_RESIDENT", "false")
+    settings, sources = load_settings_with_sources()
+    assert settings.seed == 3 and settings.agent("se_darwin").own.steps == 5
+    lines = sources.describe_removed()
+    assert len(lines) == 4, lines
+    named = ["RUN_ISOLATION", "RUN_WORKER", "RUN_RESIDENT", "AGENTS__SE_DARWIN__ISOLATION"]
+    for name in named:
+        (line,) = [line for line in lines if line.startswith(f"GENESIS_FP16_{name} (in ")]
+        assert "\n" not in line and "is ignored: it was removed; " in line
+        assert "resident run process" in line
+    assert "(in the environment)" in next(x for x in lines if "RUN_RESIDENT" in x)
+    assert not hasattr(settings, "run_isolation") and "isolation" not in settings.agent("x")._fields
+
+
 def test_the_run_memory_limit_defaults_to_the_machine_shared_by_the_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

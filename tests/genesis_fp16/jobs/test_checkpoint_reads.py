@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 from daemon_harness import clear_daemon_env, force_jobs
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -59,11 +60,11 @@ class _Reads:
 
 def _job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[JobContext, Any]:
     clear_daemon_env(monkeypatch)
+    train_in_process(monkeypatch)  # the daemon's reads and the run's in one count
     loaded = load_plugin(AGENT)
     data = loaded.plugin.generate_sample_data(tmp_path / "data", 600, 0)
-    settings = Settings(  # in-process: the daemon's reads and the run's in one count
+    settings = Settings(
         state_dir=tmp_path / "state",
-        run_isolation="thread",
         steps_per_run=8,
         auto_precision="rule",
         agents={AGENT: {"data_path": str(data)}},  # type: ignore[dict-item]

@@ -21,7 +21,6 @@ AGENT = "rlhf_ppo"
 ENV = {
     "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
     "GENESIS_FP16_STEPS_PER_RUN": "4",
-    "GENESIS_FP16_RUN_ISOLATION": "thread",
 }
 
 

@@ -6,7 +6,7 @@ its winner again (issue 91), and says so.
 
 rlhf_ppo on its generated data, in the daemon's default precision (auto, measured). This
 CPU may have no native bf16, where ``auto`` times nothing: a ``sitecustomize`` hook in
-the daemon's interpreter takes bf16 as native (its arithmetic is real either way) and
+the run's interpreter takes bf16 as native (its arithmetic is real either way) and
 widens the winner's re-timing tolerance and the load bound, so that this test is about
 the key surviving a restart and not about a shared host's noise (the 10% check and the
 load verdict have their own tests: test_calibration_clock.py, test_calibration.py)."""
@@ -69,7 +69,6 @@ def test_a_kept_measurement_is_reused_after_a_daemon_restart(
     env = {
         "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
         "GENESIS_FP16_STEPS_PER_RUN": "4",
-        "GENESIS_FP16_RUN_ISOLATION": "thread",
         "PYTHONPATH": os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]),
     }
     first = daemon_factory(env, fixtures=False)

@@ -123,7 +123,6 @@ def test_up_to_date_runs_start_no_child(daemon_factory: DaemonFactory, tmp_path:
             "GENESIS_FP16_AGENTS__SE_DARWIN__DATA_PATH": str(pool),
             "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION": "fp32",
             "GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_EPOCHS": "2",
-            "GENESIS_FP16_RUN_ISOLATION": "process",
             "GENESIS_FP16_SCHEDULE": "1",
         },
         fixtures=False,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.settings import Settings
@@ -116,9 +117,9 @@ def test_a_job_takes_the_slots_of_the_gpus_its_run_occupies(
     """run_agent_job asks for the GPUs, not the setting's text, and gives them back after."""
     for key in [k for k in os.environ if k.startswith("GENESIS_FP16_")]:
         monkeypatch.delenv(key)
+    train_in_process(monkeypatch)  # a test's plugin object is no entry point for a process
     settings = Settings(
         state_dir=tmp_path,
-        run_isolation="thread",
         agents={"quick": {"device": device, "nproc": nproc, "data_path": tmp_path}},  # type: ignore[dict-item]
     )
     slots = _Recording()

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from daemon_harness import clear_daemon_env
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.plugins import load_plugin
@@ -42,11 +43,11 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def _job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **own: Any) -> tuple[JobContext, Any]:
     clear_daemon_env(monkeypatch)
+    train_in_process(monkeypatch)  # the job's every step in one count
     loaded = load_plugin(AGENT)
     data = loaded.plugin.generate_sample_data(tmp_path / "data", 600, 0)
-    settings = Settings(  # in-process: the job's every step in one count
+    settings = Settings(
         state_dir=tmp_path / "state",
-        run_isolation="thread",
         steps_per_run=8,
         auto_precision="rule",
         agents={AGENT: {"data_path": str(data), **own}},  # type: ignore[dict-item]

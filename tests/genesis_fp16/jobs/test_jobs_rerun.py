@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from daemon_harness import clear_daemon_env
 from fake_results import train_result
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.settings import Settings, resolve_device
@@ -23,10 +24,9 @@ AGENT = "flapping"
 
 
 def _settings(tmp_path: Path, fp16: bool) -> Settings:
-    return Settings(  # in-process: a test's plugin object is no entry point for a child
+    return Settings(
         state_dir=tmp_path,
         agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]
-        run_isolation="thread",
         enable_fp16_training=fp16,
     )
 
@@ -59,6 +59,7 @@ def test_a_rollback_undone_before_the_stop_still_reruns_at_once(
     """Stopped by a rollback that is undone before the run ends: the job reruns it in fp16,
     and the gauge is not set back by the stopped run."""
     clear_daemon_env(monkeypatch)
+    train_in_process(monkeypatch)  # a test's plugin object is no entry point for a process
     metrics = DaemonMetrics(CollectorRegistry(), "test")
     ctx = JobContext(_settings(tmp_path, fp16=True), metrics, DeviceSlots(1), threading.Event())
     plugin = _Flapping(ctx, tmp_path)
@@ -90,6 +91,7 @@ def test_a_job_queued_at_sigterm_never_starts(
     """A job that gets its device slot just as the daemon starts shutting down trains
     nothing, is not counted running, and gives the slot back."""
     clear_daemon_env(monkeypatch)
+    train_in_process(monkeypatch)  # a test's plugin object is no entry point for a process
     stopping = threading.Event()
     slots = _FreedAtSigterm(stopping)
     ctx = JobContext(_settings(tmp_path, fp16=True), DaemonMetrics(CollectorRegistry(), "t"),

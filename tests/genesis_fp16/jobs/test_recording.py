@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from daemon_harness import clear_daemon_env
 from fake_results import train_result
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -63,11 +64,8 @@ class _Reporting:
 
 def _context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobContext:
     clear_daemon_env(monkeypatch)
-    settings = Settings(  # in-process: a test's plugin object is no entry point for a child
-        state_dir=tmp_path,
-        agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]
-        run_isolation="thread",
-    )
+    train_in_process(monkeypatch)  # a test's plugin object is no entry point for a process
+    settings = Settings(state_dir=tmp_path, agents={AGENT: {"data_path": tmp_path}})  # type: ignore[dict-item]
     return JobContext(
         settings, DaemonMetrics(CollectorRegistry(), "test"), DeviceSlots(1), threading.Event()
     )

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from daemon_harness import clear_daemon_env
 from fake_results import train_result
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -103,7 +104,6 @@ def _context(state: Path) -> JobContext:
     settings = Settings(  # in-process: a test's plugin object is no entry point for a child
         state_dir=state,
         agents={AGENT: {"data_path": state}},  # type: ignore[dict-item]
-        run_isolation="thread",
     )
     metrics = DaemonMetrics(CollectorRegistry(), "test")
     metrics.add_agent(AGENT)
@@ -131,6 +131,7 @@ def series_after(case: str, state: Path) -> list[list[Any]]:
 @pytest.fixture(autouse=True)
 def _no_daemon_env(monkeypatch: pytest.MonkeyPatch) -> None:
     clear_daemon_env(monkeypatch)
+    train_in_process(monkeypatch)  # a test's plugin object is no entry point for a process
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from daemon_harness import clear_daemon_env
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -79,10 +80,10 @@ def test_the_job_counts_a_run_stopped_in_start_up_as_stopped(
 ) -> None:
     """The job: outcome stopped in the metrics and the log, no failure counted or logged."""
     clear_daemon_env(monkeypatch)
+    train_in_process(monkeypatch)  # a test's plugin object is no entry point for a process
     settings = Settings(
         state_dir=tmp_path,
         agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]
-        run_isolation="thread",
     )
     metrics = DaemonMetrics(CollectorRegistry(), "test")
     ctx = JobContext(settings, metrics, DeviceSlots(1), threading.Event())

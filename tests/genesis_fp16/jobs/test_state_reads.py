@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from daemon_harness import clear_daemon_env
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.plugins import load_plugin
@@ -82,11 +83,11 @@ def _job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[JobContext, A
     """A daemon's job context (its run on a thread: the daemon's reads and the run's in
     one count) after a first job trained and served a model on a 600-record pool."""
     clear_daemon_env(monkeypatch)
+    train_in_process(monkeypatch)
     loaded = load_plugin(AGENT)
     data = loaded.plugin.generate_sample_data(tmp_path / "data", 600, 0)
     settings = Settings(
         state_dir=tmp_path / "state",
-        run_isolation="thread",
         steps_per_run=8,
         auto_precision="rule",
         # fp32: the same gate verdict on every CPU (bf16 where the CPU has it would do too)

@@ -31,7 +31,6 @@ def _env(agent: str, **extra: str) -> dict[str, str]:
     return {
         "PYTHONPATH": PLUGIN_PATH,
         "GENESIS_FP16_PLUGIN_ALLOWLIST": agent,
-        "GENESIS_FP16_RUN_ISOLATION": "process",
         "GENESIS_FP16_SCHEDULE": "1",
         "GENESIS_FP16_STEPS_PER_RUN": "2",
         "GENESIS_FP16_SAMPLE_COUNT": "16",

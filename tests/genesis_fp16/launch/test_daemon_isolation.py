@@ -1,5 +1,8 @@
 """Plugins that hang, end the process or leak: counted, and the other agent keeps its
-schedule and the daemon serves (real daemon subprocesses, both isolation modes)."""
+schedule and the daemon serves (real daemon subprocesses; each run in its device's
+resident run process, the one isolation model). How the watch abandons a run that
+outlives its kill, as the removed thread mode's test asserted of a hung thread:
+tests/genesis_fp16/jobs/test_supervising.py."""
 
 from __future__ import annotations
 
@@ -39,54 +42,10 @@ def _good_runs(daemon: DaemonProcess) -> float:
 
 @pytest.mark.slow
 @pytest.mark.timeout(child_wait(240))
-def test_thread_isolation_abandons_a_hung_run_and_the_other_agent_keeps_training(
-    tmp_path: Path,
-) -> None:
-    """In-process (RUN_ISOLATION=thread), fixture_hanging never returns: after its 1 s
-    timeout and 1 s grace it is a counted 'hung' failure, /healthz says degraded naming it,
-    its next jobs are skipped and counted, and fixture_good goes on succeeding."""
-    daemon = _daemon(
-        tmp_path,
-        "fixture_hanging",
-        GENESIS_FP16_RUN_ISOLATION="thread",
-        GENESIS_FP16_AGENTS__FIXTURE_HANGING__RUN_TIMEOUT_SECONDS="1",
-    )
-    try:
-        s = daemon.sample
-        daemon.wait_for(
-            lambda: s("genesis_fp16_run_failures_total", agent="fixture_hanging", reason="hung"),
-            "the hung run abandoned",
-        )
-        status, body = daemon.get("/healthz")
-        assert status == 503 and "degraded" in body and "fixture_hanging" in body
-        assert s("genesis_fp16_runs_overdue", agent="fixture_hanging") == 1
-        daemon.wait_for(
-            lambda: (
-                (
-                    s("genesis_fp16_training_runs_total", agent="fixture_good", outcome="success")
-                    or 0
-                )
-                >= 3
-            ),
-            "three runs of the healthy agent",
-            timeout=60,
-        )
-        daemon.wait_for(
-            lambda: s("genesis_fp16_jobs_skipped_total", agent="fixture_hanging", reason="hung"),
-            "a skipped job of the hung agent",
-        )
-        assert s("genesis_fp16_training_runs_total", agent="fixture_hanging", outcome="failed") == 1
-        assert daemon.get("/metrics")[0] == 200
-    finally:
-        daemon.stop()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(child_wait(240))
 def test_process_isolation_kills_a_hung_run_and_the_other_agent_keeps_training(
     tmp_path: Path,
 ) -> None:
-    """In a child process (the default) a hung run is SIGTERMed at its timeout and killed
+    """In its resident run process a hung run is SIGTERMed at its timeout and killed
     after the grace: 'hung' failures, counted every time, while fixture_good succeeds."""
     daemon = _daemon(
         tmp_path, "fixture_hanging", GENESIS_FP16_AGENTS__FIXTURE_HANGING__RUN_TIMEOUT_SECONDS="2"

@@ -1,8 +1,8 @@
 """Runs served by the run worker (genesis_fp16/commands/zygote.py) keep process isolation: a
 killed run costs only itself, a killed or stopped worker is replaced (real daemon
-subprocesses). By default (GENESIS_FP16_RUN_RESIDENT=true) a device's runs are served by
-one resident run process, reused after a clean run and fresh after a failed, stopped or
-killed one; with it false, each run is a child forked of its own."""
+subprocesses). A device's runs are served by one resident run process (the one isolation
+model: no setting forks a child per run or execs it any more), reused after a clean run
+and fresh after a failed, stopped or killed one."""
 
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ def _daemon(tmp_path: Path, **env: str) -> DaemonProcess:
         tmp_path,
         {
             "GENESIS_FP16_PLUGIN_ALLOWLIST": "fixture_good",
-            "GENESIS_FP16_RUN_ISOLATION": "process",
             "GENESIS_FP16_SHUTDOWN_TIMEOUT_SECONDS": "1",
             "GENESIS_FP16_SCHEDULE": "1",
             "GENESIS_FP16_STEPS_PER_RUN": "2",
@@ -66,27 +65,6 @@ def _new(daemon: DaemonProcess, seen: set[int]) -> set[int]:
 
 def _runs(daemon: DaemonProcess, outcome: str) -> float:
     return daemon.sample(RUNS, agent="fixture_good", outcome=outcome) or 0
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(child_wait(240))
-def test_scheduled_runs_are_forked_by_one_worker_and_succeed(tmp_path: Path) -> None:
-    """GENESIS_FP16_RUN_RESIDENT=false: two scheduled runs succeed, each a child forked by
-    the same worker, which is the daemon's child (its only one between runs) and has not
-    initialised CUDA."""
-    daemon = _daemon(tmp_path, GENESIS_FP16_RUN_RESIDENT="false")
-    try:
-        daemon.wait_for(lambda: _runs(daemon, "success") >= 2, "two runs", timeout=120)
-        workers = _pids(daemon, READY)
-        forked = _pids(daemon, FORKED)
-        assert len(workers) == 1 and len(forked) >= 2 and len(set(forked)) == len(forked)
-        assert workers[0] in child_pids(daemon.process.pid)
-        assert not set(forked) & set(child_pids(daemon.process.pid))  # the worker's children
-        assert not daemon.events("starting the run's process by exec, not from the run worker")
-        ready = next(r for r in daemon.logs() if READY.match(str(r.get("event", ""))))
-        assert "CUDA not initialised" in ready["event"]
-    finally:
-        daemon.stop()
 
 
 @pytest.mark.slow
@@ -262,18 +240,24 @@ def _resident_said(daemon: DaemonProcess, text: str) -> list[dict[str, object]]:
 def test_runs_of_an_agent_are_served_by_one_resident_process_which_says_it_reused_it(
     tmp_path: Path,
 ) -> None:
-    """By default (GENESIS_FP16_RUN_RESIDENT unset): two scheduled runs succeed in the same
-    process (the same pid in the launcher's record), the worker's child; the second run's
-    log says it reused that process. Before the default was on, each run was forked."""
+    """Two scheduled runs succeed in the same process (the same pid in the launcher's
+    record), a child of the one worker, which is the daemon's child and has not initialised
+    CUDA; the second run's log says it reused that process; no run was started by exec or
+    had a child of its own."""
     daemon = _daemon(tmp_path)
     try:
         daemon.wait_for(lambda: _runs(daemon, "success") >= 2, "two runs", timeout=120)
         served = _pids(daemon, SERVED)
         assert len(served) >= 2 and served[0] == served[1]
+        workers = _pids(daemon, READY)
+        assert len(workers) == 1 and workers[0] in child_pids(daemon.process.pid)
         assert served[0] not in child_pids(daemon.process.pid)  # the worker's child
         reused = _resident_said(daemon, f"resident run process {served[0]} (cpu) reused: run 2")
         assert reused and reused[0]["resident_pid"] == served[0]
         assert not _pids(daemon, FORKED)  # no run had a child of its own
+        assert not daemon.events("starting the run's process by exec, not from the run worker")
+        ready = next(r for r in daemon.logs() if READY.match(str(r.get("event", ""))))
+        assert "CUDA not initialised" in ready["event"]
     finally:
         daemon.stop()
 
@@ -288,7 +272,6 @@ def test_a_resident_process_killed_or_timed_out_fails_or_stops_its_run_and_the_n
     served by a fresh process and succeeds."""
     daemon = _daemon(
         tmp_path,
-        GENESIS_FP16_RUN_RESIDENT="true",
         GENESIS_FP16_STEPS_PER_RUN="40",
         FIXTURE_STEP_SECONDS="0.25",
         GENESIS_FP16_LOG_INTERVAL="1",
@@ -326,7 +309,6 @@ def _se_darwin_daemon(workdir: Path, data: Path, **env: str) -> DaemonProcess:
             "GENESIS_FP16_STEPS_PER_RUN": "20",
             "GENESIS_FP16_SCHEDULE": "3600",
             "GENESIS_FP16_RUN_AT_START": "false",
-            "GENESIS_FP16_RUN_ISOLATION": "process",
             # fp32: a measured auto's first choice follows the host's load, not the data
             "ENABLE_FP16_TRAINING": "false",
             **env,
@@ -381,10 +363,11 @@ def test_a_later_se_darwin_run_reuses_what_its_resident_process_read_and_trains_
     """Two `run se_darwin` in one resident process, a pool file added between them: the
     second run's log says what it reused from memory (the first file's joined pool, only
     the new file's records joined onto it) and it trains to what the same second run
-    trains to in a child forked per run (GENESIS_FP16_RUN_RESIDENT=false), where nothing
-    is kept and nothing is said."""
+    trains to where nothing is kept (GENESIS_FP16_RUN_RESIDENT_KEEP_MIB=0; before issue 91
+    item 4 the comparison was a child forked per run, a mode since removed), where nothing
+    is reused and nothing is said."""
     results = {}
-    for name, env in (("kept", {}), ("forked", {"GENESIS_FP16_RUN_RESIDENT": "false"})):
+    for name, env in (("kept", {}), ("unkept", {"GENESIS_FP16_RUN_RESIDENT_KEEP_MIB": "0"})):
         data = tmp_path / f"data-{name}"
         _pool_files(data, (1,))
         daemon = _se_darwin_daemon(tmp_path / name, data, **env)
@@ -403,4 +386,4 @@ def test_a_later_se_darwin_run_reuses_what_its_resident_process_read_and_trains_
             assert pool + ", grown by 1 file(s) (300 records joined) to 600 records" in reused
         else:
             assert not reused
-    assert results["kept"] == results["forked"]
+    assert results["kept"] == results["unkept"]

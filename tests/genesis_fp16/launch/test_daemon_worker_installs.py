@@ -48,7 +48,6 @@ def _daemon(tmp_path: Path, python: str, allow: str, **extra: str) -> DaemonProc
     workdir.mkdir()
     env = {
         "GENESIS_FP16_PLUGIN_ALLOWLIST": allow,
-        "GENESIS_FP16_RUN_ISOLATION": "process",
         "GENESIS_FP16_SCHEDULE": "3",
         "GENESIS_FP16_STEPS_PER_RUN": "2",
         "GENESIS_FP16_SAMPLE_COUNT": "16",
@@ -130,14 +129,14 @@ def _said(daemon: DaemonProcess, text: str) -> bool:
 def test_a_plugin_edited_in_place_runs_its_new_code_in_a_fresh_resident_process(
     tmp_path: Path,
 ) -> None:
-    """GENESIS_FP16_RUN_RESIDENT=true, my_agent installed with pip install -e and trained;
+    """my_agent installed with pip install -e and trained;
     then its source is edited in place (no install: the worker is not replaced): the
     resident run process that imported it is stale, and the next run, in a fresh one that
     names the edited file, runs the new code; no run fails."""
     python = str(make_reader_venv(tmp_path / "venv"))
     _shell(f"{python} -m genesis_fp16 new-agent {AGENT}", python, tmp_path)
     _shell(f"{python} -m pip install -e ./my-agent", python, tmp_path)
-    daemon = _daemon(tmp_path, python, AGENT, GENESIS_FP16_RUN_RESIDENT="true")
+    daemon = _daemon(tmp_path, python, AGENT)
     try:
         reused = lambda: any("reused: run 2" in str(r.get("event")) for r in daemon.logs())  # noqa: E731
         daemon.wait_for(reused, f"{AGENT}'s second run in its resident process", timeout=240)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 from daemon_harness import daemon_env, free_port
+from in_process import train_in_process
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -220,11 +221,11 @@ def test_a_gpu_lost_during_a_run_is_counted_as_such_and_health_says_degraded(
     from genesis_fp16.service.daemon import Daemon
 
     agent = _LosesItsGpu.name
+    train_in_process(monkeypatch)  # a test's plugin object is no entry point for a process
     ctx = _context(
         tmp_path,
         monkeypatch,
         agents={agent: {"data_path": tmp_path, "device": "cpu"}},
-        run_isolation="thread",
     )
     with capture_logs() as logs:
         run_agent_job(ctx, agent, _LosesItsGpu(), Capabilities())  # type: ignore[arg-type]

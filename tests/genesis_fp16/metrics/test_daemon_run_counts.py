@@ -69,7 +69,6 @@ def test_every_scrape_sees_a_runs_start_with_its_steps(daemon_factory: DaemonFac
             "GENESIS_FP16_SAMPLE_COUNT": "300",
             "GENESIS_FP16_SCHEDULE": "5",
             "GENESIS_FP16_RUN_AT_START": "false",  # the first scrapes come before any step
-            "GENESIS_FP16_RUN_ISOLATION": "thread",
         },
         fixtures=False,
     )

@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry
 import genesis_fp16.metrics
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 
-# Written from main at 88915a42, before the split, by ``python <this file>``: every family of
+# Written from main at 88915a42, before the split, by ``python <this file>`` (one help text
+# since: run_failures' hung, when thread isolation was removed): every family of
 # a fresh DaemonMetrics with one agent added, with its type, help and samples (labels, value).
 EXPECTED = Path(__file__).with_name("daemon_series_88915a42.json")
 PLACEMENT = [

@@ -50,7 +50,6 @@ def test_daemon_jobs_write_one_readable_run_each_from_their_child(
         steps_per_run=10,
         log_interval=5,
         sample_count=200,
-        run_isolation="process",
         agents={"se_darwin": {"precision": "fp16"}},  # type: ignore[dict-item]
     )
     ctx = JobContext(

@@ -205,7 +205,7 @@ def test_the_scaffold_installs_in_a_fresh_venv_and_trains_under_serve(tmp_path: 
     # beside it on a 2-core host; my_agent itself gets no setting.
     daemon = start_daemon(
         workdir,
-        {"GENESIS_FP16_PLUGIN_ALLOWLIST": "my_agent", "GENESIS_FP16_RUN_ISOLATION": "process"},
+        {"GENESIS_FP16_PLUGIN_ALLOWLIST": "my_agent"},
         fixtures=False,
         command=(python, "-m", "genesis_fp16", "serve"),
     )

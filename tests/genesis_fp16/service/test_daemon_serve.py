@@ -334,8 +334,10 @@ def test_misspelt_rollback_switch_on_sighup_is_a_counted_failed_reload(
 def test_reload_shadowed_by_the_environment_is_logged(
     daemon_factory: DaemonFactory, tmp_path: Path
 ) -> None:
-    """ENABLE_FP16_TRAINING=true in the environment, false in .env: the reload says so."""
-    _write_env(tmp_path / ".env", "GENESIS_FP16_SEED=0\n")
+    """ENABLE_FP16_TRAINING=true in the environment, false in .env: the reload says so.
+    GENESIS_FP16_RUN_ISOLATION=thread in .env (removed by issue 91): the daemon starts and
+    logs, once, that it is ignored."""
+    _write_env(tmp_path / ".env", "GENESIS_FP16_SEED=0\nGENESIS_FP16_RUN_ISOLATION=thread\n")
     daemon = daemon_factory(
         {
             "GENESIS_FP16_PLUGIN_ALLOWLIST": GOOD,
@@ -344,6 +346,10 @@ def test_reload_shadowed_by_the_environment_is_logged(
             "ENABLE_FP16_TRAINING": "true",
         }
     )
+    said = "the removed setting's warning"
+    (ignored,) = daemon.wait_for(lambda: daemon.events("removed setting ignored"), said)
+    assert ignored["detail"].startswith("GENESIS_FP16_RUN_ISOLATION (in "), ignored
+    assert "is ignored: it was removed; a run with NPROC=1 is always served" in ignored["detail"]
     _write_env(tmp_path / ".env", "ENABLE_FP16_TRAINING=false\n")
     daemon.signal(signal.SIGHUP)
     shadowed = daemon.wait_for(
