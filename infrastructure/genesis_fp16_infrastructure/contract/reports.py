@@ -241,7 +241,9 @@ class TrainResult(Record):
     and the data's drift), ``live`` (the live watch's report), ``up_to_date_against``
     (why an up-to-date run took no step), ``components`` (per-component dtypes and
     flags), ``diagnostics`` (RL diagnostics, ``{name: float}``) and ``ranges`` (per-layer
-    range statistics). The records are frozen and typed
+    range statistics); a judged run reports ``transitions``, the changes of the served
+    model its transactions committed (the daemon's promotion and rollback counters read
+    them). The records are frozen and typed
     (:mod:`~genesis_fp16_infrastructure.contract.reports`); :meth:`to_json` writes each
     as its JSON object. ``extra`` is the agent's own record: the daemon reads nothing
     from it, ``train --json`` prints it whole.
