@@ -50,24 +50,28 @@ def take_unfinished(folder: Path, meta: CandidateMeta | Mapping[str, Json]) -> P
     """The unfinished candidate (no verdict) of ``folder`` that this run continues: the
     newest whose meta asked what ``meta`` (this run's, as a new candidate would record
     it) asks; None when there is none. Each other unfinished candidate is closed: its
-    verdict ``undecided``, with the reason it is not continued, every one staged in one
-    transaction (``agent_folder.transaction``: under the pointer's lock, what a killed
-    writer left settled first, one commit)."""
+    verdict ``undecided``, with the reason it is not continued, all of them staged in
+    one transaction (``agent_folder.transaction``: under the pointer's lock, what a
+    killed writer left settled first, one commit); none to close, no transaction."""
     if not isinstance(meta, CandidateMeta):
         meta = CandidateMeta.from_json(meta)
     taken: Path | None = None
-    with transaction(folder) as tx:
-        for candidate in reversed(unfinished_candidates(folder)):  # newest first
-            why = _not_continued(candidate, meta) if taken is None else None
-            if taken is None and why is None:
-                taken = candidate
-                logger.info("continuing candidate %s, cut short earlier", candidate.name)
-                continue
-            if why is None:
-                assert taken is not None
-                why = f"a newer candidate cut short on the same request ({taken.name}) is continued"
-            logger.info("closing candidate %s, cut short earlier: %s", candidate.name, why)
-            _close(tx, candidate, f"not continued: {why}", meta.continues)
+    closing: list[tuple[Path, str]] = []
+    for candidate in reversed(unfinished_candidates(folder)):  # newest first
+        why = _not_continued(candidate, meta) if taken is None else None
+        if taken is None and why is None:
+            taken = candidate
+            logger.info("continuing candidate %s, cut short earlier", candidate.name)
+            continue
+        if why is None:
+            assert taken is not None
+            why = f"a newer candidate cut short on the same request ({taken.name}) is continued"
+        logger.info("closing candidate %s, cut short earlier: %s", candidate.name, why)
+        closing.append((candidate, f"not continued: {why}"))
+    if closing:
+        with transaction(folder) as tx:
+            for candidate, reason in closing:
+                _close(tx, candidate, reason, meta.continues)
     return taken
 
 
