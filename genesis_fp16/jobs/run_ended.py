@@ -142,8 +142,10 @@ def _carried_scale(event: RunEnded) -> None:
 
 def _history_bound(event: RunEnded) -> None:
     # A failed run too: a gate that could not decide left a candidate.
-    if not (isinstance(event.result, RunError) and event.result.outcome == "stopped"):
-        bound_agent_history(event.run.settings, event.run.ctx.metrics, event.run.folder)
+    result = event.result
+    if not (isinstance(result, RunError) and result.outcome == "stopped"):
+        reported = () if isinstance(result, RunError) else result.transitions
+        bound_agent_history(event.run.settings, event.run.ctx.metrics, event.run.folder, reported)
 
 
 def _precision(event: RunEnded) -> None:

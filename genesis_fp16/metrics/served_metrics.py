@@ -32,20 +32,25 @@ genesis_fp16_infrastructure.judging.watch) and its gate verdict; it is called fo
 judged run, so that the rollback counter exists at 0 before its first rollback (an
 ``increase()`` over it then sees the first one).
 
-Rollbacks are counted from the served-model pointer's journal, not from the run's report:
-a child killed after its rollback reached the pointer sends no report, and its rollback
-still happened. The ``cursor`` hands each journal entry out once, by its sequence number,
-from the first number it saw (``baseline``, at the agent's first run in this daemon: what
-came before was counted by an earlier daemon, or never), and ``count_rollbacks`` counts
-the live-regression rollbacks among them::
+Rollbacks and promotions are counted from the changes of the served model, each once
+by its journal number, not from the run's gate or live report: a run's own come with
+its result (``TrainResult.transitions``: what its transactions committed), and the
+pointer's journal is read for those no run reported (a child killed after its rollback
+reached the pointer sends no result, and its rollback still happened; an operator's
+``model`` command or ``train`` in the state folder is another process). The ``cursor``
+hands each out once, from the first number it saw (``baseline``, at the agent's first
+run in this daemon: what came before was counted by an earlier daemon, or never), and
+``count_rollbacks`` counts the live-regression rollbacks among them::
 
 >>> from prometheus_client import CollectorRegistry, generate_latest
+>>> from genesis_fp16_infrastructure.api import JournalEntry
 >>> registry = CollectorRegistry()
 >>> metrics = LiveMetrics(registry)
 >>> metrics.cursor.baseline("se_darwin", [])
 >>> rollback = JournalEntry(seq=2, kind="rollback", reason="live_regression")
 >>> journal = [JournalEntry(seq=1, kind="gate"), rollback]
->>> metrics.count_rollbacks("se_darwin", metrics.cursor.new("se_darwin", journal))
+>>> reported = [rollback]  # the run that rolled back reported it (its result)
+>>> metrics.count_rollbacks("se_darwin", metrics.cursor.new("se_darwin", journal, reported))
 1
 >>> metrics.cursor.new("se_darwin", [rollback])  # seen: not handed out (or counted) twice
 []
@@ -62,7 +67,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -74,7 +79,6 @@ from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
-    JournalEntry,
     LiveReport,
     Outcome,
     ServedPointer,
@@ -192,7 +196,7 @@ class LiveMetrics:
             lambda: float(state()["state"] != "watching")
         )
 
-    def count_rollbacks(self, agent: str, new: Sequence[JournalEntry]) -> int:
+    def count_rollbacks(self, agent: str, new: Sequence[Change]) -> int:
         """Count the live-regression rollbacks among ``new`` journal entries (the cursor's:
         each once, whoever ran it and whether or not its run reported); returns how many."""
         counted = sum(1 for e in new if e.kind == "rollback" and e.reason == LIVE_REGRESSION)
@@ -245,26 +249,51 @@ class LiveMetrics:
                 self.false_rollback_rate.labels(agent=agent, bound=bound).set(value)
 
 
+class Change(Protocol):
+    """One change of the served model as the counters read it: a run's reported
+    ``Transition`` (its transactions' ``Committed`` entries) or a pointer's journal entry."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def reason(self) -> str | None: ...
+
+
 class JournalCursor:
-    """How far the daemon has read each agent's served-model journal (in memory): each
-    entry is handed out once, by its sequence number."""
+    """Which changes of each agent's served model the daemon has counted (in memory):
+    each once, by its journal number. A run's own changes come with its result (what
+    its transactions committed); the journal is read only for those no run reported: a
+    run killed after its commit, an operator's ``model`` command, another process's
+    ``train`` in the state folder."""
 
     def __init__(self) -> None:
         self._seen: dict[str, int] = {}  # agent -> the last number handed out
 
-    def baseline(self, agent: str, journal: Sequence[JournalEntry]) -> None:
+    def baseline(self, agent: str, journal: Sequence[Change]) -> None:
         """Where reading starts for ``agent``: after its journal as it stands before the
         agent's first run in this daemon (an earlier daemon counted what came before, or
         nobody did); later calls change nothing."""
         self._seen.setdefault(agent, max((e.seq for e in journal), default=0))
 
-    def new(self, agent: str, journal: Sequence[JournalEntry]) -> list[JournalEntry]:
-        """The entries of ``journal`` not handed out before, oldest first."""
+    def new(
+        self, agent: str, journal: Sequence[Change], reported: Sequence[Change] = ()
+    ) -> list[Change]:
+        """The changes to count, oldest first: every one the run ``reported`` (counted
+        whatever the journal says now), and the entries of ``journal`` nobody reported and
+        not handed out before. A journal that started again (its newest number below the
+        last handed out: a pointer rebuilt by a repair, a folder restored) is read from
+        its newest entry on, as a baseline."""
         # Never baselined (no run started here): what the journal holds came before.
         self.baseline(agent, journal)
-        seen = self._seen[agent]
-        new = sorted((e for e in journal if e.seq > seen), key=lambda e: e.seq)
-        self._seen[agent] = max([seen, *(e.seq for e in new)])
+        seen, mine = self._seen[agent], {c.seq for c in reported}
+        newest = max((e.seq for e in journal), default=seen)
+        if newest < seen:
+            seen = newest
+        others = [e for e in journal if e.seq > seen and e.seq not in mine]
+        new = sorted([*reported, *others], key=lambda c: c.seq)
+        self._seen[agent] = max([seen, *(c.seq for c in new)])
         return new
 
 
@@ -351,7 +380,7 @@ class PromotionMetrics(ServedFolderMetrics, DriftMetrics):
         needed = gate.records_needed if gate.outcome == Outcome.INCONCLUSIVE else 0
         self.records_needed.labels(agent=agent).set(math.nan if needed is None else needed)
 
-    def count_promotions(self, agent: str, new: Sequence[JournalEntry]) -> int:
+    def count_promotions(self, agent: str, new: Sequence[Change]) -> int:
         """Count the gate's promotions among ``new`` journal entries (JournalCursor.new)."""
         counted = sum(1 for e in new if e.kind in PROMOTING)
         self.promotions.labels(agent=agent).inc(counted)  # exists at 0 once observed

@@ -176,7 +176,7 @@ def prune(
     for ``rejected_days`` and ``UNFINISHED_MIN_DAYS`` (a run cut short by its timeout
     every hour must find its candidate next time). Returns what was removed, and the
     pointer as it stands after (None: nothing served), read once in the same
-    transaction: the daemon counts the journal from it without a second read.
+    transaction: the daemon reads from it the changes no run reported, without a second read.
     ``recover_first``: :func:`~.transitions.recover`'s work first, on that same read (the
     daemon's after each run: what the run, killed or not, left to finish)."""
     with transaction(folder, settle=recover_first) as tx:  # nothing served meanwhile is removed

@@ -39,6 +39,7 @@ import shutil
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -70,6 +71,8 @@ from genesis_fp16_infrastructure.errors import ServedPointerError
 # of its runs (a run and a few operator commands), each entry ~1-5 KB (a gate verdict).
 JOURNAL_KEEP = 16
 PRUNING_FOLDER = ".pruning"  # a candidate moved here (one rename) is removed, then or later
+# What the transactions of the innermost :func:`recording` committed (per thread and task).
+_RECORDED: ContextVar[list[Committed] | None] = ContextVar("committed", default=None)
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,9 @@ class Transaction:
         self.done = Committed(
             self.before, new, tuple(entries), tuple(written), tuple(events), tuple(removed)
         )
+        recorded = _RECORDED.get()
+        if recorded is not None:
+            recorded.append(self.done)
         return self.done
 
     def _roll_forward(self, new: ServedPointer, entries: list[JournalEntry]) -> list[str]:
@@ -286,6 +292,30 @@ def transaction(
         tx = _begin(Path(folder), settle, unusable_ok)
         yield tx
         tx.commit()
+
+
+@contextmanager
+def recording() -> Iterator[list[Committed]]:
+    """Every transaction committed inside the block (in this thread), in commit order:
+    what a judged run did, whichever of its phases committed it, returned with its
+    result (``TrainResult.transitions``) for the daemon to count. A transaction that
+    raised committed nothing and is not in it.
+
+    >>> import tempfile
+    >>> from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> with recording() as committed:
+    ...     with transaction(folder) as tx:
+    ...         _ = tx.serve(ServedEntry(id="m1", checkpoint="m1.pt"), "first")
+    >>> [(e.seq, e.kind) for done in committed for e in done.entries]
+    [(1, 'first')]
+    """
+    committed: list[Committed] = []
+    token = _RECORDED.set(committed)
+    try:
+        yield committed
+    finally:
+        _RECORDED.reset(token)
 
 
 def _begin(folder: Path, settle_first: bool, unusable_ok: bool) -> Transaction:

@@ -36,10 +36,12 @@ follow from it (:func:`roll_forward`: at the end of the transition, and when the
 transaction settles what a kill left, under the lock), so a kill -9 anywhere leaves the state before
 or after: never a ``promoted`` verdict for a model not served, and prune keeps any
 candidate whose verdict still disagrees (:func:`disagreeing`) and removes by one rename.
-The daemon counts transitions from the journal's numbers, each once, reported by its run
-or not; each journal entry is the transition's event too, copied to the agent's outbox in
-the same way (``agent_folder.outbox``). Recovery is an explicit call (:func:`recover`)
-at the points that need it; reading the pointer has no side effect.
+The daemon counts transitions by the journal's numbers, each once: a run's as it reports
+them (what its transactions committed), the journal's own for those no run reported (a
+run killed after its commit, another process's); each journal entry is the transition's
+event too, copied to the agent's outbox in the same way (``agent_folder.outbox``).
+Recovery is an explicit call (:func:`recover`) at the points that need it; reading the
+pointer has no side effect.
 tests/infrastructure/agent_folder/test_lifecycle_kill.py kills every write of each.
 
 JSON only, no torch: the daemon's up-to-date check and the ``model`` command use it

@@ -217,6 +217,19 @@ def learning_failure(
 
 
 @dataclass(frozen=True)
+class Transition(Record):
+    """One change of the served model a run committed (a journal entry of the pointer,
+    ``agent_folder.transaction.Committed.entries``), as the run reports it: its journal
+    number, its kind (serve's ``how``: ``first``, ``gate``, ``adopt``; ``rollback``,
+    ``unpin``, ``trim``, ``repair``) and a rollback's reason (``live_regression``: the
+    live watch's). The daemon counts promotions and rollbacks from these."""
+
+    seq: int
+    kind: str
+    reason: str | None = field(default=None, metadata=_OPTIONAL)
+
+
+@dataclass(frozen=True)
 class TrainResult(Record):
     """The outcome of one training run; :meth:`to_json` is the ``train --json`` object.
 
@@ -228,7 +241,9 @@ class TrainResult(Record):
     and the data's drift), ``live`` (the live watch's report), ``up_to_date_against``
     (why an up-to-date run took no step), ``components`` (per-component dtypes and
     flags), ``diagnostics`` (RL diagnostics, ``{name: float}``) and ``ranges`` (per-layer
-    range statistics). The records are frozen and typed
+    range statistics); a judged run reports ``transitions``, the changes of the served
+    model its transactions committed (the daemon's promotion and rollback counters read
+    them). The records are frozen and typed
     (:mod:`~genesis_fp16_infrastructure.contract.reports`); :meth:`to_json` writes each
     as its JSON object. ``extra`` is the agent's own record: the daemon reads nothing
     from it, ``train --json`` prints it whole.
@@ -297,6 +312,9 @@ class TrainResult(Record):
     # The per-layer range statistics of the run's sampled steps (training.flight.range_stats):
     # the modules nearest fp16's overflow and underflow, and every module's totals.
     ranges: RangeSummary | None = None
+    # The changes of the served model this run's transactions committed, oldest first
+    # (a judged run's: ``judging.run.run_judged``): the daemon counts them as reported.
+    transitions: Sequence[Transition] = ()
 
     @property
     def fault_bundle(self) -> str | None:

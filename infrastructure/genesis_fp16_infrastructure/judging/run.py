@@ -85,7 +85,12 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     Outcome,
     Verdict,
 )
-from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, transaction
+from genesis_fp16_infrastructure.agent_folder.transaction import (
+    Committed,
+    Transaction,
+    recording,
+    transaction,
+)
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
     RecordLosses,
@@ -103,6 +108,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     GateReport,
     LiveReport,
     TrainResult,
+    Transition,
 )
 from genesis_fp16_infrastructure.contract.split import drawn_with
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -181,9 +187,12 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
         # at its start and after each run, with the prune's one read).
         owner.claim(f"{request.agent} judged run (agent folder {request.checkpoint_dir})")
     try:
-        if world == 1:
-            return _judged_run(plugin, judged, request)
-        return _ranked(plugin, judged, request, rank)
+        with recording() as committed:  # what each phase's transaction did, reported
+            if world == 1:
+                result = _judged_run(plugin, judged, request)
+            else:
+                result = _ranked(plugin, judged, request, rank)
+        return replace(result, transitions=_transitions(committed))
     finally:
         if owner is not None:
             owner.release()
@@ -216,6 +225,13 @@ def _ranked(
     if kind == "done":
         return TrainResult.from_json(value)
     raise TrainRequestError(f"{request.agent}: rank 0 refused the run: {value}")
+
+
+def _transitions(committed: list[Committed]) -> tuple[Transition, ...]:
+    """The journal entries the run's transactions committed, oldest first, as the run
+    reports them (the daemon's promotion and rollback counters read these)."""
+    entries = (e for done in committed for e in done.entries)
+    return tuple(Transition(e.seq, e.kind, e.reason) for e in entries)
 
 
 def _broadcast(told: tuple[str, Any] | None) -> tuple[str, Any]:

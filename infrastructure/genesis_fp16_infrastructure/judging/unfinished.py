@@ -32,10 +32,10 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     list_candidates,
     read_meta,
     read_verdict,
-    write_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import CandidateMeta, Outcome
+from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, transaction
 from genesis_fp16_infrastructure.contract.reports import GateReport
 
 logger = logging.getLogger(__name__)
@@ -50,10 +50,13 @@ def take_unfinished(folder: Path, meta: CandidateMeta | Mapping[str, Json]) -> P
     """The unfinished candidate (no verdict) of ``folder`` that this run continues: the
     newest whose meta asked what ``meta`` (this run's, as a new candidate would record
     it) asks; None when there is none. Each other unfinished candidate is closed: its
-    verdict ``undecided``, with the reason it is not continued."""
+    verdict ``undecided``, with the reason it is not continued, all of them staged in
+    one transaction (``agent_folder.transaction``: under the pointer's lock, what a
+    killed writer left settled first, one commit); none to close, no transaction."""
     if not isinstance(meta, CandidateMeta):
         meta = CandidateMeta.from_json(meta)
     taken: Path | None = None
+    closing: list[tuple[Path, str]] = []
     for candidate in reversed(unfinished_candidates(folder)):  # newest first
         why = _not_continued(candidate, meta) if taken is None else None
         if taken is None and why is None:
@@ -64,14 +67,19 @@ def take_unfinished(folder: Path, meta: CandidateMeta | Mapping[str, Json]) -> P
             assert taken is not None
             why = f"a newer candidate cut short on the same request ({taken.name}) is continued"
         logger.info("closing candidate %s, cut short earlier: %s", candidate.name, why)
-        _close(candidate, f"not continued: {why}", meta.continues)
+        closing.append((candidate, f"not continued: {why}"))
+    if closing:
+        with transaction(folder) as tx:
+            for candidate, reason in closing:
+                _close(tx, candidate, reason, meta.continues)
     return taken
 
 
-def _close(candidate: Path, reason: str, served_id: str | None) -> None:
-    """``candidate`` closed: its verdict ``undecided`` with ``reason`` (no figures)."""
+def _close(tx: Transaction, candidate: Path, reason: str, served_id: str | None) -> None:
+    """``candidate`` closed in ``tx``: its verdict ``undecided`` with ``reason`` (no
+    figures), staged."""
     report = GateReport(Outcome.UNDECIDED, reason, served_id=served_id, candidate_id=candidate.name)
-    write_verdict(candidate, report.to_json() | {"judged": []})
+    tx.verdict(candidate, report.to_json() | {"judged": []})
 
 
 def _not_continued(candidate: Path, meta: CandidateMeta) -> str | None:

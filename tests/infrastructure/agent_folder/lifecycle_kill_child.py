@@ -56,7 +56,12 @@ def _count_steps(kill_after: int) -> list[int]:
 def _scenarios(ck: Path, roles: dict[str, str], name: str) -> dict[str, Callable[[], Any]]:
     """Each transition as its caller runs it (imports done before the steps are counted;
     the CLI's and the watch's, which are slow, only for the scenario ``name`` that runs)."""
-    from genesis_fp16_infrastructure.agent_folder import candidates, repair, transitions
+    from genesis_fp16_infrastructure.agent_folder import (
+        candidates,
+        repair,
+        transaction,
+        transitions,
+    )
     from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Verdict
 
     def main(argv: list[str]) -> int:
@@ -81,9 +86,13 @@ def _scenarios(ck: Path, roles: dict[str, str], name: str) -> dict[str, Callable
         entry = candidates.candidate_entry(ck, fresh, checkpoint, Verdict.from_json(promoted))
         return transitions.serve(ck, entry, "gate", unless_pinned=True, verdict=promoted)
 
+    def gate_rejects() -> None:  # judging.run._decide: the verdict in the gate's transaction
+        with transaction.transaction(ck) as tx:
+            tx.verdict(fresh, {"outcome": "rejected"})
+
     return {
         "gate_promote": gate_promotes,
-        "gate_reject": lambda: candidates.write_verdict(fresh, {"outcome": "rejected"}),
+        "gate_reject": gate_rejects,
         "watch_rollback": lambda: watch_rollback() if watch_rollback else None,
         "operator_promote": lambda: main(["model", "promote", AGENT, roles["old_rejected"]]),
         "operator_rollback": lambda: main(["model", "rollback", AGENT]),

@@ -28,6 +28,7 @@ from typing import Any
 import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
+from served_models import gate_serve, trained
 
 from genesis_fp16.metrics.served_metrics import LiveMetrics, PromotionMetrics
 from genesis_fp16_infrastructure.agent_folder import (
@@ -38,7 +39,7 @@ from genesis_fp16_infrastructure.agent_folder import (
     transitions,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER, VERDICT
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, Verdict
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     read_pointer,
@@ -64,28 +65,14 @@ SCENARIOS = (
 DAY = 86400.0
 
 
-def _candidate(ck: Path, digest: str) -> Path:
-    path = candidates.new_candidate(ck, {"fingerprint": digest, "records": 10})
-    (path / "ckpt-0000000005.pt").write_bytes(b"weights " + digest.encode())
-    return path
-
-
-def _gate_serve(ck: Path, candidate: Path) -> None:
-    """Serve ``candidate`` as the gate does (its verdict carried by the pointer)."""
-    checkpoint = candidate / "ckpt-0000000005.pt"
-    verdict = {"outcome": "promoted", "reason": "better", "checkpoint": checkpoint.name}
-    entry = candidates.candidate_entry(ck, candidate, checkpoint, Verdict.from_json(verdict))
-    assert transitions.serve(ck, entry, "gate", unless_pinned=True, verdict=verdict)
-
-
 def _build(tmp: Path, scenario: str) -> Path:
     """The folder before the transition: three models served in turn (c2 served, history
     c1, c0), a fresh unjudged candidate and one rejected 30 days ago; returns the roles."""
     ck = tmp / "state" / "agents" / AGENT / "checkpoints"
-    served = [_candidate(ck, d) for d in ("aaaa0000", "bbbb0000", "cccc0000")]
+    served = [trained(ck, d) for d in ("aaaa0000", "bbbb0000", "cccc0000")]
     for candidate in served:
-        _gate_serve(ck, candidate)
-    fresh, old = _candidate(ck, "dddd0000"), _candidate(ck, "eeee0000")
+        gate_serve(ck, candidate, unless_pinned=True)
+    fresh, old = trained(ck, "dddd0000"), trained(ck, "eeee0000")
     month_ago = time.time() - 30 * DAY  # written as write_verdict would have, then
     verdict = {"outcome": "rejected", "decided_at": "a month ago", "decided_at_s": month_ago}
     with outbox.verdict_announced(old, verdict):

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from served_models import gate_serve, trained
 
 from genesis_fp16_infrastructure.agent_folder import (
     candidates,
@@ -18,7 +19,6 @@ from genesis_fp16_infrastructure.agent_folder import (
     transaction,
     transitions,
 )
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.agent_folder.transaction import Transaction
 from genesis_fp16_infrastructure.errors import ServedPointerError
@@ -26,27 +26,14 @@ from genesis_fp16_infrastructure.errors import ServedPointerError
 AGENT = "se_darwin"
 
 
-def _candidate(ck: Path, digest: str) -> Path:
-    path = candidates.new_candidate(ck, {"fingerprint": digest, "records": 10})
-    (path / "ckpt-0000000005.pt").write_bytes(b"weights " + digest.encode())
-    return path
-
-
-def _gate_serve(ck: Path, candidate: Path) -> None:
-    checkpoint = candidate / "ckpt-0000000005.pt"
-    verdict = {"outcome": "promoted", "reason": "better", "checkpoint": checkpoint.name}
-    entry = candidates.candidate_entry(ck, candidate, checkpoint, Verdict.from_json(verdict))
-    assert transitions.serve(ck, entry, "gate", verdict=verdict)
-
-
 def _folder(tmp_path: Path) -> tuple[Path, list[Path], Path, Path]:
     """A state folder's checkpoints: two models served in turn, a fresh candidate and an
     older one never judged."""
     ck = tmp_path / "state" / "agents" / AGENT / "checkpoints"
-    served = [_candidate(ck, d) for d in ("aaaa0000", "bbbb0000")]
+    served = [trained(ck, d) for d in ("aaaa0000", "bbbb0000")]
     for candidate in served:
-        _gate_serve(ck, candidate)
-    return ck, served, _candidate(ck, "cccc0000"), _candidate(ck, "dddd0000")
+        gate_serve(ck, candidate)
+    return ck, served, trained(ck, "cccc0000"), trained(ck, "dddd0000")
 
 
 def _tree(root: Path) -> dict[str, bytes | None]:
@@ -86,7 +73,7 @@ def test_a_refused_change_writes_nothing_staged_before_it(tmp_path: Path) -> Non
     """A rollback refused (nothing earlier) after a staged serve: the serve is not
     written either, the transaction is all or nothing."""
     ck = tmp_path / "state" / "agents" / AGENT / "checkpoints"
-    first = _candidate(ck, "aaaa0000")
+    first = trained(ck, "aaaa0000")
     before = _tree(tmp_path / "state")
     entry = candidates.candidate_entry(ck, first, first / "ckpt-0000000005.pt")
     with (

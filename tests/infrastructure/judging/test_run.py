@@ -906,3 +906,24 @@ def test_a_run_that_rolls_back_is_one_transaction_per_phase(
     promoted = ["gate"] if result.gate.outcome == "promoted" else []
     assert [e.kind for e in gated.entries] == promoted
     assert gated.verdicts[0] == result.gate.candidate_id
+
+
+def test_a_run_reports_the_changes_its_transactions_committed(tmp_path: Path) -> None:
+    """A run whose watch rolls back and whose gate judges: its result carries each
+    journal entry its transactions committed, oldest first (the daemon counts these),
+    through its JSON as a child sends it; an up-to-date run that changes nothing, none."""
+    plugin = OneNumber()
+    first = run_plugin(plugin, _on(tmp_path, 0.0, range(40)))
+    assert [(t.seq, t.kind) for t in first.transitions] == [(1, "first")]
+    _served_after(plugin, _on(tmp_path, 0.6, range(40, 80)))
+    result = run_plugin(plugin, _on(tmp_path, 0.0, range(80, 120)))
+    assert result.live is not None and result.live.rolled_back and result.gate is not None
+    promoted = [("gate", None)] if result.gate.outcome == "promoted" else []
+    said = [(t.kind, t.reason) for t in result.transitions]
+    assert said == [("rollback", "live_regression"), *promoted]
+    pointer = read_pointer(tmp_path / "checkpoints")
+    assert pointer is not None and [t.seq for t in result.transitions] == [
+        e.seq for e in pointer.journal[-len(said) :]
+    ]
+    assert TrainResult.from_json(result.to_json()).transitions == result.transitions
+    assert run_plugin(plugin, _on(tmp_path, 0.0, range(80, 120))).transitions == ()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     read_verdict,
     write_verdict,
 )
+from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
+from genesis_fp16_infrastructure.agent_folder.transaction import recording
 from genesis_fp16_infrastructure.judging.unfinished import take_unfinished
 
 META: dict[str, Any] = {
@@ -79,3 +82,25 @@ def test_nothing_unfinished_takes_nothing(tmp_path: Path) -> None:
     assert _take(tmp_path, META) == (None, {})
     write_verdict(new_candidate(tmp_path, META), {"outcome": "promoted", "reason": "first"})
     assert _take(tmp_path, META) == (None, {})
+
+
+def test_the_closes_are_one_transaction_under_the_pointers_lock(tmp_path: Path) -> None:
+    """Every candidate closed by one call is staged in one transaction: one commit that
+    wrote their verdicts, and none written while another writer holds the pointer's lock
+    (a rollback or a prune in another thread), all once it is released."""
+    first, second = new_candidate(tmp_path, META), new_candidate(tmp_path, META)
+    asked = {**META, "seed": 1}
+    done: list[Any] = []
+    with recording() as committed, pointer_lock(tmp_path):
+        closing = threading.Thread(target=lambda: done.append(take_unfinished(tmp_path, asked)))
+        closing.start()
+        closing.join(timeout=1.0)
+        assert closing.is_alive()  # waits for the lock
+        assert [read_verdict(c).outcome for c in (first, second)] == [None, None]
+    closing.join(timeout=60)
+    assert done == [None]
+    assert [read_verdict(c).outcome for c in (first, second)] == ["undecided", "undecided"]
+    with recording() as committed:
+        third, fourth = new_candidate(tmp_path, META), new_candidate(tmp_path, META)
+        assert take_unfinished(tmp_path, asked) is None
+    assert len(committed) == 1 and set(committed[0].verdicts) == {third.name, fourth.name}

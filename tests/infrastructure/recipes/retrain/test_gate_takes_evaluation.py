@@ -6,7 +6,6 @@ every figure are those of a scoring that computes them again."""
 from __future__ import annotations
 
 import gc
-import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -14,24 +13,17 @@ from typing import Any
 
 import pytest
 import torch
+from first_served import write_pool
 from se_darwin_runs import train
 
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain import evaluated, scoring
 from genesis_fp16_infrastructure.recipes.retrain import run as retrain_run
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
-
-RECORDS = 3600  # a held-out split: 30% of the pool over 1,000 records (split.py)
-
-
-def _write(folder: Path, name: str, records: int, seed: int) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_text(json.dumps(generate_pool(records, seed=seed)))
 
 
 def _grown(
@@ -42,7 +34,7 @@ def _grown(
     ran, and its plan (what is kept lives while it does)."""
     folder = tmp / name
     shutil.copytree(tmp / "first", folder)
-    _write(folder / "data", "more.json", 600, seed=41)
+    write_pool(folder / "data", "more.json", 600, seed=41)
     forwards: list[int] = []
     real = scoring.forward_chunked
 
@@ -55,15 +47,6 @@ def _grown(
     result = train(folder / "data", folder / "ck", snapshot=plan, steps=40)
     monkeypatch.setattr(scoring, "forward_chunked", real)
     return result, forwards, plan
-
-
-@pytest.fixture(scope="module")
-def first(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("gate_eval")
-    _write(tmp / "first" / "data", "pool.json", RECORDS, seed=40)
-    result = train(tmp / "first" / "data", tmp / "first" / "ck", steps=40)
-    assert result.gate is not None and result.gate.outcome == "promoted"
-    return tmp
 
 
 def test_the_gate_takes_the_candidates_logits_from_its_evaluation(

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from first_served import write_pool
 from se_darwin_runs import train
 
 from genesis_fp16_infrastructure import kept_in_memory
@@ -26,26 +27,9 @@ from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.manifest import scan_files
-from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain import kept_outputs, scoring
 
-RECORDS = 3600  # a held-out split: 30% of the pool over 1,000 records (split.py)
 BUDGET = 64 * 2**20
-
-
-def _write(folder: Path, name: str, records: int, seed: int) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_text(json.dumps(generate_pool(records, seed=seed)))
-
-
-@pytest.fixture(scope="module")
-def first(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A first model served on a pool of RECORDS (nothing kept: trained without a budget)."""
-    tmp = tmp_path_factory.mktemp("kept_outputs")
-    _write(tmp / "first" / "data", "pool.json", RECORDS, seed=40)
-    result = train(tmp / "first" / "data", tmp / "first" / "ck", steps=40)
-    assert result.gate is not None and result.gate.outcome == "promoted"
-    return tmp
 
 
 @pytest.fixture(autouse=True)
@@ -137,7 +121,7 @@ def test_a_later_scoring_runs_the_model_over_new_and_changed_records_alone(
     before = scoring.score_records(served, _request(folder, BUDGET))
     assert forwards == [len(before.ids)]
     relabelled, edited = _edit(folder, list(before.ids))
-    _write(folder / "data", "more.json", 300, seed=41)
+    write_pool(folder / "data", "more.json", 300, seed=41)
     forwards.clear()
     after = scoring.score_records(served, _request(folder, BUDGET))
     again = scoring.score_records(served, _request(folder, 0))  # nothing kept: all scored
@@ -256,18 +240,18 @@ def _sequence(first: Path, folder: Path, budget: int, forwards: list[int]) -> li
     run's gate and live reports, and the rows its scorings forwarded."""
     shutil.copytree(first / "first", folder)
     seen = []
-    _write(folder / "data", "more.json", 600, seed=41)
+    write_pool(folder / "data", "more.json", 600, seed=41)
     forwards.clear()
     seen.append((*_reports(_run(folder, budget)), sum(forwards)))
     ids = list(scoring.score_records(_served(folder), _request(folder, 0)).ids)
     _edit(folder, ids)
-    _write(folder / "data", "later.json", 300, seed=42)
+    write_pool(folder / "data", "later.json", 300, seed=42)
     forwards.clear()
     seen.append((*_reports(_run(folder, budget)), sum(forwards)))
     pointer = read_pointer(folder / "ck")
     assert pointer is not None and pointer.history  # a model before it to serve again
     rollback(folder / "ck")
-    _write(folder / "data", "last.json", 200, seed=43)
+    write_pool(folder / "data", "last.json", 200, seed=43)
     forwards.clear()
     seen.append((*_reports(_run(folder, budget)), sum(forwards)))
     return seen
