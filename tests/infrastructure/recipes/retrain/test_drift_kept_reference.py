@@ -5,22 +5,20 @@ computing from nothing gives."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pool_files import Pool, read_files
 
 import genesis_fp16_infrastructure.recipes.retrain.drift as drift
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
-from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 BUDGET = 64 * 2**20
-Pool = dict[str, Any]
 
 
 @pytest.fixture(autouse=True)
@@ -31,16 +29,6 @@ def _fresh_memory() -> Iterator[None]:
     yield
     kept_in_memory._PROCESS.clear()
     drift.KEPT.clear()
-
-
-def _read(folder: Path, files: dict[str, Pool]) -> PoolColumns:
-    """``files`` written in ``folder`` (nothing else there) and read as a run reads them."""
-    folder.mkdir(exist_ok=True)
-    for old in folder.iterdir():
-        old.unlink()
-    for name, pool in files.items():
-        (folder / name).write_text(json.dumps(pool))
-    return read_trajectories(folder, keep_text=False).columns
 
 
 def _sorts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -67,7 +55,7 @@ def _both(columns: PoolColumns, served: DataFingerprint) -> tuple[Any, Any]:
 def _setting(tmp_path: Path) -> tuple[Pool, Pool, Pool, DataFingerprint]:
     """A served model's pool (its fingerprint), and two later files of new records."""
     old, first, second = generate_pool(1500, 99), generate_pool(150, 3099), generate_pool(150, 4099)
-    served = fingerprint_of(_read(tmp_path / "served", {"a.json": old}))
+    served = fingerprint_of(read_files(tmp_path / "served", {"a.json": old}))
     return old, first, second, served
 
 
@@ -79,9 +67,9 @@ def test_a_later_run_over_the_same_served_model_sorts_nothing(
     from nothing."""
     old, first, second, served = _setting(tmp_path)
     data = tmp_path / "data"
-    drift.drift_report(_read(data, {"a.json": old, "b.json": first}), served, 3, None, BUDGET)
+    drift.drift_report(read_files(data, {"a.json": old, "b.json": first}), served, 3, None, BUDGET)
     assert drift.KEPT == {"measured": 1}
-    columns = _read(data, {"a.json": old, "b.json": first, "c.json": second})
+    columns = read_files(data, {"a.json": old, "b.json": first, "c.json": second})
     sorts = _sorts(monkeypatch)
     kept = drift.drift_report(columns, served, 3, None, BUDGET)
     assert sorts[0] == 0 and drift.KEPT["taken"] == 1
@@ -114,9 +102,9 @@ def test_a_changed_reference_is_measured_again_with_the_same_report(
     the one computed from nothing."""
     old, first, _, served = _setting(tmp_path)
     data = tmp_path / "data"
-    drift.drift_report(_read(data, {"a.json": old, "b.json": first}), served, 3, None, BUDGET)
+    drift.drift_report(read_files(data, {"a.json": old, "b.json": first}), served, 3, None, BUDGET)
     change(old)
-    kept, fresh = _both(_read(data, {"a.json": old, "b.json": first}), served)
+    kept, fresh = _both(read_files(data, {"a.json": old, "b.json": first}), served)
     assert drift.KEPT["stale"] == 1 and drift.KEPT["taken"] == 0
     assert kept == fresh
 
@@ -127,8 +115,8 @@ def test_another_served_model_has_a_reference_of_its_own(tmp_path: Path) -> None
     the one computed from nothing."""
     old, first, _, served = _setting(tmp_path)
     fewer = {**old, "trajectories": dict(list(old["trajectories"].items())[:1200])}
-    before = fingerprint_of(_read(tmp_path / "before", {"a.json": fewer}))
-    columns = _read(tmp_path / "data", {"a.json": old, "b.json": first})
+    before = fingerprint_of(read_files(tmp_path / "before", {"a.json": fewer}))
+    columns = read_files(tmp_path / "data", {"a.json": old, "b.json": first})
     reports = [_both(columns, s) for s in (served, before, served)]
     assert drift.KEPT == {"measured": 2 + 3, "taken": 1}  # the three fresh ones measure
     assert all(kept == fresh for kept, fresh in reports)

@@ -4,22 +4,19 @@ again, the ids always those named from nothing."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from pool_files import Pool, read_files
 
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
-from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import judged_id
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain import split
 
 BUDGET = 64 * 2**20
-Pool = dict[str, Any]
 
 
 @pytest.fixture(autouse=True)
@@ -32,16 +29,6 @@ def _fresh_memory() -> Iterator[None]:
     split.JUDGED.clear()
 
 
-def _read(folder: Path, files: dict[str, Pool]) -> PoolColumns:
-    """``files`` written in ``folder`` (nothing else there) and read as a run reads them."""
-    folder.mkdir(exist_ok=True)
-    for old in folder.iterdir():
-        old.unlink()
-    for name, pool in files.items():
-        (folder / name).write_text(json.dumps(pool))
-    return read_trajectories(folder, keep_text=False).columns
-
-
 def _from_nothing(columns: PoolColumns) -> list[str]:
     return [judged_id(i, k) for i, k in zip(columns.example_ids, columns.key.tolist(), strict=True)]
 
@@ -50,9 +37,9 @@ def test_a_pool_grown_at_its_end_names_its_new_records_alone(tmp_path: Path) -> 
     """A new file sorting last: the kept records' ids are taken, the new ones alone named
     (without the kept ids: every one), the ids those named from nothing."""
     old, new = generate_pool(1200, 99), generate_pool(200, 3099)
-    first = _read(tmp_path / "data", {"a.json": old})
+    first = read_files(tmp_path / "data", {"a.json": old})
     split.judged_ids(first, BUDGET)
-    grown = _read(tmp_path / "data", {"a.json": old, "b.json": new})
+    grown = read_files(tmp_path / "data", {"a.json": old, "b.json": new})
     split.JUDGED.clear()
     ids = split.judged_ids(grown, BUDGET)
     assert split.JUDGED["taken"] == len(first.labelled)
@@ -83,9 +70,9 @@ def test_a_changed_pool_names_every_record_again(
     """A relabel, an edit or a removal among the kept records: the kept ids are stale
     (counted), every record is named again, and the ids are those named from nothing."""
     old = generate_pool(1200, 99)
-    split.judged_ids(_read(tmp_path / "data", {"a.json": old}), BUDGET)
+    split.judged_ids(read_files(tmp_path / "data", {"a.json": old}), BUDGET)
     change(old)
-    columns = _read(tmp_path / "data", {"a.json": old})
+    columns = read_files(tmp_path / "data", {"a.json": old})
     split.JUDGED.clear()
     assert split.judged_ids(columns, BUDGET) == _from_nothing(columns)
     assert split.JUDGED["stale"] == 1 and split.JUDGED["taken"] == 0
@@ -93,7 +80,7 @@ def test_a_changed_pool_names_every_record_again(
 
 def test_budget_zero_keeps_nothing(tmp_path: Path) -> None:
     """Without a budget every record is named, every time."""
-    columns = _read(tmp_path / "data", {"a.json": generate_pool(600, 99)})
+    columns = read_files(tmp_path / "data", {"a.json": generate_pool(600, 99)})
     split.judged_ids(columns, 0)
     split.judged_ids(columns, 0)
     assert split.JUDGED["named"] == 2 * len(columns.labelled) and split.JUDGED["taken"] == 0
