@@ -251,7 +251,7 @@ class LiveMetrics:
 
 class Change(Protocol):
     """One change of the served model as the counters read it: a run's reported
-    ``Transition`` (its transactions' ``Committed`` entries) or a pointer's journal entry."""
+    ``CommittedChange`` (its transactions' ``Committed`` entries) or a pointer's journal entry."""
 
     @property
     def seq(self) -> int: ...

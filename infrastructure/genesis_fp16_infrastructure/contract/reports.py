@@ -217,7 +217,7 @@ def learning_failure(
 
 
 @dataclass(frozen=True)
-class Transition(Record):
+class CommittedChange(Record):
     """One change of the served model a run committed (a journal entry of the pointer,
     ``agent_folder.transaction.Committed.entries``), as the run reports it: its journal
     number, its kind (serve's ``how``: ``first``, ``gate``, ``adopt``; ``rollback``,
@@ -314,7 +314,7 @@ class TrainResult(Record):
     ranges: RangeSummary | None = None
     # The changes of the served model this run's transactions committed, oldest first
     # (a judged run's: ``judging.run.run_judged``): the daemon counts them as reported.
-    transitions: Sequence[Transition] = ()
+    transitions: Sequence[CommittedChange] = ()
 
     @property
     def fault_bundle(self) -> str | None:

@@ -104,11 +104,11 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequestError,
 )
 from genesis_fp16_infrastructure.contract.reports import (
+    CommittedChange,
     GateComparison,
     GateReport,
     LiveReport,
     TrainResult,
-    Transition,
 )
 from genesis_fp16_infrastructure.contract.split import drawn_with
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -227,11 +227,11 @@ def _ranked(
     raise TrainRequestError(f"{request.agent}: rank 0 refused the run: {value}")
 
 
-def _transitions(committed: list[Committed]) -> tuple[Transition, ...]:
+def _transitions(committed: list[Committed]) -> tuple[CommittedChange, ...]:
     """The journal entries the run's transactions committed, oldest first, as the run
     reports them (the daemon's promotion and rollback counters read these)."""
     entries = (e for done in committed for e in done.entries)
-    return tuple(Transition(e.seq, e.kind, e.reason) for e in entries)
+    return tuple(CommittedChange(e.seq, e.kind, e.reason) for e in entries)
 
 
 def _broadcast(told: tuple[str, Any] | None) -> tuple[str, Any]:

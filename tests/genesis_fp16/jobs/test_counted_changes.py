@@ -19,7 +19,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.agent_folder.transaction import Committed, recording
 from genesis_fp16_infrastructure.api import AgentFolder
-from genesis_fp16_infrastructure.contract.reports import Transition
+from genesis_fp16_infrastructure.contract.reports import CommittedChange
 
 AGENT = "counted"
 PROMOTED = {"outcome": "promoted", "reason": "better"}
@@ -40,7 +40,7 @@ class _Daemon:
         pointer = read_pointer(self.folder)
         self.metrics.live.cursor.baseline(AGENT, [] if pointer is None else pointer.journal)
 
-    def run_ended(self, reported: tuple[Transition, ...] = ()) -> tuple[float, float]:
+    def run_ended(self, reported: tuple[CommittedChange, ...] = ()) -> tuple[float, float]:
         """The run's end as the daemon handles it (model_history.bound_agent_history), and
         the two counters after it: promotions, live rollbacks."""
         bound_agent_history(self.settings, self.metrics, self.home, reported)
@@ -60,9 +60,9 @@ class _Daemon:
         assert transitions.serve(self.folder, entry, how, verdict=PROMOTED)
 
 
-def _reported(committed: list[Committed]) -> tuple[Transition, ...]:
+def _reported(committed: list[Committed]) -> tuple[CommittedChange, ...]:
     """What a run carries back (judging.run.run_judged): its transactions' entries."""
-    return tuple(Transition(e.seq, e.kind, e.reason) for c in committed for e in c.entries)
+    return tuple(CommittedChange(e.seq, e.kind, e.reason) for c in committed for e in c.entries)
 
 
 def test_a_runs_reported_changes_count_when_the_journal_started_again(
