@@ -17,8 +17,8 @@ import torch
 from doc_blocks import install_plugin
 from reader_venv import make_reader_venv
 
-from genesis_fp16.plugin_api import DEFAULT_STEPS
-from genesis_fp16_infrastructure.training import resolve_precision
+from genesis_fp16.plugin_api import DEFAULT_STEPS, PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.decide import decide
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "genesis_fp16"))  # as tests/deploy/test_grafana.py
@@ -137,7 +137,9 @@ def test_plugin_example_is_discovered_and_trains(tmp_path: Path) -> None:
     # Measured where a 16-bit precision is native (a GPU, an AVX512-BF16 CPU); the rule else.
     # The table is where the README says `train --json` carries it (a KeyError if not).
     calibration = _json_path(result, _calibration_key())
-    expected = calibration["chosen"] if calibration else resolve_precision("auto", device).used
+    expected = (
+        calibration["chosen"] if calibration else decide(PrecisionRequest("auto"), device).used
+    )
     assert result["precision_used"] == expected
     assert result["steps"] == DEFAULT_STEPS
     assert math.isfinite(result["eval"]["loss"])

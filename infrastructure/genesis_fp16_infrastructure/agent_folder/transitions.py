@@ -50,7 +50,7 @@ without importing torch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from genesis_fp16_infrastructure.agent_folder.kept_record import Json
@@ -74,23 +74,6 @@ from genesis_fp16_infrastructure.agent_folder.transaction import (
     roll_forward as roll_forward,
 )
 from genesis_fp16_infrastructure.agent_folder.transaction import transaction
-
-PointerChange = Callable[[ServedPointer | None], ServedPointer | None]
-
-
-def update_pointer(
-    folder: Path, change: PointerChange, settle_first: bool = False
-) -> ServedPointer | None:
-    """Read the pointer, apply ``change`` and write what it returns, in one
-    :func:`~.transaction.transaction`. ``change`` gets the current pointer (None: none
-    yet) and returns the new one, or the same object (or None) to leave the file
-    untouched; it may raise :class:`ServedPointerError` to refuse. Returns the pointer as
-    it now stands. It recovers nothing before unless ``settle_first`` (then
-    :func:`recover`'s work, on the same one read of the pointer); its commit rolls
-    forward and announces the whole journal it writes, what an earlier transition killed
-    midway left included."""
-    with transaction(folder, settle=settle_first) as tx:
-        return tx.stage(change(tx.pointer))
 
 
 def recover(folder: Path) -> ServedPointer | None:

@@ -90,7 +90,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.train_request import TrainRequest
     from genesis_fp16_infrastructure.training.run.fit import FitResult
 
-_R6 = {ROUND: 6}
 _OPTIONAL = {OMIT_NONE: True}
 
 

@@ -232,7 +232,6 @@ def run_probe(
     *,
     optimizer: str = "sgd",
     only: Sequence[str] | None = None,
-    thresholds: Thresholds | None = None,
 ) -> ProbeReport:
     """Run every precision variant of the agent's model and compare it with FP32.
 
@@ -260,7 +259,7 @@ def run_probe(
         runs: list[_Run | str] = [ref]
         for variant in variants[1:]:
             runs.append(_run_or_error(variant, ctx))
-    return _report(variants, runs, ctx, noise_floor, sign_noise, thresholds or Thresholds())
+    return _report(variants, runs, ctx, noise_floor, sign_noise, Thresholds())
 
 
 def _select(variants: list[Variant], only: Sequence[str] | None) -> list[Variant]:

@@ -21,10 +21,7 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.errors import CheckpointError, PrecisionError
     from genesis_fp16_infrastructure.precision_names import PRECISIONS, REQUESTABLE
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
-    from genesis_fp16_infrastructure.training.precision.decide import (
-        DeviceCapabilities,
-        resolve_precision,
-    )
+    from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities
     from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
     from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler
     from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig

@@ -1,13 +1,13 @@
 """The model, data and loss every runner of ``genesis-fp16 bench`` trains: identical
 across runners for one seed (the daemon's bench reaches it through the library's door,
 as one object: ``from genesis_fp16_infrastructure.api import Workload``, whose
-``write_data``, ``load_data``, ``build`` and ``agents_trainer`` are this module's functions).
+``write_data``, ``load_data`` and ``build`` are this module's functions).
 
 The world model at a named preset, trained on the synthetic trajectory pool
 that `genesis-fp16 data generate` writes, read back through the real reader and feature
 encoder, encoded as the plugin and the prediction API encode: with the pool around each
 attempt (its lineage) and the training part's per-agent base rates. 80% of the labelled
-examples train, the last 20% are held out. :func:`agents_trainer` builds this project's
+examples train, the last 20% are held out. :meth:`Workload.agents_trainer` builds this project's
 ``Trainer`` on a workload as the agents' ``fit`` builds it, ``auto`` measured as the
 daemon measures it.
 """
@@ -117,9 +117,18 @@ class Workload(Data):
         batch_size: int,
         **trainer: Any,
     ) -> tuple[Trainer, PrecisionPolicy, Calibration | None]:
-        """This project's ``Trainer`` on this workload, built as the agents build it
-        (:func:`agents_trainer`)."""
-        return agents_trainer(self, optimizers, requested, device, seed, batch_size, **trainer)
+        """This project's ``Trainer`` on this workload, its policy and its calibration (None
+        but for ``auto``): ``requested`` decided as the daemon decides it (``auto`` measured
+        on copies of the workload's model, outside any timed step), then the trainer built
+        on the workload's own model and ``optimizers(model)``; ``trainer``: the
+        ``TrainerConfig`` fields (``max_grad_norm``, ``cuda_graph``, ``compile``)."""
+        config = TrainerConfig(**trainer)
+        request = PrecisionRequest(requested, mode="measure")
+        task = _WorkloadTask(self, optimizers, batch_size)
+        policy, calibration = policy_for_run(
+            task, request, str(device), ScalerConfig(), seed, config
+        )
+        return Trainer(self.model, optimizers(self.model), policy, config), policy, calibration
 
     @property
     def parameters(self) -> int:
@@ -187,27 +196,6 @@ def build_workload(size: str, data: Data, seed: int, tiny: bool, device: torch.d
 
 
 Optimizers = Callable[[nn.Module], list[torch.optim.Optimizer]]
-
-
-def agents_trainer(
-    workload: Workload,
-    optimizers: Optimizers,
-    requested: RequestedName,
-    device: torch.device,
-    seed: int,
-    batch_size: int,
-    **trainer: Any,
-) -> tuple[Trainer, PrecisionPolicy, Calibration | None]:
-    """This project's ``Trainer`` on ``workload``, its policy and its calibration (None
-    but for ``auto``): ``requested`` decided as the daemon decides it (``auto`` measured
-    on copies of the workload's model, outside any timed step), then the trainer built
-    on the workload's own model and ``optimizers(model)``; ``trainer``: the
-    ``TrainerConfig`` fields (``max_grad_norm``, ``cuda_graph``, ``compile``)."""
-    config = TrainerConfig(**trainer)
-    request = PrecisionRequest(requested, mode="measure")
-    task = _WorkloadTask(workload, optimizers, batch_size)
-    policy, calibration = policy_for_run(task, request, str(device), ScalerConfig(), seed, config)
-    return Trainer(workload.model, optimizers(workload.model), policy, config), policy, calibration
 
 
 class _WorkloadTask:

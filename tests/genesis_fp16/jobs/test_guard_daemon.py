@@ -17,13 +17,13 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import record_run
 from genesis_fp16.jobs.run_request import expected_precision, precision_request
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.plugin_api import TrainResult
+from genesis_fp16.plugin_api import PrecisionRequest, TrainResult
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.folder import (
     AgentFolder,
     remember_demotions,
 )
-from genesis_fp16_infrastructure.training.precision.decide import decide, resolve_precision
+from genesis_fp16_infrastructure.training.precision.decide import decide
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.reports import Demotion
 
@@ -186,7 +186,7 @@ def test_auto_that_resolves_to_the_remembered_precision_takes_the_memory(tmp_pat
     request, _ = precision_request(auto, AGENT)
     assert (request.requested, request.mode, request.floor) == ("auto", "measure", "bf16")
     decision = decide(request, "cpu")
-    if resolve_precision("auto", "cpu").used == "bf16":
+    if decide(PrecisionRequest("auto"), "cpu").used == "bf16":
         assert (decision.used, decision.reason.startswith("precision guard memory")) == (
             "bf16",
             True,

@@ -25,6 +25,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
     served_checkpoint,
     write_pointer,
 )
+from genesis_fp16_infrastructure.agent_folder.transaction import transaction
 from genesis_fp16_infrastructure.errors import ServedPointerError
 
 
@@ -114,11 +115,12 @@ def _tag_pointer(folder: str, tag: str, rounds: int) -> None:
             served = msgspec.structs.replace(current.served, extra={"tags": tags})
             return ServedPointer(served, current.history)
 
-        transitions.update_pointer(Path(folder), change)
+        with transaction(Path(folder), settle=False) as tx:
+            tx.stage(change(tx.pointer))
 
 
 def test_concurrent_writers_of_the_pointer_lose_no_update(tmp_path: Path) -> None:
-    """Three processes and two threads each add 20 tags through update_pointer at once:
+    """Three processes and two threads each add 20 tags, each tag one transaction, at once:
     all 100 are there, and a prune in the middle keeps every one."""
     import multiprocessing
     import threading
@@ -200,7 +202,8 @@ def test_reading_or_an_unchanged_update_recovers_nothing_until_recover_is_called
     transitions.rollback(tmp_path, verdict={"reason": "live_regression"})
     candidates.write_verdict(second, {"outcome": "promoted"})  # the state a kill left
     pointer = read_pointer(tmp_path)
-    assert transitions.update_pointer(tmp_path, lambda current: current) == pointer
+    with transaction(tmp_path, settle=False) as tx:
+        assert tx.stage(tx.pointer) == pointer
     assert pointer is not None and list(transitions.disagreeing(tmp_path, pointer)) == [second.name]
     assert transitions.recover(tmp_path) == pointer
     assert transitions.disagreeing(tmp_path, pointer) == {}

@@ -46,6 +46,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
     served_checkpoint,
     write_pointer,
 )
+from genesis_fp16_infrastructure.agent_folder.transaction import transaction
 from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.errors import ServedPointerError
 
@@ -78,7 +79,8 @@ def _build(tmp: Path, scenario: str) -> Path:
     with outbox.verdict_announced(old, verdict):
         VERDICT.at(old).write_text(json.dumps(verdict))
     if scenario == "operator_unpin":
-        transitions.update_pointer(ck, lambda p: _pinned(p))
+        with transaction(ck, settle=False) as tx:
+            tx.stage(_pinned(tx.pointer))
     if scenario in ("repair", "operator_repair"):  # a pointer naming a checkpoint gone
         pointer = read_pointer(ck)
         assert pointer is not None

@@ -173,7 +173,7 @@ def test_one_lock_and_one_settle_per_transaction(
 def test_settle_false_reads_only_and_commits_the_whole_journal_forward(
     tmp_path: Path,
 ) -> None:
-    """``settle=False`` (``update_pointer``'s default) leaves a verdict a kill left
+    """``settle=False`` leaves a verdict a kill left
     unwritten until something is committed; the commit then writes it with its own."""
     ck, served, fresh, _old = _folder(tmp_path)
     candidates.write_verdict(served[1], {"outcome": "rejected"})  # the state a kill left

@@ -244,11 +244,6 @@ def _joined(first: str, then: str | None) -> str:
     return f"{first}; {then}" if then else first
 
 
-def resolve_precision(requested: RequestedName, device: torch.device | str) -> ResolvedPrecision:
-    """``decide`` for a bare name: ``resolve_precision("fp32", "cpu").used == 'fp32'``."""
-    return decide(PrecisionRequest(requested), device)
-
-
 def next_precision(
     current: PrecisionName, config: GuardConfig, capabilities: DeviceCapabilities
 ) -> PrecisionName | None:

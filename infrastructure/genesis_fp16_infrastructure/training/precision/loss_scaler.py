@@ -31,7 +31,6 @@ the scaler and by ``PrecisionPolicy.step``). Both stay on the device except wher
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
@@ -45,8 +44,6 @@ from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
     ScalerConfig,
     config_from_state,
 )
-
-logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """Eager steps or one captured CUDA graph per step: decided once per run, with the reason.
 
 ``resolve_execution`` looks at what a run is made of and answers like
-``resolve_precision`` does: what was asked, what will run, and why::
+``decide`` does: what was asked, what will run, and why::
 
     resolved = resolve_execution("auto", torch.device("cpu"), optimizers, schedulers=())
     resolved.used    # 'eager'

@@ -15,10 +15,11 @@ from genesis_fp16_infrastructure.training import (
     REQUESTABLE,
     DeviceCapabilities,
     PrecisionPolicy,
-    resolve_precision,
 )
 from genesis_fp16_infrastructure.training.precision import decide as decide_module
 from genesis_fp16_infrastructure.training.precision import precision as precision_module
+from genesis_fp16_infrastructure.training.precision.decide import decide
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +46,7 @@ def test_names() -> None:
 def test_unknown_precision_names_value_and_valid_choices() -> None:
     """An unknown name is a ValueError quoting it and listing every valid name."""
     with pytest.raises(ValueError, match=r"unknown precision 'fp8'.*fp32, bf16, fp16, auto"):
-        resolve_precision("fp8", "cpu")
+        decide(PrecisionRequest("fp8"), "cpu")
     with pytest.raises(ValueError, match="unknown precision 'FP16'"):
         PrecisionPolicy.create("FP16", "cpu")
 
@@ -53,7 +54,7 @@ def test_unknown_precision_names_value_and_valid_choices() -> None:
 @pytest.mark.parametrize("name", PRECISIONS)
 def test_explicit_names_run_as_asked_on_cpu(name: str) -> None:
     """fp32, bf16 and fp16 requested on this CPU are what is used, with a reason."""
-    resolved = resolve_precision(name, "cpu")
+    resolved = decide(PrecisionRequest(name), "cpu")
     assert (resolved.requested, resolved.used, resolved.device_type) == (name, name, "cpu")
     assert "explicitly" in resolved.reason
 
@@ -76,7 +77,7 @@ def test_auto_on_this_machine_follows_the_detected_capability() -> None:
     if flags is None:
         pytest.skip("no /proc/cpuinfo on this machine")
     native = bool(flags & {"avx512_bf16", "amx_bf16"})
-    resolved = resolve_precision("auto", "cpu")
+    resolved = decide(PrecisionRequest("auto"), "cpu")
     assert resolved.used == ("bf16" if native else "fp32")
     assert resolved.requested == "auto" and resolved.reason.startswith(f"auto -> {resolved.used}")
 
@@ -126,7 +127,7 @@ def test_auto_rule_over_a_capability_table(
 ) -> None:
     """auto: CUDA -> fp16; CPU with native bf16 -> bf16; otherwise fp32 (never fp16 on CPU)."""
     caps = _fake(monkeypatch, device_type, bf16, fp16)
-    resolved = resolve_precision("auto", device_type)
+    resolved = decide(PrecisionRequest("auto"), device_type)
     assert resolved.used == expected and resolved.warning is None
     assert resolved.device_type == device_type
     if device_type == "cpu":
@@ -151,20 +152,20 @@ def test_fp16_on_cpu_without_native_fp16_runs_with_the_measured_warning(
 def test_fp16_on_a_cpu_with_native_fp16_has_no_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     """A CPU with AVX512-FP16/AMX-FP16 runs fp16 without a slowdown warning."""
     _fake(monkeypatch, "cpu", bf16=True, fp16=True)
-    assert resolve_precision("fp16", "cpu").warning is None
+    assert decide(PrecisionRequest("fp16"), "cpu").warning is None
 
 
 def test_fp16_on_this_cpu_warns_when_it_lacks_native_fp16() -> None:
     """On the real CPU, the fp16 warning is present exactly when no native fp16 was detected."""
     caps = decide_module.cpu_capabilities()
-    assert (resolve_precision("fp16", "cpu").warning is None) == caps.native_fp16
+    assert (decide(PrecisionRequest("fp16"), "cpu").warning is None) == caps.native_fp16
 
 
 def test_bf16_on_cuda_without_bf16_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """Explicit bf16 on a CUDA device without bf16 fails with the valid choices, no fallback."""
     _fake(monkeypatch, "cuda", bf16=False, fp16=True)
     with pytest.raises(PrecisionError, match=r"'bf16' is not supported.*fp32, fp16, auto"):
-        resolve_precision("bf16", "cuda")
+        decide(PrecisionRequest("bf16"), "cuda")
 
 
 def test_bf16_on_cpu_without_native_bf16_runs_with_a_warning(
@@ -172,7 +173,7 @@ def test_bf16_on_cpu_without_native_bf16_runs_with_a_warning(
 ) -> None:
     """Explicit bf16 on a CPU without native bf16 is used as asked, with a warning."""
     _fake(monkeypatch, "cpu", bf16=False, fp16=False)
-    resolved = resolve_precision("bf16", "cpu")
+    resolved = decide(PrecisionRequest("bf16"), "cpu")
     assert resolved.used == "bf16" and resolved.warning and "emulated" in resolved.warning
 
 
@@ -180,13 +181,13 @@ def test_bf16_on_cpu_without_native_bf16_runs_with_a_warning(
 def test_cuda_without_cuda_is_a_clear_error() -> None:
     """Asking for a CUDA device where there is none fails at resolution."""
     with pytest.raises(PrecisionError, match="CUDA is not available"):
-        resolve_precision("auto", "cuda")
+        decide(PrecisionRequest("auto"), "cuda")
 
 
 def test_unsupported_device_type_lists_valid_ones() -> None:
     """A device type other than cpu/cuda is refused with the valid types."""
     with pytest.raises(PrecisionError, match=r"unsupported device type 'meta'.*cpu, cuda"):
-        resolve_precision("fp32", "meta")
+        decide(PrecisionRequest("fp32"), "meta")
 
 
 @pytest.mark.parametrize(
