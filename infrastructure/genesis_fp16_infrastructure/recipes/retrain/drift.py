@@ -300,11 +300,16 @@ class _Reference:
 
     def _bin(self, values: torch.Tensor) -> torch.Tensor:
         """Each record's bin of each feature (``values`` and the result: feature x
-        record)."""
-        out = torch.empty(values.shape, dtype=torch.long)
-        for i, bounds in enumerate(self.bounds):
-            out[i] = torch.bucketize(values[i], bounds)
-        return out
+        record): how many of the feature's bounds are below its value, which is where
+        ``torch.bucketize`` puts it (the bounds ascend; a NaN is refused before). One
+        numpy comparison per bound, a dozen at most: 5 ms of CPU for 20,000 drawn
+        records where ``bucketize``'s binary searches took 16 (issue 90)."""
+        given = values.numpy()
+        out = np.zeros(given.shape, dtype=np.int64)
+        for row, column, bounds in zip(out, given, self.bounds, strict=True):
+            for bound in bounds.tolist():  # Python floats: the bounds' doubles, exactly
+                row += column > bound
+        return torch.from_numpy(out)
 
     def _shares(self, bins: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
         """Each feature's bin shares of each draw (``picked``: draw x record, columns of
@@ -352,7 +357,7 @@ class _Reference:
         of the reference) from the whole of it, per feature: one tensor of draws each."""
         if picked.numel() < self.values.shape[1]:  # fewer drawn than held: bin the drawn
             drawn = torch.arange(picked.numel()).view(picked.shape)
-            bins, at = self._bin(self.values[:, picked.flatten()]), drawn
+            bins, at = self._bin(self.values.index_select(1, picked.flatten())), drawn
         else:  # bin every reference record once, the draws' bins gathered from theirs
             bins, at = self._bin(self.values), picked
         numeric = self.numeric_distances(self._shares(bins, at))
