@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 
@@ -47,7 +48,7 @@ def _average_ranks(values: torch.Tensor) -> torch.Tensor:
     / 2 of the run, found with tensor ops (a Python step per distinct value cost 85 ms on
     20,000 validation records, at every validation)."""
     n = values.numel()
-    order = torch.argsort(values, stable=True)
+    order = _order(values)
     sorted_values = values[order]
     starts = torch.ones(n, dtype=torch.bool, device=values.device)
     starts[1:] = sorted_values[1:] != sorted_values[:-1]
@@ -58,6 +59,22 @@ def _average_ranks(values: torch.Tensor) -> torch.Tensor:
     ranks = torch.empty_like(values)
     ranks[order] = mean_rank[run].to(values.dtype)
     return ranks
+
+
+def _order(values: torch.Tensor) -> torch.Tensor:
+    """An order that sorts ``values`` and ranks them as a stable sort does. Of equal values
+    any order does (they share their run's mean rank), so on the CPU numpy's vectorised
+    sort is taken, 0.85 ms for 20,000 held-out scores where ``torch.argsort(stable=True)``
+    took 7 ms, at every evaluation (issue 90: the held-out part grows with the pool);
+    only NaNs, each a run of its own, sorted last, are put back in a stable sort's order."""
+    if values.device.type != "cpu":
+        return torch.argsort(values, stable=True)
+    array = values.numpy()
+    order = np.argsort(array)
+    nans = int(np.isnan(array).sum())
+    if nans:
+        order[-nans:].sort()
+    return torch.from_numpy(order)
 
 
 def brier(probabilities: torch.Tensor, labels: torch.Tensor) -> float:
