@@ -317,10 +317,10 @@ class Segments:
         """From the served side's ``segments`` (None: none kept) and its ``rows`` paired."""
         if segments is None:
             return cls(None)
-        index: dict[str, int] = {}
-        code = index.setdefault
-        every = np.fromiter((code(s, len(index)) for s in segments), np.int64, len(segments))
-        codes, names = every[rows], list(index)
+        names = list(dict.fromkeys(segments))  # each once, in C's loops
+        index = {name: code for code, name in enumerate(names)}
+        every = np.fromiter(map(index.__getitem__, segments), np.int64, len(segments))
+        codes = every[rows]
         present = np.unique(codes)
         if len(present) < 2:
             return cls(None)
