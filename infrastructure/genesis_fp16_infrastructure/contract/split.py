@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -129,9 +130,9 @@ class ScoreOnly(Record):
 
     def rows(self, ids: Sequence[str]) -> list[int]:
         """The rows of ``ids`` (in order) that are asked for (a set lookup each: hashing
-        100,000 ids to compare them took 0.1 s)."""
-        wanted = self.ids
-        return [row for row, id_ in enumerate(ids) if id_ in wanted]
+        100,000 ids to compare them took 0.1 s), in C's loops: a comprehension over
+        100,000 ids took 24 ms, this 14 (the gate's and the watch's scorings each)."""
+        return list(itertools.compress(range(len(ids)), map(self.ids.__contains__, ids)))
 
     def to_json(self) -> None:  # type: ignore[override]  # a request's JSON holds null
         return None

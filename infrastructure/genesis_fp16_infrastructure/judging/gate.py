@@ -294,17 +294,77 @@ def compare_segments(
     """
     metric, rows = metric or candidate.primary, shared_rows(candidate, served)
     a, b = paired_losses(candidate, served, span, metric, rows)
-    keys = None if served.segments is None else np.array(served.segments, dtype=object)[rows[1]]
-    if keys is None or len(set(keys.tolist())) < 2:
+    segments = Segments.of(served.segments, rows[1], known)
+    return segment_questions(name, a, b, margin, segments, metric)
+
+
+@dataclass(frozen=True)
+class Segments:
+    """Which pairs :func:`compare_segments` asks about: ``inside``, those of the segments the
+    served model knew (None: a single question on every pair, the records holding fewer
+    than two segments), and ``vetoes``, each known segment's pairs where it has at least
+    ``SEGMENT_MIN_RECORDS``, by name. The same for every loss column: worked out once
+    from the segments' integer codes, not an object array compared per segment and
+    column (the gate at 100,000 records judges about 20,000)."""
+
+    inside: np.ndarray | None
+    vetoes: tuple[tuple[str, np.ndarray], ...] = ()
+
+    @classmethod
+    def of(
+        cls, segments: Sequence[str] | None, rows: np.ndarray, known: Collection[str] | None
+    ) -> Segments:
+        """From the served side's ``segments`` (None: none kept) and its ``rows`` paired."""
+        if segments is None:
+            return cls(None)
+        names = list(dict.fromkeys(segments))  # each once, in C's loops
+        index = {name: code for code, name in enumerate(names)}
+        every = np.fromiter(map(index.__getitem__, segments), np.int64, len(segments))
+        codes = every[rows]
+        present = np.unique(codes)
+        if len(present) < 2:
+            return cls(None)
+        knew = [c for c, name in enumerate(names) if known is None or name in known]
+        inside = np.isin(codes, knew)
+        vetoes = []
+        for c in sorted(np.unique(codes[inside]).tolist(), key=names.__getitem__):
+            picked = codes == c
+            if picked.sum() >= SEGMENT_MIN_RECORDS:
+                vetoes.append((names[c], picked))
+        return cls(inside, tuple(vetoes))
+
+
+def segment_questions(
+    name: str,
+    a: np.ndarray,
+    b: np.ndarray,
+    margin: Callable[[float], float],
+    segments: Segments,
+    metric: str,
+) -> list[Paired]:
+    """:func:`compare_segments`' questions on the paired clipped losses ``a`` (candidate)
+    and ``b`` (served) of column ``metric``."""
+    if segments.inside is None:
         return [_paired(name, a, b, margin, None, metric)]
-    inside = np.array([known is None or k in known for k in keys.tolist()], dtype=bool)
+    inside = segments.inside
     found = [_paired(name, a[inside], b[inside], margin, None, metric)]
-    for segment in sorted(set(keys[inside].tolist())):
-        picked = keys == segment
-        if picked.sum() >= SEGMENT_MIN_RECORDS:
-            veto = _paired(name, a[picked], b[picked], margin, str(segment), metric)
-            found.append(replace(veto, required=False))
+    for segment, picked in segments.vetoes:
+        veto = _paired(name, a[picked], b[picked], margin, segment, metric)
+        found.append(replace(veto, required=False))
     return found
+
+
+def compare_part(
+    name: str,
+    a: np.ndarray,
+    b: np.ndarray,
+    keep: np.ndarray,
+    margin: Callable[[float], float],
+    metric: str,
+) -> Paired:
+    """:func:`compare`'s question on the pairs where ``keep`` (one flag per pair) is true:
+    the candidate's part of the records paired, without pairing them again."""
+    return _paired(name, a[keep], b[keep], margin, None, metric)
 
 
 def _paired(

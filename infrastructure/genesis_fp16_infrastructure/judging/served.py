@@ -69,7 +69,12 @@ from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_keys
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
-from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint, reusing_loads
+from genesis_fp16_infrastructure.training.checkpoint_load import (
+    load_checkpoint,
+    note_hashed,
+    reusing_loads,
+    stat_signature,
+)
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -316,7 +321,10 @@ def score_on_copy(score: Callable[[Path], T], checkpoint: Path, folder: Path, wh
     ) as temp:
         copy = Path(temp) / checkpoint.name
         copy_checkpoint(checkpoint, Path(temp))
+        signature = stat_signature(copy)
         before = _sha256(copy)
+        # The plugin's load of the copy, unchanged, need not hash it again (issue 90).
+        note_hashed(copy, before, signature)
         try:
             return score(copy)
         finally:

@@ -927,3 +927,70 @@ def test_a_run_reports_the_changes_its_transactions_committed(tmp_path: Path) ->
     ]
     assert TrainResult.from_json(result.to_json()).transitions == result.transitions
     assert run_plugin(plugin, _on(tmp_path, 0.0, range(80, 120))).transitions == ()
+
+
+def test_the_gate_pairs_its_records_once_and_asks_what_pairing_each_question_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_comparisons`` pairs the judged records once (one ``shared_rows``) for every loss
+    column, segment and part (``known``, ``newest``), and asks the same questions, figure
+    for figure, as pairing each question's records apart (``compare_segments``, and
+    ``compare`` of the records taken): issue 90, the gate paired 20,000 records five
+    times a column at a 100,000-record pool."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from genesis_fp16_infrastructure.judging import gate, run
+    from genesis_fp16_infrastructure.judging.gate import compare, compare_segments
+
+    rng = np.random.default_rng(11)
+    ids = [f"r{i}" for i in range(3000)]
+    segments = [f"s{i % 3}" if i < 2400 else "s3" for i in range(3000)]
+    columns = {"sq": rng.uniform(0.2, 0.6, 3000), "abs": rng.uniform(0.1, 0.9, 3000)}
+    theirs = RecordLosses.of(ids, {k: v.tolist() for k, v in columns.items()}, segments)
+    served = SimpleNamespace(
+        known=np.sort(split.id_hashes(ids[:1200] + ids[2000:2400])),  # s3: new records only
+        losses=theirs,
+        records=theirs,
+        knew=None,
+        plugin=SimpleNamespace(loss_span=1.0, judging_margin=0.01),
+        checkpoint=Path("served.pt"),
+    )
+    served.knew = stores.known(theirs.id_hashes, served.known)
+    order = rng.permutation(3200)  # the candidate's records in its own order, 200 more
+    more = [f"x{i}" for i in range(200)]
+    ours = RecordLosses.of(
+        [(ids + more)[i] for i in order],
+        {k: np.r_[v + rng.normal(0, 0.05, 3000), np.zeros(200)].clip(0)[order].tolist()
+         for k, v in columns.items()},
+    )  # fmt: skip
+    rolled = np.sort(split.id_hashes(ids[:2500]))
+    request = SimpleNamespace(golden_data_path=None)
+    known_segments = run._known_segments(served)  # type: ignore[arg-type]
+    assert known_segments == {"s0", "s1", "s2"}
+    expected = []
+    knew = stores.known(ours.id_hashes, served.known)
+    newer = ~stores.known(ours.id_hashes, rolled)
+    for metric in ("sq", "abs"):
+        margin = lambda mean: 0.01  # noqa: E731
+        expected += compare_segments("current", ours, theirs, 1.0, margin, known_segments, metric)
+        expected.append(replace(compare("known", ours.take(knew), theirs, 1.0, margin, metric),
+                                required=False))  # fmt: skip
+        expected.append(compare("newest", ours.take(newer), theirs, 1.0, margin, metric))
+    calls: list[int] = []
+    real = gate.shared_rows
+
+    def counted(a: RecordLosses, b: RecordLosses) -> tuple[np.ndarray, np.ndarray]:
+        calls.append(1)
+        return real(a, b)
+
+    monkeypatch.setattr(gate, "shared_rows", counted)
+    monkeypatch.setattr(run, "shared_rows", counted, raising=False)
+    asked = run._comparisons(request, served, ours, Path("c.pt"), False, rolled)  # type: ignore[arg-type]
+    assert len(calls) == 1
+    assert [c.to_json() for c in asked] == [c.to_json() for c in expected]
+    assert [(c.name, c.segment, c.required) for c in asked] == [
+        (c.name, c.segment, c.required) for c in expected
+    ]
+    assert {c.segment for c in asked} == {None, "s0", "s1", "s2"}

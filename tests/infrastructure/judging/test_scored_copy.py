@@ -143,3 +143,34 @@ def test_a_copy_left_by_a_killed_scoring_is_swept_by_the_next_judged_run(
     assert result.gate is not None and result.gate.outcome == "promoted"
     assert not list(checkpoints.glob(".scoring-*"))
     assert (elsewhere / "keep").read_text() == "mine"
+
+
+def test_the_plugins_load_of_its_copy_is_not_hashed_again_in_a_judged_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the judged run's reusing_loads() block, the plugin's load of the copy it is
+    handed (hashed once by score_on_copy) neither reads nor hashes it again after the
+    original was loaded (issue 90): the state it gets is the original's, unpickled once."""
+    import torch
+    from checkpoint_state import checkpoint_state
+
+    from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_load
+    from genesis_fp16_infrastructure.training.checkpoint_load import (
+        load_checkpoint,
+        reusing_loads,
+    )
+
+    state = checkpoint_state(3, torch.ones(3), 1024.0, ("auto", "fp32"), {})
+    original = CheckpointManager(tmp_path / "candidate").save(state)
+    hashed: list[int] = []
+    real = hashlib.sha256
+
+    def counting(data: bytes = b"") -> object:
+        hashed.append(len(data))
+        return real(data)
+
+    with reusing_loads():
+        first = load_checkpoint(original)
+        monkeypatch.setattr(checkpoint_load.hashlib, "sha256", counting)
+        assert score_on_copy(load_checkpoint, original, tmp_path, "agent: plugin p") is first
+    assert hashed == []

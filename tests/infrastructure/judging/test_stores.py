@@ -141,3 +141,48 @@ def test_the_writer_and_reader_hold_one_bound_and_room_says_what_fits(
     with pytest.raises(ValueError, match="over the store's bound"):
         stores.write_watch(path, more)
     assert len(stores.read_watch(path, "loss")["ids"]) == 100  # the file as it was
+
+
+def test_a_candidates_known_ids_sort_only_the_records_new_to_the_served_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ids a candidate knew (``run._known_after``: the served model's and the run's
+    records) are the served model's sorted ids with the new ones merged in: written as
+    the whole set, sorted and distinct, with no more ids sorted than are new (issue 90:
+    it sorted both, twice a pool's ids, every run)."""
+    from types import SimpleNamespace
+
+    from genesis_fp16_infrastructure.judging.run import _known_after
+
+    rng = np.random.default_rng(5)
+    records = rng.permutation(np.unique(rng.integers(0, 2**63, 5000, dtype=np.uint64)))
+    known = np.sort(records[:4800])  # 200 new records
+    knew = stores.known(records, known)
+    served = SimpleNamespace(
+        losses=object(), known=known, knew=knew, records=SimpleNamespace(id_hashes=records)
+    )
+    sorted_ids: list[int] = []
+    real = stores.sorted_unique
+
+    def counted(ids: np.ndarray) -> np.ndarray:
+        sorted_ids.append(len(ids))
+        return real(ids)
+
+    monkeypatch.setattr(stores, "sorted_unique", counted)
+    stores.write_known_ids(tmp_path, _known_after(served, None))  # type: ignore[arg-type]
+    assert sum(sorted_ids) <= 200, sorted_ids
+    monkeypatch.undo()
+    written = stores.read_known_ids(tmp_path)
+    assert written is not None
+    assert np.array_equal(written, stores.sorted_unique(np.concatenate([known, records])))
+
+
+def test_known_ids_read_back_unsorted_or_twice_are_sorted_distinct(tmp_path: Path) -> None:
+    """A judged-ids file whose ids are out of order or named twice (another writer's) reads
+    as sorted distinct hashes, what every binary search of them needs; one in order is
+    taken as it is."""
+    path = JUDGED_IDS.at(tmp_path)
+    files.write_atomic(path, lambda h: np.savez(h, ids=np.array([9, 3, 9, 1], dtype=np.uint64)))
+    assert stores.read_known_ids(tmp_path).tolist() == [1, 3, 9]  # type: ignore[union-attr]
+    stores.write_known_ids(tmp_path, np.array([4, 2, 2], dtype=np.uint64))
+    assert stores.read_known_ids(tmp_path).tolist() == [2, 4]  # type: ignore[union-attr]

@@ -15,8 +15,10 @@ from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import (
     load_checkpoint,
+    note_hashed,
     read_checkpoint,
     reusing_loads,
+    stat_signature,
 )
 
 
@@ -143,3 +145,47 @@ def test_within_reusing_loads_the_same_bytes_are_unpickled_once(
         with pytest.raises(CheckpointError, match="do not match the digest"):
             load_checkpoint(copy)
     assert load_checkpoint(path) is not first and len(loads) == 4
+
+
+def test_a_copy_its_caller_hashed_is_loaded_without_reading_it_while_unchanged(
+    tmp_path: Path, loads: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a reusing_loads() block a file whose bytes the caller hashed and noted (the judged
+    run's scored copy, issue 69) is not read or hashed again by its load while its stat
+    is unchanged (issue 90: four hashes of each scored checkpoint a gate, three now); a
+    copy written after the note is read, hashed and refused when its bytes are not the
+    digest's, and a note whose signature is not the file's now is not kept."""
+    import hashlib
+
+    from genesis_fp16_infrastructure.training import checkpoint_load
+
+    path = CheckpointManager(tmp_path / "a").save(_state(7))
+    copy = tmp_path / "copy" / path.name
+    copy.parent.mkdir()
+    for source in (digest_path(path), path):
+        (copy.parent / source.name).write_bytes(source.read_bytes())
+    hashed: list[int] = []
+    real = hashlib.sha256
+
+    def counting(data: bytes = b"") -> Any:
+        hashed.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(checkpoint_load.hashlib, "sha256", counting)
+    with reusing_loads():
+        first = load_checkpoint(path)
+        signature = stat_signature(copy)
+        note_hashed(copy, real(copy.read_bytes()).hexdigest(), signature)
+        hashed.clear()
+        assert load_checkpoint(copy) is first and hashed == [] and len(loads) == 1
+        data = copy.read_bytes()
+        # Written anew (another inode): a file's times may not move within a clock tick.
+        changed = copy.with_name("changed")
+        changed.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+        changed.replace(copy)
+        with pytest.raises(CheckpointError, match="do not match the digest"):
+            load_checkpoint(copy)
+        assert hashed == [len(data)]
+        note_hashed(copy, real(data).hexdigest(), signature)  # taken before the write
+        with pytest.raises(CheckpointError, match="do not match the digest"):
+            load_checkpoint(copy)
