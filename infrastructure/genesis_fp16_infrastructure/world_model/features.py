@@ -35,6 +35,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -166,7 +167,7 @@ class FeatureEncoder:
         cls,
         attempts: Sequence[AttemptInput],
         pool: PoolLike,
-        successes: Sequence[bool] | None = None,
+        successes: Sequence[bool] | np.ndarray | None = None,
         max_tools: int = 32,
         max_patterns: int = 16,
     ) -> FeatureEncoder:
@@ -180,7 +181,7 @@ class FeatureEncoder:
         cls,
         parts: Categorical,
         numeric: torch.Tensor,
-        successes: Sequence[bool] | None = None,
+        successes: Sequence[bool] | np.ndarray | None = None,
         max_tools: int = 32,
         max_patterns: int = 16,
     ) -> FeatureEncoder:
@@ -262,7 +263,7 @@ class FeatureEncoder:
             for table, c in zip(tables[:4], coded, strict=True):
                 # A float32 table: rounding its float64 values before the lookup or after
                 # is the same rounding of the same numbers (and half the bytes moved).
-                looked_up = table[torch.from_numpy(c.codes[start:end])]
+                looked_up = table.index_select(0, torch.from_numpy(c.codes[start:end]))
                 out[start:end, at : at + looked_up.shape[1]] = looked_up
                 at += looked_up.shape[1]
         return out
@@ -374,15 +375,21 @@ def _word_columns(values: Sequence[Any], vocabulary: Sequence[str], other: bool)
     """A row per distinct value (a word, or a tuple of words: the tools used): 1.0 in the
     column of each of its words in ``vocabulary``; with ``other``, a last column counting
     its words in none (the empty pattern included)."""
-    index = {word: i for i, word in enumerate(vocabulary)}
     width = len(vocabulary) + 1
-    rows: list[list[float]] = []
-    for value in values:
-        row = [0.0] * width
-        for word in {value} if isinstance(value, str) else set(value):
-            row[index.get(word, width - 1)] += 1.0
-        rows.append(row[: width - 1 + other])
-    return torch.tensor(rows, dtype=torch.float64).reshape(len(rows), width - 1 + other)
+    # Every word of every value numbered once, then counted in numpy, a distinct (value,
+    # word) pair once: a row of Python floats per value, made a tensor, took about twice
+    # the CPU (5-7 ms against 3-4 for a 100,000-record pool's 2,080 tool lists).
+    words: dict[Any, int] = {}
+    lengths = [1 if isinstance(v, str) else len(v) for v in values]
+    flat = chain.from_iterable((v,) if isinstance(v, str) else v for v in values)
+    number = np.fromiter((words.setdefault(w, len(words)) for w in flat), np.int64, sum(lengths))
+    owner = np.repeat(np.arange(len(values), dtype=np.int64), lengths)
+    pairs = np.unique(owner * max(len(words), 1) + number)  # a word twice in a value: once
+    index = {word: i for i, word in enumerate(vocabulary)}
+    column_of = np.fromiter((index.get(w, width - 1) for w in words), np.int64, len(words))
+    out = np.zeros((len(values), width), dtype=np.float64)
+    np.add.at(out, (pairs // max(len(words), 1), column_of[pairs % max(len(words), 1)]), 1.0)
+    return torch.from_numpy(np.ascontiguousarray(out[:, : width - 1 + other]))
 
 
 def _logit(p: float) -> float:
@@ -391,7 +398,7 @@ def _logit(p: float) -> float:
 
 
 def _agent_rates(
-    agents: Coded, successes: Sequence[bool] | None
+    agents: Coded, successes: Sequence[bool] | np.ndarray | None
 ) -> tuple[float, tuple[tuple[str, float], ...]]:
     """The overall success rate and each agent's, smoothed towards it (sorted by agent)."""
     if successes is None:

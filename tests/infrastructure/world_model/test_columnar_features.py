@@ -192,3 +192,32 @@ def test_tables_of_other_values_are_not_used(tmp_path: Path) -> None:
     assert torch.equal(
         got.view(torch.int32), encoder.encode_parts(parts, numeric).view(torch.int32)
     )
+
+
+def test_word_columns_of_awkward_values_give_the_row_features() -> None:
+    """Tool lists that repeat a tool, hold two unknown tools, hold none, or are the only
+    one; an empty and an unknown pattern; an agent of no rate: the encoder's columns,
+    worked out a distinct value at a time, are the per-row code's bits."""
+    from genesis_fp16_infrastructure.data.lineage import PoolEntry
+
+    pool = Pool({"p": PoolEntry(0.5, (), "baseline", 1.0)})
+    tools = [("a", "a", "b"), ("zz", "yy"), (), ("a", "zz", "zz"), ("b",), ("c", "a")]
+    patterns = ["x", "", "y", "x", "unheard", ""]
+    attempts = [
+        AttemptInput(
+            trajectory_id=f"t{i}",
+            agent=("one", "two", "three")[i % 3],
+            operator=OPERATORS[i % len(OPERATORS)],
+            parent_ids=("p",),
+            tools_used=t,
+            reasoning_pattern=p,
+        )
+        for i, (t, p) in enumerate(zip(tools, patterns, strict=True))
+    ]
+    fitted_on = attempts[:4]  # "c", "unheard" and agent "three"'s last record unseen
+    encoder = FeatureEncoder.fit(fitted_on, pool, [True, False, True, False], 2, 1)
+    expected = torch.tensor(
+        [_row_reference(encoder, a, pool) for a in attempts], dtype=torch.float32
+    )
+    got = encoder.encode(attempts, pool)
+    assert torch.equal(got.view(torch.int32), expected.view(torch.int32))

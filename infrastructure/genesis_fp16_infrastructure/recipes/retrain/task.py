@@ -237,8 +237,8 @@ class WorldModelTask(WorldModelStep):
         else:
             self.encoder = FeatureEncoder.fit_parts(
                 Categorical.of_rows(columns, columns.labelled[train]),
-                numeric[torch.from_numpy(train)],  # the part's copy, freed after the fit
-                columns.success[train].tolist(),
+                numeric.index_select(0, torch.from_numpy(train)),  # freed after the fit
+                columns.success[train],
             )
             # A member trains on all folds but one: its width follows that many records. A
             # held-out run's members each train on the whole training part.
