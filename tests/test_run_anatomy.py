@@ -144,3 +144,41 @@ def test_later_measures_the_second_run_of_one_resident_process(tmp_path: Path) -
     row = result["rows"][0]
     assert row["data"]["new"] == 5 and row["worker_start"] == 0.0  # a fresh daemon's is > 0
     assert row["first"]["steps"] == 3 and "| later |" in Path(f"{out}.md").read_text()
+
+
+def test_chunks_join_into_one_pool_of_every_record(tmp_path: Path) -> None:
+    """A batch past CHUNK is written in chunks of their own seeds and joined into one pool
+    file holding every chunk's records, in order, its counts summed."""
+    from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_pool
+
+    anatomy = _script()
+    assert anatomy._chunk_seeds(250_000, 99) == [(100000, 99), (100000, 99001), (50000, 99002)]
+    parts = [write_pool(tmp_path / str(seed), n, seed) for n, seed in [(30, 99), (20, 99001)]]
+    target = tmp_path / "pool.json"
+    assert anatomy.join_pools(parts, target) == 50
+    joined = json.loads(target.read_text())
+    pools = [generate_pool(30, 99), generate_pool(20, 99001)]
+    assert joined["trajectories"] == pools[0]["trajectories"] | pools[1]["trajectories"]
+    assert list(joined["trajectories"]) == [*pools[0]["trajectories"], *pools[1]["trajectories"]]
+    assert joined["total_added"] == joined["max_trajectories"] == 50
+    assert joined["total_pruned"] == pools[0]["total_pruned"] + pools[1]["total_pruned"]
+    with pytest.raises(SystemExit, match="a trajectory id another chunk holds"):
+        anatomy.join_pools([parts[0], parts[0]], tmp_path / "twice.json")
+
+
+def test_memory_names_this_process_and_its_children() -> None:
+    """memory(pid): the process and each descendant, each with peak and current resident
+    bytes, the peak never below the current."""
+    import os
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        found = _script().memory(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+    pids = [p["pid"] for p in found]
+    assert pids[0] == os.getpid() and child.pid in pids
+    assert all(p["peak_rss_bytes"] >= p["rss_bytes"] > 0 for p in found)
