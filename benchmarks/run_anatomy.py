@@ -21,9 +21,9 @@ encode, train, eval, live, gate, whatever the tree's daemon reports), its ``wall
   missing, not as zero.
 - ``--million`` adds the 1,000,000 pool (minutes of data generation and reads). A batch
   of more than ``CHUNK`` records is written as chunks, each by its own ``data generate``
-  (the first with the batch's seed, the k-th with seed * 1000 + k), joined into the one
-  pool file a smaller batch is: one ``data generate`` of 1,000,000 records holds them all
-  in memory at once (8 GB and more).
+  of its own seed (``_pool_batch``), joined into the one pool file a smaller batch is:
+  one ``data generate`` of 1,000,000 records holds them all in memory at once (8 GB and
+  more).
 - **memory**: after the measured run, each process of the daemon's (the daemon, its run
   worker, the resident run process) with its peak resident bytes (``VmHWM``) and its
   resident bytes then (``VmRSS``: what the resident run process keeps between runs).
@@ -96,14 +96,17 @@ def new_counts(pools: list[int], new: list[str]) -> dict[int, list[int]]:
     return counts
 
 
-def _chunk_seeds(count: int, seed: int) -> list[tuple[int, int]]:
-    """Each chunk's (records, seed) of a batch of ``count`` records.
+def chunk_sizes(count: int) -> list[int]:
+    """The records of each chunk of a batch of ``count``.
 
-    >>> _chunk_seeds(250_000, 99)
-    [(100000, 99), (100000, 99001), (50000, 99002)]
+    >>> chunk_sizes(250_000)
+    [100000, 100000, 50000]
     """
-    sizes = [min(CHUNK, count - start) for start in range(0, count, CHUNK)]
-    return [(size, seed if k == 0 else seed * 1000 + k) for k, size in enumerate(sizes)]
+    return [min(CHUNK, count - start) for start in range(0, count, CHUNK)]
+
+
+def _ids(part: Path) -> list[str]:
+    return re.findall(r'"trajectory_id": "([^"]*)"', part.read_text())
 
 
 def join_pools(parts: list[Path], target: Path) -> int:
@@ -116,7 +119,7 @@ def join_pools(parts: list[Path], target: Path) -> int:
             text = part.read_text()
             at = text.index(marker)
             head = json.loads(text[:at] + marker + "}}")
-            ids = re.findall(r'"trajectory_id": "([^"]*)"', text[at:])
+            ids = _ids(part)
             if len(seen) + len(ids) != len(seen | set(ids)):
                 raise SystemExit(f"{part}: a trajectory id another chunk holds; another seed")
             seen.update(ids)
@@ -139,15 +142,31 @@ def join_pools(parts: list[Path], target: Path) -> int:
 
 
 def _pool_batch(agent: str, folder: Path, env: dict[str, str], count: int, seed: int) -> None:
-    """``_batch``'s one pool file of ``count`` records, written in chunks (``CHUNK``)."""
-    chunks = _chunk_seeds(count, seed)
-    if len(chunks) == 1:
+    """``_batch``'s one pool file of ``count`` records, written in chunks (``CHUNK``): the
+    first of seed ``seed``, each next of the next seed ``seed`` * 1000 + k (k = 1, 2, ...)
+    whose records' ids no earlier chunk holds (40 random bits an id: at 1,000,000
+    records two chunks do share one now and then; that chunk is written again, of the
+    next seed). A chunk already in ``folder/chunks`` of its size (a stopped run's, in
+    ``--work``) is taken as it is: its seed and size make it the same."""
+    sizes = chunk_sizes(count)
+    if len(sizes) == 1:
         _batch(agent, folder, env, count, seed)
         return
-    parts = []
-    for size, each in chunks:
-        _batch(agent, folder / "chunks", env, size, each)
-        parts.append(folder / "chunks" / "data" / f"pool-{each}.json")
+    parts, seen, later = list[Path](), set[str](), itertools.count(1)
+    for size in sizes:
+        each = seed if not parts else seed * 1000 + next(later)
+        while True:
+            part = folder / "chunks" / "data" / f"pool-{each}.json"
+            ids = _ids(part) if part.exists() else []
+            if len(ids) != size:
+                _batch(agent, folder / "chunks", env, size, each)
+                ids = _ids(part)
+            if seen.isdisjoint(ids):
+                break
+            part.unlink()
+            each = seed * 1000 + next(later)
+        seen.update(ids)
+        parts.append(part)
     (folder / "data").mkdir(parents=True, exist_ok=True)
     target = folder / "data" / f"pool-{seed}.json"
     if join_pools(parts, target) != count:

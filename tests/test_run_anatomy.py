@@ -152,7 +152,7 @@ def test_chunks_join_into_one_pool_of_every_record(tmp_path: Path) -> None:
     from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_pool
 
     anatomy = _script()
-    assert anatomy._chunk_seeds(250_000, 99) == [(100000, 99), (100000, 99001), (50000, 99002)]
+    assert anatomy.chunk_sizes(250_000) == [100000, 100000, 50000]
     parts = [write_pool(tmp_path / str(seed), n, seed) for n, seed in [(30, 99), (20, 99001)]]
     target = tmp_path / "pool.json"
     assert anatomy.join_pools(parts, target) == 50
@@ -182,3 +182,33 @@ def test_memory_names_this_process_and_its_children() -> None:
     pids = [p["pid"] for p in found]
     assert pids[0] == os.getpid() and child.pid in pids
     assert all(p["peak_rss_bytes"] >= p["rss_bytes"] > 0 for p in found)
+
+
+def test_a_chunk_sharing_an_id_with_an_earlier_one_is_written_again_of_the_next_seed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunk seeds 99, 99001, ...: seed 99001's chunk shares an id with 99's, so it is
+    dropped and 99002's written instead; the pool holds every record once, none lost."""
+    anatomy = _script()
+    written: list[int] = []
+
+    def batch(agent: str, folder: Path, env: Any, count: int, seed: int) -> None:
+        written.append(seed)
+        first = 0 if seed in (99, 99001) else seed  # 99001 repeats 99's ids
+        ids = [f"id-{first}-{k}" for k in range(count)]
+        pool = {"max_trajectories": count, "total_added": count, "total_pruned": 0}
+        pool["trajectories"] = {i: {"trajectory_id": i} for i in ids}  # type: ignore[assignment]
+        (folder / "data").mkdir(parents=True, exist_ok=True)
+        (folder / "data" / f"pool-{seed}.json").write_text(json.dumps(pool))
+
+    monkeypatch.setattr(anatomy, "_batch", batch)
+    monkeypatch.setattr(anatomy, "CHUNK", 3)
+    anatomy._pool_batch("se_darwin", tmp_path, {}, 5, 99)
+    assert written == [99, 99001, 99002]
+    joined = json.loads((tmp_path / "data" / "pool-99.json").read_text())
+    assert list(joined["trajectories"]) == [
+        *(f"id-0-{k}" for k in range(3)),
+        "id-99002-0",
+        "id-99002-1",
+    ]
+    assert joined["total_added"] == 5 and not (tmp_path / "chunks").exists()
