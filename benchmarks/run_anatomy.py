@@ -177,8 +177,8 @@ def _pool_batch(agent: str, folder: Path, env: dict[str, str], count: int, seed:
 
 
 def memory(pid: int) -> list[dict[str, Any]]:
-    """``pid`` and each of its descendants: its command, its peak resident bytes
-    (``VmHWM``) and its resident bytes now (``VmRSS``)."""
+    """``pid`` and each of its descendants: its parent, its command, its peak resident
+    bytes (``VmHWM``) and its resident bytes now (``VmRSS``)."""
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -200,6 +200,7 @@ def memory(pid: int) -> list[dict[str, Any]]:
         found.append(
             {
                 "pid": each,
+                "parent": parents.get(each),
                 "command": command.decode(errors="replace").strip()[-120:],
                 "peak_rss_bytes": int(kib.get("VmHWM", 0)) * 1024,
                 "rss_bytes": int(kib.get("VmRSS", 0)) * 1024,
@@ -364,14 +365,17 @@ def phase_names(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _memory_cells(row: dict[str, Any]) -> str:
-    """Peak MiB, kept MiB, kept bytes a record: of the daemon's process that peaked
-    highest; — where the row has no memory figures."""
+    """Peak MiB, kept MiB and kept bytes a record of the daemon's process that peaked
+    highest (the resident run process): the last less its parent's resident bytes (the
+    run worker it was forked from: torch and the library) over the pool; — where the
+    row has no memory figures."""
     held = row.get("memory")
     if not held:
         return "— | — | — |"
     top = max(held, key=lambda p: p["peak_rss_bytes"])
     peak, kept = top["peak_rss_bytes"], top["rss_bytes"]
-    return f"{peak / 2**20:,.0f} | {kept / 2**20:,.0f} | {kept / row['pool']:,.0f} |"
+    base = next((p["rss_bytes"] for p in held if p["pid"] == top.get("parent")), 0)
+    return f"{peak / 2**20:,.0f} | {kept / 2**20:,.0f} | {(kept - base) / row['pool']:,.0f} |"
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -392,7 +396,8 @@ def markdown(result: dict[str, Any]) -> str:
         "the child forked, the run, its result recorded); but train: run less train; "
         "unattributed: run less every phase. Peak and kept MiB: the daemon's largest "
         "process after the measured run (the resident run process): its peak resident "
-        "memory (`VmHWM`) and its resident memory then (`VmRSS`), and that over the pool.",
+        "memory (`VmHWM`) and its resident memory then (`VmRSS`); kept bytes a record: "
+        "that less its parent's (the run worker it was forked from), over the pool.",
         "",
         "| commit | device | mode | pool | new | outcome | "
         + " | ".join(names)

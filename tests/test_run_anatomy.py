@@ -181,7 +181,22 @@ def test_memory_names_this_process_and_its_children() -> None:
         child.wait()
     pids = [p["pid"] for p in found]
     assert pids[0] == os.getpid() and child.pid in pids
+    assert found[pids.index(child.pid)]["parent"] == os.getpid()
     assert all(p["peak_rss_bytes"] >= p["rss_bytes"] > 0 for p in found)
+
+
+def test_kept_bytes_a_record_are_the_resident_process_less_its_run_worker() -> None:
+    """The process that peaked highest is shown: its peak, its resident MiB, and that
+    less its parent's (the run worker) over the pool; no figures: dashes."""
+    mib = 2**20
+    memory = [
+        {"pid": 1, "parent": 0, "peak_rss_bytes": 50 * mib, "rss_bytes": 50 * mib},
+        {"pid": 2, "parent": 1, "peak_rss_bytes": 100 * mib, "rss_bytes": 100 * mib},
+        {"pid": 3, "parent": 2, "peak_rss_bytes": 300 * mib, "rss_bytes": 200 * mib},
+    ]
+    anatomy = _script()
+    assert anatomy._memory_cells({"pool": 1024, "memory": memory}) == "300 | 200 | 102,400 |"
+    assert anatomy._memory_cells({"pool": 1024}) == "— | — | — |"
 
 
 def test_a_chunk_sharing_an_id_with_an_earlier_one_is_written_again_of_the_next_seed(
