@@ -132,11 +132,13 @@ def _runs(
     env: dict[str, str],
     count: int,
     before: Callable[[int], None] | None = None,
+    after: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """A daemon on ``folder/state``, asked for ``count`` runs of ``agent`` one after the
     other (the data as it stands, or as ``before(n)`` leaves it before the n-th); their
-    finished records. The daemon is then stopped. Its metrics port is ``env``'s
-    (``GENESIS_FP16_METRICS_PORT``)."""
+    finished records. ``after(pid)``, given the daemon's process id, is called after the
+    last run, while the daemon and its processes still live. The daemon is then stopped.
+    Its metrics port is ``env``'s (``GENESIS_FP16_METRICS_PORT``)."""
     log, port = folder / "daemon.log", env["GENESIS_FP16_METRICS_PORT"]
     log.unlink(missing_ok=True)
     with log.open("wb") as out:
@@ -158,6 +160,8 @@ def _runs(
             assert _gauge(agent, port) == finished[-1]["phases"], (
                 "the gauge is not the run's phases"
             )
+        if after is not None:
+            after(daemon.pid)
         return finished
     finally:
         daemon.terminate()

@@ -19,7 +19,14 @@ encode, train, eval, live, gate, whatever the tree's daemon reports), its ``wall
   ``agents`` and ``infrastructure`` first on ``PYTHONPATH``) on the same data, written
   once by this tree's ``data generate``. A phase one tree's line lacks is shown as
   missing, not as zero.
-- ``--million`` adds the 1,000,000 pool (minutes of data generation and reads).
+- ``--million`` adds the 1,000,000 pool (minutes of data generation and reads). A batch
+  of more than ``CHUNK`` records is written as chunks, each by its own ``data generate``
+  of its own seed (``_pool_batch``), joined into the one pool file a smaller batch is:
+  one ``data generate`` of 1,000,000 records holds them all in memory at once (8 GB and
+  more).
+- **memory**: after the measured run, each process of the daemon's (the daemon, its run
+  worker, the resident run process) with its peak resident bytes (``VmHWM``) and its
+  resident bytes then (``VmRSS``: what the resident run process keeps between runs).
 - **modes**: ``--modes fresh`` (the default) runs each measured run in a daemon of its
   own, its first run after a start; ``later`` runs the first and the measured run in one
   daemon, the measured run the second its resident run process serves (what that
@@ -43,6 +50,7 @@ import itertools
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import socket
@@ -53,13 +61,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from daemon_judging_cost import SEEDS, _batch, _env, _runs
+from daemon_judging_cost import ARRIVED_BEFORE_S, SEEDS, _batch, _env, _runs
 from judged_cases import _commit
 
 from genesis_fp16.bench.measure import device_name
 
 TREE = Path(__file__).resolve().parents[1]
 BOUND = 1.5  # the issue's ceiling on each ratio of everything but train
+CHUNK = 100_000  # the most records one ``data generate`` writes (about 0.8 GB resident)
 
 
 def _load() -> list[float]:
@@ -85,6 +94,119 @@ def new_counts(pools: list[int], new: list[str]) -> dict[int, list[int]]:
         each |= {larger // 100 for larger in pools if larger > pool}
         counts[pool] = sorted(n for n in each if 0 < n < pool)
     return counts
+
+
+def chunk_sizes(count: int) -> list[int]:
+    """The records of each chunk of a batch of ``count``.
+
+    >>> chunk_sizes(250_000)
+    [100000, 100000, 50000]
+    """
+    return [min(CHUNK, count - start) for start in range(0, count, CHUNK)]
+
+
+def _ids(part: Path) -> list[str]:
+    return re.findall(r'"trajectory_id": "([^"]*)"', part.read_text())
+
+
+def join_pools(parts: list[Path], target: Path) -> int:
+    """Write the pool files ``parts`` as one pool file ``target`` (their records in
+    order, counts summed), a part in memory at a time; its count of records. Two records
+    of one id stop it (a pool's object would keep one of them)."""
+    marker, seen, total = '"trajectories": {', set[str](), dict[str, Any]()
+    with target.open("w") as out:
+        for number, part in enumerate(parts):
+            text = part.read_text()
+            at = text.index(marker)
+            head = json.loads(text[:at] + marker + "}}")
+            ids = _ids(part)
+            if len(seen) + len(ids) != len(seen | set(ids)):
+                raise SystemExit(f"{part}: a trajectory id another chunk holds; another seed")
+            seen.update(ids)
+            if number == 0:
+                total.update(head)
+            else:
+                for key in ("max_trajectories", "total_added", "total_pruned"):
+                    total[key] += head[key]
+            body = text[at + len(marker) : -2]  # the records, without the two closing braces
+            out.write(("" if number == 0 else ", ") + body)
+            del text, body
+    joined = json.dumps({**total, "trajectories": {}})  # the head: counts known at the end
+    final = target.with_suffix(".joined")
+    with final.open("w") as out, target.open() as records:
+        out.write(joined[:-2])
+        shutil.copyfileobj(records, out, 2**24)
+        out.write("}}")
+    final.replace(target)
+    return len(seen)
+
+
+def _pool_batch(agent: str, folder: Path, env: dict[str, str], count: int, seed: int) -> None:
+    """``_batch``'s one pool file of ``count`` records, written in chunks (``CHUNK``): the
+    first of seed ``seed``, each next of the next seed ``seed`` * 1000 + k (k = 1, 2, ...)
+    whose records' ids no earlier chunk holds (40 random bits an id: at 1,000,000
+    records two chunks do share one now and then; that chunk is written again, of the
+    next seed). A chunk already in ``folder/chunks`` of its size (a stopped run's, in
+    ``--work``) is taken as it is: its seed and size make it the same."""
+    sizes = chunk_sizes(count)
+    if len(sizes) == 1:
+        _batch(agent, folder, env, count, seed)
+        return
+    parts, seen, later = list[Path](), set[str](), itertools.count(1)
+    for size in sizes:
+        each = seed if not parts else seed * 1000 + next(later)
+        while True:
+            part = folder / "chunks" / "data" / f"pool-{each}.json"
+            ids = _ids(part) if part.exists() else []
+            if len(ids) != size:
+                _batch(agent, folder / "chunks", env, size, each)
+                ids = _ids(part)
+            if seen.isdisjoint(ids):
+                break
+            part.unlink()
+            each = seed * 1000 + next(later)
+        seen.update(ids)
+        parts.append(part)
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    target = folder / "data" / f"pool-{seed}.json"
+    if join_pools(parts, target) != count:
+        raise SystemExit(f"{target}: not {count} records")
+    shutil.rmtree(folder / "chunks")
+    stamp = os.stat(target).st_mtime - ARRIVED_BEFORE_S
+    os.utime(target, (stamp, stamp))
+
+
+def memory(pid: int) -> list[dict[str, Any]]:
+    """``pid`` and each of its descendants: its parent, its command, its peak resident
+    bytes (``VmHWM``) and its resident bytes now (``VmRSS``)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:  # the parent: stat's 2nd field after the command's closing parenthesis
+                after_command = (entry / "stat").read_text().rsplit(")", 1)[1]
+                parents[int(entry.name)] = int(after_command.split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+    found, wanted = [], [pid]
+    while wanted:
+        each = wanted.pop(0)
+        wanted += sorted(child for child, parent in parents.items() if parent == each)
+        try:
+            status = (Path("/proc") / str(each) / "status").read_text()
+            command = (Path("/proc") / str(each) / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        kib = dict(re.findall(r"^(VmHWM|VmRSS):\s+(\d+) kB", status, re.MULTILINE))
+        found.append(
+            {
+                "pid": each,
+                "parent": parents.get(each),
+                "command": command.decode(errors="replace").strip()[-120:],
+                "peak_rss_bytes": int(kib.get("VmHWM", 0)) * 1024,
+                "rss_bytes": int(kib.get("VmRSS", 0)) * 1024,
+            }
+        )
+    return found
 
 
 KEEP_MIB: list[str] = []  # --keep-mib: GENESIS_FP16_RUN_RESIDENT_KEEP_MIB, when given
@@ -132,13 +254,18 @@ def _row(finished: dict[str, Any], first: dict[str, Any]) -> dict[str, Any]:
 
 def _first_then_new(
     agent: str, made: Path, folder: Path, env: dict[str, str], later: bool = False
-) -> tuple[dict[str, Any], dict[str, Any], list[float]]:
+) -> tuple[dict[str, Any], dict[str, Any], list[float], list[dict[str, Any]]]:
     """The first run on ``made``'s old records, then the measured run after its new
-    ones: their finished lines, and the load average before the measured run. Each by a
-    daemon of its own; ``later``: both by one daemon, the measured run the second its
-    resident run process serves (what it kept of the first run's read is there)."""
+    ones: their finished lines, the load average before the measured run, and the
+    daemon's processes' memory after it (``memory``). Each by a daemon of its own;
+    ``later``: both by one daemon, the measured run the second its resident run process
+    serves (what it kept of the first run's read is there)."""
     shutil.copytree(made / "old" / "data", folder / "data")
     load: list[float] = []
+    held: list[dict[str, Any]] = []
+
+    def measure_memory(pid: int) -> None:
+        held[:] = memory(pid)
 
     def add_new(done: int) -> None:
         if done:
@@ -148,12 +275,12 @@ def _first_then_new(
             load.extend(_load())
 
     if later:
-        first, finished = _runs(agent, folder, env, 2, add_new)
-        return first, finished, load
+        first, finished = _runs(agent, folder, env, 2, add_new, measure_memory)
+        return first, finished, load, held
     (first,) = _runs(agent, folder, env, 1)
     add_new(1)
-    (finished,) = _runs(agent, folder, env, 1)
-    return first, finished, load
+    (finished,) = _runs(agent, folder, env, 1, None, measure_memory)
+    return first, finished, load, held
 
 
 def measure(
@@ -164,21 +291,25 @@ def measure(
     steps: int,
     root: Path,
     modes: list[str],
+    keep_data: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Every row: for each pool and new count, the data written once, then for each
     tree, device and mode a first run and the measured run (``fresh``: each by a daemon
-    of its own; ``later``: both by one, in one resident run process)."""
+    of its own; ``later``: both by one, in one resident run process). ``keep_data``:
+    each pool's data is left in ``root`` (``data-POOL-NEW``) for a profile."""
     commits = {tree: _commit(tree) for tree in trees}
     for pool, news in counts.items():
         for new in news:
             made = root / f"data-{pool}-{new}"
             env = _tree_env(agent, made, TREE, "cpu", steps)
-            _batch(agent, made / "old", env, pool - new, SEEDS[0])
-            _batch(agent, made / "new", env, new, SEEDS[2])
+            _pool_batch(agent, made / "old", env, pool - new, SEEDS[0])
+            _pool_batch(agent, made / "new", env, new, SEEDS[2])
             for (number, tree), device, mode in itertools.product(enumerate(trees), devices, modes):
                 folder = root / f"{number}-{device}-{mode}-{pool}-{new}"
                 env = _tree_env(agent, folder, tree, device, steps)
-                first, finished, load = _first_then_new(agent, made, folder, env, mode == "later")
+                first, finished, load, held = _first_then_new(
+                    agent, made, folder, env, mode == "later"
+                )
                 yield {
                     "tree": str(tree),
                     "commit": commits[tree],
@@ -189,9 +320,11 @@ def measure(
                     "new": new,
                     "loadavg_before": load,
                     **_row(finished, first),
+                    "memory": held,
                 }
                 shutil.rmtree(folder)
-            shutil.rmtree(made)
+            if not keep_data:
+                shutil.rmtree(made)
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -231,6 +364,20 @@ def phase_names(rows: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(name for row in rows for name in row["phases"]))
 
 
+def _memory_cells(row: dict[str, Any]) -> str:
+    """Peak MiB, kept MiB and kept bytes a record of the daemon's process that peaked
+    highest (the resident run process): the last less its parent's resident bytes (the
+    run worker it was forked from: torch and the library) over the pool; — where the
+    row has no memory figures."""
+    held = row.get("memory")
+    if not held:
+        return "— | — | — |"
+    top = max(held, key=lambda p: p["peak_rss_bytes"])
+    peak, kept = top["peak_rss_bytes"], top["rss_bytes"]
+    base = next((p["rss_bytes"] for p in held if p["pid"] == top.get("parent")), 0)
+    return f"{peak / 2**20:,.0f} | {kept / 2**20:,.0f} | {(kept - base) / row['pool']:,.0f} |"
+
+
 def markdown(result: dict[str, Any]) -> str:
     rows, names = result["rows"], phase_names(result["rows"])
     host = result["host"]
@@ -247,12 +394,16 @@ def markdown(result: dict[str, Any]) -> str:
         "phase is not in that commit's line. run: its `wall_seconds`; job: its "
         "`duration_seconds` (the run worker started, as each measured daemon is fresh, "
         "the child forked, the run, its result recorded); but train: run less train; "
-        "unattributed: run less every phase.",
+        "unattributed: run less every phase. Peak and kept MiB: the daemon's largest "
+        "process after the measured run (the resident run process): its peak resident "
+        "memory (`VmHWM`) and its resident memory then (`VmRSS`); kept bytes a record: "
+        "that less its parent's (the run worker it was forked from), over the pool.",
         "",
         "| commit | device | mode | pool | new | outcome | "
         + " | ".join(names)
-        + " | run | job | unattributed | **but train** | load before |",
-        "| --- " * (10 + len(names)) + "| --- |",
+        + " | run | job | unattributed | **but train** | load before | peak MiB | kept MiB "
+        "| kept bytes a record |",
+        "| --- " * (13 + len(names)) + "| --- |",
     ]
     for r in rows:
         shown = [f"{r['phases'][n]:.3f}" if n in r["phases"] else "—" for n in names]
@@ -261,7 +412,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"{r['new']:,} | "
             f"{r['outcome']}, {r['gate']} | " + " | ".join(shown) + f" | {r['wall_seconds']:.3f} | "
             f"{r['duration_seconds']:.3f} | {r['unattributed']:.3f} | **{r['but_train']:.3f}** | "
-            f"{r['loadavg_before'][0]:.2f} |"
+            f"{r['loadavg_before'][0]:.2f} | {_memory_cells(r)}"
         )
     lines += [
         "",
@@ -305,8 +456,11 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
     }
     counts = new_counts(pools, args.new.split(","))
     with tempfile.TemporaryDirectory(prefix="run-anatomy-") as name:
-        modes = args.modes.split(",")
-        for row in measure(args.agent, trees, devices, counts, args.steps, Path(name), modes):
+        modes, root = args.modes.split(","), args.work or Path(name)
+        rows = measure(
+            args.agent, trees, devices, counts, args.steps, root, modes, args.work is not None
+        )
+        for row in rows:
             print(json.dumps(row), file=sys.stderr, flush=True)
             result["rows"].append(row)
             _write(result, args.out)
@@ -349,6 +503,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--note", default="", help="a line for the results (the host's load)")
     parser.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        help="write the data and the daemons' folders here, and leave each pool's data "
+        "(data-POOL-NEW) for a profile (by default a temporary directory, removed)",
+    )
     args = parser.parse_args(argv)
     for tree in args.trees.split(","):
         if not (Path(tree) / "genesis_fp16" / "__main__.py").is_file():

@@ -144,3 +144,86 @@ def test_later_measures_the_second_run_of_one_resident_process(tmp_path: Path) -
     row = result["rows"][0]
     assert row["data"]["new"] == 5 and row["worker_start"] == 0.0  # a fresh daemon's is > 0
     assert row["first"]["steps"] == 3 and "| later |" in Path(f"{out}.md").read_text()
+
+
+def test_chunks_join_into_one_pool_of_every_record(tmp_path: Path) -> None:
+    """A batch past CHUNK is written in chunks of their own seeds and joined into one pool
+    file holding every chunk's records, in order, its counts summed."""
+    from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_pool
+
+    anatomy = _script()
+    assert anatomy.chunk_sizes(250_000) == [100000, 100000, 50000]
+    parts = [write_pool(tmp_path / str(seed), n, seed) for n, seed in [(30, 99), (20, 99001)]]
+    target = tmp_path / "pool.json"
+    assert anatomy.join_pools(parts, target) == 50
+    joined = json.loads(target.read_text())
+    pools = [generate_pool(30, 99), generate_pool(20, 99001)]
+    assert joined["trajectories"] == pools[0]["trajectories"] | pools[1]["trajectories"]
+    assert list(joined["trajectories"]) == [*pools[0]["trajectories"], *pools[1]["trajectories"]]
+    assert joined["total_added"] == joined["max_trajectories"] == 50
+    assert joined["total_pruned"] == pools[0]["total_pruned"] + pools[1]["total_pruned"]
+    with pytest.raises(SystemExit, match="a trajectory id another chunk holds"):
+        anatomy.join_pools([parts[0], parts[0]], tmp_path / "twice.json")
+
+
+def test_memory_names_this_process_and_its_children() -> None:
+    """memory(pid): the process and each descendant, each with peak and current resident
+    bytes, the peak never below the current."""
+    import os
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        found = _script().memory(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+    pids = [p["pid"] for p in found]
+    assert pids[0] == os.getpid() and child.pid in pids
+    assert found[pids.index(child.pid)]["parent"] == os.getpid()
+    assert all(p["peak_rss_bytes"] >= p["rss_bytes"] > 0 for p in found)
+
+
+def test_kept_bytes_a_record_are_the_resident_process_less_its_run_worker() -> None:
+    """The process that peaked highest is shown: its peak, its resident MiB, and that
+    less its parent's (the run worker) over the pool; no figures: dashes."""
+    mib = 2**20
+    memory = [
+        {"pid": 1, "parent": 0, "peak_rss_bytes": 50 * mib, "rss_bytes": 50 * mib},
+        {"pid": 2, "parent": 1, "peak_rss_bytes": 100 * mib, "rss_bytes": 100 * mib},
+        {"pid": 3, "parent": 2, "peak_rss_bytes": 300 * mib, "rss_bytes": 200 * mib},
+    ]
+    anatomy = _script()
+    assert anatomy._memory_cells({"pool": 1024, "memory": memory}) == "300 | 200 | 102,400 |"
+    assert anatomy._memory_cells({"pool": 1024}) == "— | — | — |"
+
+
+def test_a_chunk_sharing_an_id_with_an_earlier_one_is_written_again_of_the_next_seed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunk seeds 99, 99001, ...: seed 99001's chunk shares an id with 99's, so it is
+    dropped and 99002's written instead; the pool holds every record once, none lost."""
+    anatomy = _script()
+    written: list[int] = []
+
+    def batch(agent: str, folder: Path, env: Any, count: int, seed: int) -> None:
+        written.append(seed)
+        first = 0 if seed in (99, 99001) else seed  # 99001 repeats 99's ids
+        ids = [f"id-{first}-{k}" for k in range(count)]
+        pool = {"max_trajectories": count, "total_added": count, "total_pruned": 0}
+        pool["trajectories"] = {i: {"trajectory_id": i} for i in ids}  # type: ignore[assignment]
+        (folder / "data").mkdir(parents=True, exist_ok=True)
+        (folder / "data" / f"pool-{seed}.json").write_text(json.dumps(pool))
+
+    monkeypatch.setattr(anatomy, "_batch", batch)
+    monkeypatch.setattr(anatomy, "CHUNK", 3)
+    anatomy._pool_batch("se_darwin", tmp_path, {}, 5, 99)
+    assert written == [99, 99001, 99002]
+    joined = json.loads((tmp_path / "data" / "pool-99.json").read_text())
+    assert list(joined["trajectories"]) == [
+        *(f"id-0-{k}" for k in range(3)),
+        "id-99002-0",
+        "id-99002-1",
+    ]
+    assert joined["total_added"] == 5 and not (tmp_path / "chunks").exists()
