@@ -34,12 +34,14 @@ import numpy as np
 from genesis_fp16_infrastructure.data.file_records import RecordBlock, joined_codes
 from genesis_fp16_infrastructure.data.pool_columns import (
     Coded,
+    IdRank,
     PoolColumns,
     collect,
+    derived,
     ranges,
-    same_ids,
+    set_derived,
 )
-from genesis_fp16_infrastructure.data.schema import find_ids, record_id_hashes
+from genesis_fp16_infrastructure.data.schema import record_id_hashes
 
 
 def extended(old: PoolColumns, blocks: Sequence[RecordBlock]) -> tuple[PoolColumns, int] | None:
@@ -49,8 +51,8 @@ def extended(old: PoolColumns, blocks: Sequence[RecordBlock]) -> tuple[PoolColum
     if old.text is not None:
         raise ValueError("extended: a slim pool only (read with keep_text=False)")
     new, within = collect(blocks, keep_text=False)  # the new records among themselves
-    old_ids = _Ranked.of(old.id_hash)
-    new_ids = _Ranked.of(new.id_hash)
+    old_ids = _rank_of(old)
+    new_ids = IdRank.of(new.id_hash)
     if old_ids is None or new_ids is None:
         return None  # a hash shared within a pool: it was matched by string
     old_row, known = old_ids.find(new.id_hash, new.ids, old.ids)
@@ -104,35 +106,24 @@ def extended(old: PoolColumns, blocks: Sequence[RecordBlock]) -> tuple[PoolColum
         key=labels(old.key, new.key),
         judged=labels(old.judged, new.judged),
     )
+    # What the old pool worked out, grown by the new rows alone: the next growth's too.
+    set_derived(
+        columns,
+        {
+            "id_rank": old_ids.grown(new.id_hash[fresh], n),
+            "example_ids": old.example_ids + [new.ids[r] for r in labelled_new.tolist()],
+        },
+    )
     return columns, within + int(known.sum())
 
 
-class _Ranked:
-    """A pool's id hashes sorted (each once), with the row each came from."""
-
-    def __init__(self, order: np.ndarray, hashes: np.ndarray) -> None:
-        self.order, self.hashes = order, hashes
-
-    @classmethod
-    def of(cls, id_hash: np.ndarray) -> _Ranked | None:
-        """None when two rows share a hash (a pool matched by string)."""
-        order = np.argsort(id_hash, kind="stable")
-        hashes = id_hash[order]
-        if len(hashes) > 1 and bool((hashes[1:] == hashes[:-1]).any()):
-            return None
-        return cls(order, hashes)
-
-    def find(
-        self, hashes: np.ndarray, names: list[str], ids: list[str]
-    ) -> tuple[np.ndarray | None, np.ndarray]:
-        """Each of ``hashes`` (of ``names``) found here: the row of ``ids`` it names and
-        whether it is here; the rows None when a hash found names another id."""
-        at, found = find_ids(self.hashes, hashes)
-        row = self.order[at] if len(self.order) else np.zeros(len(hashes), np.int64)
-        hits = np.flatnonzero(found)
-        if not same_ids(map(names.__getitem__, hits.tolist()), ids, row[hits]):
-            return None, found
-        return row, found
+def _rank_of(old: PoolColumns) -> IdRank | None:
+    """``old``'s id ranking: the one it took along (a grown or kept pool's), checked
+    against its id hashes first, else sorted now."""
+    kept = derived(old).get("id_rank")
+    if kept is not None and not kept.agrees(old.id_hash):
+        del vars(old)["id_rank"]  # not this pool's: worked out again
+    return old.id_rank
 
 
 class _Outside:
@@ -149,8 +140,8 @@ class _Outside:
         new: PoolColumns,
         fresh: np.ndarray,
         placed: np.ndarray,
-        new_ids: _Ranked,
-        old_ids: _Ranked,
+        new_ids: IdRank,
+        old_ids: IdRank,
     ) -> _Outside | None:
         """None when a hash found names another id."""
         # The old pool's outside ids that a new record kept now holds become its row.
@@ -170,7 +161,7 @@ class _Outside:
             return None
         new_to = np.where(found, row, 0)
         if len(still):
-            remaining = _Ranked.of(old_hash[still])
+            remaining = IdRank.of(old_hash[still])
             if remaining is None:
                 return None  # two outside ids of one hash
             at, same = remaining.find(new_hash, new.outside, names)

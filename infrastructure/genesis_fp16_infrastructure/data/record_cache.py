@@ -81,7 +81,12 @@ from genesis_fp16_infrastructure.data.fingerprint import (
     fingerprint_of,
 )
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
-from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
+from genesis_fp16_infrastructure.data.pool_columns import (
+    Coded,
+    PoolColumns,
+    derived,
+    set_derived,
+)
 from genesis_fp16_infrastructure.data.pool_extend import extended
 from genesis_fp16_infrastructure.data.pool_file import (
     FORMAT,
@@ -266,6 +271,9 @@ class RecordCache:
         if any(identity is None for identity in identities):
             return
         self.fingerprint = fingerprint or fingerprint_of(columns)
+        # What a later read's growth asks of the old pool, worked out now (a join of every
+        # file costs as much): it grows them by its new rows alone (data.pool_extend).
+        columns.example_ids, columns.id_rank  # noqa: B018 (cached properties, carried)
         stored = StoredPool(copied(columns), duplicates, named, list(rejected))
         size = estimate_bytes(stored.columns) + estimate_bytes(self.fingerprint)
         what = f"the joined pool of {len(columns):,} records of {len(files)} file(s)"
@@ -540,10 +548,13 @@ def _named(files: list[Path], states: list[FileState | None]) -> list[tuple[str,
 
 def copied(columns: PoolColumns) -> PoolColumns:
     """``columns`` with every array and list its own copy: what one run writes into its
-    pool never reaches another's. Strings and tuples are shared (immutable)."""
-    return dataclasses.replace(
+    pool never reaches another's. Strings and tuples are shared (immutable). What it
+    worked out of its columns (``pool_columns.DERIVED``) goes along, lists copied too."""
+    out = dataclasses.replace(
         columns, **{f.name: _copy(getattr(columns, f.name)) for f in dataclasses.fields(columns)}
     )
+    set_derived(out, {name: _copy(value) for name, value in derived(columns).items()})
+    return out
 
 
 def _copy(value: Any) -> Any:
