@@ -17,10 +17,14 @@ array for array, because the old files come first in read order:
 - a coded column's values are in first-seen order over every record read, left-out
   duplicates too: the old pool's values, then the new files' unseen ones.
 
-What still grows with the pool is numpy's (each column copied once, the ids' order
-sorted) and one hash per id outside the old pool (usually few). Ids are matched by their
-64-bit hashes and every match checked by string; where two different ids share a hash,
-:func:`extended` says None and the caller joins the whole pool, which matches by string.
+What still grows with the pool is numpy's (each column copied once) and one hash per id
+outside the old pool (usually few). The old pool's ids are found by its id ranking
+(``PoolColumns.id_rank``: its id hashes sorted), which a kept pool takes along, checked
+before use; the grown pool's is the old one with the new hashes inserted (the new ones
+alone sorted), and its labelled ids (``example_ids``) the old list and the new records':
+a later growth starts from both again. Ids are matched by their 64-bit hashes and every
+match checked by string; where two different ids share a hash, :func:`extended` says
+None and the caller joins the whole pool, which matches by string.
 
     columns, left_out = extended(kept.columns, new_blocks) or collect(every_block, False)
 """

@@ -50,7 +50,9 @@ order. A read whose first files are exactly the kept pool's, each unchanged, and
 other files are new grows that pool by the new files' records alone
 (``data.pool_extend``, :meth:`RecordCache.grown_pool`, :meth:`RecordCache.extend_pool`)
 and its fingerprint by their labelled records: the same pool and fingerprint a join of
-every file makes. Anything else (a kept file edited, appended to, touched, deleted or
+every file makes. The kept pool holds its id ranking and labelled ids too
+(``pool_columns.DERIVED``, worked out as it is kept), so that a growth sorts and names
+only what is new. Anything else (a kept file edited, appended to, touched, deleted or
 renamed, a new file sorting before one of them) joins every file as above.
 """
 
