@@ -208,7 +208,9 @@ class _Outside:
 
 
 def _coded(old: Coded, new: Coded, fresh: np.ndarray) -> Coded:
-    """The old rows' column then the kept new rows', its values in first-seen order."""
-    codes, values = joined_codes([(old.codes, old.values), (new.codes, new.values)])
-    n = len(old.codes)
-    return Coded(np.concatenate([codes[:n], codes[n:][fresh]]), values)
+    """The old rows' column then the kept new rows', its values in first-seen order.
+    The old values (distinct) come first, in their order: the old codes stand as they
+    are, and only the new records' codes are mapped (not a gather over every row)."""
+    nothing = np.zeros(0, np.int64)
+    codes, values = joined_codes([(nothing, old.values), (new.codes, new.values)])
+    return Coded(np.concatenate([old.codes, codes[fresh]]), values)
