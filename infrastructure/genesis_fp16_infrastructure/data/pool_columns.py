@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
@@ -64,6 +64,15 @@ class Coded:
     def take(self, rows: np.ndarray) -> list[Any]:
         """The values of ``rows``, as objects (each distinct one shared)."""
         return list(map(self.values.__getitem__, self.codes[rows].tolist()))
+
+    def take_as(self, rows: np.ndarray, convert: Callable[[Any], _T]) -> list[_T]:
+        """``convert`` of the values of ``rows``, each distinct value converted once: what
+        ``map(convert, take(rows))`` says, with no Python call per row (100,000 rows: a
+        numpy gather, not 100,000 conversions)."""
+        table = np.empty(len(self.values), dtype=object)
+        for code, value in enumerate(self.values):  # one by one: a tuple stays one object
+            table[code] = convert(value)
+        return table[self.codes[rows]].tolist()
 
     def at(self, rows: np.ndarray | slice) -> Coded:
         """The column of ``rows`` alone, its values shared."""
@@ -176,7 +185,86 @@ class PoolColumns:
 
     @cached_property
     def example_ids(self) -> list[str]:
+        """Each labelled record's id, in ``labelled``'s order (a grown pool's: the old
+        pool's list and the new records', ``data.pool_extend``)."""
         return [self.ids[r] for r in self.labelled.tolist()]
+
+    @cached_property
+    def id_rank(self) -> IdRank | None:
+        """The rows' id hashes sorted, with the row of each; None when two rows share a
+        hash (a pool matched by string). A sort of every row (100,000: ~8 ms): a grown
+        pool takes its old pool's and inserts the new rows (``data.pool_extend``)."""
+        return IdRank.of(self.id_hash)
+
+
+# What a pool works out from its columns once, when first asked (cached properties), and
+# a copy or a grown pool takes along rather than working out again over every row.
+DERIVED = ("example_ids", "id_rank")
+
+
+def derived(columns: PoolColumns) -> dict[str, Any]:
+    """What ``columns`` has worked out of :data:`DERIVED` so far, by name."""
+    return {name: vars(columns)[name] for name in DERIVED if name in vars(columns)}
+
+
+def set_derived(columns: PoolColumns, values: dict[str, Any]) -> None:
+    """Give ``columns`` values of :data:`DERIVED` worked out elsewhere (a copy's source,
+    or a grown pool's old one and its new rows): what the cached property would say."""
+    vars(columns).update(values)  # a cached_property reads the instance's __dict__ first
+
+
+class IdRank:
+    """A pool's id hashes sorted (each once), with the row each came from."""
+
+    def __init__(self, order: np.ndarray, hashes: np.ndarray) -> None:
+        order.flags.writeable = hashes.flags.writeable = False  # shared by a pool's copies
+        self.order, self.hashes = order, hashes
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    @classmethod
+    def of(cls, id_hash: np.ndarray) -> IdRank | None:
+        """None when two rows share a hash (a pool matched by string)."""
+        order = np.argsort(id_hash, kind="stable")
+        hashes = id_hash[order]
+        if len(hashes) > 1 and bool((hashes[1:] == hashes[:-1]).any()):
+            return None
+        return cls(order, hashes)
+
+    def grown(self, hashes: np.ndarray, first_row: int) -> IdRank:
+        """This ranking and ``hashes``, the rows from ``first_row`` on: what :meth:`of`
+        says of the grown pool, each new hash sorted and inserted (none of them here,
+        none twice: the caller found them so). Costs a sort of the new hashes alone."""
+        order = np.argsort(hashes, kind="stable")
+        added = hashes[order]
+        at = np.searchsorted(self.hashes, added)
+        return IdRank(
+            np.insert(self.order, at, first_row + order), np.insert(self.hashes, at, added)
+        )
+
+    def agrees(self, id_hash: np.ndarray) -> bool:
+        """Whether this ranking is one of ``id_hash`` (its length, and a sample of 64 rows
+        and the sortedness of their hashes): the check before a kept ranking is used."""
+        if len(self.order) != len(id_hash):
+            return False
+        if not len(id_hash):
+            return True
+        at = np.linspace(0, len(id_hash) - 1, min(64, len(id_hash)), dtype=np.int64)
+        sample = self.hashes[at]
+        return bool((id_hash[self.order[at]] == sample).all() and (sample[1:] > sample[:-1]).all())
+
+    def find(
+        self, hashes: np.ndarray, names: list[str], ids: list[str]
+    ) -> tuple[np.ndarray | None, np.ndarray]:
+        """Each of ``hashes`` (of ``names``) found here: the row of ``ids`` it names and
+        whether it is here; the rows None when a hash found names another id."""
+        at, found = find_ids(self.hashes, hashes)
+        row = self.order[at] if len(self.order) else np.zeros(len(hashes), np.int64)
+        hits = np.flatnonzero(found)
+        if not same_ids(map(names.__getitem__, hits.tolist()), ids, row[hits]):
+            return None, found
+        return row, found
 
 
 def _or_none(values: np.ndarray, present: np.ndarray) -> list[Any]:

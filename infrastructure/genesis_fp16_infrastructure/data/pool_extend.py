@@ -17,10 +17,14 @@ array for array, because the old files come first in read order:
 - a coded column's values are in first-seen order over every record read, left-out
   duplicates too: the old pool's values, then the new files' unseen ones.
 
-What still grows with the pool is numpy's (each column copied once, the ids' order
-sorted) and one hash per id outside the old pool (usually few). Ids are matched by their
-64-bit hashes and every match checked by string; where two different ids share a hash,
-:func:`extended` says None and the caller joins the whole pool, which matches by string.
+What still grows with the pool is numpy's (each column copied once) and one hash per id
+outside the old pool (usually few). The old pool's ids are found by its id ranking
+(``PoolColumns.id_rank``: its id hashes sorted), which a kept pool takes along, checked
+before use; the grown pool's is the old one with the new hashes inserted (the new ones
+alone sorted), and its labelled ids (``example_ids``) the old list and the new records':
+a later growth starts from both again. Ids are matched by their 64-bit hashes and every
+match checked by string; where two different ids share a hash, :func:`extended` says
+None and the caller joins the whole pool, which matches by string.
 
     columns, left_out = extended(kept.columns, new_blocks) or collect(every_block, False)
 """
@@ -34,12 +38,14 @@ import numpy as np
 from genesis_fp16_infrastructure.data.file_records import RecordBlock, joined_codes
 from genesis_fp16_infrastructure.data.pool_columns import (
     Coded,
+    IdRank,
     PoolColumns,
     collect,
+    derived,
     ranges,
-    same_ids,
+    set_derived,
 )
-from genesis_fp16_infrastructure.data.schema import find_ids, record_id_hashes
+from genesis_fp16_infrastructure.data.schema import record_id_hashes
 
 
 def extended(old: PoolColumns, blocks: Sequence[RecordBlock]) -> tuple[PoolColumns, int] | None:
@@ -49,8 +55,8 @@ def extended(old: PoolColumns, blocks: Sequence[RecordBlock]) -> tuple[PoolColum
     if old.text is not None:
         raise ValueError("extended: a slim pool only (read with keep_text=False)")
     new, within = collect(blocks, keep_text=False)  # the new records among themselves
-    old_ids = _Ranked.of(old.id_hash)
-    new_ids = _Ranked.of(new.id_hash)
+    old_ids = _rank_of(old)
+    new_ids = IdRank.of(new.id_hash)
     if old_ids is None or new_ids is None:
         return None  # a hash shared within a pool: it was matched by string
     old_row, known = old_ids.find(new.id_hash, new.ids, old.ids)
@@ -104,35 +110,24 @@ def extended(old: PoolColumns, blocks: Sequence[RecordBlock]) -> tuple[PoolColum
         key=labels(old.key, new.key),
         judged=labels(old.judged, new.judged),
     )
+    # What the old pool worked out, grown by the new rows alone: the next growth's too.
+    set_derived(
+        columns,
+        {
+            "id_rank": old_ids.grown(new.id_hash[fresh], n),
+            "example_ids": old.example_ids + [new.ids[r] for r in labelled_new.tolist()],
+        },
+    )
     return columns, within + int(known.sum())
 
 
-class _Ranked:
-    """A pool's id hashes sorted (each once), with the row each came from."""
-
-    def __init__(self, order: np.ndarray, hashes: np.ndarray) -> None:
-        self.order, self.hashes = order, hashes
-
-    @classmethod
-    def of(cls, id_hash: np.ndarray) -> _Ranked | None:
-        """None when two rows share a hash (a pool matched by string)."""
-        order = np.argsort(id_hash, kind="stable")
-        hashes = id_hash[order]
-        if len(hashes) > 1 and bool((hashes[1:] == hashes[:-1]).any()):
-            return None
-        return cls(order, hashes)
-
-    def find(
-        self, hashes: np.ndarray, names: list[str], ids: list[str]
-    ) -> tuple[np.ndarray | None, np.ndarray]:
-        """Each of ``hashes`` (of ``names``) found here: the row of ``ids`` it names and
-        whether it is here; the rows None when a hash found names another id."""
-        at, found = find_ids(self.hashes, hashes)
-        row = self.order[at] if len(self.order) else np.zeros(len(hashes), np.int64)
-        hits = np.flatnonzero(found)
-        if not same_ids(map(names.__getitem__, hits.tolist()), ids, row[hits]):
-            return None, found
-        return row, found
+def _rank_of(old: PoolColumns) -> IdRank | None:
+    """``old``'s id ranking: the one it took along (a grown or kept pool's), checked
+    against its id hashes first, else sorted now."""
+    kept = derived(old).get("id_rank")
+    if kept is not None and not kept.agrees(old.id_hash):
+        del vars(old)["id_rank"]  # not this pool's: worked out again
+    return old.id_rank
 
 
 class _Outside:
@@ -149,8 +144,8 @@ class _Outside:
         new: PoolColumns,
         fresh: np.ndarray,
         placed: np.ndarray,
-        new_ids: _Ranked,
-        old_ids: _Ranked,
+        new_ids: IdRank,
+        old_ids: IdRank,
     ) -> _Outside | None:
         """None when a hash found names another id."""
         # The old pool's outside ids that a new record kept now holds become its row.
@@ -170,7 +165,7 @@ class _Outside:
             return None
         new_to = np.where(found, row, 0)
         if len(still):
-            remaining = _Ranked.of(old_hash[still])
+            remaining = IdRank.of(old_hash[still])
             if remaining is None:
                 return None  # two outside ids of one hash
             at, same = remaining.find(new_hash, new.outside, names)
@@ -213,7 +208,9 @@ class _Outside:
 
 
 def _coded(old: Coded, new: Coded, fresh: np.ndarray) -> Coded:
-    """The old rows' column then the kept new rows', its values in first-seen order."""
-    codes, values = joined_codes([(old.codes, old.values), (new.codes, new.values)])
-    n = len(old.codes)
-    return Coded(np.concatenate([codes[:n], codes[n:][fresh]]), values)
+    """The old rows' column then the kept new rows', its values in first-seen order.
+    The old values (distinct) come first, in their order: the old codes stand as they
+    are, and only the new records' codes are mapped (not a gather over every row)."""
+    nothing = np.zeros(0, np.int64)
+    codes, values = joined_codes([(nothing, old.values), (new.codes, new.values)])
+    return Coded(np.concatenate([old.codes, codes[fresh]]), values)

@@ -50,7 +50,9 @@ order. A read whose first files are exactly the kept pool's, each unchanged, and
 other files are new grows that pool by the new files' records alone
 (``data.pool_extend``, :meth:`RecordCache.grown_pool`, :meth:`RecordCache.extend_pool`)
 and its fingerprint by their labelled records: the same pool and fingerprint a join of
-every file makes. Anything else (a kept file edited, appended to, touched, deleted or
+every file makes. The kept pool holds its id ranking and labelled ids too
+(``pool_columns.DERIVED``, worked out as it is kept), so that a growth sorts and names
+only what is new. Anything else (a kept file edited, appended to, touched, deleted or
 renamed, a new file sorting before one of them) joins every file as above.
 """
 
@@ -81,7 +83,12 @@ from genesis_fp16_infrastructure.data.fingerprint import (
     fingerprint_of,
 )
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
-from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
+from genesis_fp16_infrastructure.data.pool_columns import (
+    Coded,
+    PoolColumns,
+    derived,
+    set_derived,
+)
 from genesis_fp16_infrastructure.data.pool_extend import extended
 from genesis_fp16_infrastructure.data.pool_file import (
     FORMAT,
@@ -266,6 +273,9 @@ class RecordCache:
         if any(identity is None for identity in identities):
             return
         self.fingerprint = fingerprint or fingerprint_of(columns)
+        # What a later read's growth asks of the old pool, worked out now (a join of every
+        # file costs as much): it grows them by its new rows alone (data.pool_extend).
+        columns.example_ids, columns.id_rank  # noqa: B018 (cached properties, carried)
         stored = StoredPool(copied(columns), duplicates, named, list(rejected))
         size = estimate_bytes(stored.columns) + estimate_bytes(self.fingerprint)
         what = f"the joined pool of {len(columns):,} records of {len(files)} file(s)"
@@ -540,10 +550,13 @@ def _named(files: list[Path], states: list[FileState | None]) -> list[tuple[str,
 
 def copied(columns: PoolColumns) -> PoolColumns:
     """``columns`` with every array and list its own copy: what one run writes into its
-    pool never reaches another's. Strings and tuples are shared (immutable)."""
-    return dataclasses.replace(
+    pool never reaches another's. Strings and tuples are shared (immutable). What it
+    worked out of its columns (``pool_columns.DERIVED``) goes along, lists copied too."""
+    out = dataclasses.replace(
         columns, **{f.name: _copy(getattr(columns, f.name)) for f in dataclasses.fields(columns)}
     )
+    set_derived(out, {name: _copy(value) for name, value in derived(columns).items()})
+    return out
 
 
 def _copy(value: Any) -> Any:

@@ -310,3 +310,19 @@ def _assert_record_at_a_time(
 
 def _fields(block: RecordBlock) -> dict[str, object]:
     return {name: getattr(block, name) for name in block.__struct_fields__}
+
+
+def test_a_coded_column_converted_by_its_values_is_each_row_converted() -> None:
+    """``Coded.take_as`` says what converting each row's value says (a tuple value stays
+    one value, None converted too), each distinct value converted once."""
+    coded = pool_columns.Coded.of([("a", "b"), None, ("a", "b"), (), None, "x"])
+    calls: list[object] = []
+
+    def said(value: object) -> str:
+        calls.append(value)
+        return "-" if value is None else repr(value)
+
+    rows = np.array([5, 0, 1, 2, 2, 3, 4])
+    assert coded.take_as(rows, said) == [said(v) for v in coded.take(rows)]
+    assert len(calls) == len(coded.values) + len(rows)
+    assert coded.take_as(np.array([], np.int64), said) == []

@@ -107,8 +107,8 @@ class _RunPool:
     @functools.cached_property
     def segments(self) -> list[str]:
         """Each labelled record's segment: the Genesis agent that wrote it."""
-        agents = self.data.columns.agent.take(self.data.columns.labelled)
-        return ["-" if a is None else str(a) for a in agents]
+        columns = self.data.columns  # each agent's name said once, not once a record
+        return columns.agent.take_as(columns.labelled, lambda a: "-" if a is None else str(a))
 
 
 _RUN_POOL: list[_RunPool] = []  # at most one: the last run's
