@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from genesis_fp16.plugin_api import RecordLosses
 from genesis_fp16_infrastructure.contract import split
-from genesis_fp16_infrastructure.contract.judging import RecordLosses
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.gate import compare, compare_segments
 from genesis_fp16_infrastructure.judging.run import _comparisons, _known_after, _known_segments

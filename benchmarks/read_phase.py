@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import genesis_fp16_infrastructure
+from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_infrastructure import kept_in_memory
-from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, DataCheck
-from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.api import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain import scoring
