@@ -24,45 +24,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
-
-KEEP = 1024 * 2**20  # the daemon's default GENESIS_FP16_RUN_RESIDENT_KEEP_MIB
-
-
-def _arrive(source: Path, data: Path) -> None:
-    target = data / source.name
-    shutil.copy(source, target)
-    past = time.time() - 120  # older than the record cache's racy window
-    os.utime(target, (past, past))
-
-
-def _request(work: Path, data: Path) -> Any:
-    from genesis_fp16.plugin_api import TrainRequest
-    from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
-    from genesis_fp16_infrastructure.api import AgentSnapshot, DataCheck
-    from genesis_fp16_infrastructure.data.manifest import scan_files
-
-    ck = work / "state" / "ck"
-    pointer = read_pointer(ck) if ck.exists() else None
-    return TrainRequest(
-        agent="se_darwin",
-        precision="fp32",  # type: ignore[arg-type]
-        precision_reason="benchmark",
-        state_dir=work / "state",
-        checkpoint_dir=ck,
-        data_path=data,
-        steps=200,
-        seed=3,
-        keep_in_memory_bytes=KEEP,
-        snapshot=AgentSnapshot(None, pointer=pointer, data=DataCheck(scan_files(data)[0])),
-    )
 
 
 def measure(pool: int, new: int, repeats: int, cache: Path) -> dict[str, Any]:
     """This tree's gate seconds and verdicts at ``pool`` with ``new`` new records."""
     import torch
+
+    # The same arrival and request as the served scoring's benchmark: imported here, in
+    # the tree's own process, as that module imports the tree's code when it loads.
+    from served_scoring_kept import _arrive, _request
 
     from genesis_fp16_agents.se_darwin import plugin
     from genesis_fp16_infrastructure import kept_in_memory
