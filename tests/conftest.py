@@ -106,6 +106,20 @@ def _cuda_generator_left_usable(request: pytest.FixtureRequest) -> Iterator[None
 
 
 @pytest.fixture(autouse=True)
+def _no_process_store_left() -> Iterator[None]:
+    """Each test starts without this process's memory store (``kept_in_memory``) and
+    leaves none: an in-process run's store kept by the worker would let a later test's
+    calibration or cache read trust what an earlier test kept (a CI run failed so)."""
+    module = sys.modules.get("genesis_fp16_infrastructure.kept_in_memory")
+    if module is not None:
+        module._PROCESS.clear()
+    yield
+    module = sys.modules.get("genesis_fp16_infrastructure.kept_in_memory")
+    if module is not None:
+        module._PROCESS.clear()
+
+
+@pytest.fixture(autouse=True)
 def _logging_restored() -> Iterator[None]:
     """A test that configures logging in-process (a command's main, configure_logging)
     leaves no handler on its closed capture stream and no pipeline for the tests after it."""
