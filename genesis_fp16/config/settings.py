@@ -89,9 +89,21 @@ class SettingsError(Exception):
         super().__init__(bounded("; ".join(self.errors), 2 * MAX_SHOWN))
 
 
+class OperatorPrecision(NamedTuple):
+    """What the operator asks an agent's run to compute in (``requested``), who asked
+    (``reason``), and whether the precision guard's remembered demotion may floor it
+    (``floored``)."""
+
+    requested: RequestedName
+    reason: str
+    floored: bool
+
+
 class AgentConfig(NamedTuple):
     """One agent's settings as a run reads them (:meth:`Settings.agent`; a run keeps its
-    own in ``Run.config``): its own (``own``), and the daemon's where it leaves one unset.
+    own in ``Run.config``): its own (``own``), and the daemon's where it leaves one unset,
+    with the precision the operator asks its runs for (``precision``: resolved once here,
+    so that a run's plan asks nothing more of the settings).
 
     >>> load_settings().agent("se_darwin").run_timeout_seconds
     21600.0
@@ -104,6 +116,7 @@ class AgentConfig(NamedTuple):
     compile: str
     run_timeout_seconds: float
     steps: int | None  # None: epochs (``own.epochs``) or the agent's own budget
+    precision: OperatorPrecision  # without a flag: requested_precision's answer
 
 
 class Settings(BaseSettings, GuardSettings):
@@ -304,6 +317,7 @@ class Settings(BaseSettings, GuardSettings):
             compile=own.compile or self.compile,
             run_timeout_seconds=own.run_timeout_seconds or self.run_timeout_seconds,
             steps=None if own.epochs is not None else own.steps or self.steps_per_run,
+            precision=_operator_precision(self, name, own),
         )
 
 
@@ -469,16 +483,6 @@ def resolve_env_file(env_file: Path | str | None = None) -> Path:
     return Path(env_file or os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
 
 
-class OperatorPrecision(NamedTuple):
-    """What the operator asks an agent's run to compute in (``requested``), who asked
-    (``reason``), and whether the precision guard's remembered demotion may floor it
-    (``floored``)."""
-
-    requested: RequestedName
-    reason: str
-    floored: bool
-
-
 def requested_precision(
     settings: Settings,
     agent: str,
@@ -493,8 +497,9 @@ def requested_precision(
     ``ENABLE_FP16_TRAINING=true`` (fp16), then ``auto``. The guard's remembered floor
     (``genesis_fp16.jobs.guard_state``) applies below those, while the guard is on,
     except under a flag (what the operator asked for in so many words) and under
-    ``ENABLE_FP16_TRAINING=false`` (fp32, which no floor lowers). ``config``: the run's
-    (None: ``settings.agent(agent)``).
+    ``ENABLE_FP16_TRAINING=false`` (fp32, which no floor lowers). Without a flag it is
+    the agent's config's ``precision``, resolved with it (``config``: the run's; None:
+    ``settings.agent(agent)``).
 
     >>> requested_precision(load_settings(), "se_darwin", "bf16")
     OperatorPrecision(requested='bf16', reason='--precision bf16 on the command line', \
@@ -503,10 +508,16 @@ floored=False)
     if cli_precision is not None:  # train's --precision, checked by train_checks
         flag = cli_precision
         return OperatorPrecision(flag, f"--precision {flag} on the command line", False)
+    return (config or settings.agent(agent)).precision
+
+
+def _operator_precision(settings: Settings, agent: str, own: AgentSettings) -> OperatorPrecision:
+    """What the operator asks ``agent``'s runs for without a flag (its config's
+    ``precision``: :func:`requested_precision` says the precedence)."""
     if settings.enable_fp16_training is False:
         return OperatorPrecision("fp32", "ENABLE_FP16_TRAINING=false (rollback to fp32)", False)
     floored = settings.guard_enabled
-    override = (config or settings.agent(agent)).own.precision
+    override = own.precision
     if override is not None:
         variable = _env_name(("agents", agent, "precision"))
         return OperatorPrecision(override, f"{variable}={override}", floored)
@@ -519,5 +530,5 @@ floored=False)
 def precision_switched(old: Settings, new: Settings, agent: str) -> bool:
     """Whether a reload from ``old`` to ``new`` changes what ``agent``'s planned
     request asks for (:func:`requested_precision`'s answer, without a flag)."""
-    before, after = requested_precision(old, agent, None), requested_precision(new, agent, None)
+    before, after = old.agent(agent).precision, new.agent(agent).precision
     return (before.requested, before.floored) != (after.requested, after.floored)

@@ -92,4 +92,4 @@ def _train(run: Run, plugin: AgentPlugin, capabilities: Capabilities) -> TrainRe
     except RunStopped as exc:  # stopped during its child's start-up: no step, no failure
         return RunError.stopped(exc)
     except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is a failed run too
-        return RunError.failed(exc, run.device)
+        return RunError.failed(exc)

@@ -106,8 +106,9 @@ def _subscriber_failed(event: RunEnded, subscriber: Subscriber, exc: Exception) 
 def _health(event: RunEnded) -> None:
     ctx, agent, result = event.run.ctx, event.run.agent, event.result
     if isinstance(result, RunError):
-        if result.degraded is not None:  # every run would fail, or train and lose its work
-            ctx.degraded[agent] = result.degraded
+        degraded = result.health(event.run.device)
+        if degraded is not None:  # every run would fail, or train and lose its work
+            ctx.degraded[agent] = degraded
         return
     ctx.degraded.pop(agent, None)  # a run that wrote its checkpoint: the disk is fine again
     if result.failure is not None:  # steps were run, none (or too few) taken: alerted

@@ -5,7 +5,7 @@ The failure's reason is its count's label (``genesis_fp16_run_failures_total{rea
 where the host is at fault (a full or read-only disk, a lost device) the error is one line
 naming the path or device, and the agent is degraded until a run writes its checkpoint.
 
->>> error = RunError.failed(TrainRequestError("option 'x' is not known"), "cpu")
+>>> error = RunError.failed(TrainRequestError("option 'x' is not known"))
 >>> (error.outcome, error.reason, error.record_reason)
 ('failed', 'refused', "refused: option 'x' is not known")
 """
@@ -25,8 +25,9 @@ from genesis_fp16.plugin_api import TrainRequestError
 class RunError:
     """Why a run has no result. ``outcome``: ``stopped`` (asked to stop while its child
     started: no step, no failure) or ``failed``; ``reason``: the failure's label (None:
-    stopped); ``why``: one line; ``degraded``: what ``/healthz`` says of the agent (None:
-    not the host's fault); ``traceback``: the plugin's bug, logged with its traceback."""
+    stopped); ``why``: one line; ``degraded``: the host's fault, what ``/healthz`` says of
+    the agent (:meth:`health`; None: not the host's fault); ``traceback``: the plugin's
+    bug, logged with its traceback."""
 
     outcome: str
     reason: str | None
@@ -40,18 +41,23 @@ class RunError:
         return cls("stopped", None, str(exc), exc)
 
     @classmethod
-    def failed(cls, exc: BaseException, device: str) -> RunError:
-        """A failed run on ``device``: one line for a refusal, a storage error naming its
-        path, a lost device, ``sys.exit()``; the plugin's bug keeps its traceback too."""
+    def failed(cls, exc: BaseException) -> RunError:
+        """A failed run: one line for a refusal, a storage error naming its path, a lost
+        device, ``sys.exit()``; the plugin's bug keeps its traceback too. Why it failed is
+        the exception's to say; where it ran is the run's (:meth:`health`)."""
         reason, host = failure_reason(exc)
         one_line = isinstance(exc, TrainRequestError | LaunchError)
         why = host or (str(exc) if one_line else f"{type(exc).__name__}: {exc}")
-        degraded = host
-        if reason == "device_unavailable":
-            # Every run on it fails until the GPU is back (or the daemon restarts on another).
-            degraded = f"device {device} unavailable: {host}"
         exited = isinstance(exc, SystemExit) and not host  # said as such, no traceback
-        return cls("failed", reason, why, exc, degraded, not (one_line or host or exited))
+        return cls("failed", reason, why, exc, host, not (one_line or host or exited))
+
+    def health(self, device: str) -> str | None:
+        """What ``/healthz`` says of the agent whose run failed on ``device`` (None: not
+        the host's fault, the agent is not degraded by it)."""
+        if self.degraded is not None and self.reason == "device_unavailable":
+            # Every run on it fails until the GPU is back (or the daemon restarts on another).
+            return f"device {device} unavailable: {self.degraded}"
+        return self.degraded
 
     @property
     def said(self) -> str:

@@ -105,10 +105,11 @@ def precision_request(
     :func:`plan_request` puts it in the run's request (the gauge asks the same).
 
     The operator's request (``requested_precision``: flag, rollback switch, per-agent
-    override, ``auto``), how ``auto`` is decided (``GENESIS_FP16_AUTO_PRECISION``), where
-    a measurement is kept, and the precision guard's remembered floor, which ``decide``
-    applies in the run (a ``--precision`` flag is what the operator asked for in so many
-    words: no floor; ``ENABLE_FP16_TRAINING=false`` asks for fp32, which no floor lowers).
+    override, ``auto``; without a flag the config's ``precision``, resolved with it), how
+    ``auto`` is decided (``GENESIS_FP16_AUTO_PRECISION``), where a measurement is kept,
+    and the precision guard's remembered floor, which ``decide`` applies in the run (a
+    ``--precision`` flag is what the operator asked for in so many words: no floor;
+    ``ENABLE_FP16_TRAINING=false`` asks for fp32, which no floor lowers).
     ``state``: the agent's folder as a run's plan read it (None: the memory is read now);
     ``config``: the run's agent settings (None: read from ``settings``); ``folder``: the
     agent's, as the run holds it (None: made here).
@@ -117,7 +118,11 @@ def precision_request(
         >>> precision_request(settings, "se_darwin")[0].requested  # doctest: +SKIP
         'auto'
     """
-    requested, reason, floored = requested_precision(settings, agent, flag, config)
+    # The run's config says what the operator asks for (no second read of the settings);
+    # a flag is what the operator asked for in so many words.
+    config = config or settings.agent(agent)
+    operator = config.precision if flag is None else requested_precision(settings, agent, flag)
+    requested, reason, floored = operator
     folder = AgentFolder(settings.state_dir, agent) if folder is None else folder
     memory = guard_state.load_memory(settings, agent, state, folder) if floored else None
     why = ""  # the remembered demotion, as decide() says it

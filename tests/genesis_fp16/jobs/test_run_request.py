@@ -12,6 +12,7 @@ from structlog.testing import capture_logs
 
 from genesis_fp16.config.plugins import load_entry_point
 from genesis_fp16.config.settings import AgentSettings, Settings
+from genesis_fp16.jobs import run_request
 from genesis_fp16.jobs.run_request import (
     RequestOverrides,
     expected_precision,
@@ -223,3 +224,28 @@ def test_each_plan_takes_the_capabilities_the_loader_read(tmp_path: Path) -> Non
         plan = plan_request(_settings(tmp_path), AGENT, plugin, record.capabilities, "cpu")  # type: ignore[arg-type]
         assert str(plan.data_path).endswith("sample.json")
     assert at_load > 0 and plugin.reads == at_load
+
+
+def test_a_run_planned_with_its_config_asks_the_settings_nothing_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's config carries the operator's precision, resolved with it: a plan given
+    the run's config reads neither ``Settings.agent`` nor ``requested_precision`` again."""
+    settings = _settings(tmp_path, precision="bf16")
+    config = settings.agent(AGENT)
+
+    def asked(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the plan read the settings again")
+
+    monkeypatch.setattr(Settings, "agent", asked)
+    monkeypatch.setattr(run_request, "requested_precision", asked)
+    request = plan_request(settings, AGENT, plugin, DECLARED, "cpu", config=config)
+    assert (request.precision.requested, request.precision_reason) == (
+        "bf16",
+        "GENESIS_FP16_AGENTS__RLHF_PPO__PRECISION=bf16",
+    )
+    monkeypatch.undo()  # a flag is the operator's, asked of requested_precision
+    flagged = plan_request(
+        settings, AGENT, plugin, DECLARED, "cpu", RequestOverrides(precision="fp32"), config
+    )
+    assert flagged.precision.requested == "fp32"  # a flag still wins over the config
