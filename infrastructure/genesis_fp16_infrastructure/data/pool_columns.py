@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import operator
 import threading
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -35,6 +36,7 @@ from itertools import chain
 from typing import Any, TypeVar
 
 import numpy as np
+import torch
 
 from genesis_fp16_infrastructure.data.file_records import (
     NO_TEXT,
@@ -281,6 +283,7 @@ def appended(old: np.ndarray, new: np.ndarray) -> np.ndarray:
             and _FILLED.get(id(buffer)) == n
             and buffer.dtype == dtype
             and buffer.shape[1:] == old.shape[1:] == new.shape[1:]
+            and buffer.strides == old.strides
             and len(buffer) >= n + k
             and old.__array_interface__["data"][0] == buffer.__array_interface__["data"][0]
         ):
@@ -292,6 +295,15 @@ def appended(old: np.ndarray, new: np.ndarray) -> np.ndarray:
     out = buffer[: n + k]
     out.flags.writeable = False
     return out
+
+
+def column_tensor(array: np.ndarray) -> torch.Tensor:
+    """A tensor over a pool column's memory, for reading only: the column is read-only
+    (:func:`frozen`: shared with the kept pool) and torch, which has no read-only tensors,
+    would warn of it once a process. Never write into the tensor."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+        return torch.from_numpy(array)
 
 
 def held_bytes(columns: PoolColumns) -> int:

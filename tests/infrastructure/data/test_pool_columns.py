@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -364,3 +366,21 @@ def test_the_room_a_grown_column_keeps_is_counted() -> None:
     assert room > 0
     assert grown.base is not None and grown.base.nbytes - grown.nbytes == room
     assert pool_columns.held_bytes(dataclasses.replace(columns, score=grown)) == room
+
+
+def test_a_read_only_column_becomes_a_tensor_over_its_memory_with_no_warning() -> None:
+    """``column_tensor``: a frozen pool column read as a tensor, no copy and no torch
+    warning (a new process: torch warns of a read-only array once a process, so a
+    daemon's log would carry it)."""
+    code = (
+        "import numpy as np\n"
+        "from genesis_fp16_infrastructure.data.pool_columns import column_tensor\n"
+        "a = np.arange(6)\n"
+        "a.flags.writeable = False\n"
+        "t = column_tensor(a)\n"
+        "assert t.data_ptr() == a.__array_interface__['data'][0] and t.tolist() == list(range(6))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error::UserWarning", "-c", code], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
