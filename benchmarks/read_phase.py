@@ -10,8 +10,14 @@ sorts after it, seed 3099 + repeat), and in one process with a 1 GiB store
 (``kept_in_memory``, the daemon's default) makes a first run's read of the old file,
 adds the new one, and times the later run's read. Each repeat starts from a fresh
 store, cache and state folder. Medians of ``--repeats``, in seconds of wall time and of
-this process's CPU time (the CPU time is the steadier on a loaded host). Run it with
-each tree first on ``PYTHONPATH``, interleaved, for an A/B::
+this process's CPU time (the CPU time is the steadier on a loaded host). ``--earlier G``
+grows the pool by G files of ``--new`` records (each read as a later run's) before the
+measured one, as a resident process's runs do day after day; ``store_cpu_s`` is the CPU
+time inside the record cache's ``extend_pool`` and ``load_pool`` (the kept pool grown, kept
+and taken back: issue 90's copies of the whole pool), ``peak_mib`` the process's peak
+resident size over the measured read (Linux's VmHWM, reset before it) and ``kept_mib`` the
+memory store's own estimate of what it holds after it. Run it with each tree first on
+``PYTHONPATH``, interleaved, for an A/B::
 
     PYTHONPATH=<tree>:<tree>/agents:<tree>/infrastructure \\
         python benchmarks/read_phase.py --pools 10000,100000 --new 1000 --repeats 5
@@ -34,6 +40,7 @@ from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.api import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain import scoring
 from genesis_fp16_infrastructure.recipes.retrain.freshness import record_cache
@@ -73,35 +80,85 @@ def _read_phase(request: TrainRequest) -> None:
     data.fingerprint  # noqa: B018 (the run keeps it with the pool)
 
 
-def measure(pool: int, new: int, repeats: int, data: Path, root: Path) -> dict[str, Any]:
+def _reset_peak() -> None:
+    """Reset this process's VmHWM to its resident size now (Linux: clear_refs 5)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def _peak_mib() -> float:
+    """This process's VmHWM (peak resident size since the reset), MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class _StoreClock:
+    """CPU seconds spent inside the record cache's ``extend_pool`` and ``load_pool``."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def wrap(self, name: str) -> None:
+        inner = getattr(RecordCache, name)
+
+        def timed(cache: RecordCache, *args: Any) -> Any:
+            start = time.process_time()
+            try:
+                return inner(cache, *args)
+            finally:
+                self.seconds += time.process_time() - start
+
+        setattr(RecordCache, name, timed)
+
+
+def measure(
+    pool: int, new: int, repeats: int, data: Path, root: Path, earlier: int = 0
+) -> dict[str, Any]:
     data.mkdir(parents=True, exist_ok=True)
-    _write(data / "pool-99.json", pool - new, 99)
-    walls, cpus = [], []
+    old = data / f"pool-99-{pool - new * (1 + earlier)}.json"
+    _write(old, pool - new * (1 + earlier), 99)
+    walls, cpus, stores, peaks, kept = [], [], [], [], []
+    clock = _StoreClock()
+    for name in ("extend_pool", "load_pool"):
+        clock.wrap(name)
     for r in range(repeats):  # new records each time: no cache entry holds their bytes
-        _write(data / f"new-{r}.json", new, 3099 + r)
         work = root / f"run-{r}"
         for folder in ("data", "state", "checkpoints"):
             (work / folder).mkdir(parents=True)
-        shutil.copy2(data / "pool-99.json", work / "data" / "pool-99.json")
+        shutil.copy2(old, work / "data" / "pool-99.json")
         kept_in_memory._PROCESS.clear()  # a fresh resident process's store
         scoring._RUN_POOL.clear()
-        first, _ = scan_files(work / "data", None)
-        _read_phase(_request(work, first))  # the first run
-        shutil.copy2(data / f"new-{r}.json", work / "data" / "zz-pool-3099.json")
-        later, _ = scan_files(work / "data", first)  # the plan's scan: not in the phase
-        request = _request(work, later)
-        wall, cpu = time.perf_counter(), time.process_time()
-        _read_phase(request)
+        scan, _ = scan_files(work / "data", None)
+        _read_phase(_request(work, scan))  # the first run
+        for g in range(earlier + 1):  # the earlier growths, then the measured one
+            seed = 3099 + r * (earlier + 1) + g
+            _write(data / f"new-{seed}.json", new, seed)
+            shutil.copy2(data / f"new-{seed}.json", work / "data" / f"zz-pool-{g:03d}.json")
+            scan, _ = scan_files(work / "data", scan)  # the plan's scan: not in the phase
+            request = _request(work, scan)
+            _reset_peak()
+            wall, cpu, clock.seconds = time.perf_counter(), time.process_time(), 0.0
+            _read_phase(request)
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
+        stores.append(clock.seconds)
+        peaks.append(_peak_mib())
+        store = kept_in_memory.current()
+        kept.append(0.0 if store is None else store.used / 2**20)
         shutil.rmtree(work)
     return {
         "pool": pool,
         "new": new,
+        "earlier": earlier,
         "read_wall_s": round(statistics.median(walls), 4),
         "read_cpu_s": round(statistics.median(cpus), 4),
+        "store_cpu_s": round(statistics.median(stores), 4),
         "wall_all": [round(s, 4) for s in walls],
         "cpu_all": [round(s, 4) for s in cpus],
+        "store_all": [round(s, 4) for s in stores],
+        "peak_mib": round(max(peaks), 1),  # VmHWM over the measured read (reset before it)
+        "kept_mib": round(statistics.median(kept), 1),  # the store's own estimate after it
     }
 
 
@@ -110,6 +167,7 @@ def main() -> None:
     parser.add_argument("--pools", default="10000,100000")
     parser.add_argument("--new", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--earlier", type=int, default=0, help="growths before the measured")
     parser.add_argument("--data", type=Path, default=None, help="keep the written data here")
     args = parser.parse_args()
     tree = Path(genesis_fp16_infrastructure.__file__).resolve().parents[2]
@@ -117,13 +175,14 @@ def main() -> None:
     for pool in [int(p) for p in args.pools.split(",")]:
         with tempfile.TemporaryDirectory() as root:
             data = (args.data or Path(root) / "made") / f"pool-{pool}"
-            row = measure(pool, args.new, args.repeats, data, Path(root))
+            row = measure(pool, args.new, args.repeats, data, Path(root), args.earlier)
         row["tree"] = str(tree)
         row["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
         rows.append(row)
         print(json.dumps(row), flush=True)
     if len(rows) == 2:
-        ratio = {k: round(rows[1][k] / rows[0][k], 3) for k in ("read_wall_s", "read_cpu_s")}
+        keys = ("read_wall_s", "read_cpu_s", "store_cpu_s")
+        ratio = {k: round(rows[1][k] / max(rows[0][k], 1e-9), 3) for k in keys}
         print(json.dumps({"tree": str(tree), "ratio": ratio}), flush=True)
 
 

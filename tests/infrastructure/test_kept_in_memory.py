@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from genesis_fp16_infrastructure import kept_in_memory
@@ -148,15 +151,52 @@ def test_an_unchanged_file_beside_a_new_one_comes_from_memory(
 
 
 def test_a_run_writing_into_its_pool_leaves_the_kept_one_alone(tmp_path: Path) -> None:
-    """The pool handed out is a copy: what one run writes into it never reaches the next."""
+    """The pool handed out shares the kept one's arrays, read-only: a write into one is
+    refused loudly, in the run that kept it and in the next; its lists are the run's own."""
     folder = _pool(tmp_path)
     memory = KeptInMemory(64 * 2**20)
     first, _, manifest = _read(folder, tmp_path / "cache", memory)
     expected = _pool_of(first)
-    first.columns.score[:] = -1.0
+    with pytest.raises(ValueError, match="read-only"):
+        first.columns.score[:] = -1.0
+    with pytest.raises(ValueError, match="read-only"):
+        first.columns.agent.codes[0] = 1
     first.columns.ids[0] = "changed"
     again, records, _ = _read(folder, tmp_path / "cache", memory, manifest)
     assert records.pool_hit and _pool_of(again) == expected
+    with pytest.raises(ValueError, match="read-only"):
+        again.columns.own[0, 0] = -1.0
+    third, records, _ = _read(folder, tmp_path / "cache", memory, manifest)
+    assert records.pool_hit and _pool_of(third) == expected
+
+
+def test_a_later_read_shares_the_kept_pool_and_copies_no_array(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept pool is handed to a later read of the same files as it is: its arrays
+    shared (the same memory, nothing concatenated), read-only."""
+    folder = _pool(tmp_path)
+    memory = KeptInMemory(64 * 2**20)
+    first, _, manifest = _read(folder, tmp_path / "cache", memory)
+    calls: list[str] = []
+    spied = {"concatenate": np.concatenate}
+
+    def spy(name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return spied[name](*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(np, "concatenate", spy("concatenate"))
+    again, records, _ = _read(folder, tmp_path / "cache", memory, manifest)
+    monkeypatch.undo()
+    assert records.pool_hit and calls == []
+    for name in ("id_hash", "score", "own", "parent", "labelled", "key", "judged"):
+        column = getattr(again.columns, name)
+        assert np.shares_memory(column, getattr(first.columns, name)), name
+        assert not column.flags.writeable, name
+    assert again.columns.ids == first.columns.ids and again.columns.ids is not first.columns.ids
 
 
 def test_the_budget_evicts_the_least_recently_used_first_and_logs_each(

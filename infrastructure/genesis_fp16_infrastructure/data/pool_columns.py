@@ -25,14 +25,18 @@ nothing but set its fields (no ``__post_init__``, no defaults computed)::
 from __future__ import annotations
 
 import operator
+import threading
+import warnings
+import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from itertools import chain
 from typing import Any, TypeVar
 
 import numpy as np
+import torch
 
 from genesis_fp16_infrastructure.data.file_records import (
     NO_TEXT,
@@ -211,6 +215,107 @@ def set_derived(columns: PoolColumns, values: dict[str, Any]) -> None:
     """Give ``columns`` values of :data:`DERIVED` worked out elsewhere (a copy's source,
     or a grown pool's old one and its new rows): what the cached property would say."""
     vars(columns).update(values)  # a cached_property reads the instance's __dict__ first
+
+
+def frozen(columns: PoolColumns) -> PoolColumns:
+    """``columns`` made read-only where it is numpy (each array and coded column's codes,
+    in place: a write into one raises ``ValueError: assignment destination is read-only``),
+    and returned as another :class:`PoolColumns` that shares those arrays but holds its
+    own lists (ids, outside ids, coded values, labelled ids), whose copy is a pointer each.
+    What the pool worked out (:data:`DERIVED`) goes along. So a kept pool and the run it
+    is handed to share the memory of its columns, and neither can change the other's:
+
+        kept = frozen(columns)  # columns.score[0] = 1.0 now raises
+    """
+    freeze(columns)
+    out = replace(columns, **{f.name: _own(getattr(columns, f.name)) for f in fields(columns)})
+    set_derived(out, {name: _own(value) for name, value in derived(columns).items()})
+    return out
+
+
+def freeze(columns: PoolColumns) -> None:
+    """Make ``columns``' arrays and codes read-only, in place (:func:`frozen`)."""
+    for value in (getattr(columns, f.name) for f in fields(columns)):
+        for array in _arrays_in(value):
+            array.flags.writeable = False
+
+
+def _arrays_in(value: Any) -> list[np.ndarray]:
+    if isinstance(value, np.ndarray):
+        return [value]
+    return [value.codes] if isinstance(value, Coded) else []
+
+
+def _own(value: Any) -> Any:
+    """A list copied (its items shared: strings and tuples), anything else as it is."""
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, Coded):
+        return Coded(value.codes, list(value.values))
+    if isinstance(value, tuple):
+        return tuple(_own(v) for v in value)
+    return value
+
+
+# A grown pool's columns are the first rows of a buffer with room to spare (appended):
+# each buffer's filled rows by its id, while it lives. Only a column that ends where its
+# buffer's filled rows end may write after them: an older or shorter view of the same
+# buffer (a pool grown before) never sees its rows change.
+HEADROOM = 8  # a new buffer has room for 1/HEADROOM more rows than it is given
+_FILLED: dict[int, int] = {}
+_FILLED_LOCK = threading.Lock()  # two reads growing one pool at once: one appends
+
+
+def appended(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """``old``'s rows then ``new``'s, read-only, as ``np.concatenate`` would make them.
+
+    When ``old`` is the filled rows of a buffer this made (a pool's last growth) with room
+    for ``new``, ``new`` is written after them (costs what is new); otherwise both go into
+    a new buffer with room for 1/``HEADROOM`` more: the whole column copied once in a
+    while (a pool growing 1% a run, once every ~12 runs), so the copies cost, spread
+    over the growths, a constant per new row."""
+    n, k = len(old), len(new)
+    dtype = np.result_type(old, new)
+    with _FILLED_LOCK:
+        buffer = old.base
+        if not (
+            isinstance(buffer, np.ndarray)
+            and _FILLED.get(id(buffer)) == n
+            and buffer.dtype == dtype
+            and buffer.shape[1:] == old.shape[1:] == new.shape[1:]
+            and buffer.strides == old.strides
+            and len(buffer) >= n + k
+            and old.__array_interface__["data"][0] == buffer.__array_interface__["data"][0]
+        ):
+            buffer = np.empty((n + k + (n + k) // HEADROOM, *old.shape[1:]), dtype)
+            weakref.finalize(buffer, _FILLED.pop, id(buffer), None)
+            buffer[:n] = old
+        buffer[n : n + k] = new
+        _FILLED[id(buffer)] = n + k
+    out = buffer[: n + k]
+    out.flags.writeable = False
+    return out
+
+
+def column_tensor(array: np.ndarray) -> torch.Tensor:
+    """A tensor over a pool column's memory, for reading only: the column is read-only
+    (:func:`frozen`: shared with the kept pool) and torch, which has no read-only tensors,
+    would warn of it once a process. Never write into the tensor."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+        return torch.from_numpy(array)
+
+
+def held_bytes(columns: PoolColumns) -> int:
+    """The bytes of the buffers under ``columns``' arrays beyond the arrays' own (the
+    room :func:`appended` keeps): what an estimate of the arrays alone leaves out."""
+    spare = 0
+    for value in (getattr(columns, f.name) for f in fields(columns)):
+        for array in _arrays_in(value):
+            base = array.base
+            if isinstance(base, np.ndarray) and id(base) in _FILLED:
+                spare += base.nbytes - array.nbytes
+    return spare
 
 
 class IdRank:

@@ -17,12 +17,16 @@ array for array, because the old files come first in read order:
 - a coded column's values are in first-seen order over every record read, left-out
   duplicates too: the old pool's values, then the new files' unseen ones.
 
-What still grows with the pool is numpy's (each column copied once) and one hash per id
-outside the old pool (usually few). The old pool's ids are found by its id ranking
-(``PoolColumns.id_rank``: its id hashes sorted), which a kept pool takes along, checked
-before use; the grown pool's is the old one with the new hashes inserted (the new ones
-alone sorted), and its labelled ids (``example_ids``) the old list and the new records':
-a later growth starts from both again. Ids are matched by their 64-bit hashes and every
+Each column of the grown pool is the old one with the new rows written after it, into
+room its buffer kept for them (``pool_columns.appended``: read-only arrays, the whole
+column copied only when the room runs out, or when the old pool's parents name ids
+outside it, which are numbered past its rows); what still grows with the pool is the ids
+list (a pointer each) and one hash per id outside the old pool (usually few). The old
+pool's ids are found by its id ranking (``PoolColumns.id_rank``: its id hashes sorted),
+which a kept pool takes along, checked before use; the grown pool's is the old one with
+the new hashes inserted (the new ones alone sorted), and its labelled ids
+(``example_ids``) the old list and the new records': a later growth starts from both
+again. Ids are matched by their 64-bit hashes and every
 match checked by string; where two different ids share a hash, :func:`extended` says
 None and the caller joins the whole pool, which matches by string.
 
@@ -40,6 +44,7 @@ from genesis_fp16_infrastructure.data.pool_columns import (
     Coded,
     IdRank,
     PoolColumns,
+    appended,
     collect,
     derived,
     ranges,
@@ -72,18 +77,21 @@ def extended(old: PoolColumns, blocks: Sequence[RecordBlock]) -> tuple[PoolColum
         return None
     start = new.parent_start
     picked = ranges(start[fresh], start[fresh + 1] - start[fresh])
-    old_parents = outside.old_parents(old.parent, n, total)
-    parent = np.concatenate([old_parents, outside.new_parents(new.parent[picked], placed, total)])
+    new_parents = outside.new_parents(new.parent[picked], placed, total)
+    if old.outside:  # numbered past the pool's rows: renumbered, so copied
+        parent = np.concatenate([outside.old_parents(old.parent, n, total), new_parents])
+    else:  # every old parent a row, unchanged: the new rows' appended
+        parent = appended(old.parent, new_parents)
     counts = np.diff(start)[fresh]
-    parent_start = np.concatenate([old.parent_start, old.parent_start[-1] + np.cumsum(counts)])
+    parent_start = appended(old.parent_start, old.parent_start[-1] + np.cumsum(counts))
     kept_label = ~known[new.labelled]  # the new labelled records kept
     labelled_new = new.labelled[kept_label]
 
     def rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return np.concatenate([a, b[fresh]])
+        return appended(a, b[fresh])
 
     def labels(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return np.concatenate([a, b[kept_label]])
+        return appended(a, b[kept_label])
 
     columns = PoolColumns(
         ids=old.ids + [new.ids[i] for i in fresh.tolist()],
@@ -102,7 +110,7 @@ def extended(old: PoolColumns, blocks: Sequence[RecordBlock]) -> tuple[PoolColum
         outside=outside.names,
         own=rows(old.own, new.own),
         text=None,
-        labelled=np.concatenate([old.labelled, placed[labelled_new]]),
+        labelled=appended(old.labelled, placed[labelled_new]),
         success=labels(old.success, new.success),
         label_score=labels(old.label_score, new.label_score),
         label_scored=labels(old.label_scored, new.label_scored),
@@ -213,4 +221,4 @@ def _coded(old: Coded, new: Coded, fresh: np.ndarray) -> Coded:
     are, and only the new records' codes are mapped (not a gather over every row)."""
     nothing = np.zeros(0, np.int64)
     codes, values = joined_codes([(nothing, old.values), (new.codes, new.values)])
-    return Coded(np.concatenate([old.codes, codes[fresh]]), values)
+    return Coded(appended(old.codes, codes[fresh]), values)

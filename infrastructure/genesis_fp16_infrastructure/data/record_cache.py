@@ -68,7 +68,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import msgspec
-import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.files import write_atomic
@@ -83,12 +82,7 @@ from genesis_fp16_infrastructure.data.fingerprint import (
     fingerprint_of,
 )
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
-from genesis_fp16_infrastructure.data.pool_columns import (
-    Coded,
-    PoolColumns,
-    derived,
-    set_derived,
-)
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, freeze, frozen, held_bytes
 from genesis_fp16_infrastructure.data.pool_extend import extended
 from genesis_fp16_infrastructure.data.pool_file import (
     FORMAT,
@@ -259,11 +253,17 @@ class RecordCache:
         rejected: list[tuple[int, Any]],
         fingerprint: DataFingerprint | None = None,
     ) -> None:
-        """Keep a slim read's joined pool in this process's memory (a copy: the run may
-        write into its own), when every file is vouched for and none is racy, with the
-        fingerprint of its records (``fingerprint``, or worked out now: the run's, in
-        ``self.fingerprint``) so a later read that grows it fingerprints only what is new."""
-        if self.memory is None or not files:
+        """Keep a slim read's joined pool in this process's memory, when every file is
+        vouched for and none is racy, with the fingerprint of its records (``fingerprint``,
+        or worked out now: the run's, in ``self.fingerprint``) so a later read that grows
+        it fingerprints only what is new. Its arrays are not copied: they are made
+        read-only (``pool_columns.frozen``), here and in the caller's ``columns`` alike,
+        so neither the run nor a later one can write into the other's pool (a write
+        raises); every slim read through a cache hands out read-only columns so."""
+        if not files:
+            return
+        freeze(columns)
+        if self.memory is None:
             return
         states = [self._vouched(file) for file in files]
         if any(s is None or s.mtime_ns >= self.scanned_ns - RACY_NS for s in states):
@@ -276,15 +276,19 @@ class RecordCache:
         # What a later read's growth asks of the old pool, worked out now (a join of every
         # file costs as much): it grows them by its new rows alone (data.pool_extend).
         columns.example_ids, columns.id_rank  # noqa: B018 (cached properties, carried)
-        stored = StoredPool(copied(columns), duplicates, named, list(rejected))
-        size = estimate_bytes(stored.columns) + estimate_bytes(self.fingerprint)
+        stored = StoredPool(frozen(columns), duplicates, named, list(rejected))
+        # The arrays' spare room (a grown pool's, pool_columns.appended) is held too.
+        size = estimate_bytes(stored.columns) + held_bytes(columns)
+        size += estimate_bytes(self.fingerprint)
         what = f"the joined pool of {len(columns):,} records of {len(files)} file(s)"
         kept = _KeptPool(stored, self.fingerprint)
         self.memory.put(self._pool_key(), (tuple(named), identities), kept, size, what)
 
     def _recalled_pool(self, files: list[Path], named: list[tuple[str, str]]) -> StoredPool | None:
         """The joined pool of ``files`` kept in memory, while each file is still the one
-        it was joined from (identity and digest: ``named``); a copy of it."""
+        it was joined from (identity and digest: ``named``): its arrays shared, read-only,
+        and its lists the caller's own (``pool_columns.frozen``), so nothing is copied
+        whole but the lists' pointers."""
         found = self._kept_pool(files, named)
         if found is None or found[0] != len(files):
             return None
@@ -299,7 +303,9 @@ class RecordCache:
             len(files),
         )
         stored = kept.stored
-        return StoredPool(copied(stored.columns), stored.duplicates, stored.files, stored.rejected)
+        return StoredPool(
+            frozen(stored.columns), stored.duplicates, stored.files, list(stored.rejected)
+        )
 
     def _kept_pool(
         self, files: list[Path], named: list[tuple[str, str]]
@@ -546,29 +552,6 @@ class _HeadMarker(msgspec.Struct):
 def _named(files: list[Path], states: list[FileState | None]) -> list[tuple[str, str]]:
     """Each file as a pool entry names it: its path and its bytes' digest (all vouched)."""
     return [(str(f), s.digest) for f, s in zip(files, states, strict=True) if s is not None]
-
-
-def copied(columns: PoolColumns) -> PoolColumns:
-    """``columns`` with every array and list its own copy: what one run writes into its
-    pool never reaches another's. Strings and tuples are shared (immutable). What it
-    worked out of its columns (``pool_columns.DERIVED``) goes along, lists copied too."""
-    out = dataclasses.replace(
-        columns, **{f.name: _copy(getattr(columns, f.name)) for f in dataclasses.fields(columns)}
-    )
-    set_derived(out, {name: _copy(value) for name, value in derived(columns).items()})
-    return out
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, list):
-        return list(value)
-    if isinstance(value, Coded):
-        return Coded(value.codes.copy(), list(value.values))
-    if isinstance(value, tuple):
-        return tuple(_copy(v) for v in value)
-    return value
 
 
 def _regular_size(path: Path) -> int | None:

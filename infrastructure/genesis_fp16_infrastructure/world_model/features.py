@@ -43,7 +43,7 @@ import torch
 
 from genesis_fp16_infrastructure.data.file_records import OWN_FEATURES, own_numbers, pack
 from genesis_fp16_infrastructure.data.lineage import Pool
-from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
+from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns, column_tensor
 from genesis_fp16_infrastructure.data.schema import OPERATORS, AttemptInput
 from genesis_fp16_infrastructure.world_model.lineage_columns import (
     PoolIndex,
@@ -263,7 +263,7 @@ class FeatureEncoder:
             for table, c in zip(tables[:4], coded, strict=True):
                 # A float32 table: rounding its float64 values before the lookup or after
                 # is the same rounding of the same numbers (and half the bytes moved).
-                looked_up = table.index_select(0, torch.from_numpy(c.codes[start:end]))
+                looked_up = table.index_select(0, column_tensor(c.codes[start:end]))
                 out[start:end, at : at + looked_up.shape[1]] = looked_up
                 at += looked_up.shape[1]
         return out

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -326,3 +329,58 @@ def test_a_coded_column_converted_by_its_values_is_each_row_converted() -> None:
     assert coded.take_as(rows, said) == [said(v) for v in coded.take(rows)]
     assert len(calls) == len(coded.values) + len(rows)
     assert coded.take_as(np.array([], np.int64), said) == []
+
+
+def test_appended_writes_after_the_last_growth_and_never_into_an_older_pool() -> None:
+    """``appended`` is ``np.concatenate``, read-only; a column grown again writes its
+    new rows into the room its buffer kept (no copy of the old rows), and a growth of an
+    older column of that buffer (no longer its filled rows) copies instead, leaving the
+    later column's rows as they were."""
+    own = np.arange(40, dtype=np.float64).reshape(20, 2)
+    grown = pool_columns.appended(own, np.full((3, 2), -1.0))
+    assert np.array_equal(grown, np.concatenate([own, np.full((3, 2), -1.0)]))
+    assert not grown.flags.writeable and not np.shares_memory(grown, own)
+    with pytest.raises(ValueError, match="read-only"):
+        grown[0, 0] = 5.0
+    again = pool_columns.appended(grown, np.full((1, 2), -2.0))
+    assert np.shares_memory(again, grown)  # the new row written after the old ones
+    assert len(again) == 24 and again[-1].tolist() == [-2.0, -2.0]
+    other = pool_columns.appended(grown, np.full((1, 2), -3.0))  # grown is not the tip now
+    assert not np.shares_memory(other, again)
+    assert again[-1].tolist() == [-2.0, -2.0] and other[-1].tolist() == [-3.0, -3.0]
+    assert np.array_equal(other[:23], grown) and np.array_equal(again[:23], grown)
+    # A dtype the old buffer cannot hold: a new buffer of the joined dtype.
+    ints = pool_columns.appended(np.arange(3), np.arange(2))
+    mixed = pool_columns.appended(ints, np.array([0.5]))
+    assert mixed.dtype == np.float64 and mixed.tolist() == [0, 1, 2, 0, 1, 0.5]
+
+
+def test_the_room_a_grown_column_keeps_is_counted() -> None:
+    """``held_bytes`` says the bytes of a grown pool's buffers beyond its arrays': what
+    the memory store's estimate of the arrays alone would leave out."""
+    columns, _ = collect([_block(f) for f in _files()] * 4, keep_text=False)
+    assert pool_columns.held_bytes(columns) == 0
+    grown = pool_columns.appended(columns.score, np.zeros(20))
+    total = len(columns) + 20
+    room = (total // pool_columns.HEADROOM) * 8
+    assert room > 0
+    assert grown.base is not None and grown.base.nbytes - grown.nbytes == room
+    assert pool_columns.held_bytes(dataclasses.replace(columns, score=grown)) == room
+
+
+def test_a_read_only_column_becomes_a_tensor_over_its_memory_with_no_warning() -> None:
+    """``column_tensor``: a frozen pool column read as a tensor, no copy and no torch
+    warning (a new process: torch warns of a read-only array once a process, so a
+    daemon's log would carry it)."""
+    code = (
+        "import numpy as np\n"
+        "from genesis_fp16_infrastructure.data.pool_columns import column_tensor\n"
+        "a = np.arange(6)\n"
+        "a.flags.writeable = False\n"
+        "t = column_tensor(a)\n"
+        "assert t.data_ptr() == a.__array_interface__['data'][0] and t.tolist() == list(range(6))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error::UserWarning", "-c", code], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr

@@ -86,6 +86,7 @@ class _Reads:
         self.manifest: Manifest | None = None
         self.made = 0  # files made: each new one's name sorts by its number
         self.grown = 0  # reads that grew the kept pool
+        self.earlier: list[tuple[ReadResult, tuple[object, ...]]] = []  # reads, as they were
 
     def files(self) -> list[Path]:
         return sorted(self.folder.iterdir())
@@ -129,21 +130,31 @@ class _Reads:
         assert _pool_of(data) == _pool_of(fresh)
         _same_fingerprint(data.fingerprint, fingerprint_of(fresh.columns))
         _same_derived(data.columns, fresh.columns)
+        # Read-only, and no later read (a growth writing into its buffers' room) changed
+        # what an earlier one handed out.
+        assert not any(a.flags.writeable for a in _arrays(data.columns))
+        for earlier, was in self.earlier:
+            assert _pool_of(earlier) == was
+        self.earlier.append((data, _pool_of(data)))
         return data
+
+
+def _arrays(c: PoolColumns) -> tuple[np.ndarray, ...]:
+    """Every array of a pool, the coded columns' codes too."""
+    return (
+        c.id_hash, c.score, c.scored, c.created, c.timed, c.generation, c.parent_start,
+        c.parent, c.own, c.labelled, c.success, c.label_score, c.label_scored, c.outcome,
+        c.key, c.judged, c.agent.codes, c.operator.codes, c.tools.codes, c.pattern.codes,
+    )  # fmt: skip
 
 
 def _pool_of(data: ReadResult) -> tuple[object, ...]:
     """Every column of a read's pool, its duplicates and quarantined count, comparable."""
     c = data.columns
     coded = [(x.codes.tolist(), list(x.values)) for x in (c.agent, c.operator, c.tools, c.pattern)]
-    arrays = (
-        c.id_hash, c.score, c.scored, c.created, c.timed, c.generation, c.parent_start,
-        c.parent, c.own, c.labelled, c.success, c.label_score, c.label_scored, c.outcome,
-        c.key, c.judged,
-    )  # fmt: skip
     return (
         list(c.ids),
-        [(a.dtype.str, a.shape, a.tobytes()) for a in arrays],
+        [(a.dtype.str, a.shape, a.tobytes()) for a in _arrays(c)],
         coded,
         list(c.outside),
         c.text,
@@ -220,6 +231,24 @@ def test_a_new_file_after_the_others_grows_the_kept_pool(new: list[Any]) -> None
         reads.add("z", [(10, [11, 0], "qa", 2)])  # grown again, from the grown pool
         reads.check()
         assert reads.grown == 2
+
+
+def test_a_growth_writes_its_new_rows_after_the_last_ones_copying_no_column() -> None:
+    """A pool grown twice: the second growth writes the new records' rows into the room
+    the first one's columns kept (every column shares the grown pool's memory: not one
+    copied whole), and both reads stay a fresh read's. Before, each growth concatenated
+    every column of the pool and the store copied it again to keep it."""
+    with tempfile.TemporaryDirectory() as root:
+        reads = _Reads(Path(root))
+        reads.add("m", [(k, [max(k - 1, 0)], "qa", k % 6) for k in range(12)])  # none outside
+        reads.check()
+        reads.add("z", [(12, [3], "qa", 1), (13, [12], "other", 2)])
+        once = reads.check()
+        reads.add("z", [(14, [13], "se_darwin", 3)])
+        twice = reads.check()
+        assert reads.grown == 2 and once is not None and twice is not None
+        for was, now in zip(_arrays(once.columns), _arrays(twice.columns), strict=True):
+            assert np.shares_memory(was, now)
 
 
 def _under_old_stat(file: Path, data: bytes) -> None:

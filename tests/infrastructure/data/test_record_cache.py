@@ -383,7 +383,7 @@ def test_an_unchanged_pool_is_served_whole_as_a_fresh_parse_gives_it(tmp_path: P
     """The first read that finds every file's entry writes the pool's (a read that parsed
     writes none); the next takes the joined pool from it (columns mapped from the file,
     no block decoded): its columns, examples, lineage pool and quarantine file are a
-    fresh parse's; a column written to changes the run's copy, never the entry."""
+    fresh parse's; a write into a column is refused, and the entry keeps its bytes."""
     folder = _pool(tmp_path)
     fresh, _, fresh_quarantine = _slim(folder, tmp_path / "fresh", "q")
     _, cache, _ = _slim(folder, tmp_path, "cold")
@@ -399,7 +399,8 @@ def test_an_unchanged_pool_is_served_whole_as_a_fresh_parse_gives_it(tmp_path: P
     ]
     assert warm.columns.key.tolist() == fresh.columns.key.tolist()
     assert warm.pool.entries == fresh.pool.entries
-    warm.columns.score[:] = -1.0  # copy-on-write: the entry keeps its bytes
+    with pytest.raises(ValueError, match="read-only"):
+        warm.columns.score[:] = -1.0
     again, cache, _ = _slim(folder, tmp_path, "again")
     assert cache.pool_hit
     _same_columns(fresh, again)

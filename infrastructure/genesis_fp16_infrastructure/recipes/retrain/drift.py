@@ -63,7 +63,7 @@ import torch
 
 from genesis_fp16_infrastructure.contract.reports import DriftReport
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, column_tensor
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.kept_in_memory import estimate_bytes, process_memory
 from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, numeric_rows
@@ -253,7 +253,7 @@ def _tables(columns: PoolColumns) -> dict[str, _Categorical]:
     (list, tool) pairs, the lists flattened in C (``chain``, ``map``): work per distinct
     list, none per record, and no Python loop."""
     out = {
-        name: _Categorical(torch.from_numpy(coded.codes), len(coded.values), None)
+        name: _Categorical(column_tensor(coded.codes), len(coded.values), None)
         for name, coded in (
             ("agent", columns.agent),
             ("operator", columns.operator),
@@ -268,7 +268,7 @@ def _tables(columns: PoolColumns) -> dict[str, _Categorical]:
     tool = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int64, count=len(flat))
     pairs = np.bincount(code * len(vocab) + tool, minlength=len(lists) * len(vocab))
     table = torch.from_numpy(pairs.reshape(len(lists), len(vocab)).astype(np.float64))
-    out["tool"] = _Categorical(torch.from_numpy(columns.tools.codes), len(lists), table)
+    out["tool"] = _Categorical(column_tensor(columns.tools.codes), len(lists), table)
     return out
 
 
@@ -433,7 +433,7 @@ def _sample(rows: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 def _label_shift(columns: PoolColumns, is_new: torch.Tensor) -> tuple[float, float]:
     """New minus reference success rate over every record, and its threshold."""
-    success = torch.from_numpy(columns.success).double()
+    success = column_tensor(columns.success).double()
     n_new = int(is_new.sum())
     n_ref = len(is_new) - n_new
     p_new = float(success[is_new].sum()) / n_new
