@@ -62,7 +62,7 @@ def measure(pool: int, new: int, repeats: int, cache: Path) -> dict[str, Any]:
             lookups[0] += time.perf_counter() - started
             lookups[1] += 1
 
-    stores.known = timed  # type: ignore[assignment]
+    stores.known = timed
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         work, data = Path(tmp), Path(tmp) / "data"
@@ -97,7 +97,7 @@ def _one(tree: str, pool: int, args: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, __file__, "--one", str(pool), "--new", str(args.new)]
     command += ["--repeats", str(args.repeats), "--data", str(args.data)]
     out = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _commit(tree: str) -> str:

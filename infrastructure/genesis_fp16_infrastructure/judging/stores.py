@@ -102,10 +102,12 @@ def _grown(kept: IdRank, ids: np.ndarray) -> IdRank | None:
     if not np.array_equal(ids[:n][kept.order], kept.hashes):
         return None
     new = ids[n:]
+    if len(new) and len(np.unique(new)) < len(new):
+        return None  # a hash twice: IdRank holds each once
     if n and len(new):
         at = np.minimum(np.searchsorted(kept.hashes, new), n - 1)
-        if bool((kept.hashes[at] == new).any()) or len(np.unique(new)) < len(new):
-            return None  # a hash twice: IdRank holds each once
+        if bool((kept.hashes[at] == new).any()):
+            return None
     return kept.grown(new, n)
 
 

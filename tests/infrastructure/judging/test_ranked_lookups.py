@@ -142,6 +142,10 @@ def test_nothing_is_kept_without_a_budget_or_with_an_id_twice() -> None:
     ids = np.array([5, 2, 9, 2], dtype=np.uint64)
     assert stores.ranked("listed ids", ids, 0) is None
     assert stores.ranked("listed ids", ids, BUDGET) is None
+    assert stores.ranked("listed ids", ids[:0], BUDGET) is not None  # none: kept
+    assert stores.ranked("listed ids", ids, BUDGET) is None  # not grown from it either
+    assert stores.ranked("listed ids", ids[:3], BUDGET) is not None
+    assert stores.ranked("listed ids", np.append(ids[:3], [2, 2]), BUDGET) is None
     assert stores.known(ids, np.array([2, 9], dtype=np.uint64)).tolist() == [0, 1, 1, 1]
 
 
