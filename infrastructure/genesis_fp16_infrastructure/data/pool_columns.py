@@ -331,7 +331,9 @@ class IdRank:
     @classmethod
     def of(cls, id_hash: np.ndarray) -> IdRank | None:
         """None when two rows share a hash (a pool matched by string)."""
-        order = np.argsort(id_hash, kind="stable")
+        # Distinct hashes sort one way whatever the sort: numpy's default, not its stable
+        # one (a timsort of 64-bit keys: 34 ms for 100,000, against 2 ms).
+        order = np.argsort(id_hash)
         hashes = id_hash[order]
         if len(hashes) > 1 and bool((hashes[1:] == hashes[:-1]).any()):
             return None
@@ -341,7 +343,7 @@ class IdRank:
         """This ranking and ``hashes``, the rows from ``first_row`` on: what :meth:`of`
         says of the grown pool, each new hash sorted and inserted (none of them here,
         none twice: the caller found them so). Costs a sort of the new hashes alone."""
-        order = np.argsort(hashes, kind="stable")
+        order = np.argsort(hashes)  # distinct: any sort's order (:meth:`of`)
         added = hashes[order]
         at = np.searchsorted(self.hashes, added)
         return IdRank(

@@ -406,7 +406,7 @@ def _judge(
         except CheckpointChangedError as exc:  # its own file intact: undecided, never served
             _undecided(candidate, str(exc), started, used)
             raise
-    stores.write_known_ids(candidate, _known_after(served, losses))
+    stores.write_known_ids(candidate, _known_after(served, losses, request.keep_in_memory_bytes))
     digest, reported = _data_digest(request.data_path), _reported(result.eval)
     scored = (candidate, checkpoint, held_out, losses)
     return _decide(request, served, scored, started, used, digest, reported)
@@ -481,13 +481,15 @@ def _rejudge_kept(request: TrainRequest, served: Served, digest: str) -> GateRep
     return None
 
 
-def _known_after(served: Served, losses: RecordLosses) -> np.ndarray:
+def _known_after(served: Served, losses: RecordLosses, budget: int | None = None) -> np.ndarray:
     """The records the candidate knows: the served model's, and those of this run's data,
     the ones the served model was scored on before it trained (records that came while
     it trained are new to it: the next run learns them). The first model knows the
-    records it was scored on."""
+    records it was scored on: sorted in an order kept (``budget``: the request's) for
+    the next run's listing of them, which begins with them (``stores.ranked``)."""
     if served.losses is None:
-        return losses.id_hashes
+        order = stores.ranked("listed ids", losses.id_hashes, budget)
+        return losses.id_hashes if order is None else losses.id_hashes[order]
     ids = served.records.id_hashes
     # Those it did not know (``knew``: worked out once, for the data check) merged into
     # those it knew, sorted already: no sort of the whole pool's ids.

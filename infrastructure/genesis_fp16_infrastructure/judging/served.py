@@ -149,7 +149,13 @@ class Served:
         except (OSError, ValueError) as exc:
             raise TrainRequestError(f"{reading.agent}: cannot list its records: {exc}") from None
         hashes = None if listed is None else listed.id_hashes
-        new = None if hashes is None or self.known is None else ~stores.known(hashes, self.known)
+        new = None
+        if hashes is not None and self.known is not None:
+            # The listing's ids in the order the last run kept (a grown pool's: its new
+            # ids sorted alone), looked up once: ``knew`` is this one's (the data check's).
+            order = stores.ranked("listed ids", hashes, request.keep_in_memory_bytes)
+            self.knew = stores.known(hashes, self.known, order)
+            new = ~self.knew
         if listed is None or hashes is None or new is None or not new.any():
             losses = losses_of(plugin, self.checkpoint, reading if listed is None else request)
             return losses, losses if listed is None else listed
@@ -162,7 +168,7 @@ class Served:
     @cached_property
     def knew(self) -> np.ndarray:
         """Per current record (``records``), whether it knew it (none, when it keeps no
-        list)."""
+        list): its listing's, worked out with its scoring (:meth:`_scored`)."""
         if self.known is None:
             return np.zeros(len(self.records.ids), dtype=bool)
         return stores.known(self.records.id_hashes, self.known)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import zipfile
 import zlib
+from collections import Counter
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -41,7 +42,9 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_IDS, JUDGED_WATCH, StateFile
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
 from genesis_fp16_infrastructure.contract.split import sorted_unique
+from genesis_fp16_infrastructure.data.pool_columns import IdRank
 from genesis_fp16_infrastructure.data.schema import find_ids
+from genesis_fp16_infrastructure.kept_in_memory import process_memory
 
 # A watch record's segment (the plugin's RecordLosses.segments: se_darwin's Genesis agent),
 # cut to this many characters; "" where the plugin declares none, or a store written
@@ -49,9 +52,63 @@ from genesis_fp16_infrastructure.data.schema import find_ids
 SEGMENT_CHARS = 64
 
 
-def known(ids: np.ndarray, sorted_known: np.ndarray) -> np.ndarray:
-    """Which of ``ids`` are in ``sorted_known`` (sorted): a boolean per id."""
-    return find_ids(sorted_known, ids)[1]
+def known(ids: np.ndarray, sorted_known: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """Which of ``ids`` are in ``sorted_known`` (sorted): a boolean per id. ``order``: an
+    order that sorts ``ids`` (:func:`ranked`'s), checked before it is believed
+    (``schema.find_ids``), so that they need no sort."""
+    return find_ids(sorted_known, ids, order)[1]
+
+
+RANKED_KIND = "query order"  # the store's key: (RANKED_KIND, name)
+# Lookups whose order was the last run's grown by the new ids ("grown"), or sorted whole
+# ("sorted": nothing kept, or the ids did not begin with the kept ones).
+RANKED: Counter[str] = Counter()
+
+
+def ranked(name: str, ids: np.ndarray, budget: int | None) -> np.ndarray | None:
+    """An order that sorts ``ids``, the hashes a run looks up under ``name`` (the listed
+    records' ids, the drift's record hashes): where this process kept the last run's
+    order of that lookup (within ``budget`` bytes: the request's
+    ``keep_in_memory_bytes``) and ``ids`` begin with that run's ids (every one compared),
+    that order with the new ids alone sorted and inserted (a grown pool: it costs what
+    is new); else a sort of all of them. Kept for the next run. None: nothing is kept (a
+    budget of 0), or two ids share a hash (:class:`IdRank`): the lookup sorts them.
+
+    >>> ranked("doc", np.array([5, 1], dtype=np.uint64), 0) is None
+    True
+    """
+    memory = process_memory(budget or 0)
+    if memory is None:
+        return None
+    key = (RANKED_KIND, name)
+    kept = memory.get(key, RANKED_KIND, given=False)
+    if isinstance(kept, IdRank) and (rank := _grown(kept, ids)) is not None:
+        RANKED["grown"] += 1
+        memory.note_given(f"the order of {len(kept):,} {name}")
+    else:
+        RANKED["sorted"] += 1
+        rank = IdRank.of(ids)
+    if rank is not None:
+        memory.put(key, RANKED_KIND, rank, rank.order.nbytes + rank.hashes.nbytes, name)
+    return None if rank is None else rank.order
+
+
+def _grown(kept: IdRank, ids: np.ndarray) -> IdRank | None:
+    """``kept`` grown by ``ids``' rows past it, when ``ids`` begin with its hashes (each
+    compared, through its order) and none of the new ones is among them; else None."""
+    n = len(kept)
+    if n > len(ids) or ids.dtype != kept.hashes.dtype:
+        return None
+    if not np.array_equal(ids[:n][kept.order], kept.hashes):
+        return None
+    new = ids[n:]
+    if len(new) and len(np.unique(new)) < len(new):
+        return None  # a hash twice: IdRank holds each once
+    if n and len(new):
+        at = np.minimum(np.searchsorted(kept.hashes, new), n - 1)
+        if bool((kept.hashes[at] == new).any()):
+            return None
+    return kept.grown(new, n)
 
 
 def last_judged(folder: Path, served_id: str | None, pinned: bool) -> Path | None:

@@ -99,7 +99,7 @@ def drift_report(
     numeric side is kept for the next run (module docstring)."""
     if served is None:
         return None
-    is_new = _new_records(columns, served)
+    is_new = _new_records(columns, served, keep_in_memory_bytes)
     new_rows, ref_rows = is_new.nonzero().flatten(), (~is_new).nonzero().flatten()
     if len(new_rows) < MIN_NEW or len(ref_rows) < MIN_NEW:
         return None
@@ -127,11 +127,13 @@ def drift_report(
     )
 
 
-def _new_records(columns: PoolColumns, served: DataFingerprint) -> torch.Tensor:
+def _new_records(columns: PoolColumns, served: DataFingerprint, budget: int | None) -> torch.Tensor:
     """Which records the served model never trained on as they are now: whose record
     hash (the reader's, ``PoolColumns.key``) it does not hold (held in id order: sorted
-    for the lookup)."""
-    return torch.from_numpy(~stores.known(columns.key, np.sort(served.labelled.numpy())))
+    for the lookup). The record hashes in the order the last run kept, grown by the new
+    ones (``stores.ranked``: no sort of the pool's)."""
+    order = stores.ranked("record hashes", columns.key, budget)
+    return torch.from_numpy(~stores.known(columns.key, np.sort(served.labelled.numpy()), order))
 
 
 def _numbers(
