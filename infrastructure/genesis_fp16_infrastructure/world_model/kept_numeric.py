@@ -59,6 +59,7 @@ import hashlib
 import logging
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import NamedTuple, cast
 
@@ -143,6 +144,49 @@ class _State(NamedTuple):
     # The rows' own store, ``kept.numeric`` its first rows, with room to grow: an append
     # writes into it, no copy of the kept rows (None: rows read from the file).
     buffer: np.ndarray | None = None
+    # What ``kept.key`` was worked out from (None: read from the file), and the read-only
+    # views of the buffer lent out (:meth:`KeptNumeric.view`): kept rows are not written
+    # in place while one lives.
+    inputs: _Inputs | None = None
+    lent: list[weakref.ref[np.ndarray]] | None = None
+    # Per labelled row, a number no other row's working out was given (uint64,
+    # :func:`_stamps`): a row's stays while the row is kept as it was, and changes when
+    # it is worked out again. A reader keeps what it derived from a row by it (a model's
+    # inputs' key: recipes.retrain.kept_outputs).
+    stamp: np.ndarray | None = None
+
+
+class KeptRows(NamedTuple):
+    """A pool's numeric rows as :meth:`KeptNumeric.view` lends them, read-only: the rows
+    (``numeric_rows(columns, columns.labelled)``) and each row's stamp (``_State``)."""
+
+    numeric: np.ndarray
+    stamp: np.ndarray
+
+
+class _Inputs(NamedTuple):
+    """The columns a pool's content keys were worked out from (:func:`content_keys`),
+    beside ``Kept``'s id hashes, parents and labelled rows: the next pool's records whose
+    inputs are these very bits keep their keys, with no hash worked out again. The pool's
+    own arrays (as ``Kept``'s are): the record cache hands each read arrays of its own."""
+
+    score: np.ndarray  # uint64: the float64 bits
+    scored: np.ndarray
+    created: np.ndarray  # uint64: the float64 bits
+    operator: np.ndarray  # each record's operator code
+    operators: np.ndarray  # each code's value hashed (uint64)
+    labelled_key: np.ndarray  # uint64 per labelled record: ``columns.key``
+
+    @classmethod
+    def of(cls, columns: PoolColumns) -> _Inputs:
+        return cls(
+            columns.score.view(np.uint64),
+            columns.scored,
+            columns.created.view(np.uint64),
+            columns.operator.codes,
+            _operator_hashes(columns),
+            columns.key.view(np.uint64),
+        )
 
 
 class KeptNumeric:
@@ -182,24 +226,52 @@ class KeptNumeric:
         """``numeric_rows(columns, rows)`` (``rows``: the labelled records, by default),
         the kept records' rows read, the rest worked out; with every labelled record
         asked for, the file grows by what the pool added (:meth:`_grown`), or is written
-        again whole when anything else was worked out."""
+        again whole when anything else was worked out. The caller's own rows: a copy of
+        what is kept (:meth:`view` lends them, read-only, without one)."""
+        with _LOCK:  # a run's scorings may ask at once: one append at a time
+            out, kept, _ = self._rows(columns, rows)
+        return torch.from_numpy(np.array(out) if kept else out)
+
+    def view(self, columns: PoolColumns) -> KeptRows:
+        """:meth:`rows` of every labelled record, read-only: the kept rows themselves when
+        this process keeps them (no copy). A write through it raises ``ValueError``, and
+        no later :meth:`rows` writes a kept row in place while it lives (a relabelled
+        record's row goes to a new store). For callers that only read (a scoring's
+        gathers). Each row's stamp beside it: the same as the last view's while the row
+        was kept as it was (the record and the records around it unchanged), else new."""
+        with _LOCK:
+            out, shared, given = self._rows(columns, None)
+            out = out.view()
+            out.flags.writeable = False
+            stamp = _stamps(len(out)) if given is None or given.stamp is None else given.stamp
+            stamp = stamp.view()
+            stamp.flags.writeable = False
+            if shared and given is not None and given.lent is not None:
+                given.lent[:] = [ref for ref in given.lent if ref() is not None]
+                given.lent.append(weakref.ref(out))
+            return KeptRows(out, stamp)
+
+    def _rows(
+        self, columns: PoolColumns, rows: np.ndarray | None
+    ) -> tuple[np.ndarray, bool, _State | None]:
+        """The rows :meth:`rows` gives (under ``_LOCK``), whether they are what is kept (a
+        view of it), and the kept pool whose rows they equal (None: none kept)."""
         whole = rows is None
         asked = columns.labelled if rows is None else rows
         slots = parent_hashes(columns)
-        keys = content_keys(columns, slots)
-        with _LOCK:  # a run's scorings may ask at once: one append at a time
-            state = self._state(len(columns), len(columns.parent))
-            kept = None if state is None else state.kept
-            if kept is not None and whole and _unchanged(columns, keys, kept):
-                # The kept pool itself (a scoring, then the run's encode, of the same
-                # pool): a copy of its rows, so that nothing the caller does reaches them.
-                self.reused += len(asked)
-                return torch.from_numpy(np.array(kept.numeric))
-            if whole and state is not None and _extends(columns, slots, keys, state.kept):
-                grown = self._grown(columns, slots, keys, state)
-                if grown is not None:
-                    return torch.from_numpy(grown)
-            return torch.from_numpy(self._worked_out(columns, slots, keys, asked, whole, kept))
+        state = self._state(len(columns), len(columns.parent))
+        keys = _keyed(columns, slots, state)
+        kept = None if state is None else state.kept
+        if kept is not None and whole and _unchanged(columns, keys, kept):
+            # The kept pool itself (a scoring, then the run's encode, of the same pool)
+            self.reused += len(asked)
+            return kept.numeric, self.memory is not None or not kept.numeric.flags.writeable, state
+        if whole and state is not None and _extends(columns, slots, keys, state.kept):
+            grown = self._grown(columns, slots, keys, state)
+            if grown is not None:  # the kept rows, when this process keeps them
+                return grown.kept.numeric, self.memory is not None, grown
+        out, written = self._worked_out(columns, slots, keys, asked, whole, kept)
+        return out, False, written
 
     def _worked_out(
         self,
@@ -209,9 +281,10 @@ class KeptNumeric:
         asked: np.ndarray,
         whole: bool,
         kept: Kept | None,
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, _State | None]:
         """``asked``'s rows, the kept ones reused where they hold (module docstring);
-        with ``whole``, the file written again when anything was worked out."""
+        with ``whole``, the file written again when anything was worked out, and what is
+        kept then (its rows a copy of these: the stamps of these)."""
         order = np.argsort(keys)  # the file's order column, and _fresh's searches
         fresh = _fresh(columns, slots, keys, order, kept) if kept is not None else None
         out = np.empty((len(asked), _WIDTH), dtype=np.float64)
@@ -234,13 +307,13 @@ class KeptNumeric:
         self.reused += len(asked) - len(need)
         self.computed += len(need)
         if whole and (len(need) or kept is None):
-            self._write(columns, slots, keys, order, out, depth)
-        return out
+            return out, self._write(columns, slots, keys, order, out, depth)
+        return out, None
 
     def _grown(
         self, columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, state: _State
-    ) -> np.ndarray | None:
-        """The rows of a pool that is the kept one with records added at its end: the new
+    ) -> _State | None:
+        """The pool that is the kept one with records added at its end: the new
         records worked out, and the kept ones beside them (their siblings, and every
         descendant of a new record: a kept record may name a new one as its parent), the
         rest copied; the file grows by one frame (:mod:`.kept_numeric_file`). None when
@@ -276,11 +349,11 @@ class KeptNumeric:
         if index is None:
             return None
         worked = features.numeric_rows(columns, labelled[need], index).numpy()
-        buffer = _room(state, len(labelled))
+        # Kept rows worked out again (a new record's siblings) while a view of them is
+        # lent: a store of their own, the view left as it was
+        buffer = _room(state, len(labelled), bool((need < n_labelled).any()) and _lent(state))
         buffer[need] = worked  # what is kept in memory, if it is, changes here: _append
-        # The caller's rows: a copy of what is kept (none kept: the store itself).
         out = buffer[: len(labelled)]
-        out = out if self.memory is None else np.array(out)
         self.reused += len(labelled) - len(need)
         self.computed += len(need)
         old = need[need < n_labelled]
@@ -301,8 +374,12 @@ class KeptNumeric:
         order = _merged(kept.key[kept.order], kept.order, keys[n:], n)[0]
         rows = buffer[: len(labelled)]
         grown = Kept(keys, order, columns.id_hash, start, slots, labelled, rows, index.depth)
-        self._append(columns, state, grown, frame, _State(grown, 0, 0, by_parent, buffer))
-        return out
+        lent = state.lent if buffer is state.buffer and state.lent is not None else []
+        stamp = np.concatenate((_kept_stamps(state), _stamps(len(labelled) - n_labelled)))
+        stamp[need] = _stamps(len(need))  # worked out again: new stamps
+        after = _State(grown, 0, 0, by_parent, buffer, _Inputs.of(columns), lent, stamp)
+        self._append(columns, state, grown, frame, after)
+        return after
 
     def _append(
         self,
@@ -390,7 +467,7 @@ class KeptNumeric:
             return None
         if torn:
             logger.info("kept numeric rows %s: a torn frame after byte %d left out", self.path, end)
-        return _State(kept, end, len(frames))
+        return _State(kept, end, len(frames), stamp=_stamps(len(kept.labelled)))
 
     def _write(
         self,
@@ -400,7 +477,9 @@ class KeptNumeric:
         order: np.ndarray,
         numeric: np.ndarray,
         depth: np.ndarray | None,
-    ) -> None:
+    ) -> _State | None:
+        """Write the pool's kept file whole and keep it in memory: what is kept (None: the
+        write failed)."""
         arrays = {
             "key": keys,
             "order": order,
@@ -419,21 +498,23 @@ class KeptNumeric:
             self.write_failures += 1
             logger.warning("cannot write %s (%s): worked out again next run", self.path, exc)
             self._forget()
-            return
-        self._keep(_owned(Kept(**arrays), end))
+            return None
+        state = _owned(Kept(**arrays), end, _Inputs.of(columns))
+        self._keep(state)
+        return state
 
 
-def _room(state: _State, rows: int) -> np.ndarray:
+def _room(state: _State, rows: int, new: bool = False) -> np.ndarray:
     """A store for ``rows`` rows holding the kept ones first: the state's own when it has
-    room (written in place), else a new one with room for a quarter more."""
-    if state.buffer is not None and len(state.buffer) >= rows:
+    room (written in place) and not ``new``, else a new one with room for a quarter more."""
+    if state.buffer is not None and len(state.buffer) >= rows and not new:
         return state.buffer
     buffer = np.empty((rows + rows // 4, _WIDTH), dtype=np.float64)
     buffer[: len(state.kept.numeric)] = state.kept.numeric
     return buffer
 
 
-def _owned(kept: Kept, end: int) -> _State:
+def _owned(kept: Kept, end: int, inputs: _Inputs) -> _State:
     """``kept``, as just written (``end``: the file's size), with rows of its own: the
     rows are the caller's too, and what it does with them must not reach what is kept.
     One copy (~23 MB at 100,000 records), into a store with room for the next appends;
@@ -442,7 +523,30 @@ def _owned(kept: Kept, end: int) -> _State:
     rows = len(kept.numeric)
     buffer = np.empty((rows + rows // 4, _WIDTH), dtype=np.float64)
     buffer[:rows] = kept.numeric
-    return _State(kept._replace(numeric=buffer[:rows]), end, 1, None, buffer)
+    numeric = buffer[:rows]
+    return _State(kept._replace(numeric=numeric), end, 1, None, buffer, inputs, [], _stamps(rows))
+
+
+_STAMPS = [1]  # the next stamp this process gives
+_STAMPS_LOCK = threading.Lock()
+
+
+def _stamps(count: int) -> np.ndarray:
+    """``count`` numbers (uint64) no earlier call in this process gave (``_State.stamp``)."""
+    with _STAMPS_LOCK:
+        first = _STAMPS[0]
+        _STAMPS[0] += count
+    return np.arange(first, first + count, dtype=np.uint64)
+
+
+def _kept_stamps(state: _State) -> np.ndarray:
+    """``state``'s stamps; new ones when it has none."""
+    return state.stamp if state.stamp is not None else _stamps(len(state.kept.labelled))
+
+
+def _lent(state: _State) -> bool:
+    """Whether a view of ``state``'s rows lent by :meth:`KeptNumeric.view` still lives."""
+    return state.lent is not None and any(ref() is not None for ref in state.lent)
 
 
 def _bytes(state: _State) -> int:
@@ -524,26 +628,93 @@ def _applied(kept: Kept, frame: Frame) -> Kept:
     )
 
 
-def content_keys(columns: PoolColumns, slots: np.ndarray) -> np.ndarray:
+def content_keys(
+    columns: PoolColumns, slots: np.ndarray, rows: np.ndarray | None = None
+) -> np.ndarray:
     """Each pool record's key (uint64): its id, score, time, operator, parents' ids in
     order (``slots``: :func:`parent_hashes`) and, when labelled, its ``labelled_hash``
-    (label and every input)."""
-    operators = np.frombuffer(
-        b"".join(id_digest(str(op)) for op in columns.operator.values) or b"", "<u8"
-    )
-    key = _fmix(columns.id_hash.view(np.uint64))
+    (label and every input); ``rows``: those records' alone (ascending), the same keys."""
+    start, labelled = columns.parent_start, columns.labelled
+    if rows is None:
+        named, first, at, own = slots, start, labelled, columns.key
+    else:  # the rows' parents alone, as a pool of these rows would list them
+        counts = start[rows + 1] - start[rows]
+        named = slots[ranges(start[rows], counts)]
+        first = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(counts, out=first[1:])
+        place = np.minimum(np.searchsorted(labelled, rows), max(len(labelled) - 1, 0))
+        found = labelled[place] == rows if len(labelled) else np.zeros(len(rows), np.bool_)
+        at, own = np.flatnonzero(found), columns.key[place[found]]
+    every = slice(None) if rows is None else rows
+    operators = _operator_hashes(columns)
+    codes = columns.operator.codes[every]
+    key = _fmix(columns.id_hash[every].view(np.uint64))
     parts = (
-        columns.score.view(np.uint64),
-        columns.scored.astype(np.uint64),
-        columns.created.view(np.uint64),
-        operators[columns.operator.codes] if len(operators) else np.zeros(len(key), np.uint64),
-        _row_sums(columns.parent_start, _slot_keys(columns.parent_start, slots)),
+        columns.score[every].view(np.uint64),
+        columns.scored[every].astype(np.uint64),
+        columns.created[every].view(np.uint64),
+        operators[codes] if len(operators) else np.zeros(len(key), np.uint64),
+        _row_sums(first, _slot_keys(first, named)),
     )
     for part in parts:
         key = _fmix(key ^ part)
-    labelled = columns.key.view(np.uint64) ^ _MIX
-    key[columns.labelled] = _fmix(key[columns.labelled] ^ labelled)
+    key[at] = _fmix(key[at] ^ (own.view(np.uint64) ^ _MIX))
     return key
+
+
+def _operator_hashes(columns: PoolColumns) -> np.ndarray:
+    """Each of the pool's operator values hashed (uint64), by code."""
+    return np.frombuffer(
+        b"".join(id_digest(str(op)) for op in columns.operator.values) or b"", "<u8"
+    )
+
+
+def _keyed(columns: PoolColumns, slots: np.ndarray, state: _State | None) -> np.ndarray:
+    """:func:`content_keys` of the pool: the kept pool's keys for its records whose inputs
+    are still the very bits they were keyed from (``state.inputs``: checked column by
+    column, a record at a time where a column differs), the rest (new, relabelled, edited)
+    keyed now. A pool whose kept records' parents or labelled rows moved is keyed whole."""
+    inputs = None if state is None else state.inputs
+    if state is None or inputs is None:
+        return content_keys(columns, slots)
+    kept = state.kept
+    n, n_labelled = len(kept.key), len(kept.labelled)
+    labelled = columns.labelled
+    now = _operator_hashes(columns)
+    if not (
+        len(columns) >= n
+        and np.array_equal(columns.parent_start[: n + 1], kept.parent_start)
+        and np.array_equal(slots[: len(kept.parent_hash)], kept.parent_hash)
+        and np.array_equal(labelled[:n_labelled], kept.labelled)
+        and (len(labelled) == n_labelled or bool(labelled[n_labelled] >= n))
+        and len(now) >= len(inputs.operators)
+    ):
+        return content_keys(columns, slots)
+    pairs = (
+        (columns.id_hash[:n], kept.id_hash),
+        (columns.score[:n].view(np.uint64), inputs.score),
+        (columns.scored[:n], inputs.scored),
+        (columns.created[:n].view(np.uint64), inputs.created),
+    )
+    changed = np.zeros(n, np.bool_)
+    for now_column, then in pairs:  # one comparison of the bytes; a record's where it fails
+        if not np.array_equal(now_column, then):
+            changed |= now_column != then
+    codes = columns.operator.codes[:n]
+    if not (
+        np.array_equal(codes, inputs.operator)
+        and np.array_equal(now[: len(inputs.operators)], inputs.operators)
+    ):
+        changed |= now[codes] != inputs.operators[inputs.operator]
+    label_key = columns.key[:n_labelled].view(np.uint64)
+    if not np.array_equal(label_key, inputs.labelled_key):
+        changed[kept.labelled[label_key != inputs.labelled_key]] = True
+    keys = np.empty(len(columns), np.uint64)
+    keys[:n] = kept.key
+    again = np.concatenate((np.flatnonzero(changed), np.arange(n, len(columns))))
+    if len(again):
+        keys[again] = content_keys(columns, slots, again)
+    return keys
 
 
 def parent_hashes(columns: PoolColumns) -> np.ndarray:
