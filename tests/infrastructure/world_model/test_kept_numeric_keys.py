@@ -131,3 +131,28 @@ def test_kept_rows_lent_out_are_not_rewritten_in_place(tmp_path: Path) -> None:
     assert moved.any(), "no kept row was worked out again: the test proves nothing"
     same = after.stamp[:n] == lent.stamp
     assert same.any() and not (same & moved).any()
+
+
+def test_an_unlabelled_record_retimed_is_keyed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record with no label (no labelled hash to change) given another time: it alone
+    is hashed again, found by its own column, and its key is what hashing it gives."""
+    memory = KeptInMemory(64 * 2**20)
+    columns = _columns(tmp_path / "data", {"a.json": RECORDS})
+    KeptNumeric(tmp_path / "cache", "data", memory).rows(columns)
+    unlabelled = np.setdiff1d(np.arange(len(columns)), columns.labelled)
+    assert len(unlabelled), "every record labelled: the test proves nothing"
+    name = columns.ids[unlabelled[0]]
+    records = copy.deepcopy(RECORDS)
+    record = next(r for r in records if r["trajectory_id"] == name)
+    record["created_at"] = "2031-01-01T00:00:00+00:00"
+    changed = _columns(tmp_path / "data", {"a.json": records})
+    row = changed.ids.index(name)
+    calls = _keyed(monkeypatch)
+    kept = KeptNumeric(tmp_path / "cache", "data", memory)
+    got = kept.rows(changed)
+    assert calls[0] is not None and calls[0].tolist() == [row]
+    assert np.array_equal(got.numpy().view(np.int64), _want(changed))
+    keys = _kept_keys(memory, kept)
+    assert np.array_equal(keys, _whole_keys(changed)) and keys[row] != _whole_keys(columns)[row]
