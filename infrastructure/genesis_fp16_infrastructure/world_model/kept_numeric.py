@@ -42,7 +42,15 @@ rows from it:
   the run's ``keep_in_memory_bytes``), the kept pool stays in memory under the file's
   identity (device, inode, size, mtime, ctime) as this process wrote or read it; the
   next run takes it from there, no file read, while the identity is the same, and reads
-  the file otherwise. A budget of 0 keeps nothing: every run reads the file.
+  the file otherwise. A budget of 0 keeps nothing: every run reads the file. There the
+  content keys are kept with the columns they were hashed from (``_Inputs``): a record
+  whose columns are the same bits keeps its key, the rest (new, relabelled, edited) are
+  hashed (:func:`_keyed`); a pool whose kept records' parents moved is hashed whole.
+* **Lent, not copied.** :meth:`KeptNumeric.view` lends the kept rows read-only (a write
+  raises), with each row's stamp: a number that changes whenever the row is worked out
+  again, so a reader may keep what it derived from a row by it (a model's input key:
+  ``recipes.retrain.kept_outputs``). A kept row worked out again while a view of it
+  lives is written to a new store; :meth:`KeptNumeric.rows` gives the caller a copy.
 * **Checked where it is used.** The file is opened without following a link or
   blocking on a FIFO, no larger than the current pool can make it (:func:`_size_bound`),
   each frame by a CRC-32 on every read, every row in range. A file that fails is a
@@ -51,6 +59,7 @@ rows from it:
 
     kept = KeptNumeric(folder, data_path, memory)  # memory: a KeptInMemory, or None
     numeric = kept.rows(columns)  # == numeric_rows(columns, columns.labelled), bit for bit
+    lent = kept.view(columns)  # the same rows, read-only, and each row's stamp
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ resident process serves the run: ``TrainRequest.keep_in_memory_bytes``), and
   bits of every numeric feature, lineage numbers included), not under the record's id: a
   record edited in place, or one whose parents or siblings changed its lineage numbers,
   has other inputs, so it is scored again; two records of the same inputs share one.
+  The keys themselves are kept from run to run of a data path (:class:`RowKeys`): a
+  row's key is taken while the kept numeric rows say the row is the one hashed (its
+  stamp, ``KeptNumeric.view``), and hashed again otherwise.
 * **Never a loss.** What is kept is the logit, which no label enters: each scoring works
   the losses out from the records' current labels (a relabelled record is scored
   against its new label from the same logit).
@@ -34,7 +37,8 @@ equal to one that computes them all to within that last bit, not bit for bit (wh
 ``evaluated.py`` says of the gate's); every record scored in one run is scored from one
 set of logits.
 
-    keys = pool_keys.of(asked, numeric_of)  # each record's input key, once a run
+    pool_keys = PoolKeys(columns, stamp, kept_pool_keys(budget, path))  # last run's kept
+    keys = pool_keys.of(asked, numeric_of)  # each record's input key, the new ones hashed
     kept = kept_logits(request.keep_in_memory_bytes, digest)  # None: nothing kept for it
     hit, logit = kept.find(keys)  # per record: whether kept, and its logit
     keep_logits(request.keep_in_memory_bytes, digest, kept, keys.take(~hit), computed, what)
