@@ -65,12 +65,35 @@ def rows(self, columns, asked=None):
     seen.append(hashlib.sha256(np.ascontiguousarray(got.numpy()).tobytes()).hexdigest()[:16])
     return got
 kept_numeric.KeptNumeric.rows = rows
+# The thread's CPU seconds (time.thread_time: a loaded host's waits left out) of what this
+# work touches: the scorings' _logits less their model forwards (the kept rows, the input
+# keys, the kept outputs found), and the encode's KeptNumeric.rows outside a scoring.
+from genesis_fp16_infrastructure.recipes.retrain import scoring
+cpu = {"scoring": 0.0, "forward": 0.0, "encode_rows": 0.0}
+inside = []
+def timed(name, real, nested=False):
+    def call(*a, **k):
+        if nested and inside:
+            return real(*a, **k)
+        inside.append(name)
+        started = time.thread_time()
+        try:
+            return real(*a, **k)
+        finally:
+            cpu[name] += time.thread_time() - started
+            inside.pop()
+    return call
+scoring._logits = timed("scoring", scoring._logits)
+scoring._forward = timed("forward", scoring._forward)
+kept_numeric.KeptNumeric.rows = timed("encode_rows", kept_numeric.KeptNumeric.rows, True)
 with tempfile.TemporaryDirectory() as tmp:
     work = Path(tmp); data = work / "data"; data.mkdir()
     arrive(cache / "pool-99.json", data)
     run_plugin(plugin, request(work, data))
     arrive(cache / "zz-pool-3099.json", data)
     seen.clear()
+    for k in cpu:
+        cpu[k] = 0.0
     result = run_plugin(plugin, request(work, data))
     weights = hashlib.sha256()
     for f in sorted((work / "state" / "ck").rglob("*")):
@@ -81,9 +104,12 @@ with tempfile.TemporaryDirectory() as tmp:
             if torch.is_tensor(model[k]):
                 weights.update(k.encode()); weights.update(model[k].numpy().tobytes())
     print(json.dumps({"phases": result.phases, "gate": [result.gate.outcome, result.gate.reason],
-                      "rows": seen, "weights": weights.hexdigest()[:16]}))
+                      "rows": seen, "weights": weights.hexdigest()[:16],
+                      "cpu": {"scoring less forward": cpu["scoring"] - cpu["forward"],
+                              "encode rows": cpu["encode_rows"]}}))
 """
 PHASES = ("read", "encode", "eval", "drift", "live", "gate")
+CPU = ("scoring less forward", "encode rows")
 
 
 def child(tree: Path, pool: int, new: int, data: Path) -> dict[str, Any]:
@@ -159,6 +185,22 @@ def report(argv: list[str] | None, trees: list[Path], rows: list[dict[str, Any]]
                 + " | ".join(f"{m:.3f}" for m in med)
                 + f" | {but:.3f} | {train:.3f} |"
             )
+    lines += [
+        "",
+        "CPU seconds of the thread (medians): the scorings' `_logits` less their forwards "
+        "(kept rows, input keys, kept outputs found) and the encode's `KeptNumeric.rows`:",
+        "",
+        "| tree | pool | scoring less forward | encode rows | both |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for pool in sorted({r["pool"] for r in rows}):
+        for tree in trees:
+            mine = [r for r in rows if r["tree"] == str(tree) and r["pool"] == pool]
+            if not mine or "cpu" not in mine[0]:
+                continue
+            got = [statistics.median(r["cpu"][k] for r in mine) for k in CPU]
+            both = statistics.median(sum(r["cpu"].values()) for r in mine)
+            lines.append(f"| {tree.name} | {pool:,} | {got[0]:.4f} | {got[1]:.4f} | {both:.4f} |")
     lines += ["", "What must not change, per pool (every tree's and round's run):", ""]
     for pool in sorted({r["pool"] for r in rows}):
         mine = [r for r in rows if r["pool"] == pool]

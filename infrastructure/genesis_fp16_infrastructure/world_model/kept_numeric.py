@@ -42,15 +42,11 @@ rows from it:
   the run's ``keep_in_memory_bytes``), the kept pool stays in memory under the file's
   identity (device, inode, size, mtime, ctime) as this process wrote or read it; the
   next run takes it from there, no file read, while the identity is the same, and reads
-  the file otherwise. A budget of 0 keeps nothing: every run reads the file. There the
-  content keys are kept with the columns they were hashed from (``_Inputs``): a record
-  whose columns are the same bits keeps its key, the rest (new, relabelled, edited) are
-  hashed (:func:`_keyed`); a pool whose kept records' parents moved is hashed whole.
-* **Lent, not copied.** :meth:`KeptNumeric.view` lends the kept rows read-only (a write
-  raises), with each row's stamp: a number that changes whenever the row is worked out
-  again, so a reader may keep what it derived from a row by it (a model's input key:
-  ``recipes.retrain.kept_outputs``). A kept row worked out again while a view of it
-  lives is written to a new store; :meth:`KeptNumeric.rows` gives the caller a copy.
+  the file otherwise. A budget of 0 keeps nothing: every run reads the file. There a
+  record whose key's columns are the same bits keeps its key (:mod:`.content_keys`).
+* **Lent, not copied.** :meth:`KeptNumeric.view` lends the kept rows read-only, never
+  rewritten in place while lent, each with a stamp that changes when the row is worked
+  out again (a reader keys what it derived from a row by it: ``kept_outputs``).
 * **Checked where it is used.** The file is opened without following a link or
   blocking on a FIFO, no larger than the current pool can make it (:func:`_size_bound`),
   each frame by a CRC-32 on every read, every row in range. A file that fails is a
@@ -78,9 +74,16 @@ import torch
 from genesis_fp16_infrastructure.data.lineage import MAX_DEPTH
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.record_cache import CACHE_VERSION
-from genesis_fp16_infrastructure.data.schema import id_digest, record_id_hashes
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory, identity_of
 from genesis_fp16_infrastructure.world_model import features
+from genesis_fp16_infrastructure.world_model.content_keys import (
+    KeptKeys,
+    KeyInputs,
+    keyed,
+    merged_sorted,
+    parent_hashes,
+    search_sorted,
+)
 from genesis_fp16_infrastructure.world_model.features import ENCODER_VERSION, NUMERIC_FEATURES
 from genesis_fp16_infrastructure.world_model.kept_numeric_file import (
     Frame,
@@ -123,7 +126,6 @@ _APPEND = {
 }
 MAX_FRAMES = 32  # appends before the file is written whole again (a cold read applies each)
 _FIXED = 64 * 2**10
-_MIX = np.uint64(0x9E3779B97F4A7C15)
 _MEMORY = "kept_numeric"  # this store's entries' key: (_MEMORY, the file's path)
 _LOCK = threading.Lock()
 
@@ -153,15 +155,12 @@ class _State(NamedTuple):
     # The rows' own store, ``kept.numeric`` its first rows, with room to grow: an append
     # writes into it, no copy of the kept rows (None: rows read from the file).
     buffer: np.ndarray | None = None
-    # What ``kept.key`` was worked out from (None: read from the file), and the read-only
-    # views of the buffer lent out (:meth:`KeptNumeric.view`): kept rows are not written
-    # in place while one lives.
-    inputs: _Inputs | None = None
+    # What ``kept.key`` was hashed from (None: read from the file); the views lent out
+    # (:meth:`KeptNumeric.view`): kept rows are not written in place while one lives.
+    inputs: KeyInputs | None = None
     lent: list[weakref.ref[np.ndarray]] | None = None
-    # Per labelled row, a number no other row's working out was given (uint64,
-    # :func:`_stamps`): a row's stays while the row is kept as it was, and changes when
-    # it is worked out again. A reader keeps what it derived from a row by it (a model's
-    # inputs' key: recipes.retrain.kept_outputs).
+    # Per labelled row, a number no other working out was given (:func:`_stamps`): kept
+    # while the row is, new when it is worked out again (recipes.retrain.kept_outputs).
     stamp: np.ndarray | None = None
 
 
@@ -171,31 +170,6 @@ class KeptRows(NamedTuple):
 
     numeric: np.ndarray
     stamp: np.ndarray
-
-
-class _Inputs(NamedTuple):
-    """The columns a pool's content keys were worked out from (:func:`content_keys`),
-    beside ``Kept``'s id hashes, parents and labelled rows: the next pool's records whose
-    inputs are these very bits keep their keys, with no hash worked out again. The pool's
-    own arrays (as ``Kept``'s are): the record cache hands each read arrays of its own."""
-
-    score: np.ndarray  # uint64: the float64 bits
-    scored: np.ndarray
-    created: np.ndarray  # uint64: the float64 bits
-    operator: np.ndarray  # each record's operator code
-    operators: np.ndarray  # each code's value hashed (uint64)
-    labelled_key: np.ndarray  # uint64 per labelled record: ``columns.key``
-
-    @classmethod
-    def of(cls, columns: PoolColumns) -> _Inputs:
-        return cls(
-            columns.score.view(np.uint64),
-            columns.scored,
-            columns.created.view(np.uint64),
-            columns.operator.codes,
-            _operator_hashes(columns),
-            columns.key.view(np.uint64),
-        )
 
 
 class KeptNumeric:
@@ -242,12 +216,9 @@ class KeptNumeric:
         return torch.from_numpy(np.array(out) if kept else out)
 
     def view(self, columns: PoolColumns) -> KeptRows:
-        """:meth:`rows` of every labelled record, read-only: the kept rows themselves when
-        this process keeps them (no copy). A write through it raises ``ValueError``, and
-        no later :meth:`rows` writes a kept row in place while it lives (a relabelled
-        record's row goes to a new store). For callers that only read (a scoring's
-        gathers). Each row's stamp beside it: the same as the last view's while the row
-        was kept as it was (the record and the records around it unchanged), else new."""
+        """:meth:`rows` of every labelled record, read-only (a write raises ``ValueError``):
+        the kept rows themselves, no copy, never rewritten in place while the view lives;
+        each row's stamp beside it: the last view's while the row was kept as it was."""
         with _LOCK:
             out, shared, given = self._rows(columns, None)
             out = out.view()
@@ -269,7 +240,7 @@ class KeptNumeric:
         asked = columns.labelled if rows is None else rows
         slots = parent_hashes(columns)
         state = self._state(len(columns), len(columns.parent))
-        keys = _keyed(columns, slots, state)
+        keys = keyed(columns, slots, _kept_keys(state))
         kept = None if state is None else state.kept
         if kept is not None and whole and _unchanged(columns, keys, kept):
             # The kept pool itself (a scoring, then the run's encode, of the same pool)
@@ -332,7 +303,7 @@ class KeptNumeric:
         n, n_slots, n_labelled = len(kept.key), len(kept.parent_hash), len(kept.labelled)
         by_parent = np.argsort(kept.parent_hash) if state.by_parent is None else state.by_parent
         new_slots = slots[n_slots:]
-        by_parent, named = _merged(kept.parent_hash[by_parent], by_parent, new_slots, n_slots)
+        by_parent, named = merged_sorted(kept.parent_hash[by_parent], by_parent, new_slots, n_slots)
         start = columns.parent_start
 
         def children(ids: np.ndarray) -> np.ndarray:
@@ -380,13 +351,14 @@ class KeptNumeric:
             "redepth": moved,
             "redepth_value": index.depth[moved],
         }
-        order = _merged(kept.key[kept.order], kept.order, keys[n:], n)[0]
+        order = merged_sorted(kept.key[kept.order], kept.order, keys[n:], n)[0]
         rows = buffer[: len(labelled)]
         grown = Kept(keys, order, columns.id_hash, start, slots, labelled, rows, index.depth)
         lent = state.lent if buffer is state.buffer and state.lent is not None else []
-        stamp = np.concatenate((_kept_stamps(state), _stamps(len(labelled) - n_labelled)))
+        kept_stamp = _stamps(n_labelled) if state.stamp is None else state.stamp
+        stamp = np.concatenate((kept_stamp, _stamps(len(labelled) - n_labelled)))
         stamp[need] = _stamps(len(need))  # worked out again: new stamps
-        after = _State(grown, 0, 0, by_parent, buffer, _Inputs.of(columns), lent, stamp)
+        after = _State(grown, 0, 0, by_parent, buffer, KeyInputs.of(columns), lent, stamp)
         self._append(columns, state, grown, frame, after)
         return after
 
@@ -508,7 +480,7 @@ class KeptNumeric:
             logger.warning("cannot write %s (%s): worked out again next run", self.path, exc)
             self._forget()
             return None
-        state = _owned(Kept(**arrays), end, _Inputs.of(columns))
+        state = _owned(Kept(**arrays), end, KeyInputs.of(columns))
         self._keep(state)
         return state
 
@@ -523,7 +495,7 @@ def _room(state: _State, rows: int, new: bool = False) -> np.ndarray:
     return buffer
 
 
-def _owned(kept: Kept, end: int, inputs: _Inputs) -> _State:
+def _owned(kept: Kept, end: int, inputs: KeyInputs) -> _State:
     """``kept``, as just written (``end``: the file's size), with rows of its own: the
     rows are the caller's too, and what it does with them must not reach what is kept.
     One copy (~23 MB at 100,000 records), into a store with room for the next appends;
@@ -540,17 +512,20 @@ _STAMPS = [1]  # the next stamp this process gives
 _STAMPS_LOCK = threading.Lock()
 
 
+def _kept_keys(state: _State | None) -> KeptKeys | None:
+    """What ``state`` says of its pool's content keys (None: nothing to check them by)."""
+    if state is None or state.inputs is None:
+        return None
+    k = state.kept
+    return KeptKeys(k.key, k.id_hash, k.parent_start, k.parent_hash, k.labelled, state.inputs)
+
+
 def _stamps(count: int) -> np.ndarray:
     """``count`` numbers (uint64) no earlier call in this process gave (``_State.stamp``)."""
     with _STAMPS_LOCK:
         first = _STAMPS[0]
         _STAMPS[0] += count
     return np.arange(first, first + count, dtype=np.uint64)
-
-
-def _kept_stamps(state: _State) -> np.ndarray:
-    """``state``'s stamps; new ones when it has none."""
-    return state.stamp if state.stamp is not None else _stamps(len(state.kept.labelled))
 
 
 def _lent(state: _State) -> bool:
@@ -582,17 +557,6 @@ def _extends(columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, kept: Ke
         and np.array_equal(labelled[:n_labelled], kept.labelled)
         and (len(labelled) == n_labelled or bool(labelled[n_labelled] >= n))
     )
-
-
-def _merged(
-    ranked: np.ndarray, rank_order: np.ndarray, values: np.ndarray, first: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``rank_order`` (the indices sorting an array, ``ranked`` that array sorted) with
-    ``values`` (at indices ``first`` on) sorted in; and the merged sorted values. A copy
-    in order, no sort of the whole."""
-    by = np.argsort(values, kind="stable")
-    place = np.searchsorted(ranked, values[by], "right")
-    return np.insert(rank_order, place, first + by), np.insert(ranked, place, values[by])
 
 
 def _whole(arrays: dict[str, np.ndarray]) -> Kept:
@@ -637,126 +601,6 @@ def _applied(kept: Kept, frame: Frame) -> Kept:
     )
 
 
-def content_keys(
-    columns: PoolColumns, slots: np.ndarray, rows: np.ndarray | None = None
-) -> np.ndarray:
-    """Each pool record's key (uint64): its id, score, time, operator, parents' ids in
-    order (``slots``: :func:`parent_hashes`) and, when labelled, its ``labelled_hash``
-    (label and every input); ``rows``: those records' alone (ascending), the same keys."""
-    start, labelled = columns.parent_start, columns.labelled
-    if rows is None:
-        named, first, at, own = slots, start, labelled, columns.key
-    else:  # the rows' parents alone, as a pool of these rows would list them
-        counts = start[rows + 1] - start[rows]
-        named = slots[ranges(start[rows], counts)]
-        first = np.zeros(len(rows) + 1, np.int64)
-        np.cumsum(counts, out=first[1:])
-        place = np.minimum(np.searchsorted(labelled, rows), max(len(labelled) - 1, 0))
-        found = labelled[place] == rows if len(labelled) else np.zeros(len(rows), np.bool_)
-        at, own = np.flatnonzero(found), columns.key[place[found]]
-    every = slice(None) if rows is None else rows
-    operators = _operator_hashes(columns)
-    codes = columns.operator.codes[every]
-    key = _fmix(columns.id_hash[every].view(np.uint64))
-    parts = (
-        columns.score[every].view(np.uint64),
-        columns.scored[every].astype(np.uint64),
-        columns.created[every].view(np.uint64),
-        operators[codes] if len(operators) else np.zeros(len(key), np.uint64),
-        _row_sums(first, _slot_keys(first, named)),
-    )
-    for part in parts:
-        key = _fmix(key ^ part)
-    key[at] = _fmix(key[at] ^ (own.view(np.uint64) ^ _MIX))
-    return key
-
-
-def _operator_hashes(columns: PoolColumns) -> np.ndarray:
-    """Each of the pool's operator values hashed (uint64), by code."""
-    return np.frombuffer(
-        b"".join(id_digest(str(op)) for op in columns.operator.values) or b"", "<u8"
-    )
-
-
-def _keyed(columns: PoolColumns, slots: np.ndarray, state: _State | None) -> np.ndarray:
-    """:func:`content_keys` of the pool: the kept pool's keys for its records whose inputs
-    are still the very bits they were keyed from (``state.inputs``: checked column by
-    column, a record at a time where a column differs), the rest (new, relabelled, edited)
-    keyed now. A pool whose kept records' parents or labelled rows moved is keyed whole."""
-    inputs = None if state is None else state.inputs
-    if state is None or inputs is None:
-        return content_keys(columns, slots)
-    kept = state.kept
-    n, n_labelled = len(kept.key), len(kept.labelled)
-    labelled = columns.labelled
-    now = _operator_hashes(columns)
-    if not (
-        len(columns) >= n
-        and np.array_equal(columns.parent_start[: n + 1], kept.parent_start)
-        and np.array_equal(slots[: len(kept.parent_hash)], kept.parent_hash)
-        and np.array_equal(labelled[:n_labelled], kept.labelled)
-        and (len(labelled) == n_labelled or bool(labelled[n_labelled] >= n))
-        and len(now) >= len(inputs.operators)
-    ):
-        return content_keys(columns, slots)
-    pairs = (
-        (columns.id_hash[:n], kept.id_hash),
-        (columns.score[:n].view(np.uint64), inputs.score),
-        (columns.scored[:n], inputs.scored),
-        (columns.created[:n].view(np.uint64), inputs.created),
-    )
-    changed = np.zeros(n, np.bool_)
-    for now_column, then in pairs:  # one comparison of the bytes; a record's where it fails
-        if not np.array_equal(now_column, then):
-            changed |= now_column != then
-    codes = columns.operator.codes[:n]
-    if not (
-        np.array_equal(codes, inputs.operator)
-        and np.array_equal(now[: len(inputs.operators)], inputs.operators)
-    ):
-        changed |= now[codes] != inputs.operators[inputs.operator]
-    label_key = columns.key[:n_labelled].view(np.uint64)
-    if not np.array_equal(label_key, inputs.labelled_key):
-        changed[kept.labelled[label_key != inputs.labelled_key]] = True
-    keys = np.empty(len(columns), np.uint64)
-    keys[:n] = kept.key
-    again = np.concatenate((np.flatnonzero(changed), np.arange(n, len(columns))))
-    if len(again):
-        keys[again] = content_keys(columns, slots, again)
-    return keys
-
-
-def parent_hashes(columns: PoolColumns) -> np.ndarray:
-    """Each parent named (``columns.parent``) as its id's hash, inside the pool or out."""
-    outside = record_id_hashes(columns.outside)
-    table = np.concatenate((columns.id_hash, outside)).astype(np.int64)
-    return table[columns.parent]
-
-
-def _slot_keys(start: np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """Each parent named, by its id's hash and its place in its record's list."""
-    place = np.arange(len(slots), dtype=np.int64)
-    place -= np.repeat(start[:-1], np.diff(start))
-    mixed: np.ndarray = slots.view(np.uint64) ^ (place.view(np.uint64) * _MIX)
-    return _fmix(mixed)
-
-
-def _row_sums(start: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each row's values summed (uint64, wrapping), rows ``start[r]:start[r + 1]``."""
-    total = np.zeros(len(values) + 1, np.uint64)
-    np.cumsum(values, out=total[1:])
-    return total[start[1:]] - total[start[:-1]]
-
-
-def _fmix(h: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: every input bit moves every output bit (uint64, wrapping)."""
-    h = h ^ (h >> np.uint64(30))
-    h = h * np.uint64(0xBF58476D1CE4E5B9)
-    h = h ^ (h >> np.uint64(27))
-    h = h * np.uint64(0x94D049BB133111EB)
-    return h ^ (h >> np.uint64(31))
-
-
 def _unchanged(columns: PoolColumns, keys: np.ndarray, kept: Kept) -> bool:
     """Whether the pool is the kept one: the same records, in the same order."""
     return np.array_equal(keys, kept.key) and np.array_equal(columns.labelled, kept.labelled)
@@ -770,7 +614,7 @@ def _fresh(
     records in another order)."""
     # Both sides by key (``order``: keys'): the searches run in order (cache-friendly).
     kept_sorted = kept.key[kept.order]
-    at, same = _search(kept_sorted, kept.order, keys, order)
+    at, same = search_sorted(kept_sorted, kept.order, keys, order)
     old_same = np.zeros(len(kept.key), np.bool_)  # keys are distinct: a match is one record
     old_same[at[same]] = True
     if (np.diff(at[same]) <= 0).any():  # unchanged records in another order
@@ -818,22 +662,6 @@ def _index(
         if index is not None:
             return index
     return columns_index(columns)
-
-
-def _search(
-    ranked: np.ndarray, rank_order: np.ndarray, values: np.ndarray, value_order: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each of ``values`` in ``ranked`` (sorted, distinct; ``rank_order[i]`` the index of
-    ``ranked[i]``), searched in sorted order (``value_order``): its index, and whether
-    it is there."""
-    at, found = np.zeros(len(values), np.intp), np.zeros(len(values), np.bool_)
-    if not len(ranked) or not len(values):
-        return at, found
-    queries = values[value_order]
-    place = np.minimum(np.searchsorted(ranked, queries), len(ranked) - 1)
-    at[value_order] = rank_order[place]
-    found[value_order] = ranked[place] == queries
-    return at, found
 
 
 def _size_bound(records: int, parents: int) -> int:

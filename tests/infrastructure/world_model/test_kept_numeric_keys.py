@@ -14,14 +14,14 @@ from test_kept_numeric_grown import _grown_pools, _want
 
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
-from genesis_fp16_infrastructure.world_model import kept_numeric
+from genesis_fp16_infrastructure.world_model import content_keys, kept_numeric
 from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
 
 
 def _keyed(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray | None]:
     """The rows each call of content_keys hashed (None: the whole pool)."""
     calls: list[np.ndarray | None] = []
-    real = kept_numeric.content_keys
+    real = content_keys.content_keys
 
     def counted(
         columns: PoolColumns, slots: np.ndarray, rows: np.ndarray | None = None
@@ -29,12 +29,12 @@ def _keyed(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray | None]:
         calls.append(None if rows is None else np.array(rows))
         return real(columns, slots, rows)
 
-    monkeypatch.setattr(kept_numeric, "content_keys", counted)
+    monkeypatch.setattr(content_keys, "content_keys", counted)
     return calls
 
 
 def _whole_keys(columns: PoolColumns) -> np.ndarray:
-    return kept_numeric.content_keys(columns, kept_numeric.parent_hashes(columns))
+    return content_keys.content_keys(columns, content_keys.parent_hashes(columns))
 
 
 def test_a_grown_pool_hashes_its_new_records_alone(
