@@ -42,7 +42,11 @@ rows from it:
   the run's ``keep_in_memory_bytes``), the kept pool stays in memory under the file's
   identity (device, inode, size, mtime, ctime) as this process wrote or read it; the
   next run takes it from there, no file read, while the identity is the same, and reads
-  the file otherwise. A budget of 0 keeps nothing: every run reads the file.
+  the file otherwise. A budget of 0 keeps nothing: every run reads the file. There a
+  record whose key's columns are the same bits keeps its key (:mod:`.content_keys`).
+* **Lent, not copied.** :meth:`KeptNumeric.view` lends the kept rows read-only, never
+  rewritten in place while lent, each with a stamp that changes when the row is worked
+  out again (a reader keys what it derived from a row by it: ``kept_outputs``).
 * **Checked where it is used.** The file is opened without following a link or
   blocking on a FIFO, no larger than the current pool can make it (:func:`_size_bound`),
   each frame by a CRC-32 on every read, every row in range. A file that fails is a
@@ -51,6 +55,7 @@ rows from it:
 
     kept = KeptNumeric(folder, data_path, memory)  # memory: a KeptInMemory, or None
     numeric = kept.rows(columns)  # == numeric_rows(columns, columns.labelled), bit for bit
+    lent = kept.view(columns)  # the same rows, read-only, and each row's stamp
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ import hashlib
 import logging
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import NamedTuple, cast
 
@@ -68,9 +74,16 @@ import torch
 from genesis_fp16_infrastructure.data.lineage import MAX_DEPTH
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.record_cache import CACHE_VERSION
-from genesis_fp16_infrastructure.data.schema import id_digest, record_id_hashes
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory, identity_of
 from genesis_fp16_infrastructure.world_model import features
+from genesis_fp16_infrastructure.world_model.content_keys import (
+    KeptKeys,
+    KeyInputs,
+    keyed,
+    merged_sorted,
+    parent_hashes,
+    search_sorted,
+)
 from genesis_fp16_infrastructure.world_model.features import ENCODER_VERSION, NUMERIC_FEATURES
 from genesis_fp16_infrastructure.world_model.kept_numeric_file import (
     Frame,
@@ -113,7 +126,6 @@ _APPEND = {
 }
 MAX_FRAMES = 32  # appends before the file is written whole again (a cold read applies each)
 _FIXED = 64 * 2**10
-_MIX = np.uint64(0x9E3779B97F4A7C15)
 _MEMORY = "kept_numeric"  # this store's entries' key: (_MEMORY, the file's path)
 _LOCK = threading.Lock()
 
@@ -143,6 +155,21 @@ class _State(NamedTuple):
     # The rows' own store, ``kept.numeric`` its first rows, with room to grow: an append
     # writes into it, no copy of the kept rows (None: rows read from the file).
     buffer: np.ndarray | None = None
+    # What ``kept.key`` was hashed from (None: read from the file); the views lent out
+    # (:meth:`KeptNumeric.view`): kept rows are not written in place while one lives.
+    inputs: KeyInputs | None = None
+    lent: list[weakref.ref[np.ndarray]] | None = None
+    # Per labelled row, a number no other working out was given (:func:`_stamps`): kept
+    # while the row is, new when it is worked out again (recipes.retrain.kept_outputs).
+    stamp: np.ndarray | None = None
+
+
+class KeptRows(NamedTuple):
+    """A pool's numeric rows as :meth:`KeptNumeric.view` lends them, read-only: the rows
+    (``numeric_rows(columns, columns.labelled)``) and each row's stamp (``_State``)."""
+
+    numeric: np.ndarray
+    stamp: np.ndarray
 
 
 class KeptNumeric:
@@ -182,24 +209,49 @@ class KeptNumeric:
         """``numeric_rows(columns, rows)`` (``rows``: the labelled records, by default),
         the kept records' rows read, the rest worked out; with every labelled record
         asked for, the file grows by what the pool added (:meth:`_grown`), or is written
-        again whole when anything else was worked out."""
+        again whole when anything else was worked out. The caller's own rows: a copy of
+        what is kept (:meth:`view` lends them, read-only, without one)."""
+        with _LOCK:  # a run's scorings may ask at once: one append at a time
+            out, kept, _ = self._rows(columns, rows)
+        return torch.from_numpy(np.array(out) if kept else out)
+
+    def view(self, columns: PoolColumns) -> KeptRows:
+        """:meth:`rows` of every labelled record, read-only (a write raises ``ValueError``):
+        the kept rows themselves, no copy, never rewritten in place while the view lives;
+        each row's stamp beside it: the last view's while the row was kept as it was."""
+        with _LOCK:
+            out, shared, given = self._rows(columns, None)
+            out = out.view()
+            out.flags.writeable = False
+            stamp = _stamps(len(out)) if given is None or given.stamp is None else given.stamp
+            stamp = stamp.view()
+            stamp.flags.writeable = False
+            if shared and given is not None and given.lent is not None:
+                given.lent[:] = [ref for ref in given.lent if ref() is not None]
+                given.lent.append(weakref.ref(out))
+            return KeptRows(out, stamp)
+
+    def _rows(
+        self, columns: PoolColumns, rows: np.ndarray | None
+    ) -> tuple[np.ndarray, bool, _State | None]:
+        """The rows :meth:`rows` gives (under ``_LOCK``), whether they are what is kept (a
+        view of it), and the kept pool whose rows they equal (None: none kept)."""
         whole = rows is None
         asked = columns.labelled if rows is None else rows
         slots = parent_hashes(columns)
-        keys = content_keys(columns, slots)
-        with _LOCK:  # a run's scorings may ask at once: one append at a time
-            state = self._state(len(columns), len(columns.parent))
-            kept = None if state is None else state.kept
-            if kept is not None and whole and _unchanged(columns, keys, kept):
-                # The kept pool itself (a scoring, then the run's encode, of the same
-                # pool): a copy of its rows, so that nothing the caller does reaches them.
-                self.reused += len(asked)
-                return torch.from_numpy(np.array(kept.numeric))
-            if whole and state is not None and _extends(columns, slots, keys, state.kept):
-                grown = self._grown(columns, slots, keys, state)
-                if grown is not None:
-                    return torch.from_numpy(grown)
-            return torch.from_numpy(self._worked_out(columns, slots, keys, asked, whole, kept))
+        state = self._state(len(columns), len(columns.parent))
+        keys = keyed(columns, slots, _kept_keys(state))
+        kept = None if state is None else state.kept
+        if kept is not None and whole and _unchanged(columns, keys, kept):
+            # The kept pool itself (a scoring, then the run's encode, of the same pool)
+            self.reused += len(asked)
+            return kept.numeric, self.memory is not None or not kept.numeric.flags.writeable, state
+        if whole and state is not None and _extends(columns, slots, keys, state.kept):
+            grown = self._grown(columns, slots, keys, state)
+            if grown is not None:  # the kept rows, when this process keeps them
+                return grown.kept.numeric, self.memory is not None, grown
+        out, written = self._worked_out(columns, slots, keys, asked, whole, kept)
+        return out, False, written
 
     def _worked_out(
         self,
@@ -209,9 +261,10 @@ class KeptNumeric:
         asked: np.ndarray,
         whole: bool,
         kept: Kept | None,
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, _State | None]:
         """``asked``'s rows, the kept ones reused where they hold (module docstring);
-        with ``whole``, the file written again when anything was worked out."""
+        with ``whole``, the file written again when anything was worked out, and what is
+        kept then (its rows a copy of these: the stamps of these)."""
         order = np.argsort(keys)  # the file's order column, and _fresh's searches
         fresh = _fresh(columns, slots, keys, order, kept) if kept is not None else None
         out = np.empty((len(asked), _WIDTH), dtype=np.float64)
@@ -234,13 +287,13 @@ class KeptNumeric:
         self.reused += len(asked) - len(need)
         self.computed += len(need)
         if whole and (len(need) or kept is None):
-            self._write(columns, slots, keys, order, out, depth)
-        return out
+            return out, self._write(columns, slots, keys, order, out, depth)
+        return out, None
 
     def _grown(
         self, columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, state: _State
-    ) -> np.ndarray | None:
-        """The rows of a pool that is the kept one with records added at its end: the new
+    ) -> _State | None:
+        """The pool that is the kept one with records added at its end: the new
         records worked out, and the kept ones beside them (their siblings, and every
         descendant of a new record: a kept record may name a new one as its parent), the
         rest copied; the file grows by one frame (:mod:`.kept_numeric_file`). None when
@@ -250,7 +303,7 @@ class KeptNumeric:
         n, n_slots, n_labelled = len(kept.key), len(kept.parent_hash), len(kept.labelled)
         by_parent = np.argsort(kept.parent_hash) if state.by_parent is None else state.by_parent
         new_slots = slots[n_slots:]
-        by_parent, named = _merged(kept.parent_hash[by_parent], by_parent, new_slots, n_slots)
+        by_parent, named = merged_sorted(kept.parent_hash[by_parent], by_parent, new_slots, n_slots)
         start = columns.parent_start
 
         def children(ids: np.ndarray) -> np.ndarray:
@@ -276,11 +329,11 @@ class KeptNumeric:
         if index is None:
             return None
         worked = features.numeric_rows(columns, labelled[need], index).numpy()
-        buffer = _room(state, len(labelled))
+        # Kept rows worked out again (a new record's siblings) while a view of them is
+        # lent: a store of their own, the view left as it was
+        buffer = _room(state, len(labelled), bool((need < n_labelled).any()) and _lent(state))
         buffer[need] = worked  # what is kept in memory, if it is, changes here: _append
-        # The caller's rows: a copy of what is kept (none kept: the store itself).
         out = buffer[: len(labelled)]
-        out = out if self.memory is None else np.array(out)
         self.reused += len(labelled) - len(need)
         self.computed += len(need)
         old = need[need < n_labelled]
@@ -298,11 +351,16 @@ class KeptNumeric:
             "redepth": moved,
             "redepth_value": index.depth[moved],
         }
-        order = _merged(kept.key[kept.order], kept.order, keys[n:], n)[0]
+        order = merged_sorted(kept.key[kept.order], kept.order, keys[n:], n)[0]
         rows = buffer[: len(labelled)]
         grown = Kept(keys, order, columns.id_hash, start, slots, labelled, rows, index.depth)
-        self._append(columns, state, grown, frame, _State(grown, 0, 0, by_parent, buffer))
-        return out
+        lent = state.lent if buffer is state.buffer and state.lent is not None else []
+        kept_stamp = _stamps(n_labelled) if state.stamp is None else state.stamp
+        stamp = np.concatenate((kept_stamp, _stamps(len(labelled) - n_labelled)))
+        stamp[need] = _stamps(len(need))  # worked out again: new stamps
+        after = _State(grown, 0, 0, by_parent, buffer, KeyInputs.of(columns), lent, stamp)
+        self._append(columns, state, grown, frame, after)
+        return after
 
     def _append(
         self,
@@ -390,7 +448,7 @@ class KeptNumeric:
             return None
         if torn:
             logger.info("kept numeric rows %s: a torn frame after byte %d left out", self.path, end)
-        return _State(kept, end, len(frames))
+        return _State(kept, end, len(frames), stamp=_stamps(len(kept.labelled)))
 
     def _write(
         self,
@@ -400,7 +458,9 @@ class KeptNumeric:
         order: np.ndarray,
         numeric: np.ndarray,
         depth: np.ndarray | None,
-    ) -> None:
+    ) -> _State | None:
+        """Write the pool's kept file whole and keep it in memory: what is kept (None: the
+        write failed)."""
         arrays = {
             "key": keys,
             "order": order,
@@ -419,21 +479,23 @@ class KeptNumeric:
             self.write_failures += 1
             logger.warning("cannot write %s (%s): worked out again next run", self.path, exc)
             self._forget()
-            return
-        self._keep(_owned(Kept(**arrays), end))
+            return None
+        state = _owned(Kept(**arrays), end, KeyInputs.of(columns))
+        self._keep(state)
+        return state
 
 
-def _room(state: _State, rows: int) -> np.ndarray:
+def _room(state: _State, rows: int, new: bool = False) -> np.ndarray:
     """A store for ``rows`` rows holding the kept ones first: the state's own when it has
-    room (written in place), else a new one with room for a quarter more."""
-    if state.buffer is not None and len(state.buffer) >= rows:
+    room (written in place) and not ``new``, else a new one with room for a quarter more."""
+    if state.buffer is not None and len(state.buffer) >= rows and not new:
         return state.buffer
     buffer = np.empty((rows + rows // 4, _WIDTH), dtype=np.float64)
     buffer[: len(state.kept.numeric)] = state.kept.numeric
     return buffer
 
 
-def _owned(kept: Kept, end: int) -> _State:
+def _owned(kept: Kept, end: int, inputs: KeyInputs) -> _State:
     """``kept``, as just written (``end``: the file's size), with rows of its own: the
     rows are the caller's too, and what it does with them must not reach what is kept.
     One copy (~23 MB at 100,000 records), into a store with room for the next appends;
@@ -442,7 +504,33 @@ def _owned(kept: Kept, end: int) -> _State:
     rows = len(kept.numeric)
     buffer = np.empty((rows + rows // 4, _WIDTH), dtype=np.float64)
     buffer[:rows] = kept.numeric
-    return _State(kept._replace(numeric=buffer[:rows]), end, 1, None, buffer)
+    numeric = buffer[:rows]
+    return _State(kept._replace(numeric=numeric), end, 1, None, buffer, inputs, [], _stamps(rows))
+
+
+_STAMPS = [1]  # the next stamp this process gives
+_STAMPS_LOCK = threading.Lock()
+
+
+def _kept_keys(state: _State | None) -> KeptKeys | None:
+    """What ``state`` says of its pool's content keys (None: nothing to check them by)."""
+    if state is None or state.inputs is None:
+        return None
+    k = state.kept
+    return KeptKeys(k.key, k.id_hash, k.parent_start, k.parent_hash, k.labelled, state.inputs)
+
+
+def _stamps(count: int) -> np.ndarray:
+    """``count`` numbers (uint64) no earlier call in this process gave (``_State.stamp``)."""
+    with _STAMPS_LOCK:
+        first = _STAMPS[0]
+        _STAMPS[0] += count
+    return np.arange(first, first + count, dtype=np.uint64)
+
+
+def _lent(state: _State) -> bool:
+    """Whether a view of ``state``'s rows lent by :meth:`KeptNumeric.view` still lives."""
+    return state.lent is not None and any(ref() is not None for ref in state.lent)
 
 
 def _bytes(state: _State) -> int:
@@ -469,17 +557,6 @@ def _extends(columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, kept: Ke
         and np.array_equal(labelled[:n_labelled], kept.labelled)
         and (len(labelled) == n_labelled or bool(labelled[n_labelled] >= n))
     )
-
-
-def _merged(
-    ranked: np.ndarray, rank_order: np.ndarray, values: np.ndarray, first: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``rank_order`` (the indices sorting an array, ``ranked`` that array sorted) with
-    ``values`` (at indices ``first`` on) sorted in; and the merged sorted values. A copy
-    in order, no sort of the whole."""
-    by = np.argsort(values, kind="stable")
-    place = np.searchsorted(ranked, values[by], "right")
-    return np.insert(rank_order, place, first + by), np.insert(ranked, place, values[by])
 
 
 def _whole(arrays: dict[str, np.ndarray]) -> Kept:
@@ -524,59 +601,6 @@ def _applied(kept: Kept, frame: Frame) -> Kept:
     )
 
 
-def content_keys(columns: PoolColumns, slots: np.ndarray) -> np.ndarray:
-    """Each pool record's key (uint64): its id, score, time, operator, parents' ids in
-    order (``slots``: :func:`parent_hashes`) and, when labelled, its ``labelled_hash``
-    (label and every input)."""
-    operators = np.frombuffer(
-        b"".join(id_digest(str(op)) for op in columns.operator.values) or b"", "<u8"
-    )
-    key = _fmix(columns.id_hash.view(np.uint64))
-    parts = (
-        columns.score.view(np.uint64),
-        columns.scored.astype(np.uint64),
-        columns.created.view(np.uint64),
-        operators[columns.operator.codes] if len(operators) else np.zeros(len(key), np.uint64),
-        _row_sums(columns.parent_start, _slot_keys(columns.parent_start, slots)),
-    )
-    for part in parts:
-        key = _fmix(key ^ part)
-    labelled = columns.key.view(np.uint64) ^ _MIX
-    key[columns.labelled] = _fmix(key[columns.labelled] ^ labelled)
-    return key
-
-
-def parent_hashes(columns: PoolColumns) -> np.ndarray:
-    """Each parent named (``columns.parent``) as its id's hash, inside the pool or out."""
-    outside = record_id_hashes(columns.outside)
-    table = np.concatenate((columns.id_hash, outside)).astype(np.int64)
-    return table[columns.parent]
-
-
-def _slot_keys(start: np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """Each parent named, by its id's hash and its place in its record's list."""
-    place = np.arange(len(slots), dtype=np.int64)
-    place -= np.repeat(start[:-1], np.diff(start))
-    mixed: np.ndarray = slots.view(np.uint64) ^ (place.view(np.uint64) * _MIX)
-    return _fmix(mixed)
-
-
-def _row_sums(start: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each row's values summed (uint64, wrapping), rows ``start[r]:start[r + 1]``."""
-    total = np.zeros(len(values) + 1, np.uint64)
-    np.cumsum(values, out=total[1:])
-    return total[start[1:]] - total[start[:-1]]
-
-
-def _fmix(h: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: every input bit moves every output bit (uint64, wrapping)."""
-    h = h ^ (h >> np.uint64(30))
-    h = h * np.uint64(0xBF58476D1CE4E5B9)
-    h = h ^ (h >> np.uint64(27))
-    h = h * np.uint64(0x94D049BB133111EB)
-    return h ^ (h >> np.uint64(31))
-
-
 def _unchanged(columns: PoolColumns, keys: np.ndarray, kept: Kept) -> bool:
     """Whether the pool is the kept one: the same records, in the same order."""
     return np.array_equal(keys, kept.key) and np.array_equal(columns.labelled, kept.labelled)
@@ -590,7 +614,7 @@ def _fresh(
     records in another order)."""
     # Both sides by key (``order``: keys'): the searches run in order (cache-friendly).
     kept_sorted = kept.key[kept.order]
-    at, same = _search(kept_sorted, kept.order, keys, order)
+    at, same = search_sorted(kept_sorted, kept.order, keys, order)
     old_same = np.zeros(len(kept.key), np.bool_)  # keys are distinct: a match is one record
     old_same[at[same]] = True
     if (np.diff(at[same]) <= 0).any():  # unchanged records in another order
@@ -638,22 +662,6 @@ def _index(
         if index is not None:
             return index
     return columns_index(columns)
-
-
-def _search(
-    ranked: np.ndarray, rank_order: np.ndarray, values: np.ndarray, value_order: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each of ``values`` in ``ranked`` (sorted, distinct; ``rank_order[i]`` the index of
-    ``ranked[i]``), searched in sorted order (``value_order``): its index, and whether
-    it is there."""
-    at, found = np.zeros(len(values), np.intp), np.zeros(len(values), np.bool_)
-    if not len(ranked) or not len(values):
-        return at, found
-    queries = values[value_order]
-    place = np.minimum(np.searchsorted(ranked, queries), len(ranked) - 1)
-    at[value_order] = rank_order[place]
-    found[value_order] = ranked[place] == queries
-    return at, found
 
 
 def _size_bound(records: int, parents: int) -> int:

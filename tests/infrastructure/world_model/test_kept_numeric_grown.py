@@ -18,7 +18,12 @@ from test_kept_numeric import RECORDS, _bits, _columns, _ids, _relabel, _worked_
 
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory, process_memory
-from genesis_fp16_infrastructure.world_model import features, kept_numeric, kept_numeric_file
+from genesis_fp16_infrastructure.world_model import (
+    content_keys,
+    features,
+    kept_numeric,
+    kept_numeric_file,
+)
 from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
 
 TREE = Path(__file__).resolve().parents[3]
@@ -194,7 +199,7 @@ def test_a_torn_append_at_any_byte_reads_as_the_old_rows(tmp_path: Path) -> None
 
 
 def first_keys(columns: PoolColumns) -> np.ndarray:
-    return kept_numeric.content_keys(columns, kept_numeric.parent_hashes(columns))
+    return content_keys.content_keys(columns, content_keys.parent_hashes(columns))
 
 
 def test_kill_9_mid_append_leaves_the_old_rows(tmp_path: Path) -> None:

@@ -18,6 +18,9 @@ resident process serves the run: ``TrainRequest.keep_in_memory_bytes``), and
   bits of every numeric feature, lineage numbers included), not under the record's id: a
   record edited in place, or one whose parents or siblings changed its lineage numbers,
   has other inputs, so it is scored again; two records of the same inputs share one.
+  The keys themselves are kept from run to run of a data path (:class:`RowKeys`): a
+  row's key is taken while the kept numeric rows say the row is the one hashed (its
+  stamp, ``KeptNumeric.view``), and hashed again otherwise.
 * **Never a loss.** What is kept is the logit, which no label enters: each scoring works
   the losses out from the records' current labels (a relabelled record is scored
   against its new label from the same logit).
@@ -34,7 +37,8 @@ equal to one that computes them all to within that last bit, not bit for bit (wh
 ``evaluated.py`` says of the gate's); every record scored in one run is scored from one
 set of logits.
 
-    keys = pool_keys.of(asked, numeric_of)  # each record's input key, once a run
+    pool_keys = PoolKeys(columns, stamp, kept_pool_keys(budget, path))  # last run's kept
+    keys = pool_keys.of(asked, numeric_of)  # each record's input key, the new ones hashed
     kept = kept_logits(request.keep_in_memory_bytes, digest)  # None: nothing kept for it
     hit, logit = kept.find(keys)  # per record: whether kept, and its logit
     keep_logits(request.keep_in_memory_bytes, digest, kept, keys.take(~hit), computed, what)
@@ -53,13 +57,14 @@ import numpy as np
 import torch
 
 from genesis_fp16_infrastructure.contract.split import splitmix64
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
 from genesis_fp16_infrastructure.kept_in_memory import estimate_bytes, process_memory
 from genesis_fp16_infrastructure.world_model.features import Categorical
 
 logger = logging.getLogger(__name__)
 
 KIND = "model outputs"  # the store's key: (KIND, the checkpoint's SHA-256)
+KEYS = "input keys"  # the store's key: (KEYS, the data path), PoolKeys of its last run
 # KeptLogits.joined's: kept logits the new ones were merged into ("merged"), and those
 # found out of order, sorted again with them ("sorted whole").
 JOINED: Counter[str] = Counter()
@@ -105,30 +110,116 @@ def value_hashes(values: Sequence[object]) -> np.ndarray:
     return np.array([_text_hash(v) for v in values], dtype=np.uint64)
 
 
+@dataclass
+class RowKeys:
+    """A pool's labelled rows' input keys as far as worked out (``done``), each row's
+    stamp (``KeptNumeric.view``) and the categorical values hashed (``hashed``, for
+    ``values``, each field's): what :class:`PoolKeys` keeps for the next run, no column
+    of its pool held."""
+
+    stamp: np.ndarray | None
+    first: np.ndarray
+    second: np.ndarray
+    done: np.ndarray
+    values: list[list[object]]
+    hashed: list[np.ndarray] | None = None
+
+    def nbytes(self) -> int:
+        """What it holds, for a store's budget (the values' lists are the pool's)."""
+        held = self.first.nbytes + self.second.nbytes + self.done.nbytes
+        return held + (0 if self.stamp is None else self.stamp.nbytes)
+
+
 class PoolKeys:
     """The input keys of a pool's labelled records, each worked out once, when first
-    asked for (the served model's scoring, then the gate's on the same records)."""
+    asked for (the served model's scoring, then the gate's on the same records).
 
-    def __init__(self, columns: PoolColumns) -> None:
+    With ``stamp`` (each labelled row's stamp: ``KeptNumeric.view``, which gives a row a
+    new one whenever it is worked out again) and ``before`` (the previous run's keys of
+    the same data path), a row whose stamp is the one it had then keeps its key: its
+    numeric row is the one hashed then, and its record (whose categorical values its
+    content key holds) the same. Only the new and worked-out rows are hashed."""
+
+    def __init__(
+        self,
+        columns: PoolColumns,
+        stamp: np.ndarray | None = None,
+        before: RowKeys | None = None,
+    ) -> None:
         self.columns = columns
         count = len(columns.labelled)
-        self.first = np.zeros(count, np.uint64)
-        self.second = np.zeros(count, np.uint64)
-        self.done = np.zeros(count, bool)
-        self._values: list[np.ndarray] | None = None
+        zero = np.zeros(count, np.uint64)
+        values = [list(c.values) for c in _fields(columns)]  # the pool may grow its own
+        self.rows = RowKeys(stamp, zero, zero.copy(), np.zeros(count, bool), values)
+        self.reused = 0  # rows whose key ``before`` had
+        if stamp is not None and before is not None and before.stamp is not None:
+            self._take(before)
+
+    def _take(self, before: RowKeys) -> None:
+        """``before``'s keys of the rows whose stamps are still theirs (positions: a pool's
+        labelled rows keep theirs while the kept rows do, ``KeptNumeric``)."""
+        rows = self.rows
+        assert rows.stamp is not None and before.stamp is not None
+        m = min(len(rows.stamp), len(before.stamp), len(rows.done), len(before.done))
+        at = np.flatnonzero(before.done[:m] & (rows.stamp[:m] == before.stamp[:m]))
+        rows.first[at], rows.second[at] = before.first[at], before.second[at]
+        rows.done[at] = True
+        self.reused = len(at)
+        if before.hashed is not None:  # each field's values hashed, the old ones kept
+            rows.hashed = _grown_hashes(rows.values, before.values, before.hashed)
 
     def of(self, asked: np.ndarray, numeric_of: Callable[[np.ndarray], torch.Tensor]) -> InputKeys:
         """The keys of the labelled records ``asked``; ``numeric_of``: their numeric rows."""
-        todo = np.unique(asked[~self.done[asked]])
+        rows = self.rows
+        todo = np.unique(asked[~rows.done[asked]])
         if len(todo):
             columns = self.columns
-            if self._values is None:
-                fields = (columns.operator, columns.tools, columns.pattern, columns.agent)
-                self._values = [value_hashes(c.values) for c in fields]
+            if rows.hashed is None:
+                rows.hashed = [value_hashes(values) for values in rows.values]
             parts = Categorical.of_rows(columns, columns.labelled[todo])
-            keys = input_keys(parts, numeric_of(todo), self._values)
-            self.first[todo], self.second[todo], self.done[todo] = keys.first, keys.second, True
-        return InputKeys(self.first[asked], self.second[asked])
+            keys = input_keys(parts, numeric_of(todo), rows.hashed)
+            rows.first[todo], rows.second[todo], rows.done[todo] = keys.first, keys.second, True
+        return InputKeys(rows.first[asked], rows.second[asked])
+
+
+def _fields(columns: PoolColumns) -> tuple[Coded, ...]:
+    """The categorical columns :func:`input_keys` reads, in ``Categorical``'s order."""
+    return (columns.operator, columns.tools, columns.pattern, columns.agent)
+
+
+def _grown_hashes(
+    values: list[list[object]], old: list[list[object]], hashed: list[np.ndarray]
+) -> list[np.ndarray]:
+    """:func:`value_hashes` of each field's ``values``, those of ``old`` (``hashed``)
+    taken where they come first, in order (a grown pool keeps its old codes), the rest
+    hashed now."""
+    out = []
+    for now, then, known in zip(values, old, hashed, strict=True):
+        start = len(then)
+        if len(known) == start and now[:start] == then:
+            out.append(np.concatenate((known, value_hashes(now[start:]))))
+        else:
+            out.append(value_hashes(now))
+    return out
+
+
+def kept_pool_keys(budget: int | None, data_path: str) -> RowKeys | None:
+    """The previous run's keys of ``data_path``'s rows in this process's store
+    (``budget``: the request's ``keep_in_memory_bytes``; None or 0: none kept). Believed
+    only where the kept rows' stamps say so (:class:`PoolKeys`)."""
+    memory = process_memory(budget or 0)
+    if memory is None:
+        return None
+    found = memory.get((KEYS, data_path), KEYS)
+    return found if isinstance(found, RowKeys) else None
+
+
+def keep_pool_keys(budget: int | None, data_path: str, keys: PoolKeys) -> None:
+    """Keep ``keys`` (filled in as its run asks) for the next run of ``data_path``."""
+    memory = process_memory(budget or 0)
+    rows = keys.rows
+    if memory is not None and rows.stamp is not None:
+        memory.put((KEYS, data_path), KEYS, rows, rows.nbytes(), f"input keys of {data_path}")
 
 
 def _text_hash(value: object) -> int:

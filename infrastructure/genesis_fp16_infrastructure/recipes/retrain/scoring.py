@@ -36,7 +36,9 @@ from genesis_fp16_infrastructure.recipes.retrain.freshness import record_cache
 from genesis_fp16_infrastructure.recipes.retrain.kept_outputs import (
     PoolKeys,
     keep_logits,
+    keep_pool_keys,
     kept_logits,
+    kept_pool_keys,
     logged_reuse,
 )
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
@@ -82,27 +84,40 @@ class _RunPool:
     data: ReadResult
     ids: list[str]
     kept: KeptNumeric | None = None
-    numeric: torch.Tensor | None = None
+    numeric: np.ndarray | None = None  # read-only: the kept rows themselves (KeptNumeric.view)
+
+    budget: int | None = None  # the request's keep_in_memory_bytes
+    stamp: np.ndarray | None = None  # each labelled row's stamp (KeptNumeric.view)
 
     @functools.cached_property
     def keys(self) -> PoolKeys:
-        """Each labelled record's input key (kept_outputs.py), worked out when asked."""
-        return PoolKeys(self.data.columns)
+        """Each labelled record's input key (kept_outputs.py), worked out when asked: a
+        kept row's as the previous run of this data path worked it out (its stamp the
+        same), the rest hashed. Kept for the next run."""
+        columns = self.data.columns
+        if self.kept is None:
+            return PoolKeys(columns)
+        self.numeric_of(np.zeros(0, np.int64))  # the kept rows' view, and their stamps
+        path = str(self.key[0])
+        keys = PoolKeys(columns, self.stamp, kept_pool_keys(self.budget, path))
+        keep_pool_keys(self.budget, path, keys)
+        return keys
 
     def numeric_of(self, asked: np.ndarray) -> torch.Tensor:
         """The numeric rows of the labelled records ``asked``: every labelled record's
         built once a run, from the kept rows when there are (only what is new or changed
         is worked out: world_model.kept_numeric), else when all are asked for; else the
-        rows asked for alone."""
+        rows asked for alone. Every labelled record's are read, not copied (a read-only
+        view of the kept rows): each call gathers the rows it asks for."""
         columns = self.data.columns
-        if self.numeric is None and (self.kept is not None or len(asked) == len(self.ids)):
-            whole = columns.labelled
-            self.numeric = (
-                numeric_rows(columns, whole) if self.kept is None else self.kept.rows(columns)
-            )
+        if self.numeric is None and self.kept is not None:
+            self.numeric, self.stamp = self.kept.view(columns)
+        elif self.numeric is None and len(asked) == len(self.ids):
+            self.numeric = numeric_rows(columns, columns.labelled).numpy()
+            self.numeric.flags.writeable = False
         if self.numeric is None:
             return numeric_rows(columns, columns.labelled[asked])
-        return self.numeric[asked]
+        return torch.from_numpy(self.numeric[asked])
 
     @functools.cached_property
     def segments(self) -> list[str]:
@@ -128,6 +143,7 @@ def _run_pool(request: TrainRequest, options: TaskOptions) -> _RunPool:
     plan = None if checked is None else weakref.ref(checked)
     named = judged_ids(data.columns, request.keep_in_memory_bytes)
     pool = _RunPool(plan, key, data, named, kept_numeric(request, cache))
+    pool.budget = request.keep_in_memory_bytes
     if checked is not None:  # forgotten with the plan: a daemon thread keeps no old pool
         _RUN_POOL[:] = [pool]
         weakref.finalize(checked, _forget)

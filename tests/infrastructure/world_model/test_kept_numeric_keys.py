@@ -1,0 +1,158 @@
+"""Kept numeric rows cost what is new (issue 90): the kept records' content keys are not
+hashed again, a changed record's are, and the rows a scoring reads are lent read-only,
+never written in place while lent."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_kept_numeric import RECORDS, _columns, _relabel
+from test_kept_numeric_grown import _grown_pools, _want
+
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
+from genesis_fp16_infrastructure.world_model import content_keys, kept_numeric
+from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
+
+
+def _keyed(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray | None]:
+    """The rows each call of content_keys hashed (None: the whole pool)."""
+    calls: list[np.ndarray | None] = []
+    real = content_keys.content_keys
+
+    def counted(
+        columns: PoolColumns, slots: np.ndarray, rows: np.ndarray | None = None
+    ) -> np.ndarray:
+        calls.append(None if rows is None else np.array(rows))
+        return real(columns, slots, rows)
+
+    monkeypatch.setattr(content_keys, "content_keys", counted)
+    return calls
+
+
+def _whole_keys(columns: PoolColumns) -> np.ndarray:
+    return content_keys.content_keys(columns, content_keys.parent_hashes(columns))
+
+
+def test_a_grown_pool_hashes_its_new_records_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept pool in memory, then records added at its end: content_keys hashes the
+    new records alone (the kept ones' keys are the kept pool's), and the keys, the kept
+    file and the rows are what hashing every record gives."""
+    memory = KeptInMemory(64 * 2**20)
+    first, grown, _ = _grown_pools(tmp_path)
+    KeptNumeric(tmp_path / "cache", "data", memory).rows(first)
+    calls = _keyed(monkeypatch)
+    kept = KeptNumeric(tmp_path / "cache", "data", memory)
+    rows = kept.view(grown).numeric
+    assert len(calls) == 1 and calls[0] is not None
+    assert np.array_equal(calls[0], np.arange(len(first), len(grown)))
+    assert np.array_equal(rows.view(np.int64), _want(grown))
+    calls.clear()
+    again = KeptNumeric(tmp_path / "cache", "data", memory)
+    assert np.array_equal(again.rows(grown).numpy().view(np.int64), _want(grown))
+    assert again.computed == 0 and calls == []  # the same pool: nothing hashed
+    assert np.array_equal(_kept_keys(memory, kept), _whole_keys(grown))
+
+
+def _kept_keys(memory: KeptInMemory, kept: KeptNumeric) -> np.ndarray:
+    """The content keys of the pool ``kept`` keeps in ``memory``."""
+    state = memory.get(("kept_numeric", str(kept.path)), kept_numeric.identity_of(kept.path))
+    return np.asarray(state.kept.key)
+
+
+@pytest.mark.parametrize("change", ["relabelled", "edited"])
+def test_a_changed_record_is_keyed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """The kept pool in memory, then one record relabelled or edited in place: that
+    record alone is hashed again (its kept key is not believed), its key is the one
+    hashing it gives, and the rows are the worked-out bits."""
+    memory = KeptInMemory(64 * 2**20)
+    columns = _columns(tmp_path / "data", {"a.json": RECORDS})
+    KeptNumeric(tmp_path / "cache", "data", memory).rows(columns)
+    records = copy.deepcopy(RECORDS)
+    name = columns.ids[columns.labelled[len(columns.labelled) // 2]]
+    target = next(i for i, r in enumerate(records) if r["trajectory_id"] == name)
+    if change == "relabelled":
+        _relabel(records[target])
+    else:
+        records[target]["code_changes"] += "\n+one more line"
+    changed = _columns(tmp_path / "data", {"a.json": records})
+    row = changed.ids.index(records[target]["trajectory_id"])
+    calls = _keyed(monkeypatch)
+    kept = KeptNumeric(tmp_path / "cache", "data", memory)
+    got = kept.rows(changed)
+    assert kept.from_memory == 1 and kept.computed >= 1
+    assert calls[0] is not None and calls[0].tolist() == [row]
+    assert np.array_equal(got.numpy().view(np.int64), _want(changed))
+    keys = _kept_keys(memory, kept)
+    assert np.array_equal(keys, _whole_keys(changed))
+    assert keys[row] != _whole_keys(columns)[row]
+
+
+def test_a_lent_view_cannot_be_written(tmp_path: Path) -> None:
+    """The rows view lends (the kept rows themselves, no copy) and their stamps refuse a
+    write; rows() hands out a copy of its own."""
+    memory = KeptInMemory(64 * 2**20)
+    columns = _columns(tmp_path / "data", {"a.json": RECORDS})
+    kept = KeptNumeric(tmp_path / "cache", "data", memory)
+    kept.rows(columns)
+    lent = kept.view(columns)
+    with pytest.raises(ValueError, match="read-only"):
+        lent.numeric[0, 0] = 1.0
+    with pytest.raises(ValueError, match="read-only"):
+        lent.stamp[0] = 1
+    own = kept.rows(columns)
+    own[0, 0] = -1.0  # the caller's own: what is kept is not touched
+    assert np.array_equal(kept.view(columns).numeric.view(np.int64), _want(columns))
+
+
+def test_kept_rows_lent_out_are_not_rewritten_in_place(tmp_path: Path) -> None:
+    """A view lent, then a grown pool whose new records work kept rows out again (their
+    siblings, their parents' depths): the lent view keeps its bits (the grown rows go to a
+    store of their own); a row whose stamp stayed has the bits it had, and every row
+    whose bits moved has a new stamp."""
+    memory = KeptInMemory(64 * 2**20)
+    first, grown, _ = _grown_pools(tmp_path)
+    kept = KeptNumeric(tmp_path / "cache", "data", memory)
+    kept.rows(first)
+    lent = kept.view(first)
+    before = lent.numeric.copy()
+    after = KeptNumeric(tmp_path / "cache", "data", memory).view(grown)
+    assert np.array_equal(lent.numeric, before)
+    assert np.array_equal(after.numeric.view(np.int64), _want(grown))
+    n = len(first.labelled)
+    moved = ~np.all(after.numeric[:n].view(np.int64) == before.view(np.int64), axis=1)
+    assert moved.any(), "no kept row was worked out again: the test proves nothing"
+    same = after.stamp[:n] == lent.stamp
+    assert same.any() and not (same & moved).any()
+
+
+def test_an_unlabelled_record_retimed_is_keyed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record with no label (no labelled hash to change) given another time: it alone
+    is hashed again, found by its own column, and its key is what hashing it gives."""
+    memory = KeptInMemory(64 * 2**20)
+    columns = _columns(tmp_path / "data", {"a.json": RECORDS})
+    KeptNumeric(tmp_path / "cache", "data", memory).rows(columns)
+    unlabelled = np.setdiff1d(np.arange(len(columns)), columns.labelled)
+    assert len(unlabelled), "every record labelled: the test proves nothing"
+    name = columns.ids[unlabelled[0]]
+    records = copy.deepcopy(RECORDS)
+    record = next(r for r in records if r["trajectory_id"] == name)
+    record["created_at"] = "2031-01-01T00:00:00+00:00"
+    changed = _columns(tmp_path / "data", {"a.json": records})
+    row = changed.ids.index(name)
+    calls = _keyed(monkeypatch)
+    kept = KeptNumeric(tmp_path / "cache", "data", memory)
+    got = kept.rows(changed)
+    assert calls[0] is not None and calls[0].tolist() == [row]
+    assert np.array_equal(got.numpy().view(np.int64), _want(changed))
+    keys = _kept_keys(memory, kept)
+    assert np.array_equal(keys, _whole_keys(changed)) and keys[row] != _whole_keys(columns)[row]
