@@ -53,10 +53,11 @@ genesis_fp16_infrastructure.contract.judging.RecordLossesError: RecordLosses: id
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -105,10 +106,41 @@ class RecordLosses:
     primary: str = ""
 
     def __post_init__(self) -> None:
-        _copy_and_check(self)
+        self._check()
+
+    def _check(
+        self, checked: tuple[object, ...] | None = None, finite: Set[str] = frozenset()
+    ) -> None:
+        """Its fields copied and checked (:func:`_copy_and_check`, which says what
+        ``checked`` and ``finite`` spare), then its quarantined count."""
+        _copy_and_check(self, checked, finite)
         count = self.quarantined
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise RecordLossesError(f"RecordLosses: quarantined is {count!r:.40}, not a count")
+
+    @classmethod
+    def copy_of(cls, record: RecordLosses) -> RecordLosses:
+        """A copy of its own of ``record``'s fields, checked again: what the judged run
+        uses of the RecordLosses a plugin returned, which the plugin may have changed
+        since it was built (``object.__setattr__`` on a frozen one). A field still the
+        very tuple ``record``'s own check passed (tuples of exact ``str`` and ``float``:
+        nothing can change one) is not walked again; any other is checked in full.
+
+        >>> scored = RecordLosses.of(["a", "b"], [0.5, 0.25])
+        >>> RecordLosses.copy_of(scored) == scored
+        True
+        >>> object.__setattr__(scored, "losses", {"loss": (0.5, math.inf)})
+        >>> try:
+        ...     RecordLosses.copy_of(scored)
+        ... except RecordLossesError as refused:
+        ...     print(refused)
+        RecordLosses: loss of 'b' is inf, not a finite float
+        """
+        fields = record.ids, record.losses, record.segments, record.quarantined, record.primary
+        copy = cls.__new__(cls)
+        vars(copy).update(zip(_LOSSES_FIELDS, fields, strict=True))
+        copy._check(vars(record).get(_CHECKED))
+        return copy
 
     def _check_columns(self) -> None:
         names = list(self.losses)
@@ -139,11 +171,19 @@ class RecordLosses:
         """From any sequences (a list, a numpy array), one column or a mapping of named
         columns: losses become Python floats."""
         try:
-            values = {name: _floats(column) for name, column in _named(losses, primary).items()}
+            found = {name: _floats(column) for name, column in _named(losses, primary).items()}
         except (TypeError, ValueError) as exc:
             raise RecordLossesError(f"RecordLosses: a loss is not a number ({exc})") from None
+        # Each column checked on the float64 array its floats came from, in one numpy
+        # pass: not walked again as Python floats (_copy_and_check's ``finite``).
+        finite = {name for name, array in found.items() if _finite_and_not_negative(array)}
+        values = {name: tuple(array.tolist()) for name, array in found.items()}
         kept = None if segments is None else tuple(segments)
-        return cls(tuple(ids), values, kept, quarantined, primary)
+        record = cls.__new__(cls)
+        fields = tuple(ids), values, kept, quarantined, primary
+        vars(record).update(zip(_LOSSES_FIELDS, fields, strict=True))
+        record._check(None, finite)
+        return record
 
     @cached_property
     def id_hashes(self) -> np.ndarray:
@@ -209,22 +249,41 @@ def _all_of(values: tuple[Any, ...], kind: type) -> bool:
     return set(map(type, values)) <= {kind}
 
 
-def _floats(column: Iterable[float]) -> tuple[float, ...]:
-    """A column of numbers as Python floats (``float()`` of each, in one numpy pass)."""
+def _floats(column: Iterable[float]) -> np.ndarray:
+    """A column of numbers as one float64 array (``float()`` of each, in one numpy pass):
+    its ``tolist()`` is the column's Python floats."""
     if isinstance(column, np.ndarray):
         if column.ndim != 1:
             raise ValueError(f"a column of shape {column.shape}, not one value per record")
-        return tuple(column.astype(np.float64).tolist())
-    return tuple(np.fromiter(column, dtype=np.float64).tolist())
+        return column.astype(np.float64)
+    return np.fromiter(column, dtype=np.float64)
 
 
-def _copy_and_check(record: RecordLosses | RecordIds) -> None:
+def _finite_and_not_negative(values: np.ndarray) -> bool:
+    """Whether every value is finite and 0 or more: :func:`_check_column`'s test of each
+    Python float, on their float64 array (``float(x) >= 0.0`` is ``x >= 0.0``; -0.0
+    passes both)."""
+    return bool(np.isfinite(values).all() and (values >= 0.0).all())
+
+
+def _copy_and_check(
+    record: RecordLosses | RecordIds,
+    checked: tuple[object, ...] | None = None,
+    finite: Set[str] = frozenset(),
+) -> None:
     """Copies ``record``'s fields, then checks them: a list or dict the plugin passed and
     changes later (inf, an id short or twice, a column added) changes nothing that was
     checked. Each id a non-empty string, none twice; each loss column as
     :func:`_check_column` checks it; the segments None, or one string per record. Each
     checked over the whole column first (a judged run builds several of these at 100,000
-    records), record by record only to name what failed."""
+    records), record by record only to name what failed.
+
+    What a check passed is not walked again. A record whose every id, loss and segment
+    was of exactly ``str`` or ``float`` keeps its checked fields (:data:`_CHECKED`):
+    ``checked``, a copy's source's, spares the walk when each field is still that very
+    object (a tuple of exact strs and floats cannot change). ``finite``: the columns
+    :meth:`RecordLosses.of` made of floats it checked on their array (only their
+    length is checked here)."""
     kind = "RecordLosses" if isinstance(record, RecordLosses) else "RecordIds"
     try:
         object.__setattr__(record, "ids", tuple(record.ids))
@@ -237,34 +296,72 @@ def _copy_and_check(record: RecordLosses | RecordIds) -> None:
         raise RecordLossesError(f"{kind}: a field is not a sequence ({exc})") from None
     if isinstance(record, RecordLosses):
         record._check_columns()
-    ids, segments = record.ids, record.segments
-    if not (_all_of(ids, str) and all(ids) and len(set(ids)) == len(ids)):
-        seen: set[object] = set()
-        for index, id_ in enumerate(ids):
-            if not isinstance(id_, str) or not id_:
-                raise RecordLossesError(f"{kind}: id {index} is {id_!r}, not a string")
-            if id_ in seen:
-                raise RecordLossesError(f"{kind}: id {id_!r} twice")
-            seen.add(id_)
-    for name, values in record.losses.items() if isinstance(record, RecordLosses) else ():
-        _check_column(name, ids, values)
-    if segments is None:
+    fields, same = _checked_fields(record), False
+    if isinstance(checked, tuple) and len(checked) == len(fields):
+        same = all(map(operator.is_, fields, checked))
+    if same:
+        vars(record)[_CHECKED] = checked
         return
+    exact = _check_ids(kind, record.ids)
+    for name, values in record.losses.items() if isinstance(record, RecordLosses) else ():
+        exact = _check_column(name, record.ids, values, name in finite) and exact
+    exact = _check_segments(kind, record.ids, record.segments) and exact
+    if exact:
+        vars(record)[_CHECKED] = fields
+
+
+_CHECKED = "_checked"  # a record's fields as its check passed them (_copy_and_check)
+_LOSSES_FIELDS = ("ids", "losses", "segments", "quarantined", "primary")
+
+
+def _checked_fields(record: RecordLosses | RecordIds) -> tuple[object, ...]:
+    """The objects a check walks: the ids, the segments, each column's name and values."""
+    columns = record.losses.items() if isinstance(record, RecordLosses) else ()
+    return (record.ids, record.segments, *itertools.chain.from_iterable(columns))
+
+
+def _check_ids(kind: str, ids: tuple[str, ...]) -> bool:
+    """Each id a non-empty string, none twice; True when each is exactly a ``str``."""
+    if _all_of(ids, str) and all(ids) and len(set(ids)) == len(ids):
+        return True
+    seen: set[object] = set()
+    for index, id_ in enumerate(ids):
+        if not isinstance(id_, str) or not id_:
+            raise RecordLossesError(f"{kind}: id {index} is {id_!r}, not a string")
+        if id_ in seen:
+            raise RecordLossesError(f"{kind}: id {id_!r} twice")
+        seen.add(id_)
+    return False
+
+
+def _check_segments(kind: str, ids: tuple[str, ...], segments: tuple[str, ...] | None) -> bool:
+    """None, or one string per record; True when None or each exactly a ``str``."""
+    if segments is None:
+        return True
     if len(segments) != len(ids):
         raise RecordLossesError(f"{kind}: {len(segments)} segments for {len(ids)} records")
-    for index, segment in enumerate(() if _all_of(segments, str) else segments):
+    if _all_of(segments, str):
+        return True
+    for index, segment in enumerate(segments):
         if not isinstance(segment, str):
             raise RecordLossesError(f"{kind}: segment {index} is {segment!r:.40}, not a string")
+    return False
 
 
-def _check_column(name: str, ids: tuple[str, ...], values: tuple[float, ...]) -> None:
-    """One loss column against the ids: as long, each a finite float of 0 or more."""
+def _check_column(
+    name: str, ids: tuple[str, ...], values: tuple[float, ...], finite: bool = False
+) -> bool:
+    """One loss column against the ids: as long, each a finite float of 0 or more
+    (``finite``: floats checked so already, their length alone); True when each is
+    exactly a ``float``."""
     if len(values) != len(ids):
         raise RecordLossesError(f"RecordLosses: {len(ids)} ids but {len(values)} {name} values")
+    if finite:
+        return True
     if _all_of(values, float):
         found = np.fromiter(values, dtype=np.float64, count=len(values))
-        if np.isfinite(found).all() and (found >= 0.0).all():
-            return
+        if _finite_and_not_negative(found):
+            return True
     for id_, loss in zip(ids, values, strict=True):
         if isinstance(loss, bool) or not isinstance(loss, float) or not math.isfinite(loss):
             raise RecordLossesError(
@@ -274,6 +371,7 @@ def _check_column(name: str, ids: tuple[str, ...], values: tuple[float, ...]) ->
             raise RecordLossesError(
                 f"RecordLosses: {name} of {id_!r} is {loss!r}; losses are 0 or more"
             )
+    return False
 
 
 @runtime_checkable
@@ -299,7 +397,12 @@ class RecordIds:
     hashes: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _copy_and_check(self)  # as RecordLosses' are: a plugin's listing, read where used
+        self._check()
+
+    def _check(self, checked: tuple[object, ...] | None = None) -> None:
+        """Its fields copied and checked as RecordLosses' are (a plugin's listing, read
+        where used), then its hashes."""
+        _copy_and_check(self, checked)
         if self.hashes is not None:  # a copy of its own, read-only, checked on a sample
             kept = np.array(self.hashes).reshape(-1)
             at = np.linspace(0, len(kept) - 1, min(64, len(kept)), dtype=np.int64)
@@ -308,6 +411,15 @@ class RecordIds:
                 raise RecordLossesError("RecordIds: hashes are not the ids' id_hashes")
             kept.flags.writeable = False
             object.__setattr__(self, "hashes", kept.view(np.uint64))
+
+    @classmethod
+    def copy_of(cls, record: RecordIds) -> RecordIds:
+        """A copy of its own of ``record``'s fields, checked again, as
+        :meth:`RecordLosses.copy_of` makes one (its hashes checked on their sample)."""
+        copy = cls.__new__(cls)
+        vars(copy).update(ids=record.ids, segments=record.segments, hashes=record.hashes)
+        copy._check(vars(record).get(_CHECKED))
+        return copy
 
     @cached_property
     def id_hashes(self) -> np.ndarray:

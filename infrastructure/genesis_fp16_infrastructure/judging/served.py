@@ -145,7 +145,7 @@ class Served:
                     f"record_ids returned a {type(listed).__name__}, not RecordIds or None"
                 )
             if listed is not None:  # checked again here, on a copy of its own, as losses are
-                listed = RecordIds(listed.ids, listed.segments, listed.hashes)
+                listed = RecordIds.copy_of(listed)
         except (OSError, ValueError) as exc:
             raise TrainRequestError(f"{reading.agent}: cannot list its records: {exc}") from None
         hashes = None if listed is None else listed.id_hashes
@@ -409,8 +409,7 @@ def losses_of(
             )
         # Checked again on a copy of its own, here where it is used: the plugin's object
         # may have been changed since it was built (object.__setattr__ on a frozen one).
-        kept = losses.ids, losses.losses, losses.segments, losses.quarantined, losses.primary
-        return RecordLosses(*kept)
+        return RecordLosses.copy_of(losses)
     except CheckpointChangedError:
         raise
     except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
