@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -30,42 +29,16 @@ from typing import Any
 
 def measure(pool: int, new: int, repeats: int, cache: Path) -> dict[str, Any]:
     """This tree's gate seconds and verdicts at ``pool`` with ``new`` new records."""
-    import torch
+    # The served scoring benchmark's later run, imported here, in the tree's own process,
+    # as that module imports the tree's code when it loads.
+    from served_scoring_kept import later_runs
 
-    # The same arrival and request as the served scoring's benchmark: imported here, in
-    # the tree's own process, as that module imports the tree's code when it loads.
-    from served_scoring_kept import _arrive, _request
-
-    from genesis_fp16_agents.se_darwin import plugin
-    from genesis_fp16_infrastructure import kept_in_memory
-    from genesis_fp16_infrastructure.data.synthetic import write_pool
-    from genesis_fp16_infrastructure.judging.run import run_plugin
-
-    torch.set_num_threads(1)
-    cache.mkdir(parents=True, exist_ok=True)
-    for name, count, seed in (("pool-99.json", pool - new, 99), ("pool-3099.json", new, 3099)):
-        if not (cache / name).exists():
-            write_pool(cache / f"g{seed}", count, seed).rename(cache / name)
     gates, verdicts = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        work, data = Path(tmp), Path(tmp) / "data"
-        data.mkdir()
-        _arrive(cache / "pool-99.json", data)
-        run_plugin(plugin, _request(work, data))  # the first model, served
-        _arrive(cache / "pool-3099.json", data)
-        shutil.copytree(work / "state", work / "first")
-        memory = kept_in_memory.current()
-        assert memory is not None
-        saved = dict(memory._entries)
-        for _ in range(repeats):
-            shutil.rmtree(work / "state")
-            shutil.copytree(work / "first", work / "state")
-            memory._entries.clear()  # what the first run left, as it left it
-            memory._entries.update(saved)
-            result = run_plugin(plugin, _request(work, data))
-            assert result.gate is not None and result.phases is not None
-            gates.append(result.phases["gate"])
-            verdicts.append([result.gate.outcome, result.gate.reason])
+    for later in later_runs(pool, new, cache, repeats):
+        result = later()
+        assert result.gate is not None and result.phases is not None
+        gates.append(result.phases["gate"])
+        verdicts.append([result.gate.outcome, result.gate.reason])
     return {"gate": gates, "verdicts": verdicts}
 
 

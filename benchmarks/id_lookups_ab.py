@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -35,22 +34,11 @@ PHASES = ("read", "encode", "eval", "drift", "live", "gate")
 
 def measure(pool: int, new: int, repeats: int, cache: Path) -> dict[str, Any]:
     """This tree's phases, lookups, verdicts and drift flags at ``pool``, ``new`` new."""
-    import torch
+    # The served scoring benchmark's later run, imported in this tree's process.
+    from served_scoring_kept import later_runs
 
-    # The same request as the served scoring's benchmark, imported in this tree's process.
-    from served_scoring_kept import _arrive, _request
-
-    from genesis_fp16_agents.se_darwin import plugin
-    from genesis_fp16_infrastructure import kept_in_memory
-    from genesis_fp16_infrastructure.data.synthetic import write_pool
     from genesis_fp16_infrastructure.judging import stores
-    from genesis_fp16_infrastructure.judging.run import run_plugin
 
-    torch.set_num_threads(1)
-    cache.mkdir(parents=True, exist_ok=True)
-    for name, count, seed in (("pool-99.json", pool - new, 99), ("zz-pool-3099.json", new, 3099)):
-        if not (cache / name).exists():
-            write_pool(cache / f"g{seed}", count, seed).rename(cache / name)
     lookups = [0.0, 0]
     real = stores.known
 
@@ -64,30 +52,16 @@ def measure(pool: int, new: int, repeats: int, cache: Path) -> dict[str, Any]:
 
     stores.known = timed
     runs = []
-    with tempfile.TemporaryDirectory() as tmp:
-        work, data = Path(tmp), Path(tmp) / "data"
-        data.mkdir()
-        _arrive(cache / "pool-99.json", data)
-        run_plugin(plugin, _request(work, data))  # the first model, served
-        _arrive(cache / "zz-pool-3099.json", data)
-        shutil.copytree(work / "state", work / "first")
-        memory = kept_in_memory.current()
-        assert memory is not None
-        saved = dict(memory._entries)
-        for _ in range(repeats):
-            shutil.rmtree(work / "state")
-            shutil.copytree(work / "first", work / "state")
-            memory._entries.clear()  # what the first run left, as it left it
-            memory._entries.update(saved)
-            lookups[:] = [0.0, 0]
-            result = run_plugin(plugin, _request(work, data))
-            assert result.gate is not None and result.phases is not None
-            phases = {k: result.phases.get(k, 0.0) for k in (*PHASES, "train")}
-            drift = None if result.drift is None else list(result.drift.flagged)
-            runs.append({
-                "phases": phases, "lookup_s": lookups[0], "lookups": lookups[1],
-                "verdict": [result.gate.outcome, result.gate.reason], "drift": drift,
-            })  # fmt: skip
+    for later in later_runs(pool, new, cache, repeats, "zz-pool-3099.json"):
+        lookups[:] = [0.0, 0]
+        result = later()
+        assert result.gate is not None and result.phases is not None
+        phases = {k: result.phases.get(k, 0.0) for k in (*PHASES, "train")}
+        drift = None if result.drift is None else list(result.drift.flagged)
+        runs.append({
+            "phases": phases, "lookup_s": lookups[0], "lookups": lookups[1],
+            "verdict": [result.gate.outcome, result.gate.reason], "drift": drift,
+        })  # fmt: skip
     return {"runs": runs}
 
 

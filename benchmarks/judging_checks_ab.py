@@ -24,7 +24,6 @@ import io
 import json
 import os
 import pstats
-import shutil
 import statistics
 import subprocess
 import sys
@@ -38,49 +37,23 @@ WATCHED = ("contract/judging.py", "contract/split.py", "contract/train_request.p
 def measure(pool: int, new: int, repeats: int, cache: Path, profile: bool) -> dict[str, Any]:
     """This tree's live and gate seconds and verdicts at ``pool`` with ``new`` new records;
     with ``profile``, one profiled run's cumulative seconds in the watched modules."""
-    import torch
+    # The served scoring benchmark's later run (gate_phase_ab's), in this tree's process.
+    from served_scoring_kept import later_runs
 
-    # The same arrival and request as the served scoring's benchmark (gate_phase_ab's).
-    from served_scoring_kept import _arrive, _request
-
-    from genesis_fp16_agents.se_darwin import plugin
-    from genesis_fp16_infrastructure import kept_in_memory
-    from genesis_fp16_infrastructure.data.synthetic import write_pool
-    from genesis_fp16_infrastructure.judging.run import run_plugin
-
-    torch.set_num_threads(1)
-    cache.mkdir(parents=True, exist_ok=True)
-    for name, count, seed in (("pool-99.json", pool - new, 99), ("pool-3099.json", new, 3099)):
-        if not (cache / name).exists():
-            write_pool(cache / f"g{seed}", count, seed).rename(cache / name)
     found: dict[str, Any] = {"live": [], "gate": [], "verdicts": [], "profile": {}}
-    with tempfile.TemporaryDirectory() as tmp:
-        work, data = Path(tmp), Path(tmp) / "data"
-        data.mkdir()
-        _arrive(cache / "pool-99.json", data)
-        run_plugin(plugin, _request(work, data))  # the first model, served
-        _arrive(cache / "pool-3099.json", data)
-        shutil.copytree(work / "state", work / "first")
-        memory = kept_in_memory.current()
-        assert memory is not None
-        saved = dict(memory._entries)
-        for _ in range(1 if profile else repeats):
-            shutil.rmtree(work / "state")
-            shutil.copytree(work / "first", work / "state")
-            memory._entries.clear()  # what the first run left, as it left it
-            memory._entries.update(saved)
-            profiler = cProfile.Profile() if profile else None
-            if profiler is not None:
-                profiler.enable()
-            result = run_plugin(plugin, _request(work, data))
-            if profiler is not None:
-                profiler.disable()
-                found["profile"] = _watched(profiler)
-                profiler.dump_stats(cache / "last.pstats")  # for pstats' callers and callees
-            assert result.gate is not None and result.phases is not None
-            found["live"].append(result.phases["live"])
-            found["gate"].append(result.phases["gate"])
-            found["verdicts"].append([result.gate.outcome, result.gate.reason])
+    for later in later_runs(pool, new, cache, 1 if profile else repeats):
+        profiler = cProfile.Profile() if profile else None
+        if profiler is not None:
+            profiler.enable()
+        result = later()
+        if profiler is not None:
+            profiler.disable()
+            found["profile"] = _watched(profiler)
+            profiler.dump_stats(cache / "last.pstats")  # for pstats' callers and callees
+        assert result.gate is not None and result.phases is not None
+        found["live"].append(result.phases["live"])
+        found["gate"].append(result.phases["gate"])
+        found["verdicts"].append([result.gate.outcome, result.gate.reason])
     return found
 
 

@@ -30,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,37 @@ def _request(work: Path, data: Path) -> TrainRequest:
         keep_in_memory_bytes=KEEP,
         snapshot=AgentSnapshot(None, pointer=pointer, data=DataCheck(scan_files(data)[0])),
     )
+
+
+def later_runs(
+    pool: int, new: int, cache: Path, repeats: int, new_name: str = "pool-3099.json"
+) -> Iterator[Callable[[], Any]]:
+    """se_darwin's later judged run at ``pool`` records, ``new`` of them new (both files
+    written once into ``cache``; ``new_name`` sorts before the old file's name by default,
+    after it as ``zz-pool-3099.json``): the first model served, the new file arrived, then
+    ``repeats`` times the state folder and this process's kept memory put back as the first
+    run left them, and a call that runs the later run (its ``TrainResult``)."""
+    torch.set_num_threads(1)
+    cache.mkdir(parents=True, exist_ok=True)
+    for name, count, seed in (("pool-99.json", pool - new, 99), (new_name, new, 3099)):
+        if not (cache / name).exists():
+            write_pool(cache / f"g{seed}", count, seed).rename(cache / name)
+    with tempfile.TemporaryDirectory() as tmp:
+        work, data = Path(tmp), Path(tmp) / "data"
+        data.mkdir()
+        _arrive(cache / "pool-99.json", data)
+        run_plugin(plugin, _request(work, data))  # the first model, served
+        _arrive(cache / new_name, data)
+        shutil.copytree(work / "state", work / "first")
+        memory = kept_in_memory.current()
+        assert memory is not None
+        saved = dict(memory._entries)
+        for _ in range(repeats):
+            shutil.rmtree(work / "state")
+            shutil.copytree(work / "first", work / "state")
+            memory._entries.clear()  # what the first run left, as it left it
+            memory._entries.update(saved)
+            yield lambda: run_plugin(plugin, _request(work, data))
 
 
 def _scored(work: Path, data: Path) -> tuple[float, float, Any]:
