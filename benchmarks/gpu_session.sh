@@ -10,6 +10,11 @@
 #   bash benchmarks/gpu_session.sh speed      benchmarks/gpu_vs_cpu.py at 100,000 records, then
 #       one 1,600-step CUDA run on that pool under cProfile: where the host's time goes
 #       around each captured replay (its top functions in r/cuda-100k-top.txt)
+#   bash benchmarks/gpu_session.sh anatomy    the daemon's later runs (benchmarks/run_anatomy.py,
+#       serve + run, 200 steps, the CPU and CUDA rows) at ANATOMY_POOL (100,000) records with 25%
+#       new, this tree against BASE_TREE (.base, when it is a checkout) for the phases before;
+#       then `make gpu-check`'s gpu-marked tests; then the same runs at 10,000 and 100,000 records
+#       with 1% of the larger new (the ratio's rows), this tree alone
 set -u
 out=${OUT:?set OUT to a results folder}
 mkdir -p "$out/r"
@@ -25,6 +30,20 @@ step() {  # step NAME SECONDS COMMAND...: its output to r/NAME.log, its last lin
   pack
 }
 worker() { step run-worker-cuda 40 env PYTHONPATH=.:infrastructure:agents python3 benchmarks/run_worker_cuda.py; }
+if [ "${1:-checks}" = anatomy ]; then
+  pool=${ANATOMY_POOL:-100000} base=${BASE_TREE:-.base}
+  trees=.; [ -f "$base/genesis_fp16/__main__.py" ] && trees=.,$base
+  anatomy=(python3 benchmarks/run_anatomy.py --steps 200 --modes later --new-after)
+  step anatomy-25 "${ANATOMY_LIMIT:-220}" "${anatomy[@]}" --pools "$pool" --new 25% --trees "$trees" \
+    --out "$out/r/anatomy_25"
+  step gpu-tests "${TESTS_LIMIT:-180}" python3 tests/gpu_check.py --out "$out/r" --only tests \
+    --budget "$(( ${TESTS_LIMIT:-180} - 10 ))"
+  step anatomy-1 "${ANATOMY_LIMIT:-220}" "${anatomy[@]}" --pools "$((pool / 10)),$pool" --new "$((pool / 100))" \
+    --out "$out/r/anatomy_1"
+  for f in "$out"/r/anatomy_*.md; do echo "== $f"; grep -E '^\| [0-9a-f]{7,}' "$f" | cut -c1-400; done
+  echo "== gpu tests"; grep -h -E "^(PASS|FAIL|NOT RUN)|^gpu-check" "$out/r/gpu-tests.log" | cut -c1-400
+  exit 0
+fi
 if [ "${1:-checks}" = speed ]; then
   pools=/tmp/gpu-session-pools
   step gpu-vs-cpu 230 python3 benchmarks/gpu_vs_cpu.py --records 100000 --pool-dir "$pools" \
