@@ -173,12 +173,12 @@ class JobContext:
 
 @dataclass
 class Run:
-    """One run of a job: its id, clock and deadline, the agent's config and folder (both
-    from the run's ``settings``: ``config``, ``folder``), whether a reload stopped it, its
-    request (with the agent's state it was built from) and the probe gate's decision,
-    both set by planning, and its curves (opened at its start, closed on every outcome).
-    Planning, its start, supervising and its end each read it; ``should_stop`` is the
-    callback the run asks at every step."""
+    """One run of a job: its id, clock and deadline, the agent's folder (``folder``, in the
+    run's ``settings``' state folder), whether a reload stopped it, its request (with the
+    agent's state it was built from) and the probe gate's decision, both set by planning,
+    and its curves (opened at its start, closed on every outcome). Planning, its start,
+    supervising and its end each read it; ``should_stop`` is the callback the run asks at
+    every step."""
 
     ctx: JobContext
     agent: str
