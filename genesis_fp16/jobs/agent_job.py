@@ -42,7 +42,7 @@ def run_agent_job(
     """The scheduler's entry point for one agent, with what the loader read of its plugin
     (``capabilities``: each run's plan takes them, not the plugin's own); never raises."""
     settings = ctx.settings
-    config = settings.agent(agent)  # the job's devices and slots; each run reads its own
+    config = settings.agent(agent)  # the job's device and slots, and its first run's config
     if ctx.stopping.is_set() or not config.own.enabled:
         return
     abandoned = ctx.hung.get(agent)
@@ -56,14 +56,15 @@ def run_agent_job(
     with ctx.turn(agent, slot_keys(device, config.own.nproc)) as started:
         rerun = False
         while started:
-            # In the settings now: reloaded while the job waited for its slots, or the rerun's.
-            run = Run.now(ctx, agent, device)
+            if ctx.settings is not settings:  # reloaded while the job waited for its slots,
+                settings = ctx.settings  # or the rerun's: read once, for it and this check
+                config = settings.agent(agent)
             if rerun:
-                if ctx.stopping.is_set() or not run.config.own.enabled:
+                if ctx.stopping.is_set() or not config.own.enabled:
                     break
                 log.info("run stopped by a configuration change: rerunning at once", agent=agent)
             # Each rerun follows a reload that changed the precision, so edits bound the loop.
-            rerun = _run_once(run, plugin, capabilities)
+            rerun = _run_once(Run(ctx, agent, settings, config, device), plugin, capabilities)
             if not rerun:
                 break
 

@@ -183,7 +183,8 @@ class Run:
     ctx: JobContext
     agent: str
     settings: Settings
-    device: str = ""  # where it trains: the job's devices ("": ``config.device``, resolved)
+    config: AgentConfig  # the agent's settings, from ``settings``: read once, by the job
+    device: str = ""  # where it trains: ``config.device`` as the job resolved it ("": here)
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     started: float = field(default_factory=time.monotonic)
     deadline: float = float("inf")
@@ -191,26 +192,16 @@ class Run:
     request: TrainRequest | None = None
     probe: ProbeGate | None = None
     tracker: RunTracker | None = None
-    config: AgentConfig = field(init=False)  # the agent's, from ``settings``
     folder: AgentFolder = field(init=False)
 
     def __post_init__(self) -> None:
-        # Both from the run's settings, once: no config that disagrees with them, and no
-        # second folder, can be handed in. Its plan, its guard memory, scale, history and
-        # record all take the folder.
-        self.config = self.settings.agent(self.agent)
+        # The run's one: its plan, its guard memory, scale, history and record all take it.
         self.folder = AgentFolder(self.settings.state_dir, self.agent)
         self.device = self.device or resolve_device(self.config.device)
         # Past it an in-process run checkpoints at its next step and ends ("stopped"); a
         # torchrun job gets SIGTERM from its launcher at the same limit.
         if self.config.own.nproc == 1:
             self.deadline = self.started + self.config.run_timeout_seconds
-
-    @classmethod
-    def now(cls, ctx: JobContext, agent: str, device: str) -> Run:
-        """A run of ``agent`` on the job's ``device`` in the daemon's settings now (read
-        once: a reload swaps them)."""
-        return cls(ctx, agent, ctx.settings, device)
 
     def precision_changed(self) -> bool:
         """Whether a reload changed what the agent's planned request asks for (the

@@ -91,7 +91,7 @@ def test_no_probe_when_off_or_fp32(tmp_path: Path) -> None:
     bf16 = {"probe_toy": AgentSettings(precision="bf16")}
     off = Settings(state_dir=tmp_path / "state", agents=bf16)
     ctx = JobContext(off, metrics, DeviceSlots(1), threading.Event())
-    run = Run(ctx, "probe_toy", off)
+    run = Run(ctx, "probe_toy", off, off.agent("probe_toy"))
     planned = plan_run(run, probe_toy, capabilities_of(probe_toy), "cpu")
     assert planned.precision.requested == "bf16"
     assert not AgentFolder(off.state_dir, "probe_toy").probe_record_path.exists()

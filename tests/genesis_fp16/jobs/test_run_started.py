@@ -5,7 +5,6 @@ which still ends once; a run starts only once it is planned."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import msgspec
@@ -19,7 +18,7 @@ from structlog.testing import capture_logs
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs import run_started
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16.jobs.job_state import Run, slot_keys
+from genesis_fp16.jobs.job_state import Run
 from genesis_fp16.jobs.probe_gate import ProbeRecord
 from genesis_fp16.jobs.run_started import RunStarted
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
@@ -127,7 +126,7 @@ def test_a_run_starts_only_once_it_is_planned(tmp_path: Path) -> None:
     """``RunStarted.of`` a run with no request (not planned) is a bug, said at once."""
     ctx = _context(tmp_path / "state")
     with pytest.raises(RuntimeError, match="once it is planned"):
-        RunStarted.of(Run(ctx, AGENT, ctx.settings))
+        RunStarted.of(Run(ctx, AGENT, ctx.settings, ctx.settings.agent(AGENT)))
 
 
 def test_the_probe_is_shown_at_the_start_before_the_started_line(tmp_path: Path) -> None:
@@ -157,27 +156,3 @@ def test_the_probe_is_shown_at_the_start_before_the_started_line(tmp_path: Path)
     labels = {"agent": AGENT, "precision": "fp16"}
     assert sample("genesis_fp16_probe_precision_verdict", labels) == 2
     assert sample("genesis_fp16_training_runs_total", {"agent": AGENT, "outcome": "success"})
-
-
-def test_a_reload_while_the_job_waits_for_its_slot_is_the_runs_settings(
-    tmp_path: Path,
-) -> None:
-    """The job queued behind another agent's run: the settings reloaded meanwhile are the
-    ones its run is made in (``Run.now``), its config read from them."""
-    state = tmp_path / "state"
-    ctx = _context(state, steps=3)
-    slots = slot_keys("cpu")
-    assert ctx.slots.acquire(slots, lambda: False)  # another agent's run holds the CPU
-    plugin = _Trains([])
-    job = threading.Thread(
-        target=run_agent_job, args=(ctx, AGENT, plugin, Capabilities()), daemon=True
-    )
-    job.start()
-    deadline = time.monotonic() + 30.0  # a bound for a busy machine, not a timing
-    while not ctx.waiting and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert ctx.waiting == {AGENT: slots}
-    ctx.settings = _settings(state, steps=5)  # the reload, as the daemon swaps it
-    ctx.slots.release(slots)
-    job.join(30.0)
-    assert not job.is_alive() and plugin.steps == 5
