@@ -1,10 +1,12 @@
 """The start of a run is one event (jobs/run_started.py): its subscribers run in their
 documented order after the plan and before the run trains; one that raises fails the run,
-which still ends once; a run starts only once it is planned."""
+which still ends once; a run starts only once it is planned, in the settings of that
+moment."""
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import msgspec
@@ -18,7 +20,7 @@ from structlog.testing import capture_logs
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs import run_started
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16.jobs.job_state import Run
+from genesis_fp16.jobs.job_state import Run, slot_keys
 from genesis_fp16.jobs.probe_gate import ProbeRecord
 from genesis_fp16.jobs.run_started import RunStarted
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
@@ -156,3 +158,27 @@ def test_the_probe_is_shown_at_the_start_before_the_started_line(tmp_path: Path)
     labels = {"agent": AGENT, "precision": "fp16"}
     assert sample("genesis_fp16_probe_precision_verdict", labels) == 2
     assert sample("genesis_fp16_training_runs_total", {"agent": AGENT, "outcome": "success"})
+
+
+def test_a_reload_while_the_job_waits_for_its_slot_is_the_runs_settings(
+    tmp_path: Path,
+) -> None:
+    """The job queued behind another agent's run: the settings reloaded meanwhile are the
+    ones its run is planned, started and trained in, its config read from them."""
+    state = tmp_path / "state"
+    ctx = _context(state, steps=3)
+    slots = slot_keys("cpu")
+    assert ctx.slots.acquire(slots, lambda: False)  # another agent's run holds the CPU
+    plugin = _Trains([])
+    job = threading.Thread(
+        target=run_agent_job, args=(ctx, AGENT, plugin, Capabilities()), daemon=True
+    )
+    job.start()
+    deadline = time.monotonic() + 30.0  # a bound for a busy machine, not a timing
+    while not ctx.waiting and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ctx.waiting == {AGENT: slots}
+    ctx.settings = _settings(state, steps=5)  # the reload, as the daemon swaps it
+    ctx.slots.release(slots)
+    job.join(30.0)
+    assert not job.is_alive() and plugin.steps == 5
