@@ -1,6 +1,6 @@
 """One scheduled training job of one agent: the scheduler's tick, then each run walked
-forward, plan -> execute -> its end, once (planning.py, supervising.py, run_ended.py; the
-run's state in job_state.py).
+forward, plan -> its start -> execute -> its end, once each (planning.py, run_started.py,
+supervising.py, run_ended.py; the run's state in job_state.py).
 
 A job takes a slot on each GPU its run occupies (genesis_fp16/jobs/job_state.py: runs on
 one GPU never exceed the configured concurrency), resumes from the agent's newest
@@ -25,9 +25,9 @@ from genesis_fp16.jobs.job_state import DeviceSlots as DeviceSlots  # the daemon
 from genesis_fp16.jobs.job_state import JobContext as JobContext  # the daemon's import
 from genesis_fp16.jobs.job_state import Run, slot_keys
 from genesis_fp16.jobs.planning import plan_run
-from genesis_fp16.jobs.recording import record_start
 from genesis_fp16.jobs.run_ended import RunEnded, publish
 from genesis_fp16.jobs.run_failure import RunError
+from genesis_fp16.jobs.run_started import RunStarted, publish_start
 from genesis_fp16.jobs.supervising import execute_run
 from genesis_fp16.launch.launcher import RunStopped
 from genesis_fp16.plugin_api import AgentPlugin, TrainResult
@@ -70,9 +70,10 @@ def run_agent_job(
 
 
 def _run_once(run: Run, plugin: AgentPlugin, capabilities: Capabilities) -> bool:
-    """One run, top-down: plan it, execute it, then its end, once (``RunEnded``, to each
-    subscriber: genesis_fp16/jobs/run_ended.py). True when a reload that changed its
-    precision stopped it (the job reruns it at once)."""
+    """One run, top-down: plan it, start it (``RunStarted``: genesis_fp16/jobs/
+    run_started.py), execute it, then its end, once (``RunEnded``, to each subscriber:
+    genesis_fp16/jobs/run_ended.py). True when a reload that changed its precision
+    stopped it (the job reruns it at once)."""
     structlog.contextvars.bind_contextvars(agent=run.agent, run_id=run.id)
     try:
         ended = RunEnded.of(run, _train(run, plugin, capabilities))
@@ -87,7 +88,7 @@ def _train(run: Run, plugin: AgentPlugin, capabilities: Capabilities) -> TrainRe
     try:
         # Inside the try: an unreadable state file while planning is a counted failed run.
         request = plan_run(run, plugin, capabilities, run.device)
-        record_start(run)
+        publish_start(RunStarted.of(run))
         return execute_run(run, plugin, request, capabilities)
     except RunStopped as exc:  # stopped during its child's start-up: no step, no failure
         return RunError.stopped(exc)

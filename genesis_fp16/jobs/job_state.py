@@ -1,11 +1,13 @@
 """What a scheduled job shares with the daemon (:class:`JobContext`) and what one run of
 it carries from its plan to its record (:class:`Run`).
 
-A job (genesis_fp16/jobs/agent_job.py) walks one run forward through three modules, each
+A job (genesis_fp16/jobs/agent_job.py) walks one run forward through four modules, each
 taking the ``Run``: planning.py builds its request once and keeps it on the run
-(``Run.request``, with the agent's state it was planned from), supervising.py trains it
-where the settings say, and its end is one event, ``RunEnded`` (run_ended.py), whose
-subscribers turn its result (or its failure) into records, metrics and one log line. The
+(``Run.request``, with the agent's state it was planned from, and ``Run.probe``), its start
+is one event, ``RunStarted`` (run_started.py: the probe shown, the curves opened, the
+started line, the start recorded), supervising.py trains it where the settings say, and
+its end is one event, ``RunEnded`` (run_ended.py), whose subscribers turn its result (or
+its failure) into records, metrics and one log line. The
 ``Run`` is the only state they pass along, the agent's folder with it (``Run.folder``,
 made once with the run: no step of the job builds its own).
 
@@ -46,6 +48,7 @@ from genesis_fp16.config.settings import (
     precision_switched,
     resolve_device,
 )
+from genesis_fp16.jobs.probe_gate import ProbeGate
 from genesis_fp16.launch.launcher import RunProcesses
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.tracking import RunTracker
@@ -172,9 +175,10 @@ class JobContext:
 class Run:
     """One run of a job: its id, clock and deadline, the agent's folder (``folder``, in the
     run's ``settings``' state folder), whether a reload stopped it, its request (with the
-    agent's state it was built from, set by planning) and its curves (opened while
-    planning, closed on every outcome). Planning, supervising and the run's end each read it;
-    ``should_stop`` is the callback the run asks at every step."""
+    agent's state it was built from) and the probe gate's decision, both set by planning,
+    and its curves (opened at its start, closed on every outcome). Planning, its start,
+    supervising and its end each read it; ``should_stop`` is the callback the run asks at
+    every step."""
 
     ctx: JobContext
     agent: str
@@ -186,6 +190,7 @@ class Run:
     deadline: float = float("inf")
     changed: threading.Event = field(default_factory=threading.Event)
     request: TrainRequest | None = None
+    probe: ProbeGate | None = None
     tracker: RunTracker | None = None
     folder: AgentFolder = field(init=False)
 

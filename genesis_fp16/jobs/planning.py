@@ -3,13 +3,15 @@
 The request is built once, in one place (genesis_fp16/jobs/run_request.py:
 ``plan_request``, which reads the agent's state folder once, into the request's
 snapshot, and asks the plugin's data check once); planning
-adds what only the daemon's job has: the probe's verdict (once per agent, when
-configured), the run's curves, and the callbacks that report progress
+adds what only the daemon's job has: the probe gate's decision (once per agent, when
+configured; genesis_fp16/jobs/probe_gate.py), the callbacks that report progress
 (genesis_fp16/jobs/recording.py), show the precision the run decided
 (:func:`show_decided`) and ask the run to stop
-(:meth:`~genesis_fp16.jobs.job_state.Run.should_stop`). The request is kept on the run
-(``Run.request``): recording asks its snapshot where the run's counters start and
-how its served-model pointer stood (genesis_fp16/jobs/recording.py: ``record_start``).
+(:meth:`~genesis_fp16.jobs.job_state.Run.should_stop`). The request and the gate's
+decision are kept on the run (``Run.request``, ``Run.probe``): its start
+(genesis_fp16/jobs/run_started.py: ``RunStarted``) shows the probe, opens the run's
+curves, says the run started and records where its counters start and how its
+served-model pointer stood, from the request's snapshot.
 """
 
 from __future__ import annotations
@@ -17,18 +19,13 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-import structlog
-
 from genesis_fp16.jobs import probe_gate
 from genesis_fp16.jobs.job_state import Run
 from genesis_fp16.jobs.recording import record_progress
 from genesis_fp16.jobs.run_request import plan_request, warn_ignored
 from genesis_fp16.launch.progress_text import Progress
-from genesis_fp16.metrics.tracking import open_tracker
 from genesis_fp16.plugin_api import AgentPlugin, TrainRequest
 from genesis_fp16_infrastructure.api import Capabilities, PrecisionName
-
-log = structlog.get_logger("genesis_fp16.jobs")
 
 
 def plan_run(
@@ -37,18 +34,17 @@ def plan_run(
     """The run's request, kept on the run (``Run.request``), with the job's callbacks,
     built once (genesis_fp16/jobs/run_request.py: the precision request with the guard's
     remembered floor, the checkpoint it resumes read with the agent's other state files),
-    the probe's red precisions added to it as exclusions when a probe is configured, with
-    the run's curves opened when a tracking folder is set."""
+    the probe's red precisions added to it as exclusions when a probe is configured (the
+    gate's decision kept as ``Run.probe``, shown at the run's start). Shows nothing of
+    the run itself: that is its start, ``RunStarted``."""
     ctx, agent, settings = run.ctx, run.agent, run.settings
     request = plan_request(
         settings, agent, plugin, capabilities, device, config=run.config, folder=run.folder
     )
-    excluded: dict[str, str] = {}
     # Once per agent, when configured: the probe before its first bf16/fp16 run.
     if run.config.own.probe_before_low_precision:
-        probe = probe_gate.gate_before_run(
+        run.probe = probe_gate.probe_before_run(
             settings,
-            ctx.metrics.probe,
             agent,
             plugin,
             request.data_path,
@@ -56,10 +52,9 @@ def plan_run(
             request.precision,
             folder=run.folder,
         )
-        # A red verdict removes a candidate from a measured 'auto' (decide() applies it,
-        # under torchrun too); elsewhere it is a warning and an alert, never a change.
-        if request.precision.measures:
-            excluded = probe_gate.red_precisions(probe)
+    # A red verdict removes a candidate from a measured 'auto' (decide() applies it,
+    # under torchrun too); elsewhere it is a warning and an alert, never a change.
+    excluded = run.probe.excluded() if run.probe is not None else {}
     progress = Progress(request.steps, request.log_interval)  # the log's step N/M, ETA
     request = request.with_callbacks(  # the job's, once: a child's come from its own train
         on_log=functools.partial(record_progress, run, progress),
@@ -69,19 +64,9 @@ def plan_run(
     )
     request = replace(request, precision=replace(request.precision, excluded=excluded))
     run.request = request
-    # Written here, in the daemon's process: a child's or rank 0's summaries are relayed.
-    run.tracker = open_tracker(settings.tracking_dir, agent, run.id, request)
     if excluded:
         ignored = capabilities.ignored_request_fields
         warn_ignored(ignored, agent, {"precision.excluded": "the precision probe"})
-    log.info(
-        "training run started",
-        precision=request.precision.requested,
-        reason=request.precision_reason,
-        floor=request.precision.floor,
-        device=device,
-        options=dict(request.options),
-    )
     return request
 
 

@@ -14,13 +14,18 @@ demotes it with a rollback when fp16 really goes bad: a red probe is a reason fo
 operator to look (the ``GenesisFp16ProbeRed`` alert), not for the daemon to overrule
 the configuration, and nothing changes the precision silently.
 
-The gauges are ``genesis_fp16.metrics.daemon_metrics.ProbeMetrics``.
+The gate decides and returns (:func:`probe_before_run`: a :class:`ProbeGate`, the record
+with what it means for this run); what is shown of it, the gauges
+(``genesis_fp16.metrics.daemon_metrics.ProbeMetrics``) and the red warning, is shown at
+the run's start (:func:`show_probe`, a subscriber of ``RunStarted``:
+genesis_fp16/jobs/run_started.py), after the plan that asked.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +83,78 @@ def _used_precision(request: PrecisionRequest, device: str) -> PrecisionName | N
         return None  # the run itself will fail with the clear error
 
 
+@dataclass(frozen=True)
+class ProbeGate:
+    """What the gate decided for one run: the agent's probe record (new or remembered;
+    None when the run is fp32 and nothing was probed yet, or the record cannot be read),
+    the precision ``decide`` answers the run's request before anything is timed
+    (``used``), and whether that request measures (a measured ``auto`` leaves the red
+    precisions out, :meth:`excluded`, where any other run is warned of them).
+
+    >>> gate = ProbeGate("se_darwin", None, "fp16", measures=False)
+    >>> gate.excluded()
+    {}
+    """
+
+    agent: str
+    record: ProbeRecord | None
+    used: PrecisionName | None
+    measures: bool
+
+    def excluded(self) -> dict[str, str]:
+        """The precisions a measured ``auto`` does not time (``PrecisionRequest.excluded``):
+        the red ones, each with its first reason; none for any other request."""
+        return red_precisions(self.record) if self.measures else {}
+
+
+def probe_before_run(
+    settings: Settings,
+    agent: str,
+    plugin: AgentPlugin,
+    data_path: Path | None,
+    device: str,
+    precision: PrecisionRequest,
+    folder: AgentFolder | None = None,
+) -> ProbeGate:
+    """Probe once before the agent's first bf16/fp16 run, and say what the record means for
+    this run; shows nothing (:func:`show_probe` does) and never raises. The planner calls
+    it only when the agent's ``probe_before_low_precision`` is on.
+
+    ``precision`` is the run's planned request (``run_request.precision_request``): the
+    gate asks ``decide`` what it runs, as the run will. ``folder``: the agent's, as the
+    run holds it (None: made here).
+    """
+    folder = AgentFolder(settings.state_dir, agent) if folder is None else folder
+    stuck: list[SetAside] = []
+    record = folder.probe_record(
+        ProbeRecord.from_json, lambda event: stuck.append(event) if event.aside is None else None
+    )
+    if stuck:  # not set aside: a probe whose record could never be written would run
+        log.error("unusable probe record cannot be set aside: delete it", error=stuck[0].why)
+        return ProbeGate(agent, None, None, precision.measures)
+    used = _used_precision(precision, device)  # asked once: the probe's and the warning's
+    if record is None and used in LOW_PRECISIONS:
+        record = _probe(settings, agent, plugin, data_path, device, used)
+        try:
+            folder.save_probe_record(msgspec.to_builtins(record))
+        except OSError as exc:
+            path = folder.probe_record_path
+            log.error("cannot write the probe record", path=str(path), error=str(exc))
+    return ProbeGate(agent, record, used, precision.measures)
+
+
+def show_probe(metrics: ProbeMetrics, gate: ProbeGate) -> None:
+    """Export the gate's record (a failed probe exports nothing), and warn when its verdict
+    is red for the precision about to run (a measured ``auto`` leaves it out instead)."""
+    record = gate.record
+    if record is None:
+        return
+    if record.error is None:
+        metrics.export(gate.agent, record.verdict, record.recommended, record.at)
+    if not gate.measures:
+        _warn_if_red(gate.agent, record, gate.used)
+
+
 def gate_before_run(
     settings: Settings,
     metrics: ProbeMetrics,
@@ -88,39 +165,13 @@ def gate_before_run(
     precision: PrecisionRequest,
     folder: AgentFolder | None = None,
 ) -> ProbeRecord | None:
-    """Probe once before the agent's first bf16/fp16 run; export what is known. Never raises.
-    The planner calls it only when the agent's ``probe_before_low_precision`` is on.
-
-    ``precision`` is the run's planned request (``run_request.precision_request``): the
-    gate asks ``decide`` what it runs, as the run will. ``folder``: the agent's, as the
-    run holds it (None: made here).
-
-    Returns the agent's probe record (new or remembered), or None when the run is fp32
-    and nothing was probed yet, or the state file cannot be read.
+    """The gate's decision shown at once (:func:`probe_before_run`, then
+    :func:`show_probe`): the agent's probe record (new or remembered), or None when the
+    run is fp32 and nothing was probed yet, or the state file cannot be read. Never raises.
     """
-    folder = AgentFolder(settings.state_dir, agent) if folder is None else folder
-    stuck: list[SetAside] = []
-    record = folder.probe_record(
-        ProbeRecord.from_json, lambda event: stuck.append(event) if event.aside is None else None
-    )
-    if stuck:  # not set aside: a probe whose record could never be written would run
-        log.error("unusable probe record cannot be set aside: delete it", error=stuck[0].why)
-        return None
-    used = _used_precision(precision, device)  # asked once: the probe's and the warning's
-    if record is None:
-        if used not in LOW_PRECISIONS:
-            return None
-        record = _probe(settings, agent, plugin, data_path, device, used)
-        try:
-            folder.save_probe_record(msgspec.to_builtins(record))
-        except OSError as exc:
-            path = folder.probe_record_path
-            log.error("cannot write the probe record", path=str(path), error=str(exc))
-    if record.error is None:  # a failed probe exports nothing
-        metrics.export(agent, record.verdict, record.recommended, record.at)
-    if not precision.measures:  # a measured auto leaves the red precisions out instead
-        _warn_if_red(agent, record, used)
-    return record
+    gate = probe_before_run(settings, agent, plugin, data_path, device, precision, folder)
+    show_probe(metrics, gate)
+    return gate.record
 
 
 def red_precisions(record: ProbeRecord | None) -> dict[str, str]:

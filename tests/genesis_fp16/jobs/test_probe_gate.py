@@ -16,7 +16,15 @@ from structlog.testing import capture_logs
 from genesis_fp16.config.settings import AgentSettings, Settings
 from genesis_fp16.jobs.job_state import DeviceSlots, JobContext, Run
 from genesis_fp16.jobs.planning import plan_run
-from genesis_fp16.jobs.probe_gate import ProbeRecord, _probe, gate_before_run, red_precisions
+from genesis_fp16.jobs.probe_gate import (
+    ProbeGate,
+    ProbeRecord,
+    _probe,
+    gate_before_run,
+    probe_before_run,
+    red_precisions,
+    show_probe,
+)
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
@@ -200,6 +208,31 @@ def test_a_red_verdict_keeps_the_precision_out_of_a_measured_auto(tmp_path: Path
     with capture_logs() as logs:
         record = gate_before_run(settings, probe, "probe_toy", probe_toy, None, "cuda", MEASURED)
     assert record == red and not [r for r in logs if r["log_level"] == "warning"]
+
+
+def test_the_gate_decides_and_the_start_shows(tmp_path: Path) -> None:
+    """``probe_before_run`` reads (or probes) and returns its decision, exporting and
+    warning nothing; ``show_probe`` (the run's start) exports it and warns of the red
+    precision about to run; a measured auto's decision excludes the red ones instead."""
+    settings = _settings(tmp_path)
+    red = _red_fp16()
+    AgentFolder(settings.state_dir, "probe_toy").save_probe_record(msgspec.to_builtins(red))
+    registry = CollectorRegistry()
+    probe = DaemonMetrics(registry, "t").probe
+    with capture_logs() as logs:
+        gate = probe_before_run(
+            settings, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("fp16")
+        )
+    assert gate == ProbeGate("probe_toy", red, "fp16", measures=False)
+    assert gate.excluded() == {} and logs == []
+    assert _value(registry, "genesis_fp16_probe_timestamp_seconds", agent="probe_toy") is None
+    with capture_logs() as logs:
+        show_probe(probe, gate)
+    (warning,) = [r for r in logs if r["log_level"] == "warning"]
+    assert warning["precision"] == "fp16"
+    assert _value(registry, "genesis_fp16_probe_timestamp_seconds", agent="probe_toy") == red.at
+    measured = probe_before_run(settings, "probe_toy", probe_toy, None, "cuda", MEASURED)
+    assert measured.excluded() == red_precisions(red) != {}
 
 
 @pytest.mark.slow
