@@ -99,6 +99,51 @@ def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> 
     its JSON bytes or, from the slow path, the parsed object, and ``key`` is the id a
     pool maps it under (None outside a pool). A plain ``.jsonl`` file is read from byte
     ``start``, whose line is number ``first_line`` (an appended file's new lines)."""
+    for item in split_records(file, sink, start, first_line):
+        if isinstance(item, RawRun):
+            yield from item.items()
+        else:
+            yield item
+
+
+@dataclass(frozen=True)
+class RawRun:
+    """The records of one ``.json`` document, in file order: a list's items (``keys``
+    None, the first numbered ``first``) or a pool's records under their ``keys``. Those
+    msgspec split (each one whole JSON value, undecoded) :func:`split_records` yields
+    together, so that a reader decodes them together and makes a record's
+    :class:`Source` only where it needs one (a record quarantined); :func:`raw_records`
+    yields them one at a time, as the slow path's parsed values."""
+
+    path: Path
+    raws: list[Any]  # msgspec.Raw each, where split_records yields the run
+    keys: list[str] | None
+    thresholds: tuple[float, float]
+    first: int = 0
+
+    def __len__(self) -> int:
+        return len(self.raws)
+
+    def part(self, start: int, stop: int) -> RawRun:
+        """The records from ``start`` up to ``stop``."""
+        keys = None if self.keys is None else self.keys[start:stop]
+        return RawRun(self.path, self.raws[start:stop], keys, self.thresholds, self.first + start)
+
+    def items(self) -> Iterator[Raw]:
+        """Each record as :func:`raw_records` yields it."""
+        if self.keys is None:
+            for index, raw in enumerate(self.raws, start=self.first):
+                yield Source(self.path, f"item {index}"), raw, self.thresholds, None
+            return
+        for key, raw in zip(self.keys, self.raws, strict=True):
+            yield Source(self.path, f"trajectories[{key!r}]"), raw, self.thresholds, key
+
+
+def split_records(
+    file: Path, sink: Sink, start: int = 0, first_line: int = 1
+) -> Iterator[Raw | RawRun]:
+    """:func:`raw_records`' records, those msgspec split from a ``.json`` document
+    together as one :class:`RawRun`."""
     try:
         if file.name.endswith(".jsonl"):
             yield from _jsonl_lines(file, start, first_line)
@@ -185,13 +230,15 @@ def not_utf8_reason(exc: UnicodeDecodeError, offset: int = 0) -> str:
     return f"byte 0x{byte:02x} at offset {where:,}" if byte is not None else f"ends at {where:,}"
 
 
-def _document(file: Path, data: bytes, sink: Sink) -> Iterator[Raw]:
+def _document(file: Path, data: bytes, sink: Sink) -> Iterator[Raw | RawRun]:
     """A ``.json`` document's records: a list's items, a pool's records, or the document
     as one record. Split by msgspec, they stay undecoded; a document it cannot split is
     parsed whole by the standard library, whose errors make the quarantine reason."""
+    split = True  # its values msgspec.Raw, each one whole JSON value
     try:
         document: Any = _split(data)
     except _UNSPLIT:
+        split = False
         text = data.decode("utf-8")
         try:
             document = parse_json(text)
@@ -205,14 +252,18 @@ def _document(file: Path, data: bytes, sink: Sink) -> Iterator[Raw]:
             sink.add(Source(file, "file"), f"invalid trajectory pool: {reason(exc)}", document)
             return
     if isinstance(document, list):
-        for index, raw in enumerate(document):
-            yield Source(file, f"item {index}"), raw, DEFAULTS, None
+        run = RawRun(file, document, None, DEFAULTS)
     elif isinstance(document, TrajectoryPool):
+        records = document.trajectories
         thresholds = (document.success_threshold, document.failure_threshold)
-        for key, raw in document.trajectories.items():
-            yield Source(file, f"trajectories[{key!r}]"), raw, thresholds, key
+        run = RawRun(file, list(records.values()), list(records), thresholds)
     else:
         yield Source(file, "file"), document, DEFAULTS, None
+        return
+    if split:
+        yield run
+    else:
+        yield from run.items()
 
 
 def _split(data: bytes) -> list[msgspec.Raw] | TrajectoryPool | bytes:
