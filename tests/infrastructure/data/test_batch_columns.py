@@ -2,18 +2,21 @@
 what their record-at-a-time originals give, value for value and bit for bit, on
 generated and hostile values: the labels (``schema.derive_label``), the codes
 (``setdefault`` in first-seen order), ``math.log1p`` of counts, the diffs' line counts
-and the files' kinds."""
+and the files' kinds; and a .jsonl's lines decoded together read as lines one at a time."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import genesis_fp16_infrastructure.data.batch_block as batch_block
-from genesis_fp16_infrastructure.data.file_records import _kind
+import genesis_fp16_infrastructure.data.readers as readers
+from genesis_fp16_infrastructure.data.file_records import RecordBlock, _kind
+from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.schema import OUTCOMES, derive_label, derive_outcomes
 
 _WORDS = st.sampled_from(
@@ -91,3 +94,47 @@ def test_file_kinds_at_once_are_each_records_kinds(files: list[tuple[str, ...]])
     expected = [[float(kind in found) for kind in ("test", "config", "docs", "code")]
                 for found in kinds]  # fmt: skip
     assert got == expected
+
+
+_GOOD = '{"trajectory_id": "g%d", "status": "success", "success_score": 0.9}'
+# Runs of lines: records across a line break that join, together, into as many records
+# as lines (a list across the break; an object across it, then two records on a line),
+# whitespace JSON has and has not, bytes that are not UTF-8, and lines that are records.
+_LINES = st.sampled_from(
+    [
+        ['{"trajectory_id": "a", "tools_used": ["x"', '"y"]}, {"trajectory_id": "b"}'],
+        ['{"trajectory_id": "e",', '"status": "failure"}', '{"trajectory_id": "c"}, {}'],
+        ["  \t" + _GOOD % 7 + " \r"], ["\x0c" + _GOOD % 8], ["[1,", "2]"], [""],
+        ['{"trajectory_id": "f", "generation": 3.0}'], ['{"status": "success"}'],
+        ['{"trajectory_id": "h", "agent_name": "\xff"}'],
+    ]
+) | st.integers(0, 5).map(lambda n: [_GOOD % n])  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs=st.lists(_LINES, min_size=1, max_size=6), keep_text=st.booleans())
+def test_lines_read_together_read_as_lines_read_one_at_a_time(
+    tmp_path_factory: pytest.TempPathFactory, runs: list[list[str]], keep_text: bool
+) -> None:
+    """A .jsonl's lines decoded together give the block and the quarantined entries
+    (place, reason, text) that a line at a time gives, whatever joins across lines."""
+    folder = tmp_path_factory.mktemp("lines")
+    file = folder / "pool.jsonl"
+    lines = [line for run in runs for line in run]
+    file.write_bytes(
+        "\n".join(lines).encode("utf-8", "surrogateescape").replace(b"\xc3\xbf", b"\xff") + b"\n"
+    )
+
+    def read(together: bool) -> tuple[RecordBlock, list[str]]:
+        sink = QuarantineSink(folder / f"q{together}.jsonl")
+        with pytest.MonkeyPatch.context() as patch:
+            if not together:
+                patch.setattr(readers, "_decoded_together", lambda *_, **__: None)
+            block = readers._file_records(file, sink, None, keep_text)
+        sink.close()
+        kept = folder / f"q{together}.jsonl"
+        return block, kept.read_text().splitlines() if kept.exists() else []
+
+    (block, quarantined), (alone, alone_quarantined) = read(True), read(False)
+    differ = [f for f in RecordBlock.__struct_fields__ if getattr(block, f) != getattr(alone, f)]
+    assert not differ and quarantined == alone_quarantined
