@@ -5,7 +5,9 @@ time: an ``AttemptInput`` and a ``Label`` object each, its own numbers a tuple, 
 text the dataclass's repr. For a batch of records msgspec decoded (``data.readers``'
 fast structs, every one valid), :func:`batch_block` writes the same block from the
 structs' fields, one column at a time: no object per record beyond the decoded struct,
-each number column one comprehension, the fingerprint texts hashed together. Written a
+the labels compared a column at a time (``schema.derive_outcomes``), a repeated value
+(agent, tools, a file's name, a count) coded, repr'd, counted or ``log1p``'d once, the
+fingerprint texts hashed together. Written a
 record at a time, 25,000 generated records cost several times msgspec's decode of their
 bytes (issue 90, ``benchmarks/read_floor.py``). The block is the same, byte for byte
 (``tests/infrastructure/data/test_batch_block.py`` holds the two to it).

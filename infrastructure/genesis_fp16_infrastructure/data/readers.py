@@ -36,12 +36,13 @@ ever accepts records the slow one accepts with the same values
 A record's shape is decided as the slow path does: a replay-buffer record has no
 ``operator_applied`` and at least one of the replay keys; anything else is a trajectory.
 
-A file's records are read ``BATCH_RECORDS`` at a time (:func:`_read_chunk`): those
-msgspec split from a ``.json`` document are decoded by one call when every one of them
-decodes and has an id, and the records the fast path vouched for are written into the
-file's block a batch at a time (:class:`_Batch`, ``data.batch_block``): the same block a
-record at a time made, byte for byte (issue 90; ``benchmarks/read_floor.py`` times the
-read against msgspec alone on the same bytes).
+A file's records are read ``BATCH_RECORDS`` at a time, decoded by one call when every
+one of them decodes, alone, and has an id (:func:`_decoded_together`): a ``.json``
+document's as msgspec split them (:func:`_read_run`), a ``.jsonl``'s lines when each is
+one value (:func:`_read_chunk`). The records the fast path vouched for are written into
+the file's block a batch at a time (:class:`_Batch`, ``data.batch_block``): the same
+block a record at a time made, byte for byte (issue 90; ``benchmarks/read_floor.py``
+times the read against msgspec alone on the same bytes).
 """
 
 from __future__ import annotations
