@@ -38,11 +38,12 @@ A record's shape is decided as the slow path does: a replay-buffer record has no
 
 A file's records are read ``BATCH_RECORDS`` at a time, decoded by one call when every
 one of them decodes, alone, and has an id (:func:`_decoded_together`): a ``.json``
-document's as msgspec split them (:func:`_read_run`), a ``.jsonl``'s lines when each is
-one value (:func:`_read_chunk`). The records the fast path vouched for are written into
-the file's block a batch at a time (:class:`_Batch`, ``data.batch_block``): the same
-block a record at a time made, byte for byte (issue 90; ``benchmarks/read_floor.py``
-times the read against msgspec alone on the same bytes).
+document's as msgspec split them, and a ``.jsonl``'s lines when each is one value
+(:func:`_read_run`), a large pool's streamed records likewise (:func:`_read_chunk`).
+The records the fast path vouched for are written into the file's block a batch at a
+time (:class:`_Batch`, ``data.batch_block``): the same block a record at a time made,
+byte for byte (issue 90; ``benchmarks/read_floor.py`` times the read against msgspec
+alone on the same bytes).
 """
 
 from __future__ import annotations
@@ -340,7 +341,7 @@ def _file_records(
     written = _FileBlocks(keep_text, blocks)
     chunk: list[Raw] = []
     for item in split_records(file, recorder, start, first_line):
-        if isinstance(item, RawRun):  # a document's records, all of them
+        if isinstance(item, RawRun):  # a document's records, or lines
             for at in range(0, len(item), BATCH_RECORDS):
                 _read_run(item.part(at, at + BATCH_RECORDS), written, recorder)
             continue
@@ -358,10 +359,10 @@ def _file_records(
 
 
 def _read_run(run: RawRun, written: _FileBlocks, sink: Sink) -> None:
-    """Records msgspec split from a document, in its order, into ``written``: decoded
-    together when the fast path vouches for every one (:func:`_decoded_together`), else
-    one at a time (:func:`_read_one_by_one`)."""
-    together = _decoded_together(run.raws, run.keys, whole=True)
+    """Records msgspec split from a document, or lines, in file order, into ``written``:
+    decoded together when the fast path vouches for every one, each alone
+    (:func:`_decoded_together`), else one at a time (:func:`_read_one_by_one`)."""
+    together = _decoded_together(run.raws, run.keys, whole=run.lines is None)
     if together is None:
         _read_one_by_one(list(run.items()), written, sink)
     else:
@@ -369,10 +370,10 @@ def _read_run(run: RawRun, written: _FileBlocks, sink: Sink) -> None:
 
 
 def _read_chunk(items: list[Raw], written: _FileBlocks, sink: Sink) -> None:
-    """Records of a file, in its order, into ``written``: the bytes of lines of a
-    ``.jsonl`` (or of a large pool's records) decoded together when each is one JSON value
-    alone and the fast path vouches for every one (:func:`_decoded_together`), else one
-    at a time (:func:`_read_one_by_one`)."""
+    """Records of a file, in its order, into ``written``: the bytes of a large pool's
+    records (``data.pool_stream``) decoded together when each is one JSON value alone and
+    the fast path vouches for every one (:func:`_decoded_together`), else (those too, and
+    the values the slow path parsed) one at a time (:func:`_read_one_by_one`)."""
     raws = [raw for _, raw, _, _ in items]
     thresholds = {thresholds for _, _, thresholds, _ in items}
     together = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,6 +38,7 @@ DATA_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 MAX_DECOMPRESSED_BYTES = 256 * 2**20
 _CHECK_CHUNK = 16 * 2**20  # bytes of a document checked as UTF-8 at a time
 DEFAULTS = (SUCCESS_THRESHOLD, FAILURE_THRESHOLD)
+LINES_AT_ONCE = 8_192  # a .jsonl's lines held at a time: ~12 MB of generated records
 # A .json file past this is split into records a window at a time (pool_stream), not
 # read whole: at 1,000,000 records, 1.5 GB of bytes held no longer.
 STREAM_ABOVE = 64 * 2**20
@@ -108,18 +109,20 @@ def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> 
 
 @dataclass(frozen=True)
 class RawRun:
-    """The records of one ``.json`` document, in file order: a list's items (``keys``
-    None, the first numbered ``first``) or a pool's records under their ``keys``. Those
-    msgspec split (each one whole JSON value, undecoded) :func:`split_records` yields
-    together, so that a reader decodes them together and makes a record's
-    :class:`Source` only where it needs one (a record quarantined); :func:`raw_records`
-    yields them one at a time, as the slow path's parsed values."""
+    """Records of one file, in file order: a ``.json`` document's list items (``keys``
+    None, the first numbered ``first``) or pool records under their ``keys``, or the
+    bytes of a ``.jsonl``'s numbered ``lines``. Those msgspec split from a document (each
+    one whole JSON value, undecoded) and lines :func:`split_records` yields together, so
+    that a reader decodes them together and makes a record's :class:`Source` only where
+    it needs one (a record quarantined); :func:`raw_records` yields them one at a time,
+    as it does a document's values the slow path parsed."""
 
     path: Path
-    raws: list[Any]  # msgspec.Raw each, where split_records yields the run
+    raws: list[Any]  # msgspec.Raw each, where split_records yields the run; or lines
     keys: list[str] | None
     thresholds: tuple[float, float]
     first: int = 0
+    lines: list[int] | None = None  # the raws are these lines of a .jsonl, by number
 
     def __len__(self) -> int:
         return len(self.raws)
@@ -127,10 +130,16 @@ class RawRun:
     def part(self, start: int, stop: int) -> RawRun:
         """The records from ``start`` up to ``stop``."""
         keys = None if self.keys is None else self.keys[start:stop]
-        return RawRun(self.path, self.raws[start:stop], keys, self.thresholds, self.first + start)
+        lines = None if self.lines is None else self.lines[start:stop]
+        raws = self.raws[start:stop]
+        return RawRun(self.path, raws, keys, self.thresholds, self.first + start, lines)
 
     def items(self) -> Iterator[Raw]:
         """Each record as :func:`raw_records` yields it."""
+        if self.lines is not None:
+            for number, raw in zip(self.lines, self.raws, strict=True):
+                yield Source(self.path, f"line {number}"), raw, self.thresholds, None
+            return
         if self.keys is None:
             for index, raw in enumerate(self.raws, start=self.first):
                 yield Source(self.path, f"item {index}"), raw, self.thresholds, None
@@ -143,7 +152,7 @@ def split_records(
     file: Path, sink: Sink, start: int = 0, first_line: int = 1
 ) -> Iterator[Raw | RawRun]:
     """:func:`raw_records`' records, those msgspec split from a ``.json`` document
-    together as one :class:`RawRun`."""
+    together as one :class:`RawRun`, a ``.jsonl``'s lines as runs of ``LINES_AT_ONCE``."""
     try:
         if file.name.endswith(".jsonl"):
             yield from _jsonl_lines(file, start, first_line)
@@ -171,9 +180,7 @@ def split_records(
         sink.add(Source(file, "file"), why, "")
         return
     if file.name.endswith(".jsonl.gz"):
-        for number, line in enumerate(data.splitlines(), start=1):
-            if line.strip():
-                yield Source(file, f"line {number}"), line, DEFAULTS, None
+        yield from _line_runs(file, enumerate(data.splitlines(), start=1))
         return
     yield from _document(file, data, sink)
 
@@ -284,9 +291,10 @@ def _split(data: bytes) -> list[msgspec.Raw] | TrajectoryPool | bytes:
     return TrajectoryPool.model_validate(header).model_copy(update={"trajectories": records})
 
 
-def _jsonl_lines(file: Path, start: int, first_line: int) -> Iterator[Raw]:
-    """A plain JSONL file's records, a line at a time, as bytes: each is decoded on its
-    own, so a line that is not UTF-8 is quarantined alone, like a line that is not JSON."""
+def _jsonl_lines(file: Path, start: int, first_line: int) -> Iterator[RawRun]:
+    """A plain JSONL file's records, as the bytes of their lines, ``LINES_AT_ONCE`` lines
+    at a time (the text is never held whole): each is a record of its own, so a line
+    that is not UTF-8 is quarantined alone, like a line that is not JSON."""
     try:
         handle = file.open("rb")
     except FileNotFoundError:
@@ -295,9 +303,22 @@ def _jsonl_lines(file: Path, start: int, first_line: int) -> Iterator[Raw]:
         raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
     with handle:
         handle.seek(start)
-        for number, raw in enumerate(handle, start=first_line):
-            if raw.strip():
-                yield Source(file, f"line {number}"), raw, DEFAULTS, None
+        yield from _line_runs(file, enumerate(handle, start=first_line))
+
+
+def _line_runs(file: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[RawRun]:
+    """Numbered lines, blank ones left out, as runs of at most ``LINES_AT_ONCE``."""
+    raws: list[bytes] = []
+    numbers: list[int] = []
+    for number, raw in lines:
+        if raw.strip():
+            raws.append(raw)
+            numbers.append(number)
+            if len(raws) == LINES_AT_ONCE:
+                yield RawRun(file, raws, None, DEFAULTS, lines=numbers)
+                raws, numbers = [], []
+    if raws:
+        yield RawRun(file, raws, None, DEFAULTS, lines=numbers)
 
 
 def parse_json(text: str) -> Any:
