@@ -50,6 +50,7 @@ _VALUES = st.lists(
 ) | st.lists(st.tuples(st.sampled_from(["x", "y"])) | st.just(()), max_size=30)  # fmt: skip
 
 
+@settings(deadline=None)  # a loaded host's first example is slow
 @given(_VALUES)
 def test_codes_are_setdefaults_in_first_seen_order(values: list[object]) -> None:
     """A coded column's codes and distinct values are BlockWriter's setdefault ones."""
@@ -59,6 +60,7 @@ def test_codes_are_setdefaults_in_first_seen_order(values: list[object]) -> None
     assert codes.tolist() == expected and distinct == list(index)
 
 
+@settings(deadline=None)  # a loaded host's first example is slow
 @given(st.lists(st.integers(0, 10**9) | st.integers(0, 40), max_size=40))
 def test_log1p_of_counts_is_math_log1p_bit_for_bit(counts: list[int]) -> None:
     """math.log1p once a distinct count, spread back: the very floats, record by record."""
@@ -85,6 +87,7 @@ _NAME = st.sampled_from(["a.py", "tests/test_a.py", "c.yaml", "R.md", "conftest.
 )
 
 
+@settings(deadline=None)  # a loaded host's first example is slow
 @given(st.lists(st.lists(_NAME, max_size=4).map(tuple), max_size=12))
 def test_file_kinds_at_once_are_each_records_kinds(files: list[tuple[str, ...]]) -> None:
     """Whether a record's files touch tests, configuration, docs, code: the kinds of its
