@@ -39,12 +39,13 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from genesis_fp16_infrastructure.data import batch_block, readers
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, scan_files
 from genesis_fp16_infrastructure.data.readers import _Record, read_trajectories
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
-from genesis_fp16_infrastructure.data.schema import derive_label
+from genesis_fp16_infrastructure.data.schema import derive_outcomes
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.machine_memory import paused_gc
 
@@ -86,15 +87,19 @@ def parts(data: bytes, layout: str) -> dict[str, Callable[[], int]]:
     settled = [readers._settled(record, None) for record in decode(data, layout)]
     records = [fast[0] for fast in settled if fast is not None]  # every one has an id
     batch = readers._columns(records, sum(fast[1] for fast in settled if fast is not None))
-    labels = [derive_label(w, s) for w, s in zip(batch.word, batch.score, strict=True)]
+    score = np.array(batch.score, "<f8").reshape(len(records))
+    outcome = derive_outcomes(batch.word, score)
+    coded = {name: batch_block._coded(getattr(batch, name)) for name in batch_block._CODED_NAMES}
+    codes, tool_lists = coded["tools_used"]
+    tools = np.array([float(len(set(t))) for t in tool_lists])[codes]
 
     def hashes() -> int:
         with paused_gc():
-            return len(batch_block._label_columns(batch, labels)[0])
+            return len(batch_block._label_hashes(batch, outcome, score, coded)[0])
 
     def own() -> int:
         with paused_gc():
-            return len(batch_block._own_columns(batch))
+            return len(batch_block._own_columns(batch, tools))
 
     return {"hashes": hashes, "own": own}
 

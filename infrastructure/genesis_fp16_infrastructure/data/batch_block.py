@@ -5,7 +5,9 @@ time: an ``AttemptInput`` and a ``Label`` object each, its own numbers a tuple, 
 text the dataclass's repr. For a batch of records msgspec decoded (``data.readers``'
 fast structs, every one valid), :func:`batch_block` writes the same block from the
 structs' fields, one column at a time: no object per record beyond the decoded struct,
-each number column one comprehension, the fingerprint texts hashed together. Written a
+the labels compared a column at a time (``schema.derive_outcomes``), a repeated value
+(agent, tools, a file's name, a count) coded, repr'd, counted or ``log1p``'d once, the
+fingerprint texts hashed together. Written a
 record at a time, 25,000 generated records cost several times msgspec's decode of their
 bytes (issue 90, ``benchmarks/read_floor.py``). The block is the same, byte for byte
 (``tests/infrastructure/data/test_batch_block.py`` holds the two to it).
@@ -20,9 +22,9 @@ bytes (issue 90, ``benchmarks/read_floor.py``). The block is the same, byte for 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from itertools import chain
-from typing import Any, NamedTuple
+from collections.abc import Hashable, Sequence
+from itertools import chain, compress
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -39,15 +41,15 @@ from genesis_fp16_infrastructure.data.file_records import (
 )
 from genesis_fp16_infrastructure.data.schema import (
     OUTCOMES,
-    derive_label,
+    derive_outcomes,
     id_digest,
-    judged_id,
     record_id_hashes,
 )
 
 _OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}
 _KINDS = ("test", "config", "docs", "code")
 _log1p = math.log1p
+_H = TypeVar("_H", bound=Hashable)
 
 
 class Batch(NamedTuple):
@@ -74,8 +76,10 @@ class Batch(NamedTuple):
 def batch_block(batch: Batch, thresholds: tuple[float, float], keep_text: bool) -> RecordBlock:
     """The block ``BlockWriter`` writes for these records, with no quarantined entry."""
     n = len(batch.trajectory_id)
-    labels = [derive_label(w, s, *thresholds) for w, s in zip(batch.word, batch.score, strict=True)]
-    success, outcome, label_score, key, judged = _label_columns(batch, labels)
+    score = np.array(batch.score, "<f8").reshape(n)  # numpy reads None as nan
+    outcome = derive_outcomes(batch.word, score, *thresholds)
+    labelled = outcome >= 0
+    scored = ~np.isnan(score)
     columns: dict[str, Any] = {}
     if keep_text:
         text = (batch.code_changes, batch.modified_files, batch.proposed_strategy,
@@ -90,14 +94,19 @@ def batch_block(batch: Batch, thresholds: tuple[float, float], keep_text: bool) 
         ("tools_used", "tool_lists", batch.tools_used),
         ("reasoning_pattern", "patterns", batch.reasoning_pattern),
     )  # fmt: skip
-    for name, values, column in coded:
-        index: dict[Any, int] = {}
-        codes = [index.setdefault(value, len(index)) for value in column]
-        columns[name] = np.array(codes, "<i4").reshape(n).tobytes()
-        columns[values] = list(index)
+    codes = {name: _coded(column) for name, _, column in coded}
+    for name, values, _ in coded:
+        columns[name], columns[values] = codes[name][0].astype("<i4").tobytes(), codes[name][1]
+    tool_lists = codes["tools_used"]
+    tools = np.array([float(len(set(t))) for t in tool_lists[1]])[tool_lists[0]]
+    key, judged = _label_hashes(batch, outcome, score, codes)
     columns["created"], columns["timed"] = _optional(batch.created)
-    columns["score"], columns["scored"] = _optional(batch.score)
-    columns["label_score"], columns["label_scored"] = _optional(label_score)
+    columns["score"], columns["scored"] = score.tobytes(), scored.tobytes()
+    # a label's score: the record's where a score decided it (nan and 0 elsewhere)
+    with_score = labelled & scored
+    columns["label_score"] = np.where(with_score, score, np.nan).astype("<f8").tobytes()
+    columns["label_scored"] = with_score.tobytes()
+    success = np.where(labelled, outcome == _OUTCOME["success"], -1).astype(np.int8)
     parent_ids = list(chain.from_iterable(batch.parent_ids))
     id_key = record_id_hashes(batch.trajectory_id)
     return RecordBlock(
@@ -105,16 +114,23 @@ def batch_block(batch: Batch, thresholds: tuple[float, float], keep_text: bool) 
         generation=_int64s(batch.generation),
         parent_ids=parent_ids,
         parent_hash=_int64s(_parent_hashes(parent_ids, batch.trajectory_id, id_key)),
-        parent_counts=np.array([len(p) for p in batch.parent_ids], "<i4").reshape(n).tobytes(),
-        own=_own_columns(batch).tobytes(),
-        success=np.array(success, np.int8).reshape(n).tobytes(),
-        outcome=np.array(outcome, np.int8).reshape(n).tobytes(),
-        key=_int64s(key),
+        parent_counts=np.fromiter(map(len, batch.parent_ids), "<i4", n).tobytes(),
+        own=_own_columns(batch, tools).tobytes(),
+        success=success.tobytes(),
+        outcome=outcome.tobytes(),
+        key=key.astype("<i8").tobytes(),
         id_key=_int64s(id_key),
-        judged=b"".join(judged),
+        judged=judged,
         rejected=[],
         **columns,
     )
+
+
+def _coded(column: Sequence[_H]) -> tuple[np.ndarray, list[_H]]:
+    """Each value's code (intp) into the column's distinct values, in first-seen order:
+    ``BlockWriter``'s ``index.setdefault(value, len(index))``, a distinct value at a time."""
+    index = {value: code for code, value in enumerate(dict.fromkeys(column))}
+    return np.fromiter(map(index.__getitem__, column), np.intp, len(column)), list(index)
 
 
 def _parent_hashes(parent_ids: list[str], ids: list[str], id_key: np.ndarray) -> list[int]:
@@ -128,92 +144,160 @@ def _parent_hashes(parent_ids: list[str], ids: list[str], id_key: np.ndarray) ->
     return [next(found) if h is None else h for h in hashes]
 
 
-def _label_columns(
-    batch: Batch, labels: Sequence[Any]
-) -> tuple[list[int], list[int], list[float | None], list[int], list[bytes]]:
-    """success, outcome, label score, ``schema.labelled_hash`` and judged digest of each
-    record (-1, -1, None, 0 and 8 zero bytes without a label)."""
-    n = len(labels)
-    success, outcome, keys = [-1] * n, [-1] * n, [0] * n
-    label_score: list[float | None] = [None] * n
-    judged = [bytes(8)] * n
-    rows = [row for row, label in enumerate(labels) if label is not None]
-    hashed = record_id_hashes(_hash_texts(batch, labels)).tolist()
-    for row, key in zip(rows, hashed, strict=True):
-        label, trajectory_id = labels[row], batch.trajectory_id[row]
-        success[row], outcome[row] = int(label.success), _OUTCOME[label.outcome]
-        label_score[row], keys[row] = label.score, key
-        judged[row] = id_digest(judged_id(trajectory_id, key))
-    return success, outcome, label_score, keys, judged
+def _label_hashes(
+    batch: Batch, outcome: np.ndarray, score: np.ndarray, coded: dict[str, _Coded]
+) -> tuple[np.ndarray, bytes]:
+    """``schema.labelled_hash`` (int64, 0 without a label) and the judged digest (8 zero
+    bytes without a label) of each record, ``outcome`` its label's (-1: none)."""
+    n = len(outcome)
+    labelled = outcome >= 0
+    rows = np.flatnonzero(labelled)
+    key = np.zeros(n, np.int64)
+    key[rows] = record_id_hashes(_hash_texts(batch, outcome, score, labelled, coded))
+    judged = np.zeros((n, 8), np.uint8)
+    if len(rows):
+        ids = list(compress(batch.trajectory_id, labelled.tolist()))
+        unsigned = key[rows].astype(np.uint64).tolist()  # judged_id's key & 2**64 - 1
+        # schema.judged_id of each, written at once
+        texts = [f"{tid}#{k:016x}" for tid, k in zip(ids, unsigned, strict=True)]
+        judged[rows] = np.frombuffer(b"".join(map(id_digest, texts)), np.uint8).reshape(-1, 8)
+    return key, judged.tobytes()
 
 
-def _hash_texts(batch: Batch, labels: Sequence[Any]) -> list[str]:
+def _hash_texts(
+    batch: Batch,
+    outcome: np.ndarray,
+    score: np.ndarray,
+    labelled: np.ndarray,
+    coded: dict[str, _Coded],
+) -> list[str]:
     """The text ``schema.labelled_hash`` hashes, of each labelled record: its id, its
     label and ``repr(AttemptInput(...))``, written from the columns without making the
-    object (``test_batch_block.py`` holds the hashes to the per-record ones)."""
+    object (``test_batch_block.py`` holds the hashes to the per-record ones). A coded
+    column's values (``coded``: codes and distinct values) have their reprs made once."""
+    keep = labelled.tolist()
+    every = all(keep)
+
+    def take(column: Sequence[Any]) -> Sequence[Any]:
+        return column if every else list(compress(column, keep))
+
+    def reprs(name: str) -> list[str]:
+        codes, distinct = coded[name]
+        text = [repr(value) for value in distinct]
+        return list(map(text.__getitem__, codes[labelled].tolist()))
+
+    written: tuple[Sequence[Any], ...] = (
+        batch.trajectory_id, batch.created, batch.generation, batch.parent_ids,
+        batch.code_changes, batch.modified_files, batch.proposed_strategy,
+        batch.problem_diagnosis,
+    )  # fmt: skip
+    # derive_label's Label: success, score (the record's where it decided, else None), outcome
+    heads = [_LABEL_HEADS[o] for o in outcome[labelled].tolist()]
+    scores = [repr(s) if s == s else "None" for s in score[labelled].tolist()]
     return [
-        f"{tid}\x00{label.success}\x00{label.score!r}\x00{label.outcome}\x00"
-        f"AttemptInput(trajectory_id={tid!r}, agent={agent!r}, created={created!r}, "
-        f"operator={operator!r}, generation={generation!r}, parent_ids={parents!r}, "
-        f"code_changes={change!r}, modified_files={files!r}, proposed_strategy={strategy!r}, "
-        f"problem_diagnosis={diagnosis!r}, tools_used={tools!r}, reasoning_pattern={pattern!r})"
+        f"{tid}\x00{head[0]}\x00{score_text}\x00{head[1]}\x00"
+        f"AttemptInput(trajectory_id={tid!r}, agent={agent}, created={created!r}, "
+        f"operator={operator}, generation={generation!r}, parent_ids={parents!r}, "
+        f"code_changes={change!r}, modified_files={files!r}, "
+        f"proposed_strategy={strategy!r}, problem_diagnosis={diagnosis!r}, "
+        f"tools_used={tools}, reasoning_pattern={pattern})"
         for (
-            tid,
-            agent,
-            created,
-            operator,
-            generation,
-            parents,
-            change,
-            files,
-            strategy,
-            diagnosis,
-            tools,
-            pattern,
-            label,
-        ) in zip(*batch[:12], labels, strict=True)
-        if label is not None
-    ]
+            tid, created, generation, parents, change, files, strategy, diagnosis, head,
+            score_text, agent, operator, tools, pattern,
+        ) in zip(
+            *map(take, written), heads, scores, *map(reprs, _CODED_NAMES), strict=True
+        )
+    ]  # fmt: skip
 
 
-def _own_columns(batch: Batch) -> np.ndarray:
+_Coded = tuple[np.ndarray, list[Any]]  # a column's codes (intp), and its distinct values
+_CODED_NAMES = ("agent", "operator", "tools_used", "reasoning_pattern")
+# Label's success and outcome words in a hash text, by outcome index
+_LABEL_HEADS = [(str(name == "success"), name) for name in OUTCOMES]
+
+
+def _own_columns(batch: Batch, tools: np.ndarray) -> np.ndarray:
     """``file_records.own_numbers`` of every record, as an (n, 15) little-endian float64
-    array, a feature at a time (the same ``math`` calls, so the same bits)."""
+    array, a feature at a time (``tools``: each one's distinct tools, as a float): each
+    ``math.log1p`` of a count made once a distinct count (the same calls, so the same
+    bits), word counts once a distinct text, file kinds once a distinct name."""
     diffs, files = batch.code_changes, batch.modified_files
-    shares, hunks = _change_shapes(diffs)
-    kinds = [{_kind(name) for name in names} for names in files]
-    tools = {t: float(len(set(t))) for t in dict.fromkeys(batch.tools_used)}  # coded: few
+    n = len(diffs)
+    shares, hunks, breaks = _change_counts(diffs)
+    sizes = _lengths(diffs)
     columns = (
-        [_log1p(g) for g in batch.generation],
-        [float(len(p)) for p in batch.parent_ids],
-        [_log1p(d.count("\n") + 1 if d else 0) for d in diffs],
-        [_log1p(len(d)) for d in diffs],
-        [_log1p(len(f)) for f in files],
-        [_log1p(len(s.split())) for s in batch.proposed_strategy],
-        [_log1p(len(s.split())) for s in batch.problem_diagnosis],
-        [tools[t] for t in batch.tools_used],
+        _log1p_of(np.array(batch.generation, np.int64).reshape(n)),
+        _lengths(batch.parent_ids).astype(np.float64),
+        _log1p_of(np.where(sizes > 0, breaks + 1, 0)),
+        _log1p_of(sizes),
+        _log1p_of(_lengths(files)),
+        _log1p_of(_word_counts(batch.proposed_strategy)),
+        _log1p_of(_word_counts(batch.problem_diagnosis)),
+        tools,
         shares,
-        [_log1p(h) for h in hunks],
-        [_log1p(len(set(f))) for f in files],
-        *([float(kind in found) for found in kinds] for kind in _KINDS),
+        _log1p_of(hunks),
+        _log1p_of(np.fromiter(map(len, map(set, files)), np.int64, n)),
+        *_file_kinds(files),
     )
     assert len(columns) == len(OWN_FEATURES)
-    own = np.empty((len(diffs), len(OWN_FEATURES)), "<f8")
+    own = np.empty((n, len(OWN_FEATURES)), "<f8")
     for at, column in enumerate(columns):
         own[:, at] = column
     return own
 
 
+def _lengths(column: Sequence[Any]) -> np.ndarray:
+    return np.fromiter(map(len, column), np.int64, len(column))
+
+
+def _word_counts(texts: list[str]) -> np.ndarray:
+    """``len(text.split())`` of each text, split once a distinct text (they repeat)."""
+    words = {text: len(text.split()) for text in dict.fromkeys(texts)}
+    return np.fromiter(map(words.__getitem__, texts), np.int64, len(texts))
+
+
+def _file_kinds(files: list[tuple[str, ...]]) -> list[np.ndarray]:
+    """Of each record's files, whether one is a test, configuration, docs, other code
+    (1.0 or 0.0 each, in ``_KINDS``' order): ``file_records._kind`` once a distinct name."""
+    names = list(chain.from_iterable(files))
+    kind = {name: _KINDS.index(_kind(name)) for name in dict.fromkeys(names)}
+    kinds = np.fromiter(map(kind.__getitem__, names), np.int64, len(names))
+    owner = np.repeat(np.arange(len(files)), _lengths(files))
+    return [
+        (np.bincount(owner[kinds == at], minlength=len(files)) > 0).astype(np.float64)
+        for at in range(len(_KINDS))
+    ]
+
+
+def _log1p_of(counts: np.ndarray) -> np.ndarray:
+    """``math.log1p`` of each count (whole numbers), called once a distinct count: the
+    same function on the same values as a record at a time, so the same bits."""
+    if not len(counts):
+        return np.zeros(0)
+    distinct, at = np.unique(counts, return_inverse=True)
+    return np.array([_log1p(c) for c in distinct.tolist()], np.float64)[at.reshape(-1)]
+
+
 def _change_shapes(diffs: list[str]) -> tuple[list[float], list[float]]:
     """``file_records.change_shape`` of every diff: the share of added lines, and the
-    hunks. When every diff is ASCII with ``\\n`` its only line break (nearly always),
-    their line starts are found at once in ``"\\n" + "\\n".join(diffs)`` with numpy:
-    each diff's text there starts with its own ``\\n``, so no pattern of one runs into
-    the next; else a diff at a time."""
+    hunks (:func:`_change_counts`)."""
+    shares, hunks, _ = _change_counts(diffs)
+    return shares.tolist(), hunks.astype(np.float64).tolist()
+
+
+def _change_counts(diffs: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of every diff: ``file_records.change_shape``'s share of added lines (float64) and
+    hunks, and its count of ``\n`` (int64). When every diff is ASCII with ``\n`` its only
+    line break (nearly always), their line starts are found at once in
+    ``"\n" + "\n".join(diffs)`` with numpy: each diff's text there starts with its own
+    ``\n``, so no pattern of one runs into the next; else a diff at a time."""
+    count = len(diffs)
     joined = "\n" + "\n".join(diffs)
     if not joined.isascii() or any(mark in joined for mark in _OTHER_BREAKS):
         shapes = [change_shape(diff) for diff in diffs]
-        return [s[0] for s in shapes], [s[1] for s in shapes]
+        breaks = np.fromiter((diff.count("\n") for diff in diffs), np.int64, count)
+        shares = np.array([s[0] for s in shapes], np.float64).reshape(count)
+        return shares, np.array([s[1] for s in shapes], np.int64).reshape(count), breaks
     text = np.frombuffer(joined.encode("ascii") + b"\0\0\0", np.uint8)
     starts = np.flatnonzero(text == 10)  # every line start of every diff, \n first
     after = [text[starts + step] for step in (1, 2, 3)]
@@ -224,9 +308,11 @@ def _change_shapes(diffs: list[str]) -> tuple[list[float], list[float]]:
     # the diff of each line start: diff i's text begins at its own \n
     first = np.cumsum([0] + [len(diff) + 1 for diff in diffs[:-1]])
     owner = np.searchsorted(first, starts, side="right") - 1
-    count = len(diffs)
     plus_n, minus_n, hunk_n = (
-        np.bincount(owner[flags], minlength=count).tolist() for flags in (added, removed, hunk)
+        np.bincount(owner[flags], minlength=count) for flags in (added, removed, hunk)
     )
-    shares = [a / (a + r) if a + r else 0.5 for a, r in zip(plus_n, minus_n, strict=True)]
-    return shares, [float(h) for h in hunk_n]
+    starts_n = np.bincount(owner, minlength=count)
+    total = plus_n + minus_n
+    # int / int as Python divides it: both exact as doubles, one rounding
+    shares = np.divide(plus_n, total, out=np.full(count, 0.5), where=total > 0)
+    return shares, hunk_n, starts_n - 1  # a diff's first start is its own \n

@@ -36,12 +36,14 @@ ever accepts records the slow one accepts with the same values
 A record's shape is decided as the slow path does: a replay-buffer record has no
 ``operator_applied`` and at least one of the replay keys; anything else is a trajectory.
 
-A file's records are read ``BATCH_RECORDS`` at a time (:func:`_read_chunk`): those
-msgspec split from a ``.json`` document are decoded by one call when every one of them
-decodes and has an id, and the records the fast path vouched for are written into the
-file's block a batch at a time (:class:`_Batch`, ``data.batch_block``): the same block a
-record at a time made, byte for byte (issue 90; ``benchmarks/read_floor.py`` times the
-read against msgspec alone on the same bytes).
+A file's records are read ``BATCH_RECORDS`` at a time, decoded by one call when every
+one of them decodes, alone, and has an id (:func:`_decoded_together`): a ``.json``
+document's as msgspec split them, and a ``.jsonl``'s lines when each is one value
+(:func:`_read_run`), a large pool's streamed records likewise (:func:`_read_chunk`).
+The records the fast path vouched for are written into the file's block a batch at a
+time (:class:`_Batch`, ``data.batch_block``): the same block a record at a time made,
+byte for byte (issue 90; ``benchmarks/read_floor.py`` times the read against msgspec
+alone on the same bytes).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import logging
 import operator
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import chain, repeat
 from pathlib import Path
 from types import GenericAlias, NoneType, UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -78,13 +81,14 @@ from genesis_fp16_infrastructure.data.schema import (
 )
 from genesis_fp16_infrastructure.data.sources import (
     Raw,
+    RawRun,
     Sink,
     Source,
     list_data_files,
     not_utf8_reason,
     parse_json,
-    raw_records,
     reason,
+    split_records,
 )
 from genesis_fp16_infrastructure.errors import DataError
 from genesis_fp16_infrastructure.machine_memory import paused_gc
@@ -336,7 +340,11 @@ def _file_records(
     recorder = Recorder(sink)
     written = _FileBlocks(keep_text, blocks)
     chunk: list[Raw] = []
-    for item in raw_records(file, recorder, start, first_line):
+    for item in split_records(file, recorder, start, first_line):
+        if isinstance(item, RawRun):  # a document's records, or lines
+            for at in range(0, len(item), BATCH_RECORDS):
+                _read_run(item.part(at, at + BATCH_RECORDS), written, recorder)
+            continue
         chunk.append(item)
         if len(chunk) == BATCH_RECORDS:
             _read_chunk(chunk, written, recorder)
@@ -350,15 +358,36 @@ def _file_records(
     return block
 
 
+def _read_run(run: RawRun, written: _FileBlocks, sink: Sink) -> None:
+    """Records msgspec split from a document, or lines, in file order, into ``written``:
+    decoded together when the fast path vouches for every one, each alone
+    (:func:`_decoded_together`), else one at a time (:func:`_read_one_by_one`)."""
+    together = _decoded_together(run.raws, run.keys, whole=run.lines is None)
+    if together is None:
+        _read_one_by_one(list(run.items()), written, sink)
+    else:
+        written.fast_run(*together, run.thresholds)
+
+
 def _read_chunk(items: list[Raw], written: _FileBlocks, sink: Sink) -> None:
-    """Records of a file, in its order, into ``written``: decoded together when the fast
-    path vouches for every one (:func:`_decoded_together`), else one at a time, each the
-    fast path refuses decided by the slow one."""
-    together = _decoded_together(items)
-    if together is not None:
-        for vouched, (_, _, thresholds, _) in zip(together, items, strict=True):
-            written.fast(vouched, thresholds)
-        return
+    """Records of a file, in its order, into ``written``: the bytes of a large pool's
+    records (``data.pool_stream``) decoded together when each is one JSON value alone and
+    the fast path vouches for every one (:func:`_decoded_together`), else (those too, and
+    the values the slow path parsed) one at a time (:func:`_read_one_by_one`)."""
+    raws = [raw for _, raw, _, _ in items]
+    thresholds = {thresholds for _, _, thresholds, _ in items}
+    together = None
+    if len(thresholds) == 1 and all(type(raw) is bytes for raw in raws):
+        together = _decoded_together(raws, [key for _, _, _, key in items], whole=False)
+    if together is None:
+        _read_one_by_one(items, written, sink)
+    else:
+        written.fast_run(*together, thresholds.pop())
+
+
+def _read_one_by_one(items: list[Raw], written: _FileBlocks, sink: Sink) -> None:
+    """Records of a file, in its order, into ``written``, one at a time: each the fast
+    path refuses decided by the slow one."""
     for source, raw, thresholds, key in items:
         fast = _vouched(raw, key)
         if fast is not None:
@@ -369,28 +398,49 @@ def _read_chunk(items: list[Raw], written: _FileBlocks, sink: Sink) -> None:
             written.slow(record)
 
 
-def _decoded_together(items: list[Raw]) -> list[tuple[Any, bool]] | None:
-    """``items``' records decoded by one msgspec call (as :func:`_vouched` reads each), or
-    None unless every one decodes and has an id. Only values msgspec split from a
-    document (``msgspec.Raw``, each one whole JSON value) are joined into a list: lines
-    of a ``.jsonl`` are not, as two lines that are not JSON alone could join into
-    records. One call over a batch costs about what msgspec's whole-document decode
-    does; a call a record took about 1.5 times that (issue 90)."""
-    raws = [raw for _, raw, _, _ in items]
-    if not raws or not all(isinstance(raw, msgspec.Raw) for raw in raws):
+def _decoded_together(
+    raws: list[Any], keys: list[str] | list[str | None] | None, whole: bool
+) -> tuple[list[Any], int] | None:
+    """``raws``' records decoded by one msgspec call and settled (as :func:`_vouched`
+    reads each, ``keys`` the ids they are mapped under), and how many are replay
+    records; None unless every one decodes, alone, and has an id. One call over a batch
+    costs about what msgspec's whole-document decode does; a call a record took about
+    1.5 times that (issue 90).
+
+    They are decoded as one list, ``"[" + ",".join(raws) + "]"``. Values msgspec split
+    from a document (``whole``) are each one whole JSON value. Other bytes (lines) may
+    not be: two lines that are not JSON alone can join into records, as many as the
+    lines. So the list is split into its values (``msgspec.Raw``) too, and each value must
+    span exactly its own piece's text, whitespace stripped: then each piece is that one
+    value, alone, as a record at a time reads it."""
+    if not raws:
         return None
-    joined = b"[" + b",".join(raws) + b"]"
+    # "[" + ",".join(raws) + "]" copied once: the batch's bytes, 12 MB at 8,192 records
+    pieces = [b"[", *chain.from_iterable(zip(raws, repeat(b",")))]
+    pieces[-1] = b"]"
+    joined = b"".join(pieces)
     if not _utf8(joined):
         return None
     try:
-        records = _BATCH_DECODER.decode(joined)
+        records: list[Any] = _BATCH_DECODER.decode(joined)
+        values = None if whole else _VALUES_DECODER.decode(joined)
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
         return None
     if len(records) != len(raws):
         return None  # not one value each: each is read alone
-    settled = [_settled(record, item[3]) for record, item in zip(records, items, strict=True)]
+    if values is not None and list(map(len, values)) != [len(raw.strip()) for raw in raws]:
+        return None  # a value across two pieces (or two in one): each is read alone
+    unset = msgspec.UNSET
+    if unset not in [r.trajectory_id for r in records] and unset not in [
+        r.operator_applied for r in records
+    ]:
+        return records, 0  # every one a trajectory with its id: _settled leaves it as is
+    named = keys if keys is not None else [None] * len(records)
+    settled = [_settled(record, key) for record, key in zip(records, named, strict=True)]
     vouched = [fast for fast in settled if fast is not None]
-    return vouched if len(vouched) == len(settled) else None
+    if len(vouched) != len(settled):
+        return None
+    return [record for record, _ in vouched], sum(replay for _, replay in vouched)
 
 
 class _FileBlocks:
@@ -403,10 +453,16 @@ class _FileBlocks:
         self.batch, self.writer = _Batch(keep_text), BlockWriter(keep_text)
 
     def fast(self, fast: tuple[Any, bool], thresholds: tuple[float, float]) -> None:
+        self.fast_run([fast[0]], int(fast[1]), thresholds)
+
+    def fast_run(self, records: list[Any], replays: int, thresholds: tuple[float, float]) -> None:
+        """Vouched records, ``replays`` of them replay records, in file order."""
         if self.writer.ids or self.batch.thresholds not in (None, thresholds):
             self.flush()
-        self.batch.add(fast, thresholds)
-        if len(self.batch) == BATCH_RECORDS:
+        if len(self.batch) + len(records) > BATCH_RECORDS:
+            self.blocks.extend(self.batch.flush())
+        self.batch.add(records, replays, thresholds)
+        if len(self.batch) >= BATCH_RECORDS:
             self.blocks.extend(self.batch.flush())
 
     def slow(self, record: FileRecord) -> None:
@@ -521,6 +577,7 @@ _Record = _fast_struct(
 )
 _DECODER = msgspec.json.Decoder(_Record)
 _BATCH_DECODER = msgspec.json.Decoder(list[_Record])  # type: ignore[valid-type]
+_VALUES_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 def decode_record(
@@ -581,10 +638,9 @@ class _Batch:
     def __len__(self) -> int:
         return len(self.records)
 
-    def add(self, fast: tuple[Any, bool], thresholds: tuple[float, float]) -> None:
-        record, replay = fast
-        self.records.append(record)
-        self.replays += replay
+    def add(self, records: list[Any], replays: int, thresholds: tuple[float, float]) -> None:
+        self.records.extend(records)
+        self.replays += replays
         self.thresholds = thresholds
 
     def flush(self) -> list[RecordBlock]:
@@ -612,7 +668,8 @@ def _columns(records: list[Any], replays: int) -> Batch:
         generation=[r.generation for r in records],
         # A record naming itself as parent would read its own score: dropped.
         parent_ids=[
-            tuple(p for p in r.parent_trajectories if p != r.trajectory_id) for r in records
+            tuple(p for p in parents if p != tid) if tid in parents else tuple(parents)
+            for tid, parents in zip(ids, [r.parent_trajectories for r in records], strict=True)
         ],
         code_changes=[r.code_changes for r in records],
         modified_files=[tuple(r.modified_files) for r in records],

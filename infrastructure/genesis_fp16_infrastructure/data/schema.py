@@ -29,6 +29,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import repeat
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -279,6 +280,34 @@ def derive_label(
     if from_status is None:  # pruned without a score, or unknown: the outcome is unknown
         return None
     return Label(success=from_status == "success", score=None, outcome=from_status)
+
+
+# derive_label's outcome (an index into OUTCOMES) of each word when no score decides; -1:
+# none (pruned, unknown), -2: never a label (unfinished, whatever its score).
+_WORD_CODE = {word: OUTCOMES.index(outcome) for word, outcome in _WORD_OUTCOME.items()} | {
+    word: -2 for word in UNFINISHED_STATUSES
+}
+
+
+def derive_outcomes(
+    words: Sequence[str],
+    scores: np.ndarray,
+    success_threshold: float = SUCCESS_THRESHOLD,
+    failure_threshold: float = FAILURE_THRESHOLD,
+) -> np.ndarray:
+    """:func:`derive_label`'s outcome of each record at once, as an index into
+    ``OUTCOMES`` (int8; -1 where it gives no label): ``words`` their status words or final
+    outcomes, ``scores`` their scores as float64 (nan where None; a score is never nan, the
+    schema's bounds refuse it). The same comparisons in the same order, a column at a time.
+
+    >>> derive_outcomes(["failure", "pending", "pruned"], np.array([0.68, 0.9, np.nan])).tolist()
+    [1, -1, -1]
+    """
+    scored = ~np.isnan(scores)
+    by_score = np.where(scores >= success_threshold, 2, np.where(scores < failure_threshold, 0, 1))
+    by_word = np.fromiter(map(_WORD_CODE.get, words, repeat(-1)), np.int8, len(words))
+    outcome = np.where(scored, by_score, by_word)
+    return np.where(by_word == -2, -1, outcome).astype(np.int8).reshape(len(words))
 
 
 def created_seconds(value: str | float | None) -> float | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,6 +38,7 @@ DATA_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 MAX_DECOMPRESSED_BYTES = 256 * 2**20
 _CHECK_CHUNK = 16 * 2**20  # bytes of a document checked as UTF-8 at a time
 DEFAULTS = (SUCCESS_THRESHOLD, FAILURE_THRESHOLD)
+LINES_AT_ONCE = 8_192  # a .jsonl's lines held at a time: ~12 MB of generated records
 # A .json file past this is split into records a window at a time (pool_stream), not
 # read whole: at 1,000,000 records, 1.5 GB of bytes held no longer.
 STREAM_ABOVE = 64 * 2**20
@@ -99,6 +100,59 @@ def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> 
     its JSON bytes or, from the slow path, the parsed object, and ``key`` is the id a
     pool maps it under (None outside a pool). A plain ``.jsonl`` file is read from byte
     ``start``, whose line is number ``first_line`` (an appended file's new lines)."""
+    for item in split_records(file, sink, start, first_line):
+        if isinstance(item, RawRun):
+            yield from item.items()
+        else:
+            yield item
+
+
+@dataclass(frozen=True)
+class RawRun:
+    """Records of one file, in file order: a ``.json`` document's list items (``keys``
+    None, the first numbered ``first``) or pool records under their ``keys``, or the
+    bytes of a ``.jsonl``'s numbered ``lines``. Those msgspec split from a document (each
+    one whole JSON value, undecoded) and lines :func:`split_records` yields together, so
+    that a reader decodes them together and makes a record's :class:`Source` only where
+    it needs one (a record quarantined); :func:`raw_records` yields them one at a time,
+    as it does a document's values the slow path parsed."""
+
+    path: Path
+    raws: list[Any]  # msgspec.Raw each, where split_records yields the run; or lines
+    keys: list[str] | None
+    thresholds: tuple[float, float]
+    first: int = 0
+    lines: list[int] | None = None  # the raws are these lines of a .jsonl, by number
+
+    def __len__(self) -> int:
+        return len(self.raws)
+
+    def part(self, start: int, stop: int) -> RawRun:
+        """The records from ``start`` up to ``stop``."""
+        keys = None if self.keys is None else self.keys[start:stop]
+        lines = None if self.lines is None else self.lines[start:stop]
+        raws = self.raws[start:stop]
+        return RawRun(self.path, raws, keys, self.thresholds, self.first + start, lines)
+
+    def items(self) -> Iterator[Raw]:
+        """Each record as :func:`raw_records` yields it."""
+        if self.lines is not None:
+            for number, raw in zip(self.lines, self.raws, strict=True):
+                yield Source(self.path, f"line {number}"), raw, self.thresholds, None
+            return
+        if self.keys is None:
+            for index, raw in enumerate(self.raws, start=self.first):
+                yield Source(self.path, f"item {index}"), raw, self.thresholds, None
+            return
+        for key, raw in zip(self.keys, self.raws, strict=True):
+            yield Source(self.path, f"trajectories[{key!r}]"), raw, self.thresholds, key
+
+
+def split_records(
+    file: Path, sink: Sink, start: int = 0, first_line: int = 1
+) -> Iterator[Raw | RawRun]:
+    """:func:`raw_records`' records, those msgspec split from a ``.json`` document
+    together as one :class:`RawRun`, a ``.jsonl``'s lines as runs of ``LINES_AT_ONCE``."""
     try:
         if file.name.endswith(".jsonl"):
             yield from _jsonl_lines(file, start, first_line)
@@ -126,9 +180,7 @@ def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> 
         sink.add(Source(file, "file"), why, "")
         return
     if file.name.endswith(".jsonl.gz"):
-        for number, line in enumerate(data.splitlines(), start=1):
-            if line.strip():
-                yield Source(file, f"line {number}"), line, DEFAULTS, None
+        yield from _line_runs(file, enumerate(data.splitlines(), start=1))
         return
     yield from _document(file, data, sink)
 
@@ -163,7 +215,10 @@ def _read_bytes(file: Path) -> bytes:
 
 def _not_utf8(data: bytes) -> str | None:
     """Where ``data`` stops being UTF-8 ("byte 0x89 at offset 0"), or None; a chunk at a
-    time (the text is never held whole)."""
+    time (the text is never held whole). ASCII (what ``json.dumps`` writes) is UTF-8: a
+    scan, no text made (38 MB: a few ms, where decoding it took tens)."""
+    if data.isascii():
+        return None
     decoder = codecs.getincrementaldecoder("utf-8")()
     view = memoryview(data)
     start = 0
@@ -185,13 +240,15 @@ def not_utf8_reason(exc: UnicodeDecodeError, offset: int = 0) -> str:
     return f"byte 0x{byte:02x} at offset {where:,}" if byte is not None else f"ends at {where:,}"
 
 
-def _document(file: Path, data: bytes, sink: Sink) -> Iterator[Raw]:
+def _document(file: Path, data: bytes, sink: Sink) -> Iterator[Raw | RawRun]:
     """A ``.json`` document's records: a list's items, a pool's records, or the document
     as one record. Split by msgspec, they stay undecoded; a document it cannot split is
     parsed whole by the standard library, whose errors make the quarantine reason."""
+    split = True  # its values msgspec.Raw, each one whole JSON value
     try:
         document: Any = _split(data)
     except _UNSPLIT:
+        split = False
         text = data.decode("utf-8")
         try:
             document = parse_json(text)
@@ -205,14 +262,18 @@ def _document(file: Path, data: bytes, sink: Sink) -> Iterator[Raw]:
             sink.add(Source(file, "file"), f"invalid trajectory pool: {reason(exc)}", document)
             return
     if isinstance(document, list):
-        for index, raw in enumerate(document):
-            yield Source(file, f"item {index}"), raw, DEFAULTS, None
+        run = RawRun(file, document, None, DEFAULTS)
     elif isinstance(document, TrajectoryPool):
+        records = document.trajectories
         thresholds = (document.success_threshold, document.failure_threshold)
-        for key, raw in document.trajectories.items():
-            yield Source(file, f"trajectories[{key!r}]"), raw, thresholds, key
+        run = RawRun(file, list(records.values()), list(records), thresholds)
     else:
         yield Source(file, "file"), document, DEFAULTS, None
+        return
+    if split:
+        yield run
+    else:
+        yield from run.items()
 
 
 def _split(data: bytes) -> list[msgspec.Raw] | TrajectoryPool | bytes:
@@ -230,9 +291,10 @@ def _split(data: bytes) -> list[msgspec.Raw] | TrajectoryPool | bytes:
     return TrajectoryPool.model_validate(header).model_copy(update={"trajectories": records})
 
 
-def _jsonl_lines(file: Path, start: int, first_line: int) -> Iterator[Raw]:
-    """A plain JSONL file's records, a line at a time, as bytes: each is decoded on its
-    own, so a line that is not UTF-8 is quarantined alone, like a line that is not JSON."""
+def _jsonl_lines(file: Path, start: int, first_line: int) -> Iterator[RawRun]:
+    """A plain JSONL file's records, as the bytes of their lines, ``LINES_AT_ONCE`` lines
+    at a time (the text is never held whole): each is a record of its own, so a line
+    that is not UTF-8 is quarantined alone, like a line that is not JSON."""
     try:
         handle = file.open("rb")
     except FileNotFoundError:
@@ -241,9 +303,22 @@ def _jsonl_lines(file: Path, start: int, first_line: int) -> Iterator[Raw]:
         raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
     with handle:
         handle.seek(start)
-        for number, raw in enumerate(handle, start=first_line):
-            if raw.strip():
-                yield Source(file, f"line {number}"), raw, DEFAULTS, None
+        yield from _line_runs(file, enumerate(handle, start=first_line))
+
+
+def _line_runs(file: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[RawRun]:
+    """Numbered lines, blank ones left out, as runs of at most ``LINES_AT_ONCE``."""
+    raws: list[bytes] = []
+    numbers: list[int] = []
+    for number, raw in lines:
+        if raw.strip():
+            raws.append(raw)
+            numbers.append(number)
+            if len(raws) == LINES_AT_ONCE:
+                yield RawRun(file, raws, None, DEFAULTS, lines=numbers)
+                raws, numbers = [], []
+    if raws:
+        yield RawRun(file, raws, None, DEFAULTS, lines=numbers)
 
 
 def parse_json(text: str) -> Any:
