@@ -71,11 +71,11 @@ from typing import Any, Literal
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
+    KeptCandidate,
     candidate_entry,
-    list_candidates,
-    new_candidate,
+    make_candidate,
     newest_checkpoint,
-    read_verdict,
+    read_candidates,
 )
 from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.lifecycle_figures import finite
@@ -135,7 +135,7 @@ from genesis_fp16_infrastructure.judging.served import (
     losses_of,
     sweep_copies,
 )
-from genesis_fp16_infrastructure.judging.unfinished import take_unfinished
+from genesis_fp16_infrastructure.judging.unfinished import settle_unfinished
 from genesis_fp16_infrastructure.judging.up_to_date import judged_phases, nothing_new, up_to_date
 from genesis_fp16_infrastructure.judging.watch import rolled_back_to, watch
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
@@ -251,14 +251,17 @@ def _broadcast(told: tuple[str, Any] | None) -> tuple[str, Any]:
 @dataclass
 class JudgedState:
     """One judged run's state, as its phases fill it in: the served model (1), what the
-    live watch found (2), the candidate to train and whether it only finishes (3), or the
-    run's result when there is nothing to learn (``done``)."""
+    live watch found (2), the folder's candidates as phase 3 read them (each meta and
+    verdict once, with the verdicts its own transactions wrote since), the candidate to
+    train and whether it only finishes (3), or the run's result when there is nothing to
+    learn (``done``)."""
 
     request: TrainRequest
     started: float  # time.monotonic() at the run's start
     served: Served
     live: LiveReport | None = None
-    candidate: Path | None = None
+    candidates: tuple[KeptCandidate, ...] = ()
+    candidate: KeptCandidate | None = None
     finishes: bool | None = None
     done: TrainResult | None = None
 
@@ -287,8 +290,8 @@ def _judged_run(
     assert state.candidate is not None
     before = time.monotonic() - state.started  # the served model scored and watched
     if tell is not None:
-        tell(("train", (str(state.candidate), state.finishes)))
-    trained = replace(request, checkpoint_dir=state.candidate, finishes=state.finishes)
+        tell(("train", (str(state.candidate.path), state.finishes)))
+    trained = replace(request, checkpoint_dir=state.candidate.path, finishes=state.finishes)
     return _gated(state, plugin.train(trained), before)
 
 
@@ -314,26 +317,30 @@ def _watched(state: JudgedState) -> None:
 def _candidate(state: JudgedState) -> None:
     """3. The candidate to train: one cut short on this same request (finished first,
     whatever is new), else, when there is something to learn, a new one (with the
-    served checkpoint, for a resume); else the run's up-to-date result (``done``)."""
+    served checkpoint, for a resume); else the run's up-to-date result (``done``). The
+    folder's candidates are read once, here, and every question of this phase and the
+    gate's is asked of them (``state.candidates``)."""
     request, served = state.request, state.served
     digest = _data_digest(request.data_path)  # the data's files: a kept verdict's, the meta's
     meta = _meta(request, served, digest)
-    candidate = take_unfinished(state.folder, meta)
-    if candidate is None and served.losses is not None and not request.forced:
-        rejudged = _rejudge_kept(request, served, digest)  # issue 62: before training
-        learned = None if rejudged is not None else nothing_new(served, request)
+    taken = settle_unfinished(state.folder, meta, read_candidates(state.folder))
+    state.candidates = taken.candidates
+    if taken.candidate is None and served.losses is not None and not request.forced:
+        rejudged = _rejudge_kept(state, digest)  # issue 62: before training
+        learned = None if rejudged is not None else nothing_new(served, request, state.candidates)
         if rejudged is not None or learned is not None:
             seconds = time.monotonic() - state.started
             state.done = up_to_date(request, served, seconds, state.live, rejudged, learned)
             return
     # A continued candidate that had ended (killed after its last save, before its
     # verdict) is judged as it is: its run trains no step more (RunSpec.finishes).
-    state.finishes = candidate is not None or None
-    if candidate is None:
-        candidate = new_candidate(state.folder, meta)
-        if served.checkpoint is not None and request.resume:  # the resume continues the served
-            copy_checkpoint(served.checkpoint, candidate)
-    state.candidate = candidate
+    state.finishes = taken.candidate is not None or None
+    if taken.candidate is not None:
+        state.candidate = next(c for c in state.candidates if c.path == taken.candidate)
+        return
+    state.candidate = make_candidate(state.folder, meta)
+    if served.checkpoint is not None and request.resume:  # the resume continues the served
+        copy_checkpoint(served.checkpoint, state.candidate.path)
 
 
 def _gated(state: JudgedState, result: TrainResult, before: float) -> TrainResult:
@@ -341,7 +348,7 @@ def _gated(state: JudgedState, result: TrainResult, before: float) -> TrainResul
     the promotion it decides), and the run's result with it; ``before``: the seconds
     of phases 1-3."""
     assert state.candidate is not None
-    gate = _judge(state.request, state.served, state.candidate, result)
+    gate = _judge(state, result)
     return replace(
         result,
         gate=gate,
@@ -380,14 +387,11 @@ def _data_digest(path: Path | None) -> str:
     return digest.hexdigest()
 
 
-def _judge(
-    request: TrainRequest,
-    served: Served,
-    candidate: Path,
-    result: TrainResult,
-) -> GateReport:
+def _judge(state: JudgedState, result: TrainResult) -> GateReport:
     """The gate's verdict on the trained candidate, written, and acted on."""
-    started = time.monotonic()
+    request, served, kept = state.request, state.served, state.candidate
+    assert kept is not None
+    candidate, started = kept.path, time.monotonic()
     used = result.precision_used  # every verdict below names the run's precision
     checkpoint = newest_checkpoint(candidate)
     if result.stopped_early and result.failure is None and checkpoint is not None:
@@ -408,34 +412,35 @@ def _judge(
             raise
     stores.write_known_ids(candidate, _known_after(served, losses, request.keep_in_memory_bytes))
     digest, reported = _data_digest(request.data_path), _reported(result.eval)
-    scored = (candidate, checkpoint, held_out, losses)
-    return _decide(request, served, scored, started, used, digest, reported)
+    scored = (kept, checkpoint, held_out, losses)
+    return _decide(state, scored, started, used, digest, reported)
 
 
 def _decide(
-    request: TrainRequest,
-    served: Served,
-    scored: tuple[Path, Path, bool, RecordLosses],
+    state: JudgedState,
+    scored: tuple[KeptCandidate, Path, bool, RecordLosses],
     started: float,
     used: PrecisionName | None,
     digest: str,
     reported: Mapping[str, float],
 ) -> GateReport:
-    """The verdict on a scored candidate (``scored``: its folder, its checkpoint, whether
-    it is judged on held-out records, its losses), written, and acted on: the first model
-    is promoted as it is; a promoted one is served unless the operator's pin holds it
-    (``held``). ``used``: the precision it was trained in; ``digest``: the data's;
-    ``reported``: its run's figures reported beside its losses (:func:`_reported`)."""
-    candidate, checkpoint, held_out, losses = scored
+    """The verdict on a scored candidate (``scored``: the candidate as read, its
+    checkpoint, whether it is judged on held-out records, its losses), written, and
+    acted on: the first model is promoted as it is; a promoted one is served unless the
+    operator's pin holds it (``held``). ``used``: the precision it was trained in;
+    ``digest``: the data's; ``reported``: its run's figures reported beside its losses
+    (:func:`_reported`)."""
+    request, served, folder = state.request, state.served, state.folder
+    kept, checkpoint, held_out, losses = scored
+    candidate = kept.path
     evidence, note = _evidence(held_out, served)
     if served.losses is None:
         outcome, reason, comparisons = Outcome.PROMOTED, "the first model", _first(losses)
     else:
-        rolled_back = rolled_back_to(Path(request.checkpoint_dir), served.id)
+        rolled_back = rolled_back_to(folder, served.id, state.candidates)
         asked = _comparisons(request, served, losses, checkpoint, held_out, rolled_back)
         outcome, reason, comparisons = decide(asked)
         reason += note
-    folder = Path(request.checkpoint_dir)
     with transaction(folder) as tx:  # the verdict, and the promotion it decides: one commit
         report = _verdict(
             tx, candidate, outcome, reason, started, used, comparisons, served.id, digest,
@@ -444,7 +449,8 @@ def _decide(
         if outcome != Outcome.PROMOTED:
             return report
         serving, how = time.monotonic(), "first" if served.pointer is None else "gate"
-        entry = candidate_entry(folder, candidate, checkpoint, _as_verdict(report, comparisons))
+        verdict = _as_verdict(report, comparisons)
+        entry = candidate_entry(folder, candidate, checkpoint, verdict, kept.meta)
         if tx.serve(entry, how, unless_pinned=True):
             return report
         seconds = round(time.monotonic() - serving, 4)
@@ -452,14 +458,15 @@ def _decide(
         return _written(tx, candidate, replace(held, seconds=seconds), comparisons)
 
 
-def _rejudge_kept(request: TrainRequest, served: Served, digest: str) -> GateReport | None:
+def _rejudge_kept(state: JudgedState, digest: str) -> GateReport | None:
     """Issue 62: the newest candidate kept ``inconclusive`` against the model still
     served, judged again on the current records when the data (``digest``) changed since: no step
     trained. Its report when decided (promoted, rejected, held); None otherwise (still
     inconclusive: its verdict is updated and the run trains as usual). Asked of a scored
-    served model's unforced run."""
-    for candidate in reversed(list_candidates(Path(request.checkpoint_dir))):
-        verdict = read_verdict(candidate)
+    served model's unforced run, of the candidates the phase read."""
+    request, served = state.request, state.served
+    for kept in reversed(state.candidates):
+        candidate, verdict = kept.path, kept.verdict
         if verdict.outcome != Outcome.INCONCLUSIVE:
             continue
         checkpoint = newest_checkpoint(candidate)
@@ -473,10 +480,10 @@ def _rejudge_kept(request: TrainRequest, served: Served, digest: str) -> GateRep
             logger.warning("%s; not judged again", refusal)
             return None
         losses = losses_of(served.plugin, checkpoint, request, _judged_ids(held_out, served))
-        kept = verdict.candidate  # its run's, as its first verdict kept it
-        reported = _reported(None if kept is None else kept.reported)
-        scored = (candidate, checkpoint, held_out, losses)
-        decided = _decide(request, served, scored, started, verdict.precision, digest, reported)
+        said = verdict.candidate  # its run's, as its first verdict kept it
+        reported = _reported(None if said is None else said.reported)
+        scored = (kept, checkpoint, held_out, losses)
+        decided = _decide(state, scored, started, verdict.precision, digest, reported)
         return None if decided.outcome == Outcome.INCONCLUSIVE else decided
     return None
 
