@@ -193,9 +193,9 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
     try:
         with recording() as committed:  # what each phase's transaction did, reported
             if world == 1:
-                result = _judged_run(plugin, judged, request)
+                result = _judged_run(plugin, judged, request, committed)
             else:
-                result = _ranked(plugin, judged, request, rank)
+                result = _ranked(plugin, judged, request, rank, committed)
         return replace(result, transitions=_transitions(committed))
     finally:
         if owner is not None:
@@ -203,7 +203,11 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
 
 
 def _ranked(
-    plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest, rank: int
+    plugin: AgentPlugin,
+    judged: JudgedPlugin,
+    request: TrainRequest,
+    rank: int,
+    committed: list[Committed],
 ) -> TrainResult:
     """Torchrun: rank 0 scores, watches, decides and makes the candidate, and tells the
     other ranks what came of it (one broadcast): train in that folder (the plugin's
@@ -217,7 +221,7 @@ def _ranked(
             _broadcast(told)
 
         try:
-            return _judged_run(plugin, judged, request, tell)
+            return _judged_run(plugin, judged, request, committed, tell)
         except BaseException as exc:
             if not said:  # the others still wait for rank 0's word
                 _broadcast(("refused", f"{type(exc).__name__}: {exc}"))
@@ -250,14 +254,16 @@ def _broadcast(told: tuple[str, Any] | None) -> tuple[str, Any]:
 
 @dataclass
 class JudgedState:
-    """One judged run's state, as its phases fill it in: the served model (1), what the
-    live watch found (2), the folder's candidates as phase 3 read them (each meta and
+    """One judged run's state, as its phases fill it in: what its transactions committed
+    so far (``committed``, oldest first), the served model (1), what the live watch
+    found (2), the folder's candidates as phase 3 read them (each meta and
     verdict once, with the verdicts its own transactions wrote since), the candidate to
     train and whether it only finishes (3), or the run's result when there is nothing to
     learn (``done``)."""
 
     request: TrainRequest
     started: float  # time.monotonic() at the run's start
+    committed: list[Committed]
     served: Served
     live: LiveReport | None = None
     candidates: tuple[KeptCandidate, ...] = ()
@@ -274,13 +280,15 @@ def _judged_run(
     plugin: AgentPlugin,
     judged: JudgedPlugin,
     request: TrainRequest,
+    committed: list[Committed],
     tell: Callable[[tuple[str, Any]], Any] | None = None,
 ) -> TrainResult:
     """The judged run itself, in four phases over one :class:`JudgedState` (module
     docstring); each phase that changes the lifecycle commits one transaction
-    (``agent_folder.transaction``). ``tell``: what the other ranks must know (None:
-    alone, none to tell, and the up-to-date result is not encoded for them)."""
-    state = _served(judged, request)
+    (``agent_folder.transaction``), recorded in ``committed`` as it commits. ``tell``:
+    what the other ranks must know (None: alone, none to tell, and the up-to-date result
+    is not encoded for them)."""
+    state = _served(judged, request, committed)
     _watched(state)
     _candidate(state)
     if state.done is not None:
@@ -295,21 +303,24 @@ def _judged_run(
     return _gated(state, plugin.train(trained), before)
 
 
-def _served(judged: JudgedPlugin, request: TrainRequest) -> JudgedState:
+def _served(judged: JudgedPlugin, request: TrainRequest, committed: list[Committed]) -> JudgedState:
     """1. The served model, its pointer read in the run's first transaction (what a
     killed writer left settled; ``Served``), scored on the current records."""
     started = time.monotonic()
     sweep_copies(Path(request.checkpoint_dir))  # a killed run's copies, before any scoring
-    return JudgedState(request, started, Served(judged, request))
+    return JudgedState(request, started, committed, Served(judged, request))
 
 
 def _watched(state: JudgedState) -> None:
     """2. The live watch (a transaction when it writes its figures or rolls back); after
-    a rollback, the model served again, read and scored."""
+    a rollback, the model served again, as the watch's transaction committed it (no
+    read of the pointer), scored."""
     served = state.served
     state.live = None if served.pointer is None else watch(state.request, served)
     if state.live is not None and state.live.rolled_back:
-        again = Served(served.plugin, state.request, again=True)  # the predecessor
+        rolled = state.committed[-1]  # the watch's: the rollback its report says it committed
+        assert rolled.entries and rolled.entries[-1].kind == "rollback", rolled
+        again = Served(served.plugin, state.request, rolled)  # the predecessor
         again.read_seconds += served.read_seconds  # the run's reads of its data, both listings
         state.served = again
 

@@ -1027,3 +1027,29 @@ def test_a_run_reads_each_candidates_meta_once(
     reads[:] = []
     assert run_plugin(plugin, _on(tmp_path, 0.0, range(120, 160))).up_to_date
     assert sorted(reads) == sorted(set(reads)) and len(reads) == 4, reads
+
+
+def test_a_run_reads_the_pointer_once_per_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pointer is read in each transaction, under its lock, and nowhere else: after
+    the watch's rollback the model served again is the one its commit wrote (no read of
+    ``served.json`` between the watch and the gate)."""
+    from genesis_fp16_infrastructure.agent_folder import pointer
+
+    plugin = OneNumber()
+    first = _served_after(plugin, _on(tmp_path, 0.0, range(40)))
+    _served_after(plugin, _on(tmp_path, 0.6, range(40, 80)))
+    commits, _ = _committed(monkeypatch)
+    parsed: list[Any] = []
+    real_parse = pointer.parse_pointer
+
+    def parse_pointer(path: Path) -> Any:
+        parsed.append(real_parse(path))
+        return parsed[-1]
+
+    monkeypatch.setattr(pointer, "parse_pointer", parse_pointer)
+    result = run_plugin(plugin, _on(tmp_path, 0.0, range(80, 120)))
+    assert result.live is not None and result.live.now_served == first
+    assert len(parsed) == len(commits) == 3
+    assert parsed[2].served.id == first and parsed[2].journal[-1].kind == "rollback"
