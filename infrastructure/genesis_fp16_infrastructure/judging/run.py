@@ -62,11 +62,11 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -126,6 +126,7 @@ from genesis_fp16_infrastructure.judging.gate import (
     segment_questions,
     shared_rows,
 )
+from genesis_fp16_infrastructure.judging.ranks import Tell, ranked
 from genesis_fp16_infrastructure.judging.served import (
     CheckpointChangedError,
     Served,
@@ -179,7 +180,7 @@ def run_plugin(
 def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest) -> TrainResult:
     """One judged run (module docstring); the result carries the gate's report and the
     live watch's (``live``). Under torchrun, rank 0 judges and every rank trains in the
-    candidate folder rank 0 made (:func:`_ranked`)."""
+    candidate folder rank 0 made (:func:`~.ranks.ranked`)."""
     rank, world = rank_and_world()
     # The agent's folder has one judged run at a time (rank 0's): another process that
     # writes it is refused at once, in one line naming it (CheckpointFolderBusy).
@@ -195,44 +196,12 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
             if world == 1:
                 result = _judged_run(plugin, judged, request, committed)
             else:
-                result = _ranked(plugin, judged, request, rank, committed)
+                judge = partial(_judged_run, plugin, judged, request, committed)
+                result = ranked(request, rank, judge, plugin.train)
         return replace(result, transitions=_transitions(committed))
     finally:
         if owner is not None:
             owner.release()
-
-
-def _ranked(
-    plugin: AgentPlugin,
-    judged: JudgedPlugin,
-    request: TrainRequest,
-    rank: int,
-    committed: list[Committed],
-) -> TrainResult:
-    """Torchrun: rank 0 scores, watches, decides and makes the candidate, and tells the
-    other ranks what came of it (one broadcast): train in that folder (the plugin's
-    ranks train together; rank 0 then judges alone), or the run's result, or why it was
-    refused (one line on every rank)."""
-    if rank == 0:
-        said: list[tuple[str, Any]] = []
-
-        def tell(told: tuple[str, Any]) -> None:
-            said.append(told)
-            _broadcast(told)
-
-        try:
-            return _judged_run(plugin, judged, request, committed, tell)
-        except BaseException as exc:
-            if not said:  # the others still wait for rank 0's word
-                _broadcast(("refused", f"{type(exc).__name__}: {exc}"))
-            raise
-    kind, value = _broadcast(None)
-    if kind == "train":  # every rank to the same target: rank 0's folder and finishes
-        folder, finishes = value
-        return plugin.train(replace(request, checkpoint_dir=Path(folder), finishes=finishes))
-    if kind == "done":
-        return TrainResult.from_json(value)
-    raise TrainRequestError(f"{request.agent}: rank 0 refused the run: {value}")
 
 
 def _transitions(committed: list[Committed]) -> tuple[CommittedChange, ...]:
@@ -240,16 +209,6 @@ def _transitions(committed: list[Committed]) -> tuple[CommittedChange, ...]:
     reports them (the daemon's promotion and rollback counters read these)."""
     entries = (e for done in committed for e in done.entries)
     return tuple(CommittedChange(e.seq, e.kind, e.reason) for e in entries)
-
-
-def _broadcast(told: tuple[str, Any] | None) -> tuple[str, Any]:
-    """Rank 0's word (``told``) as every rank receives it."""
-    import torch.distributed as dist
-
-    box = [told]
-    dist.broadcast_object_list(box, src=0)
-    assert box[0] is not None
-    return box[0]
 
 
 @dataclass
@@ -281,7 +240,7 @@ def _judged_run(
     judged: JudgedPlugin,
     request: TrainRequest,
     committed: list[Committed],
-    tell: Callable[[tuple[str, Any]], Any] | None = None,
+    tell: Tell | None = None,
 ) -> TrainResult:
     """The judged run itself, in four phases over one :class:`JudgedState` (module
     docstring); each phase that changes the lifecycle commits one transaction
