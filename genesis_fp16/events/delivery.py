@@ -226,7 +226,8 @@ class Deliverer:
 
     def _report(self, folder: Path, events: list[Event]) -> None:
         waiting = sum(1 for e in events if e.undelivered)
-        dropped = int((AgentFolder.at(folder).outbox.read_state() or {}).get("dropped", 0))
+        state = AgentFolder.at(folder).outbox.read_state()
+        dropped = 0 if state is None else state["dropped"]
         self.on_pass(folder.name, waiting, dropped)
 
     def _deliver_to(

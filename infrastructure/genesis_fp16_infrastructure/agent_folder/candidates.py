@@ -33,6 +33,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,11 @@ def new_candidate(folder: Path, meta: CandidateMeta | Mapping[str, Json]) -> Pat
     (the record, or its JSON: ``ValueError`` in one line when it is not one)."""
     if not isinstance(meta, CandidateMeta):
         meta = CandidateMeta.from_json(meta)
+    return make_candidate(folder, meta).path
+
+
+def make_candidate(folder: Path, meta: CandidateMeta) -> KeptCandidate:
+    """A fresh candidate (:func:`new_candidate`), as its meta was written: no verdict yet."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     digest = (meta.fingerprint or "")[:8] or "nodata"
     base = candidates_dir(folder) / f"{stamp}-{digest}"
@@ -79,19 +85,50 @@ def new_candidate(folder: Path, meta: CandidateMeta | Mapping[str, Json]) -> Pat
     path.mkdir(parents=True)
     named = msgspec.structs.replace(meta, id=path.name, created_at=utc_now())
     files.write_json(CANDIDATE_META.at(path), CANDIDATE_META, named.to_json())
-    return path
+    return KeptCandidate(path, named, Verdict())
 
 
 def list_candidates(folder: Path) -> list[Path]:
     """Every candidate folder, oldest first (by the time in its meta, then by when its
     meta was written, then its name)."""
+    return [path for path, _ in _listed(folder)]
+
+
+@dataclass(frozen=True)
+class KeptCandidate:
+    """A candidate as one read of the folder found it: its folder, meta and verdict
+    (``Verdict()`` while it has none). A judged run's phase reads them once
+    (:func:`read_candidates`) and asks every question of the same records; a verdict its
+    own transaction staged since is :meth:`decided` in place of the one read."""
+
+    path: Path
+    meta: CandidateMeta
+    verdict: Verdict
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def decided(self, verdict: Verdict) -> KeptCandidate:
+        """This candidate with ``verdict``, as its transaction wrote it."""
+        return replace(self, verdict=verdict)
+
+
+def read_candidates(folder: Path) -> tuple[KeptCandidate, ...]:
+    """Every candidate of ``folder``, oldest first (:func:`list_candidates`' order), each
+    meta and verdict read once (an unusable one set aside and reported, read as empty)."""
+    return tuple(KeptCandidate(path, meta, read_verdict(path)) for path, meta in _listed(folder))
+
+
+def _listed(folder: Path) -> list[tuple[Path, CandidateMeta]]:
+    """Every candidate folder with its meta, oldest first (:func:`list_candidates`)."""
     root = candidates_dir(folder)
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if p.is_dir() and os.path.lexists(CANDIDATE_META.at(p))]
     # An unusable meta is set aside (reported) as it is read; its candidate stays listed.
-    # sorted() computes each key once: each meta is read once.
-    return sorted(found, key=lambda p: (str(read_meta(p).created_at), _written_ns(p), p.name))
+    metas = [(path, read_meta(path)) for path in found]  # each meta read once
+    return sorted(metas, key=lambda m: (str(m[1].created_at), _written_ns(m[0]), m[0].name))
 
 
 def _written_ns(candidate: Path) -> int:
@@ -116,12 +153,16 @@ def newest_checkpoint(candidate: Path) -> Path | None:
 
 
 def candidate_entry(
-    folder: Path, candidate: Path, checkpoint: Path, verdict: Verdict | None = None
+    folder: Path,
+    candidate: Path,
+    checkpoint: Path,
+    verdict: Verdict | None = None,
+    meta: CandidateMeta | None = None,
 ) -> ServedEntry:
     """The pointer's entry for a candidate: its id, checkpoint (relative to ``folder``),
-    data, precision and gate scores, from its meta and ``verdict`` (None: its verdict
-    file's)."""
-    meta = read_meta(candidate)
+    data, precision and gate scores, from its ``meta`` and ``verdict`` (None: its files',
+    read now)."""
+    meta = read_meta(candidate) if meta is None else meta
     judged = read_verdict(candidate) if verdict is None else verdict
     return ServedEntry(
         id=Path(candidate).name,

@@ -77,7 +77,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import (
@@ -250,7 +250,7 @@ def announce_journal(
         state = read_state(agent_folder)
         if state is None:  # the first outbox of this folder: earlier transitions are history
             before = entries[:-1] if committed_now else entries
-            state = write_state(agent_folder, {"pruned": [i for i, _ in before], "dropped": 0})
+            state = write_state(agent_folder, OutboxState(pruned=[i for i, _ in before], dropped=0))
         written = []
         for event_id, entry in missing:
             if event_id in state["pruned"] or os.path.lexists(f"{root}/{event_id}.json"):
@@ -371,7 +371,7 @@ def _settle(agent_folder: Path, lock: int, path: Path) -> str | None:
     decided = said is not None and event.id == verdict_event_id(
         agent_folder.name, str(event.data["candidate_id"]), said.to_json()
     )
-    pruned = event.id in (read_state(agent_folder) or {"pruned": []})["pruned"]
+    pruned = event.id in (read_state(agent_folder) or OutboxState(pruned=[], dropped=0))["pruned"]
     moved = decided and not pruned and not os.path.lexists(_path(agent_folder, event.id))
     if moved:
         _write_new(agent_folder, lock, event.kind, event.data, event.id)
@@ -388,22 +388,33 @@ def _verdict_of(agent_folder: Path, candidate_id: Any) -> Verdict | None:
     return files.load(path, VERDICT, Verdict.from_json)
 
 
-def read_state(agent_folder: Path) -> dict[str, Any] | None:
+class OutboxState(TypedDict):
+    """``outbox.json``, as its JSON object: the ids of the journal events pruned (the
+    newest ``KEEP_PRUNED_IDS``: no catch-up copies them back), and the count of events
+    dropped undelivered."""
+
+    pruned: list[str]
+    dropped: int
+
+
+def read_state(agent_folder: Path) -> OutboxState | None:
     """``outbox.json``: the ids of journal events pruned, and the count of events dropped
     undelivered; None when there is none (or it was unusable: set aside, reported)."""
     return files.load(outbox_of(agent_folder) / OUTBOX_STATE.name, OUTBOX_STATE, _state)
 
 
-def write_state(agent_folder: Path, state: Mapping[str, Any]) -> dict[str, Any]:
-    kept = {"pruned": list(state["pruned"])[-KEEP_PRUNED_IDS:], "dropped": int(state["dropped"])}
+def write_state(agent_folder: Path, state: OutboxState) -> OutboxState:
+    kept = OutboxState(
+        pruned=list(state["pruned"])[-KEEP_PRUNED_IDS:], dropped=int(state["dropped"])
+    )
     files.write_json(outbox_of(agent_folder) / OUTBOX_STATE.name, OUTBOX_STATE, kept)
     return kept
 
 
-def _state(data: Any) -> dict[str, Any]:
+def _state(data: Any) -> OutboxState:
     if not isinstance(data.get("pruned"), list) or not isinstance(data.get("dropped"), int):
         raise TypeError("an outbox state needs 'pruned' (a list) and 'dropped' (a number)")
-    return {"pruned": [str(i) for i in data["pruned"]], "dropped": data["dropped"]}
+    return OutboxState(pruned=[str(i) for i in data["pruned"]], dropped=data["dropped"])
 
 
 def event_names(agent_folder: Path) -> list[str]:
@@ -491,7 +502,7 @@ def prune(agent_folder: Path, keep: int, limit: int) -> Pruned:
         drop = waiting[:over]
         if not remove and not drop:
             return Pruned(0, 0)
-        state = read_state(agent_folder) or {"pruned": [], "dropped": 0}
+        state = read_state(agent_folder) or OutboxState(pruned=[], dropped=0)
         # Ids first: a kill after this write and before the removals removes nothing twice.
         state["pruned"] = [*state["pruned"], *(e.id for e in [*remove, *drop])]
         state["dropped"] += len(drop)
@@ -533,7 +544,7 @@ class Outbox:
         """The event in the file ``path`` of this outbox (one of :attr:`root`'s)."""
         return read_event(path)
 
-    def read_state(self) -> dict[str, Any] | None:
+    def read_state(self) -> OutboxState | None:
         return read_state(self.agent_folder)
 
     def find(self, event_id: str) -> Path | None:

@@ -62,20 +62,20 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
+    KeptCandidate,
     candidate_entry,
-    list_candidates,
-    new_candidate,
+    make_candidate,
     newest_checkpoint,
-    read_verdict,
+    read_candidates,
 )
 from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.lifecycle_figures import finite
@@ -126,6 +126,7 @@ from genesis_fp16_infrastructure.judging.gate import (
     segment_questions,
     shared_rows,
 )
+from genesis_fp16_infrastructure.judging.ranks import Tell, ranked
 from genesis_fp16_infrastructure.judging.served import (
     CheckpointChangedError,
     Served,
@@ -135,7 +136,7 @@ from genesis_fp16_infrastructure.judging.served import (
     losses_of,
     sweep_copies,
 )
-from genesis_fp16_infrastructure.judging.unfinished import take_unfinished
+from genesis_fp16_infrastructure.judging.unfinished import settle_unfinished
 from genesis_fp16_infrastructure.judging.up_to_date import judged_phases, nothing_new, up_to_date
 from genesis_fp16_infrastructure.judging.watch import rolled_back_to, watch
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
@@ -179,7 +180,7 @@ def run_plugin(
 def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest) -> TrainResult:
     """One judged run (module docstring); the result carries the gate's report and the
     live watch's (``live``). Under torchrun, rank 0 judges and every rank trains in the
-    candidate folder rank 0 made (:func:`_ranked`)."""
+    candidate folder rank 0 made (:func:`~.ranks.ranked`)."""
     rank, world = rank_and_world()
     # The agent's folder has one judged run at a time (rank 0's): another process that
     # writes it is refused at once, in one line naming it (CheckpointFolderBusy).
@@ -193,42 +194,14 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
     try:
         with recording() as committed:  # what each phase's transaction did, reported
             if world == 1:
-                result = _judged_run(plugin, judged, request)
+                result = _judged_run(plugin, judged, request, committed)
             else:
-                result = _ranked(plugin, judged, request, rank)
+                judge = partial(_judged_run, plugin, judged, request, committed)
+                result = ranked(request, rank, judge, plugin.train)
         return replace(result, transitions=_transitions(committed))
     finally:
         if owner is not None:
             owner.release()
-
-
-def _ranked(
-    plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest, rank: int
-) -> TrainResult:
-    """Torchrun: rank 0 scores, watches, decides and makes the candidate, and tells the
-    other ranks what came of it (one broadcast): train in that folder (the plugin's
-    ranks train together; rank 0 then judges alone), or the run's result, or why it was
-    refused (one line on every rank)."""
-    if rank == 0:
-        said: list[tuple[str, Any]] = []
-
-        def tell(told: tuple[str, Any]) -> None:
-            said.append(told)
-            _broadcast(told)
-
-        try:
-            return _judged_run(plugin, judged, request, tell)
-        except BaseException as exc:
-            if not said:  # the others still wait for rank 0's word
-                _broadcast(("refused", f"{type(exc).__name__}: {exc}"))
-            raise
-    kind, value = _broadcast(None)
-    if kind == "train":  # every rank to the same target: rank 0's folder and finishes
-        folder, finishes = value
-        return plugin.train(replace(request, checkpoint_dir=Path(folder), finishes=finishes))
-    if kind == "done":
-        return TrainResult.from_json(value)
-    raise TrainRequestError(f"{request.agent}: rank 0 refused the run: {value}")
 
 
 def _transitions(committed: list[Committed]) -> tuple[CommittedChange, ...]:
@@ -238,27 +211,22 @@ def _transitions(committed: list[Committed]) -> tuple[CommittedChange, ...]:
     return tuple(CommittedChange(e.seq, e.kind, e.reason) for e in entries)
 
 
-def _broadcast(told: tuple[str, Any] | None) -> tuple[str, Any]:
-    """Rank 0's word (``told``) as every rank receives it."""
-    import torch.distributed as dist
-
-    box = [told]
-    dist.broadcast_object_list(box, src=0)
-    assert box[0] is not None
-    return box[0]
-
-
 @dataclass
 class JudgedState:
-    """One judged run's state, as its phases fill it in: the served model (1), what the
-    live watch found (2), the candidate to train and whether it only finishes (3), or the
-    run's result when there is nothing to learn (``done``)."""
+    """One judged run's state, as its phases fill it in: what its transactions committed
+    so far (``committed``, oldest first), the served model (1), what the live watch
+    found (2), the folder's candidates as phase 3 read them (each meta and
+    verdict once, with the verdicts its own transactions wrote since), the candidate to
+    train and whether it only finishes (3), or the run's result when there is nothing to
+    learn (``done``)."""
 
     request: TrainRequest
     started: float  # time.monotonic() at the run's start
+    committed: list[Committed]
     served: Served
     live: LiveReport | None = None
-    candidate: Path | None = None
+    candidates: tuple[KeptCandidate, ...] = ()
+    candidate: KeptCandidate | None = None
     finishes: bool | None = None
     done: TrainResult | None = None
 
@@ -271,13 +239,15 @@ def _judged_run(
     plugin: AgentPlugin,
     judged: JudgedPlugin,
     request: TrainRequest,
-    tell: Callable[[tuple[str, Any]], Any] | None = None,
+    committed: list[Committed],
+    tell: Tell | None = None,
 ) -> TrainResult:
     """The judged run itself, in four phases over one :class:`JudgedState` (module
     docstring); each phase that changes the lifecycle commits one transaction
-    (``agent_folder.transaction``). ``tell``: what the other ranks must know (None:
-    alone, none to tell, and the up-to-date result is not encoded for them)."""
-    state = _served(judged, request)
+    (``agent_folder.transaction``), recorded in ``committed`` as it commits. ``tell``:
+    what the other ranks must know (None: alone, none to tell, and the up-to-date result
+    is not encoded for them)."""
+    state = _served(judged, request, committed)
     _watched(state)
     _candidate(state)
     if state.done is not None:
@@ -287,26 +257,29 @@ def _judged_run(
     assert state.candidate is not None
     before = time.monotonic() - state.started  # the served model scored and watched
     if tell is not None:
-        tell(("train", (str(state.candidate), state.finishes)))
-    trained = replace(request, checkpoint_dir=state.candidate, finishes=state.finishes)
+        tell(("train", (str(state.candidate.path), state.finishes)))
+    trained = replace(request, checkpoint_dir=state.candidate.path, finishes=state.finishes)
     return _gated(state, plugin.train(trained), before)
 
 
-def _served(judged: JudgedPlugin, request: TrainRequest) -> JudgedState:
+def _served(judged: JudgedPlugin, request: TrainRequest, committed: list[Committed]) -> JudgedState:
     """1. The served model, its pointer read in the run's first transaction (what a
     killed writer left settled; ``Served``), scored on the current records."""
     started = time.monotonic()
     sweep_copies(Path(request.checkpoint_dir))  # a killed run's copies, before any scoring
-    return JudgedState(request, started, Served(judged, request))
+    return JudgedState(request, started, committed, Served(judged, request))
 
 
 def _watched(state: JudgedState) -> None:
     """2. The live watch (a transaction when it writes its figures or rolls back); after
-    a rollback, the model served again, read and scored."""
+    a rollback, the model served again, as the watch's transaction committed it (no
+    read of the pointer), scored."""
     served = state.served
     state.live = None if served.pointer is None else watch(state.request, served)
     if state.live is not None and state.live.rolled_back:
-        again = Served(served.plugin, state.request, again=True)  # the predecessor
+        rolled = state.committed[-1]  # the watch's: the rollback its report says it committed
+        assert rolled.entries and rolled.entries[-1].kind == "rollback", rolled
+        again = Served(served.plugin, state.request, rolled)  # the predecessor
         again.read_seconds += served.read_seconds  # the run's reads of its data, both listings
         state.served = again
 
@@ -314,26 +287,30 @@ def _watched(state: JudgedState) -> None:
 def _candidate(state: JudgedState) -> None:
     """3. The candidate to train: one cut short on this same request (finished first,
     whatever is new), else, when there is something to learn, a new one (with the
-    served checkpoint, for a resume); else the run's up-to-date result (``done``)."""
+    served checkpoint, for a resume); else the run's up-to-date result (``done``). The
+    folder's candidates are read once, here, and every question of this phase and the
+    gate's is asked of them (``state.candidates``)."""
     request, served = state.request, state.served
     digest = _data_digest(request.data_path)  # the data's files: a kept verdict's, the meta's
     meta = _meta(request, served, digest)
-    candidate = take_unfinished(state.folder, meta)
-    if candidate is None and served.losses is not None and not request.forced:
-        rejudged = _rejudge_kept(request, served, digest)  # issue 62: before training
-        learned = None if rejudged is not None else nothing_new(served, request)
+    taken = settle_unfinished(state.folder, meta, read_candidates(state.folder))
+    state.candidates = taken.candidates
+    if taken.candidate is None and served.losses is not None and not request.forced:
+        rejudged = _rejudge_kept(state, digest)  # issue 62: before training
+        learned = None if rejudged is not None else nothing_new(served, request, state.candidates)
         if rejudged is not None or learned is not None:
             seconds = time.monotonic() - state.started
             state.done = up_to_date(request, served, seconds, state.live, rejudged, learned)
             return
     # A continued candidate that had ended (killed after its last save, before its
     # verdict) is judged as it is: its run trains no step more (RunSpec.finishes).
-    state.finishes = candidate is not None or None
-    if candidate is None:
-        candidate = new_candidate(state.folder, meta)
-        if served.checkpoint is not None and request.resume:  # the resume continues the served
-            copy_checkpoint(served.checkpoint, candidate)
-    state.candidate = candidate
+    state.finishes = taken.candidate is not None or None
+    if taken.candidate is not None:
+        state.candidate = next(c for c in state.candidates if c.path == taken.candidate)
+        return
+    state.candidate = make_candidate(state.folder, meta)
+    if served.checkpoint is not None and request.resume:  # the resume continues the served
+        copy_checkpoint(served.checkpoint, state.candidate.path)
 
 
 def _gated(state: JudgedState, result: TrainResult, before: float) -> TrainResult:
@@ -341,7 +318,7 @@ def _gated(state: JudgedState, result: TrainResult, before: float) -> TrainResul
     the promotion it decides), and the run's result with it; ``before``: the seconds
     of phases 1-3."""
     assert state.candidate is not None
-    gate = _judge(state.request, state.served, state.candidate, result)
+    gate = _judge(state, result)
     return replace(
         result,
         gate=gate,
@@ -380,14 +357,11 @@ def _data_digest(path: Path | None) -> str:
     return digest.hexdigest()
 
 
-def _judge(
-    request: TrainRequest,
-    served: Served,
-    candidate: Path,
-    result: TrainResult,
-) -> GateReport:
+def _judge(state: JudgedState, result: TrainResult) -> GateReport:
     """The gate's verdict on the trained candidate, written, and acted on."""
-    started = time.monotonic()
+    request, served, kept = state.request, state.served, state.candidate
+    assert kept is not None
+    candidate, started = kept.path, time.monotonic()
     used = result.precision_used  # every verdict below names the run's precision
     checkpoint = newest_checkpoint(candidate)
     if result.stopped_early and result.failure is None and checkpoint is not None:
@@ -408,34 +382,35 @@ def _judge(
             raise
     stores.write_known_ids(candidate, _known_after(served, losses, request.keep_in_memory_bytes))
     digest, reported = _data_digest(request.data_path), _reported(result.eval)
-    scored = (candidate, checkpoint, held_out, losses)
-    return _decide(request, served, scored, started, used, digest, reported)
+    scored = (kept, checkpoint, held_out, losses)
+    return _decide(state, scored, started, used, digest, reported)
 
 
 def _decide(
-    request: TrainRequest,
-    served: Served,
-    scored: tuple[Path, Path, bool, RecordLosses],
+    state: JudgedState,
+    scored: tuple[KeptCandidate, Path, bool, RecordLosses],
     started: float,
     used: PrecisionName | None,
     digest: str,
     reported: Mapping[str, float],
 ) -> GateReport:
-    """The verdict on a scored candidate (``scored``: its folder, its checkpoint, whether
-    it is judged on held-out records, its losses), written, and acted on: the first model
-    is promoted as it is; a promoted one is served unless the operator's pin holds it
-    (``held``). ``used``: the precision it was trained in; ``digest``: the data's;
-    ``reported``: its run's figures reported beside its losses (:func:`_reported`)."""
-    candidate, checkpoint, held_out, losses = scored
+    """The verdict on a scored candidate (``scored``: the candidate as read, its
+    checkpoint, whether it is judged on held-out records, its losses), written, and
+    acted on: the first model is promoted as it is; a promoted one is served unless the
+    operator's pin holds it (``held``). ``used``: the precision it was trained in;
+    ``digest``: the data's; ``reported``: its run's figures reported beside its losses
+    (:func:`_reported`)."""
+    request, served, folder = state.request, state.served, state.folder
+    kept, checkpoint, held_out, losses = scored
+    candidate = kept.path
     evidence, note = _evidence(held_out, served)
     if served.losses is None:
         outcome, reason, comparisons = Outcome.PROMOTED, "the first model", _first(losses)
     else:
-        rolled_back = rolled_back_to(Path(request.checkpoint_dir), served.id)
+        rolled_back = rolled_back_to(folder, served.id, state.candidates)
         asked = _comparisons(request, served, losses, checkpoint, held_out, rolled_back)
         outcome, reason, comparisons = decide(asked)
         reason += note
-    folder = Path(request.checkpoint_dir)
     with transaction(folder) as tx:  # the verdict, and the promotion it decides: one commit
         report = _verdict(
             tx, candidate, outcome, reason, started, used, comparisons, served.id, digest,
@@ -444,7 +419,8 @@ def _decide(
         if outcome != Outcome.PROMOTED:
             return report
         serving, how = time.monotonic(), "first" if served.pointer is None else "gate"
-        entry = candidate_entry(folder, candidate, checkpoint, _as_verdict(report, comparisons))
+        verdict = _as_verdict(report, comparisons)
+        entry = candidate_entry(folder, candidate, checkpoint, verdict, kept.meta)
         if tx.serve(entry, how, unless_pinned=True):
             return report
         seconds = round(time.monotonic() - serving, 4)
@@ -452,14 +428,15 @@ def _decide(
         return _written(tx, candidate, replace(held, seconds=seconds), comparisons)
 
 
-def _rejudge_kept(request: TrainRequest, served: Served, digest: str) -> GateReport | None:
+def _rejudge_kept(state: JudgedState, digest: str) -> GateReport | None:
     """Issue 62: the newest candidate kept ``inconclusive`` against the model still
     served, judged again on the current records when the data (``digest``) changed since: no step
     trained. Its report when decided (promoted, rejected, held); None otherwise (still
     inconclusive: its verdict is updated and the run trains as usual). Asked of a scored
-    served model's unforced run."""
-    for candidate in reversed(list_candidates(Path(request.checkpoint_dir))):
-        verdict = read_verdict(candidate)
+    served model's unforced run, of the candidates the phase read."""
+    request, served = state.request, state.served
+    for kept in reversed(state.candidates):
+        candidate, verdict = kept.path, kept.verdict
         if verdict.outcome != Outcome.INCONCLUSIVE:
             continue
         checkpoint = newest_checkpoint(candidate)
@@ -473,10 +450,10 @@ def _rejudge_kept(request: TrainRequest, served: Served, digest: str) -> GateRep
             logger.warning("%s; not judged again", refusal)
             return None
         losses = losses_of(served.plugin, checkpoint, request, _judged_ids(held_out, served))
-        kept = verdict.candidate  # its run's, as its first verdict kept it
-        reported = _reported(None if kept is None else kept.reported)
-        scored = (candidate, checkpoint, held_out, losses)
-        decided = _decide(request, served, scored, started, verdict.precision, digest, reported)
+        said = verdict.candidate  # its run's, as its first verdict kept it
+        reported = _reported(None if said is None else said.reported)
+        scored = (kept, checkpoint, held_out, losses)
+        decided = _decide(state, scored, started, verdict.precision, digest, reported)
         return None if decided.outcome == Outcome.INCONCLUSIVE else decided
     return None
 

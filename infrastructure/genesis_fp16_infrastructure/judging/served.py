@@ -47,12 +47,12 @@ import torch
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
-from genesis_fp16_infrastructure.agent_folder.pointer import (
-    ServedPointer,
-    checkpoint_of,
-    read_pointer,
+from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, checkpoint_of
+from genesis_fp16_infrastructure.agent_folder.transaction import (
+    Committed,
+    Transaction,
+    transaction,
 )
-from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, transaction
 from genesis_fp16_infrastructure.contract.judging import (
     TRAINED_IDS,
     JudgedPlugin,
@@ -82,14 +82,22 @@ logger = logging.getLogger(__name__)
 
 class Served:
     """The served model as this run sees it: pointer, checkpoint, losses, known ids. The
-    pointer is the one the job's plan read (``request.snapshot``: a run's child opens no
-    state file to find it), else read in the run's first transaction (:func:`_pointer`);
-    ``again``: read now (the watch's transaction changed it)."""
+    pointer is ``committed``, as a transaction of this run left it (the watch's rollback:
+    no file read), else the one the job's plan read (``request.snapshot``: a run's child
+    opens no state file to find it), else read in the run's first transaction
+    (:func:`_pointer`)."""
 
-    def __init__(self, plugin: JudgedPlugin, request: TrainRequest, again: bool = False) -> None:
+    def __init__(
+        self,
+        plugin: JudgedPlugin,
+        request: TrainRequest,
+        committed: Committed | None = None,
+    ) -> None:
         folder = Path(request.checkpoint_dir)
         try:
-            self.pointer: ServedPointer | None = _pointer(request, again)
+            self.pointer: ServedPointer | None = (
+                _pointer(request) if committed is None else committed.after
+            )
             self.checkpoint = None if self.pointer is None else checkpoint_of(folder, self.pointer)
         except ServedPointerError as exc:
             raise TrainRequestError(str(exc).replace("AGENT", request.agent)) from None
@@ -191,15 +199,12 @@ class Served:
         return None if self.pointer is None else str(self.pointer.served.id)
 
 
-def _pointer(request: TrainRequest, again: bool) -> ServedPointer | None:
+def _pointer(request: TrainRequest) -> ServedPointer | None:
     """The served model's pointer as the run starts: the plan's (``request.snapshot``),
     else read in one transaction that first settles what a writer killed midway left (the
     run reads its candidates after), adopting a folder from before the pointer (None:
-    nothing to serve yet). ``again``: read now, after the watch's transaction changed it.
-    ``ServedPointerError`` when it cannot be followed."""
+    nothing to serve yet). ``ServedPointerError`` when it cannot be followed."""
     folder, snapshot = Path(request.checkpoint_dir), request.snapshot
-    if again:
-        return read_pointer(folder)
     if snapshot is not None:
         if snapshot.pointer_error is not None:
             raise ServedPointerError(snapshot.pointer_error)

@@ -27,18 +27,14 @@ from __future__ import annotations
 import zipfile
 import zlib
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.candidates import (
-    list_candidates,
-    read_meta,
-    read_verdict,
-)
+from genesis_fp16_infrastructure.agent_folder.candidates import KeptCandidate, read_candidates
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_IDS, JUDGED_WATCH, StateFile
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
 from genesis_fp16_infrastructure.contract.split import sorted_unique
@@ -111,17 +107,23 @@ def _grown(kept: IdRank, ids: np.ndarray) -> IdRank | None:
     return kept.grown(new, n)
 
 
-def last_judged(folder: Path, served_id: str | None, pinned: bool) -> Path | None:
+def last_judged(
+    folder: Path,
+    served_id: str | None,
+    pinned: bool,
+    candidates: Sequence[KeptCandidate] | None = None,
+) -> Path | None:
     """The newest candidate that continued ``served_id`` and was judged, when its records
     count as learned for the served model: it was not served (rejected, held,
     inconclusive, undecided, rolled back), or the served model is pinned (a promoted one
     was served, and a pin is never undone by training the same data again); None when
-    the newest such candidate was promoted and no pin holds, or there is none."""
-    for candidate in reversed(list_candidates(folder)):
-        outcome = read_verdict(candidate).outcome
-        if read_meta(candidate).continues != served_id or outcome is None:
+    the newest such candidate was promoted and no pin holds, or there is none.
+    ``candidates``: the folder's as a judged run's phase read them (None: read now)."""
+    for candidate in reversed(read_candidates(folder) if candidates is None else candidates):
+        outcome = candidate.verdict.outcome
+        if candidate.meta.continues != served_id or outcome is None:
             continue
-        return candidate if outcome != Outcome.PROMOTED or pinned else None
+        return candidate.path if outcome != Outcome.PROMOTED or pinned else None
     return None
 
 

@@ -27,14 +27,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
-from genesis_fp16_infrastructure.agent_folder.candidates import (
-    list_candidates,
-    read_meta,
-    read_verdict,
-)
+from genesis_fp16_infrastructure.agent_folder.candidates import KeptCandidate, read_candidates
 from genesis_fp16_infrastructure.agent_folder.kept_record import Json
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import CandidateMeta, Outcome
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    CandidateMeta,
+    Outcome,
+    Verdict,
+    stamped,
+)
 from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, transaction
 from genesis_fp16_infrastructure.contract.reports import GateReport
 
@@ -43,24 +45,44 @@ logger = logging.getLogger(__name__)
 
 def unfinished_candidates(folder: Path) -> list[Path]:
     """The candidates of ``folder`` that have no verdict (cut short), oldest first."""
-    return [c for c in list_candidates(folder) if read_verdict(c).outcome is None]
+    return [c.path for c in read_candidates(folder) if c.verdict.outcome is None]
+
+
+class Taken(NamedTuple):
+    """What :func:`settle_unfinished` did: the candidate this run continues (None: none),
+    and the folder's candidates as they stand after it (those it closed with the verdict
+    its transaction wrote)."""
+
+    candidate: Path | None
+    candidates: tuple[KeptCandidate, ...]
 
 
 def take_unfinished(folder: Path, meta: CandidateMeta | Mapping[str, Json]) -> Path | None:
+    """The unfinished candidate (no verdict) of ``folder`` that this run continues
+    (:func:`settle_unfinished`, on the candidates read now)."""
+    if not isinstance(meta, CandidateMeta):
+        meta = CandidateMeta.from_json(meta)
+    return settle_unfinished(folder, meta, read_candidates(folder)).candidate
+
+
+def settle_unfinished(
+    folder: Path, meta: CandidateMeta, candidates: tuple[KeptCandidate, ...]
+) -> Taken:
     """The unfinished candidate (no verdict) of ``folder`` that this run continues: the
     newest whose meta asked what ``meta`` (this run's, as a new candidate would record
     it) asks; None when there is none. Each other unfinished candidate is closed: its
     verdict ``undecided``, with the reason it is not continued, all of them staged in
     one transaction (``agent_folder.transaction``: under the pointer's lock, what a
-    killed writer left settled first, one commit); none to close, no transaction."""
-    if not isinstance(meta, CandidateMeta):
-        meta = CandidateMeta.from_json(meta)
+    killed writer left settled first, one commit); none to close, no transaction.
+    ``candidates``: the folder's, as the run's phase read them (each meta and verdict
+    read once, :func:`~.candidates.read_candidates`)."""
     taken: Path | None = None
-    closing: list[tuple[Path, str]] = []
-    for candidate in reversed(unfinished_candidates(folder)):  # newest first
-        why = _not_continued(candidate, meta) if taken is None else None
+    closing: list[tuple[KeptCandidate, str]] = []
+    unfinished = [c for c in candidates if c.verdict.outcome is None]
+    for candidate in reversed(unfinished):  # newest first
+        why = _not_continued(candidate.meta, meta) if taken is None else None
         if taken is None and why is None:
-            taken = candidate
+            taken = candidate.path
             logger.info("continuing candidate %s, cut short earlier", candidate.name)
             continue
         if why is None:
@@ -68,23 +90,29 @@ def take_unfinished(folder: Path, meta: CandidateMeta | Mapping[str, Json]) -> P
             why = f"a newer candidate cut short on the same request ({taken.name}) is continued"
         logger.info("closing candidate %s, cut short earlier: %s", candidate.name, why)
         closing.append((candidate, f"not continued: {why}"))
-    if closing:
-        with transaction(folder) as tx:
-            for candidate, reason in closing:
-                _close(tx, candidate, reason, meta.continues)
-    return taken
+    if not closing:
+        return Taken(taken, candidates)
+    closed: dict[Path, KeptCandidate] = {}
+    with transaction(folder) as tx:
+        for candidate, reason in closing:
+            closed[candidate.path] = candidate.decided(
+                _close(tx, candidate.path, reason, meta.continues)
+            )
+    return Taken(taken, tuple(closed.get(c.path, c) for c in candidates))
 
 
-def _close(tx: Transaction, candidate: Path, reason: str, served_id: str | None) -> None:
+def _close(tx: Transaction, candidate: Path, reason: str, served_id: str | None) -> Verdict:
     """``candidate`` closed in ``tx``: its verdict ``undecided`` with ``reason`` (no
-    figures), staged."""
+    figures), staged; returns that verdict as its file will hold it."""
     report = GateReport(Outcome.UNDECIDED, reason, served_id=served_id, candidate_id=candidate.name)
-    tx.verdict(candidate, report.to_json() | {"judged": []})
+    verdict = report.to_json() | {"judged": []}
+    tx.verdict(candidate, verdict)
+    return stamped(Verdict.from_json(verdict))
 
 
-def _not_continued(candidate: Path, meta: CandidateMeta) -> str | None:
-    """Why the run ``meta`` asks for cannot continue ``candidate``; None when it can."""
-    recorded = read_meta(candidate)
+def _not_continued(recorded: CandidateMeta, meta: CandidateMeta) -> str | None:
+    """Why the run ``meta`` asks for cannot continue the candidate whose meta is
+    ``recorded``; None when it can."""
     if recorded.id is None:  # an unusable meta (set aside as it was read)
         return "its candidate.json cannot be read"
     if recorded.continues != meta.continues:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple, cast
 
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
+    KeptCandidate,
     newest_checkpoint,
     read_meta,
     renew_data_manifest,
@@ -70,23 +71,26 @@ class Learned(NamedTuple):
     named: np.ndarray | None
 
 
-def nothing_new(served: Served, request: TrainRequest) -> Learned | None:
+def nothing_new(
+    served: Served, request: TrainRequest, candidates: Sequence[KeptCandidate] | None = None
+) -> Learned | None:
     """What the run is up to date against, or None (it trains): the served model knew
     every current record, or the last candidate judged against it trained on them already
     (rejected, or held by the pin: the same records would train the same candidate again;
     under a pin, promoted too: a pin is never undone by training the same data again);
     and neither trained on a record the pool no longer holds (a removed file: the model
     would keep what it learned from it, so a candidate trains without it, issue 93).
-    Asked of a scored served model's unforced run."""
+    Asked of a scored served model's unforced run; ``candidates``: the folder's as the
+    run's phase read them (None: read now)."""
     if served.known is None:
         return None
-    if not records_are_training_data(served.plugin) or _other_options(served, request):
+    if not records_are_training_data(served.plugin) or _other_options(served, request, candidates):
         return None
     ids = served.records.id_hashes
     if served.knew.all() and not _gone(served.named, ids):
         return Learned(served.known, served.named)
     pinned = served.pointer is not None and served.pointer.pinned is not None
-    last = stores.last_judged(Path(request.checkpoint_dir), served.id, pinned)
+    last = stores.last_judged(Path(request.checkpoint_dir), served.id, pinned, candidates)
     known = None if last is None else stores.read_known_ids(last)
     if last is None or known is None or not stores.known(ids, known).all():
         return None
@@ -197,11 +201,16 @@ def up_to_date(
     )
 
 
-def _other_options(served: Served, request: TrainRequest) -> bool:
+def _other_options(
+    served: Served, request: TrainRequest, candidates: Sequence[KeptCandidate] | None
+) -> bool:
     """The served model was trained with other plugin options than this run asks for (as
-    its candidate's meta says; a meta that does not say: the same): the run trains."""
+    its candidate's meta says, as the phase read it, else read now; a meta that does not
+    say: the same): the run trains."""
     assert served.checkpoint is not None
-    meta = read_meta(served.checkpoint.parent)
+    folder = served.checkpoint.parent
+    read = [c.meta for c in candidates or () if c.path == folder]
+    meta = read[0] if read else read_meta(folder)
     asked = meta.extra.get("request")  # an older meta's: its run's request whole
     older = asked.get("options") if isinstance(asked, Mapping) else None
     recorded = meta.options if meta.options is not None else older

@@ -994,3 +994,62 @@ def test_the_gate_pairs_its_records_once_and_asks_what_pairing_each_question_ask
         (c.name, c.segment, c.required) for c in expected
     ]
     assert {c.segment for c in asked} == {None, "s0", "s1", "s2"}
+
+
+def test_a_run_reads_each_candidates_meta_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The candidate phase reads the folder's candidates once (each meta and verdict) and
+    asks every question of that read: a run that judges a candidate, a rejected one (its
+    next run up to date by the last judged candidate), one the watch rolls back, each
+    reads every ``candidate.json`` once."""
+    from genesis_fp16_infrastructure.agent_folder import files
+
+    plugin = OneNumber()
+    _served_after(plugin, _on(tmp_path, 0.0, range(40)))
+    _served_after(plugin, _on(tmp_path, 0.6, range(40, 80)))
+    reads: list[str] = []
+    real_load = files.load
+
+    def load(path: Path, *args: Any, **kwargs: Any) -> Any:
+        if Path(path).name == "candidate.json":
+            reads.append(Path(path).parent.name)
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(files, "load", load)
+    rolled = run_plugin(plugin, _on(tmp_path, 0.0, range(80, 120)))  # rolled back, judged
+    assert rolled.live is not None and rolled.live.rolled_back and rolled.gate is not None
+    assert sorted(reads) == sorted(set(reads)) and len(reads) == 2, reads
+    plugin.fixed, reads[:] = 0.9, []
+    rejected = run_plugin(plugin, _on(tmp_path, 0.0, range(120, 160)))
+    assert rejected.gate is not None and rejected.gate.outcome == "rejected"
+    assert sorted(reads) == sorted(set(reads)) and len(reads) == 3, reads
+    reads[:] = []
+    assert run_plugin(plugin, _on(tmp_path, 0.0, range(120, 160))).up_to_date
+    assert sorted(reads) == sorted(set(reads)) and len(reads) == 4, reads
+
+
+def test_a_run_reads_the_pointer_once_per_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pointer is read in each transaction, under its lock, and nowhere else: after
+    the watch's rollback the model served again is the one its commit wrote (no read of
+    ``served.json`` between the watch and the gate)."""
+    from genesis_fp16_infrastructure.agent_folder import pointer
+
+    plugin = OneNumber()
+    first = _served_after(plugin, _on(tmp_path, 0.0, range(40)))
+    _served_after(plugin, _on(tmp_path, 0.6, range(40, 80)))
+    commits, _ = _committed(monkeypatch)
+    parsed: list[Any] = []
+    real_parse = pointer.parse_pointer
+
+    def parse_pointer(path: Path) -> Any:
+        parsed.append(real_parse(path))
+        return parsed[-1]
+
+    monkeypatch.setattr(pointer, "parse_pointer", parse_pointer)
+    result = run_plugin(plugin, _on(tmp_path, 0.0, range(80, 120)))
+    assert result.live is not None and result.live.now_served == first
+    assert len(parsed) == len(commits) == 3
+    assert parsed[2].served.id == first and parsed[2].journal[-1].kind == "rollback"

@@ -12,12 +12,14 @@ import pytest
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     list_candidates,
     new_candidate,
+    read_candidates,
     read_verdict,
     write_verdict,
 )
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import CandidateMeta
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
 from genesis_fp16_infrastructure.agent_folder.transaction import recording
-from genesis_fp16_infrastructure.judging.unfinished import take_unfinished
+from genesis_fp16_infrastructure.judging.unfinished import settle_unfinished, take_unfinished
 
 META: dict[str, Any] = {
     "fingerprint": "abc123",
@@ -104,3 +106,22 @@ def test_the_closes_are_one_transaction_under_the_pointers_lock(tmp_path: Path) 
         third, fourth = new_candidate(tmp_path, META), new_candidate(tmp_path, META)
         assert take_unfinished(tmp_path, asked) is None
     assert len(committed) == 1 and set(committed[0].verdicts) == {third.name, fourth.name}
+
+
+def test_the_candidates_after_settling_are_those_the_folder_holds(tmp_path: Path) -> None:
+    """What the run asks next is asked of the candidates as the settle left them: each it
+    closed carries the verdict its transaction wrote (outcome and reason, as read back);
+    the one it continues and every judged one are as they were read."""
+    judged = new_candidate(tmp_path, META)
+    write_verdict(judged, {"outcome": "rejected", "reason": "worse"})
+    closed, continued = new_candidate(tmp_path, {**META, "seed": 1}), new_candidate(tmp_path, META)
+    taken = settle_unfinished(tmp_path, CandidateMeta.from_json(META), read_candidates(tmp_path))
+    assert taken.candidate == continued
+    assert [c.path for c in taken.candidates] == [judged, closed, continued]
+    for kept, read in zip(taken.candidates, read_candidates(tmp_path), strict=True):
+        assert (kept.verdict.outcome, kept.verdict.reason) == (
+            read.verdict.outcome,
+            read.verdict.reason,
+        )
+        assert kept.meta == read.meta
+    assert taken.candidates[1].verdict.outcome == "undecided"
