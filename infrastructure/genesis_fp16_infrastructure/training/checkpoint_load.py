@@ -16,18 +16,21 @@ import math
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from genesis_fp16_infrastructure.errors import CheckpointError
+from genesis_fp16_infrastructure.kept_in_memory import current, held_of_digest, kept_of_digest
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path
 
 logger = logging.getLogger(__name__)
 
 # The last checkpoint loaded in a reusing_loads() block, by the sha256 of its bytes.
+KEPT_KIND = "checkpoint state"  # the memory store's (kept_in_memory.kept_of_digest)
 _LAST: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar("last_checkpoint", default=None)
 # In such a block, the sha256 of files a caller hashed itself (note_hashed), by their stat
 # signature (:func:`stat_signature`).
@@ -40,7 +43,14 @@ def reusing_loads() -> Iterator[None]:
     one loaded is not unpickled again: its state is handed out once more, so its readers
     must not change it. A judged run reads the served model's and the candidate's
     checkpoint twice each, back to back (the weights it scores, the records it names):
-    unpickling the tensors is most of a read (15-30 ms for a small world model's)."""
+    unpickling the tensors is most of a read (15-30 ms for a small world model's).
+
+    In a resident process (its memory store: ``kept_in_memory``) the states of the last
+    two checkpoints loaded in such blocks are kept from one run to the next, by the
+    SHA-256 of their bytes (:data:`KEPT_KIND`): the candidate a run judged is the model
+    the next run serves, and its bytes, hashed again and matched, are not unpickled
+    again (10-13 ms of the next run's live phase, issue 90). A load outside a block
+    always unpickles: a run that resumes from a state changes its tensors."""
     token, hashed = _LAST.set({}), _HASHED.set({})
     try:
         yield
@@ -122,8 +132,9 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         expected = digest_path(path).read_text().split() if digest_path(path).exists() else None
         if last is not None and expected is not None:
             noted = _noted(path)  # its bytes as a caller hashed them, unchanged since
-            if noted is not None and noted in expected and noted in last:
-                return last[noted]  # and those bytes unpickled already: not read again
+            held = None if noted is None or noted not in expected else _held(last, noted)
+            if held is not None:
+                return held  # and those bytes unpickled already: not read again
         data = path.read_bytes()
     except (OSError, UnicodeDecodeError) as error:
         raise CheckpointError(
@@ -141,9 +152,39 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if last is None or digest is None:
         return _loaded(data)
     if digest not in last:
+        state = kept_of_digest(current(), KEPT_KIND, digest, partial(_loaded, data), state_bytes)
         last.clear()
-        last[digest] = _loaded(data)
+        last[digest] = state
     return last[digest]
+
+
+def _held(last: dict[str, dict[str, Any]], digest: str) -> dict[str, Any] | None:
+    """The state of the bytes of SHA-256 ``digest``, loaded in this block or kept from
+    an earlier one (:func:`reusing_loads`); None: neither."""
+    if digest not in last:
+        held = held_of_digest(current(), KEPT_KIND, digest)
+        if held is None:
+            return None
+        last.clear()
+        last[digest] = held
+    return last[digest]
+
+
+def state_bytes(state: Any) -> int:
+    """The bytes of the tensors in a checkpoint's state, however deep they are held."""
+    if isinstance(state, torch.Tensor):
+        return state.nbytes
+    if isinstance(state, Mapping):
+        return sum(state_bytes(v) for v in state.values())
+    if isinstance(state, list | tuple):
+        return sum(state_bytes(v) for v in state)
+    return 16
+
+
+def noted_digest(path: Path) -> str | None:
+    """The SHA-256 a caller noted for ``path`` in this reusing_loads() block
+    (:func:`note_hashed`), while its stat is what it was then; None otherwise."""
+    return _noted(Path(path))
 
 
 def _noted(path: Path) -> str | None:
