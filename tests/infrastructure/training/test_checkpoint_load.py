@@ -189,3 +189,36 @@ def test_a_copy_its_caller_hashed_is_loaded_without_reading_it_while_unchanged(
         note_hashed(copy, real(data).hexdigest(), signature)  # taken before the write
         with pytest.raises(CheckpointError, match="do not match the digest"):
             load_checkpoint(copy)
+
+
+def test_a_resident_process_keeps_the_last_two_states_loaded_in_blocks(
+    tmp_path: Path, loads: list[int]
+) -> None:
+    """With a memory store (a resident process), the states of the last two checkpoints
+    loaded in reusing_loads() blocks are handed out again in a later block, by their bytes'
+    digest, still checked on every read (a changed file is refused); a third evicts the
+    oldest; a load outside a block always unpickles, and without a store nothing is kept."""
+    from genesis_fp16_infrastructure.kept_in_memory import process_memory
+
+    a, b, c = (
+        CheckpointManager(tmp_path / n).save(_state(s)) for n, s in (("a", 1), ("b", 2), ("c", 3))
+    )
+    with reusing_loads():
+        load_checkpoint(a)
+    with reusing_loads():
+        load_checkpoint(a)
+    assert len(loads) == 2  # no store: nothing kept from one block to the next
+    process_memory(64 * 2**20)
+    with reusing_loads():
+        first, second = load_checkpoint(a), load_checkpoint(b)
+    assert len(loads) == 4
+    with reusing_loads():
+        assert load_checkpoint(a) is first and load_checkpoint(b) is second and len(loads) == 4
+        assert load_checkpoint(c)[keys.STEP] == 3 and len(loads) == 5
+    with reusing_loads():
+        assert load_checkpoint(a) is not first and len(loads) == 6  # evicted by c
+        data = b.read_bytes()
+        b.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+        with pytest.raises(CheckpointError, match="do not match the digest"):
+            load_checkpoint(b)
+    assert load_checkpoint(c) is not None and len(loads) == 7  # outside a block
