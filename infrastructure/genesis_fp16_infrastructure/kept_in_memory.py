@@ -214,7 +214,7 @@ def kept_of_digest(
     """
     held = held_of_digest(memory, kind, digest)
     if held is not None:
-        return held  # type: ignore[no-any-return]
+        return held
     value = make()
     if memory is not None:
         before = memory.get((kind,), kind, given=False)

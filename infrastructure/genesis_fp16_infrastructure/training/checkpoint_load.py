@@ -9,10 +9,12 @@ with ``torch.load(weights_only=True)``; a file read once can be handed on as
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import io
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -201,6 +203,12 @@ def _loaded(data: bytes) -> dict[str, Any]:
     except Exception as error:  # torn file, garbage bytes, refused pickle: all unusable
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise CheckpointError(f"cannot be loaded ({type(error).__name__}: {first_line})") from error
+    return _checked(state)
+
+
+def _checked(state: Any) -> dict[str, Any]:
+    """``state`` when it is a checkpoint's: a dict of this schema, its keys all there,
+    its weights finite; else the :class:`CheckpointError` saying which it is not."""
     if not isinstance(state, dict):
         raise CheckpointError(f"holds a {type(state).__name__}, not a dict")
     version = state.get(keys.SCHEMA)
@@ -217,6 +225,38 @@ def _loaded(data: bytes) -> dict[str, Any]:
             f"the weight {bad!r} is not finite (NaN or inf); not resuming from it"
         )
     return state
+
+
+def keep_saved(state: Mapping[str, Any], digest: str) -> None:
+    """A checkpoint this process just wrote (``digest``: its bytes' SHA-256), kept in a
+    resident process (its memory store) as the state a load in a reusing_loads() block
+    hands out for those bytes: the gate loads the candidate its run saved last, and
+    unpickling what this process pickled is 10-20 ms of the gate (issue 90). A copy
+    (``copy.deepcopy``: training goes on changing the tensors it saved), kept only when
+    it is what the load would give: plain values and CPU tensors alone, which
+    ``weights_only`` reads back as they were written, passing the load's checks (a
+    state they refuse is refused by its load as before)."""
+    memory = current()
+    if memory is None or not _plain(state):
+        return
+
+    def copied() -> dict[str, Any]:
+        return _checked(copy.deepcopy(dict(state)))
+
+    with contextlib.suppress(CheckpointError):
+        kept_of_digest(memory, KEPT_KIND, digest, copied, state_bytes)
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only CPU tensors, plain scalars and strings, in dicts,
+    lists and tuples: what a weights_only load gives back as it was saved."""
+    if isinstance(value, torch.Tensor):
+        return type(value) in (torch.Tensor, torch.nn.Parameter) and value.device.type == "cpu"
+    if type(value) in (dict, OrderedDict):
+        return all(type(k) in (str, int) and _plain(v) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return all(_plain(v) for v in value)
+    return value is None or type(value) in (int, float, bool, str)
 
 
 def _first_nonfinite(weights: Any) -> str | None:

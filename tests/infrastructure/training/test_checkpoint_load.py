@@ -222,3 +222,43 @@ def test_a_resident_process_keeps_the_last_two_states_loaded_in_blocks(
         with pytest.raises(CheckpointError, match="do not match the digest"):
             load_checkpoint(b)
     assert load_checkpoint(c) is not None and len(loads) == 7  # outside a block
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two states hold the same types, keys, values and tensors, bit for bit."""
+    if isinstance(a, torch.Tensor):
+        return type(a) is type(b) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return type(a) is type(b) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return type(a) is type(b) and a == b
+
+
+def test_a_resident_process_loads_what_it_saved_without_unpickling_it(
+    tmp_path: Path, loads: list[int]
+) -> None:
+    """In a resident process a checkpoint it saved is loaded in a reusing_loads() block
+    (the gate's candidate) without an unpickle: a copy, equal to what the unpickle gives
+    and untouched by later changes to the saved tensors; a state holding anything but
+    plain values and tensors is not kept, and one the load refuses is refused still."""
+    from genesis_fp16_infrastructure.kept_in_memory import process_memory
+
+    process_memory(64 * 2**20)
+    state = _state(7)
+    path = CheckpointManager(tmp_path / "a").save(state)
+    state[keys.MODEL]["w"].add_(1.0)  # training goes on
+    with reusing_loads():
+        kept = load_checkpoint(path)
+    assert loads == []
+    assert _same(kept, load_checkpoint(path)) and len(loads) == 1
+    odd = _state(8) | {keys.EXTRA: {"when": torch.Size([2])}}  # a tuple's subclass
+    odd_path = CheckpointManager(tmp_path / "b").save(odd)
+    with reusing_loads():
+        load_checkpoint(odd_path)
+    assert len(loads) == 2
+    bad = _state(9)
+    bad[keys.MODEL]["w"][0] = float("nan")
+    bad_path = CheckpointManager(tmp_path / "c").save(bad)
+    with reusing_loads(), pytest.raises(CheckpointError, match="not finite"):
+        load_checkpoint(bad_path)
