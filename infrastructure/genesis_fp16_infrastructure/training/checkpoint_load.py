@@ -37,6 +37,8 @@ _LAST: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar("last_checkpoin
 # In such a block, the sha256 of files a caller hashed itself (note_hashed), by their stat
 # signature (:func:`stat_signature`).
 _HASHED: ContextVar[dict[tuple[int, ...], str] | None] = ContextVar("hashed", default=None)
+# Whether this thread's loads are a reader's that never changes its state (sharing_kept).
+_SHARING: ContextVar[bool] = ContextVar("sharing_kept", default=False)
 
 
 @contextlib.contextmanager
@@ -48,17 +50,37 @@ def reusing_loads() -> Iterator[None]:
     unpickling the tensors is most of a read (15-30 ms for a small world model's).
 
     In a resident process (its memory store: ``kept_in_memory``) the states of the last
-    two checkpoints loaded in such blocks are kept from one run to the next, by the
-    SHA-256 of their bytes (:data:`KEPT_KIND`): the candidate a run judged is the model
-    the next run serves, and its bytes, hashed again and matched, are not unpickled
-    again (10-13 ms of the next run's live phase, issue 90). A load outside a block
-    always unpickles: a run that resumes from a state changes its tensors."""
+    two checkpoints loaded by readers that said they never change them
+    (:func:`sharing_kept`) are kept from one run to the next, by the SHA-256 of their
+    bytes (:data:`KEPT_KIND`), with the state of the checkpoint the process saved last
+    (:func:`keep_saved`): the candidate a run judged is the model the next run serves,
+    and its bytes, hashed again and matched, are not unpickled again (10-13 ms of the
+    next run's live phase, issue 90). A plugin's own load in the block is never handed
+    a kept state (a plugin might change what it loads: issue 69), and a load outside a
+    block always unpickles: a run that resumes from a state changes its tensors."""
     token, hashed = _LAST.set({}), _HASHED.set({})
     try:
         yield
     finally:
         _HASHED.reset(hashed)
         _LAST.reset(token)
+
+
+@contextlib.contextmanager
+def sharing_kept() -> Iterator[None]:
+    """Within it, this thread's loads in a reusing_loads() block are a reader's that
+    never changes what it is handed (the judged run's read of the records a checkpoint
+    names, se_darwin's scoring): in a resident process they take the states kept from
+    earlier runs, and keep theirs (:func:`reusing_loads`). ::
+
+        with reusing_loads(), sharing_kept():
+            extra = load_checkpoint(path)[keys.EXTRA]  # read, never changed
+    """
+    token = _SHARING.set(True)
+    try:
+        yield
+    finally:
+        _SHARING.reset(token)
 
 
 def stat_signature(path: Path) -> tuple[int, ...] | None:
@@ -129,14 +151,18 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError("not a regular file")
     last = _LAST.get()
+    # A reader that never changes its state, in a resident process: the states kept
+    # across runs (reusing_loads), else this block's last one.
+    kept = current() if last is not None and _SHARING.get() else None
     try:
         # One digest, or two while the same step is saved again (see checkpoint_files.write_pair).
         expected = digest_path(path).read_text().split() if digest_path(path).exists() else None
         if last is not None and expected is not None:
             noted = _noted(path)  # its bytes as a caller hashed them, unchanged since
-            held = None if noted is None or noted not in expected else _held(last, noted)
-            if held is not None:
-                return held  # and those bytes unpickled already: not read again
+            if noted is not None and noted in expected:
+                held = last.get(noted) if kept is None else held_of_digest(kept, KEPT_KIND, noted)
+                if held is not None:
+                    return held  # and those bytes unpickled already: not read again
         data = path.read_bytes()
     except (OSError, UnicodeDecodeError) as error:
         raise CheckpointError(
@@ -153,22 +179,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         )
     if last is None or digest is None:
         return _loaded(data)
+    if kept is not None:  # never put in ``last``: a plugin's load there may change it
+        return kept_of_digest(kept, KEPT_KIND, digest, partial(_loaded, data), state_bytes)
     if digest not in last:
-        state = kept_of_digest(current(), KEPT_KIND, digest, partial(_loaded, data), state_bytes)
         last.clear()
-        last[digest] = state
-    return last[digest]
-
-
-def _held(last: dict[str, dict[str, Any]], digest: str) -> dict[str, Any] | None:
-    """The state of the bytes of SHA-256 ``digest``, loaded in this block or kept from
-    an earlier one (:func:`reusing_loads`); None: neither."""
-    if digest not in last:
-        held = held_of_digest(current(), KEPT_KIND, digest)
-        if held is None:
-            return None
-        last.clear()
-        last[digest] = held
+        last[digest] = _loaded(data)
     return last[digest]
 
 

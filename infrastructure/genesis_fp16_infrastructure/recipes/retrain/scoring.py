@@ -45,7 +45,7 @@ from genesis_fp16_infrastructure.recipes.retrain.kept_outputs import (
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.run import kept_numeric, read_pool
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
-from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
+from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint, sharing_kept
 from genesis_fp16_infrastructure.world_model.features import Categorical, numeric_rows
 from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor, forward_chunked
@@ -187,7 +187,8 @@ def _predictor(checkpoint: Path, budget: int | None) -> WorldModelPredictor:
     an earlier scoring built of the same bytes, for the last two checkpoints scored: the
     model a run serves is the candidate the run before it scored (5-12 ms a build, issue
     90). Its model and encoder are only read by a scoring."""
-    state = load_checkpoint(checkpoint)
+    with sharing_kept():  # its state only read: a resident process's kept one will do
+        state = load_checkpoint(checkpoint)
     digest = checkpoint_digest(checkpoint)  # the judged run's, noted as it hashed the copy
     build = functools.partial(WorldModelPredictor.of_state, state)
     return kept_of_digest(process_memory(budget or 0), MODEL_KIND, digest, build, _model_bytes)
