@@ -11,7 +11,9 @@ it is trusted past that check.
 A scoring's model outputs are kept beside them, keyed by the checkpoint's SHA-256 and
 each record's inputs (``recipes.retrain.kept_outputs``), and the drift report's reference,
 keyed by the served model's records and checked against the reference's numbers
-(``recipes.retrain.drift``).
+(``recipes.retrain.drift``), and the states and scoring models of the last two
+checkpoints a judged run read, keyed by the SHA-256 of their bytes, hashed again at each
+read (:func:`kept_of_digest`: ``training.checkpoint_load``, ``recipes.retrain.scoring``).
 
 The store is this process's alone, and off until a run asks for it with a budget
 (``TrainRequest.keep_in_memory_bytes``, the daemon's

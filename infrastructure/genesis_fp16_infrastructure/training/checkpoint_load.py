@@ -31,8 +31,8 @@ from genesis_fp16_infrastructure.training.checkpoint_files import digest_path
 
 logger = logging.getLogger(__name__)
 
-# The last checkpoint loaded in a reusing_loads() block, by the sha256 of its bytes.
 KEPT_KIND = "checkpoint state"  # the memory store's (kept_in_memory.kept_of_digest)
+# The last checkpoint loaded in a reusing_loads() block, by the sha256 of its bytes.
 _LAST: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar("last_checkpoint", default=None)
 # In such a block, the sha256 of files a caller hashed itself (note_hashed), by their stat
 # signature (:func:`stat_signature`).
