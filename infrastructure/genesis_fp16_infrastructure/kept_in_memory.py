@@ -11,7 +11,9 @@ it is trusted past that check.
 A scoring's model outputs are kept beside them, keyed by the checkpoint's SHA-256 and
 each record's inputs (``recipes.retrain.kept_outputs``), and the drift report's reference,
 keyed by the served model's records and checked against the reference's numbers
-(``recipes.retrain.drift``).
+(``recipes.retrain.drift``), and the states and scoring models of the last two
+checkpoints a judged run read, keyed by the SHA-256 of their bytes, hashed again at each
+read (:func:`kept_of_digest`: ``training.checkpoint_load``, ``recipes.retrain.scoring``).
 
 The store is this process's alone, and off until a run asks for it with a budget
 (``TrainRequest.keep_in_memory_bytes``, the daemon's
@@ -39,10 +41,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
+T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 # A file as this store last saw it: (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns).
@@ -190,6 +193,50 @@ def process_memory(budget: int) -> KeptInMemory | None:
 def current() -> KeptInMemory | None:
     """This process's store, if a run made one (:func:`process_memory`)."""
     return _PROCESS[0] if _PROCESS else None
+
+
+def kept_of_digest(
+    memory: KeptInMemory | None,
+    kind: str,
+    digest: str,
+    make: Callable[[], T],
+    size: Callable[[T], int],
+    keep: int = 2,
+) -> T:
+    """What ``make`` makes of the file whose SHA-256 is ``digest`` (a checkpoint read, its
+    model built), kept in ``memory`` (None: made, nothing kept) for the ``keep`` files of
+    ``kind`` made last (``size``: a value's bytes): a judged run's served model and
+    candidate, the candidate being the next run's served model. What is kept was made of
+    the bytes the caller hashed, so its readers must never change what it hands out.
+
+    >>> memory = KeptInMemory(2**20)
+    >>> first = kept_of_digest(memory, "model", "ab12", lambda: [1], estimate_bytes)
+    >>> kept_of_digest(memory, "model", "ab12", lambda: [2], estimate_bytes) is first
+    True
+    """
+    held = held_of_digest(memory, kind, digest)
+    if held is not None:
+        return held
+    value = make()
+    if memory is not None:
+        before = memory.get((kind,), kind, given=False)
+        held_before = list(before.items()) if isinstance(before, dict) else []
+        others = held_before[-(keep - 1) :] if keep > 1 else []
+        kept = dict([*others, (digest, value)])
+        total = sum(size(v) for v in kept.values())
+        memory.put((kind,), kind, kept, total, f"{kind}s of {len(kept)} file(s)")
+    return value
+
+
+def held_of_digest(memory: KeptInMemory | None, kind: str, digest: str) -> Any | None:
+    """What :func:`kept_of_digest` keeps of ``kind`` for the file of SHA-256 ``digest``
+    (counted as given); None when nothing is."""
+    kept = memory.get((kind,), kind, given=False) if memory is not None else None
+    if not isinstance(kept, dict) or digest not in kept:
+        return None
+    assert memory is not None
+    memory.note_given(f"{kind} of sha256 {digest[:12]}")
+    return kept[digest]
 
 
 SAMPLE = 64  # the items of a long list :func:`estimate_bytes` looks at

@@ -260,3 +260,26 @@ def test_a_calibration_record_is_reused_while_its_file_is_the_same(
     files.write_json(path, CALIBRATION, Calibration("bf16", "r", rows, {}, {}, 0.1).cache_json())
     changed = read_calibration(path)
     assert changed is not None and changed.chosen == "bf16"
+
+
+def test_kept_of_digest_keeps_the_last_files_made() -> None:
+    """What is made of a file's digest is made once while it is among the last ``keep``
+    made (the served model and the candidate), said as given when taken; without a
+    store (a budget of 0) it is made every time."""
+    made: list[str] = []
+
+    def make(digest: str) -> Callable[[], list[str]]:
+        return lambda: made.append(digest) or [digest]  # type: ignore[func-returns-value]
+
+    memory = KeptInMemory(2**20)
+    size = kept_in_memory.estimate_bytes
+    first = kept_in_memory.kept_of_digest(memory, "model", "a", make("a"), size)
+    kept_in_memory.kept_of_digest(memory, "model", "b", make("b"), size)
+    assert kept_in_memory.kept_of_digest(memory, "model", "a", make("a"), size) is first
+    assert memory.take_given() == ["model of sha256 a"]
+    kept_in_memory.kept_of_digest(memory, "model", "c", make("c"), size)  # b and c kept
+    kept_in_memory.kept_of_digest(memory, "model", "b", make("b"), size)
+    kept_in_memory.kept_of_digest(memory, "model", "a", make("a"), size)  # made first: gone
+    assert made == ["a", "b", "c", "a"]
+    kept_in_memory.kept_of_digest(None, "model", "c", make("c"), size)
+    assert made[-1] == "c" and kept_in_memory.held_of_digest(None, "model", "c") is None

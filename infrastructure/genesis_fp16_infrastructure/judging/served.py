@@ -73,6 +73,7 @@ from genesis_fp16_infrastructure.training.checkpoint_load import (
     load_checkpoint,
     note_hashed,
     reusing_loads,
+    sharing_kept,
     stat_signature,
 )
 
@@ -256,7 +257,8 @@ def trained_ids(checkpoint: Path) -> np.ndarray | None:
     ('a list of int', 'a torch.int32 tensor of shape (3,)')
     """
     try:
-        extra = load_checkpoint(checkpoint).get(checkpoint_keys.EXTRA)
+        with sharing_kept():  # read, never changed: a resident process's kept state will do
+            extra = load_checkpoint(checkpoint).get(checkpoint_keys.EXTRA)
     except (OSError, ValueError):
         return None
     value = extra.get(TRAINED_IDS) if isinstance(extra, dict) else None

@@ -38,6 +38,7 @@ from genesis_fp16_infrastructure.training.checkpoint_files import (
 from genesis_fp16_infrastructure.training.checkpoint_load import (
     Loaded,
     file_signature,
+    keep_saved,
     load_checkpoint,
 )
 
@@ -159,7 +160,9 @@ class CheckpointManager:
         data = buffer.getvalue()
         digest = hashlib.sha256(data).hexdigest()
         self._set_aside_irregular()
-        if not write_pair(final, data, digest):
+        written = write_pair(final, data, digest)
+        keep_saved(state, digest)  # a resident process's gate loads it next (issue 90)
+        if not written:
             return final  # this very state is saved already: written once, not twice
         write_summary(final, digest, state)  # after the pair: a crash leaves none, not a wrong one
         signature = file_signature(final)

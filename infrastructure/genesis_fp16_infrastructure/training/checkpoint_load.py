@@ -9,29 +9,36 @@ with ``torch.load(weights_only=True)``; a file read once can be handed on as
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import io
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from genesis_fp16_infrastructure.errors import CheckpointError
+from genesis_fp16_infrastructure.kept_in_memory import current, held_of_digest, kept_of_digest
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path
 
 logger = logging.getLogger(__name__)
 
+KEPT_KIND = "checkpoint state"  # the memory store's (kept_in_memory.kept_of_digest)
 # The last checkpoint loaded in a reusing_loads() block, by the sha256 of its bytes.
 _LAST: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar("last_checkpoint", default=None)
 # In such a block, the sha256 of files a caller hashed itself (note_hashed), by their stat
 # signature (:func:`stat_signature`).
 _HASHED: ContextVar[dict[tuple[int, ...], str] | None] = ContextVar("hashed", default=None)
+# Whether this thread's loads are a reader's that never changes its state (sharing_kept).
+_SHARING: ContextVar[bool] = ContextVar("sharing_kept", default=False)
 
 
 @contextlib.contextmanager
@@ -40,13 +47,40 @@ def reusing_loads() -> Iterator[None]:
     one loaded is not unpickled again: its state is handed out once more, so its readers
     must not change it. A judged run reads the served model's and the candidate's
     checkpoint twice each, back to back (the weights it scores, the records it names):
-    unpickling the tensors is most of a read (15-30 ms for a small world model's)."""
+    unpickling the tensors is most of a read (15-30 ms for a small world model's).
+
+    In a resident process (its memory store: ``kept_in_memory``) the states of the last
+    two checkpoints loaded by readers that said they never change them
+    (:func:`sharing_kept`) are kept from one run to the next, by the SHA-256 of their
+    bytes (:data:`KEPT_KIND`), with the state of the checkpoint the process saved last
+    (:func:`keep_saved`): the candidate a run judged is the model the next run serves,
+    and its bytes, hashed again and matched, are not unpickled again (10-13 ms of the
+    next run's live phase, issue 90). A plugin's own load in the block is never handed
+    a kept state (a plugin might change what it loads: issue 69), and a load outside a
+    block always unpickles: a run that resumes from a state changes its tensors."""
     token, hashed = _LAST.set({}), _HASHED.set({})
     try:
         yield
     finally:
         _HASHED.reset(hashed)
         _LAST.reset(token)
+
+
+@contextlib.contextmanager
+def sharing_kept() -> Iterator[None]:
+    """Within it, this thread's loads in a reusing_loads() block are a reader's that
+    never changes what it is handed (the judged run's read of the records a checkpoint
+    names, se_darwin's scoring): in a resident process they take the states kept from
+    earlier runs, and keep theirs (:func:`reusing_loads`). ::
+
+        with reusing_loads(), sharing_kept():
+            extra = load_checkpoint(path)[keys.EXTRA]  # read, never changed
+    """
+    token = _SHARING.set(True)
+    try:
+        yield
+    finally:
+        _SHARING.reset(token)
 
 
 def stat_signature(path: Path) -> tuple[int, ...] | None:
@@ -117,13 +151,18 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError("not a regular file")
     last = _LAST.get()
+    # A reader that never changes its state, in a resident process: the states kept
+    # across runs (reusing_loads), else this block's last one.
+    kept = current() if last is not None and _SHARING.get() else None
     try:
         # One digest, or two while the same step is saved again (see checkpoint_files.write_pair).
         expected = digest_path(path).read_text().split() if digest_path(path).exists() else None
         if last is not None and expected is not None:
             noted = _noted(path)  # its bytes as a caller hashed them, unchanged since
-            if noted is not None and noted in expected and noted in last:
-                return last[noted]  # and those bytes unpickled already: not read again
+            if noted is not None and noted in expected:
+                held = last.get(noted) if kept is None else held_of_digest(kept, KEPT_KIND, noted)
+                if held is not None:
+                    return held  # and those bytes unpickled already: not read again
         data = path.read_bytes()
     except (OSError, UnicodeDecodeError) as error:
         raise CheckpointError(
@@ -140,10 +179,29 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         )
     if last is None or digest is None:
         return _loaded(data)
+    if kept is not None:  # never put in ``last``: a plugin's load there may change it
+        return kept_of_digest(kept, KEPT_KIND, digest, partial(_loaded, data), state_bytes)
     if digest not in last:
         last.clear()
         last[digest] = _loaded(data)
     return last[digest]
+
+
+def state_bytes(state: Any) -> int:
+    """The bytes of the tensors in a checkpoint's state, however deep they are held."""
+    if isinstance(state, torch.Tensor):
+        return state.nbytes
+    if isinstance(state, Mapping):
+        return sum(state_bytes(v) for v in state.values())
+    if isinstance(state, list | tuple):
+        return sum(state_bytes(v) for v in state)
+    return 16
+
+
+def noted_digest(path: Path) -> str | None:
+    """The SHA-256 a caller noted for ``path`` in this reusing_loads() block
+    (:func:`note_hashed`), while its stat is what it was then; None otherwise."""
+    return _noted(Path(path))
 
 
 def _noted(path: Path) -> str | None:
@@ -160,6 +218,12 @@ def _loaded(data: bytes) -> dict[str, Any]:
     except Exception as error:  # torn file, garbage bytes, refused pickle: all unusable
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise CheckpointError(f"cannot be loaded ({type(error).__name__}: {first_line})") from error
+    return _checked(state)
+
+
+def _checked(state: Any) -> dict[str, Any]:
+    """``state`` when it is a checkpoint's: a dict of this schema, its keys all there,
+    its weights finite; else the :class:`CheckpointError` saying which it is not."""
     if not isinstance(state, dict):
         raise CheckpointError(f"holds a {type(state).__name__}, not a dict")
     version = state.get(keys.SCHEMA)
@@ -176,6 +240,38 @@ def _loaded(data: bytes) -> dict[str, Any]:
             f"the weight {bad!r} is not finite (NaN or inf); not resuming from it"
         )
     return state
+
+
+def keep_saved(state: Mapping[str, Any], digest: str) -> None:
+    """A checkpoint this process just wrote (``digest``: its bytes' SHA-256), kept in a
+    resident process (its memory store) as the state a load in a reusing_loads() block
+    hands out for those bytes: the gate loads the candidate its run saved last, and
+    unpickling what this process pickled is 10-20 ms of the gate (issue 90). A copy
+    (``copy.deepcopy``: training goes on changing the tensors it saved), kept only when
+    it is what the load would give: plain values and CPU tensors alone, which
+    ``weights_only`` reads back as they were written, passing the load's checks (a
+    state they refuse is refused by its load as before)."""
+    memory = current()
+    if memory is None or not _plain(state):
+        return
+
+    def copied() -> dict[str, Any]:
+        return _checked(copy.deepcopy(dict(state)))
+
+    with contextlib.suppress(CheckpointError):
+        kept_of_digest(memory, KEPT_KIND, digest, copied, state_bytes)
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only CPU tensors, plain scalars and strings, in dicts,
+    lists and tuples: what a weights_only load gives back as it was saved."""
+    if isinstance(value, torch.Tensor):
+        return type(value) in (torch.Tensor, torch.nn.Parameter) and value.device.type == "cpu"
+    if type(value) in (dict, OrderedDict):
+        return all(type(k) in (str, int) and _plain(v) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return all(_plain(v) for v in value)
+    return value is None or type(value) in (int, float, bool, str)
 
 
 def _first_nonfinite(weights: Any) -> str | None:

@@ -18,6 +18,7 @@ from genesis_fp16_infrastructure.training.checkpoint_load import (
     note_hashed,
     read_checkpoint,
     reusing_loads,
+    sharing_kept,
     stat_signature,
 )
 
@@ -189,3 +190,81 @@ def test_a_copy_its_caller_hashed_is_loaded_without_reading_it_while_unchanged(
         note_hashed(copy, real(data).hexdigest(), signature)  # taken before the write
         with pytest.raises(CheckpointError, match="do not match the digest"):
             load_checkpoint(copy)
+
+
+def test_a_resident_process_keeps_the_last_two_states_loaded_in_blocks(
+    tmp_path: Path, loads: list[int]
+) -> None:
+    """With a memory store (a resident process), the states of the last two checkpoints
+    loaded in reusing_loads() blocks by readers that never change them (sharing_kept) are
+    handed out again in a later block, by their bytes' digest, still checked on every
+    read (a changed file is refused); a third evicts the oldest; a load outside a block
+    always unpickles, as does another reader's in a block (a plugin's); without a store
+    nothing is kept."""
+    from genesis_fp16_infrastructure.kept_in_memory import process_memory
+
+    a, b, c = (
+        CheckpointManager(tmp_path / n).save(_state(s)) for n, s in (("a", 1), ("b", 2), ("c", 3))
+    )
+    with reusing_loads(), sharing_kept():
+        load_checkpoint(a)
+    with reusing_loads(), sharing_kept():
+        load_checkpoint(a)
+    assert len(loads) == 2  # no store: nothing kept from one block to the next
+    process_memory(64 * 2**20)
+    with reusing_loads(), sharing_kept():
+        first, second = load_checkpoint(a), load_checkpoint(b)
+    assert len(loads) == 4
+    with reusing_loads(), sharing_kept():
+        assert load_checkpoint(a) is first and load_checkpoint(b) is second and len(loads) == 4
+        assert load_checkpoint(c)[keys.STEP] == 3 and len(loads) == 5
+    with reusing_loads():  # a plugin's load: never handed what is kept
+        assert load_checkpoint(b) is not second and len(loads) == 6
+    loads.clear()
+    with reusing_loads(), sharing_kept():
+        assert load_checkpoint(a) is not first and len(loads) == 1  # evicted by c
+        data = b.read_bytes()
+        b.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+        with pytest.raises(CheckpointError, match="do not match the digest"):
+            load_checkpoint(b)
+    assert load_checkpoint(c) is not None and len(loads) == 2  # outside a block
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two states hold the same types, keys, values and tensors, bit for bit."""
+    if isinstance(a, torch.Tensor):
+        return type(a) is type(b) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return type(a) is type(b) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return type(a) is type(b) and a == b
+
+
+def test_a_resident_process_loads_what_it_saved_without_unpickling_it(
+    tmp_path: Path, loads: list[int]
+) -> None:
+    """In a resident process a checkpoint it saved is loaded in a reusing_loads() block
+    (the gate's candidate) without an unpickle: a copy, equal to what the unpickle gives
+    and untouched by later changes to the saved tensors; a state holding anything but
+    plain values and tensors is not kept, and one the load refuses is refused still."""
+    from genesis_fp16_infrastructure.kept_in_memory import process_memory
+
+    process_memory(64 * 2**20)
+    state = _state(7)
+    path = CheckpointManager(tmp_path / "a").save(state)
+    state[keys.MODEL]["w"].add_(1.0)  # training goes on
+    with reusing_loads(), sharing_kept():
+        kept = load_checkpoint(path)
+    assert loads == []
+    assert _same(kept, load_checkpoint(path)) and len(loads) == 1
+    odd = _state(8) | {keys.EXTRA: {"when": torch.Size([2])}}  # a tuple's subclass
+    odd_path = CheckpointManager(tmp_path / "b").save(odd)
+    with reusing_loads(), sharing_kept():
+        load_checkpoint(odd_path)
+    assert len(loads) == 2
+    bad = _state(9)
+    bad[keys.MODEL]["w"][0] = float("nan")
+    bad_path = CheckpointManager(tmp_path / "c").save(bad)
+    with reusing_loads(), sharing_kept(), pytest.raises(CheckpointError, match="not finite"):
+        load_checkpoint(bad_path)

@@ -31,6 +31,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
+from genesis_fp16_infrastructure.kept_in_memory import kept_of_digest, process_memory
 from genesis_fp16_infrastructure.recipes.retrain.evaluated import checkpoint_digest, evaluated_logit
 from genesis_fp16_infrastructure.recipes.retrain.freshness import record_cache
 from genesis_fp16_infrastructure.recipes.retrain.kept_outputs import (
@@ -44,7 +45,7 @@ from genesis_fp16_infrastructure.recipes.retrain.kept_outputs import (
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.run import kept_numeric, read_pool
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
-from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
+from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint, sharing_kept
 from genesis_fp16_infrastructure.world_model.features import Categorical, numeric_rows
 from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor, forward_chunked
@@ -58,6 +59,7 @@ LOSS_SPAN = math.log((1 - CLIP) / CLIP)
 # P(success) = 0.5 (for a small shift d, log-loss grows by d^2 / (2 p (1 - p)), Brier by
 # d^2): nowhere stricter than the log-loss margin.
 MARGIN = {"log_loss": 0.01, "brier": 0.005}
+MODEL_KIND = "scoring model"  # the memory store's (kept_in_memory.kept_of_digest)
 
 
 def record_losses(p: torch.Tensor, success: np.ndarray) -> dict[str, np.ndarray]:
@@ -169,7 +171,7 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     asked = np.asarray(request.scoring_rows(ids), dtype=np.int64)
     try:
         # P(success) by the checkpoint's served weights (an ensemble's: its members' mean)
-        predictor = WorldModelPredictor.of_state(load_checkpoint(Path(checkpoint)))
+        predictor = _predictor(Path(checkpoint), request.keep_in_memory_bytes)
         logit = _logits(request, Path(checkpoint), predictor, pool, asked)
         p = torch.sigmoid(logit)
     except (KeyError, RuntimeError) as exc:  # not a world model this build can load
@@ -177,6 +179,24 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     losses = record_losses(p, columns.success[asked])
     named = [pool.segments[i] for i in asked.tolist()]
     return RecordLosses.of([ids[i] for i in asked.tolist()], losses, named, data.quarantined)
+
+
+def _predictor(checkpoint: Path, budget: int | None) -> WorldModelPredictor:
+    """The checkpoint's predictor, built of its state (its checks: ``load_checkpoint``);
+    in a resident process (``budget``: the request's ``keep_in_memory_bytes``) the one
+    an earlier scoring built of the same bytes, for the last two checkpoints scored: the
+    model a run serves is the candidate the run before it scored (5-12 ms a build, issue
+    90). Its model and encoder are only read by a scoring."""
+    with sharing_kept():  # its state only read: a resident process's kept one will do
+        state = load_checkpoint(checkpoint)
+    digest = checkpoint_digest(checkpoint)  # the judged run's, noted as it hashed the copy
+    build = functools.partial(WorldModelPredictor.of_state, state)
+    return kept_of_digest(process_memory(budget or 0), MODEL_KIND, digest, build, _model_bytes)
+
+
+def _model_bytes(predictor: WorldModelPredictor) -> int:
+    """The bytes of a predictor's weights."""
+    return sum(t.nbytes for t in predictor.model.state_dict().values())
 
 
 def _logits(

@@ -121,3 +121,42 @@ def test_another_served_model_has_a_reference_of_its_own(tmp_path: Path) -> None
     assert drift.KEPT == {"measured": 2 + 3, "taken": 1}  # the three fresh ones measure
     assert all(kept == fresh for kept, fresh in reports)
     assert reports[0][0] != reports[1][0]
+
+
+def test_the_served_models_record_hashes_are_sorted_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A later run over the same served model takes its record hashes sorted as the last
+    run sorted them (kept beside its reference; a budget of 0 sorts them each run), and
+    the report is the one computed from nothing."""
+    old, first, second, served = _setting(tmp_path)
+    data = tmp_path / "data"
+    drift.drift_report(read_files(data, {"a.json": old, "b.json": first}), served, 3, None, BUDGET)
+    sorted_: list[int] = []
+    real = drift.np.sort
+
+    def counted(a: Any, *args: Any, **kwargs: Any) -> Any:
+        if a.ndim == 1 and len(a) == len(served.labelled):
+            sorted_.append(len(a))
+        return real(a, *args, **kwargs)
+
+    monkeypatch.setattr(drift.np, "sort", counted)
+    columns = read_files(data, {"a.json": old, "b.json": first, "c.json": second})
+    kept = drift.drift_report(columns, served, 3, None, BUDGET)
+    assert sorted_ == []
+    fresh = drift.drift_report(columns, served, 3, None, 0)
+    assert sorted_ == [len(served.labelled)]
+    assert kept is not None and fresh is not None and kept.to_json() == fresh.to_json()
+
+
+def test_the_draws_shares_are_counted_alike_in_any_chunks_of_features(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The noise draws' bin shares counted a feature at a time (SHARE_KEYS under one
+    draw's keys) and all features at once: the same report, field for field."""
+    old, first, _, served = _setting(tmp_path)
+    columns = read_files(tmp_path / "data", {"a.json": old, "b.json": first})
+    whole = drift.drift_report(columns, served, 3, None, 0)
+    monkeypatch.setattr(drift, "SHARE_KEYS", 1)
+    alone = drift.drift_report(columns, served, 3, None, 0)
+    assert whole is not None and alone is not None and whole.to_json() == alone.to_json()

@@ -364,3 +364,36 @@ def test_a_second_scorings_logits_are_kept_sorting_what_is_new_alone(
         np.concatenate([first.first, new.first]), np.concatenate([first.second, new.second])
     )
     assert grown.find(both)[0].all()
+
+
+def test_a_later_scoring_of_the_same_bytes_builds_no_second_model(
+    first: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a budget, a scoring of checkpoint bytes an earlier scoring built a model of
+    (the model a run serves is the candidate the run before scored) takes that model, its
+    copy elsewhere too; with a budget of 0 each scoring builds its own; the same losses."""
+    from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
+
+    built: list[int] = []
+    real = WorldModelPredictor.of_state
+
+    def counted(state: Any, path: Path | None = None) -> WorldModelPredictor:
+        built.append(1)
+        return real(state, path)
+
+    monkeypatch.setattr(WorldModelPredictor, "of_state", counted)
+    folder = tmp_path / "f"
+    shutil.copytree(first / "first", folder)
+    served = _served(folder)
+    kept = scoring.score_records(served, _request(folder, BUDGET))
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for file in served.parent.glob(served.name + "*"):  # with its digest and summary
+        shutil.copy(file, copy / file.name)
+    again = scoring.score_records(copy / served.name, _request(folder, BUDGET))
+    assert built == [1]
+    alone = [scoring.score_records(served, _request(folder, 0)) for _ in range(2)]
+    assert built == [1] * 3
+    for other in (again, *alone):
+        assert other.ids == kept.ids
+        assert np.array_equal(other.column("log_loss"), kept.column("log_loss"))
