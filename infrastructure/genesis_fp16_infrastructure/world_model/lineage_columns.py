@@ -220,7 +220,12 @@ def _kahn(n: int, child: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> n
     kids = child[order]
     kid_start = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(parent, minlength=n), out=kid_start[1:])
-    ready = np.flatnonzero(waiting == 0)
+    # The first ready are the parents of a link waiting on none: a record of no link
+    # raises no depth, and a later run's few links among 100,000 records took 16 ms
+    # walking every one of them (parent[order] is the parents sorted).
+    parents = parent[order]
+    parents = parents[_firsts(parents)] if len(parents) else parents
+    ready = parents[waiting[parents] == 0]
     while len(ready):
         counts = kid_start[ready + 1] - kid_start[ready]
         reached = kids[ranges(kid_start[ready], counts)]

@@ -164,3 +164,32 @@ def test_a_few_candidates_get_the_bits_of_the_whole_pools_records(tmp_path: Path
     few = numeric_columns(attempts[:3], data.pool)
     every = numeric_columns(attempts, data.pool)
     assert torch.equal(few.view(torch.int64), every[:3].view(torch.int64))
+
+
+def test_unknown_depths_walk_their_own_links_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """10,000 records of known depth and a chain of 5 new ones below one of them (a later
+    run's): the depths worked out are the chain's, 1 to 5, as the whole pool's walk
+    gives them, and Kahn's order visits the chain's records alone, not every record."""
+    n = 10_000
+    parent_of = {k: k - 1 for k in range(n - 5, n)}  # 9995 <- 9994, ..., 9999 <- 9998
+    counts = np.array([1 if k in parent_of else 0 for k in range(n)])
+    start = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=start[1:])
+    parents = np.array([parent_of[k] for k in range(n) if k in parent_of], np.int64)
+    depth = np.zeros(n, np.int64)
+    depth[n - 5 :] = -1
+    visited: list[int] = []
+    real = columns_module.ranges
+
+    def counted(first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        visited.append(len(first))
+        return real(first, lengths)
+
+    monkeypatch.setattr(columns_module, "ranges", counted)
+    known = columns_module._known_depths(start, parents, depth)
+    whole, looped = columns_module._depths(n, np.repeat(np.arange(n), counts), parents)
+    assert known is not None and not looped
+    assert known[n - 6 :].tolist() == [0, 1, 2, 3, 4, 5] and np.array_equal(known, whole)
+    visited.clear()
+    columns_module._known_depths(start, parents, depth)
+    assert 0 < sum(visited) < 20, visited
