@@ -169,8 +169,11 @@ class Served:
             losses = losses_of(plugin, self.checkpoint, reading if listed is None else request)
             return losses, losses if listed is None else listed
         rows = np.flatnonzero(HELD_OUT.of_hashes(hashes) | new)
-        only = [listed.ids[row] for row in rows.tolist()]
-        losses = losses_of(plugin, self.checkpoint, request, only)
+        picked = rows.tolist()
+        only = [listed.ids[row] for row in picked]
+        # Asked by their rows in the listing: a plugin's rows of the same ids need no lookup
+        asked = ScoreOnly.of_rows(listed.ids, picked)
+        losses = losses_of(plugin, self.checkpoint, request, asked)
         losses.hashed_as(only, hashes[rows])  # its ids hashed once
         return losses, listed
 
@@ -393,16 +396,17 @@ def losses_of(
     plugin: JudgedPlugin,
     checkpoint: Path,
     request: TrainRequest,
-    only: Collection[str] | None = None,
+    only: Collection[str] | ScoreOnly | None = None,
 ) -> RecordLosses:
     """The plugin's losses of ``checkpoint``, scored on a copy of it (:func:`score_on_copy`);
     a refusal is the run's, in one line (a TrainRequestError; a plugin that changed the
     copy: CheckpointChangedError, which always ends the run). ``only``: the ids of
-    the records the run needs (the request's ``score_only``; the plugin may score more);
-    None: every record."""
+    the records the run needs (the request's ``score_only``, or one made of their rows in
+    a listing: ``ScoreOnly.of_rows``; the plugin may score more); None: every record."""
     who = f"{request.agent}: plugin {plugin_name(plugin)}"
     if only is not None:
-        request = replace(request, score_only=ScoreOnly(frozenset(only)))
+        asked = only if isinstance(only, ScoreOnly) else ScoreOnly(frozenset(only))
+        request = replace(request, score_only=asked)
     try:
         losses = score_on_copy(
             lambda copy: plugin.score_records(copy, request),

@@ -11,6 +11,7 @@ import pytest
 from genesis_fp16_infrastructure.contract.split import (
     HELD_OUT,
     HeldOutSplit,
+    ScoreOnly,
     id_hashes,
     sorted_unique,
 )
@@ -68,3 +69,31 @@ def test_sorted_unique_is_numpys_unique_of_ids(dtype: type) -> None:
     for values in (np.concatenate([drawn, drawn[::3], extremes]), extremes[:1], drawn[:0]):
         found, expected = sorted_unique(values), np.unique(values)
         assert found.dtype == expected.dtype and found.tolist() == expected.tolist()
+
+
+def test_rows_asked_by_their_place_in_a_listing_are_the_rows_looked_up() -> None:
+    """A ``ScoreOnly`` made of rows of a listing gives those rows for the listing's ids
+    (a list or a tuple of them) without a lookup per id, and the rows a set lookup gives
+    for ids that are not the listing (one changed, reordered, one more): the same
+    answer as ``ScoreOnly(ids)`` every time."""
+    listing = tuple(f"record-{i}" for i in range(50))
+    at = [2, 3, 17, 49]
+    asked = ScoreOnly.of_rows(listing, at)
+    plain = ScoreOnly(frozenset(listing[r] for r in at))
+    assert asked.ids == plain.ids
+    changed = list(listing)
+    changed[17] = "record-17b"
+    others = (list(listing), listing, changed, list(reversed(listing)), [*listing, "x"])
+    for ids in others:
+        assert asked.rows(ids) == plain.rows(ids)
+
+    class Counted(frozenset[str]):
+        looked_up = 0
+
+        def __contains__(self, item: object) -> bool:
+            Counted.looked_up += 1
+            return super().__contains__(item)
+
+    counted = ScoreOnly(Counted(plain.ids), listing, tuple(at))
+    assert counted.rows(list(listing)) == at and Counted.looked_up == 0
+    assert counted.rows(changed) == [2, 3, 49] and Counted.looked_up == len(changed)
