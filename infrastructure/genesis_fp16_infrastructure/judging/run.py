@@ -110,7 +110,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     LiveReport,
     TrainResult,
 )
-from genesis_fp16_infrastructure.contract.split import drawn_with
+from genesis_fp16_infrastructure.contract.split import ScoreOnly, drawn_with
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.judging import stores
@@ -540,11 +540,12 @@ def _on_known(losses: RecordLosses, served: Served) -> np.ndarray | None:
     return None if knew.all() or int(knew.sum()) < MIN_RECORDS else knew
 
 
-def _judged_ids(held_out: bool, served: Served) -> tuple[str, ...] | None:
+def _judged_ids(held_out: bool, served: Served) -> tuple[str, ...] | ScoreOnly | None:
     """The ids of the records the gate compares the two models on, as the served model's
-    scoring found them (the only ones both are scored on): the candidate is scored on
-    these alone; None: on every record (a first model, or judged on all)."""
-    return None if served.losses is None or not held_out else served.judged.ids
+    scoring found them (the only ones both are scored on; by their rows in its listing
+    where it has them: ``Served.judged_asked``): the candidate is scored on these alone;
+    None: on every record (a first model, or judged on all)."""
+    return None if served.losses is None or not held_out else served.judged_asked
 
 
 def _judged_records(

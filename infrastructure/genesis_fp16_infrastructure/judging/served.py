@@ -112,6 +112,8 @@ class Served:
         self.named: np.ndarray | None = None
         # Seconds of the plugin's listing, the run's first read of its data (run._phases).
         self.read_seconds = 0.0
+        # What its scoring asked for by rows of the listing (ScoreOnly.of_rows), if it did.
+        self.asked: ScoreOnly | None = None
         if self.checkpoint is not None:
             # The run's first read of the data: the plugin keeps what it quarantines (a run
             # that takes no step reads nothing else; its count is the run's).
@@ -172,8 +174,8 @@ class Served:
         picked = rows.tolist()
         only = [listed.ids[row] for row in picked]
         # Asked by their rows in the listing: a plugin's rows of the same ids need no lookup
-        asked = ScoreOnly.of_rows(listed.ids, picked)
-        losses = losses_of(plugin, self.checkpoint, request, asked)
+        self.asked = ScoreOnly.of_rows(listed.ids, picked)
+        losses = losses_of(plugin, self.checkpoint, request, self.asked)
         losses.hashed_as(only, hashes[rows])  # its ids hashed once
         return losses, listed
 
@@ -190,7 +192,24 @@ class Served:
         """Its ``losses`` on the records the gate judges on when judging on held-out
         records (:func:`held_out_unknown`): taken once, for their ids and the gate."""
         assert self.losses is not None
-        return self.losses.take(held_out_unknown(self, self.losses))
+        return self.losses.take(self._judged_rows)
+
+    @cached_property
+    def _judged_rows(self) -> np.ndarray:
+        assert self.losses is not None
+        return held_out_unknown(self, self.losses)
+
+    @property
+    def judged_asked(self) -> ScoreOnly | tuple[str, ...]:
+        """:attr:`judged`'s records, for the candidate's scoring: by their rows in the
+        listing when its own scoring asked by rows and was given those records alone, in
+        that order (a plugin's rows of the same ids then need no lookup); else their ids."""
+        ids, asked, losses = self.judged.ids, self.asked, self.losses
+        if asked is None or asked.among is None or asked.at is None or losses is None:
+            return ids
+        if losses.ids != tuple(map(asked.among.__getitem__, asked.at)):  # it scored more
+            return ids
+        return ScoreOnly.of_rows(asked.among, np.asarray(asked.at)[self._judged_rows].tolist())
 
     @property
     def trained(self) -> np.ndarray | None:
