@@ -41,7 +41,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from genesis_fp16_infrastructure.data import batch_block, readers
+from genesis_fp16_infrastructure.data import batch_block, readers, struct_columns
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, scan_files
 from genesis_fp16_infrastructure.data.readers import _Record, read_trajectories
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
@@ -86,7 +86,7 @@ def parts(data: bytes, layout: str) -> dict[str, Callable[[], int]]:
     """The read's hashes and own numbers of the file's records, each a step to time."""
     settled = [readers._settled(record, None) for record in decode(data, layout)]
     records = [fast[0] for fast in settled if fast is not None]  # every one has an id
-    batch = readers._columns(records, sum(fast[1] for fast in settled if fast is not None))
+    batch = struct_columns.columns_of(records, sum(fast[1] for fast in settled if fast is not None))
     score = np.array(batch.score, "<f8").reshape(len(records))
     outcome = derive_outcomes(batch.word, score)
     coded = {name: batch_block._coded(getattr(batch, name)) for name in batch_block._CODED_NAMES}

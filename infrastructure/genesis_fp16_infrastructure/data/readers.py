@@ -62,7 +62,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import msgspec
 from pydantic import BaseModel, ValidationError
 
-from genesis_fp16_infrastructure.data.batch_block import Batch, batch_block
+from genesis_fp16_infrastructure.data.batch_block import batch_block
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.lineage import Pool
@@ -74,7 +74,6 @@ from genesis_fp16_infrastructure.data.schema import (
     Example,
     ReplayRecord,
     Trajectory,
-    created_seconds,
     derive_label,
     replay_input,
     trajectory_input,
@@ -90,6 +89,7 @@ from genesis_fp16_infrastructure.data.sources import (
     reason,
     split_records,
 )
+from genesis_fp16_infrastructure.data.struct_columns import columns_of
 from genesis_fp16_infrastructure.errors import DataError
 from genesis_fp16_infrastructure.machine_memory import paused_gc
 
@@ -648,55 +648,9 @@ class _Batch:
         if not self.records:
             return []
         assert self.thresholds is not None
-        batch = _columns(self.records, self.replays)
+        batch = columns_of(self.records, self.replays)
         self.records, self.replays = [], 0
         return [batch_block(batch, self.thresholds, self.keep_text)]
-
-
-def _columns(records: list[Any], replays: int) -> Batch:
-    """The structs' fields as a :class:`Batch`: a trajectory's a column at a time, as
-    ``schema.trajectory_input`` reads them; with replay records among them, each
-    record's ``AttemptInput`` first (``schema.replay_input``), then its fields."""
-    if replays:
-        return _attempt_columns(records)
-    ids = [r.trajectory_id for r in records]
-    return Batch(
-        trajectory_id=ids,
-        agent=[r.agent_name for r in records],
-        created=[created_seconds(r.created_at) for r in records],
-        operator=[r.operator_applied for r in records],
-        generation=[r.generation for r in records],
-        # A record naming itself as parent would read its own score: dropped.
-        parent_ids=[
-            tuple(p for p in parents if p != tid) if tid in parents else tuple(parents)
-            for tid, parents in zip(ids, [r.parent_trajectories for r in records], strict=True)
-        ],
-        code_changes=[r.code_changes for r in records],
-        modified_files=[tuple(r.modified_files) for r in records],
-        proposed_strategy=[r.proposed_strategy for r in records],
-        problem_diagnosis=[r.problem_diagnosis for r in records],
-        tools_used=[tuple(r.tools_used) for r in records],
-        reasoning_pattern=[r.reasoning_pattern for r in records],
-        word=[r.status for r in records],
-        score=[r.success_score for r in records],
-    )
-
-
-def _attempt_columns(records: list[Any]) -> Batch:
-    """A batch holding replay records, through each record's ``AttemptInput``."""
-    fields: list[list[Any]] = [[] for _ in Batch._fields]
-    for record in records:
-        replay = record.operator_applied is msgspec.UNSET
-        if replay:  # _settled set every replay key, and left operator_applied UNSET
-            attempt = replay_input(record, [step.tool_name for step in record.steps])
-            word, score = record.final_outcome, record.reward
-        else:
-            attempt = trajectory_input(record)
-            word, score = record.status, record.success_score
-        values = [getattr(attempt, name) for name in Batch._fields[:-2]]
-        for column, value in zip(fields, [*values, word, score], strict=True):
-            column.append(value)
-    return Batch(*fields)
 
 
 def _utf8(raw: bytes | msgspec.Raw) -> bool:

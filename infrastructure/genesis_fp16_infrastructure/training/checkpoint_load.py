@@ -70,8 +70,8 @@ def reusing_loads() -> Iterator[None]:
 def sharing_kept() -> Iterator[None]:
     """Within it, this thread's loads in a reusing_loads() block are a reader's that
     never changes what it is handed (the judged run's read of the records a checkpoint
-    names, se_darwin's scoring): in a resident process they take the states kept from
-    earlier runs, and keep theirs (:func:`reusing_loads`). ::
+    names, a plugin's scoring that says so): in a resident process they take the states
+    kept from earlier runs, and keep theirs (:func:`reusing_loads`). ::
 
         with reusing_loads(), sharing_kept():
             extra = load_checkpoint(path)[keys.EXTRA]  # read, never changed
