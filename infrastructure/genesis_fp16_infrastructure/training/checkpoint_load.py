@@ -25,7 +25,12 @@ from typing import Any
 import torch
 
 from genesis_fp16_infrastructure.errors import CheckpointError
-from genesis_fp16_infrastructure.kept_in_memory import current, held_of_digest, kept_of_digest
+from genesis_fp16_infrastructure.kept_in_memory import (
+    current,
+    estimate_bytes,
+    held_of_digest,
+    kept_of_digest,
+)
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path
 
@@ -180,22 +185,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if last is None or digest is None:
         return _loaded(data)
     if kept is not None:  # never put in ``last``: a plugin's load there may change it
-        return kept_of_digest(kept, KEPT_KIND, digest, partial(_loaded, data), state_bytes)
+        return kept_of_digest(kept, KEPT_KIND, digest, partial(_loaded, data), estimate_bytes)
     if digest not in last:
         last.clear()
         last[digest] = _loaded(data)
     return last[digest]
-
-
-def state_bytes(state: Any) -> int:
-    """The bytes of the tensors in a checkpoint's state, however deep they are held."""
-    if isinstance(state, torch.Tensor):
-        return state.nbytes
-    if isinstance(state, Mapping):
-        return sum(state_bytes(v) for v in state.values())
-    if isinstance(state, list | tuple):
-        return sum(state_bytes(v) for v in state)
-    return 16
 
 
 def noted_digest(path: Path) -> str | None:
@@ -259,7 +253,7 @@ def keep_saved(state: Mapping[str, Any], digest: str) -> None:
         return _checked(copy.deepcopy(dict(state)))
 
     with contextlib.suppress(CheckpointError):
-        kept_of_digest(memory, KEPT_KIND, digest, copied, state_bytes)
+        kept_of_digest(memory, KEPT_KIND, digest, copied, estimate_bytes)
 
 
 def _plain(value: Any) -> bool:
