@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -171,6 +172,7 @@ def test_the_plugins_load_of_its_copy_is_not_hashed_again_in_a_judged_run(
 
     with reusing_loads():
         first = load_checkpoint(original)
-        monkeypatch.setattr(checkpoint_load.hashlib, "sha256", counting)
+        # the loader's own hashing (score_on_copy hashes the copy as it writes it)
+        monkeypatch.setattr(checkpoint_load, "hashlib", SimpleNamespace(sha256=counting))
         assert score_on_copy(load_checkpoint, original, tmp_path, "agent: plugin p") is first
     assert hashed == []

@@ -49,7 +49,12 @@ from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import CheckpointManager, FitResult, fit
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_checkpoint
+from genesis_fp16_infrastructure.training.checkpoint_load import (
+    Loaded,
+    read_checkpoint,
+    reusing_loads,
+    sharing_kept,
+)
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
@@ -247,17 +252,35 @@ def _served_copy(
     newest = newest_checkpoint(candidate)
     if newest is None or (rank_and_world()[0] != 0 and not request.forced):
         return None, None, None  # torchrun: rank 0 alone removes the copy (and reports drift)
-    try:
-        loaded = read_checkpoint(newest)
-        state = read_world_model_state(loaded.state)
-    except (CheckpointError, ValueError, OSError) as exc:
-        raise TrainRequestError(f"checkpoint {str(newest)!r} unusable: {exc}") from None
+    # A forced run resumes from the copy (its tensors trained on): a state of its own.
+    # Otherwise first read as a reader that never changes it: the served model's bytes, in
+    # a resident process the state its judged run just scored (hashed, not unpickled again)
+    loaded, state = _read_copy(newest, shared=not request.forced)
     run = loaded.state.get(keys.RUN)
     own = request.finishes and isinstance(run, Mapping) and run.get("folder") == candidate.name
     if request.forced or own or (isinstance(run, Mapping) and run.get("complete") is False):
+        if not request.forced:  # a run cut short, resumed: read again, a state of its own
+            loaded, state = _read_copy(newest, shared=False)
         return state, state, loaded
     CheckpointManager(candidate).remove(newest)  # a copy: the served model's own files stay
     return state, None, None
+
+
+def _read_copy(path: Path, shared: bool) -> tuple[Loaded, dict[str, Any]]:
+    """``path`` read and checked (``read_checkpoint``), its world-model state checked too;
+    ``shared``: by a reader that never changes the state (``sharing_kept``: in a resident
+    process the state kept of the same bytes, which the judged run's scoring of the
+    served model read; issue 90), and its world-model state. Unusable: one
+    TrainRequestError line."""
+    try:
+        if shared:
+            with reusing_loads(), sharing_kept():
+                loaded = read_checkpoint(path)
+        else:
+            loaded = read_checkpoint(path)
+        return loaded, read_world_model_state(loaded.state)
+    except (CheckpointError, ValueError, OSError) as exc:
+        raise TrainRequestError(f"checkpoint {str(path)!r} unusable: {exc}") from None
 
 
 def _drift(
