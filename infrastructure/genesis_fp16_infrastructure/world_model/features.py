@@ -234,7 +234,6 @@ class FeatureEncoder:
         numeric: torch.Tensor,
         rows: torch.Tensor | None = None,
         tables: WordTables | None = None,
-        in_place: bool = False,
     ) -> torch.Tensor:
         """:meth:`encode` of the attempts' categorical ``parts`` and their
         :func:`numeric_columns`: the same matrix, bit for bit. With ``rows``, the
@@ -242,8 +241,7 @@ class FeatureEncoder:
         copied whole). ``tables``: this encoder's :meth:`tables` of ``parts``' values,
         built once for the parts of one pool (they share their values), else built here
         (as they are for parts of other values: tables are never looked up by codes into
-        other lists). ``in_place``: ``numeric`` is the caller's own copy (the rows it
-        gathered to fit the encoder on), scaled in place: overwritten, not copied again."""
+        other lists)."""
         n = len(parts)
         if tables is None or not tables.fit(parts):
             tables = self.tables(parts)
@@ -254,9 +252,7 @@ class FeatureEncoder:
         coded = _fields(parts)
         for start in range(0, n, ENCODE_ROWS):
             end = min(n, start + ENCODE_ROWS)
-            if rows is None and in_place:  # the caller's copy, given up: scaled in place
-                block = numeric[start:end].sub_(mean)
-            elif rows is None:  # a view of the caller's rows: scaled into a new tensor
+            if rows is None:  # a view of the caller's rows: scaled into a new tensor
                 block = torch.sub(numeric[start:end], mean)
             else:  # a gathered copy, the encoder's own: scaled in place
                 block = numeric.index_select(0, rows[start:end]).sub_(mean)

@@ -228,10 +228,6 @@ class WorldModelTask(WorldModelStep):
         self.kept = kept
         numeric = numeric_rows(columns, columns.labelled) if kept is None else kept.rows(columns)
         self._numeric_rows: torch.Tensor | None = numeric
-        # The training part's rows, gathered once: the fit reads them, and the training
-        # part's encode scales them in place (a second gather of its ~78,000 rows at
-        # 100,000 records); freed once encoded.
-        gathered: dict[int, torch.Tensor] = {}
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             try:
                 self.encoder = FeatureEncoder.from_state(saved["encoder"])
@@ -239,10 +235,9 @@ class WorldModelTask(WorldModelStep):
                 raise TrainRequestError(f"cannot resume this checkpoint: {exc}") from exc
             config = ModelConfig.from_dict(saved["model"])
         else:
-            gathered[id(train)] = numeric.index_select(0, torch.from_numpy(train))
             self.encoder = FeatureEncoder.fit_parts(
                 Categorical.of_rows(columns, columns.labelled[train]),
-                gathered[id(train)],
+                numeric.index_select(0, torch.from_numpy(train)),  # freed after the fit
                 columns.success[train],
             )
             # A member trains on all folds but one: its width follows that many records. A
@@ -262,13 +257,8 @@ class WorldModelTask(WorldModelStep):
             if id(part) not in encoded:
                 folds = split.folds if split.fold_count and part is train else None
                 categorical = Categorical.of_rows(columns, columns.labelled[part])
-                own = gathered.pop(id(part), None)
-                if own is None:
-                    rows = torch.from_numpy(part)
-                    x = self.encoder.encode_parts(categorical, numeric, rows, tables)
-                else:
-                    x = self.encoder.encode_parts(categorical, own, tables=tables, in_place=True)
-                del own
+                rows = torch.from_numpy(part)
+                x = self.encoder.encode_parts(categorical, numeric, rows, tables)
                 labels = Labels.of_rows(columns, part)
                 encoded[id(part)] = to_device(batch_of(x, labels, folds), device)
             return encoded[id(part)]
