@@ -221,3 +221,29 @@ def test_word_columns_of_awkward_values_give_the_row_features() -> None:
     )
     got = encoder.encode(attempts, pool)
     assert torch.equal(got.view(torch.int32), expected.view(torch.int32))
+
+
+def test_word_columns_count_each_distinct_word_of_a_value_once() -> None:
+    """Random word lists and single words against a value-at-a-time reference: a word in
+    the vocabulary sets its column, each distinct other word adds one to the last column
+    (with ``other``), a word twice in a value counts once, an empty list is all zeros."""
+    import random
+
+    import genesis_fp16_infrastructure.world_model.features as features
+
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(12)]
+    for _ in range(50):
+        lists = [tuple(rng.choice(words) for _ in range(rng.randint(0, 5))) for _ in range(30)]
+        vocabulary = tuple(rng.sample(words, rng.randint(0, 6)))
+        for values in (lists, [rng.choice([*words, ""]) for _ in range(20)], []):
+            for other in (False, True):
+                expected = torch.zeros((len(values), len(vocabulary) + other), dtype=torch.float64)
+                for row, value in enumerate(values):
+                    for word in {value} if isinstance(value, str) else set(value):
+                        if word in vocabulary:
+                            expected[row, vocabulary.index(word)] = 1.0
+                        elif other:
+                            expected[row, -1] += 1.0
+                got = features._word_columns(values, vocabulary, other)
+                assert got.dtype == torch.float64 and torch.equal(got, expected)
