@@ -297,6 +297,25 @@ def appended(old: np.ndarray, new: np.ndarray) -> np.ndarray:
     return out
 
 
+def roomy(columns: PoolColumns) -> PoolColumns:
+    """``columns`` with each array (and coded column's codes) copied into a buffer of
+    :func:`appended`'s, with room for 1/``HEADROOM`` more rows: the same values,
+    read-only. A pool kept for a later read to grow (``data.record_cache``) is made so
+    as it is joined whole: its first growth then writes its new rows after the old
+    ones, where a joined pool's columns, sized to their rows, were copied whole (at
+    100,000 records, most of a later read's growth, issue 90). What it worked out
+    (:data:`DERIVED`) goes along."""
+
+    def room(value: Any) -> Any:
+        if isinstance(value, np.ndarray):
+            return appended(value, value[:0])
+        return Coded(room(value.codes), value.values) if isinstance(value, Coded) else value
+
+    out = replace(columns, **{f.name: room(getattr(columns, f.name)) for f in fields(columns)})
+    set_derived(out, derived(columns))
+    return out
+
+
 def column_tensor(array: np.ndarray) -> torch.Tensor:
     """A tensor over a pool column's memory, for reading only: the column is read-only
     (:func:`frozen`: shared with the kept pool) and torch, which has no read-only tensors,

@@ -66,7 +66,7 @@ from genesis_fp16_infrastructure.data.batch_block import batch_block
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.lineage import Pool
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect, roomy
 from genesis_fp16_infrastructure.data.pool_file import StoredPool
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
@@ -287,6 +287,9 @@ def _pool(
         return stored.columns, stored.duplicates, cache.fingerprint
     blocks = [_file_records(file, sink, cache, keep_text) for file in files]
     columns, duplicates = collect(blocks, keep_text)
+    if cache is not None and slim and cache.memory is not None:
+        # Kept for a later read to grow: its columns with room for new rows after them
+        columns = roomy(columns)
     if cache is not None and slim:
         rejected = [(i, entry) for i, block in enumerate(blocks) for entry in block.rejected]
         cache.store_pool(files, columns, duplicates, rejected)

@@ -44,16 +44,18 @@ The next read in the process takes them from there (no entry decoded, no join wh
 file changed) and reads only the files whose identity changed. A file written within
 ``RACY_NS`` of the scan is never kept, as it is never stored.
 
-One joined pool is kept per cache (the last), with the fingerprint of its labelled records
-(``data.fingerprint``), its identity its files' paths, digests and identities in read
-order. A read whose first files are exactly the kept pool's, each unchanged, and whose
-other files are new grows that pool by the new files' records alone
+One joined pool is kept per cache (the last), with the fingerprint of its labelled
+records (``data.fingerprint``), its identity its files' paths, digests and identities in
+read order. A read whose first files are exactly the kept pool's, each unchanged, and
+whose other files are new grows that pool by the new files' records alone
 (``data.pool_extend``, :meth:`RecordCache.grown_pool`, :meth:`RecordCache.extend_pool`)
 and its fingerprint by their labelled records: the same pool and fingerprint a join of
 every file makes. The kept pool holds its id ranking and labelled ids too
 (``pool_columns.DERIVED``, worked out as it is kept), so that a growth sorts and names
-only what is new. Anything else (a kept file edited, appended to, touched, deleted or
-renamed, a new file sorting before one of them) joins every file as above.
+only what is new; a pool joined whole is kept with room after its columns' rows
+(``pool_columns.roomy``), so that its first growth copies no column. Anything else (a
+kept file edited, appended to, touched, deleted or renamed, a new file sorting before
+one of them) joins every file as above.
 """
 
 from __future__ import annotations

@@ -251,6 +251,23 @@ def test_a_growth_writes_its_new_rows_after_the_last_ones_copying_no_column() ->
             assert np.shares_memory(was, now)
 
 
+def test_the_first_growth_of_a_pool_joined_whole_copies_no_column() -> None:
+    """A pool joined whole (every file parsed) is kept with room after its rows
+    (``pool_columns.roomy``): the first growth writes the new records' rows there, every
+    column sharing the joined pool's memory, and both reads are a fresh read's. Before,
+    the joined columns were sized to their rows and the first growth copied each whole
+    (at 100,000 records, most of a later read's growth)."""
+    with tempfile.TemporaryDirectory() as root:
+        reads = _Reads(Path(root))
+        reads.add("m", [(k, [max(k - 1, 0)], "qa", k % 6) for k in range(12)])  # none outside
+        joined = reads.check()
+        reads.add("z", [(12, [3], "qa", 1)])  # within the room: 1/HEADROOM of 12 rows
+        grown = reads.check()
+        assert reads.grown == 1 and joined is not None and grown is not None
+        for was, now in zip(_arrays(joined.columns), _arrays(grown.columns), strict=True):
+            assert np.shares_memory(was, now)
+
+
 def _under_old_stat(file: Path, data: bytes) -> None:
     """``file``'s bytes made ``data`` with its old mtime (a new inode: replaced by rename)."""
     before = file.stat()
