@@ -82,7 +82,7 @@ def _list(settings: Settings, as_json: bool) -> int:
 
 def _row(event: Event) -> tuple[str, ...]:
     last = event.attempts[-1] if event.attempts else None
-    answer = "-" if last is None else str(last.get("code") or last.get("error") or "?")
+    answer = "-" if last is None else str(last.code or last.error or "?")
     return (
         event.id,
         event.agent,

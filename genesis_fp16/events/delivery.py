@@ -42,9 +42,9 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -241,21 +241,21 @@ class Deliverer:
             if event.targets is None:
                 return 0.0
             target = event.targets.get(shown_url(url))
-            if target is None or target.get("status") != "pending":
+            if target is None or target.status != "pending":
                 continue
-            wait = self._wait(folder, event, url, target, config)
+            wait = self._wait(folder, event, url, target.next_at_s, config)
             if wait > 0:
                 return wait
             if posted == POST_BATCH:
                 return 0.0
             posted += 1
             if not self.attempt(folder, event, url, config):
-                return max(0.0, self._wait(folder, event, url, target, config))
+                return max(0.0, self._wait(folder, event, url, target.next_at_s, config))
             self._listed.pop(folder, None)  # a delivered event may now be pruned
         return None
 
     def _wait(
-        self, folder: Path, event: Event, url: str, target: dict[str, Any], config: DeliveryConfig
+        self, folder: Path, event: Event, url: str, next_at_s: float, config: DeliveryConfig
     ) -> float:
         """Seconds until ``event`` is due for ``url``, on the monotonic clock. A retry
         time this process did not set (a run before it, another process) is taken from
@@ -263,7 +263,7 @@ class Deliverer:
         key = (folder, event.id, url)
         due = self._due.get(key)
         if due is None:
-            left = float(target.get("next_at_s", 0.0)) - self.clock()
+            left = next_at_s - self.clock()
             due = (self.monotonic() + min(max(left, 0.0), config.backoff_max), 0)
             self._due[key] = due
         return due[0] - self.monotonic()
@@ -290,8 +290,8 @@ class Deliverer:
             delay = 0.0
         else:
             before = self._due.get(key, (0.0, 0))[1]
-            known = (event.targets or {}).get(shown_url(url), {})
-            tried = max(before, int(known.get("attempts", 0))) + 1
+            known = (event.targets or {}).get(shown_url(url))
+            tried = max(before, 0 if known is None else known.attempts) + 1
             delay = backoff(tried, config.backoff_max, self.rand)
             self._due[key] = (self.monotonic() + delay, tried)
             log.warning(
@@ -359,7 +359,7 @@ def _needs_address(event: Event, urls: tuple[str, ...]) -> bool:
         return True
     named = {shown_url(u) for u in urls}
     return any(
-        u != shown_url(u) or (u not in named and t.get("status") == "pending")
+        u != shown_url(u) or (u not in named and t.status == "pending")
         for u, t in event.targets.items()
     )
 
@@ -370,15 +370,7 @@ def _addressed(event: Event, urls: tuple[str, ...]) -> Event | None:
     nothing to change (another worker did it)."""
     if not _needs_address(event, urls):
         return None
-    named = {shown_url(u) for u in urls}
-    targets = {shown_url(u): t for u, t in (event.targets or {}).items()}  # none whole
-    for url, target in list(targets.items()):
-        if url not in named and target.get("status") == "pending":
-            targets[url] = {**target, "status": "dropped"}  # no longer configured
-    if event.targets is None:
-        targets = {u: {"status": "pending", "attempts": 0, "next_at_s": 0.0} for u in named}
-    attempts = [{**a, "url": shown_url(str(a.get("url", "")))} for a in event.attempts]
-    return replace(event, targets=targets, attempts=attempts)
+    return event.addressed({shown_url(u) for u in urls}, shown_url)  # none whole
 
 
 def _logged(
@@ -388,33 +380,14 @@ def _logged(
     (``next_at_s``: the retry's wall time, for `events list` and a restart)."""
 
     def change(event: Event) -> Event:
-        targets = dict(event.targets or {})
-        target = dict(targets.get(shown_url(url), {"status": "pending", "attempts": 0}))
-        target["attempts"] = int(target.get("attempts", 0)) + 1
-        if error is None:
-            target.update(status="delivered", delivered_at_s=at)
-        else:
-            target["next_at_s"] = next_at
-        targets[shown_url(url)] = target
-        line = {
-            "url": shown_url(url),
-            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)),
-            "at_s": at,
-            "status": "delivered" if error is None else "failed",
-            "code": code,
-            "error": error,
-        }
-        return replace(event, targets=targets, attempts=[*event.attempts, line])
+        return event.attempted(shown_url(url), at, code, error, next_at)
 
     return change
 
 
 def redeliver_marked(event: Event, urls: tuple[str, ...]) -> Event:
     """``events redeliver``: the event owed again to every receiver configured now."""
-    targets = dict(event.targets or {})
-    for url in map(shown_url, urls):
-        targets[url] = {**targets.get(url, {"attempts": 0}), "status": "pending", "next_at_s": 0.0}
-    return replace(event, targets=targets)
+    return event.owed_again(map(shown_url, urls))
 
 
 def _one_line(exc: BaseException) -> str:

@@ -41,7 +41,15 @@ def plan_run(
     request = plan_request(
         settings, agent, plugin, capabilities, device, config=run.config, folder=run.folder
     )
-    # Once per agent, when configured: the probe before its first bf16/fp16 run.
+    progress = Progress(request.steps, request.log_interval)  # the log's step N/M, ETA
+    request = request.with_callbacks(  # the job's, once: a child's come from its own train
+        on_log=functools.partial(record_progress, run, progress),
+        should_stop=run.should_stop,
+        on_diagnostics=functools.partial(ctx.metrics.rl.export, agent),
+        on_precision=functools.partial(show_decided, run),
+    )
+    # Once per agent, when configured: the probe before its first bf16/fp16 run. The
+    # plan's last step, after all that can fail: a probe that ran is shown at the start.
     if run.config.own.probe_before_low_precision:
         run.probe = probe_gate.probe_before_run(
             settings,
@@ -52,21 +60,14 @@ def plan_run(
             request.precision,
             folder=run.folder,
         )
-    # A red verdict removes a candidate from a measured 'auto' (decide() applies it,
-    # under torchrun too); elsewhere it is a warning and an alert, never a change.
-    excluded = run.probe.excluded() if run.probe is not None else {}
-    progress = Progress(request.steps, request.log_interval)  # the log's step N/M, ETA
-    request = request.with_callbacks(  # the job's, once: a child's come from its own train
-        on_log=functools.partial(record_progress, run, progress),
-        should_stop=run.should_stop,
-        on_diagnostics=functools.partial(ctx.metrics.rl.export, agent),
-        on_precision=functools.partial(show_decided, run),
-    )
-    request = replace(request, precision=replace(request.precision, excluded=excluded))
+        # A red verdict removes a candidate from a measured 'auto' (decide() applies it,
+        # under torchrun too); elsewhere it is a warning and an alert, never a change.
+        excluded = dict(run.probe.excluded)
+        request = replace(request, precision=replace(request.precision, excluded=excluded))
+        if excluded:
+            ignored = capabilities.ignored_request_fields
+            warn_ignored(ignored, agent, {"precision.excluded": "the precision probe"})
     run.request = request
-    if excluded:
-        ignored = capabilities.ignored_request_fields
-        warn_ignored(ignored, agent, {"precision.excluded": "the precision probe"})
     return request
 
 

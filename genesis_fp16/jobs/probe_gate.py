@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +88,11 @@ class ProbeGate:
     """What the gate decided for one run: the agent's probe record (new or remembered;
     None when the run is fp32 and nothing was probed yet, or the record cannot be read),
     the precision ``decide`` answers the run's request before anything is timed
-    (``used``), and whether that request measures (a measured ``auto`` leaves the red
-    precisions out, :meth:`excluded`, where any other run is warned of them).
+    (``used``), whether that request measures, and what the run leaves out for it
+    (``excluded``: a measured ``auto`` does not time the red precisions, each with its
+    first reason, where any other run is warned of them; :meth:`of` decides it).
 
-    >>> gate = ProbeGate("se_darwin", None, "fp16", measures=False)
-    >>> gate.excluded()
+    >>> ProbeGate.of("se_darwin", None, "fp16", measures=False).excluded
     {}
     """
 
@@ -100,11 +100,15 @@ class ProbeGate:
     record: ProbeRecord | None
     used: PrecisionName | None
     measures: bool
+    excluded: Mapping[str, str] = field(default_factory=dict)
 
-    def excluded(self) -> dict[str, str]:
-        """The precisions a measured ``auto`` does not time (``PrecisionRequest.excluded``):
-        the red ones, each with its first reason; none for any other request."""
-        return red_precisions(self.record) if self.measures else {}
+    @classmethod
+    def of(
+        cls, agent: str, record: ProbeRecord | None, used: PrecisionName | None, measures: bool
+    ) -> ProbeGate:
+        """The gate's decision for a record: the red precisions excluded when the run's
+        request measures (``PrecisionRequest.excluded``), none for any other request."""
+        return cls(agent, record, used, measures, red_precisions(record) if measures else {})
 
 
 def probe_before_run(
@@ -131,7 +135,7 @@ def probe_before_run(
     )
     if stuck:  # not set aside: a probe whose record could never be written would run
         log.error("unusable probe record cannot be set aside: delete it", error=stuck[0].why)
-        return ProbeGate(agent, None, None, precision.measures)
+        return ProbeGate.of(agent, None, None, precision.measures)
     used = _used_precision(precision, device)  # asked once: the probe's and the warning's
     if record is None and used in LOW_PRECISIONS:
         record = _probe(settings, agent, plugin, data_path, device, used)
@@ -140,7 +144,7 @@ def probe_before_run(
         except OSError as exc:
             path = folder.probe_record_path
             log.error("cannot write the probe record", path=str(path), error=str(exc))
-    return ProbeGate(agent, record, used, precision.measures)
+    return ProbeGate.of(agent, record, used, precision.measures)
 
 
 def show_probe(metrics: ProbeMetrics, gate: ProbeGate) -> None:
@@ -153,25 +157,6 @@ def show_probe(metrics: ProbeMetrics, gate: ProbeGate) -> None:
         metrics.export(gate.agent, record.verdict, record.recommended, record.at)
     if not gate.measures:
         _warn_if_red(gate.agent, record, gate.used)
-
-
-def gate_before_run(
-    settings: Settings,
-    metrics: ProbeMetrics,
-    agent: str,
-    plugin: AgentPlugin,
-    data_path: Path | None,
-    device: str,
-    precision: PrecisionRequest,
-    folder: AgentFolder | None = None,
-) -> ProbeRecord | None:
-    """The gate's decision shown at once (:func:`probe_before_run`, then
-    :func:`show_probe`): the agent's probe record (new or remembered), or None when the
-    run is fp32 and nothing was probed yet, or the state file cannot be read. Never raises.
-    """
-    gate = probe_before_run(settings, agent, plugin, data_path, device, precision, folder)
-    show_probe(metrics, gate)
-    return gate.record
 
 
 def red_precisions(record: ProbeRecord | None) -> dict[str, str]:

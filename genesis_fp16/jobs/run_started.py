@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import structlog
 
 from genesis_fp16.jobs.job_state import Run
-from genesis_fp16.jobs.probe_gate import ProbeGate, show_probe
+from genesis_fp16.jobs.probe_gate import show_probe
 from genesis_fp16.jobs.recording import record_start
 from genesis_fp16.metrics.tracking import open_tracker
 from genesis_fp16.plugin_api import TrainRequest
@@ -38,19 +38,24 @@ log = structlog.get_logger("genesis_fp16.jobs")
 
 @dataclass(frozen=True)
 class RunStarted:
-    """One run's start: the run, the request it trains on, and the probe gate's decision
-    (None: no probe configured for the agent)."""
+    """One run's start: the run as its plan left it, with the request it trains on
+    (``Run.request``) and the probe gate's decision (``Run.probe``; None: no probe
+    configured for the agent)."""
 
     run: Run
-    request: TrainRequest
-    probe: ProbeGate | None = None
 
     @classmethod
     def of(cls, run: Run) -> RunStarted:
-        """The start of ``run`` as its plan left it (``Run.request``, ``Run.probe``)."""
+        """The start of ``run``, once it is planned."""
         if run.request is None:
             raise RuntimeError("a run starts once it is planned (planning.plan_run)")
-        return cls(run, run.request, run.probe)
+        return cls(run)
+
+    @property
+    def request(self) -> TrainRequest:
+        """The request the run trains on (its plan's: :meth:`of` checked it is there)."""
+        assert self.run.request is not None
+        return self.run.request
 
 
 Subscriber = Callable[[RunStarted], None]
@@ -64,8 +69,8 @@ def publish_start(event: RunStarted) -> None:
 
 
 def _probe(event: RunStarted) -> None:
-    if event.probe is not None:
-        show_probe(event.run.ctx.metrics.probe, event.probe)
+    if event.run.probe is not None:
+        show_probe(event.run.ctx.metrics.probe, event.run.probe)
 
 
 def _tracker(event: RunStarted) -> None:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -93,7 +93,7 @@ def read_holder(path: Path, attempts: int = 20) -> Holder:
     return _holder(AgentFolder.owner(Path(path).parent, attempts))
 
 
-def _holder(record: dict[str, Any] | None) -> Holder:
+def _holder(record: Mapping[str, object] | None) -> Holder:
     try:
         return msgspec.convert(record, Holder)
     except msgspec.ValidationError:  # none (empty, torn), or a field of the wrong type

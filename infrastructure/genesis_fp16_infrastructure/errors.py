@@ -9,8 +9,8 @@ the contract that defines what a plugin returns.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 
 class DataError(Exception):
@@ -45,7 +45,7 @@ class ProbeError(Exception):
 class LockBusy(Exception):
     """Another process holds the lock at ``path``; ``holder`` is what its file says (or None)."""
 
-    def __init__(self, path: Path, holder: dict[str, Any] | None, message: str = "") -> None:
+    def __init__(self, path: Path, holder: Mapping[str, object] | None, message: str = "") -> None:
         self.path = path
         self.holder = holder
         super().__init__(message or f"{path} is held by {holder or 'another process'}")

@@ -54,6 +54,7 @@ from genesis_fp16_infrastructure.agent_folder import (
 )
 from genesis_fp16_infrastructure.agent_folder import layout as L
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
+from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
     ServedEntry,
@@ -172,7 +173,7 @@ class AgentFolder:
         return lock.take_lock(path, L.OWNER_LOCK, wait=False, record=record)
 
     @staticmethod
-    def owner(state_dir: Path, attempts: int = 20) -> dict[str, Any] | None:
+    def owner(state_dir: Path, attempts: int = 20) -> dict[str, Json] | None:
         """The record in ``state_dir``'s ``owner.lock`` (``lock.read_holder``); None: none."""
         return lock.read_holder(L.OWNER_LOCK.at(state_dir), L.OWNER_LOCK, attempts)
 

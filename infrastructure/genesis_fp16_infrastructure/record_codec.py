@@ -208,6 +208,8 @@ def _mirror_hint(hint: Any) -> Any:
         return _own(hint) if _reads_itself(hint) else mirror_of(hint)
     if hint is float:
         return _Float
+    if hint is object:  # any JSON value, kept as read (agent_folder.kept_record.Json)
+        return Any
     if origin is Literal:
         return _choice(args)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):

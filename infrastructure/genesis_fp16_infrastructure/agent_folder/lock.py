@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile, read_text, set_aside
+from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.layout import StateFile
 from genesis_fp16_infrastructure.errors import LockBusy
 
@@ -64,10 +65,11 @@ def write_holder(fd: int, record: Mapping[str, Any]) -> None:
     os.pwrite(fd, json.dumps(dict(record)).encode() + b"\n", 0)
 
 
-def read_holder(path: Path, file: StateFile, attempts: int = 20) -> dict[str, Any] | None:
+def read_holder(path: Path, file: StateFile, attempts: int = 20) -> dict[str, Json] | None:
     """The holder's record in the lock file; it may have taken the lock a moment before
     writing it, so an empty or torn file is read again for up to a second. None: the
-    file names nobody (or is no file: nothing is set aside by a look)."""
+    file names nobody (or is no file: nothing is set aside by a look). Its values are
+    the writer's to read (``record``, as :func:`take_lock` wrote it)."""
     for _ in range(attempts):
         try:
             text = read_text(path, file.limit)

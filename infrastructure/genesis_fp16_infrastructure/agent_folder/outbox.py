@@ -73,13 +73,14 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
 from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.layout import (
     CANDIDATES_FOLDER,
     CHECKPOINTS_FOLDER,
@@ -96,7 +97,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     Verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
-from genesis_fp16_infrastructure.record_codec import LOCAL, Record
+from genesis_fp16_infrastructure.record_codec import LOCAL, OMIT_NONE, Record
 
 VERSION = 1
 # The journal's kinds (a serve's ``how``, ``rollback``, ``unpin``, ``repair``) become these
@@ -109,12 +110,38 @@ _EVENT_NAME = re.compile(r"^(?P<id>[0-9a-f]{16})\.json$")
 
 
 @dataclass(frozen=True)
+class Target(Record):
+    """One receiver's state of an event (``Event.targets``): ``pending`` (owed),
+    ``delivered`` (it answered 2xx, at ``delivered_at_s``) or ``dropped`` (configured no
+    longer), the attempts made so far, and the wall time a retry is due
+    (``next_at_s``). A key a hand left out reads as a new receiver's."""
+
+    status: str = "pending"
+    attempts: int = 0
+    next_at_s: float = 0.0
+    delivered_at_s: float | None = field(default=None, metadata={OMIT_NONE: True})
+
+
+@dataclass(frozen=True)
+class Attempt(Record):
+    """One line of an event's delivery log (``Event.attempts``): the receiver as shown
+    (``url``, no password or token), when (``at``, ``at_s``), ``delivered`` or
+    ``failed``, the HTTP status if one came back, and the error if it failed."""
+
+    url: str = ""
+    at: str = ""
+    at_s: float | None = field(default=None, metadata={OMIT_NONE: True})
+    status: str = ""
+    code: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class Event(Record):
     """One event as its file holds it (its JSON the record codec's; ``path``: where it was
-    read, never in it). ``targets``: the receivers the daemon addressed it
-    to (None: not handled yet; ``{}``: no receiver was configured), each with ``status``
-    (``pending`` or ``delivered``), ``attempts`` and ``next_at_s``; ``attempts``: the
-    delivery log, newest last (``url``, ``at``, ``status``, ``code``, ``error``)."""
+    read, never in it). ``data``: what it announces, as JSON; ``targets``: the receivers
+    the daemon addressed it to by their shown URL (None: not handled yet; ``{}``: no
+    receiver was configured); ``attempts``: the delivery log, newest last."""
 
     VERSION = VERSION
 
@@ -124,9 +151,9 @@ class Event(Record):
     at: str
     at_s: float
     order: int
-    data: dict[str, Any]
-    targets: dict[str, dict[str, Any]] | None
-    attempts: list[dict[str, Any]] = field(default_factory=list)
+    data: Mapping[str, Json]
+    targets: Mapping[str, Target] | None
+    attempts: tuple[Attempt, ...] = ()
     path: Path = field(default=Path(), metadata={LOCAL: True})
 
     @property
@@ -138,7 +165,7 @@ class Event(Record):
             return "new"
         if not self.targets:
             return "unsent"
-        said = {str(t.get("status")) for t in self.targets.values()}
+        said = {t.status for t in self.targets.values()}
         if "pending" in said:
             return "pending"
         return "delivered" if said == {"delivered"} else "dropped"
@@ -147,7 +174,52 @@ class Event(Record):
     def undelivered(self) -> bool:
         return self.status in ("new", "pending")
 
-    def body(self) -> dict[str, Any]:
+    def addressed(self, named: Collection[str], shown: Callable[[str], str]) -> Event:
+        """The event owed to the receivers ``named`` (by their shown URLs) when it was not
+        handled yet; else each receiver it names, shown (``shown``: a whole URL, written
+        before the file named them as shown, without its password or token), and one
+        still owed but configured no longer dropped. Its log's URLs shown the same."""
+        if self.targets is None:
+            targets = {url: Target() for url in named}
+        else:
+            targets = {shown(url): target for url, target in self.targets.items()}
+            for url, target in list(targets.items()):
+                if url not in named and target.status == "pending":
+                    targets[url] = replace(target, status="dropped")  # configured no longer
+        attempts = tuple(replace(a, url=shown(a.url)) for a in self.attempts)
+        return replace(self, targets=targets, attempts=attempts)
+
+    def attempted(
+        self, url: str, at: float, code: int | None, error: str | None, next_at: float
+    ) -> Event:
+        """One attempt to post it to ``url`` (shown) at ``at`` logged: its line in the
+        delivery log, and the receiver's state: delivered (``error`` None), or owed
+        again at ``next_at`` (the retry's wall time, for `events list` and a restart)."""
+        target = (self.targets or {}).get(url, Target())
+        target = replace(target, attempts=target.attempts + 1)
+        if error is None:
+            target = replace(target, status="delivered", delivered_at_s=at)
+        else:
+            target = replace(target, next_at_s=next_at)
+        line = Attempt(
+            url=url,
+            at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)),
+            at_s=at,
+            status="delivered" if error is None else "failed",
+            code=code,
+            error=error,
+        )
+        targets = {**(self.targets or {}), url: target}
+        return replace(self, targets=targets, attempts=(*self.attempts, line))
+
+    def owed_again(self, urls: Iterable[str]) -> Event:
+        """The event owed again, at once, to each receiver of ``urls`` (shown)."""
+        targets = dict(self.targets or {})
+        for url in urls:
+            targets[url] = replace(targets.get(url, Target()), status="pending", next_at_s=0.0)
+        return replace(self, targets=targets)
+
+    def body(self) -> dict[str, Json]:
         """What a receiver gets: the event without its delivery state."""
         return {
             "id": self.id,
@@ -155,7 +227,7 @@ class Event(Record):
             "kind": self.kind,
             "at": self.at,
             "at_s": self.at_s,
-            "data": self.data,
+            "data": dict(self.data),
         }
 
 
@@ -183,7 +255,7 @@ def outbox_lock(agent_folder: Path) -> Iterator[int]:
         os.close(fd)
 
 
-def record(agent_folder: Path, kind: str, data: Mapping[str, Any]) -> str:
+def record(agent_folder: Path, kind: str, data: Mapping[str, Json]) -> str:
     """Write one event (fsynced, atomic) under a random id and return the id."""
     with outbox_lock(agent_folder) as lock:
         return _write_new(agent_folder, lock, kind, data, uuid.uuid4().hex[:16])
@@ -202,7 +274,7 @@ def _write_new(
     agent_folder: Path,
     lock: int,
     kind: str,
-    data: Mapping[str, Any],
+    data: Mapping[str, Json],
     event_id: str,
     folder: Path | None = None,
 ) -> str:
@@ -214,7 +286,7 @@ def _write_new(
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     path = (folder or outbox_of(agent_folder)) / f"{event_id}.json"
     agent = Path(agent_folder).name
-    event = Event(event_id, agent, kind, at, now, order, dict(data), None, [], path)
+    event = Event(event_id, agent, kind, at, now, order, dict(data), None, (), path)
     files.clear_way(path, OUTBOX_EVENT)
     text = json.dumps(event.to_json(), sort_keys=True).encode()
     files.write_atomic(path, text, sync=False)
@@ -275,7 +347,7 @@ VERDICT_KEYS = (
 )
 
 
-def verdict_event_id(agent: str, candidate_id: str, verdict: Mapping[str, Any]) -> str:
+def verdict_event_id(agent: str, candidate_id: str, verdict: Mapping[str, Json]) -> str:
     """A verdict's event id: the same whoever copies it, and again after a kill; another
     for another verdict of the same candidate (held, then rejected), which has its own
     decision time (``decided_at_s``, stamped by ``candidates.write_verdict``)."""
@@ -291,7 +363,7 @@ def verdict_event_id(agent: str, candidate_id: str, verdict: Mapping[str, Any]) 
 
 
 @contextmanager
-def verdict_announced(candidate: Path, verdict: Mapping[str, Any]) -> Iterator[None]:
+def verdict_announced(candidate: Path, verdict: Mapping[str, Json]) -> Iterator[None]:
     """Around the write of ``verdict`` (as its file will hold it) to ``candidate`` (a
     state folder's ``<checkpoints>/candidates/<id>``), under the outbox's lock: a
     rejection's or a hold's event is staged before, and moved into the outbox once the
@@ -310,7 +382,7 @@ def verdict_announced(candidate: Path, verdict: Mapping[str, Any]) -> Iterator[N
 
 
 def stage_verdict(
-    agent_folder: Path, lock: int, ident: str, kind: str, verdict: Mapping[str, Any]
+    agent_folder: Path, lock: int, ident: str, kind: str, verdict: Mapping[str, Json]
 ) -> Path:
     """Write the ``kind`` event announcing ``verdict`` of the candidate ``ident`` to
     ``outbox/staged/`` (the caller holds ``lock``, the outbox's); returns its file."""
@@ -531,7 +603,7 @@ class Outbox:
         """The outbox's folder (``<agent folder>/outbox``): there may be none yet."""
         return outbox_of(self.agent_folder)
 
-    def record(self, kind: str, data: Mapping[str, Any]) -> str:
+    def record(self, kind: str, data: Mapping[str, Json]) -> str:
         return record(self.agent_folder, kind, data)
 
     def event_names(self) -> list[str]:

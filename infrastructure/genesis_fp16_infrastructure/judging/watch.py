@@ -61,9 +61,9 @@ this data, with its 95% Wilson interval. A sound watch keeps it at most ``alpha`
 
 >>> d = np.array([0.0, 0.1, -0.1] * 200)
 >>> figures = judge(d, np.array(["a", "b", "c"] * 200), span=4.6, margin=0.01, alpha=0.05)
->>> figures["regression"], [s["name"] for s in figures["segments"]]
+>>> figures.regression, [s.name for s in figures.segments or ()]
 (False, ['a', 'b', 'c'])
->>> self_test([(d, None, 0.01)], span=4.6, alpha=0.05)["replays"]
+>>> self_test([(d, None, 0.01)], span=4.6, alpha=0.05).replays
 200
 
 **The bound.** An anytime-valid bound on a mean of bounded paired differences: the live
@@ -107,7 +107,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import numpy as np
@@ -123,7 +122,12 @@ from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, transaction
 from genesis_fp16_infrastructure.contract.judging import RecordLosses, judging_margin
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
-from genesis_fp16_infrastructure.contract.reports import LiveReport
+from genesis_fp16_infrastructure.contract.reports import (
+    LiveFigures,
+    LiveReport,
+    SelfTest,
+    WatchSegment,
+)
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
@@ -188,8 +192,8 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
         scored[f"previous/{metric}"] = missing if theirs is None else np.asarray(theirs)[rows]
     kept = stores.extend_watch(kept, scored)
     stores.write_watch(store, kept)
-    figures = figures_of(kept, float(plugin.loss_span), plugin, served_now.metrics())
-    figures.update(against=previous.id, new_records=len(picked))
+    span, metrics = float(plugin.loss_span), served_now.metrics()
+    figures = figures_of(kept, span, plugin, metrics, str(previous.id), len(picked))
     return decide(folder, name, str(pointer.served.id), figures)
 
 
@@ -241,11 +245,18 @@ def rolled_back_to(
 
 
 def figures_of(
-    kept: Mapping[str, np.ndarray], span: float, plugin: object, metrics: Sequence[str]
-) -> dict[str, Any]:
-    """The running figures of a watch's records (in arrival order): each loss column's
-    of ``metrics`` (the primary first) at ``ALPHA / len(metrics)`` with its own margin,
-    and the family's A/A self-test."""
+    kept: Mapping[str, np.ndarray],
+    span: float,
+    plugin: object,
+    metrics: Sequence[str],
+    against: str | None = None,
+    new_records: int = 0,
+) -> LiveReport:
+    """The running figures of a watch's records (in arrival order), against the model
+    ``against`` with ``new_records`` of them new this run: each loss column's of
+    ``metrics`` (the primary first) at ``ALPHA / len(metrics)`` with its own margin, and
+    the family's A/A self-test. The model watched and the time are :func:`decide`'s to
+    say (``served`` is empty until then)."""
     names = _segment_names(kept.get("segments"))
     level, columns, tests = ALPHA / len(metrics), {}, []
     for metric in metrics:
@@ -257,23 +268,23 @@ def figures_of(
         d, segments = served - previous, None if names is None else names[on]
         # Each record's segment (se_darwin: its Genesis agent): the column's test at half
         # its level and each segment's beside it; none declared: the column's test alone.
-        judged = judge(d, segments, span, margin, level)
-        columns[metric] = {
-            **judged,
-            "served_loss": round(float(served.mean()), 6) if on.any() else None,
-            "previous_loss": round(float(previous.mean()), 6) if on.any() else None,
-            "margin": margin,
-            "alpha": level,
-        }
+        columns[metric] = replace(
+            judge(d, segments, span, margin, level),
+            served_loss=round(float(served.mean()), 6) if on.any() else None,
+            previous_loss=round(float(previous.mean()), 6) if on.any() else None,
+        )
         tests.append((d, segments, margin))
-    return {
-        "records": len(kept["ids"]),
-        "alpha": ALPHA,
-        "primary": metrics[0],
-        "metrics": columns,
-        "self_test": self_test(tests, span, level, seed=len(kept["ids"])),
-        "regression": any(c["regression"] for c in columns.values()),
-    }
+    return LiveReport(
+        served="",
+        against=against,
+        records=len(kept["ids"]),
+        new_records=new_records,
+        alpha=ALPHA,
+        regression=any(c.regression for c in columns.values()),
+        primary=metrics[0],
+        metrics=columns,
+        self_test=self_test(tests, span, level, seed=len(kept["ids"])),
+    )
 
 
 def _segment_names(segments: np.ndarray | None) -> np.ndarray | None:
@@ -284,13 +295,19 @@ def _segment_names(segments: np.ndarray | None) -> np.ndarray | None:
     return np.where(segments == "", "(unsegmented)", segments)
 
 
-def decide(folder: Path, agent: str, watched: str, figures: Mapping[str, object]) -> LiveReport:
-    """The watch's decision on its ``figures`` of the served model ``watched`` (a
-    LiveReport's JSON but what the watch did): write them into the pointer, or roll back,
-    under the pointer's lock and only while the model watched is still the one served (an
-    operator may have changed it meanwhile: then nothing is written). Returns the report:
-    the figures, rolled back (``now_served``) or ``held`` and why."""
-    report = LiveReport.from_json({**figures, "updated_at": utc_now(), "served": watched})
+def decide(
+    folder: Path, agent: str, watched: str, figures: LiveReport | Mapping[str, object]
+) -> LiveReport:
+    """The watch's decision on its ``figures`` of the served model ``watched``
+    (:func:`figures_of`'s, or a LiveReport's JSON but what the watch did): write them
+    into the pointer, or roll back, under the pointer's lock and only while the model
+    watched is still the one served (an operator may have changed it meanwhile: then
+    nothing is written). Returns the report: the figures, rolled back (``now_served``)
+    or ``held`` and why."""
+    if isinstance(figures, LiveReport):
+        report = replace(figures, updated_at=utc_now(), served=watched)
+    else:
+        report = LiveReport.from_json({**figures, "updated_at": utc_now(), "served": watched})
     try:
         with transaction(folder) as tx:
             current = tx.pointer
@@ -475,38 +492,49 @@ def judge(
     span: float,
     margin: float,
     alpha: float,
-) -> dict[str, Any]:
-    """The decision's figures: the overall bounds, evidence and records needed, and each
-    segment's (``names``: each record's segment; None: one segment, no split)."""
+) -> LiveFigures:
+    """One column's figures at its level ``alpha``: the overall bounds, evidence and
+    records needed (at ``alpha / 2`` when split), and each segment's (``names``: each
+    record's segment; None: one segment, no split)."""
     d = np.asarray(differences, dtype=np.float64)
-    overall_alpha = alpha if names is None else alpha / 2
-    overall = _test(d, span, margin, overall_alpha)
-    figures: dict[str, Any] = {**overall, "segments": None}
-    if names is None:
-        return figures
-    shown, slot = slots(names)
-    segments = []
-    for k, name in enumerate(shown):
-        segments.append({"name": name, **_test(d[slot == k], span, margin, alpha / (2 * SLOTS))})
-    figures["segments"] = segments
-    figures["regression"] = overall["regression"] or any(s["regression"] for s in segments)
-    return figures
+    overall = _test(d, span, margin, alpha if names is None else alpha / 2)
+    segments: tuple[WatchSegment, ...] | None = None
+    if names is not None:
+        shown, slot = slots(names)
+        level = alpha / (2 * SLOTS)
+        segments = tuple(
+            _test(d[slot == k], span, margin, level, name) for k, name in enumerate(shown)
+        )
+    return LiveFigures(
+        records=overall.records,
+        difference=overall.difference,
+        lower=overall.lower,
+        upper=overall.upper,
+        margin=margin,
+        alpha=alpha,
+        regression=overall.regression or any(s.regression for s in segments or ()),
+        evidence=overall.evidence,
+        records_needed=overall.records_needed,
+        segments=segments,
+    )
 
 
-def _test(d: np.ndarray, span: float, margin: float, alpha: float) -> dict[str, Any]:
+def _test(d: np.ndarray, span: float, margin: float, alpha: float, name: str = "") -> WatchSegment:
     """One test's figures at its own level: bounds, evidence (``1 / alpha`` decides),
-    records needed at the margin, and whether the lower bound passed it."""
+    records needed at the margin, and whether the lower bound passed it (``name``: the
+    segment's; the column's own test has none)."""
     bounds = mean_bounds(d, span, alpha, margin)  # the bets worked once, for both
-    return {
-        "records": bounds.count,
-        "difference": round(bounds.mean, 6) if bounds.count else None,
-        "lower": round(bounds.lower, 6),
-        "upper": round(bounds.upper, 6),
-        "alpha": alpha,
-        "evidence": float(f"{bounds.evidence:.6g}"),
-        "records_needed": records_needed(bounds, float(d.std()) if len(d) else math.nan, margin),
-        "regression": bool(bounds.lower > margin),
-    }
+    return WatchSegment(
+        name=name,
+        records=bounds.count,
+        difference=round(bounds.mean, 6) if bounds.count else None,
+        lower=round(bounds.lower, 6),
+        upper=round(bounds.upper, 6),
+        alpha=alpha,
+        evidence=float(f"{bounds.evidence:.6g}"),
+        records_needed=records_needed(bounds, float(d.std()) if len(d) else math.nan, margin),
+        regression=bool(bounds.lower > margin),
+    )
 
 
 def self_test(
@@ -515,7 +543,7 @@ def self_test(
     alpha: float,
     replays: int = REPLAYS,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> SelfTest:
     """The A/A self-test (module docstring) of the loss columns of the same records, each
     ``(differences, names, margin)`` and tested at ``alpha``, on their last ``RECENT``
     records: how many of ``replays`` would have rolled back on any column (each record's
@@ -536,14 +564,14 @@ def self_test(
             crossed |= _crosses(replay[:, slot == k], span, margin, alpha / (2 * SLOTS))
     false = int(crossed.sum())
     lower, upper = wilson(false, replays)
-    return {
-        "replays": replays,
-        "records": records,
-        "false_rollbacks": false,
-        "rate": round(false / replays, 6),
-        "lower": round(lower, 6),
-        "upper": round(upper, 6),
-    }
+    return SelfTest(
+        replays=replays,
+        records=records,
+        false_rollbacks=false,
+        rate=round(false / replays, 6),
+        lower=round(lower, 6),
+        upper=round(upper, 6),
+    )
 
 
 def _crosses(replay: np.ndarray, span: float, margin: float, alpha: float) -> np.ndarray:

@@ -314,12 +314,12 @@ class CheckpointManager:
         return None
 
 
-def _holder(record: dict[str, Any] | None) -> str:
+def _holder(record: Mapping[str, object] | None) -> str:
     """Who holds the writer lock, as its lock file says (read within its bound, retried
     while the holder writes it)."""
     try:
         assert record is not None
-        return f"pid {int(record['pid'])} ({record['owner']})"
+        return f"pid {int(str(record['pid']))} ({record['owner']})"
     except (AssertionError, KeyError, TypeError, ValueError):
         return "another process (its lock file names none)"
 

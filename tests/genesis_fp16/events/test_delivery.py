@@ -62,7 +62,7 @@ def test_events_arrive_signed_keyed_and_logged(tmp_path: Path, receiver: Receive
         assert got.headers[posting.EVENT_HEADER] == "promote" and got.event["agent"] == "a"
     events = outbox.read_events(tmp_path / "agents" / "a")
     assert [e.status for e in events] == ["delivered"] * 3
-    assert events[0].attempts[-1]["code"] == 200 and events[0].attempts[-1]["error"] is None
+    assert events[0].attempts[-1].code == 200 and events[0].attempts[-1].error is None
     deliverer.step()
     assert len(receiver.received) == 3  # delivered events are not sent again
 
@@ -85,8 +85,8 @@ def test_a_receiver_down_ten_minutes_gets_every_event_in_order_after(
         clock.now += wait
         ids["a"].append(outbox.record(tmp_path / "agents" / "a", "reject", {}))
     failed = outbox.read_events(tmp_path / "agents" / "a")[0].attempts
-    assert [a["status"] for a in failed] == ["failed"] * len(failed)
-    assert "refused" in failed[0]["error"].lower()
+    assert [a.status for a in failed] == ["failed"] * len(failed)
+    assert "refused" in str(failed[0].error).lower()
     assert 8 <= len(failed) <= 20  # doubling to the cap, then each minute
     assert max(gaps) <= 60.0
     receiver.up()
@@ -110,7 +110,7 @@ def test_one_agents_refused_event_holds_only_that_agent(tmp_path: Path, receiver
     assert [e["id"] for e in receiver.events()] == ids_b
     events_a = outbox.read_events(tmp_path / "agents" / "a")
     assert [len(e.attempts) for e in events_a] == [1, 0]  # the second never tried before the first
-    assert events_a[0].attempts[0]["code"] == 500
+    assert events_a[0].attempts[0].code == 500
     receiver.answer = lambda event: 200
     clock.now += 2.0
     deliverer.step()
@@ -126,7 +126,7 @@ def test_a_hung_receiver_is_cut_by_the_timeout(tmp_path: Path, receiver: Receive
     assert deliverer.step() is not None  # a retry is due later
     event = outbox.read_events(tmp_path / "agents" / "a")[0]
     assert event.id == ids[0] and event.status == "pending"
-    assert "timed out" in event.attempts[0]["error"]
+    assert "timed out" in str(event.attempts[0].error)
 
 
 def test_events_without_a_receiver_stay_unsent_and_a_removed_receiver_stops_holding(
@@ -172,8 +172,8 @@ def test_a_redirect_or_a_non_http_answer_is_a_failed_attempt_that_backs_off(
         (event,) = outbox.read_events(tmp_path / "agents" / "a")
         assert event.id == ident
         target = (event.targets or {})[server.url]
-        assert target["status"] == "pending" and target["attempts"] == 1
-        assert why in str(event.attempts[-1]["error"])
+        assert target.status == "pending" and target.attempts == 1
+        assert why in str(event.attempts[-1].error)
     finally:
         server.close()
 
@@ -221,7 +221,7 @@ def test_a_receiver_named_by_its_shown_url_gets_each_event_once(
     url = f"{receiver.url}?access_token={TOKEN}"
     folder = tmp_path / "agents" / "a"
     first, old = _record(tmp_path, "a", 2)
-    outbox.update(folder, old, lambda e: replace(e, targets={url: {"status": "pending"}}))
+    outbox.update(folder, old, lambda e: replace(e, targets={url: outbox.Target(status="pending")}))
     deliverer = _deliverer(tmp_path, url)
     assert deliverer.step() is None and deliverer.step() is None
     assert [r.event["id"] for r in receiver.received] == [first, old]
@@ -283,7 +283,7 @@ def test_a_slow_receiver_is_cut_by_a_deadline_for_the_whole_post(tmp_path: Path)
         wait = _deliverer(tmp_path, server.url, Clock(), timeout=1.0).step()
         assert wait is not None and wait > 0
         (event,) = outbox.read_events(tmp_path / "agents" / "a")
-        assert (event.targets or {})[server.url]["status"] == "pending"
-        assert "no whole answer within the 1 s deadline" in str(event.attempts[-1]["error"])
+        assert (event.targets or {})[server.url].status == "pending"
+        assert "no whole answer within the 1 s deadline" in str(event.attempts[-1].error)
     finally:
         server.close()

@@ -90,8 +90,8 @@ def test_a_dripping_a_non_http_and_a_redirecting_receiver_cost_a_good_one_nothin
         for agent in order:
             for event in outbox.read_events(tmp_path / "agents" / agent):
                 targets = event.targets or {}
-                assert targets[receiver.url]["status"] == "delivered"
-                assert {targets[u]["status"] for u in urls[:3]} == {"pending"}
+                assert targets[receiver.url].status == "delivered"
+                assert {targets[u].status for u in urls[:3]} == {"pending"}
     finally:
         for server in (drip, not_http, moved):
             server.close()

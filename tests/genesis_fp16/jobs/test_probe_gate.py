@@ -20,13 +20,12 @@ from genesis_fp16.jobs.probe_gate import (
     ProbeGate,
     ProbeRecord,
     _probe,
-    gate_before_run,
     probe_before_run,
     red_precisions,
     show_probe,
 )
-from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.plugin_api import PrecisionRequest
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics, ProbeMetrics
+from genesis_fp16.plugin_api import AgentPlugin, PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.api import AgentFolder, capabilities_of
 
@@ -51,6 +50,22 @@ def _stored(state_dir: Path, agent: str) -> ProbeRecord | None:
     return AgentFolder(state_dir, agent).probe_record(ProbeRecord.from_json)
 
 
+def _gate_shown(
+    settings: Settings,
+    metrics: ProbeMetrics,
+    agent: str,
+    plugin: AgentPlugin,
+    data_path: Path | None,
+    device: str,
+    precision: PrecisionRequest,
+) -> ProbeRecord | None:
+    """The gate's decision (``probe_before_run``) shown as a run's start shows it
+    (``show_probe``): the agent's probe record, new or remembered, or None."""
+    gate = probe_before_run(settings, agent, plugin, data_path, device, precision)
+    show_probe(metrics, gate)
+    return gate.record
+
+
 def _value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
     return registry.get_sample_value(name, labels)
 
@@ -59,7 +74,7 @@ def test_probe_runs_once_before_bf16_and_is_exported(tmp_path: Path) -> None:
     """A bf16 run is probed; the record is stored and exported; a second call reads it back."""
     settings, registry = _settings(tmp_path), CollectorRegistry()
     metrics = DaemonMetrics(registry, "t")
-    record = gate_before_run(
+    record = _gate_shown(
         settings, metrics.probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("bf16")
     )
     assert record is not None and record.error is None and record.precision == "bf16"
@@ -76,7 +91,7 @@ def test_probe_runs_once_before_bf16_and_is_exported(tmp_path: Path) -> None:
     labels = {"agent": "probe_toy", "precision": "bf16"}
     assert _value(registry, "genesis_fp16_probe_precision_verdict", **labels) == bf16
     # Probing again would fail (fixture_good has no probe): the stored record is used.
-    again = gate_before_run(
+    again = _gate_shown(
         settings, metrics.probe, "probe_toy", fixture_good, None, "cpu", PrecisionRequest("fp16")
     )
     assert again == record
@@ -97,7 +112,7 @@ def test_no_probe_when_off_or_fp32(tmp_path: Path) -> None:
     assert not AgentFolder(off.state_dir, "probe_toy").probe_record_path.exists()
     on = _settings(tmp_path)
     assert (
-        gate_before_run(on, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("fp32"))
+        _gate_shown(on, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("fp32"))
         is None
     )
     assert not AgentFolder(on.state_dir, "probe_toy").probe_record_path.exists()
@@ -113,7 +128,7 @@ def test_failed_probe_is_remembered_and_does_not_raise(tmp_path: Path) -> None:
     registry = CollectorRegistry()
     probe = DaemonMetrics(registry, "t").probe
     # bf16 asked for explicitly: auto is fp32 on a CPU without native bf16, which is not probed.
-    record = gate_before_run(
+    record = _gate_shown(
         settings, probe, "fixture_good", fixture_good, None, "cpu", PrecisionRequest("bf16")
     )
     assert record is not None and "NotImplementedError" in str(record.error)
@@ -163,13 +178,9 @@ def test_red_verdict_for_the_running_precision_is_a_warning(tmp_path: Path) -> N
     registry = CollectorRegistry()
     probe = DaemonMetrics(registry, "t").probe
     with capture_logs() as logs:
-        gate_before_run(
-            settings, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("bf16")
-        )
+        _gate_shown(settings, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("bf16"))
         assert not [r for r in logs if r["log_level"] == "warning"]
-        gate_before_run(
-            settings, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("fp16")
-        )
+        _gate_shown(settings, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("fp16"))
     (warning,) = [r for r in logs if r["log_level"] == "warning"]
     assert (
         warning["variant"] == "fp16_autocast" and warning["reasons"] == red.reasons["fp16_autocast"]
@@ -187,8 +198,8 @@ def test_the_gate_asks_the_planned_request_floor_included(tmp_path: Path) -> Non
     settings = _settings(tmp_path)
     probe = DaemonMetrics(CollectorRegistry(), "t").probe
     floored = PrecisionRequest("fp16", floor="fp32", floor_reason="remembered")
-    assert gate_before_run(settings, probe, "probe_toy", probe_toy, None, "cpu", floored) is None
-    record = gate_before_run(
+    assert _gate_shown(settings, probe, "probe_toy", probe_toy, None, "cpu", floored) is None
+    record = _gate_shown(
         settings, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("bf16")
     )
     assert record is not None and record.precision == "bf16"
@@ -206,7 +217,7 @@ def test_a_red_verdict_keeps_the_precision_out_of_a_measured_auto(tmp_path: Path
     AgentFolder(settings.state_dir, "probe_toy").save_probe_record(msgspec.to_builtins(red))
     probe = DaemonMetrics(CollectorRegistry(), "t").probe
     with capture_logs() as logs:
-        record = gate_before_run(settings, probe, "probe_toy", probe_toy, None, "cuda", MEASURED)
+        record = _gate_shown(settings, probe, "probe_toy", probe_toy, None, "cuda", MEASURED)
     assert record == red and not [r for r in logs if r["log_level"] == "warning"]
 
 
@@ -223,8 +234,8 @@ def test_the_gate_decides_and_the_start_shows(tmp_path: Path) -> None:
         gate = probe_before_run(
             settings, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("fp16")
         )
-    assert gate == ProbeGate("probe_toy", red, "fp16", measures=False)
-    assert gate.excluded() == {} and logs == []
+    assert gate == ProbeGate("probe_toy", red, "fp16", measures=False, excluded={})
+    assert logs == []
     assert _value(registry, "genesis_fp16_probe_timestamp_seconds", agent="probe_toy") is None
     with capture_logs() as logs:
         show_probe(probe, gate)
@@ -232,7 +243,32 @@ def test_the_gate_decides_and_the_start_shows(tmp_path: Path) -> None:
     assert warning["precision"] == "fp16"
     assert _value(registry, "genesis_fp16_probe_timestamp_seconds", agent="probe_toy") == red.at
     measured = probe_before_run(settings, "probe_toy", probe_toy, None, "cuda", MEASURED)
-    assert measured.excluded() == red_precisions(red) != {}
+    assert measured.excluded == red_precisions(red) != {}
+
+
+def test_a_probe_that_ran_is_shown_even_when_its_plan_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan that fails after the request is built (here its progress report, raising):
+    the run fails, and no probe record is kept unexported: the probe is the plan's last
+    step, so a plan that fails has not probed, and a probe that ran is shown at the start."""
+    from genesis_fp16.jobs import planning
+    from genesis_fp16.jobs.agent_job import run_agent_job
+
+    def broken(steps: int, interval: int) -> None:
+        raise RuntimeError("cannot report progress")
+
+    monkeypatch.setattr(planning, "Progress", broken)
+    agents = {"probe_toy": AgentSettings(probe_before_low_precision=True, precision="bf16")}
+    settings = Settings(state_dir=tmp_path / "state", probe_steps=2, agents=agents)
+    registry = CollectorRegistry()
+    ctx = JobContext(settings, DaemonMetrics(registry, "t"), DeviceSlots(1), threading.Event())
+    run_agent_job(ctx, "probe_toy", probe_toy, capabilities_of(probe_toy))
+    labels = {"agent": "probe_toy", "outcome": "failed"}
+    assert _value(registry, "genesis_fp16_training_runs_total", **labels) == 1
+    stored = _stored(settings.state_dir, "probe_toy")
+    shown = _value(registry, "genesis_fp16_probe_timestamp_seconds", agent="probe_toy")
+    assert stored is None or shown == stored.at  # base: kept, and shown only at a later run
 
 
 @pytest.mark.slow
@@ -309,7 +345,7 @@ def test_an_unusable_probe_record_is_set_aside_counted_and_probed_again(
     else:
         path.mkdir()
     probe = DaemonMetrics(CollectorRegistry(), "t").probe
-    record = gate_before_run(
+    record = _gate_shown(
         settings, probe, "fixture_good", fixture_good, None, "cpu", PrecisionRequest("bf16")
     )
     assert record is not None and "NotImplementedError" in str(record.error)  # probed again

@@ -127,7 +127,7 @@ def test_prune_keeps_undelivered_and_counts_what_it_drops(tmp_path: Path) -> Non
         outbox.update(
             agent_folder,
             event_id,
-            lambda e: outbox.replace(e, targets={"u": {"status": "delivered"}}),
+            lambda e: outbox.replace(e, targets={"u": outbox.Target(status="delivered")}),
         )
     assert outbox.prune(agent_folder, keep=1, limit=10) == outbox.Pruned(2, 0)
     assert [e.id for e in outbox.read_events(agent_folder)] == ids[2:]
@@ -157,3 +157,38 @@ def test_a_damaged_event_is_set_aside_and_the_next_one_read(tmp_path: Path, dama
     second = outbox.record(agent_folder, "fault_bundle", {})
     assert [e.id for e in outbox.read_events(agent_folder)] == [second]
     assert list(outbox.outbox_of(agent_folder).glob("*.unusable-*"))
+
+
+def test_an_event_file_as_written_before_its_records_were_typed_reads_and_writes_the_same(
+    tmp_path: Path,
+) -> None:
+    """An event's receivers and delivery log as the daemon wrote them as plain objects
+    read as Target and Attempt records and write back the same JSON; a receiver a hand
+    left keys out of reads as a new one's, and a log line that is no object is left out."""
+    agent_folder = tmp_path / "agents" / "a"
+    event_id = outbox.record(agent_folder, "demotion", {"from": "fp16", "to": "bf16"})
+    path = outbox.find(agent_folder, event_id)
+    assert path is not None
+    data = json.loads(path.read_text())
+    targets = {
+        "http://r/1": {"status": "delivered", "attempts": 2, "next_at_s": 5.0,
+                       "delivered_at_s": 7.5},
+        "http://r/2": {"status": "pending", "attempts": 1, "next_at_s": 9.0},
+    }  # fmt: skip
+    attempts = [
+        {"url": "http://r/1", "at": "2026-11-29T00:00:00Z", "at_s": 1.0, "status": "failed",
+         "code": 500, "error": "HTTP 500"},
+        {"url": "http://r/1", "at": "2026-11-29T00:00:02Z", "at_s": 2.0,
+         "status": "delivered", "code": 200, "error": None},
+    ]  # fmt: skip
+    path.write_text(json.dumps({**data, "targets": targets, "attempts": attempts}))
+    (event,) = outbox.read_events(agent_folder)
+    assert (event.targets or {})["http://r/1"] == outbox.Target("delivered", 2, 5.0, 7.5)
+    assert event.attempts[0].code == 500 and event.status == "pending"
+    written = event.to_json()
+    assert written["targets"] == targets and written["attempts"] == attempts
+    assert written["data"] == {"from": "fp16", "to": "bf16"} == event.body()["data"]
+    by_hand = {**data, "targets": {"u": {"status": "pending"}}, "attempts": [3, {"url": "u"}]}
+    path.write_text(json.dumps(by_hand))
+    (event,) = outbox.read_events(agent_folder)
+    assert event.targets == {"u": outbox.Target()} and event.attempts == (outbox.Attempt("u"),)

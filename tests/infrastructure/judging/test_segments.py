@@ -37,13 +37,13 @@ def test_a_regression_on_one_agent_is_found_although_the_mean_is_within_the_marg
     decides."""
     d, names = _mixed(1200, 1.0, seed=1, others=-0.2)
     figures = watch.judge(d, names, SPAN, MARGIN, ALPHA)
-    harmed = next(s for s in figures["segments"] if s["name"] == "se_darwin")
-    assert figures["lower"] <= MARGIN and harmed["regression"] and figures["regression"]
-    assert harmed["records"] == 200 and harmed["alpha"] == ALPHA / (2 * watch.SLOTS)
-    assert harmed["evidence"] >= 1 / harmed["alpha"] and harmed["records_needed"] == 0
-    assert not any(s["regression"] for s in figures["segments"] if s is not harmed)
+    harmed = next(s for s in figures.segments or () if s.name == "se_darwin")
+    assert figures.lower <= MARGIN and harmed.regression and figures.regression
+    assert harmed.records == 200 and harmed.alpha == ALPHA / (2 * watch.SLOTS)
+    assert harmed.evidence >= 1 / harmed.alpha and harmed.records_needed == 0
+    assert not any(s.regression for s in figures.segments or () if s is not harmed)
     unsplit = watch.judge(d, None, SPAN, MARGIN, ALPHA)  # the diluted mean alone
-    assert not unsplit["regression"] and unsplit["segments"] is None
+    assert not unsplit.regression and unsplit.segments is None
 
 
 def test_segments_take_slots_in_order_of_arrival_and_the_last_is_shared() -> None:
@@ -93,12 +93,10 @@ def test_the_self_test_replays_the_watchs_own_decision(segmented: bool) -> None:
     for row in signs:
         replay = np.clip(0.3 + row * centred, -SPAN, SPAN)
         direct += any(
-            watch.judge(replay[:t], None if split is None else split[:t], SPAN, 0.3, 0.9)[
-                "regression"
-            ]
+            watch.judge(replay[:t], None if split is None else split[:t], SPAN, 0.3, 0.9).regression
             for t in range(1, 151)
         )
-    assert found["false_rollbacks"] == direct and 0 < direct < 16
+    assert found.false_rollbacks == direct and 0 < direct < 16
 
 
 def test_on_data_at_the_margin_the_self_test_keeps_the_rate_below_alpha() -> None:
@@ -106,8 +104,8 @@ def test_on_data_at_the_margin_the_self_test_keeps_the_rate_below_alpha() -> Non
     false rollbacks at most alpha of 400 replays, and the interval says so."""
     d, names = _mixed(2000, 0.2, seed=6)
     found = watch.self_test([(d, names, MARGIN)], SPAN, ALPHA, replays=400)
-    assert found["rate"] <= ALPHA and found["lower"] <= found["rate"] <= found["upper"]
-    assert found["records"] == 2000 and found["replays"] == 400
+    assert found.rate <= ALPHA and found.lower <= found.rate <= found.upper
+    assert found.records == 2000 and found.replays == 400
 
 
 def test_the_wilson_interval_covers_the_rate() -> None:

@@ -3,6 +3,7 @@ real pointer and a real store."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -64,10 +65,10 @@ def test_each_segment_is_tested_apart_and_kept_with_its_records(tmp_path: Path) 
     again = stores.read_watch(path, "loss")
     assert again["segments"].tolist() == names.tolist()
     figures = figures_of(again, 4.6, _Plugin(), ["loss"])
-    by_name = {s["name"]: s for s in figures["metrics"]["loss"]["segments"]}
-    assert set(by_name) == {"coder", "qa"} and figures["regression"]
-    assert by_name["qa"]["regression"] and not by_name["coder"]["regression"]
-    assert by_name["qa"]["lower"] > 0.01 and by_name["qa"]["records"] == 300
+    by_name = {s.name: s for s in figures.metrics["loss"].segments or ()}
+    assert set(by_name) == {"coder", "qa"} and figures.regression
+    assert by_name["qa"].regression and not by_name["coder"].regression
+    assert by_name["qa"].lower > 0.01 and by_name["qa"].records == 300
 
 
 def test_a_store_written_before_columns_or_segments_reads_as_the_primary_column(
@@ -82,8 +83,8 @@ def test_a_store_written_before_columns_or_segments_reads_as_the_primary_column(
     kept = stores.read_watch(path, "log_loss")
     assert kept["segments"].tolist() == [""] * 50 and set(kept) == {
         "ids", "segments", "served/log_loss", "previous/log_loss"}  # fmt: skip
-    column = figures_of(kept, 4.6, _Plugin(), ["log_loss"])["metrics"]["log_loss"]
-    assert column["segments"] is None and column["records"] == 50
+    column = figures_of(kept, 4.6, _Plugin(), ["log_loss"]).metrics["log_loss"]
+    assert column.segments is None and column.records == 50
 
 
 def test_each_column_is_watched_with_its_own_margin() -> None:
@@ -97,9 +98,9 @@ def test_each_column_is_watched_with_its_own_margin() -> None:
     same = np.full(40, 0.6)
     kept = {"ids": np.arange(40), **{f"{s}/{m}": same for s in ("served", "previous")
                                      for m in ("log_loss", "brier", "loss")}}  # fmt: skip
-    metrics = figures_of(kept, 4.6, ByColumn(), ["log_loss", "brier", "loss"])["metrics"]
-    assert [metrics[m]["margin"] for m in ("log_loss", "brier")] == [0.01, 0.005]
-    assert metrics["loss"]["margin"] == pytest.approx(0.03)
+    metrics = figures_of(kept, 4.6, ByColumn(), ["log_loss", "brier", "loss"]).metrics
+    assert [metrics[m].margin for m in ("log_loss", "brier")] == [0.01, 0.005]
+    assert metrics["loss"].margin == pytest.approx(0.03)
 
 
 def _two_columns(rng: np.random.Generator, count: int, worse: float) -> dict[str, np.ndarray]:
@@ -122,11 +123,11 @@ def test_a_regression_in_the_second_column_alone_is_found_and_named() -> None:
     rollback's reason names ``b`` and not ``a``."""
     kept = _two_columns(np.random.default_rng(1), 600, 0.1)
     figures = figures_of(kept, 1.0, _Plugin(), ["a", "b"])
-    metrics = figures["metrics"]
-    assert figures["regression"] and metrics["b"]["regression"] and not metrics["a"]["regression"]
-    assert metrics["a"]["alpha"] == metrics["b"]["alpha"] == ALPHA / 2
-    assert metrics["b"]["lower"] > 0.01 and figures["primary"] == "a"
-    report = LiveReport.from_json({**figures, "served": "m2", "against": "m1", "new_records": 9})
+    metrics = figures.metrics
+    assert figures.regression and metrics["b"].regression and not metrics["a"].regression
+    assert metrics["a"].alpha == metrics["b"].alpha == ALPHA / 2
+    assert metrics["b"].lower > 0.01 and figures.primary == "a"
+    report = replace(figures, served="m2", against="m1", new_records=9)
     assert report.regressed == ("b",) and report.watched == report.metrics["a"]
     said = _detail(report)
     assert said.startswith("live regression: b ") and " a " not in said
@@ -139,6 +140,6 @@ def test_clean_records_on_two_columns_do_not_roll_back_and_the_self_test_holds()
     rng = np.random.default_rng(2)
     for _ in range(20):
         figures = figures_of(_two_columns(rng, 600, 0.0), 1.0, _Plugin(), ["a", "b"])
-        assert not figures["regression"], figures["metrics"]
-    test = figures["self_test"]
-    assert test["records"] == 600 and test["replays"] == 200 and test["rate"] <= ALPHA
+        assert not figures.regression, figures.metrics
+    test = figures.self_test
+    assert test is not None and test.records == 600 and test.replays == 200 and test.rate <= ALPHA
