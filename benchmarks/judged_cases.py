@@ -56,7 +56,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, ser
 from genesis_fp16_infrastructure.agent_folder.transitions import serve
 from genesis_fp16_infrastructure.api import capabilities_of, run_plugin
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.judging.served import copy_checkpoint
+from genesis_fp16_infrastructure.judging.scoring_copy import copy_checkpoint
 
 Batch = Any  # one agent's records as it writes them (a pool, lines, a task file)
 ARRIVED_BEFORE_S = 60  # how long before its run a batch's file was written

@@ -127,14 +127,16 @@ from genesis_fp16_infrastructure.judging.gate import (
     shared_rows,
 )
 from genesis_fp16_infrastructure.judging.ranks import Tell, ranked
-from genesis_fp16_infrastructure.judging.served import (
+from genesis_fp16_infrastructure.judging.scoring_copy import (
     CheckpointChangedError,
-    Served,
     copy_checkpoint,
+    sweep_copies,
+)
+from genesis_fp16_infrastructure.judging.served import (
+    Served,
     held_out_check,
     held_out_unknown,
     losses_of,
-    sweep_copies,
 )
 from genesis_fp16_infrastructure.judging.unfinished import settle_unfinished
 from genesis_fp16_infrastructure.judging.up_to_date import judged_phases, nothing_new, up_to_date

@@ -131,7 +131,8 @@ from genesis_fp16_infrastructure.contract.reports import (
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.served import CheckpointChangedError, Served, losses_of
+from genesis_fp16_infrastructure.judging.scoring_copy import CheckpointChangedError
+from genesis_fp16_infrastructure.judging.served import Served, losses_of
 
 logger = logging.getLogger(__name__)
 

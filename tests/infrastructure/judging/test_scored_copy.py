@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
-from genesis_fp16_infrastructure.judging.served import (
+from genesis_fp16_infrastructure.judging.scoring_copy import (
     CheckpointChangedError,
     score_on_copy,
 )

@@ -19,7 +19,7 @@ from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.agent_folder.pointer import checkpoint_of, read_pointer
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.judging.served import copy_checkpoint
+from genesis_fp16_infrastructure.judging.scoring_copy import copy_checkpoint
 from genesis_fp16_infrastructure.recipes.retrain import run as retrain_run
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys

@@ -1,0 +1,140 @@
+"""What a plugin's ``score_records`` is handed: a private copy of a checkpoint, hashed
+before and after it is scored (:func:`score_on_copy`, issue 69), and the sweep of the copies
+a killed run left (:func:`sweep_copies`).
+
+A plugin that wrote to the checkpoint it scored got that checkpoint served with bytes its
+digest file no longer names, and every later run of the agent failed to load it. So the
+judged run never hands a plugin the file the pointer serves or the gate judges: it
+copies the checkpoint (with its digest and summary files, which the plugin's loader
+reads) into a fresh hidden folder of the agent's checkpoint folder, takes the copy's
+SHA-256, lets the plugin score the copy, and takes it again. Different bytes, or no file,
+end the run in one line (:class:`CheckpointChangedError`, a ``TrainRequestError``) that
+names the plugin and the checkpoint, even where the plugin's own scoring failed; the
+altered copy is deleted with its folder. The original files were never the plugin's to
+write, so the served model and the candidate's checkpoint are as they were.
+
+A copy rather than a check of the original in place: a check alone detects a plugin that
+altered the served checkpoint while scoring it, but cannot undo it, and the agent's
+later runs would fail all the same. The copy costs one read and write of the checkpoint
+a score, of the order of the plugin's own load (which reads and hashes it too). A plugin
+that deliberately looks for the agent's files elsewhere (``request.checkpoint_dir``) is
+not stopped by it: a plugin runs in the daemon's process and could do anything there.
+A copy left by a killed process is a hidden ``.scoring-*`` folder that nothing reads:
+the agent's next judged run removes it (:func:`sweep_copies`) before it scores anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
+from genesis_fp16_infrastructure.training.checkpoint_load import note_hashed, stat_signature
+
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+
+SCORING_PREFIX = ".scoring-"  # <checkpoint_dir>/.scoring-*/: the copy, while it is scored
+
+
+class CheckpointChangedError(TrainRequestError):
+    """The plugin changed (or removed) the copy of a checkpoint it was given to score."""
+
+
+def score_on_copy(score: Callable[[Path], T], checkpoint: Path, folder: Path, who: str) -> T:
+    """``score(copy)`` on a private copy of ``checkpoint`` made in ``folder``; raises
+    :class:`CheckpointChangedError` naming ``who`` (the agent and plugin) and the
+    checkpoint when the copy's bytes differ after scoring, whatever ``score`` did."""
+    with tempfile.TemporaryDirectory(
+        prefix=SCORING_PREFIX, dir=folder, ignore_cleanup_errors=True
+    ) as temp:
+        copy = Path(temp) / checkpoint.name
+        before = _copied_sha256(checkpoint, Path(temp))
+        # The plugin's load of the copy, unchanged, need not hash it again (issue 90).
+        note_hashed(copy, before, stat_signature(copy))
+        try:
+            return score(copy)
+        finally:
+            after = _sha256(copy)
+            if after != before:
+                raise CheckpointChangedError(
+                    f"{who}: score_records changed the checkpoint it scored ({checkpoint}, "
+                    f"given as a copy: sha256 {before[:16]} before, {after[:16]} after): the "
+                    "run is refused and nothing is served; score_records must only read it"
+                )
+
+
+def copy_checkpoint(checkpoint: Path, folder: Path) -> None:
+    """``checkpoint`` with its digest and summary files (which its loader reads) in
+    ``folder``: a copy scored here, or the served model in a candidate that continues it."""
+    _copy_side_files(checkpoint, folder)
+    if checkpoint.is_file():  # the checkpoint last: a digest is there before its file
+        shutil.copy2(checkpoint, folder / checkpoint.name)
+
+
+def _copy_side_files(checkpoint: Path, folder: Path) -> None:
+    """The checkpoint's digest and summary files, where they are, copied into ``folder``."""
+    for path in (digest_path(checkpoint), summary_path(checkpoint)):
+        if path.is_file():
+            shutil.copy2(path, folder / path.name)
+
+
+def _copied_sha256(checkpoint: Path, folder: Path) -> str:
+    """:func:`copy_checkpoint` into ``folder``, the checkpoint's bytes read once: written
+    to the copy and hashed there, the SHA-256 of the bytes written ("none": no regular
+    file to copy). A read and a hash fewer than hashing the copy read back (2 ms at
+    100,000 records, a checkpoint naming what its model trained on); a copy that does
+    not hold those bytes after the plugin's scoring is refused all the same, as the
+    hash after it reads the copy."""
+    _copy_side_files(checkpoint, folder)  # the checkpoint last: a digest is there first
+    try:
+        if not stat.S_ISREG(os.stat(checkpoint).st_mode):
+            return "none"  # a FIFO put in its place is never opened: the read would block
+        data = checkpoint.read_bytes()
+    except OSError:
+        return "none"
+    target = folder / checkpoint.name
+    target.write_bytes(data)
+    shutil.copystat(checkpoint, target)
+    return hashlib.sha256(data).hexdigest()
+
+
+def sweep_copies(folder: Path) -> None:
+    """Remove the ``.scoring-*`` folders a killed run left in ``folder`` (an agent's
+    checkpoint folder, which one run at a time scores in); a link of that name is not
+    followed, only unlinked. How many went is logged, as is an entry that cannot go."""
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.startswith(SCORING_PREFIX)]
+    except OSError:  # no checkpoint folder yet
+        return
+    removed = 0
+    for entry in entries:
+        try:
+            files.remove_entry(Path(entry.path))
+            removed += 1
+        except OSError as exc:
+            logger.warning("cannot remove %s, left by a killed scoring: %s", entry.path, exc)
+    if removed:
+        logger.info("removed %d checkpoint copies a killed scoring left in %s", removed, folder)
+
+
+def _sha256(path: Path) -> str:
+    """The file's hex SHA-256; "none" when it is not a regular file any more (a FIFO put
+    in its place is never opened: the read would block)."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return "none"
+        with path.open("rb") as file:
+            return hashlib.file_digest(file, "sha256").hexdigest()
+    except OSError:
+        return "none"
