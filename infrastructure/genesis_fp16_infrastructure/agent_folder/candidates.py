@@ -260,8 +260,19 @@ def _prunable(
 def read_data_manifest(folder: Path) -> dict[str, Any] | None:
     """The folder's record; None when absent, of another version, or unusable (set aside
     as ``data_manifest.json.unusable-*`` and reported: the run reads the pool)."""
-    record = files.load(DATA_MANIFEST.at(folder), DATA_MANIFEST, files.json_object)
+    record = files.load(DATA_MANIFEST.at(folder), DATA_MANIFEST, _data_manifest)
     return record if record is not None and record.get("version") == MANIFEST_VERSION else None
+
+
+def _data_manifest(data: Json) -> dict[str, Json]:
+    """A data manifest's record: a JSON object whose ``result``, in this version's, is one
+    too (the recorded run's, which an up-to-date answer reports); else TypeError, and the
+    file is set aside (``files.load``): a record with no result once failed the plan's
+    check with a KeyError."""
+    record = files.json_object(data)
+    if record.get("version") == MANIFEST_VERSION and not isinstance(record.get("result"), dict):
+        raise TypeError("its result is not a JSON object")
+    return record
 
 
 def write_data_manifest(folder: Path, record: Mapping[str, Any]) -> None:

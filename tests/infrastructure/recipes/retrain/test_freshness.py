@@ -321,3 +321,24 @@ def test_a_grown_files_prefix_crosses_to_the_run_but_is_never_saved(tmp_path: Pa
     freshness.save_record(_request(pool, trained.parent), grown, result, trained)
     saved = json.loads(DATA_MANIFEST.at(trained.parent).read_text())["manifest"]
     assert [len(f) for f in saved["files"]] == [6]
+
+
+@pytest.mark.parametrize("result", ["absent", [1, 2], "text"])
+def test_a_data_manifest_without_a_result_object_is_set_aside_and_the_pool_read(
+    served: tuple[Path, Path, dict[str, Any]], result: object
+) -> None:
+    """A record of this version whose result is missing or not an object (hand-edited):
+    the plan's check reads it as unusable, sets it aside and lets the run read the pool;
+    it once raised a KeyError out of the check."""
+    data, ckpt, _ = served
+    path = _record(ckpt)
+    record = json.loads(path.read_text())
+    if result == "absent":
+        del record["result"]
+    else:
+        record["result"] = result
+    path.write_text(json.dumps(record))
+    check = plugin.check_data(_request(data, ckpt))
+    assert check.up_to_date is None  # not answered from the damaged record
+    assert not path.exists()
+    assert [p.name for p in path.parent.glob(f"{path.name}.unusable-*")]
