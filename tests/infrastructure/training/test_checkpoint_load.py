@@ -28,20 +28,6 @@ def _state(step: int, scale: float = 1024.0) -> dict[str, Any]:
     return checkpoint_state(step, torch.full((3,), float(step)), scale, ("auto", "fp16"), stats)
 
 
-@pytest.fixture
-def loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Each torch.load while the test runs (a checkpoint read), one entry per call."""
-    calls: list[int] = []
-    real = torch.load
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(torch, "load", counting)
-    return calls
-
-
 def test_a_loaded_checkpoint_is_resumed_without_a_second_read(
     tmp_path: Path, loads: list[int]
 ) -> None:

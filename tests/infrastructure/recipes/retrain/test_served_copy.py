@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from first_served import write_pool
 from se_darwin_runs import train
 
@@ -36,20 +35,6 @@ BUDGET = 64 * 2**20
 def fresh_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test's process starts with nothing kept (another test's store is not its)."""
     monkeypatch.setattr(kept_in_memory, "_PROCESS", [])
-
-
-@pytest.fixture
-def loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Each torch.load while the test runs (a checkpoint unpickled), one entry per call."""
-    calls: list[int] = []
-    real = torch.load
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(torch, "load", counting)
-    return calls
 
 
 def _served(folder: Path) -> Path:
