@@ -138,7 +138,7 @@ from genesis_fp16_infrastructure.judging.served import (
     held_out_unknown,
     losses_of,
 )
-from genesis_fp16_infrastructure.judging.unfinished import settle_unfinished
+from genesis_fp16_infrastructure.judging.unfinished import decide_unfinished
 from genesis_fp16_infrastructure.judging.up_to_date import judged_phases, nothing_new, up_to_date
 from genesis_fp16_infrastructure.judging.watch import rolled_back_to, watch
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
@@ -295,10 +295,22 @@ def _candidate(state: JudgedState) -> None:
     request, served = state.request, state.served
     digest = _data_digest(request.data_path)  # the data's files: a kept verdict's, the meta's
     meta = _meta(request, served, digest)
-    taken = settle_unfinished(state.folder, meta, read_candidates(state.folder))
+    # Read, decide, then one commit: the folder's candidates read once; the candidates cut
+    # short that are not continued closed and a kept inconclusive one judged again (issue
+    # 62: before training), both decided before anything is written; their verdicts (and
+    # a promotion the judging decides) staged in the phase's one transaction.
+    taken = decide_unfinished(meta, read_candidates(state.folder))
     state.candidates = taken.candidates
-    if taken.candidate is None and served.losses is not None and not request.forced:
-        rejudged = _rejudge_kept(state, digest)  # issue 62: before training
+    asks = taken.candidate is None and served.losses is not None and not request.forced
+    kept = _rejudge_kept(state, digest) if asks else None
+    rejudged = None
+    if taken.closing or kept is not None:
+        with transaction(state.folder) as tx:  # the closes first, as they were decided
+            taken.stage(tx)
+            report = None if kept is None else kept.stage(tx)
+        if report is not None and report.outcome != Outcome.INCONCLUSIVE:
+            rejudged = report  # decided: no step to train
+    if asks:
         learned = None if rejudged is not None else nothing_new(served, request, state.candidates)
         if rejudged is not None or learned is not None:
             seconds = time.monotonic() - state.started
@@ -385,7 +397,49 @@ def _judge(state: JudgedState, result: TrainResult) -> GateReport:
     stores.write_known_ids(candidate, _known_after(served, losses, request.keep_in_memory_bytes))
     digest, reported = _data_digest(request.data_path), _reported(result.eval)
     scored = (kept, checkpoint, held_out, losses)
-    return _decide(state, scored, started, used, digest, reported)
+    decided = _decide(state, scored, started, used, digest, reported)
+    with transaction(state.folder) as tx:  # the verdict, and the promotion it decides
+        return decided.stage(tx)
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The gate's verdict on a scored candidate, decided and not yet written (nothing of
+    the folder read or changed since the phase read it): :meth:`stage` stages it in the
+    phase's transaction. ``first``: no model served yet (its promotion is the first)."""
+
+    kept: KeptCandidate
+    checkpoint: Path
+    outcome: Outcome
+    reason: str
+    comparisons: list[Paired]
+    started: float
+    used: PrecisionName | None
+    served_id: str | None
+    first: bool
+    digest: str
+    evidence: Literal["held_out", "training_data"] | None
+    reported: Mapping[str, float]
+
+    def stage(self, tx: Transaction) -> GateReport:
+        """The verdict staged in ``tx``, and acted on: the first model is promoted as it
+        is; a promoted one is served unless the operator's pin holds it (``held``)."""
+        candidate, comparisons = self.kept.path, self.comparisons
+        report = _verdict(
+            tx, candidate, self.outcome, self.reason, self.started, self.used, comparisons,
+            self.served_id, self.digest, self.evidence, self.reported,
+        )  # fmt: skip
+        if self.outcome != Outcome.PROMOTED:
+            return report
+        serving, how = time.monotonic(), "first" if self.first else "gate"
+        verdict = _as_verdict(report, comparisons)
+        entry = candidate_entry(tx.folder, candidate, self.checkpoint, verdict, self.kept.meta)
+        if tx.serve(entry, how, unless_pinned=True):
+            return report
+        seconds = round(time.monotonic() - serving, 4)
+        why = "pinned by the operator: " + self.reason
+        held = replace(report, outcome=Outcome.HELD, reason=why, seconds=seconds)
+        return _written(tx, candidate, held, comparisons)
 
 
 def _decide(
@@ -395,47 +449,35 @@ def _decide(
     used: PrecisionName | None,
     digest: str,
     reported: Mapping[str, float],
-) -> GateReport:
+) -> Decided:
     """The verdict on a scored candidate (``scored``: the candidate as read, its
-    checkpoint, whether it is judged on held-out records, its losses), written, and
-    acted on: the first model is promoted as it is; a promoted one is served unless the
-    operator's pin holds it (``held``). ``used``: the precision it was trained in;
-    ``digest``: the data's; ``reported``: its run's figures reported beside its losses
-    (:func:`_reported`)."""
-    request, served, folder = state.request, state.served, state.folder
+    checkpoint, whether it is judged on held-out records, its losses), decided, nothing
+    written. ``used``: the precision it was trained in; ``digest``: the data's;
+    ``reported``: its run's figures reported beside its losses (:func:`_reported`)."""
+    request, served = state.request, state.served
     kept, checkpoint, held_out, losses = scored
-    candidate = kept.path
     evidence, note = _evidence(held_out, served)
     if served.losses is None:
         outcome, reason, comparisons = Outcome.PROMOTED, "the first model", _first(losses)
     else:
-        rolled_back = rolled_back_to(folder, served.id, state.candidates)
+        rolled_back = rolled_back_to(state.folder, served.id, state.candidates)
         asked = _comparisons(request, served, losses, checkpoint, held_out, rolled_back)
         outcome, reason, comparisons = decide(asked)
         reason += note
-    with transaction(folder) as tx:  # the verdict, and the promotion it decides: one commit
-        report = _verdict(
-            tx, candidate, outcome, reason, started, used, comparisons, served.id, digest,
-            evidence, reported,
-        )  # fmt: skip
-        if outcome != Outcome.PROMOTED:
-            return report
-        serving, how = time.monotonic(), "first" if served.pointer is None else "gate"
-        verdict = _as_verdict(report, comparisons)
-        entry = candidate_entry(folder, candidate, checkpoint, verdict, kept.meta)
-        if tx.serve(entry, how, unless_pinned=True):
-            return report
-        seconds = round(time.monotonic() - serving, 4)
-        held = replace(report, outcome=Outcome.HELD, reason="pinned by the operator: " + reason)
-        return _written(tx, candidate, replace(held, seconds=seconds), comparisons)
+    first = served.pointer is None
+    return Decided(
+        kept, checkpoint, outcome, reason, comparisons, started, used, served.id, first,
+        digest, evidence, reported,
+    )  # fmt: skip
 
 
-def _rejudge_kept(state: JudgedState, digest: str) -> GateReport | None:
+def _rejudge_kept(state: JudgedState, digest: str) -> Decided | None:
     """Issue 62: the newest candidate kept ``inconclusive`` against the model still
-    served, judged again on the current records when the data (``digest``) changed since: no step
-    trained. Its report when decided (promoted, rejected, held); None otherwise (still
-    inconclusive: its verdict is updated and the run trains as usual). Asked of a scored
-    served model's unforced run, of the candidates the phase read."""
+    served, judged again on the current records when the data (``digest``) changed since,
+    before any step is trained: its verdict decided, for the phase's transaction to stage
+    (decided, promoted, rejected or held, the run trains nothing; still inconclusive, its
+    verdict is updated and the run trains as usual). None: none to judge again. Asked of
+    a scored served model's unforced run, of the candidates the phase read."""
     request, served = state.request, state.served
     for kept in reversed(state.candidates):
         candidate, verdict = kept.path, kept.verdict
@@ -455,8 +497,7 @@ def _rejudge_kept(state: JudgedState, digest: str) -> GateReport | None:
         said = verdict.candidate  # its run's, as its first verdict kept it
         reported = _reported(None if said is None else said.reported)
         scored = (kept, checkpoint, held_out, losses)
-        decided = _decide(state, scored, started, verdict.precision, digest, reported)
-        return None if decided.outcome == Outcome.INCONCLUSIVE else decided
+        return _decide(state, scored, started, verdict.precision, digest, reported)
     return None
 
 
