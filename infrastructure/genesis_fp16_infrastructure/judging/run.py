@@ -460,7 +460,7 @@ def _decide(
     if served.losses is None:
         outcome, reason, comparisons = Outcome.PROMOTED, "the first model", _first(losses)
     else:
-        rolled_back = rolled_back_to(state.folder, served.id, state.candidates)
+        rolled_back = rolled_back_to(state.candidates, served.id)
         asked = _comparisons(request, served, losses, checkpoint, held_out, rolled_back)
         outcome, reason, comparisons = decide(asked)
         reason += note

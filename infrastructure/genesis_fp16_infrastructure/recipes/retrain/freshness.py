@@ -160,7 +160,8 @@ def _read_by_the_last_judged(
     if pointer is None:
         return None
     folder = Path(request.checkpoint_dir)
-    last = stores.last_judged(folder, str(pointer.served.id), pointer.pinned is not None)
+    kept = candidates.read_candidates(folder)
+    last = stores.last_judged(kept, str(pointer.served.id), pointer.pinned is not None)
     record = None if last is None else candidates.read_data_manifest(last)
     if last is None or record is None or not same_request(record.request, request_key(request)):
         return None
