@@ -107,6 +107,8 @@ def decide_unfinished(meta: CandidateMeta, candidates: tuple[KeptCandidate, ...]
             why = f"a newer candidate cut short on the same request ({taken.name}) is continued"
         logger.info("closing candidate %s, cut short earlier: %s", candidate.name, why)
         closing.append((candidate, f"not continued: {why}"))
+    if not closing:
+        return Taken(taken, candidates)
     closes = tuple((c.path, _closed(c.path, reason, meta.continues)) for c, reason in closing)
     closed = {path: stamped(Verdict.from_json(verdict)) for path, verdict in closes}
     kept = tuple(c.decided(closed[c.path]) if c.path in closed else c for c in candidates)
