@@ -425,21 +425,21 @@ class Decided:
         """The verdict staged in ``tx``, and acted on: the first model is promoted as it
         is; a promoted one is served unless the operator's pin holds it (``held``)."""
         candidate, comparisons = self.kept.path, self.comparisons
-        report = _verdict(
+        report, verdict = _verdict(
             tx, candidate, self.outcome, self.reason, self.started, self.used, comparisons,
             self.served_id, self.digest, self.evidence, self.reported,
         )  # fmt: skip
         if self.outcome != Outcome.PROMOTED:
             return report
         serving, how = time.monotonic(), "first" if self.first else "gate"
-        verdict = _as_verdict(report, comparisons)
         entry = candidate_entry(tx.folder, candidate, self.checkpoint, verdict, self.kept.meta)
         if tx.serve(entry, how, unless_pinned=True):
             return report
         seconds = round(time.monotonic() - serving, 4)
         why = "pinned by the operator: " + self.reason
         held = replace(report, outcome=Outcome.HELD, reason=why, seconds=seconds)
-        return _written(tx, candidate, held, comparisons)
+        _written(tx, candidate, held, comparisons)  # replaces the promotion staged
+        return held
 
 
 def _decide(
@@ -635,7 +635,7 @@ def _undecided(candidate: Path, why: str, started: float, used: PrecisionName | 
     """The verdict ``undecided`` (why: ``why``), committed in a transaction of its own:
     nothing is served."""
     with transaction(candidate.parent.parent) as tx:
-        return _verdict(tx, candidate, Outcome.UNDECIDED, why, started, used, [])
+        return _verdict(tx, candidate, Outcome.UNDECIDED, why, started, used, [])[0]
 
 
 def _verdict(
@@ -650,9 +650,9 @@ def _verdict(
     judged_on: str | None = None,
     evidence: Literal["held_out", "training_data"] | None = None,
     reported: Mapping[str, float] | None = None,
-) -> GateReport:
-    """The gate's report, staged in ``tx`` as the candidate's verdict file (with the
-    figures);
+) -> tuple[GateReport, Verdict]:
+    """The gate's report, staged in ``tx`` as the candidate's verdict (with the figures),
+    and that verdict's record;
     ``judged_on``: the data's digest (an inconclusive one is judged again on other data);
     ``reported``: the candidate run's own figures reported beside its losses, never
     gated (:func:`_reported`)."""
@@ -675,16 +675,18 @@ def _verdict(
         judged_on=judged_on,
         evidence=evidence,
     )
-    return _written(tx, candidate, report, comparisons)
+    return report, _written(tx, candidate, report, comparisons)
 
 
 def _written(
     tx: Transaction, candidate: Path, report: GateReport, comparisons: list[Paired]
-) -> GateReport:
-    """``report`` staged in ``tx`` as the candidate's verdict file, with every
-    comparison's figures (one staged before for the same candidate: replaced)."""
-    tx.verdict(candidate, _verdict_json(report, comparisons))
-    return report
+) -> Verdict:
+    """``report`` staged in ``tx`` as the candidate's verdict, the record its file will
+    hold with every comparison's figures (one staged before for the same candidate:
+    replaced); returns that record (read once: the commit writes it as it is)."""
+    verdict = _as_verdict(report, comparisons)
+    tx.verdict(candidate, verdict)
+    return verdict
 
 
 def _verdict_json(report: GateReport, comparisons: list[Paired]) -> dict[str, Json]:

@@ -52,11 +52,11 @@ class Taken(NamedTuple):
     """What :func:`decide_unfinished` decided: the candidate this run continues (None:
     none), the folder's candidates as they stand once its closes are committed (each one
     it closes with the verdict its file will hold), and those closes, not yet written
-    (each candidate's folder and verdict JSON: :meth:`stage` stages them)."""
+    (each candidate's folder and verdict record: :meth:`stage` stages them)."""
 
     candidate: Path | None
     candidates: tuple[KeptCandidate, ...]
-    closing: tuple[tuple[Path, Mapping[str, Json]], ...] = ()
+    closing: tuple[tuple[Path, Verdict], ...] = ()
 
     def stage(self, tx: Transaction) -> None:
         """Stage every close in ``tx``: the candidate's verdict ``undecided``, with why."""
@@ -110,16 +110,16 @@ def decide_unfinished(meta: CandidateMeta, candidates: tuple[KeptCandidate, ...]
     if not closing:
         return Taken(taken, candidates)
     closes = tuple((c.path, _closed(c.path, reason, meta.continues)) for c, reason in closing)
-    closed = {path: stamped(Verdict.from_json(verdict)) for path, verdict in closes}
+    closed = {path: stamped(verdict) for path, verdict in closes}
     kept = tuple(c.decided(closed[c.path]) if c.path in closed else c for c in candidates)
     return Taken(taken, kept, closes)
 
 
-def _closed(candidate: Path, reason: str, served_id: str | None) -> dict[str, Json]:
-    """The verdict file of ``candidate`` closed: ``undecided`` with ``reason`` (no
-    figures)."""
+def _closed(candidate: Path, reason: str, served_id: str | None) -> Verdict:
+    """The verdict of ``candidate`` closed: ``undecided`` with ``reason`` (no figures),
+    as its file will hold it (stamped when it is written)."""
     report = GateReport(Outcome.UNDECIDED, reason, served_id=served_id, candidate_id=candidate.name)
-    return report.to_json() | {"judged": []}
+    return Verdict.from_json(report.to_json() | {"judged": []})
 
 
 def _not_continued(recorded: CandidateMeta, meta: CandidateMeta) -> str | None:
