@@ -383,16 +383,16 @@ def _judge(state: JudgedState, result: TrainResult) -> GateReport:
         return GateReport(Outcome.UNDECIDED, why, precision=used, candidate_id=candidate.name)
     if result.failure is not None or checkpoint is None:
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
-        return _undecided(candidate, f"not judged: {why}", started, used)
+        return _undecided(candidate, checkpoint, f"not judged: {why}", started, used)
     with reusing_loads():  # the checkpoint unpickled once: the records it names, scored
         held_out, refusal = held_out_check(request, served, checkpoint)
         if refusal is not None:
-            _undecided(candidate, refusal, started, used)
+            _undecided(candidate, checkpoint, refusal, started, used)
             raise TrainRequestError(refusal)
         try:
             losses = losses_of(served.plugin, checkpoint, request, _judged_ids(held_out, served))
         except CheckpointChangedError as exc:  # its own file intact: undecided, never served
-            _undecided(candidate, str(exc), started, used)
+            _undecided(candidate, checkpoint, str(exc), started, used)
             raise
     stores.write_known_ids(candidate, _known_after(served, losses, request.keep_in_memory_bytes))
     digest, reported = _data_digest(request.data_path), _reported(result.eval)
@@ -426,8 +426,8 @@ class Decided:
         is; a promoted one is served unless the operator's pin holds it (``held``)."""
         candidate, comparisons = self.kept.path, self.comparisons
         report, verdict = _verdict(
-            tx, candidate, self.outcome, self.reason, self.started, self.used, comparisons,
-            self.served_id, self.digest, self.evidence, self.reported,
+            tx, candidate, self.checkpoint, self.outcome, self.reason, self.started,
+            self.used, comparisons, self.served_id, self.digest, self.evidence, self.reported,
         )  # fmt: skip
         if self.outcome != Outcome.PROMOTED:
             return report
@@ -631,16 +631,19 @@ def _known_segments(served: Served) -> set[str] | None:
     return set(itertools.compress(served.records.segments, served.knew.tolist()))
 
 
-def _undecided(candidate: Path, why: str, started: float, used: PrecisionName | None) -> GateReport:
-    """The verdict ``undecided`` (why: ``why``), committed in a transaction of its own:
-    nothing is served."""
+def _undecided(
+    candidate: Path, checkpoint: Path | None, why: str, started: float, used: PrecisionName | None
+) -> GateReport:
+    """The verdict ``undecided`` (why: ``why``) on ``candidate`` (its newest checkpoint:
+    ``checkpoint``), committed in a transaction of its own: nothing is served."""
     with transaction(candidate.parent.parent) as tx:
-        return _verdict(tx, candidate, Outcome.UNDECIDED, why, started, used, [])[0]
+        return _verdict(tx, candidate, checkpoint, Outcome.UNDECIDED, why, started, used, [])[0]
 
 
 def _verdict(
     tx: Transaction,
     candidate: Path,
+    checkpoint: Path | None,
     outcome: Outcome,
     reason: str,
     started: float,
@@ -652,14 +655,14 @@ def _verdict(
     reported: Mapping[str, float] | None = None,
 ) -> tuple[GateReport, Verdict]:
     """The gate's report, staged in ``tx`` as the candidate's verdict (with the figures),
-    and that verdict's record;
+    and that verdict's record; ``checkpoint``: the candidate's newest (as the phase
+    found it: no listing under the lock), named in the report;
     ``judged_on``: the data's digest (an inconclusive one is judged again on other data);
     ``reported``: the candidate run's own figures reported beside its losses, never
     gated (:func:`_reported`)."""
     scores, compared = scores_on(comparisons, "candidate"), [c.comparison() for c in comparisons]
     if scores is not None and reported:
         scores = replace(scores, reported=reported)
-    checkpoint = newest_checkpoint(candidate)
     report = GateReport(
         outcome=outcome,
         reason=reason,
