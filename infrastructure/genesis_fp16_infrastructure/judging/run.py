@@ -23,15 +23,18 @@ and the settling of what a killed writer left once, one commit):
    records are its training data, the run is not forced and asks the options the served
    model was trained with), nothing to learn: ``up_to_date``, no candidate; else a new
    one (``new_candidate``) into which, with ``resume``, the served checkpoint is copied
-   first; the plugin's resume continues what it holds;
+   first; the plugin's resume continues what it holds. The phase reads the folder's
+   candidates once and decides before it writes: the candidates cut short it does not
+   continue are closed, and a kept inconclusive one judged again (issue 62), in one
+   transaction;
 4. **gate** (:mod:`.gate`): the candidate and the served model on the same records, paired
    (a run stopped before its end writes no verdict: the next run continues it); after the
    watch rolled a model back to the served one, on the records newer than that model too
    (``newest``);
    the first model is served as it is; a promotion waits for the operator's pin (``held``);
    the verdict file holds the figures, ``judged_ids.npz`` the records the model knew. The
-   verdict and the promotion it decides are one transaction: the verdict file, then the
-   pointer.
+   verdict (:mod:`.verdict`: decided, then staged) and the promotion it decides are one
+   transaction: the verdict file, then the pointer.
 
 **Records neither model trained on** (issue 68; the plugin's side: contract.judging).
 The run reads the candidate's list of the records it trained on: one that names a
