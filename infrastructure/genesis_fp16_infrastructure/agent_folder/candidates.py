@@ -35,13 +35,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files, layout
 from genesis_fp16_infrastructure.agent_folder.files import last_write
-from genesis_fp16_infrastructure.agent_folder.kept_record import Json
+from genesis_fp16_infrastructure.agent_folder.kept_record import Json, KeptRecord
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, DATA_MANIFEST
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
@@ -257,39 +256,76 @@ def _prunable(
     return (verdict.decided_at_s or 0.0) <= cutoff  # a recent one kept for inspection
 
 
-def read_data_manifest(folder: Path) -> dict[str, Any] | None:
+class RecordedCheckpoint(msgspec.Struct, frozen=True):
+    """The checkpoint a data manifest vouches for, as its run left it (``os.stat``)."""
+
+    path: str
+    size: int
+    mtime_ns: int
+
+
+class DataManifestRecord(KeptRecord):
+    """``data_manifest.json``, this version's: the request that asked for the run
+    (``request``: agent, options, seed), its checkpoint, the data files it read
+    (``manifest``: ``data.manifest.Manifest``'s saved JSON, read by its own
+    ``from_json``) and its ``train --json`` result (``result``, a JSON object the reader
+    decodes as ``TrainResult``). Every field is required: a record missing one, or with
+    one of another type, is refused in one line and the file set aside (``files.load``);
+    any other key is kept as read (``extra``) and written back::
+
+        >>> r = DataManifestRecord.from_json({"version": 1, "request": {"seed": 0},
+        ...     "checkpoint": {"path": "c.pt", "size": 1, "mtime_ns": 2},
+        ...     "manifest": {"files": []}, "result": {"steps": 3}})
+        >>> r.checkpoint.size, r.result["steps"]
+        (1, 3)
+        >>> DataManifestRecord.from_json({"version": 1, "request": {}})
+        Traceback (most recent call last):
+        ...
+        ValueError: DataManifestRecord: Object missing required field `checkpoint`
+    """
+
+    version: int
+    request: dict[str, Json]
+    checkpoint: RecordedCheckpoint
+    manifest: dict[str, Json]
+    result: dict[str, Json]
+
+    def vouching_for(self, manifest: Mapping[str, Json]) -> DataManifestRecord:
+        """This record, vouching for the data files as ``manifest`` saves them now."""
+        return msgspec.structs.replace(self, manifest=dict(manifest))
+
+
+def read_data_manifest(folder: Path) -> DataManifestRecord | None:
     """The folder's record; None when absent, of another version, or unusable (set aside
     as ``data_manifest.json.unusable-*`` and reported: the run reads the pool)."""
-    record = files.load(DATA_MANIFEST.at(folder), DATA_MANIFEST, _data_manifest)
-    return record if record is not None and record.get("version") == MANIFEST_VERSION else None
+    return files.load(DATA_MANIFEST.at(folder), DATA_MANIFEST, _data_manifest)
 
 
-def _data_manifest(data: Json) -> dict[str, Json]:
-    """A data manifest's record: a JSON object whose ``result``, in this version's, is one
-    too (the recorded run's, which an up-to-date answer reports); else TypeError, and the
-    file is set aside (``files.load``): a record with no result once failed the plan's
-    check with a KeyError."""
-    record = files.json_object(data)
-    if record.get("version") == MANIFEST_VERSION and not isinstance(record.get("result"), dict):
-        raise TypeError("its result is not a JSON object")
-    return record
+def _data_manifest(data: Json) -> DataManifestRecord | None:
+    """A data manifest's record of this version (None for another: never set aside); one
+    that does not fit raises ValueError and the file is set aside (``files.load``): a
+    record with no result once failed the plan's check with a KeyError."""
+    if not isinstance(data, dict):
+        raise TypeError(f"a JSON {type(data).__name__}, not an object")
+    if data.get("version") != MANIFEST_VERSION:
+        return None
+    return DataManifestRecord.from_json(data)
 
 
-def write_data_manifest(folder: Path, record: Mapping[str, Any]) -> None:
-    text = json.dumps(record, sort_keys=True)
+def write_data_manifest(folder: Path, record: DataManifestRecord) -> None:
+    text = json.dumps(record.to_json(), sort_keys=True)
     files.write_bytes(DATA_MANIFEST.at(folder), DATA_MANIFEST, text.encode("utf-8"))
 
 
-def renew_data_manifest(checkpoint: Path, manifest: Mapping[str, Any]) -> bool:
+def renew_data_manifest(checkpoint: Path, manifest: Mapping[str, Json]) -> bool:
     """The record beside ``checkpoint`` now vouches for ``manifest`` (the files as this
     run's plan scanned them), when it is that checkpoint's record; False when there is
     none to renew."""
     folder = Path(checkpoint).parent
     record = read_data_manifest(folder)
-    recorded = record.get("checkpoint") if record is not None else None
-    if record is None or not isinstance(recorded, Mapping):
+    if record is None:
         return False
-    if Path(str(recorded.get("path"))).resolve() != Path(checkpoint).resolve():
+    if Path(record.checkpoint.path).resolve() != Path(checkpoint).resolve():
         return False
-    write_data_manifest(folder, {**record, "manifest": dict(manifest)})
+    write_data_manifest(folder, record.vouching_for(manifest))
     return True

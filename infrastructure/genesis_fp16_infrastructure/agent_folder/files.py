@@ -313,14 +313,6 @@ def load(
     return None
 
 
-def json_object(data: Any) -> dict[str, Any]:
-    """``data`` when it is a JSON object: the ``decode`` of :func:`load` for a file that
-    holds one record (a non-object raises TypeError: the file is set aside)."""
-    if not isinstance(data, dict):
-        raise TypeError(f"a JSON {type(data).__name__}, not an object")
-    return data
-
-
 def set_aside(path: Path, file: StateFile, why: str, inode: int | None = None) -> SetAside:
     """Rename the unusable ``path`` to a name of its own (:func:`free_aside_path`; a
     folder, FIFO or link is moved, never followed), bound the folder's set-aside entries

@@ -113,7 +113,7 @@ class Transaction:
         self._settled = settled_through is not None
         self._settled_through = settled_through or 0
         self._settled_events = settled_events
-        self._verdicts: dict[Path, Mapping[str, Json]] = {}
+        self._verdicts: dict[Path, Verdict | Mapping[str, Json]] = {}
         self._removals: list[Path] | None = None  # None: no prune staged
         self._sweep: list[Path] = []
 
@@ -205,10 +205,10 @@ class Transaction:
         assert self._pointer is not None
         self.stage(replace(self._pointer, served=served))
 
-    def verdict(self, candidate: Path, verdict: Mapping[str, Json]) -> None:
+    def verdict(self, candidate: Path, verdict: Verdict | Mapping[str, Json]) -> None:
         """Stage a verdict no transition carries (rejected, held, undecided, the gate's
         own), written before the pointer (:func:`write_verdict`); a later one for the
-        same candidate replaces it."""
+        same candidate replaces it. Its record (or its JSON, read when written)."""
         self._verdicts[Path(candidate)] = verdict
 
     def prune(self, removals: list[Path], sweep: list[Path] | None = None) -> None:
@@ -405,13 +405,13 @@ def roll_forward(folder: Path, pointer: ServedPointer) -> list[str]:
     return list(written)
 
 
-def write_verdict(candidate: Path, verdict: Mapping[str, Json]) -> None:
+def write_verdict(candidate: Path, verdict: Verdict | Mapping[str, Json]) -> None:
     """A verdict no transition of the pointer carries (rejected, held, undecided), then a
     rejection's or hold's event (staged before it: ``outbox.verdict_announced``).
     A promotion's and a rollback's go through the pointer (serve, rollback). ``verdict``:
     the gate's report's JSON and what its writer adds (read as a :class:`Verdict`:
     ``ValueError`` in one line when it is not one)."""
-    decided = stamped(Verdict.from_json(verdict)).to_json()
+    decided = stamped(as_verdict(verdict)).to_json()
     with outbox.verdict_announced(candidate, decided):  # in the outbox before it is logged
         files.write_json(VERDICT.at(candidate), VERDICT, decided)
 

@@ -23,15 +23,18 @@ and the settling of what a killed writer left once, one commit):
    records are its training data, the run is not forced and asks the options the served
    model was trained with), nothing to learn: ``up_to_date``, no candidate; else a new
    one (``new_candidate``) into which, with ``resume``, the served checkpoint is copied
-   first; the plugin's resume continues what it holds;
+   first; the plugin's resume continues what it holds. The phase reads the folder's
+   candidates once and decides before it writes: the candidates cut short it does not
+   continue are closed, and a kept inconclusive one judged again (issue 62), in one
+   transaction;
 4. **gate** (:mod:`.gate`): the candidate and the served model on the same records, paired
    (a run stopped before its end writes no verdict: the next run continues it); after the
    watch rolled a model back to the served one, on the records newer than that model too
    (``newest``);
    the first model is served as it is; a promotion waits for the operator's pin (``held``);
    the verdict file holds the figures, ``judged_ids.npz`` the records the model knew. The
-   verdict and the promotion it decides are one transaction: the verdict file, then the
-   pointer.
+   verdict (:mod:`.verdict`: decided, then staged) and the promotion it decides are one
+   transaction: the verdict file, then the pointer.
 
 **Records neither model trained on** (issue 68; the plugin's side: contract.judging).
 The run reads the candidate's list of the records it trained on: one that names a
@@ -72,22 +75,17 @@ import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     KeptCandidate,
-    candidate_entry,
     make_candidate,
     newest_checkpoint,
     read_candidates,
 )
-from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.lifecycle_figures import finite
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
-    Finding,
     Outcome,
-    Verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.transaction import (
     Committed,
-    Transaction,
     recording,
     transaction,
 )
@@ -105,7 +103,6 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
 )
 from genesis_fp16_infrastructure.contract.reports import (
     CommittedChange,
-    GateComparison,
     GateReport,
     LiveReport,
     TrainResult,
@@ -122,7 +119,6 @@ from genesis_fp16_infrastructure.judging.gate import (
     compare_part,
     decide,
     paired_losses,
-    scores_on,
     segment_questions,
     shared_rows,
 )
@@ -138,8 +134,9 @@ from genesis_fp16_infrastructure.judging.served import (
     held_out_unknown,
     losses_of,
 )
-from genesis_fp16_infrastructure.judging.unfinished import settle_unfinished
+from genesis_fp16_infrastructure.judging.unfinished import decide_unfinished
 from genesis_fp16_infrastructure.judging.up_to_date import judged_phases, nothing_new, up_to_date
+from genesis_fp16_infrastructure.judging.verdict import Decided, undecided
 from genesis_fp16_infrastructure.judging.watch import rolled_back_to, watch
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
 from genesis_fp16_infrastructure.precision_names import PrecisionName
@@ -295,10 +292,22 @@ def _candidate(state: JudgedState) -> None:
     request, served = state.request, state.served
     digest = _data_digest(request.data_path)  # the data's files: a kept verdict's, the meta's
     meta = _meta(request, served, digest)
-    taken = settle_unfinished(state.folder, meta, read_candidates(state.folder))
+    # Read, decide, then one commit: the folder's candidates read once; the candidates cut
+    # short that are not continued closed and a kept inconclusive one judged again (issue
+    # 62: before training), both decided before anything is written; their verdicts (and
+    # a promotion the judging decides) staged in the phase's one transaction.
+    taken = decide_unfinished(meta, read_candidates(state.folder))
     state.candidates = taken.candidates
-    if taken.candidate is None and served.losses is not None and not request.forced:
-        rejudged = _rejudge_kept(state, digest)  # issue 62: before training
+    asks = taken.candidate is None and served.losses is not None and not request.forced
+    kept = _rejudge_kept(state, digest) if asks else None
+    rejudged = None
+    if taken.closing or kept is not None:
+        with transaction(state.folder) as tx:  # the closes first, as they were decided
+            taken.stage(tx)
+            report = None if kept is None else kept.stage(tx)
+        if report is not None and report.outcome != Outcome.INCONCLUSIVE:
+            rejudged = report  # decided: no step to train
+    if asks:
         learned = None if rejudged is not None else nothing_new(served, request, state.candidates)
         if rejudged is not None or learned is not None:
             seconds = time.monotonic() - state.started
@@ -371,21 +380,23 @@ def _judge(state: JudgedState, result: TrainResult) -> GateReport:
         return GateReport(Outcome.UNDECIDED, why, precision=used, candidate_id=candidate.name)
     if result.failure is not None or checkpoint is None:
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
-        return _undecided(candidate, f"not judged: {why}", started, used)
+        return undecided(candidate, checkpoint, f"not judged: {why}", started, used)
     with reusing_loads():  # the checkpoint unpickled once: the records it names, scored
         held_out, refusal = held_out_check(request, served, checkpoint)
         if refusal is not None:
-            _undecided(candidate, refusal, started, used)
+            undecided(candidate, checkpoint, refusal, started, used)
             raise TrainRequestError(refusal)
         try:
             losses = losses_of(served.plugin, checkpoint, request, _judged_ids(held_out, served))
         except CheckpointChangedError as exc:  # its own file intact: undecided, never served
-            _undecided(candidate, str(exc), started, used)
+            undecided(candidate, checkpoint, str(exc), started, used)
             raise
     stores.write_known_ids(candidate, _known_after(served, losses, request.keep_in_memory_bytes))
     digest, reported = _data_digest(request.data_path), _reported(result.eval)
     scored = (kept, checkpoint, held_out, losses)
-    return _decide(state, scored, started, used, digest, reported)
+    decided = _decide(state, scored, started, used, digest, reported)
+    with transaction(state.folder) as tx:  # the verdict, and the promotion it decides
+        return decided.stage(tx)
 
 
 def _decide(
@@ -395,47 +406,35 @@ def _decide(
     used: PrecisionName | None,
     digest: str,
     reported: Mapping[str, float],
-) -> GateReport:
+) -> Decided:
     """The verdict on a scored candidate (``scored``: the candidate as read, its
-    checkpoint, whether it is judged on held-out records, its losses), written, and
-    acted on: the first model is promoted as it is; a promoted one is served unless the
-    operator's pin holds it (``held``). ``used``: the precision it was trained in;
-    ``digest``: the data's; ``reported``: its run's figures reported beside its losses
-    (:func:`_reported`)."""
-    request, served, folder = state.request, state.served, state.folder
+    checkpoint, whether it is judged on held-out records, its losses), decided, nothing
+    written. ``used``: the precision it was trained in; ``digest``: the data's;
+    ``reported``: its run's figures reported beside its losses (:func:`_reported`)."""
+    request, served = state.request, state.served
     kept, checkpoint, held_out, losses = scored
-    candidate = kept.path
     evidence, note = _evidence(held_out, served)
     if served.losses is None:
         outcome, reason, comparisons = Outcome.PROMOTED, "the first model", _first(losses)
     else:
-        rolled_back = rolled_back_to(folder, served.id, state.candidates)
+        rolled_back = rolled_back_to(state.candidates, served.id)
         asked = _comparisons(request, served, losses, checkpoint, held_out, rolled_back)
         outcome, reason, comparisons = decide(asked)
         reason += note
-    with transaction(folder) as tx:  # the verdict, and the promotion it decides: one commit
-        report = _verdict(
-            tx, candidate, outcome, reason, started, used, comparisons, served.id, digest,
-            evidence, reported,
-        )  # fmt: skip
-        if outcome != Outcome.PROMOTED:
-            return report
-        serving, how = time.monotonic(), "first" if served.pointer is None else "gate"
-        verdict = _as_verdict(report, comparisons)
-        entry = candidate_entry(folder, candidate, checkpoint, verdict, kept.meta)
-        if tx.serve(entry, how, unless_pinned=True):
-            return report
-        seconds = round(time.monotonic() - serving, 4)
-        held = replace(report, outcome=Outcome.HELD, reason="pinned by the operator: " + reason)
-        return _written(tx, candidate, replace(held, seconds=seconds), comparisons)
+    first = served.pointer is None
+    return Decided(
+        kept, checkpoint, outcome, reason, comparisons, started, used, served.id, first,
+        digest, evidence, reported,
+    )  # fmt: skip
 
 
-def _rejudge_kept(state: JudgedState, digest: str) -> GateReport | None:
+def _rejudge_kept(state: JudgedState, digest: str) -> Decided | None:
     """Issue 62: the newest candidate kept ``inconclusive`` against the model still
-    served, judged again on the current records when the data (``digest``) changed since: no step
-    trained. Its report when decided (promoted, rejected, held); None otherwise (still
-    inconclusive: its verdict is updated and the run trains as usual). Asked of a scored
-    served model's unforced run, of the candidates the phase read."""
+    served, judged again on the current records when the data (``digest``) changed since,
+    before any step is trained: its verdict decided, for the phase's transaction to stage
+    (decided, promoted, rejected or held, the run trains nothing; still inconclusive, its
+    verdict is updated and the run trains as usual). None: none to judge again. Asked of
+    a scored served model's unforced run, of the candidates the phase read."""
     request, served = state.request, state.served
     for kept in reversed(state.candidates):
         candidate, verdict = kept.path, kept.verdict
@@ -455,8 +454,7 @@ def _rejudge_kept(state: JudgedState, digest: str) -> GateReport | None:
         said = verdict.candidate  # its run's, as its first verdict kept it
         reported = _reported(None if said is None else said.reported)
         scored = (kept, checkpoint, held_out, losses)
-        decided = _decide(state, scored, started, verdict.precision, digest, reported)
-        return None if decided.outcome == Outcome.INCONCLUSIVE else decided
+        return _decide(state, scored, started, verdict.precision, digest, reported)
     return None
 
 
@@ -590,81 +588,8 @@ def _known_segments(served: Served) -> set[str] | None:
     return set(itertools.compress(served.records.segments, served.knew.tolist()))
 
 
-def _undecided(candidate: Path, why: str, started: float, used: PrecisionName | None) -> GateReport:
-    """The verdict ``undecided`` (why: ``why``), committed in a transaction of its own:
-    nothing is served."""
-    with transaction(candidate.parent.parent) as tx:
-        return _verdict(tx, candidate, Outcome.UNDECIDED, why, started, used, [])
-
-
-def _verdict(
-    tx: Transaction,
-    candidate: Path,
-    outcome: Outcome,
-    reason: str,
-    started: float,
-    precision: PrecisionName | None,
-    comparisons: list[Paired],
-    served_id: str | None = None,
-    judged_on: str | None = None,
-    evidence: Literal["held_out", "training_data"] | None = None,
-    reported: Mapping[str, float] | None = None,
-) -> GateReport:
-    """The gate's report, staged in ``tx`` as the candidate's verdict file (with the
-    figures);
-    ``judged_on``: the data's digest (an inconclusive one is judged again on other data);
-    ``reported``: the candidate run's own figures reported beside its losses, never
-    gated (:func:`_reported`)."""
-    scores, compared = scores_on(comparisons, "candidate"), [c.comparison() for c in comparisons]
-    if scores is not None and reported:
-        scores = replace(scores, reported=reported)
-    checkpoint = newest_checkpoint(candidate)
-    report = GateReport(
-        outcome=outcome,
-        reason=reason,
-        comparisons=tuple(compared),
-        seconds=round(time.monotonic() - started, 4),
-        precision=precision,
-        candidate=scores,
-        served=None if served_id is None else scores_on(comparisons, "served"),
-        served_id=served_id,
-        checkpoint=None if checkpoint is None else checkpoint.name,
-        candidate_id=candidate.name,
-        records_needed=_needed(compared) if outcome == Outcome.INCONCLUSIVE else None,
-        judged_on=judged_on,
-        evidence=evidence,
-    )
-    return _written(tx, candidate, report, comparisons)
-
-
-def _written(
-    tx: Transaction, candidate: Path, report: GateReport, comparisons: list[Paired]
-) -> GateReport:
-    """``report`` staged in ``tx`` as the candidate's verdict file, with every
-    comparison's figures (one staged before for the same candidate: replaced)."""
-    tx.verdict(candidate, _verdict_json(report, comparisons))
-    return report
-
-
-def _verdict_json(report: GateReport, comparisons: list[Paired]) -> dict[str, Json]:
-    """What the verdict file of ``report`` holds: its JSON and every comparison's figures."""
-    return report.to_json() | {"judged": [c.to_json() for c in comparisons]}
-
-
-def _as_verdict(report: GateReport, comparisons: list[Paired]) -> Verdict:
-    """``report`` as the verdict record its file will hold (staged, not written yet)."""
-    return Verdict.from_json(_verdict_json(report, comparisons))
-
-
 def _reported(figures: Mapping[str, float] | None) -> dict[str, float]:
     """What a run's evaluation (or a kept verdict's ``reported`` scores) reports beside the
     losses: its ``auc`` (se_darwin's), when a finite number."""
     value = finite(figures.get("auc")) if isinstance(figures, Mapping) else None
     return {} if value is None else {"auc": round(value, 6)}
-
-
-def _needed(comparisons: list[GateComparison]) -> int | None:
-    """The records an inconclusive verdict's undecided comparisons would need (None: more
-    records alone would not show one of them no worse)."""
-    needs = [c.records_needed for c in comparisons if c.finding == Finding.INCONCLUSIVE]
-    return None if not needs or None in needs else max(n for n in needs if n is not None)

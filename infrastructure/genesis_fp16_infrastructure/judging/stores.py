@@ -34,7 +34,7 @@ from typing import IO, Any
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.candidates import KeptCandidate, read_candidates
+from genesis_fp16_infrastructure.agent_folder.candidates import KeptCandidate
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_IDS, JUDGED_WATCH, StateFile
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
 from genesis_fp16_infrastructure.contract.split import sorted_unique
@@ -108,18 +108,16 @@ def _grown(kept: IdRank, ids: np.ndarray) -> IdRank | None:
 
 
 def last_judged(
-    folder: Path,
-    served_id: str | None,
-    pinned: bool,
-    candidates: Sequence[KeptCandidate] | None = None,
+    candidates: Sequence[KeptCandidate], served_id: str | None, pinned: bool
 ) -> Path | None:
     """The newest candidate that continued ``served_id`` and was judged, when its records
     count as learned for the served model: it was not served (rejected, held,
     inconclusive, undecided, rolled back), or the served model is pinned (a promoted one
     was served, and a pin is never undone by training the same data again); None when
     the newest such candidate was promoted and no pin holds, or there is none.
-    ``candidates``: the folder's as a judged run's phase read them (None: read now)."""
-    for candidate in reversed(read_candidates(folder) if candidates is None else candidates):
+    ``candidates``: the folder's, as the caller read them (a judged run's phase, the
+    plan's data check): no read here."""
+    for candidate in reversed(candidates):
         outcome = candidate.verdict.outcome
         if candidate.meta.continues != served_id or outcome is None:
             continue

@@ -3,7 +3,7 @@ or a reload) is continued by the agent's next judged run, or closed with its rea
 
 A run cut short leaves its candidate without a verdict: killed, it had no time to write
 one; stopped, it is not judged (a half-trained model is never served) and writes none.
-The next judged run of the agent (:func:`take_unfinished`, before it asks whether
+The next judged run of the agent (:func:`decide_unfinished`, before it asks whether
 anything is new) continues the newest such candidate in its own folder when that
 candidate asked what this run asks: the same served model continued (or none), the same
 data files (their digest), seed and plugin options. The plugin's resume then reads the
@@ -49,12 +49,19 @@ def unfinished_candidates(folder: Path) -> list[Path]:
 
 
 class Taken(NamedTuple):
-    """What :func:`settle_unfinished` did: the candidate this run continues (None: none),
-    and the folder's candidates as they stand after it (those it closed with the verdict
-    its transaction wrote)."""
+    """What :func:`decide_unfinished` decided: the candidate this run continues (None:
+    none), the folder's candidates as they stand once its closes are committed (each one
+    it closes with the verdict its file will hold), and those closes, not yet written
+    (each candidate's folder and verdict record: :meth:`stage` stages them)."""
 
     candidate: Path | None
     candidates: tuple[KeptCandidate, ...]
+    closing: tuple[tuple[Path, Verdict], ...] = ()
+
+    def stage(self, tx: Transaction) -> None:
+        """Stage every close in ``tx``: the candidate's verdict ``undecided``, with why."""
+        for candidate, verdict in self.closing:
+            tx.verdict(candidate, verdict)
 
 
 def take_unfinished(folder: Path, meta: CandidateMeta | Mapping[str, Json]) -> Path | None:
@@ -68,12 +75,22 @@ def take_unfinished(folder: Path, meta: CandidateMeta | Mapping[str, Json]) -> P
 def settle_unfinished(
     folder: Path, meta: CandidateMeta, candidates: tuple[KeptCandidate, ...]
 ) -> Taken:
-    """The unfinished candidate (no verdict) of ``folder`` that this run continues: the
-    newest whose meta asked what ``meta`` (this run's, as a new candidate would record
-    it) asks; None when there is none. Each other unfinished candidate is closed: its
-    verdict ``undecided``, with the reason it is not continued, all of them staged in
-    one transaction (``agent_folder.transaction``: under the pointer's lock, what a
-    killed writer left settled first, one commit); none to close, no transaction.
+    """:func:`decide_unfinished`, its closes committed in one transaction of their own
+    (``agent_folder.transaction``: under the pointer's lock, what a killed writer left
+    settled first, one commit); none to close, no transaction. A judged run stages them
+    in its phase's transaction instead (``judging.run``)."""
+    taken = decide_unfinished(meta, candidates)
+    if taken.closing:
+        with transaction(folder) as tx:
+            taken.stage(tx)
+    return taken
+
+
+def decide_unfinished(meta: CandidateMeta, candidates: tuple[KeptCandidate, ...]) -> Taken:
+    """The unfinished candidate (no verdict) that this run continues: the newest whose
+    meta asked what ``meta`` (this run's, as a new candidate would record it) asks; None
+    when there is none. Each other unfinished candidate is to be closed: its verdict
+    ``undecided``, with the reason it is not continued. Nothing is written here.
     ``candidates``: the folder's, as the run's phase read them (each meta and verdict
     read once, :func:`~.candidates.read_candidates`)."""
     taken: Path | None = None
@@ -92,22 +109,17 @@ def settle_unfinished(
         closing.append((candidate, f"not continued: {why}"))
     if not closing:
         return Taken(taken, candidates)
-    closed: dict[Path, KeptCandidate] = {}
-    with transaction(folder) as tx:
-        for candidate, reason in closing:
-            closed[candidate.path] = candidate.decided(
-                _close(tx, candidate.path, reason, meta.continues)
-            )
-    return Taken(taken, tuple(closed.get(c.path, c) for c in candidates))
+    closes = tuple((c.path, _closed(c.path, reason, meta.continues)) for c, reason in closing)
+    closed = {path: stamped(verdict) for path, verdict in closes}
+    kept = tuple(c.decided(closed[c.path]) if c.path in closed else c for c in candidates)
+    return Taken(taken, kept, closes)
 
 
-def _close(tx: Transaction, candidate: Path, reason: str, served_id: str | None) -> Verdict:
-    """``candidate`` closed in ``tx``: its verdict ``undecided`` with ``reason`` (no
-    figures), staged; returns that verdict as its file will hold it."""
+def _closed(candidate: Path, reason: str, served_id: str | None) -> Verdict:
+    """The verdict of ``candidate`` closed: ``undecided`` with ``reason`` (no figures),
+    as its file will hold it (stamped when it is written)."""
     report = GateReport(Outcome.UNDECIDED, reason, served_id=served_id, candidate_id=candidate.name)
-    verdict = report.to_json() | {"judged": []}
-    tx.verdict(candidate, verdict)
-    return stamped(Verdict.from_json(verdict))
+    return Verdict.from_json(report.to_json() | {"judged": []})
 
 
 def _not_continued(recorded: CandidateMeta, meta: CandidateMeta) -> str | None:

@@ -14,7 +14,6 @@ import hashlib
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import NamedTuple, cast
 
 import numpy as np
@@ -72,7 +71,7 @@ class Learned(NamedTuple):
 
 
 def nothing_new(
-    served: Served, request: TrainRequest, candidates: Sequence[KeptCandidate] | None = None
+    served: Served, request: TrainRequest, candidates: Sequence[KeptCandidate]
 ) -> Learned | None:
     """What the run is up to date against, or None (it trains): the served model knew
     every current record, or the last candidate judged against it trained on them already
@@ -81,7 +80,7 @@ def nothing_new(
     and neither trained on a record the pool no longer holds (a removed file: the model
     would keep what it learned from it, so a candidate trains without it, issue 93).
     Asked of a scored served model's unforced run; ``candidates``: the folder's as the
-    run's phase read them (None: read now)."""
+    run's phase read them (no read here)."""
     if served.known is None:
         return None
     if not records_are_training_data(served.plugin) or _other_options(served, request, candidates):
@@ -90,7 +89,7 @@ def nothing_new(
     if served.knew.all() and not _gone(served.named, ids):
         return Learned(served.known, served.named)
     pinned = served.pointer is not None and served.pointer.pinned is not None
-    last = stores.last_judged(Path(request.checkpoint_dir), served.id, pinned, candidates)
+    last = stores.last_judged(candidates, served.id, pinned)
     known = None if last is None else stores.read_known_ids(last)
     if last is None or known is None or not stores.known(ids, known).all():
         return None

@@ -113,7 +113,6 @@ import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     KeptCandidate,
-    read_candidates,
     utc_now,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
@@ -218,9 +217,7 @@ def _within_bound(
     return fresh[:fits]
 
 
-def rolled_back_to(
-    folder: Path, served_id: str | None, candidates: Sequence[KeptCandidate] | None = None
-) -> np.ndarray | None:
+def rolled_back_to(candidates: Sequence[KeptCandidate], served_id: str | None) -> np.ndarray | None:
     """Issue 92: the records the newest model this watch rolled back to ``served_id`` knew
     (its verdict ``rolled_back``, reason ``live_regression``, watched against
     ``served_id``), as sorted id hashes. The records newer than it, those that showed it
@@ -229,8 +226,8 @@ def rolled_back_to(
     poison's own held-out records reward it) must not excuse it, so it must be shown no
     worse there too, a required question (fewer than two such records: ``undecided``
     until more arrive). None: no such model, or its known records are not kept (logged).
-    ``candidates``: the folder's as a judged run's phase read them (None: read now)."""
-    for kept in reversed(read_candidates(folder) if candidates is None else candidates):
+    ``candidates``: the folder's, as a judged run's phase read them (no read here)."""
+    for kept in reversed(candidates):
         candidate, verdict = kept.path, kept.verdict
         if verdict.outcome != Outcome.ROLLED_BACK or verdict.reason != LIVE_REGRESSION:
             continue

@@ -9,7 +9,8 @@ import math
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,14 @@ from checkpoint_state import checkpoint_state
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     candidate_entry,
     list_candidates,
+    new_candidate,
     newest_checkpoint,
     read_verdict,
     write_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
+from genesis_fp16_infrastructure.agent_folder.transaction import Committed, Transaction
 from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin, rollback, serve
 from genesis_fp16_infrastructure.contract import split
 from genesis_fp16_infrastructure.contract.judging import (
@@ -39,6 +42,7 @@ from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, id_hashes
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ExecutionError
+from genesis_fp16_infrastructure.judging import run as judging_run
 from genesis_fp16_infrastructure.judging import stores, up_to_date
 from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.judging.served import TrainedIdsError, trained_ids
@@ -394,6 +398,42 @@ def test_an_inconclusive_candidate_is_judged_again_without_training(tmp_path: Pa
     assert list_candidates(tmp_path / "checkpoints") == candidates
     pointer = read_pointer(tmp_path / "checkpoints")
     assert pointer is not None and pointer.served.id == kept
+
+
+def test_a_close_and_a_kept_candidate_judged_again_are_one_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The candidate phase reads, decides, then commits once: a candidate cut short on
+    another request is closed and the kept inconclusive one judged again (promoted) in
+    one transaction, the close's verdict first, then the kept one's and the pointer."""
+    plugin = OneNumber()
+    run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 40)))
+    served = read_pointer(tmp_path / "checkpoints")
+    assert served is not None
+    value = json.loads((tmp_path / "checkpoints" / served.served.checkpoint).read_text())
+    plugin.fixed = value["value"] + 0.08
+    second = run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 50)))
+    assert second.gate is not None and second.gate.outcome == "inconclusive"
+    kept = second.gate.candidate_id
+    cut = new_candidate(tmp_path / "checkpoints", {"continues": kept, "seed": 99})
+    committed: list[Committed] = []
+    real = judging_run.transaction
+
+    @contextmanager
+    def counted(folder: Path, *args: Any, **kwargs: Any) -> Iterator[Transaction]:
+        with real(folder, *args, **kwargs) as tx:
+            yield tx
+        assert tx.done is not None
+        committed.append(tx.done)
+
+    monkeypatch.setattr(judging_run, "transaction", counted)
+    third = run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 4050)))
+    assert third.gate is not None and third.gate.outcome == "promoted" and third.steps == 0
+    assert len(committed) == 1, committed  # the candidate phase's one commit
+    assert committed[0].verdicts == (cut.name, kept)
+    assert [e.kind for e in committed[0].entries] == ["gate"]
+    assert read_verdict(cut).outcome == "undecided"
+    assert read_verdict(cut).reason.startswith("not continued: ")
 
 
 def test_a_kept_candidate_whose_list_is_malformed_is_not_judged_again(

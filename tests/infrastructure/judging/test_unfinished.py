@@ -18,8 +18,12 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
 )
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import CandidateMeta
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
-from genesis_fp16_infrastructure.agent_folder.transaction import recording
-from genesis_fp16_infrastructure.judging.unfinished import settle_unfinished, take_unfinished
+from genesis_fp16_infrastructure.agent_folder.transaction import recording, transaction
+from genesis_fp16_infrastructure.judging.unfinished import (
+    decide_unfinished,
+    settle_unfinished,
+    take_unfinished,
+)
 
 META: dict[str, Any] = {
     "fingerprint": "abc123",
@@ -125,3 +129,21 @@ def test_the_candidates_after_settling_are_those_the_folder_holds(tmp_path: Path
         )
         assert kept.meta == read.meta
     assert taken.candidates[1].verdict.outcome == "undecided"
+
+
+def test_deciding_writes_nothing_and_staging_writes_the_closes_in_one_commit(
+    tmp_path: Path,
+) -> None:
+    """``decide_unfinished`` only decides: no verdict file is written until its closes
+    are staged in a transaction, whose one commit writes them all, newest first, as
+    ``settle_unfinished`` does; the candidates it returns already carry those verdicts."""
+    older, newer = new_candidate(tmp_path, META), new_candidate(tmp_path, META)
+    asked = CandidateMeta.from_json({**META, "seed": 1})
+    taken = decide_unfinished(asked, read_candidates(tmp_path))
+    assert taken.candidate is None and [p for p, _ in taken.closing] == [newer, older]
+    assert [read_verdict(c).outcome for c in (older, newer)] == [None, None]
+    assert [c.verdict.outcome for c in taken.candidates] == ["undecided", "undecided"]
+    with recording() as committed, transaction(tmp_path) as tx:
+        taken.stage(tx)
+    assert [done.verdicts for done in committed] == [(newer.name, older.name)]
+    assert [read_verdict(c).outcome for c in (older, newer)] == ["undecided", "undecided"]

@@ -28,9 +28,13 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import candidates
+from genesis_fp16_infrastructure.agent_folder.candidates import (
+    DataManifestRecord,
+    RecordedCheckpoint,
+)
+from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.layout import RECORD_CACHE_FOLDER
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
@@ -75,14 +79,14 @@ def save_record(
         return
     checkpoint = Path(trained)
     stat = os.stat(checkpoint)
-    record = {
-        "version": candidates.MANIFEST_VERSION,
-        "request": request_key(request),
-        "checkpoint": {"path": str(checkpoint), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
-        "manifest": manifest.to_json(prefixes=False),
+    record = DataManifestRecord(
+        version=candidates.MANIFEST_VERSION,
+        request=request_key(request),
+        checkpoint=RecordedCheckpoint(str(checkpoint), stat.st_size, stat.st_mtime_ns),
+        manifest=manifest.to_json(prefixes=False),
         # The live watch's report is this run's: an up-to-date run never reports it again.
-        "result": {**result.to_json(), "live": None},
-    }
+        result={**result.to_json(), "live": None},
+    )
     candidates.write_data_manifest(Path(request.checkpoint_dir), record)
 
 
@@ -100,7 +104,7 @@ def check_data(request: TrainRequest) -> DataCheck:
     pointer, served = _served(request)
     folder = None if served is None else served.parent
     record = None if folder is None else candidates.read_data_manifest(folder)
-    before = Manifest.from_json(record.get("manifest")) if record else None
+    before = Manifest.from_json(record.manifest) if record is not None else None
     try:
         manifest, report = scan_files(Path(request.data_path), before)
     except DataError:
@@ -114,7 +118,7 @@ def check_data(request: TrainRequest) -> DataCheck:
     )
     if record is None or not _may_be_up_to_date(request, record, served):
         return DataCheck(manifest)
-    judged, stored = None, record["result"]
+    judged, stored = None, record.result
     if not manifest.same_content(before):
         found = _read_by_the_last_judged(request, pointer, manifest)
         if found is not None:  # its data report: the records as they are now
@@ -127,7 +131,7 @@ def check_data(request: TrainRequest) -> DataCheck:
             return DataCheck(manifest)
     if (report.hashed or judged) and folder is not None:  # trust these files next time
         candidates.write_data_manifest(
-            folder, {**record, "manifest": manifest.to_json(prefixes=False)}
+            folder, record.vouching_for(manifest.to_json(prefixes=False))
         )
     seconds = time.perf_counter() - start
     why = judged or _unchanged(len(manifest.files), report.hashed, _racy(before, manifest, report))
@@ -142,7 +146,7 @@ def check_data(request: TrainRequest) -> DataCheck:
 
 def _read_by_the_last_judged(
     request: TrainRequest, pointer: ServedPointer | None, manifest: Manifest
-) -> tuple[str, Mapping[str, Any]] | None:
+) -> tuple[str, Mapping[str, Json]] | None:
     """Why the files are nothing new although the served model's run read others: they
     hold the bytes the newest candidate judged against the served model read, and that
     candidate was not served (rejected, held, inconclusive, rolled back) or a pin holds
@@ -156,24 +160,18 @@ def _read_by_the_last_judged(
     if pointer is None:
         return None
     folder = Path(request.checkpoint_dir)
-    last = stores.last_judged(folder, str(pointer.served.id), pointer.pinned is not None)
+    kept = candidates.read_candidates(folder)
+    last = stores.last_judged(kept, str(pointer.served.id), pointer.pinned is not None)
     record = None if last is None else candidates.read_data_manifest(last)
-    if (
-        last is None
-        or record is None
-        or not same_request(record.get("request"), request_key(request))
-    ):
+    if last is None or record is None or not same_request(record.request, request_key(request)):
         return None
-    result = record.get("result")
-    if not isinstance(result, Mapping):
-        return None
-    if not manifest.same_content(Manifest.from_json(record.get("manifest"))):
+    if not manifest.same_content(Manifest.from_json(record.manifest)):
         return None
     return (
         f"nothing new: the {len(manifest.files)} data file(s) hold the bytes candidate "
         f"{last.name} was trained and judged on (it is not the served model)"
         + (" (the served model is pinned)" if pointer.pinned is not None else ""),
-        result,
+        record.result,
     )
 
 
@@ -234,7 +232,7 @@ def files_changed(before: Manifest | None, after: Manifest, named: int = 3) -> s
 
 
 def _may_be_up_to_date(
-    request: TrainRequest, record: Mapping[str, Any], served: Path | None
+    request: TrainRequest, record: DataManifestRecord, served: Path | None
 ) -> bool:
     """The record answers for this run: it resumes, is not a forced budget, asks what the
     recorded run asked, the served checkpoint (the pointer's) is the recorded one, and no
@@ -243,10 +241,10 @@ def _may_be_up_to_date(
         return False
     if request.forced and (request.steps is not None or request.epochs is not None):
         return False  # a forced run trains its budget on unchanged data too
-    if not same_request(record.get("request"), request_key(request)):
+    if not same_request(record.request, request_key(request)):
         logger.info("data manifest: recorded for another request; the run reads the pool")
         return False
-    if not _served_checkpoint_unchanged(record.get("checkpoint"), served):
+    if not _served_checkpoint_unchanged(record.checkpoint, served):
         logger.info("data manifest: the served checkpoint changed since; the run reads the pool")
         return False
     if unfinished_candidates(Path(request.checkpoint_dir)):  # judging.unfinished's to decide
@@ -255,7 +253,7 @@ def _may_be_up_to_date(
     return True
 
 
-def request_key(request: TrainRequest) -> dict[str, Any]:
+def request_key(request: TrainRequest) -> dict[str, Json]:
     """What a recorded run must share with this one: agent, options and seed. Not the
     data path: the records decide (their fingerprint; the manifest lists the files by
     path), so the same records read from a folder instead of its one file, or from a
@@ -264,7 +262,7 @@ def request_key(request: TrainRequest) -> dict[str, Any]:
     return {"agent": request.agent, "options": request.recorded_options(), "seed": request.seed}
 
 
-def same_request(recorded: Any, key: Mapping[str, Any]) -> bool:
+def same_request(recorded: Json, key: Mapping[str, Json]) -> bool:
     """Whether a recorded request (a manifest's, a candidate's) is ``key``: a record
     written when the key held the data path is compared without it.
 
@@ -280,7 +278,7 @@ def same_request(recorded: Any, key: Mapping[str, Any]) -> bool:
 
 
 def _up_to_date_result(
-    request: TrainRequest, stored: Mapping[str, Any], seconds: float, hashed: int, why: str
+    request: TrainRequest, stored: Mapping[str, Json], seconds: float, hashed: int, why: str
 ) -> TrainResult:
     served = TrainResult.from_json(stored)
     data = served.data
@@ -342,17 +340,15 @@ def _served(request: TrainRequest) -> tuple[ServedPointer | None, Path | None]:
         return pointer, None
 
 
-def _served_checkpoint_unchanged(recorded: Any, served: Path | None) -> bool:
+def _served_checkpoint_unchanged(recorded: RecordedCheckpoint, served: Path | None) -> bool:
     """The recorded checkpoint is still there, unchanged, and still the one the
     served-model pointer names (agent_folder.transitions; a promotion, a rollback or an
     unreadable pointer: the run reads the pool)."""
-    if not isinstance(recorded, Mapping):
-        return False
-    path = Path(str(recorded.get("path")))
+    path = Path(recorded.path)
     try:
         stat = os.stat(path)
     except OSError:
         return False
-    if (stat.st_size, stat.st_mtime_ns) != (recorded.get("size"), recorded.get("mtime_ns")):
+    if (stat.st_size, stat.st_mtime_ns) != (recorded.size, recorded.mtime_ns):
         return False
     return served is not None and served.resolve() == path.resolve()
