@@ -42,7 +42,9 @@ record's lineage numbers), another served model (a promotion, a rollback) or ano
 sample is a mismatch: the reference is measured again, counted (:data:`KEPT`) and
 logged. Taken or measured, the report is the same, bit for bit: it is the same values'
 sort and bins. Which records are new is kept beside it, checked record by record
-(:mod:`.new_records`).
+(:mod:`.new_records`), and so is the tool lists' table, used when this pool's distinct
+lists begin with those it was made of (each compared), grown by the lists past them
+(:mod:`.drift_categories`).
 
 The label shift is flagged past max(0.05, 3 standard errors of the difference of two
 rates). Vertex AI and Evidently use fixed thresholds (0.1 by default); a fixed one flags
@@ -57,7 +59,6 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
@@ -67,6 +68,8 @@ from genesis_fp16_infrastructure.contract.reports import DriftReport
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
+from genesis_fp16_infrastructure.recipes.retrain.drift_categories import Categorical as _Categorical
+from genesis_fp16_infrastructure.recipes.retrain.drift_categories import categorical, tables
 from genesis_fp16_infrastructure.recipes.retrain.new_records import new_records, sorted_labelled
 from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, numeric_rows
 
@@ -117,11 +120,11 @@ def drift_report(
     shift, shift_threshold = _label_shift(columns, new_rows.numpy())
     generator = torch.Generator().manual_seed(seed)
     new_rows, ref_rows = _sample(new_rows, generator), _sample(ref_rows, generator)
-    tables = _tables(columns)  # built once, for both sides
+    features = tables(columns, keep_in_memory_bytes)  # built once, for both sides
     measured = _measured(columns, numeric, ref_rows, key, keep_in_memory_bytes)
-    reference = _Reference(_categorical(tables, columns, ref_rows), measured)
+    reference = _Reference(categorical(features, columns, ref_rows), measured)
     new_cols = _numbers(columns, numeric, new_rows)
-    distances = reference.distances(_categorical(tables, columns, new_rows), new_cols)
+    distances = reference.distances(categorical(features, columns, new_rows), new_cols)
     noise = _noise(reference, len(new_rows), seed)
     thresholds = {k: max(MIN_DISTANCE, 2 * noise[k]) for k in distances}
     flagged = sorted(k for k, d in distances.items() if d > thresholds[k])
@@ -186,8 +189,11 @@ class _Measured(NamedTuple):
     @classmethod
     def of(cls, values: torch.Tensor) -> _Measured:
         """Measured from ``values`` (feature x record, float64): one numpy sort of each
-        row, and each value's bin counted by comparisons (:func:`_binned`)."""
+        row, and each value's bin counted by comparisons (:func:`_binned`). A NaN is
+        refused (numpy sorts it last: one look at each row's last value)."""
         ordered = torch.from_numpy(np.sort(values.numpy(), axis=1))
+        if ordered.shape[1] and bool(ordered[:, -1].isnan().any()):
+            _refuse_nan(values.T)
         bounds = [_bounds(row) for row in ordered]
         width = max(len(b) for b in bounds) + 1 if bounds else 1
         bins = _binned(values.numpy(), bounds)
@@ -231,8 +237,7 @@ def _measured(
         )
     else:
         KEPT["measured"] += 1
-    _refuse_nan(numbers)
-    measured = _Measured.of(_feature_major(numbers))
+    measured = _Measured.of(_feature_major(numbers))  # a NaN refused
     if memory is not None:
         what = f"drift reference of {len(numbers):,} records"
         size = numbers.nbytes + measured.bins.nbytes + measured.shares.nbytes
@@ -258,64 +263,6 @@ def _same(kept: torch.Tensor, numbers: torch.Tensor) -> bool:
     NaN equals nothing). numpy's comparison: 0.5 ms of CPU for 50,000 records' numbers,
     ``torch.equal`` 0.9."""
     return kept.dtype == numbers.dtype and np.array_equal(kept.numpy(), numbers.numpy())
-
-
-class _Categorical(NamedTuple):
-    """One categorical feature of some labelled records: each record's code (``codes``,
-    of ``width`` codes) and each code's count of every category (``table``, code x
-    category: a record's tool list counts each of its tools; None where each code is a
-    category of its own), so that a set of records' counts is the bincount of their
-    codes, times the table: exact, in float64 integers."""
-
-    codes: np.ndarray  # int64 per record
-    width: int
-    table: torch.Tensor | None  # float64, code x category; None: the identity
-
-    def counts(self, picked: torch.Tensor) -> torch.Tensor:
-        """The category counts of each row of ``picked`` (draw x record: rows into
-        ``codes``): draw x category. numpy's gather and bincount (torch's indexing took
-        twice the time)."""
-        draws, width = picked.shape[0], self.width
-        offsets = np.arange(draws, dtype=np.int64)[:, None] * width
-        keys = np.take(self.codes, picked.numpy()) + offsets
-        found = np.bincount(keys.ravel(), minlength=draws * width).reshape(draws, width)
-        per_code = torch.from_numpy(found.astype(np.float64))
-        return per_code if self.table is None else per_code @ self.table
-
-
-def _tables(columns: PoolColumns) -> dict[str, _Categorical]:
-    """Each categorical feature of the pool, in the report's order, its codes the pool's
-    rows' (taken at the records measured by :func:`_categorical`), its table built once
-    for both sides. A column's values are distinct (``Coded``), so the agent, operator
-    and pattern codes are their own categories; the tool lists' table is one bincount of
-    (list, tool) pairs, the lists flattened in C (``chain``, ``map``): work per distinct
-    list, none per record, and no Python loop."""
-    out = {
-        name: _Categorical(coded.codes, len(coded.values), None)
-        for name, coded in (
-            ("agent", columns.agent),
-            ("operator", columns.operator),
-            ("reasoning_pattern", columns.pattern),
-        )
-    }
-    lists = columns.tools.values
-    flat = list(chain.from_iterable(lists))
-    vocab = {v: i for i, v in enumerate(dict.fromkeys(flat))}
-    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-    code = np.repeat(np.arange(len(lists), dtype=np.int64), lengths)
-    tool = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int64, count=len(flat))
-    pairs = np.bincount(code * len(vocab) + tool, minlength=len(lists) * len(vocab))
-    table = torch.from_numpy(pairs.reshape(len(lists), len(vocab)).astype(np.float64))
-    out["tool"] = _Categorical(columns.tools.codes, len(lists), table)
-    return out
-
-
-def _categorical(
-    tables: dict[str, _Categorical], columns: PoolColumns, picked: torch.Tensor
-) -> dict[str, _Categorical]:
-    """Each categorical feature of the labelled records ``picked`` (their indices)."""
-    rows = np.take(columns.labelled, picked.numpy())
-    return {name: t._replace(codes=np.take(t.codes, rows)) for name, t in tables.items()}
 
 
 class _Reference:

@@ -18,7 +18,7 @@ from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.recipes.retrain import new_records
+from genesis_fp16_infrastructure.recipes.retrain import drift_categories, new_records
 
 BUDGET = 64 * 2**20
 
@@ -27,7 +27,12 @@ BUDGET = 64 * 2**20
 def _fresh_memory() -> Iterator[None]:
     """Each test starts with nothing kept and no counts."""
     kept_in_memory._PROCESS.clear()
-    for counter in (drift.KEPT, new_records.SORTS, new_records.PLACES):
+    for counter in (
+        drift.KEPT,
+        drift_categories.TOOL_TABLES,
+        new_records.SORTS,
+        new_records.PLACES,
+    ):
         counter.clear()
     yield
     kept_in_memory._PROCESS.clear()
@@ -152,3 +157,41 @@ def test_a_flipped_number_in_the_kept_reference_is_refused(tmp_path: Path) -> No
     _plant(drift.KIND, flipped)
     _report_is_fresh(columns, served)
     assert drift.KEPT["stale"] == 1 and not drift.KEPT["taken"]
+
+
+def test_the_tool_table_grows_by_the_new_lists_with_new_tools(tmp_path: Path) -> None:
+    """A later run whose new records use a tool no earlier record did: the kept table is
+    taken (its lists begin this pool's), grown by the new lists and the new tool's column,
+    and the report is the one computed from nothing."""
+    old, first, second = generate_pool(1500, 99), generate_pool(150, 3099), generate_pool(150, 4099)
+    for record in second["trajectories"].values():
+        record["tools_used"] = ["ripgrep" if t == "grep" else t for t in record["tools_used"]]
+    served = fingerprint_of(read_files(tmp_path / "served", {"a.json": old}))
+    data = tmp_path / "data"
+    drift.drift_report(read_files(data, {"a.json": old, "b.json": first}), served, 3, None, BUDGET)
+    assert not drift_categories.TOOL_TABLES
+    columns = read_files(data, {"a.json": old, "b.json": first, "c.json": second})
+    kept = drift.drift_report(columns, served, 3, None, BUDGET)
+    assert drift_categories.TOOL_TABLES == {"kept": 1}
+    fresh = drift.drift_report(columns, served, 3, None, 0)
+    assert kept is not None and fresh is not None and kept.to_json() == fresh.to_json()
+    memory = kept_in_memory._PROCESS[0]
+    table = memory.get(drift_categories.TOOLS_KIND, drift_categories.TOOLS_KIND, given=False)
+    assert "ripgrep" in table.vocab and table.pairs.shape[1] == len(table.vocab)
+    assert kept.features["tool"] > 0
+
+
+def test_a_kept_tool_table_of_other_lists_is_refused(tmp_path: Path) -> None:
+    """A kept tool table made of other lists (one list changed) is refused, counted and
+    built again: the report is the one computed from nothing."""
+    columns, served = _later_run(tmp_path)
+    drift_categories.TOOL_TABLES.clear()
+
+    def other(kept: Any) -> Any:
+        lists = list(kept.lists)
+        lists[3] = ("not", "a", "list", "of", "this", "pool")
+        return kept._replace(lists=lists, pairs=np.zeros_like(kept.pairs))
+
+    _plant(drift_categories.TOOLS_KIND[0], other)
+    _report_is_fresh(columns, served)
+    assert drift_categories.TOOL_TABLES["refused"] == 1
