@@ -63,7 +63,7 @@ RANKED: Counter[str] = Counter()
 
 def ranked(name: str, ids: np.ndarray, budget: int | None) -> np.ndarray | None:
     """An order that sorts ``ids``, the hashes a run looks up under ``name`` (the listed
-    records' ids): where this process kept the last run's
+    records' ids, the drift's record hashes): where this process kept the last run's
     order of that lookup (within ``budget`` bytes: the request's
     ``keep_in_memory_bytes``) and ``ids`` begin with that run's ids (every one compared),
     that order with the new ids alone sorted and inserted (a grown pool: it costs what

@@ -18,6 +18,7 @@ from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.recipes.retrain import drift_categories, new_records
 
 BUDGET = 64 * 2**20
@@ -195,3 +196,23 @@ def test_a_kept_tool_table_of_other_lists_is_refused(tmp_path: Path) -> None:
     _plant(drift_categories.TOOLS_KIND[0], other)
     _report_is_fresh(columns, served)
     assert drift_categories.TOOL_TABLES["refused"] == 1
+
+
+def test_a_new_served_models_first_report_searches_in_the_kept_hash_order(
+    tmp_path: Path,
+) -> None:
+    """After a promotion (another served model, nothing of it kept), every record is
+    searched for, in the order of the pool's hashes the last report kept, grown by the
+    new file's (no sort of the pool's hashes); the report is the one computed from
+    nothing."""
+    old, first, second = generate_pool(1500, 99), generate_pool(150, 3099), generate_pool(150, 4099)
+    served = fingerprint_of(read_files(tmp_path / "served", {"a.json": old}))
+    promoted = fingerprint_of(read_files(tmp_path / "promoted", {"a.json": old, "b.json": first}))
+    data = tmp_path / "data"
+    drift.drift_report(read_files(data, {"a.json": old, "b.json": first}), served, 3, None, BUDGET)
+    columns = read_files(data, {"a.json": old, "b.json": first, "c.json": second})
+    stores.RANKED.clear()
+    before = dict(new_records.PLACES)
+    _report_is_fresh(columns, promoted)
+    assert stores.RANKED == {"grown": 1}
+    assert new_records.PLACES["searched"] - before["searched"] >= len(columns.key)
