@@ -10,7 +10,7 @@ miss, and the entry goes: the caller reads the file as if nothing were kept. Not
 it is trusted past that check.
 A scoring's model outputs are kept beside them, keyed by the checkpoint's SHA-256 and
 each record's inputs (``recipes.retrain.kept_outputs``), and the drift report's reference,
-keyed by the served model's records and checked against the reference's numbers
+keyed by the served model and checked against the reference's numbers
 (``recipes.retrain.drift``), and the states and scoring models of the last two
 checkpoints a judged run read, keyed by the SHA-256 of their bytes, hashed again at each
 read (:func:`kept_of_digest`: ``training.checkpoint_load``, ``recipes.retrain.scoring``).
