@@ -7,8 +7,14 @@ The tool lists' table is kept in a resident process (``kept_in_memory``) with th
 distinct lists it was made of, and used only when this pool's lists begin with those
 (every one compared); grown by the lists past them (:func:`_tool_table`).
 
->>> picked = categorical(tables(columns, 0), columns, rows)  # doctest: +SKIP
->>> picked["tool"].counts(torch.arange(len(rows))[None])  # each tool's count  # doctest: +SKIP
+Three records of two distinct tool lists (codes 0, 1, 1), the lists counting two tools
+(list 0: tool 0; list 1: tools 0 and 1); two draws, of records (0, 1) and (1, 2):
+
+>>> import numpy as np, torch
+>>> lists = torch.tensor([[1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+>>> tool = Categorical(np.array([0, 1, 1]), 2, lists)
+>>> tool.counts(torch.tensor([[0, 1], [1, 2]])).tolist()
+[[2.0, 1.0], [2.0, 2.0]]
 """
 
 from __future__ import annotations
