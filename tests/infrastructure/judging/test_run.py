@@ -1093,3 +1093,36 @@ def test_a_run_reads_the_pointer_once_per_transaction(
     assert result.live is not None and result.live.now_served == first
     assert len(parsed) == len(commits) == 3
     assert parsed[2].served.id == first and parsed[2].journal[-1].kind == "rollback"
+
+
+@dataclass
+class RowsListing(Listing):
+    """Listing that notes, per scoring, whether it was asked by rows of a listing
+    (``ScoreOnly.of_rows``) rather than by ids alone."""
+
+    by_rows: list[bool] = field(default_factory=list)
+
+    def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
+        only = request.score_only
+        self.by_rows.append(only is not None and only.among is not None)
+        return super().score_records(checkpoint, request)
+
+
+def test_the_gate_asks_by_rows_only_where_the_served_model_was_given_what_it_asked(
+    tmp_path: Path,
+) -> None:
+    """The served model's scoring asks by rows of its listing; the candidate's is asked
+    by those rows too when that scoring gave back exactly the records asked for, and by
+    ids when it scored every record (the served model's losses then are not the asked
+    rows'); the verdicts are the same."""
+    honours, ignores = RowsListing(), RowsListing(honour=False)
+    judged = _three_runs(tmp_path / "honours", honours)
+    alike = _three_runs(tmp_path / "ignores", ignores)
+    # Scorings: the first candidate; the served model, the candidate; the served model,
+    # the watch's predecessor, the candidate.
+    assert honours.by_rows[1] and honours.by_rows[2] and honours.by_rows[-1]
+    assert ignores.by_rows[1] and not ignores.by_rows[2] and not ignores.by_rows[-1]
+    for ours, theirs in zip(judged, alike, strict=True):
+        assert ours.gate is not None and theirs.gate is not None
+        assert ours.gate.outcome == theirs.gate.outcome
+        assert ours.gate.comparisons == theirs.gate.comparisons

@@ -177,8 +177,9 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     except (KeyError, RuntimeError) as exc:  # not a world model this build can load
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
     losses = record_losses(p, columns.success[asked])
-    named = [pool.segments[i] for i in asked.tolist()]
-    return RecordLosses.of([ids[i] for i in asked.tolist()], losses, named, data.quarantined)
+    rows, segments = asked.tolist(), pool.segments
+    named = [segments[i] for i in rows]
+    return RecordLosses.of([ids[i] for i in rows], losses, named, data.quarantined)
 
 
 def _predictor(checkpoint: Path, budget: int | None) -> WorldModelPredictor:
