@@ -25,10 +25,12 @@ list (a pointer each) and one hash per id outside the old pool (usually few). Th
 pool's ids are found by its id ranking (``PoolColumns.id_rank``: its id hashes sorted),
 which a kept pool takes along, checked before use; the grown pool's is the old one with
 the new hashes inserted (the new ones alone sorted), and its labelled ids
-(``example_ids``) the old list and the new records': a later growth starts from both
-again. Ids are matched by their 64-bit hashes and every
-match checked by string; where two different ids share a hash, :func:`extended` says
-None and the caller joins the whole pool, which matches by string.
+(``example_ids``) the old list and the new records', and its judged ids
+(``judged_ids``) the old ones (checked on a sample) and the new records' named, with a
+note of the old ones (``JUDGED_FROM``): a later growth starts from all three again. Ids
+are matched by their 64-bit hashes and every match checked by string; where two
+different ids share a hash, :func:`extended` says None and the caller joins the whole
+pool, which matches by string.
 
     columns, left_out = extended(kept.columns, new_blocks) or collect(every_block, False)
 """
@@ -41,16 +43,18 @@ import numpy as np
 
 from genesis_fp16_infrastructure.data.file_records import RecordBlock, joined_codes
 from genesis_fp16_infrastructure.data.pool_columns import (
+    JUDGED_FROM,
     Coded,
     IdRank,
     PoolColumns,
     appended,
     collect,
     derived,
+    judged_agree,
     ranges,
     set_derived,
 )
-from genesis_fp16_infrastructure.data.schema import record_id_hashes
+from genesis_fp16_infrastructure.data.schema import judged_id, record_id_hashes
 
 
 def extended(old: PoolColumns, blocks: Sequence[RecordBlock]) -> tuple[PoolColumns, int] | None:
@@ -94,7 +98,7 @@ def extended(old: PoolColumns, blocks: Sequence[RecordBlock]) -> tuple[PoolColum
         return appended(a, b[kept_label])
 
     columns = PoolColumns(
-        ids=old.ids + [new.ids[i] for i in fresh.tolist()],
+        ids=old.ids + tuple(map(new.ids.__getitem__, fresh.tolist())),
         id_hash=rows(old.id_hash, new.id_hash),
         score=rows(old.score, new.score),
         scored=rows(old.scored, new.scored),
@@ -119,14 +123,27 @@ def extended(old: PoolColumns, blocks: Sequence[RecordBlock]) -> tuple[PoolColum
         judged=labels(old.judged, new.judged),
     )
     # What the old pool worked out, grown by the new rows alone: the next growth's too.
+    named = tuple(map(new.ids.__getitem__, labelled_new.tolist()))
+    judged = _judged_of(old)
     set_derived(
         columns,
         {
             "id_rank": old_ids.grown(new.id_hash[fresh], n),
-            "example_ids": old.example_ids + [new.ids[r] for r in labelled_new.tolist()],
+            "example_ids": old.example_ids + named,
+            "judged_ids": judged + tuple(map(judged_id, named, new.key[kept_label].tolist())),
+            JUDGED_FROM: judged,
         },
     )
     return columns, within + int(known.sum())
+
+
+def _judged_of(old: PoolColumns) -> tuple[str, ...]:
+    """``old``'s judged ids: those it took along (a grown or kept pool's), checked on a
+    sample first (``pool_columns.judged_agree``), else named now."""
+    kept = derived(old).get("judged_ids")
+    if kept is not None and not judged_agree(old, kept):
+        del vars(old)["judged_ids"]  # not this pool's: named again
+    return old.judged_ids
 
 
 def _rank_of(old: PoolColumns) -> IdRank | None:

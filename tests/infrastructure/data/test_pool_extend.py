@@ -19,7 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from genesis_fp16_infrastructure.data import fingerprint, pool_columns
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
-from genesis_fp16_infrastructure.data.pool_columns import IdRank, PoolColumns, set_derived
+from genesis_fp16_infrastructure.data.pool_columns import (
+    JUDGED_FROM,
+    IdRank,
+    PoolColumns,
+    set_derived,
+)
 from genesis_fp16_infrastructure.data.pool_extend import extended
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.readers import ReadResult, _file_records, read_trajectories
@@ -166,8 +171,10 @@ def _pool_of(data: ReadResult) -> tuple[object, ...]:
 
 def _same_derived(got: PoolColumns, fresh: PoolColumns) -> None:
     """What a read took along of what its pool worked out (a grown pool's, or a kept
-    copy's) is what a fresh read works out: the labelled ids and the id ranking."""
+    copy's) is what a fresh read works out: the labelled ids, the judged ids and the id
+    ranking."""
     assert got.example_ids == fresh.example_ids
+    assert got.judged_ids == fresh.judged_ids
     rank, fresh_rank = got.id_rank, fresh.id_rank
     assert (rank is None) == (fresh_rank is None)
     if rank is not None and fresh_rank is not None:
@@ -402,9 +409,28 @@ def test_a_kept_ranking_of_other_ids_is_not_believed(tmp_path: Path) -> None:
     grown = extended(old, [block])
     assert grown is not None
     columns, left_out = grown
-    assert left_out == 1 and columns.ids == [f"t{k}" for k in range(6)] + ["t7"]
+    assert left_out == 1 and columns.ids == (*[f"t{k}" for k in range(6)], "t7")
     fresh = read_trajectories(tmp_path, keep_text=False).columns
     _same_derived(columns, fresh)
+
+
+def test_kept_judged_ids_of_another_pool_are_not_believed(tmp_path: Path) -> None:
+    """A pool that carries judged ids that are not its own (as many, other names) has
+    them named again before the new records' are joined on: the grown pool's are a
+    fresh read's, and its note of the old ones names the old pool's own. Believed, the
+    old records would be judged under the other pool's ids."""
+    first, later = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _write(first, [(k, [], "qa", k % 6) for k in range(6)])
+    _write(later, [(7, [], "qa", 2)])
+    old = read_trajectories(first, keep_text=False).columns
+    wrong = tuple(f"x{k}#0" for k in range(len(old.labelled)))
+    assert wrong
+    set_derived(old, {"judged_ids": wrong})
+    grown = extended(old, [_file_records(later, _NoSink(), None, keep_text=False)])
+    assert grown is not None
+    fresh = read_trajectories(tmp_path, keep_text=False).columns
+    _same_derived(grown[0], fresh)
+    assert vars(grown[0])[JUDGED_FROM] == old.judged_ids != wrong
 
 
 class _NoSink(QuarantineSink):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,13 @@ import torch
 from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.data.pool_columns import JUDGED_FROM, PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
-from genesis_fp16_infrastructure.kept_in_memory import kept_of_digest, process_memory
+from genesis_fp16_infrastructure.kept_in_memory import (
+    estimate_bytes,
+    kept_of_digest,
+    process_memory,
+)
 from genesis_fp16_infrastructure.recipes.retrain.evaluated import checkpoint_digest, evaluated_logit
 from genesis_fp16_infrastructure.recipes.retrain.freshness import record_cache
 from genesis_fp16_infrastructure.recipes.retrain.kept_outputs import (
@@ -84,7 +89,7 @@ class _RunPool:
     plan: weakref.ref[Any] | None
     key: tuple[str, TaskOptions, str]
     data: ReadResult
-    ids: list[str]
+    ids: tuple[str, ...]
     kept: KeptNumeric | None = None
     numeric: np.ndarray | None = None  # read-only: the kept rows themselves (KeptNumeric.view)
 
@@ -122,10 +127,56 @@ class _RunPool:
         return torch.from_numpy(self.numeric[asked])
 
     @functools.cached_property
-    def segments(self) -> list[str]:
-        """Each labelled record's segment: the Genesis agent that wrote it."""
-        columns = self.data.columns  # each agent's name said once, not once a record
-        return columns.agent.take_as(columns.labelled, lambda a: "-" if a is None else str(a))
+    def segments(self) -> Sequence[str]:
+        """Each labelled record's segment: the Genesis agent that wrote it (the listing's,
+        when the run listed its records)."""
+        if "listing" in vars(self):
+            return self.listing.segments or ()
+        return _segments(self.data.columns, 0)
+
+    @functools.cached_property
+    def listing(self) -> RecordIds:
+        """Every labelled record by judged id and segment, checked (``RecordIds``). A pool
+        grown from the one this process listed last for the same data path (its judged
+        ids the ones that listing names: the read's note, ``pool_columns.JUDGED_FROM``)
+        is that listing extended, its new records alone checked (``RecordIds.extended``);
+        the same pool, that listing; any other, listed and checked whole."""
+        columns = self.data.columns
+        memory = process_memory(self.budget or 0)
+        key = (LISTING_KIND, self.key[0])
+        kept = None if memory is None else memory.get(key, LISTING_KIND, given=False)
+        if isinstance(kept, _KeptListing) and kept.judged is self.ids:
+            return kept.listing
+        if isinstance(kept, _KeptListing) and vars(columns).get(JUDGED_FROM) is kept.judged:
+            first = len(kept.judged)
+            more = _segments(columns, first)
+            listing = kept.listing.extended(self.ids[first:], more, columns.judged)
+        else:
+            listing = RecordIds(self.ids, tuple(_segments(columns, 0)), columns.judged)
+        if memory is not None:
+            entry = _KeptListing(self.ids, listing)
+            # The set of its ids the listing's check keeps: ~40-80 bytes an id.
+            size = estimate_bytes(entry) + 64 * len(self.ids)
+            memory.put(key, LISTING_KIND, entry, size, "the listed records' ids")
+        return listing
+
+
+LISTING_KIND = "listed records"  # the store's key: (LISTING_KIND, data path)
+
+
+@dataclass(frozen=True)
+class _KeptListing:
+    """A run's listing of its records, and the judged ids it was made of (its pool's)."""
+
+    judged: tuple[str, ...]
+    listing: RecordIds
+
+
+def _segments(columns: PoolColumns, first: int) -> list[str]:
+    """The segment of each labelled record from the ``first`` on: the Genesis agent that
+    wrote it, each agent's name said once, not once a record."""
+    rows = columns.labelled[first:]
+    return columns.agent.take_as(rows, lambda a: "-" if a is None else str(a))
 
 
 _RUN_POOL: list[_RunPool] = []  # at most one: the last run's
@@ -257,5 +308,4 @@ def record_ids(request: TrainRequest) -> RecordIds | None:
     scorings share (the served model's would read it again)."""
     if request.data_path is None or request.snapshot is None or request.snapshot.data is None:
         return None
-    pool = _run_pool(request, TaskOptions.from_mapping(request.options))
-    return RecordIds(tuple(pool.ids), tuple(pool.segments), pool.data.columns.judged)
+    return _run_pool(request, TaskOptions.from_mapping(request.options)).listing

@@ -4,6 +4,9 @@ again, the ids always those named from nothing."""
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,7 +14,10 @@ import pytest
 from pool_files import Pool, read_files
 
 from genesis_fp16_infrastructure import kept_in_memory
+from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.schema import judged_id
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain import split
@@ -29,8 +35,9 @@ def _fresh_memory() -> Iterator[None]:
     split.JUDGED.clear()
 
 
-def _from_nothing(columns: PoolColumns) -> list[str]:
-    return [judged_id(i, k) for i, k in zip(columns.example_ids, columns.key.tolist(), strict=True)]
+def _from_nothing(columns: PoolColumns) -> tuple[str, ...]:
+    keys = columns.key.tolist()
+    return tuple(judged_id(i, k) for i, k in zip(columns.example_ids, keys, strict=True))
 
 
 def test_a_pool_grown_at_its_end_names_its_new_records_alone(tmp_path: Path) -> None:
@@ -45,7 +52,8 @@ def test_a_pool_grown_at_its_end_names_its_new_records_alone(tmp_path: Path) -> 
     assert split.JUDGED["taken"] == len(first.labelled)
     assert split.JUDGED["named"] == len(grown.labelled) - len(first.labelled)
     assert ids == _from_nothing(grown)
-    ids.append("changed by a caller")  # what a caller does to its list is not kept
+    with pytest.raises(AttributeError):  # a tuple: no caller changes the kept ids
+        ids.append("changed by a caller")  # type: ignore[attr-defined]
     assert split.judged_ids(grown, BUDGET) == _from_nothing(grown)
 
 
@@ -84,3 +92,23 @@ def test_budget_zero_keeps_nothing(tmp_path: Path) -> None:
     split.judged_ids(columns, 0)
     split.judged_ids(columns, 0)
     assert split.JUDGED["named"] == 2 * len(columns.labelled) and split.JUDGED["taken"] == 0
+
+
+def test_a_pool_that_carries_its_judged_ids_names_none(tmp_path: Path) -> None:
+    """A pool the record cache kept and grew in a resident process carries its judged
+    ids (``PoolColumns.judged_ids``): taken as they are, none named, and they are those
+    named from nothing."""
+    memory = kept_in_memory.KeptInMemory(BUDGET)
+    folder, cache = tmp_path / "data", tmp_path / "cache"
+    folder.mkdir()
+    for name, seed in (("a.json", 99), ("b.json", 3099)):
+        (folder / name).write_text(json.dumps(generate_pool(300, seed)))
+        past = time.time_ns() - 60 * 10**9  # older than the cache's RACY_NS: kept
+        os.utime(folder / name, ns=(past, past))
+        scanned, _ = scan_files(folder, None)
+        records = RecordCache(cache, scanned, memory)
+        grown = read_trajectories(folder, cache=records, keep_text=False).columns
+    assert records.pool_grown and "judged_ids" in vars(grown)
+    split.JUDGED.clear()
+    assert split.judged_ids(grown, BUDGET) == _from_nothing(grown)
+    assert split.JUDGED["named"] == 0 and split.JUDGED["taken"] == len(grown.labelled)
