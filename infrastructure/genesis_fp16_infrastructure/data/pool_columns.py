@@ -46,14 +46,7 @@ from genesis_fp16_infrastructure.data.file_records import (
     joined_codes,
 )
 from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
-from genesis_fp16_infrastructure.data.schema import (
-    OUTCOMES,
-    AttemptInput,
-    Example,
-    Label,
-    find_ids,
-    judged_id,
-)
+from genesis_fp16_infrastructure.data.schema import OUTCOMES, AttemptInput, Example, Label, find_ids
 
 _H = TypeVar("_H", bound=Hashable)
 _T = TypeVar("_T")
@@ -201,12 +194,13 @@ class PoolColumns:
         return tuple(map(self.ids.__getitem__, self.labelled.tolist()))
 
     @cached_property
-    def judged_ids(self) -> tuple[str, ...]:
-        """Each labelled record's id as the judged run knows it (``schema.judged_id``: its
-        id and its record hash), in ``labelled``'s order: a string formatted a record
-        (100,000: ~30 ms); a grown pool's are its old pool's and the new records' alone
-        (``data.pool_extend``), checked on a sample first (:func:`judged_agree`)."""
-        return tuple(map(judged_id, self.example_ids, self.key.tolist()))
+    def token(self) -> object:
+        """An object that stands for this pool (its rows, in order) while it lives: a
+        copy (:func:`frozen`, :func:`roomy`) carries the same one, a grown pool has its
+        own and notes its old pool's (:data:`GROWN_FROM`). What was worked out of a pool
+        and kept beside it (a judged run's listing of its records,
+        ``recipes.retrain.scoring``) is known to be of these rows, or of their first."""
+        return object()
 
     @cached_property
     def id_rank(self) -> IdRank | None:
@@ -218,11 +212,9 @@ class PoolColumns:
 
 # What a pool works out from its columns once, when first asked (cached properties), and
 # a copy or a grown pool takes along rather than working out again over every row; and
-# JUDGED_FROM, a grown pool's note of the judged ids its first ones are (the old pool's
-# tuple itself): what was listed and checked of those need not be again (a judged run's
-# listing, ``recipes.retrain.scoring``).
-JUDGED_FROM = "judged_from"
-DERIVED = ("example_ids", "id_rank", "judged_ids", JUDGED_FROM)
+# GROWN_FROM, a grown pool's note of the pool its first rows are (that pool's token).
+GROWN_FROM = "grown_from"
+DERIVED = ("example_ids", "id_rank", "token", GROWN_FROM)
 
 
 def derived(columns: PoolColumns) -> dict[str, Any]:
@@ -240,33 +232,23 @@ def frozen(columns: PoolColumns) -> PoolColumns:
     """``columns`` made read-only where it is numpy (each array and coded column's codes,
     in place: a write into one raises ``ValueError: assignment destination is read-only``),
     and returned as another :class:`PoolColumns` that shares those arrays and its tuples
-    (the ids, the labelled ids, the judged ids: 100,000 records' were two list copies a
-    read, each ~0.6 ms) but holds its own lists (outside ids, coded values), whose copy
-    is a pointer each. What the pool worked out (:data:`DERIVED`) goes along. So a kept
+    (the ids, the labelled ids: 100,000 records' were list copies, two to four a read,
+    each 0.6-2 ms) but holds its own lists (outside ids, coded values), whose copy is a
+    pointer each. What the pool worked out (:data:`DERIVED`) goes along. So a kept
     pool and the run it is handed to share the memory of its columns, and neither can
     change the other's:
 
         kept = frozen(columns)  # columns.score[0] = 1.0 now raises
     """
     freeze(columns)
+    columns.token  # noqa: B018 (a copy stands for the same rows: the same token)
     owned = {f.name: _own(getattr(columns, f.name)) for f in fields(columns)}
     text = None if columns.text is None else tuple(map(list, columns.text))  # lists, copied
     out = replace(columns, **{**owned, "text": text})
-    # A list copied; a tuple (judged ids) or a ranking, which nothing changes, shared.
+    # A list copied; a tuple (the labelled ids) or a ranking, which nothing changes, shared.
     worked = derived(columns).items()
     set_derived(out, {name: list(v) if isinstance(v, list) else v for name, v in worked})
     return out
-
-
-def judged_agree(columns: PoolColumns, judged: tuple[str, ...]) -> bool:
-    """Whether ``judged`` are ``columns``' judged ids (:attr:`PoolColumns.judged_ids`):
-    as many, and a sample of 64 the same (the check before a grown pool's are used)."""
-    count = len(columns.labelled)
-    if len(judged) != count:
-        return False
-    at = np.linspace(0, count - 1, min(64, count), dtype=np.int64).tolist()
-    names, keys = columns.example_ids, columns.key
-    return all(judged[i] == judged_id(names[i], int(keys[i])) for i in at)
 
 
 def freeze(columns: PoolColumns) -> None:
@@ -347,6 +329,7 @@ def roomy(columns: PoolColumns) -> PoolColumns:
         return Coded(room(value.codes), value.values) if isinstance(value, Coded) else value
 
     out = replace(columns, **{f.name: room(getattr(columns, f.name)) for f in fields(columns)})
+    columns.token  # noqa: B018 (the same rows: the same token)
     set_derived(out, derived(columns))
     return out
 

@@ -276,8 +276,8 @@ class RecordCache:
             return
         self.fingerprint = fingerprint or fingerprint_of(columns)
         # What a later read's growth asks of the old pool, worked out now (a join of every
-        # file costs as much): it grows them by its new rows alone (data.pool_extend).
-        columns.example_ids, columns.id_rank, columns.judged_ids  # noqa: B018 (carried)
+        # file costs as much): it grows it by its new rows alone (data.pool_extend).
+        columns.id_rank  # noqa: B018 (a cached property, carried)
         stored = StoredPool(frozen(columns), duplicates, named, list(rejected))
         # The arrays' spare room (a grown pool's, pool_columns.appended) is held too.
         size = estimate_bytes(stored.columns) + held_bytes(columns)

@@ -30,8 +30,9 @@ import torch
 from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.data.pool_columns import JUDGED_FROM, PoolColumns
+from genesis_fp16_infrastructure.data.pool_columns import GROWN_FROM, PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
+from genesis_fp16_infrastructure.data.schema import judged_id
 from genesis_fp16_infrastructure.kept_in_memory import (
     estimate_bytes,
     kept_of_digest,
@@ -89,7 +90,6 @@ class _RunPool:
     plan: weakref.ref[Any] | None
     key: tuple[str, TaskOptions, str]
     data: ReadResult
-    ids: tuple[str, ...]
     kept: KeptNumeric | None = None
     numeric: np.ndarray | None = None  # read-only: the kept rows themselves (KeptNumeric.view)
 
@@ -127,6 +127,14 @@ class _RunPool:
         return torch.from_numpy(self.numeric[asked])
 
     @functools.cached_property
+    def ids(self) -> tuple[str, ...]:
+        """Each labelled record's judged id (``split.judged_ids``): the listing's, when the
+        run listed its records."""
+        if "listing" in vars(self):
+            return self.listing.ids
+        return judged_ids(self.data.columns, self.budget)
+
+    @functools.cached_property
     def segments(self) -> Sequence[str]:
         """Each labelled record's segment: the Genesis agent that wrote it (the listing's,
         when the run listed its records)."""
@@ -137,26 +145,33 @@ class _RunPool:
     @functools.cached_property
     def listing(self) -> RecordIds:
         """Every labelled record by judged id and segment, checked (``RecordIds``). A pool
-        grown from the one this process listed last for the same data path (its judged
-        ids the ones that listing names: the read's note, ``pool_columns.JUDGED_FROM``)
-        is that listing extended, its new records alone checked (``RecordIds.extended``);
-        the same pool, that listing; any other, listed and checked whole."""
+        the record cache grew from the one this process listed last for the same data
+        path (``pool_columns.GROWN_FROM``: its first rows are that pool's) is that
+        listing extended by its new records, named and checked alone
+        (``RecordIds.extended``: at 100,000 records, no walk of every id but the one
+        joining the tuples); the same pool (its token), that listing; any other, listed
+        and checked whole."""
         columns = self.data.columns
         memory = process_memory(self.budget or 0)
         key = (LISTING_KIND, self.key[0])
         kept = None if memory is None else memory.get(key, LISTING_KIND, given=False)
-        if isinstance(kept, _KeptListing) and kept.judged is self.ids:
+        if isinstance(kept, _KeptListing) and kept.pool is columns.token:
             return kept.listing
-        if isinstance(kept, _KeptListing) and vars(columns).get(JUDGED_FROM) is kept.judged:
-            first = len(kept.judged)
-            more = _segments(columns, first)
-            listing = kept.listing.extended(self.ids[first:], more, columns.judged)
+        first = len(kept.listing.ids) if isinstance(kept, _KeptListing) else 0
+        grown = isinstance(kept, _KeptListing) and vars(columns).get(GROWN_FROM) is kept.pool
+        if grown and first <= len(columns.labelled):
+            assert isinstance(kept, _KeptListing)
+            rows = columns.labelled[first:].tolist()
+            keys = columns.key[first:].tolist()
+            more = tuple(map(judged_id, map(columns.ids.__getitem__, rows), keys))
+            listing = kept.listing.extended(more, _segments(columns, first), columns.judged)
         else:
-            listing = RecordIds(self.ids, tuple(_segments(columns, 0)), columns.judged)
+            named = judged_ids(columns, self.budget)
+            listing = RecordIds(named, tuple(_segments(columns, 0)), columns.judged)
         if memory is not None:
-            entry = _KeptListing(self.ids, listing)
+            entry = _KeptListing(columns.token, listing)
             # The set of its ids the listing's check keeps: ~40-80 bytes an id.
-            size = estimate_bytes(entry) + 64 * len(self.ids)
+            size = estimate_bytes(entry) + 64 * len(listing.ids)
             memory.put(key, LISTING_KIND, entry, size, "the listed records' ids")
         return listing
 
@@ -166,9 +181,9 @@ LISTING_KIND = "listed records"  # the store's key: (LISTING_KIND, data path)
 
 @dataclass(frozen=True)
 class _KeptListing:
-    """A run's listing of its records, and the judged ids it was made of (its pool's)."""
+    """A run's listing of its records, and the pool it lists (its token)."""
 
-    judged: tuple[str, ...]
+    pool: object
     listing: RecordIds
 
 
@@ -194,8 +209,7 @@ def _run_pool(request: TrainRequest, options: TaskOptions) -> _RunPool:
     # quarantined records kept where the judged run asks (its first read)
     data = read_pool(request, options, request.quarantine_path, cache)
     plan = None if checked is None else weakref.ref(checked)
-    named = judged_ids(data.columns, request.keep_in_memory_bytes)
-    pool = _RunPool(plan, key, data, named, kept_numeric(request, cache))
+    pool = _RunPool(plan, key, data, kept_numeric(request, cache))
     pool.budget = request.keep_in_memory_bytes
     if checked is not None:  # forgotten with the plan: a daemon thread keeps no old pool
         _RUN_POOL[:] = [pool]

@@ -189,17 +189,13 @@ class _KeptJudged:
 
 def judged_ids(columns: PoolColumns, budget: int | None = None) -> tuple[str, ...]:
     """Each labelled record's id as the judged run knows it (``schema.judged_id``), in
-    the read's order (``score_records``, ``trained_ids``). A pool the record cache kept
-    or grew in this process carries them (``PoolColumns.judged_ids``: a grown pool's old
-    ones and its new records' alone), taken as they are. Else ``budget``: the request's
-    ``keep_in_memory_bytes``; past 0 the ids are kept in this process, and the next pool
-    that begins with the same records (the same trajectory ids and record hashes, in
-    order: a pool grown at its end) names its new records alone; any other pool (a
-    relabel, an edit or a removal among them) names every record again, logged."""
-    carried = vars(columns).get("judged_ids")
-    if carried is not None:
-        JUDGED["taken"] += len(carried)
-        return carried
+    the read's order (``score_records``, ``trained_ids``), as a tuple. ``budget``: the
+    request's ``keep_in_memory_bytes``; past 0 the ids are kept in this process, and the
+    next pool that begins with the same records (the same trajectory ids and record
+    hashes, in order: a pool grown at its end) names its new records alone; any other
+    pool (a relabel, an edit or a removal among them) names every record again, logged.
+    (A resident process's judged run lists a pool the record cache grew from the
+    listing it kept instead: ``scoring._RunPool.listing``.)"""
     ids, keys = columns.example_ids, columns.key
     memory = process_memory(budget or 0)
     kept = None if memory is None else memory.get((JUDGED_KIND,), JUDGED_KIND, given=False)

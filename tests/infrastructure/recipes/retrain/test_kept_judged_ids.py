@@ -4,9 +4,6 @@ again, the ids always those named from nothing."""
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,10 +11,7 @@ import pytest
 from pool_files import Pool, read_files
 
 from genesis_fp16_infrastructure import kept_in_memory
-from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
-from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.schema import judged_id
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain import split
@@ -92,23 +86,3 @@ def test_budget_zero_keeps_nothing(tmp_path: Path) -> None:
     split.judged_ids(columns, 0)
     split.judged_ids(columns, 0)
     assert split.JUDGED["named"] == 2 * len(columns.labelled) and split.JUDGED["taken"] == 0
-
-
-def test_a_pool_that_carries_its_judged_ids_names_none(tmp_path: Path) -> None:
-    """A pool the record cache kept and grew in a resident process carries its judged
-    ids (``PoolColumns.judged_ids``): taken as they are, none named, and they are those
-    named from nothing."""
-    memory = kept_in_memory.KeptInMemory(BUDGET)
-    folder, cache = tmp_path / "data", tmp_path / "cache"
-    folder.mkdir()
-    for name, seed in (("a.json", 99), ("b.json", 3099)):
-        (folder / name).write_text(json.dumps(generate_pool(300, seed)))
-        past = time.time_ns() - 60 * 10**9  # older than the cache's RACY_NS: kept
-        os.utime(folder / name, ns=(past, past))
-        scanned, _ = scan_files(folder, None)
-        records = RecordCache(cache, scanned, memory)
-        grown = read_trajectories(folder, cache=records, keep_text=False).columns
-    assert records.pool_grown and "judged_ids" in vars(grown)
-    split.JUDGED.clear()
-    assert split.judged_ids(grown, BUDGET) == _from_nothing(grown)
-    assert split.JUDGED["named"] == 0 and split.JUDGED["taken"] == len(grown.labelled)
