@@ -129,8 +129,9 @@ class _RunPool:
     @functools.cached_property
     def ids(self) -> tuple[str, ...]:
         """Each labelled record's judged id (``split.judged_ids``): the listing's, when the
-        run listed its records."""
-        if "listing" in vars(self):
+        run listed its records or a resident process keeps what it names (a first run's
+        gate names them, checked, so that the next run's listing grows by what is new)."""
+        if "listing" in vars(self) or process_memory(self.budget or 0) is not None:
             return self.listing.ids
         return judged_ids(self.data.columns, self.budget)
 

@@ -23,6 +23,7 @@ from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain import scoring
+from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 
 BUDGET = 64 * 2**20
 
@@ -90,6 +91,34 @@ def test_a_grown_pool_is_listed_checking_its_new_records_alone(
         assert walked and 0 < max(walked) == added <= 80, walked
         _same(grown, _listing(tmp_path, 0))
         first = grown
+
+
+def test_a_first_runs_scoring_keeps_the_listing_the_next_run_grows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first run lists nothing (no model served before it) but its gate's scoring
+    names its records: in a resident process they are named as a listing, checked and
+    kept, so the next run's listing walks its new records alone."""
+    (tmp_path / "data").mkdir()
+    _write(tmp_path / "data" / "a.json", generate_pool(600, seed=99))
+    scan, _ = scan_files(tmp_path / "data", None)
+    request = TrainRequest(
+        agent="se_darwin",
+        precision_reason="test",
+        state_dir=tmp_path / "state",
+        checkpoint_dir=tmp_path / "ck",
+        data_path=tmp_path / "data",
+        keep_in_memory_bytes=BUDGET,
+        snapshot=AgentSnapshot(data=DataCheck(scan=scan)),
+    )
+    named = scoring._run_pool(request, TaskOptions()).ids  # what score_records names
+    _write(tmp_path / "data" / "z.json", generate_pool(80, seed=3099))
+    walked = _walks(monkeypatch)
+    grown = _listing(tmp_path, BUDGET)
+    monkeypatch.undo()
+    assert grown.ids[: len(named)] == named
+    assert walked and max(walked) == len(grown.ids) - len(named) <= 80, walked
+    _same(grown, _listing(tmp_path, 0))
 
 
 def test_a_relabelled_pool_is_listed_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
