@@ -152,7 +152,8 @@ def test_an_unchanged_file_beside_a_new_one_comes_from_memory(
 
 def test_a_run_writing_into_its_pool_leaves_the_kept_one_alone(tmp_path: Path) -> None:
     """The pool handed out shares the kept one's arrays, read-only: a write into one is
-    refused loudly, in the run that kept it and in the next; its lists are the run's own."""
+    refused loudly, in the run that kept it and in the next; its ids are a tuple, which
+    no run can change, and its lists the run's own."""
     folder = _pool(tmp_path)
     memory = KeptInMemory(64 * 2**20)
     first, _, manifest = _read(folder, tmp_path / "cache", memory)
@@ -161,7 +162,10 @@ def test_a_run_writing_into_its_pool_leaves_the_kept_one_alone(tmp_path: Path) -
         first.columns.score[:] = -1.0
     with pytest.raises(ValueError, match="read-only"):
         first.columns.agent.codes[0] = 1
-    first.columns.ids[0] = "changed"
+    with pytest.raises(TypeError):
+        first.columns.ids[0] = "changed"  # type: ignore[index]
+    first.columns.outside.append("changed")
+    first.columns.agent.values[0] = "changed"
     again, records, _ = _read(folder, tmp_path / "cache", memory, manifest)
     assert records.pool_hit and _pool_of(again) == expected
     with pytest.raises(ValueError, match="read-only"):
@@ -196,7 +200,9 @@ def test_a_later_read_shares_the_kept_pool_and_copies_no_array(
         column = getattr(again.columns, name)
         assert np.shares_memory(column, getattr(first.columns, name)), name
         assert not column.flags.writeable, name
-    assert again.columns.ids == first.columns.ids and again.columns.ids is not first.columns.ids
+    # The ids a tuple: shared, not copied (which no run can change)
+    assert again.columns.ids is first.columns.ids and isinstance(again.columns.ids, tuple)
+    assert again.columns.outside is not first.columns.outside
 
 
 def test_the_budget_evicts_the_least_recently_used_first_and_logs_each(

@@ -97,7 +97,7 @@ class PoolColumns:
     as ``world_model.lineage_columns`` numbers them). The label columns are the labelled
     records', in ``labelled``'s order: the read's examples."""
 
-    ids: list[str]
+    ids: tuple[str, ...]  # a tuple: a kept pool and each run it is handed to share it
     id_hash: np.ndarray  # int64: data.schema.record_id_hash
     score: np.ndarray  # float64, nan where unknown (scored False)
     scored: np.ndarray  # bool
@@ -188,10 +188,19 @@ class PoolColumns:
         return Pool(dict(zip(self.ids, entries, strict=True)))
 
     @cached_property
-    def example_ids(self) -> list[str]:
+    def example_ids(self) -> tuple[str, ...]:
         """Each labelled record's id, in ``labelled``'s order (a grown pool's: the old
-        pool's list and the new records', ``data.pool_extend``)."""
-        return [self.ids[r] for r in self.labelled.tolist()]
+        pool's and the new records', ``data.pool_extend``)."""
+        return tuple(map(self.ids.__getitem__, self.labelled.tolist()))
+
+    @cached_property
+    def token(self) -> object:
+        """An object that stands for this pool (its rows, in order) while it lives: a
+        copy (:func:`frozen`, :func:`roomy`) carries the same one, a grown pool has its
+        own and notes its old pool's (:data:`GROWN_FROM`). What was worked out of a pool
+        and kept beside it (a judged run's listing of its records,
+        ``recipes.retrain.scoring``) is known to be of these rows, or of their first."""
+        return object()
 
     @cached_property
     def id_rank(self) -> IdRank | None:
@@ -202,8 +211,10 @@ class PoolColumns:
 
 
 # What a pool works out from its columns once, when first asked (cached properties), and
-# a copy or a grown pool takes along rather than working out again over every row.
-DERIVED = ("example_ids", "id_rank")
+# a copy or a grown pool takes along rather than working out again over every row; and
+# GROWN_FROM, a grown pool's note of the pool its first rows are (that pool's token).
+GROWN_FROM = "grown_from"
+DERIVED = ("example_ids", "id_rank", "token", GROWN_FROM)
 
 
 def derived(columns: PoolColumns) -> dict[str, Any]:
@@ -220,16 +231,23 @@ def set_derived(columns: PoolColumns, values: dict[str, Any]) -> None:
 def frozen(columns: PoolColumns) -> PoolColumns:
     """``columns`` made read-only where it is numpy (each array and coded column's codes,
     in place: a write into one raises ``ValueError: assignment destination is read-only``),
-    and returned as another :class:`PoolColumns` that shares those arrays but holds its
-    own lists (ids, outside ids, coded values, labelled ids), whose copy is a pointer each.
-    What the pool worked out (:data:`DERIVED`) goes along. So a kept pool and the run it
-    is handed to share the memory of its columns, and neither can change the other's:
+    and returned as another :class:`PoolColumns` that shares those arrays and its tuples
+    (the ids, the labelled ids: 100,000 records' were list copies, two to four a read,
+    each 0.6-2 ms) but holds its own lists (outside ids, coded values), whose copy is a
+    pointer each. What the pool worked out (:data:`DERIVED`) goes along. So a kept
+    pool and the run it is handed to share the memory of its columns, and neither can
+    change the other's:
 
         kept = frozen(columns)  # columns.score[0] = 1.0 now raises
     """
     freeze(columns)
-    out = replace(columns, **{f.name: _own(getattr(columns, f.name)) for f in fields(columns)})
-    set_derived(out, {name: _own(value) for name, value in derived(columns).items()})
+    columns.token  # noqa: B018 (a copy stands for the same rows: the same token)
+    owned = {f.name: _own(getattr(columns, f.name)) for f in fields(columns)}
+    text = None if columns.text is None else tuple(map(list, columns.text))  # lists, copied
+    out = replace(columns, **{**owned, "text": text})
+    # A list copied; a tuple (the labelled ids) or a ranking, which nothing changes, shared.
+    worked = derived(columns).items()
+    set_derived(out, {name: list(v) if isinstance(v, list) else v for name, v in worked})
     return out
 
 
@@ -247,13 +265,12 @@ def _arrays_in(value: Any) -> list[np.ndarray]:
 
 
 def _own(value: Any) -> Any:
-    """A list copied (its items shared: strings and tuples), anything else as it is."""
+    """A list copied (its items shared: strings and tuples), a coded column's values too,
+    anything else (a tuple, an array) as it is."""
     if isinstance(value, list):
         return list(value)
     if isinstance(value, Coded):
         return Coded(value.codes, list(value.values))
-    if isinstance(value, tuple):
-        return tuple(_own(v) for v in value)
     return value
 
 
@@ -312,6 +329,7 @@ def roomy(columns: PoolColumns) -> PoolColumns:
         return Coded(room(value.codes), value.values) if isinstance(value, Coded) else value
 
     out = replace(columns, **{f.name: room(getattr(columns, f.name)) for f in fields(columns)})
+    columns.token  # noqa: B018 (the same rows: the same token)
     set_derived(out, derived(columns))
     return out
 
@@ -381,7 +399,7 @@ class IdRank:
         return bool((id_hash[self.order[at]] == sample).all() and (sample[1:] > sample[:-1]).all())
 
     def find(
-        self, hashes: np.ndarray, names: list[str], ids: list[str]
+        self, hashes: np.ndarray, names: Sequence[str], ids: Sequence[str]
     ) -> tuple[np.ndarray | None, np.ndarray]:
         """Each of ``hashes`` (of ``names``) found here: the row of ``ids`` it names and
         whether it is here; the rows None when a hash found names another id."""
@@ -423,7 +441,7 @@ def collect(blocks: Sequence[RecordBlock], keep_text: bool) -> tuple[PoolColumns
     n = len(rows)
     every = n == total
     keep = slice(None) if every else rows  # no duplicates: every record, no copy
-    ids = raw_ids if every else list(map(raw_ids.__getitem__, rows.tolist()))
+    ids = tuple(raw_ids) if every else tuple(map(raw_ids.__getitem__, rows.tolist()))
     success = _joined(blocks, "success", "<i1", keep)
     labelled = np.flatnonzero(success >= 0)
     # Each block's coded columns decoded once, then joined a column at a time.
@@ -517,7 +535,7 @@ def _first_by_hash(raw_ids: list[str], id_hash: np.ndarray) -> tuple[np.ndarray,
     return keepers, ordered[starts]
 
 
-def same_ids(left: Iterable[str], right: list[str], at: np.ndarray) -> bool:
+def same_ids(left: Iterable[str], right: Sequence[str], at: np.ndarray) -> bool:
     """Whether the i-th of ``left`` equals ``right[at[i]]`` for every i (string
     compares: no string is hashed)."""
     return all(map(operator.eq, left, map(right.__getitem__, at.tolist())))

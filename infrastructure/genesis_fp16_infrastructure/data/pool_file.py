@@ -97,7 +97,7 @@ class StoredPool:
 class _Header(msgspec.Struct):
     version: str
     arrays: dict[str, tuple[str, list[int], int, int]]  # name: dtype, shape, offset, CRC-32
-    ids: list[str]
+    ids: tuple[str, ...]
     outside: list[str]
     values: dict[str, list[Any]]  # each coded column's distinct values
     files: list[tuple[str, str]]  # (path, content digest), in read order

@@ -276,8 +276,8 @@ class RecordCache:
             return
         self.fingerprint = fingerprint or fingerprint_of(columns)
         # What a later read's growth asks of the old pool, worked out now (a join of every
-        # file costs as much): it grows them by its new rows alone (data.pool_extend).
-        columns.example_ids, columns.id_rank  # noqa: B018 (cached properties, carried)
+        # file costs as much): it grows it by its new rows alone (data.pool_extend).
+        columns.id_rank  # noqa: B018 (a cached property, carried)
         stored = StoredPool(frozen(columns), duplicates, named, list(rejected))
         # The arrays' spare room (a grown pool's, pool_columns.appended) is held too.
         size = estimate_bytes(stored.columns) + held_bytes(columns)
@@ -288,9 +288,9 @@ class RecordCache:
 
     def _recalled_pool(self, files: list[Path], named: list[tuple[str, str]]) -> StoredPool | None:
         """The joined pool of ``files`` kept in memory, while each file is still the one
-        it was joined from (identity and digest: ``named``): its arrays shared, read-only,
-        and its lists the caller's own (``pool_columns.frozen``), so nothing is copied
-        whole but the lists' pointers."""
+        it was joined from (identity and digest: ``named``): its arrays and tuples (the
+        ids) shared, read-only, and its few lists the caller's own (``pool_columns.frozen``),
+        so nothing that grows with the pool is copied."""
         found = self._kept_pool(files, named)
         if found is None or found[0] != len(files):
             return None

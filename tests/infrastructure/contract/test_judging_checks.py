@@ -299,3 +299,50 @@ def test_an_unchanged_copy_is_not_walked_again(monkeypatch: pytest.MonkeyPatch) 
     scored.losses["log_loss"] = (0.5, 0.25)  # type: ignore[index]  # equal, but not the one checked
     RecordLosses.copy_of(scored)
     assert walked == ["str", "float", "str"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_records(), st.integers(0, 9), st.booleans())
+def test_a_grown_listing_accepts_and_refuses_what_one_made_whole_does(
+    record: tuple, split: int, again: bool
+) -> None:
+    """RecordIds(first ids).extended(the rest), with a fault or two among the new ids or
+    segments (an old id again, an empty one, a non-string, a str subclass, segments
+    short or long): the listing RecordIds(all of them) makes, or its one-line refusal;
+    a listing grown a second time from the same one too (checked whole then)."""
+    ids, _, segments, _, _ = record
+    k = min(split, len(ids))
+    head = None if segments is None else segments[:k]
+    tail = None if segments is None else segments[k:]
+    try:
+        listed = RecordIds(ids[:k], head)
+    except RecordLossesError:
+        return  # refused before any growth: RecordIds' own test
+    whole = _outcome(lambda: RecordIds(ids, segments))
+    assert _outcome(lambda: listed.extended(ids[k:], tail)) == whole
+    if again:
+        assert _outcome(lambda: listed.extended(ids[k:], tail)) == whole
+
+
+def test_a_grown_listing_walks_its_new_records_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing that passed its check whole grows by walking the new ids and segments
+    alone, and the grown one grows so again; one grown a second time from the same
+    listing (its set of ids given away), or whose ids were changed since its check, is
+    walked whole. Each refuses an old id again, in the listing-made-whole's words."""
+    listed = RecordIds(tuple(f"r{i}" for i in range(50)), ("s",) * 50)
+    walked: list[int] = []
+    real = judging._all_of
+    monkeypatch.setattr(judging, "_all_of", lambda v, kind: walked.append(len(v)) or real(v, kind))
+    grown = listed.extended(["n1", "n2"], ["t", "t"])
+    assert grown.ids[-3:] == ("r49", "n1", "n2") and grown.segments[-1:] == ("t",)  # type: ignore[index]
+    assert walked and max(walked) == 2
+    walked.clear()
+    assert len(grown.extended(["n3"], ["t"]).ids) == 53 and max(walked) == 1
+    walked.clear()
+    assert len(listed.extended(["m1"], ["t"]).ids) == 51 and max(walked) == 51
+    with pytest.raises(RecordLossesError, match=r"^RecordIds: id 'r7' twice$"):
+        RecordIds(("r7", "r8")).extended(["n", "r7"])
+    changed = RecordIds(("a", "b"))
+    object.__setattr__(changed, "ids", ("a", "a"))
+    with pytest.raises(RecordLossesError, match=r"^RecordIds: id 'a' twice$"):
+        changed.extended(["c"])

@@ -77,7 +77,7 @@ def test_columns_build_the_objects_a_record_at_a_time_read_made(keep_text: bool)
     kept: dict[str, FileRecord] = {}
     for record in (r for f in files for r in f):
         kept.setdefault(record.trajectory_id, record)
-    assert duplicates == 1 and columns.ids == list(kept)
+    assert duplicates == 1 and columns.ids == tuple(kept)
     expected = [
         Example(r.trajectory_id, r.attempt, r.label) for r in kept.values() if r.label is not None
     ]
@@ -294,7 +294,7 @@ def _assert_record_at_a_time(
     kept: dict[str, FileRecord] = {}
     for record in (r for f in files for r in f):
         kept.setdefault(record.trajectory_id, record)
-    assert columns.ids == list(kept) and duplicates == sum(map(len, files)) - len(kept)
+    assert columns.ids == tuple(kept) and duplicates == sum(map(len, files)) - len(kept)
     examples = columns.examples()
     assert examples == [
         Example(r.trajectory_id, r.attempt, r.label) for r in kept.values() if r.label is not None

@@ -19,7 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from genesis_fp16_infrastructure.data import fingerprint, pool_columns
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
-from genesis_fp16_infrastructure.data.pool_columns import IdRank, PoolColumns, set_derived
+from genesis_fp16_infrastructure.data.pool_columns import (
+    GROWN_FROM,
+    IdRank,
+    PoolColumns,
+    set_derived,
+)
 from genesis_fp16_infrastructure.data.pool_extend import extended
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.readers import ReadResult, _file_records, read_trajectories
@@ -355,10 +360,10 @@ def test_a_later_read_sorts_and_names_only_the_new_records_ids(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Per-record work, counted: a later read in the process ranks the ids of its new
-    records alone (the kept pool's ranking, grown), and takes the kept pool's labelled
-    ids with them, not worked out over every row. Before, each growth sorted every id
-    hash of the old pool again (100,000: 26 ms of a 0.2 s read) and the judged ids
-    listed every labelled row's id again."""
+    records alone (the kept pool's ranking, grown), and lists none of its labelled ids
+    (it notes the pool it grew from: what is kept of that pool grows by the new rows).
+    Before, each growth sorted every id hash of the old pool again (100,000: 26 ms of a
+    0.2 s read) and the judged ids listed every labelled row's id again."""
     ranked: list[int] = []
     rank_of = IdRank.of.__func__  # type: ignore[attr-defined]
 
@@ -377,7 +382,9 @@ def test_a_later_read_sorts_and_names_only_the_new_records_ids(
         data, cache = reads.read()
         assert cache.pool_grown
         assert ranked and max(ranked) == 3  # the new records' ids alone, never the old pool's
-        assert "example_ids" in vars(data.columns)  # taken along, not listed again
+        # No labelled id listed over every row: the pool it grew from noted instead
+        assert "example_ids" not in vars(data.columns)
+        assert vars(data.columns)[GROWN_FROM] is first.columns.token
         ranked.clear()
         reads.add("z", [(16, [0], "qa", 1)])  # grown again, from the grown pool
         again, cache = reads.read()
@@ -402,9 +409,26 @@ def test_a_kept_ranking_of_other_ids_is_not_believed(tmp_path: Path) -> None:
     grown = extended(old, [block])
     assert grown is not None
     columns, left_out = grown
-    assert left_out == 1 and columns.ids == [f"t{k}" for k in range(6)] + ["t7"]
+    assert left_out == 1 and columns.ids == (*[f"t{k}" for k in range(6)], "t7")
     fresh = read_trajectories(tmp_path, keep_text=False).columns
     _same_derived(columns, fresh)
+
+
+def test_a_grown_pool_notes_the_pool_it_grew_from(tmp_path: Path) -> None:
+    """A grown pool has a token of its own and notes its old pool's (GROWN_FROM), whose
+    rows are its first; a copy of a pool (kept, handed out) carries the pool's token;
+    a pool joined whole notes none."""
+    first, later = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _write(first, [(k, [], "qa", k % 6) for k in range(6)])
+    _write(later, [(7, [], "qa", 2)])
+    old = pool_columns.frozen(read_trajectories(first, keep_text=False).columns)
+    copy = pool_columns.frozen(old)
+    assert copy.token is old.token and GROWN_FROM not in vars(old)
+    grown = extended(copy, [_file_records(later, _NoSink(), None, keep_text=False)])
+    assert grown is not None
+    columns = grown[0]
+    assert vars(columns)[GROWN_FROM] is old.token and columns.token is not old.token
+    assert columns.ids[: len(old)] == old.ids
 
 
 class _NoSink(QuarantineSink):

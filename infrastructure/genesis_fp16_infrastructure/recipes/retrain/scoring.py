@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,14 @@ import torch
 from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.data.pool_columns import GROWN_FROM, PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
-from genesis_fp16_infrastructure.kept_in_memory import kept_of_digest, process_memory
+from genesis_fp16_infrastructure.data.schema import judged_id
+from genesis_fp16_infrastructure.kept_in_memory import (
+    estimate_bytes,
+    kept_of_digest,
+    process_memory,
+)
 from genesis_fp16_infrastructure.recipes.retrain.evaluated import checkpoint_digest, evaluated_logit
 from genesis_fp16_infrastructure.recipes.retrain.freshness import record_cache
 from genesis_fp16_infrastructure.recipes.retrain.kept_outputs import (
@@ -84,7 +90,6 @@ class _RunPool:
     plan: weakref.ref[Any] | None
     key: tuple[str, TaskOptions, str]
     data: ReadResult
-    ids: list[str]
     kept: KeptNumeric | None = None
     numeric: np.ndarray | None = None  # read-only: the kept rows themselves (KeptNumeric.view)
 
@@ -122,10 +127,72 @@ class _RunPool:
         return torch.from_numpy(self.numeric[asked])
 
     @functools.cached_property
-    def segments(self) -> list[str]:
-        """Each labelled record's segment: the Genesis agent that wrote it."""
-        columns = self.data.columns  # each agent's name said once, not once a record
-        return columns.agent.take_as(columns.labelled, lambda a: "-" if a is None else str(a))
+    def ids(self) -> tuple[str, ...]:
+        """Each labelled record's judged id (``split.judged_ids``): the listing's, when the
+        run listed its records or a resident process keeps what it names (a first run's
+        gate names them, checked, so that the next run's listing grows by what is new)."""
+        if "listing" in vars(self) or process_memory(self.budget or 0) is not None:
+            return self.listing.ids
+        return judged_ids(self.data.columns, self.budget)
+
+    @functools.cached_property
+    def segments(self) -> Sequence[str]:
+        """Each labelled record's segment: the Genesis agent that wrote it (the listing's,
+        when the run listed its records)."""
+        if "listing" in vars(self):
+            return self.listing.segments or ()
+        return _segments(self.data.columns, 0)
+
+    @functools.cached_property
+    def listing(self) -> RecordIds:
+        """Every labelled record by judged id and segment, checked (``RecordIds``). A pool
+        the record cache grew from the one this process listed last for the same data
+        path (``pool_columns.GROWN_FROM``: its first rows are that pool's) is that
+        listing extended by its new records, named and checked alone
+        (``RecordIds.extended``: at 100,000 records, no walk of every id but the one
+        joining the tuples); the same pool (its token), that listing; any other, listed
+        and checked whole."""
+        columns = self.data.columns
+        memory = process_memory(self.budget or 0)
+        key = (LISTING_KIND, self.key[0])
+        kept = None if memory is None else memory.get(key, LISTING_KIND, given=False)
+        if isinstance(kept, _KeptListing) and kept.pool is columns.token:
+            return kept.listing
+        first = len(kept.listing.ids) if isinstance(kept, _KeptListing) else 0
+        grown = isinstance(kept, _KeptListing) and vars(columns).get(GROWN_FROM) is kept.pool
+        if grown and first <= len(columns.labelled):
+            assert isinstance(kept, _KeptListing)
+            rows = columns.labelled[first:].tolist()
+            keys = columns.key[first:].tolist()
+            more = tuple(map(judged_id, map(columns.ids.__getitem__, rows), keys))
+            listing = kept.listing.extended(more, _segments(columns, first), columns.judged)
+        else:
+            named = judged_ids(columns, self.budget)
+            listing = RecordIds(named, tuple(_segments(columns, 0)), columns.judged)
+        if memory is not None:
+            entry = _KeptListing(columns.token, listing)
+            # The set of its ids the listing's check keeps: ~40-80 bytes an id.
+            size = estimate_bytes(entry) + 64 * len(listing.ids)
+            memory.put(key, LISTING_KIND, entry, size, "the listed records' ids")
+        return listing
+
+
+LISTING_KIND = "listed records"  # the store's key: (LISTING_KIND, data path)
+
+
+@dataclass(frozen=True)
+class _KeptListing:
+    """A run's listing of its records, and the pool it lists (its token)."""
+
+    pool: object
+    listing: RecordIds
+
+
+def _segments(columns: PoolColumns, first: int) -> list[str]:
+    """The segment of each labelled record from the ``first`` on: the Genesis agent that
+    wrote it, each agent's name said once, not once a record."""
+    rows = columns.labelled[first:]
+    return columns.agent.take_as(rows, lambda a: "-" if a is None else str(a))
 
 
 _RUN_POOL: list[_RunPool] = []  # at most one: the last run's
@@ -143,8 +210,7 @@ def _run_pool(request: TrainRequest, options: TaskOptions) -> _RunPool:
     # quarantined records kept where the judged run asks (its first read)
     data = read_pool(request, options, request.quarantine_path, cache)
     plan = None if checked is None else weakref.ref(checked)
-    named = judged_ids(data.columns, request.keep_in_memory_bytes)
-    pool = _RunPool(plan, key, data, named, kept_numeric(request, cache))
+    pool = _RunPool(plan, key, data, kept_numeric(request, cache))
     pool.budget = request.keep_in_memory_bytes
     if checked is not None:  # forgotten with the plan: a daemon thread keeps no old pool
         _RUN_POOL[:] = [pool]
@@ -258,5 +324,4 @@ def record_ids(request: TrainRequest) -> RecordIds | None:
     scorings share (the served model's would read it again)."""
     if request.data_path is None or request.snapshot is None or request.snapshot.data is None:
         return None
-    pool = _run_pool(request, TaskOptions.from_mapping(request.options))
-    return RecordIds(tuple(pool.ids), tuple(pool.segments), pool.data.columns.judged)
+    return _run_pool(request, TaskOptions.from_mapping(request.options)).listing

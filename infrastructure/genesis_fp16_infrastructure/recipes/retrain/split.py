@@ -187,13 +187,15 @@ class _KeptJudged:
     judged: tuple[str, ...]
 
 
-def judged_ids(columns: PoolColumns, budget: int | None = None) -> list[str]:
+def judged_ids(columns: PoolColumns, budget: int | None = None) -> tuple[str, ...]:
     """Each labelled record's id as the judged run knows it (``schema.judged_id``), in
-    the read's order (``score_records``, ``trained_ids``). ``budget``: the request's
-    ``keep_in_memory_bytes``; past 0 the ids are kept in this process, and the next pool
-    that begins with the same records (the same trajectory ids and record hashes, in
-    order: a pool grown at its end) names its new records alone; any other pool (a
-    relabel, an edit or a removal among them) names every record again, logged."""
+    the read's order (``score_records``, ``trained_ids``), as a tuple. ``budget``: the
+    request's ``keep_in_memory_bytes``; past 0 the ids are kept in this process, and the
+    next pool that begins with the same records (the same trajectory ids and record
+    hashes, in order: a pool grown at its end) names its new records alone; any other
+    pool (a relabel, an edit or a removal among them) names every record again, logged.
+    (A resident process's judged run lists a pool the record cache grew from the
+    listing it kept instead: ``scoring._RunPool.listing``.)"""
     ids, keys = columns.example_ids, columns.key
     memory = process_memory(budget or 0)
     kept = None if memory is None else memory.get((JUDGED_KIND,), JUDGED_KIND, given=False)
@@ -212,9 +214,10 @@ def judged_ids(columns: PoolColumns, budget: int | None = None) -> list[str]:
     named = list(map(judged_id, ids[start:], keys[start:].tolist()))
     JUDGED["taken"] += start
     JUDGED["named"] += len(named)
-    out = list(kept.judged[:start]) + named if start and isinstance(kept, _KeptJudged) else named
+    taken = kept.judged[:start] if start and isinstance(kept, _KeptJudged) else ()
+    out = taken + tuple(named)
     if memory is not None and (len(named) or not start):
-        entry = _KeptJudged(tuple(ids), keys.copy(), tuple(out))
+        entry = _KeptJudged(tuple(ids), keys.copy(), out)
         memory.put((JUDGED_KIND,), JUDGED_KIND, entry, estimate_bytes(entry), "judged ids")
     if start:
         memory.note_given(f"judged ids of {start:,} records")  # type: ignore[union-attr]

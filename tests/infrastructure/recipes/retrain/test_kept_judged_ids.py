@@ -29,8 +29,9 @@ def _fresh_memory() -> Iterator[None]:
     split.JUDGED.clear()
 
 
-def _from_nothing(columns: PoolColumns) -> list[str]:
-    return [judged_id(i, k) for i, k in zip(columns.example_ids, columns.key.tolist(), strict=True)]
+def _from_nothing(columns: PoolColumns) -> tuple[str, ...]:
+    keys = columns.key.tolist()
+    return tuple(judged_id(i, k) for i, k in zip(columns.example_ids, keys, strict=True))
 
 
 def test_a_pool_grown_at_its_end_names_its_new_records_alone(tmp_path: Path) -> None:
@@ -45,7 +46,8 @@ def test_a_pool_grown_at_its_end_names_its_new_records_alone(tmp_path: Path) -> 
     assert split.JUDGED["taken"] == len(first.labelled)
     assert split.JUDGED["named"] == len(grown.labelled) - len(first.labelled)
     assert ids == _from_nothing(grown)
-    ids.append("changed by a caller")  # what a caller does to its list is not kept
+    with pytest.raises(AttributeError):  # a tuple: no caller changes the kept ids
+        ids.append("changed by a caller")  # type: ignore[attr-defined]
     assert split.judged_ids(grown, BUDGET) == _from_nothing(grown)
 
 

@@ -127,7 +127,7 @@ def test_the_scores_build_no_object_per_record_and_equal_the_objects(
         losses = scoring.score_records(models["folds"], _request(pools[1]))
     data = read_trajectories(pools[1])
     examples, pool = data.examples, data.pool
-    assert list(losses.ids) == judged_ids(data.columns)
+    assert losses.ids == judged_ids(data.columns)
     assert [i.split("#")[0] for i in losses.ids] == [e.trajectory_id for e in examples]
     assert losses.segments == tuple(e.attempt.agent for e in examples)
     state = load_checkpoint(models["folds"])
