@@ -43,6 +43,18 @@ def _full(encoder: FeatureEncoder, data: ReadResult) -> torch.Tensor:
     return encoder.encode_parts(Categorical.of_rows(columns, columns.labelled), numeric)
 
 
+def _matrix(
+    kept: KeptEncoded,
+    encoder: FeatureEncoder,
+    columns: Any,
+    numeric: torch.Tensor,
+    stamp: np.ndarray | None,
+) -> torch.Tensor:
+    """Every labelled record's encoded row, as one part of the pool."""
+    every = np.arange(len(columns.labelled))
+    return kept.part("every", every, encoder, columns, numeric, stamp)
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dtype == b.dtype and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
@@ -81,7 +93,7 @@ def test_a_later_matrix_is_a_full_encode_of_what_changed_alone(tmp_path: Path, c
     numeric = KeptNumeric(tmp_path / "cache", tmp_path / "data", memory)
     rows = numeric.rows(columns)
     kept = KeptEncoded(memory, str(numeric.path))
-    assert _same(kept.matrix(encoder, columns, rows, numeric.stamp), _full(encoder, first))
+    assert _same(_matrix(kept, encoder, columns, rows, numeric.stamp), _full(encoder, first))
     assert kept.encoded == len(columns.labelled)
     if change == "growth":
         files = {"a.json": records[:1150], "b.json": records[1150:]}
@@ -92,7 +104,7 @@ def test_a_later_matrix_is_a_full_encode_of_what_changed_alone(tmp_path: Path, c
     numeric = KeptNumeric(tmp_path / "cache", tmp_path / "data", memory)
     rows = numeric.rows(columns)
     kept = KeptEncoded(memory, str(numeric.path))
-    matrix = kept.matrix(encoder, columns, rows, numeric.stamp)
+    matrix = _matrix(kept, encoder, columns, rows, numeric.stamp)
     full = _full(encoder, data)
     assert _same(matrix, full)
     assert kept.encoded + kept.reused == len(columns.labelled)
@@ -114,12 +126,12 @@ def test_a_row_whose_categorical_values_changed_is_encoded_again(tmp_path: Path)
     numeric = numeric_rows(columns, columns.labelled)
     encoder = FeatureEncoder.fit_parts(Categorical.of_rows(columns, columns.labelled), numeric)
     stamp = np.arange(len(columns.labelled), dtype=np.uint64)
-    KeptEncoded(memory, "pool").matrix(encoder, columns, numeric, stamp)
+    _matrix(KeptEncoded(memory, "pool"), encoder, columns, numeric, stamp)
     data = _read(tmp_path / "b", {"a.json": _edited(records, "categorical")}, pool)
     columns = data.columns
     kept = KeptEncoded(memory, "pool")
     now = numeric_rows(columns, columns.labelled)
-    assert _same(kept.matrix(encoder, columns, now, stamp), _full(encoder, data))
+    assert _same(_matrix(kept, encoder, columns, now, stamp), _full(encoder, data))
     assert kept.encoded == 1
 
 
@@ -142,7 +154,7 @@ def test_another_encoder_encodes_every_row(tmp_path: Path) -> None:
     for encoder in encoders:
         kept = KeptEncoded(memory, str(numeric.path))
         rows = numeric.rows(columns)
-        assert _same(kept.matrix(encoder, columns, rows, numeric.stamp), _full(encoder, data))
+        assert _same(_matrix(kept, encoder, columns, rows, numeric.stamp), _full(encoder, data))
         assert kept.encoded == len(columns.labelled)
 
 
@@ -155,5 +167,59 @@ def test_without_a_store_nothing_is_kept(tmp_path: Path) -> None:
     encoder = FeatureEncoder.fit_parts(Categorical.of_rows(columns, columns.labelled), numeric)
     for _ in range(2):
         kept = KeptEncoded(None, "pool")
-        assert _same(kept.matrix(encoder, columns, numeric, None), _full(encoder, data))
+        assert _same(_matrix(kept, encoder, columns, numeric, None), _full(encoder, data))
         assert kept.encoded == len(columns.labelled)
+
+
+def test_a_grown_part_is_written_after_its_kept_rows_unless_one_given_out_lives(
+    tmp_path: Path,
+) -> None:
+    """A part grown at its end is the kept part's store with the new rows after the kept
+    ones (no copy: the same storage); while the part given out before still lives it is
+    copied instead, and the part given out before keeps its bits."""
+    pool = generate_pool(500, seed=SEED)
+    records = list(pool["trajectories"].values())
+    memory = KeptInMemory(64 * 2**20)
+    data = _read(tmp_path / "data", {"a.json": records}, pool)
+    columns = data.columns
+    numeric = numeric_rows(columns, columns.labelled)
+    encoder = FeatureEncoder.fit_parts(Categorical.of_rows(columns, columns.labelled), numeric)
+    n = len(columns.labelled)
+    stamp = np.arange(n, dtype=np.uint64)
+    full = _full(encoder, data)
+    every = np.arange(n)
+    first = KeptEncoded(memory, "pool").part("p", every[:-60], encoder, columns, numeric, stamp)
+    before = first.clone()
+    kept = KeptEncoded(memory, "pool")
+    lent = kept.part("p", every[:-30], encoder, columns, numeric, stamp)  # `first` lives
+    assert _same(lent, full[:-30]) and kept.encoded == 30 and _same(first, before)
+    assert lent.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+    storage = lent.untyped_storage().data_ptr()
+    del first, lent
+    kept = KeptEncoded(memory, "pool")
+    grown = kept.part("p", every, encoder, columns, numeric, stamp)
+    assert _same(grown, full) and kept.encoded == 30 and kept.reused == n - 30
+    assert grown.untyped_storage().data_ptr() == storage  # written after the kept rows
+
+
+def test_a_record_moved_out_of_a_part_shifts_its_kept_rows_into_a_new_store(
+    tmp_path: Path,
+) -> None:
+    """A part that lost a record in its middle (validation's share shrank: the record went
+    to another part) and grew at its end: the kept rows are gathered to their new places
+    and only the new records encoded, the full encode's bits."""
+    pool = generate_pool(500, seed=SEED)
+    memory = KeptInMemory(64 * 2**20)
+    data = _read(tmp_path / "data", {"a.json": list(pool["trajectories"].values())}, pool)
+    columns = data.columns
+    numeric = numeric_rows(columns, columns.labelled)
+    encoder = FeatureEncoder.fit_parts(Categorical.of_rows(columns, columns.labelled), numeric)
+    n = len(columns.labelled)
+    stamp = np.arange(n, dtype=np.uint64)
+    every = np.arange(n)
+    KeptEncoded(memory, "pool").part("p", every[:-30], encoder, columns, numeric, stamp)
+    moved = np.delete(every, 5)
+    kept = KeptEncoded(memory, "pool")
+    part = kept.part("p", moved, encoder, columns, numeric, stamp)
+    assert _same(part, _full(encoder, data)[moved])
+    assert (kept.encoded, kept.reused) == (30, n - 31)

@@ -271,24 +271,25 @@ class WorldModelTask(WorldModelStep):
             config = _model_config(options, self.encoder.n_features, member_records, members)
         super().__init__(config, options.learning_rate, options.weight_decay)
         encoded: dict[int, Batch] = {}  # by array: the whole-pool task's parts are one
-        # In a resident run process: every labelled row encoded once, kept for the next
-        # run of the same encoder (kept_encoded), each part gathered from it.
-        self.kept_encoded = None if kept is None else KeptEncoded(kept.memory, str(kept.path))
-        whole = None
-        if self.kept_encoded is not None and kept is not None and kept.memory is not None:
-            whole = self.kept_encoded.matrix(self.encoder, columns, numeric, kept.stamp)
+        # In a resident run process each part's encoded rows are kept for the next run of
+        # the same encoder (kept_encoded): only what is new or changed is encoded.
+        memory = None if kept is None else kept.memory
+        stamp = None if kept is None else kept.stamp
+        self.kept_encoded = None if kept is None else KeptEncoded(memory, str(kept.path))
         # The encoder's rows for each distinct categorical value, once for every part:
         # the parts' values are the pool's (Categorical.of_rows shares them).
         tables = None
-        if whole is None:
+        if memory is None:
             tables = self.encoder.tables(Categorical.of_rows(columns, columns.labelled[:0]))
+        names = {id(split.validation): "validation", id(split.held_out): "held_out"}
 
         def batch(part: np.ndarray) -> Batch:
             if id(part) not in encoded:
                 folds = split.folds if split.fold_count and part is train else None
                 rows = torch.from_numpy(part)
-                if whole is not None:  # each row its record's own: the same bits
-                    x = whole.index_select(0, rows)
+                if self.kept_encoded is not None and memory is not None:
+                    name = "train" if part is train else names[id(part)]
+                    x = self.kept_encoded.part(name, part, self.encoder, columns, numeric, stamp)
                 else:
                     categorical = Categorical.of_rows(columns, columns.labelled[part])
                     x = self.encoder.encode_parts(categorical, numeric, rows, tables)
