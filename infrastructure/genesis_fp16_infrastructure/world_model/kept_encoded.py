@@ -182,11 +182,17 @@ def _kept_places(
         at = order[at]
     same = (kept_rows[at] == rows) & (entry.stamp[at] == stamp[rows])
     for now, codes, values in zip(fields, entry.codes, entry.values, strict=True):
-        # The kept codes as codes into today's values (-1: a value no longer there).
-        place = {value: k for k, value in enumerate(now.values)}
-        mapped = np.array([place.get(v, -1) for v in values], dtype=np.int64)
-        same &= mapped[codes[at]] == now.codes
+        same &= _as_codes(values, now.values)[codes[at]] == now.codes
     return np.where(same, at, -1)
+
+
+def _as_codes(kept: list[Any], values: list[Any]) -> np.ndarray:
+    """Each kept value's code among today's ``values`` (-1: no longer there). A grown
+    pool's values begin with the kept ones (the codes stay): one comparison of lists."""
+    if values[: len(kept)] == kept:
+        return np.arange(len(kept), dtype=np.int64)
+    place = {value: k for k, value in enumerate(values)}
+    return np.array([place.get(v, -1) for v in kept], dtype=np.int64)
 
 
 def _distinct(coded: Coded) -> Coded:
