@@ -17,7 +17,11 @@ success rate on the training split, pulled towards the overall rate by
 with the model (:meth:`FeatureEncoder.state_dict`), so that prediction after a restart
 encodes exactly as training did. The saved form is versioned: a checkpoint from an older
 encoder (version 1, before the lineage, file, change and agent features) is refused with
-a message saying to retrain.
+a message saying to retrain. It also says how many records it was fitted on
+(``fitted``, optional: an older checkpoint's says nothing): a later scheduled run encodes
+with the served model's encoder instead of fitting one while the pool has only grown, by
+less than a quarter of those records (``recipes.retrain.encoder_choice``, issue 90), so
+that a record's encoded row stays what it was (``world_model.kept_encoded``).
 
 What it reads of attempts besides their numbers (operator, tools, reasoning pattern,
 agent) is :class:`Categorical`: each field kept as codes into its distinct values, since
@@ -156,6 +160,7 @@ class FeatureEncoder:
     std: tuple[float, ...]
     base_rate: float = 0.5  # the training split's success rate
     agent_rates: tuple[tuple[str, float], ...] = ()  # (agent, smoothed success rate)
+    fitted: int | None = None  # the records it was fitted on (None: not said, an older save)
 
     @property
     def n_features(self) -> int:
@@ -212,7 +217,13 @@ class FeatureEncoder:
         std = torch.where(constant, torch.ones_like(std), std)
         base_rate, agent_rates = _agent_rates(parts.agent, successes)
         return cls(
-            tools, patterns, tuple(mean.tolist()), tuple(std.tolist()), base_rate, agent_rates
+            tools,
+            patterns,
+            tuple(mean.tolist()),
+            tuple(std.tolist()),
+            base_rate,
+            agent_rates,
+            fitted=len(parts),
         )
 
     def encode(self, attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.Tensor:
@@ -291,8 +302,11 @@ class FeatureEncoder:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        """Plain lists, strings and floats: safe for ``torch.load(weights_only=True)``."""
-        return {
+        """Plain lists, strings and floats: safe for ``torch.load(weights_only=True)``.
+        ``fitted`` only when known: an older checkpoint's encoder reads and saves as it was
+        (a resume compares the two, ``WorldModelTask.load_extra_state``)."""
+        fitted = {} if self.fitted is None else {"fitted": self.fitted}
+        return fitted | {
             "version": ENCODER_VERSION,
             "numeric_features": list(NUMERIC_FEATURES),
             "operators": list(OPERATORS),
@@ -324,7 +338,17 @@ class FeatureEncoder:
             std=tuple(float(v) for v in state["std"]),
             base_rate=float(state["base_rate"]),
             agent_rates=tuple((str(k), float(v)) for k, v in state["agent_rates"].items()),
+            fitted=_fitted(state.get("fitted")),
         )
+
+
+def _fitted(value: Any) -> int | None:
+    """A saved encoder's ``fitted``: a count of records, or None (not saved)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"saved feature encoder's fitted {value!r} is not a count of records")
+    return value
 
 
 def numeric_columns(attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.Tensor:

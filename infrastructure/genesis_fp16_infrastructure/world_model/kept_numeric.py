@@ -190,6 +190,7 @@ class KeptNumeric:
         self.write_failures = 0
         self.appended = 0  # frames appended (a pool grown at its end), not written whole
         self.from_memory = 0  # kept pools taken from this process's memory, no file read
+        self.stamp: np.ndarray | None = None  # the last whole rows()' stamps (view's), if kept
 
     def forget_others(self) -> int:
         """Delete the kept files of other data paths in this folder (an agent reads one:
@@ -212,7 +213,8 @@ class KeptNumeric:
         again whole when anything else was worked out. The caller's own rows: a copy of
         what is kept (:meth:`view` lends them, read-only, without one)."""
         with _LOCK:  # a run's scorings may ask at once: one append at a time
-            out, kept, _ = self._rows(columns, rows)
+            out, kept, given = self._rows(columns, rows)
+            self.stamp = given.stamp if given is not None and rows is None else None
         return torch.from_numpy(np.array(out) if kept else out)
 
     def view(self, columns: PoolColumns) -> KeptRows:

@@ -160,6 +160,24 @@ def test_state_round_trip_is_plain_and_exact() -> None:
     assert _encode(encoder, records, scores).shape == (len(records), encoder.n_features)
 
 
+def test_the_fitted_count_is_saved_and_an_older_save_without_it_still_reads() -> None:
+    """A fit says how many records it was fitted on, in its state; a version-2 state
+    without it (saved before issue 90) reads as not saying (None) and saves as it was;
+    a fitted count that is not a count of records is refused in one line."""
+    records = _records(60)
+    scores = _scores(records)
+    encoder = FeatureEncoder.fit([Trajectory.model_validate(r).to_input() for r in records], scores)
+    state = encoder.state_dict()
+    assert encoder.fitted == state["fitted"] == 60
+    older = {k: v for k, v in state.items() if k != "fitted"}
+    restored = FeatureEncoder.from_state(older)
+    assert restored.fitted is None and restored.state_dict() == older
+    assert torch.equal(_encode(restored, records, scores), _encode(encoder, records, scores))
+    for bad in (0, -3, 2.5, "60", True):
+        with pytest.raises(ValueError, match=r"fitted .* is not a count of records"):
+            FeatureEncoder.from_state({**state, "fitted": bad})
+
+
 def test_unknown_encoder_version_is_refused() -> None:
     """A saved encoder from another version is refused with a message naming the version."""
     records = _records(50)

@@ -97,10 +97,12 @@ def train(request: TrainRequest) -> TrainResult:
     # candidate's folder itself holds the refit's: the one that would be served.
     folder = candidate / SPLIT_FOLDER if whole else candidate
     kept = _kept_numeric_pruned(request, cache)
+    change = None if served is None else compare(served.get("data"), seen)
     with clock.phase("encode"), paused_gc():
+        # An unforced later run may encode with the served model's encoder (encoder_choice)
         task = WorldModelTask(
             data, options, request.seed, request.device, saved, seen=seen, agent=request.agent,
-            kept=kept,
+            kept=kept, served=served if saved is None else None, change=change,
         )  # fmt: skip
     if own_budget:
         epochs = options.max_epochs
@@ -134,9 +136,8 @@ def train(request: TrainRequest) -> TrainResult:
         keep_evaluated(request, result.checkpoint, held_out, evaluation)
     peak = _device_peak(request.device)
     if cache is not None:
-        extra["record_cache"] = cache_record(cache, kept)
+        extra["record_cache"] = cache_record(cache, kept, task)
     checkpoint = result.checkpoint if refit is None else refit.checkpoint
-    change = None if served is None else compare(served.get("data"), seen)
     drift = None
     if not result.stopped_early:
         drift = _drift(request, data, served, change, task.take_numeric_rows(), clock)
@@ -453,15 +454,27 @@ def run_extra(
         "precision_warning": result.precision.warning,
         "resumed_from": str(result.resumed_from) if result.resumed_from else None,
         "candidate": candidate,
+        # served, fitted or checkpoint, and why (recipes.retrain.encoder_choice)
+        "encoder": task.encoder_use,
+        "encoder_reason": task.encoder_reason,
     }
 
 
-def cache_record(cache: RecordCache, kept: KeptNumeric | None = None) -> dict[str, int]:
+def cache_record(
+    cache: RecordCache, kept: KeptNumeric | None = None, task: WorldModelTask | None = None
+) -> dict[str, int]:
     """``extra.record_cache``: the per-file record cache's counts for this read, and what
-    the run's encode took from the kept numeric rows (``world_model.kept_numeric``)."""
+    the run's encode took from the kept numeric rows (``world_model.kept_numeric``) and
+    the kept encoded rows (``world_model.kept_encoded``: a resident run process's)."""
     numeric = {}
-    if kept is not None:
+    encoded = None if task is None else task.kept_encoded
+    if encoded is not None and encoded.memory is not None:
         numeric = {
+            "encoded_reused": encoded.reused,  # rows taken from the kept matrix
+            "encoded_computed": encoded.encoded,  # new, changed, or another encoder
+        }
+    if kept is not None:
+        numeric |= {
             "numeric_reused": kept.reused,  # records whose numeric rows were kept
             "numeric_computed": kept.computed,  # new, changed, or beside a change
             "numeric_unreadable": kept.unreadable,  # a damaged file: every row worked out

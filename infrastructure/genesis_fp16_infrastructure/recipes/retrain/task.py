@@ -26,8 +26,11 @@ The data is read once and evaluated one of two ways, chosen by the pool's size:
   0.06 AUC better than a held-out split (docs/se-darwin.md: 0.890 against 0.830).
 
 The features are encoded with an encoder fitted on the training part (every record when
-cross-validated), or the one saved in the checkpoint being resumed, and kept as tensors
-on the training device, as one :class:`Batch` of tensors per part of the pool.
+cross-validated), the one saved in the checkpoint being resumed, or, on a later run whose
+pool only grew a little, the served model's (``encoder_choice``: issue 90), and kept as
+tensors on the training device, as one :class:`Batch` of tensors per part of the pool. In
+a resident run process the encoded rows are kept too (``world_model.kept_encoded``): a
+later run with the same encoder encodes only what is new or changed.
 :func:`probe_setup` gives the precision probe the same world model, loss and a few real
 batches.
 """
@@ -52,10 +55,20 @@ from torch.optim import Optimizer
 from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
 from genesis_fp16_infrastructure.contract.plugin_api import ProbeSetup, TrainRequestError
 from genesis_fp16_infrastructure.contract.split import sorted_unique
-from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
+from genesis_fp16_infrastructure.data.fingerprint import (
+    DataChange,
+    DataFingerprint,
+    fingerprint_of,
+)
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.recipes.retrain.encoder_choice import (
+    CHECKPOINT,
+    FITTED,
+    SERVED,
+    served_encoder,
+)
 from genesis_fp16_infrastructure.recipes.retrain.evaluated import weights_digest
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.split import (
@@ -70,6 +83,7 @@ from genesis_fp16_infrastructure.world_model.features import (
     FeatureEncoder,
     numeric_rows,
 )
+from genesis_fp16_infrastructure.world_model.kept_encoded import KeptEncoded
 from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
 from genesis_fp16_infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
 from genesis_fp16_infrastructure.world_model.model import (
@@ -206,6 +220,8 @@ class WorldModelTask(WorldModelStep):
         seen: DataFingerprint | None = None,
         agent: str = "se_darwin",
         kept: KeptNumeric | None = None,
+        served: Mapping[str, Any] | None = None,
+        change: DataChange | None = None,
     ) -> None:
         self.agent = agent  # whose model: kept in the checkpoint, named in the log
         self.options = options
@@ -228,6 +244,8 @@ class WorldModelTask(WorldModelStep):
         self.kept = kept
         numeric = numeric_rows(columns, columns.labelled) if kept is None else kept.rows(columns)
         self._numeric_rows: torch.Tensor | None = numeric
+        # How the encoder came (encoder_choice): extra.encoder, and why.
+        self.encoder_use, self.encoder_reason = CHECKPOINT, "resumed"
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             try:
                 self.encoder = FeatureEncoder.from_state(saved["encoder"])
@@ -235,7 +253,11 @@ class WorldModelTask(WorldModelStep):
                 raise TrainRequestError(f"cannot resume this checkpoint: {exc}") from exc
             config = ModelConfig.from_dict(saved["model"])
         else:
-            self.encoder = FeatureEncoder.fit_parts(
+            reused, self.encoder_reason = served_encoder(
+                served, change, split, columns, options, seed
+            )
+            self.encoder_use = SERVED if reused is not None else FITTED
+            self.encoder = reused or FeatureEncoder.fit_parts(
                 Categorical.of_rows(columns, columns.labelled[train]),
                 numeric.index_select(0, torch.from_numpy(train)),  # freed after the fit
                 columns.success[train],
@@ -249,16 +271,28 @@ class WorldModelTask(WorldModelStep):
             config = _model_config(options, self.encoder.n_features, member_records, members)
         super().__init__(config, options.learning_rate, options.weight_decay)
         encoded: dict[int, Batch] = {}  # by array: the whole-pool task's parts are one
+        # In a resident run process each part's encoded rows are kept for the next run of
+        # the same encoder (kept_encoded): only what is new or changed is encoded.
+        memory = None if kept is None else kept.memory
+        stamp = None if kept is None else kept.stamp
+        self.kept_encoded = None if kept is None else KeptEncoded(memory, str(kept.path))
         # The encoder's rows for each distinct categorical value, once for every part:
         # the parts' values are the pool's (Categorical.of_rows shares them).
-        tables = self.encoder.tables(Categorical.of_rows(columns, columns.labelled[:0]))
+        tables = None
+        if memory is None:
+            tables = self.encoder.tables(Categorical.of_rows(columns, columns.labelled[:0]))
+        names = {id(split.validation): "validation", id(split.held_out): "held_out"}
 
         def batch(part: np.ndarray) -> Batch:
             if id(part) not in encoded:
                 folds = split.folds if split.fold_count and part is train else None
-                categorical = Categorical.of_rows(columns, columns.labelled[part])
                 rows = torch.from_numpy(part)
-                x = self.encoder.encode_parts(categorical, numeric, rows, tables)
+                if self.kept_encoded is not None and memory is not None:
+                    name = "train" if part is train else names[id(part)]
+                    x = self.kept_encoded.part(name, part, self.encoder, columns, numeric, stamp)
+                else:
+                    categorical = Categorical.of_rows(columns, columns.labelled[part])
+                    x = self.encoder.encode_parts(categorical, numeric, rows, tables)
                 labels = Labels.of_rows(columns, part)
                 encoded[id(part)] = to_device(batch_of(x, labels, folds), device)
             return encoded[id(part)]
@@ -283,11 +317,13 @@ class WorldModelTask(WorldModelStep):
             else f"{len(train)} train, {validation} validation, {held} held-out examples"
         )
         logger.info(
-            "%s task: %s, %d features, model %s",
+            "%s task: %s, %d features, model %s, encoder %s (%s)",
             self.agent,
             parts,
             self.encoder.n_features,
             self.config,
+            self.encoder_use,
+            self.encoder_reason,
         )
 
     def take_numeric_rows(self) -> torch.Tensor | None:
