@@ -86,7 +86,7 @@ class KeptRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
         """The JSON object: ``extra``'s keys, then the declared fields that are set."""
         cleared = {name: None for name in self._HELD}  # written below, each by its record
         blank = msgspec.structs.replace(self, extra={}, as_read={}, read_values={}, **cleared)
-        out: dict[str, Json] = msgspec.to_builtins(blank)
+        out: dict[str, Json] = msgspec.to_builtins(blank, enc_hook=_plain)
         for name, how in self._HELD.items():
             out.pop(name, None)
             value = getattr(self, name)
@@ -101,3 +101,13 @@ class KeptRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
         it (a hand's edit: the field is empty); None otherwise."""
         unreadable = name in self.as_read and self.read_values.get(name) is None
         return self.as_read[name] if unreadable else None
+
+
+def _plain(value: object) -> Json:
+    """A subclass of a JSON scalar as its plain value (``torch.__version__`` is a str
+    subclass, which ``json.dumps`` wrote and msgspec refuses); anything else is refused
+    as msgspec refuses it."""
+    for plain in (bool, int, float, str):
+        if isinstance(value, plain):
+            return plain(value)
+    raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")

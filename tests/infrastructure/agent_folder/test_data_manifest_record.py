@@ -13,6 +13,7 @@ import pytest
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.candidates import (
+    DataManifestRecord,
     read_data_manifest,
     renew_data_manifest,
     write_data_manifest,
@@ -119,3 +120,26 @@ def test_a_record_of_another_version_is_not_read_and_left_in_place(tmp_path: Pat
     finally:
         remove()
     assert seen == [] and DATA_MANIFEST.at(folder).is_file()
+
+
+def test_a_result_holding_a_str_subclass_is_written_as_its_text(tmp_path: Path) -> None:
+    """A run's result may hold ``torch.__version__`` (a str subclass: a calibration's
+    record held one, and every se_darwin run of the daemon failed writing its manifest);
+    it is written as the plain text it is, and reads back equal. An object that is no JSON
+    value is still refused."""
+    import torch
+
+    class Label(str):
+        pass
+
+    data = json.loads(FIXTURE.read_text())
+    data["result"]["extra"] = {"torch": torch.__version__, "label": Label("x")}
+    folder = tmp_path / "candidates" / "c1"
+    folder.mkdir(parents=True)
+    write_data_manifest(folder, DataManifestRecord.from_json(data))
+    record = read_data_manifest(folder)
+    assert record is not None
+    assert record.result["extra"] == {"torch": str(torch.__version__), "label": "x"}
+    data["result"]["extra"] = {"what": object()}
+    with pytest.raises(TypeError, match="object"):
+        write_data_manifest(folder, DataManifestRecord.from_json(data))

@@ -603,7 +603,7 @@ def _key(
         "device": f"{device.type} ({caps.source})",
         "device_name": _device_name(device),
         "capability": _capability(device, caps),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a str subclass: not JSON to every encoder
         "cuda_runtime": str(torch.version.cuda) if device.type == "cuda" else "none",
         "driver": _driver_version() if device.type == "cuda" else "none",
         "model": hashlib.sha256(repr(params).encode()).hexdigest()[:16],

@@ -322,7 +322,7 @@ def verification_key(trainer: Trainer, batch: Any) -> dict[str, str]:
     params = [(n, tuple(p.shape), str(p.dtype)) for n, p in trainer.model.named_parameters()]
     return {
         "device": name,
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a str subclass: not JSON to every encoder
         "model": hashlib.sha256(repr(params).encode()).hexdigest()[:16],
         "batch": batch_shapes(batch),
         "precision": trainer.policy.name,
