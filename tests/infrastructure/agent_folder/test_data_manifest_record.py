@@ -36,6 +36,16 @@ def _folder(tmp_path: Path, text: str | None = None) -> Path:
     return folder
 
 
+def _read_watched(folder: Path) -> tuple[DataManifestRecord | None, list[files.SetAside]]:
+    """The folder's record as read, and the files set aside while reading it."""
+    seen: list[files.SetAside] = []
+    remove = files.on_set_aside(seen.append)
+    try:
+        return read_data_manifest(folder), seen
+    finally:
+        remove()
+
+
 def test_a_record_written_by_82eca65c_reads_typed_and_writes_back_the_same_bytes(
     tmp_path: Path,
 ) -> None:
@@ -98,12 +108,8 @@ def test_a_malformed_record_of_this_version_is_refused_in_one_line_and_set_aside
     naming the record."""
     data = json.loads(FIXTURE.read_text())
     folder = _folder(tmp_path, json.dumps(damage(data)))  # type: ignore[operator]
-    seen: list[files.SetAside] = []
-    remove = files.on_set_aside(seen.append)
-    try:
-        assert read_data_manifest(folder) is None
-    finally:
-        remove()
+    record, seen = _read_watched(folder)
+    assert record is None
     assert [e.label for e in seen] == [DATA_MANIFEST.label]
     assert "\n" not in seen[0].why and "data_manifest" in seen[0].why
     assert not DATA_MANIFEST.at(folder).exists()
@@ -113,12 +119,8 @@ def test_a_record_of_another_version_is_not_read_and_left_in_place(tmp_path: Pat
     """A version this code does not write (an older or a newer release's) reads as None
     and is not set aside: the run reads the pool, the file stays for its own release."""
     folder = _folder(tmp_path, json.dumps({"version": 2, "whatever": True}))
-    seen: list[files.SetAside] = []
-    remove = files.on_set_aside(seen.append)
-    try:
-        assert read_data_manifest(folder) is None
-    finally:
-        remove()
+    record, seen = _read_watched(folder)
+    assert record is None
     assert seen == [] and DATA_MANIFEST.at(folder).is_file()
 
 

@@ -468,7 +468,7 @@ def cache_record(
     the kept encoded rows (``world_model.kept_encoded``: a resident run process's)."""
     numeric = {}
     encoded = None if task is None else task.kept_encoded
-    if encoded is not None and encoded.memory is not None:
+    if encoded is not None:  # a resident run process's: kept_encoded is on
         numeric = {
             "encoded_reused": encoded.reused,  # rows taken from the kept matrix
             "encoded_computed": encoded.encoded,  # new, changed, or another encoder

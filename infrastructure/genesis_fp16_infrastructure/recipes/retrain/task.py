@@ -275,7 +275,9 @@ class WorldModelTask(WorldModelStep):
         # the same encoder (kept_encoded): only what is new or changed is encoded.
         memory = None if kept is None else kept.memory
         stamp = None if kept is None else kept.stamp
-        self.kept_encoded = None if kept is None else KeptEncoded(memory, str(kept.path))
+        self.kept_encoded: KeptEncoded | None = None
+        if kept is not None and memory is not None:
+            self.kept_encoded = KeptEncoded(memory, str(kept.path))
         # The encoder's rows for each distinct categorical value, once for every part:
         # the parts' values are the pool's (Categorical.of_rows shares them).
         tables = None
@@ -287,7 +289,7 @@ class WorldModelTask(WorldModelStep):
             if id(part) not in encoded:
                 folds = split.folds if split.fold_count and part is train else None
                 rows = torch.from_numpy(part)
-                if self.kept_encoded is not None and memory is not None:
+                if self.kept_encoded is not None:
                     name = "train" if part is train else names[id(part)]
                     x = self.kept_encoded.part(name, part, self.encoder, columns, numeric, stamp)
                 else:
