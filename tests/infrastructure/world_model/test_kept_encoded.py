@@ -4,15 +4,15 @@ for bit; only new and changed records are encoded; nothing stale is read."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from pool_files import read_records
 
-from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
+from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
 from genesis_fp16_infrastructure.world_model.features import (
@@ -24,16 +24,6 @@ from genesis_fp16_infrastructure.world_model.kept_encoded import KeptEncoded
 from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
 
 SEED = 7
-
-
-def _read(folder: Path, files: dict[str, list[dict[str, Any]]], pool: dict[str, Any]) -> ReadResult:
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.iterdir():
-        old.unlink()
-    for name, records in files.items():
-        trajectories = {r["trajectory_id"]: r for r in records}
-        (folder / name).write_text(json.dumps({**pool, "trajectories": trajectories}))
-    return read_trajectories(folder, keep_text=False)
 
 
 def _full(encoder: FeatureEncoder, data: ReadResult) -> torch.Tensor:
@@ -83,7 +73,7 @@ def test_a_later_matrix_is_a_full_encode_of_what_changed_alone(tmp_path: Path, c
     pool = generate_pool(1200, seed=SEED)
     records = list(pool["trajectories"].values())
     memory = KeptInMemory(256 * 2**20)
-    first = _read(tmp_path / "data", {"a.json": records[:1150]}, pool)
+    first = read_records(tmp_path / "data", {"a.json": records[:1150]}, pool)
     columns = first.columns
     encoder = FeatureEncoder.fit_parts(
         Categorical.of_rows(columns, columns.labelled),
@@ -99,7 +89,7 @@ def test_a_later_matrix_is_a_full_encode_of_what_changed_alone(tmp_path: Path, c
         files = {"a.json": records[:1150], "b.json": records[1150:]}
     else:
         files = {"a.json": _edited(records[:1150], change)}
-    data = _read(tmp_path / "data", files, pool)
+    data = read_records(tmp_path / "data", files, pool)
     columns = data.columns
     numeric = KeptNumeric(tmp_path / "cache", tmp_path / "data", memory)
     rows = numeric.rows(columns)
@@ -121,13 +111,13 @@ def test_a_row_whose_categorical_values_changed_is_encoded_again(tmp_path: Path)
     pool = generate_pool(400, seed=SEED)
     records = list(pool["trajectories"].values())
     memory = KeptInMemory(64 * 2**20)
-    first = _read(tmp_path / "a", {"a.json": records}, pool)
+    first = read_records(tmp_path / "a", {"a.json": records}, pool)
     columns = first.columns
     numeric = numeric_rows(columns, columns.labelled)
     encoder = FeatureEncoder.fit_parts(Categorical.of_rows(columns, columns.labelled), numeric)
     stamp = np.arange(len(columns.labelled), dtype=np.uint64)
     _matrix(KeptEncoded(memory, "pool"), encoder, columns, numeric, stamp)
-    data = _read(tmp_path / "b", {"a.json": _edited(records, "categorical")}, pool)
+    data = read_records(tmp_path / "b", {"a.json": _edited(records, "categorical")}, pool)
     columns = data.columns
     kept = KeptEncoded(memory, "pool")
     now = numeric_rows(columns, columns.labelled)
@@ -141,7 +131,7 @@ def test_another_encoder_encodes_every_row(tmp_path: Path) -> None:
     pool = generate_pool(600, seed=SEED)
     records = list(pool["trajectories"].values())
     memory = KeptInMemory(64 * 2**20)
-    data = _read(tmp_path / "data", {"a.json": records}, pool)
+    data = read_records(tmp_path / "data", {"a.json": records}, pool)
     columns = data.columns
     numeric = KeptNumeric(tmp_path / "cache", tmp_path / "data", memory)
     rows = numeric.rows(columns)
@@ -161,7 +151,7 @@ def test_another_encoder_encodes_every_row(tmp_path: Path) -> None:
 def test_without_a_store_nothing_is_kept(tmp_path: Path) -> None:
     """No store (a run outside a resident process): every row encoded, every time."""
     pool = generate_pool(300, seed=SEED)
-    data = _read(tmp_path / "data", {"a.json": list(pool["trajectories"].values())}, pool)
+    data = read_records(tmp_path / "data", {"a.json": list(pool["trajectories"].values())}, pool)
     columns = data.columns
     numeric = numeric_rows(columns, columns.labelled)
     encoder = FeatureEncoder.fit_parts(Categorical.of_rows(columns, columns.labelled), numeric)
@@ -180,7 +170,7 @@ def test_a_grown_part_is_written_after_its_kept_rows_unless_one_given_out_lives(
     pool = generate_pool(500, seed=SEED)
     records = list(pool["trajectories"].values())
     memory = KeptInMemory(64 * 2**20)
-    data = _read(tmp_path / "data", {"a.json": records}, pool)
+    data = read_records(tmp_path / "data", {"a.json": records}, pool)
     columns = data.columns
     numeric = numeric_rows(columns, columns.labelled)
     encoder = FeatureEncoder.fit_parts(Categorical.of_rows(columns, columns.labelled), numeric)
@@ -210,7 +200,7 @@ def test_a_record_moved_out_of_a_part_shifts_its_kept_rows_into_a_new_store(
     and only the new records encoded, the full encode's bits."""
     pool = generate_pool(500, seed=SEED)
     memory = KeptInMemory(64 * 2**20)
-    data = _read(tmp_path / "data", {"a.json": list(pool["trajectories"].values())}, pool)
+    data = read_records(tmp_path / "data", {"a.json": list(pool["trajectories"].values())}, pool)
     columns = data.columns
     numeric = numeric_rows(columns, columns.labelled)
     encoder = FeatureEncoder.fit_parts(Categorical.of_rows(columns, columns.labelled), numeric)

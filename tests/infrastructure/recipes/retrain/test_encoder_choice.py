@@ -5,12 +5,11 @@ holds out or validates on."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from pool_files import read_records
 
 from genesis_fp16_infrastructure.data.fingerprint import compare
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
@@ -26,16 +25,6 @@ SEED = 5
 OPTIONS = TaskOptions.from_mapping({"cross_validation": False})
 
 
-def _read(folder: Path, files: dict[str, list[dict[str, Any]]], pool: dict[str, Any]) -> ReadResult:
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.iterdir():
-        old.unlink()
-    for name, records in files.items():
-        trajectories = {r["trajectory_id"]: r for r in records}
-        (folder / name).write_text(json.dumps({**pool, "trajectories": trajectories}))
-    return read_trajectories(folder, keep_text=False)
-
-
 @pytest.fixture(scope="module")
 def pools(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A first pool of 4,000 records, the served state of a task trained on it, and the
@@ -43,7 +32,7 @@ def pools(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     pool = generate_pool(5400, seed=SEED)
     records = list(pool["trajectories"].values())
     folder = tmp_path_factory.mktemp("choice")
-    first = _read(folder / "data", {"a.json": records[:4000]}, pool)
+    first = read_records(folder / "data", {"a.json": records[:4000]}, pool)
     served = WorldModelTask(first, OPTIONS, SEED).extra_state()
     return {"pool": pool, "records": records, "served": served, "folder": folder}
 
@@ -57,7 +46,7 @@ def _choice(
     seed: int = SEED,
 ) -> tuple[FeatureEncoder | None, str, ReadResult]:
     served = pools["served"] if served is None else served
-    data = _read(pools["folder"] / name, {"a.json": records}, pools["pool"])
+    data = read_records(pools["folder"] / name, {"a.json": records}, pools["pool"])
     change = compare(served["data"], data.fingerprint)
     split = choose_split(data, options, seed)
     encoder, why = served_encoder(served, change, split, data.columns, options, seed)
@@ -132,7 +121,7 @@ def test_anything_else_fits(pools: dict[str, Any], case: str, reason: str) -> No
     elif case == "cross-validated":
         options = TaskOptions.from_mapping({"cross_validation": True})
     if case == "no served model":
-        data = _read(pools["folder"] / "none", {"a.json": grown}, pools["pool"])
+        data = read_records(pools["folder"] / "none", {"a.json": grown}, pools["pool"])
         split = choose_split(data, options, seed)
         encoder, why = served_encoder(None, None, split, data.columns, options, seed)
     else:
@@ -156,7 +145,9 @@ def test_a_task_says_which_encoder_it_took(pools: dict[str, Any]) -> None:
     """The task reports "served" with the served encoder, and "fitted" with one of its
     own (a fit of the grown pool is another encoder)."""
     served = pools["served"]
-    data = _read(pools["folder"] / "task", {"a.json": pools["records"][:4200]}, pools["pool"])
+    data = read_records(
+        pools["folder"] / "task", {"a.json": pools["records"][:4200]}, pools["pool"]
+    )
     change = compare(served["data"], data.fingerprint)
     reused = WorldModelTask(data, OPTIONS, SEED, served=served, change=change)
     fitted = WorldModelTask(data, OPTIONS, SEED)
