@@ -144,12 +144,19 @@ def _merge(numeric: torch.Tensor, pool: int, new: int, repeats: int) -> list[str
     ]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def ab_arguments(description: str) -> argparse.ArgumentParser:
+    """The options a paired drift benchmark takes: the pools, the new records, the
+    repeats and the other checkout, whose ``drift`` module runs beside this tree's."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--pools", default="10000,100000")
     parser.add_argument("--new", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--before", type=Path, required=True, help="the other checkout")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = ab_arguments(__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)

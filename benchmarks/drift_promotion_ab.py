@@ -15,7 +15,6 @@ compared field for field.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -25,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
-from drift_ab_90 import BUDGET, _module
+from drift_ab_90 import BUDGET, _module, ab_arguments
 
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
@@ -74,12 +73,7 @@ def _row(pool: int, new: int, repeats: int, trees: dict[str, ModuleType]) -> str
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pools", default="10000,100000")
-    parser.add_argument("--new", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=11)
-    parser.add_argument("--before", type=Path, required=True, help="the other checkout")
-    args = parser.parse_args(argv)
+    args = ab_arguments(__doc__.splitlines()[0]).parse_args(argv)
     torch.set_num_threads(1)
     trees = {"before": _module(args.before), "this tree": drift}
     load = Path("/proc/loadavg").read_text().strip()
