@@ -402,7 +402,8 @@ def roll_forward(folder: Path, pointer: ServedPointer) -> list[str]:
     """Write the verdicts the pointer's journal decided and the candidates do not say yet
     (the pointer is written first: a kill between leaves them to this call). Callers
     hold :func:`pointer_lock`. Returns the candidates whose verdict it wrote."""
-    return _write_decided(folder, disagreeing(folder, pointer))
+    decided = disagreeing(folder, pointer)
+    return _write_decided(folder, decided)
 
 
 def _write_decided(folder: Path, decided: Mapping[str, Verdict]) -> list[str]:
