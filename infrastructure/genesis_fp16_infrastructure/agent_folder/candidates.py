@@ -41,7 +41,11 @@ import msgspec
 from genesis_fp16_infrastructure.agent_folder import files, layout
 from genesis_fp16_infrastructure.agent_folder.files import last_write
 from genesis_fp16_infrastructure.agent_folder.kept_record import Json, KeptRecord
-from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, DATA_MANIFEST
+from genesis_fp16_infrastructure.agent_folder.layout import (
+    CANDIDATE_META,
+    CANDIDATES_FOLDER,
+    DATA_MANIFEST,
+)
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
     Outcome,
@@ -51,7 +55,6 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     read_verdict,
     utc_now,
 )
-from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir
 from genesis_fp16_infrastructure.agent_folder.transaction import disagreeing, transaction
 from genesis_fp16_infrastructure.agent_folder.transaction import (
     write_verdict as write_verdict,
@@ -76,7 +79,7 @@ def make_candidate(folder: Path, meta: CandidateMeta) -> KeptCandidate:
     """A fresh candidate (:func:`new_candidate`), as its meta was written: no verdict yet."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     digest = (meta.fingerprint or "")[:8] or "nodata"
-    base = candidates_dir(folder) / f"{stamp}-{digest}"
+    base = Path(folder) / CANDIDATES_FOLDER / f"{stamp}-{digest}"
     path, n = base, 1
     while path.exists():
         n += 1
@@ -121,20 +124,24 @@ def read_candidates(folder: Path) -> tuple[KeptCandidate, ...]:
 
 def _listed(folder: Path) -> list[tuple[Path, CandidateMeta]]:
     """Every candidate folder with its meta, oldest first (:func:`list_candidates`)."""
-    root = candidates_dir(folder)
+    root = Path(folder) / CANDIDATES_FOLDER
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and os.path.lexists(CANDIDATE_META.at(p))]
-    # An unusable meta is set aside (reported) as it is read; its candidate stays listed.
-    metas = [(path, read_meta(path)) for path in found]  # each meta read once
-    return sorted(metas, key=lambda m: (str(m[1].created_at), _written_ns(m[0]), m[0].name))
+    # Each candidate's meta file named once: whether it is there, its record, its time.
+    named = [(p, CANDIDATE_META.at(p)) for p in root.iterdir() if p.is_dir()]
+    # An unusable meta is set aside (reported) as it is read; its candidate stays listed,
+    # by its time and name alone (its meta's time read after: 0 once set aside).
+    metas = [(p, _meta_in(meta), _written_ns(meta)) for p, meta in named if os.path.lexists(meta)]
+    metas.sort(key=lambda m: (str(m[1].created_at), m[2], m[0].name))
+    return [(path, meta) for path, meta, _ in metas]
 
 
-def _written_ns(candidate: Path) -> int:
-    """When the candidate's meta was written, in ns: the meta's time is in whole seconds,
-    and two fast runs make two candidates in one second (written once, at creation)."""
+def _written_ns(meta: Path) -> int:
+    """When the candidate's meta (``meta``: its file) was written, in ns: the meta's time
+    is in whole seconds, and two fast runs make two candidates in one second (written
+    once, at creation)."""
     try:
-        return os.lstat(CANDIDATE_META.at(candidate)).st_mtime_ns
+        return os.lstat(meta).st_mtime_ns
     except OSError:  # set aside as it was read: listed by its time and name alone
         return 0
 
@@ -142,7 +149,12 @@ def _written_ns(candidate: Path) -> int:
 def read_meta(candidate: Path) -> CandidateMeta:
     """The candidate's meta (its data and request); empty when absent or unusable (set
     aside and reported, as :func:`read_verdict`)."""
-    found = files.load(CANDIDATE_META.at(candidate), CANDIDATE_META, CandidateMeta.from_json)
+    return _meta_in(CANDIDATE_META.at(candidate))
+
+
+def _meta_in(path: Path) -> CandidateMeta:
+    """The meta file at ``path`` (:func:`read_meta`)."""
+    found = files.load(path, CANDIDATE_META, CandidateMeta.from_json)
     return CandidateMeta() if found is None else found
 
 

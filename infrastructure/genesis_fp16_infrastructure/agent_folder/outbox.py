@@ -426,6 +426,15 @@ def announce_verdicts(checkpoint_folder: Path) -> list[str]:
         return _settle_all(agent_folder, lock, Path(staged))
 
 
+def catch_up(checkpoint_folder: Path, journal: Sequence[JournalEntry]) -> list[str]:
+    """What a killed writer left the outbox lacking, as a transaction settles it under
+    the pointer's lock: the verdict events left staged (:func:`announce_verdicts`), then
+    the pointer journal's events (:func:`announce_journal`; ``journal``: the pointer's as
+    the transaction found it). Returns the ids written, in that order."""
+    moved = announce_verdicts(checkpoint_folder)
+    return moved + announce_journal(checkpoint_folder, journal, committed_now=False)
+
+
 def _settle_all(agent_folder: Path, lock: int, staged: Path) -> list[str]:
     settled = [_settle(agent_folder, lock, staged / n) for n in sorted(os.listdir(staged))]
     return [event_id for event_id in settled if event_id is not None]

@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from genesis_fp16_infrastructure.agent_folder import files, outbox
@@ -127,3 +128,26 @@ def pointer_lock(folder: Path) -> Iterator[None]:
         finally:
             _HELD.discard(key)
             os.close(fd)  # closing the descriptor drops the flock
+
+
+@dataclass(frozen=True)
+class LockedPointer:
+    """The pointer as read once under its lock: ``pointer`` (None: none yet, or it cannot
+    be read), and ``unusable``, why it cannot be (None: it can)."""
+
+    pointer: ServedPointer | None
+    unusable: ServedPointerError | None = None
+
+
+@contextmanager
+def locked_pointer(folder: Path) -> Iterator[LockedPointer]:
+    """:func:`pointer_lock` held until the block ends, the pointer read once under it
+    (:func:`read_pointer`): what a transaction begins from. A pointer that cannot be read
+    is no exception here: the block decides (a repair goes on, any other refuses after
+    settling what a killed writer left)."""
+    with pointer_lock(folder):
+        try:
+            read = LockedPointer(read_pointer(folder))
+        except ServedPointerError as exc:
+            read = LockedPointer(None, exc)
+        yield read

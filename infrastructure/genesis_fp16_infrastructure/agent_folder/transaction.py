@@ -47,7 +47,11 @@ import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files, outbox
 from genesis_fp16_infrastructure.agent_folder.kept_record import Json
-from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META, VERDICT
+from genesis_fp16_infrastructure.agent_folder.layout import (
+    CANDIDATE_META,
+    CANDIDATES_FOLDER,
+    VERDICT,
+)
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     JournalEntry,
     Outcome,
@@ -59,10 +63,9 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     utc_now,
 )
 from genesis_fp16_infrastructure.agent_folder.pointer import (
+    LockedPointer,
     ServedPointer,
-    candidates_dir,
-    pointer_lock,
-    read_pointer,
+    locked_pointer,
     write_pointer,
 )
 from genesis_fp16_infrastructure.errors import ServedPointerError
@@ -113,7 +116,7 @@ class Transaction:
         self._settled = settled_through is not None
         self._settled_through = settled_through or 0
         self._settled_events = settled_events
-        self._verdicts: dict[Path, Verdict | Mapping[str, Json]] = {}
+        self._verdicts: dict[Path, Verdict] = {}  # each as decided (stamped), to write
         self._removals: list[Path] | None = None  # None: no prune staged
         self._sweep: list[Path] = []
 
@@ -208,8 +211,9 @@ class Transaction:
     def verdict(self, candidate: Path, verdict: Verdict | Mapping[str, Json]) -> None:
         """Stage a verdict no transition carries (rejected, held, undecided, the gate's
         own), written before the pointer (:func:`write_verdict`); a later one for the
-        same candidate replaces it. Its record (or its JSON, read when written)."""
-        self._verdicts[Path(candidate)] = verdict
+        same candidate replaces it. Its record (or its JSON: ``ValueError`` in one line, here,
+        when it is not one), stamped as decided now: the commit writes it as it is."""
+        self._verdicts[Path(candidate)] = stamped(as_verdict(verdict))
 
     def prune(self, removals: list[Path], sweep: list[Path] | None = None) -> None:
         """Stage ``removals`` (candidate folders), removed after the pointer, with what a
@@ -222,7 +226,7 @@ class Transaction:
         :func:`transaction`, under its lock."""
         assert self.done is None, "a transaction commits once"
         for candidate, verdict in self._verdicts.items():
-            write_verdict(candidate, verdict)
+            _write_verdict(candidate, verdict)
         new, entries, decided, events = self._pointer, [], [], list(self._settled_events)
         if new is not None and new is not self.before:
             write_pointer(self.folder, new)  # the commit point
@@ -246,16 +250,14 @@ class Transaction:
         (:func:`roll_forward`)."""
         if not self._settled:
             return roll_forward(self.folder, new)
+        kept = self.folder / CANDIDATES_FOLDER
         decided = {
             ident: verdict
             for entry in entries
             for ident, verdict in entry.verdicts.items()
-            if _plain(ident) and CANDIDATE_META.at(candidates_dir(self.folder) / ident).is_file()
+            if _plain(ident) and CANDIDATE_META.at(kept / ident).is_file()
         }
-        for ident, verdict in decided.items():
-            path = VERDICT.at(candidates_dir(self.folder) / ident)
-            files.write_json(path, VERDICT, verdict.to_json())
-        return list(decided)
+        return _write_decided(self.folder, decided)
 
     def _remove_all(self) -> list[Path]:
         """A prune's removals: what a prune killed midway left in ``.pruning`` (nobody
@@ -288,8 +290,8 @@ def transaction(
     >>> [(e.seq, e.kind, e.served) for e in tx.done.entries]
     [(1, 'manual', 'm1')]
     """
-    with pointer_lock(folder):
-        tx = _begin(Path(folder), settle, unusable_ok)
+    with locked_pointer(folder) as read:
+        tx = _begin(Path(folder), read, settle, unusable_ok)
         yield tx
         tx.commit()
 
@@ -318,28 +320,30 @@ def recording() -> Iterator[list[Committed]]:
         _RECORDED.reset(token)
 
 
-def _begin(folder: Path, settle_first: bool, unusable_ok: bool) -> Transaction:
-    """The transaction as it starts: the pointer read once, settled when asked."""
-    events = outbox.announce_verdicts(folder) if settle_first else []
-    try:
-        current = read_pointer(folder)
-    except ServedPointerError as exc:
+def _begin(folder: Path, read: LockedPointer, settle_first: bool, unusable_ok: bool) -> Transaction:
+    """The transaction as it starts, from the pointer read once under the lock: what a
+    killed writer left settled when asked (:func:`settle`), then, for a pointer that
+    cannot be read, the refusal (or a repair's transaction without one)."""
+    current = read.pointer
+    events = settle(folder, current) if settle_first else []
+    if read.unusable is not None:
         if not unusable_ok:
-            raise
-        return Transaction(folder, None, None, events, unusable=exc)
+            raise read.unusable
+        return Transaction(folder, None, None, events, unusable=read.unusable)
     if not settle_first:
         return Transaction(folder, current, None, events)
-    if current is not None:
-        events += settle(folder, current)
     return Transaction(folder, current, 0 if current is None else current.sequence, events)
 
 
-def settle(folder: Path, current: ServedPointer) -> list[str]:
-    """What a transition killed midway left of ``current``'s journal: the verdicts it
-    decided and the candidates do not say yet (:func:`roll_forward`), and its events the
-    outbox lacks; the caller holds the lock. Returns the events it queued."""
-    roll_forward(folder, current)
-    return outbox.announce_journal(folder, current.journal, committed_now=False)
+def settle(folder: Path, current: ServedPointer | None) -> list[str]:
+    """What a transition killed midway left: the verdicts ``current``'s journal decided
+    and the candidates do not say yet (:func:`roll_forward`), then what the outbox lacks
+    (``outbox.catch_up``: the verdict events left staged, the journal's events); the
+    caller holds the lock. ``current`` None: no pointer (none yet, or one that cannot be
+    read), the staged events alone. Returns the events it queued."""
+    if current is not None:
+        roll_forward(folder, current)
+    return outbox.catch_up(folder, [] if current is None else current.journal)
 
 
 def journaled(
@@ -379,7 +383,7 @@ def disagreeing(folder: Path, pointer: ServedPointer) -> dict[str, Verdict]:
                 decided[ident] = verdict  # a hand-edited one without its number: ignored
     found: dict[str, Verdict] = {}
     for ident, verdict in decided.items():
-        candidate = candidates_dir(folder) / ident
+        candidate = Path(folder) / CANDIDATES_FOLDER / ident
         if not CANDIDATE_META.at(candidate).is_file():
             continue  # pruned since, or never here
         said = read_verdict(candidate).journal_seq
@@ -398,11 +402,17 @@ def roll_forward(folder: Path, pointer: ServedPointer) -> list[str]:
     """Write the verdicts the pointer's journal decided and the candidates do not say yet
     (the pointer is written first: a kill between leaves them to this call). Callers
     hold :func:`pointer_lock`. Returns the candidates whose verdict it wrote."""
-    written = disagreeing(folder, pointer)
-    for ident, verdict in written.items():
-        path = VERDICT.at(candidates_dir(folder) / ident)
+    decided = disagreeing(folder, pointer)
+    return _write_decided(folder, decided)
+
+
+def _write_decided(folder: Path, decided: Mapping[str, Verdict]) -> list[str]:
+    """The verdicts a committed journal decided (candidate id -> verdict), each written
+    to its candidate's ``verdict.json``; returns the candidates written."""
+    for ident, verdict in decided.items():
+        path = VERDICT.at(Path(folder) / CANDIDATES_FOLDER / ident)
         files.write_json(path, VERDICT, verdict.to_json())
-    return list(written)
+    return list(decided)
 
 
 def write_verdict(candidate: Path, verdict: Verdict | Mapping[str, Json]) -> None:
@@ -411,7 +421,13 @@ def write_verdict(candidate: Path, verdict: Verdict | Mapping[str, Json]) -> Non
     A promotion's and a rollback's go through the pointer (serve, rollback). ``verdict``:
     the gate's report's JSON and what its writer adds (read as a :class:`Verdict`:
     ``ValueError`` in one line when it is not one)."""
-    decided = stamped(as_verdict(verdict)).to_json()
+    _write_verdict(candidate, stamped(as_verdict(verdict)))
+
+
+def _write_verdict(candidate: Path, verdict: Verdict) -> None:
+    """:func:`write_verdict` of a verdict as it was decided (stamped): its file, with
+    its event staged before and released after (``outbox.verdict_announced``)."""
+    decided = verdict.to_json()
     with outbox.verdict_announced(candidate, decided):  # in the outbox before it is logged
         files.write_json(VERDICT.at(candidate), VERDICT, decided)
 

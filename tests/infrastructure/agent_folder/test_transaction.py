@@ -86,6 +86,47 @@ def test_a_refused_change_writes_nothing_staged_before_it(tmp_path: Path) -> Non
     assert _tree(tmp_path / "state") == before
 
 
+def test_a_verdict_that_is_no_verdict_is_refused_as_it_is_staged(tmp_path: Path) -> None:
+    """A verdict given as JSON that is no verdict is refused in one line where it is
+    staged, after another was staged: nothing of the transaction is written."""
+    ck, _served, fresh, old = _folder(tmp_path)
+    before = _tree(tmp_path / "state")
+    with pytest.raises(ValueError, match="Verdict"), transaction.transaction(ck) as tx:
+        tx.verdict(fresh, {"outcome": "rejected", "reason": "worse"})
+        tx.verdict(old, {"outcome": "no such outcome"})
+    assert tx.done is None
+    assert _tree(tmp_path / "state") == before
+
+
+def test_an_unusable_pointer_is_refused_after_the_staged_events_are_settled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rejection's event a killed writer left staged (its verdict file written) is
+    announced by the next transaction even when the pointer cannot be read; the
+    transaction is refused after it, in one line."""
+    ck, _served, _fresh, old = _folder(tmp_path)
+    agent_folder = ck.parent
+
+    def killed(staged: Path) -> str:
+        raise RuntimeError("killed before the release")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(outbox, "release_verdict", killed)
+        with pytest.raises(RuntimeError, match="killed"):
+            candidates.write_verdict(old, {"outcome": "rejected", "reason": "worse"})
+    staged = outbox.outbox_of(agent_folder) / "staged"
+    assert len(list(staged.iterdir())) == 1
+    (ck / "served.json").write_text("{not json")
+    with (
+        pytest.raises(ServedPointerError, match="served-model pointer"),
+        transaction.transaction(ck),
+    ):
+        pass
+    assert list(staged.iterdir()) == []
+    announced = [e for e in outbox.read_events(agent_folder) if e.kind == "reject"]
+    assert [e.data["candidate_id"] for e in announced] == [old.name]
+
+
 KILLED_CHILD = """
 import os, signal, sys
 from pathlib import Path
