@@ -157,9 +157,11 @@ def _label_hashes(
     judged = np.zeros((n, 8), np.uint8)
     if len(rows):
         ids = list(compress(batch.trajectory_id, labelled.tolist()))
-        unsigned = key[rows].astype(np.uint64).tolist()  # judged_id's key & 2**64 - 1
-        # schema.judged_id of each, written at once
-        texts = [f"{tid}#{k:016x}" for tid, k in zip(ids, unsigned, strict=True)]
+        # schema.judged_id of each: judged_id's f"{key & 2**64 - 1:016x}" is the key's
+        # big-endian bytes in hex, written for every key at once, cut 16 digits a key
+        hexed = key[rows].astype(">u8").tobytes().hex()
+        at = range(0, len(hexed), 16)
+        texts = [f"{tid}#{hexed[a : a + 16]}" for a, tid in zip(at, ids, strict=True)]
         judged[rows] = np.frombuffer(b"".join(map(id_digest, texts)), np.uint8).reshape(-1, 8)
     return key, judged.tobytes()
 
@@ -305,13 +307,15 @@ def _change_counts(diffs: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     added = plus & ~((after[1] == ord("+")) & (after[2] == ord("+")))
     removed = minus & ~((after[1] == ord("-")) & (after[2] == ord("-")))
     hunk = at & (after[1] == ord("@"))
-    # the diff of each line start: diff i's text begins at its own \n
-    first = np.cumsum([0] + [len(diff) + 1 for diff in diffs[:-1]])
-    owner = np.searchsorted(first, starts, side="right") - 1
+    # Diff i's line starts run from its own \n (at first[i]) to the next diff's: each
+    # diff's count is a sum over its run of starts, found by a search a diff.
+    first = np.zeros(count, np.int64)
+    np.cumsum(_lengths(diffs[:-1]) + 1, out=first[1:])
+    runs = np.searchsorted(starts, first)
     plus_n, minus_n, hunk_n = (
-        np.bincount(owner[flags], minlength=count) for flags in (added, removed, hunk)
+        np.add.reduceat(flags, runs, dtype=np.int64) for flags in (added, removed, hunk)
     )
-    starts_n = np.bincount(owner, minlength=count)
+    starts_n = np.diff(runs, append=len(starts))
     total = plus_n + minus_n
     # int / int as Python divides it: both exact as doubles, one rounding
     shares = np.divide(plus_n, total, out=np.full(count, 0.5), where=total > 0)
