@@ -19,7 +19,12 @@ The store is this process's alone, and off until a run asks for it with a budget
 (``TrainRequest.keep_in_memory_bytes``, the daemon's
 ``GENESIS_FP16_RUN_RESIDENT_KEEP_MIB`` when a resident process serves the run; 0, a
 forked child's or ``train``'s, keeps nothing). Past its budget the least recently used
-entries are evicted first, each eviction logged (this module's logger)::
+entries are evicted first, each eviction logged (this module's logger), but never one the
+run now using the store has used (:meth:`KeptInMemory.begin_run`): when the run's own
+entries fill the budget, what it puts next is not kept. A run that needs more than the
+budget thus keeps what it used first, and the next run finds it, where a plain least
+recently used order would evict each value before the next run asks for it and give back
+nothing, run after run::
 
     kept = process_memory(256 * 2**20)      # None: a budget of 0, nothing is kept
     block = kept.get(("file", path), identity)  # None: never kept, or not that file now
@@ -67,22 +72,32 @@ class _Entry:
     value: Any
     size: int
     what: str
+    run: int  # the run that last used it (KeptInMemory.run)
 
 
 class KeptInMemory:
     """Values kept under keys, each with the identity it was made from, within ``budget``
-    bytes (an estimate: :func:`estimate_bytes`), least recently used evicted first."""
+    bytes (an estimate: :func:`estimate_bytes`), least recently used evicted first, but
+    none the current run used (:meth:`begin_run`)."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.used = 0
         self.evictions = 0
+        self.declined = 0  # puts not kept because this run's own entries filled the budget
+        self.run = 0  # the run now using the store (begin_run); 0: none begun, plain LRU
         self.given: list[str] = []  # what lookups took from it since take_given
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self._lock = threading.Lock()  # a run's threads (its scorings) may ask at once
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def begin_run(self) -> None:
+        """A new run uses the store from here: what it gets or puts is not evicted for
+        the rest of it (only for a smaller budget, :meth:`resize`)."""
+        with self._lock:
+            self.run += 1
 
     def get(self, key: Hashable, identity: Hashable, given: bool = True) -> Any | None:
         """The value kept under ``key`` while it was made from ``identity``; None
@@ -97,6 +112,7 @@ class KeptInMemory:
                 self._drop(key)
                 return None
             self._entries.move_to_end(key)
+            entry.run = self.run
             if given:
                 self.given.append(entry.what)
             return entry.value
@@ -112,6 +128,7 @@ class KeptInMemory:
             if entry is None or not accepts(entry.identity):
                 return None
             self._entries.move_to_end(key)
+            entry.run = self.run
             self.given.append(entry.what)
             return entry.identity, entry.value
 
@@ -134,7 +151,8 @@ class KeptInMemory:
 
     def put(self, key: Hashable, identity: Hashable, value: Any, size: int, what: str) -> None:
         """Keep ``value`` (``size`` bytes, said as ``what`` when evicted) under ``key``;
-        one larger than the whole budget is not kept (logged)."""
+        one larger than the whole budget is not kept (logged), nor one that fits only by
+        evicting what this run used (logged, counted in ``declined``)."""
         with self._lock:
             self._drop(key)
             if size > self.budget:
@@ -145,9 +163,20 @@ class KeptInMemory:
                     _mib(self.budget),
                 )
                 return
-            self._entries[key] = _Entry(identity, value, size, what)
+            self._entries[key] = _Entry(identity, value, size, what, self.run)
             self.used += size
-            self._evict(self.budget)
+            self._evict(self.budget, spare=self.run)
+            if self.used > self.budget:
+                self._drop(key)
+                self.declined += 1
+                logger.info(
+                    "kept in memory: %s (%s) not kept: this run's own entries fill the "
+                    "budget (%s of %s kept)",
+                    what,
+                    _mib(size),
+                    _mib(self.used),
+                    _mib(self.budget),
+                )
 
     def resize(self, budget: int) -> None:
         """A new budget (a run's), evicting down to it."""
@@ -155,9 +184,13 @@ class KeptInMemory:
             self.budget = budget
             self._evict(budget)
 
-    def _evict(self, budget: int) -> None:
+    def _evict(self, budget: int, spare: int = 0) -> None:
+        """Evict the least recently used down to ``budget``; none used by run ``spare``
+        (0: spare none). Recency is the entries' order, so the first spared ends it."""
         while self.used > budget and self._entries:
             key, entry = next(iter(self._entries.items()))
+            if spare and entry.run == spare:
+                return
             self._drop(key)
             self.evictions += 1
             logger.info(

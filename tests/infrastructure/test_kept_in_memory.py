@@ -226,6 +226,55 @@ def test_the_budget_evicts_the_least_recently_used_first_and_logs_each(
     assert kept.get("a", 2) is None and kept.get("a", 1) is None  # another identity: dropped
 
 
+def _one_run(kept: KeptInMemory, names: str, begun: bool = True) -> list[str]:
+    """A run that asks for each of ``names`` in order, making (100 bytes) and keeping
+    what it does not find: what it found. ``begun``: it says it begins (begin_run)."""
+    if begun:
+        kept.begin_run()
+    found = []
+    for name in names:
+        if kept.get(name, 1) is not None:
+            found.append(name)
+        else:
+            kept.put(name, 1, name.upper(), 100, f"entry {name}")
+    return found
+
+
+def test_a_run_larger_than_the_budget_keeps_what_it_used_first_for_the_next(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A run's entries are not evicted during it: once they fill the budget, what it puts
+    next is not kept (logged, counted). The next run of the same reads finds what the
+    first kept; least recently used alone would have evicted each entry before it was
+    asked for again, and found nothing, run after run."""
+    caplog.set_level(logging.INFO, logger=kept_in_memory.__name__)
+    kept = KeptInMemory(250)
+    assert _one_run(kept, "abcde") == []
+    assert kept.declined == 3 and kept.evictions == 0 and kept.used == 200
+    declined = [r.getMessage() for r in caplog.records if "not kept: this run" in r.getMessage()]
+    assert len(declined) == 3 and declined[0].startswith("kept in memory: entry c (")
+    assert _one_run(kept, "abcde") == ["a", "b"]
+    assert _one_run(kept, "abcde") == ["a", "b"]
+    plain = KeptInMemory(250)  # the same runs, none begun: least recently used alone
+    assert [_one_run(plain, "abcde", begun=False) for _ in range(3)] == [[], [], []]
+    assert plain.evictions == 13 and plain.declined == 0
+
+
+def test_a_run_evicts_what_earlier_runs_kept_and_it_did_not_use(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What earlier runs kept and this run has not used goes first, least recently used
+    first; a smaller budget (resize) evicts down to it whoever used the entries."""
+    caplog.set_level(logging.INFO, logger=kept_in_memory.__name__)
+    kept = KeptInMemory(300)
+    assert _one_run(kept, "abc") == []
+    assert _one_run(kept, "bxy") == ["b"]  # a, then c evicted for x and y; b is this run's
+    assert [kept.get(n, 1, given=False) for n in "abcxy"] == [None, "B", None, "X", "Y"]
+    assert kept.evictions == 2 and kept.declined == 0
+    kept.resize(100)
+    assert kept.used == 100 and kept.evictions == 4
+
+
 def test_the_store_says_what_it_gave_back_once_each_and_starts_again() -> None:
     """take_given lists what lookups took since its last call, in order, once each: a
     hit, not a miss nor a stale entry, nor a lookup that says for itself (given=False)."""

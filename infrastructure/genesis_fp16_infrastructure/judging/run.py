@@ -164,7 +164,9 @@ def run_plugin(
     ``trains_only_on_rows_kept``; :func:`~.split.drawn_with`), never a daemon's."""
     # A resident run process's memory store, for every agent's run (its calibration
     # record, its data's records): the daemon gives the budget; 0, train's, keeps nothing.
-    process_memory(request.keep_in_memory_bytes or 0)
+    memory = process_memory(request.keep_in_memory_bytes or 0)
+    if memory is not None:
+        memory.begin_run()  # what this run uses is not evicted during it
     check = request.snapshot.data if request.snapshot is not None else None
     if check is not None and check.up_to_date is not None:
         return TrainResult.from_json(check.up_to_date)
