@@ -292,6 +292,33 @@ def test_a_key_is_found_by_both_halves() -> None:
     assert logit[:3].tolist() == [0.25, 0.5, 2.0]
 
 
+@pytest.mark.parametrize("span", [4, 50, 2**62])
+def test_keys_sort_and_are_found_as_both_halves_say(span: int) -> None:
+    """Keys are sorted as a lexsort of both halves sorts them (repeated and shared first
+    halves included), and each asked key, in any order, is found where a kept key has
+    both its halves, with that key's logit (the first record's of repeated inputs)."""
+    rng = np.random.default_rng(span % 997)
+    for _ in range(30):
+        keys = _random_keys(rng, int(rng.integers(0, 400)), span)
+        order = kept_outputs._key_order(keys)
+        assert order.tolist() == np.lexsort((keys.second, keys.first)).tolist()
+        logit = rng.random(len(keys.first), np.float32)
+        kept = kept_outputs.KeptLogits.of(keys, logit)
+        first_of: dict[tuple[int, int], float] = {}
+        halves = zip(keys.first.tolist(), keys.second.tolist(), strict=True)
+        for pair, value in zip(halves, logit.tolist(), strict=True):
+            first_of.setdefault(pair, value)
+        asked = _random_keys(rng, int(rng.integers(0, 300)), span)
+        hit, found = kept.find(asked)
+        pairs = list(zip(asked.first.tolist(), asked.second.tolist(), strict=True))
+        assert hit.tolist() == [pair in first_of for pair in pairs]
+        assert found.tolist() == [np.float32(first_of.get(pair, 0.0)) for pair in pairs]
+        rising = kept_outputs.InputKeys(np.sort(asked.first), asked.second)
+        hit, found = kept.find(rising)  # asked in order already: no sort of them
+        pairs = list(zip(rising.first.tolist(), rising.second.tolist(), strict=True))
+        assert hit.tolist() == [pair in first_of for pair in pairs]
+
+
 def _random_keys(rng: np.random.Generator, count: int, span: int) -> kept_outputs.InputKeys:
     """``count`` keys whose halves are drawn from ``span`` values (a small span: shared
     first hashes, repeated keys)."""
@@ -343,18 +370,18 @@ def test_a_second_scorings_logits_are_kept_sorting_what_is_new_alone(
     and every kept logit is found."""
     monkeypatch.setattr(kept_in_memory, "_PROCESS", [])
     sorted_rows: list[int] = []
-    lexsort = np.lexsort
+    key_order = kept_outputs._key_order
 
-    def counted(keys: Any, *args: Any, **kwargs: Any) -> np.ndarray:
-        sorted_rows.append(len(keys[0]))
-        return lexsort(keys, *args, **kwargs)
+    def counted(keys: kept_outputs.InputKeys) -> np.ndarray:
+        sorted_rows.append(len(keys.first))
+        return key_order(keys)
 
     rng = np.random.default_rng(5)
     first = _random_keys(rng, 5_000, 2**62)
     kept_outputs.keep_logits(BUDGET, "d" * 64, None, first, rng.random(5_000, np.float32), "m")
     kept = kept_outputs.kept_logits(BUDGET, "d" * 64)
     assert kept is not None
-    monkeypatch.setattr(np, "lexsort", counted)
+    monkeypatch.setattr(kept_outputs, "_key_order", counted)
     new = _random_keys(rng, 50, 2**62)
     kept_outputs.keep_logits(BUDGET, "d" * 64, kept, new, rng.random(50, np.float32), "m")
     assert sorted_rows == [50]
