@@ -424,3 +424,24 @@ def test_a_later_scoring_of_the_same_bytes_builds_no_second_model(
     for other in (again, *alone):
         assert other.ids == kept.ids
         assert np.array_equal(other.column("log_loss"), kept.column("log_loss"))
+
+
+def test_a_kept_key_is_taken_only_under_its_own_stamp() -> None:
+    """A last run's key is taken for a row only when that run worked it out (``done``)
+    and the row's stamp is the one it had then: a key planted under another stamp, one
+    never worked out, or one past the kept rows is left to be hashed again."""
+    count = 8
+    stamp = np.arange(10, 10 + count, dtype=np.uint64)
+    before_stamp = stamp[:6].copy()
+    before_stamp[2] = 99  # the row worked out again since: its key is stale
+    done = np.array([True, True, True, False, True, True])
+    first = np.arange(100, 106, dtype=np.uint64)
+    before = kept_outputs.RowKeys(before_stamp, first, first + 50, done, [[], [], [], []])
+    keys = kept_outputs.PoolKeys.__new__(kept_outputs.PoolKeys)
+    zero = np.zeros(count, np.uint64)
+    keys.rows = kept_outputs.RowKeys(stamp, zero, zero.copy(), np.zeros(count, bool), [])
+    keys._take(before)
+    assert keys.rows.done.tolist() == [True, True, False, False, True, True, False, False]
+    assert keys.rows.first.tolist() == [100, 101, 0, 0, 104, 105, 0, 0]
+    assert keys.rows.second.tolist() == [150, 151, 0, 0, 154, 155, 0, 0]
+    assert keys.reused == 4
