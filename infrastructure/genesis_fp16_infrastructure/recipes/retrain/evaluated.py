@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.data.schema import find_ids
 from genesis_fp16_infrastructure.training import FitResult
 from genesis_fp16_infrastructure.training.checkpoint_load import noted_digest
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
@@ -108,8 +109,8 @@ def evaluated_logit(
     kept = _EVALUATED[0] if _EVALUATED else None
     if kept is None or checked is None or kept.plan() is not checked or not len(judged):
         return None
-    at = np.minimum(np.searchsorted(kept.hashes, judged), len(kept.hashes) - 1)
-    if not (kept.hashes[at] == judged).all() or checkpoint_digest(checkpoint) != kept.digest:
+    at, found = find_ids(kept.hashes, judged)  # searched in sorted order (~4x faster)
+    if not found.all() or checkpoint_digest(checkpoint) != kept.digest:
         return None
     if weights_digest(model) != kept.weights:
         return None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -243,9 +244,17 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     except (KeyError, RuntimeError) as exc:  # not a world model this build can load
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
     losses = record_losses(p, columns.success[asked])
-    rows, segments = asked.tolist(), pool.segments
-    named = [segments[i] for i in rows]
-    return RecordLosses.of([ids[i] for i in rows], losses, named, data.quarantined)
+    rows = asked.tolist()
+    named = _at(pool.segments, rows)
+    return RecordLosses.of(_at(ids, rows), losses, named, data.quarantined)
+
+
+def _at(values: Sequence[str], rows: list[int]) -> tuple[str, ...]:
+    """``values`` at ``rows``, in C's loop: an ``itemgetter`` of 20,000 rows takes about
+    half what a comprehension does."""
+    if len(rows) < 2:  # an itemgetter of one row gives the value, not a tuple
+        return tuple(values[i] for i in rows)
+    return tuple(operator.itemgetter(*rows)(values))
 
 
 def _predictor(checkpoint: Path, budget: int | None) -> WorldModelPredictor:

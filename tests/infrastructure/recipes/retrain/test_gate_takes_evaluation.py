@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from first_served import write_pool
@@ -80,6 +81,12 @@ def test_a_scoring_of_other_bytes_or_another_plan_computes_them(
     hashes, checkpoint = kept.hashes[:5], Path(taken.checkpoint)
     model = WorldModelPredictor.of_state(load_checkpoint(checkpoint)).model
     assert evaluated.evaluated_logit(request, checkpoint, model, hashes) is not None
+    # Asked in another order than kept: each record's own logit, in the order asked
+    backwards = kept.hashes[::-1][:7]
+    given = evaluated.evaluated_logit(request, checkpoint, model, backwards)
+    assert given is not None and given.tolist() == kept.logit[-7:].flip(0).tolist()
+    missing = np.concatenate((hashes, [kept.hashes.max() + 1]))  # one never evaluated
+    assert evaluated.evaluated_logit(request, checkpoint, model, missing) is None
     other = tmp_path / "other.pt"
     other.write_bytes(checkpoint.read_bytes() + b"\0")
     assert evaluated.evaluated_logit(request, other, model, hashes) is None

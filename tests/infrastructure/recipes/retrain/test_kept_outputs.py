@@ -292,6 +292,33 @@ def test_a_key_is_found_by_both_halves() -> None:
     assert logit[:3].tolist() == [0.25, 0.5, 2.0]
 
 
+@pytest.mark.parametrize("span", [4, 50, 2**62])
+def test_keys_sort_and_are_found_as_both_halves_say(span: int) -> None:
+    """Keys are sorted as a lexsort of both halves sorts them (repeated and shared first
+    halves included), and each asked key, in any order, is found where a kept key has
+    both its halves, with that key's logit (the first record's of repeated inputs)."""
+    rng = np.random.default_rng(span % 997)
+    for _ in range(30):
+        keys = _random_keys(rng, int(rng.integers(0, 400)), span)
+        order = kept_outputs._key_order(keys)
+        assert order.tolist() == np.lexsort((keys.second, keys.first)).tolist()
+        logit = rng.random(len(keys.first), np.float32)
+        kept = kept_outputs.KeptLogits.of(keys, logit)
+        first_of: dict[tuple[int, int], float] = {}
+        halves = zip(keys.first.tolist(), keys.second.tolist(), strict=True)
+        for pair, value in zip(halves, logit.tolist(), strict=True):
+            first_of.setdefault(pair, value)
+        asked = _random_keys(rng, int(rng.integers(0, 300)), span)
+        hit, found = kept.find(asked)
+        pairs = list(zip(asked.first.tolist(), asked.second.tolist(), strict=True))
+        assert hit.tolist() == [pair in first_of for pair in pairs]
+        assert found.tolist() == [np.float32(first_of.get(pair, 0.0)) for pair in pairs]
+        rising = kept_outputs.InputKeys(np.sort(asked.first), asked.second)
+        hit, found = kept.find(rising)  # asked in order already: no sort of them
+        pairs = list(zip(rising.first.tolist(), rising.second.tolist(), strict=True))
+        assert hit.tolist() == [pair in first_of for pair in pairs]
+
+
 def _random_keys(rng: np.random.Generator, count: int, span: int) -> kept_outputs.InputKeys:
     """``count`` keys whose halves are drawn from ``span`` values (a small span: shared
     first hashes, repeated keys)."""
@@ -343,18 +370,18 @@ def test_a_second_scorings_logits_are_kept_sorting_what_is_new_alone(
     and every kept logit is found."""
     monkeypatch.setattr(kept_in_memory, "_PROCESS", [])
     sorted_rows: list[int] = []
-    lexsort = np.lexsort
+    key_order = kept_outputs._key_order
 
-    def counted(keys: Any, *args: Any, **kwargs: Any) -> np.ndarray:
-        sorted_rows.append(len(keys[0]))
-        return lexsort(keys, *args, **kwargs)
+    def counted(keys: kept_outputs.InputKeys) -> np.ndarray:
+        sorted_rows.append(len(keys.first))
+        return key_order(keys)
 
     rng = np.random.default_rng(5)
     first = _random_keys(rng, 5_000, 2**62)
     kept_outputs.keep_logits(BUDGET, "d" * 64, None, first, rng.random(5_000, np.float32), "m")
     kept = kept_outputs.kept_logits(BUDGET, "d" * 64)
     assert kept is not None
-    monkeypatch.setattr(np, "lexsort", counted)
+    monkeypatch.setattr(kept_outputs, "_key_order", counted)
     new = _random_keys(rng, 50, 2**62)
     kept_outputs.keep_logits(BUDGET, "d" * 64, kept, new, rng.random(50, np.float32), "m")
     assert sorted_rows == [50]
@@ -397,3 +424,24 @@ def test_a_later_scoring_of_the_same_bytes_builds_no_second_model(
     for other in (again, *alone):
         assert other.ids == kept.ids
         assert np.array_equal(other.column("log_loss"), kept.column("log_loss"))
+
+
+def test_a_kept_key_is_taken_only_under_its_own_stamp() -> None:
+    """A last run's key is taken for a row only when that run worked it out (``done``)
+    and the row's stamp is the one it had then: a key planted under another stamp, one
+    never worked out, or one past the kept rows is left to be hashed again."""
+    count = 8
+    stamp = np.arange(10, 10 + count, dtype=np.uint64)
+    before_stamp = stamp[:6].copy()
+    before_stamp[2] = 99  # the row worked out again since: its key is stale
+    done = np.array([True, True, True, False, True, True])
+    first = np.arange(100, 106, dtype=np.uint64)
+    before = kept_outputs.RowKeys(before_stamp, first, first + 50, done, [[], [], [], []])
+    keys = kept_outputs.PoolKeys.__new__(kept_outputs.PoolKeys)
+    zero = np.zeros(count, np.uint64)
+    keys.rows = kept_outputs.RowKeys(stamp, zero, zero.copy(), np.zeros(count, bool), [])
+    keys._take(before)
+    assert keys.rows.done.tolist() == [True, True, False, False, True, True, False, False]
+    assert keys.rows.first.tolist() == [100, 101, 0, 0, 104, 105, 0, 0]
+    assert keys.rows.second.tolist() == [150, 151, 0, 0, 154, 155, 0, 0]
+    assert keys.reused == 4
