@@ -15,8 +15,10 @@ write, so the served model and the candidate's checkpoint are as they were.
 
 A copy rather than a check of the original in place: a check alone detects a plugin that
 altered the served checkpoint while scoring it, but cannot undo it, and the agent's
-later runs would fail all the same. The copy costs one read and write of the checkpoint
-a score, of the order of the plugin's own load (which reads and hashes it too). A plugin
+later runs would fail all the same. The copy costs one write of the checkpoint a score,
+and its read and hash where the judged run did not read it already: it reads the records
+the checkpoint names first (``served.trained_ids``), and the copy is written from the
+bytes that load read and checked (``checkpoint_load.read_in_block``; issue 90). A plugin
 that deliberately looks for the agent's files elsewhere (``request.checkpoint_dir``) is
 not stopped by it: a plugin runs in the daemon's process and could do anything there.
 A copy left by a killed process is a hidden ``.scoring-*`` folder that nothing reads:
