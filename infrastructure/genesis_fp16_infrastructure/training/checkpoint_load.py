@@ -175,6 +175,9 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
                 held = last.get(noted) if kept is None else held_of_digest(kept, KEPT_KIND, noted)
                 if held is not None:
                     return held  # and those bytes unpickled already: not read again
+        read = _READ.get()
+        if read is not None:  # the block's last read: none until these bytes pass every check
+            read.clear()
         data = path.read_bytes()
     except (OSError, UnicodeDecodeError) as error:
         raise CheckpointError(
@@ -191,15 +194,16 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         )
     if last is None or digest is None:
         return _loaded(data)
-    read = _READ.get()
+    if kept is not None:  # never put in ``last``: a plugin's load there may change it
+        state = kept_of_digest(kept, KEPT_KIND, digest, partial(_loaded, data), estimate_bytes)
+    else:
+        if digest not in last:
+            last.clear()
+            last[digest] = _loaded(data)
+        state = last[digest]
     if read is not None:  # checked: kept for a copy of them (read_in_block)
         read[:] = [(path, data, digest)]
-    if kept is not None:  # never put in ``last``: a plugin's load there may change it
-        return kept_of_digest(kept, KEPT_KIND, digest, partial(_loaded, data), estimate_bytes)
-    if digest not in last:
-        last.clear()
-        last[digest] = _loaded(data)
-    return last[digest]
+    return state
 
 
 def read_in_block(path: Path) -> tuple[bytes, str] | None:

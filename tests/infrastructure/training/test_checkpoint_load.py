@@ -263,7 +263,8 @@ def test_a_load_in_a_block_hands_its_checked_bytes_on_for_that_file_alone(
 ) -> None:
     """read_in_block gives the bytes a block's last load read and checked, with their
     SHA-256, for that file only: none outside a block, none for another file, none
-    once another file was read, none for a file its load refused."""
+    once another file was read, none once a load of the file refused what it read (not
+    even the bytes an earlier load of it checked)."""
     import hashlib
 
     manager = CheckpointManager(tmp_path, keep=5)
@@ -278,12 +279,12 @@ def test_a_load_in_a_block_hands_its_checked_bytes_on_for_that_file_alone(
         assert read_in_block(second) is None
         load_checkpoint(second)
         assert read_in_block(first) is None and read_in_block(second) is not None
-        bad = second.read_bytes()
-        second.write_bytes(bad[:50] + bytes([bad[50] ^ 1]) + bad[51:])
+        good = second.read_bytes()
+        second.write_bytes(good[:50] + bytes([good[50] ^ 1]) + good[51:])
         with pytest.raises(CheckpointError, match="do not match the digest"):
             load_checkpoint(second)
-        held = read_in_block(second)  # still the bytes read and checked before, not these
-        assert held is not None and held[0] == bad
+        assert read_in_block(second) is None  # neither these bytes nor those read before
+        assert read_in_block(first) is None
     assert read_in_block(first) is None and read_in_block(second) is None
 
 
