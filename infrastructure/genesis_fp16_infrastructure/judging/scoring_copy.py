@@ -15,8 +15,10 @@ write, so the served model and the candidate's checkpoint are as they were.
 
 A copy rather than a check of the original in place: a check alone detects a plugin that
 altered the served checkpoint while scoring it, but cannot undo it, and the agent's
-later runs would fail all the same. The copy costs one read and write of the checkpoint
-a score, of the order of the plugin's own load (which reads and hashes it too). A plugin
+later runs would fail all the same. The copy costs one write of the checkpoint a score,
+and its read and hash where the judged run did not read it already: it reads the records
+the checkpoint names first (``served.trained_ids``), and the copy is written from the
+bytes that load read and checked (``checkpoint_load.read_in_block``; issue 90). A plugin
 that deliberately looks for the agent's files elsewhere (``request.checkpoint_dir``) is
 not stopped by it: a plugin runs in the daemon's process and could do anything there.
 A copy left by a killed process is a hidden ``.scoring-*`` folder that nothing reads:
@@ -25,6 +27,7 @@ the agent's next judged run removes it (:func:`sweep_copies`) before it scores a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -38,7 +41,11 @@ from typing import TypeVar
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
-from genesis_fp16_infrastructure.training.checkpoint_load import note_hashed, stat_signature
+from genesis_fp16_infrastructure.training.checkpoint_load import (
+    note_hashed,
+    read_in_block,
+    stat_signature,
+)
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -95,18 +102,38 @@ def _copied_sha256(checkpoint: Path, folder: Path) -> str:
     file to copy). A read and a hash fewer than hashing the copy read back (2 ms at
     100,000 records, a checkpoint naming what its model trained on); a copy that does
     not hold those bytes after the plugin's scoring is refused all the same, as the
-    hash after it reads the copy."""
+    hash after it reads the copy. In the judged run's reusing_loads() block, after it
+    read the records the checkpoint names (``served.trained_ids``), the bytes that load
+    read and checked, with their hash (``read_in_block``): not read nor hashed again,
+    while the digest file copied beside them names them (issue 90)."""
     _copy_side_files(checkpoint, folder)  # the checkpoint last: a digest is there first
-    try:
-        if not stat.S_ISREG(os.stat(checkpoint).st_mode):
-            return "none"  # a FIFO put in its place is never opened: the read would block
-        data = checkpoint.read_bytes()
-    except OSError:
-        return "none"
     target = folder / checkpoint.name
+    read = read_in_block(checkpoint)
+    if read is not None and _named_by_digest(target, read[1]):
+        data, digest = read
+    else:
+        try:
+            if not stat.S_ISREG(os.stat(checkpoint).st_mode):
+                return "none"  # a FIFO put in its place is never opened: the read would block
+            data = checkpoint.read_bytes()
+        except OSError:
+            return "none"
+        digest = hashlib.sha256(data).hexdigest()
     target.write_bytes(data)
-    shutil.copystat(checkpoint, target)
-    return hashlib.sha256(data).hexdigest()
+    with contextlib.suppress(OSError):  # times only; a checkpoint gone since keeps the copy's
+        shutil.copystat(checkpoint, target)
+    return digest
+
+
+def _named_by_digest(copy: Path, digest: str) -> bool:
+    """Whether the digest file copied beside ``copy`` names ``digest`` (a checkpoint
+    written before digests has none: its loader hashes nothing against it)."""
+    try:
+        return digest in digest_path(copy).read_text().split()
+    except FileNotFoundError:
+        return True
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def sweep_copies(folder: Path) -> None:

@@ -40,6 +40,7 @@ from genesis_fp16_infrastructure.training.checkpoint_load import (
     file_signature,
     keep_saved,
     load_checkpoint,
+    note_saved,
 )
 
 logger = logging.getLogger(__name__)
@@ -162,6 +163,7 @@ class CheckpointManager:
         self._set_aside_irregular()
         written = write_pair(final, data, digest)
         keep_saved(state, digest)  # a resident process's gate loads it next (issue 90)
+        note_saved(final, digest)  # the run's evaluation is of these bytes: not hashed again
         if not written:
             return final  # this very state is saved already: written once, not twice
         write_summary(final, digest, state)  # after the pair: a crash leaves none, not a wrong one

@@ -44,6 +44,12 @@ _LAST: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar("last_checkpoin
 _HASHED: ContextVar[dict[tuple[int, ...], str] | None] = ContextVar("hashed", default=None)
 # Whether this thread's loads are a reader's that never changes its state (sharing_kept).
 _SHARING: ContextVar[bool] = ContextVar("sharing_kept", default=False)
+# In a reusing_loads() block, the last checkpoint file a load read there: its path, its
+# bytes, checked against its digest file, and their SHA-256 (:func:`read_in_block`).
+_READ: ContextVar[list[tuple[Path, bytes, str]] | None] = ContextVar("read", default=None)
+# The checkpoint this thread saved last, by its path, and the SHA-256 of the bytes it
+# wrote there (:func:`saved_digest`).
+_SAVED: ContextVar[tuple[Path, str] | None] = ContextVar("saved", default=None)
 
 
 @contextlib.contextmanager
@@ -63,10 +69,11 @@ def reusing_loads() -> Iterator[None]:
     next run's live phase, issue 90). A plugin's own load in the block is never handed
     a kept state (a plugin might change what it loads: issue 69), and a load outside a
     block always unpickles: a run that resumes from a state changes its tensors."""
-    token, hashed = _LAST.set({}), _HASHED.set({})
+    token, hashed, read = _LAST.set({}), _HASHED.set({}), _READ.set([])
     try:
         yield
     finally:
+        _READ.reset(read)
         _HASHED.reset(hashed)
         _LAST.reset(token)
 
@@ -168,6 +175,9 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
                 held = last.get(noted) if kept is None else held_of_digest(kept, KEPT_KIND, noted)
                 if held is not None:
                     return held  # and those bytes unpickled already: not read again
+        read = _READ.get()
+        if read is not None:  # the block's last read: none until these bytes pass every check
+            read.clear()
         data = path.read_bytes()
     except (OSError, UnicodeDecodeError) as error:
         raise CheckpointError(
@@ -185,11 +195,50 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if last is None or digest is None:
         return _loaded(data)
     if kept is not None:  # never put in ``last``: a plugin's load there may change it
-        return kept_of_digest(kept, KEPT_KIND, digest, partial(_loaded, data), estimate_bytes)
-    if digest not in last:
-        last.clear()
-        last[digest] = _loaded(data)
-    return last[digest]
+        state = kept_of_digest(kept, KEPT_KIND, digest, partial(_loaded, data), estimate_bytes)
+    else:
+        if digest not in last:
+            last.clear()
+            last[digest] = _loaded(data)
+        state = last[digest]
+    if read is not None:  # checked: kept for a copy of them (read_in_block)
+        read[:] = [(path, data, digest)]
+    return state
+
+
+def read_in_block(path: Path) -> tuple[bytes, str] | None:
+    """In a reusing_loads() block whose last read of a checkpoint file was of ``path``:
+    the bytes that load read, checked against the file's digest file then, and their
+    SHA-256; None otherwise (another file, no block, or a load that read nothing). Not a
+    claim on what the file holds now: a caller that copies them copies the checkpoint as
+    the block read and checked it, without a second read and hash (the judged run reads
+    the records a checkpoint names, then scores a copy of it: one read of its bytes for
+    both, the copy of the very bytes whose trained ids it read; issue 90). ::
+
+        with reusing_loads():
+            named = load_checkpoint(path)["extra"]
+            data, digest = read_in_block(path)  # those bytes, hashed once
+    """
+    read = _READ.get()
+    if not read or read[0][0] != Path(path):
+        return None
+    return read[0][1], read[0][2]
+
+
+def note_saved(path: Path, digest: str) -> None:
+    """This thread just wrote ``path``, bytes whose SHA-256 is ``digest``
+    (``CheckpointManager.save``): :func:`saved_digest` answers with it."""
+    _SAVED.set((Path(path), digest))
+
+
+def saved_digest(path: Path) -> str | None:
+    """The SHA-256 of the bytes this thread last saved as ``path`` (the checkpoint it
+    saved last), None for any other file: which model a kept output of the run's own
+    evaluation is of, without reading the file back and hashing it. A digest of bytes
+    this thread wrote, never a claim on the file now: whatever reads the file hashes
+    what it reads, and a file changed since matches no output kept under this digest."""
+    saved = _SAVED.get()
+    return saved[1] if saved is not None and saved[0] == Path(path) else None
 
 
 def noted_digest(path: Path) -> str | None:

@@ -7,6 +7,7 @@ import hashlib
 import os
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -176,3 +177,71 @@ def test_the_plugins_load_of_its_copy_is_not_hashed_again_in_a_judged_run(
         monkeypatch.setattr(checkpoint_load, "hashlib", SimpleNamespace(sha256=counting))
         assert score_on_copy(load_checkpoint, original, tmp_path, "agent: plugin p") is first
     assert hashed == []
+
+
+def test_the_copy_of_a_checkpoint_its_block_read_is_written_from_the_checked_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the judged run's reusing_loads() block, after the load that read the records
+    a checkpoint names, its scoring copy is written from the bytes that load read and
+    checked: the original is neither read nor hashed again (issue 90). When the digest
+    file no longer names those bytes (the step saved again since), the file is read
+    and hashed anew, and the copy holds what it holds now, beside its digest."""
+    import torch
+    from checkpoint_state import checkpoint_state
+
+    from genesis_fp16_infrastructure.judging import scoring_copy
+    from genesis_fp16_infrastructure.training import CheckpointManager
+    from genesis_fp16_infrastructure.training.checkpoint_load import (
+        load_checkpoint,
+        reusing_loads,
+    )
+
+    manager = CheckpointManager(tmp_path / "candidate")
+    original = manager.save(checkpoint_state(3, torch.ones(3), 1024.0, ("auto", "fp32"), {}))
+    hashed: list[int] = []
+    real = hashlib.sha256
+
+    def counting(data: bytes = b"") -> object:
+        hashed.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(
+        scoring_copy, "hashlib", SimpleNamespace(sha256=counting, file_digest=hashlib.file_digest)
+    )
+    read: list[bytes] = []
+
+    def score(copy: Path) -> bytes:
+        read.append(copy.read_bytes())
+        return (copy.parent / (copy.name + ".sha256")).read_bytes()
+
+    with reusing_loads():
+        load_checkpoint(original)
+        before = original.read_bytes()
+        monkeypatch.setattr(Path, "read_bytes", _refusing(original, Path.read_bytes))
+        digest_file = score_on_copy(score, original, tmp_path, "agent: plugin p")
+        assert (
+            hashed == [] and read == [before] and real(before).hexdigest() in digest_file.decode()
+        )
+        monkeypatch.undo()
+        monkeypatch.setattr(
+            scoring_copy,
+            "hashlib",
+            SimpleNamespace(sha256=counting, file_digest=hashlib.file_digest),
+        )
+        manager.save(checkpoint_state(3, torch.zeros(3), 1024.0, ("auto", "fp32"), {}))
+        now = original.read_bytes()
+        assert now != before
+        digest_file = score_on_copy(score, original, tmp_path, "agent: plugin p")
+    assert hashed == [len(now)] and read[-1] == now
+    assert digest_file.decode().split() == [real(now).hexdigest()]
+
+
+def _refusing(path: Path, read_bytes: Any) -> Any:
+    """``Path.read_bytes`` that fails the test when ``path`` itself is read."""
+
+    def reading(self: Path) -> bytes:
+        assert self != path, f"{path} read again"
+        return bytes(read_bytes(self))
+
+    return reading

@@ -17,7 +17,9 @@ from genesis_fp16_infrastructure.training.checkpoint_load import (
     load_checkpoint,
     note_hashed,
     read_checkpoint,
+    read_in_block,
     reusing_loads,
+    saved_digest,
     sharing_kept,
     stat_signature,
 )
@@ -254,3 +256,53 @@ def test_a_resident_process_loads_what_it_saved_without_unpickling_it(
     bad_path = CheckpointManager(tmp_path / "c").save(bad)
     with reusing_loads(), sharing_kept(), pytest.raises(CheckpointError, match="not finite"):
         load_checkpoint(bad_path)
+
+
+def test_a_load_in_a_block_hands_its_checked_bytes_on_for_that_file_alone(
+    tmp_path: Path,
+) -> None:
+    """read_in_block gives the bytes a block's last load read and checked, with their
+    SHA-256, for that file only: none outside a block, none for another file, none
+    once another file was read, none once a load of the file refused what it read (not
+    even the bytes an earlier load of it checked)."""
+    import hashlib
+
+    manager = CheckpointManager(tmp_path, keep=5)
+    first, second = manager.save(_state(1)), manager.save(_state(2))
+    load_checkpoint(first)
+    assert read_in_block(first) is None  # no block
+    with reusing_loads():
+        assert read_in_block(first) is None  # read nothing yet
+        load_checkpoint(first)
+        data = first.read_bytes()
+        assert read_in_block(first) == (data, hashlib.sha256(data).hexdigest())
+        assert read_in_block(second) is None
+        load_checkpoint(second)
+        assert read_in_block(first) is None and read_in_block(second) is not None
+        good = second.read_bytes()
+        second.write_bytes(good[:50] + bytes([good[50] ^ 1]) + good[51:])
+        with pytest.raises(CheckpointError, match="do not match the digest"):
+            load_checkpoint(second)
+        assert read_in_block(second) is None  # neither these bytes nor those read before
+        assert read_in_block(first) is None
+    assert read_in_block(first) is None and read_in_block(second) is None
+
+
+def test_the_digest_of_a_save_is_of_the_file_saved_last_alone(tmp_path: Path) -> None:
+    """saved_digest names the SHA-256 of the bytes the last save wrote for its path
+    alone; a file changed since still gets the saved digest (a key, never a check of
+    the file: its load refuses the changed bytes)."""
+    import hashlib
+
+    manager = CheckpointManager(tmp_path, keep=5)
+    first = manager.save(_state(1))
+    assert saved_digest(first) == hashlib.sha256(first.read_bytes()).hexdigest()
+    second = manager.save(_state(2))
+    assert saved_digest(first) is None
+    assert saved_digest(second) == hashlib.sha256(second.read_bytes()).hexdigest()
+    digest = saved_digest(second)
+    data = second.read_bytes()
+    second.write_bytes(data[:50] + bytes([data[50] ^ 1]) + data[51:])
+    assert saved_digest(second) == digest
+    with pytest.raises(CheckpointError, match="do not match the digest"):
+        load_checkpoint(second)

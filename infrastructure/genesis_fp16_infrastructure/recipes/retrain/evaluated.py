@@ -36,7 +36,7 @@ from torch import nn
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.schema import find_ids
 from genesis_fp16_infrastructure.training import FitResult
-from genesis_fp16_infrastructure.training.checkpoint_load import noted_digest
+from genesis_fp16_infrastructure.training.checkpoint_load import noted_digest, saved_digest
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 
 
@@ -130,8 +130,10 @@ def weights_digest(model: nn.Module) -> str:
 def checkpoint_digest(path: Path) -> str:
     """A checkpoint file's hex SHA-256: which model a kept output is of. The judged run
     hashed the copy it scores already, and noted it (``note_hashed``): that digest,
-    while the file's stat is unchanged, not a second read and hash (two a scoring)."""
-    noted = noted_digest(path)
+    while the file's stat is unchanged, not a second read and hash (two a scoring). The
+    checkpoint the run saved last: the digest of the bytes it wrote (``saved_digest``),
+    not read back (a file changed since matches no output kept under it)."""
+    noted = noted_digest(path) or saved_digest(path)
     if noted is not None:
         return noted
     with Path(path).open("rb") as file:
