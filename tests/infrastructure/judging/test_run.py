@@ -400,13 +400,10 @@ def test_an_inconclusive_candidate_is_judged_again_without_training(tmp_path: Pa
     assert pointer is not None and pointer.served.id == kept
 
 
-def test_a_close_and_a_kept_candidate_judged_again_are_one_commit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The candidate phase reads, decides, then commits once: a candidate cut short on
-    another request is closed and the kept inconclusive one judged again (promoted) in
-    one transaction, the close's verdict first, then the kept one's and the pointer."""
-    plugin = OneNumber()
+def _kept_inconclusive(plugin: OneNumber, tmp_path: Path) -> str:
+    """A first model served on 40 records, then ``plugin``'s candidate 0.08 off it on 50,
+    kept inconclusive (test_an_inconclusive_candidate_is_judged_again_without_training):
+    its id."""
     run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 40)))
     served = read_pointer(tmp_path / "checkpoints")
     assert served is not None
@@ -414,7 +411,18 @@ def test_a_close_and_a_kept_candidate_judged_again_are_one_commit(
     plugin.fixed = value["value"] + 0.08
     second = run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 50)))
     assert second.gate is not None and second.gate.outcome == "inconclusive"
-    kept = second.gate.candidate_id
+    assert second.gate.candidate_id is not None
+    return second.gate.candidate_id
+
+
+def test_a_close_and_a_kept_candidate_judged_again_are_one_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The candidate phase reads, decides, then commits once: a candidate cut short on
+    another request is closed and the kept inconclusive one judged again (promoted) in
+    one transaction, the close's verdict first, then the kept one's and the pointer."""
+    plugin = OneNumber()
+    kept = _kept_inconclusive(plugin, tmp_path)
     cut = new_candidate(tmp_path / "checkpoints", {"continues": kept, "seed": 99})
     committed: list[Committed] = []
     real = judging_run.transaction
@@ -443,14 +451,7 @@ def test_a_kept_candidate_whose_list_is_malformed_is_not_judged_again(
     checkpoint names its records as an int32 tensor) is not judged again when records
     arrive, "on training data": the run says so in one warning and trains a new one."""
     plugin = OneNumber()
-    run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 40)))
-    served = read_pointer(tmp_path / "checkpoints")
-    assert served is not None
-    value = json.loads((tmp_path / "checkpoints" / served.served.checkpoint).read_text())
-    plugin.fixed = value["value"] + 0.08
-    second = run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 50)))
-    assert second.gate is not None and second.gate.outcome == "inconclusive"
-    kept = second.gate.candidate_id
+    kept = _kept_inconclusive(plugin, tmp_path)
     more = {keys.EXTRA: {TRAINED_IDS: torch.arange(3, dtype=torch.int32)}}
     CheckpointManager(tmp_path / "checkpoints" / "candidates" / kept).save(
         checkpoint_state(2, more=more)
