@@ -61,11 +61,13 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 import numpy as np
 
 from genesis_fp16_infrastructure.contract.split import id_hashes
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -212,16 +214,11 @@ class RecordLosses:
     def take(self, keep: Sequence[bool] | np.ndarray) -> RecordLosses:
         """The records where ``keep`` (one flag per record, in order) is true."""
         rows = np.flatnonzero(np.asarray(keep, dtype=bool)).tolist()
-        get = operator.itemgetter(*rows) if len(rows) > 1 else None  # a tuple of 2 or more
-
-        def pick(values: tuple[Any, ...]) -> tuple[Any, ...]:
-            return get(values) if get is not None else tuple(values[i] for i in rows)
-
         # Not checked again, a part of a checked one: 18 ms less per 100,000 records taken.
         taken = object.__new__(RecordLosses)
-        segments = None if self.segments is None else pick(self.segments)
-        columns = {name: pick(values) for name, values in self.losses.items()}
-        vars(taken).update(ids=pick(self.ids), losses=columns, segments=segments)
+        segments = None if self.segments is None else at_rows(self.segments, rows)
+        columns = {name: at_rows(values, rows) for name, values in self.losses.items()}
+        vars(taken).update(ids=at_rows(self.ids, rows), losses=columns, segments=segments)
         vars(taken).update(quarantined=self.quarantined, primary=self.primary)
         if "id_hashes" in self.__dict__:  # hashed already: the part's are these, picked
             hashes = self.id_hashes[rows]
@@ -236,6 +233,19 @@ class RecordLosses:
 
 
 _METRIC = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def at_rows(values: Sequence[T], rows: Sequence[int]) -> tuple[T, ...]:
+    """``values`` at ``rows``, in order: in C's loop, an ``itemgetter`` (about half a
+    comprehension's time at 20,000 rows), whose answer for a single row is the value, not
+    a tuple (those by the comprehension).
+
+    >>> at_rows(("a", "b", "c"), [2, 0]), at_rows(("a", "b"), [1])
+    (('c', 'a'), ('b',))
+    """
+    if len(rows) < 2:
+        return tuple(values[i] for i in rows)
+    return tuple(operator.itemgetter(*rows)(values))
 
 
 def _named(losses: Any, primary: str) -> Mapping[str, Any]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
+from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses, at_rows
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.pool_columns import GROWN_FROM, PoolColumns
@@ -245,16 +244,8 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
     losses = record_losses(p, columns.success[asked])
     rows = asked.tolist()
-    named = _at(pool.segments, rows)
-    return RecordLosses.of(_at(ids, rows), losses, named, data.quarantined)
-
-
-def _at(values: Sequence[str], rows: list[int]) -> tuple[str, ...]:
-    """``values`` at ``rows``, in C's loop: an ``itemgetter`` of 20,000 rows takes about
-    half what a comprehension does."""
-    if len(rows) < 2:  # an itemgetter of one row gives the value, not a tuple
-        return tuple(values[i] for i in rows)
-    return tuple(operator.itemgetter(*rows)(values))
+    named = at_rows(pool.segments, rows)
+    return RecordLosses.of(at_rows(ids, rows), losses, named, data.quarantined)
 
 
 def _predictor(checkpoint: Path, budget: int | None) -> WorldModelPredictor:
