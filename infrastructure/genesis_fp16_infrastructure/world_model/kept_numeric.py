@@ -48,10 +48,14 @@ rows from it:
   rewritten in place while lent, each with a stamp that changes when the row is worked
   out again (a reader keys what it derived from a row by it: ``kept_outputs``).
 * **Checked where it is used.** The file is opened without following a link or
-  blocking on a FIFO, no larger than the current pool can make it (:func:`_size_bound`),
-  each frame by a CRC-32 on every read, every row in range. A file that fails is a
-  logged miss, counted (``unreadable``): the rows are worked out and the file written
-  again.
+  blocking on a FIFO, no larger than the current pool can make it
+  (:func:`~.kept_numeric_columns.size_bound`), each frame by a CRC-32 on every read,
+  every row in range. A file that fails is a logged miss, counted (``unreadable``): the
+  rows are worked out and the file written again.
+
+What the file's columns are and how a read checks them is :mod:`.kept_numeric_columns`;
+which records changed, :mod:`.kept_numeric_change`; the file's frames,
+:mod:`.kept_numeric_file`.
 
     kept = KeptNumeric(folder, data_path, memory)  # memory: a KeptInMemory, or None
     numeric = kept.rows(columns)  # == numeric_rows(columns, columns.labelled), bit for bit
@@ -71,7 +75,6 @@ from typing import NamedTuple, cast
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.data.lineage import MAX_DEPTH
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.record_cache import CACHE_VERSION
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory, identity_of
@@ -82,65 +85,39 @@ from genesis_fp16_infrastructure.world_model.content_keys import (
     keyed,
     merged_sorted,
     parent_hashes,
-    search_sorted,
 )
-from genesis_fp16_infrastructure.world_model.features import ENCODER_VERSION, NUMERIC_FEATURES
+from genesis_fp16_infrastructure.world_model.features import ENCODER_VERSION
+from genesis_fp16_infrastructure.world_model.kept_numeric_change import (
+    extends,
+    fresh,
+    index_for,
+    unchanged,
+)
+from genesis_fp16_infrastructure.world_model.kept_numeric_columns import (
+    APPEND,
+    DTYPES,
+    WIDTH,
+    Kept,
+    applied,
+    check,
+    size_bound,
+    whole,
+)
 from genesis_fp16_infrastructure.world_model.kept_numeric_file import (
-    Frame,
     append_frame,
     read_frames,
     write_whole,
 )
-from genesis_fp16_infrastructure.world_model.lineage_columns import (
-    PoolIndex,
-    columns_index,
-    ranges,
-    rows_index,
-)
+from genesis_fp16_infrastructure.world_model.lineage_columns import ranges, rows_index
 
 logger = logging.getLogger(__name__)
 
 # Bump when a numeric feature, or what it reads of the records around one, changes.
 # 3: frames, a whole pool then appends (kept_numeric_file)
 NUMERIC_VERSION = f"3.e{ENCODER_VERSION}.{CACHE_VERSION}"
-_WIDTH = len(NUMERIC_FEATURES)
-_DTYPES = {
-    "key": "<u8",  # per pool record: its content key
-    "order": "<i8",  # the records by key, ascending (distinct: checked)
-    "id_hash": "<i8",  # per pool record
-    "parent_start": "<i8",  # pool records + 1
-    "parent_hash": "<i8",  # per parent named: its id's hash
-    "labelled": "<i8",  # the labelled rows, in pool order
-    "numeric": "<f8",  # (labelled, NUMERIC_FEATURES)
-    "depth": "<i8",  # per pool record (lineage_columns' depth); none when the lineage loops
-}
-# An append frame (KeptNumeric._grown): the new records' columns as above (their parents'
-# starts from 0, their labelled rows as pool rows), and the kept records worked out again
-# beside them: their labelled positions and rows, and the records whose depth moved.
-_APPEND = {
-    **{k: v for k, v in _DTYPES.items() if k != "order"},
-    "redone": "<i8",
-    "redone_numeric": "<f8",
-    "redepth": "<i8",
-    "redepth_value": "<i8",
-}
 MAX_FRAMES = 32  # appends before the file is written whole again (a cold read applies each)
-_FIXED = 64 * 2**10
 _MEMORY = "kept_numeric"  # this store's entries' key: (_MEMORY, the file's path)
 _LOCK = threading.Lock()
-
-
-class Kept(NamedTuple):
-    """A pool's kept columns (``_DTYPES``)."""
-
-    key: np.ndarray
-    order: np.ndarray
-    id_hash: np.ndarray
-    parent_start: np.ndarray
-    parent_hash: np.ndarray
-    labelled: np.ndarray
-    numeric: np.ndarray
-    depth: np.ndarray
 
 
 class _State(NamedTuple):
@@ -244,11 +221,11 @@ class KeptNumeric:
         state = self._state(len(columns), len(columns.parent))
         keys = keyed(columns, slots, _kept_keys(state))
         kept = None if state is None else state.kept
-        if kept is not None and whole and _unchanged(columns, keys, kept):
+        if kept is not None and whole and unchanged(columns, keys, kept):
             # The kept pool itself (a scoring, then the run's encode, of the same pool)
             self.reused += len(asked)
             return kept.numeric, self.memory is not None or not kept.numeric.flags.writeable, state
-        if whole and state is not None and _extends(columns, slots, keys, state.kept):
+        if whole and state is not None and extends(columns, slots, keys, state.kept):
             grown = self._grown(columns, slots, keys, state)
             if grown is not None:  # the kept rows, when this process keeps them
                 return grown.kept.numeric, self.memory is not None, grown
@@ -267,12 +244,12 @@ class KeptNumeric:
         """``asked``'s rows, the kept ones reused where they hold (module docstring);
         with ``whole``, the file written again when anything was worked out, and what is
         kept then (its rows a copy of these: the stamps of these)."""
-        order = np.argsort(keys)  # the file's order column, and _fresh's searches
-        fresh = _fresh(columns, slots, keys, order, kept) if kept is not None else None
-        out = np.empty((len(asked), _WIDTH), dtype=np.float64)
+        order = np.argsort(keys)  # the file's order column, and fresh's searches
+        holds = fresh(columns, slots, keys, order, kept) if kept is not None else None
+        out = np.empty((len(asked), WIDTH), dtype=np.float64)
         found = np.zeros(len(asked), np.bool_)
-        if kept is not None and fresh is not None:
-            at, usable = fresh
+        if kept is not None and holds is not None:
+            at, usable = holds
             # Each kept record's place among its labelled ones (-1: unlabelled then).
             place = np.full(len(kept.key), -1, np.int64)
             place[kept.labelled] = np.arange(len(kept.labelled))
@@ -283,7 +260,7 @@ class KeptNumeric:
         need = np.flatnonzero(~found)
         depth = None
         if len(need):
-            index = _index(columns, asked[need], kept, fresh)
+            index = index_for(columns, asked[need], kept, holds)
             out[need] = features.numeric_rows(columns, asked[need], index).numpy()
             depth = None if index.looped else index.depth
         self.reused += len(asked) - len(need)
@@ -375,10 +352,10 @@ class KeptNumeric:
         """Append ``frame`` (the records ``grown`` adds to the kept pool) to the file, or
         write ``grown`` whole when the file holds many frames or would outgrow its bound;
         ``after`` is kept in memory as what the file then holds."""
-        arrays = {k: np.ascontiguousarray(a, _APPEND[k]) for k, a in frame.items()}
+        arrays = {k: np.ascontiguousarray(a, APPEND[k]) for k, a in frame.items()}
         size = sum(a.nbytes for a in arrays.values()) + 4096  # and its header, at most
         # Half the bound a read allows: the pool may shrink by half and still be read.
-        bound = _size_bound(len(columns), len(columns.parent)) // 2
+        bound = size_bound(len(columns), len(columns.parent)) // 2
         if state.frames >= MAX_FRAMES or state.end + size > bound:
             self._write(columns, grown.parent_hash, grown.key, grown.order, grown.numeric,
                         grown.depth)  # fmt: skip
@@ -434,14 +411,14 @@ class KeptNumeric:
         refused one. A torn last frame (a crash mid-append) is left out: the pool before it."""
         try:
             frames, end, torn = read_frames(
-                self.path, NUMERIC_VERSION, _size_bound(records, parents)
+                self.path, NUMERIC_VERSION, size_bound(records, parents)
             )
-            kept = _whole(frames[0].arrays)
+            kept = whole(frames[0].arrays)
             for frame in frames[1:]:
-                kept = _applied(kept, frame)
+                kept = applied(kept, frame)
             if len(frames) > 1:
                 kept = kept._replace(order=np.argsort(kept.key))
-            _check(kept)
+            check(kept)
         except FileNotFoundError:
             return None
         except (OSError, ValueError, TypeError, IndexError, KeyError) as exc:
@@ -473,7 +450,7 @@ class KeptNumeric:
             "numeric": numeric,
             "depth": np.zeros(0, np.int64) if depth is None else depth,
         }
-        arrays = {k: np.ascontiguousarray(a, _DTYPES[k]) for k, a in arrays.items()}
+        arrays = {k: np.ascontiguousarray(a, DTYPES[k]) for k, a in arrays.items()}
         try:
             # No fsync: a file torn by a crash fails its CRC-32, and costs one full encode.
             end = write_whole(self.path, NUMERIC_VERSION, arrays)
@@ -492,7 +469,7 @@ def _room(state: _State, rows: int, new: bool = False) -> np.ndarray:
     room (written in place) and not ``new``, else a new one with room for a quarter more."""
     if state.buffer is not None and len(state.buffer) >= rows and not new:
         return state.buffer
-    buffer = np.empty((rows + rows // 4, _WIDTH), dtype=np.float64)
+    buffer = np.empty((rows + rows // 4, WIDTH), dtype=np.float64)
     buffer[: len(state.kept.numeric)] = state.kept.numeric
     return buffer
 
@@ -504,7 +481,7 @@ def _owned(kept: Kept, end: int, inputs: KeyInputs) -> _State:
     the other columns are made for it, or the pool's, which the record cache keeps from
     run to run alike and nothing writes."""
     rows = len(kept.numeric)
-    buffer = np.empty((rows + rows // 4, _WIDTH), dtype=np.float64)
+    buffer = np.empty((rows + rows // 4, WIDTH), dtype=np.float64)
     buffer[:rows] = kept.numeric
     numeric = buffer[:rows]
     return _State(kept._replace(numeric=numeric), end, 1, None, buffer, inputs, [], _stamps(rows))
@@ -542,158 +519,3 @@ def _bytes(state: _State) -> int:
     if state.buffer is not None:
         held += state.buffer.nbytes - state.kept.numeric.nbytes
     return held + (0 if state.by_parent is None else state.by_parent.nbytes)
-
-
-def _extends(columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, kept: Kept) -> bool:
-    """Whether the pool is the kept one with records added at its end (the same records
-    first, in the same order, none of them relabelled or edited), and the kept pool has
-    its depths (its lineage did not loop)."""
-    n, n_labelled = len(kept.key), len(kept.labelled)
-    labelled = columns.labelled
-    return (
-        len(kept.depth) == n
-        and len(keys) > n
-        and np.array_equal(keys[:n], kept.key)
-        and np.array_equal(columns.parent_start[: n + 1], kept.parent_start)
-        and np.array_equal(slots[: len(kept.parent_hash)], kept.parent_hash)
-        and np.array_equal(labelled[:n_labelled], kept.labelled)
-        and (len(labelled) == n_labelled or bool(labelled[n_labelled] >= n))
-    )
-
-
-def _whole(arrays: dict[str, np.ndarray]) -> Kept:
-    if set(arrays) != set(_DTYPES):
-        raise ValueError(f"columns {sorted(arrays)}, not this build's")
-    for name, array in arrays.items():
-        if array.dtype != np.dtype(_DTYPES[name]):
-            raise ValueError(f"kept column {name} of dtype {array.dtype}")
-    return Kept(**arrays)
-
-
-def _applied(kept: Kept, frame: Frame) -> Kept:
-    """``kept`` grown by an ``append`` frame (:meth:`KeptNumeric._grown`'s), checked."""
-    a = frame.arrays
-    if frame.kind != "append" or set(a) != set(_APPEND):
-        raise ValueError(f"a {frame.kind} frame of columns {sorted(a)} after the first")
-    if frame.records != len(kept.key) or frame.labelled != len(kept.labelled):
-        raise ValueError("an append onto another pool than the frames before it make")
-    for name, bound in (("redone", frame.labelled), ("redepth", frame.records)):
-        at = a[name]
-        if len(at) and (at.min() < 0 or at.max() >= bound):
-            raise ValueError(f"kept {name} rows out of range")
-    if len(kept.depth) != len(kept.key) or a["parent_start"][0] != 0:
-        raise ValueError("an append onto a pool without depths, or its parents out of order")
-    for name, array in a.items():
-        if array.dtype != np.dtype(_APPEND[name]):
-            raise ValueError(f"kept column {name} of dtype {array.dtype}")
-    numeric = np.concatenate((kept.numeric, a["numeric"]))
-    numeric[a["redone"]] = a["redone_numeric"]  # positions among the kept labelled rows
-    depth = np.concatenate((kept.depth, a["depth"]))
-    depth[a["redepth"]] = a["redepth_value"]
-    slots = len(kept.parent_hash)
-    return Kept(
-        np.concatenate((kept.key, a["key"])),
-        kept.order,  # sorted again once every frame is applied
-        np.concatenate((kept.id_hash, a["id_hash"])),
-        np.concatenate((kept.parent_start[:-1], a["parent_start"] + slots)),
-        np.concatenate((kept.parent_hash, a["parent_hash"])),
-        np.concatenate((kept.labelled, a["labelled"])),
-        numeric,
-        depth,
-    )
-
-
-def _unchanged(columns: PoolColumns, keys: np.ndarray, kept: Kept) -> bool:
-    """Whether the pool is the kept one: the same records, in the same order."""
-    return np.array_equal(keys, kept.key) and np.array_equal(columns.labelled, kept.labelled)
-
-
-def _fresh(
-    columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, order: np.ndarray, kept: Kept
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """Per pool record, its kept record's index (where ``keys`` match) and whether that
-    record's row still holds (module docstring); None when none does (the unchanged
-    records in another order)."""
-    # Both sides by key (``order``: keys'): the searches run in order (cache-friendly).
-    kept_sorted = kept.key[kept.order]
-    at, same = search_sorted(kept_sorted, kept.order, keys, order)
-    old_same = np.zeros(len(kept.key), np.bool_)  # keys are distinct: a match is one record
-    old_same[at[same]] = True
-    if (np.diff(at[same]) <= 0).any():  # unchanged records in another order
-        return None
-    counts = np.diff(columns.parent_start)
-    owner = np.repeat(np.arange(len(keys)), counts)
-    by_parent = np.argsort(slots)  # children as sets: a stable sort took ~10x longer
-    named = slots[by_parent]  # each parent named, sorted: its children by a search
-
-    def children(ids: np.ndarray) -> np.ndarray:
-        ids = np.sort(ids)
-        low, high = np.searchsorted(named, ids), np.searchsorted(named, ids, "right")
-        return owner[by_parent[ranges(low, high - low)]]
-
-    reached = ~same  # the changed records, then their descendants (the depth)
-    frontier = np.concatenate((columns.id_hash[~same], kept.id_hash[~old_same]))
-    while len(frontier):  # a parent changed, or a parent reached: its children
-        found = np.unique(children(frontier))
-        found = found[~reached[found]]
-        reached[found] = True
-        frontier = columns.id_hash[found]
-    kept_slots = np.repeat(~old_same, np.diff(kept.parent_start))
-    changed_parents = np.concatenate(
-        (slots[np.repeat(~same, counts)], kept.parent_hash[kept_slots])
-    )
-    reached[children(changed_parents)] = True  # the siblings of a changed record
-    return at, ~reached
-
-
-def _index(
-    columns: PoolColumns,
-    rows: np.ndarray,
-    kept: Kept | None,
-    fresh: tuple[np.ndarray, np.ndarray] | None,
-) -> PoolIndex:
-    """The lineage index to work out ``rows`` with: built for those rows alone, the depths
-    of the records whose rows still hold taken from the file (their ancestors are
-    unchanged: a changed record's descendants are worked out again), when the file has
-    them; else the whole pool's."""
-    if kept is not None and fresh is not None and len(kept.depth) == len(kept.key):
-        at, usable = fresh
-        depth = np.full(len(columns), -1, np.int64)
-        depth[usable] = kept.depth[at[usable]]
-        index = rows_index(columns, rows, depth)
-        if index is not None:
-            return index
-    return columns_index(columns)
-
-
-def _size_bound(records: int, parents: int) -> int:
-    """The most bytes a kept file for a pool of about ``records`` records naming
-    ``parents`` parents can hold: twice that pool's columns (a pool may shrink by half
-    between runs and still be read), and the header."""
-    # key, order, id hash, parents' start, depth; labelled; rows (the order column was
-    # left out of this count before the file grew by frames: twice the pool hid it)
-    per_record = 5 * 8 + 8 + _WIDTH * 8
-    return 2 * (records * per_record + parents * 8) + _FIXED
-
-
-def _check(kept: Kept) -> None:
-    """Every column as long as its pool, every row and parent start in range."""
-    n = len(kept.key)
-    if len(kept.id_hash) != n or len(kept.parent_start) != n + 1:
-        raise ValueError("kept columns of other lengths than the pool's")
-    if len(kept.depth) not in (0, n):
-        raise ValueError("kept depths of another length than the pool's")
-    if len(kept.depth) and (kept.depth.min() < 0 or kept.depth.max() > MAX_DEPTH):
-        raise ValueError("kept depths out of range")
-    if kept.numeric.shape != (len(kept.labelled), _WIDTH):
-        raise ValueError("kept numeric rows of another shape than the labelled records'")
-    start = kept.parent_start
-    if start[0] != 0 or start[-1] != len(kept.parent_hash) or (np.diff(start) < 0).any():
-        raise ValueError("kept parents' starts out of order")
-    labelled = kept.labelled
-    if len(labelled) and (labelled.min() < 0 or labelled.max() >= n):
-        raise ValueError("kept labelled rows out of range")
-    if len(kept.order) != n or (n and (kept.order.min() < 0 or kept.order.max() >= n)):
-        raise ValueError("kept key order out of range")
-    if (np.diff(kept.key[kept.order]) <= 0).any():  # distinct ids: distinct keys
-        raise ValueError("kept keys out of order, or repeated")
