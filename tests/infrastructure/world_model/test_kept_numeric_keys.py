@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from test_kept_numeric import RECORDS, _columns, _relabel
 from test_kept_numeric_grown import _grown_pools, _want
 
@@ -97,7 +98,8 @@ def test_a_changed_record_is_keyed_again(
 
 def test_a_lent_view_cannot_be_written(tmp_path: Path) -> None:
     """The rows view lends (the kept rows themselves, no copy) and their stamps refuse a
-    write; rows() hands out a copy of its own."""
+    write; a write into the rows rows() hands out is found and never reaches a view: the
+    kept pool is refused and read again."""
     memory = KeptInMemory(64 * 2**20)
     columns = _columns(tmp_path / "data", {"a.json": RECORDS})
     kept = KeptNumeric(tmp_path / "cache", "data", memory)
@@ -108,8 +110,9 @@ def test_a_lent_view_cannot_be_written(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="read-only"):
         lent.stamp[0] = 1
     own = kept.rows(columns)
-    own[0, 0] = -1.0  # the caller's own: what is kept is not touched
+    own[0, 0] = -1.0  # found before the next use: what is read then is the file's
     assert np.array_equal(kept.view(columns).numeric.view(np.int64), _want(columns))
+    assert kept.written == 1
 
 
 def test_kept_rows_lent_out_are_not_rewritten_in_place(tmp_path: Path) -> None:
@@ -156,3 +159,67 @@ def test_an_unlabelled_record_retimed_is_keyed_again(
     assert np.array_equal(got.numpy().view(np.int64), _want(changed))
     keys = _kept_keys(memory, kept)
     assert np.array_equal(keys, _whole_keys(changed)) and keys[row] != _whole_keys(columns)[row]
+
+
+def test_rows_in_memory_are_the_kept_rows_not_a_copy(tmp_path: Path) -> None:
+    """In a resident run process, rows() of the kept pool hands out the kept rows
+    themselves (one store, no copy), the worked-out rows bit for bit, nothing refused."""
+    memory = KeptInMemory(64 * 2**20)
+    columns = _columns(tmp_path / "data", {"a.json": RECORDS})
+    kept = KeptNumeric(tmp_path / "cache", "data", memory)
+    kept.rows(columns)  # worked out: the caller's own, what is kept a copy of them
+    first = kept.rows(columns)
+    again = kept.rows(columns)
+    assert again.data_ptr() == first.data_ptr(), "rows() copied the kept rows"
+    assert np.array_equal(again.numpy().view(np.int64), _want(columns))
+    assert kept.written == 0 and kept.from_memory == 2
+
+
+_WRITES = {
+    "add_": lambda t: t[2].add_(1.0),
+    "setitem": lambda t: t.__setitem__((3, 0), -7.0),
+    "index_put": lambda t: t.index_put_(
+        (torch.tensor([1]),), torch.zeros(t.shape[1], dtype=t.dtype)
+    ),
+    "out=": lambda t: torch.mul(t[:4], 2.0, out=t[:4]),
+    "a view's view": lambda t: t.view(-1)[5:9].zero_(),
+}
+
+
+@pytest.mark.parametrize("how", sorted(_WRITES))
+def test_a_write_into_rows_handed_out_is_refused(
+    tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A caller writing into the rows rows() handed out (in place, through a view, by
+    ``out=``): the next use finds it, refuses the kept pool (counted, logged) and gives
+    the worked-out rows, read again from the file, not the written ones."""
+    memory = KeptInMemory(64 * 2**20)
+    columns = _columns(tmp_path / "data", {"a.json": RECORDS})
+    want = _want(columns)
+    kept = KeptNumeric(tmp_path / "cache", "data", memory)
+    kept.rows(columns)
+    handed = kept.rows(columns)
+    _WRITES[how](handed)
+    assert not np.array_equal(handed.numpy().view(np.int64), want), "the write wrote nothing"
+    again = KeptNumeric(tmp_path / "cache", "data", memory)
+    got = again.rows(columns)
+    assert again.written == 1 and again.from_memory == 0
+    assert np.array_equal(got.numpy().view(np.int64), want)
+    assert "written into by a caller" in caplog.text
+    assert np.array_equal(again.view(columns).numeric.view(np.int64), want)
+
+
+def test_rows_handed_out_are_not_rewritten_in_place(tmp_path: Path) -> None:
+    """rows() handed out, then a grown pool whose new records work kept rows out again:
+    the rows handed out keep their bits (the grown rows go to a store of their own)."""
+    memory = KeptInMemory(64 * 2**20)
+    first, grown, _ = _grown_pools(tmp_path)
+    kept = KeptNumeric(tmp_path / "cache", "data", memory)
+    kept.rows(first)
+    handed = kept.rows(first)
+    before = handed.clone()
+    after = KeptNumeric(tmp_path / "cache", "data", memory).rows(grown)
+    assert torch.equal(handed, before)
+    assert np.array_equal(after.numpy().view(np.int64), _want(grown))
+    n = len(first.labelled)
+    assert not torch.equal(after[:n], before), "no kept row was worked out again"

@@ -481,6 +481,7 @@ def cache_record(
             "numeric_write_failures": kept.write_failures,
             "numeric_appended": kept.appended,  # frames appended: the pool grew at its end
             "numeric_from_memory": kept.from_memory,  # kept pools this process held
+            "numeric_written": kept.written,  # kept pools refused: their rows written into
         }
     return numeric | {
         "files_cached": cache.hits,

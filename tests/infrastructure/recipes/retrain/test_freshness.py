@@ -225,6 +225,7 @@ def test_a_record_edited_in_place_is_seen_and_learned(
         "numeric_write_failures": 0,
         "numeric_appended": 0,  # a relabelled record: the file written whole
         "numeric_from_memory": 0,
+        "numeric_written": 0,
     }
     assert 1 <= counts["numeric_computed"] < counts["numeric_reused"] // 10
 

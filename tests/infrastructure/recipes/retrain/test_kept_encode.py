@@ -126,6 +126,34 @@ def test_a_later_run_in_one_process_appends_its_new_rows(tmp_path: Path, budget:
     assert later["numeric_from_memory"] == (1 if budget else 0)
 
 
+def test_a_run_never_writes_into_the_kept_rows_it_is_handed(tmp_path: Path) -> None:
+    """Three runs in one process: the first works the rows out, the second (40 records
+    on) grows them and is handed the kept rows themselves (no copy) for its encode,
+    training, drift and scorings; the third, of the same pool, takes them from memory,
+    unrefused: no run wrote into them (a write is refused: test_kept_numeric_keys)."""
+    pool = generate_pool(600, seed=SEED)
+    records = list(pool["trajectories"].values())
+    data = tmp_path / "data"
+    _write(data, "a.json", pool, records[:-40])
+
+    def run(name: str) -> dict[str, Any]:
+        request = TrainRequest(
+            agent="se_darwin", precision=PrecisionRequest("fp32"), precision_reason="test",
+            state_dir=tmp_path / "state", checkpoint_dir=tmp_path / "state" / name,
+            data_path=data, seed=SEED, steps=8, keep_in_memory_bytes=64 * 2**20,
+            options={"hidden": 8, "cross_validation": False},
+        )  # fmt: skip
+        return dict(retrain_run.train(request).extra["record_cache"])
+
+    run("first")
+    _write(data, "b.json", pool, records[-40:])
+    later = run("later")
+    assert later["numeric_appended"] == 1 and later["numeric_written"] == 0
+    third = run("third")
+    assert third["numeric_from_memory"] == 1 and third["numeric_written"] == 0
+    assert third["numeric_computed"] == 0
+
+
 def test_each_distinct_categorical_value_is_worked_out_once_a_task(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
