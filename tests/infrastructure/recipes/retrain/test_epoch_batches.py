@@ -1,10 +1,12 @@
 """The world model's step loop is lean (issue 90, item 6): an epoch's rows are gathered
-once, its batches are views of them holding exactly the rows a gather per batch took, in
-the same order, and a fit() switches the model's mode once per evaluation, not per step."""
+a block of batches at a time, only the blocks a run reads; its batches are views of them
+holding exactly the rows a gather per batch took, in the same order; and a fit() switches
+the model's mode once per evaluation, not per step."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import islice
 
 import pytest
 import torch
@@ -13,8 +15,14 @@ from torch import nn
 
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.recipes.retrain import task as task_module
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
-from genesis_fp16_infrastructure.recipes.retrain.task import Batch, WorldModelTask, _chunks
+from genesis_fp16_infrastructure.recipes.retrain.task import (
+    GATHER_BATCHES,
+    Batch,
+    WorldModelTask,
+    _chunks,
+)
 from genesis_fp16_infrastructure.training.run.fit import fit
 from genesis_fp16_infrastructure.training.run.loop import epoch_groups
 from genesis_fp16_infrastructure.training.run.task import FitOptions
@@ -57,11 +65,32 @@ def test_each_batch_holds_the_rows_a_gather_per_batch_took_in_the_same_order(
 
 
 def test_an_epoch_gathers_its_rows_once_not_once_a_batch(task: WorldModelTask) -> None:
-    """One gather per field of the batch an epoch (six), whatever its number of batches."""
+    """One gather per field of the batch (six) for an epoch of fewer batches than a block
+    (``GATHER_BATCHES``), whatever its number of batches."""
     with OpCounter(torch.ops.aten.index.Tensor) as counter:
         batches = list(task.train_batches(0, SEED))
-    assert len(batches) > 2
+    assert 2 < len(batches) <= GATHER_BATCHES
     assert counter.count == len(Batch._fields)
+
+
+@pytest.mark.parametrize("block", [1, 3, 4])
+def test_an_epoch_gathers_the_blocks_a_run_reads_and_no_more(
+    task: WorldModelTask, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """Batches gathered ``block`` at a time: every batch equals the per-batch gather bit
+    for bit, six gathers a block; a run that reads 5 batches gathers only the blocks
+    holding them (its cost follows its steps, not the training part's size)."""
+    monkeypatch.setattr(task_module, "GATHER_BATCHES", block)
+    want = _gathered_per_batch(task, 0)
+    with OpCounter(torch.ops.aten.index.Tensor) as counter:
+        got = list(task.train_batches(0, SEED))
+    assert len(got) == len(want) > block
+    assert all(_same_bits(b, e) and n == len(e) for (b, n), e in zip(got, want, strict=True))
+    assert counter.count == len(Batch._fields) * -(-len(want) // block)
+    with OpCounter(torch.ops.aten.index.Tensor) as counter:
+        read = list(islice(task.train_batches(0, SEED), 5))
+    assert all(_same_bits(b, e) for (b, _), e in zip(read, want, strict=False))
+    assert counter.count == len(Batch._fields) * -(-5 // block)
 
 
 def test_a_fit_switches_the_models_mode_once_per_evaluation_not_per_step(
