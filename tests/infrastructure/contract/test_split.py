@@ -109,5 +109,5 @@ def test_the_ids_of_rows_asked_are_a_set_made_when_read() -> None:
     assert asked.rows(listing) == [0, 4, 19] and "ids" not in vars(asked)
     assert asked.ids == frozenset({"record-0", "record-4", "record-19"})
     assert asked.rows(list(reversed(listing))) == [0, 15, 19]
-    with pytest.raises(ValueError, match="^ScoreOnly: the ids asked for"):
+    with pytest.raises(ValueError, match=r"^ScoreOnly: the ids asked for"):
         ScoreOnly()

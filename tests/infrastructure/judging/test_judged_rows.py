@@ -51,9 +51,10 @@ def test_a_scoring_given_more_records_asks_by_ids() -> None:
 def test_the_judged_records_known_are_the_listings_lookup_at_their_rows() -> None:
     """Given the records it asked for by rows, whether it knew each scored record (the
     watch's) and each judged one is the listing's lookup at their rows (``scored_knew``,
-    ``judged_knew``), the same flags a search of the known ids gives; the gate's ``known`` part (``_on_known``) is the same either way. A lookup
-    that is not of this listing (another length), or a scoring given more than it asked
-    for: None, and ``_on_known`` searches the known ids."""
+    ``judged_knew``), the same flags a search of the known ids gives; the gate's
+    ``known`` part (``_on_known``) is the same either way. A lookup that is not of this
+    listing (another length), or a scoring given more than it asked for: None, and
+    ``_on_known`` searches the known ids."""
     served = _served(ASKED)
     listed = RecordIds(LISTING)
     served.records = listed
