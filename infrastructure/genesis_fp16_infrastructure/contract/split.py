@@ -26,6 +26,7 @@ import hashlib
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -114,7 +115,7 @@ def drawn_with(salt: str) -> Iterator[HeldOutSplit]:
         object.__setattr__(HELD_OUT, "salt", kept)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class ScoreOnly(Record):
     """The records a judged run needs a checkpoint's losses on, by their ids. The run
     sets it on the request it hands ``score_records`` (``TrainRequest.score_only``), so
@@ -122,25 +123,50 @@ class ScoreOnly(Record):
     more is judged the same. Not part of a run's JSON: a run's child or a bundle never
     sees it.
 
+    ``ids``: the asked ids, a frozenset. Made of rows of a listing (:meth:`of_rows`), the
+    set is built the first time a plugin reads it, of ``among`` and ``at`` (tuples: what
+    it is made of cannot change): a plugin that asks by rows of the same listing
+    (:meth:`rows`) never needs it, and the judged run asks twice a run (~20,000 ids each
+    at 100,000 records).
+
     >>> ScoreOnly(frozenset({"b", "d"})).rows(["a", "b", "c", "d"])
     [1, 3]
-    >>> ScoreOnly.of_rows(("a", "b", "c", "d"), [1, 3]).rows(["a", "b", "c", "d"])
-    [1, 3]
+    >>> asked = ScoreOnly.of_rows(("a", "b", "c", "d"), [1, 3])
+    >>> asked.rows(["a", "b", "c", "d"]), sorted(asked.ids)
+    ([1, 3], ['b', 'd'])
     """
 
-    ids: frozenset[str]
     # Where the ids lie in the listing the run took them from (``among``: its ids, none
     # twice; ``at``: their rows there, ascending), when it took them from one
     # (:meth:`of_rows`): the rows of ids equal to that listing are ``at``, no id looked up.
     among: tuple[str, ...] | None = field(default=None, repr=False)
     at: tuple[int, ...] | None = field(default=None, repr=False)
 
+    def __init__(
+        self,
+        ids: frozenset[str] | None = None,
+        among: tuple[str, ...] | None = None,
+        at: tuple[int, ...] | None = None,
+    ) -> None:
+        if ids is None and (among is None or at is None):
+            raise ValueError("ScoreOnly: the ids asked for, or the rows of a listing (of_rows)")
+        object.__setattr__(self, "among", among)
+        object.__setattr__(self, "at", at)
+        if ids is not None:  # given: kept as given (cached_property's slot)
+            vars(self)["ids"] = ids
+
+    @cached_property
+    def ids(self) -> frozenset[str]:
+        """The ids asked for (given, else those at rows ``at`` of ``among``)."""
+        assert self.among is not None and self.at is not None
+        return frozenset(map(self.among.__getitem__, self.at))
+
     @classmethod
     def of_rows(cls, among: tuple[str, ...], at: Sequence[int]) -> ScoreOnly:
         """The ids at rows ``at`` (ascending) of the listing ``among`` (distinct ids: a
-        ``RecordIds``'), which :meth:`rows` of the same listing gives back as they are."""
-        rows = tuple(at)
-        return cls(frozenset(map(among.__getitem__, rows)), among, rows)
+        ``RecordIds``'), which :meth:`rows` of the same listing gives back as they are;
+        the set of them built when read (``ids``)."""
+        return cls(None, among, tuple(at))
 
     def rows(self, ids: Sequence[str]) -> list[int]:
         """The rows of ``ids`` (in order) that are asked for. Ids equal to the listing

@@ -538,7 +538,13 @@ def _on_known(losses: RecordLosses, served: Served) -> np.ndarray | None:
     or the plugin's records are evaluation episodes (a new task file is not noise)."""
     if served.known is None or not records_are_training_data(served.plugin):
         return None
-    knew = stores.known(losses.id_hashes, served.known)
+    # The judged records themselves (their hashes the served model's): the listing's
+    # lookup at their rows, no search of the known ids again.
+    judged = isinstance(served, Served) and served.losses is not None
+    same = judged and losses.id_hashes is served.judged.id_hashes
+    knew = served.judged_knew if same else None
+    if knew is None:
+        knew = stores.known(losses.id_hashes, served.known)
     return None if knew.all() or int(knew.sum()) < MIN_RECORDS else knew
 
 

@@ -62,6 +62,7 @@ class Served:
     (:func:`_pointer`)."""
 
     given_asked: bool | None = None  # set by a scoring that asked by rows (_scored)
+    _asked_rows: np.ndarray | None = None  # and its rows (``asked.at``), as an array
 
     def __init__(
         self,
@@ -151,6 +152,7 @@ class Served:
         only = at_rows(listed.ids, picked)
         # Asked by their rows in the listing: a plugin's rows of the same ids need no lookup
         self.asked = ScoreOnly.of_rows(listed.ids, picked)
+        self._asked_rows = rows
         losses = losses_of(plugin, self.checkpoint, request, self.asked)
         # Its ids hashed once, where they are the ones asked for (then the gate's records
         # are asked by rows: judged_asked, no second compare of the ids)
@@ -192,7 +194,27 @@ class Served:
             given = losses.ids == tuple(map(asked.among.__getitem__, asked.at))
         if not given:  # it scored more
             return ids
-        return ScoreOnly.of_rows(asked.among, np.asarray(asked.at)[self._judged_rows].tolist())
+        at = np.asarray(asked.at) if self._asked_rows is None else self._asked_rows
+        return ScoreOnly.of_rows(asked.among, at[self._judged_rows].tolist())
+
+    @cached_property
+    def scored_knew(self) -> np.ndarray | None:
+        """Per record of ``losses``, whether it knew it: its listing's lookup (``knew``,
+        per listing row) at the rows its scoring asked for, where it was given exactly
+        those records, in that order (``given_asked``); None: not known so (look them up
+        in ``known``). No search of the known ids again (the watch's and the gate's)."""
+        rows, knew = self._asked_rows, vars(self).get("knew")
+        if rows is None or knew is None or not self.given_asked or self.losses is None:
+            return None
+        if len(rows) != len(self.losses.ids) or len(knew) != len(self.records.ids):
+            return None  # not the listing its rows are of
+        return np.asarray(knew[rows])
+
+    @property
+    def judged_knew(self) -> np.ndarray | None:
+        """Per record of :attr:`judged`, whether it knew it (:attr:`scored_knew` there)."""
+        scored = self.scored_knew
+        return None if scored is None else scored[self._judged_rows]
 
     @property
     def trained(self) -> np.ndarray | None:

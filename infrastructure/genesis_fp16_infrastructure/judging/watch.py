@@ -119,7 +119,7 @@ from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome, Verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, transaction
-from genesis_fp16_infrastructure.contract.judging import RecordLosses, judging_margin
+from genesis_fp16_infrastructure.contract.judging import RecordLosses, at_rows, judging_margin
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.reports import (
     LiveFigures,
@@ -162,7 +162,11 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     store = JUDGED_WATCH.at(served_c, str(previous.id))
     kept = stores.read_watch(store, served_now.primary)
     ids, new = served_now.id_hashes, np.ones(len(served_now.ids), dtype=bool)
-    for seen in (known[0], known[1], np.sort(kept["ids"])):  # asked of those still new
+    seen_by = [known[0], known[1], np.sort(kept["ids"])]
+    knew = served.scored_knew  # the served model's, as its scoring's listing looked them up
+    if knew is not None:
+        new, seen_by = ~knew, seen_by[1:]
+    for seen in seen_by:  # asked of those still new
         still = np.flatnonzero(new)
         new[still] = ~stores.known(ids[still], seen)
     fresh = _within_bound(name, store, kept, served_now, np.flatnonzero(new).tolist())
@@ -188,8 +192,11 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     rows, missing = [row[served_now.ids[i]] for i in picked], np.full(len(picked), np.nan)
     for metric in served_now.metrics():  # every loss column: a column the predecessor
         theirs = before.losses.get(metric)  # does not score is NaN there (not tested)
-        scored[f"served/{metric}"] = np.asarray(served_now.column(metric))[picked]
-        scored[f"previous/{metric}"] = missing if theirs is None else np.asarray(theirs)[rows]
+        # The new records' losses alone, no array of every scored record's first
+        scored[f"served/{metric}"] = np.array(at_rows(served_now.column(metric), picked), float)
+        scored[f"previous/{metric}"] = (
+            missing if theirs is None else np.array(at_rows(theirs, rows), float)
+        )
     kept = stores.extend_watch(kept, scored)
     stores.write_watch(store, kept)
     span, metrics = float(plugin.loss_span), served_now.metrics()

@@ -346,3 +346,62 @@ def test_a_grown_listing_walks_its_new_records_alone(monkeypatch: pytest.MonkeyP
     object.__setattr__(changed, "ids", ("a", "a"))
     with pytest.raises(RecordLossesError, match=r"^RecordIds: id 'a' twice$"):
         changed.extended(["c"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(_records(), st.lists(st.integers(-2, 12), max_size=8))
+def test_losses_at_rows_of_a_listing_accept_and_refuse_what_of_does(
+    record: tuple, rows: list[int]
+) -> None:
+    """RecordLosses.of_rows(listing, rows, losses): the record (or the one-line refusal)
+    that RecordLosses.of gives for the listing's ids and segments at those rows, for any
+    rows (repeated, out of order, out of range: an index error either way) and any
+    losses (short, non-finite, negative)."""
+    ids, losses, segments, _, _ = record
+    try:
+        listed = RecordIds(ids, segments)
+    except RecordLossesError:
+        return  # a listing refused: RecordIds' own test
+    at = [r for r in rows if 0 <= r < len(ids)]
+    columns = losses if isinstance(losses, Mapping) else {"loss": losses}
+    taken = {name: list(values)[: len(at)] for name, values in columns.items()}
+    named = None if listed.segments is None else [listed.segments[r] for r in at]
+    try:
+        made = RecordLosses.of_rows(listed, np.array(at, np.int64), taken)
+    except RecordLossesError as exc:
+        made_or = ("refused", str(exc))
+    else:
+        made_or = ("made", made.ids, made.losses, made.segments, made.primary)
+    try:
+        plain = RecordLosses.of([listed.ids[r] for r in at], taken, named)
+    except RecordLossesError as exc:
+        plain_or = ("refused", str(exc))
+    else:
+        plain_or = ("made", plain.ids, plain.losses, plain.segments, plain.primary)
+    assert made_or == plain_or
+
+
+def test_losses_at_rows_of_a_checked_listing_walk_no_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows of a listing that passed its check whole, ascending: its ids and segments
+    taken without a walk of their types or a set of them; a listing whose ids were
+    planted since its check (a twin id) is walked and refused, and so are rows given
+    twice or out of order, in RecordLosses.of's words."""
+    listed = RecordIds(tuple(f"r{i}" for i in range(40)), ("s",) * 40)
+    walked: list[int] = []
+    real = judging._all_of
+    monkeypatch.setattr(judging, "_all_of", lambda v, kind: walked.append(len(v)) or real(v, kind))
+    part = RecordLosses.of_rows(listed, np.array([1, 5, 39]), {"log_loss": [0.1, 0.2, 0.3]})
+    assert part.ids == ("r1", "r5", "r39") and part.segments == ("s",) * 3 and walked == []
+    assert RecordLosses.copy_of(part) == part and walked == []
+    with pytest.raises(RecordLossesError, match=r"^RecordLosses: id 'r5' twice$"):
+        RecordLosses.of_rows(listed, np.array([5, 5]), {"loss": [0.1, 0.2]})
+    with pytest.raises(RecordLossesError, match=r"^RecordLosses: 2 ids but 1 loss values$"):
+        RecordLosses.of_rows(listed, np.array([5, 1]), {"loss": [0.1]})
+    with pytest.raises(RecordLossesError, match=r"loss of 'r1' is nan, not a finite float$"):
+        RecordLosses.of_rows(listed, np.array([1]), {"loss": [math.nan]})
+    planted = RecordIds(("a", "b", "c"))
+    object.__setattr__(planted, "ids", ("a", "a", "c"))
+    walked.clear()
+    with pytest.raises(RecordLossesError, match=r"^RecordLosses: id 'a' twice$"):
+        RecordLosses.of_rows(planted, np.array([0, 1]), {"loss": [0.1, 0.2]})
+    assert walked

@@ -97,3 +97,17 @@ def test_rows_asked_by_their_place_in_a_listing_are_the_rows_looked_up() -> None
     counted = ScoreOnly(Counted(plain.ids), listing, tuple(at))
     assert counted.rows(list(listing)) == at and Counted.looked_up == 0
     assert counted.rows(changed) == [2, 3, 49] and Counted.looked_up == len(changed)
+
+
+def test_the_ids_of_rows_asked_are_a_set_made_when_read() -> None:
+    """A ``ScoreOnly`` made of rows of a listing builds no set of its ids until a plugin
+    reads ``ids`` (a plugin asking by rows of the listing never does); read, it is the set
+    of the ids at those rows, the one ``ScoreOnly(ids)`` holds. Neither ids nor rows:
+    refused in one line."""
+    listing = tuple(f"record-{i}" for i in range(20))
+    asked = ScoreOnly.of_rows(listing, [0, 4, 19])
+    assert asked.rows(listing) == [0, 4, 19] and "ids" not in vars(asked)
+    assert asked.ids == frozenset({"record-0", "record-4", "record-19"})
+    assert asked.rows(list(reversed(listing))) == [0, 15, 19]
+    with pytest.raises(ValueError, match=r"^ScoreOnly: the ids asked for"):
+        ScoreOnly()

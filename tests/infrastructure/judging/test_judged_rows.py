@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from genesis_fp16_infrastructure.contract.judging import RecordLosses
-from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly
+from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
+from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, sorted_unique
+from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging.run import _on_known
 from genesis_fp16_infrastructure.judging.served import Served
 
 LISTING = tuple(f"record-{i}" for i in range(600))
@@ -44,3 +46,43 @@ def test_a_scoring_given_more_records_asks_by_ids() -> None:
     served = _served(list(range(len(LISTING))))
     asked = served.judged_asked
     assert isinstance(asked, tuple) and asked == served.judged.ids
+
+
+def test_the_judged_records_known_are_the_listings_lookup_at_their_rows() -> None:
+    """Given the records it asked for by rows, whether it knew each scored record (the
+    watch's) and each judged one is the listing's lookup at their rows (``scored_knew``,
+    ``judged_knew``), the same flags a search of the known ids gives; the gate's
+    ``known`` part (``_on_known``) is the same either way. A lookup that is not of this
+    listing (another length), or a scoring given more than it asked for: None, and
+    ``_on_known`` searches the known ids."""
+    served = _served(ASKED)
+    listed = RecordIds(LISTING)
+    served.records = listed
+    served.known = sorted_unique(listed.id_hashes[: len(LISTING) // 2])
+    served.named = sorted_unique(listed.id_hashes[: len(LISTING) // 4])  # trained on these
+    served.plugin = object()  # its records are training data
+    served.knew = stores.known(listed.id_hashes, served.known)
+    served._asked_rows, served.given_asked = np.asarray(ASKED), True
+    judged = served.judged
+    searched = stores.known(judged.id_hashes, served.known)
+    assert served.judged_knew is not None and 0 < served.judged_knew.sum() < len(searched)
+    assert served.judged_knew.tolist() == searched.tolist()
+    scored = stores.known(served.losses.id_hashes, served.known)  # type: ignore[union-attr]
+    assert served.scored_knew is not None and served.scored_knew.tolist() == scored.tolist()
+    candidate = RecordLosses.of(judged.ids, [0.5] * len(judged.ids))
+    assert candidate.hashed_as(judged.ids, judged.id_hashes)
+    found = _on_known(candidate, served)
+    assert found is not None and found.tolist() == searched.tolist()
+    stale = _served(ASKED)
+    stale.records, stale.known, stale.plugin = listed, served.known, served.plugin
+    stale.named = served.named
+    stale.knew = served.knew[:-1]  # not the listing its rows are of
+    stale._asked_rows, stale.given_asked = np.asarray(ASKED), True
+    assert stale.judged_knew is None
+    again = RecordLosses.of(stale.judged.ids, [0.5] * len(stale.judged.ids))
+    assert again.hashed_as(stale.judged.ids, stale.judged.id_hashes)
+    assert _on_known(again, stale).tolist() == searched.tolist()  # type: ignore[union-attr]
+    more = _served(list(range(len(LISTING))))
+    more.records, more.knew, more.given_asked = listed, served.knew, False
+    more._asked_rows = np.asarray(ASKED)
+    assert more.judged_knew is None

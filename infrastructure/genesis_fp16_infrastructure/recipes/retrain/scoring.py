@@ -243,6 +243,9 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     except (KeyError, RuntimeError) as exc:  # not a world model this build can load
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
     losses = record_losses(p, columns.success[asked])
+    listing = vars(pool).get("listing")
+    if isinstance(listing, RecordIds) and ids is listing.ids:  # its rows of a checked listing
+        return RecordLosses.of_rows(listing, asked, losses, data.quarantined)
     rows = asked.tolist()
     named = at_rows(pool.segments, rows)
     return RecordLosses.of(at_rows(ids, rows), losses, named, data.quarantined)
