@@ -232,7 +232,8 @@ class Transaction:
             entries = [e for e in new.journal if e.seq > self._settled_through]
             rolled = self._rolled_forward(new, entries)
             pointer = files.Write(SERVED_POINTER.at(self.folder), SERVED_POINTER, _json(new))
-            files.write_in_order([pointer, *_verdict_writes(self.folder, rolled)])  # pointer first
+            writes = [pointer, *_verdict_writes(self.folder, rolled)]  # the pointer first
+            files.write_in_order(writes)
             decided = list(rolled)
             events += outbox.announce_journal(self.folder, new.journal, committed_now=True)
         removed = [] if self._removals is None else self._remove_all()
