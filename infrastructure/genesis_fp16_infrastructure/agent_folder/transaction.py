@@ -462,7 +462,7 @@ def _rolled_back_verdict(
         return {}
     old = read_verdict(candidate)
     gate_outcome = old.gate_outcome or old.outcome  # what the gate said
-    new = Verdict.from_json({**old.to_json(), **({} if verdict is None else verdict.to_json())})
+    new = old if verdict is None else old.overlaid(verdict)
     new = msgspec.structs.replace(new, outcome=Outcome.ROLLED_BACK, gate_outcome=gate_outcome)
     return {candidate.name: stamped(new)}
 
