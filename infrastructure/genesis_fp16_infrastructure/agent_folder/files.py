@@ -445,11 +445,12 @@ def fsync_directory(directory: Path) -> None:
 @dataclass(frozen=True)
 class Write:
     """One step of :func:`write_in_order`: ``data`` written atomically to ``path`` (of
-    the layout's ``file``), fsynced with its folder unless ``sync`` is False."""
+    the layout's ``file``), fsynced with its folder unless ``sync`` is False; bytes as
+    they are, any other value as a state file's JSON (:func:`json_bytes`)."""
 
     path: Path
     file: StateFile
-    data: bytes
+    data: object
     sync: bool = True
 
 
@@ -476,8 +477,9 @@ def write_in_order(steps: Iterable[Write | Remove]) -> None:
         if isinstance(step, Remove):
             Path(step.path).unlink(missing_ok=True)
         else:
+            data = step.data if isinstance(step.data, bytes) else json_bytes(step.data)
             clear_way(step.path, step.file)
-            write_atomic(Path(step.path), step.data, sync=step.sync)
+            write_atomic(Path(step.path), data, sync=step.sync)
 
 
 def write_json(path: Path, file: StateFile, data: Any) -> None:

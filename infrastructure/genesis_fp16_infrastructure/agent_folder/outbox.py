@@ -356,10 +356,12 @@ def _read(agent_folder: Path, staged: bool, ids: Iterable[str]) -> _Found:
     except OSError:
         names = []
     paths = [folder / n for n in names if _EVENT_NAME.match(n)]
-    events = dict(zip(paths, files.load_each(paths, OUTBOX_EVENT, _event), strict=True))
+    read = files.load_each(paths, OUTBOX_EVENT, _event) if paths else []
+    events = dict(zip(paths, read, strict=True))
     named = {str(e.data.get("candidate_id")) for e in events.values() if e is not None}
     plain = [n for n in sorted(named) if Path(n).name == n and n not in ("", ".", "..")]
-    verdicts = files.load_each([kept / n / VERDICT.name for n in plain], VERDICT, _verdict)
+    said = [kept / n / VERDICT.name for n in plain]
+    verdicts = files.load_each(said, VERDICT, _verdict) if said else []
     state = files.load(root / OUTBOX_STATE.name, OUTBOX_STATE, _state)
     asked = [*(e.id for e in events.values() if e is not None), *ids]
     return _Found(
@@ -410,7 +412,7 @@ def _owed(
     if missing and found.state is None:  # the first outbox: earlier transitions are history
         before = entries[:-1] if committed_now else entries
         state = _kept(OutboxState(pruned=[i for i, _ in before], dropped=0))
-        steps.append(files.Write(_state_path(agent_folder), OUTBOX_STATE, files.json_bytes(state)))
+        steps.append(files.Write(_state_path(agent_folder), OUTBOX_STATE, state))
     for event_id, entry in missing:
         if event_id in state["pruned"] or event_id in found.present:
             continue

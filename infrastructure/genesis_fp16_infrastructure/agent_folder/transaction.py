@@ -231,7 +231,7 @@ class Transaction:
         if new is not None and new is not self.before:
             entries = [e for e in new.journal if e.seq > self._settled_through]
             rolled = self._rolled_forward(new, entries)
-            pointer = files.Write(SERVED_POINTER.at(self.folder), SERVED_POINTER, _json(new))
+            pointer = files.Write(SERVED_POINTER.at(self.folder), SERVED_POINTER, new.to_json())
             writes = [pointer, *_verdict_writes(self.folder, rolled)]  # the pointer first
             files.write_in_order(writes)
             decided = list(rolled)
@@ -413,7 +413,8 @@ def roll_forward(folder: Path, pointer: ServedPointer) -> list[str]:
 def _write_decided(folder: Path, decided: Mapping[str, Verdict]) -> list[str]:
     """The verdicts a committed journal decided (candidate id -> verdict), each written
     to its candidate's ``verdict.json``; returns the candidates written."""
-    files.write_in_order(_verdict_writes(folder, decided))
+    if decided:
+        files.write_in_order(_verdict_writes(folder, decided))
     return list(decided)
 
 
@@ -421,12 +422,7 @@ def _verdict_writes(folder: Path, decided: Mapping[str, Verdict]) -> list[files.
     """Each verdict of ``decided`` (candidate id -> verdict) as the write of its
     candidate's ``verdict.json``."""
     kept = Path(folder) / CANDIDATES_FOLDER
-    return [files.Write(VERDICT.at(kept / i), VERDICT, _json(v)) for i, v in decided.items()]
-
-
-def _json(record: ServedPointer | Verdict) -> bytes:
-    """A record as its state file holds it (``files.write_json``'s bytes)."""
-    return files.json_bytes(record.to_json())
+    return [files.Write(VERDICT.at(kept / i), VERDICT, v.to_json()) for i, v in decided.items()]
 
 
 def write_verdict(candidate: Path, verdict: Verdict | Mapping[str, Json]) -> None:

@@ -28,7 +28,6 @@ from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, tr
 from genesis_fp16_infrastructure.contract.reports import GateComparison, GateReport
 from genesis_fp16_infrastructure.judging.gate import Paired, scores_on
 from genesis_fp16_infrastructure.precision_names import PrecisionName
-from genesis_fp16_infrastructure.record_codec import plain
 
 
 @dataclass(frozen=True)
@@ -138,7 +137,7 @@ def verdict_of(report: GateReport, judged: Sequence[Paired] = ()) -> Verdict:
     declare (the gate's ``seconds``, the candidate's id, each comparison's figures as
     ``judged``) kept in ``extra`` as the report's JSON writes it. The file is the one
     that reading the report's JSON as a verdict wrote (a test holds them byte for byte)."""
-    extra: dict[str, Json] = {"seconds": plain(report.seconds, 4)}
+    extra: dict[str, Json] = {"seconds": round(report.seconds, 4)}  # as its JSON rounds it
     if report.candidate_id is not None:
         extra["candidate_id"] = report.candidate_id
     extra["judged"] = [c.to_json() for c in judged]
