@@ -414,7 +414,8 @@ def _write_decided(folder: Path, decided: Mapping[str, Verdict]) -> list[str]:
     """The verdicts a committed journal decided (candidate id -> verdict), each written
     to its candidate's ``verdict.json``; returns the candidates written."""
     if decided:
-        files.write_in_order(_verdict_writes(folder, decided))
+        writes = _verdict_writes(folder, decided)
+        files.write_in_order(writes)
     return list(decided)
 
 
