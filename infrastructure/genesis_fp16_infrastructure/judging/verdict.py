@@ -143,7 +143,7 @@ def verdict_of(report: GateReport, judged: Sequence[Paired] = ()) -> Verdict:
     extra["judged"] = [c.to_json() for c in judged]
     # The report writes its comparisons, an empty list too; the record leaves an empty
     # tuple out unless it was given so (as a read of the report's JSON would keep it).
-    given = {} if report.comparisons else {"comparisons": []}
+    given: dict[str, Json] = {} if report.comparisons else {"comparisons": []}
     return Verdict(
         outcome=report.outcome,
         reason=report.reason,

@@ -14,9 +14,9 @@ from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Verdict
 from genesis_fp16_infrastructure.contract.reports import LiveFigures, LiveReport
 
+FIGURES = LiveFigures(295, 0.63, 0.43, 0.84, 0.01, 0.025, True)
 LIVE = LiveReport("m2", "m1", 295, 95, 0.05, True, rolled_back=True, now_served="m1",
-                  primary="log_loss",
-                  metrics={"log_loss": LiveFigures(295, 0.63, 0.43, 0.84, 0.01, 0.025, True)})  # fmt: skip
+                  primary="log_loss", metrics={"log_loss": FIGURES})  # fmt: skip
 OLD = {
     "gate": GATE,
     "inconclusive": INCONCLUSIVE,
