@@ -44,7 +44,7 @@ if TYPE_CHECKING:
         Outcome,
         ServedPointer,
     )
-    from genesis_fp16_infrastructure.agent_folder.outbox import Event
+    from genesis_fp16_infrastructure.agent_folder.outbox_event import Event
     from genesis_fp16_infrastructure.agent_folder.run_records import (
         LastRun,
         LiveMark,

@@ -26,6 +26,7 @@ pointer's repair reads it).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -33,7 +34,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -313,6 +314,14 @@ def load(
     return None
 
 
+def load_each(
+    paths: Iterable[Path], file: StateFile, decode: Callable[[Path, Any], T]
+) -> list[T | None]:
+    """:func:`load` of each of ``paths`` in order (``decode`` is given the path and its
+    JSON): one pass over the files of one kind that a caller needs before it decides."""
+    return [load(path, file, functools.partial(decode, Path(path))) for path in paths]
+
+
 def set_aside(path: Path, file: StateFile, why: str, inode: int | None = None) -> SetAside:
     """Rename the unusable ``path`` to a name of its own (:func:`free_aside_path`; a
     folder, FIFO or link is moved, never followed), bound the folder's set-aside entries
@@ -412,8 +421,12 @@ def write_json_atomic(path: Path, data: Any) -> None:
     >>> target.read_text()
     '{\\n  "precision": "bf16"\\n}\\n'
     """
-    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    write_atomic(path, text.encode())
+    write_atomic(path, json_bytes(data))
+
+
+def json_bytes(data: Any) -> bytes:
+    """``data`` as a state file holds it: indented, key-sorted JSON, a final newline."""
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
 def fsync_directory(directory: Path) -> None:
@@ -427,6 +440,46 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@dataclass(frozen=True)
+class Write:
+    """One step of :func:`write_in_order`: ``data`` written atomically to ``path`` (of
+    the layout's ``file``), fsynced with its folder unless ``sync`` is False; bytes as
+    they are, any other value as a state file's JSON (:func:`json_bytes`)."""
+
+    path: Path
+    file: StateFile
+    data: object
+    sync: bool = True
+
+
+@dataclass(frozen=True)
+class Remove:
+    """One step of :func:`write_in_order`: ``path`` removed (none there: nothing)."""
+
+    path: Path
+
+
+def write_in_order(steps: Iterable[Write | Remove]) -> None:
+    """Each step, in order, each done before the next begins (a kill between two leaves
+    the first done, the second not): a write sets aside a folder, FIFO or link in the way
+    and writes atomically (:func:`write_atomic`); a removal unlinks.
+
+    >>> import tempfile
+    >>> from genesis_fp16_infrastructure.agent_folder.layout import OUTBOX_EVENT
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> write_in_order([Write(folder / "a.json", OUTBOX_EVENT, b"{}"), Remove(folder / "b")])
+    >>> sorted(p.name for p in folder.iterdir()), (folder / "a.json").read_bytes()
+    (['a.json'], b'{}')
+    """
+    for step in steps:
+        if isinstance(step, Remove):
+            Path(step.path).unlink(missing_ok=True)
+        else:
+            data = step.data if isinstance(step.data, bytes) else json_bytes(step.data)
+            clear_way(step.path, step.file)
+            write_atomic(Path(step.path), data, sync=step.sync)
 
 
 def write_json(path: Path, file: StateFile, data: Any) -> None:

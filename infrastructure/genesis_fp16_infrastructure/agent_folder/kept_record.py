@@ -96,6 +96,28 @@ class KeptRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
                 out[name] = how.write(value)
         return {**self.extra, **out}
 
+    def overlaid(self, other: Self) -> Self:
+        """This record with what ``other`` sets in its place: each declared field it sets
+        (not empty), with its JSON as read, and its ``extra`` keys; what ``other`` leaves
+        empty stays this record's. The record that reading the merge of their JSON
+        objects (``{**self.to_json(), **other.to_json()}``) gives, without the JSON."""
+        declared = set(self.__struct_fields__) - _KEPT_FIELDS
+        taken = {
+            name: value
+            for name in declared
+            if (value := getattr(other, name)) is not None and value != () and value != {}
+        }
+        taken |= {name: getattr(other, name) for name in other.as_read}  # as it read them
+        kept = {k: v for k, v in self.as_read.items() if k not in taken}
+        values = {k: v for k, v in self.read_values.items() if k not in taken}
+        return msgspec.structs.replace(
+            self,
+            **taken,
+            extra={**self.extra, **other.extra},
+            as_read={**kept, **other.as_read},
+            read_values={**values, **other.read_values},
+        )
+
     def kept(self, name: str) -> Json:
         """The JSON of the held field ``name`` as read, where its record could not read
         it (a hand's edit: the field is empty); None otherwise."""

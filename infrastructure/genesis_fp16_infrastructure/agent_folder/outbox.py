@@ -73,9 +73,9 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -97,9 +97,11 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     Verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
-from genesis_fp16_infrastructure.record_codec import LOCAL, OMIT_NONE, Record
+from genesis_fp16_infrastructure.agent_folder.outbox_event import VERSION as VERSION
+from genesis_fp16_infrastructure.agent_folder.outbox_event import Attempt as Attempt
+from genesis_fp16_infrastructure.agent_folder.outbox_event import Event
+from genesis_fp16_infrastructure.agent_folder.outbox_event import Target as Target
 
-VERSION = 1
 # The journal's kinds (a serve's ``how``, ``rollback``, ``unpin``, ``repair``) become these
 # events; ``trim`` (prune shortening the history) is bookkeeping, never announced.
 PROMOTE_HOWS = ("first", "gate", "manual")
@@ -107,128 +109,6 @@ UNANNOUNCED = ("trim",)
 KEEP_PRUNED_IDS = 256  # journal events pruned, remembered so that no catch-up copies them back
 ATTEMPTS_KEPT = 50  # each event's delivery log: the newest attempts
 _EVENT_NAME = re.compile(r"^(?P<id>[0-9a-f]{16})\.json$")
-
-
-@dataclass(frozen=True)
-class Target(Record):
-    """One receiver's state of an event (``Event.targets``): ``pending`` (owed),
-    ``delivered`` (it answered 2xx, at ``delivered_at_s``) or ``dropped`` (configured no
-    longer), the attempts made so far, and the wall time a retry is due
-    (``next_at_s``). A key a hand left out reads as a new receiver's."""
-
-    status: str = "pending"
-    attempts: int = 0
-    next_at_s: float = 0.0
-    delivered_at_s: float | None = field(default=None, metadata={OMIT_NONE: True})
-
-
-@dataclass(frozen=True)
-class Attempt(Record):
-    """One line of an event's delivery log (``Event.attempts``): the receiver as shown
-    (``url``, no password or token), when (``at``, ``at_s``), ``delivered`` or
-    ``failed``, the HTTP status if one came back, and the error if it failed."""
-
-    url: str = ""
-    at: str = ""
-    at_s: float | None = field(default=None, metadata={OMIT_NONE: True})
-    status: str = ""
-    code: int | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Event(Record):
-    """One event as its file holds it (its JSON the record codec's; ``path``: where it was
-    read, never in it). ``data``: what it announces, as JSON; ``targets``: the receivers
-    the daemon addressed it to by their shown URL (None: not handled yet; ``{}``: no
-    receiver was configured); ``attempts``: the delivery log, newest last."""
-
-    VERSION = VERSION
-
-    id: str
-    agent: str
-    kind: str
-    at: str
-    at_s: float
-    order: int
-    data: Mapping[str, Json]
-    targets: Mapping[str, Target] | None
-    attempts: tuple[Attempt, ...] = ()
-    path: Path = field(default=Path(), metadata={LOCAL: True})
-
-    @property
-    def status(self) -> str:
-        """``new`` (not handled yet), ``unsent`` (no receiver configured), ``pending`` (a
-        receiver still waits for it), ``delivered`` (every receiver answered 2xx) or
-        ``dropped`` (a receiver that had not taken it is configured no longer)."""
-        if self.targets is None:
-            return "new"
-        if not self.targets:
-            return "unsent"
-        said = {t.status for t in self.targets.values()}
-        if "pending" in said:
-            return "pending"
-        return "delivered" if said == {"delivered"} else "dropped"
-
-    @property
-    def undelivered(self) -> bool:
-        return self.status in ("new", "pending")
-
-    def addressed(self, named: Collection[str], shown: Callable[[str], str]) -> Event:
-        """The event owed to the receivers ``named`` (by their shown URLs) when it was not
-        handled yet; else each receiver it names, shown (``shown``: a whole URL, written
-        before the file named them as shown, without its password or token), and one
-        still owed but configured no longer dropped. Its log's URLs shown the same."""
-        if self.targets is None:
-            targets = {url: Target() for url in named}
-        else:
-            targets = {shown(url): target for url, target in self.targets.items()}
-            for url, target in list(targets.items()):
-                if url not in named and target.status == "pending":
-                    targets[url] = replace(target, status="dropped")  # configured no longer
-        attempts = tuple(replace(a, url=shown(a.url)) for a in self.attempts)
-        return replace(self, targets=targets, attempts=attempts)
-
-    def attempted(
-        self, url: str, at: float, code: int | None, error: str | None, next_at: float
-    ) -> Event:
-        """One attempt to post it to ``url`` (shown) at ``at`` logged: its line in the
-        delivery log, and the receiver's state: delivered (``error`` None), or owed
-        again at ``next_at`` (the retry's wall time, for `events list` and a restart)."""
-        target = (self.targets or {}).get(url, Target())
-        target = replace(target, attempts=target.attempts + 1)
-        if error is None:
-            target = replace(target, status="delivered", delivered_at_s=at)
-        else:
-            target = replace(target, next_at_s=next_at)
-        line = Attempt(
-            url=url,
-            at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)),
-            at_s=at,
-            status="delivered" if error is None else "failed",
-            code=code,
-            error=error,
-        )
-        targets = {**(self.targets or {}), url: target}
-        return replace(self, targets=targets, attempts=(*self.attempts, line))
-
-    def owed_again(self, urls: Iterable[str]) -> Event:
-        """The event owed again, at once, to each receiver of ``urls`` (shown)."""
-        targets = dict(self.targets or {})
-        for url in urls:
-            targets[url] = replace(targets.get(url, Target()), status="pending", next_at_s=0.0)
-        return replace(self, targets=targets)
-
-    def body(self) -> dict[str, Json]:
-        """What a receiver gets: the event without its delivery state."""
-        return {
-            "id": self.id,
-            "agent": self.agent,
-            "kind": self.kind,
-            "at": self.at,
-            "at_s": self.at_s,
-            "data": dict(self.data),
-        }
 
 
 def outbox_of(agent_folder: Path) -> Path:
@@ -278,19 +158,30 @@ def _write_new(
     event_id: str,
     folder: Path | None = None,
 ) -> str:
+    """Write one new event (:func:`_new_event`); returns its id."""
+    files.write_in_order([_new_event(agent_folder, lock, kind, data, event_id, folder)])
+    return event_id
+
+
+def _new_event(
+    agent_folder: Path,
+    lock: int,
+    kind: str,
+    data: Mapping[str, Json],
+    event_id: str,
+    folder: Path | None = None,
+) -> files.Write:
     """The event's file, under the next order number (the caller holds ``lock``), in the
-    outbox (``folder``: elsewhere, a verdict's event staged), written atomically (a temp
-    file renamed: a reader finds all of it or nothing) without an fsync (the module
+    outbox (``folder``: elsewhere, a verdict's event staged), to be written atomically (a
+    temp file renamed: a reader finds all of it or nothing) without an fsync (the module
     docstring says why and what covers it)."""
     order, now = _next_order(lock), time.time()
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     path = (folder or outbox_of(agent_folder)) / f"{event_id}.json"
     agent = Path(agent_folder).name
     event = Event(event_id, agent, kind, at, now, order, dict(data), None, (), path)
-    files.clear_way(path, OUTBOX_EVENT)
     text = json.dumps(event.to_json(), sort_keys=True).encode()
-    files.write_atomic(path, text, sync=False)
-    return event_id
+    return files.Write(path, OUTBOX_EVENT, text, sync=False)
 
 
 def journal_event_id(agent: str, entry: JournalEntry) -> str:
@@ -307,30 +198,7 @@ def announce_journal(
     stands as already announced (the transitions before events existed), except the newest
     entry when ``committed_now`` (the caller's transition just wrote it). Returns the ids
     written."""
-    agent_folder = agent_folder_of(checkpoint_folder)
-    if agent_folder is None:
-        return []
-    agent, root = agent_folder.name, os.fspath(outbox_of(agent_folder))  # plain strings:
-    # pathlib's parsing cost more than the stats themselves, on every transition
-    entries = [(journal_event_id(agent, e), e) for e in journal if e.kind not in UNANNOUNCED]
-    # At most transitions.JOURNAL_KEEP entries, one stat each; all there: nothing to take
-    # the lock for (an event file is only ever added, or pruned and named in outbox.json).
-    missing = [(i, e) for i, e in entries if not os.path.lexists(f"{root}/{i}.json")]
-    if not missing:
-        return []
-    with outbox_lock(agent_folder) as lock:
-        state = read_state(agent_folder)
-        if state is None:  # the first outbox of this folder: earlier transitions are history
-            before = entries[:-1] if committed_now else entries
-            state = write_state(agent_folder, OutboxState(pruned=[i for i, _ in before], dropped=0))
-        written = []
-        for event_id, entry in missing:
-            if event_id in state["pruned"] or os.path.lexists(f"{root}/{event_id}.json"):
-                continue
-            kind = "promote" if entry.kind in PROMOTE_HOWS else entry.kind
-            data = {k: v for k, v in entry.to_json().items() if k != "at_s"}
-            written.append(_write_new(agent_folder, lock, kind, data, event_id))
-        return written
+    return _catch_up(checkpoint_folder, journal, committed_now, staged=False)
 
 
 VERDICT_KINDS: dict[str, str] = {Outcome.REJECTED: "reject", Outcome.HELD: "hold"}
@@ -390,8 +258,8 @@ def stage_verdict(
     event_id = verdict_event_id(agent_folder.name, ident, verdict)
     staged = outbox_of(agent_folder) / OUTBOX_STAGED_FOLDER
     staged.mkdir(exist_ok=True)
-    _settle_all(agent_folder, lock, staged)  # a dead writer's, by the file it wrote
-    _write_new(agent_folder, lock, kind, data, event_id, staged)
+    steps, _ = _owed(agent_folder, lock, True, [], [], False)  # a dead writer's, by its file
+    files.write_in_order([*steps, _new_event(agent_folder, lock, kind, data, event_id, staged)])
     return staged / f"{event_id}.json"
 
 
@@ -412,61 +280,147 @@ def announce_verdicts(checkpoint_folder: Path) -> list[str]:
     number, unless the outbox holds it or pruned it), the others are discarded: nothing
     announced that was not decided. Without a lock when none is staged (one listing).
     Returns the ids moved."""
-    agent_folder = agent_folder_of(checkpoint_folder)
-    if agent_folder is None:
-        return []
-    staged = f"{os.fspath(outbox_of(agent_folder))}/{OUTBOX_STAGED_FOLDER}"
-    try:
-        names = os.listdir(staged)
-    except OSError:
-        return []
-    if not any(_EVENT_NAME.match(n) or n.startswith(".tmp-") for n in names):
-        return []  # empty, or only files set aside (reported when they were)
-    with outbox_lock(agent_folder) as lock:
-        return _settle_all(agent_folder, lock, Path(staged))
+    return _catch_up(checkpoint_folder, (), False, staged=True)
 
 
 def catch_up(checkpoint_folder: Path, journal: Sequence[JournalEntry]) -> list[str]:
     """What a killed writer left the outbox lacking, as a transaction settles it under
     the pointer's lock: the verdict events left staged (:func:`announce_verdicts`), then
     the pointer journal's events (:func:`announce_journal`; ``journal``: the pointer's as
-    the transaction found it). Returns the ids written, in that order."""
-    moved = announce_verdicts(checkpoint_folder)
-    return moved + announce_journal(checkpoint_folder, journal, committed_now=False)
+    the transaction found it), under one lock of the outbox, read in one pass. Returns
+    the ids written, in that order."""
+    return _catch_up(checkpoint_folder, journal, False, staged=True)
 
 
-def _settle_all(agent_folder: Path, lock: int, staged: Path) -> list[str]:
-    settled = [_settle(agent_folder, lock, staged / n) for n in sorted(os.listdir(staged))]
-    return [event_id for event_id in settled if event_id is not None]
+Step = files.Write | files.Remove
 
 
-def _settle(agent_folder: Path, lock: int, path: Path) -> str | None:
-    """One staged file under the lock (its writer is dead: a live one holds the lock)."""
-    if path.name.startswith(".tmp-"):  # a writer killed before its staged file's rename
-        path.unlink(missing_ok=True)
-        return None
-    event = read_event(path) if _EVENT_NAME.match(path.name) else None
-    if event is None:  # not an event (set aside when unusable): left as it is
-        return None
-    said = _verdict_of(agent_folder, event.data.get("candidate_id"))
-    decided = said is not None and event.id == verdict_event_id(
-        agent_folder.name, str(event.data["candidate_id"]), said.to_json()
+def _catch_up(
+    checkpoint_folder: Path, journal: Sequence[JournalEntry], committed_now: bool, staged: bool
+) -> list[str]:
+    """The events the outbox lacks, written: those a killed writer left staged (when
+    ``staged``), then the journal's. Without the lock when nothing is owed (one listing
+    of ``staged/``, one stat per journal entry); else under it, read, decided and written
+    in order (:func:`_owed`)."""
+    agent_folder = agent_folder_of(checkpoint_folder)
+    if agent_folder is None:
+        return []
+    agent, root = agent_folder.name, os.fspath(outbox_of(agent_folder))  # plain strings:
+    # pathlib's parsing cost more than the stats themselves, on every transition
+    entries = [(journal_event_id(agent, e), e) for e in journal if e.kind not in UNANNOUNCED]
+    # At most transitions.JOURNAL_KEEP entries, one stat each; all there: nothing to take
+    # the lock for (an event file is only ever added, or pruned and named in outbox.json).
+    missing = [(i, e) for i, e in entries if not os.path.lexists(f"{root}/{i}.json")]
+    if not missing and not (staged and _any_staged(f"{root}/{OUTBOX_STAGED_FOLDER}")):
+        return []
+    with outbox_lock(agent_folder) as lock:
+        steps, written = _owed(agent_folder, lock, staged, entries, missing, committed_now)
+        files.write_in_order(steps)
+        return written
+
+
+def _any_staged(staged: str) -> bool:
+    """Whether ``staged/`` holds an event or a killed staging's temp file (files set
+    aside, reported when they were, hold nothing up)."""
+    try:
+        names = os.listdir(staged)
+    except OSError:
+        return False
+    return any(_EVENT_NAME.match(n) or n.startswith(".tmp-") for n in names)
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What a catch-up needs of the folder, read in one pass under the outbox's lock:
+    each entry of ``staged/`` (sorted) with the event it holds (None: a killed staging's
+    temp file, or no event: set aside when unusable), the verdict file of each candidate
+    those events name (None: no such candidate or verdict), the outbox's state, and the
+    ids asked for that the outbox holds already."""
+
+    staged: list[tuple[Path, Event | None]]
+    said: dict[str, Verdict | None]
+    state: OutboxState | None
+    present: set[str]
+
+
+def _read(agent_folder: Path, staged: bool, ids: Iterable[str]) -> _Found:
+    """:class:`_Found` (the caller holds the outbox's lock: what is staged is a dead
+    writer's; a live one holds the lock)."""
+    root = outbox_of(agent_folder)
+    folder, kept = (
+        root / OUTBOX_STAGED_FOLDER,
+        agent_folder / CHECKPOINTS_FOLDER / CANDIDATES_FOLDER,
     )
-    pruned = event.id in (read_state(agent_folder) or OutboxState(pruned=[], dropped=0))["pruned"]
-    moved = decided and not pruned and not os.path.lexists(_path(agent_folder, event.id))
-    if moved:
-        _write_new(agent_folder, lock, event.kind, event.data, event.id)
-    path.unlink(missing_ok=True)
-    return event.id if moved else None
+    try:
+        names = sorted(os.listdir(folder)) if staged else []
+    except OSError:
+        names = []
+    paths = [folder / n for n in names if _EVENT_NAME.match(n)]
+    read = files.load_each(paths, OUTBOX_EVENT, _event) if paths else []
+    events = dict(zip(paths, read, strict=True))
+    named = {str(e.data.get("candidate_id")) for e in events.values() if e is not None}
+    plain = [n for n in sorted(named) if Path(n).name == n and n not in ("", ".", "..")]
+    said = [kept / n / VERDICT.name for n in plain]
+    verdicts = files.load_each(said, VERDICT, _verdict) if said else []
+    state = files.load(root / OUTBOX_STATE.name, OUTBOX_STATE, _state)
+    asked = [*(e.id for e in events.values() if e is not None), *ids]
+    return _Found(
+        staged=[(folder / n, events.get(folder / n)) for n in names],
+        said=dict(zip(plain, verdicts, strict=True)),
+        state=state,
+        present={i for i in asked if os.path.lexists(root / f"{i}.json")},
+    )
 
 
-def _verdict_of(agent_folder: Path, candidate_id: Any) -> Verdict | None:
-    """What the candidate's verdict file says now (None: no such candidate or verdict)."""
-    name = str(candidate_id)
-    if Path(name).name != name or name in ("", ".", ".."):
-        return None  # a hand-edited id naming a path elsewhere
-    path = agent_folder / CHECKPOINTS_FOLDER / CANDIDATES_FOLDER / name / VERDICT.name
-    return files.load(path, VERDICT, Verdict.from_json)
+def _verdict(_path: Path, data: Any) -> Verdict:
+    return Verdict.from_json(data)
+
+
+def _owed(
+    agent_folder: Path,
+    lock: int,
+    staged: bool,
+    entries: Sequence[tuple[str, JournalEntry]],
+    missing: Sequence[tuple[str, JournalEntry]],
+    committed_now: bool,
+) -> tuple[list[Step], list[str]]:
+    """Under the outbox's ``lock``: what the folder holds read once (:func:`_read`), then
+    the writes the outbox lacks, in their order, and the ids they announce. Each staged
+    event (when ``staged``) is moved in when its candidate's verdict file says what it
+    announces and the outbox neither holds nor pruned it, then removed (a killed
+    staging's temp file removed too; what is no event left, set aside when read); then
+    the journal's ``missing`` events, after the first outbox's state (``entries``, the
+    journal's announced ones, taken as history but the newest when ``committed_now``)."""
+    found = _read(agent_folder, staged, [i for i, _ in missing])
+    state = found.state or OutboxState(pruned=[], dropped=0)
+    steps: list[Step] = []
+    written: list[str] = []
+    for path, event in found.staged:
+        if path.name.startswith(".tmp-"):  # a writer killed before its staged file's rename
+            steps.append(files.Remove(path))
+        if event is None:
+            continue
+        ident = str(event.data.get("candidate_id"))
+        said = found.said.get(ident)
+        decided = said is not None and event.id == verdict_event_id(
+            agent_folder.name, ident, said.to_json()
+        )
+        if decided and event.id not in state["pruned"] and event.id not in found.present:
+            steps.append(_new_event(agent_folder, lock, event.kind, event.data, event.id))
+            written.append(event.id)
+        steps.append(files.Remove(path))
+    if missing and found.state is None:  # the first outbox: earlier transitions are history
+        before = entries[:-1] if committed_now else entries
+        state = _kept(OutboxState(pruned=[i for i, _ in before], dropped=0))
+        steps.append(files.Write(_state_path(agent_folder), OUTBOX_STATE, state))
+    for event_id, entry in missing:
+        if event_id in state["pruned"] or event_id in found.present:
+            continue
+        kind = "promote" if entry.kind in PROMOTE_HOWS else entry.kind
+        data = {k: v for k, v in entry.to_json().items() if k != "at_s"}
+        steps.append(_new_event(agent_folder, lock, kind, data, event_id))
+        written.append(event_id)
+    return steps, written
 
 
 class OutboxState(TypedDict):
@@ -478,18 +432,27 @@ class OutboxState(TypedDict):
     dropped: int
 
 
+def _state_path(agent_folder: Path) -> Path:
+    return outbox_of(agent_folder) / OUTBOX_STATE.name
+
+
 def read_state(agent_folder: Path) -> OutboxState | None:
     """``outbox.json``: the ids of journal events pruned, and the count of events dropped
     undelivered; None when there is none (or it was unusable: set aside, reported)."""
-    return files.load(outbox_of(agent_folder) / OUTBOX_STATE.name, OUTBOX_STATE, _state)
+    return files.load(_state_path(agent_folder), OUTBOX_STATE, _state)
 
 
 def write_state(agent_folder: Path, state: OutboxState) -> OutboxState:
-    kept = OutboxState(
+    kept = _kept(state)
+    files.write_json(_state_path(agent_folder), OUTBOX_STATE, kept)
+    return kept
+
+
+def _kept(state: OutboxState) -> OutboxState:
+    """The state as written: the newest ``KEEP_PRUNED_IDS`` ids pruned."""
+    return OutboxState(
         pruned=list(state["pruned"])[-KEEP_PRUNED_IDS:], dropped=int(state["dropped"])
     )
-    files.write_json(outbox_of(agent_folder) / OUTBOX_STATE.name, OUTBOX_STATE, kept)
-    return kept
 
 
 def _state(data: Any) -> OutboxState:

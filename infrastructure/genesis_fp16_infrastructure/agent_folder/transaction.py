@@ -50,6 +50,7 @@ from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.layout import (
     CANDIDATE_META,
     CANDIDATES_FOLDER,
+    SERVED_POINTER,
     VERDICT,
 )
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
@@ -66,7 +67,6 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
     LockedPointer,
     ServedPointer,
     locked_pointer,
-    write_pointer,
 )
 from genesis_fp16_infrastructure.errors import ServedPointerError
 
@@ -229,9 +229,12 @@ class Transaction:
             _write_verdict(candidate, verdict)
         new, entries, decided, events = self._pointer, [], [], list(self._settled_events)
         if new is not None and new is not self.before:
-            write_pointer(self.folder, new)  # the commit point
             entries = [e for e in new.journal if e.seq > self._settled_through]
-            decided = self._roll_forward(new, entries)
+            rolled = self._rolled_forward(new, entries)
+            pointer = files.Write(SERVED_POINTER.at(self.folder), SERVED_POINTER, new.to_json())
+            writes = [pointer, *_verdict_writes(self.folder, rolled)]  # the pointer first
+            files.write_in_order(writes)
+            decided = list(rolled)
             events += outbox.announce_journal(self.folder, new.journal, committed_now=True)
         removed = [] if self._removals is None else self._remove_all()
         written = [c.name for c in self._verdicts] + decided
@@ -243,21 +246,22 @@ class Transaction:
             recorded.append(self.done)
         return self.done
 
-    def _roll_forward(self, new: ServedPointer, entries: list[JournalEntry]) -> list[str]:
-        """The verdicts the committed journal decided, written to their candidates: after
-        a settle, those of this transaction's own ``entries`` alone, each newer than any
-        verdict file (no file read); unsettled, every one the files do not say yet
-        (:func:`roll_forward`)."""
+    def _rolled_forward(
+        self, new: ServedPointer, entries: list[JournalEntry]
+    ) -> dict[str, Verdict]:
+        """The verdicts the committed journal decided, to write to their candidates right
+        after the pointer: after a settle, those of this transaction's own ``entries``
+        alone, each newer than any verdict file (no file read); unsettled, every one the
+        files do not say yet (:func:`disagreeing`)."""
         if not self._settled:
-            return roll_forward(self.folder, new)
+            return disagreeing(self.folder, new)
         kept = self.folder / CANDIDATES_FOLDER
-        decided = {
+        return {
             ident: verdict
             for entry in entries
             for ident, verdict in entry.verdicts.items()
             if _plain(ident) and CANDIDATE_META.at(kept / ident).is_file()
         }
-        return _write_decided(self.folder, decided)
 
     def _remove_all(self) -> list[Path]:
         """A prune's removals: what a prune killed midway left in ``.pruning`` (nobody
@@ -409,10 +413,17 @@ def roll_forward(folder: Path, pointer: ServedPointer) -> list[str]:
 def _write_decided(folder: Path, decided: Mapping[str, Verdict]) -> list[str]:
     """The verdicts a committed journal decided (candidate id -> verdict), each written
     to its candidate's ``verdict.json``; returns the candidates written."""
-    for ident, verdict in decided.items():
-        path = VERDICT.at(Path(folder) / CANDIDATES_FOLDER / ident)
-        files.write_json(path, VERDICT, verdict.to_json())
+    if decided:
+        writes = _verdict_writes(folder, decided)
+        files.write_in_order(writes)
     return list(decided)
+
+
+def _verdict_writes(folder: Path, decided: Mapping[str, Verdict]) -> list[files.Write]:
+    """Each verdict of ``decided`` (candidate id -> verdict) as the write of its
+    candidate's ``verdict.json``."""
+    kept = Path(folder) / CANDIDATES_FOLDER
+    return [files.Write(VERDICT.at(kept / i), VERDICT, v.to_json()) for i, v in decided.items()]
 
 
 def write_verdict(candidate: Path, verdict: Verdict | Mapping[str, Json]) -> None:
@@ -448,7 +459,7 @@ def _rolled_back_verdict(
         return {}
     old = read_verdict(candidate)
     gate_outcome = old.gate_outcome or old.outcome  # what the gate said
-    new = Verdict.from_json({**old.to_json(), **({} if verdict is None else verdict.to_json())})
+    new = old if verdict is None else old.overlaid(verdict)
     new = msgspec.structs.replace(new, outcome=Outcome.ROLLED_BACK, gate_outcome=gate_outcome)
     return {candidate.name: stamped(new)}
 

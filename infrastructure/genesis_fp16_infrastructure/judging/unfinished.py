@@ -39,6 +39,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
 )
 from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, transaction
 from genesis_fp16_infrastructure.contract.reports import GateReport
+from genesis_fp16_infrastructure.judging.verdict import verdict_of
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def _closed(candidate: Path, reason: str, served_id: str | None) -> Verdict:
     """The verdict of ``candidate`` closed: ``undecided`` with ``reason`` (no figures),
     as its file will hold it (stamped when it is written)."""
     report = GateReport(Outcome.UNDECIDED, reason, served_id=served_id, candidate_id=candidate.name)
-    return Verdict.from_json(report.to_json() | {"judged": []})
+    return verdict_of(report)
 
 
 def _not_continued(recorded: CandidateMeta, meta: CandidateMeta) -> str | None:

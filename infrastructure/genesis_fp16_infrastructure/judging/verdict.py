@@ -16,7 +16,7 @@ JSON only, no torch.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -125,20 +125,41 @@ def _written(
 ) -> Verdict:
     """``report`` staged in ``tx`` as the candidate's verdict, the record its file will
     hold with every comparison's figures (one staged before for the same candidate:
-    replaced); returns that record (read once: the commit writes it as it is)."""
-    verdict = _as_verdict(report, comparisons)
+    replaced); returns that record (made once: the commit writes it as it is)."""
+    verdict = verdict_of(report, comparisons)
     tx.verdict(candidate, verdict)
     return verdict
 
 
-def _verdict_json(report: GateReport, comparisons: list[Paired]) -> dict[str, Json]:
-    """What the verdict file of ``report`` holds: its JSON and every comparison's figures."""
-    return report.to_json() | {"judged": [c.to_json() for c in comparisons]}
-
-
-def _as_verdict(report: GateReport, comparisons: list[Paired]) -> Verdict:
-    """``report`` as the verdict record its file will hold (staged, not written yet)."""
-    return Verdict.from_json(_verdict_json(report, comparisons))
+def verdict_of(report: GateReport, judged: Sequence[Paired] = ()) -> Verdict:
+    """``report`` as the verdict record its file will hold, field by field (no JSON in
+    between): the gate's figures as the contract's records; what the verdict does not
+    declare (the gate's ``seconds``, the candidate's id, each comparison's figures as
+    ``judged``) kept in ``extra`` as the report's JSON writes it. The file is the one
+    that reading the report's JSON as a verdict wrote (a test holds them byte for byte)."""
+    extra: dict[str, Json] = {"seconds": round(report.seconds, 4)}  # as its JSON rounds it
+    if report.candidate_id is not None:
+        extra["candidate_id"] = report.candidate_id
+    extra["judged"] = [c.to_json() for c in judged]
+    # The report writes its comparisons, an empty list too; the record leaves an empty
+    # tuple out unless it was given so (as a read of the report's JSON would keep it).
+    given: dict[str, Json] = {} if report.comparisons else {"comparisons": []}
+    return Verdict(
+        outcome=report.outcome,
+        reason=report.reason,
+        precision=report.precision,
+        checkpoint=report.checkpoint,
+        candidate=report.candidate,
+        served=report.served,
+        served_id=report.served_id,
+        judged_on=report.judged_on,
+        evidence=report.evidence,
+        records_needed=report.records_needed,
+        comparisons=report.comparisons,
+        extra=extra,
+        as_read=given,
+        read_values={name: () for name in given},
+    )
 
 
 def _needed(comparisons: list[GateComparison]) -> int | None:

@@ -201,7 +201,7 @@ def test_one_lock_and_one_settle_per_transaction(
 
     monkeypatch.setattr(pointer, "take_lock", counted("lock", pointer.take_lock))
     monkeypatch.setattr(transaction, "settle", counted("settle", transaction.settle))
-    monkeypatch.setattr(outbox, "announce_verdicts", counted("staged", outbox.announce_verdicts))
+    monkeypatch.setattr(outbox, "catch_up", counted("staged", outbox.catch_up))
     with transaction.transaction(ck) as tx:
         _stage_everything(tx, ck, fresh, old)
     assert counts == {"lock": 1, "settle": 1, "staged": 1}
@@ -258,3 +258,26 @@ def test_a_promotion_by_hand_of_a_candidate_pruned_meanwhile_is_refused(tmp_path
         repair.serve_by_hand(ck, entry, transitions.operator_pin("model promote"))
     assert read_pointer(ck) == before and before is not None
     assert before.served.id == served[1].name
+
+
+def test_the_commit_writes_the_pointer_and_verdicts_as_write_json_did(tmp_path: Path) -> None:
+    """The commit writes the pointer and the verdicts its journal decided as one ordered
+    pass of writes: each file byte for byte what ``files.write_json`` of the record's
+    JSON writes (the writer before), pointer and rolled-back verdict alike."""
+    from genesis_fp16_infrastructure.agent_folder import files
+    from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER, VERDICT
+
+    ck, served, _fresh, _old = _folder(tmp_path)
+    with transaction.transaction(ck) as tx:
+        tx.rollback(verdict={"reason": "live_regression"})
+    assert tx.done is not None and tx.done.verdicts == (served[1].name,)
+    written = {
+        "pointer": (SERVED_POINTER.at(ck), SERVED_POINTER, read_pointer(ck)),
+        "verdict": (VERDICT.at(served[1]), VERDICT, candidates.read_verdict(served[1])),
+    }
+    for name, (path, file, record) in written.items():
+        assert record is not None
+        again = tmp_path / "again" / name
+        files.write_json(again, file, record.to_json())
+        assert path.read_bytes() == again.read_bytes(), name
+    assert candidates.read_verdict(served[1]).outcome == "rolled_back"
