@@ -306,18 +306,28 @@ def _serve_one(resident: Resident, fds: list[int], note: str | None) -> tuple[in
     return code, ending
 
 
-def _run(resident: Resident, request: dict[str, Any], note: str | None) -> tuple[int, str | None]:
-    from genesis_fp16.service.startup_signals import hold_sigterm, sigterm_received
+def enter_request(request: dict[str, Any]) -> None:
+    """This process takes on ``request``'s run, as a forked child or a resident process:
+    its directory, environment and arguments, SIGTERM held until the command takes it."""
+    from genesis_fp16.service.startup_signals import hold_sigterm
 
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = [_MAIN, *request["args"]]
+    # Python reseeds ``random`` at a fork; numpy's global generator, seeded from entropy
+    # when the worker imported it, would otherwise start every run in the same state.
     numpy_random = sys.modules.get("numpy.random")
-    if numpy_random is not None:  # each run its own draws, as a forked child's
+    if numpy_random is not None:
         numpy_random.seed()
     hold_sigterm()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _run(resident: Resident, request: dict[str, Any], note: str | None) -> tuple[int, str | None]:
+    from genesis_fp16.service.startup_signals import sigterm_received
+
+    enter_request(request)
     store = memory_store()
     if store is not None:
         store.take_given()  # this run's from here

@@ -75,6 +75,7 @@ from typing import Any, NoReturn
 
 from genesis_fp16.commands.resident import (
     MAX_MIB,
+    enter_request,
     join_threads,
     read_request,
     run_command,
@@ -381,8 +382,6 @@ def _become_child(
 ) -> None:
     """In the forked child: the run's descriptors as 0, 1, 2, its environment and
     directory, a session of its own, SIGTERM held until the command takes it over."""
-    from genesis_fp16.service.startup_signals import hold_sigterm
-
     os.setsid()  # as Popen(start_new_session=True): a Ctrl-C at the daemon goes through it
     for target, fd in zip((0, 1, 2), fds[:3], strict=True):
         os.dup2(fd, target)
@@ -391,19 +390,8 @@ def _become_child(
     control.close()
     for sock in others:  # other runs' status sockets, and this run's: the worker's
         sock.close()
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    sys.argv = [os.path.join(os.path.dirname(os.path.dirname(__file__)), "__main__.py")]
-    sys.argv += list(request["args"])
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    # Python reseeds ``random`` at a fork; numpy's global generator, seeded from entropy
-    # when the worker imported it, would otherwise start every run in the same state.
-    numpy_random = sys.modules.get("numpy.random")
-    if numpy_random is not None:
-        numpy_random.seed()
-    hold_sigterm()
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    enter_request(request)
 
 
 def run_child(request: dict[str, Any]) -> NoReturn:
