@@ -96,9 +96,10 @@ def train(request: TrainRequest) -> TrainResult:
     # With final_fit=whole the split run keeps its checkpoints in a subfolder, and the
     # candidate's folder itself holds the refit's: the one that would be served.
     folder = candidate / SPLIT_FOLDER if whole else candidate
-    kept = _kept_numeric_pruned(request, cache)
-    change = None if served is None else compare(served.get("data"), seen)
+    with clock.phase("check"):  # what changed since the served model's data: its phase
+        change = None if served is None else compare(served.get("data"), seen)
     with clock.phase("encode"), paused_gc():
+        kept = _kept_numeric_pruned(request, cache)  # encode's rows (a file per agent kept)
         # An unforced later run may encode with the served model's encoder (encoder_choice)
         task = WorldModelTask(
             data, options, request.seed, request.device, saved, seen=seen, agent=request.agent,
@@ -133,7 +134,8 @@ def train(request: TrainRequest) -> TrainResult:
     if refit is None and evaluation is not None and scored_alike(request, result):
         assert result.checkpoint is not None  # evaluated.py
         held_out = data.columns.judged[task.split.held_out]
-        keep_evaluated(request, result.checkpoint, held_out, evaluation)
+        with clock.phase("eval"):  # the held-out evaluation kept for the gate: eval's
+            keep_evaluated(request, result.checkpoint, held_out, evaluation)
     peak = _device_peak(request.device)
     if cache is not None:
         extra["record_cache"] = cache_record(cache, kept, task)
