@@ -134,8 +134,7 @@ def train(request: TrainRequest) -> TrainResult:
     if refit is None and evaluation is not None and scored_alike(request, result):
         assert result.checkpoint is not None  # evaluated.py
         held_out = data.columns.judged[task.split.held_out]
-        with clock.phase("eval"):  # the held-out evaluation kept for the gate: eval's
-            keep_evaluated(request, result.checkpoint, held_out, evaluation)
+        keep_evaluated(request, result.checkpoint, held_out, evaluation)
     peak = _device_peak(request.device)
     if cache is not None:
         extra["record_cache"] = cache_record(cache, kept, task)
