@@ -146,3 +146,29 @@ def test_a_records_hash_is_blake2b_of_its_id_label_and_attempts_repr() -> None:
     text = f"t1\x00True\x000.75\x00success\x00{attempt!r}"
     assert labelled_hash("t1", attempt, label) == blake(text)
     assert record_id_hash("t1") == blake("t1")
+
+
+def test_sorted_ids_are_looked_up_without_a_sort_and_counted_as_a_dict_counts_them() -> None:
+    """A fingerprint's own order (ids sorted, some given twice): what compare counts in
+    one lookup of each saved id, no sort, is what a dict of the pairs counts, whichever
+    side is larger, sorted or not (an unsorted side is sorted first)."""
+    rng = np.random.default_rng(7)
+    for size_old, size_new in ((500, 520), (520, 500), (1, 300), (300, 1)):
+        old_ids, new_ids = rng.integers(0, 400, size_old), rng.integers(0, 400, size_new)
+        old_hashes, new_hashes = rng.integers(0, 2, size_old), rng.integers(0, 2, size_new)
+        for sort_old in (True, False):
+            o = np.argsort(old_ids, kind="stable") if sort_old else np.arange(size_old)
+            n = np.argsort(new_ids, kind="stable")
+            state = DataFingerprint(
+                size_old, "old", torch.tensor(old_ids[o]), torch.tensor(old_hashes[o])
+            )
+            current = DataFingerprint(
+                size_new, "new", torch.tensor(new_ids[n]), torch.tensor(new_hashes[n])
+            )
+            change = compare(state.state_dict(), current)
+            old = dict(zip(old_ids[o].tolist(), old_hashes[o].tolist(), strict=True))
+            new = dict(zip(new_ids[n].tolist(), new_hashes[n].tolist(), strict=True))
+            kept = old.keys() & new.keys()
+            assert (change.added, change.removed) == (len(new) - len(kept), len(old) - len(kept))
+            assert change.relabelled == sum(old[i] != new[i] for i in kept)
+            assert 0 < len(kept) < min(len(old), len(new)) or min(size_old, size_new) == 1

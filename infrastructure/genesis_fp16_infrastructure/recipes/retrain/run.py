@@ -96,9 +96,10 @@ def train(request: TrainRequest) -> TrainResult:
     # With final_fit=whole the split run keeps its checkpoints in a subfolder, and the
     # candidate's folder itself holds the refit's: the one that would be served.
     folder = candidate / SPLIT_FOLDER if whole else candidate
-    kept = _kept_numeric_pruned(request, cache)
-    change = None if served is None else compare(served.get("data"), seen)
+    with clock.phase("check"):  # what changed since the served model's data: its phase
+        change = None if served is None else compare(served.get("data"), seen)
     with clock.phase("encode"), paused_gc():
+        kept = _kept_numeric_pruned(request, cache)  # encode's rows (a file per agent kept)
         # An unforced later run may encode with the served model's encoder (encoder_choice)
         task = WorldModelTask(
             data, options, request.seed, request.device, saved, seen=seen, agent=request.agent,
