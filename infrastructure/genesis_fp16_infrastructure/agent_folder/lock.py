@@ -4,7 +4,8 @@ take their lock file through :func:`take_lock`.
 
 The kernel drops an flock with its holder (``kill -9`` included), so no stale lock file
 is ever removed by hand. The file holds its holder's record (pid, command), written after
-the lock is taken, read within its layout bound (:func:`read_holder`). A folder, FIFO or
+the lock is taken, read within its layout bound (:func:`read_holder`; a busy
+:func:`take_lock` reads it on the descriptor it tried the lock with). A folder, FIFO or
 link at the lock's name is set aside (``<name>.unusable-<UTC time>``) and reported, and the lock
 taken on a fresh file::
 
@@ -50,9 +51,12 @@ def take_lock(
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except OSError as error:
+        busy = error.errno in _BUSY
+        # The holder named by the file this descriptor opened: no second open of the path.
+        holder = _holder_on(fd, file.limit) if busy else None
         os.close(fd)
-        if error.errno in _BUSY:
-            raise LockBusy(path, read_holder(path, file)) from None
+        if busy:
+            raise LockBusy(path, holder) from None
         raise
     if record is not None:
         write_holder(fd, record)
@@ -73,15 +77,37 @@ def read_holder(path: Path, file: StateFile, attempts: int = 20) -> dict[str, Js
     for _ in range(attempts):
         try:
             text = read_text(path, file.limit)
-            record = json.loads(text) if text else None
-            if isinstance(record, dict):
-                return record
         except UnusableStateFile:
             return None
-        except ValueError:
-            pass
+        record = _record_in(None if text is None else text.encode())
+        if record is not None:
+            return record
         time.sleep(0.05)
     return None
+
+
+def _holder_on(fd: int, limit: int, attempts: int = 20) -> dict[str, Json] | None:
+    """:func:`read_holder` of the lock file open as ``fd`` (a regular file: the lock was
+    tried on it), read within ``limit`` bytes; None: it names nobody within a second, or
+    holds more than ``limit`` bytes."""
+    for _ in range(attempts):
+        data = os.pread(fd, limit + 1, 0)
+        if len(data) > limit:
+            return None
+        record = _record_in(data)
+        if record is not None:
+            return record
+        time.sleep(0.05)
+    return None
+
+
+def _record_in(data: bytes | None) -> dict[str, Json] | None:
+    """The holder's record in the lock file's bytes; None: empty, torn or no object."""
+    try:
+        record = json.loads(data) if data else None
+    except ValueError:  # torn, or not UTF-8 (UnicodeDecodeError is a ValueError)
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _open_regular(path: Path, file: StateFile, mode: int) -> int:
