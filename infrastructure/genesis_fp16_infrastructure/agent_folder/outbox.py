@@ -74,7 +74,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict
@@ -191,14 +191,18 @@ def journal_event_id(agent: str, entry: JournalEntry) -> str:
 
 
 def announce_journal(
-    checkpoint_folder: Path, journal: Sequence[JournalEntry], committed_now: bool
+    checkpoint_folder: Path,
+    journal: Sequence[JournalEntry],
+    committed_now: bool,
+    decided: Sequence[Step] = (),
 ) -> list[str]:
     """Copy the pointer journal's entries the outbox lacks into it, oldest first; the
     caller holds the pointer's lock. A state folder's first outbox takes the journal as it
     stands as already announced (the transitions before events existed), except the newest
-    entry when ``committed_now`` (the caller's transition just wrote it). Returns the ids
-    written."""
-    return _catch_up(checkpoint_folder, journal, committed_now, staged=False)
+    entry when ``committed_now`` (the caller's transition just wrote it). ``decided``: the
+    writes that decide what the events announce (a commit's pointer and the verdicts its
+    journal decided), written first, in the same ordered pass. Returns the ids written."""
+    return _catch_up(checkpoint_folder, journal, committed_now, False, decided)
 
 
 VERDICT_KINDS: dict[str, str] = {Outcome.REJECTED: "reject", Outcome.HELD: "hold"}
@@ -283,28 +287,58 @@ def announce_verdicts(checkpoint_folder: Path) -> list[str]:
     return _catch_up(checkpoint_folder, (), False, staged=True)
 
 
-def catch_up(checkpoint_folder: Path, journal: Sequence[JournalEntry]) -> list[str]:
+def catch_up(
+    checkpoint_folder: Path,
+    journal: Sequence[JournalEntry],
+    decided: Sequence[Step] = (),
+    rolled: Mapping[str, Verdict] | None = None,
+) -> list[str]:
     """What a killed writer left the outbox lacking, as a transaction settles it under
     the pointer's lock: the verdict events left staged (:func:`announce_verdicts`), then
     the pointer journal's events (:func:`announce_journal`; ``journal``: the pointer's as
-    the transaction found it), under one lock of the outbox, read in one pass. Returns
-    the ids written, in that order."""
-    return _catch_up(checkpoint_folder, journal, False, staged=True)
+    the transaction found it), under one lock of the outbox, read in one pass.
+    ``decided``: the settle's own writes (the verdicts the journal decided and the
+    candidates do not say yet), written first in the same ordered pass; ``rolled``: those
+    verdicts by candidate id, what their files say once written (a staged event is
+    settled by them, not by the files as read). Returns the ids written, in that order."""
+    return _catch_up(checkpoint_folder, journal, False, True, decided, rolled)
 
 
 Step = files.Write | files.Remove
 
 
 def _catch_up(
-    checkpoint_folder: Path, journal: Sequence[JournalEntry], committed_now: bool, staged: bool
+    checkpoint_folder: Path,
+    journal: Sequence[JournalEntry],
+    committed_now: bool,
+    staged: bool,
+    decided: Sequence[Step] = (),
+    rolled: Mapping[str, Verdict] | None = None,
 ) -> list[str]:
-    """The events the outbox lacks, written: those a killed writer left staged (when
-    ``staged``), then the journal's. Without the lock when nothing is owed (one listing
-    of ``staged/``, one stat per journal entry); else under it, read, decided and written
-    in order (:func:`_owed`)."""
+    """``decided`` (the caller's writes), then the events the outbox lacks: those a
+    killed writer left staged (when ``staged``; ``rolled``: verdicts ``decided`` writes),
+    then the journal's; all in one ordered pass. Without the lock when no event is owed
+    (one listing of ``staged/``, one stat per journal entry); else under it, read and
+    decided (:func:`_owed`) before anything is written."""
     agent_folder = agent_folder_of(checkpoint_folder)
-    if agent_folder is None:
-        return []
+    owed = None if agent_folder is None else _owes(agent_folder, journal, staged)
+    steps: list[Step] = []
+    written: list[str] = []
+    with ExitStack() as held:
+        if agent_folder is not None and owed is not None:  # read and decided under the lock
+            lock = held.enter_context(outbox_lock(agent_folder))
+            steps, written = _owed(agent_folder, lock, staged, *owed, committed_now, rolled)
+        if decided or steps:  # no call to write nothing
+            files.write_in_order([*decided, *steps])
+    return written
+
+
+Owed = tuple[list[tuple[str, JournalEntry]], list[tuple[str, JournalEntry]]]
+
+
+def _owes(agent_folder: Path, journal: Sequence[JournalEntry], staged: bool) -> Owed | None:
+    """The journal's announced entries with their event ids, and those the outbox lacks;
+    None when nothing is owed (no entry missing, none staged when ``staged``)."""
     agent, root = agent_folder.name, os.fspath(outbox_of(agent_folder))  # plain strings:
     # pathlib's parsing cost more than the stats themselves, on every transition
     entries = [(journal_event_id(agent, e), e) for e in journal if e.kind not in UNANNOUNCED]
@@ -312,11 +346,8 @@ def _catch_up(
     # the lock for (an event file is only ever added, or pruned and named in outbox.json).
     missing = [(i, e) for i, e in entries if not os.path.lexists(f"{root}/{i}.json")]
     if not missing and not (staged and _any_staged(f"{root}/{OUTBOX_STAGED_FOLDER}")):
-        return []
-    with outbox_lock(agent_folder) as lock:
-        steps, written = _owed(agent_folder, lock, staged, entries, missing, committed_now)
-        files.write_in_order(steps)
-        return written
+        return None
+    return entries, missing
 
 
 def _any_staged(staged: str) -> bool:
@@ -343,9 +374,15 @@ class _Found:
     present: set[str]
 
 
-def _read(agent_folder: Path, staged: bool, ids: Iterable[str]) -> _Found:
+def _read(
+    agent_folder: Path,
+    staged: bool,
+    ids: Iterable[str],
+    rolled: Mapping[str, Verdict] | None = None,
+) -> _Found:
     """:class:`_Found` (the caller holds the outbox's lock: what is staged is a dead
-    writer's; a live one holds the lock)."""
+    writer's; a live one holds the lock); ``rolled``: verdicts about to be written, taken
+    as their files' (not read)."""
     root = outbox_of(agent_folder)
     folder, kept = (
         root / OUTBOX_STAGED_FOLDER,
@@ -360,13 +397,16 @@ def _read(agent_folder: Path, staged: bool, ids: Iterable[str]) -> _Found:
     events = dict(zip(paths, read, strict=True))
     named = {str(e.data.get("candidate_id")) for e in events.values() if e is not None}
     plain = [n for n in sorted(named) if Path(n).name == n and n not in ("", ".", "..")]
-    said = [kept / n / VERDICT.name for n in plain]
-    verdicts = files.load_each(said, VERDICT, _verdict) if said else []
+    said: dict[str, Verdict | None] = {n: v for n, v in (rolled or {}).items() if n in named}
+    unread = [n for n in plain if n not in said]
+    said_paths = [kept / n / VERDICT.name for n in unread]
+    verdicts = files.load_each(said_paths, VERDICT, _verdict) if said_paths else []
+    said.update(zip(unread, verdicts, strict=True))
     state = files.load(root / OUTBOX_STATE.name, OUTBOX_STATE, _state)
     asked = [*(e.id for e in events.values() if e is not None), *ids]
     return _Found(
         staged=[(folder / n, events.get(folder / n)) for n in names],
-        said=dict(zip(plain, verdicts, strict=True)),
+        said=said,
         state=state,
         present={i for i in asked if os.path.lexists(root / f"{i}.json")},
     )
@@ -383,6 +423,7 @@ def _owed(
     entries: Sequence[tuple[str, JournalEntry]],
     missing: Sequence[tuple[str, JournalEntry]],
     committed_now: bool,
+    rolled: Mapping[str, Verdict] | None = None,
 ) -> tuple[list[Step], list[str]]:
     """Under the outbox's ``lock``: what the folder holds read once (:func:`_read`), then
     the writes the outbox lacks, in their order, and the ids they announce. Each staged
@@ -390,8 +431,9 @@ def _owed(
     announces and the outbox neither holds nor pruned it, then removed (a killed
     staging's temp file removed too; what is no event left, set aside when read); then
     the journal's ``missing`` events, after the first outbox's state (``entries``, the
-    journal's announced ones, taken as history but the newest when ``committed_now``)."""
-    found = _read(agent_folder, staged, [i for i, _ in missing])
+    journal's announced ones, taken as history but the newest when ``committed_now``).
+    ``rolled``: verdicts the caller writes first, taken as their candidates' files."""
+    found = _read(agent_folder, staged, [i for i, _ in missing], rolled)
     state = found.state or OutboxState(pruned=[], dropped=0)
     steps: list[Step] = []
     written: list[str] = []

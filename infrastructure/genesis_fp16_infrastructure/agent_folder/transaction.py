@@ -21,8 +21,10 @@ next:
 2. the pointer (``served.json``'s one atomic replace): the transitions' commit point,
    carrying their journal entries and the verdicts they decided;
 3. those verdicts, written to their candidates (after the settle, this transaction's
-   own, with no file read; else every one the files do not say yet: :func:`roll_forward`);
-4. the journal's events, queued in the agent's outbox (``outbox.announce_journal``);
+   own, with no file read; else every one the files do not say yet: :func:`disagreeing`);
+4. the journal's events, queued in the agent's outbox (``outbox.announce_journal``: 2-4
+   are one ordered pass, the outbox's lock taken and what it holds read before the
+   pointer is written);
 5. the candidates a prune staged, each removed by one rename.
 
 A kill between any two leaves what the next transaction's settle finishes (the module
@@ -233,9 +235,10 @@ class Transaction:
             rolled = self._rolled_forward(new, entries)
             pointer = files.Write(SERVED_POINTER.at(self.folder), SERVED_POINTER, new.to_json())
             writes = [pointer, *_verdict_writes(self.folder, rolled)]  # the pointer first
-            files.write_in_order(writes)
+            # The pointer and its verdicts, then the journal's events, in one ordered pass
+            # (the outbox's lock taken, and what it holds read, before the first write).
+            events += outbox.announce_journal(self.folder, new.journal, True, writes)
             decided = list(rolled)
-            events += outbox.announce_journal(self.folder, new.journal, committed_now=True)
         removed = [] if self._removals is None else self._remove_all()
         written = [c.name for c in self._verdicts] + decided
         self.done = Committed(
@@ -340,14 +343,16 @@ def _begin(folder: Path, read: LockedPointer, settle_first: bool, unusable_ok: b
 
 
 def settle(folder: Path, current: ServedPointer | None) -> list[str]:
-    """What a transition killed midway left: the verdicts ``current``'s journal decided
-    and the candidates do not say yet (:func:`roll_forward`), then what the outbox lacks
-    (``outbox.catch_up``: the verdict events left staged, the journal's events); the
-    caller holds the lock. ``current`` None: no pointer (none yet, or one that cannot be
-    read), the staged events alone. Returns the events it queued."""
-    if current is not None:
-        roll_forward(folder, current)
-    return outbox.catch_up(folder, [] if current is None else current.journal)
+    """What a transition killed midway left, rolled forward: the verdicts ``current``'s
+    journal decided and the candidates do not say yet (:func:`disagreeing`: the pointer is
+    written first, so a kill between leaves them here), then what the outbox lacks (the
+    verdict events left staged, settled by what those verdicts say; the journal's events),
+    read and decided before one ordered pass writes them (``outbox.catch_up``); the caller
+    holds the lock. ``current`` None: no pointer (none yet, or one that cannot be read),
+    the staged events alone. Returns the events it queued."""
+    decided = {} if current is None else disagreeing(folder, current)
+    writes, journal = _verdict_writes(folder, decided), [] if current is None else current.journal
+    return outbox.catch_up(folder, journal, writes, decided)
 
 
 def journaled(
@@ -361,7 +366,7 @@ def journaled(
     """``new`` with the transition that made it from ``current`` appended to its journal
     under the next sequence number: ``kind`` (serve's ``how``, ``rollback``, ``unpin``,
     ``trim``, ``repair``), the verdicts it decided (candidate id -> verdict, written to
-    the candidates after the pointer: :func:`roll_forward`), and what a rollback or a trim
+    the candidates after the pointer: :func:`settle`), and what a rollback or a trim
     ``dropped`` and why."""
     sequence = (current.sequence if current is not None else 0) + 1
     decided = {
@@ -379,7 +384,7 @@ def disagreeing(folder: Path, pointer: ServedPointer) -> dict[str, Verdict]:
     """The kept candidates whose verdict file says other than the journal decided (a
     transition killed between its pointer and its verdicts), each with the verdict the
     journal last gave it (its ``journal_seq`` set): what prune never removes and
-    :func:`roll_forward` writes."""
+    :func:`settle` writes."""
     decided: dict[str, Verdict] = {}
     for entry in pointer.journal:
         for ident, verdict in entry.verdicts.items():
@@ -400,23 +405,6 @@ def _plain(ident: str) -> bool:
     """Whether a journal's candidate id names a folder of ``candidates/`` (a hand-edited
     one naming a path elsewhere does not)."""
     return Path(ident).name == ident and ident not in ("", ".", "..")
-
-
-def roll_forward(folder: Path, pointer: ServedPointer) -> list[str]:
-    """Write the verdicts the pointer's journal decided and the candidates do not say yet
-    (the pointer is written first: a kill between leaves them to this call). Callers
-    hold :func:`pointer_lock`. Returns the candidates whose verdict it wrote."""
-    decided = disagreeing(folder, pointer)
-    return _write_decided(folder, decided)
-
-
-def _write_decided(folder: Path, decided: Mapping[str, Verdict]) -> list[str]:
-    """The verdicts a committed journal decided (candidate id -> verdict), each written
-    to its candidate's ``verdict.json``; returns the candidates written."""
-    if decided:
-        writes = _verdict_writes(folder, decided)
-        files.write_in_order(writes)
-    return list(decided)
 
 
 def _verdict_writes(folder: Path, decided: Mapping[str, Verdict]) -> list[files.Write]:

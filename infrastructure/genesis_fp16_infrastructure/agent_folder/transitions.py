@@ -32,9 +32,9 @@ Crash-safe: each transition's one commit point is the pointer's atomic replace, 
 last, and it carries what the transition decided: a numbered ``journal`` (the last
 ``JOURNAL_KEEP`` transitions, ``sequence`` the newest number) holding the verdicts a
 promotion or rollback gave (:func:`journaled`). The candidates' ``verdict.json`` files
-follow from it (:func:`roll_forward`: at the end of the transition, and when the next
-transaction settles what a kill left, under the lock), so a kill -9 anywhere leaves the state before
-or after: never a ``promoted`` verdict for a model not served, and prune keeps any
+follow from it (at the end of the transition, and when the next transaction settles
+what a kill left, under the lock: ``transaction.settle``), so a kill -9 anywhere leaves
+the state before or after: never a ``promoted`` verdict for a model not served, and prune keeps any
 candidate whose verdict still disagrees (:func:`disagreeing`) and removes by one rename.
 The daemon counts transitions by the journal's numbers, each once: a run's as it reports
 them (what its transactions committed), the journal's own for those no run reported (a
@@ -70,15 +70,12 @@ from genesis_fp16_infrastructure.agent_folder.transaction import (
 from genesis_fp16_infrastructure.agent_folder.transaction import (
     journaled as journaled,
 )
-from genesis_fp16_infrastructure.agent_folder.transaction import (
-    roll_forward as roll_forward,
-)
 from genesis_fp16_infrastructure.agent_folder.transaction import transaction
 
 
 def recover(folder: Path) -> ServedPointer | None:
     """Finish, under the pointer's lock, what a writer killed midway left: the verdicts
-    the pointer's journal decided and the candidates do not say yet (:func:`roll_forward`),
+    the pointer's journal decided and the candidates do not say yet (``transaction.settle``),
     then the verdict events staged and not released and the journal's events the outbox
     lacks (``outbox.catch_up``): a transaction that stages nothing. An
     explicit call, never a read's side effect: the daemon's start-up and the end of each
@@ -117,7 +114,7 @@ def rollback(
     """Serve the model served before the current one again; returns its entry. ``pin``: as
     in :func:`serve`. The model rolled back from gets the verdict ``rolled_back``, with
     ``verdict``'s fields that are set (a reason and its figures) added: carried by the
-    pointer, which is written first (:func:`roll_forward`), so that a kill between the
+    pointer, which is written first (``transaction.settle``), so that a kill between the
     two never leaves the dropped model ``promoted`` and unserved, for prune to remove."""
     with transaction(folder) as tx:
         return tx.rollback(pin, verdict)

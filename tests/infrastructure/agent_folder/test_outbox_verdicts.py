@@ -209,3 +209,36 @@ def test_the_next_verdict_of_a_candidate_settles_the_one_a_killed_writer_left(
     candidates.write_verdict(candidate, {"outcome": "held"})
     assert [e.kind for e in outbox.read_events(agent_folder)] == ["reject", "hold"]
     assert _staged(agent_folder) == []
+
+
+def test_a_staged_event_is_settled_by_the_verdict_the_settle_rolls_forward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A settle reads what is owed before it writes: a staged hold whose candidate the
+    journal promoted (the promotion killed after its pointer, the hold's writer before its
+    release) is settled by the promoted verdict the settle writes, and discarded, as when
+    the roll-forward was written before the outbox was read."""
+    agent_folder, folder = _folders(tmp_path)
+    held = _candidate(folder, "hhhh")
+    real = files.write_in_order
+
+    def pointer_then_killed(steps: Any) -> None:
+        steps = list(steps)
+        if steps and Path(steps[0].path).name == "served.json":
+            real(steps[:1])  # the commit point, then the kill: no verdict rolled forward
+            raise Killed
+        real(steps)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(files, "write_in_order", pointer_then_killed)
+        entry = candidates.candidate_entry(folder, held, held / "ckpt-0000000005.pt")
+        promoted = {"outcome": "promoted", "reason": "by hand"}
+        with pytest.raises(Killed):
+            transitions.serve(folder, entry, "manual", verdict=promoted)
+    assert not VERDICT.at(held).exists()  # the promotion's verdict not rolled forward
+    _killed_before_release(monkeypatch, held, outcome="held", reason="pinned")
+    assert _verdict(held)["outcome"] == "held" and len(_staged(agent_folder)) == 1
+    transitions.recover(folder)
+    assert _verdict(held)["outcome"] == "promoted" and _staged(agent_folder) == []
+    # The first outbox takes the journal as history (its promotion unannounced, as ever).
+    assert [e.kind for e in outbox.read_events(agent_folder)] == []
