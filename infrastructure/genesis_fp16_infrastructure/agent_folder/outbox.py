@@ -234,6 +234,15 @@ def verdict_event_id(agent: str, candidate_id: str, verdict: Mapping[str, Json])
 # what it announces, else discarded. So a catch-up is one listing of an empty folder.
 
 
+def announces(candidate: Path, outcome: str | None) -> bool:
+    """Whether a verdict ``outcome`` of ``candidate`` has an event of its own, staged and
+    released around its file (:func:`verdict_announced`): a rejection's or a hold's, in a
+    state folder."""
+    return (
+        str(outcome) in VERDICT_KINDS and agent_folder_of(Path(candidate).parent.parent) is not None
+    )
+
+
 @contextmanager
 def verdict_announced(candidate: Path, verdict: Mapping[str, Json]) -> Iterator[None]:
     """Around the write of ``verdict`` (as its file will hold it) to ``candidate`` (a

@@ -15,16 +15,17 @@ rollback, a kill) writes nothing: the folder stays exactly as the transaction fo
 settled. The commit, still under the lock, in this order, each write durable before the
 next:
 
-1. the verdict files no journal carries (rejected, held, undecided: each one's event
-   staged and released around it, ``outbox.verdict_announced``), the gate's order: its
-   verdict first, then the pointer that serves the model;
+1. the verdict files no journal carries (rejected, held, undecided), the gate's order:
+   its verdict first, then the pointer that serves the model (when one is a rejection's
+   or a hold's, each is written on its own, its event staged and released around it:
+   ``outbox.verdict_announced``; else they begin the one ordered pass of 1-4);
 2. the pointer (``served.json``'s one atomic replace): the transitions' commit point,
    carrying their journal entries and the verdicts they decided;
 3. those verdicts, written to their candidates (after the settle, this transaction's
    own, with no file read; else every one the files do not say yet: :func:`disagreeing`);
-4. the journal's events, queued in the agent's outbox (``outbox.announce_journal``: 2-4
-   are one ordered pass, the outbox's lock taken and what it holds read before the
-   pointer is written);
+4. the journal's events, queued in the agent's outbox (``outbox.announce_journal``:
+   one ordered pass, the outbox's lock taken and what it holds read before its first
+   write);
 5. the candidates a prune staged, each removed by one rename.
 
 A kill between any two leaves what the next transaction's settle finishes (the module
@@ -227,18 +228,20 @@ class Transaction:
         """Write what was staged, in the module docstring's order; called once, by
         :func:`transaction`, under its lock."""
         assert self.done is None, "a transaction commits once"
-        for candidate, verdict in self._verdicts.items():
-            _write_verdict(candidate, verdict)
+        writes = self._staged_writes()
         new, entries, decided, events = self._pointer, [], [], list(self._settled_events)
-        if new is not None and new is not self.before:
+        changed = new is not None and new is not self.before
+        journal: list[JournalEntry] = []  # what the outbox is to hold: none when unchanged
+        if new is not None and changed:
             entries = [e for e in new.journal if e.seq > self._settled_through]
             rolled = self._rolled_forward(new, entries)
             pointer = files.Write(SERVED_POINTER.at(self.folder), SERVED_POINTER, new.to_json())
-            writes = [pointer, *_verdict_writes(self.folder, rolled)]  # the pointer first
-            # The pointer and its verdicts, then the journal's events, in one ordered pass
-            # (the outbox's lock taken, and what it holds read, before the first write).
-            events += outbox.announce_journal(self.folder, new.journal, True, writes)
-            decided = list(rolled)
+            writes += [pointer, *_verdict_writes(self.folder, rolled)]
+            journal, decided = new.journal, list(rolled)
+        if writes:
+            # The staged verdicts, the pointer and its verdicts, then the journal's events,
+            # in one ordered pass (the outbox's lock taken, and what it holds read, first).
+            events += outbox.announce_journal(self.folder, journal, changed, writes)
         removed = [] if self._removals is None else self._remove_all()
         written = [c.name for c in self._verdicts] + decided
         self.done = Committed(
@@ -248,6 +251,17 @@ class Transaction:
         if recorded is not None:
             recorded.append(self.done)
         return self.done
+
+    def _staged_writes(self) -> list[files.Write]:
+        """The staged verdicts' files, in the order staged, for the commit's one ordered
+        pass; none when one of them is announced (a rejection or a hold: each is then
+        written here, its event staged and released around it, ``_write_verdict``)."""
+        staged = self._verdicts.items()
+        if any(outbox.announces(c, v.outcome) for c, v in staged):
+            for candidate, verdict in staged:
+                _write_verdict(candidate, verdict)
+            return []
+        return [files.Write(VERDICT.at(c), VERDICT, v.to_json()) for c, v in staged]
 
     def _rolled_forward(
         self, new: ServedPointer, entries: list[JournalEntry]

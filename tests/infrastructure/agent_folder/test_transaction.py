@@ -281,3 +281,34 @@ def test_the_commit_writes_the_pointer_and_verdicts_as_write_json_did(tmp_path: 
         files.write_json(again, file, record.to_json())
         assert path.read_bytes() == again.read_bytes(), name
     assert candidates.read_verdict(served[1]).outcome == "rolled_back"
+
+
+def test_staged_verdicts_without_an_event_are_written_in_the_commit_pass_as_before(
+    tmp_path: Path,
+) -> None:
+    """Staged verdicts no event announces (a promotion the pointer serves, an undecided
+    close) are written in the commit's one ordered pass, before the pointer: each file
+    byte for byte what ``files.write_json`` of the record's JSON writes (their writer
+    before); a staged rejection keeps its own event, staged and released around its file."""
+    from genesis_fp16_infrastructure.agent_folder import files
+    from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
+
+    ck, _served, fresh, old = _folder(tmp_path)
+    with transaction.transaction(ck) as tx:
+        tx.verdict(old, {"outcome": "undecided", "reason": "not continued"})
+        tx.serve(candidates.candidate_entry(ck, fresh, fresh / "ckpt-0000000005.pt"), "gate")
+        tx.verdict(fresh, {"outcome": "promoted", "reason": "better", "seconds": 0.5})
+    assert tx.done is not None and tx.done.verdicts == (old.name, fresh.name)
+    for candidate in (old, fresh):
+        again = tmp_path / "again" / candidate.name
+        files.write_json(again, VERDICT, candidates.read_verdict(candidate).to_json())
+        assert VERDICT.at(candidate).read_bytes() == again.read_bytes(), candidate.name
+    # The pointer after the verdicts it serves: written later (or in the same second).
+    pointer_file = ck / "served.json"
+    assert VERDICT.at(fresh).stat().st_mtime_ns <= pointer_file.stat().st_mtime_ns
+    agent_folder = ck.parent
+    assert [e.kind for e in outbox.read_events(agent_folder)][-1] == "promote"
+    with transaction.transaction(ck) as tx:
+        tx.verdict(old, {"outcome": "rejected", "reason": "worse"})
+    kinds = [e.kind for e in outbox.read_events(agent_folder)]
+    assert kinds[-1] == "reject" and candidates.read_verdict(old).outcome == "rejected"
