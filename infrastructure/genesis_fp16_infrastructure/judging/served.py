@@ -51,6 +51,7 @@ from genesis_fp16_infrastructure.training.checkpoint_load import (
 )
 
 T = TypeVar("T")
+LISTED = "listed ids"  # stores.listed_known's (and stores.ranked's) name of the listing's ids
 logger = logging.getLogger(__name__)
 
 
@@ -139,10 +140,11 @@ class Served:
         hashes = None if listed is None else listed.id_hashes
         new = None
         if hashes is not None and self.known is not None:
-            # The listing's ids in the order the last run kept (a grown pool's: its new
-            # ids sorted alone), looked up once: ``knew`` is this one's (the data check's).
-            order = stores.ranked("listed ids", hashes, request.keep_in_memory_bytes)
-            self.knew = stores.known(hashes, self.known, order)
+            # The listing's ids looked up once, the last run's answer for its records
+            # taken where it holds (checked) and the new ones searched alone (a grown
+            # pool's): ``knew`` is this one's (the data check's).
+            budget = request.keep_in_memory_bytes
+            self.knew = stores.listed_known(LISTED, hashes, self.known, budget)
             new = ~self.knew
         if listed is None or hashes is None or new is None or not new.any():
             losses = losses_of(plugin, self.checkpoint, reading if listed is None else request)
