@@ -218,6 +218,12 @@ class Served:
         scored = self.scored_knew
         return None if scored is None else scored[self._judged_rows]
 
+    @cached_property
+    def names_held_out(self) -> bool:
+        """Whether a record its checkpoint names (``named``) is held out: one served
+        through the gate names none (:func:`held_out_check`), an older or adopted one may."""
+        return self.named is not None and bool(HELD_OUT.of_hashes(self.named).any())
+
     @property
     def trained(self) -> np.ndarray | None:
         """The records it may have trained on: those it names, else every one it knew;
@@ -263,7 +269,9 @@ def held_out_unknown(served: Served, losses: RecordLosses) -> np.ndarray:
     train on it (module docstring)."""
     ids = losses.id_hashes
     keep = HELD_OUT.of_hashes(ids)
-    if served.trained is not None:  # None: it may have trained on any (module docstring)
+    # None: it may have trained on any (module docstring). A list it names that holds no
+    # held-out record holds none of these: no search of it (~20,000 ids at 100,000).
+    if served.trained is not None and (served.named is None or served.names_held_out):
         keep &= ~stores.known(ids, served.trained)
     return keep
 
