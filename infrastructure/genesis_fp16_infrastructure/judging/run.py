@@ -61,11 +61,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -130,6 +129,7 @@ from genesis_fp16_infrastructure.judging.scoring_copy import (
 )
 from genesis_fp16_infrastructure.judging.served import (
     LISTED,
+    KnownSegments,
     Served,
     held_out_check,
     held_out_unknown,
@@ -595,12 +595,13 @@ def _evidence(
     return "held_out", ""
 
 
-def _known_segments(served: Served) -> set[str] | None:
+def _known_segments(served: Served) -> Collection[str] | None:
     """The segments of the records the served model knew (issue 62: only these are
-    judged on their own); None: every segment (the plugin keeps no known ids)."""
+    judged on their own), read as the gate asks (``served.KnownSegments``); None: every
+    segment (the plugin keeps no known ids)."""
     if served.losses is None or served.records.segments is None or served.known is None:
         return None
-    return set(itertools.compress(served.records.segments, served.knew.tolist()))
+    return KnownSegments(served.records.segments, served.knew)
 
 
 def _reported(figures: Mapping[str, float] | None) -> dict[str, float]:

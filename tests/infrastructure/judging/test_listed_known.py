@@ -87,9 +87,7 @@ def test_the_known_ids_written_for_a_candidate_answer_the_next_listing(
 @pytest.mark.parametrize(
     "change", ["known changed", "an id changed", "rows swapped", "fewer ids", "planted", "junk"]
 )
-def test_a_kept_lookup_that_does_not_hold_is_not_believed(
-    change: str, searched: list[int]
-) -> None:
+def test_a_kept_lookup_that_does_not_hold_is_not_believed(change: str, searched: list[int]) -> None:
     """A kept lookup against known ids that differ by one hash, of ids one of which was
     edited in place, two swapped, or more than are listed now, a wrong answer planted in
     the store, or something else kept under its key: every id is searched again, and
