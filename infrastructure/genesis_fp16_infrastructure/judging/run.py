@@ -61,11 +61,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -129,6 +128,8 @@ from genesis_fp16_infrastructure.judging.scoring_copy import (
     sweep_copies,
 )
 from genesis_fp16_infrastructure.judging.served import (
+    LISTED,
+    KnownSegments,
     Served,
     held_out_check,
     held_out_unknown,
@@ -393,7 +394,13 @@ def _judge(state: JudgedState, result: TrainResult) -> GateReport:
         except CheckpointChangedError as exc:  # its own file intact: undecided, never served
             undecided(candidate, checkpoint, str(exc), started, used)
             raise
-    stores.write_known_ids(candidate, _known_after(served, losses, request.keep_in_memory_bytes))
+    budget = request.keep_in_memory_bytes
+    knows = stores.sorted_distinct(_known_after(served, losses, budget))
+    stores.write_known_ids(candidate, knows)
+    # The next run's listing begins with these records, every one known to this
+    # candidate: kept for its lookup if it serves this one (stores.listed_known, checked)
+    listed = losses if served.losses is None else served.records
+    stores.remember_known(LISTED, listed.id_hashes, knows, np.ones(len(listed.ids), bool), budget)
     digest, reported = _data_digest(request.data_path), _reported(result.eval)
     scored = (kept, checkpoint, held_out, losses)
     decided = _decide(state, scored, started, used, digest, reported)
@@ -467,7 +474,7 @@ def _known_after(served: Served, losses: RecordLosses, budget: int | None = None
     records it was scored on: sorted in an order kept (``budget``: the request's) for
     the next run's listing of them, which begins with them (``stores.ranked``)."""
     if served.losses is None:
-        order = stores.ranked("listed ids", losses.id_hashes, budget)
+        order = stores.ranked(LISTED, losses.id_hashes, budget)
         return losses.id_hashes if order is None else losses.id_hashes[order]
     ids = served.records.id_hashes
     # Those it did not know (``knew``: worked out once, for the data check) merged into
@@ -588,12 +595,13 @@ def _evidence(
     return "held_out", ""
 
 
-def _known_segments(served: Served) -> set[str] | None:
+def _known_segments(served: Served) -> Collection[str] | None:
     """The segments of the records the served model knew (issue 62: only these are
-    judged on their own); None: every segment (the plugin keeps no known ids)."""
+    judged on their own), read as the gate asks (``served.KnownSegments``); None: every
+    segment (the plugin keeps no known ids)."""
     if served.losses is None or served.records.segments is None or served.known is None:
         return None
-    return set(itertools.compress(served.records.segments, served.knew.tolist()))
+    return KnownSegments(served.records.segments, served.knew)
 
 
 def _reported(figures: Mapping[str, float] | None) -> dict[str, float]:

@@ -28,6 +28,7 @@ import zipfile
 import zlib
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,7 +41,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
 from genesis_fp16_infrastructure.contract.split import sorted_unique
 from genesis_fp16_infrastructure.data.pool_columns import IdRank
 from genesis_fp16_infrastructure.data.schema import find_ids
-from genesis_fp16_infrastructure.kept_in_memory import process_memory
+from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory, process_memory
 
 # A watch record's segment (the plugin's RecordLosses.segments: se_darwin's Genesis agent),
 # cut to this many characters; "" where the plugin declares none, or a store written
@@ -105,6 +106,106 @@ def _grown(kept: IdRank, ids: np.ndarray) -> IdRank | None:
         if bool((kept.hashes[at] == new).any()):
             return None
     return kept.grown(new, n)
+
+
+LOOKUP_KIND = "known lookup"  # the store's key: (LOOKUP_KIND, name)
+# Lookups of a listing's ids among the known ones: the kept answer grown by the new ids
+# alone ("grown"), or every id searched ("searched": nothing kept held, or a check failed).
+LOOKUPS: Counter[str] = Counter()
+
+
+@dataclass(frozen=True, eq=False)
+class KnownLookup:
+    """Which of ``ids`` are in ``known`` (sorted distinct hashes): ``found``, one flag per
+    id. Each array a read-only copy of its own."""
+
+    ids: np.ndarray
+    known: np.ndarray
+    found: np.ndarray
+
+    @classmethod
+    def of(
+        cls, ids: np.ndarray, known: np.ndarray, found: np.ndarray, owned: tuple[object, ...] = ()
+    ) -> KnownLookup:
+        """Of copies of its own of the arrays, read-only (but those ``owned`` already: a
+        kept lookup's own read-only copy)."""
+        copies = [
+            a if any(a is o for o in owned) else np.array(a, copy=True) for a in (ids, known, found)
+        ]
+        for array in copies:
+            array.flags.writeable = False
+        return cls(*copies)
+
+    def answers(self, ids: np.ndarray, known: np.ndarray) -> bool:
+        """Whether this lookup holds for ``ids``' first rows against ``known``: the very
+        same known hashes (each compared), ``ids`` beginning with its ids (each compared),
+        and its answer right on a sample of 64 of them (searched again): a planted or
+        stale answer is not believed."""
+        n = len(self.ids)
+        if len(self.found) != n or n > len(ids) or ids.dtype != self.ids.dtype:
+            return False
+        if known.dtype != self.known.dtype or not np.array_equal(known, self.known):
+            return False
+        if not np.array_equal(ids[:n], self.ids):
+            return False
+        at = np.linspace(0, n - 1, min(64, n), dtype=np.int64)
+        return bool(np.array_equal(find_ids(known, ids[at])[1], self.found[at]))
+
+
+def listed_known(
+    name: str, ids: np.ndarray, sorted_known: np.ndarray, budget: int | None
+) -> np.ndarray:
+    """:func:`known` for a listing's ``ids`` (``name``: :func:`ranked`'s), costing what is
+    new: where this process kept a lookup of ids that these begin with, against the same
+    known hashes (this run's own, or one a run wrote for its candidate:
+    :func:`remember_known`), its answer for those, and the new ids alone searched; else
+    every id, in :func:`ranked`'s order. Kept for the next run (``budget``: the request's
+    ``keep_in_memory_bytes``; 0 keeps nothing, every id is searched).
+
+    >>> ids = np.array([7, 3, 9], dtype=np.uint64)
+    >>> listed_known("doc", ids, np.array([3, 7], dtype=np.uint64), 0).tolist()
+    [True, True, False]
+    """
+    memory = process_memory(budget or 0)
+    hit = next((k for k in _lookups(memory, name) if k.answers(ids, sorted_known)), None)
+    if hit is None:
+        LOOKUPS["searched"] += 1
+        found = known(ids, sorted_known, ranked(name, ids, budget))
+        remember_known(name, ids, sorted_known, found, budget)
+        return found
+    LOOKUPS["grown"] += 1
+    n = len(hit.ids)
+    found = np.concatenate([hit.found, known(ids[n:], sorted_known)])
+    assert memory is not None
+    memory.note_given(f"the lookup of {n:,} {name}")
+    # The same known hashes (compared): its copy kept, not copied again
+    _keep(memory, name, KnownLookup.of(ids, hit.known, found, owned=(hit.known,)))
+    return found
+
+
+def remember_known(
+    name: str, ids: np.ndarray, sorted_known: np.ndarray, found: np.ndarray, budget: int | None
+) -> None:
+    """Keep ``found``, which of ``ids`` are in ``sorted_known``, for :func:`listed_known`'s
+    next lookup under ``name``, beside the one kept last of other known ids (two: the
+    served model's, and those a run wrote for its candidate, served next if promoted)."""
+    memory = process_memory(budget or 0)
+    if memory is not None and len(found) == len(ids):
+        _keep(memory, name, KnownLookup.of(ids, sorted_known, found))
+
+
+def _keep(memory: KeptInMemory, name: str, entry: KnownLookup) -> None:
+    """``entry`` kept first under ``name``, and the last one kept of other known ids."""
+    others = [k for k in _lookups(memory, name) if not np.array_equal(k.known, entry.known)]
+    kept = (entry, *others[:1])
+    size = sum(k.ids.nbytes + k.known.nbytes + k.found.nbytes for k in kept)
+    memory.put((LOOKUP_KIND, name), LOOKUP_KIND, kept, size, f"the lookups of the {name}")
+
+
+def _lookups(memory: KeptInMemory | None, name: str) -> tuple[KnownLookup, ...]:
+    """The lookups kept under ``name`` (none: nothing kept, or not lookups)."""
+    value = None if memory is None else memory.get((LOOKUP_KIND, name), LOOKUP_KIND, given=False)
+    return tuple(k for k in value if isinstance(k, KnownLookup)) if isinstance(value, tuple) else ()
 
 
 def last_judged(

@@ -5,12 +5,13 @@ records it asked for; by their ids otherwise."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
-from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, sorted_unique
+from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.run import _on_known
-from genesis_fp16_infrastructure.judging.served import Served
+from genesis_fp16_infrastructure.judging.served import Served, held_out_unknown
 
 LISTING = tuple(f"record-{i}" for i in range(600))
 ASKED = list(range(0, 600, 3))
@@ -86,3 +87,32 @@ def test_the_judged_records_known_are_the_listings_lookup_at_their_rows() -> Non
     more.records, more.knew, more.given_asked = listed, served.knew, False
     more._asked_rows = np.asarray(ASKED)
     assert more.judged_knew is None
+
+
+def test_a_named_list_with_no_held_out_record_is_not_searched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The judged records are the held-out ones the served model did not train on: where
+    the records its checkpoint names hold no held-out one (a model served through the
+    gate), none is searched for among them, and the answer is the search's; where they
+    hold one (an older or adopted model), they are searched, and that record is left out."""
+    listing = np.array(list(LISTING))
+    held = HELD_OUT.of_ids(list(LISTING))
+    searched: list[int] = []
+    real = stores.known
+
+    def known(ids: np.ndarray, sorted_known: np.ndarray, order: object = None) -> np.ndarray:
+        searched.append(len(ids))
+        return real(ids, sorted_known)
+
+    monkeypatch.setattr(stores, "known", known)
+    for named in (listing[~held][:150], np.concatenate([listing[~held][:150], listing[held][:2]])):
+        served = _served(ASKED)
+        served.named = sorted_unique(id_hashes(named.tolist()))
+        searched.clear()
+        keep = held_out_unknown(served, served.losses)
+        ids = served.losses.id_hashes
+        want = HELD_OUT.of_hashes(ids) & ~np.isin(ids, served.named)
+        assert np.array_equal(keep, want)
+        assert searched == ([] if len(named) == 150 else [len(ids)])
+        assert served.names_held_out == (len(named) > 150)

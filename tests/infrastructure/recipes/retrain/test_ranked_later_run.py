@@ -41,11 +41,11 @@ def test_a_later_run_sorts_none_of_the_pools_ids_it_looks_up(
     first: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run after one that judged the served model, each with 300 new records after the
-    old ones: each of its lookups of every labelled record (the listing's ids against
-    the ids the served model knew, the drift's record hashes against those it trained
-    on) comes with an order, and numpy sorts none of those arrays (it sorted them whole
-    on every run). Since drift31 the drift looks none of its hashes up whole: only the
-    listing's lookup is of every labelled record."""
+    old ones: numpy sorts none of the arrays of every labelled record it looks up (it
+    sorted them whole on every run), and since judge34 none is looked up whole at all:
+    the listing's ids against those the served model knew take the last run's answer
+    for its records (checked: test_listed_known.py) and search the 300 new alone, as the
+    drift's record hashes do since drift31 (whose order still grows, by RANKED)."""
     monkeypatch.setattr(kept_in_memory, "_PROCESS", [])
     folder = tmp_path / "f"
     shutil.copytree(first / "first", folder)
@@ -53,29 +53,30 @@ def test_a_later_run_sorts_none_of_the_pools_ids_it_looks_up(
     _run(folder)  # the served model's listing and the drift: their orders kept
     write_pool(folder / "data", "zz-2.json", 300, seed=42)
     sorted_arrays: list[np.ndarray] = []
-    lookups: list[tuple[np.ndarray, bool]] = []
-    argsort, known = np.argsort, stores.known
+    lookups: list[int] = []
+    listed: list[np.ndarray] = []
+    argsort, known, listed_known = np.argsort, stores.known, stores.listed_known
 
     def sorting(a: Any, *args: Any, **kwargs: Any) -> Any:
         sorted_arrays.append(np.array(a, copy=True))
         return argsort(a, *args, **kwargs)
 
     def looking(ids: np.ndarray, sorted_known: np.ndarray, order: Any = None) -> np.ndarray:
-        lookups.append((np.array(ids, copy=True), order is not None))
+        lookups.append(len(ids))
         return known(ids, sorted_known, order)
+
+    def listing(name: str, ids: np.ndarray, *args: Any) -> np.ndarray:
+        listed.append(np.array(ids, copy=True))
+        return listed_known(name, ids, *args)
 
     monkeypatch.setattr(np, "argsort", sorting)
     monkeypatch.setattr(stores, "known", looking)
-    grown = stores.RANKED["grown"]
+    monkeypatch.setattr(stores, "listed_known", listing)
+    grown, taken = stores.RANKED["grown"], stores.LOOKUPS["grown"]
     result = _run(folder)
     monkeypatch.undo()
     assert result.gate is not None
-    assert stores.RANKED["grown"] == grown + 2  # the listing's and the drift's
-    largest = max(len(ids) for ids, _ in lookups)
-    whole = [(ids, ordered) for ids, ordered in lookups if len(ids) == largest]
-    # The listing's lookup alone: the drift's record hashes are no longer looked up whole
-    # (recipes/retrain/new_records.py takes each record's kept place, checked, and searches
-    # the new ones: test_drift_kept_checked.py); its order still grew, by RANKED above.
-    assert len(whole) == 1 and all(ordered for _, ordered in whole), [len(i) for i, _ in lookups]
-    for ids, _ in whole:
-        assert not any(np.array_equal(ids, a) for a in sorted_arrays)
+    assert stores.RANKED["grown"] == grown + 1  # the drift's
+    assert stores.LOOKUPS["grown"] == taken + 1 and len(listed) == 1  # the listing's
+    assert min(lookups) <= 300 and max(lookups) < len(listed[0]), (lookups, len(listed[0]))
+    assert not any(np.array_equal(listed[0], a) for a in sorted_arrays)

@@ -1,0 +1,136 @@
+"""The judged run's bookkeeping that grew with the pool, e35a2155's way against this
+tree's, in CPU milliseconds, in one process (issue 90, item 4).
+
+For pools of 10,000 and 100,000 records with 1,000 new at the end, each piece on the same
+inputs, the two ways interleaved, medians:
+
+* the listing's lookup among the ids the served model knew (``Served._scored``): then
+  ``stores.ranked`` and a search of every id; now ``stores.listed_known``, the last
+  run's answer kept and the new ids alone searched;
+* the gate's held-out records against the ids the served model's checkpoint names
+  (``served.held_out_unknown``): then a search of the ~20,000 judged ids among the
+  ~80,000 named; now the named list checked for held-out records, no search;
+* the segments the served model knew, as the gate asks about them (``Segments.of``):
+  then the set of the segments of every known record; now ``KnownSegments``.
+
+    python benchmarks/judged_bookkeeping_cost.py [--repeats 21]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from genesis_fp16_infrastructure import kept_in_memory
+from genesis_fp16_infrastructure.contract.split import HELD_OUT
+from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging.served import KnownSegments
+
+BUDGET = 256 * 2**20
+NEW = 1_000
+
+
+def _cpu_ms(run: Callable[[], object]) -> tuple[float, object]:
+    started = time.process_time()
+    answer = run()
+    return 1e3 * (time.process_time() - started), answer
+
+
+def _pool(size: int) -> np.ndarray:
+    rng = np.random.default_rng(size)
+    return rng.permutation(np.unique(rng.integers(0, 2**63, size * 2, dtype=np.uint64)))[:size]
+
+
+def listing_lookup(ids: np.ndarray, repeats: int) -> tuple[float, float]:
+    """The last run looked its listing (all but the new) up; this run's lookup, timed."""
+    known, before = np.sort(ids[:-NEW]), ids[:-NEW]
+    old, new = [], []
+    for _ in range(repeats):
+        kept_in_memory._PROCESS[:] = []
+        stores.known(before, known, stores.ranked("listed ids", before, BUDGET))
+        took, want = _cpu_ms(
+            lambda: stores.known(ids, known, stores.ranked("listed ids", ids, BUDGET))
+        )
+        old.append(took)
+        kept_in_memory._PROCESS[:] = []
+        stores.listed_known("listed ids", before, known, BUDGET)
+        took, got = _cpu_ms(lambda: stores.listed_known("listed ids", ids, known, BUDGET))
+        new.append(took)
+        assert np.array_equal(got, want)  # type: ignore[arg-type]
+    return statistics.median(old), statistics.median(new)
+
+
+def held_out_unknown(ids: np.ndarray, repeats: int) -> tuple[float, float]:
+    """The held-out and new records scored; the served model named the rest but the new."""
+    held, fresh = HELD_OUT.of_hashes(ids), np.arange(len(ids)) >= len(ids) - NEW
+    judged, named = ids[held | fresh], np.sort(ids[~held & ~fresh])
+    old, new = [], []
+    for _ in range(repeats):
+        took, want = _cpu_ms(lambda: HELD_OUT.of_hashes(judged) & ~stores.known(judged, named))
+        old.append(took)
+
+        def now() -> np.ndarray:
+            keep = HELD_OUT.of_hashes(judged)
+            if bool(HELD_OUT.of_hashes(named).any()):  # Served.names_held_out
+                keep &= ~stores.known(judged, named)
+            return keep
+
+        took, got = _cpu_ms(now)
+        new.append(took)
+        assert np.array_equal(got, want)  # type: ignore[arg-type]
+    return statistics.median(old), statistics.median(new)
+
+
+def known_segments(size: int, repeats: int) -> tuple[float, float]:
+    """Five agents' records, the new ones not known; each agent asked about once."""
+    rng = np.random.default_rng(size)
+    segments = tuple(rng.choice([f"agent-{i}" for i in range(5)], size).tolist())
+    knew = np.arange(size) < size - NEW
+    names = list(dict.fromkeys(segments))
+    old, new = [], []
+    for _ in range(repeats):
+
+        def then() -> list[bool]:
+            known = set(itertools.compress(segments, knew.tolist()))
+            return [name in known for name in names]
+
+        took, want = _cpu_ms(then)
+        old.append(took)
+
+        def now() -> list[bool]:
+            known = KnownSegments(segments, knew)
+            return [name in known for name in names]
+
+        took, got = _cpu_ms(now)
+        new.append(took)
+        assert got == want
+    return statistics.median(old), statistics.median(new)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=21)
+    args = parser.parse_args(argv)
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    print(f"load average {load}; CPU ms, medians of {args.repeats}, {NEW:,} new records\n")
+    print("| piece | pool | e35a2155 | this tree |")
+    print("| --- | --- | --- | --- |")
+    for size in (10_000, 100_000):
+        ids = _pool(size)
+        pieces = {
+            "listing's known lookup": listing_lookup(ids, args.repeats),
+            "held-out unknown": held_out_unknown(ids, args.repeats),
+            "known segments": known_segments(size, args.repeats),
+        }
+        for name, (old, new) in pieces.items():
+            print(f"| {name} | {size:,} | {old:.2f} | {new:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
