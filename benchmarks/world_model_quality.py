@@ -82,7 +82,7 @@ from genesis_fp16_infrastructure.data.schema import OPERATORS, AttemptInput
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.split import split_examples
-from genesis_fp16_infrastructure.recipes.retrain.task import Batch, WorldModelTask
+from genesis_fp16_infrastructure.recipes.retrain.task import Batch, Part, WorldModelTask
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
 from genesis_fp16_infrastructure.training.run.fit import FitOptions, fit
@@ -359,10 +359,12 @@ def _masked_model_auc(
     """Fresh AUC of a default fp32 run whose ``drop`` columns are 0 in every split."""
     task = WorldModelTask(data, TaskOptions(), seed)
     for name in ("train_data", "validation_data", "eval_data"):
-        batch = getattr(task, name)
+        part = getattr(task, name)
+        batch = part.batch() if isinstance(part, Part) else part
         x = batch.x.clone()
         x[:, list(drop)] = 0.0
-        setattr(task, name, Batch(x, *list(batch)[1:]))  # _replace trips on Batch.__len__
+        masked = Batch(x, *list(batch)[1:])  # _replace trips on Batch.__len__
+        setattr(task, name, Part(masked) if isinstance(part, Part) else masked)
     options = FitOptions(
         precision="fp32",
         seed=seed,

@@ -6,40 +6,43 @@ A later run that encodes with the served model's encoder
 row of :meth:`~.features.FeatureEncoder.encode_parts` is its record's alone (its numeric
 row centred and scaled, its categorical values' columns looked up), so the rows of
 records that did not change are the rows encoded then, bit for bit. :class:`KeptEncoded`
-keeps the float32 rows of each part of a pool (the task's train, validation and
-held-out parts) in this process's bounded store (``KeptNumeric.memory``: on only in a
-resident run process), beside the encoder they were made with, and gives the next
-pool's parts:
+keeps the float32 rows of every labelled record of a pool, in the read's order, in this
+process's bounded store (``KeptNumeric.memory``: on only in a resident run process),
+beside the encoder they were made with, and gives the next pool's rows; the task's
+parts (train, validation, held-out) are rows of them (``recipes.retrain.task.Part``), so
+a record that moves from one part to another (validation's capped share shrinks as a
+pool grows) moves no row:
 
 * **The same encoder, or nothing.** An entry is used only when its encoder's saved state
   equals this one's exactly; any other encoder (a fit, a resume) encodes every row, and
-  its rows replace the entry.
-* **A row is kept while its inputs are.** Each part (train, validation, held-out) is
-  kept in its own order. A row is taken from the entry when it is the same labelled
-  record at the same place in the part, the kept numeric rows say its numbers are the
-  ones worked out then (its stamp, ``KeptNumeric.stamp``: a row worked out again, new,
-  or moved has another) and its four categorical values are the ones it had (compared
-  by value, through each field's codes). The rest are encoded: a relabelled or edited
-  record is worked out again by ``KeptNumeric`` (another content key), so it is encoded
-  again, never read stale. Kept rows whose record moved within the part (one before it
-  went to another part: validation's share shrinks as a pool grows) are gathered to
-  their new places, one copy, not encoded.
-* **Grown in place, given as a view.** A part has room for a quarter more rows. A pool
-  grown at its end keeps its parts' records in order and adds the new ones after them,
-  so the new rows are written after the kept ones and the part given is a view of
-  them: no copy and no gather. The entry is dropped from the store before its rows are
-  written, and kept again after, so a run that fails midway leaves nothing half-written;
-  and it is not written in place while a part given out of it lives (the task before,
-  not yet freed): then the kept rows are copied into a new store.
+  its rows replace the entry. An entry that is not what this module keeps (its rows of
+  another width, fewer rows than it says) is refused, counted (``refused``).
+* **A row is kept while its inputs are.** A row is taken from the entry when the same
+  labelled record is at the same place in the pool, the kept numeric rows say its numbers
+  are the ones worked out then (its stamp, ``KeptNumeric.stamp``: a row worked out again,
+  new, or moved has another) and its four categorical values are the ones it had
+  (compared by value, through each field's codes). The rest are encoded: a relabelled or
+  edited record is worked out again by ``KeptNumeric`` (another content key), so it is
+  encoded again, never read stale.
+* **Checked by what changed.** Each of those columns is compared with the kept one as a
+  whole array first, one comparison of the bytes (a pool grown at its end passes them
+  all); only a column that differs is compared a record at a time, and only the records
+  it finds are encoded again. No part's records are searched or gathered for the check.
+* **Grown in place, given as a view.** The rows have room for a quarter more. A pool
+  grown at its end keeps its records in order and adds the new ones after them, so the
+  new rows are written after the kept ones and the pool's rows given are a view of them:
+  no copy. The entry is dropped from the store before its rows are written, and kept
+  again after, so a run that fails midway leaves nothing half-written; and it is not
+  written in place while rows given out of it live (the task before, not yet freed):
+  then the kept rows are copied into a new store.
 
     kept = KeptEncoded(memory, name)  # memory: a KeptInMemory, or None (nothing kept)
-    x = kept.part("train", rows, encoder, columns, numeric, stamp)  # == encode_parts(rows)
+    x = kept.pool(encoder, columns, numeric, stamp)  # == encode_parts of every labelled one
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +51,7 @@ import torch
 
 from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
+from genesis_fp16_infrastructure.world_model.content_keys import same_bits
 from genesis_fp16_infrastructure.world_model.features import Categorical, FeatureEncoder
 
 KIND = "encoded rows"  # the store's key: (KIND, the kept numeric rows' file)
@@ -55,81 +59,82 @@ KIND = "encoded rows"  # the store's key: (KIND, the kept numeric rows' file)
 
 @dataclass
 class _Entry:
-    """A part's encoded rows (``buffer[:len(rows)]``), the encoder's state they were made
-    with, and per row its labelled record (``rows``), that record's numeric stamp and its
-    categorical fields' codes, with each field's values."""
+    """A pool's encoded rows (``buffer[:len(stamp)]``), the encoder's state they were made
+    with, and what each row was made of: its labelled record (``labelled``: the pool's),
+    that record's numeric stamp, and every record's categorical codes with each field's
+    values. The arrays are the pool's own (the record cache hands each read arrays of its
+    own, and nothing writes into them), held, not copied; ``values`` are copies."""
 
     encoder: dict[str, Any]
     buffer: torch.Tensor  # float32, with room to grow
-    rows: np.ndarray
+    labelled: np.ndarray
     stamp: np.ndarray
     codes: tuple[np.ndarray, ...]
     values: tuple[list[Any], ...]
-    lent: list[weakref.ref[torch.Tensor]]  # the parts given out: not written while alive
+    lent: list[weakref.ref[torch.Tensor]]  # the rows given out: not written while alive
 
     def nbytes(self) -> int:
-        held = self.buffer.nbytes + self.rows.nbytes + self.stamp.nbytes
+        held = self.buffer.nbytes + self.labelled.nbytes + self.stamp.nbytes
         return int(held + sum(c.nbytes for c in self.codes))
+
+    def sound(self, n_features: int) -> bool:
+        """Whether this is an entry as :meth:`KeptEncoded.pool` keeps them: rows of
+        ``n_features`` float32 columns, one per stamp, and four fields' codes."""
+        buffer = self.buffer
+        return (
+            isinstance(buffer, torch.Tensor)
+            and buffer.dtype == torch.float32
+            and buffer.dim() == 2
+            and buffer.shape[1] == n_features
+            and len(buffer) >= len(self.stamp) == len(self.labelled)
+            and len(self.codes) == len(self.values) == 4
+        )
 
 
 class KeptEncoded:
-    """The encoded rows of one pool's parts, kept in ``memory`` under ``name`` (the kept
-    numeric rows' file) and each part's name; its counts say what :meth:`part` did."""
+    """The encoded rows of one pool, kept in ``memory`` under ``name`` (the kept numeric
+    rows' file); its counts say what :meth:`pool` did."""
 
     def __init__(self, memory: KeptInMemory | None, name: str) -> None:
         self.memory = memory
         self.name = name
-        self.reused = 0  # rows taken from the kept parts
+        self.reused = 0  # rows taken from the kept rows
         self.encoded = 0  # rows encoded (new, changed, or another encoder)
+        self.refused = 0  # kept entries that were not this module's (module docstring)
 
-    def part(
+    def pool(
         self,
-        part: str,
-        rows: np.ndarray,
         encoder: FeatureEncoder,
         columns: PoolColumns,
         numeric: torch.Tensor,
         stamp: np.ndarray | None,
     ) -> torch.Tensor:
-        """``encoder.encode_parts`` of the labelled records ``rows`` (``numeric``: every
-        labelled record's numeric rows; ``stamp``: their stamps, None when unknown), the
-        rows kept for the same place in ``part``, encoder and inputs taken, the rest
-        encoded; kept for the next run when ``memory`` and ``stamp`` are given. A grown
-        part (the kept rows first, the new ones after: a pool grown at its end) is
-        written in place after the kept rows, and given as a view of them: no copy."""
-        fields = tuple(c.at(columns.labelled[rows]) for c in _fields(columns))
+        """``encoder.encode_parts`` of every labelled record (``numeric``: their numeric
+        rows; ``stamp``: their stamps, None when unknown), the kept rows taken where
+        encoder and inputs are the same, the rest encoded; kept for the next run when
+        ``memory`` and ``stamp`` are given. A pool grown at its end is written in place
+        after the kept rows, and given as a view of them: no copy."""
+        n = len(columns.labelled)
         state = encoder.state_dict()
-        key = (KIND, self.name, part)
-        entry = self._entry(key, state, stamp)
-        n = len(rows)
-        todo, source = np.arange(n), np.full(n, -1, np.int64)
-        if entry is not None:
-            source = _kept_places(entry, rows, stamp, fields)
-            todo = np.flatnonzero(source < 0)
-        kept = np.flatnonzero(source >= 0)
-        # In place when every kept row is where it was (a part grown at its end), there is
-        # room and no part given out of it lives; else the kept rows gathered into a new
-        # store (a record moved between parts: validation's share shrinks as a pool grows).
-        if (
-            entry is not None
-            and len(entry.buffer) >= n
-            and np.array_equal(source[kept], kept)
-            and not _lent(entry)
-        ):
+        key = (KIND, self.name)
+        entry = self._entry(key, state, stamp, encoder.n_features)
+        fields = _fields(columns)
+        todo = np.arange(n) if entry is None or stamp is None else _changed(entry, columns, stamp)
+        kept = 0 if entry is None else min(len(entry.stamp), n)
+        if entry is not None and len(entry.buffer) >= n and not _lent(entry):
             buffer = entry.buffer  # the entry is out of the store meanwhile
         else:
             buffer = torch.empty((n + n // 4, encoder.n_features), dtype=torch.float32)
-            if entry is not None and len(kept):  # one gather (rows to encode take row 0)
-                where = torch.from_numpy(np.maximum(source, 0))
-                torch.index_select(entry.buffer, 0, where, out=buffer[:n])
+            if entry is not None and kept:  # one copy of the kept rows (a copy is lent)
+                buffer[:kept] = entry.buffer[:kept]
         if len(todo):
-            at = torch.from_numpy(todo)
-            parts = Categorical(*(_distinct(c.at(todo)) for c in fields))
-            x = encoder.encode_parts(parts, numeric, torch.from_numpy(rows[todo]))
-            if len(todo) == todo[-1] - todo[0] + 1:  # a run of rows (a grown part's tail)
+            records = columns.labelled[todo]
+            parts = Categorical(*(_distinct(c.at(records)) for c in fields))
+            x = encoder.encode_parts(parts, numeric, torch.from_numpy(todo))
+            if len(todo) == todo[-1] - todo[0] + 1:  # a run of rows (a grown pool's tail)
                 buffer[int(todo[0]) : int(todo[-1]) + 1] = x
             else:
-                buffer[at] = x
+                buffer[torch.from_numpy(todo)] = x
         self.reused += n - len(todo)
         self.encoded += len(todo)
         out = buffer[:n]
@@ -137,12 +142,12 @@ class KeptEncoded:
             codes = tuple(c.codes for c in fields)
             values = tuple(list(c.values) for c in fields)
             lent = [weakref.ref(out)]
-            kept_entry = _Entry(state, buffer, rows.copy(), stamp[rows], codes, values, lent)
+            kept_entry = _Entry(state, buffer, columns.labelled, stamp, codes, values, lent)
             self.memory.put(key, KIND, kept_entry, kept_entry.nbytes(), f"{KIND} of {n:,}")
         return out
 
     def _entry(
-        self, key: Hashable, state: dict[str, Any], stamp: np.ndarray | None
+        self, key: tuple[str, str], state: dict[str, Any], stamp: np.ndarray | None, width: int
     ) -> _Entry | None:
         """The kept entry, if made with this encoder and there are stamps to check its
         rows by; out of the store from here on (its rows may be written)."""
@@ -150,13 +155,19 @@ class KeptEncoded:
             return None
         found = self.memory.get(key, KIND)
         self.memory.put(key, None, None, 0, "nothing")  # out until kept again
-        if not isinstance(found, _Entry) or stamp is None or found.encoder != state:
+        if found is None:
+            return None
+        if not isinstance(found, _Entry) or not found.sound(width):
+            if not isinstance(found, _Entry) or found.encoder == state:
+                self.refused += 1  # another encoder's rows are of another width: not refused
+            return None
+        if stamp is None or found.encoder != state:
             return None
         return found
 
 
 def _lent(entry: _Entry) -> bool:
-    """Whether a part given out of ``entry``'s rows still lives (a task not yet freed)."""
+    """Whether rows given out of ``entry`` still live (a task not yet freed)."""
     return any(ref() is not None for ref in entry.lent)
 
 
@@ -165,32 +176,39 @@ def _fields(columns: PoolColumns) -> tuple[Coded, Coded, Coded, Coded]:
     return (columns.operator, columns.tools, columns.pattern, columns.agent)
 
 
-def _kept_places(
-    entry: _Entry, rows: np.ndarray, stamp: np.ndarray | None, fields: tuple[Coded, ...]
-) -> np.ndarray:
-    """Per place in the part, the entry's place of the same labelled record when its row
-    still holds (the same stamp and the same categorical values); -1 where it must be
-    encoded (new, worked out again, or of other values)."""
-    assert stamp is not None
-    kept_rows = entry.rows
-    if len(kept_rows) == 0:
-        return np.full(len(rows), -1, np.int64)
-    order = None if bool(np.all(kept_rows[1:] > kept_rows[:-1])) else np.argsort(kept_rows)
-    at = np.searchsorted(kept_rows, rows, sorter=order)
-    at = np.minimum(at, len(kept_rows) - 1)
-    if order is not None:
-        at = order[at]
-    same = (kept_rows[at] == rows) & (entry.stamp[at] == stamp[rows])
-    for now, codes, values in zip(fields, entry.codes, entry.values, strict=True):
-        same &= _as_codes(values, now.values)[codes[at]] == now.codes
-    return np.where(same, at, -1)
+def _changed(entry: _Entry, columns: PoolColumns, stamp: np.ndarray) -> np.ndarray:
+    """The places of the labelled records to encode, ascending: each new one (past the
+    kept rows), and each kept one whose record, stamp or categorical values are not the
+    ones its row was made of. Each column is compared as a whole first; a record at a
+    time only where it differs (a pool grown at its end: none)."""
+    labelled, n = columns.labelled, len(columns.labelled)
+    kept = min(len(entry.stamp), n)
+    bad = _differ(labelled[:kept], entry.labelled[:kept])
+    bad = np.union1d(bad, _differ(stamp[:kept], entry.stamp[:kept]))
+    records = np.zeros(len(columns), np.bool_)  # records whose values are not the kept ones
+    for now, codes, values in zip(_fields(columns), entry.codes, entry.values, strict=True):
+        common = min(len(codes), len(now.codes))  # a kept place's record is below both
+        grown = now.values[: len(values)] == values  # the codes stay: one list comparison
+        if grown and not len(_differ(now.codes[:common], codes[:common])):
+            continue
+        as_codes = np.arange(len(values)) if grown else _as_codes(values, now.values)
+        records[:common] |= as_codes[codes[:common]] != now.codes[:common]
+    if records.any():
+        bad = np.union1d(bad, np.flatnonzero(records[labelled[:kept]]))
+    return np.concatenate((bad, np.arange(kept, n))).astype(np.int64)
+
+
+def _differ(now: np.ndarray, then: np.ndarray) -> np.ndarray:
+    """The places where ``now`` and ``then`` (the same length) differ: none when they hold
+    the same bits (``same_bits``: the same memory, or one comparison of the bytes), else
+    compared a place at a time."""
+    if same_bits(now, then):
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(now != then)
 
 
 def _as_codes(kept: list[Any], values: list[Any]) -> np.ndarray:
-    """Each kept value's code among today's ``values`` (-1: no longer there). A grown
-    pool's values begin with the kept ones (the codes stay): one comparison of lists."""
-    if values[: len(kept)] == kept:
-        return np.arange(len(kept), dtype=np.int64)
+    """Each kept value's code among today's ``values`` (-1: no longer there)."""
     place = {value: k for k, value in enumerate(values)}
     return np.array([place.get(v, -1) for v in kept], dtype=np.int64)
 

@@ -535,8 +535,11 @@ def _owned(kept: Kept, end: int, inputs: KeyInputs) -> _State:
     buffer = np.empty((rows + rows // 4, WIDTH), dtype=np.float64)
     buffer[:rows] = kept.numeric
     numeric = buffer[:rows]
-    return _State(kept._replace(numeric=numeric), end, 1, None, buffer, inputs, [], _stamps(rows),
-                  _Guard(buffer))  # fmt: skip
+    # The parents named, sorted, for the next run's append (_grown): sorted here, where
+    # every record was worked out or written, not in the later run that adds a few.
+    by_parent = np.argsort(kept.parent_hash)
+    return _State(kept._replace(numeric=numeric), end, 1, by_parent, buffer, inputs, [],
+                  _stamps(rows), _Guard(buffer))  # fmt: skip
 
 
 _STAMPS = [1]  # the next stamp this process gives

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
-from genesis_fp16_infrastructure.world_model.content_keys import search_sorted
+from genesis_fp16_infrastructure.world_model.content_keys import same_bits, search_sorted
 from genesis_fp16_infrastructure.world_model.kept_numeric_columns import Kept
 from genesis_fp16_infrastructure.world_model.lineage_columns import (
     PoolIndex,
@@ -35,17 +35,17 @@ def extends(columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, kept: Kep
     return (
         len(kept.depth) == n
         and len(keys) > n
-        and np.array_equal(keys[:n], kept.key)
-        and np.array_equal(columns.parent_start[: n + 1], kept.parent_start)
-        and np.array_equal(slots[: len(kept.parent_hash)], kept.parent_hash)
-        and np.array_equal(labelled[:n_labelled], kept.labelled)
+        and same_bits(keys[:n], kept.key)
+        and same_bits(columns.parent_start[: n + 1], kept.parent_start)
+        and same_bits(slots[: len(kept.parent_hash)], kept.parent_hash)
+        and same_bits(labelled[:n_labelled], kept.labelled)
         and (len(labelled) == n_labelled or bool(labelled[n_labelled] >= n))
     )
 
 
 def unchanged(columns: PoolColumns, keys: np.ndarray, kept: Kept) -> bool:
     """Whether the pool is the kept one: the same records, in the same order."""
-    return np.array_equal(keys, kept.key) and np.array_equal(columns.labelled, kept.labelled)
+    return same_bits(keys, kept.key) and same_bits(columns.labelled, kept.labelled)
 
 
 def fresh(

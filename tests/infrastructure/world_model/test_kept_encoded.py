@@ -1,9 +1,10 @@
 """The encoded rows kept in a resident run process (world_model.kept_encoded): a later
 pool's matrix from them is the matrix of encoding every record with the same encoder, bit
-for bit; only new and changed records are encoded; nothing stale is read."""
+for bit; only new and changed records are encoded; nothing stale or planted is read."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from pool_files import read_records
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
+from genesis_fp16_infrastructure.world_model import kept_encoded
 from genesis_fp16_infrastructure.world_model.features import (
     Categorical,
     FeatureEncoder,
@@ -40,9 +42,8 @@ def _matrix(
     numeric: torch.Tensor,
     stamp: np.ndarray | None,
 ) -> torch.Tensor:
-    """Every labelled record's encoded row, as one part of the pool."""
-    every = np.arange(len(columns.labelled))
-    return kept.part("every", every, encoder, columns, numeric, stamp)
+    """Every labelled record's encoded row, the kept ones taken."""
+    return kept.pool(encoder, columns, numeric, stamp)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -161,44 +162,58 @@ def test_without_a_store_nothing_is_kept(tmp_path: Path) -> None:
         assert kept.encoded == len(columns.labelled)
 
 
-def test_a_grown_part_is_written_after_its_kept_rows_unless_one_given_out_lives(
+def _grown_pools(tmp_path: Path, sizes: tuple[int, ...]) -> list[ReadResult]:
+    """One pool read at each of ``sizes`` records, each the one before with records added
+    in a file sorting last (a pool grown at its end)."""
+    pool = generate_pool(max(sizes), seed=SEED)
+    records = list(pool["trajectories"].values())
+    reads, files, start = [], {}, 0
+    for k, size in enumerate(sizes):
+        files[f"{k:02d}.json"] = records[start:size]
+        start = size
+        reads.append(read_records(tmp_path / f"data{k}", dict(files), pool))
+    return reads
+
+
+def test_a_grown_pool_is_written_after_its_kept_rows_unless_rows_given_out_live(
     tmp_path: Path,
 ) -> None:
-    """A part grown at its end is the kept part's store with the new rows after the kept
-    ones (no copy: the same storage); while the part given out before still lives it is
-    copied instead, and the part given out before keeps its bits."""
-    pool = generate_pool(500, seed=SEED)
-    records = list(pool["trajectories"].values())
+    """A pool grown at its end is the kept rows' store with the new rows after the kept
+    ones (no copy: the same storage); while the rows given out before still live they are
+    copied instead, and the rows given out before keep their bits."""
+    reads = _grown_pools(tmp_path, (440, 470, 500))
     memory = KeptInMemory(64 * 2**20)
-    data = read_records(tmp_path / "data", {"a.json": records}, pool)
-    columns = data.columns
-    numeric = numeric_rows(columns, columns.labelled)
-    encoder = FeatureEncoder.fit_parts(Categorical.of_rows(columns, columns.labelled), numeric)
-    n = len(columns.labelled)
-    stamp = np.arange(n, dtype=np.uint64)
-    full = _full(encoder, data)
-    every = np.arange(n)
-    first = KeptEncoded(memory, "pool").part("p", every[:-60], encoder, columns, numeric, stamp)
+    numeric = KeptNumeric(tmp_path / "cache", tmp_path / "data", memory)
+    columns = reads[0].columns
+    encoder = FeatureEncoder.fit_parts(
+        Categorical.of_rows(columns, columns.labelled), numeric_rows(columns, columns.labelled)
+    )
+
+    def matrix(data: ReadResult) -> tuple[torch.Tensor, KeptEncoded]:
+        rows = numeric.rows(data.columns)
+        kept = KeptEncoded(memory, str(numeric.path))
+        return _matrix(kept, encoder, data.columns, rows, numeric.stamp), kept
+
+    first, _ = matrix(reads[0])
     before = first.clone()
-    kept = KeptEncoded(memory, "pool")
-    lent = kept.part("p", every[:-30], encoder, columns, numeric, stamp)  # `first` lives
-    assert _same(lent, full[:-30]) and kept.encoded == 30 and _same(first, before)
+    lent, kept = matrix(reads[1])  # `first` lives
+    assert _same(lent, _full(encoder, reads[1])) and _same(first, before)
+    assert 0 < kept.encoded < len(lent) - len(first) + 60
     assert lent.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
     storage = lent.untyped_storage().data_ptr()
     del first, lent
-    kept = KeptEncoded(memory, "pool")
-    grown = kept.part("p", every, encoder, columns, numeric, stamp)
-    assert _same(grown, full) and kept.encoded == 30 and kept.reused == n - 30
+    grown, kept = matrix(reads[2])
+    assert _same(grown, _full(encoder, reads[2])) and kept.reused > 400
     assert grown.untyped_storage().data_ptr() == storage  # written after the kept rows
 
 
-def test_a_record_moved_out_of_a_part_shifts_its_kept_rows_into_a_new_store(
-    tmp_path: Path,
-) -> None:
-    """A part that lost a record in its middle (validation's share shrank: the record went
-    to another part) and grew at its end: the kept rows are gathered to their new places
-    and only the new records encoded, the full encode's bits."""
-    pool = generate_pool(500, seed=SEED)
+def test_a_planted_or_stale_entry_is_refused(tmp_path: Path) -> None:
+    """An entry in the store under the pool's name that is not what the rows were made of:
+    rows of another width or fewer rows than it says (refused whole, counted), rows placed
+    one record off or stamped by another working out (those rows encoded again), or
+    garbage rows of the right stamps but another encoder's state (not used): each time
+    the matrix is the full encode, bit for bit."""
+    pool = generate_pool(400, seed=SEED)
     memory = KeptInMemory(64 * 2**20)
     data = read_records(tmp_path / "data", {"a.json": list(pool["trajectories"].values())}, pool)
     columns = data.columns
@@ -206,10 +221,25 @@ def test_a_record_moved_out_of_a_part_shifts_its_kept_rows_into_a_new_store(
     encoder = FeatureEncoder.fit_parts(Categorical.of_rows(columns, columns.labelled), numeric)
     n = len(columns.labelled)
     stamp = np.arange(n, dtype=np.uint64)
-    every = np.arange(n)
-    KeptEncoded(memory, "pool").part("p", every[:-30], encoder, columns, numeric, stamp)
-    moved = np.delete(every, 5)
-    kept = KeptEncoded(memory, "pool")
-    part = kept.part("p", moved, encoder, columns, numeric, stamp)
-    assert _same(part, _full(encoder, data)[moved])
-    assert (kept.encoded, kept.reused) == (30, n - 31)
+    full = _full(encoder, data)
+    _matrix(KeptEncoded(memory, "pool"), encoder, columns, numeric, stamp)
+    key = (kept_encoded.KIND, "pool")
+    entry = memory.get(key, kept_encoded.KIND)
+    assert isinstance(entry, kept_encoded._Entry)
+    garbage = torch.full_like(entry.buffer, 7.0)
+    shifted = np.concatenate((entry.labelled[1:], entry.labelled[-1:] + 1))
+    plants = {
+        "narrow": (replace(entry, buffer=entry.buffer[:, :-1]), n, 1),
+        "short": (replace(entry, buffer=entry.buffer[: n - 1]), n, 1),
+        "shifted": (replace(entry, buffer=garbage, labelled=shifted), n, 0),
+        "restamped": (replace(entry, buffer=garbage, stamp=stamp + np.uint64(n)), n, 0),
+        "another encoder": (replace(entry, buffer=garbage, encoder={"other": 1}), n, 0),
+    }
+    for name, (planted, encoded, refused) in plants.items():
+        memory.put(key, kept_encoded.KIND, planted, 0, name)
+        kept = KeptEncoded(memory, "pool")
+        assert _same(_matrix(kept, encoder, columns, numeric, stamp), full), name
+        assert (kept.encoded, kept.refused) == (encoded, refused), name
+    kept = KeptEncoded(memory, "pool")  # the last run's rows, kept as they were made
+    assert _same(_matrix(kept, encoder, columns, numeric, stamp), full)
+    assert (kept.encoded, kept.reused) == (0, n)

@@ -67,7 +67,7 @@ def test_each_batch_holds_the_rows_a_gather_per_batch_took_in_the_same_order(
 def test_an_epoch_gathers_its_rows_once_not_once_a_batch(task: WorldModelTask) -> None:
     """One gather per field of the batch (six) for an epoch of fewer batches than a block
     (``GATHER_BATCHES``), whatever its number of batches."""
-    with OpCounter(torch.ops.aten.index.Tensor) as counter:
+    with OpCounter(torch.ops.aten.index_select.default) as counter:
         batches = list(task.train_batches(0, SEED))
     assert 2 < len(batches) <= GATHER_BATCHES
     assert counter.count == len(Batch._fields)
@@ -82,12 +82,12 @@ def test_an_epoch_gathers_the_blocks_a_run_reads_and_no_more(
     holding them (its cost follows its steps, not the training part's size)."""
     monkeypatch.setattr(task_module, "GATHER_BATCHES", block)
     want = _gathered_per_batch(task, 0)
-    with OpCounter(torch.ops.aten.index.Tensor) as counter:
+    with OpCounter(torch.ops.aten.index_select.default) as counter:
         got = list(task.train_batches(0, SEED))
     assert len(got) == len(want) > block
     assert all(_same_bits(b, e) and n == len(e) for (b, n), e in zip(got, want, strict=True))
     assert counter.count == len(Batch._fields) * -(-len(want) // block)
-    with OpCounter(torch.ops.aten.index.Tensor) as counter:
+    with OpCounter(torch.ops.aten.index_select.default) as counter:
         read = list(islice(task.train_batches(0, SEED), 5))
     assert all(_same_bits(b, e) for (b, _), e in zip(read, want, strict=False))
     assert counter.count == len(Batch._fields) * -(-5 // block)

@@ -16,9 +16,11 @@ from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
 from genesis_fp16_infrastructure.recipes.retrain import run as retrain_run
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
-from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
+from genesis_fp16_infrastructure.recipes.retrain.split import choose_split
+from genesis_fp16_infrastructure.recipes.retrain.task import Batch, WorldModelTask
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.run.fit import fit
@@ -40,6 +42,15 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.dtype.is_floating_point:
         return a.dtype == b.dtype and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
     return torch.equal(a, b)
+
+
+def _parts(task: WorldModelTask) -> dict[str, Batch]:
+    """The task's three parts, each as one batch of its own."""
+    return {
+        "train_data": task.train_data.batch(),
+        "validation_data": task.validation_data,
+        "eval_data": task.eval_data,
+    }
 
 
 @pytest.mark.parametrize("cross_validation", [False, True])
@@ -76,8 +87,8 @@ def test_a_task_from_kept_rows_trains_the_same_model(
     monkeypatch.setattr(features, "numeric_rows", real)
     plain = WorldModelTask(data, options, SEED)
     assert cached.encoder == plain.encoder
-    for part in ("train_data", "validation_data", "eval_data"):
-        for a, b in zip(getattr(cached, part), getattr(plain, part), strict=True):
+    for (part, a_part), b_part in zip(_parts(cached).items(), _parts(plain).values(), strict=True):
+        for a, b in zip(a_part, b_part, strict=True):
             assert _same(a, b), part
     rows_a, rows_b = cached.take_numeric_rows(), plain.take_numeric_rows()
     assert rows_a is not None and rows_b is not None and _same(rows_a, rows_b)
@@ -184,7 +195,7 @@ def test_each_distinct_categorical_value_is_worked_out_once_a_task(
             numeric,
             torch.from_numpy(rows),
         )
-        assert _same(getattr(task, part).x, alone), part
+        assert _same(_parts(task)[part].x, alone), part
 
 
 def _changed(records: list[dict[str, Any]], change: str) -> list[dict[str, Any]]:
@@ -228,8 +239,8 @@ def test_a_changed_pool_or_another_fit_encodes_as_a_full_encode(
     cached = WorldModelTask(data, options, seed, kept=kept)
     plain = WorldModelTask(data, options, seed)
     assert kept.reused > 0 and cached.encoder == plain.encoder
-    for part in ("train_data", "validation_data", "eval_data"):
-        for a, b in zip(getattr(cached, part), getattr(plain, part), strict=True):
+    for (part, a_part), b_part in zip(_parts(cached).items(), _parts(plain).values(), strict=True):
+        for a, b in zip(a_part, b_part, strict=True):
             assert _same(a, b), part
 
 
@@ -262,3 +273,45 @@ def test_a_version_2_split_reads_no_id(tmp_path: Path) -> None:
         Counted.reads = 0
         got = split_module.Draw.of_rows(columns, rows).points(SEED, "", version)
         assert np.array_equal(got, expected[version]) and Counted.reads == reads
+
+
+def test_a_record_moved_between_parts_moves_no_row(tmp_path: Path) -> None:
+    """In a resident run process (a memory budget), a later run 40 records on whose split
+    moved a validation record into the training part (validation's capped share shrinks
+    as a pool grows): only the rows the kept numeric rows worked out again are encoded
+    (the new records and those beside them), the training part is rows of the kept pool
+    (no copy of it), and every part is the plain task's, bit for bit."""
+    pool = generate_pool(3400, seed=SEED)
+    records = list(pool["trajectories"].values())
+    folder, cache = tmp_path / "data", tmp_path / "cache"
+    _write(folder, "a.json", pool, records[:-40])
+    options = TaskOptions.from_mapping({"cross_validation": False, "batch_size": 64})
+    memory = KeptInMemory(256 * 2**20)
+    first = WorldModelTask(
+        read_trajectories(folder, keep_text=False), options, SEED,
+        kept=KeptNumeric(cache, folder, memory),
+    )  # fmt: skip
+    saved = first.extra_state()
+    del first  # the run before has ended: its rows are not lent any more
+    _write(folder, "b.json", pool, records[-40:])
+    data = read_trajectories(folder, keep_text=False)
+    grown = choose_split(data, options, SEED, saved)
+    moved = grown.validation[3]
+    split = grown._replace(
+        train=np.sort(np.append(grown.train, moved)), validation=np.delete(grown.validation, 3)
+    )
+    kept = KeptNumeric(cache, folder, memory)
+    later = WorldModelTask(data, options, SEED, saved=saved, split=split, kept=kept)
+    plain = WorldModelTask(data, options, SEED, saved=saved, split=split)
+    encoded = later.kept_encoded
+    assert encoded is not None and 40 <= encoded.encoded == kept.computed < 3 * 40
+    assert encoded.reused == len(data.columns.labelled) - kept.computed
+    part = later.train_data
+    assert part.index is not None and len(part.rows) == len(data.columns.labelled)
+    assert int(part.index[np.searchsorted(split.train, moved)]) == moved
+    for (name, a_part), b_part in zip(_parts(later).items(), _parts(plain).values(), strict=True):
+        for a, b in zip(a_part, b_part, strict=True):
+            assert _same(a, b), name
+    order = torch.randperm(len(part), generator=torch.Generator().manual_seed(SEED))
+    for a, b in zip(part.take(order), plain.train_data.take(order), strict=True):
+        assert _same(a, b)

@@ -57,7 +57,7 @@ def test_the_task_from_columns_is_the_task_from_objects(
     assert encoder == task.encoder
     folds = split.folds if split.fold_count else None
     for part, batch, part_folds in (
-        (train, task.train_data, folds),
+        (train, task.train_data.batch(), folds),
         (validation, task.validation_data, None),
         (held_out, task.eval_data, None),
     ):
