@@ -232,6 +232,7 @@ TRAINING_FLOORS = (
     {
         "checkpoint_keys",
         "checkpoint_files",
+        "checkpoint_arrays",
         "checkpoint_load",
         "checkpoint",
         "rng",

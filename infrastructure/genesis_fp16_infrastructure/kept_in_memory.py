@@ -13,7 +13,9 @@ each record's inputs (``recipes.retrain.kept_outputs``), and the drift report's 
 keyed by the served model and checked against the reference's numbers
 (``recipes.retrain.drift``), and the states and scoring models of the last two
 checkpoints a judged run read, keyed by the SHA-256 of their bytes, hashed again at each
-read (:func:`kept_of_digest`: ``training.checkpoint_load``, ``recipes.retrain.scoring``).
+read (:func:`kept_of_digest`: ``training.checkpoint_load``, ``recipes.retrain.scoring``),
+and the per-record arrays of the checkpoints' side files this process wrote or checked,
+with each file's identity (``training.checkpoint_arrays``).
 
 The store is this process's alone, and off until a run asks for it with a budget
 (``TrainRequest.keep_in_memory_bytes``, the daemon's

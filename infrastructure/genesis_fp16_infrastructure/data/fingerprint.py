@@ -58,7 +58,13 @@ class DataFingerprint:
         fingerprints, or of another version: its data is unknown)."""
         if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
             return None
-        return cls(int(state["records"]), str(state["digest"]), state["ids"], state["labelled"])
+        ids, labelled = state["ids"], state["labelled"]
+        if not (isinstance(ids, torch.Tensor) and isinstance(labelled, torch.Tensor)):
+            raise ValueError(  # a reference to a side file never read (checkpoint_arrays)
+                f"the data fingerprint's ids are {type(ids).__name__}, not tensors: read the "
+                "checkpoint's per-record arrays first (checkpoint_arrays.with_arrays)"
+            )
+        return cls(int(state["records"]), str(state["digest"]), ids, labelled)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from typing import TypeVar
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.training.checkpoint_arrays import link_arrays
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import (
     note_hashed,
@@ -83,8 +84,10 @@ def score_on_copy(score: Callable[[Path], T], checkpoint: Path, folder: Path, wh
 
 def copy_checkpoint(checkpoint: Path, folder: Path) -> None:
     """``checkpoint`` with its digest and summary files (which its loader reads) in
-    ``folder``: a copy scored here, or the served model in a candidate that continues it."""
+    ``folder``, and its per-record side files as links (``checkpoint_arrays``: never
+    written in place): the served model in a candidate that continues it."""
     _copy_side_files(checkpoint, folder)
+    link_arrays(checkpoint, folder)
     if checkpoint.is_file():  # the checkpoint last: a digest is there before its file
         shutil.copy2(checkpoint, folder / checkpoint.name)
 

@@ -41,10 +41,11 @@ from genesis_fp16_infrastructure.contract.judging import (
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.errors import ServedPointerError
+from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.scoring_copy import CheckpointChangedError, score_on_copy
 from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_keys
+from genesis_fp16_infrastructure.training.checkpoint_arrays import with_arrays
 from genesis_fp16_infrastructure.training.checkpoint_load import (
     load_checkpoint,
     reusing_loads,
@@ -345,9 +346,13 @@ def trained_ids(checkpoint: Path) -> np.ndarray | None:
     """
     try:
         with sharing_kept():  # read, never changed: a resident process's kept state will do
-            extra = load_checkpoint(checkpoint).get(checkpoint_keys.EXTRA)
+            state = load_checkpoint(checkpoint)
     except (OSError, ValueError):
         return None
+    try:  # kept in a side file beside it (checkpoint_arrays), checked against its name
+        extra = with_arrays(state, checkpoint).get(checkpoint_keys.EXTRA)
+    except CheckpointError as exc:
+        raise TrainedIdsError(f"its trained_ids cannot be read: {exc}") from None
     value = extra.get(TRAINED_IDS) if isinstance(extra, dict) else None
     if value is None:
         return None

@@ -27,6 +27,13 @@ from genesis_fp16_infrastructure.agent_folder.layout import WRITER_LOCK as WRITE
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 from genesis_fp16_infrastructure.errors import CheckpointError, CheckpointFolderBusy, LockBusy
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint_arrays import (
+    digests_of,
+    link_arrays,
+    prune_arrays,
+    split_arrays,
+    write_arrays,
+)
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
     read_summary,
@@ -76,6 +83,10 @@ class CheckpointManager:
       copy) is caught at load. Then it prunes: the file just written is always kept, with
       the newest ``keep - 1`` *valid* others; an invalid one is renamed to ``*.rejected``
       (kept for a look, never loaded again), older ones are deleted.
+    - The per-record arrays a task names in ``extra["per_record"]`` are saved once in a
+      side file named by their SHA-256, before the checkpoint that names them, and pruned
+      with the last checkpoint naming them (``checkpoint_arrays``); a checkpoint set
+      aside takes them as links.
     - Whatever is named like a checkpoint but is not a regular file (a folder, a FIFO, a
       link to a device) is renamed ``*.rejected`` with a warning naming it, when the
       folder is next read or written: it never blocks a read or fails a later save.
@@ -95,6 +106,9 @@ class CheckpointManager:
         # Files this manager wrote or read valid, with their size and mtime then: pruning
         # trusts them while both are unchanged instead of loading each again at every save.
         self._written: dict[Path, tuple[int, int]] = {}
+        # Per-record side files (checkpoint_arrays) this manager wrote or checked, with
+        # their identity then: a later save of the same arrays writes none.
+        self._sides: dict[Path, Any] = {}
         self._claim: str | None = None  # our key in _CLAIMS while we are the writer
 
     def claim(self, owner: str) -> None:
@@ -156,17 +170,23 @@ class CheckpointManager:
         if keys.STEP not in state:
             raise ValueError(f"a checkpoint needs the key {keys.STEP!r}; got {sorted(state)}")
         final = self.path_for(int(state[keys.STEP]))
+        # The per-record arrays a task names go to their side file, written once for
+        # every save of the same arrays, before the checkpoint that names it (issue 90).
+        stored, arrays, named = split_arrays(state, self.directory)
+        if arrays is not None:
+            write_arrays(self.directory, arrays, named, self._sides)
         buffer = io.BytesIO()  # in memory once, so the digest is of exactly these bytes
-        torch.save(dict(state), buffer)
+        torch.save(stored, buffer)
         data = buffer.getvalue()
         digest = hashlib.sha256(data).hexdigest()
         self._set_aside_irregular()
         written = write_pair(final, data, digest)
-        keep_saved(state, digest)  # a resident process's gate loads it next (issue 90)
+        keep_saved(stored, digest)  # a resident process's gate loads it next (issue 90)
         note_saved(final, digest)  # the run's evaluation is of these bytes: not hashed again
         if not written:
             return final  # this very state is saved already: written once, not twice
-        write_summary(final, digest, state)  # after the pair: a crash leaves none, not a wrong one
+        # After the pair: a crash leaves none, not a wrong one.
+        write_summary(final, digest, stored, digests_of(stored))
         signature = file_signature(final)
         if signature is not None:
             self._written[final] = signature
@@ -179,13 +199,19 @@ class CheckpointManager:
             if path == written:
                 continue
             if len(kept) >= self.keep:
-                self.remove(path)
+                self._delete(path)
             elif self._usable(path):
                 kept.append(path)
+        prune_arrays(self.directory, self.checkpoints())
 
     def remove(self, path: Path) -> None:
-        """Delete the checkpoint ``path`` and its digest; one already gone is not an error
-        (under torchrun every rank may remove the same file)."""
+        """Delete the checkpoint ``path`` and its digest, and the per-record side files
+        no checkpoint left names; one already gone is not an error (under torchrun every
+        rank may remove the same file)."""
+        self._delete(path)
+        prune_arrays(self.directory, self.checkpoints())
+
+    def _delete(self, path: Path) -> None:
         path.unlink(missing_ok=True)
         digest_path(path).unlink(missing_ok=True)
         summary_path(path).unlink(missing_ok=True)
@@ -195,12 +221,14 @@ class CheckpointManager:
         """Move the checkpoint ``path`` and its digest into the folder ``into`` (made if
         missing), out of this manager's sight but kept; return its new path."""
         into.mkdir(parents=True, exist_ok=True)
+        link_arrays(path, into)  # its per-record arrays, before the file that names them
         moved = into / path.name
         os.replace(path, moved)
         for side in (digest_path, summary_path):
             if side(path).exists():
                 os.replace(side(path), side(moved))
         self._written.pop(path, None)
+        prune_arrays(self.directory, self.checkpoints())
         return moved
 
     def _usable(self, path: Path) -> bool:

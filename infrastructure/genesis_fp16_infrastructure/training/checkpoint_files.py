@@ -51,7 +51,7 @@ def write_pair(final: Path, data: bytes, digest: str) -> bool:
         if old is not None:
             contents.append((f"{old}\n{digest}\n".encode(), DIGEST_SUFFIX))
         for content, suffix in contents:
-            temps.append(_fsynced_temp(final.parent, content, suffix))
+            temps.append(fsynced_temp(final.parent, content, suffix))
         if old is not None:
             os.replace(temps[2], digest_path(final))  # both: old and new bytes match
             os.replace(temps[0], final)
@@ -69,7 +69,9 @@ def write_pair(final: Path, data: bytes, digest: str) -> bool:
     return True
 
 
-def _fsynced_temp(folder: Path, content: bytes, suffix: str) -> Path:
+def fsynced_temp(folder: Path, content: bytes, suffix: str) -> Path:
+    """``content`` in a new ``.tmp-*<suffix>`` file of ``folder`` (made if missing),
+    fsynced: a caller renames it into place (a killed save's temps are swept)."""
     folder.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=folder)
     try:
@@ -130,9 +132,14 @@ def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def write_summary(path: Path, digest: str, state: Mapping[str, Any]) -> None:
-    """Write :func:`summarize` of ``state``, the checkpoint ``path`` whose bytes are ``digest``."""
-    write_json_atomic(summary_path(path), {"sha256": digest, **summarize(state)})
+def write_summary(
+    path: Path, digest: str, state: Mapping[str, Any], arrays: list[str] | None = None
+) -> None:
+    """Write :func:`summarize` of ``state``, the checkpoint ``path`` whose bytes are
+    ``digest``, with the digests of the per-record side files it names (``arrays``:
+    ``checkpoint_arrays``; pruning keeps those)."""
+    named = {"arrays": arrays} if arrays else {}
+    write_json_atomic(summary_path(path), {"sha256": digest, **named, **summarize(state)})
 
 
 def read_summary(path: Path) -> dict[str, Any] | None:
@@ -150,4 +157,5 @@ def read_summary(path: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(summary, dict) or summary.pop("sha256", None) not in listed:
         return None
+    summary.pop("arrays", None)  # the side files it names: pruning's, not a caller's
     return summary

@@ -49,6 +49,7 @@ from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import CheckpointManager, FitResult, fit
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint_arrays import with_arrays
 from genesis_fp16_infrastructure.training.checkpoint_load import (
     Loaded,
     read_checkpoint,
@@ -280,7 +281,8 @@ def _read_copy(path: Path, shared: bool) -> tuple[Loaded, dict[str, Any]]:
                 loaded = read_checkpoint(path)
         else:
             loaded = read_checkpoint(path)
-        return loaded, read_world_model_state(loaded.state)
+        # Its data's fingerprint (for what changed, and drift) from its side file.
+        return loaded, read_world_model_state(with_arrays(loaded.state, path))
     except (CheckpointError, ValueError, OSError) as exc:
         raise TrainRequestError(f"checkpoint {str(path)!r} unusable: {exc}") from None
 

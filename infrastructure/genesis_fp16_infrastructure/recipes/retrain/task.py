@@ -79,6 +79,7 @@ from genesis_fp16_infrastructure.recipes.retrain.split import (
     choose_split,
     judged_held_out,
 )
+from genesis_fp16_infrastructure.training.checkpoint_arrays import PER_RECORD
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.training.run.task import index_to, to_device
 from genesis_fp16_infrastructure.world_model.features import (
@@ -246,6 +247,11 @@ class WorldModelStep:
         # Every member's loss at once: row k keeps the records outside fold k.
         rows = torch.arange(members, device=batch.fold.device).unsqueeze(1)
         return world_model_losses(out, *labels, weight=batch.fold != rows).total.sum()
+
+
+# The per-record arrays of its extra state: kept in a side file beside each checkpoint,
+# written once per pool, not pickled, hashed and copied with the model (checkpoint_arrays).
+PER_RECORD_ARRAYS = [TRAINED_IDS, "data/ids", "data/labelled"]
 
 
 class WorldModelTask(WorldModelStep):
@@ -480,7 +486,7 @@ class WorldModelTask(WorldModelStep):
                 "hash": self.split.hash,  # split.SPLIT_HASH: how records were drawn
             },
             data=self.seen.state_dict(),
-        ) | {TRAINED_IDS: self.trained_ids}
+        ) | {TRAINED_IDS: self.trained_ids, PER_RECORD: PER_RECORD_ARRAYS}
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         if state.get("encoder") != self.encoder.state_dict():

@@ -17,6 +17,7 @@ from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.recipes.retrain.run import SPLIT_FOLDER
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_held_out
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.training.checkpoint_arrays import with_arrays
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 
@@ -62,7 +63,8 @@ def test_whole_serves_a_model_trained_on_every_record(
     assert path == whole.checkpoint and state["step"] == best_step and "early_stop" not in state
     read = read_trajectories(data)
     trained = len(read.examples) - int(judged_held_out(read).sum())
-    assert state["extra"]["split"]["train_records"] == trained == len(state["extra"]["trained_ids"])
+    named = with_arrays(state, path)["extra"]["trained_ids"]  # from its side file
+    assert state["extra"]["split"]["train_records"] == trained == len(named)
     assert whole.extra["final_fit"]["records"] == trained < whole.extra["examples"]
     assert state["extra"]["split"]["eval_fraction"] == 0.0
     served = _weights(folder)

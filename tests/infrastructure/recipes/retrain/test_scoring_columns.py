@@ -30,6 +30,7 @@ from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain import scoring
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
+from genesis_fp16_infrastructure.training.checkpoint_arrays import with_arrays
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
 from genesis_fp16_infrastructure.world_model import features, predict
 from genesis_fp16_infrastructure.world_model.features import (
@@ -104,7 +105,8 @@ def test_a_models_checkpoint_names_only_records_the_judged_run_does_not_hold_out
     """Held-out split or folds, the checkpoint's trained_ids are every record of its pool
     but those HELD_OUT holds out: none held out, none missing."""
     ids = judged_ids(read_trajectories(pools[0]).columns)  # id and label-and-inputs hash
-    named = load_checkpoint(models[name])["extra"][TRAINED_IDS]  # their hashes, a tensor
+    state = with_arrays(load_checkpoint(models[name]), models[name])  # from its side file
+    named = state["extra"][TRAINED_IDS]  # their hashes, a tensor
     held = HELD_OUT.of_ids(ids)
     kept = [i for i, h in zip(ids, held.tolist(), strict=True) if not h]
     assert sorted(named.tolist()) == sorted(TrainRequest.trained_ids(kept).tolist())

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from first_served import write_pool
 from se_darwin_runs import train
 
@@ -22,6 +23,7 @@ from genesis_fp16_infrastructure.judging.scoring_copy import copy_checkpoint
 from genesis_fp16_infrastructure.recipes.retrain import run as retrain_run
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint_arrays import with_arrays
 from genesis_fp16_infrastructure.training.checkpoint_load import (
     load_checkpoint,
     reusing_loads,
@@ -90,12 +92,14 @@ def test_the_check_takes_the_kept_state_and_a_resumed_copy_its_own(
     candidate = _copied(folder)
     state, saved, loaded = retrain_run._served_copy(candidate, _request(folder))
     assert loads == [] and saved is None and loaded is None
-    assert state is not None and state["data"] is kept[keys.EXTRA]["data"]
+    assert state is not None and state["encoder"] is kept[keys.EXTRA]["encoder"]
+    # Its data's per-record arrays read back from their side file, checked.
+    assert isinstance(state["data"]["ids"], torch.Tensor) and state["data"]["records"] > 0
     assert not list(candidate.glob("ckpt-*.pt"))  # a copy: removed
     _copied(folder)
     state, saved, loaded = retrain_run._served_copy(candidate, _request(folder, forced=True))
     assert len(loads) == 1 and loaded is not None and saved is state
-    assert state is not None and state["data"] is not kept[keys.EXTRA]["data"]
+    assert state is not None and state["encoder"] is not kept[keys.EXTRA]["encoder"]
     assert not _shares_storage(loaded.state, kept)
     [path] = candidate.glob("ckpt-*.pt")
     data = path.read_bytes()
@@ -113,7 +117,7 @@ def test_a_run_cut_short_is_resumed_from_a_state_of_its_own(
     folder = tmp_path / "f"
     shutil.copytree(first / "first", folder)
     kept_in_memory.process_memory(BUDGET)
-    state = copy.deepcopy(load_checkpoint(_served(folder)))
+    state = copy.deepcopy(with_arrays(load_checkpoint(_served(folder)), _served(folder)))
     state[keys.RUN] = {"steps": 40, "complete": False}
     candidate = folder / "candidate"
     CheckpointManager(candidate).save(state)  # kept as saved: a resident process's
