@@ -19,6 +19,7 @@ from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, D
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.recipes.retrain import new_records
 
 BUDGET = 64 * 2**20
 
@@ -45,7 +46,8 @@ def test_a_later_run_sorts_none_of_the_pools_ids_it_looks_up(
     the ids the served model knew, the drift's record hashes against those it trained
     on) comes with an order, and numpy sorts none of those arrays (it sorted them whole
     on every run). Since drift31 the drift looks none of its hashes up whole: only the
-    listing's lookup is of every labelled record."""
+    listing's lookup is of every labelled record; since drift34 it looks none up at all
+    when the new records are at the pool's end (``new_records.new_at_end``)."""
     monkeypatch.setattr(kept_in_memory, "_PROCESS", [])
     folder = tmp_path / "f"
     shutil.copytree(first / "first", folder)
@@ -66,11 +68,12 @@ def test_a_later_run_sorts_none_of_the_pools_ids_it_looks_up(
 
     monkeypatch.setattr(np, "argsort", sorting)
     monkeypatch.setattr(stores, "known", looking)
-    grown = stores.RANKED["grown"]
+    grown, at_end = stores.RANKED["grown"], new_records.AT_END["at end"]
     result = _run(folder)
     monkeypatch.undo()
     assert result.gate is not None
-    assert stores.RANKED["grown"] == grown + 2  # the listing's and the drift's
+    assert stores.RANKED["grown"] == grown + 1  # the listing's; the drift needs none
+    assert new_records.AT_END["at end"] == at_end + 1
     largest = max(len(ids) for ids, _ in lookups)
     whole = [(ids, ordered) for ids, ordered in lookups if len(ids) == largest]
     # The listing's lookup alone: the drift's record hashes are no longer looked up whole
