@@ -25,7 +25,8 @@ that what the draws count is what is new, times ``NOISE_DRAWS``, whatever the
 reference's size; every draw's shares are one bincount of its records' bins per
 feature, all draws at once, with no Python pass per draw or per record. The pool itself
 is only counted (the success rates) and looked up in (which records are new:
-:mod:`.new_records`), in numpy. The same draws, distances and flags, bit for bit, as one
+:mod:`.new_records`; none of it when the pool grew at its end, checked by two sums), in
+numpy. The same draws, distances and flags, bit for bit, as one
 pass per draw (``tests/infrastructure/recipes/retrain/test_drift_pinned.py`` and
 ``test_drift_cost_of_new.py``). A NaN among the numbers is refused (a ValueError naming
 the feature).
@@ -70,7 +71,11 @@ from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
 from genesis_fp16_infrastructure.recipes.retrain.drift_categories import Categorical as _Categorical
 from genesis_fp16_infrastructure.recipes.retrain.drift_categories import categorical, tables
-from genesis_fp16_infrastructure.recipes.retrain.new_records import new_records, sorted_labelled
+from genesis_fp16_infrastructure.recipes.retrain.new_records import (
+    new_at_end,
+    new_records,
+    sorted_labelled,
+)
 from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, numeric_rows
 
 NOISE_DRAWS = 20
@@ -110,8 +115,10 @@ def drift_report(
         return None
     # What is kept under this key is checked before it is used: the key only names it
     key = (KIND, served.digest, served.records, len(served.labelled))
-    ordered = sorted_labelled(served, key, keep_in_memory_bytes)
-    is_new = new_records(columns, ordered, key, keep_in_memory_bytes)
+    is_new = new_at_end(columns, served)  # the pool grew at its end: no search
+    if is_new is None:
+        ordered = sorted_labelled(served, key, keep_in_memory_bytes)
+        is_new = new_records(columns, ordered, key, keep_in_memory_bytes)
     new_rows = torch.from_numpy(np.flatnonzero(is_new))
     ref_rows = torch.from_numpy(np.flatnonzero(~is_new))
     n_new, n_ref = len(new_rows), len(ref_rows)
@@ -188,9 +195,13 @@ class _Measured(NamedTuple):
 
     @classmethod
     def of(cls, values: torch.Tensor) -> _Measured:
-        """Measured from ``values`` (feature x record, float64): one numpy sort of each
-        row, and each value's bin counted by comparisons (:func:`_binned`). A NaN is
-        refused (numpy sorts it last: one look at each row's last value)."""
+        """Measured from ``values`` (feature x record, float32 as the features are, or
+        float64): one numpy sort of each row, and each value's bin counted by
+        comparisons (:func:`_binned`). A NaN is refused (numpy sorts it last: one look at
+        each row's last value). float32 values are sorted and compared as they are (half
+        the bytes of float64: 50,000 records' sort took ~8 ms of CPU in float64), the
+        deciles taken in float64 and each comparison exact (:func:`_at_most`): the same
+        bounds, bins and shares, bit for bit, as of their float64 copy."""
         ordered = torch.from_numpy(np.sort(values.numpy(), axis=1))
         if ordered.shape[1] and bool(ordered[:, -1].isnan().any()):
             _refuse_nan(values.T)
@@ -246,12 +257,15 @@ def _measured(
 
 
 def _feature_major(numbers: torch.Tensor) -> torch.Tensor:
-    """``numbers`` (record x feature) as float64, feature x record, contiguous: copied a
-    block of ``TRANSPOSE_ROWS`` records at a time, each block's rows and columns in cache
-    (50,000 records' 29 numbers: about 1 ms of CPU, torch's ``.T.contiguous()`` 2 and
-    numpy's whole transposed copy 5)."""
+    """``numbers`` (record x feature) as float32 (float64 when given so), feature x
+    record, contiguous: copied a block of ``TRANSPOSE_ROWS`` records at a time, each
+    block's rows and columns in cache (50,000 records' 29 numbers: about 1 ms of CPU,
+    torch's ``.T.contiguous()`` 2 and numpy's whole transposed copy 5). Not widened to
+    float64: :meth:`_Measured.of` measures float32 exactly, and half the bytes are half
+    the fresh pages to fault in (4 ms of 11.6 MB at 50,000 records, issue 90)."""
     given = numbers.numpy()
-    out = np.empty(given.shape[::-1], dtype=np.float64)
+    wide = given.dtype == np.float64 or given.dtype.kind != "f"
+    out = np.empty(given.shape[::-1], dtype=np.float64 if wide else np.float32)
     for start in range(0, len(given), TRANSPOSE_ROWS):
         out[:, start : start + TRANSPOSE_ROWS] = given[start : start + TRANSPOSE_ROWS].T
     return torch.from_numpy(out)
@@ -374,10 +388,26 @@ def _binned(values: np.ndarray, bounds: list[torch.Tensor]) -> np.ndarray:
     out = np.zeros(values.shape, dtype=np.uint8)
     above = np.empty(values.shape[1:], dtype=np.bool_)
     for row, column, edges in zip(out, values, bounds, strict=True):
-        for bound in edges.tolist():  # Python floats: the bounds' doubles, exactly
+        for bound in _at_most(edges, values.dtype):  # x > bound, exactly: _at_most
             np.greater(column, bound, out=above)
             row += above.view(np.uint8)
     return out
+
+
+def _at_most(bounds: torch.Tensor, dtype: np.dtype) -> np.ndarray:
+    """Each of ``bounds`` (float64) as the largest value of ``dtype`` at most it, so that
+    for any value ``x`` of that type, ``x > bound`` is ``x > _at_most(bound)`` (float64:
+    the bounds themselves). A float32 ``x`` above a bound between two float32 values
+    ``r < bound < r'`` is at least ``r'``, so above ``r``; at or below it, at most ``r``
+    (numpy would round the bound to nearest, which can be ``r'``)."""
+    wide = bounds.numpy()
+    if dtype == np.float64:
+        return wide
+    with np.errstate(over="ignore"):  # past float32's range: inf, stepped down below
+        near = wide.astype(dtype)
+    over = near.astype(np.float64) > wide
+    near[over] = np.nextafter(near[over], dtype.type(-np.inf))
+    return near
 
 
 def _bounds(ordered: torch.Tensor, bins: int = 10) -> torch.Tensor:
@@ -396,7 +426,9 @@ def _quantiles(ordered: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     its ranks, the values at their floor and ceiling, and its ``lerp`` between them."""
     ranks = q * (len(ordered) - 1)
     below = ranks.long()
-    return ordered[below].lerp(ordered[ranks.ceil().long()], ranks - below)
+    # float32 values taken as float64 (exact) before the lerp, as of their float64 copy
+    low, high = ordered[below].double(), ordered[ranks.ceil().long()].double()
+    return low.lerp(high, ranks - below)
 
 
 def _sorted_shares(ordered: torch.Tensor, bounds: list[torch.Tensor], width: int) -> torch.Tensor:
@@ -406,8 +438,10 @@ def _sorted_shares(ordered: torch.Tensor, bounds: list[torch.Tensor], width: int
     bounds[j - 1]: a binary search per bound, not a pass over the records."""
     records = ordered.shape[1]
     out = torch.zeros((len(bounds), width), dtype=torch.float64)
+    rows = ordered.numpy()
     for i, b in enumerate(bounds):
-        at_most = torch.searchsorted(ordered[i], b, right=True)
+        # how many are at most each bound: at most its _at_most in their own type
+        at_most = torch.from_numpy(np.searchsorted(rows[i], _at_most(b, rows.dtype), "right"))
         edges = torch.cat([torch.zeros(1, dtype=torch.long), at_most, torch.tensor([records])])
         out[i, : len(b) + 1] = edges.diff().double()
     return out / out.sum(-1, keepdim=True)

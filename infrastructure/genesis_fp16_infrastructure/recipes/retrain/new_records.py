@@ -28,6 +28,17 @@ against what it was made of:
 A 100,000-record pool with 1,000 new: 3.4 ms of CPU through a kept order of the pool's
 hashes and a lookup of every one (at 82eca65c), against about 0.6 ms here.
 
+Most often none of that is needed: a daemon's pool grows at its end (new files sort
+after the old, ``data.pool_extend``), so the served model's records are the pool's first
+labelled ones and the new records the rest. :func:`new_at_end` says so when the pool's
+first ``len(served.labelled)`` record hashes are the served model's, in any order,
+checked by two sums of the hashes (a wrapping sum, and one of each hash mixed:
+splitmix64's finaliser) over both sides: two passes over the hashes, no sort, search or
+set, whatever was kept (nothing is). Past them every record is new: its id is no other
+record's (a pool holds an id once), so neither is its hash (the id is hashed into it).
+A relabel, an edit or a removal among the first records, or a pool whose new records
+came first, changes a sum: it is refused (``AT_END``) and the search above answers.
+
 >>> is_new = new_records(columns, sorted_labelled(served, key, 0), key, 0)  # doctest: +SKIP
 """
 
@@ -54,7 +65,37 @@ SORTS: Counter[str] = Counter()
 # Records whose kept place was "taken" (checked), and those "searched" for (new, kept
 # as new, never kept, or whose kept place failed its check: counted "refused" too).
 PLACES: Counter[str] = Counter()
+# Reports whose new records were the pool's last ("at end"), and those whose first
+# records were not the served model's ("refused": searched for).
+AT_END: Counter[str] = Counter()
+# splitmix64's finaliser's constants: each hash mixed before the second sum
+_MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
 logger = logging.getLogger(__name__)
+
+
+def new_at_end(columns: PoolColumns, served: DataFingerprint) -> np.ndarray | None:
+    """Which labelled records of ``columns`` are new (:func:`new_records`'s answer) when
+    its first ``len(served.labelled)`` record hashes are the served model's (their sums
+    equal: module docstring): the rest. None otherwise (counted refused)."""
+    labelled = served.labelled.numpy()
+    first, hashes = len(labelled), columns.key
+    if first > len(hashes) or _sums(hashes[:first]) != _sums(labelled):
+        AT_END["refused"] += 1
+        return None
+    AT_END["at end"] += 1
+    is_new = np.zeros(len(hashes), dtype=np.bool_)
+    is_new[first:] = True
+    return is_new
+
+
+def _sums(hashes: np.ndarray) -> tuple[int, int]:
+    """Two sums of ``hashes`` (int64), wrapping: the hashes', and each mixed by
+    splitmix64's finaliser (so that two sets of one plain sum still differ)."""
+    h = np.ascontiguousarray(hashes).view(np.uint64)
+    mixed = (h ^ (h >> np.uint64(30))) * _MIX[0]
+    mixed = (mixed ^ (mixed >> np.uint64(27))) * _MIX[1]
+    mixed ^= mixed >> np.uint64(31)
+    return int(h.sum(dtype=np.uint64)), int(mixed.sum(dtype=np.uint64))
 
 
 def sorted_labelled(served: DataFingerprint, key: Hashable, budget: int | None) -> np.ndarray:

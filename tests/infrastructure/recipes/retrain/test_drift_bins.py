@@ -35,3 +35,38 @@ def test_bins_are_bucketizes(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(torch, "bucketize", refused)
     assert torch.equal(reference._bin(asked), expected)
+
+
+def test_float32_values_are_measured_as_their_float64_copy() -> None:
+    """The reference's float32 numbers measured as they are (sorted and compared in
+    float32): the same bounds, bins and shares, bit for bit, as their float64 copy's,
+    with deciles that fall between two float32 values, ties on them, float32's largest
+    and smallest values; and a bound between two float32 values compared exactly."""
+    generator = torch.Generator().manual_seed(11)
+    values = torch.randn((5, 3001), generator=generator).mul(1000)
+    values[0] = values[0].round()  # a count: ties on the bounds
+    values[1] = (values[1] > 900).float()  # a flag
+    values[2, :7] = torch.tensor([3.4e38, -3.4e38, 3e38, -3e38, 1e-45, 0.0, -0.0])
+    values[3] = torch.linspace(0, 1, 3001).float()  # deciles lerped between neighbours
+    values[4] = torch.full((3001,), 0.1)  # one value: a single bound
+    narrow = drift._Measured.of(values)
+    wide = drift._Measured.of(values.double())
+    assert narrow.width == wide.width
+    for a, b in zip(narrow.bounds, wide.bounds, strict=True):
+        assert a.dtype == b.dtype == torch.float64 and torch.equal(a, b)
+    assert (narrow.bins == wide.bins).all() and torch.equal(narrow.shares, wide.shares)
+    # a bound strictly between two float32 values: compared exactly, not rounded to one
+    between = torch.tensor([0.1], dtype=torch.float64)
+    row = torch.tensor([[0.1, 0.2]], dtype=torch.float32)
+    assert float(row[0, 0]) > 0.1  # float32's nearest to 0.1 is above it
+    assert drift._binned(row.numpy(), [between]).tolist() == [[1, 1]]
+    assert drift._binned(row.double().numpy(), [between]).tolist() == [[1, 1]]
+
+
+def test_the_reference_is_measured_in_float32() -> None:
+    """The reference's numbers (float32, as the features are) are transposed without a
+    float64 copy: half the bytes."""
+    numbers = torch.randn((2500, 29), generator=torch.Generator().manual_seed(3))
+    major = drift._feature_major(numbers)
+    assert major.dtype == torch.float32 and torch.equal(major, numbers.T.contiguous())
+    assert drift._feature_major(numbers.double()).dtype == torch.float64

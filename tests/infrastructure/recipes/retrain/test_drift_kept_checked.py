@@ -33,6 +33,7 @@ def _fresh_memory() -> Iterator[None]:
         drift_categories.TOOL_TABLES,
         new_records.SORTS,
         new_records.PLACES,
+        new_records.AT_END,
     ):
         counter.clear()
     yield
@@ -41,12 +42,15 @@ def _fresh_memory() -> Iterator[None]:
 
 def _later_run(tmp_path: Path) -> tuple[PoolColumns, DataFingerprint]:
     """A served model's pool, a run over it and 150 new records (what it keeps), and the
-    columns of the next run: 150 more records."""
+    columns of the next run: 150 more records. The first 150 new records sort before the
+    served ones, so that the pool's first records are not the served model's
+    (``new_records.new_at_end`` refuses) and what is kept is what answers."""
     old, first, second = generate_pool(1500, 99), generate_pool(150, 3099), generate_pool(150, 4099)
-    served = fingerprint_of(read_files(tmp_path / "served", {"a.json": old}))
+    served = fingerprint_of(read_files(tmp_path / "served", {"b.json": old}))
     data = tmp_path / "data"
-    drift.drift_report(read_files(data, {"a.json": old, "b.json": first}), served, 3, None, BUDGET)
-    return read_files(data, {"a.json": old, "b.json": first, "c.json": second}), served
+    drift.drift_report(read_files(data, {"a.json": first, "b.json": old}), served, 3, None, BUDGET)
+    columns = read_files(data, {"a.json": first, "b.json": old, "c.json": second})
+    return columns, served
 
 
 def _plant(kind: object, change: Callable[[Any], Any]) -> None:
@@ -73,6 +77,7 @@ def test_a_later_run_takes_the_order_and_the_places_checked(tmp_path: Path) -> N
     report = drift.drift_report(columns, served, 3, None, BUDGET)
     assert report is not None and 250 < report.new_records <= 300
     assert new_records.SORTS["kept"] == 1 and not new_records.SORTS["refused"]
+    assert new_records.AT_END == {"refused": 2}  # the first 150 new sort first
     assert new_records.PLACES["searched"] - before["searched"] == report.new_records
     assert new_records.PLACES["taken"] - before.get("taken", 0) == report.reference_records
     assert not new_records.PLACES["refused"]
@@ -170,7 +175,7 @@ def test_the_tool_table_grows_by_the_new_lists_with_new_tools(tmp_path: Path) ->
     served = fingerprint_of(read_files(tmp_path / "served", {"a.json": old}))
     data = tmp_path / "data"
     drift.drift_report(read_files(data, {"a.json": old, "b.json": first}), served, 3, None, BUDGET)
-    assert not drift_categories.TOOL_TABLES
+    assert not drift_categories.TOOL_TABLES and new_records.AT_END == {"at end": 1}
     columns = read_files(data, {"a.json": old, "b.json": first, "c.json": second})
     kept = drift.drift_report(columns, served, 3, None, BUDGET)
     assert drift_categories.TOOL_TABLES == {"kept": 1}
@@ -206,13 +211,17 @@ def test_a_new_served_models_first_report_searches_in_the_kept_hash_order(
     new file's (no sort of the pool's hashes); the report is the one computed from
     nothing."""
     old, first, second = generate_pool(1500, 99), generate_pool(150, 3099), generate_pool(150, 4099)
-    served = fingerprint_of(read_files(tmp_path / "served", {"a.json": old}))
-    promoted = fingerprint_of(read_files(tmp_path / "promoted", {"a.json": old, "b.json": first}))
+    # The first new records sort first, and the promoted model trained on the last file's
+    # records, not on those: neither pool's first records are its served model's
+    # (new_records.new_at_end refuses), so both reports search every record.
+    served = fingerprint_of(read_files(tmp_path / "served", {"b.json": old}))
+    promoted = fingerprint_of(read_files(tmp_path / "promoted", {"b.json": old, "c.json": second}))
     data = tmp_path / "data"
-    drift.drift_report(read_files(data, {"a.json": old, "b.json": first}), served, 3, None, BUDGET)
-    columns = read_files(data, {"a.json": old, "b.json": first, "c.json": second})
+    drift.drift_report(read_files(data, {"a.json": first, "b.json": old}), served, 3, None, BUDGET)
+    columns = read_files(data, {"a.json": first, "b.json": old, "c.json": second})
     stores.RANKED.clear()
     before = dict(new_records.PLACES)
     _report_is_fresh(columns, promoted)
     assert stores.RANKED == {"grown": 1}
     assert new_records.PLACES["searched"] - before["searched"] >= len(columns.key)
+    assert new_records.AT_END["refused"] >= 1

@@ -128,10 +128,13 @@ def test_the_served_models_record_hashes_are_sorted_once(
 ) -> None:
     """A later run over the same served model takes its record hashes sorted as the last
     run sorted them (kept beside its reference; a budget of 0 sorts them each run), and
-    the report is the one computed from nothing."""
+    the report is the one computed from nothing. The new records sort first, so that the
+    hashes are looked up (``new_records.new_at_end`` refuses); a pool grown at its end
+    sorts none of them, budget or not."""
     old, first, second, served = _setting(tmp_path)
     data = tmp_path / "data"
-    drift.drift_report(read_files(data, {"a.json": old, "b.json": first}), served, 3, None, BUDGET)
+    grown = read_files(data, {"a.json": old, "b.json": first})
+    drift.drift_report(read_files(data, {"0.json": first, "a.json": old}), served, 3, None, BUDGET)
     sorted_: list[int] = []
     real = drift.np.sort
 
@@ -141,7 +144,8 @@ def test_the_served_models_record_hashes_are_sorted_once(
         return real(a, *args, **kwargs)
 
     monkeypatch.setattr(drift.np, "sort", counted)
-    columns = read_files(data, {"a.json": old, "b.json": first, "c.json": second})
+    assert drift.drift_report(grown, served, 3, None, 0) is not None and sorted_ == []
+    columns = read_files(data, {"0.json": first, "a.json": old, "c.json": second})
     kept = drift.drift_report(columns, served, 3, None, BUDGET)
     assert sorted_ == []
     fresh = drift.drift_report(columns, served, 3, None, 0)

@@ -19,6 +19,7 @@ from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, D
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.recipes.retrain import new_records
 
 BUDGET = 64 * 2**20
 
@@ -42,10 +43,11 @@ def test_a_later_run_sorts_none_of_the_pools_ids_it_looks_up(
 ) -> None:
     """A run after one that judged the served model, each with 300 new records after the
     old ones: numpy sorts none of the arrays of every labelled record it looks up (it
-    sorted them whole on every run), and since judge34 none is looked up whole at all:
-    the listing's ids against those the served model knew take the last run's answer
-    for its records (checked: test_listed_known.py) and search the 300 new alone, as the
-    drift's record hashes do since drift31 (whose order still grows, by RANKED)."""
+    sorted them whole on every run), and none is looked up whole at all: the listing's
+    ids against those the served model knew take the last run's answer for its records
+    (checked: test_listed_known.py, judge34) and search the 300 new alone; the drift
+    looks none of its record hashes up and grows no order, its new records being the
+    pool's last (``new_records.new_at_end``, drift34)."""
     monkeypatch.setattr(kept_in_memory, "_PROCESS", [])
     folder = tmp_path / "f"
     shutil.copytree(first / "first", folder)
@@ -73,10 +75,12 @@ def test_a_later_run_sorts_none_of_the_pools_ids_it_looks_up(
     monkeypatch.setattr(stores, "known", looking)
     monkeypatch.setattr(stores, "listed_known", listing)
     grown, taken = stores.RANKED["grown"], stores.LOOKUPS["grown"]
+    at_end = new_records.AT_END["at end"]
     result = _run(folder)
     monkeypatch.undo()
     assert result.gate is not None
-    assert stores.RANKED["grown"] == grown + 1  # the drift's
+    assert stores.RANKED["grown"] == grown  # neither the listing nor the drift grows one
+    assert new_records.AT_END["at end"] == at_end + 1  # the drift's new records: the last
     assert stores.LOOKUPS["grown"] == taken + 1 and len(listed) == 1  # the listing's
-    assert min(lookups) <= 300 and max(lookups) < len(listed[0]), (lookups, len(listed[0]))
+    assert all(n <= 300 for n in lookups), (lookups, len(listed[0]))
     assert not any(np.array_equal(listed[0], a) for a in sorted_arrays)

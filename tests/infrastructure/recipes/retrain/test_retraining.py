@@ -183,8 +183,10 @@ def test_a_folder_from_before_the_pointer_keeps_serving_its_newest_checkpoint(
     first = train(pool, tmp_path / "first", steps=None)
     legacy = tmp_path / "legacy"
     legacy.mkdir()
-    for path in Path(str(first.checkpoint)).parent.glob("ckpt-*"):
-        shutil.copy2(path, legacy / path.name)
+    # Its checkpoints and the per-record arrays files they name (training.checkpoint_arrays)
+    for path in Path(str(first.checkpoint)).parent.glob("*"):
+        if path.name.startswith(("ckpt-", "arrays-")):
+            shutil.copy2(path, legacy / path.name)
     again = train(pool, legacy, steps=None, resume=True)
     adopted = legacy / Path(str(first.checkpoint)).name
     pointer = read_pointer(legacy)
