@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from first_served import write_pool
+from first_served import served_checkpoint, write_pool
 from test_ranked_later_run import _run
 
 from genesis_fp16_infrastructure import kept_in_memory
-from genesis_fp16_infrastructure.agent_folder.pointer import checkpoint_of, read_pointer
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.judging.served import trained_ids
 from genesis_fp16_infrastructure.training import CheckpointManager
@@ -27,12 +26,6 @@ from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 def fresh_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test's process starts with nothing kept."""
     monkeypatch.setattr(kept_in_memory, "_PROCESS", [])
-
-
-def _served(folder: Path) -> Path:
-    pointer = read_pointer(folder / "ck")
-    assert pointer is not None
-    return checkpoint_of(folder / "ck", pointer)
 
 
 def _inline(checkpoint: Path) -> None:
@@ -58,11 +51,11 @@ def test_a_served_model_with_its_arrays_inline_is_judged_as_one_with_a_side_file
         folder = tmp_path / name
         shutil.copytree(first / "first", folder)
         if old:
-            _inline(_served(folder))
-        named.append(trained_ids(_served(folder)))
+            _inline(served_checkpoint(folder))
+        named.append(trained_ids(served_checkpoint(folder)))
         write_pool(folder / "data", "zz-1.json", 300, seed=41)
         results.append(_run(folder))
-        candidate = _served(folder)
+        candidate = served_checkpoint(folder)
         assert list(candidate.parent.glob(f"{PREFIX}*"))  # the new one: a side file
         assert isinstance(load_checkpoint(candidate)[keys.EXTRA]["trained_ids"], dict)
     side, inline = results
@@ -81,7 +74,7 @@ def test_a_served_model_whose_side_file_was_planted_is_refused_in_one_line(
     naming the file."""
     folder = tmp_path / "f"
     shutil.copytree(first / "first", folder)
-    [side] = _served(folder).parent.glob(f"{PREFIX}*")
+    [side] = served_checkpoint(folder).parent.glob(f"{PREFIX}*")
     data = bytearray(side.read_bytes())
     data[16] ^= 1
     side.write_bytes(bytes(data))

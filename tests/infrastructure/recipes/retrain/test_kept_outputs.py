@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from first_served import write_pool
+from first_served import served_checkpoint, write_pool
 from se_darwin_runs import train
 
 from genesis_fp16_infrastructure import kept_in_memory
-from genesis_fp16_infrastructure.agent_folder.pointer import checkpoint_of, read_pointer
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import rollback
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.contract.reports import TrainResult
@@ -83,12 +83,6 @@ def _request(folder: Path, budget: int, only: list[str] | None = None) -> TrainR
     )
 
 
-def _served(folder: Path) -> Path:
-    pointer = read_pointer(folder / "ck")
-    assert pointer is not None
-    return checkpoint_of(folder / "ck", pointer)
-
-
 def _edit(folder: Path, ids: list[str]) -> tuple[str, str]:
     """Relabel one held-out record (its success flipped, its inputs as they were) and
     edit another's inputs (its operator and tools), in place: their ids."""
@@ -117,7 +111,7 @@ def test_a_later_scoring_runs_the_model_over_new_and_changed_records_alone(
     relabelled record's against its new label."""
     folder = tmp_path / "f"
     shutil.copytree(first / "first", folder)
-    served = _served(folder)
+    served = served_checkpoint(folder)
     before = scoring.score_records(served, _request(folder, BUDGET))
     assert forwards == [len(before.ids)]
     relabelled, edited = _edit(folder, list(before.ids))
@@ -157,7 +151,7 @@ def test_another_model_is_never_answered_from_ones_kept(
     elsewhere, are answered from memory alone, bit for bit as the first time."""
     folder = tmp_path / "f"
     shutil.copytree(first / "first", folder)
-    served = _served(folder)
+    served = served_checkpoint(folder)
     ours = scoring.score_records(served, _request(folder, BUDGET))
     trained = train(folder / "data", tmp_path / "other", seed=5, steps=40)
     assert trained.checkpoint is not None
@@ -183,7 +177,7 @@ def test_budget_zero_keeps_nothing(first: Path, tmp_path: Path, forwards: list[i
     of 0 (a forked run, ``train``), each scores every record and nothing is kept."""
     folder = tmp_path / "f"
     shutil.copytree(first / "first", folder)
-    served = _served(folder)
+    served = served_checkpoint(folder)
     scoring.score_records(served, _request(folder, BUDGET))
     scoring.score_records(served, _request(folder, BUDGET))
     assert len(forwards) == 1
@@ -243,7 +237,7 @@ def _sequence(first: Path, folder: Path, budget: int, forwards: list[int]) -> li
     write_pool(folder / "data", "more.json", 600, seed=41)
     forwards.clear()
     seen.append((*_reports(_run(folder, budget)), sum(forwards)))
-    ids = list(scoring.score_records(_served(folder), _request(folder, 0)).ids)
+    ids = list(scoring.score_records(served_checkpoint(folder), _request(folder, 0)).ids)
     _edit(folder, ids)
     write_pool(folder / "data", "later.json", 300, seed=42)
     forwards.clear()
@@ -411,7 +405,7 @@ def test_a_later_scoring_of_the_same_bytes_builds_no_second_model(
     monkeypatch.setattr(WorldModelPredictor, "of_state", counted)
     folder = tmp_path / "f"
     shutil.copytree(first / "first", folder)
-    served = _served(folder)
+    served = served_checkpoint(folder)
     kept = scoring.score_records(served, _request(folder, BUDGET))
     copy = tmp_path / "copy"
     copy.mkdir()

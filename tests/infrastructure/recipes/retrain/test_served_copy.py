@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 import torch
-from first_served import write_pool
+from first_served import served_checkpoint, write_pool
 from se_darwin_runs import train
 
 from genesis_fp16_infrastructure import kept_in_memory
-from genesis_fp16_infrastructure.agent_folder.pointer import checkpoint_of, read_pointer
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.judging.scoring_copy import copy_checkpoint
@@ -39,12 +38,6 @@ def fresh_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kept_in_memory, "_PROCESS", [])
 
 
-def _served(folder: Path) -> Path:
-    pointer = read_pointer(folder / "ck")
-    assert pointer is not None
-    return checkpoint_of(folder / "ck", pointer)
-
-
 def _request(folder: Path, forced: bool = False) -> TrainRequest:
     return TrainRequest(
         agent="se_darwin",
@@ -62,14 +55,14 @@ def _kept_served(folder: Path) -> dict[str, Any]:
     """The served model's state as a judged run's scoring keeps it in a resident process."""
     kept_in_memory.process_memory(BUDGET)
     with reusing_loads(), sharing_kept():
-        return load_checkpoint(_served(folder))
+        return load_checkpoint(served_checkpoint(folder))
 
 
 def _copied(folder: Path) -> Path:
     """The served checkpoint copied into the candidate's folder, as the judged run does."""
     candidate = folder / "candidate"
     candidate.mkdir(exist_ok=True)
-    copy_checkpoint(_served(folder), candidate)
+    copy_checkpoint(served_checkpoint(folder), candidate)
     return candidate
 
 
@@ -117,7 +110,9 @@ def test_a_run_cut_short_is_resumed_from_a_state_of_its_own(
     folder = tmp_path / "f"
     shutil.copytree(first / "first", folder)
     kept_in_memory.process_memory(BUDGET)
-    state = copy.deepcopy(with_arrays(load_checkpoint(_served(folder)), _served(folder)))
+    state = copy.deepcopy(
+        with_arrays(load_checkpoint(served_checkpoint(folder)), served_checkpoint(folder))
+    )
     state[keys.RUN] = {"steps": 40, "complete": False}
     candidate = folder / "candidate"
     CheckpointManager(candidate).save(state)  # kept as saved: a resident process's
