@@ -36,7 +36,6 @@ reference in their place (:data:`REF`: the file's digest, the offset and the cou
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -50,18 +49,13 @@ from genesis_fp16_infrastructure.agent_folder.files import fsync_directory
 from genesis_fp16_infrastructure.errors import CheckpointError
 from genesis_fp16_infrastructure.kept_in_memory import Identity, current, identity_of
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.checkpoint_files import (
-    digest_path,
-    fsynced_temp,
-    summary_path,
-)
+from genesis_fp16_infrastructure.training.checkpoint_files import fsynced_temp, summary_arrays
 
 logger = logging.getLogger(__name__)
 
 PER_RECORD = "per_record"  # extra's key: the paths ("trained_ids", "data/ids") kept aside
 REF = "arrays_sha256"  # a reference's key: the side file's SHA-256 (with "offset", "count")
 PREFIX, SUFFIX = "arrays-", ".bin"  # arrays-<sha256>.bin, beside the checkpoint
-SUMMARY_KEY = "arrays"  # the summary file's list of the side files' digests it names
 KEPT_KIND = "checkpoint arrays"  # the memory store's key
 
 
@@ -298,26 +292,13 @@ def prune_arrays(folder: Path, checkpoints: list[Path]) -> None:
         return
     named: set[str] = set()
     for checkpoint in checkpoints:
-        digests = _named_by_summary(checkpoint)
+        digests = summary_arrays(checkpoint)
         if digests is None:
             return
         named.update(digests)
     for side in sides:
         if side.name[len(PREFIX) : -len(SUFFIX)] not in named:
             side.unlink(missing_ok=True)
-
-
-def _named_by_summary(checkpoint: Path) -> list[str] | None:
-    """The side files ``checkpoint``'s current summary names; None: no current summary."""
-    try:
-        summary = json.loads(summary_path(checkpoint).read_bytes()[:65536])
-        listed = digest_path(checkpoint).read_text().split()
-    except (OSError, ValueError):
-        return None
-    if not isinstance(summary, dict) or summary.get("sha256") not in listed:
-        return None
-    digests = summary.get(SUMMARY_KEY, [])
-    return [str(d) for d in digests] if isinstance(digests, list) else None
 
 
 def _is_side(name: str) -> bool:

@@ -31,6 +31,7 @@ from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 DIGEST_SUFFIX = ".sha256"  # ckpt-<step>.pt.sha256: the hex SHA-256 of ckpt-<step>.pt
 SUMMARY_SUFFIX = ".json"  # ckpt-<step>.pt.json: summarize(state), with that digest
 SUMMARY_BYTES = 4096  # a summary is a few numbers: a larger file is not one
+ARRAYS_KEY = "arrays"  # a summary's digests of the per-record side files it names
 
 
 def write_pair(final: Path, data: bytes, digest: str) -> bool:
@@ -138,7 +139,7 @@ def write_summary(
     """Write :func:`summarize` of ``state``, the checkpoint ``path`` whose bytes are
     ``digest``, with the digests of the per-record side files it names (``arrays``:
     ``checkpoint_arrays``; pruning keeps those)."""
-    named = {"arrays": arrays} if arrays else {}
+    named = {ARRAYS_KEY: arrays} if arrays else {}
     write_json_atomic(summary_path(path), {"sha256": digest, **named, **summarize(state)})
 
 
@@ -146,6 +147,24 @@ def read_summary(path: Path) -> dict[str, Any] | None:
     """The summary of the checkpoint ``path``, or None: no summary file, an unreadable
     one, or one of other bytes than those the digest file names now (then the caller
     reads the checkpoint). The checkpoint's own bytes are not read, so not checked."""
+    summary = _current_summary(path)
+    if summary is not None:
+        summary.pop(ARRAYS_KEY, None)  # the side files it names: pruning's, not a caller's
+    return summary
+
+
+def summary_arrays(path: Path) -> list[str] | None:
+    """The digests of the per-record side files (``checkpoint_arrays``) the current
+    summary of the checkpoint ``path`` names ([]: none); None: no current summary, or a
+    list that is none (the checkpoint may name any)."""
+    summary = _current_summary(path)
+    digests = None if summary is None else summary.get(ARRAYS_KEY, [])
+    return [str(d) for d in digests] if isinstance(digests, list) else None
+
+
+def _current_summary(path: Path) -> dict[str, Any] | None:
+    """The summary file of the checkpoint ``path`` as written, its digest checked
+    against those the digest file names now and taken out; None as :func:`read_summary`."""
     if not summary_path(path).is_file():  # a FIFO would block the read
         return None
     try:
@@ -157,5 +176,4 @@ def read_summary(path: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(summary, dict) or summary.pop("sha256", None) not in listed:
         return None
-    summary.pop("arrays", None)  # the side files it names: pruning's, not a caller's
     return summary
