@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -60,6 +61,14 @@ from genesis_fp16.launch.run_worker import MAX_MESSAGE, REQUEST_FDS
 # its run: the CPU host's process after a se_darwin run holds about 0.6 GiB, a CUDA one a
 # few GiB of libraries and context; 8 GiB leaves that room and stops a run that leaks.
 MAX_MIB = 8192
+# Python's young collections during a run, at the interpreter's threshold of 700 new
+# container objects, each walk whatever large container the run holds at that moment (a
+# pool's ids as a list, a tuple of 100,000 ids): about 13 ms of a later run at 100,000
+# records on the 2-core CPU host, spent mostly inside judging and drift. During a run this
+# process collects its young objects only after this many new ones, which such a run does
+# not reach, and once the run's exit is reported it collects everything the run left,
+# before it waits for the next (:func:`serve_runs`).
+RUN_GC_THRESHOLD = 50_000
 _MAIN = os.path.join(os.path.dirname(os.path.dirname(__file__)), "__main__.py")
 
 
@@ -119,6 +128,7 @@ class _Baseline:
     path: list[str] = field(default_factory=list)
     warning_filters: list[Any] = field(default_factory=list)
     torch_state: dict[str, Any] = field(default_factory=dict)
+    gc_threshold: tuple[int, ...] = ()
 
     @classmethod
     def take(cls) -> _Baseline:
@@ -139,6 +149,7 @@ class _Baseline:
             list(sys.path),
             list(warnings.filters),
             _torch_state(),
+            gc.get_threshold(),
         )
 
     def restore(self) -> None:
@@ -167,6 +178,8 @@ class _Baseline:
         if mutated is not None:
             mutated()
         _set_torch_state(self.torch_state)
+        if self.gc_threshold:
+            gc.set_threshold(*self.gc_threshold)
 
 
 def _torch_state() -> dict[str, Any]:
@@ -275,6 +288,10 @@ def serve_runs(channel: socket.socket, device: str, max_mib: float) -> NoReturn:
         status.close()
         if ending is not None:
             os._exit(0)
+        # What the run left in reference cycles (a traceback's frames, a model's hooks),
+        # every generation, now that its exit is reported: the young collections it put
+        # off (RUN_GC_THRESHOLD) happen here, off its time, and the next starts with none.
+        gc.collect()
 
 
 def _serve_one(resident: Resident, fds: list[int], note: str | None) -> tuple[int, str | None]:
@@ -332,6 +349,8 @@ def _run(resident: Resident, request: dict[str, Any], note: str | None) -> tuple
     if store is not None:
         store.take_given()  # this run's from here
     _say_start(resident, note)
+    # Put back with the rest after the run (_Baseline.restore), whatever the run set.
+    gc.set_threshold(RUN_GC_THRESHOLD, *gc.get_threshold()[1:])
     code = run_command(request["args"])
     join_threads()
     atexit._run_exitfuncs()  # the run's own (serve_runs cleared the rest), as at an exit

@@ -5,6 +5,7 @@ whether it reused it. CPU only: what it keeps on a GPU (the CUDA context) is unv
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -197,8 +198,8 @@ def test_an_edited_module_makes_the_resident_process_stale(
 def test_what_a_run_changes_is_put_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Environment, directory, argv, sys.path, a signal handler, the root logger's
     handlers, sys.stderr, a warning filter and torch's process-wide settings (threads,
-    default dtype, deterministic algorithms, matmul precision) that a run left are put
-    back once the baseline is restored."""
+    default dtype, deterministic algorithms, matmul precision) and the garbage
+    collector's threshold that a run left are put back once the baseline is restored."""
     import warnings
 
     import torch
@@ -210,6 +211,7 @@ def test_what_a_run_changes_is_put_back(tmp_path: Path, monkeypatch: pytest.Monk
     before = signal.getsignal(signal.SIGUSR1)
     torch_before = resident._torch_state()
     filters = list(warnings.filters)
+    threshold = gc.get_threshold()
     try:
         os.environ["RESIDENT_PROBE"] = "1"
         os.chdir("/")
@@ -223,6 +225,7 @@ def test_what_a_run_changes_is_put_back(tmp_path: Path, monkeypatch: pytest.Monk
         torch.set_default_dtype(torch.float64)
         torch.use_deterministic_algorithms(True)
         torch.set_float32_matmul_precision("medium")
+        gc.set_threshold(threshold[0] + 1, 3, 4)
         baseline.restore()
         assert "RESIDENT_PROBE" not in os.environ and os.getcwd() == str(tmp_path)
         assert sys.argv[1:] == [] and signal.getsignal(signal.SIGUSR1) == before
@@ -231,7 +234,9 @@ def test_what_a_run_changes_is_put_back(tmp_path: Path, monkeypatch: pytest.Monk
         assert (
             resident._torch_state() == torch_before and torch.get_default_dtype() == torch.float32
         )
+        assert gc.get_threshold() == threshold
     finally:
+        gc.set_threshold(*threshold)
         os.environ.pop("RESIDENT_PROBE", None)
         signal.signal(signal.SIGUSR1, before)
         warnings.filters[:] = filters
@@ -248,8 +253,10 @@ def test_a_second_run_in_the_process_sees_its_own_state_not_what_the_first_left(
 ) -> None:
     """Two fixture_good runs in one resident process; the first leaves an environment
     variable, another directory, a longer argv, a SIGUSR1 handler and a root log handler
-    behind (FIXTURE_PROBE_FILE). The second sees its own directory and argv, and none of
-    what the first left: the same state the first found."""
+    behind (FIXTURE_PROBE_FILE), sets the garbage collector's threshold and leaves an
+    unreachable reference cycle. The second sees its own directory and argv, and none of
+    what the first left: the same state the first found. Each ran at the resident
+    process's threshold (RUN_GC_THRESHOLD), and the cycle was collected between them."""
     probes = tmp_path / "probes.jsonl"
     env = child_env(dict(os.environ))
     env["PYTHONPATH"] = os.pathsep.join([str(FIXTURE_PLUGINS), env.get("PYTHONPATH", "")])
@@ -288,6 +295,9 @@ def test_a_second_run_in_the_process_sees_its_own_state_not_what_the_first_left(
     assert first["left_env"] is None and second["left_env"] is None
     assert second["sigusr1"] == first["sigusr1"] != "left_behind"
     assert second["root_handlers"] == first["root_handlers"]
+    assert first["gc_threshold"][0] == second["gc_threshold"][0] == resident.RUN_GC_THRESHOLD
+    assert second["gc_threshold"] == first["gc_threshold"]  # not the (123, 4, 5) left
+    assert not first["left_cycle_alive"] and not second["left_cycle_alive"]
 
 
 def test_stop_watching_ends_the_daemon_watch_without_acting() -> None:
