@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -338,3 +339,15 @@ def test_kept_of_digest_keeps_the_last_files_made() -> None:
     assert made == ["a", "b", "c", "a"]
     kept_in_memory.kept_of_digest(None, "model", "c", make("c"), size)
     assert made[-1] == "c" and kept_in_memory.held_of_digest(None, "model", "c") is None
+
+
+def test_a_long_list_of_one_shared_object_is_estimated_by_its_pointers() -> None:
+    """A column whose every item is the same object (a read without text keeps its text
+    columns as one empty string, 990,000 times) is its list's pointers and a share of
+    that object; a list of as many distinct strings is still each string's size."""
+    count = 100_000
+    shared = [""] * count
+    distinct = [f"trajectory-{i:07d}" for i in range(count)]
+    assert 8 * count <= kept_in_memory.estimate_bytes(shared) < 9 * count
+    one = sys.getsizeof(distinct[0])
+    assert kept_in_memory.estimate_bytes(distinct) == pytest.approx(count * (8 + one), rel=0.01)
