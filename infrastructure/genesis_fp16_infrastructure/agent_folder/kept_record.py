@@ -23,17 +23,38 @@ EXTRA = "extra"
 _KEPT_FIELDS = frozenset({EXTRA, "as_read", "read_values"})
 
 
+ONE, EACH, BY_KEY = "one", "each", "by_key"  # how a held field holds its records
+
+
 @dataclass(frozen=True)
 class Held:
-    """A declared field that holds one of the contract's records (or a map or tuple of
-    them): how its JSON is read and written, and the JSON kind it is (``dict`` or
-    ``list``). A value of that kind its record cannot read is kept as read (``tolerant``);
-    a value of another kind is refused, as any wrong type is."""
+    """A declared field that holds one of the contract's records, a tuple of them
+    (``EACH``: a JSON list) or a map of them (``BY_KEY``: a JSON object): how one
+    record's JSON is read and written (the record's own methods; the tuple and the map
+    are walked here, once). Its JSON is a list for ``EACH``, an object otherwise: a
+    value of that kind its records cannot read is kept as read (``tolerant``); a value
+    of another kind is refused, as any wrong type is."""
 
     read: Callable[[Any], Any]
     write: Callable[[Any], Json]
-    kind: type[dict[str, Json]] | type[list[Json]] = dict
+    shape: str = ONE
     tolerant: bool = True
+
+
+def _read_many(how: Held, value: Any) -> object:
+    """A held tuple's or map's value from its JSON, each record by ``how.read``
+    (``ValueError`` when one does not fit), from record to record with no call of this
+    module's between them (one held record is read in place: :meth:`KeptRecord.from_json`)."""
+    if how.shape == EACH:
+        return tuple(map(how.read, value))
+    return dict(zip(map(str, value), map(how.read, value.values()), strict=True))
+
+
+def _write_many(how: Held, value: Any) -> Json:
+    """A held tuple's or map's JSON, each record by ``how.write``."""
+    if how.shape == EACH:
+        return list(map(how.write, value))
+    return dict(zip(value, map(how.write, value.values()), strict=True))
 
 
 class KeptRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -52,6 +73,8 @@ class KeptRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     as_read: dict[str, Json] = {}  # each held field's JSON, as read
     read_values: dict[str, object] = {}  # what was read from it (None: unreadable)
     _HELD: ClassVar[Mapping[str, Held]] = {}
+    # Declared keys written even while null (a journal entry's, as they always were).
+    _NULLS_WRITTEN: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_json(cls, data: Mapping[str, Json]) -> Self:
@@ -67,11 +90,11 @@ class KeptRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
             value = data.get(name)
             if value is None:
                 continue
-            if not isinstance(value, how.kind):
+            if not isinstance(value, list if how.shape == EACH else dict):
                 raise ValueError(f"{cls.__name__}.{name}: a JSON {type(value).__name__}")
             as_read[name] = value
             try:
-                held[name] = how.read(value)
+                held[name] = how.read(value) if how.shape == ONE else _read_many(how, value)
             except ValueError as exc:
                 if not how.tolerant:
                     raise ValueError(f"{cls.__name__}.{name}: {exc}") from None
@@ -83,7 +106,8 @@ class KeptRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
         return msgspec.structs.replace(found, **held, as_read=as_read, read_values=read)
 
     def to_json(self) -> dict[str, Json]:
-        """The JSON object: ``extra``'s keys, then the declared fields that are set."""
+        """The JSON object: ``extra``'s keys, then the declared fields that are set (and
+        those of ``_NULLS_WRITTEN``, null while unset)."""
         cleared = {name: None for name in self._HELD}  # written below, each by its record
         blank = msgspec.structs.replace(self, extra={}, as_read={}, read_values={}, **cleared)
         out: dict[str, Json] = msgspec.to_builtins(blank, enc_hook=_plain)
@@ -93,8 +117,8 @@ class KeptRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
             if name in self.as_read and value is self.read_values.get(name):
                 out[name] = self.as_read[name]  # as read: nothing changed it
             elif value is not None and value != () and value != {}:
-                out[name] = how.write(value)
-        return {**self.extra, **out}
+                out[name] = how.write(value) if how.shape == ONE else _write_many(how, value)
+        return {**dict.fromkeys(self._NULLS_WRITTEN), **self.extra, **out}
 
     def overlaid(self, other: Self) -> Self:
         """This record with what ``other`` sets in its place: each declared field it sets

@@ -191,6 +191,15 @@ class LiveReport(Record):
         found: LiveReport = super().from_json(data, where)
         return found
 
+    @classmethod
+    def from_figures_json(cls, data: Mapping[str, Json]) -> LiveReport:
+        """The figures a served entry or a verdict keeps (:meth:`figures_json`'s, or
+        either older shape: one column beside the rest, or the map), as the report of a
+        watch that did nothing (``served`` empty: the entry's model, said by its
+        reader)."""
+        kept = {k: v for k, v in data.items() if k not in OUTCOME_KEYS}
+        return cls.from_json({**kept, "served": ""})
+
     def figures_json(self) -> dict[str, Json]:
         """The figures alone, as a served entry or a rolled-back verdict keeps them: the
         JSON without what the watch did (``served``, ``rolled_back``, ``held``,

@@ -65,10 +65,15 @@ from typing import Any, ClassVar, Self
 import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.kept_record import Held, Json, KeptRecord
+from genesis_fp16_infrastructure.agent_folder.kept_record import (
+    BY_KEY,
+    EACH,
+    Held,
+    Json,
+    KeptRecord,
+)
 from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
 from genesis_fp16_infrastructure.agent_folder.lifecycle_figures import (
-    OUTCOME_KEYS,
     GateComparison,
     LiveReport,
     ScoresOn,
@@ -104,19 +109,12 @@ class Finding(StrEnum):
     INCONCLUSIVE = "inconclusive"  # neither yet: a verdict is then ``inconclusive``
 
 
-def _read_live(data: Mapping[str, Json], served: str) -> LiveReport:
-    """The figures a served entry or a verdict keeps, as the report of a watch of
-    ``served`` that did nothing (either shape: one column beside the rest, or the map)."""
-    kept = {k: v for k, v in data.items() if k not in OUTCOME_KEYS}
-    return LiveReport.from_json({**kept, "served": served})
-
-
 def _scores() -> Held:
     return Held(ScoresOn.from_json, ScoresOn.to_json)
 
 
 def _live() -> Held:
-    return Held(lambda data: _read_live(data, ""), LiveReport.figures_json)
+    return Held(LiveReport.from_figures_json, LiveReport.figures_json)
 
 
 class CandidateMeta(KeptRecord):
@@ -168,11 +166,7 @@ class Verdict(KeptRecord):
         "candidate": _scores(),
         "served": _scores(),
         "live": _live(),
-        "comparisons": Held(
-            lambda data: tuple(GateComparison.from_json(c) for c in data),
-            lambda comparisons: [c.to_json() for c in comparisons],
-            list,
-        ),
+        "comparisons": Held(GateComparison.from_json, GateComparison.to_json, EACH),
     }
 
 
@@ -238,16 +232,9 @@ class JournalEntry(KeptRecord):
     # an entry that does not read.
     _HELD: ClassVar[Mapping[str, Held]] = {
         "pinned": Held(Pin.from_json, Pin.to_json, tolerant=False),
-        "verdicts": Held(
-            lambda data: {str(k): Verdict.from_json(v) for k, v in data.items()},
-            lambda verdicts: {k: v.to_json() for k, v in verdicts.items()},
-            tolerant=False,
-        ),
+        "verdicts": Held(Verdict.from_json, Verdict.to_json, BY_KEY, tolerant=False),
     }
-
-    def to_json(self) -> dict[str, Json]:
-        out = super().to_json()
-        return {"at": None, "at_s": None, "served": None, "pinned": None, **out}
+    _NULLS_WRITTEN: ClassVar[tuple[str, ...]] = ("at", "at_s", "served", "pinned")
 
 
 @dataclass(frozen=True)
@@ -266,13 +253,13 @@ class ServedPointer:
         data: dict[str, Json] = {
             "version": POINTER_VERSION,
             "served": self.served.to_json(),
-            "history": [entry.to_json() for entry in self.history],
+            "history": list(map(ServedEntry.to_json, self.history)),
         }
         if self.pinned is not None:
             data["pinned"] = self.pinned.to_json()
         if self.sequence:
             data["sequence"] = self.sequence
-            data["journal"] = [entry.to_json() for entry in self.journal]
+            data["journal"] = list(map(JournalEntry.to_json, self.journal))
         return data
 
     @classmethod

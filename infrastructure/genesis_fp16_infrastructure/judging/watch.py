@@ -201,7 +201,7 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     stores.write_watch(store, kept)
     span, metrics = float(plugin.loss_span), served_now.metrics()
     figures = figures_of(kept, span, plugin, metrics, str(previous.id), len(picked))
-    return decide(folder, name, str(pointer.served.id), figures)
+    return decide_live(folder, name, str(pointer.served.id), figures)
 
 
 def _within_bound(
@@ -260,7 +260,7 @@ def figures_of(
     """The running figures of a watch's records (in arrival order), against the model
     ``against`` with ``new_records`` of them new this run: each loss column's of
     ``metrics`` (the primary first) at ``ALPHA / len(metrics)`` with its own margin, and
-    the family's A/A self-test. The model watched and the time are :func:`decide`'s to
+    the family's A/A self-test. The model watched and the time are :func:`decide_live`'s to
     say (``served`` is empty until then)."""
     names = _segment_names(kept.get("segments"))
     level, columns, tests = ALPHA / len(metrics), {}, []
@@ -300,7 +300,7 @@ def _segment_names(segments: np.ndarray | None) -> np.ndarray | None:
     return np.where(segments == "", "(unsegmented)", segments)
 
 
-def decide(
+def decide_live(
     folder: Path, agent: str, watched: str, figures: LiveReport | Mapping[str, object]
 ) -> LiveReport:
     """The watch's decision on its ``figures`` of the served model ``watched``

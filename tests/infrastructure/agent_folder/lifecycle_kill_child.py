@@ -72,7 +72,7 @@ def _scenarios(ck: Path, roles: dict[str, str], name: str) -> dict[str, Callable
     def decide() -> Any:
         from genesis_fp16_infrastructure.judging import watch
 
-        return lambda: watch.decide(ck, AGENT, roles["served"], REGRESSION)
+        return lambda: watch.decide_live(ck, AGENT, roles["served"], REGRESSION)
 
     if name.startswith("operator"):
         import genesis_fp16.cli  # noqa: F401

@@ -14,7 +14,7 @@ from genesis_fp16_infrastructure.agent_folder import pointer, transitions
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.watch import ALPHA, _detail, decide, figures_of
+from genesis_fp16_infrastructure.judging.watch import ALPHA, _detail, decide_live, figures_of
 
 COLUMN = {"records": 40, "difference": 0.0, "lower": -0.1, "upper": 0.1, "margin": 0.01,
           "alpha": 0.05, "regression": False}  # fmt: skip
@@ -31,7 +31,7 @@ def test_recording_the_figures_keeps_the_pointers_journal(tmp_path: Path) -> Non
     before = pointer.read_pointer(tmp_path)
     assert before is not None and before.sequence >= 2 and before.journal
 
-    report = decide(tmp_path, "agent_a", "b", dict(FIGURES))
+    report = decide_live(tmp_path, "agent_a", "b", dict(FIGURES))
 
     after = pointer.read_pointer(tmp_path)
     assert isinstance(report, LiveReport) and report.served == "b"
