@@ -24,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -82,14 +84,41 @@ class HeldOutSplit:
 
     def of_hashes(self, hashes: np.ndarray) -> np.ndarray:
         """Per record, whether it is held out, from its 64-bit id hash (any integer dtype
-        of 64 bits: an int64 hash is read as the same bits)."""
+        of 64 bits: an int64 hash is read as the same bits); an array of the caller's
+        own. A judged run asks this of the same hashes from several places (its
+        listing, the read's examples, the served model's list) and each run of a grown
+        pool of hashes that begin with the last run's: the answers for the last few
+        arrays drawn are kept (:class:`_Drawn`), believed only for hashes that begin
+        with the very ones they were drawn of (each compared) and right on a sample
+        drawn again, and only the hashes past them are drawn."""
         values = np.ascontiguousarray(hashes)
         if values.dtype.itemsize != 8 or values.dtype.kind not in "iu":
             raise ValueError(f"HeldOutSplit: id hashes of dtype {values.dtype}, not 64-bit")
+        values = values.view(np.uint64).reshape(-1)
+        draw = (self.fraction, self.salt)
+        with _DRAWN_LOCK:
+            hit = next((d for d in _DRAWN if d.answers(draw, values, self._draw)), None)
+        if hit is not None and len(hit.hashes) == len(values):
+            DRAWS["kept"] += 1
+            _keep_drawn(hit)  # the most recently used, kept longest
+            return hit.held.copy()
+        n = 0 if hit is None else len(hit.hashes)
+        held = self._draw(values[n:])
+        if hit is not None:
+            DRAWS["grown"] += 1
+            held = np.concatenate([hit.held, held])
+        else:
+            DRAWS["drawn"] += 1
+        if len(values):
+            _keep_drawn(_Drawn.of(draw, values, held))
+        return held
+
+    def _draw(self, hashes: np.ndarray) -> np.ndarray:
+        """Each uint64 hash's side, drawn (module docstring)."""
         key = np.frombuffer(
             hashlib.blake2b(self.salt.encode(), digest_size=8).digest(), dtype=np.uint64
         )[0]
-        z = splitmix64(values, key) >> np.uint64(11)
+        z = splitmix64(hashes, key) >> np.uint64(11)
         return np.asarray(z.astype(np.float64) * 2.0**-53 < self.fraction)
 
     def of_ids(self, ids: Iterable[str]) -> np.ndarray:
@@ -98,6 +127,64 @@ class HeldOutSplit:
 
 
 HELD_OUT = HeldOutSplit()  # the judged run's split (contract.judging, judging_version 2)
+
+# Answers of HeldOutSplit.of_hashes: "kept" (the same hashes as one drawn before), "grown"
+# (drawn past the hashes of one kept), "drawn" (every hash).
+DRAWS: Counter[str] = Counter()
+# The answers kept: this process's last few arrays of hashes drawn (9 bytes a record each:
+# 36 MB at most for a 1,000,000-record pool's).
+DRAWN_KEPT = 4
+DRAWN_SAMPLE = 64  # the rows of a kept answer drawn again before it is believed
+
+
+@dataclass(frozen=True, eq=False)
+class _Drawn:
+    """One answer of :meth:`HeldOutSplit.of_hashes` kept in this process: the split it was
+    drawn under (``draw``: fraction and salt), the uint64 hashes it was drawn of and
+    their sides, each a read-only copy of its own (a caller's array may change after)."""
+
+    draw: tuple[float, str]
+    hashes: np.ndarray
+    held: np.ndarray
+
+    @classmethod
+    def of(cls, draw: tuple[float, str], hashes: np.ndarray, held: np.ndarray) -> _Drawn:
+        copies = np.array(hashes, copy=True), np.array(held, dtype=bool, copy=True)
+        for array in copies:
+            array.flags.writeable = False
+        return cls(draw, *copies)
+
+    def answers(
+        self, draw: tuple[float, str], hashes: np.ndarray, drawn: Callable[[np.ndarray], np.ndarray]
+    ) -> bool:
+        """Whether this answer holds for ``hashes``' first rows: the same split, the very
+        hashes it was drawn of there (each compared), and its sides right on a sample of
+        :data:`DRAWN_SAMPLE` rows drawn again (``drawn``): a planted or stale answer is
+        not believed."""
+        n = len(self.hashes)
+        if draw != self.draw or not n or n > len(hashes) or len(self.held) != n:
+            return False
+        if not np.array_equal(hashes[:n], self.hashes):
+            return False
+        at = np.linspace(0, n - 1, min(DRAWN_SAMPLE, n), dtype=np.int64)
+        return bool(np.array_equal(drawn(self.hashes[at]), self.held[at]))
+
+
+_DRAWN: list[_Drawn] = []  # newest first, at most DRAWN_KEPT
+_DRAWN_LOCK = threading.Lock()  # a run's threads (its scorings) may draw at once
+
+
+def _keep_drawn(entry: _Drawn) -> None:
+    """``entry`` kept first, in place of any kept of a prefix of its hashes (it answers
+    for those too)."""
+    with _DRAWN_LOCK:
+        n = len(entry.hashes)
+        others = [
+            d
+            for d in _DRAWN
+            if not (len(d.hashes) <= n and np.array_equal(entry.hashes[: len(d.hashes)], d.hashes))
+        ]
+        _DRAWN[:] = [entry, *others[: DRAWN_KEPT - 1]]
 
 
 @contextlib.contextmanager

@@ -99,7 +99,8 @@ class Served:
             # that takes no step reads nothing else; its count is the run's).
             kept = request.quarantine_path or QUARANTINE_LOG.at(folder)
             reading = replace(request, quarantine_path=kept)
-            self.known = stores.read_known_ids(self.checkpoint.parent)
+            budget = request.keep_in_memory_bytes
+            self.known = stores.read_known_ids(self.checkpoint.parent, budget)
             with reusing_loads():  # the checkpoint unpickled once for both
                 self.named = self._named(request)
                 self.losses, self.records = self._scored(plugin, request, reading)
