@@ -100,7 +100,6 @@ class HeldOutSplit:
             hit = next((d for d in _DRAWN if d.answers(draw, values, self._draw)), None)
         if hit is not None and len(hit.hashes) == len(values):
             DRAWS["kept"] += 1
-            _keep_drawn(hit)  # the most recently used, kept longest
             return hit.held.copy()
         n = 0 if hit is None else len(hit.hashes)
         held = self._draw(values[n:])
@@ -164,6 +163,9 @@ class _Drawn:
         n = len(self.hashes)
         if draw != self.draw or not n or n > len(hashes) or len(self.held) != n:
             return False
+        # Its ends first: another array of hashes is told apart without a pass over it.
+        if hashes[0] != self.hashes[0] or hashes[n - 1] != self.hashes[n - 1]:
+            return False
         if not np.array_equal(hashes[:n], self.hashes):
             return False
         at = np.linspace(0, n - 1, min(DRAWN_SAMPLE, n), dtype=np.int64)
@@ -175,16 +177,19 @@ _DRAWN_LOCK = threading.Lock()  # a run's threads (its scorings) may draw at onc
 
 
 def _keep_drawn(entry: _Drawn) -> None:
-    """``entry`` kept first, in place of any kept of a prefix of its hashes (it answers
-    for those too)."""
+    """``entry`` kept first, in place of any kept whose hashes begin and end as a prefix
+    of its own does (the last run's of a grown pool: this one answers for those too; an
+    array told so by its ends alone, which is only ever a slot given back early)."""
+    hashes = entry.hashes
     with _DRAWN_LOCK:
-        n = len(entry.hashes)
-        others = [
-            d
-            for d in _DRAWN
-            if not (len(d.hashes) <= n and np.array_equal(entry.hashes[: len(d.hashes)], d.hashes))
-        ]
+        others = [d for d in _DRAWN if not _prefix_ends(d.hashes, hashes)]
         _DRAWN[:] = [entry, *others[: DRAWN_KEPT - 1]]
+
+
+def _prefix_ends(kept: np.ndarray, hashes: np.ndarray) -> bool:
+    """Whether ``kept`` is no longer than ``hashes`` and they begin and end the same."""
+    n = len(kept)
+    return 0 < n <= len(hashes) and kept[0] == hashes[0] and kept[n - 1] == hashes[n - 1]
 
 
 @contextlib.contextmanager
