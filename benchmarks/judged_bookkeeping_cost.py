@@ -18,7 +18,11 @@ inputs, the two ways interleaved, medians:
   the scored records' the listing's at their rows (``Served.held_of``);
 * the served model's known ids (``stores.read_known_ids``), which the last run wrote in
   this process: then the file read and checked; now the ids written, the file's identity
-  compared.
+  compared;
+* the rows a scoring is asked for by rows of a listing (``ScoreOnly``, the served
+  model's scoring and the gate's): then a list of Python ints made of the run's array,
+  a tuple kept, a list handed to the plugin and its array made of it; now the run's
+  array kept, over bytes, and handed out as it is (``ScoreOnly.row_array``).
 
     python benchmarks/judged_bookkeeping_cost.py [--repeats 21]
 """
@@ -37,7 +41,7 @@ import numpy as np
 
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.contract import split
-from genesis_fp16_infrastructure.contract.split import HELD_OUT
+from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.served import KnownSegments
 
@@ -167,6 +171,34 @@ def known_ids_read(ids: np.ndarray, repeats: int) -> tuple[float, float]:
     return statistics.median(old), statistics.median(new)
 
 
+def asked_rows(ids: np.ndarray, repeats: int) -> tuple[float, float]:
+    """The served model's scoring's rows (the held-out and the new) and the gate's (the
+    held-out), asked by rows of the listing and taken as the scoring's array."""
+    listing = tuple(map(str, ids.tolist()))
+    held = HELD_OUT.of_hashes(ids)
+    fresh = np.arange(len(ids)) >= len(ids) - NEW
+    asked = [np.flatnonzero(held | fresh), np.flatnonzero(held)]
+    old, new = [], []
+    for _ in range(repeats):
+
+        def then() -> list[np.ndarray]:
+            made = [(listing, tuple(rows.tolist())) for rows in asked]  # of_rows's tuple
+            # rows(): the listing compared id for id, then a list of its rows
+            handed = [list(at) if listing == among else [] for among, at in made]
+            return [np.asarray(rows, dtype=np.int64) for rows in handed]
+
+        took, want = _cpu_ms(then)
+        old.append(took)
+
+        def now() -> list[np.ndarray | None]:
+            return [ScoreOnly.of_rows(listing, rows).row_array(listing) for rows in asked]
+
+        took, got = _cpu_ms(now)
+        new.append(took)
+        assert all(map(np.array_equal, got, want))  # type: ignore[call-overload]
+    return statistics.median(old), statistics.median(new)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=21)
@@ -183,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
             "known segments": known_segments(size, args.repeats),
             "a run's held-out draws": held_out_draws(ids, args.repeats),
             "served model's known ids": known_ids_read(ids, args.repeats),
+            "rows asked, two scorings": asked_rows(ids, args.repeats),
         }
         for name, (old, new) in pieces.items():
             print(f"| {name} | {size:,} | {old:.2f} | {new:.2f} |")

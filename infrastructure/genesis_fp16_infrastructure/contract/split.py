@@ -207,6 +207,18 @@ def drawn_with(salt: str) -> Iterator[HeldOutSplit]:
         object.__setattr__(HELD_OUT, "salt", kept)
 
 
+def _unchangeable(rows: Sequence[int] | np.ndarray) -> np.ndarray:
+    """``rows`` as a 1-D int64 array over bytes of its own: read-only, and no one can
+    make it writeable (its memory is an immutable ``bytes``).
+
+    >>> at = _unchangeable([3, 5])
+    >>> at.tolist(), at.flags.writeable
+    ([3, 5], False)
+    """
+    data = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1).tobytes()
+    return np.frombuffer(data, dtype=np.int64)
+
+
 @dataclass(frozen=True, eq=False, init=False)
 class ScoreOnly(Record):
     """The records a judged run needs a checkpoint's losses on, by their ids. The run
@@ -216,34 +228,36 @@ class ScoreOnly(Record):
     sees it.
 
     ``ids``: the asked ids, a frozenset. Made of rows of a listing (:meth:`of_rows`), the
-    set is built the first time a plugin reads it, of ``among`` and ``at`` (tuples: what
-    it is made of cannot change): a plugin that asks by rows of the same listing
-    (:meth:`rows`) never needs it, and the judged run asks twice a run (~20,000 ids each
-    at 100,000 records).
+    set is built the first time a plugin reads it, of ``among`` (a tuple) and ``at`` (an
+    int64 array over bytes: what it is made of cannot change): a plugin that asks by rows
+    of the same listing (:meth:`rows`, :meth:`row_array`) never needs it, and the judged
+    run asks twice a run (~20,000 ids each at 100,000 records).
 
     >>> ScoreOnly(frozenset({"b", "d"})).rows(["a", "b", "c", "d"])
     [1, 3]
     >>> asked = ScoreOnly.of_rows(("a", "b", "c", "d"), [1, 3])
     >>> asked.rows(["a", "b", "c", "d"]), sorted(asked.ids)
     ([1, 3], ['b', 'd'])
+    >>> asked.row_array(("a", "b", "c", "d")).tolist(), asked.row_array(("a", "b"))
+    ([1, 3], None)
     """
 
     # Where the ids lie in the listing the run took them from (``among``: its ids, none
     # twice; ``at``: their rows there, ascending), when it took them from one
     # (:meth:`of_rows`): the rows of ids equal to that listing are ``at``, no id looked up.
     among: tuple[str, ...] | None = field(default=None, repr=False)
-    at: tuple[int, ...] | None = field(default=None, repr=False)
+    at: np.ndarray | None = field(default=None, repr=False)
 
     def __init__(
         self,
         ids: frozenset[str] | None = None,
         among: tuple[str, ...] | None = None,
-        at: tuple[int, ...] | None = None,
+        at: Sequence[int] | np.ndarray | None = None,
     ) -> None:
         if ids is None and (among is None or at is None):
             raise ValueError("ScoreOnly: the ids asked for, or the rows of a listing (of_rows)")
         object.__setattr__(self, "among", among)
-        object.__setattr__(self, "at", at)
+        object.__setattr__(self, "at", None if at is None else _unchangeable(at))
         if ids is not None:  # given: kept as given (cached_property's slot)
             vars(self)["ids"] = ids
 
@@ -251,14 +265,14 @@ class ScoreOnly(Record):
     def ids(self) -> frozenset[str]:
         """The ids asked for (given, else those at rows ``at`` of ``among``)."""
         assert self.among is not None and self.at is not None
-        return frozenset(map(self.among.__getitem__, self.at))
+        return frozenset(map(self.among.__getitem__, self.at.tolist()))
 
     @classmethod
-    def of_rows(cls, among: tuple[str, ...], at: Sequence[int]) -> ScoreOnly:
+    def of_rows(cls, among: tuple[str, ...], at: Sequence[int] | np.ndarray) -> ScoreOnly:
         """The ids at rows ``at`` (ascending) of the listing ``among`` (distinct ids: a
         ``RecordIds``'), which :meth:`rows` of the same listing gives back as they are;
         the set of them built when read (``ids``)."""
-        return cls(None, among, tuple(at))
+        return cls(None, among, at)
 
     def rows(self, ids: Sequence[str]) -> list[int]:
         """The rows of ``ids`` (in order) that are asked for. Ids equal to the listing
@@ -266,11 +280,20 @@ class ScoreOnly(Record):
         ~1 ms at 100,000, each id the listing's own object). Else a set lookup each
         (hashing 100,000 ids to compare them took 0.1 s), in C's loops: a comprehension
         over 100,000 ids took 24 ms, this 14 (the gate's and the watch's scorings each)."""
+        at = self.row_array(ids)
+        if at is not None:
+            return at.tolist()
+        return list(itertools.compress(range(len(ids)), map(self.ids.__contains__, ids)))
+
+    def row_array(self, ids: Sequence[str]) -> np.ndarray | None:
+        """:meth:`rows` as the int64 array they were asked as, which nothing can change,
+        where ``ids`` equal the listing they were taken from, id for id (no list of
+        20,000 Python ints and back, twice a judged run); else None (ask :meth:`rows`)."""
         among, at = self.among, self.at
         listed = among is not None and at is not None and len(ids) == len(among)
         if listed and (ids if isinstance(ids, tuple) else tuple(ids)) == among:
-            return list(at or ())
-        return list(itertools.compress(range(len(ids)), map(self.ids.__contains__, ids)))
+            return at
+        return None
 
     def to_json(self) -> None:  # type: ignore[override]  # a request's JSON holds null
         return None

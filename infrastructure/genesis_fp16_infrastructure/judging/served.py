@@ -158,7 +158,7 @@ class Served:
         picked = rows.tolist()
         only = at_rows(listed.ids, picked)
         # Asked by their rows in the listing: a plugin's rows of the same ids need no lookup
-        self.asked = ScoreOnly.of_rows(listed.ids, picked)
+        self.asked = ScoreOnly.of_rows(listed.ids, rows)
         self._asked_rows = rows
         losses = losses_of(plugin, self.checkpoint, request, self.asked)
         # Its ids hashed once, where they are the ones asked for (then the gate's records
@@ -198,11 +198,11 @@ class Served:
             return ids
         given = self.given_asked
         if given is None:
-            given = losses.ids == tuple(map(asked.among.__getitem__, asked.at))
+            given = losses.ids == at_rows(asked.among, asked.at.tolist())
         if not given:  # it scored more
             return ids
-        at = np.asarray(asked.at) if self._asked_rows is None else self._asked_rows
-        return ScoreOnly.of_rows(asked.among, at[self._judged_rows].tolist())
+        at = asked.at if self._asked_rows is None else self._asked_rows
+        return ScoreOnly.of_rows(asked.among, at[self._judged_rows])
 
     @cached_property
     def scored_knew(self) -> np.ndarray | None:

@@ -146,3 +146,21 @@ def test_a_planted_or_stale_kept_draw_is_not_believed() -> None:
     with split.drawn_with("another salt") as other:
         assert np.array_equal(other.of_hashes(hashes), other._draw(hashes))
         assert not np.array_equal(other.of_hashes(hashes), fresh)
+
+
+def test_rows_asked_by_a_listing_are_an_array_no_one_can_change() -> None:
+    """The rows a run asked by are its own copy: the caller's array changed after
+    changes nothing, and the array handed out cannot be written or made writeable;
+    asked of other ids, there is none (``rows`` looks them up)."""
+    listing = ("a", "b", "c", "d")
+    given = np.array([1, 3])
+    asked = ScoreOnly.of_rows(listing, given)
+    given[0] = 0
+    at = asked.row_array(listing)
+    assert at is not None and at.tolist() == [1, 3] == asked.rows(list(listing))
+    with pytest.raises(ValueError):
+        at.flags.writeable = True
+    with pytest.raises(ValueError):
+        at[0] = 2
+    assert asked.row_array(("a", "b", "c", "e")) is None
+    assert asked.rows(["d", "x", "b", "y"]) == [0, 2]
