@@ -22,7 +22,10 @@ inputs, the two ways interleaved, medians:
 * the rows a scoring is asked for by rows of a listing (``ScoreOnly``, the served
   model's scoring and the gate's): then a list of Python ints made of the run's array,
   a tuple kept, a list handed to the plugin and its array made of it; now the run's
-  array kept, over bytes, and handed out as it is (``ScoreOnly.row_array``).
+  array kept, over bytes, and handed out as it is (``ScoreOnly.row_array``);
+* the candidate's evaluated logits found for the gate's records (``evaluated_logit``,
+  the held-out records, in the order evaluated): then a search of each among the sorted
+  evaluated hashes; now each compared at the row kept for it.
 
     python benchmarks/judged_bookkeeping_cost.py [--repeats 21]
 """
@@ -42,6 +45,7 @@ import numpy as np
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.contract import split
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly
+from genesis_fp16_infrastructure.data.schema import find_ids
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.served import KnownSegments
 
@@ -199,6 +203,30 @@ def asked_rows(ids: np.ndarray, repeats: int) -> tuple[float, float]:
     return statistics.median(old), statistics.median(new)
 
 
+def evaluated_lookup(ids: np.ndarray, repeats: int) -> tuple[float, float]:
+    """The held-out records evaluated, kept sorted with each one's row; the gate asks for
+    the same records in the order evaluated."""
+    judged = ids[HELD_OUT.of_hashes(ids)]
+    order = np.argsort(judged, kind="stable")
+    kept = judged[order]
+    rows = np.empty(len(order), np.intp)
+    rows[order] = np.arange(len(order))
+    old, new = [], []
+    for _ in range(repeats):
+        took, want = _cpu_ms(lambda: find_ids(kept, judged)[0])
+        old.append(took)
+
+        def now() -> np.ndarray:
+            if len(rows) == len(judged) and np.array_equal(kept[rows], judged):
+                return rows
+            return find_ids(kept, judged)[0]
+
+        took, got = _cpu_ms(now)
+        new.append(took)
+        assert np.array_equal(got, want)  # type: ignore[arg-type]
+    return statistics.median(old), statistics.median(new)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=21)
@@ -216,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
             "a run's held-out draws": held_out_draws(ids, args.repeats),
             "served model's known ids": known_ids_read(ids, args.repeats),
             "rows asked, two scorings": asked_rows(ids, args.repeats),
+            "evaluated logits' lookup": evaluated_lookup(ids, args.repeats),
         }
         for name, (old, new) in pieces.items():
             print(f"| {name} | {size:,} | {old:.2f} | {new:.2f} |")
