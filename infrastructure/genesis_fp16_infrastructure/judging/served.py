@@ -66,6 +66,7 @@ class Served:
 
     given_asked: bool | None = None  # set by a scoring that asked by rows (_scored)
     _asked_rows: np.ndarray | None = None  # and its rows (``asked.at``), as an array
+    _listed_held: np.ndarray | None = None  # per listed record, whether it is held out
 
     def __init__(
         self,
@@ -99,7 +100,8 @@ class Served:
             # that takes no step reads nothing else; its count is the run's).
             kept = request.quarantine_path or QUARANTINE_LOG.at(folder)
             reading = replace(request, quarantine_path=kept)
-            self.known = stores.read_known_ids(self.checkpoint.parent)
+            budget = request.keep_in_memory_bytes
+            self.known = stores.read_known_ids(self.checkpoint.parent, budget)
             with reusing_loads():  # the checkpoint unpickled once for both
                 self.named = self._named(request)
                 self.losses, self.records = self._scored(plugin, request, reading)
@@ -151,11 +153,12 @@ class Served:
         if listed is None or hashes is None or new is None or not new.any():
             losses = losses_of(plugin, self.checkpoint, reading if listed is None else request)
             return losses, losses if listed is None else listed
-        rows = np.flatnonzero(HELD_OUT.of_hashes(hashes) | new)
+        self._listed_held = HELD_OUT.of_hashes(hashes)  # drawn once: the gate's are these
+        rows = np.flatnonzero(self._listed_held | new)
         picked = rows.tolist()
         only = at_rows(listed.ids, picked)
         # Asked by their rows in the listing: a plugin's rows of the same ids need no lookup
-        self.asked = ScoreOnly.of_rows(listed.ids, picked)
+        self.asked = ScoreOnly.of_rows(listed.ids, rows)
         self._asked_rows = rows
         losses = losses_of(plugin, self.checkpoint, request, self.asked)
         # Its ids hashed once, where they are the ones asked for (then the gate's records
@@ -195,11 +198,11 @@ class Served:
             return ids
         given = self.given_asked
         if given is None:
-            given = losses.ids == tuple(map(asked.among.__getitem__, asked.at))
+            given = losses.ids == at_rows(asked.among, asked.at.tolist())
         if not given:  # it scored more
             return ids
-        at = np.asarray(asked.at) if self._asked_rows is None else self._asked_rows
-        return ScoreOnly.of_rows(asked.among, at[self._judged_rows].tolist())
+        at = asked.at if self._asked_rows is None else self._asked_rows
+        return ScoreOnly.of_rows(asked.among, at[self._judged_rows])
 
     @cached_property
     def scored_knew(self) -> np.ndarray | None:
@@ -213,6 +216,18 @@ class Served:
         if len(rows) != len(self.losses.ids) or len(knew) != len(self.records.ids):
             return None  # not the listing its rows are of
         return np.asarray(knew[rows])
+
+    def held_of(self, losses: RecordLosses) -> np.ndarray:
+        """Per record of ``losses``, whether it is held out: where they are its own scored
+        records, given exactly as asked (``given_asked``), its listing's draw at the rows
+        asked (drawn once a run); else drawn of their hashes."""
+        rows, held = self._asked_rows, self._listed_held
+        own = losses is self.losses and self.given_asked and rows is not None
+        if own and held is not None and len(held) == len(self.records.ids):
+            assert rows is not None
+            if len(rows) == len(losses.ids):
+                return held[rows]
+        return HELD_OUT.of_hashes(losses.id_hashes)
 
     @property
     def judged_knew(self) -> np.ndarray | None:
@@ -319,7 +334,7 @@ def held_out_unknown(served: Served, losses: RecordLosses) -> np.ndarray:
     """Per record of ``losses``, whether it is held out and the served model did not
     train on it (module docstring)."""
     ids = losses.id_hashes
-    keep = HELD_OUT.of_hashes(ids)
+    keep = served.held_of(losses)
     # None: it may have trained on any (module docstring). A list it names that holds no
     # held-out record holds none of these: no search of it (~20,000 ids at 100,000).
     if served.trained is not None and (served.named is None or served.names_held_out):

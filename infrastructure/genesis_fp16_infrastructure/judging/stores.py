@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeGuard
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
 from genesis_fp16_infrastructure.contract.split import sorted_unique
 from genesis_fp16_infrastructure.data.pool_columns import IdRank
 from genesis_fp16_infrastructure.data.schema import find_ids
-from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory, process_memory
+from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory, identity_of, process_memory
 
 # A watch record's segment (the plugin's RecordLosses.segments: se_darwin's Genesis agent),
 # cut to this many characters; "" where the plugin declares none, or a store written
@@ -226,16 +226,57 @@ def last_judged(
     return None
 
 
-def read_known_ids(candidate: Path) -> np.ndarray | None:
+def read_known_ids(candidate: Path, budget: int | None = None) -> np.ndarray | None:
     """The ids the candidate's model knew (sorted distinct hashes); None: no file, or
-    unusable."""
-    arrays = _read(JUDGED_IDS.at(candidate), JUDGED_IDS)
+    unusable. ``budget``: the request's ``keep_in_memory_bytes``; where this process
+    wrote the file (:func:`write_known_ids`) and it is the very file written (its
+    identity: device, inode, size, mtime and ctime), the ids written, not read back and
+    checked again (a run's served model is the candidate the last run wrote); a file
+    changed since, or never written here, is read and checked whole."""
+    path = JUDGED_IDS.at(candidate)
+    memory = process_memory(budget or 0)
+    identity = None if memory is None else identity_of(path)
+    key = (KNOWN_KIND, str(path))
+    kept = memory.get(key, identity) if memory is not None and identity is not None else None
+    if _written(kept):
+        KNOWN_READS["kept"] += 1
+        return kept
+    KNOWN_READS["read"] += 1
+    arrays = _read(path, JUDGED_IDS)
     return None if arrays is None else sorted_distinct(arrays["ids"])
 
 
-def write_known_ids(candidate: Path, ids: np.ndarray) -> None:
-    """``ids`` (hashes, any order) written as the ids the candidate's model knew."""
-    _write(JUDGED_IDS.at(candidate), JUDGED_IDS, {"ids": sorted_distinct(ids)})
+def write_known_ids(candidate: Path, ids: np.ndarray, budget: int | None = None) -> None:
+    """``ids`` (hashes, any order) written as the ids the candidate's model knew; kept in
+    this process's memory with the file's identity as written (``budget``: the
+    request's ``keep_in_memory_bytes``; 0 keeps nothing) for :func:`read_known_ids`."""
+    path, written = JUDGED_IDS.at(candidate), sorted_distinct(ids)
+    _write(path, JUDGED_IDS, {"ids": written})
+    memory = process_memory(budget or 0)
+    identity = None if memory is None else identity_of(path)
+    if memory is not None and identity is not None:
+        kept = np.array(written, dtype=np.uint64, copy=True)  # its own: the caller's may change
+        kept.flags.writeable = False
+        memory.put((KNOWN_KIND, str(path)), identity, kept, kept.nbytes, f"the known ids of {path}")
+
+
+KNOWN_KIND = "known ids"  # the store's key: (KNOWN_KIND, the file's path)
+# Reads of a candidate's known ids: the ids this process wrote, the file unchanged
+# ("kept"), or the file read and checked ("read").
+KNOWN_READS: Counter[str] = Counter()
+
+
+def _written(kept: object) -> TypeGuard[np.ndarray]:
+    """Whether ``kept`` is known ids as :func:`write_known_ids` keeps them: a read-only
+    1-D uint64 array, sorted and distinct (one pass; else it is not believed and the
+    file is read)."""
+    return (
+        isinstance(kept, np.ndarray)
+        and kept.ndim == 1
+        and kept.dtype == np.uint64
+        and not kept.flags.writeable
+        and bool((kept[1:] > kept[:-1]).all())
+    )
 
 
 def sorted_distinct(ids: np.ndarray) -> np.ndarray:

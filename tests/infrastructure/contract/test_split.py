@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from genesis_fp16_infrastructure.contract import split
 from genesis_fp16_infrastructure.contract.split import (
     HELD_OUT,
     HeldOutSplit,
@@ -111,3 +112,55 @@ def test_the_ids_of_rows_asked_are_a_set_made_when_read() -> None:
     assert asked.rows(list(reversed(listing))) == [0, 15, 19]
     with pytest.raises(ValueError, match=r"^ScoreOnly: the ids asked for"):
         ScoreOnly()
+
+
+def test_kept_sides_are_reused_for_the_same_or_a_grown_pool_and_equal_a_fresh_draw() -> None:
+    """The same hashes asked again are answered from the kept draw, a pool grown at its
+    end is drawn past the kept hashes alone, and both answers equal a draw of every hash;
+    the caller's array is its own (changing it changes nothing kept)."""
+    hashes = id_hashes([f"kept-{i}" for i in range(5000)])
+    fresh = HELD_OUT._draw(hashes)
+    before = dict(split.DRAWS)
+    first = HELD_OUT.of_hashes(hashes[:4000])
+    first[:] = True  # the caller's own copy
+    again = HELD_OUT.of_hashes(hashes[:4000])
+    grown = HELD_OUT.of_hashes(hashes)
+    assert np.array_equal(again, fresh[:4000]) and np.array_equal(grown, fresh)
+    assert split.DRAWS["kept"] > before.get("kept", 0)
+    assert split.DRAWS["grown"] > before.get("grown", 0)
+
+
+def test_a_planted_or_stale_kept_draw_is_not_believed() -> None:
+    """A kept answer whose sides were planted (flipped) or whose hashes are not the
+    asked ones' first (a changed pool), or drawn under another salt, is not used: the
+    answer is a draw of every hash."""
+    hashes = id_hashes([f"planted-{i}" for i in range(3000)])
+    fresh = HELD_OUT._draw(hashes)
+    planted = split._Drawn.of((HELD_OUT.fraction, HELD_OUT.salt), hashes, ~fresh)
+    split._keep_drawn(planted)
+    assert np.array_equal(HELD_OUT.of_hashes(hashes), fresh)
+    changed = hashes.copy()
+    changed[5] ^= np.uint64(1)
+    split._keep_drawn(split._Drawn.of((HELD_OUT.fraction, HELD_OUT.salt), changed, ~fresh))
+    assert np.array_equal(HELD_OUT.of_hashes(hashes), fresh)
+    with split.drawn_with("another salt") as other:
+        assert np.array_equal(other.of_hashes(hashes), other._draw(hashes))
+        assert not np.array_equal(other.of_hashes(hashes), fresh)
+
+
+def test_rows_asked_by_a_listing_are_an_array_no_one_can_change() -> None:
+    """The rows a run asked by are its own copy: the caller's array changed after
+    changes nothing, and the array handed out cannot be written or made writeable;
+    asked of other ids, there is none (``rows`` looks them up)."""
+    listing = ("a", "b", "c", "d")
+    given = np.array([1, 3])
+    asked = ScoreOnly.of_rows(listing, given)
+    given[0] = 0
+    at = asked.row_array(listing)
+    assert at is not None and at.tolist() == [1, 3] == asked.rows(list(listing))
+    with pytest.raises(ValueError):
+        at.flags.writeable = True
+    with pytest.raises(ValueError):
+        at[0] = 2
+    assert asked.row_array(("a", "b", "c", "e")) is None
+    assert asked.rows(["d", "x", "b", "y"]) == [0, 2]

@@ -116,3 +116,28 @@ def test_a_named_list_with_no_held_out_record_is_not_searched(
         assert np.array_equal(keep, want)
         assert searched == ([] if len(named) == 150 else [len(ids)])
         assert served.names_held_out == (len(named) > 150)
+
+
+def test_the_scored_records_held_out_are_the_listings_draw_at_their_rows() -> None:
+    """Given the records it asked for by rows, which of its scored records are held out
+    is the listing's draw at those rows (drawn once a run), the same as a draw of their
+    hashes; a draw of another listing (another length), a scoring given more than it
+    asked for, or other losses than its own: drawn of their hashes."""
+    served = _served(ASKED)
+    listed = RecordIds(LISTING)
+    served.records = listed
+    served._listed_held = HELD_OUT.of_hashes(listed.id_hashes)
+    served._asked_rows, served.given_asked = np.asarray(ASKED), True
+    losses = served.losses
+    assert losses is not None
+    drawn = HELD_OUT.of_hashes(losses.id_hashes)
+    assert 0 < drawn.sum() < len(drawn)
+    assert served.held_of(losses).tolist() == drawn.tolist()
+    other = RecordLosses.of(losses.ids, [0.5] * len(losses.ids))
+    assert served.held_of(other).tolist() == drawn.tolist()
+    served._listed_held = ~served._listed_held[:-1]  # stale: not of this listing
+    assert served.held_of(losses).tolist() == drawn.tolist()
+    served._listed_held = HELD_OUT.of_hashes(listed.id_hashes)
+    served.given_asked = False  # given more than it asked: its rows are not these
+    served._listed_held = ~served._listed_held
+    assert served.held_of(losses).tolist() == drawn.tolist()

@@ -186,3 +186,49 @@ def test_known_ids_read_back_unsorted_or_twice_are_sorted_distinct(tmp_path: Pat
     assert stores.read_known_ids(tmp_path).tolist() == [1, 3, 9]  # type: ignore[union-attr]
     stores.write_known_ids(tmp_path, np.array([4, 2, 2], dtype=np.uint64))
     assert stores.read_known_ids(tmp_path).tolist() == [2, 4]  # type: ignore[union-attr]
+
+
+KEEP = 64 * 2**20  # a resident process's budget (keep_in_memory_bytes)
+
+
+def test_known_ids_this_process_wrote_are_not_read_back_while_the_file_is_unchanged(
+    tmp_path: Path,
+) -> None:
+    """Known ids written with a budget are the next read's, the file not read again, and
+    equal the file's; with no budget (a forked child's run) the file is read."""
+    stores.write_known_ids(tmp_path, np.array([9, 3, 3, 1], dtype=np.uint64), KEEP)
+    before = dict(stores.KNOWN_READS)
+    kept = stores.read_known_ids(tmp_path, KEEP)
+    assert kept is not None and kept.tolist() == [1, 3, 9] and not kept.flags.writeable
+    assert stores.KNOWN_READS["kept"] == before.get("kept", 0) + 1
+    read = stores.read_known_ids(tmp_path)
+    assert read is not None and read.tolist() == [1, 3, 9]
+    assert stores.KNOWN_READS["read"] == before.get("read", 0) + 1
+
+
+def test_a_changed_file_or_a_planted_kept_value_is_read_and_checked(tmp_path: Path) -> None:
+    """Known ids kept for a file that changed since (rewritten in place, replaced, or
+    damaged) are not believed: the file is read and checked (a damaged one set aside);
+    a kept value not as the writer keeps them (unsorted) is not believed either."""
+    from genesis_fp16_infrastructure import kept_in_memory
+
+    stores.write_known_ids(tmp_path, np.array([1, 3], dtype=np.uint64), KEEP)
+    path = JUDGED_IDS.at(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    stores.write_known_ids(other, np.array([2, 4, 6], dtype=np.uint64))  # no budget: not kept
+    path.write_bytes(JUDGED_IDS.at(other).read_bytes())  # the kept file's bytes changed
+    assert stores.read_known_ids(tmp_path, KEEP).tolist() == [2, 4, 6]  # type: ignore[union-attr]
+
+    stores.write_known_ids(tmp_path, np.array([1, 3], dtype=np.uint64), KEEP)
+    path.write_bytes(b"PK torn")
+    assert stores.read_known_ids(tmp_path, KEEP) is None and not path.exists()
+
+    stores.write_known_ids(tmp_path, np.array([1, 3], dtype=np.uint64), KEEP)
+    memory = kept_in_memory.process_memory(KEEP)
+    assert memory is not None
+    planted = np.array([7, 5], dtype=np.uint64)
+    planted.flags.writeable = False
+    key = (stores.KNOWN_KIND, str(path))
+    memory.put(key, kept_in_memory.identity_of(path), planted, planted.nbytes, "planted")
+    assert stores.read_known_ids(tmp_path, KEEP).tolist() == [1, 3]  # type: ignore[union-attr]

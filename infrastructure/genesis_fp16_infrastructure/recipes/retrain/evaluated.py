@@ -52,6 +52,9 @@ class _Evaluated:
     weights: str  # the evaluated weights' (weights_digest): the scoring's must be these
     hashes: np.ndarray  # the records' judged-id hashes, sorted
     logit: torch.Tensor  # in the order of ``hashes``
+    # Each record's row in ``hashes``, in the order evaluated: a scoring that asks for the
+    # very records evaluated, in that order (the gate's), takes these rows, no search.
+    rows: np.ndarray
 
 
 _EVALUATED: list[_Evaluated] = []  # at most one: the last run's candidate
@@ -87,9 +90,10 @@ def keep_evaluated(
         return
     order = np.argsort(judged, kind="stable")
     taken = logit[torch.from_numpy(order)]
-    kept = _Evaluated(
-        weakref.ref(checked), checkpoint_digest(checkpoint), weights, judged[order], taken
-    )
+    rows = np.empty(len(order), np.intp)
+    rows[order] = np.arange(len(order))
+    digest = checkpoint_digest(checkpoint)
+    kept = _Evaluated(weakref.ref(checked), digest, weights, judged[order], taken, rows)
     _EVALUATED[:] = [kept]
     weakref.finalize(checked, _forget_evaluated)
 
@@ -109,8 +113,13 @@ def evaluated_logit(
     kept = _EVALUATED[0] if _EVALUATED else None
     if kept is None or checked is None or kept.plan() is not checked or not len(judged):
         return None
-    at, found = find_ids(kept.hashes, judged)  # searched in sorted order (~4x faster)
-    if not found.all() or checkpoint_digest(checkpoint) != kept.digest:
+    at = kept.rows
+    # The records evaluated, in their order (each compared at its row): no search.
+    if len(at) != len(judged) or not np.array_equal(kept.hashes[at], judged):
+        at, found = find_ids(kept.hashes, judged)  # searched in sorted order (~4x faster)
+        if not found.all():
+            return None
+    if checkpoint_digest(checkpoint) != kept.digest:
         return None
     if weights_digest(model) != kept.weights:
         return None

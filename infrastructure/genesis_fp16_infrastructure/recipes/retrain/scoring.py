@@ -234,7 +234,12 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     data, columns, ids = pool.data, pool.data.columns, pool.ids
     # The rows asked for, among the labelled: the model's inputs are built for these alone
     # (or taken from those the run's first scoring built for every record).
-    asked = np.asarray(request.scoring_rows(ids), dtype=np.int64)
+    # By the rows the run asked as, where it asked by rows of this listing (an array it
+    # cannot change; no list of Python ints and back), else as the request says.
+    only = request.score_only
+    asked = None if only is None else only.row_array(ids)
+    if asked is None:
+        asked = np.asarray(request.scoring_rows(ids), dtype=np.int64)
     try:
         # P(success) by the checkpoint's served weights (an ensemble's: its members' mean)
         predictor = _predictor(Path(checkpoint), request.keep_in_memory_bytes)

@@ -85,6 +85,19 @@ def test_a_scoring_of_other_bytes_or_another_plan_computes_them(
     backwards = kept.hashes[::-1][:7]
     given = evaluated.evaluated_logit(request, checkpoint, model, backwards)
     assert given is not None and given.tolist() == kept.logit[-7:].flip(0).tolist()
+    # Every record evaluated, in the order evaluated (the gate's): their kept rows taken,
+    # each compared, no search; kept rows that are not theirs (planted): searched
+    searches: list[int] = []
+    real = evaluated.find_ids
+    monkeypatch.setattr(evaluated, "find_ids", lambda *a: searches.append(1) or real(*a))
+    in_order = kept.hashes[kept.rows]
+    whole = evaluated.evaluated_logit(request, checkpoint, model, in_order)
+    assert whole is not None and not searches
+    assert whole.tolist() == kept.logit[torch.from_numpy(kept.rows)].tolist()
+    evaluated._EVALUATED[:] = [replace(kept, rows=np.roll(kept.rows, 1))]
+    again = evaluated.evaluated_logit(request, checkpoint, model, in_order)
+    assert again is not None and again.tolist() == whole.tolist() and searches == [1]
+    evaluated._EVALUATED[:] = [kept]
     missing = np.concatenate((hashes, [kept.hashes.max() + 1]))  # one never evaluated
     assert evaluated.evaluated_logit(request, checkpoint, model, missing) is None
     other = tmp_path / "other.pt"
