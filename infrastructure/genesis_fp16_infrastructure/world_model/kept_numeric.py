@@ -43,7 +43,10 @@ rows from it:
   identity (device, inode, size, mtime, ctime) as this process wrote or read it; the
   next run takes it from there, no file read, while the identity is the same, and reads
   the file otherwise. A budget of 0 keeps nothing: every run reads the file. There a
-  record whose key's columns are the same bits keeps its key (:mod:`.content_keys`).
+  record whose key's columns are the same bits keeps its key (:mod:`.content_keys`),
+  and the pool the rows were last worked out or found unchanged for, the same columns
+  object asked again (the scorings' view, then the run's encode), takes them with no
+  key worked out or compared: the same arrays, as ``same_bits`` takes them at once.
 * **Lent, not copied.** :meth:`KeptNumeric.view` lends the kept rows read-only, never
   rewritten in place while lent, each with a stamp that changes when the row is worked
   out again (a reader keys what it derived from a row by it: ``kept_outputs``).
@@ -146,6 +149,10 @@ class _State(NamedTuple):
     # The tensor over ``buffer`` that :meth:`KeptNumeric.rows` hands out views of, and its
     # version then (None: rows read from the file, handed out as a copy).
     guard: _Guard | None = None
+    # The pool (its columns object) whose rows these are, when this process worked them
+    # out or found them unchanged: asked again for the very same columns (the scorings'
+    # view, then the run's encode), the rows are these, no key worked out or compared.
+    made_of: list[weakref.ref[PoolColumns]] | None = None
 
 
 class _Guard:
@@ -260,13 +267,20 @@ class KeptNumeric:
         view of it), and the kept pool whose rows they equal (None: none kept)."""
         whole = rows is None
         asked = columns.labelled if rows is None else rows
-        slots = parent_hashes(columns)
         state = self._state(len(columns), len(columns.parent))
-        keys = keyed(columns, slots, _kept_keys(state))
         kept = None if state is None else state.kept
+        if kept is not None and whole and _made_of(state, columns):
+            # The pool these rows were worked out for, the same columns object (the
+            # scorings' view, then the run's encode): the same arrays, which nothing writes
+            self.reused += len(asked)
+            return kept.numeric, self.memory is not None or not kept.numeric.flags.writeable, state
+        slots = parent_hashes(columns)
+        keys = keyed(columns, slots, _kept_keys(state))
         if kept is not None and whole and unchanged(columns, keys, kept):
             # The kept pool itself (a scoring, then the run's encode, of the same pool)
             self.reused += len(asked)
+            if state is not None and state.made_of is not None:
+                state.made_of[:] = [weakref.ref(columns)]
             return kept.numeric, self.memory is not None or not kept.numeric.flags.writeable, state
         if whole and state is not None and extends(columns, slots, keys, state.kept):
             grown = self._grown(columns, slots, keys, state)
@@ -383,7 +397,7 @@ class KeptNumeric:
         stamp = np.concatenate((kept_stamp, _stamps(len(labelled) - n_labelled)))
         stamp[need] = _stamps(len(need))  # worked out again: new stamps
         after = _State(grown, 0, 0, by_parent, buffer, KeyInputs.of(columns), lent, stamp,
-                       guard)  # fmt: skip
+                       guard, [weakref.ref(columns)])  # fmt: skip
         self._append(columns, state, grown, frame, after)
         return after
 
@@ -478,7 +492,7 @@ class KeptNumeric:
             return None
         if torn:
             logger.info("kept numeric rows %s: a torn frame after byte %d left out", self.path, end)
-        return _State(kept, end, len(frames), stamp=_stamps(len(kept.labelled)))
+        return _State(kept, end, len(frames), stamp=_stamps(len(kept.labelled)), made_of=[])
 
     def _write(
         self,
@@ -510,7 +524,7 @@ class KeptNumeric:
             logger.warning("cannot write %s (%s): worked out again next run", self.path, exc)
             self._forget()
             return None
-        state = _owned(Kept(**arrays), end, KeyInputs.of(columns))
+        state = _owned(Kept(**arrays), end, KeyInputs.of(columns), columns)
         self._keep(state)
         return state
 
@@ -525,7 +539,7 @@ def _room(state: _State, rows: int, new: bool = False) -> np.ndarray:
     return buffer
 
 
-def _owned(kept: Kept, end: int, inputs: KeyInputs) -> _State:
+def _owned(kept: Kept, end: int, inputs: KeyInputs, columns: PoolColumns) -> _State:
     """``kept``, as just written (``end``: the file's size), with rows of its own: the
     rows are the caller's too, and what it does with them must not reach what is kept.
     One copy (~23 MB at 100,000 records), into a store with room for the next appends;
@@ -539,7 +553,7 @@ def _owned(kept: Kept, end: int, inputs: KeyInputs) -> _State:
     # every record was worked out or written, not in the later run that adds a few.
     by_parent = np.argsort(kept.parent_hash)
     return _State(kept._replace(numeric=numeric), end, 1, by_parent, buffer, inputs, [],
-                  _stamps(rows), _Guard(buffer))  # fmt: skip
+                  _stamps(rows), _Guard(buffer), [weakref.ref(columns)])  # fmt: skip
 
 
 _STAMPS = [1]  # the next stamp this process gives
@@ -560,6 +574,12 @@ def _stamps(count: int) -> np.ndarray:
         first = _STAMPS[0]
         _STAMPS[0] += count
     return np.arange(first, first + count, dtype=np.uint64)
+
+
+def _made_of(state: _State | None, columns: PoolColumns) -> bool:
+    """Whether ``state``'s rows were worked out (or found unchanged) for ``columns``, this
+    very object."""
+    return state is not None and any(ref() is columns for ref in state.made_of or ())
 
 
 def _lent(state: _State) -> bool:
