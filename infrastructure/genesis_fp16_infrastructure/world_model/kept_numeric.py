@@ -153,6 +153,10 @@ class _State(NamedTuple):
     # out or found them unchanged: asked again for the very same columns (the scorings'
     # view, then the run's encode), the rows are these, no key worked out or compared.
     made_of: list[weakref.ref[PoolColumns]] | None = None
+    # The parents named and the keys, sorted (``kept.parent_hash[by_parent]``,
+    # ``kept.key[kept.order]``), for the next append's merges (_grown): None, gathered then.
+    named: np.ndarray | None = None
+    ranked: np.ndarray | None = None
 
 
 class _Guard:
@@ -339,7 +343,8 @@ class KeptNumeric:
         n, n_slots, n_labelled = len(kept.key), len(kept.parent_hash), len(kept.labelled)
         by_parent = np.argsort(kept.parent_hash) if state.by_parent is None else state.by_parent
         new_slots = slots[n_slots:]
-        by_parent, named = merged_sorted(kept.parent_hash[by_parent], by_parent, new_slots, n_slots)
+        named = _sorted(state.named, kept.parent_hash, by_parent)
+        by_parent, named = merged_sorted(named, by_parent, new_slots, n_slots)
         start = columns.parent_start
 
         def children(ids: np.ndarray) -> np.ndarray:
@@ -387,7 +392,8 @@ class KeptNumeric:
             "redepth": moved,
             "redepth_value": index.depth[moved],
         }
-        order = merged_sorted(kept.key[kept.order], kept.order, keys[n:], n)[0]
+        order, ranked = merged_sorted(_sorted(state.ranked, kept.key, kept.order), kept.order,
+                                      keys[n:], n)  # fmt: skip
         rows = buffer[: len(labelled)]
         grown = Kept(keys, order, columns.id_hash, start, slots, labelled, rows, index.depth)
         lent = state.lent if buffer is state.buffer and state.lent is not None else []
@@ -397,7 +403,7 @@ class KeptNumeric:
         stamp = np.concatenate((kept_stamp, _stamps(len(labelled) - n_labelled)))
         stamp[need] = _stamps(len(need))  # worked out again: new stamps
         after = _State(grown, 0, 0, by_parent, buffer, KeyInputs.of(columns), lent, stamp,
-                       guard, [weakref.ref(columns)])  # fmt: skip
+                       guard, [weakref.ref(columns)], named, ranked)  # fmt: skip
         self._append(columns, state, grown, frame, after)
         return after
 
@@ -552,8 +558,10 @@ def _owned(kept: Kept, end: int, inputs: KeyInputs, columns: PoolColumns) -> _St
     # The parents named, sorted, for the next run's append (_grown): sorted here, where
     # every record was worked out or written, not in the later run that adds a few.
     by_parent = np.argsort(kept.parent_hash)
+    named, ranked = kept.parent_hash[by_parent], kept.key[kept.order]
     return _State(kept._replace(numeric=numeric), end, 1, by_parent, buffer, inputs, [],
-                  _stamps(rows), _Guard(buffer), [weakref.ref(columns)])  # fmt: skip
+                  _stamps(rows), _Guard(buffer), [weakref.ref(columns)], named,
+                  ranked)  # fmt: skip
 
 
 _STAMPS = [1]  # the next stamp this process gives
@@ -576,6 +584,12 @@ def _stamps(count: int) -> np.ndarray:
     return np.arange(first, first + count, dtype=np.uint64)
 
 
+def _sorted(kept: np.ndarray | None, values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``values[order]``: ``kept`` when it is the state's own of as many values (made with
+    ``order`` in the state that holds both), else gathered."""
+    return kept if kept is not None and len(kept) == len(order) else values[order]
+
+
 def _made_of(state: _State | None, columns: PoolColumns) -> bool:
     """Whether ``state``'s rows were worked out (or found unchanged) for ``columns``, this
     very object."""
@@ -595,8 +609,9 @@ def _written(state: _State) -> bool:
 
 def _bytes(state: _State) -> int:
     """What ``state`` holds, for the store's budget: its columns, the rows' store with its
-    room (the rows a view of it) and the parents' order."""
+    room (the rows a view of it), the parents' order and what is kept sorted."""
     held = sum(a.nbytes for a in state.kept)
     if state.buffer is not None:
         held += state.buffer.nbytes - state.kept.numeric.nbytes
-    return held + (0 if state.by_parent is None else state.by_parent.nbytes)
+    extra = (state.by_parent, state.named, state.ranked)
+    return held + sum(0 if a is None else a.nbytes for a in extra)
