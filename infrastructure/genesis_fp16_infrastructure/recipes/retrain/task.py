@@ -564,7 +564,14 @@ def _kept_parts(
         return index[id(part)]
 
     def batch(part: np.ndarray) -> Batch:
-        if id(part) not in taken:
+        if id(part) in taken:
+            return taken[id(part)]
+        if part is split.held_out and part is not split.train and device == "cpu":
+            # The held-out part grows at its end with the pool: its encoded rows are the
+            # kept ones but for the new records' (kept.part), the rest gathered.
+            labels = (t.index_select(0, at(part)) for t in rows[1:])
+            taken[id(part)] = Batch(kept.part(x, part), *labels)
+        else:
             taken[id(part)] = rows.take(at(part))
         return taken[id(part)]
 
