@@ -548,7 +548,8 @@ def _kept_parts(
 ) -> tuple[Part, Batch, Batch]:
     """The split's parts as rows of every labelled record's, the kept encoded rows taken
     (``kept.pool``): the training part as their rows (no copy), the validation and
-    held-out parts gathered (the model runs over them whole)."""
+    held-out parts gathered (the model runs over them whole), the held-out part's
+    encoded rows on the host grown from the last run's (``kept.part``)."""
     x = kept.pool(encoder, columns, numeric, stamp)
     folds = None
     if split.fold_count:  # each training record's fold, at its place in the pool
