@@ -44,9 +44,9 @@ rows from it:
   next run takes it from there, no file read, while the identity is the same, and reads
   the file otherwise. A budget of 0 keeps nothing: every run reads the file. There a
   record whose key's columns are the same bits keeps its key (:mod:`.content_keys`),
-  and the pool the rows were last worked out or found unchanged for, the same columns
-  object asked again (the scorings' view, then the run's encode), takes them with no
-  key worked out or compared: the same arrays, as ``same_bits`` takes them at once.
+  and the pool the rows were last worked out or found unchanged for, asked again (its
+  columns' ``token``, which only a copy of the same rows carries: the scorings' view,
+  then the run's encode), takes them with no key worked out or compared.
 * **Lent, not copied.** :meth:`KeptNumeric.view` lends the kept rows read-only, never
   rewritten in place while lent, each with a stamp that changes when the row is worked
   out again (a reader keys what it derived from a row by it: ``kept_outputs``).
@@ -149,10 +149,11 @@ class _State(NamedTuple):
     # The tensor over ``buffer`` that :meth:`KeptNumeric.rows` hands out views of, and its
     # version then (None: rows read from the file, handed out as a copy).
     guard: _Guard | None = None
-    # The pool (its columns object) whose rows these are, when this process worked them
-    # out or found them unchanged: asked again for the very same columns (the scorings'
-    # view, then the run's encode), the rows are these, no key worked out or compared.
-    made_of: list[weakref.ref[PoolColumns]] | None = None
+    # The pool (its columns' token: the same rows, a copy of them included) whose rows
+    # these are, when this process worked them out or found them unchanged: asked again
+    # for that pool (the scorings' view, then the run's encode), the rows are these, no
+    # key worked out or compared.
+    made_of: list[object] | None = None
     # The parents named and the keys, sorted (``kept.parent_hash[by_parent]``,
     # ``kept.key[kept.order]``), for the next append's merges (_grown): None, gathered then.
     named: np.ndarray | None = None
@@ -284,7 +285,7 @@ class KeptNumeric:
             # The kept pool itself (a scoring, then the run's encode, of the same pool)
             self.reused += len(asked)
             if state is not None and state.made_of is not None:
-                state.made_of[:] = [weakref.ref(columns)]
+                state.made_of[:] = [columns.token]
             return kept.numeric, self.memory is not None or not kept.numeric.flags.writeable, state
         if whole and state is not None and extends(columns, slots, keys, state.kept):
             grown = self._grown(columns, slots, keys, state)
@@ -403,7 +404,7 @@ class KeptNumeric:
         stamp = np.concatenate((kept_stamp, _stamps(len(labelled) - n_labelled)))
         stamp[need] = _stamps(len(need))  # worked out again: new stamps
         after = _State(grown, 0, 0, by_parent, buffer, KeyInputs.of(columns), lent, stamp,
-                       guard, [weakref.ref(columns)], named, ranked)  # fmt: skip
+                       guard, [columns.token], named, ranked)  # fmt: skip
         self._append(columns, state, grown, frame, after)
         return after
 
@@ -560,7 +561,7 @@ def _owned(kept: Kept, end: int, inputs: KeyInputs, columns: PoolColumns) -> _St
     by_parent = np.argsort(kept.parent_hash)
     named, ranked = kept.parent_hash[by_parent], kept.key[kept.order]
     return _State(kept._replace(numeric=numeric), end, 1, by_parent, buffer, inputs, [],
-                  _stamps(rows), _Guard(buffer), [weakref.ref(columns)], named,
+                  _stamps(rows), _Guard(buffer), [columns.token], named,
                   ranked)  # fmt: skip
 
 
@@ -591,9 +592,9 @@ def _sorted(kept: np.ndarray | None, values: np.ndarray, order: np.ndarray) -> n
 
 
 def _made_of(state: _State | None, columns: PoolColumns) -> bool:
-    """Whether ``state``'s rows were worked out (or found unchanged) for ``columns``, this
-    very object."""
-    return state is not None and any(ref() is columns for ref in state.made_of or ())
+    """Whether ``state``'s rows were worked out (or found unchanged) for ``columns``' rows
+    (its token: ``PoolColumns.token``, which only a copy of the same rows carries)."""
+    return state is not None and any(token is columns.token for token in state.made_of or ())
 
 
 def _lent(state: _State) -> bool:

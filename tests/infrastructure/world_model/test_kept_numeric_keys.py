@@ -229,10 +229,10 @@ def test_rows_handed_out_are_not_rewritten_in_place(tmp_path: Path) -> None:
 def test_the_pool_the_rows_were_made_for_is_not_keyed_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The scorings' view grows the kept pool; the run's encode then asks for the very
-    same columns object: the kept rows, no key worked out or compared. The same records
-    in another columns object are keyed and compared (and found unchanged), and a file
-    changed behind memory is read, not the rows made for the columns."""
+    """The scorings' view grows the kept pool; the run's encode then asks for the same
+    pool (its columns' token): the kept rows, no key worked out or compared. The same
+    records in columns of another token are keyed and compared (and found unchanged),
+    and a file changed behind memory is read, not the rows made for the pool."""
     memory = KeptInMemory(64 * 2**20)
     first, grown, _ = _grown_pools(tmp_path)
     KeptNumeric(tmp_path / "cache", "data", memory).rows(first)
@@ -250,7 +250,8 @@ def test_the_pool_the_rows_were_made_for_is_not_keyed_again(
     rows = again.rows(grown)
     assert asked == [] and again.reused == len(grown.labelled) and again.computed == 0
     assert rows.numpy().ctypes.data == lent.ctypes.data  # the kept rows themselves
-    same = dataclasses.replace(grown)  # the same arrays, another pool object
+    same = dataclasses.replace(grown)  # the same arrays, another pool object and token
+    assert same.token is not grown.token
     other = KeptNumeric(tmp_path / "cache", "data", memory)
     assert np.array_equal(other.rows(same).numpy().view(np.int64), _want(grown))
     assert asked == [len(grown)] and other.computed == 0
