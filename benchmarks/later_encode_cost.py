@@ -15,10 +15,11 @@ tree does it (a fit). Run it under each tree's ``PYTHONPATH``, back to back:
         python benchmarks/later_encode_cost.py --data WORK/data-100000-1000 --repeats 7
 
 ``--against OTHER_TREE`` times, in the same process and interleaved repeat by repeat,
-the other tree's task, kept encoded rows, kept numeric rows and content keys (``SWAPPED``,
-loaded under other names; every other module is this tree's) against this tree's, on the
-same pools: the medians of each, old against new, with nothing between them but those
-files. ``view`` is the scorings' read of the grown pool's numeric rows (where it grows).
+the other tree's task, split, encoder choice, kept encoded rows, kept numeric rows,
+content keys and lineage columns (``SWAPPED``, loaded under other names; every other
+module is this tree's) against this tree's, on the same pools: the medians of each, old
+against new, with nothing between them but those files. ``view`` is the scorings' read
+of the grown pool's numeric rows (where it grows).
 """
 
 from __future__ import annotations
@@ -60,10 +61,13 @@ def _load(path: Path, name: str) -> ModuleType:
 
 # What ``--against`` loads from the other tree (the rest is this tree's, shared).
 SWAPPED = (
+    "world_model.lineage_columns",
     "world_model.content_keys",
     "world_model.kept_numeric_change",
     "world_model.kept_numeric",
     "world_model.kept_encoded",
+    "recipes.retrain.split",
+    "recipes.retrain.encoder_choice",
     "recipes.retrain.task",
 )
 

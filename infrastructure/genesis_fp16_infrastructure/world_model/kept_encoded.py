@@ -36,6 +36,13 @@ pool grows) moves no row:
   written in place while rows given out of it live (the task before, not yet freed):
   then the kept rows are copied into a new store.
 
+* **The held-out part grows too.** The held-out records are drawn by their ids alone, so
+  a grown pool's held-out part is the last one's with the new records' after it
+  (:meth:`KeptEncoded.part`): its rows are kept beside the pool's, the rows of its
+  records encoded again since (a new record's siblings) gathered again, and the new
+  ones' written after them; a part that does not begin with the kept one is gathered
+  whole. Its rows too are written in place only while no view of them lives.
+
     kept = KeptEncoded(memory, name)  # memory: a KeptInMemory, or None (nothing kept)
     x = kept.pool(encoder, columns, numeric, stamp)  # == encode_parts of every labelled one
 """
@@ -72,10 +79,12 @@ class _Entry:
     codes: tuple[np.ndarray, ...]
     values: tuple[list[Any], ...]
     lent: list[weakref.ref[torch.Tensor]]  # the rows given out: not written while alive
+    part: _Part | None = None  # the held-out part's rows (:meth:`KeptEncoded.part`)
 
     def nbytes(self) -> int:
         held = self.buffer.nbytes + self.labelled.nbytes + self.stamp.nbytes
-        return int(held + sum(c.nbytes for c in self.codes))
+        part = 0 if self.part is None else self.part.places.nbytes + self.part.store.nbytes
+        return int(held + part + sum(c.nbytes for c in self.codes))
 
     def sound(self, n_features: int) -> bool:
         """Whether this is an entry as :meth:`KeptEncoded.pool` keeps them: rows of
@@ -91,6 +100,19 @@ class _Entry:
         )
 
 
+@dataclass
+class _Part:
+    """A part's rows as :meth:`KeptEncoded.part` gathered them: its places (ascending), a
+    store of its rows with room to grow, the views of it given out (its rows not written
+    while one lives), and the places (indices into ``places``) whose records were encoded
+    again since (:meth:`KeptEncoded.pool`: gathered again)."""
+
+    places: np.ndarray
+    store: torch.Tensor
+    lent: list[weakref.ref[torch.Tensor]]
+    stale: np.ndarray
+
+
 class KeptEncoded:
     """The encoded rows of one pool, kept in ``memory`` under ``name`` (the kept numeric
     rows' file); its counts say what :meth:`pool` did."""
@@ -101,6 +123,8 @@ class KeptEncoded:
         self.reused = 0  # rows taken from the kept rows
         self.encoded = 0  # rows encoded (new, changed, or another encoder)
         self.refused = 0  # kept entries that were not this module's (module docstring)
+        self.part_reused = 0  # a part's rows taken from the part kept (:meth:`part`)
+        self._kept: _Entry | None = None  # what the last pool() kept
 
     def pool(
         self,
@@ -142,8 +166,43 @@ class KeptEncoded:
             codes = tuple(c.codes for c in fields)
             values = tuple(list(c.values) for c in fields)
             lent = [weakref.ref(out)]
-            kept_entry = _Entry(state, buffer, columns.labelled, stamp, codes, values, lent)
+            part = None if entry is None else _restamped(entry.part, todo)
+            kept_entry = _Entry(state, buffer, columns.labelled, stamp, codes, values, lent, part)
             self.memory.put(key, KIND, kept_entry, kept_entry.nbytes(), f"{KIND} of {n:,}")
+            self._kept = kept_entry
+        return out
+
+    def part(self, x: torch.Tensor, places: np.ndarray) -> torch.Tensor:
+        """``x[places]`` (``x``: the last :meth:`pool`'s rows, on the host; ``places``
+        ascending): the held-out part's rows, which grows at its end as the pool does.
+        Where these places begin with the last run's part's, its rows are taken, but for
+        its records encoded again since (gathered again); the new places' rows are
+        gathered and written after them, in a store with room. A store's rows are
+        written in place only while no view given of them lives (else copied first)."""
+        entry = self._kept
+        index = torch.from_numpy(places)
+        if entry is None or entry.buffer.data_ptr() != x.data_ptr():  # not pool()'s rows
+            return x.index_select(0, index)
+        kept = entry.part
+        start = 0
+        if kept is not None and same_bits(places[: len(kept.places)], kept.places):
+            start = len(kept.places)
+        if kept is None or not start or len(kept.store) < len(places) or _lent(kept):
+            store = torch.empty((len(places) + len(places) // 4, x.shape[1]), dtype=x.dtype)
+            if kept is not None and start:
+                store[:start] = kept.store[:start]
+        else:
+            store = kept.store
+        if kept is not None and start and len(kept.stale):
+            stale = torch.from_numpy(kept.stale)
+            store[stale] = x.index_select(0, index.index_select(0, stale))
+        store[start : len(places)] = x.index_select(0, index[start:])
+        self.part_reused += start - (0 if kept is None or not start else len(kept.stale))
+        out = store[: len(places)]
+        entry.part = _Part(places.copy(), store, [weakref.ref(out)], np.zeros(0, np.int64))
+        key, size, what = (KIND, self.name), entry.nbytes(), f"{KIND} of {len(entry.stamp):,}"
+        if self.memory is not None and self.memory.get(key, KIND, given=False) is entry:
+            self.memory.put(key, KIND, entry, size, what)  # kept again, its size the part's too
         return out
 
     def _entry(
@@ -166,7 +225,16 @@ class KeptEncoded:
         return found
 
 
-def _lent(entry: _Entry) -> bool:
+def _restamped(part: _Part | None, todo: np.ndarray) -> _Part | None:
+    """``part`` with its places among ``todo`` (ascending: encoded again) marked stale."""
+    if part is None or not len(part.places):
+        return None
+    at = np.minimum(np.searchsorted(part.places, todo), len(part.places) - 1)
+    again = np.unique(np.concatenate((part.stale, at[part.places[at] == todo])))
+    return _Part(part.places, part.store, part.lent, again)
+
+
+def _lent(entry: _Entry | _Part) -> bool:
     """Whether rows given out of ``entry`` still live (a task not yet freed)."""
     return any(ref() is not None for ref in entry.lent)
 

@@ -43,7 +43,10 @@ rows from it:
   identity (device, inode, size, mtime, ctime) as this process wrote or read it; the
   next run takes it from there, no file read, while the identity is the same, and reads
   the file otherwise. A budget of 0 keeps nothing: every run reads the file. There a
-  record whose key's columns are the same bits keeps its key (:mod:`.content_keys`).
+  record whose key's columns are the same bits keeps its key (:mod:`.content_keys`),
+  and the pool the rows were last worked out or found unchanged for, asked again (its
+  columns' ``token``, which only a copy of the same rows carries: the scorings' view,
+  then the run's encode), takes them with no key worked out or compared.
 * **Lent, not copied.** :meth:`KeptNumeric.view` lends the kept rows read-only, never
   rewritten in place while lent, each with a stamp that changes when the row is worked
   out again (a reader keys what it derived from a row by it: ``kept_outputs``).
@@ -146,6 +149,15 @@ class _State(NamedTuple):
     # The tensor over ``buffer`` that :meth:`KeptNumeric.rows` hands out views of, and its
     # version then (None: rows read from the file, handed out as a copy).
     guard: _Guard | None = None
+    # The pool (its columns' token: the same rows, a copy of them included) whose rows
+    # these are, when this process worked them out or found them unchanged: asked again
+    # for that pool (the scorings' view, then the run's encode), the rows are these, no
+    # key worked out or compared.
+    made_of: list[object] | None = None
+    # The parents named and the keys, sorted (``kept.parent_hash[by_parent]``,
+    # ``kept.key[kept.order]``), for the next append's merges (_grown): None, gathered then.
+    named: np.ndarray | None = None
+    ranked: np.ndarray | None = None
 
 
 class _Guard:
@@ -260,13 +272,20 @@ class KeptNumeric:
         view of it), and the kept pool whose rows they equal (None: none kept)."""
         whole = rows is None
         asked = columns.labelled if rows is None else rows
-        slots = parent_hashes(columns)
         state = self._state(len(columns), len(columns.parent))
-        keys = keyed(columns, slots, _kept_keys(state))
         kept = None if state is None else state.kept
+        if kept is not None and whole and _made_of(state, columns):
+            # The pool these rows were worked out for, the same columns object (the
+            # scorings' view, then the run's encode): the same arrays, which nothing writes
+            self.reused += len(asked)
+            return kept.numeric, self.memory is not None or not kept.numeric.flags.writeable, state
+        slots = parent_hashes(columns)
+        keys = keyed(columns, slots, _kept_keys(state))
         if kept is not None and whole and unchanged(columns, keys, kept):
             # The kept pool itself (a scoring, then the run's encode, of the same pool)
             self.reused += len(asked)
+            if state is not None and state.made_of is not None:
+                state.made_of[:] = [columns.token]
             return kept.numeric, self.memory is not None or not kept.numeric.flags.writeable, state
         if whole and state is not None and extends(columns, slots, keys, state.kept):
             grown = self._grown(columns, slots, keys, state)
@@ -325,7 +344,8 @@ class KeptNumeric:
         n, n_slots, n_labelled = len(kept.key), len(kept.parent_hash), len(kept.labelled)
         by_parent = np.argsort(kept.parent_hash) if state.by_parent is None else state.by_parent
         new_slots = slots[n_slots:]
-        by_parent, named = merged_sorted(kept.parent_hash[by_parent], by_parent, new_slots, n_slots)
+        named = _sorted(state.named, kept.parent_hash, by_parent)
+        by_parent, named = merged_sorted(named, by_parent, new_slots, n_slots)
         start = columns.parent_start
 
         def children(ids: np.ndarray) -> np.ndarray:
@@ -373,7 +393,8 @@ class KeptNumeric:
             "redepth": moved,
             "redepth_value": index.depth[moved],
         }
-        order = merged_sorted(kept.key[kept.order], kept.order, keys[n:], n)[0]
+        order, ranked = merged_sorted(_sorted(state.ranked, kept.key, kept.order), kept.order,
+                                      keys[n:], n)  # fmt: skip
         rows = buffer[: len(labelled)]
         grown = Kept(keys, order, columns.id_hash, start, slots, labelled, rows, index.depth)
         lent = state.lent if buffer is state.buffer and state.lent is not None else []
@@ -383,7 +404,7 @@ class KeptNumeric:
         stamp = np.concatenate((kept_stamp, _stamps(len(labelled) - n_labelled)))
         stamp[need] = _stamps(len(need))  # worked out again: new stamps
         after = _State(grown, 0, 0, by_parent, buffer, KeyInputs.of(columns), lent, stamp,
-                       guard)  # fmt: skip
+                       guard, [columns.token], named, ranked)  # fmt: skip
         self._append(columns, state, grown, frame, after)
         return after
 
@@ -478,7 +499,7 @@ class KeptNumeric:
             return None
         if torn:
             logger.info("kept numeric rows %s: a torn frame after byte %d left out", self.path, end)
-        return _State(kept, end, len(frames), stamp=_stamps(len(kept.labelled)))
+        return _State(kept, end, len(frames), stamp=_stamps(len(kept.labelled)), made_of=[])
 
     def _write(
         self,
@@ -510,7 +531,7 @@ class KeptNumeric:
             logger.warning("cannot write %s (%s): worked out again next run", self.path, exc)
             self._forget()
             return None
-        state = _owned(Kept(**arrays), end, KeyInputs.of(columns))
+        state = _owned(Kept(**arrays), end, KeyInputs.of(columns), columns)
         self._keep(state)
         return state
 
@@ -525,7 +546,7 @@ def _room(state: _State, rows: int, new: bool = False) -> np.ndarray:
     return buffer
 
 
-def _owned(kept: Kept, end: int, inputs: KeyInputs) -> _State:
+def _owned(kept: Kept, end: int, inputs: KeyInputs, columns: PoolColumns) -> _State:
     """``kept``, as just written (``end``: the file's size), with rows of its own: the
     rows are the caller's too, and what it does with them must not reach what is kept.
     One copy (~23 MB at 100,000 records), into a store with room for the next appends;
@@ -538,8 +559,10 @@ def _owned(kept: Kept, end: int, inputs: KeyInputs) -> _State:
     # The parents named, sorted, for the next run's append (_grown): sorted here, where
     # every record was worked out or written, not in the later run that adds a few.
     by_parent = np.argsort(kept.parent_hash)
+    named, ranked = kept.parent_hash[by_parent], kept.key[kept.order]
     return _State(kept._replace(numeric=numeric), end, 1, by_parent, buffer, inputs, [],
-                  _stamps(rows), _Guard(buffer))  # fmt: skip
+                  _stamps(rows), _Guard(buffer), [columns.token], named,
+                  ranked)  # fmt: skip
 
 
 _STAMPS = [1]  # the next stamp this process gives
@@ -562,6 +585,18 @@ def _stamps(count: int) -> np.ndarray:
     return np.arange(first, first + count, dtype=np.uint64)
 
 
+def _sorted(kept: np.ndarray | None, values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``values[order]``: ``kept`` when it is the state's own of as many values (made with
+    ``order`` in the state that holds both), else gathered."""
+    return kept if kept is not None and len(kept) == len(order) else values[order]
+
+
+def _made_of(state: _State | None, columns: PoolColumns) -> bool:
+    """Whether ``state``'s rows were worked out (or found unchanged) for ``columns``' rows
+    (its token: ``PoolColumns.token``, which only a copy of the same rows carries)."""
+    return state is not None and any(token is columns.token for token in state.made_of or ())
+
+
 def _lent(state: _State) -> bool:
     """Whether a view of ``state``'s rows lent by :meth:`KeptNumeric.view` or
     :meth:`KeptNumeric.rows` still lives."""
@@ -575,8 +610,9 @@ def _written(state: _State) -> bool:
 
 def _bytes(state: _State) -> int:
     """What ``state`` holds, for the store's budget: its columns, the rows' store with its
-    room (the rows a view of it) and the parents' order."""
+    room (the rows a view of it), the parents' order and what is kept sorted."""
     held = sum(a.nbytes for a in state.kept)
     if state.buffer is not None:
         held += state.buffer.nbytes - state.kept.numeric.nbytes
-    return held + (0 if state.by_parent is None else state.by_parent.nbytes)
+    extra = (state.by_parent, state.named, state.ranked)
+    return held + sum(0 if a is None else a.nbytes for a in extra)

@@ -191,9 +191,16 @@ def _known_depths(start: np.ndarray, parents: np.ndarray, depth: np.ndarray) -> 
     out[unknown] = 0
     known = depth[parent] >= 0  # a capped parent's depth + 1, capped: as the uncapped one's
     np.maximum.at(out, child[known], depth[parent[known]] + 1)
-    if _kahn(n, child[~known], parent[~known], out).any():
+    # Kahn's order over the links between unknown records, numbered among the records
+    # they link (a later run's few thousand): arrays of the pool's size cost 1 ms a run.
+    child, parent = child[~known], parent[~known]
+    linked = np.unique(np.concatenate((child, parent)))
+    own = out[linked]
+    child, parent = np.searchsorted(linked, child), np.searchsorted(linked, parent)
+    if _kahn(len(linked), child, parent, own).any():
         return None
-    return np.minimum(out, MAX_DEPTH)
+    out[linked] = own
+    return np.minimum(out, MAX_DEPTH, out=out)
 
 
 def _depths(n: int, child: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, bool]:

@@ -5,6 +5,7 @@ never written in place while lent."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -223,3 +224,42 @@ def test_rows_handed_out_are_not_rewritten_in_place(tmp_path: Path) -> None:
     assert np.array_equal(after.numpy().view(np.int64), _want(grown))
     n = len(first.labelled)
     assert not torch.equal(after[:n], before), "no kept row was worked out again"
+
+
+def test_the_pool_the_rows_were_made_for_is_not_keyed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scorings' view grows the kept pool; the run's encode then asks for the same
+    pool (its columns' token): the kept rows, no key worked out or compared. The same
+    records in columns of another token are keyed and compared (and found unchanged),
+    and a file changed behind memory is read, not the rows made for the pool."""
+    memory = KeptInMemory(64 * 2**20)
+    first, grown, _ = _grown_pools(tmp_path)
+    KeptNumeric(tmp_path / "cache", "data", memory).rows(first)
+    kept = KeptNumeric(tmp_path / "cache", "data", memory)
+    lent = kept.view(grown).numeric
+    asked: list[int] = []
+    real = kept_numeric.keyed
+
+    def counted(columns: PoolColumns, slots: np.ndarray, known: object) -> np.ndarray:
+        asked.append(len(columns))
+        return real(columns, slots, known)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kept_numeric, "keyed", counted)
+    again = KeptNumeric(tmp_path / "cache", "data", memory)
+    rows = again.rows(grown)
+    assert asked == [] and again.reused == len(grown.labelled) and again.computed == 0
+    assert rows.numpy().ctypes.data == lent.ctypes.data  # the kept rows themselves
+    same = dataclasses.replace(grown)  # the same arrays, another pool object and token
+    assert same.token is not grown.token
+    other = KeptNumeric(tmp_path / "cache", "data", memory)
+    assert np.array_equal(other.rows(same).numpy().view(np.int64), _want(grown))
+    assert asked == [len(grown)] and other.computed == 0
+    asked.clear()
+    assert np.array_equal(other.rows(same).numpy().view(np.int64), _want(grown))
+    assert asked == []  # found unchanged for ``same``: made for it now
+    path = other.path
+    path.write_bytes(path.read_bytes())  # another identity: memory is not believed
+    reread = KeptNumeric(tmp_path / "cache", "data", memory)
+    assert np.array_equal(reread.rows(grown).numpy().view(np.int64), _want(grown))
+    assert reread.from_memory == 0 and asked == [len(grown)]

@@ -93,12 +93,29 @@ def served_encoder(
     grown = len(split.train) - fitted
     if grown < 0 or REUSE_GROWTH * grown >= fitted:
         return None, f"{len(split.train)} training records against {fitted} fitted"
-    known = {agent for agent, _ in encoder.agent_rates}
-    agents = columns.agent.at(columns.labelled[split.train])
-    present = np.flatnonzero(np.bincount(agents.codes, minlength=len(agents.values)))
-    if any(agents.values[k] not in known for k in present.tolist()):
+    if _new_agent(columns, split, {agent for agent, _ in encoder.agent_rates}):
         return None, "a new agent"
     return encoder, f"{grown} training records since its fit on {fitted}"
+
+
+def _new_agent(columns: PoolColumns, split: Split, known: set[Any]) -> bool:
+    """Whether an agent outside ``known`` has a training record. The pool's agents are
+    looked at first, a few values: the training records are counted only when one of
+    them is new (a pool of known agents, the common later run, counts no record).
+
+    >>> from genesis_fp16_infrastructure.data.pool_columns import Coded
+    >>> from types import SimpleNamespace
+    >>> pool = SimpleNamespace(agent=Coded.of(["a", "b", "a"]), labelled=np.arange(3))
+    >>> train = SimpleNamespace(train=np.array([0, 2]))
+    >>> _new_agent(pool, train, {"a"}), _new_agent(pool, train, set())
+    (False, True)
+    """
+    values = columns.agent.values
+    if all(value in known for value in values):
+        return False
+    agents = columns.agent.at(columns.labelled[split.train])
+    present = np.flatnonzero(np.bincount(agents.codes, minlength=len(values)))
+    return any(values[k] not in known for k in present.tolist())
 
 
 def _fitted_within(saved: Any, split: Split, options: TaskOptions, seed: int) -> str | None:

@@ -19,7 +19,7 @@ import math
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -61,6 +61,7 @@ VALIDATION_CAP = 2_000
 #    (~20 ms a pass). A record still keeps its part as the pool grows or reorders.
 SPLIT_HASH = 2
 SPLIT_HASHES = (1, 2)
+VALIDATION_SALT = "validation:"  # the validation draw's salt (Draw.points)
 
 
 class Draw(NamedTuple):
@@ -235,16 +236,30 @@ def split_examples(
 ) -> Split:
     """Held-out, validation and training parts: held out, the judged run's records (and
     ``eval_fraction`` more, by a hash of (seed, id), when given); validation, by a hash
-    of (seed, id) out of the rest."""
+    of (seed, id) out of the rest (:func:`parts_of`). A resident run process keeps the
+    draws from run to run (``kept_split``)."""
     count = data.labelled
     everywhere = np.arange(count)
     out = judged_held_out(data)
     if eval_fraction is not None:
         out |= Draw.of_rows(data.columns, everywhere).points(seed, "", version) < eval_fraction
-    fraction = round(float(out.mean()), 4) if count else 0.0
-    validation = split_fractions(count, fraction)[1]
     held_rows, rest_rows = everywhere[out], everywhere[~out]
-    drawn = Draw.of_rows(data.columns, rest_rows).points(seed, "validation:", version)
+    drawn = Draw.of_rows(data.columns, rest_rows).points(seed, VALIDATION_SALT, version)
+    return parts_of(count, held_rows, rest_rows, drawn, version)
+
+
+def parts_of(
+    count: int,
+    held_rows: np.ndarray,
+    rest_rows: np.ndarray,
+    drawn: np.ndarray,
+    version: int = SPLIT_HASH,
+) -> Split:
+    """The split of ``count`` examples whose ``held_rows`` are held out: ``rest_rows``
+    (ascending) whose point ``drawn`` is under the validation share that the held-out
+    share leaves validate, the others train."""
+    fraction = round(len(held_rows) / count, 4) if count else 0.0  # the held-out mean
+    validation = split_fractions(count, fraction)[1]
     in_validation = drawn < validation
     val_rows, train_rows = rest_rows[in_validation], rest_rows[~in_validation]
     if not len(train_rows) or not len(held_rows) or not len(val_rows):
@@ -255,12 +270,24 @@ def split_examples(
     return Split(train_rows, val_rows, held_rows, fraction, validation, hash=version)
 
 
+class Drawing(Protocol):
+    """Draws a held-out split as :func:`split_examples` does, keeping the draws
+    (``kept_split.KeptSplit``)."""
+
+    def split(self, data: ReadResult, seed: int) -> Split: ...
+
+
 def choose_split(
-    data: ReadResult, options: TaskOptions, seed: int, saved: Mapping[str, Any] | None = None
+    data: ReadResult,
+    options: TaskOptions,
+    seed: int,
+    saved: Mapping[str, Any] | None = None,
+    kept: Drawing | None = None,
 ) -> Split:
     """Cross-validated folds or the held-out split, by the options and the pool's size;
     a resumed run keeps its checkpoint's choice (a pool that grew past the threshold goes
-    on as it began), unless ``cross_validation`` explicitly asks for the other."""
+    on as it began), unless ``cross_validation`` explicitly asks for the other. A held-out
+    split of this split hash and no ``eval_fraction`` is ``kept``'s, when given."""
     cross = options.cross_validated(data.labelled)
     folds = options.folds
     version = SPLIT_HASH  # a fresh run's; a checkpoint's own below (1 before it was kept)
@@ -293,11 +320,11 @@ def choose_split(
                 kinds[cross],
             )
         cross = folded
-    return (
-        fold_split(data, seed, folds, version)
-        if cross
-        else split_examples(data, seed, options.eval_fraction, version)
-    )
+    if cross:
+        return fold_split(data, seed, folds, version)
+    if kept is not None and options.eval_fraction is None and version == SPLIT_HASH:
+        return kept.split(data, seed)
+    return split_examples(data, seed, options.eval_fraction, version)
 
 
 def fold_split(data: ReadResult, seed: int, folds: int, version: int = SPLIT_HASH) -> Split:

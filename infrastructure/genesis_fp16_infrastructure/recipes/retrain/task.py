@@ -73,6 +73,7 @@ from genesis_fp16_infrastructure.recipes.retrain.encoder_choice import (
     served_encoder,
 )
 from genesis_fp16_infrastructure.recipes.retrain.evaluated import weights_digest
+from genesis_fp16_infrastructure.recipes.retrain.kept_split import KeptSplit
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.split import (
     Split,
@@ -282,7 +283,11 @@ class WorldModelTask(WorldModelStep):
         # Every labelled record read (held-out ones too), kept in each checkpoint: the next
         # scheduled run compares its pool with it (genesis_fp16_infrastructure.data.fingerprint).
         self.seen = seen if seen is not None else fingerprint_of(data.columns)
-        self.split = split = split or choose_split(data, options, seed, saved)
+        memory = None if kept is None else kept.memory
+        # In a resident run process the split's draws are kept for the next run
+        # (kept_split): only the new records are drawn, and their hashes merged.
+        drawing = None if kept is None or memory is None else KeptSplit(memory, str(kept.path))
+        self.split = split = split or choose_split(data, options, seed, saved, drawing)
         train = split.train
         columns = data.columns
         # The unscaled numeric features of every example, computed once from the read's
@@ -323,7 +328,6 @@ class WorldModelTask(WorldModelStep):
         # next run of the same encoder (kept_encoded): only what is new or changed is
         # encoded, and each part is rows of the pool's (the training part is never copied
         # out: Part). Else each part is encoded on its own.
-        memory = None if kept is None else kept.memory
         self.kept_encoded: KeptEncoded | None = None
         if kept is not None and memory is not None:
             self.kept_encoded = KeptEncoded(memory, str(kept.path))
@@ -339,15 +343,20 @@ class WorldModelTask(WorldModelStep):
         self.train_data: Part = train_part
         self.validation_data: Batch = validation_data
         self.eval_data: Batch = eval_data
-        known = np.concatenate((train, split.validation))  # the records it trains on
-        # The ids it trains on, the checkpoint's "trained_ids" (contract.judging): the
-        # judged run checks none is held out. Kept as their hashes, one tensor: each
-        # checkpoint saves it, and each judged run loads it (as 100,000 strings, 0.7 s a load).
-        self.trained_ids = torch.from_numpy(sorted_unique(columns.judged[known]).view(np.int64))
-        # Early stopping's record holds on these records alone: their distinct id hashes
-        # (since issue 36; the ids' text, sorted, before: a checkpoint of then starts a new
-        # record once).
-        distinct = sorted_unique(columns.id_hash[columns.labelled[known]])
+        # The ids it trains on (training and validation), the checkpoint's "trained_ids"
+        # (contract.judging): the judged run checks none is held out. Kept as their
+        # hashes, one tensor: each checkpoint saves it, and each judged run loads it (as
+        # 100,000 strings, 0.7 s a load). Early stopping's record holds on these records
+        # alone: their distinct id hashes (since issue 36; the ids' text, sorted, before: a
+        # checkpoint of then starts a new record once). Sorted here, or merged (kept_split).
+        sorted_known = None if drawing is None else drawing.known(split)
+        if sorted_known is None:
+            known = np.concatenate((train, split.validation))
+            judged = sorted_unique(columns.judged[known])
+            distinct = sorted_unique(columns.id_hash[columns.labelled[known]])
+        else:
+            judged, distinct = sorted_known
+        self.trained_ids = torch.from_numpy(judged.view(np.int64))
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
         validation, held = len(split.validation), len(split.held_out)
         parts = (
@@ -539,14 +548,14 @@ def _kept_parts(
 ) -> tuple[Part, Batch, Batch]:
     """The split's parts as rows of every labelled record's, the kept encoded rows taken
     (``kept.pool``): the training part as their rows (no copy), the validation and
-    held-out parts gathered (the model runs over them whole)."""
+    held-out parts gathered (the model runs over them whole), the held-out part's
+    encoded rows on the host grown from the last run's (``kept.part``)."""
     x = kept.pool(encoder, columns, numeric, stamp)
-    every = np.arange(len(columns.labelled))
     folds = None
     if split.fold_count:  # each training record's fold, at its place in the pool
-        folds = np.full(len(every), NO_FOLD, np.int64)
+        folds = np.full(len(columns.labelled), NO_FOLD, np.int64)
         folds[split.train] = split.folds
-    rows = to_device(batch_of(x, Labels.of_rows(columns, every), folds), device)
+    rows = to_device(batch_of(x, Labels.of_rows(columns, slice(None)), folds), device)
     index: dict[int, torch.Tensor] = {}  # by array: the whole-pool task's parts are one
     taken: dict[int, Batch] = {}
 
@@ -556,7 +565,14 @@ def _kept_parts(
         return index[id(part)]
 
     def batch(part: np.ndarray) -> Batch:
-        if id(part) not in taken:
+        if id(part) in taken:
+            return taken[id(part)]
+        if part is split.held_out and part is not split.train and device == "cpu":
+            # The held-out part grows at its end with the pool: its encoded rows are the
+            # kept ones but for the new records' (kept.part), the rest gathered.
+            labels = (t.index_select(0, at(part)) for t in rows[1:])
+            taken[id(part)] = Batch(kept.part(x, part), *labels)
+        else:
             taken[id(part)] = rows.take(at(part))
         return taken[id(part)]
 

@@ -315,3 +315,52 @@ def test_a_record_moved_between_parts_moves_no_row(tmp_path: Path) -> None:
     order = torch.randperm(len(part), generator=torch.Generator().manual_seed(SEED))
     for a, b in zip(part.take(order), plain.train_data.take(order), strict=True):
         assert _same(a, b)
+
+
+def test_the_held_out_part_grows_from_the_kept_one(tmp_path: Path) -> None:
+    """In a resident run process, runs of one encoder as the pool grows: the later run's
+    held-out rows are the last run's (taken, not gathered) but for those encoded again
+    (the new records' siblings) and the new records' (gathered); a relabelled record (the
+    kept numeric rows written whole: every row encoded again) takes none: every part is
+    the plain task's, bit for bit, each time."""
+    pool = generate_pool(3400, seed=SEED)
+    records = list(pool["trajectories"].values())
+    folder, cache = tmp_path / "data", tmp_path / "cache"
+    _write(folder, "a.json", pool, records[:-80])
+    options = TaskOptions.from_mapping({"cross_validation": False, "batch_size": 64})
+    memory = KeptInMemory(256 * 2**20)
+    first = WorldModelTask(
+        read_trajectories(folder, keep_text=False), options, SEED,
+        kept=KeptNumeric(cache, folder, memory),
+    )  # fmt: skip
+    saved, held = first.extra_state(), len(first.split.held_out)
+    del first
+
+    def later(records_now: list[dict[str, Any]]) -> tuple[WorldModelTask, WorldModelTask]:
+        _write(folder, "b.json", pool, records_now)
+        data = read_trajectories(folder, keep_text=False)
+        task = WorldModelTask(
+            data, options, SEED, saved=saved, kept=KeptNumeric(cache, folder, memory)
+        )
+        plain = WorldModelTask(data, options, SEED, saved=saved)
+        for (name, a_part), b_part in zip(
+            _parts(task).items(), _parts(plain).values(), strict=True
+        ):
+            for a, b in zip(a_part, b_part, strict=True):
+                assert _same(a, b), name
+        return task, plain
+
+    task, plain = later(records[-80:-40])
+    encoded = task.kept_encoded
+    # All but the new records' kept siblings (encoded again: their sibling columns moved).
+    assert encoded is not None and held - 3 * 40 < encoded.part_reused <= held
+    assert len(task.split.held_out) > held
+    held = len(task.split.held_out)
+    del task, plain, encoded
+    task, _ = later(records[-80:])
+    assert task.kept_encoded is not None and held - 3 * 40 < task.kept_encoded.part_reused <= held
+    del task
+    (folder / "b.json").unlink()
+    _write(folder, "a.json", pool, _changed(records[:-80], "relabel"))
+    task, _ = later(records[-80:])
+    assert task.kept_encoded is not None and task.kept_encoded.part_reused == 0
