@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import torch
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataFingerprint,
     compare,
+    extended_fingerprint,
     fingerprint_of,
 )
 from genesis_fp16_infrastructure.data.readers import read_trajectories
@@ -172,3 +174,53 @@ def test_sorted_ids_are_looked_up_without_a_sort_and_counted_as_a_dict_counts_th
             assert (change.added, change.removed) == (len(new) - len(kept), len(old) - len(kept))
             assert change.relabelled == sum(old[i] != new[i] for i in kept)
             assert 0 < len(kept) < min(len(old), len(new)) or min(size_old, size_new) == 1
+
+
+def _grown(tmp_path: Path, count: int = 300, new: int = 40) -> tuple[DataFingerprint, Any]:
+    """A served model's fingerprint (a pool's first labelled records) and the pool grown
+    by ``new`` more labelled records after them, fingerprinted as a later read grows it."""
+    records = _records(count)
+    before = _seen(tmp_path, records[:-new])
+    columns = read_trajectories_of(tmp_path, records)
+    rows = int(columns.labelled[len(records) - new])
+    return before, extended_fingerprint(before, columns, rows)
+
+
+def read_trajectories_of(tmp_path: Path, records: list[dict[str, Any]]) -> Any:
+    path = tmp_path / "grown.json"
+    path.write_text(json.dumps({"trajectories": {r["trajectory_id"]: r for r in records}}))
+    return read_trajectories(path).columns
+
+
+def test_a_fingerprint_grown_from_the_saved_one_is_compared_without_a_lookup(
+    tmp_path: Path,
+) -> None:
+    """A later read's fingerprint grown from the served model's records: compare counts
+    the new records alone, as the lookup counts them, and looks nothing up."""
+    before, current = _grown(tmp_path)
+    assert current.grown_from == (before.digest, before.records)
+    saved = _through_a_checkpoint(before.state_dict())
+    fast = compare(saved, current)
+    slow = compare(saved, replace(current, grown_from=None))
+    assert fast == slow and (fast.added, fast.removed, fast.relabelled) == (40, 0, 0)
+    # no lookup at all: the saved ids are never read past their count
+    planted = dict(saved, ids=torch.zeros(before.records, dtype=torch.int64))
+    assert compare(planted, current) == fast
+
+
+def test_a_planted_or_stale_grown_from_is_refused_and_looked_up(tmp_path: Path) -> None:
+    """A grown fingerprint compared with another saved model (another digest), or with a
+    saved state whose count is not its arrays', is looked up record by record."""
+    before, current = _grown(tmp_path)
+    saved = before.state_dict()
+    other = _seen(tmp_path, _records(300)[:200]).state_dict()  # another served model
+    assert compare(other, current) == compare(other, replace(current, grown_from=None))
+    assert (compare(other, current).added, compare(other, current).removed) == (
+        current.records - 200,
+        0,
+    )
+    short = dict(saved, ids=saved["ids"][:-1], labelled=saved["labelled"][:-1])
+    assert compare(short, current) == compare(short, replace(current, grown_from=None))
+    assert compare(short, current).added == 41  # the lookup's answer, not the grown 40
+    planted = replace(current, grown_from=(before.digest, before.records + 1))
+    assert compare(saved, planted) == compare(saved, replace(current, grown_from=None))

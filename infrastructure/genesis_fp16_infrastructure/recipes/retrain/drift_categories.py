@@ -47,14 +47,21 @@ class Categorical(NamedTuple):
     codes: np.ndarray  # int64 per record
     width: int
     table: torch.Tensor | None  # float64, code x category; None: the identity
+    # Index arrays a record's position goes through, in order, before ``codes``: a
+    # reference's sampled records (labelled indices, then the pool's rows), so that the
+    # codes of the records drawn alone are gathered, not every record's
+    rows: tuple[np.ndarray, ...] = ()
 
     def counts(self, picked: torch.Tensor) -> torch.Tensor:
-        """The category counts of each row of ``picked`` (draw x record: rows into
-        ``codes``): draw x category. numpy's gather and bincount (torch's indexing took
-        twice the time)."""
+        """The category counts of each row of ``picked`` (draw x record: positions, through
+        ``rows``, into ``codes``): draw x category. numpy's gathers and bincount (torch's
+        indexing took twice the time)."""
         draws, width = picked.shape[0], self.width
         offsets = np.arange(draws, dtype=np.int64)[:, None] * width
-        keys = np.take(self.codes, picked.numpy()) + offsets
+        at = picked.numpy()
+        for index in self.rows:
+            at = np.take(index, at)
+        keys = np.take(self.codes, at) + offsets
         found = np.bincount(keys.ravel(), minlength=draws * width).reshape(draws, width)
         per_code = torch.from_numpy(found.astype(np.float64))
         return per_code if self.table is None else per_code @ self.table

@@ -92,10 +92,17 @@ def _sums(hashes: np.ndarray) -> tuple[int, int]:
     """Two sums of ``hashes`` (int64), wrapping: the hashes', and each mixed by
     splitmix64's finaliser (so that two sets of one plain sum still differ)."""
     h = np.ascontiguousarray(hashes).view(np.uint64)
-    mixed = (h ^ (h >> np.uint64(30))) * _MIX[0]
-    mixed = (mixed ^ (mixed >> np.uint64(27))) * _MIX[1]
-    mixed ^= mixed >> np.uint64(31)
-    return int(h.sum(dtype=np.uint64)), int(mixed.sum(dtype=np.uint64))
+    return int(h.sum(dtype=np.uint64)), int(mixed(h).sum(dtype=np.uint64))
+
+
+def mixed(hashes: np.ndarray) -> np.ndarray:
+    """Each of ``hashes`` (64-bit) mixed by splitmix64's finaliser, as uint64: every bit
+    of the result depends on every bit of the hash."""
+    h = np.ascontiguousarray(hashes).view(np.uint64)
+    out = (h ^ (h >> np.uint64(30))) * _MIX[0]
+    out = (out ^ (out >> np.uint64(27))) * _MIX[1]
+    out ^= out >> np.uint64(31)
+    return out
 
 
 def sorted_labelled(served: DataFingerprint, key: Hashable, budget: int | None) -> np.ndarray:

@@ -38,7 +38,7 @@ from genesis_fp16_infrastructure.data.readers import DataTooLarge, ReadResult, r
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.errors import CheckpointError
 from genesis_fp16_infrastructure.machine_memory import PhaseClock, machine_memory_bytes, paused_gc
-from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
+from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report, keep_reference
 from genesis_fp16_infrastructure.recipes.retrain.evaluated import keep_evaluated, scored_alike
 from genesis_fp16_infrastructure.recipes.retrain.freshness import (
     check_data,
@@ -296,7 +296,12 @@ def _drift(
     clock: PhaseClock,
 ) -> DriftReport | None:
     """The new records' drift from the served model's (None when the data did not
-    change), logged when flagged."""
+    change), logged when flagged. With no served model, in a resident process, the
+    reference a later run's report over this run's candidate starts from is kept
+    (``drift.keep_reference``): measured once, grown by what is new after."""
+    if served is None and rank_and_world()[0] == 0 and (request.keep_in_memory_bytes or 0) > 0:
+        with clock.phase("drift"):
+            keep_reference(data.columns, numeric, request.keep_in_memory_bytes)
     if served is None or change is None or change.unchanged:
         return None
     with clock.phase("drift"):  # drift_report builds the numbers when the task gave none

@@ -1,7 +1,8 @@
 """What a resident process keeps for the drift report is checked before it is used (issue
 90 item 3): a planted or stale kept value (the served hashes' order, the records' places
-among them, the reference's numbers) is refused, counted, and worked out again, and the
-report is the one computed from nothing."""
+among them, the tool table) is refused, counted, and worked out again, and the report is
+the one computed from nothing. The kept reference's own checks (its records, numbers,
+values and sample): ``test_drift_reference.py``."""
 
 from __future__ import annotations
 
@@ -148,21 +149,6 @@ def test_planted_places_are_refused_and_searched(
     _report_is_fresh(columns, served)
     refused = new_records.PLACES["refused"]
     assert refused == 0 if change is _old_as_new else refused >= 1
-
-
-def test_a_flipped_number_in_the_kept_reference_is_refused(tmp_path: Path) -> None:
-    """One value of the kept reference's numbers changed: not these records' numbers,
-    counted stale, measured again; the report is the one computed from nothing."""
-    columns, served = _later_run(tmp_path)
-
-    def flipped(kept: Any) -> Any:
-        numbers = kept.numbers.clone()
-        numbers[5, 2] += 1.0
-        return kept._replace(numbers=numbers)
-
-    _plant(drift.KIND, flipped)
-    _report_is_fresh(columns, served)
-    assert drift.KEPT["stale"] == 1 and not drift.KEPT["taken"]
 
 
 def test_the_tool_table_grows_by_the_new_lists_with_new_tools(tmp_path: Path) -> None:

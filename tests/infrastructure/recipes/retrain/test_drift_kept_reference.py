@@ -17,6 +17,7 @@ from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.recipes.retrain import drift_reference
 
 BUDGET = 64 * 2**20
 
@@ -32,15 +33,15 @@ def _fresh_memory() -> Iterator[None]:
 
 
 def _sorts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the reference's measuring: one ``_bounds`` per numeric feature sorted."""
+    """Counts the references measured from nothing (each of its features sorted)."""
     count = [0]
-    real = drift._bounds
+    real = drift_reference.measured
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         count[0] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(drift, "_bounds", counted)
+    monkeypatch.setattr(drift_reference, "measured", counted)
     return count
 
 
@@ -63,7 +64,7 @@ def test_a_later_run_over_the_same_served_model_sorts_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Records added since the last run, the served model the same: the kept reference
-    is taken (no feature sorted: 29 each without it) and the report is the one computed
+    is taken (nothing measured, no feature sorted) and the report is the one computed
     from nothing."""
     old, first, second, served = _setting(tmp_path)
     data = tmp_path / "data"
@@ -97,28 +98,30 @@ def _remove(pool: Pool) -> None:
 def test_a_changed_reference_is_measured_again_with_the_same_report(
     tmp_path: Path, change: Callable[[Pool], None]
 ) -> None:
-    """A relabel, an edit or a removal among the served model's records: the kept
-    reference is not these records' (stale, counted), measured again, and the report is
-    the one computed from nothing."""
+    """A relabel, an edit or a removal among the served model's records: the pool's
+    first records are not the served model's, so the kept reference is neither taken
+    nor grown (the records are measured), and the report is the one computed from
+    nothing."""
     old, first, _, served = _setting(tmp_path)
     data = tmp_path / "data"
     drift.drift_report(read_files(data, {"a.json": old, "b.json": first}), served, 3, None, BUDGET)
     change(old)
     kept, fresh = _both(read_files(data, {"a.json": old, "b.json": first}), served)
-    assert drift.KEPT["stale"] == 1 and drift.KEPT["taken"] == 0
+    assert drift.KEPT == {"measured": 1}  # the first report's: none taken, none grown
     assert kept == fresh
 
 
 def test_another_served_model_has_a_reference_of_its_own(tmp_path: Path) -> None:
-    """A rollback to another checkpoint (another set of records served): its reference is
-    measured, not the other's taken; back to the first, the first's is taken. Each report
-    the one computed from nothing."""
+    """A rollback to another checkpoint (another set of records served: the pool's first
+    1,200 records): the kept reference, of more records, is refused (stale) and
+    its own measured; back to the first, that one is grown by the records past it. Each
+    report the one computed from nothing."""
     old, first, _, served = _setting(tmp_path)
     fewer = {**old, "trajectories": dict(list(old["trajectories"].items())[:1200])}
     before = fingerprint_of(read_files(tmp_path / "before", {"a.json": fewer}))
     columns = read_files(tmp_path / "data", {"a.json": old, "b.json": first})
     reports = [_both(columns, s) for s in (served, before, served)]
-    assert drift.KEPT == {"measured": 2 + 3, "taken": 1}  # the three fresh ones measure
+    assert drift.KEPT == {"measured": 1 + 3, "stale": 1, "grown": 1}  # 3 from nothing
     assert all(kept == fresh for kept, fresh in reports)
     assert reports[0][0] != reports[1][0]
 

@@ -5,7 +5,9 @@ The pinned reports (``drift_reports_before_batching.json``) were written by drif
 it was before its noise draws were batched (2c6d7b6d), with
 ``python tests/infrastructure/recipes/retrain/test_drift_pinned.py``: a pool of 2,000
 records (a size whose pools the sample generator never changed), a share of it new,
-the new records edited as the case says."""
+the new records edited as the case says. The one case whose reference is sampled (its
+DRIFT_SAMPLE 400) was pinned again at drift35, when the reference's sample came to be
+drawn by record hash so that a kept one grows (``drift_reference``): its flags the same."""
 
 from __future__ import annotations
 

@@ -48,7 +48,9 @@ from genesis_fp16_infrastructure.world_model.predict import read_world_model_sta
 
 RECORDS = 3000
 # drift_report's reports on two pools, written by the object-reading drift.py of 8036660
-# (its drift_report(examples, pool, ...)): the columns must give the same dicts.
+# (its drift_report(examples, pool, ...)): the columns must give the same dicts. The sampled
+# one (seed 7) pinned again at drift35, its reference's sample drawn by record hash
+# (drift_reference): its flags the same.
 PINNED = Path(__file__).with_name("drift_reports_before_columns.json")
 
 

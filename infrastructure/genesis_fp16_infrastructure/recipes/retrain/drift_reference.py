@@ -1,0 +1,352 @@
+"""The drift report's reference, measured once in a resident process and grown by what is
+new (issue 90 item 3).
+
+The reference is the labelled records the served model trained on that the pool still
+holds; past ``DRIFT_SAMPLE`` of them, a sample. What the report needs of it is each
+numeric feature's values in order (its deciles and its bins' shares), each categorical
+feature's count of every code, and the sampled records' numbers (what the noise draws
+are drawn from): :class:`Reference`.
+
+**A sample that grows.** A record is in the sample by its record hash alone: at level
+``j`` (the smallest with ``records / 2**j <= DRIFT_SAMPLE``: the whole reference at level
+0), when the top ``j`` bits of its hash mixed by splitmix64's finaliser are 0. So the
+sample of a grown reference is the old one's and the new records' in it, whatever the
+sizes, until the reference doubles past the sample's size (a new level: sampled again,
+once per doubling); each record is in it or not with the same odds, whatever its numbers.
+
+**Sorted values that grow.** Each feature's values are kept in order as a sorted base
+and a few sorted values added since (:class:`SortedValues`): a decile is the value at
+its rank in both (a binary search of the added ones in the base), a bin's count the
+values at most its bound in both. The added values are sorted again as they grow and
+merged into the base (one sort) once they pass 1/``GROWTH`` of it: spread over the
+growths, a constant per new value. The same deciles and shares, bit for bit, as of one
+sort of every value.
+
+**Kept and checked.** In a resident process (``keep_in_memory_bytes``:
+:mod:`~genesis_fp16_infrastructure.kept_in_memory`) the reference of the pool's first
+labelled records (the served model's, when they are its first: ``new_records.new_at_end``)
+is kept from one run to the next with what it was made of, and checked against it before
+use: the record hashes of those records (every one compared), the categorical values
+their codes name (the pool's values must begin with them), and the sampled records'
+numbers as this run gives them (every value compared: a record's lineage numbers move
+when the pool around it does). Then only the records past them are sampled, measured and
+added; a check that fails (a relabel, an edit, a removal, a number moved, another level)
+measures the reference again (:data:`KEPT` counts what became of each: "measured" with
+nothing kept, "taken", "grown", "stale"), and the report is the same either way, bit for
+bit: the same records, the same values.
+
+>>> ref = prefix_reference(columns, numeric, records, level, tables, budget)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, appended
+from genesis_fp16_infrastructure.kept_in_memory import process_memory
+from genesis_fp16_infrastructure.recipes.retrain.drift_categories import Categorical
+from genesis_fp16_infrastructure.recipes.retrain.new_records import mixed
+from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, numeric_rows
+
+KIND = ("drift: the pool's reference",)  # the store's key (and identity)
+GROWTH = 8  # the values added to a sorted base: merged into it past 1/GROWTH of its size
+CHECK_ROWS = 8192  # sampled records' numbers gathered and compared at a time
+TRANSPOSE_ROWS = 1024  # the records a block of a transposed copy holds
+# What became of each run's reference (this process's): "measured" (nothing kept, or a
+# budget of 0), "taken" (kept, checked, nothing to add), "grown" (kept, checked, the
+# records past it added), "stale" (kept of other records or numbers: measured again).
+KEPT: Counter[str] = Counter()
+logger = logging.getLogger(__name__)
+
+
+def sample_level(records: int, sample: int) -> int:
+    """The sample's level of a reference of ``records``: the smallest ``j`` with
+    ``records / 2**j`` at most ``sample`` (the sample holds about that many).
+
+    >>> sample_level(9_000, 50_000), sample_level(99_000, 50_000), sample_level(990_000, 50_000)
+    (0, 1, 5)
+    """
+    level = 0
+    while records > sample << level:
+        level += 1
+    return level
+
+
+def in_sample(keys: np.ndarray, level: int) -> np.ndarray:
+    """Which records of ``keys`` (record hashes) a sample of ``level`` holds: every one at
+    level 0, else those whose mixed hash's top ``level`` bits are 0."""
+    if level == 0:
+        return np.ones(len(keys), dtype=np.bool_)
+    return (mixed(keys) >> np.uint64(64 - level)) == 0
+
+
+class SortedValues(NamedTuple):
+    """Each feature's values in order (feature x value, each row ascending): a sorted
+    ``base`` and the values ``added`` since, sorted (at most 1/``GROWTH`` of the base)."""
+
+    base: np.ndarray
+    added: np.ndarray
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> SortedValues:
+        """``values`` (feature x record) sorted: one numpy sort of each row."""
+        return cls(np.sort(values, axis=1), values[:, :0].copy())
+
+    @property
+    def records(self) -> int:
+        return self.base.shape[1] + self.added.shape[1]
+
+    def grown(self, values: np.ndarray) -> SortedValues:
+        """These and ``values`` (feature x record, of the same type): the added ones
+        sorted again with them, or, past 1/``GROWTH`` of the base, merged into it."""
+        if not values.shape[1]:
+            return self
+        added = np.sort(np.concatenate([self.added, values], axis=1), axis=1)
+        if added.shape[1] * GROWTH <= self.base.shape[1]:
+            return SortedValues(self.base, added)
+        return SortedValues.of(np.concatenate([self.base, added], axis=1))
+
+    def at(self, ranks: np.ndarray) -> np.ndarray:
+        """Each feature's values at ``ranks`` (int64) of all its values in order: feature
+        x rank. An added value's rank is its own index plus the base values at most it:
+        a rank that is one is that added value; any other, the base value past the added
+        ones before it. Ties are equal values: the same values as of one sort."""
+        base, added = self.base, self.added
+        if not added.shape[1]:
+            return base[:, ranks]
+        out = np.empty((len(base), len(ranks)), dtype=base.dtype)
+        b, last = added.shape[1], base.shape[1] - 1
+        own = np.arange(b)
+        for feature, (row, more) in enumerate(zip(base, added, strict=True)):
+            placed = np.searchsorted(row, more, "right") + own
+            before = np.searchsorted(placed, ranks, "left")  # added values ranked below
+            k = np.minimum(before, b - 1)
+            out[feature] = np.where(
+                placed[k] == ranks, more[k], row[np.clip(ranks - before, 0, last)]
+            )
+        return out
+
+    def at_most(self, feature: int, bounds: np.ndarray) -> np.ndarray:
+        """How many of ``feature``'s values are at most each of ``bounds`` (ascending,
+        of the values' type)."""
+        count = np.searchsorted(self.base[feature], bounds, "right")
+        if self.added.shape[1]:
+            count = count + np.searchsorted(self.added[feature], bounds, "right")
+        return count
+
+
+class Reference(NamedTuple):
+    """A reference measured: its sampled records (``rows``: labelled indices, ascending),
+    their numbers (record x feature, as the run gave them), each feature's values in
+    order, and each categorical feature's count of every code (int64)."""
+
+    rows: np.ndarray
+    numbers: np.ndarray
+    ordered: SortedValues
+    per_code: dict[str, np.ndarray]
+
+
+class _Kept(NamedTuple):
+    """The reference of the pool's first ``records`` labelled records at ``level``, as a
+    resident process keeps it, with what it was made of: those records' hashes and the
+    categorical values their codes name."""
+
+    records: int
+    level: int
+    keys: np.ndarray
+    values: dict[str, list[Any]]
+    reference: Reference
+
+
+def measured(
+    columns: PoolColumns,
+    numeric: torch.Tensor | None,
+    rows: np.ndarray,
+    tables: dict[str, Categorical],
+) -> Reference:
+    """The reference of the labelled records ``rows`` (sampled already), measured: their
+    numbers (a NaN refused), sorted, and their codes counted. The rows and numbers are
+    put where a growth writes after them (``pool_columns.appended``'s room)."""
+    numbers = numbers_of(columns, numeric, rows)
+    ordered = SortedValues.of(feature_major(numbers))
+    counted = _counted(columns, rows, tables)
+    return Reference(appended(rows, rows[:0]), appended(numbers, numbers[:0]), ordered, counted)
+
+
+def prefix_reference(
+    columns: PoolColumns,
+    numeric: torch.Tensor | None,
+    records: int,
+    level: int,
+    tables: dict[str, Categorical],
+    budget: int | None,
+) -> Reference:
+    """The reference of the pool's first ``records`` labelled records, sampled at
+    ``level``: the one kept, checked and grown by the records past it, else measured;
+    kept for the next run (module docstring)."""
+    memory = process_memory(budget or 0)
+    kept = None if memory is None else memory.get(KIND, KIND, given=False)
+    out = None
+    if isinstance(kept, _Kept):
+        out = _grown(kept, columns, numeric, records, level, tables)
+    if out is None:
+        if isinstance(kept, _Kept):
+            KEPT["stale"] += 1
+            logger.info(
+                "drift: the kept reference of %s records is not of this pool's first %s "
+                "(records changed, numbers moved, or another sample): measured again",
+                f"{kept.records:,}",
+                f"{records:,}",
+            )
+        else:
+            KEPT["measured"] += 1
+        rows = np.flatnonzero(in_sample(columns.key[:records], level))
+        out = measured(columns, numeric, rows, tables)
+        keys = columns.key[:records].copy()
+    else:
+        assert isinstance(kept, _Kept)
+        keys = appended(kept.keys, columns.key[kept.records : records])
+        memory.note_given(f"drift reference of {len(out.rows):,} records")  # type: ignore[union-attr]
+    if memory is not None:
+        values = {name: list(v) for name, v in _values(columns).items()}
+        sorted_bytes = out.ordered.base.nbytes + out.ordered.added.nbytes
+        size = keys.nbytes + out.rows.nbytes + out.numbers.nbytes + sorted_bytes
+        what = f"drift reference of {len(out.rows):,} records"
+        memory.put(KIND, KIND, _Kept(records, level, keys, values, out), size, what)
+    return out
+
+
+def _grown(
+    kept: _Kept,
+    columns: PoolColumns,
+    numeric: torch.Tensor | None,
+    records: int,
+    level: int,
+    tables: dict[str, Categorical],
+) -> Reference | None:
+    """``kept`` grown to the pool's first ``records`` labelled records, when it is of
+    their first ``kept.records`` as they are now (every hash, value and sampled number
+    compared); None otherwise."""
+    old, first = kept.reference, kept.records
+    if kept.level != level or first > records or records > len(columns.key):
+        return None
+    if not np.array_equal(kept.keys, columns.key[:first]):
+        return None
+    now = _values(columns)
+    if any(now[name][: len(v)] != v for name, v in kept.values.items()):
+        return None
+    if not _same_numbers(columns, numeric, old.rows, old.numbers):
+        return None
+    add = first + np.flatnonzero(in_sample(columns.key[first:records], level))
+    per_code = {name: _padded(c, tables[name].width) for name, c in old.per_code.items()}
+    if not len(add):
+        KEPT["taken"] += 1
+        return old._replace(per_code=per_code)
+    KEPT["grown"] += 1
+    numbers = numbers_of(columns, numeric, add)  # a NaN among them refused
+    for name, counts in _counted(columns, add, tables).items():
+        per_code[name] = per_code[name] + counts
+    return Reference(
+        appended(old.rows, add),
+        appended(old.numbers, numbers),
+        old.ordered.grown(feature_major(numbers)),
+        per_code,
+    )
+
+
+def _same_numbers(
+    columns: PoolColumns, numeric: torch.Tensor | None, rows: np.ndarray, kept: np.ndarray
+) -> bool:
+    """Whether the labelled records ``rows``' numbers are ``kept``, value for value, in
+    their type (a NaN equals nothing): a slice's compared whole, else gathered and
+    compared ``CHECK_ROWS`` records at a time (no fresh array of the sample's size)."""
+    if numeric is None:
+        given = numeric_rows(columns, columns.labelled[rows]).numpy()
+        return given.dtype == kept.dtype and np.array_equal(given, kept)
+    values = numeric.numpy()
+    if values.dtype != kept.dtype or values.shape[1:] != kept.shape[1:]:
+        return False
+    if not len(rows):
+        return True
+    if int(rows[-1]) >= len(values):
+        return False
+    if int(rows[-1]) - int(rows[0]) + 1 == len(rows):  # ascending and distinct: a slice
+        return np.array_equal(values[int(rows[0]) : int(rows[-1]) + 1], kept)
+    return all(
+        np.array_equal(
+            np.take(values, rows[start : start + CHECK_ROWS], axis=0),
+            kept[start : start + CHECK_ROWS],
+        )
+        for start in range(0, len(rows), CHECK_ROWS)
+    )
+
+
+def numbers_of(columns: PoolColumns, numeric: torch.Tensor | None, rows: np.ndarray) -> np.ndarray:
+    """The numeric features of the labelled records ``rows`` (record x feature): of
+    ``numeric`` when the caller has them, else built for these rows alone. A NaN is
+    refused: the features never hold one, and it would make its feature's deciles NaN
+    and its distance a silent 0."""
+    if numeric is None:
+        out = numeric_rows(columns, columns.labelled[rows]).numpy()
+    else:
+        out = np.take(numeric.numpy(), rows, axis=0)
+    refuse_nan(out)
+    return out
+
+
+def refuse_nan(numbers: np.ndarray) -> None:
+    """A ValueError naming the first feature of ``numbers`` (record x feature) with a
+    NaN. Looked for first by numpy in memory order (0.8 ms at 50,000 records)."""
+    if not np.isnan(numbers).any():
+        return
+    nans = np.isnan(numbers).sum(0)
+    name, count = next((n, int(k)) for n, k in zip(NUMERIC_FEATURES, nans, strict=True) if k)
+    raise ValueError(
+        f"drift: numeric feature {name!r} has {count} NaN value(s) among "
+        f"{numbers.shape[0]} records (the features are never NaN: the numbers are wrong)"
+    )
+
+
+def feature_major(numbers: np.ndarray) -> np.ndarray:
+    """``numbers`` (record x feature) as float32 (float64 when given so), feature x
+    record, contiguous: copied a block of ``TRANSPOSE_ROWS`` records at a time, each
+    block's rows and columns in cache (50,000 records' 29 numbers: about 1 ms of CPU,
+    torch's ``.T.contiguous()`` 2 and numpy's whole transposed copy 5). Not widened:
+    float32 is measured exactly (``drift._at_most``)."""
+    wide = numbers.dtype == np.float64 or numbers.dtype.kind != "f"
+    out = np.empty(numbers.shape[::-1], dtype=np.float64 if wide else np.float32)
+    for start in range(0, len(numbers), TRANSPOSE_ROWS):
+        out[:, start : start + TRANSPOSE_ROWS] = numbers[start : start + TRANSPOSE_ROWS].T
+    return out
+
+
+def _values(columns: PoolColumns) -> dict[str, list[Any]]:
+    """Each categorical feature's values, by the names ``drift_categories.tables`` gives."""
+    return {
+        "agent": columns.agent.values,
+        "operator": columns.operator.values,
+        "reasoning_pattern": columns.pattern.values,
+        "tool": columns.tools.values,
+    }
+
+
+def _counted(
+    columns: PoolColumns, rows: np.ndarray, tables: dict[str, Categorical]
+) -> dict[str, np.ndarray]:
+    """Each categorical feature's count of every code among the labelled records ``rows``."""
+    at = np.take(columns.labelled, rows)
+    return {
+        name: np.bincount(np.take(t.codes, at), minlength=t.width) for name, t in tables.items()
+    }
+
+
+def _padded(counts: np.ndarray, width: int) -> np.ndarray:
+    """``counts`` with a 0 for each code past them (values first seen since)."""
+    if len(counts) >= width:
+        return counts
+    return np.concatenate([counts, np.zeros(width - len(counts), dtype=counts.dtype)])
