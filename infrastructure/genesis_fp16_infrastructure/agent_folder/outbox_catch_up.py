@@ -69,6 +69,7 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
     CANDIDATES_FOLDER,
     CHECKPOINTS_FOLDER,
     OUTBOX_EVENT,
+    OUTBOX_FOLDER,
     OUTBOX_STAGED_FOLDER,
     OUTBOX_STATE,
     VERDICT,
@@ -84,7 +85,6 @@ from genesis_fp16_infrastructure.agent_folder.outbox import (
     kept_state,
     new_event,
     outbox_lock,
-    outbox_of,
     parse_event,
     parse_state,
     state_path,
@@ -191,7 +191,7 @@ def stage_verdict(
     ``outbox/staged/`` (the caller holds ``lock``, the outbox's); returns its file."""
     data = {"candidate_id": ident, **{k: verdict[k] for k in VERDICT_KEYS if k in verdict}}
     event_id = verdict_event_id(agent_folder.name, ident, verdict)
-    staged = outbox_of(agent_folder) / OUTBOX_STAGED_FOLDER
+    staged = agent_folder / OUTBOX_FOLDER / OUTBOX_STAGED_FOLDER
     staged.mkdir(exist_ok=True)
     steps, _ = _owed(agent_folder, lock, True, [], [], False)  # a dead writer's, by its file
     files.write_in_order([*steps, new_event(agent_folder, lock, kind, data, event_id, staged)])
@@ -270,7 +270,7 @@ Owed = tuple[list[tuple[str, JournalEntry]], list[tuple[str, JournalEntry]]]
 def _owes(agent_folder: Path, journal: Sequence[JournalEntry], staged: bool) -> Owed | None:
     """The journal's announced entries with their event ids, and those the outbox lacks;
     None when nothing is owed (no entry missing, none staged when ``staged``)."""
-    agent, root = agent_folder.name, os.fspath(outbox_of(agent_folder))  # plain strings:
+    agent, root = agent_folder.name, os.fspath(agent_folder / OUTBOX_FOLDER)  # plain strings:
     # pathlib's parsing cost more than the stats themselves, on every transition
     entries = [(journal_event_id(agent, e), e) for e in journal if e.kind not in UNANNOUNCED]
     # At most transitions.JOURNAL_KEEP entries, one stat each; all there: nothing to take
@@ -314,7 +314,7 @@ def _read(
     """:class:`_Found` (the caller holds the outbox's lock: what is staged is a dead
     writer's; a live one holds the lock); ``rolled``: verdicts about to be written, taken
     as their files' (not read)."""
-    root = outbox_of(agent_folder)
+    root = agent_folder / OUTBOX_FOLDER
     folder, kept = (
         root / OUTBOX_STAGED_FOLDER,
         agent_folder / CHECKPOINTS_FOLDER / CANDIDATES_FOLDER,
