@@ -1,15 +1,16 @@
 """What the event outbox adds to a run: the time of its writes on the transition path.
 
 A transition of the served model (serve, rollback, ...) copies its journal entry into the
-agent's outbox before it returns (``Transaction.commit`` -> ``outbox.announce_journal``).
-The copies a kill left undone (the journal's, and a verdict's: ``outbox.announce_verdicts``,
-one listing of the outbox's ``staged/`` folder) are looked for once per transaction, as
+agent's outbox before it returns (``Transaction.commit`` ->
+``outbox_catch_up.announce_journal``). The copies a kill left undone (the journal's, and
+a verdict's: ``outbox_catch_up.announce_verdicts``, one listing of the outbox's
+``staged/`` folder) are looked for once per transaction, as
 it starts (``agent_folder.transaction``'s settle), and by ``transitions.recover``, which
 the daemon calls at its start and after each run (timed where the code under test does
 it inside the transition). A rejection
 or a hold stages its event before its verdict file and releases it after
-(``outbox.stage_verdict``, ``release_verdict``, the outbox's lock taken before them:
-``take_lock``); a demotion or a fault bundle writes one
+(``outbox_catch_up.stage_verdict``, ``release_verdict``, the outbox's lock taken before
+them: ``take_lock``); a demotion or a fault bundle writes one
 event (``outbox.record``). This script times exactly those calls,
 inside real transitions on a real state folder (temp file, fsync, rename, folder fsync:
 ``atomic.write_atomic``), each transition's calls summed:
@@ -49,6 +50,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import outbox, transitions
@@ -57,6 +59,13 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     new_candidate,
     write_verdict,
 )
+
+try:  # the catch-up has had a module of its own since issue 94; earlier, outbox held it
+    from genesis_fp16_infrastructure.agent_folder import outbox_catch_up
+
+    TIMED: tuple[ModuleType, ...] = (outbox, outbox_catch_up)
+except ImportError:
+    TIMED = (outbox,)
 
 BOUND_MS = 5.0  # issue 60's bound on a run's added time, p99
 TRANSITION_CALLS = ("announce_journal", "announce_verdicts")
@@ -99,17 +108,18 @@ def _fill(agent_folder: Path, backlog: int, candidates: int) -> None:
 
 @contextmanager
 def _timing(names: tuple[str, ...]) -> Iterator[list[Timing]]:
-    """Time each call of the outbox functions ``names`` (those the code has)."""
+    """Time each call of the outbox functions ``names`` (those the code has, in the
+    outbox's modules: ``TIMED``)."""
     calls: list[Timing] = []
-    real = {n: getattr(outbox, n) for n in names if hasattr(outbox, n)}
+    real = {(m, n): getattr(m, n) for m in TIMED for n in names if hasattr(m, n)}
     depth = [0]
-    for name, function in real.items():
-        setattr(outbox, name, _timed(calls, function, depth))
+    for (module, name), function in real.items():
+        setattr(module, name, _timed(calls, function, depth))
     try:
         yield calls
     finally:
-        for name, function in real.items():
-            setattr(outbox, name, function)
+        for (module, name), function in real.items():
+            setattr(module, name, function)
 
 
 def _summed(calls: list[Timing], before: int) -> Timing:

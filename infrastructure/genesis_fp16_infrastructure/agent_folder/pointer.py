@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from genesis_fp16_infrastructure.agent_folder import files, outbox
+from genesis_fp16_infrastructure.agent_folder import files, outbox_catch_up
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
 from genesis_fp16_infrastructure.agent_folder.layout import (
     ASIDE_SUFFIX,
@@ -84,8 +84,8 @@ def checkpoint_of(folder: Path, pointer: ServedPointer) -> Path:
 
 def repair_hint(folder: Path) -> str:
     """The commands that repair the pointer of ``folder``, naming its agent where the
-    folder is a state folder's (:func:`.outbox.agent_folder_of`)."""
-    agent = outbox.agent_folder_of(folder)
+    folder is a state folder's (:func:`.outbox_catch_up.agent_folder_of`)."""
+    agent = outbox_catch_up.agent_folder_of(folder)
     return REPAIR if agent is None else REPAIR.replace("AGENT", agent.name)
 
 

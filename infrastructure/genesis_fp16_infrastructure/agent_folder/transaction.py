@@ -18,12 +18,12 @@ next:
 1. the verdict files no journal carries (rejected, held, undecided), the gate's order:
    its verdict first, then the pointer that serves the model (when one is a rejection's
    or a hold's, each is written on its own, its event staged and released around it:
-   ``outbox.verdict_announced``; else they begin the one ordered pass of 1-4);
+   ``outbox_catch_up.verdict_announced``; else they begin the one ordered pass of 1-4);
 2. the pointer (``served.json``'s one atomic replace): the transitions' commit point,
    carrying their journal entries and the verdicts they decided;
 3. those verdicts, written to their candidates (after the settle, this transaction's
    own, with no file read; else every one the files do not say yet: :func:`disagreeing`);
-4. the journal's events, queued in the agent's outbox (``outbox.announce_journal``:
+4. the journal's events, queued in the agent's outbox (``outbox_catch_up.announce_journal``:
    one ordered pass, the outbox's lock taken and what it holds read before its first
    write);
 5. the candidates a prune staged, each removed by one rename.
@@ -48,7 +48,7 @@ from pathlib import Path
 
 import msgspec
 
-from genesis_fp16_infrastructure.agent_folder import files, outbox
+from genesis_fp16_infrastructure.agent_folder import files, outbox_catch_up
 from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.layout import (
     CANDIDATE_META,
@@ -241,7 +241,7 @@ class Transaction:
         if writes:
             # The staged verdicts, the pointer and its verdicts, then the journal's events,
             # in one ordered pass (the outbox's lock taken, and what it holds read, first).
-            events += outbox.announce_journal(self.folder, journal, changed, writes)
+            events += outbox_catch_up.announce_journal(self.folder, journal, changed, writes)
         removed = [] if self._removals is None else self._remove_all()
         written = [c.name for c in self._verdicts] + decided
         self.done = Committed(
@@ -257,7 +257,7 @@ class Transaction:
         pass; none when one of them is announced (a rejection or a hold: each is then
         written here, its event staged and released around it, ``_write_verdict``)."""
         staged = self._verdicts.items()
-        if any(outbox.announces(c, v.outcome) for c, v in staged):
+        if any(outbox_catch_up.announces(c, v.outcome) for c, v in staged):
             for candidate, verdict in staged:
                 _write_verdict(candidate, verdict)
             return []
@@ -361,12 +361,12 @@ def settle(folder: Path, current: ServedPointer | None) -> list[str]:
     journal decided and the candidates do not say yet (:func:`disagreeing`: the pointer is
     written first, so a kill between leaves them here), then what the outbox lacks (the
     verdict events left staged, settled by what those verdicts say; the journal's events),
-    read and decided before one ordered pass writes them (``outbox.catch_up``); the caller
+    read and decided before one ordered pass writes them (``outbox_catch_up.catch_up``); the caller
     holds the lock. ``current`` None: no pointer (none yet, or one that cannot be read),
     the staged events alone. Returns the events it queued."""
     decided = {} if current is None else disagreeing(folder, current)
     writes, journal = _verdict_writes(folder, decided), [] if current is None else current.journal
-    return outbox.catch_up(folder, journal, writes, decided)
+    return outbox_catch_up.catch_up(folder, journal, writes, decided)
 
 
 def journaled(
@@ -430,7 +430,7 @@ def _verdict_writes(folder: Path, decided: Mapping[str, Verdict]) -> list[files.
 
 def write_verdict(candidate: Path, verdict: Verdict | Mapping[str, Json]) -> None:
     """A verdict no transition of the pointer carries (rejected, held, undecided), then a
-    rejection's or hold's event (staged before it: ``outbox.verdict_announced``).
+    rejection's or hold's event (staged before it: ``outbox_catch_up.verdict_announced``).
     A promotion's and a rollback's go through the pointer (serve, rollback). ``verdict``:
     the gate's report's JSON and what its writer adds (read as a :class:`Verdict`:
     ``ValueError`` in one line when it is not one)."""
@@ -439,9 +439,9 @@ def write_verdict(candidate: Path, verdict: Verdict | Mapping[str, Json]) -> Non
 
 def _write_verdict(candidate: Path, verdict: Verdict) -> None:
     """:func:`write_verdict` of a verdict as it was decided (stamped): its file, with
-    its event staged before and released after (``outbox.verdict_announced``)."""
+    its event staged before and released after (``outbox_catch_up.verdict_announced``)."""
     decided = verdict.to_json()
-    with outbox.verdict_announced(candidate, decided):  # in the outbox before it is logged
+    with outbox_catch_up.verdict_announced(candidate, decided):  # in the outbox before it is logged
         files.write_json(VERDICT.at(candidate), VERDICT, decided)
 
 

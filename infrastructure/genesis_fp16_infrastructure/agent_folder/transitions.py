@@ -77,7 +77,7 @@ def recover(folder: Path) -> ServedPointer | None:
     """Finish, under the pointer's lock, what a writer killed midway left: the verdicts
     the pointer's journal decided and the candidates do not say yet (``transaction.settle``),
     then the verdict events staged and not released and the journal's events the outbox
-    lacks (``outbox.catch_up``): a transaction that stages nothing. An
+    lacks (``outbox_catch_up.catch_up``): a transaction that stages nothing. An
     explicit call, never a read's side effect: the daemon's start-up and the end of each
     of its runs (killed or not), the start of a judged run, the operator's ``model``
     commands. Returns the pointer as it stands (None: none yet); one that cannot be read

@@ -16,7 +16,7 @@ from se_darwin_daemon import AGENT, se_darwin_env, write_pool
 from webhook_receiver import Receiver
 
 from genesis_fp16.events.delivery import catch_up
-from genesis_fp16_infrastructure.agent_folder import candidates, outbox
+from genesis_fp16_infrastructure.agent_folder import candidates, outbox, outbox_catch_up
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 # The infrastructure's kill child: runs the gate's rejection, SIGKILLs itself after step N.
@@ -47,7 +47,7 @@ def _killed_rejection(state: Path) -> tuple[Path, str]:
         if verdict:
             assert verdict["outcome"] == "rejected"
             assert outbox.read_events(ck.parent) == []  # the kill came before its event
-            return candidate, outbox.verdict_event_id(AGENT, candidate.name, verdict)
+            return candidate, outbox_catch_up.verdict_event_id(AGENT, candidate.name, verdict)
     raise AssertionError("no kill of the gate's rejection left its verdict without its event")
 
 

@@ -35,6 +35,7 @@ from genesis_fp16_infrastructure.agent_folder import (
     candidates,
     lifecycle_records,
     outbox,
+    outbox_catch_up,
     repair,
     transitions,
 )
@@ -76,7 +77,7 @@ def _build(tmp: Path, scenario: str) -> Path:
     fresh, old = trained(ck, "dddd0000"), trained(ck, "eeee0000")
     month_ago = time.time() - 30 * DAY  # written as write_verdict would have, then
     verdict = {"outcome": "rejected", "decided_at": "a month ago", "decided_at_s": month_ago}
-    with outbox.verdict_announced(old, verdict):
+    with outbox_catch_up.verdict_announced(old, verdict):
         VERDICT.at(old).write_text(json.dumps(verdict))
     if scenario == "operator_unpin":
         with transaction(ck, settle=False) as tx:
@@ -195,7 +196,9 @@ def _assert_announced(ck: Path) -> None:
     pointer = repair.repairable_pointer(ck)
     journal = [] if pointer is None else pointer.journal
     expected = {
-        outbox.journal_event_id(AGENT, e) for e in journal if e.kind not in outbox.UNANNOUNCED
+        outbox_catch_up.journal_event_id(AGENT, e)
+        for e in journal
+        if e.kind not in outbox_catch_up.UNANNOUNCED
     }
     events = outbox.read_events(ck.parent)
     assert {e.id for e in events if e.kind != "reject"} == expected
@@ -203,7 +206,9 @@ def _assert_announced(ck: Path) -> None:
     for candidate in candidates.list_candidates(ck):
         verdict = candidates.read_verdict(candidate).to_json()
         if verdict.get("outcome") == "rejected":
-            rejected[outbox.verdict_event_id(AGENT, candidate.name, verdict)] = candidate.name
+            rejected[outbox_catch_up.verdict_event_id(AGENT, candidate.name, verdict)] = (
+                candidate.name
+            )
     kept = [
         e
         for e in events

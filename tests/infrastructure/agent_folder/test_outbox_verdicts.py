@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder import candidates, files, outbox, transitions
+from genesis_fp16_infrastructure.agent_folder import (
+    candidates,
+    files,
+    outbox,
+    outbox_catch_up,
+    transitions,
+)
 from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
 
 AGENT = "se_darwin"
@@ -59,7 +65,7 @@ def _killed_before_release(
         raise Killed  # the outbox's lock drops as the kernel drops a killed process's flock
 
     with monkeypatch.context() as patch:
-        patch.setattr(outbox, "release_verdict", killed)
+        patch.setattr(outbox_catch_up, "release_verdict", killed)
         with pytest.raises(Killed):
             candidates.write_verdict(candidate, verdict)
 
@@ -77,7 +83,7 @@ def test_a_verdict_whose_event_was_not_released_is_announced_once_by_the_next_ow
     for _ in range(3):
         _catch_ups(folder)
     events = outbox.read_events(agent_folder)
-    expected = outbox.verdict_event_id(AGENT, rejected.name, _verdict(rejected))
+    expected = outbox_catch_up.verdict_event_id(AGENT, rejected.name, _verdict(rejected))
     assert [(e.id, e.kind) for e in events] == [(expected, "reject")]
     assert events[0].data["candidate_id"] == rejected.name
     assert events[0].data["reason"] == "worse" and _staged(agent_folder) == []
@@ -119,7 +125,9 @@ def test_held_then_rejected_are_two_events_and_one_verdict_released_twice_is_one
     _catch_ups(folder)
     events = outbox.read_events(agent_folder)
     assert [e.kind for e in events] == ["hold", "reject"]
-    assert events[1].id == outbox.verdict_event_id(AGENT, candidate.name, _verdict(candidate))
+    assert events[1].id == outbox_catch_up.verdict_event_id(
+        AGENT, candidate.name, _verdict(candidate)
+    )
     assert _staged(agent_folder) == []
 
 
@@ -175,7 +183,7 @@ def test_a_catch_up_with_nothing_staged_reads_no_file(
         return real(path, file, *args, **kwargs)
 
     monkeypatch.setattr(files, "load", counted)
-    assert outbox.announce_verdicts(folder) == [] and read == []
+    assert outbox_catch_up.announce_verdicts(folder) == [] and read == []
     assert len(outbox.read_events(agent_folder)) == 5
 
 
@@ -194,7 +202,7 @@ def test_a_damaged_staged_event_is_set_aside_and_the_rest_settled(
     assert [e.kind for e in outbox.read_events(agent_folder)] == ["reject"]
     [aside] = [p.name for p in staged.iterdir()]
     assert aside.startswith("0123456789abcdef.json.unusable-")
-    assert outbox.announce_verdicts(folder) == []  # what was set aside holds nothing up
+    assert outbox_catch_up.announce_verdicts(folder) == []  # what was set aside holds nothing up
 
 
 def test_the_next_verdict_of_a_candidate_settles_the_one_a_killed_writer_left(

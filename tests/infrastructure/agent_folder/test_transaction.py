@@ -15,6 +15,7 @@ from served_models import gate_serve, trained
 from genesis_fp16_infrastructure.agent_folder import (
     candidates,
     outbox,
+    outbox_catch_up,
     pointer,
     transaction,
     transitions,
@@ -111,7 +112,7 @@ def test_an_unusable_pointer_is_refused_after_the_staged_events_are_settled(
         raise RuntimeError("killed before the release")
 
     with monkeypatch.context() as patch:
-        patch.setattr(outbox, "release_verdict", killed)
+        patch.setattr(outbox_catch_up, "release_verdict", killed)
         with pytest.raises(RuntimeError, match="killed"):
             candidates.write_verdict(old, {"outcome": "rejected", "reason": "worse"})
     staged = outbox.outbox_of(agent_folder) / "staged"
@@ -201,7 +202,7 @@ def test_one_lock_and_one_settle_per_transaction(
 
     monkeypatch.setattr(pointer, "take_lock", counted("lock", pointer.take_lock))
     monkeypatch.setattr(transaction, "settle", counted("settle", transaction.settle))
-    monkeypatch.setattr(outbox, "catch_up", counted("staged", outbox.catch_up))
+    monkeypatch.setattr(outbox_catch_up, "catch_up", counted("staged", outbox_catch_up.catch_up))
     with transaction.transaction(ck) as tx:
         _stage_everything(tx, ck, fresh, old)
     assert counts == {"lock": 1, "settle": 1, "staged": 1}
