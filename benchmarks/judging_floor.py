@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import sys
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"--pools: {args.pools!r} is not a list of counts")
     if any(not 0 < args.new < p for p in pools) or args.repeats < 1:
         parser.error("--new must be below every pool and above 0, --repeats at least 1")
-    command = "python benchmarks/judging_floor.py " + " ".join(argv or sys.argv[1:])
+    command = "python benchmarks/judging_floor.py " + shlex.join(argv or sys.argv[1:])
     result: dict[str, Any] = {
         "command": command.strip(),
         "host": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
