@@ -6,8 +6,8 @@ text the dataclass's repr. For a batch of records msgspec decoded (``data.reader
 fast structs, every one valid), :func:`batch_block` writes the same block from the
 structs' fields, one column at a time: no object per record beyond the decoded struct,
 the labels compared a column at a time (``schema.derive_outcomes``), a repeated value
-(agent, tools, a file's name, a count) coded, hashed, counted or ``log1p``'d once, the
-records' hashes chained a column at a time (``data.record_hash``). Written a
+(agent, tools, a file's name, a count) coded, repr'd, counted or ``log1p``'d once, the
+fingerprint texts hashed together. Written a
 record at a time, 25,000 generated records cost several times msgspec's decode of their
 bytes (issue 90, ``benchmarks/read_floor.py``). The block is the same, byte for byte
 (``tests/infrastructure/data/test_batch_block.py`` holds the two to it).
@@ -36,9 +36,9 @@ from genesis_fp16_infrastructure.data.file_records import (
     RecordBlock,
     _int64s,
     _kind,
+    _optional,
     change_shape,
 )
-from genesis_fp16_infrastructure.data.record_hash import Coded, labelled_hashes
 from genesis_fp16_infrastructure.data.schema import (
     OUTCOMES,
     derive_outcomes,
@@ -59,7 +59,7 @@ class Batch(NamedTuple):
 
     trajectory_id: list[str]
     agent: list[str]
-    created: Sequence[float | None] | np.ndarray  # an array: float64, nan where None
+    created: list[float | None]
     operator: list[str]
     generation: list[int]
     parent_ids: list[tuple[str, ...]]
@@ -95,33 +95,27 @@ def batch_block(batch: Batch, thresholds: tuple[float, float], keep_text: bool) 
         ("reasoning_pattern", "patterns", batch.reasoning_pattern),
     )  # fmt: skip
     codes = {name: _coded(column) for name, _, column in coded}
-    # The files coded too (not kept so): their numbers and hash once a distinct list
-    codes["modified_files"] = _coded(batch.modified_files)
     for name, values, _ in coded:
         columns[name], columns[values] = codes[name][0].astype("<i4").tobytes(), codes[name][1]
     tool_lists = codes["tools_used"]
     tools = np.array([float(len(set(t))) for t in tool_lists[1]])[tool_lists[0]]
-    # numpy reads None as nan; a time is never nan (JSON has none, a text's is whole seconds)
-    created = np.array(batch.created, "<f8").reshape(n)
-    columns["created"], columns["timed"] = created.tobytes(), (~np.isnan(created)).tobytes()
+    key, judged = _label_hashes(batch, outcome, score, codes)
+    columns["created"], columns["timed"] = _optional(batch.created)
     columns["score"], columns["scored"] = score.tobytes(), scored.tobytes()
     # a label's score: the record's where a score decided it (nan and 0 elsewhere)
     with_score = labelled & scored
-    label_score = np.where(with_score, score, np.nan).astype("<f8")
-    columns["label_score"] = label_score.tobytes()
+    columns["label_score"] = np.where(with_score, score, np.nan).astype("<f8").tobytes()
     columns["label_scored"] = with_score.tobytes()
     success = np.where(labelled, outcome == _OUTCOME["success"], -1).astype(np.int8)
     parent_ids = list(chain.from_iterable(batch.parent_ids))
     id_key = record_id_hashes(batch.trajectory_id)
-    parent_hash = _parent_hashes(parent_ids, batch.trajectory_id, id_key)
-    key, judged = _label_hashes(batch, outcome, label_score, id_key, parent_hash, codes)
     return RecordBlock(
         trajectory_id=list(batch.trajectory_id),
         generation=_int64s(batch.generation),
         parent_ids=parent_ids,
-        parent_hash=_int64s(parent_hash),
+        parent_hash=_int64s(_parent_hashes(parent_ids, batch.trajectory_id, id_key)),
         parent_counts=np.fromiter(map(len, batch.parent_ids), "<i4", n).tobytes(),
-        own=_own_columns(batch, tools, codes["modified_files"]).tobytes(),
+        own=_own_columns(batch, tools).tobytes(),
         success=success.tobytes(),
         outcome=outcome.tobytes(),
         key=key.astype("<i8").tobytes(),
@@ -139,7 +133,7 @@ def _coded(column: Sequence[_H]) -> tuple[np.ndarray, list[_H]]:
     return np.fromiter(map(index.__getitem__, column), np.intp, len(column)), list(index)
 
 
-def _parent_hashes(parent_ids: list[str], ids: list[str], id_key: np.ndarray) -> np.ndarray:
+def _parent_hashes(parent_ids: list[str], ids: list[str], id_key: np.ndarray) -> list[int]:
     """``schema.record_id_hash`` of each parent id. A parent is mostly a record of the
     same file: its hash is looked up among the records' own (``id_key``), and only the
     others are worked out (a blake2b each)."""
@@ -147,23 +141,19 @@ def _parent_hashes(parent_ids: list[str], ids: list[str], id_key: np.ndarray) ->
     hashes = [known.get(p) for p in parent_ids]
     missing = [p for p, h in zip(parent_ids, hashes, strict=True) if h is None]
     found = iter(record_id_hashes(missing).tolist())
-    return np.array([next(found) if h is None else h for h in hashes], np.int64).reshape(-1)
+    return [next(found) if h is None else h for h in hashes]
 
 
 def _label_hashes(
-    batch: Batch,
-    outcome: np.ndarray,
-    label_score: np.ndarray,
-    id_key: np.ndarray,
-    parent_hash: np.ndarray,
-    coded: dict[str, Coded],
+    batch: Batch, outcome: np.ndarray, score: np.ndarray, coded: dict[str, _Coded]
 ) -> tuple[np.ndarray, bytes]:
-    """``record_hash.labelled_hashes`` (int64, 0 without a label) and the judged digest (8
-    zero bytes without a label) of each record, ``outcome`` its label's (-1: none)."""
+    """``schema.labelled_hash`` (int64, 0 without a label) and the judged digest (8 zero
+    bytes without a label) of each record, ``outcome`` its label's (-1: none)."""
     n = len(outcome)
     labelled = outcome >= 0
     rows = np.flatnonzero(labelled)
-    key = labelled_hashes(batch, id_key, outcome, label_score, parent_hash, coded)
+    key = np.zeros(n, np.int64)
+    key[rows] = record_id_hashes(_hash_texts(batch, outcome, score, labelled, coded))
     judged = np.zeros((n, 8), np.uint8)
     if len(rows):
         ids = list(compress(batch.trajectory_id, labelled.tolist()))
@@ -176,16 +166,65 @@ def _label_hashes(
     return key, judged.tobytes()
 
 
-def _own_columns(batch: Batch, tools: np.ndarray, files: Coded) -> np.ndarray:
+def _hash_texts(
+    batch: Batch,
+    outcome: np.ndarray,
+    score: np.ndarray,
+    labelled: np.ndarray,
+    coded: dict[str, _Coded],
+) -> list[str]:
+    """The text ``schema.labelled_hash`` hashes, of each labelled record: its id, its
+    label and ``repr(AttemptInput(...))``, written from the columns without making the
+    object (``test_batch_block.py`` holds the hashes to the per-record ones). A coded
+    column's values (``coded``: codes and distinct values) have their reprs made once."""
+    keep = labelled.tolist()
+    every = all(keep)
+
+    def take(column: Sequence[Any]) -> Sequence[Any]:
+        return column if every else list(compress(column, keep))
+
+    def reprs(name: str) -> list[str]:
+        codes, distinct = coded[name]
+        text = [repr(value) for value in distinct]
+        return list(map(text.__getitem__, codes[labelled].tolist()))
+
+    written: tuple[Sequence[Any], ...] = (
+        batch.trajectory_id, batch.created, batch.generation, batch.parent_ids,
+        batch.code_changes, batch.modified_files, batch.proposed_strategy,
+        batch.problem_diagnosis,
+    )  # fmt: skip
+    # derive_label's Label: success, score (the record's where it decided, else None), outcome
+    heads = [_LABEL_HEADS[o] for o in outcome[labelled].tolist()]
+    scores = [repr(s) if s == s else "None" for s in score[labelled].tolist()]
+    return [
+        f"{tid}\x00{head[0]}\x00{score_text}\x00{head[1]}\x00"
+        f"AttemptInput(trajectory_id={tid!r}, agent={agent}, created={created!r}, "
+        f"operator={operator}, generation={generation!r}, parent_ids={parents!r}, "
+        f"code_changes={change!r}, modified_files={files!r}, "
+        f"proposed_strategy={strategy!r}, problem_diagnosis={diagnosis!r}, "
+        f"tools_used={tools}, reasoning_pattern={pattern})"
+        for (
+            tid, created, generation, parents, change, files, strategy, diagnosis, head,
+            score_text, agent, operator, tools, pattern,
+        ) in zip(
+            *map(take, written), heads, scores, *map(reprs, _CODED_NAMES), strict=True
+        )
+    ]  # fmt: skip
+
+
+_Coded = tuple[np.ndarray, list[Any]]  # a column's codes (intp), and its distinct values
+_CODED_NAMES = ("agent", "operator", "tools_used", "reasoning_pattern")
+# Label's success and outcome words in a hash text, by outcome index
+_LABEL_HEADS = [(str(name == "success"), name) for name in OUTCOMES]
+
+
+def _own_columns(batch: Batch, tools: np.ndarray) -> np.ndarray:
     """``file_records.own_numbers`` of every record, as an (n, 15) little-endian float64
-    array, a feature at a time (``tools``: each one's distinct tools, as a float;
-    ``files``: the files column's codes and distinct lists): each ``math.log1p`` of a
-    count made once a distinct count (the same calls, so the same bits), word counts once
-    a distinct text, a file list's counts and kinds once a distinct list."""
-    diffs = batch.code_changes
+    array, a feature at a time (``tools``: each one's distinct tools, as a float): each
+    ``math.log1p`` of a count made once a distinct count (the same calls, so the same
+    bits), word counts once a distinct text, file kinds once a distinct name."""
+    diffs, files = batch.code_changes, batch.modified_files
     n = len(diffs)
-    listed, lists = files  # each record's code, and each distinct list
-    kinds = [kind[listed] for kind in _file_kinds(lists)]
     shares, hunks, breaks = _change_counts(diffs)
     sizes = _lengths(diffs)
     columns = (
@@ -193,14 +232,14 @@ def _own_columns(batch: Batch, tools: np.ndarray, files: Coded) -> np.ndarray:
         _lengths(batch.parent_ids).astype(np.float64),
         _log1p_of(np.where(sizes > 0, breaks + 1, 0)),
         _log1p_of(sizes),
-        _log1p_of(_lengths(lists)[listed]),
+        _log1p_of(_lengths(files)),
         _log1p_of(_word_counts(batch.proposed_strategy)),
         _log1p_of(_word_counts(batch.problem_diagnosis)),
         tools,
         shares,
         _log1p_of(hunks),
-        _log1p_of(np.fromiter(map(len, map(set, lists)), np.int64, len(lists))[listed]),
-        *kinds,
+        _log1p_of(np.fromiter(map(len, map(set, files)), np.int64, n)),
+        *_file_kinds(files),
     )
     assert len(columns) == len(OWN_FEATURES)
     own = np.empty((n, len(OWN_FEATURES)), "<f8")
@@ -237,14 +276,6 @@ def _log1p_of(counts: np.ndarray) -> np.ndarray:
     same function on the same values as a record at a time, so the same bits."""
     if not len(counts):
         return np.zeros(0)
-    low, top = int(counts.min()), int(counts.max())
-    if low >= 0 and top <= 4 * len(counts) + 1024:  # a table up to the largest, no sort
-        seen = np.zeros(top + 1, np.bool_)
-        seen[counts] = True
-        table = np.zeros(top + 1)
-        present = np.flatnonzero(seen)
-        table[present] = [_log1p(c) for c in present.tolist()]
-        return table[counts]
     distinct, at = np.unique(counts, return_inverse=True)
     return np.array([_log1p(c) for c in distinct.tolist()], np.float64)[at.reshape(-1)]
 

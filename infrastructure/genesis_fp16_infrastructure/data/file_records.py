@@ -29,13 +29,13 @@ from typing import Any, NamedTuple, TypeVar
 import msgspec
 import numpy as np
 
-from genesis_fp16_infrastructure.data.record_hash import labelled_hash
 from genesis_fp16_infrastructure.data.schema import (
     OUTCOMES,
     AttemptInput,
     Label,
     id_digest,
     judged_id,
+    labelled_hash,
     record_id_hashes,
 )
 
@@ -128,7 +128,7 @@ class RecordBlock(msgspec.Struct):
     outcome: bytes  # <i1 per record
     score: bytes  # <f8 per record: the recorded success score (a parent's, for lineage)
     scored: bytes  # a byte per record: 1 where score is not None
-    key: bytes  # <i8 per record: data.record_hash.labelled_hash of a labelled record, else 0
+    key: bytes  # <i8 per record: data.schema.labelled_hash of a labelled record, else 0
     id_key: bytes  # <i8 per record: data.schema.record_id_hash of its id
     judged: bytes  # 8 per record: a labelled one's schema.id_digest of its judged_id
     rejected: list[Rejected]  # as quarantined

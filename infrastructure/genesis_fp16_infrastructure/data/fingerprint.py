@@ -20,7 +20,6 @@ checkpoint.
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -31,11 +30,7 @@ import torch
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 
-logger = logging.getLogger(__name__)
-
-# 2: the attempt's fields are part of a record's hash; 3: that hash chained a field at a
-# time (data.record_hash), not a text per record: a version-2 fingerprint is unknown
-STATE_VERSION = 3
+STATE_VERSION = 2  # 2: the attempt's fields are part of a record's hash
 
 
 @dataclass(frozen=True)
@@ -64,15 +59,7 @@ class DataFingerprint:
     def from_state(cls, state: Mapping[str, Any] | None) -> DataFingerprint | None:
         """The saved fingerprint, or None when there is none (a checkpoint written before
         fingerprints, or of another version: its data is unknown)."""
-        if not isinstance(state, Mapping):
-            return None
-        if state.get("version") != STATE_VERSION:
-            logger.info(
-                "the checkpoint's data fingerprint is version %s, this build's %s (records "
-                "hashed another way): its data counts as unknown",
-                state.get("version"),
-                STATE_VERSION,
-            )
+        if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
             return None
         ids, labelled = state["ids"], state["labelled"]
         if not (isinstance(ids, torch.Tensor) and isinstance(labelled, torch.Tensor)):

@@ -108,9 +108,8 @@ logger = logging.getLogger(__name__)
 # 4: columns, not rows; 5: each record's id hash; 6: columns by field name;
 # 7: file_records.RecordBlock (coded columns, flat parents, no object per record);
 # 8: its numbers and flags as bytes, and each parent's id hash (collect matches by hash);
-# 9: each labelled record's judged-id hash (RecordBlock.judged); 10: each labelled
-# record's hash chained a field at a time (data.record_hash, the fingerprint's version 3)
-CACHE_VERSION = f"10.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
+# 9: each labelled record's judged-id hash (RecordBlock.judged)
+CACHE_VERSION = f"9.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
 HEAD_BYTES = 4096  # a head marker: a digest and a size
 ENTRY_BYTES = 1 << 40  # an entry is as large as its data file's records: no bound but sanity
 POOL_VERSION = f"{CACHE_VERSION}.pool{FORMAT}"  # the pool entry's: its key and its header
@@ -140,7 +139,6 @@ class RecordCache:
         self.pool_grown = False  # the pool kept in memory, grown by new files' records
         # The fingerprint of the pool this read took or kept (data.fingerprint), if it made one
         self.fingerprint: DataFingerprint | None = None
-        self.said_version = False  # an entry of another cache version was logged
 
     def load(self, file: Path, slim: bool) -> Head | None:
         """What was stored of ``file``: all its records (``Head.offset`` None) while its
@@ -156,7 +154,7 @@ class RecordCache:
             try:
                 block = _read_entry(self._path(state.digest, slim))
             except FileNotFoundError:
-                self._say_other_version(state.digest)
+                pass
             except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
                 logger.warning("record cache entry for %s unreadable (%s): read again", file, exc)
                 self.unreadable += 1
@@ -491,22 +489,6 @@ class RecordCache:
                     continue
                 removed += 1
         return removed
-
-    def _say_other_version(self, digest: str) -> None:
-        """Log, once a cache, that an entry of these bytes is stored by another version
-        of the cache (an upgrade: its records are read again, and prune deletes it)."""
-        if self.said_version:
-            return
-        others = sorted(self.folder.glob(f"{digest}-*.msgpack"))
-        if others:
-            self.said_version = True
-            version = others[0].name[len(digest) + 1 :].removesuffix(".msgpack")
-            logger.info(
-                "record cache: entries of version %s, this build's %s (how a record is "
-                "held or hashed changed): each file is read again once",
-                version.removesuffix("-slim"),
-                CACHE_VERSION,
-            )
 
     def _failed(self, message: str, *args: object) -> None:
         """Count a write that failed, and say so: the run has its records; only the next

@@ -117,7 +117,7 @@ class Trajectory(_Record):
 
 def trajectory_input(record: Trajectory) -> AttemptInput:
     """A trajectory's pre-attempt view: of a :class:`Trajectory`, or of the read's fast
-    struct, which has its fields (``data.fast_records._fast_struct``)."""
+    struct, which has its fields (``data.readers._fast_struct``)."""
     return AttemptInput(
         trajectory_id=record.trajectory_id,
         agent=record.agent_name,
@@ -338,14 +338,14 @@ def record_id_hash(trajectory_id: str) -> int:
     """A record's id hash as the fingerprint keeps it in ``ids``: whether a model's pool
     held a record; the retrain recipe's folds and validation draw
     (genesis_fp16_infrastructure.recipes.retrain.split). The signed 64-bit blake2b of
-    the text, :func:`id_digest` read as a number (``record_hash.labelled_hash`` chains a record's
+    the text, :func:`id_digest` read as a number (:func:`labelled_hash` hashes a record's
     text with it)."""
     return int.from_bytes(id_digest(trajectory_id), "big", signed=True)
 
 
 def judged_id(trajectory_id: str, key: int) -> str:
     """A labelled record's id as the judged run knows it: its trajectory id and its
-    ``record_hash.labelled_hash`` ``key`` (a record relabelled or edited in place is a new one)."""
+    :func:`labelled_hash` ``key`` (a record relabelled or edited in place is a new one)."""
     return f"{trajectory_id}#{key & 0xFFFF_FFFF_FFFF_FFFF:016x}"
 
 
@@ -403,3 +403,20 @@ def searched_in_order(
     at = np.full(n, -1, np.intp)
     at[order] = np.searchsorted(ranked, ordered)
     return at if n == 0 or bool((at >= 0).all()) else None  # a row missed: taken twice
+
+
+def labelled_hash(trajectory_id: str, attempt: AttemptInput, label: Label) -> int:
+    """A record's (id, label, attempt) hash as the fingerprint keeps it in ``labelled``:
+    whether a model trained on this very record (drift, the gate). The reader works it
+    out once per record, while the record's text is there (``PoolColumns.key``)."""
+    # The attempt's repr names every field with its value (a frozen dataclass of strings,
+    # numbers and tuples of strings): what the encoder reads, in a stable text.
+    attempt_text = _ATTEMPT_REPR(attempt)
+    return record_id_hash(
+        f"{trajectory_id}\x00{label.success}\x00{label.score!r}\x00{label.outcome}\x00{attempt_text}"
+    )
+
+
+# The dataclass's own __repr__ without the recursion guard dataclasses wraps it in (an
+# attempt holds no attempt): the same text, a quarter faster, once per record read.
+_ATTEMPT_REPR = getattr(AttemptInput.__repr__, "__wrapped__", AttemptInput.__repr__)

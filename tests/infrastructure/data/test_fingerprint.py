@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 import torch
 
 from genesis_fp16_infrastructure.data.fingerprint import (
@@ -20,7 +18,7 @@ from genesis_fp16_infrastructure.data.fingerprint import (
     fingerprint_of,
 )
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.data.schema import derive_label
+from genesis_fp16_infrastructure.data.schema import Label, derive_label
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 
@@ -101,8 +99,7 @@ def test_the_digest_is_the_one_earlier_checkpoints_hold(tmp_path: Path) -> None:
     import hashlib
     import struct
 
-    from genesis_fp16_infrastructure.data.record_hash import labelled_hash
-    from genesis_fp16_infrastructure.data.schema import record_id_hash
+    from genesis_fp16_infrastructure.data.schema import labelled_hash, record_id_hash
 
     records = _records()
     _seen(tmp_path, records)
@@ -133,16 +130,24 @@ def test_an_id_hash_given_twice_counts_once_with_its_last_record_hash() -> None:
         assert change.relabelled == sum(old[i] != new[i] for i in kept)
 
 
-def test_a_version_2_fingerprint_counts_as_unknown_and_says_why(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A checkpoint of 3b7871a8 (record hashes of the attempt's repr): its data is
-    unknown, its next run trains afresh once, and the log says why; never compared."""
-    seen = _seen(tmp_path, _records(30))
-    old = {**seen.state_dict(), "version": 2}
-    with caplog.at_level(logging.INFO, "genesis_fp16_infrastructure.data.fingerprint"):
-        assert compare(old, seen).previous is None
-    assert "fingerprint is version 2, this build's 3" in caplog.text
+def test_a_records_hash_is_blake2b_of_its_id_label_and_attempts_repr() -> None:
+    """The record hash checkpoints keep: the signed big-endian 8-byte blake2b of the id,
+    the label and the attempt's repr, NUL-separated; and the id hash, of the id alone.
+    The reader's faster path (the repr without its recursion guard, one hash without a
+    list) must give these very bits, or every served model would look out of date."""
+    import hashlib
+
+    from genesis_fp16_infrastructure.data.schema import AttemptInput, labelled_hash, record_id_hash
+
+    def blake(text: str) -> int:
+        digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big", signed=True)
+
+    attempt = AttemptInput(trajectory_id="t1", parent_ids=("p",), tools_used=("a", "b"))
+    label = Label(True, 0.75, "success")
+    text = f"t1\x00True\x000.75\x00success\x00{attempt!r}"
+    assert labelled_hash("t1", attempt, label) == blake(text)
+    assert record_id_hash("t1") == blake("t1")
 
 
 def test_sorted_ids_are_looked_up_without_a_sort_and_counted_as_a_dict_counts_them() -> None:

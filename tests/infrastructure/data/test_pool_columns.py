@@ -25,11 +25,11 @@ from genesis_fp16_infrastructure.data.file_records import (
 from genesis_fp16_infrastructure.data.lineage import PoolEntry
 from genesis_fp16_infrastructure.data.pool_columns import collect
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.data.record_hash import labelled_hash
 from genesis_fp16_infrastructure.data.schema import (
     AttemptInput,
     Example,
     Label,
+    labelled_hash,
     record_id_hash,
 )
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
