@@ -57,9 +57,7 @@ def _made(root: Path, pool: int, new: int) -> Path:
     it, unless it is there already (then it is reused, never changed)."""
     made = root / f"data-{pool}-{new}"
     if not (made / "new" / "data").is_dir():
-        env = anatomy._tree_env(AGENT, made, anatomy.TREE, "cpu", 1)
-        anatomy._pool_batch(AGENT, made / "old", env, pool - new, anatomy.SEEDS[0])
-        anatomy._pool_batch(AGENT, made / "new", env, new, anatomy.SEEDS[2])
+        anatomy.write_data(AGENT, root, pool, new, 1)
     return made
 
 

@@ -283,6 +283,16 @@ def _first_then_new(
     return first, finished, load, held
 
 
+def write_data(agent: str, root: Path, pool: int, new: int, steps: int) -> Path:
+    """``root/data-POOL-NEW``: the first run's ``old`` records (``pool`` less ``new``) and
+    the measured run's ``new`` ones, each a pool file of its own seed."""
+    made = root / f"data-{pool}-{new}"
+    env = _tree_env(agent, made, TREE, "cpu", steps)
+    _pool_batch(agent, made / "old", env, pool - new, SEEDS[0])
+    _pool_batch(agent, made / "new", env, new, SEEDS[2])
+    return made
+
+
 def measure(
     agent: str,
     trees: list[Path],
@@ -300,10 +310,7 @@ def measure(
     commits = {tree: _commit(tree) for tree in trees}
     for pool, news in counts.items():
         for new in news:
-            made = root / f"data-{pool}-{new}"
-            env = _tree_env(agent, made, TREE, "cpu", steps)
-            _pool_batch(agent, made / "old", env, pool - new, SEEDS[0])
-            _pool_batch(agent, made / "new", env, new, SEEDS[2])
+            made = write_data(agent, root, pool, new, steps)
             for (number, tree), device, mode in itertools.product(enumerate(trees), devices, modes):
                 folder = root / f"{number}-{device}-{mode}-{pool}-{new}"
                 env = _tree_env(agent, folder, tree, device, steps)
