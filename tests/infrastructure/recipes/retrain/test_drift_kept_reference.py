@@ -5,7 +5,7 @@ computing from nothing gives."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,6 @@ import pytest
 from pool_files import Pool, read_files
 
 import genesis_fp16_infrastructure.recipes.retrain.drift as drift
-from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
@@ -22,14 +21,7 @@ from genesis_fp16_infrastructure.recipes.retrain import drift_reference
 BUDGET = 64 * 2**20
 
 
-@pytest.fixture(autouse=True)
-def _fresh_memory() -> Iterator[None]:
-    """Each test starts with nothing kept and no counts."""
-    kept_in_memory._PROCESS.clear()
-    drift.KEPT.clear()
-    yield
-    kept_in_memory._PROCESS.clear()
-    drift.KEPT.clear()
+pytestmark = pytest.mark.usefixtures("fresh_drift_memory")  # conftest.py
 
 
 def _sorts(monkeypatch: pytest.MonkeyPatch) -> list[int]:

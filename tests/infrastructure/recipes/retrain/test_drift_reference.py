@@ -5,7 +5,7 @@ records, numbers, values or sample) is refused, counted and measured again."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,7 @@ from genesis_fp16_infrastructure.recipes.retrain.drift_reference import SortedVa
 BUDGET = 64 * 2**20
 
 
-@pytest.fixture(autouse=True)
-def _fresh_memory() -> Iterator[None]:
-    """Each test starts with nothing kept and no counts."""
-    kept_in_memory._PROCESS.clear()
-    drift.KEPT.clear()
-    yield
-    kept_in_memory._PROCESS.clear()
-    drift.KEPT.clear()
+pytestmark = pytest.mark.usefixtures("fresh_drift_memory")  # conftest.py
 
 
 def _measures(monkeypatch: pytest.MonkeyPatch) -> list[int]:
