@@ -104,22 +104,58 @@ def extended_fingerprint(
     """``fingerprint_of(columns)`` from ``before``, the fingerprint of the labelled records
     among ``columns``' first ``rows`` (the pool ``data.pool_extend`` grew): only the
     labelled records after them are sorted, then merged in (issue 90: a later read
-    fingerprints what is new). The digest still reads every record hash: 8 bytes each."""
+    fingerprints what is new). ``before`` is a kept value: it is checked against the old
+    rows first (its count, and a sample of its records found in them, :func:`_agrees`),
+    and one that is not theirs is refused: the whole pool is fingerprinted. The digest
+    still reads every record hash: 8 bytes each, hashed where they lie (:func:`_made`)."""
     first = int(np.searchsorted(columns.labelled, rows))
     if len(before.ids) != first:
         raise ValueError(f"a fingerprint of {len(before.ids)} records for {first} of {rows} rows")
+    if not _agrees(before, columns, first):
+        return fingerprint_of(columns)
     ids, labelled = _sorted(columns.id_hash[columns.labelled[first:]], columns.key[first:])
-    old_ids = before.ids.numpy()
-    at = np.searchsorted(old_ids, ids.numpy(), side="left")
-    if (at != np.searchsorted(old_ids, ids.numpy(), side="right")).any():
-        return fingerprint_of(columns)  # an id hash on both sides: order by record hash too
-    # Each new one before the first old id hash larger than its own, in their sorted order.
-    merged_ids = np.insert(old_ids, at, ids.numpy())
+    old_ids, new_ids = before.ids.numpy(), ids.numpy()
+    # Each new one before the first old id hash not smaller than its own (one search);
+    # an id hash on both sides: order by record hash too, the whole pool's way.
+    at = np.searchsorted(old_ids, new_ids)
+    if len(old_ids) and bool((old_ids[np.minimum(at, len(old_ids) - 1)] == new_ids).any()):
+        return fingerprint_of(columns)
+    merged_ids = np.insert(old_ids, at, new_ids)
     merged = np.insert(before.labelled.numpy(), at, labelled.numpy())
     made = _made(torch.from_numpy(merged_ids), torch.from_numpy(merged))
     # No new id hash is an old one (checked above): what compare says against ``before``'s
     # records is known, whatever their number (:func:`compare`)
     return replace(made, grown_from=(before.digest, before.records))
+
+
+SAMPLE = 64  # the records of a kept fingerprint looked up in the pool it is said to be of
+
+
+def _agrees(before: DataFingerprint, columns: PoolColumns, first: int) -> bool:
+    """Whether ``before`` is the fingerprint of ``columns``' first ``first`` labelled
+    records, as far as a sample of ``SAMPLE`` of its records tells (found by id hash in
+    the pool's ranking, each a labelled record among them with that record hash), its
+    ids sorted and as many as its count. Costs what the sample does, not the pool."""
+    ids, hashes = before.ids.numpy(), before.labelled.numpy()
+    if not before.records == len(ids) == len(hashes) == first:
+        return False
+    if not first:
+        return True
+    rank = columns.id_rank  # a grown pool's: the old one's with the new rows inserted
+    if rank is None:
+        return False  # two ids of one hash: nothing to find them by
+    at = np.unique(np.linspace(0, first - 1, min(SAMPLE, first), dtype=np.int64))
+    sample = ids[at]
+    if not bool((sample[1:] >= sample[:-1]).all()):
+        return False
+    place = np.minimum(np.searchsorted(rank.hashes, sample), len(rank.hashes) - 1)
+    row = rank.order[place]
+    position = np.minimum(np.searchsorted(columns.labelled[:first], row), first - 1)
+    return bool(
+        (rank.hashes[place] == sample).all()
+        and (columns.labelled[position] == row).all()
+        and (columns.key[position] == hashes[at]).all()
+    )
 
 
 def _sorted(ids: np.ndarray, labelled: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,9 +167,11 @@ def _sorted(ids: np.ndarray, labelled: np.ndarray) -> tuple[torch.Tensor, torch.
 
 
 def _made(ids: torch.Tensor, labelled: torch.Tensor) -> DataFingerprint:
-    # The int64 little-endian bytes of the record hashes.
-    packed = labelled.numpy().astype("<i8").tobytes()
-    digest = hashlib.blake2b(packed, digest_size=16).hexdigest()
+    # The int64 little-endian bytes of the record hashes, hashed where they lie: on a
+    # little-endian host no copy (a copy, then its bytes, were two more passes over the
+    # pool's 8 bytes a record: 1.4 ms against 0.8 at 100,000 records).
+    packed = np.ascontiguousarray(labelled.numpy(), dtype="<i8")
+    digest = hashlib.blake2b(packed.data, digest_size=16).hexdigest()
     return DataFingerprint(len(ids), digest, ids, labelled)
 
 

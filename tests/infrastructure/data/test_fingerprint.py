@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 from genesis_fp16_infrastructure.data.fingerprint import (
@@ -224,3 +225,33 @@ def test_a_planted_or_stale_grown_from_is_refused_and_looked_up(tmp_path: Path) 
     assert compare(short, current).added == 41  # the lookup's answer, not the grown 40
     planted = replace(current, grown_from=(before.digest, before.records + 1))
     assert compare(saved, planted) == compare(saved, replace(current, grown_from=None))
+
+
+def test_a_planted_or_stale_kept_fingerprint_is_refused_and_the_pool_fingerprinted(
+    tmp_path: Path,
+) -> None:
+    """The kept fingerprint a later read grows is checked against the old rows first: one
+    of the right count whose record hashes or ids are not theirs (planted, or another
+    pool's) is refused, and the grown pool is fingerprinted whole, never merged into."""
+    before, grown = _grown(tmp_path)
+    records = _records(300)
+    columns = read_trajectories_of(tmp_path, records)
+    rows = int(columns.labelled[len(records) - 40])
+    whole = fingerprint_of(columns)
+    assert _same(grown, whole) and grown.grown_from is not None  # the kept one agrees: merged
+    relabelled = replace(before, labelled=before.labelled + 1)
+    other_ids = replace(before, ids=before.ids + 1)
+    stale = _seen(tmp_path, _records(400)[100 : 100 + before.records])  # another pool's
+    short = replace(before, records=before.records + 1)
+    for planted in (relabelled, other_ids, stale):
+        out = extended_fingerprint(planted, columns, rows)
+        assert _same(out, whole) and out.grown_from is None
+    with pytest.raises(ValueError, match="a fingerprint of"):
+        extended_fingerprint(replace(before, ids=before.ids[:-1]), columns, rows)
+    assert extended_fingerprint(short, columns, rows).grown_from is None
+
+
+def _same(a: DataFingerprint, b: DataFingerprint) -> bool:
+    """The same records, hashes and digest."""
+    same_arrays = torch.equal(a.ids, b.ids) and torch.equal(a.labelled, b.labelled)
+    return (a.records, a.digest) == (b.records, b.digest) and same_arrays
