@@ -61,10 +61,21 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+# A judged plugin's optional declarations (judged_declarations.py), named here too: what a
+# plugin and the judged run import.
+from genesis_fp16_infrastructure.contract.judged_declarations import (  # noqa: F401
+    DEFAULT_RELATIVE_MARGIN,
+    DeclaresMargin,
+    DeclaresMarginFloor,
+    DeclaresRecords,
+    _is_number,
+    judging_margin,
+    records_are_training_data,
+)
 from genesis_fp16_infrastructure.contract.split import id_hashes
 
 T = TypeVar("T")
@@ -74,7 +85,6 @@ if TYPE_CHECKING:
 
 JUDGING_VERSION = 1
 TRAINED_IDS = "trained_ids"  # the task's extra_state key: the ids (str) it trains on
-DEFAULT_RELATIVE_MARGIN = 0.05  # of the reference model's mean loss, when no margin is declared
 
 
 class RecordLossesError(ValueError):
@@ -576,32 +586,6 @@ class ListsRecords(Protocol):
         ...
 
 
-@runtime_checkable
-class DeclaresMargin(Protocol):
-    """A judged plugin's own margin: the loss difference tolerated against a reference
-    model (:func:`judging_margin`), instead of a share of its mean loss."""
-
-    judging_margin: float | Mapping[str, float] | None
-
-
-@runtime_checkable
-class DeclaresMarginFloor(Protocol):
-    """A judged plugin's least margin: where it declares no ``judging_margin``, the margin
-    is a share of the reference's mean loss but never below this (:func:`judging_margin`),
-    so that a reference near zero loss does not ask a candidate to show itself equal to
-    it beyond what the records can measure (docs/judging.md, "The margins")."""
-
-    judging_margin_floor: float | Mapping[str, float] | None
-
-
-@runtime_checkable
-class DeclaresRecords(Protocol):
-    """``records_are_training_data = False``: the scored records are evaluation episodes,
-    none of them trained on (:func:`records_are_training_data`)."""
-
-    records_are_training_data: bool
-
-
 def judging_of(plugin: object) -> JudgedPlugin | None:
     """``plugin`` when it declares the judged-model capability, else None (it is not
     judged: it serves its newest checkpoint). A plugin of
@@ -634,37 +618,6 @@ def judging_of(plugin: object) -> JudgedPlugin | None:
     return plugin
 
 
-def judging_margin(plugin: object, reference_mean: float, metric: str) -> float:
-    """The difference of loss column ``metric`` tolerated against a reference model whose
-    mean there (clipped) is ``reference_mean``: the plugin's ``judging_margin`` (a number
-    for every column, or a map by column), else :data:`DEFAULT_RELATIVE_MARGIN` of that
-    mean, or the plugin's ``judging_margin_floor`` for that column where that is more
-    (none declared: no floor).
-
-    >>> class Agent:
-    ...     judging_margin = {"log_loss": 0.01}
-    ...     judging_margin_floor = 0.001
-    >>> judging_margin(Agent(), 0.4, "log_loss"), judging_margin(Agent(), 0.4, "brier")
-    (0.01, 0.02)
-    >>> judging_margin(Agent(), 0.0002, "brier")  # 5% would be 1e-05
-    0.001
-    """
-    declared = plugin.judging_margin if isinstance(plugin, DeclaresMargin) else None
-    if isinstance(declared, Mapping):
-        declared = declared.get(metric)
-    if declared is not None:
-        return float(declared)
-    floor = plugin.judging_margin_floor if isinstance(plugin, DeclaresMarginFloor) else None
-    if isinstance(floor, Mapping):
-        floor = floor.get(metric)
-    relative = DEFAULT_RELATIVE_MARGIN * max(reference_mean, 0.0)
-    return round(max(relative, float(floor or 0.0)), 12)
-
-
-def _is_number(value: object) -> TypeGuard[float]:  # a bool is not one
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def model_weights(checkpoint: Path) -> dict[str, Any]:
     """The model's weights (its ``state_dict``) in ``checkpoint``, checked as a resume
     checks them (digest, schema, finite weights), for ``score_records`` to load into a
@@ -674,9 +627,3 @@ def model_weights(checkpoint: Path) -> dict[str, Any]:
     from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 
     return dict(load_checkpoint(Path(checkpoint))[checkpoint_keys.MODEL])
-
-
-def records_are_training_data(plugin: object) -> bool:
-    """Whether ``plugin``'s scored records are what it trains on (the default): then a
-    run on records the served model all knew has nothing to learn."""
-    return not isinstance(plugin, DeclaresRecords) or bool(plugin.records_are_training_data)
