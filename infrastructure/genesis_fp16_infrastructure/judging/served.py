@@ -155,15 +155,22 @@ class Served:
             return losses, losses if listed is None else listed
         self._listed_held = HELD_OUT.of_hashes(hashes)  # drawn once: the gate's are these
         rows = np.flatnonzero(self._listed_held | new)
-        picked = rows.tolist()
-        only = at_rows(listed.ids, picked)
         # Asked by their rows in the listing: a plugin's rows of the same ids need no lookup
         self.asked = ScoreOnly.of_rows(listed.ids, rows)
         self._asked_rows = rows
         losses = losses_of(plugin, self.checkpoint, request, self.asked)
-        # Its ids hashed once, where they are the ones asked for (then the gate's records
-        # are asked by rows: judged_asked, no second compare of the ids)
-        self.given_asked = losses.hashed_as(only, hashes[rows])
+        # Whether it was given those records alone, in that order: by its rows where it
+        # scored them as rows of this listing (no tuple of the ~20,000 ids asked at 100,000
+        # records), else by its ids. Then their hashes are the listing's at those rows
+        # (the gate's records are asked by rows: judged_asked, no second compare).
+        given = losses.listed_at(listed.ids, rows)
+        if given is None:
+            given = losses.ids == at_rows(listed.ids, rows.tolist())
+        if given:
+            taken = hashes[rows]
+            taken.flags.writeable = False
+            vars(losses).setdefault("id_hashes", taken)
+        self.given_asked = given
         return losses, listed
 
     @cached_property
