@@ -200,14 +200,14 @@ class Served:
         that order (a plugin's rows of the same ids then need no lookup); else their ids.
         Whether it was given those alone is :meth:`_scored`'s compare (``given_asked``),
         else made here (a tuple of the asked ids, ~20,000 at 100,000 records)."""
-        ids, asked, losses = self.judged.ids, self.asked, self.losses
+        asked, losses = self.asked, self.losses  # its ids read where returned alone
         if asked is None or asked.among is None or asked.at is None or losses is None:
-            return ids
+            return self.judged.ids
         given = self.given_asked
         if given is None:
             given = losses.ids == at_rows(asked.among, asked.at.tolist())
         if not given:  # it scored more
-            return ids
+            return self.judged.ids
         at = asked.at if self._asked_rows is None else self._asked_rows
         return ScoreOnly.of_rows(asked.among, at[self._judged_rows])
 
@@ -220,7 +220,8 @@ class Served:
         rows, knew = self._asked_rows, vars(self).get("knew")
         if rows is None or knew is None or not self.given_asked or self.losses is None:
             return None
-        if len(rows) != len(self.losses.ids) or len(knew) != len(self.records.ids):
+        # Counted by a column: a record of rows of the listing takes no ids to count them
+        if len(rows) != len(self.losses.column()) or len(knew) != len(self.records.ids):
             return None  # not the listing its rows are of
         return np.asarray(knew[rows])
 
@@ -232,7 +233,7 @@ class Served:
         own = losses is self.losses and self.given_asked and rows is not None
         if own and held is not None and len(held) == len(self.records.ids):
             assert rows is not None
-            if len(rows) == len(losses.ids):
+            if len(rows) == len(losses.column()):  # counted so, as scored_knew counts
                 return held[rows]
         return HELD_OUT.of_hashes(losses.id_hashes)
 
