@@ -61,11 +61,31 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from genesis_fp16_infrastructure.contract.split import id_hashes
+# A judged plugin's optional declarations (judged_declarations.py), named here too: what a
+# plugin and the judged run import.
+from genesis_fp16_infrastructure.contract.judged_declarations import (  # noqa: F401
+    DEFAULT_RELATIVE_MARGIN,
+    DeclaresMargin,
+    DeclaresMarginFloor,
+    DeclaresRecords,
+    _is_number,
+    judging_margin,
+    records_are_training_data,
+)
+from genesis_fp16_infrastructure.contract.listed_rows import CHECKED as _CHECKED
+from genesis_fp16_infrastructure.contract.listed_rows import LISTED as _LISTED
+from genesis_fp16_infrastructure.contract.listed_rows import TAKEN as _TAKEN
+from genesis_fp16_infrastructure.contract.listed_rows import (
+    ListedRows,
+    at_rows,
+    still_listed,
+)
+from genesis_fp16_infrastructure.contract.listed_rows import listed_rows as _listed_rows
+from genesis_fp16_infrastructure.contract.split import _unchangeable, id_hashes
 
 T = TypeVar("T")
 
@@ -74,7 +94,6 @@ if TYPE_CHECKING:
 
 JUDGING_VERSION = 1
 TRAINED_IDS = "trained_ids"  # the task's extra_state key: the ids (str) it trains on
-DEFAULT_RELATIVE_MARGIN = 0.05  # of the reference model's mean loss, when no margin is declared
 
 
 class RecordLossesError(ValueError):
@@ -110,12 +129,28 @@ class RecordLosses:
     def __post_init__(self) -> None:
         self._check()
 
+    def __getattr__(self, name: str) -> Any:
+        """``ids`` and ``segments`` of one made of rows of a checked listing, not taken
+        yet (:meth:`of_rows`): taken from the listing's own tuples the first time each is
+        read (the judged run pairs such records by their rows, and reads neither of
+        ~20,000 at 100,000 records). Only asked of a name the record does not hold."""
+        listed = vars(self).get(_LISTED) if name in ("ids", "segments") else None
+        if not isinstance(listed, ListedRows):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        values = listed.ids if name == "ids" else listed.segments
+        taken = None if values is None else at_rows(values, listed.at.tolist())
+        vars(self).setdefault(_TAKEN, {}).setdefault(name, taken)
+        return vars(self).setdefault(name, taken)
+
     def _check(
         self, checked: tuple[object, ...] | None = None, finite: Set[str] = frozenset()
     ) -> None:
         """Its fields copied and checked (:func:`_copy_and_check`, which says what
         ``checked`` and ``finite`` spare), then its quarantined count."""
         _copy_and_check(self, checked, finite)
+        self._check_count()
+
+    def _check_count(self) -> None:
         count = self.quarantined
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise RecordLossesError(f"RecordLosses: quarantined is {count!r:.40}, not a count")
@@ -138,11 +173,31 @@ class RecordLosses:
         ...     print(refused)
         RecordLosses: loss of 'b' is inf, not a finite float
         """
+        listed = still_listed(vars(record), record.losses)
+        if listed is not None:  # rows of a checked listing, its ids and segments not taken
+            copy = cls.__new__(cls)
+            columns = {name: tuple(values) for name, values in record.losses.items()}
+            vars(copy).update(losses=columns, quarantined=record.quarantined)
+            vars(copy).update(primary=record.primary)
+            copy._check_columns()
+            copy._check_count()
+            copy._keep_listed(listed)  # its hashes, if any, not taken: the run's to set
+            return copy
         fields = record.ids, record.losses, record.segments, record.quarantined, record.primary
         copy = cls.__new__(cls)
         vars(copy).update(zip(_LOSSES_FIELDS, fields, strict=True))
         copy._check(vars(record).get(_CHECKED))
         return copy
+
+    def _keep_listed(self, listed: ListedRows, hashes: np.ndarray | None = None) -> None:
+        """Made of ``listed`` (:meth:`of_rows`), its columns checked: their tuples kept as
+        checked (``listed_rows.still_listed`` asks them again), with ``hashes``, its id
+        hashes, read-only, where they are."""
+        columns = tuple(itertools.chain.from_iterable(self.losses.items()))
+        vars(self).update({_LISTED: listed, _CHECKED: columns})
+        if hashes is not None:
+            hashes.flags.writeable = False
+            vars(self)["id_hashes"] = hashes
 
     def _check_columns(self) -> None:
         names = list(self.losses)
@@ -211,15 +266,27 @@ class RecordLosses:
         (('a', 'c'), ('x', 'z'), (0.5, 0.25))
         """
         at = np.asarray(rows)
-        picked = at.tolist()
-        ids = at_rows(listing.ids, picked)
-        segments = None if listing.segments is None else at_rows(listing.segments, picked)
         try:
             found = {name: _floats(column) for name, column in losses.items()}
         except (TypeError, ValueError) as exc:
             raise RecordLossesError(f"RecordLosses: a loss is not a number ({exc})") from None
         finite = {name for name, array in found.items() if _finite_and_not_negative(array)}
         values = {name: tuple(array.tolist()) for name, array in found.items()}
+        lazy = (
+            _listed_rows(listing, at)
+            and len(finite) == len(values)
+            and all(len(column) == len(at) for column in values.values())
+        )
+        if lazy:  # its ids and segments taken when read: the listing's at rows it keeps
+            record = cls.__new__(cls)
+            vars(record).update(losses=values, quarantined=quarantined, primary="")
+            record._check_columns()
+            record._check_count()
+            record._keep_listed(ListedRows(listing.ids, listing.segments, _unchangeable(at)))
+            return record
+        picked = at.tolist()
+        ids = at_rows(listing.ids, picked)
+        segments = None if listing.segments is None else at_rows(listing.segments, picked)
         record = cls.__new__(cls)
         fields = ids, values, segments, quarantined, ""
         vars(record).update(zip(_LOSSES_FIELDS, fields, strict=True))
@@ -247,6 +314,33 @@ class RecordLosses:
         self.__dict__.setdefault("id_hashes", hashes)
         return True
 
+    def listed_at(self, ids: tuple[str, ...], rows: np.ndarray) -> bool | None:
+        """Whether these are the records at ``rows`` of the listing whose ids are ``ids``
+        (that very tuple), in that order, told by their rows alone; None: not known so
+        (not made of rows of that listing, or its ids were set since: compare the ids).
+
+        >>> listing = RecordIds(("a", "b", "c"))
+        >>> part = RecordLosses.of_rows(listing, np.array([0, 2]), {"loss": [0.5, 0.25]})
+        >>> part.listed_at(listing.ids, np.array([0, 2])), part.listed_at(listing.ids, [1])
+        (True, False)
+        """
+        listed = still_listed(vars(self), self.losses)
+        if listed is None or listed.ids is not ids:
+            return None
+        return bool(np.array_equal(listed.at, np.asarray(rows)))
+
+    def same_records(self, other: RecordLosses) -> bool:
+        """Whether ``other`` holds the same records as this one, in the same order: by
+        their rows where both are rows of the same listing (:meth:`listed_at`), else by
+        their ids. Where they are, this one takes ``other``'s id hashes if it has none."""
+        listed = still_listed(vars(other), other.losses)
+        same = None if listed is None else self.listed_at(listed.ids, listed.at)
+        if same is None:
+            same = self.ids == other.ids
+        if same and "id_hashes" in vars(other):
+            vars(self).setdefault("id_hashes", other.id_hashes)
+        return same
+
     def column(self, metric: str | None = None) -> tuple[float, ...]:
         """The losses of column ``metric`` (None: the primary), one per id."""
         return self.losses[metric or self.primary]
@@ -257,7 +351,17 @@ class RecordLosses:
 
     def take(self, keep: Sequence[bool] | np.ndarray) -> RecordLosses:
         """The records where ``keep`` (one flag per record, in order) is true."""
-        rows = np.flatnonzero(np.asarray(keep, dtype=bool)).tolist()
+        at = np.flatnonzero(np.asarray(keep, dtype=bool))
+        rows = at.tolist()
+        listed = still_listed(vars(self), self.losses)
+        if listed is not None:  # rows of the same listing: its ids and segments not taken
+            part = object.__new__(RecordLosses)
+            columns = {name: at_rows(values, rows) for name, values in self.losses.items()}
+            vars(part).update(losses=columns, quarantined=self.quarantined, primary=self.primary)
+            hashes = vars(self).get("id_hashes")  # hashed already: the part's, picked
+            picked = None if hashes is None else hashes[at]
+            part._keep_listed(listed._replace(at=_unchangeable(listed.at[at])), picked)
+            return part
         # Not checked again, a part of a checked one: 18 ms less per 100,000 records taken.
         taken = object.__new__(RecordLosses)
         segments = None if self.segments is None else at_rows(self.segments, rows)
@@ -276,20 +380,10 @@ class RecordLosses:
         return math.fsum(values) / len(values) if values else math.nan
 
 
+# Its default taken from the class: one made of rows of a listing reads it through
+# __getattr__ (its ``segments`` taken from the listing when read).
+del RecordLosses.segments
 _METRIC = re.compile(r"[a-z][a-z0-9_]{0,31}")
-
-
-def at_rows(values: Sequence[T], rows: Sequence[int]) -> tuple[T, ...]:
-    """``values`` at ``rows``, in order: in C's loop, an ``itemgetter`` (about half a
-    comprehension's time at 20,000 rows), whose answer for a single row is the value, not
-    a tuple (those by the comprehension).
-
-    >>> at_rows(("a", "b", "c"), [2, 0]), at_rows(("a", "b"), [1])
-    (('c', 'a'), ('b',))
-    """
-    if len(rows) < 2:
-        return tuple(values[i] for i in rows)
-    return tuple(operator.itemgetter(*rows)(values))
 
 
 def _named(losses: Any, primary: str) -> Mapping[str, Any]:
@@ -367,23 +461,6 @@ def _copy_and_check(
             vars(record)[_SEEN] = seen
 
 
-def _listed_rows(listing: RecordIds, rows: np.ndarray) -> bool:
-    """Whether ``listing`` passed its own check whole and holds the very fields it passed
-    (its ids distinct exact non-empty strings, its segments exact strings), and ``rows``
-    are integers, ascending, within it: then its ids and segments at ``rows`` are so too
-    (:meth:`RecordLosses.of_rows`)."""
-    checked = vars(listing).get(_CHECKED)
-    if not isinstance(checked, tuple) or len(checked) != len(_checked_fields(listing)):
-        return False
-    if not all(map(operator.is_, _checked_fields(listing), checked)):
-        return False
-    if rows.ndim != 1 or rows.dtype.kind not in "iu":
-        return False
-    inside = not len(rows) or (int(rows[0]) >= 0 and int(rows[-1]) < len(listing.ids))
-    return inside and bool((rows[1:] > rows[:-1]).all())
-
-
-_CHECKED = "_checked"  # a record's fields as its check passed them (_copy_and_check)
 _SEEN = "_seen"  # a listing's ids as a set, made by its check (RecordIds.extended takes it)
 _LOSSES_FIELDS = ("ids", "losses", "segments", "quarantined", "primary")
 
@@ -576,32 +653,6 @@ class ListsRecords(Protocol):
         ...
 
 
-@runtime_checkable
-class DeclaresMargin(Protocol):
-    """A judged plugin's own margin: the loss difference tolerated against a reference
-    model (:func:`judging_margin`), instead of a share of its mean loss."""
-
-    judging_margin: float | Mapping[str, float] | None
-
-
-@runtime_checkable
-class DeclaresMarginFloor(Protocol):
-    """A judged plugin's least margin: where it declares no ``judging_margin``, the margin
-    is a share of the reference's mean loss but never below this (:func:`judging_margin`),
-    so that a reference near zero loss does not ask a candidate to show itself equal to
-    it beyond what the records can measure (docs/judging.md, "The margins")."""
-
-    judging_margin_floor: float | Mapping[str, float] | None
-
-
-@runtime_checkable
-class DeclaresRecords(Protocol):
-    """``records_are_training_data = False``: the scored records are evaluation episodes,
-    none of them trained on (:func:`records_are_training_data`)."""
-
-    records_are_training_data: bool
-
-
 def judging_of(plugin: object) -> JudgedPlugin | None:
     """``plugin`` when it declares the judged-model capability, else None (it is not
     judged: it serves its newest checkpoint). A plugin of
@@ -634,37 +685,6 @@ def judging_of(plugin: object) -> JudgedPlugin | None:
     return plugin
 
 
-def judging_margin(plugin: object, reference_mean: float, metric: str) -> float:
-    """The difference of loss column ``metric`` tolerated against a reference model whose
-    mean there (clipped) is ``reference_mean``: the plugin's ``judging_margin`` (a number
-    for every column, or a map by column), else :data:`DEFAULT_RELATIVE_MARGIN` of that
-    mean, or the plugin's ``judging_margin_floor`` for that column where that is more
-    (none declared: no floor).
-
-    >>> class Agent:
-    ...     judging_margin = {"log_loss": 0.01}
-    ...     judging_margin_floor = 0.001
-    >>> judging_margin(Agent(), 0.4, "log_loss"), judging_margin(Agent(), 0.4, "brier")
-    (0.01, 0.02)
-    >>> judging_margin(Agent(), 0.0002, "brier")  # 5% would be 1e-05
-    0.001
-    """
-    declared = plugin.judging_margin if isinstance(plugin, DeclaresMargin) else None
-    if isinstance(declared, Mapping):
-        declared = declared.get(metric)
-    if declared is not None:
-        return float(declared)
-    floor = plugin.judging_margin_floor if isinstance(plugin, DeclaresMarginFloor) else None
-    if isinstance(floor, Mapping):
-        floor = floor.get(metric)
-    relative = DEFAULT_RELATIVE_MARGIN * max(reference_mean, 0.0)
-    return round(max(relative, float(floor or 0.0)), 12)
-
-
-def _is_number(value: object) -> TypeGuard[float]:  # a bool is not one
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def model_weights(checkpoint: Path) -> dict[str, Any]:
     """The model's weights (its ``state_dict``) in ``checkpoint``, checked as a resume
     checks them (digest, schema, finite weights), for ``score_records`` to load into a
@@ -674,9 +694,3 @@ def model_weights(checkpoint: Path) -> dict[str, Any]:
     from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 
     return dict(load_checkpoint(Path(checkpoint))[checkpoint_keys.MODEL])
-
-
-def records_are_training_data(plugin: object) -> bool:
-    """Whether ``plugin``'s scored records are what it trains on (the default): then a
-    run on records the served model all knew has nothing to learn."""
-    return not isinstance(plugin, DeclaresRecords) or bool(plugin.records_are_training_data)

@@ -207,16 +207,16 @@ def drawn_with(salt: str) -> Iterator[HeldOutSplit]:
         object.__setattr__(HELD_OUT, "salt", kept)
 
 
-def _unchangeable(rows: Sequence[int] | np.ndarray) -> np.ndarray:
-    """``rows`` as a 1-D int64 array over bytes of its own: read-only, and no one can
-    make it writeable (its memory is an immutable ``bytes``).
+def _unchangeable(rows: Sequence[int] | np.ndarray, dtype: type = np.int64) -> np.ndarray:
+    """``rows`` as a 1-D array of ``dtype`` over bytes of its own: read-only, and no one
+    can make it writeable (its memory is an immutable ``bytes``).
 
     >>> at = _unchangeable([3, 5])
     >>> at.tolist(), at.flags.writeable
     ([3, 5], False)
     """
-    data = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1).tobytes()
-    return np.frombuffer(data, dtype=np.int64)
+    data = np.ascontiguousarray(rows, dtype=dtype).reshape(-1).tobytes()
+    return np.frombuffer(data, dtype=dtype)
 
 
 @dataclass(frozen=True, eq=False, init=False)
@@ -291,7 +291,7 @@ class ScoreOnly(Record):
         20,000 Python ints and back, twice a judged run); else None (ask :meth:`rows`)."""
         among, at = self.among, self.at
         listed = among is not None and at is not None and len(ids) == len(among)
-        if listed and (ids if isinstance(ids, tuple) else tuple(ids)) == among:
+        if listed and (ids is among or (ids if isinstance(ids, tuple) else tuple(ids)) == among):
             return at
         return None
 

@@ -248,8 +248,8 @@ def shared_rows(first: RecordLosses, second: RecordLosses) -> tuple[np.ndarray, 
     of each. One sort and one binary search, not a dict of every id per question; none
     when both hold the same ids in the same order (the gate's reference is cut to the
     records the candidate was asked for)."""
-    if first.ids == second.ids:
-        rows = np.arange(len(first.ids))
+    if first.same_records(second):  # by their rows, where both are rows of one listing
+        rows = np.arange(len(first.column()))
         return rows, rows
     order = np.argsort(second.id_hashes)  # ids are distinct: stable or not, one order
     at, hit = find_ids(second.id_hashes[order], first.id_hashes)

@@ -574,7 +574,7 @@ def _judged_records(
     if not held_out:
         return "current", losses, served.losses
     reference = served.judged
-    if not losses.hashed_as(reference.ids, reference.id_hashes):  # it scored more than asked
+    if not losses.same_records(reference):  # it scored more than asked
         losses = losses.take(held_out_unknown(served, losses))
     return "held_out", losses, reference
 

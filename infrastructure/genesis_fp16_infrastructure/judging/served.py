@@ -155,15 +155,22 @@ class Served:
             return losses, losses if listed is None else listed
         self._listed_held = HELD_OUT.of_hashes(hashes)  # drawn once: the gate's are these
         rows = np.flatnonzero(self._listed_held | new)
-        picked = rows.tolist()
-        only = at_rows(listed.ids, picked)
         # Asked by their rows in the listing: a plugin's rows of the same ids need no lookup
         self.asked = ScoreOnly.of_rows(listed.ids, rows)
         self._asked_rows = rows
         losses = losses_of(plugin, self.checkpoint, request, self.asked)
-        # Its ids hashed once, where they are the ones asked for (then the gate's records
-        # are asked by rows: judged_asked, no second compare of the ids)
-        self.given_asked = losses.hashed_as(only, hashes[rows])
+        # Whether it was given those records alone, in that order: by its rows where it
+        # scored them as rows of this listing (no tuple of the ~20,000 ids asked at 100,000
+        # records), else by its ids. Then their hashes are the listing's at those rows
+        # (the gate's records are asked by rows: judged_asked, no second compare).
+        given = losses.listed_at(listed.ids, rows)
+        if given is None:
+            given = losses.ids == at_rows(listed.ids, rows.tolist())
+        if given:
+            taken = hashes[rows]
+            taken.flags.writeable = False
+            vars(losses).setdefault("id_hashes", taken)
+        self.given_asked = given
         return losses, listed
 
     @cached_property
@@ -193,14 +200,14 @@ class Served:
         that order (a plugin's rows of the same ids then need no lookup); else their ids.
         Whether it was given those alone is :meth:`_scored`'s compare (``given_asked``),
         else made here (a tuple of the asked ids, ~20,000 at 100,000 records)."""
-        ids, asked, losses = self.judged.ids, self.asked, self.losses
+        asked, losses = self.asked, self.losses  # its ids read where returned alone
         if asked is None or asked.among is None or asked.at is None or losses is None:
-            return ids
+            return self.judged.ids
         given = self.given_asked
         if given is None:
             given = losses.ids == at_rows(asked.among, asked.at.tolist())
         if not given:  # it scored more
-            return ids
+            return self.judged.ids
         at = asked.at if self._asked_rows is None else self._asked_rows
         return ScoreOnly.of_rows(asked.among, at[self._judged_rows])
 
@@ -213,7 +220,8 @@ class Served:
         rows, knew = self._asked_rows, vars(self).get("knew")
         if rows is None or knew is None or not self.given_asked or self.losses is None:
             return None
-        if len(rows) != len(self.losses.ids) or len(knew) != len(self.records.ids):
+        # Counted by a column: a record of rows of the listing takes no ids to count them
+        if len(rows) != len(self.losses.column()) or len(knew) != len(self.records.ids):
             return None  # not the listing its rows are of
         return np.asarray(knew[rows])
 
@@ -225,7 +233,7 @@ class Served:
         own = losses is self.losses and self.given_asked and rows is not None
         if own and held is not None and len(held) == len(self.records.ids):
             assert rows is not None
-            if len(rows) == len(losses.ids):
+            if len(rows) == len(losses.column()):  # counted so, as scored_knew counts
                 return held[rows]
         return HELD_OUT.of_hashes(losses.id_hashes)
 

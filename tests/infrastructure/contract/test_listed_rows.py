@@ -1,0 +1,126 @@
+"""Losses made of rows of a checked listing keep the rows, not their ids (issue 90): the
+judged run pairs them by their rows and never takes the ids; read, the ids and segments
+are the listing's at those rows; a record changed behind its back (ids, segments, rows
+or a column set since, its kept rows planted) is not believed: its copy is checked in
+full, as any other record's is, and refused in the same words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from genesis_fp16_infrastructure.contract import judging
+from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses, RecordLossesError
+from genesis_fp16_infrastructure.contract.listed_rows import LISTED, ListedRows, still_listed
+from genesis_fp16_infrastructure.contract.split import id_hashes
+
+IDS = tuple(f"r{i}" for i in range(40))
+SEGMENTS = tuple(f"s{i % 3}" for i in range(40))
+
+
+def _part(rows: list[int], listing: RecordIds | None = None) -> RecordLosses:
+    listed = listing or RecordIds(IDS, SEGMENTS)
+    values = {"log_loss": [0.1 * (i % 5) for i in rows], "brier": [0.01 * i for i in rows]}
+    return RecordLosses.of_rows(listed, np.array(rows, np.int64), values)
+
+
+def test_records_paired_by_rows_never_take_their_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The served model's records, copied, told as the rows asked, cut to the gate's and
+    paired with the candidate's copy: no id or segment taken (no ``at_rows`` of the
+    listing); read, they are the listing's at the rows, and hash as those ids do."""
+    listing = RecordIds(IDS, SEGMENTS)
+    taken: list[int] = []
+    real = judging.at_rows
+    monkeypatch.setattr(judging, "at_rows", lambda v, r: taken.append(len(v)) or real(v, r))
+    served = RecordLosses.copy_of(_part([1, 4, 7, 9, 30], listing))
+    assert served.listed_at(listing.ids, np.array([1, 4, 7, 9, 30])) is True
+    assert served.listed_at(listing.ids, np.array([1, 4, 7, 9])) is False
+    assert served.listed_at(("x",), np.array([0])) is None  # another listing: compare ids
+    reference = served.take(np.array([True, False, True, False, True]))
+    candidate = RecordLosses.copy_of(_part([1, 7, 30], listing))
+    assert candidate.same_records(reference) and not candidate.same_records(served)
+    assert len(IDS) not in taken and "ids" not in vars(candidate) and "ids" not in vars(reference)
+    assert candidate.ids == ("r1", "r7", "r30") and reference.segments == ("s1", "s1", "s0")
+    assert candidate.column("log_loss") == reference.column("log_loss")
+    assert candidate.id_hashes.tolist() == id_hashes(candidate.ids).tolist()
+    assert candidate == RecordLosses.of(candidate.ids, candidate.losses, candidate.segments)
+
+
+def test_a_planted_or_stale_listing_is_not_believed() -> None:
+    """Rows planted out of order, past the listing, or in a writeable array, ids or
+    segments set behind its back, a column replaced or added: not the rows it was made
+    of (``still_listed`` None), so its copy is checked in full and a fault refused."""
+    part = _part([2, 5, 9])
+    assert still_listed(vars(part), part.losses) is not None
+    listed = vars(part)[LISTED]
+    for rows in ([5, 2, 9], [2, 5, 40], [2, 5, 5]):
+        planted = _part([2, 5, 9])
+        at = np.frombuffer(np.array(rows, np.int64).tobytes(), np.int64)
+        vars(planted)[LISTED] = ListedRows(listed.ids, listed.segments, at)
+        assert still_listed(vars(planted), planted.losses) is None
+    writeable = _part([2, 5, 9])
+    vars(writeable)[LISTED] = listed._replace(at=np.array([2, 5, 9]))
+    assert still_listed(vars(writeable), writeable.losses) is None
+    twin = _part([2, 5, 9])
+    object.__setattr__(twin, "ids", ("r2", "r2", "r9"))
+    assert twin.listed_at(IDS, np.array([2, 5, 9])) is None
+    with pytest.raises(RecordLossesError, match=r"^RecordLosses: id 'r2' twice$"):
+        RecordLosses.copy_of(twin)
+    short = _part([2, 5, 9])
+    object.__setattr__(short, "segments", ("s2",))
+    with pytest.raises(RecordLossesError, match=r"^RecordLosses: 1 segments for 3 records$"):
+        RecordLosses.copy_of(short)
+    replaced = _part([2, 5, 9])
+    replaced.losses["brier"] = (0.1, -0.5, 0.2)  # type: ignore[index]
+    with pytest.raises(RecordLossesError, match=r"brier of 'r5' is -0.5; losses are 0 or more$"):
+        RecordLosses.copy_of(replaced)
+    added = _part([2, 5, 9])
+    added.losses["extra"] = (0.1, 0.2)  # type: ignore[index]
+    with pytest.raises(RecordLossesError, match=r"^RecordLosses: 3 ids but 2 extra values$"):
+        RecordLosses.copy_of(added)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(0, 39), unique=True, max_size=8).map(sorted),
+    st.sampled_from(["none", "read", "ids", "segments", "rows", "column", "checked"]),
+    st.lists(st.sampled_from(["r1", "r2", "", "r2"]), max_size=4),
+)
+def test_a_copy_of_rows_is_what_the_whole_check_gives(
+    rows: list[int], change: str, other: list[str]
+) -> None:
+    """Whatever was done to a record made of rows since (nothing, its ids read, ids or
+    segments set, its rows planted, a column replaced, its kept check dropped): its copy
+    holds, or refuses, what RecordLosses.of gives of the fields it shows."""
+    part = _part(rows)
+    if change == "read":
+        assert part.ids == tuple(IDS[i] for i in rows)
+    elif change == "ids":
+        object.__setattr__(part, "ids", tuple(other))
+    elif change == "segments":
+        object.__setattr__(part, "segments", tuple(other))
+    elif change == "rows":
+        at = np.frombuffer(np.array(other and [3, 1][: len(rows)], np.int64).tobytes(), np.int64)
+        vars(part)[LISTED] = vars(part)[LISTED]._replace(at=at)
+    elif change == "column":
+        part.losses["log_loss"] = tuple(0.5 for _ in other)  # type: ignore[index]
+    elif change == "checked":
+        vars(part).pop("_checked")
+
+    def shown() -> Any:
+        fields = part.ids, part.losses, part.segments
+        return RecordLosses.of(*fields, part.quarantined, part.primary)
+
+    assert _outcome(lambda: RecordLosses.copy_of(part)) == _outcome(shown)
+
+
+def _outcome(call: Any) -> tuple[Any, ...]:
+    try:
+        got = call()
+    except RecordLossesError as exc:
+        return ("refused", str(exc))
+    return ("kept", got.ids, dict(got.losses), got.segments, got.primary)
