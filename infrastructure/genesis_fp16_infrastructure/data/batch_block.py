@@ -36,7 +36,6 @@ from genesis_fp16_infrastructure.data.file_records import (
     RecordBlock,
     _int64s,
     _kind,
-    _optional,
     change_shape,
 )
 from genesis_fp16_infrastructure.data.schema import (
@@ -59,7 +58,7 @@ class Batch(NamedTuple):
 
     trajectory_id: list[str]
     agent: list[str]
-    created: list[float | None]
+    created: Sequence[float | None] | np.ndarray  # an array: float64, nan where None
     operator: list[str]
     generation: list[int]
     parent_ids: list[tuple[str, ...]]
@@ -95,12 +94,16 @@ def batch_block(batch: Batch, thresholds: tuple[float, float], keep_text: bool) 
         ("reasoning_pattern", "patterns", batch.reasoning_pattern),
     )  # fmt: skip
     codes = {name: _coded(column) for name, _, column in coded}
+    # The files coded too (not kept so): their counts and kinds once a distinct list
+    files = _coded(batch.modified_files)
     for name, values, _ in coded:
         columns[name], columns[values] = codes[name][0].astype("<i4").tobytes(), codes[name][1]
     tool_lists = codes["tools_used"]
     tools = np.array([float(len(set(t))) for t in tool_lists[1]])[tool_lists[0]]
-    key, judged = _label_hashes(batch, outcome, score, codes)
-    columns["created"], columns["timed"] = _optional(batch.created)
+    # numpy reads None as nan; a time is never nan (JSON has none, a text's is whole seconds)
+    created = np.array(batch.created, "<f8").reshape(n)
+    key, judged = _label_hashes(batch, created, outcome, score, codes)
+    columns["created"], columns["timed"] = created.tobytes(), (~np.isnan(created)).tobytes()
     columns["score"], columns["scored"] = score.tobytes(), scored.tobytes()
     # a label's score: the record's where a score decided it (nan and 0 elsewhere)
     with_score = labelled & scored
@@ -115,7 +118,7 @@ def batch_block(batch: Batch, thresholds: tuple[float, float], keep_text: bool) 
         parent_ids=parent_ids,
         parent_hash=_int64s(_parent_hashes(parent_ids, batch.trajectory_id, id_key)),
         parent_counts=np.fromiter(map(len, batch.parent_ids), "<i4", n).tobytes(),
-        own=_own_columns(batch, tools).tobytes(),
+        own=_own_columns(batch, tools, files).tobytes(),
         success=success.tobytes(),
         outcome=outcome.tobytes(),
         key=key.astype("<i8").tobytes(),
@@ -145,15 +148,20 @@ def _parent_hashes(parent_ids: list[str], ids: list[str], id_key: np.ndarray) ->
 
 
 def _label_hashes(
-    batch: Batch, outcome: np.ndarray, score: np.ndarray, coded: dict[str, _Coded]
+    batch: Batch,
+    created: np.ndarray,
+    outcome: np.ndarray,
+    score: np.ndarray,
+    coded: dict[str, _Coded],
 ) -> tuple[np.ndarray, bytes]:
     """``schema.labelled_hash`` (int64, 0 without a label) and the judged digest (8 zero
-    bytes without a label) of each record, ``outcome`` its label's (-1: none)."""
+    bytes without a label) of each record, ``created`` its time (float64, nan: None),
+    ``outcome`` its label's (-1: none)."""
     n = len(outcome)
     labelled = outcome >= 0
     rows = np.flatnonzero(labelled)
     key = np.zeros(n, np.int64)
-    key[rows] = record_id_hashes(_hash_texts(batch, outcome, score, labelled, coded))
+    key[rows] = record_id_hashes(_hash_texts(batch, created, outcome, score, labelled, coded))
     judged = np.zeros((n, 8), np.uint8)
     if len(rows):
         ids = list(compress(batch.trajectory_id, labelled.tolist()))
@@ -168,6 +176,7 @@ def _label_hashes(
 
 def _hash_texts(
     batch: Batch,
+    created: np.ndarray,
     outcome: np.ndarray,
     score: np.ndarray,
     labelled: np.ndarray,
@@ -189,25 +198,26 @@ def _hash_texts(
         return list(map(text.__getitem__, codes[labelled].tolist()))
 
     written: tuple[Sequence[Any], ...] = (
-        batch.trajectory_id, batch.created, batch.generation, batch.parent_ids,
+        batch.trajectory_id, batch.generation, batch.parent_ids,
         batch.code_changes, batch.modified_files, batch.proposed_strategy,
         batch.problem_diagnosis,
     )  # fmt: skip
     # derive_label's Label: success, score (the record's where it decided, else None), outcome
     heads = [_LABEL_HEADS[o] for o in outcome[labelled].tolist()]
     scores = [repr(s) if s == s else "None" for s in score[labelled].tolist()]
+    times = [repr(t) if t == t else "None" for t in created[labelled].tolist()]
     return [
         f"{tid}\x00{head[0]}\x00{score_text}\x00{head[1]}\x00"
-        f"AttemptInput(trajectory_id={tid!r}, agent={agent}, created={created!r}, "
+        f"AttemptInput(trajectory_id={tid!r}, agent={agent}, created={time}, "
         f"operator={operator}, generation={generation!r}, parent_ids={parents!r}, "
         f"code_changes={change!r}, modified_files={files!r}, "
         f"proposed_strategy={strategy!r}, problem_diagnosis={diagnosis!r}, "
         f"tools_used={tools}, reasoning_pattern={pattern})"
         for (
-            tid, created, generation, parents, change, files, strategy, diagnosis, head,
+            tid, generation, parents, change, files, strategy, diagnosis, time, head,
             score_text, agent, operator, tools, pattern,
         ) in zip(
-            *map(take, written), heads, scores, *map(reprs, _CODED_NAMES), strict=True
+            *map(take, written), times, heads, scores, *map(reprs, _CODED_NAMES), strict=True
         )
     ]  # fmt: skip
 
@@ -218,13 +228,16 @@ _CODED_NAMES = ("agent", "operator", "tools_used", "reasoning_pattern")
 _LABEL_HEADS = [(str(name == "success"), name) for name in OUTCOMES]
 
 
-def _own_columns(batch: Batch, tools: np.ndarray) -> np.ndarray:
+def _own_columns(batch: Batch, tools: np.ndarray, files: _Coded) -> np.ndarray:
     """``file_records.own_numbers`` of every record, as an (n, 15) little-endian float64
-    array, a feature at a time (``tools``: each one's distinct tools, as a float): each
-    ``math.log1p`` of a count made once a distinct count (the same calls, so the same
-    bits), word counts once a distinct text, file kinds once a distinct name."""
-    diffs, files = batch.code_changes, batch.modified_files
+    array, a feature at a time (``tools``: each one's distinct tools, as a float;
+    ``files``: the files column's codes and distinct lists): each ``math.log1p`` of a
+    count made once a distinct count (the same calls, so the same bits), word counts once
+    a distinct text, a file list's counts and kinds once a distinct list."""
+    diffs = batch.code_changes
     n = len(diffs)
+    listed, lists = files  # each record's code, and each distinct list
+    kinds = [kind[listed] for kind in _file_kinds(lists)]
     shares, hunks, breaks = _change_counts(diffs)
     sizes = _lengths(diffs)
     columns = (
@@ -232,14 +245,14 @@ def _own_columns(batch: Batch, tools: np.ndarray) -> np.ndarray:
         _lengths(batch.parent_ids).astype(np.float64),
         _log1p_of(np.where(sizes > 0, breaks + 1, 0)),
         _log1p_of(sizes),
-        _log1p_of(_lengths(files)),
+        _log1p_of(_lengths(lists)[listed]),
         _log1p_of(_word_counts(batch.proposed_strategy)),
         _log1p_of(_word_counts(batch.problem_diagnosis)),
         tools,
         shares,
         _log1p_of(hunks),
-        _log1p_of(np.fromiter(map(len, map(set, files)), np.int64, n)),
-        *_file_kinds(files),
+        _log1p_of(np.fromiter(map(len, map(set, lists)), np.int64, len(lists))[listed]),
+        *kinds,
     )
     assert len(columns) == len(OWN_FEATURES)
     own = np.empty((n, len(OWN_FEATURES)), "<f8")
@@ -276,6 +289,14 @@ def _log1p_of(counts: np.ndarray) -> np.ndarray:
     same function on the same values as a record at a time, so the same bits."""
     if not len(counts):
         return np.zeros(0)
+    low, top = int(counts.min()), int(counts.max())
+    if low >= 0 and top <= 4 * len(counts) + 1024:  # a table up to the largest, no sort
+        seen = np.zeros(top + 1, np.bool_)
+        seen[counts] = True
+        table = np.zeros(top + 1)
+        present = np.flatnonzero(seen)
+        table[present] = [_log1p(c) for c in present.tolist()]
+        return table[counts]
     distinct, at = np.unique(counts, return_inverse=True)
     return np.array([_log1p(c) for c in distinct.tolist()], np.float64)[at.reshape(-1)]
 

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import genesis_fp16_infrastructure.data.batch_block as batch_block
+import genesis_fp16_infrastructure.data.fast_records as fast_records
 import genesis_fp16_infrastructure.data.readers as readers
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, RecordBlock, change_shape
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder
@@ -73,7 +74,7 @@ def _per_record(file: Path, keep_text: bool) -> RecordBlock:
     """The block as the reader wrote it before issue 90: a record at a time."""
     writer = BlockWriter(keep_text)
     for _, raw, thresholds, key in raw_records(file, Recorder(QuarantineSink(None))):
-        record = readers.decode_record(raw, thresholds, key)
+        record = fast_records.decode_record(raw, thresholds, key)
         assert record is not None, raw  # every record here is one the fast path reads
         writer.add(record)
     return writer.block([])

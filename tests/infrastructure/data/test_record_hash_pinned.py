@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from genesis_fp16_infrastructure.data import readers
+from genesis_fp16_infrastructure.data import fast_records, readers
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, RecordBlock
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder
 from genesis_fp16_infrastructure.data.schema import labelled_hash
@@ -98,7 +98,7 @@ def _per_record(file: Path) -> tuple[RecordBlock, list[int]]:
     writer = BlockWriter(keep_text=False)
     direct = []
     for _, raw, thresholds, key in raw_records(file, Recorder(QuarantineSink(None))):
-        record = readers.decode_record(raw, thresholds, key)
+        record = fast_records.decode_record(raw, thresholds, key)
         assert record is not None, raw
         writer.add(record)
         if record.label is not None:
