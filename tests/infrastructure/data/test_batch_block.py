@@ -193,3 +193,22 @@ def test_a_record_without_an_id_under_an_empty_key_is_read_alone(tmp_path: Path)
     assert block.trajectory_id == [records[0]["trajectory_id"], records[1]["trajectory_id"]]
     (entry,) = [json.loads(line) for line in (tmp_path / "q.jsonl").read_text().splitlines()]
     assert entry["where"] == "trajectories['']" and entry["reason"].startswith("trajectory_id:")
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.text(st.characters(codec="utf-8") | st.sampled_from("'\"\\\n\r\t\x00\x1b\x7f"))
+    | st.text(st.characters(max_codepoint=127))
+)
+def test_a_texts_repr_is_reprs_own(text: str) -> None:
+    """``text_repr`` (an ASCII text's unicode_escape between quotes) writes exactly
+    ``repr``: every ASCII character, either quote or both, text that is not ASCII."""
+    assert batch_block.text_repr(text) == repr(text)
+
+
+def test_every_ascii_character_and_quote_mix_reprs_as_repr() -> None:
+    """Each of the 128 ASCII characters alone and beside each kind of quote."""
+    for code in range(128):
+        for around in ("", "'", '"', "'\""):
+            text = f"a{chr(code)}{around}"
+            assert batch_block.text_repr(text) == repr(text), text
