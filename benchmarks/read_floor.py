@@ -1,13 +1,14 @@
 """How close the read of new data files runs to its parser's floor (issue 90, item 1).
 
     python benchmarks/read_floor.py [--count 25000] [--repeat 7] [--layouts json,jsonl]
+        [--clock wall|cpu]
 
 One process, one file of generated se_darwin records (``data.synthetic``, the sample
 generator ``data generate`` uses): a pool ``.json`` and the same records as ``.jsonl``.
 On the same bytes, interleaved, ``--repeat`` times each (the median):
 
 * **floor**: msgspec decoding the file's bytes, already in memory, into the record type
-  the reader decodes (``data.readers._Record``: a pool's ``trajectories`` as a dict of
+  the reader decodes (``data.fast_records._Record``: a pool's ``trajectories`` as a dict of
   them, a ``.jsonl`` with ``Decoder.decode_lines``), with the garbage collector paused
   as the read pauses it;
 * **read**: ``read_trajectories(file, quarantine, keep_text=False)``, a daemon run's read
@@ -41,9 +42,10 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from genesis_fp16_infrastructure.data import batch_block, readers, struct_columns
+from genesis_fp16_infrastructure.data import batch_block, struct_columns
+from genesis_fp16_infrastructure.data.fast_records import _Record, _settled
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, scan_files
-from genesis_fp16_infrastructure.data.readers import _Record, read_trajectories
+from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.schema import derive_outcomes
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
@@ -84,7 +86,7 @@ def floor(data: bytes, layout: str) -> int:
 
 def parts(data: bytes, layout: str) -> dict[str, Callable[[], int]]:
     """The read's hashes and own numbers of the file's records, each a step to time."""
-    settled = [readers._settled(record, None) for record in decode(data, layout)]
+    settled = [_settled(record, None) for record in decode(data, layout)]
     records = [fast[0] for fast in settled if fast is not None]  # every one has an id
     batch = struct_columns.columns_of(records, sum(fast[1] for fast in settled if fast is not None))
     score = np.array(batch.score, "<f8").reshape(len(records))
@@ -92,19 +94,23 @@ def parts(data: bytes, layout: str) -> dict[str, Callable[[], int]]:
     coded = {name: batch_block._coded(getattr(batch, name)) for name in batch_block._CODED_NAMES}
     codes, tool_lists = coded["tools_used"]
     tools = np.array([float(len(set(t))) for t in tool_lists])[codes]
+    created = np.array(batch.created, "<f8").reshape(len(records))
 
     def hashes() -> int:
         with paused_gc():
-            return len(batch_block._label_hashes(batch, outcome, score, coded)[0])
+            return len(batch_block._label_hashes(batch, created, outcome, score, coded)[0])
 
     def own() -> int:
         with paused_gc():
-            return len(batch_block._own_columns(batch, tools))
+            files = batch_block._coded(batch.modified_files)
+            return len(batch_block._own_columns(batch, tools, files))
 
     return {"hashes": hashes, "own": own}
 
 
-def measure(path: Path, layout: str, repeat: int, work: Path) -> dict[str, Any]:
+def measure(
+    path: Path, layout: str, repeat: int, work: Path, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, Any]:
     """Median seconds of the floor, the read and the read with a fresh record cache,
     interleaved; the ratios of their throughputs."""
     data = path.read_bytes()
@@ -126,9 +132,9 @@ def measure(path: Path, layout: str, repeat: int, work: Path) -> dict[str, Any]:
     }  # fmt: skip
     for _ in range(repeat):
         for name, step in steps.items():
-            start = time.perf_counter()
+            start = clock()
             records[name] = step()
-            runs.setdefault(name, []).append(time.perf_counter() - start)
+            runs.setdefault(name, []).append(clock() - start)
     if len(set(records.values())) != 1:
         raise RuntimeError(f"the floor and the read disagree on the records: {records}")
     median = {name: statistics.median(seconds) for name, seconds in runs.items()}
@@ -147,8 +153,11 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=25_000)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--layouts", default="json,jsonl")
+    # cpu: this process's CPU seconds (time.process_time), which a host loaded by others
+    # moves far less than wall seconds
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = parser.parse_args()
-    print(f"loadavg: {_loadavg()}")
+    print(f"loadavg: {_loadavg()}; clock: {args.clock}")
     print(
         "| file | records | MB | floor s | read s | read+cache s | read/floor | +cache/floor "
         "| hashes s | own s |"
@@ -157,7 +166,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_files(Path(tmp), args.count)
         for layout in args.layouts.split(","):
-            row = measure(paths[layout], layout, args.repeat, Path(tmp))
+            clock = time.perf_counter if args.clock == "wall" else time.process_time
+            row = measure(paths[layout], layout, args.repeat, Path(tmp), clock)
             print(
                 f"| .{layout} | {row['records']:,} | {row['mb']:.1f} | {row['floor']:.3f} | "
                 f"{row['read']:.3f} | {row['read_cache']:.3f} | {row['ratio_read']:.2f} | "

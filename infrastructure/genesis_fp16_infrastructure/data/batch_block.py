@@ -21,6 +21,7 @@ bytes (issue 90, ``benchmarks/read_floor.py``). The block is the same, byte for 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Hashable, Sequence
 from itertools import chain, compress
@@ -36,13 +37,11 @@ from genesis_fp16_infrastructure.data.file_records import (
     RecordBlock,
     _int64s,
     _kind,
-    _optional,
     change_shape,
 )
 from genesis_fp16_infrastructure.data.schema import (
     OUTCOMES,
     derive_outcomes,
-    id_digest,
     record_id_hashes,
 )
 
@@ -59,7 +58,7 @@ class Batch(NamedTuple):
 
     trajectory_id: list[str]
     agent: list[str]
-    created: list[float | None]
+    created: Sequence[float | None] | np.ndarray  # an array: float64, nan where None
     operator: list[str]
     generation: list[int]
     parent_ids: list[tuple[str, ...]]
@@ -95,12 +94,16 @@ def batch_block(batch: Batch, thresholds: tuple[float, float], keep_text: bool) 
         ("reasoning_pattern", "patterns", batch.reasoning_pattern),
     )  # fmt: skip
     codes = {name: _coded(column) for name, _, column in coded}
+    # The files coded too (not kept so): their counts, kinds and repr once a distinct list
+    codes["modified_files"] = _coded(batch.modified_files)
     for name, values, _ in coded:
         columns[name], columns[values] = codes[name][0].astype("<i4").tobytes(), codes[name][1]
     tool_lists = codes["tools_used"]
     tools = np.array([float(len(set(t))) for t in tool_lists[1]])[tool_lists[0]]
-    key, judged = _label_hashes(batch, outcome, score, codes)
-    columns["created"], columns["timed"] = _optional(batch.created)
+    # numpy reads None as nan; a time is never nan (JSON has none, a text's is whole seconds)
+    created = np.array(batch.created, "<f8").reshape(n)
+    key, judged = _label_hashes(batch, created, outcome, score, codes)
+    columns["created"], columns["timed"] = created.tobytes(), (~np.isnan(created)).tobytes()
     columns["score"], columns["scored"] = score.tobytes(), scored.tobytes()
     # a label's score: the record's where a score decided it (nan and 0 elsewhere)
     with_score = labelled & scored
@@ -115,7 +118,7 @@ def batch_block(batch: Batch, thresholds: tuple[float, float], keep_text: bool) 
         parent_ids=parent_ids,
         parent_hash=_int64s(_parent_hashes(parent_ids, batch.trajectory_id, id_key)),
         parent_counts=np.fromiter(map(len, batch.parent_ids), "<i4", n).tobytes(),
-        own=_own_columns(batch, tools).tobytes(),
+        own=_own_columns(batch, tools, codes["modified_files"]).tobytes(),
         success=success.tobytes(),
         outcome=outcome.tobytes(),
         key=key.astype("<i8").tobytes(),
@@ -145,86 +148,130 @@ def _parent_hashes(parent_ids: list[str], ids: list[str], id_key: np.ndarray) ->
 
 
 def _label_hashes(
-    batch: Batch, outcome: np.ndarray, score: np.ndarray, coded: dict[str, _Coded]
+    batch: Batch,
+    created: np.ndarray,
+    outcome: np.ndarray,
+    score: np.ndarray,
+    coded: dict[str, _Coded],
 ) -> tuple[np.ndarray, bytes]:
     """``schema.labelled_hash`` (int64, 0 without a label) and the judged digest (8 zero
-    bytes without a label) of each record, ``outcome`` its label's (-1: none)."""
+    bytes without a label) of each record, ``created`` its time (float64, nan: None),
+    ``outcome`` its label's (-1: none)."""
     n = len(outcome)
     labelled = outcome >= 0
     rows = np.flatnonzero(labelled)
     key = np.zeros(n, np.int64)
-    key[rows] = record_id_hashes(_hash_texts(batch, outcome, score, labelled, coded))
     judged = np.zeros((n, 8), np.uint8)
-    if len(rows):
-        ids = list(compress(batch.trajectory_id, labelled.tolist()))
-        # schema.judged_id of each: judged_id's f"{key & 2**64 - 1:016x}" is the key's
-        # big-endian bytes in hex, written for every key at once, cut 16 digits a key
-        hexed = key[rows].astype(">u8").tobytes().hex()
-        at = range(0, len(hexed), 16)
-        texts = [f"{tid}#{hexed[a : a + 16]}" for a, tid in zip(at, ids, strict=True)]
-        judged[rows] = np.frombuffer(b"".join(map(id_digest, texts)), np.uint8).reshape(-1, 8)
+    if not len(rows):
+        return key, judged.tobytes()
+    keep = labelled.tolist()
+    every = len(rows) == n
+    texts = _hash_texts(batch, created, outcome, score, coded)
+    b2 = _blake2b  # schema.record_id_hash of each text, with no call of it each
+    digests = [b2(text.encode(), digest_size=8).digest()
+               for text in (texts if every else compress(texts, keep))]  # fmt: skip
+    key[rows] = np.frombuffer(b"".join(digests), ">i8")
+    ids = batch.trajectory_id if every else list(compress(batch.trajectory_id, keep))
+    # schema.judged_id of each: judged_id's f"{key & 2**64 - 1:016x}" is the key's
+    # big-endian bytes in hex, written for every key at once, cut 16 digits a key
+    hexed = key[rows].astype(">u8").tobytes().hex()
+    at = range(0, len(hexed), 16)
+    digests = [b2(f"{tid}#{hexed[a : a + 16]}".encode(), digest_size=8).digest()
+               for a, tid in zip(at, ids, strict=True)]  # fmt: skip
+    judged[rows] = np.frombuffer(b"".join(digests), np.uint8).reshape(-1, 8)
     return key, judged.tobytes()
 
 
 def _hash_texts(
     batch: Batch,
+    created: np.ndarray,
     outcome: np.ndarray,
     score: np.ndarray,
-    labelled: np.ndarray,
     coded: dict[str, _Coded],
 ) -> list[str]:
-    """The text ``schema.labelled_hash`` hashes, of each labelled record: its id, its
-    label and ``repr(AttemptInput(...))``, written from the columns without making the
-    object (``test_batch_block.py`` holds the hashes to the per-record ones). A coded
-    column's values (``coded``: codes and distinct values) have their reprs made once."""
-    keep = labelled.tolist()
-    every = all(keep)
-
-    def take(column: Sequence[Any]) -> Sequence[Any]:
-        return column if every else list(compress(column, keep))
+    """The text ``schema.labelled_hash`` hashes, of each record: its id, its label and
+    ``repr(AttemptInput(...))``, written from the columns without making the object
+    (``test_batch_block.py`` holds the hashes to the per-record ones, and
+    ``test_record_hash_pinned.py`` to 8cf75976's). A record without a label (outcome -1)
+    gets a text too, never hashed: writing every record's costs less than picking the
+    labelled ones out of eight columns first. A change's repr is :func:`text_repr`'s; a
+    coded column's values (``coded``: codes and distinct values: agents, operators,
+    tools, patterns, files) have their reprs made once a distinct value. (Coding the
+    strategies and diagnoses too cost more than their reprs: a dict hashes each text.)"""
 
     def reprs(name: str) -> list[str]:
         codes, distinct = coded[name]
         text = [repr(value) for value in distinct]
-        return list(map(text.__getitem__, codes[labelled].tolist()))
+        return list(map(text.__getitem__, codes.tolist()))
 
-    written: tuple[Sequence[Any], ...] = (
-        batch.trajectory_id, batch.created, batch.generation, batch.parent_ids,
-        batch.code_changes, batch.modified_files, batch.proposed_strategy,
-        batch.problem_diagnosis,
-    )  # fmt: skip
-    # derive_label's Label: success, score (the record's where it decided, else None), outcome
-    heads = [_LABEL_HEADS[o] for o in outcome[labelled].tolist()]
-    scores = [repr(s) if s == s else "None" for s in score[labelled].tolist()]
+    # derive_label's Label: success, score (the record's where it decided, else None),
+    # outcome; -1 (no label) takes the last, a placeholder
+    heads = list(map(_LABEL_HEADS.__getitem__, outcome.tolist()))
+    # Each float's own repr (tolist's Python floats; nan stands for None in both): not
+    # coded, as 0.0 and -0.0 are one key of a dict and two reprs
+    scores = [repr(s) if s == s else "None" for s in score.tolist()]
+    times = [repr(t) if t == t else "None" for t in created.tolist()]
+    # text_repr inlined for the changes (nearly every one distinct and long; no call each)
+    escape = "unicode_escape"
+    changes = [
+        f"'{c.encode(escape).decode('ascii')}'" if c.isascii() and "'" not in c
+        else text_repr(c) for c in batch.code_changes
+    ]  # fmt: skip
     return [
         f"{tid}\x00{head[0]}\x00{score_text}\x00{head[1]}\x00"
-        f"AttemptInput(trajectory_id={tid!r}, agent={agent}, created={created!r}, "
+        f"AttemptInput(trajectory_id={tid!r}, agent={agent}, created={time}, "
         f"operator={operator}, generation={generation!r}, parent_ids={parents!r}, "
-        f"code_changes={change!r}, modified_files={files!r}, "
+        f"code_changes={change}, modified_files={files}, "
         f"proposed_strategy={strategy!r}, problem_diagnosis={diagnosis!r}, "
         f"tools_used={tools}, reasoning_pattern={pattern})"
         for (
-            tid, created, generation, parents, change, files, strategy, diagnosis, head,
-            score_text, agent, operator, tools, pattern,
+            tid, generation, parents, change, strategy, diagnosis, time, head, score_text,
+            agent, operator, tools, pattern, files,
         ) in zip(
-            *map(take, written), heads, scores, *map(reprs, _CODED_NAMES), strict=True
+            batch.trajectory_id, batch.generation, batch.parent_ids, changes,
+            batch.proposed_strategy, batch.problem_diagnosis, times, heads, scores,
+            *map(reprs, _CODED_NAMES), strict=True,
         )
     ]  # fmt: skip
 
 
+def text_repr(text: str) -> str:
+    """``repr(text)``, the same characters. An ASCII text's repr is its ``unicode_escape``
+    encoding between quotes (both escape \\, \\t, \\n, \\r as such and every other
+    control character as \\xNN, and leave the quotes alone; one C pass, no check of
+    what is printable: 25,000 generated diffs in 38 ms against repr's 48): repr's single
+    quotes where the text has none, its double quotes where it has single ones and no
+    double; anything else (both quotes, a character that is not ASCII, which repr keeps
+    or escapes by whether it is printable) is repr's own.
+
+    >>> text_repr("it's\\n") == repr("it's\\n"), text_repr("a\\tb")
+    (True, "'a\\\\tb'")
+    """
+    if text.isascii():
+        if "'" not in text:
+            return f"'{text.encode('unicode_escape').decode('ascii')}'"
+        if '"' not in text:
+            return f'"{text.encode("unicode_escape").decode("ascii")}"'
+    return repr(text)
+
+
 _Coded = tuple[np.ndarray, list[Any]]  # a column's codes (intp), and its distinct values
-_CODED_NAMES = ("agent", "operator", "tools_used", "reasoning_pattern")
+_CODED_NAMES = ("agent", "operator", "tools_used", "reasoning_pattern", "modified_files")
 # Label's success and outcome words in a hash text, by outcome index
-_LABEL_HEADS = [(str(name == "success"), name) for name in OUTCOMES]
+_LABEL_HEADS = [*((str(name == "success"), name) for name in OUTCOMES), ("", "")]
+_blake2b = hashlib.blake2b
 
 
-def _own_columns(batch: Batch, tools: np.ndarray) -> np.ndarray:
+def _own_columns(batch: Batch, tools: np.ndarray, files: _Coded) -> np.ndarray:
     """``file_records.own_numbers`` of every record, as an (n, 15) little-endian float64
-    array, a feature at a time (``tools``: each one's distinct tools, as a float): each
-    ``math.log1p`` of a count made once a distinct count (the same calls, so the same
-    bits), word counts once a distinct text, file kinds once a distinct name."""
-    diffs, files = batch.code_changes, batch.modified_files
+    array, a feature at a time (``tools``: each one's distinct tools, as a float;
+    ``files``: the files column's codes and distinct lists): each ``math.log1p`` of a
+    count made once a distinct count (the same calls, so the same bits), word counts once
+    a distinct text, a file list's counts and kinds once a distinct list."""
+    diffs = batch.code_changes
     n = len(diffs)
+    listed, lists = files  # each record's code, and each distinct list
+    kinds = [kind[listed] for kind in _file_kinds(lists)]
     shares, hunks, breaks = _change_counts(diffs)
     sizes = _lengths(diffs)
     columns = (
@@ -232,14 +279,14 @@ def _own_columns(batch: Batch, tools: np.ndarray) -> np.ndarray:
         _lengths(batch.parent_ids).astype(np.float64),
         _log1p_of(np.where(sizes > 0, breaks + 1, 0)),
         _log1p_of(sizes),
-        _log1p_of(_lengths(files)),
+        _log1p_of(_lengths(lists)[listed]),
         _log1p_of(_word_counts(batch.proposed_strategy)),
         _log1p_of(_word_counts(batch.problem_diagnosis)),
         tools,
         shares,
         _log1p_of(hunks),
-        _log1p_of(np.fromiter(map(len, map(set, files)), np.int64, n)),
-        *_file_kinds(files),
+        _log1p_of(np.fromiter(map(len, map(set, lists)), np.int64, len(lists))[listed]),
+        *kinds,
     )
     assert len(columns) == len(OWN_FEATURES)
     own = np.empty((n, len(OWN_FEATURES)), "<f8")
@@ -276,6 +323,14 @@ def _log1p_of(counts: np.ndarray) -> np.ndarray:
     same function on the same values as a record at a time, so the same bits."""
     if not len(counts):
         return np.zeros(0)
+    low, top = int(counts.min()), int(counts.max())
+    if low >= 0 and top <= 4 * len(counts) + 1024:  # a table up to the largest, no sort
+        seen = np.zeros(top + 1, np.bool_)
+        seen[counts] = True
+        table = np.zeros(top + 1)
+        present = np.flatnonzero(seen)
+        table[present] = [_log1p(c) for c in present.tolist()]
+        return table[counts]
     distinct, at = np.unique(counts, return_inverse=True)
     return np.array([_log1p(c) for c in distinct.tolist()], np.float64)[at.reshape(-1)]
 

@@ -11,9 +11,9 @@ its folder and its read (a writer rotating files): the rest of the folder is rea
 does stop it is input the user has to fix: a missing path, a file the process may not
 open, or nothing labelled to train on (:class:`DataError`).
 
-A plain ``.jsonl`` file is read a line at a time: its text is never held whole, so its
-records, not its bytes, are what a read costs in memory, and a line that is not UTF-8 is
-quarantined alone.
+A plain ``.jsonl`` file is read a block of whole lines at a time (``sources.BLOCK_BYTES``):
+its text is never held whole, so its records, not its bytes, are what a read costs in
+memory, and a line that is not UTF-8 is quarantined alone.
 
 >>> from genesis_fp16_infrastructure.data.synthetic import write_pool
 >>> pool = write_pool(Path("data"), count=200, seed=1)  # in data/trajectory_pools/<agent>/
@@ -22,7 +22,7 @@ quarantined alone.
 >>> len(result.examples), result.quarantined
 (194, 1)
 
-The fast path of a read (:func:`decode_record`): a record's JSON bytes straight to a
+The fast path of a read (``fast_records.decode_record``): a record's JSON bytes straight to a
 typed struct, no dict. ``json.loads`` then one pydantic model per record cost 65 µs a
 generated record (100,000 records: 6.5 s); msgspec decodes the same bytes into a typed
 struct, checking the same types and bounds, in 9 µs (``benchmarks/pool_scale.py``, issue
@@ -38,8 +38,9 @@ A record's shape is decided as the slow path does: a replay-buffer record has no
 
 A file's records are read ``BATCH_RECORDS`` at a time, decoded by one call when every
 one of them decodes, alone, and has an id (:func:`_decoded_together`): a ``.json``
-document's as msgspec split them, and a ``.jsonl``'s lines when each is one value
-(:func:`_read_run`), a large pool's streamed records likewise (:func:`_read_chunk`).
+document's as msgspec split them, a plain ``.jsonl``'s block of lines by one
+``decode_lines`` when each line is one value (:func:`_read_block`), a ``.jsonl.gz``'s
+lines likewise (:func:`_read_run`), a large pool's streamed records (:func:`_read_chunk`).
 The records the fast path vouched for are written into the file's block a batch at a
 time (:class:`_Batch`, ``data.batch_block``): the same block a record at a time made,
 byte for byte (issue 90; ``benchmarks/read_floor.py`` times the read against msgspec
@@ -48,21 +49,28 @@ alone on the same bytes).
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import logging
-import operator
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain, repeat
 from pathlib import Path
-from types import GenericAlias, NoneType, UnionType
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Any
 
 import msgspec
-from pydantic import BaseModel, ValidationError
+import numpy as np
+from pydantic import ValidationError
 
 from genesis_fp16_infrastructure.data.batch_block import batch_block
+from genesis_fp16_infrastructure.data.fast_records import (
+    _BATCH_DECODER,
+    _DECODER,
+    _REPLAY_KEYS,
+    _VALUES_DECODER,
+    _labelled,
+    _settled,
+    _utf8,
+    _vouched,
+)
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.lineage import Pool
@@ -70,14 +78,7 @@ from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect, 
 from genesis_fp16_infrastructure.data.pool_file import StoredPool
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
-from genesis_fp16_infrastructure.data.schema import (
-    Example,
-    ReplayRecord,
-    Trajectory,
-    derive_label,
-    replay_input,
-    trajectory_input,
-)
+from genesis_fp16_infrastructure.data.schema import Example, ReplayRecord, Trajectory
 from genesis_fp16_infrastructure.data.sources import (
     Raw,
     RawRun,
@@ -95,7 +96,6 @@ from genesis_fp16_infrastructure.machine_memory import paused_gc
 
 logger = logging.getLogger(__name__)
 
-_REPLAY_KEYS = frozenset({"final_outcome", "agent_id", "steps", "reward", "task_description"})
 # A file's parsed records become a column block every this many, so that a large file's
 # records are never all objects at once (a million of them held ~0.5 GB more at the peak).
 BLOCK_RECORDS = 131_072
@@ -344,6 +344,9 @@ def _file_records(
     written = _FileBlocks(keep_text, blocks)
     chunk: list[Raw] = []
     for item in split_records(file, recorder, start, first_line):
+        if isinstance(item, RawRun) and item.block is not None:  # a .jsonl's lines
+            _read_block(item, written, recorder)
+            continue
         if isinstance(item, RawRun):  # a document's records, or lines
             for at in range(0, len(item), BATCH_RECORDS):
                 _read_run(item.part(at, at + BATCH_RECORDS), written, recorder)
@@ -370,6 +373,63 @@ def _read_run(run: RawRun, written: _FileBlocks, sink: Sink) -> None:
         _read_one_by_one(list(run.items()), written, sink)
     else:
         written.fast_run(*together, run.thresholds)
+
+
+def _read_block(run: RawRun, written: _FileBlocks, sink: Sink) -> None:
+    """A plain ``.jsonl``'s block of lines, in file order, into ``written``: decoded by
+    one msgspec call when each nonblank line is one value the fast path vouches for
+    (:func:`_decoded_lines`), else as numbered lines (:func:`_read_run`)."""
+    assert run.block is not None
+    together = _decoded_lines(run.block, run.ends)
+    if together is None:
+        lines = run.as_lines()
+        for at in range(0, len(lines), BATCH_RECORDS):
+            _read_run(lines.part(at, at + BATCH_RECORDS), written, sink)
+        return
+    records, replays = together
+    for at in range(0, len(records), BATCH_RECORDS):
+        part = records[at : at + BATCH_RECORDS]
+        written.fast_run(part, sum(_is_replay(r) for r in part) if replays else 0, run.thresholds)
+
+
+def _decoded_lines(block: bytes, ends: np.ndarray) -> tuple[list[Any], int] | None:
+    """The records of a block of whole ``.jsonl`` lines, decoded by one msgspec call
+    (``decode_lines``, msgspec's own floor for the layout) and settled, and how many are
+    replay records (``ends``: where its \n bytes are); None unless every nonblank line is
+    one value alone, with no space around it, that the fast path vouches for.
+
+    ``decode_lines`` reads whitespace-separated values: a value may run across lines and
+    a line may hold two. So the values are split too (``msgspec.Raw``, a cheaper pass)
+    and each must be exactly its nonblank line's bytes: as many values as nonblank lines,
+    each as long as its line. Values and lines both cover the block's text, in order,
+    with only whitespace between, so equal lengths in order are the same spans."""
+    if not _utf8(block):
+        return None
+    try:
+        records: list[Any] = _DECODER.decode_lines(block)
+        values = _RAW_LINES.decode_lines(block)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
+        return None
+    text = np.frombuffer(block, np.uint8)
+    if not len(ends) or ends[-1] != len(text) - 1:
+        ends = np.append(ends, len(text))  # the file's last line, without a \n
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    nonblank = ends > starts
+    starts, ends = starts[nonblank], ends[nonblank]
+    edges = np.concatenate((text[starts], text[ends - 1]))  # a line's first and last bytes
+    if (np.isin(edges, _SPACES)).any():  # space around a value, or a blank line of spaces
+        return None
+    if len(values) != len(starts) or list(map(len, values)) != (ends - starts).tolist():
+        return None
+    return _vouched_together(records, None)
+
+
+def _is_replay(record: Any) -> bool:
+    return record.operator_applied is msgspec.UNSET
+
+
+_RAW_LINES = msgspec.json.Decoder(msgspec.Raw)
+_SPACES = np.frombuffer(b" \t\r", np.uint8)  # JSON's whitespace but \n
 
 
 def _read_chunk(items: list[Raw], written: _FileBlocks, sink: Sink) -> None:
@@ -433,6 +493,14 @@ def _decoded_together(
         return None  # not one value each: each is read alone
     if values is not None and list(map(len, values)) != [len(raw.strip()) for raw in raws]:
         return None  # a value across two pieces (or two in one): each is read alone
+    return _vouched_together(records, keys)
+
+
+def _vouched_together(
+    records: list[Any], keys: list[str] | list[str | None] | None
+) -> tuple[list[Any], int] | None:
+    """Decoded ``records`` settled (:func:`_settled`, ``keys`` the ids they are mapped
+    under), and how many are replay records; None unless every one has an id."""
     unset = msgspec.UNSET
     if unset not in [r.trajectory_id for r in records] and unset not in [
         r.operator_applied for r in records
@@ -529,105 +597,6 @@ def _validate(
     return _labelled(record, is_replay, thresholds)
 
 
-def _labelled(record: Any, replay: bool, thresholds: tuple[float, float]) -> FileRecord:
-    """A valid record, a schema model or the fast path's struct of the same fields, as a
-    read keeps it: its pre-attempt input, its label and its recorded score."""
-    if replay:  # labelled by its final outcome and reward
-        attempt = replay_input(record, [step.tool_name for step in record.steps])
-        word, score = record.final_outcome, record.reward
-    else:  # by its status word and success score
-        attempt = trajectory_input(record)
-        word, score = record.status, record.success_score
-    return FileRecord(record.trajectory_id, attempt, derive_label(word, score, *thresholds), score)
-
-
-# The fast path: a record's JSON bytes straight to a typed struct (see the module docstring).
-def _fast_struct(name: str, *models: type[BaseModel], unset: frozenset[str] = frozenset()) -> Any:
-    """The fields of ``models`` (the first model's where two share a name) as one msgspec
-    struct, with the same types, bounds and defaults, a nested model as a struct of its
-    own: the schema declares each field once, and the fast path reads what it declares.
-    A field named in ``unset`` is UNSET when absent (the fields that decide the shape)."""
-    fields: dict[str, tuple[str, Any, Any]] = {}
-    for model in models:
-        for field, info in model.model_fields.items():
-            kind = _fast_type(info.annotation, info.metadata)
-            if field in unset:
-                kind, default = kind | msgspec.UnsetType, msgspec.UNSET
-            else:  # a new empty list or dict: msgspec copies it for each record
-                default = info.get_default(call_default_factory=True)
-            fields.setdefault(field, (field, kind, default))
-    return msgspec.defstruct(name, list(fields.values()))
-
-
-def _fast_type(kind: Any, metadata: list[Any]) -> Any:
-    """A pydantic field's type as msgspec reads it: its bounds (annotated_types' ``Ge``,
-    ``Le``, ``MinLen``) as a ``msgspec.Meta`` on the type itself, or on each member of a
-    union but None; a model, or a list of them, as its struct."""
-    if isinstance(kind, type) and issubclass(kind, BaseModel):
-        return _fast_struct(kind.__name__, kind)
-    if get_origin(kind) in (Union, UnionType):
-        return functools.reduce(operator.or_, [_fast_type(a, metadata) for a in get_args(kind)])
-    if get_origin(kind) is list:
-        return GenericAlias(list, _fast_type(get_args(kind)[0], []))
-    bounds = {k: v for bound in metadata for k, v in dataclasses.asdict(bound).items()}
-    return Annotated[kind, msgspec.Meta(**bounds)] if bounds and kind is not NoneType else kind
-
-
-# Every field of both shapes (schema.Trajectory, schema.ReplayRecord); the shape is replay
-# when the record has no operator_applied and any of _REPLAY_KEYS.
-_Record = _fast_struct(
-    "_Record", Trajectory, ReplayRecord, unset=_REPLAY_KEYS | {"trajectory_id", "operator_applied"}
-)
-_DECODER = msgspec.json.Decoder(_Record)
-_BATCH_DECODER = msgspec.json.Decoder(list[_Record])  # type: ignore[valid-type]
-_VALUES_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
-
-
-def decode_record(
-    raw: bytes | msgspec.Raw, thresholds: tuple[float, float], key: str | None = None
-) -> FileRecord | None:
-    """The record in ``raw`` (one JSON object's bytes), or None when the fast path cannot
-    vouch for it and the slow path must decide. ``key``: the id a pool maps it under,
-    used when the record names none."""
-    fast = _vouched(raw, key)
-    return None if fast is None else _labelled(*fast, thresholds)
-
-
-def _vouched(raw: Any, key: str | None) -> tuple[Any, bool] | None:
-    """``raw`` as the fast path reads it, (its struct, whether it is a replay record),
-    or None when the fast path cannot vouch for it. ``raw``: a record's JSON bytes, a
-    struct ``sources`` decoded with its document (vouched there), or an object the
-    slow split parsed (never vouched for)."""
-    if isinstance(raw, _Record):
-        return _settled(raw, key)
-    if not isinstance(raw, bytes | msgspec.Raw) or not _utf8(raw):
-        return None  # the slow path quarantines it: "binary line, not UTF-8 text (...)"
-    try:
-        record = _DECODER.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
-        # ValueError: msgspec's UnicodeDecodeError for bytes that are not UTF-8
-        return None
-    return _settled(record, key)
-
-
-def _settled(record: Any, key: str | None) -> tuple[Any, bool] | None:
-    """The decoded ``record`` with its id (``key`` when it names none) and its shape's
-    defaults set, and whether it is a replay record; None without an id."""
-    if record.trajectory_id is msgspec.UNSET:
-        if not key:
-            return None  # no id at all, or an empty key: the slow path's reason
-        record.trajectory_id = key
-    # The shape as _validate decides it; a field of that shape left UNSET takes its default.
-    replay = record.operator_applied is msgspec.UNSET and any(
-        getattr(record, name) is not msgspec.UNSET for name in _REPLAY_KEYS
-    )
-    model = ReplayRecord if replay else Trajectory
-    for name in _REPLAY_KEYS if replay else ("operator_applied",):
-        if getattr(record, name) is msgspec.UNSET:
-            setattr(record, name, model.model_fields[name].get_default(call_default_factory=True))
-    return record, replay
-
-
 class _Batch:
     """Records the fast path vouched for, kept as their structs until :meth:`flush`
     writes them all into one block, a column at a time (``data.batch_block``)."""
@@ -654,18 +623,3 @@ class _Batch:
         batch = columns_of(self.records, self.replays)
         self.records, self.replays = [], 0
         return [batch_block(batch, self.thresholds, self.keep_text)]
-
-
-def _utf8(raw: bytes | msgspec.Raw) -> bool:
-    """Whether ``raw`` is UTF-8 throughout. msgspec checks the text it decodes, but skips
-    a field the struct does not name unread: a key or value of bytes that are not UTF-8
-    there would keep the record (issue 92). ASCII (nearly every record) is a scan with no
-    copy; anything else is decoded once."""
-    data = raw if isinstance(raw, bytes) else bytes(raw)
-    if data.isascii():
-        return True
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True

@@ -117,7 +117,7 @@ class Trajectory(_Record):
 
 def trajectory_input(record: Trajectory) -> AttemptInput:
     """A trajectory's pre-attempt view: of a :class:`Trajectory`, or of the read's fast
-    struct, which has its fields (``data.readers._fast_struct``)."""
+    struct, which has its fields (``data.fast_records._fast_struct``)."""
     return AttemptInput(
         trajectory_id=record.trajectory_id,
         agent=record.agent_name,

@@ -3,9 +3,11 @@
 :func:`list_data_files` names the data files at a path (the file, or a folder's, sorted).
 :func:`raw_records` yields every record of one file with where it sits (``line 3``,
 ``item 0``, ``trajectories['t7']``) and the thresholds its labels use. A record is yielded
-as its JSON bytes, left for the fast decoder (``readers.decode_record``) to read into a struct; only
-a document msgspec cannot split (invalid JSON, a header pydantic refuses) is parsed the
-slow way, with the standard library, so that its quarantine reason reads as it always has.
+as its JSON bytes, left for the fast decoder (``fast_records.decode_record``) to read
+into a struct; only a document msgspec cannot split (invalid JSON, a header pydantic
+refuses) is parsed the slow way, with the standard library, so that its quarantine reason
+reads as it always has. A plain ``.jsonl`` file is yielded a block of whole lines at a
+time (:class:`RawRun`'s ``block``), decoded together where each line is one value.
 
 What a file costs itself: a file that vanishes after its folder was listed, that is not
 UTF-8, that is not JSON, or a gzip that inflates past ``MAX_DECOMPRESSED_BYTES``, is one
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
+import numpy as np
 from pydantic import ValidationError
 
 from genesis_fp16_infrastructure.data.pool_stream import split_pool
@@ -38,7 +41,8 @@ DATA_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 MAX_DECOMPRESSED_BYTES = 256 * 2**20
 _CHECK_CHUNK = 16 * 2**20  # bytes of a document checked as UTF-8 at a time
 DEFAULTS = (SUCCESS_THRESHOLD, FAILURE_THRESHOLD)
-LINES_AT_ONCE = 8_192  # a .jsonl's lines held at a time: ~12 MB of generated records
+LINES_AT_ONCE = 8_192  # a .jsonl.gz's lines held at a time: ~12 MB of generated records
+BLOCK_BYTES = 8 * 2**20  # a plain .jsonl's bytes held at a time, in whole lines
 # A .json file past this is split into records a window at a time (pool_stream), not
 # read whole: at 1,000,000 records, 1.5 GB of bytes held no longer.
 STREAM_ABOVE = 64 * 2**20
@@ -123,9 +127,29 @@ class RawRun:
     thresholds: tuple[float, float]
     first: int = 0
     lines: list[int] | None = None  # the raws are these lines of a .jsonl, by number
+    # A plain .jsonl's lines as one block of bytes (raws empty): whole lines, the first
+    # numbered ``first``, blank ones among them; :meth:`as_lines` splits them
+    block: bytes | None = None
+    ends: Any = None  # a block's \n bytes, where they are (np.flatnonzero's, int64)
 
     def __len__(self) -> int:
         return len(self.raws)
+
+    def as_lines(self) -> RawRun:
+        """A block's nonblank lines as a run of numbered lines (itself when no block)."""
+        if self.block is None:
+            return self
+        pieces = self.block.split(b"\n")
+        if not pieces[-1]:
+            pieces.pop()  # the block's last line ends with its \n
+        raws, numbers = [], []
+        for number, piece in enumerate(pieces, start=self.first):
+            if piece.strip():
+                raws.append(piece + b"\n")
+                numbers.append(number)
+        if raws and not self.block.endswith(b"\n"):
+            raws[-1] = raws[-1][:-1]  # the file's last line, without a \n
+        return RawRun(self.path, raws, None, self.thresholds, lines=numbers)
 
     def part(self, start: int, stop: int) -> RawRun:
         """The records from ``start`` up to ``stop``."""
@@ -136,6 +160,9 @@ class RawRun:
 
     def items(self) -> Iterator[Raw]:
         """Each record as :func:`raw_records` yields it."""
+        if self.block is not None:
+            yield from self.as_lines().items()
+            return
         if self.lines is not None:
             for number, raw in zip(self.lines, self.raws, strict=True):
                 yield Source(self.path, f"line {number}"), raw, self.thresholds, None
@@ -279,21 +306,49 @@ def _document(file: Path, data: bytes, sink: Sink) -> Iterator[Raw | RawRun]:
 def _split(data: bytes) -> list[msgspec.Raw] | TrajectoryPool | bytes:
     """``data`` split by msgspec: a list of undecoded items, a pool whose header pydantic
     accepts (its records undecoded), or the document whole (neither); raises one of
-    ``_UNSPLIT`` where it cannot, and the slow path says why."""
-    top = msgspec.json.decode(data, type=list[msgspec.Raw] | dict[str, msgspec.Raw])
-    if isinstance(top, list):
-        return top
-    if "trajectories" not in top:
-        return data
-    records = msgspec.json.decode(top.pop("trajectories"), type=dict[str, msgspec.Raw])
-    header = {name: json.loads(bytes(raw)) for name, raw in top.items()}
+    ``_UNSPLIT`` where it cannot, and the slow path says why. A pool is split in one
+    pass (:data:`_PoolSplit`); a document that is not one (no ``trajectories`` object)
+    is split again as a list or an object of undecoded values."""
+    try:
+        split = _POOL_SPLIT.decode(data)
+    except msgspec.ValidationError:
+        split = None  # not a list, nor an object with a trajectories object: below
+    if isinstance(split, list):
+        return split
+    if split is not None:
+        records = split.trajectories
+        header = {
+            name: json.loads(bytes(raw))
+            for name in _HEADER
+            if len(raw := getattr(split, name))  # an empty Raw: the key is absent
+        }
+    else:
+        top = msgspec.json.decode(data, type=list[msgspec.Raw] | dict[str, msgspec.Raw])
+        if isinstance(top, list):
+            return top
+        if "trajectories" not in top:
+            return data
+        records = msgspec.json.decode(top.pop("trajectories"), type=dict[str, msgspec.Raw])
+        header = {name: json.loads(bytes(raw)) for name, raw in top.items()}
     # The header validated, the records set after: pydantic never walks them.
     return TrajectoryPool.model_validate(header).model_copy(update={"trajectories": records})
 
 
+# A pool document as msgspec splits it in one pass: its records undecoded under their
+# keys, and each header field the pool's model declares undecoded (an empty Raw where
+# absent; pydantic ignores any other key, so this split leaves them out).
+_HEADER = tuple(name for name in TrajectoryPool.model_fields if name != "trajectories")
+_PoolSplit = msgspec.defstruct(
+    "_PoolSplit",
+    [("trajectories", dict[str, msgspec.Raw])]
+    + [(name, msgspec.Raw, msgspec.Raw(b"")) for name in _HEADER],
+)
+_POOL_SPLIT = msgspec.json.Decoder(list[msgspec.Raw] | _PoolSplit)
+
+
 def _jsonl_lines(file: Path, start: int, first_line: int) -> Iterator[RawRun]:
-    """A plain JSONL file's records, as the bytes of their lines, ``LINES_AT_ONCE`` lines
-    at a time (the text is never held whole): each is a record of its own, so a line
+    """A plain JSONL file's records, as blocks of whole lines of about ``BLOCK_BYTES``
+    each (the text is never held whole): each line is a record of its own, so a line
     that is not UTF-8 is quarantined alone, like a line that is not JSON."""
     try:
         handle = file.open("rb")
@@ -303,7 +358,14 @@ def _jsonl_lines(file: Path, start: int, first_line: int) -> Iterator[RawRun]:
         raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
     with handle:
         handle.seek(start)
-        yield from _line_runs(file, enumerate(handle, start=first_line))
+        number = first_line
+        # A block's bytes, then the rest of its last line: whole lines, one copy
+        while block := handle.read(BLOCK_BYTES):
+            if not block.endswith(b"\n"):
+                block += handle.readline()
+            ends = np.flatnonzero(np.frombuffer(block, np.uint8) == 10)  # each line's \n
+            yield RawRun(file, [], None, DEFAULTS, first=number, block=block, ends=ends)
+            number += len(ends)
 
 
 def _line_runs(file: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[RawRun]:

@@ -8,12 +8,14 @@ record's ``AttemptInput`` (``schema.replay_input``).
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 import msgspec
 
 from genesis_fp16_infrastructure.data.batch_block import Batch
-from genesis_fp16_infrastructure.data.schema import created_seconds, replay_input, trajectory_input
+from genesis_fp16_infrastructure.data.created_times import created_column
+from genesis_fp16_infrastructure.data.schema import replay_input, trajectory_input
 
 
 def columns_of(records: list[Any], replays: int) -> Batch:
@@ -22,27 +24,41 @@ def columns_of(records: list[Any], replays: int) -> Batch:
     record's ``AttemptInput`` first (``schema.replay_input``), then its fields."""
     if replays:
         return _attempt_columns(records)
-    ids = [r.trajectory_id for r in records]
+    # A field of every record at a time, each by one C-level pass (map of an attrgetter:
+    # half a list comprehension's time; one pass of every field's tuples, transposed by
+    # zip, took four times that)
+    (ids, agent, created, operator, generation, parents, change, files, strategy, diagnosis,
+     tools, pattern, word, score) = [list(map(get, records)) for get in _FIELDS]  # fmt: skip
     return Batch(
         trajectory_id=ids,
-        agent=[r.agent_name for r in records],
-        created=[created_seconds(r.created_at) for r in records],
-        operator=[r.operator_applied for r in records],
-        generation=[r.generation for r in records],
+        agent=agent,
+        created=created_column(created),
+        operator=operator,
+        generation=generation,
         # A record naming itself as parent would read its own score: dropped.
         parent_ids=[
-            tuple(p for p in parents if p != tid) if tid in parents else tuple(parents)
-            for tid, parents in zip(ids, [r.parent_trajectories for r in records], strict=True)
+            tuple(p for p in ps if p != tid) if tid in ps else tuple(ps)
+            for tid, ps in zip(ids, parents, strict=True)
         ],
-        code_changes=[r.code_changes for r in records],
-        modified_files=[tuple(r.modified_files) for r in records],
-        proposed_strategy=[r.proposed_strategy for r in records],
-        problem_diagnosis=[r.problem_diagnosis for r in records],
-        tools_used=[tuple(r.tools_used) for r in records],
-        reasoning_pattern=[r.reasoning_pattern for r in records],
-        word=[r.status for r in records],
-        score=[r.success_score for r in records],
+        code_changes=change,
+        modified_files=list(map(tuple, files)),
+        proposed_strategy=strategy,
+        problem_diagnosis=diagnosis,
+        tools_used=list(map(tuple, tools)),
+        reasoning_pattern=pattern,
+        word=word,
+        score=score,
     )
+
+
+_FIELDS = [
+    attrgetter(name)
+    for name in (
+        "trajectory_id", "agent_name", "created_at", "operator_applied", "generation",
+        "parent_trajectories", "code_changes", "modified_files", "proposed_strategy",
+        "problem_diagnosis", "tools_used", "reasoning_pattern", "status", "success_score",
+    )
+]  # fmt: skip
 
 
 def _attempt_columns(records: list[Any]) -> Batch:

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import genesis_fp16_infrastructure.data.batch_block as batch_block
+import genesis_fp16_infrastructure.data.fast_records as fast_records
 import genesis_fp16_infrastructure.data.readers as readers
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, RecordBlock, change_shape
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder
@@ -73,7 +74,7 @@ def _per_record(file: Path, keep_text: bool) -> RecordBlock:
     """The block as the reader wrote it before issue 90: a record at a time."""
     writer = BlockWriter(keep_text)
     for _, raw, thresholds, key in raw_records(file, Recorder(QuarantineSink(None))):
-        record = readers.decode_record(raw, thresholds, key)
+        record = fast_records.decode_record(raw, thresholds, key)
         assert record is not None, raw  # every record here is one the fast path reads
         writer.add(record)
     return writer.block([])
@@ -192,3 +193,22 @@ def test_a_record_without_an_id_under_an_empty_key_is_read_alone(tmp_path: Path)
     assert block.trajectory_id == [records[0]["trajectory_id"], records[1]["trajectory_id"]]
     (entry,) = [json.loads(line) for line in (tmp_path / "q.jsonl").read_text().splitlines()]
     assert entry["where"] == "trajectories['']" and entry["reason"].startswith("trajectory_id:")
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.text(st.characters(codec="utf-8") | st.sampled_from("'\"\\\n\r\t\x00\x1b\x7f"))
+    | st.text(st.characters(max_codepoint=127))
+)
+def test_a_texts_repr_is_reprs_own(text: str) -> None:
+    """``text_repr`` (an ASCII text's unicode_escape between quotes) writes exactly
+    ``repr``: every ASCII character, either quote or both, text that is not ASCII."""
+    assert batch_block.text_repr(text) == repr(text)
+
+
+def test_every_ascii_character_and_quote_mix_reprs_as_repr() -> None:
+    """Each of the 128 ASCII characters alone and beside each kind of quote."""
+    for code in range(128):
+        for around in ("", "'", '"', "'\""):
+            text = f"a{chr(code)}{around}"
+            assert batch_block.text_repr(text) == repr(text), text

@@ -12,8 +12,9 @@ import pytest
 
 import genesis_fp16_infrastructure.data.readers as readers
 import genesis_fp16_infrastructure.data.sources as sources
+from genesis_fp16_infrastructure.data.fast_records import decode_record
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
-from genesis_fp16_infrastructure.data.readers import ReadResult, decode_record, read_trajectories
+from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool, generate_replay_records
 
 _BASE = {"trajectory_id": "t", "operator_applied": "revision", "status": "success"}
