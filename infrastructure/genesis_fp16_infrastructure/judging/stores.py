@@ -268,18 +268,37 @@ def read_known_ids(candidate: Path, budget: int | None = None) -> np.ndarray | N
     return None if arrays is None else sorted_distinct(arrays["ids"])
 
 
-def write_known_ids(candidate: Path, ids: np.ndarray, budget: int | None = None) -> None:
+def write_known_ids(
+    candidate: Path,
+    ids: np.ndarray,
+    budget: int | None = None,
+    listed: tuple[str, np.ndarray] | None = None,
+) -> None:
     """``ids`` (hashes, any order) written as the ids the candidate's model knew; kept in
     this process's memory with the file's identity as written (``budget``: the
-    request's ``keep_in_memory_bytes``; 0 keeps nothing) for :func:`read_known_ids`."""
+    request's ``keep_in_memory_bytes``; 0 keeps nothing) for :func:`read_known_ids`.
+    ``listed``: a listing's name and ids, every one among ``ids`` (the next run's listing
+    begins with them), its lookup kept with them for :func:`listed_known`, as
+    :func:`remember_known` keeps one: the store asked and given to once."""
     path, written = JUDGED_IDS.at(candidate), sorted_distinct(ids)
     _write(path, JUDGED_IDS, {"ids": written})
     memory = process_memory(budget or 0)
-    identity = None if memory is None else identity_of(path)
-    if memory is not None and identity is not None:
-        kept = np.array(written, dtype=np.uint64, copy=True)  # its own: the caller's may change
-        kept.flags.writeable = False
-        memory.put((KNOWN_KIND, str(path)), identity, kept, kept.nbytes, f"the known ids of {path}")
+    if memory is None:
+        return
+    identity = identity_of(path)
+    asked = [] if listed is None else [((LOOKUP_KIND, listed[0]), LOOKUP_KIND)]
+    held = (*memory.get_each(asked), None)[0]  # None: no listing asked
+    kept = np.array(written, dtype=np.uint64, copy=True)  # its own: the caller's may change
+    kept.flags.writeable = False
+    values = []
+    if identity is not None:
+        what = f"the known ids of {path}"
+        values.append(KeptValue((KNOWN_KIND, str(path)), identity, kept, kept.nbytes, what))
+    if listed is not None:
+        name, hashes = listed
+        entry = KnownLookup.of(hashes, kept, np.ones(len(hashes), bool), owned=(kept,))
+        values.append(_lookups_kept(name, entry, _lookups(held)))
+    memory.put_each(values)
 
 
 KNOWN_KIND = "known ids"  # the store's key: (KNOWN_KIND, the file's path)
