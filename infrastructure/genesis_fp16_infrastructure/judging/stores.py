@@ -198,7 +198,8 @@ def listed_known(
         entry = KnownLookup.of(ids, hit.known, found, owned=(hit.known,))
         ranks, given = [], [f"the lookup of {n:,} {name}"]
     if memory is not None and entry is not None:
-        memory.put_each([*ranks, _lookups_kept(name, entry, lookups)], given)
+        kept = [*ranks, _lookups_kept(name, entry, lookups)]
+        memory.put_each(kept, given)
     return found
 
 
@@ -255,6 +256,15 @@ def read_known_ids(candidate: Path, budget: int | None = None) -> np.ndarray | N
     identity: device, inode, size, mtime and ctime), the ids written, not read back and
     checked again (a run's served model is the candidate the last run wrote); a file
     changed since, or never written here, is read and checked whole."""
+    return read_known(candidate, budget)[0]
+
+
+def read_known(
+    candidate: Path, budget: int | None, listed: tuple[str, np.ndarray] | None = None
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """:func:`read_known_ids` of ``candidate``, and for a listing (``listed``: its name and
+    ids) which of its ids are among them (:func:`listed_known`; None: no listing, or no
+    known ids): what a judged run asks of the served model's known ids, in one call."""
     path = JUDGED_IDS.at(candidate)
     memory = process_memory(budget or 0)
     identity = None if memory is None else identity_of(path)
@@ -262,10 +272,14 @@ def read_known_ids(candidate: Path, budget: int | None = None) -> np.ndarray | N
     kept = memory.get(key, identity) if memory is not None and identity is not None else None
     if _written(kept):
         KNOWN_READS["kept"] += 1
-        return kept
-    KNOWN_READS["read"] += 1
-    arrays = _read(path, JUDGED_IDS)
-    return None if arrays is None else sorted_distinct(arrays["ids"])
+        ids: np.ndarray | None = kept
+    else:
+        KNOWN_READS["read"] += 1
+        arrays = _read(path, JUDGED_IDS)
+        ids = None if arrays is None else sorted_distinct(arrays["ids"])
+    if listed is None or ids is None:
+        return ids, None
+    return ids, listed_known(*listed, ids, budget)
 
 
 def write_known_ids(
