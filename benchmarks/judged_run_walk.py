@@ -12,7 +12,12 @@ This script uses the one-number plugin of ``tests/infrastructure/judging/test_ru
   served number, 50 records), a candidate cut short on another request is left in the
   folder, and the third run (traced) closes it and promotes the kept one without
   training, as that test file's
-  ``test_a_close_and_a_kept_candidate_judged_again_are_one_commit`` does.
+  ``test_a_close_and_a_kept_candidate_judged_again_are_one_commit`` does;
+- ``listed_and_kept``: that file's listing plugin (``Listing``: it lists its records, and
+  its checkpoints name those they trained on) in a process that keeps what runs read
+  (``keep_in_memory_bytes``, as a resident run process does): a first model on 300
+  records, a second run on 600, and the third (traced) on 900, whose served model's
+  listing is looked up against its known ids through what the second run kept.
 
 ::
 
@@ -35,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+KEEP = 64 * 2**20  # the listed case's keep_in_memory_bytes, a resident process's budget
 sys.path.insert(0, str(HERE))
 from job_walk import Tracer, count_walk  # noqa: E402
 
@@ -80,7 +86,21 @@ def _cases(case: Any, root: Path) -> dict[str, Callable[[], Any]]:
         request = case._request(folder, case._coin_data(folder / "d.json", 4050))
         return lambda: run_plugin(plugin, request)
 
-    return {"promote": promote(), "close_and_judge_again": close_and_judge_again()}
+    def listed_and_kept() -> Callable[[], Any]:
+        folder = root / "listed"
+        folder.mkdir()
+        plugin, keep = case.Listing(), {"keep_in_memory_bytes": KEEP}
+        for n, label in enumerate((0.3, 0.5)):
+            data = case._data(folder / f"d{n}.json", label, range(300 * (n + 1)))
+            run_plugin(plugin, case._request(folder, data, **keep))
+        request = case._request(folder, case._data(folder / "d2.json", 0.5, range(900)), **keep)
+        return lambda: run_plugin(plugin, request)
+
+    return {
+        "promote": promote(),
+        "close_and_judge_again": close_and_judge_again(),
+        "listed_and_kept": listed_and_kept(),
+    }
 
 
 def main() -> None:

@@ -45,10 +45,10 @@ import os
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
@@ -75,6 +75,17 @@ class _Entry:
     size: int
     what: str
     run: int  # the run that last used it (KeptInMemory.run)
+
+
+class KeptValue(NamedTuple):
+    """One value to keep (:meth:`KeptInMemory.put_each`): :meth:`KeptInMemory.put`'s
+    arguments."""
+
+    key: Hashable
+    identity: Hashable
+    value: Any
+    size: int
+    what: str
 
 
 class KeptInMemory:
@@ -107,17 +118,34 @@ class KeptInMemory:
         counted in :meth:`take_given` (False: the caller says what it took, if anything,
         with :meth:`note_given`)."""
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                return None
-            if entry.identity != identity:
-                self._drop(key)
-                return None
-            self._entries.move_to_end(key)
-            entry.run = self.run
-            if given:
-                self.given.append(entry.what)
-            return entry.value
+            return self._get(key, identity, given)
+
+    def get_each(self, asked: Sequence[tuple[Hashable, Hashable]]) -> tuple[Any | None, ...]:
+        """The value kept under each ``(key, identity)`` of ``asked``, as :meth:`get` with
+        ``given=False`` answers it (None: never kept, or stale and dropped): all that a
+        lookup reads from the store, asked at once (the caller says what it took with
+        :meth:`put_each`).
+
+        >>> kept = KeptInMemory(2**20)
+        >>> kept.put("a", 1, [1], 16, "a list")
+        >>> kept.get_each([("a", 1), ("a", 2), ("b", 1)])
+        ([1], None, None)
+        """
+        with self._lock:
+            return tuple(self._get(key, identity, False) for key, identity in asked)
+
+    def _get(self, key: Hashable, identity: Hashable, given: bool) -> Any | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry.identity != identity:
+            self._drop(key)
+            return None
+        self._entries.move_to_end(key)
+        entry.run = self.run
+        if given:
+            self.given.append(entry.what)
+        return entry.value
 
     def get_matching(
         self, key: Hashable, accepts: Callable[[Hashable], bool]
@@ -179,6 +207,15 @@ class KeptInMemory:
                     _mib(self.used),
                     _mib(self.budget),
                 )
+
+    def put_each(self, kept: Sequence[KeptValue], given: Sequence[str] = ()) -> None:
+        """Each of ``kept`` kept as :meth:`put` keeps it, in order, after saying ``given``,
+        what the caller took from the store (:meth:`note_given`): all that a lookup leaves
+        for the next run, in one call."""
+        with self._lock:
+            self.given.extend(given)
+        for value in kept:
+            self.put(*value)
 
     def resize(self, budget: int) -> None:
         """A new budget (a run's), evicting down to it."""

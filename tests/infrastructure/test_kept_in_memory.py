@@ -21,7 +21,7 @@ from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_replay_buffer
-from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
+from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory, KeptValue
 from genesis_fp16_infrastructure.training.precision.kept_measurements import read_calibration
 from genesis_fp16_infrastructure.training.reports import Calibration, Measured
 
@@ -290,6 +290,23 @@ def test_the_store_says_what_it_gave_back_once_each_and_starts_again() -> None:
     assert kept.take_given() == ["entry a", "c, said by its reader"]
     assert kept.take_given() == []
     assert kept.describe() == "2 entries, 0.0 MiB of 0.0 MiB"
+
+
+def test_get_each_and_put_each_ask_and_keep_as_get_and_put_do_each() -> None:
+    """get_each answers each (key, identity) as get(given=False) does (a stale identity's
+    value dropped, nothing said as given); put_each keeps each value as put does (one
+    over the budget not kept) and says what its caller took, once."""
+    kept = KeptInMemory(100)
+    values = [
+        KeptValue("a", 1, "A", 10, "entry a"),
+        KeptValue("b", 1, "B", 10, "entry b"),
+        KeptValue("big", 1, "X", 101, "too big"),
+    ]
+    kept.put_each(values, ["the a, said by its reader"])
+    assert len(kept) == 2  # the one over the budget not kept
+    assert kept.get_each([("a", 1), ("b", 2), ("big", 1), ("x", 1)]) == ("A", None, None, None)
+    assert len(kept) == 1  # b's stale entry dropped
+    assert kept.take_given() == ["the a, said by its reader"]
 
 
 def test_a_budget_of_zero_keeps_nothing() -> None:

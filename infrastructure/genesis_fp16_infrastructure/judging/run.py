@@ -396,11 +396,10 @@ def _judge(state: JudgedState, result: TrainResult) -> GateReport:
             raise
     budget = request.keep_in_memory_bytes
     knows = stores.sorted_distinct(_known_after(served, losses, budget))
-    stores.write_known_ids(candidate, knows, budget)
     # The next run's listing begins with these records, every one known to this
     # candidate: kept for its lookup if it serves this one (stores.listed_known, checked)
     listed = losses if served.losses is None else served.records
-    stores.remember_known(LISTED, listed.id_hashes, knows, np.ones(len(listed.ids), bool), budget)
+    stores.write_known_ids(candidate, knows, budget, (LISTED, listed.id_hashes))
     digest, reported = _data_digest(request.data_path), _reported(result.eval)
     scored = (kept, checkpoint, held_out, losses)
     decided = _decide(state, scored, started, used, digest, reported)

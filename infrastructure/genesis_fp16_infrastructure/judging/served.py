@@ -100,8 +100,6 @@ class Served:
             # that takes no step reads nothing else; its count is the run's).
             kept = request.quarantine_path or QUARANTINE_LOG.at(folder)
             reading = replace(request, quarantine_path=kept)
-            budget = request.keep_in_memory_bytes
-            self.known = stores.read_known_ids(self.checkpoint.parent, budget)
             with reusing_loads():  # the checkpoint unpickled once for both
                 self.named = self._named(request)
                 self.losses, self.records = self._scored(plugin, request, reading)
@@ -127,7 +125,8 @@ class Served:
         that lists them (ListsRecords; then the run's first read is the listing's) is
         asked for the held-out ones and those the model did not know (the gate's and the
         watch's) alone, unless it knew them all (an up-to-date run reports its loss on
-        all); any other scores every one."""
+        all); any other scores every one. The ids it knew are read here, with the
+        listing's lookup among them (``stores.read_known``)."""
         assert self.checkpoint is not None
         try:  # a listing that cannot be made refuses the run in one line, as a scoring would
             started = time.monotonic()
@@ -142,14 +141,15 @@ class Served:
         except (OSError, ValueError) as exc:
             raise TrainRequestError(f"{reading.agent}: cannot list its records: {exc}") from None
         hashes = None if listed is None else listed.id_hashes
+        # The ids it knew, and the listing's ids looked up among them, in one ask of the
+        # store: the last run's answer for its records taken where it holds (checked) and
+        # the new ones searched alone (a grown pool's): ``knew`` is this one's (the data
+        # check's).
+        budget, at = request.keep_in_memory_bytes, None if hashes is None else (LISTED, hashes)
+        self.known, knew = stores.read_known(self.checkpoint.parent, budget, at)
         new = None
-        if hashes is not None and self.known is not None:
-            # The listing's ids looked up once, the last run's answer for its records
-            # taken where it holds (checked) and the new ones searched alone (a grown
-            # pool's): ``knew`` is this one's (the data check's).
-            budget = request.keep_in_memory_bytes
-            self.knew = stores.listed_known(LISTED, hashes, self.known, budget)
-            new = ~self.knew
+        if knew is not None:
+            self.knew, new = knew, ~knew
         if listed is None or hashes is None or new is None or not new.any():
             losses = losses_of(plugin, self.checkpoint, reading if listed is None else request)
             return losses, losses if listed is None else listed

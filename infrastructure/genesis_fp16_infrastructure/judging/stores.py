@@ -41,7 +41,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
 from genesis_fp16_infrastructure.contract.split import sorted_unique
 from genesis_fp16_infrastructure.data.pool_columns import IdRank
 from genesis_fp16_infrastructure.data.schema import find_ids
-from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory, identity_of, process_memory
+from genesis_fp16_infrastructure.kept_in_memory import KeptValue, identity_of, process_memory
 
 # A watch record's segment (the plugin's RecordLosses.segments: se_darwin's Genesis agent),
 # cut to this many characters; "" where the plugin declares none, or a store written
@@ -77,17 +77,29 @@ def ranked(name: str, ids: np.ndarray, budget: int | None) -> np.ndarray | None:
     memory = process_memory(budget or 0)
     if memory is None:
         return None
-    key = (RANKED_KIND, name)
-    kept = memory.get(key, RANKED_KIND, given=False)
+    (kept,) = memory.get_each([((RANKED_KIND, name), RANKED_KIND)])
+    rank, given = _ranked(name, kept, ids)
+    memory.put_each(_rank_kept(name, rank), given)
+    return None if rank is None else rank.order
+
+
+def _ranked(name: str, kept: object, ids: np.ndarray) -> tuple[IdRank | None, list[str]]:
+    """:func:`ranked`'s order of ``ids`` (counted in ``RANKED``): ``kept`` (what the store
+    held under the name) grown by the new ids where it holds, else a sort of them all;
+    and what was taken from the store, said (its order, where it was grown)."""
     if isinstance(kept, IdRank) and (rank := _grown(kept, ids)) is not None:
         RANKED["grown"] += 1
-        memory.note_given(f"the order of {len(kept):,} {name}")
-    else:
-        RANKED["sorted"] += 1
-        rank = IdRank.of(ids)
-    if rank is not None:
-        memory.put(key, RANKED_KIND, rank, rank.order.nbytes + rank.hashes.nbytes, name)
-    return None if rank is None else rank.order
+        return rank, [f"the order of {len(kept):,} {name}"]
+    RANKED["sorted"] += 1
+    return IdRank.of(ids), []
+
+
+def _rank_kept(name: str, rank: IdRank | None) -> list[KeptValue]:
+    """``rank`` as the store keeps it under ``name`` (none: nothing to keep)."""
+    if rank is None:
+        return []
+    size = rank.order.nbytes + rank.hashes.nbytes
+    return [KeptValue((RANKED_KIND, name), RANKED_KIND, rank, size, name)]
 
 
 def _grown(kept: IdRank, ids: np.ndarray) -> IdRank | None:
@@ -160,26 +172,34 @@ def listed_known(
     known hashes (this run's own, or one a run wrote for its candidate:
     :func:`remember_known`), its answer for those, and the new ids alone searched; else
     every id, in :func:`ranked`'s order. Kept for the next run (``budget``: the request's
-    ``keep_in_memory_bytes``; 0 keeps nothing, every id is searched).
+    ``keep_in_memory_bytes``; 0 keeps nothing, every id is searched). The store is asked
+    once for the kept lookups and order, and given once what the next run finds.
 
     >>> ids = np.array([7, 3, 9], dtype=np.uint64)
     >>> listed_known("doc", ids, np.array([3, 7], dtype=np.uint64), 0).tolist()
     [True, True, False]
     """
     memory = process_memory(budget or 0)
-    hit = next((k for k in _lookups(memory, name) if k.answers(ids, sorted_known)), None)
+    asked = [((LOOKUP_KIND, name), LOOKUP_KIND), ((RANKED_KIND, name), RANKED_KIND)]
+    held, order = (None, None) if memory is None else memory.get_each(asked)
+    lookups = _lookups(held)
+    hit = next((k for k in lookups if k.answers(ids, sorted_known)), None)
     if hit is None:
         LOOKUPS["searched"] += 1
-        found = known(ids, sorted_known, ranked(name, ids, budget))
-        remember_known(name, ids, sorted_known, found, budget)
-        return found
-    LOOKUPS["grown"] += 1
-    n = len(hit.ids)
-    found = np.concatenate([hit.found, known(ids[n:], sorted_known)])
-    assert memory is not None
-    memory.note_given(f"the lookup of {n:,} {name}")
-    # The same known hashes (compared): its copy kept, not copied again
-    _keep(memory, name, KnownLookup.of(ids, hit.known, found, owned=(hit.known,)))
+        rank, given = (None, []) if memory is None else _ranked(name, order, ids)
+        found = known(ids, sorted_known, None if rank is None else rank.order)
+        entry = KnownLookup.of(ids, sorted_known, found) if memory is not None else None
+        ranks = _rank_kept(name, rank)
+    else:
+        LOOKUPS["grown"] += 1
+        n = len(hit.ids)
+        found = np.concatenate([hit.found, known(ids[n:], sorted_known)])
+        # The same known hashes (compared): its copy kept, not copied again
+        entry = KnownLookup.of(ids, hit.known, found, owned=(hit.known,))
+        ranks, given = [], [f"the lookup of {n:,} {name}"]
+    if memory is not None and entry is not None:
+        kept = [*ranks, _lookups_kept(name, entry, lookups)]
+        memory.put_each(kept, given)
     return found
 
 
@@ -191,20 +211,23 @@ def remember_known(
     served model's, and those a run wrote for its candidate, served next if promoted)."""
     memory = process_memory(budget or 0)
     if memory is not None and len(found) == len(ids):
-        _keep(memory, name, KnownLookup.of(ids, sorted_known, found))
+        (held,) = memory.get_each([((LOOKUP_KIND, name), LOOKUP_KIND)])
+        entry = KnownLookup.of(ids, sorted_known, found)
+        memory.put_each([_lookups_kept(name, entry, _lookups(held))])
 
 
-def _keep(memory: KeptInMemory, name: str, entry: KnownLookup) -> None:
-    """``entry`` kept first under ``name``, and the last one kept of other known ids."""
-    others = [k for k in _lookups(memory, name) if not np.array_equal(k.known, entry.known)]
+def _lookups_kept(name: str, entry: KnownLookup, held: Sequence[KnownLookup]) -> KeptValue:
+    """``entry`` as the store keeps it under ``name``: first, beside the last one of
+    ``held`` (those kept there before) of other known ids."""
+    others = [k for k in held if not np.array_equal(k.known, entry.known)]
     kept = (entry, *others[:1])
     size = sum(k.ids.nbytes + k.known.nbytes + k.found.nbytes for k in kept)
-    memory.put((LOOKUP_KIND, name), LOOKUP_KIND, kept, size, f"the lookups of the {name}")
+    return KeptValue((LOOKUP_KIND, name), LOOKUP_KIND, kept, size, f"the lookups of the {name}")
 
 
-def _lookups(memory: KeptInMemory | None, name: str) -> tuple[KnownLookup, ...]:
-    """The lookups kept under ``name`` (none: nothing kept, or not lookups)."""
-    value = None if memory is None else memory.get((LOOKUP_KIND, name), LOOKUP_KIND, given=False)
+def _lookups(value: object) -> tuple[KnownLookup, ...]:
+    """The lookups among what the store held under a name (none: nothing, or not
+    lookups)."""
     return tuple(k for k in value if isinstance(k, KnownLookup)) if isinstance(value, tuple) else ()
 
 
@@ -233,6 +256,15 @@ def read_known_ids(candidate: Path, budget: int | None = None) -> np.ndarray | N
     identity: device, inode, size, mtime and ctime), the ids written, not read back and
     checked again (a run's served model is the candidate the last run wrote); a file
     changed since, or never written here, is read and checked whole."""
+    return read_known(candidate, budget)[0]
+
+
+def read_known(
+    candidate: Path, budget: int | None, listed: tuple[str, np.ndarray] | None = None
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """:func:`read_known_ids` of ``candidate``, and for a listing (``listed``: its name and
+    ids) which of its ids are among them (:func:`listed_known`; None: no listing, or no
+    known ids): what a judged run asks of the served model's known ids, in one call."""
     path = JUDGED_IDS.at(candidate)
     memory = process_memory(budget or 0)
     identity = None if memory is None else identity_of(path)
@@ -240,24 +272,47 @@ def read_known_ids(candidate: Path, budget: int | None = None) -> np.ndarray | N
     kept = memory.get(key, identity) if memory is not None and identity is not None else None
     if _written(kept):
         KNOWN_READS["kept"] += 1
-        return kept
-    KNOWN_READS["read"] += 1
-    arrays = _read(path, JUDGED_IDS)
-    return None if arrays is None else sorted_distinct(arrays["ids"])
+        ids: np.ndarray | None = kept
+    else:
+        KNOWN_READS["read"] += 1
+        arrays = _read(path, JUDGED_IDS)
+        ids = None if arrays is None else sorted_distinct(arrays["ids"])
+    if listed is None or ids is None:
+        return ids, None
+    return ids, listed_known(*listed, ids, budget)
 
 
-def write_known_ids(candidate: Path, ids: np.ndarray, budget: int | None = None) -> None:
+def write_known_ids(
+    candidate: Path,
+    ids: np.ndarray,
+    budget: int | None = None,
+    listed: tuple[str, np.ndarray] | None = None,
+) -> None:
     """``ids`` (hashes, any order) written as the ids the candidate's model knew; kept in
     this process's memory with the file's identity as written (``budget``: the
-    request's ``keep_in_memory_bytes``; 0 keeps nothing) for :func:`read_known_ids`."""
+    request's ``keep_in_memory_bytes``; 0 keeps nothing) for :func:`read_known_ids`.
+    ``listed``: a listing's name and ids, every one among ``ids`` (the next run's listing
+    begins with them), its lookup kept with them for :func:`listed_known`, as
+    :func:`remember_known` keeps one: the store asked and given to once."""
     path, written = JUDGED_IDS.at(candidate), sorted_distinct(ids)
     _write(path, JUDGED_IDS, {"ids": written})
     memory = process_memory(budget or 0)
-    identity = None if memory is None else identity_of(path)
-    if memory is not None and identity is not None:
-        kept = np.array(written, dtype=np.uint64, copy=True)  # its own: the caller's may change
-        kept.flags.writeable = False
-        memory.put((KNOWN_KIND, str(path)), identity, kept, kept.nbytes, f"the known ids of {path}")
+    if memory is None:
+        return
+    identity = identity_of(path)
+    asked = [] if listed is None else [((LOOKUP_KIND, listed[0]), LOOKUP_KIND)]
+    held = (*memory.get_each(asked), None)[0]  # None: no listing asked
+    kept = np.array(written, dtype=np.uint64, copy=True)  # its own: the caller's may change
+    kept.flags.writeable = False
+    values = []
+    if identity is not None:
+        what = f"the known ids of {path}"
+        values.append(KeptValue((KNOWN_KIND, str(path)), identity, kept, kept.nbytes, what))
+    if listed is not None:
+        name, hashes = listed
+        entry = KnownLookup.of(hashes, kept, np.ones(len(hashes), bool), owned=(kept,))
+        values.append(_lookups_kept(name, entry, _lookups(held)))
+    memory.put_each(values)
 
 
 KNOWN_KIND = "known ids"  # the store's key: (KNOWN_KIND, the file's path)
