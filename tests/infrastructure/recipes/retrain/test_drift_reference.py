@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
+import torch
 from pool_files import Pool, read_files
 
 import genesis_fp16_infrastructure.recipes.retrain.drift as drift
@@ -208,3 +209,22 @@ def test_the_sample_grows_with_the_reference() -> None:
     assert not (two & ~one).any()
     assert 0.48 < one.mean() < 0.52 and 0.23 < two.mean() < 0.27
     assert drift_reference.in_sample(keys, 0).all()
+
+
+@pytest.mark.parametrize("where", ["none", "first", "edge", "last", "nan", "past"])
+def test_sampled_numbers_are_compared_in_every_block(where: str) -> None:
+    """The kept sample's numbers against the pool's, gathered a block of ``CHECK_ROWS`` at
+    a time: equal, taken; one number moved in the first block, at a block's edge or in the
+    last, a NaN, or a record past the pool's numbers: refused."""
+    block = drift_reference.CHECK_ROWS
+    values = np.random.default_rng(5).standard_normal((8 * block, 29)).astype(np.float32)
+    rows = np.arange(1, 8 * block, 2)  # every other record: not a slice, 4 blocks
+    kept = np.take(values, rows, axis=0)
+    changed = {"first": 3, "edge": block, "last": len(rows) - 1, "nan": 2 * block + 7}
+    if where in changed:
+        values[rows[changed[where]], 11] = np.nan if where == "nan" else 0.5
+    if where == "past":
+        rows = np.append(rows[1:], len(values))
+    columns = cast(PoolColumns, None)  # not read: the numbers are given
+    same = drift_reference._same_numbers(columns, torch.from_numpy(values), rows, kept)
+    assert same is (where == "none")
