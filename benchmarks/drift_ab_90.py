@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import json
 import os
 import statistics
@@ -37,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from other_tree import module_from
 
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
@@ -51,11 +51,7 @@ DRIFT = Path("infrastructure/genesis_fp16_infrastructure/recipes/retrain/drift.p
 
 def _module(tree: Path) -> ModuleType:
     """``tree``'s drift.py as a module of its own (its imports: this tree's library)."""
-    spec = importlib.util.spec_from_file_location("drift_before", tree / DRIFT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from(tree / DRIFT, "drift_before")
 
 
 def _cpu(call: Callable[[], Any]) -> tuple[float, Any]:

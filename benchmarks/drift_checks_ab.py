@@ -12,7 +12,6 @@ answer is compared between the trees (``same``).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from drift_ab_90 import _pool
+from other_tree import module_from
 
 from genesis_fp16_infrastructure.recipes.retrain import drift_reference, new_records
 from genesis_fp16_infrastructure.recipes.retrain.drift import DRIFT_SAMPLE
@@ -32,11 +32,7 @@ RETRAIN = Path("infrastructure/genesis_fp16_infrastructure/recipes/retrain")
 
 def _file_module(tree: Path, name: str) -> ModuleType:
     """``tree``'s ``name``.py of the retrain recipe as a module of its own."""
-    spec = importlib.util.spec_from_file_location(f"{name}_before", tree / RETRAIN / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from(tree / RETRAIN / f"{name}.py", f"{name}_before")
 
 
 def _ms(call: Callable[..., Any], given: tuple[Any, ...]) -> tuple[float, Any]:

@@ -16,10 +16,8 @@ give the same fingerprint (its records, digest and arrays): checked on every cal
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from other_tree import module_from
 
 from genesis_fp16_infrastructure.data import fingerprint
 from genesis_fp16_infrastructure.data.readers import read_trajectories
@@ -37,12 +36,7 @@ FINGERPRINT = Path("infrastructure/genesis_fp16_infrastructure/data/fingerprint.
 
 def _module(tree: Path) -> ModuleType:
     """``tree``'s fingerprint.py as a module of its own (its imports: this tree's)."""
-    spec = importlib.util.spec_from_file_location("fingerprint_before", tree / FINGERPRINT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return module_from(tree / FINGERPRINT, "fingerprint_before")
 
 
 def _pool(size: int, new: int, folder: Path) -> tuple[Any, int, fingerprint.DataFingerprint]:

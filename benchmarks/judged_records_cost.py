@@ -22,9 +22,7 @@ and the stores left out):
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +30,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+from other_tree import module_from
 
 from genesis_fp16_infrastructure.contract import judging
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, id_hashes
@@ -43,12 +42,7 @@ JUDGING = "infrastructure/genesis_fp16_infrastructure/contract/judging.py"
 def load_judging(tree: Path) -> ModuleType:
     """``tree``'s ``contract/judging.py``, loaded as a module of its own (its imports are
     this tree's: the split and its hashes, the same in both)."""
-    spec = importlib.util.spec_from_file_location("_against_judging", tree / JUDGING)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return module_from(tree / JUDGING, "_against_judging")
 
 
 class Pool:

@@ -17,7 +17,6 @@ variant writes, and each variant's rows checked against working every record out
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
 import statistics
@@ -30,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+from other_tree import module_from
 
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import read_trajectories
@@ -47,12 +47,7 @@ def _base(commit: str) -> ModuleType:
     ).stdout  # fmt: skip
     path = Path(tempfile.mkdtemp()) / "kept_numeric_base.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location("kept_numeric_base", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # msgspec resolves the header's annotations there
-    spec.loader.exec_module(module)
-    return module
+    return module_from(path, "kept_numeric_base")
 
 
 def _generate(folder: Path, count: int, seed: int, name: str) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import json
 import shutil
 import statistics
@@ -38,6 +37,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from other_tree import module_from
 
 from genesis_fp16_infrastructure.data.fingerprint import compare
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
@@ -51,12 +51,7 @@ _PACKAGE = "genesis_fp16_infrastructure"
 
 
 def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # a dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    return module_from(path, name)
 
 
 # What ``--against`` loads from the other tree (the rest is this tree's, shared).
