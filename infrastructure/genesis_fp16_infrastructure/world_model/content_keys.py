@@ -175,9 +175,10 @@ def same_bits(now: np.ndarray, then: np.ndarray) -> bool:
 
 
 def parent_hashes(columns: PoolColumns) -> np.ndarray:
-    """Each parent named (``columns.parent``) as its id's hash, inside the pool or out."""
+    """Each parent named (``columns.parent``) as its id's hash, inside the pool or out:
+    one table of both, made as int64 in one pass (no second, pool-sized copy to cast)."""
     outside = record_id_hashes(columns.outside)
-    table = np.concatenate((columns.id_hash, outside)).astype(np.int64)
+    table = np.concatenate((columns.id_hash, outside), dtype=np.int64, casting="unsafe")
     return table[columns.parent]
 
 
