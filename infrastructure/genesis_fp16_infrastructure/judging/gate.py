@@ -236,9 +236,9 @@ def paired_losses(
     """Both models' clipped losses of column ``metric`` (None: the primary) on the records
     both scored, in ``first``'s order (``rows``: their :func:`shared_rows`, when known)."""
     i, j = shared_rows(first, second) if rows is None else rows
-    ours, theirs = first.column(metric), second.column(metric)
-    a = np.fromiter(ours, dtype=np.float64, count=len(ours))[i]
-    b = np.fromiter(theirs, dtype=np.float64, count=len(theirs))[j]
+    # Each column's array as the record keeps it (made when it was scored): no walk of
+    # ~20,000 Python floats per column and model at 100,000 records.
+    a, b = first.column_array(metric)[i], second.column_array(metric)[j]
     return np.clip(a, 0.0, span), np.clip(b, 0.0, span)
 
 
