@@ -1,5 +1,6 @@
-"""The gate's loss pairs, two trees' ``contract/judging.py`` and ``judging/gate.py`` in one
-process, interleaved (issue 90: the gate phase grew with the pool).
+"""The gate's loss pairs and segments, two trees' ``contract/judging.py`` and
+``judging/gate.py`` in one process, interleaved (issue 90: the gate phase grew with the
+pool).
 
 At each ``--pools`` size P (a fifth held out and judged, as se_darwin's gate judges; two
 loss columns, ``log_loss`` and ``brier``), the records are made the way a judged run
@@ -7,11 +8,14 @@ makes them: the served model's scores as rows of the listing (``RecordLosses.of_
 copied (``copy_of``: what the run keeps of a plugin's answer) and cut to the judged rows
 (``take``); the candidate's as rows of the listing, copied. Then both columns paired
 (``gate.paired_losses``). Timed: that whole chain (``chain``: what each tree pays to
-make the records and pair them) and the pairing alone (``pairs``), in CPU milliseconds
-of this thread (``time.thread_time``: a loaded host's waits left out), medians of
-``--repeats``, the trees alternating. ``same``: both trees' pairs equal, bit for bit::
+make the records and pair them), the pairing alone (``pairs``), and the segments' codes
+the gate asks apart (``segments``: ``gate.Segments.of`` on the judged records' eight
+segments, six of them known to the served model), in CPU milliseconds of this thread
+(``time.thread_time``: a loaded host's waits left out), medians of ``--repeats``, the
+trees alternating. ``same``: both trees' pairs equal bit for bit, and their segments'
+pairs and vetoes equal::
 
-    python benchmarks/gate90_losses_ab.py --pools 10000,100000 --repeats 41 \\
+    python benchmarks/gate90_gate_ab.py --pools 10000,100000 --repeats 41 \\
         --before /work/base37
 """
 
@@ -79,6 +83,19 @@ def _chain(modules: tuple[ModuleType, ModuleType], case: dict[str, Any]) -> Call
     return make, pair
 
 
+def _segments(gate_module: ModuleType, case: dict[str, Any]) -> Callable[[], Any]:
+    """The gate's segments of the judged records (their served side's, paired in order)."""
+    judged = [case["segments"][i] for i in case["rows"].tolist()]
+    rows, known = np.arange(len(judged)), {f"agent{k}" for k in range(6)}
+    return lambda: gate_module.Segments.of(tuple(judged), rows, known)
+
+
+def _same_segments(a: Any, b: Any) -> bool:
+    """Whether two trees' Segments pick the same pairs and the same vetoes."""
+    vetoes = [(n, p.tolist()) for n, p in a.vetoes] == [(n, p.tolist()) for n, p in b.vetoes]
+    return bool(np.array_equal(a.inside, b.inside)) and vetoes
+
+
 def _ms(call: Callable[[], Any]) -> tuple[float, Any]:
     started = time.thread_time()
     out = call()
@@ -99,7 +116,10 @@ def main(argv: list[str] | None = None) -> None:
         calls = {name: _chain(modules, case) for name, modules in trees.items()}
         chain: dict[str, list[float]] = {name: [] for name in trees}
         pairs: dict[str, list[float]] = {name: [] for name in trees}
+        coded: dict[str, list[float]] = {name: [] for name in trees}
+        asked = {name: _segments(modules[1], case) for name, modules in trees.items()}
         out: dict[str, Any] = {}
+        segments: dict[str, Any] = {}
         for k in range(args.repeats):
             for name in list(trees) if k % 2 == 0 else list(trees)[::-1]:
                 make, pair = calls[name]
@@ -107,19 +127,21 @@ def main(argv: list[str] | None = None) -> None:
                 paired_ms, out[name] = _ms(lambda pair=pair, made=made: pair(*made))
                 chain[name].append(made_ms + paired_ms)
                 pairs[name].append(paired_ms)
+                coded_ms, segments[name] = _ms(asked[name])
+                coded[name].append(coded_ms)
         same = all(
             a.tobytes() == b.tobytes() for a, b in zip(out["before"], out["this"], strict=True)
-        )
+        ) and _same_segments(segments["before"], segments["this"])
         for name in trees:
             rows.append(
                 f"| {pool:,} | {len(case['rows']):,} | {name} | "
                 f"{statistics.median(chain[name]):.3f} | {statistics.median(pairs[name]):.3f} | "
-                f"{same} |"
+                f"{statistics.median(coded[name]):.3f} | {same} |"
             )
     after = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     print(f"{os.cpu_count()} cores; load average {load} before, {after} after")
-    print("| pool | judged | tree | chain ms | pairs ms | same |")
-    print("|---:|---:|---|---:|---:|---|")
+    print("| pool | judged | tree | chain ms | pairs ms | segments ms | same |")
+    print("|---:|---:|---|---:|---:|---:|---|")
     print("\n".join(rows))
 
 
