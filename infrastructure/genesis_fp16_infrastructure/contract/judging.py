@@ -189,13 +189,14 @@ class RecordLosses:
             copy._check_columns()
             copy._check_count()
             copy._keep_listed(listed)  # its hashes, if any, not taken: the run's to set
-            keep_arrays(vars(copy), columns, believed_arrays(vars(record), record.losses))
+            keep_arrays(vars(copy), columns, believed_arrays(vars(record), columns))
             return copy
         fields = record.ids, record.losses, record.segments, record.quarantined, record.primary
         copy = cls.__new__(cls)
         vars(copy).update(zip(_LOSSES_FIELDS, fields, strict=True))
         copy._check(vars(record).get(_CHECKED))
-        keep_arrays(vars(copy), copy.losses, believed_arrays(vars(record), record.losses))
+        # An array is carried only beside the very tuple the copy holds (its own, checked).
+        keep_arrays(vars(copy), copy.losses, believed_arrays(vars(record), copy.losses))
         return copy
 
     def _keep_listed(self, listed: ListedRows, hashes: np.ndarray | None = None) -> None:

@@ -80,9 +80,11 @@ def keep_arrays(
     fields[ARRAYS] = kept
 
 
-def believed_arrays(fields: dict[str, Any], columns: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """The arrays of the record (``fields``: its ``vars``) still beside their tuples, by
-    column name (``columns``: its columns now)."""
+def believed_arrays(
+    fields: dict[str, Any], columns: Mapping[str, tuple[float, ...]]
+) -> dict[str, np.ndarray]:
+    """The arrays a record kept (``fields``: its ``vars``) that are beside the very tuples
+    of ``columns`` (its columns now, or a copy's, checked), by column name."""
     found = {}
     for name, values in columns.items():
         array = _believed(fields, name, values)
