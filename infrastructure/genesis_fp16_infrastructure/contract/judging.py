@@ -85,6 +85,13 @@ from genesis_fp16_infrastructure.contract.listed_rows import (
     still_listed,
 )
 from genesis_fp16_infrastructure.contract.listed_rows import listed_rows as _listed_rows
+from genesis_fp16_infrastructure.contract.loss_columns import (
+    believed_arrays,
+    column_array,
+    columns_of,
+    finite_and_not_negative,
+    keep_arrays,
+)
 from genesis_fp16_infrastructure.contract.split import _unchangeable, id_hashes
 
 T = TypeVar("T")
@@ -182,11 +189,14 @@ class RecordLosses:
             copy._check_columns()
             copy._check_count()
             copy._keep_listed(listed)  # its hashes, if any, not taken: the run's to set
+            keep_arrays(vars(copy), columns, believed_arrays(vars(record), columns))
             return copy
         fields = record.ids, record.losses, record.segments, record.quarantined, record.primary
         copy = cls.__new__(cls)
         vars(copy).update(zip(_LOSSES_FIELDS, fields, strict=True))
         copy._check(vars(record).get(_CHECKED))
+        # An array is carried only beside the very tuple the copy holds (its own, checked).
+        keep_arrays(vars(copy), copy.losses, believed_arrays(vars(record), copy.losses))
         return copy
 
     def _keep_listed(self, listed: ListedRows, hashes: np.ndarray | None = None) -> None:
@@ -227,19 +237,16 @@ class RecordLosses:
     ) -> RecordLosses:
         """From any sequences (a list, a numpy array), one column or a mapping of named
         columns: losses become Python floats."""
-        try:
-            found = {name: _floats(column) for name, column in _named(losses, primary).items()}
+        try:  # each column checked on its array, not walked again as Python floats
+            values, finite, arrays = columns_of(_named(losses, primary))
         except (TypeError, ValueError) as exc:
             raise RecordLossesError(f"RecordLosses: a loss is not a number ({exc})") from None
-        # Each column checked on the float64 array its floats came from, in one numpy
-        # pass: not walked again as Python floats (_copy_and_check's ``finite``).
-        finite = {name for name, array in found.items() if _finite_and_not_negative(array)}
-        values = {name: tuple(array.tolist()) for name, array in found.items()}
         kept = None if segments is None else tuple(segments)
         record = cls.__new__(cls)
         fields = tuple(ids), values, kept, quarantined, primary
         vars(record).update(zip(_LOSSES_FIELDS, fields, strict=True))
         record._check(None, finite)
+        keep_arrays(vars(record), record.losses, arrays)
         return record
 
     @classmethod
@@ -267,11 +274,9 @@ class RecordLosses:
         """
         at = np.asarray(rows)
         try:
-            found = {name: _floats(column) for name, column in losses.items()}
+            values, finite, arrays = columns_of(losses)
         except (TypeError, ValueError) as exc:
             raise RecordLossesError(f"RecordLosses: a loss is not a number ({exc})") from None
-        finite = {name for name, array in found.items() if _finite_and_not_negative(array)}
-        values = {name: tuple(array.tolist()) for name, array in found.items()}
         lazy = (
             _listed_rows(listing, at)
             and len(finite) == len(values)
@@ -283,6 +288,7 @@ class RecordLosses:
             record._check_columns()
             record._check_count()
             record._keep_listed(ListedRows(listing.ids, listing.segments, _unchangeable(at)))
+            keep_arrays(vars(record), values, arrays)
             return record
         picked = at.tolist()
         ids = at_rows(listing.ids, picked)
@@ -296,6 +302,7 @@ class RecordLosses:
             and all(len(column) == len(ids) for column in values.values())
         )
         record._check(_checked_fields(record) if spared else None, finite)
+        keep_arrays(vars(record), record.losses, arrays)
         return record
 
     @cached_property
@@ -345,6 +352,12 @@ class RecordLosses:
         """The losses of column ``metric`` (None: the primary), one per id."""
         return self.losses[metric or self.primary]
 
+    def column_array(self, metric: str | None = None) -> np.ndarray:
+        """:meth:`column` as a read-only float64 array (``loss_columns``: kept, believed
+        while the column is the tuple it was made of)."""
+        name = metric or self.primary
+        return column_array(vars(self), name, self.losses[name])
+
     def metrics(self) -> tuple[str, ...]:
         """The column names, the primary first."""
         return (self.primary, *(name for name in self.losses if name != self.primary))
@@ -353,6 +366,7 @@ class RecordLosses:
         """The records where ``keep`` (one flag per record, in order) is true."""
         at = np.flatnonzero(np.asarray(keep, dtype=bool))
         rows = at.tolist()
+        arrays = {name: a[at] for name, a in believed_arrays(vars(self), self.losses).items()}
         listed = still_listed(vars(self), self.losses)
         if listed is not None:  # rows of the same listing: its ids and segments not taken
             part = object.__new__(RecordLosses)
@@ -361,6 +375,7 @@ class RecordLosses:
             hashes = vars(self).get("id_hashes")  # hashed already: the part's, picked
             picked = None if hashes is None else hashes[at]
             part._keep_listed(listed._replace(at=_unchangeable(listed.at[at])), picked)
+            keep_arrays(vars(part), columns, arrays)
             return part
         # Not checked again, a part of a checked one: 18 ms less per 100,000 records taken.
         taken = object.__new__(RecordLosses)
@@ -372,6 +387,7 @@ class RecordLosses:
             hashes = self.id_hashes[rows]
             hashes.flags.writeable = False
             taken.__dict__["id_hashes"] = hashes
+        keep_arrays(vars(taken), columns, arrays)
         return taken
 
     def mean(self, metric: str | None = None) -> float:
@@ -395,23 +411,6 @@ def _named(losses: Any, primary: str) -> Mapping[str, Any]:
 def _all_of(values: tuple[Any, ...], kind: type) -> bool:
     """Every value exactly of ``kind`` (a subclass goes the record-by-record way)."""
     return set(map(type, values)) <= {kind}
-
-
-def _floats(column: Iterable[float]) -> np.ndarray:
-    """A column of numbers as one float64 array (``float()`` of each, in one numpy pass):
-    its ``tolist()`` is the column's Python floats."""
-    if isinstance(column, np.ndarray):
-        if column.ndim != 1:
-            raise ValueError(f"a column of shape {column.shape}, not one value per record")
-        return column.astype(np.float64)
-    return np.fromiter(column, dtype=np.float64)
-
-
-def _finite_and_not_negative(values: np.ndarray) -> bool:
-    """Whether every value is finite and 0 or more: :func:`_check_column`'s test of each
-    Python float, on their float64 array (``float(x) >= 0.0`` is ``x >= 0.0``; -0.0
-    passes both)."""
-    return bool(np.isfinite(values).all() and (values >= 0.0).all())
 
 
 def _copy_and_check(
@@ -514,7 +513,7 @@ def _check_column(
         return True
     if _all_of(values, float):
         found = np.fromiter(values, dtype=np.float64, count=len(values))
-        if _finite_and_not_negative(found):
+        if finite_and_not_negative(found):
             return True
     for id_, loss in zip(ids, values, strict=True):
         if isinstance(loss, bool) or not isinstance(loss, float) or not math.isfinite(loss):
