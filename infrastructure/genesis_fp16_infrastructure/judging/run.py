@@ -377,7 +377,9 @@ def _data_digest(path: Path | None) -> str:
 
 
 def _judge(state: JudgedState, result: TrainResult) -> GateReport:
-    """The gate's verdict on the trained candidate, written, and acted on."""
+    """The gate's verdict on the trained candidate, in one direction: scored, decided
+    (nothing written), the records it knows written (:func:`_write_known`), then its
+    verdict and the promotion it decides, in one transaction."""
     request, served, kept = state.request, state.served, state.candidate
     assert kept is not None
     candidate, started = kept.path, time.monotonic()
@@ -399,17 +401,25 @@ def _judge(state: JudgedState, result: TrainResult) -> GateReport:
         except CheckpointChangedError as exc:  # its own file intact: undecided, never served
             undecided(candidate, checkpoint, str(exc), started, used)
             raise
-    budget = request.keep_in_memory_bytes
-    knows = stores.sorted_distinct(_known_after(served, losses, budget))
-    # The next run's listing begins with these records, every one known to this
-    # candidate: kept for its lookup if it serves this one (stores.listed_known, checked)
-    listed = losses if served.losses is None else served.records
-    stores.write_known_ids(candidate, knows, budget, (LISTED, listed.id_hashes))
     digest, reported = _data_digest(request.data_path), _reported(result.eval)
     scored = (kept, checkpoint, held_out, losses)
     decided = _decide(state, scored, started, used, digest, reported)
+    _write_known(state, candidate, losses)  # before the verdict: a served model has them
     with transaction(state.folder) as tx:  # the verdict, and the promotion it decides
         return decided.stage(tx)
+
+
+def _write_known(state: JudgedState, candidate: Path, losses: RecordLosses) -> None:
+    """The records the scored ``candidate`` knows (:func:`_known_after`), written to it
+    (``judged_ids.npz``) for the runs that judge against it."""
+    served, budget = state.served, state.request.keep_in_memory_bytes
+    knows = _known_after(served, losses, budget)
+    # The next run's listing begins with these records, every one known to this
+    # candidate: kept for its lookup if it serves this one (stores.listed_known, checked)
+    listed = losses if served.losses is None else served.records
+    stores.write_known_ids(
+        candidate, stores.sorted_distinct(knows), budget, (LISTED, listed.id_hashes)
+    )
 
 
 def _decide(
