@@ -4,10 +4,12 @@ Every state file is read here, as a regular file only and at most its layout's b
 (:class:`~genesis_fp16_infrastructure.agent_folder.layout.StateFile` ``limit``): a
 folder, a FIFO (which would block a read for ever), a link, a file over the bound, bytes
 that are not UTF-8, text that is not JSON or a record its decoder refuses is *unusable*.
-An unusable file is set aside as ``<name>.unusable-<UTC time>`` (a name nothing holds:
-:func:`free_aside_path`) and reported, once, to every listener (:func:`on_set_aside`; the
-daemon counts it in ``genesis_fp16_state_files_skipped_total{agent, file}``); the reader
-goes on as if there were no file. Never a traceback, never a run failed for ever by a
+An unusable file is set aside as ``<name>.unusable-<UTC time>`` (``-2``, ``-3``... when
+two land in one microsecond: :func:`aside_name`; a name nothing holds:
+:func:`free_aside_path`; ``<name>.unusable``, the name before, is still read as the
+oldest) and reported, once, to every listener (:func:`on_set_aside`; the daemon counts
+it in ``genesis_fp16_state_files_skipped_total{agent, file}``); the reader goes on as if
+there were no file. Never a traceback, never a run failed for ever by a
 file nobody wrote, never the evidence of an earlier damage overwritten::
 
     memory = load(path, PRECISION_STATE, PrecisionMemory.from_json)   # None: none, or set aside
@@ -31,6 +33,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -40,13 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, BinaryIO, TextIO, TypeVar
 
-from genesis_fp16_infrastructure.agent_folder.layout import (
-    RUN_REQUEST,
-    StateFile,
-    agent_of,
-    aside_name,
-    parse_aside,
-)
+from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, RUN_REQUEST, StateFile
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -55,6 +52,12 @@ logger = logging.getLogger(__name__)
 # its folder): past either bound the oldest go; the newest is always kept.
 KEEP_ASIDES = 20
 KEEP_ASIDE_BYTES = 64 * 2**20
+ASIDE_SUFFIX = ".unusable"
+# A set-aside entry's name (:func:`aside_name`): ``<name>.unusable``, the name before, or
+# <name>.unusable <name>.unusable-<%Y%m%dT%H%M%S.%fZ>[-n]: the time sorts as text
+_ASIDE = re.compile(
+    r"^(?P<name>.+)\.unusable(?:-(?P<at>\d{8}T\d{6}\.\d{6}Z)(?:-(?P<n>[1-9]\d*))?)?$"
+)
 
 
 class UnusableStateFile(ValueError):
@@ -103,6 +106,41 @@ def on_set_aside(listener: Listener) -> Callable[[], None]:
 def _report(event: SetAside) -> None:
     for listener in list(_listeners):
         listener(event)
+
+
+def aside_name(name: str, at: datetime, n: int = 1) -> str:
+    """The set-aside name of ``name`` at the UTC time ``at``; ``n`` > 1 when taken.
+
+    >>> from datetime import UTC, datetime
+    >>> aside_name("run_request.json", datetime(2026, 11, 25, 14, 40, 33, 5, tzinfo=UTC), 2)
+    'run_request.json.unusable-20261125T144033.000005Z-2'
+    """
+    return f"{name}{ASIDE_SUFFIX}-{at:%Y%m%dT%H%M%S.%fZ}" + (f"-{n}" if n > 1 else "")
+
+
+def parse_aside(name: str) -> tuple[str, tuple[str, int]] | None:
+    """For a set-aside name: the name it was set aside from and its age key (greater:
+    newer; the old bare ``<name>.unusable`` is the oldest); None for any other name.
+
+    >>> parse_aside("served.json.unusable-20261125T144033.000005Z-2")
+    ('served.json', ('20261125T144033.000005Z', 2))
+    >>> parse_aside("served.json.unusable"), parse_aside("served.json")
+    (('served.json', ('', 0)), None)
+    """
+    found = _ASIDE.match(name)
+    if found is None:
+        return None
+    return found["name"], (found["at"] or "", int(found["n"] or (1 if found["at"] else 0)))
+
+
+def agent_of(path: Path) -> str | None:
+    """The agent whose folder holds ``path`` (the name after ``agents/``), or None: the
+    agent a set-aside is reported for (``SetAside.agent``)."""
+    parts = Path(path).parts
+    for index in range(len(parts) - 2, -1, -1):
+        if parts[index] == AGENTS_FOLDER:
+            return parts[index + 1]
+    return None
 
 
 def free_aside_path(path: Path, now: datetime | None = None) -> Path:

@@ -37,28 +37,19 @@
                     judged-live-<id>.npz a judged plugin's live watch against model <id>
 
 A file found unusable at its name is set aside beside it under a name of its own,
-``<name>.unusable-<UTC time>`` (``-2``, ``-3``... when two land in one microsecond:
-:func:`aside_name`), so that no earlier evidence is overwritten and no name in the way
-blocks it (:func:`~genesis_fp16_infrastructure.agent_folder.files.set_aside`, which also
-bounds how many a folder keeps). ``<name>.unusable``, the name before, is still read as
-the oldest.
+``<name>.unusable-<UTC time>``: the set-aside policy and its names are
+:mod:`~genesis_fp16_infrastructure.agent_folder.files`' (``set_aside``, ``aside_name``).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-ASIDE_SUFFIX = ".unusable"
 # A checkpoint file's name, ckpt-<step>.pt (CheckpointManager.path_for): here, without torch
 CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
-# <name>.unusable, or <name>.unusable-<%Y%m%dT%H%M%S.%fZ>[-n]: the time sorts as text
-_ASIDE = re.compile(
-    r"^(?P<name>.+)\.unusable(?:-(?P<at>\d{8}T\d{6}\.\d{6}Z)(?:-(?P<n>[1-9]\d*))?)?$"
-)
 Home = Literal["state", "agent", "checkpoints", "candidate", "data", "outbox"]
 # json: a record read whole; lock: an flock whose file holds its holder; log: lines a run
 # writes (the run history's end is read back, a bad line skipped and counted, never set
@@ -196,43 +187,9 @@ def agent_root(state_dir: Path, agent: str) -> Path:
     return Path(state_dir) / AGENTS_FOLDER / agent
 
 
-def agent_of(path: Path) -> str | None:
-    """The agent whose folder holds ``path`` (the name after ``agents/``), or None."""
-    parts = Path(path).parts
-    for index in range(len(parts) - 2, -1, -1):
-        if parts[index] == AGENTS_FOLDER:
-            return parts[index + 1]
-    return None
-
-
 def list_checkpoints(folder: Path) -> list[Path]:
     """The checkpoint files in ``folder`` (regular files named ``ckpt-<step>.pt``), oldest
     first; none where ``folder`` is no folder. Temp files, FIFOs and folders are not."""
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if CHECKPOINT_NAME.match(p.name) and p.is_file())
-
-
-def aside_name(name: str, at: datetime, n: int = 1) -> str:
-    """The set-aside name of ``name`` at the UTC time ``at``; ``n`` > 1 when taken.
-
-    >>> from datetime import UTC, datetime
-    >>> aside_name("run_request.json", datetime(2026, 11, 25, 14, 40, 33, 5, tzinfo=UTC), 2)
-    'run_request.json.unusable-20261125T144033.000005Z-2'
-    """
-    return f"{name}{ASIDE_SUFFIX}-{at:%Y%m%dT%H%M%S.%fZ}" + (f"-{n}" if n > 1 else "")
-
-
-def parse_aside(name: str) -> tuple[str, tuple[str, int]] | None:
-    """For a set-aside name: the name it was set aside from and its age key (greater:
-    newer; the old bare ``<name>.unusable`` is the oldest); None for any other name.
-
-    >>> parse_aside("served.json.unusable-20261125T144033.000005Z-2")
-    ('served.json', ('20261125T144033.000005Z', 2))
-    >>> parse_aside("served.json.unusable"), parse_aside("served.json")
-    (('served.json', ('', 0)), None)
-    """
-    found = _ASIDE.match(name)
-    if found is None:
-        return None
-    return found["name"], (found["at"] or "", int(found["n"] or (1 if found["at"] else 0)))

@@ -89,7 +89,8 @@ def outbox_lock(agent_folder: Path) -> Iterator[int]:
     """Hold the outbox's flock (its descriptor: the file holds the last order number
     given): held for one small write, never across a delivery. Taken after the pointer's
     lock where both are held, never before it."""
-    fd = take_lock(outbox_of(agent_folder) / OUTBOX_LOCK.name, OUTBOX_LOCK)
+    path = outbox_of(agent_folder) / OUTBOX_LOCK.name  # its folder made by take_lock
+    fd = take_lock(path, OUTBOX_LOCK)
     try:
         yield fd
     finally:

@@ -20,7 +20,6 @@ from pathlib import Path
 from genesis_fp16_infrastructure.agent_folder import files, outbox_catch_up
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
 from genesis_fp16_infrastructure.agent_folder.layout import (
-    ASIDE_SUFFIX,
     CANDIDATES_FOLDER,
     POINTER_LOCK,
     SERVED_POINTER,
@@ -93,7 +92,7 @@ def aside_path(folder: Path) -> Path:
     """Where the pointer was last set aside (:func:`files.newest_aside`); when never,
     ``served.json.unusable``, which is not there."""
     path = SERVED_POINTER.at(folder)
-    return files.newest_aside(path) or path.with_name(path.name + ASIDE_SUFFIX)
+    return files.newest_aside(path) or path.with_name(path.name + files.ASIDE_SUFFIX)
 
 
 def write_pointer(folder: Path, pointer: ServedPointer) -> None:

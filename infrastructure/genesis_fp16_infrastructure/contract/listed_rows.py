@@ -1,6 +1,7 @@
 """Records taken as rows of a checked listing (``RecordLosses.of_rows``): what such a
-record keeps instead of its ids and segments (:class:`ListedRows`), and when it may still
-be believed (:func:`still_listed`); and :func:`at_rows`, values at rows.
+record keeps instead of its ids and segments (:class:`ListedRows`, marked so by
+:func:`keep_listed`), and when it may still be believed (:func:`still_listed`); and
+:func:`at_rows`, values at rows.
 
 A record made of rows of a listing that passed its own check whole (``RecordIds``: each
 id a distinct exact ``str``) keeps the listing's own tuples and its rows, an array over
@@ -81,6 +82,15 @@ def still_listed(
     if not all(len(values) == len(at) for values in losses.values()):
         return None
     return listed if rows_within(at, len(listed.ids)) else None
+
+
+def keep_listed(
+    fields: dict[str, Any], listed: ListedRows, losses: Mapping[str, Sequence[float]]
+) -> None:
+    """Mark a record made of ``listed`` (``fields``: its ``vars``; ``losses``: its columns,
+    checked) as :func:`still_listed` asks it again: the rows, and its columns' very tuples
+    as checked."""
+    fields.update({LISTED: listed, CHECKED: tuple(itertools.chain.from_iterable(losses.items()))})
 
 
 def at_rows(values: Sequence[T], rows: Sequence[int]) -> tuple[T, ...]:

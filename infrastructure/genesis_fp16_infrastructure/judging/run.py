@@ -218,9 +218,11 @@ class JudgedState:
     """One judged run's state, as its phases fill it in: what its transactions committed
     so far (``committed``, oldest first), the served model (1), what the live watch
     found (2), the folder's candidates as phase 3 read them (each meta and
-    verdict once, with the verdicts its own transactions wrote since), the candidate to
-    train and whether it only finishes (3), or the run's result when there is nothing to
-    learn (``done``)."""
+    verdict once, with the verdicts its own transactions wrote since) and what they say
+    of a model the watch rolled back (``rolled_back``: the records it knew, asked once
+    of them for every verdict the run decides, :func:`~.watch.rolled_back_to`), the
+    candidate to train and whether it only finishes (3), or the run's result when there
+    is nothing to learn (``done``)."""
 
     request: TrainRequest
     started: float  # time.monotonic() at the run's start
@@ -228,6 +230,7 @@ class JudgedState:
     served: Served
     live: LiveReport | None = None
     candidates: tuple[KeptCandidate, ...] = ()
+    rolled_back: np.ndarray | None = None
     candidate: KeptCandidate | None = None
     finishes: bool | None = None
     done: TrainResult | None = None
@@ -301,6 +304,8 @@ def _candidate(state: JudgedState) -> None:
     # a promotion the judging decides) staged in the phase's one transaction.
     taken = decide_unfinished(meta, read_candidates(state.folder))
     state.candidates = taken.candidates
+    if served.losses is not None:  # the gate's set ``newest``, for every verdict below
+        state.rolled_back = rolled_back_to(state.candidates, served.id)
     asks = taken.candidate is None and served.losses is not None and not request.forced
     kept = _rejudge_kept(state, digest) if asks else None
     rejudged = None
@@ -372,7 +377,9 @@ def _data_digest(path: Path | None) -> str:
 
 
 def _judge(state: JudgedState, result: TrainResult) -> GateReport:
-    """The gate's verdict on the trained candidate, written, and acted on."""
+    """The gate's verdict on the trained candidate, in one direction: scored, decided
+    (nothing written), the records it knows written (:func:`_write_known`), then its
+    verdict and the promotion it decides, in one transaction."""
     request, served, kept = state.request, state.served, state.candidate
     assert kept is not None
     candidate, started = kept.path, time.monotonic()
@@ -394,17 +401,25 @@ def _judge(state: JudgedState, result: TrainResult) -> GateReport:
         except CheckpointChangedError as exc:  # its own file intact: undecided, never served
             undecided(candidate, checkpoint, str(exc), started, used)
             raise
-    budget = request.keep_in_memory_bytes
-    knows = stores.sorted_distinct(_known_after(served, losses, budget))
-    # The next run's listing begins with these records, every one known to this
-    # candidate: kept for its lookup if it serves this one (stores.listed_known, checked)
-    listed = losses if served.losses is None else served.records
-    stores.write_known_ids(candidate, knows, budget, (LISTED, listed.id_hashes))
     digest, reported = _data_digest(request.data_path), _reported(result.eval)
     scored = (kept, checkpoint, held_out, losses)
     decided = _decide(state, scored, started, used, digest, reported)
+    _write_known(state, candidate, losses)  # before the verdict: a served model has them
     with transaction(state.folder) as tx:  # the verdict, and the promotion it decides
         return decided.stage(tx)
+
+
+def _write_known(state: JudgedState, candidate: Path, losses: RecordLosses) -> None:
+    """The records the scored ``candidate`` knows (:func:`_known_after`), written to it
+    (``judged_ids.npz``) for the runs that judge against it."""
+    served, budget = state.served, state.request.keep_in_memory_bytes
+    knows = _known_after(served, losses, budget)
+    # The next run's listing begins with these records, every one known to this
+    # candidate: kept for its lookup if it serves this one (stores.listed_known, checked)
+    listed = losses if served.losses is None else served.records
+    stores.write_known_ids(
+        candidate, stores.sorted_distinct(knows), budget, (LISTED, listed.id_hashes)
+    )
 
 
 def _decide(
@@ -425,7 +440,7 @@ def _decide(
     if served.losses is None:
         outcome, reason, comparisons = Outcome.PROMOTED, "the first model", _first(losses)
     else:
-        rolled_back = rolled_back_to(state.candidates, served.id)
+        rolled_back = state.rolled_back  # asked of the candidates as phase 3 read them
         asked = _comparisons(request, served, losses, checkpoint, held_out, rolled_back)
         outcome, reason, comparisons = decide(asked)
         reason += note

@@ -20,7 +20,8 @@ from genesis_fp16.launch.handoff import read_run_file, write_run_file
 from genesis_fp16.service.state_lock import acquire_state_folder
 from genesis_fp16_infrastructure.agent_folder import candidates, files
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
-from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
+from genesis_fp16_infrastructure.agent_folder.files import parse_aside
+from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
 from genesis_fp16_infrastructure.agent_folder.repair import set_aside_unusable
 from genesis_fp16_infrastructure.agent_folder.run_history import append_run

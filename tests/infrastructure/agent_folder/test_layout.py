@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, agent_of, parse_aside
+from genesis_fp16_infrastructure.agent_folder.files import agent_of, parse_aside
+from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT
 
 ROOT = Path(__file__).resolve().parents[3]
 ROOMS = ("genesis_fp16", "agents", "infrastructure")

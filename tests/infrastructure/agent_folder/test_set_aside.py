@@ -9,12 +9,8 @@ from pathlib import Path
 import pytest
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.layout import (
-    PRECISION_STATE,
-    RUN_REQUEST,
-    aside_name,
-    parse_aside,
-)
+from genesis_fp16_infrastructure.agent_folder.files import aside_name, parse_aside
+from genesis_fp16_infrastructure.agent_folder.layout import PRECISION_STATE, RUN_REQUEST
 
 AT = datetime(2026, 11, 25, 14, 40, 33, 5, tzinfo=UTC)
 
