@@ -58,7 +58,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -258,12 +258,19 @@ class RowLogits(NamedTuple):
         ``logit`` at ``rows``."""
         size = int(rows.max()) + 1 if len(rows) else 0
         if before is None:
-            before = cls(*(np.zeros(0, t) for t in (np.uint64, np.uint64, logit.dtype, bool)))
+            none = np.zeros(0, np.uint64)
+            before = cls(none, none, np.zeros(0, logit.dtype), np.zeros(0, bool))
         more = max(0, size - len(before.given))
-        dtype = np.result_type(before.logit, logit)
-        out = cls(*(np.concatenate((b, np.zeros(more, b.dtype))) for b in before[:2]),
-                  np.concatenate((before.logit, np.zeros(more, dtype)), dtype=dtype),
-                  np.concatenate((before.given, np.zeros(more, bool))))  # fmt: skip
+
+        def grown(kept: np.ndarray, dtype: Any) -> np.ndarray:
+            return np.concatenate((kept, np.zeros(more, dtype)), dtype=dtype)
+
+        out = cls(
+            grown(before.first, np.uint64),
+            grown(before.second, np.uint64),
+            grown(before.logit, np.result_type(before.logit, logit)),
+            grown(before.given, bool),
+        )
         out.first[rows], out.second[rows], out.logit[rows] = keys.first, keys.second, logit
         out.given[rows] = True
         return out
