@@ -24,12 +24,12 @@ resident process serves the run: ``TrainRequest.keep_in_memory_bytes``), and
 * **Never a loss.** What is kept is the logit, which no label enters: each scoring works
   the losses out from the records' current labels (a relabelled record is scored
   against its new label from the same logit).
-* **Found at its row first.** An entry keeps its logits by the labelled row they were
-  given for too (:class:`RowLogits`): the next scoring of the same model asks mostly the
-  same rows (its held-out ones), each taken at its row where that row's key is the very
-  key asked (both halves compared); the rest are searched among the sorted keys. What
-  either way finds is the same logit, so no sort of the ~20,000 keys asked at 100,000
-  records.
+* **Found at its row first.** An entry keeps its logits by the labelled rows its first
+  scoring gave too (:class:`RowLogits`; a candidate's: the gate's): the next scoring of
+  the same model asks mostly the same rows (its held-out ones), each taken at its row
+  where that row's key is the very key asked (both halves compared); the rest are
+  searched among the sorted keys. What either way finds is the same logit, so no sort
+  of the ~20,000 keys asked at 100,000 records.
 * **Kept where it was computed.** The gate's scoring of a candidate keeps its logits too
   (those its run's evaluation computed, ``evaluated.py``, or its own forward): once
   promoted, the candidate is the next run's served model, and its held-out logits are
@@ -48,7 +48,7 @@ set of logits.
     kept = kept_logits(request.keep_in_memory_bytes, digest)  # None: nothing kept for it
     hit, logit = kept.find(keys, asked)  # per record: whether kept (at its row first), its logit
     keep_logits(request.keep_in_memory_bytes, digest, kept, keys.take(~hit), computed, what,
-                asked[~hit])  # kept by key, and by row
+                asked[~hit])  # kept by key (and by row, where nothing was kept)
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -238,52 +238,38 @@ def _text_hash(value: object) -> int:
 
 
 class RowLogits(NamedTuple):
-    """A model's kept logits by the labelled row of the pool it scored (row ``i`` at index
-    ``i``): each given row's input key and the logit kept for that key (``given``: which
-    rows were). The next scoring of the same model on the same data asks mostly the same
-    rows (the next run's watch: the held-out rows the gate scored; a pool grown at its
-    end keeps its rows' places), each found at its row and compared by both halves of
-    its key, no sort or search of the keys asked (~1.5 ms at 100,000 records)."""
+    """A model's kept logits by the labelled row of the pool it scored: per row, where its
+    entry is (``at``: -1 for a row not given), and per entry the row's input key and the
+    logit kept for that key. The next scoring of the same model on the same data asks
+    mostly the same rows (the next run's watch: the held-out rows the gate scored; a
+    pool grown at its end keeps its rows' places), each found at its row and compared by
+    both halves of its key: no sort or search of the keys asked (~1.5 ms at 100,000
+    records). Four bytes a pool row, and the entries given."""
 
-    first: np.ndarray  # uint64
+    at: np.ndarray  # int32 per labelled row up to the last given, -1: not given
+    first: np.ndarray  # uint64 per entry
     second: np.ndarray  # uint64
     logit: np.ndarray
-    given: np.ndarray  # bool
 
     @classmethod
-    def of(
-        cls, rows: np.ndarray, keys: InputKeys, logit: np.ndarray, before: RowLogits | None
-    ) -> RowLogits:
-        """``before``'s rows (a copy: an entry kept is never written), and ``keys`` with
-        ``logit`` at ``rows``."""
-        size = int(rows.max()) + 1 if len(rows) else 0
-        if before is None:
-            none = np.zeros(0, np.uint64)
-            before = cls(none, none, np.zeros(0, logit.dtype), np.zeros(0, bool))
-        more = max(0, size - len(before.given))
-
-        def grown(kept: np.ndarray, dtype: Any) -> np.ndarray:
-            return np.concatenate((kept, np.zeros(more, dtype)), dtype=dtype)
-
-        out = cls(
-            grown(before.first, np.uint64),
-            grown(before.second, np.uint64),
-            grown(before.logit, np.result_type(before.logit, logit)),
-            grown(before.given, bool),
-        )
-        out.first[rows], out.second[rows], out.logit[rows] = keys.first, keys.second, logit
-        out.given[rows] = True
-        return out
+    def of(cls, rows: np.ndarray, keys: InputKeys, logit: np.ndarray) -> RowLogits:
+        """``keys`` with ``logit`` at ``rows`` (a row given twice: its first), copies of
+        their own (the caller's arrays may change)."""
+        rows = np.asarray(rows, np.int64)
+        at = np.full(int(rows.max()) + 1 if len(rows) else 0, -1, np.int32)
+        at[rows[::-1]] = np.arange(len(rows) - 1, -1, -1, dtype=np.int32)  # the first wins
+        return cls(at, keys.first.copy(), keys.second.copy(), logit.copy())
 
     def find(self, keys: InputKeys, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per key (of the labelled row ``rows``), whether its row holds that very key
-        (both halves), and that row's logit (0 where not)."""
-        if not len(self.given):
-            return np.zeros(len(rows), bool), np.zeros(len(rows), self.logit.dtype)
-        inside = (rows >= 0) & (rows < len(self.given))
-        at = np.where(inside, rows, 0)
-        hit = inside & self.given[at] & (self.first[at] == keys.first)
-        hit &= self.second[at] == keys.second
+        """Per key (of the labelled row ``rows``), whether that row is given here with
+        that very key (both halves), and its logit (0 where not)."""
+        inside = (rows >= 0) & (rows < len(self.at))
+        at = self.at[np.where(inside, rows, 0)] if len(self.at) else np.zeros(0, np.int32)
+        given = inside & (at >= 0) if len(self.at) else np.zeros(len(rows), bool)
+        at = np.where(given, at, 0)
+        if not len(self.first):
+            return given, np.zeros(len(rows), self.logit.dtype)
+        hit = given & (self.first[at] == keys.first) & (self.second[at] == keys.second)
         return hit, np.where(hit, self.logit[at], self.logit.dtype.type(0))
 
     def nbytes(self) -> int:
@@ -315,7 +301,7 @@ class KeptLogits:
             return kept
         at = np.empty(len(order), np.intp)
         at[order] = np.cumsum(distinct) - 1  # a repeated input: its first's logit
-        return replace(kept, by_row=RowLogits.of(rows, keys, kept.logit[at], None))
+        return replace(kept, by_row=RowLogits.of(rows, keys, kept.logit[at]))
 
     def find(
         self, keys: InputKeys, rows: np.ndarray | None = None
@@ -363,20 +349,21 @@ class KeptLogits:
         found[order], where[order] = hit, at
         return where, found
 
-    def joined(
-        self, keys: InputKeys, logit: np.ndarray, rows: np.ndarray | None = None
-    ) -> KeptLogits:
-        """These and ``logit`` of ``keys`` (inputs not kept yet; ``rows``: their labelled
-        rows, if known), as one: what :meth:`of` gives for both, these first (a key of
-        both keeps its kept logit). The new keys are sorted alone and merged in (a copy
-        of these, no sort of them: at 100,000 kept, a sort of all was ~25 ms a scoring);
-        kept columns that are not sorted and distinct, as :meth:`of` leaves them, are
-        sorted with them, counted. The rows kept (``by_row``) keep theirs, ``rows`` added."""
+    def joined(self, keys: InputKeys, logit: np.ndarray) -> KeptLogits:
+        """These and ``logit`` of ``keys`` (inputs not kept yet), as one: what
+        :meth:`of` gives for both, these first (a key of both keeps its kept logit). The
+        new keys are sorted alone and merged in (a copy of these, no sort of them: at
+        100,000 kept, a sort of all was ~25 ms a scoring); kept columns that are not
+        sorted and distinct, as :meth:`of` leaves them, are sorted with them, counted.
+        The rows kept (``by_row``) stay as they are, their keys' logits unchanged: the
+        new ones are found by a search of their keys (a few thousand, not a row store
+        of the pool copied each scoring)."""
         if not self._ordered():
             JOINED["sorted whole"] += 1
             first = np.concatenate([self.first, keys.first])
             both = InputKeys(first, np.concatenate([self.second, keys.second]))
-            return KeptLogits.of(both, np.concatenate([self.logit, logit]))._rows(self, keys, rows)
+            joined = KeptLogits.of(both, np.concatenate([self.logit, logit]))
+            return replace(joined, by_row=self.by_row)
         JOINED["merged"] += 1
         new = KeptLogits.of(keys, logit)
         fresh = ~self.find(InputKeys(new.first, new.second))[0]
@@ -394,16 +381,7 @@ class KeptLogits:
             np.insert(self.logit.astype(np.result_type(self.logit, logit), copy=False),
                       place, new.logit[fresh]),
         )  # fmt: skip
-        return merged._rows(self, keys, rows)
-
-    def _rows(self, before: KeptLogits, keys: InputKeys, rows: np.ndarray | None) -> KeptLogits:
-        """These, by the rows ``before`` held (its logits these ones' still: a kept key
-        keeps its logit) and ``keys`` at ``rows`` (their logits as these hold them)."""
-        if rows is None:
-            return replace(self, by_row=before.by_row)
-        at, found = self._search(keys)
-        assert found.all(), "a key joined is not among the joined"
-        return replace(self, by_row=RowLogits.of(rows, keys, self.logit[at], before.by_row))
+        return replace(merged, by_row=self.by_row)
 
     def _ordered(self) -> bool:
         """Whether the keys are sorted by ``first``, then ``second``, each once (one pass)."""
@@ -459,11 +437,11 @@ def keep_logits(
     for the checkpoint of SHA-256 ``digest``; nothing with a budget of 0. An entry grows
     with the inputs its model is asked about while it is kept (its held-out records and
     those new since it was judged), and goes, least recently used first, past the
-    budget."""
+    budget. ``rows``: each key's labelled row, an entry's first scoring's (``by_row``)."""
     memory = process_memory(budget or 0)
     if memory is None or (kept is not None and not len(keys.first)):
         return
-    entry = KeptLogits.of(keys, logit, rows) if kept is None else kept.joined(keys, logit, rows)
+    entry = KeptLogits.of(keys, logit, rows) if kept is None else kept.joined(keys, logit)
     memory.put(_key(digest), digest, entry, estimate_bytes(entry), what)
 
 

@@ -444,18 +444,22 @@ def test_a_kept_key_is_taken_only_under_its_own_stamp() -> None:
 @pytest.mark.parametrize("span", [4, 50, 2**62])
 def test_keys_asked_by_row_are_found_as_a_search_finds_them(span: int) -> None:
     """Keys asked with their rows (some rows' keys changed since, some rows never given,
-    some past every row kept; repeated and shared first halves included) are found, with
-    the same logits, as a search of the same kept keys finds them; so after a join too,
-    its rows kept and the new ones added."""
+    some past every row kept; rows given out of order or twice, repeated and shared first
+    halves included) are found, with the same logits, as a search of the same kept keys
+    finds them; so after a join too (its rows kept, the new keys searched)."""
     rng = np.random.default_rng(span % 991)
-    for _ in range(30):
+    for k in range(30):
         old = _random_keys(rng, int(rng.integers(1, 300)), span)
         rows = np.sort(rng.choice(400, len(old.first), replace=False))
-        kept = kept_outputs.KeptLogits.of(old, rng.random(len(old.first), np.float32), rows)
+        given = rows if k % 3 else rng.permutation(rows)
+        if k % 5 == 0:  # a row given twice: its first key's
+            given = np.concatenate([given[:-1], given[:1]])
+        kept = kept_outputs.KeptLogits.of(old, rng.random(len(old.first), np.float32), given)
+        rows = given
         new = _random_keys(rng, int(rng.integers(0, 60)), span)
         new = new.take(np.flatnonzero(~kept.find(new)[0]))
         more_rows = 400 + np.arange(len(new.first))
-        joined = kept.joined(new, rng.random(len(new.first), np.float32), more_rows)
+        joined = kept.joined(new, rng.random(len(new.first), np.float32))
         every = np.concatenate([rows, more_rows])
         keys = kept_outputs.InputKeys(
             np.concatenate([old.first, new.first]), np.concatenate([old.second, new.second])
