@@ -256,6 +256,8 @@ class RowLogits(NamedTuple):
         """``keys`` with ``logit`` at ``rows`` (a row given twice: its first), copies of
         their own (the caller's arrays may change)."""
         rows = np.asarray(rows, np.int64)
+        if len(rows) and int(rows.min()) < 0:
+            raise ValueError(f"a labelled row of {int(rows.min())}: rows are 0 or more")
         at = np.full(int(rows.max()) + 1 if len(rows) else 0, -1, np.int32)
         at[rows[::-1]] = np.arange(len(rows) - 1, -1, -1, dtype=np.int32)  # the first wins
         return cls(at, keys.first.copy(), keys.second.copy(), logit.copy())
@@ -263,12 +265,12 @@ class RowLogits(NamedTuple):
     def find(self, keys: InputKeys, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per key (of the labelled row ``rows``), whether that row is given here with
         that very key (both halves), and its logit (0 where not)."""
+        if not len(self.at) or not len(self.first):
+            return np.zeros(len(rows), bool), np.zeros(len(rows), self.logit.dtype)
         inside = (rows >= 0) & (rows < len(self.at))
-        at = self.at[np.where(inside, rows, 0)] if len(self.at) else np.zeros(0, np.int32)
-        given = inside & (at >= 0) if len(self.at) else np.zeros(len(rows), bool)
+        at = self.at[np.where(inside, rows, 0)]
+        given = inside & (at >= 0)
         at = np.where(given, at, 0)
-        if not len(self.first):
-            return given, np.zeros(len(rows), self.logit.dtype)
         hit = given & (self.first[at] == keys.first) & (self.second[at] == keys.second)
         return hit, np.where(hit, self.logit[at], self.logit.dtype.type(0))
 

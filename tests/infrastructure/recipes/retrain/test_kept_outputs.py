@@ -507,3 +507,19 @@ def test_the_next_scoring_of_the_rows_kept_searches_what_is_new_alone(
     assert found[:5_000].tobytes() == logit.tobytes()
     kept.find(asked)
     assert searched == [50, 5_050]
+
+
+def test_no_rows_given_finds_by_search_alone() -> None:
+    """An entry given no rows (none, or kept before rows were) answers every key asked with
+    a row by the search of its keys; a negative row is refused where rows are given."""
+    keys = kept_outputs.InputKeys(np.array([5, 9], np.uint64), np.array([1, 7], np.uint64))
+    logit = np.array([0.5, 2.0], np.float32)
+    for rows in (np.zeros(0, np.int64), None):
+        kept = kept_outputs.KeptLogits.of(keys, logit)
+        if rows is not None:  # the rows of a first scoring of nothing, joined since
+            kept = kept_outputs.KeptLogits.of(keys.take(rows), logit[rows], rows)
+            kept = kept.joined(keys, logit)
+        hit, found = kept.find(keys, np.array([0, 1]))
+        assert hit.tolist() == [True, True] and found.tolist() == [0.5, 2.0]
+    with pytest.raises(ValueError, match="0 or more"):
+        kept_outputs.KeptLogits.of(keys, logit, np.array([0, -1]))
