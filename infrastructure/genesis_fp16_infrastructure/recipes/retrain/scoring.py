@@ -300,17 +300,20 @@ def _logits(
     keys = pool.keys.of(asked, pool.numeric_of)
     kept = kept_logits(budget, digest)
     what = f"checkpoint {checkpoint.name} (sha256 {digest[:12]})"
+    # Each record's labelled row beside its key: a kept logit of the same row and key is
+    # taken there, no search (kept_outputs.RowLogits)
     if logit is not None:  # the evaluation's: kept for the next run that serves it
-        fresh = np.ones(len(asked), bool) if kept is None else ~kept.find(keys)[0]
-        keep_logits(budget, digest, kept, keys.take(fresh), logit.numpy()[fresh], what)
+        fresh = np.ones(len(asked), bool) if kept is None else ~kept.find(keys, asked)[0]
+        keep_logits(budget, digest, kept, keys.take(fresh), logit.numpy()[fresh], what,
+                    asked[fresh])  # fmt: skip
         return logit
-    hit, taken = (np.zeros(len(asked), bool), None) if kept is None else kept.find(keys)
+    hit, taken = (np.zeros(len(asked), bool), None) if kept is None else kept.find(keys, asked)
     missed = np.flatnonzero(~hit)
     out = torch.from_numpy(np.zeros(len(asked), np.float32) if taken is None else taken)
     if len(missed):
         numeric = pool.numeric_of(asked[missed])
         out[torch.from_numpy(missed)] = _forward(predictor, columns, asked[missed], numeric)
-    keep_logits(budget, digest, kept, keys.take(missed), out.numpy()[missed], what)
+    keep_logits(budget, digest, kept, keys.take(missed), out.numpy()[missed], what, asked[missed])
     logged_reuse(what, int(hit.sum()), len(asked))
     return out
 
