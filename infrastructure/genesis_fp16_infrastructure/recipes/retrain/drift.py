@@ -180,12 +180,14 @@ def keep_reference(
 
 class _Measured(NamedTuple):
     """The reference's numeric side: each feature's bin bounds, the bins' padded width,
-    the reference's shares (feature x bin) and its values in order."""
+    the reference's shares (feature x bin), its values in order, and the bounds as one
+    matrix (feature x bound, float64, +inf past a feature's own: :func:`_padded`)."""
 
     bounds: list[torch.Tensor]
     width: int
     shares: torch.Tensor
     ordered: SortedValues
+    padded: np.ndarray
 
     @classmethod
     def of(cls, values: torch.Tensor) -> _Measured:
@@ -208,9 +210,11 @@ class _Measured(NamedTuple):
         below, above = ranks.long(), ranks.ceil().long()
         at = torch.from_numpy(ordered.at(torch.cat([below, above]).numpy()))
         low, high = at[:, : len(q)].double(), at[:, len(q) :].double()
-        bounds = [_edges(a.lerp(b, ranks - below)) for a, b in zip(low, high, strict=True)]
-        width = max(len(b) for b in bounds) + 1 if bounds else 1
-        return cls(bounds, width, _sorted_shares(ordered, bounds, width), ordered)
+        # One lerp a feature, as torch.quantile does: a batched lerp may round otherwise
+        deciles = [a.lerp(b, ranks - below) for a, b in zip(low, high, strict=True)]
+        bounds = _edges(torch.stack(deciles).numpy()) if deciles else []
+        padded = _padded(bounds)
+        return cls(bounds, padded.shape[1] + 1, _sorted_shares(ordered, padded), ordered, padded)
 
 
 class _Reference:
@@ -229,6 +233,7 @@ class _Reference:
     ) -> None:
         self.records = measured.ordered.records
         self.bounds = measured.bounds
+        self.padded = measured.padded  # feature x bound: what the records are binned by
         self.width = measured.width
         self.numeric = measured.shares  # feature x bin
         self.numbers = numbers  # record x feature: what the draws are drawn from
@@ -257,7 +262,7 @@ class _Reference:
     def _bin(self, values: torch.Tensor) -> torch.Tensor:
         """Each record's bin of each feature (``values`` and the result: feature x
         record): :func:`_binned`, as a tensor."""
-        return torch.from_numpy(_binned(values.numpy(), self.bounds).astype(np.int64))
+        return torch.from_numpy(_binned_by(values.numpy(), self.padded).astype(np.int64))
 
     def _drawn_bins(self, picked: torch.Tensor) -> np.ndarray:
         """The bins (feature x drawn record, uint8, in ``picked``'s order: draw x record,
@@ -269,28 +274,30 @@ class _Reference:
         out = np.empty((len(self.bounds), len(at)), dtype=np.uint8)
         for start in range(0, len(at), DRAW_ROWS):
             rows = np.take(self.numbers, at[start : start + DRAW_ROWS], axis=0)
-            out[:, start : start + len(rows)] = _binned(feature_major(rows), self.bounds)
+            out[:, start : start + len(rows)] = _binned_by(feature_major(rows), self.padded)
         return out
 
     def _shares(self, bins: np.ndarray, draws: int) -> torch.Tensor:
         """Each feature's bin shares of each draw (``bins``: feature x drawn record, the
         draws one after another): feature x draw x bin, each feature's bins padded to one
-        width with empty ones (an empty bin adds nothing to a distance). One numpy
-        bincount over as many features' (feature, draw, bin) keys as hold
-        :data:`SHARE_KEYS` at most, not one torch bincount a feature (29 of them: 5 ms
-        of 8 in a 10,000-record pool's noise draws, issue 90); each key its bin plus one
-        offset per (feature, draw), added once."""
+        width with empty ones (an empty bin adds nothing to a distance). One bincount
+        over as many features' (feature, draw, bin) keys as hold :data:`SHARE_KEYS` at
+        most, not one a feature (29 of them: 5 ms of 8 in a 10,000-record pool's noise
+        draws, issue 90); each key its bin plus one offset per (feature, draw), added
+        once. The keys are int32 and counted by torch, which counts them as they are
+        (numpy's bincount copies them to int64 first: 1.0 ms of CPU for 20 draws of
+        1,000 records, against 0.6)."""
         features, total = bins.shape
         width, size = self.width, total // max(1, draws)
         step = max(1, SHARE_KEYS // max(1, total))  # features a bincount
         counts = np.empty((features, draws * width), dtype=np.int64)
         for start in range(0, features, step):
             part = bins[start : start + step].reshape(-1, draws, size)
-            feature = np.arange(len(part), dtype=np.int64)[:, None, None] * draws
-            offsets = (feature + np.arange(draws, dtype=np.int64)[None, :, None]) * width
-            # feature x draw x record, int64 (the offsets' type: a uint8 bin is widened)
-            found = np.bincount((part + offsets).ravel(), minlength=len(part) * draws * width)
-            counts[start : start + len(part)] = found.reshape(len(part), draws * width)
+            feature = np.arange(len(part), dtype=np.int32)[:, None, None] * draws
+            offsets = (feature + np.arange(draws, dtype=np.int32)[None, :, None]) * width
+            keys = torch.from_numpy((part + offsets).ravel())  # a uint8 bin widened
+            found = torch.bincount(keys, minlength=len(part) * draws * width)
+            counts[start : start + len(part)] = found.numpy().reshape(len(part), draws * width)
         out = torch.from_numpy(counts.reshape(features, draws, width).astype(np.float64))
         return out / out.sum(-1, keepdim=True)
 
@@ -316,7 +323,7 @@ class _Reference:
     ) -> dict[str, float]:
         """The distances of other records (the new ones) from the reference."""
         everyone = torch.arange(cols.shape[0])[None]
-        bins = _binned(cols.T.double().contiguous().numpy(), self.bounds)
+        bins = _binned_by(cols.T.double().contiguous().numpy(), self.padded)
         numeric = self.numeric_distances(self._shares(bins, 1))
         out = {name: float(numeric[i, 0]) for i, name in enumerate(NUMERIC_FEATURES)}
         for name, coded in categorical.items():
@@ -347,58 +354,83 @@ def _noise(reference: _Reference, size: int, seed: int) -> dict[str, float]:
 def _binned(values: np.ndarray, bounds: list[torch.Tensor]) -> np.ndarray:
     """Each value's bin (``values`` and the result: feature x record, uint8: a bin is 12
     at most): how many of its feature's ``bounds`` are below it, which is where
-    ``torch.bucketize`` puts it (the bounds ascend; a NaN is refused before). One numpy
-    comparison per bound, a dozen at most, into one buffer, added as bytes: 2.5 ms of
-    CPU for 50,000 records where int64 sums took 10 and ``bucketize``'s binary searches
-    more (issue 90)."""
+    ``torch.bucketize`` puts it (the bounds ascend; a NaN is refused before)."""
+    return _binned_by(values, _padded(bounds))
+
+
+def _binned_by(values: np.ndarray, padded: np.ndarray) -> np.ndarray:
+    """:func:`_binned` by the bounds as one matrix (:func:`_padded`): one numpy comparison
+    per column of bounds, a dozen at most, of every feature at once (each record against
+    its feature's bound: a column), into one buffer, added as bytes; a bound of +inf is
+    below no value and adds nothing. A dozen calls, not one per feature and bound (348:
+    0.35 ms of CPU for 1,000 new records, most of it the calls, issue 90); 2.5 ms of CPU
+    for 50,000 records where int64 sums took 10 and ``bucketize``'s binary searches
+    more."""
     out = np.zeros(values.shape, dtype=np.uint8)
-    above = np.empty(values.shape[1:], dtype=np.bool_)
-    for row, column, edges in zip(out, values, bounds, strict=True):
-        for bound in _at_most(edges, values.dtype):  # x > bound, exactly: _at_most
-            np.greater(column, bound, out=above)
-            row += above.view(np.uint8)
+    above = np.empty(values.shape, dtype=np.bool_)
+    for column in _at_most(padded, values.dtype).T:  # x > bound, exactly: _at_most
+        np.greater(values, column[:, None], out=above)
+        out += above.view(np.uint8)
     return out
 
 
-def _at_most(bounds: torch.Tensor, dtype: np.dtype) -> np.ndarray:
+def _padded(bounds: list[torch.Tensor]) -> np.ndarray:
+    """Each feature's ``bounds`` (float64, ascending) as a row of one matrix (feature x
+    bound), past its own +inf: a bound no value is above, and that every value is at
+    most."""
+    out = np.full((len(bounds), max((len(b) for b in bounds), default=0)), np.inf)
+    for row, b in zip(out, bounds, strict=True):
+        row[: len(b)] = b.numpy()
+    return out
+
+
+def _at_most(bounds: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Each of ``bounds`` (float64) as the largest value of ``dtype`` at most it, so that
     for any value ``x`` of that type, ``x > bound`` is ``x > _at_most(bound)`` (float64:
     the bounds themselves). A float32 ``x`` above a bound between two float32 values
     ``r < bound < r'`` is at least ``r'``, so above ``r``; at or below it, at most ``r``
-    (numpy would round the bound to nearest, which can be ``r'``)."""
-    wide = bounds.numpy()
+    (numpy would round the bound to nearest, which can be ``r'``); +inf stays +inf."""
     if dtype == np.float64:
-        return wide
+        return bounds
     with np.errstate(over="ignore"):  # past float32's range: inf, stepped down below
-        near = wide.astype(dtype)
-    over = near.astype(np.float64) > wide
+        near = bounds.astype(dtype)
+    over = near.astype(np.float64) > bounds
     near[over] = np.nextafter(near[over], dtype.type(-np.inf))
     return near
 
 
-def _edges(deciles: torch.Tensor) -> torch.Tensor:
-    """The bins' edges, of a feature's reference deciles: the distinct ones, with a bin of
-    their own below the smallest value and above the largest: a feature of a few values
-    (a flag, a small count) is compared value by value, and new values outside the
-    reference's range are never hidden among its extremes."""
-    edges = torch.unique(deciles)
-    below = torch.nextafter(edges[:1], torch.tensor([-math.inf], dtype=torch.float64))
-    return torch.cat([below, edges])  # x <= below | (below, e0] | ... | (e_last, inf)
+def _edges(deciles: np.ndarray) -> list[torch.Tensor]:
+    """The bins' edges of each feature (``deciles``: feature x decile, float64): its
+    distinct deciles, with a bin of their own below the smallest value and above the
+    largest: a feature of a few values (a flag, a small count) is compared value by
+    value, and new values outside the reference's range are never hidden among its
+    extremes. Sorted and made distinct for every feature at once (``torch.unique`` a
+    feature cost 0.4 ms of CPU for 29): -0.0 and 0.0 are one value, as they are to
+    ``unique``, and either is compared alike."""
+    ordered = np.sort(deciles, axis=1)
+    distinct = np.ones(ordered.shape, dtype=np.bool_)
+    np.not_equal(ordered[:, 1:], ordered[:, :-1], out=distinct[:, 1:])
+    below = np.nextafter(ordered[:, 0], -np.inf)
+    # x <= below | (below, e0] | ... | (e_last, inf)
+    return [
+        torch.from_numpy(np.concatenate([below[i : i + 1], row[keep]]))
+        for i, (row, keep) in enumerate(zip(ordered, distinct, strict=True))
+    ]
 
 
-def _sorted_shares(ordered: SortedValues, bounds: list[torch.Tensor], width: int) -> torch.Tensor:
-    """Each feature's bin shares (feature x bin, padded to ``width``) of its values in
-    order: bin j holds bounds[j - 1] < x <= bounds[j], where ``bucketize`` puts a value,
-    so its count is how many are <= bounds[j] less how many are <= bounds[j - 1]: a
-    binary search per bound, not a pass over the records."""
+def _sorted_shares(ordered: SortedValues, padded: np.ndarray) -> torch.Tensor:
+    """Each feature's bin shares (feature x bin, one more bin than ``padded``'s bounds)
+    of its values in order: bin j holds bounds[j - 1] < x <= bounds[j], where
+    ``bucketize`` puts a value, so its count is how many are at most bounds[j] less how
+    many are at most bounds[j - 1]: a binary search per bound, not a pass over the
+    records; a padded bound (+inf) has every value at most it, and its bin none."""
     records = ordered.records
-    out = torch.zeros((len(bounds), width), dtype=torch.float64)
-    dtype = ordered.base.dtype
-    for i, b in enumerate(bounds):
-        # how many are at most each bound: at most its _at_most in their own type
-        at_most = torch.from_numpy(ordered.at_most(i, _at_most(b, dtype)))
-        edges = torch.cat([torch.zeros(1, dtype=torch.long), at_most, torch.tensor([records])])
-        out[i, : len(b) + 1] = edges.diff().double()
+    bounds = _at_most(padded, ordered.base.dtype)  # at most a bound: at most its _at_most
+    at_most = np.empty((len(bounds), bounds.shape[1] + 2), dtype=np.int64)
+    at_most[:, 0], at_most[:, -1] = 0, records
+    for i, row in enumerate(bounds):
+        at_most[i, 1:-1] = ordered.at_most(i, row)
+    out = torch.from_numpy(np.diff(at_most, axis=1).astype(np.float64))
     return out / out.sum(-1, keepdim=True)
 
 
