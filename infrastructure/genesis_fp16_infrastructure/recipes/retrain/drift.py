@@ -100,7 +100,7 @@ DRIFT_SAMPLE = 50_000
 # The most (feature, draw, bin) keys one bincount of the draws' shares counts: 16 MiB
 # of int64 keys, whatever the draws' size.
 SHARE_KEYS = 2**21
-DRAW_ROWS = 65_536  # drawn records whose numbers are gathered and binned at a time
+DRAW_ROWS = 8192  # drawn records gathered and binned at a time: 1.9 MB of float64 numbers
 KIND = "drift reference"  # the key's first part the served model's records are kept by
 __all__ = ["KEPT", "drift_report", "keep_reference"]
 logger = logging.getLogger(__name__)
@@ -221,7 +221,7 @@ class _Reference:
     """The served model's records, measured once (:mod:`.drift_reference`): each numeric
     feature's bin bounds and shares; each categorical feature's codes and counts. Every
     distance is taken against it, of one set of records or of a batch of draws of its
-    own records (:meth:`draw_distances`: one pass over the draws, not one each, binning
+    own records (:meth:`largest_draw_distances`: one pass over the draws, not one each, binning
     the records drawn alone: what is counted is what is new, times ``NOISE_DRAWS``)."""
 
     def __init__(
@@ -249,14 +249,14 @@ class _Reference:
         cls, ref: Reference, features: dict[str, _Categorical], columns: PoolColumns
     ) -> _Reference:
         """A measured reference's: its categorical counts the codes' counts times each
-        table (exact, in float64 integers), its draws' codes gathered through its rows."""
+        table (exact, in float64 integers), its draws' codes gathered through its rows'
+        places in the pool (looked up once, not once a feature)."""
         counts = {}
         for name, t in features.items():
             per_code = torch.from_numpy(ref.per_code[name].astype(np.float64))
             counts[name] = per_code if t.table is None else per_code @ t.table
-        drawn = {
-            name: t._replace(rows=(ref.rows, columns.labelled)) for name, t in features.items()
-        }
+        places = (np.take(columns.labelled, ref.rows),)
+        drawn = {name: t._replace(rows=places) for name, t in features.items()}
         return cls(drawn, _Measured.of_sorted(ref.ordered), ref.numbers, counts)
 
     def _bin(self, values: torch.Tensor) -> torch.Tensor:
@@ -266,15 +266,32 @@ class _Reference:
 
     def _drawn_bins(self, picked: torch.Tensor) -> np.ndarray:
         """The bins (feature x drawn record, uint8, in ``picked``'s order: draw x record,
-        rows of the reference's numbers) of the records drawn: their numbers gathered and
-        binned ``DRAW_ROWS`` records at a time, in their own type (the bins the reference's
-        own values have)."""
-        assert self.numbers is not None, "a reference without its records' numbers"
+        rows of the reference's numbers) of the records drawn: where the reference holds
+        fewer records than are drawn (a 10,000-record pool's 9,000 against 20 draws of
+        1,000), each of its records binned once and the bins gathered; else the records
+        drawn alone binned (:meth:`_binned_rows`). The same bins either way: a value's
+        bin is its own."""
         at = picked.numpy().ravel()
-        out = np.empty((len(self.bounds), len(at)), dtype=np.uint8)
+        if self.records <= len(at):
+            return np.take(self._binned_rows(np.arange(self.records)), at, axis=1)
+        return self._binned_rows(at)
+
+    def _binned_rows(self, at: np.ndarray) -> np.ndarray:
+        """The bins (feature x record, uint8) of the reference's records ``at`` (rows of
+        its numbers): their numbers gathered and binned ``DRAW_ROWS`` records at a time,
+        in their own type (the bins the reference's own values have), into one buffer
+        each block reuses: what a block holds stays in cache, and no array of every
+        record's numbers is made (20,000 of them: 4.6 MB, twice, each page a fault)."""
+        assert self.numbers is not None, "a reference without its records' numbers"
+        out = np.empty((len(self.padded), len(at)), dtype=np.uint8)
+        rows = np.empty((min(DRAW_ROWS, len(at)), self.numbers.shape[1]), self.numbers.dtype)
         for start in range(0, len(at), DRAW_ROWS):
-            rows = np.take(self.numbers, at[start : start + DRAW_ROWS], axis=0)
-            out[:, start : start + len(rows)] = _binned_by(feature_major(rows), self.padded)
+            block = at[start : start + DRAW_ROWS]
+            # "clip" is never used (every row asked is below the reference's size);
+            # numpy's default "raise" would copy the buffer first
+            np.take(self.numbers, block, axis=0, out=rows[: len(block)], mode="clip")
+            drawn = feature_major(rows[: len(block)])
+            out[:, start : start + len(block)] = _binned_by(drawn, self.padded)
         return out
 
     def _shares(self, bins: np.ndarray, draws: int) -> torch.Tensor:
@@ -325,19 +342,19 @@ class _Reference:
         everyone = torch.arange(cols.shape[0])[None]
         bins = _binned_by(cols.T.double().contiguous().numpy(), self.padded)
         numeric = self.numeric_distances(self._shares(bins, 1))
-        out = {name: float(numeric[i, 0]) for i, name in enumerate(NUMERIC_FEATURES)}
+        out = dict(zip(NUMERIC_FEATURES, numeric[:, 0].tolist(), strict=True))
         for name, coded in categorical.items():
             out[name] = float(self.categorical_distance(name, coded.counts(everyone))[0])
         return out
 
-    def draw_distances(self, picked: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The distance of each draw of its own records (``picked``: draw x record, rows
-        of the reference) from the whole of it, per feature: one tensor of draws each.
-        Only the records drawn are gathered and binned, whatever the reference's size."""
+    def largest_draw_distances(self, picked: torch.Tensor) -> dict[str, float]:
+        """The largest distance of a draw of its own records (``picked``: draw x record,
+        rows of the reference) from the whole of it, per feature. Only the records drawn
+        are gathered and binned, whatever the reference's size (:meth:`_drawn_bins`)."""
         numeric = self.numeric_distances(self._shares(self._drawn_bins(picked), len(picked)))
-        out = {name: numeric[i] for i, name in enumerate(NUMERIC_FEATURES)}
+        out = dict(zip(NUMERIC_FEATURES, numeric.max(1).values.tolist(), strict=True))
         for name, coded in self.categorical.items():
-            out[name] = self.categorical_distance(name, coded.counts(picked))
+            out[name] = float(self.categorical_distance(name, coded.counts(picked)).max())
         return out
 
 
@@ -348,7 +365,7 @@ def _noise(reference: _Reference, size: int, seed: int) -> dict[str, float]:
     generator = torch.Generator().manual_seed(seed)
     n = reference.records
     picked = torch.randint(n, (NOISE_DRAWS, size), generator=generator)
-    return {k: float(d.max()) for k, d in reference.draw_distances(picked).items()}
+    return reference.largest_draw_distances(picked)
 
 
 def _binned(values: np.ndarray, bounds: list[torch.Tensor]) -> np.ndarray:

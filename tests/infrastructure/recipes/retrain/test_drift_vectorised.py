@@ -98,3 +98,23 @@ def test_the_draws_shares_are_each_draws_own_bincount(
             count = np.bincount(bins[f, d * size : (d + 1) * size], minlength=reference.width)
             expected = torch.from_numpy(count.astype(np.float64))
             assert torch.equal(shares[f, d], expected / expected.sum())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("block", [7, drift.DRAW_ROWS])
+def test_drawn_bins_are_the_records_own_whichever_is_binned(
+    dtype: type, block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Draws of more records than the reference holds gather its own records' bins,
+    binned once; draws of fewer bin the records drawn alone: both are each drawn
+    record's bins, binned alone (in blocks of any size), bit for bit."""
+    monkeypatch.setattr(drift, "DRAW_ROWS", block)
+    numbers = np.ascontiguousarray(_values(7, np.dtype(dtype))[:, :400].T)  # record x feature
+    measured = drift._Measured.of(torch.from_numpy(np.ascontiguousarray(numbers.T)))
+    reference = drift._Reference({}, measured, numbers)
+    generator = torch.Generator().manual_seed(8)
+    for draws, size in ((20, 30), (2, 30)):  # 600 drawn of 400 records, then 60
+        picked = torch.randint(400, (draws, size), generator=generator)
+        at = picked.numpy().ravel()
+        expected = _binned_one(np.ascontiguousarray(numbers[at].T), measured.bounds)
+        assert np.array_equal(reference._drawn_bins(picked), expected)
