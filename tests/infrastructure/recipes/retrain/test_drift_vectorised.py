@@ -118,3 +118,33 @@ def test_drawn_bins_are_the_records_own_whichever_is_binned(
         at = picked.numpy().ravel()
         expected = _binned_one(np.ascontiguousarray(numbers[at].T), measured.bounds)
         assert np.array_equal(reference._drawn_bins(picked), expected)
+
+
+def _categorical_one(p: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """The L-infinity distance of each row of ``counts`` as it was computed, in torch."""
+    seen = p > 0
+    p = torch.cat([p[seen], torch.zeros(1, dtype=torch.float64)])
+    counts = torch.cat([counts[:, seen], counts[:, ~seen].sum(1, keepdim=True)], 1)
+    total, p_total = counts.sum(1, keepdim=True), p.sum()
+    if not p_total:
+        return (total[:, 0] > 0).double()
+    far = (p / p_total - counts / total).abs().max(1).values
+    return torch.where(total[:, 0] > 0, far, torch.ones_like(far))
+
+
+@pytest.mark.parametrize("empty_reference", [False, True])
+def test_categorical_distances_are_torchs(empty_reference: bool) -> None:
+    """The categorical distance in numpy equals the torch computation's, bit for bit:
+    categories the reference never had, rows with no record, and an empty reference."""
+    rng = np.random.default_rng(9)
+    p = rng.integers(0, 50, 40).astype(np.float64)
+    p[::5] = 0  # categories the reference never had
+    if empty_reference:
+        p[:] = 0
+    counts = rng.integers(0, 30, (25, 40)).astype(np.float64)
+    counts[3] = 0  # a draw of no record
+    reference = torch.from_numpy(p)
+    measured = drift._Measured.of(torch.zeros((1, 30), dtype=torch.float64))
+    ref = drift._Reference({}, measured, counts={"tool": reference})
+    got = ref.categorical_distance("tool", torch.from_numpy(counts))
+    assert torch.equal(got, _categorical_one(reference, torch.from_numpy(counts)))
