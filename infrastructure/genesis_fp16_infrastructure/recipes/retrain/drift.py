@@ -22,8 +22,11 @@ bin bound), and each categorical feature's count of every code; the code x categ
 tables are built once for both sides, in C (:mod:`.drift_categories`). The new records
 are binned; each noise draw's records are gathered from the reference's numbers and
 binned, so that what the draws count is what is new, times ``NOISE_DRAWS``, whatever the
-reference's size; every draw's shares are one bincount of its records' bins per
-feature, all draws at once, with no Python pass per draw or per record. The pool itself
+reference's size (a reference of fewer records than are drawn: each binned once, its
+bins gathered); every draw's shares are one bincount of its records' bins per feature,
+all draws at once, with no Python pass per draw or per record. Every feature is binned,
+bounded and counted at once, against one matrix of bounds, not one numpy or torch call
+per feature (:func:`_binned_by`, :func:`_edges`, :func:`_sorted_shares`). The pool itself
 is only counted (the success rates) and looked up in (which records are new:
 :mod:`.new_records`; none of it when the pool grew at its end, checked by two sums), in
 numpy. The same draws, distances and flags, bit for bit, as one pass per draw
@@ -97,8 +100,8 @@ MIN_NEW = 20  # fewer new records: no report (every distance would be noise)
 # took 26 s of a 1,000,000-record run; 50,000 records put a decile's share within about
 # 0.003.
 DRIFT_SAMPLE = 50_000
-# The most (feature, draw, bin) keys one bincount of the draws' shares counts: 16 MiB
-# of int64 keys, whatever the draws' size.
+# The most (feature, draw, bin) keys one bincount of the draws' shares counts: 8 MiB
+# of int32 keys, whatever the draws' size.
 SHARE_KEYS = 2**21
 DRAW_ROWS = 8192  # drawn records gathered and binned at a time: 1.9 MB of float64 numbers
 KIND = "drift reference"  # the key's first part the served model's records are kept by
