@@ -75,10 +75,10 @@ def _run(
     kept: int,
     served: int,
     repeats: int,
-) -> tuple[dict[str, float], str]:
+) -> tuple[dict[str, str], str]:
     """Each tree's report on ``columns`` over a model that read its first ``served``
     labelled records, this tree's earlier run having kept the first ``kept``'s reference:
-    the median CPU milliseconds, and whether the reports agree."""
+    the median CPU milliseconds (with the quartiles), and whether the reports agree."""
     fingerprint = _prefix(columns, served)
     earlier = _slice(columns, kept)
     seconds: dict[str, list[float]] = {n: [] for n in trees}
@@ -96,7 +96,13 @@ def _run(
     a, b = (o.to_json() for o in outs.values())
     flags = ("flagged", "label_shift_flagged")
     same = "same" if a == b else "same flags" if all(a[f] == b[f] for f in flags) else "DIFFERENT"
-    return {n: statistics.median(s) * 1000 for n, s in seconds.items()}, same
+    return {n: _spread([x * 1000 for x in s]) for n, s in seconds.items()}, same
+
+
+def _spread(ms: list[float]) -> str:
+    """The median of ``ms`` and its quartiles, as a table shows them."""
+    q = statistics.quantiles(ms, n=4)
+    return f"{statistics.median(ms):.1f} ({q[0]:.1f}-{q[2]:.1f})"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -117,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         total = len(columns.labelled)
         for way, kept in (("after first", old), ("after promotion", old - (total - old))):
             ms, same = _run(trees, columns, numeric, kept, old, args.repeats)
-            shown = " | ".join(f"{v:.1f}" for v in ms.values())
+            shown = " | ".join(ms.values())
             rows.append(f"| {size:,} | {args.new:,} | {way} | {shown} | {same} |")
     text = "\n".join(
         [
@@ -125,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
             f"--repeats {args.repeats} --before {args.before}`; {os.cpu_count()} cores, "
             f"torch {torch.__version__}, one thread; load average {load} before, "
             f"{Path('/proc/loadavg').read_text().strip()} after. CPU milliseconds of this "
-            "process, median.",
+            "process, median (quartiles).",
             "",
             "| pool | new | case | before | this tree | reports |",
             "| --- | --- | --- | --- | --- | --- |",

@@ -22,8 +22,11 @@ bin bound), and each categorical feature's count of every code; the code x categ
 tables are built once for both sides, in C (:mod:`.drift_categories`). The new records
 are binned; each noise draw's records are gathered from the reference's numbers and
 binned, so that what the draws count is what is new, times ``NOISE_DRAWS``, whatever the
-reference's size; every draw's shares are one bincount of its records' bins per
-feature, all draws at once, with no Python pass per draw or per record. The pool itself
+reference's size (a reference of fewer records than are drawn: each binned once, its
+bins gathered); every draw's shares are one bincount of its records' bins per feature,
+all draws at once, with no Python pass per draw or per record. Every feature is binned,
+bounded and counted at once, against one matrix of bounds, not one numpy or torch call
+per feature (:func:`_binned_by`, :func:`_edges`, :func:`_sorted_shares`). The pool itself
 is only counted (the success rates) and looked up in (which records are new:
 :mod:`.new_records`; none of it when the pool grew at its end, checked by two sums), in
 numpy. The same draws, distances and flags, bit for bit, as one pass per draw
@@ -97,10 +100,10 @@ MIN_NEW = 20  # fewer new records: no report (every distance would be noise)
 # took 26 s of a 1,000,000-record run; 50,000 records put a decile's share within about
 # 0.003.
 DRIFT_SAMPLE = 50_000
-# The most (feature, draw, bin) keys one bincount of the draws' shares counts: 16 MiB
-# of int64 keys, whatever the draws' size.
+# The most (feature, draw, bin) keys one bincount of the draws' shares counts: 8 MiB
+# of int32 keys, whatever the draws' size.
 SHARE_KEYS = 2**21
-DRAW_ROWS = 65_536  # drawn records whose numbers are gathered and binned at a time
+DRAW_ROWS = 8192  # drawn records gathered and binned at a time: 1.9 MB of float64 numbers
 KIND = "drift reference"  # the key's first part the served model's records are kept by
 __all__ = ["KEPT", "drift_report", "keep_reference"]
 logger = logging.getLogger(__name__)
@@ -180,12 +183,14 @@ def keep_reference(
 
 class _Measured(NamedTuple):
     """The reference's numeric side: each feature's bin bounds, the bins' padded width,
-    the reference's shares (feature x bin) and its values in order."""
+    the reference's shares (feature x bin), its values in order, and the bounds as one
+    matrix (feature x bound, float64, +inf past a feature's own: :func:`_padded`)."""
 
     bounds: list[torch.Tensor]
     width: int
     shares: torch.Tensor
     ordered: SortedValues
+    padded: np.ndarray
 
     @classmethod
     def of(cls, values: torch.Tensor) -> _Measured:
@@ -208,16 +213,18 @@ class _Measured(NamedTuple):
         below, above = ranks.long(), ranks.ceil().long()
         at = torch.from_numpy(ordered.at(torch.cat([below, above]).numpy()))
         low, high = at[:, : len(q)].double(), at[:, len(q) :].double()
-        bounds = [_edges(a.lerp(b, ranks - below)) for a, b in zip(low, high, strict=True)]
-        width = max(len(b) for b in bounds) + 1 if bounds else 1
-        return cls(bounds, width, _sorted_shares(ordered, bounds, width), ordered)
+        # One lerp a feature, as torch.quantile does: a batched lerp may round otherwise
+        deciles = [a.lerp(b, ranks - below) for a, b in zip(low, high, strict=True)]
+        bounds = _edges(torch.stack(deciles).numpy()) if deciles else []
+        padded = _padded(bounds)
+        return cls(bounds, padded.shape[1] + 1, _sorted_shares(ordered, padded), ordered, padded)
 
 
 class _Reference:
     """The served model's records, measured once (:mod:`.drift_reference`): each numeric
     feature's bin bounds and shares; each categorical feature's codes and counts. Every
     distance is taken against it, of one set of records or of a batch of draws of its
-    own records (:meth:`draw_distances`: one pass over the draws, not one each, binning
+    own records (:meth:`largest_draw_distances`: one pass over the draws, not one each, binning
     the records drawn alone: what is counted is what is new, times ``NOISE_DRAWS``)."""
 
     def __init__(
@@ -229,6 +236,7 @@ class _Reference:
     ) -> None:
         self.records = measured.ordered.records
         self.bounds = measured.bounds
+        self.padded = measured.padded  # feature x bound: what the records are binned by
         self.width = measured.width
         self.numeric = measured.shares  # feature x bin
         self.numbers = numbers  # record x feature: what the draws are drawn from
@@ -244,53 +252,72 @@ class _Reference:
         cls, ref: Reference, features: dict[str, _Categorical], columns: PoolColumns
     ) -> _Reference:
         """A measured reference's: its categorical counts the codes' counts times each
-        table (exact, in float64 integers), its draws' codes gathered through its rows."""
+        table (exact, in float64 integers), its draws' codes gathered through its rows'
+        places in the pool (looked up once, not once a feature)."""
         counts = {}
         for name, t in features.items():
             per_code = torch.from_numpy(ref.per_code[name].astype(np.float64))
             counts[name] = per_code if t.table is None else per_code @ t.table
-        drawn = {
-            name: t._replace(rows=(ref.rows, columns.labelled)) for name, t in features.items()
-        }
+        places = (np.take(columns.labelled, ref.rows),)
+        drawn = {name: t._replace(rows=places) for name, t in features.items()}
         return cls(drawn, _Measured.of_sorted(ref.ordered), ref.numbers, counts)
 
     def _bin(self, values: torch.Tensor) -> torch.Tensor:
         """Each record's bin of each feature (``values`` and the result: feature x
         record): :func:`_binned`, as a tensor."""
-        return torch.from_numpy(_binned(values.numpy(), self.bounds).astype(np.int64))
+        return torch.from_numpy(_binned_by(values.numpy(), self.padded).astype(np.int64))
 
     def _drawn_bins(self, picked: torch.Tensor) -> np.ndarray:
         """The bins (feature x drawn record, uint8, in ``picked``'s order: draw x record,
-        rows of the reference's numbers) of the records drawn: their numbers gathered and
-        binned ``DRAW_ROWS`` records at a time, in their own type (the bins the reference's
-        own values have)."""
-        assert self.numbers is not None, "a reference without its records' numbers"
+        rows of the reference's numbers) of the records drawn: where the reference holds
+        fewer records than are drawn (a 10,000-record pool's 9,000 against 20 draws of
+        1,000), each of its records binned once and the bins gathered; else the records
+        drawn alone binned (:meth:`_binned_rows`). The same bins either way: a value's
+        bin is its own."""
         at = picked.numpy().ravel()
-        out = np.empty((len(self.bounds), len(at)), dtype=np.uint8)
+        if self.records <= len(at):
+            return np.take(self._binned_rows(np.arange(self.records)), at, axis=1)
+        return self._binned_rows(at)
+
+    def _binned_rows(self, at: np.ndarray) -> np.ndarray:
+        """The bins (feature x record, uint8) of the reference's records ``at`` (rows of
+        its numbers): their numbers gathered and binned ``DRAW_ROWS`` records at a time,
+        in their own type (the bins the reference's own values have), into one buffer
+        each block reuses: what a block holds stays in cache, and no array of every
+        record's numbers is made (20,000 of them: 4.6 MB, twice, each page a fault)."""
+        assert self.numbers is not None, "a reference without its records' numbers"
+        out = np.empty((len(self.padded), len(at)), dtype=np.uint8)
+        rows = np.empty((min(DRAW_ROWS, len(at)), self.numbers.shape[1]), self.numbers.dtype)
         for start in range(0, len(at), DRAW_ROWS):
-            rows = np.take(self.numbers, at[start : start + DRAW_ROWS], axis=0)
-            out[:, start : start + len(rows)] = _binned(feature_major(rows), self.bounds)
+            block = at[start : start + DRAW_ROWS]
+            # "clip" is never used (every row asked is below the reference's size);
+            # numpy's default "raise" would copy the buffer first
+            np.take(self.numbers, block, axis=0, out=rows[: len(block)], mode="clip")
+            drawn = feature_major(rows[: len(block)])
+            out[:, start : start + len(block)] = _binned_by(drawn, self.padded)
         return out
 
     def _shares(self, bins: np.ndarray, draws: int) -> torch.Tensor:
         """Each feature's bin shares of each draw (``bins``: feature x drawn record, the
         draws one after another): feature x draw x bin, each feature's bins padded to one
-        width with empty ones (an empty bin adds nothing to a distance). One numpy
-        bincount over as many features' (feature, draw, bin) keys as hold
-        :data:`SHARE_KEYS` at most, not one torch bincount a feature (29 of them: 5 ms
-        of 8 in a 10,000-record pool's noise draws, issue 90); each key its bin plus one
-        offset per (feature, draw), added once."""
+        width with empty ones (an empty bin adds nothing to a distance). One bincount
+        over as many features' (feature, draw, bin) keys as hold :data:`SHARE_KEYS` at
+        most, not one a feature (29 of them: 5 ms of 8 in a 10,000-record pool's noise
+        draws, issue 90); each key its bin plus one offset per (feature, draw), added
+        once. The keys are int32 and counted by torch, which counts them as they are
+        (numpy's bincount copies them to int64 first: 1.0 ms of CPU for 20 draws of
+        1,000 records, against 0.6)."""
         features, total = bins.shape
         width, size = self.width, total // max(1, draws)
         step = max(1, SHARE_KEYS // max(1, total))  # features a bincount
         counts = np.empty((features, draws * width), dtype=np.int64)
         for start in range(0, features, step):
             part = bins[start : start + step].reshape(-1, draws, size)
-            feature = np.arange(len(part), dtype=np.int64)[:, None, None] * draws
-            offsets = (feature + np.arange(draws, dtype=np.int64)[None, :, None]) * width
-            # feature x draw x record, int64 (the offsets' type: a uint8 bin is widened)
-            found = np.bincount((part + offsets).ravel(), minlength=len(part) * draws * width)
-            counts[start : start + len(part)] = found.reshape(len(part), draws * width)
+            feature = np.arange(len(part), dtype=np.int32)[:, None, None] * draws
+            offsets = (feature + np.arange(draws, dtype=np.int32)[None, :, None]) * width
+            keys = torch.from_numpy((part + offsets).ravel())  # a uint8 bin widened
+            found = torch.bincount(keys, minlength=len(part) * draws * width)
+            counts[start : start + len(part)] = found.numpy().reshape(len(part), draws * width)
         out = torch.from_numpy(counts.reshape(features, draws, width).astype(np.float64))
         return out / out.sum(-1, keepdim=True)
 
@@ -301,36 +328,40 @@ class _Reference:
 
     def categorical_distance(self, name: str, counts: torch.Tensor) -> torch.Tensor:
         """L-infinity between the reference's shares and each row's of ``counts`` (draw x
-        category), the categories the reference never had counted as one: per draw."""
-        seen = self.seen[name]
-        p = torch.cat([self.counts[name][seen], torch.zeros(1, dtype=torch.float64)])
-        counts = torch.cat([counts[:, seen], counts[:, ~seen].sum(1, keepdim=True)], 1)
-        total, p_total = counts.sum(1, keepdim=True), p.sum()
+        category), the categories the reference never had counted as one: per draw. In
+        numpy (a dozen torch calls were 0.1 ms of CPU a feature): each share an integer
+        over an integer, in float64, so the same distances bit for bit."""
+        seen, p = self.seen[name].numpy(), self.counts[name].numpy()
+        p = np.concatenate([p[seen], np.zeros(1)])
+        rows = counts.numpy()
+        rows = np.concatenate([rows[:, seen], rows[:, ~seen].sum(1, keepdims=True)], 1)
+        total, p_total = rows.sum(1, keepdims=True), p.sum()
         if not p_total:
-            return (total[:, 0] > 0).double()  # 0 where both are empty, else 1
-        far = (p / p_total - counts / total).abs().max(1).values
-        return torch.where(total[:, 0] > 0, far, torch.ones_like(far))
+            return torch.from_numpy((total[:, 0] > 0).astype(np.float64))  # 0 where both are empty
+        with np.errstate(invalid="ignore"):  # an empty row: 0 / 0, replaced by 1 below
+            far = np.abs(p / p_total - rows / total).max(1)
+        return torch.from_numpy(np.where(total[:, 0] > 0, far, 1.0))
 
     def distances(
         self, categorical: dict[str, _Categorical], cols: torch.Tensor
     ) -> dict[str, float]:
         """The distances of other records (the new ones) from the reference."""
         everyone = torch.arange(cols.shape[0])[None]
-        bins = _binned(cols.T.double().contiguous().numpy(), self.bounds)
+        bins = _binned_by(cols.T.double().contiguous().numpy(), self.padded)
         numeric = self.numeric_distances(self._shares(bins, 1))
-        out = {name: float(numeric[i, 0]) for i, name in enumerate(NUMERIC_FEATURES)}
+        out = dict(zip(NUMERIC_FEATURES, numeric[:, 0].tolist(), strict=True))
         for name, coded in categorical.items():
             out[name] = float(self.categorical_distance(name, coded.counts(everyone))[0])
         return out
 
-    def draw_distances(self, picked: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The distance of each draw of its own records (``picked``: draw x record, rows
-        of the reference) from the whole of it, per feature: one tensor of draws each.
-        Only the records drawn are gathered and binned, whatever the reference's size."""
+    def largest_draw_distances(self, picked: torch.Tensor) -> dict[str, float]:
+        """The largest distance of a draw of its own records (``picked``: draw x record,
+        rows of the reference) from the whole of it, per feature. Only the records drawn
+        are gathered and binned, whatever the reference's size (:meth:`_drawn_bins`)."""
         numeric = self.numeric_distances(self._shares(self._drawn_bins(picked), len(picked)))
-        out = {name: numeric[i] for i, name in enumerate(NUMERIC_FEATURES)}
+        out = dict(zip(NUMERIC_FEATURES, numeric.max(1).values.tolist(), strict=True))
         for name, coded in self.categorical.items():
-            out[name] = self.categorical_distance(name, coded.counts(picked))
+            out[name] = float(self.categorical_distance(name, coded.counts(picked)).max())
         return out
 
 
@@ -341,64 +372,89 @@ def _noise(reference: _Reference, size: int, seed: int) -> dict[str, float]:
     generator = torch.Generator().manual_seed(seed)
     n = reference.records
     picked = torch.randint(n, (NOISE_DRAWS, size), generator=generator)
-    return {k: float(d.max()) for k, d in reference.draw_distances(picked).items()}
+    return reference.largest_draw_distances(picked)
 
 
 def _binned(values: np.ndarray, bounds: list[torch.Tensor]) -> np.ndarray:
     """Each value's bin (``values`` and the result: feature x record, uint8: a bin is 12
     at most): how many of its feature's ``bounds`` are below it, which is where
-    ``torch.bucketize`` puts it (the bounds ascend; a NaN is refused before). One numpy
-    comparison per bound, a dozen at most, into one buffer, added as bytes: 2.5 ms of
-    CPU for 50,000 records where int64 sums took 10 and ``bucketize``'s binary searches
-    more (issue 90)."""
+    ``torch.bucketize`` puts it (the bounds ascend; a NaN is refused before)."""
+    return _binned_by(values, _padded(bounds))
+
+
+def _binned_by(values: np.ndarray, padded: np.ndarray) -> np.ndarray:
+    """:func:`_binned` by the bounds as one matrix (:func:`_padded`): one numpy comparison
+    per column of bounds, a dozen at most, of every feature at once (each record against
+    its feature's bound: a column), into one buffer, added as bytes; a bound of +inf is
+    below no value and adds nothing. A dozen calls, not one per feature and bound (348:
+    0.35 ms of CPU for 1,000 new records, most of it the calls, issue 90); 2.5 ms of CPU
+    for 50,000 records where int64 sums took 10 and ``bucketize``'s binary searches
+    more."""
     out = np.zeros(values.shape, dtype=np.uint8)
-    above = np.empty(values.shape[1:], dtype=np.bool_)
-    for row, column, edges in zip(out, values, bounds, strict=True):
-        for bound in _at_most(edges, values.dtype):  # x > bound, exactly: _at_most
-            np.greater(column, bound, out=above)
-            row += above.view(np.uint8)
+    above = np.empty(values.shape, dtype=np.bool_)
+    for column in _at_most(padded, values.dtype).T:  # x > bound, exactly: _at_most
+        np.greater(values, column[:, None], out=above)
+        out += above.view(np.uint8)
     return out
 
 
-def _at_most(bounds: torch.Tensor, dtype: np.dtype) -> np.ndarray:
+def _padded(bounds: list[torch.Tensor]) -> np.ndarray:
+    """Each feature's ``bounds`` (float64, ascending) as a row of one matrix (feature x
+    bound), past its own +inf: a bound no value is above, and that every value is at
+    most."""
+    out = np.full((len(bounds), max((len(b) for b in bounds), default=0)), np.inf)
+    for row, b in zip(out, bounds, strict=True):
+        row[: len(b)] = b.numpy()
+    return out
+
+
+def _at_most(bounds: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Each of ``bounds`` (float64) as the largest value of ``dtype`` at most it, so that
     for any value ``x`` of that type, ``x > bound`` is ``x > _at_most(bound)`` (float64:
     the bounds themselves). A float32 ``x`` above a bound between two float32 values
     ``r < bound < r'`` is at least ``r'``, so above ``r``; at or below it, at most ``r``
-    (numpy would round the bound to nearest, which can be ``r'``)."""
-    wide = bounds.numpy()
+    (numpy would round the bound to nearest, which can be ``r'``); +inf stays +inf."""
     if dtype == np.float64:
-        return wide
+        return bounds
     with np.errstate(over="ignore"):  # past float32's range: inf, stepped down below
-        near = wide.astype(dtype)
-    over = near.astype(np.float64) > wide
+        near = bounds.astype(dtype)
+    over = near.astype(np.float64) > bounds
     near[over] = np.nextafter(near[over], dtype.type(-np.inf))
     return near
 
 
-def _edges(deciles: torch.Tensor) -> torch.Tensor:
-    """The bins' edges, of a feature's reference deciles: the distinct ones, with a bin of
-    their own below the smallest value and above the largest: a feature of a few values
-    (a flag, a small count) is compared value by value, and new values outside the
-    reference's range are never hidden among its extremes."""
-    edges = torch.unique(deciles)
-    below = torch.nextafter(edges[:1], torch.tensor([-math.inf], dtype=torch.float64))
-    return torch.cat([below, edges])  # x <= below | (below, e0] | ... | (e_last, inf)
+def _edges(deciles: np.ndarray) -> list[torch.Tensor]:
+    """The bins' edges of each feature (``deciles``: feature x decile, float64): its
+    distinct deciles, with a bin of their own below the smallest value and above the
+    largest: a feature of a few values (a flag, a small count) is compared value by
+    value, and new values outside the reference's range are never hidden among its
+    extremes. Sorted and made distinct for every feature at once (``torch.unique`` a
+    feature cost 0.4 ms of CPU for 29): -0.0 and 0.0 are one value, as they are to
+    ``unique``, and either is compared alike."""
+    ordered = np.sort(deciles, axis=1)
+    distinct = np.ones(ordered.shape, dtype=np.bool_)
+    np.not_equal(ordered[:, 1:], ordered[:, :-1], out=distinct[:, 1:])
+    below = np.nextafter(ordered[:, 0], -np.inf)
+    # x <= below | (below, e0] | ... | (e_last, inf)
+    return [
+        torch.from_numpy(np.concatenate([below[i : i + 1], row[keep]]))
+        for i, (row, keep) in enumerate(zip(ordered, distinct, strict=True))
+    ]
 
 
-def _sorted_shares(ordered: SortedValues, bounds: list[torch.Tensor], width: int) -> torch.Tensor:
-    """Each feature's bin shares (feature x bin, padded to ``width``) of its values in
-    order: bin j holds bounds[j - 1] < x <= bounds[j], where ``bucketize`` puts a value,
-    so its count is how many are <= bounds[j] less how many are <= bounds[j - 1]: a
-    binary search per bound, not a pass over the records."""
+def _sorted_shares(ordered: SortedValues, padded: np.ndarray) -> torch.Tensor:
+    """Each feature's bin shares (feature x bin, one more bin than ``padded``'s bounds)
+    of its values in order: bin j holds bounds[j - 1] < x <= bounds[j], where
+    ``bucketize`` puts a value, so its count is how many are at most bounds[j] less how
+    many are at most bounds[j - 1]: a binary search per bound, not a pass over the
+    records; a padded bound (+inf) has every value at most it, and its bin none."""
     records = ordered.records
-    out = torch.zeros((len(bounds), width), dtype=torch.float64)
-    dtype = ordered.base.dtype
-    for i, b in enumerate(bounds):
-        # how many are at most each bound: at most its _at_most in their own type
-        at_most = torch.from_numpy(ordered.at_most(i, _at_most(b, dtype)))
-        edges = torch.cat([torch.zeros(1, dtype=torch.long), at_most, torch.tensor([records])])
-        out[i, : len(b) + 1] = edges.diff().double()
+    bounds = _at_most(padded, ordered.base.dtype)  # at most a bound: at most its _at_most
+    at_most = np.empty((len(bounds), bounds.shape[1] + 2), dtype=np.int64)
+    at_most[:, 0], at_most[:, -1] = 0, records
+    for i, row in enumerate(bounds):
+        at_most[i, 1:-1] = ordered.at_most(i, row)
+    out = torch.from_numpy(np.diff(at_most, axis=1).astype(np.float64))
     return out / out.sum(-1, keepdim=True)
 
 
