@@ -10,27 +10,51 @@ lock taken once, what a killed writer left settled once, every change staged, on
 
 Inside the block serve, rollback, unpin, the watch's figures, a repair's pointer, a
 verdict and a prune only stage what they decide; :attr:`Transaction.pointer` is the
-pointer as staged so far, and nothing of it is on disk. A block that raises (a refused
-rollback, a kill) writes nothing: the folder stays exactly as the transaction found it,
-settled. The commit, still under the lock, in this order, each write durable before the
-next:
+pointer as staged so far, and nothing of it is on disk.
 
-1. the verdict files no journal carries (rejected, held, undecided), the gate's order:
+The settle, under the lock before the block, writes one thing: the verdicts the pointer's
+journal decided and the candidates do not say yet (a transition killed between its
+pointer and its verdicts), so that the block reads the candidates as the journal says
+(a rollback overlays the dropped model's verdict file; a prune keeps what no verdict
+file says yet). What a killed writer left the outbox lacking (a verdict event left
+staged, a journal entry not copied) is not written there: it is the first part of the
+commit's one outbox pass. The commit, still under the lock, writes in this order, each
+write durable before the next:
+
+1. what the settle owes the outbox: each verdict event a killed writer left staged,
+   moved in or discarded by what its candidate's verdict file says (as the settle left
+   it), then the events of the journal as the transaction found it;
+2. the verdict files no journal carries (rejected, held, undecided), the gate's order:
    its verdict first, then the pointer that serves the model (when one is a rejection's
-   or a hold's, each is written on its own, its event staged and released around it:
-   ``outbox_catch_up.verdict_announced``; else they begin the one ordered pass of 1-4);
-2. the pointer (``served.json``'s one atomic replace): the transitions' commit point,
+   or a hold's, each is written on its own after 1, its event staged and released around
+   it, ``outbox_catch_up.write_announced``, and 3-5 are a pass of their own);
+3. the pointer (``served.json``'s one atomic replace): the transitions' commit point,
    carrying their journal entries and the verdicts they decided;
-3. those verdicts, written to their candidates (after the settle, this transaction's
+4. those verdicts, written to their candidates (after the settle, this transaction's
    own, with no file read; else every one the files do not say yet: :func:`disagreeing`);
-4. the journal's events, queued in the agent's outbox (``outbox_catch_up.announce_journal``:
-   one ordered pass, the outbox's lock taken and what it holds read before its first
-   write);
-5. the candidates a prune staged, each removed by one rename.
+5. the journal's events, queued in the agent's outbox;
+6. the candidates a prune staged, each removed by one rename.
 
-A kill between any two leaves what the next transaction's settle finishes (the module
-docstring of :mod:`~genesis_fp16_infrastructure.agent_folder.transitions` says why each
-is safe). :attr:`Transaction.done` (a :class:`Committed`) says what was done.
+1-5 are one call of ``outbox_catch_up.catch_up``: the outbox's lock taken once, what it
+holds read once before its first write, then one ordered pass (it was two: the settle's,
+before the block, and the commit's, each taking the lock and reading the outbox). Why
+that is as safe as two passes: the durable writes are the same writes in the same order
+(the settle's verdicts, the settle's events, then the commit's 2-5); only the block's
+time now lies between the settle's verdicts and its events, and the block writes
+nothing. So a kill -9 at any moment leaves a folder a kill of the two-pass order could
+leave too (after the settle's verdicts, before its events: what a kill inside the
+settle's pass left), and the next transaction's settle finishes it the same way. The
+outbox's lock is not held across the block; whoever takes it meanwhile (the daemon's
+delivery, a verdict writer) finds what a finished settle's verdicts say, and the pass
+reads the outbox again under its own lock before deciding anything. A block that raises
+(a refused rollback, an error) writes nothing it staged: the pass writes 1 alone, and
+the folder stays as the transaction found it, settled. The settle's verdicts are not
+deferred into the pass too: the block would then read verdict files the journal
+contradicts (a rollback's overlay, a prune's keep list).
+
+A kill between any two writes leaves what the next transaction's settle finishes (the
+module docstring of :mod:`~genesis_fp16_infrastructure.agent_folder.transitions` says
+why each is safe). :attr:`Transaction.done` (a :class:`Committed`) says what was done.
 
 JSON only, no torch.
 """
@@ -107,7 +131,7 @@ class Transaction:
         folder: Path,
         before: ServedPointer | None,
         settled_through: int | None,
-        settled_events: list[str],
+        settled: Settled | None,
         unusable: ServedPointerError | None = None,
     ) -> None:
         self.folder = Path(folder)
@@ -118,7 +142,7 @@ class Transaction:
         # The journal numbers already rolled forward by the settle (None: not settled).
         self._settled = settled_through is not None
         self._settled_through = settled_through or 0
-        self._settled_events = settled_events
+        self._found = settled  # what the settle owes the outbox, queued in the one pass
         self._verdicts: dict[Path, Verdict] = {}  # each as decided (stamped), to write
         self._removals: list[Path] | None = None  # None: no prune staged
         self._sweep: list[Path] = []
@@ -227,9 +251,23 @@ class Transaction:
     def commit(self) -> Committed:
         """Write what was staged, in the module docstring's order; called once, by
         :func:`transaction`, under its lock."""
+        done = self._finish(discard=False)
+        assert done is not None
+        return done
+
+    def abandon(self) -> None:
+        """The block raised: nothing it staged is written, what the settle owes the outbox
+        is queued all the same (the folder stays as the transaction found it, settled),
+        and nothing is committed."""
+        self._finish(discard=True)
+
+    def _finish(self, discard: bool) -> Committed | None:
+        """:meth:`commit`, or with ``discard`` :meth:`abandon` (None: nothing committed)."""
         assert self.done is None, "a transaction commits once"
-        writes = self._staged_writes()
-        new, entries, decided, events = self._pointer, [], [], list(self._settled_events)
+        if discard:
+            self._pointer, self._verdicts, self._removals = self.before, {}, None
+        announced, writes = self._staged_writes()
+        new, entries, decided = self._pointer, [], []
         changed = new is not None and new is not self.before
         journal: list[JournalEntry] = []  # what the outbox is to hold: none when unchanged
         if new is not None and changed:
@@ -238,11 +276,14 @@ class Transaction:
             pointer = files.Write(SERVED_POINTER.at(self.folder), SERVED_POINTER, new.to_json())
             writes += [pointer, *_verdict_writes(self.folder, rolled)]
             journal, decided = new.journal, list(rolled)
-        if writes:
-            # The staged verdicts, the pointer and its verdicts, then the journal's events,
-            # in one ordered pass (the outbox's lock taken, and what it holds read, first).
-            events += outbox_catch_up.announce_journal(self.folder, journal, changed, writes)
+        # What the settle owes the outbox, then the staged verdicts, the pointer and its
+        # verdicts, then the journal's events: one ordered pass (the outbox's lock taken,
+        # and what it holds read, first).
+        committed = outbox_catch_up.Announced(journal, changed, writes) if writes else None
+        events = self._caught_up(committed, announced)
         removed = [] if self._removals is None else self._remove_all()
+        if discard:
+            return None
         written = [c.name for c in self._verdicts] + decided
         self.done = Committed(
             self.before, new, tuple(entries), tuple(written), tuple(events), tuple(removed)
@@ -252,16 +293,28 @@ class Transaction:
             recorded.append(self.done)
         return self.done
 
-    def _staged_writes(self) -> list[files.Write]:
-        """The staged verdicts' files, in the order staged, for the commit's one ordered
-        pass; none when one of them is announced (a rejection or a hold: each is then
-        written here, its event staged and released around it, ``_write_verdict``)."""
-        staged = self._verdicts.items()
-        if any(outbox_catch_up.announces(c, v.outcome) for c, v in staged):
-            for candidate, verdict in staged:
-                _write_verdict(candidate, verdict)
+    def _caught_up(
+        self,
+        committed: outbox_catch_up.Announced | None,
+        announced: list[tuple[Path, Verdict]],
+    ) -> list[str]:
+        """The transaction's one pass into the outbox (``outbox_catch_up.catch_up``):
+        what the settle owes it, then ``announced`` and ``committed``; none when there is
+        nothing to write nor to settle. Returns the ids queued."""
+        if self._found is None and committed is None and not announced:
             return []
-        return [files.Write(VERDICT.at(c), VERDICT, v.to_json()) for c, v in staged]
+        found, rolled = (None, None) if self._found is None else self._found
+        return outbox_catch_up.catch_up(self.folder, found, rolled, committed, announced)
+
+    def _staged_writes(self) -> tuple[list[tuple[Path, Verdict]], list[files.Write]]:
+        """The staged verdicts' files, in the order staged, for the commit's one ordered
+        pass; when one of them is announced (a rejection or a hold), each is instead
+        written with its event staged and released around it, after what the settle
+        queued (the first list: ``outbox_catch_up.write_announced``)."""
+        staged = list(self._verdicts.items())
+        if any(outbox_catch_up.announces(c, v.outcome) for c, v in staged):
+            return staged, []
+        return [], [files.Write(VERDICT.at(c), VERDICT, v.to_json()) for c, v in staged]
 
     def _rolled_forward(
         self, new: ServedPointer, entries: list[JournalEntry]
@@ -312,8 +365,14 @@ def transaction(
     [(1, 'manual', 'm1')]
     """
     with locked_pointer(folder) as read:
-        tx = _begin(Path(folder), read, settle, unusable_ok)
-        yield tx
+        tx = _begin(Path(folder), read, settle)
+        try:
+            if tx.unusable is not None and not unusable_ok:
+                raise tx.unusable
+            yield tx
+        except BaseException:
+            tx.abandon()  # a kill -9 runs no line: then the next transaction's settle does
+            raise
         tx.commit()
 
 
@@ -341,32 +400,37 @@ def recording() -> Iterator[list[Committed]]:
         _RECORDED.reset(token)
 
 
-def _begin(folder: Path, read: LockedPointer, settle_first: bool, unusable_ok: bool) -> Transaction:
+def _begin(folder: Path, read: LockedPointer, settle_first: bool) -> Transaction:
     """The transaction as it starts, from the pointer read once under the lock: what a
-    killed writer left settled when asked (:func:`settle`), then, for a pointer that
-    cannot be read, the refusal (or a repair's transaction without one)."""
+    killed writer left settled when asked (:func:`settle`); a pointer that cannot be read
+    gives a transaction without one (``unusable`` says why: :func:`transaction` refuses
+    it unless a repair asks)."""
     current = read.pointer
-    events = settle(folder, current) if settle_first else []
+    settled = settle(folder, current) if settle_first else None
     if read.unusable is not None:
-        if not unusable_ok:
-            raise read.unusable
-        return Transaction(folder, None, None, events, unusable=read.unusable)
+        return Transaction(folder, None, None, settled, unusable=read.unusable)
     if not settle_first:
-        return Transaction(folder, current, None, events)
-    return Transaction(folder, current, 0 if current is None else current.sequence, events)
+        return Transaction(folder, current, None, settled)
+    return Transaction(folder, current, 0 if current is None else current.sequence, settled)
 
 
-def settle(folder: Path, current: ServedPointer | None) -> list[str]:
+# What a settle leaves the commit's one outbox pass: the pointer's journal as the
+# transaction found it, and the verdicts the settle rolled forward (by candidate id).
+Settled = tuple[list[JournalEntry], dict[str, Verdict]]
+
+
+def settle(folder: Path, current: ServedPointer | None) -> Settled:
     """What a transition killed midway left, rolled forward: the verdicts ``current``'s
     journal decided and the candidates do not say yet (:func:`disagreeing`: the pointer is
-    written first, so a kill between leaves them here), then what the outbox lacks (the
-    verdict events left staged, settled by what those verdicts say; the journal's events),
-    read and decided before one ordered pass writes them (``outbox_catch_up.catch_up``); the caller
-    holds the lock. ``current`` None: no pointer (none yet, or one that cannot be read),
-    the staged events alone. Returns the events it queued."""
+    written first, so a kill between leaves them here), written now, before the block
+    reads them; the caller holds the lock. What the outbox lacks (the verdict events left
+    staged, settled by what those verdicts say; the journal's events) is the commit's
+    one pass to write (the module docstring says why that order is the old one). ``current``
+    None: no pointer (none yet, or one that cannot be read), the staged events alone."""
     decided = {} if current is None else disagreeing(folder, current)
-    writes, journal = _verdict_writes(folder, decided), [] if current is None else current.journal
-    return outbox_catch_up.catch_up(folder, journal, writes, decided)
+    if decided:
+        files.write_in_order(_verdict_writes(folder, decided))
+    return ([] if current is None else current.journal), decided
 
 
 def journaled(
@@ -430,19 +494,11 @@ def _verdict_writes(folder: Path, decided: Mapping[str, Verdict]) -> list[files.
 
 def write_verdict(candidate: Path, verdict: Verdict | Mapping[str, Json]) -> None:
     """A verdict no transition of the pointer carries (rejected, held, undecided), then a
-    rejection's or hold's event (staged before it: ``outbox_catch_up.verdict_announced``).
+    rejection's or hold's event (staged before it: ``outbox_catch_up.write_announced``).
     A promotion's and a rollback's go through the pointer (serve, rollback). ``verdict``:
     the gate's report's JSON and what its writer adds (read as a :class:`Verdict`:
     ``ValueError`` in one line when it is not one)."""
-    _write_verdict(candidate, stamped(as_verdict(verdict)))
-
-
-def _write_verdict(candidate: Path, verdict: Verdict) -> None:
-    """:func:`write_verdict` of a verdict as it was decided (stamped): its file, with
-    its event staged before and released after (``outbox_catch_up.verdict_announced``)."""
-    decided = verdict.to_json()
-    with outbox_catch_up.verdict_announced(candidate, decided):  # in the outbox before it is logged
-        files.write_json(VERDICT.at(candidate), VERDICT, decided)
+    outbox_catch_up.write_announced(candidate, stamped(as_verdict(verdict)))
 
 
 def as_verdict(verdict: Verdict | Mapping[str, Json]) -> Verdict:
