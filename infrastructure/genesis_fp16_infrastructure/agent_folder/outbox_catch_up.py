@@ -236,22 +236,25 @@ def catch_up(
     rolled: Mapping[str, Verdict] | None = None,
     committed: Announced | None = None,
     announced: Sequence[tuple[Path, Verdict]] = (),
+    rolled_writes: Sequence[Step] = (),
 ) -> list[str]:
     """A transaction's one pass into the outbox, under the pointer's lock (the module
-    docstring of :mod:`.transaction` says why its order is the order of two passes): what a
-    killed writer left it lacking, when the transaction settled (``found``: the pointer's
-    journal as it found it; None: not settled): the verdict events left staged, each
-    settled by its candidate's verdict file (``rolled``: the verdicts the settle wrote,
-    taken as read), then that journal's events; then the commit's (``committed``: its
-    writes, then its journal's events). ``announced``: the commit's verdicts when one is a
-    rejection's or a hold's, each written with its own event around it
-    (:func:`write_announced`, which takes the outbox's lock itself): after what was
-    settled, before the commit's pass. Returns the ids written, in that order."""
+    docstring of :mod:`.transaction` says why its order is the order of two passes):
+    first ``rolled_writes``, the verdicts the settle rolls forward (``rolled``, by
+    candidate id: taken as their files say, not read); then what a killed writer left
+    the outbox lacking, when the transaction settled (``found``: the pointer's journal as
+    it found it; None: not settled): the verdict events left staged, each settled by its
+    candidate's verdict file, then that journal's events; then the commit's
+    (``committed``: its writes, then its journal's events). ``announced``: the commit's
+    verdicts when one is a rejection's or a hold's, each written with its own event
+    around it (:func:`write_announced`, which takes the outbox's lock itself): after what
+    was settled, before the commit's pass. Returns the ids written, in that order."""
     settled = [] if found is None else [Announced(found)]
+    first = list(rolled_writes)  # the settle's verdicts: the pass's first writes
     if not announced:
         rounds = settled if committed is None else [*settled, committed]
-        return _catch_up(checkpoint_folder, found is not None, rounds, rolled)
-    written = _catch_up(checkpoint_folder, found is not None, settled, rolled)
+        return _catch_up(checkpoint_folder, found is not None, rounds, rolled, first)
+    written = _catch_up(checkpoint_folder, found is not None, settled, rolled, first)
     for candidate, verdict in announced:
         write_announced(candidate, verdict)
     return written + _catch_up(checkpoint_folder, False, [] if committed is None else [committed])
@@ -273,20 +276,22 @@ def _catch_up(
     staged: bool,
     rounds: Sequence[Announced],
     rolled: Mapping[str, Verdict] | None = None,
+    first: Sequence[Step] = (),
 ) -> list[str]:
-    """The events the outbox lacks, in one ordered pass: those a killed writer left
-    staged (when ``staged``; ``rolled``: verdicts taken as their files say), then each
-    round's writes and its journal's events. Without the lock when no event is owed (one
-    listing of ``staged/``, one stat per journal entry); else under it, read and decided
-    (:func:`_owed`) before anything is written."""
+    """The events the outbox lacks, in one ordered pass: ``first`` (the settle's
+    verdicts, ``rolled``: taken as their files say), the events a killed writer left
+    staged (when ``staged``), then each round's writes and its journal's events. Without
+    the lock when no event is owed (one listing of ``staged/``, one stat per journal
+    entry); else under it, read and decided (:func:`_owed`) before anything is written."""
     agent_folder = agent_folder_of(checkpoint_folder)
     owed = None if agent_folder is None else _owes(agent_folder, rounds, staged)
-    steps: list[Step] = [s for r in rounds for s in r.decided]
+    steps: list[Step] = [*first, *(s for r in rounds for s in r.decided)]
     written: list[str] = []
     with ExitStack() as held:
         if agent_folder is not None and owed is not None:  # read and decided under the lock
             lock = held.enter_context(outbox_lock(agent_folder))
             steps, written = _owed(agent_folder, lock, staged, rounds, owed, rolled)
+            steps = [*first, *steps]
         if steps:  # no call to write nothing
             files.write_in_order(steps)
     return written

@@ -12,18 +12,17 @@ Inside the block serve, rollback, unpin, the watch's figures, a repair's pointer
 verdict and a prune only stage what they decide; :attr:`Transaction.pointer` is the
 pointer as staged so far, and nothing of it is on disk.
 
-The settle, under the lock before the block, writes one thing: the verdicts the pointer's
-journal decided and the candidates do not say yet (a transition killed between its
-pointer and its verdicts), so that the block reads the candidates as the journal says
-(a rollback overlays the dropped model's verdict file; a prune keeps what no verdict
-file says yet). What a killed writer left the outbox lacking (a verdict event left
-staged, a journal entry not copied) is not written there: it is the first part of the
-commit's one outbox pass. The commit, still under the lock, writes in this order, each
-write durable before the next:
+The settle, under the lock before the block, reads what a killed writer left and writes
+nothing: the verdicts the pointer's journal decided and the candidates do not say yet (a
+transition killed between its pointer and its verdicts), and what the outbox lacks (a
+verdict event left staged, a journal entry not copied). The block reads those candidates
+as the settle leaves them (:meth:`Transaction.verdict_of`: a rollback overlays the
+dropped model's verdict, a prune keeps or removes by it). The commit, still under the
+lock, writes in this order, each write durable before the next:
 
-1. what the settle owes the outbox: each verdict event a killed writer left staged,
-   moved in or discarded by what its candidate's verdict file says (as the settle left
-   it), then the events of the journal as the transaction found it;
+1. what the settle rolls forward: those verdicts, then each verdict event a killed writer
+   left staged, moved in or discarded by what its candidate's verdict file says once
+   they are written, then the events of the journal as the transaction found it;
 2. the verdict files no journal carries (rejected, held, undecided), the gate's order:
    its verdict first, then the pointer that serves the model (when one is a rejection's
    or a hold's, each is written on its own after 1, its event staged and released around
@@ -36,21 +35,19 @@ write durable before the next:
 6. the candidates a prune staged, each removed by one rename.
 
 1-5 are one call of ``outbox_catch_up.catch_up``: the outbox's lock taken once, what it
-holds read once before its first write, then one ordered pass (it was two: the settle's,
-before the block, and the commit's, each taking the lock and reading the outbox). Why
-that is as safe as two passes: the durable writes are the same writes in the same order
-(the settle's verdicts, the settle's events, then the commit's 2-5); only the block's
-time now lies between the settle's verdicts and its events, and the block writes
-nothing. So a kill -9 at any moment leaves a folder a kill of the two-pass order could
-leave too (after the settle's verdicts, before its events: what a kill inside the
-settle's pass left), and the next transaction's settle finishes it the same way. The
-outbox's lock is not held across the block; whoever takes it meanwhile (the daemon's
-delivery, a verdict writer) finds what a finished settle's verdicts say, and the pass
-reads the outbox again under its own lock before deciding anything. A block that raises
-(a refused rollback, an error) writes nothing it staged: the pass writes 1 alone, and
-the folder stays as the transaction found it, settled. The settle's verdicts are not
-deferred into the pass too: the block would then read verdict files the journal
-contradicts (a rollback's overlay, a prune's keep list).
+holds read once before its first write, then one ordered pass. It was two passes, the
+settle's (1, before the block) and the commit's (2-5), each taking the outbox's lock and
+reading the outbox. Why one pass is as safe: the durable writes are the same writes in
+the same order, 1 then 2-5; only the block's time now lies before 1, and the block writes
+nothing. A kill -9 inside the block leaves the folder as the transaction found it (the
+next transaction's settle finds the same leftovers and finishes them), and a kill
+between any two writes of the pass leaves a folder a kill of the two passes could leave
+at the same write. The outbox's lock is not held across the block; whoever takes it
+meanwhile (the daemon's delivery, a catch-up without the pointer's lock) and settles a
+staged event finds the verdict file as it is, as it did before the settle's pass, and
+this pass reads the outbox again under its own lock before deciding anything. A block
+that raises (a refused rollback, an error) writes nothing it staged: the pass writes 1
+alone, and the folder is left as the transaction found it, settled.
 
 A kill between any two writes leaves what the next transaction's settle finishes (the
 module docstring of :mod:`~genesis_fp16_infrastructure.agent_folder.transitions` says
@@ -64,7 +61,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -142,7 +139,7 @@ class Transaction:
         # The journal numbers already rolled forward by the settle (None: not settled).
         self._settled = settled_through is not None
         self._settled_through = settled_through or 0
-        self._found = settled  # what the settle owes the outbox, queued in the one pass
+        self._found = settled  # what the settle rolls forward, written first in the one pass
         self._verdicts: dict[Path, Verdict] = {}  # each as decided (stamped), to write
         self._removals: list[Path] | None = None  # None: no prune staged
         self._sweep: list[Path] = []
@@ -209,7 +206,7 @@ class Transaction:
         dropped = current.served
         given = None if verdict is None else as_verdict(verdict)
         reason = None if given is None else given.reason
-        decided = _rolled_back_verdict(folder, dropped, given)
+        decided = _rolled_back_verdict(folder, dropped, given, self.verdict_of)
         self.stage(journaled(current, new, "rollback", decided, dropped=dropped.id, reason=reason))
         return served
 
@@ -228,6 +225,21 @@ class Transaction:
         dropped = [e.id for e in current.history[keep_served:]]
         trimmed = replace(current, history=current.history[:keep_served])
         return self.stage(journaled(current, trimmed, "trim", dropped=dropped))
+
+    def verdict_of(self, candidate: Path) -> Verdict:
+        """``candidate``'s verdict as the settle leaves it: the one the journal decided
+        that its file does not say yet (written first by the commit), else its file's
+        (``read_verdict``)."""
+        rolled = {} if self._found is None else self._found[1]
+        pending = rolled.get(Path(candidate).name)
+        if pending is not None and Path(candidate).parent == self.folder / CANDIDATES_FOLDER:
+            return pending
+        return read_verdict(candidate)
+
+    def disagreeing(self, pointer: ServedPointer) -> dict[str, Verdict]:
+        """:func:`disagreeing` of ``pointer`` as the folder will be once the settle's
+        verdicts are written (:meth:`verdict_of`)."""
+        return disagreeing(self.folder, pointer, self.verdict_of)
 
     def record_live(self, served: ServedEntry) -> None:
         """Stage the served entry with the live watch's figures (no journal entry: the
@@ -304,7 +316,8 @@ class Transaction:
         if self._found is None and committed is None and not announced:
             return []
         found, rolled = (None, None) if self._found is None else self._found
-        return outbox_catch_up.catch_up(self.folder, found, rolled, committed, announced)
+        writes = [] if rolled is None else _verdict_writes(self.folder, rolled)
+        return outbox_catch_up.catch_up(self.folder, found, rolled, committed, announced, writes)
 
     def _staged_writes(self) -> tuple[list[tuple[Path, Verdict]], list[files.Write]]:
         """The staged verdicts' files, in the order staged, for the commit's one ordered
@@ -420,16 +433,16 @@ Settled = tuple[list[JournalEntry], dict[str, Verdict]]
 
 
 def settle(folder: Path, current: ServedPointer | None) -> Settled:
-    """What a transition killed midway left, rolled forward: the verdicts ``current``'s
-    journal decided and the candidates do not say yet (:func:`disagreeing`: the pointer is
-    written first, so a kill between leaves them here), written now, before the block
-    reads them; the caller holds the lock. What the outbox lacks (the verdict events left
-    staged, settled by what those verdicts say; the journal's events) is the commit's
-    one pass to write (the module docstring says why that order is the old one). ``current``
-    None: no pointer (none yet, or one that cannot be read), the staged events alone."""
+    """What a transition killed midway left, to roll forward (the caller holds the lock):
+    the verdicts ``current``'s journal decided and the candidates do not say yet
+    (:func:`disagreeing`: the pointer is written first, so a kill between leaves them
+    here), and what the outbox lacks (the verdict events left staged, settled by what
+    those verdicts say; the journal's events). Nothing is written here: the commit's one
+    pass writes them first (the module docstring says why that is the old order), and
+    the block reads those candidates as they will be (:meth:`Transaction.verdict_of`).
+    ``current`` None: no pointer (none yet, or one that cannot be read), the staged
+    events alone."""
     decided = {} if current is None else disagreeing(folder, current)
-    if decided:
-        files.write_in_order(_verdict_writes(folder, decided))
     return ([] if current is None else current.journal), decided
 
 
@@ -458,11 +471,14 @@ def journaled(
     return replace(new, sequence=sequence, journal=[*earlier, entry][-JOURNAL_KEEP:])
 
 
-def disagreeing(folder: Path, pointer: ServedPointer) -> dict[str, Verdict]:
+def disagreeing(
+    folder: Path, pointer: ServedPointer, verdict_of: Callable[[Path], Verdict] = read_verdict
+) -> dict[str, Verdict]:
     """The kept candidates whose verdict file says other than the journal decided (a
     transition killed between its pointer and its verdicts), each with the verdict the
     journal last gave it (its ``journal_seq`` set): what prune never removes and
-    :func:`settle` writes."""
+    :func:`settle` writes. ``verdict_of``: how a candidate's verdict is read (a
+    transaction's: as its settle leaves it)."""
     decided: dict[str, Verdict] = {}
     for entry in pointer.journal:
         for ident, verdict in entry.verdicts.items():
@@ -473,7 +489,7 @@ def disagreeing(folder: Path, pointer: ServedPointer) -> dict[str, Verdict]:
         candidate = Path(folder) / CANDIDATES_FOLDER / ident
         if not CANDIDATE_META.at(candidate).is_file():
             continue  # pruned since, or never here
-        said = read_verdict(candidate).journal_seq
+        said = verdict_of(candidate).journal_seq
         if said is None or verdict.journal_seq is None or said < verdict.journal_seq:
             found[ident] = verdict
     return found
@@ -507,7 +523,10 @@ def as_verdict(verdict: Verdict | Mapping[str, Json]) -> Verdict:
 
 
 def _rolled_back_verdict(
-    folder: Path, dropped: ServedEntry, verdict: Verdict | None
+    folder: Path,
+    dropped: ServedEntry,
+    verdict: Verdict | None,
+    verdict_of: Callable[[Path], Verdict] = read_verdict,
 ) -> dict[str, Verdict]:
     """The dropped model's new verdict (by its candidate's id), kept like a rejected
     candidate's (inspection, pruning) so that the same data does not train it again
@@ -515,7 +534,7 @@ def _rolled_back_verdict(
     candidate = (Path(folder) / str(dropped.checkpoint)).parent
     if not CANDIDATE_META.at(candidate).is_file():
         return {}
-    old = read_verdict(candidate)
+    old = verdict_of(candidate)  # as the settle leaves it
     gate_outcome = old.gate_outcome or old.outcome  # what the gate said
     new = old if verdict is None else old.overlaid(verdict)
     new = msgspec.structs.replace(new, outcome=Outcome.ROLLED_BACK, gate_outcome=gate_outcome)
