@@ -26,7 +26,8 @@ This script uses the one-number plugin of ``tests/infrastructure/judging/test_ru
 The tree's roots must come first on ``PYTHONPATH``. What is traced is ``job_walk``'s:
 every call of a product file of the tree (``sys.setprofile``), from ``run_plugin`` to its
 return; the figures are its ``count_walk``'s (stops: file changes between consecutive
-calls), with the pointer's locks taken and the transactions begun. One JSON line a case.
+calls), with the pointer's locks taken, the transactions begun and the outbox's locks
+taken. One JSON line a case.
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ def main() -> None:
             "files": walk.files,
             "pointer_locks": names.count("pointer_lock"),
             "transactions": names.count("_begin"),
+            "outbox_locks": names.count("outbox_lock"),
         }
         print(json.dumps(figures))
 

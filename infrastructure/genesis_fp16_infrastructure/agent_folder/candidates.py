@@ -55,7 +55,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     read_verdict,
     utc_now,
 )
-from genesis_fp16_infrastructure.agent_folder.transaction import disagreeing, transaction
+from genesis_fp16_infrastructure.agent_folder.transaction import transaction
 from genesis_fp16_infrastructure.agent_folder.transaction import (
     write_verdict as write_verdict,
 )
@@ -233,12 +233,12 @@ def prune(
     daemon's after each run: what the run, killed or not, left to finish)."""
     with transaction(folder, settle=recover_first) as tx:  # nothing served meanwhile is removed
         pointer = tx.trim(keep_served)
-        verdicts = {c: read_verdict(c) for c in list_candidates(folder)}  # each read once
+        verdicts = {c: tx.verdict_of(c) for c in list_candidates(folder)}  # each read once
         inconclusive = [c.name for c, v in verdicts.items() if v.outcome == Outcome.INCONCLUSIVE]
         kept_ids = set(inconclusive[-INCONCLUSIVE_KEEP:])
         if pointer is not None:
             kept_ids |= {str(e.id) for e in [pointer.served, *pointer.history]}
-            kept_ids |= set(disagreeing(folder, pointer))  # a verdict not yet rolled forward
+            kept_ids |= set(tx.disagreeing(pointer))  # a verdict not yet rolled forward
         cutoff, now = time.time() - rejected_days * 86400, time.time()
         stale = [  # an up-to-date run killed mid-eval
             p

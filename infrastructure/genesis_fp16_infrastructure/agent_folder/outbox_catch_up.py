@@ -124,7 +124,19 @@ def announce_journal(
     entry when ``committed_now`` (the caller's transition just wrote it). ``decided``: the
     writes that decide what the events announce (a commit's pointer and the verdicts its
     journal decided), written first, in the same ordered pass. Returns the ids written."""
-    return _catch_up(checkpoint_folder, journal, committed_now, False, decided)
+    return _catch_up(checkpoint_folder, False, [Announced(journal, committed_now, decided)])
+
+
+@dataclass(frozen=True)
+class Announced:
+    """A journal whose entries the outbox lacks are copied in one catch-up's pass:
+    ``decided``, the writes that decide what they announce (a commit's verdicts, its
+    pointer, the verdicts its journal decided), written just before them; ``committed_now``:
+    its newest entry was just committed (a first outbox takes the rest as history)."""
+
+    journal: Sequence[JournalEntry]
+    committed_now: bool = False
+    decided: Sequence[Step] = ()
 
 
 VERDICT_KINDS: dict[str, str] = {Outcome.REJECTED: "reject", Outcome.HELD: "hold"}
@@ -193,7 +205,7 @@ def stage_verdict(
     event_id = verdict_event_id(agent_folder.name, ident, verdict)
     staged = agent_folder / OUTBOX_FOLDER / OUTBOX_STAGED_FOLDER
     staged.mkdir(exist_ok=True)
-    steps, _ = _owed(agent_folder, lock, True, [], [], False)  # a dead writer's, by its file
+    steps, _ = _owed(agent_folder, lock, True, [], [])  # a dead writer's, by its file
     files.write_in_order([*steps, new_event(agent_folder, lock, kind, data, event_id, staged)])
     return staged / f"{event_id}.json"
 
@@ -215,24 +227,45 @@ def announce_verdicts(checkpoint_folder: Path) -> list[str]:
     number, unless the outbox holds it or pruned it), the others are discarded: nothing
     announced that was not decided. Without a lock when none is staged (one listing).
     Returns the ids moved."""
-    return _catch_up(checkpoint_folder, (), False, staged=True)
+    return _catch_up(checkpoint_folder, True, [])
 
 
 def catch_up(
     checkpoint_folder: Path,
-    journal: Sequence[JournalEntry],
-    decided: Sequence[Step] = (),
+    found: Sequence[JournalEntry] | None,
     rolled: Mapping[str, Verdict] | None = None,
+    committed: Announced | None = None,
+    announced: Sequence[tuple[Path, Verdict]] = (),
+    rolled_writes: Sequence[Step] = (),
 ) -> list[str]:
-    """What a killed writer left the outbox lacking, as a transaction settles it under
-    the pointer's lock: the verdict events left staged (:func:`announce_verdicts`), then
-    the pointer journal's events (:func:`announce_journal`; ``journal``: the pointer's as
-    the transaction found it), under one lock of the outbox, read in one pass.
-    ``decided``: the settle's own writes (the verdicts the journal decided and the
-    candidates do not say yet), written first in the same ordered pass; ``rolled``: those
-    verdicts by candidate id, what their files say once written (a staged event is
-    settled by them, not by the files as read). Returns the ids written, in that order."""
-    return _catch_up(checkpoint_folder, journal, False, True, decided, rolled)
+    """A transaction's one pass into the outbox, under the pointer's lock (the module
+    docstring of :mod:`.transaction` says why its order is the order of two passes):
+    first ``rolled_writes``, the verdicts the settle rolls forward (``rolled``, by
+    candidate id: taken as their files say, not read); then what a killed writer left
+    the outbox lacking, when the transaction settled (``found``: the pointer's journal as
+    it found it; None: not settled): the verdict events left staged, each settled by its
+    candidate's verdict file, then that journal's events; then the commit's
+    (``committed``: its writes, then its journal's events). ``announced``: the commit's
+    verdicts when one is a rejection's or a hold's, each written with its own event
+    around it (:func:`write_announced`, which takes the outbox's lock itself): after what
+    was settled, before the commit's pass. Returns the ids written, in that order."""
+    settled = [] if found is None else [Announced(found)]
+    first = list(rolled_writes)  # the settle's verdicts: the pass's first writes
+    if not announced:
+        rounds = settled if committed is None else [*settled, committed]
+        return _catch_up(checkpoint_folder, found is not None, rounds, rolled, first)
+    written = _catch_up(checkpoint_folder, found is not None, settled, rolled, first)
+    for candidate, verdict in announced:
+        write_announced(candidate, verdict)
+    return written + _catch_up(checkpoint_folder, False, [] if committed is None else [committed])
+
+
+def write_announced(candidate: Path, verdict: Verdict) -> None:
+    """``verdict`` (as decided: stamped) written to ``candidate``, a rejection's or a
+    hold's event staged before and released after (:func:`verdict_announced`)."""
+    decided = verdict.to_json()
+    with verdict_announced(candidate, decided):  # in the outbox before it is logged
+        files.write_json(VERDICT.at(candidate), VERDICT, decided)
 
 
 Step = files.Write | files.Remove
@@ -240,45 +273,53 @@ Step = files.Write | files.Remove
 
 def _catch_up(
     checkpoint_folder: Path,
-    journal: Sequence[JournalEntry],
-    committed_now: bool,
     staged: bool,
-    decided: Sequence[Step] = (),
+    rounds: Sequence[Announced],
     rolled: Mapping[str, Verdict] | None = None,
+    first: Sequence[Step] = (),
 ) -> list[str]:
-    """``decided`` (the caller's writes), then the events the outbox lacks: those a
-    killed writer left staged (when ``staged``; ``rolled``: verdicts ``decided`` writes),
-    then the journal's; all in one ordered pass. Without the lock when no event is owed
-    (one listing of ``staged/``, one stat per journal entry); else under it, read and
-    decided (:func:`_owed`) before anything is written."""
+    """The events the outbox lacks, in one ordered pass: ``first`` (the settle's
+    verdicts, ``rolled``: taken as their files say), the events a killed writer left
+    staged (when ``staged``), then each round's writes and its journal's events. Without
+    the lock when no event is owed (one listing of ``staged/``, one stat per journal
+    entry); else under it, read and decided (:func:`_owed`) before anything is written."""
     agent_folder = agent_folder_of(checkpoint_folder)
-    owed = None if agent_folder is None else _owes(agent_folder, journal, staged)
-    steps: list[Step] = []
+    owed = None if agent_folder is None else _owes(agent_folder, rounds, staged)
+    steps: list[Step] = [*first, *(s for r in rounds for s in r.decided)]
     written: list[str] = []
     with ExitStack() as held:
         if agent_folder is not None and owed is not None:  # read and decided under the lock
             lock = held.enter_context(outbox_lock(agent_folder))
-            steps, written = _owed(agent_folder, lock, staged, *owed, committed_now, rolled)
-        if decided or steps:  # no call to write nothing
-            files.write_in_order([*decided, *steps])
+            steps, written = _owed(agent_folder, lock, staged, rounds, owed, rolled)
+            steps = [*first, *steps]
+        if steps:  # no call to write nothing
+            files.write_in_order(steps)
     return written
 
 
 Owed = tuple[list[tuple[str, JournalEntry]], list[tuple[str, JournalEntry]]]
 
 
-def _owes(agent_folder: Path, journal: Sequence[JournalEntry], staged: bool) -> Owed | None:
-    """The journal's announced entries with their event ids, and those the outbox lacks;
-    None when nothing is owed (no entry missing, none staged when ``staged``)."""
+def _owes(agent_folder: Path, rounds: Sequence[Announced], staged: bool) -> list[Owed] | None:
+    """Each round's journal's announced entries with their event ids, and those the
+    outbox lacks; None when nothing is owed (no entry missing, none staged when
+    ``staged``)."""
     agent, root = agent_folder.name, os.fspath(agent_folder / OUTBOX_FOLDER)  # plain strings:
     # pathlib's parsing cost more than the stats themselves, on every transition
-    entries = [(journal_event_id(agent, e), e) for e in journal if e.kind not in UNANNOUNCED]
-    # At most transitions.JOURNAL_KEEP entries, one stat each; all there: nothing to take
-    # the lock for (an event file is only ever added, or pruned and named in outbox.json).
-    missing = [(i, e) for i, e in entries if not os.path.lexists(f"{root}/{i}.json")]
-    if not missing and not (staged and _any_staged(f"{root}/{OUTBOX_STAGED_FOLDER}")):
+    owed: list[Owed] = []
+    for announced in rounds:
+        journal = announced.journal
+        entries = [(journal_event_id(agent, e), e) for e in journal if e.kind not in UNANNOUNCED]
+        # At most transitions.JOURNAL_KEEP entries, one stat each; all there: nothing to
+        # take the lock for (an event file is only ever added, or pruned and named in
+        # outbox.json).
+        missing = [(i, e) for i, e in entries if not os.path.lexists(f"{root}/{i}.json")]
+        owed.append((entries, missing))
+    if not any(m for _, m in owed) and not (
+        staged and _any_staged(f"{root}/{OUTBOX_STAGED_FOLDER}")
+    ):
         return None
-    return entries, missing
+    return owed
 
 
 def _any_staged(staged: str) -> bool:
@@ -351,20 +392,21 @@ def _owed(
     agent_folder: Path,
     lock: int,
     staged: bool,
-    entries: Sequence[tuple[str, JournalEntry]],
-    missing: Sequence[tuple[str, JournalEntry]],
-    committed_now: bool,
+    rounds: Sequence[Announced],
+    owed: Sequence[Owed],
     rolled: Mapping[str, Verdict] | None = None,
 ) -> tuple[list[Step], list[str]]:
     """Under the outbox's ``lock``: what the folder holds read once (:func:`_read`), then
-    the writes the outbox lacks, in their order, and the ids they announce. Each staged
-    event (when ``staged``) is moved in when its candidate's verdict file says what it
-    announces and the outbox neither holds nor pruned it, then removed (a killed
-    staging's temp file removed too; what is no event left, set aside when read); then
-    the journal's ``missing`` events, after the first outbox's state (``entries``, the
-    journal's announced ones, taken as history but the newest when ``committed_now``).
-    ``rolled``: verdicts the caller writes first, taken as their candidates' files."""
-    found = _read(agent_folder, staged, [i for i, _ in missing], rolled)
+    the writes, in their order, and the ids they announce. Each staged event (when
+    ``staged``) is moved in when its candidate's verdict file says what it announces and
+    the outbox neither holds nor pruned it, then removed (a killed staging's temp file
+    removed too; what is no event left, set aside when read); then each round's writes
+    and its journal's events the outbox lacks (``owed``: :func:`_owes`, one per round),
+    as a pass of its own after the one before would find them: after the first outbox's
+    state when there is none yet (the journal's announced entries taken as history, but
+    the newest when ``committed_now``). ``rolled``: verdicts the caller wrote first,
+    taken as their candidates' files."""
+    found = _read(agent_folder, staged, [i for _, m in owed for i, _ in m], rolled)
     state = found.state or OutboxState(pruned=[], dropped=0)
     steps: list[Step] = []
     written: list[str] = []
@@ -382,15 +424,20 @@ def _owed(
             steps.append(new_event(agent_folder, lock, event.kind, event.data, event.id))
             written.append(event.id)
         steps.append(files.Remove(path))
-    if missing and found.state is None:  # the first outbox: earlier transitions are history
-        before = entries[:-1] if committed_now else entries
-        state = kept_state(OutboxState(pruned=[i for i, _ in before], dropped=0))
-        steps.append(files.Write(state_path(agent_folder), OUTBOX_STATE, state))
-    for event_id, entry in missing:
-        if event_id in state["pruned"] or event_id in found.present:
-            continue
-        kind = "promote" if entry.kind in PROMOTE_HOWS else entry.kind
-        data = {k: v for k, v in entry.to_json().items() if k != "at_s"}
-        steps.append(new_event(agent_folder, lock, kind, data, event_id))
-        written.append(event_id)
+    kept, present = found.state, found.present
+    for announced, (entries, missing) in zip(rounds, owed, strict=True):
+        steps.extend(announced.decided)
+        # What an earlier round wrote is there now, as a second pass would find it.
+        lacking = [(i, e) for i, e in missing if i not in present and i not in written]
+        if lacking and kept is None:  # the first outbox: earlier transitions are history
+            before = entries[:-1] if announced.committed_now else entries
+            kept = kept_state(OutboxState(pruned=[i for i, _ in before], dropped=0))
+            steps.append(files.Write(state_path(agent_folder), OUTBOX_STATE, kept))
+        pruned = set() if kept is None else set(kept["pruned"])
+        for event_id, entry in lacking:
+            if event_id not in pruned:
+                kind = "promote" if entry.kind in PROMOTE_HOWS else entry.kind
+                data = {k: v for k, v in entry.to_json().items() if k != "at_s"}
+                steps.append(new_event(agent_folder, lock, kind, data, event_id))
+                written.append(event_id)
     return steps, written

@@ -10,27 +10,48 @@ lock taken once, what a killed writer left settled once, every change staged, on
 
 Inside the block serve, rollback, unpin, the watch's figures, a repair's pointer, a
 verdict and a prune only stage what they decide; :attr:`Transaction.pointer` is the
-pointer as staged so far, and nothing of it is on disk. A block that raises (a refused
-rollback, a kill) writes nothing: the folder stays exactly as the transaction found it,
-settled. The commit, still under the lock, in this order, each write durable before the
-next:
+pointer as staged so far, and nothing of it is on disk.
 
-1. the verdict files no journal carries (rejected, held, undecided), the gate's order:
+The settle, under the lock before the block, reads what a killed writer left and writes
+nothing: the verdicts the pointer's journal decided and the candidates do not say yet (a
+transition killed between its pointer and its verdicts), and what the outbox lacks (a
+verdict event left staged, a journal entry not copied). The block reads those candidates
+as the settle leaves them (:meth:`Transaction.verdict_of`: a rollback overlays the
+dropped model's verdict, a prune keeps or removes by it). The commit, still under the
+lock, writes in this order, each write durable before the next:
+
+1. what the settle rolls forward: those verdicts, then each verdict event a killed writer
+   left staged, moved in or discarded by what its candidate's verdict file says once
+   they are written, then the events of the journal as the transaction found it;
+2. the verdict files no journal carries (rejected, held, undecided), the gate's order:
    its verdict first, then the pointer that serves the model (when one is a rejection's
-   or a hold's, each is written on its own, its event staged and released around it:
-   ``outbox_catch_up.verdict_announced``; else they begin the one ordered pass of 1-4);
-2. the pointer (``served.json``'s one atomic replace): the transitions' commit point,
+   or a hold's, each is written on its own after 1, its event staged and released around
+   it, ``outbox_catch_up.write_announced``, and 3-5 are a pass of their own);
+3. the pointer (``served.json``'s one atomic replace): the transitions' commit point,
    carrying their journal entries and the verdicts they decided;
-3. those verdicts, written to their candidates (after the settle, this transaction's
+4. those verdicts, written to their candidates (after the settle, this transaction's
    own, with no file read; else every one the files do not say yet: :func:`disagreeing`);
-4. the journal's events, queued in the agent's outbox (``outbox_catch_up.announce_journal``:
-   one ordered pass, the outbox's lock taken and what it holds read before its first
-   write);
-5. the candidates a prune staged, each removed by one rename.
+5. the journal's events, queued in the agent's outbox;
+6. the candidates a prune staged, each removed by one rename.
 
-A kill between any two leaves what the next transaction's settle finishes (the module
-docstring of :mod:`~genesis_fp16_infrastructure.agent_folder.transitions` says why each
-is safe). :attr:`Transaction.done` (a :class:`Committed`) says what was done.
+1-5 are one call of ``outbox_catch_up.catch_up``: the outbox's lock taken once, what it
+holds read once before its first write, then one ordered pass. It was two passes, the
+settle's (1, before the block) and the commit's (2-5), each taking the outbox's lock and
+reading the outbox. Why one pass is as safe: the durable writes are the same writes in
+the same order, 1 then 2-5; only the block's time now lies before 1, and the block writes
+nothing. A kill -9 inside the block leaves the folder as the transaction found it (the
+next transaction's settle finds the same leftovers and finishes them), and a kill
+between any two writes of the pass leaves a folder a kill of the two passes could leave
+at the same write. The outbox's lock is not held across the block; whoever takes it
+meanwhile (the daemon's delivery, a catch-up without the pointer's lock) and settles a
+staged event finds the verdict file as it is, as it did before the settle's pass, and
+this pass reads the outbox again under its own lock before deciding anything. A block
+that raises (a refused rollback, an error) writes nothing it staged: the pass writes 1
+alone, and the folder is left as the transaction found it, settled.
+
+A kill between any two writes leaves what the next transaction's settle finishes (the
+module docstring of :mod:`~genesis_fp16_infrastructure.agent_folder.transitions` says
+why each is safe). :attr:`Transaction.done` (a :class:`Committed`) says what was done.
 
 JSON only, no torch.
 """
@@ -40,7 +61,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -107,7 +128,7 @@ class Transaction:
         folder: Path,
         before: ServedPointer | None,
         settled_through: int | None,
-        settled_events: list[str],
+        settled: Settled | None,
         unusable: ServedPointerError | None = None,
     ) -> None:
         self.folder = Path(folder)
@@ -118,7 +139,7 @@ class Transaction:
         # The journal numbers already rolled forward by the settle (None: not settled).
         self._settled = settled_through is not None
         self._settled_through = settled_through or 0
-        self._settled_events = settled_events
+        self._found = settled  # what the settle rolls forward, written first in the one pass
         self._verdicts: dict[Path, Verdict] = {}  # each as decided (stamped), to write
         self._removals: list[Path] | None = None  # None: no prune staged
         self._sweep: list[Path] = []
@@ -185,7 +206,7 @@ class Transaction:
         dropped = current.served
         given = None if verdict is None else as_verdict(verdict)
         reason = None if given is None else given.reason
-        decided = _rolled_back_verdict(folder, dropped, given)
+        decided = _rolled_back_verdict(folder, dropped, given, self.verdict_of)
         self.stage(journaled(current, new, "rollback", decided, dropped=dropped.id, reason=reason))
         return served
 
@@ -204,6 +225,21 @@ class Transaction:
         dropped = [e.id for e in current.history[keep_served:]]
         trimmed = replace(current, history=current.history[:keep_served])
         return self.stage(journaled(current, trimmed, "trim", dropped=dropped))
+
+    def verdict_of(self, candidate: Path) -> Verdict:
+        """``candidate``'s verdict as the settle leaves it: the one the journal decided
+        that its file does not say yet (written first by the commit), else its file's
+        (``read_verdict``)."""
+        rolled = {} if self._found is None else self._found[1]
+        pending = rolled.get(Path(candidate).name)
+        if pending is not None and Path(candidate).parent == self.folder / CANDIDATES_FOLDER:
+            return pending
+        return read_verdict(candidate)
+
+    def disagreeing(self, pointer: ServedPointer) -> dict[str, Verdict]:
+        """:func:`disagreeing` of ``pointer`` as the folder will be once the settle's
+        verdicts are written (:meth:`verdict_of`)."""
+        return disagreeing(self.folder, pointer, self.verdict_of)
 
     def record_live(self, served: ServedEntry) -> None:
         """Stage the served entry with the live watch's figures (no journal entry: the
@@ -227,9 +263,23 @@ class Transaction:
     def commit(self) -> Committed:
         """Write what was staged, in the module docstring's order; called once, by
         :func:`transaction`, under its lock."""
+        done = self._finish(discard=False)
+        assert done is not None
+        return done
+
+    def abandon(self) -> None:
+        """The block raised: nothing it staged is written, what the settle owes the outbox
+        is queued all the same (the folder stays as the transaction found it, settled),
+        and nothing is committed."""
+        self._finish(discard=True)
+
+    def _finish(self, discard: bool) -> Committed | None:
+        """:meth:`commit`, or with ``discard`` :meth:`abandon` (None: nothing committed)."""
         assert self.done is None, "a transaction commits once"
-        writes = self._staged_writes()
-        new, entries, decided, events = self._pointer, [], [], list(self._settled_events)
+        if discard:
+            self._pointer, self._verdicts, self._removals = self.before, {}, None
+        announced, writes = self._staged_writes()
+        new, entries, decided = self._pointer, [], []
         changed = new is not None and new is not self.before
         journal: list[JournalEntry] = []  # what the outbox is to hold: none when unchanged
         if new is not None and changed:
@@ -238,11 +288,14 @@ class Transaction:
             pointer = files.Write(SERVED_POINTER.at(self.folder), SERVED_POINTER, new.to_json())
             writes += [pointer, *_verdict_writes(self.folder, rolled)]
             journal, decided = new.journal, list(rolled)
-        if writes:
-            # The staged verdicts, the pointer and its verdicts, then the journal's events,
-            # in one ordered pass (the outbox's lock taken, and what it holds read, first).
-            events += outbox_catch_up.announce_journal(self.folder, journal, changed, writes)
+        # What the settle owes the outbox, then the staged verdicts, the pointer and its
+        # verdicts, then the journal's events: one ordered pass (the outbox's lock taken,
+        # and what it holds read, first).
+        committed = outbox_catch_up.Announced(journal, changed, writes) if writes else None
+        events = self._caught_up(committed, announced)
         removed = [] if self._removals is None else self._remove_all()
+        if discard:
+            return None
         written = [c.name for c in self._verdicts] + decided
         self.done = Committed(
             self.before, new, tuple(entries), tuple(written), tuple(events), tuple(removed)
@@ -252,16 +305,29 @@ class Transaction:
             recorded.append(self.done)
         return self.done
 
-    def _staged_writes(self) -> list[files.Write]:
-        """The staged verdicts' files, in the order staged, for the commit's one ordered
-        pass; none when one of them is announced (a rejection or a hold: each is then
-        written here, its event staged and released around it, ``_write_verdict``)."""
-        staged = self._verdicts.items()
-        if any(outbox_catch_up.announces(c, v.outcome) for c, v in staged):
-            for candidate, verdict in staged:
-                _write_verdict(candidate, verdict)
+    def _caught_up(
+        self,
+        committed: outbox_catch_up.Announced | None,
+        announced: list[tuple[Path, Verdict]],
+    ) -> list[str]:
+        """The transaction's one pass into the outbox (``outbox_catch_up.catch_up``):
+        what the settle owes it, then ``announced`` and ``committed``; none when there is
+        nothing to write nor to settle. Returns the ids queued."""
+        if self._found is None and committed is None and not announced:
             return []
-        return [files.Write(VERDICT.at(c), VERDICT, v.to_json()) for c, v in staged]
+        found, rolled = (None, None) if self._found is None else self._found
+        writes = [] if rolled is None else _verdict_writes(self.folder, rolled)
+        return outbox_catch_up.catch_up(self.folder, found, rolled, committed, announced, writes)
+
+    def _staged_writes(self) -> tuple[list[tuple[Path, Verdict]], list[files.Write]]:
+        """The staged verdicts' files, in the order staged, for the commit's one ordered
+        pass; when one of them is announced (a rejection or a hold), each is instead
+        written with its event staged and released around it, after what the settle
+        queued (the first list: ``outbox_catch_up.write_announced``)."""
+        staged = list(self._verdicts.items())
+        if any(outbox_catch_up.announces(c, v.outcome) for c, v in staged):
+            return staged, []
+        return [], [files.Write(VERDICT.at(c), VERDICT, v.to_json()) for c, v in staged]
 
     def _rolled_forward(
         self, new: ServedPointer, entries: list[JournalEntry]
@@ -312,8 +378,14 @@ def transaction(
     [(1, 'manual', 'm1')]
     """
     with locked_pointer(folder) as read:
-        tx = _begin(Path(folder), read, settle, unusable_ok)
-        yield tx
+        tx = _begin(Path(folder), read, settle)
+        try:
+            if tx.unusable is not None and not unusable_ok:
+                raise tx.unusable
+            yield tx
+        except BaseException:
+            tx.abandon()  # a kill -9 runs no line: then the next transaction's settle does
+            raise
         tx.commit()
 
 
@@ -341,32 +413,37 @@ def recording() -> Iterator[list[Committed]]:
         _RECORDED.reset(token)
 
 
-def _begin(folder: Path, read: LockedPointer, settle_first: bool, unusable_ok: bool) -> Transaction:
+def _begin(folder: Path, read: LockedPointer, settle_first: bool) -> Transaction:
     """The transaction as it starts, from the pointer read once under the lock: what a
-    killed writer left settled when asked (:func:`settle`), then, for a pointer that
-    cannot be read, the refusal (or a repair's transaction without one)."""
+    killed writer left settled when asked (:func:`settle`); a pointer that cannot be read
+    gives a transaction without one (``unusable`` says why: :func:`transaction` refuses
+    it unless a repair asks)."""
     current = read.pointer
-    events = settle(folder, current) if settle_first else []
+    settled = settle(folder, current) if settle_first else None
     if read.unusable is not None:
-        if not unusable_ok:
-            raise read.unusable
-        return Transaction(folder, None, None, events, unusable=read.unusable)
+        return Transaction(folder, None, None, settled, unusable=read.unusable)
     if not settle_first:
-        return Transaction(folder, current, None, events)
-    return Transaction(folder, current, 0 if current is None else current.sequence, events)
+        return Transaction(folder, current, None, settled)
+    return Transaction(folder, current, 0 if current is None else current.sequence, settled)
 
 
-def settle(folder: Path, current: ServedPointer | None) -> list[str]:
-    """What a transition killed midway left, rolled forward: the verdicts ``current``'s
-    journal decided and the candidates do not say yet (:func:`disagreeing`: the pointer is
-    written first, so a kill between leaves them here), then what the outbox lacks (the
-    verdict events left staged, settled by what those verdicts say; the journal's events),
-    read and decided before one ordered pass writes them (``outbox_catch_up.catch_up``); the caller
-    holds the lock. ``current`` None: no pointer (none yet, or one that cannot be read),
-    the staged events alone. Returns the events it queued."""
+# What a settle leaves the commit's one outbox pass: the pointer's journal as the
+# transaction found it, and the verdicts the settle rolled forward (by candidate id).
+Settled = tuple[list[JournalEntry], dict[str, Verdict]]
+
+
+def settle(folder: Path, current: ServedPointer | None) -> Settled:
+    """What a transition killed midway left, to roll forward (the caller holds the lock):
+    the verdicts ``current``'s journal decided and the candidates do not say yet
+    (:func:`disagreeing`: the pointer is written first, so a kill between leaves them
+    here), and what the outbox lacks (the verdict events left staged, settled by what
+    those verdicts say; the journal's events). Nothing is written here: the commit's one
+    pass writes them first (the module docstring says why that is the old order), and
+    the block reads those candidates as they will be (:meth:`Transaction.verdict_of`).
+    ``current`` None: no pointer (none yet, or one that cannot be read), the staged
+    events alone."""
     decided = {} if current is None else disagreeing(folder, current)
-    writes, journal = _verdict_writes(folder, decided), [] if current is None else current.journal
-    return outbox_catch_up.catch_up(folder, journal, writes, decided)
+    return ([] if current is None else current.journal), decided
 
 
 def journaled(
@@ -394,11 +471,14 @@ def journaled(
     return replace(new, sequence=sequence, journal=[*earlier, entry][-JOURNAL_KEEP:])
 
 
-def disagreeing(folder: Path, pointer: ServedPointer) -> dict[str, Verdict]:
+def disagreeing(
+    folder: Path, pointer: ServedPointer, verdict_of: Callable[[Path], Verdict] = read_verdict
+) -> dict[str, Verdict]:
     """The kept candidates whose verdict file says other than the journal decided (a
     transition killed between its pointer and its verdicts), each with the verdict the
     journal last gave it (its ``journal_seq`` set): what prune never removes and
-    :func:`settle` writes."""
+    :func:`settle` writes. ``verdict_of``: how a candidate's verdict is read (a
+    transaction's: as its settle leaves it)."""
     decided: dict[str, Verdict] = {}
     for entry in pointer.journal:
         for ident, verdict in entry.verdicts.items():
@@ -409,7 +489,7 @@ def disagreeing(folder: Path, pointer: ServedPointer) -> dict[str, Verdict]:
         candidate = Path(folder) / CANDIDATES_FOLDER / ident
         if not CANDIDATE_META.at(candidate).is_file():
             continue  # pruned since, or never here
-        said = read_verdict(candidate).journal_seq
+        said = verdict_of(candidate).journal_seq
         if said is None or verdict.journal_seq is None or said < verdict.journal_seq:
             found[ident] = verdict
     return found
@@ -430,19 +510,11 @@ def _verdict_writes(folder: Path, decided: Mapping[str, Verdict]) -> list[files.
 
 def write_verdict(candidate: Path, verdict: Verdict | Mapping[str, Json]) -> None:
     """A verdict no transition of the pointer carries (rejected, held, undecided), then a
-    rejection's or hold's event (staged before it: ``outbox_catch_up.verdict_announced``).
+    rejection's or hold's event (staged before it: ``outbox_catch_up.write_announced``).
     A promotion's and a rollback's go through the pointer (serve, rollback). ``verdict``:
     the gate's report's JSON and what its writer adds (read as a :class:`Verdict`:
     ``ValueError`` in one line when it is not one)."""
-    _write_verdict(candidate, stamped(as_verdict(verdict)))
-
-
-def _write_verdict(candidate: Path, verdict: Verdict) -> None:
-    """:func:`write_verdict` of a verdict as it was decided (stamped): its file, with
-    its event staged before and released after (``outbox_catch_up.verdict_announced``)."""
-    decided = verdict.to_json()
-    with outbox_catch_up.verdict_announced(candidate, decided):  # in the outbox before it is logged
-        files.write_json(VERDICT.at(candidate), VERDICT, decided)
+    outbox_catch_up.write_announced(candidate, stamped(as_verdict(verdict)))
 
 
 def as_verdict(verdict: Verdict | Mapping[str, Json]) -> Verdict:
@@ -451,7 +523,10 @@ def as_verdict(verdict: Verdict | Mapping[str, Json]) -> Verdict:
 
 
 def _rolled_back_verdict(
-    folder: Path, dropped: ServedEntry, verdict: Verdict | None
+    folder: Path,
+    dropped: ServedEntry,
+    verdict: Verdict | None,
+    verdict_of: Callable[[Path], Verdict] = read_verdict,
 ) -> dict[str, Verdict]:
     """The dropped model's new verdict (by its candidate's id), kept like a rejected
     candidate's (inspection, pruning) so that the same data does not train it again
@@ -459,7 +534,7 @@ def _rolled_back_verdict(
     candidate = (Path(folder) / str(dropped.checkpoint)).parent
     if not CANDIDATE_META.at(candidate).is_file():
         return {}
-    old = read_verdict(candidate)
+    old = verdict_of(candidate)  # as the settle leaves it
     gate_outcome = old.gate_outcome or old.outcome  # what the gate said
     new = old if verdict is None else old.overlaid(verdict)
     new = msgspec.structs.replace(new, outcome=Outcome.ROLLED_BACK, gate_outcome=gate_outcome)

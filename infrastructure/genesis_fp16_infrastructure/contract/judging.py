@@ -182,22 +182,21 @@ class RecordLosses:
         RecordLosses: loss of 'b' is inf, not a finite float
         """
         listed = still_listed(vars(record), record.losses)
+        copy = cls.__new__(cls)
         if listed is not None:  # rows of a checked listing, its ids and segments not taken
-            copy = cls.__new__(cls)
             columns = {name: tuple(values) for name, values in record.losses.items()}
             vars(copy).update(losses=columns, quarantined=record.quarantined)
             vars(copy).update(primary=record.primary)
             copy._check_columns()
             copy._check_count()
             keep_listed(vars(copy), listed, copy.losses)  # its hashes not taken: the run's
-            keep_arrays(vars(copy), columns, believed_arrays(vars(record), columns))
-            return copy
-        fields = record.ids, record.losses, record.segments, record.quarantined, record.primary
-        copy = cls.__new__(cls)
-        vars(copy).update(zip(_LOSSES_FIELDS, fields, strict=True))
-        copy._check(vars(record).get(_CHECKED))
+        else:
+            fields = record.ids, record.losses, record.segments, record.quarantined
+            vars(copy).update(zip(_LOSSES_FIELDS, (*fields, record.primary), strict=True))
+            copy._check(vars(record).get(_CHECKED))
         # An array is carried only beside the very tuple the copy holds (its own, checked).
-        keep_arrays(vars(copy), copy.losses, believed_arrays(vars(record), copy.losses))
+        arrays = believed_arrays(vars(record), copy.losses)
+        keep_arrays(vars(copy), copy.losses, arrays)
         return copy
 
     def _check_columns(self) -> None:

@@ -313,3 +313,23 @@ def test_staged_verdicts_without_an_event_are_written_in_the_commit_pass_as_befo
         tx.verdict(old, {"outcome": "rejected", "reason": "worse"})
     kinds = [e.kind for e in outbox.read_events(agent_folder)]
     assert kinds[-1] == "reject" and candidates.read_verdict(old).outcome == "rejected"
+
+
+def test_the_block_reads_candidates_as_the_settle_leaves_them(tmp_path: Path) -> None:
+    """A verdict a kill left unwritten (the journal promoted the served model, its file
+    says otherwise) is written by the commit's one pass, not before the block; inside
+    the block the transaction gives the journal's verdict, a rollback overlays that one
+    (its gate outcome the promotion), and nothing disagrees any more."""
+    ck, served, _fresh, _old = _folder(tmp_path)
+    candidates.write_verdict(served[1], {"outcome": "rejected"})  # the state a kill left
+    with transaction.transaction(ck) as tx:
+        assert candidates.read_verdict(served[1]).outcome == "rejected"  # nothing written yet
+        assert tx.verdict_of(served[1]).outcome == "promoted"
+        assert tx.pointer is not None and tx.disagreeing(tx.pointer) == {}
+        tx.rollback(verdict={"reason": "live_regression"})
+    rolled = candidates.read_verdict(served[1])
+    assert (rolled.outcome, rolled.gate_outcome, rolled.reason) == (
+        "rolled_back",
+        "promoted",
+        "live_regression",
+    )
