@@ -274,9 +274,6 @@ class RowLogits(NamedTuple):
         hit = given & (self.first[at] == keys.first) & (self.second[at] == keys.second)
         return hit, np.where(hit, self.logit[at], self.logit.dtype.type(0))
 
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self)
-
 
 @dataclass(frozen=True)
 class KeptLogits:
