@@ -123,35 +123,26 @@ def _copy_side_files(checkpoint: Path, folder: Path) -> None:
 def _copied(checkpoint: Path, folder: Path) -> tuple[bytes | None, str]:
     """:func:`copy_checkpoint` into ``folder``, the checkpoint's bytes read once: written
     to the copy, with the SHA-256 of the bytes written (None and "none": no regular file
-    to copy), by :func:`_read_hashed`. A copy that does not hold those bytes after the
-    plugin's scoring is refused all the same (:func:`score_on_copy` reads it back)."""
+    to copy). In the judged run's reusing_loads() block, after it read the records the
+    checkpoint names (``served.trained_ids``), the bytes that load read and checked, with
+    their hash, while the digest file copied beside them names them (``read_in_block``):
+    not read nor hashed again (issue 90). A copy that does not hold those bytes after
+    the plugin's scoring is refused all the same (:func:`score_on_copy` reads it back)."""
     _copy_side_files(checkpoint, folder)  # the checkpoint last: a digest is there first
     target = folder / checkpoint.name
-    data, digest = _read_hashed(checkpoint, digest_path(target))
-    if data is not None:
-        target.write_bytes(data)
-        with contextlib.suppress(OSError):  # times only; a checkpoint gone since keeps the copy's
-            shutil.copystat(checkpoint, target)
-    return data, digest
-
-
-def _read_hashed(checkpoint: Path, digests: Path) -> tuple[bytes | None, str]:
-    """The checkpoint's bytes and their SHA-256, read once. In the judged run's
-    reusing_loads() block, after it read the records the checkpoint names
-    (``served.trained_ids``), the bytes that load read and checked, with their hash,
-    while the digest file ``digests`` (the copy's) names them (``read_in_block``): not
-    read nor hashed again (issue 90). Else read now and hashed; (None, "none") when it is
-    no regular file (a FIFO put in its place is never opened: the read would block)."""
-    read = read_in_block(checkpoint, named_in=digests)
-    if read is not None:
-        return read
-    try:
-        if not stat.S_ISREG(os.stat(checkpoint).st_mode):
+    read = read_in_block(checkpoint, named_in=digest_path(target))
+    if read is None:
+        try:
+            if not stat.S_ISREG(os.stat(checkpoint).st_mode):
+                return None, "none"  # a FIFO put in its place is never opened: the read would block
+            data = checkpoint.read_bytes()
+        except OSError:
             return None, "none"
-        data = checkpoint.read_bytes()
-    except OSError:
-        return None, "none"
-    return data, hashlib.sha256(data).hexdigest()
+        read = data, hashlib.sha256(data).hexdigest()
+    target.write_bytes(read[0])
+    with contextlib.suppress(OSError):  # times only; a checkpoint gone since keeps the copy's
+        shutil.copystat(checkpoint, target)
+    return read
 
 
 def _holds(copy: Path, data: bytes | None) -> bool:
