@@ -43,7 +43,7 @@ from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, id_h
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.scoring_copy import CheckpointChangedError, score_on_copy
+from genesis_fp16_infrastructure.judging.scoring_copy import CheckpointChangedError, losses_on_copy
 from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_keys
 from genesis_fp16_infrastructure.training.checkpoint_arrays import with_arrays
 from genesis_fp16_infrastructure.training.checkpoint_load import (
@@ -455,29 +455,23 @@ def losses_of(
     request: TrainRequest,
     only: Collection[str] | ScoreOnly | None = None,
 ) -> RecordLosses:
-    """The plugin's losses of ``checkpoint``, scored on a copy of it (:func:`score_on_copy`);
-    a refusal is the run's, in one line (a TrainRequestError; a plugin that changed the
-    copy: CheckpointChangedError, which always ends the run). ``only``: the ids of
+    """The plugin's losses of ``checkpoint``, scored on a copy of it and checked as they
+    are received (``scoring_copy.losses_on_copy``); a refusal is the run's, in one line
+    (a TrainRequestError; a plugin that changed the copy: CheckpointChangedError, which
+    always ends the run). ``only``: the ids of
     the records the run needs (the request's ``score_only``, or one made of their rows in
     a listing: ``ScoreOnly.of_rows``; the plugin may score more); None: every record."""
     who = f"{request.agent}: plugin {plugin_name(plugin)}"
     if only is not None:
         asked = only if isinstance(only, ScoreOnly) else ScoreOnly(frozenset(only))
         request = replace(request, score_only=asked)
-    try:
-        losses = score_on_copy(
+    try:  # checked where it is received, a copy of its own (losses_on_copy)
+        return losses_on_copy(
             lambda copy: plugin.score_records(copy, request),
             checkpoint,
             Path(request.checkpoint_dir),
             who,
         )
-        if not isinstance(losses, RecordLosses):
-            raise RecordLossesError(
-                f"score_records returned a {type(losses).__name__}, not RecordLosses"
-            )
-        # Checked again on a copy of its own, here where it is used: the plugin's object
-        # may have been changed since it was built (object.__setattr__ on a frozen one).
-        return RecordLosses.copy_of(losses)
     except CheckpointChangedError:
         raise
     except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:

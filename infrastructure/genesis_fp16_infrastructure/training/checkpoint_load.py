@@ -206,14 +206,16 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
-def read_in_block(path: Path) -> tuple[bytes, str] | None:
+def read_in_block(path: Path, named_in: Path | None = None) -> tuple[bytes, str] | None:
     """In a reusing_loads() block whose last read of a checkpoint file was of ``path``:
     the bytes that load read, checked against the file's digest file then, and their
-    SHA-256; None otherwise (another file, no block, or a load that read nothing). Not a
-    claim on what the file holds now: a caller that copies them copies the checkpoint as
-    the block read and checked it, without a second read and hash (the judged run reads
-    the records a checkpoint names, then scores a copy of it: one read of its bytes for
-    both, the copy of the very bytes whose trained ids it read; issue 90). ::
+    SHA-256; None otherwise (another file, no block, or a load that read nothing), or
+    when the digest file ``named_in`` (one copied beside a copy of them, which the copy's
+    loader reads) does not name them now. Not a claim on what the file holds now: a
+    caller that copies them copies the checkpoint as the block read and checked it,
+    without a second read and hash (the judged run reads the records a checkpoint names,
+    then scores a copy of it: one read of its bytes for both, the copy of the very bytes
+    whose trained ids it read; issue 90). ::
 
         with reusing_loads():
             named = load_checkpoint(path)["extra"]
@@ -222,7 +224,20 @@ def read_in_block(path: Path) -> tuple[bytes, str] | None:
     read = _READ.get()
     if not read or read[0][0] != Path(path):
         return None
+    if named_in is not None and not _names(named_in, read[0][2]):
+        return None
     return read[0][1], read[0][2]
+
+
+def _names(digests: Path, digest: str) -> bool:
+    """Whether the digest file ``digests`` names ``digest`` (none there: a checkpoint
+    written before digests, whose loader hashes nothing against it)."""
+    try:
+        return digest in digests.read_text().split()
+    except FileNotFoundError:
+        return True
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def note_saved(path: Path, digest: str) -> None:

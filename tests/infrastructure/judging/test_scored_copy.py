@@ -245,3 +245,60 @@ def _refusing(path: Path, read_bytes: Any) -> Any:
         return bytes(read_bytes(self))
 
     return reading
+
+
+def test_a_byte_flipped_in_place_with_the_copys_size_and_times_kept_is_refused(
+    tmp_path: Path,
+) -> None:
+    """One byte of the copy flipped, its size, atime and mtime put back: refused, the
+    copy read back and compared with the bytes written (no file times trusted)."""
+    original = _checkpoint(tmp_path / "candidate")
+
+    def score(copy: Path) -> int:
+        times = copy.stat()
+        data = bytearray(copy.read_bytes())
+        data[0] ^= 1
+        copy.write_bytes(bytes(data))
+        os.utime(copy, ns=(times.st_atime_ns, times.st_mtime_ns))
+        return 1
+
+    with pytest.raises(CheckpointChangedError, match="changed the checkpoint it scored"):
+        score_on_copy(score, original, tmp_path, "agent: plugin p")
+    assert original.read_bytes() == b"weights"
+
+
+def test_an_honest_copy_is_compared_after_scoring_not_hashed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an honest scoring the copy is read back and compared with the bytes
+    written: no SHA-256 of it is taken again (issue 90)."""
+    from genesis_fp16_infrastructure.judging import scoring_copy
+
+    original = _checkpoint(tmp_path / "candidate")
+    digests: list[object] = []
+
+    def counting(file: Any, name: str) -> Any:
+        digests.append(file)
+        return hashlib.file_digest(file, name)
+
+    monkeypatch.setattr(
+        scoring_copy, "hashlib", SimpleNamespace(sha256=hashlib.sha256, file_digest=counting)
+    )
+    assert score_on_copy(lambda copy: copy.read_bytes(), original, tmp_path, "a: p") == b"weights"
+    assert digests == []
+
+
+def test_the_plugins_losses_are_handed_back_as_a_checked_copy_of_their_own(
+    tmp_path: Path,
+) -> None:
+    """losses_on_copy hands back a RecordLosses the plugin never held, with its
+    records and losses; any other answer is refused in one line (RecordLossesError)."""
+    from genesis_fp16_infrastructure.contract.judging import RecordLosses, RecordLossesError
+    from genesis_fp16_infrastructure.judging.scoring_copy import losses_on_copy
+
+    original = _checkpoint(tmp_path / "candidate")
+    given = RecordLosses.of(["a", "b"], [0.5, 1.5])
+    got = losses_on_copy(lambda copy: given, original, tmp_path, "agent: plugin p")
+    assert got is not given and got.ids == ("a", "b") and got.column() == (0.5, 1.5)
+    with pytest.raises(RecordLossesError, match="returned a dict, not RecordLosses"):
+        losses_on_copy(lambda copy: {"a": 0.5}, original, tmp_path, "agent: plugin p")

@@ -288,6 +288,31 @@ def test_a_load_in_a_block_hands_its_checked_bytes_on_for_that_file_alone(
     assert read_in_block(first) is None and read_in_block(second) is None
 
 
+def test_a_blocks_checked_bytes_are_handed_on_only_where_a_copys_digest_file_names_them(
+    tmp_path: Path,
+) -> None:
+    """read_in_block(named_in=...) gives the block's checked bytes only while the digest
+    file it is given names them (a copy's, which the copy's loader reads); one that names
+    others, or cannot be read as text, gives none; none there (a checkpoint of before
+    digests) names any."""
+    import hashlib
+
+    path = CheckpointManager(tmp_path / "ck").save(_state(1))
+    copied = tmp_path / "copy.pt.sha256"
+    with reusing_loads():
+        load_checkpoint(path)
+        data = path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        copied.write_text(digest)
+        assert read_in_block(path, named_in=copied) == (data, digest)
+        copied.write_text(hashlib.sha256(b"other").hexdigest())
+        assert read_in_block(path, named_in=copied) is None
+        copied.write_bytes(b"\xff\xfe")
+        assert read_in_block(path, named_in=copied) is None
+        copied.unlink()
+        assert read_in_block(path, named_in=copied) == (data, digest)
+
+
 def test_the_digest_of_a_save_is_of_the_file_saved_last_alone(tmp_path: Path) -> None:
     """saved_digest names the SHA-256 of the bytes the last save wrote for its path
     alone; a file changed since still gets the saved digest (a key, never a check of
