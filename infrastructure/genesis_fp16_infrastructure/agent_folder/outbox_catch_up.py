@@ -420,10 +420,8 @@ def _owed(
     rolled: Mapping[str, Verdict] | None = None,
 ) -> tuple[list[Step], list[str]]:
     """Under the outbox's ``lock``: what the folder holds read once (:func:`_read`), then
-    the writes, in their order, and the ids they announce. Each staged event (when
-    ``staged``) is moved in when its candidate's verdict file says what it announces and
-    the outbox neither holds nor pruned it, then removed (a killed staging's temp file
-    removed too; what is no event left, set aside when read); then each round's writes
+    the writes, in their order, and the ids they announce. What a killed writer left
+    staged, settled (when ``staged``: :func:`_settled`); then each round's writes
     and its journal's events the outbox lacks (``owed``: :func:`_owes`, one per round),
     as a pass of its own after the one before would find them: after the first outbox's
     state when there is none yet (the journal's announced entries taken as history, but
@@ -431,23 +429,7 @@ def _owed(
     taken as their candidates' files. Every write is decided first; the events are made
     last, in the pass's order, so their order numbers follow it."""
     found = _read(agent_folder, staged, [i for _, m in owed for i, _ in m], rolled)
-    state = found.state or OutboxState(pruned=[], dropped=0)
-    planned: list[Step | NewEvent] = []
-    written: list[str] = []
-    for path, event in found.staged:
-        if path.name.startswith(".tmp-"):  # a writer killed before its staged file's rename
-            planned.append(files.Remove(path))
-        if event is None:
-            continue
-        ident = str(event.data.get("candidate_id"))
-        said = found.said.get(ident)
-        decided = said is not None and event.id == verdict_event_id(
-            agent_folder.name, ident, said.to_json()
-        )
-        if decided and event.id not in state["pruned"] and event.id not in found.present:
-            planned.append(NewEvent(event.kind, event.data, event.id))
-            written.append(event.id)
-        planned.append(files.Remove(path))
+    planned, written = _settled(agent_folder.name, found)
     kept, present = found.state, found.present
     for announced, (entries, missing) in zip(rounds, owed, strict=True):
         planned.extend(_round_writes(agent_folder, announced))
@@ -472,6 +454,29 @@ def _owed(
         for p in planned
     )
     return list(made), written
+
+
+def _settled(agent: str, found: _Found) -> tuple[list[Step | NewEvent], list[str]]:
+    """What a killed writer left staged (``found``, read under the outbox's lock), settled:
+    each event moved in when its candidate's verdict file says what it announces and the
+    outbox neither holds nor pruned it, then removed (a killed staging's temp file removed
+    too; what is no event left, set aside when read). Returns the writes and the ids."""
+    state = found.state or OutboxState(pruned=[], dropped=0)
+    planned: list[Step | NewEvent] = []
+    written: list[str] = []
+    for path, event in found.staged:
+        if path.name.startswith(".tmp-"):  # a writer killed before its staged file's rename
+            planned.append(files.Remove(path))
+        if event is None:
+            continue
+        ident = str(event.data.get("candidate_id"))
+        said = found.said.get(ident)
+        decided = said is not None and event.id == verdict_event_id(agent, ident, said.to_json())
+        if decided and event.id not in state["pruned"] and event.id not in found.present:
+            planned.append(NewEvent(event.kind, event.data, event.id))
+            written.append(event.id)
+        planned.append(files.Remove(path))
+    return planned, written
 
 
 @dataclass(frozen=True)
