@@ -306,13 +306,14 @@ def _catch_up(
     entry); else under it, read and decided (:func:`_owed`) before anything is written."""
     agent_folder = agent_folder_of(checkpoint_folder)
     owed = None if agent_folder is None else _owes(agent_folder, rounds, staged)
-    steps = [*first, *(s for r in rounds for s in _plain_writes(r))]  # no event of its own
     written: list[str] = []
     with ExitStack() as held:
         if agent_folder is not None and owed is not None:  # read and decided under the lock
             lock = held.enter_context(outbox_lock(agent_folder))
             made, written = _owed(agent_folder, lock, staged, rounds, owed, rolled)
             steps = [*first, *made]
+        else:  # no verdict with an event of its own
+            steps = [*first, *(s for r in rounds for s in _plain_writes(r))]
         if steps:  # no call to write nothing
             files.write_in_order(steps)
     return written
