@@ -17,7 +17,10 @@ This script uses the one-number plugin of ``tests/infrastructure/judging/test_ru
   its checkpoints name those they trained on) in a process that keeps what runs read
   (``keep_in_memory_bytes``, as a resident run process does): a first model on 300
   records, a second run on 600, and the third (traced) on 900, whose served model's
-  listing is looked up against its known ids through what the second run kept.
+  listing is looked up against its known ids through what the second run kept;
+- ``reject``: a second run trains a candidate worse on the same records, rejected (its
+  verdict and its own event: the served model stays), as that file's
+  ``test_a_worse_candidate_is_rejected_and_not_trained_again`` does.
 
 ::
 
@@ -97,10 +100,20 @@ def _cases(case: Any, root: Path) -> dict[str, Callable[[], Any]]:
         request = case._request(folder, case._data(folder / "d2.json", 0.5, range(900)), **keep)
         return lambda: run_plugin(plugin, request)
 
+    def reject() -> Callable[[], Any]:
+        folder = root / "reject"
+        folder.mkdir()
+        plugin = case.OneNumber()
+        run_plugin(plugin, case._on(folder, 0.3, range(40)))
+        plugin.fixed = 0.9
+        request = case._on(folder, 0.3, range(40, 80))
+        return lambda: run_plugin(plugin, request)
+
     return {
         "promote": promote(),
         "close_and_judge_again": close_and_judge_again(),
         "listed_and_kept": listed_and_kept(),
+        "reject": reject(),
     }
 
 
@@ -113,7 +126,8 @@ def main() -> None:
 
     for name, run in _cases(case, Path(tempfile.mkdtemp())).items():
         tracer, result = _traced(tree, run)
-        assert result.gate is not None and result.gate.outcome == "promoted", name
+        expected = "rejected" if name == "reject" else "promoted"
+        assert result.gate is not None and result.gate.outcome == expected, name
         walk, names = count_walk(tracer.files), [f.split(":")[0] for f in tracer.functions]
         figures = {
             "case": name,

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -120,6 +120,24 @@ def read_candidates(folder: Path) -> tuple[KeptCandidate, ...]:
     """Every candidate of ``folder``, oldest first (:func:`list_candidates`' order), each
     meta and verdict read once (an unusable one set aside and reported, read as empty)."""
     return tuple(KeptCandidate(path, meta, read_verdict(path)) for path, meta in _listed(folder))
+
+
+def last_judged(
+    candidates: Sequence[KeptCandidate], served_id: str | None, pinned: bool
+) -> Path | None:
+    """The newest candidate that continued ``served_id`` and was judged, when its records
+    count as learned for the served model: it was not served (rejected, held,
+    inconclusive, undecided, rolled back), or the served model is pinned (a promoted one
+    was served, and a pin is never undone by training the same data again); None when
+    the newest such candidate was promoted and no pin holds, or there is none.
+    ``candidates``: the folder's, as the caller read them (a judged run's phase, the
+    plan's data check): no read here."""
+    for candidate in reversed(candidates):
+        outcome = candidate.verdict.outcome
+        if candidate.meta.continues != served_id or outcome is None:
+            continue
+        return candidate.path if outcome != Outcome.PROMOTED or pinned else None
+    return None
 
 
 def _listed(folder: Path) -> list[tuple[Path, CandidateMeta]]:

@@ -499,10 +499,20 @@ class Remove:
     path: Path
 
 
-def write_in_order(steps: Iterable[Write | Remove]) -> None:
+@dataclass(frozen=True)
+class Move:
+    """One step of :func:`write_in_order`: ``path`` renamed to ``target`` (one rename, not
+    fsynced: a staged outbox event moved in); when ``target`` is there already, ``path``
+    removed instead (the copy there stands)."""
+
+    path: Path
+    target: Path
+
+
+def write_in_order(steps: Iterable[Write | Remove | Move]) -> None:
     """Each step, in order, each done before the next begins (a kill between two leaves
     the first done, the second not): a write sets aside a folder, FIFO or link in the way
-    and writes atomically (:func:`write_atomic`); a removal unlinks.
+    and writes atomically (:func:`write_atomic`); a removal unlinks; a move renames.
 
     >>> import tempfile
     >>> from genesis_fp16_infrastructure.agent_folder.layout import OUTBOX_EVENT
@@ -514,6 +524,11 @@ def write_in_order(steps: Iterable[Write | Remove]) -> None:
     for step in steps:
         if isinstance(step, Remove):
             Path(step.path).unlink(missing_ok=True)
+        elif isinstance(step, Move):
+            if os.path.lexists(step.target):
+                Path(step.path).unlink(missing_ok=True)
+            else:
+                os.replace(step.path, step.target)
         else:
             data = step.data if isinstance(step.data, bytes) else json_bytes(step.data)
             clear_way(step.path, step.file)

@@ -25,14 +25,16 @@ kill -9 does:
   it announces (agent, candidate, outcome and the verdict's own decision time: held then
   rejected are two events, one verdict released twice is one), is staged in ``staged/``
   before the candidate's verdict file is written and moved into the outbox by one rename
-  after it, the outbox's lock held throughout (:func:`verdict_announced`), so before any
-  log line or metric says so. A staged event is a killed writer's (a live one holds the
-  lock), and the next owner call (where the journal's copies are made:
-  :func:`announce_verdicts`) or verdict writer settles it by what the verdict file says:
-  moved in if it says that verdict (a kill after the file), discarded if not (a kill
-  before it). Never twice, never one pruned meanwhile; a verdict of a state folder from
-  before this was never staged and is never announced. With nothing staged a catch-up
-  is one listing of an empty folder, whatever the candidates kept.
+  after it, the outbox's lock held throughout (:func:`verdict_announced`; a
+  transaction's commit makes the same three writes in its one ordered pass:
+  :func:`catch_up`), so before any log line or metric says so. A staged event is a
+  killed writer's (a live one holds the lock), and the next owner call (where the
+  journal's copies are made: :func:`announce_verdicts`) or verdict writer settles it by
+  what the verdict file says: moved in if it says that verdict (a kill after the file),
+  discarded if not (a kill before it). Never twice, never one pruned meanwhile; a
+  verdict of a state folder from before this was never staged and is never announced.
+  With nothing staged a catch-up is one listing of an empty folder, whatever the
+  candidates kept.
 
 Against a power cut, a transition's event is in the fsynced journal; a staged verdict
 event is not fsynced (agent_folder.outbox says why no event's first write is): a power
@@ -130,13 +132,21 @@ def announce_journal(
 @dataclass(frozen=True)
 class Announced:
     """A journal whose entries the outbox lacks are copied in one catch-up's pass:
-    ``decided``, the writes that decide what they announce (a commit's verdicts, its
-    pointer, the verdicts its journal decided), written just before them; ``committed_now``:
-    its newest entry was just committed (a first outbox takes the rest as history)."""
+    ``verdicts``, a commit's verdict files (candidate, verdict as decided), then
+    ``decided``, the writes that decide what the entries announce (its pointer, the
+    verdicts its journal decided), written just before them, in that order;
+    ``committed_now``: its newest entry was just committed (a first outbox takes the rest
+    as history). A verdict that :func:`announces` is written with its own event staged
+    before it and moved into the outbox after it (:func:`_verdict_steps`)."""
 
     journal: Sequence[JournalEntry]
     committed_now: bool = False
     decided: Sequence[Step] = ()
+    verdicts: Sequence[tuple[Path, Verdict]] = ()
+
+    def announcing(self) -> bool:
+        """Whether one of its verdicts has an event of its own (:func:`announces`)."""
+        return any(announces(c, v.outcome) for c, v in self.verdicts)
 
 
 VERDICT_KINDS: dict[str, str] = {Outcome.REJECTED: "reject", Outcome.HELD: "hold"}
@@ -201,23 +211,39 @@ def stage_verdict(
 ) -> Path:
     """Write the ``kind`` event announcing ``verdict`` of the candidate ``ident`` to
     ``outbox/staged/`` (the caller holds ``lock``, the outbox's); returns its file."""
+    steps, _ = _owed(agent_folder, lock, True, [], [])  # a dead writer's, by its file
+    event = _staged_event(agent_folder, ident, kind, verdict)
+    made = new_event(agent_folder, lock, kind, event.data, event.event_id, event.folder)
+    files.write_in_order([*steps, made])
+    return made.path
+
+
+def _staged_event(
+    agent_folder: Path, ident: str, kind: str, verdict: Mapping[str, Json]
+) -> NewEvent:
+    """The ``kind`` event announcing ``verdict`` of the candidate ``ident``, to write to
+    ``outbox/staged/`` (made there: the folder, under the outbox's lock)."""
     data = {"candidate_id": ident, **{k: verdict[k] for k in VERDICT_KEYS if k in verdict}}
     event_id = verdict_event_id(agent_folder.name, ident, verdict)
     staged = agent_folder / OUTBOX_FOLDER / OUTBOX_STAGED_FOLDER
     staged.mkdir(exist_ok=True)
-    steps, _ = _owed(agent_folder, lock, True, [], [])  # a dead writer's, by its file
-    files.write_in_order([*steps, new_event(agent_folder, lock, kind, data, event_id, staged)])
-    return staged / f"{event_id}.json"
+    return NewEvent(kind, data, event_id, staged)
+
+
+def _staged_path(agent_folder: Path, event: NewEvent) -> Path:
+    """Where the staged ``event`` is written (``outbox.new_event``'s file name)."""
+    return (event.folder or agent_folder / OUTBOX_FOLDER) / f"{event.event_id}.json"
+
+
+def _released(staged: Path) -> files.Move:
+    """The staged event's move into the outbox (none if a copy is there already)."""
+    return files.Move(staged, staged.parent.parent / staged.name)
 
 
 def release_verdict(staged: Path) -> str:
     """Move the staged event into the outbox (one rename; none if a copy is there
     already); returns its id."""
-    final = staged.parent.parent / staged.name
-    if os.path.lexists(final):
-        staged.unlink(missing_ok=True)
-    else:
-        os.replace(staged, final)
+    files.write_in_order([_released(staged)])
     return staged.stem
 
 
@@ -235,7 +261,6 @@ def catch_up(
     found: Sequence[JournalEntry] | None,
     rolled: Mapping[str, Verdict] | None = None,
     committed: Announced | None = None,
-    announced: Sequence[tuple[Path, Verdict]] = (),
     rolled_writes: Sequence[Step] = (),
 ) -> list[str]:
     """A transaction's one pass into the outbox, under the pointer's lock (the module
@@ -245,19 +270,15 @@ def catch_up(
     the outbox lacking, when the transaction settled (``found``: the pointer's journal as
     it found it; None: not settled): the verdict events left staged, each settled by its
     candidate's verdict file, then that journal's events; then the commit's
-    (``committed``: its writes, then its journal's events). ``announced``: the commit's
-    verdicts when one is a rejection's or a hold's, each written with its own event
-    around it (:func:`write_announced`, which takes the outbox's lock itself): after what
-    was settled, before the commit's pass. Returns the ids written, in that order."""
+    (``committed``: its verdicts, a rejection's or a hold's with its own event staged
+    before and moved in after, then its other writes, then its journal's events).
+    Returns the ids of the journal's and the settled events written, in that order."""
     settled = [] if found is None else [Announced(found)]
-    first = list(rolled_writes)  # the settle's verdicts: the pass's first writes
-    if not announced:
-        rounds = settled if committed is None else [*settled, committed]
-        return _catch_up(checkpoint_folder, found is not None, rounds, rolled, first)
-    written = _catch_up(checkpoint_folder, found is not None, settled, rolled, first)
-    for candidate, verdict in announced:
-        write_announced(candidate, verdict)
-    return written + _catch_up(checkpoint_folder, False, [] if committed is None else [committed])
+    rounds = settled if committed is None else [*settled, committed]
+    # A commit that stages an event settles what a dead writer left staged first, as
+    # every staging does (stage_verdict).
+    staged = found is not None or (committed is not None and committed.announcing())
+    return _catch_up(checkpoint_folder, staged, rounds, rolled, list(rolled_writes))
 
 
 def write_announced(candidate: Path, verdict: Verdict) -> None:
@@ -268,7 +289,7 @@ def write_announced(candidate: Path, verdict: Verdict) -> None:
         files.write_json(VERDICT.at(candidate), VERDICT, decided)
 
 
-Step = files.Write | files.Remove
+Step = files.Write | files.Remove | files.Move
 
 
 def _catch_up(
@@ -285,13 +306,14 @@ def _catch_up(
     entry); else under it, read and decided (:func:`_owed`) before anything is written."""
     agent_folder = agent_folder_of(checkpoint_folder)
     owed = None if agent_folder is None else _owes(agent_folder, rounds, staged)
-    steps: list[Step] = [*first, *(s for r in rounds for s in r.decided)]
     written: list[str] = []
     with ExitStack() as held:
         if agent_folder is not None and owed is not None:  # read and decided under the lock
             lock = held.enter_context(outbox_lock(agent_folder))
-            steps, written = _owed(agent_folder, lock, staged, rounds, owed, rolled)
-            steps = [*first, *steps]
+            made, written = _owed(agent_folder, lock, staged, rounds, owed, rolled)
+            steps = [*first, *made]
+        else:  # no verdict with an event of its own
+            steps = [*first, *(s for r in rounds for s in _plain_writes(r))]
         if steps:  # no call to write nothing
             files.write_in_order(steps)
     return written
@@ -315,8 +337,10 @@ def _owes(agent_folder: Path, rounds: Sequence[Announced], staged: bool) -> list
         # outbox.json).
         missing = [(i, e) for i, e in entries if not os.path.lexists(f"{root}/{i}.json")]
         owed.append((entries, missing))
-    if not any(m for _, m in owed) and not (
-        staged and _any_staged(f"{root}/{OUTBOX_STAGED_FOLDER}")
+    if (
+        not any(m for _, m in owed)
+        and not (staged and _any_staged(f"{root}/{OUTBOX_STAGED_FOLDER}"))
+        and not any(r.announcing() for r in rounds)
     ):
         return None
     return owed
@@ -397,47 +421,97 @@ def _owed(
     rolled: Mapping[str, Verdict] | None = None,
 ) -> tuple[list[Step], list[str]]:
     """Under the outbox's ``lock``: what the folder holds read once (:func:`_read`), then
-    the writes, in their order, and the ids they announce. Each staged event (when
-    ``staged``) is moved in when its candidate's verdict file says what it announces and
-    the outbox neither holds nor pruned it, then removed (a killed staging's temp file
-    removed too; what is no event left, set aside when read); then each round's writes
+    the writes, in their order, and the ids they announce. What a killed writer left
+    staged, settled (when ``staged``: :func:`_settled`); then each round's writes
     and its journal's events the outbox lacks (``owed``: :func:`_owes`, one per round),
     as a pass of its own after the one before would find them: after the first outbox's
     state when there is none yet (the journal's announced entries taken as history, but
     the newest when ``committed_now``). ``rolled``: verdicts the caller wrote first,
-    taken as their candidates' files."""
+    taken as their candidates' files. Every write is decided first; the events are made
+    last, in the pass's order, so their order numbers follow it."""
     found = _read(agent_folder, staged, [i for _, m in owed for i, _ in m], rolled)
-    state = found.state or OutboxState(pruned=[], dropped=0)
-    steps: list[Step] = []
-    written: list[str] = []
-    for path, event in found.staged:
-        if path.name.startswith(".tmp-"):  # a writer killed before its staged file's rename
-            steps.append(files.Remove(path))
-        if event is None:
-            continue
-        ident = str(event.data.get("candidate_id"))
-        said = found.said.get(ident)
-        decided = said is not None and event.id == verdict_event_id(
-            agent_folder.name, ident, said.to_json()
-        )
-        if decided and event.id not in state["pruned"] and event.id not in found.present:
-            steps.append(new_event(agent_folder, lock, event.kind, event.data, event.id))
-            written.append(event.id)
-        steps.append(files.Remove(path))
+    planned, written = _settled(agent_folder.name, found)
     kept, present = found.state, found.present
     for announced, (entries, missing) in zip(rounds, owed, strict=True):
-        steps.extend(announced.decided)
+        planned.extend(_round_writes(agent_folder, announced))
         # What an earlier round wrote is there now, as a second pass would find it.
         lacking = [(i, e) for i, e in missing if i not in present and i not in written]
         if lacking and kept is None:  # the first outbox: earlier transitions are history
             before = entries[:-1] if announced.committed_now else entries
             kept = kept_state(OutboxState(pruned=[i for i, _ in before], dropped=0))
-            steps.append(files.Write(state_path(agent_folder), OUTBOX_STATE, kept))
+            planned.append(files.Write(state_path(agent_folder), OUTBOX_STATE, kept))
         pruned = set() if kept is None else set(kept["pruned"])
         for event_id, entry in lacking:
             if event_id not in pruned:
                 kind = "promote" if entry.kind in PROMOTE_HOWS else entry.kind
                 data = {k: v for k, v in entry.to_json().items() if k != "at_s"}
-                steps.append(new_event(agent_folder, lock, kind, data, event_id))
+                planned.append(NewEvent(kind, data, event_id))
                 written.append(event_id)
-    return steps, written
+    # The events made last, in the pass's order: their order numbers follow it.
+    made = (
+        new_event(agent_folder, lock, p.kind, p.data, p.event_id, p.folder)
+        if isinstance(p, NewEvent)
+        else p
+        for p in planned
+    )
+    return list(made), written
+
+
+def _settled(agent: str, found: _Found) -> tuple[list[Step | NewEvent], list[str]]:
+    """What a killed writer left staged (``found``, read under the outbox's lock), settled:
+    each event moved in when its candidate's verdict file says what it announces and the
+    outbox neither holds nor pruned it, then removed (a killed staging's temp file removed
+    too; what is no event left, set aside when read). Returns the writes and the ids."""
+    state = found.state or OutboxState(pruned=[], dropped=0)
+    planned: list[Step | NewEvent] = []
+    written: list[str] = []
+    for path, event in found.staged:
+        if path.name.startswith(".tmp-"):  # a writer killed before its staged file's rename
+            planned.append(files.Remove(path))
+        if event is None:
+            continue
+        ident = str(event.data.get("candidate_id"))
+        said = found.said.get(ident)
+        decided = said is not None and event.id == verdict_event_id(agent, ident, said.to_json())
+        if decided and event.id not in state["pruned"] and event.id not in found.present:
+            planned.append(NewEvent(event.kind, event.data, event.id))
+            written.append(event.id)
+        planned.append(files.Remove(path))
+    return planned, written
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event a pass writes (in ``folder``: the outbox when None), made
+    (``outbox.new_event``, under the next order number) once the pass's writes are all
+    decided."""
+
+    kind: str
+    data: Mapping[str, Json]
+    event_id: str
+    folder: Path | None = None
+
+
+def _plain_writes(announced: Announced) -> list[Step]:
+    """A round's writes before its journal's events when none of its verdicts has an
+    event of its own (no lock taken): its verdicts' files, then ``decided``."""
+    verdicts = [files.Write(VERDICT.at(c), VERDICT, v.to_json()) for c, v in announced.verdicts]
+    return [*verdicts, *announced.decided]
+
+
+def _round_writes(agent_folder: Path, announced: Announced) -> list[Step | NewEvent]:
+    """A round's writes before its journal's events (the outbox's lock held): each of its
+    verdicts' files, in order, a rejection's or a hold's (:func:`announces`) with its
+    event staged before it and moved into the outbox after it, as
+    :func:`verdict_announced` writes one on its own; then ``decided``."""
+    steps: list[Step | NewEvent] = []
+    for candidate, verdict in announced.verdicts:
+        decided = verdict.to_json()
+        write = files.Write(VERDICT.at(candidate), VERDICT, decided)
+        kind = VERDICT_KINDS.get(str(verdict.outcome))
+        if kind is None or not announces(candidate, verdict.outcome):
+            steps.append(write)
+            continue
+        event = _staged_event(agent_folder, Path(candidate).name, kind, decided)
+        steps += [event, write, _released(_staged_path(agent_folder, event))]
+    return [*steps, *announced.decided]

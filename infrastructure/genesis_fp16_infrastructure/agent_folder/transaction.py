@@ -24,9 +24,10 @@ lock, writes in this order, each write durable before the next:
    left staged, moved in or discarded by what its candidate's verdict file says once
    they are written, then the events of the journal as the transaction found it;
 2. the verdict files no journal carries (rejected, held, undecided), the gate's order:
-   its verdict first, then the pointer that serves the model (when one is a rejection's
-   or a hold's, each is written on its own after 1, its event staged and released around
-   it, ``outbox_catch_up.write_announced``, and 3-5 are a pass of their own);
+   its verdict first, then the pointer that serves the model; a rejection's or a hold's
+   with its own event staged (``outbox/staged/``) before it and moved into the outbox by
+   one rename after it, as a verdict written on its own has its event around it
+   (``outbox_catch_up.verdict_announced``);
 3. the pointer (``served.json``'s one atomic replace): the transitions' commit point,
    carrying their journal entries and the verdicts they decided;
 4. those verdicts, written to their candidates (after the settle, this transaction's
@@ -278,7 +279,8 @@ class Transaction:
         assert self.done is None, "a transaction commits once"
         if discard:
             self._pointer, self._verdicts, self._removals = self.before, {}, None
-        announced, writes = self._staged_writes()
+        verdicts = list(self._verdicts.items())  # each with its event, if it has one
+        writes: list[files.Write] = []  # the pointer, then the verdicts its journal decided
         new, entries, decided = self._pointer, [], []
         changed = new is not None and new is not self.before
         journal: list[JournalEntry] = []  # what the outbox is to hold: none when unchanged
@@ -286,13 +288,15 @@ class Transaction:
             entries = [e for e in new.journal if e.seq > self._settled_through]
             rolled = self._rolled_forward(new, entries)
             pointer = files.Write(SERVED_POINTER.at(self.folder), SERVED_POINTER, new.to_json())
-            writes += [pointer, *_verdict_writes(self.folder, rolled)]
+            writes = [pointer, *_verdict_writes(self.folder, rolled)]
             journal, decided = new.journal, list(rolled)
         # What the settle owes the outbox, then the staged verdicts, the pointer and its
         # verdicts, then the journal's events: one ordered pass (the outbox's lock taken,
         # and what it holds read, first).
-        committed = outbox_catch_up.Announced(journal, changed, writes) if writes else None
-        events = self._caught_up(committed, announced)
+        committed = None
+        if writes or verdicts:
+            committed = outbox_catch_up.Announced(journal, changed, writes, verdicts)
+        events = self._caught_up(committed)
         removed = [] if self._removals is None else self._remove_all()
         if discard:
             return None
@@ -305,29 +309,15 @@ class Transaction:
             recorded.append(self.done)
         return self.done
 
-    def _caught_up(
-        self,
-        committed: outbox_catch_up.Announced | None,
-        announced: list[tuple[Path, Verdict]],
-    ) -> list[str]:
+    def _caught_up(self, committed: outbox_catch_up.Announced | None) -> list[str]:
         """The transaction's one pass into the outbox (``outbox_catch_up.catch_up``):
-        what the settle owes it, then ``announced`` and ``committed``; none when there is
-        nothing to write nor to settle. Returns the ids queued."""
-        if self._found is None and committed is None and not announced:
+        what the settle owes it, then ``committed``; none when there is nothing to write
+        nor to settle. Returns the ids queued."""
+        if self._found is None and committed is None:
             return []
         found, rolled = (None, None) if self._found is None else self._found
         writes = [] if rolled is None else _verdict_writes(self.folder, rolled)
-        return outbox_catch_up.catch_up(self.folder, found, rolled, committed, announced, writes)
-
-    def _staged_writes(self) -> tuple[list[tuple[Path, Verdict]], list[files.Write]]:
-        """The staged verdicts' files, in the order staged, for the commit's one ordered
-        pass; when one of them is announced (a rejection or a hold), each is instead
-        written with its event staged and released around it, after what the settle
-        queued (the first list: ``outbox_catch_up.write_announced``)."""
-        staged = list(self._verdicts.items())
-        if any(outbox_catch_up.announces(c, v.outcome) for c, v in staged):
-            return staged, []
-        return [], [files.Write(VERDICT.at(c), VERDICT, v.to_json()) for c, v in staged]
+        return outbox_catch_up.catch_up(self.folder, found, rolled, committed, writes)
 
     def _rolled_forward(
         self, new: ServedPointer, entries: list[JournalEntry]

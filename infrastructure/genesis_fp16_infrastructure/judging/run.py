@@ -74,6 +74,7 @@ import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     KeptCandidate,
+    last_judged,
     make_candidate,
     newest_checkpoint,
     read_candidates,
@@ -304,9 +305,11 @@ def _candidate(state: JudgedState) -> None:
     # a promotion the judging decides) staged in the phase's one transaction.
     taken = decide_unfinished(meta, read_candidates(state.folder))
     state.candidates = taken.candidates
+    asks = taken.candidate is None and served.losses is not None and not request.forced
+    # What an unforced run may be up to date against, besides the served model.
+    last = last_judged(state.candidates, served.id, _pinned(served)) if asks else None
     if served.losses is not None:  # the gate's set ``newest``, for every verdict below
         state.rolled_back = rolled_back_to(state.candidates, served.id)
-    asks = taken.candidate is None and served.losses is not None and not request.forced
     kept = _rejudge_kept(state, digest) if asks else None
     rejudged = None
     if taken.closing or kept is not None:
@@ -316,7 +319,9 @@ def _candidate(state: JudgedState) -> None:
         if report is not None and report.outcome != Outcome.INCONCLUSIVE:
             rejudged = report  # decided: no step to train
     if asks:
-        learned = None if rejudged is not None else nothing_new(served, request, state.candidates)
+        learned = None
+        if rejudged is None:
+            learned = nothing_new(served, request, state.candidates, last)
         if rejudged is not None or learned is not None:
             seconds = time.monotonic() - state.started
             state.done = up_to_date(request, served, seconds, state.live, rejudged, learned)
@@ -348,6 +353,12 @@ def _gated(state: JudgedState, result: TrainResult, before: float) -> TrainResul
         ),
         wall_seconds=round(result.wall_seconds + before + gate.seconds, 6),
     )
+
+
+def _pinned(served: Served) -> bool:
+    """Whether the served model is pinned (a promoted candidate then counts as learned:
+    ``candidates.last_judged``)."""
+    return served.pointer is not None and served.pointer.pinned is not None
 
 
 def _meta(request: TrainRequest, served: Served, digest: str) -> CandidateMeta:
@@ -417,9 +428,7 @@ def _write_known(state: JudgedState, candidate: Path, losses: RecordLosses) -> N
     # The next run's listing begins with these records, every one known to this
     # candidate: kept for its lookup if it serves this one (stores.listed_known, checked)
     listed = losses if served.losses is None else served.records
-    stores.write_known_ids(
-        candidate, stores.sorted_distinct(knows), budget, (LISTED, listed.id_hashes)
-    )
+    stores.write_known_ids(candidate, knows, budget, (LISTED, listed.id_hashes))  # sorted there
 
 
 def _decide(

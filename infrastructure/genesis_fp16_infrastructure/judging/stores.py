@@ -35,9 +35,7 @@ from typing import IO, Any, TypeGuard
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.candidates import KeptCandidate
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_IDS, JUDGED_WATCH, StateFile
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
 from genesis_fp16_infrastructure.contract.split import sorted_unique
 from genesis_fp16_infrastructure.data.pool_columns import IdRank
 from genesis_fp16_infrastructure.data.schema import find_ids
@@ -229,24 +227,6 @@ def _lookups(value: object) -> tuple[KnownLookup, ...]:
     """The lookups among what the store held under a name (none: nothing, or not
     lookups)."""
     return tuple(k for k in value if isinstance(k, KnownLookup)) if isinstance(value, tuple) else ()
-
-
-def last_judged(
-    candidates: Sequence[KeptCandidate], served_id: str | None, pinned: bool
-) -> Path | None:
-    """The newest candidate that continued ``served_id`` and was judged, when its records
-    count as learned for the served model: it was not served (rejected, held,
-    inconclusive, undecided, rolled back), or the served model is pinned (a promoted one
-    was served, and a pin is never undone by training the same data again); None when
-    the newest such candidate was promoted and no pin holds, or there is none.
-    ``candidates``: the folder's, as the caller read them (a judged run's phase, the
-    plan's data check): no read here."""
-    for candidate in reversed(candidates):
-        outcome = candidate.verdict.outcome
-        if candidate.meta.continues != served_id or outcome is None:
-            continue
-        return candidate.path if outcome != Outcome.PROMOTED or pinned else None
-    return None
 
 
 def read_known_ids(candidate: Path, budget: int | None = None) -> np.ndarray | None:

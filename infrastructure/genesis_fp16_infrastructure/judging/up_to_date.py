@@ -14,6 +14,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import NamedTuple, cast
 
 import numpy as np
@@ -71,10 +72,14 @@ class Learned(NamedTuple):
 
 
 def nothing_new(
-    served: Served, request: TrainRequest, candidates: Sequence[KeptCandidate]
+    served: Served,
+    request: TrainRequest,
+    candidates: Sequence[KeptCandidate],
+    last: Path | None,
 ) -> Learned | None:
     """What the run is up to date against, or None (it trains): the served model knew
-    every current record, or the last candidate judged against it trained on them already
+    every current record, or the last candidate judged against it (``last``:
+    ``candidates.last_judged``, asked by the run's phase) trained on them already
     (rejected, or held by the pin: the same records would train the same candidate again;
     under a pin, promoted too: a pin is never undone by training the same data again);
     and neither trained on a record the pool no longer holds (a removed file: the model
@@ -88,8 +93,6 @@ def nothing_new(
     ids = served.records.id_hashes
     if served.knew.all() and not _gone(served.named, ids):
         return Learned(served.known, served.named)
-    pinned = served.pointer is not None and served.pointer.pinned is not None
-    last = stores.last_judged(candidates, served.id, pinned)
     known = None if last is None else stores.read_known_ids(last)
     if last is None or known is None or not stores.known(ids, known).all():
         return None

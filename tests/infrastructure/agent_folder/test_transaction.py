@@ -333,3 +333,28 @@ def test_the_block_reads_candidates_as_the_settle_leaves_them(tmp_path: Path) ->
         "promoted",
         "live_regression",
     )
+
+
+def test_a_rejections_event_is_written_in_the_commits_one_outbox_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that writes a rejection beside a rollback and a promotion takes the
+    outbox's lock once: the rejection's event staged before its verdict file and moved
+    into the outbox after it, in the pass that then writes the pointer and queues the
+    journal's events (in that order: reject, rollback, promote); nothing left staged."""
+    ck, _served, fresh, old = _folder(tmp_path)
+    taken: list[Path] = []
+    real = outbox_catch_up.outbox_lock
+
+    def counted(agent_folder: Path) -> object:
+        taken.append(agent_folder)
+        return real(agent_folder)
+
+    monkeypatch.setattr(outbox_catch_up, "outbox_lock", counted)
+    events_before = outbox.read_events(ck.parent)
+    with transaction.transaction(ck) as tx:
+        _stage_everything(tx, ck, fresh, old)
+    assert taken == [ck.parent]
+    new = outbox.read_events(ck.parent)[len(events_before) :]
+    assert [e.kind for e in new] == ["reject", "rollback", "promote"]
+    assert not list((outbox.outbox_of(ck.parent) / "staged").iterdir())

@@ -47,7 +47,6 @@ from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, Manifest, ScanReport, scan_files
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.errors import DataError, ServedPointerError
-from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.unfinished import unfinished_candidates
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
 from genesis_fp16_infrastructure.record_codec import ReportError
@@ -161,7 +160,7 @@ def _read_by_the_last_judged(
         return None
     folder = Path(request.checkpoint_dir)
     kept = candidates.read_candidates(folder)
-    last = stores.last_judged(kept, str(pointer.served.id), pointer.pinned is not None)
+    last = candidates.last_judged(kept, str(pointer.served.id), pointer.pinned is not None)
     record = None if last is None else candidates.read_data_manifest(last)
     if last is None or record is None or not same_request(record.request, request_key(request)):
         return None
