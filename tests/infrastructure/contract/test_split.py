@@ -164,3 +164,50 @@ def test_rows_asked_by_a_listing_are_an_array_no_one_can_change() -> None:
         at[0] = 2
     assert asked.row_array(("a", "b", "c", "e")) is None
     assert asked.rows(["d", "x", "b", "y"]) == [0, 2]
+
+
+_M64 = (1 << 64) - 1
+
+
+def _finalised(x: int) -> int:
+    """splitmix64's finaliser on one Python int (module docstring), mod 2**64."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def _unshift(y: int, shift: int) -> int:
+    """The x with x ^ (x >> shift) == y."""
+    x = y
+    for _ in range(64 // shift + 1):
+        x = y ^ (x >> shift)
+    return x
+
+
+def _before(z: int) -> int:
+    """The finaliser's input whose output is ``z`` (each step undone)."""
+    x = _unshift(z, 31)
+    x = _unshift((x * pow(0x94D049BB133111EB, -1, 1 << 64)) & _M64, 27)
+    return _unshift((x * pow(0xBF58476D1CE4E5B9, -1, 1 << 64)) & _M64, 30)
+
+
+def test_sides_at_the_fraction_s_edge_are_the_float_reading_s() -> None:
+    """A hash whose draw is a number in [0, 1) just under, at or just past the fraction
+    (hashes made by undoing the finaliser) is held out exactly where ``z * 2**-53 <
+    fraction`` holds in float64, for a fraction of exact binary places (0.5) and ones of
+    none (0.2, 0.3, 1 - 2**-40); and the mixing is splitmix64's on 1,000 random hashes."""
+    rng = np.random.default_rng(7)
+    values = rng.integers(0, 2**63, 1000, dtype=np.int64).view(np.uint64)
+    expected = [_finalised(int(v) ^ 0x1234) for v in values.tolist()]
+    assert split.splitmix64(values, np.uint64(0x1234)).tolist() == expected
+    for fraction in (0.5, 0.2, 0.3, 1 - 2**-40):
+        drawn = HeldOutSplit(fraction=fraction, salt="edge")
+        key = int(
+            np.frombuffer(split.hashlib.blake2b(b"edge", digest_size=8).digest(), np.uint64)[0]
+        )
+        edge = int(fraction * 2**53)
+        tops = [edge - 1, edge, edge + 1, 0, 2**53 - 1]
+        hashes = [_before((top << 11) | low) ^ key for top in tops for low in (0, 2047)]
+        held = drawn._draw(np.array(hashes, dtype=np.uint64))
+        floats = [top * 2.0**-53 < fraction for top in tops for _ in (0, 2047)]
+        assert held.tolist() == floats
