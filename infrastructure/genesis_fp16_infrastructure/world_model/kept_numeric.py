@@ -167,7 +167,9 @@ class _Guard:
     moves the counter its views share: a moved counter is a write into the kept rows,
     and the kept pool is refused before its next use (:meth:`KeptNumeric._state`).
     A write through ``.numpy()`` moves nothing: no caller makes one (a test runs a
-    task's encode, training and drift and finds the rows' bits unchanged)."""
+    task's encode, training and drift and finds the rows' bits unchanged). Rows handed
+    out as the caller's own get one too: unwritten, their stamps still hold
+    (:meth:`KeptNumeric.stamps_of`)."""
 
     __slots__ = ("tensor", "version")
 
@@ -208,6 +210,9 @@ class KeptNumeric:
         self.from_memory = 0  # kept pools taken from this process's memory, no file read
         self.written = 0  # kept pools refused: a caller wrote into the rows handed out
         self.stamp: np.ndarray | None = None  # the last whole rows()' stamps (view's), if kept
+        # The view the last whole rows() handed out of the kept store, with its guard
+        # (:meth:`stamps_of`); None when it handed out a copy or nothing kept.
+        self._handed: tuple[weakref.ref[torch.Tensor], _Guard] | None = None
 
     def forget_others(self) -> int:
         """Delete the kept files of other data paths in this folder (an agent reads one:
@@ -234,20 +239,39 @@ class KeptNumeric:
         with _LOCK:  # a run's scorings may ask at once: one append at a time
             out, kept, given = self._rows(columns, rows)
             self.stamp = given.stamp if given is not None and rows is None else None
-            if not kept:
-                return torch.from_numpy(out)
             if (
-                given is None
+                not kept
+                or given is None
                 or given.guard is None
                 or given.lent is None
                 or given.buffer is None
                 or out.ctypes.data != given.buffer.ctypes.data
             ):
-                return torch.from_numpy(np.array(out))  # read from the file: a copy
+                # The caller's own rows (read from the file: a copy), their version
+                # counter as handed out beside them (stamps_of)
+                own = _Guard(out if not kept else np.array(out))
+                self._handed = (weakref.ref(own.tensor), own)
+                return own.tensor
             lent = given.guard.tensor[: len(out)]  # a view: the guard's version counter
             given.lent[:] = [ref for ref in given.lent if ref() is not None]
             given.lent.append(weakref.ref(lent))
+            self._handed = (weakref.ref(lent), given.guard)
             return lent
+
+    def stamps_of(self, numeric: torch.Tensor | None) -> np.ndarray | None:
+        """The stamps of ``numeric``'s rows (:attr:`stamp`) when it is the tensor the last
+        whole :meth:`rows` handed out (a view of the kept store, or the caller's own
+        rows, the kept ones' bits) and nothing was written into it since (its version
+        counter, a view's the store's): a row whose stamp is a kept one holds the
+        numbers it held then. None otherwise (no stamps, another tensor, a write): a
+        caller checks those numbers by value."""
+        handed = self._handed
+        if numeric is None or handed is None or self.stamp is None:
+            return None
+        view, guard = handed
+        if view() is not numeric or guard.written() or len(self.stamp) != len(numeric):
+            return None
+        return self.stamp
 
     def view(self, columns: PoolColumns) -> KeptRows:
         """:meth:`rows` of every labelled record, read-only (a write raises ``ValueError``):
