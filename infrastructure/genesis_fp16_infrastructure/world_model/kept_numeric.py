@@ -304,8 +304,9 @@ class KeptNumeric:
             # scorings' view, then the run's encode): the same arrays, which nothing writes
             self.reused += len(asked)
             return kept.numeric, self.memory is not None or not kept.numeric.flags.writeable, state
-        slots = parent_hashes(columns)
-        keys = keyed(columns, slots, _kept_keys(state))
+        kept_keys = _kept_keys(state)
+        slots = parent_hashes(columns, kept_keys)
+        keys = keyed(columns, slots, kept_keys)
         if kept is not None and whole and unchanged(columns, keys, kept):
             # The kept pool itself (a scoring, then the run's encode, of the same pool)
             self.reused += len(asked)
