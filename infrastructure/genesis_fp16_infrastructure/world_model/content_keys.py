@@ -10,7 +10,11 @@ its own, byte for byte (a record at a time where a column differs), and hashes o
 records that differ and the new ones. The comparison is the check: a key is never taken
 for a record whose columns are not the ones it was hashed from.
 
-    keys = keyed(columns, parent_hashes(columns), kept)  # kept: KeptKeys, or None
+    keys = keyed(columns, parent_hashes(columns, kept), kept)  # kept: KeptKeys, or None
+
+A pool grown at its end (``data.pool_extend``) hands its old rows' columns on in the same
+memory: the kept keys and parent hashes are then grown by the new records' alone, written
+after the kept ones (``pool_columns.appended``), no pool-sized array made or compared.
 
 Keys are found and merged sorted (:func:`search_sorted`, :func:`merged_sorted`).
 """
@@ -21,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, appended
 from genesis_fp16_infrastructure.data.schema import id_digest, record_id_hashes
 from genesis_fp16_infrastructure.world_model.lineage_columns import ranges
 
@@ -40,6 +44,8 @@ class KeyInputs(NamedTuple):
     operator: np.ndarray  # each record's operator code
     operators: np.ndarray  # each code's value hashed (uint64)
     labelled_key: np.ndarray  # uint64 per labelled record: ``columns.key``
+    parent: np.ndarray  # each parent named, numbered (``columns.parent``)
+    outside: int  # how many ids the parents named outside the pool
 
     @classmethod
     def of(cls, columns: PoolColumns) -> KeyInputs:
@@ -50,6 +56,8 @@ class KeyInputs(NamedTuple):
             columns.operator.codes,
             _operator_hashes(columns),
             columns.key.view(np.uint64),
+            columns.parent,
+            len(columns.outside),
         )
 
 
@@ -148,6 +156,8 @@ def keyed(columns: PoolColumns, slots: np.ndarray, kept: KeptKeys | None) -> np.
     again = np.concatenate((np.flatnonzero(changed), np.arange(n, len(columns))))
     if not len(again):  # the kept pool's records, unchanged: its keys (nothing writes them)
         return kept.key
+    if len(again) == len(columns) - n:  # grown at its end: the new keys after the kept
+        return appended(kept.key, content_keys(columns, slots, again))
     keys = np.empty(len(columns), np.uint64)
     keys[:n] = kept.key
     keys[again] = content_keys(columns, slots, again)
@@ -174,12 +184,37 @@ def same_bits(now: np.ndarray, then: np.ndarray) -> bool:
     return bool(np.array_equal(now, then))
 
 
-def parent_hashes(columns: PoolColumns) -> np.ndarray:
+def parent_hashes(columns: PoolColumns, kept: KeptKeys | None = None) -> np.ndarray:
     """Each parent named (``columns.parent``) as its id's hash, inside the pool or out:
-    one table of both, made as int64 in one pass (no second, pool-sized copy to cast)."""
+    one table of both, made as int64 in one pass (no second, pool-sized copy to cast).
+    With ``kept``: its hashes for the parents it named, when the pool names them as it
+    did (the same numbers, the same bits) and they are its records (it named none
+    outside: numbered past its rows, they move as the pool grows), the new ones' after."""
+    start = 0 if kept is None else _kept_parents(columns, kept)
     outside = record_id_hashes(columns.outside)
+    if start:  # the new records' parents alone, each an id inside the pool or out
+        named, n = columns.parent[start:], len(columns)
+        new = np.empty(len(named), np.int64)
+        inside = named < n
+        new[inside] = columns.id_hash[named[inside]]
+        new[~inside] = outside.astype(np.int64, copy=False)[named[~inside] - n]
+        assert kept is not None
+        return appended(kept.parent_hash, new)
     table = np.concatenate((columns.id_hash, outside), dtype=np.int64, casting="unsafe")
     return table[columns.parent]
+
+
+def _kept_parents(columns: PoolColumns, kept: KeptKeys) -> int:
+    """How many of the pool's parents named are ``kept``'s, their hashes its own: all of
+    its own when the pool's first parents are its numbers, the same bits, naming its
+    records alone (none outside), whose id hashes are the pool's first; else 0."""
+    m, n = len(kept.parent_hash), len(kept.id_hash)
+    inputs = kept.inputs
+    if not m or inputs.outside or len(inputs.parent) != m or len(columns.parent) < m:
+        return 0
+    if len(columns) < n or not same_bits(columns.id_hash[:n], kept.id_hash):
+        return 0
+    return m if same_bits(columns.parent[:m], inputs.parent) else 0
 
 
 def _slot_keys(start: np.ndarray, slots: np.ndarray) -> np.ndarray:

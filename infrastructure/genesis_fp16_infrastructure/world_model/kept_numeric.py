@@ -90,7 +90,6 @@ from genesis_fp16_infrastructure.world_model.content_keys import (
     KeptKeys,
     KeyInputs,
     keyed,
-    merged_sorted,
     parent_hashes,
 )
 from genesis_fp16_infrastructure.world_model.features import ENCODER_VERSION
@@ -115,7 +114,8 @@ from genesis_fp16_infrastructure.world_model.kept_numeric_file import (
     read_frames,
     write_whole,
 )
-from genesis_fp16_infrastructure.world_model.lineage_columns import ranges, rows_index
+from genesis_fp16_infrastructure.world_model.lineage_columns import rows_index
+from genesis_fp16_infrastructure.world_model.sorted_growth import SortedGrowth
 
 logger = logging.getLogger(__name__)
 
@@ -130,12 +130,14 @@ _LOCK = threading.Lock()
 class _State(NamedTuple):
     """A kept pool as this process holds it: its columns, where the file's last good frame
     ends (the next append goes there), how many frames make it, and its parents named
-    sorted by hash (``by_parent``: their order; None until an append needs them)."""
+    sorted by hash (``by_parent``; None until an append needs them). ``kept.order`` is
+    empty in a pool grown here (:meth:`KeptNumeric._grown`): its keys' order is
+    ``by_key``'s, made whole only where wanted (:func:`_ordered`)."""
 
     kept: Kept
     end: int
     frames: int
-    by_parent: np.ndarray | None = None
+    by_parent: SortedGrowth | None = None
     # The rows' own store, ``kept.numeric`` its first rows, with room to grow: an append
     # writes into it, no copy of the kept rows (None: rows read from the file).
     buffer: np.ndarray | None = None
@@ -154,10 +156,9 @@ class _State(NamedTuple):
     # for that pool (the scorings' view, then the run's encode), the rows are these, no
     # key worked out or compared.
     made_of: list[object] | None = None
-    # The parents named and the keys, sorted (``kept.parent_hash[by_parent]``,
-    # ``kept.key[kept.order]``), for the next append's merges (_grown): None, gathered then.
-    named: np.ndarray | None = None
-    ranked: np.ndarray | None = None
+    # The keys sorted (two levels, :mod:`.sorted_growth`), for the next append (_grown):
+    # None, made of ``kept.order`` then.
+    by_key: SortedGrowth | None = None
 
 
 class _Guard:
@@ -167,7 +168,9 @@ class _Guard:
     moves the counter its views share: a moved counter is a write into the kept rows,
     and the kept pool is refused before its next use (:meth:`KeptNumeric._state`).
     A write through ``.numpy()`` moves nothing: no caller makes one (a test runs a
-    task's encode, training and drift and finds the rows' bits unchanged)."""
+    task's encode, training and drift and finds the rows' bits unchanged). Rows handed
+    out as the caller's own get one too: unwritten, their stamps still hold
+    (:meth:`KeptNumeric.stamps_of`)."""
 
     __slots__ = ("tensor", "version")
 
@@ -208,6 +211,9 @@ class KeptNumeric:
         self.from_memory = 0  # kept pools taken from this process's memory, no file read
         self.written = 0  # kept pools refused: a caller wrote into the rows handed out
         self.stamp: np.ndarray | None = None  # the last whole rows()' stamps (view's), if kept
+        # The view the last whole rows() handed out of the kept store, with its guard
+        # (:meth:`stamps_of`); None when it handed out a copy or nothing kept.
+        self._handed: tuple[weakref.ref[torch.Tensor], _Guard] | None = None
 
     def forget_others(self) -> int:
         """Delete the kept files of other data paths in this folder (an agent reads one:
@@ -234,20 +240,39 @@ class KeptNumeric:
         with _LOCK:  # a run's scorings may ask at once: one append at a time
             out, kept, given = self._rows(columns, rows)
             self.stamp = given.stamp if given is not None and rows is None else None
-            if not kept:
-                return torch.from_numpy(out)
             if (
-                given is None
+                not kept
+                or given is None
                 or given.guard is None
                 or given.lent is None
                 or given.buffer is None
                 or out.ctypes.data != given.buffer.ctypes.data
             ):
-                return torch.from_numpy(np.array(out))  # read from the file: a copy
+                # The caller's own rows (read from the file: a copy), their version
+                # counter as handed out beside them (stamps_of)
+                own = _Guard(out if not kept else np.array(out))
+                self._handed = (weakref.ref(own.tensor), own)
+                return own.tensor
             lent = given.guard.tensor[: len(out)]  # a view: the guard's version counter
             given.lent[:] = [ref for ref in given.lent if ref() is not None]
             given.lent.append(weakref.ref(lent))
+            self._handed = (weakref.ref(lent), given.guard)
             return lent
+
+    def stamps_of(self, numeric: torch.Tensor | None) -> np.ndarray | None:
+        """The stamps of ``numeric``'s rows (:attr:`stamp`) when it is the tensor the last
+        whole :meth:`rows` handed out (a view of the kept store, or the caller's own
+        rows, the kept ones' bits) and nothing was written into it since (its version
+        counter, a view's the store's): a row whose stamp is a kept one holds the
+        numbers it held then. None otherwise (no stamps, another tensor, a write): a
+        caller checks those numbers by value."""
+        handed = self._handed
+        if numeric is None or handed is None or self.stamp is None:
+            return None
+        view, guard = handed
+        if view() is not numeric or guard.written() or len(self.stamp) != len(numeric):
+            return None
+        return self.stamp
 
     def view(self, columns: PoolColumns) -> KeptRows:
         """:meth:`rows` of every labelled record, read-only (a write raises ``ValueError``):
@@ -279,8 +304,9 @@ class KeptNumeric:
             # scorings' view, then the run's encode): the same arrays, which nothing writes
             self.reused += len(asked)
             return kept.numeric, self.memory is not None or not kept.numeric.flags.writeable, state
-        slots = parent_hashes(columns)
-        keys = keyed(columns, slots, _kept_keys(state))
+        kept_keys = _kept_keys(state)
+        slots = parent_hashes(columns, kept_keys)
+        keys = keyed(columns, slots, kept_keys)
         if kept is not None and whole and unchanged(columns, keys, kept):
             # The kept pool itself (a scoring, then the run's encode, of the same pool)
             self.reused += len(asked)
@@ -291,6 +317,7 @@ class KeptNumeric:
             grown = self._grown(columns, slots, keys, state)
             if grown is not None:  # the kept rows, when this process keeps them
                 return grown.kept.numeric, self.memory is not None, grown
+        kept = None if state is None else _ordered(state)  # the keys' order, whole
         out, written = self._worked_out(columns, slots, keys, asked, whole, kept)
         return out, False, written
 
@@ -342,16 +369,12 @@ class KeptNumeric:
         other change."""
         kept = state.kept
         n, n_slots, n_labelled = len(kept.key), len(kept.parent_hash), len(kept.labelled)
-        by_parent = np.argsort(kept.parent_hash) if state.by_parent is None else state.by_parent
         new_slots = slots[n_slots:]
-        named = _sorted(state.named, kept.parent_hash, by_parent)
-        by_parent, named = merged_sorted(named, by_parent, new_slots, n_slots)
+        by_parent = _sorting(state.by_parent, kept.parent_hash).grown(slots)
         start = columns.parent_start
 
         def children(ids: np.ndarray) -> np.ndarray:
-            ids = np.sort(ids)
-            low, high = np.searchsorted(named, ids), np.searchsorted(named, ids, "right")
-            slot = by_parent[ranges(low, high - low)]
+            slot = by_parent.indices_of(np.sort(ids))
             return np.searchsorted(start, slot, "right") - 1
 
         reached = np.zeros(len(columns), np.bool_)
@@ -393,10 +416,10 @@ class KeptNumeric:
             "redepth": moved,
             "redepth_value": index.depth[moved],
         }
-        order, ranked = merged_sorted(_sorted(state.ranked, kept.key, kept.order), kept.order,
-                                      keys[n:], n)  # fmt: skip
+        by_key = _sorting(state.by_key, kept.key, kept.order).grown(keys)
         rows = buffer[: len(labelled)]
-        grown = Kept(keys, order, columns.id_hash, start, slots, labelled, rows, index.depth)
+        unordered = np.zeros(0, np.int64)  # by_key's, made whole where wanted (_ordered)
+        grown = Kept(keys, unordered, columns.id_hash, start, slots, labelled, rows, index.depth)
         lent = state.lent if buffer is state.buffer and state.lent is not None else []
         same = buffer is state.buffer and state.guard is not None
         guard = state.guard if same else _Guard(buffer)
@@ -404,7 +427,7 @@ class KeptNumeric:
         stamp = np.concatenate((kept_stamp, _stamps(len(labelled) - n_labelled)))
         stamp[need] = _stamps(len(need))  # worked out again: new stamps
         after = _State(grown, 0, 0, by_parent, buffer, KeyInputs.of(columns), lent, stamp,
-                       guard, [columns.token], named, ranked)  # fmt: skip
+                       guard, [columns.token], by_key)  # fmt: skip
         self._append(columns, state, grown, frame, after)
         return after
 
@@ -424,6 +447,7 @@ class KeptNumeric:
         # Half the bound a read allows: the pool may shrink by half and still be read.
         bound = size_bound(len(columns), len(columns.parent)) // 2
         if state.frames >= MAX_FRAMES or state.end + size > bound:
+            grown = _ordered(after)
             self._write(columns, grown.parent_hash, grown.key, grown.order, grown.numeric,
                         grown.depth)  # fmt: skip
             return
@@ -558,11 +582,10 @@ def _owned(kept: Kept, end: int, inputs: KeyInputs, columns: PoolColumns) -> _St
     numeric = buffer[:rows]
     # The parents named, sorted, for the next run's append (_grown): sorted here, where
     # every record was worked out or written, not in the later run that adds a few.
-    by_parent = np.argsort(kept.parent_hash)
-    named, ranked = kept.parent_hash[by_parent], kept.key[kept.order]
+    by_parent = SortedGrowth.of(kept.parent_hash)
+    by_key = SortedGrowth.of(kept.key, kept.order)
     return _State(kept._replace(numeric=numeric), end, 1, by_parent, buffer, inputs, [],
-                  _stamps(rows), _Guard(buffer), [columns.token], named,
-                  ranked)  # fmt: skip
+                  _stamps(rows), _Guard(buffer), [columns.token], by_key)  # fmt: skip
 
 
 _STAMPS = [1]  # the next stamp this process gives
@@ -585,10 +608,25 @@ def _stamps(count: int) -> np.ndarray:
     return np.arange(first, first + count, dtype=np.uint64)
 
 
-def _sorted(kept: np.ndarray | None, values: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """``values[order]``: ``kept`` when it is the state's own of as many values (made with
-    ``order`` in the state that holds both), else gathered."""
-    return kept if kept is not None and len(kept) == len(order) else values[order]
+def _sorting(
+    kept: SortedGrowth | None, values: np.ndarray, order: np.ndarray | None = None
+) -> SortedGrowth:
+    """``values`` sorted: ``kept`` when it passes its check against them
+    (:meth:`~.sorted_growth.SortedGrowth.indexes`), else sorted now (by ``order``, the
+    indices that sort them, when it is whole)."""
+    if kept is not None and kept.indexes(values):
+        return kept
+    whole = order is not None and len(order) == len(values)
+    return SortedGrowth.of(values, order if whole else None)
+
+
+def _ordered(state: _State) -> Kept:
+    """``state``'s pool with its keys' order whole (:class:`_State`): as kept, or made
+    of ``by_key`` (a pool grown here), or sorted again."""
+    kept = state.kept
+    if len(kept.order) == len(kept.key):
+        return kept
+    return kept._replace(order=_sorting(state.by_key, kept.key).whole()[0])
 
 
 def _made_of(state: _State | None, columns: PoolColumns) -> bool:
@@ -614,5 +652,6 @@ def _bytes(state: _State) -> int:
     held = sum(a.nbytes for a in state.kept)
     if state.buffer is not None:
         held += state.buffer.nbytes - state.kept.numeric.nbytes
-    extra = (state.by_parent, state.named, state.ranked)
-    return held + sum(0 if a is None else a.nbytes for a in extra)
+    for sorting in (state.by_parent, state.by_key):  # their source is a kept column
+        held += 0 if sorting is None else sum(a.nbytes for a in sorting[:4])
+    return held

@@ -115,6 +115,7 @@ def drift_report(
     seed: int = 0,
     numeric: torch.Tensor | None = None,
     keep_in_memory_bytes: int | None = None,
+    stamp: np.ndarray | None = None,
 ) -> DriftReport | None:
     """The run's ``drift`` report on a read's records
     (``ReadResult.columns``; its examples are never built), or None without a served
@@ -122,7 +123,8 @@ def drift_report(
     ``numeric_columns`` of the read's examples, when the caller has them (else they
     are built for the records measured alone). A NaN among them is a ValueError that
     names the feature. ``keep_in_memory_bytes``: the request's; past 0 the reference
-    is kept for the next run and grown by it (``drift_reference``)."""
+    is kept for the next run and grown by it (``drift_reference``). ``stamp``: the
+    stamps of ``numeric``'s rows (``KeptNumeric.stamps_of``), when sound."""
     if served is None:
         return None
     # What is kept under this key is checked before it is used: the key only names it
@@ -143,7 +145,9 @@ def drift_report(
     features = tables(columns, keep_in_memory_bytes)  # built once, for both sides
     level = sample_level(n_ref, DRIFT_SAMPLE)
     if at_end:  # the pool's first records: kept, checked and grown in a resident process
-        ref = prefix_reference(columns, numeric, n_ref, level, features, keep_in_memory_bytes)
+        ref = prefix_reference(
+            columns, numeric, n_ref, level, features, keep_in_memory_bytes, stamp
+        )
     else:
         rows = np.flatnonzero(~is_new)
         ref = measured(columns, numeric, rows[in_sample(columns.key[rows], level)], features)
@@ -167,18 +171,21 @@ def drift_report(
 
 
 def keep_reference(
-    columns: PoolColumns, numeric: torch.Tensor | None, keep_in_memory_bytes: int | None
+    columns: PoolColumns,
+    numeric: torch.Tensor | None,
+    keep_in_memory_bytes: int | None,
+    stamp: np.ndarray | None = None,
 ) -> None:
     """In a resident process (a budget past 0), the reference of every labelled record of
     this read measured (or grown) and kept: what a later run's report over a model trained
     on these records starts from (a run with no served model, or its data unchanged,
-    reports no drift). Nothing without a budget."""
+    reports no drift). Nothing without a budget. ``stamp``: as :func:`drift_report`'s."""
     records = len(columns.labelled)
     if (keep_in_memory_bytes or 0) <= 0 or records < MIN_NEW:
         return
     features = tables(columns, keep_in_memory_bytes)
     level = sample_level(records, DRIFT_SAMPLE)
-    prefix_reference(columns, numeric, records, level, features, keep_in_memory_bytes)
+    prefix_reference(columns, numeric, records, level, features, keep_in_memory_bytes, stamp)
 
 
 class _Measured(NamedTuple):

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from genesis_fp16_infrastructure.agent_folder.candidates import newest_checkpoint
@@ -142,7 +143,9 @@ def train(request: TrainRequest) -> TrainResult:
     checkpoint = result.checkpoint if refit is None else refit.checkpoint
     drift = None
     if not result.stopped_early:
-        drift = _drift(request, data, served, change, task.take_numeric_rows(), clock)
+        numeric = task.take_numeric_rows()
+        stamp = None if kept is None else kept.stamps_of(numeric)  # its rows' stamps, if sound
+        drift = _drift(request, data, served, change, numeric, stamp, clock)
     extra["peak_rss_mib"] = clock.peaks()
     out = TrainResult.from_fit(
         request,
@@ -293,21 +296,24 @@ def _drift(
     served: Mapping[str, Any] | None,
     change: DataChange | None,
     numeric: torch.Tensor | None,
+    stamp: np.ndarray | None,
     clock: PhaseClock,
 ) -> DriftReport | None:
     """The new records' drift from the served model's (None when the data did not
     change), logged when flagged. With no served model, in a resident process, the
     reference a later run's report over this run's candidate starts from is kept
-    (``drift.keep_reference``): measured once, grown by what is new after."""
+    (``drift.keep_reference``): measured once, grown by what is new after. ``stamp``:
+    ``numeric``'s rows' stamps (``KeptNumeric.stamps_of``), which the kept reference's
+    sampled rows are checked by where it has them, else None."""
     if served is None and rank_and_world()[0] == 0 and (request.keep_in_memory_bytes or 0) > 0:
         with clock.phase("drift"):
-            keep_reference(data.columns, numeric, request.keep_in_memory_bytes)
+            keep_reference(data.columns, numeric, request.keep_in_memory_bytes, stamp)
     if served is None or change is None or change.unchanged:
         return None
     with clock.phase("drift"):  # drift_report builds the numbers when the task gave none
         seen = DataFingerprint.from_state(served.get("data"))
         drift = drift_report(
-            data.columns, seen, request.seed, numeric, request.keep_in_memory_bytes
+            data.columns, seen, request.seed, numeric, request.keep_in_memory_bytes, stamp
         )
     if drift is not None and drift.any_flagged:  # one line: what moved, and by how much
         logger.warning(
