@@ -87,20 +87,12 @@ from genesis_fp16_infrastructure.contract.listed_rows import (
 )
 from genesis_fp16_infrastructure.contract.listed_rows import listed_rows as _listed_rows
 from genesis_fp16_infrastructure.contract.loss_columns import (
-    ARRAYS,
     believed_arrays,
-    check_floats,
     column_array,
     columns_of,
     finite_and_not_negative,
     keep_arrays,
-    lazy_arrays,
-    lazy_record,
-    made_column,
-    made_losses,
-    rows_listed,
 )
-from genesis_fp16_infrastructure.contract.model_weights import model_weights  # noqa: F401
 from genesis_fp16_infrastructure.contract.split import _unchangeable, id_hashes
 
 T = TypeVar("T")
@@ -149,11 +141,7 @@ class RecordLosses:
         """``ids`` and ``segments`` of one made of rows of a checked listing, not taken
         yet (:meth:`of_rows`): taken from the listing's own tuples the first time each is
         read (the judged run pairs such records by their rows, and reads neither of
-        ~20,000 at 100,000 records). ``losses`` of one that keeps its columns as arrays
-        alone (``loss_columns.keep_lazy``): their tuples made now. Only asked of a name
-        the record does not hold."""
-        if name == "losses" and isinstance(vars(self).get(ARRAYS), dict):
-            return made_losses(vars(self), _CHECKED)
+        ~20,000 at 100,000 records). Only asked of a name the record does not hold."""
         listed = vars(self).get(_LISTED) if name in ("ids", "segments") else None
         if not isinstance(listed, ListedRows):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -193,10 +181,8 @@ class RecordLosses:
         ...     print(refused)
         RecordLosses: loss of 'b' is inf, not a finite float
         """
-        lazy, listed = lazy_arrays(vars(record)), rows_listed(record)
+        listed = still_listed(vars(record), record.losses)
         copy = cls.__new__(cls)
-        if listed is not None and lazy is not None:  # its arrays shared: no one can change one
-            return lazy_record(cls.__new__(cls), lazy, listed, record.quarantined, record.primary)
         if listed is not None:  # rows of a checked listing, its ids and segments not taken
             columns = {name: tuple(values) for name, values in record.losses.items()}
             vars(copy).update(losses=columns, quarantined=record.quarantined)
@@ -213,8 +199,8 @@ class RecordLosses:
         keep_arrays(vars(copy), copy.losses, arrays)
         return copy
 
-    def _check_columns(self, names: list[str] | None = None) -> None:
-        names = list(self.losses) if names is None else names  # a lazy record's given
+    def _check_columns(self) -> None:
+        names = list(self.losses)
         for name in names:
             if not isinstance(name, str) or not _METRIC.fullmatch(name):
                 raise RecordLossesError(
@@ -225,7 +211,7 @@ class RecordLosses:
             raise RecordLossesError("RecordLosses: no loss column")
         if not self.primary:
             object.__setattr__(self, "primary", names[0])
-        if self.primary not in names:
+        if self.primary not in self.losses:
             raise RecordLossesError(
                 f"RecordLosses: primary {self.primary!r:.40} is not a column of {names}"
             )
@@ -278,18 +264,23 @@ class RecordLosses:
         """
         at = np.asarray(rows)
         try:
-            arrays, finite = check_floats(losses)
+            values, finite, arrays = columns_of(losses)
         except (TypeError, ValueError) as exc:
             raise RecordLossesError(f"RecordLosses: a loss is not a number ({exc})") from None
         lazy = (
             _listed_rows(listing, at)
-            and len(finite) == len(arrays)
-            and all(len(column) == len(at) for column in arrays.values())
+            and len(finite) == len(values)
+            and all(len(column) == len(at) for column in values.values())
         )
-        if lazy:  # its ids, segments and loss tuples made when read: the listing's rows
+        if lazy:  # its ids and segments taken when read: the listing's at rows it keeps
+            record = cls.__new__(cls)
+            vars(record).update(losses=values, quarantined=quarantined, primary="")
+            record._check_columns()
+            record._check_count()
             listed = ListedRows(listing.ids, listing.segments, _unchangeable(at))
-            return lazy_record(cls.__new__(cls), arrays, listed, quarantined, "")
-        values = {name: tuple(array.tolist()) for name, array in arrays.items()}
+            keep_listed(vars(record), listed, record.losses)
+            keep_arrays(vars(record), values, arrays)
+            return record
         picked = at.tolist()
         ids = at_rows(listing.ids, picked)
         segments = None if listing.segments is None else at_rows(listing.segments, picked)
@@ -331,7 +322,7 @@ class RecordLosses:
         >>> part.listed_at(listing.ids, np.array([0, 2])), part.listed_at(listing.ids, [1])
         (True, False)
         """
-        listed = rows_listed(self)
+        listed = still_listed(vars(self), self.losses)
         if listed is None or listed.ids is not ids:
             return None
         return bool(np.array_equal(listed.at, np.asarray(rows)))
@@ -340,7 +331,7 @@ class RecordLosses:
         """Whether ``other`` holds the same records as this one, in the same order: by
         their rows where both are rows of the same listing (:meth:`listed_at`), else by
         their ids. Where they are, this one takes ``other``'s id hashes if it has none."""
-        listed = rows_listed(other)
+        listed = still_listed(vars(other), other.losses)
         same = None if listed is None else self.listed_at(listed.ids, listed.at)
         if same is None:
             same = self.ids == other.ids
@@ -350,33 +341,21 @@ class RecordLosses:
 
     def column(self, metric: str | None = None) -> tuple[float, ...]:
         """The losses of column ``metric`` (None: the primary), one per id."""
-        if lazy_arrays(vars(self)) is not None:  # that column's tuple alone, made once
-            return made_column(vars(self), metric or self.primary)
         return self.losses[metric or self.primary]
 
     def column_array(self, metric: str | None = None) -> np.ndarray:
         """:meth:`column` as a read-only float64 array (``loss_columns``: kept, believed
         while the column is the tuple it was made of)."""
-        name, lazy = metric or self.primary, lazy_arrays(vars(self))
-        return column_array(vars(self), name, self.losses[name]) if lazy is None else lazy[name]
+        name = metric or self.primary
+        return column_array(vars(self), name, self.losses[name])
 
     def metrics(self) -> tuple[str, ...]:
         """The column names, the primary first."""
-        names = lazy_arrays(vars(self)) or self.losses
-        return (self.primary, *(name for name in names if name != self.primary))
+        return (self.primary, *(name for name in self.losses if name != self.primary))
 
     def take(self, keep: Sequence[bool] | np.ndarray) -> RecordLosses:
         """The records where ``keep`` (one flag per record, in order) is true."""
         at = np.flatnonzero(np.asarray(keep, dtype=bool))
-        lazy, listed = lazy_arrays(vars(self)), rows_listed(self)
-        if lazy is not None and listed is not None:  # its arrays cut, no tuple made
-            cut = {name: a[at] for name, a in lazy.items()}
-            cut_at = listed._replace(at=_unchangeable(listed.at[at]))
-            part = lazy_record(
-                object.__new__(RecordLosses), cut, cut_at, self.quarantined, self.primary
-            )
-            self._pick_hashes(part, at)
-            return part
         rows = at.tolist()
         arrays = {name: a[at] for name, a in believed_arrays(vars(self), self.losses).items()}
         listed = still_listed(vars(self), self.losses)
@@ -384,8 +363,12 @@ class RecordLosses:
             part = object.__new__(RecordLosses)
             columns = {name: at_rows(values, rows) for name, values in self.losses.items()}
             vars(part).update(losses=columns, quarantined=self.quarantined, primary=self.primary)
-            self._pick_hashes(part, at)
+            hashes = vars(self).get("id_hashes")  # hashed already: the part's, picked
+            picked = None if hashes is None else hashes[at]
             keep_listed(vars(part), listed._replace(at=_unchangeable(listed.at[at])), columns)
+            if picked is not None:  # its id hashes, read-only
+                picked.flags.writeable = False
+                vars(part)["id_hashes"] = picked
             keep_arrays(vars(part), columns, arrays)
             return part
         # Not checked again, a part of a checked one: 18 ms less per 100,000 records taken.
@@ -394,17 +377,12 @@ class RecordLosses:
         columns = {name: at_rows(values, rows) for name, values in self.losses.items()}
         vars(taken).update(ids=at_rows(self.ids, rows), losses=columns, segments=segments)
         vars(taken).update(quarantined=self.quarantined, primary=self.primary)
-        self._pick_hashes(taken, at)
+        if "id_hashes" in self.__dict__:  # hashed already: the part's are these, picked
+            hashes = self.id_hashes[rows]
+            hashes.flags.writeable = False
+            taken.__dict__["id_hashes"] = hashes
         keep_arrays(vars(taken), columns, arrays)
         return taken
-
-    def _pick_hashes(self, part: RecordLosses, at: np.ndarray) -> None:
-        """``part``'s id hashes, these at its rows ``at`` (read-only), where hashed already."""
-        hashes = vars(self).get("id_hashes")
-        if hashes is not None:
-            picked = hashes[at]
-            picked.flags.writeable = False
-            vars(part)["id_hashes"] = picked
 
     def mean(self, metric: str | None = None) -> float:
         """The mean loss of column ``metric`` (None: the primary; NaN for no record)."""
@@ -698,3 +676,14 @@ def judging_of(plugin: object) -> JudgedPlugin | None:
     if not callable(plugin.score_records) or not isinstance(plugin, JudgedPlugin):
         raise TypeError(f"{name}: score_records is not a method")
     return plugin
+
+
+def model_weights(checkpoint: Path) -> dict[str, Any]:
+    """The model's weights (its ``state_dict``) in ``checkpoint``, checked as a resume
+    checks them (digest, schema, finite weights), for ``score_records`` to load into a
+    fresh model; a :class:`~genesis_fp16_infrastructure.training.CheckpointError` (a
+    ValueError: the judged run reports it in one line) when it cannot be read."""
+    from genesis_fp16_infrastructure.training import checkpoint_keys
+    from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
+
+    return dict(load_checkpoint(Path(checkpoint))[checkpoint_keys.MODEL])

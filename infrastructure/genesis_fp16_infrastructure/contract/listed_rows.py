@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Mapping, Sequence, Sized
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -58,7 +58,9 @@ def listed_rows(listing: Any, rows: np.ndarray) -> bool:
     return all(map(operator.is_, fields, checked)) and rows_within(rows, len(listing.ids))
 
 
-def still_listed(fields: dict[str, Any], losses: Mapping[str, Sized]) -> ListedRows | None:
+def still_listed(
+    fields: dict[str, Any], losses: Mapping[str, Sequence[float]]
+) -> ListedRows | None:
     """The rows of a listing a record (``fields``: its ``vars``; ``losses``: its columns)
     was made of, where it holds them as it was made: its ids and segments not set since
     (none, or those taken of the rows: a record whose fields were set behind its back is
@@ -82,7 +84,9 @@ def still_listed(fields: dict[str, Any], losses: Mapping[str, Sized]) -> ListedR
     return listed if rows_within(at, len(listed.ids)) else None
 
 
-def keep_listed(fields: dict[str, Any], listed: ListedRows, losses: Mapping[str, Sized]) -> None:
+def keep_listed(
+    fields: dict[str, Any], listed: ListedRows, losses: Mapping[str, Sequence[float]]
+) -> None:
     """Mark a record made of ``listed`` (``fields``: its ``vars``; ``losses``: its columns,
     checked) as :func:`still_listed` asks it again: the rows, and its columns' very tuples
     as checked."""
