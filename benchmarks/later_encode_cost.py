@@ -33,11 +33,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
-from other_tree import module_from
+from other_tree import other_modules
 
 from genesis_fp16_infrastructure.data.fingerprint import compare
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
@@ -48,10 +47,6 @@ from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 SEED = 3
 STEPS = 200  # the batches a run anatomy's later run trains on
 _PACKAGE = "genesis_fp16_infrastructure"
-
-
-def _load(path: Path, name: str) -> ModuleType:
-    return module_from(path, name)
 
 
 # What ``--against`` loads from the other tree (the rest is this tree's, shared).
@@ -65,21 +60,6 @@ SWAPPED = (
     "recipes.retrain.encoder_choice",
     "recipes.retrain.task",
 )
-
-
-def other_modules(tree: Path) -> dict[str, ModuleType]:
-    """``tree``'s ``SWAPPED`` modules, each importing the others of ``tree`` (loaded under
-    other names, this tree's put back after)."""
-    root = tree / "infrastructure" / _PACKAGE
-    mine = {name: sys.modules[f"{_PACKAGE}.{name}"] for name in SWAPPED}
-    loaded = {}
-    try:
-        for name in SWAPPED:
-            path = root.joinpath(*name.split(".")).with_suffix(".py")
-            loaded[name] = sys.modules[f"{_PACKAGE}.{name}"] = _load(path, f"other.{name}")
-    finally:
-        sys.modules.update({f"{_PACKAGE}.{name}": module for name, module in mine.items()})
-    return loaded
 
 
 def one_repeat(
@@ -134,7 +114,7 @@ def main() -> None:
     this = {name: sys.modules[f"{_PACKAGE}.{name}"] for name in SWAPPED}
     trees = {"this": this}
     if args.against is not None:
-        trees = {"other": other_modules(args.against), "this": this}
+        trees = {"other": other_modules(args.against, SWAPPED), "this": this}
     spent = {k: {"view": [], "encode": [], "gather": []} for k in trees}
     how = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+
+PACKAGE = "genesis_fp16_infrastructure"
 
 
 def module_from(path: Path, name: str) -> ModuleType:
@@ -21,3 +24,19 @@ def module_from(path: Path, name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def other_modules(tree: Path, swapped: Sequence[str]) -> dict[str, ModuleType]:
+    """``tree``'s modules named in ``swapped`` (dotted, under the package), each importing
+    the others of ``tree`` while they load (loaded under other names, this tree's put back
+    after)."""
+    root = tree / "infrastructure" / PACKAGE
+    mine = {name: sys.modules[f"{PACKAGE}.{name}"] for name in swapped}
+    loaded = {}
+    try:
+        for name in swapped:
+            path = root.joinpath(*name.split(".")).with_suffix(".py")
+            loaded[name] = sys.modules[f"{PACKAGE}.{name}"] = module_from(path, f"other.{name}")
+    finally:
+        sys.modules.update({f"{PACKAGE}.{name}": module for name, module in mine.items()})
+    return loaded

@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-from other_tree import module_from
+from other_tree import other_modules
 
 from genesis_fp16_infrastructure.data.pool_columns import roomy
 from genesis_fp16_infrastructure.data.pool_extend import extended
@@ -46,20 +46,6 @@ SWAPPED = (
     "world_model.kept_numeric_change",
     "world_model.kept_numeric",
 )
-
-
-def other_modules(tree: Path) -> dict[str, ModuleType]:
-    """``tree``'s ``SWAPPED`` modules, each importing the others of ``tree``."""
-    root = tree / "infrastructure" / _PACKAGE
-    mine = {name: sys.modules[f"{_PACKAGE}.{name}"] for name in SWAPPED}
-    loaded = {}
-    try:
-        for name in SWAPPED:
-            path = root.joinpath(*name.split(".")).with_suffix(".py")
-            loaded[name] = sys.modules[f"{_PACKAGE}.{name}"] = module_from(path, f"other.{name}")
-    finally:
-        sys.modules.update({f"{_PACKAGE}.{name}": module for name, module in mine.items()})
-    return loaded
 
 
 def one_repeat(numeric: ModuleType, old: Any, block: Any, data: Path, cache: Path) -> tuple:
@@ -92,7 +78,7 @@ def main() -> None:
     this = {name: sys.modules[f"{_PACKAGE}.{name}"] for name in SWAPPED}
     trees = {"this": this}
     if args.against is not None:
-        trees = {"other": other_modules(args.against), "this": this}
+        trees = {"other": other_modules(args.against, SWAPPED), "this": this}
     old = read_trajectories(args.data / "old" / "data", keep_text=False).columns
     new_file = args.data / "new" / "data" / "pool-3099.json"
     block = _file_records(new_file, QuarantineSink(None), None, False)
