@@ -16,7 +16,8 @@ A pool grown at its end (``data.pool_extend``) hands its old rows' columns on in
 memory: the kept keys and parent hashes are then grown by the new records' alone, written
 after the kept ones (``pool_columns.appended``), no pool-sized array made or compared.
 
-Keys are found and merged sorted (:func:`search_sorted`, :func:`merged_sorted`).
+Keys are found sorted (:func:`search_sorted`); a kept pool's are kept sorted as it grows
+(``world_model.sorted_growth``).
 """
 
 from __future__ import annotations
@@ -239,17 +240,6 @@ def _fmix(h: np.ndarray) -> np.ndarray:
     h = h ^ (h >> np.uint64(27))
     h = h * np.uint64(0x94D049BB133111EB)
     return h ^ (h >> np.uint64(31))
-
-
-def merged_sorted(
-    ranked: np.ndarray, rank_order: np.ndarray, values: np.ndarray, first: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``rank_order`` (the indices sorting an array, ``ranked`` that array sorted) with
-    ``values`` (at indices ``first`` on) sorted in; and the merged sorted values. A copy
-    in order, no sort of the whole."""
-    by = np.argsort(values, kind="stable")
-    place = np.searchsorted(ranked, values[by], "right")
-    return np.insert(rank_order, place, first + by), np.insert(ranked, place, values[by])
 
 
 def search_sorted(
