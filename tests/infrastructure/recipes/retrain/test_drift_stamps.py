@@ -41,6 +41,24 @@ def _kept_rows(tmp_path: Path, columns: Any) -> tuple[KeptNumeric, Any, np.ndarr
     return kept, numeric, kept.stamps_of(numeric)
 
 
+def _kept_then_later(tmp_path: Path) -> tuple[Any, Any, Any, np.ndarray]:
+    """The first run's reference kept with its rows' stamps; then the later run's pool,
+    the served model's fingerprint, and the later run's kept rows with their stamps."""
+    first, later, served = _runs(tmp_path)
+    _, numeric, stamp = _kept_rows(tmp_path, first)
+    assert stamp is not None
+    drift.keep_reference(first, numeric, BUDGET, stamp)
+    _, numeric, stamp = _kept_rows(tmp_path, later)
+    assert stamp is not None
+    return later, served, numeric, stamp
+
+
+def _assert_from_nothing(report: Any, later: Any, served: Any) -> None:
+    """``report`` is the one computed from nothing (no kept reference)."""
+    fresh = drift.drift_report(later, served, 3, None, 0)
+    assert report is not None and fresh is not None and report.to_json() == fresh.to_json()
+
+
 def _by_value(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the kept reference's checks by value (its sampled numbers gathered)."""
     count = [0]
@@ -60,17 +78,11 @@ def test_a_later_run_checks_the_kept_reference_by_stamps(
     """The first run keeps its reference with its rows' stamps; the later run's rows are
     the kept ones grown: its sampled records' stamps are compared, no number gathered,
     and the report is the one computed from nothing."""
-    first, later, served = _runs(tmp_path)
-    _, numeric, stamp = _kept_rows(tmp_path, first)
-    assert stamp is not None
-    drift.keep_reference(first, numeric, BUDGET, stamp)
-    _, numeric, stamp = _kept_rows(tmp_path, later)
-    assert stamp is not None
+    later, served, numeric, stamp = _kept_then_later(tmp_path)
     by_value = _by_value(monkeypatch)
     report = drift.drift_report(later, served, 3, numeric, BUDGET, stamp)
     assert by_value[0] == 0 and drift.KEPT["taken"] == 1
-    fresh = drift.drift_report(later, served, 3, None, 0)
-    assert report is not None and fresh is not None and report.to_json() == fresh.to_json()
+    _assert_from_nothing(report, later, served)
 
 
 @pytest.mark.parametrize("how", ["changed", "planted"])
@@ -80,12 +92,7 @@ def test_a_stamp_that_is_not_the_kept_one_measures_again(
     """A sampled record's stamp moved (its row worked out again), or a kept entry whose
     stamps are not this run's (planted): the kept reference is stale, measured again,
     and the report is the one computed from nothing."""
-    first, later, served = _runs(tmp_path)
-    _, numeric, stamp = _kept_rows(tmp_path, first)
-    assert stamp is not None
-    drift.keep_reference(first, numeric, BUDGET, stamp)
-    _, numeric, stamp = _kept_rows(tmp_path, later)
-    assert stamp is not None
+    later, served, numeric, stamp = _kept_then_later(tmp_path)
     if how == "changed":
         stamp = stamp.copy()
         stamp[0] += np.uint64(10**12)  # the first record is in the sample (level 0)
@@ -99,8 +106,7 @@ def test_a_stamp_that_is_not_the_kept_one_measures_again(
     by_value = _by_value(monkeypatch)
     report = drift.drift_report(later, served, 3, numeric, BUDGET, stamp)
     assert drift.KEPT["stale"] == 1 and by_value[0] == 0
-    fresh = drift.drift_report(later, served, 3, None, 0)
-    assert report is not None and fresh is not None and report.to_json() == fresh.to_json()
+    _assert_from_nothing(report, later, served)
 
 
 def test_rows_written_into_have_no_stamps(tmp_path: Path) -> None:
@@ -130,5 +136,4 @@ def test_without_stamps_the_numbers_are_compared(
     by_value = _by_value(monkeypatch)
     report = drift.drift_report(later, served, 3, numeric, BUDGET, None)
     assert by_value[0] == 1 and drift.KEPT["taken"] == 1
-    fresh = drift.drift_report(later, served, 3, None, 0)
-    assert report is not None and fresh is not None and report.to_json() == fresh.to_json()
+    _assert_from_nothing(report, later, served)
