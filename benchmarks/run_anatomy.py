@@ -306,7 +306,8 @@ def measure(
     """Every row: for each pool and new count, the data written once, then for each
     tree, device and mode a first run and the measured run (``fresh``: each by a daemon
     of its own; ``later``: both by one, in one resident run process). ``keep_data``:
-    each pool's data is left in ``root`` (``data-POOL-NEW``) for a profile."""
+    each pool's data is left in ``root`` (``data-POOL-NEW``) for a profile, with each
+    daemon's log (``daemon-NUMBER-DEVICE-MODE-POOL-NEW.log``)."""
     commits = {tree: _commit(tree) for tree in trees}
     for pool, news in counts.items():
         for new in news:
@@ -329,6 +330,8 @@ def measure(
                     **_row(finished, first),
                     "memory": held,
                 }
+                if keep_data:  # the daemon's log beside the data, for what it kept or evicted
+                    shutil.copy(folder / "daemon.log", made / f"daemon-{folder.name}.log")
                 shutil.rmtree(folder)
             if not keep_data:
                 shutil.rmtree(made)
@@ -514,7 +517,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--work",
         type=Path,
         help="write the data and the daemons' folders here, and leave each pool's data "
-        "(data-POOL-NEW) for a profile (by default a temporary directory, removed)",
+        "(data-POOL-NEW) and its daemons' logs for a profile (by default a temporary "
+        "directory, removed)",
     )
     args = parser.parse_args(argv)
     for tree in args.trees.split(","):
