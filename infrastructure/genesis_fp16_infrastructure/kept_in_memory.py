@@ -26,7 +26,8 @@ run now using the store has used (:meth:`KeptInMemory.begin_run`): when the run'
 entries fill the budget, what it puts next is not kept. A run that needs more than the
 budget thus keeps what it used first, and the next run finds it, where a plain least
 recently used order would evict each value before the next run asks for it and give back
-nothing, run after run::
+nothing, run after run. An entry that another holds too (a file's records, once joined
+into the kept pool) gives way first (:meth:`KeptInMemory.give_way`)::
 
     kept = process_memory(256 * 2**20)      # None: a budget of 0, nothing is kept
     block = kept.get(("file", path), identity)  # None: never kept, or not that file now
@@ -128,6 +129,7 @@ class KeptInMemory:
 
         >>> kept = KeptInMemory(2**20)
         >>> kept.put("a", 1, [1], 16, "a list")
+        True
         >>> kept.get_each([("a", 1), ("a", 2), ("b", 1)])
         ([1], None, None)
         """
@@ -179,10 +181,10 @@ class KeptInMemory:
         with self._lock:
             return f"{len(self._entries)} entries, {_mib(self.used)} of {_mib(self.budget)}"
 
-    def put(self, key: Hashable, identity: Hashable, value: Any, size: int, what: str) -> None:
+    def put(self, key: Hashable, identity: Hashable, value: Any, size: int, what: str) -> bool:
         """Keep ``value`` (``size`` bytes, said as ``what`` when evicted) under ``key``;
         one larger than the whole budget is not kept (logged), nor one that fits only by
-        evicting what this run used (logged, counted in ``declined``)."""
+        evicting what this run used (logged, counted in ``declined``). True: kept."""
         with self._lock:
             self._drop(key)
             if size > self.budget:
@@ -192,7 +194,7 @@ class KeptInMemory:
                     _mib(size),
                     _mib(self.budget),
                 )
-                return
+                return False
             self._entries[key] = _Entry(identity, value, size, what, self.run)
             self.used += size
             self._evict(self.budget, spare=self.run)
@@ -207,6 +209,29 @@ class KeptInMemory:
                     _mib(self.used),
                     _mib(self.budget),
                 )
+                return False
+            return True
+
+    def give_way(self, key: Hashable) -> None:
+        """The entry under ``key`` (if any) goes first when room is needed, before every
+        other and even though this run used it: what another kept entry holds too (a data
+        file's records, once joined into the kept pool). Kept while there is room.
+
+        >>> kept = KeptInMemory(40)
+        >>> kept.begin_run()
+        >>> kept.put("block", 1, b"", 16, "a block"), kept.put("pool", 1, b"", 16, "a pool")
+        (True, True)
+        >>> kept.put("encoded", 1, b"", 16, "encoded rows")  # this run's own fill it
+        False
+        >>> kept.give_way("block")
+        >>> kept.put("encoded", 1, b"", 16, "encoded rows"), "block" in kept._entries
+        (True, False)
+        """
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                entry.run = 0  # no run's own any more
+                self._entries.move_to_end(key, last=False)
 
     def put_each(self, kept: Sequence[KeptValue], given: Sequence[str] = ()) -> None:
         """Each of ``kept`` kept as :meth:`put` keeps it, in order, after saying ``given``,

@@ -261,6 +261,35 @@ def test_a_run_larger_than_the_budget_keeps_what_it_used_first_for_the_next(
     assert plain.evictions == 13 and plain.declined == 0
 
 
+def test_a_files_records_joined_into_the_kept_pool_give_way_to_what_the_run_keeps_next(
+    tmp_path: Path,
+) -> None:
+    """Once the joined pool is kept, its files' own records go first when the run keeps
+    something else (at a 1,000,000-record pool the default budget declined the encoded
+    rows beside both). Without room needed they stay; without them, a later read of the
+    same files still takes the pool whole, and one whose file order changed parses."""
+    folder = _pool(tmp_path)
+    probe = KeptInMemory(64 * 2**20)
+    probe.begin_run()
+    _read(folder, tmp_path / "probe", probe)
+    blocks = sum(e.size for k, e in probe._entries.items() if k[0] == "records")
+    assert blocks > 0 and len(probe) == 5  # four files' records and the joined pool
+    memory = KeptInMemory(probe.used + blocks // 2)
+    memory.begin_run()
+    _, _, manifest = _read(folder, tmp_path / "cache", memory)
+    assert len(memory) == 5  # room enough: the files' records stay
+    room = blocks + blocks // 2  # what is left beside the pool, every block gone
+    assert memory.put(("encoded",), 1, b"", room, "the run's encoded rows")
+    assert [k[0] for k in memory._entries] == ["pool", "encoded"]
+    data, records, _ = _read(folder, tmp_path / "cache", memory, manifest)
+    assert records.pool_hit and _pool_of(data) == _pool_of(
+        read_trajectories(folder, keep_text=False)
+    )
+    os.replace(folder / "a.json", folder / "e.json")  # it now sorts after the others
+    data, _, _ = _read(folder, tmp_path / "cache", memory, manifest)
+    assert _pool_of(data) == _pool_of(read_trajectories(folder, keep_text=False))
+
+
 def test_a_run_evicts_what_earlier_runs_kept_and_it_did_not_use(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

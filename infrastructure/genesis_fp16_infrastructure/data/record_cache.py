@@ -284,7 +284,12 @@ class RecordCache:
         size += estimate_bytes(self.fingerprint)
         what = f"the joined pool of {len(columns):,} records of {len(files)} file(s)"
         kept = _KeptPool(stored, self.fingerprint)
-        self.memory.put(self._pool_key(), (tuple(named), identities), kept, size, what)
+        if self.memory.put(self._pool_key(), (tuple(named), identities), kept, size, what):
+            # Its files' own records are needed again only where it is not (a file that
+            # sorts among them, one changed): they go first, for the run's encoded rows,
+            # which a 1,000,000-record pool's budget did not keep beside both.
+            for file in files:
+                self.memory.give_way(self._file_key(file, slim=True))
 
     def _recalled_pool(self, files: list[Path], named: list[tuple[str, str]]) -> StoredPool | None:
         """The joined pool of ``files`` kept in memory, while each file is still the one
