@@ -158,9 +158,9 @@ class KnownLookup:
 def listed_known(
     name: str, ids: np.ndarray, sorted_known: np.ndarray, budget: int | None
 ) -> np.ndarray:
-    """:func:`~.schema.known` for a listing's ``ids`` (``name``: :func:`ranked`'s), costing what is
-    new: where this process kept a lookup of ids that these begin with, against the same
-    known hashes (this run's own, or one a run wrote for its candidate:
+    """:func:`~.schema.known` for a listing's ``ids`` (``name``: :func:`ranked`'s), costing
+    what is new: where this process kept a lookup of ids that these begin with, against
+    the same known hashes (this run's own, or one a run wrote for its candidate:
     :func:`remember_known`), its answer for those, and the new ids alone searched; else
     every id, in :func:`ranked`'s order. Kept for the next run (``budget``: the request's
     ``keep_in_memory_bytes``; 0 keeps nothing, every id is searched). The store is asked
