@@ -32,6 +32,7 @@ import numpy as np
 
 from genesis_fp16.plugin_api import RecordLosses
 from genesis_fp16_infrastructure.contract import split
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.gate import compare, compare_segments
 from genesis_fp16_infrastructure.judging.run import _comparisons, _known_after, _known_segments
@@ -56,7 +57,7 @@ def _case(pool: int, new: int) -> tuple[Any, RecordLosses, np.ndarray]:
         plugin=SimpleNamespace(loss_span=1.0, judging_margin=0.01),
         checkpoint=Path("served.pt"),
     )
-    served.knew = stores.known(hashes, served.known)
+    served.knew = schema.known(hashes, served.known)
     noise = {k: (v + rng.normal(0, 0.03, judged)).clip(0) for k, v in columns.items()}
     ours = RecordLosses.of(picked, {k: v.tolist() for k, v in noise.items()})
     rolled = np.sort(hashes[: pool - 2 * new])
@@ -66,9 +67,9 @@ def _case(pool: int, new: int) -> tuple[Any, RecordLosses, np.ndarray]:
 def _old_questions(served: Any, ours: RecordLosses, rolled: np.ndarray) -> list[Any]:
     """main's ``_comparisons`` (5a728149), the same calls in the same order."""
     theirs, known = served.losses, _known_segments(served)
-    knew = stores.known(ours.id_hashes, served.known)
+    knew = schema.known(ours.id_hashes, served.known)
     on_known = ours.take(knew)
-    newer = ~stores.known(ours.id_hashes, rolled)
+    newer = ~schema.known(ours.id_hashes, rolled)
     found: list[Any] = []
     for metric in ours.metrics():
         margin = lambda mean: 0.01  # noqa: E731

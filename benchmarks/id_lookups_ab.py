@@ -8,9 +8,10 @@ through ``run_plugin`` in this process (as a resident run process serves it: the
 request's ``keep_in_memory_bytes``), then the measured run after the new file,
 ``--repeats`` times, each from the state folder and the process's memory store as the
 first run left them. Per repeat: each phase (the run's own figures), the seconds and
-calls of the judged run's id lookups (``judging.stores.known``, timed around it), the
-verdict and the drift flags. With ``--trees A,B`` each tree's run is a process of its own
-(its three roots first on ``PYTHONPATH``), the trees alternating in order per round::
+calls of the judged run's id lookups (``data.schema.known``, ``judging.stores.known`` in
+a tree before walk39, timed around it), the verdict and the drift flags. With ``--trees
+A,B`` each tree's run is a process of its own (its three roots first on ``PYTHONPATH``),
+the trees alternating in order per round::
 
     python benchmarks/id_lookups_ab.py --pools 10000,100000 --new 1000 --repeats 3 \
         --rounds 2 --trees /work/wt/b28,. --out benchmarks/results/x.md
@@ -37,10 +38,12 @@ def measure(pool: int, new: int, repeats: int, cache: Path) -> dict[str, Any]:
     # The served scoring benchmark's later run, imported in this tree's process.
     from served_scoring_kept import later_runs
 
+    from genesis_fp16_infrastructure.data import schema
     from genesis_fp16_infrastructure.judging import stores
 
+    home = schema if hasattr(schema, "known") else stores  # a tree before walk39: stores
     lookups = [0.0, 0]
-    real = stores.known
+    real = home.known
 
     def timed(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
@@ -50,7 +53,7 @@ def measure(pool: int, new: int, repeats: int, cache: Path) -> dict[str, Any]:
             lookups[0] += time.perf_counter() - started
             lookups[1] += 1
 
-    stores.known = timed
+    home.known = timed
     runs = []
     for later in later_runs(pool, new, cache, repeats, "zz-pool-3099.json"):
         lookups[:] = [0.0, 0]
@@ -116,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
         f"`python benchmarks/id_lookups_ab.py {' '.join(argv or sys.argv[1:])}`; "
         f"{os.cpu_count()} cores, one torch thread; load average {' '.join(load)} before, "
         f"{' '.join(after)} after (a shared host: the seconds are paired, not absolute). "
-        "Medians of every repeat; `lookups` is `judging.stores.known`, its calls a run.",
+        "Medians of every repeat; `lookups` is `data.schema.known` (`judging.stores.known` "
+        "before walk39), its calls a run.",
         "",
         f"| tree | commit | pool | {heads} | but train | train | lookups s | calls | runs |",
         "| --- " * (9 + len(PHASES)) + "|",

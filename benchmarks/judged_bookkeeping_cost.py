@@ -45,6 +45,7 @@ import numpy as np
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.contract import split
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.data.schema import find_ids
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.served import KnownSegments
@@ -70,9 +71,9 @@ def listing_lookup(ids: np.ndarray, repeats: int) -> tuple[float, float]:
     old, new = [], []
     for _ in range(repeats):
         kept_in_memory._PROCESS[:] = []
-        stores.known(before, known, stores.ranked("listed ids", before, BUDGET))
+        schema.known(before, known, stores.ranked("listed ids", before, BUDGET))
         took, want = _cpu_ms(
-            lambda: stores.known(ids, known, stores.ranked("listed ids", ids, BUDGET))
+            lambda: schema.known(ids, known, stores.ranked("listed ids", ids, BUDGET))
         )
         old.append(took)
         kept_in_memory._PROCESS[:] = []
@@ -89,13 +90,13 @@ def held_out_unknown(ids: np.ndarray, repeats: int) -> tuple[float, float]:
     judged, named = ids[held | fresh], np.sort(ids[~held & ~fresh])
     old, new = [], []
     for _ in range(repeats):
-        took, want = _cpu_ms(lambda: HELD_OUT.of_hashes(judged) & ~stores.known(judged, named))
+        took, want = _cpu_ms(lambda: HELD_OUT.of_hashes(judged) & ~schema.known(judged, named))
         old.append(took)
 
         def now() -> np.ndarray:
             keep = HELD_OUT.of_hashes(judged)
             if bool(HELD_OUT.of_hashes(named).any()):  # Served.names_held_out
-                keep &= ~stores.known(judged, named)
+                keep &= ~schema.known(judged, named)
             return keep
 
         took, got = _cpu_ms(now)

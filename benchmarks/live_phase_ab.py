@@ -37,6 +37,7 @@ from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.agent_folder.pointer import checkpoint_of, read_pointer
 from genesis_fp16_infrastructure.api import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.contract.split import HELD_OUT
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.judging.run import run_plugin
@@ -72,7 +73,8 @@ with tempfile.TemporaryDirectory() as tmp:
     pool_ = scoring._run_pool(req, scoring.TaskOptions.from_mapping(req.options))
     columns = pool_.data.columns
     known = stores.read_known_ids(served.parent)
-    new = ~stores.known(columns.judged, known)
+    known_of = getattr(schema, "known", None) or stores.known  # stores' before walk39
+    new = ~known_of(columns.judged, known)
     asked = np.flatnonzero(HELD_OUT.of_hashes(columns.judged) | new)
     numeric = numeric_rows(columns, columns.labelled[asked])
     predictor = WorldModelPredictor.of_state(load_checkpoint(served))

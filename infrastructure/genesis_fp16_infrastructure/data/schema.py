@@ -386,6 +386,17 @@ def find_ids(
     return at, ranked[at] == hashes
 
 
+def known(ids: np.ndarray, sorted_known: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """Which of ``ids`` are in ``sorted_known`` (sorted, distinct): a boolean per id, as
+    ``np.isin`` answers, searched as :func:`find_ids` does. ``order``: an order that sorts
+    ``ids`` (``judging.stores.ranked``'s), checked before it is believed.
+
+    >>> known(np.array([7, 3]), np.array([3, 5])).tolist()
+    [False, True]
+    """
+    return find_ids(sorted_known, ids, order)[1]
+
+
 def searched_in_order(
     ranked: np.ndarray, hashes: np.ndarray, order: np.ndarray | None
 ) -> np.ndarray | None:

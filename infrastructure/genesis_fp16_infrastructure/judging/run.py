@@ -109,6 +109,7 @@ from genesis_fp16_infrastructure.contract.reports import (
 )
 from genesis_fp16_infrastructure.contract.split import ScoreOnly, drawn_with
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.gate import (
@@ -536,7 +537,7 @@ def _comparisons(
     if knew is not None:  # a veto only (_on_known)
         parts.append(("known", knew[rows[0]], False))
     if rolled_back is not None:  # required: the evidence that rolled a model back (watch.py)
-        parts.append(("newest", ~stores.known(losses.id_hashes, rolled_back)[rows[0]], True))
+        parts.append(("newest", ~schema.known(losses.id_hashes, rolled_back)[rows[0]], True))
     golden = None
     if request.golden_data_path is not None:
         ask = replace(request, data_path=request.golden_data_path)
@@ -574,7 +575,7 @@ def _on_known(losses: RecordLosses, served: Served) -> np.ndarray | None:
     same = judged and losses.id_hashes is served.judged.id_hashes
     knew = served.judged_knew if same else None
     if knew is None:
-        knew = stores.known(losses.id_hashes, served.known)
+        knew = schema.known(losses.id_hashes, served.known)
     return None if knew.all() or int(knew.sum()) < MIN_RECORDS else knew
 
 

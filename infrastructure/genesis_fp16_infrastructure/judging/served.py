@@ -41,6 +41,7 @@ from genesis_fp16_infrastructure.contract.judging import (
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.scoring_copy import CheckpointChangedError, losses_on_copy
@@ -179,7 +180,7 @@ class Served:
         list): its listing's, worked out with its scoring (:meth:`_scored`)."""
         if self.known is None:
             return np.zeros(len(self.records.ids), dtype=bool)
-        return stores.known(self.records.id_hashes, self.known)
+        return schema.known(self.records.id_hashes, self.known)
 
     @cached_property
     def judged(self) -> RecordLosses:
@@ -346,7 +347,7 @@ def held_out_unknown(served: Served, losses: RecordLosses) -> np.ndarray:
     # None: it may have trained on any (module docstring). A list it names that holds no
     # held-out record holds none of these: no search of it (~20,000 ids at 100,000).
     if served.trained is not None and (served.named is None or served.names_held_out):
-        keep &= ~stores.known(ids, served.trained)
+        keep &= ~schema.known(ids, served.trained)
     return keep
 
 

@@ -18,8 +18,8 @@ there were none (the watch starts again). The writer holds the same decoded boun
 (:func:`room`, :func:`decoded_bound`).
 
 >>> ids = np.array([7, 3], dtype=np.uint64)
->>> bool(known(ids, np.sort(ids)).all())
-True
+>>> listed_known("doc", ids, np.sort(ids), 0).tolist()
+[True, True]
 """
 
 from __future__ import annotations
@@ -37,21 +37,14 @@ import numpy as np
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_IDS, JUDGED_WATCH, StateFile
 from genesis_fp16_infrastructure.contract.split import sorted_unique
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.data.pool_columns import IdRank
-from genesis_fp16_infrastructure.data.schema import find_ids
 from genesis_fp16_infrastructure.kept_in_memory import KeptValue, identity_of, process_memory
 
 # A watch record's segment (the plugin's RecordLosses.segments: se_darwin's Genesis agent),
 # cut to this many characters; "" where the plugin declares none, or a store written
 # before segments were kept.
 SEGMENT_CHARS = 64
-
-
-def known(ids: np.ndarray, sorted_known: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
-    """Which of ``ids`` are in ``sorted_known`` (sorted): a boolean per id. ``order``: an
-    order that sorts ``ids`` (:func:`ranked`'s), checked before it is believed
-    (``schema.find_ids``), so that they need no sort."""
-    return find_ids(sorted_known, ids, order)[1]
 
 
 RANKED_KIND = "query order"  # the store's key: (RANKED_KIND, name)
@@ -159,15 +152,15 @@ class KnownLookup:
         if not np.array_equal(ids[:n], self.ids):
             return False
         at = np.linspace(0, n - 1, min(64, n), dtype=np.int64)
-        return bool(np.array_equal(find_ids(known, ids[at])[1], self.found[at]))
+        return bool(np.array_equal(schema.known(ids[at], known), self.found[at]))
 
 
 def listed_known(
     name: str, ids: np.ndarray, sorted_known: np.ndarray, budget: int | None
 ) -> np.ndarray:
-    """:func:`known` for a listing's ``ids`` (``name``: :func:`ranked`'s), costing what is
-    new: where this process kept a lookup of ids that these begin with, against the same
-    known hashes (this run's own, or one a run wrote for its candidate:
+    """:func:`~.schema.known` for a listing's ``ids`` (``name``: :func:`ranked`'s), costing
+    what is new: where this process kept a lookup of ids that these begin with, against
+    the same known hashes (this run's own, or one a run wrote for its candidate:
     :func:`remember_known`), its answer for those, and the new ids alone searched; else
     every id, in :func:`ranked`'s order. Kept for the next run (``budget``: the request's
     ``keep_in_memory_bytes``; 0 keeps nothing, every id is searched). The store is asked
@@ -185,13 +178,13 @@ def listed_known(
     if hit is None:
         LOOKUPS["searched"] += 1
         rank, given = (None, []) if memory is None else _ranked(name, order, ids)
-        found = known(ids, sorted_known, None if rank is None else rank.order)
+        found = schema.known(ids, sorted_known, None if rank is None else rank.order)
         entry = KnownLookup.of(ids, sorted_known, found) if memory is not None else None
         ranks = _rank_kept(name, rank)
     else:
         LOOKUPS["grown"] += 1
         n = len(hit.ids)
-        found = np.concatenate([hit.found, known(ids[n:], sorted_known)])
+        found = np.concatenate([hit.found, schema.known(ids[n:], sorted_known)])
         # The same known hashes (compared): its copy kept, not copied again
         entry = KnownLookup.of(ids, hit.known, found, owned=(hit.known,))
         ranks, given = [], [f"the lookup of {n:,} {name}"]

@@ -39,6 +39,7 @@ from genesis_fp16_infrastructure.contract.reports import (
 )
 from genesis_fp16_infrastructure.contract.split import sorted_unique
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.served import Served, TrainedIdsError, trained_ids
 from genesis_fp16_infrastructure.precision_names import PRECISIONS, PrecisionName
@@ -94,7 +95,7 @@ def nothing_new(
     if served.knew.all() and not _gone(served.named, ids):
         return Learned(served.known, served.named)
     known = None if last is None else stores.read_known_ids(last)
-    if last is None or known is None or not stores.known(ids, known).all():
+    if last is None or known is None or not schema.known(ids, known).all():
         return None
     checkpoint = newest_checkpoint(last)
     try:
@@ -108,7 +109,7 @@ def _gone(named: np.ndarray | None, ids: np.ndarray) -> bool:
     """Whether a model trained on records (``named``, sorted hashes) that are not among
     the current ``ids``: a file removed, or a record relabelled or edited (its old hash
     gone). A model that names none: not known, False."""
-    return named is not None and not stores.known(named, sorted_unique(ids)).all()
+    return named is not None and not schema.known(named, sorted_unique(ids)).all()
 
 
 # A judged run that takes no step (the served model knew every current record, or a kept
@@ -129,7 +130,7 @@ def data_unchanged(
     # current ones (asked in that direction: the current ids are the plugin's hashes).
     gone_from = known if named is None else named
     removed = (
-        None if gone_from is None else len(gone_from) - int(stores.known(ids, gone_from).sum())
+        None if gone_from is None else len(gone_from) - int(schema.known(ids, gone_from).sum())
     )
     return DataReport(
         records=len(ids),

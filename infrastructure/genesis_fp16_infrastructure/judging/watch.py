@@ -128,6 +128,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     WatchSegment,
 )
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.scoring_copy import CheckpointChangedError
@@ -168,7 +169,7 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
         new, seen_by = ~knew, seen_by[1:]
     for seen in seen_by:  # asked of those still new
         still = np.flatnonzero(new)
-        new[still] = ~stores.known(ids[still], seen)
+        new[still] = ~schema.known(ids[still], seen)
     fresh = _within_bound(name, store, kept, served_now, np.flatnonzero(new).tolist())
     if not fresh:
         return None

@@ -9,7 +9,7 @@ import pytest
 
 from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
-from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.judging.run import _on_known
 from genesis_fp16_infrastructure.judging.served import Served, held_out_unknown
 
@@ -62,13 +62,13 @@ def test_the_judged_records_known_are_the_listings_lookup_at_their_rows() -> Non
     served.known = sorted_unique(listed.id_hashes[: len(LISTING) // 2])
     served.named = sorted_unique(listed.id_hashes[: len(LISTING) // 4])  # trained on these
     served.plugin = object()  # its records are training data
-    served.knew = stores.known(listed.id_hashes, served.known)
+    served.knew = schema.known(listed.id_hashes, served.known)
     served._asked_rows, served.given_asked = np.asarray(ASKED), True
     judged = served.judged
-    searched = stores.known(judged.id_hashes, served.known)
+    searched = schema.known(judged.id_hashes, served.known)
     assert served.judged_knew is not None and 0 < served.judged_knew.sum() < len(searched)
     assert served.judged_knew.tolist() == searched.tolist()
-    scored = stores.known(served.losses.id_hashes, served.known)  # type: ignore[union-attr]
+    scored = schema.known(served.losses.id_hashes, served.known)  # type: ignore[union-attr]
     assert served.scored_knew is not None and served.scored_knew.tolist() == scored.tolist()
     candidate = RecordLosses.of(judged.ids, [0.5] * len(judged.ids))
     assert candidate.hashed_as(judged.ids, judged.id_hashes)
@@ -99,13 +99,13 @@ def test_a_named_list_with_no_held_out_record_is_not_searched(
     listing = np.array(list(LISTING))
     held = HELD_OUT.of_ids(list(LISTING))
     searched: list[int] = []
-    real = stores.known
+    real = schema.known
 
     def known(ids: np.ndarray, sorted_known: np.ndarray, order: object = None) -> np.ndarray:
         searched.append(len(ids))
         return real(ids, sorted_known)
 
-    monkeypatch.setattr(stores, "known", known)
+    monkeypatch.setattr(schema, "known", known)
     for named in (listing[~held][:150], np.concatenate([listing[~held][:150], listing[held][:2]])):
         served = _served(ASKED)
         served.named = sorted_unique(id_hashes(named.tolist()))

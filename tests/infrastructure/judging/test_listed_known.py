@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from genesis_fp16_infrastructure import kept_in_memory
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.judging import stores
 
 BUDGET = 64 * 2**20
@@ -27,13 +28,13 @@ def fresh_memory(monkeypatch: pytest.MonkeyPatch) -> None:
 def searched(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The number of ids each search among the known ones is asked about."""
     lengths: list[int] = []
-    real = stores.find_ids
+    real = schema.find_ids
 
     def counted(ranked: np.ndarray, hashes: np.ndarray, order: Any = None) -> Any:
         lengths.append(len(hashes))
         return real(ranked, hashes, order)
 
-    monkeypatch.setattr(stores, "find_ids", counted)
+    monkeypatch.setattr(schema, "find_ids", counted)
     return lengths
 
 

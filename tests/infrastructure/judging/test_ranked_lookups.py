@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from genesis_fp16_infrastructure import kept_in_memory
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.data.schema import find_ids
 from genesis_fp16_infrastructure.judging import stores
 
@@ -57,7 +58,7 @@ def test_a_lookup_in_a_kept_order_is_the_sorted_lookup(
     ranked = np.unique(pool)
     order = np.argsort(asked, kind=kind)
     _same(find_ids(ranked, asked, order), find_ids(ranked, asked))
-    assert np.array_equal(stores.known(asked, ranked, order), np.isin(asked, ranked))
+    assert np.array_equal(schema.known(asked, ranked, order), np.isin(asked, ranked))
 
 
 def _bad_orders(asked: np.ndarray) -> dict[str, np.ndarray]:
@@ -146,7 +147,7 @@ def test_nothing_is_kept_without_a_budget_or_with_an_id_twice() -> None:
     assert stores.ranked("listed ids", ids, BUDGET) is None  # not grown from it either
     assert stores.ranked("listed ids", ids[:3], BUDGET) is not None
     assert stores.ranked("listed ids", np.append(ids[:3], [2, 2]), BUDGET) is None
-    assert stores.known(ids, np.array([2, 9], dtype=np.uint64)).tolist() == [0, 1, 1, 1]
+    assert schema.known(ids, np.array([2, 9], dtype=np.uint64)).tolist() == [0, 1, 1, 1]
 
 
 def test_a_first_models_known_ids_leave_the_order_of_the_next_listing(sorts: list[int]) -> None:

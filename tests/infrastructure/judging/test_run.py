@@ -41,6 +41,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, id_hashes
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.judging import run as judging_run
 from genesis_fp16_infrastructure.judging import stores, up_to_date
@@ -998,7 +999,7 @@ def test_the_gate_pairs_its_records_once_and_asks_what_pairing_each_question_ask
         plugin=SimpleNamespace(loss_span=1.0, judging_margin=0.01),
         checkpoint=Path("served.pt"),
     )
-    served.knew = stores.known(theirs.id_hashes, served.known)
+    served.knew = schema.known(theirs.id_hashes, served.known)
     order = rng.permutation(3200)  # the candidate's records in its own order, 200 more
     more = [f"x{i}" for i in range(200)]
     ours = RecordLosses.of(
@@ -1011,8 +1012,8 @@ def test_the_gate_pairs_its_records_once_and_asks_what_pairing_each_question_ask
     known_segments = run._known_segments(served)  # type: ignore[arg-type]
     assert known_segments is not None and set(known_segments) == {"s0", "s1", "s2"}
     expected = []
-    knew = stores.known(ours.id_hashes, served.known)
-    newer = ~stores.known(ours.id_hashes, rolled)
+    knew = schema.known(ours.id_hashes, served.known)
+    newer = ~schema.known(ours.id_hashes, rolled)
     for metric in ("sq", "abs"):
         margin = lambda mean: 0.01  # noqa: E731
         expected += compare_segments("current", ours, theirs, 1.0, margin, known_segments, metric)

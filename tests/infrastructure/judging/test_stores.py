@@ -14,6 +14,7 @@ import pytest
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_IDS
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.judging import stores
 
 
@@ -38,13 +39,13 @@ def test_a_torn_npz_is_set_aside_and_reported_not_raised(tmp_path: Path, keep: f
 
 
 def test_known_is_isin_of_any_ids_in_a_sorted_pool() -> None:
-    """stores.known answers as np.isin does (the judged run's lookups, and the retrain
+    """schema.known answers as np.isin does (the judged run's lookups, and the retrain
     recipe's new records for drift), of int64 hashes too, for an empty or one-id pool."""
     rng = np.random.default_rng(3)
     held = rng.integers(-(2**63), 2**63 - 1, size=5000, dtype=np.int64)
     values = np.concatenate([held[::7], rng.integers(-(2**63), 2**63 - 1, 3000, np.int64)])
     for pool in (held, held[:0], held[:1]):
-        assert np.array_equal(stores.known(values, np.sort(pool)), np.isin(values, pool))
+        assert np.array_equal(schema.known(values, np.sort(pool)), np.isin(values, pool))
 
 
 def _header_only(path: Path, name: str, descr: str, shape: tuple[int, ...]) -> None:
@@ -157,7 +158,7 @@ def test_a_candidates_known_ids_sort_only_the_records_new_to_the_served_model(
     rng = np.random.default_rng(5)
     records = rng.permutation(np.unique(rng.integers(0, 2**63, 5000, dtype=np.uint64)))
     known = np.sort(records[:4800])  # 200 new records
-    knew = stores.known(records, known)
+    knew = schema.known(records, known)
     served = SimpleNamespace(
         losses=object(), known=known, knew=knew, records=SimpleNamespace(id_hashes=records)
     )

@@ -17,6 +17,7 @@ from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.contract.reports import TrainResult
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.recipes.retrain import new_records
@@ -57,7 +58,7 @@ def test_a_later_run_sorts_none_of_the_pools_ids_it_looks_up(
     sorted_arrays: list[np.ndarray] = []
     lookups: list[int] = []
     listed: list[np.ndarray] = []
-    argsort, known, listed_known = np.argsort, stores.known, stores.listed_known
+    argsort, known, listed_known = np.argsort, schema.known, stores.listed_known
 
     def sorting(a: Any, *args: Any, **kwargs: Any) -> Any:
         sorted_arrays.append(np.array(a, copy=True))
@@ -72,7 +73,7 @@ def test_a_later_run_sorts_none_of_the_pools_ids_it_looks_up(
         return listed_known(name, ids, *args)
 
     monkeypatch.setattr(np, "argsort", sorting)
-    monkeypatch.setattr(stores, "known", looking)
+    monkeypatch.setattr(schema, "known", looking)
     monkeypatch.setattr(stores, "listed_known", listing)
     grown, taken = stores.RANKED["grown"], stores.LOOKUPS["grown"]
     at_end = new_records.AT_END["at end"]
