@@ -93,3 +93,25 @@ def test_paired_losses_are_the_columns_numbers_whether_kept_or_not() -> None:
         a = paired_losses(kept, served, 1.0, metric)
         b = paired_losses(bare, served, 1.0, metric)
         assert [x.tobytes() for x in a] == [x.tobytes() for x in b]
+
+
+def test_a_record_of_rows_makes_no_tuple_of_floats_until_its_losses_are_read() -> None:
+    """Of rows of a checked listing, copied and cut: its columns kept as arrays alone (no
+    ``losses``), paired and counted by them; a column read makes that tuple alone, the
+    losses read make the rest, equal to the floats given, and the record is then as one
+    made with them (copied and cut by its rows, its arrays kept)."""
+    listing = RecordIds(("a", "b", "c", "d"), ("x", "y", "x", "y"))
+    columns = {"log_loss": [0.5, 0.0, 0.25, 1e-300], "brier": [0.1, -0.0, 0.3, 2.0]}
+    part = RecordLosses.copy_of(RecordLosses.of_rows(listing, np.array([0, 1, 2, 3]), columns))
+    cut = part.take([True, False, True, True])
+    for record in (part, cut):
+        assert "losses" not in vars(record) and record.metrics() == ("log_loss", "brier")
+    assert cut.column_array("brier").tolist() == [0.1, 0.3, 2.0]
+    assert cut.same_records(RecordLosses.copy_of(cut)) and "losses" not in vars(cut)
+    assert cut.column("brier") == (0.1, 0.3, 2.0) and "losses" not in vars(cut)
+    assert cut.losses == {"log_loss": (0.5, 0.25, 1e-300), "brier": (0.1, 0.3, 2.0)}
+    assert cut.column("brier") is cut.losses["brier"] and _kept(cut, "brier")
+    again = RecordLosses.copy_of(cut).take([False, True, True])
+    assert again.losses == {"log_loss": (0.25, 1e-300), "brier": (0.3, 2.0)}
+    assert again.segments == ("x", "y") and "ids" not in vars(again)
+    assert _bits(part, "brier") == np.array([0.1, -0.0, 0.3, 2.0]).tobytes()
