@@ -1,15 +1,16 @@
 """The judged run's loss records, two trees' ``contract/judging.py`` in one process,
 interleaved (issue 90: live and gate grew with the pool): this tree keeps a record of
 rows of a checked listing as its columns' arrays, the tuples of Python floats made only
-when read.
+when read (gate38's change, made again with its modules read in one direction).
 
 At each ``--pools`` size P (two loss columns, ``log_loss`` and ``brier``, as se_darwin
 scores), the records are made as a later judged run makes them:
 
 * **served** (the live phase): the served model's scores on the held-out fifth and the
   1,000 new records, as rows of the listing (``RecordLosses.of_rows``), copied
-  (``copy_of``: ``losses_of``), counted by a column (``len(losses.column())``, as
-  ``Served.held_of`` and ``scored_knew`` count them) and cut to the gate's records
+  (``copy_of``: ``losses_of``), counted by a column as each tree's ``Served.held_of``
+  and ``scored_knew`` count them (the other tree's ``len(losses.column())``, this one's
+  ``len(losses.column_array())``) and cut to the gate's records
   (``take``: ``Served.judged``);
 * **gate**: the candidate's scores on those, as rows, copied, and both columns paired
   with the served model's (``gate.shared_rows``, ``gate.paired_losses``).
@@ -18,8 +19,8 @@ CPU milliseconds of this thread (``time.thread_time``), medians of ``--repeats``
 trees alternating. ``same``: both trees' pairs equal bit for bit, and the served
 records' losses equal, read at the end::
 
-    python benchmarks/gate38_loss_columns_ab.py --pools 10000,100000 --repeats 41 \\
-        --before /work/base38
+    cd benchmarks && python gate39_loss_columns_ab.py --pools 10000,100000 --repeats 61 \\
+        --before /work/base39
 """
 
 from __future__ import annotations
@@ -58,13 +59,15 @@ def _case(pool: int) -> dict[str, Any]:
     return dict(ids=ids, segments=segments, scored=scored, judged=judged, served=served, ours=ours)
 
 
-def _calls(contract: ModuleType, case: dict[str, Any]) -> tuple[Callable[[], Any], ...]:
+def _calls(contract: ModuleType, case: dict[str, Any], count: str) -> tuple[Callable[[], Any], ...]:
+    """The served side's and the gate's calls of ``contract``'s records; ``count``: the
+    column method its tree's ``Served`` counts the served records by."""
     listing = contract.RecordIds(case["ids"], case["segments"])
 
     def served() -> Any:
         scored = contract.RecordLosses.of_rows(listing, case["scored"], case["served"])
         losses = contract.RecordLosses.copy_of(scored)
-        assert len(losses.column()) == len(case["scored"])  # as Served counts them
+        assert len(getattr(losses, count)()) == len(case["scored"])  # as Served counts them
         return losses.take(case["judged"])
 
     def candidate(reference: Any) -> list[np.ndarray]:
@@ -95,7 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     lines = []
     for pool in (int(p) for p in args.pools.split(",")):
         case = _case(pool)
-        calls = {name: _calls(module, case) for name, module in trees.items()}
+        counts = {"before": "column", "this": "column_array"}
+        calls = {name: _calls(module, case, counts[name]) for name, module in trees.items()}
         times: dict[tuple[str, str], list[float]] = {}
         pairs: dict[str, list[np.ndarray]] = {}
         judged: dict[str, Any] = {}
