@@ -82,17 +82,25 @@ from genesis_fp16_infrastructure.contract.listed_rows import TAKEN as _TAKEN
 from genesis_fp16_infrastructure.contract.listed_rows import (
     ListedRows,
     at_rows,
+    keep_lazy_listed,
     keep_listed,
+    lazy_arrays,
+    made_column,
+    made_losses,
+    rows_listed,
     still_listed,
 )
 from genesis_fp16_infrastructure.contract.listed_rows import listed_rows as _listed_rows
 from genesis_fp16_infrastructure.contract.loss_columns import (
+    ARRAYS,
     believed_arrays,
+    check_floats,
     column_array,
+    column_fault,
     columns_of,
-    finite_and_not_negative,
     keep_arrays,
 )
+from genesis_fp16_infrastructure.contract.model_weights import model_weights  # noqa: F401
 from genesis_fp16_infrastructure.contract.split import _unchangeable, id_hashes
 
 T = TypeVar("T")
@@ -141,7 +149,11 @@ class RecordLosses:
         """``ids`` and ``segments`` of one made of rows of a checked listing, not taken
         yet (:meth:`of_rows`): taken from the listing's own tuples the first time each is
         read (the judged run pairs such records by their rows, and reads neither of
-        ~20,000 at 100,000 records). Only asked of a name the record does not hold."""
+        ~20,000 at 100,000 records). ``losses`` of one that keeps its columns as arrays
+        alone (``listed_rows.keep_lazy_listed``): their tuples made now. Only asked of a name
+        the record does not hold."""
+        if name == "losses" and isinstance(vars(self).get(ARRAYS), dict):
+            return made_losses(vars(self))
         listed = vars(self).get(_LISTED) if name in ("ids", "segments") else None
         if not isinstance(listed, ListedRows):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -181,8 +193,13 @@ class RecordLosses:
         ...     print(refused)
         RecordLosses: loss of 'b' is inf, not a finite float
         """
-        listed = still_listed(vars(record), record.losses)
         copy = cls.__new__(cls)
+        if copy._named_as(vars(record), record.quarantined, record.primary):
+            lazy, listed = lazy_arrays(vars(record)), rows_listed(vars(record))
+            if listed is not None and lazy is not None:  # its arrays shared: none can change
+                keep_lazy_listed(vars(copy), listed, lazy)
+                return copy
+        listed = rows_listed(vars(record))
         if listed is not None:  # rows of a checked listing, its ids and segments not taken
             columns = {name: tuple(values) for name, values in record.losses.items()}
             vars(copy).update(losses=columns, quarantined=record.quarantined)
@@ -199,8 +216,19 @@ class RecordLosses:
         keep_arrays(vars(copy), copy.losses, arrays)
         return copy
 
-    def _check_columns(self) -> None:
-        names = list(self.losses)
+    def _named_as(self, fields: dict[str, Any], quarantined: int, primary: str) -> bool:
+        """This record, made but not filled in, named and counted as the lazy record of
+        ``fields`` (its columns' names kept with their arrays, no ``losses``), all checked;
+        False: ``fields`` are not a lazy record's (nothing set)."""
+        if "losses" in fields or not isinstance(fields.get(ARRAYS), dict):
+            return False
+        vars(self).update(quarantined=quarantined, primary=primary)
+        self._check_columns(list(fields[ARRAYS]))
+        self._check_count()
+        return True
+
+    def _check_columns(self, names: list[str] | None = None) -> None:
+        names = list(self.losses) if names is None else names  # a lazy record's given
         for name in names:
             if not isinstance(name, str) or not _METRIC.fullmatch(name):
                 raise RecordLossesError(
@@ -211,7 +239,7 @@ class RecordLosses:
             raise RecordLossesError("RecordLosses: no loss column")
         if not self.primary:
             object.__setattr__(self, "primary", names[0])
-        if self.primary not in self.losses:
+        if self.primary not in names:
             raise RecordLossesError(
                 f"RecordLosses: primary {self.primary!r:.40} is not a column of {names}"
             )
@@ -264,23 +292,22 @@ class RecordLosses:
         """
         at = np.asarray(rows)
         try:
-            values, finite, arrays = columns_of(losses)
+            arrays, finite = check_floats(losses)
         except (TypeError, ValueError) as exc:
             raise RecordLossesError(f"RecordLosses: a loss is not a number ({exc})") from None
         lazy = (
             _listed_rows(listing, at)
-            and len(finite) == len(values)
-            and all(len(column) == len(at) for column in values.values())
+            and len(finite) == len(arrays)
+            and all(len(column) == len(at) for column in arrays.values())
         )
-        if lazy:  # its ids and segments taken when read: the listing's at rows it keeps
-            record = cls.__new__(cls)
-            vars(record).update(losses=values, quarantined=quarantined, primary="")
-            record._check_columns()
-            record._check_count()
+        if lazy:  # its ids, segments and loss tuples made when read: the listing's rows
             listed = ListedRows(listing.ids, listing.segments, _unchangeable(at))
-            keep_listed(vars(record), listed, record.losses)
-            keep_arrays(vars(record), values, arrays)
+            record = cls.__new__(cls)
+            vars(record)[ARRAYS] = arrays  # its names, as a lazy record keeps them
+            record._named_as(vars(record), quarantined, "")
+            keep_lazy_listed(vars(record), listed, arrays)
             return record
+        values = {name: tuple(array.tolist()) for name, array in arrays.items()}
         picked = at.tolist()
         ids = at_rows(listing.ids, picked)
         segments = None if listing.segments is None else at_rows(listing.segments, picked)
@@ -322,7 +349,7 @@ class RecordLosses:
         >>> part.listed_at(listing.ids, np.array([0, 2])), part.listed_at(listing.ids, [1])
         (True, False)
         """
-        listed = still_listed(vars(self), self.losses)
+        listed = rows_listed(vars(self))
         if listed is None or listed.ids is not ids:
             return None
         return bool(np.array_equal(listed.at, np.asarray(rows)))
@@ -331,7 +358,7 @@ class RecordLosses:
         """Whether ``other`` holds the same records as this one, in the same order: by
         their rows where both are rows of the same listing (:meth:`listed_at`), else by
         their ids. Where they are, this one takes ``other``'s id hashes if it has none."""
-        listed = still_listed(vars(other), other.losses)
+        listed = rows_listed(vars(other))
         same = None if listed is None else self.listed_at(listed.ids, listed.at)
         if same is None:
             same = self.ids == other.ids
@@ -341,21 +368,32 @@ class RecordLosses:
 
     def column(self, metric: str | None = None) -> tuple[float, ...]:
         """The losses of column ``metric`` (None: the primary), one per id."""
+        if lazy_arrays(vars(self)) is not None:  # that column's tuple alone, made once
+            return made_column(vars(self), metric or self.primary)
         return self.losses[metric or self.primary]
 
     def column_array(self, metric: str | None = None) -> np.ndarray:
         """:meth:`column` as a read-only float64 array (``loss_columns``: kept, believed
         while the column is the tuple it was made of)."""
-        name = metric or self.primary
-        return column_array(vars(self), name, self.losses[name])
+        name, lazy = metric or self.primary, lazy_arrays(vars(self))
+        return column_array(vars(self), name, self.losses[name]) if lazy is None else lazy[name]
 
     def metrics(self) -> tuple[str, ...]:
         """The column names, the primary first."""
-        return (self.primary, *(name for name in self.losses if name != self.primary))
+        names = lazy_arrays(vars(self)) or self.losses
+        return (self.primary, *(name for name in names if name != self.primary))
 
     def take(self, keep: Sequence[bool] | np.ndarray) -> RecordLosses:
         """The records where ``keep`` (one flag per record, in order) is true."""
         at = np.flatnonzero(np.asarray(keep, dtype=bool))
+        part = object.__new__(RecordLosses)
+        if part._named_as(vars(self), self.quarantined, self.primary):
+            lazy, listed = lazy_arrays(vars(self)), rows_listed(vars(self))
+            if lazy is not None and listed is not None:  # its arrays cut, no tuple made
+                cut = {name: a[at] for name, a in lazy.items()}
+                keep_lazy_listed(vars(part), listed._replace(at=_unchangeable(listed.at[at])), cut)
+                self._pick_hashes(part, at)
+                return part
         rows = at.tolist()
         arrays = {name: a[at] for name, a in believed_arrays(vars(self), self.losses).items()}
         listed = still_listed(vars(self), self.losses)
@@ -363,12 +401,8 @@ class RecordLosses:
             part = object.__new__(RecordLosses)
             columns = {name: at_rows(values, rows) for name, values in self.losses.items()}
             vars(part).update(losses=columns, quarantined=self.quarantined, primary=self.primary)
-            hashes = vars(self).get("id_hashes")  # hashed already: the part's, picked
-            picked = None if hashes is None else hashes[at]
+            self._pick_hashes(part, at)
             keep_listed(vars(part), listed._replace(at=_unchangeable(listed.at[at])), columns)
-            if picked is not None:  # its id hashes, read-only
-                picked.flags.writeable = False
-                vars(part)["id_hashes"] = picked
             keep_arrays(vars(part), columns, arrays)
             return part
         # Not checked again, a part of a checked one: 18 ms less per 100,000 records taken.
@@ -377,12 +411,17 @@ class RecordLosses:
         columns = {name: at_rows(values, rows) for name, values in self.losses.items()}
         vars(taken).update(ids=at_rows(self.ids, rows), losses=columns, segments=segments)
         vars(taken).update(quarantined=self.quarantined, primary=self.primary)
-        if "id_hashes" in self.__dict__:  # hashed already: the part's are these, picked
-            hashes = self.id_hashes[rows]
-            hashes.flags.writeable = False
-            taken.__dict__["id_hashes"] = hashes
+        self._pick_hashes(taken, at)
         keep_arrays(vars(taken), columns, arrays)
         return taken
+
+    def _pick_hashes(self, part: RecordLosses, at: np.ndarray) -> None:
+        """``part``'s id hashes, these at its rows ``at`` (read-only), where hashed already."""
+        hashes = vars(self).get("id_hashes")
+        if hashes is not None:
+            picked = hashes[at]
+            picked.flags.writeable = False
+            vars(part)["id_hashes"] = picked
 
     def mean(self, metric: str | None = None) -> float:
         """The mean loss of column ``metric`` (None: the primary; NaN for no record)."""
@@ -415,7 +454,7 @@ def _copy_and_check(
     """Copies ``record``'s fields, then checks them: a list or dict the plugin passed and
     changes later (inf, an id short or twice, a column added) changes nothing that was
     checked. Each id a non-empty string, none twice; each loss column as
-    :func:`_check_column` checks it; the segments None, or one string per record. Each
+    ``loss_columns.column_fault`` checks it; the segments None, or one string per record. Each
     checked over the whole column first (a judged run builds several of these at 100,000
     records), record by record only to name what failed.
 
@@ -446,7 +485,11 @@ def _copy_and_check(
     seen = _check_ids(kind, record.ids)
     exact = seen is not None
     for name, values in record.losses.items() if isinstance(record, RecordLosses) else ():
-        exact = _check_column(name, record.ids, values, name in finite) and exact
+        floats = name in finite or _all_of(values, float)  # a walk of each value's type
+        exact_column, fault = column_fault(name, record.ids, values, name in finite, floats)
+        if fault is not None:
+            raise RecordLossesError(fault)
+        exact = exact_column and exact
     exact = _check_segments(kind, record.ids, record.segments) and exact
     if exact:
         vars(record)[_CHECKED] = fields
@@ -492,32 +535,6 @@ def _check_segments(kind: str, ids: tuple[str, ...], segments: tuple[str, ...] |
     for index, segment in enumerate(segments):
         if not isinstance(segment, str):
             raise RecordLossesError(f"{kind}: segment {index} is {segment!r:.40}, not a string")
-    return False
-
-
-def _check_column(
-    name: str, ids: tuple[str, ...], values: tuple[float, ...], finite: bool = False
-) -> bool:
-    """One loss column against the ids: as long, each a finite float of 0 or more
-    (``finite``: floats checked so already, their length alone); True when each is
-    exactly a ``float``."""
-    if len(values) != len(ids):
-        raise RecordLossesError(f"RecordLosses: {len(ids)} ids but {len(values)} {name} values")
-    if finite:
-        return True
-    if _all_of(values, float):
-        found = np.fromiter(values, dtype=np.float64, count=len(values))
-        if finite_and_not_negative(found):
-            return True
-    for id_, loss in zip(ids, values, strict=True):
-        if isinstance(loss, bool) or not isinstance(loss, float) or not math.isfinite(loss):
-            raise RecordLossesError(
-                f"RecordLosses: {name} of {id_!r} is {loss!r}, not a finite float"
-            )
-        if loss < 0.0:  # clipped to 0, all-negative losses would promote on "0 vs 0"
-            raise RecordLossesError(
-                f"RecordLosses: {name} of {id_!r} is {loss!r}; losses are 0 or more"
-            )
     return False
 
 
@@ -676,14 +693,3 @@ def judging_of(plugin: object) -> JudgedPlugin | None:
     if not callable(plugin.score_records) or not isinstance(plugin, JudgedPlugin):
         raise TypeError(f"{name}: score_records is not a method")
     return plugin
-
-
-def model_weights(checkpoint: Path) -> dict[str, Any]:
-    """The model's weights (its ``state_dict``) in ``checkpoint``, checked as a resume
-    checks them (digest, schema, finite weights), for ``score_records`` to load into a
-    fresh model; a :class:`~genesis_fp16_infrastructure.training.CheckpointError` (a
-    ValueError: the judged run reports it in one line) when it cannot be read."""
-    from genesis_fp16_infrastructure.training import checkpoint_keys
-    from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
-
-    return dict(load_checkpoint(Path(checkpoint))[checkpoint_keys.MODEL])

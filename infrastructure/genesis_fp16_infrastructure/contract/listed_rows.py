@@ -1,23 +1,38 @@
 """Records taken as rows of a checked listing (``RecordLosses.of_rows``): what such a
 record keeps instead of its ids and segments (:class:`ListedRows`, marked so by
-:func:`keep_listed`), and when it may still be believed (:func:`still_listed`); and
-:func:`at_rows`, values at rows.
+:func:`keep_listed`) and instead of its loss columns' tuples (their arrays alone,
+:func:`keep_lazy_listed`), when it may still be believed (:func:`still_listed`,
+:func:`rows_listed`); and :func:`at_rows`, values at rows.
 
 A record made of rows of a listing that passed its own check whole (``RecordIds``: each
 id a distinct exact ``str``) keeps the listing's own tuples and its rows, an array over
 bytes of its own: its ids are those at the rows, taken only when read. The judged run
 pairs such records by their rows (the served model's scoring and the candidate's ask by
 rows of the same listing): ~20,000 ids each at 100,000 records, never taken.
+
+Its loss columns likewise (checked finite and not negative on their arrays): kept as the
+arrays alone, each column's tuple of Python floats made when first read
+(:func:`made_column`), all of them when the record's ``losses`` is (:func:`made_losses`).
+The judged run reads them as arrays (the gate's pairs, the served records counted): at
+100,000 records, ~20,000 floats a column and scoring never made, nor cut to the gate's
+records. Such a record holds no ``losses`` yet, and ``{name: (None, array)}`` in
+``loss_columns.ARRAYS`` (a column made since: ``(its tuple, array)``, as
+``loss_columns`` keeps a column's array beside its tuple); its check (:data:`CHECKED`)
+is that of its arrays, each the array itself in the tuple's place. The record's own
+module calls these and ``loss_columns``' alike; neither calls the other.
 """
 
 from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
+
+from genesis_fp16_infrastructure.contract.loss_columns import ARRAYS
+from genesis_fp16_infrastructure.contract.split import _unchangeable
 
 T = TypeVar("T")
 CHECKED = "_checked"  # a record's fields as its check passed them (judging._copy_and_check)
@@ -58,9 +73,7 @@ def listed_rows(listing: Any, rows: np.ndarray) -> bool:
     return all(map(operator.is_, fields, checked)) and rows_within(rows, len(listing.ids))
 
 
-def still_listed(
-    fields: dict[str, Any], losses: Mapping[str, Sequence[float]]
-) -> ListedRows | None:
+def still_listed(fields: dict[str, Any], losses: Mapping[str, Sized]) -> ListedRows | None:
     """The rows of a listing a record (``fields``: its ``vars``; ``losses``: its columns)
     was made of, where it holds them as it was made: its ids and segments not set since
     (none, or those taken of the rows: a record whose fields were set behind its back is
@@ -84,9 +97,7 @@ def still_listed(
     return listed if rows_within(at, len(listed.ids)) else None
 
 
-def keep_listed(
-    fields: dict[str, Any], listed: ListedRows, losses: Mapping[str, Sequence[float]]
-) -> None:
+def keep_listed(fields: dict[str, Any], listed: ListedRows, losses: Mapping[str, Sized]) -> None:
     """Mark a record made of ``listed`` (``fields``: its ``vars``; ``losses``: its columns,
     checked) as :func:`still_listed` asks it again: the rows, and its columns' very tuples
     as checked."""
@@ -104,3 +115,85 @@ def at_rows(values: Sequence[T], rows: Sequence[int]) -> tuple[T, ...]:
     if len(rows) < 2:
         return tuple(values[i] for i in rows)
     return tuple(operator.itemgetter(*rows)(values))
+
+
+def keep_lazy_listed(
+    fields: dict[str, Any], listed: ListedRows, arrays: Mapping[str, np.ndarray]
+) -> None:
+    """A record (``fields``: its ``vars``; its names and count checked) made of ``listed``
+    whose columns are ``arrays`` (checked finite and not negative), kept as them alone:
+    each a copy of its own that no one can change (one already so, a lazy record's, as it
+    is), and marked as :func:`still_listed` asks it again, by those arrays."""
+    kept = {
+        name: array if _unchangeable_array(array) else _unchangeable(array, np.float64)
+        for name, array in arrays.items()
+    }
+    fields[ARRAYS] = {name: (None, array) for name, array in kept.items()}
+    keep_listed(fields, listed, kept)
+
+
+def lazy_arrays(fields: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """A record's columns as :func:`keep_lazy_listed` kept them, by name, while it holds
+    them so: no ``losses`` set (made or planted), and each kept array float64, one
+    dimension, over bytes of its own; None: any other record (its ``losses`` are read)."""
+    kept = fields.get(ARRAYS)
+    if "losses" in fields or not isinstance(kept, dict) or not kept:
+        return None
+    found = {}
+    for name, pair in kept.items():
+        if not isinstance(pair, tuple) or len(pair) != 2 or not _unchangeable_array(pair[1]):
+            return None
+        if pair[0] is not None and not isinstance(pair[0], tuple):
+            return None
+        found[name] = pair[1]
+    return found
+
+
+def rows_listed(fields: dict[str, Any]) -> ListedRows | None:
+    """:func:`still_listed` of a record (``fields``: its ``vars``): of its arrays while it
+    keeps its columns as them alone (:func:`lazy_arrays`), else of its ``losses``."""
+    columns = lazy_arrays(fields)
+    losses = fields.get("losses") if columns is None else columns
+    return still_listed(fields, losses) if isinstance(losses, Mapping) else None
+
+
+def made_column(fields: dict[str, Any], name: str) -> tuple[float, ...]:
+    """A lazy record's column ``name``, its tuple of Python floats made the first time and
+    kept beside its array (KeyError: no such column)."""
+    pair = fields[ARRAYS][name]
+    if pair[0] is None:
+        pair = fields[ARRAYS][name] = (tuple(pair[1].tolist()), pair[1])
+    return pair[0]
+
+
+def made_losses(fields: dict[str, Any]) -> dict[str, tuple[float, ...]]:
+    """A lazy record's ``losses``, each column's tuple made (:func:`made_column`), set in
+    ``fields``; where its check is still its arrays', the check of the tuples instead, as
+    a record made with them holds it. From then on it is any record with its columns and
+    their arrays (``loss_columns.believed_arrays``)."""
+    arrays = lazy_arrays(fields)
+    if arrays is None:  # not as kept (an unpickled copy): its numbers, no check carried
+        kept = fields[ARRAYS]
+        made = {
+            n: tuple(np.asarray(p[1], np.float64).reshape(-1).tolist()) for n, p in kept.items()
+        }
+        fields["losses"] = made
+        return made
+    columns = {name: made_column(fields, name) for name in arrays}
+    was, chain = fields.get(CHECKED), tuple(itertools.chain.from_iterable(arrays.items()))
+    if isinstance(was, tuple) and len(was) == len(chain) and all(map(operator.is_, was, chain)):
+        fields[CHECKED] = tuple(itertools.chain.from_iterable(columns.items()))
+    fields["losses"] = columns
+    return columns
+
+
+def _unchangeable_array(array: object) -> bool:
+    """Whether ``array`` is float64, one dimension, read-only, over an immutable ``bytes``
+    (``split._unchangeable``'s: no one can make it writeable)."""
+    return (
+        isinstance(array, np.ndarray)
+        and array.dtype == np.float64
+        and array.ndim == 1
+        and not array.flags.writeable
+        and isinstance(array.base, bytes)
+    )

@@ -25,7 +25,8 @@ is over bytes of its own: read-only, and no one can make it writeable.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,7 @@ def floats(column: Iterable[float]) -> np.ndarray:
 
 
 def finite_and_not_negative(values: np.ndarray) -> bool:
-    """Whether every value is finite and 0 or more: ``judging._check_column``'s test of
+    """Whether every value is finite and 0 or more: ``column_fault``'s test of
     each Python float, on their float64 array (``float(x) >= 0.0`` is ``x >= 0.0``; -0.0
     passes both)."""
     return bool(np.isfinite(values).all() and (values >= 0.0).all())
@@ -115,3 +116,34 @@ def _believed(fields: dict[str, Any], name: str, values: object) -> np.ndarray |
     if not ok or array.flags.writeable or len(array) != len(pair[0]):
         return None
     return array
+
+
+def check_floats(
+    losses: Mapping[str, Iterable[float]],
+) -> tuple[dict[str, np.ndarray], set[str]]:
+    """:func:`columns_of` less the tuples: each column's array, and the names of those
+    finite and not negative. TypeError or ValueError: a value that is not a number."""
+    found = {name: floats(column) for name, column in losses.items()}
+    return found, {name for name, array in found.items() if finite_and_not_negative(array)}
+
+
+def column_fault(
+    name: str, ids: Sequence[str], values: tuple[float, ...], finite: bool, exact: bool
+) -> tuple[bool, str | None]:
+    """Loss column ``name`` against its record's ``ids``: as long, each a finite float of
+    0 or more (``finite``: floats checked so already, their length alone; ``exact``: each
+    value exactly a ``float``, as the record's check found them: checked as an array).
+    Whether each is exactly a ``float``, and what is wrong, in one line (None: nothing;
+    the record's check raises it as a ``RecordLossesError``)."""
+    if len(values) != len(ids):
+        return False, f"RecordLosses: {len(ids)} ids but {len(values)} {name} values"
+    if finite:
+        return True, None
+    if exact and finite_and_not_negative(np.fromiter(values, np.float64, len(values))):
+        return True, None
+    for id_, loss in zip(ids, values, strict=True):
+        if isinstance(loss, bool) or not isinstance(loss, float) or not math.isfinite(loss):
+            return False, f"RecordLosses: {name} of {id_!r} is {loss!r}, not a finite float"
+        if loss < 0.0:  # clipped to 0, all-negative losses would promote on "0 vs 0"
+            return False, f"RecordLosses: {name} of {id_!r} is {loss!r}; losses are 0 or more"
+    return False, None

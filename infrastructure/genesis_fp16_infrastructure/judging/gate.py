@@ -249,7 +249,7 @@ def shared_rows(first: RecordLosses, second: RecordLosses) -> tuple[np.ndarray, 
     when both hold the same ids in the same order (the gate's reference is cut to the
     records the candidate was asked for)."""
     if first.same_records(second):  # by their rows, where both are rows of one listing
-        rows = np.arange(len(first.column()))
+        rows = np.arange(len(first.column_array()))  # no tuple of its floats made
         return rows, rows
     order = np.argsort(second.id_hashes)  # ids are distinct: stable or not, one order
     at, hit = find_ids(second.id_hashes[order], first.id_hashes)

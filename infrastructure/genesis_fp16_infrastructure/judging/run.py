@@ -543,7 +543,7 @@ def _comparisons(
         ask = replace(request, data_path=request.golden_data_path)
         golden = losses_of(judged, checkpoint, ask), losses_of(judged, served.checkpoint, ask)
     found: list[Paired] = []
-    for metric in [m for m in losses.metrics() if m in reference.losses]:
+    for metric in [m for m in losses.metrics() if m in reference.metrics()]:  # no tuple made
         margin = partial(judging_margin, judged, metric=metric)  # of the served mean there
         a, b = paired_losses(losses, reference, span, metric, rows)
         found += segment_questions(name, a, b, margin, segments, metric)

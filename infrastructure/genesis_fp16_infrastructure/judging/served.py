@@ -221,8 +221,9 @@ class Served:
         rows, knew = self._asked_rows, vars(self).get("knew")
         if rows is None or knew is None or not self.given_asked or self.losses is None:
             return None
-        # Counted by a column: a record of rows of the listing takes no ids to count them
-        if len(rows) != len(self.losses.column()) or len(knew) != len(self.records.ids):
+        # Counted by a column's array: a record of rows of the listing takes no ids to
+        # count them, and keeps its columns as arrays (no tuple of ~20,000 floats made)
+        if len(rows) != len(self.losses.column_array()) or len(knew) != len(self.records.ids):
             return None  # not the listing its rows are of
         return np.asarray(knew[rows])
 
@@ -234,7 +235,7 @@ class Served:
         own = losses is self.losses and self.given_asked and rows is not None
         if own and held is not None and len(held) == len(self.records.ids):
             assert rows is not None
-            if len(rows) == len(losses.column()):  # counted so, as scored_knew counts
+            if len(rows) == len(losses.column_array()):  # counted so, as scored_knew counts
                 return held[rows]
         return HELD_OUT.of_hashes(losses.id_hashes)
 

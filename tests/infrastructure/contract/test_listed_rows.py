@@ -124,3 +124,29 @@ def _outcome(call: Any) -> tuple[Any, ...]:
     except RecordLossesError as exc:
         return ("refused", str(exc))
     return ("kept", got.ids, dict(got.losses), got.segments, got.primary)
+
+
+def _imported(module: str) -> dict[str, set[str]]:
+    """The names ``module`` (contract/<module>.py) imports, by the contract module they
+    come from."""
+    import ast
+    from pathlib import Path
+
+    from genesis_fp16_infrastructure import contract
+
+    tree = ast.parse((Path(contract.__file__).parent / f"{module}.py").read_text())
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(contract.__name__):
+            found.setdefault(node.module.rsplit(".", 1)[1], set()).update(
+                a.name for a in node.names
+            )
+    return found
+
+
+def test_listed_rows_and_loss_columns_are_read_in_one_direction() -> None:
+    """A record's copy reads its listed rows and its columns' arrays each once, from its
+    own module (the judged walks do not grow, issue 94's count): ``loss_columns`` imports
+    nothing of ``listed_rows``, and ``listed_rows`` only the name of the arrays' key."""
+    assert "listed_rows" not in _imported("loss_columns")
+    assert _imported("listed_rows").get("loss_columns") == {"ARRAYS"}

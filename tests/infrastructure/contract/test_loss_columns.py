@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
+from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses, RecordLossesError
 from genesis_fp16_infrastructure.contract.loss_columns import ARRAYS, column_array, keep_arrays
-from genesis_fp16_infrastructure.judging.gate import paired_losses
+from genesis_fp16_infrastructure.judging.gate import paired_losses, shared_rows
 
 
 def _bits(record: RecordLosses, metric: str) -> bytes:
@@ -93,3 +93,62 @@ def test_paired_losses_are_the_columns_numbers_whether_kept_or_not() -> None:
         a = paired_losses(kept, served, 1.0, metric)
         b = paired_losses(bare, served, 1.0, metric)
         assert [x.tobytes() for x in a] == [x.tobytes() for x in b]
+
+
+def test_a_record_of_rows_makes_no_tuple_of_floats_until_its_losses_are_read() -> None:
+    """Of rows of a checked listing, copied and cut: its columns kept as arrays alone (no
+    ``losses``), paired and counted by them; a column read makes that tuple alone, the
+    losses read make the rest, equal to the floats given, and the record is then as one
+    made with them (copied and cut by its rows, its arrays kept)."""
+    listing = RecordIds(("a", "b", "c", "d"), ("x", "y", "x", "y"))
+    columns = {"log_loss": [0.5, 0.0, 0.25, 1e-300], "brier": [0.1, -0.0, 0.3, 2.0]}
+    part = RecordLosses.copy_of(RecordLosses.of_rows(listing, np.array([0, 1, 2, 3]), columns))
+    cut = part.take([True, False, True, True])
+    for record in (part, cut):
+        assert "losses" not in vars(record) and record.metrics() == ("log_loss", "brier")
+    assert cut.column_array("brier").tolist() == [0.1, 0.3, 2.0]
+    assert cut.same_records(RecordLosses.copy_of(cut)) and "losses" not in vars(cut)
+    assert cut.column("brier") == (0.1, 0.3, 2.0) and "losses" not in vars(cut)
+    assert cut.losses == {"log_loss": (0.5, 0.25, 1e-300), "brier": (0.1, 0.3, 2.0)}
+    assert cut.column("brier") is cut.losses["brier"] and _kept(cut, "brier")
+    again = RecordLosses.copy_of(cut).take([False, True, True])
+    assert again.losses == {"log_loss": (0.25, 1e-300), "brier": (0.3, 2.0)}
+    assert again.segments == ("x", "y") and "ids" not in vars(again)
+    assert _bits(part, "brier") == np.array([0.1, -0.0, 0.3, 2.0]).tobytes()
+
+
+@pytest.mark.parametrize("how", ["copy_of", "take"])
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("quarantined", -1, "quarantined is -1, not a count"),
+        ("primary", "nope", "primary 'nope' is not a column"),
+    ],
+)
+def test_a_record_kept_as_arrays_is_named_and_counted_again_when_copied_or_cut(
+    how: str, field: str, value: object, said: str
+) -> None:
+    """A record of rows kept as its arrays alone, its count or primary set behind its back
+    (``object.__setattr__``): its copy and its part refuse it, in the words a record
+    made with those fields is refused in."""
+    listing = RecordIds(("a", "b", "c"), ("x", "y", "x"))
+    lazy = RecordLosses.of_rows(listing, np.array([0, 2]), {"loss": [0.5, 0.25]})
+    assert "losses" not in vars(lazy)
+    object.__setattr__(lazy, field, value)
+    with pytest.raises(RecordLossesError, match=said):
+        RecordLosses.copy_of(lazy) if how == "copy_of" else lazy.take([True, True])
+
+
+def test_the_gate_pairs_and_counts_records_of_rows_by_their_arrays_alone() -> None:
+    """The gate's rows and pairs of two records of rows of one listing (the candidate's
+    and the served model's, cut to the judged records) make no tuple of their floats:
+    both still keep their columns as arrays alone, and the pairs are their numbers."""
+    listing = RecordIds(("a", "b", "c", "d"), ("x", "y", "x", "y"))
+    served = RecordLosses.of_rows(listing, np.array([0, 1, 3]), {"loss": [0.5, 0.1, 0.25]})
+    judged = RecordLosses.copy_of(served).take([True, False, True])
+    ours = RecordLosses.copy_of(
+        RecordLosses.of_rows(listing, np.array([0, 3]), {"loss": [0.4, 0.3]})
+    )
+    a, b = paired_losses(ours, judged, 1.0, "loss", shared_rows(ours, judged))
+    assert a.tolist() == [0.4, 0.3] and b.tolist() == [0.5, 0.25]
+    assert "losses" not in vars(ours) and "losses" not in vars(judged)
