@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -36,6 +35,7 @@ from typing import Any
 
 import numpy as np
 from other_tree import module_from
+from thread_clock import thread_ms
 
 from genesis_fp16_infrastructure.contract import judging
 from genesis_fp16_infrastructure.judging import gate
@@ -80,12 +80,6 @@ def _calls(contract: ModuleType, case: dict[str, Any], count: str) -> tuple[Call
     return served, candidate
 
 
-def _ms(call: Callable[[], Any]) -> tuple[float, Any]:
-    started = time.thread_time()
-    out = call()
-    return 1000 * (time.thread_time() - started), out
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pools", default="10000,100000")
@@ -106,8 +100,8 @@ def main(argv: list[str] | None = None) -> None:
         for k in range(args.repeats):
             for name in list(trees) if k % 2 == 0 else list(trees)[::-1]:
                 served, candidate = calls[name]
-                live_ms, judged[name] = _ms(served)
-                gate_ms, pairs[name] = _ms(lambda c=candidate, r=judged[name]: c(r))
+                live_ms, judged[name] = thread_ms(served)
+                gate_ms, pairs[name] = thread_ms(lambda c=candidate, r=judged[name]: c(r))
                 times.setdefault((name, "served"), []).append(live_ms)
                 times.setdefault((name, "gate"), []).append(gate_ms)
         same = all(a.tobytes() == b.tobytes() for a, b in zip(*pairs.values(), strict=True))

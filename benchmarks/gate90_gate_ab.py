@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 from other_tree import module_from
+from thread_clock import thread_ms
 
 from genesis_fp16_infrastructure.contract import judging
 from genesis_fp16_infrastructure.judging import gate
@@ -96,12 +96,6 @@ def _same_segments(a: Any, b: Any) -> bool:
     return bool(np.array_equal(a.inside, b.inside)) and vetoes
 
 
-def _ms(call: Callable[[], Any]) -> tuple[float, Any]:
-    started = time.thread_time()
-    out = call()
-    return 1000 * (time.thread_time() - started), out
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pools", default="10000,100000")
@@ -123,11 +117,11 @@ def main(argv: list[str] | None = None) -> None:
         for k in range(args.repeats):
             for name in list(trees) if k % 2 == 0 else list(trees)[::-1]:
                 make, pair = calls[name]
-                made_ms, made = _ms(make)
-                paired_ms, out[name] = _ms(lambda pair=pair, made=made: pair(*made))
+                made_ms, made = thread_ms(make)
+                paired_ms, out[name] = thread_ms(lambda pair=pair, made=made: pair(*made))
                 chain[name].append(made_ms + paired_ms)
                 pairs[name].append(paired_ms)
-                coded_ms, segments[name] = _ms(asked[name])
+                coded_ms, segments[name] = thread_ms(asked[name])
                 coded[name].append(coded_ms)
         same = all(
             a.tobytes() == b.tobytes() for a, b in zip(out["before"], out["this"], strict=True)
