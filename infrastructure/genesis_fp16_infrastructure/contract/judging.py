@@ -303,9 +303,8 @@ class RecordLosses:
         if lazy:  # its ids, segments and loss tuples made when read: the listing's rows
             listed = ListedRows(listing.ids, listing.segments, _unchangeable(at))
             record = cls.__new__(cls)
-            vars(record)[ARRAYS] = arrays  # its names, as a lazy record keeps them
-            record._named_as(vars(record), quarantined, "")
             keep_lazy_listed(vars(record), listed, arrays)
+            record._named_as(vars(record), quarantined, "")  # raises: the record goes
             return record
         values = {name: tuple(array.tolist()) for name, array in arrays.items()}
         picked = at.tolist()
