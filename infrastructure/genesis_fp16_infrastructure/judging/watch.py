@@ -193,8 +193,9 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     rows, missing = [row[served_now.ids[i]] for i in picked], np.full(len(picked), np.nan)
     for metric in served_now.metrics():  # every loss column: a column the predecessor
         theirs = before.losses.get(metric)  # does not score is NaN there (not tested)
-        # The new records' losses alone, no array of every scored record's first
-        scored[f"served/{metric}"] = np.array(at_rows(served_now.column(metric), picked), float)
+        # The new records' losses alone, by the column's array: a record of rows keeps
+        # its columns so, and no tuple of every scored record's floats is made
+        scored[f"served/{metric}"] = served_now.column_array(metric)[picked]
         scored[f"previous/{metric}"] = (
             missing if theirs is None else np.array(at_rows(theirs, rows), float)
         )
