@@ -68,6 +68,24 @@ def test_the_stacked_ensemble_starts_as_the_loop_layouts_members_and_serves_thei
         assert torch.equal(stacked.member(3)(x).score_logit, loop.members[3](x).score_logit)
 
 
+def test_scoring_on_a_cpu_gives_the_training_forwards_bits() -> None:
+    """Without gradients a CPU's LayerNorms run one kernel a member (affine fused), and
+    every output, per member and served, is bit for bit the training forward's (two
+    kernels: the normalisation, then each member's affine)."""
+    torch.manual_seed(3)
+    stacked = WorldModelEnsemble(replace(CONFIG, hidden=64))
+    x = torch.randn(3000, 12)
+    trained = stacked(x, per_member=True)  # with gradients: the two kernels
+    assert trained.success_logit.requires_grad
+    with torch.no_grad():
+        scored = stacked(x, per_member=True)
+        served = stacked(x)
+    for a, b in zip(scored, trained, strict=True):
+        assert torch.equal(a, b.detach())
+    for a, b in zip(served, trained, strict=True):
+        assert torch.equal(a, b.detach().mean(0))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_under_autocast_the_batched_matmuls_run_in_low_precision(dtype: torch.dtype) -> None:
     """Under real CPU autocast every member's logits come out of bf16/fp16 matmuls, close to
