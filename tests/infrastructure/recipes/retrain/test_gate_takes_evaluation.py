@@ -77,6 +77,7 @@ def test_a_scoring_of_other_bytes_or_another_plan_computes_them(
     assert taken.checkpoint is not None and evaluated._EVALUATED
     kept = evaluated._EVALUATED[0]
     assert kept.plan() is plan.data
+    assert "ranked" not in vars(kept)  # the run's gate asked in the order evaluated: no sort
     request = replace(_request(first / "kept"), snapshot=plan)
     hashes, checkpoint = kept.hashes[:5], Path(taken.checkpoint)
     model = WorldModelPredictor.of_state(load_checkpoint(checkpoint)).model
@@ -85,16 +86,18 @@ def test_a_scoring_of_other_bytes_or_another_plan_computes_them(
     backwards = kept.hashes[::-1][:7]
     given = evaluated.evaluated_logit(request, checkpoint, model, backwards)
     assert given is not None and given.tolist() == kept.logit[-7:].flip(0).tolist()
-    # Every record evaluated, in the order evaluated (the gate's): their kept rows taken,
-    # each compared, no search; kept rows that are not theirs (planted): searched
+    # Every record evaluated, in the order evaluated (the gate's): taken whole, each
+    # compared, no sort and no search; the same records kept in another order (planted):
+    # searched, each record's own logit all the same
     searches: list[int] = []
     real = evaluated.find_ids
     monkeypatch.setattr(evaluated, "find_ids", lambda *a: searches.append(1) or real(*a))
-    in_order = kept.hashes[kept.rows]
+    in_order = np.array(kept.hashes)
     whole = evaluated.evaluated_logit(request, checkpoint, model, in_order)
     assert whole is not None and not searches
-    assert whole.tolist() == kept.logit[torch.from_numpy(kept.rows)].tolist()
-    evaluated._EVALUATED[:] = [replace(kept, rows=np.roll(kept.rows, 1))]
+    assert whole.tolist() == kept.logit.tolist()
+    rolled = replace(kept, hashes=np.roll(kept.hashes, 1), logit=kept.logit.roll(1))
+    evaluated._EVALUATED[:] = [rolled]
     again = evaluated.evaluated_logit(request, checkpoint, model, in_order)
     assert again is not None and again.tolist() == whole.tolist() and searches == [1]
     evaluated._EVALUATED[:] = [kept]
