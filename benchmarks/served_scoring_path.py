@@ -49,7 +49,7 @@ PIECES = (
     ((scoring_copy,), "_sha256", "check_after"),
     ((scoring_copy,), "_holds", "check_after"),
     ((served, run), "trained_ids", "trained_ids"),
-    ((run, served, watch), "losses_of", "losses_of"),
+    ((run, served, watch, scoring_copy), "losses_of", "losses_of"),
 )
 
 

@@ -127,6 +127,7 @@ from genesis_fp16_infrastructure.judging.ranks import Tell, ranked
 from genesis_fp16_infrastructure.judging.scoring_copy import (
     CheckpointChangedError,
     copy_checkpoint,
+    losses_of,
     sweep_copies,
 )
 from genesis_fp16_infrastructure.judging.served import (
@@ -135,7 +136,6 @@ from genesis_fp16_infrastructure.judging.served import (
     Served,
     held_out_check,
     held_out_unknown,
-    losses_of,
 )
 from genesis_fp16_infrastructure.judging.unfinished import decide_unfinished
 from genesis_fp16_infrastructure.judging.up_to_date import judged_phases, nothing_new, up_to_date

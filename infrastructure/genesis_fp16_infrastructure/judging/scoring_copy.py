@@ -1,7 +1,8 @@
 """What a plugin's ``score_records`` is handed: a private copy of a checkpoint, checked
 after it is scored (:func:`score_on_copy`, issue 69), with the plugin's answer checked where
-it is received (:func:`losses_on_copy`), and the sweep of the copies a killed run left
-(:func:`sweep_copies`).
+it is received (:func:`losses_on_copy`); :func:`losses_of`, the one way a judged run scores a
+model (the served one, its predecessor, a candidate: the records it needs asked, a refusal
+the run's in one line); and the sweep of the copies a killed run left (:func:`sweep_copies`).
 
 A plugin that wrote to the checkpoint it scored got that checkpoint served with bytes its
 digest file no longer names, and every later run of the agent failed to load it. So the
@@ -36,13 +37,20 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.contract.judging import RecordLosses, RecordLossesError
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.judging import (
+    JudgedPlugin,
+    RecordLosses,
+    RecordLossesError,
+)
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
+from genesis_fp16_infrastructure.contract.split import ScoreOnly
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.training.checkpoint_arrays import link_arrays
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import (
@@ -101,6 +109,35 @@ def losses_on_copy(
             f"score_records returned a {type(losses).__name__}, not RecordLosses"
         )
     return RecordLosses.copy_of(losses)
+
+
+def losses_of(
+    plugin: JudgedPlugin,
+    checkpoint: Path,
+    request: TrainRequest,
+    only: Collection[str] | ScoreOnly | None = None,
+) -> RecordLosses:
+    """The plugin's losses of ``checkpoint``, scored on a copy of it and checked as they
+    are received (``scoring_copy.losses_on_copy``); a refusal is the run's, in one line
+    (a TrainRequestError; a plugin that changed the copy: CheckpointChangedError, which
+    always ends the run). ``only``: the ids of
+    the records the run needs (the request's ``score_only``, or one made of their rows in
+    a listing: ``ScoreOnly.of_rows``; the plugin may score more); None: every record."""
+    who = f"{request.agent}: plugin {plugin_name(plugin)}"
+    if only is not None:
+        asked = only if isinstance(only, ScoreOnly) else ScoreOnly(frozenset(only))
+        request = replace(request, score_only=asked)
+    try:  # checked where it is received, a copy of its own (losses_on_copy)
+        return losses_on_copy(
+            lambda copy: plugin.score_records(copy, request),
+            checkpoint,
+            Path(request.checkpoint_dir),
+            who,
+        )
+    except CheckpointChangedError:
+        raise
+    except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
+        raise TrainRequestError(f"{request.agent}: cannot score {checkpoint}: {exc}") from None
 
 
 def copy_checkpoint(checkpoint: Path, folder: Path) -> None:

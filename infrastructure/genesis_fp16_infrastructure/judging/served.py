@@ -1,9 +1,9 @@
 """The served model as a judged run sees it (:class:`Served`): its pointer and checkpoint,
 its losses on the records the run needs, every current record, the ids it knew and those
 it trained on; :func:`trained_ids`, the records a checkpoint names, and
-:func:`held_out_check`, whether a candidate's list lets it be judged; and what a plugin's
-``score_records`` is handed (:func:`losses_of`): a private copy of the checkpoint, checked
-after scoring (``judging.scoring_copy``, issue 69).
+:func:`held_out_check`, whether a candidate's list lets it be judged. Its losses are the
+plugin's scoring of a private copy of its checkpoint (``judging.scoring_copy.losses_of``,
+issue 69), as every model the run scores.
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ from genesis_fp16_infrastructure.contract.judging import (
     at_rows,
     records_are_training_data,
 )
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.scoring_copy import CheckpointChangedError, losses_on_copy
+from genesis_fp16_infrastructure.judging.scoring_copy import losses_of
 from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_keys
 from genesis_fp16_infrastructure.training.checkpoint_arrays import with_arrays
 from genesis_fp16_infrastructure.training.checkpoint_load import (
@@ -449,32 +449,3 @@ def held_out_check(
             "on the rows request.training_rows(ids) keeps, which the gate does not judge on"
         )
     return True, None
-
-
-def losses_of(
-    plugin: JudgedPlugin,
-    checkpoint: Path,
-    request: TrainRequest,
-    only: Collection[str] | ScoreOnly | None = None,
-) -> RecordLosses:
-    """The plugin's losses of ``checkpoint``, scored on a copy of it and checked as they
-    are received (``scoring_copy.losses_on_copy``); a refusal is the run's, in one line
-    (a TrainRequestError; a plugin that changed the copy: CheckpointChangedError, which
-    always ends the run). ``only``: the ids of
-    the records the run needs (the request's ``score_only``, or one made of their rows in
-    a listing: ``ScoreOnly.of_rows``; the plugin may score more); None: every record."""
-    who = f"{request.agent}: plugin {plugin_name(plugin)}"
-    if only is not None:
-        asked = only if isinstance(only, ScoreOnly) else ScoreOnly(frozenset(only))
-        request = replace(request, score_only=asked)
-    try:  # checked where it is received, a copy of its own (losses_on_copy)
-        return losses_on_copy(
-            lambda copy: plugin.score_records(copy, request),
-            checkpoint,
-            Path(request.checkpoint_dir),
-            who,
-        )
-    except CheckpointChangedError:
-        raise
-    except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
-        raise TrainRequestError(f"{request.agent}: cannot score {checkpoint}: {exc}") from None
