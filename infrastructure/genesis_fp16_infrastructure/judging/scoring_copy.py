@@ -20,7 +20,7 @@ A copy rather than a check of the original in place: a check alone detects a plu
 altered the served checkpoint while scoring it, but cannot undo it, and the agent's
 later runs would fail all the same. The copy costs one write of the checkpoint a score,
 and its read and hash where the judged run did not read it already: it reads the records
-the checkpoint names first (``served.trained_ids``), and the copy is written from the
+the checkpoint names first (``trained_ids.trained_ids``), and the copy is written from the
 bytes that load read and checked (``checkpoint_load.read_in_block``; issue 90). A plugin
 that deliberately looks for the agent's files elsewhere (``request.checkpoint_dir``) is
 not stopped by it: a plugin runs in the daemon's process and could do anything there.
@@ -161,7 +161,7 @@ def _copied(checkpoint: Path, folder: Path) -> tuple[bytes | None, str]:
     """:func:`copy_checkpoint` into ``folder``, the checkpoint's bytes read once: written
     to the copy, with the SHA-256 of the bytes written (None and "none": no regular file
     to copy). In the judged run's reusing_loads() block, after it read the records the
-    checkpoint names (``served.trained_ids``), the bytes that load read and checked, with
+    checkpoint names (``trained_ids.trained_ids``), the bytes that load read and checked, with
     their hash, while the digest file copied beside them names them (``read_in_block``):
     not read nor hashed again (issue 90). A copy that does not hold those bytes after
     the plugin's scoring is refused all the same (:func:`score_on_copy` reads it back)."""

@@ -46,7 +46,7 @@ from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.judging import run as judging_run
 from genesis_fp16_infrastructure.judging import stores, up_to_date
 from genesis_fp16_infrastructure.judging.run import run_plugin
-from genesis_fp16_infrastructure.judging.served import TrainedIdsError, trained_ids
+from genesis_fp16_infrastructure.judging.trained_ids import TrainedIdsError, trained_ids
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
