@@ -1,17 +1,7 @@
-"""What the gate asks of a scored candidate against the served model, and the verdict
-those questions decide (:func:`decide_scored`: a :class:`~.verdict.Decided`, nothing
-written; its phase's transaction stages it).
-
-The questions (:func:`_comparisons`), for every loss column both models have, the
-primary first: the two models paired on the same records, ``held_out`` (those neither
-trained on, issue 68) or ``current`` (every record both scored, "on training data"),
-with the segments the served model knew asked on their own (issue 62); the records it
-knew, ``known``, asked apart as a veto (:func:`_on_known`); after the watch rolled a
-model back, the records newer than that model, ``newest``, as a required question
-(issue 92); the golden records, where the request names them. :func:`~.gate.decide`
-settles them together. A first model has nothing to compare: it is served on its own
-figures (:func:`_first`). The verdict's ``evidence`` says which records it stands on
-(:func:`_evidence`).
+"""What the gate asks of a scored candidate against the served model (:func:`_comparisons`:
+every set and part, issues 62, 68 and 92; a first model's own figures, :func:`_first`), and
+the verdict those questions decide (:func:`decide_scored`: a :class:`~.verdict.Decided`,
+nothing written; its phase's transaction stages it).
 """
 
 from __future__ import annotations
