@@ -15,7 +15,7 @@ folder:
   copy of the state; the side way writes its side file: the first save of a run);
 * ``save again``: a second save of the same arrays at another step (the side file is
   not written again);
-* ``trained_ids``: ``judging.served.trained_ids`` of the checkpoint in a fresh
+* ``trained_ids``: ``judging.trained_ids.trained_ids`` of the checkpoint in a fresh
   ``reusing_loads`` block (load with its SHA-256, the ids read), then
   ``score_on_copy`` of it with a plugin that does nothing (the copy written from the
   bytes that load read, hashed after): the judged run's order;
@@ -41,7 +41,7 @@ import torch
 
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.judging.scoring_copy import copy_checkpoint, score_on_copy
-from genesis_fp16_infrastructure.judging.served import trained_ids
+from genesis_fp16_infrastructure.judging.trained_ids import trained_ids
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_arrays import PER_RECORD, PREFIX, with_arrays

@@ -6,7 +6,7 @@ and eight segments:
 
 * **questions**: every question of one verdict, as main asked them (``compare_segments``
   per column, ``compare`` of the ``known`` and ``newest`` records taken: each pairs the
-  records again) and as ``run._comparisons`` asks them now (paired once); their JSON
+  records again) and as ``questions._comparisons`` asks them now (paired once); their JSON
   compared;
 * **known ids**: the candidate's known ids as main made them (the served model's and the
   pool's concatenated, the whole sorted) and now (the new ones merged in); compared.
@@ -35,7 +35,8 @@ from genesis_fp16_infrastructure.contract import split
 from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.gate import compare, compare_segments
-from genesis_fp16_infrastructure.judging.run import _comparisons, _known_after, _known_segments
+from genesis_fp16_infrastructure.judging.questions import _comparisons, _known_segments
+from genesis_fp16_infrastructure.judging.run import _known_after
 
 
 def _case(pool: int, new: int) -> tuple[Any, RecordLosses, np.ndarray]:

@@ -36,6 +36,7 @@ from typing import Any
 
 from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest
 from genesis_fp16.scaffold import agent_source
+from genesis_fp16_infrastructure.judging import questions
 from genesis_fp16_infrastructure.judging import run as judged_run
 
 AGENT = "toy_bench"
@@ -112,7 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     if args.held_out_alone:
-        setattr(judged_run, "_on_known", lambda *a, **k: None)  # noqa: B010 (a private name)
+        setattr(questions, "_on_known", lambda *a, **k: None)  # noqa: B010 (a private name)
     started = time.monotonic()
     outcomes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     lines = []

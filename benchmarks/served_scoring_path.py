@@ -37,7 +37,7 @@ from typing import Any
 import served_scoring_kept
 
 from genesis_fp16_infrastructure.contract import judging as contract_judging
-from genesis_fp16_infrastructure.judging import run, scoring_copy, served, watch
+from genesis_fp16_infrastructure.judging import run, scoring_copy, served, trained_ids, watch
 
 # (modules that hold the name, the name, the piece): every module that calls it by its name
 PIECES = (
@@ -48,8 +48,8 @@ PIECES = (
     ((scoring_copy,), "_copied", "make_copy"),
     ((scoring_copy,), "_sha256", "check_after"),
     ((scoring_copy,), "_holds", "check_after"),
-    ((served, run), "trained_ids", "trained_ids"),
-    ((run, served, watch), "losses_of", "losses_of"),
+    ((trained_ids, served), "trained_ids", "trained_ids"),
+    ((run, served, watch, scoring_copy), "losses_of", "losses_of"),
 )
 
 

@@ -27,14 +27,14 @@ and the settling of what a killed writer left once, one commit):
    candidates once and decides before it writes: the candidates cut short it does not
    continue are closed, and a kept inconclusive one judged again (issue 62), in one
    transaction;
-4. **gate** (:mod:`.gate`): the candidate and the served model on the same records, paired
-   (a run stopped before its end writes no verdict: the next run continues it); after the
-   watch rolled a model back to the served one, on the records newer than that model too
-   (``newest``);
-   the first model is served as it is; a promotion waits for the operator's pin (``held``);
-   the verdict file holds the figures, ``judged_ids.npz`` the records the model knew. The
-   verdict (:mod:`.verdict`: decided, then staged) and the promotion it decides are one
-   transaction: the verdict file, then the pointer.
+4. **gate** (:mod:`.questions`, :mod:`.gate`): the candidate and the served model on the
+   same records, paired (a run stopped before its end writes no verdict: the next run
+   continues it); after the watch rolled a model back to the served one, on the records
+   newer than that model too (``newest``); the first model is served as it is; a
+   promotion waits for the operator's pin (``held``); the verdict file holds the figures,
+   ``judged_ids.npz`` the records the model knew. The verdict (:mod:`.verdict`: decided,
+   then staged) and the promotion it decides are one transaction: the verdict file, then
+   the pointer.
 
 **Records neither model trained on** (issue 68; the plugin's side: contract.judging).
 The run reads the candidate's list of the records it trained on: one that names a
@@ -62,13 +62,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import math
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 
@@ -92,9 +90,7 @@ from genesis_fp16_infrastructure.agent_folder.transaction import (
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
     RecordLosses,
-    judging_margin,
     judging_of,
-    records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import (
     AgentPlugin,
@@ -109,40 +105,26 @@ from genesis_fp16_infrastructure.contract.reports import (
 )
 from genesis_fp16_infrastructure.contract.split import ScoreOnly, drawn_with
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.gate import (
-    MIN_RECORDS,
-    Paired,
-    Segments,
-    compare,
-    compare_part,
-    decide,
-    paired_losses,
-    segment_questions,
-    shared_rows,
-)
+from genesis_fp16_infrastructure.judging.questions import decide_scored
 from genesis_fp16_infrastructure.judging.ranks import Tell, ranked
 from genesis_fp16_infrastructure.judging.scoring_copy import (
     CheckpointChangedError,
     copy_checkpoint,
+    losses_of,
     sweep_copies,
 )
 from genesis_fp16_infrastructure.judging.served import (
     LISTED,
-    KnownSegments,
     Served,
     held_out_check,
-    held_out_unknown,
-    losses_of,
 )
 from genesis_fp16_infrastructure.judging.unfinished import decide_unfinished
 from genesis_fp16_infrastructure.judging.up_to_date import judged_phases, nothing_new, up_to_date
 from genesis_fp16_infrastructure.judging.verdict import Decided, undecided
 from genesis_fp16_infrastructure.judging.watch import rolled_back_to, watch
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
-from genesis_fp16_infrastructure.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_load import reusing_loads
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
@@ -403,6 +385,9 @@ def _judge(state: JudgedState, result: TrainResult) -> GateReport:
     if result.failure is not None or checkpoint is None:
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
         return undecided(candidate, checkpoint, f"not judged: {why}", started, used)
+    # What it is judged on, as its verdict records it: the data's files as the scoring
+    # finds them, and its run's figures reported beside its losses.
+    digest, reported = _data_digest(request.data_path), _reported(result.eval)
     with reusing_loads():  # the checkpoint unpickled once: the records it names, scored
         held_out, refusal = held_out_check(request, served, checkpoint)
         if refusal is not None:
@@ -413,9 +398,9 @@ def _judge(state: JudgedState, result: TrainResult) -> GateReport:
         except CheckpointChangedError as exc:  # its own file intact: undecided, never served
             undecided(candidate, checkpoint, str(exc), started, used)
             raise
-    digest, reported = _data_digest(request.data_path), _reported(result.eval)
     scored = (kept, checkpoint, held_out, losses)
-    decided = _decide(state, scored, started, used, digest, reported)
+    rolled_back = state.rolled_back  # asked of the candidates as phase 3 read them
+    decided = decide_scored(request, served, rolled_back, scored, started, used, digest, reported)
     _write_known(state, candidate, losses)  # before the verdict: a served model has them
     with transaction(state.folder) as tx:  # the verdict, and the promotion it decides
         return decided.stage(tx)
@@ -430,35 +415,6 @@ def _write_known(state: JudgedState, candidate: Path, losses: RecordLosses) -> N
     # candidate: kept for its lookup if it serves this one (stores.listed_known, checked)
     listed = losses if served.losses is None else served.records
     stores.write_known_ids(candidate, knows, budget, (LISTED, listed.id_hashes))  # sorted there
-
-
-def _decide(
-    state: JudgedState,
-    scored: tuple[KeptCandidate, Path, bool, RecordLosses],
-    started: float,
-    used: PrecisionName | None,
-    digest: str,
-    reported: Mapping[str, float],
-) -> Decided:
-    """The verdict on a scored candidate (``scored``: the candidate as read, its
-    checkpoint, whether it is judged on held-out records, its losses), decided, nothing
-    written. ``used``: the precision it was trained in; ``digest``: the data's;
-    ``reported``: its run's figures reported beside its losses (:func:`_reported`)."""
-    request, served = state.request, state.served
-    kept, checkpoint, held_out, losses = scored
-    evidence, note = _evidence(held_out, served)
-    if served.losses is None:
-        outcome, reason, comparisons = Outcome.PROMOTED, "the first model", _first(losses)
-    else:
-        rolled_back = state.rolled_back  # asked of the candidates as phase 3 read them
-        asked = _comparisons(request, served, losses, checkpoint, held_out, rolled_back)
-        outcome, reason, comparisons = decide(asked)
-        reason += note
-    first = served.pointer is None
-    return Decided(
-        kept, checkpoint, outcome, reason, comparisons, started, used, served.id, first,
-        digest, evidence, reported,
-    )  # fmt: skip
 
 
 def _rejudge_kept(state: JudgedState, digest: str) -> Decided | None:
@@ -487,7 +443,9 @@ def _rejudge_kept(state: JudgedState, digest: str) -> Decided | None:
         said = verdict.candidate  # its run's, as its first verdict kept it
         reported = _reported(None if said is None else said.reported)
         scored = (kept, checkpoint, held_out, losses)
-        return _decide(state, scored, started, verdict.precision, digest, reported)
+        used = verdict.precision
+        rolled_back = state.rolled_back
+        return decide_scored(request, served, rolled_back, scored, started, used, digest, reported)
     return None
 
 
@@ -506,126 +464,12 @@ def _known_after(served: Served, losses: RecordLosses, budget: int | None = None
     return ids if served.known is None else stores.merged(served.known, ids[~served.knew])
 
 
-def _first(losses: RecordLosses) -> list[Paired]:
-    """The first model's figures: each column's mean on every record, nothing to compare."""
-    nan, records = math.nan, len(losses.ids)
-    first = Paired("current", records, nan, nan, nan, nan, nan, True)
-    return [replace(first, candidate=losses.mean(m), metric=m) for m in losses.metrics()]
-
-
-def _comparisons(
-    request: TrainRequest,
-    served: Served,
-    losses: RecordLosses,
-    checkpoint: Path,
-    held_out: bool,
-    rolled_back: np.ndarray | None = None,
-) -> list[Paired]:
-    """Every question the gate asks, of every loss column both models have (the primary
-    first: its pooled comparison is the verdict's figure), each with its column's margin;
-    :func:`~.gate.decide` settles them together (Holm over all of them); the records
-    newer than ``rolled_back`` also as ``newest`` (:func:`~.watch.rolled_back_to`)."""
-    judged, span = served.plugin, float(served.plugin.loss_span)
-    assert served.losses is not None and served.checkpoint is not None
-    name, losses, reference = _judged_records(held_out, served, losses)
-    # The pairs, their segments and the parts asked apart, once for every column: the
-    # same records for each (about 20,000 at a 100,000-record pool).
-    rows = shared_rows(losses, reference)
-    segments = Segments.of(reference.segments, rows[1], _known_segments(served))
-    parts = []
-    knew = _on_known(losses, served)
-    if knew is not None:  # a veto only (_on_known)
-        parts.append(("known", knew[rows[0]], False))
-    if rolled_back is not None:  # required: the evidence that rolled a model back (watch.py)
-        parts.append(("newest", ~schema.known(losses.id_hashes, rolled_back)[rows[0]], True))
-    golden = None
-    if request.golden_data_path is not None:
-        ask = replace(request, data_path=request.golden_data_path)
-        golden = losses_of(judged, checkpoint, ask), losses_of(judged, served.checkpoint, ask)
-    found: list[Paired] = []
-    for metric in [m for m in losses.metrics() if m in reference.metrics()]:  # no tuple made
-        margin = partial(judging_margin, judged, metric=metric)  # of the served mean there
-        a, b = paired_losses(losses, reference, span, metric, rows)
-        found += segment_questions(name, a, b, margin, segments, metric)
-        for part, keep, required in parts:
-            asked = compare_part(part, a, b, keep, margin, metric)
-            found.append(replace(asked, required=required))
-        if golden is not None:
-            found.append(compare("golden", *golden, span, margin, metric))
-    return found
-
-
-def _on_known(losses: RecordLosses, served: Served) -> np.ndarray | None:
-    """Issue 68: the set ``known``, those of the judged records the served model already
-    knew (it was judged on them), asked on its own when the records also hold new ones:
-    a candidate that learned the new records' noise gains there what it loses on the
-    records the served model was shown good on, and the new ones must not excuse it.
-    It is a veto, as a known segment is (issue 68's gate with power): shown worse, the
-    candidate is rejected; not shown no worse, it holds nothing back. The known records
-    never grow, so a required question there held clean growth back for good whenever a
-    candidate trained afresh could not show itself within the margin on them (se_darwin:
-    inconclusive on the same 382 records after 1,000 more arrived). Per record of
-    ``losses``, whether it is one; None when every record is known, fewer than two are,
-    or the plugin's records are evaluation episodes (a new task file is not noise)."""
-    if served.known is None or not records_are_training_data(served.plugin):
-        return None
-    # The judged records themselves (their hashes the served model's): the listing's
-    # lookup at their rows, no search of the known ids again.
-    judged = isinstance(served, Served) and served.losses is not None
-    same = judged and losses.id_hashes is served.judged.id_hashes
-    knew = served.judged_knew if same else None
-    if knew is None:
-        knew = schema.known(losses.id_hashes, served.known)
-    return None if knew.all() or int(knew.sum()) < MIN_RECORDS else knew
-
-
 def _judged_ids(held_out: bool, served: Served) -> tuple[str, ...] | ScoreOnly | None:
     """The ids of the records the gate compares the two models on, as the served model's
     scoring found them (the only ones both are scored on; by their rows in its listing
     where it has them: ``Served.judged_asked``): the candidate is scored on these alone;
     None: on every record (a first model, or judged on all)."""
     return None if served.losses is None or not held_out else served.judged_asked
-
-
-def _judged_records(
-    held_out: bool, served: Served, losses: RecordLosses
-) -> tuple[str, RecordLosses, RecordLosses]:
-    """The set the gate compares on, and the candidate's and the served model's losses
-    there: ``held_out``, the held-out records the served model did not train on (the
-    candidate trained on none: :func:`~.served.held_out_check` saw to it); else ``current``,
-    every record both scored."""
-    assert served.losses is not None
-    if not held_out:
-        return "current", losses, served.losses
-    reference = served.judged
-    if not losses.same_records(reference):  # it scored more than asked
-        losses = losses.take(held_out_unknown(served, losses))
-    return "held_out", losses, reference
-
-
-def _evidence(
-    held_out: bool, served: Served
-) -> tuple[Literal["held_out", "training_data"] | None, str]:
-    """The verdict's ``evidence`` (held-out records, the plugin's training data: its
-    candidate names none it trained on; None: records no model trains on), and what its
-    reason adds about them: "on training data" when the candidate names none; that the
-    served model may know them when it names nothing and knew no judged records."""
-    if not records_are_training_data(served.plugin):
-        return None, ""
-    if not held_out:
-        return "training_data", " (on training data: the candidate names no records it trained on)"
-    if served.trained is None:
-        return "held_out", " (the served model names no records it trained on: it may know these)"
-    return "held_out", ""
-
-
-def _known_segments(served: Served) -> Collection[str] | None:
-    """The segments of the records the served model knew (issue 62: only these are
-    judged on their own), read as the gate asks (``served.KnownSegments``); None: every
-    segment (the plugin keeps no known ids)."""
-    if served.losses is None or served.records.segments is None or served.known is None:
-        return None
-    return KnownSegments(served.records.segments, served.knew)
 
 
 def _reported(figures: Mapping[str, float] | None) -> dict[str, float]:

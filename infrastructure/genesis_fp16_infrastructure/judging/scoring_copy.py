@@ -1,7 +1,8 @@
 """What a plugin's ``score_records`` is handed: a private copy of a checkpoint, checked
 after it is scored (:func:`score_on_copy`, issue 69), with the plugin's answer checked where
-it is received (:func:`losses_on_copy`), and the sweep of the copies a killed run left
-(:func:`sweep_copies`).
+it is received (:func:`losses_on_copy`); :func:`losses_of`, the one way a judged run scores a
+model (the served one, its predecessor, a candidate: the records it needs asked, a refusal
+the run's in one line); and the sweep of the copies a killed run left (:func:`sweep_copies`).
 
 A plugin that wrote to the checkpoint it scored got that checkpoint served with bytes its
 digest file no longer names, and every later run of the agent failed to load it. So the
@@ -19,7 +20,7 @@ A copy rather than a check of the original in place: a check alone detects a plu
 altered the served checkpoint while scoring it, but cannot undo it, and the agent's
 later runs would fail all the same. The copy costs one write of the checkpoint a score,
 and its read and hash where the judged run did not read it already: it reads the records
-the checkpoint names first (``served.trained_ids``), and the copy is written from the
+the checkpoint names first (``trained_ids.trained_ids``), and the copy is written from the
 bytes that load read and checked (``checkpoint_load.read_in_block``; issue 90). A plugin
 that deliberately looks for the agent's files elsewhere (``request.checkpoint_dir``) is
 not stopped by it: a plugin runs in the daemon's process and could do anything there.
@@ -36,13 +37,20 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.contract.judging import RecordLosses, RecordLossesError
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.judging import (
+    JudgedPlugin,
+    RecordLosses,
+    RecordLossesError,
+)
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
+from genesis_fp16_infrastructure.contract.split import ScoreOnly
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.training.checkpoint_arrays import link_arrays
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import (
@@ -103,6 +111,35 @@ def losses_on_copy(
     return RecordLosses.copy_of(losses)
 
 
+def losses_of(
+    plugin: JudgedPlugin,
+    checkpoint: Path,
+    request: TrainRequest,
+    only: Collection[str] | ScoreOnly | None = None,
+) -> RecordLosses:
+    """The plugin's losses of ``checkpoint``, scored on a copy of it and checked as they
+    are received (``scoring_copy.losses_on_copy``); a refusal is the run's, in one line
+    (a TrainRequestError; a plugin that changed the copy: CheckpointChangedError, which
+    always ends the run). ``only``: the ids of
+    the records the run needs (the request's ``score_only``, or one made of their rows in
+    a listing: ``ScoreOnly.of_rows``; the plugin may score more); None: every record."""
+    who = f"{request.agent}: plugin {plugin_name(plugin)}"
+    if only is not None:
+        asked = only if isinstance(only, ScoreOnly) else ScoreOnly(frozenset(only))
+        request = replace(request, score_only=asked)
+    try:  # checked where it is received, a copy of its own (losses_on_copy)
+        return losses_on_copy(
+            lambda copy: plugin.score_records(copy, request),
+            checkpoint,
+            Path(request.checkpoint_dir),
+            who,
+        )
+    except CheckpointChangedError:
+        raise
+    except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
+        raise TrainRequestError(f"{request.agent}: cannot score {checkpoint}: {exc}") from None
+
+
 def copy_checkpoint(checkpoint: Path, folder: Path) -> None:
     """``checkpoint`` with its digest and summary files (which its loader reads) in
     ``folder``, and its per-record side files as links (``checkpoint_arrays``: never
@@ -124,7 +161,7 @@ def _copied(checkpoint: Path, folder: Path) -> tuple[bytes | None, str]:
     """:func:`copy_checkpoint` into ``folder``, the checkpoint's bytes read once: written
     to the copy, with the SHA-256 of the bytes written (None and "none": no regular file
     to copy). In the judged run's reusing_loads() block, after it read the records the
-    checkpoint names (``served.trained_ids``), the bytes that load read and checked, with
+    checkpoint names (``trained_ids.trained_ids``), the bytes that load read and checked, with
     their hash, while the digest file copied beside them names them (``read_in_block``):
     not read nor hashed again (issue 90). A copy that does not hold those bytes after
     the plugin's scoring is refused all the same (:func:`score_on_copy` reads it back)."""

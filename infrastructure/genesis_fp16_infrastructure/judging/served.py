@@ -1,9 +1,9 @@
 """The served model as a judged run sees it (:class:`Served`): its pointer and checkpoint,
 its losses on the records the run needs, every current record, the ids it knew and those
-it trained on; :func:`trained_ids`, the records a checkpoint names, and
-:func:`held_out_check`, whether a candidate's list lets it be judged; and what a plugin's
-``score_records`` is handed (:func:`losses_of`): a private copy of the checkpoint, checked
-after scoring (``judging.scoring_copy``, issue 69).
+it trained on (its checkpoint's list: ``judging.trained_ids``); and
+:func:`held_out_check`, whether a candidate's list lets it be judged. Its losses are the
+plugin's scoring of a private copy of its checkpoint (``judging.scoring_copy.losses_of``,
+issue 69), as every model the run scores.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
-import torch
 
 from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
@@ -29,7 +28,6 @@ from genesis_fp16_infrastructure.agent_folder.transaction import (
     transaction,
 )
 from genesis_fp16_infrastructure.contract.judging import (
-    TRAINED_IDS,
     JudgedPlugin,
     ListsRecords,
     RecordIds,
@@ -38,19 +36,21 @@ from genesis_fp16_infrastructure.contract.judging import (
     at_rows,
     records_are_training_data,
 )
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
-from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data import schema
-from genesis_fp16_infrastructure.errors import CheckpointError, ServedPointerError
+from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.scoring_copy import CheckpointChangedError, losses_on_copy
-from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_keys
-from genesis_fp16_infrastructure.training.checkpoint_arrays import with_arrays
+from genesis_fp16_infrastructure.judging.scoring_copy import losses_of
+from genesis_fp16_infrastructure.judging.trained_ids import (
+    TrainedIdsError,
+    named_or_none,
+    trained_ids,
+)
+from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_load import (
-    load_checkpoint,
     reusing_loads,
-    sharing_kept,
 )
 
 T = TypeVar("T")
@@ -102,22 +102,12 @@ class Served:
             kept = request.quarantine_path or QUARANTINE_LOG.at(folder)
             reading = replace(request, quarantine_path=kept)
             with reusing_loads():  # the checkpoint unpickled once for both
-                self.named = self._named(request)
+                # A list it cannot read (served before the judged run refused one) is
+                # said in one warning and taken as naming none: the records it knew
+                # stand for it, else every record.
+                who = f"{request.agent}: served model {self.id}"
+                self.named = named_or_none(self.checkpoint, who)
                 self.losses, self.records = self._scored(plugin, request, reading)
-
-    def _named(self, request: TrainRequest) -> np.ndarray | None:
-        """The records its checkpoint names (:func:`trained_ids`). A list it cannot read
-        (served before the judged run refused one) is said in one warning and taken as
-        naming none: the records it knew stand for it, else every record."""
-        assert self.checkpoint is not None
-        try:
-            return trained_ids(self.checkpoint)
-        except TrainedIdsError as exc:
-            logger.warning(
-                "%s: served model %s: %s; taken as naming none (every record it knew may "
-                "have been trained on)", request.agent, self.id, exc,
-            )  # fmt: skip
-            return None
 
     def _scored(
         self, plugin: JudgedPlugin, request: TrainRequest, reading: TrainRequest
@@ -352,73 +342,6 @@ def held_out_unknown(served: Served, losses: RecordLosses) -> np.ndarray:
     return keep
 
 
-class TrainedIdsError(ValueError):
-    """A checkpoint's ``trained_ids`` that is there but names no records in a form the
-    judged run reads (:func:`trained_ids`): one line saying what it is instead."""
-
-
-def trained_ids(checkpoint: Path) -> np.ndarray | None:
-    """The sorted id hashes of the records ``checkpoint``'s model trained on, as its task
-    said (``extra_state()["trained_ids"]``: a list of the ids, each a str as the pool's
-    ids are, or their 64-bit hashes as one 1-D int64 tensor, contract.judging); None when
-    it says nothing (no such key, or None), or cannot be read (the plugin's own scoring
-    reports that). Anything else there (a list of ints, an int32 or float32 tensor) raises
-    :class:`TrainedIdsError`: a list the run cannot read is not a list of nothing, and a
-    candidate that names nothing is judged on its training data.
-
-    >>> _described([1, 2]), _described(torch.zeros(3, dtype=torch.int32))
-    ('a list of int', 'a torch.int32 tensor of shape (3,)')
-    """
-    try:
-        with sharing_kept():  # read, never changed: a resident process's kept state will do
-            state = load_checkpoint(checkpoint)
-    except (OSError, ValueError):
-        return None
-    try:  # kept in a side file beside it (checkpoint_arrays), checked against its name
-        extra = with_arrays(state, checkpoint).get(checkpoint_keys.EXTRA)
-    except CheckpointError as exc:
-        raise TrainedIdsError(f"its trained_ids cannot be read: {exc}") from None
-    value = extra.get(TRAINED_IDS) if isinstance(extra, dict) else None
-    if value is None:
-        return None
-    if isinstance(value, torch.Tensor) and value.dim() == 1 and value.dtype == torch.int64:
-        return _ascending(value.cpu().numpy().view(np.uint64))
-    if isinstance(value, list | tuple) and all(isinstance(i, str) for i in value):
-        return sorted_unique(id_hashes(value))
-    raise TrainedIdsError(
-        f"malformed trained_ids ({_described(value)}): the task's extra_state() names the "
-        "records it trained on as a list of their ids (str) or one 1-D int64 tensor of "
-        "their hashes, request.trained_ids(ids)"
-    )
-
-
-def _ascending(hashes: np.ndarray) -> np.ndarray:
-    """``sorted_unique(hashes)``: a copy of its own when they are sorted and distinct
-    already, as a task's ``request.trained_ids`` keeps them (one pass where a sort of
-    80,000 took 2.7 ms, twice a judged run; the state it came from may be kept, never
-    changed).
-
-    >>> _ascending(np.array([1, 5, 9], np.uint64)).tolist()
-    [1, 5, 9]
-    >>> _ascending(np.array([5, 1, 5], np.uint64)).tolist()
-    [1, 5]
-    """
-    if bool((hashes[1:] > hashes[:-1]).all()):
-        return hashes.copy()
-    return sorted_unique(hashes)
-
-
-def _described(value: object) -> str:
-    """What a malformed ``trained_ids`` is, in a few words."""
-    if isinstance(value, torch.Tensor | np.ndarray):
-        kind = "numpy array" if isinstance(value, np.ndarray) else "tensor"
-        return f"a {value.dtype} {kind} of shape {tuple(value.shape)}"
-    if isinstance(value, list | tuple):
-        kinds = sorted({type(i).__name__ for i in value})
-        return f"a {type(value).__name__} of {' and '.join(kinds)}"
-    return f"{type(value).__name__} {value!r:.40}"
-
-
 def held_out_check(
     request: TrainRequest,
     served: Served,
@@ -449,32 +372,3 @@ def held_out_check(
             "on the rows request.training_rows(ids) keeps, which the gate does not judge on"
         )
     return True, None
-
-
-def losses_of(
-    plugin: JudgedPlugin,
-    checkpoint: Path,
-    request: TrainRequest,
-    only: Collection[str] | ScoreOnly | None = None,
-) -> RecordLosses:
-    """The plugin's losses of ``checkpoint``, scored on a copy of it and checked as they
-    are received (``scoring_copy.losses_on_copy``); a refusal is the run's, in one line
-    (a TrainRequestError; a plugin that changed the copy: CheckpointChangedError, which
-    always ends the run). ``only``: the ids of
-    the records the run needs (the request's ``score_only``, or one made of their rows in
-    a listing: ``ScoreOnly.of_rows``; the plugin may score more); None: every record."""
-    who = f"{request.agent}: plugin {plugin_name(plugin)}"
-    if only is not None:
-        asked = only if isinstance(only, ScoreOnly) else ScoreOnly(frozenset(only))
-        request = replace(request, score_only=asked)
-    try:  # checked where it is received, a copy of its own (losses_on_copy)
-        return losses_on_copy(
-            lambda copy: plugin.score_records(copy, request),
-            checkpoint,
-            Path(request.checkpoint_dir),
-            who,
-        )
-    except CheckpointChangedError:
-        raise
-    except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
-        raise TrainRequestError(f"{request.agent}: cannot score {checkpoint}: {exc}") from None

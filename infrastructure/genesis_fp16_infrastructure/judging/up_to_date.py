@@ -41,7 +41,8 @@ from genesis_fp16_infrastructure.contract.split import sorted_unique
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.served import Served, TrainedIdsError, trained_ids
+from genesis_fp16_infrastructure.judging.served import Served
+from genesis_fp16_infrastructure.judging.trained_ids import TrainedIdsError, trained_ids
 from genesis_fp16_infrastructure.precision_names import PRECISIONS, PrecisionName
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 

@@ -131,8 +131,8 @@ from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.scoring_copy import CheckpointChangedError
-from genesis_fp16_infrastructure.judging.served import Served, losses_of
+from genesis_fp16_infrastructure.judging.scoring_copy import CheckpointChangedError, losses_of
+from genesis_fp16_infrastructure.judging.served import Served
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     """Score the new records (module docstring), update the figures, roll back on a
     regression. ``served``: the served model as the run read it (a pointer's: its losses
     on the current records, the ids it knew); the predecessor is scored on the new
-    records (:func:`~.served.losses_of`, logged when it cannot be). Returns the report
+    records (:func:`~.scoring_copy.losses_of`, logged when it cannot be). Returns the report
     (the run's ``live``), or None when there is nothing to watch: no predecessor, a model
     whose known records are not kept, no new record, or a predecessor that cannot be
     scored."""

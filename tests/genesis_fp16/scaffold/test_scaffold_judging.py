@@ -25,7 +25,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.api import Outcome, run_plugin
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, id_hashes
 from genesis_fp16_infrastructure.folder import AgentFolder
-from genesis_fp16_infrastructure.judging.served import trained_ids
+from genesis_fp16_infrastructure.judging.trained_ids import trained_ids
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 
 POOL = 1000  # a fifth held out: about 200 records the served model knew, never trained on

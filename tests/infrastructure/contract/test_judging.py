@@ -102,7 +102,7 @@ def test_record_losses_keep_a_copy_of_what_was_checked(tmp_path: Path) -> None:
     """Lists passed in and changed after the check (inf, an id short, a duplicate id)
     change nothing the RecordLosses holds; a frozen one changed behind its back is
     caught where the judged run uses it (its own copy, checked again)."""
-    from genesis_fp16_infrastructure.judging.served import losses_of
+    from genesis_fp16_infrastructure.judging.scoring_copy import losses_of
 
     ids, losses, segments = ["a", "b"], [0.5, 0.25], ["s", "t"]
     scored = RecordLosses(ids, losses, segments)  # type: ignore[arg-type]

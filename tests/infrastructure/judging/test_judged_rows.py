@@ -10,7 +10,7 @@ import pytest
 from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
 from genesis_fp16_infrastructure.data import schema
-from genesis_fp16_infrastructure.judging.run import _on_known
+from genesis_fp16_infrastructure.judging.questions import _on_known
 from genesis_fp16_infrastructure.judging.served import Served, held_out_unknown
 
 LISTING = tuple(f"record-{i}" for i in range(600))

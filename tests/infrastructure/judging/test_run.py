@@ -46,7 +46,7 @@ from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.judging import run as judging_run
 from genesis_fp16_infrastructure.judging import stores, up_to_date
 from genesis_fp16_infrastructure.judging.run import run_plugin
-from genesis_fp16_infrastructure.judging.served import TrainedIdsError, trained_ids
+from genesis_fp16_infrastructure.judging.trained_ids import TrainedIdsError, trained_ids
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
@@ -476,7 +476,7 @@ def test_the_known_records_are_a_veto_that_holds_no_clean_candidate_back() -> No
     import numpy as np
 
     from genesis_fp16_infrastructure.judging.gate import decide
-    from genesis_fp16_infrastructure.judging.run import _comparisons
+    from genesis_fp16_infrastructure.judging.questions import _comparisons
 
     rng = np.random.default_rng(7)
     ids = [f"r{i}" for i in range(2000)]
@@ -983,7 +983,7 @@ def test_the_gate_pairs_its_records_once_and_asks_what_pairing_each_question_ask
 
     import numpy as np
 
-    from genesis_fp16_infrastructure.judging import gate, run
+    from genesis_fp16_infrastructure.judging import gate, questions
     from genesis_fp16_infrastructure.judging.gate import compare, compare_segments
 
     rng = np.random.default_rng(11)
@@ -1009,7 +1009,7 @@ def test_the_gate_pairs_its_records_once_and_asks_what_pairing_each_question_ask
     )  # fmt: skip
     rolled = np.sort(split.id_hashes(ids[:2500]))
     request = SimpleNamespace(golden_data_path=None)
-    known_segments = run._known_segments(served)  # type: ignore[arg-type]
+    known_segments = questions._known_segments(served)  # type: ignore[arg-type]
     assert known_segments is not None and set(known_segments) == {"s0", "s1", "s2"}
     expected = []
     knew = schema.known(ours.id_hashes, served.known)
@@ -1028,8 +1028,8 @@ def test_the_gate_pairs_its_records_once_and_asks_what_pairing_each_question_ask
         return real(a, b)
 
     monkeypatch.setattr(gate, "shared_rows", counted)
-    monkeypatch.setattr(run, "shared_rows", counted, raising=False)
-    asked = run._comparisons(request, served, ours, Path("c.pt"), False, rolled)  # type: ignore[arg-type]
+    monkeypatch.setattr(questions, "shared_rows", counted, raising=False)
+    asked = questions._comparisons(request, served, ours, Path("c.pt"), False, rolled)  # type: ignore[arg-type]
     assert len(calls) == 1
     assert [c.to_json() for c in asked] == [c.to_json() for c in expected]
     assert [(c.name, c.segment, c.required) for c in asked] == [

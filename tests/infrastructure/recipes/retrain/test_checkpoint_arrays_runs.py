@@ -15,7 +15,7 @@ from test_ranked_later_run import _run
 
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
-from genesis_fp16_infrastructure.judging.served import trained_ids
+from genesis_fp16_infrastructure.judging.trained_ids import trained_ids
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_arrays import PER_RECORD, PREFIX, with_arrays
