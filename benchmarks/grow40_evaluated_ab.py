@@ -28,8 +28,8 @@ import torch
 from other_tree import other_modules
 from thread_clock import thread_ms
 
-from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, DataCheck
-from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.api import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.recipes.retrain import evaluated
 
 
