@@ -26,7 +26,6 @@ records' losses equal, read at the end::
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +33,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+from ab_table import load_average, print_table
 from other_tree import module_from
 from thread_clock import thread_ms
 
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     trees = {"before": module_from(args.before / INF / "contract/judging.py", "judging_before")}
     trees["this"] = judging
-    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    load = load_average()
     lines = []
     for pool in (int(p) for p in args.pools.split(",")):
         case = _case(pool)
@@ -112,11 +112,8 @@ def main(argv: list[str] | None = None) -> None:
                 f"| {pool:,} | {len(case['scored']):,} | {int(case['judged'].sum()):,} | "
                 f"{name} | {live:.3f} | {cut:.3f} | {live + cut:.3f} | {same} |"
             )
-    after = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    print(f"{os.cpu_count()} cores; load average {load} before, {after} after; CPU ms, medians")
-    print("| pool | scored | judged | tree | served ms | gate ms | both ms | same |")
-    print("|---:|---:|---:|---|---:|---:|---:|---|")
-    print("\n".join(lines))
+    header = ["pool", "scored", "judged", "tree", "served ms", "gate ms", "both ms", "same"]
+    print_table(load, header, lines, note="; CPU ms, medians")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ pairs and vetoes equal::
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+from ab_table import load_average, print_table
 from other_tree import module_from
 from thread_clock import thread_ms
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--before", type=Path, required=True, help="the other checkout")
     args = parser.parse_args(argv)
     trees = _trees(args.before)
-    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    load = load_average()
     rows = []
     for pool in (int(p) for p in args.pools.split(",")):
         case = _case(pool)
@@ -132,11 +132,9 @@ def main(argv: list[str] | None = None) -> None:
                 f"{statistics.median(chain[name]):.3f} | {statistics.median(pairs[name]):.3f} | "
                 f"{statistics.median(coded[name]):.3f} | {same} |"
             )
-    after = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    print(f"{os.cpu_count()} cores; load average {load} before, {after} after")
-    print("| pool | judged | tree | chain ms | pairs ms | segments ms | same |")
-    print("|---:|---:|---|---:|---:|---:|---|")
-    print("\n".join(rows))
+    print_table(
+        load, ["pool", "judged", "tree", "chain ms", "pairs ms", "segments ms", "same"], rows
+    )
 
 
 if __name__ == "__main__":

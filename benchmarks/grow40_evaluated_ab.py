@@ -16,7 +16,6 @@ alternating. ``same``: both trees' answers equal bit for bit::
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from ab_table import load_average, print_table
 from other_tree import other_modules
 from thread_clock import thread_ms
 
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         ],
         "this": evaluated,
     }
-    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    load = load_average()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -102,11 +102,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"| {pool:,} | {pool // 5:,} | {name} | {statistics.median(each):.3f} | "
                     f"{min(each):.3f}-{max(each):.3f} | {same} |"
                 )
-    after = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    print(f"{os.cpu_count()} cores; load average {load} before, {after} after")
-    print("| pool | held out | tree | keep + take ms | min-max | same |")
-    print("|---:|---:|---|---:|---|---|")
-    print("\n".join(rows))
+    print_table(load, ["pool", "held out", "tree", "keep + take ms", "min-max", "same"], rows)
 
 
 if __name__ == "__main__":
