@@ -1,8 +1,10 @@
 """The records a checkpoint says its model trained on (issue 68): :func:`trained_ids`,
 read from its extra state (or the side file its arrays are kept in) and checked, and a
 list it cannot read raised as :class:`TrainedIdsError` in one line; :func:`named_or_none`,
-the served model's reading of it, where such a list names none. A candidate's list that
-cannot be read refuses its judging instead (``served.held_out_check``).
+the served model's reading of it, where such a list names none; and
+:func:`trained_on_gone`, whether such a list names a record the pool no longer holds (a
+model that learned from it is not up to date, issue 93). A candidate's list that cannot
+be read refuses its judging instead (``served.held_out_check``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
 from genesis_fp16_infrastructure.contract.split import id_hashes, sorted_unique
+from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.errors import CheckpointError
 from genesis_fp16_infrastructure.training import checkpoint_keys
 from genesis_fp16_infrastructure.training.checkpoint_arrays import with_arrays
@@ -75,6 +78,18 @@ def named_or_none(checkpoint: Path, who: str) -> np.ndarray | None:
             who, exc,
         )  # fmt: skip
         return None
+
+
+def trained_on_gone(named: np.ndarray | None, ids: np.ndarray) -> bool:
+    """Whether a model trained on records (``named``, :func:`trained_ids`' sorted hashes)
+    that are not among the current ``ids``: a file removed, or a record relabelled or
+    edited (its old hash gone). A model that names none: not known, False.
+
+    >>> named = np.array([1, 5], np.uint64)
+    >>> trained_on_gone(named, np.array([5, 9, 1], np.uint64)), trained_on_gone(named, named[1:])
+    (False, True)
+    """
+    return named is not None and not schema.known(named, sorted_unique(ids)).all()
 
 
 def _ascending(hashes: np.ndarray) -> np.ndarray:

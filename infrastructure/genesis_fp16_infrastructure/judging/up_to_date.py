@@ -42,7 +42,11 @@ from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.served import Served
-from genesis_fp16_infrastructure.judging.trained_ids import TrainedIdsError, trained_ids
+from genesis_fp16_infrastructure.judging.trained_ids import (
+    TrainedIdsError,
+    trained_ids,
+    trained_on_gone,
+)
 from genesis_fp16_infrastructure.precision_names import PRECISIONS, PrecisionName
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 
@@ -93,7 +97,7 @@ def nothing_new(
     if not records_are_training_data(served.plugin) or _other_options(served, request, candidates):
         return None
     ids = served.records.id_hashes
-    if served.knew.all() and not _gone(served.named, ids):
+    if served.knew.all() and not trained_on_gone(served.named, ids):
         return Learned(served.known, served.named)
     known = None if last is None else stores.read_known_ids(last)
     if last is None or known is None or not schema.known(ids, known).all():
@@ -103,14 +107,7 @@ def nothing_new(
         named = None if checkpoint is None else trained_ids(checkpoint)
     except TrainedIdsError:  # its list is malformed: it names none (the gate refused it)
         named = None
-    return None if _gone(named, ids) else Learned(known, named)
-
-
-def _gone(named: np.ndarray | None, ids: np.ndarray) -> bool:
-    """Whether a model trained on records (``named``, sorted hashes) that are not among
-    the current ``ids``: a file removed, or a record relabelled or edited (its old hash
-    gone). A model that names none: not known, False."""
-    return named is not None and not schema.known(named, sorted_unique(ids)).all()
+    return None if trained_on_gone(named, ids) else Learned(known, named)
 
 
 # A judged run that takes no step (the served model knew every current record, or a kept
