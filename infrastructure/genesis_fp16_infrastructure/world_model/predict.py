@@ -61,15 +61,24 @@ AttemptLike = AttemptInput | Trajectory | Mapping[str, Any]
 # the 2-core host (issue 90). Each row's arithmetic is its own, but a matmul of fewer
 # rows may block its sums otherwise: a chunk's logits can differ from the whole's in
 # their last bit (measured: equal at 20,000 rows in chunks of 512 to 8,192).
-CHUNK_ACTIVATIONS = 1 << 20
+# Half a million (1,638 rows of se_darwin's 5 x 64) rather than a million: 5-13% less
+# over the held-out fifth of a 100,000 pool (19,548 rows: 38.4 -> 36.5 ms, 42.2 -> 37.0),
+# 1-14% at 1,000,000 (196,000 rows), thread CPU, the same bits
+# (benchmarks/results/chunk_rows_90_cpu-2-cores.md, benchmarks/chunk_rows.py).
+CHUNK_ACTIVATIONS = 1 << 19
+# ... but never fewer rows than this a chunk: a wide model's matmul of a few dozen rows
+# is slower than the cache it saves (5 x 2,048 wide over 2,000 rows: 51 rows a chunk
+# took 1,386 ms, 256 rows 1,055, today's 102 rows 1,116).
+MIN_CHUNK_ROWS = 256
 
 
 def forward_chunked(
     model: nn.Module, x: torch.Tensor, per_member: bool = False
 ) -> WorldModelOutput:
     """``model(x)`` (``per_member``: an ensemble's every member) computed in chunks of
-    rows (:data:`CHUNK_ACTIVATIONS`), joined: what one forward gives, without its
-    memory. Call it under ``torch.no_grad()``: it is for scoring, not training.
+    rows (:data:`CHUNK_ACTIVATIONS`, at least :data:`MIN_CHUNK_ROWS`), joined: what one
+    forward gives, without its memory. Call it under ``torch.no_grad()``: it is for
+    scoring, not training.
 
     >>> model = build_world_model(ModelConfig(in_features=4, members=2)).eval()
     >>> x = torch.randn(10, 4)
@@ -82,7 +91,7 @@ def forward_chunked(
     )  # a DDP or FSDP wrapper's: its module's
     members = config.members if isinstance(config, ModelConfig) else 1
     width = members * config.hidden if isinstance(config, ModelConfig) else 1
-    rows = max(1, CHUNK_ACTIVATIONS // width)
+    rows = max(MIN_CHUNK_ROWS, CHUNK_ACTIVATIONS // width)
     if len(x) <= rows:
         return model(x, per_member=True) if per_member else model(x)
     if members == 1:

@@ -1,8 +1,9 @@
 """Scoring and evaluation forwards run in chunks of rows (issue 90): each forward holds
-at most ``CHUNK_ACTIVATIONS`` activations, the chunks cover every row once, and the
-joined output is the whole forward's: to the bit where the BLAS takes the chunks' rows
-as it takes the whole's, else within a float32 rounding (a matmul of fewer rows may
-block its sums otherwise)."""
+at most ``CHUNK_ACTIVATIONS`` activations (but never fewer than ``MIN_CHUNK_ROWS`` rows
+where there are more), the chunks cover every row once, and the joined output is the
+whole forward's: to the bit where the BLAS takes the chunks' rows as it takes the
+whole's, else within a float32 rounding (a matmul of fewer rows may block its sums
+otherwise)."""
 
 from __future__ import annotations
 
@@ -51,12 +52,33 @@ def test_a_forward_over_many_rows_runs_in_bounded_chunks_with_the_same_bits(
     torch.manual_seed(0)
     model = build_world_model(ModelConfig(in_features=6, hidden=16, members=members)).eval()
     monkeypatch.setattr(predict, "CHUNK_ACTIVATIONS", 100 * 16 * members)
+    monkeypatch.setattr(predict, "MIN_CHUNK_ROWS", 1)  # chunks below the floor, to see them
     x = torch.randn(1000, 6)
     with torch.no_grad():
         whole = model(x, per_member=True) if per_member else model(x)
         forwards.clear()
         chunked = forward_chunked(model, x, per_member=per_member)
     assert max(forwards) <= 100 and sum(forwards) == 1000 and len(forwards) == math.ceil(1000 / 100)
+    for got, want in zip(chunked, whole, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_wide_model_never_runs_chunks_of_fewer_rows_than_the_floor(
+    forwards: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model so wide that the activations' bound alone would give it chunks of 20 rows
+    runs chunks of ``MIN_CHUNK_ROWS`` (here 100), the last one what is left; the joined
+    output is the one forward's (within a float32 rounding)."""
+    torch.manual_seed(0)
+    model = build_world_model(ModelConfig(in_features=6, hidden=16, members=2)).eval()
+    monkeypatch.setattr(predict, "CHUNK_ACTIVATIONS", 20 * 16 * 2)
+    monkeypatch.setattr(predict, "MIN_CHUNK_ROWS", 100)
+    x = torch.randn(250, 6)
+    with torch.no_grad():
+        whole = model(x)
+        forwards.clear()
+        chunked = forward_chunked(model, x)
+    assert forwards == [100, 100, 50]
     for got, want in zip(chunked, whole, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
@@ -84,6 +106,7 @@ def test_the_runs_evaluation_runs_in_chunks_and_reports_the_same_figures(
         whole = task.evaluate(model), task.validate(model)
         assert max(forwards) > 64  # the evaluation sets are larger than the bound below
         monkeypatch.setattr(predict, "CHUNK_ACTIVATIONS", 64 * task.config.hidden * 3)
+        monkeypatch.setattr(predict, "MIN_CHUNK_ROWS", 1)
         forwards.clear()
         chunked = task.evaluate(model), task.validate(model)
     assert forwards and max(forwards) <= 64

@@ -274,6 +274,7 @@ def test_a_scoring_runs_its_forward_in_bounded_chunks_and_gives_the_same_losses(
     )
     assert config.members > 1 and len(whole.ids) > 100
     monkeypatch.setattr(predict, "CHUNK_ACTIVATIONS", 100 * config.hidden * config.members)
+    monkeypatch.setattr(predict, "MIN_CHUNK_ROWS", 1)  # chunks below the floor, to see them
     chunked = scoring.score_records(models["held_out"], _request(pools[1]))
     assert max(seen) <= 100 and sum(seen) == len(whole.ids)
     assert chunked.ids == whole.ids and chunked.segments == whole.segments
