@@ -61,14 +61,14 @@ AttemptLike = AttemptInput | Trajectory | Mapping[str, Any]
 # the 2-core host (issue 90). Each row's arithmetic is its own, but a matmul of fewer
 # rows may block its sums otherwise: a chunk's logits can differ from the whole's in
 # their last bit (measured: equal at 20,000 rows in chunks of 512 to 8,192).
-# Half a million (1,638 rows of the default 5 x 64 ensemble) rather than a million: 5-13% less
+# 1 << 19 (1,638 rows of the default 5 x 64 ensemble) rather than 1 << 20: 5-13% less
 # over the held-out fifth of a 100,000 pool (19,548 rows: 38.4 -> 36.5 ms, 42.2 -> 37.0),
 # 1-14% at 1,000,000 (196,000 rows), thread CPU, the same bits
 # (benchmarks/results/chunk_rows_90_cpu-2-cores.md, benchmarks/chunk_rows.py).
 CHUNK_ACTIVATIONS = 1 << 19
 # ... but never fewer rows than this a chunk: a wide model's matmul of a few dozen rows
 # is slower than the cache it saves (5 x 2,048 wide over 2,000 rows: 51 rows a chunk
-# took 1,386 ms, 256 rows 1,055, today's 102 rows 1,116).
+# took 1,386 ms, 256 rows 1,055, and 1 << 20's 102 rows 1,116).
 MIN_CHUNK_ROWS = 256
 
 
