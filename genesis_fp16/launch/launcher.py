@@ -63,6 +63,8 @@ from genesis_fp16_infrastructure.api import (
 log = logging.getLogger("genesis_fp16.launcher")
 relay_log = structlog.get_logger("genesis_fp16.torchrun")
 
+# How often a run's supervision looks at its memory, a stop request and its timeout. Its
+# end is not waited for on this clock: each look waits on the child itself (_wait_a_look).
 _POLL_SECONDS = 0.2
 
 
@@ -346,7 +348,15 @@ def _supervise(
             log.error("%s still running %.0fs after SIGTERM: killing it", what, kill_after)
             _kill_tree(child.pid)
             sent_at = math.inf
-        time.sleep(_POLL_SECONDS)
+        _wait_a_look(child, _POLL_SECONDS)
+
+
+def _wait_a_look(child: subprocess.Popen[str] | ForkedChild, seconds: float) -> None:
+    """Wait up to ``seconds`` for ``child`` to end, and no longer once it has: a run's end
+    reaches the daemon as it happens, not at the next look (a sleep between looks said it
+    up to 0.2 s late, 0.1 s on average, every run)."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(timeout=seconds)
 
 
 def resident_bytes(pid: int) -> int | None:

@@ -58,6 +58,9 @@ ANSWER_POLL_SECONDS = 0.2
 # After a child's pidfd says it ended, how long to wait for the worker's report of its exit
 # code when the kernel no longer shows it (reaped by the worker, or its worker gone).
 EXIT_REPORT_SECONDS = 2.0
+# The longest one wait of ForkedChild.wait sleeps before it looks again; its pidfd or the
+# worker's report wakes it sooner.
+WAIT_SLICE_SECONDS = 0.05
 # After a failed fork request, how long to wait for the worker's end (a SIGKILL is
 # delivered while the request fails): the log then says how it ended.
 ENDED_WAIT_SECONDS = 2.0
@@ -139,16 +142,22 @@ class ForkedChild:
         self._ended(0)
 
     def wait(self, timeout: float | None = None) -> int:
+        """Its exit code, as soon as its end is known (the pidfd or the worker's report
+        wakes the wait); ``subprocess.TimeoutExpired`` past ``timeout`` seconds."""
         deadline = time.monotonic() + (timeout if timeout is not None else math.inf)
         while self.poll() is None:
-            if time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
-            watched = (
-                [self._pidfd] if self._status is None else [self._pidfd, self._status.fileno()]
-            )
-            select.select(watched, [], [], 0.05)
+            select.select(self._awaited(), [], [], min(left, WAIT_SLICE_SECONDS))
         assert self.returncode is not None
         return self.returncode
+
+    def _awaited(self) -> list[int]:
+        """What says its end is known: the pidfd until it has said the child ended (from
+        then on it stays readable, and a wait on it would spin), and the worker's report."""
+        pidfd = [self._pidfd] if self._ended_at is None else []
+        return pidfd + ([] if self._status is None else [self._status.fileno()])
 
     def send_signal(self, signum: int) -> None:
         # poll() first: a resident run process whose run has ended serves the next one.

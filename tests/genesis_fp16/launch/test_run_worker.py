@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -229,6 +230,61 @@ def test_a_child_whose_worker_died_first_is_watched_through_its_pidfd() -> None:
     finally:
         process.kill()
         process.wait()
+
+
+@pytest.mark.timeout(120)
+def test_a_resident_run_s_end_wakes_its_supervision_at_once(monkeypatch: Any) -> None:
+    """The worker's report of a resident run's end (its process serves on: no pidfd says
+    it) ends the run's supervision when it comes, not at the next look at memory and stop
+    requests: with looks an hour apart, supervision still returns with the reported code.
+    Before, a sleep between looks said every run's end up to 0.2 s late."""
+    monkeypatch.setattr(launcher, "_POLL_SECONDS", 3600.0)
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child, worker_end = _watched(process)
+    report = threading.Timer(0.3, worker_end.send, args=(b'{"exit": 0}',))
+    report.start()
+    try:
+        launcher._supervise(child, launcher._Ended(), lambda: False, None, 10.0, None, "run")
+        assert child.returncode == 0 and process.poll() is None  # the process serves on
+    finally:
+        report.cancel()
+        worker_end.close()
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.timeout(120)
+def test_an_exec_d_run_s_end_wakes_its_supervision_at_once(monkeypatch: Any) -> None:
+    """The same for a run started by exec (a ``subprocess.Popen``, torchrun's): its exit
+    ends supervision with its code, with looks an hour apart."""
+    monkeypatch.setattr(launcher, "_POLL_SECONDS", 3600.0)
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import time, sys; time.sleep(0.3); sys.exit(4)"]
+    )
+    try:
+        launcher._supervise(process, launcher._Ended(), lambda: False, None, 10.0, None, "run")
+        assert process.returncode == 4
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.timeout(120)
+def test_a_wait_on_a_reaped_child_watches_the_worker_s_report_not_its_pidfd() -> None:
+    """Once the pidfd said the child ended and the kernel holds no exit code (the worker
+    reaped it), a wait watches the worker's report alone: the pidfd stays readable, and a
+    wait on it would spin. The report, when it comes, gives the code."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    child, worker_end = _watched(process)
+    try:
+        process.wait()  # reaped by "the worker": the pidfd readable, no zombie to read
+        assert child.poll() is None  # its end seen; the report awaited
+        assert child._awaited() == [child._status.fileno()]
+        report = threading.Timer(0.3, worker_end.send, args=(b'{"exit": 5}',))
+        report.start()
+        assert child.wait(timeout=60) == 5 and child.exit_known is True
+    finally:
+        worker_end.close()
 
 
 def test_a_child_whose_worker_is_stopped_ends_with_its_own_exit_code() -> None:
