@@ -3,7 +3,8 @@
 For each model width and row count, one forward of the ensemble over random rows with
 each setting of (``CHUNK_ACTIVATIONS``, ``MIN_CHUNK_ROWS``), interleaved repeat by repeat,
 timed by the thread's CPU clock; the median, and whether every setting's success logits
-are the same bits as the first's::
+are the same bits as the first's. On the CPU only: another device's chunks follow
+``ACCELERATOR_CHUNK_ACTIVATIONS`` (``predict.chunk_rows``), which this does not set::
 
     python benchmarks/chunk_rows.py \\
         --cases 64:19548:21,64:196000:5,256:19548:7,1024:4000:3,2048:2000:3

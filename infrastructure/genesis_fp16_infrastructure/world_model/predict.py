@@ -70,15 +70,26 @@ CHUNK_ACTIVATIONS = 1 << 19
 # is slower than the cache it saves (5 x 2,048 wide over 2,000 rows: 51 rows a chunk
 # took 1,386 ms, 256 rows 1,055, and 1 << 20's 102 rows 1,116).
 MIN_CHUNK_ROWS = 256
+# Another device's chunks (a GPU's): the cache that halved the CPU's chunk is a CPU's, and
+# halving it on a GPU doubles the forward's kernel launches. A GPU keeps the 1 << 20 its
+# last measured runs used (the H200's of 2026-11-28); no GPU measured 1 << 19.
+ACCELERATOR_CHUNK_ACTIVATIONS = 1 << 20
+
+
+def chunk_rows(width: int, device: torch.device) -> int:
+    """The rows of one chunk of a forward over many records on ``device``, for a model
+    ``width`` activations wide a row (members x hidden)."""
+    activations = CHUNK_ACTIVATIONS if device.type == "cpu" else ACCELERATOR_CHUNK_ACTIVATIONS
+    return max(MIN_CHUNK_ROWS, activations // width)
 
 
 def forward_chunked(
     model: nn.Module, x: torch.Tensor, per_member: bool = False
 ) -> WorldModelOutput:
     """``model(x)`` (``per_member``: an ensemble's every member) computed in chunks of
-    rows (:data:`CHUNK_ACTIVATIONS`, at least :data:`MIN_CHUNK_ROWS`), joined: what one
-    forward gives, without its memory. Call it under ``torch.no_grad()``: it is for
-    scoring, not training.
+    rows (:func:`chunk_rows`: :data:`CHUNK_ACTIVATIONS` on a CPU, at least
+    :data:`MIN_CHUNK_ROWS`), joined: what one forward gives, without its memory. Call it
+    under ``torch.no_grad()``: it is for scoring, not training.
 
     >>> model = build_world_model(ModelConfig(in_features=4, members=2)).eval()
     >>> x = torch.randn(10, 4)
@@ -91,7 +102,7 @@ def forward_chunked(
     )  # a DDP or FSDP wrapper's: its module's
     members = config.members if isinstance(config, ModelConfig) else 1
     width = members * config.hidden if isinstance(config, ModelConfig) else 1
-    rows = max(MIN_CHUNK_ROWS, CHUNK_ACTIVATIONS // width)
+    rows = chunk_rows(width, x.device)
     if len(x) <= rows:
         return model(x, per_member=True) if per_member else model(x)
     if members == 1:

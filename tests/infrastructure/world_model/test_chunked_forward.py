@@ -83,6 +83,26 @@ def test_a_wide_model_never_runs_chunks_of_fewer_rows_than_the_floor(
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
+def test_another_device_runs_the_accelerator_s_chunks(
+    forwards: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CPU's chunk bound is the CPU's: a forward on another device (here the meta
+    device, which runs a GPU's control flow with shapes alone) takes
+    ``ACCELERATOR_CHUNK_ACTIVATIONS``'s chunks, and the same rows on the CPU the CPU's."""
+    monkeypatch.setattr(predict, "CHUNK_ACTIVATIONS", 100 * 16 * 2)
+    monkeypatch.setattr(predict, "ACCELERATOR_CHUNK_ACTIVATIONS", 300 * 16 * 2)
+    monkeypatch.setattr(predict, "MIN_CHUNK_ROWS", 1)
+    config = ModelConfig(in_features=6, hidden=16, members=2)
+    with torch.no_grad():
+        forward_chunked(
+            build_world_model(config).eval().to("meta"), torch.empty(700, 6, device="meta")
+        )
+        assert forwards == [300, 300, 100]
+        forwards.clear()
+        forward_chunked(build_world_model(config).eval(), torch.zeros(700, 6))
+    assert forwards == [100] * 7
+
+
 def test_a_few_rows_take_one_forward(forwards: list[int]) -> None:
     """Rows within the bound: one forward, the model's own output."""
     model = build_world_model(ModelConfig(in_features=6, hidden=16, members=3)).eval()
