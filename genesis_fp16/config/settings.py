@@ -189,15 +189,16 @@ class Settings(BaseSettings, GuardSettings):
     # (settings_sources.REMOVED_SETTINGS says why).
     # A resident run process over this resident memory (MiB) after a run ends after it.
     run_resident_max_mib: int = Field(default=8192, ge=1)
-    # What a resident run process keeps in memory from its runs for the next ones (each data
-    # file's records, the joined pool, calibration records: kept_in_memory), in MiB per
-    # device; least recently used evicted first, each eviction logged. 0: nothing kept.
-    run_resident_keep_mib: int = Field(default=1024, ge=0)
     # A run's process (and its children) killed past this resident memory, in bytes (a
     # resident run process, a forked or exec'd child, a torchrun job). Unset: the machine's
     # memory, or its cgroup limit, shared by the runs that may train at once (one per agent
     # plugin; see default_run_memory_limit); 0: no limit (None once resolved).
     run_memory_limit_bytes: int | None = Field(default=None, ge=0, validate_default=True)
+    # What a resident run process keeps in memory from its runs for the next ones (each data
+    # file's records, the joined pool, calibration records: kept_in_memory), in MiB per
+    # device; least recently used evicted first, each eviction logged. 0: nothing kept.
+    # Unset: default_keep_mib, sized by the run's memory (None never stays once resolved).
+    run_resident_keep_mib: int | None = Field(default=None, ge=0, validate_default=True)
     sample_count: int = Field(default=2000, ge=1)
     # Bounded model history (agent_folder.candidates.prune, after every run): the last K
     # served models are kept for rollback, rejected candidates for N days of inspection.
@@ -232,6 +233,16 @@ class Settings(BaseSettings, GuardSettings):
         if value < 2**20:
             raise ValueError("must be 0 (no limit) or at least 1048576 (1 MiB)")
         return value
+
+    @field_validator("run_resident_keep_mib")
+    @classmethod
+    def _resolve_resident_keep(cls, value: int | None, info: ValidationInfo) -> int:
+        if value is not None:
+            return value
+        limit = info.data.get("run_memory_limit_bytes")  # resolved above (None: no limit)
+        if limit is None:
+            limit = default_run_memory_limit(info.data.get("plugin_allowlist"))
+        return default_keep_mib(limit, info.data.get("run_resident_max_mib", 8192))
 
     @field_validator("state_dir")
     @classmethod
@@ -375,6 +386,21 @@ def default_run_memory_limit(allowlist: list[str] | None = None, memory: int | N
     """
     runs = len(allowlist) if allowlist else len(entry_points(group=ENTRY_POINT_GROUP))
     return (machine_memory_bytes() if memory is None else memory) // max(1, runs)
+
+
+def default_keep_mib(run_memory_bytes: int, resident_max_mib: int) -> int:
+    """What a resident run process keeps for its next runs when RUN_RESIDENT_KEEP_MIB is
+    unset, in MiB: a quarter of a run's memory (``run_memory_bytes``, its limit or share:
+    the run itself needs the rest, and the process is killed past the limit with what it
+    keeps), at most half of RUN_RESIDENT_MAX_MIB (what it keeps alone never ends it). A
+    fixed 1,024 MiB held a 100,000-record se_darwin pool but not a 1,000,000-record one
+    (about 2 GiB kept), which every later run then read again. ::
+
+        default_keep_mib(12 * 2**30, 8192) == 3072  # 24 GiB, two agents
+        default_keep_mib(64 * 2**30, 8192) == 4096  # 128 GiB, two agents
+        default_keep_mib(2 * 2**30, 8192) == 512  # a 4 GiB pod, two agents
+    """
+    return min(resident_max_mib // 2, run_memory_bytes // 4 // 2**20)
 
 
 def _env_name(loc: tuple[Any, ...]) -> str:

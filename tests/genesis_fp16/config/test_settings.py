@@ -9,6 +9,7 @@ import pytest
 from genesis_fp16.config.agent_settings import COMPILE_CHOICES, CUDA_GRAPH_CHOICES
 from genesis_fp16.config.settings import (
     SettingsError,
+    default_keep_mib,
     default_run_memory_limit,
     load_settings,
     parse_schedule,
@@ -387,6 +388,28 @@ def test_the_run_memory_limit_defaults_to_the_machine_shared_by_the_runs(
     assert load_settings().run_memory_limit_bytes is None
     monkeypatch.setenv("GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES", str(2**30))
     assert load_settings().run_memory_limit_bytes == 2**30
+
+
+def test_the_resident_keep_budget_defaults_to_a_quarter_of_a_run_s_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Unset, a resident run process keeps up to a quarter of a run's memory limit (the
+    run's share of the machine where the limit is unset or off), at most half of
+    RUN_RESIDENT_MAX_MIB; a number, 0 included, is kept as given."""
+    monkeypatch.setenv("GENESIS_FP16_PLUGIN_ALLOWLIST", "se_darwin,rlhf_ppo")
+    monkeypatch.setenv("GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES", str(8 * 2**30))
+    assert load_settings().run_resident_keep_mib == 2048
+    monkeypatch.setenv("GENESIS_FP16_RUN_RESIDENT_MAX_MIB", "1000")
+    assert load_settings().run_resident_keep_mib == 500
+    monkeypatch.delenv("GENESIS_FP16_RUN_RESIDENT_MAX_MIB")
+    monkeypatch.setenv("GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES", "0")  # no limit: the share
+    share_mib = machine_memory_bytes() // 2 // 2**20
+    assert load_settings().run_resident_keep_mib == min(4096, share_mib // 4)
+    monkeypatch.setenv("GENESIS_FP16_RUN_RESIDENT_KEEP_MIB", "0")
+    assert load_settings().run_resident_keep_mib == 0
+    monkeypatch.setenv("GENESIS_FP16_RUN_RESIDENT_KEEP_MIB", "1536")
+    assert load_settings().run_resident_keep_mib == 1536
+    assert default_keep_mib(12 * 2**30, 8192) == 3072 and default_keep_mib(2 * 2**30, 8192) == 512
 
 
 def test_tracking_dir_is_off_when_empty_and_refused_in_one_line_without_tensorboard(
