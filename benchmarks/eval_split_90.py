@@ -17,9 +17,9 @@ Run it under each tree (``PYTHONPATH``) to compare them.
   the held-out rows (``forward_chunked``, the run's evaluated model, eval mode, no grad),
   and the whole held-out evaluation (``_measure``: forward, digest, metrics), each the
   median of ``--floor-repeats`` calls; and the forward's parts, each of the ensemble's
-  layers called alone on its input of one chunk (:data:`predict.CHUNK_ACTIVATIONS`),
-  times the chunks, with the three heads as one batched matmul (what fusing them would
-  save, and whether its logits would be the same bits here).
+  layers called alone on its input of one chunk (``predict.chunk_rows``, as
+  ``forward_chunked`` cuts it), times the chunks, with the three heads as one batched
+  matmul (what fusing them would save, and whether its logits would be the same bits here).
 
     python benchmarks/eval_split_90.py --pools 10000,100000 --steps 200 \\
         --work /tmp/anatomy-work --repeats 3
@@ -119,7 +119,7 @@ def _forward_parts(model: Any, x: torch.Tensor, repeats: int) -> dict[str, float
     config = model.config
     if config.members < 2:
         return {}
-    rows = max(1, predict.CHUNK_ACTIVATIONS // (config.members * config.hidden))
+    rows = predict.chunk_rows(config.members * config.hidden, x.device)  # forward_chunked's
     chunks = -(-len(x) // rows)
     h = x[:rows].expand(config.members, *x[:rows].shape)
     out: dict[str, float] = {}
