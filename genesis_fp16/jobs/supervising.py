@@ -53,7 +53,9 @@ def execute_run(
     single = config.own.nproc == 1
     if single:  # what the run reads is kept in its resident process for the next (KEEP_MIB)
         keep = (settings.run_resident_keep_mib or 0) * 2**20  # resolved: never None
-        request = dataclasses.replace(request, keep_in_memory_bytes=keep)
+        request = dataclasses.replace(
+            request, keep_in_memory_bytes=keep, read_workers=settings.read_workers
+        )
     child = functools.partial(
         train_in_child,  # N ranks under torchrun, or one process: launch/launcher.py
         request,

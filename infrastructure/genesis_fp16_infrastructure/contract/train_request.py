@@ -73,6 +73,10 @@ class TrainRequest(RunSpec, RunCallbacks, Record):
     # nothing kept, as in a child forked per run or `train`): kept_in_memory. Left out of
     # the run file while None, so a run file an older daemon wrote reads and writes the same.
     keep_in_memory_bytes: int | None = field(default=None, metadata={OMIT_NONE: True})
+    # Helper processes that parse the run's new data files beside it (the daemon's
+    # READ_WORKERS, for a run with NPROC 1; None or 0: the run parses alone):
+    # data.read_workers. Left out of the run file while None, as keep_in_memory_bytes.
+    read_workers: int | None = field(default=None, metadata={OMIT_NONE: True})
     # A fixed pool the operator trusts: a candidate must be no worse than the served
     # model on it too (the promotion gate; GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA).
     golden_data_path: Path | None = None

@@ -52,7 +52,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import chain, repeat
 from pathlib import Path
 from typing import Any
 
@@ -60,17 +59,15 @@ import msgspec
 import numpy as np
 from pydantic import ValidationError
 
-from genesis_fp16_infrastructure.data.batch_block import batch_block
-from genesis_fp16_infrastructure.data.fast_records import (
-    _BATCH_DECODER,
-    _DECODER,
-    _REPLAY_KEYS,
-    _VALUES_DECODER,
-    _labelled,
-    _settled,
-    _utf8,
-    _vouched,
+from genesis_fp16_infrastructure.data import read_workers
+from genesis_fp16_infrastructure.data.batch_decode import (
+    Unit,
+    _Batch,
+    _decoded_lines,
+    _decoded_together,
+    _is_replay,
 )
+from genesis_fp16_infrastructure.data.fast_records import _REPLAY_KEYS, _labelled, _vouched
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.lineage import Pool
@@ -90,7 +87,6 @@ from genesis_fp16_infrastructure.data.sources import (
     reason,
     split_records,
 )
-from genesis_fp16_infrastructure.data.struct_columns import columns_of
 from genesis_fp16_infrastructure.errors import DataError
 from genesis_fp16_infrastructure.machine_memory import paused_gc
 
@@ -189,6 +185,7 @@ def read_trajectories(
     max_bytes: int | None = None,
     cache: RecordCache | None = None,
     keep_text: bool = True,
+    workers: int = 0,
 ) -> ReadResult:
     """Read every record under ``path`` and derive the labelled examples.
 
@@ -206,6 +203,10 @@ def read_trajectories(
     parents, tools, pattern, and its own numbers worked out from the rest) and lets go
     of its change, files, strategy and diagnosis (a third of a generated record's
     memory), and each record its fingerprint hash worked out before (``PoolColumns.key``).
+
+    ``workers``: helper processes that parse a large file's new records beside this one
+    (``data.read_workers``; the daemon's ``GENESIS_FP16_READ_WORKERS``); 0 parses them
+    here alone. Either way the same records, hashes, cache entries and quarantine.
     """
     path = Path(path)
     files = list_data_files(path)
@@ -214,7 +215,7 @@ def read_trajectories(
     sink = QuarantineSink(quarantine)
     try:
         with paused_gc():  # a million records, no cycle among them (machine_memory)
-            columns, duplicates, seen = _pool(files, sink, cache, keep_text)
+            columns, duplicates, seen = _pool(files, sink, cache, keep_text, workers)
     finally:
         sink.close()
     unlabelled = len(columns) - len(columns.labelled)
@@ -270,7 +271,11 @@ def _stripped_size(file: Path) -> int:
 
 
 def _pool(
-    files: list[Path], sink: QuarantineSink, cache: RecordCache | None, keep_text: bool
+    files: list[Path],
+    sink: QuarantineSink,
+    cache: RecordCache | None,
+    keep_text: bool,
+    workers: int = 0,
 ) -> tuple[PoolColumns, int, DataFingerprint | None]:
     """The files' records joined (the first record of an id wins, in file order), the
     duplicates left out, and the pool's fingerprint when the cache made one; a slim read
@@ -280,12 +285,12 @@ def _pool(
     slim = not keep_text
     stored = cache.load_pool(files) if cache is not None and slim else None
     if stored is None and cache is not None and slim:
-        stored = _grown(files, cache)
+        stored = _grown(files, cache, workers)
     if stored is not None and cache is not None:
         for index, entry in stored.rejected:
             sink.add(Source(files[index], entry.where), entry.reason, entry.text)
         return stored.columns, stored.duplicates, cache.fingerprint
-    blocks = [_file_records(file, sink, cache, keep_text) for file in files]
+    blocks = [_file_records(file, sink, cache, keep_text, workers) for file in files]
     columns, duplicates = collect(blocks, keep_text)
     if cache is not None and slim and cache.memory is not None:
         # Kept for a later read to grow: its columns with room for new rows after them
@@ -299,7 +304,7 @@ def _pool(
     return columns, duplicates, None if cache is None else cache.fingerprint
 
 
-def _grown(files: list[Path], cache: RecordCache) -> StoredPool | None:
+def _grown(files: list[Path], cache: RecordCache, workers: int = 0) -> StoredPool | None:
     """The pool kept in memory of the first files, unchanged, grown by the records of the
     files after them (issue 90: a later run joins what is new); None when no kept pool is
     such, or the growth finds one id hash for two ids (the read joins every file)."""
@@ -309,7 +314,7 @@ def _grown(files: list[Path], cache: RecordCache) -> StoredPool | None:
     count, kept = found
     # Their quarantined entries go to the read's sink with the pool's, in file order.
     held = _Held()
-    blocks = [_file_records(file, held, cache, keep_text=False) for file in files[count:]]
+    blocks = [_file_records(file, held, cache, False, workers) for file in files[count:]]
     return cache.extend_pool(files, count, kept, blocks)
 
 
@@ -324,11 +329,16 @@ class _Held(QuarantineSink):
 
 
 def _file_records(
-    file: Path, sink: QuarantineSink, cache: RecordCache | None, keep_text: bool
+    file: Path,
+    sink: QuarantineSink,
+    cache: RecordCache | None,
+    keep_text: bool,
+    workers: int = 0,
 ) -> RecordBlock:
     """The valid records of one file, in file order (duplicates within it included),
     each quarantined entry written to ``sink``; from ``cache`` when it has the file.
-    ``keep_text=False``: the block keeps no text (see read_trajectories)."""
+    ``keep_text=False``: the block keeps no text (see read_trajectories). ``workers``:
+    helper processes that parse stretches of its records meanwhile (:func:`_read_shared`)."""
     slim = not keep_text
     stored = cache.load(file, slim) if cache is not None else None
     blocks: list[RecordBlock] = []
@@ -343,25 +353,76 @@ def _file_records(
     recorder = Recorder(sink)
     written = _FileBlocks(keep_text, blocks)
     chunk: list[Raw] = []
+    blocks_held: list[RawRun] = []  # a .jsonl's blocks of lines, one for each process
     for item in split_records(file, recorder, start, first_line):
         if isinstance(item, RawRun) and item.block is not None:  # a .jsonl's lines
-            _read_block(item, written, recorder)
+            blocks_held.append(item)
+            if len(blocks_held) >= (read_workers.UNITS_EACH * (workers + 1) if workers > 0 else 1):
+                _read_shared(blocks_held, written, recorder, keep_text, workers)
+                blocks_held = []
             continue
+        if blocks_held:  # blocks before what is not one, in file order
+            _read_shared(blocks_held, written, recorder, keep_text, workers)
+            blocks_held = []
         if isinstance(item, RawRun):  # a document's records, or lines
-            for at in range(0, len(item), BATCH_RECORDS):
-                _read_run(item.part(at, at + BATCH_RECORDS), written, recorder)
+            shares = read_workers.shares(len(item), workers)
+            size = max(1, -(-len(item) // shares))
+            runs = [item.part(at, at + size) for at in range(0, len(item), size)]
+            _read_shared(runs, written, recorder, keep_text, workers)
             continue
         chunk.append(item)
         if len(chunk) == BATCH_RECORDS:
             _read_chunk(chunk, written, recorder)
             chunk = []
     _read_chunk(chunk, written, recorder)
+    _read_shared(blocks_held, written, recorder, keep_text, workers)
     written.flush()
     blocks.append(BlockWriter(keep_text).block(recorder.rejected))
     block = RecordBlock.concat(blocks)
     if cache is not None:  # a file gone since the listing is not stored: its stat fails
         cache.store(file, block, slim)
     return block
+
+
+def _read_shared(
+    runs: list[RawRun], written: _FileBlocks, sink: Sink, keep_text: bool, workers: int
+) -> None:
+    """``runs`` (a file's, in file order) into ``written``: shared between this process
+    and helper processes (``data.read_workers``), their blocks joined in file order; a
+    run the fast path refused (or a helper failed) is read here after them, record by
+    record where it must, its quarantined entries in file order, as without helpers."""
+    helpers = read_workers.workers(workers) if len(runs) > 1 else None
+    if helpers is None:
+        for run in runs:
+            _read_here(run, written, sink)
+        return
+    replies = helpers.read([_unit(run, keep_text) for run in runs])
+    for run, reply in zip(runs, replies, strict=True):
+        if reply is None:
+            _read_here(run, written, sink)
+        else:
+            written.flush()
+            written.blocks.extend(reply)
+
+
+def _read_here(run: RawRun, written: _FileBlocks, sink: Sink) -> None:
+    """A run read in this process: a ``.jsonl``'s block, or records a batch at a time."""
+    if run.block is not None:
+        _read_block(run, written, sink)
+        return
+    for at in range(0, len(run), BATCH_RECORDS):
+        _read_run(run.part(at, at + BATCH_RECORDS), written, sink)
+
+
+def _unit(run: RawRun, keep_text: bool) -> Unit:
+    """``run`` as a helper process takes it (``batch_decode.Unit``)."""
+    if run.block is not None:
+        ends = np.asarray(run.ends, "<i8").tobytes()
+        return Unit([], None, True, run.block, ends, run.thresholds, keep_text, BATCH_RECORDS)
+    raws = [bytes(raw) for raw in run.raws]
+    return Unit(
+        raws, run.keys, run.lines is None, None, None, run.thresholds, keep_text, BATCH_RECORDS
+    )
 
 
 def _read_run(run: RawRun, written: _FileBlocks, sink: Sink) -> None:
@@ -392,46 +453,6 @@ def _read_block(run: RawRun, written: _FileBlocks, sink: Sink) -> None:
         written.fast_run(part, sum(_is_replay(r) for r in part) if replays else 0, run.thresholds)
 
 
-def _decoded_lines(block: bytes, ends: np.ndarray) -> tuple[list[Any], int] | None:
-    """The records of a block of whole ``.jsonl`` lines, decoded by one msgspec call
-    (``decode_lines``, msgspec's own floor for the layout) and settled, and how many are
-    replay records (``ends``: where its \n bytes are); None unless every nonblank line is
-    one value alone, with no space around it, that the fast path vouches for.
-
-    ``decode_lines`` reads whitespace-separated values: a value may run across lines and
-    a line may hold two. So the values are split too (``msgspec.Raw``, a cheaper pass)
-    and each must be exactly its nonblank line's bytes: as many values as nonblank lines,
-    each as long as its line. Values and lines both cover the block's text, in order,
-    with only whitespace between, so equal lengths in order are the same spans."""
-    if not _utf8(block):
-        return None
-    try:
-        records: list[Any] = _DECODER.decode_lines(block)
-        values = _RAW_LINES.decode_lines(block)
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
-        return None
-    text = np.frombuffer(block, np.uint8)
-    if not len(ends) or ends[-1] != len(text) - 1:
-        ends = np.append(ends, len(text))  # the file's last line, without a \n
-    starts = np.concatenate(([0], ends[:-1] + 1))
-    nonblank = ends > starts
-    starts, ends = starts[nonblank], ends[nonblank]
-    edges = np.concatenate((text[starts], text[ends - 1]))  # a line's first and last bytes
-    if (np.isin(edges, _SPACES)).any():  # space around a value, or a blank line of spaces
-        return None
-    if len(values) != len(starts) or list(map(len, values)) != (ends - starts).tolist():
-        return None
-    return _vouched_together(records, None)
-
-
-def _is_replay(record: Any) -> bool:
-    return record.operator_applied is msgspec.UNSET
-
-
-_RAW_LINES = msgspec.json.Decoder(msgspec.Raw)
-_SPACES = np.frombuffer(b" \t\r", np.uint8)  # JSON's whitespace but \n
-
-
 def _read_chunk(items: list[Raw], written: _FileBlocks, sink: Sink) -> None:
     """Records of a file, in its order, into ``written``: the bytes of a large pool's
     records (``data.pool_stream``) decoded together when each is one JSON value alone and
@@ -459,59 +480,6 @@ def _read_one_by_one(items: list[Raw], written: _FileBlocks, sink: Sink) -> None
         record = _read_slow(source, raw, thresholds, key, sink)
         if record is not None:
             written.slow(record)
-
-
-def _decoded_together(
-    raws: list[Any], keys: list[str] | list[str | None] | None, whole: bool
-) -> tuple[list[Any], int] | None:
-    """``raws``' records decoded by one msgspec call and settled (as :func:`_vouched`
-    reads each, ``keys`` the ids they are mapped under), and how many are replay
-    records; None unless every one decodes, alone, and has an id. One call over a batch
-    costs about what msgspec's whole-document decode does; a call a record took about
-    1.5 times that (issue 90).
-
-    They are decoded as one list, ``"[" + ",".join(raws) + "]"``. Values msgspec split
-    from a document (``whole``) are each one whole JSON value. Other bytes (lines) may
-    not be: two lines that are not JSON alone can join into records, as many as the
-    lines. So the list is split into its values (``msgspec.Raw``) too, and each value must
-    span exactly its own piece's text, whitespace stripped: then each piece is that one
-    value, alone, as a record at a time reads it."""
-    if not raws:
-        return None
-    # "[" + ",".join(raws) + "]" copied once: the batch's bytes, 12 MB at 8,192 records
-    pieces = [b"[", *chain.from_iterable(zip(raws, repeat(b",")))]
-    pieces[-1] = b"]"
-    joined = b"".join(pieces)
-    if not _utf8(joined):
-        return None
-    try:
-        records: list[Any] = _BATCH_DECODER.decode(joined)
-        values = None if whole else _VALUES_DECODER.decode(joined)
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
-        return None
-    if len(records) != len(raws):
-        return None  # not one value each: each is read alone
-    if values is not None and list(map(len, values)) != [len(raw.strip()) for raw in raws]:
-        return None  # a value across two pieces (or two in one): each is read alone
-    return _vouched_together(records, keys)
-
-
-def _vouched_together(
-    records: list[Any], keys: list[str] | list[str | None] | None
-) -> tuple[list[Any], int] | None:
-    """Decoded ``records`` settled (:func:`_settled`, ``keys`` the ids they are mapped
-    under), and how many are replay records; None unless every one has an id."""
-    unset = msgspec.UNSET
-    if unset not in [r.trajectory_id for r in records] and unset not in [
-        r.operator_applied for r in records
-    ]:
-        return records, 0  # every one a trajectory with its id: _settled leaves it as is
-    named = keys if keys is not None else [None] * len(records)
-    settled = [_settled(record, key) for record, key in zip(records, named, strict=True)]
-    vouched = [fast for fast in settled if fast is not None]
-    if len(vouched) != len(settled):
-        return None
-    return [record for record, _ in vouched], sum(replay for _, replay in vouched)
 
 
 class _FileBlocks:
@@ -595,31 +563,3 @@ def _validate(
         sink.add(source, reason(exc), raw)
         return None
     return _labelled(record, is_replay, thresholds)
-
-
-class _Batch:
-    """Records the fast path vouched for, kept as their structs until :meth:`flush`
-    writes them all into one block, a column at a time (``data.batch_block``)."""
-
-    def __init__(self, keep_text: bool) -> None:
-        self.keep_text = keep_text
-        self.records: list[Any] = []
-        self.replays = 0
-        self.thresholds: tuple[float, float] | None = None  # the records' labels' (one file's)
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def add(self, records: list[Any], replays: int, thresholds: tuple[float, float]) -> None:
-        self.records.extend(records)
-        self.replays += replays
-        self.thresholds = thresholds
-
-    def flush(self) -> list[RecordBlock]:
-        """The records added since the last flush as one block ([] when none)."""
-        if not self.records:
-            return []
-        assert self.thresholds is not None
-        batch = columns_of(self.records, self.replays)
-        self.records, self.replays = [], 0
-        return [batch_block(batch, self.thresholds, self.keep_text)]

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from genesis_fp16.config import settings as settings_module
 from genesis_fp16.config.agent_settings import COMPILE_CHOICES, CUDA_GRAPH_CHOICES
 from genesis_fp16.config.settings import (
     SettingsError,
     default_keep_mib,
+    default_read_workers,
     default_run_memory_limit,
     load_settings,
     parse_schedule,
@@ -410,6 +413,20 @@ def test_the_resident_keep_budget_defaults_to_a_quarter_of_a_run_s_memory(
     monkeypatch.setenv("GENESIS_FP16_RUN_RESIDENT_KEEP_MIB", "1536")
     assert load_settings().run_resident_keep_mib == 1536
     assert default_keep_mib(12 * 2**30, 8192) == 3072 and default_keep_mib(2 * 2**30, 8192) == 512
+
+
+def test_read_helpers_default_to_the_cpus_a_run_may_use_less_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Unset, a run's read helpers are the CPUs this process may use less one, at most
+    four (none on one CPU, or a pod's quota under two); a number, 0 included, is kept."""
+    cpus = min(len(os.sched_getaffinity(0)), settings_module._cgroup_cpus())
+    assert load_settings().read_workers == max(0, min(4, int(cpus) - 1))
+    monkeypatch.setenv("GENESIS_FP16_READ_WORKERS", "0")
+    assert load_settings().read_workers == 0
+    monkeypatch.setenv("GENESIS_FP16_READ_WORKERS", "3")
+    assert load_settings().read_workers == 3
+    assert [default_read_workers(n) for n in (1, 1.5, 2, 3, 16)] == [0, 0, 1, 2, 4]
 
 
 def test_tracking_dir_is_off_when_empty_and_refused_in_one_line_without_tensorboard(

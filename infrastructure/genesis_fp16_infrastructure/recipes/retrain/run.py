@@ -232,7 +232,12 @@ def read_pool(
     try:
         # keep_text=False: the run needs each record's numbers, not its change's text
         return read_trajectories(
-            path, quarantine=quarantine, max_bytes=limit or None, cache=cache, keep_text=False
+            path,
+            quarantine=quarantine,
+            max_bytes=limit or None,
+            cache=cache,
+            keep_text=False,
+            workers=request.read_workers or 0,
         )
     except DataTooLarge as exc:
         raise TrainRequestError(

@@ -1,0 +1,260 @@
+"""A read's helper processes: new records parsed on several cores (issue 90, item 1).
+
+A run reads what is new in its data files: at 25,000 new records, about half a second of
+one core, most of it hashing and writing each record's columns (``data.batch_block``),
+which holds Python's lock. The read hands stretches of a file's records (a
+:class:`~genesis_fp16_infrastructure.data.batch_decode.Unit`) to helper processes, reads
+the first stretch itself meanwhile, and joins their column blocks in file order: the
+pool, the record cache's entries and the quarantine are those of a read without helpers,
+byte for byte.
+
+* **Started once, kept.** :func:`workers` starts ``count`` helpers the first time a read
+  asks for them (``python -m genesis_fp16_infrastructure.data.read_workers``: msgspec
+  and numpy, no torch; about 45 MB and a fifth of a second each) and keeps them for the
+  process's next reads (a resident run process's next runs). A read too small to share
+  (fewer than two units of ``MIN_UNIT_RECORDS``) starts none.
+* **Counted where they run.** They are children of the reading process: a run's memory,
+  as the daemon's supervision sums it, includes theirs, and a run killed kills them.
+* **They die with it.** A helper reads its work on its stdin: when the reading process
+  ends, however it ends, that stdin ends and the helper exits.
+* **Never trusted to finish.** A helper that exits, answers what is not blocks, or takes
+  past its deadline is stopped, and the read reads that unit itself (a warning, and
+  ``FAILED``); the next read starts helpers afresh. A unit the fast path does not vouch
+  for (a record to quarantine) comes back as None and is read by the reading process,
+  record by record, as it is without helpers.
+
+Each message is an 8-byte little-endian length, then msgpack: a ``Unit`` one way, its
+``list[RecordBlock] | None`` the other.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import BinaryIO
+
+import msgspec
+
+from genesis_fp16_infrastructure.data.batch_decode import Unit, unit_blocks
+from genesis_fp16_infrastructure.data.file_records import RecordBlock
+
+logger = logging.getLogger(__name__)
+
+# Fewest records a unit holds: below two of them a read shares nothing.
+MIN_UNIT_RECORDS = 2_048
+# Units a read makes for each process at most: each takes the next when done with one.
+UNITS_EACH = 4
+# How long a helper may take past the reading process's own last unit, at least, and in
+# multiples of its slowest unit (a loaded host slows helpers as much as the reader).
+DEADLINE_SECONDS = 30.0
+DEADLINE_FACTOR = 10.0
+# Units a helper failed to read (it exited, answered nonsense, or ran past its deadline).
+FAILED: Counter[str] = Counter()
+# Units read by a helper ("helper") or by the reading process ("reader") on the fast path.
+UNITS: Counter[str] = Counter()
+
+HELPER = [sys.executable, "-m", __name__]  # a helper's command
+_ENCODER = msgspec.msgpack.Encoder()
+_REPLY = msgspec.msgpack.Decoder(list[RecordBlock] | None)
+_UNIT = msgspec.msgpack.Decoder(Unit)
+_LENGTH = 8
+
+
+class Workers:
+    """``count`` helper processes, started at once (:func:`workers`)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.procs = [
+            subprocess.Popen(HELPER, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            for _ in range(count)
+        ]
+
+    def alive(self) -> bool:
+        return all(proc.poll() is None for proc in self.procs)
+
+    def read(self, units: Sequence[Unit]) -> list[list[RecordBlock] | None]:
+        """Each of ``units``' blocks, in their order, or None where the fast path refused
+        the unit or a helper failed (then stopped; the caller reads that unit). The
+        helpers and this process each take the next unit when done with one, so that a
+        helper slower than this process (a colder heap, a busier core) holds up no more
+        than the unit it has."""
+        results: list[list[RecordBlock] | None] = [None] * len(units)
+        given: dict[int, tuple[subprocess.Popen[bytes], int, threading.Thread]] = {}
+        queue = iter(range(len(units)))
+
+        def give(proc: subprocess.Popen[bytes]) -> None:
+            index = next(queue, None)
+            if index is not None:
+                send = threading.Thread(target=_send, args=(proc.stdin, units[index]), daemon=True)
+                send.start()  # a helper still starting takes it when it is up
+                given[_fd(proc)] = (proc, index, send)
+
+        def take(fd: int, deadline: float) -> None:
+            proc, index, send = given.pop(fd)
+            send.join(max(0.0, deadline - time.monotonic()))
+            reply = _Failed("ran past its deadline") if send.is_alive() else _reply(proc, deadline)
+            if isinstance(reply, _Failed):
+                FAILED[reply.why] += 1
+                logger.warning(
+                    "a read helper (pid %d) %s: its records are read here", proc.pid, reply.why
+                )
+                proc.kill()  # what it may still write is never read: the next read starts anew
+                proc.wait()
+                return
+            results[index] = reply
+            UNITS["helper"] += reply is not None
+            give(proc)
+
+        for proc in self.procs:
+            give(proc)
+        slowest = 0.0
+        while (index := next(queue, None)) is not None:  # this process's share
+            started = time.monotonic()
+            results[index] = unit_blocks(units[index])
+            UNITS["reader"] += results[index] is not None
+            slowest = max(slowest, time.monotonic() - started)
+            for fd in select.select(list(given), [], [], 0)[0]:
+                take(fd, time.monotonic() + DEADLINE_SECONDS)
+        deadline = time.monotonic() + max(DEADLINE_SECONDS, DEADLINE_FACTOR * slowest)
+        while given:
+            ready = select.select(list(given), [], [], max(0.0, deadline - time.monotonic()))[0]
+            for fd in ready or list(given):  # none ready by the deadline: each fails
+                take(fd, deadline)
+        return results
+
+    def close(self) -> None:
+        """Stop every helper (its stdin closed; killed if it does not end at once)."""
+        for proc in self.procs:
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    if stream is not None:
+                        stream.close()
+                except OSError:
+                    pass
+            try:
+                proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+class _Failed:
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+_KEPT: list[Workers] = []
+_KEPT_LOCK = threading.Lock()
+
+
+def workers(count: int) -> Workers | None:
+    """This process's ``count`` helpers, started now if it has none (or others, or some
+    ended); None for 0."""
+    with _KEPT_LOCK:
+        if _KEPT and (_KEPT[0].count != count or not _KEPT[0].alive()):
+            _KEPT.pop().close()
+        if count <= 0:
+            return None
+        if not _KEPT:
+            _KEPT.append(Workers(count))
+        return _KEPT[0]
+
+
+def close() -> None:
+    """Stop this process's helpers, if it has any."""
+    with _KEPT_LOCK:
+        if _KEPT:
+            _KEPT.pop().close()
+
+
+atexit.register(close)
+
+
+def shares(records: int, count: int) -> int:
+    """How many units a read of ``records`` makes with ``count`` helpers: one per
+    ``MIN_UNIT_RECORDS`` at most, and ``UNITS_EACH`` for each process (the helpers and
+    the reader) at most; one without helpers.
+
+    >>> shares(25_000, 1), shares(25_000, 15), shares(3_000, 4), shares(25_000, 0)
+    (8, 12, 1, 1)
+    """
+    if count <= 0:
+        return 1
+    return max(1, min(UNITS_EACH * (count + 1), records // MIN_UNIT_RECORDS))
+
+
+def _fd(proc: subprocess.Popen[bytes]) -> int:
+    assert proc.stdout is not None
+    return proc.stdout.fileno()
+
+
+def _send(stream: BinaryIO | None, unit: Unit) -> None:
+    """``unit`` written to a helper (a helper gone: nothing written; its reply fails)."""
+    data = _ENCODER.encode(unit)
+    try:
+        assert stream is not None
+        stream.write(len(data).to_bytes(_LENGTH, "little"))
+        stream.write(data)
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _reply(proc: subprocess.Popen[bytes], deadline: float) -> list[RecordBlock] | None | _Failed:
+    """A helper's answer, read by ``deadline`` (monotonic)."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    head = _read_exactly(fd, _LENGTH, deadline)
+    if isinstance(head, _Failed):
+        return head
+    body = _read_exactly(fd, int.from_bytes(head, "little"), deadline)
+    if isinstance(body, _Failed):
+        return body
+    try:
+        return _REPLY.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        return _Failed(f"answered what is no column blocks ({exc})")
+
+
+def _read_exactly(fd: int, size: int, deadline: float) -> bytes | _Failed:
+    chunks, left = [], size
+    while left:
+        wait = deadline - time.monotonic()
+        if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+            return _Failed("ran past its deadline")
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return _Failed("ended before it answered")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def serve(source: BinaryIO, sink: BinaryIO) -> None:
+    """A helper's loop: each unit read from ``source``, its blocks written to ``sink``,
+    until ``source`` ends (the reading process closed it, or ended)."""
+    while head := source.read(_LENGTH):
+        if len(head) < _LENGTH:
+            return
+        body = source.read(int.from_bytes(head, "little"))
+        try:
+            reply = unit_blocks(_UNIT.decode(body))
+        except Exception:  # noqa: BLE001 - any failure: the reader reads the unit itself
+            reply = None
+        data = _ENCODER.encode(reply)
+        sink.write(len(data).to_bytes(_LENGTH, "little"))
+        sink.write(data)
+        sink.flush()
+
+
+if __name__ == "__main__":
+    serve(sys.stdin.buffer, sys.stdout.buffer)

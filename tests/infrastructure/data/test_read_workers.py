@@ -1,0 +1,152 @@
+"""A read shared with helper processes (``data.read_workers``) is the read without them:
+the same column blocks byte for byte, the same quarantined entries in the same order,
+whether the helpers read every unit, refuse some (records to quarantine), end before
+they answer or hang; and helpers end with the process that started them."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from genesis_fp16_infrastructure.data import read_workers, readers, sources
+from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+
+@pytest.fixture(autouse=True)
+def _small_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Units of a few dozen records, blocks of a few KB: a small file shares."""
+    monkeypatch.setattr(read_workers, "MIN_UNIT_RECORDS", 40)
+    monkeypatch.setattr(readers, "BATCH_RECORDS", 32)
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 16_000)
+    yield
+    read_workers.close()
+
+
+def _write(folder: Path, layout: str, bad: bool) -> Path:
+    pool = generate_pool(400, seed=7)
+    items = list(pool["trajectories"].items())
+    if bad:  # one hostile entry early, one late: two units refused
+        items[30:30] = [("bad-1", {"status": "success", "success_score": 3})]
+        items[350:350] = [("bad-2", [1, 2])]
+    folder.mkdir(parents=True, exist_ok=True)
+    if layout == "jsonl":
+        lines = [json.dumps(r) for _, r in items]
+        if bad:
+            lines[200:200] = ["{not json"]
+        path = folder / "pool.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+    path = folder / "pool.json"
+    path.write_text(json.dumps({**pool, "trajectories": dict(items)}))
+    return path
+
+
+def _read(path: Path, workers: int, keep_text: bool) -> tuple[bytes, list[str]]:
+    quarantine = path.parent / f"q-{workers}-{keep_text}.jsonl"
+    sink = QuarantineSink(quarantine)
+    try:
+        block = readers._file_records(path, sink, None, keep_text, workers)
+    finally:
+        sink.close()
+    lines = quarantine.read_text().splitlines() if quarantine.exists() else []
+    return msgspec.msgpack.encode(block), lines
+
+
+@pytest.mark.parametrize("layout", ["json", "jsonl"])
+@pytest.mark.parametrize("bad", [False, True])
+def test_a_read_shared_with_helpers_is_the_read_without_them(
+    tmp_path: Path, layout: str, bad: bool
+) -> None:
+    path = _write(tmp_path, layout, bad)
+    read_workers.UNITS.clear()
+    for keep_text in (False, True):
+        alone = _read(path, 0, keep_text)
+        shared = _read(path, 2, keep_text)
+        assert shared == alone
+        assert len(alone[1]) == (3 if bad and layout == "jsonl" else 2 if bad else 0)
+    assert not read_workers.FAILED
+    assert read_workers.UNITS["helper"] > 0 and read_workers.UNITS["reader"] > 0
+
+
+def test_a_whole_read_with_helpers_reads_the_same_pool(tmp_path: Path) -> None:
+    """``read_trajectories(workers=...)``, the run's read: the same columns and counts."""
+    path = _write(tmp_path / "data", "jsonl", True)
+    alone = readers.read_trajectories(path.parent, tmp_path / "q0.jsonl", workers=0)
+    shared = readers.read_trajectories(path.parent, tmp_path / "q2.jsonl", workers=2)
+    assert (shared.quarantined, shared.labelled) == (alone.quarantined, alone.labelled)
+    assert shared.columns.key.tolist() == alone.columns.key.tolist()
+    assert shared.columns.ids == alone.columns.ids
+    assert (tmp_path / "q2.jsonl").read_text() == (tmp_path / "q0.jsonl").read_text()
+
+
+@pytest.mark.parametrize(
+    ("helper", "why"),
+    [
+        ("import os; os._exit(3)", "ended before it answered"),
+        ("import time; time.sleep(60)", "ran past its deadline"),
+        ("import sys; sys.stdout.buffer.write(bytes(8) + b'x'); sys.stdin.read()", "answered"),
+    ],
+)
+def test_a_helper_that_fails_leaves_its_records_to_the_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, helper: str, why: str
+) -> None:
+    """A helper that ends, hangs or answers nonsense is stopped and counted; the reader
+    reads its units itself: the same block, nothing lost."""
+    path = _write(tmp_path, "json", False)
+    alone = _read(path, 0, False)
+    monkeypatch.setattr(read_workers, "HELPER", [sys.executable, "-c", helper])
+    monkeypatch.setattr(read_workers, "DEADLINE_SECONDS", 1.0)
+    monkeypatch.setattr(read_workers, "DEADLINE_FACTOR", 1.0)
+    read_workers.FAILED.clear()
+    helpers = read_workers.workers(1)
+    assert helpers is not None
+    assert _read(path, 1, False) == alone
+    assert any(why in reason for reason in read_workers.FAILED)
+    assert all(proc.poll() is not None for proc in helpers.procs)  # stopped, and reaped
+    assert read_workers.workers(1) is not helpers  # the next read starts afresh
+    read_workers.FAILED.clear()
+
+
+def test_helpers_end_with_the_process_that_started_them(tmp_path: Path) -> None:
+    """The reading process killed (-9): each helper reads the end of its stdin and exits."""
+    script = (
+        "import os, signal\n"
+        "from genesis_fp16_infrastructure.data import read_workers\n"
+        "helpers = read_workers.workers(2)\n"
+        "print(' '.join(str(p.pid) for p in helpers.procs), flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL
+    pids = [int(p) for p in done.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 60
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_running(pid) for pid in pids)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped by init, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_read_too_small_to_share_starts_no_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _write(tmp_path, "json", False)
+    read_workers.close()
+    monkeypatch.setattr(read_workers, "MIN_UNIT_RECORDS", 10_000)
+    _read(path, 2, False)
+    assert not read_workers._KEPT
