@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import BinaryIO
 
 import msgspec
@@ -228,7 +228,7 @@ def _send(stream: BinaryIO | None, unit: Unit) -> None:
         pass
 
 
-def _reply(proc: subprocess.Popen[bytes], deadline: float) -> list[RecordBlock] | None | _Failed:
+def _reply(proc: subprocess.Popen[bytes], deadline: float) -> list[RecordBlock] | _Failed | None:
     """A helper's answer, read by ``deadline`` (monotonic)."""
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
@@ -267,7 +267,7 @@ def serve(source: BinaryIO, sink: BinaryIO) -> None:
         body = source.read(int.from_bytes(head, "little"))
         try:
             reply = unit_blocks(_UNIT.decode(body))
-        except Exception:  # noqa: BLE001 - any failure: the reader reads the unit itself
+        except Exception:
             reply = None
         data = _ENCODER.encode(reply)
         sink.write(len(data).to_bytes(_LENGTH, "little"))

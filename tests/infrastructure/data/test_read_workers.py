@@ -6,6 +6,7 @@ they answer or hang; and helpers end with the process that started them."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 from genesis_fp16_infrastructure.data import read_workers, readers, sources
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+
 
 @pytest.fixture(autouse=True)
 def _small_units(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,7 +125,9 @@ def test_helpers_end_with_the_process_that_started_them(tmp_path: Path) -> None:
         "print(' '.join(str(p.pid) for p in helpers.procs), flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == -signal.SIGKILL
     pids = [int(p) for p in done.stdout.split()]
     assert len(pids) == 2
@@ -150,3 +154,18 @@ def test_a_read_too_small_to_share_starts_no_helper(
     monkeypatch.setattr(read_workers, "MIN_UNIT_RECORDS", 10_000)
     _read(path, 2, False)
     assert not read_workers._KEPT
+
+
+def test_a_helper_holds_no_descriptor_of_the_run(tmp_path: Path) -> None:
+    """A resident run process's stdout and stderr are its current run's, whose end the
+    daemon hears when they close: a helper kept for the next runs holds neither (its
+    stderr is /dev/null; its stdin and stdout are its own pipes)."""
+    helpers = read_workers.workers(1)
+    assert helpers is not None
+    (proc,) = helpers.procs
+    assert os.readlink(f"/proc/{proc.pid}/fd/2") == "/dev/null"
+    ours = {
+        os.readlink(f"/proc/self/fd/{fd}") for fd in (1, 2) if os.path.exists(f"/proc/self/fd/{fd}")
+    }
+    theirs = {os.readlink(f"/proc/{proc.pid}/fd/{fd}") for fd in (0, 1)}
+    assert not ours & theirs
