@@ -1,7 +1,7 @@
 """How close the read of new data files runs to its parser's floor (issue 90, item 1).
 
     python benchmarks/read_floor.py [--count 25000] [--repeat 7] [--layouts json,jsonl]
-        [--clock wall|cpu]
+        [--clock wall|cpu] [--workers N]
 
 One process, one file of generated se_darwin records (``data.synthetic``, the sample
 generator ``data generate`` uses): a pool ``.json`` and the same records as ``.jsonl``.
@@ -16,6 +16,12 @@ On the same bytes, interleaved, ``--repeat`` times each (the median):
   the file;
 * **read+cache**: the same with a fresh record cache, as a run reads a file it has not
   seen: parsed, then its block stored.
+
+``--workers N``: each read shares the file with N helper processes
+(``data.read_workers``, the daemon's ``GENESIS_FP16_READ_WORKERS``; started before the
+first timed read, as a resident run process keeps them). The floor stays msgspec on one
+core; ``--clock cpu`` counts this process's CPU alone, not its helpers', so with helpers
+only wall seconds say what a run waits.
 
 And two parts of the read, on the same records decoded beforehand, to say what stands
 between the read and its floor: **hashes**, each labelled record's fingerprint text (its
@@ -109,7 +115,12 @@ def parts(data: bytes, layout: str) -> dict[str, Callable[[], int]]:
 
 
 def measure(
-    path: Path, layout: str, repeat: int, work: Path, clock: Callable[[], float] = time.perf_counter
+    path: Path,
+    layout: str,
+    repeat: int,
+    work: Path,
+    clock: Callable[[], float] = time.perf_counter,
+    workers: int = 0,
 ) -> dict[str, Any]:
     """Median seconds of the floor, the read and the read with a fresh record cache,
     interleaved; the ratios of their throughputs."""
@@ -120,11 +131,18 @@ def measure(
     records = {"floor": floor(data, layout)}
 
     def read() -> int:
-        return len(read_trajectories(path, work / "q.jsonl", keep_text=False).columns)
+        return len(
+            read_trajectories(path, work / "q.jsonl", keep_text=False, workers=workers).columns
+        )
 
     def read_cache() -> int:
         cache = RecordCache(Path(tempfile.mkdtemp(dir=work)), manifest)
-        return len(read_trajectories(path, work / "q.jsonl", keep_text=False, cache=cache).columns)
+        found = read_trajectories(
+            path, work / "q.jsonl", keep_text=False, cache=cache, workers=workers
+        )
+        return len(found.columns)
+
+    read()  # the helpers started, as a resident run process keeps them (none without)
 
     steps: dict[str, Callable[[], int]] = {
         "floor": lambda: floor(data, layout), "read": read, "read_cache": read_cache,
@@ -156,8 +174,9 @@ def main() -> None:
     # cpu: this process's CPU seconds (time.process_time), which a host loaded by others
     # moves far less than wall seconds
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    parser.add_argument("--workers", type=int, default=0, help="helper processes of each read")
     args = parser.parse_args()
-    print(f"loadavg: {_loadavg()}; clock: {args.clock}")
+    print(f"loadavg: {_loadavg()}; clock: {args.clock}; read helpers: {args.workers}")
     print(
         "| file | records | MB | floor s | read s | read+cache s | read/floor | +cache/floor "
         "| hashes s | own s |"
@@ -167,7 +186,7 @@ def main() -> None:
         paths = write_files(Path(tmp), args.count)
         for layout in args.layouts.split(","):
             clock = time.perf_counter if args.clock == "wall" else time.process_time
-            row = measure(paths[layout], layout, args.repeat, Path(tmp), clock)
+            row = measure(paths[layout], layout, args.repeat, Path(tmp), clock, args.workers)
             print(
                 f"| .{layout} | {row['records']:,} | {row['mb']:.1f} | {row['floor']:.3f} | "
                 f"{row['read']:.3f} | {row['read_cache']:.3f} | {row['ratio_read']:.2f} | "

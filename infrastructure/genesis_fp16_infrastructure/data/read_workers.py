@@ -30,6 +30,7 @@ Each message is an 8-byte little-endian length, then msgpack: a ``Unit`` one way
 from __future__ import annotations
 
 import atexit
+import fcntl
 import logging
 import os
 import select
@@ -39,6 +40,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
+from pathlib import Path
 from typing import BinaryIO
 
 import msgspec
@@ -87,6 +89,9 @@ class Workers:
             )
             for _ in range(count)
         ]
+        for proc in self.procs:
+            for stream in (proc.stdin, proc.stdout):
+                _widen(stream)
 
     def alive(self) -> bool:
         return all(proc.poll() is None for proc in self.procs)
@@ -209,6 +214,24 @@ def shares(records: int, count: int) -> int:
     if count <= 0:
         return 1
     return max(1, min(UNITS_EACH * (count + 1), records // MIN_UNIT_RECORDS))
+
+
+def _widen(stream: BinaryIO | None) -> None:
+    """A helper's pipe made as wide as the system allows (Linux ``F_SETPIPE_SZ``, up to
+    ``/proc/sys/fs/pipe-max-size``; 1 MiB by default), else left at 64 KiB. Through a
+    narrow pipe a unit (~1 KB a record) is many writes, and the sending thread waits for
+    Python's lock before each while this process reads its own unit; a helper's answer
+    waits in its pipe until this process looks between its own units."""
+    try:
+        assert stream is not None
+        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        fcntl.fcntl(stream.fileno(), _SETPIPE_SZ, min(limit, PIPE_BYTES))
+    except (AssertionError, OSError, ValueError):
+        pass  # not Linux, or not allowed: the default pipe
+
+
+PIPE_BYTES = 8 * 2**20  # what a helper's pipe holds at most: a unit of ~8,000 records
+_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
 def _fd(proc: subprocess.Popen[bytes]) -> int:
