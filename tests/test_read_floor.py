@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from script_module import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "read_floor.py"
