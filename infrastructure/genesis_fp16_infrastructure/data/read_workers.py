@@ -67,7 +67,9 @@ FAILED: Counter[str] = Counter()
 # Units read by a helper ("helper") or by the reading process ("reader") on the fast path.
 UNITS: Counter[str] = Counter()
 
-HELPER = [sys.executable, "-m", __name__]  # a helper's command
+# A helper's command (-P: the run's directory is not on its path, so nothing there
+# shadows a module it imports).
+HELPER = [sys.executable, "-P", "-m", __name__]
 _ENCODER = msgspec.msgpack.Encoder()
 _REPLY = msgspec.msgpack.Decoder(list[RecordBlock] | None)
 _UNIT = msgspec.msgpack.Decoder(Unit)
@@ -78,7 +80,7 @@ class Workers:
     """``count`` helper processes, started at once (:func:`workers`)."""
 
     def __init__(self, count: int) -> None:
-        self.count = count
+        self.count, self.owner = count, os.getpid()
         # No descriptor of the run's: its stdout and stderr (a resident run process's
         # are its current run's) reach their end when the run ends, not when a helper
         # kept for the next runs does. A helper says nothing; a failure is the reader's
@@ -184,6 +186,8 @@ def workers(count: int) -> Workers | None:
     """This process's ``count`` helpers, started now if it has none (or others, or some
     ended); None for 0."""
     with _KEPT_LOCK:
+        if _KEPT and _KEPT[0].owner != os.getpid():
+            _KEPT.clear()  # a forked child's copy: its parent's helpers, never touched here
         if _KEPT and (_KEPT[0].count != count or not _KEPT[0].alive()):
             _KEPT.pop().close()
         if count <= 0:
@@ -196,8 +200,9 @@ def workers(count: int) -> Workers | None:
 def close() -> None:
     """Stop this process's helpers, if it has any."""
     with _KEPT_LOCK:
-        if _KEPT:
+        if _KEPT and _KEPT[0].owner == os.getpid():
             _KEPT.pop().close()
+        _KEPT.clear()
 
 
 atexit.register(close)

@@ -169,3 +169,29 @@ def test_a_helper_holds_no_descriptor_of_the_run(tmp_path: Path) -> None:
     }
     theirs = {os.readlink(f"/proc/{proc.pid}/fd/{fd}") for fd in (0, 1)}
     assert not ours & theirs
+
+
+def test_a_forked_child_never_uses_its_parent_s_helpers(tmp_path: Path) -> None:
+    """A process forked from one with helpers starts its own: the parent's pipes are
+    never written from two processes."""
+    path = _write(tmp_path, "json", False)
+    alone = _read(path, 0, False)
+    helpers = read_workers.workers(1)
+    assert helpers is not None
+    out = tmp_path / "child.bin"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's lines run in the child
+        code = 1
+        try:
+            mine = read_workers.workers(1)
+            block, lines = _read(path, 1, False)
+            ok = mine is not helpers and mine is not None and mine.owner == os.getpid()
+            out.write_bytes(block if ok and not lines else b"")
+            read_workers.close()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert out.read_bytes() == alone[0]
+    assert helpers.alive() and read_workers.workers(1) is helpers
