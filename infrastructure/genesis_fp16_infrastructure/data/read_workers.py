@@ -41,6 +41,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Sequence
 from pathlib import Path
+from queue import SimpleQueue
 from typing import BinaryIO
 
 import msgspec
@@ -54,10 +55,10 @@ logger = logging.getLogger(__name__)
 MIN_UNIT_RECORDS = 2_048
 # Units a read makes for each process at most: each takes the next when done with one.
 UNITS_EACH = 4
-# Units sent to a helper before its first answer. 1: at 25,000 records on 2 cores, 2
-# made a read 343 ms against 287 (a helper reads a unit slower than this process does:
-# more units of its own only made this one wait for it at the end).
-AHEAD = 1
+# Units sent to a helper before its first answer: 2 read 25,000 records on 2 cores in
+# 264-271 ms against 289-298 with 1 (3 gain nothing: a unit queued is a unit this
+# process may wait for at the end).
+AHEAD = 2
 # How long a helper may take past the reading process's own last unit, at least, and in
 # multiples of its slowest unit (a loaded host slows helpers as much as the reader).
 DEADLINE_SECONDS = 30.0
@@ -105,23 +106,28 @@ class Workers:
         helper slower than this process (a colder heap, a busier core) holds up no more
         than the unit it has."""
         results: list[list[RecordBlock] | None] = [None] * len(units)
-        # Each helper's units sent, in order, with their send threads: two ahead, so
-        # that it starts its next the moment it answers one (this process looks for
-        # answers only between its own units).
-        given: dict[int, deque[tuple[subprocess.Popen[bytes], int, threading.Thread]]] = {}
+        # Each helper's units, in the order sent (its answers come in that order): up to
+        # AHEAD at a time, so that it starts its next the moment it answers one (this
+        # process looks for answers only between its own units). One sending thread a
+        # helper writes them in that order (a helper still starting takes them when up).
+        given: dict[int, deque[int]] = {}
+        procs = {_fd(proc): proc for proc in self.procs}
+        outboxes = {fd: SimpleQueue[Unit | None]() for fd in procs}
+        senders = [
+            threading.Thread(target=_sending, args=(procs[fd].stdin, box), daemon=True)
+            for fd, box in outboxes.items()
+        ]
         queue = iter(range(len(units)))
 
-        def give(proc: subprocess.Popen[bytes]) -> None:
+        def give(fd: int) -> None:
             index = next(queue, None)
             if index is not None:
-                send = threading.Thread(target=_send, args=(proc.stdin, units[index]), daemon=True)
-                send.start()  # a helper still starting takes it when it is up
-                given.setdefault(_fd(proc), deque()).append((proc, index, send))
+                given.setdefault(fd, deque()).append(index)
+                outboxes[fd].put(units[index])
 
         def take(fd: int, deadline: float) -> None:
-            proc, index, send = given[fd].popleft()
-            send.join(max(0.0, deadline - time.monotonic()))
-            reply = _Failed("ran past its deadline") if send.is_alive() else _reply(proc, deadline)
+            proc, index = procs[fd], given[fd].popleft()
+            reply = _reply(proc, deadline)
             if isinstance(reply, _Failed):
                 FAILED[reply.why] += 1
                 logger.warning(
@@ -133,28 +139,35 @@ class Workers:
                 return
             results[index] = reply
             UNITS["helper"] += reply is not None
-            give(proc)
+            give(fd)
             if not given[fd]:
                 del given[fd]
 
-        for _ in range(AHEAD):
-            for proc in self.procs:
-                give(proc)
-        slowest = 0.0
-        while (index := next(queue, None)) is not None:  # this process's share
-            started = time.monotonic()
-            results[index] = unit_blocks(units[index])
-            UNITS["reader"] += results[index] is not None
-            slowest = max(slowest, time.monotonic() - started)
-            for fd in select.select(list(given), [], [], 0)[0]:
-                take(fd, time.monotonic() + DEADLINE_SECONDS)
-                if fd in given and select.select([fd], [], [], 0)[0]:
-                    take(fd, time.monotonic() + DEADLINE_SECONDS)
-        deadline = time.monotonic() + max(DEADLINE_SECONDS, DEADLINE_FACTOR * slowest)
-        while given:
-            ready = select.select(list(given), [], [], max(0.0, deadline - time.monotonic()))[0]
-            for fd in ready or list(given):  # none ready by the deadline: each fails
-                take(fd, deadline)
+        for sender in senders:
+            sender.start()
+        try:
+            for _ in range(AHEAD):
+                for fd in procs:
+                    give(fd)
+            slowest = 0.0
+            while (index := next(queue, None)) is not None:  # this process's share
+                started = time.monotonic()
+                results[index] = unit_blocks(units[index])
+                UNITS["reader"] += results[index] is not None
+                slowest = max(slowest, time.monotonic() - started)
+                for fd in select.select(list(given), [], [], 0)[0]:
+                    while fd in given and select.select([fd], [], [], 0)[0]:
+                        take(fd, time.monotonic() + DEADLINE_SECONDS)
+            deadline = time.monotonic() + max(DEADLINE_SECONDS, DEADLINE_FACTOR * slowest)
+            while given:
+                wait = max(0.0, deadline - time.monotonic())
+                for fd in select.select(list(given), [], [], wait)[0] or list(given):
+                    take(fd, deadline)  # none ready by the deadline: each fails
+        finally:
+            for box in outboxes.values():
+                box.put(None)
+            for sender in senders:  # a killed helper's writes fail at once
+                sender.join()
         return results
 
     def close(self) -> None:
@@ -244,16 +257,18 @@ def _fd(proc: subprocess.Popen[bytes]) -> int:
     return proc.stdout.fileno()
 
 
-def _send(stream: BinaryIO | None, unit: Unit) -> None:
-    """``unit`` written to a helper (a helper gone: nothing written; its reply fails)."""
-    data = _ENCODER.encode(unit)
-    try:
-        assert stream is not None
-        stream.write(len(data).to_bytes(_LENGTH, "little"))
-        stream.write(data)
-        stream.flush()
-    except (OSError, ValueError):
-        pass
+def _sending(stream: BinaryIO | None, outbox: SimpleQueue[Unit | None]) -> None:
+    """Each unit of ``outbox`` written to a helper, in order, until None (a helper gone:
+    nothing written; its answer fails)."""
+    while (unit := outbox.get()) is not None:
+        data = _ENCODER.encode(unit)
+        try:
+            assert stream is not None
+            stream.write(len(data).to_bytes(_LENGTH, "little"))
+            stream.write(data)
+            stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def _reply(proc: subprocess.Popen[bytes], deadline: float) -> list[RecordBlock] | _Failed | None:
