@@ -42,7 +42,7 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from pathlib import Path
 from queue import SimpleQueue
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 import msgspec
 
@@ -234,7 +234,7 @@ def shares(records: int, count: int) -> int:
     return max(1, min(UNITS_EACH * (count + 1), records // MIN_UNIT_RECORDS))
 
 
-def _widen(stream: BinaryIO | None) -> None:
+def _widen(stream: IO[bytes] | None) -> None:
     """A helper's pipe made as wide as the system allows (Linux ``F_SETPIPE_SZ``, up to
     ``/proc/sys/fs/pipe-max-size``; 1 MiB by default), else left at 64 KiB. Through a
     narrow pipe a unit (~1 KB a record) is many writes, and the sending thread waits for
@@ -257,7 +257,7 @@ def _fd(proc: subprocess.Popen[bytes]) -> int:
     return proc.stdout.fileno()
 
 
-def _sending(stream: BinaryIO | None, outbox: SimpleQueue[Unit | None]) -> None:
+def _sending(stream: IO[bytes] | None, outbox: SimpleQueue[Unit | None]) -> None:
     """Each unit of ``outbox`` written to a helper, in order, until None (a helper gone:
     nothing written; its answer fails)."""
     while (unit := outbox.get()) is not None:
