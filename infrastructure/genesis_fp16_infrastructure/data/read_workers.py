@@ -29,7 +29,6 @@ Each message is an 8-byte little-endian length, then msgpack: a ``Unit`` one way
 
 from __future__ import annotations
 
-import atexit
 import fcntl
 import logging
 import os
@@ -218,7 +217,9 @@ def close() -> None:
         _KEPT.clear()
 
 
-atexit.register(close)
+# No atexit function: a process's end closes its helpers' stdin, and they end. (A resident
+# run process runs the atexit functions a run registered at that run's end: helpers kept
+# for its next runs would be stopped after the first.)
 
 
 def shares(records: int, count: int) -> int:

@@ -195,3 +195,22 @@ def test_a_forked_child_never_uses_its_parent_s_helpers(tmp_path: Path) -> None:
     assert os.waitstatus_to_exitcode(status) == 0
     assert out.read_bytes() == alone[0]
     assert helpers.alive() and read_workers.workers(1) is helpers
+
+
+def test_helpers_outlive_a_resident_run_s_end() -> None:
+    """A resident run process runs the atexit functions a run registered at that run's
+    end (commands/resident.py): the helpers a run started stay for the next runs."""
+    script = (
+        "import atexit\n"
+        "from genesis_fp16_infrastructure.data import read_workers\n"
+        "helpers = read_workers.workers(1)\n"
+        "atexit._run_exitfuncs()\n"
+        "assert helpers.alive() and read_workers.workers(1) is helpers\n"
+        "read_workers.close()\n"
+        "print('kept')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "kept"
