@@ -9,10 +9,12 @@ pool, the record cache's entries and the quarantine are those of a read without 
 byte for byte.
 
 * **Started once, kept.** :func:`workers` starts ``count`` helpers the first time a read
-  asks for them (``python -m genesis_fp16_infrastructure.data.read_workers``: msgspec
-  and numpy, no torch; about 45 MB and a fifth of a second each) and keeps them for the
-  process's next reads (a resident run process's next runs). A read too small to share
-  (fewer than two units of ``MIN_UNIT_RECORDS``) starts none.
+  asks for them (``python -m genesis_fp16_infrastructure.data.read_workers``: msgspec and
+  numpy, no torch; about 45 MB and a fifth of a second each), and keeps them for the
+  process's next reads (a resident run process's next runs). A read of ``START_BYTES``
+  of files or more starts them before it parses anything, so that they are up when it
+  shares a file; a read of less, or of no file of two ``MIN_UNIT_RECORDS`` units,
+  starts none.
 * **Counted where they run.** They are children of the reading process: a run's memory,
   as the daemon's supervision sums it, includes theirs, and a run killed kills them.
 * **They die with it.** A helper reads its work on its stdin: when the reading process
@@ -52,6 +54,9 @@ logger = logging.getLogger(__name__)
 
 # Fewest records a unit holds: below two of them a read shares nothing.
 MIN_UNIT_RECORDS = 2_048
+# A read of files this large together starts its helpers before it looks at any (two
+# units of generated records are ~6 MB): they start while it finds what is new.
+START_BYTES = 4 * 2**20
 # Units a read makes for each process at most: each takes the next when done with one.
 UNITS_EACH = 4
 # Units sent to a helper before its first answer: 2 read 25,000 records on 2 cores in

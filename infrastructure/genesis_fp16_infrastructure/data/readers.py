@@ -49,6 +49,7 @@ alone on the same bytes).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from functools import cached_property
@@ -136,6 +137,15 @@ def check_data_size(path: Path, files: list[Path], max_bytes: int) -> None:
         )
 
 
+def _bytes_of(files: list[Path]) -> int:
+    """The files' bytes together (one gone since the listing: none)."""
+    size = 0
+    for file in files:
+        with contextlib.suppress(OSError):
+            size += file.stat().st_size
+    return size
+
+
 def _size(count: int) -> str:
     return f"{count / 2**20:,.1f} MiB ({count:,} bytes)"
 
@@ -212,6 +222,10 @@ def read_trajectories(
     files = list_data_files(path)
     if max_bytes is not None:
         check_data_size(path, files, max_bytes)
+    if workers > 0 and _bytes_of(files) >= read_workers.START_BYTES:
+        # Started now (each takes a fifth of a second to start), while this process
+        # looks files up in the cache and splits them: a file shared later finds them up.
+        read_workers.workers(workers)
     sink = QuarantineSink(quarantine)
     try:
         with paused_gc():  # a million records, no cycle among them (machine_memory)
