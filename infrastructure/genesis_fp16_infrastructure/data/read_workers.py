@@ -10,11 +10,11 @@ byte for byte.
 
 * **Started once, kept.** :func:`workers` starts ``count`` helpers the first time a read
   asks for them (``python -m genesis_fp16_infrastructure.data.read_workers``: msgspec and
-  numpy, no torch; about 45 MB and a fifth of a second each), and keeps them for the
-  process's next reads (a resident run process's next runs). A read of ``START_BYTES``
-  of files or more starts them before it parses anything, so that they are up when it
-  shares a file; a read of less, or of no file of two ``MIN_UNIT_RECORDS`` units,
-  starts none.
+  numpy, no torch; about 80 MB at its peak in a daemon run, a fifth of a second to
+  start), and keeps them for the process's next reads (a resident run process's next
+  runs). A read of ``START_BYTES`` of files or more starts them before it parses
+  anything, so that they are up when it shares a file; a read of less starts none, and
+  a file of fewer than two ``MIN_UNIT_RECORDS`` units is parsed alone.
 * **Counted where they run.** They are children of the reading process: a run's memory,
   as the daemon's supervision sums it, includes theirs, and a run killed kills them.
 * **They die with it.** A helper reads its work on its stdin: when the reading process
