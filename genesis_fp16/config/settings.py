@@ -250,8 +250,13 @@ class Settings(BaseSettings, GuardSettings):
 
     @field_validator("read_workers")
     @classmethod
-    def _resolve_read_workers(cls, value: int | None) -> int:
-        return default_read_workers() if value is None else value
+    def _resolve_read_workers(cls, value: int | None, info: ValidationInfo) -> int:
+        if value is not None:
+            return value
+        limit = info.data.get("run_memory_limit_bytes")  # resolved above (None: no limit)
+        if limit is None:
+            limit = default_run_memory_limit(info.data.get("plugin_allowlist"))
+        return default_read_workers(run_memory_bytes=limit)
 
     @field_validator("state_dir")
     @classmethod
@@ -412,21 +417,25 @@ def default_keep_mib(run_memory_bytes: int, resident_max_mib: int) -> int:
     return min(resident_max_mib // 2, run_memory_bytes // 4 // 2**20)
 
 
-def default_read_workers(cpus: float | None = None) -> int:
+def default_read_workers(cpus: float | None = None, run_memory_bytes: int | None = None) -> int:
     """A run's read helpers when READ_WORKERS is unset: the CPUs this process may use
     (``cpus``; by default its affinity, or its cgroup's quota where lower), less the
-    run's own, at most ``MAX_READ_WORKERS``. ::
+    run's own, at most ``MAX_READ_WORKERS``, and one per GiB of a run's memory
+    (``run_memory_bytes``, its limit or share: a helper is ~80 MB at its peak, counted in
+    the run's memory). ::
 
         default_read_workers(2) == 1
         default_read_workers(16) == 4
         default_read_workers(1.5) == 0  # a pod limited to one and a half CPUs
+        default_read_workers(16, 2 * 2**30) == 2  # a 4 GiB pod, two agents
     """
     if cpus is None:
         cpus = min(len(os.sched_getaffinity(0)), _cgroup_cpus())
-    return max(0, min(MAX_READ_WORKERS, int(cpus) - 1))
+    by_memory = MAX_READ_WORKERS if run_memory_bytes is None else run_memory_bytes // 2**30
+    return max(0, min(MAX_READ_WORKERS, int(cpus) - 1, by_memory))
 
 
-MAX_READ_WORKERS = 4  # 25,000 new records parse in ~0.1 s on five cores; more buy little
+MAX_READ_WORKERS = 4  # a read shared five ways; more processes per device's runs buy little
 
 
 def _cgroup_cpus() -> float:

@@ -419,14 +419,19 @@ def test_read_helpers_default_to_the_cpus_a_run_may_use_less_its_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Unset, a run's read helpers are the CPUs this process may use less one, at most
-    four (none on one CPU, or a pod's quota under two); a number, 0 included, is kept."""
+    four (none on one CPU, or a pod's quota under two), and one per GiB of a run's
+    memory; a number, 0 included, is kept."""
     cpus = min(len(os.sched_getaffinity(0)), settings_module._cgroup_cpus())
+    monkeypatch.setenv("GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES", str(64 * 2**30))
     assert load_settings().read_workers == max(0, min(4, int(cpus) - 1))
+    monkeypatch.setenv("GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES", str(2**30 - 1))
+    assert load_settings().read_workers == 0  # under a GiB a run: none
     monkeypatch.setenv("GENESIS_FP16_READ_WORKERS", "0")
     assert load_settings().read_workers == 0
     monkeypatch.setenv("GENESIS_FP16_READ_WORKERS", "3")
     assert load_settings().read_workers == 3
     assert [default_read_workers(n) for n in (1, 1.5, 2, 3, 16)] == [0, 0, 1, 2, 4]
+    assert [default_read_workers(16, m * 2**30) for m in (1, 2, 3, 8)] == [1, 2, 3, 4]
 
 
 def test_tracking_dir_is_off_when_empty_and_refused_in_one_line_without_tensorboard(

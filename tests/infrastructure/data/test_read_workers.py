@@ -125,9 +125,7 @@ def test_helpers_end_with_the_process_that_started_them(tmp_path: Path) -> None:
         "print(' '.join(str(p.pid) for p in helpers.procs), flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
-    )
+    done = _python(script)
     assert done.returncode == -signal.SIGKILL
     pids = [int(p) for p in done.stdout.split()]
     assert len(pids) == 2
@@ -135,6 +133,13 @@ def test_helpers_end_with_the_process_that_started_them(tmp_path: Path) -> None:
     while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_running(pid) for pid in pids)
+
+
+def _python(script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run by a Python of its own, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
 
 
 def _running(pid: int) -> bool:
@@ -209,8 +214,6 @@ def test_helpers_outlive_a_resident_run_s_end() -> None:
         "read_workers.close()\n"
         "print('kept')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
-    )
+    done = _python(script)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "kept"
