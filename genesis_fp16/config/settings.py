@@ -243,20 +243,12 @@ class Settings(BaseSettings, GuardSettings):
     def _resolve_resident_keep(cls, value: int | None, info: ValidationInfo) -> int:
         if value is not None:
             return value
-        limit = info.data.get("run_memory_limit_bytes")  # resolved above (None: no limit)
-        if limit is None:
-            limit = default_run_memory_limit(info.data.get("plugin_allowlist"))
-        return default_keep_mib(limit, info.data.get("run_resident_max_mib", 8192))
+        return default_keep_mib(_run_memory(info), info.data.get("run_resident_max_mib", 8192))
 
     @field_validator("read_workers")
     @classmethod
     def _resolve_read_workers(cls, value: int | None, info: ValidationInfo) -> int:
-        if value is not None:
-            return value
-        limit = info.data.get("run_memory_limit_bytes")  # resolved above (None: no limit)
-        if limit is None:
-            limit = default_run_memory_limit(info.data.get("plugin_allowlist"))
-        return default_read_workers(run_memory_bytes=limit)
+        return default_read_workers(run_memory_bytes=_run_memory(info)) if value is None else value
 
     @field_validator("state_dir")
     @classmethod
@@ -400,6 +392,15 @@ def default_run_memory_limit(allowlist: list[str] | None = None, memory: int | N
     """
     runs = len(allowlist) if allowlist else len(entry_points(group=ENTRY_POINT_GROUP))
     return (machine_memory_bytes() if memory is None else memory) // max(1, runs)
+
+
+def _run_memory(info: ValidationInfo) -> int:
+    """A run's memory, for what is sized by it: its limit (resolved before the fields
+    after it), or its share of the machine where the limit is off."""
+    limit = info.data.get("run_memory_limit_bytes")
+    if limit is None:
+        limit = default_run_memory_limit(info.data.get("plugin_allowlist"))
+    return int(limit)
 
 
 def default_keep_mib(run_memory_bytes: int, resident_max_mib: int) -> int:
