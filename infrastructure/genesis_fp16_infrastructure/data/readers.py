@@ -50,6 +50,7 @@ alone on the same bytes).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from dataclasses import dataclass
 from functools import cached_property
@@ -367,10 +368,10 @@ def _file_records(
     recorder = Recorder(sink)
     written = _FileBlocks(keep_text, blocks)
     chunk: list[Raw] = []
-    blocks_held: list[RawRun] = []  # a .jsonl's blocks of lines, one for each process
+    blocks_held: list[RawRun] = []  # a .jsonl's blocks of lines, shared when enough
     for item in split_records(file, recorder, start, first_line):
         if isinstance(item, RawRun) and item.block is not None:  # a .jsonl's lines
-            blocks_held.append(item)
+            blocks_held += _block_parts(item, read_workers.shares(len(item.ends), workers))
             if len(blocks_held) >= (read_workers.UNITS_EACH * (workers + 1) if workers > 0 else 1):
                 _read_shared(blocks_held, written, recorder, keep_text, workers)
                 blocks_held = []
@@ -417,6 +418,32 @@ def _read_shared(
         else:
             written.flush()
             written.blocks.extend(reply)
+
+
+def _block_parts(run: RawRun, parts: int) -> list[RawRun]:
+    """A ``.jsonl`` block of lines cut into ``parts`` blocks of whole lines (about as many
+    lines each), numbered on from the block's first: each read alone reads its lines as
+    the whole block would (a block may be cut anywhere: ``test_jsonl_blocks.py``).
+
+    >>> run = RawRun(Path("d.jsonl"), [], None, (0.7, 0.3), first=5, block=b"a\\nb\\n\\nc",
+    ...              ends=np.array([1, 3, 4]))
+    >>> [(p.first, p.block, p.ends.tolist()) for p in _block_parts(run, 2)]
+    [(5, b'a\\n', [1]), (6, b'b\\n\\nc', [1, 2])]
+    """
+    assert run.block is not None
+    ends = np.asarray(run.ends, np.int64)
+    if parts <= 1 or len(ends) < parts:
+        return [run]
+    cuts = [len(ends) * k // parts for k in range(parts + 1)]  # lines before each part
+    out = []
+    for lo, hi in itertools.pairwise(cuts):
+        start = 0 if lo == 0 else int(ends[lo - 1]) + 1
+        stop = len(run.block) if hi == len(ends) else int(ends[hi - 1]) + 1
+        block, first = run.block[start:stop], run.first + lo
+        out.append(
+            RawRun(run.path, [], None, run.thresholds, first, block=block, ends=ends[lo:hi] - start)
+        )
+    return out
 
 
 def _read_here(run: RawRun, written: _FileBlocks, sink: Sink) -> None:

@@ -26,7 +26,7 @@ def _small_units(monkeypatch: pytest.MonkeyPatch) -> None:
     """Units of a few dozen records, blocks of a few KB: a small file shares."""
     monkeypatch.setattr(read_workers, "MIN_UNIT_RECORDS", 40)
     monkeypatch.setattr(readers, "BATCH_RECORDS", 32)
-    monkeypatch.setattr(sources, "BLOCK_BYTES", 16_000)
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 160_000)  # ~100 lines: two units each
     yield
     read_workers.close()
 
