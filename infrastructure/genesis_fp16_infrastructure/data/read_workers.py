@@ -12,9 +12,10 @@ byte for byte.
   asks for them (``python -m genesis_fp16_infrastructure.data.read_workers``: msgspec and
   numpy, no torch; about 80 MB at its peak in a daemon run, a fifth of a second to
   start), and keeps them for the process's next reads (a resident run process's next
-  runs). A read of ``START_BYTES`` of files or more starts them before it parses
-  anything, so that they are up when it shares a file; a read of less starts none, and
-  a file of fewer than two ``MIN_UNIT_RECORDS`` units is parsed alone.
+  runs). A read about to parse ``START_BYTES`` or more of a file (new or changed: what
+  the record cache holds is not parsed) starts them before it splits the file, so that
+  they are up when it shares it; a read that parses less starts none, and a file of
+  fewer than two ``MIN_UNIT_RECORDS`` units is parsed alone.
 * **Counted where they run.** They are children of the reading process: a run's memory,
   as the daemon's supervision sums it, includes theirs, and a run killed kills them.
 * **They die with it.** A helper reads its work on its stdin: when the reading process
@@ -54,8 +55,8 @@ logger = logging.getLogger(__name__)
 
 # Fewest records a unit holds: below two of them a read shares nothing.
 MIN_UNIT_RECORDS = 2_048
-# A read of files this large together starts its helpers before it looks at any (two
-# units of generated records are ~6 MB): they start while it finds what is new.
+# A read about to parse this much of new or changed files starts its helpers first (two
+# units of generated records are ~6 MB): they start while it splits them.
 START_BYTES = 4 * 2**20
 # Units a read makes for each process at most: each takes the next when done with one.
 UNITS_EACH = 4

@@ -138,13 +138,20 @@ def check_data_size(path: Path, files: list[Path], max_bytes: int) -> None:
         )
 
 
-def _bytes_of(files: list[Path]) -> int:
-    """The files' bytes together (one gone since the listing: none)."""
-    size = 0
+def _start_helpers(files: list[Path], workers: int, skip: int = 0) -> None:
+    """The process's read helpers started (``data.read_workers``), when ``workers`` and
+    the bytes about to be parsed (``files``, the first ``skip`` of them read before) come
+    to ``START_BYTES``: started before the split (each takes a fifth of a second to
+    start), so that they are up when a file is shared. What the record cache holds is
+    never parsed, and starts none."""
+    if workers <= 0:
+        return
+    size = -skip
     for file in files:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # gone since the listing: its read says so
             size += file.stat().st_size
-    return size
+    if size >= read_workers.START_BYTES:
+        read_workers.workers(workers)
 
 
 def _size(count: int) -> str:
@@ -223,10 +230,6 @@ def read_trajectories(
     files = list_data_files(path)
     if max_bytes is not None:
         check_data_size(path, files, max_bytes)
-    if workers > 0 and _bytes_of(files) >= read_workers.START_BYTES:
-        # Started now (each takes a fifth of a second to start), while this process
-        # looks files up in the cache and splits them: a file shared later finds them up.
-        read_workers.workers(workers)
     sink = QuarantineSink(quarantine)
     try:
         with paused_gc():  # a million records, no cycle among them (machine_memory)
@@ -365,6 +368,7 @@ def _file_records(
             return stored.block
         start, first_line = stored.offset, stored.lines + 1
         blocks.append(stored.block)
+    _start_helpers([file], workers, start)
     recorder = Recorder(sink)
     written = _FileBlocks(keep_text, blocks)
     chunk: list[Raw] = []

@@ -17,7 +17,9 @@ import msgspec
 import pytest
 
 from genesis_fp16_infrastructure.data import read_workers, readers, sources
+from genesis_fp16_infrastructure.data.manifest import RACY_NS, scan_files
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 
@@ -217,3 +219,22 @@ def test_helpers_outlive_a_resident_run_s_end() -> None:
     done = _python(script)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "kept"
+
+
+def test_helpers_start_for_a_file_to_parse_and_never_for_one_the_cache_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read about to parse START_BYTES or more of a file starts the helpers; the same
+    file again, its records in the record cache, is not parsed and starts none."""
+    path = _write(tmp_path / "data", "json", False)
+    time.sleep(RACY_NS / 1e9 + 0.1)  # the file older than the manifest's racy window
+    manifest, _ = scan_files(path.parent)
+    cache = RecordCache(tmp_path / "cache", manifest)
+    monkeypatch.setattr(read_workers, "START_BYTES", path.stat().st_size)
+    read_workers.close()
+    readers.read_trajectories(path.parent, tmp_path / "q.jsonl", cache=cache, workers=1)
+    assert read_workers._KEPT  # started, and used: the file is several units
+    read_workers.close()
+    again = RecordCache(tmp_path / "cache", manifest)
+    readers.read_trajectories(path.parent, tmp_path / "q.jsonl", cache=again, workers=1)
+    assert not read_workers._KEPT
