@@ -109,71 +109,8 @@ class Workers:
         the unit or a helper failed (then stopped; the caller reads that unit). The
         helpers and this process each take the next unit when done with one, so that a
         helper slower than this process (a colder heap, a busier core) holds up no more
-        than the unit it has."""
-        results: list[list[RecordBlock] | None] = [None] * len(units)
-        # Each helper's units, in the order sent (its answers come in that order): up to
-        # AHEAD at a time, so that it starts its next the moment it answers one (this
-        # process looks for answers only between its own units). One sending thread a
-        # helper writes them in that order (a helper still starting takes them when up).
-        given: dict[int, deque[int]] = {}
-        procs = {_fd(proc): proc for proc in self.procs}
-        outboxes = {fd: SimpleQueue[Unit | None]() for fd in procs}
-        senders = [
-            threading.Thread(target=_sending, args=(procs[fd].stdin, box), daemon=True)
-            for fd, box in outboxes.items()
-        ]
-        queue = iter(range(len(units)))
-
-        def give(fd: int) -> None:
-            index = next(queue, None)
-            if index is not None:
-                given.setdefault(fd, deque()).append(index)
-                outboxes[fd].put(units[index])
-
-        def take(fd: int, deadline: float) -> None:
-            proc, index = procs[fd], given[fd].popleft()
-            reply = _reply(proc, deadline)
-            if isinstance(reply, _Failed):
-                FAILED[reply.why] += 1
-                logger.warning(
-                    "a read helper (pid %d) %s: its records are read here", proc.pid, reply.why
-                )
-                proc.kill()  # what it may still write is never read: the next read starts anew
-                proc.wait()
-                del given[fd]  # its other units too: read here
-                return
-            results[index] = reply
-            UNITS["helper"] += reply is not None
-            give(fd)
-            if not given[fd]:
-                del given[fd]
-
-        for sender in senders:
-            sender.start()
-        try:
-            for _ in range(AHEAD):
-                for fd in procs:
-                    give(fd)
-            slowest = 0.0
-            while (index := next(queue, None)) is not None:  # this process's share
-                started = time.monotonic()
-                results[index] = unit_blocks(units[index])
-                UNITS["reader"] += results[index] is not None
-                slowest = max(slowest, time.monotonic() - started)
-                for fd in select.select(list(given), [], [], 0)[0]:
-                    while fd in given and select.select([fd], [], [], 0)[0]:
-                        take(fd, time.monotonic() + DEADLINE_SECONDS)
-            deadline = time.monotonic() + max(DEADLINE_SECONDS, DEADLINE_FACTOR * slowest)
-            while given:
-                wait = max(0.0, deadline - time.monotonic())
-                for fd in select.select(list(given), [], [], wait)[0] or list(given):
-                    take(fd, deadline)  # none ready by the deadline: each fails
-        finally:
-            for box in outboxes.values():
-                box.put(None)
-            for sender in senders:  # a killed helper's writes fail at once
-                sender.join()
-        return results
+        than the units it has."""
+        return _Round(self.procs, units).run()
 
     def close(self) -> None:
         """Stop every helper (its stdin closed; killed if it does not end at once)."""
@@ -189,6 +126,88 @@ class Workers:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+class _Round:
+    """One read's units shared out. Each helper has up to ``AHEAD`` of them at a time, so
+    that it starts its next the moment it answers one (this process looks for answers
+    only between its own units); one sending thread a helper writes them in the order
+    given, in which its answers come back (a helper still starting takes them when up)."""
+
+    def __init__(self, procs: Sequence[subprocess.Popen[bytes]], units: Sequence[Unit]) -> None:
+        self.units = units
+        self.results: list[list[RecordBlock] | None] = [None] * len(units)
+        self.procs = {_fd(proc): proc for proc in procs}
+        self.given: dict[int, deque[int]] = {}  # each helper's units, in the order sent
+        self.outboxes = {fd: SimpleQueue[Unit | None]() for fd in self.procs}
+        self.queue = iter(range(len(units)))
+
+    def run(self) -> list[list[RecordBlock] | None]:
+        senders = [
+            threading.Thread(target=_sending, args=(self.procs[fd].stdin, box), daemon=True)
+            for fd, box in self.outboxes.items()
+        ]
+        for sender in senders:
+            sender.start()
+        try:
+            for _ in range(AHEAD):
+                for fd in self.procs:
+                    self._give(fd)
+            slowest = self._read_own()
+            self._wait(time.monotonic() + max(DEADLINE_SECONDS, DEADLINE_FACTOR * slowest))
+        finally:
+            for box in self.outboxes.values():
+                box.put(None)
+            for sender in senders:  # a killed helper's writes fail at once
+                sender.join()
+        return self.results
+
+    def _read_own(self) -> float:
+        """This process's share: the next unit while one is left, the helpers' answers
+        taken between; the slowest of its units, in seconds."""
+        slowest = 0.0
+        while (index := next(self.queue, None)) is not None:
+            started = time.monotonic()
+            self.results[index] = unit_blocks(self.units[index])
+            UNITS["reader"] += self.results[index] is not None
+            slowest = max(slowest, time.monotonic() - started)
+            for fd in select.select(list(self.given), [], [], 0)[0]:
+                while fd in self.given and select.select([fd], [], [], 0)[0]:
+                    self._take(fd, time.monotonic() + DEADLINE_SECONDS)
+        return slowest
+
+    def _wait(self, deadline: float) -> None:
+        """The helpers' last answers, by ``deadline`` (monotonic): past it, each fails."""
+        while self.given:
+            wait = max(0.0, deadline - time.monotonic())
+            for fd in select.select(list(self.given), [], [], wait)[0] or list(self.given):
+                self._take(fd, deadline)
+
+    def _give(self, fd: int) -> None:
+        index = next(self.queue, None)
+        if index is not None:
+            self.given.setdefault(fd, deque()).append(index)
+            self.outboxes[fd].put(self.units[index])
+
+    def _take(self, fd: int, deadline: float) -> None:
+        """The helper's answer to its oldest unit; it is given the next. A helper that
+        fails is stopped, and its units are left to the reader."""
+        proc, index = self.procs[fd], self.given[fd].popleft()
+        reply = _reply(proc, deadline)
+        if isinstance(reply, _Failed):
+            FAILED[reply.why] += 1
+            logger.warning(
+                "a read helper (pid %d) %s: its records are read here", proc.pid, reply.why
+            )
+            proc.kill()  # what it may still write is never read: the next read starts anew
+            proc.wait()
+            del self.given[fd]
+            return
+        self.results[index] = reply
+        UNITS["helper"] += reply is not None
+        self._give(fd)
+        if not self.given[fd]:
+            del self.given[fd]
 
 
 class _Failed:

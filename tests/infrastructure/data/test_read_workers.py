@@ -68,6 +68,7 @@ def _read(path: Path, workers: int, keep_text: bool) -> tuple[bytes, list[str]]:
 def test_a_read_shared_with_helpers_is_the_read_without_them(
     tmp_path: Path, layout: str, bad: bool
 ) -> None:
+    """The same blocks, byte for byte, and the same quarantined entries in order."""
     path = _write(tmp_path, layout, bad)
     read_workers.UNITS.clear()
     for keep_text in (False, True):
@@ -156,6 +157,7 @@ def _running(pid: int) -> bool:
 def test_a_read_too_small_to_share_starts_no_helper(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A file of fewer than two units is parsed alone, and starts nothing."""
     path = _write(tmp_path, "json", False)
     read_workers.close()
     monkeypatch.setattr(read_workers, "MIN_UNIT_RECORDS", 10_000)
