@@ -49,10 +49,6 @@ class Unit(msgspec.Struct, array_like=True):
     keep_text: bool
     batch: int
 
-    def __len__(self) -> int:
-        """Its records (a block's: its lines, blank ones included)."""
-        return len(self.raws) if self.block is None else len(self.ends or b"") // 8
-
 
 def unit_blocks(unit: Unit) -> list[RecordBlock] | None:
     """``unit``'s records as column blocks of at most ``unit.batch`` records each, in file
@@ -67,10 +63,7 @@ def unit_blocks(unit: Unit) -> list[RecordBlock] | None:
             together = _decoded_lines(unit.block, ends)
             if together is None:
                 return None
-            records, replays = together
-            for at in range(0, len(records), batch):
-                part = records[at : at + batch]
-                parts.append((part, sum(_is_replay(r) for r in part) if replays else 0))
+            parts += line_batches(*together, batch)
         else:
             for at in range(0, len(unit.raws), batch):
                 keys = None if unit.keys is None else unit.keys[at : at + batch]
@@ -84,6 +77,13 @@ def unit_blocks(unit: Unit) -> list[RecordBlock] | None:
             written.add(records, replays, unit.thresholds)
             blocks += written.flush()
         return blocks
+
+
+def line_batches(records: list[Any], replays: int, batch: int) -> list[tuple[list[Any], int]]:
+    """A block's decoded lines (:func:`_decoded_lines`) cut ``batch`` records at a time,
+    each with how many replay records it holds (counted only where the block has any)."""
+    parts = [records[at : at + batch] for at in range(0, len(records), batch)]
+    return [(part, sum(map(_is_replay, part)) if replays else 0) for part in parts]
 
 
 def _decoded_lines(block: bytes, ends: np.ndarray) -> tuple[list[Any], int] | None:

@@ -260,6 +260,16 @@ def shares(records: int, count: int) -> int:
     return max(1, min(UNITS_EACH * (count + 1), records // MIN_UNIT_RECORDS))
 
 
+def held_at_once(count: int) -> int:
+    """Blocks of a ``.jsonl`` a read holds before it shares them with ``count`` helpers:
+    ``UNITS_EACH`` for each process; one at a time without helpers (read as they come).
+
+    >>> held_at_once(1), held_at_once(0)
+    (8, 1)
+    """
+    return UNITS_EACH * (count + 1) if count > 0 else 1
+
+
 def _widen(stream: IO[bytes] | None) -> None:
     """A helper's pipe made as wide as the system allows (Linux ``F_SETPIPE_SZ``, up to
     ``/proc/sys/fs/pipe-max-size``; 1 MiB by default), else left at 64 KiB. Through a

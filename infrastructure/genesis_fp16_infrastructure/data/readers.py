@@ -67,7 +67,7 @@ from genesis_fp16_infrastructure.data.batch_decode import (
     _Batch,
     _decoded_lines,
     _decoded_together,
-    _is_replay,
+    line_batches,
 )
 from genesis_fp16_infrastructure.data.fast_records import _REPLAY_KEYS, _labelled, _vouched
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, FileRecord, RecordBlock
@@ -376,7 +376,7 @@ def _file_records(
     for item in split_records(file, recorder, start, first_line):
         if isinstance(item, RawRun) and item.block is not None:  # a .jsonl's lines
             blocks_held += _block_parts(item, read_workers.shares(len(item.ends), workers))
-            if len(blocks_held) >= (read_workers.UNITS_EACH * (workers + 1) if workers > 0 else 1):
+            if len(blocks_held) >= read_workers.held_at_once(workers):
                 _read_shared(blocks_held, written, recorder, keep_text, workers)
                 blocks_held = []
             continue
@@ -492,10 +492,8 @@ def _read_block(run: RawRun, written: _FileBlocks, sink: Sink) -> None:
         for at in range(0, len(lines), BATCH_RECORDS):
             _read_run(lines.part(at, at + BATCH_RECORDS), written, sink)
         return
-    records, replays = together
-    for at in range(0, len(records), BATCH_RECORDS):
-        part = records[at : at + BATCH_RECORDS]
-        written.fast_run(part, sum(_is_replay(r) for r in part) if replays else 0, run.thresholds)
+    for part, replays in line_batches(*together, BATCH_RECORDS):
+        written.fast_run(part, replays, run.thresholds)
 
 
 def _read_chunk(items: list[Raw], written: _FileBlocks, sink: Sink) -> None:
