@@ -143,8 +143,10 @@ def _start_helpers(files: list[Path], workers: int, skip: int = 0) -> None:
     the bytes about to be parsed (``files``, the first ``skip`` of them read before) come
     to ``START_BYTES``: started before the split (each takes a fifth of a second to
     start), so that they are up when a file is shared. What the record cache holds is
-    never parsed, and starts none."""
+    never parsed, and starts none. A read asked for none (READ_WORKERS set to 0 since)
+    stops those an earlier read started."""
     if workers <= 0:
+        read_workers.workers(0)
         return
     size = -skip
     for file in files:

@@ -240,3 +240,16 @@ def test_helpers_start_for_a_file_to_parse_and_never_for_one_the_cache_holds(
     again = RecordCache(tmp_path / "cache", manifest)
     readers.read_trajectories(path.parent, tmp_path / "q.jsonl", cache=again, workers=1)
     assert not read_workers._KEPT
+
+
+def test_a_read_asked_for_no_helpers_stops_those_kept_from_an_earlier_setting(
+    tmp_path: Path,
+) -> None:
+    """READ_WORKERS set to 0 since the last run: the next read that parses a file stops
+    the helpers the resident process kept (not left idle, holding memory)."""
+    path = _write(tmp_path, "json", False)
+    helpers = read_workers.workers(2)
+    assert helpers is not None
+    assert _read(path, 0, False) == _read(path, 0, False)
+    assert not read_workers._KEPT
+    assert all(proc.poll() is not None for proc in helpers.procs)
