@@ -24,10 +24,13 @@ byte for byte.
   past its deadline is stopped, and the read reads that unit itself (a warning, and
   ``FAILED``); the next read starts helpers afresh. A unit the fast path does not vouch
   for (a record to quarantine) comes back as None and is read by the reading process,
-  record by record, as it is without helpers.
+  record by record, as it is without helpers. A unit a helper fails on (an exception
+  in its decoding: a defect, not bad input, which the fast path refuses) comes back as
+  the exception's line: the reader logs it, counts it in ``FAILED`` and reads the unit;
+  the helper goes on with its next.
 
 Each message is an 8-byte little-endian length, then msgpack: a ``Unit`` one way, its
-``list[RecordBlock] | None`` the other.
+``list[RecordBlock] | str | None`` the other.
 """
 
 from __future__ import annotations
@@ -77,7 +80,8 @@ UNITS: Counter[str] = Counter()
 # shadows a module it imports).
 HELPER = [sys.executable, "-P", "-m", __name__]
 _ENCODER = msgspec.msgpack.Encoder()
-_REPLY = msgspec.msgpack.Decoder(list[RecordBlock] | None)
+_REPLY = msgspec.msgpack.Decoder(list[RecordBlock] | str | None)
+RAISED_CHARS = 300  # of a helper's exception line, at most
 _UNIT = msgspec.msgpack.Decoder(Unit)
 _LENGTH = 8
 
@@ -203,6 +207,12 @@ class _Round:
             proc.wait()
             del self.given[fd]
             return
+        if isinstance(reply, str):  # it raised on this unit: read here, and said
+            FAILED[f"raised {reply.split(':', 1)[0]}"] += 1
+            logger.warning(
+                "a read helper (pid %d) raised %s: its unit is read here", proc.pid, reply
+            )
+            reply = None
         self.results[index] = reply
         UNITS["helper"] += reply is not None
         self._give(fd)
@@ -307,7 +317,9 @@ def _sending(stream: IO[bytes] | None, outbox: SimpleQueue[Unit | None]) -> None
             pass
 
 
-def _reply(proc: subprocess.Popen[bytes], deadline: float) -> list[RecordBlock] | _Failed | None:
+def _reply(
+    proc: subprocess.Popen[bytes], deadline: float
+) -> list[RecordBlock] | str | _Failed | None:
     """A helper's answer, read by ``deadline`` (monotonic)."""
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
@@ -339,15 +351,17 @@ def _read_exactly(fd: int, size: int, deadline: float) -> bytes | _Failed:
 
 def serve(source: BinaryIO, sink: BinaryIO) -> None:
     """A helper's loop: each unit read from ``source``, its blocks written to ``sink``,
-    until ``source`` ends (the reading process closed it, or ended)."""
+    until ``source`` ends (the reading process closed it, or ended); a unit it raises on
+    answered with the exception's line (the reader logs and counts it)."""
     while head := source.read(_LENGTH):
         if len(head) < _LENGTH:
             return
         body = source.read(int.from_bytes(head, "little"))
+        reply: list[RecordBlock] | str | None
         try:
             reply = unit_blocks(_UNIT.decode(body))
-        except Exception:
-            reply = None
+        except Exception as exc:  # any: the reader reads the unit, and says why
+            reply = f"{type(exc).__name__}: {exc}"[:RAISED_CHARS]
         data = _ENCODER.encode(reply)
         sink.write(len(data).to_bytes(_LENGTH, "little"))
         sink.write(data)

@@ -253,3 +253,29 @@ def test_a_read_asked_for_no_helpers_stops_those_kept_from_an_earlier_setting(
     assert _read(path, 0, False) == _read(path, 0, False)
     assert not read_workers._KEPT
     assert all(proc.poll() is not None for proc in helpers.procs)
+
+
+
+def test_a_unit_a_helper_raises_on_is_said_counted_and_read_here(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A unit the helper's decoding raises on (a block whose line ends are not int64s)
+    comes back as the exception's line: logged, counted, left to the reader (None); the
+    helper is not stopped, and reads the next unit."""
+    records = generate_pool(3, seed=7)["trajectories"]
+    raws = [json.dumps(record).encode() for record in records.values()]
+    run = sources.RawRun(Path("p.json"), raws, list(records), (0.7, 0.3))
+    good = readers._unit(run, keep_text=False)
+    bad = msgspec.structs.replace(good, raws=[], keys=None, block=b"{}\n", ends=b"abc")
+    read_workers.FAILED.clear()
+    helpers = read_workers.workers(1)
+    assert helpers is not None
+    with caplog.at_level("WARNING", logger=read_workers.__name__):
+        # The helper is given the first AHEAD (2) units; this process reads the third.
+        replies = read_workers._Round(helpers.procs, [bad, good, good]).run()
+    assert replies[0] is None
+    assert replies[1] is not None and replies[1] == replies[2]  # its next unit, read
+    assert read_workers.FAILED == {"raised ValueError": 1}
+    assert "raised ValueError" in caplog.text
+    assert helpers.alive() and read_workers.workers(1) is helpers  # not stopped
+    read_workers.FAILED.clear()
