@@ -255,7 +255,6 @@ def test_a_read_asked_for_no_helpers_stops_those_kept_from_an_earlier_setting(
     assert all(proc.poll() is not None for proc in helpers.procs)
 
 
-
 def test_a_unit_a_helper_raises_on_is_said_counted_and_read_here(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
