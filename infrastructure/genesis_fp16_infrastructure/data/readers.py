@@ -40,7 +40,8 @@ A file's records are read ``BATCH_RECORDS`` at a time, decoded by one call when 
 one of them decodes, alone, and has an id (:func:`_decoded_together`): a ``.json``
 document's as msgspec split them, a plain ``.jsonl``'s block of lines by one
 ``decode_lines`` when each line is one value (:func:`_read_block`), a ``.jsonl.gz``'s
-lines likewise (:func:`_read_run`), a large pool's streamed records (:func:`_read_chunk`).
+lines likewise (:func:`_read_run`), a large pool's records as its window scan cut them
+(``sources.RawRun.scanned``), which, as a ``.jsonl``'s blocks are, a read shares out.
 The records the fast path vouched for are written into the file's block a batch at a
 time (:class:`_Batch`, ``data.batch_block``): the same block a record at a time made,
 byte for byte (issue 90; ``benchmarks/read_floor.py`` times the read against msgspec
@@ -97,7 +98,7 @@ logger = logging.getLogger(__name__)
 # A file's parsed records become a column block every this many, so that a large file's
 # records are never all objects at once (a million of them held ~0.5 GB more at the peak).
 BLOCK_RECORDS = 131_072
-# A file's records are read this many at a time (_read_chunk), and the fast path's wait
+# A file's records are read this many at a time (_read_run), and the fast path's wait
 # as their decoded structs, text and all (3.0 KB a generated record, tracemalloc), until
 # their batch is written into columns: ~24 MB, not a block's 131,072 structs (~390 MB).
 BATCH_RECORDS = 8_192
@@ -374,10 +375,11 @@ def _file_records(
     recorder = Recorder(sink)
     written = _FileBlocks(keep_text, blocks)
     chunk: list[Raw] = []
-    blocks_held: list[RawRun] = []  # a .jsonl's blocks of lines, shared when enough
+    blocks_held: list[RawRun] = []  # a .jsonl's blocks, a large pool's runs: shared when enough
     for item in split_records(file, recorder, start, first_line):
-        if isinstance(item, RawRun) and item.block is not None:  # a .jsonl's lines
-            blocks_held += _block_parts(item, read_workers.shares(len(item.ends), workers))
+        if isinstance(item, RawRun) and (item.block is not None or item.scanned):
+            # a .jsonl's lines, a large pool's records: held, and shared when enough
+            blocks_held += _parts(item, workers)
             if len(blocks_held) >= read_workers.held_at_once(workers):
                 _read_shared(blocks_held, written, recorder, keep_text, workers)
                 blocks_held = []
@@ -386,16 +388,13 @@ def _file_records(
             _read_shared(blocks_held, written, recorder, keep_text, workers)
             blocks_held = []
         if isinstance(item, RawRun):  # a document's records, or lines
-            shares = read_workers.shares(len(item), workers)
-            size = max(1, -(-len(item) // shares))
-            runs = [item.part(at, at + size) for at in range(0, len(item), size)]
-            _read_shared(runs, written, recorder, keep_text, workers)
+            _read_shared(_parts(item, workers), written, recorder, keep_text, workers)
             continue
-        chunk.append(item)
+        chunk.append(item)  # a value the slow path parsed (a document msgspec refused)
         if len(chunk) == BATCH_RECORDS:
-            _read_chunk(chunk, written, recorder)
+            _read_one_by_one(chunk, written, recorder)
             chunk = []
-    _read_chunk(chunk, written, recorder)
+    _read_one_by_one(chunk, written, recorder)
     _read_shared(blocks_held, written, recorder, keep_text, workers)
     written.flush()
     blocks.append(BlockWriter(keep_text).block(recorder.rejected))
@@ -424,6 +423,15 @@ def _read_shared(
         else:
             written.flush()
             written.blocks.extend(reply)
+
+
+def _parts(run: RawRun, workers: int) -> list[RawRun]:
+    """``run`` cut into the units a read with ``workers`` helpers shares
+    (``read_workers.shares``), in file order: a block at line ends, records by count."""
+    if run.block is not None:
+        return _block_parts(run, read_workers.shares(len(run.ends), workers))
+    size = max(1, -(-len(run) // read_workers.shares(len(run), workers)))
+    return [run.part(at, at + size) for at in range(0, len(run), size)]
 
 
 def _block_parts(run: RawRun, parts: int) -> list[RawRun]:
@@ -467,16 +475,15 @@ def _unit(run: RawRun, keep_text: bool) -> Unit:
         ends = np.asarray(run.ends, "<i8").tobytes()
         return Unit([], None, True, run.block, ends, run.thresholds, keep_text, BATCH_RECORDS)
     raws = [bytes(raw) for raw in run.raws]
-    return Unit(
-        raws, run.keys, run.lines is None, None, None, run.thresholds, keep_text, BATCH_RECORDS
-    )
+    return Unit(raws, run.keys, run.whole, None, None, run.thresholds, keep_text, BATCH_RECORDS)
 
 
 def _read_run(run: RawRun, written: _FileBlocks, sink: Sink) -> None:
-    """Records msgspec split from a document, or lines, in file order, into ``written``:
-    decoded together when the fast path vouches for every one, each alone
-    (:func:`_decoded_together`), else one at a time (:func:`_read_one_by_one`)."""
-    together = _decoded_together(run.raws, run.keys, whole=run.lines is None)
+    """Records msgspec split from a document, lines, or a large pool's scanned records, in
+    file order, into ``written``: decoded together when the fast path vouches for every
+    one, each alone (:func:`_decoded_together`), else one at a time
+    (:func:`_read_one_by_one`)."""
+    together = _decoded_together(run.raws, run.keys, whole=run.whole)
     if together is None:
         _read_one_by_one(list(run.items()), written, sink)
     else:
@@ -496,22 +503,6 @@ def _read_block(run: RawRun, written: _FileBlocks, sink: Sink) -> None:
         return
     for part, replays in line_batches(*together, BATCH_RECORDS):
         written.fast_run(part, replays, run.thresholds)
-
-
-def _read_chunk(items: list[Raw], written: _FileBlocks, sink: Sink) -> None:
-    """Records of a file, in its order, into ``written``: the bytes of a large pool's
-    records (``data.pool_stream``) decoded together when each is one JSON value alone and
-    the fast path vouches for every one (:func:`_decoded_together`), else (those too, and
-    the values the slow path parsed) one at a time (:func:`_read_one_by_one`)."""
-    raws = [raw for _, raw, _, _ in items]
-    thresholds = {thresholds for _, _, thresholds, _ in items}
-    together = None
-    if len(thresholds) == 1 and all(type(raw) is bytes for raw in raws):
-        together = _decoded_together(raws, [key for _, _, _, key in items], whole=False)
-    if together is None:
-        _read_one_by_one(items, written, sink)
-    else:
-        written.fast_run(*together, thresholds.pop())
 
 
 def _read_one_by_one(items: list[Raw], written: _FileBlocks, sink: Sink) -> None:

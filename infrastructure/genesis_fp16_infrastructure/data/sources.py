@@ -42,7 +42,8 @@ MAX_DECOMPRESSED_BYTES = 256 * 2**20
 _CHECK_CHUNK = 16 * 2**20  # bytes of a document checked as UTF-8 at a time
 DEFAULTS = (SUCCESS_THRESHOLD, FAILURE_THRESHOLD)
 LINES_AT_ONCE = 8_192  # a .jsonl.gz's lines held at a time: ~12 MB of generated records
-BLOCK_BYTES = 8 * 2**20  # a plain .jsonl's bytes held at a time, in whole lines
+# A plain .jsonl's bytes held at a time, in whole lines; a large pool's records, about
+BLOCK_BYTES = 8 * 2**20
 # A .json file past this is split into records a window at a time (pool_stream), not
 # read whole: at 1,000,000 records, 1.5 GB of bytes held no longer.
 STREAM_ABOVE = 64 * 2**20
@@ -131,9 +132,18 @@ class RawRun:
     # numbered ``first``, blank ones among them; :meth:`as_lines` splits them
     block: bytes | None = None
     ends: Any = None  # a block's \n bytes, where they are (np.flatnonzero's, int64)
+    # A large pool's records as its window scan cut them (pool_stream), bytes each: not
+    # split by msgspec, so each is checked to be one value alone, as a line is
+    scanned: bool = False
 
     def __len__(self) -> int:
         return len(self.raws)
+
+    @property
+    def whole(self) -> bool:
+        """Whether each raw is one whole JSON value as msgspec split it from a document
+        (a line's, or a scanned record's, is checked to be one as it is decoded)."""
+        return self.lines is None and not self.scanned
 
     def as_lines(self) -> RawRun:
         """A block's nonblank lines as a run of numbered lines (itself when no block)."""
@@ -156,7 +166,8 @@ class RawRun:
         keys = None if self.keys is None else self.keys[start:stop]
         lines = None if self.lines is None else self.lines[start:stop]
         raws = self.raws[start:stop]
-        return RawRun(self.path, raws, keys, self.thresholds, self.first + start, lines)
+        first = self.first + start
+        return RawRun(self.path, raws, keys, self.thresholds, first, lines, scanned=self.scanned)
 
     def items(self) -> Iterator[Raw]:
         """Each record as :func:`raw_records` yields it."""
@@ -179,7 +190,8 @@ def split_records(
     file: Path, sink: Sink, start: int = 0, first_line: int = 1
 ) -> Iterator[Raw | RawRun]:
     """:func:`raw_records`' records, those msgspec split from a ``.json`` document
-    together as one :class:`RawRun`, a ``.jsonl``'s lines as runs of ``LINES_AT_ONCE``."""
+    together as one :class:`RawRun`, a ``.jsonl``'s lines as runs of ``LINES_AT_ONCE``,
+    a large pool's as runs of about ``BLOCK_BYTES`` (:func:`_scanned_runs`)."""
     try:
         if file.name.endswith(".jsonl"):
             yield from _jsonl_lines(file, start, first_line)
@@ -187,9 +199,7 @@ def split_records(
         if file.name.endswith(".json") and _size(file) > STREAM_ABOVE:
             split = split_pool(file)  # a large pool, a window at a time (pool_stream)
             if split is not None:
-                thresholds, entries = split
-                for key, raw in entries:
-                    yield Source(file, f"trajectories[{key!r}]"), raw, thresholds, key
+                yield from _scanned_runs(file, *split)
                 return
         data = _read_bytes(file)
     except FileNotFoundError:  # listed, then gone before it was opened
@@ -210,6 +220,31 @@ def split_records(
         yield from _line_runs(file, enumerate(data.splitlines(), start=1))
         return
     yield from _document(file, data, sink)
+
+
+def _scanned_runs(
+    file: Path, thresholds: tuple[float, float], entries: Iterable[tuple[str, bytes]]
+) -> Iterator[RawRun]:
+    """A large pool's records (``pool_stream.split_pool``'s keys and bytes), in its order,
+    as runs of about ``BLOCK_BYTES`` each (a run ends at the record that reaches it): held
+    a run at a time, as a ``.jsonl``'s blocks are, so that a read can share them out.
+
+    >>> runs = _scanned_runs(Path("p.json"), (0.7, 0.3), [("a", b"{}")] * 3)
+    >>> [(len(run), run.scanned, run.whole) for run in runs]
+    [(3, True, False)]
+    """
+    keys: list[str] = []
+    raws: list[bytes] = []
+    size = 0
+    for key, raw in entries:
+        keys.append(key)
+        raws.append(raw)
+        size += len(raw)
+        if size >= BLOCK_BYTES:
+            yield RawRun(file, raws, keys, thresholds, scanned=True)
+            keys, raws, size = [], [], 0
+    if raws:
+        yield RawRun(file, raws, keys, thresholds, scanned=True)
 
 
 def _size(file: Path) -> int:

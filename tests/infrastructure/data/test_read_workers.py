@@ -63,13 +63,16 @@ def _read(path: Path, workers: int, keep_text: bool) -> tuple[bytes, list[str]]:
     return msgspec.msgpack.encode(block), lines
 
 
-@pytest.mark.parametrize("layout", ["json", "jsonl"])
+@pytest.mark.parametrize("layout", ["json", "jsonl", "streamed"])
 @pytest.mark.parametrize("bad", [False, True])
 def test_a_read_shared_with_helpers_is_the_read_without_them(
-    tmp_path: Path, layout: str, bad: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str, bad: bool
 ) -> None:
-    """The same blocks, byte for byte, and the same quarantined entries in order."""
-    path = _write(tmp_path, layout, bad)
+    """The same blocks, byte for byte, and the same quarantined entries in order; a pool
+    large enough to be split a window at a time ("streamed": its runs of records) too."""
+    if layout == "streamed":
+        monkeypatch.setattr(sources, "STREAM_ABOVE", 0)
+    path = _write(tmp_path, "json" if layout == "streamed" else layout, bad)
     read_workers.UNITS.clear()
     for keep_text in (False, True):
         alone = _read(path, 0, keep_text)
