@@ -35,9 +35,6 @@ from pydantic import ValidationError
 from genesis_fp16_infrastructure.data.schema import TrajectoryPool
 
 WINDOW = 8 * 2**20  # bytes scanned at a time: ~15 bytes of numpy temporaries per byte
-# Bytes read back at a time for the entries' keys, then their values (both in file order:
-# a read a window, not a seek and a read an entry, ~2 us each, 2 s at 1,000,000 records)
-READ_BACK = 4 * 2**20
 _QUOTE, _BACKSLASH = 34, 92
 _OPEN, _CLOSE = frozenset(b"{["), frozenset(b"}]")
 _DELTA = np.zeros(256, dtype=np.int64)
@@ -133,8 +130,7 @@ def split_pool(file: Path) -> tuple[tuple[float, float], Iterator[Entry]] | None
         spans = _entries(offsets, chars, start)
         if not spans and _read(handle, start + 1, end - start - 1).strip():
             raise _NotAPool("the trajectories object holds no entry, but is not empty")
-        back = _ReadBack(handle)
-        keys = [msgspec.json.decode(back.bytes(a, b), type=str) for a, b, _, _ in spans]
+        keys = [msgspec.json.decode(_read(handle, a, b - a), type=str) for a, b, _, _ in spans]
     except (_NotAPool, OSError, ValueError, ValidationError, RecursionError, msgspec.DecodeError):
         handle.close()
         return None
@@ -144,22 +140,6 @@ def split_pool(file: Path) -> tuple[tuple[float, float], Iterator[Entry]] | None
 def _read(handle: BinaryIO, offset: int, size: int) -> bytes:
     handle.seek(offset)
     return handle.read(size)
-
-
-class _ReadBack:
-    """Byte ranges of the file, read back ``READ_BACK`` bytes at a time: ranges asked in
-    file order cost a slice each, one read a window; one outside the window held (a key
-    given twice: its last value, at its first place; a record longer than a window)
-    reads from its own start. A range past the file's end is as short as a read is."""
-
-    def __init__(self, handle: BinaryIO) -> None:
-        self.handle, self.start, self.data = handle, 0, b""
-
-    def bytes(self, start: int, stop: int) -> bytes:
-        if not (self.start <= start and stop <= self.start + len(self.data)):
-            self.start = start
-            self.data = _read(self.handle, start, max(stop - start, READ_BACK))
-        return self.data[start - self.start : stop - self.start]
 
 
 def _trajectories_value(handle: BinaryIO, top: list[tuple[int, int]]) -> int:
@@ -222,7 +202,6 @@ def _records(
     is still read through it)."""
     last = {key: i for i, key in enumerate(keys)}
     with handle:
-        back = _ReadBack(handle)
         for key in dict.fromkeys(keys):
             _, _, value_start, value_end = spans[last[key]]
-            yield key, back.bytes(value_start, value_end)
+            yield key, _read(handle, value_start, value_end - value_start)

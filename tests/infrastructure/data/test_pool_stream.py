@@ -37,11 +37,8 @@ _POOL = st.fixed_dictionaries(
 
 
 def _split(path: Path, window: int) -> Any:
-    """The split with ``window`` bytes scanned at a time, and read back as many at a time
-    (every key and value a read of its own, or a slice of one that holds several)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pool_stream, "WINDOW", window)
-        patch.setattr(pool_stream, "READ_BACK", window)
         out = split_pool(path)
         return None if out is None else (out[0], [(k, json.loads(v)) for k, v in out[1]])
 
