@@ -7,7 +7,10 @@ pre-attempt input, label and score, and its quarantined entries, as one
 msgpack file per file's bytes, named by the
 content digest of the data manifest (``genesis_fp16_infrastructure.data.manifest``) and
 ``CACHE_VERSION``. The next read takes an unchanged file from there instead of parsing
-and validating it again; a changed file is read alone.
+and validating it again; a changed file is read alone. An entry ends in the CRC-32 of its
+msgpack bytes, checked before they are decoded, and its columns are checked after
+(``RecordBlock.check``): a flipped bit, a cut or a column that disagrees is a logged,
+counted miss (``unreadable``), and the file is parsed again.
 
 A file is taken from the cache only while its size, mtime, ctime and inode are still
 those the manifest hashed (``FileState.same_stat``), and stored only when they still are
@@ -65,6 +68,7 @@ import hashlib
 import logging
 import os
 import stat
+import zlib
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, cast
@@ -108,8 +112,10 @@ logger = logging.getLogger(__name__)
 # 4: columns, not rows; 5: each record's id hash; 6: columns by field name;
 # 7: file_records.RecordBlock (coded columns, flat parents, no object per record);
 # 8: its numbers and flags as bytes, and each parent's id hash (collect matches by hash);
-# 9: each labelled record's judged-id hash (RecordBlock.judged)
-CACHE_VERSION = f"9.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
+# 9: each labelled record's judged-id hash (RecordBlock.judged); 10: each entry ends in
+# the CRC-32 of its msgpack bytes (a flipped bit in a number was served)
+CACHE_VERSION = f"10.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
+CRC_BYTES = 4  # an entry's last bytes: the little-endian CRC-32 of the msgpack before them
 HEAD_BYTES = 4096  # a head marker: a digest and a size
 ENTRY_BYTES = 1 << 40  # an entry is as large as its data file's records: no bound but sanity
 POOL_VERSION = f"{CACHE_VERSION}.pool{FORMAT}"  # the pool entry's: its key and its header
@@ -205,8 +211,9 @@ class RecordCache:
             )
             return
         marker = msgspec.json.encode({"digest": state.digest, "size": state.size})
+        crc = zlib.crc32(blob).to_bytes(CRC_BYTES, "little")
         try:
-            write_atomic(target, blob)
+            write_atomic(target, lambda handle: (handle.write(blob), handle.write(crc)))
             if file.name.endswith(".jsonl"):  # where its next appended lines will begin
                 write_atomic(self._head_path(file), marker)
         except OSError as exc:
@@ -571,12 +578,15 @@ def _regular_size(path: Path) -> int | None:
 
 
 def _read_entry(path: Path) -> RecordBlock:
-    """A stored block, checked: another version or a damaged entry is a ValueError (the
-    file is read again)."""
+    """A stored block, checked: another version or a damaged entry (its CRC-32 not its
+    bytes', columns that disagree) is a ValueError (the file is read again)."""
     raw = files.read_bytes(path, ENTRY_BYTES)  # a regular file only: a FIFO never blocks
     if raw is None:
         raise FileNotFoundError(2, "no cache entry", str(path))
-    block = msgspec.msgpack.decode(raw, type=RecordBlock)
+    body = memoryview(raw)[:-CRC_BYTES]
+    if len(raw) < CRC_BYTES or zlib.crc32(body) != int.from_bytes(raw[-CRC_BYTES:], "little"):
+        raise ValueError("its CRC-32 is not its bytes': a damaged entry")
+    block = msgspec.msgpack.decode(body, type=RecordBlock)
     if block.version != CACHE_VERSION:
         raise ValueError(f"cache version {block.version!r}, this build's {CACHE_VERSION}")
     block.check()

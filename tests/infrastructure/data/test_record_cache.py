@@ -6,6 +6,7 @@ import json
 import os
 import threading
 import tracemalloc
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -106,9 +107,10 @@ def test_a_damaged_entry_is_read_again_from_its_file(tmp_path: Path) -> None:
     _read(folder, tmp_path, "cold")
     entries = sorted((tmp_path / "cache").glob("*.msgpack"))
     assert len(entries) == 2
-    short = msgspec.msgpack.decode(entries[0].read_bytes())
+    short = msgspec.msgpack.decode(entries[0].read_bytes()[: -record_cache.CRC_BYTES])
     short["agent"] = short["agent"][:-1]
-    entries[0].write_bytes(msgspec.msgpack.encode(short))
+    blob = msgspec.msgpack.encode(short)  # its CRC-32 its own: only the columns disagree
+    entries[0].write_bytes(blob + zlib.crc32(blob).to_bytes(record_cache.CRC_BYTES, "little"))
     entries[1].write_bytes(b"\xc1 not msgpack")
     again, cache, _ = _read(folder, tmp_path, "again")
     assert (cache.hits, cache.misses) == (0, 2)
@@ -731,3 +733,30 @@ def test_a_training_run_counts_a_damaged_pool_entry_and_writes_it_again(
     assert not thread.is_alive(), "the run blocked on the pool entry"
     assert found and found[0] == {**served, "pool_cached": 0, "entries_unreadable": 1}
     assert run() == served
+
+
+def test_a_flipped_bit_in_a_files_entry_is_a_logged_counted_miss(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One bit of one record's label score flipped in each file's own entry (a bad disk,
+    a torn copy): its columns still agree in length and every code names a value, so
+    only the entry's CRC-32 finds it. Never served: the files are parsed again, the
+    reason logged and each miss counted."""
+    folder = _pool(tmp_path)
+    plain = read_trajectories(folder)
+    _read(folder, tmp_path, "cold")
+    entries = sorted((tmp_path / "cache").glob("*.msgpack"))
+    assert len(entries) == 2
+    for entry in entries:
+        raw = bytearray(entry.read_bytes())
+        scores = record_cache._read_entry(entry).label_score
+        named = bytes(raw).index(b"\xablabel_score") + 12  # its msgpack key, then its bin
+        at = named + {0xC4: 2, 0xC5: 3, 0xC6: 5}[raw[named]]
+        assert bytes(raw[at : at + len(scores)]) == scores
+        raw[at + 8 * 3] ^= 1  # the 4th record's lowest mantissa byte
+        entry.write_bytes(bytes(raw))
+    with caplog.at_level("WARNING", logger=record_cache.__name__):
+        again, cache, _ = _read(folder, tmp_path, "again")
+    assert (cache.hits, cache.misses, cache.unreadable) == (0, 2, 2)
+    assert "CRC-32" in caplog.text
+    _same(plain, again)

@@ -1,8 +1,10 @@
 """A state folder written by 8cf75976 (``fixtures/record_cache_8cf75976``, its
-``WRITTEN_BY.txt`` says how) read by this build: its record cache entries are served as
-they are, being byte for byte what this build's own parse of the same files makes (so
-no cache version was due), and the data fingerprint its checkpoint kept finds the same
-data unchanged (every record hash the same: no run trains afresh, no pool re-dealt)."""
+``WRITTEN_BY.txt`` says how) read by this build: its record cache entries (version 9,
+before an entry ended in its CRC-32) are of another version, so its files are parsed
+once more and the next read is served from this build's entries; what the old entries
+hold is byte for byte this build's own parse of the same files (only the container
+changed), and the data fingerprint its checkpoint kept finds the same data unchanged
+(every record hash the same: no run trains afresh, no pool re-dealt)."""
 
 from __future__ import annotations
 
@@ -44,28 +46,32 @@ def _read(data: Path, cache_folder: Path | None, keep_text: bool) -> tuple[ReadR
 
 
 @pytest.mark.parametrize("keep_text", [True, False])
-def test_its_cache_entries_are_served_and_are_this_builds_parse(
+def test_its_cache_entries_hold_this_builds_parse_and_are_replaced_once(
     tmp_path: Path, keep_text: bool
 ) -> None:
-    """Each file's entry a hit (none unreadable, none parsed again), the pool read from
-    them the one a fresh parse makes; and each entry's bytes exactly what this build
-    stores for its file."""
+    """Each of its files a miss (another version's entry: not read, so none unreadable),
+    the pool the one a fresh parse makes, then each a hit from this build's entry; and
+    each old entry's bytes exactly this build's msgpack of its file's parse, under the
+    old version: the columns themselves did not change."""
     data, cache_folder = _state(tmp_path)
+    old = {path.name: path.read_bytes() for path in cache_folder.iterdir()}
     served, cache = _read(data, cache_folder, keep_text)
-    assert (cache.hits, cache.misses, cache.unreadable) == (2, 0, 0)
+    assert (cache.hits, cache.misses, cache.unreadable) == (0, 2, 0)
     fresh, parsed = _read(data, None, keep_text)
     assert parsed.misses == 2
     assert served.columns.key.tolist() == fresh.columns.key.tolist()
     assert served.fingerprint.digest == fresh.fingerprint.digest
     assert served.columns.ids == fresh.columns.ids
+    again, cache = _read(data, cache_folder, keep_text)
+    assert (cache.hits, cache.misses, cache.unreadable) == (2, 0, 0)
+    assert again.columns.key.tolist() == fresh.columns.key.tolist()
     for file in sorted(data.iterdir()):
         state = cache.files[str(file)]
-        entry = (
-            cache_folder / f"{state.digest}-{CACHE_VERSION}{'' if keep_text else '-slim'}.msgpack"
-        )
+        name = f"{state.digest}-9.s1.n1{'' if keep_text else '-slim'}.msgpack"
+        assert CACHE_VERSION != "9.s1.n1"
         block = readers._file_records(file, QuarantineSink(None), None, keep_text)
-        ours = msgspec.msgpack.encode(msgspec.structs.replace(block, version=CACHE_VERSION))
-        assert ours == entry.read_bytes(), file.name
+        ours = msgspec.msgpack.encode(msgspec.structs.replace(block, version="9.s1.n1"))
+        assert ours == old[name], file.name
 
 
 def test_its_checkpoints_fingerprint_finds_the_data_unchanged(tmp_path: Path) -> None:
