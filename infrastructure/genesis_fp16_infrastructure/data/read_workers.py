@@ -65,7 +65,7 @@ START_BYTES = 4 * 2**20
 UNITS_EACH = 4
 # Units sent to a helper before its first answer: 2 read 25,000 records on 2 cores in
 # 264-271 ms against 289-298 with 1 (3 gain nothing: a unit queued is a unit this
-# process may wait for at the end).
+# process may wait for at the end); never more than a process's share of the round.
 AHEAD = 2
 # How long a helper may take past the reading process's own last unit, at least, and in
 # multiples of its slowest unit (a loaded host slows helpers as much as the reader).
@@ -154,7 +154,9 @@ class _Round:
         for sender in senders:
             sender.start()
         try:
-            for _ in range(AHEAD):
+            # Each helper's first units, AHEAD at most and no more than its share: of two
+            # units, one is this process's (both given ahead, it had waited for both)
+            for _ in range(max(1, min(AHEAD, len(self.units) // (len(self.procs) + 1)))):
                 for fd in self.procs:
                     self._give(fd)
             slowest = self._read_own()
@@ -255,6 +257,26 @@ def close() -> None:
 # No atexit function: a process's end closes its helpers' stdin, and they end. (A resident
 # run process runs the atexit functions a run registered at that run's end: helpers kept
 # for its next runs would be stopped after the first.)
+
+
+def units_so_far() -> tuple[int, int, int]:
+    """This process's units so far: read by its helpers, by itself while sharing, and
+    failed by a helper (any reason)."""
+    return UNITS["helper"], UNITS["reader"], sum(FAILED.values())
+
+
+def said_since(before: tuple[int, int, int], count: int) -> str:
+    """What a read with ``count`` helpers shared since ``before`` (:func:`units_so_far`),
+    as its log line ends: "" where it shared nothing.
+
+    >>> said_since(units_so_far(), 1)
+    ''
+    """
+    helper, reader, failed = (now - then for now, then in zip(units_so_far(), before, strict=True))
+    if not helper + reader + failed:
+        return ""
+    said = f"; units shared: {helper} parsed by {count} read helper(s), {reader} here"
+    return said + (f", {failed} a helper failed (read here)" if failed else "")
 
 
 def shares(records: int, count: int) -> int:

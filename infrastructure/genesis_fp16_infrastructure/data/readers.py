@@ -233,6 +233,7 @@ def read_trajectories(
     files = list_data_files(path)
     if max_bytes is not None:
         check_data_size(path, files, max_bytes)
+    before = read_workers.units_so_far()
     sink = QuarantineSink(quarantine)
     try:
         with paused_gc():  # a million records, no cycle among them (machine_memory)
@@ -248,12 +249,13 @@ def read_trajectories(
             + _no_labels_cause(path, files, sink, len(columns))
         )
     logger.info(
-        "read %d examples from %d files (%d quarantined, %d duplicates, %d unlabelled)",
+        "read %d examples from %d files (%d quarantined, %d duplicates, %d unlabelled)%s",
         result.labelled,
         result.files,
         result.quarantined,
         result.duplicates,
         result.unlabelled,
+        read_workers.said_since(before, workers),
     )
     return result
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -83,11 +84,18 @@ def test_a_read_shared_with_helpers_is_the_read_without_them(
     assert read_workers.UNITS["helper"] > 0 and read_workers.UNITS["reader"] > 0
 
 
-def test_a_whole_read_with_helpers_reads_the_same_pool(tmp_path: Path) -> None:
-    """``read_trajectories(workers=...)``, the run's read: the same columns and counts."""
+def test_a_whole_read_with_helpers_reads_the_same_pool(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``read_trajectories(workers=...)``, the run's read: the same columns and counts;
+    its log line says how many units its helpers parsed (a read alone's says nothing)."""
     path = _write(tmp_path / "data", "jsonl", True)
-    alone = readers.read_trajectories(path.parent, tmp_path / "q0.jsonl", workers=0)
-    shared = readers.read_trajectories(path.parent, tmp_path / "q2.jsonl", workers=2)
+    with caplog.at_level("INFO", logger=readers.__name__):
+        alone = readers.read_trajectories(path.parent, tmp_path / "q0.jsonl", workers=0)
+        assert "units shared" not in caplog.text
+        shared = readers.read_trajectories(path.parent, tmp_path / "q2.jsonl", workers=2)
+    said = re.search(r"units shared: (\d+) parsed by 2 read helper\(s\), (\d+) here", caplog.text)
+    assert said is not None and int(said[1]) > 0
     assert (shared.quarantined, shared.labelled) == (alone.quarantined, alone.labelled)
     assert shared.columns.key.tolist() == alone.columns.key.tolist()
     assert shared.columns.ids == alone.columns.ids
@@ -273,7 +281,8 @@ def test_a_unit_a_helper_raises_on_is_said_counted_and_read_here(
     helpers = read_workers.workers(1)
     assert helpers is not None
     with caplog.at_level("WARNING", logger=read_workers.__name__):
-        # The helper is given the first AHEAD (2) units; this process reads the third.
+        # The helper is given the first unit; this process reads the second, and the
+        # third goes to whichever is done first.
         replies = read_workers._Round(helpers.procs, [bad, good, good]).run()
     assert replies[0] is None
     assert replies[1] is not None and replies[1] == replies[2]  # its next unit, read
@@ -281,3 +290,17 @@ def test_a_unit_a_helper_raises_on_is_said_counted_and_read_here(
     assert "raised ValueError" in caplog.text
     assert helpers.alive() and read_workers.workers(1) is helpers  # not stopped
     read_workers.FAILED.clear()
+
+
+def test_a_round_of_two_units_gives_one_to_each_process() -> None:
+    """One helper, two units: the helper parses one and this process the other (both
+    were given to the helper ahead, and this process waited for it)."""
+    records = generate_pool(3, seed=7)["trajectories"]
+    raws = [json.dumps(record).encode() for record in records.values()]
+    unit = readers._unit(sources.RawRun(Path("p.json"), raws, list(records), (0.7, 0.3)), False)
+    helpers = read_workers.workers(1)
+    assert helpers is not None
+    read_workers.UNITS.clear()
+    replies = helpers.read([unit, unit])
+    assert replies[0] is not None and replies[0] == replies[1]
+    assert read_workers.UNITS == {"helper": 1, "reader": 1}
