@@ -293,8 +293,9 @@ def shares(records: int, count: int) -> int:
 
 
 def held_at_once(count: int) -> int:
-    """Blocks of a ``.jsonl`` a read holds before it shares them with ``count`` helpers:
-    ``UNITS_EACH`` for each process; one at a time without helpers (read as they come).
+    """Units of a ``.jsonl``'s blocks (or a large pool's runs) a read holds before it
+    shares them with ``count`` helpers: ``UNITS_EACH`` for each process; without helpers,
+    a block at a time (read as they come).
 
     >>> held_at_once(1), held_at_once(0)
     (8, 1)

@@ -139,22 +139,19 @@ def check_data_size(path: Path, files: list[Path], max_bytes: int) -> None:
         )
 
 
-def _start_helpers(files: list[Path], workers: int, skip: int = 0) -> None:
+def _start_helpers(file: Path, workers: int, start: int) -> None:
     """The process's read helpers started (``data.read_workers``), when ``workers`` and
-    the bytes about to be parsed (``files``, the first ``skip`` of them read before) come
-    to ``START_BYTES``: started before the split (each takes a fifth of a second to
-    start), so that they are up when a file is shared. What the record cache holds is
-    never parsed, and starts none. A read asked for none (READ_WORKERS set to 0 since)
-    stops those an earlier read started."""
+    the bytes of ``file`` about to be parsed (those from byte ``start``: an appended
+    ``.jsonl``'s new lines) come to ``START_BYTES``: started before the split (each takes
+    a fifth of a second to start), so that they are up when the file is shared. What the
+    record cache holds is never parsed, and starts none. A read asked for none
+    (READ_WORKERS set to 0 since) stops those an earlier read started."""
     if workers <= 0:
         read_workers.workers(0)
         return
-    size = -skip
-    for file in files:
-        with contextlib.suppress(OSError):  # gone since the listing: its read says so
-            size += file.stat().st_size
-    if size >= read_workers.START_BYTES:
-        read_workers.workers(workers)
+    with contextlib.suppress(OSError):  # gone since the listing: its read says so
+        if file.stat().st_size - start >= read_workers.START_BYTES:
+            read_workers.workers(workers)
 
 
 def _size(count: int) -> str:
@@ -373,7 +370,7 @@ def _file_records(
             return stored.block
         start, first_line = stored.offset, stored.lines + 1
         blocks.append(stored.block)
-    _start_helpers([file], workers, start)
+    _start_helpers(file, workers, start)
     recorder = Recorder(sink)
     written = _FileBlocks(keep_text, blocks)
     chunk: list[Raw] = []

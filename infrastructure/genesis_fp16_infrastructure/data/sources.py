@@ -42,7 +42,8 @@ MAX_DECOMPRESSED_BYTES = 256 * 2**20
 _CHECK_CHUNK = 16 * 2**20  # bytes of a document checked as UTF-8 at a time
 DEFAULTS = (SUCCESS_THRESHOLD, FAILURE_THRESHOLD)
 LINES_AT_ONCE = 8_192  # a .jsonl.gz's lines held at a time: ~12 MB of generated records
-# A plain .jsonl's bytes held at a time, in whole lines; a large pool's records, about
+# A plain .jsonl's bytes held at a time, in whole lines; about as many of a large pool's
+# records a run (_scanned_runs)
 BLOCK_BYTES = 8 * 2**20
 # A .json file past this is split into records a window at a time (pool_stream), not
 # read whole: at 1,000,000 records, 1.5 GB of bytes held no longer.
