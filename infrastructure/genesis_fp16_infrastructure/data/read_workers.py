@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from queue import SimpleQueue
 from typing import IO, BinaryIO
@@ -108,12 +108,14 @@ class Workers:
     def alive(self) -> bool:
         return all(proc.poll() is None for proc in self.procs)
 
-    def read(self, units: Sequence[Unit]) -> list[list[RecordBlock] | None]:
+    def read(self, units: Iterable[Unit]) -> Generator[list[RecordBlock] | None, None, None]:
         """Each of ``units``' blocks, in their order, or None where the fast path refused
-        the unit or a helper failed (then stopped; the caller reads that unit). The
-        helpers and this process each take the next unit when done with one, so that a
-        helper slower than this process (a colder heap, a busier core) holds up no more
-        than the units it has."""
+        the unit or a helper failed (then stopped; the caller reads that unit), each
+        yielded once it and every unit before it are read. ``units`` is taken as it goes
+        (a file's split runs meanwhile): the helpers and this process each take the next
+        unit when done with one, so that a helper slower than this process (a colder
+        heap, a busier core) holds up no more than the units it has. Close what it
+        returns (``contextlib.closing``) if it may be left before its end."""
         return _Round(self.procs, units).run()
 
     def close(self) -> None:
@@ -133,20 +135,26 @@ class Workers:
 
 
 class _Round:
-    """One read's units shared out. Each helper has up to ``AHEAD`` of them at a time, so
-    that it starts its next the moment it answers one (this process looks for answers
-    only between its own units); one sending thread a helper writes them in the order
-    given, in which its answers come back (a helper still starting takes them when up)."""
+    """One read's units shared out as they come. Each helper has up to ``AHEAD`` of them
+    at a time, so that it starts its next the moment it answers one (this process looks
+    for answers only between its own units); one sending thread a helper writes them in
+    the order given, in which its answers come back (a helper still starting takes them
+    when up). At most ``held_at_once`` units are taken and not yet yielded: past that,
+    this process waits for the oldest, not for more of the file."""
 
-    def __init__(self, procs: Sequence[subprocess.Popen[bytes]], units: Sequence[Unit]) -> None:
-        self.units = units
-        self.results: list[list[RecordBlock] | None] = [None] * len(units)
+    def __init__(self, procs: Sequence[subprocess.Popen[bytes]], units: Iterable[Unit]) -> None:
+        self.units = iter(units)
+        self.taken = 0  # units taken from ``units``; each one's index is its place
+        self.results: dict[int, list[RecordBlock] | None] = {}  # read, not yet yielded
+        self.out = 0  # the next unit to yield
         self.procs = {_fd(proc): proc for proc in procs}
         self.given: dict[int, deque[int]] = {}  # each helper's units, in the order sent
+        self.failed: set[int] = set()  # helpers stopped: given nothing more
         self.outboxes = {fd: SimpleQueue[Unit | None]() for fd in self.procs}
-        self.queue = iter(range(len(units)))
+        self.most = held_at_once(len(procs))
+        self.slowest = 0.0  # seconds, of this process's units
 
-    def run(self) -> list[list[RecordBlock] | None]:
+    def run(self) -> Generator[list[RecordBlock] | None, None, None]:
         senders = [
             threading.Thread(target=_sending, args=(self.procs[fd].stdin, box), daemon=True)
             for fd, box in self.outboxes.items()
@@ -154,33 +162,70 @@ class _Round:
         for sender in senders:
             sender.start()
         try:
-            # Each helper's first units, AHEAD at most and no more than its share: of two
-            # units, one is this process's (both given ahead, it had waited for both)
-            for _ in range(max(1, min(AHEAD, len(self.units) // (len(self.procs) + 1)))):
-                for fd in self.procs:
-                    self._give(fd)
-            slowest = self._read_own()
-            self._wait(time.monotonic() + max(DEADLINE_SECONDS, DEADLINE_FACTOR * slowest))
+            # One unit each to start: of two units, one is this process's (both given
+            # ahead, it had waited for both); topped up to AHEAD after its first
+            for fd in self.procs:
+                self._give(fd)
+            while self._read_next():
+                self._take_ready()
+                yield from self._ready()
+            self._wait(time.monotonic() + self._patience())
+            yield from self._ready()
         finally:
+            for fd in list(self.given):  # left midway: answers no later read may take
+                self._stop(fd)
             for box in self.outboxes.values():
                 box.put(None)
             for sender in senders:  # a killed helper's writes fail at once
                 sender.join()
-        return self.results
 
-    def _read_own(self) -> float:
-        """This process's share: the next unit while one is left, the helpers' answers
-        taken between; the slowest of its units, in seconds."""
-        slowest = 0.0
-        while (index := next(self.queue, None)) is not None:
-            started = time.monotonic()
-            self.results[index] = unit_blocks(self.units[index])
-            UNITS["reader"] += self.results[index] is not None
-            slowest = max(slowest, time.monotonic() - started)
-            for fd in select.select(list(self.given), [], [], 0)[0]:
-                while fd in self.given and select.select([fd], [], [], 0)[0]:
-                    self._take(fd, time.monotonic() + DEADLINE_SECONDS)
-        return slowest
+    def _read_next(self) -> bool:
+        """This process's next unit read, or, with ``most`` units held, the oldest
+        helper's answered; False when every unit is taken."""
+        if self.taken - self.out >= self.most:
+            self._take(self._holder(self.out), time.monotonic() + self._patience())
+            return True
+        taken = self._next()
+        if taken is None:
+            return False
+        (index, unit), started = taken, time.monotonic()
+        self.results[index] = unit_blocks(unit)
+        UNITS["reader"] += self.results[index] is not None
+        self.slowest = max(self.slowest, time.monotonic() - started)
+        for fd in self.procs:  # topped up: a helper starts its next the moment it answers
+            while fd not in self.failed and len(self.given.get(fd, ())) < AHEAD:
+                if not self._give(fd):
+                    break
+        return True
+
+    def _next(self) -> tuple[int, Unit] | None:
+        """The next unit of ``units``, and its index; None when none is left."""
+        unit = next(self.units, None)
+        if unit is None:
+            return None
+        self.taken += 1
+        return self.taken - 1, unit
+
+    def _ready(self) -> Iterator[list[RecordBlock] | None]:
+        """The units read, in order, up to the first that is not."""
+        while self.out < self.taken and self._read(self.out):
+            yield self.results.pop(self.out)
+            self.out += 1
+
+    def _read(self, index: int) -> bool:
+        return not any(index in given for given in self.given.values())
+
+    def _holder(self, index: int) -> int:
+        return next(fd for fd, given in self.given.items() if index in given)
+
+    def _patience(self) -> float:
+        return max(DEADLINE_SECONDS, DEADLINE_FACTOR * self.slowest)
+
+    def _take_ready(self) -> None:
+        """Every answer the helpers have written, taken without waiting."""
+        for fd in select.select(list(self.given), [], [], 0)[0]:
+            while fd in self.given and select.select([fd], [], [], 0)[0]:
+                self._take(fd, time.monotonic() + DEADLINE_SECONDS)
 
     def _wait(self, deadline: float) -> None:
         """The helpers' last answers, by ``deadline`` (monotonic): past it, each fails."""
@@ -189,11 +234,14 @@ class _Round:
             for fd in select.select(list(self.given), [], [], wait)[0] or list(self.given):
                 self._take(fd, deadline)
 
-    def _give(self, fd: int) -> None:
-        index = next(self.queue, None)
-        if index is not None:
-            self.given.setdefault(fd, deque()).append(index)
-            self.outboxes[fd].put(self.units[index])
+    def _give(self, fd: int) -> bool:
+        """The helper given the next unit, unless none is left or ``most`` are held."""
+        taken = self._next() if self.taken - self.out < self.most else None
+        if taken is None:
+            return False
+        self.given.setdefault(fd, deque()).append(taken[0])
+        self.outboxes[fd].put(taken[1])
+        return True
 
     def _take(self, fd: int, deadline: float) -> None:
         """The helper's answer to its oldest unit; it is given the next. A helper that
@@ -205,9 +253,8 @@ class _Round:
             logger.warning(
                 "a read helper (pid %d) %s: its records are read here", proc.pid, reply.why
             )
-            proc.kill()  # what it may still write is never read: the next read starts anew
-            proc.wait()
-            del self.given[fd]
+            self.given[fd].appendleft(index)
+            self._stop(fd)
             return
         if isinstance(reply, str):  # it raised on this unit: read here, and said
             FAILED[f"raised {reply.split(':', 1)[0]}"] += 1
@@ -220,6 +267,16 @@ class _Round:
         self._give(fd)
         if not self.given[fd]:
             del self.given[fd]
+
+    def _stop(self, fd: int) -> None:
+        """A helper stopped: what it may still write is never read (the next read starts
+        anew); its units are left to the reader (None)."""
+        proc = self.procs[fd]
+        proc.kill()
+        proc.wait()
+        self.failed.add(fd)
+        for index in self.given.pop(fd, ()):
+            self.results[index] = None
 
 
 class _Failed:
@@ -293,14 +350,14 @@ def shares(records: int, count: int) -> int:
 
 
 def held_at_once(count: int) -> int:
-    """Units of a ``.jsonl``'s blocks (or a large pool's runs) a read holds before it
-    shares them with ``count`` helpers: ``UNITS_EACH`` for each process; without helpers,
-    a block at a time (read as they come).
+    """Units a read shared with ``count`` helpers holds at most, taken from its file and
+    not yet joined (a ``.jsonl``'s blocks, a large pool's runs: the file is split no
+    further ahead): ``UNITS_EACH`` for each process.
 
-    >>> held_at_once(1), held_at_once(0)
-    (8, 1)
+    >>> held_at_once(1), held_at_once(4)
+    (8, 20)
     """
-    return UNITS_EACH * (count + 1) if count > 0 else 1
+    return UNITS_EACH * (count + 1)
 
 
 def _widen(stream: IO[bytes] | None) -> None:

@@ -53,6 +53,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -373,28 +375,19 @@ def _file_records(
     _start_helpers(file, workers, start)
     recorder = Recorder(sink)
     written = _FileBlocks(keep_text, blocks)
+    items = iter(split_records(file, recorder, start, first_line))
     chunk: list[Raw] = []
-    blocks_held: list[RawRun] = []  # a .jsonl's blocks, a large pool's runs: shared when enough
-    for item in split_records(file, recorder, start, first_line):
-        if isinstance(item, RawRun) and (item.block is not None or item.scanned):
-            # a .jsonl's lines, a large pool's records: held, and shared when enough
-            blocks_held += _parts(item, workers)
-            if len(blocks_held) >= read_workers.held_at_once(workers):
-                _read_shared(blocks_held, written, recorder, keep_text, workers)
-                blocks_held = []
-            continue
-        if blocks_held:  # blocks before what is not one, in file order
-            _read_shared(blocks_held, written, recorder, keep_text, workers)
-            blocks_held = []
-        if isinstance(item, RawRun):  # a document's records, or lines
-            _read_shared(_parts(item, workers), written, recorder, keep_text, workers)
+    left: list[Raw | RawRun] = []  # the item after a stream of runs, its turn next
+    while (item := left.pop() if left else next(items, None)) is not None:
+        if isinstance(item, RawRun):  # a document's records, lines, a stream of runs
+            _read_shared(_runs_from(item, items, workers, left), written, recorder, keep_text,
+                         workers)  # fmt: skip
             continue
         chunk.append(item)  # a value the slow path parsed (a document msgspec refused)
         if len(chunk) == BATCH_RECORDS:
             _read_one_by_one(chunk, written, recorder)
             chunk = []
     _read_one_by_one(chunk, written, recorder)
-    _read_shared(blocks_held, written, recorder, keep_text, workers)
     written.flush()
     blocks.append(BlockWriter(keep_text).block(recorder.rejected))
     block = RecordBlock.concat(blocks)
@@ -403,25 +396,52 @@ def _file_records(
     return block
 
 
+def _runs_from(
+    run: RawRun, items: Iterator[Raw | RawRun], workers: int, left: list[Raw | RawRun]
+) -> Iterator[RawRun]:
+    """``run`` cut into the units a read shares; a ``.jsonl``'s block or a large pool's
+    run (:attr:`RawRun.streamed`) with those after it too, each split when the read gets
+    to it, and the first item after them that is not one put in ``left``."""
+    yield from _parts(run, workers)
+    if not run.streamed:
+        return
+    for item in items:
+        if not (isinstance(item, RawRun) and item.streamed):
+            left.append(item)
+            return
+        yield from _parts(item, workers)
+
+
 def _read_shared(
-    runs: list[RawRun], written: _FileBlocks, sink: Sink, keep_text: bool, workers: int
+    runs: Iterable[RawRun], written: _FileBlocks, sink: Sink, keep_text: bool, workers: int
 ) -> None:
-    """``runs`` (a file's, in file order) into ``written``: shared between this process
-    and helper processes (``data.read_workers``), their blocks joined in file order; a
-    run the fast path refused (or a helper failed) is read here after them, record by
-    record where it must, its quarantined entries in file order, as without helpers."""
-    helpers = read_workers.workers(workers) if len(runs) > 1 else None
+    """``runs`` (a file's, in file order, taken as they come) into ``written``: shared
+    between this process and helper processes (``data.read_workers``), their blocks
+    joined in file order; a run the fast path refused (or a helper failed) is read here
+    in its turn, record by record where it must, its quarantined entries in file order,
+    as without helpers."""
+    runs = iter(runs)
+    first = list(itertools.islice(runs, 2))
+    helpers = read_workers.workers(workers) if len(first) > 1 else None
     if helpers is None:
-        for run in runs:
+        for run in itertools.chain(first, runs):
             _read_here(run, written, sink)
         return
-    replies = helpers.read([_unit(run, keep_text) for run in runs])
-    for run, reply in zip(runs, replies, strict=True):
-        if reply is None:
-            _read_here(run, written, sink)
-        else:
-            written.flush()
-            written.blocks.extend(reply)
+    held: deque[RawRun] = deque()  # taken by the helpers' round, not yet joined
+
+    def units() -> Iterator[Unit]:
+        for run in itertools.chain(first, runs):
+            held.append(run)
+            yield _unit(run, keep_text)
+
+    with contextlib.closing(helpers.read(units())) as replies:
+        for reply in replies:
+            run = held.popleft()
+            if reply is None:
+                _read_here(run, written, sink)
+            else:
+                written.flush()
+                written.blocks.extend(reply)
 
 
 def _parts(run: RawRun, workers: int) -> list[RawRun]:

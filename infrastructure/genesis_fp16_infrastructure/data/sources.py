@@ -146,6 +146,12 @@ class RawRun:
         (a line's, or a scanned record's, is checked to be one as it is decoded)."""
         return self.lines is None and not self.scanned
 
+    @property
+    def streamed(self) -> bool:
+        """One of a stream of runs a file is split into as it is read: a ``.jsonl``'s
+        block of lines, or a large pool's scanned records."""
+        return self.block is not None or self.scanned
+
     def as_lines(self) -> RawRun:
         """A block's nonblank lines as a run of numbered lines (itself when no block)."""
         if self.block is None:

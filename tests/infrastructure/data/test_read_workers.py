@@ -12,12 +12,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
 
-from genesis_fp16_infrastructure.data import read_workers, readers, sources
+from genesis_fp16_infrastructure.data import batch_decode, read_workers, readers, sources
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, scan_files
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
@@ -283,7 +284,7 @@ def test_a_unit_a_helper_raises_on_is_said_counted_and_read_here(
     with caplog.at_level("WARNING", logger=read_workers.__name__):
         # The helper is given the first unit; this process reads the second, and the
         # third goes to whichever is done first.
-        replies = read_workers._Round(helpers.procs, [bad, good, good]).run()
+        replies = list(read_workers._Round(helpers.procs, [bad, good, good]).run())
     assert replies[0] is None
     assert replies[1] is not None and replies[1] == replies[2]  # its next unit, read
     assert read_workers.FAILED == {"raised ValueError": 1}
@@ -301,6 +302,68 @@ def test_a_round_of_two_units_gives_one_to_each_process() -> None:
     helpers = read_workers.workers(1)
     assert helpers is not None
     read_workers.UNITS.clear()
-    replies = helpers.read([unit, unit])
+    replies = list(helpers.read([unit, unit]))
     assert replies[0] is not None and replies[0] == replies[1]
     assert read_workers.UNITS == {"helper": 1, "reader": 1}
+
+
+def test_a_stream_s_units_are_taken_as_they_come_and_held_no_more_than_a_round() -> None:
+    """A round takes its units as the split makes them: its first answer comes before
+    the last unit is taken (the helpers start while the file is still split), and at no
+    time are more than ``held_at_once`` units taken and not yet given back."""
+    records = generate_pool(3, seed=7)["trajectories"]
+    raws = [json.dumps(record).encode() for record in records.values()]
+    unit = readers._unit(sources.RawRun(Path("p.json"), raws, list(records), (0.7, 0.3)), False)
+    helpers = read_workers.workers(1)
+    assert helpers is not None
+    count, most, taken = 40, read_workers.held_at_once(1), []
+
+    def units() -> Iterator[batch_decode.Unit]:
+        for index in range(count):
+            taken.append(index)
+            yield unit
+
+    given_back = 0
+    for reply in helpers.read(units()):
+        assert reply is not None
+        assert len(taken) - given_back <= most
+        assert given_back or len(taken) < count  # the first before the last is taken
+        given_back += 1
+    assert given_back == count
+
+
+def test_a_jsonl_s_last_block_is_shared_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every unit of a ``.jsonl`` read with a helper is shared, its last block's too:
+    rounds of ``held_at_once`` units had left a last block of one unit to the reader
+    alone, the helper idle."""
+    monkeypatch.setattr(read_workers, "MIN_UNIT_RECORDS", 30)
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 125_000)  # ~85 lines: two or three units
+    path = _write(tmp_path, "jsonl", False)
+    runs = list(sources.split_records(path, QuarantineSink(None), 0, 1))
+    units = sum(len(readers._parts(run, 1)) for run in runs)
+    assert units > read_workers.held_at_once(1)  # more than one round's
+    read_workers.UNITS.clear()
+    assert _read(path, 1, False) == _read(path, 0, False)
+    assert sum(read_workers.UNITS.values()) == units
+
+
+def test_a_round_left_midway_stops_the_helpers_it_gave_units(tmp_path: Path) -> None:
+    """A read that stops taking answers midway (an error where they are joined) stops
+    each helper still holding a unit, and keeps one that holds none: no later read takes
+    an answer meant for this one; the next read reads the same blocks as a read alone."""
+    path = _write(tmp_path, "json", False)
+    records = generate_pool(3, seed=7)["trajectories"]
+    raws = [json.dumps(record).encode() for record in records.values()]
+    unit = readers._unit(sources.RawRun(Path("p.json"), raws, list(records), (0.7, 0.3)), False)
+    helpers = read_workers.workers(1)
+    assert helpers is not None
+    shared = read_workers._Round(helpers.procs, [unit] * 40)
+    replies = shared.run()
+    assert next(replies) is not None
+    holding = bool(shared.given)  # mostly: a helper has its next the moment it answers
+    replies.close()  # left, answers still owed or not
+    assert helpers.alive() is not holding
+    assert (read_workers.workers(1) is helpers) is not holding  # stopped: started afresh
+    assert _read(path, 1, False) == _read(path, 0, False)
