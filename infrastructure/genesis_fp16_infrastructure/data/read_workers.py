@@ -149,7 +149,6 @@ class _Round:
         self.out = 0  # the next unit to yield
         self.procs = {_fd(proc): proc for proc in procs}
         self.given: dict[int, deque[int]] = {}  # each helper's units, in the order sent
-        self.failed: set[int] = set()  # helpers stopped: given nothing more
         self.outboxes = {fd: SimpleQueue[Unit | None]() for fd in self.procs}
         self.most = held_at_once(len(procs))
         self.slowest = 0.0  # seconds, of this process's units
@@ -193,7 +192,7 @@ class _Round:
         UNITS["reader"] += self.results[index] is not None
         self.slowest = max(self.slowest, time.monotonic() - started)
         for fd in self.procs:  # topped up: a helper starts its next the moment it answers
-            while fd not in self.failed and len(self.given.get(fd, ())) < AHEAD:
+            while self.procs[fd].returncode is None and len(self.given.get(fd, ())) < AHEAD:
                 if not self._give(fd):
                     break
         return True
@@ -273,8 +272,7 @@ class _Round:
         anew); its units are left to the reader (None)."""
         proc = self.procs[fd]
         proc.kill()
-        proc.wait()
-        self.failed.add(fd)
+        proc.wait()  # its returncode set: given nothing more
         for index in self.given.pop(fd, ()):
             self.results[index] = None
 
