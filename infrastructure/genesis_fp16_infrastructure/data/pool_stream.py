@@ -24,7 +24,8 @@ costs only itself (the whole-document way quarantines the whole file for it).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -56,11 +57,10 @@ class _Scan:
         self.in_string = False
         self.backslashes = 0  # the run of backslashes that ended the last window
         self.top: list[tuple[int, int]] = []  # (offset, char) at depth 0 and 1
-        self.inner: list[np.ndarray] = []  # offsets of , : } at depth 2
-        self.inner_chars: list[np.ndarray] = []
 
-    def window(self, data: np.ndarray, base: int) -> None:
-        """Scan ``data``, the file's bytes from offset ``base``."""
+    def window(self, data: np.ndarray, base: int) -> tuple[np.ndarray, np.ndarray]:
+        """Scan ``data``, the file's bytes from offset ``base``: its events at depth 2
+        (the offsets and characters of each ``,``, ``:`` and ``}`` there)."""
         quotes = np.flatnonzero(data == _QUOTE)
         quotes = quotes[~self._escaped(data, quotes)]
         # Six comparisons, not a table lookup: numpy compares a window in a few ms.
@@ -78,11 +78,10 @@ class _Scan:
         top = before <= 1
         self.top += [(int(base + o), int(c)) for o, c in zip(where[top], chars[top], strict=True)]
         inner = (before == 2) & ~np.isin(chars, list(_OPEN))
-        self.inner.append(where[inner] + base)
-        self.inner_chars.append(chars[inner])
         self.depth = int(self.depth + delta.sum())
         self.in_string = bool((len(quotes) + self.in_string) % 2)
         self.backslashes = _backslashes_before(data, len(data), self.backslashes)
+        return where[inner] + base, chars[inner]
 
     def _escaped(self, data: np.ndarray, quotes: np.ndarray) -> np.ndarray:
         """Which quotes follow an odd run of backslashes (the run may start in the last
@@ -106,43 +105,154 @@ def _backslashes_before(data: np.ndarray, at: int, carried: int) -> int:
     return carried + run if run == at else run
 
 
+class PoolSplitRefused(ValueError):
+    """A pool split a window at a time turned out, past its first records, not to be one
+    this way reads as a JSON parser does: a key given twice, a header after the records
+    that changes their thresholds, a second ``trajectories`` key, unbalanced brackets or
+    strings, an entry that is not ``key: value``, or a read that failed. The records
+    already handed out are to be dropped and the file read whole (``data.readers``)."""
+
+
 def split_pool(file: Path) -> tuple[tuple[float, float], Iterator[Entry]] | None:
-    """The pool's label thresholds and its records as (key, value bytes), in the order a
-    JSON parser gives them (a key given twice: its last value, at its first place); None
-    when the file is not a pool this way can split (the caller then reads it whole)."""
+    """The pool's label thresholds and its records as (key, value bytes), in file order,
+    handed out as each window's scan finds them; None when the file is not a pool this
+    way can split (the caller then reads it whole). The thresholds are those of the
+    header before ``trajectories``, checked by pydantic before any record is handed
+    out; the records' iterator checks the rest at its end, and raises
+    :class:`PoolSplitRefused` where the file is not what its records were taken for."""
     try:
-        handle = open(file, "rb", buffering=8 * 2**20)  # noqa: SIM115 (the records close it)
+        handle = open(file, "rb", buffering=0)  # noqa: SIM115 (the records close it)
     except OSError:
         return None  # gone or unreadable: the whole-document way says which
+    stream = _Stream(handle)
     try:
-        scan = _Scan()
-        base = 0
-        while chunk := handle.read(WINDOW):
-            scan.window(np.frombuffer(chunk, dtype=np.uint8), base)
-            base += len(chunk)
-        if scan.depth or scan.in_string:
-            raise _NotAPool("unbalanced brackets or strings")
-        start = _trajectories_value(handle, scan.top)
-        offsets, chars = _inner(scan, start)
-        end = offsets[-1]
-        header = _read(handle, 0, start) + b"{}" + _read(handle, end + 1, base - end - 1)
-        pool = TrajectoryPool.model_validate(json.loads(header))
-        spans = _entries(offsets, chars, start)
-        if not spans and _read(handle, start + 1, end - start - 1).strip():
-            raise _NotAPool("the trajectories object holds no entry, but is not empty")
-        keys = [msgspec.json.decode(_read(handle, a, b - a), type=str) for a, b, _, _ in spans]
-    except (_NotAPool, OSError, ValueError, ValidationError, RecursionError, msgspec.DecodeError):
+        while stream.start is None:
+            if not stream.more():
+                raise _NotAPool("no trajectories object")
+        header = stream.header(stream.start, b"}")
+    except (_NotAPool, OSError, ValueError, ValidationError, RecursionError):
         handle.close()
         return None
-    return (pool.success_threshold, pool.failure_threshold), _records(handle, spans, keys)
+    return header, stream.entries(header)
 
 
-def _read(handle: BinaryIO, offset: int, size: int) -> bytes:
-    handle.seek(offset)
-    return handle.read(size)
+class _Stream:
+    """A pool file scanned a window at a time: where its ``trajectories`` object opens
+    (``start``) and closes (``end``), and its entries as each window completes them."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle = handle
+        self.scan = _Scan()
+        self.size = 0  # bytes scanned
+        self.start: int | None = None
+        self.end: int | None = None
+        self.events: list[tuple[int, int]] = []  # depth-2 events of trajectories, unpaired
+        self.begin = 0  # the { or , before the next entry's key
+        self.data, self.base = b"", 0  # the file's bytes from ``base`` up to ``size``
+        self.looked = 1  # the top events before this one hold no trajectories key
+
+    def more(self) -> bool:
+        """The next window scanned; False at the end of the file."""
+        chunk = self.handle.read(WINDOW)
+        if not chunk:
+            return False
+        base, self.size = self.size, self.size + len(chunk)
+        offsets, chars = self.scan.window(np.frombuffer(chunk, dtype=np.uint8), base)
+        if self.start is None:
+            self.start = self._trajectories()
+            if self.start is None:
+                return True
+            self.begin, self.data, self.base = self.start, chunk[self.start - base :], self.start
+        elif self.end is None:  # the bytes of the entries not yet complete, and the new
+            self.data, self.base = self.data[self.begin - self.base :] + chunk, self.begin
+        if self.end is None:
+            after = offsets > self.start
+            self.events += zip(offsets[after].tolist(), chars[after].tolist(), strict=True)
+        return True
+
+    def _trajectories(self) -> int | None:
+        """Where the first ``trajectories`` object among the events so far opens."""
+        top = self.scan.top
+        if top and top[0][1] != ord("{"):
+            raise _NotAPool("not one JSON object")
+        for i in range(self.looked, len(top) - 1):
+            found = _trajectories_at(self._read, top, i)
+            if found is not None:
+                return found
+        self.looked = max(self.looked, len(top) - 1)
+        return None
+
+    def entries(self, header: tuple[float, float]) -> Iterator[Entry]:
+        """Each entry as the windows complete it, then the checks of the whole file."""
+        seen: set[str] = set()
+        try:
+            with self.handle:
+                while True:
+                    for entry in self._complete():
+                        if entry[0] in seen:
+                            raise _NotAPool(f"the key {entry[0]!r} is given twice")
+                        seen.add(entry[0])
+                        yield entry
+                    if not self.more():
+                        break
+                self._check(header)
+        except (_NotAPool, OSError, ValueError, ValidationError, RecursionError) as exc:
+            raise PoolSplitRefused(str(exc)) from exc
+
+    def _complete(self) -> Iterator[Entry]:
+        """The entries whose colon and comma (or closing brace) are scanned: ``key: value``
+        pairs of depth-2 events, the last closed by the object's brace."""
+        at, events = 0, self.events
+        while self.end is None and at < len(events):
+            if events[at][1] == ord("}"):  # the object's close: right after its { alone
+                if self.begin != self.start:
+                    raise _NotAPool("a trajectories entry is not key: value")
+                if self._read(self.start + 1, events[at][0] - self.start - 1).strip():
+                    raise _NotAPool("the trajectories object holds no entry, but is not empty")
+                self.end = events[at][0]
+                break
+            if at + 1 == len(events):
+                break  # its comma or brace in a later window
+            (colon, char), (after, closing) = events[at], events[at + 1]
+            if char != ord(":") or closing not in (ord(","), ord("}")):
+                raise _NotAPool("a trajectories entry is not key: value")
+            key = msgspec.json.decode(self._slice(self.begin + 1, colon), type=str)
+            yield key, self._slice(colon + 1, after)
+            self.begin, at = after, at + 2
+            if closing == ord("}"):
+                self.end = after
+        del events[:at]
+
+    def _check(self, header: tuple[float, float]) -> None:
+        """The file whole, as :func:`split_pool` took it: balanced, its only
+        ``trajectories`` object the one split, its header's thresholds those used."""
+        if self.end is None:
+            raise _NotAPool("the trajectories object does not close")
+        if self.scan.depth or self.scan.in_string:
+            raise _NotAPool("unbalanced brackets or strings")
+        assert self.start is not None
+        if _trajectories_value(self._read, self.scan.top) != self.start:
+            raise _NotAPool("a second trajectories object")
+        if self.header(self.start, self._read(self.end + 1, self.size - self.end - 1)) != header:
+            raise _NotAPool("the header after the records changes their thresholds")
+
+    def header(self, start: int, after: bytes) -> tuple[float, float]:
+        """The thresholds of the pool's bytes before ``start`` and ``after`` its records,
+        as pydantic checks them."""
+        pool = TrajectoryPool.model_validate(json.loads(self._read(0, start) + b"{}" + after))
+        return pool.success_threshold, pool.failure_threshold
+
+    def _read(self, offset: int, size: int) -> bytes:
+        return os.pread(self.handle.fileno(), size, offset)
+
+    def _slice(self, begin: int, end: int) -> bytes:
+        return self.data[begin - self.base : end - self.base]
 
 
-def _trajectories_value(handle: BinaryIO, top: list[tuple[int, int]]) -> int:
+Read = Callable[[int, int], bytes]  # the file's bytes at an offset, of a size
+
+
+def _trajectories_value(read: Read, top: list[tuple[int, int]]) -> int:
     """The offset of the ``trajectories`` object's opening brace. ``top`` holds the
     events at depth 0 and 1: the pool's braces, its commas and colons, and where each
     of its values opens (a value closes at depth 2)."""
@@ -150,58 +260,20 @@ def _trajectories_value(handle: BinaryIO, top: list[tuple[int, int]]) -> int:
         raise _NotAPool("not one JSON object")
     found = None
     for i in range(1, len(top) - 1):
-        offset, char = top[i]
-        if char != ord(":"):
-            continue
-        key_start = top[i - 1][0] + 1  # after the pool's { or the comma before the key
-        key = json.loads(_read(handle, key_start, offset - key_start))
-        following = top[i + 1]
-        if key == "trajectories" and following[1] == ord("{"):
-            found = following[0]  # the last, as a parser keeps a key given twice
+        at = _trajectories_at(read, top, i)
+        found = found if at is None else at  # the last, as a parser keeps a key given twice
     if found is None:
         raise _NotAPool("no trajectories object")
     return found
 
 
-def _inner(scan: _Scan, start: int) -> tuple[list[int], list[int]]:
-    """The depth-2 events of the value opening at ``start``, up to its closing brace."""
-    offsets = np.concatenate(scan.inner) if scan.inner else np.zeros(0, dtype=np.int64)
-    chars = np.concatenate(scan.inner_chars) if scan.inner_chars else np.zeros(0, np.uint8)
-    after = offsets > start
-    offsets, chars = offsets[after], chars[after]
-    closing = np.flatnonzero(chars == ord("}"))
-    if not closing.size:
-        raise _NotAPool("the trajectories object does not close")
-    stop = int(closing[0]) + 1
-    return offsets[:stop].tolist(), chars[:stop].tolist()
-
-
-def _entries(offsets: list[int], chars: list[int], start: int) -> list[tuple[int, int, int, int]]:
-    """(key start, key end, value start, value end) of each trajectories entry, from
-    its colons, its commas and its closing brace (``key: value, ..., key: value }``)."""
-    if len(offsets) == 1:
-        return []  # {}
-    if len(offsets) % 2:
-        raise _NotAPool("a trajectories entry is not key: value")
-    spans = []
-    begin = start
-    for i in range(0, len(offsets), 2):
-        colon, after = offsets[i], offsets[i + 1]
-        last = i + 2 == len(offsets)
-        if chars[i] != ord(":") or chars[i + 1] != (ord("}") if last else ord(",")):
-            raise _NotAPool("a trajectories entry is not key: value")
-        spans.append((begin + 1, colon, colon + 1, after))
-        begin = after
-    return spans
-
-
-def _records(
-    handle: BinaryIO, spans: list[tuple[int, int, int, int]], keys: list[str]
-) -> Iterator[Entry]:
-    """Each record's bytes, read from the handle the split opened (a file removed since
-    is still read through it)."""
-    last = {key: i for i, key in enumerate(keys)}
-    with handle:
-        for key in dict.fromkeys(keys):
-            _, _, value_start, value_end = spans[last[key]]
-            yield key, _read(handle, value_start, value_end - value_start)
+def _trajectories_at(read: Read, top: list[tuple[int, int]], i: int) -> int | None:
+    """Where the ``trajectories`` object opens, if ``top[i]`` is the colon after that
+    key and an object follows it; else None."""
+    offset, char = top[i]
+    if char != ord(":") or top[i + 1][1] != ord("{"):
+        return None
+    key_start = top[i - 1][0] + 1  # after the pool's { or the comma before the key
+    return (
+        top[i + 1][0] if json.loads(read(key_start, offset - key_start)) == "trajectories" else None
+    )

@@ -78,6 +78,7 @@ from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, finger
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect, roomy
 from genesis_fp16_infrastructure.data.pool_file import StoredPool
+from genesis_fp16_infrastructure.data.pool_stream import PoolSplitRefused
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.schema import Example, ReplayRecord, Trajectory
@@ -91,6 +92,7 @@ from genesis_fp16_infrastructure.data.sources import (
     parse_json,
     reason,
     split_records,
+    streams,
 )
 from genesis_fp16_infrastructure.errors import DataError
 from genesis_fp16_infrastructure.machine_memory import paused_gc
@@ -373,9 +375,37 @@ def _file_records(
         start, first_line = stored.offset, stored.lines + 1
         blocks.append(stored.block)
     _start_helpers(file, workers, start)
-    recorder = Recorder(sink)
-    written = _FileBlocks(keep_text, blocks)
-    items = iter(split_records(file, recorder, start, first_line))
+    # A pool split a window at a time is checked whole only at its end: its quarantined
+    # entries are held until then, and written to the sink once it is
+    streamed = streams(file)
+    recorder = Recorder(_Held() if streamed else sink)
+    written = _FileBlocks(keep_text, list(blocks))
+    try:
+        _parse(split_records(file, recorder, start, first_line), written, recorder, keep_text,
+               workers)  # fmt: skip
+    except PoolSplitRefused as exc:  # what it read is dropped, and the file read whole
+        logger.warning("data file %s cannot be split a window at a time (%s): read whole",
+                       file, exc)  # fmt: skip
+        streamed, recorder, written = False, Recorder(sink), _FileBlocks(keep_text, list(blocks))
+        _parse(split_records(file, recorder, whole=True), written, recorder, keep_text, workers)
+    for entry in recorder.rejected if streamed else ():
+        sink.add(Source(file, entry.where), entry.reason, entry.text)
+    written.flush()
+    block = RecordBlock.concat([*written.blocks, BlockWriter(keep_text).block(recorder.rejected)])
+    if cache is not None:  # a file gone since the listing is not stored: its stat fails
+        cache.store(file, block, slim)
+    return block
+
+
+def _parse(
+    items: Iterable[Raw | RawRun],
+    written: _FileBlocks,
+    recorder: Recorder,
+    keep_text: bool,
+    workers: int,
+) -> None:
+    """A file's ``items`` (``split_records``') parsed into ``written``, in file order."""
+    items = iter(items)
     chunk: list[Raw] = []
     left: list[Raw | RawRun] = []  # the item after a stream of runs, its turn next
     while (item := left.pop() if left else next(items, None)) is not None:
@@ -388,12 +418,6 @@ def _file_records(
             _read_one_by_one(chunk, written, recorder)
             chunk = []
     _read_one_by_one(chunk, written, recorder)
-    written.flush()
-    blocks.append(BlockWriter(keep_text).block(recorder.rejected))
-    block = RecordBlock.concat(blocks)
-    if cache is not None:  # a file gone since the listing is not stored: its stat fails
-        cache.store(file, block, slim)
-    return block
 
 
 def _runs_from(

@@ -194,16 +194,18 @@ class RawRun:
 
 
 def split_records(
-    file: Path, sink: Sink, start: int = 0, first_line: int = 1
+    file: Path, sink: Sink, start: int = 0, first_line: int = 1, whole: bool = False
 ) -> Iterator[Raw | RawRun]:
     """:func:`raw_records`' records, those msgspec split from a ``.json`` document
     together as one :class:`RawRun`, a ``.jsonl``'s lines as runs of ``LINES_AT_ONCE``,
-    a large pool's as runs of about ``BLOCK_BYTES`` (:func:`_scanned_runs`)."""
+    a large pool's as runs of about ``BLOCK_BYTES`` (:func:`_scanned_runs`), as its
+    split finds them (unless ``whole``): those raise ``pool_stream.PoolSplitRefused``
+    at their end where the file is not what they were taken for (:func:`streams`)."""
     try:
         if file.name.endswith(".jsonl"):
             yield from _jsonl_lines(file, start, first_line)
             return
-        if file.name.endswith(".json") and _size(file) > STREAM_ABOVE:
+        if not whole and streams(file):
             split = split_pool(file)  # a large pool, a window at a time (pool_stream)
             if split is not None:
                 yield from _scanned_runs(file, *split)
@@ -252,6 +254,15 @@ def _scanned_runs(
             keys, raws, size = [], [], 0
     if raws:
         yield RawRun(file, raws, keys, thresholds, scanned=True)
+
+
+def streams(file: Path) -> bool:
+    """Whether :func:`split_records` splits ``file`` a window at a time (a ``.json`` over
+    ``STREAM_ABOVE``): its records then come before the file is checked whole."""
+    try:
+        return file.name.endswith(".json") and _size(file) > STREAM_ABOVE
+    except FileNotFoundError:
+        return False  # gone: its read says so
 
 
 def _size(file: Path) -> int:

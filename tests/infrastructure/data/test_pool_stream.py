@@ -1,5 +1,7 @@
 """A large pool split a window at a time gives what json.loads gives, at any window size,
-and a read that streams equals one that reads the file whole."""
+handing its records out before the file is scanned whole; where the file turns out, at
+its end, not to be what they were taken for, it says so, and a read that streams equals
+one that reads the file whole."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from hypothesis import strategies as st
 
 import genesis_fp16_infrastructure.data.pool_stream as pool_stream
 import genesis_fp16_infrastructure.data.sources as sources
-from genesis_fp16_infrastructure.data.pool_stream import split_pool
+from genesis_fp16_infrastructure.data.pool_stream import PoolSplitRefused, split_pool
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
@@ -37,10 +39,16 @@ _POOL = st.fixed_dictionaries(
 
 
 def _split(path: Path, window: int) -> Any:
+    """None (not split), the thresholds and entries, or the refusal's reason (a str)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pool_stream, "WINDOW", window)
         out = split_pool(path)
-        return None if out is None else (out[0], [(k, json.loads(v)) for k, v in out[1]])
+        if out is None:
+            return None
+        try:
+            return out[0], [(k, json.loads(v)) for k, v in out[1]]
+        except PoolSplitRefused as exc:
+            return str(exc)
 
 
 @settings(
@@ -62,7 +70,9 @@ def test_the_split_gives_what_json_loads_gives_at_any_window(
     window: int,
 ) -> None:
     """Keys, values and their order, and the header's thresholds, with the windows cut
-    anywhere: inside strings, between backslashes, between a backslash and its quote."""
+    anywhere: inside strings, between backslashes, between a backslash and its quote. A
+    header after the records that changes their thresholds is refused at the end (the
+    records were labelled by the header before them), and only that."""
     if trajectories_last:
         pool = {k: v for k, v in pool.items() if k != "trajectories"} | {
             "trajectories": pool["trajectories"]
@@ -70,38 +80,106 @@ def test_the_split_gives_what_json_loads_gives_at_any_window(
     path = tmp_path / "pool.json"
     path.write_text(json.dumps(pool, indent=indent, ensure_ascii=ascii_only), encoding="utf-8")
     got = _split(path, window)
-    assert got is not None
+    after = list(pool)[list(pool).index("trajectories") + 1 :]
+    if "success_threshold" in after and pool["success_threshold"] != 0.7:
+        assert got == "the header after the records changes their thresholds"
+        return
+    assert got is not None and not isinstance(got, str)
     thresholds, entries = got
     assert thresholds[0] == pool.get("success_threshold", 0.7)
     assert entries == list(json.loads(path.read_text())["trajectories"].items())
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "[1, 2]",
-        '{"agent_name": "a"}',
-        '{"trajectories": []}',
-        '{"trajectories": {"a": {}}',
-        '{"trajectories": {"a": {}}}}',
-        '{"trajectories": {"a": "}',
-        '{"success_threshold": 7, "trajectories": {}}',
-        '{"trajectories": {"a" {}}}',
-    ],
-)
-def test_what_is_not_a_pool_is_left_to_the_whole_document_read(tmp_path: Path, text: str) -> None:
-    """Not an object, no trajectories object, unbalanced, a header pydantic refuses, a
-    missing colon: None, and the whole-document read then says what is wrong."""
+_CLOSE = "the trajectories object does not close"
+_NOT_KEY_VALUE = "a trajectories entry is not key: value"
+# Files the split does not read as a parser does: what it says, at once (None: before
+# any record) or at the end of its records (the reason); the whole-document read then
+# says what is wrong with the file, or reads it as a parser does.
+_REFUSED = [
+    ("[1, 2]", None),
+    ('{"agent_name": "a"}', None),
+    ('{"trajectories": []}', None),
+    ('{"success_threshold": 7, "trajectories": {}}', None),
+    ('{"trajectories": {"a": {}}', "unbalanced brackets or strings"),
+    ('{"trajectories": {"a": {}}}}', "unbalanced brackets or strings"),
+    ('{"trajectories": {"a": {}}}}]{', "more closing brackets than opening ones"),
+    ('{"trajectories": {"a": "}', _CLOSE),
+    ('{"trajectories": {"a" {}}}', "the trajectories object holds no entry, but is not empty"),
+    ('{"trajectories": {"a": {}, }}', _NOT_KEY_VALUE),
+    ('{"trajectories": {"a": {}, "b"}}', _NOT_KEY_VALUE),
+    ('{"trajectories": {"a": {}', _CLOSE),
+    ('{"trajectories": {"a": {}}, "x": [}', "unbalanced brackets or strings"),
+    ('{"trajectories": {"a": {"n": 1}, "b": {}, "a": {"n": 3}}}', "the key 'a' is given twice"),
+    ('{"trajectories": {"a": {}}, "trajectories": {"b": {}}}', "a second trajectories object"),
+    ('{"trajectories": {"a": {}}, "success_threshold": 0.9}',
+     "the header after the records changes their thresholds"),
+    ('{"trajectories": {"a": {}}, "success_threshold": 7}', "1 validation error for ..."),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "said"), _REFUSED)
+def test_what_the_split_cannot_read_as_a_parser_is_refused(
+    tmp_path: Path, text: str, said: str | None
+) -> None:
+    """Not an object, no trajectories object, a header pydantic refuses: None, before any
+    record. Unbalanced, a missing colon or key, a key or a ``trajectories`` given twice,
+    a header after the records that changes or breaks them: the split refuses at the end
+    of its records, saying why."""
     path = tmp_path / "pool.json"
     path.write_text(text)
-    assert _split(path, 5) is None
+    got = _split(path, 5)
+    if said is not None and said.endswith("..."):
+        assert isinstance(got, str) and got.startswith(said[:-3])
+    else:
+        assert got == said
 
 
-def test_a_key_given_twice_keeps_its_first_place_and_last_value(tmp_path: Path) -> None:
-    """As json.loads reads it."""
+@pytest.mark.parametrize(("text", "said"), [case for case in _REFUSED if case[1] is not None])
+def test_a_refused_split_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    text: str, said: str,
+) -> None:  # fmt: skip
+    """Whatever the split handed out before it refused is dropped: the read equals the
+    whole-document read (a key given twice: its first place, its last value, as a parser
+    keeps it), quarantine word for word, and one warning says why."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "good.json").write_text(json.dumps(generate_pool(20, seed=1)))
+    (tmp_path / "d" / "pool.json").write_text(text)
+
+    def read(name: str) -> tuple[Any, ...]:
+        quarantine = tmp_path / f"{name}.jsonl"
+        data = read_trajectories(tmp_path / "d", quarantine)
+        lines = quarantine.read_text() if quarantine.exists() else ""
+        return data.pool.entries, data.quarantined, lines
+
+    whole = read("whole")
+    monkeypatch.setattr(sources, "STREAM_ABOVE", 0)
+    monkeypatch.setattr(pool_stream, "WINDOW", 5)
+    with caplog.at_level("WARNING"):
+        assert read("streamed") == (whole[0], whole[1], whole[2].replace("whole", "streamed"))
+    assert f"cannot be split a window at a time ({said.removesuffix('...')}" in caplog.text
+
+
+def test_records_are_handed_out_before_the_file_is_scanned_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first record comes after the windows that hold it, not after the last one:
+    a read shares the records while the rest of the file is scanned."""
+    pool = generate_pool(200, seed=3)
     path = tmp_path / "pool.json"
-    path.write_text('{"trajectories": {"a": {"n": 1}, "b": {"n": 2}, "a": {"n": 3}}}')
-    assert _split(path, 7) == ((0.7, 0.3), [("a", {"n": 3}), ("b", {"n": 2})])
+    path.write_text(json.dumps(pool))
+    monkeypatch.setattr(pool_stream, "WINDOW", 4096)
+    scanned: list[int] = []
+    more = pool_stream._Stream.more
+    monkeypatch.setattr(pool_stream._Stream, "more", lambda self: scanned.append(1) or more(self))
+    split = split_pool(path)
+    assert split is not None
+    first = next(split[1])
+    assert first[0] == next(iter(pool["trajectories"]))
+    windows = -(-path.stat().st_size // 4096)
+    assert len(scanned) <= 3 < windows
+    assert sum(1 for _ in split[1]) + 1 == len(pool["trajectories"])
+    assert len(scanned) == windows + 1  # and the last read, empty, that ends the file
 
 
 def test_a_streamed_read_equals_a_whole_read(
