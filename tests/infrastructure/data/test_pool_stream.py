@@ -107,6 +107,7 @@ _REFUSED = [
     ('{"trajectories": {"a" {}}}', "the trajectories object holds no entry, but is not empty"),
     ('{"trajectories": {"a": {}, }}', _NOT_KEY_VALUE),
     ('{"trajectories": {"a": {}, "b"}}', _NOT_KEY_VALUE),
+    ('{"trajectories": {"a": {}, b: {}}}', "JSON is malformed: invalid character ..."),
     ('{"trajectories": {"a": {}', _CLOSE),
     ('{"trajectories": {"a": {}}, "x": [}', "unbalanced brackets or strings"),
     ('{"trajectories": {"a": {"n": 1}, "b": {}, "a": {"n": 3}}}', "the key 'a' is given twice"),
