@@ -823,7 +823,7 @@ def read_pool(count: int) -> dict[str, Any]:
         split = split_pool(file)
         if split is None:
             raise SystemExit("split_pool refused a generated pool")
-        records = sum(1 for _ in split[1])
+        records = sum(len(window) for window in split[1])
         split_seconds = time.monotonic() - started
         if records != len(pool["trajectories"]):
             raise SystemExit(f"split {records} records of {len(pool['trajectories'])}")

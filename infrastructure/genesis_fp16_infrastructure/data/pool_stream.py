@@ -113,12 +113,12 @@ class PoolSplitRefused(ValueError):
     already handed out are to be dropped and the file read whole (``data.readers``)."""
 
 
-def split_pool(file: Path) -> tuple[tuple[float, float], Iterator[Entry]] | None:
+def split_pool(file: Path) -> tuple[tuple[float, float], Iterator[list[Entry]]] | None:
     """The pool's label thresholds and its records as (key, value bytes), in file order,
-    handed out as each window's scan finds them; None when the file is not a pool this
-    way can split (the caller then reads it whole). The thresholds are those of the
-    header before ``trajectories``, checked by pydantic before any record is handed
-    out; the records' iterator checks the rest at its end, and raises
+    handed out a list a window (those its scan completes); None when the file is not a
+    pool this way can split (the caller then reads it whole). The thresholds are those
+    of the header before ``trajectories``, checked by pydantic before any record is
+    handed out; the records' iterator checks the rest at its end, and raises
     :class:`PoolSplitRefused` where the file is not what its records were taken for."""
     try:
         handle = open(file, "rb", buffering=0)  # noqa: SIM115 (the records close it)
@@ -182,17 +182,20 @@ class _Stream:
         self.looked = max(self.looked, len(top) - 1)
         return None
 
-    def entries(self, header: tuple[float, float]) -> Iterator[Entry]:
-        """Each entry as the windows complete it, then the checks of the whole file."""
+    def entries(self, header: tuple[float, float]) -> Iterator[list[Entry]]:
+        """The entries each window completes (none: nothing), then the checks of the
+        whole file."""
         seen: set[str] = set()
         try:
             with self.handle:
                 while True:
-                    for entry in self._complete():
-                        if entry[0] in seen:
-                            raise _NotAPool(f"the key {entry[0]!r} is given twice")
-                        seen.add(entry[0])
-                        yield entry
+                    done = list(self._complete())
+                    for key, _ in done:
+                        if key in seen:
+                            raise _NotAPool(f"the key {key!r} is given twice")
+                        seen.add(key)
+                    if done:
+                        yield done
                     if not self.more():
                         break
                 self._check(header)

@@ -232,24 +232,27 @@ def split_records(
 
 
 def _scanned_runs(
-    file: Path, thresholds: tuple[float, float], entries: Iterable[tuple[str, bytes]]
+    file: Path, thresholds: tuple[float, float], windows: Iterable[list[tuple[str, bytes]]]
 ) -> Iterator[RawRun]:
-    """A large pool's records (``pool_stream.split_pool``'s keys and bytes), in its order,
-    as runs of about ``BLOCK_BYTES`` each (a run ends at the record that reaches it): held
-    a run at a time, as a ``.jsonl``'s blocks are, so that a read can share them out.
+    """A large pool's records (``pool_stream.split_pool``'s keys and bytes, a list a
+    window), in its order, as runs: a window's records (about ``BLOCK_BYTES``) as soon as
+    they come, those of windows that complete fewer than half that joined to the next.
+    Held a run at a time, as a ``.jsonl``'s blocks are, so that a read can share them out.
 
-    >>> runs = _scanned_runs(Path("p.json"), (0.7, 0.3), [("a", b"{}")] * 3)
-    >>> [(len(run), run.scanned, run.whole) for run in runs]
-    [(3, True, False)]
+    >>> windows = [[("a", b"{}")] * 2, [("b", b"[]")]]
+    >>> runs = _scanned_runs(Path("p.json"), (0.7, 0.3), windows)
+    >>> [(run.keys, run.scanned, run.whole) for run in runs]
+    [(['a', 'a', 'b'], True, False)]
     """
     keys: list[str] = []
     raws: list[bytes] = []
     size = 0
-    for key, raw in entries:
-        keys.append(key)
-        raws.append(raw)
-        size += len(raw)
-        if size >= BLOCK_BYTES:
+    for window in windows:
+        for key, raw in window:
+            keys.append(key)
+            raws.append(raw)
+            size += len(raw)
+        if size >= BLOCK_BYTES // 2:
             yield RawRun(file, raws, keys, thresholds, scanned=True)
             keys, raws, size = [], [], 0
     if raws:

@@ -46,7 +46,7 @@ def _split(path: Path, window: int) -> Any:
         if out is None:
             return None
         try:
-            return out[0], [(k, json.loads(v)) for k, v in out[1]]
+            return out[0], [(k, json.loads(v)) for window in out[1] for k, v in window]
         except PoolSplitRefused as exc:
             return str(exc)
 
@@ -176,10 +176,10 @@ def test_records_are_handed_out_before_the_file_is_scanned_whole(
     split = split_pool(path)
     assert split is not None
     first = next(split[1])
-    assert first[0] == next(iter(pool["trajectories"]))
+    assert first[0][0] == next(iter(pool["trajectories"]))
     windows = -(-path.stat().st_size // 4096)
     assert len(scanned) <= 3 < windows
-    assert sum(1 for _ in split[1]) + 1 == len(pool["trajectories"])
+    assert sum(len(window) for window in split[1]) + len(first) == len(pool["trajectories"])
     assert len(scanned) == windows + 1  # and the last read, empty, that ends the file
 
 
@@ -238,3 +238,23 @@ def test_an_escape_at_the_end_of_the_last_window(tmp_path: Path, key: str) -> No
     run = len(text[:start]) - len(text[:start].rstrip("\\"))
     assert run == {"a": 0, "a\\": 2, 'a"': 1, 'a\\"': 3}[key]
     assert _split(path, start) == ((0.7, 0.3), [(key, {"n": 1}), ("b", {"n": 2})])
+
+
+def test_a_key_given_twice_keeps_its_first_place_and_last_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As json.loads reads it, streamed or not: the split refuses the file at its end and
+    the read whole keeps the key's first place and its last record."""
+    records = list(generate_pool(3, seed=2)["trajectories"].values())
+    named = zip(records, "aba", (0.1, 0.5, 0.9), strict=True)
+    first, other, last = (
+        json.dumps({**r, "trajectory_id": tid, "success_score": score}) for r, tid, score in named
+    )
+    (tmp_path / "d").mkdir()
+    text = f'{{"trajectories": {{"a": {first}, "b": {other}, "a": {last}}}}}'
+    (tmp_path / "d" / "pool.json").write_text(text)
+    monkeypatch.setattr(sources, "STREAM_ABOVE", 0)
+    monkeypatch.setattr(pool_stream, "WINDOW", 64)
+    data = read_trajectories(tmp_path / "d", tmp_path / "q.jsonl")
+    assert list(data.pool.entries) == ["a", "b"]
+    assert data.pool.scores == {"a": 0.9, "b": 0.5}
