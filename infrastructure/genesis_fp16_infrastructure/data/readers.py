@@ -376,13 +376,14 @@ def _file_records(
         blocks.append(stored.block)
     _start_helpers(file, workers, start)
     # A pool split a window at a time is checked whole only at its end: its quarantined
-    # entries are held until then, and written to the sink once it is
+    # entries are held until then, and written to the sink once it is (decided once: a
+    # file grown since is not split, its entries written as they come)
     streamed = streams(file)
     recorder = Recorder(_Held() if streamed else sink)
     written = _FileBlocks(keep_text, list(blocks))
     try:
-        _parse(split_records(file, recorder, start, first_line), written, recorder, keep_text,
-               workers)  # fmt: skip
+        items = split_records(file, recorder, start, first_line, whole=not streamed)
+        _parse(items, written, recorder, keep_text, workers)
     except PoolSplitRefused as exc:  # what it read is dropped, and the file read whole
         logger.warning("data file %s cannot be split a window at a time (%s): read whole",
                        file, exc)  # fmt: skip

@@ -258,3 +258,21 @@ def test_a_key_given_twice_keeps_its_first_place_and_last_value(
     data = read_trajectories(tmp_path / "d", tmp_path / "q.jsonl")
     assert list(data.pool.entries) == ["a", "b"]
     assert data.pool.scores == {"a": 0.9, "b": 0.5}
+
+
+def test_a_pool_removed_while_split_is_read_through_its_handle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The split reads on through the file it opened: a pool removed (or replaced by
+    its writer's rename) after its first window gives every record it held."""
+    pool = generate_pool(60, seed=5)
+    path = tmp_path / "pool.json"
+    path.write_text(json.dumps(pool))
+    monkeypatch.setattr(pool_stream, "WINDOW", 4096)
+    split = split_pool(path)
+    assert split is not None
+    first = next(split[1])
+    path.unlink()
+    rest = [entry for window in split[1] for entry in window]
+    assert [key for key, _ in first + rest] == list(pool["trajectories"])
+    assert json.loads(rest[-1][1]) == list(pool["trajectories"].values())[-1]
