@@ -56,27 +56,35 @@ def unit_blocks(unit: Unit) -> list[RecordBlock] | None:
     the fast path does not vouch for, lines that are not one value each): the read then
     reads the unit itself. The blocks are those a read without helpers makes of the same
     records (``test_read_workers.py`` holds them to it, byte for byte)."""
+    # As the read pauses it: structs, no cycle among them. The decoded records are let
+    # go of before the collector is on again (_unit_blocks returns): the allocations it
+    # counted are undone with them, where a collection right after had walked them all
+    # (a tenth of a helper's samples)
+    with paused_gc():
+        return _unit_blocks(unit)
+
+
+def _unit_blocks(unit: Unit) -> list[RecordBlock] | None:
     batch, parts = unit.batch, []
-    with paused_gc():  # as the read pauses it: structs, no cycle among them
-        if unit.block is not None:
-            ends = np.frombuffer(unit.ends or b"", "<i8")
-            together = _decoded_lines(unit.block, ends)
-            if together is None:
+    if unit.block is not None:
+        ends = np.frombuffer(unit.ends or b"", "<i8")
+        together = _decoded_lines(unit.block, ends)
+        if together is None:
+            return None
+        parts += line_batches(*together, batch)
+    else:
+        for at in range(0, len(unit.raws), batch):
+            keys = None if unit.keys is None else unit.keys[at : at + batch]
+            found = _decoded_together(unit.raws[at : at + batch], keys, unit.whole)
+            if found is None:
                 return None
-            parts += line_batches(*together, batch)
-        else:
-            for at in range(0, len(unit.raws), batch):
-                keys = None if unit.keys is None else unit.keys[at : at + batch]
-                found = _decoded_together(unit.raws[at : at + batch], keys, unit.whole)
-                if found is None:
-                    return None
-                parts.append(found)
-        blocks: list[RecordBlock] = []
-        for records, replays in parts:
-            written = _Batch(unit.keep_text)
-            written.add(records, replays, unit.thresholds)
-            blocks += written.flush()
-        return blocks
+            parts.append(found)
+    blocks: list[RecordBlock] = []
+    for records, replays in parts:
+        written = _Batch(unit.keep_text)
+        written.add(records, replays, unit.thresholds)
+        blocks += written.flush()
+    return blocks
 
 
 def line_batches(records: list[Any], replays: int, batch: int) -> list[tuple[list[Any], int]]:
