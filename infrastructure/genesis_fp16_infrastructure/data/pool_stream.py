@@ -4,21 +4,28 @@
 records under ``trajectories``. Read whole, a 1,000,000-record pool (1.5 GB) is 1.5 GB
 of bytes in memory before its first record is decoded, as much as all its records will
 take afterwards. :func:`split_pool` finds where each record's bytes lie instead, reading
-the file in ``WINDOW`` bytes at a time, and hands each record's bytes to the reader:
+the file in ``WINDOW`` bytes at a time, and hands the records each window completes to
+the reader at once, so that its helpers parse them while the rest is scanned:
 
 1. **Where things are.** Each window's quotes, backslashes and structural characters
    are found with numpy; a quote preceded by an odd run of backslashes is escaped, the
    others open and close strings, and ``{ } [ ] , :`` outside strings give the depth.
    Only the events at the top two levels are kept: the pool's own keys, and the commas
-   and colons between the ``trajectories`` entries (a few per record, as int64 offsets).
-2. **The records.** The header (the pool's bytes outside its ``trajectories`` value) is
-   parsed and checked by pydantic first, so its thresholds label the records; each
-   entry's key and value bytes are then read back in file order.
+   and colons between the ``trajectories`` entries (a few per record, as int64 offsets,
+   let go of once their entry is handed out).
+2. **The records.** The header before ``trajectories`` is parsed and checked by pydantic
+   before the first record, so its thresholds label the records; each entry's key and
+   value bytes are then cut from the windows, in file order.
+3. **The whole file, at its end.** What a window cannot show is checked after the last:
+   brackets and strings balanced, one ``trajectories`` object, no key given twice, and
+   a header after the records that leaves their thresholds as they were.
 
-Anything unexpected (not an object, no ``trajectories`` object, unbalanced brackets or
-strings, a header pydantic refuses) returns None, and the caller reads the file the
-whole-document way, whose reasons say what is wrong. A record whose bytes are not JSON
-costs only itself (the whole-document way quarantines the whole file for it).
+Anything unexpected before the first record (not an object, no ``trajectories`` object,
+a header pydantic refuses) returns None; after it, the records' iterator raises
+:class:`PoolSplitRefused`, and the reader drops what it read. Either way the caller reads
+the file the whole-document way, as a parser reads it, whose reasons say what is wrong.
+A record whose bytes are not JSON costs only itself (the whole-document way quarantines
+the whole file for it).
 """
 
 from __future__ import annotations
