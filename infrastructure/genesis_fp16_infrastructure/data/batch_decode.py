@@ -59,7 +59,8 @@ def unit_blocks(unit: Unit) -> list[RecordBlock] | None:
     # As the read pauses it: structs, no cycle among them. The decoded records are let
     # go of before the collector is on again (_unit_blocks returns): the allocations it
     # counted are undone with them, where a collection right after had walked them all
-    # (a tenth of a helper's samples)
+    # (py-spy: 9.4% of a helper's samples at the collector's return, 6.5% after, the
+    # records' own freeing)
     with paused_gc():
         return _unit_blocks(unit)
 

@@ -73,7 +73,12 @@ from genesis_fp16_infrastructure.data.batch_decode import (
     line_batches,
 )
 from genesis_fp16_infrastructure.data.fast_records import _REPLAY_KEYS, _labelled, _vouched
-from genesis_fp16_infrastructure.data.file_records import BlockWriter, FileRecord, RecordBlock
+from genesis_fp16_infrastructure.data.file_records import (
+    BlockWriter,
+    FileRecord,
+    RecordBlock,
+    Rejected,
+)
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect, roomy
@@ -368,8 +373,7 @@ def _file_records(
     blocks: list[RecordBlock] = []
     start, first_line = 0, 1
     if stored is not None:  # the whole file; or an appended .jsonl's earlier lines, then the new
-        for entry in stored.block.rejected:  # written to the sink as a parse writes them
-            sink.add(Source(file, entry.where), entry.reason, entry.text)
+        _write_rejected(sink, file, stored.block.rejected)
         if stored.offset is None:
             return stored.block
         start, first_line = stored.offset, stored.lines + 1
@@ -378,24 +382,31 @@ def _file_records(
     # A pool split a window at a time is checked whole only at its end: its quarantined
     # entries are held until then, and written to the sink once it is (decided once: a
     # file grown since is not split, its entries written as they come)
-    streamed = streams(file)
-    recorder = Recorder(_Held() if streamed else sink)
+    held = streams(file)
+    recorder = Recorder(_Held() if held else sink)
     written = _FileBlocks(keep_text, list(blocks))
     try:
-        items = split_records(file, recorder, start, first_line, whole=not streamed)
+        items = split_records(file, recorder, start, first_line, whole=not held)
         _parse(items, written, recorder, keep_text, workers)
     except PoolSplitRefused as exc:  # what it read is dropped, and the file read whole
         logger.warning("data file %s cannot be split a window at a time (%s): read whole",
                        file, exc)  # fmt: skip
-        streamed, recorder, written = False, Recorder(sink), _FileBlocks(keep_text, list(blocks))
+        held, recorder, written = False, Recorder(sink), _FileBlocks(keep_text, list(blocks))
         _parse(split_records(file, recorder, whole=True), written, recorder, keep_text, workers)
-    for entry in recorder.rejected if streamed else ():
-        sink.add(Source(file, entry.where), entry.reason, entry.text)
+    if held:
+        _write_rejected(sink, file, recorder.rejected)
     written.flush()
     block = RecordBlock.concat([*written.blocks, BlockWriter(keep_text).block(recorder.rejected)])
     if cache is not None:  # a file gone since the listing is not stored: its stat fails
         cache.store(file, block, slim)
     return block
+
+
+def _write_rejected(sink: QuarantineSink, file: Path, rejected: Iterable[Rejected]) -> None:
+    """A file's quarantined entries kept apart (a cache's, a split's held until its
+    file was checked) written to ``sink`` as a parse writes them."""
+    for entry in rejected:
+        sink.add(Source(file, entry.where), entry.reason, entry.text)
 
 
 def _parse(
