@@ -42,6 +42,7 @@ from genesis_fp16_infrastructure.data.file_records import (
 from genesis_fp16_infrastructure.data.schema import (
     OUTCOMES,
     derive_outcomes,
+    judged_ids_of,
     record_id_hashes,
 )
 
@@ -172,12 +173,9 @@ def _label_hashes(
                for text in (texts if every else compress(texts, keep))]  # fmt: skip
     key[rows] = np.frombuffer(b"".join(digests), ">i8")
     ids = batch.trajectory_id if every else list(compress(batch.trajectory_id, keep))
-    # schema.judged_id of each: judged_id's f"{key & 2**64 - 1:016x}" is the key's
-    # big-endian bytes in hex, written for every key at once, cut 16 digits a key
-    hexed = key[rows].astype(">u8").tobytes().hex()
-    at = range(0, len(hexed), 16)
-    digests = [b2(f"{tid}#{hexed[a : a + 16]}".encode(), digest_size=8).digest()
-               for a, tid in zip(at, ids, strict=True)]  # fmt: skip
+    # schema.judged_id of each, every key's hex written at once (judged_ids_of)
+    digests = [b2(text.encode(), digest_size=8).digest()
+               for text in judged_ids_of(ids, key[rows])]  # fmt: skip
     judged[rows] = np.frombuffer(b"".join(digests), np.uint8).reshape(-1, 8)
     return key, judged.tobytes()
 

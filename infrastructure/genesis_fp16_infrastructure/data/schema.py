@@ -349,6 +349,20 @@ def judged_id(trajectory_id: str, key: int) -> str:
     return f"{trajectory_id}#{key & 0xFFFF_FFFF_FFFF_FFFF:016x}"
 
 
+def judged_ids_of(trajectory_ids: Sequence[str], keys: np.ndarray) -> list[str]:
+    """:func:`judged_id` of each record (``keys``: their :func:`labelled_hash` values,
+    int64), the same texts: a key's ``:016x`` of its unsigned value is its big-endian
+    bytes in hex, so every key's hex is written at once and cut 16 digits a record (no
+    call and no int format a record: 100,000 ids in 33 ms against 74, issue 90).
+
+    >>> judged_ids_of(["t1", "t2"], np.array([-1, 255]))
+    ['t1#ffffffffffffffff', 't2#00000000000000ff']
+    """
+    hexed = np.asarray(keys, np.int64).astype(">u8").tobytes().hex()
+    starts = range(0, len(hexed), 16)
+    return [f"{tid}#{hexed[at : at + 16]}" for at, tid in zip(starts, trajectory_ids, strict=True)]
+
+
 def id_digest(id_: str) -> bytes:
     """An id's 64-bit blake2b digest: the judged run's id hash (contract.split.id_hashes)."""
     return hashlib.blake2b(id_.encode("utf-8"), digest_size=8).digest()

@@ -32,7 +32,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.pool_columns import GROWN_FROM, PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
-from genesis_fp16_infrastructure.data.schema import judged_id
+from genesis_fp16_infrastructure.data.schema import judged_ids_of
 from genesis_fp16_infrastructure.kept_in_memory import (
     estimate_bytes,
     kept_of_digest,
@@ -162,9 +162,8 @@ class _RunPool:
         grown = isinstance(kept, _KeptListing) and vars(columns).get(GROWN_FROM) is kept.pool
         if grown and first <= len(columns.labelled):
             assert isinstance(kept, _KeptListing)
-            rows = columns.labelled[first:].tolist()
-            keys = columns.key[first:].tolist()
-            more = tuple(map(judged_id, map(columns.ids.__getitem__, rows), keys))
+            ids = list(map(columns.ids.__getitem__, columns.labelled[first:].tolist()))
+            more = tuple(judged_ids_of(ids, columns.key[first:]))
             listing = kept.listing.extended(more, _segments(columns, first), columns.judged)
         else:
             named = judged_ids(columns, self.budget)

@@ -27,7 +27,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, splitmix64
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
-from genesis_fp16_infrastructure.data.schema import judged_id
+from genesis_fp16_infrastructure.data.schema import judged_ids_of
 from genesis_fp16_infrastructure.kept_in_memory import estimate_bytes, process_memory
 from genesis_fp16_infrastructure.recipes.retrain.options import (
     EVAL_BOUNDS,
@@ -189,7 +189,8 @@ class _KeptJudged:
 
 
 def judged_ids(columns: PoolColumns, budget: int | None = None) -> tuple[str, ...]:
-    """Each labelled record's id as the judged run knows it (``schema.judged_id``), in
+    """Each labelled record's id as the judged run knows it (``schema.judged_id``, all
+    named at once: ``schema.judged_ids_of``), in
     the read's order (``score_records``, ``trained_ids``), as a tuple. ``budget``: the
     request's ``keep_in_memory_bytes``; past 0 the ids are kept in this process, and the
     next pool that begins with the same records (the same trajectory ids and record
@@ -212,7 +213,7 @@ def judged_ids(columns: PoolColumns, budget: int | None = None) -> tuple[str, ..
                 f"{len(ids):,}",
             )
             start = 0
-    named = list(map(judged_id, ids[start:], keys[start:].tolist()))
+    named = judged_ids_of(ids[start:], keys[start:])
     JUDGED["taken"] += start
     JUDGED["named"] += len(named)
     taken = kept.judged[:start] if start and isinstance(kept, _KeptJudged) else ()
