@@ -194,6 +194,46 @@ def test_tables_of_other_values_are_not_used(tmp_path: Path) -> None:
     )
 
 
+def test_a_parts_own_tables_work_out_the_values_it_uses_alone(tmp_path: Path) -> None:
+    """A part of a pool's records (its last 40, as a later run's new records), encoded
+    with no tables given: the tables it builds hold the rows of the values its codes use,
+    each the pool's tables' row bit for bit, and zeros for the values it does not use;
+    the part encodes to the per-row code's bits, as with the pool's tables."""
+    import numpy as np
+
+    import genesis_fp16_infrastructure.world_model.features as features
+
+    write_pool(tmp_path / "pools", 600, seed=3, agent="se_darwin")
+    write_replay_buffer(tmp_path / "pools" / "replay.jsonl", 200, seed=4, agent="other")
+    data = read_trajectories(tmp_path / "pools")
+    columns, attempts = data.columns, [e.attempt for e in data.examples]
+    encoder = FeatureEncoder.fit(attempts, data.pool, [e.label.success for e in data.examples])
+    rows = np.arange(len(attempts) - 40, len(attempts))
+    parts = features.Categorical.of_rows(columns, columns.labelled[rows])
+    whole = encoder.tables(parts)
+    own = encoder.tables(parts, used_only=True)
+    assert own.fit(parts)
+    fields = (parts.operator, parts.tools, parts.pattern, parts.agent)
+    unused = 0
+    for table, full, coded in zip(own[:4], whole[:4], fields, strict=True):
+        used = np.zeros(len(coded.values), dtype=bool)
+        used[coded.codes] = True
+        assert table.shape == full.shape and table.dtype == full.dtype
+        assert torch.equal(table[used].view(torch.int32), full[used].view(torch.int32))
+        assert not table[~used].any()
+        unused += int((~used).sum())
+    assert unused  # the part leaves some of the pool's tool lists unused
+    numeric = features.numeric_rows(columns, columns.labelled)
+    got = encoder.encode_parts(parts, numeric, torch.from_numpy(rows))
+    expected = torch.tensor(
+        [_row_reference(encoder, attempts[i], data.pool) for i in rows.tolist()],
+        dtype=torch.float32,
+    )
+    assert torch.equal(got.view(torch.int32), expected.view(torch.int32))
+    with_whole = encoder.encode_parts(parts, numeric, torch.from_numpy(rows), whole)
+    assert torch.equal(got.view(torch.int32), with_whole.view(torch.int32))
+
+
 def test_word_columns_of_awkward_values_give_the_row_features() -> None:
     """Tool lists that repeat a tool, hold two unknown tools, hold none, or are the only
     one; an empty and an unknown pattern; an agent of no rate: the encoder's columns,
