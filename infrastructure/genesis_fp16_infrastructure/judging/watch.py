@@ -362,6 +362,8 @@ def _detail(report: LiveReport) -> str:
 
 
 CAP = 0.5  # the largest bet; Waudby-Smith and Ramdas suggest 1/2 or 3/4
+# -log1p(-lambda) - lambda at lambda = CAP, by the same ufuncs as :func:`_bets`' others
+_AT_CAP = float((-np.log1p(np.full(1, -CAP)) - CAP)[0])
 
 
 @dataclass(frozen=True)
@@ -412,7 +414,13 @@ def mean_bounds(
 def _bets(x: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """Each observation's bet ``lambda_t`` and variance term ``v_t psi(lambda_t)``, along
     the last axis of ``x`` (in ``[0, 1]``; one row per sequence). The formulas' steps in
-    their order, so their bits, in place: fresh arrays cost the A/A self-test a sixth."""
+    their order, so their bits, in place: fresh arrays cost the A/A self-test a sixth.
+
+    ``log1p`` is worked out only for the bets under ``CAP``: a watch's loss differences
+    are small beside their span, so nearly every bet is capped, and one ``log1p`` an
+    element was half of this function's time (``benchmarks/watch_bets_cost.py``). A
+    capped bet's term is ``_AT_CAP``, the same value by the same ufuncs; where most bets
+    are under it, every one is worked out."""
     t = np.arange(1, x.shape[-1] + 1, dtype=np.float64)
     mu = np.cumsum(x, axis=-1)
     mu = np.divide(np.add(mu, 0.5, out=mu), t + 1, out=mu)
@@ -423,7 +431,20 @@ def _bets(x: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     lam = np.minimum(np.sqrt(np.divide(2 * math.log(1.0 / alpha), lam, out=lam), out=lam), CAP)
     v = np.concatenate((np.full((*x.shape[:-1], 1), 0.5), mu[..., :-1]), axis=-1)
     v = np.multiply(np.square(np.subtract(x, v, out=v), out=v), 4, out=v)
-    return lam, np.divide(np.multiply(v, -np.log1p(-lam) - lam, out=v), 4, out=v)
+    return lam, np.divide(np.multiply(v, _psi_terms(lam), out=v), 4, out=v)
+
+
+def _psi_terms(lam: np.ndarray) -> np.ndarray:
+    """``-log1p(-lam) - lam`` of each bet (:func:`_bets`): ``_AT_CAP`` where it is capped."""
+    free = lam < CAP
+    count = int(np.count_nonzero(free))
+    if 2 * count > lam.size:
+        return -np.log1p(-lam) - lam
+    terms = np.full(lam.shape, _AT_CAP)
+    if count:
+        under = lam[free]
+        terms[free] = -np.log1p(-under) - under
+    return terms
 
 
 def log_evidence(values: np.ndarray, span: float, alpha: float, margin: float) -> np.ndarray:
