@@ -55,16 +55,20 @@ def test_a_mix_of_capped_and_free_bets_gives_each_its_own_term(capped: float) ->
     assert terms.tobytes() == (-np.log1p(-lam) - lam).tobytes()
 
 
-def test_the_watch_figures_and_self_test_are_unchanged_on_a_replay() -> None:
-    """A self-test that rolls back on some replays (a loose level) counts the same
-    replays as the reference's bets would."""
+@pytest.mark.parametrize("segmented", [True, False])
+def test_the_self_test_counts_the_replays_the_whole_replay_would(segmented: bool) -> None:
+    """A self-test that rolls back on some replays (a loose level), worked out a block
+    of replays at a time with each segment's records side by side, counts the replays
+    that the whole replay, each segment's records picked out by a mask, and the formulas'
+    bets would."""
     rng = np.random.default_rng(11)
     d = rng.normal(0.0, 0.2, 1500)
-    names = rng.choice(np.array(["a", "b", "c"]), 1500)
+    names = rng.choice(np.array(["a", "b", "c"]), 1500) if segmented else None
     found = watch.self_test([(d, names, 0.0)], span=4.6, alpha=0.8, seed=3)
     assert 0 < found.false_rollbacks < found.replays  # the test can tell a miscount
+    assert 8 * len(d) * found.replays > watch.REPLAY_BYTES  # more than one block
     flips = np.random.default_rng(3).choice((-1.0, 1.0), (found.replays, len(d)))
-    slot = watch.slots(names)[1]
+    slot = np.zeros(len(d), np.int64) if names is None else watch.slots(names)[1]
     centred = d - (np.bincount(slot, d) / np.bincount(slot))[slot]
     replay = np.clip(flips * centred, -4.6, 4.6)
 
@@ -74,7 +78,40 @@ def test_the_watch_figures_and_self_test_are_unchanged_on_a_replay() -> None:
         path = np.cumsum((x - 0.5) * lam - penalty, axis=-1)
         return np.asarray((path > math.log(1.0 / level)).any(axis=1))
 
-    crossed = crosses(replay, 0.4)
-    for k in range(int(slot.max()) + 1):
+    crossed = crosses(replay, 0.4 if segmented else 0.8)
+    for k in range(int(slot.max()) + 1 if segmented else 0):
         crossed |= crosses(replay[:, slot == k], 0.8 / (2 * watch.SLOTS))
     assert found.false_rollbacks == int(crossed.sum())
+
+
+def test_each_test_of_the_self_test_sees_its_records_in_order_for_every_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Worked out a block of replays at a time, with each segment's records side by side:
+    the overall test is given every record and each segment's test that segment's records,
+    in arrival order, for every replay, at its level."""
+    rng = np.random.default_rng(4)
+    d = rng.normal(0.0, 0.2, 900)
+    names = rng.choice(np.array(["a", "b", "c", "d"]), 900)
+    seen: list[tuple[float, np.ndarray]] = []
+    real = watch._crosses
+
+    def spy(replay: np.ndarray, span: float, margin: float, alpha: float) -> np.ndarray:
+        seen.append((alpha, replay.copy()))
+        return real(replay, span, margin, alpha)
+
+    monkeypatch.setattr(watch, "_crosses", spy)
+    found = watch.self_test([(d, names, 0.01)], span=4.6, alpha=0.05, seed=9)
+    slot = watch.slots(names)[1]
+    tests = 1 + int(slot.max()) + 1
+    assert len(seen) % tests == 0 and len(seen) // tests > 1  # several blocks
+    flips = np.random.default_rng(9).choice((-1.0, 1.0), (found.replays, len(d)))
+    centred = d - (np.bincount(slot, d) / np.bincount(slot))[slot]
+    replay = np.clip(0.01 + flips * centred, -4.6, 4.6)
+    wanted = [(0.025, replay)] + [
+        (0.05 / (2 * watch.SLOTS), replay[:, slot == k]) for k in range(tests - 1)
+    ]
+    for at, (level, values) in enumerate(wanted):
+        given = seen[at::tests]
+        assert {alpha for alpha, _ in given} == {level}
+        assert np.vstack([rows for _, rows in given]).tobytes() == values.tobytes()
