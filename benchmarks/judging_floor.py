@@ -2,15 +2,22 @@
 together <= 3x one forward pass of the served model over the records they score").
 
     python benchmarks/judging_floor.py                       # 10,000 and 100,000, 1,000 new
-    python benchmarks/judging_floor.py --pools 200 --new 5 --steps 3 --repeats 1
+    python benchmarks/judging_floor.py --pools 200 --new 5 --steps 3 --repeats 1 --served 1
 
 For each pool, a real ``serve`` trains a first model on the old records, then, after the
 new ones arrive, the measured run (``run``, the second its resident run process serves,
-as ``run_anatomy.py --modes later --new-after`` makes it). Its drift, live and gate
-seconds come from its own finished line. Then, in this process, one forward pass of the
-model that run judged against (the first run's checkpoint) over the records the live
-watch and the gate score: every labelled record of the measured run's pool that is in
-the judged run's held-out fifth (``contract.split.HELD_OUT``) or new. Their inputs are
+as ``run_anatomy.py --modes later --new-after`` makes it). With ``--served 2`` (the
+default), a second run comes between them, after a middle batch of as many records as
+are new: the model it serves (when its gate promotes it) has a predecessor, so the
+measured run's live watch scores the new records with that one too, runs its test and
+its A/A self-test and writes its figures, as every later run of a daemon whose agent has
+promoted twice does. ``--served 1`` is the earlier measure, where the watch has no
+predecessor and does none of that. Whether the watch ran is in each row (``watched``).
+The measured run's drift, live and gate seconds come from its own finished line. Then,
+in this process, one forward pass of the model that run judged against (the one served
+before it) over the records the live watch and the gate score: every labelled record of
+the measured run's pool that is in the judged run's held-out fifth
+(``contract.split.HELD_OUT``) or new. Their inputs are
 encoded beforehand; the forward is the product's own (``forward_chunked``), with one
 torch thread, as the daemon's runs here have (``OMP_NUM_THREADS=1``), timed
 ``--repeats`` times; the median is kept. The same host, another process: the ratio
@@ -52,13 +59,62 @@ JUDGING = ("drift", "live", "gate")
 AGENT = "se_darwin"
 
 
-def _made(root: Path, pool: int, new: int) -> Path:
+def _made(root: Path, pool: int, new: int, served: int) -> Path:
     """``root/data-POOL-NEW`` (old and new records), written as run_anatomy.py writes
-    it, unless it is there already (then it is reused, never changed)."""
-    made = root / f"data-{pool}-{new}"
-    if not (made / "new" / "data").is_dir():
-        anatomy.write_data(AGENT, root, pool, new, 1)
+    it, unless it is there already (then it is reused, never changed); with two models
+    served before the measured run, ``root/data-POOL-NEW-middle``, whose old records are
+    ``new`` fewer, and a ``middle`` batch of ``new`` records beside them."""
+    if served == 1:
+        made = root / f"data-{pool}-{new}"
+        if not (made / "new" / "data").is_dir():
+            anatomy.write_data(AGENT, root, pool, new, 1)
+        return made
+    made = root / f"data-{pool}-{new}-middle"
+    if not (made / "middle" / "data").is_dir():
+        anatomy.write_data(AGENT, root, pool - new, new, 1).rename(made)
+        env = anatomy._tree_env(AGENT, made, anatomy.TREE, "cpu", 1)
+        anatomy._pool_batch(AGENT, made / "middle", env, new, anatomy.SEEDS[1])
     return made
+
+
+def _served_then_new(
+    made: Path, folder: Path, env: dict[str, str], served: int
+) -> tuple[list[dict[str, Any]], list[float]]:
+    """``served`` runs by one daemon (the first on the old records, the second after the
+    middle batch), then the measured run after the new records: every run's finished
+    line, and the load average before the measured run."""
+    shutil.copytree(made / "old" / "data", folder / "data")
+    load: list[float] = []
+
+    def arrive(done: int) -> None:
+        batch, prefix = ("new", "zz-") if done == served else ("middle", "zy-")
+        if done:  # after the old ones, in the run's listing's order
+            for file in (made / batch / "data").iterdir():
+                shutil.copy2(file, folder / "data" / f"{prefix}{file.name}")
+        if done == served:
+            load.extend(anatomy._load())
+
+    return anatomy._runs(AGENT, folder, env, served + 1, arrive), load
+
+
+def _judged_against(runs: list[dict[str, Any]]) -> Path:
+    """The checkpoint the measured run (the last) judged against: the last earlier run's
+    whose gate promoted it, else the first run's."""
+    for run in reversed(runs[:-1]):
+        if (run.get("gate") or {}).get("outcome") == "promoted" and run.get("checkpoint"):
+            return Path(run["checkpoint"])
+    return Path(runs[0]["checkpoint"])
+
+
+def watched(folder: Path) -> bool:
+    """Whether a live watch wrote figures of new records into the agent's pointer (the
+    served entry's, or a history entry's once the measured run promoted): only the
+    measured run's watch can have, as no earlier model had a predecessor."""
+    pointer = json.loads(
+        (folder / "state" / "agents" / AGENT / "checkpoints" / "served.json").read_text()
+    )
+    entries = [pointer.get("served") or {}, *(pointer.get("history") or [])]
+    return any((entry.get("live") or {}).get("new_records") for entry in entries)
 
 
 def scored_rows(folder: Path, made: Path) -> tuple[Any, np.ndarray]:
@@ -95,27 +151,26 @@ def forward_seconds(checkpoint: Path, columns: Any, rows: np.ndarray, repeats: i
         torch.set_num_threads(threads)
 
 
-def measure(pool: int, new: int, steps: int, repeats: int, root: Path) -> dict[str, Any]:
+def measure(
+    pool: int, new: int, steps: int, repeats: int, root: Path, served: int = 2
+) -> dict[str, Any]:
     """One row: the measured run's judging seconds and the forward's (module docstring)."""
-    made = _made(root, pool, new)
+    made = _made(root, pool, new, served)
     folder = root / f"floor-{pool}-{new}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     env = anatomy._tree_env(AGENT, folder, anatomy.TREE, "cpu", steps)
-    anatomy.NEW_PREFIX[:] = ["zz-"]  # the new files after the old: the run's listing's end
-    try:
-        first, finished, load, _ = anatomy._first_then_new(AGENT, made, folder, env, True)
-        phases = finished.get("phases") or {}
-        missing = [name for name in JUDGING if name not in phases]
-        if missing or not first.get("checkpoint"):
-            raise SystemExit(
-                f"judging_floor: the measured run at {pool:,} records has no "
-                f"{', '.join(missing) or 'first checkpoint'} (outcome {finished.get('outcome')})"
-            )
-        columns, rows = scored_rows(folder, made)
-        times = forward_seconds(Path(first["checkpoint"]), columns, rows, repeats)
-    finally:
-        anatomy.NEW_PREFIX[:] = []
+    runs, load = _served_then_new(made, folder, env, served)
+    finished = runs[-1]
+    phases = finished.get("phases") or {}
+    missing = [name for name in JUDGING if name not in phases]
+    if missing or not runs[0].get("checkpoint"):
+        raise SystemExit(
+            f"judging_floor: the measured run at {pool:,} records has no "
+            f"{', '.join(missing) or 'first checkpoint'} (outcome {finished.get('outcome')})"
+        )
+    columns, rows = scored_rows(folder, made)
+    times = forward_seconds(_judged_against(runs), columns, rows, repeats)
     judging = sum(phases[name] for name in JUDGING)
     forward = statistics.median(times)
     return {
@@ -123,6 +178,9 @@ def measure(pool: int, new: int, steps: int, repeats: int, root: Path) -> dict[s
         "new": new,
         "steps": steps,
         "outcome": finished.get("outcome"),
+        "served_before": served,
+        "gates": [(run.get("gate") or {}).get("outcome") for run in runs],
+        "watched": watched(folder),
         "loadavg_before": load,
         "judging": {name: phases[name] for name in JUDGING},
         "judging_seconds": judging,
@@ -147,14 +205,15 @@ def markdown(result: dict[str, Any]) -> str:
         "the served model over the records they score, in the benchmark's process (one "
         "thread, median of the repeats).",
         "",
-        "| pool | new | drift | live | gate | judging | records scored | forward | **ratio** "
-        "| ≤ 3 | load before |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| pool | new | served before | watched | drift | live | gate | judging "
+        "| records scored | forward | **ratio** | ≤ 3 | load before |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in result["rows"]:
         j = row["judging"]
         lines.append(
-            f"| {row['pool']:,} | {row['new']:,} | {j['drift']:.3f} | {j['live']:.3f} | "
+            f"| {row['pool']:,} | {row['new']:,} | {row['served_before']} | "
+            f"{'yes' if row['watched'] else 'no'} | {j['drift']:.3f} | {j['live']:.3f} | "
             f"{j['gate']:.3f} | {row['judging_seconds']:.3f} | {row['scored_records']:,} | "
             f"{row['forward_seconds']:.4f} | **{row['ratio']:.2f}** | "
             f"{'yes' if row['within_3'] else 'no'} | {row['loadavg_before']} |"
@@ -168,6 +227,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--new", type=int, default=1000, help="new records in each")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument(
+        "--served", type=int, choices=(1, 2), default=2,
+        help="models served before the measured run (2: its live watch has a predecessor)",
+    )  # fmt: skip
     parser.add_argument("--work", type=Path, default=None, help="data kept here and reused")
     parser.add_argument("--note", default="")
     parser.add_argument("--out", type=Path, default=None, help="results path, no suffix")
@@ -176,8 +239,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         pools = [int(p) for p in args.pools.split(",")]
     except ValueError:
         parser.error(f"--pools: {args.pools!r} is not a list of counts")
-    if any(not 0 < args.new < p for p in pools) or args.repeats < 1:
-        parser.error("--new must be below every pool and above 0, --repeats at least 1")
+    if any(not 0 < args.served * args.new < p for p in pools) or args.repeats < 1:
+        parser.error(
+            "--new (twice it with --served 2) must be below every pool and above 0, "
+            "--repeats at least 1"
+        )
     command = "python benchmarks/judging_floor.py " + shlex.join(argv or sys.argv[1:])
     result: dict[str, Any] = {
         "command": command.strip(),
@@ -190,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     root = args.work or Path(tempfile.mkdtemp(prefix="judging-floor-"))
     try:
         for pool in pools:
-            row = measure(pool, args.new, args.steps, args.repeats, root)
+            row = measure(pool, args.new, args.steps, args.repeats, root, args.served)
             print(json.dumps(row), flush=True)
             result["rows"].append(row)
     finally:
