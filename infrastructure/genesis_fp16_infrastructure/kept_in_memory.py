@@ -11,8 +11,8 @@ it is trusted past that check.
 A scoring's model outputs are kept beside them, keyed by the checkpoint's SHA-256 and
 each record's inputs (``recipes.retrain.kept_outputs``), and the drift report's reference,
 keyed by the served model and checked against the reference's numbers
-(``recipes.retrain.drift``), and the states and scoring models of the last two
-checkpoints a judged run read, keyed by the SHA-256 of their bytes, hashed again at each
+(``recipes.retrain.drift``), and the states and scoring models of the last three
+checkpoints a judged run used, keyed by the SHA-256 of their bytes, hashed again at each
 read (:func:`kept_of_digest`: ``training.checkpoint_load``, ``recipes.retrain.scoring``),
 and the per-record arrays of the checkpoints' side files this process wrote or checked,
 with each file's identity (``training.checkpoint_arrays``).
@@ -298,13 +298,16 @@ def kept_of_digest(
     digest: str,
     make: Callable[[], T],
     size: Callable[[T], int],
-    keep: int = 2,
+    keep: int = 3,
 ) -> T:
     """What ``make`` makes of the file whose SHA-256 is ``digest`` (a checkpoint read, its
     model built), kept in ``memory`` (None: made, nothing kept) for the ``keep`` files of
-    ``kind`` made last (``size``: a value's bytes): a judged run's served model and
-    candidate, the candidate being the next run's served model. What is kept was made of
-    the bytes the caller hashed, so its readers must never change what it hands out.
+    ``kind`` used last (``size``: a value's bytes; one handed out again counts as used
+    now): a judged run's served model, the predecessor its live watch scores, and the
+    candidate, which is the next run's served model (and the served one its predecessor).
+    With two kept, each later run whose watch ran unpickled and built its predecessor
+    again (``benchmarks/judging_floor.py --served 2``). What is kept was made of the bytes
+    the caller hashed, so its readers must never change what it hands out.
 
     >>> memory = KeptInMemory(2**20)
     >>> first = kept_of_digest(memory, "model", "ab12", lambda: [1], estimate_bytes)
@@ -333,6 +336,7 @@ def held_of_digest(memory: KeptInMemory | None, kind: str, digest: str) -> Any |
         return None
     assert memory is not None
     memory.note_given(f"{kind} of sha256 {digest[:12]}")
+    kept[digest] = kept.pop(digest)  # used now: the last to give way
     return kept[digest]
 
 

@@ -364,9 +364,10 @@ def test_a_calibration_record_is_reused_while_its_file_is_the_same(
     assert changed is not None and changed.chosen == "bf16"
 
 
-def test_kept_of_digest_keeps_the_last_files_made() -> None:
+def test_kept_of_digest_keeps_the_last_files_used() -> None:
     """What is made of a file's digest is made once while it is among the last ``keep``
-    made (the served model and the candidate), said as given when taken; without a
+    used (the served model, its predecessor and the candidate), said as given when taken;
+    one taken again counts as used then, so the one used longest ago gives way; without a
     store (a budget of 0) it is made every time."""
     made: list[str] = []
 
@@ -377,14 +378,40 @@ def test_kept_of_digest_keeps_the_last_files_made() -> None:
     size = kept_in_memory.estimate_bytes
     first = kept_in_memory.kept_of_digest(memory, "model", "a", make("a"), size)
     kept_in_memory.kept_of_digest(memory, "model", "b", make("b"), size)
+    kept_in_memory.kept_of_digest(memory, "model", "c", make("c"), size)
     assert kept_in_memory.kept_of_digest(memory, "model", "a", make("a"), size) is first
     assert memory.take_given() == ["model of sha256 a"]
-    kept_in_memory.kept_of_digest(memory, "model", "c", make("c"), size)  # b and c kept
-    kept_in_memory.kept_of_digest(memory, "model", "b", make("b"), size)
-    kept_in_memory.kept_of_digest(memory, "model", "a", make("a"), size)  # made first: gone
-    assert made == ["a", "b", "c", "a"]
+    kept_in_memory.kept_of_digest(memory, "model", "d", make("d"), size)  # c, a and d kept
+    kept_in_memory.kept_of_digest(memory, "model", "a", make("a"), size)
+    kept_in_memory.kept_of_digest(memory, "model", "b", make("b"), size)  # used first: gone
+    assert made == ["a", "b", "c", "d", "b"]
     kept_in_memory.kept_of_digest(None, "model", "c", make("c"), size)
     assert made[-1] == "c" and kept_in_memory.held_of_digest(None, "model", "c") is None
+
+
+@pytest.mark.parametrize("promoted", ["PPPPPP", "PRRRPRRP", "PRPRRRRRP"])
+def test_a_judged_runs_served_model_and_predecessor_are_made_once(promoted: str) -> None:
+    """Run after run, each uses the model served, then its predecessor (the live watch),
+    then makes its candidate, which the gate promotes (P) or rejects (R): only the
+    candidates are ever made, however many are rejected in a row."""
+    made: list[str] = []
+    memory = KeptInMemory(2**20)
+
+    def use(digest: str) -> None:
+        def make() -> list[str]:
+            made.append(digest)
+            return [digest]
+
+        kept_in_memory.kept_of_digest(memory, "model", digest, make, kept_in_memory.estimate_bytes)
+
+    served: list[str] = []  # the pointer's served model, then its history
+    for run, outcome in enumerate(promoted):
+        for model in served[:2]:
+            use(model)
+        use(f"candidate-{run}")
+        if outcome == "P":
+            served.insert(0, f"candidate-{run}")
+    assert made == [f"candidate-{run}" for run in range(len(promoted))]
 
 
 def test_a_long_list_of_one_shared_object_is_estimated_by_its_pointers() -> None:

@@ -61,7 +61,7 @@ def reusing_loads() -> Iterator[None]:
     unpickling the tensors is most of a read (15-30 ms for a small world model's).
 
     In a resident process (its memory store: ``kept_in_memory``) the states of the last
-    two checkpoints loaded by readers that said they never change them
+    three checkpoints loaded by readers that said they never change them
     (:func:`sharing_kept`) are kept from one run to the next, by the SHA-256 of their
     bytes (:data:`KEPT_KIND`), with the state of the checkpoint the process saved last
     (:func:`keep_saved`): the candidate a run judged is the model the next run serves,

@@ -258,9 +258,10 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
 def _predictor(checkpoint: Path, budget: int | None) -> WorldModelPredictor:
     """The checkpoint's predictor, built of its state (its checks: ``load_checkpoint``);
     in a resident process (``budget``: the request's ``keep_in_memory_bytes``) the one
-    an earlier scoring built of the same bytes, for the last two checkpoints scored: the
-    model a run serves is the candidate the run before it scored (5-12 ms a build, issue
-    90). Its model and encoder are only read by a scoring."""
+    an earlier scoring built of the same bytes, for the last three checkpoints scored: the
+    model a run serves is the candidate the run before it scored, and the predecessor its
+    live watch scores is the model that run served (5-12 ms a build, issue 90). Its model
+    and encoder are only read by a scoring."""
     with sharing_kept():  # its state only read: a resident process's kept one will do
         state = load_checkpoint(checkpoint)
     digest = checkpoint_digest(checkpoint)  # the judged run's, noted as it hashed the copy
