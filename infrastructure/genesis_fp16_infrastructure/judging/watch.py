@@ -134,6 +134,7 @@ from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.scoring_copy import CheckpointChangedError, losses_of
 from genesis_fp16_infrastructure.judging.served import Served
+from genesis_fp16_infrastructure.training.checkpoint_load import reusing_loads
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +177,10 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
         return None
     only = [served_now.ids[i] for i in fresh]
     try:
-        before = losses_of(plugin, folder / str(previous.checkpoint), request, only)
+        # In a resident process the predecessor's state is the one kept since it was
+        # served (a reusing_loads() block: its bytes hashed and matched, not unpickled)
+        with reusing_loads():
+            before = losses_of(plugin, folder / str(previous.checkpoint), request, only)
     except CheckpointChangedError:
         raise
     except TrainRequestError as exc:  # the predecessor cannot be scored: logged, not watched

@@ -74,3 +74,36 @@ def test_a_later_run_hashes_each_checkpoint_once_a_use_that_checks_it(
     assert [len(d) for d in digests.values()] == [1, 1]
     assert seen[digests[served][0]] == 2, seen
     assert seen[digests[candidate][0]] == 2, seen
+
+
+def test_a_later_run_whose_watch_ran_unpickles_no_checkpoint_and_builds_one_model(
+    first: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loads: list[int]
+) -> None:
+    """A resident process's runs whose served model has a predecessor (the model it
+    served before), two in a row: the live watch scores the new records with that one,
+    whose state and scoring model the process kept since it served it (hashed and
+    matched, not unpickled nor built again), as it kept the served model's and its
+    candidate's (saved there). No checkpoint is unpickled in either run, and the one
+    model each builds is its candidate's, for the gate."""
+    from genesis_fp16_infrastructure.world_model import predict
+
+    monkeypatch.setattr(kept_in_memory, "_PROCESS", [])
+    folder = tmp_path / "f"
+    shutil.copytree(first / "first", folder)
+    write_pool(folder / "data", "zz-1.json", 300, seed=41)
+    assert _run(folder).gate.outcome == "promoted"  # type: ignore[union-attr]
+    built: list[object] = []
+    real = predict.WorldModelPredictor.of_state.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: Any, state: Any, path: Any = None) -> Any:
+        built.append(state)
+        return real(cls, state, path)
+
+    monkeypatch.setattr(predict.WorldModelPredictor, "of_state", classmethod(counted))
+    for later in (2, 3):
+        write_pool(folder / "data", f"zz-{later}.json", 300, seed=40 + later)
+        loads.clear()
+        built.clear()
+        result = _run(folder)
+        assert result.live is not None and result.live.new_records > 0  # the watch ran
+        assert loads == [] and len(built) == 1, later
