@@ -180,19 +180,20 @@ def test_a_copy_its_caller_hashed_is_loaded_without_reading_it_while_unchanged(
             load_checkpoint(copy)
 
 
-def test_a_resident_process_keeps_the_last_two_states_loaded_in_blocks(
+def test_a_resident_process_keeps_the_last_three_states_used_in_blocks(
     tmp_path: Path, loads: list[int]
 ) -> None:
-    """With a memory store (a resident process), the states of the last two checkpoints
-    loaded in reusing_loads() blocks by readers that never change them (sharing_kept) are
+    """With a memory store (a resident process), the states of the last three checkpoints
+    used in reusing_loads() blocks by readers that never change them (sharing_kept) are
     handed out again in a later block, by their bytes' digest, still checked on every
-    read (a changed file is refused); a third evicts the oldest; a load outside a block
-    always unpickles, as does another reader's in a block (a plugin's); without a store
-    nothing is kept."""
+    read (a changed file is refused); a fourth evicts the one used longest ago; a load
+    outside a block always unpickles, as does another reader's in a block (a plugin's);
+    without a store nothing is kept."""
     from genesis_fp16_infrastructure.kept_in_memory import process_memory
 
-    a, b, c = (
-        CheckpointManager(tmp_path / n).save(_state(s)) for n, s in (("a", 1), ("b", 2), ("c", 3))
+    a, b, c, d = (
+        CheckpointManager(tmp_path / n).save(_state(s))
+        for n, s in (("a", 1), ("b", 2), ("c", 3), ("d", 4))
     )
     with reusing_loads(), sharing_kept():
         load_checkpoint(a)
@@ -204,18 +205,20 @@ def test_a_resident_process_keeps_the_last_two_states_loaded_in_blocks(
         first, second = load_checkpoint(a), load_checkpoint(b)
     assert len(loads) == 4
     with reusing_loads(), sharing_kept():
-        assert load_checkpoint(a) is first and load_checkpoint(b) is second and len(loads) == 4
+        assert load_checkpoint(b) is second and load_checkpoint(a) is first and len(loads) == 4
         assert load_checkpoint(c)[keys.STEP] == 3 and len(loads) == 5
+        assert load_checkpoint(d)[keys.STEP] == 4 and len(loads) == 6  # b used longest ago
     with reusing_loads():  # a plugin's load: never handed what is kept
-        assert load_checkpoint(b) is not second and len(loads) == 6
+        assert load_checkpoint(a) is not first and len(loads) == 7
     loads.clear()
     with reusing_loads(), sharing_kept():
-        assert load_checkpoint(a) is not first and len(loads) == 1  # evicted by c
-        data = b.read_bytes()
-        b.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+        assert load_checkpoint(a) is first and len(loads) == 0  # kept: used after b
+        assert load_checkpoint(b) is not second and len(loads) == 1  # evicted by d
+        data = c.read_bytes()
+        c.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
         with pytest.raises(CheckpointError, match="do not match the digest"):
-            load_checkpoint(b)
-    assert load_checkpoint(c) is not None and len(loads) == 2  # outside a block
+            load_checkpoint(c)
+    assert load_checkpoint(d) is not None and len(loads) == 2  # outside a block
 
 
 def _same(a: Any, b: Any) -> bool:
