@@ -3,13 +3,13 @@ later run whose served model has a predecessor).
 
 Each judged run whose served model has a predecessor runs the watch's test over every
 record watched so far and its A/A self-test: 200 replays of the last 2,000 records, for
-each loss column the overall test and each segment's (``judging.watch``). Both are
-``watch._bets`` over arrays of that size.
+each loss column the overall test and each segment's (``judging.segment_tests``). Both are
+``confidence_sequence._bets`` over arrays of that size.
 
-In one process, one thread, median of ``--repeat``: ``watch.self_test`` of two loss
+In one process, one thread, median of ``--repeat``: ``segment_tests.self_test`` of two loss
 columns (se_darwin's: log-loss and Brier score, both at its span of 4.6) of 2,000 paired
 differences in 4 segments, drawn from normal distributions of the spreads below (se_darwin's
-consecutive models differ by about that much a record), and ``watch._bets`` of one
+consecutive models differ by about that much a record), and ``_bets`` of one
 200 x 2,000 replay of the first column. ``capped`` is the share of those bets at ``CAP``.
 ``--trees A,B`` runs each tree's code in a child of its own, alternating::
 
@@ -29,7 +29,12 @@ from pathlib import Path
 CHILD = r"""
 import json, statistics, sys, time
 import numpy as np
-from genesis_fp16_infrastructure.judging import watch
+try:
+    from genesis_fp16_infrastructure.judging import confidence_sequence as bound
+    from genesis_fp16_infrastructure.judging import segment_tests as tests
+except ImportError:  # a tree before the split: watch.py held both
+    from genesis_fp16_infrastructure.judging import watch as bound
+    tests = bound
 repeat, spread = int(sys.argv[1]), float(sys.argv[2])
 rng = np.random.default_rng(0)
 n, span = 2000, 4.6
@@ -42,13 +47,13 @@ x = np.clip((replay + span) / (2 * span), 0.0, 1.0)
 took = {"self_test": [], "bets": []}
 for _ in range(repeat):
     started = time.perf_counter()
-    test = watch.self_test(columns, span, 0.025, seed=n)
+    test = tests.self_test(columns, span, 0.025, seed=n)
     took["self_test"].append(time.perf_counter() - started)
     started = time.perf_counter()
-    lam, _ = watch._bets(x.copy(), 0.0125)
+    lam, _ = bound._bets(x.copy(), 0.0125)
     took["bets"].append(time.perf_counter() - started)
 print(json.dumps({**{k: statistics.median(v) for k, v in took.items()},
-                  "capped": float((lam == watch.CAP).mean()), "false": test.false_rollbacks}))
+                  "capped": float((lam == bound.CAP).mean()), "false": test.false_rollbacks}))
 """
 
 

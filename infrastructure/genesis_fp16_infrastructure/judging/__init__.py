@@ -1,5 +1,7 @@
 """The served-model lifecycle for any plugin that declares how to score its records
 (contract.judging): one judged run (:mod:`.run`: candidate, gate, verdict, prune's
-partner), its live watch with its anytime-valid bound (:mod:`.watch`), and what they
+partner), its live watch (:mod:`.watch`) with its anytime-valid bound
+(:mod:`.confidence_sequence`) and its tests per segment and A/A self-test
+(:mod:`.segment_tests`), and what they
 keep in the agent folder (:mod:`.stores`). The held-out split it judges on is the
 contract's (``contract.split``): a request names it, so the contract holds it."""

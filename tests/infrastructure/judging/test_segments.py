@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from genesis_fp16_infrastructure.judging import watch
-from genesis_fp16_infrastructure.judging.watch import (
+from genesis_fp16_infrastructure.judging import segment_tests as watch
+from genesis_fp16_infrastructure.judging.confidence_sequence import (
     log_evidence,
     mean_bounds,
     records_needed,

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from genesis_fp16_infrastructure.judging.watch import mean_bounds
+from genesis_fp16_infrastructure.judging.confidence_sequence import mean_bounds
 
 SPAN = 4.6  # the watch's: log(0.99 / 0.01)
 MARGIN = 0.01
