@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
+
+from other_tree import tree_child
 
 CHILD = r"""
 import json, statistics, sys, tempfile, time
@@ -35,15 +34,6 @@ print(json.dumps({"labelled": len(named), "seconds": statistics.median(took), "a
 """
 
 
-def child(tree: Path, records: int, repeat: int) -> dict[str, float]:
-    """One tree's median, in a process of its own (its roots first on the path)."""
-    roots = (tree, tree / "agents", tree / "infrastructure")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, roots)), "OMP_NUM_THREADS": "1"}
-    args = [sys.executable, "-P", "-c", CHILD, str(records), str(repeat)]
-    done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
@@ -55,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     seconds: dict[Path, list[float]] = {tree: [] for tree in trees}
     for round_ in range(args.rounds):
         for tree in trees if round_ % 2 == 0 else trees[::-1]:
-            found = child(tree, args.records, args.repeat)
+            found = tree_child(tree, CHILD, args.records, args.repeat)
             seconds[tree].append(found["seconds"])
             print(json.dumps({"tree": str(tree), "round": round_, **found}), flush=True)
     for tree, each in seconds.items():

@@ -27,6 +27,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from other_tree import tree_child
+
 CHILD = r"""
 import hashlib, json, os, shutil, sys, tempfile, time
 from pathlib import Path
@@ -112,18 +114,6 @@ PHASES = ("read", "encode", "eval", "drift", "live", "gate")
 CPU = ("scoring less forward", "encode rows")
 
 
-def child(tree: Path, pool: int, new: int, data: Path) -> dict[str, Any]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(str(tree / p) for p in ("", "agents", "infrastructure")),
-        "PYTHONSAFEPATH": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    args = [sys.executable, "-c", CHILD, str(pool), str(new), str(data / str(pool))]
-    done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
 def _load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -149,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         for k in range(args.rounds):
             for tree in trees if k % 2 == 0 else trees[::-1]:
                 load = _load()
-                found = child(tree, pool, args.new, args.data)
+                found = tree_child(tree, CHILD, pool, args.new, args.data / str(pool))
                 rows.append({"tree": str(tree), "pool": pool, "round": k, "load": load, **found})
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     text = report(argv, trees, rows)

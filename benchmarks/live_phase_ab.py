@@ -23,10 +23,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from other_tree import tree_child
 
 CHILD = r"""
 import json, os, shutil, statistics, sys, tempfile, time
@@ -88,18 +89,6 @@ with tempfile.TemporaryDirectory() as tmp:
 """
 
 
-def child(tree: Path, pool: int, new: int, steps: int) -> dict[str, Any]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(str(tree / p) for p in ("", "agents", "infrastructure")),
-        "PYTHONSAFEPATH": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    args = [sys.executable, "-c", CHILD, str(pool), str(new), str(steps)]
-    done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
 def _load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -119,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         for repeat in range(args.repeats):
             for tree in trees if repeat % 2 == 0 else trees[::-1]:
                 load = _load()
-                found = child(tree, pool, args.new, args.steps)
+                found = tree_child(tree, CHILD, pool, args.new, args.steps)
                 rows.append(
                     {"tree": str(tree), "pool": pool, "repeat": repeat, "load": load, **found}
                 )

@@ -1,13 +1,18 @@
-"""Another checkout's module loaded beside this tree's, for a benchmark that times the
-other tree's function against this tree's in one process."""
+"""Another checkout's code beside this tree's, for a benchmark that times the two: its
+module loaded in this process (:func:`other_modules`), or a snippet run in a process of
+its own with that checkout's packages (:func:`tree_child`)."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 PACKAGE = "genesis_fp16_infrastructure"
 
@@ -40,3 +45,14 @@ def other_modules(tree: Path, swapped: Sequence[str]) -> dict[str, ModuleType]:
     finally:
         sys.modules.update({f"{PACKAGE}.{name}": module for name, module in mine.items()})
     return loaded
+
+
+def tree_child(tree: Path, code: str, *args: object) -> dict[str, Any]:
+    """``code`` run by this Python in a process of its own with ``args`` (as text), the
+    roots of the checkout ``tree`` first on its path (and not the current folder: ``-P``)
+    and one torch thread; the last line it prints, read as a JSON object."""
+    roots = (tree, tree / "agents", tree / "infrastructure")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, roots)), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-P", "-c", code, *map(str, args)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
+
+from other_tree import tree_child
 
 CHILD = r"""
 import json, statistics, sys, time
@@ -57,15 +56,6 @@ print(json.dumps({**{k: statistics.median(v) for k, v in took.items()},
 """
 
 
-def child(tree: Path, repeat: int, spread: float) -> dict[str, float]:
-    """One tree's medians, in a process of its own (its roots first on the path)."""
-    roots = (tree, tree / "agents", tree / "infrastructure")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, roots)), "OMP_NUM_THREADS": "1"}
-    args = [sys.executable, "-P", "-c", CHILD, str(repeat), str(spread)]
-    done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
@@ -78,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
         found: dict[Path, list[dict[str, float]]] = {tree: [] for tree in trees}
         for round_ in range(args.rounds):
             for tree in trees if round_ % 2 == 0 else trees[::-1]:
-                row = child(tree, args.repeat, spread)
+                row = tree_child(tree, CHILD, args.repeat, spread)
                 found[tree].append(row)
                 print(json.dumps({"tree": str(tree), "spread": spread, **row}), flush=True)
         for tree, rows in found.items():
