@@ -5,25 +5,25 @@ together <= 3x one forward pass of the served model over the records they score"
     python benchmarks/judging_floor.py --pools 200 --new 5 --steps 3 --repeats 1 --served 1
 
 For each pool, a real ``serve`` trains a first model on the old records, then, after the
-new ones arrive, the measured run (``run``, the second its resident run process serves,
-as ``run_anatomy.py --modes later --new-after`` makes it). With ``--served 2`` (the
-default), a second run comes between them, after a middle batch of as many records as
-are new: the model it serves (when its gate promotes it) has a predecessor, so the
-measured run's live watch scores the new records with that one too, runs its test and
-its A/A self-test and writes its figures, as every later run of a daemon whose agent has
-promoted twice does. ``--served 1`` is the earlier measure, where the watch has no
-predecessor and does none of that. Whether the watch ran is in each row (``watched``).
-The measured run's drift, live and gate seconds come from its own finished line. Then,
-in this process, one forward pass of the model that run judged against (the one served
-before it) over the records the live watch and the gate score: every labelled record of
-the measured run's pool that is in the judged run's held-out fifth
-(``contract.split.HELD_OUT``) or new. Their inputs are
-encoded beforehand; the forward is the product's own (``forward_chunked``), with one
-torch thread, as the daemon's runs here have (``OMP_NUM_THREADS=1``), timed
-``--repeats`` times; the median is kept. The same host, another process: the ratio
-compares the daemon's seconds with this forward's, not two figures of one process.
-Each row and the ratio go to stdout as JSON lines; ``--out`` writes them as ``.json``
-and ``.md``. Timings on a loaded machine mean little: run it on a quiet one.
+new ones arrive, the measured run (``run``, the last its resident run process serves;
+with ``--served 1`` the second, as ``run_anatomy.py --modes later --new-after`` makes
+it). With ``--served 2`` (the default), a second run comes between them, after a middle
+batch of as many records as are new: the model it serves (when its gate promotes it) has
+a predecessor, so the measured run's live watch scores the new records with that one
+too, runs its test and its A/A self-test and writes its figures, as every later run of a
+daemon whose agent has promoted twice does. ``--served 1`` is the earlier measure, where
+the watch has no predecessor and does none of that. Whether the watch ran is in each row
+(``watched``). The measured run's drift, live and gate seconds come from its own
+finished line. Then, in this process, one forward pass of the model that run judged
+against (the one served before it) over the records the live watch and the gate score:
+every labelled record of the measured run's pool that is in the judged run's held-out
+fifth (``contract.split.HELD_OUT``) or new. Their inputs are encoded beforehand; the
+forward is the product's own (``forward_chunked``), with one torch thread, as the
+daemon's runs here have (``OMP_NUM_THREADS=1``), timed ``--repeats`` times; the median
+is kept. The same host, another process: the ratio compares the daemon's seconds with
+this forward's, not two figures of one process. Each row and the ratio go to stdout as
+JSON lines; ``--out`` writes them as ``.json`` and ``.md``. Timings on a loaded machine
+mean little: run it on a quiet one.
 """
 
 from __future__ import annotations
