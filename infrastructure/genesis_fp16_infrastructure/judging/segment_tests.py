@@ -156,9 +156,10 @@ def self_test(
             replay = np.clip(margin + flips[len(d)][first : first + rows] * centred, -span, span)
             block = crossed[first : first + rows]
             block |= _crosses(replay, span, margin, alpha if names is None else alpha / 2)
-            grouped = replay if order is None else replay[:, order]
-            for low, high in itertools.pairwise(edges):
-                block |= _crosses(grouped[:, low:high], span, margin, alpha / (2 * SLOTS))
+            if order is not None:
+                grouped = replay[:, order]
+                for low, high in itertools.pairwise(edges):
+                    block |= _crosses(grouped[:, low:high], span, margin, alpha / (2 * SLOTS))
     false = int(crossed.sum())
     lower, upper = wilson(false, replays)
     return SelfTest(

@@ -52,9 +52,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, transaction
 from genesis_fp16_infrastructure.contract.judging import RecordLosses, at_rows, judging_margin
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
-from genesis_fp16_infrastructure.contract.reports import (
-    LiveReport,
-)
+from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.errors import ServedPointerError
