@@ -60,41 +60,12 @@ AGENT = "se_darwin"
 
 
 def _made(root: Path, pool: int, new: int, served: int) -> Path:
-    """``root/data-POOL-NEW`` (old and new records), written as run_anatomy.py writes
-    it, unless it is there already (then it is reused, never changed); with two models
-    served before the measured run, ``root/data-POOL-NEW-middle``, whose old records are
-    ``new`` fewer, and a ``middle`` batch of ``new`` records beside them."""
-    if served == 1:
-        made = root / f"data-{pool}-{new}"
-        if not (made / "new" / "data").is_dir():
-            anatomy.write_data(AGENT, root, pool, new, 1)
-        return made
-    made = root / f"data-{pool}-{new}-middle"
-    if not (made / "middle" / "data").is_dir():
-        anatomy.write_data(AGENT, root, pool - new, new, 1).rename(made)
-        env = anatomy._tree_env(AGENT, made, anatomy.TREE, "cpu", 1)
-        anatomy._pool_batch(AGENT, made / "middle", env, new, anatomy.SEEDS[1])
+    """``run_anatomy.write_data``'s data (``middle`` with two models served before the
+    measured run), unless it is there already (then it is reused, never changed)."""
+    made = root / (f"data-{pool}-{new}" + ("-middle" if served == 2 else ""))
+    if not (made / "new" / "data").is_dir():
+        anatomy.write_data(AGENT, root, pool, new, 1, middle=served == 2)
     return made
-
-
-def _served_then_new(
-    made: Path, folder: Path, env: dict[str, str], served: int
-) -> tuple[list[dict[str, Any]], list[float]]:
-    """``served`` runs by one daemon (the first on the old records, the second after the
-    middle batch), then the measured run after the new records: every run's finished
-    line, and the load average before the measured run."""
-    shutil.copytree(made / "old" / "data", folder / "data")
-    load: list[float] = []
-
-    def arrive(done: int) -> None:
-        batch, prefix = ("new", "zz-") if done == served else ("middle", "zy-")
-        if done:  # after the old ones, in the run's listing's order
-            for file in (made / batch / "data").iterdir():
-                shutil.copy2(file, folder / "data" / f"{prefix}{file.name}")
-        if done == served:
-            load.extend(anatomy._load())
-
-    return anatomy._runs(AGENT, folder, env, served + 1, arrive), load
 
 
 def _judged_against(runs: list[dict[str, Any]]) -> Path:
@@ -104,17 +75,6 @@ def _judged_against(runs: list[dict[str, Any]]) -> Path:
         if (run.get("gate") or {}).get("outcome") == "promoted" and run.get("checkpoint"):
             return Path(run["checkpoint"])
     return Path(runs[0]["checkpoint"])
-
-
-def watched(folder: Path) -> bool:
-    """Whether a live watch wrote figures of new records into the agent's pointer (the
-    served entry's, or a history entry's once the measured run promoted): only the
-    measured run's watch can have, as no earlier model had a predecessor."""
-    pointer = json.loads(
-        (folder / "state" / "agents" / AGENT / "checkpoints" / "served.json").read_text()
-    )
-    entries = [pointer.get("served") or {}, *(pointer.get("history") or [])]
-    return any((entry.get("live") or {}).get("new_records") for entry in entries)
 
 
 def scored_rows(folder: Path, made: Path) -> tuple[Any, np.ndarray]:
@@ -160,7 +120,8 @@ def measure(
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     env = anatomy._tree_env(AGENT, folder, anatomy.TREE, "cpu", steps)
-    runs, load = _served_then_new(made, folder, env, served)
+    mode = "watched" if served == 2 else "later"
+    runs, load, _ = anatomy._runs_then_new(AGENT, made, folder, env, mode, after_old=True)
     finished = runs[-1]
     phases = finished.get("phases") or {}
     missing = [name for name in JUDGING if name not in phases]
@@ -180,7 +141,7 @@ def measure(
         "outcome": finished.get("outcome"),
         "served_before": served,
         "gates": [(run.get("gate") or {}).get("outcome") for run in runs],
-        "watched": watched(folder),
+        "watched": anatomy.watched(folder, AGENT),
         "loadavg_before": load,
         "judging": {name: phases[name] for name in JUDGING},
         "judging_seconds": judging,

@@ -31,7 +31,15 @@ encode, train, eval, live, gate, whatever the tree's daemon reports), its ``wall
   own, its first run after a start; ``later`` runs the first and the measured run in one
   daemon, the measured run the second its resident run process serves (what that
   process kept of the first run's read, ``GENESIS_FP16_RUN_RESIDENT_KEEP_MIB``, is
-  there): the product's case for every run after a daemon's first.
+  there): the product's case for every run after a daemon's first. ``watched`` runs
+  three in one daemon: the first on ``pool`` less twice ``new`` records, a second after
+  a middle batch of ``new`` (seed ``SEEDS[1]``), then the measured run after the new
+  ones, at the same pool. When the second run's gate promotes, the model the measured
+  run judges against has a predecessor, so its live watch scores the new records with
+  that one too, runs its test and A/A self-test and writes its figures: the steady state
+  of an agent that has promoted twice, which ``later`` does not reach (its served model
+  has no predecessor, and the watch returns at once). Every row says each run's gate
+  (``gates``) and whether the measured run's watch wrote figures (``watched``).
 
 Writes ``--out`` ``.json`` (every row's finished line's figures, the commit of each tree,
 the host, torch, the load average before and after) and ``.md``::
@@ -252,43 +260,76 @@ def _row(finished: dict[str, Any], first: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _first_then_new(
-    agent: str, made: Path, folder: Path, env: dict[str, str], later: bool = False
-) -> tuple[dict[str, Any], dict[str, Any], list[float], list[dict[str, Any]]]:
-    """The first run on ``made``'s old records, then the measured run after its new
-    ones: their finished lines, the load average before the measured run, and the
-    daemon's processes' memory after it (``memory``). Each by a daemon of its own;
-    ``later``: both by one daemon, the measured run the second its resident run process
-    serves (what it kept of the first run's read is there)."""
+MODES = {"fresh": 1, "later": 1, "watched": 2}  # each mode's runs before the measured one
+
+
+def _runs_then_new(
+    agent: str,
+    made: Path,
+    folder: Path,
+    env: dict[str, str],
+    mode: str = "fresh",
+    after_old: bool | None = None,
+) -> tuple[list[dict[str, Any]], list[float], list[dict[str, Any]]]:
+    """The first run on ``made``'s old records (``watched``: then a second after its
+    ``middle`` batch), then the measured run after its new ones: their finished lines,
+    the load average before the measured run, and the daemon's processes' memory after it
+    (``memory``). ``fresh``: the first and the measured run each by a daemon of its own;
+    ``later`` and ``watched``: every run by one daemon, so the measured run is served by
+    the resident run process that read the earlier ones' records. ``after_old``: the
+    later batches' files named to sort after the old ones (``zy-``, ``zz-``; None: as
+    ``--new-after`` says)."""
     shutil.copytree(made / "old" / "data", folder / "data")
     load: list[float] = []
     held: list[dict[str, Any]] = []
+    before = MODES[mode]
+    after_old = bool(NEW_PREFIX) if after_old is None else after_old
 
     def measure_memory(pid: int) -> None:
         held[:] = memory(pid)
 
-    def add_new(done: int) -> None:
-        if done:
-            for file in (made / "new" / "data").iterdir():
-                named = "".join(NEW_PREFIX) + file.name  # --new-after: after the old ones
-                shutil.copy2(file, folder / "data" / named)  # its date (a minute back) kept
+    def arrive(done: int) -> None:
+        if not done:
+            return
+        batch, prefix = ("new", "zz-") if done == before else ("middle", "zy-")
+        for file in (made / batch / "data").iterdir():
+            named = (prefix if after_old else "") + file.name  # sorted after the old ones
+            shutil.copy2(file, folder / "data" / named)  # its date (a minute back) kept
+        if done == before:
             load.extend(_load())
 
-    if later:
-        first, finished = _runs(agent, folder, env, 2, add_new, measure_memory)
-        return first, finished, load, held
+    if mode != "fresh":
+        return _runs(agent, folder, env, before + 1, arrive, measure_memory), load, held
     (first,) = _runs(agent, folder, env, 1)
-    add_new(1)
+    arrive(1)
     (finished,) = _runs(agent, folder, env, 1, None, measure_memory)
-    return first, finished, load, held
+    return [first, finished], load, held
 
 
-def write_data(agent: str, root: Path, pool: int, new: int, steps: int) -> Path:
+def watched(folder: Path, agent: str) -> bool:
+    """Whether a live watch wrote figures of new records into the agent's pointer (the
+    served entry's, or a history entry's once the measured run promoted): only the
+    measured run's watch can have, as no earlier model had a predecessor."""
+    pointer = json.loads(
+        (folder / "state" / "agents" / agent / "checkpoints" / "served.json").read_text()
+    )
+    entries = [pointer.get("served") or {}, *(pointer.get("history") or [])]
+    return any((entry.get("live") or {}).get("new_records") for entry in entries)
+
+
+def write_data(
+    agent: str, root: Path, pool: int, new: int, steps: int, middle: bool = False
+) -> Path:
     """``root/data-POOL-NEW``: the first run's ``old`` records (``pool`` less ``new``) and
-    the measured run's ``new`` ones, each a pool file of its own seed."""
-    made = root / f"data-{pool}-{new}"
+    the measured run's ``new`` ones, each a pool file of its own seed. ``middle``:
+    ``root/data-POOL-NEW-middle``, whose old records are ``new`` fewer, with a ``middle``
+    batch of ``new`` records (seed ``SEEDS[1]``) for a second run, so that the measured
+    run's pool is ``pool`` records all the same."""
+    made = root / (f"data-{pool}-{new}" + ("-middle" if middle else ""))
     env = _tree_env(agent, made, TREE, "cpu", steps)
-    _pool_batch(agent, made / "old", env, pool - new, SEEDS[0])
+    _pool_batch(agent, made / "old", env, pool - new * (2 if middle else 1), SEEDS[0])
+    if middle:
+        _pool_batch(agent, made / "middle", env, new, SEEDS[1])
     _pool_batch(agent, made / "new", env, new, SEEDS[2])
     return made
 
@@ -303,21 +344,23 @@ def measure(
     modes: list[str],
     keep_data: bool = False,
 ) -> Iterator[dict[str, Any]]:
-    """Every row: for each pool and new count, the data written once, then for each
-    tree, device and mode a first run and the measured run (``fresh``: each by a daemon
-    of its own; ``later``: both by one, in one resident run process). ``keep_data``:
+    """Every row: for each pool and new count, the data written once (twice with
+    ``watched`` among other modes: its old records are fewer), then for each tree, device
+    and mode the runs before the measured run and that run (``fresh``: each by a daemon
+    of its own; ``later``, ``watched``: all by one, in one resident run process). ``keep_data``:
     each pool's data is left in ``root`` (``data-POOL-NEW``) for a profile, with each
     daemon's log (``daemon-NUMBER-DEVICE-MODE-POOL-NEW.log``)."""
     commits = {tree: _commit(tree) for tree in trees}
     for pool, news in counts.items():
         for new in news:
-            made = write_data(agent, root, pool, new, steps)
+            made = {
+                middle: write_data(agent, root, pool, new, steps, middle)
+                for middle in sorted({mode == "watched" for mode in modes})
+            }
             for (number, tree), device, mode in itertools.product(enumerate(trees), devices, modes):
                 folder = root / f"{number}-{device}-{mode}-{pool}-{new}"
                 env = _tree_env(agent, folder, tree, device, steps)
-                first, finished, load, held = _first_then_new(
-                    agent, made, folder, env, mode == "later"
-                )
+                runs, load, held = _runs_then_new(agent, made[mode == "watched"], folder, env, mode)
                 yield {
                     "tree": str(tree),
                     "commit": commits[tree],
@@ -327,14 +370,18 @@ def measure(
                     "pool": pool,
                     "new": new,
                     "loadavg_before": load,
-                    **_row(finished, first),
+                    **_row(runs[-1], runs[0]),
+                    "gates": [(run.get("gate") or {}).get("outcome") for run in runs],
+                    "watched": watched(folder, agent),
                     "memory": held,
                 }
                 if keep_data:  # the daemon's log beside the data, for what it kept or evicted
-                    shutil.copy(folder / "daemon.log", made / f"daemon-{folder.name}.log")
+                    kept = made[mode == "watched"]
+                    shutil.copy(folder / "daemon.log", kept / f"daemon-{folder.name}.log")
                 shutil.rmtree(folder)
             if not keep_data:
-                shutil.rmtree(made)
+                for each in made.values():
+                    shutil.rmtree(each)
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -388,6 +435,10 @@ def _memory_cells(row: dict[str, Any]) -> str:
     return f"{peak / 2**20:,.0f} | {kept / 2**20:,.0f} | {(kept - base) / row['pool']:,.0f} |"
 
 
+def _yes(said: bool | None) -> str:
+    return "—" if said is None else "yes" if said else "no"
+
+
 def markdown(result: dict[str, Any]) -> str:
     rows, names = result["rows"], phase_names(result["rows"])
     host = result["host"]
@@ -407,20 +458,24 @@ def markdown(result: dict[str, Any]) -> str:
         "unattributed: run less every phase. Peak and kept MiB: the daemon's largest "
         "process after the measured run (the resident run process): its peak resident "
         "memory (`VmHWM`) and its resident memory then (`VmRSS`); kept bytes a record: "
-        "that less its parent's (the run worker it was forked from), over the pool.",
+        "that less its parent's (the run worker it was forked from), over the pool. "
+        "watched: whether the measured run's live watch wrote figures (it has a "
+        "predecessor to score with only in `watched` mode, once the middle run promoted).",
         "",
-        "| commit | device | mode | pool | new | outcome | "
+        "| commit | device | mode | pool | new | outcome | watched | "
         + " | ".join(names)
         + " | run | job | unattributed | **but train** | load before | peak MiB | kept MiB "
         "| kept bytes a record |",
-        "| --- " * (13 + len(names)) + "| --- |",
+        "| --- " * (14 + len(names)) + "| --- |",
     ]
     for r in rows:
         shown = [f"{r['phases'][n]:.3f}" if n in r["phases"] else "—" for n in names]
         lines.append(
             f"| {r['commit']} | {r['device']} | {r.get('mode', 'fresh')} | {r['pool']:,} | "
             f"{r['new']:,} | "
-            f"{r['outcome']}, {r['gate']} | " + " | ".join(shown) + f" | {r['wall_seconds']:.3f} | "
+            f"{r['outcome']}, {r['gate']} | {_yes(r.get('watched'))} | "
+            + " | ".join(shown)
+            + f" | {r['wall_seconds']:.3f} | "
             f"{r['duration_seconds']:.3f} | {r['unattributed']:.3f} | **{r['but_train']:.3f}** | "
             f"{r['loadavg_before'][0]:.2f} | {_memory_cells(r)}"
         )
@@ -442,10 +497,14 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _pools(args: argparse.Namespace) -> list[int]:
+    return [int(p) for p in args.pools.split(",")] + ([1_000_000] if args.million else [])
+
+
 def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
     """Every row measured; the results written to ``--out`` after each (``complete``
     false until the last: a long run stopped early keeps what it measured)."""
-    pools = [int(p) for p in args.pools.split(",")] + ([1_000_000] if args.million else [])
+    pools = _pools(args)
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     trees = [Path(t).resolve() for t in args.trees.split(",")]
     result: dict[str, Any] = {
@@ -498,7 +557,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--modes",
         default="fresh",
         help="fresh (a daemon per measured run), later (the measured run the second in one "
-        "resident run process), or both, comma-separated",
+        "resident run process), watched (the third, after a middle batch: its live watch "
+        "has a predecessor), comma-separated",
     )
     parser.add_argument(
         "--keep-mib",
@@ -528,8 +588,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         number = new.removesuffix("%")
         if not (number.replace(".", "", 1).isdigit() and float(number) > 0):
             parser.error(f"--new: {new!r} is neither a share of the pool (1%) nor a count")
-    if not set(args.modes.split(",")) <= {"fresh", "later"}:
-        parser.error(f"--modes: {args.modes!r}: fresh, later, or both")
+    if not set(args.modes.split(",")) <= set(MODES):
+        parser.error(f"--modes: {args.modes!r}: fresh, later, watched, comma-separated")
+    if "watched" in args.modes.split(",") and not all(
+        0 < 2 * n < pool
+        for pool, news in new_counts(_pools(args), args.new.split(",")).items()
+        for n in news
+    ):
+        parser.error("--modes watched: twice each count of new records must be below its pool")
     KEEP_MIB[:] = [] if args.keep_mib is None else [str(int(args.keep_mib))]
     NEW_PREFIX[:] = ["zz-"] if args.new_after else []
     given = sys.argv[1:] if argv is None else argv

@@ -86,7 +86,8 @@ def test_another_tree_runs_its_own_packages(tmp_path: Path) -> None:
     [
         (["--new", "1%,x"], "--new: 'x' is neither"),
         (["--trees", "/nowhere"], "'/nowhere' is no"),
-        (["--modes", "fresh,warm"], "--modes: 'fresh,warm': fresh, later, or both"),
+        (["--modes", "fresh,warm"], "--modes: 'fresh,warm': fresh, later, watched, comma"),
+        (["--pools", "200", "--new", "100", "--modes", "watched"], "twice each count of new"),
     ],
 )
 def test_bad_flags_stop_in_one_line(
@@ -144,6 +145,29 @@ def test_later_measures_the_second_run_of_one_resident_process(tmp_path: Path) -
     row = result["rows"][0]
     assert row["data"]["new"] == 5 and row["worker_start"] == 0.0  # a fresh daemon's is > 0
     assert row["first"]["steps"] == 3 and "| later |" in Path(f"{out}.md").read_text()
+
+
+@pytest.mark.slow
+def test_watched_measures_the_third_run_whose_watch_has_a_predecessor(tmp_path: Path) -> None:
+    """--modes watched: three runs by one daemon, the measured run at the same pool after
+    a middle batch; the row says each run's gate, and the measured run's watch wrote
+    figures exactly when the middle run's model was promoted (it then has a predecessor).
+    --work keeps the data: its old records are twice the new fewer, beside a middle
+    batch, and the daemon's log says the watch's figures of the new records."""
+    out, work = tmp_path / "anatomy", tmp_path / "work"
+    flags = ["--pools", "200", "--new", "10", "--steps", "3", "--modes", "watched"]
+    result = _script().main([*flags, "--out", str(out), "--work", str(work)])
+    row = result["rows"][0]
+    assert (row["mode"], row["pool"], row["new"]) == ("watched", 200, 10)
+    assert len(row["gates"]) == 3 and row["watched"] == (row["gates"][1] == "promoted")
+    assert row["data"]["new"] == 10 and row["worker_start"] == 0.0
+    made = work / "data-200-10-middle"
+    counts = {}
+    for batch in ("old", "middle", "new"):
+        (pool,) = (made / batch / "data").iterdir()
+        counts[batch] = len(json.loads(pool.read_text())["trajectories"])
+    assert counts == {"old": 180, "middle": 10, "new": 10}
+    assert "| watched |" in Path(f"{out}.md").read_text()
 
 
 def test_chunks_join_into_one_pool_of_every_record(tmp_path: Path) -> None:
