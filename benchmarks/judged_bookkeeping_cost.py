@@ -5,7 +5,7 @@ For pools of 10,000 and 100,000 records with 1,000 new at the end, each piece on
 inputs, the two ways interleaved, medians:
 
 * the listing's lookup among the ids the served model knew (``Served._scored``): then
-  ``stores.ranked`` and a search of every id; now ``stores.listed_known``, the last
+  ``id_lookups.ranked`` and a search of every id; now ``id_lookups.listed_known``, the last
   run's answer kept and the new ids alone searched;
 * the gate's held-out records against the ids the served model's checkpoint names
   (``served.held_out_unknown``): then a search of the ~20,000 judged ids among the
@@ -47,7 +47,7 @@ from genesis_fp16_infrastructure.contract import split
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly
 from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.data.schema import find_ids
-from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging import id_lookups, stores
 from genesis_fp16_infrastructure.judging.served import KnownSegments
 
 BUDGET = 256 * 2**20
@@ -71,14 +71,14 @@ def listing_lookup(ids: np.ndarray, repeats: int) -> tuple[float, float]:
     old, new = [], []
     for _ in range(repeats):
         kept_in_memory._PROCESS[:] = []
-        schema.known(before, known, stores.ranked("listed ids", before, BUDGET))
+        schema.known(before, known, id_lookups.ranked("listed ids", before, BUDGET))
         took, want = _cpu_ms(
-            lambda: schema.known(ids, known, stores.ranked("listed ids", ids, BUDGET))
+            lambda: schema.known(ids, known, id_lookups.ranked("listed ids", ids, BUDGET))
         )
         old.append(took)
         kept_in_memory._PROCESS[:] = []
-        stores.listed_known("listed ids", before, known, BUDGET)
-        took, got = _cpu_ms(lambda: stores.listed_known("listed ids", ids, known, BUDGET))
+        id_lookups.listed_known("listed ids", before, known, BUDGET)
+        took, got = _cpu_ms(lambda: id_lookups.listed_known("listed ids", ids, known, BUDGET))
         new.append(took)
         assert np.array_equal(got, want)  # type: ignore[arg-type]
     return statistics.median(old), statistics.median(new)

@@ -381,7 +381,7 @@ def find_ids(
     (any row when absent) and whether it is there, searched in sorted order: a binary
     search of 100,000 unsorted ones took 28 ms, sorted (the sort included) 13 ms.
 
-    ``order``: an order that sorts ``hashes``, kept from before (``judging.stores.ranked``),
+    ``order``: an order that sorts ``hashes``, kept from before (``judging.id_lookups.ranked``),
     so that they need no sort (a million: 0.1 s). It is checked before it is believed:
     every row taken once, the hashes in that order sorted; else they are sorted here.
 
@@ -403,7 +403,7 @@ def find_ids(
 def known(ids: np.ndarray, sorted_known: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
     """Which of ``ids`` are in ``sorted_known`` (sorted, distinct): a boolean per id, as
     ``np.isin`` answers, searched as :func:`find_ids` does. ``order``: an order that sorts
-    ``ids`` (``judging.stores.ranked``'s), checked before it is believed.
+    ``ids`` (``judging.id_lookups.ranked``'s), checked before it is believed.
 
     >>> known(np.array([7, 3]), np.array([3, 5])).tolist()
     [False, True]

@@ -106,7 +106,7 @@ from genesis_fp16_infrastructure.contract.reports import (
 from genesis_fp16_infrastructure.contract.split import ScoreOnly, drawn_with
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ExecutionError
-from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging import id_lookups, stores
 from genesis_fp16_infrastructure.judging.questions import decide_scored
 from genesis_fp16_infrastructure.judging.ranks import Tell, ranked
 from genesis_fp16_infrastructure.judging.scoring_copy import (
@@ -412,7 +412,7 @@ def _write_known(state: JudgedState, candidate: Path, losses: RecordLosses) -> N
     served, budget = state.served, state.request.keep_in_memory_bytes
     knows = _known_after(served, losses, budget)
     # The next run's listing begins with these records, every one known to this
-    # candidate: kept for its lookup if it serves this one (stores.listed_known, checked)
+    # candidate: kept for its lookup if it serves this one (id_lookups.listed_known, checked)
     listed = losses if served.losses is None else served.records
     stores.write_known_ids(candidate, knows, budget, (LISTED, listed.id_hashes))  # sorted there
 
@@ -454,9 +454,9 @@ def _known_after(served: Served, losses: RecordLosses, budget: int | None = None
     the ones the served model was scored on before it trained (records that came while
     it trained are new to it: the next run learns them). The first model knows the
     records it was scored on: sorted in an order kept (``budget``: the request's) for
-    the next run's listing of them, which begins with them (``stores.ranked``)."""
+    the next run's listing of them, which begins with them (``id_lookups.ranked``)."""
     if served.losses is None:
-        order = stores.ranked(LISTED, losses.id_hashes, budget)
+        order = id_lookups.ranked(LISTED, losses.id_hashes, budget)
         return losses.id_hashes if order is None else losses.id_hashes[order]
     ids = served.records.id_hashes
     # Those it did not know (``knew``: worked out once, for the data check) merged into

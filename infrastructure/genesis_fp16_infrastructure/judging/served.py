@@ -54,7 +54,7 @@ from genesis_fp16_infrastructure.training.checkpoint_load import (
 )
 
 T = TypeVar("T")
-LISTED = "listed ids"  # stores.listed_known's (and stores.ranked's) name of the listing's ids
+LISTED = "listed ids"  # id_lookups' name (listed_known's, ranked's) of the listing's ids
 logger = logging.getLogger(__name__)
 
 

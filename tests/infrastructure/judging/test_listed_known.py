@@ -1,4 +1,4 @@
-"""A listing's lookup among the known ids kept from run to run (judging/stores.py:
+"""A listing's lookup among the known ids kept from run to run (judging/id_lookups.py:
 listed_known, issue 90): a later run's grown listing searches its new ids alone and
 answers as a search of every id would; a kept answer of other known ids, of ids the
 listing does not begin with, or planted wrong, is not believed."""
@@ -12,7 +12,7 @@ import pytest
 
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.data import schema
-from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging import id_lookups
 
 BUDGET = 64 * 2**20
 NAME = "listed ids"
@@ -54,14 +54,14 @@ def test_a_grown_listing_searches_its_new_ids_alone(searched: list[int]) -> None
     answers as ``np.isin`` does."""
     ids, extra = _pool(1, 3_070), _pool(2, 500)
     known = _known(np.concatenate([ids, extra]), 3)
-    first = stores.listed_known(NAME, ids[:3_000], known, BUDGET)
+    first = id_lookups.listed_known(NAME, ids[:3_000], known, BUDGET)
     assert np.array_equal(first, np.isin(ids[:3_000], known))
     searched.clear()
-    before = dict(stores.LOOKUPS)
-    found = stores.listed_known(NAME, ids, known, BUDGET)
+    before = dict(id_lookups.LOOKUPS)
+    found = id_lookups.listed_known(NAME, ids, known, BUDGET)
     assert np.array_equal(found, np.isin(ids, known))
     assert sorted(searched) == [64, 70]
-    assert stores.LOOKUPS["grown"] == before.get("grown", 0) + 1
+    assert id_lookups.LOOKUPS["grown"] == before.get("grown", 0) + 1
 
 
 def test_the_known_ids_written_for_a_candidate_answer_the_next_listing(
@@ -73,16 +73,16 @@ def test_the_known_ids_written_for_a_candidate_answer_the_next_listing(
     candidate rejected, the same model served)."""
     ids = _pool(4, 2_040)
     before_known = _known(ids[:2_000], 5)
-    stores.listed_known(NAME, ids[:2_000], before_known, BUDGET)
+    id_lookups.listed_known(NAME, ids[:2_000], before_known, BUDGET)
     written = np.union1d(before_known, ids[:2_000])
-    stores.remember_known(NAME, ids[:2_000], written, np.ones(2_000, bool), BUDGET)
+    id_lookups.remember_known(NAME, ids[:2_000], written, np.ones(2_000, bool), BUDGET)
     for known in (written, before_known):
         searched.clear()
-        found = stores.listed_known(NAME, ids, known, BUDGET)
+        found = id_lookups.listed_known(NAME, ids, known, BUDGET)
         assert np.array_equal(found, np.isin(ids, known))
         assert sorted(searched) == [40, 64]
-        stores.remember_known(NAME, ids[:2_000], written, np.ones(2_000, bool), BUDGET)
-        stores.listed_known(NAME, ids[:2_000], before_known, BUDGET)
+        id_lookups.remember_known(NAME, ids[:2_000], written, np.ones(2_000, bool), BUDGET)
+        id_lookups.listed_known(NAME, ids[:2_000], before_known, BUDGET)
 
 
 @pytest.mark.parametrize(
@@ -95,7 +95,7 @@ def test_a_kept_lookup_that_does_not_hold_is_not_believed(change: str, searched:
     the answer is the search's."""
     ids = _pool(6, 2_050)
     known = _known(ids, 7)
-    stores.listed_known(NAME, ids[:2_000], known, BUDGET)
+    id_lookups.listed_known(NAME, ids[:2_000], known, BUDGET)
     later, now_known = ids.copy(), known
     memory = kept_in_memory.process_memory(BUDGET)
     assert memory is not None
@@ -108,16 +108,17 @@ def test_a_kept_lookup_that_does_not_hold_is_not_believed(change: str, searched:
     elif change == "fewer ids":
         later = ids[:1_999]
     elif change == "planted":
-        kept = memory.get((stores.LOOKUP_KIND, NAME), stores.LOOKUP_KIND)
-        wrong = stores.KnownLookup.of(kept[0].ids, kept[0].known, ~kept[0].found)
-        memory.put((stores.LOOKUP_KIND, NAME), stores.LOOKUP_KIND, (wrong,), 1, "planted")
+        kept = memory.get((id_lookups.LOOKUP_KIND, NAME), id_lookups.LOOKUP_KIND)
+        wrong = id_lookups.KnownLookup.of(kept[0].ids, kept[0].known, ~kept[0].found)
+        memory.put((id_lookups.LOOKUP_KIND, NAME), id_lookups.LOOKUP_KIND, (wrong,), 1, "planted")
     else:
-        memory.put((stores.LOOKUP_KIND, NAME), stores.LOOKUP_KIND, ["not", "lookups"], 1, "junk")
+        junk = ["not", "lookups"]
+        memory.put((id_lookups.LOOKUP_KIND, NAME), id_lookups.LOOKUP_KIND, junk, 1, "junk")
     searched.clear()
-    before = dict(stores.LOOKUPS)
-    found = stores.listed_known(NAME, later, now_known, BUDGET)
+    before = dict(id_lookups.LOOKUPS)
+    found = id_lookups.listed_known(NAME, later, now_known, BUDGET)
     assert np.array_equal(found, np.isin(later, now_known))
-    assert stores.LOOKUPS["searched"] == before.get("searched", 0) + 1
+    assert id_lookups.LOOKUPS["searched"] == before.get("searched", 0) + 1
     assert len(later) in searched
 
 
@@ -125,7 +126,7 @@ def test_nothing_is_kept_without_a_budget(searched: list[int]) -> None:
     """A budget of 0 keeps no lookup: each is of every id."""
     ids = _pool(8, 500)
     known = _known(ids, 9)
-    stores.listed_known(NAME, ids[:400], known, 0)
+    id_lookups.listed_known(NAME, ids[:400], known, 0)
     searched.clear()
-    assert np.array_equal(stores.listed_known(NAME, ids, known, 0), np.isin(ids, known))
+    assert np.array_equal(id_lookups.listed_known(NAME, ids, known, 0), np.isin(ids, known))
     assert searched == [500]

@@ -1,4 +1,4 @@
-"""A lookup given a kept order (data/schema.py:find_ids, judging/stores.py:ranked, issue
+"""A lookup given a kept order (data/schema.py:find_ids, judging/id_lookups.py:ranked, issue
 90): it answers as a sort of the ids would, bit for bit; an order that does not sort the
 ids is not believed, and a kept order of ids that changed is not grown."""
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.data.schema import find_ids
-from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging import id_lookups
 
 BUDGET = 64 * 2**20
 
@@ -101,12 +101,12 @@ def test_a_kept_order_is_grown_by_the_new_ids_alone(sorts: list[int]) -> None:
     that order is the sorted lookup."""
     rng = np.random.default_rng(7)
     ids = _pool(rng, 5_050)
-    stores.ranked("listed ids", ids[:5_000], BUDGET)
-    before = dict(stores.RANKED)
+    id_lookups.ranked("listed ids", ids[:5_000], BUDGET)
+    before = dict(id_lookups.RANKED)
     sorts.clear()
-    order = stores.ranked("listed ids", ids, BUDGET)
+    order = id_lookups.ranked("listed ids", ids, BUDGET)
     assert sorts == [50]
-    assert stores.RANKED["grown"] == before.get("grown", 0) + 1
+    assert id_lookups.RANKED["grown"] == before.get("grown", 0) + 1
     assert order is not None and bool((np.diff(ids[order].astype(np.float64)) > 0).all())
     ranked = np.sort(rng.choice(ids, 4_000, replace=False))
     _same(find_ids(ranked, ids, order), find_ids(ranked, ids))
@@ -120,7 +120,7 @@ def test_a_kept_order_of_other_ids_is_not_grown(change: str) -> None:
     them."""
     rng = np.random.default_rng(8)
     ids = _pool(rng, 3_050)
-    stores.ranked("record hashes", ids[:3_000], BUDGET)
+    id_lookups.ranked("record hashes", ids[:3_000], BUDGET)
     later = ids.copy()
     if change == "one id changed":
         later[1_234] = later[1_234] ^ np.uint64(1 << 40)
@@ -130,10 +130,10 @@ def test_a_kept_order_of_other_ids_is_not_grown(change: str) -> None:
         later = ids[:2_999]
     else:
         later = ids.view(np.int64)
-    before = dict(stores.RANKED)
-    order = stores.ranked("record hashes", later, BUDGET)
-    assert stores.RANKED["sorted"] == before.get("sorted", 0) + 1
-    assert stores.RANKED["grown"] == before.get("grown", 0)
+    before = dict(id_lookups.RANKED)
+    order = id_lookups.ranked("record hashes", later, BUDGET)
+    assert id_lookups.RANKED["sorted"] == before.get("sorted", 0) + 1
+    assert id_lookups.RANKED["grown"] == before.get("grown", 0)
     assert order is not None and bool((later[order][1:] > later[order][:-1]).all())
 
 
@@ -141,12 +141,12 @@ def test_nothing_is_kept_without_a_budget_or_with_an_id_twice() -> None:
     """A budget of 0 keeps no order (the lookup sorts); ids that hold a hash twice get
     none either (a kept ranking holds each once), and their lookups are still right."""
     ids = np.array([5, 2, 9, 2], dtype=np.uint64)
-    assert stores.ranked("listed ids", ids, 0) is None
-    assert stores.ranked("listed ids", ids, BUDGET) is None
-    assert stores.ranked("listed ids", ids[:0], BUDGET) is not None  # none: kept
-    assert stores.ranked("listed ids", ids, BUDGET) is None  # not grown from it either
-    assert stores.ranked("listed ids", ids[:3], BUDGET) is not None
-    assert stores.ranked("listed ids", np.append(ids[:3], [2, 2]), BUDGET) is None
+    assert id_lookups.ranked("listed ids", ids, 0) is None
+    assert id_lookups.ranked("listed ids", ids, BUDGET) is None
+    assert id_lookups.ranked("listed ids", ids[:0], BUDGET) is not None  # none: kept
+    assert id_lookups.ranked("listed ids", ids, BUDGET) is None  # not grown from it either
+    assert id_lookups.ranked("listed ids", ids[:3], BUDGET) is not None
+    assert id_lookups.ranked("listed ids", np.append(ids[:3], [2, 2]), BUDGET) is None
     assert schema.known(ids, np.array([2, 9], dtype=np.uint64)).tolist() == [0, 1, 1, 1]
 
 
@@ -164,6 +164,6 @@ def test_a_first_models_known_ids_leave_the_order_of_the_next_listing(sorts: lis
     assert sorts == [2_000]
     assert np.array_equal(knew, np.sort(ids[:2_000]))
     sorts.clear()
-    order = stores.ranked("listed ids", ids, BUDGET)
+    order = id_lookups.ranked("listed ids", ids, BUDGET)
     assert sorts == [40] and order is not None
     assert np.array_equal(ids[order], np.sort(ids))

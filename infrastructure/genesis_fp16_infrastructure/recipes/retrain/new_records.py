@@ -22,7 +22,7 @@ against what it was made of:
   and whatever is kept, the answer is the one a search of every record gives
   (``PLACES`` counts the places taken and searched). When most of the pool is searched
   (a served model's first report: after a promotion, a rollback), it is searched in the
-  order of its hashes that ``judging.stores.ranked`` keeps from any earlier report,
+  order of its hashes that ``judging.id_lookups.ranked`` keeps from any earlier report,
   grown by the hashes new since and checked before it is believed.
 
 A 100,000-record pool with 1,000 new: 3.4 ms of CPU through a kept order of the pool's
@@ -53,12 +53,12 @@ import numpy as np
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.schema import find_ids
-from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging import id_lookups
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
 
 ORDER_KIND = "drift: served record hashes' order"
 PLACES_KIND = "drift: records' places among the served hashes"
-RANKED_NAME = "record hashes"  # stores.ranked's name of the pool's record hashes' order
+RANKED_NAME = "record hashes"  # id_lookups.ranked's name of the pool's record hashes' order
 # The served model's hashes: "sorted" (nothing kept, or a kept order that does not sort
 # them: counted "refused" too) or "kept" (a kept order that sorts them).
 SORTS: Counter[str] = Counter()
@@ -154,8 +154,8 @@ def new_records(
     if 2 * len(search) > len(places):  # most of the pool (a served model's first report)
         search = np.arange(len(places))
         # through the order of the pool's hashes kept from any earlier report, grown by
-        # what is new since and checked before it is believed (stores.ranked, find_ids)
-        at, found = find_ids(ordered, hashes, stores.ranked(RANKED_NAME, hashes, budget))
+        # what is new since and checked before it is believed (id_lookups.ranked, find_ids)
+        at, found = find_ids(ordered, hashes, id_lookups.ranked(RANKED_NAME, hashes, budget))
         places = np.where(found, at, -1).astype(np.int64, copy=False)
     else:
         places[search] = _places(ordered, hashes[search])

@@ -19,7 +19,7 @@ from genesis_fp16_infrastructure import kept_in_memory
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging import id_lookups
 from genesis_fp16_infrastructure.recipes.retrain import drift_categories, new_records
 
 BUDGET = 64 * 2**20
@@ -205,9 +205,9 @@ def test_a_new_served_models_first_report_searches_in_the_kept_hash_order(
     data = tmp_path / "data"
     drift.drift_report(read_files(data, {"a.json": first, "b.json": old}), served, 3, None, BUDGET)
     columns = read_files(data, {"a.json": first, "b.json": old, "c.json": second})
-    stores.RANKED.clear()
+    id_lookups.RANKED.clear()
     before = dict(new_records.PLACES)
     _report_is_fresh(columns, promoted)
-    assert stores.RANKED == {"grown": 1}
+    assert id_lookups.RANKED == {"grown": 1}
     assert new_records.PLACES["searched"] - before["searched"] >= len(columns.key)
     assert new_records.AT_END["refused"] >= 1

@@ -1,5 +1,5 @@
 """A resident process's later judged run looks its pool's ids up in the order the run
-before kept (judging/stores.py:ranked, issue 90): the listed records' ids and the drift's
+before kept (judging/id_lookups.py:ranked, issue 90): the listed records' ids and the drift's
 record hashes are not sorted whole again, only what is new."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, D
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.data.manifest import scan_files
-from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging import id_lookups
 from genesis_fp16_infrastructure.recipes.retrain import new_records
 
 BUDGET = 64 * 2**20
@@ -58,7 +58,7 @@ def test_a_later_run_sorts_none_of_the_pools_ids_it_looks_up(
     sorted_arrays: list[np.ndarray] = []
     lookups: list[int] = []
     listed: list[np.ndarray] = []
-    argsort, known, listed_known = np.argsort, schema.known, stores.listed_known
+    argsort, known, listed_known = np.argsort, schema.known, id_lookups.listed_known
 
     def sorting(a: Any, *args: Any, **kwargs: Any) -> Any:
         sorted_arrays.append(np.array(a, copy=True))
@@ -74,14 +74,14 @@ def test_a_later_run_sorts_none_of_the_pools_ids_it_looks_up(
 
     monkeypatch.setattr(np, "argsort", sorting)
     monkeypatch.setattr(schema, "known", looking)
-    monkeypatch.setattr(stores, "listed_known", listing)
-    grown, taken = stores.RANKED["grown"], stores.LOOKUPS["grown"]
+    monkeypatch.setattr(id_lookups, "listed_known", listing)
+    grown, taken = id_lookups.RANKED["grown"], id_lookups.LOOKUPS["grown"]
     at_end = new_records.AT_END["at end"]
     result = _run(folder)
     monkeypatch.undo()
     assert result.gate is not None
-    assert stores.RANKED["grown"] == grown  # neither the listing nor the drift grows one
+    assert id_lookups.RANKED["grown"] == grown  # neither the listing nor the drift grows one
     assert new_records.AT_END["at end"] == at_end + 1  # the drift's new records: the last
-    assert stores.LOOKUPS["grown"] == taken + 1 and len(listed) == 1  # the listing's
+    assert id_lookups.LOOKUPS["grown"] == taken + 1 and len(listed) == 1  # the listing's
     assert all(n <= 300 for n in lookups), (lookups, len(listed[0]))
     assert not any(np.array_equal(listed[0], a) for a in sorted_arrays)
