@@ -76,7 +76,10 @@ from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundle
 from genesis_fp16_infrastructure.training.precision import kept_measurements
 from genesis_fp16_infrastructure.training.precision.kept_measurements import CaptureVerdict
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import CarriedScale
-from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
+from genesis_fp16_infrastructure.training.precision.precision_memory import (
+    PrecisionMemory,
+    remember_demotions,
+)
 from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
 
 logger = logging.getLogger(__name__)
@@ -88,30 +91,6 @@ VERSION = 1  # of last_run.json and last_success.json
 SUCCESS_FIELD = "last_success_timestamp_seconds"
 # The reason of the floor that replaces an unusable precision memory.
 UNUSABLE_MEMORY_REASON = "state_file_unusable"
-
-
-def remember_demotions(
-    previous: PrecisionMemory | None, demotions: Sequence[Demotion], keep: int = 10
-) -> PrecisionMemory | None:
-    """The memory after a run: the last demotion becomes the floor; none counts a clean run."""
-    if not demotions:
-        if previous is None:
-            return None
-        return replace(previous, clean_runs=previous.clean_runs + 1)
-    last = demotions[-1]
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    past = previous.history if previous else ()
-    history = (*past, *({**d.to_json(), "at": now} for d in demotions))
-    return PrecisionMemory(
-        demoted_from=demotions[0].from_ if previous is None else previous.demoted_from,
-        demoted_to=last.to,
-        reason=last.reason,
-        step=last.step,
-        rollback_step=last.rollback_step,
-        at=now,
-        clean_runs=0,
-        history=history[-keep:],
-    )
 
 
 class _StatePath:

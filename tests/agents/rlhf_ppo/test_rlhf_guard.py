@@ -12,7 +12,6 @@ import torch
 from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_agents.rlhf_ppo.task import PPOConfig, PPOTask
-from genesis_fp16_infrastructure.folder import remember_demotions
 from genesis_fp16_infrastructure.rl.ppo_guard import ppo_guard
 from genesis_fp16_infrastructure.rl.ppo_math import token_logprobs
 from genesis_fp16_infrastructure.training import (
@@ -23,6 +22,7 @@ from genesis_fp16_infrastructure.training import (
     fit,
 )
 from genesis_fp16_infrastructure.training.precision.precision import autocast_to
+from genesis_fp16_infrastructure.training.precision.precision_memory import remember_demotions
 
 FAULT_STEP = 8  # from this optimizer step on, the policy has an activation outlier
 STEPS = 16

@@ -21,10 +21,10 @@ from genesis_fp16.plugin_api import PrecisionRequest, TrainResult
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.folder import (
     AgentFolder,
-    remember_demotions,
 )
 from genesis_fp16_infrastructure.training.precision.decide import decide
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
+from genesis_fp16_infrastructure.training.precision.precision_memory import remember_demotions
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"

@@ -24,8 +24,8 @@ from genesis_fp16_infrastructure.api import capabilities_of, run_plugin
 from genesis_fp16_infrastructure.contract.plugin_api import ignored_request_fields
 from genesis_fp16_infrastructure.folder import (
     AgentFolder,
-    remember_demotions,
 )
+from genesis_fp16_infrastructure.training.precision.precision_memory import remember_demotions
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 AGENT = "rlhf_ppo"

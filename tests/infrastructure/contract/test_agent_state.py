@@ -16,10 +16,10 @@ from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, read_snapshot
 from genesis_fp16_infrastructure.folder import (
     AgentFolder,
-    remember_demotions,
 )
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import carry_after_run
+from genesis_fp16_infrastructure.training.precision.precision_memory import remember_demotions
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 

@@ -23,7 +23,7 @@ from guard_faults import (
 
 from genesis_fp16_infrastructure.contract.reports import TrainResult, min_useful_steps
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.folder import AgentFolder, remember_demotions
+from genesis_fp16_infrastructure.folder import AgentFolder
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     FitOptions,
@@ -33,7 +33,10 @@ from genesis_fp16_infrastructure.training import (
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities, next_precision
-from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
+from genesis_fp16_infrastructure.training.precision.precision_memory import (
+    PrecisionMemory,
+    remember_demotions,
+)
 from genesis_fp16_infrastructure.training.reports import Demotion
 
 
