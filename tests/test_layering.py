@@ -305,7 +305,8 @@ def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
 # The library's layers, bottom up: the root's utilities, the agent folder's owner (the one
 # reader, atomic writer and lock that every other component's files go through), the
 # other components, the agent folder's typed face (folder: AgentFolder reads and writes
-# the records of the components below it), the contract
+# the records of the components below it; checkpoints_folder: a checkpoints folder's
+# served models, AgentFolder.checkpoints), the contract
 # (what a plugin and the daemon exchange), judging/ (the judged run every plugin that
 # scores its records gets: it runs a plugin through the contract, so the contract imports
 # none of it), the recipes, and on top the daemon's door (api: it gives the daemon names of
@@ -322,7 +323,7 @@ LIBRARY_LAYERS = (
     },
     {"agent_folder"},
     {"training", "data", "world_model", "rl", "probe"},
-    {"folder"},
+    {"folder", "checkpoints_folder"},
     {"contract"},
     {"judging"},
     {"recipes"},

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         RunEntry,
         text,
     )
+    from genesis_fp16_infrastructure.checkpoints_folder import CheckpointsFolder
     from genesis_fp16_infrastructure.contract.agent_snapshot import (
         AgentSnapshot,
         AgentState,
@@ -95,7 +96,7 @@ if TYPE_CHECKING:
         ProbeError,
         ServedPointerError,
     )
-    from genesis_fp16_infrastructure.folder import AgentFolder, CheckpointsFolder
+    from genesis_fp16_infrastructure.folder import AgentFolder
     from genesis_fp16_infrastructure.judging.run import run_plugin
     from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes, peak_rss_mib
     from genesis_fp16_infrastructure.precision_names import (

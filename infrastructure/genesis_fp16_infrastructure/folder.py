@@ -15,9 +15,10 @@ generated sample data's marker::
     folder.history().entries     # the recent runs, oldest first
     folder.checkpoints.candidates()  # the served models' folder: CheckpointsFolder
 
-:class:`CheckpointsFolder` is the face of one checkpoints folder's served models (the
-pointer, its set-aside copy, the candidates and their verdicts), an agent's
-(``AgentFolder.checkpoints``) or any other (``train --checkpoint-dir``'s, a test's).
+:class:`~.checkpoints_folder.CheckpointsFolder` (its own module) is the face of one
+checkpoints folder's served models (the pointer, its set-aside copy, the candidates and
+their verdicts), an agent's (``AgentFolder.checkpoints``) or any other
+(``train --checkpoint-dir``'s, a test's).
 
 It reads no setting and logs nothing of its own: where the state folder is, and what a
 run's result says, are the caller's.
@@ -45,10 +46,8 @@ from typing import Any, ClassVar, TypeVar
 import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import (
-    candidates,
     files,
     lock,
-    pointer,
     repair,
     transitions,
 )
@@ -56,10 +55,8 @@ from genesis_fp16_infrastructure.agent_folder import layout as L
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
 from genesis_fp16_infrastructure.agent_folder.kept_record import Json
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
-    CandidateMeta,
     ServedEntry,
     ServedPointer,
-    Verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.outbox import Outbox
 from genesis_fp16_infrastructure.agent_folder.run_history import (
@@ -69,9 +66,9 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
     load_history,
 )
 from genesis_fp16_infrastructure.agent_folder.run_records import LastRun, RunEntry
+from genesis_fp16_infrastructure.checkpoints_folder import CheckpointsFolder
 from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
 from genesis_fp16_infrastructure.precision_names import ROBUSTNESS
-from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles
 from genesis_fp16_infrastructure.training.precision import kept_measurements
 from genesis_fp16_infrastructure.training.precision.kept_measurements import CaptureVerdict
@@ -423,103 +420,6 @@ class AgentFolder:
         data_path = generate(self.data_dir, count, seed)
         files.write_bytes(marker, L.SAMPLE_DATA_MARKER, _marker_text(data_path, self.data_dir))
         return data_path
-
-
-@dataclass(frozen=True)
-class CheckpointsFolder:
-    """The served models of the checkpoints folder ``path``, read with the lifecycle's
-    own readers: the pointer and where it was set aside, the candidates, each one's
-    verdict and meta, and the pruning the daemon does after a run.
-
-    >>> models = CheckpointsFolder(Path("state/agents/my_agent/checkpoints"))
-    >>> models.holds_models()  # a pointer, one set aside, or a candidate
-    False
-    """
-
-    path: Path
-
-    @property
-    def pointer_path(self) -> Path:
-        return L.SERVED_POINTER.at(self.path)
-
-    @property
-    def aside_path(self) -> Path:
-        """Where the pointer was last set aside (``served.json.unusable``: never)."""
-        return pointer.aside_path(self.path)
-
-    @property
-    def candidates_dir(self) -> Path:
-        return pointer.candidates_dir(self.path)
-
-    def disk_bytes(self) -> int:
-        """The bytes of every file here (``files.folder_bytes``: the disk use gauge)."""
-        return files.folder_bytes(self.path)
-
-    def has_checkpoint(self) -> bool:
-        """A checkpoint to resume from: the folder's own, or a served one."""
-        return bool(L.list_checkpoints(self.path)) or self.serves_checkpoints()
-
-    def serves_checkpoints(self) -> bool:
-        """A pointer, or a candidate's ``ckpt-*.pt`` (a gate's folder holds checkpoints)."""
-        return self.pointer_path.exists() or any(self.candidates_dir.rglob("ckpt-*.pt"))
-
-    def holds_models(self) -> bool:
-        """Whether the folder has a promotion gate's models: a pointer, one set aside,
-        or a candidate (an agent without a gate serves its newest checkpoint)."""
-        return any(p.exists() for p in (self.candidates_dir, self.pointer_path, self.aside_path))
-
-    def repair_hint(self) -> str:
-        """The commands that repair an unusable pointer, naming the agent."""
-        return pointer.repair_hint(self.path)
-
-    def pointer_json(self) -> Any:
-        """The pointer's JSON as the file holds it, read within its bound; None: no pointer.
-        A look: an unusable file raises ``UnusableStateFile`` and stays where it is."""
-        return files.read_json(self.pointer_path, L.SERVED_POINTER)
-
-    def candidates(self) -> list[Path]:
-        """The kept candidates' folders, oldest first."""
-        return candidates.list_candidates(self.path)
-
-    @staticmethod
-    def verdict(candidate: Path) -> Verdict:
-        """``candidate``'s verdict; ``Verdict()`` while it has none (training)."""
-        return candidates.read_verdict(candidate)
-
-    @staticmethod
-    def meta(candidate: Path) -> CandidateMeta:
-        return candidates.read_meta(candidate)
-
-    @staticmethod
-    def summary(checkpoint: Path) -> dict[str, Any] | None:
-        """``checkpoint``'s summary file (step, precision, ...), its own bytes unread; None:
-        none, unreadable, or not of the bytes its digest names now (``read_summary``)."""
-        return read_summary(checkpoint)
-
-    def newest_checkpoint(self, candidate: Path | None = None) -> Path | None:
-        """The newest checkpoint file of ``candidate``, or of the folder itself (an agent
-        without a gate)."""
-        return candidates.newest_checkpoint(self.path if candidate is None else candidate)
-
-    def served_entry(self, candidate: Path) -> ServedEntry | None:
-        """The pointer entry that serves ``candidate`` (None: it holds no checkpoint)."""
-        return candidates.served_entry(self.path, candidate)
-
-    def served_checkpoint(self) -> Path | None:
-        """The checkpoint the pointer names (None: no pointer); ServedPointerError when
-        it is gone."""
-        return pointer.served_checkpoint(self.path)
-
-    def repairable_pointer(self) -> ServedPointer | None:
-        """The pointer a repair starts from (``agent_folder.repair.repairable_pointer``)."""
-        return repair.repairable_pointer(self.path)
-
-    def prune(
-        self, keep_served: int, rejected_days: float, recover_first: bool = False
-    ) -> tuple[list[Path], ServedPointer | None]:
-        """Bound the history, and the pointer as it stands after
-        (``agent_folder.candidates.prune``)."""
-        return candidates.prune(self.path, keep_served, rejected_days, recover_first)
 
 
 def _write(path: Path, file: L.StateFile, data: Any, lost: str) -> None:
