@@ -101,7 +101,10 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     fresh = _within_bound(name, store, kept, served_now, np.flatnonzero(new).tolist())
     if not fresh:
         return None
-    only = [served_now.ids[i] for i in fresh]
+    # By their rows in the listing where the served model's scoring was given what it
+    # asked by rows (no lookup of every listed id in the plugin), else by their ids
+    asked = served.rows_asked(np.asarray(fresh, dtype=np.int64))
+    only = [served_now.ids[i] for i in fresh] if asked is None else asked
     try:
         # In a resident process the predecessor's state is the one kept since it was
         # served (a reusing_loads() block: its bytes hashed and matched, not unpickled)

@@ -1113,18 +1113,25 @@ class RowsListing(Listing):
 def test_the_gate_asks_by_rows_only_where_the_served_model_was_given_what_it_asked(
     tmp_path: Path,
 ) -> None:
-    """The served model's scoring asks by rows of its listing; the candidate's is asked
-    by those rows too when that scoring gave back exactly the records asked for, and by
-    ids when it scored every record (the served model's losses then are not the asked
-    rows'); the verdicts are the same."""
+    """The served model's scoring asks by rows of its listing; the candidate's, and the
+    watch's predecessor's, are asked by those rows too when that scoring gave back
+    exactly the records asked for, and by ids when it scored every record (the served
+    model's losses then are not the asked rows'); the verdicts and the watch's figures
+    are the same."""
     honours, ignores = RowsListing(), RowsListing(honour=False)
     judged = _three_runs(tmp_path / "honours", honours)
     alike = _three_runs(tmp_path / "ignores", ignores)
     # Scorings: the first candidate; the served model, the candidate; the served model,
     # the watch's predecessor, the candidate.
+    assert len(honours.by_rows) == len(ignores.by_rows) == 6
     assert honours.by_rows[1] and honours.by_rows[2] and honours.by_rows[-1]
     assert ignores.by_rows[1] and not ignores.by_rows[2] and not ignores.by_rows[-1]
+    assert honours.by_rows[-2] and not ignores.by_rows[-2]  # the watch's predecessor
     for ours, theirs in zip(judged, alike, strict=True):
         assert ours.gate is not None and theirs.gate is not None
         assert ours.gate.outcome == theirs.gate.outcome
         assert ours.gate.comparisons == theirs.gate.comparisons
+    watched, also = judged[-1].live, alike[-1].live
+    assert watched is not None and also is not None and watched.new_records > 0
+    assert (watched.records, watched.new_records) == (also.records, also.new_records)
+    assert watched.metrics == also.metrics and watched.regression == also.regression
