@@ -102,9 +102,13 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     if not fresh:
         return None
     # By their rows in the listing where the served model's scoring was given what it
-    # asked by rows (no lookup of every listed id in the plugin), else by their ids
-    asked = served.rows_asked(np.asarray(fresh, dtype=np.int64))
-    only = [served_now.ids[i] for i in fresh] if asked is None else asked
+    # asked by rows (no lookup of every listed id in the plugin), else by their ids. Their
+    # ids and segments are taken at their rows alone: no tuple of every scored record's.
+    at = np.asarray(fresh, dtype=np.int64)
+    fresh_ids = served_now.taken_at("ids", at)
+    assert fresh_ids is not None  # a record's ids are never None
+    asked = served.rows_asked(at)
+    only = list(fresh_ids) if asked is None else asked
     try:
         # In a resident process the predecessor's state is the one kept since it was
         # served (a reusing_loads() block: its bytes hashed and matched, not unpickled)
@@ -116,15 +120,17 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
         logger.warning("%s", exc)
         return None
     row = {id_: k for k, id_ in enumerate(before.ids)}
-    picked = [i for i in fresh if served_now.ids[i] in row]
-    named = served_now.segments
+    both = [(i, row[id_]) for i, id_ in zip(fresh, fresh_ids, strict=True) if id_ in row]
+    picked, rows = [i for i, _ in both], [k for _, k in both]
+    named = served_now.taken_at("segments", np.asarray(picked, dtype=np.int64))
     scored = {
         "ids": ids[picked],
         "segments": np.array(
-            ["" if named is None else named[i][: stores.SEGMENT_CHARS] for i in picked], dtype=str
+            [s[: stores.SEGMENT_CHARS] for s in named] if named else [""] * len(picked),
+            dtype=str,
         ),
     }
-    rows, missing = [row[served_now.ids[i]] for i in picked], np.full(len(picked), np.nan)
+    missing = np.full(len(picked), np.nan)
     for metric in served_now.metrics():  # every loss column: a column the predecessor
         theirs = before.losses.get(metric)  # does not score is NaN there (not tested)
         # The new records' losses alone, by the column's array: a record of rows keeps
@@ -146,8 +152,8 @@ def _within_bound(
     """The first of the ``fresh`` rows that the store takes within its reader's bound
     (:func:`~.stores.room`), before the predecessor is asked to score them; the rest
     are not watched, said in one line."""
-    named = losses.segments
-    chars = max((len(named[i][: stores.SEGMENT_CHARS]) for i in fresh), default=1) if named else 1
+    named = losses.taken_at("segments", np.asarray(fresh, dtype=np.int64))
+    chars = max((len(s[: stores.SEGMENT_CHARS]) for s in named), default=1) if named else 1
     columns = [f"{side}/{m}" for m in losses.metrics() for side in ("served", "previous")]
     fits = stores.room(kept, columns, chars, len(fresh))
     if fits < len(fresh):

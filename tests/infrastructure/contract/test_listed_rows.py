@@ -150,3 +150,27 @@ def test_listed_rows_and_loss_columns_are_read_in_one_direction() -> None:
     nothing of ``listed_rows``, and ``listed_rows`` only the name of the arrays' key."""
     assert "listed_rows" not in _imported("loss_columns")
     assert _imported("listed_rows").get("loss_columns") == {"ARRAYS"}
+
+
+def test_ids_and_segments_at_some_rows_are_taken_at_those_rows_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``taken_at`` of a record of rows whose ids were never read: the listing's ids and
+    segments at those of its rows alone (no tuple of every record's made, nor kept), the
+    same as its whole tuples give at those rows once they are read; a listing without
+    segments: None."""
+    rows = [1, 4, 7, 9, 30]
+    part = RecordLosses.copy_of(_part(rows))
+    taken: list[int] = []
+    real = judging.at_rows
+    monkeypatch.setattr(judging, "at_rows", lambda v, r: taken.append(len(r)) or real(v, r))
+    at = np.array([3, 0], np.int64)
+    assert part.taken_at("ids", at) == ("r9", "r1")
+    assert part.taken_at("segments", at) == ("s0", "s1")
+    assert taken == [2, 2] and "ids" not in vars(part) and "segments" not in vars(part)
+    monkeypatch.undo()
+    whole = (part.ids, part.segments)  # read now: taken from the tuples alike
+    assert part.taken_at("ids", at) == (whole[0][3], whole[0][0])
+    assert part.taken_at("segments", at) == (whole[1][3], whole[1][0])
+    bare = RecordLosses.copy_of(_part(rows, RecordIds(IDS)))
+    assert bare.taken_at("segments", at) is None and bare.taken_at("ids", at) == ("r9", "r1")
