@@ -10,7 +10,7 @@ took the new records' ids and segments from the whole tuples of the served model
 records (``RecordLosses.ids``/``segments``: every scored record's made), and asked the
 predecessor for them by their ids, which a plugin finds among its listing with a set
 lookup of every listed id (``ScoreOnly.rows``). Now it takes them at their rows alone
-(``RecordLosses.taken_at``) and asks by their rows in the listing
+(``listed_rows.taken_at``) and asks by their rows in the listing
 (``ScoreOnly.of_rows``, ``ScoreOnly.row_array``). Medians of ``--repeat``, milliseconds
 of this process's CPU; each way's answer is checked to be the same records.
 """
@@ -24,7 +24,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
+from genesis_fp16.plugin_api import RecordLosses
+from genesis_fp16_infrastructure.contract.judging import RecordIds
+from genesis_fp16_infrastructure.contract.listed_rows import taken_at
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly
 
 
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def after() -> tuple[list[int], tuple[str, ...]]:
         scored = served()
-        segments = scored.taken_at("segments", fresh)
+        segments = taken_at(scored, "segments", fresh)
         rows = ScoreOnly.of_rows(ids, asked[fresh]).row_array(ids)
         assert rows is not None and segments is not None
         return rows.tolist(), segments

@@ -377,24 +377,6 @@ class RecordLosses:
         name, lazy = metric or self.primary, lazy_arrays(vars(self))
         return column_array(vars(self), name, self.losses[name]) if lazy is None else lazy[name]
 
-    def taken_at(self, name: str, rows: np.ndarray) -> tuple[str, ...] | None:
-        """``ids`` or ``segments`` (``name``) at ``rows`` alone, in order; None: no
-        segments. Of one made of rows of a listing whose tuple is not taken yet
-        (:meth:`of_rows`), from the listing's own at those rows: no tuple of every record
-        made (the live watch reads the new ~5% of ~200,000 scored records at 1,000,000).
-
-        >>> RecordLosses.of(["a", "b", "c"], [0.5, 0.2, 0.1]).taken_at("ids", np.array([2, 0]))
-        ('c', 'a')
-        """
-        fields = vars(self)
-        listed = fields.get(_LISTED) if name not in fields else None
-        if isinstance(listed, ListedRows):
-            values = listed.ids if name == "ids" else listed.segments
-            at = listed.at[rows]
-        else:
-            values, at = (self.ids if name == "ids" else self.segments), rows
-        return None if values is None else at_rows(values, at.tolist())
-
     def metrics(self) -> tuple[str, ...]:
         """The column names, the primary first."""
         names = lazy_arrays(vars(self)) or self.losses

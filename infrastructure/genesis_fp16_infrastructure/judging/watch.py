@@ -51,6 +51,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome, 
 from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, transaction
 from genesis_fp16_infrastructure.contract.judging import RecordLosses, at_rows, judging_margin
+from genesis_fp16_infrastructure.contract.listed_rows import taken_at
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -105,7 +106,7 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     # asked by rows (no lookup of every listed id in the plugin), else by their ids. Their
     # ids and segments are taken at their rows alone: no tuple of every scored record's.
     at = np.asarray(fresh, dtype=np.int64)
-    fresh_ids = served_now.taken_at("ids", at)
+    fresh_ids = taken_at(served_now, "ids", at)
     assert fresh_ids is not None  # a record's ids are never None
     asked = served.rows_asked(at)
     only = list(fresh_ids) if asked is None else asked
@@ -122,7 +123,7 @@ def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     row = {id_: k for k, id_ in enumerate(before.ids)}
     both = [(i, row[id_]) for i, id_ in zip(fresh, fresh_ids, strict=True) if id_ in row]
     picked, rows = [i for i, _ in both], [k for _, k in both]
-    named = served_now.taken_at("segments", np.asarray(picked, dtype=np.int64))
+    named = taken_at(served_now, "segments", np.asarray(picked, dtype=np.int64))
     scored = {
         "ids": ids[picked],
         "segments": np.array(
@@ -152,7 +153,7 @@ def _within_bound(
     """The first of the ``fresh`` rows that the store takes within its reader's bound
     (:func:`~.stores.room`), before the predecessor is asked to score them; the rest
     are not watched, said in one line."""
-    named = losses.taken_at("segments", np.asarray(fresh, dtype=np.int64))
+    named = taken_at(losses, "segments", np.asarray(fresh, dtype=np.int64))
     chars = max((len(s[: stores.SEGMENT_CHARS]) for s in named), default=1) if named else 1
     columns = [f"{side}/{m}" for m in losses.metrics() for side in ("served", "previous")]
     fits = stores.room(kept, columns, chars, len(fresh))

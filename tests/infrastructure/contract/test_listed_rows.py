@@ -13,9 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from genesis_fp16_infrastructure.contract import judging
+from genesis_fp16_infrastructure.contract import judging, listed_rows
 from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses, RecordLossesError
-from genesis_fp16_infrastructure.contract.listed_rows import LISTED, ListedRows, still_listed
+from genesis_fp16_infrastructure.contract.listed_rows import (
+    LISTED,
+    ListedRows,
+    still_listed,
+    taken_at,
+)
 from genesis_fp16_infrastructure.contract.split import id_hashes
 
 IDS = tuple(f"r{i}" for i in range(40))
@@ -162,15 +167,15 @@ def test_ids_and_segments_at_some_rows_are_taken_at_those_rows_alone(
     rows = [1, 4, 7, 9, 30]
     part = RecordLosses.copy_of(_part(rows))
     taken: list[int] = []
-    real = judging.at_rows
-    monkeypatch.setattr(judging, "at_rows", lambda v, r: taken.append(len(r)) or real(v, r))
+    real = listed_rows.at_rows
+    monkeypatch.setattr(listed_rows, "at_rows", lambda v, r: taken.append(len(r)) or real(v, r))
     at = np.array([3, 0], np.int64)
-    assert part.taken_at("ids", at) == ("r9", "r1")
-    assert part.taken_at("segments", at) == ("s0", "s1")
+    assert taken_at(part, "ids", at) == ("r9", "r1")
+    assert taken_at(part, "segments", at) == ("s0", "s1")
     assert taken == [2, 2] and "ids" not in vars(part) and "segments" not in vars(part)
     monkeypatch.undo()
     whole = (part.ids, part.segments)  # read now: taken from the tuples alike
-    assert part.taken_at("ids", at) == (whole[0][3], whole[0][0])
-    assert part.taken_at("segments", at) == (whole[1][3], whole[1][0])
+    assert taken_at(part, "ids", at) == (whole[0][3], whole[0][0])
+    assert taken_at(part, "segments", at) == (whole[1][3], whole[1][0])
     bare = RecordLosses.copy_of(_part(rows, RecordIds(IDS)))
-    assert bare.taken_at("segments", at) is None and bare.taken_at("ids", at) == ("r9", "r1")
+    assert taken_at(bare, "segments", at) is None and taken_at(bare, "ids", at) == ("r9", "r1")
