@@ -21,7 +21,6 @@ What a process keeps of the lookups among these ids from run to run (the orders,
 listing's answers) is :mod:`.id_lookups`'; the known ids a process wrote are kept here,
 by the file's identity.
 
->>> ids = np.array([7, 3], dtype=np.uint64)
 >>> read_known_ids(Path("no-such-candidate")) is None
 True
 """
