@@ -51,6 +51,28 @@ def test_ratios_compare_the_same_new_records_per_commit() -> None:
     assert found["b"]["but_train"] == [1.0, 2.0]
 
 
+def test_each_ratio_says_how_much_of_its_growth_is_eval_against_the_bounds_headroom() -> None:
+    """Eval's growth (the larger pool's eval less the smaller's), the growth the bound
+    leaves, and the ratio without eval's growth; no eval phase: None, said as —."""
+    anatomy = _script()
+    small, big = _row("a", 10000, 1000, 3.0, 1.0), _row("a", 100000, 1000, 4.0, 1.0)
+    small["phases"]["eval"], big["phases"]["eval"] = 0.5, 1.25  # but train: 2.0 -> 3.0
+    found = anatomy.ratios([small, big, _row("b", 10000, 1000, 3.0, 1.0),
+                            _row("b", 100000, 1000, 3.5, 1.0)])  # fmt: skip
+    a, b = sorted(found, key=lambda r: r["commit"])
+    assert a["ratio"] == pytest.approx(1.5) and a["within_1_5"]
+    assert a["eval_growth"] == pytest.approx(0.75) and a["headroom"] == pytest.approx(1.0)
+    assert a["ratio_rest"] == pytest.approx((3.0 - 0.75) / 2.0)
+    assert b["eval_growth"] is None and b["ratio_rest"] is None
+    result = {"command": "x", "host": {"cpu": "c", "cores": 2, "platform": "p"}, "torch": "t"}
+    result |= {"steps": 3, "note": "", "loadavg_before": [1.0], "loadavg_after": [1.0]}
+    text = anatomy.markdown({**result, "rows": [], "ratios": found})
+    shown = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| a")}
+    shown |= {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| b")}
+    assert shown["| a"].endswith("| 0.750 | 1.000 | 1.12 |")
+    assert shown["| b"].endswith("| — | 1.000 | — |")
+
+
 def test_a_phase_one_commit_lacks_is_shown_missing_not_zero() -> None:
     """A phase only one row's line names: its column holds — in the other row."""
     anatomy = _script()
