@@ -25,8 +25,8 @@ from collections.abc import Callable
 import numpy as np
 
 from genesis_fp16.plugin_api import RecordLosses
-from genesis_fp16_infrastructure.contract.judging import RecordIds
 from genesis_fp16_infrastructure.contract.listed_rows import taken_at
+from genesis_fp16_infrastructure.contract.record_losses import RecordIds
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly
 
 

@@ -62,8 +62,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.judging import (
         JUDGING_VERSION,
         JudgedPlugin,
-        RecordLosses,
-        RecordLossesError,
         model_weights,
     )
     from genesis_fp16_infrastructure.contract.plugin_api import (
@@ -80,6 +78,7 @@ if TYPE_CHECKING:
         declared_options,
         parse_options,
     )
+    from genesis_fp16_infrastructure.contract.record_losses import RecordLosses, RecordLossesError
     from genesis_fp16_infrastructure.contract.reports import (
         GateReport,
         LiveReport,

@@ -124,7 +124,7 @@ def taken_at(record: Any, name: str, rows: np.ndarray) -> tuple[str, ...] | None
     from the listing's own at those rows: no tuple of every record's made (the live watch
     reads the new ~5% of ~200,000 scored records at 1,000,000).
 
-    >>> from genesis_fp16_infrastructure.contract.judging import RecordLosses
+    >>> from genesis_fp16_infrastructure.contract.record_losses import RecordLosses
     >>> taken_at(RecordLosses.of(["a", "b", "c"], [0.5, 0.2, 0.1]), "ids", np.array([2, 0]))
     ('c', 'a')
     """

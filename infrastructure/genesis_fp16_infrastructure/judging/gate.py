@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome
-from genesis_fp16_infrastructure.contract.judging import RecordLosses
+from genesis_fp16_infrastructure.contract.record_losses import RecordLosses
 from genesis_fp16_infrastructure.contract.reports import GateComparison, ScoresOn
 from genesis_fp16_infrastructure.data.schema import find_ids
 from genesis_fp16_infrastructure.record_codec import JSON, LOCAL, ROUND, Record

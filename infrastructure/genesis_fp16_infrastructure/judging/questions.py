@@ -17,11 +17,8 @@ import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.candidates import KeptCandidate
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
-from genesis_fp16_infrastructure.contract.judging import (
-    RecordLosses,
-    judging_margin,
-    records_are_training_data,
-)
+from genesis_fp16_infrastructure.contract.judging import judging_margin, records_are_training_data
+from genesis_fp16_infrastructure.contract.record_losses import RecordLosses
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.judging.gate import (

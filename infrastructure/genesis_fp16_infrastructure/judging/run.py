@@ -87,16 +87,13 @@ from genesis_fp16_infrastructure.agent_folder.transaction import (
     recording,
     transaction,
 )
-from genesis_fp16_infrastructure.contract.judging import (
-    JudgedPlugin,
-    RecordLosses,
-    judging_of,
-)
+from genesis_fp16_infrastructure.contract.judging import JudgedPlugin, judging_of
 from genesis_fp16_infrastructure.contract.plugin_api import (
     AgentPlugin,
     Capabilities,
     TrainRequestError,
 )
+from genesis_fp16_infrastructure.contract.record_losses import RecordLosses
 from genesis_fp16_infrastructure.contract.reports import (
     CommittedChange,
     GateReport,

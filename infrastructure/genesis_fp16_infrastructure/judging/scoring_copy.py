@@ -43,12 +43,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.contract.judging import (
-    JudgedPlugin,
-    RecordLosses,
-    RecordLossesError,
-)
+from genesis_fp16_infrastructure.contract.judging import JudgedPlugin
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
+from genesis_fp16_infrastructure.contract.record_losses import RecordLosses, RecordLossesError
 from genesis_fp16_infrastructure.contract.split import ScoreOnly
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.training.checkpoint_arrays import link_arrays

@@ -30,13 +30,15 @@ from genesis_fp16_infrastructure.agent_folder.transaction import (
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
     ListsRecords,
+    records_are_training_data,
+)
+from genesis_fp16_infrastructure.contract.listed_rows import at_rows
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.record_losses import (
     RecordIds,
     RecordLosses,
     RecordLossesError,
-    at_rows,
-    records_are_training_data,
 )
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data import schema

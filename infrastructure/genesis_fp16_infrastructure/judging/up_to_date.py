@@ -26,11 +26,8 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     renew_data_manifest,
 )
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
-from genesis_fp16_infrastructure.contract.judging import (
-    RecordIds,
-    RecordLosses,
-    records_are_training_data,
-)
+from genesis_fp16_infrastructure.contract.judging import records_are_training_data
+from genesis_fp16_infrastructure.contract.record_losses import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.reports import (
     DataReport,
     GateReport,

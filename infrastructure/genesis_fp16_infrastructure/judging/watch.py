@@ -50,9 +50,10 @@ from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_WATCH
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome, Verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.transaction import Transaction, transaction
-from genesis_fp16_infrastructure.contract.judging import RecordLosses, at_rows, judging_margin
-from genesis_fp16_infrastructure.contract.listed_rows import taken_at
+from genesis_fp16_infrastructure.contract.judging import judging_margin
+from genesis_fp16_infrastructure.contract.listed_rows import at_rows, taken_at
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
+from genesis_fp16_infrastructure.contract.record_losses import RecordLosses
 from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data import schema

@@ -11,14 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from genesis_fp16_infrastructure.contract.judging import (
+from genesis_fp16_infrastructure.contract.judging import judging_margin, judging_of
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.record_losses import (
     RecordIds,
     RecordLosses,
     RecordLossesError,
-    judging_margin,
-    judging_of,
 )
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.split import id_hashes
 
 

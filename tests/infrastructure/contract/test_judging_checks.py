@@ -15,8 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from genesis_fp16_infrastructure.contract import judging
-from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses, RecordLossesError
+from genesis_fp16_infrastructure.contract import record_losses
+from genesis_fp16_infrastructure.contract.record_losses import (
+    RecordIds,
+    RecordLosses,
+    RecordLossesError,
+)
 
 
 class Name(str):
@@ -290,7 +294,7 @@ def test_an_unchanged_copy_is_not_walked_again(monkeypatch: pytest.MonkeyPatch) 
     listed = RecordIds(("a", "b"), ("s", "t"))
     subclassed = RecordLosses.of([Name("a"), "b"], [0.5, 0.25])
     walked: list[str] = []
-    monkeypatch.setattr(judging, "_all_of", lambda values, kind: walked.append(kind.__name__))
+    monkeypatch.setattr(record_losses, "_all_of", lambda values, kind: walked.append(kind.__name__))
     assert RecordLosses.copy_of(scored) == scored and RecordIds.copy_of(listed) == listed
     assert walked == []
     RecordLosses.copy_of(subclassed)
@@ -331,8 +335,10 @@ def test_a_grown_listing_walks_its_new_records_alone(monkeypatch: pytest.MonkeyP
     walked whole. Each refuses an old id again, in the listing-made-whole's words."""
     listed = RecordIds(tuple(f"r{i}" for i in range(50)), ("s",) * 50)
     walked: list[int] = []
-    real = judging._all_of
-    monkeypatch.setattr(judging, "_all_of", lambda v, kind: walked.append(len(v)) or real(v, kind))
+    real = record_losses._all_of
+    monkeypatch.setattr(
+        record_losses, "_all_of", lambda v, kind: walked.append(len(v)) or real(v, kind)
+    )
     grown = listed.extended(["n1", "n2"], ["t", "t"])
     assert grown.ids[-3:] == ("r49", "n1", "n2") and grown.segments[-1:] == ("t",)  # type: ignore[index]
     assert walked and max(walked) == 2
@@ -388,8 +394,10 @@ def test_losses_at_rows_of_a_checked_listing_walk_no_id(monkeypatch: pytest.Monk
     twice or out of order, in RecordLosses.of's words."""
     listed = RecordIds(tuple(f"r{i}" for i in range(40)), ("s",) * 40)
     walked: list[int] = []
-    real = judging._all_of
-    monkeypatch.setattr(judging, "_all_of", lambda v, kind: walked.append(len(v)) or real(v, kind))
+    real = record_losses._all_of
+    monkeypatch.setattr(
+        record_losses, "_all_of", lambda v, kind: walked.append(len(v)) or real(v, kind)
+    )
     part = RecordLosses.of_rows(listed, np.array([1, 5, 39]), {"log_loss": [0.1, 0.2, 0.3]})
     assert part.ids == ("r1", "r5", "r39") and part.segments == ("s",) * 3 and walked == []
     assert RecordLosses.copy_of(part) == part and walked == []

@@ -13,13 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from genesis_fp16_infrastructure.contract import judging, listed_rows
-from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses, RecordLossesError
+from genesis_fp16_infrastructure.contract import listed_rows, record_losses
 from genesis_fp16_infrastructure.contract.listed_rows import (
     LISTED,
     ListedRows,
     still_listed,
     taken_at,
+)
+from genesis_fp16_infrastructure.contract.record_losses import (
+    RecordIds,
+    RecordLosses,
+    RecordLossesError,
 )
 from genesis_fp16_infrastructure.contract.split import id_hashes
 
@@ -39,8 +43,8 @@ def test_records_paired_by_rows_never_take_their_ids(monkeypatch: pytest.MonkeyP
     listing); read, they are the listing's at the rows, and hash as those ids do."""
     listing = RecordIds(IDS, SEGMENTS)
     taken: list[int] = []
-    real = judging.at_rows
-    monkeypatch.setattr(judging, "at_rows", lambda v, r: taken.append(len(v)) or real(v, r))
+    real = record_losses.at_rows
+    monkeypatch.setattr(record_losses, "at_rows", lambda v, r: taken.append(len(v)) or real(v, r))
     served = RecordLosses.copy_of(_part([1, 4, 7, 9, 30], listing))
     assert served.listed_at(listing.ids, np.array([1, 4, 7, 9, 30])) is True
     assert served.listed_at(listing.ids, np.array([1, 4, 7, 9])) is False

@@ -7,8 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses, RecordLossesError
 from genesis_fp16_infrastructure.contract.loss_columns import ARRAYS, column_array, keep_arrays
+from genesis_fp16_infrastructure.contract.record_losses import (
+    RecordIds,
+    RecordLosses,
+    RecordLossesError,
+)
 from genesis_fp16_infrastructure.judging.gate import paired_losses, shared_rows
 
 

@@ -11,7 +11,7 @@ from test_run import OneNumber, _records, _request, _result
 
 from genesis_fp16_infrastructure.agent_folder.candidates import read_verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
-from genesis_fp16_infrastructure.contract.judging import RecordLosses
+from genesis_fp16_infrastructure.contract.record_losses import RecordLosses
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.judging.run import run_plugin

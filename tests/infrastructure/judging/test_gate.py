@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from genesis_fp16_infrastructure.contract.judging import RecordLosses
+from genesis_fp16_infrastructure.contract.record_losses import RecordLosses
 from genesis_fp16_infrastructure.judging.gate import (
     Paired,
     compare,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses
+from genesis_fp16_infrastructure.contract.record_losses import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, ScoreOnly, id_hashes, sorted_unique
 from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.judging.questions import _on_known

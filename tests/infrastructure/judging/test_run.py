@@ -32,12 +32,9 @@ from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.agent_folder.transaction import Committed, Transaction
 from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin, rollback, serve
 from genesis_fp16_infrastructure.contract import split
-from genesis_fp16_infrastructure.contract.judging import (
-    TRAINED_IDS,
-    RecordIds,
-    RecordLosses,
-)
+from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.record_losses import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, id_hashes
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest

@@ -293,7 +293,7 @@ def test_the_plugins_losses_are_handed_back_as_a_checked_copy_of_their_own(
 ) -> None:
     """losses_on_copy hands back a RecordLosses the plugin never held, with its
     records and losses; any other answer is refused in one line (RecordLossesError)."""
-    from genesis_fp16_infrastructure.contract.judging import RecordLosses, RecordLossesError
+    from genesis_fp16_infrastructure.contract.record_losses import RecordLosses, RecordLossesError
     from genesis_fp16_infrastructure.judging.scoring_copy import losses_on_copy
 
     original = _checkpoint(tmp_path / "candidate")

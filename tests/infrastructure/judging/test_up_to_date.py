@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from genesis_fp16_infrastructure.contract import split
-from genesis_fp16_infrastructure.contract.judging import RecordLosses
+from genesis_fp16_infrastructure.contract.record_losses import RecordLosses
 from genesis_fp16_infrastructure.judging.up_to_date import data_unchanged
 
 

@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.contract.judging import RecordIds, RecordLosses, at_rows
+from genesis_fp16_infrastructure.contract.listed_rows import at_rows
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.record_losses import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.pool_columns import GROWN_FROM, PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult

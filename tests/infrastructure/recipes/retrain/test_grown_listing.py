@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from genesis_fp16_infrastructure import kept_in_memory
-from genesis_fp16_infrastructure.contract import judging
+from genesis_fp16_infrastructure.contract import record_losses
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, DataCheck
-from genesis_fp16_infrastructure.contract.judging import RecordIds
+from genesis_fp16_infrastructure.contract.record_losses import RecordIds
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
@@ -67,10 +67,12 @@ def _same(got: RecordIds, whole: RecordIds) -> None:
 
 
 def _walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The lengths of the columns the checks walk (``judging._all_of``), from now on."""
+    """The lengths of the columns the checks walk (``record_losses._all_of``), from now on."""
     walked: list[int] = []
-    real = judging._all_of
-    monkeypatch.setattr(judging, "_all_of", lambda v, kind: walked.append(len(v)) or real(v, kind))
+    real = record_losses._all_of
+    monkeypatch.setattr(
+        record_losses, "_all_of", lambda v, kind: walked.append(len(v)) or real(v, kind)
+    )
     return walked
 
 
