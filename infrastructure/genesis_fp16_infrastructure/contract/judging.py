@@ -42,13 +42,22 @@ figure shown where one is). The gate judges every column, and promotes only a ca
 shown no worse on each; the live watch rolls back on any (docs/judging.md). A plain
 list is one column named ``loss``, as before columns were: same ``judging_version``.
 
->>> losses = RecordLosses.of(["a", "b"], [0.5, 0.25])
->>> losses.mean()
-0.375
->>> RecordLosses.of(["a", "a"], [0.5, 0.25])
+The loader asks :func:`judging_of` whether a plugin is judged; a declaration half there
+is refused in one line:
+
+>>> class Scorer:
+...     api_version, judging_version, loss_span = 3, JUDGING_VERSION, 1.0
+...     def score_records(self, checkpoint, request):
+...         return RecordLosses.of(["a", "b"], [0.5, 0.25])
+>>> judging_of(Scorer()) is not None
+True
+>>> class Unspanned:
+...     api_version, judging_version = 3, JUDGING_VERSION
+...     def score_records(self, checkpoint, request): ...
+>>> judging_of(Unspanned())
 Traceback (most recent call last):
 ...
-genesis_fp16_infrastructure.contract.record_losses.RecordLossesError: RecordLosses: id 'a' twice
+TypeError: Unspanned: loss_span None is not a positive finite number
 """
 
 from __future__ import annotations
