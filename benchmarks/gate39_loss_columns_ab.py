@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 from ab_table import load_average, print_table
-from other_tree import module_from
+from other_tree import module_from, record_types_path
 from thread_clock import thread_ms
 
-from genesis_fp16_infrastructure.contract import judging
+from genesis_fp16_infrastructure.contract import record_losses
 from genesis_fp16_infrastructure.judging import gate
 
 INF = Path("infrastructure/genesis_fp16_infrastructure")
@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=41)
     parser.add_argument("--before", type=Path, required=True, help="the other checkout")
     args = parser.parse_args(argv)
-    trees = {"before": module_from(args.before / INF / "contract/judging.py", "judging_before")}
-    trees["this"] = judging
+    trees = {"before": module_from(record_types_path(args.before), "judging_before")}
+    trees["this"] = record_losses
     load = load_average()
     lines = []
     for pool in (int(p) for p in args.pools.split(",")):

@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 from ab_table import load_average, print_table
-from other_tree import module_from
+from other_tree import module_from, record_types_path
 from thread_clock import thread_ms
 
-from genesis_fp16_infrastructure.contract import judging
+from genesis_fp16_infrastructure.contract import record_losses
 from genesis_fp16_infrastructure.judging import gate
 
 INF = Path("infrastructure/genesis_fp16_infrastructure")
@@ -42,9 +42,9 @@ METRICS = ("log_loss", "brier")
 
 def _trees(before: Path) -> dict[str, tuple[ModuleType, ModuleType]]:
     """Each tree's (contract.judging, judging.gate) modules, ``before``'s loaded beside."""
-    old_judging = module_from(before / INF / "contract/judging.py", "judging_before")
+    old_judging = module_from(record_types_path(before), "judging_before")
     old_gate = module_from(before / INF / "judging/gate.py", "gate_before")
-    return {"before": (old_judging, old_gate), "this": (judging, gate)}
+    return {"before": (old_judging, old_gate), "this": (record_losses, gate)}
 
 
 def _case(pool: int) -> dict[str, Any]:

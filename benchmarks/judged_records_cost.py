@@ -30,19 +30,19 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-from other_tree import module_from
+from other_tree import module_from, record_types_path
 
-from genesis_fp16_infrastructure.contract import judging
+from genesis_fp16_infrastructure.contract import record_losses
 from genesis_fp16_infrastructure.contract.split import HELD_OUT, id_hashes
 
 NEW = 1_000
-JUDGING = "infrastructure/genesis_fp16_infrastructure/contract/judging.py"
 
 
 def load_judging(tree: Path) -> ModuleType:
-    """``tree``'s ``contract/judging.py``, loaded as a module of its own (its imports are
-    this tree's: the split and its hashes, the same in both)."""
-    return module_from(tree / JUDGING, "_against_judging")
+    """``tree``'s module of the record types (``other_tree.record_types_path``), loaded as
+    a module of its own (its imports are this tree's: the split and its hashes, the same in
+    both)."""
+    return module_from(record_types_path(tree), "_against_judging")
 
 
 class Pool:
@@ -107,12 +107,12 @@ def compare(old: ModuleType, size: int, repeats: int) -> tuple[float, float]:
     pool = Pool(size)
     listings = {
         way: module.RecordIds(pool.ids, pool.segments, pool.hashes)
-        for way, module in (("old", old), ("new", judging))
+        for way, module in (("old", old), ("new", record_losses))
     }
     times: dict[str, list[float]] = {"old": [], "new": []}
     for _ in range(repeats):
         answers = []
-        for way, module in (("old", old), ("new", judging)):
+        for way, module in (("old", old), ("new", record_losses)):
             ms, answer = _cpu_ms(lambda m=module, w=way: judged_records(m, pool, listings[w]))
             times[way].append(ms)
             answers.append(answer)

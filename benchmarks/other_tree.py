@@ -31,6 +31,17 @@ def module_from(path: Path, name: str) -> ModuleType:
     return module
 
 
+def record_types_path(tree: Path) -> Path:
+    """The file of the checkout ``tree`` that defines ``RecordLosses`` and ``RecordIds``:
+    ``contract/record_losses.py`` since they moved there (b69b6eb2), ``contract/judging.py``
+    before. Loaded with :func:`module_from`, a later checkout's ``judging.py`` would hand
+    out this tree's types (its import of them is this tree's), and an A/B would time one
+    code twice."""
+    contract = tree / "infrastructure" / PACKAGE / "contract"
+    moved = contract / "record_losses.py"
+    return moved if moved.exists() else contract / "judging.py"
+
+
 def other_modules(tree: Path, swapped: Sequence[str]) -> dict[str, ModuleType]:
     """``tree``'s modules named in ``swapped`` (dotted, under the package), each importing
     the others of ``tree`` while they load (loaded under other names, this tree's put back
