@@ -17,8 +17,9 @@ A third-party plugin::
             return TrainResult.from_fit(request, fit(MyTask(), request.fit_options()))
 
 Everything a plugin needs is here: the contract (``AgentPlugin``, ``API_VERSION``), the
-judged-model capability (``RecordLosses``, ``JUDGING_VERSION``, ``model_weights``: see
-``genesis_fp16_infrastructure.contract.judging``), the request and result, the task
+judged-model capability (``JUDGING_VERSION``, ``model_weights``: see
+``genesis_fp16_infrastructure.contract.judging``; ``RecordLosses``, what ``score_records``
+returns: ``contract.record_losses``), the request and result, the task
 protocol (``TrainingTask``), ``fit`` and its options,
 ``to_device``, the errors (``TrainRequestError``, ``PrecisionError``, ``CheckpointError``)
 and ``DEFAULT_STEPS``, the budget of a request that names none. ``API_VERSION`` versions
