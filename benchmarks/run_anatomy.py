@@ -507,14 +507,14 @@ def markdown(result: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for q in result["ratios"]:
-        grew, rest = q.get("eval_growth"), q.get("ratio_rest")
+        grew, rest = q["eval_growth"], q["ratio_rest"]  # None: a line without eval
         lines.append(
             f"| {q['commit']} | {q['device']} | {q.get('mode', 'fresh')} | "
             f"{q['pools'][1]:,} / {q['pools'][0]:,} | "
             f"{q['new']:,} | {q['but_train'][1]:.3f} / {q['but_train'][0]:.3f} | "
             f"**{q['ratio']:.2f}** ({'within' if q['within_1_5'] else 'over'}) | "
             + ("— | " if grew is None else f"{grew:.3f} | ")
-            + (f"{q['headroom']:.3f} | " if "headroom" in q else "— | ")
+            + f"{q['headroom']:.3f} | "
             + ("— |" if rest is None else f"{rest:.2f} |")
         )
     return "\n".join(lines) + "\n"
