@@ -28,10 +28,6 @@ byte for byte.
   in its decoding: a defect, not bad input, which the fast path refuses) comes back as
   the exception's line: the reader logs it, counts it in ``FAILED`` and reads the unit;
   the helper goes on with its next.
-* **One unit at a time.** A thread a helper reads its answers and sends it its next unit
-  the moment an answer begins, from units kept spare; the reading process reads its own
-  units meanwhile, and the spare ones once the file has no more. At the end it waits only
-  for the unit each helper is reading, none queued in a helper's pipe.
 
 Each message is an 8-byte little-endian length, then msgpack: a ``Unit`` one way, its
 ``list[RecordBlock] | str | None`` the other.
@@ -42,12 +38,13 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import select
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from queue import SimpleQueue
 from typing import IO, BinaryIO
@@ -66,12 +63,10 @@ MIN_UNIT_RECORDS = 2_048
 START_BYTES = 4 * 2**20
 # Units a read makes for each process at most: each takes the next when done with one.
 UNITS_EACH = 4
-# Units a read keeps taken from its file and given to no process, for each helper: the
-# one a helper is given the moment it answers. A helper holds one unit at a time (two
-# had been sent ahead, and at the end this process waited for a unit queued behind
-# another: 49-77 ms of a 25,000-record read on 2 cores); one left spare at the end is
-# read here.
-SPARE_EACH = 1
+# Units sent to a helper before its first answer: 2 read 25,000 records on 2 cores in
+# 264-271 ms against 289-298 with 1 (3 gain nothing: a unit queued is a unit this
+# process may wait for at the end); never more than a process's share of the round.
+AHEAD = 2
 # How long a helper may take past the reading process's own last unit, at least, and in
 # multiples of its slowest unit (a loaded host slows helpers as much as the reader).
 DEADLINE_SECONDS = 30.0
@@ -119,8 +114,8 @@ class Workers:
         yielded once it and every unit before it are read. ``units`` is taken as it goes
         (a file's split runs meanwhile): the helpers and this process each take the next
         unit when done with one, so that a helper slower than this process (a colder
-        heap, a busier core) holds up no more than the one unit it is reading. Close what
-        it returns (``contextlib.closing``) if it may be left before its end."""
+        heap, a busier core) holds up no more than the units it has. Close what it
+        returns (``contextlib.closing``) if it may be left before its end."""
         return _Round(self.procs, units).run()
 
     def close(self) -> None:
@@ -140,22 +135,16 @@ class Workers:
 
 
 class _Round:
-    """One read's units shared out as they come. A helper holds one unit at a time, and
-    is given its next the moment its answer begins to arrive: a thread a helper reads
-    its answers (this process need not finish a unit of its own first), and gives it
-    one of the ``SPARE_EACH`` units a helper this process keeps taken from the file and
-    given to no one. Once the file has no more, this process reads what is spare itself:
-    at the end it waits for no unit queued behind another in a helper's pipe, only for
-    the one each helper is reading. One sending thread a helper writes its units in
-    order, in which its answers come back (a helper still starting takes them when up).
-    At most ``held_at_once`` units are taken and not yet yielded: past that, this
-    process waits for the oldest, not for more of the file. ``changed`` guards what the
-    threads share (``spare``, ``given``, ``results``, ``stopped``, ``ended``)."""
+    """One read's units shared out as they come. Each helper has up to ``AHEAD`` of them
+    at a time, so that it starts its next the moment it answers one (this process looks
+    for answers only between its own units); one sending thread a helper writes them in
+    the order given, in which its answers come back (a helper still starting takes them
+    when up). At most ``held_at_once`` units are taken and not yet yielded: past that,
+    this process waits for the oldest, not for more of the file."""
 
     def __init__(self, procs: Sequence[subprocess.Popen[bytes]], units: Iterable[Unit]) -> None:
         self.units = iter(units)
         self.taken = 0  # units taken from ``units``; each one's index is its place
-        self.spare: deque[tuple[int, Unit]] = deque()  # taken, given to no process yet
         self.results: dict[int, list[RecordBlock] | None] = {}  # read, not yet yielded
         self.out = 0  # the next unit to yield
         self.procs = {_fd(proc): proc for proc in procs}
@@ -163,180 +152,107 @@ class _Round:
         self.outboxes = {fd: SimpleQueue[Unit | None]() for fd in self.procs}
         self.most = held_at_once(len(procs))
         self.slowest = 0.0  # seconds, of this process's units
-        self.changed = threading.Condition()
-        self.ended = False  # the round left, at its end or midway
-        self.stopped: list[int] = []  # the pids of the helpers this round stopped
 
     def run(self) -> Generator[list[RecordBlock] | None, None, None]:
-        threads = [
+        senders = [
             threading.Thread(target=_sending, args=(self.procs[fd].stdin, box), daemon=True)
             for fd, box in self.outboxes.items()
         ]
-        threads += [
-            threading.Thread(target=self._receiving, args=(fd,), daemon=True) for fd in self.procs
-        ]
-        for thread in threads:
-            thread.start()
+        for sender in senders:
+            sender.start()
         try:
-            self._spare_up()  # one unit each to start
-            while True:
-                with self.changed:
-                    if self._held_most():
-                        self._wait_until(lambda: self.out in self.results, self._holder)
-                        ready = self._ready()
-                    else:
-                        ready = None
-                if ready is None:
-                    own = self._own()
-                    if own is None:
-                        break
-                    ready = self._read_own(*own)
-                yield from ready
-            with self.changed:
-                self._wait_until(lambda: not self.given, lambda: list(self.given))
-                ready = self._ready()
-            yield from ready
+            # One unit each to start: of two units, one is this process's (both given
+            # ahead, it had waited for both); topped up to AHEAD after its first
+            for fd in self.procs:
+                self._give(fd)
+            while self._read_next():
+                self._take_ready()
+                yield from self._ready()
+            self._wait(time.monotonic() + self._patience())
+            yield from self._ready()
         finally:
-            with self.changed:
-                self.ended = True
-                for fd in list(self.given):  # left midway: answers no later read may take
-                    self._stop(fd)
-                self.changed.notify_all()
+            for fd in list(self.given):  # left midway: answers no later read may take
+                self._stop(fd)
             for box in self.outboxes.values():
                 box.put(None)
-            for thread in threads:  # a killed helper's reads and writes fail at once
-                thread.join()
+            for sender in senders:  # a killed helper's writes fail at once
+                sender.join()
 
-    def _own(self) -> tuple[int, Unit] | None:
-        """This process's next unit: the next of the file, the spare ones topped up for
-        the helpers after it; once the file has no more, a spare one; None when none is
-        left."""
-        taken = self._take()
-        self._spare_up()
-        if taken is not None:
-            return taken
-        with self.changed:
-            return self.spare.popleft() if self.spare else None
+    def _read_next(self) -> bool:
+        """This process's next unit read, or, with ``most`` units held, the oldest
+        helper's answered; False when every unit is taken."""
+        if self.taken - self.out >= self.most:
+            self._take(self._holder(self.out), time.monotonic() + self._patience())
+            return True
+        taken = self._next()
+        if taken is None:
+            return False
+        (index, unit), started = taken, time.monotonic()
+        self.results[index] = unit_blocks(unit)
+        UNITS["reader"] += self.results[index] is not None
+        self.slowest = max(self.slowest, time.monotonic() - started)
+        for fd in self.procs:  # topped up: a helper starts its next the moment it answers
+            while self.procs[fd].returncode is None and len(self.given.get(fd, ())) < AHEAD:
+                if not self._give(fd):
+                    break
+        return True
 
-    def _read_own(self, index: int, unit: Unit) -> list[list[RecordBlock] | None]:
-        """``unit`` read here; the units read, in order, up to the first that is not."""
-        started = time.monotonic()
-        blocks = unit_blocks(unit)
-        with self.changed:
-            self.results[index] = blocks
-            UNITS["reader"] += blocks is not None
-            self.slowest = max(self.slowest, time.monotonic() - started)
-            return self._ready()
-
-    def _take(self) -> tuple[int, Unit] | None:
-        """The next unit of ``units``, and its index; None when none is left (this
-        process's thread alone takes them, and counts them)."""
+    def _next(self) -> tuple[int, Unit] | None:
+        """The next unit of ``units``, and its index; None when none is left."""
         unit = next(self.units, None)
         if unit is None:
             return None
         self.taken += 1
         return self.taken - 1, unit
 
-    def _held_most(self) -> bool:
-        return self.taken - self.out >= self.most
-
-    def _spare_up(self) -> None:
-        """``SPARE_EACH`` units a helper taken from the file and spare, and each helper
-        holding none given one."""
-        while True:
-            with self.changed:
-                helping = sum(proc.returncode is None for proc in self.procs.values())
-                if len(self.spare) >= SPARE_EACH * helping or self._held_most():
-                    return
-            taken = self._take()
-            if taken is None:
-                return
-            with self.changed:
-                self.spare.append(taken)
-                for fd, proc in self.procs.items():
-                    if proc.returncode is None and not self.given.get(fd):
-                        self._give(fd)
-
-    def _ready(self) -> list[list[RecordBlock] | None]:
-        """The units read, in order, up to the first that is not (``changed`` held)."""
-        ready = []
-        while self.out in self.results:
-            ready.append(self.results.pop(self.out))
+    def _ready(self) -> Iterator[list[RecordBlock] | None]:
+        """The units read, in order, up to the first that is not."""
+        while self.out < self.taken and self._read(self.out):
+            yield self.results.pop(self.out)
             self.out += 1
-        return ready
 
-    def _holder(self) -> list[int]:
-        return [fd for fd, given in self.given.items() if self.out in given]
+    def _read(self, index: int) -> bool:
+        return not any(index in given for given in self.given.values())
+
+    def _holder(self, index: int) -> int:
+        return next(fd for fd, given in self.given.items() if index in given)
 
     def _patience(self) -> float:
         return max(DEADLINE_SECONDS, DEADLINE_FACTOR * self.slowest)
 
-    def _wait_until(self, done: Callable[[], bool], late: Callable[[], list[int]]) -> None:
-        """Wait (``changed`` held) until ``done()``; the helpers ``late()`` names once the
-        patience given is past are stopped, and their units left to the reader. A unit
-        spare when ``done`` waits for it is read here."""
-        deadline = time.monotonic() + self._patience()
-        while not done():
-            if self.out not in self.results and self.spare and self.spare[0][0] == self.out:
-                index, unit = self.spare.popleft()  # its helper stopped: read here
-                self.changed.release()
-                try:
-                    self.results[index] = unit_blocks(unit)
-                finally:
-                    self.changed.acquire()
-                continue
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                for fd in late():
-                    FAILED["ran past its deadline"] += 1
-                    logger.warning(
-                        "a read helper (pid %d) ran past its deadline: its records are read "
-                        "here", self.procs[fd].pid,
-                    )  # fmt: skip
-                    self._stop(fd)
-                continue
-            self.changed.wait(wait)
+    def _take_ready(self) -> None:
+        """Every answer the helpers have written, taken without waiting."""
+        for fd in select.select(list(self.given), [], [], 0)[0]:
+            while fd in self.given and select.select([fd], [], [], 0)[0]:
+                self._take(fd, time.monotonic() + DEADLINE_SECONDS)
+
+    def _wait(self, deadline: float) -> None:
+        """The helpers' last answers, by ``deadline`` (monotonic): past it, each fails."""
+        while self.given:
+            wait = max(0.0, deadline - time.monotonic())
+            for fd in select.select(list(self.given), [], [], wait)[0] or list(self.given):
+                self._take(fd, deadline)
 
     def _give(self, fd: int) -> bool:
-        """The helper given the next spare unit, unless none is spare (``changed`` held)."""
-        if not self.spare:
+        """The helper given the next unit, unless none is left or ``most`` are held."""
+        taken = self._next() if self.taken - self.out < self.most else None
+        if taken is None:
             return False
-        index, unit = self.spare.popleft()
-        self.given.setdefault(fd, deque()).append(index)
-        self.outboxes[fd].put(unit)
-        self.changed.notify_all()  # its thread waits for its answer
+        self.given.setdefault(fd, deque()).append(taken[0])
+        self.outboxes[fd].put(taken[1])
         return True
 
-    def _receiving(self, fd: int) -> None:
-        """A helper's answers, each taken as it comes (its next unit given as soon as
-        its answer begins), until the round ends or the helper is stopped."""
-        while True:
-            with self.changed:
-                self.changed.wait_for(lambda: bool(self.given.get(fd)) or self.ended)
-                if not self.given.get(fd):
-                    return
-            head = _read_exactly(fd, _LENGTH)
-            with self.changed:
-                if fd not in self.given:
-                    return  # stopped meanwhile
-                if not isinstance(head, _Failed) and len(self.given[fd]) == 1:
-                    self._give(fd)  # its next, while its answer is read
-            reply = head if isinstance(head, _Failed) else _answer(fd, head)
-            with self.changed:
-                if fd not in self.given:
-                    return
-                self._answered(fd, reply)
-                self.changed.notify_all()
-
-    def _answered(self, fd: int, reply: list[RecordBlock] | str | _Failed | None) -> None:
-        """The helper's answer to its oldest unit (``changed`` held). A helper that fails
-        is stopped, and its units are left to the reader."""
-        proc = self.procs[fd]
+    def _take(self, fd: int, deadline: float) -> None:
+        """The helper's answer to its oldest unit; it is given the next. A helper that
+        fails is stopped, and its units are left to the reader."""
+        proc, index = self.procs[fd], self.given[fd].popleft()
+        reply = _reply(proc, deadline)
         if isinstance(reply, _Failed):
             FAILED[reply.why] += 1
             logger.warning(
                 "a read helper (pid %d) %s: its records are read here", proc.pid, reply.why
             )
+            self.given[fd].appendleft(index)
             self._stop(fd)
             return
         if isinstance(reply, str):  # it raised on this unit: read here, and said
@@ -345,23 +261,20 @@ class _Round:
                 "a read helper (pid %d) raised %s: its unit is read here", proc.pid, reply
             )
             reply = None
-        index = self.given[fd].popleft()
         self.results[index] = reply
         UNITS["helper"] += reply is not None
+        self._give(fd)
         if not self.given[fd]:
             del self.given[fd]
-            self._give(fd)
 
     def _stop(self, fd: int) -> None:
-        """A helper stopped (``changed`` held): what it may still write is never read (the
-        next read starts anew); its units are left to the reader (None)."""
+        """A helper stopped: what it may still write is never read (the next read starts
+        anew); its units are left to the reader (None)."""
         proc = self.procs[fd]
         proc.kill()
         proc.wait()  # its returncode set: given nothing more
-        self.stopped.append(proc.pid)
         for index in self.given.pop(fd, ()):
             self.results[index] = None
-        self.changed.notify_all()
 
 
 class _Failed:
@@ -482,10 +395,16 @@ def _sending(stream: IO[bytes] | None, outbox: SimpleQueue[Unit | None]) -> None
             pass
 
 
-def _answer(fd: int, head: bytes) -> list[RecordBlock] | str | _Failed | None:
-    """A helper's answer, its length (``head``) read: the rest read, whenever it comes
-    (a helper past its deadline is stopped by the reading process, which ends it)."""
-    body = _read_exactly(fd, int.from_bytes(head, "little"))
+def _reply(
+    proc: subprocess.Popen[bytes], deadline: float
+) -> list[RecordBlock] | str | _Failed | None:
+    """A helper's answer, read by ``deadline`` (monotonic)."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    head = _read_exactly(fd, _LENGTH, deadline)
+    if isinstance(head, _Failed):
+        return head
+    body = _read_exactly(fd, int.from_bytes(head, "little"), deadline)
     if isinstance(body, _Failed):
         return body
     try:
@@ -494,15 +413,13 @@ def _answer(fd: int, head: bytes) -> list[RecordBlock] | str | _Failed | None:
         return _Failed(f"answered what is no column blocks ({exc})")
 
 
-def _read_exactly(fd: int, size: int) -> bytes | _Failed:
-    """``size`` bytes of a helper's answers, however long they take (the reading process
-    stops a helper past its deadline, and its pipe then ends)."""
+def _read_exactly(fd: int, size: int, deadline: float) -> bytes | _Failed:
     chunks, left = [], size
     while left:
-        try:
-            chunk = os.read(fd, min(left, 1 << 20))
-        except OSError:
-            chunk = b""
+        wait = deadline - time.monotonic()
+        if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+            return _Failed("ran past its deadline")
+        chunk = os.read(fd, min(left, 1 << 20))
         if not chunk:
             return _Failed("ended before it answered")
         chunks.append(chunk)
