@@ -5,6 +5,7 @@ they answer or hang; and helpers end with the process that started them."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -342,11 +343,51 @@ def test_a_jsonl_s_last_block_is_shared_too(
     monkeypatch.setattr(sources, "BLOCK_BYTES", 125_000)  # ~85 lines: two or three units
     path = _write(tmp_path, "jsonl", False)
     runs = list(sources.split_records(path, QuarantineSink(None), 0, 1))
-    units = sum(len(readers._parts(run, 1)) for run in runs)
+    units = len(list(readers._runs_from(runs[0], iter(runs[1:]), 1, [])))
     assert units > read_workers.held_at_once(1)  # more than one round's
     read_workers.UNITS.clear()
     assert _read(path, 1, False) == _read(path, 0, False)
     assert sum(read_workers.UNITS.values()) == units
+
+
+def _units(path: Path, workers: int) -> list[sources.RawRun]:
+    """The units a read of ``path`` with ``workers`` helpers shares, in file order."""
+    runs = list(sources.split_records(path, QuarantineSink(None), 0, 1))
+    assert all(isinstance(run, sources.RawRun) for run in runs)
+    return list(readers._runs_from(runs[0], iter(runs[1:]), workers, []))
+
+
+def _lines(unit: sources.RawRun) -> list[bytes]:
+    assert unit.block is not None
+    return [line for line in unit.block.split(b"\n") if line]
+
+
+def test_a_shared_file_s_last_units_are_cut_finer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file shared with helpers ends in smaller units (its last two, or a ``.jsonl``'s
+    last block's last, each cut in two), the rest as before; every record in file
+    order, once. A file of one unit is not cut, so no helper shares it."""
+    doc = _units(_write(tmp_path / "doc", "json", False), 1)  # 8 units of 50 (fixture: 40)
+    assert [len(unit) for unit in doc] == [50] * 6 + [25] * 4
+    assert [unit.first for unit in doc] == list(
+        itertools.accumulate([0] + [len(u) for u in doc[:-1]])
+    )
+    assert [len(unit) for unit in _units(tmp_path / "doc" / "pool.json", 0)] == [400]
+    monkeypatch.setattr(read_workers, "MIN_UNIT_RECORDS", 300)  # one unit of 400
+    assert [len(unit) for unit in _units(tmp_path / "doc" / "pool.json", 1)] == [400]
+    monkeypatch.setattr(read_workers, "MIN_UNIT_RECORDS", 30)
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 125_000)  # ~85 lines: two or three units
+    path = _write(tmp_path / "lines", "jsonl", False)
+    blocks = list(sources.split_records(path, QuarantineSink(None), 0, 1))
+    whole = [len(readers._parts(block, 1)) for block in blocks]
+    lines = _units(path, 1)
+    assert len(lines) == sum(whole) + 1  # the last block's last unit, in two
+    every = [line for line in path.read_bytes().split(b"\n") if line]
+    assert [line for unit in lines for line in _lines(unit)] == every
+    tail = _lines(readers._parts(blocks[-1], 1)[-1])
+    halves = [_lines(lines[-2]), _lines(lines[-1])]
+    assert halves[0] + halves[1] == tail and all(len(h) <= len(tail) // 2 + 1 for h in halves)
 
 
 def test_a_round_left_midway_stops_the_helpers_it_gave_units(tmp_path: Path) -> None:
