@@ -471,16 +471,7 @@ def _finer(parts: list[RawRun]) -> list[RawRun]:
     smaller last units are a shorter wait (25,000 records of a ``.json``, one helper,
     the last two units halved: the read 0.383 -> 0.367 s, medians, lower in 6 pairs of 6,
     ``benchmarks/results/read_tail_90_cpu-2-cores.md``)."""
-    halves: list[RawRun] = []
-    for part in parts:
-        if part.block is not None:
-            halves += _block_parts(part, 2)
-        elif len(part) > 1:
-            middle = len(part) // 2
-            halves += [part.part(0, middle), part.part(middle, len(part))]
-        else:
-            halves.append(part)
-    return halves
+    return [half for part in parts for half in _cut(part, 2)]
 
 
 def _read_shared(
@@ -517,10 +508,17 @@ def _read_shared(
 
 def _parts(run: RawRun, workers: int) -> list[RawRun]:
     """``run`` cut into the units a read with ``workers`` helpers shares
-    (``read_workers.shares``), in file order: a block at line ends, records by count."""
+    (``read_workers.shares``), in file order."""
+    count = len(run.ends) if run.block is not None else len(run)
+    return _cut(run, read_workers.shares(count, workers))
+
+
+def _cut(run: RawRun, count: int) -> list[RawRun]:
+    """``run`` cut into ``count`` parts at most, in file order: a block at line ends,
+    records by count."""
     if run.block is not None:
-        return _block_parts(run, read_workers.shares(len(run.ends), workers))
-    size = max(1, -(-len(run) // read_workers.shares(len(run), workers)))
+        return _block_parts(run, count)
+    size = max(1, -(-len(run) // count))
     return [run.part(at, at + size) for at in range(0, len(run), size)]
 
 
