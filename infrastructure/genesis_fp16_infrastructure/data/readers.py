@@ -439,7 +439,8 @@ def _runs_from(
     run (:attr:`RawRun.streamed`) with those after it too, each split when the read gets
     to it, and the first item after them that is not one put in ``left``. The last one
     or two units of a run wait for the next run to be taken: those of the last are cut
-    in two (:func:`_finer`)."""
+    in two (:func:`_finer`): a file of more than one unit, those of one run or of several
+    runs of one unit each."""
     current, shared = run, False
     while True:
         parts = _parts(current, workers)
@@ -448,6 +449,7 @@ def _runs_from(
         yield from parts[:-held]
         after = _next_streamed(items, left) if current.streamed else None
         if after is None:
+            shared = shared or current is not run  # several runs: shared, one unit each
             yield from _finer(parts[-held:]) if shared else parts[-held:]
             return
         yield from parts[-held:]

@@ -367,7 +367,8 @@ def test_a_shared_file_s_last_units_are_cut_finer(
 ) -> None:
     """A file shared with helpers ends in smaller units (its last two, or a ``.jsonl``'s
     last block's last, each cut in two), the rest as before; every record in file
-    order, once. A file of one unit is not cut, so no helper shares it."""
+    order, once; a ``.jsonl`` of blocks of one unit each is shared, its last block cut too.
+    A file of one unit is not cut, so no helper shares it."""
     doc = _units(_write(tmp_path / "doc", "json", False), 1)  # 8 units of 50 (fixture: 40)
     assert [len(unit) for unit in doc] == [50] * 6 + [25] * 4
     assert [unit.first for unit in doc] == list(
@@ -388,6 +389,12 @@ def test_a_shared_file_s_last_units_are_cut_finer(
     tail = _lines(readers._parts(blocks[-1], 1)[-1])
     halves = [_lines(lines[-2]), _lines(lines[-1])]
     assert halves[0] + halves[1] == tail and all(len(h) <= len(tail) // 2 + 1 for h in halves)
+    monkeypatch.setattr(read_workers, "MIN_UNIT_RECORDS", 300)  # each block one unit
+    single = [len(readers._parts(block, 1)) for block in blocks]
+    assert single == [1] * len(blocks) and len(blocks) > 1
+    lines = _units(path, 1)
+    assert len(lines) == len(blocks) + 1  # still shared: the last block cut in two
+    assert [line for unit in lines for line in _lines(unit)] == every
 
 
 def test_a_round_left_midway_stops_the_helpers_it_gave_units(tmp_path: Path) -> None:
