@@ -10,11 +10,13 @@
 #   bash benchmarks/gpu_session.sh speed      benchmarks/gpu_vs_cpu.py at 100,000 records, then
 #       one 1,600-step CUDA run on that pool under cProfile: where the host's time goes
 #       around each captured replay (its top functions in r/cuda-100k-top.txt)
-#   bash benchmarks/gpu_session.sh anatomy    the daemon's later runs (benchmarks/run_anatomy.py,
-#       serve + run, 200 steps, the CPU and CUDA rows) at ANATOMY_POOL (100,000) records with 25%
-#       new, this tree against BASE_TREE (.base, when it is a checkout) for the phases before;
-#       then `make gpu-check`'s gpu-marked tests; then the same runs at 10,000 and 100,000 records
-#       with 1% of the larger new (the ratio's rows), this tree alone
+#   bash benchmarks/gpu_session.sh anatomy    the daemon's runs (benchmarks/run_anatomy.py,
+#       serve + run, 200 steps) at ANATOMY_POOL (100,000) records with 25% new, this tree: first
+#       issue 90's GPU row (CUDA, the watched run: the third, after a first model on half the
+#       pool and a second after a quarter more), then the host's CPU, then the later run (the
+#       second) on both; then BASE_TREE (.base, when it is a checkout) the same way for the
+#       phases before; then `make gpu-check`'s gpu-marked tests; then the later runs at 10,000
+#       and 100,000 records with 1% of the larger new (the ratio's rows), this tree alone
 set -u
 out=${OUT:?set OUT to a results folder}
 mkdir -p "$out/r"
@@ -32,14 +34,16 @@ step() {  # step NAME SECONDS COMMAND...: its output to r/NAME.log, its last lin
 worker() { step run-worker-cuda 40 env PYTHONPATH=.:infrastructure:agents python3 benchmarks/run_worker_cuda.py; }
 if [ "${1:-checks}" = anatomy ]; then
   pool=${ANATOMY_POOL:-100000} base=${BASE_TREE:-.base}
-  trees=.; [ -f "$base/genesis_fp16/__main__.py" ] && trees=.,$base
-  anatomy=(python3 benchmarks/run_anatomy.py --steps 200 --modes later --new-after)
-  step anatomy-25 "${ANATOMY_LIMIT:-220}" "${anatomy[@]}" --pools "$pool" --new 25% --trees "$trees" \
-    --out "$out/r/anatomy_25"
-  step gpu-tests "${TESTS_LIMIT:-180}" python3 tests/gpu_check.py --out "$out/r" --only tests \
-    --budget "$(( ${TESTS_LIMIT:-180} - 10 ))"
-  step anatomy-1 "${ANATOMY_LIMIT:-220}" "${anatomy[@]}" --pools "$((pool / 10)),$pool" --new "$((pool / 100))" \
-    --out "$out/r/anatomy_1"
+  anatomy=(python3 benchmarks/run_anatomy.py --steps 200 --new-after)
+  step anatomy-25 "${ANATOMY_LIMIT:-240}" "${anatomy[@]}" --pools "$pool" --new 25% \
+    --devices cuda,cpu --modes watched,later --out "$out/r/anatomy_25"
+  [ -f "$base/genesis_fp16/__main__.py" ] && step anatomy-25-base "${ANATOMY_LIMIT:-220}" \
+    "${anatomy[@]}" --pools "$pool" --new 25% --devices cuda,cpu --modes watched \
+    --trees "$base" --out "$out/r/anatomy_25_base"
+  step gpu-tests "${TESTS_LIMIT:-150}" python3 tests/gpu_check.py --out "$out/r" --only tests \
+    --budget "$(( ${TESTS_LIMIT:-150} - 10 ))"
+  step anatomy-1 "${ANATOMY_1_LIMIT:-180}" "${anatomy[@]}" --modes later \
+    --pools "$((pool / 10)),$pool" --new "$((pool / 100))" --out "$out/r/anatomy_1"
   for f in "$out"/r/anatomy_*.md; do echo "== $f"; grep -E '^\| [0-9a-f]{7,}' "$f" | cut -c1-400; done
   echo "== gpu tests"; grep -h -E "^(PASS|FAIL|NOT RUN)|^gpu-check" "$out/r/gpu-tests.log" | cut -c1-400
   exit 0

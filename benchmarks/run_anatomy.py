@@ -14,7 +14,8 @@ encode, train, eval, live, gate, whatever the tree's daemon reports), its ``wall
   new records: 100,000 over 10,000 at 1,000 new; 1,000,000 over 100,000 at 10,000 new.
 - **everything but train**: the run's ``wall_seconds`` less its ``train`` phase (what
   the phases do not name counts too: ``unattributed``, the wall less every phase).
-- **devices**: the CPU, and CUDA when torch sees one (``GENESIS_FP16_DEVICE``).
+- **devices**: the CPU, and CUDA when torch sees one (``GENESIS_FP16_DEVICE``);
+  ``--devices cuda`` (or ``cuda,cpu``) names them, in the order measured.
 - **trees**: ``--trees`` runs another checkout's daemon (its ``genesis_fp16``,
   ``agents`` and ``infrastructure`` first on ``PYTHONPATH``) on the same data, written
   once by this tree's ``data generate``. A phase one tree's line lacks is shown as
@@ -524,11 +525,22 @@ def _pools(args: argparse.Namespace) -> list[int]:
     return [int(p) for p in args.pools.split(",")] + ([1_000_000] if args.million else [])
 
 
+def _devices(asked: str | None) -> list[str]:
+    """The devices to measure on: ``--devices`` (comma-separated, in that order), else the
+    CPU and CUDA when torch sees one. SystemExit in one line for CUDA where none is seen."""
+    present = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = present if asked is None else [d.strip() for d in asked.split(",") if d.strip()]
+    missing = [d for d in devices if d not in present]
+    if missing or not devices:
+        raise SystemExit(f"run_anatomy: --devices {asked!r}: this host has {', '.join(present)}")
+    return devices
+
+
 def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
     """Every row measured; the results written to ``--out`` after each (``complete``
     false until the last: a long run stopped early keeps what it measured)."""
     pools = _pools(args)
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = _devices(args.devices)
     trees = [Path(t).resolve() for t in args.trees.split(",")]
     result: dict[str, Any] = {
         "command": command,
@@ -593,6 +605,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         action="store_true",
         help="name the new pool file to sort after the old one (zz-pool-3099.json; by "
         "default pool-3099.json sorts before pool-99.json: a later read joins every file)",
+    )
+    parser.add_argument(
+        "--devices",
+        help="devices to measure on, comma-separated, in that order (cpu, cuda; by default "
+        "the CPU, and CUDA when torch sees one)",
     )
     parser.add_argument("--note", default="", help="a line for the results (the host's load)")
     parser.add_argument("--out", type=Path, help="write OUT.json and OUT.md")

@@ -273,3 +273,21 @@ def test_a_chunk_sharing_an_id_with_an_earlier_one_is_written_again_of_the_next_
         "id-99002-1",
     ]
     assert joined["total_added"] == 5 and not (tmp_path / "chunks").exists()
+
+
+def test_devices_are_those_asked_in_their_order_and_cuda_only_where_torch_sees_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--devices`` names the rows' devices in the order measured; unset, the CPU and
+    CUDA when present; CUDA asked where none is seen: one line, no run."""
+    anatomy = _script()
+    monkeypatch.setattr(anatomy.torch.cuda, "is_available", lambda: True)
+    assert anatomy._devices(None) == ["cpu", "cuda"]
+    assert anatomy._devices("cuda,cpu") == ["cuda", "cpu"]
+    assert anatomy._devices("cuda") == ["cuda"]
+    monkeypatch.setattr(anatomy.torch.cuda, "is_available", lambda: False)
+    assert anatomy._devices(None) == ["cpu"]
+    with pytest.raises(SystemExit, match="this host has cpu"):
+        anatomy._devices("cuda")
+    with pytest.raises(SystemExit):
+        anatomy._devices(" , ")
