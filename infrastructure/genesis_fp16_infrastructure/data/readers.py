@@ -22,80 +22,36 @@ memory, and a line that is not UTF-8 is quarantined alone.
 >>> len(result.examples), result.quarantined
 (194, 1)
 
-The fast path of a read (``fast_records.decode_record``): a record's JSON bytes straight to a
-typed struct, no dict. ``json.loads`` then one pydantic model per record cost 65 µs a
-generated record (100,000 records: 6.5 s); msgspec decodes the same bytes into a typed
-struct, checking the same types and bounds, in 9 µs (``benchmarks/pool_scale.py``, issue
-36). The pydantic models of ``schema.py`` stay the schema's one authority: msgspec is
-strict where pydantic is lax (a float ``3.0`` for an int, ``NaN``, ``true`` for a
-number), so every record the fast path refuses is read again the slow way, and the slow
-way decides whether it is valid and what its quarantine reason says. The fast path only
-ever accepts records the slow one accepts with the same values
-(``tests/infrastructure/data/test_fast_records.py`` holds the pairs).
-
-A record's shape is decided as the slow path does: a replay-buffer record has no
-``operator_applied`` and at least one of the replay keys; anything else is a trajectory.
-
-A file's records are read ``BATCH_RECORDS`` at a time, decoded by one call when every
-one of them decodes, alone, and has an id (:func:`_decoded_together`): a ``.json``
-document's as msgspec split them, a plain ``.jsonl``'s block of lines by one
-``decode_lines`` when each line is one value (:func:`_read_block`), a ``.jsonl.gz``'s
-lines likewise (:func:`_read_run`), a large pool's records as its window scan cut them
-(``sources.RawRun.scanned``), which, as a ``.jsonl``'s blocks are, a read shares out.
-The records the fast path vouched for are written into the file's block a batch at a
-time (:class:`_Batch`, ``data.batch_block``): the same block a record at a time made,
-byte for byte (issue 90; ``benchmarks/read_floor.py`` times the read against msgspec
-alone on the same bytes).
+A file's records are parsed into its column blocks by ``data.file_blocks`` (msgspec's
+fast path, pydantic deciding every record it refuses), shared with read helpers by
+``data.shared_read`` when the run has them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
-from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
-import msgspec
-import numpy as np
-from pydantic import ValidationError
-
-from genesis_fp16_infrastructure.data import read_workers
-from genesis_fp16_infrastructure.data.batch_decode import (
-    Unit,
-    _Batch,
-    _decoded_lines,
-    _decoded_together,
-    line_batches,
-)
-from genesis_fp16_infrastructure.data.fast_records import _REPLAY_KEYS, _labelled, _vouched
-from genesis_fp16_infrastructure.data.file_records import (
-    BlockWriter,
-    FileRecord,
-    RecordBlock,
-    Rejected,
-)
+from genesis_fp16_infrastructure.data import file_blocks, read_workers
+from genesis_fp16_infrastructure.data.file_blocks import FileBlocks, read_one_by_one
+from genesis_fp16_infrastructure.data.file_records import BlockWriter, RecordBlock, Rejected
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect, roomy
 from genesis_fp16_infrastructure.data.pool_file import StoredPool
 from genesis_fp16_infrastructure.data.pool_stream import PoolSplitRefused
-from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
+from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
-from genesis_fp16_infrastructure.data.schema import Example, ReplayRecord, Trajectory
+from genesis_fp16_infrastructure.data.schema import Example
+from genesis_fp16_infrastructure.data.shared_read import read_shared, runs_from, start_helpers
 from genesis_fp16_infrastructure.data.sources import (
     Raw,
     RawRun,
-    Sink,
     Source,
     list_data_files,
-    not_utf8_reason,
-    parse_json,
-    reason,
     split_records,
     streams,
 )
@@ -103,14 +59,6 @@ from genesis_fp16_infrastructure.errors import DataError
 from genesis_fp16_infrastructure.machine_memory import paused_gc
 
 logger = logging.getLogger(__name__)
-
-# A file's parsed records become a column block every this many, so that a large file's
-# records are never all objects at once (a million of them held ~0.5 GB more at the peak).
-BLOCK_RECORDS = 131_072
-# A file's records are read this many at a time (_read_run), and the fast path's wait
-# as their decoded structs, text and all (3.0 KB a generated record, tracemalloc), until
-# their batch is written into columns: ~24 MB, not a block's 131,072 structs (~390 MB).
-BATCH_RECORDS = 8_192
 
 
 class DataTooLarge(DataError):
@@ -146,21 +94,6 @@ def check_data_size(path: Path, files: list[Path], max_bytes: int) -> None:
             size,
             max_bytes,
         )
-
-
-def _start_helpers(file: Path, workers: int, start: int) -> None:
-    """The process's read helpers started (``data.read_workers``), when ``workers`` and
-    the bytes of ``file`` about to be parsed (those from byte ``start``: an appended
-    ``.jsonl``'s new lines) come to ``START_BYTES``: started before the split (each takes
-    a fifth of a second to start), so that they are up when the file is shared. What the
-    record cache holds is never parsed, and starts none. A read asked for none
-    (READ_WORKERS set to 0 since) stops those an earlier read started."""
-    if workers <= 0:
-        read_workers.workers(0)
-        return
-    with contextlib.suppress(OSError):  # gone since the listing: its read says so
-        if file.stat().st_size - start >= read_workers.START_BYTES:
-            read_workers.workers(workers)
 
 
 def _size(count: int) -> str:
@@ -367,7 +300,7 @@ def _file_records(
     """The valid records of one file, in file order (duplicates within it included),
     each quarantined entry written to ``sink``; from ``cache`` when it has the file.
     ``keep_text=False``: the block keeps no text (see read_trajectories). ``workers``:
-    helper processes that parse stretches of its records meanwhile (:func:`_read_shared`)."""
+    helper processes that parse stretches of its records meanwhile (``data.shared_read``)."""
     slim = not keep_text
     stored = cache.load(file, slim) if cache is not None else None
     blocks: list[RecordBlock] = []
@@ -378,20 +311,20 @@ def _file_records(
             return stored.block
         start, first_line = stored.offset, stored.lines + 1
         blocks.append(stored.block)
-    _start_helpers(file, workers, start)
+    start_helpers(file, workers, start)
     # A pool split a window at a time is checked whole only at its end: its quarantined
     # entries are held until then, and written to the sink once it is (decided once: a
     # file grown since is not split, its entries written as they come)
     held = streams(file)
     recorder = Recorder(_Held() if held else sink)
-    written = _FileBlocks(keep_text, list(blocks))
+    written = FileBlocks(keep_text, list(blocks))
     try:
         items = split_records(file, recorder, start, first_line, whole=not held)
         _parse(items, written, recorder, keep_text, workers)
     except PoolSplitRefused as exc:  # what it read is dropped, and the file read whole
         logger.warning("data file %s cannot be split a window at a time (%s): read whole",
                        file, exc)  # fmt: skip
-        held, recorder, written = False, Recorder(sink), _FileBlocks(keep_text, list(blocks))
+        held, recorder, written = False, Recorder(sink), FileBlocks(keep_text, list(blocks))
         _parse(split_records(file, recorder, whole=True), written, recorder, keep_text, workers)
     if held:
         _write_rejected(sink, file, recorder.rejected)
@@ -411,7 +344,7 @@ def _write_rejected(sink: QuarantineSink, file: Path, rejected: Iterable[Rejecte
 
 def _parse(
     items: Iterable[Raw | RawRun],
-    written: _FileBlocks,
+    written: FileBlocks,
     recorder: Recorder,
     keep_text: bool,
     workers: int,
@@ -422,270 +355,11 @@ def _parse(
     left: list[Raw | RawRun] = []  # the item after a stream of runs, its turn next
     while (item := left.pop() if left else next(items, None)) is not None:
         if isinstance(item, RawRun):  # a document's records, lines, a stream of runs
-            _read_shared(_runs_from(item, items, workers, left), written, recorder, keep_text,
+            read_shared(runs_from(item, items, workers, left), written, recorder, keep_text,
                          workers)  # fmt: skip
             continue
         chunk.append(item)  # a value the slow path parsed (a document msgspec refused)
-        if len(chunk) == BATCH_RECORDS:
-            _read_one_by_one(chunk, written, recorder)
+        if len(chunk) == file_blocks.BATCH_RECORDS:
+            read_one_by_one(chunk, written, recorder)
             chunk = []
-    _read_one_by_one(chunk, written, recorder)
-
-
-def _runs_from(
-    run: RawRun, items: Iterator[Raw | RawRun], workers: int, left: list[Raw | RawRun]
-) -> Iterator[RawRun]:
-    """``run`` cut into the units a read shares; a ``.jsonl``'s block or a large pool's
-    run (:attr:`RawRun.streamed`) with those after it too, each split when the read gets
-    to it, and the first item after them that is not one put in ``left``. The last one
-    or two units of a run wait for the next run to be taken: those of the last are cut
-    in two (:func:`_finer`): a file of more than one unit, those of one run or of several
-    runs of one unit each."""
-    current, shared = run, False
-    while True:
-        parts = _parts(current, workers)
-        shared = shared or len(parts) > 1  # shared with helpers: more than one unit
-        held = 2 if len(parts) > 2 else 1
-        yield from parts[:-held]
-        after = _next_streamed(items, left) if current.streamed else None
-        if after is None:
-            shared = shared or current is not run  # several runs: shared, one unit each
-            yield from _finer(parts[-held:]) if shared else parts[-held:]
-            return
-        yield from parts[-held:]
-        current = after
-
-
-def _next_streamed(items: Iterator[Raw | RawRun], left: list[Raw | RawRun]) -> RawRun | None:
-    """The next of ``items`` when it is a streamed run; else None, the item (if any) put
-    in ``left``."""
-    item = next(items, None)
-    if isinstance(item, RawRun) and item.streamed:
-        return item
-    if item is not None:
-        left.append(item)
-    return None
-
-
-def _finer(parts: list[RawRun]) -> list[RawRun]:
-    """A file's last units, each cut in two (one of a single record or line as it is).
-    A shared read's end waits for the units the helpers still hold (two at most each):
-    smaller last units are a shorter wait (25,000 records of a ``.json``, one helper,
-    the last two units halved: the read 0.383 -> 0.367 s, medians, lower in 6 pairs of 6,
-    ``benchmarks/results/read_tail_90_cpu-2-cores.md``)."""
-    return [half for part in parts for half in _cut(part, 2)]
-
-
-def _read_shared(
-    runs: Iterable[RawRun], written: _FileBlocks, sink: Sink, keep_text: bool, workers: int
-) -> None:
-    """``runs`` (a file's, in file order, taken as they come) into ``written``: shared
-    between this process and helper processes (``data.read_workers``), their blocks
-    joined in file order; a run the fast path refused (or a helper failed) is read here
-    in its turn, record by record where it must, its quarantined entries in file order,
-    as without helpers."""
-    runs = iter(runs)
-    first = list(itertools.islice(runs, 2))
-    helpers = read_workers.workers(workers) if len(first) > 1 else None
-    if helpers is None:
-        for run in itertools.chain(first, runs):
-            _read_here(run, written, sink)
-        return
-    held: deque[RawRun] = deque()  # taken by the helpers' round, not yet joined
-
-    def units() -> Iterator[Unit]:
-        for run in itertools.chain(first, runs):
-            held.append(run)
-            yield _unit(run, keep_text)
-
-    with contextlib.closing(helpers.read(units())) as replies:
-        for reply in replies:
-            run = held.popleft()
-            if reply is None:
-                _read_here(run, written, sink)
-            else:
-                written.flush()
-                written.blocks.extend(reply)
-
-
-def _parts(run: RawRun, workers: int) -> list[RawRun]:
-    """``run`` cut into the units a read with ``workers`` helpers shares
-    (``read_workers.shares``), in file order."""
-    count = len(run.ends) if run.block is not None else len(run)
-    return _cut(run, read_workers.shares(count, workers))
-
-
-def _cut(run: RawRun, count: int) -> list[RawRun]:
-    """``run`` cut into ``count`` parts at most, in file order: a block at line ends,
-    records by count."""
-    if run.block is not None:
-        return _block_parts(run, count)
-    size = max(1, -(-len(run) // count))
-    return [run.part(at, at + size) for at in range(0, len(run), size)]
-
-
-def _block_parts(run: RawRun, parts: int) -> list[RawRun]:
-    """A ``.jsonl`` block of lines cut into ``parts`` blocks of whole lines (about as many
-    lines each), numbered on from the block's first: each read alone reads its lines as
-    the whole block would (a block may be cut anywhere: ``test_jsonl_blocks.py``).
-
-    >>> run = RawRun(Path("d.jsonl"), [], None, (0.7, 0.3), first=5, block=b"a\\nb\\n\\nc",
-    ...              ends=np.array([1, 3, 4]))
-    >>> [(p.first, p.block, p.ends.tolist()) for p in _block_parts(run, 2)]
-    [(5, b'a\\n', [1]), (6, b'b\\n\\nc', [1, 2])]
-    """
-    assert run.block is not None
-    ends = np.asarray(run.ends, np.int64)
-    if parts <= 1 or len(ends) < parts:
-        return [run]
-    cuts = [len(ends) * k // parts for k in range(parts + 1)]  # lines before each part
-    out = []
-    for lo, hi in itertools.pairwise(cuts):
-        start = 0 if lo == 0 else int(ends[lo - 1]) + 1
-        stop = len(run.block) if hi == len(ends) else int(ends[hi - 1]) + 1
-        block, first = run.block[start:stop], run.first + lo
-        out.append(
-            RawRun(run.path, [], None, run.thresholds, first, block=block, ends=ends[lo:hi] - start)
-        )
-    return out
-
-
-def _read_here(run: RawRun, written: _FileBlocks, sink: Sink) -> None:
-    """A run read in this process: a ``.jsonl``'s block, or records a batch at a time."""
-    if run.block is not None:
-        _read_block(run, written, sink)
-        return
-    for at in range(0, len(run), BATCH_RECORDS):
-        _read_run(run.part(at, at + BATCH_RECORDS), written, sink)
-
-
-def _unit(run: RawRun, keep_text: bool) -> Unit:
-    """``run`` as a helper process takes it (``batch_decode.Unit``)."""
-    if run.block is not None:
-        ends = np.asarray(run.ends, "<i8").tobytes()
-        return Unit([], None, True, run.block, ends, run.thresholds, keep_text, BATCH_RECORDS)
-    raws = [bytes(raw) for raw in run.raws]
-    return Unit(raws, run.keys, run.whole, None, None, run.thresholds, keep_text, BATCH_RECORDS)
-
-
-def _read_run(run: RawRun, written: _FileBlocks, sink: Sink) -> None:
-    """Records msgspec split from a document, lines, or a large pool's scanned records, in
-    file order, into ``written``: decoded together when the fast path vouches for every
-    one, each alone (:func:`_decoded_together`), else one at a time
-    (:func:`_read_one_by_one`)."""
-    together = _decoded_together(run.raws, run.keys, whole=run.whole)
-    if together is None:
-        _read_one_by_one(list(run.items()), written, sink)
-    else:
-        written.fast_run(*together, run.thresholds)
-
-
-def _read_block(run: RawRun, written: _FileBlocks, sink: Sink) -> None:
-    """A plain ``.jsonl``'s block of lines, in file order, into ``written``: decoded by
-    one msgspec call when each nonblank line is one value the fast path vouches for
-    (:func:`_decoded_lines`), else as numbered lines (:func:`_read_run`)."""
-    assert run.block is not None
-    together = _decoded_lines(run.block, run.ends)
-    if together is None:
-        lines = run.as_lines()
-        for at in range(0, len(lines), BATCH_RECORDS):
-            _read_run(lines.part(at, at + BATCH_RECORDS), written, sink)
-        return
-    for part, replays in line_batches(*together, BATCH_RECORDS):
-        written.fast_run(part, replays, run.thresholds)
-
-
-def _read_one_by_one(items: list[Raw], written: _FileBlocks, sink: Sink) -> None:
-    """Records of a file, in its order, into ``written``, one at a time: each the fast
-    path refuses decided by the slow one."""
-    for source, raw, thresholds, key in items:
-        fast = _vouched(raw, key)
-        if fast is not None:
-            written.fast(fast, thresholds)
-            continue
-        record = _read_slow(source, raw, thresholds, key, sink)
-        if record is not None:
-            written.slow(record)
-
-
-class _FileBlocks:
-    """A file's records written into blocks in file order: the fast path's a batch at a
-    time (:class:`_Batch`), the slow path's a record at a time (``BlockWriter``), each
-    written out before the other's turn, so that at most one of the two holds records."""
-
-    def __init__(self, keep_text: bool, blocks: list[RecordBlock]) -> None:
-        self.keep_text, self.blocks = keep_text, blocks
-        self.batch, self.writer = _Batch(keep_text), BlockWriter(keep_text)
-
-    def fast(self, fast: tuple[Any, bool], thresholds: tuple[float, float]) -> None:
-        self.fast_run([fast[0]], int(fast[1]), thresholds)
-
-    def fast_run(self, records: list[Any], replays: int, thresholds: tuple[float, float]) -> None:
-        """Vouched records, ``replays`` of them replay records, in file order."""
-        if self.writer.ids or self.batch.thresholds not in (None, thresholds):
-            self.flush()
-        if len(self.batch) + len(records) > BATCH_RECORDS:
-            self.blocks.extend(self.batch.flush())
-        self.batch.add(records, replays, thresholds)
-        if len(self.batch) >= BATCH_RECORDS:
-            self.blocks.extend(self.batch.flush())
-
-    def slow(self, record: FileRecord) -> None:
-        if len(self.batch):
-            self.flush()
-        self.writer.add(record)
-        if len(self.writer.ids) == BLOCK_RECORDS:  # a large file's records live as columns
-            self.flush()
-
-    def flush(self) -> None:
-        """Write out what either holds."""
-        self.blocks.extend(self.batch.flush())
-        if self.writer.ids:
-            self.blocks.append(self.writer.block([]))
-            self.writer = BlockWriter(self.keep_text)
-
-
-def _read_slow(
-    source: Source, raw: Any, thresholds: tuple[float, float], key: str | None, sink: Sink
-) -> FileRecord | None:
-    """One record the slow way: ``raw`` is bytes the fast path refused, parsed by the
-    stdlib with its reasons word for word as before (a line that is not UTF-8, invalid
-    JSON), or an object the slow split already parsed; then validated (:func:`_validate`)."""
-    if isinstance(raw, bytes | msgspec.Raw):
-        data = bytes(raw)
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            why = f"binary line, not UTF-8 text ({not_utf8_reason(exc)})"
-            sink.add(source, why, data.decode("utf-8", "replace"))
-            return None
-        try:
-            raw = parse_json(text)
-        except ValueError as exc:
-            sink.add(source, str(exc), text.rstrip("\n"))
-            return None
-    if key is not None and isinstance(raw, dict) and "trajectory_id" not in raw:
-        raw = {**raw, "trajectory_id": key}  # the mapping key is the id
-    return _validate(source, raw, thresholds, sink)
-
-
-def _validate(
-    source: Source, raw: Any, thresholds: tuple[float, float], sink: Sink
-) -> FileRecord | None:
-    """The slow path: ``raw`` validated by the schema's pydantic models, and labelled;
-    None (quarantined, with pydantic's reason) when it is not a valid record."""
-    if not isinstance(raw, dict):
-        sink.add(source, f"record is a JSON {type(raw).__name__}, not an object", raw)
-        return None
-    bad_text = unencodable(raw)
-    if bad_text is not None:
-        sink.add(source, bad_text, raw)
-        return None
-    is_replay = "operator_applied" not in raw and bool(_REPLAY_KEYS & raw.keys())
-    model = ReplayRecord if is_replay else Trajectory
-    try:
-        record = model.model_validate(raw)
-    except ValidationError as exc:
-        sink.add(source, reason(exc), raw)
-        return None
-    return _labelled(record, is_replay, thresholds)
+    read_one_by_one(chunk, written, recorder)

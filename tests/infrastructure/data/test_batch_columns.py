@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import genesis_fp16_infrastructure.data.batch_block as batch_block
+import genesis_fp16_infrastructure.data.file_blocks as file_blocks
 import genesis_fp16_infrastructure.data.readers as readers
 from genesis_fp16_infrastructure.data.file_records import RecordBlock, _kind
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
@@ -132,7 +133,7 @@ def test_lines_read_together_read_as_lines_read_one_at_a_time(
         sink = QuarantineSink(folder / f"q{together}.jsonl")
         with pytest.MonkeyPatch.context() as patch:
             if not together:
-                patch.setattr(readers, "_decoded_together", lambda *_, **__: None)
+                patch.setattr(file_blocks, "_decoded_together", lambda *_, **__: None)
             block = readers._file_records(file, sink, None, keep_text)
         sink.close()
         kept = folder / f"q{together}.jsonl"

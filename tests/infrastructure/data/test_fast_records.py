@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import genesis_fp16_infrastructure.data.file_blocks as file_blocks
 import genesis_fp16_infrastructure.data.readers as readers
 import genesis_fp16_infrastructure.data.sources as sources
 from genesis_fp16_infrastructure.data.fast_records import decode_record
@@ -62,7 +63,7 @@ def _slow(raw: dict[str, Any], key: str | None) -> Any:
     if key is not None and "trajectory_id" not in raw:
         raw = {**raw, "trajectory_id": key}
     sink = QuarantineSink(None)
-    return readers._validate(source, raw, (0.7, 0.3), sink)
+    return file_blocks._validate(source, raw, (0.7, 0.3), sink)
 
 
 @pytest.mark.parametrize("raw", EDGE_RECORDS, ids=range(len(EDGE_RECORDS)))
@@ -141,7 +142,7 @@ def test_a_read_with_the_fast_path_equals_a_read_without_it(
     and the quarantine file word for word, with the fast path and with the slow one only."""
     folder = _folder(tmp_path)
     fast = _summary(read_trajectories(folder, tmp_path / "q1.jsonl"), tmp_path / "q1.jsonl")
-    monkeypatch.setattr(readers, "_vouched", lambda *args, **kwargs: None)
+    monkeypatch.setattr(file_blocks, "_vouched", lambda *args, **kwargs: None)
     monkeypatch.setattr(sources, "_split", _unsplit)
     slow = _summary(read_trajectories(folder, tmp_path / "q2.jsonl"), tmp_path / "q2.jsonl")
     assert fast[3][0] >= 10  # the bad records were there to be quarantined

@@ -1,5 +1,5 @@
 """A plain ``.jsonl`` read a block of whole lines at a time (``sources._jsonl_lines``,
-``readers._decoded_lines``: one ``decode_lines`` where each line is one value) reads as
+``file_blocks._decoded_lines``: one ``decode_lines`` where each line is one value) reads as
 the same file's lines numbered and read as before (every line on its own, decoded
 together only where each alone is one value): the same records and columns, the same
 quarantined lines with the same numbers and reasons, blocks cut anywhere (a line longer
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from genesis_fp16_infrastructure.data import readers, sources
+from genesis_fp16_infrastructure.data import file_blocks, readers, sources
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
@@ -96,7 +96,7 @@ def _read_as_before(
     path.write_bytes(raw)
     got, got_q = _read(path, folder)
     with monkeypatch.context() as before:  # every block read as numbered lines, as before
-        before.setattr(readers, "_decoded_lines", lambda block, ends: None)
+        before.setattr(file_blocks, "_decoded_lines", lambda block, ends: None)
         before.setattr(sources, "BLOCK_BYTES", 2**30)
         want, want_q = _read(path, folder)
     assert got_q == want_q

@@ -14,7 +14,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from genesis_fp16_infrastructure.data import pool_columns, readers
+from genesis_fp16_infrastructure.data import file_blocks, pool_columns
 from genesis_fp16_infrastructure.data.file_records import (
     BlockWriter,
     FileRecord,
@@ -181,8 +181,8 @@ def test_a_file_parsed_a_chunk_at_a_time_reads_as_one_parsed_whole(
     path.write_text("\n".join(lines) + "\n")
 
     def read(block_records: int) -> tuple[Any, list[str]]:
-        monkeypatch.setattr(readers, "BLOCK_RECORDS", block_records)
-        monkeypatch.setattr(readers, "BATCH_RECORDS", block_records)  # the fast path's
+        monkeypatch.setattr(file_blocks, "BLOCK_RECORDS", block_records)
+        monkeypatch.setattr(file_blocks, "BATCH_RECORDS", block_records)  # the fast path's
         quarantine = tmp_path / f"quarantine-{block_records}.jsonl"
         data = read_trajectories(path, quarantine=quarantine, keep_text=keep_text)
         return data, quarantine.read_text().splitlines()

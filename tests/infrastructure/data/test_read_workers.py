@@ -19,7 +19,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from genesis_fp16_infrastructure.data import batch_decode, read_workers, readers, sources
+from genesis_fp16_infrastructure.data import (
+    batch_decode,
+    file_blocks,
+    read_workers,
+    readers,
+    shared_read,
+    sources,
+)
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, scan_files
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
@@ -30,7 +37,7 @@ from genesis_fp16_infrastructure.data.synthetic import generate_pool
 def _small_units(monkeypatch: pytest.MonkeyPatch) -> None:
     """Units of a few dozen records, blocks of a few KB: a small file shares."""
     monkeypatch.setattr(read_workers, "MIN_UNIT_RECORDS", 40)
-    monkeypatch.setattr(readers, "BATCH_RECORDS", 32)
+    monkeypatch.setattr(file_blocks, "BATCH_RECORDS", 32)
     monkeypatch.setattr(sources, "BLOCK_BYTES", 160_000)  # ~100 lines: two units each
     yield
     read_workers.close()
@@ -277,7 +284,7 @@ def test_a_unit_a_helper_raises_on_is_said_counted_and_read_here(
     records = generate_pool(3, seed=7)["trajectories"]
     raws = [json.dumps(record).encode() for record in records.values()]
     run = sources.RawRun(Path("p.json"), raws, list(records), (0.7, 0.3))
-    good = readers._unit(run, keep_text=False)
+    good = shared_read._unit(run, keep_text=False)
     bad = msgspec.structs.replace(good, raws=[], keys=None, block=b"{}\n", ends=b"abc")
     read_workers.FAILED.clear()
     helpers = read_workers.workers(1)
@@ -299,7 +306,7 @@ def test_a_round_of_two_units_gives_one_to_each_process() -> None:
     were given to the helper ahead, and this process waited for it)."""
     records = generate_pool(3, seed=7)["trajectories"]
     raws = [json.dumps(record).encode() for record in records.values()]
-    unit = readers._unit(sources.RawRun(Path("p.json"), raws, list(records), (0.7, 0.3)), False)
+    unit = shared_read._unit(sources.RawRun(Path("p.json"), raws, list(records), (0.7, 0.3)), False)
     helpers = read_workers.workers(1)
     assert helpers is not None
     read_workers.UNITS.clear()
@@ -314,7 +321,7 @@ def test_a_stream_s_units_are_taken_as_they_come_and_held_no_more_than_a_round()
     time are more than ``held_at_once`` units taken and not yet given back."""
     records = generate_pool(3, seed=7)["trajectories"]
     raws = [json.dumps(record).encode() for record in records.values()]
-    unit = readers._unit(sources.RawRun(Path("p.json"), raws, list(records), (0.7, 0.3)), False)
+    unit = shared_read._unit(sources.RawRun(Path("p.json"), raws, list(records), (0.7, 0.3)), False)
     helpers = read_workers.workers(1)
     assert helpers is not None
     count, most, taken = 40, read_workers.held_at_once(1), []
@@ -343,7 +350,7 @@ def test_a_jsonl_s_last_block_is_shared_too(
     monkeypatch.setattr(sources, "BLOCK_BYTES", 125_000)  # ~85 lines: two or three units
     path = _write(tmp_path, "jsonl", False)
     runs = list(sources.split_records(path, QuarantineSink(None), 0, 1))
-    units = len(list(readers._runs_from(runs[0], iter(runs[1:]), 1, [])))
+    units = len(list(shared_read.runs_from(runs[0], iter(runs[1:]), 1, [])))
     assert units > read_workers.held_at_once(1)  # more than one round's
     read_workers.UNITS.clear()
     assert _read(path, 1, False) == _read(path, 0, False)
@@ -354,7 +361,7 @@ def _units(path: Path, workers: int) -> list[sources.RawRun]:
     """The units a read of ``path`` with ``workers`` helpers shares, in file order."""
     runs = list(sources.split_records(path, QuarantineSink(None), 0, 1))
     assert all(isinstance(run, sources.RawRun) for run in runs)
-    return list(readers._runs_from(runs[0], iter(runs[1:]), workers, []))
+    return list(shared_read.runs_from(runs[0], iter(runs[1:]), workers, []))
 
 
 def _lines(unit: sources.RawRun) -> list[bytes]:
@@ -381,16 +388,16 @@ def test_a_shared_file_s_last_units_are_cut_finer(
     monkeypatch.setattr(sources, "BLOCK_BYTES", 125_000)  # ~85 lines: two or three units
     path = _write(tmp_path / "lines", "jsonl", False)
     blocks = list(sources.split_records(path, QuarantineSink(None), 0, 1))
-    whole = [len(readers._parts(block, 1)) for block in blocks]
+    whole = [len(shared_read._parts(block, 1)) for block in blocks]
     lines = _units(path, 1)
     assert len(lines) == sum(whole) + 1  # the last block's last unit, in two
     every = [line for line in path.read_bytes().split(b"\n") if line]
     assert [line for unit in lines for line in _lines(unit)] == every
-    tail = _lines(readers._parts(blocks[-1], 1)[-1])
+    tail = _lines(shared_read._parts(blocks[-1], 1)[-1])
     halves = [_lines(lines[-2]), _lines(lines[-1])]
     assert halves[0] + halves[1] == tail and all(len(h) <= len(tail) // 2 + 1 for h in halves)
     monkeypatch.setattr(read_workers, "MIN_UNIT_RECORDS", 300)  # each block one unit
-    single = [len(readers._parts(block, 1)) for block in blocks]
+    single = [len(shared_read._parts(block, 1)) for block in blocks]
     assert single == [1] * len(blocks) and len(blocks) > 1
     lines = _units(path, 1)
     assert len(lines) == len(blocks) + 1  # still shared: the last block cut in two
@@ -404,7 +411,7 @@ def test_a_round_left_midway_stops_the_helpers_it_gave_units(tmp_path: Path) -> 
     path = _write(tmp_path, "json", False)
     records = generate_pool(3, seed=7)["trajectories"]
     raws = [json.dumps(record).encode() for record in records.values()]
-    unit = readers._unit(sources.RawRun(Path("p.json"), raws, list(records), (0.7, 0.3)), False)
+    unit = shared_read._unit(sources.RawRun(Path("p.json"), raws, list(records), (0.7, 0.3)), False)
     helpers = read_workers.workers(1)
     assert helpers is not None
     shared = read_workers._Round(helpers.procs, [unit] * 40)
