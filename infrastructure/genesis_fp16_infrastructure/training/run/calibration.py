@@ -85,14 +85,12 @@ measured on holds, and check a reused winner before trusting it.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import logging
 import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from itertools import cycle
 from pathlib import Path
 from typing import Any
@@ -110,10 +108,8 @@ from genesis_fp16_infrastructure.training import distributed
 # The module too: its detect_capabilities is looked up on each call (a test's one patch).
 from genesis_fp16_infrastructure.training.precision import decide as decide_module
 from genesis_fp16_infrastructure.training.precision import kept_measurements
-from genesis_fp16_infrastructure.training.precision.choice import REVALIDATE, among
+from genesis_fp16_infrastructure.training.precision.choice import REVALIDATE
 from genesis_fp16_infrastructure.training.precision.decide import (
-    MARGIN,
-    DeviceCapabilities,
     auto_candidates,
     choose,
     decide,
@@ -128,9 +124,14 @@ from genesis_fp16_infrastructure.training.reports import (
     Measured,
 )
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
+from genesis_fp16_infrastructure.training.run.calibration_key import (
+    Kept,
+    measurement_key,
+    ours_to_write,
+    read_kept,
+)
 from genesis_fp16_infrastructure.training.run.task import (
     StepTask,
-    batch_shapes,
     first_batches,
     task_trainer,
     to_device,
@@ -225,8 +226,10 @@ def calibrate(
             template = task.build_model()
             bench.template = template
             bench.batches = _first_signature(task, seed, dev)
-            key = _key(caps, dev, template, bench.batches[0], candidates, trainer_config, scaler)
-            found, remeasured = _read_cache(cache, key, candidates)
+            key = measurement_key(
+                caps, dev, template, bench.batches[0], candidates, trainer_config, scaler
+            )
+            found, remeasured = read_kept(cache, key, candidates)
         if found is not None:
             checked: Calibration | str | None = _reused_untimed(cache, found)
             if checked is None:
@@ -254,7 +257,7 @@ def calibrate(
         remeasured=remeasured or "",
     )
     result = _finished(result, bench, entered, started)
-    if cache is not None and _ours_to_write(cache):  # with its cost: what it took to measure
+    if cache is not None and ours_to_write(cache):  # with its cost: what it took to measure
         files.write_json(cache, CALIBRATION, result.cache_json())
         written = kept_measurements.read_calibration(cache)  # a resident process keeps it
         if written is not None:  # and knows it timed it: its next run need not
@@ -363,18 +366,7 @@ def _captured_too(device: torch.device, config: TrainerConfig) -> bool:
     return device.type == "cuda" and config.cuda_graph == "auto"
 
 
-@dataclass(frozen=True)
-class _Kept:
-    """A kept measurement that may be reused: its candidates' rows only, ``winner``, the
-    row they choose (what the run would train in), to be timed again first, and
-    ``record``, the record as read (the object a resident process keeps)."""
-
-    found: Calibration
-    winner: Measured
-    record: Calibration
-
-
-def _reused_untimed(cache: Path | None, kept: _Kept) -> Calibration | None:
+def _reused_untimed(cache: Path | None, kept: Kept) -> Calibration | None:
     """The kept measurement, its winner not timed again, where this process timed that
     winner itself since its file was last written (``kept_measurements.timed_here``:
     the same record kept in a resident process's memory, less than ``RETIME_AFTER_S``
@@ -391,7 +383,7 @@ def _reused_untimed(cache: Path | None, kept: _Kept) -> Calibration | None:
     return replace(kept.found, revalidated=said)
 
 
-def _revalidated(bench: _Bench, kept: _Kept, captured_too: bool) -> Calibration | str:
+def _revalidated(bench: _Bench, kept: Kept, captured_too: bool) -> Calibration | str:
     """The kept measurement, the row the run would train in timed again: within
     ``REVALIDATE`` of the kept median it is reused (``revalidated`` says so); else why it
     is measured again."""
@@ -586,104 +578,3 @@ def _note(skipped: Mapping[str, str], why: str | None = None) -> str | None:
     """The rows not timed and why, then ``why`` (for a decision's note); None if neither."""
     said = "not timed: " + ", ".join(f"{n} ({w})" for n, w in skipped.items()) if skipped else None
     return "; ".join(n for n in (said, why) if n) or None
-
-
-def _key(
-    caps: DeviceCapabilities,
-    device: torch.device,
-    model: nn.Module,
-    batch: Any,
-    candidates: list[PrecisionName],
-    config: TrainerConfig,
-    scaler: ScalerConfig,
-) -> dict[str, str]:
-    """What a measurement holds for: each field a validator, named when it changes."""
-    params = [(n, tuple(p.shape), str(p.dtype)) for n, p in model.named_parameters()]
-    return {
-        "device": f"{device.type} ({caps.source})",
-        "device_name": _device_name(device),
-        "capability": _capability(device, caps),
-        "torch": str(torch.__version__),  # a str subclass: not JSON to every encoder
-        "cuda_runtime": str(torch.version.cuda) if device.type == "cuda" else "none",
-        "driver": _driver_version() if device.type == "cuda" else "none",
-        "model": hashlib.sha256(repr(params).encode()).hexdigest()[:16],
-        "batch": batch_shapes(batch, bucketed=True),
-        "candidates": ",".join(candidates),
-        "cuda_graph": config.cuda_graph,
-        "tf32": f"matmul {torch.backends.cuda.matmul.allow_tf32}, cudnn "
-        f"{torch.backends.cudnn.allow_tf32}, float32 {torch.get_float32_matmul_precision()}",
-        "margin": str(MARGIN),
-        "scaler": json.dumps(asdict(scaler), sort_keys=True),
-    }
-
-
-def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return (decide_module.cpuinfo() or {}).get("model name", "cpu")
-
-
-def _capability(device: torch.device, caps: DeviceCapabilities) -> str:
-    if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        return f"sm_{major}{minor}"
-    return f"native bf16 {caps.native_bf16}, native fp16 {caps.native_fp16}"
-
-
-def _driver_version() -> str:
-    """The NVIDIA kernel driver's version (Linux), or "unknown"."""
-    try:
-        line = Path("/proc/driver/nvidia/version").read_text().splitlines()[0]
-    except (OSError, IndexError):
-        return "unknown"
-    words = [w for w in line.split() if w[:1].isdigit() and "." in w]
-    return words[0] if words else "unknown"
-
-
-def key_changes(kept: Mapping[str, str], key: Mapping[str, str]) -> str:
-    """The fields of ``key`` that differ from ``kept``, each with both values, or "".
-
-    >>> key_changes({"torch": "2.10", "model": "a"}, {"torch": "2.11", "model": "a"})
-    'torch (2.10 -> 2.11)'
-    """
-    changed = sorted(k for k in {*key, *kept} if key.get(k) != kept.get(k))
-    return ", ".join(f"{k} ({kept.get(k, 'none')} -> {key.get(k, 'none')})" for k in changed)
-
-
-def _read_cache(
-    path: Path | None, key: Mapping[str, str], candidates: list[PrecisionName]
-) -> tuple[_Kept | None, str | None]:
-    """The kept measurement for ``key``, if it may be reused, read for ``candidates``
-    only; else None, with why a kept one was not (another release's file, a field of its
-    key changed, rows that do not choose what it says, taken under load with a choice
-    the noise could flip), for the new one's reason and record."""
-    found = None if path is None else kept_measurements.read_calibration(path)
-    if found is None:
-        other = None if path is None else kept_measurements.other_release(path)
-        if other is None:
-            return None, None
-        then = "not written over it" if other.newer else "replacing it"
-        why = f"{other.describe()}: measured again, {then}"
-        logger.info("precision calibration not reused: %s", why)
-        return None, why
-    if dict(found.key) != dict(key):
-        changed = key_changes(found.key, key)
-        logger.info("precision calibration cache is stale: %s changed", changed)
-        return None, f"the kept measurement's key changed: {changed}: measured again"
-    winner = found.reusable_winner(candidates)
-    if isinstance(winner, str):  # its run used it; no later run trusts it
-        why = f"{winner}: measured again"
-        logger.info("precision calibration at %s not reused: %s", path, why)
-        return None, why
-    return _Kept(replace(found, rows=among(found.rows, candidates)), winner, found), None
-
-
-def _ours_to_write(path: Path) -> bool:
-    """Whether this release may write its measurement at ``path``: not over a newer
-    release's (after a downgrade, the upgrade back reuses it); asked just before the
-    write, so a newer release that wrote meanwhile is kept too."""
-    other = kept_measurements.other_release(path)
-    if other is not None and other.newer:
-        logger.info("precision calibration not kept: %s, left as it is", other.describe())
-        return False
-    return True

@@ -152,7 +152,7 @@ def test_auto_chooses_by_real_measurement_and_trains_as_that_precision_named(
     assert "the minimum, 6 steps a row" in calibration.bound  # 10% of 6 steps is less
     fp32 = calibration.rows[0].median_ms
     chosen_row = next(r for r in calibration.rows if r.precision == calibration.chosen)
-    assert chosen_row.median_ms <= fp32 * (1 + cal.MARGIN)  # never slower than fp32
+    assert chosen_row.median_ms <= fp32 * (1 + decide.MARGIN)  # never slower than fp32
     assert measured.precision.used == calibration.chosen
     assert measured.precision.requested == "auto"
     assert "measured" in measured.precision.reason

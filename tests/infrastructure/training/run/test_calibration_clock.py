@@ -26,6 +26,7 @@ from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerCon
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import under_load
 from genesis_fp16_infrastructure.training.run import calibration as cal
+from genesis_fp16_infrastructure.training.run import calibration_key
 from genesis_fp16_infrastructure.training.run.task import batch_shapes
 
 NATIVE_BOTH = DeviceCapabilities("cpu", True, True, "test: bf16 and fp16 taken as native")
@@ -293,9 +294,13 @@ def test_se_darwins_pool_grown_from_1955_to_1965_records_keeps_its_key(tmp_path:
         batch = cal._first_signature(task, 0, cpu)[0]
         sizes.append(batch[0].shape[0])
         model, config, scaler = task.build_model(), TrainerConfig(), ScalerConfig()
-        keys.append(cal._key(NATIVE_BOTH, cpu, model, batch, ["fp32", "bf16"], config, scaler))
+        keys.append(
+            calibration_key.measurement_key(
+                NATIVE_BOTH, cpu, model, batch, ["fp32", "bf16"], config, scaler
+            )
+        )
     assert sizes[0] != sizes[1]  # the batch did grow
-    assert keys[0] == keys[1], cal.key_changes(keys[0], keys[1])
+    assert keys[0] == keys[1], calibration_key.key_changes(keys[0], keys[1])
 
 
 def test_on_cuda_samples_are_event_timed_blocks_of_replays(
