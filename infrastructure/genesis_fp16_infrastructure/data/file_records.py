@@ -87,7 +87,7 @@ _CODE = "<i4"  # a coded column's codes, little-endian int32, back to back
 class RecordBlock(msgspec.Struct):
     """A file's valid records as columns, in file order, and its quarantined entries:
     what the record cache stores and what a read joins into its pool
-    (``data.pool_columns.collect``), with no object per record (issue 36).
+    (``data.pool_join.collect``), with no object per record (issue 36).
 
     A column a file repeats (agent, operator, tools, pattern) is coded: int32 codes into
     the list of its distinct values, so that a million records hold a few dozen strings.

@@ -40,8 +40,9 @@ from genesis_fp16_infrastructure.data.file_blocks import FileBlocks, read_one_by
 from genesis_fp16_infrastructure.data.file_records import BlockWriter, RecordBlock, Rejected
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.lineage import Pool
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect, roomy
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, roomy
 from genesis_fp16_infrastructure.data.pool_file import StoredPool
+from genesis_fp16_infrastructure.data.pool_join import collect
 from genesis_fp16_infrastructure.data.pool_stream import PoolSplitRefused
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder
 from genesis_fp16_infrastructure.data.record_cache import RecordCache

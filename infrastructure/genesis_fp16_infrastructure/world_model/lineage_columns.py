@@ -39,7 +39,8 @@ from itertools import chain, repeat
 import numpy as np
 
 from genesis_fp16_infrastructure.data.lineage import MAX_DEPTH, Pool
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, numbered_parents, ranges
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, ranges
+from genesis_fp16_infrastructure.data.pool_join import numbered_parents
 from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
 
 # Sibling candidates (an attempt, a parent's child) held at once: a generated pool has
@@ -414,7 +415,7 @@ def _operator_shares(
 
 def _numbered(ids: dict[str, int], names: list[str]) -> np.ndarray:
     """Each name's integer: looked up in C; a name not in ``ids`` is -1 (a parent outside
-    the pool gets its integer from ``data.pool_columns.numbered_parents``, as a read's do)."""
+    the pool gets its integer from ``data.pool_join.numbered_parents``, as a read's do)."""
     found = list(map(ids.get, names, repeat(-1)))
     return np.array(found, dtype=np.int64).reshape(len(names))
 

@@ -14,7 +14,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from genesis_fp16_infrastructure.data import file_blocks, pool_columns
+from genesis_fp16_infrastructure.data import file_blocks, pool_columns, pool_join
 from genesis_fp16_infrastructure.data.file_records import (
     BlockWriter,
     FileRecord,
@@ -23,7 +23,7 @@ from genesis_fp16_infrastructure.data.file_records import (
     pack,
 )
 from genesis_fp16_infrastructure.data.lineage import PoolEntry
-from genesis_fp16_infrastructure.data.pool_columns import collect
+from genesis_fp16_infrastructure.data.pool_join import collect
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import (
     AttemptInput,
@@ -210,7 +210,7 @@ def test_ids_are_matched_by_hash_when_no_two_ids_share_one(
     def refused(*args: object) -> object:
         raise AssertionError("matched by string without a shared hash")
 
-    monkeypatch.setattr(pool_columns, "_by_string", refused)
+    monkeypatch.setattr(pool_join, "_by_string", refused)
     columns, duplicates = collect([_block(f) for f in _files()], True)
     assert duplicates == 1 and columns.outside == ["ghost", "ghost2"]
 
@@ -258,7 +258,7 @@ def test_matching_by_hash_and_by_string_give_the_same_columns(
     blocks = _blocks(files)
     _assert_record_at_a_time(files, blocks, forged={})  # duplicates' parents left out
     by_hash, duplicates = collect(blocks, True)
-    monkeypatch.setattr(pool_columns, "_by_hash", lambda *args: None)
+    monkeypatch.setattr(pool_join, "_by_hash", lambda *args: None)
     by_string, again = collect(blocks, True)
     assert duplicates == again > 0 and by_hash.outside and by_hash.ids == by_string.ids
     for name in vars(by_hash):

@@ -16,7 +16,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from genesis_fp16_infrastructure.data import fingerprint, pool_columns
+from genesis_fp16_infrastructure.data import fingerprint, pool_columns, pool_join
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.pool_columns import (
@@ -318,7 +318,7 @@ def test_a_later_read_joins_and_fingerprints_only_the_new_records(
     every labelled record."""
     joined: list[int] = []
     sorted_: list[int] = []
-    codes_of = pool_columns.joined_codes
+    codes_of = pool_join.joined_codes
 
     def counted_codes(parts: Any) -> Any:  # once a coded column, in collect
         parts = list(parts)
@@ -334,7 +334,7 @@ def test_a_later_read_joins_and_fingerprints_only_the_new_records(
             sorted_.append(len(values))
             return torch.sort(values, **kwargs)
 
-    monkeypatch.setattr(pool_columns, "joined_codes", counted_codes)
+    monkeypatch.setattr(pool_join, "joined_codes", counted_codes)
     monkeypatch.setattr(fingerprint, "torch", CountingTorch())
     with tempfile.TemporaryDirectory() as root:
         reads = _Reads(Path(root))
