@@ -43,21 +43,20 @@ def runs_from(
     run (:attr:`RawRun.streamed`) with those after it too, each split when the read gets
     to it, and the first item after them that is not one put in ``left``. The last one
     or two units of a run wait for the next run to be taken: those of the last are cut
-    in two (:func:`_finer`): a file of more than one unit, those of one run or of several
-    runs of one unit each."""
-    current, shared = run, False
+    in two (:func:`_finer`) when the file is more than one unit (shared with helpers, as
+    :func:`read_shared` decides)."""
+    current, given = run, 0  # the units yielded so far
     while True:
         parts = _parts(current, workers)
-        shared = shared or len(parts) > 1  # shared with helpers: more than one unit
         held = 2 if len(parts) > 2 else 1
+        last = parts[-held:]
         yield from parts[:-held]
         after = _next_streamed(items, left) if current.streamed else None
         if after is None:
-            shared = shared or current is not run  # several runs: shared, one unit each
-            yield from _finer(parts[-held:]) if shared else parts[-held:]
+            yield from _finer(last) if given + len(parts) > 1 else last
             return
-        yield from parts[-held:]
-        current = after
+        yield from last
+        given, current = given + len(parts), after
 
 
 def _next_streamed(items: Iterator[Raw | RawRun], left: list[Raw | RawRun]) -> RawRun | None:
