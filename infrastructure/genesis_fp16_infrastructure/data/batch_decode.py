@@ -114,17 +114,41 @@ def _decoded_lines(block: bytes, ends: np.ndarray) -> tuple[list[Any], int] | No
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
         return None
     text = np.frombuffer(block, np.uint8)
-    if not len(ends) or ends[-1] != len(text) - 1:
-        ends = np.append(ends, len(text))  # the file's last line, without a \n
-    starts = np.concatenate(([0], ends[:-1] + 1))
-    nonblank = ends > starts
-    starts, ends = starts[nonblank], ends[nonblank]
+    starts, ends = _nonblank_lines(block, ends)
     edges = np.concatenate((text[starts], text[ends - 1]))  # a line's first and last bytes
     if (np.isin(edges, _SPACES)).any():  # space around a value, or a blank line of spaces
         return None
     if len(values) != len(starts) or list(map(len, values)) != (ends - starts).tolist():
         return None
     return _vouched_together(records, None)
+
+
+def _nonblank_lines(block: bytes, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each nonblank line of a block of whole lines starts, and where it ends (its
+    \n's place; the last line's may be the block's end), ``ends`` its \n bytes' places."""
+    if not len(ends) or ends[-1] != len(block) - 1:
+        ends = np.append(ends, len(block))  # the file's last line, without a \n
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    nonblank = ends > starts
+    return starts[nonblank], ends[nonblank]
+
+
+def records_in(unit: Unit) -> int | None:
+    """How many records ``unit`` holds: its raws, or its block's nonblank lines (None: its
+    line ends are no int64s, and no blocks are its). The blocks :func:`unit_blocks` makes
+    of it hold as many (it vouches for every one, or makes none): a reader holds a
+    helper's answer to it (``data.read_workers``).
+
+    >>> records_in(Unit([], None, True, b"{}\\n\\n{}", np.array([2, 3], "<i8").tobytes(),
+    ...                 (0.7, 0.3), False, 32))
+    2
+    """
+    if unit.block is None:
+        return len(unit.raws)
+    ends = unit.ends or b""
+    if len(ends) % 8:
+        return None
+    return len(_nonblank_lines(unit.block, np.frombuffer(ends, "<i8"))[0])
 
 
 def _is_replay(record: Any) -> bool:

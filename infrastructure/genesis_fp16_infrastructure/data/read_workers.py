@@ -20,8 +20,10 @@ byte for byte.
   as the daemon's supervision sums it, includes theirs, and a run killed kills them.
 * **They die with it.** A helper reads its work on its stdin: when the reading process
   ends, however it ends, that stdin ends and the helper exits.
-* **Never trusted to finish.** A helper that exits, answers what is not blocks, or takes
-  past its deadline is stopped, and the read reads that unit itself (a warning, and
+* **Never trusted to finish.** A helper that exits, answers what is not blocks (bytes
+  msgspec refuses, text that is no UTF-8), blocks of another count of records than the
+  unit it was sent (a defect, or its stream out of step), or takes past its deadline is
+  stopped, and the read reads that unit itself (a warning, and
   ``FAILED``); the next read starts helpers afresh. A unit the fast path does not vouch
   for (a record to quarantine) comes back as None and is read by the reading process,
   record by record, as it is without helpers. A unit a helper fails on (an exception
@@ -30,7 +32,8 @@ byte for byte.
   the helper goes on with its next.
 
 Each message is an 8-byte little-endian length, then msgpack: a ``Unit`` one way, its
-``list[RecordBlock] | str | None`` the other.
+``list[RecordBlock] | str | None`` the other; both ends write it by :func:`write_message`
+and read it by :func:`os.read` (no buffered file: a signal cuts a buffered write short).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from typing import IO, BinaryIO
 
 import msgspec
 
-from genesis_fp16_infrastructure.data.batch_decode import Unit, unit_blocks
+from genesis_fp16_infrastructure.data.batch_decode import Unit, records_in, unit_blocks
 from genesis_fp16_infrastructure.data.file_records import RecordBlock
 
 logger = logging.getLogger(__name__)
@@ -149,6 +152,7 @@ class _Round:
         self.out = 0  # the next unit to yield
         self.procs = {_fd(proc): proc for proc in procs}
         self.given: dict[int, deque[int]] = {}  # each helper's units, in the order sent
+        self.sizes: dict[int, int | None] = {}  # the records of each unit a helper holds
         self.outboxes = {fd: SimpleQueue[Unit | None]() for fd in self.procs}
         self.most = held_at_once(len(procs))
         self.slowest = 0.0  # seconds, of this process's units
@@ -239,6 +243,7 @@ class _Round:
         if taken is None:
             return False
         self.given.setdefault(fd, deque()).append(taken[0])
+        self.sizes[taken[0]] = records_in(taken[1])
         self.outboxes[fd].put(taken[1])
         return True
 
@@ -246,7 +251,7 @@ class _Round:
         """The helper's answer to its oldest unit; it is given the next. A helper that
         fails is stopped, and its units are left to the reader."""
         proc, index = self.procs[fd], self.given[fd].popleft()
-        reply = _reply(proc, deadline)
+        reply = _checked(_reply(proc, deadline), self.sizes.pop(index))
         if isinstance(reply, _Failed):
             FAILED[reply.why] += 1
             logger.warning(
@@ -275,11 +280,26 @@ class _Round:
         proc.wait()  # its returncode set: given nothing more
         for index in self.given.pop(fd, ()):
             self.results[index] = None
+            self.sizes.pop(index, None)
 
 
 class _Failed:
     def __init__(self, why: str) -> None:
         self.why = why
+
+
+def _checked(
+    reply: list[RecordBlock] | str | _Failed | None, records: int | None
+) -> list[RecordBlock] | str | _Failed | None:
+    """A helper's answer to a unit of ``records`` records (None: a unit no blocks are, as
+    ``batch_decode.records_in`` says), as the reader takes it: blocks of any other count
+    are not that unit's (a helper's defect, or its stream out of step, which would lose
+    or repeat records): failed."""
+    if isinstance(reply, list):
+        got = sum(len(block.trajectory_id) for block in reply)
+        if got != records:
+            return _Failed(f"answered {got} records for a unit of {records}")
+    return reply
 
 
 _KEPT: list[Workers] = []
@@ -385,14 +405,25 @@ def _sending(stream: IO[bytes] | None, outbox: SimpleQueue[Unit | None]) -> None
     """Each unit of ``outbox`` written to a helper, in order, until None (a helper gone:
     nothing written; its answer fails)."""
     while (unit := outbox.get()) is not None:
-        data = _ENCODER.encode(unit)
         try:
             assert stream is not None
-            stream.write(len(data).to_bytes(_LENGTH, "little"))
-            stream.write(data)
-            stream.flush()
+            write_message(stream.fileno(), _ENCODER.encode(unit))
         except (OSError, ValueError):
             pass
+
+
+def write_message(fd: int, data: bytes) -> None:
+    """``data`` as one message on ``fd``: its length, then its bytes, by :func:`os.write`
+    until every byte is taken. A write a signal (or a tracer: py-spy, strace) interrupts
+    takes part of its bytes (write(2)); a large write through Python's buffered file lost
+    the rest on this project's hosts (Python 3.11, a no-op handler signalled every 0.5
+    ms: 3 streams of 3 cut short; this loop: none), and a message cut short puts every
+    later one out of step: a helper then waited for bytes that never came, past its
+    deadline, or answered what was no blocks (``test_read_workers.py``)."""
+    for part in (len(data).to_bytes(_LENGTH, "little"), data):
+        view = memoryview(part)
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def _reply(
@@ -409,7 +440,7 @@ def _reply(
         return body
     try:
         return _REPLY.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:  # UnicodeDecodeError
         return _Failed(f"answered what is no column blocks ({exc})")
 
 
@@ -440,10 +471,7 @@ def serve(source: BinaryIO, sink: BinaryIO) -> None:
             reply = unit_blocks(_UNIT.decode(body))
         except Exception as exc:  # any: the reader reads the unit, and says why
             reply = f"{type(exc).__name__}: {exc}"[:RAISED_CHARS]
-        data = _ENCODER.encode(reply)
-        sink.write(len(data).to_bytes(_LENGTH, "little"))
-        sink.write(data)
-        sink.flush()
+        write_message(sink.fileno(), _ENCODER.encode(reply))
 
 
 if __name__ == "__main__":

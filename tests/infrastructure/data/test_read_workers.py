@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,19 +112,35 @@ def test_a_whole_read_with_helpers_reads_the_same_pool(
     assert (tmp_path / "q2.jsonl").read_text() == (tmp_path / "q0.jsonl").read_text()
 
 
+# A helper that answers every unit it is sent with the same msgpack ``reply``
+_ANSWERING = """
+import sys
+source, sink = sys.stdin.buffer, sys.stdout.buffer
+while head := source.read(8):
+    source.read(int.from_bytes(head, "little"))
+    sink.write(len({reply!r}).to_bytes(8, "little") + {reply!r})
+    sink.flush()
+"""
+
+
 @pytest.mark.parametrize(
     ("helper", "why"),
     [
         ("import os; os._exit(3)", "ended before it answered"),
         ("import time; time.sleep(60)", "ran past its deadline"),
         ("import sys; sys.stdout.buffer.write(bytes(8) + b'x'); sys.stdin.read()", "answered"),
+        # A text that is no UTF-8 (msgspec says so with a UnicodeDecodeError)
+        (_ANSWERING.format(reply=b"\xa1\xff"), "answered what is no column blocks"),
+        # Well-formed blocks, but not of the unit asked: none of its records
+        (_ANSWERING.format(reply=b"\x90"), "answered 0 records"),
     ],
 )
 def test_a_helper_that_fails_leaves_its_records_to_the_reader(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, helper: str, why: str
 ) -> None:
-    """A helper that ends, hangs or answers nonsense is stopped and counted; the reader
-    reads its units itself: the same block, nothing lost."""
+    """A helper that ends, hangs or answers nonsense (bytes that are no blocks, or blocks
+    that are not the unit's records) is stopped and counted; the reader reads its units
+    itself: the same block, nothing lost."""
     path = _write(tmp_path, "json", False)
     alone = _read(path, 0, False)
     monkeypatch.setattr(read_workers, "HELPER", [sys.executable, "-c", helper])
@@ -137,6 +154,58 @@ def test_a_helper_that_fails_leaves_its_records_to_the_reader(
     assert all(proc.poll() is not None for proc in helpers.procs)  # stopped, and reaped
     assert read_workers.workers(1) is not helpers  # the next read starts afresh
     read_workers.FAILED.clear()
+
+
+# A helper (read_workers.serve, as its module runs it) with a no-op handler for the
+# signals its reader sends it while it answers
+_SIGNALLED = """
+import signal, sys
+from genesis_fp16_infrastructure.data import read_workers
+signal.signal(signal.SIGUSR1, lambda *_: None)
+read_workers.serve(sys.stdin.buffer, sys.stdout.buffer)
+"""
+
+
+def test_a_helper_signalled_as_it_answers_answers_whole() -> None:
+    """A helper's answers written under signals: each write of an answer into a full
+    pipe is interrupted again and again (a handler runs each time, as a run's do for
+    SIGTERM), yet every answer arrives whole and in step, the blocks this process makes
+    of the unit. (Written through Python 3.11's ``sys.stdout.buffer``, a helper's answers
+    lost bytes this way, and every later answer was out of step.)"""
+    records = generate_pool(800, seed=7)["trajectories"]
+    raws = [json.dumps(record).encode() for record in records.values()]
+    run = sources.RawRun(Path("p.json"), raws, list(records), (0.7, 0.3))
+    unit = shared_read._unit(run, keep_text=True)
+    expected = msgspec.msgpack.encode(batch_decode.unit_blocks(unit))
+    assert len(expected) > 4 * 2**16  # an answer fills the pipe many times over
+    helper = subprocess.Popen(
+        [sys.executable, "-c", _SIGNALLED], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert helper.stdin is not None and helper.stdout is not None
+    done = threading.Event()
+
+    def pester() -> None:
+        while not done.is_set() and helper.poll() is None:
+            helper.send_signal(signal.SIGUSR1)
+            time.sleep(0.0005)
+
+    try:
+        read_workers.write_message(helper.stdin.fileno(), msgspec.msgpack.encode(unit))
+        first = read_workers._reply(helper, time.monotonic() + 30)  # its handler is set
+        assert msgspec.msgpack.encode(first) == expected
+        threading.Thread(target=pester, daemon=True).start()
+        for _ in range(12):
+            read_workers.write_message(helper.stdin.fileno(), msgspec.msgpack.encode(unit))
+            time.sleep(0.05)  # its answer waits in a full pipe, signalled meanwhile
+            reply = read_workers._reply(helper, time.monotonic() + 30)
+            assert not isinstance(reply, read_workers._Failed), reply.why
+            assert msgspec.msgpack.encode(reply) == expected
+    finally:
+        done.set()
+        helper.kill()
+        helper.wait()
+        helper.stdin.close()
+        helper.stdout.close()
 
 
 def test_helpers_end_with_the_process_that_started_them(tmp_path: Path) -> None:
