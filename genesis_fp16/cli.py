@@ -21,6 +21,7 @@ from genesis_fp16 import __version__
 from genesis_fp16.config.settings_sources import LOG_VALUE_BOUND, bounded
 from genesis_fp16.config.storage import storage_error
 from genesis_fp16.service.startup_signals import release_sigterm
+from genesis_fp16.service.std_streams import whole_lines
 
 # Subcommand modules, in the order `--help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -150,6 +151,7 @@ def _plain(text: str | None) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    whole_lines()  # before anything writes or keeps a stream (the log's handler)
     words = list(sys.argv[1:] if argv is None else argv)
     # `genesis-fp16 train ...` needs the train command alone; --help and errors list all.
     module = words[0].replace("-", "_") if words else None

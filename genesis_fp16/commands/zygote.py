@@ -84,6 +84,7 @@ from genesis_fp16.commands.resident import (
 from genesis_fp16.launch.cuda_fork_probe import cuda_driver_loaded, probe_forked_cuda
 from genesis_fp16.launch.installed_state import installed_digest
 from genesis_fp16.launch.run_worker import MAX_MESSAGE, REQUEST_FDS
+from genesis_fp16.service.std_streams import whole_lines
 
 # What the worker imports before it serves: what every run's child imports before it trains.
 PRELOAD = (
@@ -412,6 +413,7 @@ def run_child(request: dict[str, Any]) -> NoReturn:
 
 def main(argv: list[str]) -> int:
     """``python -P -m genesis_fp16.commands.zygote FD``: preload, say so on FD, serve."""
+    whole_lines()  # the streams its forked runs write their lines through
     control = socket.socket(fileno=int(argv[0]))
     # Before the imports: an install made while they run is seen as a change.
     installed = {"sys_path": list(sys.path), "installed": installed_digest(sys.path)}

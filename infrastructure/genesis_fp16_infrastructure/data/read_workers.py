@@ -33,7 +33,7 @@ byte for byte.
 
 Each message is an 8-byte little-endian length, then msgpack: a ``Unit`` one way, its
 ``list[RecordBlock] | str | None`` the other; both ends write it by :func:`write_message`
-and read it by :func:`os.read` (no buffered file: a signal cuts a buffered write short).
+and read it by :func:`os.read`, whatever Python's standard streams are.
 """
 
 from __future__ import annotations
@@ -414,12 +414,13 @@ def _sending(stream: IO[bytes] | None, outbox: SimpleQueue[Unit | None]) -> None
 
 def write_message(fd: int, data: bytes) -> None:
     """``data`` as one message on ``fd``: its length, then its bytes, by :func:`os.write`
-    until every byte is taken. A write a signal (or a tracer: py-spy, strace) interrupts
-    takes part of its bytes (write(2)); a large write through Python's buffered file lost
-    the rest on this project's hosts (Python 3.11, a no-op handler signalled every 0.5
-    ms: 3 streams of 3 cut short; this loop: none), and a message cut short puts every
-    later one out of step: a helper then waited for bytes that never came, past its
-    deadline, or answered what was no blocks (``test_read_workers.py``)."""
+    until every byte is taken. A write into a full pipe that a signal (or a tracer:
+    py-spy, strace) interrupts takes part of its bytes (write(2)). A helper wrote through
+    ``sys.stdout.buffer``, which under ``PYTHONUNBUFFERED=1`` (as the systemd unit and the
+    image once set it) is a raw file whose ``write`` may take part of its bytes, and it did
+    not look at the count: the rest was lost, and every later message out of step (the
+    reader then waited past its deadline for bytes that never came, or was answered what
+    was no blocks: ``test_read_workers.py``)."""
     for part in (len(data).to_bytes(_LENGTH, "little"), data):
         view = memoryview(part)
         while view:

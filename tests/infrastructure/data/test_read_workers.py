@@ -170,8 +170,9 @@ def test_a_helper_signalled_as_it_answers_answers_whole() -> None:
     """A helper's answers written under signals: each write of an answer into a full
     pipe is interrupted again and again (a handler runs each time, as a run's do for
     SIGTERM), yet every answer arrives whole and in step, the blocks this process makes
-    of the unit. (Written through Python 3.11's ``sys.stdout.buffer``, a helper's answers
-    lost bytes this way, and every later answer was out of step.)"""
+    of the unit, with its standard streams unbuffered (``PYTHONUNBUFFERED=1``). (Written
+    through ``sys.stdout.buffer``, then a raw file whose write may take part of its bytes,
+    a helper's answers lost bytes this way, and every later answer was out of step.)"""
     records = generate_pool(800, seed=7)["trajectories"]
     raws = [json.dumps(record).encode() for record in records.values()]
     run = sources.RawRun(Path("p.json"), raws, list(records), (0.7, 0.3))
@@ -179,7 +180,10 @@ def test_a_helper_signalled_as_it_answers_answers_whole() -> None:
     expected = msgspec.msgpack.encode(batch_decode.unit_blocks(unit))
     assert len(expected) > 4 * 2**16  # an answer fills the pipe many times over
     helper = subprocess.Popen(
-        [sys.executable, "-c", _SIGNALLED], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        [sys.executable, "-c", _SIGNALLED],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert helper.stdin is not None and helper.stdout is not None
     done = threading.Event()
