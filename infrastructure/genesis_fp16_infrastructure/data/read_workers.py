@@ -31,9 +31,8 @@ byte for byte.
   the exception's line: the reader logs it, counts it in ``FAILED`` and reads the unit;
   the helper goes on with its next.
 
-Each message is an 8-byte little-endian length, then msgpack: a ``Unit`` one way, its
-``list[RecordBlock] | str | None`` the other; both ends write it by :func:`write_message`
-and read it by :func:`os.read`, whatever Python's standard streams are.
+What a read and its helpers say to each other, and a helper's loop, are
+:mod:`.helper_messages`.
 """
 
 from __future__ import annotations
@@ -50,12 +49,17 @@ from collections import Counter, deque
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from queue import SimpleQueue
-from typing import IO, BinaryIO
-
-import msgspec
+from typing import IO
 
 from genesis_fp16_infrastructure.data.batch_decode import Unit, records_in, unit_blocks
 from genesis_fp16_infrastructure.data.file_records import RecordBlock
+from genesis_fp16_infrastructure.data.helper_messages import (
+    Failed,
+    checked,
+    read_reply,
+    send_unit,
+    serve,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -82,11 +86,6 @@ UNITS: Counter[str] = Counter()
 # A helper's command (-P: the run's directory is not on its path, so nothing there
 # shadows a module it imports).
 HELPER = [sys.executable, "-P", "-m", __name__]
-_ENCODER = msgspec.msgpack.Encoder()
-_REPLY = msgspec.msgpack.Decoder(list[RecordBlock] | str | None)
-RAISED_CHARS = 300  # of a helper's exception line, at most
-_UNIT = msgspec.msgpack.Decoder(Unit)
-_LENGTH = 8
 
 
 class Workers:
@@ -251,8 +250,8 @@ class _Round:
         """The helper's answer to its oldest unit; it is given the next. A helper that
         fails is stopped, and its units are left to the reader."""
         proc, index = self.procs[fd], self.given[fd].popleft()
-        reply = _checked(_reply(proc, deadline), self.sizes.pop(index))
-        if isinstance(reply, _Failed):
+        reply = checked(read_reply(fd, deadline), self.sizes.pop(index))
+        if isinstance(reply, Failed):
             FAILED[reply.why] += 1
             logger.warning(
                 "a read helper (pid %d) %s: its records are read here", proc.pid, reply.why
@@ -281,25 +280,6 @@ class _Round:
         for index in self.given.pop(fd, ()):
             self.results[index] = None
             self.sizes.pop(index, None)
-
-
-class _Failed:
-    def __init__(self, why: str) -> None:
-        self.why = why
-
-
-def _checked(
-    reply: list[RecordBlock] | str | _Failed | None, records: int | None
-) -> list[RecordBlock] | str | _Failed | None:
-    """A helper's answer to a unit of ``records`` records (None: a unit no blocks are, as
-    ``batch_decode.records_in`` says), as the reader takes it: blocks of any other count
-    are not that unit's (a helper's defect, or its stream out of step, which would lose
-    or repeat records): failed."""
-    if isinstance(reply, list):
-        got = sum(len(block.trajectory_id) for block in reply)
-        if got != records:
-            return _Failed(f"answered {got} records for a unit of {records}")
-    return reply
 
 
 _KEPT: list[Workers] = []
@@ -407,72 +387,9 @@ def _sending(stream: IO[bytes] | None, outbox: SimpleQueue[Unit | None]) -> None
     while (unit := outbox.get()) is not None:
         try:
             assert stream is not None
-            write_message(stream.fileno(), _ENCODER.encode(unit))
+            send_unit(stream.fileno(), unit)
         except (OSError, ValueError):
             pass
-
-
-def write_message(fd: int, data: bytes) -> None:
-    """``data`` as one message on ``fd``: its length, then its bytes, by :func:`os.write`
-    until every byte is taken. A write into a full pipe that a signal (or a tracer:
-    py-spy, strace) interrupts takes part of its bytes (write(2)). A helper wrote through
-    ``sys.stdout.buffer``, which under ``PYTHONUNBUFFERED=1`` (as the systemd unit and the
-    image once set it) is a raw file whose ``write`` may take part of its bytes, and it did
-    not look at the count: the rest was lost, and every later message out of step (the
-    reader then waited past its deadline for bytes that never came, or was answered what
-    was no blocks: ``test_read_workers.py``)."""
-    for part in (len(data).to_bytes(_LENGTH, "little"), data):
-        view = memoryview(part)
-        while view:
-            view = view[os.write(fd, view) :]
-
-
-def _reply(
-    proc: subprocess.Popen[bytes], deadline: float
-) -> list[RecordBlock] | str | _Failed | None:
-    """A helper's answer, read by ``deadline`` (monotonic)."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    head = _read_exactly(fd, _LENGTH, deadline)
-    if isinstance(head, _Failed):
-        return head
-    body = _read_exactly(fd, int.from_bytes(head, "little"), deadline)
-    if isinstance(body, _Failed):
-        return body
-    try:
-        return _REPLY.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:  # UnicodeDecodeError
-        return _Failed(f"answered what is no column blocks ({exc})")
-
-
-def _read_exactly(fd: int, size: int, deadline: float) -> bytes | _Failed:
-    chunks, left = [], size
-    while left:
-        wait = deadline - time.monotonic()
-        if wait <= 0 or not select.select([fd], [], [], wait)[0]:
-            return _Failed("ran past its deadline")
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            return _Failed("ended before it answered")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def serve(source: BinaryIO, sink: BinaryIO) -> None:
-    """A helper's loop: each unit read from ``source``, its blocks written to ``sink``,
-    until ``source`` ends (the reading process closed it, or ended); a unit it raises on
-    answered with the exception's line (the reader logs and counts it)."""
-    while head := source.read(_LENGTH):
-        if len(head) < _LENGTH:
-            return
-        body = source.read(int.from_bytes(head, "little"))
-        reply: list[RecordBlock] | str | None
-        try:
-            reply = unit_blocks(_UNIT.decode(body))
-        except Exception as exc:  # any: the reader reads the unit, and says why
-            reply = f"{type(exc).__name__}: {exc}"[:RAISED_CHARS]
-        write_message(sink.fileno(), _ENCODER.encode(reply))
 
 
 if __name__ == "__main__":

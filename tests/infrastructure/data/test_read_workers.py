@@ -23,6 +23,7 @@ import pytest
 from genesis_fp16_infrastructure.data import (
     batch_decode,
     file_blocks,
+    helper_messages,
     read_workers,
     readers,
     shared_read,
@@ -156,13 +157,13 @@ def test_a_helper_that_fails_leaves_its_records_to_the_reader(
     read_workers.FAILED.clear()
 
 
-# A helper (read_workers.serve, as its module runs it) with a no-op handler for the
+# A helper (helper_messages.serve, as read_workers runs it) with a no-op handler for the
 # signals its reader sends it while it answers
 _SIGNALLED = """
 import signal, sys
-from genesis_fp16_infrastructure.data import read_workers
+from genesis_fp16_infrastructure.data import helper_messages
 signal.signal(signal.SIGUSR1, lambda *_: None)
-read_workers.serve(sys.stdin.buffer, sys.stdout.buffer)
+helper_messages.serve(sys.stdin.buffer, sys.stdout.buffer)
 """
 
 
@@ -186,7 +187,7 @@ def test_a_helper_signalled_as_it_answers_answers_whole() -> None:
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert helper.stdin is not None and helper.stdout is not None
-    done = threading.Event()
+    answers, done = helper.stdout.fileno(), threading.Event()
 
     def pester() -> None:
         while not done.is_set() and helper.poll() is None:
@@ -194,15 +195,15 @@ def test_a_helper_signalled_as_it_answers_answers_whole() -> None:
             time.sleep(0.0005)
 
     try:
-        read_workers.write_message(helper.stdin.fileno(), msgspec.msgpack.encode(unit))
-        first = read_workers._reply(helper, time.monotonic() + 30)  # its handler is set
+        helper_messages.send_unit(helper.stdin.fileno(), unit)
+        first = helper_messages.read_reply(answers, time.monotonic() + 30)  # handler set
         assert msgspec.msgpack.encode(first) == expected
         threading.Thread(target=pester, daemon=True).start()
         for _ in range(12):
-            read_workers.write_message(helper.stdin.fileno(), msgspec.msgpack.encode(unit))
+            helper_messages.send_unit(helper.stdin.fileno(), unit)
             time.sleep(0.05)  # its answer waits in a full pipe, signalled meanwhile
-            reply = read_workers._reply(helper, time.monotonic() + 30)
-            assert not isinstance(reply, read_workers._Failed), reply.why
+            reply = helper_messages.read_reply(answers, time.monotonic() + 30)
+            assert not isinstance(reply, helper_messages.Failed), reply.why
             assert msgspec.msgpack.encode(reply) == expected
     finally:
         done.set()
