@@ -10,7 +10,8 @@ when it has ended, is stopped (``SIGSTOP``: it would answer nothing), when the r
 environment changed, when what is installed on its ``sys.path`` changed since it started
 (genesis_fp16/launch/installed_state.py: a plugin installed or upgraded since would be
 imported as it was, or not at all, by a child forked from it), or when :meth:`RunWorker.renew`
-asked (a reload, a change of the plugin set, a run killed for time or memory, a CUDA error).
+asked (a reload that changed a setting, a change of the plugin set, a run killed for
+time or memory, a CUDA error).
 A fork request it does not answer within :data:`FORK_SECONDS`, or while it is stopped,
 costs a new worker, never the run. A run's end is read from the child's own pidfd, not
 only from the worker's report, so a worker that stopped cannot hide it.
@@ -212,6 +213,7 @@ class RunWorker:
         self._env: dict[str, str] | None = None
         self._broken: str | None = None  # why it could not start: runs start by exec
         self._renewal: str | None = None  # why renew() asked for a new one
+        self._retry: str | None = None  # why renew() gave a broken one another try
         self._renewal_lock = threading.Lock()  # renew() never waits for a worker's start
         self.ready: dict[str, Any] = {}
 
@@ -227,9 +229,9 @@ class RunWorker:
         worker's resident run process for that device (genesis_fp16/commands/resident.py).
         Raises :class:`WorkerUnavailable` when there is no worker to fork it."""
         with self._lock:
-            renewal = self._take_renewal()
-            if renewal is not None and self._broken is not None:
-                log.info("trying a run worker again: %s", renewal)
+            renewal, retry = self._take_renewal(), self._take_retry()
+            if (renewal or retry) is not None and self._broken is not None:
+                log.info("trying a run worker again: %s", renewal or retry)
                 self._broken = None
             if self._broken is not None:
                 raise WorkerUnavailable(self._broken)
@@ -244,11 +246,20 @@ class RunWorker:
             except OSError as again:
                 raise WorkerUnavailable(f"a new worker failed too: {again}") from None
 
-    def renew(self, reason: str) -> None:
+    def renew(self, reason: str, live: bool = True) -> None:
         """Replace the worker before the next run (``reason`` is logged then); its running
-        children go on. Also gives a worker that could not start another try."""
+        children go on. Also gives a worker that could not start another try: with
+        ``live`` False, only that (a live worker, and its resident run processes, stay)."""
         with self._renewal_lock:
-            self._renewal = self._renewal or reason
+            if live:
+                self._renewal = self._renewal or reason
+            else:
+                self._retry = self._retry or reason
+
+    def _take_retry(self) -> str | None:
+        with self._renewal_lock:
+            retry, self._retry = self._retry, None
+            return retry
 
     def close(self, wait: float = 0.0) -> None:
         """End the worker (its running children go on: they watch the daemon's pipe): it

@@ -423,10 +423,18 @@ class Daemon:
             env_mtime = mtime
             if self._reload_requested and not self.stopping.is_set():
                 self._reload_requested = False
+                before = self.settings
                 self.reload()
-                # The next run forks from a worker started after this reload: one that
-                # sees what is installed now and the settings now in force.
-                WORKER.renew("the daemon reloaded (SIGHUP or an edited .env file)")
+                # After a reload that changed a setting, the next run forks from a worker
+                # started after it: one that sees the settings now in force. One that
+                # changed none (logrotate's SIGHUP, a config tool writing the same file)
+                # keeps a live worker and its resident runs' reads and device warm: what is
+                # installed is checked at every run anyway. Either gives a worker that
+                # could not start another try.
+                WORKER.renew(
+                    "the daemon reloaded (SIGHUP or an edited .env file)",
+                    live=self.settings != before,
+                )
                 self.agents.request(self.settings, retry_failed=True)  # the new settings' options
             elif time.monotonic() - last_scan >= self.settings.heartbeat_seconds:
                 last_scan = time.monotonic()

@@ -205,13 +205,16 @@ def test_a_worker_killed_mid_run_leaves_its_run_recorded_and_the_next_run_succee
 
 @pytest.mark.slow
 @pytest.mark.timeout(child_wait(300))
-def test_sighup_replaces_the_worker_before_the_next_run(tmp_path: Path) -> None:
-    """SIGHUP (the settings and the plugins read again) after a run: the next run is
+def test_a_reload_that_changes_a_setting_replaces_the_worker_before_the_next_run(
+    tmp_path: Path,
+) -> None:
+    """An edited ``.env`` (a setting changed) and SIGHUP after a run: the next run is
     forked by a new worker, started after the reload, and the log says why."""
     daemon = _daemon(tmp_path, GENESIS_FP16_SCHEDULE="2")
     try:
         daemon.wait_for(lambda: _runs(daemon, "success") >= 1, "a first run", timeout=120)
         (worker,) = _pids(daemon, READY)
+        (daemon.workdir / ".env").write_text("GENESIS_FP16_SEED=7\n")
         daemon.signal(signal.SIGHUP)
         daemon.wait_for(lambda: daemon.events("config reloaded"), "the reload", timeout=60)
         why = f"replacing the run worker (pid {worker}) before this run: the daemon reloaded"
@@ -222,6 +225,26 @@ def test_sighup_replaces_the_worker_before_the_next_run(tmp_path: Path) -> None:
         successes = _runs(daemon, "success")
         daemon.wait_for(lambda: _runs(daemon, "success") > successes, "a later run", 120)
         assert _pids(daemon, READY)[-1] != worker
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(child_wait(300))
+def test_a_reload_that_changes_nothing_keeps_the_worker(tmp_path: Path) -> None:
+    """SIGHUP with the settings as they were (logrotate's, a config tool writing the same
+    file): the runs after it are forked by the same worker, warm, and no replacement is
+    logged."""
+    daemon = _daemon(tmp_path, GENESIS_FP16_SCHEDULE="2")
+    try:
+        daemon.wait_for(lambda: _runs(daemon, "success") >= 1, "a first run", timeout=120)
+        (worker,) = _pids(daemon, READY)
+        daemon.signal(signal.SIGHUP)
+        daemon.wait_for(lambda: daemon.events("config reloaded"), "the reload", timeout=60)
+        successes = _runs(daemon, "success")
+        daemon.wait_for(lambda: _runs(daemon, "success") > successes + 1, "later runs", 120)
+        assert _pids(daemon, READY) == [worker]
+        assert not [r for r in daemon.logs() if "replacing the run worker" in str(r.get("event"))]
     finally:
         daemon.stop()
 

@@ -451,13 +451,36 @@ def test_renew_replaces_the_worker_before_the_next_run_and_retries_a_broken_one(
     with pytest.raises(WorkerUnavailable, match="could not start"):
         broken.start(["train"], {})
     broken._python = sys.executable  # fixed (say, reinstalled) since
-    broken.renew("the daemon reloaded")
+    broken.renew("the daemon reloaded", live=False)  # a reload that changed nothing
     try:
         child = broken.start(["train", "--help"], _env(), cwd=str(tmp_path))
         assert child.wait(timeout=120) == 0
         _pipes_closed(child)
     finally:
         broken.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_renewal_not_live_keeps_a_live_worker(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``renew(reason, live=False)`` (a reload that changed no setting): the next run is
+    forked by the same worker, and nothing is replaced."""
+    worker = RunWorker()
+    try:
+        child = worker.start(["train", "--help"], _env(), cwd=str(tmp_path))
+        assert child.wait(timeout=120) == 0
+        _pipes_closed(child)
+        first = worker.ready["pid"]
+        worker.renew("the daemon reloaded", live=False)
+        with caplog.at_level(logging.INFO, logger="genesis_fp16.launcher"):
+            child = worker.start(["train", "--help"], _env(), cwd=str(tmp_path))
+            assert child.wait(timeout=120) == 0
+        _pipes_closed(child)
+        assert worker.ready["pid"] == first
+        assert "replacing the run worker" not in caplog.text
+    finally:
+        worker.close()
 
 
 @pytest.mark.timeout(300)
@@ -504,7 +527,7 @@ class _Renewals:
     def __init__(self) -> None:
         self.reasons: list[str] = []
 
-    def renew(self, reason: str) -> None:
+    def renew(self, reason: str, live: bool = True) -> None:
         self.reasons.append(reason)
 
 
