@@ -427,15 +427,22 @@ def test_a_worker_is_replaced_when_what_is_installed_on_its_path_changes(
 def test_renew_replaces_the_worker_before_the_next_run_and_retries_a_broken_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``renew(reason)`` (a reload, a changed plugin set, a poisoned run): the next run's
-    worker is a new one and the log names the reason; a worker that could not start is
-    tried again after a renew rather than never."""
+    """``renew(reason)`` (a reload that changed a setting, a changed plugin set, a poisoned
+    run): the next run's worker is a new one and the log names the reason; with ``live``
+    False (a reload that changed none) the live worker forks it. A worker that could not
+    start is tried again after either rather than never."""
     worker = RunWorker()
     try:
-        child = worker.start(["train", "--help"], _env(), cwd=str(tmp_path))
-        assert child.wait(timeout=120) == 0
-        _pipes_closed(child)
-        first = worker.ready["pid"]
+        pids = []
+        for renewed in (None, "the daemon reloaded"):  # the second: a reload, no change
+            if renewed is not None:
+                worker.renew(renewed, live=False)
+            child = worker.start(["train", "--help"], _env(), cwd=str(tmp_path))
+            assert child.wait(timeout=120) == 0
+            _pipes_closed(child)
+            pids.append(worker.ready["pid"])
+        first = pids[0]
+        assert pids == [first, first]  # kept
         worker.renew("the plugin set changed")
         with caplog.at_level(logging.INFO, logger="genesis_fp16.launcher"):
             child = worker.start(["train", "--help"], _env(), cwd=str(tmp_path))
@@ -458,29 +465,6 @@ def test_renew_replaces_the_worker_before_the_next_run_and_retries_a_broken_one(
         _pipes_closed(child)
     finally:
         broken.close()
-
-
-@pytest.mark.timeout(300)
-def test_a_renewal_not_live_keeps_a_live_worker(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """``renew(reason, live=False)`` (a reload that changed no setting): the next run is
-    forked by the same worker, and nothing is replaced."""
-    worker = RunWorker()
-    try:
-        child = worker.start(["train", "--help"], _env(), cwd=str(tmp_path))
-        assert child.wait(timeout=120) == 0
-        _pipes_closed(child)
-        first = worker.ready["pid"]
-        worker.renew("the daemon reloaded", live=False)
-        with caplog.at_level(logging.INFO, logger="genesis_fp16.launcher"):
-            child = worker.start(["train", "--help"], _env(), cwd=str(tmp_path))
-            assert child.wait(timeout=120) == 0
-        _pipes_closed(child)
-        assert worker.ready["pid"] == first
-        assert "replacing the run worker" not in caplog.text
-    finally:
-        worker.close()
 
 
 @pytest.mark.timeout(300)
