@@ -16,10 +16,8 @@ and the settling of what a killed writer left once, one commit):
    line (``TrainRequestError``) naming the repair; a folder written before the pointer
    existed adopts its newest checkpoint;
 2. **watch**: the live watch (:mod:`.watch`) scores the records that came after the
-   served model and its predecessor, and rolls the served model back (one transaction)
-   or writes its figures, once their self-test, run beside the next phases and the
-   training, is done (:class:`~.watch.Watched`: after training, before a transaction of
-   phase 3, or when the run has nothing to train);
+   served model and its predecessor, and writes its figures or rolls the served model
+   back (one transaction);
 3. **candidate**: one a run cut short on the same request left (:mod:`.unfinished`),
    else, when the served model already knew every current record (and the plugin's
    records are its training data, the run is not forced and asks the options the served
@@ -122,7 +120,7 @@ from genesis_fp16_infrastructure.judging.served import (
 from genesis_fp16_infrastructure.judging.unfinished import decide_unfinished
 from genesis_fp16_infrastructure.judging.up_to_date import judged_phases, nothing_new, up_to_date
 from genesis_fp16_infrastructure.judging.verdict import Decided, undecided
-from genesis_fp16_infrastructure.judging.watch import Watched, rolled_back_to, watch
+from genesis_fp16_infrastructure.judging.watch import rolled_back_to, watch
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_load import reusing_loads
@@ -211,7 +209,6 @@ class JudgedState:
     started: float  # time.monotonic() at the run's start
     committed: list[Committed]
     served: Served
-    watched: Watched | None = None  # the watch's figures, committed by _live
     live: LiveReport | None = None
     candidates: tuple[KeptCandidate, ...] = ()
     rolled_back: np.ndarray | None = None
@@ -238,24 +235,17 @@ def _judged_run(
     is not encoded for them)."""
     state = _served(judged, request, committed)
     _watched(state)
-    try:
-        _candidate(state)
-        if state.done is not None:
-            if tell is not None:
-                tell(("done", state.done.to_json()))
-            return state.done
-        assert state.candidate is not None
-        before = time.monotonic() - state.started  # the served model scored and watched
+    _candidate(state)
+    if state.done is not None:
         if tell is not None:
-            tell(("train", (str(state.candidate.path), state.finishes)))
-        trained = replace(request, checkpoint_dir=state.candidate.path, finishes=state.finishes)
-        result = plugin.train(trained)
-    except BaseException:
-        _live(state, failing=True)
-        raise
-    waited = time.monotonic()
-    _live(state)  # the watch's figures, their self-test run beside the training
-    return _gated(state, result, before + time.monotonic() - waited)
+            tell(("done", state.done.to_json()))
+        return state.done
+    assert state.candidate is not None
+    before = time.monotonic() - state.started  # the served model scored and watched
+    if tell is not None:
+        tell(("train", (str(state.candidate.path), state.finishes)))
+    trained = replace(request, checkpoint_dir=state.candidate.path, finishes=state.finishes)
+    return _gated(state, plugin.train(trained), before)
 
 
 def _served(judged: JudgedPlugin, request: TrainRequest, committed: list[Committed]) -> JudgedState:
@@ -271,8 +261,7 @@ def _watched(state: JudgedState) -> None:
     a rollback, the model served again, as the watch's transaction committed it (no
     read of the pointer), scored."""
     served = state.served
-    state.watched = None if served.pointer is None else watch(state.request, served)
-    state.live = None if state.watched is None else state.watched.report
+    state.live = None if served.pointer is None else watch(state.request, served)
     if state.live is not None and state.live.rolled_back:
         rolled = state.committed[-1]  # the watch's: the rollback its report says it committed
         assert rolled.entries and rolled.entries[-1].kind == "rollback", rolled
@@ -304,7 +293,6 @@ def _candidate(state: JudgedState) -> None:
     kept = _rejudge_kept(state, digest) if asks else None
     rejudged = None
     if taken.closing or kept is not None:
-        _live(state)  # written to the entry it watched, before this phase changes any
         with transaction(state.folder) as tx:  # the closes first, as they were decided
             taken.stage(tx)
             report = None if kept is None else kept.stage(tx)
@@ -315,7 +303,6 @@ def _candidate(state: JudgedState) -> None:
         if rejudged is None:
             learned = nothing_new(served, request, state.candidates, last)
         if rejudged is not None or learned is not None:
-            _live(state)
             seconds = time.monotonic() - state.started
             state.done = up_to_date(request, served, seconds, state.live, rejudged, learned)
             return
@@ -346,20 +333,6 @@ def _gated(state: JudgedState, result: TrainResult, before: float) -> TrainResul
         ),
         wall_seconds=round(result.wall_seconds + before + gate.seconds, 6),
     )
-
-
-def _live(state: JudgedState, failing: bool = False) -> None:
-    """The watch's figures committed (their self-test waited for), as the run's
-    ``live``; ``failing``: the run is ending on an error, which a failed commit does not
-    hide (it is logged)."""
-    if state.watched is None or state.watched.committed:
-        return
-    try:
-        state.live = state.watched.commit()
-    except Exception:
-        if not failing:
-            raise
-        logger.exception("%s: the live watch's figures were not written", state.request.agent)
 
 
 def _pinned(served: Served) -> bool:

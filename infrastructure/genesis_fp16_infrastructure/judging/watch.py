@@ -27,16 +27,6 @@ and the columns that regressed. The running figures (a
 :class:`~genesis_fp16_infrastructure.contract.reports.LiveReport`'s JSON, a map by
 column) go into the served entry of ``served.json`` as ``live``.
 
-**When the figures are written** (:class:`Watched`). A regression is decided, and the
-rollback committed, before the run goes on: the candidate is then trained against the
-model served again. Figures without one change nothing the run decides, so the A/A
-self-test (tens of milliseconds, whatever the pool: 200 replays of up to 2,000 records)
-runs in a thread of its own beside the run's next phases and its training, and the
-figures are committed once it is done: after training (before the gate's verdict), before
-a transaction of the candidate phase, or when the run ends with nothing to train. A run
-killed before that leaves the records it scored in the watch's store and the figures of
-the run before in ``served.json``; the next run with new records tests every stored one.
-
 What counts as a "later record" is the plugin's: its ids. The scaffold's are lines of
 its data file (a new file brings new ids); rlhf_ppo's are evaluation episodes of the
 current task file (a changed task file brings new episodes).
@@ -45,8 +35,7 @@ current task file (a changed task file brings new episodes).
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -65,7 +54,7 @@ from genesis_fp16_infrastructure.contract.judging import judging_margin
 from genesis_fp16_infrastructure.contract.listed_rows import at_rows, taken_at
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, plugin_name
 from genesis_fp16_infrastructure.contract.record_losses import RecordLosses
-from genesis_fp16_infrastructure.contract.reports import LiveReport, SelfTest
+from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data import schema
 from genesis_fp16_infrastructure.errors import ServedPointerError
@@ -81,15 +70,14 @@ ALPHA = 0.05  # a false rollback's probability over one model's whole watch, at 
 LIVE_REGRESSION = "live_regression"
 
 
-def watch(request: TrainRequest, served: Served) -> Watched | None:
+def watch(request: TrainRequest, served: Served) -> LiveReport | None:
     """Score the new records (module docstring), update the figures, roll back on a
     regression. ``served``: the served model as the run read it (a pointer's: its losses
     on the current records, the ids it knew); the predecessor is scored on the new
-    records (:func:`~.scoring_copy.losses_of`, logged when it cannot be). Returns the
-    watch's figures (:class:`Watched`: a regression's decision committed, other figures
-    to commit once their self-test is done), or None when there is nothing to watch: no
-    predecessor, a model whose known records are not kept, no new record, or a
-    predecessor that cannot be scored."""
+    records (:func:`~.scoring_copy.losses_of`, logged when it cannot be). Returns the report
+    (the run's ``live``), or None when there is nothing to watch: no predecessor, a model
+    whose known records are not kept, no new record, or a predecessor that cannot be
+    scored."""
     plugin, folder = served.plugin, Path(request.checkpoint_dir)
     name = plugin_name(plugin)
     pointer, served_now, served_known = served.pointer, served.losses, served.known
@@ -156,62 +144,8 @@ def watch(request: TrainRequest, served: Served) -> Watched | None:
     kept = stores.extend_watch(kept, scored)
     stores.write_watch(store, kept)
     span, metrics = float(plugin.loss_span), served_now.metrics()
-    figures, tests = _tested(kept, span, plugin, metrics, str(previous.id), len(picked))
-    level, seed = ALPHA / len(metrics), len(kept["ids"])
-    tested = Watched(folder, name, str(pointer.served.id), figures)
-    tested.start_self_test(lambda: self_test(tests, span, level, seed=seed))
-    if figures.regression:
-        tested.commit()  # decided before the run goes on: it trains against what is served
-    return tested
-
-
-class Watched:
-    """One run's watch figures (``report``) and their commit (:func:`decide_live`): a
-    regression's at once, others once their A/A self-test, which runs in a thread of its
-    own meanwhile (module docstring), is done. :meth:`commit` gives the report as
-    committed (the figures with their self-test, what the watch did), once."""
-
-    def __init__(self, folder: Path, agent: str, watched: str, figures: LiveReport) -> None:
-        self.folder, self.agent, self.watched = folder, agent, watched
-        self.report = figures  # without its self-test until committed
-        self.committed = False
-        self._work: Callable[[], SelfTest] | None = None
-        self._done: SelfTest | BaseException | None = None
-        self._thread: threading.Thread | None = None
-
-    def start_self_test(self, work: Callable[[], SelfTest]) -> None:
-        """Run ``work``, the figures' self-test, in a thread of its own; a regression's
-        runs in :meth:`commit` (it is committed at once)."""
-        self._work = work
-        if self.report.regression:
-            return
-        self._thread = threading.Thread(target=self._run, name="live-self-test", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        assert self._work is not None
-        try:
-            self._done = self._work()
-        except BaseException as exc:  # raised again by commit(), in the run's thread
-            self._done = exc
-
-    def commit(self) -> LiveReport:
-        """The figures with their self-test (waited for), committed: written into the
-        served entry, or the rollback (:func:`decide_live`); the report as committed. A
-        second call gives it again."""
-        if self.committed:
-            return self.report
-        if self._thread is not None:
-            self._thread.join()
-        elif self._work is not None:
-            self._run()
-        done, self._done, self._work = self._done, None, None
-        self.committed = True
-        if isinstance(done, BaseException):
-            raise done
-        figures = replace(self.report, self_test=done)
-        self.report = decide_live(self.folder, self.agent, self.watched, figures)
-        return self.report
+    figures = figures_of(kept, span, plugin, metrics, str(previous.id), len(picked))
+    return decide_live(folder, name, str(pointer.served.id), figures)
 
 
 def _within_bound(
@@ -272,21 +206,6 @@ def figures_of(
     ``metrics`` (the primary first) at ``ALPHA / len(metrics)`` with its own margin, and
     the family's A/A self-test. The model watched and the time are :func:`decide_live`'s to
     say (``served`` is empty until then)."""
-    figures, tests = _tested(kept, span, plugin, metrics, against, new_records)
-    level, seed = ALPHA / len(metrics), len(kept["ids"])
-    return replace(figures, self_test=self_test(tests, span, level, seed=seed))
-
-
-def _tested(
-    kept: Mapping[str, np.ndarray],
-    span: float,
-    plugin: object,
-    metrics: Sequence[str],
-    against: str | None,
-    new_records: int,
-) -> tuple[LiveReport, list[tuple[np.ndarray, np.ndarray | None, float]]]:
-    """:func:`figures_of`'s figures but the self-test, and what it replays: each column's
-    differences, their segments and its margin."""
     names = _segment_names(kept.get("segments"))
     level, columns, tests = ALPHA / len(metrics), {}, []
     for metric in metrics:
@@ -313,7 +232,8 @@ def _tested(
         regression=any(c.regression for c in columns.values()),
         primary=metrics[0],
         metrics=columns,
-    ), tests
+        self_test=self_test(tests, span, level, seed=len(kept["ids"])),
+    )
 
 
 def _segment_names(segments: np.ndarray | None) -> np.ndarray | None:

@@ -1,11 +1,9 @@
 """The live watch through real runs: a poisoned served model is rolled back on the clean
-records that follow; clean records keep the figures without a rollback, written once
-their self-test, run beside the training, is done; a pin holds."""
+records that follow; clean records keep the figures without a rollback; a pin holds."""
 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,9 +12,7 @@ import numpy as np
 import pytest
 from se_darwin_runs import train
 
-import genesis_fp16_infrastructure.judging.watch as watch_module
 from genesis_fp16.cli import main
-from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     candidate_entry,
     newest_checkpoint,
@@ -27,7 +23,6 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import serve
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.judging.segment_tests import REPLAYS
 from genesis_fp16_infrastructure.judging.watch import LIVE_REGRESSION
 
 POOL = generate_pool(1600, seed=1)
@@ -151,72 +146,3 @@ def test_a_pinned_model_is_watched_but_not_rolled_back(
     pointer = read_pointer(ck)
     assert pointer is not None and pointer.served.id == bad
     assert pointer.served.live is not None and pointer.served.live.regression is True
-
-
-@pytest.fixture
-def watching(tmp_path: Path) -> tuple[Path, Path, str]:
-    """A served model with a predecessor and new clean records after both: the next run
-    watches it."""
-    pool, ck = tmp_path / "pool", tmp_path / "ck"
-    _write(pool, "b0", IDS[:600])
-    train(pool, ck)
-    _write(pool, "b1", IDS[600:900])
-    second = train(pool, ck, resume=True)
-    name = _serve_candidate(ck, str(second.extra["candidate"]))
-    _write(pool, "b2", IDS[900:1100])
-    assert _served_live(ck) is None  # not watched yet
-    return pool, ck, name
-
-
-def _served_live(ck: Path) -> Any:
-    pointer = read_pointer(ck)
-    assert pointer is not None
-    return pointer.served.live
-
-
-def test_the_self_test_runs_beside_the_training_and_the_figures_are_written_after_it(
-    watching: tuple[Path, Path, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Figures without a regression decide nothing the run does: their A/A self-test
-    waits here until the candidate trains (it would wait in vain were it run before the
-    training), and the figures, with that self-test, are written after the training."""
-    pool, ck, name = watching
-    training, during = threading.Event(), []
-    real_test, real_train = watch_module.self_test, plugin.train
-
-    def waiting_test(*args: Any, **kwargs: Any) -> Any:
-        during.append(training.wait(timeout=60))
-        return real_test(*args, **kwargs)
-
-    def noted_train(request: Any) -> Any:
-        during.append(_served_live(ck))  # the figures are not written yet
-        training.set()
-        return real_train(request)
-
-    monkeypatch.setattr(watch_module, "self_test", waiting_test)
-    monkeypatch.setattr(plugin, "train", noted_train)
-    live = train(pool, ck, resume=True, steps=1).live
-    assert during == [None, True]
-    assert live is not None and live.served == name and not live.regression
-    assert live.self_test is not None and live.self_test.replays == REPLAYS
-    written = _served_live(ck)
-    assert written is not None and written.self_test == live.self_test
-    assert written.records == live.records == live.new_records
-
-
-def test_a_training_that_fails_still_writes_the_figures(
-    watching: tuple[Path, Path, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The run ends on the training's error, and the watch's figures, self-test and all,
-    are in served.json all the same."""
-    pool, ck, _ = watching
-
-    def failing(request: Any) -> Any:
-        raise RuntimeError("the device fell over")
-
-    monkeypatch.setattr(plugin, "train", failing)
-    with pytest.raises(RuntimeError, match="fell over"):
-        train(pool, ck, resume=True, steps=1)
-    written = _served_live(ck)
-    assert written is not None and not written.regression
-    assert written.self_test is not None and written.self_test.replays == REPLAYS
