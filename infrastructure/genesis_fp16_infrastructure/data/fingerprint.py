@@ -113,13 +113,38 @@ def extended_fingerprint(
         raise ValueError(f"a fingerprint of {len(before.ids)} records for {first} of {rows} rows")
     if not _agrees(before, columns, first):
         return fingerprint_of(columns)
-    ids, labelled = _sorted(columns.id_hash[columns.labelled[first:]], columns.key[first:])
+    new = np.arange(first, len(columns.labelled))
+    return _merged(before, columns, new) or fingerprint_of(columns)
+
+
+def spliced_fingerprint(
+    before: DataFingerprint, old: PoolColumns, columns: PoolColumns, old_at: np.ndarray
+) -> DataFingerprint:
+    """``fingerprint_of(columns)`` from ``before``, the fingerprint of ``old``'s labelled
+    records, where ``columns`` is ``old`` with new records laid among its rows
+    (``data.pool_splice``: no new record of an old id; ``old_at``: each old row's row in
+    ``columns``): the new labelled records sorted, then merged in. ``before`` is checked
+    against ``old`` as :func:`extended_fingerprint` checks it, and refused the same way."""
+    if not _agrees(before, old, len(old.labelled)):
+        return fingerprint_of(columns)
+    is_old = np.zeros(len(columns), np.bool_)
+    is_old[old_at] = True
+    new = np.flatnonzero(~is_old[columns.labelled])
+    return _merged(before, columns, new) or fingerprint_of(columns)
+
+
+def _merged(
+    before: DataFingerprint, columns: PoolColumns, new: np.ndarray
+) -> DataFingerprint | None:
+    """``before`` with ``columns``' labelled records ``new`` (their places among the
+    labelled) merged in, its ids none of theirs; None when an id hash is on both sides."""
+    ids, labelled = _sorted(columns.id_hash[columns.labelled[new]], columns.key[new])
     old_ids, new_ids = before.ids.numpy(), ids.numpy()
     # Each new one before the first old id hash not smaller than its own (one search);
     # an id hash on both sides: order by record hash too, the whole pool's way.
     at = np.searchsorted(old_ids, new_ids)
     if len(old_ids) and bool((old_ids[np.minimum(at, len(old_ids) - 1)] == new_ids).any()):
-        return fingerprint_of(columns)
+        return None
     merged_ids = np.insert(old_ids, at, new_ids)
     merged = np.insert(before.labelled.numpy(), at, labelled.numpy())
     made = _made(torch.from_numpy(merged_ids), torch.from_numpy(merged))

@@ -261,7 +261,8 @@ def _pool(
     if cache is not None and slim:
         rejected = [(i, entry) for i, block in enumerate(blocks) for entry in block.rejected]
         cache.store_pool(files, columns, duplicates, rejected)
-        cache.keep_pool(files, columns, duplicates, rejected)  # a resident process's memory
+        rows = tuple(len(block.trajectory_id) for block in blocks)
+        cache.keep_pool(files, columns, duplicates, rejected, rows_per_file=rows)  # in memory
     if cache is not None:
         cache.say_kept(len(columns))
     return columns, duplicates, None if cache is None else cache.fingerprint
@@ -274,11 +275,13 @@ def _grown(files: list[Path], cache: RecordCache, workers: int = 0) -> StoredPoo
     found = cache.grown_pool(files)
     if found is None:
         return None
-    count, kept = found
+    places, kept = found
     # Their quarantined entries go to the read's sink with the pool's, in file order.
     held = _Held()
-    blocks = [_file_records(file, held, cache, False, workers) for file in files[count:]]
-    return cache.extend_pool(files, count, kept, blocks)
+    old = set(places)
+    new = [file for i, file in enumerate(files) if i not in old]
+    blocks = [_file_records(file, held, cache, False, workers) for file in new]
+    return cache.extend_pool(files, places, kept, blocks)
 
 
 class _Held(QuarantineSink):

@@ -53,18 +53,21 @@ read order. A read whose first files are exactly the kept pool's, each unchanged
 whose other files are new grows that pool by the new files' records alone
 (``data.pool_extend``, :meth:`RecordCache.grown_pool`, :meth:`RecordCache.extend_pool`)
 and its fingerprint by their labelled records: the same pool and fingerprint a join of
-every file makes. The kept pool holds its id ranking and labelled ids too
-(``pool_columns.DERIVED``, worked out as it is kept), so that a growth sorts and names
-only what is new; a pool joined whole is kept with room after its columns' rows
-(``pool_columns.roomy``), so that its first growth copies no column. Anything else (a
-kept file edited, appended to, touched, deleted or renamed, a new file sorting before
-one of them) joins every file as above.
+every file makes. New files that sort among the kept pool's lay their records among its
+rows (``data.pool_splice``), where the kept pool left no duplicate out (it keeps each
+file's rows for that) and the new records repeat no id. The kept pool holds its id
+ranking and labelled ids too (``pool_columns.DERIVED``, worked out as it is kept), so
+that a growth sorts and names only what is new; a pool joined whole is kept with room
+after its columns' rows (``pool_columns.roomy``), so that its first growth copies no
+column. Anything else (a kept file edited, appended to, touched, deleted or renamed, a
+new file sorting before one of them that the splice refuses) joins every file as above.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import logging
 import os
 import stat
@@ -86,6 +89,7 @@ from genesis_fp16_infrastructure.data.fingerprint import (
     DataFingerprint,
     extended_fingerprint,
     fingerprint_of,
+    spliced_fingerprint,
 )
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, freeze, frozen, held_bytes
@@ -97,6 +101,7 @@ from genesis_fp16_infrastructure.data.pool_file import (
     size_bound,
     write_pool_file,
 )
+from genesis_fp16_infrastructure.data.pool_splice import SPLICED_FROM, spliced
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 from genesis_fp16_infrastructure.kept_in_memory import (
     Identity,
@@ -143,6 +148,7 @@ class RecordCache:
         self.unreadable = 0  # entries found damaged (truncated, another version): misses too
         self.pool_hit = False  # the whole joined pool came from its entry
         self.pool_grown = False  # the pool kept in memory, grown by new files' records
+        self.pool_spliced = False  # ... by new files sorting among its own (pool_splice)
         # The fingerprint of the pool this read took or kept (data.fingerprint), if it made one
         self.fingerprint: DataFingerprint | None = None
 
@@ -261,11 +267,14 @@ class RecordCache:
         duplicates: int,
         rejected: list[tuple[int, Any]],
         fingerprint: DataFingerprint | None = None,
+        rows_per_file: tuple[int, ...] | None = None,
     ) -> None:
         """Keep a slim read's joined pool in this process's memory, when every file is
         vouched for and none is racy, with the fingerprint of its records (``fingerprint``,
         or worked out now: the run's, in ``self.fingerprint``) so a later read that grows
-        it fingerprints only what is new. Its arrays are not copied: they are made
+        it fingerprints only what is new, and each file's rows (``rows_per_file``: its
+        records, where the pool left no duplicate out) so that one splices new files among
+        them. Its arrays are not copied: they are made
         read-only (``pool_columns.frozen``), here and in the caller's ``columns`` alike,
         so neither the run nor a later one can write into the other's pool (a write
         raises); every slim read through a cache hands out read-only columns so."""
@@ -290,7 +299,9 @@ class RecordCache:
         size = estimate_bytes(stored.columns) + held_bytes(columns)
         size += estimate_bytes(self.fingerprint)
         what = f"the joined pool of {len(columns):,} records of {len(files)} file(s)"
-        kept = _KeptPool(stored, self.fingerprint)
+        if rows_per_file is not None and (duplicates or sum(rows_per_file) != len(columns)):
+            rows_per_file = None  # a file's records are not its rows
+        kept = _KeptPool(stored, self.fingerprint, rows_per_file)
         if self.memory.put(self._pool_key(), (tuple(named), identities), kept, size, what):
             # Its files' own records are needed again only where it is not (a file that
             # sorts among them, one changed): they go first, for the run's encoded rows,
@@ -304,7 +315,7 @@ class RecordCache:
         ids) shared, read-only, and its few lists the caller's own (``pool_columns.frozen``),
         so nothing that grows with the pool is copied."""
         found = self._kept_pool(files, named)
-        if found is None or found[0] != len(files):
+        if found is None or len(found[0]) != len(files):
             return None
         kept = found[1]
         self.hits += len(files)
@@ -323,71 +334,104 @@ class RecordCache:
 
     def _kept_pool(
         self, files: list[Path], named: list[tuple[str, str]]
-    ) -> tuple[int, _KeptPool] | None:
-        """The pool kept in memory of the first ``count`` of ``files`` (all of them, or
-        fewer: the files after them new since), while each of those is still the one it
-        was joined from (path, identity, digest), as ``(count, pool)``; None otherwise."""
+    ) -> tuple[tuple[int, ...], _KeptPool] | None:
+        """The pool kept in memory of some of ``files`` (all of them, or fewer: the others
+        new since), while each of those is still the one it was joined from (path,
+        identity, digest), as ``(their places among files, pool)``; None otherwise."""
         if self.memory is None:
             return None
         identities = tuple(identity_of(file) for file in files)
+        index = {entry[0]: i for i, entry in enumerate(named)}
+        places: list[tuple[int, ...]] = []
 
         def joined_from(kept: Hashable) -> bool:
             paths, was = cast(tuple[tuple[Any, ...], tuple[Any, ...]], kept)
-            count = len(paths)
-            return 0 < count <= len(files) and (paths, was) == (
-                tuple(named[:count]),
-                identities[:count],
+            at = tuple(index.get(path[0], -1) for path in paths)
+            if not at or min(at) < 0 or any(b <= a for a, b in itertools.pairwise(at)):
+                return False  # a file gone, or the read order changed
+            places[:] = [at]
+            return (paths, was) == (
+                tuple(named[i] for i in at),
+                tuple(identities[i] for i in at),
             )
 
         found = self.memory.get_matching(self._pool_key(), joined_from)
         if found is None:
             return None
-        identity, kept = found
-        return len(cast(tuple[Any, ...], identity)[0]), kept
+        return places[0], found[1]
 
-    def grown_pool(self, files: list[Path]) -> tuple[int, _KeptPool] | None:
-        """The pool kept in memory of the first ``count`` of ``files``, every one of them
-        unchanged, when the files after them are new (``count < len(files)``): the read
-        joins only those (``data.pool_extend``). None otherwise: any file of the kept pool
-        changed, removed or no longer first, or a new file sorting before one of them."""
+    def grown_pool(self, files: list[Path]) -> tuple[tuple[int, ...], _KeptPool] | None:
+        """The pool kept in memory of some of ``files`` (their places), every one of them
+        unchanged, when the others are new: the read joins only those, after the kept
+        pool's files (``data.pool_extend``) or, where the kept pool keeps each file's rows,
+        among them (``data.pool_splice``). None otherwise: any file of the kept pool
+        changed or removed, or a new file sorting before one of a pool that keeps no rows
+        per file."""
         states = [self._vouched(file) for file in files]
         if any(state is None for state in states):
             return None
         found = self._kept_pool(files, _named(files, states))
-        if found is None or found[0] >= len(files):
+        if found is None or len(found[0]) >= len(files):
             return None
-        count = found[0]
-        self.hits += count
-        self.from_memory += count
-        self.memory_records += len(found[1].stored.columns) + found[1].stored.duplicates
+        places, kept = found
+        if places[-1] != len(places) - 1 and kept.rows_per_file is None:
+            return None  # a new file sorting among them, and no rows to lay it out by
+        self.hits += len(places)
+        self.from_memory += len(places)
+        self.memory_records += len(kept.stored.columns) + kept.stored.duplicates
         return found
 
     def extend_pool(
-        self, files: list[Path], count: int, kept: _KeptPool, blocks: list[RecordBlock]
+        self,
+        files: list[Path],
+        places: tuple[int, ...],
+        kept: _KeptPool,
+        blocks: list[RecordBlock],
     ) -> StoredPool | None:
-        """``kept`` (the pool of ``files[:count]``) grown by ``blocks`` (the rest's, in read
-        order), kept in memory in its place with its fingerprint grown too; None when an
-        id hash is shared by two different ids (the read joins every file instead)."""
-        grown = extended(kept.stored.columns, blocks)
-        if grown is None:
-            return None
-        columns, left_out = grown
-        self.pool_grown = True
+        """``kept`` (the pool of the files at ``places``) grown by ``blocks`` (the others',
+        in read order), kept in memory in its place with its fingerprint grown too; None
+        when the growth refuses (an id hash shared by two different ids; a splice whose
+        join would leave a duplicate out): the read joins every file instead."""
         old = kept.stored
-        rejected = old.rejected + [
-            (count + i, entry) for i, block in enumerate(blocks) for entry in block.rejected
-        ]
+        kept_at = set(places)
+        new_at = [i for i in range(len(files)) if i not in kept_at]
+        sizes = [len(block.trajectory_id) for block in blocks]
+        if places[-1] == len(places) - 1:  # the new files after the old
+            grown = extended(old.columns, blocks)
+            if grown is None:
+                return None
+            columns, left_out = grown
+            self.pool_grown = True
+            fingerprint = extended_fingerprint(kept.fingerprint, columns, len(old.columns))
+            rows = None if kept.rows_per_file is None else (*kept.rows_per_file, *sizes)
+        else:
+            assert kept.rows_per_file is not None  # grown_pool found it so
+            slots = [sum(p < i for p in places) for i in new_at]
+            made = spliced(old.columns, kept.rows_per_file, slots, blocks)
+            if made is None:
+                return None
+            columns, left_out = made, 0
+            self.pool_spliced = True
+            old_at = vars(columns)[SPLICED_FROM][1]
+            fingerprint = spliced_fingerprint(kept.fingerprint, old.columns, columns, old_at)
+            rows = _laid_out(places, kept.rows_per_file, new_at, sizes)
+        self.fingerprint = fingerprint
+        rejected = sorted(
+            [(places[i], entry) for i, entry in old.rejected]
+            + [(new_at[i], entry) for i, block in enumerate(blocks) for entry in block.rejected],
+            key=lambda item: item[0],
+        )
         duplicates = old.duplicates + left_out
-        self.fingerprint = extended_fingerprint(kept.fingerprint, columns, len(old.columns))
         self.store_pool(files, columns, duplicates, rejected)
-        self.keep_pool(files, columns, duplicates, rejected, self.fingerprint)
+        self.keep_pool(files, columns, duplicates, rejected, fingerprint, rows)
         logger.info(
             "reused from memory: the joined pool of %s records of %d file(s) unchanged, "
-            "grown by %d file(s) (%s records joined) to %s records",
+            "grown by %d file(s) (%s records joined%s) to %s records",
             f"{len(old.columns):,}",
-            count,
+            len(places),
             len(blocks),
-            f"{sum(len(block.trajectory_id) for block in blocks):,}",
+            f"{sum(sizes):,}",
+            "" if not self.pool_spliced else ", laid among its own",
             f"{len(columns):,}",
         )
         named = _named(files, [self._vouched(file) for file in files])
@@ -556,6 +600,21 @@ class _KeptPool:
 
     stored: StoredPool
     fingerprint: DataFingerprint
+    # Each file's rows, in read order, where the pool left no duplicate out; else None
+    rows_per_file: tuple[int, ...] | None = None
+
+
+def _laid_out(
+    places: tuple[int, ...], old: tuple[int, ...], new_at: list[int], sizes: list[int]
+) -> tuple[int, ...]:
+    """Each file's rows in read order, the old files' at ``places`` and the new ones' at
+    ``new_at``."""
+    rows = [0] * (len(places) + len(new_at))
+    for i, count in zip(places, old, strict=True):
+        rows[i] = count
+    for i, count in zip(new_at, sizes, strict=True):
+        rows[i] = count
+    return tuple(rows)
 
 
 class _HeadMarker(msgspec.Struct):

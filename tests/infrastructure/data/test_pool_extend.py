@@ -91,6 +91,7 @@ class _Reads:
         self.manifest: Manifest | None = None
         self.made = 0  # files made: each new one's name sorts by its number
         self.grown = 0  # reads that grew the kept pool
+        self.spliced = 0  # reads that laid new files' records among the kept pool's
         self.earlier: list[tuple[ReadResult, tuple[object, ...]]] = []  # reads, as they were
 
     def files(self) -> list[Path]:
@@ -121,6 +122,7 @@ class _Reads:
         cache = RecordCache(self.cache, self.manifest, self.memory)
         data = read_trajectories(self.folder, cache=cache, keep_text=False)
         self.grown += int(cache.pool_grown)
+        self.spliced += int(cache.pool_spliced)
         return data, cache
 
     def check(self) -> ReadResult | None:
@@ -429,6 +431,89 @@ def test_a_grown_pool_notes_the_pool_it_grew_from(tmp_path: Path) -> None:
     columns = grown[0]
     assert vars(columns)[GROWN_FROM] is old.token and columns.token is not old.token
     assert columns.ids[: len(old)] == old.ids
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        [(5, [0, 9], "qa", 1), (9, [12, 15], "other", 2)],  # t9 was outside; t15 new outside
+        [(13, [14, 15, 5], "qa", 4), (14, [], "qa", 5), (5, [13], "other", 0), None],
+        [(6, [11, 3], "se_darwin", 1), (7, [15, 11], "qa", 2), (8, [6], "new-agent", 0)],
+        [],  # a file of no record
+    ],
+)
+@pytest.mark.parametrize("prefix", ["a", "m001x"])  # before every old file, or between
+def test_a_new_file_among_the_others_is_laid_among_the_kept_pools_rows(
+    new: list[Any], prefix: str
+) -> None:
+    """A new file sorting before or between the kept pool's files, repeating no id: the
+    read lays its records among the kept pool's rows (no old file read again, no join of
+    every file), and the pool (row order, parents, outside ids numbered as first named,
+    coded values in first-seen order) and fingerprint are a fresh read's; again from the
+    spliced pool, and then a growth at the end of it."""
+    with tempfile.TemporaryDirectory() as root:
+        reads = _Reads(Path(root))
+        reads.add("m", [(0, [9, 14], "qa", 0), (1, [0], "se_darwin", 1), (2, [13, 9], "qa", 2)])
+        reads.add("m", [(3, [1, 12], "qa", 3), None, (4, [2], "qa", 5)])
+        reads.check()
+        reads.add(prefix, new)
+        reads.check()
+        assert (reads.spliced, reads.grown) == (1, 0)
+        reads.add("a", [(10, [11, 0], "other", 2), (11, [10], "qa", 4)])  # spliced again
+        reads.check()
+        assert (reads.spliced, reads.grown) == (2, 0)
+        reads.add("z", [(12, [4], "qa", 1)])  # grown at its end
+        reads.check()
+        assert (reads.spliced, reads.grown) == (2, 1)
+
+
+_UNIQUE_FILE = st.tuples(
+    st.sampled_from(["a", "m001x", "z"]),  # before, between, after the first files
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 40), max_size=3),  # parents: records, earlier or later, or none
+            st.sampled_from(["qa", "se_darwin", "other", "new"]),
+            st.integers(0, len(_TEMPLATES) - 1),
+        ),
+        max_size=5,
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_UNIQUE_FILE, min_size=1, max_size=4))
+def test_new_files_anywhere_repeating_no_id_are_laid_out_as_a_fresh_read(
+    added: list[tuple[str, list[tuple[list[int], str, int]]]],
+) -> None:
+    """Files of ids never read before, added before, between or after the others one read
+    at a time: every read (spliced, grown or joined) is a fresh read's, array for array."""
+    with tempfile.TemporaryDirectory() as root:
+        reads = _Reads(Path(root))
+        reads.add("m", [(0, [1, 30], "qa", 0), (1, [], "qa", 1)])
+        reads.add("m", [(2, [0, 31], "se_darwin", 2)])
+        reads.check()
+        number = 3
+        for prefix, records in added:
+            lines = []
+            for parents, agent, template in records:
+                lines.append((number, parents, agent, template))
+                number += 1
+            reads.add(prefix, lines)
+            reads.check()
+
+
+def test_a_new_file_among_the_others_repeating_an_id_joins_every_file() -> None:
+    """A new file sorting among the kept pool's that holds an id of it: its record wins
+    over the old file's, which only a join of every file decides: the read joins them
+    (neither spliced nor grown), and is a fresh read's."""
+    with tempfile.TemporaryDirectory() as root:
+        reads = _Reads(Path(root))
+        reads.add("m", [(0, [], "qa", 0), (1, [0], "qa", 1)])
+        reads.add("m", [(2, [1], "qa", 2)])
+        reads.check()
+        reads.add("a", [(5, [], "qa", 3), (2, [0], "other", 4)])
+        reads.check()
+        assert (reads.spliced, reads.grown) == (0, 0)
 
 
 class _NoSink(QuarantineSink):
