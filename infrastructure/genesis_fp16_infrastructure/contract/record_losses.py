@@ -445,6 +445,18 @@ _SEEN = "_seen"  # a listing's ids as a set, made by its check (RecordIds.extend
 _LOSSES_FIELDS = ("ids", "losses", "segments", "quarantined", "primary")
 
 
+def _laid(old: tuple[str, ...], new: tuple[str, ...], places: np.ndarray | None) -> tuple[str, ...]:
+    """``old`` then ``new`` (``places`` None), or ``new`` at ``places`` among ``old``'s."""
+    if places is None:
+        return old + new
+    whole = np.empty(len(old) + len(new), dtype=object)
+    is_new = np.zeros(len(whole), dtype=np.bool_)
+    is_new[places] = True
+    whole[~is_new] = old
+    whole[places] = new
+    return tuple(whole.tolist())
+
+
 def _checked_fields(record: RecordLosses | RecordIds) -> tuple[object, ...]:
     """The objects a check walks: the ids, the segments, each column's name and values."""
     columns = record.losses.items() if isinstance(record, RecordLosses) else ()
@@ -545,11 +557,45 @@ class RecordIds:
         ...     print(refused)
         RecordIds: id 'a' twice
         """
+        return self._grown(ids, segments, hashes, None)
+
+    def spliced(
+        self,
+        places: np.ndarray,
+        ids: Iterable[str],
+        segments: Iterable[str] | None = None,
+        hashes: np.ndarray | None = None,
+    ) -> RecordIds:
+        """This listing's records with ``ids`` (and their ``segments``) laid among them at
+        ``places`` (their places in the new listing, ascending), this listing's in their
+        order around them: the listing of a pool whose new records' rows lie among the
+        old (``data.pool_splice``), checked as :meth:`extended` checks its new ids.
+
+        >>> RecordIds(("a", "b")).spliced(np.array([0, 2]), ["c", "d"]).ids
+        ('c', 'a', 'd', 'b')
+        """
+        return self._grown(ids, segments, hashes, np.asarray(places, dtype=np.int64))
+
+    def _grown(
+        self,
+        ids: Iterable[str],
+        segments: Iterable[str] | None,
+        hashes: np.ndarray | None,
+        places: np.ndarray | None,
+    ) -> RecordIds:
+        """:meth:`extended` (``places`` None: the new ids after this listing's) and
+        :meth:`spliced` (the new ids at ``places``)."""
         try:
             more = tuple(ids)
             named = None if segments is None else tuple(segments)
         except TypeError as exc:
             raise RecordLossesError(f"RecordIds: a field is not a sequence ({exc})") from None
+        if places is not None and (
+            len(places) != len(more)
+            or (len(places) and (places[0] < 0 or places[-1] >= len(self.ids) + len(more)))
+            or bool((np.diff(places) <= 0).any())
+        ):
+            raise RecordLossesError("RecordIds: the new ids' places are not ascending places")
         seen, checked = vars(self).get(_SEEN), vars(self).get(_CHECKED)
         fast = (
             isinstance(seen, set)
@@ -564,11 +610,12 @@ class RecordIds:
         )
         whole_segments = None
         if named is not None or self.segments is not None:
-            whole_segments = (self.segments or ()) + (named or ())
+            whole_segments = _laid(self.segments or (), named or (), places)
+        whole = _laid(self.ids, more, places)
         if not fast:  # checked whole: refused as the listing made whole would be
-            return RecordIds(self.ids + more, whole_segments, hashes)
+            return RecordIds(whole, whole_segments, hashes)
         grown = RecordIds.__new__(RecordIds)
-        vars(grown).update(ids=self.ids + more, segments=whole_segments, hashes=hashes)
+        vars(grown).update(ids=whole, segments=whole_segments, hashes=hashes)
         grown._check_hashes()
         if vars(self).pop(_SEEN, None) is not seen:  # another growth took it first
             return RecordIds(grown.ids, whole_segments, hashes)

@@ -30,6 +30,7 @@ laid out again by that map, not worked out again.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -49,7 +50,8 @@ SPLICED_FROM = "spliced_from"
 
 
 class Layout:
-    """Where the old pool's files and the new files' rows go in the spliced pool."""
+    """Where the old pool's files and the new files' rows go in the spliced pool: its rows
+    as stretches of the old rows and of the new, in read order."""
 
     def __init__(self, rows_per_file: Sequence[int], slots: Sequence[int], new_rows: Sequence[int]):
         """``rows_per_file``: each old file's rows, in order; ``slots[i]``: how many old
@@ -65,14 +67,32 @@ class Layout:
         new_shift = old_start[np.asarray(slots, np.int64)]
         self.new_at = np.arange(q, dtype=np.int64) + np.repeat(new_shift, new_rows)
         self.total = n + q
-        # Each spliced row's source, in the old rows then the new rows joined
-        self.source = np.empty(self.total, np.int64)
-        self.source[self.old_at] = np.arange(n)
-        self.source[self.new_at] = n + np.arange(q)
+        # The stretches, (new?, first, end): the files in read order, neighbours of a kind joined
+        self.stretches: list[tuple[bool, int, int]] = []
+        k = 0
+        for i in range(len(rows_per_file) + 1):
+            while k < len(slots) and slots[k] == i:
+                self._add(True, int(new_start[k]), int(new_start[k + 1]))
+                k += 1
+            if i < len(rows_per_file):
+                self._add(False, int(old_start[i]), int(old_start[i + 1]))
+
+    def _add(self, new: bool, first: int, end: int) -> None:
+        last = self.stretches[-1] if self.stretches else None
+        if last is not None and last[0] == new and last[2] == first:
+            self.stretches[-1] = (new, last[1], end)
+        elif end > first:
+            self.stretches.append((new, first, end))
 
     def rows(self, old: np.ndarray, new: np.ndarray) -> np.ndarray:
         """A row column of the spliced pool, from the old pool's and the new records'."""
-        return np.concatenate((old, new))[self.source]
+        if not self.stretches:
+            return old[:0]
+        return np.concatenate([(new if b else old)[first:end] for b, first, end in self.stretches])
+
+    def ids(self, old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...]:
+        """The spliced pool's ids (a pointer each: slices joined)."""
+        return tuple(chain.from_iterable((new if b else old)[f:e] for b, f, e in self.stretches))
 
 
 def spliced(
@@ -112,9 +132,8 @@ def spliced(
     def labels(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.concatenate((a, b))[by_row]
 
-    ids = old.ids + new.ids
     columns = PoolColumns(
-        ids=tuple(map(ids.__getitem__, layout.source.tolist())),
+        ids=layout.ids(old.ids, new.ids),
         id_hash=rows(old.id_hash, new.id_hash),
         score=rows(old.score, new.score),
         scored=rows(old.scored, new.scored),
@@ -153,10 +172,11 @@ def _every_value_used(columns: PoolColumns) -> bool:
 
 def _coded(old: Coded, new: Coded, layout: Layout) -> Coded:
     """The spliced rows' column, its values in first-seen order, row after row."""
-    codes, values = joined_codes([(old.codes, old.values), (new.codes, new.values)])
-    codes = codes[layout.source]
-    distinct, first = np.unique(codes, return_index=True)
-    order = distinct[np.argsort(first)]  # the values in the order first seen
+    both, values = joined_codes([(old.codes, old.values), (new.codes, new.values)])
+    codes = layout.rows(both[: len(old.codes)], both[len(old.codes) :])
+    first = np.full(len(values), len(codes), np.int64)  # each value's first row
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    order = np.argsort(first, kind="stable")  # the values in the order first seen
     rank = np.empty(len(values), np.int64)
     rank[order] = np.arange(len(order))
     return Coded(rank[codes], [values[k] for k in order.tolist()])
@@ -188,10 +208,9 @@ class _Parents:
         old_to = np.concatenate((layout.old_at, old_out))
         new_to = np.concatenate((layout.new_at, new_out))
         every = np.concatenate((old_to[old.parent], new_to[new.parent]))
-        counts = np.concatenate((np.diff(old.parent_start), np.diff(new.parent_start)))
-        firsts = np.concatenate((old.parent_start[:-1], len(old.parent) + new.parent_start[:-1]))
-        counts = counts[layout.source]
-        parent = every[ranges(firsts[layout.source], counts)]
+        counts = layout.rows(np.diff(old.parent_start), np.diff(new.parent_start))
+        firsts = layout.rows(old.parent_start[:-1], len(old.parent) + new.parent_start[:-1])
+        parent = every[ranges(firsts, counts)]
         # The names, numbered in the order first named, row after row
         out = parent < 0
         named = -1 - parent[out]

@@ -328,6 +328,42 @@ def test_a_grown_listing_accepts_and_refuses_what_one_made_whole_does(
         assert _outcome(lambda: listed.extended(ids[k:], tail)) == whole
 
 
+@settings(max_examples=300, deadline=None)
+@given(_records(), st.integers(0, 9), st.randoms(use_true_random=False))
+def test_a_spliced_listing_accepts_and_refuses_what_one_made_whole_does(
+    record: tuple, split: int, chance: Any
+) -> None:
+    """RecordIds(some ids).spliced(places of the others among them), with the faults of
+    the grown listing's test among the new ones: the listing RecordIds(all of them, in
+    the spliced order) makes, or its one-line refusal."""
+    ids, _, segments, _, _ = record
+    if segments is not None and len(segments) != len(ids):
+        return  # segments short or long: the grown listing's test (one check for both)
+    k = min(split, len(ids))
+    places = sorted(chance.sample(range(len(ids)), len(ids) - k))
+    rest = [i for i in range(len(ids)) if i not in set(places)]
+    try:
+        listed = RecordIds(tuple(ids[i] for i in rest), _at(segments, rest))
+    except RecordLossesError:
+        return  # refused before any growth: RecordIds' own test
+    whole = _outcome(lambda: RecordIds(ids, segments))
+    new_ids, new_segments = [ids[i] for i in places], _at(segments, places)
+    at = np.array(places, np.int64)
+    assert _outcome(lambda: listed.spliced(at, new_ids, new_segments)) == whole
+
+
+def _at(values: Any, rows: list[int]) -> Any:
+    return None if values is None else tuple(values[i] for i in rows)
+
+
+def test_a_spliced_listing_refuses_places_out_of_order() -> None:
+    """The new ids' places must be ascending places of the spliced listing."""
+    listed = RecordIds(("a", "b"))
+    for places in ([1, 1], [2, 0], [0, 4], [-1, 0], [0]):
+        with pytest.raises(RecordLossesError, match=r"^RecordIds: the new ids' places"):
+            listed.spliced(np.array(places, np.int64), ["c", "d"])
+
+
 def test_a_grown_listing_walks_its_new_records_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """A listing that passed its check whole grows by walking the new ids and segments
     alone, and the grown one grows so again; one grown a second time from the same

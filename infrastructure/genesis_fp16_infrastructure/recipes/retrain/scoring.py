@@ -32,6 +32,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.record_losses import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.pool_columns import GROWN_FROM, PoolColumns
+from genesis_fp16_infrastructure.data.pool_splice import SPLICED_FROM
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.schema import judged_ids_of
 from genesis_fp16_infrastructure.kept_in_memory import (
@@ -151,8 +152,10 @@ class _RunPool:
         path (``pool_columns.GROWN_FROM``: its first rows are that pool's) is that
         listing extended by its new records, named and checked alone
         (``RecordIds.extended``: at 100,000 records, no walk of every id but the one
-        joining the tuples); the same pool (its token), that listing; any other, listed
-        and checked whole."""
+        joining the tuples); one the cache laid new records among the rows of
+        (``pool_splice.SPLICED_FROM``), that listing with them laid among its own
+        (``RecordIds.spliced``); the same pool (its token), that listing; any other,
+        listed and checked whole."""
         columns = self.data.columns
         memory = process_memory(self.budget or 0)
         key = (LISTING_KIND, self.key[0])
@@ -161,11 +164,19 @@ class _RunPool:
             return kept.listing
         first = len(kept.listing.ids) if isinstance(kept, _KeptListing) else 0
         grown = isinstance(kept, _KeptListing) and vars(columns).get(GROWN_FROM) is kept.pool
+        new = _spliced_places(columns, kept.pool) if isinstance(kept, _KeptListing) else None
         if grown and first <= len(columns.labelled):
             assert isinstance(kept, _KeptListing)
             ids = list(map(columns.ids.__getitem__, columns.labelled[first:].tolist()))
             more = tuple(judged_ids_of(ids, columns.key[first:]))
             listing = kept.listing.extended(more, _segments(columns, first), columns.judged)
+        elif new is not None and len(columns.labelled) - len(new) == first:
+            assert isinstance(kept, _KeptListing)
+            rows = columns.labelled[new]
+            ids = list(map(columns.ids.__getitem__, rows.tolist()))
+            more = tuple(judged_ids_of(ids, columns.key[new]))
+            segments = columns.agent.take_as(rows, _segment)
+            listing = kept.listing.spliced(new, more, segments, columns.judged)
         else:
             named = judged_ids(columns, self.budget)
             listing = RecordIds(named, tuple(_segments(columns, 0)), columns.judged)
@@ -191,8 +202,24 @@ class _KeptListing:
 def _segments(columns: PoolColumns, first: int) -> list[str]:
     """The segment of each labelled record from the ``first`` on: the Genesis agent that
     wrote it, each agent's name said once, not once a record."""
-    rows = columns.labelled[first:]
-    return columns.agent.take_as(rows, lambda a: "-" if a is None else str(a))
+    return columns.agent.take_as(columns.labelled[first:], _segment)
+
+
+def _segment(agent: object) -> str:
+    """A record's segment: the Genesis agent that wrote it ("-": none named)."""
+    return "-" if agent is None else str(agent)
+
+
+def _spliced_places(columns: PoolColumns, pool: object) -> np.ndarray | None:
+    """Where the new labelled records are among ``columns``' labelled, when the record
+    cache laid them among the rows of ``pool`` (its token; ``data.pool_splice``); None
+    otherwise."""
+    note = vars(columns).get(SPLICED_FROM)
+    if note is None or note[0] is not pool:
+        return None
+    is_old = np.zeros(len(columns), dtype=np.bool_)
+    is_old[note[1]] = True
+    return np.flatnonzero(~is_old[columns.labelled])
 
 
 _RUN_POOL: list[_RunPool] = []  # at most one: the last run's

@@ -1,5 +1,6 @@
-"""A resident process's later run lists a pool grown at its end by extending the listing
-it made of the old pool (issue 90): only the new records' ids and segments are checked,
+"""A resident process's later run lists a pool grown at its end (or among its files) by
+growing the listing it made of the old pool (issue 90): only the new records' ids and
+segments are checked,
 and the listing is the one a run with nothing kept makes, id for id; any other pool (a
 relabel among the old records) is listed and checked whole."""
 
@@ -93,6 +94,30 @@ def test_a_grown_pool_is_listed_checking_its_new_records_alone(
         assert walked and 0 < max(walked) == added <= 80, walked
         _same(grown, _listing(tmp_path, 0))
         first = grown
+
+
+def test_a_pool_spliced_among_its_files_is_listed_checking_its_new_records_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Later runs after a file of new records that sorts before the old ones, then one
+    between them: the record cache lays the new records among the old rows, and each
+    listing walks the new records alone and is the listing a run with nothing kept
+    makes (the new ids at their places among the old)."""
+    (tmp_path / "data").mkdir()
+    _write(tmp_path / "data" / "m.json", generate_pool(600, seed=99))
+    first = _listing(tmp_path, BUDGET)
+    for name, seed in (("a.json", 3099), ("b.json", 3100)):  # before m, then between a and m
+        _write(tmp_path / "data" / name, generate_pool(80, seed=seed))
+        walked = _walks(monkeypatch)
+        spliced = _listing(tmp_path, BUDGET)
+        monkeypatch.undo()
+        added = len(spliced.ids) - len(first.ids)
+        assert walked and 0 < max(walked) == added <= 80, walked
+        old = set(first.ids)
+        assert tuple(i for i in spliced.ids if i in old) == first.ids  # in their order
+        assert spliced.ids != first.ids + spliced.ids[len(first.ids) :]  # not at the end
+        _same(spliced, _listing(tmp_path, 0))
+        first = spliced
 
 
 def test_a_first_runs_scoring_keeps_the_listing_the_next_run_grows(
