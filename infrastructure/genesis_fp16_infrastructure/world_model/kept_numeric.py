@@ -318,7 +318,8 @@ class KeptNumeric:
             if grown is not None:  # the kept rows, when this process keeps them
                 return grown.kept.numeric, self.memory is not None, grown
         kept = None if state is None else _ordered(state)  # the keys' order, whole
-        out, written = self._worked_out(columns, slots, keys, asked, whole, kept)
+        stamp = None if state is None else state.stamp
+        out, written = self._worked_out(columns, slots, keys, asked, whole, kept, stamp)
         return out, False, written
 
     def _worked_out(
@@ -329,14 +330,19 @@ class KeptNumeric:
         asked: np.ndarray,
         whole: bool,
         kept: Kept | None,
+        stamp: np.ndarray | None = None,
     ) -> tuple[np.ndarray, _State | None]:
         """``asked``'s rows, the kept ones reused where they hold (module docstring);
         with ``whole``, the file written again when anything was worked out, and what is
-        kept then (its rows a copy of these: the stamps of these)."""
+        kept then (its rows a copy of these). A row reused keeps its stamp (``stamp``:
+        the kept rows', by their labelled place), wherever it now lies (a new file
+        sorting among the old: its records' rows among the kept ones); a row worked out
+        gets a new one."""
         order = np.argsort(keys)  # the file's order column, and fresh's searches
         holds = fresh(columns, slots, keys, order, kept) if kept is not None else None
         out = np.empty((len(asked), WIDTH), dtype=np.float64)
         found = np.zeros(len(asked), np.bool_)
+        row = np.zeros(len(asked), np.int64)
         if kept is not None and holds is not None:
             at, usable = holds
             # Each kept record's place among its labelled ones (-1: unlabelled then).
@@ -355,7 +361,10 @@ class KeptNumeric:
         self.reused += len(asked) - len(need)
         self.computed += len(need)
         if whole and (len(need) or kept is None):
-            return out, self._write(columns, slots, keys, order, out, depth)
+            stamps = _stamps(len(asked))
+            if stamp is not None and kept is not None and len(stamp) == len(kept.labelled):
+                stamps[found] = stamp[row[found]]  # reused: as they were
+            return out, self._write(columns, slots, keys, order, out, depth, stamps)
         return out, None
 
     def _grown(
@@ -533,9 +542,10 @@ class KeptNumeric:
         order: np.ndarray,
         numeric: np.ndarray,
         depth: np.ndarray | None,
+        stamp: np.ndarray | None = None,
     ) -> _State | None:
         """Write the pool's kept file whole and keep it in memory: what is kept (None: the
-        write failed)."""
+        write failed), its rows' stamps ``stamp`` (None: new ones)."""
         arrays = {
             "key": keys,
             "order": order,
@@ -555,7 +565,7 @@ class KeptNumeric:
             logger.warning("cannot write %s (%s): worked out again next run", self.path, exc)
             self._forget()
             return None
-        state = _owned(Kept(**arrays), end, KeyInputs.of(columns), columns)
+        state = _owned(Kept(**arrays), end, KeyInputs.of(columns), columns, stamp)
         self._keep(state)
         return state
 
@@ -570,7 +580,9 @@ def _room(state: _State, rows: int, new: bool = False) -> np.ndarray:
     return buffer
 
 
-def _owned(kept: Kept, end: int, inputs: KeyInputs, columns: PoolColumns) -> _State:
+def _owned(
+    kept: Kept, end: int, inputs: KeyInputs, columns: PoolColumns, stamp: np.ndarray | None = None
+) -> _State:
     """``kept``, as just written (``end``: the file's size), with rows of its own: the
     rows are the caller's too, and what it does with them must not reach what is kept.
     One copy (~23 MB at 100,000 records), into a store with room for the next appends;
@@ -584,8 +596,9 @@ def _owned(kept: Kept, end: int, inputs: KeyInputs, columns: PoolColumns) -> _St
     # every record was worked out or written, not in the later run that adds a few.
     by_parent = SortedGrowth.of(kept.parent_hash)
     by_key = SortedGrowth.of(kept.key, kept.order)
+    stamp = _stamps(rows) if stamp is None or len(stamp) != rows else stamp
     return _State(kept._replace(numeric=numeric), end, 1, by_parent, buffer, inputs, [],
-                  _stamps(rows), _Guard(buffer), [columns.token], by_key)  # fmt: skip
+                  stamp, _Guard(buffer), [columns.token], by_key)  # fmt: skip
 
 
 _STAMPS = [1]  # the next stamp this process gives

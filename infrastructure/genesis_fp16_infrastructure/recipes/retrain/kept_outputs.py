@@ -163,8 +163,11 @@ class PoolKeys:
             self._take(before)
 
     def _take(self, before: RowKeys) -> None:
-        """``before``'s keys of the rows whose stamps are still theirs (positions: a pool's
-        labelled rows keep theirs while the kept rows do, ``KeptNumeric``)."""
+        """``before``'s keys of the rows whose stamps are still theirs: at the same
+        positions first (a pool's labelled rows keep theirs while the kept rows do,
+        ``KeptNumeric``), then, for a row whose position held another stamp, wherever
+        ``before`` has its stamp (a new file sorting among the old moved the rows after
+        its records: ``KeptNumeric`` keeps their stamps)."""
         rows = self.rows
         assert rows.stamp is not None and before.stamp is not None
         parts = (rows.stamp, rows.done, before.stamp, before.done, before.first, before.second)
@@ -176,6 +179,30 @@ class PoolKeys:
         np.copyto(rows.second[:m], before.second[:m], where=same)
         rows.done[:m] = same
         self.reused = int(np.count_nonzero(same))
+        n = min(len(before.stamp), len(before.done), len(before.first), len(before.second))
+        if not n:
+            return
+        # A stamp given since (a row worked out again, or new) is above every one before:
+        # only a row of an older stamp can have moved
+        older = rows.stamp <= before.stamp[:n].max()
+        moved = np.flatnonzero(~rows.done[: len(rows.stamp)] & older)
+        if len(moved):
+            self._take_moved(before, moved, n)
+
+    def _take_moved(self, before: RowKeys, moved: np.ndarray, n: int) -> None:
+        """``before``'s keys of the rows ``moved`` (not found at their position), found
+        by their stamps among ``before``'s first ``n`` rows (stamps are distinct)."""
+        rows = self.rows
+        assert rows.stamp is not None and before.stamp is not None
+        order = np.argsort(before.stamp[:n], kind="stable")
+        ranked = before.stamp[:n][order]
+        at = np.minimum(np.searchsorted(ranked, rows.stamp[moved]), n - 1)
+        source = order[at]
+        hit = (ranked[at] == rows.stamp[moved]) & before.done[:n][source]
+        moved, source = moved[hit], source[hit]
+        rows.first[moved], rows.second[moved] = before.first[source], before.second[source]
+        rows.done[moved] = True
+        self.reused += len(moved)
         if before.hashed is not None:  # each field's values hashed, the old ones kept
             rows.hashed = _grown_hashes(rows.values, before.values, before.hashed)
 

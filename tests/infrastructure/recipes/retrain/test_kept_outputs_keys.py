@@ -83,6 +83,28 @@ def test_kept_rows_keep_their_keys_and_new_rows_are_hashed(
     assert _same(got, _keys(grown, after.numeric)[1])
 
 
+def test_rows_moved_by_a_file_sorting_first_keep_their_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records added in a file sorting before the old one: the old rows move after the
+    new ones, the kept numeric rows keep their stamps (the rows worked out again get new
+    ones), and the keys of those rows are taken wherever they moved; only the new and
+    worked-out rows are hashed, and the keys are those of hashing every row. On the code
+    before, every row was hashed (a whole write gave every row a new stamp)."""
+    memory = KeptInMemory(64 * 2**20)
+    first = _columns(tmp_path / "data", {"m.json": RECORDS[:200]})
+    moved = _columns(tmp_path / "data", {"a.json": RECORDS[200:], "m.json": RECORDS[:200]})
+    rows = KeptNumeric(tmp_path / "cache", "data", memory).view(first)
+    before, _ = _keys(first, rows.numeric, rows.stamp)
+    after = KeptNumeric(tmp_path / "cache", "data", memory).view(moved)
+    calls = _hashed(monkeypatch)
+    keys, got = _keys(moved, after.numeric, after.stamp, before.rows)
+    kept = int(np.count_nonzero(np.isin(after.stamp, rows.stamp)))
+    assert kept > len(first.labelled) // 2 and keys.reused == kept
+    assert calls == [len(moved.labelled) - kept]
+    assert _same(got, _keys(moved, after.numeric)[1])
+
+
 def test_a_relabelled_record_is_hashed_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
