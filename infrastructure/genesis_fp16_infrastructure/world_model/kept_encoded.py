@@ -20,8 +20,10 @@ pool grows) moves no row:
 * **A row is kept while its inputs are.** A row is taken from the entry when the same
   labelled record is at the same place in the pool, the kept numeric rows say its numbers
   are the ones worked out then (its stamp, ``KeptNumeric.stamp``: a row worked out again,
-  new, or moved has another) and its four categorical values are the ones it had
-  (compared by value, through each field's codes). The rest are encoded: a relabelled or
+  or new, has another) and its four categorical values are the ones it had (compared by
+  value, through each field's codes). A row that moved (a new file sorting among the
+  old lays its records before it) keeps its stamp: it is found by its stamp at its old
+  place, its values compared there, and copied to its new one, in a store of its own. The rest are encoded: a relabelled or
   edited record is worked out again by ``KeptNumeric`` (another content key), so it is
   encoded again, never read stale.
 * **Checked by what changed.** Each of those columns is compared with the kept one as a
@@ -145,7 +147,16 @@ class KeptEncoded:
         fields = _fields(columns)
         todo = np.arange(n) if entry is None or stamp is None else _changed(entry, columns, stamp)
         kept = 0 if entry is None else min(len(entry.stamp), n)
-        if entry is not None and len(entry.buffer) >= n and not _lent(entry):
+        moved = None if entry is None or stamp is None else _moved(entry, columns, stamp, todo)
+        other = todo  # the places whose row is not the kept one at that place
+        if moved is not None:  # rows taken from other places: into a store of their own
+            assert entry is not None
+            places, sources = moved
+            buffer = torch.empty((n + n // 4, encoder.n_features), dtype=torch.float32)
+            buffer[:kept] = entry.buffer[:kept]  # those at their place, the rest overwritten
+            buffer[torch.from_numpy(places)] = entry.buffer[torch.from_numpy(sources)]
+            todo = np.setdiff1d(todo, places, assume_unique=True)
+        elif entry is not None and len(entry.buffer) >= n and not _lent(entry):
             buffer = entry.buffer  # the entry is out of the store meanwhile
         else:
             buffer = torch.empty((n + n // 4, encoder.n_features), dtype=torch.float32)
@@ -166,7 +177,7 @@ class KeptEncoded:
             codes = tuple(c.codes for c in fields)
             values = tuple(list(c.values) for c in fields)
             lent = [weakref.ref(out)]
-            part = None if entry is None else _restamped(entry.part, todo)
+            part = None if entry is None else _restamped(entry.part, other)
             kept_entry = _Entry(state, buffer, columns.labelled, stamp, codes, values, lent, part)
             self.memory.put(key, KIND, kept_entry, kept_entry.nbytes(), f"{KIND} of {n:,}")
             self._kept = kept_entry
@@ -264,6 +275,34 @@ def _changed(entry: _Entry, columns: PoolColumns, stamp: np.ndarray) -> np.ndarr
     if records.any():
         bad = np.union1d(bad, np.flatnonzero(records[labelled[:kept]]))
     return np.concatenate((bad, np.arange(kept, n))).astype(np.int64)
+
+
+def _moved(
+    entry: _Entry, columns: PoolColumns, stamp: np.ndarray, todo: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Of the places ``todo`` (to encode: their record, stamp or values are not those of
+    the kept row at their place), those whose row is kept at another place, as
+    ``(places, the kept places)``; None when there are none. A new file sorting among the
+    old moves the rows after its records; the kept numeric rows keep a moved row's stamp
+    (distinct: one row each), and its categorical values are compared by value."""
+    if not len(todo) or not len(entry.stamp):
+        return None
+    older = todo[stamp[todo] <= entry.stamp.max()]  # a stamp given since is none of these
+    if not len(older):
+        return None
+    order = np.argsort(entry.stamp, kind="stable")
+    ranked = entry.stamp[order]
+    at = np.minimum(np.searchsorted(ranked, stamp[older]), len(ranked) - 1)
+    found = ranked[at] == stamp[older]
+    places, sources = older[found], order[at[found]]
+    same = np.ones(len(places), np.bool_)
+    records, kept_records = columns.labelled[places], entry.labelled[sources]
+    for now, codes, values in zip(_fields(columns), entry.codes, entry.values, strict=True):
+        if not (len(kept_records) and int(kept_records.max()) < len(codes)):
+            return None  # not the entry's records (its arrays are the pool's it kept)
+        same &= _as_codes(values, now.values)[codes[kept_records]] == now.codes[records]
+    places, sources = places[same], sources[same]
+    return (places, sources) if len(places) else None
 
 
 def _differ(now: np.ndarray, then: np.ndarray) -> np.ndarray:

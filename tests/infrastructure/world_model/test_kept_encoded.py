@@ -65,12 +65,13 @@ def _edited(records: list[dict[str, Any]], change: str) -> list[dict[str, Any]]:
     return records
 
 
-@pytest.mark.parametrize("change", ["growth", "relabel", "edit", "categorical"])
+@pytest.mark.parametrize("change", ["growth", "before", "relabel", "edit", "categorical"])
 def test_a_later_matrix_is_a_full_encode_of_what_changed_alone(tmp_path: Path, change: str) -> None:
-    """A first pool's matrix kept; then 50 records more (in a file sorting last), or one
-    record relabelled, edited or given other tools: the matrix is the full encode of the
-    new pool bit for bit, and the rows encoded again are few (the new ones and those
-    beside them; the changed record among them)."""
+    """A first pool's matrix kept; then 50 records more (in a file sorting last, or first:
+    every kept row moved after them), or one record relabelled, edited or given other
+    tools: the matrix is the full encode of the new pool bit for bit, and the rows
+    encoded again are few (the new ones and those beside them; the changed record among
+    them)."""
     pool = generate_pool(1200, seed=SEED)
     records = list(pool["trajectories"].values())
     memory = KeptInMemory(256 * 2**20)
@@ -88,6 +89,8 @@ def test_a_later_matrix_is_a_full_encode_of_what_changed_alone(tmp_path: Path, c
     assert kept.encoded == len(columns.labelled)
     if change == "growth":
         files = {"a.json": records[:1150], "b.json": records[1150:]}
+    elif change == "before":
+        files = {"0.json": records[1150:], "a.json": records[:1150]}
     else:
         files = {"a.json": _edited(records[:1150], change)}
     data = read_records(tmp_path / "data", files, pool)

@@ -317,12 +317,48 @@ def test_a_record_moved_between_parts_moves_no_row(tmp_path: Path) -> None:
         assert _same(a, b)
 
 
+def test_parts_after_a_file_sorting_first_are_a_full_encode(tmp_path: Path) -> None:
+    """In a resident run process, a run of one encoder, then a file of new records that
+    sorts before the old one (every kept row moves after them): the kept rows are taken
+    from where they were (most of them: the new ones and those beside them encoded),
+    and every part is the plain task's, bit for bit; again after a second such file."""
+    pool = generate_pool(3400, seed=SEED)
+    records = list(pool["trajectories"].values())
+    folder, cache = tmp_path / "data", tmp_path / "cache"
+    _write(folder, "m.json", pool, records[:-80])
+    options = TaskOptions.from_mapping({"cross_validation": False, "batch_size": 64})
+    memory = KeptInMemory(256 * 2**20)
+    first = WorldModelTask(
+        read_trajectories(folder, keep_text=False), options, SEED,
+        kept=KeptNumeric(cache, folder, memory),
+    )  # fmt: skip
+    saved = first.extra_state()
+    del first
+    for name, new in (("b.json", records[-80:-40]), ("a.json", records[-40:])):
+        _write(folder, name, pool, new)
+        data = read_trajectories(folder, keep_text=False)
+        task = WorldModelTask(
+            data, options, SEED, saved=saved, kept=KeptNumeric(cache, folder, memory)
+        )
+        plain = WorldModelTask(data, options, SEED, saved=saved)
+        for (part, a_part), b_part in zip(
+            _parts(task).items(), _parts(plain).values(), strict=True
+        ):
+            for a, b in zip(a_part, b_part, strict=True):
+                assert _same(a, b), part
+        encoded = task.kept_encoded
+        assert encoded is not None and 0 < encoded.encoded < 3 * 40
+        assert encoded.reused > len(data.columns.labelled) // 2
+        del task, plain, encoded
+
+
 def test_the_held_out_part_grows_from_the_kept_one(tmp_path: Path) -> None:
     """In a resident run process, runs of one encoder as the pool grows: the later run's
     held-out rows are the last run's (taken, not gathered) but for those encoded again
     (the new records' siblings) and the new records' (gathered); after a relabelled record
-    (the kept numeric rows written whole, the rows reused keeping their stamps) the rows
-    that held are taken still: every part is the plain task's, bit for bit, each time."""
+    (the kept numeric rows written whole, the rows reused keeping their stamps) the pool's
+    rows that held are taken still: every part is the plain task's, bit for bit, each
+    time."""
     pool = generate_pool(3400, seed=SEED)
     records = list(pool["trajectories"].values())
     folder, cache = tmp_path / "data", tmp_path / "cache"
@@ -363,4 +399,8 @@ def test_the_held_out_part_grows_from_the_kept_one(tmp_path: Path) -> None:
     (folder / "b.json").unlink()
     _write(folder, "a.json", pool, _changed(records[:-80], "relabel"))
     task, _ = later(records[-80:])
-    assert task.kept_encoded is not None and 0 < task.kept_encoded.part_reused <= held
+    # The pool's rows that held are taken; the held-out part's rows too where its places
+    # begin with the kept part's (the relabel may move them: then it is gathered whole)
+    encoded = task.kept_encoded
+    assert encoded is not None and encoded.reused > len(task.split.held_out)
+    assert encoded.part_reused <= held
