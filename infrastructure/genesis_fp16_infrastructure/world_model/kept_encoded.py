@@ -23,9 +23,9 @@ pool grows) moves no row:
   or new, has another) and its four categorical values are the ones it had (compared by
   value, through each field's codes). A row that moved (a new file sorting among the
   old lays its records before it) keeps its stamp: it is found by its stamp at its old
-  place, its values compared there, and copied to its new one, in a store of its own. The rest are encoded: a relabelled or
-  edited record is worked out again by ``KeptNumeric`` (another content key), so it is
-  encoded again, never read stale.
+  place, its values compared there, and copied to its new one, in a store of its own.
+  The rest are encoded: a relabelled or edited record is worked out again by
+  ``KeptNumeric`` (another content key), so it is encoded again, never read stale.
 * **Checked by what changed.** Each of those columns is compared with the kept one as a
   whole array first, one comparison of the bytes (a pool grown at its end passes them
   all); only a column that differs is compared a record at a time, and only the records
@@ -155,7 +155,9 @@ class KeptEncoded:
             buffer = torch.empty((n + n // 4, encoder.n_features), dtype=torch.float32)
             buffer[:kept] = entry.buffer[:kept]  # those at their place, the rest overwritten
             buffer[torch.from_numpy(places)] = entry.buffer[torch.from_numpy(sources)]
-            todo = np.setdiff1d(todo, places, assume_unique=True)
+            left = np.ones(n, np.bool_)
+            left[places] = False
+            todo = todo[left[todo]]
         elif entry is not None and len(entry.buffer) >= n and not _lent(entry):
             buffer = entry.buffer  # the entry is out of the store meanwhile
         else:
@@ -262,8 +264,10 @@ def _changed(entry: _Entry, columns: PoolColumns, stamp: np.ndarray) -> np.ndarr
     time only where it differs (a pool grown at its end: none)."""
     labelled, n = columns.labelled, len(columns.labelled)
     kept = min(len(entry.stamp), n)
-    bad = _differ(labelled[:kept], entry.labelled[:kept])
-    bad = np.union1d(bad, _differ(stamp[:kept], entry.stamp[:kept]))
+    bad = np.zeros(n, np.bool_)  # a mask, not sets joined: every place may differ (moved)
+    bad[_differ(labelled[:kept], entry.labelled[:kept])] = True
+    bad[_differ(stamp[:kept], entry.stamp[:kept])] = True
+    bad[kept:] = True
     records = np.zeros(len(columns), np.bool_)  # records whose values are not the kept ones
     for now, codes, values in zip(_fields(columns), entry.codes, entry.values, strict=True):
         common = min(len(codes), len(now.codes))  # a kept place's record is below both
@@ -273,8 +277,8 @@ def _changed(entry: _Entry, columns: PoolColumns, stamp: np.ndarray) -> np.ndarr
         as_codes = np.arange(len(values)) if grown else _as_codes(values, now.values)
         records[:common] |= as_codes[codes[:common]] != now.codes[:common]
     if records.any():
-        bad = np.union1d(bad, np.flatnonzero(records[labelled[:kept]]))
-    return np.concatenate((bad, np.arange(kept, n))).astype(np.int64)
+        bad[:kept] |= records[labelled[:kept]]
+    return np.flatnonzero(bad).astype(np.int64)
 
 
 def _moved(
