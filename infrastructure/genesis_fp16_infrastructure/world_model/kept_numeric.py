@@ -36,8 +36,12 @@ rows from it:
   (a new file sorting last, a grown ``.jsonl``: the common later run) works out its new
   records and the kept ones beside them, and appends one frame to the file
   (:mod:`.kept_numeric_file`: a kill -9 mid-append leaves a torn frame, which the next
-  read leaves out). Anything else that changed writes the file whole, as does every
-  ``MAX_FRAMES``-th append.
+  read leaves out). A pool that is the kept one with records laid among its own (a new
+  file sorting among the old: the read's ``pool_splice.SPLICED_FROM`` names the kept
+  pool and where its records now lie, and every kept record's key, parents and label
+  are checked at its new place) is grown the same way, its rows moved to their places in
+  their own store where no view of it is lent, and a ``splice`` frame appended. Anything
+  else that changed writes the file whole, as does every ``MAX_FRAMES``-th frame.
 * **Kept in memory too.** In a resident run process (``memory``: ``kept_in_memory``,
   the run's ``keep_in_memory_bytes``), the kept pool stays in memory under the file's
   identity (device, inode, size, mtime, ctime) as this process wrote or read it; the
@@ -82,7 +86,8 @@ from typing import NamedTuple, cast
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, ranges
+from genesis_fp16_infrastructure.data.pool_splice import SPLICED_FROM
 from genesis_fp16_infrastructure.data.record_cache import CACHE_VERSION
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory, identity_of
 from genesis_fp16_infrastructure.world_model import features
@@ -91,6 +96,7 @@ from genesis_fp16_infrastructure.world_model.content_keys import (
     KeyInputs,
     keyed,
     parent_hashes,
+    same_bits,
 )
 from genesis_fp16_infrastructure.world_model.features import ENCODER_VERSION
 from genesis_fp16_infrastructure.world_model.kept_numeric_change import (
@@ -100,8 +106,8 @@ from genesis_fp16_infrastructure.world_model.kept_numeric_change import (
     unchanged,
 )
 from genesis_fp16_infrastructure.world_model.kept_numeric_columns import (
-    APPEND,
     DTYPES,
+    SPLICE,
     WIDTH,
     Kept,
     applied,
@@ -208,6 +214,7 @@ class KeptNumeric:
         self.unreadable = 0  # files refused (damaged, too large, another version)
         self.write_failures = 0
         self.appended = 0  # frames appended (a pool grown at its end), not written whole
+        self.spliced = 0  # of them, records laid among the kept ones (a splice frame)
         self.from_memory = 0  # kept pools taken from this process's memory, no file read
         self.written = 0  # kept pools refused: a caller wrote into the rows handed out
         self.stamp: np.ndarray | None = None  # the last whole rows()' stamps (view's), if kept
@@ -317,6 +324,11 @@ class KeptNumeric:
             grown = self._grown(columns, slots, keys, state)
             if grown is not None:  # the kept rows, when this process keeps them
                 return grown.kept.numeric, self.memory is not None, grown
+        old_at = _splice_of(columns, state) if whole else None
+        if state is not None and old_at is not None:
+            grown = self._spliced(columns, slots, keys, state, old_at)
+            if grown is not None:
+                return grown.kept.numeric, self.memory is not None, grown
         kept = None if state is None else _ordered(state)  # the keys' order, whole
         stamp = None if state is None else state.stamp
         out, written = self._worked_out(columns, slots, keys, asked, whole, kept, stamp)
@@ -382,19 +394,7 @@ class KeptNumeric:
         by_parent = _sorting(state.by_parent, kept.parent_hash).grown(slots)
         start = columns.parent_start
 
-        def children(ids: np.ndarray) -> np.ndarray:
-            slot = by_parent.indices_of(np.sort(ids))
-            return np.searchsorted(start, slot, "right") - 1
-
-        reached = np.zeros(len(columns), np.bool_)
-        reached[n:] = True
-        frontier = columns.id_hash[n:]
-        while len(frontier):  # a new record named as a parent: its descendants (the depth)
-            found = np.unique(children(frontier))
-            found = found[~reached[found]]
-            reached[found] = True
-            frontier = columns.id_hash[found]
-        reached[children(new_slots)] = True  # the siblings of a new record
+        reached = _reached(columns, np.arange(n, len(columns)), by_parent, new_slots)
         labelled = columns.labelled
         need = np.flatnonzero(reached[labelled])
         depth = np.full(len(columns), -1, np.int64)
@@ -440,6 +440,85 @@ class KeptNumeric:
         self._append(columns, state, grown, frame, after)
         return after
 
+    def _spliced(
+        self,
+        columns: PoolColumns,
+        slots: np.ndarray,
+        keys: np.ndarray,
+        state: _State,
+        old_at: np.ndarray,
+    ) -> _State | None:
+        """The pool that is the kept one with records laid among its own, the kept
+        records at ``old_at`` (ascending), in their order: worked out as :meth:`_grown`
+        does, the kept rows moved to their places, and a ``splice`` frame appended. None
+        when a kept record is not the same at its place (its key, parents or label), the
+        kept pool has no depths, or the new records' depths need the whole index."""
+        kept = state.kept
+        n, n_labelled = len(kept.key), len(kept.labelled)
+        labelled = columns.labelled
+        start = columns.parent_start
+        old_counts = np.diff(kept.parent_start)
+        slot_map = ranges(start[old_at], old_counts)  # each kept parent named: its place now
+        is_new = np.ones(len(columns), np.bool_)
+        is_new[old_at] = False
+        new_at = np.flatnonzero(is_new)
+        was_labelled = np.zeros(n, np.bool_)
+        was_labelled[kept.labelled] = True
+        if not (
+            len(kept.depth) == n
+            and same_bits(keys[old_at], kept.key)
+            and same_bits(start[old_at + 1] - start[old_at], old_counts)
+            and same_bits(slots[slot_map], kept.parent_hash)
+            and same_bits(np.isin(old_at, labelled, assume_unique=True), was_labelled)
+        ):
+            return None
+        new_slot = ranges(start[new_at], start[new_at + 1] - start[new_at])
+        by_parent = _sorting(state.by_parent, kept.parent_hash).spliced(slots, slot_map, new_slot)
+        reached = _reached(columns, new_at, by_parent, slots[new_slot])
+        need = np.flatnonzero(reached[labelled])
+        depth = np.full(len(columns), -1, np.int64)
+        depth[old_at] = np.where(reached[old_at], -1, kept.depth)
+        index = rows_index(columns, labelled[need], depth)
+        if index is None:
+            return None
+        worked = features.numeric_rows(columns, labelled[need], index).numpy()
+        places = np.searchsorted(labelled, old_at[kept.labelled])  # the kept rows' now
+        buffer = _laid(state, places, len(labelled))
+        buffer[need] = worked
+        out = buffer[: len(labelled)]
+        self.reused += len(labelled) - len(need)
+        self.computed += len(need)
+        fresh_rows = is_new[labelled]
+        redone = need[~fresh_rows[need]]
+        moved = old_at[np.flatnonzero(index.depth[old_at] != kept.depth)]
+        frame = {
+            "key": keys[new_at],
+            "id_hash": columns.id_hash[new_at],
+            "parent_start": np.concatenate(([0], np.cumsum(start[new_at + 1] - start[new_at]))),
+            "parent_hash": slots[new_slot],
+            "labelled": labelled[fresh_rows],
+            "numeric": out[fresh_rows],
+            "depth": index.depth[new_at],
+            "redone": redone,
+            "redone_numeric": out[redone],
+            "redepth": moved,
+            "redepth_value": index.depth[moved],
+            "at": new_at,
+        }
+        by_key = _sorting(state.by_key, kept.key, kept.order).spliced(keys, old_at, new_at)
+        unordered = np.zeros(0, np.int64)  # by_key's, made whole where wanted (_ordered)
+        grown = Kept(keys, unordered, columns.id_hash, start, slots, labelled, out, index.depth)
+        same = buffer is state.buffer
+        lent = state.lent if same and state.lent is not None else []
+        guard = state.guard if same and state.guard is not None else _Guard(buffer)
+        stamp = np.empty(len(labelled), np.uint64)
+        stamp[places] = _stamps(n_labelled) if state.stamp is None else state.stamp
+        stamp[need] = _stamps(len(need))  # new, or worked out again: new stamps
+        after = _State(grown, 0, 0, by_parent, buffer, KeyInputs.of(columns), lent, stamp,
+                       guard, [columns.token], by_key)  # fmt: skip
+        self._append(columns, state, grown, frame, after, "splice")
+        return after
+
     def _append(
         self,
         columns: PoolColumns,
@@ -447,11 +526,12 @@ class KeptNumeric:
         grown: Kept,
         frame: dict[str, np.ndarray],
         after: _State,
+        kind: str = "append",
     ) -> None:
-        """Append ``frame`` (the records ``grown`` adds to the kept pool) to the file, or
-        write ``grown`` whole when the file holds many frames or would outgrow its bound;
-        ``after`` is kept in memory as what the file then holds."""
-        arrays = {k: np.ascontiguousarray(a, APPEND[k]) for k, a in frame.items()}
+        """Append ``frame`` (the records ``grown`` adds to the kept pool: a frame of
+        ``kind``) to the file, or write ``grown`` whole when the file holds many frames or
+        would outgrow its bound; ``after`` is kept in memory as what the file then holds."""
+        arrays = {k: np.ascontiguousarray(a, SPLICE[k]) for k, a in frame.items()}
         size = sum(a.nbytes for a in arrays.values()) + 4096  # and its header, at most
         # Half the bound a read allows: the pool may shrink by half and still be read.
         bound = size_bound(len(columns), len(columns.parent)) // 2
@@ -463,7 +543,7 @@ class KeptNumeric:
         try:
             end = append_frame(
                 self.path, NUMERIC_VERSION, arrays, state.end, len(state.kept.key),
-                len(state.kept.labelled),
+                len(state.kept.labelled), kind,
             )  # fmt: skip
         except (OSError, ValueError) as exc:  # the run has its rows; the next works them out
             self.write_failures += 1
@@ -471,6 +551,7 @@ class KeptNumeric:
             self._forget()  # its rows' store holds the grown pool's now: not the file's
             return
         self.appended += 1
+        self.spliced += kind == "splice"
         self._keep(after._replace(end=end, frames=state.frames + 1))
 
     def _state(self, records: int, parents: int) -> _State | None:
@@ -568,6 +649,64 @@ class KeptNumeric:
         state = _owned(Kept(**arrays), end, KeyInputs.of(columns), columns, stamp)
         self._keep(state)
         return state
+
+
+def _reached(
+    columns: PoolColumns, new: np.ndarray, by_parent: SortedGrowth, named: np.ndarray
+) -> np.ndarray:
+    """Per pool record, whether it is worked out again beside the ``new`` records (a
+    growth or a splice): a new one, a descendant of one (a kept record may name a new one
+    as its parent: the depth), or a sibling (a child of a parent a new one ``named``).
+    ``by_parent``: the pool's parents named, sorted."""
+    start = columns.parent_start
+
+    def children(ids: np.ndarray) -> np.ndarray:
+        slot = by_parent.indices_of(np.sort(ids))
+        return np.searchsorted(start, slot, "right") - 1
+
+    reached = np.zeros(len(columns), np.bool_)
+    reached[new] = True
+    frontier = columns.id_hash[new]
+    while len(frontier):  # a new record named as a parent: its descendants (the depth)
+        found = np.unique(children(frontier))
+        found = found[~reached[found]]
+        reached[found] = True
+        frontier = columns.id_hash[found]
+    reached[children(named)] = True  # the siblings of a new record
+    return reached
+
+
+def _splice_of(columns: PoolColumns, state: _State | None) -> np.ndarray | None:
+    """Where the kept pool's records lie in ``columns`` when the read laid new records
+    among them (``pool_splice.SPLICED_FROM``) and the kept rows are that pool's (its
+    token among what they were made of); None otherwise."""
+    note = vars(columns).get(SPLICED_FROM)
+    if note is None or state is None or not state.made_of:
+        return None
+    token, old_at = note
+    if not any(made is token for made in state.made_of) or len(old_at) != len(state.kept.key):
+        return None
+    return cast(np.ndarray, old_at)
+
+
+def _laid(state: _State, places: np.ndarray, rows: int) -> np.ndarray:
+    """A store for ``rows`` rows holding the kept ones at ``places`` (ascending, each at or
+    after its own): the state's own, its rows moved in place, stretch by stretch from the
+    last (each a ``memmove``), when it has room and no view of it is lent; else a new
+    one, with room for a quarter more."""
+    kept = state.kept.numeric
+    buffer = state.buffer
+    if buffer is None or len(buffer) < rows or _lent(state):
+        buffer = np.empty((rows + rows // 4, WIDTH), dtype=np.float64)
+        buffer[places] = kept
+        return buffer
+    shift = places - np.arange(len(places))
+    cuts = np.concatenate(([0], np.flatnonzero(np.diff(shift)) + 1, [len(places)]))
+    for low, high in zip(cuts[-2::-1], cuts[:0:-1], strict=True):
+        by = int(shift[low])
+        if by:
+            buffer[low + by : high + by] = buffer[low:high]
+    return buffer
 
 
 def _room(state: _State, rows: int, new: bool = False) -> np.ndarray:

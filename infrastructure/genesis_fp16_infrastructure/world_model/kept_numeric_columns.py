@@ -2,7 +2,8 @@
 column's type, and the checks a read makes before a row of it is used.
 
 A whole frame holds :data:`DTYPES`' columns, an append frame :data:`APPEND`'s
-(``KeptNumeric._grown``'s): :func:`whole` and :func:`applied` rebuild the pool from them,
+(``KeptNumeric._grown``'s), a splice frame :data:`SPLICE`'s (``KeptNumeric._spliced``'s):
+:func:`whole` and :func:`applied` rebuild the pool from them,
 :func:`check` refuses one whose columns disagree, and :func:`size_bound` is the most a
 file for a pool of a given size may hold.
 
@@ -19,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from genesis_fp16_infrastructure.data.lineage import MAX_DEPTH
+from genesis_fp16_infrastructure.data.pool_columns import ranges
 from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES
 from genesis_fp16_infrastructure.world_model.kept_numeric_file import Frame
 
@@ -43,6 +45,11 @@ APPEND = {
     "redepth": "<i8",
     "redepth_value": "<i8",
 }
+# A splice frame (KeptNumeric._spliced): an append's columns, every place one of the
+# pool after it (the new records' labelled rows, the kept ones redone and their depths
+# moved), and ``at``: each new record's place in that pool, ascending; the kept records
+# fill the others, in their order.
+SPLICE = {**APPEND, "at": "<i8"}
 FIXED = 64 * 2**10
 
 
@@ -69,21 +76,23 @@ def whole(arrays: dict[str, np.ndarray]) -> Kept:
 
 
 def applied(kept: Kept, frame: Frame) -> Kept:
-    """``kept`` grown by an ``append`` frame (:meth:`KeptNumeric._grown`'s), checked."""
+    """``kept`` grown by an ``append`` frame (:meth:`KeptNumeric._grown`'s) or a
+    ``splice`` (:meth:`KeptNumeric._spliced`'s), checked."""
     a = frame.arrays
-    if frame.kind != "append" or set(a) != set(APPEND):
+    columns = {"append": APPEND, "splice": SPLICE}.get(frame.kind)
+    if columns is None or set(a) != set(columns):
         raise ValueError(f"a {frame.kind} frame of columns {sorted(a)} after the first")
     if frame.records != len(kept.key) or frame.labelled != len(kept.labelled):
-        raise ValueError("an append onto another pool than the frames before it make")
-    for name, bound in (("redone", frame.labelled), ("redepth", frame.records)):
-        at = a[name]
-        if len(at) and (at.min() < 0 or at.max() >= bound):
-            raise ValueError(f"kept {name} rows out of range")
+        raise ValueError(f"an {frame.kind} onto another pool than the frames before it make")
     if len(kept.depth) != len(kept.key) or a["parent_start"][0] != 0:
-        raise ValueError("an append onto a pool without depths, or its parents out of order")
+        raise ValueError(f"an {frame.kind} onto a pool without depths, or parents out of order")
     for name, array in a.items():
-        if array.dtype != np.dtype(APPEND[name]):
+        if array.dtype != np.dtype(columns[name]):
             raise ValueError(f"kept column {name} of dtype {array.dtype}")
+    if frame.kind == "splice":
+        return _spliced(kept, a)
+    for name, bound in (("redone", frame.labelled), ("redepth", frame.records)):
+        _in_range(a[name], bound, name)
     numeric = np.concatenate((kept.numeric, a["numeric"]))
     numeric[a["redone"]] = a["redone_numeric"]  # positions among the kept labelled rows
     depth = np.concatenate((kept.depth, a["depth"]))
@@ -99,6 +108,53 @@ def applied(kept: Kept, frame: Frame) -> Kept:
         numeric,
         depth,
     )
+
+
+def _spliced(kept: Kept, a: dict[str, np.ndarray]) -> Kept:
+    """``kept`` with a splice frame's records laid among its own (:data:`SPLICE`)."""
+    at, new_starts = a["at"], a["parent_start"]
+    total = len(kept.key) + len(at)
+    if len(at) != len(a["key"]) or len(new_starts) != len(at) + 1:
+        raise ValueError("a splice frame whose places are not its records'")
+    if len(at) and (at[0] < 0 or at[-1] >= total or (np.diff(at) <= 0).any()):
+        raise ValueError("kept splice places out of order or out of range")
+    new = np.zeros(total, np.bool_)
+    new[at] = True
+    old_at = np.flatnonzero(~new)
+    old_counts, new_counts = np.diff(kept.parent_start), np.diff(new_starts)
+    if len(a["parent_hash"]) != new_starts[-1] or (new_counts < 0).any():
+        raise ValueError("kept splice parents out of order")
+    counts = np.empty(total, np.int64)
+    counts[old_at], counts[at] = old_counts, new_counts
+    start = np.concatenate(([0], np.cumsum(counts)))
+    parent_hash = np.empty(start[-1], np.int64)
+    parent_hash[ranges(start[old_at], old_counts)] = kept.parent_hash
+    parent_hash[ranges(start[at], new_counts)] = a["parent_hash"]
+    labelled_new = a["labelled"]
+    if len(labelled_new) and not new[labelled_new].all():
+        raise ValueError("kept splice labelled rows that are not its records")
+    if len(labelled_new) != len(a["numeric"]) or (np.diff(labelled_new) <= 0).any():
+        raise ValueError("kept splice labelled rows out of order, or not its rows'")
+    labelled = np.sort(np.concatenate((old_at[kept.labelled], labelled_new)))
+    is_new = new[labelled]
+    numeric = np.empty((len(labelled), WIDTH), np.float64)
+    numeric[~is_new], numeric[is_new] = kept.numeric, a["numeric"]
+    _in_range(a["redone"], len(labelled), "redone")
+    numeric[a["redone"]] = a["redone_numeric"]
+    _in_range(a["redepth"], total, "redepth")
+    columns = {"key": np.uint64, "id_hash": np.int64, "depth": np.int64}
+    laid = {}
+    for name, dtype in columns.items():
+        laid[name] = np.empty(total, dtype)
+        laid[name][old_at], laid[name][at] = getattr(kept, name), a[name]
+    laid["depth"][a["redepth"]] = a["redepth_value"]
+    return Kept(laid["key"], kept.order, laid["id_hash"], start, parent_hash, labelled, numeric,
+                laid["depth"])  # fmt: skip
+
+
+def _in_range(at: np.ndarray, bound: int, name: str) -> None:
+    if len(at) and (at.min() < 0 or at.max() >= bound):
+        raise ValueError(f"kept {name} rows out of range")
 
 
 def size_bound(records: int, parents: int) -> int:

@@ -11,13 +11,15 @@ beside them (issue 90: a record is encoded once). The file is a sequence of fram
              each column's dtype, shape and offset) | columns, each 8-byte aligned
 
 The first frame is a ``whole`` pool, every later one an ``append`` onto the pool the
-frames before it make. A frame is written after the last good one (a torn tail cut off
-first) and never fsynced; what a crash can leave is a frame cut short or of other bytes,
-which its length or CRC-32 tells: the file then reads as the frames before it, the pool
-those rows were worked out for (never a mix). A first frame that fails, another
-version, or an append of another pool's size is refused whole (``ValueError``), and the
-caller works every row out and writes the file again. Every frame's CRC-32 is checked on
-every read (a resident run process reads the file once: ``kept_numeric``).
+frames before it make, or a ``splice``: new records laid among that pool's (a new data
+file sorting among the old ones), each at its place in the pool after. A frame is
+written after the last good one (a torn tail cut off first) and never fsynced; what a
+crash can leave is a frame cut short or of other bytes, which its length or CRC-32 tells:
+the file then reads as the frames before it, the pool those rows were worked out for
+(never a mix). A first frame that fails, another version, or an append of another
+pool's size is refused whole (``ValueError``), and the caller works every row out and
+writes the file again. Every frame's CRC-32 is checked on every read (a resident run
+process reads the file once: ``kept_numeric``).
 
     write_whole(path, arrays)          # the first frame, atomically (write_atomic)
     end = append_frame(path, arrays, at=end, records=n, labelled=k)
@@ -46,7 +48,7 @@ _ALIGN = 8
 
 class _Frame(msgspec.Struct):
     version: str
-    kind: str  # "whole" or "append"
+    kind: str  # "whole", "append" or "splice"
     records: int  # the pool's records before this frame (0 for a whole one)
     labelled: int  # its labelled records before this frame
     arrays: dict[str, tuple[str, list[int], int]]  # name: dtype, shape, offset in payload
@@ -112,12 +114,19 @@ def write_whole(path: Path, version: str, arrays: dict[str, np.ndarray]) -> int:
 
 
 def append_frame(
-    path: Path, version: str, arrays: dict[str, np.ndarray], at: int, records: int, labelled: int
+    path: Path,
+    version: str,
+    arrays: dict[str, np.ndarray],
+    at: int,
+    records: int,
+    labelled: int,
+    kind: str = "append",
 ) -> int:
-    """Append an ``append`` frame onto the pool of ``records`` (``labelled``) the file's
-    first ``at`` bytes make, anything after them (a torn frame) cut off first; the file's
-    new size. No fsync: a frame a crash cuts short fails its length or CRC-32."""
-    frame = b"".join(encode_frame(version, "append", records, labelled, arrays))
+    """Append a frame of ``kind`` (``append`` or ``splice``) onto the pool of ``records``
+    (``labelled``) the file's first ``at`` bytes make, anything after them (a torn frame)
+    cut off first; the file's new size. No fsync: a frame a crash cuts short fails its
+    length or CRC-32."""
+    frame = b"".join(encode_frame(version, kind, records, labelled, arrays))
     fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):

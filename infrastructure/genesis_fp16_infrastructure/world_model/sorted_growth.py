@@ -65,12 +65,28 @@ class SortedGrowth(NamedTuple):
         the new values, a copy of the added), or, past 1/``GROWTH`` of the base, every
         added value merged into the base (one copy of it)."""
         first = self.values
-        values = source[first:]
+        return self._with(source, self.base_at, self.added_at, np.arange(first, len(source)))
+
+    def spliced(self, source: np.ndarray, kept_at: np.ndarray, new_at: np.ndarray) -> SortedGrowth:
+        """The sorting of ``source``, whose values at ``kept_at`` (ascending) are this
+        one's, in their order (the caller has checked their bits), and whose others lie at
+        ``new_at``: a new data file sorting among the old ones. Each kept value's index is
+        moved to its place (one gather of each level's), the new values sorted into the
+        added ones, as :meth:`grown` does."""
+        return self._with(source, kept_at[self.base_at], kept_at[self.added_at], new_at)
+
+    def _with(
+        self, source: np.ndarray, base_at: np.ndarray, added_at: np.ndarray, new_at: np.ndarray
+    ) -> SortedGrowth:
+        """These levels, their indices ``base_at`` and ``added_at`` in ``source``, with
+        ``source``'s values at ``new_at`` sorted into the added ones (or, past
+        1/``GROWTH`` of the base, every added value merged into the base)."""
+        values = source[new_at]
         by = np.argsort(values)
-        added, added_at = _merged(self.added, self.added_at, values[by], first + by)
+        added, added_at = _merged(self.added, added_at, values[by], new_at[by])
         if len(added) * GROWTH <= len(self.base):
-            return _frozen(self.base, self.base_at, added, added_at, source)
-        base, base_at = _merged(self.base, self.base_at, added, added_at)
+            return _frozen(self.base, base_at, added, added_at, source)
+        base, base_at = _merged(self.base, base_at, added, added_at)
         return _frozen(base, base_at, added[:0], added_at[:0], source)
 
     def indices_of(self, wanted: np.ndarray) -> np.ndarray:

@@ -499,6 +499,7 @@ def cache_record(
             "numeric_unreadable": kept.unreadable,  # a damaged file: every row worked out
             "numeric_write_failures": kept.write_failures,
             "numeric_appended": kept.appended,  # frames appended: the pool grew at its end
+            "numeric_spliced": kept.spliced,  # of them, new records laid among the kept
             "numeric_from_memory": kept.from_memory,  # kept pools this process held
             "numeric_written": kept.written,  # kept pools refused: their rows written into
         }

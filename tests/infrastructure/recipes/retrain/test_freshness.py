@@ -224,6 +224,7 @@ def test_a_record_edited_in_place_is_seen_and_learned(
         "numeric_unreadable": 0,
         "numeric_write_failures": 0,
         "numeric_appended": 0,  # a relabelled record: the file written whole
+        "numeric_spliced": 0,
         "numeric_from_memory": 0,
         "numeric_written": 0,
     }

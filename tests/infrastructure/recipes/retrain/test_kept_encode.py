@@ -5,6 +5,7 @@ tensor and, trained, weight for weight; and its encode works out only what is ne
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,10 @@ import pytest
 import torch
 
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
-from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
 from genesis_fp16_infrastructure.recipes.retrain import run as retrain_run
@@ -317,29 +320,30 @@ def test_a_record_moved_between_parts_moves_no_row(tmp_path: Path) -> None:
         assert _same(a, b)
 
 
-def test_parts_after_a_file_sorting_first_are_a_full_encode(tmp_path: Path) -> None:
+@pytest.mark.parametrize("spliced", [False, True])
+def test_parts_after_a_file_sorting_first_are_a_full_encode(tmp_path: Path, spliced: bool) -> None:
     """In a resident run process, a run of one encoder, then a file of new records that
     sorts before the old one (every kept row moves after them): the kept rows are taken
     from where they were (most of them: the new ones and those beside them encoded),
-    and every part is the plain task's, bit for bit; again after a second such file."""
+    and every part is the plain task's, bit for bit; again after a second such file.
+    ``spliced``: read through a record cache kept in memory, as the daemon reads, so the
+    read lays the new records among the kept ones and the kept numeric rows follow them
+    (a splice frame); else a fresh read, and those rows are written whole."""
     pool = generate_pool(3400, seed=SEED)
     records = list(pool["trajectories"].values())
     folder, cache = tmp_path / "data", tmp_path / "cache"
     _write(folder, "m.json", pool, records[:-80])
     options = TaskOptions.from_mapping({"cross_validation": False, "batch_size": 64})
     memory = KeptInMemory(256 * 2**20)
-    first = WorldModelTask(
-        read_trajectories(folder, keep_text=False), options, SEED,
-        kept=KeptNumeric(cache, folder, memory),
-    )  # fmt: skip
+    reads = _Reads(folder, tmp_path / "records", memory if spliced else None)
+    first = WorldModelTask(reads.read(), options, SEED, kept=KeptNumeric(cache, folder, memory))
     saved = first.extra_state()
     del first
     for name, new in (("b.json", records[-80:-40]), ("a.json", records[-40:])):
         _write(folder, name, pool, new)
-        data = read_trajectories(folder, keep_text=False)
-        task = WorldModelTask(
-            data, options, SEED, saved=saved, kept=KeptNumeric(cache, folder, memory)
-        )
+        data = reads.read()
+        kept = KeptNumeric(cache, folder, memory)
+        task = WorldModelTask(data, options, SEED, saved=saved, kept=kept)
         plain = WorldModelTask(data, options, SEED, saved=saved)
         for (part, a_part), b_part in zip(
             _parts(task).items(), _parts(plain).values(), strict=True
@@ -349,7 +353,29 @@ def test_parts_after_a_file_sorting_first_are_a_full_encode(tmp_path: Path) -> N
         encoded = task.kept_encoded
         assert encoded is not None and 0 < encoded.encoded < 3 * 40
         assert encoded.reused > len(data.columns.labelled) // 2
+        assert kept.spliced == int(spliced)
         del task, plain, encoded
+
+
+class _Reads:
+    """The data folder read fresh each time, or (``memory``) through a record cache kept
+    in memory from one read to the next, as a resident run process reads it."""
+
+    def __init__(self, folder: Path, cache: Path, memory: KeptInMemory | None) -> None:
+        self.folder, self.cache, self.memory = folder, cache, memory
+        self.manifest: Manifest | None = None
+        self.aged: set[Path] = set()
+
+    def read(self) -> ReadResult:
+        if self.memory is None:
+            return read_trajectories(self.folder, keep_text=False)
+        for file in set(self.folder.iterdir()) - self.aged:  # older than the racy window
+            past = file.stat().st_mtime_ns - 60 * 10**9
+            os.utime(file, ns=(past, past))  # once: a new ctime is another file to the cache
+            self.aged.add(file)
+        self.manifest, _ = scan_files(self.folder, self.manifest)
+        cache = RecordCache(self.cache, self.manifest, self.memory)
+        return read_trajectories(self.folder, cache=cache, keep_text=False)
 
 
 def test_the_held_out_part_grows_from_the_kept_one(tmp_path: Path) -> None:
