@@ -6,20 +6,17 @@ the bits of working every record out."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from pool_files import ResidentReads
 from test_kept_numeric import BASE, RECORDS, _bits, _ids, _worked_out
 
-from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, set_derived
 from genesis_fp16_infrastructure.data.pool_splice import SPLICED_FROM
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
 from genesis_fp16_infrastructure.world_model import features, kept_numeric, kept_numeric_file
 from genesis_fp16_infrastructure.world_model.kept_numeric import KeptNumeric
@@ -27,28 +24,20 @@ from genesis_fp16_infrastructure.world_model.kept_numeric_columns import SPLICE,
 
 
 class _Pool:
-    """A data folder read as a resident run process reads it (a record cache, memory kept
-    from one read to the next), and the kept rows worked from it."""
+    """A data folder read as a resident run process reads it (``ResidentReads``), and the
+    kept rows worked from it."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.folder = root / "data"
-        self.folder.mkdir()
         self.memory = KeptInMemory(256 * 2**20)
-        self.manifest: Manifest | None = None
+        self.reads = ResidentReads(self.folder, root / "cache", self.memory)
 
     def write(self, name: str, records: list[dict[str, Any]]) -> None:
-        file = self.folder / name
-        file.write_text(
-            json.dumps({**BASE, "trajectories": {r["trajectory_id"]: r for r in records}})
-        )
-        past = file.stat().st_mtime_ns - 60 * 10**9  # older than the cache's racy window
-        os.utime(file, ns=(past, past))
+        self.reads.write(name, {**BASE, "trajectories": {r["trajectory_id"]: r for r in records}})
 
     def read(self) -> PoolColumns:
-        self.manifest, _ = scan_files(self.folder, self.manifest)
-        cache = RecordCache(self.root / "cache", self.manifest, self.memory)
-        return read_trajectories(self.folder, cache=cache, keep_text=False).columns
+        return self.reads.read().columns
 
     def kept(self, memory: bool = True) -> KeptNumeric:
         return KeptNumeric(self.root / "kept", "data", self.memory if memory else None)

@@ -84,6 +84,7 @@ from genesis_fp16_infrastructure.recipes.retrain.drift_reference import (
     sample_level,
 )
 from genesis_fp16_infrastructure.recipes.retrain.new_records import (
+    new_among,
     new_at_end,
     new_records,
     sorted_labelled,
@@ -131,7 +132,10 @@ def drift_report(
     key = (KIND, served.digest, served.records, len(served.labelled))
     is_new = new_at_end(columns, served)  # the pool grew at its end: no search
     at_end = is_new is not None
-    if is_new is None:
+    among = None if at_end else new_among(columns, served)  # laid among the old: no search
+    if among is not None:
+        is_new = among
+    elif is_new is None:
         ordered = sorted_labelled(served, key, keep_in_memory_bytes)
         is_new = new_records(columns, ordered, key, keep_in_memory_bytes)
     new_rows = torch.from_numpy(np.flatnonzero(is_new))
@@ -144,9 +148,10 @@ def drift_report(
     new_rows = _sample(new_rows, generator)
     features = tables(columns, keep_in_memory_bytes)  # built once, for both sides
     level = sample_level(n_ref, DRIFT_SAMPLE)
-    if at_end:  # the pool's first records: kept, checked and grown in a resident process
+    if at_end or among is not None:  # kept, checked and grown in a resident process
+        at = None if at_end else np.flatnonzero(~is_new)  # the pool's first records, or these
         ref = prefix_reference(
-            columns, numeric, n_ref, level, features, keep_in_memory_bytes, stamp
+            columns, numeric, n_ref, level, features, keep_in_memory_bytes, stamp, at
         )
     else:
         rows = np.flatnonzero(~is_new)

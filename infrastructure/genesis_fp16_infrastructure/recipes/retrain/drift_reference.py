@@ -40,6 +40,16 @@ number moved, a stamp changed, another level) measures the reference again (:dat
 counts what became of each: "measured" with nothing kept, "taken", "grown", "stale"), and
 the report is the same either way, bit for bit: the same records, the same values.
 
+**Laid among, not only after.** A new data file sorting among the old ones lays its
+records among the kept pool's (``data.pool_splice``: the read notes the pool it laid
+them in, ``SPLICED_FROM``, and where that pool's records now lie). The reference kept of
+that pool is followed there: its records' places in this pool are worked out from the
+note, and everything is checked at those places as above (every hash; the categorical
+values, each kept code's value found among this pool's, its counts moved to that code;
+the sampled numbers or their stamps). The records wanted that it does not hold are
+sampled and added, laid in order among the kept ones, so the reference is the one a
+measurement of the same records gives, bit for bit.
+
 >>> ref = prefix_reference(columns, numeric, records, level, tables, budget)  # doctest: +SKIP
 """
 
@@ -52,7 +62,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, appended
+from genesis_fp16_infrastructure.data.pool_columns import GROWN_FROM, PoolColumns, appended
+from genesis_fp16_infrastructure.data.pool_splice import SPLICED_FROM
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
 from genesis_fp16_infrastructure.recipes.retrain.drift_categories import Categorical
 from genesis_fp16_infrastructure.recipes.retrain.new_records import mixed
@@ -158,9 +169,9 @@ class Reference(NamedTuple):
 
 
 class _Kept(NamedTuple):
-    """The reference of the pool's first ``records`` labelled records at ``level``, as a
-    resident process keeps it, with what it was made of: those records' hashes and the
-    categorical values their codes name."""
+    """The reference of ``records`` labelled records at ``level`` (the pool's first, or
+    those at ``at``), as a resident process keeps it, with what it was made of: those
+    records' hashes and the categorical values their codes name."""
 
     records: int
     level: int
@@ -170,6 +181,11 @@ class _Kept(NamedTuple):
     # The sampled records' stamps as their numbers were taken (KeptNumeric.stamps_of),
     # one per ``reference.rows``; None when the run had none (checked by value then).
     stamps: np.ndarray | None = None
+    # The records' labelled places (ascending; None: the first ``records``), their pool
+    # rows and that pool's token: what a later pool's note (SPLICED_FROM) is followed by.
+    at: np.ndarray | None = None
+    rows: np.ndarray | None = None
+    token: object = None
 
 
 def measured(
@@ -195,33 +211,39 @@ def prefix_reference(
     tables: dict[str, Categorical],
     budget: int | None,
     stamp: np.ndarray | None = None,
+    at: np.ndarray | None = None,
 ) -> Reference:
-    """The reference of the pool's first ``records`` labelled records, sampled at
-    ``level``: the one kept, checked and grown by the records past it, else measured;
-    kept for the next run (module docstring). ``stamp``: the stamps of ``numeric``'s
-    rows (``KeptNumeric.stamps_of``), or None."""
+    """The reference of the pool's first ``records`` labelled records (or, given ``at``,
+    of the labelled records there, ascending: a pool whose new records were laid among
+    the old), sampled at ``level``: the one kept, checked and grown by the records it
+    lacks, else measured; kept for the next run (module docstring). ``stamp``: the
+    stamps of ``numeric``'s rows (``KeptNumeric.stamps_of``), or None."""
     memory = process_memory(budget or 0)
     kept = None if memory is None else memory.get(KIND, KIND, given=False)
     out = None
     if isinstance(kept, _Kept):
-        out = _grown(kept, columns, numeric, records, level, tables, stamp)
+        out = _grown(kept, columns, numeric, records, level, tables, stamp, at)
+    wanted = np.arange(records) if at is None else at
     if out is None:
         if isinstance(kept, _Kept):
             KEPT["stale"] += 1
             logger.info(
-                "drift: the kept reference of %s records is not of this pool's first %s "
+                "drift: the kept reference of %s records is not of this pool's %s "
                 "(records changed, numbers moved, or another sample): measured again",
                 f"{kept.records:,}",
                 f"{records:,}",
             )
         else:
             KEPT["measured"] += 1
-        rows = np.flatnonzero(in_sample(columns.key[:records], level))
+        rows = wanted[in_sample(columns.key[wanted], level)]
         out = measured(columns, numeric, rows, tables)
-        keys = columns.key[:records].copy()
+        keys = columns.key[wanted].copy()
     else:
         assert isinstance(kept, _Kept)
-        keys = appended(kept.keys, columns.key[kept.records : records])
+        if _at_end(kept, columns, at):
+            keys = appended(kept.keys, columns.key[kept.records : records])
+        else:
+            keys = columns.key[wanted]
         memory.note_given(f"drift reference of {len(out.rows):,} records")  # type: ignore[union-attr]
     if memory is not None:
         values = {name: list(v) for name, v in _values(columns).items()}
@@ -229,8 +251,11 @@ def prefix_reference(
         sorted_bytes = out.ordered.base.nbytes + out.ordered.added.nbytes
         size = keys.nbytes + out.rows.nbytes + out.numbers.nbytes + sorted_bytes
         size += 0 if stamps is None else stamps.nbytes
+        rows = columns.labelled[:records] if at is None else columns.labelled[at]
+        size += 0 if at is None else at.nbytes + rows.nbytes
         what = f"drift reference of {len(out.rows):,} records"
-        memory.put(KIND, KIND, _Kept(records, level, keys, values, out, stamps), size, what)
+        made = _Kept(records, level, keys, values, out, stamps, at, rows, columns.token)
+        memory.put(KIND, KIND, made, size, what)
     return out
 
 
@@ -254,25 +279,70 @@ def _grown(
     level: int,
     tables: dict[str, Categorical],
     stamp: np.ndarray | None,
+    at: np.ndarray | None = None,
 ) -> Reference | None:
-    """``kept`` grown to the pool's first ``records`` labelled records, when it is of
-    their first ``kept.records`` as they are now (every hash, value and sampled number,
-    or sampled number's stamp, compared); None otherwise."""
+    """``kept`` grown to the reference :func:`prefix_reference` is asked for, when its
+    records are among them as they are now (every hash, value and sampled number, or
+    sampled number's stamp, compared); None otherwise."""
+    if kept.level != level or records > len(columns.key):
+        return None
+    if _at_end(kept, columns, at):
+        return _grown_at_end(kept, columns, numeric, records, tables, stamp)
+    covered = _places_now(kept, columns)
+    if covered is None or not np.array_equal(columns.key[covered], kept.keys):
+        return None
+    wanted = np.zeros(len(columns.key), np.bool_)
+    wanted[np.arange(records) if at is None else at] = True
+    if not wanted[covered].all():
+        return None
+    wanted[covered] = False
+    old = kept.reference
+    per_code = _recoded(kept, columns, tables)
+    if per_code is None:
+        return None
+    # The sampled records' places now: each kept record's, by its place among them
+    rows = covered[old.rows if kept.at is None else np.searchsorted(kept.at, old.rows)]
+    if not _same_sample(kept, columns, numeric, stamp, rows):
+        return None
+    added = np.flatnonzero(wanted)
+    add = added[in_sample(columns.key[added], level)]
+    if not len(add):
+        KEPT["taken"] += 1
+        return old._replace(rows=rows, per_code=per_code)
+    KEPT["grown"] += 1
+    numbers = numbers_of(columns, numeric, add)  # a NaN among them refused
+    for name, counts in _counted(columns, add, tables).items():
+        per_code[name] = per_code[name] + counts
+    before = np.searchsorted(rows, add)  # laid among the kept ones, in order
+    return Reference(
+        np.insert(rows, before, add),
+        np.insert(old.numbers, before, numbers, axis=0),
+        old.ordered.grown(feature_major(numbers)),
+        per_code,
+    )
+
+
+def _grown_at_end(
+    kept: _Kept,
+    columns: PoolColumns,
+    numeric: torch.Tensor | None,
+    records: int,
+    tables: dict[str, Categorical],
+    stamp: np.ndarray | None,
+) -> Reference | None:
+    """``kept`` (of a pool's first records) grown to the pool's first ``records``, when
+    it is of their first ``kept.records`` as they are now; None otherwise."""
     old, first = kept.reference, kept.records
-    if kept.level != level or first > records or records > len(columns.key):
+    if first > records:
         return None
     if not np.array_equal(kept.keys, columns.key[:first]):
         return None
     now = _values(columns)
     if any(now[name][: len(v)] != v for name, v in kept.values.items()):
         return None
-    stamps = _stamps_of(stamp, numeric, old.rows)
-    if kept.stamps is not None and stamps is not None:
-        if not np.array_equal(stamps, kept.stamps):  # a row worked out again since
-            return None
-    elif not _same_numbers(columns, numeric, old.rows, old.numbers):
+    if not _same_sample(kept, columns, numeric, stamp, old.rows):
         return None
-    add = first + np.flatnonzero(in_sample(columns.key[first:records], level))
+    add = first + np.flatnonzero(in_sample(columns.key[first:records], kept.level))
     per_code = {name: _padded(c, tables[name].width) for name, c in old.per_code.items()}
     if not len(add):
         KEPT["taken"] += 1
@@ -287,6 +357,77 @@ def _grown(
         old.ordered.grown(feature_major(numbers)),
         per_code,
     )
+
+
+def _same_sample(
+    kept: _Kept,
+    columns: PoolColumns,
+    numeric: torch.Tensor | None,
+    stamp: np.ndarray | None,
+    rows: np.ndarray,
+) -> bool:
+    """Whether the kept sample's numbers are those of the labelled records ``rows`` now:
+    their stamps compared where both sides have them, else their numbers."""
+    stamps = _stamps_of(stamp, numeric, rows)
+    if kept.stamps is not None and stamps is not None:
+        return bool(np.array_equal(stamps, kept.stamps))  # a row worked out again: other
+    return _same_numbers(columns, numeric, rows, kept.reference.numbers)
+
+
+def _at_end(kept: _Kept, columns: PoolColumns, at: np.ndarray | None) -> bool:
+    """Whether ``kept`` and the reference asked for are both of a pool's first records,
+    and the pool did not lay new records among the kept one's."""
+    return at is None and kept.at is None and kept.token is not _spliced_from(columns)
+
+
+def _spliced_from(columns: PoolColumns) -> object:
+    """The token of the pool ``columns`` laid new records among, if it did."""
+    note = vars(columns).get(SPLICED_FROM)
+    return None if note is None else note[0]
+
+
+def _places_now(kept: _Kept, columns: PoolColumns) -> np.ndarray | None:
+    """The labelled places, in ``columns``, of the kept reference's records (ascending):
+    where they were, in the pool it was kept of or one grown at its end from it; where
+    the read laid them (``SPLICED_FROM``), in a pool that laid new records among them;
+    the first ``kept.records`` of any other; None where its pool's rows are unknown."""
+    same = kept.token is not None and (
+        kept.token is columns.token or kept.token is vars(columns).get(GROWN_FROM)
+    )
+    if same or (kept.token is not _spliced_from(columns) and kept.at is None):
+        places = np.arange(kept.records) if kept.at is None else kept.at
+        return places if not len(places) or places[-1] < len(columns.labelled) else None
+    if kept.rows is None or kept.token is not _spliced_from(columns):
+        return None
+    old_at = vars(columns)[SPLICED_FROM][1]
+    if len(kept.rows) and int(kept.rows.max()) >= len(old_at):
+        return None
+    rows = old_at[kept.rows]
+    labelled = columns.labelled
+    places = np.minimum(np.searchsorted(labelled, rows), max(len(labelled) - 1, 0))
+    return places if np.array_equal(labelled[places], rows) else None
+
+
+def _recoded(
+    kept: _Kept, columns: PoolColumns, tables: dict[str, Categorical]
+) -> dict[str, np.ndarray] | None:
+    """The kept counts of each categorical feature by this pool's codes: as they are
+    where the pool's values begin with the kept ones, else each kept code's count moved
+    to its value's code now; None when a counted value is not among this pool's."""
+    now = _values(columns)
+    out = {}
+    for name, counts in kept.reference.per_code.items():
+        values, width = kept.values[name], tables[name].width
+        if now[name][: len(values)] == values:
+            out[name] = _padded(counts, width)
+            continue
+        place = {value: k for k, value in enumerate(now[name])}
+        code = np.array([place.get(v, -1) for v in values[: len(counts)]], dtype=np.int64)
+        if (code[counts[: len(code)] > 0] < 0).any():
+            return None
+        out[name] = np.zeros(width, dtype=counts.dtype)
+        np.add.at(out[name], code[code >= 0], counts[: len(code)][code >= 0])
+    return out
 
 
 def _same_numbers(

@@ -38,6 +38,10 @@ set, whatever was kept (nothing is). Past them every record is new: its id is no
 record's (a pool holds an id once), so neither is its hash (the id is hashed into it).
 A relabel, an edit or a removal among the first records, or a pool whose new records
 came first, changes a sum: it is refused (``AT_END``) and the search above answers.
+A pool whose new records a read laid among the served model's (a new data file sorting
+among the old: ``data.pool_splice``'s note of where the old pool's records now lie) is
+answered by :func:`new_among` the same way: the records the note does not place are the
+new ones, when the others' hashes are the served model's by the same two sums.
 
 >>> is_new = new_records(columns, sorted_labelled(served, key, 0), key, 0)  # doctest: +SKIP
 """
@@ -52,6 +56,7 @@ import numpy as np
 
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.data.pool_splice import SPLICED_FROM
 from genesis_fp16_infrastructure.data.schema import find_ids
 from genesis_fp16_infrastructure.judging import id_lookups
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
@@ -66,7 +71,8 @@ SORTS: Counter[str] = Counter()
 # as new, never kept, or whose kept place failed its check: counted "refused" too).
 PLACES: Counter[str] = Counter()
 # Reports whose new records were the pool's last ("at end"), and those whose first
-# records were not the served model's ("refused": searched for).
+# records were not the served model's ("refused"); of these, those whose new records a
+# read laid among the served model's ("laid among"), the rest searched for.
 AT_END: Counter[str] = Counter()
 # splitmix64's finaliser's constants: each hash mixed before the second sum
 _MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
@@ -85,6 +91,24 @@ def new_at_end(columns: PoolColumns, served: DataFingerprint) -> np.ndarray | No
     AT_END["at end"] += 1
     is_new = np.zeros(len(hashes), dtype=np.bool_)
     is_new[first:] = True
+    return is_new
+
+
+def new_among(columns: PoolColumns, served: DataFingerprint) -> np.ndarray | None:
+    """Which labelled records of ``columns`` are new when the read laid new records among
+    an old pool's (its ``SPLICED_FROM`` note) and the old pool's labelled records are the
+    served model's (their sums equal: module docstring): the others. None otherwise."""
+    note = vars(columns).get(SPLICED_FROM)
+    if note is None:
+        return None
+    new_row = np.ones(len(columns), dtype=np.bool_)
+    new_row[note[1]] = False
+    is_new = new_row[columns.labelled]
+    labelled = served.labelled.numpy()
+    old = columns.key[~is_new]
+    if len(old) != len(labelled) or _sums(old) != _sums(labelled):
+        return None
+    AT_END["laid among"] += 1
     return is_new
 
 

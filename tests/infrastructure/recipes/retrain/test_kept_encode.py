@@ -5,19 +5,17 @@ tensor and, trained, weight for weight; and its encode works out only what is ne
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from pool_files import ResidentReads
 
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
-from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
-from genesis_fp16_infrastructure.data.record_cache import RecordCache
+from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
 from genesis_fp16_infrastructure.recipes.retrain import run as retrain_run
@@ -335,7 +333,7 @@ def test_parts_after_a_file_sorting_first_are_a_full_encode(tmp_path: Path, spli
     _write(folder, "m.json", pool, records[:-80])
     options = TaskOptions.from_mapping({"cross_validation": False, "batch_size": 64})
     memory = KeptInMemory(256 * 2**20)
-    reads = _Reads(folder, tmp_path / "records", memory if spliced else None)
+    reads = ResidentReads(folder, tmp_path / "records", memory if spliced else None)
     first = WorldModelTask(reads.read(), options, SEED, kept=KeptNumeric(cache, folder, memory))
     saved = first.extra_state()
     del first
@@ -355,27 +353,6 @@ def test_parts_after_a_file_sorting_first_are_a_full_encode(tmp_path: Path, spli
         assert encoded.reused > len(data.columns.labelled) // 2
         assert kept.spliced == int(spliced)
         del task, plain, encoded
-
-
-class _Reads:
-    """The data folder read fresh each time, or (``memory``) through a record cache kept
-    in memory from one read to the next, as a resident run process reads it."""
-
-    def __init__(self, folder: Path, cache: Path, memory: KeptInMemory | None) -> None:
-        self.folder, self.cache, self.memory = folder, cache, memory
-        self.manifest: Manifest | None = None
-        self.aged: set[Path] = set()
-
-    def read(self) -> ReadResult:
-        if self.memory is None:
-            return read_trajectories(self.folder, keep_text=False)
-        for file in set(self.folder.iterdir()) - self.aged:  # older than the racy window
-            past = file.stat().st_mtime_ns - 60 * 10**9
-            os.utime(file, ns=(past, past))  # once: a new ctime is another file to the cache
-            self.aged.add(file)
-        self.manifest, _ = scan_files(self.folder, self.manifest)
-        cache = RecordCache(self.cache, self.manifest, self.memory)
-        return read_trajectories(self.folder, cache=cache, keep_text=False)
 
 
 def test_the_held_out_part_grows_from_the_kept_one(tmp_path: Path) -> None:
