@@ -205,10 +205,15 @@ class PoolColumns:
 
 
 # What a pool works out from its columns once, when first asked (cached properties), and
-# a copy or a grown pool takes along rather than working out again over every row; and
-# GROWN_FROM, a grown pool's note of the pool its first rows are (that pool's token).
+# a copy or a grown pool takes along rather than working out again over every row;
+# GROWN_FROM, a grown pool's note of the pool its first rows are (that pool's token); and
+# SPLICED_FROM, a pool's note of the pool whose rows a read laid new ones among (that
+# pool's token, and each of its rows' place here: ``data.pool_splice``), taken along by
+# a copy (a later read of the same files takes the kept pool whole: the run's training
+# and drift read the note there too).
 GROWN_FROM = "grown_from"
-DERIVED = ("example_ids", "id_rank", "token", GROWN_FROM)
+SPLICED_FROM = "spliced_from"
+DERIVED = ("example_ids", "id_rank", "token", GROWN_FROM, SPLICED_FROM)
 
 
 def derived(columns: PoolColumns) -> dict[str, Any]:

@@ -36,6 +36,7 @@ import numpy as np
 
 from genesis_fp16_infrastructure.data.file_records import RecordBlock, joined_codes
 from genesis_fp16_infrastructure.data.pool_columns import (
+    SPLICED_FROM,
     Coded,
     IdRank,
     PoolColumns,
@@ -44,9 +45,6 @@ from genesis_fp16_infrastructure.data.pool_columns import (
 )
 from genesis_fp16_infrastructure.data.pool_join import collect
 from genesis_fp16_infrastructure.data.schema import record_id_hashes
-
-# A spliced pool's note: (the old pool's token, the old rows' rows in the spliced pool).
-SPLICED_FROM = "spliced_from"
 
 
 class Layout:

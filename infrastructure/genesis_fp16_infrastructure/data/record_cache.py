@@ -92,7 +92,13 @@ from genesis_fp16_infrastructure.data.fingerprint import (
     spliced_fingerprint,
 )
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, freeze, frozen, held_bytes
+from genesis_fp16_infrastructure.data.pool_columns import (
+    SPLICED_FROM,
+    PoolColumns,
+    freeze,
+    frozen,
+    held_bytes,
+)
 from genesis_fp16_infrastructure.data.pool_extend import extended
 from genesis_fp16_infrastructure.data.pool_file import (
     FORMAT,
@@ -101,7 +107,7 @@ from genesis_fp16_infrastructure.data.pool_file import (
     size_bound,
     write_pool_file,
 )
-from genesis_fp16_infrastructure.data.pool_splice import SPLICED_FROM, spliced
+from genesis_fp16_infrastructure.data.pool_splice import spliced
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 from genesis_fp16_infrastructure.kept_in_memory import (
     Identity,

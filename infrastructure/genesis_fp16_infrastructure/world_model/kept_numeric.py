@@ -37,7 +37,7 @@ rows from it:
   records and the kept ones beside them, and appends one frame to the file
   (:mod:`.kept_numeric_file`: a kill -9 mid-append leaves a torn frame, which the next
   read leaves out). A pool that is the kept one with records laid among its own (a new
-  file sorting among the old: the read's ``pool_splice.SPLICED_FROM`` names the kept
+  file sorting among the old: the read's ``pool_columns.SPLICED_FROM`` names the kept
   pool and where its records now lie, and every kept record's key, parents and label
   are checked at its new place) is grown the same way, its rows moved to their places in
   their own store where no view of it is lent, and a ``splice`` frame appended. Anything
@@ -86,8 +86,7 @@ from typing import NamedTuple, cast
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, ranges
-from genesis_fp16_infrastructure.data.pool_splice import SPLICED_FROM
+from genesis_fp16_infrastructure.data.pool_columns import SPLICED_FROM, PoolColumns, ranges
 from genesis_fp16_infrastructure.data.record_cache import CACHE_VERSION
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory, identity_of
 from genesis_fp16_infrastructure.world_model import features
@@ -678,7 +677,7 @@ def _reached(
 
 def _splice_of(columns: PoolColumns, state: _State | None) -> np.ndarray | None:
     """Where the kept pool's records lie in ``columns`` when the read laid new records
-    among them (``pool_splice.SPLICED_FROM``) and the kept rows are that pool's (its
+    among them (``pool_columns.SPLICED_FROM``) and the kept rows are that pool's (its
     token among what they were made of); None otherwise."""
     note = vars(columns).get(SPLICED_FROM)
     if note is None or state is None or not state.made_of:

@@ -14,8 +14,7 @@ import pytest
 from pool_files import ResidentReads
 from test_kept_numeric import BASE, RECORDS, _bits, _ids, _worked_out
 
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, set_derived
-from genesis_fp16_infrastructure.data.pool_splice import SPLICED_FROM
+from genesis_fp16_infrastructure.data.pool_columns import SPLICED_FROM, PoolColumns, set_derived
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
 from genesis_fp16_infrastructure.world_model import features, kept_numeric, kept_numeric_file

@@ -62,8 +62,12 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.data.pool_columns import GROWN_FROM, PoolColumns, appended
-from genesis_fp16_infrastructure.data.pool_splice import SPLICED_FROM
+from genesis_fp16_infrastructure.data.pool_columns import (
+    GROWN_FROM,
+    SPLICED_FROM,
+    PoolColumns,
+    appended,
+)
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
 from genesis_fp16_infrastructure.recipes.retrain.drift_categories import Categorical
 from genesis_fp16_infrastructure.recipes.retrain.new_records import mixed

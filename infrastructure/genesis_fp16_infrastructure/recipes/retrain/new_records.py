@@ -55,8 +55,7 @@ from collections.abc import Hashable
 import numpy as np
 
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
-from genesis_fp16_infrastructure.data.pool_splice import SPLICED_FROM
+from genesis_fp16_infrastructure.data.pool_columns import SPLICED_FROM, PoolColumns
 from genesis_fp16_infrastructure.data.schema import find_ids
 from genesis_fp16_infrastructure.judging import id_lookups
 from genesis_fp16_infrastructure.kept_in_memory import process_memory

@@ -31,8 +31,7 @@ from genesis_fp16_infrastructure.contract.listed_rows import at_rows
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.record_losses import RecordIds, RecordLosses
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.data.pool_columns import GROWN_FROM, PoolColumns
-from genesis_fp16_infrastructure.data.pool_splice import SPLICED_FROM
+from genesis_fp16_infrastructure.data.pool_columns import GROWN_FROM, SPLICED_FROM, PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.schema import judged_ids_of
 from genesis_fp16_infrastructure.kept_in_memory import (
@@ -153,7 +152,7 @@ class _RunPool:
         listing extended by its new records, named and checked alone
         (``RecordIds.extended``: at 100,000 records, no walk of every id but the one
         joining the tuples); one the cache laid new records among the rows of
-        (``pool_splice.SPLICED_FROM``), that listing with them laid among its own
+        (``pool_columns.SPLICED_FROM``), that listing with them laid among its own
         (``RecordIds.spliced``); the same pool (its token), that listing; any other,
         listed and checked whole."""
         columns = self.data.columns

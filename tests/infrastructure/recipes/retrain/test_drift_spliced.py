@@ -14,8 +14,7 @@ from pool_files import ResidentReads
 
 import genesis_fp16_infrastructure.recipes.retrain.drift as drift
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint_of
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, set_derived
-from genesis_fp16_infrastructure.data.pool_splice import SPLICED_FROM
+from genesis_fp16_infrastructure.data.pool_columns import SPLICED_FROM, PoolColumns, set_derived
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
 from genesis_fp16_infrastructure.recipes.retrain import drift_reference, new_records
@@ -56,6 +55,16 @@ def _reads(tmp_path: Path) -> ResidentReads:
     return ResidentReads(tmp_path / "data", tmp_path / "cache", KeptInMemory(256 * 2**20))
 
 
+def _read_again(reads: ResidentReads) -> PoolColumns:
+    """The folder read twice, as a run reads it (its judging, then its training): the
+    second read takes the kept pool whole, a copy that carries the first's note."""
+    first = reads.read().columns
+    again = reads.read().columns
+    assert again is not first and again.token is first.token
+    assert vars(again).get(SPLICED_FROM) is vars(first).get(SPLICED_FROM)
+    return again
+
+
 def test_files_sorting_among_the_old_are_followed_not_measured(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -69,7 +78,7 @@ def test_files_sorting_among_the_old_are_followed_not_measured(
     reads.write("m.json", generate_pool(1500, 99))
     served = fingerprint_of(reads.read().columns)
     reads.write("c.json", generate_pool(150, 3099))
-    columns = reads.read().columns
+    columns = _read_again(reads)
     assert vars(columns).get(SPLICED_FROM) is not None
     count = _measures(monkeypatch)
     _same_as_fresh(columns, served)
@@ -77,7 +86,7 @@ def test_files_sorting_among_the_old_are_followed_not_measured(
     for grown, name in enumerate(["a.json", "b.json"], start=1):
         served = fingerprint_of(columns)  # that pool's model promoted
         reads.write(name, generate_pool(150, 4099 + grown))
-        columns = reads.read().columns
+        columns = _read_again(reads)
         _same_as_fresh(columns, served)
         assert drift.KEPT["grown"] == grown and drift.KEPT["stale"] == 0
         assert count == [2 + grown, 0]  # the fresh report's measure alone
