@@ -24,6 +24,11 @@ pool grows) moves no row:
   value, through each field's codes). A row that moved (a new file sorting among the
   old lays its records before it) keeps its stamp: it is found by its stamp at its old
   place, its values compared there, and copied to its new one, in a store of its own.
+  Where the read laid the new records among the entry's pool (its note,
+  ``pool_columns.SPLICED_FROM``, naming the pool the entry was made for), each kept row's
+  new place comes from the note (no search by stamp), its record, stamp and values are
+  checked there, and the rows are moved to their places in their own store, stretch by
+  stretch from the last, where no row given out of it lives.
   The rest are encoded: a relabelled or edited record is worked out again by
   ``KeptNumeric`` (another content key), so it is encoded again, never read stale.
 * **Checked by what changed.** Each of those columns is compared with the kept one as a
@@ -58,7 +63,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
+from genesis_fp16_infrastructure.data.pool_columns import SPLICED_FROM, Coded, PoolColumns
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
 from genesis_fp16_infrastructure.world_model.content_keys import same_bits
 from genesis_fp16_infrastructure.world_model.features import Categorical, FeatureEncoder
@@ -82,6 +87,7 @@ class _Entry:
     values: tuple[list[Any], ...]
     lent: list[weakref.ref[torch.Tensor]]  # the rows given out: not written while alive
     part: _Part | None = None  # the held-out part's rows (:meth:`KeptEncoded.part`)
+    token: object = None  # the pool's (``PoolColumns.token``): what a splice note names
 
     def nbytes(self) -> int:
         held = self.buffer.nbytes + self.labelled.nbytes + self.stamp.nbytes
@@ -126,6 +132,7 @@ class KeptEncoded:
         self.encoded = 0  # rows encoded (new, changed, or another encoder)
         self.refused = 0  # kept entries that were not this module's (module docstring)
         self.part_reused = 0  # a part's rows taken from the part kept (:meth:`part`)
+        self.laid = 0  # pools whose kept rows a splice note placed (no search by stamp)
         self._kept: _Entry | None = None  # what the last pool() kept
 
     def pool(
@@ -145,11 +152,23 @@ class KeptEncoded:
         key = (KIND, self.name)
         entry = self._entry(key, state, stamp, encoder.n_features)
         fields = _fields(columns)
-        todo = np.arange(n) if entry is None or stamp is None else _changed(entry, columns, stamp)
+        todo, laid, moved = np.arange(n), None, None
+        if entry is not None and stamp is not None:
+            laid = _laid_places(entry, columns, stamp)  # a splice: the kept rows' places
+            if laid is None:
+                todo = _changed(entry, columns, stamp)
+                moved = _moved(entry, columns, stamp, todo)
         kept = 0 if entry is None else min(len(entry.stamp), n)
-        moved = None if entry is None or stamp is None else _moved(entry, columns, stamp, todo)
         other = todo  # the places whose row is not the kept one at that place
-        if moved is not None:  # rows taken from other places: into a store of their own
+        if laid is not None:  # the kept rows moved to their places (a splice)
+            assert entry is not None
+            places, holds = laid
+            buffer = _laid_rows(entry, places, n)
+            self.laid += 1
+            left = np.ones(n, np.bool_)
+            left[places[holds]] = False
+            todo = np.flatnonzero(left)
+        elif moved is not None:  # rows taken from other places: into a store of their own
             assert entry is not None
             places, sources = moved
             buffer = torch.empty((n + n // 4, encoder.n_features), dtype=torch.float32)
@@ -179,8 +198,10 @@ class KeptEncoded:
             codes = tuple(c.codes for c in fields)
             values = tuple(list(c.values) for c in fields)
             lent = [weakref.ref(out)]
-            part = None if entry is None else _restamped(entry.part, other)
-            kept_entry = _Entry(state, buffer, columns.labelled, stamp, codes, values, lent, part)
+            part = None if entry is None or laid is not None else _restamped(entry.part, other)
+            kept_entry = _Entry(
+                state, buffer, columns.labelled, stamp, codes, values, lent, part, columns.token
+            )
             self.memory.put(key, KIND, kept_entry, kept_entry.nbytes(), f"{KIND} of {n:,}")
             self._kept = kept_entry
         return out
@@ -236,6 +257,52 @@ class KeptEncoded:
         if stamp is None or found.encoder != state:
             return None
         return found
+
+
+def _laid_places(
+    entry: _Entry, columns: PoolColumns, stamp: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Where the entry's rows lie now when the read laid new records among its pool's
+    (``SPLICED_FROM`` naming that pool): each kept row's place (ascending), and whether
+    its row holds there (the same record, stamp and categorical values, by value); None
+    without such a note, or one that does not place the entry's records."""
+    note = vars(columns).get(SPLICED_FROM)
+    if note is None or entry.token is None or note[0] is not entry.token:
+        return None
+    old_at, labelled = note[1], columns.labelled
+    if not len(entry.labelled) or not len(labelled) or entry.labelled.max() >= len(old_at):
+        return None
+    rows = old_at[entry.labelled]
+    places = np.minimum(np.searchsorted(labelled, rows), len(labelled) - 1)
+    if not np.array_equal(labelled[places], rows):
+        return None
+    holds = stamp[places] == entry.stamp
+    for now, codes, values in zip(_fields(columns), entry.codes, entry.values, strict=True):
+        if int(entry.labelled.max()) >= len(codes):
+            return None  # not the entry's records (its arrays are the pool's it kept)
+        holds &= _as_codes(values, now.values)[codes[entry.labelled]] == now.codes[rows]
+    return places, holds
+
+
+def _laid_rows(entry: _Entry, places: np.ndarray, n: int) -> torch.Tensor:
+    """A store for ``n`` rows holding the entry's at ``places`` (ascending, each at or
+    after its own): the entry's own, its rows moved in place stretch by stretch from the
+    last (numpy's copy of overlapping slices), when it has room and no row given out of it
+    lives; else a new one with room for a quarter more."""
+    kept = len(places)
+    buffer = entry.buffer
+    if len(buffer) < n or _lent(entry):
+        fresh = torch.empty((n + n // 4, buffer.shape[1]), dtype=torch.float32)
+        fresh[torch.from_numpy(places)] = buffer[:kept]
+        return fresh
+    rows = buffer.numpy()
+    shift = places - np.arange(kept)
+    cuts = np.concatenate(([0], np.flatnonzero(np.diff(shift)) + 1, [kept]))
+    for low, high in zip(cuts[-2::-1], cuts[:0:-1], strict=True):
+        by = int(shift[low])
+        if by:
+            rows[low + by : high + by] = rows[low:high]
+    return buffer
 
 
 def _restamped(part: _Part | None, todo: np.ndarray) -> _Part | None:

@@ -318,15 +318,19 @@ def test_a_record_moved_between_parts_moves_no_row(tmp_path: Path) -> None:
         assert _same(a, b)
 
 
-@pytest.mark.parametrize("spliced", [False, True])
-def test_parts_after_a_file_sorting_first_are_a_full_encode(tmp_path: Path, spliced: bool) -> None:
+@pytest.mark.parametrize(("spliced", "held"), [(False, False), (True, False), (True, True)])
+def test_parts_after_a_file_sorting_first_are_a_full_encode(
+    tmp_path: Path, spliced: bool, held: bool
+) -> None:
     """In a resident run process, a run of one encoder, then a file of new records that
     sorts before the old one (every kept row moves after them): the kept rows are taken
     from where they were (most of them: the new ones and those beside them encoded),
     and every part is the plain task's, bit for bit; again after a second such file.
     ``spliced``: read through a record cache kept in memory, as the daemon reads, so the
-    read lays the new records among the kept ones and the kept numeric rows follow them
-    (a splice frame); else a fresh read, and those rows are written whole."""
+    read lays the new records among the kept ones and the kept rows follow them (a
+    splice frame, the encoded rows placed by the note); else a fresh read, and those rows
+    are written whole. ``held``: the task before still alive, its rows unchanged by the
+    next run's (which go to a store of their own)."""
     pool = generate_pool(3400, seed=SEED)
     records = list(pool["trajectories"].values())
     folder, cache = tmp_path / "data", tmp_path / "cache"
@@ -336,6 +340,8 @@ def test_parts_after_a_file_sorting_first_are_a_full_encode(tmp_path: Path, spli
     reads = ResidentReads(folder, tmp_path / "records", memory if spliced else None)
     first = WorldModelTask(reads.read(), options, SEED, kept=KeptNumeric(cache, folder, memory))
     saved = first.extra_state()
+    before = {name: [t.clone() for t in part] for name, part in _parts(first).items()}
+    previous = first if held else None
     del first
     for name, new in (("b.json", records[-80:-40]), ("a.json", records[-40:])):
         _write(folder, name, pool, new)
@@ -348,10 +354,15 @@ def test_parts_after_a_file_sorting_first_are_a_full_encode(tmp_path: Path, spli
         ):
             for a, b in zip(a_part, b_part, strict=True):
                 assert _same(a, b), part
+        if previous is not None:  # the task before: its rows as they were
+            for part, rows in _parts(previous).items():
+                assert all(map(_same, rows, before[part])), part
         encoded = task.kept_encoded
         assert encoded is not None and 0 < encoded.encoded < 3 * 40
         assert encoded.reused > len(data.columns.labelled) // 2
-        assert kept.spliced == int(spliced)
+        assert kept.spliced == encoded.laid == int(spliced)
+        before = {name: [t.clone() for t in part] for name, part in _parts(task).items()}
+        previous = task if held else None
         del task, plain, encoded
 
 
