@@ -310,20 +310,7 @@ def _grown(
         return None
     added = np.flatnonzero(wanted)
     add = added[in_sample(columns.key[added], level)]
-    if not len(add):
-        KEPT["taken"] += 1
-        return old._replace(rows=rows, per_code=per_code)
-    KEPT["grown"] += 1
-    numbers = numbers_of(columns, numeric, add)  # a NaN among them refused
-    for name, counts in _counted(columns, add, tables).items():
-        per_code[name] = per_code[name] + counts
-    before = np.searchsorted(rows, add)  # laid among the kept ones, in order
-    return Reference(
-        np.insert(rows, before, add),
-        np.insert(old.numbers, before, numbers, axis=0),
-        old.ordered.grown(feature_major(numbers)),
-        per_code,
-    )
+    return _with_added(old, rows, per_code, columns, numeric, tables, add)
 
 
 def _grown_at_end(
@@ -348,19 +335,35 @@ def _grown_at_end(
         return None
     add = first + np.flatnonzero(in_sample(columns.key[first:records], kept.level))
     per_code = {name: _padded(c, tables[name].width) for name, c in old.per_code.items()}
+    return _with_added(old, old.rows, per_code, columns, numeric, tables, add)
+
+
+def _with_added(
+    old: Reference,
+    rows: np.ndarray,
+    per_code: dict[str, np.ndarray],
+    columns: PoolColumns,
+    numeric: torch.Tensor | None,
+    tables: dict[str, Categorical],
+    add: np.ndarray,
+) -> Reference:
+    """``old`` (its sampled records at the labelled places ``rows`` now, its counts
+    ``per_code`` by this pool's codes) with the sampled records ``add`` (ascending) taken
+    in: after the kept ones where they all come after (written into their room), else
+    laid among them in order."""
     if not len(add):
         KEPT["taken"] += 1
-        return old._replace(per_code=per_code)
+        return old._replace(rows=rows, per_code=per_code)
     KEPT["grown"] += 1
     numbers = numbers_of(columns, numeric, add)  # a NaN among them refused
     for name, counts in _counted(columns, add, tables).items():
         per_code[name] = per_code[name] + counts
-    return Reference(
-        appended(old.rows, add),
-        appended(old.numbers, numbers),
-        old.ordered.grown(feature_major(numbers)),
-        per_code,
-    )
+    ordered = old.ordered.grown(feature_major(numbers))
+    if not len(rows) or rows[-1] < add[0]:
+        return Reference(appended(rows, add), appended(old.numbers, numbers), ordered, per_code)
+    before = np.searchsorted(rows, add)
+    rows = np.insert(rows, before, add)
+    return Reference(rows, np.insert(old.numbers, before, numbers, axis=0), ordered, per_code)
 
 
 def _same_sample(
