@@ -86,12 +86,12 @@ from typing import NamedTuple, cast
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.data.pool_columns import SPLICED_FROM, PoolColumns, ranges
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, ranges
 from genesis_fp16_infrastructure.data.record_cache import CACHE_VERSION
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory, identity_of
 from genesis_fp16_infrastructure.world_model import features
+from genesis_fp16_infrastructure.world_model import kept_numeric_state as held
 from genesis_fp16_infrastructure.world_model.content_keys import (
-    KeptKeys,
     KeyInputs,
     keyed,
     parent_hashes,
@@ -119,6 +119,7 @@ from genesis_fp16_infrastructure.world_model.kept_numeric_file import (
     read_frames,
     write_whole,
 )
+from genesis_fp16_infrastructure.world_model.kept_numeric_state import Guard, State
 from genesis_fp16_infrastructure.world_model.lineage_columns import rows_index
 from genesis_fp16_infrastructure.world_model.sorted_growth import SortedGrowth
 
@@ -132,65 +133,9 @@ _MEMORY = "kept_numeric"  # this store's entries' key: (_MEMORY, the file's path
 _LOCK = threading.Lock()
 
 
-class _State(NamedTuple):
-    """A kept pool as this process holds it: its columns, where the file's last good frame
-    ends (the next append goes there), how many frames make it, and its parents named
-    sorted by hash (``by_parent``; None until an append needs them). ``kept.order`` is
-    empty in a pool grown here (:meth:`KeptNumeric._grown`): its keys' order is
-    ``by_key``'s, made whole only where wanted (:func:`_ordered`)."""
-
-    kept: Kept
-    end: int
-    frames: int
-    by_parent: SortedGrowth | None = None
-    # The rows' own store, ``kept.numeric`` its first rows, with room to grow: an append
-    # writes into it, no copy of the kept rows (None: rows read from the file).
-    buffer: np.ndarray | None = None
-    # What ``kept.key`` was hashed from (None: read from the file); the views lent out
-    # (:meth:`KeptNumeric.view`): kept rows are not written in place while one lives.
-    inputs: KeyInputs | None = None
-    lent: list[weakref.ref[np.ndarray | torch.Tensor]] | None = None
-    # Per labelled row, a number no other working out was given (:func:`_stamps`): kept
-    # while the row is, new when it is worked out again (recipes.retrain.kept_outputs).
-    stamp: np.ndarray | None = None
-    # The tensor over ``buffer`` that :meth:`KeptNumeric.rows` hands out views of, and its
-    # version then (None: rows read from the file, handed out as a copy).
-    guard: _Guard | None = None
-    # The pool (its columns' token: the same rows, a copy of them included) whose rows
-    # these are, when this process worked them out or found them unchanged: asked again
-    # for that pool (the scorings' view, then the run's encode), the rows are these, no
-    # key worked out or compared.
-    made_of: list[object] | None = None
-    # The keys sorted (two levels, :mod:`.sorted_growth`), for the next append (_grown):
-    # None, made of ``kept.order`` then.
-    by_key: SortedGrowth | None = None
-
-
-class _Guard:
-    """The one tensor over a rows' store that :meth:`KeptNumeric.rows` hands its callers
-    views of, and its version counter as it was handed out. torch has no read-only
-    tensor, but every in-place write through a view (``add_``, ``x[i] = v``, ``out=``)
-    moves the counter its views share: a moved counter is a write into the kept rows,
-    and the kept pool is refused before its next use (:meth:`KeptNumeric._state`).
-    A write through ``.numpy()`` moves nothing: no caller makes one (a test runs a
-    task's encode, training and drift and finds the rows' bits unchanged). Rows handed
-    out as the caller's own get one too: unwritten, their stamps still hold
-    (:meth:`KeptNumeric.stamps_of`)."""
-
-    __slots__ = ("tensor", "version")
-
-    def __init__(self, buffer: np.ndarray) -> None:
-        self.tensor = torch.from_numpy(buffer)
-        self.version = self.tensor._version
-
-    def written(self) -> bool:
-        """Whether a view handed out of the store was written into since."""
-        return bool(self.tensor._version != self.version)
-
-
 class KeptRows(NamedTuple):
     """A pool's numeric rows as :meth:`KeptNumeric.view` lends them, read-only: the rows
-    (``numeric_rows(columns, columns.labelled)``) and each row's stamp (``_State``)."""
+    (``numeric_rows(columns, columns.labelled)``) and each row's stamp (``State``)."""
 
     numeric: np.ndarray
     stamp: np.ndarray
@@ -219,7 +164,7 @@ class KeptNumeric:
         self.stamp: np.ndarray | None = None  # the last whole rows()' stamps (view's), if kept
         # The view the last whole rows() handed out of the kept store, with its guard
         # (:meth:`stamps_of`); None when it handed out a copy or nothing kept.
-        self._handed: tuple[weakref.ref[torch.Tensor], _Guard] | None = None
+        self._handed: tuple[weakref.ref[torch.Tensor], Guard] | None = None
 
     def forget_others(self) -> int:
         """Delete the kept files of other data paths in this folder (an agent reads one:
@@ -241,7 +186,7 @@ class KeptNumeric:
         asked for, the file grows by what the pool added (:meth:`_grown`), or is written
         again whole when anything else was worked out. What is kept in this process's
         memory is handed out as a view of it, no copy: to read only (a write into it is
-        found before the next use, and the kept pool refused: ``_Guard``), never
+        found before the next use, and the kept pool refused: ``Guard``), never
         rewritten in place while the view lives; else the caller's own rows."""
         with _LOCK:  # a run's scorings may ask at once: one append at a time
             out, kept, given = self._rows(columns, rows)
@@ -256,7 +201,7 @@ class KeptNumeric:
             ):
                 # The caller's own rows (read from the file: a copy), their version
                 # counter as handed out beside them (stamps_of)
-                own = _Guard(out if not kept else np.array(out))
+                own = Guard(out if not kept else np.array(out))
                 self._handed = (weakref.ref(own.tensor), own)
                 return own.tensor
             lent = given.guard.tensor[: len(out)]  # a view: the guard's version counter
@@ -288,7 +233,7 @@ class KeptNumeric:
             out, shared, given = self._rows(columns, None)
             out = out.view()
             out.flags.writeable = False
-            stamp = _stamps(len(out)) if given is None or given.stamp is None else given.stamp
+            stamp = held.stamps(len(out)) if given is None or given.stamp is None else given.stamp
             stamp = stamp.view()
             stamp.flags.writeable = False
             if shared and given is not None and given.lent is not None:
@@ -298,19 +243,19 @@ class KeptNumeric:
 
     def _rows(
         self, columns: PoolColumns, rows: np.ndarray | None
-    ) -> tuple[np.ndarray, bool, _State | None]:
+    ) -> tuple[np.ndarray, bool, State | None]:
         """The rows :meth:`rows` gives (under ``_LOCK``), whether they are what is kept (a
         view of it), and the kept pool whose rows they equal (None: none kept)."""
         whole = rows is None
         asked = columns.labelled if rows is None else rows
         state = self._state(len(columns), len(columns.parent))
         kept = None if state is None else state.kept
-        if kept is not None and whole and _made_of(state, columns):
+        if kept is not None and whole and held.made_of(state, columns):
             # The pool these rows were worked out for, the same columns object (the
             # scorings' view, then the run's encode): the same arrays, which nothing writes
             self.reused += len(asked)
             return kept.numeric, self.memory is not None or not kept.numeric.flags.writeable, state
-        kept_keys = _kept_keys(state)
+        kept_keys = held.kept_keys(state)
         slots = parent_hashes(columns, kept_keys)
         keys = keyed(columns, slots, kept_keys)
         if kept is not None and whole and unchanged(columns, keys, kept):
@@ -323,12 +268,12 @@ class KeptNumeric:
             grown = self._grown(columns, slots, keys, state)
             if grown is not None:  # the kept rows, when this process keeps them
                 return grown.kept.numeric, self.memory is not None, grown
-        old_at = _splice_of(columns, state) if whole else None
+        old_at = held.splice_of(columns, state) if whole else None
         if state is not None and old_at is not None:
             grown = self._spliced(columns, slots, keys, state, old_at)
             if grown is not None:
                 return grown.kept.numeric, self.memory is not None, grown
-        kept = None if state is None else _ordered(state)  # the keys' order, whole
+        kept = None if state is None else held.ordered(state)  # the keys' order, whole
         stamp = None if state is None else state.stamp
         out, written = self._worked_out(columns, slots, keys, asked, whole, kept, stamp)
         return out, False, written
@@ -342,7 +287,7 @@ class KeptNumeric:
         whole: bool,
         kept: Kept | None,
         stamp: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, _State | None]:
+    ) -> tuple[np.ndarray, State | None]:
         """``asked``'s rows, the kept ones reused where they hold (module docstring);
         with ``whole``, the file written again when anything was worked out, and what is
         kept then (its rows a copy of these). A row reused keeps its stamp (``stamp``:
@@ -372,15 +317,15 @@ class KeptNumeric:
         self.reused += len(asked) - len(need)
         self.computed += len(need)
         if whole and (len(need) or kept is None):
-            stamps = _stamps(len(asked))
+            stamps = held.stamps(len(asked))
             if stamp is not None and kept is not None and len(stamp) == len(kept.labelled):
                 stamps[found] = stamp[row[found]]  # reused: as they were
             return out, self._write(columns, slots, keys, order, out, depth, stamps)
         return out, None
 
     def _grown(
-        self, columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, state: _State
-    ) -> _State | None:
+        self, columns: PoolColumns, slots: np.ndarray, keys: np.ndarray, state: State
+    ) -> State | None:
         """The pool that is the kept one with records added at its end: the new
         records worked out, and the kept ones beside them (their siblings, and every
         descendant of a new record: a kept record may name a new one as its parent), the
@@ -390,7 +335,7 @@ class KeptNumeric:
         kept = state.kept
         n, n_slots, n_labelled = len(kept.key), len(kept.parent_hash), len(kept.labelled)
         new_slots = slots[n_slots:]
-        by_parent = _sorting(state.by_parent, kept.parent_hash).grown(slots)
+        by_parent = held.sorting(state.by_parent, kept.parent_hash).grown(slots)
         start = columns.parent_start
 
         reached = _reached(columns, np.arange(n, len(columns)), by_parent, new_slots)
@@ -404,7 +349,9 @@ class KeptNumeric:
         worked = features.numeric_rows(columns, labelled[need], index).numpy()
         # Kept rows worked out again (a new record's siblings) while a view of them is
         # lent: a store of their own, the view left as it was
-        buffer = _room(state, len(labelled), bool((need < n_labelled).any()) and _lent(state))
+        buffer = held.room(
+            state, len(labelled), bool((need < n_labelled).any()) and held.lent(state)
+        )
         buffer[need] = worked  # what is kept in memory, if it is, changes here: _append
         out = buffer[: len(labelled)]
         self.reused += len(labelled) - len(need)
@@ -424,17 +371,17 @@ class KeptNumeric:
             "redepth": moved,
             "redepth_value": index.depth[moved],
         }
-        by_key = _sorting(state.by_key, kept.key, kept.order).grown(keys)
+        by_key = held.sorting(state.by_key, kept.key, kept.order).grown(keys)
         rows = buffer[: len(labelled)]
-        unordered = np.zeros(0, np.int64)  # by_key's, made whole where wanted (_ordered)
+        unordered = np.zeros(0, np.int64)  # by_key's, made whole where wanted (ordered)
         grown = Kept(keys, unordered, columns.id_hash, start, slots, labelled, rows, index.depth)
         lent = state.lent if buffer is state.buffer and state.lent is not None else []
         same = buffer is state.buffer and state.guard is not None
-        guard = state.guard if same else _Guard(buffer)
-        kept_stamp = _stamps(n_labelled) if state.stamp is None else state.stamp
-        stamp = np.concatenate((kept_stamp, _stamps(len(labelled) - n_labelled)))
-        stamp[need] = _stamps(len(need))  # worked out again: new stamps
-        after = _State(grown, 0, 0, by_parent, buffer, KeyInputs.of(columns), lent, stamp,
+        guard = state.guard if same else Guard(buffer)
+        kept_stamp = held.stamps(n_labelled) if state.stamp is None else state.stamp
+        stamp = np.concatenate((kept_stamp, held.stamps(len(labelled) - n_labelled)))
+        stamp[need] = held.stamps(len(need))  # worked out again: new stamps
+        after = State(grown, 0, 0, by_parent, buffer, KeyInputs.of(columns), lent, stamp,
                        guard, [columns.token], by_key)  # fmt: skip
         self._append(columns, state, grown, frame, after)
         return after
@@ -444,9 +391,9 @@ class KeptNumeric:
         columns: PoolColumns,
         slots: np.ndarray,
         keys: np.ndarray,
-        state: _State,
+        state: State,
         old_at: np.ndarray,
-    ) -> _State | None:
+    ) -> State | None:
         """The pool that is the kept one with records laid among its own, the kept
         records at ``old_at`` (ascending), in their order: worked out as :meth:`_grown`
         does, the kept rows moved to their places, and a ``splice`` frame appended. None
@@ -472,7 +419,9 @@ class KeptNumeric:
         ):
             return None
         new_slot = ranges(start[new_at], start[new_at + 1] - start[new_at])
-        by_parent = _sorting(state.by_parent, kept.parent_hash).spliced(slots, slot_map, new_slot)
+        by_parent = held.sorting(state.by_parent, kept.parent_hash).spliced(
+            slots, slot_map, new_slot
+        )
         reached = _reached(columns, new_at, by_parent, slots[new_slot])
         need = np.flatnonzero(reached[labelled])
         depth = np.full(len(columns), -1, np.int64)
@@ -482,7 +431,7 @@ class KeptNumeric:
             return None
         worked = features.numeric_rows(columns, labelled[need], index).numpy()
         places = np.searchsorted(labelled, old_at[kept.labelled])  # the kept rows' now
-        buffer = _laid(state, places, len(labelled))
+        buffer = held.laid(state, places, len(labelled))
         buffer[need] = worked
         out = buffer[: len(labelled)]
         self.reused += len(labelled) - len(need)
@@ -504,16 +453,16 @@ class KeptNumeric:
             "redepth_value": index.depth[moved],
             "at": new_at,
         }
-        by_key = _sorting(state.by_key, kept.key, kept.order).spliced(keys, old_at, new_at)
-        unordered = np.zeros(0, np.int64)  # by_key's, made whole where wanted (_ordered)
+        by_key = held.sorting(state.by_key, kept.key, kept.order).spliced(keys, old_at, new_at)
+        unordered = np.zeros(0, np.int64)  # by_key's, made whole where wanted (ordered)
         grown = Kept(keys, unordered, columns.id_hash, start, slots, labelled, out, index.depth)
         same = buffer is state.buffer
         lent = state.lent if same and state.lent is not None else []
-        guard = state.guard if same and state.guard is not None else _Guard(buffer)
+        guard = state.guard if same and state.guard is not None else Guard(buffer)
         stamp = np.empty(len(labelled), np.uint64)
-        stamp[places] = _stamps(n_labelled) if state.stamp is None else state.stamp
-        stamp[need] = _stamps(len(need))  # new, or worked out again: new stamps
-        after = _State(grown, 0, 0, by_parent, buffer, KeyInputs.of(columns), lent, stamp,
+        stamp[places] = held.stamps(n_labelled) if state.stamp is None else state.stamp
+        stamp[need] = held.stamps(len(need))  # new, or worked out again: new stamps
+        after = State(grown, 0, 0, by_parent, buffer, KeyInputs.of(columns), lent, stamp,
                        guard, [columns.token], by_key)  # fmt: skip
         self._append(columns, state, grown, frame, after, "splice")
         return after
@@ -521,10 +470,10 @@ class KeptNumeric:
     def _append(
         self,
         columns: PoolColumns,
-        state: _State,
+        state: State,
         grown: Kept,
         frame: dict[str, np.ndarray],
-        after: _State,
+        after: State,
         kind: str = "append",
     ) -> None:
         """Append ``frame`` (the records ``grown`` adds to the kept pool: a frame of
@@ -535,7 +484,7 @@ class KeptNumeric:
         # Half the bound a read allows: the pool may shrink by half and still be read.
         bound = size_bound(len(columns), len(columns.parent)) // 2
         if state.frames >= MAX_FRAMES or state.end + size > bound:
-            grown = _ordered(after)
+            grown = held.ordered(after)
             self._write(columns, grown.parent_hash, grown.key, grown.order, grown.numeric,
                         grown.depth)  # fmt: skip
             return
@@ -553,28 +502,28 @@ class KeptNumeric:
         self.spliced += kind == "splice"
         self._keep(after._replace(end=end, frames=state.frames + 1))
 
-    def _state(self, records: int, parents: int) -> _State | None:
+    def _state(self, records: int, parents: int) -> State | None:
         """The kept pool: this process's, while the file is the one it wrote or read (its
         identity unchanged), else read from the file; None without one."""
         identity = identity_of(self.path)
         if self.memory is not None and identity is not None:
             state = self.memory.get((_MEMORY, str(self.path)), identity)
-            if state is not None and _written(cast(_State, state)):
+            if state is not None and held.written(cast(State, state)):
                 self.written += 1
                 logger.warning("kept numeric rows of %s written into by a caller: refused, "
                                "read again", self.path.name)  # fmt: skip
                 self._forget()
             elif state is not None:
                 self.from_memory += 1
-                return cast(_State, state)
+                return cast(State, state)
         state = self._read(records, parents)
         if state is not None and self.memory is not None and identity is not None:
             # Stat'ed before the read: a file changed meanwhile is another identity next time.
-            self.memory.put((_MEMORY, str(self.path)), identity, state, _bytes(state),
+            self.memory.put((_MEMORY, str(self.path)), identity, state, held.held_bytes(state),
                             f"numeric rows of {self.path.name}")  # fmt: skip
         return state
 
-    def _keep(self, state: _State) -> None:
+    def _keep(self, state: State) -> None:
         """Keep ``state`` in memory as what the file now holds (its identity now)."""
         identity = identity_of(self.path)
         if self.memory is None:
@@ -582,7 +531,7 @@ class KeptNumeric:
         if identity is None:
             self._forget()
             return
-        self.memory.put((_MEMORY, str(self.path)), identity, state, _bytes(state),
+        self.memory.put((_MEMORY, str(self.path)), identity, state, held.held_bytes(state),
                         f"numeric rows of {self.path.name}")  # fmt: skip
 
     def _forget(self) -> None:
@@ -591,7 +540,7 @@ class KeptNumeric:
         if self.memory is not None:
             self.memory.put((_MEMORY, str(self.path)), None, None, 0, "nothing")
 
-    def _read(self, records: int, parents: int) -> _State | None:
+    def _read(self, records: int, parents: int) -> State | None:
         """The kept pool of the file's frames, checked; None without a file or with a
         refused one. A torn last frame (a crash mid-append) is left out: the pool before it."""
         try:
@@ -612,7 +561,7 @@ class KeptNumeric:
             return None
         if torn:
             logger.info("kept numeric rows %s: a torn frame after byte %d left out", self.path, end)
-        return _State(kept, end, len(frames), stamp=_stamps(len(kept.labelled)), made_of=[])
+        return State(kept, end, len(frames), stamp=held.stamps(len(kept.labelled)), made_of=[])
 
     def _write(
         self,
@@ -623,7 +572,7 @@ class KeptNumeric:
         numeric: np.ndarray,
         depth: np.ndarray | None,
         stamp: np.ndarray | None = None,
-    ) -> _State | None:
+    ) -> State | None:
         """Write the pool's kept file whole and keep it in memory: what is kept (None: the
         write failed), its rows' stamps ``stamp`` (None: new ones)."""
         arrays = {
@@ -645,7 +594,7 @@ class KeptNumeric:
             logger.warning("cannot write %s (%s): worked out again next run", self.path, exc)
             self._forget()
             return None
-        state = _owned(Kept(**arrays), end, KeyInputs.of(columns), columns, stamp)
+        state = held.owned(Kept(**arrays), end, KeyInputs.of(columns), columns, stamp)
         self._keep(state)
         return state
 
@@ -673,136 +622,3 @@ def _reached(
         frontier = columns.id_hash[found]
     reached[children(named)] = True  # the siblings of a new record
     return reached
-
-
-def _splice_of(columns: PoolColumns, state: _State | None) -> np.ndarray | None:
-    """Where the kept pool's records lie in ``columns`` when the read laid new records
-    among them (``pool_columns.SPLICED_FROM``) and the kept rows are that pool's (its
-    token among what they were made of); None otherwise."""
-    note = vars(columns).get(SPLICED_FROM)
-    if note is None or state is None or not state.made_of:
-        return None
-    token, old_at = note
-    if not any(made is token for made in state.made_of) or len(old_at) != len(state.kept.key):
-        return None
-    return cast(np.ndarray, old_at)
-
-
-def _laid(state: _State, places: np.ndarray, rows: int) -> np.ndarray:
-    """A store for ``rows`` rows holding the kept ones at ``places`` (ascending, each at or
-    after its own): the state's own, its rows moved in place, stretch by stretch from the
-    last (each a ``memmove``), when it has room and no view of it is lent; else a new
-    one, with room for a quarter more."""
-    kept = state.kept.numeric
-    buffer = state.buffer
-    if buffer is None or len(buffer) < rows or _lent(state):
-        buffer = np.empty((rows + rows // 4, WIDTH), dtype=np.float64)
-        buffer[places] = kept
-        return buffer
-    shift = places - np.arange(len(places))
-    cuts = np.concatenate(([0], np.flatnonzero(np.diff(shift)) + 1, [len(places)]))
-    for low, high in zip(cuts[-2::-1], cuts[:0:-1], strict=True):
-        by = int(shift[low])
-        if by:
-            buffer[low + by : high + by] = buffer[low:high]
-    return buffer
-
-
-def _room(state: _State, rows: int, new: bool = False) -> np.ndarray:
-    """A store for ``rows`` rows holding the kept ones first: the state's own when it has
-    room (written in place) and not ``new``, else a new one with room for a quarter more."""
-    if state.buffer is not None and len(state.buffer) >= rows and not new:
-        return state.buffer
-    buffer = np.empty((rows + rows // 4, WIDTH), dtype=np.float64)
-    buffer[: len(state.kept.numeric)] = state.kept.numeric
-    return buffer
-
-
-def _owned(
-    kept: Kept, end: int, inputs: KeyInputs, columns: PoolColumns, stamp: np.ndarray | None = None
-) -> _State:
-    """``kept``, as just written (``end``: the file's size), with rows of its own: the
-    rows are the caller's too, and what it does with them must not reach what is kept.
-    One copy (~23 MB at 100,000 records), into a store with room for the next appends;
-    the other columns are made for it, or the pool's, which the record cache keeps from
-    run to run alike and nothing writes."""
-    rows = len(kept.numeric)
-    buffer = np.empty((rows + rows // 4, WIDTH), dtype=np.float64)
-    buffer[:rows] = kept.numeric
-    numeric = buffer[:rows]
-    # The parents named, sorted, for the next run's append (_grown): sorted here, where
-    # every record was worked out or written, not in the later run that adds a few.
-    by_parent = SortedGrowth.of(kept.parent_hash)
-    by_key = SortedGrowth.of(kept.key, kept.order)
-    stamp = _stamps(rows) if stamp is None or len(stamp) != rows else stamp
-    return _State(kept._replace(numeric=numeric), end, 1, by_parent, buffer, inputs, [],
-                  stamp, _Guard(buffer), [columns.token], by_key)  # fmt: skip
-
-
-_STAMPS = [1]  # the next stamp this process gives
-_STAMPS_LOCK = threading.Lock()
-
-
-def _kept_keys(state: _State | None) -> KeptKeys | None:
-    """What ``state`` says of its pool's content keys (None: nothing to check them by)."""
-    if state is None or state.inputs is None:
-        return None
-    k = state.kept
-    return KeptKeys(k.key, k.id_hash, k.parent_start, k.parent_hash, k.labelled, state.inputs)
-
-
-def _stamps(count: int) -> np.ndarray:
-    """``count`` numbers (uint64) no earlier call in this process gave (``_State.stamp``)."""
-    with _STAMPS_LOCK:
-        first = _STAMPS[0]
-        _STAMPS[0] += count
-    return np.arange(first, first + count, dtype=np.uint64)
-
-
-def _sorting(
-    kept: SortedGrowth | None, values: np.ndarray, order: np.ndarray | None = None
-) -> SortedGrowth:
-    """``values`` sorted: ``kept`` when it passes its check against them
-    (:meth:`~.sorted_growth.SortedGrowth.indexes`), else sorted now (by ``order``, the
-    indices that sort them, when it is whole)."""
-    if kept is not None and kept.indexes(values):
-        return kept
-    whole = order is not None and len(order) == len(values)
-    return SortedGrowth.of(values, order if whole else None)
-
-
-def _ordered(state: _State) -> Kept:
-    """``state``'s pool with its keys' order whole (:class:`_State`): as kept, or made
-    of ``by_key`` (a pool grown here), or sorted again."""
-    kept = state.kept
-    if len(kept.order) == len(kept.key):
-        return kept
-    return kept._replace(order=_sorting(state.by_key, kept.key).whole()[0])
-
-
-def _made_of(state: _State | None, columns: PoolColumns) -> bool:
-    """Whether ``state``'s rows were worked out (or found unchanged) for ``columns``' rows
-    (its token: ``PoolColumns.token``, which only a copy of the same rows carries)."""
-    return state is not None and any(token is columns.token for token in state.made_of or ())
-
-
-def _lent(state: _State) -> bool:
-    """Whether a view of ``state``'s rows lent by :meth:`KeptNumeric.view` or
-    :meth:`KeptNumeric.rows` still lives."""
-    return state.lent is not None and any(ref() is not None for ref in state.lent)
-
-
-def _written(state: _State) -> bool:
-    """Whether a caller wrote into rows :meth:`KeptNumeric.rows` handed out of ``state``."""
-    return state.guard is not None and state.guard.written()
-
-
-def _bytes(state: _State) -> int:
-    """What ``state`` holds, for the store's budget: its columns, the rows' store with its
-    room (the rows a view of it), the parents' order and what is kept sorted."""
-    held = sum(a.nbytes for a in state.kept)
-    if state.buffer is not None:
-        held += state.buffer.nbytes - state.kept.numeric.nbytes
-    for sorting in (state.by_parent, state.by_key):  # their source is a kept column
-        held += 0 if sorting is None else sum(a.nbytes for a in sorting[:4])
-    return held

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from genesis_fp16_infrastructure.world_model.kept_numeric import _sorting
+from genesis_fp16_infrastructure.world_model.kept_numeric_state import sorting as _sorting
 from genesis_fp16_infrastructure.world_model.sorted_growth import GROWTH, SortedGrowth
 
 
