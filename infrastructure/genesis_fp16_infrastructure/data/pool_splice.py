@@ -238,3 +238,30 @@ def _outside_to(
     rest = np.flatnonzero(~found).tolist()
     to[rest] = [-1 - names.setdefault(outside[k], len(names)) for k in rest]
     return to.astype(np.int64)
+
+
+def labelled_places(
+    columns: PoolColumns, old_at: np.ndarray, rows: np.ndarray
+) -> np.ndarray | None:
+    """Where the old pool's labelled records ``rows`` (its rows, ascending) lie among the
+    spliced pool's labelled records (``columns.labelled``), ``old_at`` being the note's
+    place of each old row (:data:`SPLICED_FROM`); None when one of them is past the old
+    pool or not labelled here."""
+    labelled = columns.labelled
+    if len(rows) and (int(rows.max()) >= len(old_at) or not len(labelled)):
+        return None
+    now = old_at[rows]
+    places = np.minimum(np.searchsorted(labelled, now), max(len(labelled) - 1, 0))
+    return places if np.array_equal(labelled[places], now) else None
+
+
+def move_rows(store: np.ndarray, places: np.ndarray) -> None:
+    """``store``'s first ``len(places)`` rows moved to ``places`` (ascending, each at or
+    after its own, within ``store``), in place: stretch by stretch from the last, each one
+    slice copy (numpy copies overlapping slices as ``memmove`` does)."""
+    shift = places - np.arange(len(places))
+    cuts = np.concatenate(([0], np.flatnonzero(np.diff(shift)) + 1, [len(places)]))
+    for low, high in zip(cuts[-2::-1], cuts[:0:-1], strict=True):
+        by = int(shift[low])
+        if by:
+            store[low + by : high + by] = store[low:high]

@@ -64,6 +64,7 @@ import numpy as np
 import torch
 
 from genesis_fp16_infrastructure.data.pool_columns import SPLICED_FROM, Coded, PoolColumns
+from genesis_fp16_infrastructure.data.pool_splice import labelled_places, move_rows
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory
 from genesis_fp16_infrastructure.world_model.content_keys import same_bits
 from genesis_fp16_infrastructure.world_model.features import Categorical, FeatureEncoder
@@ -269,16 +270,14 @@ def _laid_places(
     note = vars(columns).get(SPLICED_FROM)
     if note is None or entry.token is None or note[0] is not entry.token:
         return None
-    old_at, labelled = note[1], columns.labelled
-    if not len(entry.labelled) or not len(labelled) or entry.labelled.max() >= len(old_at):
+    places = labelled_places(columns, note[1], entry.labelled)
+    if places is None or not len(places):
         return None
-    rows = old_at[entry.labelled]
-    places = np.minimum(np.searchsorted(labelled, rows), len(labelled) - 1)
-    if not np.array_equal(labelled[places], rows):
-        return None
+    rows = columns.labelled[places]
+    last = int(entry.labelled[-1])  # ascending: the highest of the entry's records
     holds = stamp[places] == entry.stamp
     for now, codes, values in zip(_fields(columns), entry.codes, entry.values, strict=True):
-        if int(entry.labelled.max()) >= len(codes):
+        if last >= len(codes):
             return None  # not the entry's records (its arrays are the pool's it kept)
         holds &= _as_codes(values, now.values)[codes[entry.labelled]] == now.codes[rows]
     return places, holds
@@ -286,8 +285,8 @@ def _laid_places(
 
 def _laid_rows(entry: _Entry, places: np.ndarray, n: int) -> torch.Tensor:
     """A store for ``n`` rows holding the entry's at ``places`` (ascending, each at or
-    after its own): the entry's own, its rows moved in place stretch by stretch from the
-    last (numpy's copy of overlapping slices), when it has room and no row given out of it
+    after its own): the entry's own, its rows moved in place (``pool_splice.move_rows``),
+    when it has room and no row given out of it
     lives; else a new one with room for a quarter more."""
     kept = len(places)
     buffer = entry.buffer
@@ -295,13 +294,7 @@ def _laid_rows(entry: _Entry, places: np.ndarray, n: int) -> torch.Tensor:
         fresh = torch.empty((n + n // 4, buffer.shape[1]), dtype=torch.float32)
         fresh[torch.from_numpy(places)] = buffer[:kept]
         return fresh
-    rows = buffer.numpy()
-    shift = places - np.arange(kept)
-    cuts = np.concatenate(([0], np.flatnonzero(np.diff(shift)) + 1, [kept]))
-    for low, high in zip(cuts[-2::-1], cuts[:0:-1], strict=True):
-        by = int(shift[low])
-        if by:
-            rows[low + by : high + by] = rows[low:high]
+    move_rows(buffer.numpy(), places)  # the tensor's own memory
     return buffer
 
 

@@ -87,6 +87,7 @@ import numpy as np
 import torch
 
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, ranges
+from genesis_fp16_infrastructure.data.pool_splice import labelled_places
 from genesis_fp16_infrastructure.data.record_cache import CACHE_VERSION
 from genesis_fp16_infrastructure.kept_in_memory import KeptInMemory, identity_of
 from genesis_fp16_infrastructure.world_model import features
@@ -430,7 +431,8 @@ class KeptNumeric:
         if index is None:
             return None
         worked = features.numeric_rows(columns, labelled[need], index).numpy()
-        places = np.searchsorted(labelled, old_at[kept.labelled])  # the kept rows' now
+        places = labelled_places(columns, old_at, kept.labelled)  # the kept rows' now
+        assert places is not None  # checked above: every kept labelled record is labelled
         buffer = held.laid(state, places, len(labelled))
         buffer[need] = worked
         out = buffer[: len(labelled)]

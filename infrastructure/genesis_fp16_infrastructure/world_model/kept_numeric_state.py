@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from genesis_fp16_infrastructure.data.pool_columns import SPLICED_FROM, PoolColumns
+from genesis_fp16_infrastructure.data.pool_splice import move_rows
 from genesis_fp16_infrastructure.world_model.content_keys import KeptKeys, KeyInputs
 from genesis_fp16_infrastructure.world_model.kept_numeric_columns import WIDTH, Kept
 from genesis_fp16_infrastructure.world_model.sorted_growth import SortedGrowth
@@ -93,21 +94,16 @@ def splice_of(columns: PoolColumns, state: State | None) -> np.ndarray | None:
 
 def laid(state: State, places: np.ndarray, rows: int) -> np.ndarray:
     """A store for ``rows`` rows holding the kept ones at ``places`` (ascending, each at or
-    after its own): the state's own, its rows moved in place, stretch by stretch from the
-    last (each a ``memmove``), when it has room and no view of it is lent; else a new
-    one, with room for a quarter more."""
+    after its own): the state's own, its rows moved in place (``pool_splice.move_rows``),
+    when it has room and no view of it is lent; else a new one, with room for a quarter
+    more."""
     kept = state.kept.numeric
     buffer = state.buffer
     if buffer is None or len(buffer) < rows or lent(state):
         buffer = np.empty((rows + rows // 4, WIDTH), dtype=np.float64)
         buffer[places] = kept
         return buffer
-    shift = places - np.arange(len(places))
-    cuts = np.concatenate(([0], np.flatnonzero(np.diff(shift)) + 1, [len(places)]))
-    for low, high in zip(cuts[-2::-1], cuts[:0:-1], strict=True):
-        by = int(shift[low])
-        if by:
-            buffer[low + by : high + by] = buffer[low:high]
+    move_rows(buffer, places)
     return buffer
 
 

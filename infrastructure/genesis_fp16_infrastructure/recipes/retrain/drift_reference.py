@@ -68,6 +68,7 @@ from genesis_fp16_infrastructure.data.pool_columns import (
     PoolColumns,
     appended,
 )
+from genesis_fp16_infrastructure.data.pool_splice import labelled_places
 from genesis_fp16_infrastructure.kept_in_memory import process_memory
 from genesis_fp16_infrastructure.recipes.retrain.drift_categories import Categorical
 from genesis_fp16_infrastructure.recipes.retrain.new_records import mixed
@@ -406,13 +407,7 @@ def _places_now(kept: _Kept, columns: PoolColumns) -> np.ndarray | None:
         return places if not len(places) or places[-1] < len(columns.labelled) else None
     if kept.rows is None or kept.token is not _spliced_from(columns):
         return None
-    old_at = vars(columns)[SPLICED_FROM][1]
-    if len(kept.rows) and int(kept.rows.max()) >= len(old_at):
-        return None
-    rows = old_at[kept.rows]
-    labelled = columns.labelled
-    places = np.minimum(np.searchsorted(labelled, rows), max(len(labelled) - 1, 0))
-    return places if np.array_equal(labelled[places], rows) else None
+    return labelled_places(columns, vars(columns)[SPLICED_FROM][1], kept.rows)
 
 
 def _recoded(
